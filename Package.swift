@@ -1,0 +1,130 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+/// Herald: one package, six executables. Each executable is a thin `@main` over one library;
+/// the libraries share `HeraldRPC` (method table, gRPC binding, service start-up) and `HeraldProto`
+/// (the only module that touches the protobuf-c C structs).
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny")
+]
+
+/// Stamps out a thin executable target over its library (penny-bot style): every `herald-<svc>`
+/// is the same shape, so they are declared once here.
+func executable(_ name: String, library: String) -> Target {
+    .executableTarget(
+        name: name,
+        dependencies: [.target(name: library), "HeraldRPC"],
+        swiftSettings: swiftSettings
+    )
+}
+
+let package = Package(
+    name: "herald",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "herald", targets: ["herald"]),
+        .executable(name: "herald-auth", targets: ["herald-auth"]),
+        .executable(name: "herald-registration", targets: ["herald-registration"]),
+        .executable(name: "herald-payload", targets: ["herald-payload"]),
+        .executable(name: "herald-dispatch", targets: ["herald-dispatch"]),
+        .executable(name: "herald-edge", targets: ["herald-edge"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/grpc/grpc-swift-2.git", from: "2.4.3"),
+        .package(url: "https://github.com/grpc/grpc-swift-nio-transport.git", from: "2.9.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: []),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+    ],
+    targets: [
+        // protobuf-c runtime from Debian's libprotobuf-c-dev.
+        .systemLibrary(
+            name: "CProtobufC",
+            path: "Sources/CProtobufC",
+            pkgConfig: "libprotobuf-c",
+            providers: [.apt(["libprotobuf-c-dev"])]
+        ),
+        // protoc-c output, committed; regenerate with scripts/generate-proto.sh. Never edited by hand.
+        .target(name: "CHeraldProto", dependencies: ["CProtobufC"]),
+        // Swift value types over the C structs + grpc-swift serializers. Partly generated (see scripts/).
+        .target(
+            name: "HeraldProto",
+            dependencies: ["CHeraldProto", .product(name: "GRPCCore", package: "grpc-swift-2")],
+            swiftSettings: swiftSettings
+        ),
+        // Shared runtime: method table, gRPC binding over Unix sockets, clients, config, start-up.
+        .target(
+            name: "HeraldRPC",
+            dependencies: [
+                "HeraldProto",
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "AuthService",
+            dependencies: ["HeraldRPC", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "RegistrationService",
+            dependencies: ["HeraldRPC", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "PayloadService",
+            dependencies: ["HeraldRPC", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "DispatchService",
+            dependencies: ["HeraldRPC", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "Edge",
+            dependencies: [
+                "HeraldRPC",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Supervises the five executables: used by `herald up` and by the integration tests.
+        .target(name: "HeraldStack", dependencies: ["HeraldRPC"], swiftSettings: swiftSettings),
+        executable("herald-auth", library: "AuthService"),
+        executable("herald-registration", library: "RegistrationService"),
+        executable("herald-payload", library: "PayloadService"),
+        executable("herald-dispatch", library: "DispatchService"),
+        executable("herald-edge", library: "Edge"),
+        .executableTarget(
+            name: "herald",
+            dependencies: [
+                "HeraldStack", "HeraldRPC",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(name: "HeraldProtoTests", dependencies: ["HeraldProto"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "HeraldRPCTests",
+            dependencies: ["HeraldRPC", "RegistrationService", "PayloadService", "AuthService", "DispatchService"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["HeraldStack", "HeraldRPC"],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

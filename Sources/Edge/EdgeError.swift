@@ -1,0 +1,107 @@
+import Foundation
+public import HTTPTypes
+public import Hummingbird
+public import HeraldRPC
+
+/// An HTTP error answer: a status and a JSON body `{"error": "<word>", "message": "<sentence>"}`.
+public struct EdgeError: Error, Sendable {
+    public var status: HTTPResponse.Status
+    public var message: String
+    public var headers: HTTPFields
+
+    public init(_ status: HTTPResponse.Status, _ message: String, headers: HTTPFields = [:]) {
+        self.status = status
+        self.message = message
+        self.headers = headers
+    }
+
+    /// 401 with the `WWW-Authenticate` challenge every tutorial client understands.
+    public static func unauthorized(_ message: String) -> EdgeError {
+        EdgeError(.unauthorized, message, headers: [.wwwAuthenticate: #"Basic realm="herald""#])
+    }
+
+    /// The one mapping from an RPC status to HTTP. Routes with a contract-specific answer (410 for
+    /// PUT api/register) catch their case before it gets here.
+    public static func from(_ error: ServiceError) -> EdgeError {
+        switch error.code {
+        case .unauthenticated: .unauthorized(error.message)
+        case .invalidArgument, .outOfRange, .failedPrecondition: EdgeError(.badRequest, error.message)
+        case .notFound: EdgeError(.notFound, error.message)
+        case .permissionDenied: EdgeError(.forbidden, error.message)
+        case .alreadyExists, .aborted: EdgeError(.conflict, error.message)
+        case .resourceExhausted: EdgeError(.contentTooLarge, error.message)
+        case .unimplemented: EdgeError(.notImplemented, error.message)
+        case .unavailable, .deadlineExceeded, .cancelled:
+            EdgeError(.serviceUnavailable, "a Herald service is unavailable; try again later")
+        case .ok, .unknown, .internal, .dataLoss: EdgeError(.internalServerError, "internal error")
+        }
+    }
+
+    func response(requestID: String) -> Response {
+        var headers = self.headers
+        headers[.contentType] = "application/json; charset=utf-8"
+        headers[requestIDField] = requestID
+        let body = try! JSONSerialization.data(
+            withJSONObject: ["error": Self.word(status), "message": message], options: [.sortedKeys, .withoutEscapingSlashes])
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    /// "not_found" for 404: a stable word clients can switch on.
+    private static func word(_ status: HTTPResponse.Status) -> String {
+        status.reasonPhrase.lowercased().replacingOccurrences(of: " ", with: "_").replacingOccurrences(of: "-", with: "_")
+    }
+}
+
+let requestIDField = HTTPField.Name("X-Request-Id")!
+
+/// Turns every error a route throws into a JSON answer, and logs each request once.
+///
+/// Unexpected errors become 500 with a generic message; their detail goes to the log only.
+struct EdgeErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        let requestID = Self.requestID(request)
+        let start = ContinuousClock.now
+        var logger = context.logger
+        logger[metadataKey: "herald.request_id"] = "\(requestID)"
+        let response: Response
+        do {
+            var answer = try await next(request, context)
+            answer.headers[requestIDField] = requestID
+            response = answer
+        } catch {
+            let edgeError: EdgeError
+            switch error {
+            case let e as EdgeError: edgeError = e
+            case let e as ServiceError: edgeError = .from(e)
+            case let e as HTTPError: edgeError = EdgeError(e.status, e.body ?? e.status.reasonPhrase, headers: e.headers)
+            default:
+                logger.error("request failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
+                edgeError = EdgeError(.internalServerError, "internal error")
+            }
+            response = edgeError.response(requestID: requestID)
+        }
+        logger.info(
+            "\(request.method) \(request.uri.path) \(response.status.code)",
+            metadata: ["herald.duration_ms": "\((ContinuousClock.now - start).milliseconds)"])
+        return response
+    }
+
+    /// The caller's `X-Request-Id` when it is a sane token, else a fresh one.
+    static func requestID(_ request: Request) -> String {
+        if let given = request.headers[requestIDField], (1...64).contains(given.utf8.count),
+            given.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7a) })
+        {
+            return given
+        }
+        return newRequestID()
+    }
+}
+
+extension Duration {
+    var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}

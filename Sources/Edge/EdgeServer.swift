@@ -1,0 +1,45 @@
+import Foundation
+public import HeraldRPC
+import Hummingbird
+import Logging
+import NIOCore
+public import ServiceLifecycle
+
+/// herald-edge's start-up: Hummingbird on `http-host:http-port`, clients of the four services.
+public enum EdgeServer {
+    public static let peers = ["auth", "registration", "payload", "dispatch"]
+
+    public static func main() async -> Never {
+        await HeraldProcess.main(service: "edge", peers: peers, extraKeys: EdgeConfig.keys) { context in
+            let config = try EdgeConfig(reader: context.reader)
+            return [try buildApplication(context: context, config: config)]
+        }
+    }
+
+    /// The edge application; production and tests build it the same way.
+    public static func buildApplication(context: ProcessContext, config: EdgeConfig) throws -> some Service {
+        let routes = EdgeRoutes(
+            auth: context.client("auth"), registration: context.client("registration"),
+            payload: context.client("payload"), dispatch: context.client("dispatch"), config: config)
+        let router = Router()
+        routes.add(to: router)
+        let urlFile = URL(fileURLWithPath: context.config.runtimeDir).appendingPathComponent("edge.url")
+        let logger = context.logger
+        let host = config.host
+        return Application(
+            router: router,
+            configuration: .init(address: .hostname(config.host, port: config.port), serverName: "herald-edge"),
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? config.port
+                let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+                do {
+                    try Data((url + "\n").utf8).write(to: urlFile, options: .atomic)
+                } catch {
+                    logger.error("cannot write \(urlFile.path): \(error)")
+                }
+                logger.info("listening", metadata: ["herald.url": "\(url)"])
+            },
+            logger: logger
+        )
+    }
+}

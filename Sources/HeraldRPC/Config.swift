@@ -1,0 +1,147 @@
+import Foundation
+
+/// Settings from the command line and the environment, in that order of precedence.
+///
+/// Key `rpc-timeout-ms` is read from `--rpc-timeout-ms 900` or `--rpc-timeout-ms=900`, else from the
+/// environment variable `HERALD_RPC_TIMEOUT_MS`, else the caller's default. A flag with no value
+/// (`--check-health`) reads as "true". Hand-written rather than swift-configuration: Herald needs
+/// exactly these two sources plus a clear error for an unknown flag, and that is smaller than the
+/// dependency.
+public struct ConfigReader: Sendable {
+    private let arguments: [String: String]
+    private let environment: [String: String]
+
+    public init(arguments: [String], environment: [String: String] = [:]) throws {
+        var parsed: [String: String] = [:]
+        var i = 0
+        while i < arguments.count {
+            let argument = arguments[i]
+            guard argument.hasPrefix("--"), argument.count > 2 else {
+                throw ConfigError("unexpected argument \"\(argument)\"; settings are --key value")
+            }
+            let body = argument.dropFirst(2)
+            if let equals = body.firstIndex(of: "=") {
+                parsed[String(body[..<equals])] = String(body[body.index(after: equals)...])
+            } else if i + 1 < arguments.count, !arguments[i + 1].hasPrefix("--") {
+                parsed[String(body)] = arguments[i + 1]
+                i += 1
+            } else {
+                parsed[String(body)] = "true"
+            }
+            i += 1
+        }
+        self.arguments = parsed
+        self.environment = environment
+    }
+
+    /// The reader of this process: its arguments and its environment.
+    public static func fromProcess() throws -> ConfigReader {
+        try ConfigReader(
+            arguments: Array(CommandLine.arguments.dropFirst()),
+            environment: ProcessInfo.processInfo.environment
+        )
+    }
+
+    /// The environment variable that carries `key`.
+    public static func environmentName(_ key: String) -> String {
+        "HERALD_" + key.uppercased().replacingOccurrences(of: "-", with: "_")
+    }
+
+    public func string(_ key: String) -> String? {
+        arguments[key] ?? environment[Self.environmentName(key)]
+    }
+
+    public func string(_ key: String, default value: String) -> String {
+        string(key) ?? value
+    }
+
+    public func int(_ key: String, default value: Int) throws -> Int {
+        guard let text = string(key) else { return value }
+        guard let number = Int(text) else { throw ConfigError("\(key) must be a whole number, not \"\(text)\"") }
+        return number
+    }
+
+    public func bool(_ key: String, default value: Bool = false) throws -> Bool {
+        switch string(key)?.lowercased() {
+        case nil: return value
+        case "1", "true", "yes", "on": return true
+        case "0", "false", "no", "off": return false
+        case let other?: throw ConfigError("\(key) must be true or false, not \"\(other)\"")
+        }
+    }
+
+    /// One of a fixed set of words, e.g. `auth-mode` in tutorial|accounts.
+    public func choice<T: RawRepresentable & CaseIterable>(_ key: String, default value: T) throws -> T
+    where T.RawValue == String {
+        guard let text = string(key) else { return value }
+        guard let choice = T(rawValue: text.lowercased()) else {
+            let words = T.allCases.map(\.rawValue).joined(separator: "|")
+            throw ConfigError("\(key) must be one of \(words), not \"\(text)\"")
+        }
+        return choice
+    }
+
+    /// Refuses command-line keys nobody reads: a typo must not silently fall back to a default.
+    public func rejectUnknownArguments(known: Set<String>) throws {
+        let unknown = Set(arguments.keys).subtracting(known).sorted()
+        if !unknown.isEmpty {
+            throw ConfigError("unknown setting\(unknown.count > 1 ? "s" : "") " + unknown.map { "--\($0)" }.joined(separator: ", "))
+        }
+    }
+}
+
+/// A configuration mistake, reported to the operator before anything starts.
+public struct ConfigError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Settings every Herald process shares. Keys (environment variable `HERALD_<KEY>`), with defaults:
+///
+/// - `runtime-dir` (`.herald/run`): the folder of the Unix sockets; created with mode 0750.
+/// - `data-dir` (`.herald/data`): the folder of the SQLite files; created with mode 0750.
+/// - `socket` (`<runtime-dir>/<service>.grpc.sock`): where this service listens (mode 0660).
+/// - `database` (`<data-dir>/<service>.sqlite`): this service's own database.
+/// - `<peer>-socket` (`<runtime-dir>/<peer>.grpc.sock`): where a service it calls listens.
+/// - `log-level` (`info`): trace, debug, info, notice, warning, error or critical.
+/// - `rpc-timeout-ms` (5000): deadline of the calls this process makes.
+/// - `drain-timeout-ms` (10000): how long shutdown waits for in-flight calls.
+public struct RuntimeConfig: Sendable {
+    public var service: String
+    public var runtimeDir: String
+    public var dataDir: String
+    public var socketPath: String
+    public var databasePath: String
+    public var logLevel: String
+    public var rpcTimeout: Duration
+    public var drainTimeout: Duration
+    private var peerSockets: [String: String]
+
+    /// The keys this struct reads, for ``ConfigReader/rejectUnknownArguments(known:)``.
+    public static func keys(peers: [String]) -> Set<String> {
+        Set(["runtime-dir", "data-dir", "socket", "database", "log-level", "rpc-timeout-ms", "drain-timeout-ms",
+             "check-health"] + peers.map { "\($0)-socket" })
+    }
+
+    public init(service: String, peers: [String], reader: ConfigReader) throws {
+        self.service = service
+        runtimeDir = reader.string("runtime-dir", default: ".herald/run")
+        dataDir = reader.string("data-dir", default: ".herald/data")
+        socketPath = reader.string("socket", default: "\(runtimeDir)/\(service).grpc.sock")
+        databasePath = reader.string("database", default: "\(dataDir)/\(service).sqlite")
+        logLevel = reader.string("log-level", default: "info")
+        rpcTimeout = .milliseconds(try reader.int("rpc-timeout-ms", default: 5000))
+        drainTimeout = .milliseconds(try reader.int("drain-timeout-ms", default: 10000))
+        var peerSockets: [String: String] = [:]
+        for peer in peers {
+            peerSockets[peer] = reader.string("\(peer)-socket", default: "\(runtimeDir)/\(peer).grpc.sock")
+        }
+        self.peerSockets = peerSockets
+    }
+
+    /// The socket of a peer named in `peers` at init.
+    public func socketPath(of peer: String) -> String {
+        guard let path = peerSockets[peer] else { preconditionFailure("\(peer) is not a declared peer of \(service)") }
+        return path
+    }
+}

@@ -1,0 +1,19 @@
+import Foundation
+public import GRDB
+
+/// How every Herald service opens its own SQLite database.
+public enum HeraldDatabase {
+    /// Writers wait up to five seconds for the lock instead of failing at once. Open the file with a
+    /// `DatabasePool`, which turns on WAL itself so readers never wait for the writer; each store
+    /// applies its own migrations.
+    public static var configuration: Configuration {
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(5)
+        return configuration
+    }
+}
+
+/// Milliseconds since the Unix epoch, the one time unit Herald stores and sends.
+public func unixMillis() -> Int64 {
+    Int64(Date().timeIntervalSince1970 * 1000)
+}

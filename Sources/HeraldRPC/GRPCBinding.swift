@@ -1,0 +1,133 @@
+import Foundation
+import GRPCCore
+import Logging
+
+/// Serves a ``MethodTable`` over standard gRPC (grpc-swift-2), so any gRPC client can call every RPC.
+///
+/// The table is bytes-in, bytes-out; this binding only frames it. Herald's own request id travels
+/// in the `x-request-id` metadata key.
+struct GRPCBinding: RegistrableRPCService {
+    let table: MethodTable
+    let logger: Logger
+
+    func registerMethods<Transport: ServerTransport>(with router: inout RPCRouter<Transport>) {
+        for (name, handler) in table.handlers {
+            let slash = name.lastIndex(of: "/")!
+            let descriptor = MethodDescriptor(
+                fullyQualifiedService: String(name[..<slash]),
+                method: String(name[name.index(after: slash)...])
+            )
+            let logger = self.logger
+            router.registerHandler(
+                forMethod: descriptor,
+                deserializer: RawBytesCoder(),
+                serializer: RawBytesCoder()
+            ) { request, _ in
+                var requestID: String?
+                for value in request.metadata[stringValues: requestIDKey] {
+                    requestID = value
+                    break
+                }
+                let context = RPCContext(
+                    requestID: requestID ?? newRequestID(),
+                    method: name,
+                    logger: logger
+                )
+                let input = try await Self.singleMessage(request.messages)
+                switch handler {
+                case .unary(let handle):
+                    do {
+                        return StreamingServerResponse(single: ServerResponse(message: try await handle(input, context)))
+                    } catch {
+                        throw Self.rpcError(error, context)
+                    }
+                case .serverStreaming(let handle):
+                    return StreamingServerResponse { writer in
+                        do {
+                            try await handle(input, context) { bytes in try await writer.write(bytes) }
+                        } catch {
+                            throw Self.rpcError(error, context)
+                        }
+                        return [:]
+                    }
+                }
+            }
+        }
+    }
+
+    private static func singleMessage(_ messages: RPCAsyncSequence<[UInt8], any Error>) async throws -> [UInt8] {
+        var input: [UInt8]?
+        for try await message in messages {
+            guard input == nil else {
+                throw RPCError(code: .invalidArgument, message: "expected exactly one request message")
+            }
+            input = message
+        }
+        guard let input else { throw RPCError(code: .invalidArgument, message: "missing request message") }
+        return input
+    }
+
+    /// The one place a handler's error becomes a gRPC status. Unexpected errors are logged here with
+    /// their detail and reach the caller only as INTERNAL.
+    static func rpcError(_ error: any Error, _ context: RPCContext) -> RPCError {
+        let (serviceError, expected) = ServiceError.from(error)
+        if expected {
+            context.logger.debug("rpc failed", metadata: ["herald.status": "\(serviceError.code)"])
+        } else {
+            context.logger.error("rpc failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
+        }
+        return RPCError(code: serviceError.code.rpcCode, message: serviceError.message)
+    }
+}
+
+/// Metadata key of the request id propagated across services.
+let requestIDKey = "x-request-id"
+
+/// A fresh request id: 16 hex characters.
+public func newRequestID() -> String {
+    String(UInt64.random(in: .min ... .max), radix: 16).leftPadded(to: 16)
+}
+
+extension String {
+    func leftPadded(to width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
+    }
+}
+
+/// Passes message bytes through untouched: the method table encodes and decodes.
+struct RawBytesCoder: MessageSerializer, MessageDeserializer {
+    func serialize<Bytes: GRPCContiguousBytes>(_ message: [UInt8]) throws -> Bytes {
+        Bytes(message)
+    }
+
+    func deserialize<Bytes: GRPCContiguousBytes>(_ serializedMessageBytes: Bytes) throws -> [UInt8] {
+        serializedMessageBytes.withUnsafeBytes { Array($0) }
+    }
+}
+
+extension StatusCode {
+    var rpcCode: RPCError.Code {
+        switch self {
+        case .ok, .unknown: .unknown
+        case .cancelled: .cancelled
+        case .invalidArgument: .invalidArgument
+        case .deadlineExceeded: .deadlineExceeded
+        case .notFound: .notFound
+        case .alreadyExists: .alreadyExists
+        case .permissionDenied: .permissionDenied
+        case .resourceExhausted: .resourceExhausted
+        case .failedPrecondition: .failedPrecondition
+        case .aborted: .aborted
+        case .outOfRange: .outOfRange
+        case .unimplemented: .unimplemented
+        case .internal: .internalError
+        case .unavailable: .unavailable
+        case .dataLoss: .dataLoss
+        case .unauthenticated: .unauthenticated
+        }
+    }
+
+    init(_ code: RPCError.Code) {
+        self = StatusCode(rawValue: code.rawValue) ?? .unknown
+    }
+}

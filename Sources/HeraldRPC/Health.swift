@@ -1,0 +1,66 @@
+public import HeraldProto
+import Synchronization
+
+/// The `grpc.health.v1.Health` service of one process, over the same method table as its RPCs.
+///
+/// grpc-swift-2 ships no health service (it lives in grpc-swift-extras, which Herald does not use),
+/// so Check and Watch are written here: a status per service name, "" standing for the whole server.
+public final class HealthReporter: Sendable {
+    public typealias Status = HealthCheckResponse.ServingStatus
+
+    private struct State {
+        var statuses: [String: Status] = [:]
+        var watchers: [Int: (service: String, continuation: AsyncStream<Status>.Continuation)] = [:]
+        var nextWatcher = 0
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// Sets the status of `service` ("" for the whole server) and tells every watcher of it.
+    public func set(_ service: String, _ status: Status) {
+        let watchers = state.withLock { state in
+            state.statuses[service] = status
+            return state.watchers.values.filter { $0.service == service }.map(\.continuation)
+        }
+        for watcher in watchers { watcher.yield(status) }
+    }
+
+    /// Sets every known service and the server as a whole to `status` (e.g. NOT_SERVING on drain).
+    public func setAll(_ status: Status) {
+        let services = state.withLock { Array($0.statuses.keys) }
+        for service in services { set(service, status) }
+    }
+
+    /// The current status, nil for a service this process does not serve.
+    public func status(of service: String) -> Status? {
+        state.withLock { $0.statuses[service] }
+    }
+
+    /// Registers Check and Watch.
+    public func register(into table: inout MethodTable) {
+        table.register(HealthMethods.check) { [self] request, _ in
+            guard let status = status(of: request.service) else {
+                throw ServiceError.notFound("unknown service \"\(request.service)\"")
+            }
+            return HealthCheckResponse(status: status)
+        }
+        table.register(HealthMethods.watch) { [self] request, _, stream in
+            let (updates, continuation) = AsyncStream<Status>.makeStream(bufferingPolicy: .bufferingNewest(1))
+            let id = state.withLock { state in
+                let id = state.nextWatcher
+                state.nextWatcher += 1
+                state.watchers[id] = (request.service, continuation)
+                return id
+            }
+            defer { _ = state.withLock { $0.watchers.removeValue(forKey: id) } }
+            var last = status(of: request.service) ?? .serviceUnknown
+            try await stream.send(HealthCheckResponse(status: last))
+            for await status in updates where status != last {
+                last = status
+                try await stream.send(HealthCheckResponse(status: status))
+            }
+        }
+    }
+}

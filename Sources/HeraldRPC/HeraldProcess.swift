@@ -1,0 +1,182 @@
+import Foundation
+import GRPCCore
+import GRPCNIOTransportHTTP2Posix
+public import HeraldProto
+public import Logging
+public import ServiceLifecycle
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a process's own code gets at start-up.
+public struct ProcessContext: Sendable {
+    public let config: RuntimeConfig
+    public let reader: ConfigReader
+    public let logger: Logger
+    /// Clients of the declared peers, by name; already part of the process's service group.
+    public let clients: [String: RPCClient]
+
+    /// The client of a declared peer.
+    public func client(_ peer: String) -> RPCClient {
+        guard let client = clients[peer] else { preconditionFailure("\(peer) is not a declared peer") }
+        return client
+    }
+}
+
+/// The start-up every Herald executable shares, so `@main`s stay a few lines.
+public enum HeraldProcess {
+    /// Runs one executable until SIGTERM/SIGINT: reads config (rejecting unknown flags), bootstraps
+    /// logging, creates the runtime and data folders (0750), makes clients for `peers`, asks `makeServices`
+    /// for the process's own lifecycle services, and runs all of them in one `ServiceGroup` (clients
+    /// first, so they stop last). Exits 1 with a one-line message on a configuration or start-up error.
+    public static func main(
+        service name: String,
+        peers: [String] = [],
+        extraKeys: Set<String> = [],
+        makeServices: @Sendable (ProcessContext) async throws -> [any Service]
+    ) async -> Never {
+        do {
+            let reader = try ConfigReader.fromProcess()
+            try reader.rejectUnknownArguments(known: RuntimeConfig.keys(peers: peers).union(extraKeys))
+            let config = try RuntimeConfig(service: name, peers: peers, reader: reader)
+            guard let level = Logger.Level(rawValue: config.logLevel) else {
+                throw ConfigError("log-level must be one of trace|debug|info|notice|warning|error|critical")
+            }
+            LoggingSystem.bootstrap { label in
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
+            let logger = Logger(label: "herald-\(name)")
+
+            if try reader.bool("check-health") {
+                exit(await checkHealth(socketPath: config.socketPath) ? 0 : 1)
+            }
+
+            // Sockets 0660 and folders 0750 at most, from the first file this process creates.
+            umask(0o027)
+            try makePrivateDirectory(config.runtimeDir)
+            try makePrivateDirectory(config.dataDir)
+            var clients: [String: RPCClient] = [:]
+            for peer in peers {
+                clients[peer] = try RPCClient(socketPath: config.socketPath(of: peer), defaultTimeout: config.rpcTimeout)
+            }
+            let context = ProcessContext(config: config, reader: reader, logger: logger, clients: clients)
+            let own = try await makeServices(context)
+            let group = ServiceGroup(
+                configuration: .init(
+                    services: peers.map { .init(service: clients[$0]!) } + own.map { .init(service: $0) },
+                    gracefulShutdownSignals: [.sigterm, .sigint],
+                    cancellationSignals: [],
+                    logger: logger
+                ).withDrainTimeout(config.drainTimeout)
+            )
+            try await group.run()
+            logger.info("stopped")
+            exit(0)
+        } catch let error as ConfigError {
+            printError("herald-\(name): \(error)")
+            exit(2)
+        } catch {
+            printError("herald-\(name): \(error)")
+            exit(1)
+        }
+    }
+
+    /// Runs an RPC service: `makeTable` registers its handlers, and the table (plus grpc.health.v1) is
+    /// served over gRPC on the configured Unix socket.
+    public static func main(
+        rpcService name: String,
+        peers: [String] = [],
+        extraKeys: Set<String> = [],
+        makeTable: @escaping @Sendable (ProcessContext) async throws -> MethodTable
+    ) async -> Never {
+        await main(service: name, peers: peers, extraKeys: extraKeys) { context in
+            var table = try await makeTable(context)
+            let health = HealthReporter()
+            health.register(into: &table)
+            return [RPCServer(table: table, health: health, socketPath: context.config.socketPath, logger: context.logger)]
+        }
+    }
+
+    /// One health check against a socket: true when the server as a whole is SERVING.
+    public static func checkHealth(socketPath: String, timeout: Duration = .seconds(2)) async -> Bool {
+        do {
+            let response = try await RPCClient.with(socketPath: socketPath, timeout: timeout) { client in
+                try await client.call(HealthMethods.check, HealthCheckRequest(service: ""))
+            }
+            return response.status == .serving
+        } catch {
+            return false
+        }
+    }
+}
+
+/// Writes one line to standard error (for start-up failures, before or instead of logging).
+public func printError(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+/// Creates `path` (and its parents) with mode 0750 when missing.
+public func makePrivateDirectory(_ path: String) throws {
+    try FileManager.default.createDirectory(
+        atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o750]
+    )
+}
+
+extension ServiceGroupConfiguration {
+    fileprivate func withDrainTimeout(_ timeout: Duration) -> Self {
+        var copy = self
+        copy.maximumGracefulShutdownDuration = timeout
+        copy.maximumCancellationDuration = .seconds(2)
+        return copy
+    }
+}
+
+/// A method table served over gRPC on a Unix socket, as a lifecycle service.
+///
+/// Once bound, the socket is made 0660 and every service (and "") reports SERVING; on graceful
+/// shutdown everything reports NOT_SERVING, in-flight calls drain, and the socket file is removed.
+public final class RPCServer: Service {
+    private let server: GRPCServer<HTTP2ServerTransport.Posix>
+    private let health: HealthReporter
+    private let services: [String]
+    private let socketPath: String
+    private let logger: Logger
+
+    public init(table: MethodTable, health: HealthReporter, socketPath: String, logger: Logger) {
+        self.health = health
+        self.services = table.services
+        self.socketPath = socketPath
+        self.logger = logger
+        let transport = HTTP2ServerTransport.Posix(
+            address: .unixDomainSocket(path: socketPath),
+            transportSecurity: .plaintext,
+            config: .defaults { config in
+                // Coalescing delays every flush by up to 100 µs; internal calls are latency-bound.
+                config.connection.flushCoalescing = nil
+            }
+        )
+        self.server = GRPCServer(transport: transport, services: [GRPCBinding(table: table, logger: logger)])
+    }
+
+    public func run() async throws {
+        defer { unlink(socketPath) }
+        try await withGracefulShutdownHandler {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await self.server.serve() }
+                if try await server.listeningAddress != nil {
+                    chmod(socketPath, 0o660)
+                    for service in services + [""] { health.set(service, .serving) }
+                    logger.info("listening", metadata: ["herald.socket": "\(socketPath)"])
+                }
+                try await group.waitForAll()
+            }
+        } onGracefulShutdown: {
+            self.logger.info("draining")
+            self.health.setAll(.notServing)
+            self.server.beginGracefulShutdown()
+        }
+    }
+}

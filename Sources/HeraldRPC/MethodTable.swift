@@ -1,0 +1,96 @@
+public import HeraldProto
+public import Logging
+
+/// What a handler knows about the call it serves.
+public struct RPCContext: Sendable {
+    /// The caller's request id (metadata `x-request-id`), or a fresh one: it ties together the log
+    /// lines of one edge request across every service.
+    public var requestID: String
+    /// The full method name, "package.Service/Method".
+    public var method: String
+    /// A logger carrying `herald.request_id` and `herald.rpc` metadata.
+    public var logger: Logger
+
+    public init(requestID: String, method: String, logger: Logger) {
+        self.requestID = requestID
+        self.method = method
+        var logger = logger
+        logger[metadataKey: "herald.request_id"] = "\(requestID)"
+        logger[metadataKey: "herald.rpc"] = "\(method)"
+        self.logger = logger
+    }
+}
+
+/// The sending side of a server stream.
+public struct ResponseStream<Message: HeraldMessage>: Sendable {
+    let sendBytes: @Sendable ([UInt8]) async throws -> Void
+
+    /// Sends one message; suspends while the transport applies back-pressure.
+    public func send(_ message: Message) async throws {
+        try await sendBytes(message.serializedBytes())
+    }
+}
+
+/// Every RPC a service serves, registered once and served by any transport.
+///
+/// Handlers are plain async functions of Herald message types; grpc-swift never appears in service
+/// code. The table stores them type-erased to bytes, which is all a transport needs: the gRPC binding
+/// (``GRPCBinding``) serves it over HTTP/2 today, and a leaner framing can serve the same table.
+public struct MethodTable: Sendable {
+    /// A type-erased handler.
+    public enum Handler: Sendable {
+        case unary(@Sendable (_ request: [UInt8], _ context: RPCContext) async throws -> [UInt8])
+        case serverStreaming(
+            @Sendable (
+                _ request: [UInt8], _ context: RPCContext, _ send: @escaping @Sendable ([UInt8]) async throws -> Void
+            ) async throws -> Void
+        )
+    }
+
+    /// Handlers by full method name.
+    public private(set) var handlers: [String: Handler] = [:]
+    /// Service names in registration order (health reports on each).
+    public private(set) var services: [String] = []
+
+    public init() {}
+
+    /// Registers a unary handler. Registering a method twice is a programming error.
+    public mutating func register<Request, Response>(
+        _ method: UnaryMethod<Request, Response>,
+        _ handler: @escaping @Sendable (Request, RPCContext) async throws -> Response
+    ) {
+        insert(method.fullName, service: method.service) {
+            .unary { bytes, context in
+                let request = try Self.decode(Request.self, bytes)
+                return try await handler(request, context).serializedBytes()
+            }
+        }
+    }
+
+    /// Registers a server-streaming handler.
+    public mutating func register<Request, Response>(
+        _ method: ServerStreamingMethod<Request, Response>,
+        _ handler: @escaping @Sendable (Request, RPCContext, ResponseStream<Response>) async throws -> Void
+    ) {
+        insert(method.fullName, service: method.service) {
+            .serverStreaming { bytes, context, send in
+                let request = try Self.decode(Request.self, bytes)
+                try await handler(request, context, ResponseStream(sendBytes: send))
+            }
+        }
+    }
+
+    private mutating func insert(_ name: String, service: String, _ make: () -> Handler) {
+        precondition(handlers[name] == nil, "\(name) registered twice")
+        handlers[name] = make()
+        if !services.contains(service) { services.append(service) }
+    }
+
+    private static func decode<M: HeraldMessage>(_ type: M.Type, _ bytes: [UInt8]) throws -> M {
+        do {
+            return try M(serializedBytes: bytes)
+        } catch {
+            throw ServiceError.invalidArgument("request is not a valid \(M.protoName)")
+        }
+    }
+}

@@ -1,0 +1,85 @@
+/// The status codes of gRPC, which every Herald RPC reports, whatever the transport.
+///
+/// Service code throws ``ServiceError``s with these codes and never imports grpc-swift; the transport
+/// bindings translate them, and the edge maps them to HTTP in one place.
+public enum StatusCode: Int, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+    case ok = 0
+    case cancelled = 1
+    case unknown = 2
+    case invalidArgument = 3
+    case deadlineExceeded = 4
+    case notFound = 5
+    case alreadyExists = 6
+    case permissionDenied = 7
+    case resourceExhausted = 8
+    case failedPrecondition = 9
+    case aborted = 10
+    case outOfRange = 11
+    case unimplemented = 12
+    case `internal` = 13
+    case unavailable = 14
+    case dataLoss = 15
+    case unauthenticated = 16
+
+    public var description: String {
+        switch self {
+        case .ok: "OK"
+        case .cancelled: "CANCELLED"
+        case .unknown: "UNKNOWN"
+        case .invalidArgument: "INVALID_ARGUMENT"
+        case .deadlineExceeded: "DEADLINE_EXCEEDED"
+        case .notFound: "NOT_FOUND"
+        case .alreadyExists: "ALREADY_EXISTS"
+        case .permissionDenied: "PERMISSION_DENIED"
+        case .resourceExhausted: "RESOURCE_EXHAUSTED"
+        case .failedPrecondition: "FAILED_PRECONDITION"
+        case .aborted: "ABORTED"
+        case .outOfRange: "OUT_OF_RANGE"
+        case .unimplemented: "UNIMPLEMENTED"
+        case .internal: "INTERNAL"
+        case .unavailable: "UNAVAILABLE"
+        case .dataLoss: "DATA_LOSS"
+        case .unauthenticated: "UNAUTHENTICATED"
+        }
+    }
+}
+
+/// An RPC failure with a status code and a message meant for the caller.
+///
+/// The message must be safe to show to whoever made the call: never a credential, a secure
+/// payload, or an internal detail such as a SQL error (log those instead).
+public struct ServiceError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var code: StatusCode
+    public var message: String
+
+    public init(_ code: StatusCode, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code): \(message)" }
+
+    public static func invalidArgument(_ message: String) -> Self { .init(.invalidArgument, message) }
+    public static func notFound(_ message: String) -> Self { .init(.notFound, message) }
+    public static func unauthenticated(_ message: String) -> Self { .init(.unauthenticated, message) }
+    public static func unavailable(_ message: String) -> Self { .init(.unavailable, message) }
+    public static func failedPrecondition(_ message: String) -> Self { .init(.failedPrecondition, message) }
+}
+
+/// A domain error that knows which status it is (grpc-swift's `RPCErrorConvertible`, without grpc-swift).
+public protocol ServiceErrorConvertible: Error {
+    var serviceError: ServiceError { get }
+}
+
+extension ServiceError {
+    /// The status an arbitrary error thrown by a handler turns into, and whether it was expected.
+    /// Unexpected errors become INTERNAL with a generic message; the caller logs the detail.
+    public static func from(_ error: any Error) -> (error: ServiceError, expected: Bool) {
+        switch error {
+        case let e as ServiceError: (e, true)
+        case let e as any ServiceErrorConvertible: (e.serviceError, true)
+        case is CancellationError: (.init(.cancelled, "call cancelled"), true)
+        default: (.init(.internal, "internal error"), false)
+        }
+    }
+}

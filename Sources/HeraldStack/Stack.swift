@@ -1,0 +1,213 @@
+import Foundation
+import HeraldRPC
+public import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How to run the whole stack on one machine: the five executables under one folder.
+public struct StackConfiguration: Sendable {
+    /// The stack's folder: sockets in `run/`, SQLite files in `data/`, logs in `logs/` when captured.
+    public var directory: String
+    public var httpHost = "127.0.0.1"
+    /// 0 picks a free port (tests).
+    public var httpPort = 8080
+    public var authMode = "tutorial"
+    public var profile = "secure"
+    public var logLevel = "info"
+    /// Where the `herald-*` executables are; default: beside the running executable.
+    public var binDirectory: String
+    /// Write each child's output to `<directory>/logs/<service>.log` instead of this process's.
+    public var captureLogs = false
+    /// How long start-up may take before it fails.
+    public var startTimeout: Duration = .seconds(60)
+    /// Extra `--key value` settings per service (e.g. "payload": ["--default-ttl-seconds", "5"]).
+    public var extraArguments: [String: [String]] = [:]
+
+    public init(directory: String, binDirectory: String? = nil) {
+        self.directory = URL(fileURLWithPath: directory).standardizedFileURL.path
+        self.binDirectory = binDirectory ?? Stack.defaultBinDirectory()
+    }
+
+    public var runtimeDirectory: String { directory + "/run" }
+    public var dataDirectory: String { directory + "/data" }
+    public var logDirectory: String { directory + "/logs" }
+
+    /// The gRPC socket of a service.
+    public func socketPath(_ service: String) -> String { "\(runtimeDirectory)/\(service).grpc.sock" }
+}
+
+/// Why the stack could not start.
+public struct StackError: Error, CustomStringConvertible {
+    public var description: String
+}
+
+/// Runs the five Herald executables as child processes, in dependency order, and supervises them.
+///
+/// `start()` returns once every RPC service answers SERVING on grpc.health.v1 and the edge is
+/// listening. A child that dies afterwards is restarted (with backoff) until `stop()`, which sends
+/// SIGTERM in reverse order, lets each drain, and kills what is left after its drain timeout.
+/// `herald up` and the integration tests both run the stack through this type.
+public actor Stack {
+    /// Start order: every service after those it calls.
+    public static let services = ["auth", "registration", "payload", "dispatch", "edge"]
+    public static let rpcServices = ["auth", "registration", "payload", "dispatch"]
+
+    public nonisolated let configuration: StackConfiguration
+    private let logger: Logger
+    private var children: [String: Process] = [:]
+    private var restarts: [String: Int] = [:]
+    private var supervising = false
+    private var stopping = false
+    /// The edge's base URL, known once `start()` returns.
+    public private(set) var edgeURL = ""
+
+    public init(configuration: StackConfiguration, logger: Logger = Logger(label: "herald")) {
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    /// The folder of the running executable (where SwiftPM puts all products).
+    public static func defaultBinDirectory() -> String {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: exe).deletingLastPathComponent().path
+    }
+
+    /// Starts every service and waits until all are healthy. On failure, stops what started.
+    public func start() async throws {
+        let c = configuration
+        for dir in [c.directory, c.runtimeDirectory, c.dataDirectory] + (c.captureLogs ? [c.logDirectory] : []) {
+            try makePrivateDirectory(dir)
+        }
+        try? FileManager.default.removeItem(atPath: c.runtimeDirectory + "/edge.url")
+        do {
+            for service in Self.services {
+                try spawn(service)
+                try await waitUntilReady(service)
+            }
+            edgeURL = try String(contentsOfFile: c.runtimeDirectory + "/edge.url", encoding: .utf8)
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            supervising = true
+        } catch {
+            await stop()
+            throw error
+        }
+    }
+
+    /// Stops every child: SIGTERM in reverse start order, SIGKILL after 15 s.
+    public func stop() async {
+        stopping = true
+        supervising = false
+        for service in Self.services.reversed() {
+            guard let process = children[service] else { continue }
+            if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+            let deadline = ContinuousClock.now + .seconds(15)
+            while process.isRunning, ContinuousClock.now < deadline {
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+            if process.isRunning {
+                logger.warning("herald-\(service) did not stop in time; killing it")
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+            }
+            children[service] = nil
+        }
+        try? FileManager.default.removeItem(atPath: configuration.runtimeDirectory + "/edge.url")
+    }
+
+    /// The process id of a running service (tests use it to kill one).
+    public func pid(of service: String) -> Int32? {
+        children[service].map { $0.processIdentifier }
+    }
+
+    /// How many times a service has been restarted after dying.
+    public func restartCount(of service: String) -> Int { restarts[service] ?? 0 }
+
+    // MARK: children
+
+    private func arguments(for service: String) -> [String] {
+        let c = configuration
+        var arguments = ["--runtime-dir", c.runtimeDirectory, "--data-dir", c.dataDirectory, "--log-level", c.logLevel]
+        switch service {
+        case "auth": arguments += ["--auth-mode", c.authMode]
+        case "edge": arguments += ["--http-host", c.httpHost, "--http-port", String(c.httpPort), "--profile", c.profile]
+        default: break
+        }
+        return arguments + (c.extraArguments[service] ?? [])
+    }
+
+    private func spawn(_ service: String) throws {
+        let c = configuration
+        let executable = "\(c.binDirectory)/herald-\(service)"
+        guard FileManager.default.isExecutableFile(atPath: executable) else {
+            throw StackError(description: "\(executable) not found; build first (swift build)")
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments(for: service)
+        if c.captureLogs {
+            let path = "\(c.logDirectory)/\(service).log"
+            if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
+            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+            log.seekToEndOfFile()
+            process.standardOutput = log
+            process.standardError = log
+        }
+        process.terminationHandler = { [weak self] ended in
+            let status = ended.terminationStatus
+            Task { await self?.exited(service, process: ended, status: status) }
+        }
+        try process.run()
+        children[service] = process
+        logger.debug("started herald-\(service)", metadata: ["herald.pid": "\(process.processIdentifier)"])
+    }
+
+    private func exited(_ service: String, process: Process, status: Int32) async {
+        guard children[service] === process, supervising, !stopping else { return }
+        let count = (restarts[service] ?? 0) + 1
+        restarts[service] = count
+        let delay = Duration.milliseconds(min(100 << min(count - 1, 8), 10_000))
+        logger.warning("herald-\(service) exited with status \(status); restarting in \(delay)")
+        try? await Task.sleep(for: delay)
+        guard supervising, !stopping, children[service] === process else { return }
+        do {
+            try spawn(service)
+        } catch {
+            logger.error("cannot restart herald-\(service): \(error)")
+        }
+    }
+
+    private func waitUntilReady(_ service: String) async throws {
+        let deadline = ContinuousClock.now + configuration.startTimeout
+        while ContinuousClock.now < deadline {
+            if let process = children[service], !process.isRunning {
+                throw StackError(
+                    description: "herald-\(service) exited with status \(process.terminationStatus) during start-up"
+                        + (configuration.captureLogs ? "; see \(configuration.logDirectory)/\(service).log" : ""))
+            }
+            if try await isReady(service) { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw StackError(description: "herald-\(service) was not ready within \(configuration.startTimeout)")
+    }
+
+    private func isReady(_ service: String) async throws -> Bool {
+        if service == "edge" {
+            return FileManager.default.fileExists(atPath: configuration.runtimeDirectory + "/edge.url")
+        }
+        let socket = configuration.socketPath(service)
+        guard FileManager.default.fileExists(atPath: socket) else { return false }
+        return await HeraldProcess.checkHealth(socketPath: socket, timeout: .milliseconds(500))
+    }
+
+    /// Waits until a restarted service is healthy again (tests after killing one).
+    public func waitUntilHealthy(_ service: String, timeout: Duration = .seconds(30)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if children[service]?.isRunning == true, try await isReady(service) { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw StackError(description: "herald-\(service) did not become healthy within \(timeout)")
+    }
+}

@@ -1,0 +1,86 @@
+import Foundation
+public import HeraldProto
+public import HeraldRPC
+
+/// What a registration may contain. Closes the tutorial's hole where a device could add the tag
+/// `username:victim` and receive the victim's pushes.
+public enum RegistrationRules {
+    public static let maxTags = 60
+    public static let maxTagLength = 120
+    /// Prefixes only the server may put on a registration.
+    public static let reservedTagPrefixes = ["username:", "$"]
+
+    /// Checks client tags and returns them without duplicates, in first-seen order.
+    public static func validateTags(_ tags: [String]) throws -> [String] {
+        guard tags.count <= maxTags else {
+            throw ServiceError.invalidArgument("at most \(maxTags) tags are allowed, got \(tags.count)")
+        }
+        var seen = Set<String>()
+        var unique: [String] = []
+        for tag in tags {
+            guard (1...maxTagLength).contains(tag.utf8.count), tag.utf8.allSatisfy(isTagByte) else {
+                throw ServiceError.invalidArgument(
+                    "tag \"\(tag.prefix(130))\" is invalid: tags are 1 to \(maxTagLength) characters of A-Z a-z 0-9 _ @ # . : -"
+                )
+            }
+            if let prefix = reservedTagPrefixes.first(where: { tag.hasPrefix($0) }) {
+                throw ServiceError.invalidArgument("tag \"\(tag)\" uses the reserved prefix \"\(prefix)\"")
+            }
+            if seen.insert(tag).inserted { unique.append(tag) }
+        }
+        return unique
+    }
+
+    /// Checks a push handle for its platform.
+    public static func validateHandle(_ handle: String, platform: Platform) throws {
+        switch platform {
+        case .apns:
+            // Device tokens are hex; 32 bytes today, up to 100 bytes allowed for the future.
+            guard (64...200).contains(handle.utf8.count), handle.utf8.count % 2 == 0,
+                handle.utf8.allSatisfy({ $0.isHexDigit })
+            else {
+                throw ServiceError.invalidArgument("an APNs handle is a device token of 64 to 200 hex digits")
+            }
+        case .fcm:
+            guard (1...4096).contains(handle.utf8.count),
+                handle.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f })
+            else {
+                throw ServiceError.invalidArgument("an FCM handle is a registration token of 1 to 4096 printable characters")
+            }
+        case .wns:
+            guard handle.utf8.count <= 2048, let url = URL(string: handle), url.scheme == "https",
+                let host = url.host?.lowercased(), host.hasSuffix(".notify.windows.com")
+            else {
+                throw ServiceError.invalidArgument("a WNS handle is an https channel URI on *.notify.windows.com")
+            }
+        case .browser:
+            throw ServiceError.invalidArgument("Web Push registrations are not supported yet")
+        default:
+            throw ServiceError.invalidArgument("platform must be set (apns, fcm or wns)")
+        }
+    }
+
+    /// The tag the server puts on every registration of `owner`.
+    public static func userTag(_ owner: String) -> String { "username:\(owner)" }
+
+    private static func isTagByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "@"), UInt8(ascii: "#"),
+            UInt8(ascii: "."), UInt8(ascii: ":"), UInt8(ascii: "-"):
+            true
+        default: false
+        }
+    }
+}
+
+extension UInt8 {
+    fileprivate var isHexDigit: Bool {
+        switch self {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"),
+            UInt8(ascii: "A")...UInt8(ascii: "F"):
+            true
+        default: false
+        }
+    }
+}

@@ -1,0 +1,69 @@
+import GRDB
+public import HeraldProto
+public import HeraldRPC
+
+/// The RPC handlers of herald-registration over a ``RegistrationStore``.
+public struct RegistrationHandlers: Sendable {
+    /// Registrations per StreamAudience message.
+    public static let audienceBatchSize = 500
+    public let store: RegistrationStore
+
+    public init(store: RegistrationStore) {
+        self.store = store
+    }
+
+    public func register(into table: inout MethodTable) {
+        table.register(RegistrationServiceMethods.createRegistrationId) { request, _ in
+            try Self.requireOwner(request.owner)
+            guard request.handle.utf8.count <= 4096 else { throw ServiceError.invalidArgument("handle is too long") }
+            return CreateRegistrationIdResponse(registrationID: try store.createID(owner: request.owner, handle: request.handle))
+        }
+        table.register(RegistrationServiceMethods.upsertRegistration) { request, _ in
+            try Self.requireOwner(request.owner)
+            try RegistrationRules.validateHandle(request.handle, platform: request.platform)
+            let tags = try RegistrationRules.validateTags(request.tags)
+            let registration = try store.upsert(
+                owner: request.owner, id: request.registrationID, platform: request.platform,
+                handle: request.handle, tags: tags)
+            return UpsertRegistrationResponse(registration: registration)
+        }
+        table.register(RegistrationServiceMethods.deleteRegistration) { request, _ in
+            try Self.requireOwner(request.owner)
+            try store.delete(owner: request.owner, id: request.registrationID)
+            return DeleteRegistrationResponse()
+        }
+        table.register(RegistrationServiceMethods.listRegistrations) { request, _ in
+            try Self.requireOwner(request.owner)
+            return ListRegistrationsResponse(registrations: try store.list(owner: request.owner))
+        }
+        table.register(RegistrationServiceMethods.streamAudience) { request, _, stream in
+            guard !request.tag.isEmpty else { throw ServiceError.invalidArgument("tag is required") }
+            var after = ""
+            while true {
+                try Task.checkCancellation()
+                let page = try store.audience(
+                    tag: request.tag, platform: request.platform, after: after, limit: Self.audienceBatchSize)
+                guard let last = page.last else { return }
+                try await stream.send(AudienceBatch(registrations: page))
+                if page.count < Self.audienceBatchSize { return }
+                after = last.registrationID
+            }
+        }
+    }
+
+    private static func requireOwner(_ owner: String) throws {
+        guard !owner.isEmpty else { throw ServiceError.invalidArgument("owner is required") }
+    }
+}
+
+/// herald-registration's start-up.
+public enum RegistrationServer {
+    public static func main() async -> Never {
+        await HeraldProcess.main(rpcService: "registration") { context in
+            let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
+            var table = MethodTable()
+            RegistrationHandlers(store: try RegistrationStore(db: pool)).register(into: &table)
+            return table
+        }
+    }
+}

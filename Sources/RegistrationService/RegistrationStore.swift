@@ -1,0 +1,150 @@
+import Foundation
+public import GRDB
+public import HeraldProto
+public import HeraldRPC
+
+/// Registrations in SQLite. Every query that names an id also names its owner, so another user's
+/// registration is indistinguishable from a missing one.
+///
+/// Takes any GRDB `DatabaseWriter`: the service passes a WAL `DatabasePool` on its own file, tests
+/// may pass an in-memory `DatabaseQueue`.
+public final class RegistrationStore: Sendable {
+    private let db: any DatabaseWriter
+
+    public init(db: any DatabaseWriter) throws {
+        self.db = db
+        try Self.migrator.migrate(db)
+    }
+
+    public static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE registration (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        owner TEXT NOT NULL,
+                        platform INTEGER NOT NULL DEFAULT 0,
+                        handle TEXT NOT NULL DEFAULT '',
+                        created_at INTEGER NOT NULL,
+                        updated_at INTEGER NOT NULL
+                    );
+                    CREATE INDEX registration_owner_handle ON registration(owner, handle);
+                    CREATE TABLE registration_tag (
+                        tag TEXT NOT NULL,
+                        registration_id TEXT NOT NULL REFERENCES registration(id) ON DELETE CASCADE,
+                        PRIMARY KEY (tag, registration_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX registration_tag_registration ON registration_tag(registration_id);
+                    """)
+        }
+        return migrator
+    }
+
+    /// POST api/register: the owner's first registration for `handle` (its duplicates deleted), or a
+    /// new id.
+    public func createID(owner: String, handle: String) throws -> String {
+        try db.write { db in
+            if !handle.isEmpty {
+                let ids = try String.fetchAll(
+                    db,
+                    sql: "SELECT id FROM registration WHERE owner = ? AND handle = ? ORDER BY created_at, rowid",
+                    arguments: [owner, handle])
+                if let first = ids.first {
+                    for duplicate in ids.dropFirst() {
+                        try db.execute(sql: "DELETE FROM registration WHERE id = ?", arguments: [duplicate])
+                    }
+                    return first
+                }
+            }
+            let id = Self.newID()
+            let now = unixMillis()
+            try db.execute(
+                sql: "INSERT INTO registration (id, owner, created_at, updated_at) VALUES (?, ?, ?, ?)",
+                arguments: [id, owner, now, now])
+            return id
+        }
+    }
+
+    /// PUT api/register/{id}: replaces platform, handle and tags of a registration the owner holds.
+    /// Tags must already be validated; the server's `username:` tag is added here.
+    public func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String]) throws
+        -> Registration
+    {
+        try db.write { db in
+            let now = unixMillis()
+            try db.execute(
+                sql: "UPDATE registration SET platform = ?, handle = ?, updated_at = ? WHERE id = ? AND owner = ?",
+                arguments: [platform.rawValue, handle, now, id, owner])
+            guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
+            try db.execute(sql: "DELETE FROM registration_tag WHERE registration_id = ?", arguments: [id])
+            let allTags = tags + [RegistrationRules.userTag(owner)]
+            let insert = try db.cachedStatement(sql: "INSERT INTO registration_tag (tag, registration_id) VALUES (?, ?)")
+            for tag in allTags { try insert.execute(arguments: [tag, id]) }
+            return Registration(
+                registrationID: id, owner: owner, platform: platform, handle: handle, tags: allTags,
+                updatedAtUnixMs: now)
+        }
+    }
+
+    /// DELETE api/register/{id}.
+    public func delete(owner: String, id: String) throws {
+        try db.write { db in
+            try db.execute(sql: "DELETE FROM registration WHERE id = ? AND owner = ?", arguments: [id, owner])
+            guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
+        }
+    }
+
+    /// Every registration of `owner`, oldest first, with tags.
+    public func list(owner: String) throws -> [Registration] {
+        try db.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT id, owner, platform, handle, updated_at FROM registration
+                    WHERE owner = ? ORDER BY created_at, rowid
+                    """,
+                arguments: [owner])
+            return try rows.map { row in
+                var registration = Self.registration(row)
+                registration.tags = try String.fetchAll(
+                    db, sql: "SELECT tag FROM registration_tag WHERE registration_id = ? ORDER BY tag",
+                    arguments: [registration.registrationID])
+                return registration
+            }
+        }
+    }
+
+    /// One page of an audience: complete registrations carrying `tag` with an id after `after`,
+    /// ordered by id (keyset paging over the (tag, registration_id) primary key).
+    public func audience(tag: String, platform: Platform, after: String, limit: Int) throws -> [Registration] {
+        try db.read { db in
+            var sql = """
+                SELECT r.id, r.owner, r.platform, r.handle, r.updated_at
+                FROM registration_tag t JOIN registration r ON r.id = t.registration_id
+                WHERE t.tag = ? AND t.registration_id > ? AND r.platform != 0
+                """
+            var arguments: StatementArguments = [tag, after]
+            if platform.rawValue != 0 {
+                sql += " AND r.platform = ?"
+                arguments += [platform.rawValue]
+            }
+            sql += " ORDER BY t.registration_id LIMIT ?"
+            arguments += [limit]
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.registration)
+        }
+    }
+
+    private static func registration(_ row: Row) -> Registration {
+        Registration(
+            registrationID: row["id"], owner: row["owner"], platform: Platform(rawValue: row["platform"]),
+            handle: row["handle"], tags: [], updatedAtUnixMs: row["updated_at"])
+    }
+
+    /// "r-" and 24 base-32 characters: 120 random bits, unguessable.
+    static func newID() -> String {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
+        var generator = SystemRandomNumberGenerator()
+        return "r-" + String((0..<24).map { _ in alphabet[Int(generator.next(upperBound: UInt8(32)))] })
+    }
+}

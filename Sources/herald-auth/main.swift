@@ -1,0 +1,3 @@
+import AuthService
+
+await AuthServer.main()

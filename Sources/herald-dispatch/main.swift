@@ -1,0 +1,3 @@
+import DispatchService
+
+await DispatchServer.main()

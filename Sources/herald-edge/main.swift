@@ -1,0 +1,3 @@
+import Edge
+
+await EdgeServer.main()

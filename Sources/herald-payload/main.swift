@@ -1,0 +1,3 @@
+import PayloadService
+
+await PayloadServer.main()

@@ -1,0 +1,3 @@
+import RegistrationService
+
+await RegistrationServer.main()

@@ -1,0 +1,130 @@
+import ArgumentParser
+import Foundation
+import HeraldProto
+import HeraldRPC
+import HeraldStack
+import Logging
+import ServiceLifecycle
+
+@main
+struct Herald: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "herald",
+        abstract: "Run and inspect a Herald push-notification stack.",
+        subcommands: [Up.self, Inbox.self]
+    )
+}
+
+/// `herald up`: the whole stack in the foreground.
+struct Up: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Start the five Herald services on this machine and supervise them until Ctrl-C.")
+
+    @Option(help: "Folder for sockets (run/), SQLite files (data/) and logs.")
+    var dir = ".herald"
+    @Option(help: "Address the edge listens on.")
+    var httpHost = "127.0.0.1"
+    @Option(help: "Port the edge listens on (0 picks a free one).")
+    var httpPort = 8080
+    @Option(help: "tutorial (user == password) or accounts.")
+    var authMode = "tutorial"
+    @Option(help: "What POST api/notifications sends: secure or rich.")
+    var profile = "secure"
+    @Option(help: "Log level of every service.")
+    var logLevel = "info"
+    @Flag(help: "Write each service's output to <dir>/logs/<service>.log instead of this terminal.")
+    var logFiles = false
+
+    func run() async throws {
+        LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+        var configuration = StackConfiguration(directory: dir)
+        configuration.httpHost = httpHost
+        configuration.httpPort = httpPort
+        configuration.authMode = authMode
+        configuration.profile = profile
+        configuration.logLevel = logLevel
+        configuration.captureLogs = logFiles
+        let logger = Logger(label: "herald")
+        let group = ServiceGroup(
+            services: [StackService(stack: Stack(configuration: configuration, logger: logger))],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger)
+        try await group.run()
+    }
+}
+
+/// Runs a ``Stack`` until graceful shutdown.
+struct StackService: Service {
+    let stack: Stack
+
+    func run() async throws {
+        try await stack.start()
+        let url = await stack.edgeURL
+        // Unbuffered: whoever runs `herald up` (a person, a script, a test) waits for this line.
+        FileHandle.standardOutput.write(Data("Herald is up: \(url)  (data in \(stack.configuration.directory); Ctrl-C stops)\n".utf8))
+        try? await gracefulShutdown()
+        await stack.stop()
+    }
+}
+
+/// `herald inbox`: what the inbox provider recorded.
+struct Inbox: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the pushes the inbox provider recorded instead of sending them.")
+
+    @Option(help: "The stack's folder (as given to herald up).")
+    var dir = ".herald"
+    @Option(help: "Only entries after this sequence number.")
+    var after: Int64 = 0
+    @Option(help: "At most this many entries (up to 1000).")
+    var limit: Int32 = 100
+    @Flag(help: "Print JSON (one array) instead of text.")
+    var json = false
+
+    func run() async throws {
+        let socket = StackConfiguration(directory: dir).socketPath("dispatch")
+        guard FileManager.default.fileExists(atPath: socket) else {
+            throw ValidationError("no dispatch socket at \(socket): is the stack running (herald up --dir \(dir))?")
+        }
+        let entries = try await RPCClient.with(socketPath: socket) { client in
+            try await client.call(DispatchServiceMethods.listInbox, ListInboxRequest(afterSequence: after, limit: limit)).entries
+        }
+        if json {
+            let objects: [[String: Any]] = entries.map { entry in
+                [
+                    "sequence": entry.sequence,
+                    "notificationId": entry.notificationID,
+                    "registrationId": entry.registrationID,
+                    "platform": PlatformName.of(entry.platform),
+                    "handle": entry.handle,
+                    "headers": Dictionary(entry.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { a, _ in a }),
+                    "payload": String(decoding: entry.payload, as: UTF8.self),
+                    "payloadBase64": Data(entry.payload).base64EncodedString(),
+                    "recordedAtUnixMs": entry.recordedAtUnixMs,
+                ]
+            }
+            let data = try JSONSerialization.data(withJSONObject: objects, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+            print(String(decoding: data, as: UTF8.self))
+        } else if entries.isEmpty {
+            print("inbox is empty")
+        } else {
+            for entry in entries {
+                let headers = entry.headers.map { "\($0.name): \($0.value)" }.joined(separator: ", ")
+                print("#\(entry.sequence) \(PlatformName.of(entry.platform)) \(entry.handle) [\(headers)]")
+                print("    \(String(decoding: entry.payload, as: UTF8.self))")
+            }
+        }
+    }
+}
+
+enum PlatformName {
+    static func of(_ platform: Platform) -> String {
+        switch platform {
+        case .apns: "apns"
+        case .fcm: "fcm"
+        case .wns: "wns"
+        case .browser: "browser"
+        default: "unknown"
+        }
+    }
+}
