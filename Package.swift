@@ -115,10 +115,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        .testTarget(name: "HeraldProtoTests", dependencies: ["HeraldProto"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "HeraldProtoTests",
+            dependencies: ["HeraldProto", .product(name: "GRPCCore", package: "grpc-swift-2")],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "HeraldRPCTests",
-            dependencies: ["HeraldRPC", "RegistrationService", "PayloadService", "AuthService", "DispatchService"],
+            dependencies: [
+                "HeraldRPC", "RegistrationService", "PayloadService", "AuthService", "DispatchService",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -22,7 +22,7 @@ struct GRPCBinding: RegistrableRPCService {
                 forMethod: descriptor,
                 deserializer: RawBytesCoder(),
                 serializer: RawBytesCoder()
-            ) { request, _ in
+            ) { request, serverContext in
                 var requestID: String?
                 for value in request.metadata[stringValues: requestIDKey] {
                     requestID = value
@@ -37,14 +37,19 @@ struct GRPCBinding: RegistrableRPCService {
                 switch handler {
                 case .unary(let handle):
                     do {
-                        return StreamingServerResponse(single: ServerResponse(message: try await handle(input, context)))
+                        let output = try await Self.cancellable(serverContext.cancellation) {
+                            try await handle(input, context)
+                        }
+                        return StreamingServerResponse(single: ServerResponse(message: output))
                     } catch {
                         throw Self.rpcError(error, context)
                     }
                 case .serverStreaming(let handle):
                     return StreamingServerResponse { writer in
                         do {
-                            try await handle(input, context) { bytes in try await writer.write(bytes) }
+                            try await Self.cancellable(serverContext.cancellation) {
+                                try await handle(input, context) { bytes in try await writer.write(bytes) }
+                            }
                         } catch {
                             throw Self.rpcError(error, context)
                         }
@@ -52,6 +57,25 @@ struct GRPCBinding: RegistrableRPCService {
                     }
                 }
             }
+        }
+    }
+
+    /// grpc-swift marks an RPC cancelled (its deadline passed, or the caller went away) without
+    /// cancelling the handler's task; this runs the handler in a child task that is cancelled then,
+    /// so a handler never works on for a caller that has given up.
+    private static func cancellable<T: Sendable>(
+        _ cancellation: ServerContext.RPCCancellationHandle,
+        _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await cancellation.cancelled
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let value = first else { throw CancellationError() }
+            return value
         }
     }
 

@@ -13,11 +13,17 @@ public final class PayloadStore: Sendable {
     public let defaultTTL: Int64
     /// Largest content accepted, in bytes.
     public let maxContentBytes: Int
+    /// Unix epoch milliseconds; injected by tests that check expiry without waiting.
+    private let now: @Sendable () -> Int64
 
-    public init(db: any DatabaseWriter, defaultTTLSeconds: Int64 = 7 * 24 * 3600, maxContentBytes: Int = 5 << 20) throws {
+    public init(
+        db: any DatabaseWriter, defaultTTLSeconds: Int64 = 7 * 24 * 3600, maxContentBytes: Int = 5 << 20,
+        now: @escaping @Sendable () -> Int64 = unixMillis
+    ) throws {
         self.db = db
         self.defaultTTL = defaultTTLSeconds
         self.maxContentBytes = maxContentBytes
+        self.now = now
         try Self.migrator.migrate(db)
     }
 
@@ -53,7 +59,7 @@ public final class PayloadStore: Sendable {
             throw ServiceError(.resourceExhausted, "content is \(request.content.count) bytes; the limit is \(maxContentBytes)")
         }
         guard request.ttlSeconds >= 0 else { throw ServiceError.invalidArgument("ttl_seconds must not be negative") }
-        let now = unixMillis()
+        let now = self.now()
         let ttl = request.ttlSeconds == 0 ? defaultTTL : request.ttlSeconds
         let expires = now + ttl * 1000
         let contentType = request.contentType.isEmpty
@@ -87,7 +93,7 @@ public final class PayloadStore: Sendable {
                         SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
                         WHERE id = ? AND recipient = ? AND expires_at > ?
                         """,
-                    arguments: [id, requester, unixMillis()])
+                    arguments: [id, requester, now()])
             else { throw notFound }
             let wasRead: Bool = row["read"]
             if !wasRead {

@@ -1,0 +1,35 @@
+import HeraldRPC
+import Testing
+
+@Suite("configuration")
+struct ConfigReaderTests {
+    @Test("arguments win over the environment, which wins over defaults")
+    func precedence() throws {
+        let reader = try ConfigReader(
+            arguments: ["--http-port", "9000", "--profile=rich", "--check-health"],
+            environment: ["HERALD_HTTP_PORT": "7000", "HERALD_LOG_LEVEL": "debug"])
+        #expect(try reader.int("http-port", default: 1) == 9000)
+        #expect(reader.string("profile") == "rich")
+        #expect(try reader.bool("check-health"))
+        #expect(reader.string("log-level", default: "info") == "debug")
+        #expect(reader.string("data-dir", default: "x") == "x")
+    }
+
+    @Test("mistakes are reported, not defaulted")
+    func mistakes() throws {
+        let reader = try ConfigReader(arguments: ["--http-port", "eighty", "--sokcet", "/x"])
+        #expect(throws: ConfigError.self) { try reader.int("http-port", default: 1) }
+        #expect(throws: ConfigError.self) { try reader.rejectUnknownArguments(known: ["http-port", "socket"]) }
+        #expect(throws: ConfigError.self) { try ConfigReader(arguments: ["positional"]) }
+    }
+
+    @Test("service defaults derive from the runtime and data folders")
+    func runtimeDefaults() throws {
+        let reader = try ConfigReader(arguments: ["--runtime-dir", "/r", "--data-dir", "/d", "--registration-socket", "/x.sock"])
+        let config = try RuntimeConfig(service: "dispatch", peers: ["registration", "payload"], reader: reader)
+        #expect(config.socketPath == "/r/dispatch.grpc.sock")
+        #expect(config.databasePath == "/d/dispatch.sqlite")
+        #expect(config.socketPath(of: "registration") == "/x.sock")
+        #expect(config.socketPath(of: "payload") == "/r/payload.grpc.sock")
+    }
+}

@@ -1,0 +1,162 @@
+import AuthService
+import DispatchService
+import Foundation
+import GRDB
+import HeraldProto
+import HeraldRPC
+import PayloadService
+import RegistrationService
+import Testing
+
+@Suite("registration store")
+struct RegistrationStoreTests {
+    let token = String(repeating: "ab", count: 32)
+
+    @Test("POST reuses the owner's registration for a handle and deletes its duplicates")
+    func createID() throws {
+        let store = try RegistrationStore(db: DatabaseQueue())
+        let first = try store.createID(owner: "alice", handle: "")
+        let second = try store.createID(owner: "alice", handle: "")
+        #expect(first != second)
+        _ = try store.upsert(owner: "alice", id: first, platform: .apns, handle: token, tags: [])
+        _ = try store.upsert(owner: "alice", id: second, platform: .apns, handle: token, tags: [])
+        #expect(try store.createID(owner: "alice", handle: token) == first)
+        #expect(try store.list(owner: "alice").map(\.registrationID) == [first])
+        // Another user with the same handle gets an id of their own: look-ups are scoped.
+        #expect(try store.createID(owner: "bob", handle: token) != first)
+    }
+
+    @Test("only the owner can update or delete a registration")
+    func ownerScoping() throws {
+        let store = try RegistrationStore(db: DatabaseQueue())
+        let id = try store.createID(owner: "alice", handle: "")
+        #expect(throws: ServiceError.notFound("registration \(id) not found")) {
+            try store.upsert(owner: "bob", id: id, platform: .apns, handle: token, tags: [])
+        }
+        #expect(throws: ServiceError.notFound("registration \(id) not found")) { try store.delete(owner: "bob", id: id) }
+        let stored = try store.upsert(owner: "alice", id: id, platform: .apns, handle: token, tags: ["news"])
+        #expect(stored.tags == ["news", "username:alice"])
+        try store.delete(owner: "alice", id: id)
+        #expect(throws: ServiceError.self) { try store.upsert(owner: "alice", id: id, platform: .apns, handle: token, tags: []) }
+    }
+
+    @Test("audience pages by id over complete registrations carrying the tag")
+    func audience() throws {
+        let store = try RegistrationStore(db: DatabaseQueue())
+        for i in 0..<1200 {
+            let id = try store.createID(owner: "u\(i)", handle: "")
+            _ = try store.upsert(owner: "u\(i)", id: id, platform: i % 2 == 0 ? .apns : .fcm, handle: token, tags: ["all"])
+        }
+        _ = try store.createID(owner: "pending", handle: "")  // never PUT: not part of any audience
+        var after = ""
+        var seen: [String] = []
+        while case let page = try store.audience(tag: "all", platform: .unspecified, after: after, limit: 500), !page.isEmpty {
+            seen += page.map(\.registrationID)
+            after = page.last!.registrationID
+        }
+        #expect(seen.count == 1200)
+        #expect(seen == seen.sorted())
+        #expect(try store.audience(tag: "all", platform: .fcm, after: "", limit: 2000).count == 600)
+        #expect(try store.audience(tag: "username:u3", platform: .unspecified, after: "", limit: 10).count == 1)
+    }
+
+    @Test("tags are validated and reserved prefixes refused")
+    func tagRules() throws {
+        #expect(try RegistrationRules.validateTags(["a", "b:c", "a"]) == ["a", "b:c"])
+        #expect(throws: ServiceError.self) { try RegistrationRules.validateTags(["username:bob"]) }
+        #expect(throws: ServiceError.self) { try RegistrationRules.validateTags(["$InstallationId:x"]) }
+        #expect(throws: ServiceError.self) { try RegistrationRules.validateTags(["has space"]) }
+        #expect(throws: ServiceError.self) { try RegistrationRules.validateTags([String(repeating: "x", count: 121)]) }
+        #expect(throws: ServiceError.self) { try RegistrationRules.validateTags((0..<61).map { "t\($0)" }) }
+        #expect(throws: ServiceError.self) { try RegistrationRules.validateTags([""]) }
+    }
+
+    @Test("handles are validated per platform")
+    func handleRules() throws {
+        try RegistrationRules.validateHandle(token, platform: .apns)
+        try RegistrationRules.validateHandle("fcm:token-1", platform: .fcm)
+        try RegistrationRules.validateHandle("https://db5.notify.windows.com/?token=abc", platform: .wns)
+        #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle("xyz", platform: .apns) }
+        #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle("has space", platform: .fcm) }
+        #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle("https://evil.example/x", platform: .wns) }
+        #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle(token, platform: .unspecified) }
+    }
+}
+
+@Suite("payload store")
+struct PayloadStoreTests {
+    final class Clock: @unchecked Sendable {
+        var now: Int64 = 1_000_000
+    }
+
+    @Test("ids are allocated in order, reads are recipient-only and flip the read flag")
+    func fetch() throws {
+        let store = try PayloadStore(db: DatabaseQueue())
+        let first = try store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("one".utf8)))
+        let second = try store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("two".utf8)))
+        #expect(second.id == first.id + 1)
+        #expect(throws: ServiceError.notFound("notification \(first.id) not found")) {
+            try store.fetch(id: first.id, requester: "bob")
+        }
+        let once = try store.fetch(id: first.id, requester: "alice")
+        #expect(once.content == Array("one".utf8) && once.read == false && once.contentType == "text/plain; charset=utf-8")
+        #expect(try store.fetch(id: first.id, requester: "alice").read == true)
+        #expect(throws: ServiceError.self) { try store.fetch(id: 999, requester: "alice") }
+    }
+
+    @Test("expired content is not found")
+    func expiry() throws {
+        let clock = Clock()
+        let store = try PayloadStore(db: DatabaseQueue(), defaultTTLSeconds: 60, now: { clock.now })
+        let stored = try store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: [1]))
+        clock.now += 59_000
+        _ = try store.fetch(id: stored.id, requester: "alice")
+        clock.now += 1_000
+        #expect(throws: ServiceError.self) { try store.fetch(id: stored.id, requester: "alice") }
+    }
+
+    @Test("bad requests are refused")
+    func validation() throws {
+        let store = try PayloadStore(db: DatabaseQueue(), maxContentBytes: 4)
+        #expect(throws: ServiceError.self) { try store.store(StorePayloadRequest(kind: .secure)) }
+        #expect(throws: ServiceError.self) { try store.store(StorePayloadRequest(recipient: "a")) }
+        #expect {
+            try store.store(StorePayloadRequest(recipient: "a", kind: .rich, content: [1, 2, 3, 4, 5]))
+        } throws: { ($0 as? ServiceError)?.code == .resourceExhausted }
+    }
+}
+
+@Suite("auth and dispatch rules")
+struct RuleTests {
+    static func basic(_ credentials: String) -> String { "Basic " + Data(credentials.utf8).base64EncodedString() }
+
+    @Test("tutorial mode accepts user == password and nothing else")
+    func tutorialAuth() throws {
+        let auth = Authenticator(mode: .tutorial)
+        #expect(try auth.authenticate(Self.basic("alice:alice")).user == "alice")
+        #expect(try auth.authenticate("basic  " + Data("bob:bob".utf8).base64EncodedString()).user == "bob")
+        for bad in ["", "Basic", "Basic !!!", Self.basic("alice:bob"), Self.basic("alice"), Self.basic(":"),
+                    Self.basic("a b:a b"), Self.basic("username:x:username:x"), "Bearer abc", "Digest x"] {
+            #expect(throws: ServiceError.self, "\(bad)") { try auth.authenticate(bad) }
+        }
+    }
+
+    @Test("APNs background pushes get priority 5; oversized and inconsistent payloads are refused")
+    func platformRules() throws {
+        let background = try PlatformRules.prepare(NativePayload(platform: .apns, body: [1], pushType: "background"))
+        #expect(background.headers.first { $0.name == "apns-priority" }?.value == "5")
+        let alert = try PlatformRules.prepare(NativePayload(platform: .apns, body: [1]))
+        #expect(alert.headers.first { $0.name == "apns-push-type" }?.value == "alert")
+        #expect(alert.headers.first { $0.name == "apns-priority" }?.value == "10")
+        let raw = try PlatformRules.prepare(NativePayload(platform: .wns, body: [1], pushType: "wns/raw"))
+        #expect(raw.headers.first { $0.name == "content-type" }?.value == "application/octet-stream")
+        #expect(throws: ServiceError.self) {
+            try PlatformRules.prepare(NativePayload(platform: .apns, body: [1], pushType: "background", priority: 10))
+        }
+        #expect(throws: ServiceError.self) {
+            try PlatformRules.prepare(NativePayload(platform: .apns, body: Array(repeating: 0, count: 4097)))
+        }
+        #expect(throws: ServiceError.self) { try PlatformRules.prepare(NativePayload(platform: .wns, body: [1], pushType: "wns/x")) }
+        #expect(throws: ServiceError.self) { try PlatformRules.prepare(NativePayload(body: [1])) }
+    }
+}
