@@ -41,6 +41,7 @@ public struct StackConfiguration: Sendable {
 /// Why the stack could not start.
 public struct StackError: Error, CustomStringConvertible {
     public var description: String
+    public init(description: String) { self.description = description }
 }
 
 /// Runs the five Herald executables as child processes, in dependency order, and supervises them.

@@ -1,0 +1,44 @@
+import Foundation
+import HeraldStack
+import Testing
+
+/// Herald's RPCs and deploy files, checked with tools that are not Herald's own.
+@Suite("independent clients and deploy files", .serialized, .timeLimit(.minutes(3)))
+struct ExternalClientTests {
+    @Test("Python grpcio calls every service over unix: sockets with stubs generated from proto/")
+    func pythonGrpcio() async throws {
+        let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
+        try await LiveStack.with { live in
+            let result = try runProgram(python, [
+                packageRoot.appendingPathComponent("Tests/python/grpc_check.py").path,
+                live.configuration.runtimeDirectory,
+                packageRoot.appendingPathComponent("proto").path,
+            ])
+            try #require(result.status == 0, "grpc_check.py failed: \(result.error)")
+            let answers = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+            #expect(
+                answers["health"] as? [String: String]
+                    == ["auth": "SERVING", "registration": "SERVING", "payload": "SERVING", "dispatch": "SERVING"])
+            #expect(answers["authenticate"] as? String == "carol")
+            #expect(answers["authenticate_bad"] as? String == "UNAUTHENTICATED")
+            let registrations = try #require(answers["registrations"] as? [[String: Any]])
+            #expect(registrations.count == 1)
+            #expect(registrations.first?["platform"] as? String == "PLATFORM_FCM")
+            #expect(registrations.first?["tags"] as? [String] == ["sports", "username:carol"])
+            #expect((answers["audience"] as? [String])?.count == 1)
+            #expect(answers["upsert_foreign"] as? String == "NOT_FOUND")
+            #expect((answers["payload"] as? [String: Any])?["content"] as? String == "from python")
+            #expect(answers["payload_foreign"] as? String == "NOT_FOUND")
+            #expect(answers["send_state"] as? String == "OUTCOME_STATE_COMPLETED")
+            #expect(answers["inbox_payloads"] as? [String] == [#"{"data":{"hello":"python"}}"#])
+            #expect(answers["send_empty"] as? String == "INVALID_ARGUMENT")
+        }
+    }
+
+    @Test("docker-compose.yml is a valid compose file")
+    func composeFile() throws {
+        let compose = try #require(which("docker-compose"), "docker-compose is required (scripts/test.sh installs it)")
+        let result = try runProgram(compose, ["-f", packageRoot.appendingPathComponent("docker-compose.yml").path, "config", "-q"])
+        #expect(result.status == 0, "\(result.error)")
+    }
+}

@@ -1,0 +1,150 @@
+import AsyncHTTPClient
+import Foundation
+import HeraldProto
+import HeraldRPC
+import HeraldStack
+import NIOCore
+import Testing
+
+/// The repository root, for scripts and files the tests use.
+let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
+
+/// A running stack of the real executables in a temporary folder, and an HTTP client of its edge.
+struct LiveStack {
+    let stack: Stack
+    let edge: EdgeClient
+    var configuration: StackConfiguration { stack.configuration }
+
+    /// A fresh folder under /tmp (short, so socket paths stay under the 108-byte limit).
+    static func makeDirectory() throws -> String {
+        var template = Array("/tmp/herald-it-XXXXXX".utf8CString)
+        guard let path = mkdtemp(&template) else { throw StackError(description: "mkdtemp failed") }
+        return String(cString: path)
+    }
+
+    /// Starts the stack in `directory` (a new one by default), runs `body`, and stops the stack.
+    /// When `body` fails, every service's log is printed to help whoever reads the failure.
+    static func with(
+        directory: String? = nil,
+        configure: (inout StackConfiguration) -> Void = { _ in },
+        _ body: (LiveStack) async throws -> Void
+    ) async throws {
+        var configuration = StackConfiguration(directory: try directory ?? makeDirectory())
+        configuration.httpPort = 0
+        configuration.captureLogs = true
+        configure(&configuration)
+        let stack = Stack(configuration: configuration)
+        do {
+            try await stack.start()
+            let live = LiveStack(stack: stack, edge: EdgeClient(base: URL(string: await stack.edgeURL)!))
+            try await body(live)
+            await stack.stop()
+        } catch {
+            await stack.stop()
+            printLogs(configuration)
+            throw error
+        }
+    }
+
+    static func printLogs(_ configuration: StackConfiguration) {
+        for service in Stack.services {
+            let path = "\(configuration.logDirectory)/\(service).log"
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
+            print("----- \(path) (last 40 lines)")
+            print(text.split(separator: "\n", omittingEmptySubsequences: false).suffix(40).joined(separator: "\n"))
+        }
+    }
+
+    /// Everything the inbox provider has recorded.
+    func inbox() async throws -> [InboxEntry] {
+        try await RPCClient.with(socketPath: configuration.socketPath("dispatch")) { client in
+            try await client.call(DispatchServiceMethods.listInbox, ListInboxRequest(limit: 1000)).entries
+        }
+    }
+
+    /// Polls the inbox until `count` entries match, or fails after `timeout`.
+    func waitForInbox(count: Int = 1, timeout: Duration = .seconds(10), where match: (InboxEntry) -> Bool) async throws
+        -> [InboxEntry]
+    {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let found = try await inbox().filter(match)
+            if found.count >= count || ContinuousClock.now >= deadline { return found }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+}
+
+/// HTTP the way the tutorial's iOS client speaks it: Basic auth, JSON bodies, status codes.
+struct EdgeClient: Sendable {
+    let base: URL
+
+    struct Reply {
+        var status: Int
+        var headers: [String: String]
+        var body: Data
+        var text: String { String(decoding: body, as: UTF8.self) }
+
+        func json() throws -> [String: Any] {
+            try #require(try JSONSerialization.jsonObject(with: body) as? [String: Any], "not a JSON object: \(text)")
+        }
+
+        func header(_ name: String) -> String? {
+            headers.first { $0.key.lowercased() == name.lowercased() }?.value
+        }
+    }
+
+    static func basic(_ user: String, _ password: String? = nil) -> String {
+        "Basic " + Data("\(user):\(password ?? user)".utf8).base64EncodedString()
+    }
+
+    func request(_ method: String, _ path: String, authorization: String? = nil, body: String? = nil) async throws -> Reply {
+        var request = HTTPClientRequest(url: base.absoluteString + path)
+        request.method = .RAW(value: method)
+        if let authorization { request.headers.add(name: "Authorization", value: authorization) }
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: body))
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let bytes = try await response.body.collect(upTo: 64 << 20)
+        var headers: [String: String] = [:]
+        for header in response.headers { headers[header.name] = header.value }
+        return Reply(status: Int(response.status.code), headers: headers, body: Data(bytes.readableBytesView))
+    }
+
+    /// As user `user` (password == user name, the tutorial's rule).
+    func request(_ method: String, _ path: String, as user: String, body: String? = nil) async throws -> Reply {
+        try await request(method, path, authorization: Self.basic(user), body: body)
+    }
+}
+
+/// Runs a program to completion and returns its exit status and output.
+func runProgram(_ executable: String, _ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let errorFile = FileManager.default.temporaryDirectory.appendingPathComponent("herald-\(UUID().uuidString).err")
+    FileManager.default.createFile(atPath: errorFile.path, contents: nil)
+    defer { try? FileManager.default.removeItem(at: errorFile) }
+    let out = Pipe()
+    process.standardOutput = out
+    process.standardError = try FileHandle(forWritingTo: errorFile)
+    try process.run()
+    let output = out.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    let error = (try? String(contentsOf: errorFile, encoding: .utf8)) ?? ""
+    return (process.terminationStatus, String(decoding: output, as: UTF8.self), error)
+}
+
+/// The first program called `name` on PATH.
+func which(_ name: String) -> String? {
+    let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+    return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+}
+
+/// A well-formed fake APNs device token (64 hex digits).
+func apnsToken(_ seed: Int) -> String {
+    (0..<32).map { i in String(format: "%02x", (seed &* 31 &+ i) & 0xff) }.joined()
+}

@@ -1,0 +1,183 @@
+import Foundation
+import HeraldProto
+import HeraldStack
+import Testing
+
+/// The tutorial's secure push, replayed over HTTP against the five real executables.
+@Suite("secure push end to end", .serialized, .timeLimit(.minutes(3)))
+struct SecurePushTests {
+    @Test("the iOS client's sequence: register, send, fetch once unread then read; only the recipient")
+    func tutorialSequence() async throws {
+        try await LiveStack.with { live in
+            let edge = live.edge
+            let token = apnsToken(1)
+
+            // Register as the iOS client does: POST for an id, then PUT the installation.
+            let created = try await edge.request("POST", "/api/register?handle=\(token)", as: "alice")
+            #expect(created.status == 200)
+            let id = try #require(try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
+            #expect(id.hasPrefix("r-"))
+            let put = try await edge.request(
+                "PUT", "/api/register/\(id)", as: "alice",
+                body: #"{"Platform":"apns","Handle":"\#(token)","Tags":["news"]}"#)
+            #expect(put.status == 200)
+            #expect(put.body.isEmpty)
+
+            // Send: the push carries only the id.
+            let sent = try await edge.request("POST", "/api/notifications", as: "alice")
+            #expect(sent.status == 200)
+            let entries = try await live.waitForInbox { $0.handle == token }
+            try #require(entries.count == 1)
+            let push = entries[0]
+            let text = String(decoding: push.payload, as: UTF8.self)
+            let secureID = try #require(text.firstMatch(of: /"secureId":"(\d+)"/)?.1).description
+            #expect(text == #"{"aps":{"content-available":1},"secureId":"\#(secureID)"}"#)
+            #expect(!text.contains("Secure confirmation"))
+            #expect(push.platform == .apns)
+            #expect(push.registrationID == id)
+            #expect(push.headers.contains(Header(name: "apns-push-type", value: "background")))
+            #expect(push.headers.contains(Header(name: "apns-priority", value: "5")))
+
+            // The device fetches the payload: unread the first time, read after.
+            let first = try await edge.request("GET", "/api/notifications/\(secureID)", as: "alice")
+            #expect(first.status == 200)
+            #expect(first.header("Content-Type")?.hasPrefix("application/json") == true)
+            let body = try first.json()
+            #expect(body["Id"] as? Int == Int(secureID))
+            #expect(body["Payload"] as? String == "Secure confirmation.")
+            #expect(body["Read"] as? Bool == false)
+            let second = try await edge.request("GET", "/api/notifications/\(secureID)", as: "alice")
+            #expect(try second.json()["Read"] as? Bool == true)
+
+            // Only the recipient, and only with credentials.
+            let bob = try await edge.request("GET", "/api/notifications/\(secureID)", as: "bob")
+            #expect(bob.status == 404)
+            let anonymous = try await edge.request("GET", "/api/notifications/\(secureID)")
+            #expect(anonymous.status == 401)
+            #expect(anonymous.header("WWW-Authenticate") == #"Basic realm="herald""#)
+            #expect(try anonymous.json()["error"] as? String == "unauthorized")
+
+            // An unknown platform is a 400 with a JSON error naming the accepted ones.
+            let unknown = try await edge.request(
+                "PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"blackberry","Handle":"x"}"#)
+            #expect(unknown.status == 400)
+            #expect((try unknown.json()["message"] as? String)?.contains("apns") == true)
+        }
+    }
+
+    @Test("the edge answers the contract's status codes and never 500")
+    func statusCodes() async throws {
+        try await LiveStack.with { live in
+            let edge = live.edge
+            let token = apnsToken(2)
+            let id = try #require(
+                try JSONSerialization.jsonObject(
+                    with: try await edge.request("POST", "/api/register", as: "alice").body, options: .fragmentsAllowed)
+                    as? String)
+            let body = #"{"Platform":"apns","Handle":"\#(token)"}"#
+
+            #expect(try await edge.request("PUT", "/api/register/\(id)", as: "bob", body: body).status == 410)
+            #expect(try await edge.request("DELETE", "/api/register/\(id)", as: "bob").status == 404)
+            #expect(try await edge.request("PUT", "/api/register/r-unknown", as: "alice", body: body).status == 410)
+            #expect(
+                try await edge.request(
+                    "PUT", "/api/register/\(id)", as: "alice",
+                    body: #"{"Platform":"apns","Handle":"\#(token)","Tags":["username:bob"]}"#
+                ).status == 400)
+            #expect(
+                try await edge.request("PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"mpns","Handle":"x"}"#)
+                    .status == 400)
+            #expect(
+                try await edge.request("PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"apns","Handle":"zz"}"#)
+                    .status == 400)
+            #expect(try await edge.request("PUT", "/api/register/\(id)", as: "alice", body: "not json").status == 400)
+            #expect(
+                try await edge.request("PUT", "/api/register/\(id)", as: "alice", body: #"{"platform":"GCM","handle":"fcm-1"}"#)
+                    .status == 200)
+            #expect(try await edge.request("DELETE", "/api/register/\(id)", as: "alice").status == 200)
+            #expect(try await edge.request("PUT", "/api/register/\(id)", as: "alice", body: body).status == 410)
+
+            for authorization in ["Basic", "Basic !!!", EdgeClient.basic("alice", "wrong"), "Bearer x", "Digest y"] {
+                let reply = try await edge.request("POST", "/api/register", authorization: authorization)
+                #expect(reply.status == 401, "\(authorization)")
+                #expect(reply.header("WWW-Authenticate") != nil)
+            }
+            #expect(try await edge.request("GET", "/api/notifications/abc", as: "alice").status == 404)
+            #expect(try await edge.request("GET", "/api/notifications/999999", as: "alice").status == 404)
+            #expect(try await edge.request("GET", "/no/such/route").status == 404)
+        }
+    }
+
+    @Test("restarting the stack keeps registrations and payloads")
+    func restartKeepsData() async throws {
+        let directory = try LiveStack.makeDirectory()
+        let token = apnsToken(3)
+        var registrationID = ""
+        var secureID = ""
+        try await LiveStack.with(directory: directory) { live in
+            registrationID = try #require(
+                try JSONSerialization.jsonObject(
+                    with: try await live.edge.request("POST", "/api/register?handle=\(token)", as: "dana").body,
+                    options: .fragmentsAllowed) as? String)
+            let put = try await live.edge.request(
+                "PUT", "/api/register/\(registrationID)", as: "dana", body: #"{"Platform":"apns","Handle":"\#(token)"}"#)
+            #expect(put.status == 200)
+            #expect(try await live.edge.request("POST", "/api/notifications", as: "dana").status == 200)
+            let push = try #require(try await live.waitForInbox { $0.handle == token }.first)
+            secureID = try #require(String(decoding: push.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1)
+                .description
+        }
+        try await LiveStack.with(directory: directory) { live in
+            // The payload survived, still unread.
+            let fetched = try await live.edge.request("GET", "/api/notifications/\(secureID)", as: "dana")
+            #expect(fetched.status == 200)
+            #expect(try fetched.json()["Read"] as? Bool == false)
+            // The registration survived: same id for the handle, and it can still be updated.
+            let again = try await live.edge.request("POST", "/api/register?handle=\(token)", as: "dana")
+            #expect(try JSONSerialization.jsonObject(with: again.body, options: .fragmentsAllowed) as? String == registrationID)
+            let put = try await live.edge.request(
+                "PUT", "/api/register/\(registrationID)", as: "dana", body: #"{"Platform":"apns","Handle":"\#(token)"}"#)
+            #expect(put.status == 200)
+            // And the inbox kept what it recorded.
+            #expect(try await live.inbox().contains { $0.handle == token })
+        }
+    }
+
+    @Test("a service that dies is restarted by the supervisor, and the flow goes on")
+    func supervisorRestartsChildren() async throws {
+        try await LiveStack.with { live in
+            let pid = try #require(await live.stack.pid(of: "payload"))
+            kill(pid, SIGKILL)
+            let deadline = ContinuousClock.now + .seconds(30)
+            while await live.stack.restartCount(of: "payload") == 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(await live.stack.restartCount(of: "payload") == 1)
+            try await live.stack.waitUntilHealthy("payload")
+            #expect(try await live.edge.request("POST", "/api/notifications", as: "erin").status == 200)
+        }
+    }
+
+    @Test("herald inbox --json shows what the inbox provider recorded")
+    func inboxCommand() async throws {
+        try await LiveStack.with { live in
+            let token = apnsToken(4)
+            let id = try #require(
+                try JSONSerialization.jsonObject(
+                    with: try await live.edge.request("POST", "/api/register", as: "fay").body, options: .fragmentsAllowed)
+                    as? String)
+            _ = try await live.edge.request(
+                "PUT", "/api/register/\(id)", as: "fay", body: #"{"Platform":"apns","Handle":"\#(token)"}"#)
+            _ = try await live.edge.request("POST", "/api/notifications", as: "fay")
+            _ = try await live.waitForInbox { $0.handle == token }
+            let herald = live.configuration.binDirectory + "/herald"
+            let result = try runProgram(herald, ["inbox", "--dir", live.configuration.directory, "--json"])
+            #expect(result.status == 0, "\(result.error)")
+            let entries = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [[String: Any]])
+            let entry = try #require(entries.first { $0["handle"] as? String == token })
+            #expect(entry["platform"] as? String == "apns")
+            #expect((entry["headers"] as? [String: String])?["apns-push-type"] == "background")
+            #expect((entry["payload"] as? String)?.hasPrefix(#"{"aps":{"content-available":1},"secureId":""#) == true)
+        }
+    }
+}
