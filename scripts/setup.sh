@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what Herald needs on a Debian machine with Swift, skipping what is already there.
+#   scripts/setup.sh          build and run: libprotobuf-c-dev, libsqlite3-dev
+#   scripts/setup.sh --test   also protoc-c (generated-code check), docker-compose (compose check),
+#                             python3 + grpcio/grpcio-tools (the independent gRPC client in the tests)
+set -euo pipefail
+
+packages=(libprotobuf-c-dev libsqlite3-dev pkg-config)
+if [[ "${1:-}" == "--test" ]]; then
+  packages+=(protobuf-c-compiler docker-compose)
+  # python3 may come from elsewhere (pyenv): ask apt only for what PATH lacks.
+  command -v python3 >/dev/null 2>&1 || packages+=(python3)
+  python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+
+if (( ${#missing[@]} )); then
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [[ "${1:-}" == "--test" ]] && ! python3 -c 'import grpc, grpc_tools' 2>/dev/null; then
+  echo "setup: installing grpcio and grpcio-tools from PyPI"
+  pip_args=(install --quiet --disable-pip-version-check "grpcio==1.85.1" "grpcio-tools==1.85.1")
+  # Debian's own python refuses global installs (PEP 668) unless told otherwise.
+  python3 -m pip "${pip_args[@]}" 2>/dev/null || python3 -m pip "${pip_args[@]}" --break-system-packages
+fi
