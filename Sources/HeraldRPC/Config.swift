@@ -100,9 +100,12 @@ public struct ConfigError: Error, CustomStringConvertible {
 ///
 /// - `runtime-dir` (`.herald/run`): the folder of the Unix sockets; created with mode 0750.
 /// - `data-dir` (`.herald/data`): the folder of the SQLite files; created with mode 0750.
-/// - `socket` (`<runtime-dir>/<service>.grpc.sock`): where this service listens (mode 0660).
+/// - `socket` (`<runtime-dir>/<service>.sock`): the lean-protocol socket (mode 0660); `off` disables it.
+/// - `grpc-socket` (`<runtime-dir>/<service>.grpc.sock`): the standard gRPC socket; `off` disables it.
 /// - `database` (`<data-dir>/<service>.sqlite`): this service's own database.
-/// - `<peer>-socket` (`<runtime-dir>/<peer>.grpc.sock`): where a service it calls listens.
+/// - `rpc-transport` (`lean`): what this process's clients speak, `lean` or `grpc`.
+/// - `<peer>-socket` (`<runtime-dir>/<peer>.sock`), `<peer>-grpc-socket` (`<runtime-dir>/<peer>.grpc.sock`):
+///   where a service it calls listens, per transport.
 /// - `log-level` (`info`): trace, debug, info, notice, warning, error or critical.
 /// - `rpc-timeout-ms` (5000): deadline of the calls this process makes.
 /// - `drain-timeout-ms` (10000): how long shutdown waits for in-flight calls.
@@ -110,8 +113,12 @@ public struct RuntimeConfig: Sendable {
     public var service: String
     public var runtimeDir: String
     public var dataDir: String
-    public var socketPath: String
+    /// nil when turned off.
+    public var leanSocketPath: String?
+    /// nil when turned off.
+    public var grpcSocketPath: String?
     public var databasePath: String
+    public var rpcTransport: RPCTransport
     public var logLevel: String
     public var rpcTimeout: Duration
     public var drainTimeout: Duration
@@ -119,29 +126,60 @@ public struct RuntimeConfig: Sendable {
 
     /// The keys this struct reads, for ``ConfigReader/rejectUnknownArguments(known:)``.
     public static func keys(peers: [String]) -> Set<String> {
-        Set(["runtime-dir", "data-dir", "socket", "database", "log-level", "rpc-timeout-ms", "drain-timeout-ms",
-             "check-health"] + peers.map { "\($0)-socket" })
+        Set(
+            ["runtime-dir", "data-dir", "socket", "grpc-socket", "database", "rpc-transport", "log-level",
+             "rpc-timeout-ms", "drain-timeout-ms", "check-health"]
+                + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket"] })
     }
+
+    /// The longest Unix socket path Linux accepts (`sun_path` is 108 bytes with its NUL).
+    public static let maxSocketPathBytes = 107
 
     public init(service: String, peers: [String], reader: ConfigReader) throws {
         self.service = service
         runtimeDir = reader.string("runtime-dir", default: ".herald/run")
         dataDir = reader.string("data-dir", default: ".herald/data")
-        socketPath = reader.string("socket", default: "\(runtimeDir)/\(service).grpc.sock")
+        func socket(_ key: String, _ fallback: String) throws -> String? {
+            let path = reader.string(key, default: fallback)
+            if path == "off" { return nil }
+            guard path.utf8.count <= Self.maxSocketPathBytes else {
+                throw ConfigError("\(key) \(path) is \(path.utf8.count) bytes; Unix socket paths are at most \(Self.maxSocketPathBytes)")
+            }
+            return path
+        }
+        leanSocketPath = try socket("socket", "\(runtimeDir)/\(service).sock")
+        grpcSocketPath = try socket("grpc-socket", "\(runtimeDir)/\(service).grpc.sock")
         databasePath = reader.string("database", default: "\(dataDir)/\(service).sqlite")
+        rpcTransport = try reader.choice("rpc-transport", default: .lean)
         logLevel = reader.string("log-level", default: "info")
         rpcTimeout = .milliseconds(try reader.int("rpc-timeout-ms", default: 5000))
         drainTimeout = .milliseconds(try reader.int("drain-timeout-ms", default: 10000))
         var peerSockets: [String: String] = [:]
         for peer in peers {
-            peerSockets[peer] = reader.string("\(peer)-socket", default: "\(runtimeDir)/\(peer).grpc.sock")
+            peerSockets[peer] =
+                switch rpcTransport {
+                case .lean: try socket("\(peer)-socket", "\(runtimeDir)/\(peer).sock")
+                case .grpc: try socket("\(peer)-grpc-socket", "\(runtimeDir)/\(peer).grpc.sock")
+                }
+            if peerSockets[peer] == nil { throw ConfigError("the socket of \(peer) cannot be off: \(service) calls it") }
         }
         self.peerSockets = peerSockets
     }
 
-    /// The socket of a peer named in `peers` at init.
+    /// The socket of a peer named in `peers` at init, for ``rpcTransport``.
     public func socketPath(of peer: String) -> String {
         guard let path = peerSockets[peer] else { preconditionFailure("\(peer) is not a declared peer of \(service)") }
         return path
+    }
+
+    /// This service's own socket for ``rpcTransport`` (or the other one when that is off).
+    public var ownSocket: (path: String, transport: RPCTransport)? {
+        switch (rpcTransport, leanSocketPath, grpcSocketPath) {
+        case (.lean, let lean?, _): (lean, .lean)
+        case (.grpc, _, let grpc?): (grpc, .grpc)
+        case (_, let lean?, _): (lean, .lean)
+        case (_, _, let grpc?): (grpc, .grpc)
+        default: nil
+        }
     }
 }

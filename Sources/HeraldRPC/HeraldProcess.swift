@@ -4,6 +4,7 @@ import GRPCNIOTransportHTTP2Posix
 public import HeraldProto
 public import Logging
 public import ServiceLifecycle
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -51,7 +52,8 @@ public enum HeraldProcess {
             let logger = Logger(label: "herald-\(name)")
 
             if try reader.bool("check-health") {
-                exit(await checkHealth(socketPath: config.socketPath) ? 0 : 1)
+                guard let own = config.ownSocket else { throw ConfigError("no socket to check: both are off") }
+                exit(await checkHealth(socketPath: own.path, transport: own.transport) ? 0 : 1)
             }
 
             // Sockets 0660 and folders 0750 at most, from the first file this process creates.
@@ -60,7 +62,8 @@ public enum HeraldProcess {
             try makePrivateDirectory(config.dataDir)
             var clients: [String: RPCClient] = [:]
             for peer in peers {
-                clients[peer] = try RPCClient(socketPath: config.socketPath(of: peer), defaultTimeout: config.rpcTimeout)
+                clients[peer] = try RPCClient(
+                    socketPath: config.socketPath(of: peer), transport: config.rpcTransport, defaultTimeout: config.rpcTimeout)
             }
             let context = ProcessContext(config: config, reader: reader, logger: logger, clients: clients)
             let own = try await makeServices(context)
@@ -85,7 +88,8 @@ public enum HeraldProcess {
     }
 
     /// Runs an RPC service: `makeTable` registers its handlers, and the table (plus grpc.health.v1) is
-    /// served over gRPC on the configured Unix socket.
+    /// served over the lean protocol and over gRPC, each on its own Unix socket unless turned off.
+    /// Health reports SERVING once every listener is up.
     public static func main(
         rpcService name: String,
         peers: [String] = [],
@@ -96,14 +100,37 @@ public enum HeraldProcess {
             var table = try await makeTable(context)
             let health = HealthReporter()
             health.register(into: &table)
-            return [RPCServer(table: table, health: health, socketPath: context.config.socketPath, logger: context.logger)]
+            let config = context.config
+            guard config.leanSocketPath != nil || config.grpcSocketPath != nil else {
+                throw ConfigError("socket and grpc-socket are both off: nothing to serve on")
+            }
+            let listening = Mutex(0)
+            let listeners = (config.leanSocketPath == nil ? 0 : 1) + (config.grpcSocketPath == nil ? 0 : 1)
+            let services = table.services
+            let onListening: @Sendable () -> Void = {
+                let all = listening.withLock { count in
+                    count += 1
+                    return count == listeners
+                }
+                if all { for service in services + [""] { health.set(service, .serving) } }
+            }
+            var servers: [any Service] = []
+            if let path = config.leanSocketPath {
+                servers.append(LeanServer(table: table, socketPath: path, logger: context.logger, health: health, onListening: onListening))
+            }
+            if let path = config.grpcSocketPath {
+                servers.append(RPCServer(table: table, socketPath: path, logger: context.logger, health: health, onListening: onListening))
+            }
+            return servers
         }
     }
 
     /// One health check against a socket: true when the server as a whole is SERVING.
-    public static func checkHealth(socketPath: String, timeout: Duration = .seconds(2)) async -> Bool {
+    public static func checkHealth(
+        socketPath: String, transport: RPCTransport = .lean, timeout: Duration = .seconds(2)
+    ) async -> Bool {
         do {
-            let response = try await RPCClient.with(socketPath: socketPath, timeout: timeout) { client in
+            let response = try await RPCClient.with(socketPath: socketPath, transport: transport, timeout: timeout) { client in
                 try await client.call(HealthMethods.check, HealthCheckRequest(service: ""))
             }
             return response.status == .serving
@@ -136,26 +163,30 @@ extension ServiceGroupConfiguration {
 
 /// A method table served over gRPC on a Unix socket, as a lifecycle service.
 ///
-/// Once bound, the socket is made 0660 and every service (and "") reports SERVING; on graceful
-/// shutdown everything reports NOT_SERVING, in-flight calls drain, and the socket file is removed.
+/// Once bound, the socket is made 0660 and `onListening` runs; on graceful shutdown `health` reports
+/// NOT_SERVING, in-flight calls drain, and the socket file is removed.
 public final class RPCServer: Service {
     private let server: GRPCServer<HTTP2ServerTransport.Posix>
-    private let health: HealthReporter
-    private let services: [String]
+    private let health: HealthReporter?
     private let socketPath: String
     private let logger: Logger
+    private let onListening: @Sendable () -> Void
 
-    public init(table: MethodTable, health: HealthReporter, socketPath: String, logger: Logger) {
+    public init(
+        table: MethodTable, socketPath: String, logger: Logger, health: HealthReporter? = nil,
+        onListening: @escaping @Sendable () -> Void = {}
+    ) {
         self.health = health
-        self.services = table.services
         self.socketPath = socketPath
         self.logger = logger
+        self.onListening = onListening
         let transport = HTTP2ServerTransport.Posix(
             address: .unixDomainSocket(path: socketPath),
             transportSecurity: .plaintext,
             config: .defaults { config in
                 // Coalescing delays every flush by up to 100 µs; internal calls are latency-bound.
                 config.connection.flushCoalescing = nil
+                config.rpc.maxRequestPayloadSize = RPCLimits.maxMessageBytes
             }
         )
         self.server = GRPCServer(transport: transport, services: [GRPCBinding(table: table, logger: logger)])
@@ -168,14 +199,14 @@ public final class RPCServer: Service {
                 group.addTask { try await self.server.serve() }
                 if try await server.listeningAddress != nil {
                     chmod(socketPath, 0o660)
-                    for service in services + [""] { health.set(service, .serving) }
-                    logger.info("listening", metadata: ["herald.socket": "\(socketPath)"])
+                    logger.info("listening (grpc)", metadata: ["herald.socket": "\(socketPath)"])
+                    onListening()
                 }
                 try await group.waitForAll()
             }
         } onGracefulShutdown: {
             self.logger.info("draining")
-            self.health.setAll(.notServing)
+            self.health?.setAll(.notServing)
             self.server.beginGracefulShutdown()
         }
     }

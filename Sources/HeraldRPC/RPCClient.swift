@@ -4,32 +4,55 @@ import GRPCNIOTransportHTTP2Posix
 public import HeraldProto
 public import ServiceLifecycle
 
-/// A typed client of one Herald service over its Unix socket.
+/// Which transport a client speaks.
+public enum RPCTransport: String, CaseIterable, Sendable {
+    /// The lean protocol (docs/rpc-protocol.md) on `<service>.sock`: Herald's own calls.
+    case lean
+    /// Standard gRPC over HTTP/2 on `<service>.grpc.sock`.
+    case grpc
+}
+
+/// A typed client of one Herald service over its Unix socket, speaking either transport.
 ///
 /// Every call carries a deadline (the caller's, or ``defaultTimeout``) and waits for the service to
 /// be reachable until then, so services can start in any order. Failures arrive as ``ServiceError``
 /// with the server's status code and message. Run it (it is a lifecycle `Service`) before calling.
 public final class RPCClient: Sendable {
-    /// Path of the service's gRPC socket.
+    /// Path of the service's socket (of the chosen transport).
     public let socketPath: String
+    public let transport: RPCTransport
     /// Deadline of calls that do not name their own.
     public let defaultTimeout: Duration
-    private let grpc: GRPCClient<HTTP2ClientTransport.Posix>
 
-    public init(socketPath: String, defaultTimeout: Duration = .seconds(5)) throws {
+    private enum Backend {
+        case lean(LeanClient)
+        case grpc(GRPCClient<HTTP2ClientTransport.Posix>)
+    }
+
+    private let backend: Backend
+    /// Finished by ``close()``; the lean backend has no connection loop of its own to end.
+    private let closed = AsyncStream<Void>.makeStream()
+
+    public init(socketPath: String, transport: RPCTransport = .lean, defaultTimeout: Duration = .seconds(5)) throws {
         self.socketPath = socketPath
+        self.transport = transport
         self.defaultTimeout = defaultTimeout
-        let transport = try HTTP2ClientTransport.Posix(
-            target: .unixDomainSocket(path: socketPath),
-            transportSecurity: .plaintext,
-            config: .defaults { config in
-                // Coalescing delays every flush by up to 100 µs; internal calls are latency-bound.
-                config.connection.flushCoalescing = nil
-                // A restarted service is back within a second or two; don't wait long to reconnect.
-                config.backoff.max = .seconds(1)
-            }
-        )
-        self.grpc = GRPCClient(transport: transport)
+        switch transport {
+        case .lean:
+            backend = .lean(LeanClient(socketPath: socketPath))
+        case .grpc:
+            let http2 = try HTTP2ClientTransport.Posix(
+                target: .unixDomainSocket(path: socketPath),
+                transportSecurity: .plaintext,
+                config: .defaults { config in
+                    // Coalescing delays every flush by up to 100 µs; internal calls are latency-bound.
+                    config.connection.flushCoalescing = nil
+                    // A restarted service is back within a second or two; don't wait long to reconnect.
+                    config.backoff.max = .seconds(1)
+                }
+            )
+            backend = .grpc(GRPCClient(transport: http2))
+        }
     }
 
     /// Calls a unary RPC.
@@ -39,16 +62,27 @@ public final class RPCClient: Sendable {
         requestID: String? = nil,
         timeout: Duration? = nil
     ) async throws -> Response {
-        do {
-            return try await grpc.unary(
-                request: ClientRequest(message: request, metadata: Self.metadata(requestID)),
-                descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
-                serializer: HeraldSerializer<Request>(),
-                deserializer: HeraldDeserializer<Response>(),
-                options: options(timeout)
-            ) { response in try response.message }
-        } catch let error as RPCError {
-            throw ServiceError(StatusCode(error.code), error.message)
+        switch backend {
+        case .lean(let lean):
+            var response: [UInt8]?
+            try await lean.call(
+                method: method.fullName, request: try encode(request), metadata: Self.leanMetadata(requestID),
+                timeout: timeout ?? defaultTimeout, window: 0
+            ) { response = $0 }
+            guard let response else { throw ServiceError(.internal, "\(method.fullName) ended without a response") }
+            return try decode(Response.self, response)
+        case .grpc(let grpc):
+            do {
+                return try await grpc.unary(
+                    request: ClientRequest(message: try encode(request), metadata: Self.metadata(requestID)),
+                    descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
+                    serializer: RawBytesCoder(),
+                    deserializer: HeraldDeserializer<Response>(),
+                    options: options(timeout)
+                ) { response in try response.message }
+            } catch let error as RPCError {
+                throw ServiceError(StatusCode(error.code), error.message)
+            }
         }
     }
 
@@ -60,31 +94,77 @@ public final class RPCClient: Sendable {
         timeout: Duration? = nil,
         onMessage: @escaping @Sendable (Response) async throws -> Void
     ) async throws {
-        do {
-            try await grpc.serverStreaming(
-                request: ClientRequest(message: request, metadata: Self.metadata(requestID)),
-                descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
-                serializer: HeraldSerializer<Request>(),
-                deserializer: HeraldDeserializer<Response>(),
-                options: options(timeout)
-            ) { response in
-                for try await message in response.messages { try await onMessage(message) }
+        switch backend {
+        case .lean(let lean):
+            try await lean.call(
+                method: method.fullName, request: try encode(request), metadata: Self.leanMetadata(requestID),
+                timeout: timeout ?? defaultTimeout, window: LeanClient.streamWindow
+            ) { bytes in try await onMessage(try decode(Response.self, bytes)) }
+        case .grpc(let grpc):
+            do {
+                try await grpc.serverStreaming(
+                    request: ClientRequest(message: try encode(request), metadata: Self.metadata(requestID)),
+                    descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
+                    serializer: RawBytesCoder(),
+                    deserializer: HeraldDeserializer<Response>(),
+                    options: options(timeout)
+                ) { response in
+                    for try await message in response.messages { try await onMessage(message) }
+                }
+            } catch let error as RPCError {
+                throw ServiceError(StatusCode(error.code), error.message)
             }
-        } catch let error as RPCError {
-            throw ServiceError(StatusCode(error.code), error.message)
         }
     }
 
     /// Asks the connection to close once in-flight calls finish.
     public func close() {
-        grpc.beginGracefulShutdown()
+        switch backend {
+        case .lean(let lean): lean.close()
+        case .grpc(let grpc): grpc.beginGracefulShutdown()
+        }
+        closed.continuation.finish()
+    }
+
+    /// Runs the transport's connection management until ``close()``.
+    fileprivate func runConnections() async throws {
+        switch backend {
+        case .lean: for await _ in closed.stream {}
+        case .grpc(let grpc): try await grpc.runConnections()
+        }
     }
 
     private func options(_ timeout: Duration?) -> CallOptions {
         var options = CallOptions.defaults
         options.timeout = timeout ?? defaultTimeout
         options.waitForReady = true
+        options.maxRequestMessageBytes = RPCLimits.maxMessageBytes
+        options.maxResponseMessageBytes = RPCLimits.maxMessageBytes
         return options
+    }
+
+    /// Encodes a request once for either transport, and refuses one over the message limit before
+    /// anything is sent (grpc-swift's client would not; the server would reset the stream).
+    private func encode<M: HeraldMessage>(_ message: M) throws -> [UInt8] {
+        let bytes: [UInt8]
+        do {
+            bytes = try message.serializedBytes()
+        } catch let error as ProtoError {
+            throw ServiceError.invalidArgument(error.description)
+        }
+        guard bytes.count <= RPCLimits.maxMessageBytes else {
+            throw ServiceError(
+                .resourceExhausted, "\(M.protoName) of \(bytes.count) bytes exceeds the limit of \(RPCLimits.maxMessageBytes)")
+        }
+        return bytes
+    }
+
+    private func decode<M: HeraldMessage>(_ type: M.Type, _ bytes: [UInt8]) throws -> M {
+        do {
+            return try M(serializedBytes: bytes)
+        } catch {
+            throw ServiceError(.internal, "malformed \(M.protoName) from \(socketPath)")
+        }
     }
 
     private static func metadata(_ requestID: String?) -> Metadata {
@@ -92,13 +172,17 @@ public final class RPCClient: Sendable {
         if let requestID { metadata.addString(requestID, forKey: requestIDKey) }
         return metadata
     }
+
+    private static func leanMetadata(_ requestID: String?) -> [LeanMetadataEntry] {
+        requestID.map { [LeanMetadataEntry(key: requestIDKey, value: $0)] } ?? []
+    }
 }
 
 extension RPCClient: Service {
     /// Maintains the connection until graceful shutdown, then drains in-flight calls.
     public func run() async throws {
         try await withGracefulShutdownHandler {
-            try await grpc.runConnections()
+            try await runConnections()
         } onGracefulShutdown: {
             self.close()
         }
@@ -109,12 +193,13 @@ extension RPCClient {
     /// Runs `body` with a connected client and closes it afterwards (tools and tests).
     public static func with<R: Sendable>(
         socketPath: String,
+        transport: RPCTransport = .lean,
         timeout: Duration = .seconds(5),
         _ body: (RPCClient) async throws -> R
     ) async throws -> R {
-        let client = try RPCClient(socketPath: socketPath, defaultTimeout: timeout)
+        let client = try RPCClient(socketPath: socketPath, transport: transport, defaultTimeout: timeout)
         return try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await client.grpc.runConnections() }
+            group.addTask { try await client.runConnections() }
             // The group waits for runConnections, which returns once the close has drained.
             defer { client.close() }
             return try await body(client)

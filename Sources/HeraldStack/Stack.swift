@@ -1,5 +1,5 @@
 import Foundation
-import HeraldRPC
+public import HeraldRPC
 public import Logging
 
 #if canImport(Glibc)
@@ -16,6 +16,8 @@ public struct StackConfiguration: Sendable {
     public var authMode = "tutorial"
     public var profile = "secure"
     public var logLevel = "info"
+    /// What the services speak between themselves (each serves both).
+    public var rpcTransport = RPCTransport.lean
     /// Where the `herald-*` executables are; default: beside the running executable.
     public var binDirectory: String
     /// Write each child's output to `<directory>/logs/<service>.log` instead of this process's.
@@ -34,8 +36,18 @@ public struct StackConfiguration: Sendable {
     public var dataDirectory: String { directory + "/data" }
     public var logDirectory: String { directory + "/logs" }
 
-    /// The gRPC socket of a service.
-    public func socketPath(_ service: String) -> String { "\(runtimeDirectory)/\(service).grpc.sock" }
+    /// The socket of a service for ``rpcTransport``.
+    public func socketPath(_ service: String) -> String {
+        switch rpcTransport {
+        case .lean: leanSocketPath(service)
+        case .grpc: grpcSocketPath(service)
+        }
+    }
+
+    /// The lean-protocol socket of a service.
+    public func leanSocketPath(_ service: String) -> String { "\(runtimeDirectory)/\(service).sock" }
+    /// The standard gRPC socket of a service.
+    public func grpcSocketPath(_ service: String) -> String { "\(runtimeDirectory)/\(service).grpc.sock" }
 }
 
 /// Why the stack could not start.
@@ -129,7 +141,10 @@ public actor Stack {
 
     private func arguments(for service: String) -> [String] {
         let c = configuration
-        var arguments = ["--runtime-dir", c.runtimeDirectory, "--data-dir", c.dataDirectory, "--log-level", c.logLevel]
+        var arguments = [
+            "--runtime-dir", c.runtimeDirectory, "--data-dir", c.dataDirectory, "--log-level", c.logLevel,
+            "--rpc-transport", c.rpcTransport.rawValue,
+        ]
         switch service {
         case "auth": arguments += ["--auth-mode", c.authMode]
         case "edge": arguments += ["--http-host", c.httpHost, "--http-port", String(c.httpPort), "--profile", c.profile]
@@ -199,7 +214,8 @@ public actor Stack {
         }
         let socket = configuration.socketPath(service)
         guard FileManager.default.fileExists(atPath: socket) else { return false }
-        return await HeraldProcess.checkHealth(socketPath: socket, timeout: .milliseconds(500))
+        return await HeraldProcess.checkHealth(
+            socketPath: socket, transport: configuration.rpcTransport, timeout: .milliseconds(500))
     }
 
     /// Waits until a restarted service is healthy again (tests after killing one).

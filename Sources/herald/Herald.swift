@@ -32,6 +32,8 @@ struct Up: AsyncParsableCommand {
     var profile = "secure"
     @Option(help: "Log level of every service.")
     var logLevel = "info"
+    @Option(help: "What the services speak between themselves: lean or grpc (each serves both).")
+    var rpcTransport = "lean"
     @Flag(help: "Write each service's output to <dir>/logs/<service>.log instead of this terminal.")
     var logFiles = false
 
@@ -43,6 +45,10 @@ struct Up: AsyncParsableCommand {
         configuration.authMode = authMode
         configuration.profile = profile
         configuration.logLevel = logLevel
+        guard let transport = RPCTransport(rawValue: rpcTransport) else {
+            throw ValidationError("--rpc-transport must be lean or grpc")
+        }
+        configuration.rpcTransport = transport
         configuration.captureLogs = logFiles
         let logger = Logger(label: "herald")
         let group = ServiceGroup(

@@ -27,9 +27,19 @@ struct ConfigReaderTests {
     func runtimeDefaults() throws {
         let reader = try ConfigReader(arguments: ["--runtime-dir", "/r", "--data-dir", "/d", "--registration-socket", "/x.sock"])
         let config = try RuntimeConfig(service: "dispatch", peers: ["registration", "payload"], reader: reader)
-        #expect(config.socketPath == "/r/dispatch.grpc.sock")
+        #expect(config.leanSocketPath == "/r/dispatch.sock")
+        #expect(config.grpcSocketPath == "/r/dispatch.grpc.sock")
         #expect(config.databasePath == "/d/dispatch.sqlite")
         #expect(config.socketPath(of: "registration") == "/x.sock")
-        #expect(config.socketPath(of: "payload") == "/r/payload.grpc.sock")
+        #expect(config.socketPath(of: "payload") == "/r/payload.sock")
+
+        let grpc = try RuntimeConfig(
+            service: "dispatch", peers: ["payload"],
+            reader: try ConfigReader(arguments: ["--rpc-transport", "grpc", "--socket", "off"]))
+        #expect(grpc.leanSocketPath == nil)
+        #expect(grpc.socketPath(of: "payload") == ".herald/run/payload.grpc.sock")
+        #expect(throws: ConfigError.self) {
+            try RuntimeConfig(service: "x", peers: [], reader: try ConfigReader(arguments: ["--socket", "/" + String(repeating: "s", count: 120)]))
+        }
     }
 }

@@ -2,63 +2,86 @@ import Foundation
 import HeraldProto
 import HeraldRPC
 import Logging
+import NIOCore
 import ServiceLifecycle
 import Synchronization
 import Testing
 
-/// Set by the slow test handler when the server cancels it.
-let slowHandlerCancelled = Mutex(false)
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// The method table served over gRPC on a real Unix socket, called through RPCClient.
-@Suite("gRPC binding over Unix sockets", .timeLimit(.minutes(1)))
-struct RPCTransportTests {
+/// What test handlers report back: tokens of handlers that started, and of those that were cancelled.
+let handlerEvents = Mutex<(started: Set<String>, cancelled: Set<String>)>(([], []))
+
+/// One method table served over both transports at once, driven through RPCClient: every case runs
+/// over the lean protocol and over gRPC, and must behave the same.
+@Suite("transport conformance (lean and gRPC)", .serialized, .timeLimit(.minutes(3)))
+struct TransportConformanceTests {
     struct Boom: Error {}
 
-    /// AuthService/Authenticate doubles as a test method: `authorization` picks the behaviour.
+    /// Test handlers on real method descriptors; the request picks the behaviour.
     static func table() -> MethodTable {
         var table = MethodTable()
         table.register(AuthServiceMethods.authenticate) { request, context in
-            switch request.authorization {
-            case "not-found": throw ServiceError.notFound("no such thing")
-            case "boom": throw Boom()
-            case "slow":
+            let command = request.authorization
+            if command.hasPrefix("status:"), let code = StatusCode(rawValue: Int(command.dropFirst(7)) ?? -1) {
+                throw ServiceError(code, "status \(code.rawValue) as asked")
+            }
+            if command == "boom" { throw Boom() }
+            if command.hasPrefix("slow:") {
+                let token = String(command.dropFirst(5))
+                handlerEvents.withLock { _ = $0.started.insert(token) }
                 do {
-                    try await Task.sleep(for: .seconds(30))
+                    try await Task.sleep(for: .seconds(60))
                 } catch {
-                    slowHandlerCancelled.withLock { $0 = true }
+                    handlerEvents.withLock { _ = $0.cancelled.insert(token) }
                     throw error
                 }
-                return AuthenticateResponse()
-            default: return AuthenticateResponse(user: request.authorization, scheme: context.requestID)
             }
+            return AuthenticateResponse(user: command, scheme: context.requestID)
         }
+        // Large messages both ways: StorePayload answers the size it got, FetchPayload sends `id` bytes.
+        table.register(PayloadServiceMethods.storePayload) { request, _ in
+            StorePayloadResponse(id: Int64(request.content.count), expiresAtUnixMs: Int64(request.content.last ?? 0))
+        }
+        table.register(PayloadServiceMethods.fetchPayload) { request, _ in
+            FetchPayloadResponse(id: request.id, content: (0..<Int(request.id)).map { UInt8(truncatingIfNeeded: $0) })
+        }
+        // A stream of `tag` records, `platform` per message (500 when 0).
         table.register(RegistrationServiceMethods.streamAudience) { request, _, stream in
             let count = Int(request.tag) ?? 0
-            for batch in stride(from: 0, to: count, by: 500) {
-                let registrations = (batch..<min(batch + 500, count)).map { Registration(registrationID: "r-\($0)") }
+            let batch = request.platform.rawValue == 0 ? 500 : Int(request.platform.rawValue)
+            for start in stride(from: 0, to: count, by: batch) {
+                let registrations = (start..<min(start + batch, count)).map { Registration(registrationID: "r-\($0)") }
                 try await stream.send(AudienceBatch(registrations: registrations))
             }
         }
         return table
     }
 
-    static func withServer(_ body: (RPCClient, String) async throws -> Void) async throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("herald-rpc-\(UUID().uuidString.prefix(8))").path
-        try makePrivateDirectory(dir)
+    /// Serves the table on `test.sock` (lean) and `test.grpc.sock` (gRPC), then runs `body` with a
+    /// client of `transport`.
+    static func withServers(_ transport: RPCTransport, _ body: (RPCClient, String) async throws -> Void) async throws {
+        var template = Array("/tmp/herald-rpc-XXXXXX".utf8CString)
+        let dir = String(cString: try #require(mkdtemp(&template)))
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let socket = dir + "/test.grpc.sock"
         var table = table()
         let health = HealthReporter()
         health.register(into: &table)
+        for service in table.services + [""] { health.set(service, .serving) }
         let logger = Logger(label: "test")
-        let server = RPCServer(table: table, health: health, socketPath: socket, logger: logger)
-        let client = try RPCClient(socketPath: socket, defaultTimeout: .seconds(5))
+        let lean = LeanServer(table: table, socketPath: dir + "/test.sock", logger: logger, health: health)
+        let grpc = RPCServer(table: table, socketPath: dir + "/test.grpc.sock", logger: logger, health: health)
+        let socket = dir + (transport == .lean ? "/test.sock" : "/test.grpc.sock")
+        let client = try RPCClient(socketPath: socket, transport: transport, defaultTimeout: .seconds(20))
         let group = ServiceGroup(
-            configuration: .init(services: [.init(service: client), .init(service: server)], logger: logger))
+            configuration: .init(
+                services: [.init(service: client), .init(service: lean), .init(service: grpc)], logger: logger))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
             do {
-                try await body(client, socket)
+                try await body(client, dir)
             } catch {
                 await group.triggerGracefulShutdown()
                 throw error
@@ -66,97 +89,214 @@ struct RPCTransportTests {
             await group.triggerGracefulShutdown()
             try await tasks.waitForAll()
         }
-        #expect(!FileManager.default.fileExists(atPath: socket), "socket removed on shutdown")
+        #expect(!FileManager.default.fileExists(atPath: dir + "/test.sock"), "lean socket removed on shutdown")
+        #expect(!FileManager.default.fileExists(atPath: dir + "/test.grpc.sock"), "gRPC socket removed on shutdown")
     }
 
-    @Test("a unary call succeeds and carries the request id")
-    func unary() async throws {
-        try await Self.withServer { client, socket in
+    static func waitFor(_ condition: () -> Bool, timeout: Duration = .seconds(10)) async throws -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while !condition() {
+            if ContinuousClock.now > deadline { return false }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return true
+    }
+
+    @Test("a unary call succeeds and carries the request id; sockets are 0660", arguments: RPCTransport.allCases)
+    func unary(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, dir in
             let answer = try await client.call(
                 AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "hello"), requestID: "req-42")
             #expect(answer == AuthenticateResponse(user: "hello", scheme: "req-42"))
-            let mode = try FileManager.default.attributesOfItem(atPath: socket)[.posixPermissions] as? Int
-            #expect(mode == 0o660)
-        }
-    }
-
-    @Test("a ServiceError reaches the caller with its code and message")
-    func expectedError() async throws {
-        try await Self.withServer { client, _ in
-            await #expect(throws: ServiceError(.notFound, "no such thing")) {
-                try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "not-found"))
+            for socket in ["test.sock", "test.grpc.sock"] {
+                let mode = try FileManager.default.attributesOfItem(atPath: "\(dir)/\(socket)")[.posixPermissions] as? Int
+                #expect(mode == 0o660, "\(socket)")
             }
         }
     }
 
-    @Test("an unexpected error is INTERNAL without its detail")
-    func unexpectedError() async throws {
-        try await Self.withServer { client, _ in
+    @Test("every status code reaches the caller with its message", arguments: RPCTransport.allCases)
+    func everyStatusCode(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, _ in
+            for code in StatusCode.allCases where code != .ok {
+                await #expect(throws: ServiceError(code, "status \(code.rawValue) as asked"), "\(code)") {
+                    try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "status:\(code.rawValue)"))
+                }
+            }
             await #expect(throws: ServiceError(.internal, "internal error")) {
                 try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "boom"))
             }
+            await #expect {
+                try await client.call(DispatchServiceMethods.send, SendRequest())
+            } throws: { ($0 as? ServiceError)?.code == .unimplemented }
         }
     }
 
-    @Test("the caller's deadline ends a slow call, and the server cancels its handler")
-    func deadline() async throws {
-        try await Self.withServer { client, _ in
+    @Test("the caller's deadline ends a slow call, and the server cancels its handler", arguments: RPCTransport.allCases)
+    func deadline(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, _ in
+            let token = "deadline-\(transport)"
             await #expect {
                 try await client.call(
-                    AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "slow"), timeout: .milliseconds(300))
-            } throws: { error in
-                (error as? ServiceError)?.code == .deadlineExceeded
-            }
-            let deadline = ContinuousClock.now + .seconds(10)
-            while !slowHandlerCancelled.withLock({ $0 }), ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            #expect(slowHandlerCancelled.withLock { $0 }, "the handler was cancelled at the deadline")
+                    AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "slow:\(token)"),
+                    timeout: .seconds(1))
+            } throws: { ($0 as? ServiceError)?.code == .deadlineExceeded }
+            #expect(handlerEvents.withLock { $0.started.contains(token) }, "the call reached its handler")
+            let seen1 = try await Self.waitFor { handlerEvents.withLock { $0.cancelled.contains(token) } }
+            #expect(seen1)
         }
     }
 
-    @Test("a server stream delivers every record in order")
-    func serverStream() async throws {
-        try await Self.withServer { client, _ in
+    @Test("a caller that goes away cancels the handler", arguments: RPCTransport.allCases)
+    func cancellation(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, _ in
+            let token = "cancel-\(transport)"
+            let call = Task {
+                try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "slow:\(token)"))
+            }
+            let seen2 = try await Self.waitFor { handlerEvents.withLock { $0.started.contains(token) } }
+            #expect(seen2)
+            call.cancel()
+            let seen3 = try await Self.waitFor { handlerEvents.withLock { $0.cancelled.contains(token) } }
+            #expect(seen3)
+            let result = await call.result
+            #expect(throws: (any Error).self) { try result.get() }
+        }
+    }
+
+    @Test("4 MiB messages go both ways", arguments: RPCTransport.allCases)
+    func largeMessages(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, _ in
+            let size = 4 << 20
+            let stored = try await client.call(
+                PayloadServiceMethods.storePayload,
+                StorePayloadRequest(content: (0..<size).map { UInt8(truncatingIfNeeded: $0) }))
+            #expect(stored.id == Int64(size))
+            #expect(stored.expiresAtUnixMs == Int64(UInt8(truncatingIfNeeded: size - 1)))
+            let fetched = try await client.call(PayloadServiceMethods.fetchPayload, FetchPayloadRequest(id: Int64(size)))
+            #expect(fetched.content.count == size)
+            #expect(fetched.content.last == UInt8(truncatingIfNeeded: size - 1))
+        }
+    }
+
+    @Test("a message over the limit is refused clearly and the connection goes on", arguments: RPCTransport.allCases)
+    func oversizeMessage(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, _ in
+            await #expect {
+                try await client.call(
+                    PayloadServiceMethods.storePayload, StorePayloadRequest(content: [UInt8](repeating: 7, count: RPCLimits.maxMessageBytes + 1)))
+            } throws: { ($0 as? ServiceError)?.code == .resourceExhausted }
+            let answer = try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "after"))
+            #expect(answer.user == "after")
+        }
+    }
+
+    @Test("a server stream of 100,000 records arrives whole and in order", arguments: RPCTransport.allCases)
+    func bigStream(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, _ in
             let received = Received()
-            try await client.stream(RegistrationServiceMethods.streamAudience, StreamAudienceRequest(tag: "2345")) { batch in
+            try await client.stream(
+                RegistrationServiceMethods.streamAudience, StreamAudienceRequest(tag: "100000", platform: Platform(rawValue: 1)),
+                timeout: .seconds(120)
+            ) { batch in
                 await received.append(batch.registrations.map(\.registrationID))
             }
             let ids = await received.ids
-            #expect(ids.count == 2345)
+            #expect(ids.count == 100_000)
             #expect(ids.first == "r-0")
-            #expect(ids.last == "r-2344")
+            #expect(ids.last == "r-99999")
+            #expect(ids[50_000] == "r-50000")
         }
     }
 
-    @Test("grpc.health.v1 reports the server and each service")
-    func health() async throws {
-        try await Self.withServer { client, _ in
+    @Test("1,000 concurrent calls share one connection", arguments: RPCTransport.allCases)
+    func concurrentCalls(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, _ in
+            let answers = try await withThrowingTaskGroup(of: (Int, String).self) { group in
+                for i in 0..<1000 {
+                    group.addTask {
+                        (i, try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "n\(i)")).user)
+                    }
+                }
+                var answers: [Int: String] = [:]
+                for try await (i, user) in group { answers[i] = user }
+                return answers
+            }
+            #expect(answers.count == 1000)
+            #expect(answers.allSatisfy { "n\($0.key)" == $0.value })
+        }
+    }
+
+    @Test("grpc.health.v1 reports the server and each service", arguments: RPCTransport.allCases)
+    func health(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, _ in
             for service in ["", "herald.v1.AuthService", "herald.v1.RegistrationService"] {
                 let answer = try await client.call(HealthMethods.check, HealthCheckRequest(service: service))
                 #expect(answer.status == .serving)
             }
             await #expect {
                 try await client.call(HealthMethods.check, HealthCheckRequest(service: "nope"))
-            } throws: { error in
-                (error as? ServiceError)?.code == .notFound
-            }
+            } throws: { ($0 as? ServiceError)?.code == .notFound }
         }
     }
 
-    @Test("an unknown socket is UNAVAILABLE by the deadline")
-    func unreachable() async throws {
-        try await RPCClient.with(socketPath: "/tmp/herald-missing-\(UUID().uuidString.prefix(8)).sock") { client in
+    @Test("an unreachable socket is UNAVAILABLE by the deadline", arguments: RPCTransport.allCases)
+    func unreachable(_ transport: RPCTransport) async throws {
+        try await RPCClient.with(socketPath: "/tmp/herald-missing-\(UUID().uuidString.prefix(8)).sock", transport: transport) { client in
             await #expect {
                 try await client.call(HealthMethods.check, HealthCheckRequest(), timeout: .milliseconds(300))
-            } throws: { error in
-                [.unavailable, .deadlineExceeded].contains((error as? ServiceError)?.code)
-            }
+            } throws: { [.unavailable, .deadlineExceeded].contains(($0 as? ServiceError)?.code) }
+        }
+    }
+
+    @Test("an oversize frame on the wire gets an ERROR frame and a clean close")
+    func oversizeFrameOnTheWire() async throws {
+        try await Self.withServers(.lean) { client, dir in
+            _ = try await client.call(HealthMethods.check, HealthCheckRequest())  // the server is listening
+            let reply = try RawSocket.exchange(
+                path: dir + "/test.sock",
+                send: LeanProtocol.preface + [0x7f, 0xff, 0xff, 0xff, 1, 0, 0, 0, 0, 1])
+            #expect(Array(reply.prefix(8)) == LeanProtocol.preface)
+            var buffer = ByteBuffer(bytes: reply.dropFirst(8))
+            let frame = try #require(try LeanFrame.parse(&buffer, maxFrameBytes: LeanProtocol.defaultMaxFrameBytes))
+            #expect(frame.kind == .error)
+            #expect(try frame.status().message.contains("exceeds the limit"))
+            #expect(buffer.readableBytes == 0, "nothing after the ERROR frame: the server closed")
         }
     }
 
     actor Received {
         var ids: [String] = []
         func append(_ more: [String]) { ids += more }
+    }
+}
+
+/// A blocking Unix-socket client for feeding raw bytes to a server.
+enum RawSocket {
+    /// Connects, sends `bytes`, and reads until the server closes (or 5 s pass).
+    static func exchange(path: String, send bytes: [UInt8]) throws -> [UInt8] {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, byte) in path.utf8.enumerated() { raw[i] = byte }
+        }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(connected == 0)
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            received += chunk[0..<n]
+        }
+        return received
     }
 }

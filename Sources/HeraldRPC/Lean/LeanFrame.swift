@@ -1,0 +1,257 @@
+public import NIOCore
+
+/// Constants of the lean protocol (docs/rpc-protocol.md).
+public enum LeanProtocol {
+    public static let version: UInt8 = 1
+    /// "HRLD", the version, three reserved zero bytes.
+    public static let preface: [UInt8] = [0x48, 0x52, 0x4C, 0x44, version, 0, 0, 0]
+    /// Default largest frame: the largest message plus room for the request head.
+    public static let defaultMaxFrameBytes = RPCLimits.maxMessageBytes + 1024
+    /// Bytes of a frame after its length field, before the payload: type, flags, call id.
+    static let headerBytes = 6
+}
+
+/// Limits both transports share.
+public enum RPCLimits {
+    /// The largest request or response message: 16 MiB (gRPC's default would be 4 MiB).
+    public static let maxMessageBytes = 16 << 20
+}
+
+/// A connection-level violation of the protocol: the connection cannot go on.
+public struct LeanProtocolError: Error, Hashable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// One frame of the lean protocol.
+public struct LeanFrame: Sendable, Equatable {
+    public enum Kind: UInt8, Sendable {
+        case request = 1, message = 2, end = 3, cancel = 4, window = 5, goaway = 6, error = 7
+    }
+
+    public var kind: Kind
+    public var callID: UInt32
+    public var payload: ByteBuffer
+
+    public init(_ kind: Kind, callID: UInt32, payload: ByteBuffer = ByteBuffer()) {
+        self.kind = kind
+        self.callID = callID
+        self.payload = payload
+    }
+
+    /// Takes one whole frame off the front of `buffer`, or returns nil (consuming nothing) when more
+    /// bytes are needed. Throws on a frame over `maxFrameBytes` or malformed header fields, before
+    /// reading or buffering its payload.
+    public static func parse(_ buffer: inout ByteBuffer, maxFrameBytes: Int) throws -> LeanFrame? {
+        guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt32.self) else { return nil }
+        guard length >= LeanProtocol.headerBytes else {
+            throw LeanProtocolError("frame length \(length) is shorter than the frame header")
+        }
+        guard length <= maxFrameBytes else {
+            throw LeanProtocolError("frame of \(length) bytes exceeds the limit of \(maxFrameBytes) bytes")
+        }
+        guard buffer.readableBytes >= 4 + Int(length) else { return nil }
+        let start = buffer.readerIndex + 4
+        let rawKind = buffer.getInteger(at: start, as: UInt8.self)!
+        guard let kind = Kind(rawValue: rawKind) else { throw LeanProtocolError("unknown frame type \(rawKind)") }
+        guard buffer.getInteger(at: start + 1, as: UInt8.self)! == 0 else {
+            throw LeanProtocolError("reserved frame flags must be zero")
+        }
+        let callID = buffer.getInteger(at: start + 2, as: UInt32.self)!
+        let payload = buffer.getSlice(at: start + LeanProtocol.headerBytes, length: Int(length) - LeanProtocol.headerBytes)!
+        buffer.moveReaderIndex(forwardBy: 4 + Int(length))
+        return LeanFrame(kind, callID: callID, payload: payload)
+    }
+
+    /// Appends the frame's wire form to `buffer`.
+    public func write(to buffer: inout ByteBuffer) {
+        buffer.writeInteger(UInt32(LeanProtocol.headerBytes + payload.readableBytes))
+        buffer.writeInteger(kind.rawValue)
+        buffer.writeInteger(UInt8(0))
+        buffer.writeInteger(callID)
+        var payload = payload
+        buffer.writeBuffer(&payload)
+    }
+
+    /// The wire length of the frame, length field included.
+    public var wireBytes: Int { 4 + LeanProtocol.headerBytes + payload.readableBytes }
+
+    // MARK: typed payloads
+
+    /// An END or ERROR frame.
+    public static func status(_ kind: Kind, callID: UInt32, code: StatusCode, message: String) -> LeanFrame {
+        var payload = ByteBuffer()
+        payload.writeInteger(UInt8(code.rawValue))
+        payload.writeString(message)
+        return LeanFrame(kind, callID: callID, payload: payload)
+    }
+
+    /// The status of an END or ERROR frame.
+    public func status() throws -> (code: StatusCode, message: String) {
+        var payload = self.payload
+        guard let raw = payload.readInteger(as: UInt8.self) else { throw LeanProtocolError("status frame without a status") }
+        let code = StatusCode(rawValue: Int(raw)) ?? .unknown
+        return (code, payload.readString(length: payload.readableBytes) ?? "")
+    }
+
+    /// A WINDOW frame.
+    public static func window(callID: UInt32, credits: UInt32) -> LeanFrame {
+        var payload = ByteBuffer()
+        payload.writeInteger(credits)
+        return LeanFrame(.window, callID: callID, payload: payload)
+    }
+
+    /// The credits of a WINDOW frame.
+    public func credits() throws -> UInt32 {
+        guard payload.readableBytes == 4, let credits = payload.getInteger(at: payload.readerIndex, as: UInt32.self) else {
+            throw LeanProtocolError("WINDOW frame payload must be 4 bytes")
+        }
+        return credits
+    }
+}
+
+/// The head of a REQUEST frame, and its message.
+public struct LeanRequest: Sendable, Equatable {
+    public var timeoutMilliseconds: UInt32
+    public var window: UInt32
+    public var method: String
+    public var metadata: [LeanMetadataEntry]
+    public var message: ByteBuffer
+
+    public init(timeoutMilliseconds: UInt32, window: UInt32, method: String, metadata: [LeanMetadataEntry], message: ByteBuffer) {
+        self.timeoutMilliseconds = timeoutMilliseconds
+        self.window = window
+        self.method = method
+        self.metadata = metadata
+        self.message = message
+    }
+
+    public func frame(callID: UInt32) throws -> LeanFrame {
+        var payload = ByteBuffer()
+        payload.reserveCapacity(64 + method.utf8.count + message.readableBytes)
+        payload.writeInteger(timeoutMilliseconds)
+        payload.writeInteger(window)
+        try Self.writeShortString(method, to: &payload)
+        guard metadata.count <= UInt16.max else { throw LeanProtocolError("too many metadata entries") }
+        payload.writeInteger(UInt16(metadata.count))
+        for entry in metadata {
+            try Self.writeShortString(entry.key, to: &payload)
+            try Self.writeShortString(entry.value, to: &payload)
+        }
+        var message = self.message
+        payload.writeBuffer(&message)
+        return LeanFrame(.request, callID: callID, payload: payload)
+    }
+
+    public static func parse(_ frame: LeanFrame) throws -> LeanRequest {
+        var payload = frame.payload
+        guard let timeout = payload.readInteger(as: UInt32.self), let window = payload.readInteger(as: UInt32.self) else {
+            throw LeanProtocolError("REQUEST frame too short")
+        }
+        let method = try readShortString(&payload, "method")
+        guard let count = payload.readInteger(as: UInt16.self) else { throw LeanProtocolError("REQUEST frame without metadata count") }
+        var metadata: [LeanMetadataEntry] = []
+        metadata.reserveCapacity(Int(count))
+        for _ in 0..<count {
+            metadata.append(LeanMetadataEntry(key: try readShortString(&payload, "metadata key"), value: try readShortString(&payload, "metadata value")))
+        }
+        return LeanRequest(timeoutMilliseconds: timeout, window: window, method: method, metadata: metadata, message: payload)
+    }
+
+    private static func writeShortString(_ string: String, to buffer: inout ByteBuffer) throws {
+        let count = string.utf8.count
+        guard count <= UInt16.max else { throw LeanProtocolError("string of \(count) bytes is too long for the request head") }
+        buffer.writeInteger(UInt16(count))
+        buffer.writeString(string)
+    }
+
+    private static func readShortString(_ buffer: inout ByteBuffer, _ what: String) throws -> String {
+        guard let length = buffer.readInteger(as: UInt16.self), let bytes = buffer.readBytes(length: Int(length)) else {
+            throw LeanProtocolError("REQUEST frame truncated in the \(what)")
+        }
+        guard let string = String(validating: bytes, as: UTF8.self) else {
+            throw LeanProtocolError("REQUEST \(what) is not UTF-8")
+        }
+        return string
+    }
+}
+
+/// One metadata entry of a request.
+public struct LeanMetadataEntry: Sendable, Hashable {
+    public var key: String
+    public var value: String
+    public init(key: String, value: String) {
+        self.key = key
+        self.value = value
+    }
+}
+
+/// Splits the byte stream into frames, after checking the peer's preface.
+///
+/// Written here rather than with swift-nio-extras' `LengthFieldBasedFrameDecoder`: the connection
+/// starts with a fixed preface, and an oversized frame must be refused with a clear message before
+/// its payload is buffered.
+final class LeanFrameDecoder: ByteToMessageDecoder {
+    typealias InboundOut = LeanFrame
+    private var prefaceChecked = false
+    private let maxFrameBytes: Int
+
+    init(maxFrameBytes: Int) {
+        self.maxFrameBytes = maxFrameBytes
+    }
+
+    func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        if !prefaceChecked {
+            guard let preface = buffer.readBytes(length: LeanProtocol.preface.count) else { return .needMoreData }
+            guard preface.prefix(4).elementsEqual(LeanProtocol.preface.prefix(4)) else {
+                throw LeanProtocolError("not a Herald lean-protocol peer (bad preface)")
+            }
+            guard preface[4] == LeanProtocol.version else {
+                throw LeanProtocolError("unsupported protocol version \(preface[4]); this peer speaks \(LeanProtocol.version)")
+            }
+            prefaceChecked = true
+        }
+        guard let frame = try LeanFrame.parse(&buffer, maxFrameBytes: maxFrameBytes) else { return .needMoreData }
+        context.fireChannelRead(wrapInboundOut(frame))
+        return .continue
+    }
+
+    func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+        while try decode(context: context, buffer: &buffer) == .continue {}
+        return .needMoreData
+    }
+}
+
+/// Sends this side's preface as soon as the connection is open.
+final class LeanPrefaceWriter: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { sendPreface(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        sendPreface(context)
+        context.fireChannelActive()
+    }
+
+    private var sent = false
+
+    private func sendPreface(_ context: ChannelHandlerContext) {
+        guard !sent else { return }
+        sent = true
+        context.writeAndFlush(wrapOutboundOut(ByteBuffer(bytes: LeanProtocol.preface)), promise: nil)
+    }
+}
+
+extension LeanFrame {
+    /// The frame as bytes ready for the socket. Frames are encoded by whoever sends them (often a
+    /// handler's task, off the event loop), so the pipeline needs no encoder.
+    func encoded() -> ByteBuffer {
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(wireBytes)
+        write(to: &buffer)
+        return buffer
+    }
+}

@@ -1,0 +1,294 @@
+import Foundation
+public import Logging
+import NIOCore
+import NIOPosix
+public import ServiceLifecycle
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Serves a ``MethodTable`` over the lean protocol (docs/rpc-protocol.md) on a Unix socket.
+///
+/// Built on SwiftNIO: one channel handler per connection decodes frames on the event loop and runs
+/// each call's handler in a task. On graceful shutdown it stops accepting, sends GOAWAY on every
+/// connection, lets in-flight calls finish, and removes the socket.
+public final class LeanServer: Service {
+    private let table: MethodTable
+    private let socketPath: String
+    private let maxFrameBytes: Int
+    private let logger: Logger
+    private let health: HealthReporter?
+    private let onListening: @Sendable () -> Void
+    private let connections = LeanConnections()
+
+    public init(
+        table: MethodTable, socketPath: String, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes,
+        logger: Logger, health: HealthReporter? = nil, onListening: @escaping @Sendable () -> Void = {}
+    ) {
+        self.table = table
+        self.health = health
+        self.socketPath = socketPath
+        self.maxFrameBytes = maxFrameBytes
+        self.logger = logger
+        self.onListening = onListening
+    }
+
+    public func run() async throws {
+        let table = self.table
+        let logger = self.logger
+        let maxFrameBytes = self.maxFrameBytes
+        let connections = self.connections
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let operations = channel.pipeline.syncOperations
+                    try operations.addHandler(LeanPrefaceWriter())
+                    try operations.addHandler(ByteToMessageHandler(LeanFrameDecoder(maxFrameBytes: maxFrameBytes)))
+                    try operations.addHandler(LeanServerHandler(table: table, logger: logger))
+                    connections.add(channel)
+                }
+            }
+            .bind(unixDomainSocketPath: socketPath, cleanupExistingSocketFile: true)
+            .get()
+        defer { unlink(socketPath) }
+        chmod(socketPath, 0o660)
+        logger.info("listening (lean)", metadata: ["herald.socket": "\(socketPath)"])
+        onListening()
+        await withGracefulShutdownHandler {
+            try? await server.closeFuture.get()
+        } onGracefulShutdown: { [health] in
+            health?.setAll(.notServing)
+            server.close(promise: nil)
+            connections.drainAll()
+        }
+        await connections.waitUntilClosed()
+    }
+}
+
+/// The open connections of a server, so shutdown can drain them.
+final class LeanConnections: Sendable {
+    private let channels = Mutex<[ObjectIdentifier: any Channel]>([:])
+
+    func add(_ channel: any Channel) {
+        let id = ObjectIdentifier(channel)
+        channels.withLock { $0[id] = channel }
+        channel.closeFuture.whenComplete { [self] _ in _ = channels.withLock { $0.removeValue(forKey: id) } }
+    }
+
+    func drainAll() {
+        for channel in channels.withLock({ Array($0.values) }) {
+            channel.pipeline.fireUserInboundEventTriggered(LeanServerHandler.Drain())
+        }
+    }
+
+    /// Waits for every connection to close; closes them at once if the wait is cancelled (the
+    /// drain timeout ran out).
+    func waitUntilClosed() async {
+        await withTaskCancellationHandler {
+            for channel in channels.withLock({ Array($0.values) }) {
+                try? await channel.closeFuture.get()
+            }
+        } onCancel: {
+            for channel in channels.withLock({ Array($0.values) }) { channel.close(promise: nil) }
+        }
+    }
+}
+
+/// One in-flight call on the server.
+final class LeanServerCall: Sendable {
+    let credits: CreditGate
+    private let state = Mutex<(task: Task<Void, Never>?, deadlineExpired: Bool)>((nil, false))
+
+    init(window: UInt32) {
+        credits = CreditGate(window: window)
+    }
+
+    func start(_ task: Task<Void, Never>) {
+        state.withLock { $0.task = task }
+    }
+
+    func cancel(deadline: Bool = false) {
+        let task = state.withLock { state in
+            if deadline { state.deadlineExpired = true }
+            return state.task
+        }
+        credits.cancel()
+        task?.cancel()
+    }
+
+    var deadlineExpired: Bool { state.withLock { $0.deadlineExpired } }
+}
+
+/// Per-connection protocol state; all of it lives on the channel's event loop.
+final class LeanServerHandler: ChannelInboundHandler {
+    typealias InboundIn = LeanFrame
+    typealias OutboundOut = ByteBuffer
+
+    /// Fired by the server on graceful shutdown.
+    struct Drain {}
+
+    private let table: MethodTable
+    private let logger: Logger
+    private var calls: [UInt32: LeanServerCall] = [:]
+    private var draining = false
+
+    init(table: MethodTable, logger: Logger) {
+        self.table = table
+        self.logger = logger
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.kind {
+        case .request:
+            startCall(context: context, frame: frame)
+        case .cancel:
+            calls[frame.callID]?.cancel()
+        case .window:
+            do {
+                calls[frame.callID]?.credits.grant(try frame.credits())
+            } catch {
+                fail(context: context, error)
+            }
+        default:
+            fail(context: context, LeanProtocolError("a client may not send \(frame.kind) frames"))
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard event is Drain else { return context.fireUserInboundEventTriggered(event) }
+        draining = true
+        context.writeAndFlush(wrapOutboundOut(LeanFrame(.goaway, callID: 0).encoded()), promise: nil)
+        if calls.isEmpty { context.close(promise: nil) }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        // The caller went away: nobody is waiting for these answers any more.
+        for call in calls.values { call.cancel() }
+        calls.removeAll()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        fail(context: context, error)
+    }
+
+    /// A connection-level error: tell the peer why, then close.
+    private func fail(context: ChannelHandlerContext, _ error: any Error) {
+        let message = (error as? LeanProtocolError)?.description ?? "\(error)"
+        logger.warning("lean connection closed on a protocol error", metadata: ["herald.error": "\(message)"])
+        context.writeAndFlush(
+            wrapOutboundOut(LeanFrame.status(.error, callID: 0, code: .invalidArgument, message: message).encoded()),
+            promise: nil)
+        context.close(promise: nil)
+    }
+
+    private func startCall(context: ChannelHandlerContext, frame: LeanFrame) {
+        let id = frame.callID
+        let channel = context.channel
+        func end(_ code: StatusCode, _ message: String) {
+            context.writeAndFlush(
+                wrapOutboundOut(LeanFrame.status(.end, callID: id, code: code, message: message).encoded()), promise: nil)
+        }
+        guard id != 0, calls[id] == nil else {
+            return fail(context: context, LeanProtocolError("call id \(id) is zero or already in use"))
+        }
+        guard !draining else { return end(.unavailable, "server is shutting down; reconnect") }
+        let request: LeanRequest
+        do {
+            request = try LeanRequest.parse(frame)
+        } catch {
+            return end(.invalidArgument, "\(error)")
+        }
+        guard request.message.readableBytes <= RPCLimits.maxMessageBytes else {
+            return end(.resourceExhausted, "request exceeds the limit of \(RPCLimits.maxMessageBytes) bytes")
+        }
+        guard let handler = table.handlers[request.method] else {
+            return end(.unimplemented, "method \(request.method) is not implemented by this server")
+        }
+        let requestID = request.metadata.first { $0.key == requestIDKey }?.value ?? newRequestID()
+        let rpcContext = RPCContext(requestID: requestID, method: request.method, logger: logger)
+        let call = LeanServerCall(window: request.window)
+        calls[id] = call
+        let timer: Scheduled<Void>? =
+            request.timeoutMilliseconds == 0
+            ? nil
+            : context.eventLoop.scheduleTask(in: .milliseconds(Int64(request.timeoutMilliseconds))) {
+                call.cancel(deadline: true)
+            }
+        let input = Array(request.message.readableBytesView)
+        let loop = context.eventLoop
+        let handlerBox = NIOLoopBound(self, eventLoop: loop)
+        let finished: @Sendable () -> Void = {
+            timer?.cancel()
+            loop.execute { handlerBox.value.finished(id, channel: channel) }
+        }
+        call.start(LeanCallRunner.start(handler, input: input, context: rpcContext, call: call, id: id, channel: channel, finished: finished))
+    }
+
+    private func finished(_ id: UInt32, channel: any Channel) {
+        calls[id] = nil
+        if draining, calls.isEmpty { channel.close(promise: nil) }
+    }
+
+}
+
+/// Runs calls' handlers off the event loop.
+enum LeanCallRunner {
+    static func start(
+        _ handler: MethodTable.Handler, input: [UInt8], context: RPCContext, call: LeanServerCall, id: UInt32,
+        channel: any Channel, finished: @escaping @Sendable () -> Void
+    ) -> Task<Void, Never> {
+        Task {
+            let frames = await run(handler, input: input, context: context, call: call, id: id, channel: channel)
+            channel.writeAndFlush(frames, promise: nil)
+            finished()
+        }
+    }
+
+    /// A response the client could not take fails the call instead of the connection.
+    private static func checkSize(_ response: [UInt8]) throws {
+        guard response.count <= RPCLimits.maxMessageBytes else {
+            throw ServiceError(.resourceExhausted, "response exceeds the limit of \(RPCLimits.maxMessageBytes) bytes")
+        }
+    }
+
+    /// Runs one handler; returns the bytes that finish the call (the last MESSAGE, if any, and END).
+    private static func run(
+        _ handler: MethodTable.Handler, input: [UInt8], context: RPCContext, call: LeanServerCall, id: UInt32,
+        channel: any Channel
+    ) async -> ByteBuffer {
+        var out = ByteBuffer()
+        do {
+            switch handler {
+            case .unary(let handle):
+                let response = try await handle(input, context)
+                try checkSize(response)
+                LeanFrame(.message, callID: id, payload: ByteBuffer(bytes: response)).write(to: &out)
+            case .serverStreaming(let handle):
+                try await handle(input, context) { bytes in
+                    try checkSize(bytes)
+                    try await call.credits.acquire()
+                    channel.writeAndFlush(LeanFrame(.message, callID: id, payload: ByteBuffer(bytes: bytes)).encoded(), promise: nil)
+                }
+            }
+            LeanFrame.status(.end, callID: id, code: .ok, message: "").write(to: &out)
+        } catch {
+            let status: ServiceError
+            if call.deadlineExpired {
+                status = ServiceError(.deadlineExceeded, "deadline exceeded")
+            } else {
+                let (mapped, expected) = ServiceError.from(error)
+                if !expected {
+                    context.logger.error("rpc failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
+                }
+                status = mapped
+            }
+            LeanFrame.status(.end, callID: id, code: status.code, message: status.message).write(to: &out)
+        }
+        return out
+    }
+}
