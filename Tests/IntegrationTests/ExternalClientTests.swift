@@ -35,6 +35,27 @@ struct ExternalClientTests {
         }
     }
 
+    @Test("a Python client with only protobuf and sockets calls every service over the lean protocol")
+    func pythonLeanClient() async throws {
+        let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
+        try await LiveStack.with { live in
+            let result = try runProgram(python, [
+                packageRoot.appendingPathComponent("Tests/python/lean_check.py").path,
+                live.configuration.runtimeDirectory,
+                packageRoot.appendingPathComponent("proto").path,
+            ])
+            try #require(result.status == 0, "lean_check.py failed: \(result.error)")
+            let answers = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+            #expect(
+                answers["health"] as? [String: String]
+                    == ["auth": "SERVING", "registration": "SERVING", "payload": "SERVING", "dispatch": "SERVING"])
+            #expect(answers["authenticate"] as? String == "gus")
+            #expect(answers["authenticate_bad"] as? String == "UNAUTHENTICATED")
+            #expect(answers["unknown_method"] as? String == "UNIMPLEMENTED")
+            #expect(answers["payload"] as? String == "over lean")
+        }
+    }
+
     @Test("docker-compose.yml is a valid compose file")
     func composeFile() throws {
         let compose = try #require(which("docker-compose"), "docker-compose is required (scripts/test.sh installs it)")

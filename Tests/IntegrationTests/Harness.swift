@@ -58,7 +58,7 @@ struct LiveStack {
 
     /// Everything the inbox provider has recorded.
     func inbox() async throws -> [InboxEntry] {
-        try await RPCClient.with(socketPath: configuration.socketPath("dispatch")) { client in
+        try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), transport: configuration.rpcTransport) { client in
             try await client.call(DispatchServiceMethods.listInbox, ListInboxRequest(limit: 1000)).entries
         }
     }

@@ -1,14 +1,17 @@
 import Foundation
 import HeraldProto
+import HeraldRPC
 import HeraldStack
 import Testing
 
-/// The tutorial's secure push, replayed over HTTP against the five real executables.
+/// The tutorial's secure push, replayed over HTTP against the five real executables. The services
+/// talk to each other over the lean protocol and, in a second run of each flow, over gRPC.
 @Suite("secure push end to end", .serialized, .timeLimit(.minutes(3)))
 struct SecurePushTests {
-    @Test("the iOS client's sequence: register, send, fetch once unread then read; only the recipient")
-    func tutorialSequence() async throws {
-        try await LiveStack.with { live in
+    @Test("the iOS client's sequence: register, send, fetch once unread then read; only the recipient",
+          arguments: RPCTransport.allCases)
+    func tutorialSequence(_ transport: RPCTransport) async throws {
+        try await LiveStack.with(configure: { $0.rpcTransport = transport }) { live in
             let edge = live.edge
             let token = apnsToken(1)
 
@@ -65,9 +68,9 @@ struct SecurePushTests {
         }
     }
 
-    @Test("the edge answers the contract's status codes and never 500")
-    func statusCodes() async throws {
-        try await LiveStack.with { live in
+    @Test("the edge answers the contract's status codes and never 500", arguments: RPCTransport.allCases)
+    func statusCodes(_ transport: RPCTransport) async throws {
+        try await LiveStack.with(configure: { $0.rpcTransport = transport }) { live in
             let edge = live.edge
             let token = apnsToken(2)
             let id = try #require(
@@ -108,13 +111,13 @@ struct SecurePushTests {
         }
     }
 
-    @Test("restarting the stack keeps registrations and payloads")
-    func restartKeepsData() async throws {
+    @Test("restarting the stack keeps registrations and payloads", arguments: RPCTransport.allCases)
+    func restartKeepsData(_ transport: RPCTransport) async throws {
         let directory = try LiveStack.makeDirectory()
         let token = apnsToken(3)
         var registrationID = ""
         var secureID = ""
-        try await LiveStack.with(directory: directory) { live in
+        try await LiveStack.with(directory: directory, configure: { $0.rpcTransport = transport }) { live in
             registrationID = try #require(
                 try JSONSerialization.jsonObject(
                     with: try await live.edge.request("POST", "/api/register?handle=\(token)", as: "dana").body,
@@ -127,7 +130,7 @@ struct SecurePushTests {
             secureID = try #require(String(decoding: push.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1)
                 .description
         }
-        try await LiveStack.with(directory: directory) { live in
+        try await LiveStack.with(directory: directory, configure: { $0.rpcTransport = transport }) { live in
             // The payload survived, still unread.
             let fetched = try await live.edge.request("GET", "/api/notifications/\(secureID)", as: "dana")
             #expect(fetched.status == 200)
@@ -143,9 +146,9 @@ struct SecurePushTests {
         }
     }
 
-    @Test("a service that dies is restarted by the supervisor, and the flow goes on")
-    func supervisorRestartsChildren() async throws {
-        try await LiveStack.with { live in
+    @Test("a service that dies is restarted by the supervisor, and the flow goes on", arguments: RPCTransport.allCases)
+    func supervisorRestartsChildren(_ transport: RPCTransport) async throws {
+        try await LiveStack.with(configure: { $0.rpcTransport = transport }) { live in
             let pid = try #require(await live.stack.pid(of: "payload"))
             kill(pid, SIGKILL)
             let deadline = ContinuousClock.now + .seconds(30)
