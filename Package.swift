@@ -29,6 +29,7 @@ let package = Package(
         .executable(name: "herald-payload", targets: ["herald-payload"]),
         .executable(name: "herald-dispatch", targets: ["herald-dispatch"]),
         .executable(name: "herald-edge", targets: ["herald-edge"]),
+        .executable(name: "herald-bench", targets: ["herald-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/grpc/grpc-swift-2.git", from: "2.4.3"),
@@ -112,6 +113,16 @@ let package = Package(
             name: "herald",
             dependencies: [
                 "HeraldStack", "HeraldRPC",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Benchmarks that print figures (never run as tests): scripts/bench.sh.
+        .executableTarget(
+            name: "herald-bench",
+            dependencies: [
+                "HeraldRPC",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
