@@ -1,6 +1,7 @@
 import Foundation
 import GRPCCore
 import Logging
+import Synchronization
 
 /// Serves a ``MethodTable`` over standard gRPC (grpc-swift-2), so any gRPC client can call every RPC.
 ///
@@ -9,6 +10,8 @@ import Logging
 struct GRPCBinding: RegistrableRPCService {
     let table: MethodTable
     let logger: Logger
+    /// Set when the server starts draining (see ``cancellable(_:_:)``).
+    let draining: DrainFlag
 
     func registerMethods<Transport: ServerTransport>(with router: inout RPCRouter<Transport>) {
         for (name, handler) in table.handlers {
@@ -37,7 +40,7 @@ struct GRPCBinding: RegistrableRPCService {
                 switch handler {
                 case .unary(let handle):
                     do {
-                        let output = try await Self.cancellable(serverContext.cancellation) {
+                        let output = try await Self.cancellable(serverContext.cancellation, draining) {
                             try await handle(input, context)
                         }
                         return StreamingServerResponse(single: ServerResponse(message: output))
@@ -47,7 +50,7 @@ struct GRPCBinding: RegistrableRPCService {
                 case .serverStreaming(let handle):
                     return StreamingServerResponse { writer in
                         do {
-                            try await Self.cancellable(serverContext.cancellation) {
+                            try await Self.cancellable(serverContext.cancellation, draining) {
                                 try await handle(input, context) { bytes in try await writer.write(bytes) }
                             }
                         } catch {
@@ -63,14 +66,22 @@ struct GRPCBinding: RegistrableRPCService {
     /// grpc-swift marks an RPC cancelled (its deadline passed, or the caller went away) without
     /// cancelling the handler's task; this runs the handler in a child task that is cancelled then,
     /// so a handler never works on for a caller that has given up.
+    ///
+    /// The transport raises the same signal on every RPC when the server starts a graceful shutdown,
+    /// as a hint to long-running calls; then it is ignored, so in-flight calls finish (the service
+    /// group's drain timeout still bounds them).
     private static func cancellable<T: Sendable>(
         _ cancellation: ServerContext.RPCCancellationHandle,
+        _ draining: DrainFlag,
         _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
         try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask { try await body() }
             group.addTask {
                 try await cancellation.cancelled
+                if draining.isDraining {
+                    try await Task.sleep(for: .seconds(365 * 86400))  // until the handler finishes
+                }
                 return nil
             }
             defer { group.cancelAll() }
@@ -102,6 +113,13 @@ struct GRPCBinding: RegistrableRPCService {
         }
         return RPCError(code: serviceError.code.rpcCode, message: serviceError.message)
     }
+}
+
+/// Whether a server has begun its graceful shutdown.
+final class DrainFlag: Sendable {
+    private let flag = Atomic(false)
+    var isDraining: Bool { flag.load(ordering: .acquiring) }
+    func set() { flag.store(true, ordering: .releasing) }
 }
 
 /// Metadata key of the request id propagated across services.

@@ -171,6 +171,7 @@ public final class RPCServer: Service {
     private let socketPath: String
     private let logger: Logger
     private let onListening: @Sendable () -> Void
+    private let draining = DrainFlag()
 
     public init(
         table: MethodTable, socketPath: String, logger: Logger, health: HealthReporter? = nil,
@@ -189,7 +190,7 @@ public final class RPCServer: Service {
                 config.rpc.maxRequestPayloadSize = RPCLimits.maxMessageBytes
             }
         )
-        self.server = GRPCServer(transport: transport, services: [GRPCBinding(table: table, logger: logger)])
+        self.server = GRPCServer(transport: transport, services: [GRPCBinding(table: table, logger: logger, draining: draining)])
     }
 
     public func run() async throws {
@@ -206,6 +207,7 @@ public final class RPCServer: Service {
             }
         } onGracefulShutdown: {
             self.logger.info("draining")
+            self.draining.set()
             self.health?.setAll(.notServing)
             self.server.beginGracefulShutdown()
         }

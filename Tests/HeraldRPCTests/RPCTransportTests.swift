@@ -13,6 +13,8 @@ import Glibc
 
 /// What test handlers report back: tokens of handlers that started, and of those that were cancelled.
 let handlerEvents = Mutex<(started: Set<String>, cancelled: Set<String>)>(([], []))
+/// Messages each tracked stream has handed to its transport so far, by token.
+let streamProgress = Mutex<[String: Int]>([:])
 
 /// One method table served over both transports at once, driven through RPCClient: every case runs
 /// over the lean protocol and over gRPC, and must behave the same.
@@ -29,6 +31,10 @@ struct TransportConformanceTests {
                 throw ServiceError(code, "status \(code.rawValue) as asked")
             }
             if command == "boom" { throw Boom() }
+            if command.hasPrefix("nap:") {  // "nap:<token>": a call that takes 500 ms, then succeeds
+                handlerEvents.withLock { _ = $0.started.insert(String(command.dropFirst(4))) }
+                try await Task.sleep(for: .milliseconds(500))
+            }
             if command.hasPrefix("slow:") {
                 let token = String(command.dropFirst(5))
                 handlerEvents.withLock { _ = $0.started.insert(token) }
@@ -48,8 +54,17 @@ struct TransportConformanceTests {
         table.register(PayloadServiceMethods.fetchPayload) { request, _ in
             FetchPayloadResponse(id: request.id, content: (0..<Int(request.id)).map { UInt8(truncatingIfNeeded: $0) })
         }
-        // A stream of `tag` records, `platform` per message (500 when 0).
+        // A stream of `tag` records, `platform` per message (500 when 0); "track:<token>" streams
+        // 10,000 single records and counts how many it has sent.
         table.register(RegistrationServiceMethods.streamAudience) { request, _, stream in
+            if request.tag.hasPrefix("track:") {
+                let token = String(request.tag.dropFirst(6))
+                for i in 0..<10_000 {
+                    try await stream.send(AudienceBatch(registrations: [Registration(registrationID: "r-\(i)")]))
+                    streamProgress.withLock { $0[token] = i + 1 }
+                }
+                return
+            }
             let count = Int(request.tag) ?? 0
             let batch = request.platform.rawValue == 0 ? 500 : Int(request.platform.rawValue)
             for start in stride(from: 0, to: count, by: batch) {
@@ -63,6 +78,13 @@ struct TransportConformanceTests {
     /// Serves the table on `test.sock` (lean) and `test.grpc.sock` (gRPC), then runs `body` with a
     /// client of `transport`.
     static func withServers(_ transport: RPCTransport, _ body: (RPCClient, String) async throws -> Void) async throws {
+        try await withServers(transport) { client, dir, _ in try await body(client, dir) }
+    }
+
+    /// The same, handing `body` a function that starts the servers' graceful shutdown.
+    static func withServers(
+        _ transport: RPCTransport, _ body: (RPCClient, String, @Sendable () async -> Void) async throws -> Void
+    ) async throws {
         var template = Array("/tmp/herald-rpc-XXXXXX".utf8CString)
         let dir = String(cString: try #require(mkdtemp(&template)))
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -81,7 +103,7 @@ struct TransportConformanceTests {
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
             do {
-                try await body(client, dir)
+                try await body(client, dir, { await group.triggerGracefulShutdown() })
             } catch {
                 await group.triggerGracefulShutdown()
                 throw error
@@ -224,6 +246,40 @@ struct TransportConformanceTests {
             }
             #expect(answers.count == 1000)
             #expect(answers.allSatisfy { "n\($0.key)" == $0.value })
+        }
+    }
+
+    @Test("graceful shutdown lets a call in flight finish", arguments: RPCTransport.allCases)
+    func drain(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, _, shutdown in
+            let token = "drain-\(transport)"
+            let call = Task {
+                try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "nap:\(token)"))
+            }
+            let started = try await Self.waitFor { handlerEvents.withLock { $0.started.contains(token) } }
+            #expect(started)
+            await shutdown()
+            #expect(try await call.value.user == "nap:\(token)")
+        }
+    }
+
+    @Test("a slow stream reader holds the lean server back to its window")
+    func backPressure() async throws {
+        try await Self.withServers(.lean) { client, _ in
+            let read = Mutex(0)
+            let peak = Mutex(0)
+            try await client.stream(RegistrationServiceMethods.streamAudience, StreamAudienceRequest(tag: "track:bp")) { _ in
+                let consumed = read.withLock { value in
+                    value += 1
+                    return value
+                }
+                if consumed % 1000 == 0 { try await Task.sleep(for: .milliseconds(50)) }  // a reader that stalls
+                let ahead = (streamProgress.withLock { $0["bp"] } ?? 0) - consumed
+                peak.withLock { $0 = max($0, ahead) }
+            }
+            #expect(read.withLock { $0 } == 10_000)
+            // The server may run ahead by the window (256) plus what is in flight, never by thousands.
+            #expect(peak.withLock { $0 } <= 300, "server ran \(peak.withLock { $0 }) messages ahead of the reader")
         }
     }
 
