@@ -1,5 +1,5 @@
 public import HeraldProto
-public import HeraldRPC
+import HeraldRPC
 
 /// One push to one device, as a provider sends it: target, headers and exact body.
 public struct Delivery: Sendable, Hashable {

@@ -1,6 +1,6 @@
 import Foundation
 public import HTTPTypes
-public import Hummingbird
+import Hummingbird
 public import HeraldRPC
 
 /// An HTTP error answer: a status and a JSON body `{"error": "<word>", "message": "<sentence>"}`.

@@ -1,5 +1,5 @@
 internal import CHeraldProto
-public import GRPCCore
+import GRPCCore
 
 #if canImport(Glibc)
 import Glibc

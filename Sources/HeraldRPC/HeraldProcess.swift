@@ -1,7 +1,9 @@
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2Posix
-public import HeraldProto
+import NIOCore
+import NIOPosix
+import HeraldProto
 public import Logging
 public import ServiceLifecycle
 import Synchronization
@@ -27,6 +29,14 @@ public struct ProcessContext: Sendable {
 
 /// The start-up every Herald executable shares, so `@main`s stay a few lines.
 public enum HeraldProcess {
+    /// Makes SwiftNIO's event loops Swift Concurrency's global executor, so handler tasks run on
+    /// the threads that do the socket I/O instead of hopping to and from a separate pool on every
+    /// call. Call it first thing in `main`, on the main thread, before any task runs.
+    @discardableResult
+    public static func installEventLoopExecutor() -> Bool {
+        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+    }
+
     /// Runs one executable until SIGTERM/SIGINT: reads config (rejecting unknown flags), bootstraps
     /// logging, creates the runtime and data folders (0750), makes clients for `peers`, asks `makeServices`
     /// for the process's own lifecycle services, and runs all of them in one `ServiceGroup` (clients

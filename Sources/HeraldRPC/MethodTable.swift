@@ -8,16 +8,21 @@ public struct RPCContext: Sendable {
     public var requestID: String
     /// The full method name, "package.Service/Method".
     public var method: String
-    /// A logger carrying `herald.request_id` and `herald.rpc` metadata.
-    public var logger: Logger
+    private let baseLogger: Logger
 
     public init(requestID: String, method: String, logger: Logger) {
         self.requestID = requestID
         self.method = method
-        var logger = logger
+        self.baseLogger = logger
+    }
+
+    /// A logger carrying `herald.request_id` and `herald.rpc` metadata. Built when asked for: most
+    /// calls never log, and the metadata would cost every call two allocations.
+    public var logger: Logger {
+        var logger = baseLogger
         logger[metadataKey: "herald.request_id"] = "\(requestID)"
         logger[metadataKey: "herald.rpc"] = "\(method)"
-        self.logger = logger
+        return logger
     }
 }
 

@@ -1,5 +1,5 @@
 import GRDB
-public import HeraldProto
+import HeraldProto
 public import HeraldRPC
 
 /// Settings of herald-payload, besides ``RuntimeConfig``'s.

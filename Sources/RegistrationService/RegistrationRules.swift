@@ -1,6 +1,6 @@
 import Foundation
 public import HeraldProto
-public import HeraldRPC
+import HeraldRPC
 
 /// What a registration may contain. Closes the tutorial's hole where a device could add the tag
 /// `username:victim` and receive the victim's pushes.

@@ -1,5 +1,5 @@
 import GRDB
-public import HeraldProto
+import HeraldProto
 public import HeraldRPC
 
 /// The RPC handlers of herald-registration over a ``RegistrationStore``.

@@ -1,7 +1,7 @@
 import Foundation
 public import GRDB
 public import HeraldProto
-public import HeraldRPC
+import HeraldRPC
 
 /// Registrations in SQLite. Every query that names an id also names its owner, so another user's
 /// registration is indistinguishable from a missing one.

@@ -12,7 +12,6 @@ import Glibc
 
 /// Benchmarks that print figures, each beside a baseline measured in the same run. Build with
 /// `-c release`: debug builds are several times slower and say nothing about production.
-@main
 struct HeraldBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-bench",
@@ -31,7 +30,9 @@ struct ServeBench: AsyncParsableCommand {
 
     @Option var dir: String
 
-    func run() async throws {
+    func run() async throws { try await execute() }
+
+    func execute() async throws {
         var table = MethodTable()
         // An echo: the cheapest handler, so the figures are the transport's.
         table.register(AuthServiceMethods.authenticate) { request, _ in AuthenticateResponse(user: request.authorization) }
@@ -72,7 +73,9 @@ struct RPCBench: AsyncParsableCommand {
         var serverCPUMicrosPerCall: Double
     }
 
-    func run() async throws {
+    func run() async throws { try await execute() }
+
+    func execute() async throws {
         var template = Array("/tmp/herald-bench-XXXXXX".utf8CString)
         let dir = String(cString: mkdtemp(&template)!)
         defer { try? FileManager.default.removeItem(atPath: dir) }

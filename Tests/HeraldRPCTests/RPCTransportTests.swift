@@ -298,7 +298,7 @@ struct TransportConformanceTests {
 
     @Test("an unreachable socket is UNAVAILABLE by the deadline", arguments: RPCTransport.allCases)
     func unreachable(_ transport: RPCTransport) async throws {
-        try await RPCClient.with(socketPath: "/tmp/herald-missing-\(UUID().uuidString.prefix(8)).sock", transport: transport) { client in
+        _ = try await RPCClient.with(socketPath: "/tmp/herald-missing-\(UUID().uuidString.prefix(8)).sock", transport: transport) { client in
             await #expect {
                 try await client.call(HealthMethods.check, HealthCheckRequest(), timeout: .milliseconds(300))
             } throws: { [.unavailable, .deadlineExceeded].contains(($0 as? ServiceError)?.code) }

@@ -126,7 +126,7 @@ func runProgram(_ executable: String, _ arguments: [String]) throws -> (status: 
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
     let errorFile = FileManager.default.temporaryDirectory.appendingPathComponent("herald-\(UUID().uuidString).err")
-    FileManager.default.createFile(atPath: errorFile.path, contents: nil)
+    _ = FileManager.default.createFile(atPath: errorFile.path, contents: nil)
     defer { try? FileManager.default.removeItem(at: errorFile) }
     let out = Pipe()
     process.standardOutput = out

@@ -99,11 +99,12 @@ final class LeanConnections: Sendable {
 
 /// One in-flight call on the server.
 final class LeanServerCall: Sendable {
-    let credits: CreditGate
+    /// Flow control of a stream; nil for calls with no window (unary), which send one message.
+    let credits: CreditGate?
     private let state = Mutex<(task: Task<Void, Never>?, deadlineExpired: Bool)>((nil, false))
 
     init(window: UInt32) {
-        credits = CreditGate(window: window)
+        credits = window == 0 ? nil : CreditGate(window: window)
     }
 
     func start(_ task: Task<Void, Never>) {
@@ -115,7 +116,7 @@ final class LeanServerCall: Sendable {
             if deadline { state.deadlineExpired = true }
             return state.task
         }
-        credits.cancel()
+        credits?.cancel()
         task?.cancel()
     }
 
@@ -149,7 +150,7 @@ final class LeanServerHandler: ChannelInboundHandler {
             calls[frame.callID]?.cancel()
         case .window:
             do {
-                calls[frame.callID]?.credits.grant(try frame.credits())
+                calls[frame.callID]?.credits?.grant(try frame.credits())
             } catch {
                 fail(context: context, error)
             }
@@ -222,11 +223,15 @@ final class LeanServerHandler: ChannelInboundHandler {
         let input = Array(request.message.readableBytesView)
         let loop = context.eventLoop
         let handlerBox = NIOLoopBound(self, eventLoop: loop)
-        let finished: @Sendable () -> Void = {
-            timer?.cancel()
-            loop.execute { handlerBox.value.finished(id, channel: channel) }
+        // One trip to the event loop ends the call: cancel its timer, write its last frames, forget it.
+        let finish: @Sendable (ByteBuffer) -> Void = { frames in
+            loop.execute {
+                timer?.cancel()
+                channel.writeAndFlush(frames, promise: nil)
+                handlerBox.value.finished(id, channel: channel)
+            }
         }
-        call.start(LeanCallRunner.start(handler, input: input, context: rpcContext, call: call, id: id, channel: channel, finished: finished))
+        call.start(LeanCallRunner.start(handler, input: input, context: rpcContext, call: call, id: id, channel: channel, finish: finish))
     }
 
     private func finished(_ id: UInt32, channel: any Channel) {
@@ -240,12 +245,10 @@ final class LeanServerHandler: ChannelInboundHandler {
 enum LeanCallRunner {
     static func start(
         _ handler: MethodTable.Handler, input: [UInt8], context: RPCContext, call: LeanServerCall, id: UInt32,
-        channel: any Channel, finished: @escaping @Sendable () -> Void
+        channel: any Channel, finish: @escaping @Sendable (ByteBuffer) -> Void
     ) -> Task<Void, Never> {
         Task {
-            let frames = await run(handler, input: input, context: context, call: call, id: id, channel: channel)
-            channel.writeAndFlush(frames, promise: nil)
-            finished()
+            finish(await run(handler, input: input, context: context, call: call, id: id, channel: channel))
         }
     }
 
@@ -271,7 +274,7 @@ enum LeanCallRunner {
             case .serverStreaming(let handle):
                 try await handle(input, context) { bytes in
                     try checkSize(bytes)
-                    try await call.credits.acquire()
+                    try await call.credits?.acquire()
                     channel.writeAndFlush(LeanFrame(.message, callID: id, payload: ByteBuffer(bytes: bytes)).encoded(), promise: nil)
                 }
             }
