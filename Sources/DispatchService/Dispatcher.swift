@@ -149,13 +149,6 @@ public final class Dispatcher: Sendable {
 
     /// "n-" and 32 hex characters (128 random bits).
     static func newNotificationID() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return "n-" + (0..<2).map { _ in String(generator.next() as UInt64, radix: 16).leftPadded(to: 16) }.joined()
-    }
-}
-
-extension String {
-    fileprivate func leftPadded(to width: Int) -> String {
-        count >= width ? self : String(repeating: "0", count: width - count) + self
+        "n-" + randomHex(words: 2)
     }
 }

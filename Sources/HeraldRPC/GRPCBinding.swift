@@ -127,13 +127,16 @@ let requestIDKey = "x-request-id"
 
 /// A fresh request id: 16 hex characters.
 public func newRequestID() -> String {
-    String(UInt64.random(in: .min ... .max), radix: 16).leftPadded(to: 16)
+    randomHex(words: 1)
 }
 
-extension String {
-    func leftPadded(to width: Int) -> String {
-        count >= width ? self : String(repeating: "0", count: width - count) + self
-    }
+/// `words` × 64 random bits as lower-case hex, 16 characters a word (ids that must not be guessed).
+public func randomHex(words: Int) -> String {
+    var generator = SystemRandomNumberGenerator()
+    return (0..<words).map { _ in
+        let hex = String(generator.next() as UInt64, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
+    }.joined()
 }
 
 /// Passes message bytes through untouched: the method table encodes and decodes.

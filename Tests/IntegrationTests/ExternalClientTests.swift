@@ -5,17 +5,22 @@ import Testing
 /// Herald's RPCs and deploy files, checked with tools that are not Herald's own.
 @Suite("independent clients and deploy files", .serialized, .timeLimit(.minutes(3)))
 struct ExternalClientTests {
+    /// Runs one of Tests/python's checks against a live stack and returns the JSON object it printed.
+    static func pythonCheck(_ script: String, _ live: LiveStack) throws -> [String: Any] {
+        let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
+        let result = try runProgram(python, [
+            packageRoot.appendingPathComponent("Tests/python/\(script)").path,
+            live.configuration.runtimeDirectory,
+            packageRoot.appendingPathComponent("proto").path,
+        ])
+        try #require(result.status == 0, "\(script) failed: \(result.error)")
+        return try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+    }
+
     @Test("Python grpcio calls every service over unix: sockets with stubs generated from proto/")
     func pythonGrpcio() async throws {
-        let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
         try await LiveStack.with { live in
-            let result = try runProgram(python, [
-                packageRoot.appendingPathComponent("Tests/python/grpc_check.py").path,
-                live.configuration.runtimeDirectory,
-                packageRoot.appendingPathComponent("proto").path,
-            ])
-            try #require(result.status == 0, "grpc_check.py failed: \(result.error)")
-            let answers = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+            let answers = try Self.pythonCheck("grpc_check.py", live)
             #expect(
                 answers["health"] as? [String: String]
                     == ["auth": "SERVING", "registration": "SERVING", "payload": "SERVING", "dispatch": "SERVING"])
@@ -37,15 +42,8 @@ struct ExternalClientTests {
 
     @Test("a Python client with only protobuf and sockets calls every service over the lean protocol")
     func pythonLeanClient() async throws {
-        let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
         try await LiveStack.with { live in
-            let result = try runProgram(python, [
-                packageRoot.appendingPathComponent("Tests/python/lean_check.py").path,
-                live.configuration.runtimeDirectory,
-                packageRoot.appendingPathComponent("proto").path,
-            ])
-            try #require(result.status == 0, "lean_check.py failed: \(result.error)")
-            let answers = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+            let answers = try Self.pythonCheck("lean_check.py", live)
             #expect(
                 answers["health"] as? [String: String]
                     == ["auth": "SERVING", "registration": "SERVING", "payload": "SERVING", "dispatch": "SERVING"])

@@ -27,14 +27,17 @@ final class LeanClient: Sendable {
         self.maxFrameBytes = maxFrameBytes
     }
 
-    /// Closes the connection; calls under way fail with UNAVAILABLE.
+    /// Takes no new calls, and closes the connection once the calls under way have finished (like
+    /// gRPC's graceful shutdown: closing at once would drop answers already on their way).
     func close() {
         let connection = state.withLock { state in
             state.closed = true
             state.connecting?.cancel()
             return state.connection
         }
-        connection?.channel.close(promise: nil)
+        guard let connection else { return }
+        let channel = connection.channel
+        connection.calls.whenIdle { channel.close(promise: nil) }
     }
 
     /// Makes one call; hands each response message to `onMessage`. `window` 0 for unary calls.
@@ -178,6 +181,15 @@ final class LeanCallTable: Sendable {
         var nextID: UInt32 = 1
         var goaway = false
         var closed = false
+        /// Set by a draining client: runs once no call is open.
+        var onIdle: (@Sendable () -> Void)?
+
+        /// The idle action, taken, when it is due.
+        mutating func idleActionIfDue() -> (@Sendable () -> Void)? {
+            guard calls.isEmpty, let action = onIdle else { return nil }
+            onIdle = nil
+            return action
+        }
     }
 
     private let state = Mutex(State())
@@ -197,7 +209,21 @@ final class LeanCallTable: Sendable {
     }
 
     func remove(_ id: UInt32) {
-        _ = state.withLock { $0.calls.removeValue(forKey: id) }
+        let idle = state.withLock { state in
+            state.calls.removeValue(forKey: id)
+            return state.idleActionIfDue()
+        }
+        idle?()
+    }
+
+    /// Takes no new calls and runs `action` once every open call has ended (at once if none is open).
+    func whenIdle(_ action: @escaping @Sendable () -> Void) {
+        let idle = state.withLock { state in
+            state.goaway = true
+            state.onIdle = action
+            return state.idleActionIfDue()
+        }
+        idle?()
     }
 
     func route(_ frame: LeanFrame) {
@@ -205,10 +231,14 @@ final class LeanCallTable: Sendable {
         case .message:
             _ = state.withLock { $0.calls[frame.callID] }?.yield(frame)
         case .end:
-            if let call = state.withLock({ $0.calls.removeValue(forKey: frame.callID) }) {
+            let (call, idle) = state.withLock { state in
+                (state.calls.removeValue(forKey: frame.callID), state.idleActionIfDue())
+            }
+            if let call {
                 call.yield(frame)
                 call.finish()
             }
+            idle?()
         case .goaway:
             state.withLock { $0.goaway = true }
         default:
