@@ -84,7 +84,7 @@ struct EdgeErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         }
         logger.info(
             "\(request.method) \(request.uri.path) \(response.status.code)",
-            metadata: ["herald.duration_ms": "\((ContinuousClock.now - start).milliseconds)"])
+            metadata: ["herald.duration_ms": "\((ContinuousClock.now - start).wholeMilliseconds)"])
         return response
     }
 
@@ -96,12 +96,5 @@ struct EdgeErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return given
         }
         return newRequestID()
-    }
-}
-
-extension Duration {
-    var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
 }

@@ -183,3 +183,17 @@ public struct RuntimeConfig: Sendable {
         }
     }
 }
+
+extension Duration {
+    /// The duration in whole milliseconds, rounded down (deadlines on the wire, log fields).
+    public var wholeMilliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+
+    /// The duration in whole nanoseconds, rounded down (SwiftNIO timers).
+    public var wholeNanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+}

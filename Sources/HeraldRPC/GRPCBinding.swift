@@ -102,15 +102,9 @@ struct GRPCBinding: RegistrableRPCService {
         return input
     }
 
-    /// The one place a handler's error becomes a gRPC status. Unexpected errors are logged here with
-    /// their detail and reach the caller only as INTERNAL.
+    /// A handler's error as a gRPC status (``ServiceError/answering(_:in:)`` decides which).
     static func rpcError(_ error: any Error, _ context: RPCContext) -> RPCError {
-        let (serviceError, expected) = ServiceError.from(error)
-        if expected {
-            context.logger.debug("rpc failed", metadata: ["herald.status": "\(serviceError.code)"])
-        } else {
-            context.logger.error("rpc failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
-        }
+        let serviceError = ServiceError.answering(error, in: context)
         return RPCError(code: serviceError.code.rpcCode, message: serviceError.message)
     }
 }

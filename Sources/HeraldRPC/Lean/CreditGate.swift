@@ -11,17 +11,15 @@ final class CreditGate: Sendable {
         var cancelled = false
     }
 
-    private let unlimited: Bool
     private let state: Mutex<State>
 
-    /// `window` 0 means unlimited.
+    /// `window` > 0 (a call with window 0 gets no gate: it is not flow-controlled).
     init(window: UInt32) {
-        unlimited = window == 0
+        precondition(window > 0, "a window of 0 means no flow control; make no gate for it")
         state = Mutex(State(credits: UInt64(window)))
     }
 
     func acquire() async throws {
-        if unlimited { return }
         let ready: Bool = try state.withLock { state in
             if state.cancelled { throw CancellationError() }
             if state.credits > 0 {

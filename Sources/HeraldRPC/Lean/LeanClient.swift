@@ -22,6 +22,11 @@ final class LeanClient: Sendable {
 
     private let state = Mutex(State())
 
+    private enum Next {
+        case ready(LeanConnection)
+        case connecting(Task<LeanConnection, any Error>)
+    }
+
     init(socketPath: String, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes) {
         self.socketPath = socketPath
         self.maxFrameBytes = maxFrameBytes
@@ -46,7 +51,7 @@ final class LeanClient: Sendable {
         onMessage: ([UInt8]) async throws -> Void
     ) async throws {
         let deadline = ContinuousClock.now + timeout
-        let milliseconds = UInt32(clamping: max(1, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+        let milliseconds = UInt32(clamping: max(1, timeout.wholeMilliseconds))
         let head = LeanRequest(
             timeoutMilliseconds: milliseconds, window: window, method: method, metadata: metadata,
             message: ByteBuffer(bytes: request))
@@ -64,7 +69,7 @@ final class LeanClient: Sendable {
         defer { connection.calls.remove(id) }
         var out = requestBytes
         out.setInteger(id, at: out.readerIndex + 6)  // the call id field of the already encoded frame
-        let timer = connection.channel.eventLoop.scheduleTask(deadline: .now() + .nanoseconds(Self.nanoseconds(deadline - .now))) {
+        let timer = connection.channel.eventLoop.scheduleTask(deadline: .now() + .nanoseconds(max(0, (deadline - .now).wholeNanoseconds))) {
             continuation.finish(throwing: ServiceError(.deadlineExceeded, "deadline exceeded"))
         }
         defer { timer.cancel() }
@@ -108,15 +113,21 @@ final class LeanClient: Sendable {
     private func connection(deadline: ContinuousClock.Instant) async throws -> LeanConnection {
         var backoff = Duration.milliseconds(20)
         while true {
-            let pending: Task<LeanConnection, any Error> = try state.withLock { state in
+            // The common case, an open connection, costs one lock and no task.
+            let next: Next = try state.withLock { state in
                 if state.closed { throw ServiceError(.unavailable, "client of \(socketPath) is closed") }
-                if let connection = state.connection, connection.isUsable { return Task { connection } }
-                if let connecting = state.connecting { return connecting }
+                if let connection = state.connection, connection.isUsable { return .ready(connection) }
+                if let connecting = state.connecting { return .connecting(connecting) }
                 let task = Task { [socketPath, maxFrameBytes] in
                     try await LeanConnection.open(socketPath: socketPath, maxFrameBytes: maxFrameBytes)
                 }
                 state.connecting = task
-                return task
+                return .connecting(task)
+            }
+            let pending: Task<LeanConnection, any Error>
+            switch next {
+            case .ready(let connection): return connection
+            case .connecting(let task): pending = task
             }
             do {
                 let connection = try await pending.value
@@ -135,11 +146,6 @@ final class LeanClient: Sendable {
             try await Task.sleep(for: backoff)
             backoff = min(backoff * 2, .seconds(1))
         }
-    }
-
-    private static func nanoseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return max(0, seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
     }
 }
 

@@ -280,16 +280,9 @@ enum LeanCallRunner {
             }
             LeanFrame.status(.end, callID: id, code: .ok, message: "").write(to: &out)
         } catch {
-            let status: ServiceError
-            if call.deadlineExpired {
-                status = ServiceError(.deadlineExceeded, "deadline exceeded")
-            } else {
-                let (mapped, expected) = ServiceError.from(error)
-                if !expected {
-                    context.logger.error("rpc failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
-                }
-                status = mapped
-            }
+            let status =
+                call.deadlineExpired
+                ? ServiceError(.deadlineExceeded, "deadline exceeded") : ServiceError.answering(error, in: context)
             LeanFrame.status(.end, callID: id, code: status.code, message: status.message).write(to: &out)
         }
         return out
