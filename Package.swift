@@ -41,6 +41,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // Already in the graph through grpc-swift's transport; named for SHA-256, HMAC and scrypt.
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
     ],
     targets: [
         // protobuf-c runtime from Debian's libprotobuf-c-dev.
@@ -75,7 +77,13 @@ let package = Package(
         ),
         .target(
             name: "AuthService",
-            dependencies: ["HeraldRPC", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "HeraldRPC",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(

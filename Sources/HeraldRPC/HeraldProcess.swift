@@ -106,8 +106,22 @@ public enum HeraldProcess {
         extraKeys: Set<String> = [],
         makeTable: @escaping @Sendable (ProcessContext) async throws -> MethodTable
     ) async -> Never {
+        await main(rpcService: name, peers: peers, extraKeys: extraKeys) { context in
+            RPCServiceParts(table: try await makeTable(context))
+        }
+    }
+
+    /// As ``main(rpcService:peers:extraKeys:makeTable:)``, for a service that also runs background
+    /// work (``Periodic`` housekeeping) beside its listeners.
+    public static func main(
+        rpcService name: String,
+        peers: [String] = [],
+        extraKeys: Set<String> = [],
+        makeParts: @escaping @Sendable (ProcessContext) async throws -> RPCServiceParts
+    ) async -> Never {
         await main(service: name, peers: peers, extraKeys: extraKeys) { context in
-            var table = try await makeTable(context)
+            let parts = try await makeParts(context)
+            var table = parts.table
             let health = HealthReporter()
             health.register(into: &table)
             let config = context.config
@@ -131,7 +145,7 @@ public enum HeraldProcess {
             if let path = config.grpcSocketPath {
                 servers.append(RPCServer(table: table, socketPath: path, logger: context.logger, health: health, onListening: onListening))
             }
-            return servers
+            return parts.background + servers
         }
     }
 
@@ -147,6 +161,17 @@ public enum HeraldProcess {
         } catch {
             return false
         }
+    }
+}
+
+/// What an RPC service runs: its method table, and background services beside the listeners.
+public struct RPCServiceParts: Sendable {
+    public var table: MethodTable
+    public var background: [any Service]
+
+    public init(table: MethodTable, background: [any Service] = []) {
+        self.table = table
+        self.background = background
     }
 }
 

@@ -1,4 +1,3 @@
-import AuthService
 import DispatchService
 import Foundation
 import GRDB
@@ -126,21 +125,8 @@ struct PayloadStoreTests {
     }
 }
 
-@Suite("auth and dispatch rules")
+@Suite("dispatch rules")
 struct RuleTests {
-    static func basic(_ credentials: String) -> String { "Basic " + Data(credentials.utf8).base64EncodedString() }
-
-    @Test("tutorial mode accepts user == password and nothing else")
-    func tutorialAuth() throws {
-        let auth = Authenticator(mode: .tutorial)
-        #expect(try auth.authenticate(Self.basic("alice:alice")).user == "alice")
-        #expect(try auth.authenticate("basic  " + Data("bob:bob".utf8).base64EncodedString()).user == "bob")
-        for bad in ["", "Basic", "Basic !!!", Self.basic("alice:bob"), Self.basic("alice"), Self.basic(":"),
-                    Self.basic("a b:a b"), Self.basic("username:x:username:x"), "Bearer abc", "Digest x"] {
-            #expect(throws: ServiceError.self, "\(bad)") { try auth.authenticate(bad) }
-        }
-    }
-
     @Test("APNs background pushes get priority 5; oversized and inconsistent payloads are refused")
     func platformRules() throws {
         let background = try PlatformRules.prepare(NativePayload(platform: .apns, body: [1], pushType: "background"))

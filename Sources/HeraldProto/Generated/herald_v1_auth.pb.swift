@@ -107,17 +107,680 @@ extension AuthenticateResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__authenticate_response__free_unpacked(p, nil) }
 }
 
-/// Authenticates callers of the edge. Stateless in `tutorial` mode.
+/// Request of IssueToken.
+public struct IssueTokenRequest: HeraldMessage {
+    /// A Basic Authorization header value. Never logged.
+    public var authorization: String
+
+    public init(authorization: String = "") {
+        self.authorization = authorization
+    }
+
+    public init() {
+        self.authorization = ""
+    }
+
+    public static let protoName = "herald.v1.IssueTokenRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension IssueTokenRequest: CBacked {
+    typealias CType = Herald__V1__IssueTokenRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.authorization = CBridge.string(m.authorization)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__issue_token_request__init(p)
+        p.pointee.authorization = try arena.string(self.authorization, field: "herald.v1.IssueTokenRequest.authorization")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__issue_token_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__issue_token_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__issue_token_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__issue_token_request__free_unpacked(p, nil) }
+}
+
+/// A new bearer token. Only its SHA-256 is stored: this answer is the one place it appears.
+public struct IssueTokenResponse: HeraldMessage {
+    /// The token, to send as "Authorization: Bearer <token>".
+    public var token: String
+    /// The user it authenticates.
+    public var user: String
+    /// When it stops working, Unix epoch milliseconds.
+    public var expiresAtUnixMs: Int64
+
+    public init(token: String = "", user: String = "", expiresAtUnixMs: Int64 = 0) {
+        self.token = token
+        self.user = user
+        self.expiresAtUnixMs = expiresAtUnixMs
+    }
+
+    public init() {
+        self.token = ""
+        self.user = ""
+        self.expiresAtUnixMs = 0
+    }
+
+    public static let protoName = "herald.v1.IssueTokenResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension IssueTokenResponse: CBacked {
+    typealias CType = Herald__V1__IssueTokenResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.token = CBridge.string(m.token)
+        self.user = CBridge.string(m.user)
+        self.expiresAtUnixMs = m.expires_at_unix_ms
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__issue_token_response__init(p)
+        p.pointee.token = try arena.string(self.token, field: "herald.v1.IssueTokenResponse.token")
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.IssueTokenResponse.user")
+        p.pointee.expires_at_unix_ms = self.expiresAtUnixMs
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__issue_token_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__issue_token_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__issue_token_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__issue_token_response__free_unpacked(p, nil) }
+}
+
+/// Request of RevokeToken.
+public struct RevokeTokenRequest: HeraldMessage {
+    /// The token itself (not its hash). Never logged.
+    public var token: String
+
+    public init(token: String = "") {
+        self.token = token
+    }
+
+    public init() {
+        self.token = ""
+    }
+
+    public static let protoName = "herald.v1.RevokeTokenRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension RevokeTokenRequest: CBacked {
+    typealias CType = Herald__V1__RevokeTokenRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.token = CBridge.string(m.token)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__revoke_token_request__init(p)
+        p.pointee.token = try arena.string(self.token, field: "herald.v1.RevokeTokenRequest.token")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__revoke_token_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__revoke_token_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__revoke_token_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__revoke_token_request__free_unpacked(p, nil) }
+}
+
+/// Answer of RevokeToken and RevokeUserTokens.
+public struct RevokeTokenResponse: HeraldMessage {
+    /// How many live tokens were revoked.
+    public var revoked: Int64
+
+    public init(revoked: Int64 = 0) {
+        self.revoked = revoked
+    }
+
+    public init() {
+        self.revoked = 0
+    }
+
+    public static let protoName = "herald.v1.RevokeTokenResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension RevokeTokenResponse: CBacked {
+    typealias CType = Herald__V1__RevokeTokenResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.revoked = m.revoked
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__revoke_token_response__init(p)
+        p.pointee.revoked = self.revoked
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__revoke_token_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__revoke_token_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__revoke_token_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__revoke_token_response__free_unpacked(p, nil) }
+}
+
+/// Request of RevokeUserTokens.
+public struct RevokeUserTokensRequest: HeraldMessage {
+    public var user: String
+
+    public init(user: String = "") {
+        self.user = user
+    }
+
+    public init() {
+        self.user = ""
+    }
+
+    public static let protoName = "herald.v1.RevokeUserTokensRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension RevokeUserTokensRequest: CBacked {
+    typealias CType = Herald__V1__RevokeUserTokensRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = CBridge.string(m.user)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__revoke_user_tokens_request__init(p)
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.RevokeUserTokensRequest.user")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__revoke_user_tokens_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__revoke_user_tokens_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__revoke_user_tokens_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__revoke_user_tokens_request__free_unpacked(p, nil) }
+}
+
+/// Request of CreateUser.
+public struct CreateUserRequest: HeraldMessage {
+    /// 1 to 64 characters of A-Z a-z 0-9 _ @ # . -
+    public var user: String
+    /// 8 to 1024 bytes of UTF-8. Stored as a salted scrypt hash; never logged.
+    public var password: String
+
+    public init(user: String = "", password: String = "") {
+        self.user = user
+        self.password = password
+    }
+
+    public init() {
+        self.user = ""
+        self.password = ""
+    }
+
+    public static let protoName = "herald.v1.CreateUserRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension CreateUserRequest: CBacked {
+    typealias CType = Herald__V1__CreateUserRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = CBridge.string(m.user)
+        self.password = CBridge.string(m.password)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__create_user_request__init(p)
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.CreateUserRequest.user")
+        p.pointee.password = try arena.string(self.password, field: "herald.v1.CreateUserRequest.password")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__create_user_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__create_user_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__create_user_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__create_user_request__free_unpacked(p, nil) }
+}
+
+/// Request of SetPassword.
+public struct SetPasswordRequest: HeraldMessage {
+    public var user: String
+    /// As in CreateUserRequest.
+    public var password: String
+
+    public init(user: String = "", password: String = "") {
+        self.user = user
+        self.password = password
+    }
+
+    public init() {
+        self.user = ""
+        self.password = ""
+    }
+
+    public static let protoName = "herald.v1.SetPasswordRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension SetPasswordRequest: CBacked {
+    typealias CType = Herald__V1__SetPasswordRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = CBridge.string(m.user)
+        self.password = CBridge.string(m.password)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__set_password_request__init(p)
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.SetPasswordRequest.user")
+        p.pointee.password = try arena.string(self.password, field: "herald.v1.SetPasswordRequest.password")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__set_password_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__set_password_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__set_password_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__set_password_request__free_unpacked(p, nil) }
+}
+
+/// An account, without its password hash.
+public struct User: HeraldMessage {
+    public var name: String
+    public var createdAtUnixMs: Int64
+    public var passwordChangedAtUnixMs: Int64
+
+    public init(name: String = "", createdAtUnixMs: Int64 = 0, passwordChangedAtUnixMs: Int64 = 0) {
+        self.name = name
+        self.createdAtUnixMs = createdAtUnixMs
+        self.passwordChangedAtUnixMs = passwordChangedAtUnixMs
+    }
+
+    public init() {
+        self.name = ""
+        self.createdAtUnixMs = 0
+        self.passwordChangedAtUnixMs = 0
+    }
+
+    public static let protoName = "herald.v1.User"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension User: CBacked {
+    typealias CType = Herald__V1__User
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.name = CBridge.string(m.name)
+        self.createdAtUnixMs = m.created_at_unix_ms
+        self.passwordChangedAtUnixMs = m.password_changed_at_unix_ms
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__user__init(p)
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.User.name")
+        p.pointee.created_at_unix_ms = self.createdAtUnixMs
+        p.pointee.password_changed_at_unix_ms = self.passwordChangedAtUnixMs
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__user__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__user__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__user__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__user__free_unpacked(p, nil) }
+}
+
+/// Answer of CreateUser and SetPassword.
+public struct UserResponse: HeraldMessage {
+    public var user: User?
+
+    public init(user: User? = nil) {
+        self.user = user
+    }
+
+    public init() {
+        self.user = nil
+    }
+
+    public static let protoName = "herald.v1.UserResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension UserResponse: CBacked {
+    typealias CType = Herald__V1__UserResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = m.user.map { User(_c: $0) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__user_response__init(p)
+        p.pointee.user = try self.user?._toC(arena)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__user_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__user_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__user_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__user_response__free_unpacked(p, nil) }
+}
+
+/// Request of DeleteUser.
+public struct DeleteUserRequest: HeraldMessage {
+    public var user: String
+
+    public init(user: String = "") {
+        self.user = user
+    }
+
+    public init() {
+        self.user = ""
+    }
+
+    public static let protoName = "herald.v1.DeleteUserRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteUserRequest: CBacked {
+    typealias CType = Herald__V1__DeleteUserRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = CBridge.string(m.user)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_user_request__init(p)
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.DeleteUserRequest.user")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_user_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_user_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_user_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_user_request__free_unpacked(p, nil) }
+}
+
+/// Answer of DeleteUser.
+public struct DeleteUserResponse: HeraldMessage {
+    public init() {}
+
+    public static let protoName = "herald.v1.DeleteUserResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteUserResponse: CBacked {
+    typealias CType = Herald__V1__DeleteUserResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        _ = pointer
+        self.init()
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_user_response__init(p)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_user_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_user_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_user_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_user_response__free_unpacked(p, nil) }
+}
+
+/// Request of ListUsers.
+public struct ListUsersRequest: HeraldMessage {
+    public init() {}
+
+    public static let protoName = "herald.v1.ListUsersRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListUsersRequest: CBacked {
+    typealias CType = Herald__V1__ListUsersRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        _ = pointer
+        self.init()
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_users_request__init(p)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_users_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_users_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_users_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_users_request__free_unpacked(p, nil) }
+}
+
+/// Answer of ListUsers.
+public struct ListUsersResponse: HeraldMessage {
+    public var users: [User]
+
+    public init(users: [User] = []) {
+        self.users = users
+    }
+
+    public init() {
+        self.users = []
+    }
+
+    public static let protoName = "herald.v1.ListUsersResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListUsersResponse: CBacked {
+    typealias CType = Herald__V1__ListUsersResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.users = (0..<m.n_users).map { User(_c: m.users[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_users_response__init(p)
+        p.pointee.n_users = self.users.count
+        p.pointee.users = arena.array(try self.users.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_users_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_users_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_users_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_users_response__free_unpacked(p, nil) }
+}
+
+/// Authenticates callers of the edge and manages users and tokens.
 /// Method descriptors of `herald.v1.AuthService`.
 public enum AuthServiceMethods {
     /// The fully qualified service name.
     public static let serviceName = "herald.v1.AuthService"
 
-    /// Checks the value of an HTTP Authorization header.
+    /// Checks the value of an HTTP Authorization header ("Basic …" or "Bearer …").
     /// Errors: UNAUTHENTICATED when the header is missing, malformed or the credentials are wrong
-    /// (the message says which, without echoing the credentials).
+    /// (the message says which, without echoing the credentials); RESOURCE_EXHAUSTED while the user
+    /// is locked out after repeated failed logins (the message ends "retry after <n> s").
     public static let authenticate = UnaryMethod<AuthenticateRequest, AuthenticateResponse>(service: serviceName, method: "Authenticate")
+    /// Issues a bearer token to the caller named by Basic credentials.
+    /// Errors: as Authenticate; UNAUTHENTICATED also when the header is not Basic.
+    public static let issueToken = UnaryMethod<IssueTokenRequest, IssueTokenResponse>(service: serviceName, method: "IssueToken")
+    /// Revokes one bearer token. Revoking an unknown or already revoked token succeeds.
+    public static let revokeToken = UnaryMethod<RevokeTokenRequest, RevokeTokenResponse>(service: serviceName, method: "RevokeToken")
+    /// Revokes every live token of a user. Errors: NOT_FOUND for an unknown user.
+    public static let revokeUserTokens = UnaryMethod<RevokeUserTokensRequest, RevokeTokenResponse>(service: serviceName, method: "RevokeUserTokens")
+    /// Creates an account. Errors: ALREADY_EXISTS; INVALID_ARGUMENT for a bad user name or a password
+    /// shorter than 8 or longer than 1024 bytes.
+    public static let createUser = UnaryMethod<CreateUserRequest, UserResponse>(service: serviceName, method: "CreateUser")
+    /// Replaces a user's password and revokes their tokens. Errors: NOT_FOUND; INVALID_ARGUMENT.
+    public static let setPassword = UnaryMethod<SetPasswordRequest, UserResponse>(service: serviceName, method: "SetPassword")
+    /// Deletes an account and its tokens. Errors: NOT_FOUND.
+    public static let deleteUser = UnaryMethod<DeleteUserRequest, DeleteUserResponse>(service: serviceName, method: "DeleteUser")
+    /// Every account, by name.
+    public static let listUsers = UnaryMethod<ListUsersRequest, ListUsersResponse>(service: serviceName, method: "ListUsers")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [authenticate.fullName]
+    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName]
 }

@@ -299,12 +299,15 @@ public struct Outcome: HeraldMessage {
     public var platforms: [PlatformOutcome]
     /// When Send accepted it, Unix epoch milliseconds.
     public var createdAtUnixMs: Int64
+    /// Who sent it (SendRequest.sender).
+    public var sender: String
 
-    public init(notificationID: String = "", state: OutcomeState = OutcomeState(rawValue: 0), platforms: [PlatformOutcome] = [], createdAtUnixMs: Int64 = 0) {
+    public init(notificationID: String = "", state: OutcomeState = OutcomeState(rawValue: 0), platforms: [PlatformOutcome] = [], createdAtUnixMs: Int64 = 0, sender: String = "") {
         self.notificationID = notificationID
         self.state = state
         self.platforms = platforms
         self.createdAtUnixMs = createdAtUnixMs
+        self.sender = sender
     }
 
     public init() {
@@ -312,6 +315,7 @@ public struct Outcome: HeraldMessage {
         self.state = OutcomeState(rawValue: 0)
         self.platforms = []
         self.createdAtUnixMs = 0
+        self.sender = ""
     }
 
     public static let protoName = "herald.v1.Outcome"
@@ -334,6 +338,7 @@ extension Outcome: CBacked {
         self.state = OutcomeState(rawValue: Int32(truncatingIfNeeded: m.state.rawValue))
         self.platforms = (0..<m.n_platforms).map { PlatformOutcome(_c: m.platforms[$0]!) }
         self.createdAtUnixMs = m.created_at_unix_ms
+        self.sender = CBridge.string(m.sender)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -344,6 +349,7 @@ extension Outcome: CBacked {
         p.pointee.n_platforms = self.platforms.count
         p.pointee.platforms = arena.array(try self.platforms.map { Optional(try $0._toC(arena)) })
         p.pointee.created_at_unix_ms = self.createdAtUnixMs
+        p.pointee.sender = try arena.string(self.sender, field: "herald.v1.Outcome.sender")
         return p
     }
 
@@ -361,13 +367,17 @@ extension Outcome: CBacked {
 public struct GetOutcomeRequest: HeraldMessage {
     /// The id from SendResponse.
     public var notificationID: String
+    /// When set, only this sender may see the outcome: anyone else gets NOT_FOUND, as for an unknown id.
+    public var requester: String
 
-    public init(notificationID: String = "") {
+    public init(notificationID: String = "", requester: String = "") {
         self.notificationID = notificationID
+        self.requester = requester
     }
 
     public init() {
         self.notificationID = ""
+        self.requester = ""
     }
 
     public static let protoName = "herald.v1.GetOutcomeRequest"
@@ -387,12 +397,14 @@ extension GetOutcomeRequest: CBacked {
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.notificationID = CBridge.string(m.notification_id)
+        self.requester = CBridge.string(m.requester)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
         let p = arena.allocate(CType.self)
         herald__v1__get_outcome_request__init(p)
         p.pointee.notification_id = try arena.string(self.notificationID, field: "herald.v1.GetOutcomeRequest.notification_id")
+        p.pointee.requester = try arena.string(self.requester, field: "herald.v1.GetOutcomeRequest.requester")
         return p
     }
 
@@ -559,15 +571,19 @@ public struct ListInboxRequest: HeraldMessage {
     public var afterSequence: Int64
     /// At most this many (0: 100; capped at 1000).
     public var limit: Int32
+    /// When set, only entries addressed to this push handle.
+    public var handle: String
 
-    public init(afterSequence: Int64 = 0, limit: Int32 = 0) {
+    public init(afterSequence: Int64 = 0, limit: Int32 = 0, handle: String = "") {
         self.afterSequence = afterSequence
         self.limit = limit
+        self.handle = handle
     }
 
     public init() {
         self.afterSequence = 0
         self.limit = 0
+        self.handle = ""
     }
 
     public static let protoName = "herald.v1.ListInboxRequest"
@@ -588,6 +604,7 @@ extension ListInboxRequest: CBacked {
         let m = pointer.pointee
         self.afterSequence = m.after_sequence
         self.limit = m.limit
+        self.handle = CBridge.string(m.handle)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -595,6 +612,7 @@ extension ListInboxRequest: CBacked {
         herald__v1__list_inbox_request__init(p)
         p.pointee.after_sequence = self.afterSequence
         p.pointee.limit = self.limit
+        p.pointee.handle = try arena.string(self.handle, field: "herald.v1.ListInboxRequest.handle")
         return p
     }
 
@@ -668,7 +686,8 @@ public enum DispatchServiceMethods {
     /// Errors: INVALID_ARGUMENT when the target is missing or ambiguous, when no payload is given, when
     /// a platform appears twice, or when a payload is over its provider's size limit.
     public static let send = UnaryMethod<SendRequest, SendResponse>(service: serviceName, method: "Send")
-    /// The outcome of one send. Errors: NOT_FOUND for an unknown notification id.
+    /// The outcome of one send. Errors: NOT_FOUND for an unknown notification id, or one another
+    /// sender sent when `requester` is set.
     public static let getOutcome = UnaryMethod<GetOutcomeRequest, Outcome>(service: serviceName, method: "GetOutcome")
     /// What the built-in inbox provider recorded, oldest first.
     public static let listInbox = UnaryMethod<ListInboxRequest, ListInboxResponse>(service: serviceName, method: "ListInbox")

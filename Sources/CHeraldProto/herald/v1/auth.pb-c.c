@@ -97,6 +97,591 @@ void   herald__v1__authenticate_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__authenticate_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__issue_token_request__init
+                     (Herald__V1__IssueTokenRequest         *message)
+{
+  static const Herald__V1__IssueTokenRequest init_value = HERALD__V1__ISSUE_TOKEN_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__issue_token_request__get_packed_size
+                     (const Herald__V1__IssueTokenRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__issue_token_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__issue_token_request__pack
+                     (const Herald__V1__IssueTokenRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__issue_token_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__issue_token_request__pack_to_buffer
+                     (const Herald__V1__IssueTokenRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__issue_token_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__IssueTokenRequest *
+       herald__v1__issue_token_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__IssueTokenRequest *)
+     protobuf_c_message_unpack (&herald__v1__issue_token_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__issue_token_request__free_unpacked
+                     (Herald__V1__IssueTokenRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__issue_token_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__issue_token_response__init
+                     (Herald__V1__IssueTokenResponse         *message)
+{
+  static const Herald__V1__IssueTokenResponse init_value = HERALD__V1__ISSUE_TOKEN_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__issue_token_response__get_packed_size
+                     (const Herald__V1__IssueTokenResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__issue_token_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__issue_token_response__pack
+                     (const Herald__V1__IssueTokenResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__issue_token_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__issue_token_response__pack_to_buffer
+                     (const Herald__V1__IssueTokenResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__issue_token_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__IssueTokenResponse *
+       herald__v1__issue_token_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__IssueTokenResponse *)
+     protobuf_c_message_unpack (&herald__v1__issue_token_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__issue_token_response__free_unpacked
+                     (Herald__V1__IssueTokenResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__issue_token_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__revoke_token_request__init
+                     (Herald__V1__RevokeTokenRequest         *message)
+{
+  static const Herald__V1__RevokeTokenRequest init_value = HERALD__V1__REVOKE_TOKEN_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__revoke_token_request__get_packed_size
+                     (const Herald__V1__RevokeTokenRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_token_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__revoke_token_request__pack
+                     (const Herald__V1__RevokeTokenRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_token_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__revoke_token_request__pack_to_buffer
+                     (const Herald__V1__RevokeTokenRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_token_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__RevokeTokenRequest *
+       herald__v1__revoke_token_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__RevokeTokenRequest *)
+     protobuf_c_message_unpack (&herald__v1__revoke_token_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__revoke_token_request__free_unpacked
+                     (Herald__V1__RevokeTokenRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__revoke_token_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__revoke_token_response__init
+                     (Herald__V1__RevokeTokenResponse         *message)
+{
+  static const Herald__V1__RevokeTokenResponse init_value = HERALD__V1__REVOKE_TOKEN_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__revoke_token_response__get_packed_size
+                     (const Herald__V1__RevokeTokenResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_token_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__revoke_token_response__pack
+                     (const Herald__V1__RevokeTokenResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_token_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__revoke_token_response__pack_to_buffer
+                     (const Herald__V1__RevokeTokenResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_token_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__RevokeTokenResponse *
+       herald__v1__revoke_token_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__RevokeTokenResponse *)
+     protobuf_c_message_unpack (&herald__v1__revoke_token_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__revoke_token_response__free_unpacked
+                     (Herald__V1__RevokeTokenResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__revoke_token_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__revoke_user_tokens_request__init
+                     (Herald__V1__RevokeUserTokensRequest         *message)
+{
+  static const Herald__V1__RevokeUserTokensRequest init_value = HERALD__V1__REVOKE_USER_TOKENS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__revoke_user_tokens_request__get_packed_size
+                     (const Herald__V1__RevokeUserTokensRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_user_tokens_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__revoke_user_tokens_request__pack
+                     (const Herald__V1__RevokeUserTokensRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_user_tokens_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__revoke_user_tokens_request__pack_to_buffer
+                     (const Herald__V1__RevokeUserTokensRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_user_tokens_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__RevokeUserTokensRequest *
+       herald__v1__revoke_user_tokens_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__RevokeUserTokensRequest *)
+     protobuf_c_message_unpack (&herald__v1__revoke_user_tokens_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__revoke_user_tokens_request__free_unpacked
+                     (Herald__V1__RevokeUserTokensRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__revoke_user_tokens_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__create_user_request__init
+                     (Herald__V1__CreateUserRequest         *message)
+{
+  static const Herald__V1__CreateUserRequest init_value = HERALD__V1__CREATE_USER_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__create_user_request__get_packed_size
+                     (const Herald__V1__CreateUserRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__create_user_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__create_user_request__pack
+                     (const Herald__V1__CreateUserRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__create_user_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__create_user_request__pack_to_buffer
+                     (const Herald__V1__CreateUserRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__create_user_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__CreateUserRequest *
+       herald__v1__create_user_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__CreateUserRequest *)
+     protobuf_c_message_unpack (&herald__v1__create_user_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__create_user_request__free_unpacked
+                     (Herald__V1__CreateUserRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__create_user_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__set_password_request__init
+                     (Herald__V1__SetPasswordRequest         *message)
+{
+  static const Herald__V1__SetPasswordRequest init_value = HERALD__V1__SET_PASSWORD_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__set_password_request__get_packed_size
+                     (const Herald__V1__SetPasswordRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__set_password_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__set_password_request__pack
+                     (const Herald__V1__SetPasswordRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__set_password_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__set_password_request__pack_to_buffer
+                     (const Herald__V1__SetPasswordRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__set_password_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__SetPasswordRequest *
+       herald__v1__set_password_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__SetPasswordRequest *)
+     protobuf_c_message_unpack (&herald__v1__set_password_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__set_password_request__free_unpacked
+                     (Herald__V1__SetPasswordRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__set_password_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__user__init
+                     (Herald__V1__User         *message)
+{
+  static const Herald__V1__User init_value = HERALD__V1__USER__INIT;
+  *message = init_value;
+}
+size_t herald__v1__user__get_packed_size
+                     (const Herald__V1__User *message)
+{
+  assert(message->base.descriptor == &herald__v1__user__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__user__pack
+                     (const Herald__V1__User *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__user__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__user__pack_to_buffer
+                     (const Herald__V1__User *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__user__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__User *
+       herald__v1__user__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__User *)
+     protobuf_c_message_unpack (&herald__v1__user__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__user__free_unpacked
+                     (Herald__V1__User *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__user__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__user_response__init
+                     (Herald__V1__UserResponse         *message)
+{
+  static const Herald__V1__UserResponse init_value = HERALD__V1__USER_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__user_response__get_packed_size
+                     (const Herald__V1__UserResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__user_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__user_response__pack
+                     (const Herald__V1__UserResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__user_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__user_response__pack_to_buffer
+                     (const Herald__V1__UserResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__user_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__UserResponse *
+       herald__v1__user_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__UserResponse *)
+     protobuf_c_message_unpack (&herald__v1__user_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__user_response__free_unpacked
+                     (Herald__V1__UserResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__user_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_user_request__init
+                     (Herald__V1__DeleteUserRequest         *message)
+{
+  static const Herald__V1__DeleteUserRequest init_value = HERALD__V1__DELETE_USER_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_user_request__get_packed_size
+                     (const Herald__V1__DeleteUserRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_user_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_user_request__pack
+                     (const Herald__V1__DeleteUserRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_user_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_user_request__pack_to_buffer
+                     (const Herald__V1__DeleteUserRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_user_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteUserRequest *
+       herald__v1__delete_user_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteUserRequest *)
+     protobuf_c_message_unpack (&herald__v1__delete_user_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_user_request__free_unpacked
+                     (Herald__V1__DeleteUserRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_user_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_user_response__init
+                     (Herald__V1__DeleteUserResponse         *message)
+{
+  static const Herald__V1__DeleteUserResponse init_value = HERALD__V1__DELETE_USER_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_user_response__get_packed_size
+                     (const Herald__V1__DeleteUserResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_user_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_user_response__pack
+                     (const Herald__V1__DeleteUserResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_user_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_user_response__pack_to_buffer
+                     (const Herald__V1__DeleteUserResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_user_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteUserResponse *
+       herald__v1__delete_user_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteUserResponse *)
+     protobuf_c_message_unpack (&herald__v1__delete_user_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_user_response__free_unpacked
+                     (Herald__V1__DeleteUserResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_user_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_users_request__init
+                     (Herald__V1__ListUsersRequest         *message)
+{
+  static const Herald__V1__ListUsersRequest init_value = HERALD__V1__LIST_USERS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_users_request__get_packed_size
+                     (const Herald__V1__ListUsersRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_users_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_users_request__pack
+                     (const Herald__V1__ListUsersRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_users_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_users_request__pack_to_buffer
+                     (const Herald__V1__ListUsersRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_users_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListUsersRequest *
+       herald__v1__list_users_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListUsersRequest *)
+     protobuf_c_message_unpack (&herald__v1__list_users_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_users_request__free_unpacked
+                     (Herald__V1__ListUsersRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_users_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_users_response__init
+                     (Herald__V1__ListUsersResponse         *message)
+{
+  static const Herald__V1__ListUsersResponse init_value = HERALD__V1__LIST_USERS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_users_response__get_packed_size
+                     (const Herald__V1__ListUsersResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_users_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_users_response__pack
+                     (const Herald__V1__ListUsersResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_users_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_users_response__pack_to_buffer
+                     (const Herald__V1__ListUsersResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_users_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListUsersResponse *
+       herald__v1__list_users_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListUsersResponse *)
+     protobuf_c_message_unpack (&herald__v1__list_users_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_users_response__free_unpacked
+                     (Herald__V1__ListUsersResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_users_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor herald__v1__authenticate_request__field_descriptors[1] =
 {
   {
@@ -186,12 +771,558 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor =
   (ProtobufCMessageInit) herald__v1__authenticate_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[1] =
+static const ProtobufCFieldDescriptor herald__v1__issue_token_request__field_descriptors[1] =
+{
+  {
+    "authorization",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__IssueTokenRequest, authorization),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__issue_token_request__field_indices_by_name[] = {
+  0,   /* field[0] = authorization */
+};
+static const ProtobufCIntRange herald__v1__issue_token_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__issue_token_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.IssueTokenRequest",
+  "IssueTokenRequest",
+  "Herald__V1__IssueTokenRequest",
+  "herald.v1",
+  sizeof(Herald__V1__IssueTokenRequest),
+  1,
+  herald__v1__issue_token_request__field_descriptors,
+  herald__v1__issue_token_request__field_indices_by_name,
+  1,  herald__v1__issue_token_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__issue_token_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__issue_token_response__field_descriptors[3] =
+{
+  {
+    "token",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__IssueTokenResponse, token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "user",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__IssueTokenResponse, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expires_at_unix_ms",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__IssueTokenResponse, expires_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__issue_token_response__field_indices_by_name[] = {
+  2,   /* field[2] = expires_at_unix_ms */
+  0,   /* field[0] = token */
+  1,   /* field[1] = user */
+};
+static const ProtobufCIntRange herald__v1__issue_token_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__issue_token_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.IssueTokenResponse",
+  "IssueTokenResponse",
+  "Herald__V1__IssueTokenResponse",
+  "herald.v1",
+  sizeof(Herald__V1__IssueTokenResponse),
+  3,
+  herald__v1__issue_token_response__field_descriptors,
+  herald__v1__issue_token_response__field_indices_by_name,
+  1,  herald__v1__issue_token_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__issue_token_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__revoke_token_request__field_descriptors[1] =
+{
+  {
+    "token",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RevokeTokenRequest, token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__revoke_token_request__field_indices_by_name[] = {
+  0,   /* field[0] = token */
+};
+static const ProtobufCIntRange herald__v1__revoke_token_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__revoke_token_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.RevokeTokenRequest",
+  "RevokeTokenRequest",
+  "Herald__V1__RevokeTokenRequest",
+  "herald.v1",
+  sizeof(Herald__V1__RevokeTokenRequest),
+  1,
+  herald__v1__revoke_token_request__field_descriptors,
+  herald__v1__revoke_token_request__field_indices_by_name,
+  1,  herald__v1__revoke_token_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__revoke_token_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__revoke_token_response__field_descriptors[1] =
+{
+  {
+    "revoked",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RevokeTokenResponse, revoked),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__revoke_token_response__field_indices_by_name[] = {
+  0,   /* field[0] = revoked */
+};
+static const ProtobufCIntRange herald__v1__revoke_token_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__revoke_token_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.RevokeTokenResponse",
+  "RevokeTokenResponse",
+  "Herald__V1__RevokeTokenResponse",
+  "herald.v1",
+  sizeof(Herald__V1__RevokeTokenResponse),
+  1,
+  herald__v1__revoke_token_response__field_descriptors,
+  herald__v1__revoke_token_response__field_indices_by_name,
+  1,  herald__v1__revoke_token_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__revoke_token_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__revoke_user_tokens_request__field_descriptors[1] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RevokeUserTokensRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__revoke_user_tokens_request__field_indices_by_name[] = {
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__revoke_user_tokens_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__revoke_user_tokens_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.RevokeUserTokensRequest",
+  "RevokeUserTokensRequest",
+  "Herald__V1__RevokeUserTokensRequest",
+  "herald.v1",
+  sizeof(Herald__V1__RevokeUserTokensRequest),
+  1,
+  herald__v1__revoke_user_tokens_request__field_descriptors,
+  herald__v1__revoke_user_tokens_request__field_indices_by_name,
+  1,  herald__v1__revoke_user_tokens_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__revoke_user_tokens_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__create_user_request__field_descriptors[2] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__CreateUserRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "password",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__CreateUserRequest, password),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__create_user_request__field_indices_by_name[] = {
+  1,   /* field[1] = password */
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__create_user_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__create_user_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.CreateUserRequest",
+  "CreateUserRequest",
+  "Herald__V1__CreateUserRequest",
+  "herald.v1",
+  sizeof(Herald__V1__CreateUserRequest),
+  2,
+  herald__v1__create_user_request__field_descriptors,
+  herald__v1__create_user_request__field_indices_by_name,
+  1,  herald__v1__create_user_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__create_user_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__set_password_request__field_descriptors[2] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetPasswordRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "password",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetPasswordRequest, password),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__set_password_request__field_indices_by_name[] = {
+  1,   /* field[1] = password */
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__set_password_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__set_password_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.SetPasswordRequest",
+  "SetPasswordRequest",
+  "Herald__V1__SetPasswordRequest",
+  "herald.v1",
+  sizeof(Herald__V1__SetPasswordRequest),
+  2,
+  herald__v1__set_password_request__field_descriptors,
+  herald__v1__set_password_request__field_indices_by_name,
+  1,  herald__v1__set_password_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__set_password_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__user__field_descriptors[3] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__User, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "created_at_unix_ms",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__User, created_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "password_changed_at_unix_ms",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__User, password_changed_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__user__field_indices_by_name[] = {
+  1,   /* field[1] = created_at_unix_ms */
+  0,   /* field[0] = name */
+  2,   /* field[2] = password_changed_at_unix_ms */
+};
+static const ProtobufCIntRange herald__v1__user__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__user__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.User",
+  "User",
+  "Herald__V1__User",
+  "herald.v1",
+  sizeof(Herald__V1__User),
+  3,
+  herald__v1__user__field_descriptors,
+  herald__v1__user__field_indices_by_name,
+  1,  herald__v1__user__number_ranges,
+  (ProtobufCMessageInit) herald__v1__user__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__user_response__field_descriptors[1] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__UserResponse, user),
+    &herald__v1__user__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__user_response__field_indices_by_name[] = {
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__user_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__user_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.UserResponse",
+  "UserResponse",
+  "Herald__V1__UserResponse",
+  "herald.v1",
+  sizeof(Herald__V1__UserResponse),
+  1,
+  herald__v1__user_response__field_descriptors,
+  herald__v1__user_response__field_indices_by_name,
+  1,  herald__v1__user_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__user_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__delete_user_request__field_descriptors[1] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteUserRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__delete_user_request__field_indices_by_name[] = {
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__delete_user_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__delete_user_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteUserRequest",
+  "DeleteUserRequest",
+  "Herald__V1__DeleteUserRequest",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteUserRequest),
+  1,
+  herald__v1__delete_user_request__field_descriptors,
+  herald__v1__delete_user_request__field_indices_by_name,
+  1,  herald__v1__delete_user_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_user_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define herald__v1__delete_user_response__field_descriptors NULL
+#define herald__v1__delete_user_response__field_indices_by_name NULL
+#define herald__v1__delete_user_response__number_ranges NULL
+const ProtobufCMessageDescriptor herald__v1__delete_user_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteUserResponse",
+  "DeleteUserResponse",
+  "Herald__V1__DeleteUserResponse",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteUserResponse),
+  0,
+  herald__v1__delete_user_response__field_descriptors,
+  herald__v1__delete_user_response__field_indices_by_name,
+  0,  herald__v1__delete_user_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_user_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define herald__v1__list_users_request__field_descriptors NULL
+#define herald__v1__list_users_request__field_indices_by_name NULL
+#define herald__v1__list_users_request__number_ranges NULL
+const ProtobufCMessageDescriptor herald__v1__list_users_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListUsersRequest",
+  "ListUsersRequest",
+  "Herald__V1__ListUsersRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ListUsersRequest),
+  0,
+  herald__v1__list_users_request__field_descriptors,
+  herald__v1__list_users_request__field_indices_by_name,
+  0,  herald__v1__list_users_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_users_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_users_response__field_descriptors[1] =
+{
+  {
+    "users",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ListUsersResponse, n_users),
+    offsetof(Herald__V1__ListUsersResponse, users),
+    &herald__v1__user__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_users_response__field_indices_by_name[] = {
+  0,   /* field[0] = users */
+};
+static const ProtobufCIntRange herald__v1__list_users_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_users_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListUsersResponse",
+  "ListUsersResponse",
+  "Herald__V1__ListUsersResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ListUsersResponse),
+  1,
+  herald__v1__list_users_response__field_descriptors,
+  herald__v1__list_users_response__field_indices_by_name,
+  1,  herald__v1__list_users_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_users_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[8] =
 {
   { "Authenticate", &herald__v1__authenticate_request__descriptor, &herald__v1__authenticate_response__descriptor },
+  { "IssueToken", &herald__v1__issue_token_request__descriptor, &herald__v1__issue_token_response__descriptor },
+  { "RevokeToken", &herald__v1__revoke_token_request__descriptor, &herald__v1__revoke_token_response__descriptor },
+  { "RevokeUserTokens", &herald__v1__revoke_user_tokens_request__descriptor, &herald__v1__revoke_token_response__descriptor },
+  { "CreateUser", &herald__v1__create_user_request__descriptor, &herald__v1__user_response__descriptor },
+  { "SetPassword", &herald__v1__set_password_request__descriptor, &herald__v1__user_response__descriptor },
+  { "DeleteUser", &herald__v1__delete_user_request__descriptor, &herald__v1__delete_user_response__descriptor },
+  { "ListUsers", &herald__v1__list_users_request__descriptor, &herald__v1__list_users_response__descriptor },
 };
 const unsigned herald__v1__auth_service__method_indices_by_name[] = {
-  0         /* Authenticate */
+  0,        /* Authenticate */
+  4,        /* CreateUser */
+  6,        /* DeleteUser */
+  1,        /* IssueToken */
+  7,        /* ListUsers */
+  2,        /* RevokeToken */
+  3,        /* RevokeUserTokens */
+  5         /* SetPassword */
 };
 const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor =
 {
@@ -200,7 +1331,7 @@ const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor =
   "AuthService",
   "Herald__V1__AuthService",
   "herald.v1",
-  1,
+  8,
   herald__v1__auth_service__method_descriptors,
   herald__v1__auth_service__method_indices_by_name
 };
@@ -211,6 +1342,62 @@ void herald__v1__auth_service__authenticate(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
   service->invoke(service, 0, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__issue_token(ProtobufCService *service,
+                                           const Herald__V1__IssueTokenRequest *input,
+                                           Herald__V1__IssueTokenResponse_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 1, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__revoke_token(ProtobufCService *service,
+                                            const Herald__V1__RevokeTokenRequest *input,
+                                            Herald__V1__RevokeTokenResponse_Closure closure,
+                                            void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 2, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__revoke_user_tokens(ProtobufCService *service,
+                                                  const Herald__V1__RevokeUserTokensRequest *input,
+                                                  Herald__V1__RevokeTokenResponse_Closure closure,
+                                                  void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__create_user(ProtobufCService *service,
+                                           const Herald__V1__CreateUserRequest *input,
+                                           Herald__V1__UserResponse_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__set_password(ProtobufCService *service,
+                                            const Herald__V1__SetPasswordRequest *input,
+                                            Herald__V1__UserResponse_Closure closure,
+                                            void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 5, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__delete_user(ProtobufCService *service,
+                                           const Herald__V1__DeleteUserRequest *input,
+                                           Herald__V1__DeleteUserResponse_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 6, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__list_users(ProtobufCService *service,
+                                          const Herald__V1__ListUsersRequest *input,
+                                          Herald__V1__ListUsersResponse_Closure closure,
+                                          void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 7, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
                                      Herald__V1__AuthService_ServiceDestroy destroy)

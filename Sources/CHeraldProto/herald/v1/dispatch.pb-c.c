@@ -726,7 +726,7 @@ const ProtobufCMessageDescriptor herald__v1__platform_outcome__descriptor =
   (ProtobufCMessageInit) herald__v1__platform_outcome__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[5] =
 {
   {
     "notification_id",
@@ -776,17 +776,30 @@ static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[4] 
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "sender",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Outcome, sender),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__outcome__field_indices_by_name[] = {
   3,   /* field[3] = created_at_unix_ms */
   0,   /* field[0] = notification_id */
   2,   /* field[2] = platforms */
+  4,   /* field[4] = sender */
   1,   /* field[1] = state */
 };
 static const ProtobufCIntRange herald__v1__outcome__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__outcome__descriptor =
 {
@@ -796,14 +809,14 @@ const ProtobufCMessageDescriptor herald__v1__outcome__descriptor =
   "Herald__V1__Outcome",
   "herald.v1",
   sizeof(Herald__V1__Outcome),
-  4,
+  5,
   herald__v1__outcome__field_descriptors,
   herald__v1__outcome__field_indices_by_name,
   1,  herald__v1__outcome__number_ranges,
   (ProtobufCMessageInit) herald__v1__outcome__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[1] =
+static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[2] =
 {
   {
     "notification_id",
@@ -817,14 +830,27 @@ static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "requester",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetOutcomeRequest, requester),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__get_outcome_request__field_indices_by_name[] = {
   0,   /* field[0] = notification_id */
+  1,   /* field[1] = requester */
 };
 static const ProtobufCIntRange herald__v1__get_outcome_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor =
 {
@@ -834,7 +860,7 @@ const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor =
   "Herald__V1__GetOutcomeRequest",
   "herald.v1",
   sizeof(Herald__V1__GetOutcomeRequest),
-  1,
+  2,
   herald__v1__get_outcome_request__field_descriptors,
   herald__v1__get_outcome_request__field_indices_by_name,
   1,  herald__v1__get_outcome_request__number_ranges,
@@ -1021,7 +1047,7 @@ const ProtobufCMessageDescriptor herald__v1__inbox_entry__descriptor =
   (ProtobufCMessageInit) herald__v1__inbox_entry__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__list_inbox_request__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__list_inbox_request__field_descriptors[3] =
 {
   {
     "after_sequence",
@@ -1047,15 +1073,28 @@ static const ProtobufCFieldDescriptor herald__v1__list_inbox_request__field_desc
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "handle",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInboxRequest, handle),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_inbox_request__field_indices_by_name[] = {
   0,   /* field[0] = after_sequence */
+  2,   /* field[2] = handle */
   1,   /* field[1] = limit */
 };
 static const ProtobufCIntRange herald__v1__list_inbox_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_inbox_request__descriptor =
 {
@@ -1065,7 +1104,7 @@ const ProtobufCMessageDescriptor herald__v1__list_inbox_request__descriptor =
   "Herald__V1__ListInboxRequest",
   "herald.v1",
   sizeof(Herald__V1__ListInboxRequest),
-  2,
+  3,
   herald__v1__list_inbox_request__field_descriptors,
   herald__v1__list_inbox_request__field_indices_by_name,
   1,  herald__v1__list_inbox_request__number_ranges,

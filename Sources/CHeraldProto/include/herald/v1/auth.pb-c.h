@@ -17,6 +17,19 @@ PROTOBUF_C__BEGIN_DECLS
 
 typedef struct Herald__V1__AuthenticateRequest Herald__V1__AuthenticateRequest;
 typedef struct Herald__V1__AuthenticateResponse Herald__V1__AuthenticateResponse;
+typedef struct Herald__V1__IssueTokenRequest Herald__V1__IssueTokenRequest;
+typedef struct Herald__V1__IssueTokenResponse Herald__V1__IssueTokenResponse;
+typedef struct Herald__V1__RevokeTokenRequest Herald__V1__RevokeTokenRequest;
+typedef struct Herald__V1__RevokeTokenResponse Herald__V1__RevokeTokenResponse;
+typedef struct Herald__V1__RevokeUserTokensRequest Herald__V1__RevokeUserTokensRequest;
+typedef struct Herald__V1__CreateUserRequest Herald__V1__CreateUserRequest;
+typedef struct Herald__V1__SetPasswordRequest Herald__V1__SetPasswordRequest;
+typedef struct Herald__V1__User Herald__V1__User;
+typedef struct Herald__V1__UserResponse Herald__V1__UserResponse;
+typedef struct Herald__V1__DeleteUserRequest Herald__V1__DeleteUserRequest;
+typedef struct Herald__V1__DeleteUserResponse Herald__V1__DeleteUserResponse;
+typedef struct Herald__V1__ListUsersRequest Herald__V1__ListUsersRequest;
+typedef struct Herald__V1__ListUsersResponse Herald__V1__ListUsersResponse;
 
 
 /* --- enums --- */
@@ -60,6 +73,207 @@ struct  Herald__V1__AuthenticateResponse
     , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
+/*
+ * Request of IssueToken.
+ */
+struct  Herald__V1__IssueTokenRequest
+{
+  ProtobufCMessage base;
+  /*
+   * A Basic Authorization header value. Never logged.
+   */
+  char *authorization;
+};
+#define HERALD__V1__ISSUE_TOKEN_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__issue_token_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * A new bearer token. Only its SHA-256 is stored: this answer is the one place it appears.
+ */
+struct  Herald__V1__IssueTokenResponse
+{
+  ProtobufCMessage base;
+  /*
+   * The token, to send as "Authorization: Bearer <token>".
+   */
+  char *token;
+  /*
+   * The user it authenticates.
+   */
+  char *user;
+  /*
+   * When it stops working, Unix epoch milliseconds.
+   */
+  int64_t expires_at_unix_ms;
+};
+#define HERALD__V1__ISSUE_TOKEN_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__issue_token_response__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * Request of RevokeToken.
+ */
+struct  Herald__V1__RevokeTokenRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The token itself (not its hash). Never logged.
+   */
+  char *token;
+};
+#define HERALD__V1__REVOKE_TOKEN_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__revoke_token_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of RevokeToken and RevokeUserTokens.
+ */
+struct  Herald__V1__RevokeTokenResponse
+{
+  ProtobufCMessage base;
+  /*
+   * How many live tokens were revoked.
+   */
+  int64_t revoked;
+};
+#define HERALD__V1__REVOKE_TOKEN_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__revoke_token_response__descriptor) \
+    , 0 }
+
+
+/*
+ * Request of RevokeUserTokens.
+ */
+struct  Herald__V1__RevokeUserTokensRequest
+{
+  ProtobufCMessage base;
+  char *user;
+};
+#define HERALD__V1__REVOKE_USER_TOKENS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__revoke_user_tokens_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of CreateUser.
+ */
+struct  Herald__V1__CreateUserRequest
+{
+  ProtobufCMessage base;
+  /*
+   * 1 to 64 characters of A-Z a-z 0-9 _ @ # . -
+   */
+  char *user;
+  /*
+   * 8 to 1024 bytes of UTF-8. Stored as a salted scrypt hash; never logged.
+   */
+  char *password;
+};
+#define HERALD__V1__CREATE_USER_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__create_user_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of SetPassword.
+ */
+struct  Herald__V1__SetPasswordRequest
+{
+  ProtobufCMessage base;
+  char *user;
+  /*
+   * As in CreateUserRequest.
+   */
+  char *password;
+};
+#define HERALD__V1__SET_PASSWORD_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__set_password_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * An account, without its password hash.
+ */
+struct  Herald__V1__User
+{
+  ProtobufCMessage base;
+  char *name;
+  int64_t created_at_unix_ms;
+  int64_t password_changed_at_unix_ms;
+};
+#define HERALD__V1__USER__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__user__descriptor) \
+    , (char *)protobuf_c_empty_string, 0, 0 }
+
+
+/*
+ * Answer of CreateUser and SetPassword.
+ */
+struct  Herald__V1__UserResponse
+{
+  ProtobufCMessage base;
+  Herald__V1__User *user;
+};
+#define HERALD__V1__USER_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__user_response__descriptor) \
+    , NULL }
+
+
+/*
+ * Request of DeleteUser.
+ */
+struct  Herald__V1__DeleteUserRequest
+{
+  ProtobufCMessage base;
+  char *user;
+};
+#define HERALD__V1__DELETE_USER_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_user_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of DeleteUser.
+ */
+struct  Herald__V1__DeleteUserResponse
+{
+  ProtobufCMessage base;
+};
+#define HERALD__V1__DELETE_USER_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_user_response__descriptor) \
+     }
+
+
+/*
+ * Request of ListUsers.
+ */
+struct  Herald__V1__ListUsersRequest
+{
+  ProtobufCMessage base;
+};
+#define HERALD__V1__LIST_USERS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_users_request__descriptor) \
+     }
+
+
+/*
+ * Answer of ListUsers.
+ */
+struct  Herald__V1__ListUsersResponse
+{
+  ProtobufCMessage base;
+  size_t n_users;
+  Herald__V1__User **users;
+};
+#define HERALD__V1__LIST_USERS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_users_response__descriptor) \
+    , 0,NULL }
+
+
 /* Herald__V1__AuthenticateRequest methods */
 void   herald__v1__authenticate_request__init
                      (Herald__V1__AuthenticateRequest         *message);
@@ -98,6 +312,253 @@ Herald__V1__AuthenticateResponse *
 void   herald__v1__authenticate_response__free_unpacked
                      (Herald__V1__AuthenticateResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__IssueTokenRequest methods */
+void   herald__v1__issue_token_request__init
+                     (Herald__V1__IssueTokenRequest         *message);
+size_t herald__v1__issue_token_request__get_packed_size
+                     (const Herald__V1__IssueTokenRequest   *message);
+size_t herald__v1__issue_token_request__pack
+                     (const Herald__V1__IssueTokenRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__issue_token_request__pack_to_buffer
+                     (const Herald__V1__IssueTokenRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__IssueTokenRequest *
+       herald__v1__issue_token_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__issue_token_request__free_unpacked
+                     (Herald__V1__IssueTokenRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__IssueTokenResponse methods */
+void   herald__v1__issue_token_response__init
+                     (Herald__V1__IssueTokenResponse         *message);
+size_t herald__v1__issue_token_response__get_packed_size
+                     (const Herald__V1__IssueTokenResponse   *message);
+size_t herald__v1__issue_token_response__pack
+                     (const Herald__V1__IssueTokenResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__issue_token_response__pack_to_buffer
+                     (const Herald__V1__IssueTokenResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__IssueTokenResponse *
+       herald__v1__issue_token_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__issue_token_response__free_unpacked
+                     (Herald__V1__IssueTokenResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__RevokeTokenRequest methods */
+void   herald__v1__revoke_token_request__init
+                     (Herald__V1__RevokeTokenRequest         *message);
+size_t herald__v1__revoke_token_request__get_packed_size
+                     (const Herald__V1__RevokeTokenRequest   *message);
+size_t herald__v1__revoke_token_request__pack
+                     (const Herald__V1__RevokeTokenRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__revoke_token_request__pack_to_buffer
+                     (const Herald__V1__RevokeTokenRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__RevokeTokenRequest *
+       herald__v1__revoke_token_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__revoke_token_request__free_unpacked
+                     (Herald__V1__RevokeTokenRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__RevokeTokenResponse methods */
+void   herald__v1__revoke_token_response__init
+                     (Herald__V1__RevokeTokenResponse         *message);
+size_t herald__v1__revoke_token_response__get_packed_size
+                     (const Herald__V1__RevokeTokenResponse   *message);
+size_t herald__v1__revoke_token_response__pack
+                     (const Herald__V1__RevokeTokenResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__revoke_token_response__pack_to_buffer
+                     (const Herald__V1__RevokeTokenResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__RevokeTokenResponse *
+       herald__v1__revoke_token_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__revoke_token_response__free_unpacked
+                     (Herald__V1__RevokeTokenResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__RevokeUserTokensRequest methods */
+void   herald__v1__revoke_user_tokens_request__init
+                     (Herald__V1__RevokeUserTokensRequest         *message);
+size_t herald__v1__revoke_user_tokens_request__get_packed_size
+                     (const Herald__V1__RevokeUserTokensRequest   *message);
+size_t herald__v1__revoke_user_tokens_request__pack
+                     (const Herald__V1__RevokeUserTokensRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__revoke_user_tokens_request__pack_to_buffer
+                     (const Herald__V1__RevokeUserTokensRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__RevokeUserTokensRequest *
+       herald__v1__revoke_user_tokens_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__revoke_user_tokens_request__free_unpacked
+                     (Herald__V1__RevokeUserTokensRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__CreateUserRequest methods */
+void   herald__v1__create_user_request__init
+                     (Herald__V1__CreateUserRequest         *message);
+size_t herald__v1__create_user_request__get_packed_size
+                     (const Herald__V1__CreateUserRequest   *message);
+size_t herald__v1__create_user_request__pack
+                     (const Herald__V1__CreateUserRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__create_user_request__pack_to_buffer
+                     (const Herald__V1__CreateUserRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__CreateUserRequest *
+       herald__v1__create_user_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__create_user_request__free_unpacked
+                     (Herald__V1__CreateUserRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__SetPasswordRequest methods */
+void   herald__v1__set_password_request__init
+                     (Herald__V1__SetPasswordRequest         *message);
+size_t herald__v1__set_password_request__get_packed_size
+                     (const Herald__V1__SetPasswordRequest   *message);
+size_t herald__v1__set_password_request__pack
+                     (const Herald__V1__SetPasswordRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__set_password_request__pack_to_buffer
+                     (const Herald__V1__SetPasswordRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__SetPasswordRequest *
+       herald__v1__set_password_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__set_password_request__free_unpacked
+                     (Herald__V1__SetPasswordRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__User methods */
+void   herald__v1__user__init
+                     (Herald__V1__User         *message);
+size_t herald__v1__user__get_packed_size
+                     (const Herald__V1__User   *message);
+size_t herald__v1__user__pack
+                     (const Herald__V1__User   *message,
+                      uint8_t             *out);
+size_t herald__v1__user__pack_to_buffer
+                     (const Herald__V1__User   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__User *
+       herald__v1__user__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__user__free_unpacked
+                     (Herald__V1__User *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__UserResponse methods */
+void   herald__v1__user_response__init
+                     (Herald__V1__UserResponse         *message);
+size_t herald__v1__user_response__get_packed_size
+                     (const Herald__V1__UserResponse   *message);
+size_t herald__v1__user_response__pack
+                     (const Herald__V1__UserResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__user_response__pack_to_buffer
+                     (const Herald__V1__UserResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__UserResponse *
+       herald__v1__user_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__user_response__free_unpacked
+                     (Herald__V1__UserResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteUserRequest methods */
+void   herald__v1__delete_user_request__init
+                     (Herald__V1__DeleteUserRequest         *message);
+size_t herald__v1__delete_user_request__get_packed_size
+                     (const Herald__V1__DeleteUserRequest   *message);
+size_t herald__v1__delete_user_request__pack
+                     (const Herald__V1__DeleteUserRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_user_request__pack_to_buffer
+                     (const Herald__V1__DeleteUserRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteUserRequest *
+       herald__v1__delete_user_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_user_request__free_unpacked
+                     (Herald__V1__DeleteUserRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteUserResponse methods */
+void   herald__v1__delete_user_response__init
+                     (Herald__V1__DeleteUserResponse         *message);
+size_t herald__v1__delete_user_response__get_packed_size
+                     (const Herald__V1__DeleteUserResponse   *message);
+size_t herald__v1__delete_user_response__pack
+                     (const Herald__V1__DeleteUserResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_user_response__pack_to_buffer
+                     (const Herald__V1__DeleteUserResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteUserResponse *
+       herald__v1__delete_user_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_user_response__free_unpacked
+                     (Herald__V1__DeleteUserResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListUsersRequest methods */
+void   herald__v1__list_users_request__init
+                     (Herald__V1__ListUsersRequest         *message);
+size_t herald__v1__list_users_request__get_packed_size
+                     (const Herald__V1__ListUsersRequest   *message);
+size_t herald__v1__list_users_request__pack
+                     (const Herald__V1__ListUsersRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_users_request__pack_to_buffer
+                     (const Herald__V1__ListUsersRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListUsersRequest *
+       herald__v1__list_users_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_users_request__free_unpacked
+                     (Herald__V1__ListUsersRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListUsersResponse methods */
+void   herald__v1__list_users_response__init
+                     (Herald__V1__ListUsersResponse         *message);
+size_t herald__v1__list_users_response__get_packed_size
+                     (const Herald__V1__ListUsersResponse   *message);
+size_t herald__v1__list_users_response__pack
+                     (const Herald__V1__ListUsersResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_users_response__pack_to_buffer
+                     (const Herald__V1__ListUsersResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListUsersResponse *
+       herald__v1__list_users_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_users_response__free_unpacked
+                     (Herald__V1__ListUsersResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__AuthenticateRequest_Closure)
@@ -105,6 +566,45 @@ typedef void (*Herald__V1__AuthenticateRequest_Closure)
                   void *closure_data);
 typedef void (*Herald__V1__AuthenticateResponse_Closure)
                  (const Herald__V1__AuthenticateResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__IssueTokenRequest_Closure)
+                 (const Herald__V1__IssueTokenRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__IssueTokenResponse_Closure)
+                 (const Herald__V1__IssueTokenResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__RevokeTokenRequest_Closure)
+                 (const Herald__V1__RevokeTokenRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__RevokeTokenResponse_Closure)
+                 (const Herald__V1__RevokeTokenResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__RevokeUserTokensRequest_Closure)
+                 (const Herald__V1__RevokeUserTokensRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__CreateUserRequest_Closure)
+                 (const Herald__V1__CreateUserRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__SetPasswordRequest_Closure)
+                 (const Herald__V1__SetPasswordRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__User_Closure)
+                 (const Herald__V1__User *message,
+                  void *closure_data);
+typedef void (*Herald__V1__UserResponse_Closure)
+                 (const Herald__V1__UserResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeleteUserRequest_Closure)
+                 (const Herald__V1__DeleteUserRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeleteUserResponse_Closure)
+                 (const Herald__V1__DeleteUserResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListUsersRequest_Closure)
+                 (const Herald__V1__ListUsersRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListUsersResponse_Closure)
+                 (const Herald__V1__ListUsersResponse *message,
                   void *closure_data);
 
 /* --- services --- */
@@ -117,6 +617,34 @@ struct Herald__V1__AuthService_Service
                        const Herald__V1__AuthenticateRequest *input,
                        Herald__V1__AuthenticateResponse_Closure closure,
                        void *closure_data);
+  void (*issue_token)(Herald__V1__AuthService_Service *service,
+                      const Herald__V1__IssueTokenRequest *input,
+                      Herald__V1__IssueTokenResponse_Closure closure,
+                      void *closure_data);
+  void (*revoke_token)(Herald__V1__AuthService_Service *service,
+                       const Herald__V1__RevokeTokenRequest *input,
+                       Herald__V1__RevokeTokenResponse_Closure closure,
+                       void *closure_data);
+  void (*revoke_user_tokens)(Herald__V1__AuthService_Service *service,
+                             const Herald__V1__RevokeUserTokensRequest *input,
+                             Herald__V1__RevokeTokenResponse_Closure closure,
+                             void *closure_data);
+  void (*create_user)(Herald__V1__AuthService_Service *service,
+                      const Herald__V1__CreateUserRequest *input,
+                      Herald__V1__UserResponse_Closure closure,
+                      void *closure_data);
+  void (*set_password)(Herald__V1__AuthService_Service *service,
+                       const Herald__V1__SetPasswordRequest *input,
+                       Herald__V1__UserResponse_Closure closure,
+                       void *closure_data);
+  void (*delete_user)(Herald__V1__AuthService_Service *service,
+                      const Herald__V1__DeleteUserRequest *input,
+                      Herald__V1__DeleteUserResponse_Closure closure,
+                      void *closure_data);
+  void (*list_users)(Herald__V1__AuthService_Service *service,
+                     const Herald__V1__ListUsersRequest *input,
+                     Herald__V1__ListUsersResponse_Closure closure,
+                     void *closure_data);
 };
 typedef void (*Herald__V1__AuthService_ServiceDestroy)(Herald__V1__AuthService_Service *);
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
@@ -125,16 +653,64 @@ void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
     { &herald__v1__auth_service__descriptor, protobuf_c_service_invoke_internal, NULL }
 #define HERALD__V1__AUTH_SERVICE__INIT(function_prefix__) \
     { HERALD__V1__AUTH_SERVICE__BASE_INIT,\
-      function_prefix__ ## authenticate  }
+      function_prefix__ ## authenticate,\
+      function_prefix__ ## issue_token,\
+      function_prefix__ ## revoke_token,\
+      function_prefix__ ## revoke_user_tokens,\
+      function_prefix__ ## create_user,\
+      function_prefix__ ## set_password,\
+      function_prefix__ ## delete_user,\
+      function_prefix__ ## list_users  }
 void herald__v1__auth_service__authenticate(ProtobufCService *service,
                                             const Herald__V1__AuthenticateRequest *input,
                                             Herald__V1__AuthenticateResponse_Closure closure,
                                             void *closure_data);
+void herald__v1__auth_service__issue_token(ProtobufCService *service,
+                                           const Herald__V1__IssueTokenRequest *input,
+                                           Herald__V1__IssueTokenResponse_Closure closure,
+                                           void *closure_data);
+void herald__v1__auth_service__revoke_token(ProtobufCService *service,
+                                            const Herald__V1__RevokeTokenRequest *input,
+                                            Herald__V1__RevokeTokenResponse_Closure closure,
+                                            void *closure_data);
+void herald__v1__auth_service__revoke_user_tokens(ProtobufCService *service,
+                                                  const Herald__V1__RevokeUserTokensRequest *input,
+                                                  Herald__V1__RevokeTokenResponse_Closure closure,
+                                                  void *closure_data);
+void herald__v1__auth_service__create_user(ProtobufCService *service,
+                                           const Herald__V1__CreateUserRequest *input,
+                                           Herald__V1__UserResponse_Closure closure,
+                                           void *closure_data);
+void herald__v1__auth_service__set_password(ProtobufCService *service,
+                                            const Herald__V1__SetPasswordRequest *input,
+                                            Herald__V1__UserResponse_Closure closure,
+                                            void *closure_data);
+void herald__v1__auth_service__delete_user(ProtobufCService *service,
+                                           const Herald__V1__DeleteUserRequest *input,
+                                           Herald__V1__DeleteUserResponse_Closure closure,
+                                           void *closure_data);
+void herald__v1__auth_service__list_users(ProtobufCService *service,
+                                          const Herald__V1__ListUsersRequest *input,
+                                          Herald__V1__ListUsersResponse_Closure closure,
+                                          void *closure_data);
 
 /* --- descriptors --- */
 
 extern const ProtobufCMessageDescriptor herald__v1__authenticate_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__issue_token_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__issue_token_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__revoke_token_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__revoke_token_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__revoke_user_tokens_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__create_user_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__set_password_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__user__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__user_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_user_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_user_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_users_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_users_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor;
 
 PROTOBUF_C__END_DECLS

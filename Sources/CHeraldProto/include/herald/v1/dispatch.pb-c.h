@@ -187,10 +187,14 @@ struct  Herald__V1__Outcome
    * When Send accepted it, Unix epoch milliseconds.
    */
   int64_t created_at_unix_ms;
+  /*
+   * Who sent it (SendRequest.sender).
+   */
+  char *sender;
 };
 #define HERALD__V1__OUTCOME__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__outcome__descriptor) \
-    , (char *)protobuf_c_empty_string, HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED, 0,NULL, 0 }
+    , (char *)protobuf_c_empty_string, HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED, 0,NULL, 0, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -203,10 +207,14 @@ struct  Herald__V1__GetOutcomeRequest
    * The id from SendResponse.
    */
   char *notification_id;
+  /*
+   * When set, only this sender may see the outcome: anyone else gets NOT_FOUND, as for an unknown id.
+   */
+  char *requester;
 };
 #define HERALD__V1__GET_OUTCOME_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_outcome_request__descriptor) \
-    , (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -288,10 +296,14 @@ struct  Herald__V1__ListInboxRequest
    * At most this many (0: 100; capped at 1000).
    */
   int32_t limit;
+  /*
+   * When set, only entries addressed to this push handle.
+   */
+  char *handle;
 };
 #define HERALD__V1__LIST_INBOX_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_inbox_request__descriptor) \
-    , 0, 0 }
+    , 0, 0, (char *)protobuf_c_empty_string }
 
 
 /*

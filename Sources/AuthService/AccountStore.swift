@@ -1,0 +1,153 @@
+import Foundation
+public import GRDB
+public import HeraldProto
+public import HeraldRPC
+
+/// Accounts and bearer tokens in herald-auth's SQLite file.
+///
+/// Holds no secret in the clear: passwords as ``PasswordHasher`` strings, tokens as their SHA-256
+/// (tokens are 256 random bits, so a fast hash is enough to make a stolen database useless).
+public final class AccountStore: Sendable {
+    private let db: any DatabaseWriter
+    /// Unix epoch milliseconds; injected by tests that check expiry without waiting.
+    private let now: @Sendable () -> Int64
+
+    public init(db: any DatabaseWriter, now: @escaping @Sendable () -> Int64 = unixMillis) throws {
+        self.db = db
+        self.now = now
+        try Self.migrator.migrate(db)
+    }
+
+    public static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE user (
+                        name TEXT PRIMARY KEY NOT NULL,
+                        password_hash TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        password_changed_at INTEGER NOT NULL
+                    );
+                    CREATE TABLE token (
+                        hash BLOB PRIMARY KEY NOT NULL,
+                        user TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL,
+                        revoked_at INTEGER
+                    ) WITHOUT ROWID;
+                    CREATE INDEX token_user ON token(user);
+                    CREATE INDEX token_expires ON token(expires_at);
+                    """)
+        }
+        return migrator
+    }
+
+    // MARK: users
+
+    public func createUser(_ name: String, passwordHash: String) throws -> User {
+        let now = self.now()
+        do {
+            try db.write { db in
+                try db.execute(
+                    sql: "INSERT INTO user (name, password_hash, created_at, password_changed_at) VALUES (?, ?, ?, ?)",
+                    arguments: [name, passwordHash, now, now])
+            }
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
+            throw ServiceError(.alreadyExists, "user \(name) already exists")
+        }
+        return User(name: name, createdAtUnixMs: now, passwordChangedAtUnixMs: now)
+    }
+
+    /// The stored hash of `name`, nil for an unknown user.
+    public func passwordHash(of name: String) throws -> String? {
+        try db.read { db in
+            try String.fetchOne(db, sql: "SELECT password_hash FROM user WHERE name = ?", arguments: [name])
+        }
+    }
+
+    /// Replaces the hash; with `revokeTokens`, every live token of the user stops working too.
+    public func setPasswordHash(_ name: String, _ hash: String, revokeTokens: Bool = true) throws -> User {
+        let now = self.now()
+        return try db.write { db in
+            try db.execute(
+                sql: "UPDATE user SET password_hash = ?, password_changed_at = ? WHERE name = ?", arguments: [hash, now, name])
+            guard db.changesCount == 1 else { throw ServiceError.notFound("user \(name) not found") }
+            if revokeTokens { _ = try Self.revokeAll(of: name, at: now, in: db) }
+            let row = try Row.fetchOne(db, sql: "SELECT created_at FROM user WHERE name = ?", arguments: [name])!
+            return User(name: name, createdAtUnixMs: row["created_at"], passwordChangedAtUnixMs: now)
+        }
+    }
+
+    public func deleteUser(_ name: String) throws {
+        try db.write { db in
+            try db.execute(sql: "DELETE FROM user WHERE name = ?", arguments: [name])
+            guard db.changesCount == 1 else { throw ServiceError.notFound("user \(name) not found") }
+            try db.execute(sql: "DELETE FROM token WHERE user = ?", arguments: [name])
+        }
+    }
+
+    public func listUsers() throws -> [User] {
+        try db.read { db in
+            try Row.fetchAll(db, sql: "SELECT name, created_at, password_changed_at FROM user ORDER BY name").map {
+                User(name: $0["name"], createdAtUnixMs: $0["created_at"], passwordChangedAtUnixMs: $0["password_changed_at"])
+            }
+        }
+    }
+
+    public func userExists(_ name: String) throws -> Bool {
+        try db.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM user WHERE name = ?", arguments: [name]) ?? false }
+    }
+
+    // MARK: tokens
+
+    public func insertToken(hash: Data, user: String, expiresAt: Int64) throws {
+        let now = self.now()
+        try db.write { db in
+            try db.execute(
+                sql: "INSERT INTO token (hash, user, created_at, expires_at) VALUES (?, ?, ?, ?)",
+                arguments: [hash, user, now, expiresAt])
+        }
+    }
+
+    /// The user of a live (unexpired, unrevoked) token.
+    public func tokenUser(hash: Data) throws -> String? {
+        try db.read { db in
+            try String.fetchOne(
+                db, sql: "SELECT user FROM token WHERE hash = ? AND revoked_at IS NULL AND expires_at > ?",
+                arguments: [hash, now()])
+        }
+    }
+
+    public func revokeToken(hash: Data) throws -> Int64 {
+        let now = self.now()
+        return try db.write { db in
+            try db.execute(
+                sql: "UPDATE token SET revoked_at = ? WHERE hash = ? AND revoked_at IS NULL AND expires_at > ?",
+                arguments: [now, hash, now])
+            return Int64(db.changesCount)
+        }
+    }
+
+    public func revokeTokens(of user: String) throws -> Int64 {
+        let now = self.now()
+        return try db.write { db in try Self.revokeAll(of: user, at: now, in: db) }
+    }
+
+    /// Deletes tokens that expired or were revoked more than `grace` ago; returns how many.
+    public func purgeTokens(grace: Int64 = 24 * 3600 * 1000) throws -> Int {
+        let cutoff = now() - grace
+        return try db.write { db in
+            try db.execute(
+                sql: "DELETE FROM token WHERE expires_at < ? OR revoked_at < ?", arguments: [cutoff, cutoff])
+            return db.changesCount
+        }
+    }
+
+    private static func revokeAll(of user: String, at now: Int64, in db: Database) throws -> Int64 {
+        try db.execute(
+            sql: "UPDATE token SET revoked_at = ? WHERE user = ? AND revoked_at IS NULL AND expires_at > ?",
+            arguments: [now, user, now])
+        return Int64(db.changesCount)
+    }
+}

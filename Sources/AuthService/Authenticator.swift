@@ -1,0 +1,257 @@
+import Crypto
+import Foundation
+public import HeraldProto
+public import HeraldRPC
+import Logging
+import NIOPosix
+import Synchronization
+
+/// How herald-auth decides who a caller is.
+public enum AuthMode: String, CaseIterable, Sendable {
+    /// Real accounts with scrypt-hashed passwords, managed with `herald users`.
+    case accounts
+    /// The tutorial's rule: any user whose password equals the user name. For running the tutorial
+    /// apps unchanged; never for production.
+    case tutorial
+}
+
+/// Settings of herald-auth, besides ``RuntimeConfig``'s.
+///
+/// - `auth-mode` (`HERALD_AUTH_MODE`, `accounts`): `accounts` or `tutorial`.
+/// - `password-hash-log-n` (`HERALD_PASSWORD_HASH_LOG_N`, 17): scrypt cost, log2 N (r = 8, p = 1).
+///   17 is OWASP's minimum (128 MiB and ~0.3 s per hash here); lower only for tests.
+/// - `token-ttl-seconds` (`HERALD_TOKEN_TTL_SECONDS`, 3600): lifetime of bearer tokens.
+/// - `credential-cache-seconds` (`HERALD_CREDENTIAL_CACHE_SECONDS`, 60): how long a verified Basic
+///   credential is remembered (in memory, as an HMAC), so clients that send Basic on every request
+///   do not pay a password hash each time; 0 turns it off. A password change clears it.
+/// - `max-failed-logins` (`HERALD_MAX_FAILED_LOGINS`, 5) and `lockout-seconds`
+///   (`HERALD_LOCKOUT_SECONDS`, 30): see ``LoginThrottle``.
+public struct AuthConfig: Sendable {
+    public static let keys: Set<String> = [
+        "auth-mode", "password-hash-log-n", "token-ttl-seconds", "credential-cache-seconds", "max-failed-logins",
+        "lockout-seconds",
+    ]
+    public var mode: AuthMode
+    public var passwordHashLogN: Int
+    public var tokenTTLSeconds: Int64
+    public var credentialCacheSeconds: Int64
+    public var maxFailedLogins: Int
+    public var lockoutSeconds: Int64
+
+    public init(reader: ConfigReader) throws {
+        mode = try reader.choice("auth-mode", default: .accounts)
+        passwordHashLogN = try reader.int("password-hash-log-n", default: 17)
+        tokenTTLSeconds = Int64(try reader.int("token-ttl-seconds", default: 3600))
+        credentialCacheSeconds = Int64(try reader.int("credential-cache-seconds", default: 60))
+        maxFailedLogins = try reader.int("max-failed-logins", default: 5)
+        lockoutSeconds = Int64(try reader.int("lockout-seconds", default: 30))
+        guard (10...22).contains(passwordHashLogN) else { throw ConfigError("password-hash-log-n must be 10...22") }
+        guard tokenTTLSeconds > 0 else { throw ConfigError("token-ttl-seconds must be positive") }
+        guard credentialCacheSeconds >= 0 else { throw ConfigError("credential-cache-seconds must not be negative") }
+        guard maxFailedLogins > 0 else { throw ConfigError("max-failed-logins must be positive") }
+        guard lockoutSeconds > 0 else { throw ConfigError("lockout-seconds must be positive") }
+    }
+}
+
+/// Checks Authorization header values and issues tokens.
+///
+/// Basic credentials are checked by mode; bearer tokens by their SHA-256 in ``AccountStore``. Failed
+/// checks go through ``LoginThrottle``. Nothing here logs or echoes a credential: error messages
+/// say what is wrong, never with what.
+public final class Authenticator: Sendable {
+    public let mode: AuthMode
+    public let store: AccountStore
+    public let hasher: PasswordHasher
+    public let throttle: LoginThrottle
+    public let tokenTTL: Int64
+    private let cacheTTL: Int64
+    private let now: @Sendable () -> Int64
+    /// Password hashing runs here, not on Swift's cooperative pool: each hash holds a thread for a
+    /// third of a second, and the pool's size also bounds the memory scrypt takes at once.
+    private let hashingPool: NIOThreadPool
+    /// Verified Basic credentials: HMAC(process key, header) → (user, expiry).
+    private let cache = Mutex<[Data: (user: String, expires: Int64)]>([:])
+    private let cacheKey = SymmetricKey(size: .bits256)
+    /// A hash to verify against for unknown users, so they take as long as known ones.
+    private let decoyHash: String
+
+    public init(
+        mode: AuthMode, store: AccountStore, hasher: PasswordHasher = PasswordHasher(), throttle: LoginThrottle = LoginThrottle(),
+        tokenTTLSeconds: Int64 = 3600, credentialCacheSeconds: Int64 = 60, hashingPool: NIOThreadPool = .singleton,
+        now: @escaping @Sendable () -> Int64 = unixMillis
+    ) throws {
+        self.mode = mode
+        self.store = store
+        self.hasher = hasher
+        self.throttle = throttle
+        self.tokenTTL = tokenTTLSeconds * 1000
+        self.cacheTTL = credentialCacheSeconds * 1000
+        self.hashingPool = hashingPool
+        self.now = now
+        self.decoyHash = try hasher.hash(randomHex(words: 2))
+    }
+
+    /// The principal named by `header`, or UNAUTHENTICATED saying what is wrong.
+    public func authenticate(_ header: String) async throws -> AuthenticateResponse {
+        switch try Credentials.parse(header) {
+        case .basic(let user, let password):
+            try await checkPassword(user: user, password: password)
+            return AuthenticateResponse(user: user, scheme: "basic")
+        case .bearer(let token):
+            guard let user = try store.tokenUser(hash: Self.tokenHash(token)) else {
+                throw ServiceError.unauthenticated("the bearer token is unknown, expired or revoked")
+            }
+            return AuthenticateResponse(user: user, scheme: "bearer")
+        }
+    }
+
+    /// A new bearer token for the user named by Basic credentials in `header`.
+    public func issueToken(_ header: String) async throws -> IssueTokenResponse {
+        guard case .basic(let user, let password) = try Credentials.parse(header) else {
+            throw ServiceError.unauthenticated("a token is issued for Basic credentials (user name and password)")
+        }
+        try await checkPassword(user: user, password: password)
+        var bytes = [UInt8](repeating: 0, count: 32)
+        var generator = SystemRandomNumberGenerator()
+        for index in bytes.indices { bytes[index] = generator.next() }
+        let token = "hrd_" + Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        let expires = now() + tokenTTL
+        try store.insertToken(hash: Self.tokenHash(token), user: user, expiresAt: expires)
+        return IssueTokenResponse(token: token, user: user, expiresAtUnixMs: expires)
+    }
+
+    public func revokeToken(_ token: String) throws -> Int64 {
+        try store.revokeToken(hash: Self.tokenHash(token))
+    }
+
+    // MARK: accounts
+
+    public func createUser(_ user: String, password: String) async throws -> User {
+        try Self.validate(user: user, password: password)
+        let hash = try await hashingPool.runIfActive { [hasher] in try hasher.hash(password) }
+        return try store.createUser(user, passwordHash: hash)
+    }
+
+    public func setPassword(_ user: String, password: String) async throws -> User {
+        try Self.validate(user: user, password: password)
+        let hash = try await hashingPool.runIfActive { [hasher] in try hasher.hash(password) }
+        let updated = try store.setPasswordHash(user, hash)
+        forget(user)
+        return updated
+    }
+
+    public func deleteUser(_ user: String) throws {
+        try store.deleteUser(user)
+        forget(user)
+    }
+
+    public func revokeTokens(of user: String) throws -> Int64 {
+        if mode == .accounts, try !store.userExists(user) { throw ServiceError.notFound("user \(user) not found") }
+        return try store.revokeTokens(of: user)
+    }
+
+    // MARK: passwords
+
+    /// Checks one user name and password against the mode's rule, through the throttle.
+    func checkPassword(user: String, password: String) async throws {
+        try throttle.check(user)
+        let valid: Bool
+        switch mode {
+        case .tutorial:
+            valid = user == password
+        case .accounts:
+            let key = Data(HMAC<SHA256>.authenticationCode(for: Data("\(user)\u{0}\(password)".utf8), using: cacheKey))
+            let now = self.now()
+            if cacheTTL > 0, let hit = cache.withLock({ $0[key] }), hit.user == user, hit.expires > now {
+                valid = true
+            } else {
+                let stored = try store.passwordHash(of: user)
+                let encoded = stored ?? decoyHash
+                let matches = try await hashingPool.runIfActive { [hasher] in hasher.verify(password, against: encoded) }
+                valid = matches && stored != nil
+                if valid, cacheTTL > 0 {
+                    cache.withLock { entries in
+                        if entries.count > 10_000 { entries = entries.filter { $0.value.expires > now } }
+                        entries[key] = (user, now + cacheTTL)
+                    }
+                }
+                if valid, hasher.needsRehash(encoded) {
+                    // Parameters were raised since this hash was made: upgrade it now that we know the password.
+                    if let upgraded = try? await hashingPool.runIfActive({ [hasher] in try hasher.hash(password) }) {
+                        _ = try? store.setPasswordHash(user, upgraded, revokeTokens: false)
+                    }
+                }
+            }
+        }
+        guard valid else {
+            throttle.failed(user)
+            throw ServiceError.unauthenticated("wrong user name or password")
+        }
+        throttle.succeeded(user)
+    }
+
+    private func forget(_ user: String) {
+        cache.withLock { entries in entries = entries.filter { $0.value.user != user } }
+    }
+
+    static func validate(user: String, password: String) throws {
+        guard Credentials.isValidUserName(user) else {
+            throw ServiceError.invalidArgument("user names are 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
+        }
+        guard (8...1024).contains(password.utf8.count) else {
+            throw ServiceError.invalidArgument("passwords are 8 to 1024 bytes")
+        }
+    }
+
+    static func tokenHash(_ token: String) -> Data {
+        Data(SHA256.hash(data: Data(token.utf8)))
+    }
+}
+
+/// An Authorization header value, parsed.
+public enum Credentials: Sendable, Equatable {
+    case basic(user: String, password: String)
+    case bearer(String)
+
+    /// Parses `header`; UNAUTHENTICATED saying what is wrong (never echoing it).
+    public static func parse(_ header: String) throws -> Credentials {
+        let trimmed = header.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.isEmpty else { throw ServiceError.unauthenticated("missing Authorization header") }
+        let parts = trimmed.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2 else { throw ServiceError.unauthenticated("malformed Authorization header") }
+        let value = parts[1].trimmingCharacters(in: .whitespaces)
+        switch parts[0].lowercased() {
+        case "basic":
+            guard let data = Data(base64Encoded: value), let decoded = String(data: data, encoding: .utf8),
+                let colon = decoded.firstIndex(of: ":")
+            else {
+                throw ServiceError.unauthenticated("malformed Basic credentials; expected base64(user:password)")
+            }
+            let user = String(decoded[..<colon])
+            guard isValidUserName(user) else {
+                throw ServiceError.unauthenticated("user names are 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
+            }
+            return .basic(user: user, password: String(decoded[decoded.index(after: colon)...]))
+        case "bearer":
+            guard (1...256).contains(value.utf8.count) else { throw ServiceError.unauthenticated("malformed bearer token") }
+            return .bearer(value)
+        default:
+            throw ServiceError.unauthenticated("unsupported authorization scheme; use Basic or Bearer")
+        }
+    }
+
+    /// User names become the tag "username:<user>", so they obey the tag alphabet (minus ':').
+    public static func isValidUserName(_ user: String) -> Bool {
+        guard (1...64).contains(user.utf8.count) else { return false }
+        return user.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "@"), UInt8(ascii: "#"),
+                UInt8(ascii: "."), UInt8(ascii: "-"):
+                true
+            default: false
+            }
+        }
+    }
+}
