@@ -11,6 +11,14 @@ public enum HeraldDatabase {
         configuration.busyMode = .timeout(5)
         return configuration
     }
+
+    /// ``configuration`` plus `PRAGMA secure_delete`: deleted rows are overwritten with zeros, for
+    /// databases that hold content which must not outlive its deletion (secure and rich payloads).
+    public static var secureDeleteConfiguration: Configuration {
+        var configuration = Self.configuration
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA secure_delete = ON") }
+        return configuration
+    }
 }
 
 /// Milliseconds since the Unix epoch, the one time unit Herald stores and sends.

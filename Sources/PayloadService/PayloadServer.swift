@@ -6,14 +6,23 @@ public import HeraldRPC
 ///
 /// - `default-ttl-seconds` (`HERALD_DEFAULT_TTL_SECONDS`, 604800 = 7 days): lifetime of stored content.
 /// - `max-content-bytes` (`HERALD_MAX_CONTENT_BYTES`, 5242880): largest content accepted.
+/// - `purge-interval-seconds` (`HERALD_PURGE_INTERVAL_SECONDS`, 60): how often expired content is
+///   deleted from the database (it is 404 from the moment it expires either way).
 public struct PayloadConfig: Sendable {
-    public static let keys: Set<String> = ["default-ttl-seconds", "max-content-bytes"]
+    public static let keys: Set<String> = ["default-ttl-seconds", "max-content-bytes", "purge-interval-seconds"]
     public var defaultTTLSeconds: Int64
     public var maxContentBytes: Int
+    public var purgeInterval: Duration
 
     public init(reader: ConfigReader) throws {
         defaultTTLSeconds = Int64(try reader.int("default-ttl-seconds", default: 7 * 24 * 3600))
         maxContentBytes = try reader.int("max-content-bytes", default: 5 << 20)
+        let purgeSeconds = try reader.int("purge-interval-seconds", default: 60)
+        guard purgeSeconds > 0 else { throw ConfigError("purge-interval-seconds must be positive") }
+        purgeInterval = .seconds(purgeSeconds)
+        guard (1...(RPCLimits.maxMessageBytes - 4096)).contains(maxContentBytes) else {
+            throw ConfigError("max-content-bytes must be 1...\(RPCLimits.maxMessageBytes - 4096) (the RPC message limit)")
+        }
         guard defaultTTLSeconds > 0 else { throw ConfigError("default-ttl-seconds must be positive") }
     }
 }
@@ -37,14 +46,19 @@ public struct PayloadHandlers: Sendable {
 /// herald-payload's start-up.
 public enum PayloadServer {
     public static func main() async -> Never {
-        await HeraldProcess.main(rpcService: "payload", extraKeys: PayloadConfig.keys) { context in
+        await HeraldProcess.main(rpcService: "payload", extraKeys: PayloadConfig.keys) { context -> RPCServiceParts in
             let config = try PayloadConfig(reader: context.reader)
-            let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
+            let pool = try DatabasePool(
+                path: context.config.databasePath, configuration: HeraldDatabase.secureDeleteConfiguration)
             let store = try PayloadStore(
                 db: pool, defaultTTLSeconds: config.defaultTTLSeconds, maxContentBytes: config.maxContentBytes)
             var table = MethodTable()
             PayloadHandlers(store: store).register(into: &table)
-            return table
+            let purge = Periodic("payload purge", every: config.purgeInterval, logger: context.logger) {
+                let purged = try store.purgeExpired()
+                if purged > 0 { context.logger.info("purged expired content", metadata: ["herald.count": "\(purged)"]) }
+            }
+            return RPCServiceParts(table: table, background: [purge])
         }
     }
 }

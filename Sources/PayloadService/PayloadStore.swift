@@ -50,6 +50,22 @@ public final class PayloadStore: Sendable {
         return migrator
     }
 
+    /// Deletes expired content; returns how many notifications were removed.
+    ///
+    /// The database is opened with `secure_delete` (see ``PayloadServer``), so SQLite overwrites the
+    /// freed pages with zeros, and the WAL is checkpointed and truncated afterwards: expired content
+    /// leaves no copy in either file.
+    public func purgeExpired() throws -> Int {
+        let purged = try db.write { db in
+            try db.execute(sql: "DELETE FROM payload WHERE expires_at <= ?", arguments: [now()])
+            return db.changesCount
+        }
+        if purged > 0, let pool = db as? DatabasePool {
+            try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
+        }
+        return purged
+    }
+
     public func store(_ request: StorePayloadRequest) throws -> StorePayloadResponse {
         guard !request.recipient.isEmpty else { throw ServiceError.invalidArgument("recipient is required") }
         guard request.kind == .secure || request.kind == .rich else {

@@ -56,14 +56,35 @@ public struct RegistrationHandlers: Sendable {
     }
 }
 
+/// Settings of herald-registration, besides ``RuntimeConfig``'s.
+///
+/// - `pending-ttl-seconds` (`HERALD_PENDING_TTL_SECONDS`, 86400): how long an id from
+///   `POST api/register` waits for its first PUT; after that the PUT gets 410 and the device asks for
+///   a new id. Expired ids are purged hourly.
+public struct RegistrationConfig: Sendable {
+    public static let keys: Set<String> = ["pending-ttl-seconds"]
+    public var pendingTTLSeconds: Int64
+
+    public init(reader: ConfigReader) throws {
+        pendingTTLSeconds = Int64(try reader.int("pending-ttl-seconds", default: 24 * 3600))
+        guard pendingTTLSeconds > 0 else { throw ConfigError("pending-ttl-seconds must be positive") }
+    }
+}
+
 /// herald-registration's start-up.
 public enum RegistrationServer {
     public static func main() async -> Never {
-        await HeraldProcess.main(rpcService: "registration") { context in
+        await HeraldProcess.main(rpcService: "registration", extraKeys: RegistrationConfig.keys) { context -> RPCServiceParts in
+            let config = try RegistrationConfig(reader: context.reader)
             let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
+            let store = try RegistrationStore(db: pool, pendingTTLSeconds: config.pendingTTLSeconds)
             var table = MethodTable()
-            RegistrationHandlers(store: try RegistrationStore(db: pool)).register(into: &table)
-            return table
+            RegistrationHandlers(store: store).register(into: &table)
+            let purge = Periodic("pending registration purge", every: .seconds(3600), logger: context.logger) {
+                let purged = try store.purgePending()
+                if purged > 0 { context.logger.info("purged expired pending ids", metadata: ["herald.count": "\(purged)"]) }
+            }
+            return RPCServiceParts(table: table, background: [purge])
         }
     }
 }

@@ -10,9 +10,17 @@ import HeraldRPC
 /// may pass an in-memory `DatabaseQueue`.
 public final class RegistrationStore: Sendable {
     private let db: any DatabaseWriter
+    /// How long an id from POST api/register waits for its first PUT before it is gone (410).
+    public let pendingTTL: Int64
+    /// Unix epoch milliseconds; injected by tests that check expiry without waiting.
+    private let now: @Sendable () -> Int64
 
-    public init(db: any DatabaseWriter) throws {
+    public init(
+        db: any DatabaseWriter, pendingTTLSeconds: Int64 = 24 * 3600, now: @escaping @Sendable () -> Int64 = unixMillis
+    ) throws {
         self.db = db
+        self.pendingTTL = pendingTTLSeconds * 1000
+        self.now = now
         try Self.migrator.migrate(db)
     }
 
@@ -58,7 +66,7 @@ public final class RegistrationStore: Sendable {
                 }
             }
             let id = Self.newID()
-            let now = unixMillis()
+            let now = self.now()
             try db.execute(
                 sql: "INSERT INTO registration (id, owner, created_at, updated_at) VALUES (?, ?, ?, ?)",
                 arguments: [id, owner, now, now])
@@ -72,10 +80,14 @@ public final class RegistrationStore: Sendable {
         -> Registration
     {
         try db.write { db in
-            let now = unixMillis()
+            let now = self.now()
+            // A pending id (never PUT: platform 0) only within its TTL.
             try db.execute(
-                sql: "UPDATE registration SET platform = ?, handle = ?, updated_at = ? WHERE id = ? AND owner = ?",
-                arguments: [platform.rawValue, handle, now, id, owner])
+                sql: """
+                    UPDATE registration SET platform = ?, handle = ?, updated_at = ?
+                    WHERE id = ? AND owner = ? AND (platform != 0 OR created_at > ?)
+                    """,
+                arguments: [platform.rawValue, handle, now, id, owner, now - pendingTTL])
             guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
             try db.execute(sql: "DELETE FROM registration_tag WHERE registration_id = ?", arguments: [id])
             let allTags = tags + [RegistrationRules.userTag(owner)]
@@ -84,6 +96,15 @@ public final class RegistrationStore: Sendable {
             return Registration(
                 registrationID: id, owner: owner, platform: platform, handle: handle, tags: allTags,
                 updatedAtUnixMs: now)
+        }
+    }
+
+    /// Deletes ids allocated by POST that were never PUT within ``pendingTTL``; returns how many.
+    public func purgePending() throws -> Int {
+        try db.write { db in
+            try db.execute(
+                sql: "DELETE FROM registration WHERE platform = 0 AND created_at <= ?", arguments: [now() - pendingTTL])
+            return db.changesCount
         }
     }
 

@@ -39,6 +39,23 @@ struct RegistrationStoreTests {
         #expect(throws: ServiceError.self) { try store.upsert(owner: "alice", id: id, platform: .apns, handle: token, tags: []) }
     }
 
+    @Test("an id never PUT expires: its PUT is refused and it is purged")
+    func pendingExpiry() throws {
+        let clock = ManualClock()
+        let store = try RegistrationStore(db: DatabaseQueue(), pendingTTLSeconds: 60, now: clock.function)
+        let used = try store.createID(owner: "alice", handle: "")
+        _ = try store.upsert(owner: "alice", id: used, platform: .fcm, handle: "t", tags: [])
+        let late = try store.createID(owner: "alice", handle: "")
+        clock.advance(seconds: 60)
+        #expect(throws: ServiceError.notFound("registration \(late) not found")) {
+            try store.upsert(owner: "alice", id: late, platform: .fcm, handle: "t", tags: [])
+        }
+        #expect(try store.purgePending() == 1)
+        // A completed registration does not expire, and can be updated any time.
+        _ = try store.upsert(owner: "alice", id: used, platform: .fcm, handle: "u", tags: [])
+        #expect(try store.list(owner: "alice").map(\.registrationID) == [used])
+    }
+
     @Test("audience pages by id over complete registrations carrying the tag")
     func audience() throws {
         let store = try RegistrationStore(db: DatabaseQueue())
@@ -112,6 +129,30 @@ struct PayloadStoreTests {
         _ = try store.fetch(id: stored.id, requester: "alice")
         clock.now += 1_000
         #expect(throws: ServiceError.self) { try store.fetch(id: stored.id, requester: "alice") }
+    }
+
+    @Test("purging deletes expired content and leaves no copy of its bytes in the files")
+    func purge() throws {
+        let clock = Clock()
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("herald-purge-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appendingPathComponent("payload.sqlite").path
+        let pool = try DatabasePool(path: path, configuration: HeraldDatabase.secureDeleteConfiguration)
+        let store = try PayloadStore(db: pool, defaultTTLSeconds: 60, now: { clock.now })
+        let marker = Array("MARKER-\(UUID().uuidString)".utf8)
+        let doomed = try store.store(StorePayloadRequest(recipient: "alice", kind: .rich, content: marker + Array(repeating: 7, count: 10_000)))
+        let kept = try store.store(StorePayloadRequest(recipient: "alice", kind: .rich, content: [1], ttlSeconds: 3600))
+        #expect(try store.purgeExpired() == 0)
+        clock.now += 61_000
+        #expect(try store.purgeExpired() == 1)
+        #expect(try store.purgeExpired() == 0)
+        #expect(throws: ServiceError.self) { try store.fetch(id: doomed.id, requester: "alice") }
+        #expect(try store.fetch(id: kept.id, requester: "alice").content == [1])
+        for file in [path, path + "-wal"] {
+            let bytes = (try? Data(contentsOf: URL(fileURLWithPath: file))) ?? Data()
+            #expect(bytes.firstRange(of: Data(marker)) == nil, "\(file) still holds the purged content")
+        }
     }
 
     @Test("bad requests are refused")
