@@ -123,6 +123,8 @@ let package = Package(
                 "HeraldStack", "HeraldRPC",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                // `herald device` speaks HTTP to the edge like the tutorial's app.
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -144,7 +146,7 @@ let package = Package(
         .testTarget(
             name: "HeraldRPCTests",
             dependencies: [
-                "HeraldRPC", "RegistrationService", "PayloadService", "AuthService", "DispatchService",
+                "HeraldRPC", "RegistrationService", "PayloadService", "AuthService", "DispatchService", "Edge",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -155,8 +157,9 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "HeraldStack", "HeraldRPC",
+                "HeraldStack", "HeraldRPC", "Edge",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "GRDB", package: "GRDB.swift"),
             ],
             swiftSettings: swiftSettings
         ),

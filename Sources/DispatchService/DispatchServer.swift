@@ -31,14 +31,14 @@ public struct DispatchHandlers: Sendable {
             SendResponse(outcome: try await dispatcher.send(request, context: context))
         }
         table.register(DispatchServiceMethods.getOutcome) { request, _ in
-            try dispatcher.outcome(of: request.notificationID)
+            try dispatcher.outcome(of: request.notificationID, requester: request.requester)
         }
         table.register(DispatchServiceMethods.listInbox) { request, _ in
             guard request.limit >= 0, request.afterSequence >= 0 else {
                 throw ServiceError.invalidArgument("limit and after_sequence must not be negative")
             }
             let limit = request.limit == 0 ? 100 : min(Int(request.limit), 1000)
-            return ListInboxResponse(entries: try inbox.list(after: request.afterSequence, limit: limit))
+            return ListInboxResponse(entries: try inbox.list(after: request.afterSequence, limit: limit, handle: request.handle))
         }
     }
 }

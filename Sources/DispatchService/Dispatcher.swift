@@ -113,12 +113,17 @@ public final class Dispatcher: Sendable {
         logger.info("sent", metadata: ["herald.deliveries": "\(total)", "herald.state": "\(state)"])
         return Outcome(
             notificationID: id, state: state, platforms: final.values.sorted { $0.platform.rawValue < $1.platform.rawValue },
-            createdAtUnixMs: created)
+            createdAtUnixMs: created, sender: request.sender)
     }
 
-    public func outcome(of id: String) throws -> Outcome {
+    /// The outcome of send `id`; with a `requester`, only if they sent it (NOT_FOUND otherwise, as
+    /// for an unknown id, so ids of other users' sends cannot be probed).
+    public func outcome(of id: String, requester: String = "") throws -> Outcome {
         try db.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT state, created_at FROM notification WHERE id = ?", arguments: [id])
+            guard
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT state, created_at, sender FROM notification WHERE id = ?", arguments: [id]),
+                requester.isEmpty || row["sender"] == requester
             else { throw ServiceError.notFound("notification \(id) not found") }
             let platforms = try Row.fetchAll(
                 db,
@@ -127,7 +132,7 @@ public final class Dispatcher: Sendable {
             ).map { PlatformOutcome(platform: Platform(rawValue: $0["platform"]), success: $0["success"], failure: $0["failure"]) }
             return Outcome(
                 notificationID: id, state: OutcomeState(rawValue: row["state"]), platforms: platforms,
-                createdAtUnixMs: row["created_at"])
+                createdAtUnixMs: row["created_at"], sender: row["sender"])
         }
     }
 

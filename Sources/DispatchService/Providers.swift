@@ -37,6 +37,9 @@ public struct InboxProvider: PushProvider {
                     );
                     """)
         }
+        migrator.registerMigration("inbox-v2-handle-index") { db in
+            try db.execute(sql: "CREATE INDEX inbox_handle ON inbox(handle, sequence)")
+        }
         return migrator
     }
 
@@ -59,13 +62,16 @@ public struct InboxProvider: PushProvider {
         return Array(repeating: true, count: deliveries.count)
     }
 
-    /// Recorded pushes with a sequence above `after`, oldest first.
-    public func list(after: Int64, limit: Int) throws -> [InboxEntry] {
+    /// Recorded pushes with a sequence above `after`, oldest first; only those to `handle` when it
+    /// is not empty (a device polling for its own pushes).
+    public func list(after: Int64, limit: Int, handle: String = "") throws -> [InboxEntry] {
         try db.read { db in
             try Row.fetchAll(
                 db,
-                sql: "SELECT * FROM inbox WHERE sequence > ? ORDER BY sequence LIMIT ?",
-                arguments: [after, limit]
+                sql: handle.isEmpty
+                    ? "SELECT * FROM inbox WHERE sequence > ? ORDER BY sequence LIMIT ?"
+                    : "SELECT * FROM inbox WHERE sequence > ? AND handle = ? ORDER BY sequence LIMIT ?",
+                arguments: handle.isEmpty ? [after, limit] : [after, handle, limit]
             ).map { row in
                 let headersJSON: String = row["headers"]
                 let pairs = (try? JSONSerialization.jsonObject(with: Data(headersJSON.utf8))) as? [[String]] ?? []

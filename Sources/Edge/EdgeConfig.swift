@@ -1,3 +1,4 @@
+import Foundation
 public import HeraldRPC
 
 /// Which flow `POST api/notifications` (no query) runs, as the tutorial's backend was configured.
@@ -13,21 +14,51 @@ public enum EdgeProfile: String, CaseIterable, Sendable {
 /// - `http-host` (`HERALD_HTTP_HOST`, `127.0.0.1`): address to listen on.
 /// - `http-port` (`HERALD_HTTP_PORT`, 8080): port; 0 picks a free one.
 /// - `profile` (`HERALD_PROFILE`, `secure`): `secure` or `rich`.
-/// - `max-body-bytes` (`HERALD_MAX_BODY_BYTES`, 65536): largest request body on `api/*` routes.
+/// - `max-body-bytes` (`HERALD_MAX_BODY_BYTES`, 65536): largest JSON body on `api/*` routes.
+/// - `max-content-bytes` (`HERALD_MAX_CONTENT_BYTES`, 5242880): largest content uploaded to
+///   `POST /v1/notifications` (413 above). Keep it at or below herald-payload's own limit.
+/// - `rich-image` (`HERALD_RICH_IMAGE`, built in): the file the `rich` profile sends; its type
+///   comes from the extension (png, jpg/jpeg, gif, webp). Empty: Herald's built-in 64×64 PNG.
+/// - `rich-message` (`HERALD_RICH_MESSAGE`, `Check this image out!`): the `rich` profile's message.
 ///
 /// Once listening, the edge writes its base URL to `<runtime-dir>/edge.url`.
 public struct EdgeConfig: Sendable {
-    public static let keys: Set<String> = ["http-host", "http-port", "profile", "max-body-bytes"]
+    public static let keys: Set<String> = [
+        "http-host", "http-port", "profile", "max-body-bytes", "max-content-bytes", "rich-image", "rich-message",
+    ]
     public var host: String
     public var port: Int
     public var profile: EdgeProfile
     public var maxBodyBytes: Int
+    public var maxContentBytes: Int
+    public var richImage: [UInt8]
+    public var richImageType: String
+    public var richMessage: String
 
     public init(reader: ConfigReader) throws {
         host = reader.string("http-host", default: "127.0.0.1")
         port = try reader.int("http-port", default: 8080)
         profile = try reader.choice("profile", default: .secure)
         maxBodyBytes = try reader.int("max-body-bytes", default: 64 << 10)
+        maxContentBytes = try reader.int("max-content-bytes", default: 5 << 20)
+        richMessage = reader.string("rich-message", default: "Check this image out!")
         guard (0...65535).contains(port) else { throw ConfigError("http-port must be 0...65535") }
+        guard maxBodyBytes > 0, maxContentBytes > 0 else { throw ConfigError("max-body-bytes and max-content-bytes must be positive") }
+        let imagePath = reader.string("rich-image", default: "")
+        if imagePath.isEmpty {
+            richImage = DefaultRichImage.bytes
+            richImageType = DefaultRichImage.contentType
+        } else {
+            guard let data = FileManager.default.contents(atPath: imagePath) else {
+                throw ConfigError("rich-image \(imagePath) cannot be read")
+            }
+            guard data.count <= maxContentBytes else { throw ConfigError("rich-image is larger than max-content-bytes") }
+            let types = ["png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"]
+            guard let type = types[URL(fileURLWithPath: imagePath).pathExtension.lowercased()] else {
+                throw ConfigError("rich-image must end in .png, .jpg, .jpeg, .gif or .webp")
+            }
+            richImage = [UInt8](data)
+            richImageType = type
+        }
     }
 }

@@ -29,12 +29,20 @@ public struct EdgeError: Error, Sendable {
         case .notFound: EdgeError(.notFound, error.message)
         case .permissionDenied: EdgeError(.forbidden, error.message)
         case .alreadyExists, .aborted: EdgeError(.conflict, error.message)
-        case .resourceExhausted: EdgeError(.contentTooLarge, error.message)
+        case .resourceExhausted:
+            // Rate limits (herald-auth's lockout); routes that store content answer 413 themselves.
+            EdgeError(.tooManyRequests, error.message, headers: retryAfter(error.message))
         case .unimplemented: EdgeError(.notImplemented, error.message)
         case .unavailable, .deadlineExceeded, .cancelled:
             EdgeError(.serviceUnavailable, "a Herald service is unavailable; try again later")
         case .ok, .unknown, .internal, .dataLoss: EdgeError(.internalServerError, "internal error")
         }
+    }
+
+    /// `Retry-After` from a message ending "retry after <n> s" (herald-auth's lockout wording).
+    private static func retryAfter(_ message: String) -> HTTPFields {
+        guard let match = message.firstMatch(of: /retry after (\d+) s$/) else { return [:] }
+        return [.retryAfter: String(match.1)]
     }
 
     func response(requestID: String) -> Response {

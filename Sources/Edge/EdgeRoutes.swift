@@ -1,7 +1,9 @@
 import Foundation
+import NIOCore
 public import HeraldProto
 public import HeraldRPC
 public import Hummingbird
+public import HTTPTypes
 
 /// The tutorial's REST API, each route translated into as few RPCs as it needs.
 ///
@@ -39,9 +41,10 @@ public struct EdgeRoutes: Sendable {
         router.get("api/notifications/:id") { request, context in
             try await fetchNotification(request, id: context.parameters.require("id"))
         }
+        addModernRoutes(to: router)
     }
 
-    // MARK: routes
+    // MARK: tutorial routes
 
     /// `POST api/register?handle=` → 200 with the id as a JSON string.
     func createRegistrationID(_ request: Request) async throws -> Response {
@@ -51,14 +54,14 @@ public struct EdgeRoutes: Sendable {
             RegistrationServiceMethods.createRegistrationId,
             CreateRegistrationIdRequest(owner: user, handle: try Self.text(handle, "handle")),
             requestID: requestID)
-        return Self.json(try Self.jsonString(answer.registrationID))
+        return Self.json(NativePayloads.jsonString(answer.registrationID))
     }
 
     /// `PUT api/register/{id}` with `{"Platform","Handle","Tags"}` → 200, or 410 when the id is gone.
     func upsertRegistration(_ request: Request, id: String) async throws -> Response {
         let (user, requestID) = try await authenticate(request)
-        let body = try await request.body.collect(upTo: config.maxBodyBytes)
-        let update = try RegistrationBody.parse(Data(buffer: body))
+        let body = try await collect(request, upTo: config.maxBodyBytes)
+        let update = try RegistrationBody.parse(body)
         do {
             _ = try await registration.call(
                 RegistrationServiceMethods.upsertRegistration,
@@ -82,28 +85,49 @@ public struct EdgeRoutes: Sendable {
         return Response(status: .ok)
     }
 
-    /// `POST api/notifications`: the profile's flow to the caller's own devices.
+    /// `POST api/notifications`: with `pns` and `to_tag`, "Notify users"; without, the profile's
+    /// flow (secure or rich) to the caller's own devices.
     func send(_ request: Request) async throws -> Response {
         let (user, requestID) = try await authenticate(request)
-        if request.uri.queryParameters.get("pns") != nil || request.uri.queryParameters.get("to_tag") != nil {
-            throw EdgeError(.notImplemented, "notify-users sends (pns, to_tag) are not available in this release")
+        let query = request.uri.queryParameters
+        if query.get("pns") != nil || query.get("to_tag") != nil {
+            return try await notifyUser(request, sender: user, requestID: requestID)
         }
         switch config.profile {
         case .secure:
-            let stored = try await payload.call(
-                PayloadServiceMethods.storePayload,
-                StorePayloadRequest(
-                    recipient: user, kind: .secure, content: Array(Self.secureText.utf8),
-                    contentType: "text/plain; charset=utf-8", sender: user),
-                requestID: requestID)
-            _ = try await dispatch.call(
-                DispatchServiceMethods.send,
-                SendRequest(targetUser: user, payloads: SecurePush.payloads(id: stored.id), sender: user),
-                requestID: requestID)
-            return Response(status: .ok)
+            _ = try await sendSecure(Self.secureText, to: user, from: user, requestID: requestID)
         case .rich:
-            throw EdgeError(.notImplemented, "the rich profile is not available in this release")
+            _ = try await sendRich(
+                config.richImage, contentType: config.richImageType, message: config.richMessage, richType: "img",
+                to: user, from: user, requestID: requestID)
         }
+        return Response(status: .ok)
+    }
+
+    /// `POST api/notifications?pns=&to_tag=` with the message as a JSON string: "From <sender>:
+    /// <message>" to every device of user `to_tag` on platform `pns`. 200 with `Location` naming the
+    /// outcome, also when the user has no such device (the outcome says NoTargetFound).
+    func notifyUser(_ request: Request, sender: String, requestID: String) async throws -> Response {
+        let query = request.uri.queryParameters
+        guard let pns = query.get("pns"), !pns.isEmpty else {
+            throw EdgeError(.badRequest, "pns is required with to_tag: one of apns, fcm (or gcm, fcmv1), wns")
+        }
+        guard let target = query.get("to_tag"), !target.isEmpty else {
+            throw EdgeError(.badRequest, "to_tag is required: the user name to notify")
+        }
+        let platform = try RegistrationBody.platform(pns, field: "pns")
+        guard Self.isValidUserName(target) else {
+            throw EdgeError(.badRequest, "to_tag must be a user name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
+        }
+        let message = try Self.messageText(try await collect(request, upTo: config.maxBodyBytes))
+        let outcome = try await send(
+            SendRequest(
+                targetUser: target, payloads: NativePayloads.alert(try Self.text("From \(sender): \(message)", "message"), platforms: [platform]),
+                sender: sender),
+            requestID: requestID)
+        var response = Response(status: .ok)
+        response.headers[.location] = Self.outcomePath(outcome.notificationID)
+        return response
     }
 
     /// `GET api/notifications/{id}`: the recipient's content; 404 for anyone else.
@@ -117,40 +141,136 @@ public struct EdgeRoutes: Sendable {
             let body = SecureBody(Id: number, Payload: String(decoding: stored.content, as: UTF8.self), Read: stored.read)
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            return Self.json(String(decoding: try encoder.encode(body), as: UTF8.self))
+            var response = Self.json(String(decoding: try encoder.encode(body), as: UTF8.self))
+            response.headers[.cacheControl] = "no-store"
+            return response
         default:
             return Response(
-                status: .ok, headers: [.contentType: stored.contentType],
+                status: .ok, headers: [.contentType: stored.contentType, .cacheControl: "private, no-store"],
                 body: ResponseBody(byteBuffer: ByteBuffer(bytes: stored.content)))
+        }
+    }
+
+    // MARK: flows shared by the tutorial and /v1 routes
+
+    /// Stores a secure payload for `recipient` and pushes its id to their devices.
+    func sendSecure(_ text: String, to recipient: String, from sender: String, ttlSeconds: Int64 = 0, requestID: String)
+        async throws -> (payloadID: Int64, outcome: Outcome)
+    {
+        let stored = try await storePayload(
+            StorePayloadRequest(
+                recipient: recipient, kind: .secure, content: Array(text.utf8), contentType: "text/plain; charset=utf-8",
+                ttlSeconds: ttlSeconds, sender: sender),
+            requestID: requestID)
+        let outcome = try await send(
+            SendRequest(targetUser: recipient, payloads: NativePayloads.secure(id: stored.id), sender: sender),
+            requestID: requestID)
+        return (stored.id, outcome)
+    }
+
+    /// Stores rich content for `recipient` and pushes its id, message and type to their devices.
+    func sendRich(
+        _ content: [UInt8], contentType: String, message: String, richType: String, to recipient: String, from sender: String,
+        ttlSeconds: Int64 = 0, requestID: String
+    ) async throws -> (payloadID: Int64, outcome: Outcome) {
+        let stored = try await storePayload(
+            StorePayloadRequest(
+                recipient: recipient, kind: .rich, content: content, contentType: contentType, message: message,
+                richType: richType, ttlSeconds: ttlSeconds, sender: sender),
+            requestID: requestID)
+        let outcome = try await send(
+            SendRequest(
+                targetUser: recipient, payloads: NativePayloads.rich(id: stored.id, message: message, richType: richType),
+                sender: sender),
+            requestID: requestID)
+        return (stored.id, outcome)
+    }
+
+    /// One Send call, and the outcome it answers.
+    func send(_ request: SendRequest, requestID: String) async throws -> Outcome {
+        guard let outcome = try await dispatch.call(DispatchServiceMethods.send, request, requestID: requestID).outcome else {
+            throw ServiceError(.internal, "dispatch answered Send without an outcome")
+        }
+        return outcome
+    }
+
+    /// One StorePayload call; the payload service's own size limit answers 413 like the edge's.
+    private func storePayload(_ request: StorePayloadRequest, requestID: String) async throws -> StorePayloadResponse {
+        do {
+            return try await payload.call(PayloadServiceMethods.storePayload, request, requestID: requestID)
+        } catch let error as ServiceError where error.code == .resourceExhausted {
+            throw EdgeError(.contentTooLarge, error.message)
         }
     }
 
     // MARK: helpers
 
     /// One auth RPC: the caller's user name, and the request id to carry on every further call.
-    private func authenticate(_ request: Request) async throws -> (user: String, requestID: String) {
+    func authenticate(_ request: Request) async throws -> (user: String, requestID: String) {
         let requestID = EdgeErrorMiddleware<BasicRequestContext>.requestID(request)
         guard let header = request.headers[.authorization], !header.isEmpty else {
             throw EdgeError.unauthorized("missing Authorization header")
         }
         let principal = try await auth.call(
-            AuthServiceMethods.authenticate, AuthenticateRequest(authorization: header), requestID: requestID)
+            AuthServiceMethods.authenticate, AuthenticateRequest(authorization: try Self.credential(header)),
+            requestID: requestID)
         return (principal.user, requestID)
     }
 
+    /// A header value that carries a credential: a NUL in it is malformed (401), not a 400.
+    static func credential(_ header: String) throws -> String {
+        guard !header.utf8.contains(0) else { throw EdgeError.unauthorized("malformed Authorization header") }
+        return header
+    }
+
+    /// The whole body, or 413 with a JSON error when it is larger than `limit`.
+    func collect(_ request: Request, upTo limit: Int) async throws -> Data {
+        let tooLarge = EdgeError(.contentTooLarge, "the request body is larger than the limit of \(limit) bytes")
+        if let declared = request.headers[.contentLength].flatMap(Int.init), declared > limit { throw tooLarge }
+        do {
+            return Data(buffer: try await request.body.collect(upTo: limit))
+        } catch is NIOTooManyBytesError {
+            throw tooLarge
+        } catch let error as HTTPError where error.status == .contentTooLarge {
+            throw tooLarge
+        }
+    }
+
+    /// The message of a notify-users body: a JSON string. The tutorial's Android client wraps the
+    /// text in quotes without escaping it, so a quoted body that is not valid JSON is taken as is.
+    static func messageText(_ body: Data) throws -> String {
+        if let text = try? JSONSerialization.jsonObject(with: body, options: .fragmentsAllowed) as? String {
+            return text
+        }
+        let raw = String(decoding: body, as: UTF8.self)
+        if raw.count >= 2, raw.hasPrefix("\""), raw.hasSuffix("\"") { return String(raw.dropFirst().dropLast()) }
+        throw EdgeError(.badRequest, #"the body must be the message as a JSON string, e.g. "Hello""#)
+    }
+
     /// Strings cross into protobuf-c as C strings: refuse a NUL instead of letting it cut the text.
-    private static func text(_ value: String, _ name: String) throws -> String {
+    static func text(_ value: String, _ name: String) throws -> String {
         guard !value.utf8.contains(0) else { throw EdgeError(.badRequest, "\(name) must not contain a NUL character") }
         return value
     }
 
-    private static func jsonString(_ value: String) throws -> String {
-        String(decoding: try JSONSerialization.data(withJSONObject: value, options: [.fragmentsAllowed, .withoutEscapingSlashes]), as: UTF8.self)
+    static func outcomePath(_ notificationID: String) -> String { "/v1/notifications/\(notificationID)/outcome" }
+
+    /// User names obey the tag alphabet minus ':' (they become "username:<user>"), as herald-auth checks.
+    static func isValidUserName(_ user: String) -> Bool {
+        (1...64).contains(user.utf8.count) && user.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "@"), UInt8(ascii: "#"),
+                UInt8(ascii: "."), UInt8(ascii: "-"):
+                true
+            default: false
+            }
+        }
     }
 
-    static func json(_ text: String) -> Response {
+    static func json(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
         Response(
-            status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
+            status: status, headers: [.contentType: "application/json; charset=utf-8"],
             body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
     }
 }
@@ -160,20 +280,6 @@ struct SecureBody: Encodable {
     let Id: Int64
     let Payload: String
     let Read: Bool
-}
-
-/// The native payloads of a secure push: only the id crosses Apple, Google or Microsoft.
-public enum SecurePush {
-    public static func payloads(id: Int64) -> [NativePayload] {
-        [
-            NativePayload(
-                platform: .apns, body: Array(#"{"aps":{"content-available":1},"secureId":"\#(id)"}"#.utf8),
-                pushType: "background", priority: 5),
-            NativePayload(platform: .fcm, body: Array(#"{"data":{"secureId":"\#(id)"}}"#.utf8)),
-            NativePayload(
-                platform: .wns, body: Array("\(id)".utf8), pushType: "wns/raw", contentType: "application/octet-stream"),
-        ]
-    }
 }
 
 /// The body of `PUT api/register/{id}`. Property names match case-insensitively, as ASP.NET's
@@ -207,15 +313,16 @@ struct RegistrationBody {
         return RegistrationBody(platform: try platform(platformName), handle: handle, tags: tags)
     }
 
-    static func platform(_ name: String) throws -> Platform {
+    /// A platform name as the tutorial's clients send it (`field` names it in errors).
+    static func platform(_ name: String, field: String = "Platform") throws -> Platform {
         switch name.lowercased() {
         case "apns": return .apns
         case "fcm", "gcm", "fcmv1": return .fcm
         case "wns": return .wns
         case "mpns":
-            throw EdgeError(.badRequest, "platform mpns is retired (Microsoft ended MPNS); use wns")
+            throw EdgeError(.badRequest, "\(field) mpns is retired (Microsoft ended MPNS); use wns")
         default:
-            throw EdgeError(.badRequest, "unknown platform \"\(name.prefix(40))\"; accepted: apns, fcm (or gcm, fcmv1), wns")
+            throw EdgeError(.badRequest, "unknown \(field) \"\(name.prefix(40))\"; accepted: apns, fcm (or gcm, fcmv1), wns")
         }
     }
 }

@@ -13,7 +13,8 @@ public struct StackConfiguration: Sendable {
     public var httpHost = "127.0.0.1"
     /// 0 picks a free port (tests).
     public var httpPort = 8080
-    public var authMode = "tutorial"
+    /// `accounts` (users from `herald users add`) or `tutorial` (user == password).
+    public var authMode = "accounts"
     public var profile = "secure"
     public var logLevel = "info"
     /// What the services speak between themselves (each serves both).

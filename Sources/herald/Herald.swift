@@ -11,7 +11,7 @@ struct Herald: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald",
         abstract: "Run and inspect a Herald push-notification stack.",
-        subcommands: [Up.self, Inbox.self]
+        subcommands: [Up.self, Users.self, Tokens.self, Device.self, Inbox.self, OutcomeCommand.self]
     )
 }
 
@@ -26,8 +26,8 @@ struct Up: AsyncParsableCommand {
     var httpHost = "127.0.0.1"
     @Option(help: "Port the edge listens on (0 picks a free one).")
     var httpPort = 8080
-    @Option(help: "tutorial (user == password) or accounts.")
-    var authMode = "tutorial"
+    @Option(help: "accounts (users from `herald users add`) or tutorial (any user whose password is the user name).")
+    var authMode = "accounts"
     @Option(help: "What POST api/notifications sends: secure or rich.")
     var profile = "secure"
     @Option(help: "Log level of every service.")
@@ -36,6 +36,8 @@ struct Up: AsyncParsableCommand {
     var rpcTransport = "lean"
     @Flag(help: "Write each service's output to <dir>/logs/<service>.log instead of this terminal.")
     var logFiles = false
+    @Option(help: "The image the rich profile sends (png, jpg, gif, webp); default: Herald's built-in PNG.")
+    var richImage: String?
 
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
@@ -50,6 +52,11 @@ struct Up: AsyncParsableCommand {
         }
         configuration.rpcTransport = transport
         configuration.captureLogs = logFiles
+        if let richImage {
+            configuration.extraArguments["edge", default: []] += [
+                "--rich-image", URL(fileURLWithPath: richImage).standardizedFileURL.path,
+            ]
+        }
         let logger = Logger(label: "herald")
         let group = ServiceGroup(
             services: [StackService(stack: Stack(configuration: configuration, logger: logger))],
@@ -88,11 +95,7 @@ struct Inbox: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let socket = StackConfiguration(directory: dir).socketPath("dispatch")
-        guard FileManager.default.fileExists(atPath: socket) else {
-            throw ValidationError("no dispatch socket at \(socket): is the stack running (herald up --dir \(dir))?")
-        }
-        let entries = try await RPCClient.with(socketPath: socket) { client in
+        let entries = try await withService("dispatch", dir: dir) { client in
             try await client.call(DispatchServiceMethods.listInbox, ListInboxRequest(afterSequence: after, limit: limit)).entries
         }
         if json {
@@ -121,6 +124,25 @@ struct Inbox: AsyncParsableCommand {
             }
         }
     }
+}
+
+/// Runs `body` with a client of `service` in the stack at `dir` (its lean socket).
+func withService<T: Sendable>(_ service: String, dir: String, _ body: (RPCClient) async throws -> T) async throws -> T {
+    let socket = StackConfiguration(directory: dir).socketPath(service)
+    guard FileManager.default.fileExists(atPath: socket) else {
+        throw ValidationError("no \(service) socket at \(socket): is the stack running (herald up --dir \(dir))?")
+    }
+    do {
+        return try await RPCClient.with(socketPath: socket, timeout: .seconds(30), body)
+    } catch let error as ServiceError {
+        throw CLIError(message: "\(error.code): \(error.message)")
+    }
+}
+
+/// A failure to print as one line, without a stack of Swift types.
+struct CLIError: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
 }
 
 enum PlatformName {

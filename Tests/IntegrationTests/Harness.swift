@@ -25,19 +25,29 @@ struct LiveStack {
 
     /// Starts the stack in `directory` (a new one by default), runs `body`, and stops the stack.
     /// When `body` fails, every service's log is printed to help whoever reads the failure.
+    ///
+    /// `auth` picks herald-auth's mode; in `accounts` mode each of `users` is created first with
+    /// the password ``EdgeClient/password(of:in:)`` gives (and a cheap hash cost, for speed).
     static func with(
         directory: String? = nil,
+        auth: AuthModeCase = .tutorial,
+        users: [String] = [],
         configure: (inout StackConfiguration) -> Void = { _ in },
         _ body: (LiveStack) async throws -> Void
     ) async throws {
         var configuration = StackConfiguration(directory: try directory ?? makeDirectory())
         configuration.httpPort = 0
         configuration.captureLogs = true
+        configuration.authMode = auth.rawValue
+        configuration.extraArguments["auth"] = ["--password-hash-log-n", "10"]
         configure(&configuration)
         let stack = Stack(configuration: configuration)
         do {
             try await stack.start()
-            let live = LiveStack(stack: stack, edge: EdgeClient(base: URL(string: await stack.edgeURL)!))
+            let live = LiveStack(stack: stack, edge: EdgeClient(base: URL(string: await stack.edgeURL)!, auth: auth))
+            if auth == .accounts {
+                for user in users { try await live.addUser(user, password: EdgeClient.password(of: user, in: auth)) }
+            }
             try await body(live)
             await stack.stop()
         } catch {
@@ -54,6 +64,31 @@ struct LiveStack {
             print("----- \(path) (last 40 lines)")
             print(text.split(separator: "\n", omittingEmptySubsequences: false).suffix(40).joined(separator: "\n"))
         }
+    }
+
+    /// Creates an account through herald-auth's RPC.
+    func addUser(_ user: String, password: String) async throws {
+        _ = try await RPCClient.with(socketPath: configuration.socketPath("auth"), transport: configuration.rpcTransport, timeout: .seconds(30)) {
+            client in try await client.call(AuthServiceMethods.createUser, CreateUserRequest(user: user, password: password))
+        }
+    }
+
+    /// Registers a device for `user` the way the iOS client does; returns the registration id.
+    @discardableResult
+    func register(_ user: String, platform: String = "apns", handle: String, tags: [String] = []) async throws -> String {
+        let created = try await edge.request("POST", "/api/register?handle=\(handle.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? handle)", as: user)
+        try #require(created.status == 200, "POST api/register: \(created.status) \(created.text)")
+        let id = try #require(try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
+        let body = try JSONSerialization.data(withJSONObject: ["Platform": platform, "Handle": handle, "Tags": tags])
+        let put = try await edge.request("PUT", "/api/register/\(id)", as: user, body: String(decoding: body, as: UTF8.self))
+        try #require(put.status == 200, "PUT api/register: \(put.status) \(put.text)")
+        return id
+    }
+
+    /// Every service's log so far, concatenated.
+    func logs() -> String {
+        Stack.services.compactMap { try? String(contentsOfFile: "\(configuration.logDirectory)/\($0).log", encoding: .utf8) }
+            .joined(separator: "\n")
     }
 
     /// Everything the inbox provider has recorded.
@@ -79,6 +114,13 @@ struct LiveStack {
 /// HTTP the way the tutorial's iOS client speaks it: Basic auth, JSON bodies, status codes.
 struct EdgeClient: Sendable {
     let base: URL
+    var auth: AuthModeCase = .tutorial
+
+    /// A user's password in the tests: the user name in tutorial mode (the tutorial's rule), a
+    /// longer one in accounts mode.
+    static func password(of user: String, in mode: AuthModeCase) -> String {
+        mode == .tutorial ? user : "pw-\(user)-Zq9!"
+    }
 
     struct Reply {
         var status: Int
@@ -100,12 +142,16 @@ struct EdgeClient: Sendable {
     }
 
     func request(_ method: String, _ path: String, authorization: String? = nil, body: String? = nil) async throws -> Reply {
+        try await request(method, path, authorization: authorization, bytes: body.map { Data($0.utf8) }, contentType: "application/json")
+    }
+
+    func request(_ method: String, _ path: String, authorization: String?, bytes: Data?, contentType: String) async throws -> Reply {
         var request = HTTPClientRequest(url: base.absoluteString + path)
         request.method = .RAW(value: method)
         if let authorization { request.headers.add(name: "Authorization", value: authorization) }
-        if let body {
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(string: body))
+        if let bytes {
+            request.headers.add(name: "Content-Type", value: contentType)
+            request.body = .bytes(ByteBuffer(bytes: bytes))
         }
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
         let bytes = try await response.body.collect(upTo: 64 << 20)
@@ -114,17 +160,35 @@ struct EdgeClient: Sendable {
         return Reply(status: Int(response.status.code), headers: headers, body: Data(bytes.readableBytesView))
     }
 
-    /// As user `user` (password == user name, the tutorial's rule).
+    /// As user `user`, with the password the tests give them in this auth mode.
     func request(_ method: String, _ path: String, as user: String, body: String? = nil) async throws -> Reply {
-        try await request(method, path, authorization: Self.basic(user), body: body)
+        try await request(method, path, authorization: Self.basic(user, Self.password(of: user, in: auth)), body: body)
+    }
+
+    /// As user `user`, uploading `bytes` of `contentType`.
+    func upload(_ path: String, as user: String, bytes: Data, contentType: String) async throws -> Reply {
+        try await request(
+            "POST", path, authorization: Self.basic(user, Self.password(of: user, in: auth)), bytes: bytes, contentType: contentType)
     }
 }
 
-/// Runs a program to completion and returns its exit status and output.
-func runProgram(_ executable: String, _ arguments: [String]) throws -> (status: Int32, output: String, error: String) {
+/// The auth modes the contract tests run in.
+enum AuthModeCase: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case tutorial, accounts
+    var testDescription: String { rawValue }
+}
+
+/// Runs a program to completion and returns its exit status and output; `input` is its standard input.
+func runProgram(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (status: Int32, output: String, error: String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
+    if let input {
+        let pipe = Pipe()
+        process.standardInput = pipe
+        pipe.fileHandleForWriting.write(Data(input.utf8))
+        try pipe.fileHandleForWriting.close()
+    }
     let errorFile = FileManager.default.temporaryDirectory.appendingPathComponent("herald-\(UUID().uuidString).err")
     _ = FileManager.default.createFile(atPath: errorFile.path, contents: nil)
     defer { try? FileManager.default.removeItem(at: errorFile) }

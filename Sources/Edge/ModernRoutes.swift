@@ -1,0 +1,176 @@
+import Foundation
+public import HeraldProto
+import HeraldRPC
+public import Hummingbird
+
+/// Herald's own API beside the tutorial's: uploads with real content, outcomes, bearer tokens.
+///
+/// JSON here is camelCase (the `api/*` routes keep the tutorial's PascalCase); errors are the same
+/// `{"error","message"}` bodies.
+extension EdgeRoutes {
+    func addModernRoutes<Context: RequestContext>(to router: Router<Context>) {
+        router.post("v1/notifications") { request, _ in try await upload(request) }
+        router.get("v1/notifications/:id/outcome") { request, context in
+            try await outcome(request, id: context.parameters.require("id"))
+        }
+        router.post("v1/auth/token") { request, _ in try await issueToken(request) }
+        router.delete("v1/auth/token") { request, _ in try await revokeToken(request) }
+    }
+
+    /// `POST /v1/notifications?kind=rich|secure|alert&to_user=…|to_tag=…[&message=…&rich_type=…&ttl_seconds=…]`
+    ///
+    /// - `rich`: the body is the content (any type; `Content-Type` is stored and served back),
+    ///   stored for `to_user`, who gets a silent push with its id, `message` and `rich_type`
+    ///   (default `img` for images, `file` otherwise).
+    /// - `secure`: the body is the secret text, stored for `to_user`, who gets only its id.
+    /// - `alert`: the body (UTF-8 text) is shown as is, to `to_user` or every device with `to_tag`.
+    ///
+    /// 202 with `{"notificationId","payloadId"?,"state","outcome"}` and `Location` of the outcome.
+    /// Content over `max-content-bytes` is 413 and nothing is stored.
+    func upload(_ request: Request) async throws -> Response {
+        let (user, requestID) = try await authenticate(request)
+        let query = request.uri.queryParameters
+        let kind = query.get("kind") ?? ""
+        let toUser = query.get("to_user") ?? ""
+        let toTag = query.get("to_tag") ?? ""
+        guard toUser.isEmpty != toTag.isEmpty else { throw EdgeError(.badRequest, "give exactly one of to_user and to_tag") }
+        if !toUser.isEmpty, !Self.isValidUserName(toUser) {
+            throw EdgeError(.badRequest, "to_user must be a user name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
+        }
+        if !toTag.isEmpty, !Self.isValidTag(toTag) {
+            throw EdgeError(.badRequest, "to_tag must be 1 to 120 characters of A-Z a-z 0-9 _ @ # . : -")
+        }
+        var ttl: Int64 = 0
+        if let text = query.get("ttl_seconds") {
+            guard let value = Int64(text), value > 0 else { throw EdgeError(.badRequest, "ttl_seconds must be a positive integer") }
+            ttl = value
+        }
+        let message = try Self.text(query.get("message") ?? "", "message")
+
+        let payloadID: Int64?
+        let outcome: Outcome
+        switch kind {
+        case "rich", "secure":
+            guard !toUser.isEmpty else {
+                throw EdgeError(
+                    .badRequest,
+                    "\(kind) content is readable by its recipient only: give to_user (to_tag is for kind=alert)")
+            }
+            let body = try await collect(request, upTo: config.maxContentBytes)
+            guard !body.isEmpty else { throw EdgeError(.badRequest, "the body is the content to send; it is empty") }
+            if kind == "rich" {
+                let contentType = request.headers[.contentType] ?? "application/octet-stream"
+                let richType = try Self.text(query.get("rich_type") ?? (contentType.hasPrefix("image/") ? "img" : "file"), "rich_type")
+                (payloadID, outcome) = try await sendRich(
+                    [UInt8](body), contentType: try Self.text(contentType, "Content-Type"), message: message, richType: richType,
+                    to: toUser, from: user, ttlSeconds: ttl, requestID: requestID)
+            } else {
+                guard let text = String(data: body, encoding: .utf8) else {
+                    throw EdgeError(.badRequest, "secure content must be UTF-8 text")
+                }
+                (payloadID, outcome) = try await sendSecure(try Self.text(text, "body"), to: toUser, from: user, ttlSeconds: ttl, requestID: requestID)
+            }
+        case "alert":
+            let body = try await collect(request, upTo: config.maxBodyBytes)
+            guard let text = String(data: body, encoding: .utf8), !text.isEmpty else {
+                throw EdgeError(.badRequest, "the body is the alert text (UTF-8); it is empty")
+            }
+            payloadID = nil
+            outcome = try await send(
+                SendRequest(targetUser: toUser, targetTag: toTag, payloads: NativePayloads.alert(try Self.text(text, "body")), sender: user),
+                requestID: requestID)
+        default:
+            throw EdgeError(.badRequest, "kind must be rich, secure or alert")
+        }
+        var answer: [String: Any] = [
+            "notificationId": outcome.notificationID, "state": OutcomeNames.state(outcome.state),
+            "outcome": Self.outcomePath(outcome.notificationID),
+        ]
+        if let payloadID { answer["payloadId"] = payloadID }
+        var response = Self.json(try Self.encode(answer), status: .accepted)
+        response.headers[.location] = Self.outcomePath(outcome.notificationID)
+        return response
+    }
+
+    /// `GET /v1/notifications/{id}/outcome`: where a send stands; its sender only (404 for others).
+    func outcome(_ request: Request, id: String) async throws -> Response {
+        let (user, requestID) = try await authenticate(request)
+        let outcome = try await dispatch.call(
+            DispatchServiceMethods.getOutcome, GetOutcomeRequest(notificationID: try Self.text(id, "id"), requester: user),
+            requestID: requestID)
+        return Self.json(try Self.encode(OutcomeNames.json(outcome)))
+    }
+
+    /// `POST /v1/auth/token` with Basic credentials: `{"access_token","token_type":"Bearer","expires_in","user"}`
+    /// (OAuth 2.0's names, RFC 6749 §5.1).
+    func issueToken(_ request: Request) async throws -> Response {
+        let requestID = EdgeErrorMiddleware<BasicRequestContext>.requestID(request)
+        guard let header = request.headers[.authorization], !header.isEmpty else {
+            throw EdgeError.unauthorized("missing Authorization header: send Basic credentials")
+        }
+        let issued = try await auth.call(
+            AuthServiceMethods.issueToken, IssueTokenRequest(authorization: try Self.credential(header)), requestID: requestID)
+        let expiresIn = max(0, (issued.expiresAtUnixMs - unixMillis()) / 1000)
+        var response = Self.json(
+            try Self.encode(["access_token": issued.token, "token_type": "Bearer", "expires_in": expiresIn, "user": issued.user]))
+        response.headers[.cacheControl] = "no-store"
+        return response
+    }
+
+    /// `DELETE /v1/auth/token` with `Authorization: Bearer <token>`: revokes that token. 204.
+    func revokeToken(_ request: Request) async throws -> Response {
+        let (_, requestID) = try await authenticate(request)
+        let header = request.headers[.authorization] ?? ""
+        guard header.lowercased().hasPrefix("bearer ") else {
+            throw EdgeError(.badRequest, "send the token to revoke as Authorization: Bearer <token>")
+        }
+        let token = String(header.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
+        _ = try await auth.call(AuthServiceMethods.revokeToken, RevokeTokenRequest(token: token), requestID: requestID)
+        return Response(status: .noContent)
+    }
+
+    static func isValidTag(_ tag: String) -> Bool {
+        (1...120).contains(tag.utf8.count) && tag.utf8.allSatisfy { byte in
+            isValidUserName(String(decoding: [byte], as: UTF8.self)) || byte == UInt8(ascii: ":")
+        }
+    }
+
+    static func encode(_ object: Any) throws -> String {
+        String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
+    }
+}
+
+/// Outcomes as JSON, with Notification Hubs' state names.
+enum OutcomeNames {
+    static func state(_ state: OutcomeState) -> String {
+        switch state {
+        case .enqueued: "Enqueued"
+        case .processing: "Processing"
+        case .completed: "Completed"
+        case .abandoned: "Abandoned"
+        case .noTargetFound: "NoTargetFound"
+        default: "Unknown"
+        }
+    }
+
+    static func platform(_ platform: Platform) -> String {
+        switch platform {
+        case .apns: "apns"
+        case .fcm: "fcm"
+        case .wns: "wns"
+        case .browser: "browser"
+        default: "unknown"
+        }
+    }
+
+    static func json(_ outcome: Outcome) -> [String: Any] {
+        [
+            "notificationId": outcome.notificationID,
+            "state": state(outcome.state),
+            "createdAtUnixMs": outcome.createdAtUnixMs,
+            "platforms": outcome.platforms.map {
+                ["platform": platform($0.platform), "success": $0.success, "failure": $0.failure] as [String: Any]
+            },
+        ]
+    }
+}

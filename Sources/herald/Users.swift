@@ -1,0 +1,128 @@
+import ArgumentParser
+import Foundation
+import HeraldProto
+import HeraldRPC
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `herald users`: accounts of herald-auth's `accounts` mode, through its RPCs.
+struct Users: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage the accounts of a running stack (auth-mode accounts).",
+        subcommands: [Add.self, Passwd.self, Delete.self, List.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a user. Prompts for the password, or reads one line from standard input when it is not a terminal.")
+        @OptionGroup var stack: StackOptions
+        @Argument(help: "User name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
+        var user: String
+
+        func run() async throws {
+            let password = try readPassword(confirm: true)
+            _ = try await withService("auth", dir: stack.dir) { client in
+                try await client.call(AuthServiceMethods.createUser, CreateUserRequest(user: user, password: password))
+            }
+            print("user \(user) created")
+        }
+    }
+
+    struct Passwd: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Change a user's password (revokes their tokens).")
+        @OptionGroup var stack: StackOptions
+        @Argument var user: String
+
+        func run() async throws {
+            let password = try readPassword(confirm: true)
+            _ = try await withService("auth", dir: stack.dir) { client in
+                try await client.call(AuthServiceMethods.setPassword, SetPasswordRequest(user: user, password: password))
+            }
+            print("password of \(user) changed; their tokens are revoked")
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete a user and their tokens.")
+        @OptionGroup var stack: StackOptions
+        @Argument var user: String
+
+        func run() async throws {
+            _ = try await withService("auth", dir: stack.dir) { client in
+                try await client.call(AuthServiceMethods.deleteUser, DeleteUserRequest(user: user))
+            }
+            print("user \(user) deleted")
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the users.")
+        @OptionGroup var stack: StackOptions
+
+        func run() async throws {
+            let users = try await withService("auth", dir: stack.dir) { client in
+                try await client.call(AuthServiceMethods.listUsers, ListUsersRequest()).users
+            }
+            if users.isEmpty { print("no users; add one with: herald users add <name>") }
+            let format = ISO8601DateFormatter()
+            for user in users {
+                let created = format.string(from: Date(timeIntervalSince1970: Double(user.createdAtUnixMs) / 1000))
+                print("\(user.name)\tcreated \(created)")
+            }
+        }
+    }
+}
+
+/// `herald tokens revoke`: ends every bearer token of a user.
+struct Tokens: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Manage bearer tokens.", subcommands: [Revoke.self])
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke every live token of a user.")
+        @OptionGroup var stack: StackOptions
+        @Argument var user: String
+
+        func run() async throws {
+            let revoked = try await withService("auth", dir: stack.dir) { client in
+                try await client.call(AuthServiceMethods.revokeUserTokens, RevokeUserTokensRequest(user: user)).revoked
+            }
+            print("revoked \(revoked) token(s) of \(user)")
+        }
+    }
+}
+
+/// Options every command that talks to a running stack shares.
+struct StackOptions: ParsableArguments {
+    @Option(help: "The stack's folder (as given to herald up).")
+    var dir = ".herald"
+}
+
+/// A password from the terminal (echo off, asked twice when `confirm`), or one line of standard
+/// input when it is not a terminal (scripts: `echo "$PW" | herald users add alice`).
+func readPassword(prompt: String = "Password: ", confirm: Bool = false) throws -> String {
+    guard isatty(STDIN_FILENO) == 1 else {
+        guard let line = readLine(strippingNewline: true), !line.isEmpty else {
+            throw ValidationError("no password on standard input")
+        }
+        return line
+    }
+    func ask(_ prompt: String) -> String {
+        FileHandle.standardError.write(Data(prompt.utf8))
+        var saved = termios()
+        tcgetattr(STDIN_FILENO, &saved)
+        var silent = saved
+        silent.c_lflag &= ~tcflag_t(ECHO)
+        tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
+        defer {
+            tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
+            FileHandle.standardError.write(Data("\n".utf8))
+        }
+        return readLine(strippingNewline: true) ?? ""
+    }
+    let password = ask(prompt)
+    guard !password.isEmpty else { throw ValidationError("empty password") }
+    if confirm, ask("Again: ") != password { throw ValidationError("the passwords differ") }
+    return password
+}
