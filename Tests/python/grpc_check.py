@@ -68,6 +68,17 @@ def main():
             result["authenticate_bad"] = "OK"
         except grpc.RpcError as e:
             result["authenticate_bad"] = e.code().name
+        # Account management and tokens are plain RPCs too.
+        stub.CreateUser(auth_pb2.CreateUserRequest(user="py-user", password="py-password-1"), timeout=30)
+        try:
+            stub.CreateUser(auth_pb2.CreateUserRequest(user="py-user", password="py-password-1"), timeout=30)
+            result["create_user_again"] = "OK"
+        except grpc.RpcError as e:
+            result["create_user_again"] = e.code().name
+        result["users"] = [u.name for u in stub.ListUsers(auth_pb2.ListUsersRequest(), timeout=5).users]
+        issued = stub.IssueToken(auth_pb2.IssueTokenRequest(authorization=header), timeout=30)
+        result["bearer"] = stub.Authenticate(
+            auth_pb2.AuthenticateRequest(authorization="Bearer " + issued.token), timeout=5).scheme
 
     with channel("registration") as ch:
         stub = reg_grpc.RegistrationServiceStub(ch)
