@@ -79,7 +79,8 @@ public enum NativePayloads {
 }
 
 /// The image the `rich` profile sends when no `rich-image` is configured: a 64×64 PNG of Herald's
-/// "H", 274 bytes, kept in source so the edge binary needs no resource bundle beside it.
+/// "H", 274 bytes, kept in source so the edge binary needs no resource bundle beside it. The same
+/// bytes are `services/edge/herald.png` (a unit test checks they match).
 public enum DefaultRichImage {
     public static let contentType = "image/png"
     public static let bytes: [UInt8] = Array(Data(base64Encoded: base64)!)

@@ -76,7 +76,7 @@ struct Device: AsyncParsableCommand {
         // Watch the inbox for this handle.
         var after: Int64 = 0
         var received = 0
-        try await withService("dispatch", dir: stack.dir) { client in
+        try await withService("dispatch", stack) { client in
             while count == 0 || received < count {
                 if let deadline, ContinuousClock.now >= deadline {
                     throw CLIError(message: "timed out after \(timeout) s with \(received) of \(count) pushes")
@@ -129,7 +129,7 @@ struct Device: AsyncParsableCommand {
 
     private func edgeURL() throws -> String {
         if let url { return url.hasSuffix("/") ? String(url.dropLast()) : url }
-        let file = StackConfiguration(directory: stack.dir).runtimeDirectory + "/edge.url"
+        let file = (stack.runtimeDir ?? StackConfiguration(directory: stack.dir).runtimeDirectory) + "/edge.url"
         guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
             throw ValidationError("no \(file): is the stack running (herald up --dir \(stack.dir))? Or give --url")
         }

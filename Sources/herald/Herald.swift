@@ -85,8 +85,7 @@ struct Inbox: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the pushes the inbox provider recorded instead of sending them.")
 
-    @Option(help: "The stack's folder (as given to herald up).")
-    var dir = ".herald"
+    @OptionGroup var stack: StackOptions
     @Option(help: "Only entries after this sequence number.")
     var after: Int64 = 0
     @Option(help: "At most this many entries (up to 1000).")
@@ -95,7 +94,7 @@ struct Inbox: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let entries = try await withService("dispatch", dir: dir) { client in
+        let entries = try await withService("dispatch", stack) { client in
             try await client.call(DispatchServiceMethods.listInbox, ListInboxRequest(afterSequence: after, limit: limit)).entries
         }
         if json {
@@ -127,10 +126,10 @@ struct Inbox: AsyncParsableCommand {
 }
 
 /// Runs `body` with a client of `service` in the stack at `dir` (its lean socket).
-func withService<T: Sendable>(_ service: String, dir: String, _ body: (RPCClient) async throws -> T) async throws -> T {
-    let socket = StackConfiguration(directory: dir).socketPath(service)
+func withService<T: Sendable>(_ service: String, _ stack: StackOptions, _ body: (RPCClient) async throws -> T) async throws -> T {
+    let socket = stack.socket(service)
     guard FileManager.default.fileExists(atPath: socket) else {
-        throw ValidationError("no \(service) socket at \(socket): is the stack running (herald up --dir \(dir))?")
+        throw ValidationError("no \(service) socket at \(socket): is the stack running (herald up --dir \(stack.dir))?")
     }
     do {
         return try await RPCClient.with(socketPath: socket, timeout: .seconds(30), body)

@@ -12,7 +12,7 @@ struct OutcomeCommand: AsyncParsableCommand {
     var id: String
 
     func run() async throws {
-        let outcome = try await withService("dispatch", dir: stack.dir) { client in
+        let outcome = try await withService("dispatch", stack) { client in
             try await client.call(DispatchServiceMethods.getOutcome, GetOutcomeRequest(notificationID: id))
         }
         print("\(outcome.notificationID)  \(outcome.state)  sent by \(outcome.sender)")

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldStack
 
 #if canImport(Glibc)
 import Glibc
@@ -22,7 +23,7 @@ struct Users: AsyncParsableCommand {
 
         func run() async throws {
             let password = try readPassword(confirm: true)
-            _ = try await withService("auth", dir: stack.dir) { client in
+            _ = try await withService("auth", stack) { client in
                 try await client.call(AuthServiceMethods.createUser, CreateUserRequest(user: user, password: password))
             }
             print("user \(user) created")
@@ -37,7 +38,7 @@ struct Users: AsyncParsableCommand {
 
         func run() async throws {
             let password = try readPassword(confirm: true)
-            _ = try await withService("auth", dir: stack.dir) { client in
+            _ = try await withService("auth", stack) { client in
                 try await client.call(AuthServiceMethods.setPassword, SetPasswordRequest(user: user, password: password))
             }
             print("password of \(user) changed; their tokens are revoked")
@@ -50,7 +51,7 @@ struct Users: AsyncParsableCommand {
         @Argument var user: String
 
         func run() async throws {
-            _ = try await withService("auth", dir: stack.dir) { client in
+            _ = try await withService("auth", stack) { client in
                 try await client.call(AuthServiceMethods.deleteUser, DeleteUserRequest(user: user))
             }
             print("user \(user) deleted")
@@ -62,7 +63,7 @@ struct Users: AsyncParsableCommand {
         @OptionGroup var stack: StackOptions
 
         func run() async throws {
-            let users = try await withService("auth", dir: stack.dir) { client in
+            let users = try await withService("auth", stack) { client in
                 try await client.call(AuthServiceMethods.listUsers, ListUsersRequest()).users
             }
             if users.isEmpty { print("no users; add one with: herald users add <name>") }
@@ -85,7 +86,7 @@ struct Tokens: AsyncParsableCommand {
         @Argument var user: String
 
         func run() async throws {
-            let revoked = try await withService("auth", dir: stack.dir) { client in
+            let revoked = try await withService("auth", stack) { client in
                 try await client.call(AuthServiceMethods.revokeUserTokens, RevokeUserTokensRequest(user: user)).revoked
             }
             print("revoked \(revoked) token(s) of \(user)")
@@ -97,6 +98,14 @@ struct Tokens: AsyncParsableCommand {
 struct StackOptions: ParsableArguments {
     @Option(help: "The stack's folder (as given to herald up).")
     var dir = ".herald"
+    @Option(help: "The folder of the services' sockets, when not <dir>/run (e.g. /run/herald in a container).")
+    var runtimeDir: String?
+
+    /// The lean socket of `service`.
+    func socket(_ service: String) -> String {
+        if let runtimeDir { return "\(runtimeDir)/\(service).sock" }
+        return StackConfiguration(directory: dir).leanSocketPath(service)
+    }
 }
 
 /// A password from the terminal (echo off, asked twice when `confirm`), or one line of standard

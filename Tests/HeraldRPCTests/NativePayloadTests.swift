@@ -44,5 +44,9 @@ struct NativePayloadTests {
     func defaultImage() {
         #expect(DefaultRichImage.bytes.starts(with: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]))
         #expect(DefaultRichImage.contentType == "image/png")
+        // The same bytes ship as a file, for the README's upload example and for anyone to look at.
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("services/edge/herald.png")
+        #expect(FileManager.default.contents(atPath: file.path).map { [UInt8]($0) } == DefaultRichImage.bytes)
     }
 }
