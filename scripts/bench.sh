@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Benchmarks (figures, never pass/fail): builds release binaries and runs herald-bench.
-#   scripts/bench.sh                 unary RPC: raw socket floor, lean protocol, gRPC
-#   scripts/bench.sh --seconds 10    longer phases; --json FILE also writes the figures as JSON
+# Benchmarks (figures, never pass/fail): builds release binaries and runs every scenario, each next
+# to a baseline measured in the same run; prints tables and writes the figures as JSON.
+#   scripts/bench.sh                     rpc, edge (wrk), fanout (100,000 registrations), memory
+#   scripts/bench.sh --large             fan out to 1,000,000 registrations
+#   scripts/bench.sh --quick             seconds, small sizes (what CI runs, on debug binaries)
+#   scripts/bench.sh --seconds 10        longer phases;  --json FILE  (default bench-results.json)
+#   scripts/bench.sh rpc|edge|fanout …   one scenario
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-swift build -c release --product herald-bench
-exec "$(swift build -c release --show-bin-path)/herald-bench" rpc "$@"
+scripts/setup.sh --bench
+swift build -c release
+bin="$(swift build -c release --show-bin-path)"
+case "${1:-}" in
+  rpc|edge|fanout|all) exec "$bin/herald-bench" "$@" ;;
+  *) exec "$bin/herald-bench" all --json bench-results.json "$@" ;;
+esac

@@ -2,7 +2,9 @@
 # Installs what Herald needs on a Debian machine with Swift, skipping what is already there.
 #   scripts/setup.sh          build and run: libprotobuf-c-dev, libsqlite3-dev
 #   scripts/setup.sh --test   also protoc-c (generated-code check), docker-compose (compose check),
-#                             python3 + grpcio/grpcio-tools (the independent gRPC client in the tests)
+#                             python3 + grpcio/grpcio-tools (the independent gRPC client in the tests),
+#                             wrk (the benchmark's quick run)
+#   scripts/setup.sh --bench  also wrk (the edge scenario's load generator)
 set -euo pipefail
 
 packages=(libprotobuf-c-dev libsqlite3-dev pkg-config)
@@ -11,6 +13,9 @@ if [[ "${1:-}" == "--test" ]]; then
   # python3 may come from elsewhere (pyenv): ask apt only for what PATH lacks.
   command -v python3 >/dev/null 2>&1 || packages+=(python3)
   python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
+fi
+if [[ "${1:-}" == "--test" || "${1:-}" == "--bench" ]]; then
+  packages+=(wrk)
 fi
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Command 2: everything CI checks, from a clean clone.
 #   1. install missing packages   2. generated code matches proto/   3. build   4. every test
+#   5. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -9,4 +10,7 @@ scripts/generate-proto.sh --check
 swift build --build-tests
 echo "test.sh: build finished after $(( $(date +%s) - start ))s"
 swift test --skip-build
+bench_start=$(date +%s)
+"$(swift build --show-bin-path)/herald-bench" all --quick --json .build/bench-quick.json
+echo "test.sh: benchmark quick run took $(( $(date +%s) - bench_start ))s"
 echo "test.sh: all checks passed in $(( $(date +%s) - start ))s"

@@ -3,6 +3,7 @@ import Foundation
 import HeraldProto
 import HeraldRPC
 import Logging
+import HeraldStack
 import ServiceLifecycle
 import Synchronization
 
@@ -16,7 +17,8 @@ struct HeraldBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-bench",
         abstract: "Measure Herald against the machine's own limits.",
-        subcommands: [RPCBench.self, ServeBench.self]
+        subcommands: [AllBench.self, RPCBench.self, EdgeBench.self, FanoutBench.self, ServeBench.self, HelloServer.self],
+        defaultSubcommand: AllBench.self
     )
 }
 
@@ -53,16 +55,32 @@ struct ServeBench: AsyncParsableCommand {
 }
 
 /// `herald-bench rpc`: unary latency, throughput and server CPU per call over each path.
+///
+/// Three RPCs: an echo (the transports' own cost), and two real ones served by a real
+/// herald-payload process: `grpc.health.v1.Health/Check` (cheap) and `FetchPayload` of a stored
+/// secure payload (SQLite). Each over the lean protocol and gRPC, next to a raw Unix-socket echo of
+/// the same request size: the floor nothing can beat.
 struct RPCBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rpc", abstract: "Unary RPC over a Unix socket: raw echo floor, lean protocol, gRPC.")
 
-    @Option(help: "Seconds each phase runs.")
-    var seconds: Double = 3
+    @OptionGroup var options: BenchOptions
     @Option(help: "Concurrent callers in the throughput phase.")
     var concurrency = 16
-    @Option(help: "Also write the figures as JSON to this file.")
-    var json: String?
+
+    func run() async throws { try await execute() }
+
+    func execute() async throws {
+        let report = try await RPCScenario(options: options, concurrency: concurrency).run()
+        print(report.tables.joined(separator: "\n\n"))
+        try options.finish(report, scenarios: ["rpc"])
+    }
+}
+
+/// The rpc scenario's work (a plain struct: ArgumentParser types are only made by parsing).
+struct RPCScenario {
+    var options: BenchOptions
+    var concurrency = 16
 
     struct Figures: Codable {
         var path: String
@@ -73,49 +91,88 @@ struct RPCBench: AsyncParsableCommand {
         var serverCPUMicrosPerCall: Double
     }
 
-    func run() async throws { try await execute() }
+    var seconds: Double { options.phaseSeconds }
 
-    func execute() async throws {
+    func run() async throws -> Report {
         var template = Array("/tmp/herald-bench-XXXXXX".utf8CString)
         let dir = String(cString: mkdtemp(&template)!)
         defer { try? FileManager.default.removeItem(atPath: dir) }
+        let binDirectory = Stack.defaultBinDirectory()
         let server = Process()
-        server.executableURL = URL(fileURLWithPath: try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+        server.executableURL = URL(fileURLWithPath: binDirectory + "/herald-bench")
         server.arguments = ["serve", "--dir", dir]
+        let payload = Process()
+        payload.executableURL = URL(fileURLWithPath: binDirectory + "/herald-payload")
+        payload.arguments = ["--runtime-dir", dir, "--data-dir", dir, "--log-level", "error"]
         try server.run()
+        try payload.run()
         defer {
-            server.terminate()
-            server.waitUntilExit()
+            for process in [server, payload] {
+                process.terminate()
+                process.waitUntilExit()
+            }
         }
         let deadline = ContinuousClock.now + .seconds(30)
-        while !(await HeraldProcess.checkHealth(socketPath: "\(dir)/bench.sock")) || !FileManager.default.fileExists(atPath: "\(dir)/raw.sock") {
-            guard ContinuousClock.now < deadline else { throw ValidationError("benchmark server did not start") }
+        while true {
+            let echo = await HeraldProcess.checkHealth(socketPath: "\(dir)/bench.sock")
+            let payloadUp = await HeraldProcess.checkHealth(socketPath: "\(dir)/payload.sock")
+            if echo, payloadUp, FileManager.default.fileExists(atPath: "\(dir)/raw.sock") { break }
+            guard ContinuousClock.now < deadline else { throw ValidationError("benchmark servers did not start") }
             try await Task.sleep(for: .milliseconds(50))
         }
+        let stored = try await RPCClient.with(socketPath: "\(dir)/payload.sock") { client in
+            try await client.call(
+                PayloadServiceMethods.storePayload,
+                StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8)))
+        }
+        let fetch = FetchPayloadRequest(id: stored.id, requester: "bench")
+        let health = HealthCheckRequest(service: "")
 
-        let requestBytes: [UInt8] = try benchRequest.serializedBytes()
-        var results: [Figures] = []
-        results.append(try await measureRaw(dir: dir, request: requestBytes, serverPID: server.processIdentifier))
-        for transport in [RPCTransport.lean, .grpc] {
-            let socket = "\(dir)/bench\(transport == .lean ? "" : ".grpc").sock"
-            results.append(try await measure(transport: transport, socket: socket, serverPID: server.processIdentifier))
+        var report = Report()
+        var tables: [String] = []
+        let rpcs: [(name: String, request: [UInt8], pid: Int32, sockets: (String, String), call: @Sendable (RPCClient) async throws -> Void)] = [
+            ("echo", try benchRequest.serializedBytes(), server.processIdentifier, ("\(dir)/bench.sock", "\(dir)/bench.grpc.sock"),
+             { _ = try await $0.call(AuthServiceMethods.authenticate, benchRequest) }),
+            ("Health/Check", try health.serializedBytes(), payload.processIdentifier, ("\(dir)/payload.sock", "\(dir)/payload.grpc.sock"),
+             { _ = try await $0.call(HealthMethods.check, health) }),
+            ("FetchPayload", try fetch.serializedBytes(), payload.processIdentifier, ("\(dir)/payload.sock", "\(dir)/payload.grpc.sock"),
+             { _ = try await $0.call(PayloadServiceMethods.fetchPayload, fetch) }),
+        ]
+        for rpc in rpcs {
+            let size = max(rpc.request.count, 1)
+            let floor = try await measureRaw(dir: dir, request: [UInt8](repeating: 0x78, count: size), serverPID: server.processIdentifier)
+            var rows = [floor]
+            for transport in [RPCTransport.lean, .grpc] {
+                let socket = transport == .lean ? rpc.sockets.0 : rpc.sockets.1
+                let figures = try await measure(transport: transport, socket: socket, serverPID: rpc.pid, call: rpc.call)
+                rows.append(figures)
+                let label = "\(rpc.name) over \(transport == .lean ? "lean" : "gRPC")"
+                report.records.append(Record(
+                    "rpc", "\(label): p50 latency", unit: "µs", value: figures.p50Micros,
+                    baseline: "raw echo \(size) B", baselineValue: floor.p50Micros, better: "lower",
+                    target: transport == .lean ? "≤ 3× raw" : nil))
+                report.records.append(Record(
+                    "rpc", "\(label): p99 latency", unit: "µs", value: figures.p99Micros,
+                    baseline: "raw echo \(size) B", baselineValue: floor.p99Micros, better: "lower"))
+                report.records.append(Record(
+                    "rpc", "\(label): calls/s, \(concurrency) callers", unit: "calls/s", value: figures.callsPerSecondConcurrent,
+                    baseline: "raw echo \(size) B", baselineValue: floor.callsPerSecondConcurrent, better: "higher",
+                    target: transport == .lean ? "≥ 10,000/s" : nil))
+            }
+            tables.append(Self.table(rows, title: "\(rpc.name), \(rpc.request.count)-byte request", concurrency: concurrency))
         }
-        print(Self.table(results, requestBytes: requestBytes.count, concurrency: concurrency))
-        if let json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            try encoder.encode(results).write(to: URL(fileURLWithPath: json))
-        }
+        report.tables = ["## rpc: unary RPC over a Unix socket (client and server share the machine's cores)"] + tables
+        return report
     }
 
     // MARK: measuring
 
-    func measure(transport: RPCTransport, socket: String, serverPID: Int32) async throws -> Figures {
+    func measure(
+        transport: RPCTransport, socket: String, serverPID: Int32, call rpc: @escaping @Sendable (RPCClient) async throws -> Void
+    ) async throws -> Figures {
         try await RPCClient.with(socketPath: socket, transport: transport, timeout: .seconds(10)) { client in
-            let call: @Sendable () async throws -> Void = {
-                _ = try await client.call(AuthServiceMethods.authenticate, benchRequest)
-            }
-            for _ in 0..<500 { try await call() }  // warm-up: connection, caches
+            let call: @Sendable () async throws -> Void = { try await rpc(client) }
+            for _ in 0..<(options.quick ? 50 : 500) { try await call() }  // warm-up: connection, caches
             var latencies: [Duration] = []
             let sequentialEnd = ContinuousClock.now + .seconds(seconds)
             while ContinuousClock.now < sequentialEnd {
@@ -156,7 +213,7 @@ struct RPCBench: AsyncParsableCommand {
             let fd = try RawEcho.connect(path: path)
             defer { close(fd) }
             var reply = [UInt8](repeating: 0, count: request.count)
-            for _ in 0..<500 { RawEcho.roundTrip(fd, request, &reply) }
+            for _ in 0..<100 { RawEcho.roundTrip(fd, request, &reply) }
             var latencies: [Duration] = []
             let end = ContinuousClock.now + .seconds(seconds)
             while ContinuousClock.now < end {
@@ -190,7 +247,7 @@ struct RPCBench: AsyncParsableCommand {
         let elapsed = ContinuousClock.now - start
         let cpu = try Self.cpuSeconds(pid: serverPID) - cpuBefore
         return Self.figures(
-            path: "raw socket echo (floor)", latencies: sequential, sequentialSeconds: seconds, calls: calls, elapsed: elapsed,
+            path: "raw socket echo, \(request.count) B (floor)", latencies: sequential, sequentialSeconds: seconds, calls: calls, elapsed: elapsed,
             serverCPU: cpu)
     }
 
@@ -219,10 +276,10 @@ struct RPCBench: AsyncParsableCommand {
         return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
-    static func table(_ results: [Figures], requestBytes: Int, concurrency: Int) -> String {
+    static func table(_ results: [Figures], title: String, concurrency: Int) -> String {
         func f(_ x: Double, _ digits: Int = 0) -> String { String(format: "%.\(digits)f", x) }
         var lines = [
-            "Unary RPC over a Unix socket, \(requestBytes)-byte request; client and server share the machine's cores.",
+            "\(title):",
             "",
             "| path | p50 µs | p99 µs | calls/s, 1 caller | calls/s, \(concurrency) callers | server CPU µs/call |",
             "|---|---:|---:|---:|---:|---:|",
@@ -230,11 +287,6 @@ struct RPCBench: AsyncParsableCommand {
         for r in results {
             lines.append(
                 "| \(r.path) | \(f(r.p50Micros, 1)) | \(f(r.p99Micros, 1)) | \(f(r.callsPerSecondSequential)) | \(f(r.callsPerSecondConcurrent)) | \(f(r.serverCPUMicrosPerCall, 1)) |")
-        }
-        if let lean = results.first(where: { $0.path.hasPrefix("lean") }), let grpc = results.first(where: { $0.path.hasPrefix("gRPC") }) {
-            lines.append("")
-            lines.append("Server CPU per call, gRPC ÷ lean: \(f(grpc.serverCPUMicrosPerCall / lean.serverCPUMicrosPerCall, 1))×; "
-                + "p50, gRPC ÷ lean: \(f(grpc.p50Micros / lean.p50Micros, 1))×.")
         }
         return lines.joined(separator: "\n")
     }

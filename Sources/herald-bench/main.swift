@@ -12,8 +12,12 @@ do {
     // Not `@main`: the executor must be installed before any task exists. Called from here, `run()`
     // resolves to ArgumentParser's synchronous default, so the subcommands' work is `execute()`.
     switch try HeraldBench.parseAsRoot() {
+    case let command as AllBench: try await command.execute()
     case let command as RPCBench: try await command.execute()
+    case let command as EdgeBench: try await command.execute()
+    case let command as FanoutBench: try await command.execute()
     case let command as ServeBench: try await command.execute()
+    case let command as HelloServer: try await command.execute()
     case var command: try command.run()
     }
 } catch {

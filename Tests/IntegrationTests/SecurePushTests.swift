@@ -5,13 +5,14 @@ import HeraldStack
 import Testing
 
 /// The tutorial's secure push, replayed over HTTP against the five real executables. The services
-/// talk to each other over the lean protocol and, in a second run of each flow, over gRPC.
+/// talk to each other over the lean protocol and, in a second run of each flow, over gRPC; the
+/// contract's sequence and status codes also run in both auth modes.
 @Suite("secure push end to end", .serialized, .timeLimit(.minutes(3)))
 struct SecurePushTests {
     @Test("the iOS client's sequence: register, send, fetch once unread then read; only the recipient",
-          arguments: RPCTransport.allCases)
-    func tutorialSequence(_ transport: RPCTransport) async throws {
-        try await LiveStack.with(configure: { $0.rpcTransport = transport }) { live in
+          arguments: RPCTransport.allCases, AuthModeCase.allCases)
+    func tutorialSequence(_ transport: RPCTransport, _ auth: AuthModeCase) async throws {
+        try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.rpcTransport = transport }) { live in
             let edge = live.edge
             let token = apnsToken(1)
 
@@ -68,9 +69,9 @@ struct SecurePushTests {
         }
     }
 
-    @Test("the edge answers the contract's status codes and never 500", arguments: RPCTransport.allCases)
-    func statusCodes(_ transport: RPCTransport) async throws {
-        try await LiveStack.with(configure: { $0.rpcTransport = transport }) { live in
+    @Test("the edge answers the contract's status codes and never 500", arguments: RPCTransport.allCases, AuthModeCase.allCases)
+    func statusCodes(_ transport: RPCTransport, _ auth: AuthModeCase) async throws {
+        try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.rpcTransport = transport }) { live in
             let edge = live.edge
             let token = apnsToken(2)
             let id = try #require(

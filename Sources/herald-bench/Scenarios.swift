@@ -1,0 +1,454 @@
+import ArgumentParser
+import Foundation
+import GRDB
+import HeraldProto
+import HeraldRPC
+import HeraldStack
+import Hummingbird
+import Logging
+import RegistrationService
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Options every scenario shares.
+struct BenchOptions: ParsableArguments {
+    @Flag(help: "Seconds instead of minutes, small sizes: checks every scenario runs and yields numbers (CI).")
+    var quick = false
+    @Flag(help: "Fan out to 1,000,000 registrations instead of 100,000.")
+    var large = false
+    @Option(help: "Seconds each measuring phase runs.")
+    var seconds: Double = 3
+    @Option(help: "Write the figures as JSON (one record per figure) to this file.")
+    var json: String?
+
+    var phaseSeconds: Double { quick ? 0.3 : seconds }
+    var wrkSeconds: Int { quick ? 1 : max(2, Int(seconds * 2)) }
+    var fanoutSize: Int { quick ? 2_000 : (large ? 1_000_000 : 100_000) }
+
+    /// Checks the figures in quick mode (numbers, never thresholds), then writes the JSON.
+    func finish(_ report: Report, scenarios: [String]) throws {
+        if quick { try report.check(scenarios: scenarios) }
+        if let json {
+            try report.write(json: json)
+            print("\nfigures written to \(json)")
+        }
+    }
+}
+
+/// `herald-bench` (or `herald-bench all`): every scenario, one table each, then a summary of each
+/// figure next to its baseline.
+struct AllBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "all", abstract: "Run every scenario: rpc, edge, fanout, memory.")
+    @OptionGroup var options: BenchOptions
+
+    func run() async throws { try await execute() }
+
+    func execute() async throws {
+        var report = Report()
+        let started = ContinuousClock.now
+        report.add(try await RPCScenario(options: options).run())
+        report.add(try await EdgeScenario(options: options).run())
+        report.add(try await FanoutScenario(options: options).run())
+        for table in report.tables { print(table + "\n") }
+        print("## summary (ratio = value ÷ baseline; see `better` in the JSON for which way is good)\n")
+        print(report.summary())
+        print("\nall scenarios in \((ContinuousClock.now - started).wholeMilliseconds / 1000) s")
+        try options.finish(report, scenarios: ["rpc", "edge", "fanout", "memory"])
+    }
+}
+
+// MARK: edge
+
+/// `herald-bench edge`: HTTP requests/s and p99 through the whole stack, driven by wrk with 64
+/// connections, next to a Hummingbird hello-world route on the same machine.
+struct EdgeBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "edge", abstract: "GET api/notifications/{id} and PUT api/register/{id} with wrk, against a hello-world baseline.")
+    @OptionGroup var options: BenchOptions
+    @Option(help: "wrk connections.")
+    var connections = 64
+
+    func run() async throws { try await execute() }
+
+    func execute() async throws {
+        let report = try await EdgeScenario(options: options, connections: connections).run()
+        print(report.tables.joined(separator: "\n\n"))
+        try options.finish(report, scenarios: ["edge"])
+    }
+}
+
+struct EdgeScenario {
+    var options: BenchOptions
+    var connections = 64
+
+    func run() async throws -> Report {
+        guard let wrk = which("wrk") else { throw BenchError("wrk is missing: apt-get install -y wrk (scripts/setup.sh --bench does it)") }
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+
+        let hello = try await HelloServer.start(dir: dir)
+        defer { hello.process.terminate(); hello.process.waitUntilExit() }
+        let helloRun = try runWrk(wrk, url: hello.url + "/hello", script: nil, dir: dir)
+
+        var configuration = StackConfiguration(directory: dir + "/stack")
+        configuration.httpPort = 0
+        configuration.authMode = "tutorial"
+        configuration.logLevel = "notice"
+        configuration.captureLogs = true
+        let stack = Stack(configuration: configuration)
+        try await stack.start()
+        do {
+            let base = await stack.edgeURL
+            // Seed through the services' own RPCs: one device, one stored secure payload.
+            let token = String(repeating: "ab", count: 32)
+            let registrationID = try await RPCClient.with(socketPath: configuration.socketPath("registration")) { client in
+                let id = try await client.call(
+                    RegistrationServiceMethods.createRegistrationId, CreateRegistrationIdRequest(owner: "bench", handle: token)
+                ).registrationID
+                _ = try await client.call(
+                    RegistrationServiceMethods.upsertRegistration,
+                    UpsertRegistrationRequest(owner: "bench", registrationID: id, platform: .apns, handle: token, tags: ["news"]))
+                return id
+            }
+            let payloadID = try await RPCClient.with(socketPath: configuration.socketPath("payload")) { client in
+                try await client.call(
+                    PayloadServiceMethods.storePayload,
+                    StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8))
+                ).id
+            }
+            let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
+            let getScript = dir + "/get.lua"
+            try "wrk.headers[\"Authorization\"] = \"\(authorization)\"\n".write(toFile: getScript, atomically: true, encoding: .utf8)
+            let putScript = dir + "/put.lua"
+            try """
+                wrk.method = "PUT"
+                wrk.body = '{"Platform":"apns","Handle":"\(token)","Tags":["news"]}'
+                wrk.headers["Content-Type"] = "application/json"
+                wrk.headers["Authorization"] = "\(authorization)"
+
+                """.write(toFile: putScript, atomically: true, encoding: .utf8)
+            let get = try runWrk(wrk, url: base + "/api/notifications/\(payloadID)", script: getScript, dir: dir)
+            let put = try runWrk(wrk, url: base + "/api/register/\(registrationID)", script: putScript, dir: dir)
+            await stack.stop()
+
+            var report = Report()
+            let helloName = "Hummingbird hello world"
+            for (name, run, target) in [
+                ("GET api/notifications/{id}", get, "≥ 40% of hello world"), ("PUT api/register/{id}", put, nil as String?),
+            ] {
+                report.records.append(Record(
+                    "edge", "\(name): requests/s", unit: "req/s", value: run.requestsPerSecond, baseline: helloName,
+                    baselineValue: helloRun.requestsPerSecond, better: "higher", target: target))
+                report.records.append(Record(
+                    "edge", "\(name): p99 latency", unit: "ms", value: run.p99Millis, baseline: helloName,
+                    baselineValue: helloRun.p99Millis, better: "lower"))
+            }
+            var lines = [
+                "## edge: HTTP through the whole stack, wrk -c\(connections), \(options.wrkSeconds) s per route (tutorial auth: user == password)",
+                "",
+                "| route | requests/s | p50 ms | p99 ms | % of hello world |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            for (name, run) in [("hello world (baseline)", helloRun), ("GET api/notifications/{id}", get), ("PUT api/register/{id}", put)] {
+                lines.append(
+                    "| \(name) | \(format(run.requestsPerSecond)) | \(format(run.p50Millis)) | \(format(run.p99Millis)) | \(String(format: "%.0f%%", 100 * run.requestsPerSecond / helloRun.requestsPerSecond)) |")
+            }
+            report.tables = [lines.joined(separator: "\n")]
+            return report
+        } catch {
+            await stack.stop()
+            throw error
+        }
+    }
+
+    struct WrkRun {
+        var requestsPerSecond: Double
+        var p50Millis: Double
+        var p99Millis: Double
+    }
+
+    func runWrk(_ wrk: String, url: String, script: String?, dir: String) throws -> WrkRun {
+        var arguments = ["-t2", "-c\(connections)", "-d\(options.wrkSeconds)s", "--latency"]
+        if let script { arguments += ["-s", script] }
+        let output = try runProcess(wrk, arguments + [url])
+        if let bad = output.firstMatch(of: /Non-2xx or 3xx responses: (\d+)/) {
+            throw BenchError("wrk \(url): \(bad.1) responses were not 2xx; the benchmark measures successes only")
+        }
+        guard let rate = output.firstMatch(of: /Requests\/sec:\s+([\d.]+)/).flatMap({ Double($0.1) }),
+            let p50 = Self.latency(output, "50"), let p99 = Self.latency(output, "99")
+        else { throw BenchError("cannot read wrk's output:\n\(output)") }
+        return WrkRun(requestsPerSecond: rate, p50Millis: p50, p99Millis: p99)
+    }
+
+    /// A line of wrk's latency distribution ("     99%    2.34ms") in milliseconds.
+    static func latency(_ output: String, _ percent: String) -> Double? {
+        for line in output.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, parts[0] == "\(percent)%" else { continue }
+            let text = String(parts[1])
+            for (suffix, scale) in [("us", 0.001), ("ms", 1.0), ("s", 1000.0), ("m", 60_000.0)] where text.hasSuffix(suffix) {
+                return Double(text.dropLast(suffix.count)).map { $0 * scale }
+            }
+        }
+        return nil
+    }
+}
+
+// MARK: fanout and memory
+
+/// `herald-bench fanout`: one send to a tag carried by 100,000 registrations (1,000,000 with
+/// `--large`), timed until the push provider has recorded every delivery; plus the memory of each
+/// service idle and after the fan-out.
+///
+/// Registrations are written straight into herald-registration's SQLite file before the stack
+/// starts (through its own store and schema): the scenario measures the send, not 100,000 HTTP
+/// registrations. Baseline: recording the same number of deliveries the inbox provider's way (rows
+/// into the same table shape, 500 per transaction) in this process: the machine's floor for it.
+struct FanoutBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fanout", abstract: "One send to 100,000 registrations; deliveries/s and each service's memory.")
+    @OptionGroup var options: BenchOptions
+
+    func run() async throws { try await execute() }
+
+    func execute() async throws {
+        let report = try await FanoutScenario(options: options).run()
+        print(report.tables.joined(separator: "\n\n"))
+        try options.finish(report, scenarios: ["fanout", "memory"])
+    }
+}
+
+struct FanoutScenario {
+    var options: BenchOptions
+
+    func run() async throws -> Report {
+        let count = options.fanoutSize
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var configuration = StackConfiguration(directory: dir + "/stack")
+        configuration.httpPort = 0
+        configuration.authMode = "tutorial"
+        configuration.logLevel = "notice"
+        configuration.captureLogs = true
+        try seedRegistrations(count, path: configuration.dataDirectory + "/registration.sqlite")
+        let floor = try baselineInserts(count, path: dir + "/baseline.sqlite")
+
+        let hello = try await HelloServer.start(dir: dir)
+        let helloRSS = try residentMegabytes(hello.process.processIdentifier)
+        hello.process.terminate()
+        hello.process.waitUntilExit()
+
+        let stack = Stack(configuration: configuration)
+        try await stack.start()
+        do {
+            var idle: [String: Double] = [:]
+            for service in Stack.services { idle[service] = try residentMegabytes(await stack.pid(of: service)) }
+
+            let started = ContinuousClock.now
+            let outcome = try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), timeout: .seconds(3600)) { client in
+                try await client.call(
+                    DispatchServiceMethods.send,
+                    SendRequest(
+                        targetTag: "fanout",
+                        payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"fan-out"}}"#.utf8), pushType: "alert")],
+                        sender: "bench")
+                ).outcome
+            }
+            let elapsed = ContinuousClock.now - started
+            let delivered = outcome?.platforms.reduce(0) { $0 + $1.success } ?? 0
+            let recorded = try countRows(configuration.dataDirectory + "/dispatch.sqlite", table: "inbox")
+            guard delivered == count, recorded == count else {
+                throw BenchError("fan-out delivered \(delivered) and recorded \(recorded) of \(count)")
+            }
+            var after: [String: Double] = [:]
+            for service in Stack.services { after[service] = try residentMegabytes(await stack.pid(of: service)) }
+            await stack.stop()
+
+            let seconds = elapsed.seconds
+            let rate = Double(count) / seconds
+            var report = Report()
+            report.records.append(Record(
+                "fanout", "\(count) deliveries: deliveries/s", unit: "/s", value: rate,
+                baseline: "inbox rows inserted in-process", baselineValue: floor, better: "higher", target: "≥ 50,000/s"))
+            for service in Stack.services {
+                report.records.append(Record(
+                    "memory", "herald-\(service) idle RSS", unit: "MB", value: idle[service]!, baseline: "hello world idle",
+                    baselineValue: helloRSS, better: "lower", target: "≤ 30 MB"))
+                report.records.append(Record(
+                    "memory", "herald-\(service) RSS after the fan-out", unit: "MB", value: after[service]!,
+                    baseline: "hello world idle", baselineValue: helloRSS, better: "lower"))
+            }
+            var memory = [
+                "## memory: resident set of each service (hello world idle: \(format(helloRSS)) MB)",
+                "",
+                "| service | idle MB | after the fan-out MB |",
+                "|---|---:|---:|",
+            ]
+            for service in Stack.services {
+                memory.append("| herald-\(service) | \(format(idle[service]!)) | \(format(after[service]!)) |")
+            }
+            report.tables = [
+                """
+                ## fanout: one send to \(count) registrations under one tag, inbox provider
+
+                | | deliveries | seconds | deliveries/s |
+                |---|---:|---:|---:|
+                | Herald: Send → every delivery recorded | \(count) | \(String(format: "%.2f", seconds)) | \(format(rate)) |
+                | baseline: the same rows inserted in-process | \(count) | \(String(format: "%.2f", Double(count) / floor)) | \(format(floor)) |
+                """,
+                memory.joined(separator: "\n"),
+            ]
+            return report
+        } catch {
+            await stack.stop()
+            throw error
+        }
+    }
+
+    /// `count` complete APNs registrations tagged "fanout", written with herald-registration's schema.
+    func seedRegistrations(_ count: Int, path: String) throws {
+        try makePrivateDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
+        let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
+        _ = try RegistrationStore(db: pool)
+        let now = unixMillis()
+        try pool.write { db in
+            let registration = try db.makeStatement(
+                sql: "INSERT INTO registration (id, owner, platform, handle, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)")
+            let tag = try db.makeStatement(sql: "INSERT INTO registration_tag (tag, registration_id) VALUES (?, ?)")
+            for index in 0..<count {
+                let id = String(format: "r-bench-%08d", index)
+                let owner = "user\(index % 1000)"
+                try registration.execute(arguments: [id, owner, Platform.apns.rawValue, String(format: "%064x", index), now, now])
+                try tag.execute(arguments: ["fanout", id])
+                try tag.execute(arguments: ["username:\(owner)", id])
+            }
+        }
+        try pool.close()
+    }
+
+    /// Rows/s inserting `count` inbox-shaped rows, 500 per transaction, as the inbox provider writes them.
+    func baselineInserts(_ count: Int, path: String) throws -> Double {
+        let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
+        try pool.write { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE inbox (sequence INTEGER PRIMARY KEY AUTOINCREMENT, notification_id TEXT NOT NULL,
+                    registration_id TEXT NOT NULL, platform INTEGER NOT NULL, handle TEXT NOT NULL, headers TEXT NOT NULL,
+                    payload BLOB NOT NULL, recorded_at INTEGER NOT NULL)
+                    """)
+        }
+        let body = Data(#"{"aps":{"alert":"fan-out"}}"#.utf8)
+        let headers = #"[["apns-push-type","alert"],["apns-priority","10"],["content-type","application/json"]]"#
+        let started = ContinuousClock.now
+        var index = 0
+        while index < count {
+            let end = min(index + 500, count)
+            try pool.write { db in
+                let insert = try db.cachedStatement(
+                    sql: """
+                        INSERT INTO inbox (notification_id, registration_id, platform, handle, headers, payload, recorded_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """)
+                for i in index..<end {
+                    try insert.execute(arguments: [
+                        "n-bench", String(format: "r-bench-%08d", i), 1, String(format: "%064x", i), headers, body, unixMillis(),
+                    ])
+                }
+            }
+            index = end
+        }
+        let rate = Double(count) / (ContinuousClock.now - started).seconds
+        try pool.close()
+        return rate
+    }
+
+    func countRows(_ path: String, table: String) throws -> Int {
+        var configuration = Configuration()
+        configuration.readonly = true
+        let queue = try DatabaseQueue(path: path, configuration: configuration)
+        return try queue.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM \(table)") ?? 0 }
+    }
+}
+
+// MARK: the hello-world baseline server
+
+/// `herald-bench hello`: a Hummingbird server with one route, the edge scenario's baseline (and
+/// the memory scenario's). Same library, same machine, no RPCs.
+struct HelloServer: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "hello", abstract: "Serve GET /hello.", shouldDisplay: false)
+    @Option var urlFile: String
+
+    func run() async throws { try await execute() }
+
+    func execute() async throws {
+        let router = Router()
+        router.get("hello") { _, _ in "Hello, world!" }
+        let file = urlFile
+        let app = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in
+                try? "http://127.0.0.1:\(channel.localAddress?.port ?? 0)".write(toFile: file, atomically: true, encoding: .utf8)
+            },
+            logger: Logger(label: "hello", factory: { _ in SwiftLogNoOpLogHandler() }))
+        try await app.runService()
+    }
+
+    /// Starts `herald-bench hello` and waits for its URL.
+    static func start(dir: String) async throws -> (process: Process, url: String) {
+        let file = dir + "/hello.url"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Stack.defaultBinDirectory() + "/herald-bench")
+        process.arguments = ["hello", "--url-file", file]
+        try process.run()
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if let url = try? String(contentsOfFile: file, encoding: .utf8), !url.isEmpty { return (process, url) }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        process.terminate()
+        throw BenchError("the hello-world server did not start")
+    }
+}
+
+// MARK: helpers
+
+func temporaryDirectory() throws -> String {
+    var template = Array("/tmp/herald-bench-XXXXXX".utf8CString)
+    guard let path = mkdtemp(&template) else { throw BenchError("mkdtemp failed") }
+    return String(cString: path)
+}
+
+/// Resident set size of a process, in MB (VmRSS from /proc).
+func residentMegabytes(_ pid: Int32?) throws -> Double {
+    guard let pid else { throw BenchError("a service is not running") }
+    let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+    guard let kilobytes = status.firstMatch(of: /VmRSS:\s+(\d+) kB/).flatMap({ Double($0.1) }) else {
+        throw BenchError("no VmRSS for \(pid)")
+    }
+    return kilobytes / 1024
+}
+
+func which(_ name: String) -> String? {
+    let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+    return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+}
+
+/// Runs a program to completion; its standard output, or an error with its standard error.
+func runProcess(_ executable: String, _ arguments: [String]) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let out = Pipe()
+    process.standardOutput = out
+    try process.run()
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else { throw BenchError("\(executable) exited \(process.terminationStatus)") }
+    return String(decoding: data, as: UTF8.self)
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
