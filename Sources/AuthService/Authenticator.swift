@@ -196,7 +196,7 @@ public final class Authenticator: Sendable {
     }
 
     static func validate(user: String, password: String) throws {
-        guard Credentials.isValidUserName(user) else {
+        guard Names.isValidUserName(user) else {
             throw ServiceError.invalidArgument("user names are 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
         }
         guard (8...1024).contains(password.utf8.count) else {
@@ -229,7 +229,7 @@ public enum Credentials: Sendable, Equatable {
                 throw ServiceError.unauthenticated("malformed Basic credentials; expected base64(user:password)")
             }
             let user = String(decoded[..<colon])
-            guard isValidUserName(user) else {
+            guard Names.isValidUserName(user) else {
                 throw ServiceError.unauthenticated("user names are 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
             }
             return .basic(user: user, password: String(decoded[decoded.index(after: colon)...]))
@@ -238,20 +238,6 @@ public enum Credentials: Sendable, Equatable {
             return .bearer(value)
         default:
             throw ServiceError.unauthenticated("unsupported authorization scheme; use Basic or Bearer")
-        }
-    }
-
-    /// User names become the tag "username:<user>", so they obey the tag alphabet (minus ':').
-    public static func isValidUserName(_ user: String) -> Bool {
-        guard (1...64).contains(user.utf8.count) else { return false }
-        return user.utf8.allSatisfy { byte in
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "@"), UInt8(ascii: "#"),
-                UInt8(ascii: "."), UInt8(ascii: "-"):
-                true
-            default: false
-            }
         }
     }
 }

@@ -51,11 +51,19 @@ public struct InboxProvider: PushProvider {
                     INSERT INTO inbox (notification_id, registration_id, platform, handle, headers, payload, recorded_at)
                     VALUES (?, ?, ?, ?, ?, ?, ?)
                     """)
+            // A batch shares one payload per platform: encode its headers and body once, not per row.
+            var encoded: [Platform: (source: [Header], headers: String, body: Data)] = [:]
             for d in deliveries {
-                let headers = try JSONSerialization.data(withJSONObject: d.headers.map { [$0.name, $0.value] })
+                let shared: (source: [Header], headers: String, body: Data)
+                if let cached = encoded[d.platform], cached.source == d.headers, cached.body.elementsEqual(d.body) {
+                    shared = cached
+                } else {
+                    let headers = try JSONSerialization.data(withJSONObject: d.headers.map { [$0.name, $0.value] })
+                    shared = (d.headers, String(decoding: headers, as: UTF8.self), Data(d.body))
+                    encoded[d.platform] = shared
+                }
                 try insert.execute(arguments: [
-                    d.notificationID, d.registrationID, d.platform.rawValue, d.handle,
-                    String(decoding: headers, as: UTF8.self), Data(d.body), now,
+                    d.notificationID, d.registrationID, d.platform.rawValue, d.handle, shared.headers, shared.body, now,
                 ])
             }
         }

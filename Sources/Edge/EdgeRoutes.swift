@@ -116,7 +116,7 @@ public struct EdgeRoutes: Sendable {
             throw EdgeError(.badRequest, "to_tag is required: the user name to notify")
         }
         let platform = try RegistrationBody.platform(pns, field: "pns")
-        guard Self.isValidUserName(target) else {
+        guard Names.isValidUserName(target) else {
             throw EdgeError(.badRequest, "to_tag must be a user name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
         }
         let message = try Self.messageText(try await collect(request, upTo: config.maxBodyBytes))
@@ -254,19 +254,6 @@ public struct EdgeRoutes: Sendable {
     }
 
     static func outcomePath(_ notificationID: String) -> String { "/v1/notifications/\(notificationID)/outcome" }
-
-    /// User names obey the tag alphabet minus ':' (they become "username:<user>"), as herald-auth checks.
-    static func isValidUserName(_ user: String) -> Bool {
-        (1...64).contains(user.utf8.count) && user.utf8.allSatisfy { byte in
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "@"), UInt8(ascii: "#"),
-                UInt8(ascii: "."), UInt8(ascii: "-"):
-                true
-            default: false
-            }
-        }
-    }
 
     static func json(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
         Response(

@@ -34,10 +34,10 @@ extension EdgeRoutes {
         let toUser = query.get("to_user") ?? ""
         let toTag = query.get("to_tag") ?? ""
         guard toUser.isEmpty != toTag.isEmpty else { throw EdgeError(.badRequest, "give exactly one of to_user and to_tag") }
-        if !toUser.isEmpty, !Self.isValidUserName(toUser) {
+        if !toUser.isEmpty, !Names.isValidUserName(toUser) {
             throw EdgeError(.badRequest, "to_user must be a user name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
         }
-        if !toTag.isEmpty, !Self.isValidTag(toTag) {
+        if !toTag.isEmpty, !Names.isValidTag(toTag) {
             throw EdgeError(.badRequest, "to_tag must be 1 to 120 characters of A-Z a-z 0-9 _ @ # . : -")
         }
         var ttl: Int64 = 0
@@ -129,12 +129,6 @@ extension EdgeRoutes {
         return Response(status: .noContent)
     }
 
-    static func isValidTag(_ tag: String) -> Bool {
-        (1...120).contains(tag.utf8.count) && tag.utf8.allSatisfy { byte in
-            isValidUserName(String(decoding: [byte], as: UTF8.self)) || byte == UInt8(ascii: ":")
-        }
-    }
-
     static func encode(_ object: Any) throws -> String {
         String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
     }
@@ -153,23 +147,13 @@ enum OutcomeNames {
         }
     }
 
-    static func platform(_ platform: Platform) -> String {
-        switch platform {
-        case .apns: "apns"
-        case .fcm: "fcm"
-        case .wns: "wns"
-        case .browser: "browser"
-        default: "unknown"
-        }
-    }
-
     static func json(_ outcome: Outcome) -> [String: Any] {
         [
             "notificationId": outcome.notificationID,
             "state": state(outcome.state),
             "createdAtUnixMs": outcome.createdAtUnixMs,
             "platforms": outcome.platforms.map {
-                ["platform": platform($0.platform), "success": $0.success, "failure": $0.failure] as [String: Any]
+                ["platform": $0.platform.name, "success": $0.success, "failure": $0.failure] as [String: Any]
             },
         ]
     }

@@ -98,28 +98,31 @@ public final class PayloadStore: Sendable {
     }
 
     /// Hands content to its recipient and marks it read; `read` in the answer is the flag as it was.
+    ///
+    /// Reads first and writes only on the first read: every later fetch is a WAL read that never
+    /// waits for (or holds) the single writer. Two first reads racing both answer "unread", which is
+    /// true for both: neither saw it read.
     public func fetch(id: Int64, requester: String) throws -> FetchPayloadResponse {
         let notFound = ServiceError.notFound("notification \(id) not found")
         guard !requester.isEmpty else { throw notFound }
-        return try db.write { db in
-            guard
-                let row = try Row.fetchOne(
-                    db,
-                    sql: """
-                        SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
-                        WHERE id = ? AND recipient = ? AND expires_at > ?
-                        """,
-                    arguments: [id, requester, now()])
-            else { throw notFound }
-            let wasRead: Bool = row["read"]
-            if !wasRead {
-                try db.execute(sql: "UPDATE payload SET read = 1 WHERE id = ?", arguments: [id])
-            }
-            let content: Data = row["content"]
-            return FetchPayloadResponse(
-                id: id, kind: PayloadKind(rawValue: row["kind"]), content: [UInt8](content),
-                contentType: row["content_type"], message: row["message"], richType: row["rich_type"],
-                read: wasRead, createdAtUnixMs: row["created_at"])
+        let row = try db.read { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
+                    WHERE id = ? AND recipient = ? AND expires_at > ?
+                    """,
+                arguments: [id, requester, now()])
         }
+        guard let row else { throw notFound }
+        let wasRead: Bool = row["read"]
+        if !wasRead {
+            try db.write { db in try db.execute(sql: "UPDATE payload SET read = 1 WHERE id = ?", arguments: [id]) }
+        }
+        let content: Data = row["content"]
+        return FetchPayloadResponse(
+            id: id, kind: PayloadKind(rawValue: row["kind"]), content: [UInt8](content),
+            contentType: row["content_type"], message: row["message"], richType: row["rich_type"],
+            read: wasRead, createdAtUnixMs: row["created_at"])
     }
 }

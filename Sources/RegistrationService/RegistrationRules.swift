@@ -18,7 +18,7 @@ public enum RegistrationRules {
         var seen = Set<String>()
         var unique: [String] = []
         for tag in tags {
-            guard (1...maxTagLength).contains(tag.utf8.count), tag.utf8.allSatisfy(isTagByte) else {
+            guard Names.isValidTag(tag, maxLength: maxTagLength) else {
                 throw ServiceError.invalidArgument(
                     "tag \"\(tag.prefix(130))\" is invalid: tags are 1 to \(maxTagLength) characters of A-Z a-z 0-9 _ @ # . : -"
                 )
@@ -62,16 +62,6 @@ public enum RegistrationRules {
 
     /// The tag the server puts on every registration of `owner`.
     public static func userTag(_ owner: String) -> String { "username:\(owner)" }
-
-    private static func isTagByte(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "@"), UInt8(ascii: "#"),
-            UInt8(ascii: "."), UInt8(ascii: ":"), UInt8(ascii: "-"):
-            true
-        default: false
-        }
-    }
 }
 
 extension UInt8 {

@@ -71,9 +71,7 @@ struct RPCBench: AsyncParsableCommand {
     func run() async throws { try await execute() }
 
     func execute() async throws {
-        let report = try await RPCScenario(options: options, concurrency: concurrency).run()
-        print(report.tables.joined(separator: "\n\n"))
-        try options.finish(report, scenarios: ["rpc"])
+        try options.show(try await RPCScenario(options: options, concurrency: concurrency).run(), scenarios: ["rpc"])
     }
 }
 

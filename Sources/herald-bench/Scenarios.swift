@@ -27,6 +27,12 @@ struct BenchOptions: ParsableArguments {
     var wrkSeconds: Int { quick ? 1 : max(2, Int(seconds * 2)) }
     var fanoutSize: Int { quick ? 2_000 : (large ? 1_000_000 : 100_000) }
 
+    /// Prints a scenario's tables, then ``finish(_:scenarios:)``.
+    func show(_ report: Report, scenarios: [String]) throws {
+        print(report.tables.joined(separator: "\n\n"))
+        try finish(report, scenarios: scenarios)
+    }
+
     /// Checks the figures in quick mode (numbers, never thresholds), then writes the JSON.
     func finish(_ report: Report, scenarios: [String]) throws {
         if quick { try report.check(scenarios: scenarios) }
@@ -73,9 +79,7 @@ struct EdgeBench: AsyncParsableCommand {
     func run() async throws { try await execute() }
 
     func execute() async throws {
-        let report = try await EdgeScenario(options: options, connections: connections).run()
-        print(report.tables.joined(separator: "\n\n"))
-        try options.finish(report, scenarios: ["edge"])
+        try options.show(try await EdgeScenario(options: options, connections: connections).run(), scenarios: ["edge"])
     }
 }
 
@@ -214,9 +218,7 @@ struct FanoutBench: AsyncParsableCommand {
     func run() async throws { try await execute() }
 
     func execute() async throws {
-        let report = try await FanoutScenario(options: options).run()
-        print(report.tables.joined(separator: "\n\n"))
-        try options.finish(report, scenarios: ["fanout", "memory"])
+        try options.show(try await FanoutScenario(options: options).run(), scenarios: ["fanout", "memory"])
     }
 }
 

@@ -103,7 +103,7 @@ struct Inbox: AsyncParsableCommand {
                     "sequence": entry.sequence,
                     "notificationId": entry.notificationID,
                     "registrationId": entry.registrationID,
-                    "platform": PlatformName.of(entry.platform),
+                    "platform": entry.platform.name,
                     "handle": entry.handle,
                     "headers": Dictionary(entry.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { a, _ in a }),
                     "payload": String(decoding: entry.payload, as: UTF8.self),
@@ -118,7 +118,7 @@ struct Inbox: AsyncParsableCommand {
         } else {
             for entry in entries {
                 let headers = entry.headers.map { "\($0.name): \($0.value)" }.joined(separator: ", ")
-                print("#\(entry.sequence) \(PlatformName.of(entry.platform)) \(entry.handle) [\(headers)]")
+                print("#\(entry.sequence) \(entry.platform.name) \(entry.handle) [\(headers)]")
                 print("    \(String(decoding: entry.payload, as: UTF8.self))")
             }
         }
@@ -142,16 +142,4 @@ func withService<T: Sendable>(_ service: String, _ stack: StackOptions, _ body: 
 struct CLIError: Error, CustomStringConvertible {
     var message: String
     var description: String { message }
-}
-
-enum PlatformName {
-    static func of(_ platform: Platform) -> String {
-        switch platform {
-        case .apns: "apns"
-        case .fcm: "fcm"
-        case .wns: "wns"
-        case .browser: "browser"
-        default: "unknown"
-        }
-    }
 }

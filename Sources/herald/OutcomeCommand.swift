@@ -17,7 +17,7 @@ struct OutcomeCommand: AsyncParsableCommand {
         }
         print("\(outcome.notificationID)  \(outcome.state)  sent by \(outcome.sender)")
         for platform in outcome.platforms {
-            print("  \(PlatformName.of(platform.platform)): \(platform.success) delivered, \(platform.failure) failed")
+            print("  \(platform.platform.name): \(platform.success) delivered, \(platform.failure) failed")
         }
         if outcome.platforms.isEmpty { print("  no deliveries") }
     }
