@@ -62,7 +62,7 @@ public final class AccountStore: Sendable {
     /// The stored hash of `name`, nil for an unknown user.
     public func passwordHash(of name: String) throws -> String? {
         try db.read { db in
-            try String.fetchOne(db, sql: "SELECT password_hash FROM user WHERE name = ?", arguments: [name])
+            try String.fetchOne(db.cachedStatement(sql: "SELECT password_hash FROM user WHERE name = ?"), arguments: [name])
         }
     }
 
@@ -114,7 +114,7 @@ public final class AccountStore: Sendable {
     public func tokenUser(hash: Data) throws -> String? {
         try db.read { db in
             try String.fetchOne(
-                db, sql: "SELECT user FROM token WHERE hash = ? AND revoked_at IS NULL AND expires_at > ?",
+                db.cachedStatement(sql: "SELECT user FROM token WHERE hash = ? AND revoked_at IS NULL AND expires_at > ?"),
                 arguments: [hash, now()])
         }
     }

@@ -105,19 +105,20 @@ public final class PayloadStore: Sendable {
     public func fetch(id: Int64, requester: String) throws -> FetchPayloadResponse {
         let notFound = ServiceError.notFound("notification \(id) not found")
         guard !requester.isEmpty else { throw notFound }
+        // Cached statements: preparing one costs more than running it (GRDB's authorizer sees every column).
         let row = try db.read { db in
             try Row.fetchOne(
-                db,
-                sql: """
-                    SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
-                    WHERE id = ? AND recipient = ? AND expires_at > ?
-                    """,
+                db.cachedStatement(
+                    sql: """
+                        SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
+                        WHERE id = ? AND recipient = ? AND expires_at > ?
+                        """),
                 arguments: [id, requester, now()])
         }
         guard let row else { throw notFound }
         let wasRead: Bool = row["read"]
         if !wasRead {
-            try db.write { db in try db.execute(sql: "UPDATE payload SET read = 1 WHERE id = ?", arguments: [id]) }
+            try db.write { db in try db.cachedStatement(sql: "UPDATE payload SET read = 1 WHERE id = ?").execute(arguments: [id]) }
         }
         let content: Data = row["content"]
         return FetchPayloadResponse(

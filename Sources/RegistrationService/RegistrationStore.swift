@@ -55,8 +55,7 @@ public final class RegistrationStore: Sendable {
         try db.write { db in
             if !handle.isEmpty {
                 let ids = try String.fetchAll(
-                    db,
-                    sql: "SELECT id FROM registration WHERE owner = ? AND handle = ? ORDER BY created_at, rowid",
+                    db.cachedStatement(sql: "SELECT id FROM registration WHERE owner = ? AND handle = ? ORDER BY created_at, rowid"),
                     arguments: [owner, handle])
                 if let first = ids.first {
                     for duplicate in ids.dropFirst() {
@@ -67,9 +66,8 @@ public final class RegistrationStore: Sendable {
             }
             let id = Self.newID()
             let now = self.now()
-            try db.execute(
-                sql: "INSERT INTO registration (id, owner, created_at, updated_at) VALUES (?, ?, ?, ?)",
-                arguments: [id, owner, now, now])
+            try db.cachedStatement(sql: "INSERT INTO registration (id, owner, created_at, updated_at) VALUES (?, ?, ?, ?)")
+                .execute(arguments: [id, owner, now, now])
             return id
         }
     }
@@ -82,14 +80,14 @@ public final class RegistrationStore: Sendable {
         try db.write { db in
             let now = self.now()
             // A pending id (never PUT: platform 0) only within its TTL.
-            try db.execute(
+            try db.cachedStatement(
                 sql: """
                     UPDATE registration SET platform = ?, handle = ?, updated_at = ?
                     WHERE id = ? AND owner = ? AND (platform != 0 OR created_at > ?)
-                    """,
-                arguments: [platform.rawValue, handle, now, id, owner, now - pendingTTL])
+                    """
+            ).execute(arguments: [platform.rawValue, handle, now, id, owner, now - pendingTTL])
             guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
-            try db.execute(sql: "DELETE FROM registration_tag WHERE registration_id = ?", arguments: [id])
+            try db.cachedStatement(sql: "DELETE FROM registration_tag WHERE registration_id = ?").execute(arguments: [id])
             let allTags = tags + [RegistrationRules.userTag(owner)]
             let insert = try db.cachedStatement(sql: "INSERT INTO registration_tag (tag, registration_id) VALUES (?, ?)")
             for tag in allTags { try insert.execute(arguments: [tag, id]) }

@@ -246,7 +246,11 @@ struct FanoutScenario {
         try await stack.start()
         do {
             var idle: [String: Double] = [:]
-            for service in Stack.services { idle[service] = try residentMegabytes(await stack.pid(of: service)) }
+            var idleDetail: [String: Memory] = [:]
+            for service in Stack.services {
+                idle[service] = try residentMegabytes(await stack.pid(of: service))
+                idleDetail[service] = try Memory.read(await stack.pid(of: service))
+            }
 
             let started = ContinuousClock.now
             let outcome = try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), timeout: .seconds(3600)) { client in
@@ -285,11 +289,16 @@ struct FanoutScenario {
             var memory = [
                 "## memory: resident set of each service (hello world idle: \(format(helloRSS)) MB)",
                 "",
-                "| service | idle MB | after the fan-out MB |",
-                "|---|---:|---:|",
+                "RSS counts every page of the executable and the shared Swift libraries it touched; PSS splits",
+                "shared pages between the processes mapping them; heap is anonymous memory (the service's own data).",
+                "",
+                "| service | idle RSS MB | idle PSS MB | idle heap MB | RSS after the fan-out MB |",
+                "|---|---:|---:|---:|---:|",
             ]
             for service in Stack.services {
-                memory.append("| herald-\(service) | \(format(idle[service]!)) | \(format(after[service]!)) |")
+                let detail = idleDetail[service]!
+                memory.append(
+                    "| herald-\(service) | \(format(idle[service]!)) | \(format(detail.pss)) | \(format(detail.anonymous)) | \(format(after[service]!)) |")
             }
             report.tables = [
                 """
@@ -430,6 +439,24 @@ func residentMegabytes(_ pid: Int32?) throws -> Double {
         throw BenchError("no VmRSS for \(pid)")
     }
     return kilobytes / 1024
+}
+
+/// PSS and anonymous memory of a process, in MB (from /proc/<pid>/smaps_rollup).
+struct Memory {
+    var pss: Double
+    var anonymous: Double
+
+    static func read(_ pid: Int32?) throws -> Memory {
+        guard let pid else { throw BenchError("a service is not running") }
+        let text = try String(contentsOfFile: "/proc/\(pid)/smaps_rollup", encoding: .utf8)
+        func field(_ name: String) -> Double {
+            for line in text.split(separator: "\n") where line.hasPrefix(name + ":") {
+                return Double(line.split(separator: " ").dropFirst().first ?? "0").map { $0 / 1024 } ?? 0
+            }
+            return 0
+        }
+        return Memory(pss: field("Pss"), anonymous: field("Pss_Anon"))
+    }
 }
 
 func which(_ name: String) -> String? {
