@@ -70,7 +70,7 @@ public enum AuthServer {
                 let purged = try store.purgeTokens()
                 if purged > 0 { context.logger.info("purged expired tokens", metadata: ["herald.count": "\(purged)"]) }
             }
-            return RPCServiceParts(table: table, background: [purge])
+            return RPCServiceParts(table: table, background: [purge], healthChecks: [.database(pool)])
         }
     }
 }

@@ -46,7 +46,7 @@ public struct DispatchHandlers: Sendable {
 /// herald-dispatch's start-up.
 public enum DispatchServer {
     public static func main() async -> Never {
-        await HeraldProcess.main(rpcService: "dispatch", peers: ["registration"], extraKeys: DispatchConfig.keys) { context in
+        await HeraldProcess.main(rpcService: "dispatch", peers: ["registration"], extraKeys: DispatchConfig.keys) { context -> RPCServiceParts in
             let config = try DispatchConfig(reader: context.reader)
             let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
             let inbox = try InboxProvider(db: pool)
@@ -58,7 +58,7 @@ public enum DispatchServer {
             let dispatcher = try Dispatcher(db: pool, registrations: context.client("registration"), provider: provider)
             var table = MethodTable()
             DispatchHandlers(dispatcher: dispatcher, inbox: inbox).register(into: &table)
-            return table
+            return RPCServiceParts(table: table, healthChecks: [.database(pool)])
         }
     }
 }

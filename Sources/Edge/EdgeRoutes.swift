@@ -30,6 +30,7 @@ public struct EdgeRoutes: Sendable {
     public func add<Context: RequestContext>(to router: Router<Context>) {
         router.add(middleware: EdgeErrorMiddleware<Context>())
         router.get("healthz") { _, _ in Self.json(#"{"status":"ok"}"#) }
+        router.get("readyz") { _, _ in try await readiness() }
         router.post("api/register") { request, _ in try await createRegistrationID(request) }
         router.put("api/register/:id") { request, context in
             try await upsertRegistration(request, id: context.parameters.require("id"))
@@ -42,6 +43,29 @@ public struct EdgeRoutes: Sendable {
             try await fetchNotification(request, id: context.parameters.require("id"))
         }
         addModernRoutes(to: router)
+    }
+
+    /// `GET /readyz`: 200 when every service the edge calls answers SERVING on grpc.health.v1,
+    /// else 503; the body names each service's status either way.
+    func readiness() async throws -> Response {
+        let peers = [("auth", auth), ("registration", registration), ("payload", payload), ("dispatch", dispatch)]
+        let statuses = await withTaskGroup(of: (String, String).self) { group in
+            for (name, client) in peers {
+                group.addTask {
+                    do {
+                        let answer = try await client.call(HealthMethods.check, HealthCheckRequest(service: ""), timeout: .seconds(1))
+                        return (name, answer.status == .serving ? "SERVING" : "NOT_SERVING")
+                    } catch {
+                        return (name, "UNREACHABLE")
+                    }
+                }
+            }
+            return await group.reduce(into: [String: String]()) { $0[$1.0] = $1.1 }
+        }
+        let ready = statuses.values.allSatisfy { $0 == "SERVING" }
+        return Self.json(
+            try Self.encode(["status": ready ? "ready" : "not ready", "services": statuses]),
+            status: ready ? .ok : .serviceUnavailable)
     }
 
     // MARK: tutorial routes

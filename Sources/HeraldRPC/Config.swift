@@ -109,6 +109,9 @@ public struct ConfigError: Error, CustomStringConvertible {
 /// - `log-level` (`info`): trace, debug, info, notice, warning, error or critical.
 /// - `rpc-timeout-ms` (5000): deadline of the calls this process makes.
 /// - `drain-timeout-ms` (10000): how long shutdown waits for in-flight calls.
+/// - `log-format` (`text`): `text`, or `json` (one JSON object per line, for containers).
+/// - `health-interval-ms` (2000): how often health re-checks the database and the services this
+///   one calls; any failing check makes it NOT_SERVING until it passes again.
 public struct RuntimeConfig: Sendable {
     public var service: String
     public var runtimeDir: String
@@ -122,13 +125,19 @@ public struct RuntimeConfig: Sendable {
     public var logLevel: String
     public var rpcTimeout: Duration
     public var drainTimeout: Duration
+    public var logFormat: LogFormat
+    public var healthInterval: Duration
     private var peerSockets: [String: String]
+
+    public enum LogFormat: String, CaseIterable, Sendable {
+        case text, json
+    }
 
     /// The keys this struct reads, for ``ConfigReader/rejectUnknownArguments(known:)``.
     public static func keys(peers: [String]) -> Set<String> {
         Set(
             ["runtime-dir", "data-dir", "socket", "grpc-socket", "database", "rpc-transport", "log-level",
-             "rpc-timeout-ms", "drain-timeout-ms", "check-health"]
+             "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms"]
                 + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket"] })
     }
 
@@ -154,6 +163,10 @@ public struct RuntimeConfig: Sendable {
         logLevel = reader.string("log-level", default: "info")
         rpcTimeout = .milliseconds(try reader.int("rpc-timeout-ms", default: 5000))
         drainTimeout = .milliseconds(try reader.int("drain-timeout-ms", default: 10000))
+        logFormat = try reader.choice("log-format", default: .text)
+        let interval = try reader.int("health-interval-ms", default: 2000)
+        guard interval > 0 else { throw ConfigError("health-interval-ms must be positive") }
+        healthInterval = .milliseconds(interval)
         var peerSockets: [String: String] = [:]
         for peer in peers {
             peerSockets[peer] =

@@ -12,6 +12,10 @@ public final class HealthReporter: Sendable {
         var statuses: [String: Status] = [:]
         var watchers: [Int: (service: String, continuation: AsyncStream<Status>.Continuation)] = [:]
         var nextWatcher = 0
+        /// What must hold for the process to serve, by name: "listening", "draining", "database",
+        /// "peer:<name>". Tracked services are SERVING exactly when every condition holds.
+        var conditions: [String: Bool] = [:]
+        var tracked: [String] = []
     }
 
     private let state = Mutex(State())
@@ -31,6 +35,43 @@ public final class HealthReporter: Sendable {
     public func setAll(_ status: Status) {
         let services = state.withLock { Array($0.statuses.keys) }
         for service in services { set(service, status) }
+    }
+
+    /// Reports `services` ("" for the whole server) from the conditions: SERVING when every
+    /// condition holds, NOT_SERVING otherwise.
+    public func track(_ services: [String]) {
+        state.withLock { $0.tracked = services }
+        recompute()
+    }
+
+    /// Records whether condition `name` holds; returns what it was before (nil: never set). Draining
+    /// is final: once ``beginDraining()`` ran, nothing makes the process SERVING again.
+    @discardableResult
+    public func setCondition(_ name: String, _ holds: Bool) -> Bool? {
+        let old = state.withLock { state in
+            let old = state.conditions[name]
+            state.conditions[name] = holds
+            return old
+        }
+        recompute()
+        return old
+    }
+
+    /// NOT_SERVING for good: the process is shutting down.
+    public func beginDraining() {
+        setCondition("draining", false)
+    }
+
+    /// The conditions that do not hold, for logs and tests.
+    public var failingConditions: [String] {
+        state.withLock { $0.conditions.filter { !$0.value }.map(\.key).sorted() }
+    }
+
+    private func recompute() {
+        let (tracked, serving) = state.withLock { state in
+            (state.tracked, state.conditions["draining"] != false && state.conditions.values.allSatisfy { $0 })
+        }
+        for service in tracked { set(service, serving ? .serving : .notServing) }
     }
 
     /// The current status, nil for a service this process does not serve.

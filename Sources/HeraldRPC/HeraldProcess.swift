@@ -54,10 +54,18 @@ public enum HeraldProcess {
             guard let level = Logger.Level(rawValue: config.logLevel) else {
                 throw ConfigError("log-level must be one of trace|debug|info|notice|warning|error|critical")
             }
+            let format = config.logFormat
             LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
+                switch format {
+                case .text:
+                    var handler = StreamLogHandler.standardError(label: label)
+                    handler.logLevel = level
+                    return handler
+                case .json:
+                    var handler = JSONLogHandler(label: label)
+                    handler.logLevel = level
+                    return handler
+                }
             }
             let logger = Logger(label: "herald-\(name)")
 
@@ -130,13 +138,23 @@ public enum HeraldProcess {
             }
             let listening = Mutex(0)
             let listeners = (config.leanSocketPath == nil ? 0 : 1) + (config.grpcSocketPath == nil ? 0 : 1)
-            let services = table.services
+            health.setCondition("listening", false)
+            health.track(table.services + [""])
             let onListening: @Sendable () -> Void = {
                 let all = listening.withLock { count in
                     count += 1
                     return count == listeners
                 }
-                if all { for service in services + [""] { health.set(service, .serving) } }
+                if all { health.setCondition("listening", true) }
+            }
+            // Conditions checked every health-interval: the database takes a write, peers answer SERVING.
+            var checks = parts.healthChecks
+            for peer in context.clients.keys.sorted() {
+                let client = context.clients[peer]!
+                checks.append(HealthCheck("peer:\(peer)") {
+                    let answer = try await client.call(HealthMethods.check, HealthCheckRequest(service: ""), timeout: .seconds(1))
+                    guard answer.status == .serving else { throw ServiceError.unavailable("\(peer) is \(answer.status)") }
+                })
             }
             var servers: [any Service] = []
             if let path = config.leanSocketPath {
@@ -145,7 +163,8 @@ public enum HeraldProcess {
             if let path = config.grpcSocketPath {
                 servers.append(RPCServer(table: table, socketPath: path, logger: context.logger, health: health, onListening: onListening))
             }
-            return parts.background + servers
+            let probe = HealthProbe(health: health, checks: checks, interval: config.healthInterval, logger: context.logger)
+            return parts.background + (checks.isEmpty ? [] : [probe]) + servers
         }
     }
 
@@ -168,10 +187,13 @@ public enum HeraldProcess {
 public struct RPCServiceParts: Sendable {
     public var table: MethodTable
     public var background: [any Service]
+    /// Conditions health reports on besides listening and peers, e.g. ``HealthCheck/database(_:)``.
+    public var healthChecks: [HealthCheck]
 
-    public init(table: MethodTable, background: [any Service] = []) {
+    public init(table: MethodTable, background: [any Service] = [], healthChecks: [HealthCheck] = []) {
         self.table = table
         self.background = background
+        self.healthChecks = healthChecks
     }
 }
 
@@ -243,7 +265,7 @@ public final class RPCServer: Service {
         } onGracefulShutdown: {
             self.logger.info("draining")
             self.draining.set()
-            self.health?.setAll(.notServing)
+            self.health?.beginDraining()
             self.server.beginGracefulShutdown()
         }
     }

@@ -16,6 +16,15 @@ public struct RPCContext: Sendable {
         self.baseLogger = logger
     }
 
+    /// Whether debug lines would be written (checked before building any).
+    var logsDebug: Bool { baseLogger.logLevel <= .debug }
+
+    func logServed(start: ContinuousClock.Instant, status: StatusCode) {
+        logger.debug(
+            "rpc served",
+            metadata: ["herald.status": "\(status)", "herald.duration_us": "\((ContinuousClock.now - start).wholeNanoseconds / 1000)"])
+    }
+
     /// A logger carrying `herald.request_id` and `herald.rpc` metadata. Built when asked for: most
     /// calls never log, and the metadata would cost every call two allocations.
     public var logger: Logger {
@@ -66,8 +75,20 @@ public struct MethodTable: Sendable {
     ) {
         insert(method.fullName, service: method.service) {
             .unary { bytes, context in
-                let request = try Self.decode(Request.self, bytes)
-                return try await handler(request, context).serializedBytes()
+                // One debug line per call (method, request id, duration, status); free at info.
+                guard context.logsDebug else {
+                    let response: [UInt8] = try await handler(try Self.decode(Request.self, bytes), context).serializedBytes()
+                    return response
+                }
+                let start = ContinuousClock.now
+                do {
+                    let response: [UInt8] = try await handler(try Self.decode(Request.self, bytes), context).serializedBytes()
+                    context.logServed(start: start, status: .ok)
+                    return response
+                } catch {
+                    context.logServed(start: start, status: ServiceError.from(error).error.code)
+                    throw error
+                }
             }
         }
     }

@@ -58,7 +58,7 @@ public enum PayloadServer {
                 let purged = try store.purgeExpired()
                 if purged > 0 { context.logger.info("purged expired content", metadata: ["herald.count": "\(purged)"]) }
             }
-            return RPCServiceParts(table: table, background: [purge])
+            return RPCServiceParts(table: table, background: [purge], healthChecks: [.database(pool)])
         }
     }
 }

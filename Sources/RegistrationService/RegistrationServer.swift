@@ -84,7 +84,7 @@ public enum RegistrationServer {
                 let purged = try store.purgePending()
                 if purged > 0 { context.logger.info("purged expired pending ids", metadata: ["herald.count": "\(purged)"]) }
             }
-            return RPCServiceParts(table: table, background: [purge])
+            return RPCServiceParts(table: table, background: [purge], healthChecks: [.database(pool)])
         }
     }
 }

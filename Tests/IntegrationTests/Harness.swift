@@ -145,10 +145,14 @@ struct EdgeClient: Sendable {
         try await request(method, path, authorization: authorization, bytes: body.map { Data($0.utf8) }, contentType: "application/json")
     }
 
-    func request(_ method: String, _ path: String, authorization: String?, bytes: Data?, contentType: String) async throws -> Reply {
+    func request(
+        _ method: String, _ path: String, authorization: String?, bytes: Data?, contentType: String,
+        headers extra: [(String, String)] = []
+    ) async throws -> Reply {
         var request = HTTPClientRequest(url: base.absoluteString + path)
         request.method = .RAW(value: method)
         if let authorization { request.headers.add(name: "Authorization", value: authorization) }
+        for (name, value) in extra { request.headers.add(name: name, value: value) }
         if let bytes {
             request.headers.add(name: "Content-Type", value: contentType)
             request.body = .bytes(ByteBuffer(bytes: bytes))

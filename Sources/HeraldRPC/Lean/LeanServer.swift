@@ -60,7 +60,7 @@ public final class LeanServer: Service {
         await withGracefulShutdownHandler {
             try? await server.closeFuture.get()
         } onGracefulShutdown: { [health] in
-            health?.setAll(.notServing)
+            health?.beginDraining()
             server.close(promise: nil)
             connections.drainAll()
         }

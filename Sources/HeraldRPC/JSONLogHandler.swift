@@ -1,0 +1,50 @@
+import Foundation
+public import Logging
+import Synchronization
+
+/// swift-log handler writing one JSON object per line to standard error, for container log
+/// collectors: `{"time","level","label","message",…metadata}`. Metadata keys keep their names
+/// (`herald.request_id` follows one request across services).
+///
+/// swift-log ships only the text `StreamLogHandler`; no JSON handler is in the package mirror, and
+/// this one is a few lines over `JSONSerialization`.
+public struct JSONLogHandler: LogHandler {
+    public var metadata: Logger.Metadata = [:]
+    public var logLevel: Logger.Level = .info
+    private let label: String
+    private static let lock = Mutex(())
+
+    public init(label: String) {
+        self.label = label
+    }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(event: LogEvent) {
+        var object: [String: Any] = [
+            "time": Date().formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)),
+            "level": event.level.rawValue,
+            "label": label,
+            "message": "\(event.message)",
+        ]
+        var merged = metadata
+        if let extra = event.metadata { merged.merge(extra) { _, new in new } }
+        for (key, value) in merged where object[key] == nil { object[key] = Self.plain(value) }
+        guard var line = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+        else { return }
+        line.append(UInt8(ascii: "\n"))
+        Self.lock.withLock { _ in FileHandle.standardError.write(line) }
+    }
+
+    private static func plain(_ value: Logger.MetadataValue) -> Any {
+        switch value {
+        case .string(let text): text
+        case .stringConvertible(let convertible): convertible.description
+        case .array(let values): values.map(plain)
+        case .dictionary(let values): values.mapValues(plain)
+        }
+    }
+}

@@ -1,0 +1,105 @@
+import Foundation
+import HeraldProto
+import HeraldRPC
+import HeraldStack
+import Testing
+
+/// What a platform team operates on: health that follows the database and dependencies, /readyz,
+/// JSON logs that follow one request across services.
+@Suite("operations end to end", .serialized, .timeLimit(.minutes(3)))
+struct OperationsTests {
+    /// Polls `condition` every 50 ms until it holds or `timeout` passes; returns the last answer.
+    func eventually(_ timeout: Duration = .seconds(15), _ condition: () async throws -> Bool) async rethrows -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if try await condition() { return true }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        return try await condition()
+    }
+
+    func healthy(_ live: LiveStack, _ service: String) async -> Bool {
+        await HeraldProcess.checkHealth(socketPath: live.configuration.leanSocketPath(service))
+    }
+
+    func readiness(_ live: LiveStack) async throws -> (status: Int, services: [String: String]) {
+        let reply = try await live.edge.request("GET", "/readyz")
+        return (reply.status, try reply.json()["services"] as? [String: String] ?? [:])
+    }
+
+    @Test("health goes NOT_SERVING when the database cannot be written or a dependency stops, and back; /readyz follows")
+    func healthFollowsDependencies() async throws {
+        try await LiveStack.with(configure: { configuration in
+            for service in Stack.rpcServices {
+                configuration.extraArguments[service, default: []] += ["--health-interval-ms", "200"]
+            }
+        }) { live in
+            #expect(try await readiness(live).status == 200)
+
+            // The payload database becomes unwritable (immutable even for root).
+            let database = live.configuration.dataDirectory + "/payload.sqlite"
+            let files = [database, database + "-wal"]
+            let locked = try runProgram("/usr/bin/chattr", ["+i"] + files)
+            try #require(locked.status == 0, "chattr +i failed: \(locked.error)")
+            defer { _ = try? runProgram("/usr/bin/chattr", ["-i"] + files) }
+            #expect(await eventually { await !healthy(live, "payload") })
+            #expect(try await eventually { try await readiness(live) == (503, readinessWith(payload: "NOT_SERVING")) })
+            #expect(await healthy(live, "auth"))
+
+            #expect(try runProgram("/usr/bin/chattr", ["-i"] + files).status == 0)
+            #expect(await eventually { await healthy(live, "payload") })
+            #expect(try await eventually { try await readiness(live).status == 200 })
+
+            // A dependency stops answering: dispatch (which calls registration) follows it.
+            let registration = try #require(await live.stack.pid(of: "registration"))
+            kill(registration, SIGSTOP)
+            defer { kill(registration, SIGCONT) }
+            #expect(await eventually { await !healthy(live, "dispatch") })
+            #expect(try await eventually { try await readiness(live).status == 503 })
+            kill(registration, SIGCONT)
+            #expect(await eventually { await healthy(live, "dispatch") })
+            #expect(try await eventually { try await readiness(live).status == 200 })
+        }
+    }
+
+    func readinessWith(payload: String) -> [String: String] {
+        ["auth": "SERVING", "registration": "SERVING", "payload": payload, "dispatch": "SERVING"]
+    }
+
+    @Test("with log-format json every log line is JSON, and one request id shows in edge, auth, payload and dispatch")
+    func requestIDAcrossServices() async throws {
+        try await LiveStack.with(configure: { configuration in
+            configuration.logLevel = "debug"
+            for service in Stack.services { configuration.extraArguments[service, default: []] += ["--log-format", "json"] }
+        }) { live in
+            let token = apnsToken(30)
+            try await live.register("gina", handle: token)
+            let requestID = "it-trace-" + UUID().uuidString.prefix(8).lowercased()
+            let sent = try await live.edge.request(
+                "POST", "/api/notifications", authorization: EdgeClient.basic("gina"), bytes: nil, contentType: "",
+                headers: [("X-Request-Id", requestID)])
+            #expect(sent.status == 200)
+            #expect(sent.header("X-Request-Id") == requestID)
+            _ = try await live.waitForInbox { $0.handle == token }
+
+            for service in ["edge", "auth", "payload", "dispatch"] {
+                let found = try await eventually(.seconds(5)) {
+                    try lines(live, service).contains { $0["herald.request_id"] as? String == requestID }
+                }
+                #expect(found, "no log line of herald-\(service) carries request id \(requestID)")
+            }
+            for service in Stack.services {
+                let text = (try? String(contentsOfFile: "\(live.configuration.logDirectory)/\(service).log", encoding: .utf8)) ?? ""
+                for line in text.split(separator: "\n") {
+                    let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+                    #expect(object?["level"] != nil && object?["message"] != nil, "herald-\(service): not a JSON log line: \(line)")
+                }
+            }
+        }
+    }
+
+    func lines(_ live: LiveStack, _ service: String) throws -> [[String: Any]] {
+        let text = try String(contentsOfFile: "\(live.configuration.logDirectory)/\(service).log", encoding: .utf8)
+        return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+}
