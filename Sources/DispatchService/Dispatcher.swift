@@ -3,6 +3,7 @@ public import GRDB
 public import HeraldProto
 public import HeraldRPC
 import Synchronization
+import Metrics
 
 /// Resolves a send's audience through one StreamAudience call and hands the deliveries to the
 /// provider batch by batch; records the notification and its per-platform counts.
@@ -109,6 +110,14 @@ public final class Dispatcher: Sendable {
         let final = counts.withLock { $0 }
         let state: OutcomeState = final.isEmpty ? .noTargetFound : .completed
         try await record(id, state: state, counts: final)
+        Counter(label: "herald_sends_total", dimensions: [("state", "\(state)")]).increment()
+        for outcome in final.values {
+            let platform = outcome.platform.name
+            Counter(label: "herald_deliveries_total", dimensions: [("platform", platform), ("outcome", "success")])
+                .increment(by: Int(outcome.success))
+            Counter(label: "herald_deliveries_total", dimensions: [("platform", platform), ("outcome", "failure")])
+                .increment(by: Int(outcome.failure))
+        }
         let total = final.values.reduce(0) { $0 + $1.success + $1.failure }
         logger.info("sent", metadata: ["herald.deliveries": "\(total)", "herald.state": "\(state)"])
         return Outcome(

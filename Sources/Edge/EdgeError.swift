@@ -1,6 +1,7 @@
 import Foundation
 public import HTTPTypes
 import Hummingbird
+import Metrics
 public import HeraldRPC
 
 /// An HTTP error answer: a status and a JSON body `{"error": "<word>", "message": "<sentence>"}`.
@@ -90,9 +91,18 @@ struct EdgeErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             }
             response = edgeError.response(requestID: requestID)
         }
+        let elapsed = ContinuousClock.now - start
+        // By route pattern (e.g. /api/notifications/{id}), never by raw path: ids would explode the series.
+        let route = context.endpointPath ?? "unmatched"
+        Counter(
+            label: "herald_http_requests_total",
+            dimensions: [("route", route), ("method", "\(request.method)"), ("status", "\(response.status.code)")]
+        ).increment()
+        Metrics.Timer(label: "herald_http_request_duration_seconds", dimensions: [("route", route)])
+            .recordNanoseconds(elapsed.wholeNanoseconds)
         logger.info(
             "\(request.method) \(request.uri.path) \(response.status.code)",
-            metadata: ["herald.duration_ms": "\((ContinuousClock.now - start).wholeMilliseconds)"])
+            metadata: ["herald.duration_ms": "\(elapsed.wholeMilliseconds)"])
         return response
     }
 

@@ -31,6 +31,11 @@ public struct EdgeRoutes: Sendable {
         router.add(middleware: EdgeErrorMiddleware<Context>())
         router.get("healthz") { _, _ in Self.json(#"{"status":"ok"}"#) }
         router.get("readyz") { _, _ in try await readiness() }
+        router.get("metrics") { _, _ in
+            Response(
+                status: .ok, headers: [.contentType: HeraldMetrics.contentType],
+                body: ResponseBody(byteBuffer: ByteBuffer(bytes: HeraldMetrics.exposition())))
+        }
         router.post("api/register") { request, _ in try await createRegistrationID(request) }
         router.put("api/register/:id") { request, context in
             try await upsertRegistration(request, id: context.parameters.require("id"))

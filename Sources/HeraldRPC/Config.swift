@@ -110,6 +110,8 @@ public struct ConfigError: Error, CustomStringConvertible {
 /// - `rpc-timeout-ms` (5000): deadline of the calls this process makes.
 /// - `drain-timeout-ms` (10000): how long shutdown waits for in-flight calls.
 /// - `log-format` (`text`): `text`, or `json` (one JSON object per line, for containers).
+/// - `metrics-listen` (`off`): `host:port` of an HTTP listener serving `GET /metrics` (Prometheus
+///   text); port 0 picks one, written to `<runtime-dir>/<service>.metrics.url`.
 /// - `health-interval-ms` (2000): how often health re-checks the database and the services this
 ///   one calls; any failing check makes it NOT_SERVING until it passes again.
 public struct RuntimeConfig: Sendable {
@@ -127,6 +129,8 @@ public struct RuntimeConfig: Sendable {
     public var drainTimeout: Duration
     public var logFormat: LogFormat
     public var healthInterval: Duration
+    /// nil when off.
+    public var metricsListen: (host: String, port: Int)?
     private var peerSockets: [String: String]
 
     public enum LogFormat: String, CaseIterable, Sendable {
@@ -137,7 +141,7 @@ public struct RuntimeConfig: Sendable {
     public static func keys(peers: [String]) -> Set<String> {
         Set(
             ["runtime-dir", "data-dir", "socket", "grpc-socket", "database", "rpc-transport", "log-level",
-             "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms"]
+             "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms", "metrics-listen"]
                 + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket"] })
     }
 
@@ -167,6 +171,14 @@ public struct RuntimeConfig: Sendable {
         let interval = try reader.int("health-interval-ms", default: 2000)
         guard interval > 0 else { throw ConfigError("health-interval-ms must be positive") }
         healthInterval = .milliseconds(interval)
+        let listen = reader.string("metrics-listen", default: "off")
+        if listen == "off" {
+            metricsListen = nil
+        } else {
+            guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]), (0...65535).contains(port)
+            else { throw ConfigError("metrics-listen must be off or host:port, e.g. 127.0.0.1:9100") }
+            metricsListen = (String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port)
+        }
         var peerSockets: [String: String] = [:]
         for peer in peers {
             peerSockets[peer] =

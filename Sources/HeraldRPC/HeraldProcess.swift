@@ -68,6 +68,7 @@ public enum HeraldProcess {
                 }
             }
             let logger = Logger(label: "herald-\(name)")
+            HeraldMetrics.bootstrap()
 
             if try reader.bool("check-health") {
                 guard let own = config.ownSocket else { throw ConfigError("no socket to check: both are off") }
@@ -84,7 +85,11 @@ public enum HeraldProcess {
                     socketPath: config.socketPath(of: peer), transport: config.rpcTransport, defaultTimeout: config.rpcTimeout)
             }
             let context = ProcessContext(config: config, reader: reader, logger: logger, clients: clients)
-            let own = try await makeServices(context)
+            var own = try await makeServices(context)
+            if let listen = config.metricsListen {
+                own.append(MetricsServer(
+                    host: listen.host, port: listen.port, urlFile: "\(config.runtimeDir)/\(name).metrics.url", logger: logger))
+            }
             let group = ServiceGroup(
                 configuration: .init(
                     services: peers.map { .init(service: clients[$0]!) } + own.map { .init(service: $0) },

@@ -16,10 +16,11 @@ public struct RPCContext: Sendable {
         self.baseLogger = logger
     }
 
-    /// Whether debug lines would be written (checked before building any).
-    var logsDebug: Bool { baseLogger.logLevel <= .debug }
-
-    func logServed(start: ContinuousClock.Instant, status: StatusCode) {
+    /// Records a finished call: its metrics always, and one debug line (method, request id, status,
+    /// duration) when debug is on; the logger is only built then.
+    func served(start: ContinuousClock.Instant, status: StatusCode, metrics: MethodMetrics) {
+        metrics.record(status: status, since: start)
+        guard baseLogger.logLevel <= .debug else { return }
         logger.debug(
             "rpc served",
             metadata: ["herald.status": "\(status)", "herald.duration_us": "\((ContinuousClock.now - start).wholeNanoseconds / 1000)"])
@@ -74,19 +75,15 @@ public struct MethodTable: Sendable {
         _ handler: @escaping @Sendable (Request, RPCContext) async throws -> Response
     ) {
         insert(method.fullName, service: method.service) {
-            .unary { bytes, context in
-                // One debug line per call (method, request id, duration, status); free at info.
-                guard context.logsDebug else {
-                    let response: [UInt8] = try await handler(try Self.decode(Request.self, bytes), context).serializedBytes()
-                    return response
-                }
+            let metrics = MethodMetrics(method: method.fullName)
+            return .unary { bytes, context in
                 let start = ContinuousClock.now
                 do {
                     let response: [UInt8] = try await handler(try Self.decode(Request.self, bytes), context).serializedBytes()
-                    context.logServed(start: start, status: .ok)
+                    context.served(start: start, status: .ok, metrics: metrics)
                     return response
                 } catch {
-                    context.logServed(start: start, status: ServiceError.from(error).error.code)
+                    context.served(start: start, status: ServiceError.from(error).error.code, metrics: metrics)
                     throw error
                 }
             }
@@ -99,9 +96,17 @@ public struct MethodTable: Sendable {
         _ handler: @escaping @Sendable (Request, RPCContext, ResponseStream<Response>) async throws -> Void
     ) {
         insert(method.fullName, service: method.service) {
-            .serverStreaming { bytes, context, send in
-                let request = try Self.decode(Request.self, bytes)
-                try await handler(request, context, ResponseStream(sendBytes: send))
+            let metrics = MethodMetrics(method: method.fullName)
+            return .serverStreaming { bytes, context, send in
+                let start = ContinuousClock.now
+                do {
+                    let request = try Self.decode(Request.self, bytes)
+                    try await handler(request, context, ResponseStream(sendBytes: send))
+                    context.served(start: start, status: .ok, metrics: metrics)
+                } catch {
+                    context.served(start: start, status: ServiceError.from(error).error.code, metrics: metrics)
+                    throw error
+                }
             }
         }
     }

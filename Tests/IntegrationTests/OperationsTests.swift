@@ -102,4 +102,48 @@ struct OperationsTests {
         let text = try String(contentsOfFile: "\(live.configuration.logDirectory)/\(service).log", encoding: .utf8)
         return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
+
+    @Test("metrics: /metrics on the edge and metrics-listen on a service show the named series after traffic")
+    func metrics() async throws {
+        try await LiveStack.with(configure: { configuration in
+            for service in ["payload", "dispatch"] {
+                configuration.extraArguments[service, default: []] += ["--metrics-listen", "127.0.0.1:0"]
+            }
+        }) { live in
+            let token = apnsToken(31)
+            try await live.register("hana", handle: token)
+            #expect(try await live.edge.request("POST", "/api/notifications", as: "hana").status == 200)
+            _ = try await live.waitForInbox { $0.handle == token }
+
+            let edge = try await live.edge.request("GET", "/metrics")
+            #expect(edge.status == 200)
+            #expect(edge.header("Content-Type")?.hasPrefix("text/plain; version=0.0.4") == true)
+            #expect(Self.value(edge.text, "herald_http_requests_total", ["route=\"/api/notifications\"", "status=\"200\""]) >= 1)
+            #expect(Self.value(edge.text, "herald_http_request_duration_seconds_count", ["route=\"/api/register\""]) >= 1)
+            #expect(Self.value(edge.text, "herald_http_requests_total", ["route=\"/api/register/{id}\"", "status=\"200\""]) >= 1)
+
+            func scrape(_ service: String) async throws -> String {
+                let file = "\(live.configuration.runtimeDirectory)/\(service).metrics.url"
+                let url = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+                let base = URL(string: url)!.deletingLastPathComponent()
+                return try await EdgeClient(base: base).request("GET", "metrics").text
+            }
+            let payload = try await scrape("payload")
+            #expect(Self.value(payload, "herald_rpc_requests_total", ["PayloadService/StorePayload", "status=\"OK\""]) == 1)
+            #expect(Self.value(payload, "herald_rpc_duration_seconds_count", ["PayloadService/StorePayload"]) == 1)
+            let dispatch = try await scrape("dispatch")
+            #expect(Self.value(dispatch, "herald_sends_total", ["COMPLETED"]) == 1)
+            #expect(Self.value(dispatch, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"success\""]) == 1)
+        }
+    }
+
+    /// The value of the first sample of `name` whose labels contain each of `labels`; 0 when absent.
+    static func value(_ text: String, _ name: String, _ labels: [String]) -> Double {
+        for line in text.split(separator: "\n") where line.hasPrefix(name + "{") || line.hasPrefix(name + " ") {
+            guard labels.allSatisfy({ line.contains($0) }), let number = line.split(separator: " ").last.flatMap({ Double($0) })
+            else { continue }
+            return number
+        }
+        return 0
+    }
 }

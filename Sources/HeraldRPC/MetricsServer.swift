@@ -1,0 +1,118 @@
+import Foundation
+public import Logging
+import Metrics
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+public import Prometheus
+public import ServiceLifecycle
+
+/// The process's metrics: swift-metrics everywhere, exported in the Prometheus text format.
+public enum HeraldMetrics {
+    /// Every metric this process records, for ``MetricsServer`` and the edge's `/metrics`.
+    public static let registry = PrometheusCollectorRegistry()
+
+    /// Makes ``registry`` the backend of swift-metrics; once per process, before any metric.
+    public static func bootstrap() {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        // Latency buckets from 50 µs to 10 s: internal RPCs take tens of microseconds.
+        factory.defaultDurationHistogramBuckets = [
+            .microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1),
+            .milliseconds(2.5), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+            .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(10),
+        ]
+        MetricsSystem.bootstrap(factory)
+    }
+
+    /// The Prometheus text of everything recorded so far.
+    public static func exposition() -> [UInt8] {
+        registry.emitToBuffer()
+    }
+
+    public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+}
+
+/// `GET /metrics` on its own HTTP listener (`metrics-listen host:port`), for the internal services,
+/// which have no HTTP server otherwise: a few lines of SwiftNIO's HTTP/1 rather than a web framework
+/// in every process. Writes its URL to `<runtime-dir>/<service>.metrics.url` once listening.
+public struct MetricsServer: Service {
+    let host: String
+    let port: Int
+    let urlFile: String
+    let logger: Logger
+
+    public init(host: String, port: Int, urlFile: String, logger: Logger) {
+        self.host = host
+        self.port = port
+        self.urlFile = urlFile
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.pipeline.configureHTTPServerPipeline().flatMap {
+                    channel.pipeline.addHandler(MetricsHTTPHandler())
+                }
+            }
+            .bind(host: host, port: port).get()
+        let bound = channel.localAddress?.port ?? port
+        let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(bound)/metrics"
+        try? Data((url + "\n").utf8).write(to: URL(fileURLWithPath: urlFile), options: .atomic)
+        logger.info("metrics listening", metadata: ["herald.url": "\(url)"])
+        try? await gracefulShutdown()
+        try? await channel.close()
+    }
+}
+
+/// Answers `GET /metrics` with the registry's text, anything else with 404.
+final class MetricsHTTPHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+    private var path = ""
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            path = head.method == .GET ? String(head.uri.split(separator: "?").first ?? "") : ""
+        case .body:
+            break
+        case .end:
+            let found = path == "/metrics"
+            let body = found ? HeraldMetrics.exposition() : Array("not found\n".utf8)
+            var headers = HTTPHeaders()
+            headers.add(name: "Content-Type", value: found ? HeraldMetrics.contentType : "text/plain")
+            headers.add(name: "Content-Length", value: "\(body.count)")
+            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: found ? .ok : .notFound, headers: headers))), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        }
+    }
+}
+
+/// RPC metrics of one method, made once at registration so a call pays two updates and no look-up.
+final class MethodMetrics: Sendable {
+    private let method: String
+    private let duration: Metrics.Timer
+    /// Counters by status code, made on first use (most methods only ever see a few codes).
+    private let counters = Mutex<[StatusCode: Metrics.Counter]>([:])
+
+    init(method: String) {
+        self.method = method
+        duration = Metrics.Timer(label: "herald_rpc_duration_seconds", dimensions: [("method", method)])
+    }
+
+    func record(status: StatusCode, since start: ContinuousClock.Instant) {
+        duration.recordNanoseconds((ContinuousClock.now - start).wholeNanoseconds)
+        let counter = counters.withLock { counters in
+            if let counter = counters[status] { return counter }
+            let counter = Metrics.Counter(
+                label: "herald_rpc_requests_total", dimensions: [("method", method), ("status", status.description)])
+            counters[status] = counter
+            return counter
+        }
+        counter.increment()
+    }
+}
