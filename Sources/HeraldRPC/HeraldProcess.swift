@@ -132,8 +132,9 @@ public enum HeraldProcess {
         extraKeys: Set<String> = [],
         makeParts: @escaping @Sendable (ProcessContext) async throws -> RPCServiceParts
     ) async -> Never {
-        await main(service: name, peers: peers, extraKeys: extraKeys) { context in
+        await main(service: name, peers: peers, extraKeys: extraKeys.union(PeerPolicy.keys)) { context in
             let parts = try await makeParts(context)
+            let policy = try PeerPolicy(reader: context.reader)
             var table = parts.table
             let health = HealthReporter()
             health.register(into: &table)
@@ -163,10 +164,12 @@ public enum HeraldProcess {
             }
             var servers: [any Service] = []
             if let path = config.leanSocketPath {
-                servers.append(LeanServer(table: table, socketPath: path, logger: context.logger, health: health, onListening: onListening))
+                servers.append(LeanServer(
+                    table: table, socketPath: path, logger: context.logger, health: health, peers: policy, onListening: onListening))
             }
             if let path = config.grpcSocketPath {
-                servers.append(RPCServer(table: table, socketPath: path, logger: context.logger, health: health, onListening: onListening))
+                servers.append(RPCServer(
+                    table: table, socketPath: path, logger: context.logger, health: health, peers: policy, onListening: onListening))
             }
             let probe = HealthProbe(health: health, checks: checks, interval: config.healthInterval, logger: context.logger)
             return parts.background + (checks.isEmpty ? [] : [probe]) + servers
@@ -235,8 +238,10 @@ public final class RPCServer: Service {
     private let onListening: @Sendable () -> Void
     private let draining = DrainFlag()
 
+    /// With `peers`, a connection from a process the policy does not allow is logged and closed
+    /// at once (grpc-swift has no per-connection hook that could answer a status instead).
     public init(
-        table: MethodTable, socketPath: String, logger: Logger, health: HealthReporter? = nil,
+        table: MethodTable, socketPath: String, logger: Logger, health: HealthReporter? = nil, peers: PeerPolicy? = nil,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
         self.health = health
@@ -250,6 +255,15 @@ public final class RPCServer: Service {
                 // Coalescing delays every flush by up to 100 µs; internal calls are latency-bound.
                 config.connection.flushCoalescing = nil
                 config.rpc.maxRequestPayloadSize = RPCLimits.maxMessageBytes
+                if let peers {
+                    config.channelDebuggingCallbacks.onAcceptTCPConnection = { channel in
+                        peers.refusal(for: channel).flatMap { refusal in
+                            guard let refusal else { return channel.eventLoop.makeSucceededVoidFuture() }
+                            logger.warning("refused a caller (grpc)", metadata: ["herald.peer": "\(refusal)"])
+                            return channel.close()
+                        }
+                    }
+                }
             }
         )
         self.server = GRPCServer(transport: transport, services: [GRPCBinding(table: table, logger: logger, draining: draining)])

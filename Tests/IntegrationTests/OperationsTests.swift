@@ -146,4 +146,33 @@ struct OperationsTests {
         }
         return 0
     }
+
+    @Test("a caller with a foreign UID is refused by SO_PEERCRED even when the socket's mode lets it in")
+    func foreignPeerRefused() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"), "setpriv (util-linux) is needed")
+        try #require(getuid() == 0, "the test switches to another user, which needs root")
+        try await LiveStack.with { live in
+            let configuration = live.configuration
+            // Open the file-system layer wide, so only the peer-credential check stands in the way.
+            for folder in [configuration.directory, configuration.runtimeDirectory] { chmod(folder, 0o755) }
+            let lean = configuration.leanSocketPath("payload")
+            let grpc = configuration.grpcSocketPath("payload")
+            for socket in [lean, grpc] { chmod(socket, 0o666) }
+            let payload = configuration.binDirectory + "/herald-payload"
+            let asOwner = ["--check-health", "--runtime-dir", configuration.runtimeDirectory]
+            let leanArguments = asOwner + ["--socket", lean]
+            let grpcArguments = asOwner + ["--socket", "off", "--grpc-socket", grpc, "--rpc-transport", "grpc"]
+            #expect(try runProgram(payload, leanArguments).status == 0)
+            #expect(try runProgram(payload, grpcArguments).status == 0)
+
+            let nobody = ["--reuid", "65534", "--regid", "65534", "--clear-groups", payload]
+            #expect(try runProgram("/usr/bin/setpriv", nobody + leanArguments).status == 1)
+            #expect(try runProgram("/usr/bin/setpriv", nobody + grpcArguments).status == 1)
+            let log = try String(contentsOfFile: "\(configuration.logDirectory)/payload.log", encoding: .utf8)
+            #expect(log.contains("refused a caller (lean)") && log.contains("peer uid 65534 gid 65534 is not allowed"))
+            #expect(log.contains("refused a caller (grpc)"))
+            // The owner still gets through afterwards.
+            #expect(try runProgram(payload, leanArguments).status == 0)
+        }
+    }
 }

@@ -22,11 +22,15 @@ public final class LeanServer: Service {
     private let health: HealthReporter?
     private let onListening: @Sendable () -> Void
     private let connections = LeanConnections()
+    private let peers: PeerPolicy?
 
+    /// With `peers`, a connection from a process the policy does not allow is kept open but every
+    /// call on it ends PERMISSION_DENIED (and the refusal is logged once per connection).
     public init(
         table: MethodTable, socketPath: String, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes,
-        logger: Logger, health: HealthReporter? = nil, onListening: @escaping @Sendable () -> Void = {}
+        logger: Logger, health: HealthReporter? = nil, peers: PeerPolicy? = nil, onListening: @escaping @Sendable () -> Void = {}
     ) {
+        self.peers = peers
         self.table = table
         self.health = health
         self.socketPath = socketPath
@@ -40,14 +44,19 @@ public final class LeanServer: Service {
         let logger = self.logger
         let maxFrameBytes = self.maxFrameBytes
         let connections = self.connections
+        let peers = self.peers
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 256)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                let check = peers?.refusal(for: channel) ?? channel.eventLoop.makeSucceededFuture(nil)
+                return check.flatMapThrowing { refusal in
+                    if let refusal {
+                        logger.warning("refused a caller (lean)", metadata: ["herald.peer": "\(refusal)"])
+                    }
                     let operations = channel.pipeline.syncOperations
                     try operations.addHandler(LeanPrefaceWriter())
                     try operations.addHandler(ByteToMessageHandler(LeanFrameDecoder(maxFrameBytes: maxFrameBytes)))
-                    try operations.addHandler(LeanServerHandler(table: table, logger: logger))
+                    try operations.addHandler(LeanServerHandler(table: table, logger: logger, refusal: refusal))
                     connections.add(channel)
                 }
             }
@@ -135,10 +144,13 @@ final class LeanServerHandler: ChannelInboundHandler {
     private let logger: Logger
     private var calls: [UInt32: LeanServerCall] = [:]
     private var draining = false
+    /// Why this connection's peer may not call (``PeerPolicy``); nil when it may.
+    private let refusal: String?
 
-    init(table: MethodTable, logger: Logger) {
+    init(table: MethodTable, logger: Logger, refusal: String? = nil) {
         self.table = table
         self.logger = logger
+        self.refusal = refusal
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -197,6 +209,7 @@ final class LeanServerHandler: ChannelInboundHandler {
         guard id != 0, calls[id] == nil else {
             return fail(context: context, LeanProtocolError("call id \(id) is zero or already in use"))
         }
+        if let refusal { return end(.permissionDenied, refusal) }
         guard !draining else { return end(.unavailable, "server is shutting down; reconnect") }
         let request: LeanRequest
         do {
