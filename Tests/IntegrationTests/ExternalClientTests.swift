@@ -57,10 +57,19 @@ struct ExternalClientTests {
         }
     }
 
-    @Test("docker-compose.yml is a valid compose file")
+    @Test("docker-compose.yml is valid: health checks, start order by health, read-only roots, one published port")
     func composeFile() throws {
         let compose = try #require(which("docker-compose"), "docker-compose is required (scripts/test.sh installs it)")
-        let result = try runProgram(compose, ["-f", packageRoot.appendingPathComponent("docker-compose.yml").path, "config", "-q"])
+        let file = packageRoot.appendingPathComponent("docker-compose.yml").path
+        let result = try runProgram(compose, ["-f", file, "config", "-q"])
         #expect(result.status == 0, "\(result.error)")
+        // The rendered file, with anchors and merges resolved.
+        let rendered = try runProgram(compose, ["-f", file, "config"]).output
+        func count(_ text: String) -> Int { rendered.components(separatedBy: text).count - 1 }
+        #expect(count("healthcheck:") == 5)
+        #expect(count("read_only: true") == 5)
+        #expect(count("condition: service_healthy") == 5)
+        #expect(count("ports:") == 1)
+        #expect(count("stop_grace_period: 15s") == 5)
     }
 }
