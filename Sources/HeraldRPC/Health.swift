@@ -16,6 +16,7 @@ public final class HealthReporter: Sendable {
         /// "peer:<name>". Tracked services are SERVING exactly when every condition holds.
         var conditions: [String: Bool] = [:]
         var tracked: [String] = []
+        var draining = false
     }
 
     private let state = Mutex(State())
@@ -57,9 +58,15 @@ public final class HealthReporter: Sendable {
         return old
     }
 
-    /// NOT_SERVING for good: the process is shutting down.
+    /// NOT_SERVING for good: the process is shutting down. Every Watch stream gets NOT_SERVING and
+    /// then ends, so open watches never hold up the drain.
     public func beginDraining() {
         setCondition("draining", false)
+        let watchers = state.withLock { state in
+            state.draining = true
+            return state.watchers.values.map(\.continuation)
+        }
+        for watcher in watchers { watcher.finish() }
     }
 
     /// The conditions that do not hold, for logs and tests.
@@ -93,6 +100,7 @@ public final class HealthReporter: Sendable {
                 let id = state.nextWatcher
                 state.nextWatcher += 1
                 state.watchers[id] = (request.service, continuation)
+                if state.draining { continuation.finish() }
                 return id
             }
             defer { _ = state.withLock { $0.watchers.removeValue(forKey: id) } }

@@ -77,19 +77,21 @@ struct TransportConformanceTests {
 
     /// Serves the table on `test.sock` (lean) and `test.grpc.sock` (gRPC), then runs `body` with a
     /// client of `transport`.
-    static func withServers(_ transport: RPCTransport, _ body: (RPCClient, String) async throws -> Void) async throws {
-        try await withServers(transport) { client, dir, _ in try await body(client, dir) }
+    static func withServers(
+        _ transport: RPCTransport, health: HealthReporter = HealthReporter(), _ body: (RPCClient, String) async throws -> Void
+    ) async throws {
+        try await withServers(transport, health: health) { client, dir, _ in try await body(client, dir) }
     }
 
     /// The same, handing `body` a function that starts the servers' graceful shutdown.
     static func withServers(
-        _ transport: RPCTransport, _ body: (RPCClient, String, @Sendable () async -> Void) async throws -> Void
+        _ transport: RPCTransport, health: HealthReporter = HealthReporter(),
+        _ body: (RPCClient, String, @Sendable () async -> Void) async throws -> Void
     ) async throws {
         var template = Array("/tmp/herald-rpc-XXXXXX".utf8CString)
         let dir = String(cString: try #require(mkdtemp(&template)))
         defer { try? FileManager.default.removeItem(atPath: dir) }
         var table = table()
-        let health = HealthReporter()
         health.register(into: &table)
         for service in table.services + [""] { health.set(service, .serving) }
         let logger = Logger(label: "test")
@@ -298,6 +300,29 @@ struct TransportConformanceTests {
             await #expect {
                 try await client.call(HealthMethods.check, HealthCheckRequest(service: "nope"))
             } throws: { ($0 as? ServiceError)?.code == .notFound }
+        }
+    }
+
+    @Test("grpc.health.v1 Watch streams each change of the status", arguments: RPCTransport.allCases)
+    func healthWatch(_ transport: RPCTransport) async throws {
+        let health = HealthReporter()
+        try await Self.withServers(transport, health: health) { client, _ in
+            health.track([""])
+            let seen = Mutex<[HealthReporter.Status]>([])
+            let watcher = Task {
+                try await client.stream(HealthMethods.watch, HealthCheckRequest(service: ""), timeout: .seconds(30)) { answer in
+                    seen.withLock { $0.append(answer.status) }
+                }
+            }
+            defer { watcher.cancel() }
+            let first = try await Self.waitFor { seen.withLock { $0 } == [.serving] }
+            #expect(first)
+            health.setCondition("database", false)
+            let second = try await Self.waitFor { seen.withLock { $0 } == [.serving, .notServing] }
+            #expect(second)
+            health.setCondition("database", true)
+            let third = try await Self.waitFor { seen.withLock { $0 } == [.serving, .notServing, .serving] }
+            #expect(third, "\(seen.withLock { $0 })")
         }
     }
 
