@@ -72,6 +72,7 @@ public actor Stack {
     private let logger: Logger
     private var children: [String: Process] = [:]
     private var restarts: [String: Int] = [:]
+    private var exits: [String: [Int32]] = [:]
     private var supervising = false
     private var stopping = false
     /// The edge's base URL, known once `start()` returns.
@@ -138,6 +139,9 @@ public actor Stack {
     /// How many times a service has been restarted after dying.
     public func restartCount(of service: String) -> Int { restarts[service] ?? 0 }
 
+    /// The exit statuses of a service's processes so far, oldest first.
+    public func exitStatuses(of service: String) -> [Int32] { exits[service] ?? [] }
+
     // MARK: children
 
     private func arguments(for service: String) -> [String] {
@@ -181,6 +185,7 @@ public actor Stack {
     }
 
     private func exited(_ service: String, process: Process, status: Int32) async {
+        exits[service, default: []].append(status)
         guard children[service] === process, supervising, !stopping else { return }
         let count = (restarts[service] ?? 0) + 1
         restarts[service] = count

@@ -1,7 +1,9 @@
+import AsyncHTTPClient
 import Foundation
 import HeraldProto
 import HeraldRPC
 import HeraldStack
+import Synchronization
 import Testing
 
 /// What a platform team operates on: health that follows the database and dependencies, /readyz,
@@ -175,4 +177,68 @@ struct OperationsTests {
             #expect(try runProgram(payload, leanArguments).status == 0)
         }
     }
+
+    @Test("SIGTERM during 200 in-flight requests: the edge completes them all and exits 0 within its drain timeout")
+    func drainUnderLoad() async throws {
+        try await LiveStack.with(auth: .accounts, users: ["ivan"], configure: { configuration in
+            // Every request pays a real (cheap) scrypt hash on auth's two hashing threads, so 200
+            // requests take seconds and are still in flight when the edge gets SIGTERM.
+            configuration.extraArguments["auth"] = [
+                "--password-hash-log-n", "11", "--credential-cache-seconds", "0", "--max-failed-logins", "1000",
+            ]
+            configuration.extraArguments["edge"] = ["--drain-timeout-ms", "20000", "--rpc-timeout-ms", "60000"]
+        }) { live in
+            var httpConfiguration = HTTPClient.Configuration()
+            httpConfiguration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 256)
+            let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
+            do {
+                let edgePID = try #require(await live.stack.pid(of: "edge"))
+                let url = live.edge.base.absoluteString + "/api/register"
+                let authorization = EdgeClient.basic("ivan", EdgeClient.password(of: "ivan", in: .accounts))
+                let terminated = Signalled()
+
+                let results = try await withThrowingTaskGroup(of: (Int, Bool).self) { group in
+                    for _ in 0..<200 {
+                        group.addTask {
+                            var request = HTTPClientRequest(url: url)
+                            request.method = .POST
+                            request.headers.add(name: "Authorization", value: authorization)
+                            let response = try await http.execute(request, timeout: .seconds(60))
+                            _ = try await response.body.collect(upTo: 1 << 20)
+                            return (Int(response.status.code), terminated.at != nil)
+                        }
+                    }
+                    group.addTask {
+                        try await Task.sleep(for: .milliseconds(1500))
+                        terminated.mark()
+                        kill(edgePID, SIGTERM)
+                        return (-1, true)
+                    }
+                    return try await group.reduce(into: [(Int, Bool)]()) { $0.append($1) }.filter { $0.0 != -1 }
+                }
+                #expect(results.count == 200)
+                #expect(results.allSatisfy { $0.0 == 200 }, "statuses: \(Dictionary(grouping: results.map(\.0), by: { $0 }).mapValues(\.count))")
+                let afterSignal = results.filter(\.1).count
+                #expect(afterSignal > 0, "no request was still in flight at SIGTERM, so the drain was not tested")
+                print("drain under load: \(afterSignal) of 200 requests completed after SIGTERM")
+
+                let exited = await eventually(.seconds(30)) { await !live.stack.exitStatuses(of: "edge").isEmpty }
+                #expect(exited)
+                #expect(await live.stack.exitStatuses(of: "edge").first == 0)
+                let drained = ContinuousClock.now - (terminated.at ?? .now)
+                #expect(drained < .seconds(20), "the edge took \(drained) to exit")
+                try await http.shutdown()
+            } catch {
+                try? await http.shutdown()
+                throw error
+            }
+        }
+    }
+}
+
+/// When a signal was sent, shared with the tasks that watch for it.
+final class Signalled: Sendable {
+    private let instant = Mutex<ContinuousClock.Instant?>(nil)
+    var at: ContinuousClock.Instant? { instant.withLock { $0 } }
+    func mark() { instant.withLock { $0 = .now } }
 }
