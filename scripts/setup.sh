@@ -3,7 +3,7 @@
 #   scripts/setup.sh          build and run: libprotobuf-c-dev, libsqlite3-dev
 #   scripts/setup.sh --test   also protoc-c (generated-code check), docker-compose (compose check),
 #                             python3 + grpcio/grpcio-tools (the independent gRPC client in the tests),
-#                             wrk (the benchmark's quick run)
+#                             wrk (the benchmark's quick run), kubernetes-validate (the k8s manifests)
 #   scripts/setup.sh --bench  also wrk (the edge scenario's load generator)
 set -euo pipefail
 
@@ -31,9 +31,9 @@ if (( ${#missing[@]} )); then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [[ "${1:-}" == "--test" ]] && ! python3 -c 'import grpc, grpc_tools' 2>/dev/null; then
-  echo "setup: installing grpcio and grpcio-tools from PyPI"
-  pip_args=(install --quiet --disable-pip-version-check "grpcio==1.85.1" "grpcio-tools==1.85.1")
+if [[ "${1:-}" == "--test" ]] && ! { python3 -c 'import grpc, grpc_tools, kubernetes_validate' 2>/dev/null && command -v kubernetes-validate >/dev/null; }; then
+  echo "setup: installing grpcio, grpcio-tools and kubernetes-validate from PyPI"
+  pip_args=(install --quiet --disable-pip-version-check "grpcio==1.85.1" "grpcio-tools==1.85.1" "kubernetes-validate==1.37.0")
   # Debian's own python refuses global installs (PEP 668) unless told otherwise.
   python3 -m pip "${pip_args[@]}" 2>/dev/null || python3 -m pip "${pip_args[@]}" --break-system-packages
 fi

@@ -72,4 +72,15 @@ struct ExternalClientTests {
         #expect(count("ports:") == 1)
         #expect(count("stop_grace_period: 15s") == 5)
     }
+
+    @Test("the Kubernetes manifests pass kubernetes-validate --strict")
+    func kubernetesManifests() throws {
+        let validate = try #require(which("kubernetes-validate"), "kubernetes-validate is required (scripts/test.sh installs it)")
+        let folder = packageRoot.appendingPathComponent("services/k8s")
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".yaml") }.sorted()
+        try #require(!files.isEmpty)
+        let result = try runProgram(validate, ["--strict"] + files.map { folder.appendingPathComponent($0).path })
+        #expect(result.status == 0, "\(result.output)\(result.error)")
+        #expect(result.output.contains("statefulset/herald"), "\(result.output)")
+    }
 }
