@@ -20,7 +20,8 @@ fi
 
 missing=()
 for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  # "install ok installed" only: a removed package keeps a dpkg entry (config-files) that dpkg -s accepts.
+  [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
 done
 
 if (( ${#missing[@]} )); then
