@@ -44,6 +44,8 @@ let package = Package(
         // Metrics: the swift-metrics API with a Prometheus text backend.
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // TLS for the lean protocol over TCP (grpc-swift's transport already depends on it).
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         // Already in the graph through grpc-swift's transport; named for SHA-256, HMAC and scrypt.
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
     ],
@@ -76,6 +78,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],

@@ -110,6 +110,10 @@ public struct ConfigError: Error, CustomStringConvertible {
 /// - `rpc-timeout-ms` (5000): deadline of the calls this process makes.
 /// - `drain-timeout-ms` (10000): how long shutdown waits for in-flight calls.
 /// - `log-format` (`text`): `text`, or `json` (one JSON object per line, for containers).
+/// - `listen-tcp` (`off`), `grpc-listen-tcp` (`off`): `host:port` to also serve the lean protocol /
+///   gRPC on TCP, always with TLS (see ``TLSFiles``), for callers on other machines.
+/// - `<peer>-address`, `<peer>-grpc-address` (unset): `host:port` of a called service on TCP (TLS),
+///   used instead of its socket.
 /// - `metrics-listen` (`off`): `host:port` of an HTTP listener serving `GET /metrics` (Prometheus
 ///   text); port 0 picks one, written to `<runtime-dir>/<service>.metrics.url`.
 /// - `health-interval-ms` (2000): how often health re-checks the database and the services this
@@ -131,6 +135,11 @@ public struct RuntimeConfig: Sendable {
     public var healthInterval: Duration
     /// nil when off.
     public var metricsListen: (host: String, port: Int)?
+    /// TCP listeners (TLS), nil when off.
+    public var leanTCP: RPCEndpoint?
+    public var grpcTCP: RPCEndpoint?
+    public var tls: TLSFiles
+    private var peerAddresses: [String: RPCEndpoint] = [:]
     private var peerSockets: [String: String]
 
     public enum LogFormat: String, CaseIterable, Sendable {
@@ -141,8 +150,9 @@ public struct RuntimeConfig: Sendable {
     public static func keys(peers: [String]) -> Set<String> {
         Set(
             ["runtime-dir", "data-dir", "socket", "grpc-socket", "database", "rpc-transport", "log-level",
-             "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms", "metrics-listen"]
-                + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket"] })
+             "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms", "metrics-listen", "listen-tcp", "grpc-listen-tcp"]
+                + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket", "\($0)-address", "\($0)-grpc-address"] })
+            .union(TLSFiles.keys)
     }
 
     /// The longest Unix socket path Linux accepts (`sun_path` is 108 bytes with its NUL).
@@ -179,6 +189,17 @@ public struct RuntimeConfig: Sendable {
             else { throw ConfigError("metrics-listen must be off or host:port, e.g. 127.0.0.1:9100") }
             metricsListen = (String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port)
         }
+        func tcp(_ key: String) throws -> RPCEndpoint? {
+            let text = reader.string(key, default: "off")
+            return text == "off" ? nil : try RPCEndpoint.tcp(text, key: key)
+        }
+        leanTCP = try tcp("listen-tcp")
+        grpcTCP = try tcp("grpc-listen-tcp")
+        tls = try TLSFiles(reader: reader)
+        for peer in peers {
+            let key = rpcTransport == .lean ? "\(peer)-address" : "\(peer)-grpc-address"
+            if let address = try tcp(key) { peerAddresses[peer] = address }
+        }
         var peerSockets: [String: String] = [:]
         for peer in peers {
             peerSockets[peer] =
@@ -189,6 +210,11 @@ public struct RuntimeConfig: Sendable {
             if peerSockets[peer] == nil { throw ConfigError("the socket of \(peer) cannot be off: \(service) calls it") }
         }
         self.peerSockets = peerSockets
+    }
+
+    /// Where a peer is for ``rpcTransport``: its TCP address when one is set, else its socket.
+    public func endpoint(of peer: String) -> RPCEndpoint {
+        peerAddresses[peer] ?? .unix(socketPath(of: peer))
     }
 
     /// The socket of a peer named in `peers` at init, for ``rpcTransport``.

@@ -1,6 +1,7 @@
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2Posix
+import GRPCNIOTransportCore
 import NIOCore
 import NIOPosix
 import HeraldProto
@@ -82,7 +83,8 @@ public enum HeraldProcess {
             var clients: [String: RPCClient] = [:]
             for peer in peers {
                 clients[peer] = try RPCClient(
-                    socketPath: config.socketPath(of: peer), transport: config.rpcTransport, defaultTimeout: config.rpcTimeout)
+                    endpoint: config.endpoint(of: peer), transport: config.rpcTransport, tls: config.tls,
+                    defaultTimeout: config.rpcTimeout)
             }
             let context = ProcessContext(config: config, reader: reader, logger: logger, clients: clients)
             var own = try await makeServices(context)
@@ -139,11 +141,12 @@ public enum HeraldProcess {
             let health = HealthReporter()
             health.register(into: &table)
             let config = context.config
-            guard config.leanSocketPath != nil || config.grpcSocketPath != nil else {
+            guard config.leanSocketPath != nil || config.grpcSocketPath != nil || config.leanTCP != nil || config.grpcTCP != nil else {
                 throw ConfigError("socket and grpc-socket are both off: nothing to serve on")
             }
             let listening = Mutex(0)
-            let listeners = (config.leanSocketPath == nil ? 0 : 1) + (config.grpcSocketPath == nil ? 0 : 1)
+            let listeners = [config.leanSocketPath as Any?, config.grpcSocketPath, config.leanTCP, config.grpcTCP]
+                .compactMap { $0 }.count
             health.setCondition("listening", false)
             health.track(table.services + [""])
             let onListening: @Sendable () -> Void = {
@@ -170,6 +173,16 @@ public enum HeraldProcess {
             if let path = config.grpcSocketPath {
                 servers.append(RPCServer(
                     table: table, socketPath: path, logger: context.logger, health: health, peers: policy, onListening: onListening))
+            }
+            if let endpoint = config.leanTCP {
+                servers.append(LeanServer(
+                    table: table, endpoint: endpoint, tls: try config.tls.serverContext(), logger: context.logger, health: health,
+                    onListening: onListening))
+            }
+            if let endpoint = config.grpcTCP {
+                servers.append(try RPCServer(
+                    table: table, endpoint: endpoint, tls: config.tls, logger: context.logger, health: health,
+                    onListening: onListening))
             }
             let probe = HealthProbe(health: health, checks: checks, interval: config.healthInterval, logger: context.logger)
             return parts.background + (checks.isEmpty ? [] : [probe]) + servers
@@ -234,23 +247,48 @@ public final class RPCServer: Service {
     private let server: GRPCServer<HTTP2ServerTransport.Posix>
     private let health: HealthReporter?
     private let socketPath: String
+    private let endpoint: RPCEndpoint
     private let logger: Logger
     private let onListening: @Sendable () -> Void
     private let draining = DrainFlag()
 
     /// With `peers`, a connection from a process the policy does not allow is logged and closed
     /// at once (grpc-swift has no per-connection hook that could answer a status instead).
-    public init(
+    public convenience init(
         table: MethodTable, socketPath: String, logger: Logger, health: HealthReporter? = nil, peers: PeerPolicy? = nil,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
+        try! self.init(
+            table: table, endpoint: .unix(socketPath), tls: nil, logger: logger, health: health, peers: peers,
+            onListening: onListening)
+    }
+
+    /// On TCP, `tls` (required there) gives the server's identity and, optionally, the client CA.
+    public init(
+        table: MethodTable, endpoint: RPCEndpoint, tls: TLSFiles?, logger: Logger, health: HealthReporter? = nil,
+        peers: PeerPolicy? = nil, onListening: @escaping @Sendable () -> Void = {}
+    ) throws {
         self.health = health
-        self.socketPath = socketPath
+        self.endpoint = endpoint
+        if case .unix(let path) = endpoint { self.socketPath = path } else { self.socketPath = "" }
         self.logger = logger
         self.onListening = onListening
+        let address: GRPCNIOTransportCore.SocketAddress
+        let security: HTTP2ServerTransport.Posix.TransportSecurity
+        var peers = peers
+        switch endpoint {
+        case .unix(let path):
+            address = .unixDomainSocket(path: path)
+            security = .plaintext
+        case .tcp(let host, let port):
+            address = host.contains(":") ? .ipv6(host: host, port: port) : .ipv4(host: host, port: port)
+            guard let tls else { throw ConfigError("listening on TCP needs tls-cert and tls-key") }
+            security = try tls.grpcServerSecurity()
+            peers = nil  // peer credentials exist on Unix sockets only
+        }
         let transport = HTTP2ServerTransport.Posix(
-            address: .unixDomainSocket(path: socketPath),
-            transportSecurity: .plaintext,
+            address: address,
+            transportSecurity: security,
             config: .defaults { config in
                 // Coalescing delays every flush by up to 100 µs; internal calls are latency-bound.
                 config.connection.flushCoalescing = nil
@@ -270,13 +308,14 @@ public final class RPCServer: Service {
     }
 
     public func run() async throws {
-        defer { unlink(socketPath) }
+        let socketPath = self.socketPath
+        defer { if !socketPath.isEmpty { unlink(socketPath) } }
         try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await self.server.serve() }
                 if try await server.listeningAddress != nil {
-                    chmod(socketPath, 0o660)
-                    logger.info("listening (grpc)", metadata: ["herald.socket": "\(socketPath)"])
+                    if !socketPath.isEmpty { chmod(socketPath, 0o660) }
+                    logger.info("listening (grpc)", metadata: ["herald.endpoint": "\(endpoint)"])
                     onListening()
                 }
                 try await group.waitForAll()

@@ -1,6 +1,7 @@
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2Posix
+import NIOSSL
 public import HeraldProto
 public import ServiceLifecycle
 
@@ -33,17 +34,38 @@ public final class RPCClient: Sendable {
     /// Finished by ``close()``; the lean backend has no connection loop of its own to end.
     private let closed = AsyncStream<Void>.makeStream()
 
-    public init(socketPath: String, transport: RPCTransport = .lean, defaultTimeout: Duration = .seconds(5)) throws {
-        self.socketPath = socketPath
+    public convenience init(socketPath: String, transport: RPCTransport = .lean, defaultTimeout: Duration = .seconds(5)) throws {
+        try self.init(endpoint: .unix(socketPath), transport: transport, tls: nil, defaultTimeout: defaultTimeout)
+    }
+
+    /// A client of a service at `endpoint`; on TCP, `tls` (required there) says whom to trust and
+    /// which client certificate to present.
+    public init(endpoint: RPCEndpoint, transport: RPCTransport = .lean, tls: TLSFiles?, defaultTimeout: Duration = .seconds(5)) throws {
+        self.socketPath = endpoint.description
         self.transport = transport
         self.defaultTimeout = defaultTimeout
+        if case .tcp = endpoint, tls == nil { throw ConfigError("a TCP client needs TLS settings") }
         switch transport {
         case .lean:
-            backend = .lean(LeanClient(socketPath: socketPath))
+            let context = try { () -> NIOSSLContext? in
+                if case .tcp = endpoint { return try tls?.clientContext() }
+                return nil
+            }()
+            backend = .lean(LeanClient(endpoint: endpoint, tls: context))
         case .grpc:
+            let target: any ResolvableTarget
+            let security: HTTP2ClientTransport.Posix.TransportSecurity
+            switch endpoint {
+            case .unix(let path):
+                target = .unixDomainSocket(path: path)
+                security = .plaintext
+            case .tcp(let host, let port):
+                target = host.allSatisfy({ $0.isNumber || $0 == "." }) ? .ipv4(address: host, port: port) : .dns(host: host, port: port)
+                security = tls!.grpcClientSecurity()
+            }
             let http2 = try HTTP2ClientTransport.Posix(
-                target: .unixDomainSocket(path: socketPath),
-                transportSecurity: .plaintext,
+                target: target,
+                transportSecurity: security,
                 config: .defaults { config in
                     // Coalescing delays every flush by up to 100 µs; internal calls are latency-bound.
                     config.connection.flushCoalescing = nil

@@ -25,6 +25,9 @@ public struct StackConfiguration: Sendable {
     public var captureLogs = false
     /// How long start-up may take before it fails.
     public var startTimeout: Duration = .seconds(60)
+    /// When set, the services call each other over TCP with (mutual) TLS on loopback instead of
+    /// their Unix sockets, which stay on for health checks and the CLI.
+    public var tls: StackTLS?
     /// Extra `--key value` settings per service (e.g. "payload": ["--default-ttl-seconds", "5"]).
     public var extraArguments: [String: [String]] = [:]
 
@@ -51,6 +54,20 @@ public struct StackConfiguration: Sendable {
     public func grpcSocketPath(_ service: String) -> String { "\(runtimeDirectory)/\(service).grpc.sock" }
 }
 
+/// PEM files for a stack whose services talk TCP + TLS: one certificate (valid for 127.0.0.1)
+/// serves as every service's server and client identity, signed by `ca`.
+public struct StackTLS: Sendable {
+    public var certificate: String
+    public var key: String
+    public var ca: String
+
+    public init(certificate: String, key: String, ca: String) {
+        self.certificate = certificate
+        self.key = key
+        self.ca = ca
+    }
+}
+
 /// Why the stack could not start.
 public struct StackError: Error, CustomStringConvertible {
     public var description: String
@@ -67,6 +84,10 @@ public actor Stack {
     /// Start order: every service after those it calls.
     public static let services = ["auth", "registration", "payload", "dispatch", "edge"]
     public static let rpcServices = ["auth", "registration", "payload", "dispatch"]
+    /// Who calls whom.
+    static let peers = ["dispatch": ["registration"], "edge": ["auth", "registration", "payload", "dispatch"]]
+    /// Loopback ports (lean, gRPC) per RPC service when ``StackConfiguration/tls`` is set.
+    private var tcpPorts: [String: (lean: Int, grpc: Int)] = [:]
 
     public nonisolated let configuration: StackConfiguration
     private let logger: Logger
@@ -96,6 +117,9 @@ public actor Stack {
             try makePrivateDirectory(dir)
         }
         try? FileManager.default.removeItem(atPath: c.runtimeDirectory + "/edge.url")
+        if c.tls != nil, tcpPorts.isEmpty {
+            for service in Self.rpcServices { tcpPorts[service] = (try Self.freePort(), try Self.freePort()) }
+        }
         do {
             for service in Self.services {
                 try spawn(service)
@@ -152,6 +176,27 @@ public actor Stack {
         ]
         switch service {
         case "auth": arguments += ["--auth-mode", c.authMode]
+        default: break
+        }
+        if let tls = c.tls {
+            arguments += ["--tls-cert", tls.certificate, "--tls-key", tls.key, "--tls-ca", tls.ca, "--tls-require-client-cert"]
+            if let ports = tcpPorts[service] {
+                arguments += ["--listen-tcp", "127.0.0.1:\(ports.lean)", "--grpc-listen-tcp", "127.0.0.1:\(ports.grpc)"]
+            }
+            for peer in Self.peers[service] ?? [] {
+                guard let ports = tcpPorts[peer] else { continue }
+                // The peer's socket is pointed nowhere: the call can only go over TCP.
+                switch c.rpcTransport {
+                case .lean:
+                    arguments += ["--\(peer)-address", "127.0.0.1:\(ports.lean)", "--\(peer)-socket", "\(c.runtimeDirectory)/none-\(peer).sock"]
+                case .grpc:
+                    arguments += [
+                        "--\(peer)-grpc-address", "127.0.0.1:\(ports.grpc)", "--\(peer)-grpc-socket", "\(c.runtimeDirectory)/none-\(peer).sock",
+                    ]
+                }
+            }
+        }
+        switch service {
         case "edge": arguments += ["--http-host", c.httpHost, "--http-port", String(c.httpPort), "--profile", c.profile]
         default: break
         }
@@ -222,6 +267,27 @@ public actor Stack {
         guard FileManager.default.fileExists(atPath: socket) else { return false }
         return await HeraldProcess.checkHealth(
             socketPath: socket, transport: configuration.rpcTransport, timeout: .milliseconds(500))
+    }
+
+    /// A loopback TCP port nothing listens on right now (the kernel's pick for port 0).
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw StackError(description: "socket() failed") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+        }
+        guard bound == 0 else { throw StackError(description: "bind() failed") }
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard named == 0 else { throw StackError(description: "getsockname() failed") }
+        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     /// Waits until a restarted service is healthy again (tests after killing one).

@@ -13,60 +13,65 @@ struct SecurePushTests {
           arguments: RPCTransport.allCases, AuthModeCase.allCases)
     func tutorialSequence(_ transport: RPCTransport, _ auth: AuthModeCase) async throws {
         try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.rpcTransport = transport }) { live in
-            let edge = live.edge
-            let token = apnsToken(1)
-
-            // Register as the iOS client does: POST for an id, then PUT the installation.
-            let created = try await edge.request("POST", "/api/register?handle=\(token)", as: "alice")
-            #expect(created.status == 200)
-            let id = try #require(try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
-            #expect(id.hasPrefix("r-"))
-            let put = try await edge.request(
-                "PUT", "/api/register/\(id)", as: "alice",
-                body: #"{"Platform":"apns","Handle":"\#(token)","Tags":["news"]}"#)
-            #expect(put.status == 200)
-            #expect(put.body.isEmpty)
-
-            // Send: the push carries only the id.
-            let sent = try await edge.request("POST", "/api/notifications", as: "alice")
-            #expect(sent.status == 200)
-            let entries = try await live.waitForInbox { $0.handle == token }
-            try #require(entries.count == 1)
-            let push = entries[0]
-            let text = String(decoding: push.payload, as: UTF8.self)
-            let secureID = try #require(text.firstMatch(of: /"secureId":"(\d+)"/)?.1).description
-            #expect(text == #"{"aps":{"content-available":1},"secureId":"\#(secureID)"}"#)
-            #expect(!text.contains("Secure confirmation"))
-            #expect(push.platform == .apns)
-            #expect(push.registrationID == id)
-            #expect(push.headers.contains(Header(name: "apns-push-type", value: "background")))
-            #expect(push.headers.contains(Header(name: "apns-priority", value: "5")))
-
-            // The device fetches the payload: unread the first time, read after.
-            let first = try await edge.request("GET", "/api/notifications/\(secureID)", as: "alice")
-            #expect(first.status == 200)
-            #expect(first.header("Content-Type")?.hasPrefix("application/json") == true)
-            let body = try first.json()
-            #expect(body["Id"] as? Int == Int(secureID))
-            #expect(body["Payload"] as? String == "Secure confirmation.")
-            #expect(body["Read"] as? Bool == false)
-            let second = try await edge.request("GET", "/api/notifications/\(secureID)", as: "alice")
-            #expect(try second.json()["Read"] as? Bool == true)
-
-            // Only the recipient, and only with credentials.
-            let bob = try await edge.request("GET", "/api/notifications/\(secureID)", as: "bob")
-            #expect(bob.status == 404)
-            let anonymous = try await edge.request("GET", "/api/notifications/\(secureID)")
-            #expect(anonymous.status == 401)
-            #expect(anonymous.header("WWW-Authenticate") == #"Basic realm="herald""#)
-            #expect(try anonymous.json()["error"] as? String == "unauthorized")
-
-            // An unknown platform is a 400 with a JSON error naming the accepted ones.
-            let unknown = try await edge.request(
-                "PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"blackberry","Handle":"x"}"#)
-            #expect(unknown.status == 400)
-            #expect((try unknown.json()["message"] as? String)?.contains("apns") == true)
+            try await Self.secureSequence(live)
         }
+    }
+
+    /// The iOS client's secure-push sequence against a running stack (users alice and bob).
+    static func secureSequence(_ live: LiveStack) async throws {
+        let edge = live.edge
+        let token = apnsToken(1)
+
+        // Register as the iOS client does: POST for an id, then PUT the installation.
+        let created = try await edge.request("POST", "/api/register?handle=\(token)", as: "alice")
+        #expect(created.status == 200)
+        let id = try #require(try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
+        #expect(id.hasPrefix("r-"))
+        let put = try await edge.request(
+            "PUT", "/api/register/\(id)", as: "alice",
+            body: #"{"Platform":"apns","Handle":"\#(token)","Tags":["news"]}"#)
+        #expect(put.status == 200)
+        #expect(put.body.isEmpty)
+
+        // Send: the push carries only the id.
+        let sent = try await edge.request("POST", "/api/notifications", as: "alice")
+        #expect(sent.status == 200)
+        let entries = try await live.waitForInbox { $0.handle == token }
+        try #require(entries.count == 1)
+        let push = entries[0]
+        let text = String(decoding: push.payload, as: UTF8.self)
+        let secureID = try #require(text.firstMatch(of: /"secureId":"(\d+)"/)?.1).description
+        #expect(text == #"{"aps":{"content-available":1},"secureId":"\#(secureID)"}"#)
+        #expect(!text.contains("Secure confirmation"))
+        #expect(push.platform == .apns)
+        #expect(push.registrationID == id)
+        #expect(push.headers.contains(Header(name: "apns-push-type", value: "background")))
+        #expect(push.headers.contains(Header(name: "apns-priority", value: "5")))
+
+        // The device fetches the payload: unread the first time, read after.
+        let first = try await edge.request("GET", "/api/notifications/\(secureID)", as: "alice")
+        #expect(first.status == 200)
+        #expect(first.header("Content-Type")?.hasPrefix("application/json") == true)
+        let body = try first.json()
+        #expect(body["Id"] as? Int == Int(secureID))
+        #expect(body["Payload"] as? String == "Secure confirmation.")
+        #expect(body["Read"] as? Bool == false)
+        let second = try await edge.request("GET", "/api/notifications/\(secureID)", as: "alice")
+        #expect(try second.json()["Read"] as? Bool == true)
+
+        // Only the recipient, and only with credentials.
+        let bob = try await edge.request("GET", "/api/notifications/\(secureID)", as: "bob")
+        #expect(bob.status == 404)
+        let anonymous = try await edge.request("GET", "/api/notifications/\(secureID)")
+        #expect(anonymous.status == 401)
+        #expect(anonymous.header("WWW-Authenticate") == #"Basic realm="herald""#)
+        #expect(try anonymous.json()["error"] as? String == "unauthorized")
+
+        // An unknown platform is a 400 with a JSON error naming the accepted ones.
+        let unknown = try await edge.request(
+            "PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"blackberry","Handle":"x"}"#)
+        #expect(unknown.status == 400)
+        #expect((try unknown.json()["message"] as? String)?.contains("apns") == true)
     }
 
     @Test("the edge answers the contract's status codes and never 500", arguments: RPCTransport.allCases, AuthModeCase.allCases)

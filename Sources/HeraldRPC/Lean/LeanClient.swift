@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
+import NIOSSL
 import Synchronization
 
 /// A client of the lean protocol (docs/rpc-protocol.md) over one multiplexed Unix-socket connection.
@@ -27,8 +28,18 @@ final class LeanClient: Sendable {
         case connecting(Task<LeanConnection, any Error>)
     }
 
-    init(socketPath: String, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes) {
-        self.socketPath = socketPath
+    /// Where it connects: a Unix socket, or TCP wrapped in `tls`.
+    let endpoint: RPCEndpoint
+    let tls: NIOSSLContext?
+
+    convenience init(socketPath: String, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes) {
+        self.init(endpoint: .unix(socketPath), tls: nil, maxFrameBytes: maxFrameBytes)
+    }
+
+    init(endpoint: RPCEndpoint, tls: NIOSSLContext?, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes) {
+        self.endpoint = endpoint
+        self.tls = tls
+        self.socketPath = endpoint.description
         self.maxFrameBytes = maxFrameBytes
     }
 
@@ -118,8 +129,8 @@ final class LeanClient: Sendable {
                 if state.closed { throw ServiceError(.unavailable, "client of \(socketPath) is closed") }
                 if let connection = state.connection, connection.isUsable { return .ready(connection) }
                 if let connecting = state.connecting { return .connecting(connecting) }
-                let task = Task { [socketPath, maxFrameBytes] in
-                    try await LeanConnection.open(socketPath: socketPath, maxFrameBytes: maxFrameBytes)
+                let task = Task { [endpoint, tls, maxFrameBytes] in
+                    try await LeanConnection.open(endpoint: endpoint, tls: tls, maxFrameBytes: maxFrameBytes)
                 }
                 state.connecting = task
                 return .connecting(task)
@@ -161,20 +172,28 @@ final class LeanConnection: Sendable {
 
     var isUsable: Bool { channel.isActive && calls.acceptsCalls }
 
-    static func open(socketPath: String, maxFrameBytes: Int) async throws -> LeanConnection {
+    static func open(endpoint: RPCEndpoint, tls: NIOSSLContext?, maxFrameBytes: Int) async throws -> LeanConnection {
         let calls = LeanCallTable()
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        var serverHostname: String?
+        if case .tcp(let host, _) = endpoint, !host.allSatisfy({ $0.isNumber || $0 == "." || $0 == ":" }) { serverHostname = host }
+        let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.seconds(2))
-            .channelInitializer { channel in
+            .channelInitializer { [serverHostname] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let operations = channel.pipeline.syncOperations
+                    if let tls { try operations.addHandler(NIOSSLClientHandler(context: tls, serverHostname: serverHostname)) }
                     try operations.addHandler(LeanPrefaceWriter())
                     try operations.addHandler(ByteToMessageHandler(LeanFrameDecoder(maxFrameBytes: maxFrameBytes)))
                     try operations.addHandler(LeanClientHandler(calls: calls))
                 }
             }
-            .connect(unixDomainSocketPath: socketPath)
-            .get()
+        let channel: any Channel
+        switch endpoint {
+        case .unix(let path):
+            channel = try await bootstrap.connect(unixDomainSocketPath: path).get()
+        case .tcp(let host, let port):
+            channel = try await bootstrap.connect(host: host, port: port).get()
+        }
         return LeanConnection(channel: channel, calls: calls)
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 public import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 public import ServiceLifecycle
 import Synchronization
 
@@ -23,17 +24,31 @@ public final class LeanServer: Service {
     private let onListening: @Sendable () -> Void
     private let connections = LeanConnections()
     private let peers: PeerPolicy?
+    private let endpoint: RPCEndpoint
+    private let tls: NIOSSLContext?
 
     /// With `peers`, a connection from a process the policy does not allow is kept open but every
     /// call on it ends PERMISSION_DENIED (and the refusal is logged once per connection).
-    public init(
+    public convenience init(
         table: MethodTable, socketPath: String, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes,
         logger: Logger, health: HealthReporter? = nil, peers: PeerPolicy? = nil, onListening: @escaping @Sendable () -> Void = {}
     ) {
+        self.init(
+            table: table, endpoint: .unix(socketPath), tls: nil, maxFrameBytes: maxFrameBytes, logger: logger, health: health,
+            peers: peers, onListening: onListening)
+    }
+
+    /// On TCP, `tls` wraps every connection (peer credentials only apply to Unix sockets).
+    public init(
+        table: MethodTable, endpoint: RPCEndpoint, tls: NIOSSLContext?, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes,
+        logger: Logger, health: HealthReporter? = nil, peers: PeerPolicy? = nil, onListening: @escaping @Sendable () -> Void = {}
+    ) {
+        self.endpoint = endpoint
+        self.tls = tls
+        if case .unix(let path) = endpoint { self.socketPath = path } else { self.socketPath = "" }
         self.peers = peers
         self.table = table
         self.health = health
-        self.socketPath = socketPath
         self.maxFrameBytes = maxFrameBytes
         self.logger = logger
         self.onListening = onListening
@@ -44,9 +59,13 @@ public final class LeanServer: Service {
         let logger = self.logger
         let maxFrameBytes = self.maxFrameBytes
         let connections = self.connections
-        let peers = self.peers
-        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let isUnix: Bool
+        if case .unix = endpoint { isUnix = true } else { isUnix = false }
+        let peers = isUnix ? self.peers : nil
+        let tls = self.tls
+        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: isUnix ? 0 : 1)
             .childChannelInitializer { channel in
                 let check = peers?.refusal(for: channel) ?? channel.eventLoop.makeSucceededFuture(nil)
                 return check.flatMapThrowing { refusal in
@@ -54,17 +73,24 @@ public final class LeanServer: Service {
                         logger.warning("refused a caller (lean)", metadata: ["herald.peer": "\(refusal)"])
                     }
                     let operations = channel.pipeline.syncOperations
+                    if let tls { try operations.addHandler(NIOSSLServerHandler(context: tls)) }
                     try operations.addHandler(LeanPrefaceWriter())
                     try operations.addHandler(ByteToMessageHandler(LeanFrameDecoder(maxFrameBytes: maxFrameBytes)))
                     try operations.addHandler(LeanServerHandler(table: table, logger: logger, refusal: refusal))
                     connections.add(channel)
                 }
             }
-            .bind(unixDomainSocketPath: socketPath, cleanupExistingSocketFile: true)
-            .get()
-        defer { unlink(socketPath) }
-        chmod(socketPath, 0o660)
-        logger.info("listening (lean)", metadata: ["herald.socket": "\(socketPath)"])
+        let server: any Channel
+        switch endpoint {
+        case .unix(let path):
+            server = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
+            chmod(path, 0o660)
+        case .tcp(let host, let port):
+            server = try await bootstrap.bind(host: host, port: port).get()
+        }
+        let socketPath = self.socketPath
+        defer { if !socketPath.isEmpty { unlink(socketPath) } }
+        logger.info("listening (lean)", metadata: ["herald.endpoint": "\(endpoint)", "herald.tls": "\(tls != nil)"])
         onListening()
         await withGracefulShutdownHandler {
             try? await server.closeFuture.get()

@@ -1,0 +1,106 @@
+import Foundation
+import GRPCNIOTransportHTTP2Posix
+public import NIOSSL
+
+/// Where a service listens or a client connects: a Unix socket on this machine, or TCP (always
+/// with TLS) between machines.
+public enum RPCEndpoint: Sendable, CustomStringConvertible {
+    case unix(String)
+    case tcp(host: String, port: Int)
+
+    public var description: String {
+        switch self {
+        case .unix(let path): "unix:\(path)"
+        case .tcp(let host, let port): "\(host):\(port)"
+        }
+    }
+
+    /// Parses `host:port` (`[v6]:port` for IPv6).
+    public static func tcp(_ text: String, key: String) throws -> RPCEndpoint {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port)
+        else { throw ConfigError("\(key) must be host:port, e.g. 10.0.0.5:7001") }
+        let host = String(text[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        guard !host.isEmpty else { throw ConfigError("\(key) must be host:port, e.g. 10.0.0.5:7001") }
+        return .tcp(host: host, port: port)
+    }
+}
+
+/// The certificates of TCP endpoints, from PEM files.
+///
+/// - `tls-cert`, `tls-key`: this process's certificate chain and key: its server identity when it
+///   listens on TCP, its client identity (mutual TLS) when it calls over TCP.
+/// - `tls-ca`: the CA bundle that server certificates (and, with `tls-require-client-cert`, client
+///   certificates) must chain to. Empty: the system's trust store.
+/// - `tls-require-client-cert` (false): servers refuse clients without a certificate from `tls-ca`.
+public struct TLSFiles: Sendable {
+    public var certificate: String
+    public var key: String
+    public var ca: String
+    public var requireClientCertificate: Bool
+
+    public static let keys: Set<String> = ["tls-cert", "tls-key", "tls-ca", "tls-require-client-cert"]
+
+    public init(reader: ConfigReader) throws {
+        certificate = reader.string("tls-cert", default: "")
+        key = reader.string("tls-key", default: "")
+        ca = reader.string("tls-ca", default: "")
+        requireClientCertificate = try reader.bool("tls-require-client-cert")
+        guard certificate.isEmpty == key.isEmpty else { throw ConfigError("tls-cert and tls-key go together") }
+        guard !requireClientCertificate || !ca.isEmpty else {
+            throw ConfigError("tls-require-client-cert needs tls-ca: the CA client certificates must chain to")
+        }
+    }
+
+    var hasIdentity: Bool { !certificate.isEmpty }
+
+    /// The lean server's TLS context.
+    func serverContext() throws -> NIOSSLContext {
+        guard hasIdentity else { throw ConfigError("listening on TCP needs tls-cert and tls-key") }
+        var configuration = TLSConfiguration.makeServerConfiguration(
+            certificateChain: try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) },
+            privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem)))
+        if requireClientCertificate {
+            configuration.certificateVerification = .noHostnameVerification
+            configuration.trustRoots = .file(ca)
+        }
+        return try NIOSSLContext(configuration: configuration)
+    }
+
+    /// The lean client's TLS context.
+    func clientContext() throws -> NIOSSLContext {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        if !ca.isEmpty { configuration.trustRoots = .file(ca) }
+        if hasIdentity {
+            configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) }
+            configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: key, format: .pem))
+        }
+        return try NIOSSLContext(configuration: configuration)
+    }
+
+    /// The gRPC server's transport security.
+    func grpcServerSecurity() throws -> HTTP2ServerTransport.Posix.TransportSecurity {
+        guard hasIdentity else { throw ConfigError("listening on TCP needs tls-cert and tls-key") }
+        let requireClient = requireClientCertificate
+        let ca = self.ca
+        return .tls(
+            certificateChain: [.file(path: certificate, format: .pem)], privateKey: .file(path: key, format: .pem)
+        ) { config in
+            if requireClient {
+                config.clientCertificateVerification = .noHostnameVerification
+                config.trustRoots = .certificates([.file(path: ca, format: .pem)])
+            }
+        }
+    }
+
+    /// The gRPC client's transport security.
+    func grpcClientSecurity() -> HTTP2ClientTransport.Posix.TransportSecurity {
+        let (ca, certificate, key, identity) = (self.ca, self.certificate, self.key, hasIdentity)
+        return .tls { config in
+            if !ca.isEmpty { config.trustRoots = .certificates([.file(path: ca, format: .pem)]) }
+            if identity {
+                config.certificateChain = [.file(path: certificate, format: .pem)]
+                config.privateKey = .file(path: key, format: .pem)
+            }
+        }
+    }
+}

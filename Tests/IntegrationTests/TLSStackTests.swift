@@ -1,0 +1,48 @@
+import Foundation
+import HeraldRPC
+import HeraldStack
+import Testing
+
+/// The same secure-push sequence with the services calling each other over TCP + mutual TLS
+/// instead of Unix sockets (the callers' socket settings point nowhere, so TCP is the only way).
+@Suite("TLS over TCP end to end", .serialized, .timeLimit(.minutes(3)))
+struct TLSStackTests {
+    /// A throw-away CA and one certificate for 127.0.0.1 (server and client use), made with openssl.
+    static func makeCertificates(in folder: String) throws -> StackTLS {
+        let openssl = try #require(which("openssl"), "openssl is needed to make test certificates")
+        func run(_ arguments: [String]) throws {
+            let result = try runProgram(openssl, arguments)
+            try #require(result.status == 0, "openssl \(arguments.first ?? ""): \(result.error)")
+        }
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        try run(["req", "-x509"] + ec + ["-keyout", "\(folder)/ca.key", "-out", "\(folder)/ca.pem", "-days", "2", "-subj", "/CN=herald-test-ca"])
+        try run(["req"] + ec + ["-keyout", "\(folder)/service.key", "-out", "\(folder)/service.csr", "-subj", "/CN=herald-test"])
+        try """
+            basicConstraints=CA:FALSE
+            subjectAltName=IP:127.0.0.1,DNS:localhost
+            extendedKeyUsage=serverAuth,clientAuth
+
+            """.write(toFile: "\(folder)/service.ext", atomically: true, encoding: .utf8)
+        try run([
+            "x509", "-req", "-in", "\(folder)/service.csr", "-CA", "\(folder)/ca.pem", "-CAkey", "\(folder)/ca.key",
+            "-CAcreateserial", "-out", "\(folder)/service.pem", "-days", "2", "-extfile", "\(folder)/service.ext",
+        ])
+        return StackTLS(certificate: "\(folder)/service.pem", key: "\(folder)/service.key", ca: "\(folder)/ca.pem")
+    }
+
+    @Test("a TLS-over-TCP stack passes the same secure-push sequence", arguments: RPCTransport.allCases)
+    func secureSequenceOverTLS(_ transport: RPCTransport) async throws {
+        let directory = try LiveStack.makeDirectory()
+        let certificates = directory + "/tls"
+        try FileManager.default.createDirectory(atPath: certificates, withIntermediateDirectories: true)
+        let tls = try Self.makeCertificates(in: certificates)
+        try await LiveStack.with(directory: directory, configure: {
+            $0.tls = tls
+            $0.rpcTransport = transport
+        }) { live in
+            try await SecurePushTests.secureSequence(live)
+            let edgeLog = try String(contentsOfFile: "\(live.configuration.logDirectory)/payload.log", encoding: .utf8)
+            #expect(edgeLog.contains("herald.tls=true") || transport == .grpc, "payload did not listen with TLS")
+        }
+    }
+}
