@@ -98,7 +98,7 @@ struct EdgeErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             label: "herald_http_requests_total",
             dimensions: [("route", route), ("method", "\(request.method)"), ("status", "\(response.status.code)")]
         ).increment()
-        Metrics.Timer(label: "herald_http_request_duration_seconds", dimensions: [("route", route)])
+        Metrics.Timer(label: "herald_http_request_duration_seconds", dimensions: [("route", route), ("status", "\(response.status.code)")])
             .recordNanoseconds(elapsed.wholeNanoseconds)
         logger.info(
             "\(request.method) \(request.uri.path) \(response.status.code)",
