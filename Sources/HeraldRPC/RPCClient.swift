@@ -60,7 +60,14 @@ public final class RPCClient: Sendable {
                 target = .unixDomainSocket(path: path)
                 security = .plaintext
             case .tcp(let host, let port):
-                target = host.allSatisfy({ $0.isNumber || $0 == "." }) ? .ipv4(address: host, port: port) : .dns(host: host, port: port)
+                var v4 = in_addr()
+                if inet_pton(AF_INET, host, &v4) == 1 {
+                    target = .ipv4(address: host, port: port)
+                } else if RPCEndpoint.isIPLiteral(host) {
+                    target = .ipv6(address: host, port: port)
+                } else {
+                    target = .dns(host: host, port: port)
+                }
                 security = tls!.grpcClientSecurity()
             }
             let http2 = try HTTP2ClientTransport.Posix(

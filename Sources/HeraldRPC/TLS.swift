@@ -15,6 +15,14 @@ public enum RPCEndpoint: Sendable, CustomStringConvertible {
         }
     }
 
+    /// Whether `host` is an IP address literal (IPv4 or IPv6) rather than a name: names are sent
+    /// as TLS SNI and resolved; literals are neither.
+    static func isIPLiteral(_ host: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+    }
+
     /// Parses `host:port` (`[v6]:port` for IPv6).
     public static func tcp(_ text: String, key: String) throws -> RPCEndpoint {
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port)

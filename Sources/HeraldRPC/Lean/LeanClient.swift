@@ -175,7 +175,7 @@ final class LeanConnection: Sendable {
     static func open(endpoint: RPCEndpoint, tls: NIOSSLContext?, maxFrameBytes: Int) async throws -> LeanConnection {
         let calls = LeanCallTable()
         var serverHostname: String?
-        if case .tcp(let host, _) = endpoint, !host.allSatisfy({ $0.isNumber || $0 == "." || $0 == ":" }) { serverHostname = host }
+        if case .tcp(let host, _) = endpoint, !RPCEndpoint.isIPLiteral(host) { serverHostname = host }
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.seconds(2))
             .channelInitializer { [serverHostname] channel in
