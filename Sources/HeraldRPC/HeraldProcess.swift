@@ -141,12 +141,12 @@ public enum HeraldProcess {
             let health = HealthReporter()
             health.register(into: &table)
             let config = context.config
-            guard config.leanSocketPath != nil || config.grpcSocketPath != nil || config.leanTCP != nil || config.grpcTCP != nil else {
-                throw ConfigError("socket and grpc-socket are both off: nothing to serve on")
+            let listeners = [config.leanSocketPath != nil, config.grpcSocketPath != nil, config.leanTCP != nil, config.grpcTCP != nil]
+                .filter { $0 }.count
+            guard listeners > 0 else {
+                throw ConfigError("socket and grpc-socket are both off and no TCP listener is set: nothing to serve on")
             }
             let listening = Mutex(0)
-            let listeners = [config.leanSocketPath as Any?, config.grpcSocketPath, config.leanTCP, config.grpcTCP]
-                .compactMap { $0 }.count
             health.setCondition("listening", false)
             health.track(table.services + [""])
             let onListening: @Sendable () -> Void = {
@@ -246,7 +246,6 @@ extension ServiceGroupConfiguration {
 public final class RPCServer: Service {
     private let server: GRPCServer<HTTP2ServerTransport.Posix>
     private let health: HealthReporter?
-    private let socketPath: String
     private let endpoint: RPCEndpoint
     private let logger: Logger
     private let onListening: @Sendable () -> Void
@@ -270,7 +269,6 @@ public final class RPCServer: Service {
     ) throws {
         self.health = health
         self.endpoint = endpoint
-        if case .unix(let path) = endpoint { self.socketPath = path } else { self.socketPath = "" }
         self.logger = logger
         self.onListening = onListening
         let address: GRPCNIOTransportCore.SocketAddress
@@ -308,13 +306,13 @@ public final class RPCServer: Service {
     }
 
     public func run() async throws {
-        let socketPath = self.socketPath
-        defer { if !socketPath.isEmpty { unlink(socketPath) } }
+        let socketPath = endpoint.unixPath
+        defer { if let socketPath { unlink(socketPath) } }
         try await withGracefulShutdownHandler {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await self.server.serve() }
                 if try await server.listeningAddress != nil {
-                    if !socketPath.isEmpty { chmod(socketPath, 0o660) }
+                    if let socketPath { chmod(socketPath, 0o660) }
                     logger.info("listening (grpc)", metadata: ["herald.endpoint": "\(endpoint)"])
                     onListening()
                 }

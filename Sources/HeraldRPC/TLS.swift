@@ -8,6 +8,12 @@ public enum RPCEndpoint: Sendable, CustomStringConvertible {
     case unix(String)
     case tcp(host: String, port: Int)
 
+    /// The socket file of a Unix endpoint, which its server makes 0660 and removes on exit.
+    public var unixPath: String? {
+        if case .unix(let path) = self { return path }
+        return nil
+    }
+
     public var description: String {
         switch self {
         case .unix(let path): "unix:\(path)"

@@ -17,7 +17,6 @@ import Glibc
 /// connection, lets in-flight calls finish, and removes the socket.
 public final class LeanServer: Service {
     private let table: MethodTable
-    private let socketPath: String
     private let maxFrameBytes: Int
     private let logger: Logger
     private let health: HealthReporter?
@@ -45,7 +44,6 @@ public final class LeanServer: Service {
     ) {
         self.endpoint = endpoint
         self.tls = tls
-        if case .unix(let path) = endpoint { self.socketPath = path } else { self.socketPath = "" }
         self.peers = peers
         self.table = table
         self.health = health
@@ -59,8 +57,7 @@ public final class LeanServer: Service {
         let logger = self.logger
         let maxFrameBytes = self.maxFrameBytes
         let connections = self.connections
-        let isUnix: Bool
-        if case .unix = endpoint { isUnix = true } else { isUnix = false }
+        let isUnix = endpoint.unixPath != nil
         let peers = isUnix ? self.peers : nil
         let tls = self.tls
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -88,8 +85,7 @@ public final class LeanServer: Service {
         case .tcp(let host, let port):
             server = try await bootstrap.bind(host: host, port: port).get()
         }
-        let socketPath = self.socketPath
-        defer { if !socketPath.isEmpty { unlink(socketPath) } }
+        defer { if let path = endpoint.unixPath { unlink(path) } }
         logger.info("listening (lean)", metadata: ["herald.endpoint": "\(endpoint)", "herald.tls": "\(tls != nil)"])
         onListening()
         await withGracefulShutdownHandler {
