@@ -16,7 +16,7 @@ public final class HealthReporter: Sendable {
         /// "peer:<name>". Tracked services are SERVING exactly when every condition holds.
         var conditions: [String: Bool] = [:]
         var tracked: [String] = []
-        var draining = false
+        var draining: Bool { conditions["draining"] == false }
     }
 
     private let state = Mutex(State())
@@ -62,10 +62,7 @@ public final class HealthReporter: Sendable {
     /// then ends, so open watches never hold up the drain.
     public func beginDraining() {
         setCondition("draining", false)
-        let watchers = state.withLock { state in
-            state.draining = true
-            return state.watchers.values.map(\.continuation)
-        }
+        let watchers = state.withLock { $0.watchers.values.map(\.continuation) }
         for watcher in watchers { watcher.finish() }
     }
 
@@ -76,7 +73,7 @@ public final class HealthReporter: Sendable {
 
     private func recompute() {
         let (tracked, serving) = state.withLock { state in
-            (state.tracked, state.conditions["draining"] != false && state.conditions.values.allSatisfy { $0 })
+            (state.tracked, state.conditions.values.allSatisfy { $0 })
         }
         for service in tracked { set(service, serving ? .serving : .notServing) }
     }

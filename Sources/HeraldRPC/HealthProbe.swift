@@ -43,16 +43,13 @@ public struct HealthProbe: Service {
     }
 
     public func run() async throws {
-        await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                await withTaskGroup(of: Void.self) { group in
-                    for check in checks {
-                        group.addTask { await probe(check) }
-                    }
+        try await Periodic("health probe", every: interval, logger: logger) {
+            await withTaskGroup(of: Void.self) { group in
+                for check in checks {
+                    group.addTask { await probe(check) }
                 }
-                do { try await Task.sleep(for: interval) } catch { return }
             }
-        }
+        }.run()
     }
 
     private func probe(_ check: HealthCheck) async {
