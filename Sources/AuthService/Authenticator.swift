@@ -72,7 +72,7 @@ public final class Authenticator: Sendable {
     /// Verified Basic credentials: HMAC(process key, header) → (user, expiry).
     private let cache = Mutex<[Data: (user: String, expires: Int64)]>([:])
     private let cacheKey = SymmetricKey(size: .bits256)
-    /// A hash to verify against for unknown users, so they take as long as known ones.
+    /// A hash to verify against for unknown users, so they take as long as known ones (accounts mode).
     private let decoyHash: String
 
     public init(
@@ -88,7 +88,9 @@ public final class Authenticator: Sendable {
         self.cacheTTL = credentialCacheSeconds * 1000
         self.hashingPool = hashingPool
         self.now = now
-        self.decoyHash = try hasher.hash(randomHex(words: 2))
+        // Made at start, not on first use: a first unknown-user login paying two hashes would stand out.
+        // Tutorial mode never hashes a password.
+        self.decoyHash = mode == .accounts ? try hasher.hash(randomHex(words: 2)) : ""
     }
 
     /// The principal named by `header`, or UNAUTHENTICATED saying what is wrong.
