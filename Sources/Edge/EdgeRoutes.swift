@@ -237,17 +237,16 @@ public struct EdgeRoutes: Sendable {
     /// One auth RPC: the caller's user name, and the request id to carry on every further call.
     func authenticate(_ request: Request) async throws -> (user: String, requestID: String) {
         let requestID = EdgeErrorMiddleware<BasicRequestContext>.requestID(request)
-        guard let header = request.headers[.authorization], !header.isEmpty else {
-            throw EdgeError.unauthorized("missing Authorization header")
-        }
         let principal = try await auth.call(
-            AuthServiceMethods.authenticate, AuthenticateRequest(authorization: try Self.credential(header)),
+            AuthServiceMethods.authenticate, AuthenticateRequest(authorization: try Self.authorization(request)),
             requestID: requestID)
         return (principal.user, requestID)
     }
 
-    /// A header value that carries a credential: a NUL in it is malformed (401), not a 400.
-    static func credential(_ header: String) throws -> String {
+    /// The request's Authorization value: 401 when it is missing, or malformed by a NUL (it crosses
+    /// into protobuf-c as a C string), never a 400.
+    static func authorization(_ request: Request, missing: String = "missing Authorization header") throws -> String {
+        guard let header = request.headers[.authorization], !header.isEmpty else { throw EdgeError.unauthorized(missing) }
         guard !header.utf8.contains(0) else { throw EdgeError.unauthorized("malformed Authorization header") }
         return header
     }

@@ -105,11 +105,9 @@ extension EdgeRoutes {
     /// (OAuth 2.0's names, RFC 6749 §5.1).
     func issueToken(_ request: Request) async throws -> Response {
         let requestID = EdgeErrorMiddleware<BasicRequestContext>.requestID(request)
-        guard let header = request.headers[.authorization], !header.isEmpty else {
-            throw EdgeError.unauthorized("missing Authorization header: send Basic credentials")
-        }
+        let header = try Self.authorization(request, missing: "missing Authorization header: send Basic credentials")
         let issued = try await auth.call(
-            AuthServiceMethods.issueToken, IssueTokenRequest(authorization: try Self.credential(header)), requestID: requestID)
+            AuthServiceMethods.issueToken, IssueTokenRequest(authorization: header), requestID: requestID)
         let expiresIn = max(0, (issued.expiresAtUnixMs - unixMillis()) / 1000)
         var response = Self.json(
             try Self.encode(["access_token": issued.token, "token_type": "Bearer", "expires_in": expiresIn, "user": issued.user]))
@@ -120,7 +118,7 @@ extension EdgeRoutes {
     /// `DELETE /v1/auth/token` with `Authorization: Bearer <token>`: revokes that token. 204.
     func revokeToken(_ request: Request) async throws -> Response {
         let (_, requestID) = try await authenticate(request)
-        let header = request.headers[.authorization] ?? ""
+        let header = try Self.authorization(request)
         guard header.lowercased().hasPrefix("bearer ") else {
             throw EdgeError(.badRequest, "send the token to revoke as Authorization: Bearer <token>")
         }
