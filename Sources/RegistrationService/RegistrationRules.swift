@@ -31,8 +31,13 @@ public enum RegistrationRules {
         return unique
     }
 
-    /// Checks a push handle for its platform.
-    public static func validateHandle(_ handle: String, platform: Platform) throws {
+    /// Where WNS channel URIs may point by default: Microsoft's notification hosts.
+    public static let defaultWNSHosts = ["notify.windows.com"]
+
+    /// Checks a push handle for its platform. A WNS channel URI must be https on one of `wnsHosts`
+    /// (a host or any subdomain of it): dispatch POSTs to it with Herald's WNS token, so a URI
+    /// elsewhere would hand that token to whoever runs the host.
+    public static func validateHandle(_ handle: String, platform: Platform, wnsHosts: [String] = defaultWNSHosts) throws {
         switch platform {
         case .apns:
             // Device tokens are hex; 32 bytes today, up to 100 bytes allowed for the future.
@@ -49,14 +54,15 @@ public enum RegistrationRules {
             }
         case .wns:
             guard handle.utf8.count <= 2048, let url = URL(string: handle), url.scheme == "https",
-                let host = url.host?.lowercased(), host.hasSuffix(".notify.windows.com")
+                let host = url.host?.lowercased(), wnsHosts.contains(where: { host == $0 || host.hasSuffix("." + $0) })
             else {
-                throw ServiceError.invalidArgument("a WNS handle is an https channel URI on *.notify.windows.com")
+                throw ServiceError.invalidArgument(
+                    "a WNS handle is an https channel URI on \(wnsHosts.map { "*.\($0)" }.joined(separator: ", "))")
             }
         case .browser:
-            throw ServiceError.invalidArgument("Web Push registrations are not supported yet")
+            _ = try WebPushSubscription(handle: handle)
         default:
-            throw ServiceError.invalidArgument("platform must be set (apns, fcm or wns)")
+            throw ServiceError.invalidArgument("platform must be set (apns, fcm, wns or browser)")
         }
     }
 

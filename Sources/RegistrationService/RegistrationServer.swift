@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 import HeraldProto
 public import HeraldRPC
@@ -7,9 +8,12 @@ public struct RegistrationHandlers: Sendable {
     /// Registrations per StreamAudience message.
     public static let audienceBatchSize = 500
     public let store: RegistrationStore
+    /// Hosts WNS channel URIs may point at (``RegistrationRules/defaultWNSHosts`` in production).
+    public let wnsHosts: [String]
 
-    public init(store: RegistrationStore) {
+    public init(store: RegistrationStore, wnsHosts: [String] = RegistrationRules.defaultWNSHosts) {
         self.store = store
+        self.wnsHosts = wnsHosts
     }
 
     public func register(into table: inout MethodTable) {
@@ -20,7 +24,7 @@ public struct RegistrationHandlers: Sendable {
         }
         table.register(RegistrationServiceMethods.upsertRegistration) { request, _ in
             try Self.requireOwner(request.owner)
-            try RegistrationRules.validateHandle(request.handle, platform: request.platform)
+            try RegistrationRules.validateHandle(request.handle, platform: request.platform, wnsHosts: wnsHosts)
             let tags = try RegistrationRules.validateTags(request.tags)
             let registration = try store.upsert(
                 owner: request.owner, id: request.registrationID, platform: request.platform,
@@ -35,6 +39,17 @@ public struct RegistrationHandlers: Sendable {
         table.register(RegistrationServiceMethods.listRegistrations) { request, _ in
             try Self.requireOwner(request.owner)
             return ListRegistrationsResponse(registrations: try store.list(owner: request.owner))
+        }
+        table.register(RegistrationServiceMethods.removeHandle) { request, context in
+            guard request.platform != .unspecified, !request.handle.isEmpty else {
+                throw ServiceError.invalidArgument("platform and handle are required")
+            }
+            let removed = try store.removeHandle(
+                platform: request.platform, handle: request.handle, invalidSince: request.invalidSinceUnixMs)
+            // The handle itself stays out of the log: it addresses a device.
+            context.logger.info(
+                "removed dead push handle", metadata: ["herald.platform": "\(request.platform.name)", "herald.count": "\(removed)"])
+            return RemoveHandleResponse(removed: Int64(removed))
         }
         table.register(RegistrationServiceMethods.streamAudience) { request, _, stream in
             guard !request.tag.isEmpty else { throw ServiceError.invalidArgument("tag is required") }
@@ -61,13 +76,19 @@ public struct RegistrationHandlers: Sendable {
 /// - `pending-ttl-seconds` (`HERALD_PENDING_TTL_SECONDS`, 86400): how long an id from
 ///   `POST api/register` waits for its first PUT; after that the PUT gets 410 and the device asks for
 ///   a new id. Expired ids are purged hourly.
+/// - `wns-channel-hosts` (`HERALD_WNS_CHANNEL_HOSTS`, `notify.windows.com`): comma-separated hosts a
+///   WNS channel URI may point at (each also matches its subdomains). Tests add their loopback double.
 public struct RegistrationConfig: Sendable {
-    public static let keys: Set<String> = ["pending-ttl-seconds"]
+    public static let keys: Set<String> = ["pending-ttl-seconds", "wns-channel-hosts"]
     public var pendingTTLSeconds: Int64
+    public var wnsHosts: [String]
 
     public init(reader: ConfigReader) throws {
         pendingTTLSeconds = Int64(try reader.int("pending-ttl-seconds", default: 24 * 3600))
         guard pendingTTLSeconds > 0 else { throw ConfigError("pending-ttl-seconds must be positive") }
+        wnsHosts = reader.string("wns-channel-hosts", default: RegistrationRules.defaultWNSHosts.joined(separator: ","))
+            .split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+        guard !wnsHosts.isEmpty else { throw ConfigError("wns-channel-hosts must name at least one host") }
     }
 }
 
@@ -79,7 +100,7 @@ public enum RegistrationServer {
             let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
             let store = try RegistrationStore(db: pool, pendingTTLSeconds: config.pendingTTLSeconds)
             var table = MethodTable()
-            RegistrationHandlers(store: store).register(into: &table)
+            RegistrationHandlers(store: store, wnsHosts: config.wnsHosts).register(into: &table)
             let purge = Periodic("pending registration purge", every: .seconds(3600), logger: context.logger) {
                 let purged = try store.purgePending()
                 if purged > 0 { context.logger.info("purged expired pending ids", metadata: ["herald.count": "\(purged)"]) }

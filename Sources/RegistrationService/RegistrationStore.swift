@@ -46,7 +46,22 @@ public final class RegistrationStore: Sendable {
                     CREATE INDEX registration_tag_registration ON registration_tag(registration_id);
                     """)
         }
+        migrator.registerMigration("v2-handle-index") { db in
+            // RemoveHandle looks registrations up by handle alone.
+            try db.execute(sql: "CREATE INDEX registration_handle ON registration(handle)")
+        }
         return migrator
+    }
+
+    /// Push-service feedback: deletes every registration of `platform` with `handle` not updated
+    /// after `invalidSince` (Unix ms; 0: all), whoever owns it. Returns how many.
+    public func removeHandle(platform: Platform, handle: String, invalidSince: Int64) throws -> Int {
+        try db.write { db in
+            try db.execute(
+                sql: "DELETE FROM registration WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?)",
+                arguments: [handle, platform.rawValue, invalidSince, invalidSince])
+            return db.changesCount
+        }
     }
 
     /// POST api/register: the owner's first registration for `handle` (its duplicates deleted), or a

@@ -10,13 +10,13 @@ public struct OutcomeState: RawRepresentable, Hashable, Sendable, CustomStringCo
 
     /// Not set.
     public static let unspecified = OutcomeState(rawValue: 0)
-    /// Accepted, not yet processed.
+    /// Committed to the outbox; no delivery attempted yet.
     public static let enqueued = OutcomeState(rawValue: 1)
-    /// Deliveries under way.
+    /// Deliveries under way (some attempted, some still pending or waiting to retry).
     public static let processing = OutcomeState(rawValue: 2)
-    /// Every delivery finished (succeeded or failed for good).
+    /// Every delivery finished: accepted, or failed for good (see PlatformOutcome.failures).
     public static let completed = OutcomeState(rawValue: 3)
-    /// Given up before every delivery finished.
+    /// Every delivery finished, and at least one was given up after the retry window.
     public static let abandoned = OutcomeState(rawValue: 4)
     /// The target had no device on any platform of the send.
     public static let noTargetFound = OutcomeState(rawValue: 5)
@@ -38,6 +38,38 @@ public struct OutcomeState: RawRepresentable, Hashable, Sendable, CustomStringCo
     }
 }
 
+/// Where one outbox entry stands.
+public struct DeliveryState: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: Int32
+    public init(rawValue: Int32) { self.rawValue = rawValue }
+
+    /// Not set.
+    public static let unspecified = DeliveryState(rawValue: 0)
+    /// Waiting for its first attempt, or for a retry at `next_attempt_at_unix_ms`.
+    public static let pending = DeliveryState(rawValue: 1)
+    /// The push service accepted it.
+    public static let delivered = DeliveryState(rawValue: 2)
+    /// The push service refused it for good; never retried.
+    public static let failed = DeliveryState(rawValue: 3)
+    /// Still failing when the retry window ran out.
+    public static let abandoned = DeliveryState(rawValue: 4)
+
+    /// Every value this build knows, in declaration order.
+    public static let knownValues: [DeliveryState] = [.unspecified, .pending, .delivered, .failed, .abandoned]
+
+    /// The proto name of the value, or the number for a value this build does not know.
+    public var description: String {
+        switch rawValue {
+        case 0: "DELIVERY_STATE_UNSPECIFIED"
+        case 1: "DELIVERY_STATE_PENDING"
+        case 2: "DELIVERY_STATE_DELIVERED"
+        case 3: "DELIVERY_STATE_FAILED"
+        case 4: "DELIVERY_STATE_ABANDONED"
+        default: "DeliveryState(\(rawValue))"
+        }
+    }
+}
+
 /// The exact bytes and delivery options for one platform.
 public struct NativePayload: HeraldMessage {
     /// The platform this payload is for.
@@ -50,13 +82,22 @@ public struct NativePayload: HeraldMessage {
     public var priority: Int32
     /// Content-Type of `body`; empty means the platform's default.
     public var contentType: String
+    /// How long the push service may keep trying, in seconds from the send (APNs apns-expiration,
+    /// FCM android.ttl, WNS X-WNS-TTL, Web Push TTL). 0: the default (APNs and FCM: the provider's;
+    /// Web Push: 4 weeks).
+    public var ttlSeconds: Int64
+    /// Newer pushes with the same id replace older ones: APNs apns-collapse-id (at most 64 bytes),
+    /// FCM collapse_key, Web Push Topic (at most 32 URL-safe base64 characters).
+    public var collapseID: String
 
-    public init(platform: Platform = Platform(rawValue: 0), body: [UInt8] = [], pushType: String = "", priority: Int32 = 0, contentType: String = "") {
+    public init(platform: Platform = Platform(rawValue: 0), body: [UInt8] = [], pushType: String = "", priority: Int32 = 0, contentType: String = "", ttlSeconds: Int64 = 0, collapseID: String = "") {
         self.platform = platform
         self.body = body
         self.pushType = pushType
         self.priority = priority
         self.contentType = contentType
+        self.ttlSeconds = ttlSeconds
+        self.collapseID = collapseID
     }
 
     public init() {
@@ -65,6 +106,8 @@ public struct NativePayload: HeraldMessage {
         self.pushType = ""
         self.priority = 0
         self.contentType = ""
+        self.ttlSeconds = 0
+        self.collapseID = ""
     }
 
     public static let protoName = "herald.v1.NativePayload"
@@ -88,6 +131,8 @@ extension NativePayload: CBacked {
         self.pushType = CBridge.string(m.push_type)
         self.priority = m.priority
         self.contentType = CBridge.string(m.content_type)
+        self.ttlSeconds = m.ttl_seconds
+        self.collapseID = CBridge.string(m.collapse_id)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -98,6 +143,8 @@ extension NativePayload: CBacked {
         p.pointee.push_type = try arena.string(self.pushType, field: "herald.v1.NativePayload.push_type")
         p.pointee.priority = self.priority
         p.pointee.content_type = try arena.string(self.contentType, field: "herald.v1.NativePayload.content_type")
+        p.pointee.ttl_seconds = self.ttlSeconds
+        p.pointee.collapse_id = try arena.string(self.collapseID, field: "herald.v1.NativePayload.collapse_id")
         return p
     }
 
@@ -181,7 +228,7 @@ extension SendRequest: CBacked {
 
 /// Answer of Send.
 public struct SendResponse: HeraldMessage {
-    /// The outcome as it stands when Send returns.
+    /// The outcome as it stands when Send returns: ENQUEUED or NO_TARGET_FOUND.
     public var outcome: Outcome?
 
     public init(outcome: Outcome? = nil) {
@@ -234,19 +281,36 @@ public struct PlatformOutcome: HeraldMessage {
     public var platform: Platform
     /// Deliveries the provider accepted.
     public var success: Int64
-    /// Deliveries that failed for good.
+    /// Deliveries that failed for good (including abandoned ones); broken down in `failures`.
     public var failure: Int64
+    /// Deliveries not finished yet (waiting for a first attempt or a retry).
+    public var pending: Int64
+    /// `failure` by reason: the provider's reason ("BadDeviceToken", "UNREGISTERED", "HTTP 410"…),
+    /// or "Abandoned" when the retry window ran out. Sorted by reason.
+    public var failures: [FailureCount]
+    /// Failures whose handle the provider reported dead; herald-registration deleted it.
+    public var removedHandles: Int64
+    /// Attempts after the first, over all deliveries (429, 5xx, timeouts, lost connections).
+    public var retries: Int64
 
-    public init(platform: Platform = Platform(rawValue: 0), success: Int64 = 0, failure: Int64 = 0) {
+    public init(platform: Platform = Platform(rawValue: 0), success: Int64 = 0, failure: Int64 = 0, pending: Int64 = 0, failures: [FailureCount] = [], removedHandles: Int64 = 0, retries: Int64 = 0) {
         self.platform = platform
         self.success = success
         self.failure = failure
+        self.pending = pending
+        self.failures = failures
+        self.removedHandles = removedHandles
+        self.retries = retries
     }
 
     public init() {
         self.platform = Platform(rawValue: 0)
         self.success = 0
         self.failure = 0
+        self.pending = 0
+        self.failures = []
+        self.removedHandles = 0
+        self.retries = 0
     }
 
     public static let protoName = "herald.v1.PlatformOutcome"
@@ -268,6 +332,10 @@ extension PlatformOutcome: CBacked {
         self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
         self.success = m.success
         self.failure = m.failure
+        self.pending = m.pending
+        self.failures = (0..<m.n_failures).map { FailureCount(_c: m.failures[$0]!) }
+        self.removedHandles = m.removed_handles
+        self.retries = m.retries
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -276,6 +344,11 @@ extension PlatformOutcome: CBacked {
         p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
         p.pointee.success = self.success
         p.pointee.failure = self.failure
+        p.pointee.pending = self.pending
+        p.pointee.n_failures = self.failures.count
+        p.pointee.failures = arena.array(try self.failures.map { Optional(try $0._toC(arena)) })
+        p.pointee.removed_handles = self.removedHandles
+        p.pointee.retries = self.retries
         return p
     }
 
@@ -287,6 +360,276 @@ extension PlatformOutcome: CBacked {
         herald__v1__platform_outcome__unpack(nil, count, data)
     }
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__platform_outcome__free_unpacked(p, nil) }
+}
+
+/// How many deliveries failed for one reason.
+public struct FailureCount: HeraldMessage {
+    /// The reason, as in PlatformOutcome.failures.
+    public var reason: String
+    /// How many.
+    public var count: Int64
+
+    public init(reason: String = "", count: Int64 = 0) {
+        self.reason = reason
+        self.count = count
+    }
+
+    public init() {
+        self.reason = ""
+        self.count = 0
+    }
+
+    public static let protoName = "herald.v1.FailureCount"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension FailureCount: CBacked {
+    typealias CType = Herald__V1__FailureCount
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.reason = CBridge.string(m.reason)
+        self.count = m.count
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__failure_count__init(p)
+        p.pointee.reason = try arena.string(self.reason, field: "herald.v1.FailureCount.reason")
+        p.pointee.count = self.count
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__failure_count__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__failure_count__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__failure_count__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__failure_count__free_unpacked(p, nil) }
+}
+
+/// One outbox entry: one notification to one registration.
+public struct DeliveryRecord: HeraldMessage {
+    /// Position in the outbox, increasing.
+    public var sequence: Int64
+    /// The registration it is addressed to.
+    public var registrationID: String
+    /// The registration's platform.
+    public var platform: Platform
+    /// Where it stands.
+    public var state: DeliveryState
+    /// Attempts started so far; more than 1 means it was retried (after a failure or a restart).
+    public var attempts: Int32
+    /// The id every attempt carries (APNs apns-id; FCM, WNS and Web Push: Herald's own), fixed when
+    /// the send was committed, so a retry is recognisable as the same message.
+    public var messageID: String
+    /// HTTP status of the last answer; 0 when there was none (not attempted, timeout, connection lost).
+    public var lastStatus: Int32
+    /// Why the last attempt failed, empty after success.
+    public var reason: String
+    /// When it is due next (pending only), Unix epoch milliseconds.
+    public var nextAttemptAtUnixMs: Int64
+
+    public init(sequence: Int64 = 0, registrationID: String = "", platform: Platform = Platform(rawValue: 0), state: DeliveryState = DeliveryState(rawValue: 0), attempts: Int32 = 0, messageID: String = "", lastStatus: Int32 = 0, reason: String = "", nextAttemptAtUnixMs: Int64 = 0) {
+        self.sequence = sequence
+        self.registrationID = registrationID
+        self.platform = platform
+        self.state = state
+        self.attempts = attempts
+        self.messageID = messageID
+        self.lastStatus = lastStatus
+        self.reason = reason
+        self.nextAttemptAtUnixMs = nextAttemptAtUnixMs
+    }
+
+    public init() {
+        self.sequence = 0
+        self.registrationID = ""
+        self.platform = Platform(rawValue: 0)
+        self.state = DeliveryState(rawValue: 0)
+        self.attempts = 0
+        self.messageID = ""
+        self.lastStatus = 0
+        self.reason = ""
+        self.nextAttemptAtUnixMs = 0
+    }
+
+    public static let protoName = "herald.v1.DeliveryRecord"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeliveryRecord: CBacked {
+    typealias CType = Herald__V1__DeliveryRecord
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.sequence = m.sequence
+        self.registrationID = CBridge.string(m.registration_id)
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.state = DeliveryState(rawValue: Int32(truncatingIfNeeded: m.state.rawValue))
+        self.attempts = m.attempts
+        self.messageID = CBridge.string(m.message_id)
+        self.lastStatus = m.last_status
+        self.reason = CBridge.string(m.reason)
+        self.nextAttemptAtUnixMs = m.next_attempt_at_unix_ms
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delivery_record__init(p)
+        p.pointee.sequence = self.sequence
+        p.pointee.registration_id = try arena.string(self.registrationID, field: "herald.v1.DeliveryRecord.registration_id")
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.state = .init(rawValue: .init(truncatingIfNeeded: self.state.rawValue))
+        p.pointee.attempts = self.attempts
+        p.pointee.message_id = try arena.string(self.messageID, field: "herald.v1.DeliveryRecord.message_id")
+        p.pointee.last_status = self.lastStatus
+        p.pointee.reason = try arena.string(self.reason, field: "herald.v1.DeliveryRecord.reason")
+        p.pointee.next_attempt_at_unix_ms = self.nextAttemptAtUnixMs
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delivery_record__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delivery_record__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delivery_record__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delivery_record__free_unpacked(p, nil) }
+}
+
+/// Request of ListDeliveries.
+public struct ListDeliveriesRequest: HeraldMessage {
+    /// The id from SendResponse.
+    public var notificationID: String
+    /// As in GetOutcomeRequest.
+    public var requester: String
+    /// Only entries with a larger sequence (0: from the start).
+    public var afterSequence: Int64
+    /// At most this many (0: 100; capped at 1000).
+    public var limit: Int32
+
+    public init(notificationID: String = "", requester: String = "", afterSequence: Int64 = 0, limit: Int32 = 0) {
+        self.notificationID = notificationID
+        self.requester = requester
+        self.afterSequence = afterSequence
+        self.limit = limit
+    }
+
+    public init() {
+        self.notificationID = ""
+        self.requester = ""
+        self.afterSequence = 0
+        self.limit = 0
+    }
+
+    public static let protoName = "herald.v1.ListDeliveriesRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListDeliveriesRequest: CBacked {
+    typealias CType = Herald__V1__ListDeliveriesRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.notificationID = CBridge.string(m.notification_id)
+        self.requester = CBridge.string(m.requester)
+        self.afterSequence = m.after_sequence
+        self.limit = m.limit
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_deliveries_request__init(p)
+        p.pointee.notification_id = try arena.string(self.notificationID, field: "herald.v1.ListDeliveriesRequest.notification_id")
+        p.pointee.requester = try arena.string(self.requester, field: "herald.v1.ListDeliveriesRequest.requester")
+        p.pointee.after_sequence = self.afterSequence
+        p.pointee.limit = self.limit
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_deliveries_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_deliveries_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_deliveries_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_deliveries_request__free_unpacked(p, nil) }
+}
+
+/// Answer of ListDeliveries.
+public struct ListDeliveriesResponse: HeraldMessage {
+    /// In outbox order.
+    public var deliveries: [DeliveryRecord]
+
+    public init(deliveries: [DeliveryRecord] = []) {
+        self.deliveries = deliveries
+    }
+
+    public init() {
+        self.deliveries = []
+    }
+
+    public static let protoName = "herald.v1.ListDeliveriesResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListDeliveriesResponse: CBacked {
+    typealias CType = Herald__V1__ListDeliveriesResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.deliveries = (0..<m.n_deliveries).map { DeliveryRecord(_c: m.deliveries[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_deliveries_response__init(p)
+        p.pointee.n_deliveries = self.deliveries.count
+        p.pointee.deliveries = arena.array(try self.deliveries.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_deliveries_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_deliveries_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_deliveries_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_deliveries_response__free_unpacked(p, nil) }
 }
 
 /// What happened to one send.
@@ -683,6 +1026,8 @@ public enum DispatchServiceMethods {
     public static let serviceName = "herald.v1.DispatchService"
 
     /// Sends to every registration of a user or a tag, using the payload given for each platform.
+    /// Returns once the send and one outbox entry per device are committed to dispatch.sqlite
+    /// (state ENQUEUED, or NO_TARGET_FOUND); delivery happens after, in the background.
     /// Errors: INVALID_ARGUMENT when the target is missing or ambiguous, when no payload is given, when
     /// a platform appears twice, or when a payload is over its provider's size limit.
     public static let send = UnaryMethod<SendRequest, SendResponse>(service: serviceName, method: "Send")
@@ -691,7 +1036,10 @@ public enum DispatchServiceMethods {
     public static let getOutcome = UnaryMethod<GetOutcomeRequest, Outcome>(service: serviceName, method: "GetOutcome")
     /// What the built-in inbox provider recorded, oldest first.
     public static let listInbox = UnaryMethod<ListInboxRequest, ListInboxResponse>(service: serviceName, method: "ListInbox")
+    /// The outbox entries of one send: state, attempts and the message id every attempt reused.
+    /// Errors: NOT_FOUND as for GetOutcome.
+    public static let listDeliveries = UnaryMethod<ListDeliveriesRequest, ListDeliveriesResponse>(service: serviceName, method: "ListDeliveries")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName]
 }

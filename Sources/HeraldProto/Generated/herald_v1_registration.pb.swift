@@ -12,7 +12,8 @@ public struct Registration: HeraldMessage {
     /// PLATFORM_UNSPECIFIED while the id is allocated but not yet filled by an upsert.
     public var platform: Platform
     /// The push service's address for the device: an APNs device token (hex), an FCM token, a WNS
-    /// channel URI.
+    /// channel URI, or for PLATFORM_BROWSER the browser's PushSubscription as JSON:
+    /// {"endpoint":"https://…","keys":{"p256dh":"<base64url>","auth":"<base64url>"}}.
     public var handle: String
     /// Client tags plus the server's own "username:<owner>". Empty in StreamAudience answers.
     public var tags: [String]
@@ -610,8 +611,120 @@ extension AudienceBatch: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__audience_batch__free_unpacked(p, nil) }
 }
 
-/// Every call is scoped to an owner (the authenticated user): one user can never see, change,
-/// claim or delete another user's registration; such an id behaves exactly like an unknown one.
+/// Request of RemoveHandle.
+public struct RemoveHandleRequest: HeraldMessage {
+    /// The handle's platform. Required.
+    public var platform: Platform
+    /// The dead handle, exactly as registered. Required.
+    public var handle: String
+    /// When the push service says the handle stopped being valid (APNs' `timestamp`), Unix epoch
+    /// milliseconds: a registration updated after it was re-registered and stays. 0: remove all.
+    public var invalidSinceUnixMs: Int64
+
+    public init(platform: Platform = Platform(rawValue: 0), handle: String = "", invalidSinceUnixMs: Int64 = 0) {
+        self.platform = platform
+        self.handle = handle
+        self.invalidSinceUnixMs = invalidSinceUnixMs
+    }
+
+    public init() {
+        self.platform = Platform(rawValue: 0)
+        self.handle = ""
+        self.invalidSinceUnixMs = 0
+    }
+
+    public static let protoName = "herald.v1.RemoveHandleRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension RemoveHandleRequest: CBacked {
+    typealias CType = Herald__V1__RemoveHandleRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.handle = CBridge.string(m.handle)
+        self.invalidSinceUnixMs = m.invalid_since_unix_ms
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__remove_handle_request__init(p)
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.handle = try arena.string(self.handle, field: "herald.v1.RemoveHandleRequest.handle")
+        p.pointee.invalid_since_unix_ms = self.invalidSinceUnixMs
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__remove_handle_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__remove_handle_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__remove_handle_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__remove_handle_request__free_unpacked(p, nil) }
+}
+
+/// Answer of RemoveHandle.
+public struct RemoveHandleResponse: HeraldMessage {
+    /// Registrations deleted.
+    public var removed: Int64
+
+    public init(removed: Int64 = 0) {
+        self.removed = removed
+    }
+
+    public init() {
+        self.removed = 0
+    }
+
+    public static let protoName = "herald.v1.RemoveHandleResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension RemoveHandleResponse: CBacked {
+    typealias CType = Herald__V1__RemoveHandleResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.removed = m.removed
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__remove_handle_response__init(p)
+        p.pointee.removed = self.removed
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__remove_handle_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__remove_handle_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__remove_handle_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__remove_handle_response__free_unpacked(p, nil) }
+}
+
+/// Every call a user makes is scoped to an owner (the authenticated user): one user can never see,
+/// change, claim or delete another user's registration; such an id behaves exactly like an unknown
+/// one. StreamAudience and RemoveHandle are herald-dispatch's, not a user's.
 /// Method descriptors of `herald.v1.RegistrationService`.
 public enum RegistrationServiceMethods {
     /// The fully qualified service name.
@@ -631,7 +744,13 @@ public enum RegistrationServiceMethods {
     /// The audience of a send: every complete registration carrying `tag`, in batches, ordered by
     /// registration id. One stream per send, never one call per device.
     public static let streamAudience = ServerStreamingMethod<StreamAudienceRequest, AudienceBatch>(service: serviceName, method: "StreamAudience")
+    /// Push-service feedback: the handle is dead (APNs 410 Unregistered / BadDeviceToken, FCM
+    /// UNREGISTERED, WNS 410, Web Push 404/410). Deletes every registration of `platform` with that
+    /// handle not changed since `invalid_since_unix_ms`, whoever owns it; each owner's next PUT of
+    /// that id gets 410 and the app registers again. Idempotent. Errors: INVALID_ARGUMENT when
+    /// platform or handle is missing.
+    public static let removeHandle = UnaryMethod<RemoveHandleRequest, RemoveHandleResponse>(service: serviceName, method: "RemoveHandle")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName]
+    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName]
 }

@@ -187,6 +187,186 @@ void   herald__v1__platform_outcome__free_unpacked
   assert(message->base.descriptor == &herald__v1__platform_outcome__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__failure_count__init
+                     (Herald__V1__FailureCount         *message)
+{
+  static const Herald__V1__FailureCount init_value = HERALD__V1__FAILURE_COUNT__INIT;
+  *message = init_value;
+}
+size_t herald__v1__failure_count__get_packed_size
+                     (const Herald__V1__FailureCount *message)
+{
+  assert(message->base.descriptor == &herald__v1__failure_count__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__failure_count__pack
+                     (const Herald__V1__FailureCount *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__failure_count__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__failure_count__pack_to_buffer
+                     (const Herald__V1__FailureCount *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__failure_count__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__FailureCount *
+       herald__v1__failure_count__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__FailureCount *)
+     protobuf_c_message_unpack (&herald__v1__failure_count__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__failure_count__free_unpacked
+                     (Herald__V1__FailureCount *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__failure_count__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delivery_record__init
+                     (Herald__V1__DeliveryRecord         *message)
+{
+  static const Herald__V1__DeliveryRecord init_value = HERALD__V1__DELIVERY_RECORD__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delivery_record__get_packed_size
+                     (const Herald__V1__DeliveryRecord *message)
+{
+  assert(message->base.descriptor == &herald__v1__delivery_record__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delivery_record__pack
+                     (const Herald__V1__DeliveryRecord *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delivery_record__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delivery_record__pack_to_buffer
+                     (const Herald__V1__DeliveryRecord *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delivery_record__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeliveryRecord *
+       herald__v1__delivery_record__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeliveryRecord *)
+     protobuf_c_message_unpack (&herald__v1__delivery_record__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delivery_record__free_unpacked
+                     (Herald__V1__DeliveryRecord *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delivery_record__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_deliveries_request__init
+                     (Herald__V1__ListDeliveriesRequest         *message)
+{
+  static const Herald__V1__ListDeliveriesRequest init_value = HERALD__V1__LIST_DELIVERIES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_deliveries_request__get_packed_size
+                     (const Herald__V1__ListDeliveriesRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_deliveries_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_deliveries_request__pack
+                     (const Herald__V1__ListDeliveriesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_deliveries_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_deliveries_request__pack_to_buffer
+                     (const Herald__V1__ListDeliveriesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_deliveries_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListDeliveriesRequest *
+       herald__v1__list_deliveries_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListDeliveriesRequest *)
+     protobuf_c_message_unpack (&herald__v1__list_deliveries_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_deliveries_request__free_unpacked
+                     (Herald__V1__ListDeliveriesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_deliveries_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_deliveries_response__init
+                     (Herald__V1__ListDeliveriesResponse         *message)
+{
+  static const Herald__V1__ListDeliveriesResponse init_value = HERALD__V1__LIST_DELIVERIES_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_deliveries_response__get_packed_size
+                     (const Herald__V1__ListDeliveriesResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_deliveries_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_deliveries_response__pack
+                     (const Herald__V1__ListDeliveriesResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_deliveries_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_deliveries_response__pack_to_buffer
+                     (const Herald__V1__ListDeliveriesResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_deliveries_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListDeliveriesResponse *
+       herald__v1__list_deliveries_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListDeliveriesResponse *)
+     protobuf_c_message_unpack (&herald__v1__list_deliveries_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_deliveries_response__free_unpacked
+                     (Herald__V1__ListDeliveriesResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_deliveries_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__outcome__init
                      (Herald__V1__Outcome         *message)
 {
@@ -457,7 +637,7 @@ void   herald__v1__list_inbox_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__list_inbox_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor herald__v1__native_payload__field_descriptors[5] =
+static const ProtobufCFieldDescriptor herald__v1__native_payload__field_descriptors[7] =
 {
   {
     "platform",
@@ -519,18 +699,44 @@ static const ProtobufCFieldDescriptor herald__v1__native_payload__field_descript
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "ttl_seconds",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__NativePayload, ttl_seconds),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "collapse_id",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__NativePayload, collapse_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__native_payload__field_indices_by_name[] = {
   1,   /* field[1] = body */
+  6,   /* field[6] = collapse_id */
   4,   /* field[4] = content_type */
   0,   /* field[0] = platform */
   3,   /* field[3] = priority */
   2,   /* field[2] = push_type */
+  5,   /* field[5] = ttl_seconds */
 };
 static const ProtobufCIntRange herald__v1__native_payload__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor =
 {
@@ -540,7 +746,7 @@ const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor =
   "Herald__V1__NativePayload",
   "herald.v1",
   sizeof(Herald__V1__NativePayload),
-  5,
+  7,
   herald__v1__native_payload__field_descriptors,
   herald__v1__native_payload__field_indices_by_name,
   1,  herald__v1__native_payload__number_ranges,
@@ -662,7 +868,7 @@ const ProtobufCMessageDescriptor herald__v1__send_response__descriptor =
   (ProtobufCMessageInit) herald__v1__send_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__platform_outcome__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__platform_outcome__field_descriptors[7] =
 {
   {
     "platform",
@@ -700,16 +906,68 @@ static const ProtobufCFieldDescriptor herald__v1__platform_outcome__field_descri
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "pending",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PlatformOutcome, pending),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "failures",
+    5,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__PlatformOutcome, n_failures),
+    offsetof(Herald__V1__PlatformOutcome, failures),
+    &herald__v1__failure_count__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "removed_handles",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PlatformOutcome, removed_handles),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "retries",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PlatformOutcome, retries),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__platform_outcome__field_indices_by_name[] = {
   2,   /* field[2] = failure */
+  4,   /* field[4] = failures */
+  3,   /* field[3] = pending */
   0,   /* field[0] = platform */
+  5,   /* field[5] = removed_handles */
+  6,   /* field[6] = retries */
   1,   /* field[1] = success */
 };
 static const ProtobufCIntRange herald__v1__platform_outcome__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor herald__v1__platform_outcome__descriptor =
 {
@@ -719,11 +977,319 @@ const ProtobufCMessageDescriptor herald__v1__platform_outcome__descriptor =
   "Herald__V1__PlatformOutcome",
   "herald.v1",
   sizeof(Herald__V1__PlatformOutcome),
-  3,
+  7,
   herald__v1__platform_outcome__field_descriptors,
   herald__v1__platform_outcome__field_indices_by_name,
   1,  herald__v1__platform_outcome__number_ranges,
   (ProtobufCMessageInit) herald__v1__platform_outcome__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__failure_count__field_descriptors[2] =
+{
+  {
+    "reason",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__FailureCount, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "count",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__FailureCount, count),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__failure_count__field_indices_by_name[] = {
+  1,   /* field[1] = count */
+  0,   /* field[0] = reason */
+};
+static const ProtobufCIntRange herald__v1__failure_count__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__failure_count__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.FailureCount",
+  "FailureCount",
+  "Herald__V1__FailureCount",
+  "herald.v1",
+  sizeof(Herald__V1__FailureCount),
+  2,
+  herald__v1__failure_count__field_descriptors,
+  herald__v1__failure_count__field_indices_by_name,
+  1,  herald__v1__failure_count__number_ranges,
+  (ProtobufCMessageInit) herald__v1__failure_count__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__delivery_record__field_descriptors[9] =
+{
+  {
+    "sequence",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, sequence),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "registration_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, registration_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "platform",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "state",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, state),
+    &herald__v1__delivery_state__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "attempts",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, attempts),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "message_id",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, message_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "last_status",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, last_status),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "reason",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, reason),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_attempt_at_unix_ms",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, next_attempt_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__delivery_record__field_indices_by_name[] = {
+  4,   /* field[4] = attempts */
+  6,   /* field[6] = last_status */
+  5,   /* field[5] = message_id */
+  8,   /* field[8] = next_attempt_at_unix_ms */
+  2,   /* field[2] = platform */
+  7,   /* field[7] = reason */
+  1,   /* field[1] = registration_id */
+  0,   /* field[0] = sequence */
+  3,   /* field[3] = state */
+};
+static const ProtobufCIntRange herald__v1__delivery_record__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 9 }
+};
+const ProtobufCMessageDescriptor herald__v1__delivery_record__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeliveryRecord",
+  "DeliveryRecord",
+  "Herald__V1__DeliveryRecord",
+  "herald.v1",
+  sizeof(Herald__V1__DeliveryRecord),
+  9,
+  herald__v1__delivery_record__field_descriptors,
+  herald__v1__delivery_record__field_indices_by_name,
+  1,  herald__v1__delivery_record__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delivery_record__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_deliveries_request__field_descriptors[4] =
+{
+  {
+    "notification_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDeliveriesRequest, notification_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "requester",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDeliveriesRequest, requester),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "after_sequence",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDeliveriesRequest, after_sequence),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDeliveriesRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_deliveries_request__field_indices_by_name[] = {
+  2,   /* field[2] = after_sequence */
+  3,   /* field[3] = limit */
+  0,   /* field[0] = notification_id */
+  1,   /* field[1] = requester */
+};
+static const ProtobufCIntRange herald__v1__list_deliveries_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListDeliveriesRequest",
+  "ListDeliveriesRequest",
+  "Herald__V1__ListDeliveriesRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ListDeliveriesRequest),
+  4,
+  herald__v1__list_deliveries_request__field_descriptors,
+  herald__v1__list_deliveries_request__field_indices_by_name,
+  1,  herald__v1__list_deliveries_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_deliveries_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_deliveries_response__field_descriptors[1] =
+{
+  {
+    "deliveries",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ListDeliveriesResponse, n_deliveries),
+    offsetof(Herald__V1__ListDeliveriesResponse, deliveries),
+    &herald__v1__delivery_record__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_deliveries_response__field_indices_by_name[] = {
+  0,   /* field[0] = deliveries */
+};
+static const ProtobufCIntRange herald__v1__list_deliveries_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_deliveries_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListDeliveriesResponse",
+  "ListDeliveriesResponse",
+  "Herald__V1__ListDeliveriesResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ListDeliveriesResponse),
+  1,
+  herald__v1__list_deliveries_response__field_descriptors,
+  herald__v1__list_deliveries_response__field_indices_by_name,
+  1,  herald__v1__list_deliveries_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_deliveries_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[5] =
@@ -1185,14 +1751,50 @@ const ProtobufCEnumDescriptor herald__v1__outcome_state__descriptor =
   herald__v1__outcome_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[3] =
+static const ProtobufCEnumValue herald__v1__delivery_state__enum_values_by_number[5] =
+{
+  { "DELIVERY_STATE_UNSPECIFIED", "HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_UNSPECIFIED", 0 },
+  { "DELIVERY_STATE_PENDING", "HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_PENDING", 1 },
+  { "DELIVERY_STATE_DELIVERED", "HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_DELIVERED", 2 },
+  { "DELIVERY_STATE_FAILED", "HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_FAILED", 3 },
+  { "DELIVERY_STATE_ABANDONED", "HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_ABANDONED", 4 },
+};
+static const ProtobufCIntRange herald__v1__delivery_state__value_ranges[] = {
+{0, 0},{0, 5}
+};
+static const ProtobufCEnumValueIndex herald__v1__delivery_state__enum_values_by_name[5] =
+{
+  { "DELIVERY_STATE_ABANDONED", 4 },
+  { "DELIVERY_STATE_DELIVERED", 2 },
+  { "DELIVERY_STATE_FAILED", 3 },
+  { "DELIVERY_STATE_PENDING", 1 },
+  { "DELIVERY_STATE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor herald__v1__delivery_state__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "herald.v1.DeliveryState",
+  "DeliveryState",
+  "Herald__V1__DeliveryState",
+  "herald.v1",
+  5,
+  herald__v1__delivery_state__enum_values_by_number,
+  5,
+  herald__v1__delivery_state__enum_values_by_name,
+  1,
+  herald__v1__delivery_state__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[4] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
   { "ListInbox", &herald__v1__list_inbox_request__descriptor, &herald__v1__list_inbox_response__descriptor },
+  { "ListDeliveries", &herald__v1__list_deliveries_request__descriptor, &herald__v1__list_deliveries_response__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
   1,        /* GetOutcome */
+  3,        /* ListDeliveries */
   2,        /* ListInbox */
   0         /* Send */
 };
@@ -1203,7 +1805,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  3,
+  4,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -1230,6 +1832,14 @@ void herald__v1__dispatch_service__list_inbox(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 2, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__list_deliveries(ProtobufCService *service,
+                                                   const Herald__V1__ListDeliveriesRequest *input,
+                                                   Herald__V1__ListDeliveriesResponse_Closure closure,
+                                                   void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

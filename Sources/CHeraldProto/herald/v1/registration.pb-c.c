@@ -502,6 +502,96 @@ void   herald__v1__audience_batch__free_unpacked
   assert(message->base.descriptor == &herald__v1__audience_batch__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__remove_handle_request__init
+                     (Herald__V1__RemoveHandleRequest         *message)
+{
+  static const Herald__V1__RemoveHandleRequest init_value = HERALD__V1__REMOVE_HANDLE_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__remove_handle_request__get_packed_size
+                     (const Herald__V1__RemoveHandleRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__remove_handle_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__remove_handle_request__pack
+                     (const Herald__V1__RemoveHandleRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__remove_handle_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__remove_handle_request__pack_to_buffer
+                     (const Herald__V1__RemoveHandleRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__remove_handle_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__RemoveHandleRequest *
+       herald__v1__remove_handle_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__RemoveHandleRequest *)
+     protobuf_c_message_unpack (&herald__v1__remove_handle_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__remove_handle_request__free_unpacked
+                     (Herald__V1__RemoveHandleRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__remove_handle_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__remove_handle_response__init
+                     (Herald__V1__RemoveHandleResponse         *message)
+{
+  static const Herald__V1__RemoveHandleResponse init_value = HERALD__V1__REMOVE_HANDLE_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__remove_handle_response__get_packed_size
+                     (const Herald__V1__RemoveHandleResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__remove_handle_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__remove_handle_response__pack
+                     (const Herald__V1__RemoveHandleResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__remove_handle_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__remove_handle_response__pack_to_buffer
+                     (const Herald__V1__RemoveHandleResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__remove_handle_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__RemoveHandleResponse *
+       herald__v1__remove_handle_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__RemoveHandleResponse *)
+     protobuf_c_message_unpack (&herald__v1__remove_handle_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__remove_handle_response__free_unpacked
+                     (Herald__V1__RemoveHandleResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__remove_handle_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[6] =
 {
   {
@@ -1056,18 +1146,122 @@ const ProtobufCMessageDescriptor herald__v1__audience_batch__descriptor =
   (ProtobufCMessageInit) herald__v1__audience_batch__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[5] =
+static const ProtobufCFieldDescriptor herald__v1__remove_handle_request__field_descriptors[3] =
+{
+  {
+    "platform",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RemoveHandleRequest, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "handle",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RemoveHandleRequest, handle),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "invalid_since_unix_ms",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RemoveHandleRequest, invalid_since_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__remove_handle_request__field_indices_by_name[] = {
+  1,   /* field[1] = handle */
+  2,   /* field[2] = invalid_since_unix_ms */
+  0,   /* field[0] = platform */
+};
+static const ProtobufCIntRange herald__v1__remove_handle_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__remove_handle_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.RemoveHandleRequest",
+  "RemoveHandleRequest",
+  "Herald__V1__RemoveHandleRequest",
+  "herald.v1",
+  sizeof(Herald__V1__RemoveHandleRequest),
+  3,
+  herald__v1__remove_handle_request__field_descriptors,
+  herald__v1__remove_handle_request__field_indices_by_name,
+  1,  herald__v1__remove_handle_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__remove_handle_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__remove_handle_response__field_descriptors[1] =
+{
+  {
+    "removed",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RemoveHandleResponse, removed),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__remove_handle_response__field_indices_by_name[] = {
+  0,   /* field[0] = removed */
+};
+static const ProtobufCIntRange herald__v1__remove_handle_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__remove_handle_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.RemoveHandleResponse",
+  "RemoveHandleResponse",
+  "Herald__V1__RemoveHandleResponse",
+  "herald.v1",
+  sizeof(Herald__V1__RemoveHandleResponse),
+  1,
+  herald__v1__remove_handle_response__field_descriptors,
+  herald__v1__remove_handle_response__field_indices_by_name,
+  1,  herald__v1__remove_handle_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__remove_handle_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[6] =
 {
   { "CreateRegistrationId", &herald__v1__create_registration_id_request__descriptor, &herald__v1__create_registration_id_response__descriptor },
   { "UpsertRegistration", &herald__v1__upsert_registration_request__descriptor, &herald__v1__upsert_registration_response__descriptor },
   { "DeleteRegistration", &herald__v1__delete_registration_request__descriptor, &herald__v1__delete_registration_response__descriptor },
   { "ListRegistrations", &herald__v1__list_registrations_request__descriptor, &herald__v1__list_registrations_response__descriptor },
   { "StreamAudience", &herald__v1__stream_audience_request__descriptor, &herald__v1__audience_batch__descriptor },
+  { "RemoveHandle", &herald__v1__remove_handle_request__descriptor, &herald__v1__remove_handle_response__descriptor },
 };
 const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   0,        /* CreateRegistrationId */
   2,        /* DeleteRegistration */
   3,        /* ListRegistrations */
+  5,        /* RemoveHandle */
   4,        /* StreamAudience */
   1         /* UpsertRegistration */
 };
@@ -1078,7 +1272,7 @@ const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor =
   "RegistrationService",
   "Herald__V1__RegistrationService",
   "herald.v1",
-  5,
+  6,
   herald__v1__registration_service__method_descriptors,
   herald__v1__registration_service__method_indices_by_name
 };
@@ -1121,6 +1315,14 @@ void herald__v1__registration_service__stream_audience(ProtobufCService *service
 {
   assert(service->descriptor == &herald__v1__registration_service__descriptor);
   service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__remove_handle(ProtobufCService *service,
+                                                     const Herald__V1__RemoveHandleRequest *input,
+                                                     Herald__V1__RemoveHandleResponse_Closure closure,
+                                                     void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 5, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
                                              Herald__V1__RegistrationService_ServiceDestroy destroy)

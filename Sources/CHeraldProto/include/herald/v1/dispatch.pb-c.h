@@ -20,6 +20,10 @@ typedef struct Herald__V1__NativePayload Herald__V1__NativePayload;
 typedef struct Herald__V1__SendRequest Herald__V1__SendRequest;
 typedef struct Herald__V1__SendResponse Herald__V1__SendResponse;
 typedef struct Herald__V1__PlatformOutcome Herald__V1__PlatformOutcome;
+typedef struct Herald__V1__FailureCount Herald__V1__FailureCount;
+typedef struct Herald__V1__DeliveryRecord Herald__V1__DeliveryRecord;
+typedef struct Herald__V1__ListDeliveriesRequest Herald__V1__ListDeliveriesRequest;
+typedef struct Herald__V1__ListDeliveriesResponse Herald__V1__ListDeliveriesResponse;
 typedef struct Herald__V1__Outcome Herald__V1__Outcome;
 typedef struct Herald__V1__GetOutcomeRequest Herald__V1__GetOutcomeRequest;
 typedef struct Herald__V1__Header Herald__V1__Header;
@@ -39,19 +43,19 @@ typedef enum _Herald__V1__OutcomeState {
    */
   HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED = 0,
   /*
-   * Accepted, not yet processed.
+   * Committed to the outbox; no delivery attempted yet.
    */
   HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_ENQUEUED = 1,
   /*
-   * Deliveries under way.
+   * Deliveries under way (some attempted, some still pending or waiting to retry).
    */
   HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_PROCESSING = 2,
   /*
-   * Every delivery finished (succeeded or failed for good).
+   * Every delivery finished: accepted, or failed for good (see PlatformOutcome.failures).
    */
   HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_COMPLETED = 3,
   /*
-   * Given up before every delivery finished.
+   * Every delivery finished, and at least one was given up after the retry window.
    */
   HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_ABANDONED = 4,
   /*
@@ -60,6 +64,32 @@ typedef enum _Herald__V1__OutcomeState {
   HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_NO_TARGET_FOUND = 5
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__OUTCOME_STATE)
 } Herald__V1__OutcomeState;
+/*
+ * Where one outbox entry stands.
+ */
+typedef enum _Herald__V1__DeliveryState {
+  /*
+   * Not set.
+   */
+  HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_UNSPECIFIED = 0,
+  /*
+   * Waiting for its first attempt, or for a retry at `next_attempt_at_unix_ms`.
+   */
+  HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_PENDING = 1,
+  /*
+   * The push service accepted it.
+   */
+  HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_DELIVERED = 2,
+  /*
+   * The push service refused it for good; never retried.
+   */
+  HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_FAILED = 3,
+  /*
+   * Still failing when the retry window ran out.
+   */
+  HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_ABANDONED = 4
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__DELIVERY_STATE)
+} Herald__V1__DeliveryState;
 
 /* --- messages --- */
 
@@ -89,10 +119,21 @@ struct  Herald__V1__NativePayload
    * Content-Type of `body`; empty means the platform's default.
    */
   char *content_type;
+  /*
+   * How long the push service may keep trying, in seconds from the send (APNs apns-expiration,
+   * FCM android.ttl, WNS X-WNS-TTL, Web Push TTL). 0: the default (APNs and FCM: the provider's;
+   * Web Push: 4 weeks).
+   */
+  int64_t ttl_seconds;
+  /*
+   * Newer pushes with the same id replace older ones: APNs apns-collapse-id (at most 64 bytes),
+   * FCM collapse_key, Web Push Topic (at most 32 URL-safe base64 characters).
+   */
+  char *collapse_id;
 };
 #define HERALD__V1__NATIVE_PAYLOAD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__native_payload__descriptor) \
-    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, {0,NULL}, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
+    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, {0,NULL}, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -131,7 +172,7 @@ struct  Herald__V1__SendResponse
 {
   ProtobufCMessage base;
   /*
-   * The outcome as it stands when Send returns.
+   * The outcome as it stands when Send returns: ENQUEUED or NO_TARGET_FOUND.
    */
   Herald__V1__Outcome *outcome;
 };
@@ -155,13 +196,145 @@ struct  Herald__V1__PlatformOutcome
    */
   int64_t success;
   /*
-   * Deliveries that failed for good.
+   * Deliveries that failed for good (including abandoned ones); broken down in `failures`.
    */
   int64_t failure;
+  /*
+   * Deliveries not finished yet (waiting for a first attempt or a retry).
+   */
+  int64_t pending;
+  /*
+   * `failure` by reason: the provider's reason ("BadDeviceToken", "UNREGISTERED", "HTTP 410"…),
+   * or "Abandoned" when the retry window ran out. Sorted by reason.
+   */
+  size_t n_failures;
+  Herald__V1__FailureCount **failures;
+  /*
+   * Failures whose handle the provider reported dead; herald-registration deleted it.
+   */
+  int64_t removed_handles;
+  /*
+   * Attempts after the first, over all deliveries (429, 5xx, timeouts, lost connections).
+   */
+  int64_t retries;
 };
 #define HERALD__V1__PLATFORM_OUTCOME__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__platform_outcome__descriptor) \
-    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, 0, 0 }
+    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, 0, 0, 0, 0,NULL, 0, 0 }
+
+
+/*
+ * How many deliveries failed for one reason.
+ */
+struct  Herald__V1__FailureCount
+{
+  ProtobufCMessage base;
+  /*
+   * The reason, as in PlatformOutcome.failures.
+   */
+  char *reason;
+  /*
+   * How many.
+   */
+  int64_t count;
+};
+#define HERALD__V1__FAILURE_COUNT__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__failure_count__descriptor) \
+    , (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * One outbox entry: one notification to one registration.
+ */
+struct  Herald__V1__DeliveryRecord
+{
+  ProtobufCMessage base;
+  /*
+   * Position in the outbox, increasing.
+   */
+  int64_t sequence;
+  /*
+   * The registration it is addressed to.
+   */
+  char *registration_id;
+  /*
+   * The registration's platform.
+   */
+  Herald__V1__Platform platform;
+  /*
+   * Where it stands.
+   */
+  Herald__V1__DeliveryState state;
+  /*
+   * Attempts started so far; more than 1 means it was retried (after a failure or a restart).
+   */
+  int32_t attempts;
+  /*
+   * The id every attempt carries (APNs apns-id; FCM, WNS and Web Push: Herald's own), fixed when
+   * the send was committed, so a retry is recognisable as the same message.
+   */
+  char *message_id;
+  /*
+   * HTTP status of the last answer; 0 when there was none (not attempted, timeout, connection lost).
+   */
+  int32_t last_status;
+  /*
+   * Why the last attempt failed, empty after success.
+   */
+  char *reason;
+  /*
+   * When it is due next (pending only), Unix epoch milliseconds.
+   */
+  int64_t next_attempt_at_unix_ms;
+};
+#define HERALD__V1__DELIVERY_RECORD__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delivery_record__descriptor) \
+    , 0, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_UNSPECIFIED, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * Request of ListDeliveries.
+ */
+struct  Herald__V1__ListDeliveriesRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The id from SendResponse.
+   */
+  char *notification_id;
+  /*
+   * As in GetOutcomeRequest.
+   */
+  char *requester;
+  /*
+   * Only entries with a larger sequence (0: from the start).
+   */
+  int64_t after_sequence;
+  /*
+   * At most this many (0: 100; capped at 1000).
+   */
+  int32_t limit;
+};
+#define HERALD__V1__LIST_DELIVERIES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_deliveries_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0 }
+
+
+/*
+ * Answer of ListDeliveries.
+ */
+struct  Herald__V1__ListDeliveriesResponse
+{
+  ProtobufCMessage base;
+  /*
+   * In outbox order.
+   */
+  size_t n_deliveries;
+  Herald__V1__DeliveryRecord **deliveries;
+};
+#define HERALD__V1__LIST_DELIVERIES_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_deliveries_response__descriptor) \
+    , 0,NULL }
 
 
 /*
@@ -399,6 +572,82 @@ Herald__V1__PlatformOutcome *
 void   herald__v1__platform_outcome__free_unpacked
                      (Herald__V1__PlatformOutcome *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__FailureCount methods */
+void   herald__v1__failure_count__init
+                     (Herald__V1__FailureCount         *message);
+size_t herald__v1__failure_count__get_packed_size
+                     (const Herald__V1__FailureCount   *message);
+size_t herald__v1__failure_count__pack
+                     (const Herald__V1__FailureCount   *message,
+                      uint8_t             *out);
+size_t herald__v1__failure_count__pack_to_buffer
+                     (const Herald__V1__FailureCount   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__FailureCount *
+       herald__v1__failure_count__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__failure_count__free_unpacked
+                     (Herald__V1__FailureCount *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeliveryRecord methods */
+void   herald__v1__delivery_record__init
+                     (Herald__V1__DeliveryRecord         *message);
+size_t herald__v1__delivery_record__get_packed_size
+                     (const Herald__V1__DeliveryRecord   *message);
+size_t herald__v1__delivery_record__pack
+                     (const Herald__V1__DeliveryRecord   *message,
+                      uint8_t             *out);
+size_t herald__v1__delivery_record__pack_to_buffer
+                     (const Herald__V1__DeliveryRecord   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeliveryRecord *
+       herald__v1__delivery_record__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delivery_record__free_unpacked
+                     (Herald__V1__DeliveryRecord *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListDeliveriesRequest methods */
+void   herald__v1__list_deliveries_request__init
+                     (Herald__V1__ListDeliveriesRequest         *message);
+size_t herald__v1__list_deliveries_request__get_packed_size
+                     (const Herald__V1__ListDeliveriesRequest   *message);
+size_t herald__v1__list_deliveries_request__pack
+                     (const Herald__V1__ListDeliveriesRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_deliveries_request__pack_to_buffer
+                     (const Herald__V1__ListDeliveriesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListDeliveriesRequest *
+       herald__v1__list_deliveries_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_deliveries_request__free_unpacked
+                     (Herald__V1__ListDeliveriesRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListDeliveriesResponse methods */
+void   herald__v1__list_deliveries_response__init
+                     (Herald__V1__ListDeliveriesResponse         *message);
+size_t herald__v1__list_deliveries_response__get_packed_size
+                     (const Herald__V1__ListDeliveriesResponse   *message);
+size_t herald__v1__list_deliveries_response__pack
+                     (const Herald__V1__ListDeliveriesResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_deliveries_response__pack_to_buffer
+                     (const Herald__V1__ListDeliveriesResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListDeliveriesResponse *
+       herald__v1__list_deliveries_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_deliveries_response__free_unpacked
+                     (Herald__V1__ListDeliveriesResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__Outcome methods */
 void   herald__v1__outcome__init
                      (Herald__V1__Outcome         *message);
@@ -527,6 +776,18 @@ typedef void (*Herald__V1__SendResponse_Closure)
 typedef void (*Herald__V1__PlatformOutcome_Closure)
                  (const Herald__V1__PlatformOutcome *message,
                   void *closure_data);
+typedef void (*Herald__V1__FailureCount_Closure)
+                 (const Herald__V1__FailureCount *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeliveryRecord_Closure)
+                 (const Herald__V1__DeliveryRecord *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListDeliveriesRequest_Closure)
+                 (const Herald__V1__ListDeliveriesRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListDeliveriesResponse_Closure)
+                 (const Herald__V1__ListDeliveriesResponse *message,
+                  void *closure_data);
 typedef void (*Herald__V1__Outcome_Closure)
                  (const Herald__V1__Outcome *message,
                   void *closure_data);
@@ -564,6 +825,10 @@ struct Herald__V1__DispatchService_Service
                      const Herald__V1__ListInboxRequest *input,
                      Herald__V1__ListInboxResponse_Closure closure,
                      void *closure_data);
+  void (*list_deliveries)(Herald__V1__DispatchService_Service *service,
+                          const Herald__V1__ListDeliveriesRequest *input,
+                          Herald__V1__ListDeliveriesResponse_Closure closure,
+                          void *closure_data);
 };
 typedef void (*Herald__V1__DispatchService_ServiceDestroy)(Herald__V1__DispatchService_Service *);
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
@@ -574,7 +839,8 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
     { HERALD__V1__DISPATCH_SERVICE__BASE_INIT,\
       function_prefix__ ## send,\
       function_prefix__ ## get_outcome,\
-      function_prefix__ ## list_inbox  }
+      function_prefix__ ## list_inbox,\
+      function_prefix__ ## list_deliveries  }
 void herald__v1__dispatch_service__send(ProtobufCService *service,
                                         const Herald__V1__SendRequest *input,
                                         Herald__V1__SendResponse_Closure closure,
@@ -587,14 +853,23 @@ void herald__v1__dispatch_service__list_inbox(ProtobufCService *service,
                                               const Herald__V1__ListInboxRequest *input,
                                               Herald__V1__ListInboxResponse_Closure closure,
                                               void *closure_data);
+void herald__v1__dispatch_service__list_deliveries(ProtobufCService *service,
+                                                   const Herald__V1__ListDeliveriesRequest *input,
+                                                   Herald__V1__ListDeliveriesResponse_Closure closure,
+                                                   void *closure_data);
 
 /* --- descriptors --- */
 
 extern const ProtobufCEnumDescriptor    herald__v1__outcome_state__descriptor;
+extern const ProtobufCEnumDescriptor    herald__v1__delivery_state__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__send_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__send_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__platform_outcome__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__failure_count__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delivery_record__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_deliveries_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__outcome__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__header__descriptor;

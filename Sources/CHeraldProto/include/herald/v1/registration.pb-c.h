@@ -27,6 +27,8 @@ typedef struct Herald__V1__ListRegistrationsRequest Herald__V1__ListRegistration
 typedef struct Herald__V1__ListRegistrationsResponse Herald__V1__ListRegistrationsResponse;
 typedef struct Herald__V1__StreamAudienceRequest Herald__V1__StreamAudienceRequest;
 typedef struct Herald__V1__AudienceBatch Herald__V1__AudienceBatch;
+typedef struct Herald__V1__RemoveHandleRequest Herald__V1__RemoveHandleRequest;
+typedef struct Herald__V1__RemoveHandleResponse Herald__V1__RemoveHandleResponse;
 
 
 /* --- enums --- */
@@ -54,7 +56,8 @@ struct  Herald__V1__Registration
   Herald__V1__Platform platform;
   /*
    * The push service's address for the device: an APNs device token (hex), an FCM token, a WNS
-   * channel URI.
+   * channel URI, or for PLATFORM_BROWSER the browser's PushSubscription as JSON:
+   * {"endpoint":"https://…","keys":{"p256dh":"<base64url>","auth":"<base64url>"}}.
    */
   char *handle;
   /*
@@ -258,6 +261,47 @@ struct  Herald__V1__AudienceBatch
 #define HERALD__V1__AUDIENCE_BATCH__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__audience_batch__descriptor) \
     , 0,NULL }
+
+
+/*
+ * Request of RemoveHandle.
+ */
+struct  Herald__V1__RemoveHandleRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The handle's platform. Required.
+   */
+  Herald__V1__Platform platform;
+  /*
+   * The dead handle, exactly as registered. Required.
+   */
+  char *handle;
+  /*
+   * When the push service says the handle stopped being valid (APNs' `timestamp`), Unix epoch
+   * milliseconds: a registration updated after it was re-registered and stays. 0: remove all.
+   */
+  int64_t invalid_since_unix_ms;
+};
+#define HERALD__V1__REMOVE_HANDLE_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__remove_handle_request__descriptor) \
+    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * Answer of RemoveHandle.
+ */
+struct  Herald__V1__RemoveHandleResponse
+{
+  ProtobufCMessage base;
+  /*
+   * Registrations deleted.
+   */
+  int64_t removed;
+};
+#define HERALD__V1__REMOVE_HANDLE_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__remove_handle_response__descriptor) \
+    , 0 }
 
 
 /* Herald__V1__Registration methods */
@@ -469,6 +513,44 @@ Herald__V1__AudienceBatch *
 void   herald__v1__audience_batch__free_unpacked
                      (Herald__V1__AudienceBatch *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__RemoveHandleRequest methods */
+void   herald__v1__remove_handle_request__init
+                     (Herald__V1__RemoveHandleRequest         *message);
+size_t herald__v1__remove_handle_request__get_packed_size
+                     (const Herald__V1__RemoveHandleRequest   *message);
+size_t herald__v1__remove_handle_request__pack
+                     (const Herald__V1__RemoveHandleRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__remove_handle_request__pack_to_buffer
+                     (const Herald__V1__RemoveHandleRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__RemoveHandleRequest *
+       herald__v1__remove_handle_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__remove_handle_request__free_unpacked
+                     (Herald__V1__RemoveHandleRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__RemoveHandleResponse methods */
+void   herald__v1__remove_handle_response__init
+                     (Herald__V1__RemoveHandleResponse         *message);
+size_t herald__v1__remove_handle_response__get_packed_size
+                     (const Herald__V1__RemoveHandleResponse   *message);
+size_t herald__v1__remove_handle_response__pack
+                     (const Herald__V1__RemoveHandleResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__remove_handle_response__pack_to_buffer
+                     (const Herald__V1__RemoveHandleResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__RemoveHandleResponse *
+       herald__v1__remove_handle_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__remove_handle_response__free_unpacked
+                     (Herald__V1__RemoveHandleResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__Registration_Closure)
@@ -504,6 +586,12 @@ typedef void (*Herald__V1__StreamAudienceRequest_Closure)
 typedef void (*Herald__V1__AudienceBatch_Closure)
                  (const Herald__V1__AudienceBatch *message,
                   void *closure_data);
+typedef void (*Herald__V1__RemoveHandleRequest_Closure)
+                 (const Herald__V1__RemoveHandleRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__RemoveHandleResponse_Closure)
+                 (const Herald__V1__RemoveHandleResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -531,6 +619,10 @@ struct Herald__V1__RegistrationService_Service
                           const Herald__V1__StreamAudienceRequest *input,
                           Herald__V1__AudienceBatch_Closure closure,
                           void *closure_data);
+  void (*remove_handle)(Herald__V1__RegistrationService_Service *service,
+                        const Herald__V1__RemoveHandleRequest *input,
+                        Herald__V1__RemoveHandleResponse_Closure closure,
+                        void *closure_data);
 };
 typedef void (*Herald__V1__RegistrationService_ServiceDestroy)(Herald__V1__RegistrationService_Service *);
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
@@ -543,7 +635,8 @@ void herald__v1__registration_service__init (Herald__V1__RegistrationService_Ser
       function_prefix__ ## upsert_registration,\
       function_prefix__ ## delete_registration,\
       function_prefix__ ## list_registrations,\
-      function_prefix__ ## stream_audience  }
+      function_prefix__ ## stream_audience,\
+      function_prefix__ ## remove_handle  }
 void herald__v1__registration_service__create_registration_id(ProtobufCService *service,
                                                               const Herald__V1__CreateRegistrationIdRequest *input,
                                                               Herald__V1__CreateRegistrationIdResponse_Closure closure,
@@ -564,6 +657,10 @@ void herald__v1__registration_service__stream_audience(ProtobufCService *service
                                                        const Herald__V1__StreamAudienceRequest *input,
                                                        Herald__V1__AudienceBatch_Closure closure,
                                                        void *closure_data);
+void herald__v1__registration_service__remove_handle(ProtobufCService *service,
+                                                     const Herald__V1__RemoveHandleRequest *input,
+                                                     Herald__V1__RemoveHandleResponse_Closure closure,
+                                                     void *closure_data);
 
 /* --- descriptors --- */
 
@@ -578,6 +675,8 @@ extern const ProtobufCMessageDescriptor herald__v1__list_registrations_request__
 extern const ProtobufCMessageDescriptor herald__v1__list_registrations_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__stream_audience_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__audience_batch__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__remove_handle_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__remove_handle_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor;
 
 PROTOBUF_C__END_DECLS
