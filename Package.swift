@@ -48,6 +48,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         // Already in the graph through grpc-swift's transport; named for SHA-256, HMAC and scrypt.
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
+        // JOSE for the push senders: ES256 (APNs provider tokens, VAPID) and RS256 (FCM's OAuth grant).
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
+        // HTTP/2 framing for the loopback push-service doubles in the tests (already in the graph).
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
     ],
     targets: [
         // protobuf-c runtime from Debian's libprotobuf-c-dev.
@@ -109,6 +113,12 @@ let package = Package(
             name: "DispatchService",
             dependencies: [
                 "HeraldRPC", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Metrics", package: "swift-metrics"),
+                // Outbound HTTP/2 to APNs (one multiplexed connection per host), HTTP/1.1 or 2 elsewhere.
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                // ECDH, HKDF and AES-GCM for Web Push's aes128gcm encoding.
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -163,6 +173,8 @@ let package = Package(
             dependencies: [
                 "HeraldRPC", "RegistrationService", "PayloadService", "AuthService", "DispatchService", "Edge",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -175,6 +187,13 @@ let package = Package(
                 "HeraldStack", "HeraldRPC", "Edge",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // The push-service doubles: HTTP/2 over TLS on loopback, checking ES256 signatures.
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),

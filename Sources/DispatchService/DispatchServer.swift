@@ -1,18 +1,128 @@
+import Foundation
 import GRDB
 import HeraldProto
 public import HeraldRPC
 
-/// Settings of herald-dispatch, besides ``RuntimeConfig``'s.
+/// Settings of herald-dispatch, besides ``RuntimeConfig``'s (environment variable `HERALD_<KEY>`).
 ///
-/// - `provider` (`HERALD_PROVIDER`, default `inbox`): where pushes go. Only `inbox` exists so far: it
-///   records each push in dispatch's database instead of sending it.
+/// Delivery:
+/// - `provider` (`auto`): `auto` sends each platform through its real push service when that
+///   platform's credentials are set, and records the others in the inbox; `inbox` records everything.
+/// - `retry-window-seconds` (1800): a delivery still failing this long after its send is abandoned.
+/// - `retry-base-ms` (1000), `retry-max-ms` (300000): backoff before the 2nd attempt, doubled for
+///   each further one up to the maximum, with jitter, and never sooner than `Retry-After`.
+/// - `push-timeout-ms` (30000): one request to a push service. `push-ca-file`: a PEM bundle trusted
+///   besides the system roots (tests, TLS-inspecting proxies).
+/// - `delivery-batch` (500), `delivery-workers` (4): deliveries claimed per batch, batches in flight.
+///
+/// Credentials (secrets only ever from files, never on the command line):
+/// - APNs: `apns-key-file` (.p8), `apns-key-id`, `apns-team-id`, `apns-topic` (bundle id),
+///   `apns-environment` (`production` or `sandbox`), `apns-url` (overrides the environment's URL).
+/// - FCM: `fcm-service-account-file` (service-account JSON), `fcm-url`, `fcm-token-url` (override the
+///   production URL and the account's `token_uri`).
+/// - WNS: `wns-client-id` (package SID), `wns-client-secret-file`, `wns-token-url`.
+/// - Web Push: `webpush-vapid-key-file` (P-256 private key, PEM), `webpush-subject` (`mailto:` or https URL).
 public struct DispatchConfig: Sendable {
-    public enum Provider: String, CaseIterable, Sendable { case inbox }
-    public static let keys: Set<String> = ["provider"]
+    public enum Provider: String, CaseIterable, Sendable { case auto, inbox }
+    public enum APNsEnvironment: String, CaseIterable, Sendable { case production, sandbox }
+    public static let keys: Set<String> = [
+        "provider", "retry-window-seconds", "retry-base-ms", "retry-max-ms", "push-timeout-ms", "push-ca-file",
+        "delivery-batch", "delivery-workers",
+        "apns-key-file", "apns-key-id", "apns-team-id", "apns-topic", "apns-environment", "apns-url",
+        "fcm-service-account-file", "fcm-url", "fcm-token-url",
+        "wns-client-id", "wns-client-secret-file", "wns-token-url",
+        "webpush-vapid-key-file", "webpush-subject",
+    ]
     public var provider: Provider
+    public var retryWindow: Duration
+    public var retryPolicy: RetryPolicy
+    public var pushTimeout: Duration
+    public var pushCAFile: String?
+    public var batchSize: Int
+    public var workers: Int
+    public var apns: APNsCredentials?
+    public var fcm: (account: FCMServiceAccount, url: String, tokenURL: String?)?
+    public var wns: (clientID: String, clientSecret: String, tokenURL: String)?
+    public var webPush: (keyPEM: String, subject: String)?
 
     public init(reader: ConfigReader) throws {
-        provider = try reader.choice("provider", default: .inbox)
+        provider = try reader.choice("provider", default: .auto)
+        let window = try reader.int("retry-window-seconds", default: 1800)
+        let base = try reader.int("retry-base-ms", default: 1000)
+        let cap = try reader.int("retry-max-ms", default: 300_000)
+        let timeout = try reader.int("push-timeout-ms", default: 30_000)
+        batchSize = try reader.int("delivery-batch", default: 500)
+        workers = try reader.int("delivery-workers", default: 4)
+        guard window > 0, base > 0, cap >= base, timeout > 0, batchSize > 0, workers > 0 else {
+            throw ConfigError("retry-window-seconds, retry-base-ms, push-timeout-ms, delivery-batch and delivery-workers must be positive, and retry-max-ms at least retry-base-ms")
+        }
+        retryWindow = .seconds(window)
+        retryPolicy = RetryPolicy(base: .milliseconds(base), cap: .milliseconds(cap))
+        pushTimeout = .milliseconds(timeout)
+        pushCAFile = reader.string("push-ca-file")
+
+        if let keyFile = reader.string("apns-key-file") {
+            guard let keyID = reader.string("apns-key-id"), let teamID = reader.string("apns-team-id"),
+                let topic = reader.string("apns-topic")
+            else { throw ConfigError("apns-key-file needs apns-key-id, apns-team-id and apns-topic") }
+            let environment: APNsEnvironment = try reader.choice("apns-environment", default: .production)
+            apns = APNsCredentials(
+                keyPEM: try Self.secret(keyFile, "apns-key-file"), keyID: keyID, teamID: teamID, topic: topic,
+                baseURL: reader.string("apns-url") ?? (environment == .production ? APNsCredentials.production : APNsCredentials.sandbox))
+        }
+        if let accountFile = reader.string("fcm-service-account-file") {
+            let account = try FCMServiceAccount(json: Array(try Self.secret(accountFile, "fcm-service-account-file").utf8))
+            fcm = (account, reader.string("fcm-url") ?? FCMSender.production, reader.string("fcm-token-url"))
+        }
+        if let clientID = reader.string("wns-client-id") {
+            guard let secretFile = reader.string("wns-client-secret-file") else {
+                throw ConfigError("wns-client-id needs wns-client-secret-file")
+            }
+            let secret = try Self.secret(secretFile, "wns-client-secret-file").trimmingCharacters(in: .whitespacesAndNewlines)
+            wns = (clientID, secret, reader.string("wns-token-url") ?? WNSAccessToken.production)
+        }
+        if let keyFile = reader.string("webpush-vapid-key-file") {
+            guard let subject = reader.string("webpush-subject"), subject.hasPrefix("mailto:") || subject.hasPrefix("https://") else {
+                throw ConfigError("webpush-vapid-key-file needs webpush-subject (mailto: or https: contact, RFC 8292)")
+            }
+            webPush = (try Self.secret(keyFile, "webpush-vapid-key-file"), subject)
+        }
+    }
+
+    /// Reads a credential file; the error names the setting, never the content.
+    static func secret(_ path: String, _ key: String) throws -> String {
+        guard let data = FileManager.default.contents(atPath: path) else { throw ConfigError("\(key): cannot read \(path)") }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// The sender of each platform: real where configured (unless `provider` is `inbox`), the inbox otherwise.
+    public func senders(inbox: InboxProvider) async throws -> (senders: [Platform: any PushSender], real: [Platform]) {
+        var senders: [Platform: any PushSender] = [.apns: inbox, .fcm: inbox, .wns: inbox, .browser: inbox]
+        guard provider == .auto, apns != nil || fcm != nil || wns != nil || webPush != nil else { return (senders, []) }
+        let client = PushHTTP.makeClient(extraCAFile: pushCAFile)
+        var real: [Platform] = []
+        if let apns {
+            let token = try await APNsProviderToken(keyPEM: apns.keyPEM, keyID: apns.keyID, teamID: apns.teamID)
+            senders[.apns] = APNsSender(credentials: apns, client: client, token: token, timeout: pushTimeout)
+            real.append(.apns)
+        }
+        if let fcm {
+            let tokens = try await FCMAccessToken.cache(account: fcm.account, tokenURL: fcm.tokenURL, client: client, timeout: pushTimeout)
+            senders[.fcm] = FCMSender(baseURL: fcm.url, projectID: fcm.account.projectID, client: client, tokens: tokens, timeout: pushTimeout)
+            real.append(.fcm)
+        }
+        if let wns {
+            let tokens = WNSAccessToken.cache(
+                clientID: wns.clientID, clientSecret: wns.clientSecret, tokenURL: wns.tokenURL, client: client, timeout: pushTimeout)
+            senders[.wns] = WNSSender(client: client, tokens: tokens, timeout: pushTimeout)
+            real.append(.wns)
+        }
+        if let webPush {
+            senders[.browser] = WebPushSender(
+                client: client, vapid: try await VAPID(keyPEM: webPush.keyPEM, subject: webPush.subject), timeout: pushTimeout)
+            real.append(.browser)
+        }
+        return (senders, real)
     }
 }
 
@@ -33,6 +143,15 @@ public struct DispatchHandlers: Sendable {
         table.register(DispatchServiceMethods.getOutcome) { request, _ in
             try dispatcher.outcome(of: request.notificationID, requester: request.requester)
         }
+        table.register(DispatchServiceMethods.listDeliveries) { request, _ in
+            guard request.limit >= 0, request.afterSequence >= 0 else {
+                throw ServiceError.invalidArgument("limit and after_sequence must not be negative")
+            }
+            let limit = request.limit == 0 ? 100 : min(Int(request.limit), 1000)
+            return ListDeliveriesResponse(
+                deliveries: try dispatcher.deliveries(
+                    of: request.notificationID, requester: request.requester, after: request.afterSequence, limit: limit))
+        }
         table.register(DispatchServiceMethods.listInbox) { request, _ in
             guard request.limit >= 0, request.afterSequence >= 0 else {
                 throw ServiceError.invalidArgument("limit and after_sequence must not be negative")
@@ -50,15 +169,24 @@ public enum DispatchServer {
             let config = try DispatchConfig(reader: context.reader)
             let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
             let inbox = try InboxProvider(db: pool)
-            let provider: any PushProvider =
-                switch config.provider {
-                case .inbox: inbox
-                }
-            context.logger.notice("provider \(config.provider.rawValue): pushes are recorded, not sent")
-            let dispatcher = try Dispatcher(db: pool, registrations: context.client("registration"), provider: provider)
+            let outbox = try Outbox(db: pool)
+            let (senders, real) = try await config.senders(inbox: inbox)
+            let recorded = [Platform.apns, .fcm, .wns, .browser].filter { !real.contains($0) }.map(\.name)
+            context.logger.notice(
+                "push providers",
+                metadata: [
+                    "herald.sent": "\(real.map(\.name).joined(separator: ","))",
+                    "herald.recorded_in_inbox": "\(recorded.joined(separator: ","))",
+                ])
+            let worker = DeliveryWorker(
+                outbox: outbox, senders: senders, registrations: context.client("registration"), policy: config.retryPolicy,
+                batchSize: config.batchSize, workers: config.workers, logger: context.logger)
+            let dispatcher = try Dispatcher(
+                db: pool, outbox: outbox, registrations: context.client("registration"), retryWindow: config.retryWindow,
+                onEnqueue: { worker.wake() })
             var table = MethodTable()
             DispatchHandlers(dispatcher: dispatcher, inbox: inbox).register(into: &table)
-            return RPCServiceParts(table: table, healthChecks: [.database(pool)])
+            return RPCServiceParts(table: table, background: [worker], healthChecks: [.database(pool)])
         }
     }
 }

@@ -1,28 +1,47 @@
+import Foundation
 public import HeraldProto
 import HeraldRPC
-
-/// One push to one device, as a provider sends it: target, headers and exact body.
-public struct Delivery: Sendable, Hashable {
-    public var notificationID: String
-    public var registrationID: String
-    public var platform: Platform
-    public var handle: String
-    /// Lower-case header names, in a stable order.
-    public var headers: [Header]
-    public var body: [UInt8]
-}
 
 /// Each provider's rules for a native payload: size limit, allowed push types, and the headers that
 /// go with it. Checked once per send, before any device is looked up.
 public enum PlatformRules {
-    /// A payload checked against its provider's rules, with the headers every delivery of it carries.
-    public struct Prepared: Sendable {
-        public var platform: Platform
-        public var headers: [Header]
-        public var body: [UInt8]
+    /// Web Push's largest plaintext: one 4096-byte aes128gcm record less its 86-byte header, the
+    /// 16-byte tag and the padding delimiter (RFC 8291 §4).
+    public static let webPushMaxPlaintext = 4096 - 86 - 16 - 1
+
+    /// Checks `payload` against its provider's rules and returns it with the headers every delivery
+    /// of it carries. `sentAt` (Unix seconds) anchors `ttl_seconds`.
+    public static func prepare(_ payload: NativePayload, sentAt: Int64 = unixSeconds()) throws -> OutboxPayload {
+        let prepared = try prepareHeaders(payload)
+        guard payload.ttlSeconds >= 0, payload.ttlSeconds <= 28 * 86400 else {
+            throw ServiceError.invalidArgument("ttl_seconds must be between 0 and 2419200 (28 days)")
+        }
+        let collapse = payload.collapseID
+        switch payload.platform {
+        case .apns:
+            guard collapse.utf8.count <= 64 else { throw ServiceError.invalidArgument("an APNs collapse id is at most 64 bytes") }
+        case .browser:
+            guard collapse.utf8.count <= 32, collapse.utf8.allSatisfy({ Self.isBase64URL($0) }) else {
+                throw ServiceError.invalidArgument("a Web Push topic is at most 32 URL-safe base64 characters")
+            }
+        default:
+            guard collapse.utf8.count <= 128 else { throw ServiceError.invalidArgument("collapse_id is at most 128 bytes") }
+        }
+        return OutboxPayload(
+            platform: payload.platform, headers: prepared.headers, body: prepared.body,
+            expiresAt: payload.ttlSeconds == 0 ? 0 : sentAt + payload.ttlSeconds, collapseID: collapse)
     }
 
-    public static func prepare(_ payload: NativePayload) throws -> Prepared {
+    private static func isBase64URL(_ c: UInt8) -> Bool {
+        switch c {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "-"), UInt8(ascii: "_"):
+            true
+        default: false
+        }
+    }
+
+    private static func prepareHeaders(_ payload: NativePayload) throws -> (headers: [Header], body: [UInt8]) {
         let size = payload.body.count
         switch payload.platform {
         case .apns:
@@ -36,14 +55,20 @@ public enum PlatformRules {
             guard priority == 5 || priority == 10, !(type == "background" && priority == 10) else {
                 throw ServiceError.invalidArgument("APNs priority must be 10 or 5, and 5 for background pushes")
             }
-            return Prepared(
-                platform: .apns,
-                headers: [Header(name: "apns-push-type", value: type), Header(name: "apns-priority", value: String(priority)), Header(name: "content-type", value: contentType(payload, "application/json"))],
-                body: payload.body)
+            return (
+                [Header(name: "apns-push-type", value: type), Header(name: "apns-priority", value: String(priority)), Header(name: "content-type", value: contentType(payload, "application/json"))],
+                payload.body)
         case .fcm:
             try limit(size, 4096, "FCM")
-            return Prepared(
-                platform: .fcm, headers: [Header(name: "content-type", value: contentType(payload, "application/json"))], body: payload.body)
+            // The body is an FCM v1 message without its target ({"data":…} and/or {"notification":…}):
+            // the sender adds the token.
+            guard let object = try? JSONSerialization.jsonObject(with: Data(payload.body)) as? [String: Any] else {
+                throw ServiceError.invalidArgument("an FCM payload is a JSON object (an FCM v1 message without \"token\")")
+            }
+            guard object["token"] == nil, object["topic"] == nil, object["condition"] == nil else {
+                throw ServiceError.invalidArgument("an FCM payload must not name its target (token, topic or condition)")
+            }
+            return ([Header(name: "content-type", value: contentType(payload, "application/json"))], payload.body)
         case .wns:
             try limit(size, 5120, "WNS")
             let type = payload.pushType.isEmpty ? "wns/toast" : payload.pushType
@@ -51,11 +76,18 @@ public enum PlatformRules {
                 throw ServiceError.invalidArgument("WNS push_type must be wns/toast, wns/raw, wns/badge or wns/tile")
             }
             let defaultType = type == "wns/raw" ? "application/octet-stream" : "text/xml"
-            return Prepared(
-                platform: .wns, headers: [Header(name: "x-wns-type", value: type), Header(name: "content-type", value: contentType(payload, defaultType))],
-                body: payload.body)
+            return ([Header(name: "x-wns-type", value: type), Header(name: "content-type", value: contentType(payload, defaultType))], payload.body)
         case .browser:
-            throw ServiceError.invalidArgument("Web Push sends are not supported yet")
+            // The body is the plaintext; each delivery encrypts it for its subscription (aes128gcm).
+            try limit(size, webPushMaxPlaintext, "Web Push")
+            let urgency =
+                switch payload.priority {
+                case 0, 10: "high"
+                case 5: "normal"
+                case 1: "low"
+                default: throw ServiceError.invalidArgument("Web Push priority is 10 (high), 5 (normal) or 1 (low)")
+                }
+            return ([Header(name: "urgency", value: urgency)], payload.body)
         default:
             throw ServiceError.invalidArgument("every payload needs a platform")
         }

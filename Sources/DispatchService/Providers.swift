@@ -3,16 +3,49 @@ public import GRDB
 public import HeraldProto
 import HeraldRPC
 
-/// Where deliveries go. Real senders (APNs, FCM, WNS, Web Push) implement this next to the inbox.
-public protocol PushProvider: Sendable {
-    /// Delivers a batch; returns, per delivery in order, whether the provider accepted it.
-    func deliver(_ deliveries: [Delivery]) async throws -> [Bool]
+/// Where deliveries of one platform go: ``APNsSender``, ``FCMSender``, ``WNSSender``,
+/// ``WebPushSender``, or ``InboxProvider`` when no credentials are configured.
+public protocol PushSender: Sendable {
+    /// Delivers a batch; returns one result per item, in order. Never throws: a failure is a
+    /// result (retry or failed), so one bad delivery cannot fail its batch.
+    func send(_ items: [PushItem]) async -> [PushResult]
+}
+
+/// A sender that speaks to its service one request per delivery, many at a time.
+public protocol SingleRequestSender: PushSender {
+    /// How many requests of one batch may be in flight together.
+    var concurrency: Int { get }
+    func send(_ item: PushItem) async -> PushResult
+}
+
+extension SingleRequestSender {
+    public func send(_ items: [PushItem]) async -> [PushResult] {
+        await withTaskGroup(of: (Int, PushResult).self) { group in
+            var results = [PushResult](repeating: .retry(status: 0, reason: "NotAttempted", after: nil), count: items.count)
+            var next = 0
+            func start(_ index: Int) {
+                group.addTask { (index, await self.send(items[index])) }
+            }
+            while next < min(concurrency, items.count) {
+                start(next)
+                next += 1
+            }
+            while let (index, result) = await group.next() {
+                results[index] = result
+                if next < items.count {
+                    start(next)
+                    next += 1
+                }
+            }
+            return results
+        }
+    }
 }
 
 /// The provider used when no push credentials are configured: records every push it would have
 /// sent (platform, handle, headers, exact bytes) in dispatch's own database, so a developer, the
 /// `herald inbox` command and the tests can see exactly what a device would get.
-public struct InboxProvider: PushProvider {
+public struct InboxProvider: PushSender {
     private let db: any DatabaseWriter
 
     public init(db: any DatabaseWriter) throws {
@@ -43,7 +76,16 @@ public struct InboxProvider: PushProvider {
         return migrator
     }
 
-    public func deliver(_ deliveries: [Delivery]) async throws -> [Bool] {
+    public func send(_ items: [PushItem]) async -> [PushResult] {
+        do {
+            try await record(items)
+            return Array(repeating: .delivered(status: 200), count: items.count)
+        } catch {
+            return Array(repeating: .retry(status: 0, reason: "InboxWriteFailed", after: nil), count: items.count)
+        }
+    }
+
+    private func record(_ items: [PushItem]) async throws {
         let now = unixMillis()
         try await db.write { db in
             let insert = try db.cachedStatement(
@@ -52,22 +94,20 @@ public struct InboxProvider: PushProvider {
                     VALUES (?, ?, ?, ?, ?, ?, ?)
                     """)
             // A batch shares one payload per platform: encode its headers and body once, not per row.
-            var encoded: [Platform: (source: [Header], headers: String, body: Data)] = [:]
-            for d in deliveries {
-                let shared: (source: [Header], headers: String, body: Data)
-                if let cached = encoded[d.platform], cached.source == d.headers, cached.body.elementsEqual(d.body) {
+            var encoded: [Platform: (source: OutboxPayload, headers: String, body: Data)] = [:]
+            for item in items {
+                let shared: (source: OutboxPayload, headers: String, body: Data)
+                if let cached = encoded[item.platform], cached.source == item.payload {
                     shared = cached
                 } else {
-                    let headers = try JSONSerialization.data(withJSONObject: d.headers.map { [$0.name, $0.value] })
-                    shared = (d.headers, String(decoding: headers, as: UTF8.self), Data(d.body))
-                    encoded[d.platform] = shared
+                    shared = (item.payload, Outbox.encode(item.payload.headers), Data(item.payload.body))
+                    encoded[item.platform] = shared
                 }
                 try insert.execute(arguments: [
-                    d.notificationID, d.registrationID, d.platform.rawValue, d.handle, shared.headers, shared.body, now,
+                    item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers, shared.body, now,
                 ])
             }
         }
-        return Array(repeating: true, count: deliveries.count)
     }
 
     /// Recorded pushes with a sequence above `after`, oldest first; only those to `handle` when it

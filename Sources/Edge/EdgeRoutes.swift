@@ -139,7 +139,7 @@ public struct EdgeRoutes: Sendable {
     func notifyUser(_ request: Request, sender: String, requestID: String) async throws -> Response {
         let query = request.uri.queryParameters
         guard let pns = query.get("pns"), !pns.isEmpty else {
-            throw EdgeError(.badRequest, "pns is required with to_tag: one of apns, fcm (or gcm, fcmv1), wns")
+            throw EdgeError(.badRequest, "pns is required with to_tag: one of apns, fcm (or gcm, fcmv1), wns, browser")
         }
         guard let target = query.get("to_tag"), !target.isEmpty else {
             throw EdgeError(.badRequest, "to_tag is required: the user name to notify")
@@ -310,10 +310,15 @@ struct RegistrationBody {
         }
         let fields = Dictionary(object.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
         guard let platformName = fields["platform"] as? String else {
-            throw EdgeError(.badRequest, "Platform is required: one of apns, fcm (or gcm, fcmv1), wns")
+            throw EdgeError(.badRequest, "Platform is required: one of apns, fcm (or gcm, fcmv1), wns, browser")
         }
-        guard let handle = fields["handle"] as? String, !handle.isEmpty else {
-            throw EdgeError(.badRequest, "Handle is required")
+        let handle: String
+        switch fields["handle"] {
+        case let text as String where !text.isEmpty: handle = text
+        case let subscription as [String: Any]:
+            // A browser may send its PushSubscription as an object rather than a JSON string.
+            handle = String(decoding: try JSONSerialization.data(withJSONObject: subscription, options: [.sortedKeys]), as: UTF8.self)
+        default: throw EdgeError(.badRequest, "Handle is required")
         }
         var tags: [String] = []
         switch fields["tags"] {
@@ -334,10 +339,11 @@ struct RegistrationBody {
         case "apns": return .apns
         case "fcm", "gcm", "fcmv1": return .fcm
         case "wns": return .wns
+        case "browser", "webpush": return .browser
         case "mpns":
             throw EdgeError(.badRequest, "\(field) mpns is retired (Microsoft ended MPNS); use wns")
         default:
-            throw EdgeError(.badRequest, "unknown \(field) \"\(name.prefix(40))\"; accepted: apns, fcm (or gcm, fcmv1), wns")
+            throw EdgeError(.badRequest, "unknown \(field) \"\(name.prefix(40))\"; accepted: apns, fcm (or gcm, fcmv1), wns, browser")
         }
     }
 }

@@ -151,7 +151,11 @@ enum OutcomeNames {
             "state": state(outcome.state),
             "createdAtUnixMs": outcome.createdAtUnixMs,
             "platforms": outcome.platforms.map {
-                ["platform": $0.platform.name, "success": $0.success, "failure": $0.failure] as [String: Any]
+                [
+                    "platform": $0.platform.name, "success": $0.success, "failure": $0.failure, "pending": $0.pending,
+                    "failures": Dictionary(uniqueKeysWithValues: $0.failures.map { ($0.reason, $0.count) }),
+                    "removedHandles": $0.removedHandles, "retries": $0.retries,
+                ] as [String: Any]
             },
         ]
     }

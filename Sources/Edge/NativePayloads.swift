@@ -13,6 +13,7 @@ public enum NativePayloads {
             NativePayload(platform: .fcm, body: Array(#"{"data":{"secureId":"\#(id)"}}"#.utf8)),
             NativePayload(
                 platform: .wns, body: Array("\(id)".utf8), pushType: "wns/raw", contentType: "application/octet-stream"),
+            NativePayload(platform: .browser, body: Array(#"{"secureId":"\#(id)"}"#.utf8), priority: 5),
         ]
     }
 
@@ -28,17 +29,21 @@ public enum NativePayloads {
             NativePayload(platform: .fcm, body: Array(#"{"data":{\#(fields)}}"#.utf8)),
             NativePayload(
                 platform: .wns, body: Array("\(id)".utf8), pushType: "wns/raw", contentType: "application/octet-stream"),
+            NativePayload(platform: .browser, body: Array("{\(fields)}".utf8), priority: 5),
         ]
     }
 
     /// A visible alert with `text`: "Notify users" sends "From <sender>: <message>" this way.
-    public static func alert(_ text: String, platforms: [Platform] = [.apns, .fcm, .wns]) -> [NativePayload] {
+    /// Browsers get `{"message":…}` for their service worker to show.
+    public static func alert(_ text: String, platforms: [Platform] = [.apns, .fcm, .wns, .browser]) -> [NativePayload] {
         platforms.map { platform in
             switch platform {
             case .apns:
                 NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":\#(jsonString(text))}}"#.utf8), pushType: "alert", priority: 10)
             case .fcm:
                 NativePayload(platform: .fcm, body: Array(#"{"data":{"message":\#(jsonString(text))}}"#.utf8))
+            case .browser:
+                NativePayload(platform: .browser, body: Array(#"{"message":\#(jsonString(text))}"#.utf8), priority: 10)
             default:
                 NativePayload(
                     platform: .wns,

@@ -253,14 +253,21 @@ struct FanoutScenario {
             }
 
             let started = ContinuousClock.now
+            // Send commits the outbox and returns; the clock stops when the outcome is final.
             let outcome = try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), timeout: .seconds(3600)) { client in
-                try await client.call(
+                let sent = try await client.call(
                     DispatchServiceMethods.send,
                     SendRequest(
                         targetTag: "fanout",
                         payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"fan-out"}}"#.utf8), pushType: "alert")],
                         sender: "bench")
                 ).outcome
+                var outcome = sent
+                while let current = outcome, current.state == .enqueued || current.state == .processing {
+                    try await Task.sleep(for: .milliseconds(20))
+                    outcome = try await client.call(DispatchServiceMethods.getOutcome, GetOutcomeRequest(notificationID: current.notificationID))
+                }
+                return outcome
             }
             let elapsed = ContinuousClock.now - started
             let delivered = outcome?.platforms.reduce(0) { $0 + $1.success } ?? 0
@@ -306,7 +313,7 @@ struct FanoutScenario {
 
                 | | deliveries | seconds | deliveries/s |
                 |---|---:|---:|---:|
-                | Herald: Send → every delivery recorded | \(count) | \(String(format: "%.2f", seconds)) | \(format(rate)) |
+                | Herald: Send → outbox → every delivery recorded | \(count) | \(String(format: "%.2f", seconds)) | \(format(rate)) |
                 | baseline: the same rows inserted in-process | \(count) | \(String(format: "%.2f", Double(count) / floor)) | \(format(floor)) |
                 """,
                 memory.joined(separator: "\n"),

@@ -10,6 +10,8 @@ struct OutcomeCommand: AsyncParsableCommand {
     @OptionGroup var stack: StackOptions
     @Argument(help: "The notification id, n-…")
     var id: String
+    @Flag(help: "Also list every delivery: state, attempts, message id (apns-id), last status and reason.")
+    var deliveries = false
 
     func run() async throws {
         let outcome = try await withService("dispatch", stack) { client in
@@ -17,8 +19,27 @@ struct OutcomeCommand: AsyncParsableCommand {
         }
         print("\(outcome.notificationID)  \(outcome.state)  sent by \(outcome.sender)")
         for platform in outcome.platforms {
-            print("  \(platform.platform.name): \(platform.success) delivered, \(platform.failure) failed")
+            var line = "  \(platform.platform.name): \(platform.success) delivered, \(platform.failure) failed, \(platform.pending) pending"
+            if platform.retries > 0 { line += ", \(platform.retries) retries" }
+            if platform.removedHandles > 0 { line += ", \(platform.removedHandles) dead handles removed" }
+            print(line)
+            for failure in platform.failures { print("    \(failure.reason): \(failure.count)") }
         }
         if outcome.platforms.isEmpty { print("  no deliveries") }
+        guard deliveries else { return }
+        var after: Int64 = 0
+        while true {
+            let page = try await withService("dispatch", stack) { client in
+                try await client.call(
+                    DispatchServiceMethods.listDeliveries, ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000))
+            }.deliveries
+            for d in page {
+                print(
+                    "  #\(d.sequence) \(d.registrationID) \(d.platform.name) \(d.state) attempts=\(d.attempts) id=\(d.messageID)"
+                        + (d.lastStatus == 0 ? "" : " status=\(d.lastStatus)") + (d.reason.isEmpty ? "" : " reason=\(d.reason)"))
+            }
+            guard let last = page.last, page.count == 1000 else { break }
+            after = last.sequence
+        }
     }
 }

@@ -1,0 +1,257 @@
+import Foundation
+public import HeraldProto
+public import HeraldRPC
+public import Logging
+import Metrics
+public import ServiceLifecycle
+import Synchronization
+
+/// How retries are spaced: exponential backoff with jitter, never sooner than the push service's
+/// `Retry-After`, given up at the delivery's retry window or expiry.
+public struct RetryPolicy: Sendable {
+    /// Delay before the second attempt (doubled for each further one).
+    public var base: Duration
+    /// The longest delay between two attempts.
+    public var cap: Duration
+
+    public init(base: Duration = .seconds(1), cap: Duration = .seconds(300)) {
+        self.base = base
+        self.cap = cap
+    }
+
+    /// The delay after failed attempt number `attempt` (1-based): base × 2^(attempt−1), capped,
+    /// scaled by a random factor in [0.5, 1] ("equal jitter", so retries of a burst spread out but
+    /// never come sooner than half the backoff), and at least `retryAfter`.
+    public func delay(afterAttempt attempt: Int, retryAfter: Duration?, random: Double = Double.random(in: 0.5...1)) -> Duration {
+        let exponent = min(max(attempt - 1, 0), 30)
+        let raw = min(base.wholeMilliseconds * (Int64(1) << exponent), cap.wholeMilliseconds)
+        let jittered = Duration.milliseconds(Int64(Double(raw) * random))
+        guard let retryAfter else { return jittered }
+        return max(jittered, retryAfter)
+    }
+}
+
+/// Wakes a sleeping worker early (a send was committed). A signal that finds no sleeper is kept
+/// for the next wait, so none is lost; spurious wake-ups are harmless.
+final class Wakeup: Sendable {
+    private let state = Mutex<(pending: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
+
+    func signal() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return waiter
+            }
+            state.pending = true
+            return nil
+        }
+        waiter?.resume()
+    }
+
+    func wait(upTo timeout: Duration) async {
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            self?.signal()
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let now = state.withLock { state -> Bool in
+                    if state.pending {
+                        state.pending = false
+                        return true
+                    }
+                    state.waiter = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            signal()
+        }
+        timer.cancel()
+    }
+}
+
+/// Delivers the outbox: claims due deliveries in batches, hands each platform's share to its
+/// sender, and records what happened (delivered, retry at, failed, handle dead, abandoned). Up to
+/// `workers` batches are in flight at once. Dead handles are reported to herald-registration
+/// from a durable queue, so feedback survives a restart too.
+public final class DeliveryWorker: Service, Sendable {
+    private let outbox: Outbox
+    private let senders: [Platform: any PushSender]
+    private let registrations: RPCClient
+    private let policy: RetryPolicy
+    private let batchSize: Int
+    private let workers: Int
+    private let logger: Logger
+    private let wakeup = Wakeup()
+    private let removing = Mutex(false)
+    /// Batches in flight.
+    private let running = Mutex(0)
+    /// Graceful shutdown began: claim nothing more.
+    private let stopping = Mutex(false)
+
+    public init(
+        outbox: Outbox, senders: [Platform: any PushSender], registrations: RPCClient, policy: RetryPolicy, batchSize: Int = 500,
+        workers: Int = 4, logger: Logger
+    ) {
+        self.outbox = outbox
+        self.senders = senders
+        self.registrations = registrations
+        self.policy = policy
+        self.batchSize = batchSize
+        self.workers = workers
+        self.logger = logger
+    }
+
+    /// A send was committed: look for due deliveries now rather than at the next poll.
+    public func wake() { wakeup.signal() }
+
+    public func run() async throws {
+        let recovered = try outbox.recoverLeases()
+        if recovered > 0 {
+            logger.notice("resuming deliveries a previous process had started", metadata: ["herald.count": "\(recovered)"])
+        }
+        var lastGauge = ContinuousClock.now - .seconds(10)
+        // On graceful shutdown: claim nothing more, and let the batches in flight record their results.
+        await withGracefulShutdownHandler {
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled, !stopping.withLock({ $0 }) {
+                if running.withLock({ $0 }) >= workers {
+                    // Every batch slot is busy; a finishing batch signals.
+                    await wakeup.wait(upTo: .seconds(1))
+                    continue
+                }
+                let items: [PushItem]
+                do {
+                    items = try await outbox.claim(limit: batchSize)
+                } catch {
+                    logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
+                    await wakeup.wait(upTo: .seconds(1))
+                    continue
+                }
+                if !items.isEmpty {
+                    running.withLock { $0 += 1 }
+                    group.addTask {
+                        await self.deliver(items)
+                        self.running.withLock { $0 -= 1 }
+                        self.wakeup.signal()
+                    }
+                    continue
+                }
+                await flushRemovals()
+                if ContinuousClock.now - lastGauge > .seconds(1) {
+                    lastGauge = .now
+                    if let depth = try? outbox.depth() {
+                        Gauge(label: "herald_outbox_pending").record(depth.pending)
+                        Gauge(label: "herald_handle_removals_pending").record(depth.removals)
+                    }
+                }
+                let due = (try? outbox.nextDue()) ?? nil
+                let wait = due.map { Duration.milliseconds(max(0, min($0 - unixMillis(), 1000))) } ?? .seconds(1)
+                if wait > .zero { await wakeup.wait(upTo: wait) }
+            }
+        }
+        } onGracefulShutdown: {
+            self.stopping.withLock { $0 = true }
+            self.wakeup.signal()
+        }
+    }
+
+    /// One claimed batch: sends each platform's share, then records every result in one transaction.
+    func deliver(_ items: [PushItem]) async {
+        var byPlatform: [Platform: [PushItem]] = [:]
+        for item in items { byPlatform[item.platform, default: []].append(item) }
+        let decisions = await withTaskGroup(of: [Outbox.Decision].self) { group in
+            for (platform, share) in byPlatform {
+                group.addTask {
+                    guard let sender = self.senders[platform] else {
+                        return share.map { self.decide($0, .failed(status: 0, reason: "NoProviderConfigured")) }
+                    }
+                    let results = await sender.send(share)
+                    return zip(share, results).map { self.decide($0, $1) }
+                }
+            }
+            var all: [Outbox.Decision] = []
+            for await part in group { all.append(contentsOf: part) }
+            return all
+        }
+        do {
+            let finished = try await outbox.record(decisions)
+            for (_, state) in finished {
+                Counter(label: "herald_sends_total", dimensions: [("state", "\(state)")]).increment()
+            }
+        } catch {
+            // The leases stay: a restart (recoverLeases) makes these deliveries due again.
+            logger.error("cannot record delivery results", metadata: ["herald.error": "\(error)"])
+        }
+        if decisions.contains(where: { $0.removal != nil }) { await flushRemovals() }
+    }
+
+    /// Turns a sender's result into the delivery's next state.
+    func decide(_ item: PushItem, _ result: PushResult, now: Int64 = unixMillis()) -> Outbox.Decision {
+        var decision = Outbox.Decision(
+            sequence: item.sequence, notificationID: item.notificationID, state: .failed, status: 0, reason: "",
+            nextAttemptAt: now, removal: nil)
+        let outcome: String
+        switch result {
+        case .delivered(let status):
+            decision.state = .delivered
+            decision.status = status
+            outcome = "delivered"
+        case .failed(let status, let reason):
+            decision.status = status
+            decision.reason = reason
+            outcome = "failed"
+        case .unregistered(let status, let reason, let since):
+            decision.status = status
+            decision.reason = reason
+            decision.removal = (item.platform, item.handle, since)
+            outcome = "unregistered"
+        case .retry(let status, let reason, let after):
+            decision.status = status
+            decision.reason = reason
+            let next = now + policy.delay(afterAttempt: item.attempt, retryAfter: after).wholeMilliseconds
+            let expiry = item.payload.expiresAt > 0 ? item.payload.expiresAt * 1000 : Int64.max
+            if next > min(item.giveUpAt, expiry) {
+                decision.state = .abandoned
+                outcome = "abandoned"
+            } else {
+                decision.state = .pending
+                decision.nextAttemptAt = next
+                outcome = "retry"
+            }
+        }
+        Counter(label: "herald_deliveries_total", dimensions: [("platform", item.platform.name), ("outcome", outcome)]).increment()
+        if outcome != "delivered" {
+            logger.debug(
+                "delivery \(outcome)",
+                metadata: [
+                    "herald.notification_id": "\(item.notificationID)", "herald.message_id": "\(item.messageID)",
+                    "herald.attempt": "\(item.attempt)", "herald.status": "\(decision.status)", "herald.reason": "\(decision.reason)",
+                ])
+        }
+        return decision
+    }
+
+    /// Reports queued dead handles to herald-registration; those it cannot reach stay queued for
+    /// the next flush. One flush at a time.
+    func flushRemovals() async {
+        guard removing.withLock({ busy in busy ? false : { busy = true; return true }() }) else { return }
+        defer { removing.withLock { $0 = false } }
+        while let batch = try? outbox.pendingRemovals(limit: 100), !batch.isEmpty {
+            for removal in batch {
+                do {
+                    _ = try await registrations.call(
+                        RegistrationServiceMethods.removeHandle,
+                        RemoveHandleRequest(platform: removal.platform, handle: removal.handle, invalidSinceUnixMs: removal.since))
+                    try outbox.removalDone(removal.id)
+                    Counter(label: "herald_removed_handles_total", dimensions: [("platform", removal.platform.name)]).increment()
+                } catch {
+                    logger.warning("cannot remove a dead handle yet", metadata: ["herald.error": "\(error)"])
+                    return
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+public import AsyncHTTPClient
+import Foundation
+public import HeraldProto
+import HeraldRPC
+import JWTKit
+import NIOCore
+
+/// A Google service-account key file (the JSON Firebase's console downloads).
+public struct FCMServiceAccount: Sendable, Decodable {
+    public var projectID: String
+    public var privateKeyID: String
+    public var privateKey: String
+    public var clientEmail: String
+    public var tokenURI: String
+
+    enum CodingKeys: String, CodingKey {
+        case projectID = "project_id", privateKeyID = "private_key_id", privateKey = "private_key"
+        case clientEmail = "client_email", tokenURI = "token_uri"
+    }
+
+    public init(json: [UInt8]) throws {
+        do { self = try JSONDecoder().decode(Self.self, from: Data(json)) } catch {
+            throw ConfigError("the FCM service-account file is not a service-account key (project_id, private_key, client_email, token_uri)")
+        }
+    }
+}
+
+/// FCM's OAuth 2.0 access token from the service account: an RS256 JWT grant (RFC 7523) signed by
+/// jwt-kit, exchanged at the account's `token_uri`, cached until a minute before it expires.
+public enum FCMAccessToken {
+    public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
+
+    struct Claims: JWTPayload {
+        var iss: String
+        var scope: String
+        var aud: String
+        var iat: Int64
+        var exp: Int64
+        func verify(using algorithm: some JWTAlgorithm) async throws {}
+    }
+
+    /// `tokenURL` overrides the account's `token_uri` (tests).
+    public static func cache(
+        account: FCMServiceAccount, tokenURL: String?, client: HTTPClient, timeout: Duration,
+        now: @escaping @Sendable () -> Int64 = { unixSeconds() }
+    ) async throws -> AccessTokenCache {
+        let keys = JWTKeyCollection()
+        await keys.add(rsa: try Insecure.RSA.PrivateKey(pem: account.privateKey), digestAlgorithm: .sha256, kid: JWKIdentifier(string: account.privateKeyID))
+        let url = tokenURL ?? account.tokenURI
+        return AccessTokenCache(now: now) {
+            let at = now()
+            let assertion = try await keys.sign(
+                Claims(iss: account.clientEmail, scope: scope, aud: account.tokenURI, iat: at, exp: at + 3600),
+                kid: JWKIdentifier(string: account.privateKeyID))
+            return try await OAuthToken.fetch(
+                client: client, url: url, timeout: timeout, now: at,
+                form: [("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"), ("assertion", assertion)])
+        }
+    }
+}
+
+/// The token endpoint exchange shared by FCM and WNS.
+enum OAuthToken {
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    static func fetch(client: HTTPClient, url: String, timeout: Duration, now: Int64, form: [(String, String)]) async throws
+        -> AccessTokenCache.Token
+    {
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "content-type", value: "application/x-www-form-urlencoded")
+        request.body = .bytes(ByteBuffer(string: PushHTTP.form(form)))
+        switch await PushHTTP.exchange(client, request, timeout: timeout) {
+        case .failure(let failure): throw Failure(description: "token endpoint: \(failure.reason)")
+        case .success(let answer):
+            guard answer.status == 200, let json = answer.json, let token = json["access_token"] as? String else {
+                // The error body (RFC 6749 §5.2) names the problem and carries no secret.
+                let error = answer.json?["error"] as? String ?? "no access_token"
+                throw Failure(description: "token endpoint answered \(answer.status): \(error)")
+            }
+            let lifetime = (json["expires_in"] as? NSNumber)?.int64Value ?? 3600
+            return AccessTokenCache.Token(value: token, expiresAt: now + lifetime)
+        }
+    }
+}
+
+/// Sends to FCM HTTP v1: `POST /v1/projects/<project>/messages:send` with a bearer token and
+/// `{"message":{"token":<handle>,…payload…}}`. The payload's own bytes (data and/or notification
+/// message) are kept as they are; `android.ttl` and `android.collapse_key` are added when set.
+public struct FCMSender: SingleRequestSender {
+    public static let production = "https://fcm.googleapis.com"
+    public let baseURL: String
+    public let projectID: String
+    public let client: HTTPClient
+    public let tokens: AccessTokenCache
+    public let timeout: Duration
+    public let concurrency: Int
+
+    public init(baseURL: String, projectID: String, client: HTTPClient, tokens: AccessTokenCache, timeout: Duration, concurrency: Int = 100) {
+        self.baseURL = baseURL
+        self.projectID = projectID
+        self.client = client
+        self.tokens = tokens
+        self.timeout = timeout
+        self.concurrency = concurrency
+    }
+
+    /// The request body for one device.
+    public static func message(_ item: PushItem, now: Int64 = unixSeconds()) -> [UInt8] {
+        var android: [String] = []
+        if item.payload.expiresAt > 0 { android.append(#""ttl":"\#(max(0, item.payload.expiresAt - now))s""#) }
+        if !item.payload.collapseID.isEmpty { android.append(#""collapse_key":\#(jsonString(item.payload.collapseID))"#) }
+        var body = item.payload.body
+        // PlatformRules checked the body is a JSON object; splice the target (and options) in front.
+        while let last = body.last, last != UInt8(ascii: "}") { body.removeLast() }
+        guard let open = body.firstIndex(of: UInt8(ascii: "{")) else { return [] }
+        let inner = body[(open + 1)..<(body.count - 1)]
+        let isEmpty = inner.allSatisfy { $0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 }
+        var prefix = #"{"message":{"token":\#(jsonString(item.handle))"#
+        if !android.isEmpty {
+            if (try? JSONSerialization.jsonObject(with: Data(item.payload.body)) as? [String: Any])?["android"] != nil {
+                return merged(item, now: now)
+            }
+            prefix += #","android":{\#(android.joined(separator: ","))}"#
+        }
+        return Array(prefix.utf8) + (isEmpty ? [] : [UInt8(ascii: ",")] + inner) + Array("}}".utf8)
+    }
+
+    /// The payload already has an `android` object: merge the options into it (key order may change).
+    private static func merged(_ item: PushItem, now: Int64) -> [UInt8] {
+        var message = (try? JSONSerialization.jsonObject(with: Data(item.payload.body)) as? [String: Any]) ?? [:]
+        var android = message["android"] as? [String: Any] ?? [:]
+        if item.payload.expiresAt > 0 { android["ttl"] = "\(max(0, item.payload.expiresAt - now))s" }
+        if !item.payload.collapseID.isEmpty { android["collapse_key"] = item.payload.collapseID }
+        message["android"] = android
+        message["token"] = item.handle
+        return Array((try? JSONSerialization.data(withJSONObject: ["message": message], options: [.sortedKeys])) ?? Data())
+    }
+
+    static func jsonString(_ value: String) -> String {
+        String(decoding: try! JSONSerialization.data(withJSONObject: value, options: [.fragmentsAllowed, .withoutEscapingSlashes]), as: UTF8.self)
+    }
+
+    public func send(_ item: PushItem) async -> PushResult {
+        let bearer: String
+        do { bearer = try await tokens.token() } catch { return .retry(status: 0, reason: "AccessTokenUnavailable", after: nil) }
+        var request = HTTPClientRequest(url: "\(baseURL)/v1/projects/\(projectID)/messages:send")
+        request.method = .POST
+        request.headers.add(name: "authorization", value: "Bearer \(bearer)")
+        request.headers.add(name: "content-type", value: "application/json; charset=UTF-8")
+        request.body = .bytes(ByteBuffer(bytes: Self.message(item)))
+        let answer: PushHTTP.Answer
+        switch await PushHTTP.exchange(client, request, timeout: timeout) {
+        case .failure(let failure): return .retry(status: 0, reason: failure.reason, after: nil)
+        case .success(let success): answer = success
+        }
+        // {"error":{"code":404,"status":"NOT_FOUND","details":[{"errorCode":"UNREGISTERED",…}]}}
+        let error = answer.json?["error"] as? [String: Any]
+        let details = error?["details"] as? [[String: Any]] ?? []
+        let code = details.compactMap { $0["errorCode"] as? String }.first ?? error?["status"] as? String ?? "HTTP \(answer.status)"
+        switch (answer.status, code) {
+        case (200, _): return .delivered(status: 200)
+        case (_, "UNREGISTERED"): return .unregistered(status: answer.status, reason: code, since: 0)
+        case (401, _):
+            await tokens.invalidate(bearer)
+            return .retry(status: 401, reason: code, after: nil)
+        default: return PushHTTP.generic(answer, reason: code)
+        }
+    }
+}

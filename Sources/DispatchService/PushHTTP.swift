@@ -1,0 +1,131 @@
+public import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+public import NIOSSL
+
+/// The outbound HTTP client every sender shares: AsyncHTTPClient over SwiftNIO, HTTP/2 when the
+/// service offers it in ALPN (APNs requires it; one connection per host carries many concurrent
+/// streams), HTTP/1.1 otherwise. Redirects are never followed (a push service does not redirect,
+/// and a device-supplied URL must not bounce Herald's credentials elsewhere).
+public enum PushHTTP {
+    /// `extraCAFile`: a PEM bundle trusted besides the system roots (the tests' CA).
+    public static func makeClient(extraCAFile: String?, connectTimeout: Duration = .seconds(10)) -> HTTPClient {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if let extraCAFile { tls.additionalTrustRoots = [.file(extraCAFile)] }
+        var configuration = HTTPClient.Configuration(
+            tlsConfiguration: tls, redirectConfiguration: .disallow,
+            timeout: .init(connect: .nanoseconds(connectTimeout.wholeNanoseconds)))
+        configuration.httpVersion = .automatic
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }
+
+    /// One exchange's answer: status, headers and up to 64 KiB of body (push services answer small).
+    public struct Answer: Sendable {
+        public var status: Int
+        public var headers: HTTPHeaders
+        public var body: [UInt8]
+
+        /// `Retry-After` as delta-seconds or an HTTP-date, when present and sane.
+        public var retryAfter: Duration? { PushHTTP.retryAfter(headers.first(name: "retry-after")) }
+
+        /// The body as a JSON object, when it is one.
+        public var json: [String: Any]? { (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any] }
+    }
+
+    /// Sends `request`; a transport failure (refused, reset, GOAWAY, TLS, timeout) becomes `nil`
+    /// with a short reason, never an error carrying URLs or headers into logs.
+    public static func exchange(
+        _ client: HTTPClient, _ request: HTTPClientRequest, timeout: Duration
+    ) async -> Result<Answer, TransportFailure> {
+        do {
+            let response = try await client.execute(request, timeout: .nanoseconds(timeout.wholeNanoseconds))
+            let body = try await response.body.collect(upTo: 64 * 1024)
+            return .success(Answer(status: Int(response.status.code), headers: response.headers, body: Array(buffer: body)))
+        } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
+            return .failure(TransportFailure(reason: "Timeout"))
+        } catch {
+            return .failure(TransportFailure(reason: "ConnectionError"))
+        }
+    }
+
+    public struct TransportFailure: Error, Sendable {
+        public var reason: String
+    }
+
+    /// Parses `Retry-After` (RFC 9110 §10.2.3): delta-seconds or an IMF-fixdate. Capped at a day.
+    public static func retryAfter(_ value: String?) -> Duration? {
+        guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        if let seconds = Int64(value), seconds >= 0 { return .seconds(min(seconds, 86400)) }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = formatter.date(from: value) else { return nil }
+        let seconds = max(0, date.timeIntervalSinceNow)
+        return .milliseconds(Int64(min(seconds, 86400) * 1000))
+    }
+
+    /// The common mapping of statuses no provider treats specially: 429 and 5xx are retried
+    /// (honouring Retry-After), anything else fails for good.
+    public static func generic(_ answer: Answer, reason: String) -> PushResult {
+        switch answer.status {
+        case 200..<300: .delivered(status: answer.status)
+        case 429, 500..<600: .retry(status: answer.status, reason: reason, after: answer.retryAfter)
+        default: .failed(status: answer.status, reason: reason)
+        }
+    }
+
+    /// `application/x-www-form-urlencoded` of `fields`, for OAuth token requests.
+    public static func form(_ fields: [(String, String)]) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return fields.map { name, value in
+            "\(name)=\(value.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")"
+        }.joined(separator: "&")
+    }
+}
+
+/// An OAuth 2.0 access token cached until shortly before it expires (FCM's service-account grant,
+/// WNS's client credentials). Concurrent callers share one fetch.
+public actor AccessTokenCache {
+    public struct Token: Sendable {
+        public var value: String
+        /// Unix seconds.
+        public var expiresAt: Int64
+    }
+
+    private let fetch: @Sendable () async throws -> Token
+    private let now: @Sendable () -> Int64
+    private var cached: Token?
+    private var inFlight: Task<Token, any Error>?
+    /// Fetches so far (tests read it).
+    public private(set) var fetches = 0
+
+    /// `now`: Unix seconds (injected by tests).
+    public init(now: @escaping @Sendable () -> Int64 = { unixSeconds() }, fetch: @escaping @Sendable () async throws -> Token) {
+        self.fetch = fetch
+        self.now = now
+    }
+
+    /// A token valid for at least another minute.
+    public func token() async throws -> String {
+        if let cached, cached.expiresAt - 60 > now() { return cached.value }
+        if let inFlight { return try await inFlight.value.value }
+        let task = Task { try await fetch() }
+        inFlight = task
+        defer { inFlight = nil }
+        fetches += 1
+        let token = try await task.value
+        cached = token
+        return token.value
+    }
+
+    /// The service refused the token (401): fetch a new one next time.
+    public func invalidate(_ value: String) {
+        if cached?.value == value { cached = nil }
+    }
+}
+
+/// Unix epoch seconds.
+public func unixSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
