@@ -3,13 +3,15 @@
 #   scripts/setup.sh          build and run: libprotobuf-c-dev, libsqlite3-dev
 #   scripts/setup.sh --test   also protoc-c (generated-code check), docker-compose (compose check),
 #                             python3 + grpcio/grpcio-tools (the independent gRPC client in the tests),
-#                             wrk (the benchmark's quick run), kubernetes-validate (the k8s manifests)
+#                             wrk (the benchmark's quick run), kubernetes-validate (the k8s manifests),
+#                             PyJWT, py-vapid, http-ece (independent checks of the push senders' output),
+#                             openssl (the tests' CA)
 #   scripts/setup.sh --bench  also wrk (the edge scenario's load generator)
 set -euo pipefail
 
 packages=(libprotobuf-c-dev libsqlite3-dev pkg-config)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(protobuf-c-compiler docker-compose)
+  packages+=(protobuf-c-compiler docker-compose openssl)
   # python3 may come from elsewhere (pyenv): ask apt only for what PATH lacks.
   command -v python3 >/dev/null 2>&1 || packages+=(python3)
   python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
@@ -32,9 +34,10 @@ if (( ${#missing[@]} )); then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [[ "${1:-}" == "--test" ]] && ! { python3 -c 'import grpc, grpc_tools, kubernetes_validate' 2>/dev/null && command -v kubernetes-validate >/dev/null; }; then
-  echo "setup: installing grpcio, grpcio-tools and kubernetes-validate from PyPI"
-  pip_args=(install --quiet --disable-pip-version-check "grpcio==1.85.1" "grpcio-tools==1.85.1" "kubernetes-validate==1.37.0")
+if [[ "${1:-}" == "--test" ]] && ! { python3 -c 'import grpc, grpc_tools, kubernetes_validate, jwt, py_vapid, http_ece' 2>/dev/null && command -v kubernetes-validate >/dev/null; }; then
+  echo "setup: installing grpcio, grpcio-tools, kubernetes-validate, PyJWT, py-vapid and http-ece from PyPI"
+  pip_args=(install --quiet --disable-pip-version-check "grpcio==1.85.1" "grpcio-tools==1.85.1" "kubernetes-validate==1.37.0"
+    "PyJWT[crypto]==2.15.1" "py-vapid==1.9.6" "http-ece==1.2.1")
   # Debian's own python refuses global installs (PEP 668) unless told otherwise.
   python3 -m pip "${pip_args[@]}" 2>/dev/null || python3 -m pip "${pip_args[@]}" --break-system-packages
 fi

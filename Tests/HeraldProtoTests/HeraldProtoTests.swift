@@ -111,6 +111,6 @@ struct HeraldProtoTests {
     func methodNames() {
         #expect(PayloadServiceMethods.fetchPayload.fullName == "herald.v1.PayloadService/FetchPayload")
         #expect(HealthMethods.check.fullName == "grpc.health.v1.Health/Check")
-        #expect(RegistrationServiceMethods.allMethodNames.count == 5)
+        #expect(RegistrationServiceMethods.allMethodNames.count == 6)
     }
 }

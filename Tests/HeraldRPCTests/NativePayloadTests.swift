@@ -25,7 +25,8 @@ struct NativePayloadTests {
     @Test("each kind has the contract's bytes and delivery options")
     func shapes() throws {
         let secure = NativePayloads.secure(id: 7)
-        #expect(secure.map(\.platform) == [.apns, .fcm, .wns])
+        #expect(secure.map(\.platform) == [.apns, .fcm, .wns, .browser])
+        #expect(String(decoding: secure[3].body, as: UTF8.self) == #"{"secureId":"7"}"#)
         #expect(String(decoding: secure[0].body, as: UTF8.self) == #"{"aps":{"content-available":1},"secureId":"7"}"#)
         #expect(secure[0].pushType == "background" && secure[0].priority == 5)
         #expect(String(decoding: secure[2].body, as: UTF8.self) == "7" && secure[2].pushType == "wns/raw")

@@ -37,7 +37,9 @@ struct ExternalClientTests {
             #expect(answers["upsert_foreign"] as? String == "NOT_FOUND")
             #expect((answers["payload"] as? [String: Any])?["content"] as? String == "from python")
             #expect(answers["payload_foreign"] as? String == "NOT_FOUND")
-            #expect(answers["send_state"] as? String == "OUTCOME_STATE_COMPLETED")
+            #expect(answers["send_state"] as? String == "OUTCOME_STATE_ENQUEUED")
+            #expect(answers["final_state"] as? String == "OUTCOME_STATE_COMPLETED")
+            #expect(answers["delivered"] as? Int == 1)
             #expect(answers["inbox_payloads"] as? [String] == [#"{"data":{"hello":"python"}}"#])
             #expect(answers["send_empty"] as? String == "INVALID_ARGUMENT")
         }

@@ -133,9 +133,15 @@ struct OperationsTests {
             let payload = try await scrape("payload")
             #expect(Self.value(payload, "herald_rpc_requests_total", ["PayloadService/StorePayload", "status=\"OK\""]) == 1)
             #expect(Self.value(payload, "herald_rpc_duration_seconds_count", ["PayloadService/StorePayload"]) == 1)
-            let dispatch = try await scrape("dispatch")
+            // The inbox row is written before the worker records the result: poll for the counters.
+            var dispatch = try await scrape("dispatch")
+            let deadline = ContinuousClock.now + .seconds(10)
+            while Self.value(dispatch, "herald_sends_total", ["COMPLETED"]) < 1, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+                dispatch = try await scrape("dispatch")
+            }
             #expect(Self.value(dispatch, "herald_sends_total", ["COMPLETED"]) == 1)
-            #expect(Self.value(dispatch, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"success\""]) == 1)
+            #expect(Self.value(dispatch, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"delivered\""]) == 1)
         }
     }
 

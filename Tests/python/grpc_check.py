@@ -10,6 +10,7 @@ import base64
 import importlib
 import importlib.util
 import json
+import time
 import sys
 import tempfile
 from pathlib import Path
@@ -118,6 +119,15 @@ def main():
         sent = stub.Send(dispatch_pb2.SendRequest(target_user="carol", payloads=[dispatch_pb2.NativePayload(
             platform=common_pb2.PLATFORM_FCM, body=b'{"data":{"hello":"python"}}')]), timeout=10)
         result["send_state"] = dispatch_pb2.OutcomeState.Name(sent.outcome.state)
+        # Send commits the outbox and returns; delivery follows. Poll the outcome with a deadline.
+        deadline = time.monotonic() + 10
+        while True:
+            outcome = stub.GetOutcome(dispatch_pb2.GetOutcomeRequest(notification_id=sent.outcome.notification_id), timeout=5)
+            if outcome.state == dispatch_pb2.OUTCOME_STATE_COMPLETED or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        result["final_state"] = dispatch_pb2.OutcomeState.Name(outcome.state)
+        result["delivered"] = sum(p.success for p in outcome.platforms)
         inbox = stub.ListInbox(dispatch_pb2.ListInboxRequest(limit=1000), timeout=5)
         result["inbox_payloads"] = [e.payload.decode() for e in inbox.entries if e.handle == "fcm-token-1"]
         try:

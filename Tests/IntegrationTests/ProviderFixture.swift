@@ -1,0 +1,288 @@
+import Crypto
+import Foundation
+import HeraldProto
+import HeraldRPC
+import HeraldStack
+import Synchronization
+import Testing
+
+/// Everything the push-service doubles and herald-dispatch need to talk to each other: a test CA
+/// and a loopback certificate, an APNs .p8 key, an FCM service account (RSA key), WNS client
+/// credentials, a VAPID key, and one double that plays every provider by path:
+///
+/// - `POST /3/device/<token>`: APNs (JWT, topic, push type, priority, apns-id, 4096 bytes)
+/// - `POST /token`: Google's OAuth token endpoint (JWT-bearer grant)
+/// - `POST /v1/projects/<project>/messages:send`: FCM HTTP v1
+/// - `POST /wns-token`: WNS's token endpoint (client credentials)
+/// - `POST /wns/<channel>`: a WNS channel URI
+/// - `POST /push/<subscription>`: a Web Push endpoint (VAPID, aes128gcm, TTL)
+///
+/// `script` lets a test queue answers per device (APNs token, FCM token, WNS or push path);
+/// with nothing queued, a request that passes every rule is accepted.
+final class ProviderFixture: Sendable {
+    static let keyID = "KEY1234567"
+    static let teamID = "TEAM123456"
+    static let topic = "com.example.herald"
+    static let project = "herald-test"
+    static let clientEmail = "herald@herald-test.iam.gserviceaccount.com"
+    static let wnsClientID = "ms-app://s-1-15-2-herald"
+    static let wnsSecret = "wns-secret-Qx7"
+    static let fcmAccessToken = "ya29.fcm-access-token-1"
+    static let wnsAccessToken = "EgAcAQMAAAAEgAAAC-wns-access-1"
+
+    let folder: String
+    let tls: StackTLS
+    let apnsKey: P256.Signing.PrivateKey
+    let vapidKey: P256.Signing.PrivateKey
+    let rsaKeyFile: String
+    let double: PushDouble
+    /// Queued answers per device key.
+    let script = Mutex<[String: [PushDouble.Reply]]>([:])
+    /// Rule violations the double found (each also answered with the provider's error).
+    let violations = Mutex<[String]>([])
+
+    private init(folder: String, tls: StackTLS, apnsKey: P256.Signing.PrivateKey, vapidKey: P256.Signing.PrivateKey, rsaKeyFile: String, double: PushDouble) {
+        self.folder = folder
+        self.tls = tls
+        self.apnsKey = apnsKey
+        self.vapidKey = vapidKey
+        self.rsaKeyFile = rsaKeyFile
+        self.double = double
+    }
+
+    static func start(in folder: String) async throws -> ProviderFixture {
+        let tls = try TLSStackTests.makeCertificates(in: folder)
+        let apnsKey = P256.Signing.PrivateKey()
+        let vapidKey = P256.Signing.PrivateKey()
+        let openssl = try #require(which("openssl"))
+        let rsa = try runProgram(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "\(folder)/fcm.key"])
+        try #require(rsa.status == 0, "openssl genpkey: \(rsa.error)")
+        let box = FixtureBox()
+        let double = try await PushDouble.start(certificate: tls.certificate, key: tls.key) { request in
+            box.fixture.withLock { $0 }?.respond(request) ?? PushDouble.Reply(status: 503)
+        }
+        let fixture = ProviderFixture(folder: folder, tls: tls, apnsKey: apnsKey, vapidKey: vapidKey, rsaKeyFile: "\(folder)/fcm.key", double: double)
+        box.fixture.withLock { $0 = fixture }
+        try fixture.writeFiles()
+        return fixture
+    }
+
+    func stop() async { await double.stop() }
+
+    private func writeFiles() throws {
+        try apnsKey.pemRepresentation.write(toFile: "\(folder)/apns.p8", atomically: true, encoding: .utf8)
+        try vapidKey.pemRepresentation.write(toFile: "\(folder)/vapid.pem", atomically: true, encoding: .utf8)
+        try apnsKey.publicKey.pemRepresentation.write(toFile: "\(folder)/apns.pub.pem", atomically: true, encoding: .utf8)
+        try vapidKey.publicKey.pemRepresentation.write(toFile: "\(folder)/vapid.pub.pem", atomically: true, encoding: .utf8)
+        try "\(Self.wnsSecret)\n".write(toFile: "\(folder)/wns.secret", atomically: true, encoding: .utf8)
+        let account: [String: Any] = [
+            "type": "service_account", "project_id": Self.project, "private_key_id": "fcm-key-1",
+            "private_key": try String(contentsOfFile: rsaKeyFile, encoding: .utf8), "client_email": Self.clientEmail,
+            "token_uri": "\(double.url)/token",
+        ]
+        try JSONSerialization.data(withJSONObject: account).write(to: URL(fileURLWithPath: "\(folder)/service-account.json"))
+    }
+
+    /// herald-dispatch's settings for every provider, pointed at the double.
+    func dispatchArguments(retryBaseMs: Int = 200) -> [String] {
+        [
+            "--push-ca-file", tls.ca, "--retry-base-ms", String(retryBaseMs),
+            "--apns-key-file", "\(folder)/apns.p8", "--apns-key-id", Self.keyID, "--apns-team-id", Self.teamID,
+            "--apns-topic", Self.topic, "--apns-url", double.url,
+            "--fcm-service-account-file", "\(folder)/service-account.json", "--fcm-url", double.url,
+            "--wns-client-id", Self.wnsClientID, "--wns-client-secret-file", "\(folder)/wns.secret",
+            "--wns-token-url", "\(double.url)/wns-token",
+            "--webpush-vapid-key-file", "\(folder)/vapid.pem", "--webpush-subject", "mailto:ops@example.com",
+        ]
+    }
+
+    func configure(_ configuration: inout StackConfiguration, retryBaseMs: Int = 200) {
+        configuration.extraArguments["dispatch", default: []] += dispatchArguments(retryBaseMs: retryBaseMs)
+        configuration.extraArguments["registration", default: []] += ["--wns-channel-hosts", "127.0.0.1"]
+    }
+
+    /// Queues `replies` for the device `key` (answered in order, then the default).
+    func queue(_ key: String, _ replies: PushDouble.Reply...) {
+        script.withLock { $0[key, default: []] += replies }
+    }
+
+    private func next(_ key: String) -> PushDouble.Reply? {
+        script.withLock { queued in
+            guard var list = queued[key], !list.isEmpty else { return nil }
+            let first = list.removeFirst()
+            queued[key] = list
+            return first
+        }
+    }
+
+    private func violation(_ text: String) { violations.withLock { $0.append(text) } }
+
+    // MARK: the providers' rules
+
+    func respond(_ request: PushDouble.Request) -> PushDouble.Reply {
+        guard request.method == "POST" else { return .json(405, ["reason": "MethodNotAllowed"]) }
+        let path = request.path
+        if path.hasPrefix("/3/device/") { return apns(request, token: String(path.dropFirst("/3/device/".count))) }
+        if path == "/token" { return googleToken(request) }
+        if path == "/v1/projects/\(Self.project)/messages:send" { return fcm(request) }
+        if path == "/wns-token" { return wnsToken(request) }
+        if path.hasPrefix("/wns/") { return wns(request) }
+        if path.hasPrefix("/push/") { return webPush(request) }
+        violation("unknown path \(path)")
+        return PushDouble.Reply(status: 404)
+    }
+
+    private func apns(_ request: PushDouble.Request, token: String) -> PushDouble.Reply {
+        func refuse(_ status: Int, _ reason: String) -> PushDouble.Reply {
+            violation("APNs \(reason)")
+            return .json(status, ["reason": reason])
+        }
+        guard token.count == 64, token.allSatisfy(\.isHexDigit) else { return refuse(400, "BadDeviceToken") }
+        guard let authorization = request.header("authorization"), authorization.hasPrefix("bearer ") else {
+            return refuse(403, "MissingProviderToken")
+        }
+        switch PushRules.verifyES256(String(authorization.dropFirst(7)), key: apnsKey.publicKey) {
+        case .failure: return refuse(403, "InvalidProviderToken")
+        case .success(let (header, claims)):
+            guard header["kid"] as? String == Self.keyID, claims["iss"] as? String == Self.teamID else {
+                return refuse(403, "InvalidProviderToken")
+            }
+            guard let iat = (claims["iat"] as? NSNumber)?.doubleValue, abs(Date().timeIntervalSince1970 - iat) < 3600 else {
+                return refuse(403, "ExpiredProviderToken")
+            }
+        }
+        guard request.header("apns-topic") == Self.topic else { return refuse(400, "BadTopic") }
+        let type = request.header("apns-push-type")
+        guard type == "alert" || type == "background" else { return refuse(400, "InvalidPushType") }
+        let priority = request.header("apns-priority")
+        guard priority == "10" || priority == "5", !(type == "background" && priority != "5") else { return refuse(400, "BadPriority") }
+        guard let id = request.header("apns-id"), UUID(uuidString: id) != nil, id.count == 36 else { return refuse(400, "BadMessageId") }
+        guard request.body.count <= 4096 else { return refuse(413, "PayloadTooLarge") }
+        guard let json = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any], json["aps"] != nil else {
+            return refuse(400, "PayloadEmpty")
+        }
+        if let scripted = next(token) { return scripted }
+        return PushDouble.Reply(status: 200, headers: [("apns-id", id)])
+    }
+
+    private static func form(_ body: [UInt8]) -> [String: String] {
+        var fields: [String: String] = [:]
+        for pair in String(decoding: body, as: UTF8.self).split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1).map { String($0).removingPercentEncoding ?? "" }
+            if parts.count == 2 { fields[parts[0]] = parts[1] }
+        }
+        return fields
+    }
+
+    /// Google's token endpoint: checks the grant's shape and claims (PyJWT checks its RS256 signature).
+    private func googleToken(_ request: PushDouble.Request) -> PushDouble.Reply {
+        let form = Self.form(request.body)
+        guard form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer", let assertion = form["assertion"] else {
+            violation("OAuth grant without grant_type/assertion")
+            return .json(400, ["error": "invalid_grant"])
+        }
+        let parts = assertion.split(separator: ".")
+        guard parts.count == 3, let claimBytes = PushRules.base64URL(parts[1]), let headerBytes = PushRules.base64URL(parts[0]),
+            let claims = (try? JSONSerialization.jsonObject(with: Data(claimBytes))) as? [String: Any],
+            let header = (try? JSONSerialization.jsonObject(with: Data(headerBytes))) as? [String: Any],
+            header["alg"] as? String == "RS256", claims["iss"] as? String == Self.clientEmail,
+            claims["aud"] as? String == "\(double.url)/token", claims["scope"] as? String == "https://www.googleapis.com/auth/firebase.messaging"
+        else {
+            violation("OAuth grant with wrong claims")
+            return .json(400, ["error": "invalid_grant"])
+        }
+        return .json(200, ["access_token": Self.fcmAccessToken, "expires_in": 3599, "token_type": "Bearer"])
+    }
+
+    private func fcm(_ request: PushDouble.Request) -> PushDouble.Reply {
+        guard request.header("authorization") == "Bearer \(Self.fcmAccessToken)" else {
+            violation("FCM without the access token")
+            return .json(401, ["error": ["code": 401, "status": "UNAUTHENTICATED"]])
+        }
+        guard let json = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any],
+            let message = json["message"] as? [String: Any], let token = message["token"] as? String
+        else {
+            violation("FCM body is not {\"message\":{\"token\":…}}")
+            return .json(400, ["error": ["code": 400, "status": "INVALID_ARGUMENT"]])
+        }
+        guard request.body.count <= 4096 + 4096 else { return .json(400, ["error": ["code": 400, "status": "INVALID_ARGUMENT"]]) }
+        if let scripted = next(token) { return scripted }
+        return .json(200, ["name": "projects/\(Self.project)/messages/\(UUID().uuidString)"])
+    }
+
+    private func wnsToken(_ request: PushDouble.Request) -> PushDouble.Reply {
+        let form = Self.form(request.body)
+        guard form["grant_type"] == "client_credentials", form["client_id"] == Self.wnsClientID,
+            form["client_secret"] == Self.wnsSecret, form["scope"] == "notify.windows.com"
+        else {
+            violation("WNS token request with wrong fields")
+            return .json(400, ["error": "invalid_client"])
+        }
+        return .json(200, ["access_token": Self.wnsAccessToken, "token_type": "bearer", "expires_in": 86400])
+    }
+
+    private func wns(_ request: PushDouble.Request) -> PushDouble.Reply {
+        guard request.header("authorization") == "Bearer \(Self.wnsAccessToken)" else {
+            violation("WNS without the access token")
+            return PushDouble.Reply(status: 401)
+        }
+        let type = request.header("x-wns-type") ?? ""
+        guard ["wns/toast", "wns/raw", "wns/badge", "wns/tile"].contains(type) else {
+            violation("WNS type \(type)")
+            return PushDouble.Reply(status: 400)
+        }
+        guard request.body.count <= 5120 else { return PushDouble.Reply(status: 413) }
+        if let scripted = next(request.path) { return scripted }
+        return PushDouble.Reply(status: 200, headers: [("x-wns-status", "received")])
+    }
+
+    private func webPush(_ request: PushDouble.Request) -> PushDouble.Reply {
+        func refuse(_ status: Int, _ text: String) -> PushDouble.Reply {
+            violation("Web Push \(text)")
+            return PushDouble.Reply(status: status)
+        }
+        guard let ttl = request.header("ttl"), Int(ttl) != nil else { return refuse(400, "TTL missing") }
+        guard request.header("content-encoding") == "aes128gcm" else { return refuse(415, "content-encoding") }
+        guard let authorization = request.header("authorization"), authorization.hasPrefix("vapid ") else {
+            return refuse(401, "no VAPID")
+        }
+        var parameters: [String: String] = [:]
+        for part in authorization.dropFirst(6).split(separator: ",") {
+            let pair = part.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1).map(String.init)
+            if pair.count == 2 { parameters[pair[0]] = pair[1] }
+        }
+        guard let k = parameters["k"], let t = parameters["t"], let raw = PushRules.base64URL(Substring(k)),
+            let key = try? P256.Signing.PublicKey(x963Representation: raw), raw == Array(vapidKey.publicKey.x963Representation)
+        else { return refuse(401, "VAPID k") }
+        switch PushRules.verifyES256(t, key: key) {
+        case .failure(let why): return refuse(403, "VAPID \(why.reason)")
+        case .success(let (_, claims)):
+            guard claims["aud"] as? String == double.url, let exp = (claims["exp"] as? NSNumber)?.doubleValue,
+                exp > Date().timeIntervalSince1970, exp <= Date().timeIntervalSince1970 + 86400,
+                (claims["sub"] as? String)?.hasPrefix("mailto:") == true
+            else { return refuse(403, "VAPID claims") }
+        }
+        guard request.body.count <= 4096 else { return refuse(413, "too large") }
+        if let scripted = next(request.path) { return scripted }
+        return PushDouble.Reply(status: 201)
+    }
+}
+
+final class FixtureBox: Sendable {
+    let fixture = Mutex<ProviderFixture?>(nil)
+}
+
+/// A browser's push subscription: its ECDH key pair and auth secret, and the handle Herald stores.
+struct BrowserSubscription {
+    let key = P256.KeyAgreement.PrivateKey()
+    let auth: [UInt8] = (0..<16).map { _ in UInt8.random(in: 0...255) }
+    let endpoint: String
+
+    var handle: String {
+        let json: [String: Any] = [
+            "endpoint": endpoint,
+            "keys": ["p256dh": Base64URL.encode(key.publicKey.x963Representation), "auth": Base64URL.encode(auth)],
+        ]
+        return String(decoding: try! JSONSerialization.data(withJSONObject: json, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
+    }
+}

@@ -1,0 +1,279 @@
+import Foundation
+import HeraldProto
+import HeraldRPC
+import HeraldStack
+import Edge
+import Testing
+
+/// herald-dispatch delivering to loopback doubles of APNs, FCM (with Google's token endpoint),
+/// WNS (with its token endpoint) and a Web Push service, over HTTP/2 + TLS from a test CA. Only
+/// the push services are doubles; every Herald service is the real executable.
+@Suite("push delivery to the provider doubles", .serialized, .timeLimit(.minutes(5)))
+struct PushDeliveryTests {
+    static let tokenPaths: Set<String> = ["/token", "/wns-token"]
+
+    /// A stack whose dispatch sends every platform to `fixture`'s double.
+    static func withProviders(
+        logLevel: String = "info", retryBaseMs: Int = 200, extra: [String] = [],
+        _ body: (ProviderFixture, LiveStack) async throws -> Void
+    ) async throws {
+        let folder = try LiveStack.makeDirectory()
+        let fixture = try await ProviderFixture.start(in: folder)
+        defer { Task { await fixture.stop() } }
+        try await LiveStack.with(directory: folder + "/stack") { configuration in
+            configuration.logLevel = logLevel
+            fixture.configure(&configuration, retryBaseMs: retryBaseMs)
+            configuration.extraArguments["dispatch", default: []] += extra
+        } _: { live in
+            try await body(fixture, live)
+            #expect(fixture.violations.withLock { $0 } == [], "the doubles found rule violations")
+        }
+    }
+
+    /// Polls a send's outcome at the edge until it is final (or the deadline passes).
+    static func finalOutcome(_ live: LiveStack, _ path: String, as user: String, timeout: Duration = .seconds(30)) async throws
+        -> [String: Any]
+    {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let reply = try await live.edge.request("GET", path, as: user)
+            try #require(reply.status == 200, "GET \(path): \(reply.status) \(reply.text)")
+            let json = try reply.json()
+            let state = json["state"] as? String ?? ""
+            if ["Completed", "Abandoned", "NoTargetFound"].contains(state) || ContinuousClock.now >= deadline { return json }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    static func platform(_ outcome: [String: Any], _ name: String) -> [String: Any] {
+        (outcome["platforms"] as? [[String: Any]] ?? []).first { $0["platform"] as? String == name } ?? [:]
+    }
+
+    static func deliveries(_ live: LiveStack, _ id: String) async throws -> [DeliveryRecord] {
+        try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport) {
+            try await $0.call(DispatchServiceMethods.listDeliveries, ListDeliveriesRequest(notificationID: id, limit: 1000)).deliveries
+        }
+    }
+
+    static func registrations(_ live: LiveStack, of owner: String) async throws -> [Registration] {
+        try await RPCClient.with(socketPath: live.configuration.socketPath("registration"), transport: live.configuration.rpcTransport) {
+            try await $0.call(RegistrationServiceMethods.listRegistrations, ListRegistrationsRequest(owner: owner)).registrations
+        }
+    }
+
+    /// Posts an alert as `sender` to `user`'s devices; returns the outcome path and notification id.
+    static func alert(_ live: LiveStack, _ text: String, to user: String, as sender: String) async throws -> (path: String, id: String) {
+        let reply = try await live.edge.upload(
+            "/v1/notifications?kind=alert&to_user=\(user)", as: sender, bytes: Data(text.utf8), contentType: "text/plain")
+        try #require(reply.status == 202, "alert: \(reply.status) \(reply.text)")
+        let path = try #require(reply.header("Location"))
+        return (path, try #require(try reply.json()["notificationId"] as? String))
+    }
+
+    @Test("alert and background pushes reach APNs, FCM, WNS and Web Push with exactly the right headers and bytes")
+    func rightHeadersAndBytes() async throws {
+        try await Self.withProviders(logLevel: "trace") { fixture, live in
+            let url = fixture.double.url
+            let token = apnsToken(501)
+            let browser = BrowserSubscription(endpoint: "\(url)/push/alice-1")
+            try await live.register("alice", platform: "apns", handle: token)
+            try await live.register("alice", platform: "fcm", handle: "fcm-alice-1")
+            try await live.register("alice", platform: "wns", handle: "\(url)/wns/alice-1?token=AwYAAAB")
+            try await live.register("alice", platform: "browser", handle: browser.handle)
+
+            // 1. An alert from bob.
+            let text = #"Hi <&> "there" / ünïcode"#
+            let sent = try await Self.alert(live, text, to: "alice", as: "bob")
+            let pushes = try await fixture.double.waitFor(4) { !Self.tokenPaths.contains($0.path) }
+            try #require(pushes.count == 4, "pushes: \(pushes.map(\.path))")
+            let expected = Dictionary(uniqueKeysWithValues: NativePayloads.alert(text).map { ($0.platform, $0.body) })
+
+            let apns = try #require(pushes.first { $0.path == "/3/device/\(token)" })
+            #expect(apns.header("apns-topic") == ProviderFixture.topic)
+            #expect(apns.header("apns-push-type") == "alert")
+            #expect(apns.header("apns-priority") == "10")
+            #expect(apns.header("apns-expiration") == nil && apns.header("apns-collapse-id") == nil)
+            #expect(apns.header("content-type") == "application/json")
+            #expect(apns.body == expected[.apns])
+            let records = try await Self.deliveries(live, sent.id)
+            #expect(apns.header("apns-id") == records.first { $0.platform == .apns }?.messageID)
+
+            let fcm = try #require(pushes.first { $0.path.hasSuffix("/messages:send") })
+            #expect(fcm.header("content-type") == "application/json; charset=UTF-8")
+            #expect(String(decoding: fcm.body, as: UTF8.self) == #"{"message":{"token":"fcm-alice-1","data":{"message":"Hi <&> \"there\" / ünïcode"}}}"#)
+
+            let wns = try #require(pushes.first { $0.path.hasPrefix("/wns/") })
+            #expect(wns.path == "/wns/alice-1?token=AwYAAAB")
+            #expect(wns.header("x-wns-type") == "wns/toast" && wns.header("content-type") == "text/xml")
+            #expect(wns.body == expected[.wns])
+
+            let web = try #require(pushes.first { $0.path.hasPrefix("/push/") })
+            #expect(web.header("ttl") == "2419200" && web.header("urgency") == "high" && web.header("topic") == nil)
+            #expect(web.header("content-type") == "application/octet-stream")
+            #expect(web.body != expected[.browser])
+
+            let outcome = try await Self.finalOutcome(live, sent.path, as: "bob")
+            #expect(outcome["state"] as? String == "Completed")
+            for name in ["apns", "fcm", "wns", "browser"] {
+                #expect(Self.platform(outcome, name)["success"] as? Int == 1, "\(name): \(outcome)")
+            }
+
+            // 2. A secure push alice sends herself: background/raw/data, the id only.
+            let secret = "secret-\(UUID().uuidString)"
+            let secure = try await live.edge.upload(
+                "/v1/notifications?kind=secure&to_user=alice", as: "alice", bytes: Data(secret.utf8), contentType: "text/plain")
+            try #require(secure.status == 202, "secure: \(secure.status) \(secure.text)")
+            let background = try await fixture.double.waitFor(8) { !Self.tokenPaths.contains($0.path) }
+            try #require(background.count == 8)
+            let second = Array(background.dropFirst(4))
+            let silent = try #require(second.first { $0.path.hasPrefix("/3/device/") })
+            #expect(silent.header("apns-push-type") == "background" && silent.header("apns-priority") == "5")
+            let body = try #require(try JSONSerialization.jsonObject(with: Data(silent.body)) as? [String: Any])
+            let secureID = try #require(body["secureId"] as? String)
+            #expect(String(decoding: silent.body, as: UTF8.self) == #"{"aps":{"content-available":1},"secureId":"\#(secureID)"}"#)
+            let raw = try #require(second.first { $0.path.hasPrefix("/wns/") })
+            #expect(raw.header("x-wns-type") == "wns/raw" && raw.body == Array(secureID.utf8))
+            let quiet = try #require(second.first { $0.path.hasPrefix("/push/") })
+            #expect(quiet.header("urgency") == "normal")
+            #expect(second.allSatisfy { !$0.body.containsSubsequence(Array(secret.utf8)) })
+
+            // 3. Independent implementations accept what Herald produced.
+            let grant = try #require(fixture.double.requests.first { $0.path == "/token" })
+            let assertion = try #require(String(decoding: grant.body, as: UTF8.self).split(separator: "&")
+                .first { $0.hasPrefix("assertion=") }.map { String($0.dropFirst("assertion=".count)) })
+            let check: [String: Any] = [
+                "apns_jwt": String(try #require(apns.header("authorization")).dropFirst("bearer ".count)),
+                "apns_public_key": "\(fixture.folder)/apns.pub.pem", "apns_kid": ProviderFixture.keyID, "apns_iss": ProviderFixture.teamID,
+                "fcm_assertion": assertion, "fcm_private_key": fixture.rsaKeyFile, "fcm_aud": "\(url)/token",
+                "fcm_iss": ProviderFixture.clientEmail,
+                "vapid_authorization": try #require(web.header("authorization")), "vapid_aud": url,
+                "vapid_public_key": "\(fixture.folder)/vapid.pub.pem",
+                "webpush_body": Data(web.body).base64EncodedString(), "webpush_private_key": browser.key.pemRepresentation,
+                "webpush_auth": Data(browser.auth).base64EncodedString(),
+                "webpush_plaintext": Data(try #require(expected[.browser])).base64EncodedString(),
+            ]
+            let input = "\(fixture.folder)/verify.json"
+            try JSONSerialization.data(withJSONObject: check).write(to: URL(fileURLWithPath: input))
+            let python = try #require(which("python3"))
+            let verified = try runProgram(python, [packageRoot.path + "/Tests/python/verify_push.py", input])
+            #expect(verified.status == 0, "verify_push.py: \(verified.output) \(verified.error)")
+            #expect(verified.output.contains("PyJWT: APNs ES256 ok"))
+            #expect(verified.output.contains("PyJWT: FCM RS256 ok"))
+            #expect(verified.output.contains("py-vapid: ok"))
+            #expect(verified.output.contains("http-ece: ok"))
+
+            // 4. No credential, token or secure payload in any log line, at trace level.
+            let logs = live.logs()
+            #expect(logs.contains("herald.notification_id"))
+            let secrets = [
+                String(try #require(apns.header("authorization")).dropFirst("bearer ".count)), assertion,
+                ProviderFixture.fcmAccessToken, ProviderFixture.wnsAccessToken, ProviderFixture.wnsSecret,
+                String(try #require(web.header("authorization")).split(separator: "t=").last?.split(separator: ",").first ?? ""),
+                secret, "BEGIN PRIVATE KEY", "BEGIN EC PRIVATE KEY",
+            ]
+            for secret in secrets { #expect(!logs.contains(secret), "a log line holds \(secret.prefix(12))…") }
+        }
+    }
+
+    @Test("a dead handle on any provider deletes the registration; its owner's next PUT gets 410")
+    func deadHandles() async throws {
+        try await Self.withProviders { fixture, live in
+            let url = fixture.double.url
+            let token = apnsToken(502)
+            let browser = BrowserSubscription(endpoint: "\(url)/push/carol-1")
+            let ids = [
+                try await live.register("carol", platform: "apns", handle: token),
+                try await live.register("carol", platform: "fcm", handle: "fcm-carol-1"),
+                try await live.register("carol", platform: "wns", handle: "\(url)/wns/carol-1"),
+                try await live.register("carol", platform: "browser", handle: browser.handle),
+            ]
+            let since = Int64(Date().timeIntervalSince1970 * 1000) + 1000
+            fixture.queue(token, .json(410, ["reason": "Unregistered", "timestamp": since]))
+            fixture.queue("fcm-carol-1", .json(404, ["error": ["code": 404, "status": "NOT_FOUND", "details": [["errorCode": "UNREGISTERED"]]]]))
+            fixture.queue("/wns/carol-1", PushDouble.Reply(status: 410))
+            fixture.queue("/push/carol-1", PushDouble.Reply(status: 410))
+
+            let sent = try await Self.alert(live, "are you there?", to: "carol", as: "dan")
+            let outcome = try await Self.finalOutcome(live, sent.path, as: "dan")
+            #expect(outcome["state"] as? String == "Completed")
+            #expect(Self.platform(outcome, "apns")["failures"] as? [String: Int] == ["Unregistered": 1])
+            #expect(Self.platform(outcome, "fcm")["failures"] as? [String: Int] == ["UNREGISTERED": 1])
+            #expect(Self.platform(outcome, "wns")["failures"] as? [String: Int] == ["HTTP 410": 1])
+            #expect(Self.platform(outcome, "browser")["failures"] as? [String: Int] == ["HTTP 410": 1])
+            for name in ["apns", "fcm", "wns", "browser"] { #expect(Self.platform(outcome, name)["removedHandles"] as? Int == 1) }
+
+            // herald-registration deletes them (dispatch reports from a durable queue): poll.
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try await !Self.registrations(live, of: "carol").isEmpty, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(try await Self.registrations(live, of: "carol").isEmpty)
+            for id in ids {
+                let body = #"{"Platform":"apns","Handle":"\#(token)","Tags":[]}"#
+                let put = try await live.edge.request("PUT", "/api/register/\(id)", as: "carol", body: body)
+                #expect(put.status == 410, "PUT \(id): \(put.status)")
+            }
+        }
+    }
+
+    @Test("429 and 503 are retried no sooner than Retry-After with the same apns-id; a permanent 400 is not retried")
+    func retries() async throws {
+        try await Self.withProviders(retryBaseMs: 100) { fixture, live in
+            let busy = apnsToken(503)
+            let down = apnsToken(504)
+            let refused = apnsToken(505)
+            for token in [busy, down, refused] { try await live.register("erin", platform: "apns", handle: token) }
+            try await live.register("erin", platform: "fcm", handle: "fcm-erin-1")
+            fixture.queue(busy, .json(429, ["reason": "TooManyRequests"], headers: [("retry-after", "1")]))
+            fixture.queue(down, .json(503, ["reason": "ServiceUnavailable"], headers: [("retry-after", "2")]))
+            fixture.queue(refused, .json(400, ["reason": "BadExpirationDate"]), .json(400, ["reason": "BadExpirationDate"]))
+            fixture.queue(
+                "fcm-erin-1",
+                .json(429, ["error": ["code": 429, "status": "RESOURCE_EXHAUSTED", "details": [["errorCode": "QUOTA_EXCEEDED"]]]],
+                      headers: [("retry-after", "1")]))
+
+            let sent = try await Self.alert(live, "retry me", to: "erin", as: "frank")
+            let outcome = try await Self.finalOutcome(live, sent.path, as: "frank")
+            #expect(outcome["state"] as? String == "Completed")
+            let apns = Self.platform(outcome, "apns")
+            #expect(apns["success"] as? Int == 2 && apns["failure"] as? Int == 1 && apns["retries"] as? Int == 2)
+            #expect(apns["failures"] as? [String: Int] == ["BadExpirationDate": 1])
+            #expect(Self.platform(outcome, "fcm")["success"] as? Int == 1)
+
+            func attempts(_ filter: (PushDouble.Request) -> Bool) -> [PushDouble.Request] { fixture.double.requests.filter(filter) }
+            for (token, wait) in [(busy, 1.0), (down, 2.0)] {
+                let tries = attempts { $0.path == "/3/device/\(token)" }
+                try #require(tries.count == 2, "\(tries.count) attempts")
+                #expect(tries[0].header("apns-id") == tries[1].header("apns-id"))
+                let gap = tries[1].at - tries[0].at
+                #expect(gap >= .seconds(wait), "retried after \(gap), Retry-After was \(wait) s")
+            }
+            let fcmTries = attempts { $0.path.hasSuffix("/messages:send") }
+            #expect(fcmTries.count == 2 && fcmTries[1].at - fcmTries[0].at >= .seconds(1))
+            #expect(attempts { $0.path == "/3/device/\(refused)" }.count == 1)
+            let records = try await Self.deliveries(live, sent.id)
+            #expect(records.first { $0.reason == "BadExpirationDate" }?.attempts == 1)
+            #expect(records.first { $0.reason == "BadExpirationDate" }?.state == .failed)
+        }
+    }
+
+    @Test("after GOAWAY the sender opens a new connection and every push still arrives")
+    func goAway() async throws {
+        try await Self.withProviders { fixture, live in
+            let tokens = (0..<6).map { apnsToken(600 + $0) }
+            for token in tokens { try await live.register("gina", platform: "apns", handle: token) }
+            fixture.queue(tokens[0], PushDouble.Reply(status: 200, goAway: true))
+            let first = try await Self.alert(live, "one", to: "gina", as: "hal")
+            #expect(Self.platform(try await Self.finalOutcome(live, first.path, as: "hal"), "apns")["success"] as? Int == 6)
+            let second = try await Self.alert(live, "two", to: "gina", as: "hal")
+            #expect(Self.platform(try await Self.finalOutcome(live, second.path, as: "hal"), "apns")["success"] as? Int == 6)
+        }
+    }
+}
+
+extension Array where Element == UInt8 {
+    func containsSubsequence(_ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, needle.count <= count else { return needle.isEmpty }
+        return (0...(count - needle.count)).contains { Array(self[$0..<($0 + needle.count)]) == needle }
+    }
+}

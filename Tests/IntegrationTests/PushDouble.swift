@@ -1,0 +1,187 @@
+import Crypto
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import Synchronization
+import Testing
+
+/// A push service on loopback: HTTP/2 over TLS (certificate from the tests' own CA), recording
+/// every request and answering what `respond` decides. The APNs, FCM, WNS, OAuth and Web Push
+/// doubles are this server with their providers' rules in `respond` (see ``PushRules``); Herald's
+/// senders reach it through their overridable base URLs and `push-ca-file`.
+final class PushDouble: Sendable {
+    struct Request: Sendable {
+        var method: String
+        var path: String
+        /// Lower-case names.
+        var headers: [(String, String)]
+        var body: [UInt8]
+        var at: ContinuousClock.Instant
+        var wallClock: Date
+
+        func header(_ name: String) -> String? { headers.first { $0.0 == name }?.1 }
+    }
+
+    struct Reply: Sendable {
+        var status: Int
+        var headers: [(String, String)] = []
+        var body: [UInt8] = []
+        /// After answering, send GOAWAY and close the connection (APNs does this on maintenance).
+        var goAway = false
+        /// Answer this much later (the stream stays open meanwhile, like a slow service).
+        var delay: TimeAmount = .zero
+
+        static func json(_ status: Int, _ object: [String: Any], headers: [(String, String)] = []) -> Reply {
+            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
+            return Reply(status: status, headers: [("content-type", "application/json")] + headers, body: Array(data))
+        }
+    }
+
+    let port: Int
+    private let channel: any Channel
+    private let recorded = Mutex<[Request]>([])
+
+    private init(port: Int, channel: any Channel) {
+        self.port = port
+        self.channel = channel
+    }
+
+    var url: String { "https://127.0.0.1:\(port)" }
+
+    var requests: [Request] { recorded.withLock { $0 } }
+
+    fileprivate func record(_ request: Request) { recorded.withLock { $0.append(request) } }
+
+    /// Starts a double with the certificate and key of `tls` (PEM files) on a free loopback port.
+    static func start(certificate: String, key: String, respond: @escaping @Sendable (Request) -> Reply) async throws -> PushDouble {
+        var configuration = TLSConfiguration.makeServerConfiguration(
+            certificateChain: try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) },
+            privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem)))
+        configuration.applicationProtocols = ["h2"]
+        let context = try NIOSSLContext(configuration: configuration)
+        let holder = DoubleHolder()
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context))
+                }.flatMap {
+                    channel.configureHTTP2Pipeline(mode: .server) { stream in
+                        stream.eventLoop.makeCompletedFuture {
+                            try stream.pipeline.syncOperations.addHandlers([
+                                HTTP2FramePayloadToHTTP1ServerCodec(), StreamHandler(holder: holder, respond: respond),
+                            ])
+                        }
+                    }.map { _ in }
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let double = PushDouble(port: channel.localAddress!.port!, channel: channel)
+        holder.double.withLock { $0 = double }
+        return double
+    }
+
+    func stop() async {
+        try? await channel.close()
+    }
+
+    /// Polls until `count` requests match `filter`, or the deadline passes; returns the matches.
+    func waitFor(_ count: Int, timeout: Duration = .seconds(20), where filter: (Request) -> Bool = { _ in true }) async throws -> [Request] {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let found = requests.filter(filter)
+            if found.count >= count || ContinuousClock.now >= deadline { return found }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+}
+
+/// Lets the stream handlers reach the double created after the server bound.
+final class DoubleHolder: Sendable {
+    let double = Mutex<PushDouble?>(nil)
+}
+
+/// One HTTP/2 stream, seen as HTTP/1-style parts: collects the request, records it, answers.
+private final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let holder: DoubleHolder
+    private let respond: @Sendable (PushDouble.Request) -> PushDouble.Reply
+    private var head: HTTPRequestHead?
+    private var body: [UInt8] = []
+
+    init(holder: DoubleHolder, respond: @escaping @Sendable (PushDouble.Request) -> PushDouble.Reply) {
+        self.holder = holder
+        self.respond = respond
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head): self.head = head
+        case .body(let buffer): body += Array(buffer: buffer)
+        case .end:
+            guard let head else { return }
+            let request = PushDouble.Request(
+                method: head.method.rawValue, path: head.uri, headers: head.headers.map { ($0.name.lowercased(), $0.value) },
+                body: body, at: .now, wallClock: Date())
+            holder.double.withLock { $0 }?.record(request)
+            let reply = respond(request)
+            if reply.delay > .zero {
+                let loop = context.eventLoop
+                let bound = NIOLoopBound(context, eventLoop: loop)
+                loop.scheduleTask(in: reply.delay) { self.answer(context: bound.value, reply) }
+            } else {
+                answer(context: context, reply)
+            }
+        }
+    }
+
+    private func answer(context: ChannelHandlerContext, _ reply: PushDouble.Reply) {
+        var headers = HTTPHeaders(reply.headers)
+            headers.add(name: "content-length", value: String(reply.body.count))
+            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http2, status: .init(statusCode: reply.status), headers: headers))), promise: nil)
+            if !reply.body.isEmpty { context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: reply.body)))), promise: nil) }
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+            if reply.goAway, let parent = context.channel.parent {
+                let streamID = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)) ?? .rootStream
+                let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: streamID, errorCode: .noError, opaqueData: nil))
+                parent.writeAndFlush(frame).whenComplete { _ in
+                    parent.eventLoop.scheduleTask(in: .milliseconds(50)) { parent.close(promise: nil) }
+                }
+            }
+    }
+}
+
+/// Checks of what the senders send, shared by the doubles.
+enum PushRules {
+    struct Refusal: Error {
+        var reason: String
+    }
+
+    /// URL-safe base64 without padding, decoded.
+    static func base64URL(_ text: Substring) -> [UInt8]? {
+        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        standard += String(repeating: "=", count: (4 - standard.utf8.count % 4) % 4)
+        return Data(base64Encoded: standard).map { [UInt8]($0) }
+    }
+
+    /// Verifies an ES256 JWT with `key` and returns its header and claims, or why it is refused.
+    static func verifyES256(_ jwt: String, key: P256.Signing.PublicKey) -> Result<(header: [String: Any], claims: [String: Any]), Refusal> {
+        let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let headerBytes = base64URL(parts[0]), let claimBytes = base64URL(parts[1]),
+            let signature = base64URL(parts[2]),
+            let header = (try? JSONSerialization.jsonObject(with: Data(headerBytes))) as? [String: Any],
+            let claims = (try? JSONSerialization.jsonObject(with: Data(claimBytes))) as? [String: Any]
+        else { return .failure(Refusal(reason: "MalformedToken")) }
+        guard header["alg"] as? String == "ES256" else { return .failure(Refusal(reason: "UnsupportedAlgorithm")) }
+        guard let parsed = try? P256.Signing.ECDSASignature(rawRepresentation: signature),
+            key.isValidSignature(parsed, for: Array("\(parts[0]).\(parts[1])".utf8))
+        else { return .failure(Refusal(reason: "BadSignature")) }
+        return .success((header, claims))
+    }
+}
