@@ -50,7 +50,9 @@ final class Wakeup: Sendable {
 
     func wait(upTo timeout: Duration) async {
         let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
+            // Cancelled when the wait ended otherwise: then it must not signal (that would make
+            // the next wait return at once, and the worker spin).
+            do { try await Task.sleep(for: timeout) } catch { return }
             self?.signal()
         }
         await withTaskCancellationHandler {

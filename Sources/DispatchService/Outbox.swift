@@ -304,6 +304,9 @@ public final class Outbox: Sendable {
         }
     }
 
+    /// A read on the outbox's database (tests).
+    func read<T>(_ body: (Database) throws -> T) throws -> T { try db.read(body) }
+
     /// Per-platform counts of one notification, computed from its deliveries.
     func platformOutcomes(of id: String, _ db: Database) throws -> [PlatformOutcome] {
         let rows = try Row.fetchAll(

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import NIOCore
 import HeraldProto
 import HeraldRPC
 import HeraldStack
@@ -40,6 +41,8 @@ final class ProviderFixture: Sendable {
     let script = Mutex<[String: [PushDouble.Reply]]>([:])
     /// Rule violations the double found (each also answered with the provider's error).
     let violations = Mutex<[String]>([])
+    /// How long APNs takes to answer an accepted push (a slow service keeps streams in flight).
+    let apnsDelay = Mutex<TimeAmount>(.zero)
 
     private init(folder: String, tls: StackTLS, apnsKey: P256.Signing.PrivateKey, vapidKey: P256.Signing.PrivateKey, rsaKeyFile: String, double: PushDouble) {
         self.folder = folder
@@ -162,7 +165,7 @@ final class ProviderFixture: Sendable {
             return refuse(400, "PayloadEmpty")
         }
         if let scripted = next(token) { return scripted }
-        return PushDouble.Reply(status: 200, headers: [("apns-id", id)])
+        return PushDouble.Reply(status: 200, headers: [("apns-id", id)], delay: apnsDelay.withLock { $0 })
     }
 
     private static func form(_ body: [UInt8]) -> [String: String] {

@@ -1,0 +1,179 @@
+import Crypto
+import Foundation
+import GRDB
+import HeraldProto
+import HeraldRPC
+import JWTKit
+import Logging
+import Synchronization
+import Testing
+
+@testable import DispatchService
+
+/// A clock the tests move by hand (Unix seconds).
+final class TestClock: Sendable {
+    let seconds = Mutex<Int64>(1_800_000_000)
+    func advance(minutes: Int64) { seconds.withLock { $0 += minutes * 60 } }
+    var now: @Sendable () -> Int64 { { self.seconds.withLock { $0 } } }
+}
+
+@Suite("delivery: provider tokens, retries, outbox, Web Push encryption")
+struct DeliveryTests {
+    @Test("the APNs token is renewed once 50 minutes old, and never within 20 minutes even when refused")
+    func providerTokenWindow() async throws {
+        let clock = TestClock()
+        let key = P256.Signing.PrivateKey()
+        let token = try await APNsProviderToken(keyPEM: key.pemRepresentation, keyID: "KEY1234567", teamID: "TEAM123456", now: clock.now)
+        let first = try await token.token()
+        #expect(await token.signed == 1)
+
+        clock.advance(minutes: 19)
+        #expect(try await token.token() == first)
+        await token.refused(first)  // ExpiredProviderToken at 19 minutes: too young to renew.
+        #expect(try await token.token() == first)
+        #expect(await token.signed == 1)
+
+        clock.advance(minutes: 1)  // 20 minutes: a refusal may renew now.
+        await token.refused(first)
+        let second = try await token.token()
+        #expect(second != first)
+        #expect(await token.signed == 2)
+
+        clock.advance(minutes: 49)  // 49 minutes old: still in its window.
+        #expect(try await token.token() == second)
+        clock.advance(minutes: 1)  // 50 minutes: renewed before Apple's hour runs out.
+        let third = try await token.token()
+        #expect(third != second)
+        #expect(await token.signed == 3)
+
+        // The claims: kid, iss, iat = the injected clock; the signature verifies with the key.
+        let keys = JWTKeyCollection()
+        await keys.add(ecdsa: try ES256PublicKey(pem: key.publicKey.pemRepresentation))
+        let claims = try await keys.verify(third, as: APNsProviderToken.Claims.self)
+        #expect(claims.iss == "TEAM123456" && claims.iat == clock.now())
+        let header = try #require(third.split(separator: ".").first.flatMap { Base64URL.decode(String($0)) })
+        let fields = try #require(try JSONSerialization.jsonObject(with: Data(header)) as? [String: String])
+        #expect(fields["kid"] == "KEY1234567" && fields["alg"] == "ES256")
+    }
+
+    @Test("backoff doubles with jitter in [½, 1], is capped, and never comes sooner than Retry-After")
+    func backoff() {
+        let policy = RetryPolicy(base: .seconds(1), cap: .seconds(60))
+        #expect(policy.delay(afterAttempt: 1, retryAfter: nil, random: 1) == .seconds(1))
+        #expect(policy.delay(afterAttempt: 3, retryAfter: nil, random: 1) == .seconds(4))
+        #expect(policy.delay(afterAttempt: 3, retryAfter: nil, random: 0.5) == .seconds(2))
+        #expect(policy.delay(afterAttempt: 20, retryAfter: nil, random: 1) == .seconds(60))
+        #expect(policy.delay(afterAttempt: 1, retryAfter: .seconds(30), random: 0.5) == .seconds(30))
+        for attempt in 1...8 {
+            let delay = policy.delay(afterAttempt: attempt, retryAfter: nil)
+            let full = Duration.seconds(min(1 << (attempt - 1), 60))
+            #expect(delay >= full / 2 && delay <= full)
+        }
+        #expect(PushHTTP.retryAfter("120") == .seconds(120))
+        #expect(PushHTTP.retryAfter("soon") == nil)
+        let date = Date().addingTimeInterval(90)
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        let parsed = PushHTTP.retryAfter(formatter.string(from: date)) ?? .zero
+        #expect(parsed > .seconds(85) && parsed <= .seconds(90))
+    }
+
+    static func outbox(now: @escaping @Sendable () -> Int64 = unixMillis) throws -> Outbox {
+        try Outbox(db: try DatabaseQueue(), now: now)
+    }
+
+    static func payload() -> OutboxPayload {
+        OutboxPayload(platform: .apns, headers: [Header(name: "apns-push-type", value: "alert")], body: Array("{}".utf8), expiresAt: 0, collapseID: "")
+    }
+
+    @Test("a lease left by a crash is due again at start-up, counted as a second attempt with the same message id")
+    func leaseRecovery() async throws {
+        let outbox = try Self.outbox()
+        let targets = (0..<3).map { Outbox.Target(registrationID: "r-\($0)", platform: .apns, handle: "h\($0)") }
+        _ = try await outbox.enqueue(
+            id: "n-1", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets, retryWindow: .seconds(60))
+        let first = try await outbox.claim(limit: 10)
+        #expect(first.count == 3 && first.allSatisfy { $0.attempt == 1 })
+        #expect(try await outbox.claim(limit: 10).isEmpty)  // leased: not handed out twice
+        // The process dies here. The next one starts:
+        #expect(try outbox.recoverLeases() == 3)
+        let again = try await outbox.claim(limit: 10)
+        #expect(again.map(\.messageID) == first.map(\.messageID))
+        #expect(again.allSatisfy { $0.attempt == 2 })
+    }
+
+    @Test("retries past the window are abandoned; the outcome counts reasons, removed handles and retries")
+    func decisionsAndOutcome() async throws {
+        let box = ClockBox(1_000_000)
+        let outbox = try Self.outbox(now: { box.value.withLock { $0 } })
+        let targets = (0..<4).map { Outbox.Target(registrationID: "r-\($0)", platform: .apns, handle: "h\($0)") }
+        _ = try await outbox.enqueue(
+            id: "n-2", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets, retryWindow: .seconds(10))
+        let worker = DeliveryWorker(
+            outbox: outbox, senders: [:], registrations: try RPCClient(socketPath: "/nonexistent"), policy: RetryPolicy(base: .seconds(4)),
+            logger: Logger(label: "test"))
+        var items = try await outbox.claim(limit: 10)
+        let now = box.value.withLock { $0 }
+        try await outbox.record([
+            worker.decide(items[0], .delivered(status: 200), now: now),
+            worker.decide(items[1], .unregistered(status: 410, reason: "Unregistered", since: 5), now: now),
+            worker.decide(items[2], .failed(status: 400, reason: "BadTopic"), now: now),
+            worker.decide(items[3], .retry(status: 429, reason: "TooManyRequests", after: .seconds(3)), now: now),
+        ])
+        box.value.withLock { $0 += 5000 }
+        items = try await outbox.claim(limit: 10)
+        try #require(items.count == 1 && items[0].attempt == 2)
+        // A second 503 with Retry-After 30 s would land after the 10 s window: abandoned.
+        let finished = try await outbox.record([
+            worker.decide(items[0], .retry(status: 503, reason: "ServiceUnavailable", after: .seconds(30)), now: now + 5000)
+        ])
+        #expect(finished.map(\.state) == [.abandoned])
+        let outcome = try #require(try DatabaseQueueReader.platforms(outbox, "n-2").first)
+        #expect(outcome.success == 1 && outcome.failure == 3 && outcome.pending == 0)
+        #expect(outcome.removedHandles == 1 && outcome.retries == 1)
+        #expect(outcome.failures.map(\.reason) == ["Abandoned", "BadTopic", "Unregistered"])
+        #expect(try outbox.pendingRemovals(limit: 10).map(\.handle) == ["h1"])
+    }
+
+    @Test("aes128gcm matches RFC 8291's worked example byte for byte")
+    func webPushVector() throws {
+        func d(_ text: String) -> [UInt8] { Base64URL.decode(text)! }
+        let sender = try P256.KeyAgreement.PrivateKey(rawRepresentation: d("yfWPiYE-n46HLnH0KqZOF1fJJU3MYrct3AELtAQ-oRw"))
+        let body = try WebPushEncryption.encrypt(
+            Array("When I grow up, I want to be a watermelon".utf8),
+            p256dh: d("BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4"),
+            auth: d("BTBZMqHH6r4Tts7J_aSIgg"), senderKey: sender, salt: d("DGv6ra1nlYgDCS1FRnbzlw"))
+        #expect(
+            Base64URL.encode(body)
+                == "DGv6ra1nlYgDCS1FRnbzlwAAEABBBP4z9KsN6nGRTbVYI_c7VJSPQTBtkgcy27mlmlMoZIIgDll6e3vCYLocInmYWAmS6TlzAC8wEqKK6PBru3jl7A_yl95bQpu6cVPTpK4Mqgkf1CXztLVBSt2Ks3oZwbuwXPXLWyouBWLVWGNWQexSgSxsj_Qulcy4a-fN"
+        )
+    }
+
+    @Test("FCM messages keep the payload's bytes and add the token, TTL and collapse key")
+    func fcmMessage() {
+        var item = PushItem(
+            sequence: 1, notificationID: "n", registrationID: "r", platform: .fcm, handle: "tok\"en", messageID: "m", attempt: 1,
+            giveUpAt: 0,
+            payload: OutboxPayload(platform: .fcm, headers: [], body: Array(#"{"data":{"b":"2","a":"1"}}"#.utf8), expiresAt: 0, collapseID: ""))
+        #expect(String(decoding: FCMSender.message(item), as: UTF8.self) == #"{"message":{"token":"tok\"en","data":{"b":"2","a":"1"}}}"#)
+        item.payload.expiresAt = 1060
+        item.payload.collapseID = "score"
+        #expect(
+            String(decoding: FCMSender.message(item, now: 1000), as: UTF8.self)
+                == #"{"message":{"token":"tok\"en","android":{"ttl":"60s","collapse_key":"score"},"data":{"b":"2","a":"1"}}}"#)
+    }
+}
+
+final class ClockBox: Sendable {
+    let value: Mutex<Int64>
+    init(_ start: Int64) { value = Mutex(start) }
+}
+
+/// Reads an outcome's platform counts the way GetOutcome does.
+enum DatabaseQueueReader {
+    static func platforms(_ outbox: Outbox, _ id: String) throws -> [PlatformOutcome] {
+        try outbox.read { db in try outbox.platformOutcomes(of: id, db) }
+    }
+}

@@ -1,0 +1,124 @@
+import Foundation
+import HeraldProto
+import HeraldRPC
+import HeraldStack
+import NIOCore
+import Testing
+
+/// kill -9 of herald-dispatch in the middle of delivering: nothing acknowledged is lost, and
+/// every push reaches APNs once, or more than once only when the outbox shows it was retried
+/// with the same apns-id.
+@Suite("crash recovery", .serialized, .timeLimit(.minutes(5)))
+struct CrashRecoveryTests {
+    @Test("kill -9 dispatch during 1,000 sends to 10 devices: each delivery arrives once or is recorded as retried with the same apns-id")
+    func killDispatch() async throws {
+        let sends = 1000
+        let devices = 10
+        // One worker, small batches and a slow double: deliveries trail the sends, so the kill
+        // lands while pushes are in flight.
+        try await PushDeliveryTests.withProviders(extra: ["--delivery-batch", "20", "--delivery-workers", "1"]) { fixture, live in
+            try await Self.scenario(fixture, live, sends: sends, devices: devices)
+        }
+    }
+
+    static func scenario(_ fixture: ProviderFixture, _ live: LiveStack, sends: Int, devices: Int) async throws {
+        fixture.apnsDelay.withLock { $0 = .milliseconds(15) }
+        let tokens = (0..<devices).map { apnsToken(700 + $0) }
+        var handleOf: [String: String] = [:]
+        for token in tokens { handleOf[try await live.register("ivan", platform: "apns", handle: token)] = token }
+
+        let started = ContinuousClock.now
+        let dispatch = live.configuration.socketPath("dispatch")
+        let ids = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(30)) { client in
+            try await withThrowingTaskGroup(of: [String].self) { group in
+                for lane in 0..<8 {
+                    group.addTask {
+                        var ids: [String] = []
+                        for n in stride(from: lane, to: sends, by: 8) {
+                            let outcome = try await client.call(
+                                DispatchServiceMethods.send,
+                                SendRequest(
+                                    targetUser: "ivan",
+                                    payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"crash \#(n)"}}"#.utf8))],
+                                    sender: "judy")
+                            ).outcome
+                            ids.append(try #require(outcome?.notificationID))
+                        }
+                        return ids
+                    }
+                }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+        }
+        #expect(ids.count == sends && Set(ids).count == sends)
+        print("crash test: \(sends) sends acknowledged after \(ContinuousClock.now - started)")
+
+        // Every send is acknowledged (committed). Kill dispatch while deliveries are under way.
+        let pid = try #require(await live.stack.pid(of: "dispatch"))
+        _ = try await fixture.double.waitFor(1500) { $0.path.hasPrefix("/3/device/") }
+        let seenAtKill = fixture.double.requests.count
+        kill(pid, SIGKILL)
+        print("crash test: killed after \(ContinuousClock.now - started)")
+        fixture.apnsDelay.withLock { $0 = .zero }  // the rest may go fast
+        #expect(seenAtKill < sends * devices, "every push arrived before the kill; the test proved nothing")
+
+        // The stack restarts it; the new process resumes the outbox.
+        let restartDeadline = ContinuousClock.now + .seconds(30)
+        while await live.stack.restartCount(of: "dispatch") < 1, ContinuousClock.now < restartDeadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try await live.stack.waitUntilHealthy("dispatch")
+        #expect(await live.stack.exitStatuses(of: "dispatch").contains(SIGKILL))
+
+        // Wait until APNs has seen every delivery (cheap, in-process), then for every outcome to be final.
+        let allSeen = ContinuousClock.now + .seconds(120)
+        while Set(fixture.double.requests.compactMap { $0.header("apns-id") }).count < sends * devices, ContinuousClock.now < allSeen {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        var outcomes: [Outcome] = []
+        let deadline = ContinuousClock.now + .seconds(120)
+        repeat {
+            outcomes = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport) { client in
+                var all: [Outcome] = []
+                for id in ids { all.append(try await client.call(DispatchServiceMethods.getOutcome, GetOutcomeRequest(notificationID: id))) }
+                return all
+            }
+            if outcomes.allSatisfy({ $0.state == .completed }) { break }
+            try await Task.sleep(for: .milliseconds(200))
+        } while ContinuousClock.now < deadline
+        let total = fixture.double.requests.count
+        print("crash test: all final after \(ContinuousClock.now - started), \(total) requests")
+        #expect(outcomes.filter { $0.state == .completed }.count == sends)
+        #expect(outcomes.map { $0.platforms.first?.success ?? 0 }.reduce(0, +) == Int64(sends * devices))
+        #expect(outcomes.allSatisfy { $0.platforms.first?.failure == 0 && $0.platforms.first?.pending == 0 })
+
+        // The outbox's records against what APNs saw.
+        var records: [String: DeliveryRecord] = [:]
+        try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport) { client in
+            for id in ids {
+                for record in try await client.call(DispatchServiceMethods.listDeliveries, ListDeliveriesRequest(notificationID: id)).deliveries {
+                    records[record.messageID] = record
+                }
+            }
+        }
+        #expect(records.count == sends * devices)
+        var seen: [String: Int] = [:]
+        var wrongDevice = 0
+        for request in fixture.double.requests where request.path.hasPrefix("/3/device/") {
+            let id = request.header("apns-id") ?? ""
+            seen[id, default: 0] += 1
+            if let record = records[id], handleOf[record.registrationID] != String(request.path.dropFirst("/3/device/".count)) {
+                wrongDevice += 1
+            }
+        }
+        #expect(wrongDevice == 0)
+        #expect(Set(seen.keys) == Set(records.keys), "apns-ids APNs saw differ from the outbox's")
+        let repeated = seen.filter { $0.value > 1 }
+        for (id, count) in repeated {
+            #expect((records[id]?.attempts ?? 0) >= Int32(count), "\(id) reached APNs \(count)× but the outbox shows \(records[id]?.attempts ?? 0) attempts")
+        }
+        let retried = records.values.filter { $0.attempts > 1 }.count
+        print("crash test (\(ContinuousClock.now - started)): \(seenAtKill) pushes before the kill, \(repeated.count) delivered twice (same apns-id), \(retried) recorded as retried")
+        #expect(retried >= repeated.count)
+    }
+}
