@@ -254,6 +254,66 @@ struct PushDeliveryTests {
             let records = try await Self.deliveries(live, sent.id)
             #expect(records.first { $0.reason == "BadExpirationDate" }?.attempts == 1)
             #expect(records.first { $0.reason == "BadExpirationDate" }?.state == .failed)
+
+            // The CLI shows the same.
+            let cli = try runProgram(
+                live.configuration.binDirectory + "/herald", ["outcome", sent.id, "--deliveries", "--dir", live.configuration.directory])
+            #expect(cli.status == 0, "\(cli.error)")
+            #expect(cli.output.contains("apns: 2 delivered, 1 failed, 0 pending, 2 retries"), "\(cli.output)")
+            #expect(cli.output.contains("BadExpirationDate: 1"))
+            #expect(cli.output.contains("attempts=2 id=\(try #require(attempts { $0.path == "/3/device/\(busy)" }.first?.header("apns-id")))"))
+        }
+    }
+
+    @Test("a TTL and a collapse id reach each provider in its own header")
+    func ttlAndCollapse() async throws {
+        try await Self.withProviders { fixture, live in
+            let url = fixture.double.url
+            let token = apnsToken(520)
+            try await live.register("kim", platform: "apns", handle: token)
+            try await live.register("kim", platform: "fcm", handle: "fcm-kim-1")
+            try await live.register("kim", platform: "wns", handle: "\(url)/wns/kim-1")
+            try await live.register("kim", platform: "browser", handle: BrowserSubscription(endpoint: "\(url)/push/kim-1").handle)
+            let before = Int64(Date().timeIntervalSince1970)
+            let sent = try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport) {
+                try await $0.call(
+                    DispatchServiceMethods.send,
+                    SendRequest(
+                        targetUser: "kim",
+                        payloads: [
+                            NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"score"}}"#.utf8), ttlSeconds: 600, collapseID: "score-7"),
+                            NativePayload(platform: .fcm, body: Array(#"{"notification":{"title":"score"}}"#.utf8), ttlSeconds: 600, collapseID: "score-7"),
+                            NativePayload(platform: .wns, body: Array("<toast/>".utf8), ttlSeconds: 600, collapseID: "score-7"),
+                            NativePayload(platform: .browser, body: Array("score".utf8), priority: 1, ttlSeconds: 600, collapseID: "score-7"),
+                        ], sender: "lee"))
+            }.outcome
+            #expect(sent?.state == .enqueued && sent?.platforms.map(\.pending) == [1, 1, 1, 1])
+            let pushes = try await fixture.double.waitFor(4) { !Self.tokenPaths.contains($0.path) }
+            let apns = try #require(pushes.first { $0.path.hasPrefix("/3/device/") })
+            let expiration = try #require(apns.header("apns-expiration").flatMap { Int64($0) })
+            #expect(expiration >= before + 600 && expiration <= before + 602)
+            #expect(apns.header("apns-collapse-id") == "score-7")
+            let fcm = try #require(pushes.first { $0.path.hasSuffix("/messages:send") })
+            let message = try #require((try JSONSerialization.jsonObject(with: Data(fcm.body)) as? [String: Any])?["message"] as? [String: Any])
+            let android = try #require(message["android"] as? [String: Any])
+            #expect(android["collapse_key"] as? String == "score-7")
+            #expect(["600s", "599s", "598s"].contains(android["ttl"] as? String ?? ""))
+            #expect((message["notification"] as? [String: Any])?["title"] as? String == "score")
+            let wns = try #require(pushes.first { $0.path.hasPrefix("/wns/") })
+            #expect(wns.header("x-wns-tag") == "score-7" && (Int(wns.header("x-wns-ttl") ?? "") ?? 0) >= 598)
+            let web = try #require(pushes.first { $0.path.hasPrefix("/push/") })
+            #expect(web.header("topic") == "score-7" && web.header("urgency") == "low" && (Int(web.header("ttl") ?? "") ?? 0) >= 598)
+
+            // Over the limits: refused at Send, before anything is committed.
+            await #expect {
+                _ = try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport) {
+                    try await $0.call(
+                        DispatchServiceMethods.send,
+                        SendRequest(
+                            targetUser: "kim",
+                            payloads: [NativePayload(platform: .browser, body: Array("x".utf8), collapseID: "not a topic!")], sender: "lee"))
+                }
+            } throws: { ($0 as? ServiceError)?.code == .invalidArgument }
         }
     }
 
@@ -262,11 +322,17 @@ struct PushDeliveryTests {
         try await Self.withProviders { fixture, live in
             let tokens = (0..<6).map { apnsToken(600 + $0) }
             for token in tokens { try await live.register("gina", platform: "apns", handle: token) }
+            // A first send opens one HTTP/2 connection for all its streams.
+            let warmup = try await Self.alert(live, "zero", to: "gina", as: "hal")
+            #expect(Self.platform(try await Self.finalOutcome(live, warmup.path, as: "hal"), "apns")["success"] as? Int == 6)
+            #expect(fixture.double.connections == 1)
             fixture.queue(tokens[0], PushDouble.Reply(status: 200, goAway: true))
             let first = try await Self.alert(live, "one", to: "gina", as: "hal")
             #expect(Self.platform(try await Self.finalOutcome(live, first.path, as: "hal"), "apns")["success"] as? Int == 6)
             let second = try await Self.alert(live, "two", to: "gina", as: "hal")
             #expect(Self.platform(try await Self.finalOutcome(live, second.path, as: "hal"), "apns")["success"] as? Int == 6)
+            // GOAWAY closed the first connection; the rest went over one new one.
+            #expect(fixture.double.connections == 2)
         }
     }
 }

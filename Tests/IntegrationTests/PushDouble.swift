@@ -43,10 +43,14 @@ final class PushDouble: Sendable {
     let port: Int
     private let channel: any Channel
     private let recorded = Mutex<[Request]>([])
+    /// TLS connections accepted so far (HTTP/2 multiplexes every stream of a client over one).
+    var connections: Int { holder.connections.withLock { $0 } }
+    private let holder: DoubleHolder
 
-    private init(port: Int, channel: any Channel) {
+    private init(port: Int, channel: any Channel, holder: DoubleHolder) {
         self.port = port
         self.channel = channel
+        self.holder = holder
     }
 
     var url: String { "https://127.0.0.1:\(port)" }
@@ -67,7 +71,8 @@ final class PushDouble: Sendable {
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                holder.connections.withLock { $0 += 1 }
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context))
                 }.flatMap {
                     channel.configureHTTP2Pipeline(mode: .server) { stream in
@@ -80,7 +85,7 @@ final class PushDouble: Sendable {
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
-        let double = PushDouble(port: channel.localAddress!.port!, channel: channel)
+        let double = PushDouble(port: channel.localAddress!.port!, channel: channel, holder: holder)
         holder.double.withLock { $0 = double }
         return double
     }
@@ -103,6 +108,7 @@ final class PushDouble: Sendable {
 /// Lets the stream handlers reach the double created after the server bound.
 final class DoubleHolder: Sendable {
     let double = Mutex<PushDouble?>(nil)
+    let connections = Mutex(0)
 }
 
 /// One HTTP/2 stream, seen as HTTP/1-style parts: collects the request, records it, answers.
