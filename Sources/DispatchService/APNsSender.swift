@@ -113,26 +113,23 @@ public struct APNsSender: SingleRequestSender {
         request.headers.add(name: "content-type", value: item.payload.header("content-type") ?? "application/json")
         request.body = .bytes(ByteBuffer(bytes: item.payload.body))
 
-        let answer: PushHTTP.Answer
-        switch await PushHTTP.exchange(client, request, timeout: timeout) {
-        case .failure(let failure): return .retry(status: 0, reason: failure.reason, after: nil)
-        case .success(let success): answer = success
-        }
-        let reason = answer.json?["reason"] as? String ?? "HTTP \(answer.status)"
-        switch (answer.status, reason) {
-        case (200, _):
-            return .delivered(status: 200)
-        case (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"):
-            return .unregistered(status: 400, reason: reason, since: 0)
-        case (410, _):
-            // Unregistered / ExpiredToken: `timestamp` (ms) is when the token stopped being valid.
-            let since = (answer.json?["timestamp"] as? NSNumber)?.int64Value ?? 0
-            return .unregistered(status: 410, reason: reason, since: since)
-        case (403, "ExpiredProviderToken"):
-            await token.refused(jwt)
-            return .retry(status: 403, reason: reason, after: nil)
-        default:
-            return PushHTTP.generic(answer, reason: reason)
+        return await PushHTTP.send(client, request, timeout: timeout) { answer in
+            let reason = answer.json?["reason"] as? String ?? "HTTP \(answer.status)"
+            switch (answer.status, reason) {
+            case (200, _):
+                return .delivered(status: 200)
+            case (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"):
+                return .unregistered(status: 400, reason: reason, since: 0)
+            case (410, _):
+                // Unregistered / ExpiredToken: `timestamp` (ms) is when the token stopped being valid.
+                let since = (answer.json?["timestamp"] as? NSNumber)?.int64Value ?? 0
+                return .unregistered(status: 410, reason: reason, since: since)
+            case (403, "ExpiredProviderToken"):
+                await token.refused(jwt)
+                return .retry(status: 403, reason: reason, after: nil)
+            default:
+                return PushHTTP.generic(answer, reason: reason)
+            }
         }
     }
 }

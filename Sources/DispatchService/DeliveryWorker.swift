@@ -193,7 +193,7 @@ public final class DeliveryWorker: Service, Sendable {
     /// Turns a sender's result into the delivery's next state.
     func decide(_ item: PushItem, _ result: PushResult, now: Int64 = unixMillis()) -> Outbox.Decision {
         var decision = Outbox.Decision(
-            sequence: item.sequence, notificationID: item.notificationID, state: .failed, status: 0, reason: "",
+            sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .failed, status: 0, reason: "",
             nextAttemptAt: now, removal: nil)
         let outcome: String
         switch result {

@@ -151,22 +151,19 @@ public struct FCMSender: SingleRequestSender {
         request.headers.add(name: "authorization", value: "Bearer \(bearer)")
         request.headers.add(name: "content-type", value: "application/json; charset=UTF-8")
         request.body = .bytes(ByteBuffer(bytes: Self.message(item)))
-        let answer: PushHTTP.Answer
-        switch await PushHTTP.exchange(client, request, timeout: timeout) {
-        case .failure(let failure): return .retry(status: 0, reason: failure.reason, after: nil)
-        case .success(let success): answer = success
-        }
-        // {"error":{"code":404,"status":"NOT_FOUND","details":[{"errorCode":"UNREGISTERED",…}]}}
-        let error = answer.json?["error"] as? [String: Any]
-        let details = error?["details"] as? [[String: Any]] ?? []
-        let code = details.compactMap { $0["errorCode"] as? String }.first ?? error?["status"] as? String ?? "HTTP \(answer.status)"
-        switch (answer.status, code) {
-        case (200, _): return .delivered(status: 200)
-        case (_, "UNREGISTERED"): return .unregistered(status: answer.status, reason: code, since: 0)
-        case (401, _):
-            await tokens.invalidate(bearer)
-            return .retry(status: 401, reason: code, after: nil)
-        default: return PushHTTP.generic(answer, reason: code)
+        return await PushHTTP.send(client, request, timeout: timeout) { answer in
+            // {"error":{"code":404,"status":"NOT_FOUND","details":[{"errorCode":"UNREGISTERED",…}]}}
+            let error = answer.json?["error"] as? [String: Any]
+            let details = error?["details"] as? [[String: Any]] ?? []
+            let code = details.compactMap { $0["errorCode"] as? String }.first ?? error?["status"] as? String ?? "HTTP \(answer.status)"
+            switch (answer.status, code) {
+            case (200, _): return .delivered(status: 200)
+            case (_, "UNREGISTERED"): return .unregistered(status: answer.status, reason: code, since: 0)
+            case (401, _):
+                await tokens.invalidate(bearer)
+                return .retry(status: 401, reason: code, after: nil)
+            default: return PushHTTP.generic(answer, reason: code)
+            }
         }
     }
 }

@@ -98,6 +98,17 @@ public final class Outbox: Sendable {
                     );
                     CREATE INDEX delivery_due ON delivery(next_attempt_at) WHERE state = 1 AND leased = 0;
                     CREATE INDEX delivery_notification ON delivery(notification_id, state);
+                    -- Counters kept by record(), so an outcome costs a few rows however large the send.
+                    ALTER TABLE notification_platform ADD COLUMN pending INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE notification_platform ADD COLUMN removed INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE notification_platform ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+                    CREATE TABLE notification_failure (
+                        notification_id TEXT NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                        platform INTEGER NOT NULL,
+                        reason TEXT NOT NULL,
+                        count INTEGER NOT NULL,
+                        PRIMARY KEY (notification_id, platform, reason)
+                    ) WITHOUT ROWID;
                     CREATE TABLE handle_removal (
                         id INTEGER PRIMARY KEY AUTOINCREMENT,
                         platform INTEGER NOT NULL,
@@ -151,11 +162,21 @@ public final class Outbox: Sendable {
                                           next_attempt_at, give_up_at, updated_at)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """)
+            var perPlatform: [Platform: Int] = [:]
             for target in targets {
                 try insert.execute(arguments: [
                     id, target.registrationID, target.platform.rawValue, target.handle, UUID().uuidString,
                     DeliveryState.pending.rawValue, created, giveUp, created,
                 ])
+                perPlatform[target.platform, default: 0] += 1
+            }
+            for (platform, count) in perPlatform {
+                try db.execute(
+                    sql: """
+                        INSERT INTO notification_platform (notification_id, platform, success, failure, pending)
+                        VALUES (?, ?, 0, 0, ?)
+                        """,
+                    arguments: [id, platform.rawValue, count])
             }
         }
         return (state, created)
@@ -166,6 +187,14 @@ public final class Outbox: Sendable {
     @discardableResult
     public func recoverLeases() throws -> Int {
         try db.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE notification_platform SET retries = retries + (
+                        SELECT COUNT(*) FROM delivery d
+                        WHERE d.notification_id = notification_platform.notification_id
+                          AND d.platform = notification_platform.platform AND d.leased = 1 AND d.state = 1)
+                    WHERE notification_id IN (SELECT DISTINCT notification_id FROM delivery WHERE leased = 1 AND state = 1)
+                    """)
             try db.execute(
                 sql: "UPDATE delivery SET leased = 0, next_attempt_at = ? WHERE leased = 1 AND state = ?",
                 arguments: [now(), DeliveryState.pending.rawValue])
@@ -191,9 +220,10 @@ public final class Outbox: Sendable {
             var payloads: [String: [Platform: OutboxPayload]] = [:]
             var items: [PushItem] = []
             items.reserveCapacity(rows.count)
+            // Columns by position: GRDB's by-name look-up lower-cases the name on every access.
             for row in rows {
-                let notificationID: String = row["notification_id"]
-                let platform = Platform(rawValue: row["platform"])
+                let notificationID: String = row[1]
+                let platform = Platform(rawValue: row[3])
                 if payloads[notificationID] == nil {
                     payloads[notificationID] = try Self.payloads(of: notificationID, db)
                     try db.execute(
@@ -204,15 +234,16 @@ public final class Outbox: Sendable {
                     // Cannot happen (Send stores a payload for every platform it targets); never spin on it.
                     try db.execute(
                         sql: "UPDATE delivery SET state = ?, reason = 'NoPayload', updated_at = ? WHERE sequence = ?",
-                        arguments: [DeliveryState.failed.rawValue, at, row["sequence"]])
+                        arguments: [DeliveryState.failed.rawValue, at, row[0]])
                     continue
                 }
-                try lease.execute(arguments: [at, row["sequence"]])
-                let attempts: Int = row["attempts"]
+                let sequence: Int64 = row[0]
+                try lease.execute(arguments: [at, sequence])
+                let attempts: Int = row[6]
                 items.append(PushItem(
-                    sequence: row["sequence"], notificationID: notificationID, registrationID: row["registration_id"],
-                    platform: platform, handle: row["handle"], messageID: row["message_id"], attempt: attempts + 1,
-                    giveUpAt: row["give_up_at"], payload: payload))
+                    sequence: sequence, notificationID: notificationID, registrationID: row[2],
+                    platform: platform, handle: row[4], messageID: row[5], attempt: attempts + 1,
+                    giveUpAt: row[7], payload: payload))
             }
             return items
         }
@@ -222,6 +253,7 @@ public final class Outbox: Sendable {
     public struct Decision: Sendable {
         public var sequence: Int64
         public var notificationID: String
+        public var platform: Platform
         public var state: DeliveryState
         public var status: Int
         public var reason: String
@@ -243,7 +275,12 @@ public final class Outbox: Sendable {
                            handle_removed = ?, updated_at = ?
                     WHERE sequence = ?
                     """)
-            var touched = Set<String>()
+            // Counter changes per (notification, platform), applied once per batch.
+            struct Delta {
+                var success = 0, failure = 0, pending = 0, removed = 0, retries = 0
+                var failures: [String: Int] = [:]
+            }
+            var deltas: [String: [Platform: Delta]] = [:]
             for d in decisions {
                 try update.execute(arguments: [
                     d.state.rawValue, d.status, d.reason, d.nextAttemptAt, d.removal == nil ? 0 : 1, at, d.sequence,
@@ -253,16 +290,50 @@ public final class Outbox: Sendable {
                         sql: "INSERT INTO handle_removal (platform, handle, invalid_since, created_at) VALUES (?, ?, ?, ?)",
                         arguments: [removal.platform.rawValue, removal.handle, removal.since, at])
                 }
-                if d.state != .pending { touched.insert(d.notificationID) }
+                var delta = deltas[d.notificationID]?[d.platform] ?? Delta()
+                switch d.state {
+                case .pending: delta.retries += 1
+                case .delivered:
+                    delta.success += 1
+                    delta.pending -= 1
+                default:
+                    delta.failure += 1
+                    delta.pending -= 1
+                    delta.failures[d.state == .abandoned ? "Abandoned" : d.reason, default: 0] += 1
+                    if d.removal != nil { delta.removed += 1 }
+                }
+                deltas[d.notificationID, default: [:]][d.platform] = delta
             }
+            let counters = try db.cachedStatement(
+                sql: """
+                    UPDATE notification_platform
+                    SET success = success + ?, failure = failure + ?, pending = pending + ?, removed = removed + ?,
+                        retries = retries + ?
+                    WHERE notification_id = ? AND platform = ?
+                    """)
+            let failures = try db.cachedStatement(
+                sql: """
+                    INSERT INTO notification_failure (notification_id, platform, reason, count) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (notification_id, platform, reason) DO UPDATE SET count = count + excluded.count
+                    """)
             var finished: [(String, OutcomeState)] = []
-            for id in touched {
-                let open = try Bool.fetchOne(
-                    db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM delivery WHERE notification_id = ? AND state = 1)"),
-                    arguments: [id]) ?? false
-                guard !open else { continue }
+            for (id, platforms) in deltas {
+                for (platform, delta) in platforms {
+                    try counters.execute(arguments: [
+                        delta.success, delta.failure, delta.pending, delta.removed, delta.retries, id, platform.rawValue,
+                    ])
+                    for (reason, count) in delta.failures {
+                        try failures.execute(arguments: [id, platform.rawValue, reason, count])
+                    }
+                }
+                guard platforms.values.contains(where: { $0.pending != 0 }) else { continue }
+                let open = try Int.fetchOne(
+                    db.cachedStatement(sql: "SELECT SUM(pending) FROM notification_platform WHERE notification_id = ?"),
+                    arguments: [id]) ?? 0
+                guard open == 0 else { continue }
                 let abandoned = try Bool.fetchOne(
-                    db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM delivery WHERE notification_id = ? AND state = 4)"),
+                    db.cachedStatement(
+                        sql: "SELECT EXISTS (SELECT 1 FROM notification_failure WHERE notification_id = ? AND reason = 'Abandoned')"),
                     arguments: [id]) ?? false
                 let state: OutcomeState = abandoned ? .abandoned : .completed
                 try db.execute(
@@ -307,41 +378,26 @@ public final class Outbox: Sendable {
     /// A read on the outbox's database (tests).
     func read<T>(_ body: (Database) throws -> T) throws -> T { try db.read(body) }
 
-    /// Per-platform counts of one notification, computed from its deliveries.
+    /// Per-platform counts of one notification, from the counters ``record(_:)`` keeps.
     func platformOutcomes(of id: String, _ db: Database) throws -> [PlatformOutcome] {
-        let rows = try Row.fetchAll(
+        let failures = Dictionary(
+            grouping: try Row.fetchAll(
+                db, sql: "SELECT platform, reason, count FROM notification_failure WHERE notification_id = ? ORDER BY reason",
+                arguments: [id]),
+            by: { Platform(rawValue: $0["platform"]) })
+        return try Row.fetchAll(
             db,
             sql: """
-                SELECT platform, state, reason, COUNT(*) AS n, SUM(handle_removed) AS removed,
-                       SUM(MAX(attempts - 1, 0)) AS retries
-                FROM delivery WHERE notification_id = ? GROUP BY platform, state, reason ORDER BY platform, reason
+                SELECT platform, success, failure, pending, removed, retries FROM notification_platform
+                WHERE notification_id = ? ORDER BY platform
                 """,
-            arguments: [id])
-        var outcomes: [Platform: PlatformOutcome] = [:]
-        for row in rows {
+            arguments: [id]
+        ).map { row in
             let platform = Platform(rawValue: row["platform"])
-            var outcome = outcomes[platform] ?? PlatformOutcome(platform: platform)
-            let n: Int64 = row["n"]
-            outcome.retries += row["retries"] as Int64
-            outcome.removedHandles += row["removed"] as Int64
-            switch DeliveryState(rawValue: row["state"]) {
-            case .delivered: outcome.success += n
-            case .pending: outcome.pending += n
-            case .abandoned:
-                outcome.failure += n
-                outcome.failures.append(FailureCount(reason: "Abandoned", count: n))
-            default:
-                outcome.failure += n
-                outcome.failures.append(FailureCount(reason: row["reason"], count: n))
-            }
-            outcomes[platform] = outcome
-        }
-        return outcomes.values.sorted { $0.platform.rawValue < $1.platform.rawValue }.map { outcome in
-            var merged: [String: Int64] = [:]
-            for failure in outcome.failures { merged[failure.reason, default: 0] += failure.count }
-            var sorted = outcome
-            sorted.failures = merged.sorted { $0.key < $1.key }.map { FailureCount(reason: $0.key, count: $0.value) }
-            return sorted
+            return PlatformOutcome(
+                platform: platform, success: row["success"], failure: row["failure"], pending: row["pending"],
+                failures: (failures[platform] ?? []).map { FailureCount(reason: $0["reason"], count: $0["count"]) },
+                removedHandles: row["removed"], retries: row["retries"])
         }
     }
 

@@ -49,6 +49,17 @@ public enum PushHTTP {
         }
     }
 
+    /// Sends `request` and maps the answer with `classify`; a transport failure is a retry
+    /// (timeouts, refused or reset connections, GOAWAY before the stream was answered).
+    public static func send(
+        _ client: HTTPClient, _ request: HTTPClientRequest, timeout: Duration, classify: (Answer) async -> PushResult
+    ) async -> PushResult {
+        switch await exchange(client, request, timeout: timeout) {
+        case .failure(let failure): .retry(status: 0, reason: failure.reason, after: nil)
+        case .success(let answer): await classify(answer)
+        }
+    }
+
     public struct TransportFailure: Error, Sendable {
         public var reason: String
     }

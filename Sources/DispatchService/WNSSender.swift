@@ -52,23 +52,20 @@ public struct WNSSender: SingleRequestSender {
         }
         if !item.payload.collapseID.isEmpty { request.headers.add(name: "x-wns-tag", value: String(item.payload.collapseID.prefix(16))) }
         request.body = .bytes(ByteBuffer(bytes: item.payload.body))
-        let answer: PushHTTP.Answer
-        switch await PushHTTP.exchange(client, request, timeout: timeout) {
-        case .failure(let failure): return .retry(status: 0, reason: failure.reason, after: nil)
-        case .success(let success): answer = success
-        }
-        let status = answer.headers.first(name: "x-wns-error-description") ?? answer.headers.first(name: "x-wns-status")
-        let reason = status.map { "HTTP \(answer.status) \($0)" } ?? "HTTP \(answer.status)"
-        switch answer.status {
-        case 200: return .delivered(status: 200)
-        // 410: the channel expired; 404: WNS does not know it. Either way the app must register again.
-        case 404, 410: return .unregistered(status: answer.status, reason: reason, since: 0)
-        case 401:
-            await tokens.invalidate(bearer)
-            return .retry(status: 401, reason: reason, after: nil)
-        // 406: the channel is throttled.
-        case 406: return .retry(status: 406, reason: reason, after: answer.retryAfter)
-        default: return PushHTTP.generic(answer, reason: reason)
+        return await PushHTTP.send(client, request, timeout: timeout) { answer in
+            let status = answer.headers.first(name: "x-wns-error-description") ?? answer.headers.first(name: "x-wns-status")
+            let reason = status.map { "HTTP \(answer.status) \($0)" } ?? "HTTP \(answer.status)"
+            switch answer.status {
+            case 200: return .delivered(status: 200)
+            // 410: the channel expired; 404: WNS does not know it. Either way the app must register again.
+            case 404, 410: return .unregistered(status: answer.status, reason: reason, since: 0)
+            case 401:
+                await tokens.invalidate(bearer)
+                return .retry(status: 401, reason: reason, after: nil)
+            // 406: the channel is throttled.
+            case 406: return .retry(status: 406, reason: reason, after: answer.retryAfter)
+            default: return PushHTTP.generic(answer, reason: reason)
+            }
         }
     }
 }

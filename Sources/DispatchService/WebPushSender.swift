@@ -125,16 +125,13 @@ public struct WebPushSender: SingleRequestSender {
         request.headers.add(name: "urgency", value: item.payload.header("urgency") ?? "normal")
         if !item.payload.collapseID.isEmpty { request.headers.add(name: "topic", value: item.payload.collapseID) }
         request.body = .bytes(ByteBuffer(bytes: body))
-        let answer: PushHTTP.Answer
-        switch await PushHTTP.exchange(client, request, timeout: timeout) {
-        case .failure(let failure): return .retry(status: 0, reason: failure.reason, after: nil)
-        case .success(let success): answer = success
-        }
-        switch answer.status {
-        case 200..<300: return .delivered(status: answer.status)
-        // The subscription is gone (unsubscribed or expired).
-        case 404, 410: return .unregistered(status: answer.status, reason: "HTTP \(answer.status)", since: 0)
-        default: return PushHTTP.generic(answer, reason: "HTTP \(answer.status)")
+        return await PushHTTP.send(client, request, timeout: timeout) { answer in
+            switch answer.status {
+            case 200..<300: return .delivered(status: answer.status)
+            // The subscription is gone (unsubscribed or expired).
+            case 404, 410: return .unregistered(status: answer.status, reason: "HTTP \(answer.status)", since: 0)
+            default: return PushHTTP.generic(answer, reason: "HTTP \(answer.status)")
+            }
         }
     }
 }

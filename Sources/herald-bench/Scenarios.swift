@@ -1,3 +1,4 @@
+import Synchronization
 import ArgumentParser
 import Foundation
 import GRDB
@@ -253,6 +254,7 @@ struct FanoutScenario {
             }
 
             let started = ContinuousClock.now
+            let acknowledged = Mutex(started)
             // Send commits the outbox and returns; the clock stops when the outcome is final.
             let outcome = try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), timeout: .seconds(3600)) { client in
                 let sent = try await client.call(
@@ -262,6 +264,7 @@ struct FanoutScenario {
                         payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"fan-out"}}"#.utf8), pushType: "alert")],
                         sender: "bench")
                 ).outcome
+                acknowledged.withLock { $0 = .now }
                 var outcome = sent
                 while let current = outcome, current.state == .enqueued || current.state == .processing {
                     try await Task.sleep(for: .milliseconds(20))
@@ -270,6 +273,7 @@ struct FanoutScenario {
                 return outcome
             }
             let elapsed = ContinuousClock.now - started
+            let commit = acknowledged.withLock { $0 } - started
             let delivered = outcome?.platforms.reduce(0) { $0 + $1.success } ?? 0
             let recorded = try countRows(configuration.dataDirectory + "/dispatch.sqlite", table: "inbox")
             guard delivered == count, recorded == count else {
@@ -314,6 +318,7 @@ struct FanoutScenario {
                 | | deliveries | seconds | deliveries/s |
                 |---|---:|---:|---:|
                 | Herald: Send → outbox → every delivery recorded | \(count) | \(String(format: "%.2f", seconds)) | \(format(rate)) |
+                | of which: Send answered (audience read, outbox committed) | \(count) | \(String(format: "%.2f", commit.seconds)) | \(format(Double(count) / commit.seconds)) |
                 | baseline: the same rows inserted in-process | \(count) | \(String(format: "%.2f", Double(count) / floor)) | \(format(floor)) |
                 """,
                 memory.joined(separator: "\n"),
