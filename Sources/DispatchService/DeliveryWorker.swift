@@ -81,6 +81,9 @@ final class Wakeup: Sendable {
 public final class DeliveryWorker: Service, Sendable {
     private let outbox: Outbox
     private let senders: [Platform: any PushSender]
+    /// Platforms whose sender is remote (claimed with a lease), and those recorded locally.
+    private let remotePlatforms: [Platform]
+    private let local: (sender: any LocalSender, platforms: [Platform])?
     private let registrations: RPCClient
     private let policy: RetryPolicy
     private let batchSize: Int
@@ -99,6 +102,9 @@ public final class DeliveryWorker: Service, Sendable {
     ) {
         self.outbox = outbox
         self.senders = senders
+        let locals = senders.compactMap { platform, sender in (sender as? any LocalSender).map { (platform, $0) } }
+        remotePlatforms = senders.keys.filter { platform in !locals.contains { $0.0 == platform } }.sorted { $0.rawValue < $1.rawValue }
+        local = locals.first.map { first in (first.1, locals.map(\.0).sorted { $0.rawValue < $1.rawValue }) }
         self.registrations = registrations
         self.policy = policy
         self.batchSize = batchSize
@@ -119,19 +125,38 @@ public final class DeliveryWorker: Service, Sendable {
         await withGracefulShutdownHandler {
         await withDiscardingTaskGroup { group in
             while !Task.isCancelled, !stopping.withLock({ $0 }) {
+                // Local (inbox) deliveries: claimed, written and recorded in one transaction.
+                var deliveredLocally = false
+                if let local {
+                    do {
+                        let done = try await outbox.deliverLocally(limit: batchSize, platforms: local.platforms, write: local.sender.write)
+                        deliveredLocally = !done.delivered.isEmpty
+                        for (platform, count) in done.delivered {
+                            Counter(label: "herald_deliveries_total", dimensions: [("platform", platform.name), ("outcome", "delivered")])
+                                .increment(by: count)
+                        }
+                        for (_, state) in done.finished {
+                            Counter(label: "herald_sends_total", dimensions: [("state", "\(state)")]).increment()
+                        }
+                    } catch {
+                        logger.error("cannot record inbox deliveries", metadata: ["herald.error": "\(error)"])
+                    }
+                }
                 if running.withLock({ $0 }) >= workers {
+                    if deliveredLocally { continue }
                     // Every batch slot is busy; a finishing batch signals.
                     await wakeup.wait(upTo: .seconds(1))
                     continue
                 }
                 let items: [PushItem]
                 do {
-                    items = try await outbox.claim(limit: batchSize)
+                    items = try await outbox.claim(limit: batchSize, platforms: remotePlatforms)
                 } catch {
                     logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
                     await wakeup.wait(upTo: .seconds(1))
                     continue
                 }
+                if items.isEmpty, deliveredLocally { continue }
                 if !items.isEmpty {
                     running.withLock { $0 += 1 }
                     group.addTask {

@@ -97,7 +97,8 @@ public final class Outbox: Sendable {
                         updated_at INTEGER NOT NULL
                     );
                     CREATE INDEX delivery_due ON delivery(next_attempt_at) WHERE state = 1 AND leased = 0;
-                    CREATE INDEX delivery_notification ON delivery(notification_id, state);
+                    -- ListDeliveries' order. Not (notification_id, state): every result would move its entry.
+                    CREATE INDEX delivery_notification ON delivery(notification_id, sequence);
                     -- Counters kept by record(), so an outcome costs a few rows however large the send.
                     ALTER TABLE notification_platform ADD COLUMN pending INTEGER NOT NULL DEFAULT 0;
                     ALTER TABLE notification_platform ADD COLUMN removed INTEGER NOT NULL DEFAULT 0;
@@ -202,51 +203,74 @@ public final class Outbox: Sendable {
         }
     }
 
-    /// Claims up to `limit` due deliveries: counts their attempt and leases them, in one transaction.
-    public func claim(limit: Int) async throws -> [PushItem] {
+    /// Claims up to `limit` due deliveries of `platforms`: counts their attempt and leases them, in
+    /// one transaction.
+    public func claim(limit: Int, platforms: [Platform]) async throws -> [PushItem] {
+        let at = now()
+        return try await db.write { db in try self.due(limit: limit, platforms: platforms, lease: true, at: at, db) }
+    }
+
+    /// Delivers up to `limit` due deliveries of `platforms` to a sender that writes into this same
+    /// database (the inbox), and records them, in one transaction: exactly once, with no lease.
+    /// Returns how many, per platform, and the notifications this finished.
+    public func deliverLocally(
+        limit: Int, platforms: [Platform], write: @escaping @Sendable ([PushItem], Database) throws -> Void
+    ) async throws -> (delivered: [Platform: Int], finished: [(id: String, state: OutcomeState)]) {
         let at = now()
         return try await db.write { db in
-            let rows = try Row.fetchAll(
-                db.cachedStatement(
-                    sql: """
-                        SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at
-                        FROM delivery WHERE state = 1 AND leased = 0 AND next_attempt_at <= ?
-                        ORDER BY next_attempt_at, sequence LIMIT ?
-                        """),
-                arguments: [at, limit])
-            guard !rows.isEmpty else { return [] }
-            let lease = try db.cachedStatement(
-                sql: "UPDATE delivery SET leased = 1, attempts = attempts + 1, updated_at = ? WHERE sequence = ?")
-            var payloads: [String: [Platform: OutboxPayload]] = [:]
-            var items: [PushItem] = []
-            items.reserveCapacity(rows.count)
-            // Columns by position: GRDB's by-name look-up lower-cases the name on every access.
-            for row in rows {
-                let notificationID: String = row[1]
-                let platform = Platform(rawValue: row[3])
-                if payloads[notificationID] == nil {
-                    payloads[notificationID] = try Self.payloads(of: notificationID, db)
-                    try db.execute(
-                        sql: "UPDATE notification SET state = ?, updated_at = ? WHERE id = ? AND state = ?",
-                        arguments: [OutcomeState.processing.rawValue, at, notificationID, OutcomeState.enqueued.rawValue])
-                }
-                guard let payload = payloads[notificationID]?[platform] else {
-                    // Cannot happen (Send stores a payload for every platform it targets); never spin on it.
-                    try db.execute(
-                        sql: "UPDATE delivery SET state = ?, reason = 'NoPayload', updated_at = ? WHERE sequence = ?",
-                        arguments: [DeliveryState.failed.rawValue, at, row[0]])
-                    continue
-                }
-                let sequence: Int64 = row[0]
-                try lease.execute(arguments: [at, sequence])
-                let attempts: Int = row[6]
-                items.append(PushItem(
-                    sequence: sequence, notificationID: notificationID, registrationID: row[2],
-                    platform: platform, handle: row[4], messageID: row[5], attempt: attempts + 1,
-                    giveUpAt: row[7], payload: payload))
+            let items = try self.due(limit: limit, platforms: platforms, lease: false, at: at, db)
+            guard !items.isEmpty else { return ([:], []) }
+            try write(items, db)
+            var delivered: [Platform: Int] = [:]
+            let decisions = items.map { item in
+                delivered[item.platform, default: 0] += 1
+                return Decision(
+                    sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .delivered,
+                    status: 200, reason: "", nextAttemptAt: at, removal: nil, countsAttempt: true)
             }
-            return items
+            return (delivered, try self.apply(decisions, at: at, db))
         }
+    }
+
+    /// Due deliveries of `platforms`, oldest first; with `lease`, each is leased and its attempt counted.
+    private func due(limit: Int, platforms: [Platform], lease: Bool, at: Int64, _ db: Database) throws -> [PushItem] {
+        guard !platforms.isEmpty else { return [] }
+        let list = platforms.map { String($0.rawValue) }.sorted().joined(separator: ",")
+        let rows = try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at
+                    FROM delivery WHERE state = 1 AND leased = 0 AND next_attempt_at <= ? AND platform IN (\(list))
+                    ORDER BY next_attempt_at, sequence LIMIT ?
+                    """),
+            arguments: [at, limit])
+        guard !rows.isEmpty else { return [] }
+        let leaseStatement = try db.cachedStatement(
+            sql: "UPDATE delivery SET leased = 1, attempts = attempts + 1, updated_at = ? WHERE sequence = ?")
+        var payloads: [String: [Platform: OutboxPayload]] = [:]
+        var items: [PushItem] = []
+        items.reserveCapacity(rows.count)
+        // Columns by position: GRDB's by-name look-up lower-cases the name on every access.
+        for row in rows {
+            let notificationID: String = row[1]
+            let platform = Platform(rawValue: row[3])
+            if payloads[notificationID] == nil {
+                payloads[notificationID] = try Self.payloads(of: notificationID, db)
+                try db.execute(
+                    sql: "UPDATE notification SET state = ?, updated_at = ? WHERE id = ? AND state = ?",
+                    arguments: [OutcomeState.processing.rawValue, at, notificationID, OutcomeState.enqueued.rawValue])
+            }
+            // Send stores a payload for every platform it targets, in the same transaction.
+            guard let payload = payloads[notificationID]?[platform] else { continue }
+            let sequence: Int64 = row[0]
+            if lease { try leaseStatement.execute(arguments: [at, sequence]) }
+            let attempts: Int = row[6]
+            items.append(PushItem(
+                sequence: sequence, notificationID: notificationID, registrationID: row[2],
+                platform: platform, handle: row[4], messageID: row[5], attempt: attempts + 1,
+                giveUpAt: row[7], payload: payload))
+        }
+        return items
     }
 
     /// Where one delivery goes next, as the worker decided it.
@@ -261,6 +285,8 @@ public final class Outbox: Sendable {
         public var nextAttemptAt: Int64
         /// Set when the handle is dead and registration must delete it.
         public var removal: (platform: Platform, handle: String, since: Int64)?
+        /// The attempt was not counted when claimed (local deliveries take no lease): count it now.
+        public var countsAttempt = false
     }
 
     /// Records a batch's results, queues handle removals, and finishes each notification that has
@@ -268,81 +294,84 @@ public final class Outbox: Sendable {
     @discardableResult
     public func record(_ decisions: [Decision]) async throws -> [(id: String, state: OutcomeState)] {
         let at = now()
-        return try await db.write { db in
-            let update = try db.cachedStatement(
-                sql: """
-                    UPDATE delivery SET state = ?, leased = 0, last_status = ?, reason = ?, next_attempt_at = ?,
-                           handle_removed = ?, updated_at = ?
-                    WHERE sequence = ?
-                    """)
-            // Counter changes per (notification, platform), applied once per batch.
-            struct Delta {
-                var success = 0, failure = 0, pending = 0, removed = 0, retries = 0
-                var failures: [String: Int] = [:]
-            }
-            var deltas: [String: [Platform: Delta]] = [:]
-            for d in decisions {
-                try update.execute(arguments: [
-                    d.state.rawValue, d.status, d.reason, d.nextAttemptAt, d.removal == nil ? 0 : 1, at, d.sequence,
-                ])
-                if let removal = d.removal {
-                    try db.execute(
-                        sql: "INSERT INTO handle_removal (platform, handle, invalid_since, created_at) VALUES (?, ?, ?, ?)",
-                        arguments: [removal.platform.rawValue, removal.handle, removal.since, at])
-                }
-                var delta = deltas[d.notificationID]?[d.platform] ?? Delta()
-                switch d.state {
-                case .pending: delta.retries += 1
-                case .delivered:
-                    delta.success += 1
-                    delta.pending -= 1
-                default:
-                    delta.failure += 1
-                    delta.pending -= 1
-                    delta.failures[d.state == .abandoned ? "Abandoned" : d.reason, default: 0] += 1
-                    if d.removal != nil { delta.removed += 1 }
-                }
-                deltas[d.notificationID, default: [:]][d.platform] = delta
-            }
-            let counters = try db.cachedStatement(
-                sql: """
-                    UPDATE notification_platform
-                    SET success = success + ?, failure = failure + ?, pending = pending + ?, removed = removed + ?,
-                        retries = retries + ?
-                    WHERE notification_id = ? AND platform = ?
-                    """)
-            let failures = try db.cachedStatement(
-                sql: """
-                    INSERT INTO notification_failure (notification_id, platform, reason, count) VALUES (?, ?, ?, ?)
-                    ON CONFLICT (notification_id, platform, reason) DO UPDATE SET count = count + excluded.count
-                    """)
-            var finished: [(String, OutcomeState)] = []
-            for (id, platforms) in deltas {
-                for (platform, delta) in platforms {
-                    try counters.execute(arguments: [
-                        delta.success, delta.failure, delta.pending, delta.removed, delta.retries, id, platform.rawValue,
-                    ])
-                    for (reason, count) in delta.failures {
-                        try failures.execute(arguments: [id, platform.rawValue, reason, count])
-                    }
-                }
-                guard platforms.values.contains(where: { $0.pending != 0 }) else { continue }
-                let open = try Int.fetchOne(
-                    db.cachedStatement(sql: "SELECT SUM(pending) FROM notification_platform WHERE notification_id = ?"),
-                    arguments: [id]) ?? 0
-                guard open == 0 else { continue }
-                let abandoned = try Bool.fetchOne(
-                    db.cachedStatement(
-                        sql: "SELECT EXISTS (SELECT 1 FROM notification_failure WHERE notification_id = ? AND reason = 'Abandoned')"),
-                    arguments: [id]) ?? false
-                let state: OutcomeState = abandoned ? .abandoned : .completed
-                try db.execute(
-                    sql: "UPDATE notification SET state = ?, updated_at = ? WHERE id = ? AND state IN (1, 2)",
-                    arguments: [state.rawValue, at, id])
-                if db.changesCount == 1 { finished.append((id, state)) }
-            }
-            return finished
+        return try await db.write { db in try self.apply(decisions, at: at, db) }
+    }
+
+    private func apply(_ decisions: [Decision], at: Int64, _ db: Database) throws -> [(id: String, state: OutcomeState)] {
+        let update = try db.cachedStatement(
+            sql: """
+                UPDATE delivery SET state = ?, leased = 0, last_status = ?, reason = ?, next_attempt_at = ?,
+                       handle_removed = ?, updated_at = ?, attempts = attempts + ?
+                WHERE sequence = ?
+                """)
+        // Counter changes per (notification, platform), applied once per batch.
+        struct Delta {
+            var success = 0, failure = 0, pending = 0, removed = 0, retries = 0
+            var failures: [String: Int] = [:]
         }
+        var deltas: [String: [Platform: Delta]] = [:]
+        for d in decisions {
+            try update.execute(arguments: [
+                d.state.rawValue, d.status, d.reason, d.nextAttemptAt, d.removal == nil ? 0 : 1, at, d.countsAttempt ? 1 : 0,
+                d.sequence,
+            ])
+            if let removal = d.removal {
+                try db.execute(
+                    sql: "INSERT INTO handle_removal (platform, handle, invalid_since, created_at) VALUES (?, ?, ?, ?)",
+                    arguments: [removal.platform.rawValue, removal.handle, removal.since, at])
+            }
+            var delta = deltas[d.notificationID]?[d.platform] ?? Delta()
+            switch d.state {
+            case .pending: delta.retries += 1
+            case .delivered:
+                delta.success += 1
+                delta.pending -= 1
+            default:
+                delta.failure += 1
+                delta.pending -= 1
+                delta.failures[d.state == .abandoned ? "Abandoned" : d.reason, default: 0] += 1
+                if d.removal != nil { delta.removed += 1 }
+            }
+            deltas[d.notificationID, default: [:]][d.platform] = delta
+        }
+        let counters = try db.cachedStatement(
+            sql: """
+                UPDATE notification_platform
+                SET success = success + ?, failure = failure + ?, pending = pending + ?, removed = removed + ?,
+                    retries = retries + ?
+                WHERE notification_id = ? AND platform = ?
+                """)
+        let failures = try db.cachedStatement(
+            sql: """
+                INSERT INTO notification_failure (notification_id, platform, reason, count) VALUES (?, ?, ?, ?)
+                ON CONFLICT (notification_id, platform, reason) DO UPDATE SET count = count + excluded.count
+                """)
+        var finished: [(String, OutcomeState)] = []
+        for (id, platforms) in deltas {
+            for (platform, delta) in platforms {
+                try counters.execute(arguments: [
+                    delta.success, delta.failure, delta.pending, delta.removed, delta.retries, id, platform.rawValue,
+                ])
+                for (reason, count) in delta.failures {
+                    try failures.execute(arguments: [id, platform.rawValue, reason, count])
+                }
+            }
+            guard platforms.values.contains(where: { $0.pending != 0 }) else { continue }
+            let open = try Int.fetchOne(
+                db.cachedStatement(sql: "SELECT SUM(pending) FROM notification_platform WHERE notification_id = ?"),
+                arguments: [id]) ?? 0
+            guard open == 0 else { continue }
+            let abandoned = try Bool.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT EXISTS (SELECT 1 FROM notification_failure WHERE notification_id = ? AND reason = 'Abandoned')"),
+                arguments: [id]) ?? false
+            let state: OutcomeState = abandoned ? .abandoned : .completed
+            try db.execute(
+                sql: "UPDATE notification SET state = ?, updated_at = ? WHERE id = ? AND state IN (1, 2)",
+                arguments: [state.rawValue, at, id])
+            if db.changesCount == 1 { finished.append((id, state)) }
+        }
+        return finished
     }
 
     /// Dead handles registration has not confirmed deleting yet, oldest first.

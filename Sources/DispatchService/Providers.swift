@@ -11,6 +11,12 @@ public protocol PushSender: Sendable {
     func send(_ items: [PushItem]) async -> [PushResult]
 }
 
+/// A sender whose delivery is a write to dispatch's own database (the inbox): the worker claims,
+/// writes and records each batch in one transaction, so it is delivered exactly once.
+public protocol LocalSender: PushSender {
+    func write(_ items: [PushItem], in db: Database) throws
+}
+
 /// A sender that speaks to its service one request per delivery, many at a time.
 public protocol SingleRequestSender: PushSender {
     /// How many requests of one batch may be in flight together.
@@ -45,7 +51,7 @@ extension SingleRequestSender {
 /// The provider used when no push credentials are configured: records every push it would have
 /// sent (platform, handle, headers, exact bytes) in dispatch's own database, so a developer, the
 /// `herald inbox` command and the tests can see exactly what a device would get.
-public struct InboxProvider: PushSender {
+public struct InboxProvider: LocalSender {
     private let db: any DatabaseWriter
 
     public init(db: any DatabaseWriter) throws {
@@ -86,27 +92,29 @@ public struct InboxProvider: PushSender {
     }
 
     private func record(_ items: [PushItem]) async throws {
+        try await db.write { db in try write(items, in: db) }
+    }
+
+    public func write(_ items: [PushItem], in db: Database) throws {
         let now = unixMillis()
-        try await db.write { db in
-            let insert = try db.cachedStatement(
-                sql: """
-                    INSERT INTO inbox (notification_id, registration_id, platform, handle, headers, payload, recorded_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?)
-                    """)
-            // A batch shares one payload per platform: encode its headers and body once, not per row.
-            var encoded: [Platform: (source: OutboxPayload, headers: String, body: Data)] = [:]
-            for item in items {
-                let shared: (source: OutboxPayload, headers: String, body: Data)
-                if let cached = encoded[item.platform], cached.source == item.payload {
-                    shared = cached
-                } else {
-                    shared = (item.payload, Outbox.encode(item.payload.headers), Data(item.payload.body))
-                    encoded[item.platform] = shared
-                }
-                try insert.execute(arguments: [
-                    item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers, shared.body, now,
-                ])
+        let insert = try db.cachedStatement(
+            sql: """
+                INSERT INTO inbox (notification_id, registration_id, platform, handle, headers, payload, recorded_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """)
+        // A batch shares one payload per platform: encode its headers and body once, not per row.
+        var encoded: [Platform: (source: OutboxPayload, headers: String, body: Data)] = [:]
+        for item in items {
+            let shared: (source: OutboxPayload, headers: String, body: Data)
+            if let cached = encoded[item.platform], cached.source == item.payload {
+                shared = cached
+            } else {
+                shared = (item.payload, Outbox.encode(item.payload.headers), Data(item.payload.body))
+                encoded[item.platform] = shared
             }
+            try insert.execute(arguments: [
+                item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers, shared.body, now,
+            ])
         }
     }
 

@@ -94,12 +94,12 @@ struct DeliveryTests {
         let targets = (0..<3).map { Outbox.Target(registrationID: "r-\($0)", platform: .apns, handle: "h\($0)") }
         _ = try await outbox.enqueue(
             id: "n-1", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets, retryWindow: .seconds(60))
-        let first = try await outbox.claim(limit: 10)
+        let first = try await outbox.claim(limit: 10, platforms: [.apns])
         #expect(first.count == 3 && first.allSatisfy { $0.attempt == 1 })
-        #expect(try await outbox.claim(limit: 10).isEmpty)  // leased: not handed out twice
+        #expect(try await outbox.claim(limit: 10, platforms: [.apns]).isEmpty)  // leased: not handed out twice
         // The process dies here. The next one starts:
         #expect(try outbox.recoverLeases() == 3)
-        let again = try await outbox.claim(limit: 10)
+        let again = try await outbox.claim(limit: 10, platforms: [.apns])
         #expect(again.map(\.messageID) == first.map(\.messageID))
         #expect(again.allSatisfy { $0.attempt == 2 })
     }
@@ -114,7 +114,7 @@ struct DeliveryTests {
         let worker = DeliveryWorker(
             outbox: outbox, senders: [:], registrations: try RPCClient(socketPath: "/nonexistent"), policy: RetryPolicy(base: .seconds(4)),
             logger: Logger(label: "test"))
-        var items = try await outbox.claim(limit: 10)
+        var items = try await outbox.claim(limit: 10, platforms: [.apns])
         let now = box.value.withLock { $0 }
         try await outbox.record([
             worker.decide(items[0], .delivered(status: 200), now: now),
@@ -123,7 +123,7 @@ struct DeliveryTests {
             worker.decide(items[3], .retry(status: 429, reason: "TooManyRequests", after: .seconds(3)), now: now),
         ])
         box.value.withLock { $0 += 5000 }
-        items = try await outbox.claim(limit: 10)
+        items = try await outbox.claim(limit: 10, platforms: [.apns])
         try #require(items.count == 1 && items[0].attempt == 2)
         // A second 503 with Retry-After 30 s would land after the 10 s window: abandoned.
         let finished = try await outbox.record([
