@@ -14,6 +14,8 @@ public import HeraldRPC
 /// - `push-timeout-ms` (30000): one request to a push service. `push-ca-file`: a PEM bundle trusted
 ///   besides the system roots (tests, TLS-inspecting proxies).
 /// - `delivery-batch` (500), `delivery-workers` (4): deliveries claimed per batch, batches in flight.
+/// - `retention-seconds` (604800, 7 days): finished sends (outcome, deliveries) and inbox entries
+///   older than this are deleted, hourly.
 ///
 /// Credentials (secrets only ever from files, never on the command line):
 /// - APNs: `apns-key-file` (.p8), `apns-key-id`, `apns-team-id`, `apns-topic` (bundle id),
@@ -27,7 +29,7 @@ public struct DispatchConfig: Sendable {
     public enum APNsEnvironment: String, CaseIterable, Sendable { case production, sandbox }
     public static let keys: Set<String> = [
         "provider", "retry-window-seconds", "retry-base-ms", "retry-max-ms", "push-timeout-ms", "push-ca-file",
-        "delivery-batch", "delivery-workers",
+        "delivery-batch", "delivery-workers", "retention-seconds",
         "apns-key-file", "apns-key-id", "apns-team-id", "apns-topic", "apns-environment", "apns-url",
         "fcm-service-account-file", "fcm-url", "fcm-token-url",
         "wns-client-id", "wns-client-secret-file", "wns-token-url",
@@ -40,6 +42,7 @@ public struct DispatchConfig: Sendable {
     public var pushCAFile: String?
     public var batchSize: Int
     public var workers: Int
+    public var retention: Duration
     public var apns: APNsCredentials?
     public var fcm: (account: FCMServiceAccount, url: String, tokenURL: String?)?
     public var wns: (clientID: String, clientSecret: String, tokenURL: String)?
@@ -53,6 +56,9 @@ public struct DispatchConfig: Sendable {
         let timeout = try reader.int("push-timeout-ms", default: 30_000)
         batchSize = try reader.int("delivery-batch", default: 500)
         workers = try reader.int("delivery-workers", default: 4)
+        let retentionSeconds = try reader.int("retention-seconds", default: 7 * 86400)
+        guard retentionSeconds > 0 else { throw ConfigError("retention-seconds must be positive") }
+        retention = .seconds(retentionSeconds)
         guard window > 0, base > 0, cap >= base, timeout > 0, batchSize > 0, workers > 0 else {
             throw ConfigError("retry-window-seconds, retry-base-ms, push-timeout-ms, delivery-batch and delivery-workers must be positive, and retry-max-ms at least retry-base-ms")
         }
@@ -186,7 +192,15 @@ public enum DispatchServer {
                 onEnqueue: { worker.wake() })
             var table = MethodTable()
             DispatchHandlers(dispatcher: dispatcher, inbox: inbox).register(into: &table)
-            return RPCServiceParts(table: table, background: [worker], healthChecks: [.database(pool)])
+            let purge = Periodic("outcome and inbox purge", every: .seconds(3600), logger: context.logger) {
+                let before = unixMillis() - config.retention.wholeMilliseconds
+                let sends = try outbox.purge(before: before)
+                let recorded = try inbox.purge(before: before)
+                if sends + recorded > 0 {
+                    context.logger.info("purged old sends", metadata: ["herald.sends": "\(sends)", "herald.inbox": "\(recorded)"])
+                }
+            }
+            return RPCServiceParts(table: table, background: [worker, purge], healthChecks: [.database(pool)])
         }
     }
 }

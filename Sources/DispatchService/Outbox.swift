@@ -374,6 +374,27 @@ public final class Outbox: Sendable {
         return finished
     }
 
+    /// Deletes finished sends last changed before `before` (Unix ms): the notification, and by
+    /// cascade its payloads, deliveries and counters. A hundred sends per transaction, so a purge
+    /// of large sends never holds the writer long. Returns how many sends.
+    @discardableResult
+    public func purge(before: Int64) throws -> Int {
+        var total = 0
+        while true {
+            let deleted = try db.write { db in
+                try db.execute(
+                    sql: """
+                        DELETE FROM notification WHERE id IN (
+                            SELECT id FROM notification WHERE state IN (3, 4, 5) AND updated_at < ? LIMIT 100)
+                        """,
+                    arguments: [before])
+                return db.changesCount
+            }
+            total += deleted
+            if deleted < 100 { return total }
+        }
+    }
+
     /// Dead handles registration has not confirmed deleting yet, oldest first.
     public func pendingRemovals(limit: Int) throws -> [(id: Int64, platform: Platform, handle: String, since: Int64)] {
         try db.read { db in

@@ -135,6 +135,12 @@ struct DeliveryTests {
         #expect(outcome.removedHandles == 1 && outcome.retries == 1)
         #expect(outcome.failures.map(\.reason) == ["Abandoned", "BadTopic", "Unregistered"])
         #expect(try outbox.pendingRemovals(limit: 10).map(\.handle) == ["h1"])
+
+        // Retention: a finished send goes with its deliveries and counters; nothing else does.
+        #expect(try outbox.purge(before: now) == 0)
+        #expect(try outbox.purge(before: now + 10_000) == 1)
+        #expect(try DatabaseQueueReader.platforms(outbox, "n-2").isEmpty)
+        #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM delivery") } == 0)
     }
 
     @Test("aes128gcm matches RFC 8291's worked example byte for byte")
