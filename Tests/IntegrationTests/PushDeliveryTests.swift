@@ -224,6 +224,8 @@ struct PushDeliveryTests {
             let refused = apnsToken(505)
             for token in [busy, down, refused] { try await live.register("erin", platform: "apns", handle: token) }
             try await live.register("erin", platform: "fcm", handle: "fcm-erin-1")
+            try await live.register("erin", platform: "wns", handle: "\(fixture.double.url)/wns/erin-1")
+            fixture.queue("/wns/erin-1", PushDouble.Reply(status: 500))
             fixture.queue(busy, .json(429, ["reason": "TooManyRequests"], headers: [("retry-after", "1")]))
             fixture.queue(down, .json(503, ["reason": "ServiceUnavailable"], headers: [("retry-after", "2")]))
             fixture.queue(refused, .json(400, ["reason": "BadExpirationDate"]), .json(400, ["reason": "BadExpirationDate"]))
@@ -239,6 +241,7 @@ struct PushDeliveryTests {
             #expect(apns["success"] as? Int == 2 && apns["failure"] as? Int == 1 && apns["retries"] as? Int == 2)
             #expect(apns["failures"] as? [String: Int] == ["BadExpirationDate": 1])
             #expect(Self.platform(outcome, "fcm")["success"] as? Int == 1)
+            #expect(Self.platform(outcome, "wns")["success"] as? Int == 1 && Self.platform(outcome, "wns")["retries"] as? Int == 1)
 
             func attempts(_ filter: (PushDouble.Request) -> Bool) -> [PushDouble.Request] { fixture.double.requests.filter(filter) }
             for (token, wait) in [(busy, 1.0), (down, 2.0)] {
@@ -251,6 +254,9 @@ struct PushDeliveryTests {
             let fcmTries = attempts { $0.path.hasSuffix("/messages:send") }
             #expect(fcmTries.count == 2 && fcmTries[1].at - fcmTries[0].at >= .seconds(1))
             #expect(attempts { $0.path == "/3/device/\(refused)" }.count == 1)
+            // A 500 without Retry-After: retried after the backoff (100 ms base here, jitter ≥ ½).
+            let wnsTries = attempts { $0.path == "/wns/erin-1" }
+            #expect(wnsTries.count == 2 && wnsTries[1].at - wnsTries[0].at >= .milliseconds(50))
             let records = try await Self.deliveries(live, sent.id)
             #expect(records.first { $0.reason == "BadExpirationDate" }?.attempts == 1)
             #expect(records.first { $0.reason == "BadExpirationDate" }?.state == .failed)
