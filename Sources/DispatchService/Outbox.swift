@@ -379,20 +379,13 @@ public final class Outbox: Sendable {
     /// of large sends never holds the writer long. Returns how many sends.
     @discardableResult
     public func purge(before: Int64) throws -> Int {
-        var total = 0
-        while true {
-            let deleted = try db.write { db in
-                try db.execute(
-                    sql: """
-                        DELETE FROM notification WHERE id IN (
-                            SELECT id FROM notification WHERE state IN (3, 4, 5) AND updated_at < ? LIMIT 100)
-                        """,
-                    arguments: [before])
-                return db.changesCount
-            }
-            total += deleted
-            if deleted < 100 { return total }
-        }
+        try HeraldDatabase.deleteInBatches(
+            db, batch: 100,
+            sql: """
+                DELETE FROM notification WHERE id IN (
+                    SELECT id FROM notification WHERE state IN (3, 4, 5) AND updated_at < ? LIMIT 100)
+                """,
+            arguments: [before])
     }
 
     /// Dead handles registration has not confirmed deleting yet, oldest first.

@@ -121,17 +121,10 @@ public struct InboxProvider: LocalSender {
     /// Deletes pushes recorded before `before` (Unix ms), 10,000 per transaction; returns how many.
     @discardableResult
     public func purge(before: Int64) throws -> Int {
-        var total = 0
-        while true {
-            let deleted = try db.write { db in
-                try db.execute(
-                    sql: "DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < ? LIMIT 10000)",
-                    arguments: [before])
-                return db.changesCount
-            }
-            total += deleted
-            if deleted < 10000 { return total }
-        }
+        try HeraldDatabase.deleteInBatches(
+            db, batch: 10000,
+            sql: "DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < ? LIMIT 10000)",
+            arguments: [before])
     }
 
     /// Recorded pushes with a sequence above `after`, oldest first; only those to `handle` when it

@@ -19,6 +19,22 @@ public enum HeraldDatabase {
         configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA secure_delete = ON") }
         return configuration
     }
+
+    /// Runs `sql`, a DELETE of at most `batch` rows (its `LIMIT`), one transaction at a time until
+    /// a run deletes fewer: a large purge never holds the writer long. Returns the rows deleted.
+    public static func deleteInBatches(
+        _ db: any DatabaseWriter, batch: Int, sql: String, arguments: StatementArguments
+    ) throws -> Int {
+        var total = 0
+        while true {
+            let deleted = try db.write { db in
+                try db.execute(sql: sql, arguments: arguments)
+                return db.changesCount
+            }
+            total += deleted
+            if deleted < batch { return total }
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch, the one time unit Herald stores and sends.
