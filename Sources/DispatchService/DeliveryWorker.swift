@@ -129,7 +129,9 @@ public final class DeliveryWorker: Service, Sendable {
                 var deliveredLocally = false
                 if let local {
                     do {
-                        let done = try await outbox.deliverLocally(limit: batchSize, platforms: local.platforms, write: local.sender.write)
+                        // Larger than remote batches: a local batch is only rows, and each transaction has a fixed cost.
+                        let done = try await outbox.deliverLocally(
+                            limit: max(batchSize, 2000), platforms: local.platforms, write: local.sender.write)
                         deliveredLocally = !done.delivered.isEmpty
                         for (platform, count) in done.delivered {
                             Counter(label: "herald_deliveries_total", dimensions: [("platform", platform.name), ("outcome", "delivered")])
@@ -150,7 +152,7 @@ public final class DeliveryWorker: Service, Sendable {
                 }
                 let items: [PushItem]
                 do {
-                    items = try await outbox.claim(limit: batchSize, platforms: remotePlatforms)
+                    items = remotePlatforms.isEmpty ? [] : try await outbox.claim(limit: batchSize, platforms: remotePlatforms)
                 } catch {
                     logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
                     await wakeup.wait(upTo: .seconds(1))

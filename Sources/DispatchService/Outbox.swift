@@ -17,6 +17,39 @@ public struct OutboxPayload: Sendable, Hashable {
     public func header(_ name: String) -> String? { headers.first { $0.name == name }?.value }
 }
 
+/// The message ids of one send's deliveries: version-4 UUIDs from 122 random bits drawn once per
+/// send, the low word XOR-ed with the delivery's index. Unique within the send by construction and
+/// across sends by the random bits, at a fraction of the cost of a `UUID()` (system random bytes
+/// and formatting) per device of a large fan-out.
+struct MessageIDs {
+    private let high: UInt64
+    private let low: UInt64
+
+    init() {
+        var generator = SystemRandomNumberGenerator()
+        // Version 4 in the high word; the variant (10) in the top bits of the low word.
+        high = (generator.next() & ~0xF000) | 0x4000
+        low = (generator.next() & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
+    }
+
+    func id(_ index: Int) -> String {
+        let low = self.low ^ UInt64(index & 0x3FFF_FFFF_FFFF_FFFF)
+        var out = [UInt8]()
+        out.reserveCapacity(36)
+        // 8-4-4 from the high word, 4-12 from the low word.
+        for (word, dashes) in [(high, [8, 12, 16]), (low, [4])] {
+            for nibble in 0..<16 {
+                if dashes.contains(nibble) { out.append(UInt8(ascii: "-")) }
+                out.append(Self.digits[Int((word >> UInt64(60 - 4 * nibble)) & 0xF)])
+            }
+            if dashes.contains(16) { out.append(UInt8(ascii: "-")) }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private static let digits = Array("0123456789abcdef".utf8)
+}
+
 /// One delivery a worker claimed: a payload for one registration, on its `attempt`-th try.
 public struct PushItem: Sendable {
     public var sequence: Int64
@@ -164,9 +197,10 @@ public final class Outbox: Sendable {
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """)
             var perPlatform: [Platform: Int] = [:]
-            for target in targets {
+            let ids = MessageIDs()
+            for (index, target) in targets.enumerated() {
                 try insert.execute(arguments: [
-                    id, target.registrationID, target.platform.rawValue, target.handle, UUID().uuidString,
+                    id, target.registrationID, target.platform.rawValue, target.handle, ids.id(index),
                     DeliveryState.pending.rawValue, created, giveUp, created,
                 ])
                 perPlatform[target.platform, default: 0] += 1

@@ -103,13 +103,14 @@ public struct InboxProvider: LocalSender {
                 VALUES (?, ?, ?, ?, ?, ?, ?)
                 """)
         // A batch shares one payload per platform: encode its headers and body once, not per row.
-        var encoded: [Platform: (source: OutboxPayload, headers: String, body: Data)] = [:]
+        // (A payload is fixed per notification and platform, so that pair identifies it.)
+        var encoded: [Platform: (notificationID: String, headers: String, body: Data)] = [:]
         for item in items {
-            let shared: (source: OutboxPayload, headers: String, body: Data)
-            if let cached = encoded[item.platform], cached.source == item.payload {
+            let shared: (notificationID: String, headers: String, body: Data)
+            if let cached = encoded[item.platform], cached.notificationID == item.notificationID {
                 shared = cached
             } else {
-                shared = (item.payload, Outbox.encode(item.payload.headers), Data(item.payload.body))
+                shared = (item.notificationID, Outbox.encode(item.payload.headers), Data(item.payload.body))
                 encoded[item.platform] = shared
             }
             try insert.execute(arguments: [

@@ -143,6 +143,18 @@ struct DeliveryTests {
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM delivery") } == 0)
     }
 
+    @Test("message ids are distinct version-4 UUIDs")
+    func messageIDs() {
+        let first = MessageIDs()
+        let ids = (0..<10_000).map { first.id($0) } + (0..<10_000).map { MessageIDs().id($0 % 3) }
+        #expect(Set(ids).count == ids.count)
+        for id in ids.prefix(100) {
+            let uuid = UUID(uuidString: id)
+            #expect(uuid != nil && id.count == 36 && id == id.lowercased())
+            #expect(Array(id)[14] == "4" && "89ab".contains(Array(id)[19]))
+        }
+    }
+
     @Test("aes128gcm matches RFC 8291's worked example byte for byte")
     func webPushVector() throws {
         func d(_ text: String) -> [UInt8] { Base64URL.decode(text)! }
