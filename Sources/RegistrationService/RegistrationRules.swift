@@ -31,13 +31,32 @@ public enum RegistrationRules {
         return unique
     }
 
-    /// Where WNS channel URIs may point by default: Microsoft's notification hosts.
-    public static let defaultWNSHosts = ["notify.windows.com"]
+    /// Where device-supplied URLs may point: dispatch POSTs to them, so a URL elsewhere would hand
+    /// Herald's WNS token to whoever runs the host, or aim dispatch at an internal address. Each
+    /// entry matches the host and its subdomains.
+    public struct PushHosts: Sendable {
+        /// WNS channel URIs: Microsoft's notification hosts.
+        public static let defaultWNS = ["notify.windows.com"]
+        /// Web Push endpoints: the browsers' push services (Chrome and other Chromium browsers,
+        /// Firefox, Edge, Safari).
+        public static let defaultWebPush = ["fcm.googleapis.com", "push.services.mozilla.com", "notify.windows.com", "push.apple.com"]
+        public var wns: [String]
+        public var webPush: [String]
 
-    /// Checks a push handle for its platform. A WNS channel URI must be https on one of `wnsHosts`
-    /// (a host or any subdomain of it): dispatch POSTs to it with Herald's WNS token, so a URI
-    /// elsewhere would hand that token to whoever runs the host.
-    public static func validateHandle(_ handle: String, platform: Platform, wnsHosts: [String] = defaultWNSHosts) throws {
+        public init(wns: [String] = defaultWNS, webPush: [String] = defaultWebPush) {
+            self.wns = wns
+            self.webPush = webPush
+        }
+
+        static func matches(_ url: URL, _ hosts: [String]) -> Bool {
+            guard url.scheme == "https", let host = url.host?.lowercased() else { return false }
+            return hosts.contains { host == $0 || host.hasSuffix("." + $0) }
+        }
+    }
+
+    /// Checks a push handle for its platform; WNS channel URIs and Web Push endpoints must be https
+    /// on one of `hosts`.
+    public static func validateHandle(_ handle: String, platform: Platform, hosts: PushHosts = PushHosts()) throws {
         switch platform {
         case .apns:
             // Device tokens are hex; 32 bytes today, up to 100 bytes allowed for the future.
@@ -53,14 +72,16 @@ public enum RegistrationRules {
                 throw ServiceError.invalidArgument("an FCM handle is a registration token of 1 to 4096 printable characters")
             }
         case .wns:
-            guard handle.utf8.count <= 2048, let url = URL(string: handle), url.scheme == "https",
-                let host = url.host?.lowercased(), wnsHosts.contains(where: { host == $0 || host.hasSuffix("." + $0) })
-            else {
+            guard handle.utf8.count <= 2048, let url = URL(string: handle), PushHosts.matches(url, hosts.wns) else {
                 throw ServiceError.invalidArgument(
-                    "a WNS handle is an https channel URI on \(wnsHosts.map { "*.\($0)" }.joined(separator: ", "))")
+                    "a WNS handle is an https channel URI on \(hosts.wns.map { "*.\($0)" }.joined(separator: ", "))")
             }
         case .browser:
-            _ = try WebPushSubscription(handle: handle)
+            let subscription = try WebPushSubscription(handle: handle)
+            guard PushHosts.matches(subscription.endpoint, hosts.webPush) else {
+                throw ServiceError.invalidArgument(
+                    "a Web Push endpoint must be on a browser's push service: \(hosts.webPush.map { "*.\($0)" }.joined(separator: ", "))")
+            }
         default:
             throw ServiceError.invalidArgument("platform must be set (apns, fcm, wns or browser)")
         }

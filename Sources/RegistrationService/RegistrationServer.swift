@@ -8,12 +8,12 @@ public struct RegistrationHandlers: Sendable {
     /// Registrations per StreamAudience message.
     public static let audienceBatchSize = 500
     public let store: RegistrationStore
-    /// Hosts WNS channel URIs may point at (``RegistrationRules/defaultWNSHosts`` in production).
-    public let wnsHosts: [String]
+    /// Hosts WNS channel URIs and Web Push endpoints may point at.
+    public let hosts: RegistrationRules.PushHosts
 
-    public init(store: RegistrationStore, wnsHosts: [String] = RegistrationRules.defaultWNSHosts) {
+    public init(store: RegistrationStore, hosts: RegistrationRules.PushHosts = .init()) {
         self.store = store
-        self.wnsHosts = wnsHosts
+        self.hosts = hosts
     }
 
     public func register(into table: inout MethodTable) {
@@ -24,7 +24,7 @@ public struct RegistrationHandlers: Sendable {
         }
         table.register(RegistrationServiceMethods.upsertRegistration) { request, _ in
             try Self.requireOwner(request.owner)
-            try RegistrationRules.validateHandle(request.handle, platform: request.platform, wnsHosts: wnsHosts)
+            try RegistrationRules.validateHandle(request.handle, platform: request.platform, hosts: hosts)
             let tags = try RegistrationRules.validateTags(request.tags)
             let registration = try store.upsert(
                 owner: request.owner, id: request.registrationID, platform: request.platform,
@@ -76,19 +76,27 @@ public struct RegistrationHandlers: Sendable {
 /// - `pending-ttl-seconds` (`HERALD_PENDING_TTL_SECONDS`, 86400): how long an id from
 ///   `POST api/register` waits for its first PUT; after that the PUT gets 410 and the device asks for
 ///   a new id. Expired ids are purged hourly.
-/// - `wns-channel-hosts` (`HERALD_WNS_CHANNEL_HOSTS`, `notify.windows.com`): comma-separated hosts a
-///   WNS channel URI may point at (each also matches its subdomains). Tests add their loopback double.
+/// - `wns-channel-hosts` (`HERALD_WNS_CHANNEL_HOSTS`, `notify.windows.com`) and
+///   `webpush-endpoint-hosts` (`HERALD_WEBPUSH_ENDPOINT_HOSTS`, the browsers' push services):
+///   comma-separated hosts a WNS channel URI or a Web Push endpoint may point at (each also matches
+///   its subdomains). Tests add their loopback double.
 public struct RegistrationConfig: Sendable {
-    public static let keys: Set<String> = ["pending-ttl-seconds", "wns-channel-hosts"]
+    public static let keys: Set<String> = ["pending-ttl-seconds", "wns-channel-hosts", "webpush-endpoint-hosts"]
     public var pendingTTLSeconds: Int64
-    public var wnsHosts: [String]
+    public var hosts: RegistrationRules.PushHosts
 
     public init(reader: ConfigReader) throws {
         pendingTTLSeconds = Int64(try reader.int("pending-ttl-seconds", default: 24 * 3600))
         guard pendingTTLSeconds > 0 else { throw ConfigError("pending-ttl-seconds must be positive") }
-        wnsHosts = reader.string("wns-channel-hosts", default: RegistrationRules.defaultWNSHosts.joined(separator: ","))
-            .split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
-        guard !wnsHosts.isEmpty else { throw ConfigError("wns-channel-hosts must name at least one host") }
+        func list(_ key: String, _ defaults: [String]) throws -> [String] {
+            let hosts = reader.string(key, default: defaults.joined(separator: ","))
+                .split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+            guard !hosts.isEmpty else { throw ConfigError("\(key) must name at least one host") }
+            return hosts
+        }
+        hosts = .init(
+            wns: try list("wns-channel-hosts", RegistrationRules.PushHosts.defaultWNS),
+            webPush: try list("webpush-endpoint-hosts", RegistrationRules.PushHosts.defaultWebPush))
     }
 }
 
@@ -100,7 +108,7 @@ public enum RegistrationServer {
             let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
             let store = try RegistrationStore(db: pool, pendingTTLSeconds: config.pendingTTLSeconds)
             var table = MethodTable()
-            RegistrationHandlers(store: store, wnsHosts: config.wnsHosts).register(into: &table)
+            RegistrationHandlers(store: store, hosts: config.hosts).register(into: &table)
             let purge = Periodic("pending registration purge", every: .seconds(3600), logger: context.logger) {
                 let purged = try store.purgePending()
                 if purged > 0 { context.logger.info("purged expired pending ids", metadata: ["herald.count": "\(purged)"]) }

@@ -96,6 +96,20 @@ struct RegistrationStoreTests {
         #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle("has space", platform: .fcm) }
         #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle("https://evil.example/x", platform: .wns) }
         #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle(token, platform: .unspecified) }
+        // Web Push: the PushSubscription JSON, endpoint on a browser's push service only.
+        let key = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4"
+        func subscription(_ endpoint: String, p256dh: String = key, auth: String = "BTBZMqHH6r4Tts7J_aSIgg") -> String {
+            #"{"endpoint":"\#(endpoint)","keys":{"p256dh":"\#(p256dh)","auth":"\#(auth)"}}"#
+        }
+        try RegistrationRules.validateHandle(subscription("https://fcm.googleapis.com/fcm/send/abc"), platform: .browser)
+        try RegistrationRules.validateHandle(subscription("https://updates.push.services.mozilla.com/wpush/v2/x"), platform: .browser)
+        for bad in [
+            subscription("https://169.254.169.254/latest/meta-data"), subscription("http://fcm.googleapis.com/x"),
+            subscription("https://fcm.googleapis.com.evil.example/x"), subscription("https://fcm.googleapis.com/x", p256dh: "AAAA"),
+            subscription("https://fcm.googleapis.com/x", auth: "AAAA"), "not json",
+        ] {
+            #expect(throws: ServiceError.self, "\(bad)") { try RegistrationRules.validateHandle(bad, platform: .browser) }
+        }
     }
 }
 

@@ -101,7 +101,9 @@ final class ProviderFixture: Sendable {
 
     func configure(_ configuration: inout StackConfiguration, retryBaseMs: Int = 200) {
         configuration.extraArguments["dispatch", default: []] += dispatchArguments(retryBaseMs: retryBaseMs)
-        configuration.extraArguments["registration", default: []] += ["--wns-channel-hosts", "127.0.0.1"]
+        configuration.extraArguments["registration", default: []] += [
+            "--wns-channel-hosts", "127.0.0.1", "--webpush-endpoint-hosts", "127.0.0.1",
+        ]
     }
 
     /// Queues `replies` for the device `key` (answered in order, then the default).
