@@ -95,6 +95,12 @@ public struct DispatchConfig: Sendable {
         }
     }
 
+    /// Runs `body`; a failure becomes a ``ConfigError`` saying `problem` (a key library's own error
+    /// could quote what it was given).
+    static func named<T>(_ problem: String, _ body: () async throws -> T) async throws -> T {
+        do { return try await body() } catch { throw ConfigError(problem) }
+    }
+
     /// Reads a credential file; the error names the setting, never the content.
     static func secret(_ path: String, _ key: String) throws -> String {
         guard let data = FileManager.default.contents(atPath: path) else { throw ConfigError("\(key): cannot read \(path)") }
@@ -107,26 +113,38 @@ public struct DispatchConfig: Sendable {
         guard provider == .auto, apns != nil || fcm != nil || wns != nil || webPush != nil else { return (senders, []) }
         let client = PushHTTP.makeClient(extraCAFile: pushCAFile)
         var real: [Platform] = []
-        if let apns {
-            let token = try await APNsProviderToken(keyPEM: apns.keyPEM, keyID: apns.keyID, teamID: apns.teamID)
-            senders[.apns] = APNsSender(credentials: apns, client: client, token: token, timeout: pushTimeout)
-            real.append(.apns)
-        }
-        if let fcm {
-            let tokens = try await FCMAccessToken.cache(account: fcm.account, tokenURL: fcm.tokenURL, client: client, timeout: pushTimeout)
-            senders[.fcm] = FCMSender(baseURL: fcm.url, projectID: fcm.account.projectID, client: client, tokens: tokens, timeout: pushTimeout)
-            real.append(.fcm)
-        }
-        if let wns {
-            let tokens = WNSAccessToken.cache(
-                clientID: wns.clientID, clientSecret: wns.clientSecret, tokenURL: wns.tokenURL, client: client, timeout: pushTimeout)
-            senders[.wns] = WNSSender(client: client, tokens: tokens, timeout: pushTimeout)
-            real.append(.wns)
-        }
-        if let webPush {
-            senders[.browser] = WebPushSender(
-                client: client, vapid: try await VAPID(keyPEM: webPush.keyPEM, subject: webPush.subject), timeout: pushTimeout)
-            real.append(.browser)
+        do {
+            if let apns {
+                let token = try await Self.named("apns-key-file is not a P-256 private key in PEM (the .p8 file)") {
+                    try await APNsProviderToken(keyPEM: apns.keyPEM, keyID: apns.keyID, teamID: apns.teamID)
+                }
+                senders[.apns] = APNsSender(credentials: apns, client: client, token: token, timeout: pushTimeout)
+                real.append(.apns)
+            }
+            if let fcm {
+                let tokens = try await Self.named("fcm-service-account-file: private_key is not an RSA private key in PEM") {
+                    try await FCMAccessToken.cache(account: fcm.account, tokenURL: fcm.tokenURL, client: client, timeout: pushTimeout)
+                }
+                senders[.fcm] = FCMSender(baseURL: fcm.url, projectID: fcm.account.projectID, client: client, tokens: tokens, timeout: pushTimeout)
+                real.append(.fcm)
+            }
+            if let wns {
+                let tokens = WNSAccessToken.cache(
+                    clientID: wns.clientID, clientSecret: wns.clientSecret, tokenURL: wns.tokenURL, client: client, timeout: pushTimeout)
+                senders[.wns] = WNSSender(client: client, tokens: tokens, timeout: pushTimeout)
+                real.append(.wns)
+            }
+            if let webPush {
+                let vapid = try await Self.named("webpush-vapid-key-file is not a P-256 private key in PEM") {
+                    try await VAPID(keyPEM: webPush.keyPEM, subject: webPush.subject)
+                }
+                senders[.browser] = WebPushSender(client: client, vapid: vapid, timeout: pushTimeout)
+                real.append(.browser)
+            }
+        } catch {
+            // A bad key or account file: the client must be shut down before it is dropped.
+            try? await client.shutdown()
+            throw error
         }
         return (senders, real)
     }

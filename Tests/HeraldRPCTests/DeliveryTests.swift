@@ -143,6 +143,27 @@ struct DeliveryTests {
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM delivery") } == 0)
     }
 
+    @Test("a bad credential file is a start-up error that names the setting, not its content")
+    func badCredentials() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("herald-bad-\(UUID().uuidString).p8").path
+        try "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWJ1dC1ub3QtYS1rZXk=\n-----END PRIVATE KEY-----\n".write(toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try DispatchConfig(
+            reader: ConfigReader(arguments: ["--apns-key-file", path, "--apns-key-id", "K", "--apns-team-id", "T", "--apns-topic", "x"]))
+        let inbox = try InboxProvider(db: try DatabaseQueue())
+        await #expect {
+            _ = try await config.senders(inbox: inbox)
+        } throws: { error in
+            "\(error)".contains("apns-key-file is not a P-256 private key") && !"\(error)".contains("c2VjcmV0")
+        }
+        #expect(throws: ConfigError.self) {
+            _ = try DispatchConfig(reader: ConfigReader(arguments: ["--apns-key-file", path]))
+        }
+        let none = try DispatchConfig(reader: ConfigReader(arguments: []))
+        let senders = try await none.senders(inbox: inbox)
+        #expect(senders.real.isEmpty && senders.senders.values.allSatisfy { $0 is InboxProvider })
+    }
+
     @Test("message ids are distinct version-4 UUIDs")
     func messageIDs() {
         let first = MessageIDs()
