@@ -123,64 +123,65 @@ public final class DeliveryWorker: Service, Sendable {
         var lastGauge = ContinuousClock.now - .seconds(10)
         // On graceful shutdown: claim nothing more, and let the batches in flight record their results.
         await withGracefulShutdownHandler {
-        await withDiscardingTaskGroup { group in
-            while !Task.isCancelled, !stopping.withLock({ $0 }) {
-                // Local (inbox) deliveries: claimed, written and recorded in one transaction.
-                var deliveredLocally = false
-                if let local {
+            await withDiscardingTaskGroup { group in
+                while !Task.isCancelled, !stopping.withLock({ $0 }) {
+                    // Local (inbox) deliveries: claimed, written and recorded in one transaction.
+                    var deliveredLocally = false
+                    if let local {
+                        do {
+                            // Larger than remote batches: a local batch is only rows, and each transaction has a fixed cost.
+                            let done = try await outbox.deliverLocally(
+                                limit: max(batchSize, 2000), platforms: local.platforms, write: local.sender.write)
+                            deliveredLocally = !done.delivered.isEmpty
+                            for (platform, count) in done.delivered {
+                                Counter(label: "herald_deliveries_total", dimensions: [("platform", platform.name), ("outcome", "delivered")])
+                                    .increment(by: count)
+                            }
+                            for (_, state) in done.finished {
+                                Counter(label: "herald_sends_total", dimensions: [("state", "\(state)")]).increment()
+                            }
+                        } catch {
+                            logger.error("cannot record inbox deliveries", metadata: ["herald.error": "\(error)"])
+                            await wakeup.wait(upTo: .seconds(1))
+                        }
+                    }
+                    if running.withLock({ $0 }) >= workers {
+                        if deliveredLocally { continue }
+                        // Every batch slot is busy; a finishing batch signals.
+                        await wakeup.wait(upTo: .seconds(1))
+                        continue
+                    }
+                    let items: [PushItem]
                     do {
-                        // Larger than remote batches: a local batch is only rows, and each transaction has a fixed cost.
-                        let done = try await outbox.deliverLocally(
-                            limit: max(batchSize, 2000), platforms: local.platforms, write: local.sender.write)
-                        deliveredLocally = !done.delivered.isEmpty
-                        for (platform, count) in done.delivered {
-                            Counter(label: "herald_deliveries_total", dimensions: [("platform", platform.name), ("outcome", "delivered")])
-                                .increment(by: count)
-                        }
-                        for (_, state) in done.finished {
-                            Counter(label: "herald_sends_total", dimensions: [("state", "\(state)")]).increment()
-                        }
+                        items = remotePlatforms.isEmpty ? [] : try await outbox.claim(limit: batchSize, platforms: remotePlatforms)
                     } catch {
-                        logger.error("cannot record inbox deliveries", metadata: ["herald.error": "\(error)"])
+                        logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
+                        await wakeup.wait(upTo: .seconds(1))
+                        continue
                     }
-                }
-                if running.withLock({ $0 }) >= workers {
-                    if deliveredLocally { continue }
-                    // Every batch slot is busy; a finishing batch signals.
-                    await wakeup.wait(upTo: .seconds(1))
-                    continue
-                }
-                let items: [PushItem]
-                do {
-                    items = remotePlatforms.isEmpty ? [] : try await outbox.claim(limit: batchSize, platforms: remotePlatforms)
-                } catch {
-                    logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
-                    await wakeup.wait(upTo: .seconds(1))
-                    continue
-                }
-                if items.isEmpty, deliveredLocally { continue }
-                if !items.isEmpty {
-                    running.withLock { $0 += 1 }
-                    group.addTask {
-                        await self.deliver(items)
-                        self.running.withLock { $0 -= 1 }
-                        self.wakeup.signal()
+                    if items.isEmpty, deliveredLocally { continue }
+                    if !items.isEmpty {
+                        running.withLock { $0 += 1 }
+                        group.addTask {
+                            await self.deliver(items)
+                            self.running.withLock { $0 -= 1 }
+                            self.wakeup.signal()
+                        }
+                        continue
                     }
-                    continue
-                }
-                await flushRemovals()
-                if ContinuousClock.now - lastGauge > .seconds(1) {
-                    lastGauge = .now
-                    if let depth = try? outbox.depth() {
-                        Gauge(label: "herald_outbox_pending").record(depth.pending)
-                        Gauge(label: "herald_handle_removals_pending").record(depth.removals)
+                    await flushRemovals()
+                    if ContinuousClock.now - lastGauge > .seconds(1) {
+                        lastGauge = .now
+                        if let depth = try? outbox.depth() {
+                            Gauge(label: "herald_outbox_pending").record(depth.pending)
+                            Gauge(label: "herald_handle_removals_pending").record(depth.removals)
+                        }
                     }
+                    let due = (try? outbox.nextDue()) ?? nil
+                    let wait = due.map { Duration.milliseconds(max(0, min($0 - unixMillis(), 1000))) } ?? .seconds(1)
+                    if wait > .zero { await wakeup.wait(upTo: wait) }
                 }
-                let due = (try? outbox.nextDue()) ?? nil
-                let wait = due.map { Duration.milliseconds(max(0, min($0 - unixMillis(), 1000))) } ?? .seconds(1)
-                if wait > .zero { await wakeup.wait(upTo: wait) }
             }
-        }
         } onGracefulShutdown: {
             self.stopping.withLock { $0 = true }
             self.wakeup.signal()
