@@ -74,11 +74,14 @@ public struct DeliveryState: RawRepresentable, Hashable, Sendable, CustomStringC
 public struct NativePayload: HeraldMessage {
     /// The platform this payload is for.
     public var platform: Platform
-    /// The body sent to the provider, byte for byte (JSON for APNs and FCM, XML or raw for WNS).
+    /// The body sent to the provider, byte for byte: the APNs payload JSON; for FCM, the v1 message
+    /// without its target ({"data":…} and/or {"notification":…}; dispatch adds "token"); XML or raw
+    /// bytes for WNS; for Web Push, the plaintext, encrypted for each subscription (aes128gcm).
     public var body: [UInt8]
     /// APNs: apns-push-type ("alert" or "background"). WNS: X-WNS-Type ("wns/toast", "wns/raw").
     public var pushType: String
-    /// APNs: apns-priority (10 for alerts, 5 for background). 0 means the type's default.
+    /// APNs: apns-priority (10 for alerts, 5 for background). Web Push: Urgency (10 high, 5 normal,
+    /// 1 low). 0 means the type's default.
     public var priority: Int32
     /// Content-Type of `body`; empty means the platform's default.
     public var contentType: String

@@ -104,7 +104,9 @@ struct  Herald__V1__NativePayload
    */
   Herald__V1__Platform platform;
   /*
-   * The body sent to the provider, byte for byte (JSON for APNs and FCM, XML or raw for WNS).
+   * The body sent to the provider, byte for byte: the APNs payload JSON; for FCM, the v1 message
+   * without its target ({"data":…} and/or {"notification":…}; dispatch adds "token"); XML or raw
+   * bytes for WNS; for Web Push, the plaintext, encrypted for each subscription (aes128gcm).
    */
   ProtobufCBinaryData body;
   /*
@@ -112,7 +114,8 @@ struct  Herald__V1__NativePayload
    */
   char *push_type;
   /*
-   * APNs: apns-priority (10 for alerts, 5 for background). 0 means the type's default.
+   * APNs: apns-priority (10 for alerts, 5 for background). Web Push: Urgency (10 high, 5 normal,
+   * 1 low). 0 means the type's default.
    */
   int32_t priority;
   /*
