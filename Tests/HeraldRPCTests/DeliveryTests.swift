@@ -5,43 +5,36 @@ import HeraldProto
 import HeraldRPC
 import JWTKit
 import Logging
-import Synchronization
 import Testing
 
 @testable import DispatchService
-
-/// A clock the tests move by hand (Unix seconds).
-final class TestClock: Sendable {
-    let seconds = Mutex<Int64>(1_800_000_000)
-    func advance(minutes: Int64) { seconds.withLock { $0 += minutes * 60 } }
-    var now: @Sendable () -> Int64 { { self.seconds.withLock { $0 } } }
-}
 
 @Suite("delivery: provider tokens, retries, outbox, Web Push encryption")
 struct DeliveryTests {
     @Test("the APNs token is renewed once 50 minutes old, and never within 20 minutes even when refused")
     func providerTokenWindow() async throws {
-        let clock = TestClock()
+        let clock = ManualClock()
         let key = P256.Signing.PrivateKey()
-        let token = try await APNsProviderToken(keyPEM: key.pemRepresentation, keyID: "KEY1234567", teamID: "TEAM123456", now: clock.now)
+        let token = try await APNsProviderToken(
+            keyPEM: key.pemRepresentation, keyID: "KEY1234567", teamID: "TEAM123456", now: { clock.now / 1000 })
         let first = try await token.token()
         #expect(await token.signed == 1)
 
-        clock.advance(minutes: 19)
+        clock.advance(seconds: 19 * 60)
         #expect(try await token.token() == first)
         await token.refused(first)  // ExpiredProviderToken at 19 minutes: too young to renew.
         #expect(try await token.token() == first)
         #expect(await token.signed == 1)
 
-        clock.advance(minutes: 1)  // 20 minutes: a refusal may renew now.
+        clock.advance(seconds: 1 * 60)  // 20 minutes: a refusal may renew now.
         await token.refused(first)
         let second = try await token.token()
         #expect(second != first)
         #expect(await token.signed == 2)
 
-        clock.advance(minutes: 49)  // 49 minutes old: still in its window.
+        clock.advance(seconds: 49 * 60)  // 49 minutes old: still in its window.
         #expect(try await token.token() == second)
-        clock.advance(minutes: 1)  // 50 minutes: renewed before Apple's hour runs out.
+        clock.advance(seconds: 1 * 60)  // 50 minutes: renewed before Apple's hour runs out.
         let third = try await token.token()
         #expect(third != second)
         #expect(await token.signed == 3)
@@ -50,7 +43,7 @@ struct DeliveryTests {
         let keys = JWTKeyCollection()
         await keys.add(ecdsa: try ES256PublicKey(pem: key.publicKey.pemRepresentation))
         let claims = try await keys.verify(third, as: APNsProviderToken.Claims.self)
-        #expect(claims.iss == "TEAM123456" && claims.iat == clock.now())
+        #expect(claims.iss == "TEAM123456" && claims.iat == clock.now / 1000)
         let header = try #require(third.split(separator: ".").first.flatMap { Base64URL.decode(String($0)) })
         let fields = try #require(try JSONSerialization.jsonObject(with: Data(header)) as? [String: String])
         #expect(fields["kid"] == "KEY1234567" && fields["alg"] == "ES256")
@@ -106,8 +99,8 @@ struct DeliveryTests {
 
     @Test("retries past the window are abandoned; the outcome counts reasons, removed handles and retries")
     func decisionsAndOutcome() async throws {
-        let box = ClockBox(1_000_000)
-        let outbox = try Self.outbox(now: { box.value.withLock { $0 } })
+        let clock = ManualClock()
+        let outbox = try Self.outbox(now: clock.function)
         let targets = (0..<4).map { Outbox.Target(registrationID: "r-\($0)", platform: .apns, handle: "h\($0)") }
         _ = try await outbox.enqueue(
             id: "n-2", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets, retryWindow: .seconds(10))
@@ -115,14 +108,14 @@ struct DeliveryTests {
             outbox: outbox, senders: [:], registrations: try RPCClient(socketPath: "/nonexistent"), policy: RetryPolicy(base: .seconds(4)),
             logger: Logger(label: "test"))
         var items = try await outbox.claim(limit: 10, platforms: [.apns])
-        let now = box.value.withLock { $0 }
+        let now = clock.now
         try await outbox.record([
             worker.decide(items[0], .delivered(status: 200), now: now),
             worker.decide(items[1], .unregistered(status: 410, reason: "Unregistered", since: 5), now: now),
             worker.decide(items[2], .failed(status: 400, reason: "BadTopic"), now: now),
             worker.decide(items[3], .retry(status: 429, reason: "TooManyRequests", after: .seconds(3)), now: now),
         ])
-        box.value.withLock { $0 += 5000 }
+        clock.advance(seconds: 5)
         items = try await outbox.claim(limit: 10, platforms: [.apns])
         try #require(items.count == 1 && items[0].attempt == 2)
         // A second 503 with Retry-After 30 s would land after the 10 s window: abandoned.
@@ -203,11 +196,6 @@ struct DeliveryTests {
             String(decoding: FCMSender.message(item, now: 1000), as: UTF8.self)
                 == #"{"message":{"token":"tok\"en","android":{"ttl":"60s","collapse_key":"score"},"data":{"b":"2","a":"1"}}}"#)
     }
-}
-
-final class ClockBox: Sendable {
-    let value: Mutex<Int64>
-    init(_ start: Int64) { value = Mutex(start) }
 }
 
 /// Reads an outcome's platform counts the way GetOutcome does.
