@@ -111,14 +111,14 @@ public struct FCMSender: SingleRequestSender {
     public static func message(_ item: PushItem, now: Int64 = unixSeconds()) -> [UInt8] {
         var android: [String] = []
         if item.payload.expiresAt > 0 { android.append(#""ttl":"\#(max(0, item.payload.expiresAt - now))s""#) }
-        if !item.payload.collapseID.isEmpty { android.append(#""collapse_key":\#(jsonString(item.payload.collapseID))"#) }
+        if !item.payload.collapseID.isEmpty { android.append(#""collapse_key":\#(jsonStringLiteral(item.payload.collapseID))"#) }
         var body = item.payload.body
         // PlatformRules checked the body is a JSON object; splice the target (and options) in front.
         while let last = body.last, last != UInt8(ascii: "}") { body.removeLast() }
         guard let open = body.firstIndex(of: UInt8(ascii: "{")) else { return [] }
         let inner = body[(open + 1)..<(body.count - 1)]
         let isEmpty = inner.allSatisfy { $0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 }
-        var prefix = #"{"message":{"token":\#(jsonString(item.handle))"#
+        var prefix = #"{"message":{"token":\#(jsonStringLiteral(item.handle))"#
         if !android.isEmpty {
             if (try? JSONSerialization.jsonObject(with: Data(item.payload.body)) as? [String: Any])?["android"] != nil {
                 return merged(item, now: now)
@@ -137,10 +137,6 @@ public struct FCMSender: SingleRequestSender {
         message["android"] = android
         message["token"] = item.handle
         return Array((try? JSONSerialization.data(withJSONObject: ["message": message], options: [.sortedKeys])) ?? Data())
-    }
-
-    static func jsonString(_ value: String) -> String {
-        String(decoding: try! JSONSerialization.data(withJSONObject: value, options: [.fragmentsAllowed, .withoutEscapingSlashes]), as: UTF8.self)
     }
 
     public func send(_ item: PushItem) async -> PushResult {

@@ -1,5 +1,6 @@
 import Foundation
 public import HeraldProto
+import HeraldRPC
 
 /// The exact bytes each push carries, per the tutorial contract. The edge builds them because it
 /// knows the contract; dispatch only checks each platform's rules and delivers.
@@ -57,10 +58,7 @@ public enum NativePayloads {
 
     /// `value` as a JSON string literal, quotes included. (The tutorial pasted text in raw, so a
     /// quote broke the payload.)
-    public static func jsonString(_ value: String) -> String {
-        let data = try! JSONSerialization.data(withJSONObject: value, options: [.fragmentsAllowed, .withoutEscapingSlashes])
-        return String(decoding: data, as: UTF8.self)
-    }
+    public static func jsonString(_ value: String) -> String { jsonStringLiteral(value) }
 
     /// `value` with XML's five special characters escaped, and characters XML 1.0 cannot carry
     /// (C0 controls other than tab, newline, return) dropped.

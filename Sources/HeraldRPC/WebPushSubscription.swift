@@ -38,18 +38,3 @@ public struct WebPushSubscription: Sendable, Equatable {
         self.auth = auth
     }
 }
-
-/// URL-safe base64 without padding (RFC 4648 §5), as Web Push and JOSE use it.
-public enum Base64URL {
-    public static func encode(_ bytes: some Sequence<UInt8>) -> String {
-        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
-
-    public static func decode(_ text: String) -> [UInt8]? {
-        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        standard = standard.trimmingCharacters(in: CharacterSet(charactersIn: "="))
-        standard += String(repeating: "=", count: (4 - standard.utf8.count % 4) % 4)
-        return Data(base64Encoded: standard).map { [UInt8]($0) }
-    }
-}
