@@ -153,10 +153,12 @@ public struct DispatchConfig: Sendable {
 /// The RPC handlers of herald-dispatch.
 public struct DispatchHandlers: Sendable {
     public let dispatcher: Dispatcher
+    public let outbox: Outbox
     public let inbox: InboxProvider
 
-    public init(dispatcher: Dispatcher, inbox: InboxProvider) {
+    public init(dispatcher: Dispatcher, outbox: Outbox, inbox: InboxProvider) {
         self.dispatcher = dispatcher
+        self.outbox = outbox
         self.inbox = inbox
     }
 
@@ -165,7 +167,7 @@ public struct DispatchHandlers: Sendable {
             SendResponse(outcome: try await dispatcher.send(request, context: context))
         }
         table.register(DispatchServiceMethods.getOutcome) { request, _ in
-            try dispatcher.outcome(of: request.notificationID, requester: request.requester)
+            try outbox.outcome(of: request.notificationID, requester: request.requester)
         }
         table.register(DispatchServiceMethods.listDeliveries) { request, _ in
             guard request.limit >= 0, request.afterSequence >= 0 else {
@@ -173,7 +175,7 @@ public struct DispatchHandlers: Sendable {
             }
             let limit = request.limit == 0 ? 100 : min(Int(request.limit), 1000)
             return ListDeliveriesResponse(
-                deliveries: try dispatcher.deliveries(
+                deliveries: try outbox.deliveries(
                     of: request.notificationID, requester: request.requester, after: request.afterSequence, limit: limit))
         }
         table.register(DispatchServiceMethods.listInbox) { request, _ in
@@ -205,11 +207,11 @@ public enum DispatchServer {
             let worker = DeliveryWorker(
                 outbox: outbox, senders: senders, registrations: context.client("registration"), policy: config.retryPolicy,
                 batchSize: config.batchSize, workers: config.workers, logger: context.logger)
-            let dispatcher = try Dispatcher(
-                db: pool, outbox: outbox, registrations: context.client("registration"), retryWindow: config.retryWindow,
+            let dispatcher = Dispatcher(
+                outbox: outbox, registrations: context.client("registration"), retryWindow: config.retryWindow,
                 onEnqueue: { worker.wake() })
             var table = MethodTable()
-            DispatchHandlers(dispatcher: dispatcher, inbox: inbox).register(into: &table)
+            DispatchHandlers(dispatcher: dispatcher, outbox: outbox, inbox: inbox).register(into: &table)
             let purge = Periodic("outcome and inbox purge", every: .seconds(3600), logger: context.logger) {
                 let before = unixMillis() - config.retention.wholeMilliseconds
                 let sends = try outbox.purge(before: before)

@@ -1,5 +1,4 @@
 import Foundation
-public import GRDB
 public import HeraldProto
 public import HeraldRPC
 import Synchronization
@@ -8,7 +7,6 @@ import Metrics
 /// Resolves a send's audience through one StreamAudience call and commits the send with one
 /// outbox delivery per device (``Outbox``) before answering; ``DeliveryWorker`` delivers them.
 public final class Dispatcher: Sendable {
-    private let db: any DatabaseWriter
     private let outbox: Outbox
     private let registrations: RPCClient
     /// Deliveries still failing this long after the send are abandoned.
@@ -19,39 +17,14 @@ public final class Dispatcher: Sendable {
     private let onEnqueue: @Sendable () -> Void
 
     public init(
-        db: any DatabaseWriter, outbox: Outbox, registrations: RPCClient, retryWindow: Duration = .seconds(1800),
+        outbox: Outbox, registrations: RPCClient, retryWindow: Duration = .seconds(1800),
         audienceTimeout: Duration = .seconds(600), onEnqueue: @escaping @Sendable () -> Void = {}
-    ) throws {
-        self.db = db
+    ) {
         self.outbox = outbox
         self.registrations = registrations
         self.retryWindow = retryWindow
         self.audienceTimeout = audienceTimeout
         self.onEnqueue = onEnqueue
-    }
-
-    static func registerNotificationMigration(_ migrator: inout DatabaseMigrator) {
-        migrator.registerMigration("notification-v1") { db in
-            try db.execute(
-                sql: """
-                    CREATE TABLE notification (
-                        id TEXT PRIMARY KEY NOT NULL,
-                        sender TEXT NOT NULL,
-                        target_user TEXT NOT NULL,
-                        target_tag TEXT NOT NULL,
-                        state INTEGER NOT NULL,
-                        created_at INTEGER NOT NULL,
-                        updated_at INTEGER NOT NULL
-                    );
-                    CREATE TABLE notification_platform (
-                        notification_id TEXT NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
-                        platform INTEGER NOT NULL,
-                        success INTEGER NOT NULL,
-                        failure INTEGER NOT NULL,
-                        PRIMARY KEY (notification_id, platform)
-                    ) WITHOUT ROWID;
-                    """)
-        }
     }
 
     public func send(_ request: SendRequest, context: RPCContext) async throws -> Outcome {
@@ -103,33 +76,6 @@ public final class Dispatcher: Sendable {
         return Outcome(
             notificationID: id, state: state, platforms: counts.values.sorted { $0.platform.rawValue < $1.platform.rawValue },
             createdAtUnixMs: created, sender: request.sender)
-    }
-
-    /// The outcome of send `id`; with a `requester`, only if they sent it (NOT_FOUND otherwise, as
-    /// for an unknown id, so ids of other users' sends cannot be probed).
-    public func outcome(of id: String, requester: String = "") throws -> Outcome {
-        try db.read { db in
-            let row = try Self.notification(id, requester: requester, db)
-            return Outcome(
-                notificationID: id, state: OutcomeState(rawValue: row["state"]),
-                platforms: try outbox.platformOutcomes(of: id, db), createdAtUnixMs: row["created_at"], sender: row["sender"])
-        }
-    }
-
-    /// The outbox entries of send `id`, with the same visibility as ``outcome(of:requester:)``.
-    public func deliveries(of id: String, requester: String = "", after: Int64, limit: Int) throws -> [DeliveryRecord] {
-        try db.read { db in
-            _ = try Self.notification(id, requester: requester, db)
-            return try outbox.deliveries(of: id, after: after, limit: limit, db)
-        }
-    }
-
-    private static func notification(_ id: String, requester: String, _ db: Database) throws -> Row {
-        guard
-            let row = try Row.fetchOne(db, sql: "SELECT state, created_at, sender FROM notification WHERE id = ?", arguments: [id]),
-            requester.isEmpty || row["sender"] == requester
-        else { throw ServiceError.notFound("notification \(id) not found") }
-        return row
     }
 
     /// "n-" and 32 hex characters (128 random bits).

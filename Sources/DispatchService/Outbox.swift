@@ -99,7 +99,27 @@ public final class Outbox: Sendable {
 
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
-        Dispatcher.registerNotificationMigration(&migrator)
+        migrator.registerMigration("notification-v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE notification (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        sender TEXT NOT NULL,
+                        target_user TEXT NOT NULL,
+                        target_tag TEXT NOT NULL,
+                        state INTEGER NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        updated_at INTEGER NOT NULL
+                    );
+                    CREATE TABLE notification_platform (
+                        notification_id TEXT NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                        platform INTEGER NOT NULL,
+                        success INTEGER NOT NULL,
+                        failure INTEGER NOT NULL,
+                        PRIMARY KEY (notification_id, platform)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         migrator.registerMigration("outbox-v1") { db in
             try db.execute(
                 sql: """
@@ -450,6 +470,33 @@ public final class Outbox: Sendable {
                 try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM handle_removal") ?? 0
             )
         }
+    }
+
+    /// The outcome of send `id`; with a `requester`, only if they sent it (NOT_FOUND otherwise, as
+    /// for an unknown id, so ids of other users' sends cannot be probed).
+    public func outcome(of id: String, requester: String = "") throws -> Outcome {
+        try db.read { db in
+            let row = try Self.notification(id, requester: requester, db)
+            return Outcome(
+                notificationID: id, state: OutcomeState(rawValue: row["state"]),
+                platforms: try platformOutcomes(of: id, db), createdAtUnixMs: row["created_at"], sender: row["sender"])
+        }
+    }
+
+    /// The outbox entries of send `id`, with the same visibility as ``outcome(of:requester:)``.
+    public func deliveries(of id: String, requester: String = "", after: Int64, limit: Int) throws -> [DeliveryRecord] {
+        try db.read { db in
+            _ = try Self.notification(id, requester: requester, db)
+            return try deliveries(of: id, after: after, limit: limit, db)
+        }
+    }
+
+    private static func notification(_ id: String, requester: String, _ db: Database) throws -> Row {
+        guard
+            let row = try Row.fetchOne(db, sql: "SELECT state, created_at, sender FROM notification WHERE id = ?", arguments: [id]),
+            requester.isEmpty || row["sender"] == requester
+        else { throw ServiceError.notFound("notification \(id) not found") }
+        return row
     }
 
     /// A read on the outbox's database (tests).

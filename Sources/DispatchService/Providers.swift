@@ -139,13 +139,11 @@ public struct InboxProvider: LocalSender {
                     : "SELECT * FROM inbox WHERE sequence > ? AND handle = ? ORDER BY sequence LIMIT ?",
                 arguments: handle.isEmpty ? [after, limit] : [after, handle, limit]
             ).map { row in
-                let headersJSON: String = row["headers"]
-                let pairs = (try? JSONSerialization.jsonObject(with: Data(headersJSON.utf8))) as? [[String]] ?? []
                 let payload: Data = row["payload"]
                 return InboxEntry(
                     sequence: row["sequence"], notificationID: row["notification_id"],
                     registrationID: row["registration_id"], platform: Platform(rawValue: row["platform"]),
-                    handle: row["handle"], headers: pairs.compactMap { $0.count == 2 ? Header(name: $0[0], value: $0[1]) : nil },
+                    handle: row["handle"], headers: Outbox.decode(row["headers"]),
                     payload: [UInt8](payload), recordedAtUnixMs: row["recorded_at"])
             }
         }

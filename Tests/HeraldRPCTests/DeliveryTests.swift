@@ -123,7 +123,7 @@ struct DeliveryTests {
             worker.decide(items[0], .retry(status: 503, reason: "ServiceUnavailable", after: .seconds(30)), now: now + 5000)
         ])
         #expect(finished.map(\.state) == [.abandoned])
-        let outcome = try #require(try DatabaseQueueReader.platforms(outbox, "n-2").first)
+        let outcome = try #require(try outbox.outcome(of: "n-2").platforms.first)
         #expect(outcome.success == 1 && outcome.failure == 3 && outcome.pending == 0)
         #expect(outcome.removedHandles == 1 && outcome.retries == 1)
         #expect(outcome.failures.map(\.reason) == ["Abandoned", "BadTopic", "Unregistered"])
@@ -132,7 +132,7 @@ struct DeliveryTests {
         // Retention: a finished send goes with its deliveries and counters; nothing else does.
         #expect(try outbox.purge(before: now) == 0)
         #expect(try outbox.purge(before: now + 10_000) == 1)
-        #expect(try DatabaseQueueReader.platforms(outbox, "n-2").isEmpty)
+        #expect(throws: ServiceError.self) { try outbox.outcome(of: "n-2") }
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM delivery") } == 0)
     }
 
@@ -195,12 +195,5 @@ struct DeliveryTests {
         #expect(
             String(decoding: FCMSender.message(item, now: 1000), as: UTF8.self)
                 == #"{"message":{"token":"tok\"en","android":{"ttl":"60s","collapse_key":"score"},"data":{"b":"2","a":"1"}}}"#)
-    }
-}
-
-/// Reads an outcome's platform counts the way GetOutcome does.
-enum DatabaseQueueReader {
-    static func platforms(_ outbox: Outbox, _ id: String) throws -> [PlatformOutcome] {
-        try outbox.read { db in try outbox.platformOutcomes(of: id, db) }
     }
 }

@@ -187,7 +187,7 @@ final class ProviderFixture: Sendable {
             return .json(400, ["error": "invalid_grant"])
         }
         let parts = assertion.split(separator: ".")
-        guard parts.count == 3, let claimBytes = PushRules.base64URL(parts[1]), let headerBytes = PushRules.base64URL(parts[0]),
+        guard parts.count == 3, let claimBytes = Base64URL.decode(String(parts[1])), let headerBytes = Base64URL.decode(String(parts[0])),
             let claims = (try? JSONSerialization.jsonObject(with: Data(claimBytes))) as? [String: Any],
             let header = (try? JSONSerialization.jsonObject(with: Data(headerBytes))) as? [String: Any],
             header["alg"] as? String == "RS256", claims["iss"] as? String == Self.clientEmail,
@@ -256,7 +256,7 @@ final class ProviderFixture: Sendable {
             let pair = part.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1).map(String.init)
             if pair.count == 2 { parameters[pair[0]] = pair[1] }
         }
-        guard let k = parameters["k"], let t = parameters["t"], let raw = PushRules.base64URL(Substring(k)),
+        guard let k = parameters["k"], let t = parameters["t"], let raw = Base64URL.decode(k),
             let key = try? P256.Signing.PublicKey(x963Representation: raw), raw == Array(vapidKey.publicKey.x963Representation)
         else { return refuse(401, "VAPID k") }
         switch PushRules.verifyES256(t, key: key) {

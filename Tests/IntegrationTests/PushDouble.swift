@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import HeraldRPC
 import NIOCore
 import NIOHTTP1
 import NIOHTTP2
@@ -169,18 +170,12 @@ enum PushRules {
         var reason: String
     }
 
-    /// URL-safe base64 without padding, decoded.
-    static func base64URL(_ text: Substring) -> [UInt8]? {
-        var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        standard += String(repeating: "=", count: (4 - standard.utf8.count % 4) % 4)
-        return Data(base64Encoded: standard).map { [UInt8]($0) }
-    }
 
     /// Verifies an ES256 JWT with `key` and returns its header and claims, or why it is refused.
     static func verifyES256(_ jwt: String, key: P256.Signing.PublicKey) -> Result<(header: [String: Any], claims: [String: Any]), Refusal> {
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let headerBytes = base64URL(parts[0]), let claimBytes = base64URL(parts[1]),
-            let signature = base64URL(parts[2]),
+        guard parts.count == 3, let headerBytes = Base64URL.decode(String(parts[0])), let claimBytes = Base64URL.decode(String(parts[1])),
+            let signature = Base64URL.decode(String(parts[2])),
             let header = (try? JSONSerialization.jsonObject(with: Data(headerBytes))) as? [String: Any],
             let claims = (try? JSONSerialization.jsonObject(with: Data(claimBytes))) as? [String: Any]
         else { return .failure(Refusal(reason: "MalformedToken")) }
