@@ -267,7 +267,12 @@ public final class DeliveryWorker: Service, Sendable {
     /// Reports queued dead handles to herald-registration; those it cannot reach stay queued for
     /// the next flush. One flush at a time.
     func flushRemovals() async {
-        guard removing.withLock({ busy in busy ? false : { busy = true; return true }() }) else { return }
+        let started = removing.withLock { busy -> Bool in
+            if busy { return false }
+            busy = true
+            return true
+        }
+        guard started else { return }
         defer { removing.withLock { $0 = false } }
         while let batch = try? outbox.pendingRemovals(limit: 100), !batch.isEmpty {
             for removal in batch {

@@ -36,13 +36,11 @@ struct MessageIDs {
         let low = self.low ^ UInt64(index & 0x3FFF_FFFF_FFFF_FFFF)
         var out = [UInt8]()
         out.reserveCapacity(36)
-        // 8-4-4 from the high word, 4-12 from the low word.
-        for (word, dashes) in [(high, [8, 12, 16]), (low, [4])] {
-            for nibble in 0..<16 {
-                if dashes.contains(nibble) { out.append(UInt8(ascii: "-")) }
-                out.append(Self.digits[Int((word >> UInt64(60 - 4 * nibble)) & 0xF)])
-            }
-            if dashes.contains(16) { out.append(UInt8(ascii: "-")) }
+        // 32 hex digits, high word first, grouped 8-4-4-4-12.
+        for position in 0..<32 {
+            if position == 8 || position == 12 || position == 16 || position == 20 { out.append(UInt8(ascii: "-")) }
+            let word = position < 16 ? high : low
+            out.append(Self.digits[Int((word >> UInt64(60 - 4 * (position % 16))) & 0xF)])
         }
         return String(decoding: out, as: UTF8.self)
     }
