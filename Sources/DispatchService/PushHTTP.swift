@@ -110,8 +110,6 @@ public actor AccessTokenCache {
     private let now: @Sendable () -> Int64
     private var cached: Token?
     private var inFlight: Task<Token, any Error>?
-    /// Fetches so far (tests read it).
-    public private(set) var fetches = 0
 
     /// `now`: Unix seconds (injected by tests).
     public init(now: @escaping @Sendable () -> Int64 = { unixSeconds() }, fetch: @escaping @Sendable () async throws -> Token) {
@@ -126,7 +124,6 @@ public actor AccessTokenCache {
         let task = Task { try await fetch() }
         inFlight = task
         defer { inFlight = nil }
-        fetches += 1
         let token = try await task.value
         cached = token
         return token.value
