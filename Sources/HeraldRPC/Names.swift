@@ -16,6 +16,17 @@ public enum Names {
 
     public static let userNameRule = "1 to 64 characters of A-Z a-z 0-9 _ @ # . -"
 
+    /// A positive integer written the one canonical way: ASCII digits only, no sign, no leading
+    /// zero, no more than fits an `Int64`. `nil` for anything else (`+120`, `0120`, `1e3`, ` 7`),
+    /// so one id has one spelling and nothing downstream sees a number it did not expect.
+    public static func positiveInteger(_ text: some StringProtocol) -> Int64? {
+        let digits = text.utf8
+        guard let first = digits.first, first >= UInt8(ascii: "1"), first <= UInt8(ascii: "9"), digits.count <= 19,
+            digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") })
+        else { return nil }
+        return Int64(text)
+    }
+
     static func isTagByte(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),

@@ -23,7 +23,9 @@ public struct PayloadConfig: Sendable {
         guard (1...(RPCLimits.maxMessageBytes - 4096)).contains(maxContentBytes) else {
             throw ConfigError("max-content-bytes must be 1...\(RPCLimits.maxMessageBytes - 4096) (the RPC message limit)")
         }
-        guard defaultTTLSeconds > 0 else { throw ConfigError("default-ttl-seconds must be positive") }
+        guard (1...ContentLimits.maxTTLSeconds).contains(defaultTTLSeconds) else {
+            throw ConfigError("default-ttl-seconds must be 1...\(ContentLimits.maxTTLSeconds) (one year)")
+        }
     }
 }
 
@@ -39,6 +41,10 @@ public struct PayloadHandlers: Sendable {
         table.register(PayloadServiceMethods.storePayload) { request, _ in try store.store(request) }
         table.register(PayloadServiceMethods.fetchPayload) { request, _ in
             try store.fetch(id: request.id, requester: request.requester)
+        }
+        table.register(PayloadServiceMethods.deletePayload) { request, _ in
+            try store.delete(id: request.id, recipient: request.recipient)
+            return DeletePayloadResponse()
         }
     }
 }

@@ -21,7 +21,7 @@ public final class PayloadStore: Sendable {
         now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
         self.db = db
-        self.defaultTTL = defaultTTLSeconds
+        self.defaultTTL = min(max(defaultTTLSeconds, 1), ContentLimits.maxTTLSeconds)
         self.maxContentBytes = maxContentBytes
         self.now = now
         try Self.migrator.migrate(db)
@@ -74,10 +74,22 @@ public final class PayloadStore: Sendable {
         guard request.content.count <= maxContentBytes else {
             throw ServiceError(.resourceExhausted, "content is \(request.content.count) bytes; the limit is \(maxContentBytes)")
         }
-        guard request.ttlSeconds >= 0 else { throw ServiceError.invalidArgument("ttl_seconds must not be negative") }
+        guard (0...ContentLimits.maxTTLSeconds).contains(request.ttlSeconds) else {
+            throw ServiceError(.outOfRange, "ttl_seconds must be 0 (the default) to \(ContentLimits.maxTTLSeconds) (one year)")
+        }
+        guard Names.isValidUserName(request.recipient) else {
+            throw ServiceError.invalidArgument("recipient must be a user name: \(Names.userNameRule)")
+        }
+        // The type is served back as a response header: visible ASCII and spaces only, bounded.
+        guard request.contentType.utf8.count <= 255, request.contentType.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f }) else {
+            throw ServiceError.invalidArgument("content_type must be at most 255 characters of printable ASCII")
+        }
         let now = self.now()
         let ttl = request.ttlSeconds == 0 ? defaultTTL : request.ttlSeconds
-        let expires = now + ttl * 1000
+        // Checked: ttl is bounded above, but `now` is injected; an overflow must be an error, never a trap.
+        let (lifetime, overflowA) = ttl.multipliedReportingOverflow(by: 1000)
+        let (expires, overflowB) = now.addingReportingOverflow(lifetime)
+        guard !overflowA, !overflowB else { throw ServiceError(.outOfRange, "ttl_seconds is out of range") }
         let contentType = request.contentType.isEmpty
             ? (request.kind == .secure ? "text/plain; charset=utf-8" : "application/octet-stream")
             : request.contentType
@@ -95,6 +107,19 @@ public final class PayloadStore: Sendable {
             return db.lastInsertedRowID
         }
         return StorePayloadResponse(id: id, expiresAtUnixMs: expires)
+    }
+
+    /// Deletes one notification's content for good; NOT_FOUND unless `recipient` is its recipient.
+    ///
+    /// The compensating step of a refused send: the edge stores, then sends, and deletes when the
+    /// send is refused. `secure_delete` zeroes the freed pages; the WAL copy goes at the next
+    /// checkpoint, which the purge truncates.
+    public func delete(id: Int64, recipient: String) throws {
+        let deleted = try db.write { db in
+            try db.execute(sql: "DELETE FROM payload WHERE id = ? AND recipient = ?", arguments: [id, recipient])
+            return db.changesCount
+        }
+        guard deleted > 0 else { throw ServiceError.notFound("notification \(id) not found") }
     }
 
     /// Hands content to its recipient and marks it read; `read` in the answer is the flag as it was.

@@ -753,6 +753,102 @@ extension ListUsersResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_users_response__free_unpacked(p, nil) }
 }
 
+/// Request of UserExists.
+public struct UserExistsRequest: HeraldMessage {
+    public var user: String
+
+    public init(user: String = "") {
+        self.user = user
+    }
+
+    public init() {
+        self.user = ""
+    }
+
+    public static let protoName = "herald.v1.UserExistsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension UserExistsRequest: CBacked {
+    typealias CType = Herald__V1__UserExistsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = CBridge.string(m.user)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__user_exists_request__init(p)
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.UserExistsRequest.user")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__user_exists_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__user_exists_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__user_exists_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__user_exists_request__free_unpacked(p, nil) }
+}
+
+/// Answer of UserExists.
+public struct UserExistsResponse: HeraldMessage {
+    public var exists: Bool
+
+    public init(exists: Bool = false) {
+        self.exists = exists
+    }
+
+    public init() {
+        self.exists = false
+    }
+
+    public static let protoName = "herald.v1.UserExistsResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension UserExistsResponse: CBacked {
+    typealias CType = Herald__V1__UserExistsResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.exists = m.exists != 0
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__user_exists_response__init(p)
+        p.pointee.exists = self.exists ? 1 : 0
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__user_exists_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__user_exists_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__user_exists_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__user_exists_response__free_unpacked(p, nil) }
+}
+
 /// Authenticates callers of the edge and manages users and tokens.
 /// Method descriptors of `herald.v1.AuthService`.
 public enum AuthServiceMethods {
@@ -780,7 +876,12 @@ public enum AuthServiceMethods {
     public static let deleteUser = UnaryMethod<DeleteUserRequest, DeleteUserResponse>(service: serviceName, method: "DeleteUser")
     /// Every account, by name.
     public static let listUsers = UnaryMethod<ListUsersRequest, ListUsersResponse>(service: serviceName, method: "ListUsers")
+    /// Whether content may be stored for this user: an account exists (accounts mode), or the name is
+    /// a valid user name (tutorial mode, where every such name can log in). The edge asks before it
+    /// stores secure or rich content for someone other than the caller.
+    /// Errors: INVALID_ARGUMENT for a name that is not a user name.
+    public static let userExists = UnaryMethod<UserExistsRequest, UserExistsResponse>(service: serviceName, method: "UserExists")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName]
+    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, userExists.fullName]
 }

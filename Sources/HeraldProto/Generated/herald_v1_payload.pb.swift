@@ -321,6 +321,100 @@ extension FetchPayloadResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__fetch_payload_response__free_unpacked(p, nil) }
 }
 
+/// Request of DeletePayload.
+public struct DeletePayloadRequest: HeraldMessage {
+    /// The id StorePayload answered.
+    public var id: Int64
+    /// Must be the recipient it was stored for.
+    public var recipient: String
+
+    public init(id: Int64 = 0, recipient: String = "") {
+        self.id = id
+        self.recipient = recipient
+    }
+
+    public init() {
+        self.id = 0
+        self.recipient = ""
+    }
+
+    public static let protoName = "herald.v1.DeletePayloadRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeletePayloadRequest: CBacked {
+    typealias CType = Herald__V1__DeletePayloadRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.id = m.id
+        self.recipient = CBridge.string(m.recipient)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_payload_request__init(p)
+        p.pointee.id = self.id
+        p.pointee.recipient = try arena.string(self.recipient, field: "herald.v1.DeletePayloadRequest.recipient")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_payload_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_payload_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_payload_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_payload_request__free_unpacked(p, nil) }
+}
+
+/// Answer of DeletePayload.
+public struct DeletePayloadResponse: HeraldMessage {
+    public init() {}
+
+    public static let protoName = "herald.v1.DeletePayloadResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeletePayloadResponse: CBacked {
+    typealias CType = Herald__V1__DeletePayloadResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        _ = pointer
+        self.init()
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_payload_response__init(p)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_payload_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_payload_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_payload_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_payload_response__free_unpacked(p, nil) }
+}
+
 /// Stores notification content and hands it out to its recipient only.
 /// Method descriptors of `herald.v1.PayloadService`.
 public enum PayloadServiceMethods {
@@ -334,7 +428,11 @@ public enum PayloadServiceMethods {
     /// Errors: NOT_FOUND when the id is unknown, expired, or `requester` is not the recipient
     /// (the three are indistinguishable on purpose).
     public static let fetchPayload = UnaryMethod<FetchPayloadRequest, FetchPayloadResponse>(service: serviceName, method: "FetchPayload")
+    /// Deletes content for good (with secure_delete, no copy stays in the file). The edge calls it when
+    /// the send that was to carry the id is refused, so a refused request leaves nothing behind.
+    /// Errors: NOT_FOUND as FetchPayload (unknown id, or `recipient` is not the recipient).
+    public static let deletePayload = UnaryMethod<DeletePayloadRequest, DeletePayloadResponse>(service: serviceName, method: "DeletePayload")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [storePayload.fullName, fetchPayload.fullName]
+    public static let allMethodNames: [String] = [storePayload.fullName, fetchPayload.fullName, deletePayload.fullName]
 }

@@ -17,6 +17,13 @@ public enum RPCLimits {
     public static let maxMessageBytes = 16 << 20
 }
 
+/// Bounds on stored content that more than one service checks.
+public enum ContentLimits {
+    /// The longest lifetime content may be stored with: one year. herald-payload refuses longer
+    /// (`ttl_seconds`), so expiry arithmetic in Unix milliseconds can never overflow.
+    public static let maxTTLSeconds: Int64 = 365 * 24 * 3600
+}
+
 /// A connection-level violation of the protocol: the connection cannot go on.
 public struct LeanProtocolError: Error, Hashable, CustomStringConvertible {
     public var description: String

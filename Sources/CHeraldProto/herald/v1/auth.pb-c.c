@@ -682,6 +682,96 @@ void   herald__v1__list_users_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__list_users_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__user_exists_request__init
+                     (Herald__V1__UserExistsRequest         *message)
+{
+  static const Herald__V1__UserExistsRequest init_value = HERALD__V1__USER_EXISTS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__user_exists_request__get_packed_size
+                     (const Herald__V1__UserExistsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__user_exists_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__user_exists_request__pack
+                     (const Herald__V1__UserExistsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__user_exists_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__user_exists_request__pack_to_buffer
+                     (const Herald__V1__UserExistsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__user_exists_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__UserExistsRequest *
+       herald__v1__user_exists_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__UserExistsRequest *)
+     protobuf_c_message_unpack (&herald__v1__user_exists_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__user_exists_request__free_unpacked
+                     (Herald__V1__UserExistsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__user_exists_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__user_exists_response__init
+                     (Herald__V1__UserExistsResponse         *message)
+{
+  static const Herald__V1__UserExistsResponse init_value = HERALD__V1__USER_EXISTS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__user_exists_response__get_packed_size
+                     (const Herald__V1__UserExistsResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__user_exists_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__user_exists_response__pack
+                     (const Herald__V1__UserExistsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__user_exists_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__user_exists_response__pack_to_buffer
+                     (const Herald__V1__UserExistsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__user_exists_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__UserExistsResponse *
+       herald__v1__user_exists_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__UserExistsResponse *)
+     protobuf_c_message_unpack (&herald__v1__user_exists_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__user_exists_response__free_unpacked
+                     (Herald__V1__UserExistsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__user_exists_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor herald__v1__authenticate_request__field_descriptors[1] =
 {
   {
@@ -1303,7 +1393,83 @@ const ProtobufCMessageDescriptor herald__v1__list_users_response__descriptor =
   (ProtobufCMessageInit) herald__v1__list_users_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[8] =
+static const ProtobufCFieldDescriptor herald__v1__user_exists_request__field_descriptors[1] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__UserExistsRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__user_exists_request__field_indices_by_name[] = {
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__user_exists_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__user_exists_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.UserExistsRequest",
+  "UserExistsRequest",
+  "Herald__V1__UserExistsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__UserExistsRequest),
+  1,
+  herald__v1__user_exists_request__field_descriptors,
+  herald__v1__user_exists_request__field_indices_by_name,
+  1,  herald__v1__user_exists_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__user_exists_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__user_exists_response__field_descriptors[1] =
+{
+  {
+    "exists",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__UserExistsResponse, exists),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__user_exists_response__field_indices_by_name[] = {
+  0,   /* field[0] = exists */
+};
+static const ProtobufCIntRange herald__v1__user_exists_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__user_exists_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.UserExistsResponse",
+  "UserExistsResponse",
+  "Herald__V1__UserExistsResponse",
+  "herald.v1",
+  sizeof(Herald__V1__UserExistsResponse),
+  1,
+  herald__v1__user_exists_response__field_descriptors,
+  herald__v1__user_exists_response__field_indices_by_name,
+  1,  herald__v1__user_exists_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__user_exists_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[9] =
 {
   { "Authenticate", &herald__v1__authenticate_request__descriptor, &herald__v1__authenticate_response__descriptor },
   { "IssueToken", &herald__v1__issue_token_request__descriptor, &herald__v1__issue_token_response__descriptor },
@@ -1313,6 +1479,7 @@ static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descript
   { "SetPassword", &herald__v1__set_password_request__descriptor, &herald__v1__user_response__descriptor },
   { "DeleteUser", &herald__v1__delete_user_request__descriptor, &herald__v1__delete_user_response__descriptor },
   { "ListUsers", &herald__v1__list_users_request__descriptor, &herald__v1__list_users_response__descriptor },
+  { "UserExists", &herald__v1__user_exists_request__descriptor, &herald__v1__user_exists_response__descriptor },
 };
 const unsigned herald__v1__auth_service__method_indices_by_name[] = {
   0,        /* Authenticate */
@@ -1322,7 +1489,8 @@ const unsigned herald__v1__auth_service__method_indices_by_name[] = {
   7,        /* ListUsers */
   2,        /* RevokeToken */
   3,        /* RevokeUserTokens */
-  5         /* SetPassword */
+  5,        /* SetPassword */
+  8         /* UserExists */
 };
 const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor =
 {
@@ -1331,7 +1499,7 @@ const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor =
   "AuthService",
   "Herald__V1__AuthService",
   "herald.v1",
-  8,
+  9,
   herald__v1__auth_service__method_descriptors,
   herald__v1__auth_service__method_indices_by_name
 };
@@ -1398,6 +1566,14 @@ void herald__v1__auth_service__list_users(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
   service->invoke(service, 7, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__user_exists(ProtobufCService *service,
+                                           const Herald__V1__UserExistsRequest *input,
+                                           Herald__V1__UserExistsResponse_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
                                      Herald__V1__AuthService_ServiceDestroy destroy)

@@ -187,6 +187,96 @@ void   herald__v1__fetch_payload_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__fetch_payload_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__delete_payload_request__init
+                     (Herald__V1__DeletePayloadRequest         *message)
+{
+  static const Herald__V1__DeletePayloadRequest init_value = HERALD__V1__DELETE_PAYLOAD_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_payload_request__get_packed_size
+                     (const Herald__V1__DeletePayloadRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_payload_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_payload_request__pack
+                     (const Herald__V1__DeletePayloadRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_payload_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_payload_request__pack_to_buffer
+                     (const Herald__V1__DeletePayloadRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_payload_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeletePayloadRequest *
+       herald__v1__delete_payload_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeletePayloadRequest *)
+     protobuf_c_message_unpack (&herald__v1__delete_payload_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_payload_request__free_unpacked
+                     (Herald__V1__DeletePayloadRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_payload_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_payload_response__init
+                     (Herald__V1__DeletePayloadResponse         *message)
+{
+  static const Herald__V1__DeletePayloadResponse init_value = HERALD__V1__DELETE_PAYLOAD_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_payload_response__get_packed_size
+                     (const Herald__V1__DeletePayloadResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_payload_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_payload_response__pack
+                     (const Herald__V1__DeletePayloadResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_payload_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_payload_response__pack_to_buffer
+                     (const Herald__V1__DeletePayloadResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_payload_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeletePayloadResponse *
+       herald__v1__delete_payload_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeletePayloadResponse *)
+     protobuf_c_message_unpack (&herald__v1__delete_payload_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_payload_response__free_unpacked
+                     (Herald__V1__DeletePayloadResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_payload_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor herald__v1__store_payload_request__field_descriptors[8] =
 {
   {
@@ -547,6 +637,75 @@ const ProtobufCMessageDescriptor herald__v1__fetch_payload_response__descriptor 
   (ProtobufCMessageInit) herald__v1__fetch_payload_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor herald__v1__delete_payload_request__field_descriptors[2] =
+{
+  {
+    "id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeletePayloadRequest, id),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "recipient",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeletePayloadRequest, recipient),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__delete_payload_request__field_indices_by_name[] = {
+  0,   /* field[0] = id */
+  1,   /* field[1] = recipient */
+};
+static const ProtobufCIntRange herald__v1__delete_payload_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__delete_payload_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeletePayloadRequest",
+  "DeletePayloadRequest",
+  "Herald__V1__DeletePayloadRequest",
+  "herald.v1",
+  sizeof(Herald__V1__DeletePayloadRequest),
+  2,
+  herald__v1__delete_payload_request__field_descriptors,
+  herald__v1__delete_payload_request__field_indices_by_name,
+  1,  herald__v1__delete_payload_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_payload_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define herald__v1__delete_payload_response__field_descriptors NULL
+#define herald__v1__delete_payload_response__field_indices_by_name NULL
+#define herald__v1__delete_payload_response__number_ranges NULL
+const ProtobufCMessageDescriptor herald__v1__delete_payload_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeletePayloadResponse",
+  "DeletePayloadResponse",
+  "Herald__V1__DeletePayloadResponse",
+  "herald.v1",
+  sizeof(Herald__V1__DeletePayloadResponse),
+  0,
+  herald__v1__delete_payload_response__field_descriptors,
+  herald__v1__delete_payload_response__field_indices_by_name,
+  0,  herald__v1__delete_payload_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_payload_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue herald__v1__payload_kind__enum_values_by_number[3] =
 {
   { "PAYLOAD_KIND_UNSPECIFIED", "HERALD__V1__PAYLOAD_KIND__PAYLOAD_KIND_UNSPECIFIED", 0 },
@@ -577,12 +736,14 @@ const ProtobufCEnumDescriptor herald__v1__payload_kind__descriptor =
   herald__v1__payload_kind__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__payload_service__method_descriptors[2] =
+static const ProtobufCMethodDescriptor herald__v1__payload_service__method_descriptors[3] =
 {
   { "StorePayload", &herald__v1__store_payload_request__descriptor, &herald__v1__store_payload_response__descriptor },
   { "FetchPayload", &herald__v1__fetch_payload_request__descriptor, &herald__v1__fetch_payload_response__descriptor },
+  { "DeletePayload", &herald__v1__delete_payload_request__descriptor, &herald__v1__delete_payload_response__descriptor },
 };
 const unsigned herald__v1__payload_service__method_indices_by_name[] = {
+  2,        /* DeletePayload */
   1,        /* FetchPayload */
   0         /* StorePayload */
 };
@@ -593,7 +754,7 @@ const ProtobufCServiceDescriptor herald__v1__payload_service__descriptor =
   "PayloadService",
   "Herald__V1__PayloadService",
   "herald.v1",
-  2,
+  3,
   herald__v1__payload_service__method_descriptors,
   herald__v1__payload_service__method_indices_by_name
 };
@@ -612,6 +773,14 @@ void herald__v1__payload_service__fetch_payload(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__payload_service__descriptor);
   service->invoke(service, 1, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__payload_service__delete_payload(ProtobufCService *service,
+                                                 const Herald__V1__DeletePayloadRequest *input,
+                                                 Herald__V1__DeletePayloadResponse_Closure closure,
+                                                 void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__payload_service__descriptor);
+  service->invoke(service, 2, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__payload_service__init (Herald__V1__PayloadService_Service *service,
                                         Herald__V1__PayloadService_ServiceDestroy destroy)

@@ -30,6 +30,8 @@ typedef struct Herald__V1__DeleteUserRequest Herald__V1__DeleteUserRequest;
 typedef struct Herald__V1__DeleteUserResponse Herald__V1__DeleteUserResponse;
 typedef struct Herald__V1__ListUsersRequest Herald__V1__ListUsersRequest;
 typedef struct Herald__V1__ListUsersResponse Herald__V1__ListUsersResponse;
+typedef struct Herald__V1__UserExistsRequest Herald__V1__UserExistsRequest;
+typedef struct Herald__V1__UserExistsResponse Herald__V1__UserExistsResponse;
 
 
 /* --- enums --- */
@@ -272,6 +274,32 @@ struct  Herald__V1__ListUsersResponse
 #define HERALD__V1__LIST_USERS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_users_response__descriptor) \
     , 0,NULL }
+
+
+/*
+ * Request of UserExists.
+ */
+struct  Herald__V1__UserExistsRequest
+{
+  ProtobufCMessage base;
+  char *user;
+};
+#define HERALD__V1__USER_EXISTS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__user_exists_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of UserExists.
+ */
+struct  Herald__V1__UserExistsResponse
+{
+  ProtobufCMessage base;
+  protobuf_c_boolean exists;
+};
+#define HERALD__V1__USER_EXISTS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__user_exists_response__descriptor) \
+    , 0 }
 
 
 /* Herald__V1__AuthenticateRequest methods */
@@ -559,6 +587,44 @@ Herald__V1__ListUsersResponse *
 void   herald__v1__list_users_response__free_unpacked
                      (Herald__V1__ListUsersResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__UserExistsRequest methods */
+void   herald__v1__user_exists_request__init
+                     (Herald__V1__UserExistsRequest         *message);
+size_t herald__v1__user_exists_request__get_packed_size
+                     (const Herald__V1__UserExistsRequest   *message);
+size_t herald__v1__user_exists_request__pack
+                     (const Herald__V1__UserExistsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__user_exists_request__pack_to_buffer
+                     (const Herald__V1__UserExistsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__UserExistsRequest *
+       herald__v1__user_exists_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__user_exists_request__free_unpacked
+                     (Herald__V1__UserExistsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__UserExistsResponse methods */
+void   herald__v1__user_exists_response__init
+                     (Herald__V1__UserExistsResponse         *message);
+size_t herald__v1__user_exists_response__get_packed_size
+                     (const Herald__V1__UserExistsResponse   *message);
+size_t herald__v1__user_exists_response__pack
+                     (const Herald__V1__UserExistsResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__user_exists_response__pack_to_buffer
+                     (const Herald__V1__UserExistsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__UserExistsResponse *
+       herald__v1__user_exists_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__user_exists_response__free_unpacked
+                     (Herald__V1__UserExistsResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__AuthenticateRequest_Closure)
@@ -606,6 +672,12 @@ typedef void (*Herald__V1__ListUsersRequest_Closure)
 typedef void (*Herald__V1__ListUsersResponse_Closure)
                  (const Herald__V1__ListUsersResponse *message,
                   void *closure_data);
+typedef void (*Herald__V1__UserExistsRequest_Closure)
+                 (const Herald__V1__UserExistsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__UserExistsResponse_Closure)
+                 (const Herald__V1__UserExistsResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -645,6 +717,10 @@ struct Herald__V1__AuthService_Service
                      const Herald__V1__ListUsersRequest *input,
                      Herald__V1__ListUsersResponse_Closure closure,
                      void *closure_data);
+  void (*user_exists)(Herald__V1__AuthService_Service *service,
+                      const Herald__V1__UserExistsRequest *input,
+                      Herald__V1__UserExistsResponse_Closure closure,
+                      void *closure_data);
 };
 typedef void (*Herald__V1__AuthService_ServiceDestroy)(Herald__V1__AuthService_Service *);
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
@@ -660,7 +736,8 @@ void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
       function_prefix__ ## create_user,\
       function_prefix__ ## set_password,\
       function_prefix__ ## delete_user,\
-      function_prefix__ ## list_users  }
+      function_prefix__ ## list_users,\
+      function_prefix__ ## user_exists  }
 void herald__v1__auth_service__authenticate(ProtobufCService *service,
                                             const Herald__V1__AuthenticateRequest *input,
                                             Herald__V1__AuthenticateResponse_Closure closure,
@@ -693,6 +770,10 @@ void herald__v1__auth_service__list_users(ProtobufCService *service,
                                           const Herald__V1__ListUsersRequest *input,
                                           Herald__V1__ListUsersResponse_Closure closure,
                                           void *closure_data);
+void herald__v1__auth_service__user_exists(ProtobufCService *service,
+                                           const Herald__V1__UserExistsRequest *input,
+                                           Herald__V1__UserExistsResponse_Closure closure,
+                                           void *closure_data);
 
 /* --- descriptors --- */
 
@@ -711,6 +792,8 @@ extern const ProtobufCMessageDescriptor herald__v1__delete_user_request__descrip
 extern const ProtobufCMessageDescriptor herald__v1__delete_user_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__list_users_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__list_users_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__user_exists_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__user_exists_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor;
 
 PROTOBUF_C__END_DECLS

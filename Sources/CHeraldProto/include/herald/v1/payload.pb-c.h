@@ -19,6 +19,8 @@ typedef struct Herald__V1__StorePayloadRequest Herald__V1__StorePayloadRequest;
 typedef struct Herald__V1__StorePayloadResponse Herald__V1__StorePayloadResponse;
 typedef struct Herald__V1__FetchPayloadRequest Herald__V1__FetchPayloadRequest;
 typedef struct Herald__V1__FetchPayloadResponse Herald__V1__FetchPayloadResponse;
+typedef struct Herald__V1__DeletePayloadRequest Herald__V1__DeletePayloadRequest;
+typedef struct Herald__V1__DeletePayloadResponse Herald__V1__DeletePayloadResponse;
 
 
 /* --- enums --- */
@@ -172,6 +174,38 @@ struct  Herald__V1__FetchPayloadResponse
     , 0, HERALD__V1__PAYLOAD_KIND__PAYLOAD_KIND_UNSPECIFIED, {0,NULL}, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0 }
 
 
+/*
+ * Request of DeletePayload.
+ */
+struct  Herald__V1__DeletePayloadRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The id StorePayload answered.
+   */
+  int64_t id;
+  /*
+   * Must be the recipient it was stored for.
+   */
+  char *recipient;
+};
+#define HERALD__V1__DELETE_PAYLOAD_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_payload_request__descriptor) \
+    , 0, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of DeletePayload.
+ */
+struct  Herald__V1__DeletePayloadResponse
+{
+  ProtobufCMessage base;
+};
+#define HERALD__V1__DELETE_PAYLOAD_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_payload_response__descriptor) \
+     }
+
+
 /* Herald__V1__StorePayloadRequest methods */
 void   herald__v1__store_payload_request__init
                      (Herald__V1__StorePayloadRequest         *message);
@@ -248,6 +282,44 @@ Herald__V1__FetchPayloadResponse *
 void   herald__v1__fetch_payload_response__free_unpacked
                      (Herald__V1__FetchPayloadResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__DeletePayloadRequest methods */
+void   herald__v1__delete_payload_request__init
+                     (Herald__V1__DeletePayloadRequest         *message);
+size_t herald__v1__delete_payload_request__get_packed_size
+                     (const Herald__V1__DeletePayloadRequest   *message);
+size_t herald__v1__delete_payload_request__pack
+                     (const Herald__V1__DeletePayloadRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_payload_request__pack_to_buffer
+                     (const Herald__V1__DeletePayloadRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeletePayloadRequest *
+       herald__v1__delete_payload_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_payload_request__free_unpacked
+                     (Herald__V1__DeletePayloadRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeletePayloadResponse methods */
+void   herald__v1__delete_payload_response__init
+                     (Herald__V1__DeletePayloadResponse         *message);
+size_t herald__v1__delete_payload_response__get_packed_size
+                     (const Herald__V1__DeletePayloadResponse   *message);
+size_t herald__v1__delete_payload_response__pack
+                     (const Herald__V1__DeletePayloadResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_payload_response__pack_to_buffer
+                     (const Herald__V1__DeletePayloadResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeletePayloadResponse *
+       herald__v1__delete_payload_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_payload_response__free_unpacked
+                     (Herald__V1__DeletePayloadResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__StorePayloadRequest_Closure)
@@ -261,6 +333,12 @@ typedef void (*Herald__V1__FetchPayloadRequest_Closure)
                   void *closure_data);
 typedef void (*Herald__V1__FetchPayloadResponse_Closure)
                  (const Herald__V1__FetchPayloadResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeletePayloadRequest_Closure)
+                 (const Herald__V1__DeletePayloadRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeletePayloadResponse_Closure)
+                 (const Herald__V1__DeletePayloadResponse *message,
                   void *closure_data);
 
 /* --- services --- */
@@ -277,6 +355,10 @@ struct Herald__V1__PayloadService_Service
                         const Herald__V1__FetchPayloadRequest *input,
                         Herald__V1__FetchPayloadResponse_Closure closure,
                         void *closure_data);
+  void (*delete_payload)(Herald__V1__PayloadService_Service *service,
+                         const Herald__V1__DeletePayloadRequest *input,
+                         Herald__V1__DeletePayloadResponse_Closure closure,
+                         void *closure_data);
 };
 typedef void (*Herald__V1__PayloadService_ServiceDestroy)(Herald__V1__PayloadService_Service *);
 void herald__v1__payload_service__init (Herald__V1__PayloadService_Service *service,
@@ -286,7 +368,8 @@ void herald__v1__payload_service__init (Herald__V1__PayloadService_Service *serv
 #define HERALD__V1__PAYLOAD_SERVICE__INIT(function_prefix__) \
     { HERALD__V1__PAYLOAD_SERVICE__BASE_INIT,\
       function_prefix__ ## store_payload,\
-      function_prefix__ ## fetch_payload  }
+      function_prefix__ ## fetch_payload,\
+      function_prefix__ ## delete_payload  }
 void herald__v1__payload_service__store_payload(ProtobufCService *service,
                                                 const Herald__V1__StorePayloadRequest *input,
                                                 Herald__V1__StorePayloadResponse_Closure closure,
@@ -295,6 +378,10 @@ void herald__v1__payload_service__fetch_payload(ProtobufCService *service,
                                                 const Herald__V1__FetchPayloadRequest *input,
                                                 Herald__V1__FetchPayloadResponse_Closure closure,
                                                 void *closure_data);
+void herald__v1__payload_service__delete_payload(ProtobufCService *service,
+                                                 const Herald__V1__DeletePayloadRequest *input,
+                                                 Herald__V1__DeletePayloadResponse_Closure closure,
+                                                 void *closure_data);
 
 /* --- descriptors --- */
 
@@ -303,6 +390,8 @@ extern const ProtobufCMessageDescriptor herald__v1__store_payload_request__descr
 extern const ProtobufCMessageDescriptor herald__v1__store_payload_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__fetch_payload_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__fetch_payload_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_payload_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_payload_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__payload_service__descriptor;
 
 PROTOBUF_C__END_DECLS
