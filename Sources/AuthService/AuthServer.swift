@@ -42,6 +42,9 @@ public struct AuthHandlers: Sendable {
             return DeleteUserResponse()
         }
         table.register(AuthServiceMethods.listUsers) { _, _ in ListUsersResponse(users: try auth.store.listUsers()) }
+        table.register(AuthServiceMethods.userExists) { request, _ in
+            UserExistsResponse(exists: try auth.userExists(request.user))
+        }
     }
 }
 
@@ -63,6 +66,7 @@ public enum AuthServer {
             let authenticator = try Authenticator(
                 mode: config.mode, store: store, hasher: PasswordHasher(logN: config.passwordHashLogN),
                 throttle: LoginThrottle(freeFailures: config.maxFailedLogins, lockoutSeconds: config.lockoutSeconds),
+                gate: LoginGate(maxPending: config.maxPendingLogins, failureBudgetPerMinute: config.failedLoginBudget),
                 tokenTTLSeconds: config.tokenTTLSeconds, credentialCacheSeconds: config.credentialCacheSeconds)
             var table = MethodTable()
             AuthHandlers(authenticator: authenticator).register(into: &table)

@@ -26,10 +26,14 @@ public enum AuthMode: String, CaseIterable, Sendable {
 ///   do not pay a password hash each time; 0 turns it off. A password change clears it.
 /// - `max-failed-logins` (`HERALD_MAX_FAILED_LOGINS`, 5) and `lockout-seconds`
 ///   (`HERALD_LOCKOUT_SECONDS`, 30): see ``LoginThrottle``.
+/// - `max-pending-logins` (`HERALD_MAX_PENDING_LOGINS`, 8): password hashes running or waiting at
+///   once; more are refused at once with 429 and `Retry-After` (see ``LoginGate``).
+/// - `failed-login-budget` (`HERALD_FAILED_LOGIN_BUDGET`, 600): failed logins per minute across all
+///   user names before logins that need a hash are refused for a while (see ``LoginGate``).
 public struct AuthConfig: Sendable {
     public static let keys: Set<String> = [
         "auth-mode", "password-hash-log-n", "token-ttl-seconds", "credential-cache-seconds", "max-failed-logins",
-        "lockout-seconds",
+        "lockout-seconds", "max-pending-logins", "failed-login-budget",
     ]
     public var mode: AuthMode
     public var passwordHashLogN: Int
@@ -37,6 +41,8 @@ public struct AuthConfig: Sendable {
     public var credentialCacheSeconds: Int64
     public var maxFailedLogins: Int
     public var lockoutSeconds: Int64
+    public var maxPendingLogins: Int
+    public var failedLoginBudget: Int
 
     public init(reader: ConfigReader) throws {
         mode = try reader.choice("auth-mode", default: .accounts)
@@ -45,11 +51,16 @@ public struct AuthConfig: Sendable {
         credentialCacheSeconds = Int64(try reader.int("credential-cache-seconds", default: 60))
         maxFailedLogins = try reader.int("max-failed-logins", default: 5)
         lockoutSeconds = Int64(try reader.int("lockout-seconds", default: 30))
+        maxPendingLogins = try reader.int("max-pending-logins", default: 8)
+        failedLoginBudget = try reader.int("failed-login-budget", default: 600)
+        guard (1...10_000).contains(maxPendingLogins) else { throw ConfigError("max-pending-logins must be 1...10000") }
+        guard (1...1_000_000).contains(failedLoginBudget) else { throw ConfigError("failed-login-budget must be 1...1000000") }
         guard (10...22).contains(passwordHashLogN) else { throw ConfigError("password-hash-log-n must be 10...22") }
-        guard tokenTTLSeconds > 0 else { throw ConfigError("token-ttl-seconds must be positive") }
-        guard credentialCacheSeconds >= 0 else { throw ConfigError("credential-cache-seconds must not be negative") }
-        guard maxFailedLogins > 0 else { throw ConfigError("max-failed-logins must be positive") }
-        guard lockoutSeconds > 0 else { throw ConfigError("lockout-seconds must be positive") }
+        // Upper bounds too: these become milliseconds, and an absurd value must be a start-up error, not an overflow.
+        guard (1...366 * 86400).contains(tokenTTLSeconds) else { throw ConfigError("token-ttl-seconds must be 1...31622400") }
+        guard (0...86400).contains(credentialCacheSeconds) else { throw ConfigError("credential-cache-seconds must be 0...86400") }
+        guard (1...1000).contains(maxFailedLogins) else { throw ConfigError("max-failed-logins must be 1...1000") }
+        guard (1...86400).contains(lockoutSeconds) else { throw ConfigError("lockout-seconds must be 1...86400") }
     }
 }
 
@@ -63,6 +74,8 @@ public final class Authenticator: Sendable {
     public let store: AccountStore
     public let hasher: PasswordHasher
     public let throttle: LoginThrottle
+    /// Bounds the hashes waiting and the failed logins per minute across every name.
+    public let gate: LoginGate
     public let tokenTTL: Int64
     private let cacheTTL: Int64
     private let now: @Sendable () -> Int64
@@ -77,6 +90,7 @@ public final class Authenticator: Sendable {
 
     public init(
         mode: AuthMode, store: AccountStore, hasher: PasswordHasher = PasswordHasher(), throttle: LoginThrottle = LoginThrottle(),
+        gate: LoginGate = LoginGate(maxPending: 8, failureBudgetPerMinute: 600),
         tokenTTLSeconds: Int64 = 3600, credentialCacheSeconds: Int64 = 60, hashingPool: NIOThreadPool = .singleton,
         now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
@@ -84,6 +98,7 @@ public final class Authenticator: Sendable {
         self.store = store
         self.hasher = hasher
         self.throttle = throttle
+        self.gate = gate
         self.tokenTTL = tokenTTLSeconds * 1000
         self.cacheTTL = credentialCacheSeconds * 1000
         self.hashingPool = hashingPool
@@ -148,6 +163,14 @@ public final class Authenticator: Sendable {
         forget(user)
     }
 
+    /// Whether `user` can log in: an account (accounts mode) or any valid name (tutorial mode).
+    public func userExists(_ user: String) throws -> Bool {
+        guard Names.isValidUserName(user) else {
+            throw ServiceError.invalidArgument("user names are \(Names.userNameRule)")
+        }
+        return mode == .tutorial ? true : try store.userExists(user)
+    }
+
     public func revokeTokens(of user: String) throws -> Int64 {
         if mode == .accounts, try !store.userExists(user) { throw ServiceError.notFound("user \(user) not found") }
         return try store.revokeTokens(of: user)
@@ -168,10 +191,20 @@ public final class Authenticator: Sendable {
             if cacheTTL > 0, let hit = cache.withLock({ $0[key] }), hit.user == user, hit.expires > now {
                 valid = true
             } else {
-                let stored = try store.passwordHash(of: user)
-                let encoded = stored ?? decoyHash
-                let matches = try await hashingPool.runIfActive { [hasher] in hasher.verify(password, against: encoded) }
+                try gate.enter()
+                let stored: String?
+                let matches: Bool
+                do {
+                    stored = try store.passwordHash(of: user)
+                    let encoded = stored ?? decoyHash
+                    matches = try await hashingPool.runIfActive { [hasher] in hasher.verify(password, against: encoded) }
+                } catch {
+                    gate.leave(failed: false)
+                    throw error
+                }
                 valid = matches && stored != nil
+                gate.leave(failed: !valid)
+                let encoded = stored ?? decoyHash
                 if valid, cacheTTL > 0 {
                     cache.withLock { entries in
                         if entries.count > 10_000 { entries = entries.filter { $0.value.expires > now } }

@@ -67,3 +67,67 @@ public final class LoginThrottle: Sendable {
         _ = state.withLock { $0.removeValue(forKey: user) }
     }
 }
+
+/// Keeps slow password hashing from turning into a login outage.
+///
+/// Each hash holds a thread for a third of a second. Without a bound, a spray of logins with many
+/// different names (which ``LoginThrottle``'s per-name count does not slow) queues behind the hash
+/// threads, and a real user's login waits past the edge's deadline (503). Two bounds instead:
+/// - at most `maxPending` hashes run or wait at once; the next is refused at once with
+///   RESOURCE_EXHAUSTED "… retry after 1 s" (429 with `Retry-After` at the edge);
+/// - a global budget of `failureBudget` failed logins per minute, across every name (a token
+///   bucket); while it is spent, logins that need a hash are refused until it refills. Cached
+///   credentials and bearer tokens need no hash and keep working.
+public final class LoginGate: Sendable {
+    public let maxPending: Int
+    public let failureBudget: Int
+    private let now: @Sendable () -> Int64
+    private let state: Mutex<State>
+
+    struct State {
+        var pending = 0
+        var tokens: Double
+        var refilledAt: Int64
+    }
+
+    public init(maxPending: Int, failureBudgetPerMinute: Int, now: @escaping @Sendable () -> Int64 = unixMillis) {
+        self.maxPending = max(1, maxPending)
+        self.failureBudget = max(1, failureBudgetPerMinute)
+        self.now = now
+        self.state = Mutex(State(tokens: Double(max(1, failureBudgetPerMinute)), refilledAt: now()))
+    }
+
+    /// Takes a hashing slot or throws RESOURCE_EXHAUSTED; pair every success with ``leave(failed:)``.
+    public func enter() throws {
+        let now = self.now()
+        let refusal: String? = state.withLock { state in
+            refill(&state, now)
+            if state.tokens < 1 {
+                let wait = Int64(((1 - state.tokens) * 60_000 / Double(failureBudget)).rounded(.up))
+                return "too many failed logins on this server; retry after \(max(1, (wait + 999) / 1000)) s"
+            }
+            guard state.pending < maxPending else { return "too many logins in progress; retry after 1 s" }
+            state.pending += 1
+            return nil
+        }
+        if let refusal { throw ServiceError(.resourceExhausted, refusal) }
+    }
+
+    /// Gives the slot back; a failed login spends one unit of the global budget.
+    public func leave(failed: Bool) {
+        let now = self.now()
+        state.withLock { state in
+            state.pending -= 1
+            if failed {
+                refill(&state, now)
+                state.tokens -= 1
+            }
+        }
+    }
+
+    private func refill(_ state: inout State, _ now: Int64) {
+        let elapsed = max(0, now - state.refilledAt)
+        state.tokens = min(Double(failureBudget), state.tokens + Double(elapsed) * Double(failureBudget) / 60_000)
+        state.refilledAt = now
+    }
+}
