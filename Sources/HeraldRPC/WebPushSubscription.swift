@@ -24,7 +24,9 @@ public struct WebPushSubscription: Sendable, Equatable {
         guard handle.utf8.count <= 4096, let json = try? JSONDecoder().decode(JSON.self, from: Data(handle.utf8)) else {
             throw invalid
         }
-        guard json.endpoint.utf8.count <= 2048, let url = URL(string: json.endpoint), url.scheme == "https", url.host != nil else {
+        guard json.endpoint.utf8.count <= 2048, URLRules.isVisibleASCII(json.endpoint), let url = URL(string: json.endpoint),
+            url.scheme == "https", url.host != nil
+        else {
             throw ServiceError.invalidArgument("a Web Push endpoint is an https URL of at most 2048 bytes")
         }
         guard let p256dh = Base64URL.decode(json.keys.p256dh), p256dh.count == 65, p256dh.first == 4 else {
@@ -36,5 +38,15 @@ public struct WebPushSubscription: Sendable, Equatable {
         self.endpoint = url
         self.p256dh = p256dh
         self.auth = auth
+    }
+}
+
+/// Rules for URLs that devices hand Herald and that dispatch later sends to.
+public enum URLRules {
+    /// Only visible ASCII (0x21–0x7E): no spaces, no CR/LF or other control bytes, no NUL. A URL
+    /// becomes an HTTP request line and headers in dispatch, and Foundation's `URL(string:)` on
+    /// Linux accepts some control characters, so they are refused before parsing.
+    public static func isVisibleASCII(_ text: String) -> Bool {
+        text.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7f }
     }
 }

@@ -72,7 +72,9 @@ public enum RegistrationRules {
                 throw ServiceError.invalidArgument("an FCM handle is a registration token of 1 to 4096 printable characters")
             }
         case .wns:
-            guard handle.utf8.count <= 2048, let url = URL(string: handle), PushHosts.matches(url, hosts.wns) else {
+            guard handle.utf8.count <= 2048, URLRules.isVisibleASCII(handle), let url = URL(string: handle),
+                PushHosts.matches(url, hosts.wns)
+            else {
                 throw ServiceError.invalidArgument(
                     "a WNS handle is an https channel URI on \(hosts.wns.map { "*.\($0)" }.joined(separator: ", "))")
             }
