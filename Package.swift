@@ -40,6 +40,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        // NIOHTTPTypes: the HTTP parts the edge's ConnectionGuard sees (already in Hummingbird's graph).
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         // Metrics: the swift-metrics API with a Prometheus text backend.
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
@@ -129,6 +131,8 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -20,11 +20,17 @@ public enum EdgeProfile: String, CaseIterable, Sendable {
 /// - `rich-image` (`HERALD_RICH_IMAGE`, built in): the file the `rich` profile sends; its type
 ///   comes from the extension (png, jpg/jpeg, gif, webp). Empty: Herald's built-in 64×64 PNG.
 /// - `rich-message` (`HERALD_RICH_MESSAGE`, `Check this image out!`): the `rich` profile's message.
+/// - `header-timeout-seconds` (`HERALD_HEADER_TIMEOUT_SECONDS`, 30): a connection must send a
+///   complete request head within this long of opening or of its previous answer; else it is
+///   closed (slow or idle clients cannot hold connections). See ``ConnectionGuard``.
+/// - `body-timeout-seconds` (`HERALD_BODY_TIMEOUT_SECONDS`, 60): a request's whole body must
+///   arrive within this long of its head.
 ///
 /// Once listening, the edge writes its base URL to `<runtime-dir>/edge.url`.
 public struct EdgeConfig: Sendable {
     public static let keys: Set<String> = [
         "http-host", "http-port", "profile", "max-body-bytes", "max-content-bytes", "rich-image", "rich-message",
+        "header-timeout-seconds", "body-timeout-seconds",
     ]
     public var host: String
     public var port: Int
@@ -34,6 +40,8 @@ public struct EdgeConfig: Sendable {
     public var richImage: [UInt8]
     public var richImageType: String
     public var richMessage: String
+    public var headerTimeout: Duration
+    public var bodyTimeout: Duration
 
     public init(reader: ConfigReader) throws {
         host = reader.string("http-host", default: "127.0.0.1")
@@ -43,6 +51,13 @@ public struct EdgeConfig: Sendable {
         maxContentBytes = try reader.int("max-content-bytes", default: 5 << 20)
         richMessage = reader.string("rich-message", default: "Check this image out!")
         guard (0...65535).contains(port) else { throw ConfigError("http-port must be 0...65535") }
+        let headerSeconds = try reader.int("header-timeout-seconds", default: 30)
+        let bodySeconds = try reader.int("body-timeout-seconds", default: 60)
+        guard (1...3600).contains(headerSeconds), (1...3600).contains(bodySeconds) else {
+            throw ConfigError("header-timeout-seconds and body-timeout-seconds must be 1...3600")
+        }
+        headerTimeout = .seconds(headerSeconds)
+        bodyTimeout = .seconds(bodySeconds)
         guard maxBodyBytes > 0, maxContentBytes > 0 else { throw ConfigError("max-body-bytes and max-content-bytes must be positive") }
         let imagePath = reader.string("rich-image", default: "")
         if imagePath.isEmpty {

@@ -47,12 +47,20 @@ public struct EdgeError: Error, Sendable {
     }
 
     func response(requestID: String) -> Response {
+        Response(status: status, headers: headerFields(requestID: requestID), body: ResponseBody(byteBuffer: ByteBuffer(bytes: jsonBody())))
+    }
+
+    /// This error's own headers, the JSON content type and the request id.
+    func headerFields(requestID: String) -> HTTPFields {
         var headers = self.headers
         headers[.contentType] = "application/json; charset=utf-8"
         headers[requestIDField] = requestID
-        let body = try! JSONSerialization.data(
-            withJSONObject: ["error": Self.word(status), "message": message], options: [.sortedKeys, .withoutEscapingSlashes])
-        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
+        return headers
+    }
+
+    /// `{"error":"<word>","message":"<sentence>"}`.
+    func jsonBody() -> [UInt8] {
+        "{\"error\":\(jsonStringLiteral(Self.word(status))),\"message\":\(jsonStringLiteral(message))}".utf8.map { $0 }
     }
 
     /// "not_found" for 404: a stable word clients can switch on.

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NIOCore
 public import HeraldProto
 public import HeraldRPC
@@ -31,6 +32,7 @@ public struct EdgeRoutes: Sendable {
         router.add(middleware: EdgeErrorMiddleware<Context>())
         router.get("healthz") { _, _ in Self.json(#"{"status":"ok"}"#) }
         router.get("readyz") { _, _ in try await readiness() }
+        router.get("openapi.json") { _, _ in Self.json(OpenAPIDocument.json) }
         router.get("metrics") { _, _ in
             Response(
                 status: .ok, headers: [.contentType: HeraldMetrics.contentType],
@@ -162,7 +164,7 @@ public struct EdgeRoutes: Sendable {
     /// `GET api/notifications/{id}`: the recipient's content; 404 for anyone else.
     func fetchNotification(_ request: Request, id: String) async throws -> Response {
         let (user, requestID) = try await authenticate(request)
-        guard let number = Int64(id), number > 0 else { throw EdgeError(.notFound, "notification \(id) not found") }
+        guard let number = Names.positiveInteger(id) else { throw EdgeError(.notFound, "notification \(id.prefix(40)) not found") }
         let stored = try await payload.call(
             PayloadServiceMethods.fetchPayload, FetchPayloadRequest(id: number, requester: user), requestID: requestID)
         switch stored.kind {
@@ -175,9 +177,29 @@ public struct EdgeRoutes: Sendable {
             return response
         default:
             return Response(
-                status: .ok, headers: [.contentType: stored.contentType, .cacheControl: "private, no-store"],
+                status: .ok, headers: Self.contentHeaders(stored.contentType),
                 body: ResponseBody(byteBuffer: ByteBuffer(bytes: stored.content)))
         }
+    }
+
+    /// Content types a browser may show inline: raster images, audio and video. Anything else
+    /// (HTML, SVG, scripts, PDFs…) is served as a download, so uploaded content can never run as a
+    /// page of Herald's origin.
+    static func isInlineSafe(_ contentType: String) -> Bool {
+        let type = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        return ["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"].contains(type)
+            || (type.hasPrefix("audio/") || type.hasPrefix("video/")) && !type.contains("xml")
+    }
+
+    /// Headers of stored rich content: its own type, never sniffed, sandboxed, and a download
+    /// unless it is an image, a sound or a video.
+    static func contentHeaders(_ contentType: String) -> HTTPFields {
+        var headers: HTTPFields = [
+            .contentType: contentType, .cacheControl: "private, no-store", .xContentTypeOptions: "nosniff",
+            .contentSecurityPolicy: "default-src 'none'; sandbox",
+        ]
+        if !isInlineSafe(contentType) { headers[.contentDisposition] = "attachment" }
+        return headers
     }
 
     // MARK: flows shared by the tutorial and /v1 routes
@@ -191,9 +213,9 @@ public struct EdgeRoutes: Sendable {
                 recipient: recipient, kind: .secure, content: Array(text.utf8), contentType: "text/plain; charset=utf-8",
                 ttlSeconds: ttlSeconds, sender: sender),
             requestID: requestID)
-        let outcome = try await send(
+        let outcome = try await sendOrForget(
             SendRequest(targetUser: recipient, payloads: NativePayloads.secure(id: stored.id), sender: sender),
-            requestID: requestID)
+            stored: stored.id, recipient: recipient, requestID: requestID)
         return (stored.id, outcome)
     }
 
@@ -207,12 +229,32 @@ public struct EdgeRoutes: Sendable {
                 recipient: recipient, kind: .rich, content: content, contentType: contentType, message: message,
                 richType: richType, ttlSeconds: ttlSeconds, sender: sender),
             requestID: requestID)
-        let outcome = try await send(
+        let outcome = try await sendOrForget(
             SendRequest(
                 targetUser: recipient, payloads: NativePayloads.rich(id: stored.id, message: message, richType: richType),
                 sender: sender),
-            requestID: requestID)
+            stored: stored.id, recipient: recipient, requestID: requestID)
         return (stored.id, outcome)
+    }
+
+    /// Sends the push that carries stored content's id; when dispatch refuses it (too large, bad
+    /// argument, unavailable), deletes that content before answering, so a refused request leaves
+    /// nothing a recipient could read later.
+    func sendOrForget(_ request: SendRequest, stored id: Int64, recipient: String, requestID: String) async throws -> Outcome {
+        do {
+            return try await send(request, requestID: requestID)
+        } catch {
+            do {
+                _ = try await payload.call(
+                    PayloadServiceMethods.deletePayload, DeletePayloadRequest(id: id, recipient: recipient), requestID: requestID)
+            } catch {
+                // The content still expires; the log says which id was left behind.
+                Logger(label: "herald.edge").warning(
+                    "could not delete content of a refused send",
+                    metadata: ["herald.payload_id": "\(id)", "herald.request_id": "\(requestID)", "herald.error": "\(error)"])
+            }
+            throw error
+        }
     }
 
     /// One Send call, and the outcome it answers.
@@ -261,6 +303,10 @@ public struct EdgeRoutes: Sendable {
             throw tooLarge
         } catch let error as HTTPError where error.status == .contentTooLarge {
             throw tooLarge
+        } catch {
+            // The one place a body is read: a client that half-closes before sending Content-Length
+            // bytes, a broken chunked encoding or a reset is the client's fault, never a 500.
+            throw EdgeError(.badRequest, "the request body could not be read in full (it ended early or was malformed)")
         }
     }
 

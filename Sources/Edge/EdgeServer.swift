@@ -26,8 +26,13 @@ public enum EdgeServer {
         let urlFile = URL(fileURLWithPath: context.config.runtimeDir).appendingPathComponent("edge.url")
         let logger = context.logger
         let host = config.host
+        let headerTimeout = TimeAmount(config.headerTimeout)
+        let bodyTimeout = TimeAmount(config.bodyTimeout)
         return Application(
             router: router,
+            server: .http1(
+                configuration: .init(
+                    additionalChannelHandlers: [ConnectionGuard(headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, logger: logger)])),
             configuration: .init(address: .hostname(config.host, port: config.port), serverName: "herald-edge"),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? config.port

@@ -42,7 +42,9 @@ extension EdgeRoutes {
         }
         var ttl: Int64 = 0
         if let text = query.get("ttl_seconds") {
-            guard let value = Int64(text), value > 0 else { throw EdgeError(.badRequest, "ttl_seconds must be a positive integer") }
+            guard let value = Names.positiveInteger(text), value <= ContentLimits.maxTTLSeconds else {
+                throw EdgeError(.badRequest, "ttl_seconds must be an integer from 1 to \(ContentLimits.maxTTLSeconds) (one year)")
+            }
             ttl = value
         }
         let message = try Self.text(query.get("message") ?? "", "message")
@@ -58,6 +60,7 @@ extension EdgeRoutes {
             }
             let body = try await collect(request, upTo: config.maxContentBytes)
             guard !body.isEmpty else { throw EdgeError(.badRequest, "the body is the content to send; it is empty") }
+            try await requireUser(toUser, requestID: requestID)
             if kind == "rich" {
                 let contentType = request.headers[.contentType] ?? "application/octet-stream"
                 let richType = try Self.text(query.get("rich_type") ?? (contentType.hasPrefix("image/") ? "img" : "file"), "rich_type")
@@ -90,6 +93,13 @@ extension EdgeRoutes {
         var response = Self.json(try Self.encode(answer), status: .accepted)
         response.headers[.location] = Self.outcomePath(outcome.notificationID)
         return response
+    }
+
+    /// 404 unless content may be stored for `user` (an account in accounts mode): content for
+    /// nobody would sit in the database until it expires.
+    func requireUser(_ user: String, requestID: String) async throws {
+        let answer = try await auth.call(AuthServiceMethods.userExists, UserExistsRequest(user: user), requestID: requestID)
+        guard answer.exists else { throw EdgeError(.notFound, "user \(user) not found") }
     }
 
     /// `GET /v1/notifications/{id}/outcome`: where a send stands; its sender only (404 for others).

@@ -1,0 +1,139 @@
+import HeraldRPC
+import HTTPTypes
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOHTTPTypes
+
+/// Per-connection deadlines and JSON answers for requests the HTTP parser refuses.
+///
+/// Sits in each HTTP/1 connection's pipeline, after the parser (Hummingbird's
+/// `additionalChannelHandlers`), and does two jobs Hummingbird leaves to the application:
+///
+/// - **Deadlines** (Slowloris): a connection must deliver a complete request head within
+///   `headerTimeout` of opening or of its previous answer (so an idle keep-alive connection is
+///   closed after it too), and the request's whole body within `bodyTimeout` of its head. A client
+///   that dribbles one byte at a time resets no timer: the parser swallows partial heads, and only
+///   whole parts reach this handler. While a route runs no timer is armed; the routes' RPC
+///   deadlines bound that time.
+/// - **Parse errors**: NIO's parser answers an oversized request line or header block, or a
+///   malformed one, through Hummingbird with an empty 400. Here it gets the edge's JSON error body
+///   (431 for headers over the limit), then the connection closes. An error in the middle of an
+///   answer is passed on unchanged: writing a second answer would corrupt the first.
+final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+
+    private enum Phase {
+        /// Waiting for a request head (new connection, or after an answer).
+        case awaitingHead
+        /// Head received; reading its body.
+        case readingBody
+        /// Request complete; a route is answering it.
+        case answering
+    }
+
+    private let headerTimeout: TimeAmount
+    private let bodyTimeout: TimeAmount
+    private let logger: Logger
+    private var phase = Phase.awaitingHead
+    private var timer: Scheduled<Void>?
+    /// An answer has started (its head written) and not ended.
+    private var answerInProgress = false
+
+    init(headerTimeout: TimeAmount, bodyTimeout: TimeAmount, logger: Logger) {
+        self.headerTimeout = headerTimeout
+        self.bodyTimeout = bodyTimeout
+        self.logger = logger
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { arm(context, headerTimeout, "request head") }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        if timer == nil, phase == .awaitingHead { arm(context, headerTimeout, "request head") }
+        context.fireChannelActive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = nil
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head:
+            phase = .readingBody
+            arm(context, bodyTimeout, "request body")
+        case .body:
+            break
+        case .end:
+            phase = .answering
+            timer?.cancel()
+            timer = nil
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head(let head) where head.status.kind != .informational:
+            answerInProgress = true
+        case .end:
+            answerInProgress = false
+            // The next request's head is due; unless it is already being read (pipelining).
+            if phase == .answering {
+                phase = .awaitingHead
+                arm(context, headerTimeout, "request head")
+            }
+        default:
+            break
+        }
+        context.write(data, promise: promise)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard let parseError = error as? HTTPParserError, !answerInProgress else {
+            context.fireErrorCaught(error)
+            return
+        }
+        let answer: EdgeError =
+            switch parseError {
+            case .headerOverflow:
+                EdgeError(.init(code: 431, reasonPhrase: "Request Header Fields Too Large"), "the request head is larger than the limit")
+            default:
+                EdgeError(.badRequest, "the request is not valid HTTP/1.1 (\(parseError))")
+            }
+        logger.info("refused a malformed request", metadata: ["herald.error": "\(parseError)", "herald.status": "\(answer.status.code)"])
+        timer?.cancel()
+        timer = nil
+        var fields = answer.headerFields(requestID: newRequestID())
+        let body = answer.jsonBody()
+        fields[.contentLength] = String(body.count)
+        fields[.connection] = "close"
+        answerInProgress = true
+        context.write(wrapOutboundOut(.head(HTTPResponse(status: answer.status, headerFields: fields))), promise: nil)
+        context.write(wrapOutboundOut(.body(ByteBuffer(bytes: body))), promise: nil)
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in bound.value.close(promise: nil) }
+    }
+
+    private func arm(_ context: ChannelHandlerContext, _ timeout: TimeAmount, _ what: String) {
+        timer?.cancel()
+        let logger = self.logger
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        timer = context.eventLoop.scheduleTask(in: timeout) {
+            logger.debug("closing a connection that did not send its \(what) in time")
+            bound.value.close(promise: nil)
+        }
+    }
+}
