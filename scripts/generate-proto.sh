@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates every file derived from proto/:
+# Regenerates every file derived from proto/ and docs/openapi.yaml:
 #   Sources/CHeraldProto/**.pb-c.{c,h}   protoc-c (Debian protobuf-c-compiler)
 #   Sources/HeraldProto/Generated/*.swift scripts/gen_swift_proto.py over protoc's descriptors
+#   Sources/Edge/Generated/OpenAPIDocument.swift  scripts/gen_openapi.py (the edge's /openapi.json)
 # Usage: scripts/generate-proto.sh          rewrite the committed files
 #        scripts/generate-proto.sh --check  regenerate into a temp folder; exit 1 on any difference
 set -euo pipefail
@@ -10,6 +11,7 @@ cd "$root"
 
 command -v protoc-c >/dev/null || { echo "protoc-c missing: apt-get install -y protobuf-c-compiler" >&2; exit 2; }
 python3 -c 'import grpc_tools' 2>/dev/null || { echo "grpcio-tools missing: python3 -m pip install grpcio-tools" >&2; exit 2; }
+python3 -c 'import yaml' 2>/dev/null || { echo "PyYAML missing: python3 -m pip install PyYAML" >&2; exit 2; }
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -31,11 +33,14 @@ printf 'module CHeraldProto {\n    header "CHeraldProto.h"\n    export *\n}\n' >
 
 (cd proto && python3 -m grpc_tools.protoc -I. --include_source_info --descriptor_set_out="$out/descriptors.pb" "${protos[@]}")
 python3 "$root/scripts/gen_swift_proto.py" "$out/descriptors.pb" "$out/swift"
+mkdir -p "$out/edge"
+python3 "$root/scripts/gen_openapi.py" "$out/edge/OpenAPIDocument.swift"
 
 if [[ "${1:-}" == "--check" ]]; then
   status=0
   diff -r "$out/CHeraldProto" Sources/CHeraldProto || status=1
   diff -r "$out/swift" Sources/HeraldProto/Generated || status=1
+  diff -r "$out/edge" Sources/Edge/Generated || status=1
   if [[ $status -ne 0 ]]; then
     echo "generated code is stale: run scripts/generate-proto.sh and commit the result" >&2
     exit 1
@@ -46,5 +51,7 @@ else
   cp -r "$out/CHeraldProto" Sources/CHeraldProto
   mkdir -p Sources/HeraldProto/Generated
   cp "$out/swift/"*.swift Sources/HeraldProto/Generated/
-  echo "regenerated Sources/CHeraldProto and Sources/HeraldProto/Generated"
+  rm -rf Sources/Edge/Generated
+  cp -r "$out/edge" Sources/Edge/Generated
+  echo "regenerated Sources/CHeraldProto, Sources/HeraldProto/Generated and Sources/Edge/Generated"
 fi

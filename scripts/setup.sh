@@ -11,7 +11,7 @@ set -euo pipefail
 
 packages=(libprotobuf-c-dev libsqlite3-dev pkg-config)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(protobuf-c-compiler docker-compose openssl)
+  packages+=(protobuf-c-compiler docker-compose openssl curl python3-venv)
   # python3 may come from elsewhere (pyenv): ask apt only for what PATH lacks.
   command -v python3 >/dev/null 2>&1 || packages+=(python3)
   python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
@@ -34,10 +34,10 @@ if (( ${#missing[@]} )); then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [[ "${1:-}" == "--test" ]] && ! { python3 -c 'import grpc, grpc_tools, kubernetes_validate, jwt, py_vapid, http_ece' 2>/dev/null && command -v kubernetes-validate >/dev/null; }; then
-  echo "setup: installing grpcio, grpcio-tools, kubernetes-validate, PyJWT, py-vapid and http-ece from PyPI"
+if [[ "${1:-}" == "--test" ]] && ! { python3 -c 'import grpc, grpc_tools, kubernetes_validate, jwt, py_vapid, http_ece, yaml' 2>/dev/null && command -v kubernetes-validate >/dev/null; }; then
+  echo "setup: installing grpcio, grpcio-tools, kubernetes-validate, PyJWT, py-vapid, http-ece and PyYAML from PyPI"
   pip_args=(install --quiet --disable-pip-version-check "grpcio==1.85.1" "grpcio-tools==1.85.1" "kubernetes-validate==1.37.0"
-    "PyJWT[crypto]==2.15.1" "py-vapid==1.9.6" "http-ece==1.2.1")
+    "PyJWT[crypto]==2.15.1" "py-vapid==1.9.6" "http-ece==1.2.1" "PyYAML==6.0.3")
   # Debian's own python refuses global installs (PEP 668) unless told otherwise.
   python3 -m pip "${pip_args[@]}" 2>/dev/null || python3 -m pip "${pip_args[@]}" --break-system-packages
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Command 2: everything CI checks, from a clean clone.
-#   1. install missing packages   2. generated code matches proto/   3. build   4. every test
-#   5. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds)
+#   1. install missing packages   2. generated code matches proto/ and docs/openapi.yaml   3. build
+#   4. every test   5. schemathesis against a live stack (scripts/schemathesis.sh)
+#   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -10,6 +11,9 @@ scripts/generate-proto.sh --check
 swift build --build-tests
 echo "test.sh: build finished after $(( $(date +%s) - start ))s"
 swift test --skip-build
+st_start=$(date +%s)
+scripts/schemathesis.sh
+echo "test.sh: schemathesis took $(( $(date +%s) - st_start ))s"
 bench_start=$(date +%s)
 "$(swift build --show-bin-path)/herald-bench" all --quick --json .build/bench-quick.json
 echo "test.sh: benchmark quick run took $(( $(date +%s) - bench_start ))s"

@@ -1,0 +1,269 @@
+import Foundation
+import GRDB
+import HeraldProto
+import HeraldRPC
+import HeraldStack
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The requests that once broke the stack (issue 12), against the five real executables.
+@Suite("hostile clients end to end", .serialized, .timeLimit(.minutes(5)))
+struct HostileClientTests {
+    @Test("a huge ttl_seconds is 400 and herald-payload stays up", arguments: AuthModeCase.allCases)
+    func hugeTTL(_ auth: AuthModeCase) async throws {
+        try await LiveStack.with(auth: auth, users: ["alice", "bob"]) { live in
+            for ttl in ["9223372036854775807", "9300000000000000", "31536001", "+60", "060", "-5", "1e3", ""] {
+                let reply = try await live.edge.upload(
+                    "/v1/notifications?kind=secure&to_user=bob&ttl_seconds=\(ttl)", as: "alice", bytes: Data("s".utf8),
+                    contentType: "text/plain")
+                #expect(reply.status == 400, "ttl \(ttl): \(reply.status) \(reply.text)")
+                #expect(try reply.json()["error"] as? String == "bad_request")
+            }
+            let fine = try await live.edge.upload(
+                "/v1/notifications?kind=secure&to_user=bob&ttl_seconds=31536000", as: "alice", bytes: Data("s".utf8),
+                contentType: "text/plain")
+            #expect(fine.status == 202, "\(fine.text)")
+            #expect(await live.stack.restartCount(of: "payload") == 0)
+        }
+    }
+
+    @Test("a body shorter than its Content-Length is 400 with the JSON error, and no error-level log line")
+    func shortBody() async throws {
+        try await LiveStack.with(auth: .tutorial) { live in
+            let id = try await live.edge.request("POST", "/api/register", as: "alice").text.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            let connection = try RawConnection(url: live.edge.base.absoluteString)
+            try connection.send(
+                "PUT /api/register/\(id) HTTP/1.1\r\nHost: x\r\nAuthorization: \(EdgeClient.basic("alice"))\r\n"
+                    + "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"Platform\":")
+            connection.shutdownWrite()
+            let answer = connection.readUntilClosed(timeout: .seconds(10))
+            #expect(answer.hasPrefix("HTTP/1.1 400"), "\(answer)")
+            #expect(answer.contains(#""error":"bad_request""#), "\(answer)")
+            #expect(!live.logs().contains(#""level":"error""#))
+        }
+    }
+
+    @Test("a rich push that dispatch refuses leaves no content behind", arguments: AuthModeCase.allCases)
+    func refusedRichPush(_ auth: AuthModeCase) async throws {
+        try await LiveStack.with(auth: auth, users: ["alice", "bob"]) { live in
+            // Over APNs' 4096 bytes once the message is in the push: dispatch answers INVALID_ARGUMENT.
+            let message = String(repeating: "m", count: 5000)
+            let reply = try await live.edge.upload(
+                "/v1/notifications?kind=rich&to_user=bob&message=\(message)", as: "alice", bytes: Data([1, 2, 3]),
+                contentType: "image/png")
+            #expect(reply.status == 400, "\(reply.text)")
+            let secure = try await live.edge.upload(
+                "/v1/notifications?kind=secure&to_user=bob", as: "alice", bytes: Data("kept".utf8), contentType: "text/plain")
+            #expect(secure.status == 202)
+            // The payload database holds the accepted send's content only.
+            let db = try DatabaseQueue(path: live.configuration.dataDirectory + "/payload.sqlite")
+            let rows = try await db.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM payload") }
+            #expect(rows == 1)
+            let kinds = try await db.read { try Int.fetchAll($0, sql: "SELECT kind FROM payload") }
+            #expect(kinds == [Int(PayloadKind.secure.rawValue)])
+        }
+    }
+
+    @Test("secure and rich content for a user that does not exist is 404 and not stored")
+    func unknownRecipient() async throws {
+        try await LiveStack.with(auth: .accounts, users: ["alice"]) { live in
+            for kind in ["secure", "rich"] {
+                let reply = try await live.edge.upload(
+                    "/v1/notifications?kind=\(kind)&to_user=ghost", as: "alice", bytes: Data("x".utf8), contentType: "text/plain")
+                #expect(reply.status == 404, "\(reply.text)")
+            }
+            let db = try DatabaseQueue(path: live.configuration.dataDirectory + "/payload.sqlite")
+            #expect(try await db.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM payload") } == 0)
+        }
+    }
+
+    @Test("a password spray is answered at once: 401 or 429 with Retry-After, never 503; the real user gets in")
+    func passwordSpray() async throws {
+        try await LiveStack.with(auth: .accounts, users: ["alice"], configure: {
+            // A real cost (2^15: ~0.1 s here), so hashes queue as they would in production.
+            $0.extraArguments["auth"] = ["--password-hash-log-n", "15", "--max-pending-logins", "4"]
+        }) { live in
+            let edge = live.edge
+            let statuses = try await withThrowingTaskGroup(of: (Int, String?).self) { group in
+                for index in 0..<50 {
+                    group.addTask {
+                        let reply = try await edge.request(
+                            "POST", "/api/register", authorization: EdgeClient.basic("spray\(index)", "guess-\(index)"))
+                        return (reply.status, reply.header("Retry-After"))
+                    }
+                }
+                return try await group.reduce(into: [(Int, String?)]()) { $0.append($1) }
+            }
+            #expect(statuses.allSatisfy { $0.0 == 401 || ($0.0 == 429 && $0.1 != nil) }, "\(statuses)")
+            #expect(statuses.contains { $0.0 == 429 })
+            // The real user, honouring Retry-After, is in well before any deadline.
+            let start = ContinuousClock.now
+            var status = 0
+            while ContinuousClock.now - start < .seconds(10) {
+                let reply = try await edge.request("POST", "/api/register", as: "alice")
+                status = reply.status
+                guard status == 429, let wait = reply.header("Retry-After").flatMap(Int.init) else { break }
+                try await Task.sleep(for: .seconds(wait))
+            }
+            #expect(status == 200)
+            #expect(ContinuousClock.now - start < .seconds(5))
+        }
+    }
+
+    @Test("a WNS handle with CR/LF is 400")
+    func headerInjection() async throws {
+        try await LiveStack.with(auth: .tutorial) { live in
+            let id = try await live.edge.request("POST", "/api/register", as: "alice").text.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            let body = try JSONSerialization.data(withJSONObject: [
+                "Platform": "wns", "Handle": "https://db5.notify.windows.com/\r\nX-Injected: 1", "Tags": [String](),
+            ])
+            let reply = try await live.edge.request("PUT", "/api/register/\(id)", as: "alice", body: String(decoding: body, as: UTF8.self))
+            #expect(reply.status == 400, "\(reply.text)")
+        }
+    }
+
+    @Test("idle and dribbling connections are closed after the header timeout")
+    func slowClients() async throws {
+        try await LiveStack.with(auth: .tutorial, configure: {
+            $0.extraArguments["edge"] = ["--header-timeout-seconds", "1", "--body-timeout-seconds", "2"]
+        }) { live in
+            let url = live.edge.base.absoluteString
+            let idle = try (0..<20).map { _ in try RawConnection(url: url) }
+            let dribbling = try (0..<20).map { _ in try RawConnection(url: url) }
+            let slowBody = try RawConnection(url: url)
+            try slowBody.send("PUT /api/register/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+            let start = ContinuousClock.now
+            // One byte every 200 ms: the head never completes.
+            let head = Array("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".utf8)
+            var open = Set(dribbling.indices)
+            for byte in head where !open.isEmpty && ContinuousClock.now - start < .seconds(8) {
+                for index in open {
+                    if (try? dribbling[index].send(String(UnicodeScalar(byte)))) == nil || dribbling[index].isClosed() {
+                        open.remove(index)
+                    }
+                }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            #expect(open.isEmpty, "\(open.count) dribbling connections still open")
+            #expect(ContinuousClock.now - start < .seconds(8))
+            for connection in idle {
+                #expect(connection.readUntilClosed(timeout: .seconds(5)).isEmpty)
+            }
+            let answer = slowBody.readUntilClosed(timeout: .seconds(5))
+            #expect(!answer.contains("200 OK"), "\(answer)")
+            // The edge still serves a normal client.
+            #expect(try await live.edge.request("GET", "/healthz").status == 200)
+        }
+    }
+
+    @Test("uploaded HTML is served as a download that is never sniffed; ids have one spelling")
+    func storedContent() async throws {
+        try await LiveStack.with(auth: .tutorial) { live in
+            let html = Data("<script>alert(1)</script>".utf8)
+            let sent = try await live.edge.upload("/v1/notifications?kind=rich&to_user=alice", as: "alice", bytes: html, contentType: "text/html")
+            #expect(sent.status == 202)
+            let id = try #require(try sent.json()["payloadId"] as? Int)
+            let served = try await live.edge.request("GET", "/api/notifications/\(id)", as: "alice")
+            #expect(served.status == 200)
+            #expect(served.header("X-Content-Type-Options") == "nosniff")
+            #expect(served.header("Content-Disposition") == "attachment")
+            #expect(served.header("Content-Security-Policy")?.contains("sandbox") == true)
+            for spelling in ["+\(id)", "0\(id)", "\(id).0", "\(id)%20"] {
+                #expect(try await live.edge.request("GET", "/api/notifications/\(spelling)", as: "alice").status == 404, "\(spelling)")
+            }
+        }
+    }
+
+    @Test("requests the HTTP parser refuses get the JSON error body too")
+    func parserErrors() async throws {
+        try await LiveStack.with(auth: .tutorial) { live in
+            let cases = [
+                ("GET /" + String(repeating: "a", count: 100_000) + " HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 431"),
+                ("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + String(repeating: "b", count: 100_000) + "\r\n\r\n", "HTTP/1.1 431"),
+                ("GET /healthz HTTP/1.1\r\nBad Header\r\n\r\n", "HTTP/1.1 400"),
+                ("GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", "HTTP/1.1 400"),
+                ("\u{1}\u{2}\u{3} / HTTP/1.1\r\n\r\n", "HTTP/1.1 400"),
+            ]
+            for (request, status) in cases {
+                let connection = try RawConnection(url: live.edge.base.absoluteString)
+                try? connection.send(request)
+                let answer = connection.readUntilClosed(timeout: .seconds(5))
+                #expect(answer.hasPrefix(status), "\(request.prefix(60).debugDescription): \(answer.prefix(200))")
+                let body = answer.components(separatedBy: "\r\n\r\n").dropFirst().joined()
+                let json = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: String]
+                #expect(json?["error"] != nil && json?["message"] != nil, "\(answer.prefix(300))")
+            }
+            #expect(try await live.edge.request("GET", "/healthz").status == 200)
+        }
+    }
+}
+
+/// A plain TCP connection for what an HTTP client library will not send: partial requests,
+/// half-closes, malformed heads.
+final class RawConnection: @unchecked Sendable {
+    let fd: Int32
+
+    init(url: String) throws {
+        let address = try #require(URL(string: url.trimmingCharacters(in: .whitespacesAndNewlines)))
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var sin = sockaddr_in()
+        sin.sin_family = sa_family_t(AF_INET)
+        sin.sin_port = in_port_t(UInt16(try #require(address.port)).bigEndian)
+        sin.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &sin) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else { throw StackError(description: "connect failed: errno \(errno)") }
+    }
+
+    deinit { close(fd) }
+
+    func send(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard n > 0 else { throw StackError(description: "send failed: errno \(errno)") }
+            sent += n
+        }
+    }
+
+    func shutdownWrite() { _ = shutdown(fd, Int32(SHUT_WR)) }
+
+    /// Whether the peer has closed (a read would return end of file or an error), without waiting.
+    func isClosed() -> Bool {
+        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&poller, 1, 0) > 0 else { return false }
+        var byte: UInt8 = 0
+        return recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) <= 0
+    }
+
+    /// Everything the peer sends until it closes, or until `timeout` (then what came so far);
+    /// `closed` says which.
+    func read(timeout: Duration) -> (text: String, closed: Bool) {
+        let deadline = ContinuousClock.now + timeout
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while ContinuousClock.now < deadline {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let left = deadline - ContinuousClock.now
+            guard poll(&poller, 1, Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))) > 0 else {
+                continue
+            }
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n <= 0 { return (String(decoding: received, as: UTF8.self), true) }
+            received += buffer[0..<n]
+        }
+        return (String(decoding: received, as: UTF8.self), false)
+    }
+
+    /// What the peer sent before closing; fails the test when it has not closed by `timeout`.
+    func readUntilClosed(timeout: Duration, sourceLocation: SourceLocation = #_sourceLocation) -> String {
+        let answer = read(timeout: timeout)
+        #expect(answer.closed, "the connection is still open after \(timeout)", sourceLocation: sourceLocation)
+        return answer.text
+    }
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Drives a live stack with schemathesis (PyPI), generating requests from the edge's own
+# /openapi.json: every operation, in both auth modes. Fails on any 5xx, any status, header,
+# content type or body the document does not declare, and any service restart in the stack's log.
+#
+#   scripts/schemathesis.sh                 CI's bounded run (SCHEMATHESIS_MAX_EXAMPLES=25 per operation)
+#   SCHEMATHESIS_MAX_EXAMPLES=500 scripts/schemathesis.sh    a longer run (scripts/fuzz.sh does this)
+#
+# Needs a debug build (scripts/test.sh makes it); HERALD_BIN overrides where the binaries are.
+# schemathesis lives in its own virtualenv under .build/ so its pins never meet the system's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version="4.32.5"
+venv=.build/schemathesis-venv
+if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$version"; then
+  echo "schemathesis.sh: installing schemathesis $version into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
+fi
+bin="${HERALD_BIN:-$(swift build --show-bin-path)}"
+examples="${SCHEMATHESIS_MAX_EXAMPLES:-25}"
+checks=not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance
+status=0
+
+for mode in tutorial accounts; do
+  dir=$(mktemp -d /tmp/herald-st-XXXXXX)
+  # A cheap hash: schemathesis logs in on every request (the credential cache still applies).
+  HERALD_PASSWORD_HASH_LOG_N=10 "$bin/herald" up --dir "$dir" --http-port 0 --auth-mode "$mode" --log-files \
+    >"$dir/stack.log" 2>&1 &
+  stack=$!
+  deadline=$((SECONDS + 60))
+  until [[ -s "$dir/run/edge.url" ]] && curl -fsS "$(cat "$dir/run/edge.url")/readyz" >/dev/null 2>&1; do
+    if (( SECONDS > deadline )) || ! kill -0 "$stack" 2>/dev/null; then
+      echo "schemathesis.sh: the stack did not start ($mode)"; cat "$dir/stack.log"; exit 1
+    fi
+    sleep 0.2
+  done
+  url=$(cat "$dir/run/edge.url")
+  user=alice
+  password=alice
+  if [[ "$mode" == accounts ]]; then
+    password="schemathesis-$RANDOM-$RANDOM"
+    printf '%s\n' "$password" | "$bin/herald" users add "$user" --dir "$dir" >/dev/null
+  fi
+  # Something to find: a registration and a secure payload of the user's own.
+  curl -fsS -X POST -u "$user:$password" "$url/v1/notifications?kind=secure&to_user=$user" --data-binary 'seed' >/dev/null
+  echo "schemathesis.sh: $mode mode against $url, $examples examples per operation"
+  start=$SECONDS
+  if ! "$venv/bin/schemathesis" run "$url/openapi.json" --url "$url" -a "$user:$password" \
+      --checks "$checks" --phases examples,coverage,fuzzing --max-examples "$examples" \
+      --workers 2 --request-timeout 20 --suppress-health-check all --seed 1 --no-color \
+      --report junit --report-dir "$dir/report" >"$dir/schemathesis.log" 2>&1; then
+    echo "schemathesis.sh: FAILED in $mode mode; its output:"
+    cat "$dir/schemathesis.log"
+    status=1
+  else
+    tail -n 12 "$dir/schemathesis.log"
+  fi
+  echo "schemathesis.sh: $mode mode took $((SECONDS - start)) s"
+  kill -TERM "$stack"
+  wait "$stack" || true
+  if grep -E "exited with status|restarting in" "$dir/stack.log" "$dir/logs/"*.log; then
+    echo "schemathesis.sh: a service restarted during the run ($mode)"
+    status=1
+  fi
+  if grep -h '"level":"error"\|"level":"critical"' "$dir/logs/"*.log | head -5 | grep .; then
+    echo "schemathesis.sh: error-level log lines during the run ($mode)"
+    status=1
+  fi
+  (( status == 0 )) && rm -rf "$dir"
+done
+exit $status
