@@ -98,6 +98,8 @@ public actor Stack {
     private var stopping = false
     /// The edge's base URL, known once `start()` returns.
     public private(set) var edgeURL = ""
+    /// The port the edge listens on once started (the one it picked when `httpPort` is 0).
+    private var boundHTTPPort: Int?
 
     public init(configuration: StackConfiguration, logger: Logger = Logger(label: "herald")) {
         self.configuration = configuration
@@ -127,6 +129,8 @@ public actor Stack {
             }
             edgeURL = try String(contentsOfFile: c.runtimeDirectory + "/edge.url", encoding: .utf8)
                 .trimmingCharacters(in: .whitespacesAndNewlines)
+            // A restarted edge must come back where its clients are: on the port it picked, not a new one.
+            boundHTTPPort = URL(string: edgeURL)?.port
             supervising = true
         } catch {
             await stop()
@@ -197,7 +201,8 @@ public actor Stack {
             }
         }
         switch service {
-        case "edge": arguments += ["--http-host", c.httpHost, "--http-port", String(c.httpPort), "--profile", c.profile]
+        case "edge":
+            arguments += ["--http-host", c.httpHost, "--http-port", String(boundHTTPPort ?? c.httpPort), "--profile", c.profile]
         default: break
         }
         return arguments + (c.extraArguments[service] ?? [])
