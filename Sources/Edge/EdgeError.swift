@@ -24,7 +24,10 @@ public struct EdgeError: Error, Sendable {
     /// The one mapping from an RPC status to HTTP. Routes with a contract-specific answer (410 for
     /// PUT api/register) catch their case before it gets here.
     public static func from(_ error: ServiceError) -> EdgeError {
-        switch error.code {
+        if error.isStorageFull {
+            return EdgeError(.init(code: 507, reasonPhrase: "Insufficient Storage"), error.message, headers: [.retryAfter: "30"])
+        }
+        return switch error.code {
         case .unauthenticated: .unauthorized(error.message)
         case .invalidArgument, .outOfRange, .failedPrecondition: EdgeError(.badRequest, error.message)
         case .notFound: EdgeError(.notFound, error.message)
@@ -35,7 +38,8 @@ public struct EdgeError: Error, Sendable {
             EdgeError(.tooManyRequests, error.message, headers: retryAfter(error.message))
         case .unimplemented: EdgeError(.notImplemented, error.message)
         case .unavailable, .deadlineExceeded, .cancelled:
-            EdgeError(.serviceUnavailable, "a Herald service is unavailable; try again later")
+            // A service restarting comes back within a second or two (the supervisor's backoff).
+            EdgeError(.serviceUnavailable, "a Herald service is unavailable; try again later", headers: [.retryAfter: "1"])
         case .ok, .unknown, .internal, .dataLoss: EdgeError(.internalServerError, "internal error")
         }
     }

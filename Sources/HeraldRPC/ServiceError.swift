@@ -1,3 +1,5 @@
+import GRDB
+
 /// The status codes of gRPC, which every Herald RPC reports, whatever the transport.
 ///
 /// Service code throws ``ServiceError``s with these codes and never imports grpc-swift; the transport
@@ -64,6 +66,14 @@ public struct ServiceError: Error, Sendable, Hashable, CustomStringConvertible {
     public static func unauthenticated(_ message: String) -> Self { .init(.unauthenticated, message) }
     public static func unavailable(_ message: String) -> Self { .init(.unavailable, message) }
     public static func failedPrecondition(_ message: String) -> Self { .init(.failedPrecondition, message) }
+
+    /// A write refused because the service's disk is full (SQLITE_FULL). UNAVAILABLE: it is
+    /// transient for the caller, and reads go on working. The edge answers it with 507.
+    public static let storageFull = ServiceError(
+        .unavailable, "storage full: this service cannot write until disk space is freed; reads still work")
+
+    /// Whether this is ``storageFull`` (status and message travel together over both transports).
+    public var isStorageFull: Bool { self == .storageFull }
 }
 
 /// A domain error that knows which status it is (grpc-swift's `RPCErrorConvertible`, without grpc-swift).
@@ -76,7 +86,9 @@ extension ServiceError {
     /// here with their detail and reach the caller only as INTERNAL "internal error".
     public static func answering(_ error: any Error, in context: RPCContext) -> ServiceError {
         let (serviceError, expected) = from(error)
-        if expected {
+        if serviceError.isStorageFull {
+            context.logger.warning("write refused: the disk is full", metadata: ["herald.error": "\(error)"])
+        } else if expected {
             context.logger.debug("rpc failed", metadata: ["herald.status": "\(serviceError.code)"])
         } else {
             context.logger.error("rpc failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
@@ -91,6 +103,7 @@ extension ServiceError {
         case let e as ServiceError: (e, true)
         case let e as any ServiceErrorConvertible: (e.serviceError, true)
         case is CancellationError: (.init(.cancelled, "call cancelled"), true)
+        case let e as DatabaseError where e.resultCode == .SQLITE_FULL: (.storageFull, true)
         default: (.init(.internal, "internal error"), false)
         }
     }

@@ -143,7 +143,11 @@ public final class PayloadStore: Sendable {
         guard let row else { throw notFound }
         let wasRead: Bool = row["read"]
         if !wasRead {
-            try db.write { db in try db.cachedStatement(sql: "UPDATE payload SET read = 1 WHERE id = ?").execute(arguments: [id]) }
+            do {
+                try db.write { db in try db.cachedStatement(sql: "UPDATE payload SET read = 1 WHERE id = ?").execute(arguments: [id]) }
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
+                // A full disk must not stop the recipient from reading; the flag is set on a later read.
+            }
         }
         let content: Data = row["content"]
         return FetchPayloadResponse(

@@ -1,0 +1,273 @@
+import AsyncHTTPClient
+import Foundation
+import HeraldProto
+import HeraldRPC
+import HeraldStack
+import NIOCore
+import Synchronization
+import GRDB
+import Testing
+
+/// Fault drills: `kill -9` of each service in turn under load, and a full disk.
+@Suite("fault drills", .serialized, .timeLimit(.minutes(10)))
+struct FaultDrillTests {
+    /// The devices every send reaches: an outcome must count exactly this many successes.
+    static let audience = 3
+
+    /// What one request of the drill's traffic came back as.
+    enum Answer: Sendable {
+        /// A status, the `Retry-After` header, and the notification id of an accepted send.
+        case status(Int, retryAfter: String?, notification: String?)
+        /// No HTTP answer at all: connection refused or reset (only when the edge itself is killed).
+        case transport(String)
+    }
+
+    @Test(
+        "kill -9 during 2,000 sends and registrations: every request answered (2xx, or 503 with Retry-After), recovery within 10 s, no acknowledged send lost",
+        arguments: ["auth", "registration", "payload", "dispatch", "edge"])
+    func killUnderLoad(_ service: String) async throws {
+        try await LiveStack.with(auth: .tutorial) { live in
+            for index in 0..<Self.audience { try await live.register("drill", handle: apnsToken(900 + index)) }
+            let base = live.edge.base.absoluteString
+            let completed = DrillCounter()
+            let total = 2000
+            let killAt = 300
+
+            let traffic = Task { [service] in
+                try await withThrowingTaskGroup(of: [Answer].self) { group in
+                    for lane in 0..<16 {
+                        group.addTask {
+                            var answers: [Answer] = []
+                            for n in stride(from: lane, to: total, by: 16) {
+                                answers.append(contentsOf: try await Self.operation(n, base: base, retryTransport: service == "edge"))
+                                completed.value.add(1, ordering: .relaxed)
+                            }
+                            return answers
+                        }
+                    }
+                    return try await group.reduce(into: [Answer]()) { $0 += $1 }
+                }
+            }
+
+            // Kill once the traffic is well under way.
+            let wait = ContinuousClock.now + .seconds(60)
+            while completed.value.load(ordering: .relaxed) < killAt, ContinuousClock.now < wait { try await Task.sleep(for: .milliseconds(10)) }
+            let pid = try #require(await live.stack.pid(of: service))
+            let killedAt = ContinuousClock.now
+            kill(pid, SIGKILL)
+            // Recovery: the first request after the kill that needs the killed service succeeds.
+            let recovered = try await Self.recover(service, base: base, since: killedAt)
+            let answers = try await traffic.value
+            print("fault drill \(service): recovered after \(recovered); \(Self.summary(answers))")
+            #expect(recovered < .seconds(10), "herald-\(service) took \(recovered) to recover")
+            #expect(await live.stack.restartCount(of: service) == 1)
+
+            var accepted: [String] = []
+            for answer in answers {
+                switch answer {
+                case .status(let code, let retryAfter, let notification):
+                    #expect([200, 202].contains(code) || (code == 503 && retryAfter != nil), "status \(code)")
+                    if let notification { accepted.append(notification) }
+                case .transport(let error):
+                    #expect(service == "edge", "no HTTP answer: \(error)")
+                }
+            }
+            #expect(accepted.count >= total / 3)
+            // Every acknowledged send reaches its whole audience.
+            try await Self.expectDelivered(accepted, base: base)
+        }
+    }
+
+    /// One step of the traffic: a notify-users send, a secure send, or a registration (of a
+    /// user outside the audience, so the audience stays fixed), in turn.
+    static func operation(_ n: Int, base: String, retryTransport: Bool) async throws -> [Answer] {
+        var answers: [Answer] = []
+        let deadline = ContinuousClock.now + .seconds(15)
+        while true {
+            let answer: Answer
+            switch n % 3 {
+            case 0:
+                answer = await request("POST", base + "/api/notifications?pns=apns&to_tag=drill", body: "\"drill \(n)\"")
+            case 1:
+                answer = await request("POST", base + "/v1/notifications?kind=secure&to_user=drill", body: "secret \(n)")
+            default:
+                let created = await request("POST", base + "/api/register?handle=x", user: "other", body: nil)
+                guard case .status(200, _, _) = created, case .status(_, _, let id?) = created else {
+                    answer = created
+                    break
+                }
+                answer = await request(
+                    "PUT", base + "/api/register/\(id)", user: "other",
+                    body: #"{"Platform":"fcm","Handle":"fcm-drill-\#(n)","Tags":[]}"#)
+            }
+            answers.append(answer)
+            // A client whose connection the dying edge refused or reset tries again, as every client does.
+            guard case .transport = answer, retryTransport, ContinuousClock.now < deadline else { return answers }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    /// One request as `user` (password = name, tutorial mode) with a 15 s deadline; the
+    /// notification id of an accepted send (or the id `POST api/register` answered).
+    static func request(_ method: String, _ url: String, user: String = "sender", body: String?) async -> Answer {
+        var request = HTTPClientRequest(url: url)
+        request.method = .RAW(value: method)
+        request.headers.add(name: "Authorization", value: EdgeClient.basic(user))
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: body))
+        }
+        do {
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(15))
+            let bytes = try await response.body.collect(upTo: 1 << 20)
+            let text = String(buffer: bytes)
+            var notification: String?
+            if let location = response.headers.first(name: "Location"), let match = location.firstMatch(of: /notifications\/([^\/]+)\/outcome/) {
+                notification = String(match.1)
+            } else if method == "POST", url.contains("/api/register"), response.status == .ok {
+                notification = text.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            }
+            return .status(Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"), notification: notification)
+        } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout {
+            return .status(0, retryAfter: nil, notification: nil)  // a hang past the deadline: never allowed
+        } catch {
+            return .transport("\(error)")
+        }
+    }
+
+    /// Time from the kill until a request that needs `service` succeeds.
+    static func recover(_ service: String, base: String, since killedAt: ContinuousClock.Instant) async throws -> Duration {
+        let deadline = killedAt + .seconds(30)
+        while ContinuousClock.now < deadline {
+            let answer: Answer =
+                switch service {
+                case "payload": await request("POST", base + "/v1/notifications?kind=secure&to_user=nobody", body: "probe")
+                case "dispatch": await request("POST", base + "/api/notifications?pns=apns&to_tag=nobody", body: "\"probe\"")
+                default: await request("POST", base + "/api/register", user: "probe", body: nil)
+                }
+            if case .status(let code, _, _) = answer, (200..<300).contains(code) { return ContinuousClock.now - killedAt }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return ContinuousClock.now - killedAt
+    }
+
+    /// Polls each outcome until it is Completed with the whole audience delivered.
+    static func expectDelivered(_ notifications: [String], base: String) async throws {
+        let deadline = ContinuousClock.now + .seconds(120)
+        var pending = Set(notifications.filter { $0.hasPrefix("n-") })
+        #expect(pending.count == notifications.count)
+        var last: [String: String] = [:]
+        while !pending.isEmpty, ContinuousClock.now < deadline {
+            for id in pending {
+                var request = HTTPClientRequest(url: base + "/v1/notifications/\(id)/outcome")
+                request.headers.add(name: "Authorization", value: EdgeClient.basic("sender"))
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(15))
+                let body = try await response.body.collect(upTo: 1 << 20)
+                last[id] = String(buffer: body)
+                guard response.status == .ok,
+                    let json = try JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any],
+                    json["state"] as? String == "Completed",
+                    let platforms = json["platforms"] as? [[String: Any]]
+                else { continue }
+                let success = platforms.reduce(0) { $0 + ($1["success"] as? Int ?? 0) }
+                #expect(success == audience, "\(id): \(last[id] ?? "")")
+                pending.remove(id)
+            }
+            if !pending.isEmpty { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        #expect(pending.isEmpty, "\(pending.count) acknowledged sends not completed, e.g. \(pending.first.flatMap { last[$0] } ?? "")")
+    }
+
+    static func summary(_ answers: [Answer]) -> String {
+        var counts: [String: Int] = [:]
+        for answer in answers {
+            switch answer {
+            case .status(let code, _, _): counts["\(code)", default: 0] += 1
+            case .transport: counts["no answer", default: 0] += 1
+            }
+        }
+        return counts.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")
+    }
+}
+
+/// Requests the drill's traffic has finished, shared by its lanes.
+final class DrillCounter: Sendable {
+    let value = Atomic<Int>(0)
+}
+
+/// A full disk under the services' data folder (a small tmpfs): writes answer 507 with a clear
+/// message, reads keep working, and once space returns everything works and no file is corrupt.
+@Suite("disk full drill", .serialized, .timeLimit(.minutes(5)), .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+struct DiskFullTests {
+    @Test("disk full: writes 507 with a message, reads keep working, nothing corrupt after space returns")
+    func diskFull() async throws {
+        let directory = try LiveStack.makeDirectory()
+        let data = directory + "/data"
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        let mounted = try runProgram("/bin/mount", ["-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", data])
+        try #require(mounted.status == 0, "mount: \(mounted.error)")
+        defer { _ = try? runProgram("/bin/umount", ["-l", data]) }
+
+        try await LiveStack.with(directory: directory, auth: .tutorial) { live in
+            let edge = live.edge
+            let token = apnsToken(990)
+            try await live.register("alice", handle: token)
+            // Stored before the disk fills: one already read, one not yet.
+            let read = try #require(try await Self.secure(edge, "read before") ["payloadId"] as? Int)
+            #expect(try await edge.request("GET", "/api/notifications/\(read)", as: "alice").status == 200)
+            let unread = try #require(try await Self.secure(edge, "unread before")["payloadId"] as? Int)
+            let registrationID = try await edge.request("POST", "/api/register", as: "bob").text.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+
+            // Fill every byte that is left.
+            let filler = data + "/filler"
+            _ = try runProgram("/bin/dd", ["if=/dev/zero", "of=\(filler)", "bs=64k"])
+            let full = try await edge.upload(
+                "/v1/notifications?kind=secure&to_user=alice", as: "alice", bytes: Data(String(repeating: "x", count: 200_000).utf8),
+                contentType: "text/plain")
+            #expect(full.status == 507, "\(full.status) \(full.text)")
+            #expect((try? full.json()["message"] as? String)??.contains("storage full") == true, "\(full.text)")
+            #expect(full.header("Retry-After") != nil)
+            let put = try await edge.request(
+                "PUT", "/api/register/\(registrationID)", as: "bob",
+                body: #"{"Platform":"fcm","Handle":"fcm-disk-full-\#(String(repeating: "t", count: 3000))","Tags":["t\#(String(repeating: "a", count: 100))"]}"#)
+            #expect([200, 507].contains(put.status), "\(put.status) \(put.text)")
+            // Reads: content stored earlier, read or not; logins.
+            let again = try await edge.request("GET", "/api/notifications/\(read)", as: "alice")
+            #expect(again.status == 200 && again.text.contains("read before"), "\(again.status) \(again.text)")
+            let first = try await edge.request("GET", "/api/notifications/\(unread)", as: "alice")
+            #expect(first.status == 200 && first.text.contains("unread before"), "\(first.status) \(first.text)")
+            #expect(try await edge.request("GET", "/healthz").status == 200)
+
+            // Space returns: writes work again without a restart.
+            try FileManager.default.removeItem(atPath: filler)
+            let deadline = ContinuousClock.now + .seconds(10)
+            var after = try await Self.secureReply(edge, "after")
+            while after.status != 202, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                after = try await Self.secureReply(edge, "after")
+            }
+            #expect(after.status == 202, "\(after.text)")
+            let id = try #require(try after.json()["payloadId"] as? Int)
+            #expect(try await edge.request("GET", "/api/notifications/\(id)", as: "alice").text.contains("after"))
+            for service in ["auth", "registration", "payload", "dispatch"] {
+                #expect(await live.stack.restartCount(of: service) == 0, "\(service) restarted")
+            }
+        }
+        // Nothing corrupt: every database passes SQLite's integrity check.
+        for name in ["auth", "registration", "payload", "dispatch"] {
+            let db = try DatabaseQueue(path: "\(data)/\(name).sqlite")
+            let check = try await db.read { try String.fetchAll($0, sql: "PRAGMA integrity_check") }
+            #expect(check == ["ok"], "\(name): \(check)")
+        }
+    }
+
+    static func secureReply(_ edge: EdgeClient, _ text: String) async throws -> EdgeClient.Reply {
+        try await edge.upload("/v1/notifications?kind=secure&to_user=alice", as: "alice", bytes: Data(text.utf8), contentType: "text/plain")
+    }
+
+    static func secure(_ edge: EdgeClient, _ text: String) async throws -> [String: Any] {
+        let reply = try await secureReply(edge, text)
+        try #require(reply.status == 202, "\(reply.status) \(reply.text)")
+        return try reply.json()
+    }
+}
