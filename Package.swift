@@ -5,9 +5,13 @@ import PackageDescription
 /// the libraries share `HeraldRPC` (method table, gRPC binding, service start-up) and `HeraldProto`
 /// (the only module that touches the protobuf-c C structs).
 
-let swiftSettings: [SwiftSetting] = [
-    .enableUpcomingFeature("ExistentialAny")
-]
+/// `HERALD_FUZZ=1` (set by scripts/fuzz.sh): Herald's own modules are compiled with libFuzzer's
+/// coverage and AddressSanitizer, and the `herald-fuzz` target exists. Dependencies are compiled as
+/// usual. Only `swift build --product herald-fuzz` links in that mode; the normal build never sees it.
+let fuzzing = Context.environment["HERALD_FUZZ"] != nil
+
+let swiftSettings: [SwiftSetting] =
+    [.enableUpcomingFeature("ExistentialAny")] + (fuzzing ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : [])
 
 /// Stamps out a thin executable target over its library (penny-bot style): every `herald-<svc>`
 /// is the same shape, so they are declared once here.
@@ -64,7 +68,10 @@ let package = Package(
             providers: [.apt(["libprotobuf-c-dev"])]
         ),
         // protoc-c output, committed; regenerate with scripts/generate-proto.sh. Never edited by hand.
-        .target(name: "CHeraldProto", dependencies: ["CProtobufC"]),
+        .target(
+            name: "CHeraldProto", dependencies: ["CProtobufC"],
+            cSettings: fuzzing ? [.unsafeFlags(["-fsanitize=fuzzer-no-link,address"])] : []
+        ),
         // Swift value types over the C structs + grpc-swift serializers. Partly generated (see scripts/).
         .target(
             name: "HeraldProto",
@@ -167,6 +174,15 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+    ] + (fuzzing ? [
+        // libFuzzer targets (scripts/fuzz.sh); no `main`: libFuzzer's own drives LLVMFuzzerTestOneInput.
+        .executableTarget(
+            name: "herald-fuzz",
+            dependencies: ["HeraldProto", "HeraldRPC", "Edge", .product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: swiftSettings + [.unsafeFlags(["-parse-as-library"])],
+            linkerSettings: [.unsafeFlags(["-sanitize=fuzzer,address"])]
+        ),
+    ] : []) + [
         .testTarget(
             name: "HeraldProtoTests",
             dependencies: ["HeraldProto", .product(name: "GRPCCore", package: "grpc-swift-2")],

@@ -3,6 +3,7 @@
 #   1. install missing packages   2. generated code matches proto/ and docs/openapi.yaml   3. build
 #   4. every test   5. schemathesis against a live stack (scripts/schemathesis.sh)
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds)
+#   7. every libFuzzer target for 60 s (scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -17,4 +18,8 @@ echo "test.sh: schemathesis took $(( $(date +%s) - st_start ))s"
 bench_start=$(date +%s)
 "$(swift build --show-bin-path)/herald-bench" all --quick --json .build/bench-quick.json
 echo "test.sh: benchmark quick run took $(( $(date +%s) - bench_start ))s"
+# Last: the instrumented build recompiles Herald's own modules in .build (see scripts/fuzz.sh).
+fuzz_start=$(date +%s)
+scripts/fuzz.sh
+echo "test.sh: libFuzzer targets took $(( $(date +%s) - fuzz_start ))s"
 echo "test.sh: all checks passed in $(( $(date +%s) - start ))s"

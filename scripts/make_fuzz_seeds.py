@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Writes the libFuzzer seed corpus, Tests/FuzzCorpus/<target>/, committed beside the tests.
+
+One valid input per shape each target knows (a request of every service, a frame of every kind,
+the tutorial's bodies, a PushSubscription, texts that need escaping); libFuzzer mutates from
+there. Run it again when a message or frame kind is added (the proto seeds follow the order of
+`FuzzTarget.requests` in Sources/herald-fuzz/Fuzz.swift).
+"""
+import importlib.util
+import json
+import pathlib
+import shutil
+import struct
+import sys
+import tempfile
+
+from grpc_tools import protoc
+
+root = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(root / "Tests" / "python"))
+from lean_client import REQUEST, MESSAGE, END, CANCEL, WINDOW, GOAWAY, ERROR  # noqa: E402
+
+out = root / "Tests" / "FuzzCorpus"
+shutil.rmtree(out, ignore_errors=True)
+
+
+def write(target, name, data):
+    folder = out / target
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+# proto: the selector byte, then a request of that type with its fields set.
+gen = tempfile.mkdtemp(prefix="herald-seeds-")
+protos = [str(p.relative_to(root / "proto")) for p in sorted((root / "proto").rglob("*.proto"))]
+include = str(pathlib.Path(protoc.__file__).parent / "_proto")
+if protoc.main(["protoc", f"-I{root / 'proto'}", f"-I{include}", f"--python_out={gen}", *protos]) != 0:
+    sys.exit("protoc failed")
+
+
+def module(path, name):
+    spec = importlib.util.spec_from_file_location(name, f"{gen}/{path}")
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+sys.path.insert(0, gen)
+health = module("grpc/health/v1/health_pb2.py", "seed_health_pb2")
+from herald.v1 import auth_pb2, dispatch_pb2, payload_pb2, registration_pb2  # noqa: E402
+
+payload = dispatch_pb2.NativePayload(platform=1, body=b'{"aps":{"alert":"hi"}}', push_type="alert", priority=10,
+                                     ttl_seconds=60, collapse_id="c")
+requests = [
+    health.HealthCheckRequest(service="herald.v1.AuthService"),
+    auth_pb2.AuthenticateRequest(authorization="Basic YWxpY2U6YWxpY2U="),
+    auth_pb2.IssueTokenRequest(authorization="Basic YWxpY2U6YWxpY2U="),
+    auth_pb2.RevokeTokenRequest(token="hrd_abc"),
+    auth_pb2.RevokeUserTokensRequest(user="alice"),
+    auth_pb2.CreateUserRequest(user="alice", password="correct horse"),
+    auth_pb2.SetPasswordRequest(user="alice", password="battery staple"),
+    auth_pb2.DeleteUserRequest(user="alice"),
+    auth_pb2.ListUsersRequest(),
+    auth_pb2.UserExistsRequest(user="bob"),
+    dispatch_pb2.SendRequest(target_user="bob", target_tag="news", payloads=[payload], sender="alice"),
+    dispatch_pb2.ListDeliveriesRequest(notification_id="n-1", requester="alice", after_sequence=2, limit=5),
+    dispatch_pb2.GetOutcomeRequest(notification_id="n-1", requester="alice"),
+    dispatch_pb2.ListInboxRequest(after_sequence=3, limit=10, handle="h"),
+    payload_pb2.StorePayloadRequest(recipient="bob", kind=2, content=b"\x89PNG", content_type="image/png",
+                                    message="m", rich_type="img", ttl_seconds=60, sender="alice"),
+    payload_pb2.FetchPayloadRequest(id=7, requester="bob"),
+    payload_pb2.DeletePayloadRequest(id=7, recipient="bob"),
+    registration_pb2.CreateRegistrationIdRequest(owner="alice", handle="h"),
+    registration_pb2.UpsertRegistrationRequest(owner="alice", registration_id="r-1", platform=1, handle="ab" * 32,
+                                               tags=["news", "sports"]),
+    registration_pb2.DeleteRegistrationRequest(owner="alice", registration_id="r-1"),
+    registration_pb2.ListRegistrationsRequest(owner="alice"),
+    registration_pb2.StreamAudienceRequest(tag="news", platform=2),
+    registration_pb2.RemoveHandleRequest(platform=1, handle="ab" * 32, invalid_since_unix_ms=1),
+]
+for index, message in enumerate(requests):
+    write("proto", f"{index:02d}-{type(message).__name__}", bytes([index]) + message.SerializeToString())
+shutil.rmtree(gen)
+
+
+# lean: one frame of each kind, and all of them in one stream.
+def frame(kind, call, body=b""):
+    return struct.pack(">IBBI", 6 + len(body), kind, 0, call) + body
+
+
+def short(text):
+    data = text.encode()
+    return struct.pack(">H", len(data)) + data
+
+
+head = struct.pack(">II", 5000, 256) + short("herald.v1.PayloadService/FetchPayload") + struct.pack(">H", 1)
+head += short("x-request-id") + short("abc")
+frames = {
+    "request": frame(REQUEST, 7, head + b"\x08\x07\x12\x03bob"),
+    "message": frame(MESSAGE, 7, b"\x01\x02\x03"),
+    "end": frame(END, 7, b"\x05gone"),
+    "cancel": frame(CANCEL, 9),
+    "window": frame(WINDOW, 9, struct.pack(">I", 128)),
+    "goaway": frame(GOAWAY, 0),
+    "error": frame(ERROR, 0, b"\x03bad"),
+}
+for name, data in frames.items():
+    write("lean", name, data)
+write("lean", "stream", b"".join(frames.values()))
+
+# json: the tutorial clients' bodies.
+for name, body in {
+    "ios": {"Platform": "apns", "Handle": "ab" * 32, "Tags": ["news"]},
+    "android": {"platform": "fcm", "handle": "fcm-token", "tags": None},
+    "browser": {"Platform": "browser", "Handle": {"endpoint": "https://fcm.googleapis.com/fcm/send/x",
+                                                  "keys": {"p256dh": "B" * 87, "auth": "A" * 22}}},
+}.items():
+    write("json", name, json.dumps(body))
+write("json", "message", json.dumps("Hello \"world\" <&>"))
+write("json", "android-unescaped", '"He said "hi""')
+
+# subscription: a valid PushSubscription (65-byte point, 16-byte secret, URL-safe base64).
+import base64  # noqa: E402
+
+
+def b64(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+write("subscription", "valid", json.dumps({"endpoint": "https://fcm.googleapis.com/fcm/send/abc",
+                                           "keys": {"p256dh": b64(b"\x04" + b"\x01" * 64), "auth": b64(b"\x02" * 16)}}))
+
+# payloads: texts that need escaping in JSON or XML.
+for name, text in {"plain": "Hello", "quotes": 'Quote " backslash \\ less < amp & done', "unicode": "Grüße 🎉 \u2028",
+                   "control": "tab\tnewline\nbell\x07", "xml": "]]> <![CDATA[ &amp; &#0;"}.items():
+    write("payloads", name, text)
+print(f"wrote {sum(1 for _ in out.rglob('*') if _.is_file())} seeds under {out.relative_to(root)}")
