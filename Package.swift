@@ -171,6 +171,8 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 // The edge scenario's baseline: a hello-world route on the same HTTP server.
                 .product(name: "Hummingbird", package: "hummingbird"),
+                // The soak scenario's HTTP client (already built for `herald device`).
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -2,7 +2,8 @@
 # Command 2: everything CI checks, from a clean clone.
 #   1. install missing packages   2. generated code matches proto/ and docs/openapi.yaml   3. build
 #   4. every test   5. schemathesis against a live stack (scripts/schemathesis.sh)
-#   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds)
+#   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds), and
+#      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
 #   7. every libFuzzer target for 60 s (scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,9 @@ echo "test.sh: schemathesis took $(( $(date +%s) - st_start ))s"
 bench_start=$(date +%s)
 "$(swift build --show-bin-path)/herald-bench" all --quick --json .build/bench-quick.json
 echo "test.sh: benchmark quick run took $(( $(date +%s) - bench_start ))s"
+soak_start=$(date +%s)
+"$(swift build --show-bin-path)/herald-bench" soak --quick --minutes 1
+echo "test.sh: one-minute soak took $(( $(date +%s) - soak_start ))s"
 # Last: the instrumented build recompiles Herald's own modules in .build (see scripts/fuzz.sh).
 fuzz_start=$(date +%s)
 scripts/fuzz.sh
