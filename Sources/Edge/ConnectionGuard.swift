@@ -39,7 +39,15 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private let bodyTimeout: TimeAmount
     private let logger: Logger
     private var phase = Phase.awaitingHead
-    private var timer: Scheduled<Void>?
+    /// When the current phase must end; nil while a route answers.
+    private var deadline: NIODeadline?
+    /// What the deadline waits for, for the log.
+    private var awaited = "request head"
+    /// One check per connection, at the earliest deadline it knows. A new deadline only moves
+    /// `deadline`: the check reschedules itself when it finds the deadline later than it was
+    /// scheduled for, so a busy keep-alive connection schedules nothing per request.
+    private var check: Scheduled<Void>?
+    private var checkAt: NIODeadline?
     /// An answer has started (its head written) and not ended.
     private var answerInProgress = false
 
@@ -54,18 +62,16 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        if timer == nil, phase == .awaitingHead { arm(context, headerTimeout, "request head") }
+        if deadline == nil, phase == .awaitingHead { arm(context, headerTimeout, "request head") }
         context.fireChannelActive()
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        timer?.cancel()
-        timer = nil
+        disarm()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        timer?.cancel()
-        timer = nil
+        disarm()
         context.fireChannelInactive()
     }
 
@@ -78,8 +84,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             break
         case .end:
             phase = .answering
-            timer?.cancel()
-            timer = nil
+            deadline = nil
         }
         context.fireChannelRead(data)
     }
@@ -114,8 +119,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
                 EdgeError(.badRequest, "the request is not valid HTTP/1.1 (\(parseError))")
             }
         logger.info("refused a malformed request", metadata: ["herald.error": "\(parseError)", "herald.status": "\(answer.status.code)"])
-        timer?.cancel()
-        timer = nil
+        disarm()
         var fields = answer.headerFields(requestID: newRequestID())
         let body = answer.jsonBody()
         fields[.contentLength] = String(body.count)
@@ -128,12 +132,39 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func arm(_ context: ChannelHandlerContext, _ timeout: TimeAmount, _ what: String) {
-        timer?.cancel()
-        let logger = self.logger
-        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleTask(in: timeout) {
-            logger.debug("closing a connection that did not send its \(what) in time")
-            bound.value.close(promise: nil)
+        let due = NIODeadline.now() + timeout
+        deadline = due
+        awaited = what
+        if let checkAt, checkAt <= due { return }  // the pending check comes first and will move on
+        schedule(context, at: due)
+    }
+
+    private func schedule(_ context: ChannelHandlerContext, at due: NIODeadline) {
+        check?.cancel()
+        checkAt = due
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        check = context.eventLoop.scheduleTask(deadline: due) {
+            let (handler, context) = bound.value
+            handler.fire(context)
         }
+    }
+
+    private func fire(_ context: ChannelHandlerContext) {
+        check = nil
+        checkAt = nil
+        guard let deadline else { return }  // a route is answering; the next arm schedules again
+        if deadline <= .now() {
+            logger.debug("closing a connection that did not send its \(awaited) in time")
+            context.close(promise: nil)
+        } else {
+            schedule(context, at: deadline)
+        }
+    }
+
+    private func disarm() {
+        check?.cancel()
+        check = nil
+        checkAt = nil
+        deadline = nil
     }
 }

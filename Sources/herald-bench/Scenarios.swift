@@ -97,11 +97,7 @@ struct EdgeScenario {
         defer { hello.process.terminate(); hello.process.waitUntilExit() }
         let helloRun = try runWrk(wrk, url: hello.url + "/hello", script: nil, dir: dir)
 
-        var configuration = StackConfiguration(directory: dir + "/stack")
-        configuration.httpPort = 0
-        configuration.authMode = "tutorial"
-        configuration.logLevel = "notice"
-        configuration.captureLogs = true
+        let configuration = StackConfiguration.bench(dir: dir)
         let stack = Stack(configuration: configuration)
         try await stack.start()
         do {
@@ -230,11 +226,7 @@ struct FanoutScenario {
         let count = options.fanoutSize
         let dir = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        var configuration = StackConfiguration(directory: dir + "/stack")
-        configuration.httpPort = 0
-        configuration.authMode = "tutorial"
-        configuration.logLevel = "notice"
-        configuration.captureLogs = true
+        let configuration = StackConfiguration.bench(dir: dir)
         try seedRegistrations(count, path: configuration.dataDirectory + "/registration.sqlite")
         let floor = try baselineInserts(count, path: dir + "/baseline.sqlite")
 
@@ -436,6 +428,19 @@ struct HelloServer: AsyncParsableCommand {
 }
 
 // MARK: helpers
+
+extension StackConfiguration {
+    /// The stack every scenario measures: under `dir`/stack, tutorial auth (no password hashing in
+    /// the figures), a free port, quiet logs kept in files.
+    static func bench(dir: String) -> StackConfiguration {
+        var configuration = StackConfiguration(directory: dir + "/stack")
+        configuration.httpPort = 0
+        configuration.authMode = "tutorial"
+        configuration.logLevel = "notice"
+        configuration.captureLogs = true
+        return configuration
+    }
+}
 
 func temporaryDirectory() throws -> String {
     var template = Array("/tmp/herald-bench-XXXXXX".utf8CString)

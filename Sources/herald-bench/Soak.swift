@@ -64,11 +64,7 @@ struct SoakScenario {
     func run() async throws -> Report {
         let dir = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        var configuration = StackConfiguration(directory: dir + "/stack")
-        configuration.httpPort = 0
-        configuration.authMode = "tutorial"
-        configuration.logLevel = "notice"
-        configuration.captureLogs = true
+        let configuration = StackConfiguration.bench(dir: dir)
         let stack = Stack(configuration: configuration)
         try await stack.start()
         do {
