@@ -66,7 +66,9 @@ public enum AuthServer {
             let authenticator = try Authenticator(
                 mode: config.mode, store: store, hasher: PasswordHasher(logN: config.passwordHashLogN),
                 throttle: LoginThrottle(freeFailures: config.maxFailedLogins, lockoutSeconds: config.lockoutSeconds),
-                gate: LoginGate(maxPending: config.maxPendingLogins, failureBudgetPerMinute: config.failedLoginBudget),
+                gate: LoginGate(
+                    maxPending: config.maxPendingLogins, failureBudgetPerMinute: config.failedLoginBudget,
+                    maxWaitMilliseconds: config.maxLoginWaitMilliseconds),
                 tokenTTLSeconds: config.tokenTTLSeconds, credentialCacheSeconds: config.credentialCacheSeconds)
             var table = MethodTable()
             AuthHandlers(authenticator: authenticator).register(into: &table)

@@ -28,12 +28,14 @@ public enum AuthMode: String, CaseIterable, Sendable {
 ///   (`HERALD_LOCKOUT_SECONDS`, 30): see ``LoginThrottle``.
 /// - `max-pending-logins` (`HERALD_MAX_PENDING_LOGINS`, 8): password hashes running or waiting at
 ///   once; more are refused at once with 429 and `Retry-After` (see ``LoginGate``).
+/// - `max-login-wait-ms` (`HERALD_MAX_LOGIN_WAIT_MS`, 2000): fewer may wait when the hashes
+///   measured so far say they would not finish within this long (keep it under the edge's RPC deadline).
 /// - `failed-login-budget` (`HERALD_FAILED_LOGIN_BUDGET`, 600): failed logins per minute across all
 ///   user names before logins that need a hash are refused for a while (see ``LoginGate``).
 public struct AuthConfig: Sendable {
     public static let keys: Set<String> = [
         "auth-mode", "password-hash-log-n", "token-ttl-seconds", "credential-cache-seconds", "max-failed-logins",
-        "lockout-seconds", "max-pending-logins", "failed-login-budget",
+        "lockout-seconds", "max-pending-logins", "failed-login-budget", "max-login-wait-ms",
     ]
     public var mode: AuthMode
     public var passwordHashLogN: Int
@@ -43,6 +45,7 @@ public struct AuthConfig: Sendable {
     public var lockoutSeconds: Int64
     public var maxPendingLogins: Int
     public var failedLoginBudget: Int
+    public var maxLoginWaitMilliseconds: Int
 
     public init(reader: ConfigReader) throws {
         mode = try reader.choice("auth-mode", default: .accounts)
@@ -53,6 +56,8 @@ public struct AuthConfig: Sendable {
         lockoutSeconds = Int64(try reader.int("lockout-seconds", default: 30))
         maxPendingLogins = try reader.int("max-pending-logins", default: 8)
         failedLoginBudget = try reader.int("failed-login-budget", default: 600)
+        maxLoginWaitMilliseconds = try reader.int("max-login-wait-ms", default: 2000)
+        guard (1...600_000).contains(maxLoginWaitMilliseconds) else { throw ConfigError("max-login-wait-ms must be 1...600000") }
         guard (1...10_000).contains(maxPendingLogins) else { throw ConfigError("max-pending-logins must be 1...10000") }
         guard (1...1_000_000).contains(failedLoginBudget) else { throw ConfigError("failed-login-budget must be 1...1000000") }
         guard (10...22).contains(passwordHashLogN) else { throw ConfigError("password-hash-log-n must be 10...22") }
@@ -105,7 +110,10 @@ public final class Authenticator: Sendable {
         self.now = now
         // Made at start, not on first use: a first unknown-user login paying two hashes would stand out.
         // Tutorial mode never hashes a password.
+        let started = ContinuousClock.now
         self.decoyHash = mode == .accounts ? try hasher.hash(randomHex(words: 2)) : ""
+        // The first logins then queue by a measured hash time, not an unbounded guess.
+        if mode == .accounts { gate.record(hashDuration: ContinuousClock.now - started) }
     }
 
     /// The principal named by `header`, or UNAUTHENTICATED saying what is wrong.
@@ -194,16 +202,20 @@ public final class Authenticator: Sendable {
                 try gate.enter()
                 let stored: String?
                 let matches: Bool
+                let hashDuration: Duration
                 do {
                     stored = try store.passwordHash(of: user)
                     let encoded = stored ?? decoyHash
-                    matches = try await hashingPool.runIfActive { [hasher] in hasher.verify(password, against: encoded) }
+                    (matches, hashDuration) = try await hashingPool.runIfActive { [hasher] in
+                        let started = ContinuousClock.now
+                        return (hasher.verify(password, against: encoded), ContinuousClock.now - started)
+                    }
                 } catch {
                     gate.leave(failed: false)
                     throw error
                 }
                 valid = matches && stored != nil
-                gate.leave(failed: !valid)
+                gate.leave(failed: !valid, hashDuration: hashDuration)
                 let encoded = stored ?? decoyHash
                 if valid, cacheTTL > 0 {
                     cache.withLock { entries in

@@ -1,4 +1,5 @@
 import HeraldRPC
+import NIOCore
 import Synchronization
 
 /// Slows down password guessing: after `freeFailures` failed logins in a row for one user name,
@@ -73,14 +74,20 @@ public final class LoginThrottle: Sendable {
 /// Each hash holds a thread for a third of a second. Without a bound, a spray of logins with many
 /// different names (which ``LoginThrottle``'s per-name count does not slow) queues behind the hash
 /// threads, and a real user's login waits past the edge's deadline (503). Two bounds instead:
-/// - at most `maxPending` hashes run or wait at once; the next is refused at once with
-///   RESOURCE_EXHAUSTED "… retry after 1 s" (429 with `Retry-After` at the edge);
+/// - at most `maxPending` hashes run or wait at once, and no more than would finish within
+///   `maxWait` at the hash time measured so far on `threads` threads (so a loaded machine, where
+///   each hash takes longer, queues fewer); the next is refused at once with RESOURCE_EXHAUSTED
+///   "… retry after 1 s" (429 with `Retry-After` at the edge);
 /// - a global budget of `failureBudget` failed logins per minute, across every name (a token
 ///   bucket); while it is spent, logins that need a hash are refused until it refills. Cached
 ///   credentials and bearer tokens need no hash and keep working.
 public final class LoginGate: Sendable {
     public let maxPending: Int
     public let failureBudget: Int
+    /// Longest a login may expect to wait for its hash, in milliseconds.
+    public let maxWait: Double
+    /// Hashing threads (the pool's size).
+    public let threads: Int
     private let now: @Sendable () -> Int64
     private let state: Mutex<State>
 
@@ -88,11 +95,18 @@ public final class LoginGate: Sendable {
         var pending = 0
         var tokens: Double
         var refilledAt: Int64
+        /// Moving average of one hash's duration in milliseconds; 0 until the first is measured.
+        var hashMillis: Double = 0
     }
 
-    public init(maxPending: Int, failureBudgetPerMinute: Int, now: @escaping @Sendable () -> Int64 = unixMillis) {
+    public init(
+        maxPending: Int, failureBudgetPerMinute: Int, maxWaitMilliseconds: Int = 2000,
+        threads: Int = System.coreCount, now: @escaping @Sendable () -> Int64 = unixMillis
+    ) {
         self.maxPending = max(1, maxPending)
         self.failureBudget = max(1, failureBudgetPerMinute)
+        self.maxWait = Double(max(1, maxWaitMilliseconds))
+        self.threads = max(1, threads)
         self.now = now
         self.state = Mutex(State(tokens: Double(max(1, failureBudgetPerMinute)), refilledAt: now()))
     }
@@ -106,23 +120,39 @@ public final class LoginGate: Sendable {
                 let wait = Int64(((1 - state.tokens) * 60_000 / Double(failureBudget)).rounded(.up))
                 return "too many failed logins on this server; retry after \(max(1, (wait + 999) / 1000)) s"
             }
-            guard state.pending < maxPending else { return "too many logins in progress; retry after 1 s" }
+            // Rounds of hashing before this one would finish, if every thread works the queue.
+            let rounds = Double((state.pending + threads) / threads)
+            guard state.pending < maxPending, state.pending < threads || rounds * state.hashMillis <= maxWait else {
+                return "too many logins in progress; retry after 1 s"
+            }
             state.pending += 1
             return nil
         }
         if let refusal { throw ServiceError(.resourceExhausted, refusal) }
     }
 
-    /// Gives the slot back; a failed login spends one unit of the global budget.
-    public func leave(failed: Bool) {
+    /// Gives the slot back; a failed login spends one unit of the global budget. `hashDuration`
+    /// (when a hash ran) feeds the wait estimate.
+    public func leave(failed: Bool, hashDuration: Duration? = nil) {
         let now = self.now()
         state.withLock { state in
             state.pending -= 1
+            if let hashDuration { Self.record(hashDuration, in: &state) }
             if failed {
                 refill(&state, now)
                 state.tokens -= 1
             }
         }
+    }
+
+    /// Feeds one measured hash into the wait estimate (also the decoy hash made at start).
+    public func record(hashDuration: Duration) {
+        state.withLock { Self.record(hashDuration, in: &$0) }
+    }
+
+    private static func record(_ duration: Duration, in state: inout State) {
+        let millis = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
+        state.hashMillis = state.hashMillis == 0 ? millis : state.hashMillis * 0.8 + millis * 0.2
     }
 
     private func refill(_ state: inout State, _ now: Int64) {

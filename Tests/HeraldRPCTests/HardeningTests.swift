@@ -110,6 +110,16 @@ struct HardeningTests {
         try gate.enter()
     }
 
+    @Test("the login gate queues fewer when hashes are slow: no login waits past its bound")
+    func loginGateWait() throws {
+        let gate = LoginGate(maxPending: 100, failureBudgetPerMinute: 1000, maxWaitMilliseconds: 2000, threads: 2)
+        try gate.enter()
+        gate.leave(failed: false, hashDuration: .milliseconds(900))  // a loaded machine: 0.9 s a hash
+        // Two run at once, two more finish in a second round (1.8 s); a fifth would take 2.7 s.
+        for _ in 0..<4 { try gate.enter() }
+        #expect(throws: ServiceError.self) { try gate.enter() }
+    }
+
     @Test("the failed-login budget is global, refills over a minute, and says when to retry")
     func loginGateBudget() throws {
         let clock = ManualClock()

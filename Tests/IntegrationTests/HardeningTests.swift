@@ -84,7 +84,7 @@ struct HostileClientTests {
     func passwordSpray() async throws {
         try await LiveStack.with(auth: .accounts, users: ["alice"], configure: {
             // A real cost (2^15: ~0.1 s here), so hashes queue as they would in production.
-            $0.extraArguments["auth"] = ["--password-hash-log-n", "15", "--max-pending-logins", "4"]
+            $0.extraArguments["auth"] = ["--password-hash-log-n", "15"]
         }) { live in
             let edge = live.edge
             let statuses = try await withThrowingTaskGroup(of: (Int, String?).self) { group in

@@ -191,6 +191,8 @@ struct OperationsTests {
             // requests take seconds and are still in flight when the edge gets SIGTERM.
             configuration.extraArguments["auth"] = [
                 "--password-hash-log-n", "11", "--credential-cache-seconds", "0", "--max-failed-logins", "1000",
+                // This test wants every request queued behind the hash threads: no login gate.
+                "--max-pending-logins", "10000", "--max-login-wait-ms", "600000",
             ]
             configuration.extraArguments["edge"] = ["--drain-timeout-ms", "20000", "--rpc-timeout-ms", "60000"]
         }) { live in
