@@ -237,13 +237,16 @@ public struct EdgeRoutes: Sendable {
         return (stored.id, outcome)
     }
 
-    /// Sends the push that carries stored content's id; when dispatch refuses it (too large, bad
-    /// argument, unavailable), deletes that content before answering, so a refused request leaves
-    /// nothing a recipient could read later.
+    /// Sends the push that carries stored content's id; when dispatch refuses it (too large, a bad
+    /// argument…), deletes that content before answering, so a refused request leaves nothing a
+    /// recipient could read later.
+    ///
+    /// Only a definite refusal deletes: after UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED the send
+    /// may have been committed, and its push must still find its content (which expires anyway).
     func sendOrForget(_ request: SendRequest, stored id: Int64, recipient: String, requestID: String) async throws -> Outcome {
         do {
             return try await send(request, requestID: requestID)
-        } catch {
+        } catch let error as ServiceError where ![.unavailable, .deadlineExceeded, .cancelled, .unknown].contains(error.code) {
             do {
                 _ = try await payload.call(
                     PayloadServiceMethods.deletePayload, DeletePayloadRequest(id: id, recipient: recipient), requestID: requestID)
