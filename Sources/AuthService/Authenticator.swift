@@ -199,13 +199,12 @@ public final class Authenticator: Sendable {
             if cacheTTL > 0, let hit = cache.withLock({ $0[key] }), hit.user == user, hit.expires > now {
                 valid = true
             } else {
+                let stored = try store.passwordHash(of: user)
+                let encoded = stored ?? decoyHash
                 try gate.enter()
-                let stored: String?
                 let matches: Bool
                 let hashDuration: Duration
                 do {
-                    stored = try store.passwordHash(of: user)
-                    let encoded = stored ?? decoyHash
                     (matches, hashDuration) = try await hashingPool.runIfActive { [hasher] in
                         let started = ContinuousClock.now
                         return (hasher.verify(password, against: encoded), ContinuousClock.now - started)
@@ -216,7 +215,6 @@ public final class Authenticator: Sendable {
                 }
                 valid = matches && stored != nil
                 gate.leave(failed: !valid, hashDuration: hashDuration)
-                let encoded = stored ?? decoyHash
                 if valid, cacheTTL > 0 {
                     cache.withLock { entries in
                         if entries.count > 10_000 { entries = entries.filter { $0.value.expires > now } }

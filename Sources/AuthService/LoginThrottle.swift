@@ -151,7 +151,7 @@ public final class LoginGate: Sendable {
     }
 
     private static func record(_ duration: Duration, in state: inout State) {
-        let millis = Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
+        let millis = Double(duration.wholeNanoseconds) / 1e6
         state.hashMillis = state.hashMillis == 0 ? millis : state.hashMillis * 0.8 + millis * 0.2
     }
 

@@ -67,7 +67,9 @@ public final class PayloadStore: Sendable {
     }
 
     public func store(_ request: StorePayloadRequest) throws -> StorePayloadResponse {
-        guard !request.recipient.isEmpty else { throw ServiceError.invalidArgument("recipient is required") }
+        guard Names.isValidUserName(request.recipient) else {
+            throw ServiceError.invalidArgument("recipient must be a user name: \(Names.userNameRule)")
+        }
         guard request.kind == .secure || request.kind == .rich else {
             throw ServiceError.invalidArgument("kind must be PAYLOAD_KIND_SECURE or PAYLOAD_KIND_RICH")
         }
@@ -76,9 +78,6 @@ public final class PayloadStore: Sendable {
         }
         guard (0...ContentLimits.maxTTLSeconds).contains(request.ttlSeconds) else {
             throw ServiceError(.outOfRange, "ttl_seconds must be 0 (the default) to \(ContentLimits.maxTTLSeconds) (one year)")
-        }
-        guard Names.isValidUserName(request.recipient) else {
-            throw ServiceError.invalidArgument("recipient must be a user name: \(Names.userNameRule)")
         }
         // The type is served back as a response header: visible ASCII and spaces only, bounded.
         guard request.contentType.utf8.count <= 255, request.contentType.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f }) else {

@@ -28,7 +28,7 @@ struct FaultDrillTests {
     func killUnderLoad(_ service: String) async throws {
         try await LiveStack.with(auth: .tutorial) { live in
             for index in 0..<Self.audience { try await live.register("drill", handle: apnsToken(900 + index)) }
-            let base = live.edge.base.absoluteString
+            let edge = live.edge
             let completed = DrillCounter()
             let total = 2000
             let killAt = 300
@@ -39,7 +39,7 @@ struct FaultDrillTests {
                         group.addTask {
                             var answers: [Answer] = []
                             for n in stride(from: lane, to: total, by: 16) {
-                                answers.append(contentsOf: try await Self.operation(n, base: base, retryTransport: service == "edge"))
+                                answers.append(contentsOf: try await Self.operation(n, edge: edge, retryTransport: service == "edge"))
                                 completed.value.add(1, ordering: .relaxed)
                             }
                             return answers
@@ -56,7 +56,7 @@ struct FaultDrillTests {
             let killedAt = ContinuousClock.now
             kill(pid, SIGKILL)
             // Recovery: the first request after the kill that needs the killed service succeeds.
-            let recovered = try await Self.recover(service, base: base, since: killedAt)
+            let recovered = try await Self.recover(service, edge: edge, since: killedAt)
             let answers = try await traffic.value
             print("fault drill \(service): recovered after \(recovered); \(Self.summary(answers))")
             #expect(recovered < .seconds(10), "herald-\(service) took \(recovered) to recover")
@@ -74,30 +74,30 @@ struct FaultDrillTests {
             }
             #expect(accepted.count >= total / 3)
             // Every acknowledged send reaches its whole audience.
-            try await Self.expectDelivered(accepted, base: base)
+            try await Self.expectDelivered(accepted, edge: edge)
         }
     }
 
     /// One step of the traffic: a notify-users send, a secure send, or a registration (of a
     /// user outside the audience, so the audience stays fixed), in turn.
-    static func operation(_ n: Int, base: String, retryTransport: Bool) async throws -> [Answer] {
+    static func operation(_ n: Int, edge: EdgeClient, retryTransport: Bool) async throws -> [Answer] {
         var answers: [Answer] = []
         let deadline = ContinuousClock.now + .seconds(15)
         while true {
             let answer: Answer
             switch n % 3 {
             case 0:
-                answer = await request("POST", base + "/api/notifications?pns=apns&to_tag=drill", body: "\"drill \(n)\"")
+                answer = await request(edge, "POST", "/api/notifications?pns=apns&to_tag=drill", body: "\"drill \(n)\"")
             case 1:
-                answer = await request("POST", base + "/v1/notifications?kind=secure&to_user=drill", body: "secret \(n)")
+                answer = await request(edge, "POST", "/v1/notifications?kind=secure&to_user=drill", body: "secret \(n)")
             default:
-                let created = await request("POST", base + "/api/register?handle=x", user: "other", body: nil)
+                let created = await request(edge, "POST", "/api/register?handle=x", user: "other", body: nil)
                 guard case .status(200, _, _) = created, case .status(_, _, let id?) = created else {
                     answer = created
                     break
                 }
                 answer = await request(
-                    "PUT", base + "/api/register/\(id)", user: "other",
+                    edge, "PUT", "/api/register/\(id)", user: "other",
                     body: #"{"Platform":"fcm","Handle":"fcm-drill-\#(n)","Tags":[]}"#)
             }
             answers.append(answer)
@@ -109,25 +109,16 @@ struct FaultDrillTests {
 
     /// One request as `user` (password = name, tutorial mode) with a 15 s deadline; the
     /// notification id of an accepted send (or the id `POST api/register` answered).
-    static func request(_ method: String, _ url: String, user: String = "sender", body: String?) async -> Answer {
-        var request = HTTPClientRequest(url: url)
-        request.method = .RAW(value: method)
-        request.headers.add(name: "Authorization", value: EdgeClient.basic(user))
-        if let body {
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(string: body))
-        }
+    static func request(_ edge: EdgeClient, _ method: String, _ path: String, user: String = "sender", body: String?) async -> Answer {
         do {
-            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(15))
-            let bytes = try await response.body.collect(upTo: 1 << 20)
-            let text = String(buffer: bytes)
+            let reply = try await edge.request(method, path, authorization: EdgeClient.basic(user), body: body, timeout: .seconds(15))
             var notification: String?
-            if let location = response.headers.first(name: "Location"), let match = location.firstMatch(of: /notifications\/([^\/]+)\/outcome/) {
+            if let location = reply.header("Location"), let match = location.firstMatch(of: /notifications\/([^\/]+)\/outcome/) {
                 notification = String(match.1)
-            } else if method == "POST", url.contains("/api/register"), response.status == .ok {
-                notification = text.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            } else if method == "POST", path.hasPrefix("/api/register"), reply.status == 200 {
+                notification = reply.text.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
             }
-            return .status(Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"), notification: notification)
+            return .status(reply.status, retryAfter: reply.header("Retry-After"), notification: notification)
         } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout {
             return .status(0, retryAfter: nil, notification: nil)  // a hang past the deadline: never allowed
         } catch {
@@ -136,14 +127,14 @@ struct FaultDrillTests {
     }
 
     /// Time from the kill until a request that needs `service` succeeds.
-    static func recover(_ service: String, base: String, since killedAt: ContinuousClock.Instant) async throws -> Duration {
+    static func recover(_ service: String, edge: EdgeClient, since killedAt: ContinuousClock.Instant) async throws -> Duration {
         let deadline = killedAt + .seconds(30)
         while ContinuousClock.now < deadline {
             let answer: Answer =
                 switch service {
-                case "payload": await request("POST", base + "/v1/notifications?kind=secure&to_user=nobody", body: "probe")
-                case "dispatch": await request("POST", base + "/api/notifications?pns=apns&to_tag=nobody", body: "\"probe\"")
-                default: await request("POST", base + "/api/register", user: "probe", body: nil)
+                case "payload": await request(edge, "POST", "/v1/notifications?kind=secure&to_user=nobody", body: "probe")
+                case "dispatch": await request(edge, "POST", "/api/notifications?pns=apns&to_tag=nobody", body: "\"probe\"")
+                default: await request(edge, "POST", "/api/register", user: "probe", body: nil)
                 }
             if case .status(let code, _, _) = answer, (200..<300).contains(code) { return ContinuousClock.now - killedAt }
             try await Task.sleep(for: .milliseconds(20))
@@ -152,20 +143,18 @@ struct FaultDrillTests {
     }
 
     /// Polls each outcome until it is Completed with the whole audience delivered.
-    static func expectDelivered(_ notifications: [String], base: String) async throws {
+    static func expectDelivered(_ notifications: [String], edge: EdgeClient) async throws {
         let deadline = ContinuousClock.now + .seconds(120)
         var pending = Set(notifications.filter { $0.hasPrefix("n-") })
         #expect(pending.count == notifications.count)
         var last: [String: String] = [:]
         while !pending.isEmpty, ContinuousClock.now < deadline {
             for id in pending {
-                var request = HTTPClientRequest(url: base + "/v1/notifications/\(id)/outcome")
-                request.headers.add(name: "Authorization", value: EdgeClient.basic("sender"))
-                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(15))
-                let body = try await response.body.collect(upTo: 1 << 20)
-                last[id] = String(buffer: body)
-                guard response.status == .ok,
-                    let json = try JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any],
+                let reply = try await edge.request(
+                    "GET", "/v1/notifications/\(id)/outcome", authorization: EdgeClient.basic("sender"), timeout: .seconds(15))
+                last[id] = reply.text
+                guard reply.status == 200,
+                    let json = try JSONSerialization.jsonObject(with: reply.body) as? [String: Any],
                     json["state"] as? String == "Completed",
                     let platforms = json["platforms"] as? [[String: Any]]
                 else { continue }

@@ -141,13 +141,17 @@ struct EdgeClient: Sendable {
         "Basic " + Data("\(user):\(password ?? user)".utf8).base64EncodedString()
     }
 
-    func request(_ method: String, _ path: String, authorization: String? = nil, body: String? = nil) async throws -> Reply {
-        try await request(method, path, authorization: authorization, bytes: body.map { Data($0.utf8) }, contentType: "application/json")
+    func request(
+        _ method: String, _ path: String, authorization: String? = nil, body: String? = nil, timeout: TimeAmount = .seconds(30)
+    ) async throws -> Reply {
+        try await request(
+            method, path, authorization: authorization, bytes: body.map { Data($0.utf8) }, contentType: "application/json",
+            timeout: timeout)
     }
 
     func request(
         _ method: String, _ path: String, authorization: String?, bytes: Data?, contentType: String,
-        headers extra: [(String, String)] = []
+        headers extra: [(String, String)] = [], timeout: TimeAmount = .seconds(30)
     ) async throws -> Reply {
         var request = HTTPClientRequest(url: base.absoluteString + path)
         request.method = .RAW(value: method)
@@ -157,7 +161,7 @@ struct EdgeClient: Sendable {
             request.headers.add(name: "Content-Type", value: contentType)
             request.body = .bytes(ByteBuffer(bytes: bytes))
         }
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let response = try await HTTPClient.shared.execute(request, timeout: timeout)
         let bytes = try await response.body.collect(upTo: 64 << 20)
         var headers: [String: String] = [:]
         for header in response.headers { headers[header.name] = header.value }
