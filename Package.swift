@@ -1,9 +1,10 @@
 // swift-tools-version:6.1
 import PackageDescription
 
-/// Herald: one package, six executables. Each executable is a thin `@main` over one library;
-/// the libraries share `HeraldRPC` (method table, gRPC binding, service start-up) and `HeraldProto`
-/// (the only module that touches the protobuf-c C structs).
+/// Herald: one package, six executables. Each executable is a thin `main` over one library; the
+/// libraries share `HeraldProto` (message types; the only module that touches the protobuf-c C
+/// structs), `HeraldModel` (names, errors, settings, time), `HeraldRPC` (method table, both
+/// transports, typed clients) and `HeraldService` (process start-up, config, health, metrics).
 
 /// `HERALD_FUZZ=1` (set by scripts/fuzz.sh): Herald's own modules are compiled with libFuzzer's
 /// coverage and AddressSanitizer, and the `herald-fuzz` target exists. Dependencies are compiled as
@@ -18,7 +19,7 @@ let swiftSettings: [SwiftSetting] =
 func executable(_ name: String, library: String) -> Target {
     .executableTarget(
         name: name,
-        dependencies: [.target(name: library), "HeraldRPC"],
+        dependencies: [.target(name: library), "HeraldService"],
         swiftSettings: swiftSettings
     )
 }
@@ -78,11 +79,19 @@ let package = Package(
             dependencies: ["CHeraldProto", .product(name: "GRPCCore", package: "grpc-swift-2")],
             swiftSettings: swiftSettings
         ),
-        // Shared runtime: method table, gRPC binding over Unix sockets, clients, config, start-up.
+        // The vocabulary every module shares: names and tags, Web Push subscriptions, encodings,
+        // Unix-millisecond time, status codes and ServiceError, settings (ConfigReader).
+        .target(
+            name: "HeraldModel",
+            dependencies: ["HeraldProto"],
+            swiftSettings: swiftSettings
+        ),
+        // RPC: the method table, both transports' clients and servers, the typed services generated
+        // from proto/, TLS, peer policy, grpc.health.v1.
         .target(
             name: "HeraldRPC",
             dependencies: [
-                "HeraldProto",
+                "HeraldProto", "HeraldModel",
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -90,8 +99,24 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // A service process: start-up (ServiceDefinition, HeraldProcess), RuntimeConfig, logging and
+        // metrics bootstrap, health probes, periodic jobs, the database helpers.
+        .target(
+            name: "HeraldService",
+            dependencies: [
+                "HeraldModel", "HeraldRPC", "HeraldProto",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
@@ -100,7 +125,7 @@ let package = Package(
         .target(
             name: "AuthService",
             dependencies: [
-                "HeraldRPC",
+                "HeraldRPC", "HeraldModel", "HeraldService",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
@@ -110,18 +135,19 @@ let package = Package(
         ),
         .target(
             name: "RegistrationService",
-            dependencies: ["HeraldRPC", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["HeraldRPC", "HeraldModel", "HeraldService", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "PayloadService",
-            dependencies: ["HeraldRPC", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["HeraldRPC", "HeraldModel", "HeraldService", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "DispatchService",
             dependencies: [
-                "HeraldRPC", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Metrics", package: "swift-metrics"),
+                "HeraldRPC", "HeraldModel", "HeraldService",
+                .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Metrics", package: "swift-metrics"),
                 // Outbound HTTP/2 to APNs (one multiplexed connection per host), HTTP/1.1 or 2 elsewhere.
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -134,7 +160,7 @@ let package = Package(
         .target(
             name: "Edge",
             dependencies: [
-                "HeraldRPC",
+                "HeraldRPC", "HeraldModel", "HeraldService",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -144,7 +170,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // Supervises the five executables: used by `herald up` and by the integration tests.
-        .target(name: "HeraldStack", dependencies: ["HeraldRPC"], swiftSettings: swiftSettings),
+        .target(name: "HeraldStack", dependencies: ["HeraldRPC", "HeraldModel", "HeraldService"], swiftSettings: swiftSettings),
         executable("herald-auth", library: "AuthService"),
         executable("herald-registration", library: "RegistrationService"),
         executable("herald-payload", library: "PayloadService"),
@@ -153,7 +179,7 @@ let package = Package(
         .executableTarget(
             name: "herald",
             dependencies: [
-                "HeraldStack", "HeraldRPC",
+                "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 // `herald device` speaks HTTP to the edge like the tutorial's app.
@@ -165,7 +191,7 @@ let package = Package(
         .executableTarget(
             name: "herald-bench",
             dependencies: [
-                "HeraldRPC", "HeraldStack", "RegistrationService",
+                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldStack", "RegistrationService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -180,7 +206,7 @@ let package = Package(
         // libFuzzer targets (scripts/fuzz.sh); no `main`: libFuzzer's own drives LLVMFuzzerTestOneInput.
         .executableTarget(
             name: "herald-fuzz",
-            dependencies: ["HeraldProto", "HeraldRPC", "Edge", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["HeraldProto", "HeraldModel", "HeraldRPC", "Edge", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: swiftSettings + [.unsafeFlags(["-parse-as-library"])],
             linkerSettings: [.unsafeFlags(["-sanitize=fuzzer,address"])]
         ),
@@ -193,7 +219,8 @@ let package = Package(
         .testTarget(
             name: "HeraldRPCTests",
             dependencies: [
-                "HeraldRPC", "RegistrationService", "PayloadService", "AuthService", "DispatchService", "Edge",
+                "HeraldRPC", "HeraldModel", "HeraldService", "RegistrationService", "PayloadService", "AuthService",
+                "DispatchService", "Edge",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "JWTKit", package: "jwt-kit"),
@@ -203,10 +230,20 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The edge's routes in-process over fake service clients (HummingbirdTesting's `.router`).
+        .testTarget(
+            name: "EdgeTests",
+            dependencies: [
+                "Edge", "HeraldRPC", "HeraldModel", "HeraldProto",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "HeraldStack", "HeraldRPC", "Edge",
+                "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService", "Edge",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 // The push-service doubles: HTTP/2 over TLS on loopback, checking ES256 signatures.

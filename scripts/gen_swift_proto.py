@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Generates Herald's Swift value types over the protoc-c structs.
+"""Generates Herald's Swift value types over the protoc-c structs, and its typed services.
 
-Input: a FileDescriptorSet written by protoc (--include_source_info), output: one Swift file per .proto
-into the folder given. Called by scripts/generate-proto.sh; the output is committed and never edited.
+Input: a FileDescriptorSet written by protoc (--include_source_info). Output: one `<file>.pb.swift` per
+.proto into MESSAGES_OUTDIR (HeraldProto), and one `<file>.services.swift` per .proto with services into
+SERVICES_OUTDIR (HeraldRPC, whose MethodTable and RPCClient they use). Called by
+scripts/generate-proto.sh; the output is committed and never edited.
 
 Every message becomes a public struct conforming to HeraldMessage; its C conversion (into a CArena for
 packing, out of an unpacked struct) is internal, so no module but HeraldProto sees a C pointer. Every
-service becomes a namespace of typed method descriptors. Only what Herald's contract uses is supported
+enum becomes a Swift enum with an `unrecognized(Int32)` case. Every service becomes a namespace of typed
+method descriptors (`<Service>Methods`), a handler protocol (`<Service>Handler`, one async method per
+RPC, with `register(into:)`), a client protocol (`<Service>ClientProtocol`) and its implementation over
+an RPCClient (`<Service>Client`), the shape of grpc-swift-2's generated code. Only what Herald's contract uses is supported
 (scalars, strings, bytes, enums, messages, repeated fields); anything else stops generation loudly.
 """
 import re
@@ -109,12 +114,15 @@ class Generator:
                 swift=".".join(p), c=c_type_name(package, p), fn=c_func_prefix(package, p), kind="message", desc=m)
             self._index(package, m.nested_type, m.enum_type, p)
 
-    def generate(self, outdir):
+    def generate(self, outdir, services_outdir):
         for f in self.fds.file:
             comments = {tuple(loc.path): loc.leading_comments for loc in f.source_code_info.location}
             name = f.name.replace("/", "_").replace(".proto", ".pb.swift")
             body = self.file(f, comments)
             (Path(outdir) / name).write_text(body)
+            if f.service:
+                name = f.name.replace("/", "_").replace(".proto", ".services.swift")
+                (Path(services_outdir) / name).write_text(self.services_file(f, comments))
 
     def file(self, f, comments):
         out = [
@@ -140,21 +148,34 @@ class Generator:
         for v in e.value:
             base = v.name[len(prefix):] if v.name.startswith(prefix) else v.name
             cases.append((escape_ident(lower_camel(base.lower())), v.number, v.name))
-        ind = "    "
+        if len({n for _, n, _ in cases}) != len(cases):
+            sys.exit(f"gen_swift_proto: {swift}: aliased enum values are not supported")
+        ind, ind2, ind3 = "    ", "        ", "            "
         s = doc(comments.get(loc), "")
-        s += f"public struct {swift}: RawRepresentable, Hashable, Sendable, CustomStringConvertible {{\n"
-        s += f"{ind}public var rawValue: Int32\n"
-        s += f"{ind}public init(rawValue: Int32) {{ self.rawValue = rawValue }}\n\n"
+        s += f"public enum {swift}: RawRepresentable, Hashable, Sendable, CustomStringConvertible {{\n"
         for i, (case, number, _) in enumerate(cases):
             s += doc(comments.get(loc + (2, i)), ind)
-            s += f"{ind}public static let {case} = {swift}(rawValue: {number})\n"
+            s += f"{ind}case {case}  // = {number}\n"
+        s += f"{ind}/// A number this build does not know (from a newer peer): kept, compared and sent on as is.\n"
+        s += f"{ind}case unrecognized(Int32)\n\n"
+        s += f"{ind}public init(rawValue: Int32) {{\n{ind2}switch rawValue {{\n"
+        for case, number, _ in cases:
+            s += f"{ind2}case {number}: self = .{case}\n"
+        s += f"{ind2}default: self = .unrecognized(rawValue)\n{ind2}}}\n{ind}}}\n\n"
+        s += f"{ind}public var rawValue: Int32 {{\n{ind2}switch self {{\n"
+        for case, number, _ in cases:
+            s += f"{ind2}case .{case}: {number}\n"
+        s += f"{ind2}case .unrecognized(let value): value\n{ind2}}}\n{ind}}}\n\n"
+        s += f"{ind}/// Equal when the numbers are: `.unrecognized({cases[0][1]})` is `.{cases[0][0]}`.\n"
+        s += f"{ind}public static func == (lhs: Self, rhs: Self) -> Bool {{ lhs.rawValue == rhs.rawValue }}\n"
+        s += f"{ind}public func hash(into hasher: inout Hasher) {{ hasher.combine(rawValue) }}\n"
         s += f"\n{ind}/// Every value this build knows, in declaration order.\n"
         s += f"{ind}public static let knownValues: [{swift}] = [{', '.join('.' + c for c, _, _ in cases)}]\n\n"
         s += f"{ind}/// The proto name of the value, or the number for a value this build does not know.\n"
-        s += f"{ind}public var description: String {{\n{ind}{ind}switch rawValue {{\n"
-        for _, number, name in cases:
-            s += f'{ind}{ind}case {number}: "{name}"\n'
-        s += f'{ind}{ind}default: "{swift}(\\(rawValue))"\n{ind}{ind}}}\n{ind}}}\n}}\n\n'
+        s += f"{ind}public var description: String {{\n{ind2}switch self {{\n"
+        for case, _, name in cases:
+            s += f'{ind2}case .{case}: "{name}"\n'
+        s += f'{ind2}case .unrecognized(let value): "{swift}(\\(value))"\n{ind2}}}\n{ind}}}\n}}\n\n'
         if len(path) > 1:
             s = f"extension {'.'.join(path[:-1])} {{\n" + "".join(
                 (ind + ln if ln.strip() else ln) for ln in s.splitlines(keepends=True)).rstrip("\n") + "\n}\n\n"
@@ -328,13 +349,100 @@ class Generator:
         s += "}\n\n"
         return s
 
+    # typed services (into HeraldRPC: they need its MethodTable and RPCClient) ------------------
+    def services_file(self, f, comments):
+        out = [
+            f"// Generated by scripts/gen_swift_proto.py from proto/{f.name}. Do not edit.\n",
+            "\n",
+            "public import HeraldProto\n",
+            "\n",
+        ]
+        for i, svc in enumerate(f.service):
+            out.append(self.typed_service(f.package, svc, comments, (6, i)))
+        return "".join(out).rstrip("\n") + "\n"
+
+    def typed_service(self, package, svc, comments, loc):
+        ind, ind2 = "    ", "        "
+        full = f"{package}.{svc.name}"
+        methods = []
+        for i, m in enumerate(svc.method):
+            methods.append(dict(
+                name=escape_ident(m.name[:1].lower() + m.name[1:]),
+                req=self.types[m.input_type]["swift"], res=self.types[m.output_type]["swift"],
+                streaming=m.server_streaming, doc=doc(comments.get(loc + (2, i)), ind)))
+        handler, client, proto = f"{svc.name}Handler", f"{svc.name}Client", f"{svc.name}ClientProtocol"
+        desc = f"{svc.name}Methods"
+
+        s = f"/// The server side of `{full}`: one method per RPC, so a service that leaves one out does not\n"
+        s += f"/// compile. ``register(into:)`` puts them all in a ``MethodTable``, served by both transports.\n"
+        s += f"public protocol {handler}: Sendable {{\n"
+        for m in methods:
+            s += m["doc"]
+            if m["streaming"]:
+                s += (f"{ind}func {m['name']}(_ request: {m['req']}, context: RPCContext, "
+                      f"responses: ResponseStream<{m['res']}>) async throws\n")
+            else:
+                s += f"{ind}func {m['name']}(_ request: {m['req']}, context: RPCContext) async throws -> {m['res']}\n"
+        s += "}\n\n"
+        s += f"extension {handler} {{\n"
+        s += f"{ind}/// Registers every RPC of `{full}` into `table`.\n"
+        s += f"{ind}public func register(into table: inout MethodTable) {{\n"
+        for m in methods:
+            bare = m["name"].strip("`")
+            if m["streaming"]:
+                s += (f"{ind2}table.register({desc}.{bare}) {{ request, context, responses in\n"
+                      f"{ind2}    try await self.{m['name']}(request, context: context, responses: responses)\n{ind2}}}\n")
+            else:
+                s += (f"{ind2}table.register({desc}.{bare}) {{ request, context in\n"
+                      f"{ind2}    try await self.{m['name']}(request, context: context)\n{ind2}}}\n")
+        s += f"{ind}}}\n}}\n\n"
+
+        s += f"/// The client side of `{full}`, as a protocol so callers can be tested against a fake.\n"
+        s += f"public protocol {proto}: Sendable {{\n"
+        for m in methods:
+            s += m["doc"]
+            if m["streaming"]:
+                s += (f"{ind}func {m['name']}(\n{ind2}_ request: {m['req']}, options: RPCCallOptions,\n"
+                      f"{ind2}onMessage: @escaping @Sendable ({m['res']}) async throws -> Void\n{ind}) async throws\n")
+            else:
+                s += f"{ind}func {m['name']}(_ request: {m['req']}, options: RPCCallOptions) async throws -> {m['res']}\n"
+        s += "}\n\n"
+        s += f"extension {proto} {{\n"
+        for m in methods:
+            if m["streaming"]:
+                s += (f"{ind}public func {m['name']}(\n{ind2}_ request: {m['req']}, requestID: String? = nil, "
+                      f"timeout: Duration? = nil,\n{ind2}onMessage: @escaping @Sendable ({m['res']}) async throws -> Void\n"
+                      f"{ind}) async throws {{\n{ind2}try await {m['name']}(request, options: RPCCallOptions(requestID: requestID, "
+                      f"timeout: timeout), onMessage: onMessage)\n{ind}}}\n")
+            else:
+                s += (f"{ind}public func {m['name']}(\n{ind2}_ request: {m['req']}, requestID: String? = nil, timeout: Duration? = nil\n"
+                      f"{ind}) async throws -> {m['res']} {{\n{ind2}try await {m['name']}(request, options: RPCCallOptions("
+                      f"requestID: requestID, timeout: timeout))\n{ind}}}\n")
+        s = s.rstrip("\n") + "\n}\n\n"
+        s += f"/// `{full}` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).\n"
+        s += f"public struct {client}: {proto} {{\n"
+        s += f"{ind}/// The connection; run it (it is a lifecycle `Service`) before calling.\n"
+        s += f"{ind}public let rpc: RPCClient\n\n"
+        s += f"{ind}public init(_ rpc: RPCClient) {{\n{ind2}self.rpc = rpc\n{ind}}}\n\n"
+        for m in methods:
+            bare = m["name"].strip("`")
+            if m["streaming"]:
+                s += (f"{ind}public func {m['name']}(\n{ind2}_ request: {m['req']}, options: RPCCallOptions,\n"
+                      f"{ind2}onMessage: @escaping @Sendable ({m['res']}) async throws -> Void\n{ind}) async throws {{\n"
+                      f"{ind2}try await rpc.stream({desc}.{bare}, request, options: options, onMessage: onMessage)\n{ind}}}\n\n")
+            else:
+                s += (f"{ind}public func {m['name']}(_ request: {m['req']}, options: RPCCallOptions) async throws -> {m['res']} {{\n"
+                      f"{ind2}try await rpc.call({desc}.{bare}, request, options: options)\n{ind}}}\n\n")
+        s = s.rstrip("\n") + "\n}\n\n"
+        return s
+
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: gen_swift_proto.py DESCRIPTORS.pb OUTDIR")
+    if len(sys.argv) != 4:
+        sys.exit("usage: gen_swift_proto.py DESCRIPTORS.pb MESSAGES_OUTDIR SERVICES_OUTDIR")
     fds = descriptor_pb2.FileDescriptorSet()
     fds.ParseFromString(Path(sys.argv[1]).read_bytes())
-    Generator(fds).generate(sys.argv[2])
+    Generator(fds).generate(sys.argv[2], sys.argv[3])
 
 
 if __name__ == "__main__":

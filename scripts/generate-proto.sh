@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates every file derived from proto/ and docs/openapi.yaml:
 #   Sources/CHeraldProto/**.pb-c.{c,h}   protoc-c (Debian protobuf-c-compiler)
-#   Sources/HeraldProto/Generated/*.swift scripts/gen_swift_proto.py over protoc's descriptors
+#   Sources/HeraldProto/Generated/*.swift scripts/gen_swift_proto.py over protoc's descriptors (messages)
+#   Sources/HeraldRPC/Generated/*.swift   the same script: typed handler protocols and clients
 #   Sources/Edge/Generated/OpenAPIDocument.swift  scripts/gen_openapi.py (the edge's /openapi.json)
 # Usage: scripts/generate-proto.sh          rewrite the committed files
 #        scripts/generate-proto.sh --check  regenerate into a temp folder; exit 1 on any difference
@@ -17,7 +18,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mapfile -t protos < <(cd proto && find . -name '*.proto' | sed 's|^\./||' | LC_ALL=C sort)
 
-mkdir -p "$out/c" "$out/swift"
+mkdir -p "$out/c" "$out/swift" "$out/services"
 (cd proto && protoc-c -I. --c_out="$out/c" "${protos[@]}")
 # Lay out C the way SwiftPM wants it: headers under include/, sources beside it.
 mkdir -p "$out/CHeraldProto/include"
@@ -32,7 +33,7 @@ mkdir -p "$out/CHeraldProto/include"
 printf 'module CHeraldProto {\n    header "CHeraldProto.h"\n    export *\n}\n' > "$out/CHeraldProto/include/module.modulemap"
 
 (cd proto && python3 -m grpc_tools.protoc -I. --include_source_info --descriptor_set_out="$out/descriptors.pb" "${protos[@]}")
-python3 "$root/scripts/gen_swift_proto.py" "$out/descriptors.pb" "$out/swift"
+python3 "$root/scripts/gen_swift_proto.py" "$out/descriptors.pb" "$out/swift" "$out/services"
 mkdir -p "$out/edge"
 python3 "$root/scripts/gen_openapi.py" "$out/edge/OpenAPIDocument.swift"
 
@@ -40,6 +41,7 @@ if [[ "${1:-}" == "--check" ]]; then
   status=0
   diff -r "$out/CHeraldProto" Sources/CHeraldProto || status=1
   diff -r "$out/swift" Sources/HeraldProto/Generated || status=1
+  diff -r "$out/services" Sources/HeraldRPC/Generated || status=1
   diff -r "$out/edge" Sources/Edge/Generated || status=1
   if [[ $status -ne 0 ]]; then
     echo "generated code is stale: run scripts/generate-proto.sh and commit the result" >&2
@@ -51,7 +53,9 @@ else
   cp -r "$out/CHeraldProto" Sources/CHeraldProto
   mkdir -p Sources/HeraldProto/Generated
   cp "$out/swift/"*.swift Sources/HeraldProto/Generated/
+  rm -rf Sources/HeraldRPC/Generated
+  cp -r "$out/services" Sources/HeraldRPC/Generated
   rm -rf Sources/Edge/Generated
   cp -r "$out/edge" Sources/Edge/Generated
-  echo "regenerated Sources/CHeraldProto, Sources/HeraldProto/Generated and Sources/Edge/Generated"
+  echo "regenerated Sources/CHeraldProto, Sources/{HeraldProto,HeraldRPC,Edge}/Generated"
 fi

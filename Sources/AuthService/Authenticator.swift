@@ -2,6 +2,8 @@ import Crypto
 import Foundation
 public import HeraldProto
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 import Logging
 import NIOPosix
 import Synchronization

@@ -1,4 +1,6 @@
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import NIOCore
 import Synchronization
 

@@ -2,6 +2,8 @@ public import AsyncHTTPClient
 import Foundation
 public import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 public import JWTKit
 import NIOCore
 

@@ -1,6 +1,8 @@
 import Foundation
 public import HeraldProto
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 public import Logging
 import Metrics
 public import ServiceLifecycle
@@ -84,7 +86,7 @@ public final class DeliveryWorker: Service, Sendable {
     /// Platforms whose sender is remote (claimed with a lease), and those recorded locally.
     private let remotePlatforms: [Platform]
     private let local: (sender: any LocalSender, platforms: [Platform])?
-    private let registrations: RPCClient
+    private let registrations: any RegistrationServiceClientProtocol
     private let policy: RetryPolicy
     private let batchSize: Int
     private let workers: Int
@@ -97,7 +99,7 @@ public final class DeliveryWorker: Service, Sendable {
     private let stopping = Mutex(false)
 
     public init(
-        outbox: Outbox, senders: [Platform: any PushSender], registrations: RPCClient, policy: RetryPolicy, batchSize: Int = 500,
+        outbox: Outbox, senders: [Platform: any PushSender], registrations: any RegistrationServiceClientProtocol, policy: RetryPolicy, batchSize: Int = 500,
         workers: Int = 4, logger: Logger
     ) {
         self.outbox = outbox
@@ -277,8 +279,7 @@ public final class DeliveryWorker: Service, Sendable {
         while let batch = try? outbox.pendingRemovals(limit: 100), !batch.isEmpty {
             for removal in batch {
                 do {
-                    _ = try await registrations.call(
-                        RegistrationServiceMethods.removeHandle,
+                    _ = try await registrations.removeHandle(
                         RemoveHandleRequest(platform: removal.platform, handle: removal.handle, invalidSinceUnixMs: removal.since))
                     try outbox.removalDone(removal.id)
                     Counter(label: "herald_removed_handles_total", dimensions: [("platform", removal.platform.name)]).increment()

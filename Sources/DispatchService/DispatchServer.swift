@@ -2,6 +2,10 @@ import Foundation
 import GRDB
 import HeraldProto
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
+public import AsyncHTTPClient
+import ServiceLifecycle
 
 /// Settings of herald-dispatch, besides ``RuntimeConfig``'s (environment variable `HERALD_<KEY>`).
 ///
@@ -108,9 +112,13 @@ public struct DispatchConfig: Sendable {
     }
 
     /// The sender of each platform: real where configured (unless `provider` is `inbox`), the inbox otherwise.
-    public func senders(inbox: InboxProvider) async throws -> (senders: [Platform: any PushSender], real: [Platform]) {
+    /// `client` is the HTTP client the real senders share (nil when none is real); whoever runs them
+    /// shuts it down after the last send (``PushClientShutdown``).
+    public func senders(
+        inbox: InboxProvider
+    ) async throws -> (senders: [Platform: any PushSender], real: [Platform], client: HTTPClient?) {
         var senders: [Platform: any PushSender] = [.apns: inbox, .fcm: inbox, .wns: inbox, .browser: inbox]
-        guard provider == .auto, apns != nil || fcm != nil || wns != nil || webPush != nil else { return (senders, []) }
+        guard provider == .auto, apns != nil || fcm != nil || wns != nil || webPush != nil else { return (senders, [], nil) }
         let client = PushHTTP.makeClient(extraCAFile: pushCAFile)
         var real: [Platform] = []
         do {
@@ -146,12 +154,24 @@ public struct DispatchConfig: Sendable {
             try? await client.shutdown()
             throw error
         }
-        return (senders, real)
+        return (senders, real, client)
+    }
+}
+
+/// Shuts the senders' HTTP client down when the process stops. Listed before the delivery worker,
+/// so the service group (which stops services in reverse order) stops it after the worker's last
+/// send; AsyncHTTPClient traps on a client released without a shutdown.
+struct PushClientShutdown: Service {
+    let client: HTTPClient
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        try await client.shutdown()
     }
 }
 
 /// The RPC handlers of herald-dispatch.
-public struct DispatchHandlers: Sendable {
+public struct DispatchHandlers: DispatchServiceHandler {
     public let dispatcher: Dispatcher
     public let outbox: Outbox
     public let inbox: InboxProvider
@@ -162,65 +182,65 @@ public struct DispatchHandlers: Sendable {
         self.inbox = inbox
     }
 
-    public func register(into table: inout MethodTable) {
-        table.register(DispatchServiceMethods.send) { request, context in
-            SendResponse(outcome: try await dispatcher.send(request, context: context))
-        }
-        table.register(DispatchServiceMethods.getOutcome) { request, _ in
-            try outbox.outcome(of: request.notificationID, requester: request.requester)
-        }
-        table.register(DispatchServiceMethods.listDeliveries) { request, _ in
-            guard request.limit >= 0, request.afterSequence >= 0 else {
-                throw ServiceError.invalidArgument("limit and after_sequence must not be negative")
-            }
-            let limit = request.limit == 0 ? 100 : min(Int(request.limit), 1000)
-            return ListDeliveriesResponse(
-                deliveries: try outbox.deliveries(
-                    of: request.notificationID, requester: request.requester, after: request.afterSequence, limit: limit))
-        }
-        table.register(DispatchServiceMethods.listInbox) { request, _ in
-            guard request.limit >= 0, request.afterSequence >= 0 else {
-                throw ServiceError.invalidArgument("limit and after_sequence must not be negative")
-            }
-            let limit = request.limit == 0 ? 100 : min(Int(request.limit), 1000)
-            return ListInboxResponse(entries: try inbox.list(after: request.afterSequence, limit: limit, handle: request.handle))
-        }
+    public func send(_ request: SendRequest, context: RPCContext) async throws -> SendResponse {
+        SendResponse(outcome: try await dispatcher.send(request, context: context))
+    }
+
+    public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {
+        try outbox.outcome(of: request.notificationID, requester: request.requester)
+    }
+
+    public func listDeliveries(_ request: ListDeliveriesRequest, context: RPCContext) async throws -> ListDeliveriesResponse {
+        let limit = try Self.pageSize(request.limit, after: request.afterSequence)
+        return ListDeliveriesResponse(
+            deliveries: try outbox.deliveries(
+                of: request.notificationID, requester: request.requester, after: request.afterSequence, limit: limit))
+    }
+
+    public func listInbox(_ request: ListInboxRequest, context: RPCContext) async throws -> ListInboxResponse {
+        let limit = try Self.pageSize(request.limit, after: request.afterSequence)
+        return ListInboxResponse(entries: try inbox.list(after: request.afterSequence, limit: limit, handle: request.handle))
+    }
+
+    /// A page's size: 100 when unset, at most 1000; negative limits and cursors are refused.
+    private static func pageSize(_ limit: Int32, after: Int64) throws -> Int {
+        guard limit >= 0, after >= 0 else { throw ServiceError.invalidArgument("limit and after_sequence must not be negative") }
+        return limit == 0 ? 100 : min(Int(limit), 1000)
     }
 }
 
 /// herald-dispatch's start-up.
 public enum DispatchServer {
-    public static func main() async -> Never {
-        await HeraldProcess.main(rpcService: "dispatch", peers: ["registration"], extraKeys: DispatchConfig.keys) { context -> RPCServiceParts in
-            let config = try DispatchConfig(reader: context.reader)
-            let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
-            let inbox = try InboxProvider(db: pool)
-            let outbox = try Outbox(db: pool)
-            let (senders, real) = try await config.senders(inbox: inbox)
-            let recorded = [Platform.apns, .fcm, .wns, .browser].filter { !real.contains($0) }.map(\.name)
-            context.logger.notice(
-                "push providers",
-                metadata: [
-                    "herald.sent": "\(real.map(\.name).joined(separator: ","))",
-                    "herald.recorded_in_inbox": "\(recorded.joined(separator: ","))",
-                ])
-            let worker = DeliveryWorker(
-                outbox: outbox, senders: senders, registrations: context.client("registration"), policy: config.retryPolicy,
-                batchSize: config.batchSize, workers: config.workers, logger: context.logger)
-            let dispatcher = Dispatcher(
-                outbox: outbox, registrations: context.client("registration"), retryWindow: config.retryWindow,
-                onEnqueue: { worker.wake() })
-            var table = MethodTable()
-            DispatchHandlers(dispatcher: dispatcher, outbox: outbox, inbox: inbox).register(into: &table)
-            let purge = Periodic("outcome and inbox purge", every: .seconds(3600), logger: context.logger) {
-                let before = unixMillis() - config.retention.wholeMilliseconds
-                let sends = try outbox.purge(before: before)
-                let recorded = try inbox.purge(before: before)
-                if sends + recorded > 0 {
-                    context.logger.info("purged old sends", metadata: ["herald.sends": "\(sends)", "herald.inbox": "\(recorded)"])
-                }
+    /// What herald-dispatch runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
+    public static let definition = ServiceDefinition.rpc(name: "dispatch", peers: ["registration"], extraKeys: DispatchConfig.keys) { context -> RPCServiceParts in
+        let config = try DispatchConfig(reader: context.reader)
+        let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
+        let inbox = try InboxProvider(db: pool)
+        let outbox = try Outbox(db: pool)
+        let (senders, real, client) = try await config.senders(inbox: inbox)
+        let recorded = [Platform.apns, .fcm, .wns, .browser].filter { !real.contains($0) }.map(\.name)
+        context.logger.notice(
+            "push providers",
+            metadata: [
+                "herald.sent": "\(real.map(\.name).joined(separator: ","))",
+                "herald.recorded_in_inbox": "\(recorded.joined(separator: ","))",
+            ])
+        let worker = DeliveryWorker(
+            outbox: outbox, senders: senders, registrations: RegistrationServiceClient(context.client("registration")), policy: config.retryPolicy,
+            batchSize: config.batchSize, workers: config.workers, logger: context.logger)
+        let dispatcher = Dispatcher(
+            outbox: outbox, registrations: RegistrationServiceClient(context.client("registration")), retryWindow: config.retryWindow,
+            onEnqueue: { worker.wake() })
+        var table = MethodTable()
+        DispatchHandlers(dispatcher: dispatcher, outbox: outbox, inbox: inbox).register(into: &table)
+        let purge = Periodic("outcome and inbox purge", every: .seconds(3600), logger: context.logger) {
+            let before = unixMillis() - config.retention.wholeMilliseconds
+            let sends = try outbox.purge(before: before)
+            let recorded = try inbox.purge(before: before)
+            if sends + recorded > 0 {
+                context.logger.info("purged old sends", metadata: ["herald.sends": "\(sends)", "herald.inbox": "\(recorded)"])
             }
-            return RPCServiceParts(table: table, background: [worker, purge], healthChecks: [.database(pool)])
         }
+        return RPCServiceParts(table: table, background: (client.map { [PushClientShutdown(client: $0)] } ?? []) + [worker, purge], healthChecks: [.database(pool)])
     }
 }

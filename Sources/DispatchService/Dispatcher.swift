@@ -1,6 +1,8 @@
 import Foundation
 public import HeraldProto
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 import Synchronization
 import Metrics
 
@@ -8,7 +10,7 @@ import Metrics
 /// outbox delivery per device (``Outbox``) before answering; ``DeliveryWorker`` delivers them.
 public final class Dispatcher: Sendable {
     private let outbox: Outbox
-    private let registrations: RPCClient
+    private let registrations: any RegistrationServiceClientProtocol
     /// Deliveries still failing this long after the send are abandoned.
     private let retryWindow: Duration
     /// Deadline of the audience stream of one send (large audiences take a while).
@@ -17,7 +19,7 @@ public final class Dispatcher: Sendable {
     private let onEnqueue: @Sendable () -> Void
 
     public init(
-        outbox: Outbox, registrations: RPCClient, retryWindow: Duration = .seconds(1800),
+        outbox: Outbox, registrations: any RegistrationServiceClientProtocol, retryWindow: Duration = .seconds(1800),
         audienceTimeout: Duration = .seconds(600), onEnqueue: @escaping @Sendable () -> Void = {}
     ) {
         self.outbox = outbox
@@ -48,8 +50,7 @@ public final class Dispatcher: Sendable {
         // The whole audience is read before anything is committed: a send is all or nothing.
         let targets = Mutex<[Outbox.Target]>([])
         let onlyPlatform = prepared.count == 1 ? prepared.keys.first! : Platform.unspecified
-        try await registrations.stream(
-            RegistrationServiceMethods.streamAudience,
+        try await registrations.streamAudience(
             StreamAudienceRequest(tag: tag, platform: onlyPlatform),
             requestID: context.requestID,
             timeout: audienceTimeout

@@ -2,6 +2,8 @@ import Foundation
 public import GRDB
 public import HeraldProto
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 
 /// What one push carries, shared by every delivery of one platform of one send.
 public struct OutboxPayload: Sendable, Hashable {

@@ -1,6 +1,8 @@
 import Foundation
 public import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 
 /// Each provider's rules for a native payload: size limit, allowed push types, and the headers that
 /// go with it. Checked once per send, before any device is looked up.

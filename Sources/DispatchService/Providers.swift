@@ -2,6 +2,8 @@ import Foundation
 public import GRDB
 public import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 
 /// Where deliveries of one platform go: ``APNsSender``, ``FCMSender``, ``WNSSender``,
 /// ``WebPushSender``, or ``InboxProvider`` when no credentials are configured.

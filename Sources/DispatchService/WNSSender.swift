@@ -2,6 +2,8 @@ public import AsyncHTTPClient
 import Foundation
 public import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import NIOCore
 
 /// WNS's OAuth client-credentials token (package SID and secret from the Partner Center).

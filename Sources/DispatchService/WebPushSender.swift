@@ -3,6 +3,8 @@ import Crypto
 import Foundation
 public import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 public import JWTKit
 import NIOCore
 

@@ -1,4 +1,6 @@
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HTTPTypes
 import Logging
 import NIOCore

@@ -1,5 +1,7 @@
 import Foundation
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 
 /// Which flow `POST api/notifications` (no query) runs, as the tutorial's backend was configured.
 public enum EdgeProfile: String, CaseIterable, Sendable {

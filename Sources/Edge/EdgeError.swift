@@ -3,6 +3,8 @@ public import HTTPTypes
 import Hummingbird
 import Metrics
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 
 /// An HTTP error answer: a status and a JSON body `{"error": "<word>", "message": "<sentence>"}`.
 public struct EdgeError: Error, Sendable {
@@ -75,14 +77,28 @@ public struct EdgeError: Error, Sendable {
 
 let requestIDField = HTTPField.Name("X-Request-Id")!
 
+/// The edge's request context: Hummingbird's own storage plus the request id, made once per request
+/// by ``EdgeErrorMiddleware`` (the caller's `X-Request-Id` when sane, else a fresh one) and read by
+/// every route, every RPC it makes, the log line and the response header.
+public struct EdgeRequestContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public var requestID = ""
+
+    public init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+    }
+}
+
 /// Turns every error a route throws into a JSON answer, and logs each request once.
 ///
 /// Unexpected errors become 500 with a generic message; their detail goes to the log only.
-struct EdgeErrorMiddleware<Context: RequestContext>: RouterMiddleware {
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
-        -> Response
-    {
+struct EdgeErrorMiddleware: RouterMiddleware {
+    func handle(
+        _ request: Request, context: EdgeRequestContext, next: (Request, EdgeRequestContext) async throws -> Response
+    ) async throws -> Response {
         let requestID = Self.requestID(request)
+        var context = context
+        context.requestID = requestID
         let start = ContinuousClock.now
         var logger = context.logger
         logger[metadataKey: "herald.request_id"] = "\(requestID)"

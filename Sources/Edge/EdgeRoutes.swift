@@ -3,6 +3,8 @@ import Logging
 import NIOCore
 public import HeraldProto
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 public import Hummingbird
 public import HTTPTypes
 
@@ -11,25 +13,45 @@ public import HTTPTypes
 /// Contract: ../shared/docs/tutorial-contract.md. Every `api/*` route authenticates first (one
 /// auth RPC), then makes at most two more calls.
 public struct EdgeRoutes: Sendable {
-    public let auth: RPCClient
-    public let registration: RPCClient
-    public let payload: RPCClient
-    public let dispatch: RPCClient
+    public let auth: any AuthServiceClientProtocol
+    public let registration: any RegistrationServiceClientProtocol
+    public let payload: any PayloadServiceClientProtocol
+    public let dispatch: any DispatchServiceClientProtocol
+    /// grpc.health.v1 of each service, by name, for `/readyz`.
+    public let health: [String: any HealthClientProtocol]
     public let config: EdgeConfig
 
     /// The text a secure push stores, as in the tutorial.
     public static let secureText = "Secure confirmation."
 
-    public init(auth: RPCClient, registration: RPCClient, payload: RPCClient, dispatch: RPCClient, config: EdgeConfig) {
+    /// Over any clients: the services' own in production, fakes in the route tests.
+    public init(
+        auth: any AuthServiceClientProtocol, registration: any RegistrationServiceClientProtocol,
+        payload: any PayloadServiceClientProtocol, dispatch: any DispatchServiceClientProtocol,
+        health: [String: any HealthClientProtocol], config: EdgeConfig
+    ) {
         self.auth = auth
         self.registration = registration
         self.payload = payload
         self.dispatch = dispatch
+        self.health = health
         self.config = config
     }
 
-    public func add<Context: RequestContext>(to router: Router<Context>) {
-        router.add(middleware: EdgeErrorMiddleware<Context>())
+    /// Over the connections to the four services.
+    public init(auth: RPCClient, registration: RPCClient, payload: RPCClient, dispatch: RPCClient, config: EdgeConfig) {
+        self.init(
+            auth: AuthServiceClient(auth), registration: RegistrationServiceClient(registration),
+            payload: PayloadServiceClient(payload), dispatch: DispatchServiceClient(dispatch),
+            health: [
+                "auth": HealthClient(auth), "registration": HealthClient(registration),
+                "payload": HealthClient(payload), "dispatch": HealthClient(dispatch),
+            ],
+            config: config)
+    }
+
+    public func add(to router: Router<EdgeRequestContext>) {
+        router.add(middleware: EdgeErrorMiddleware())
         router.get("healthz") { _, _ in Self.json(#"{"status":"ok"}"#) }
         router.get("readyz") { _, _ in try await readiness() }
         router.get("openapi.json") { _, _ in Self.json(OpenAPIDocument.json) }
@@ -38,16 +60,16 @@ public struct EdgeRoutes: Sendable {
                 status: .ok, headers: [.contentType: HeraldMetrics.contentType],
                 body: ResponseBody(byteBuffer: ByteBuffer(bytes: HeraldMetrics.exposition())))
         }
-        router.post("api/register") { request, _ in try await createRegistrationID(request) }
+        router.post("api/register") { request, context in try await createRegistrationID(request, context) }
         router.put("api/register/:id") { request, context in
-            try await upsertRegistration(request, id: context.parameters.require("id"))
+            try await upsertRegistration(request, context, id: context.parameters.require("id"))
         }
         router.delete("api/register/:id") { request, context in
-            try await deleteRegistration(request, id: context.parameters.require("id"))
+            try await deleteRegistration(request, context, id: context.parameters.require("id"))
         }
-        router.post("api/notifications") { request, _ in try await send(request) }
+        router.post("api/notifications") { request, context in try await send(request, context) }
         router.get("api/notifications/:id") { request, context in
-            try await fetchNotification(request, id: context.parameters.require("id"))
+            try await fetchNotification(request, context, id: context.parameters.require("id"))
         }
         addModernRoutes(to: router)
     }
@@ -55,12 +77,11 @@ public struct EdgeRoutes: Sendable {
     /// `GET /readyz`: 200 when every service the edge calls answers SERVING on grpc.health.v1,
     /// else 503; the body names each service's status either way.
     func readiness() async throws -> Response {
-        let peers = [("auth", auth), ("registration", registration), ("payload", payload), ("dispatch", dispatch)]
         let statuses = await withTaskGroup(of: (String, String).self) { group in
-            for (name, client) in peers {
+            for (name, client) in health {
                 group.addTask {
                     do {
-                        let answer = try await client.call(HealthMethods.check, HealthCheckRequest(service: ""), timeout: .seconds(1))
+                        let answer = try await client.check(HealthCheckRequest(service: ""), timeout: .seconds(1))
                         return (name, answer.status == .serving ? "SERVING" : "NOT_SERVING")
                     } catch {
                         return (name, "UNREACHABLE")
@@ -78,25 +99,21 @@ public struct EdgeRoutes: Sendable {
     // MARK: tutorial routes
 
     /// `POST api/register?handle=` → 200 with the id as a JSON string.
-    func createRegistrationID(_ request: Request) async throws -> Response {
-        let (user, requestID) = try await authenticate(request)
+    func createRegistrationID(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let (user, requestID) = try await authenticate(request, context)
         let handle = request.uri.queryParameters.get("handle") ?? ""
-        let answer = try await registration.call(
-            RegistrationServiceMethods.createRegistrationId,
-            CreateRegistrationIdRequest(owner: user, handle: try Self.text(handle, "handle")),
+        let answer = try await registration.createRegistrationId(CreateRegistrationIdRequest(owner: user, handle: try Self.text(handle, "handle")),
             requestID: requestID)
         return Self.json(NativePayloads.jsonString(answer.registrationID))
     }
 
     /// `PUT api/register/{id}` with `{"Platform","Handle","Tags"}` → 200, or 410 when the id is gone.
-    func upsertRegistration(_ request: Request, id: String) async throws -> Response {
-        let (user, requestID) = try await authenticate(request)
+    func upsertRegistration(_ request: Request, _ context: EdgeRequestContext, id: String) async throws -> Response {
+        let (user, requestID) = try await authenticate(request, context)
         let body = try await collect(request, upTo: config.maxBodyBytes)
         let update = try RegistrationBody.parse(body)
         do {
-            _ = try await registration.call(
-                RegistrationServiceMethods.upsertRegistration,
-                UpsertRegistrationRequest(
+            _ = try await registration.upsertRegistration(UpsertRegistrationRequest(
                     owner: user, registrationID: try Self.text(id, "id"), platform: update.platform,
                     handle: try Self.text(update.handle, "Handle"), tags: try update.tags.map { try Self.text($0, "Tags") }),
                 requestID: requestID)
@@ -107,19 +124,17 @@ public struct EdgeRoutes: Sendable {
     }
 
     /// `DELETE api/register/{id}` → 200, or 404 when unknown or someone else's.
-    func deleteRegistration(_ request: Request, id: String) async throws -> Response {
-        let (user, requestID) = try await authenticate(request)
-        _ = try await registration.call(
-            RegistrationServiceMethods.deleteRegistration,
-            DeleteRegistrationRequest(owner: user, registrationID: try Self.text(id, "id")),
+    func deleteRegistration(_ request: Request, _ context: EdgeRequestContext, id: String) async throws -> Response {
+        let (user, requestID) = try await authenticate(request, context)
+        _ = try await registration.deleteRegistration(DeleteRegistrationRequest(owner: user, registrationID: try Self.text(id, "id")),
             requestID: requestID)
         return Response(status: .ok)
     }
 
     /// `POST api/notifications`: with `pns` and `to_tag`, "Notify users"; without, the profile's
     /// flow (secure or rich) to the caller's own devices.
-    func send(_ request: Request) async throws -> Response {
-        let (user, requestID) = try await authenticate(request)
+    func send(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let (user, requestID) = try await authenticate(request, context)
         let query = request.uri.queryParameters
         if query.get("pns") != nil || query.get("to_tag") != nil {
             return try await notifyUser(request, sender: user, requestID: requestID)
@@ -162,11 +177,10 @@ public struct EdgeRoutes: Sendable {
     }
 
     /// `GET api/notifications/{id}`: the recipient's content; 404 for anyone else.
-    func fetchNotification(_ request: Request, id: String) async throws -> Response {
-        let (user, requestID) = try await authenticate(request)
+    func fetchNotification(_ request: Request, _ context: EdgeRequestContext, id: String) async throws -> Response {
+        let (user, requestID) = try await authenticate(request, context)
         guard let number = Names.positiveInteger(id) else { throw EdgeError(.notFound, "notification \(id.prefix(40)) not found") }
-        let stored = try await payload.call(
-            PayloadServiceMethods.fetchPayload, FetchPayloadRequest(id: number, requester: user), requestID: requestID)
+        let stored = try await payload.fetchPayload(FetchPayloadRequest(id: number, requester: user), requestID: requestID)
         switch stored.kind {
         case .secure:
             let body = SecureBody(Id: number, Payload: String(decoding: stored.content, as: UTF8.self), Read: stored.read)
@@ -248,8 +262,7 @@ public struct EdgeRoutes: Sendable {
             return try await send(request, requestID: requestID)
         } catch let error as ServiceError where ![.unavailable, .deadlineExceeded, .cancelled, .unknown].contains(error.code) {
             do {
-                _ = try await payload.call(
-                    PayloadServiceMethods.deletePayload, DeletePayloadRequest(id: id, recipient: recipient), requestID: requestID)
+                _ = try await payload.deletePayload(DeletePayloadRequest(id: id, recipient: recipient), requestID: requestID)
             } catch {
                 // The content still expires; the log says which id was left behind.
                 Logger(label: "herald.edge").warning(
@@ -262,7 +275,7 @@ public struct EdgeRoutes: Sendable {
 
     /// One Send call, and the outcome it answers.
     func send(_ request: SendRequest, requestID: String) async throws -> Outcome {
-        guard let outcome = try await dispatch.call(DispatchServiceMethods.send, request, requestID: requestID).outcome else {
+        guard let outcome = try await dispatch.send(request, requestID: requestID).outcome else {
             throw ServiceError(.internal, "dispatch answered Send without an outcome")
         }
         return outcome
@@ -271,7 +284,7 @@ public struct EdgeRoutes: Sendable {
     /// One StorePayload call; the payload service's own size limit answers 413 like the edge's.
     private func storePayload(_ request: StorePayloadRequest, requestID: String) async throws -> StorePayloadResponse {
         do {
-            return try await payload.call(PayloadServiceMethods.storePayload, request, requestID: requestID)
+            return try await payload.storePayload(request, requestID: requestID)
         } catch let error as ServiceError where error.code == .resourceExhausted {
             throw EdgeError(.contentTooLarge, error.message)
         }
@@ -280,10 +293,9 @@ public struct EdgeRoutes: Sendable {
     // MARK: helpers
 
     /// One auth RPC: the caller's user name, and the request id to carry on every further call.
-    func authenticate(_ request: Request) async throws -> (user: String, requestID: String) {
-        let requestID = EdgeErrorMiddleware<BasicRequestContext>.requestID(request)
-        let principal = try await auth.call(
-            AuthServiceMethods.authenticate, AuthenticateRequest(authorization: try Self.authorization(request)),
+    func authenticate(_ request: Request, _ context: EdgeRequestContext) async throws -> (user: String, requestID: String) {
+        let requestID = context.requestID
+        let principal = try await auth.authenticate(AuthenticateRequest(authorization: try Self.authorization(request)),
             requestID: requestID)
         return (principal.user, requestID)
     }

@@ -1,5 +1,7 @@
 import Foundation
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 import Hummingbird
 import Logging
 import NIOCore
@@ -9,11 +11,10 @@ public import ServiceLifecycle
 public enum EdgeServer {
     public static let peers = ["auth", "registration", "payload", "dispatch"]
 
-    public static func main() async -> Never {
-        await HeraldProcess.main(service: "edge", peers: peers, extraKeys: EdgeConfig.keys) { context in
-            let config = try EdgeConfig(reader: context.reader)
-            return [try buildApplication(context: context, config: config)]
-        }
+    /// What herald-edge runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
+    public static let definition = ServiceDefinition(name: "edge", peers: peers, extraKeys: EdgeConfig.keys) { context in
+        let config = try EdgeConfig(reader: context.reader)
+        return [try buildApplication(context: context, config: config)]
     }
 
     /// The edge application; production and tests build it the same way.
@@ -21,7 +22,7 @@ public enum EdgeServer {
         let routes = EdgeRoutes(
             auth: context.client("auth"), registration: context.client("registration"),
             payload: context.client("payload"), dispatch: context.client("dispatch"), config: config)
-        let router = Router()
+        let router = Router(context: EdgeRequestContext.self)
         routes.add(to: router)
         let urlFile = URL(fileURLWithPath: context.config.runtimeDir).appendingPathComponent("edge.url")
         let logger = context.logger

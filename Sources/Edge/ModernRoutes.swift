@@ -1,6 +1,8 @@
 import Foundation
 public import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 public import Hummingbird
 
 /// Herald's own API beside the tutorial's: uploads with real content, outcomes, bearer tokens.
@@ -8,13 +10,13 @@ public import Hummingbird
 /// JSON here is camelCase (the `api/*` routes keep the tutorial's PascalCase); errors are the same
 /// `{"error","message"}` bodies.
 extension EdgeRoutes {
-    func addModernRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.post("v1/notifications") { request, _ in try await upload(request) }
+    func addModernRoutes(to router: Router<EdgeRequestContext>) {
+        router.post("v1/notifications") { request, context in try await upload(request, context) }
         router.get("v1/notifications/:id/outcome") { request, context in
-            try await outcome(request, id: context.parameters.require("id"))
+            try await outcome(request, context, id: context.parameters.require("id"))
         }
-        router.post("v1/auth/token") { request, _ in try await issueToken(request) }
-        router.delete("v1/auth/token") { request, _ in try await revokeToken(request) }
+        router.post("v1/auth/token") { request, context in try await issueToken(request, context) }
+        router.delete("v1/auth/token") { request, context in try await revokeToken(request, context) }
     }
 
     /// `POST /v1/notifications?kind=rich|secure|alert&to_user=…|to_tag=…[&message=…&rich_type=…&ttl_seconds=…]`
@@ -27,8 +29,8 @@ extension EdgeRoutes {
     ///
     /// 202 with `{"notificationId","payloadId"?,"state","outcome"}` and `Location` of the outcome.
     /// Content over `max-content-bytes` is 413 and nothing is stored.
-    func upload(_ request: Request) async throws -> Response {
-        let (user, requestID) = try await authenticate(request)
+    func upload(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let (user, requestID) = try await authenticate(request, context)
         let query = request.uri.queryParameters
         let kind = query.get("kind") ?? ""
         let toUser = query.get("to_user") ?? ""
@@ -98,26 +100,24 @@ extension EdgeRoutes {
     /// 404 unless content may be stored for `user` (an account in accounts mode): content for
     /// nobody would sit in the database until it expires.
     func requireUser(_ user: String, requestID: String) async throws {
-        let answer = try await auth.call(AuthServiceMethods.userExists, UserExistsRequest(user: user), requestID: requestID)
+        let answer = try await auth.userExists(UserExistsRequest(user: user), requestID: requestID)
         guard answer.exists else { throw EdgeError(.notFound, "user \(user) not found") }
     }
 
     /// `GET /v1/notifications/{id}/outcome`: where a send stands; its sender only (404 for others).
-    func outcome(_ request: Request, id: String) async throws -> Response {
-        let (user, requestID) = try await authenticate(request)
-        let outcome = try await dispatch.call(
-            DispatchServiceMethods.getOutcome, GetOutcomeRequest(notificationID: try Self.text(id, "id"), requester: user),
+    func outcome(_ request: Request, _ context: EdgeRequestContext, id: String) async throws -> Response {
+        let (user, requestID) = try await authenticate(request, context)
+        let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: try Self.text(id, "id"), requester: user),
             requestID: requestID)
         return Self.json(try Self.encode(OutcomeNames.json(outcome)))
     }
 
     /// `POST /v1/auth/token` with Basic credentials: `{"access_token","token_type":"Bearer","expires_in","user"}`
     /// (OAuth 2.0's names, RFC 6749 §5.1).
-    func issueToken(_ request: Request) async throws -> Response {
-        let requestID = EdgeErrorMiddleware<BasicRequestContext>.requestID(request)
+    func issueToken(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let requestID = context.requestID
         let header = try Self.authorization(request, missing: "missing Authorization header: send Basic credentials")
-        let issued = try await auth.call(
-            AuthServiceMethods.issueToken, IssueTokenRequest(authorization: header), requestID: requestID)
+        let issued = try await auth.issueToken(IssueTokenRequest(authorization: header), requestID: requestID)
         let expiresIn = max(0, (issued.expiresAtUnixMs - unixMillis()) / 1000)
         var response = Self.json(
             try Self.encode(["access_token": issued.token, "token_type": "Bearer", "expires_in": expiresIn, "user": issued.user]))
@@ -126,14 +126,14 @@ extension EdgeRoutes {
     }
 
     /// `DELETE /v1/auth/token` with `Authorization: Bearer <token>`: revokes that token. 204.
-    func revokeToken(_ request: Request) async throws -> Response {
-        let (_, requestID) = try await authenticate(request)
+    func revokeToken(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let (_, requestID) = try await authenticate(request, context)
         let header = try Self.authorization(request)
         guard header.lowercased().hasPrefix("bearer ") else {
             throw EdgeError(.badRequest, "send the token to revoke as Authorization: Bearer <token>")
         }
         let token = String(header.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
-        _ = try await auth.call(AuthServiceMethods.revokeToken, RevokeTokenRequest(token: token), requestID: requestID)
+        _ = try await auth.revokeToken(RevokeTokenRequest(token: token), requestID: requestID)
         return Response(status: .noContent)
     }
 

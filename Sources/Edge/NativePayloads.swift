@@ -1,6 +1,8 @@
 import Foundation
 public import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 
 /// The exact bytes each push carries, per the tutorial contract. The edge builds them because it
 /// knows the contract; dispatch only checks each platform's rules and delivers.

@@ -1,3 +1,4 @@
+import HeraldModel
 import Foundation
 import GRPCCore
 import Logging

@@ -1,3 +1,4 @@
+import HeraldModel
 public import HeraldProto
 import Synchronization
 
@@ -5,7 +6,7 @@ import Synchronization
 ///
 /// grpc-swift-2 ships no health service (it lives in grpc-swift-extras, which Herald does not use),
 /// so Check and Watch are written here: a status per service name, "" standing for the whole server.
-public final class HealthReporter: Sendable {
+public final class HealthReporter: HealthHandler {
     public typealias Status = HealthCheckResponse.ServingStatus
 
     private struct State {
@@ -32,11 +33,6 @@ public final class HealthReporter: Sendable {
         for watcher in watchers { watcher.yield(status) }
     }
 
-    /// Sets every known service and the server as a whole to `status` (e.g. NOT_SERVING on drain).
-    public func setAll(_ status: Status) {
-        let services = state.withLock { Array($0.statuses.keys) }
-        for service in services { set(service, status) }
-    }
 
     /// Reports `services` ("" for the whole server) from the conditions: SERVING when every
     /// condition holds, NOT_SERVING otherwise.
@@ -83,30 +79,30 @@ public final class HealthReporter: Sendable {
         state.withLock { $0.statuses[service] }
     }
 
-    /// Registers Check and Watch.
-    public func register(into table: inout MethodTable) {
-        table.register(HealthMethods.check) { [self] request, _ in
-            guard let status = status(of: request.service) else {
-                throw ServiceError.notFound("unknown service \"\(request.service)\"")
-            }
-            return HealthCheckResponse(status: status)
+    public func check(_ request: HealthCheckRequest, context: RPCContext) async throws -> HealthCheckResponse {
+        guard let status = status(of: request.service) else {
+            throw ServiceError.notFound("unknown service \"\(request.service)\"")
         }
-        table.register(HealthMethods.watch) { [self] request, _, stream in
-            let (updates, continuation) = AsyncStream<Status>.makeStream(bufferingPolicy: .bufferingNewest(1))
-            let id = state.withLock { state in
-                let id = state.nextWatcher
-                state.nextWatcher += 1
-                state.watchers[id] = (request.service, continuation)
-                if state.draining { continuation.finish() }
-                return id
-            }
-            defer { _ = state.withLock { $0.watchers.removeValue(forKey: id) } }
-            var last = status(of: request.service) ?? .serviceUnknown
-            try await stream.send(HealthCheckResponse(status: last))
-            for await status in updates where status != last {
-                last = status
-                try await stream.send(HealthCheckResponse(status: status))
-            }
+        return HealthCheckResponse(status: status)
+    }
+
+    public func watch(
+        _ request: HealthCheckRequest, context: RPCContext, responses: ResponseStream<HealthCheckResponse>
+    ) async throws {
+        let (updates, continuation) = AsyncStream<Status>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let id = state.withLock { state in
+            let id = state.nextWatcher
+            state.nextWatcher += 1
+            state.watchers[id] = (request.service, continuation)
+            if state.draining { continuation.finish() }
+            return id
+        }
+        defer { _ = state.withLock { $0.watchers.removeValue(forKey: id) } }
+        var last = status(of: request.service) ?? .serviceUnknown
+        try await responses.send(HealthCheckResponse(status: last))
+        for await status in updates where status != last {
+            last = status
+            try await responses.send(HealthCheckResponse(status: status))
         }
     }
 }

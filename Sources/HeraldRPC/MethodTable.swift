@@ -1,3 +1,4 @@
+import HeraldModel
 public import HeraldProto
 public import Logging
 
@@ -69,8 +70,9 @@ public struct MethodTable: Sendable {
 
     public init() {}
 
-    /// Registers a unary handler. Registering a method twice is a programming error.
-    public mutating func register<Request, Response>(
+    /// Registers a unary handler. Registering a method twice is a programming error. Services
+    /// register through their generated `<Service>Handler` protocol; this is its way in.
+    package mutating func register<Request, Response>(
         _ method: UnaryMethod<Request, Response>,
         _ handler: @escaping @Sendable (Request, RPCContext) async throws -> Response
     ) {
@@ -91,7 +93,7 @@ public struct MethodTable: Sendable {
     }
 
     /// Registers a server-streaming handler.
-    public mutating func register<Request, Response>(
+    package mutating func register<Request, Response>(
         _ method: ServerStreamingMethod<Request, Response>,
         _ handler: @escaping @Sendable (Request, RPCContext, ResponseStream<Response>) async throws -> Void
     ) {

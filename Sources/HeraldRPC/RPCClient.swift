@@ -1,3 +1,4 @@
+import HeraldModel
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2Posix
@@ -13,7 +14,22 @@ public enum RPCTransport: String, CaseIterable, Sendable {
     case grpc
 }
 
-/// A typed client of one Herald service over its Unix socket, speaking either transport.
+/// Per-call options of a typed client (`PayloadServiceClient` and the others generated from proto/).
+public struct RPCCallOptions: Sendable {
+    /// Sent as `x-request-id`, so the callee's log lines carry the caller's request id.
+    public var requestID: String?
+    /// The call's deadline; nil takes the client's ``RPCClient/defaultTimeout``.
+    public var timeout: Duration?
+
+    public init(requestID: String? = nil, timeout: Duration? = nil) {
+        self.requestID = requestID
+        self.timeout = timeout
+    }
+}
+
+/// The connection to one Herald service, over a Unix socket or TCP+TLS, speaking either transport.
+/// Calls go through the typed clients generated from proto/ (`PayloadServiceClient(rpc)`…), which
+/// only accept their own service's methods.
 ///
 /// Every call carries a deadline (the caller's, or ``defaultTimeout``) and waits for the service to
 /// be reachable until then, so services can start in any order. Failures arrive as ``ServiceError``
@@ -84,8 +100,23 @@ public final class RPCClient: Sendable {
         }
     }
 
+    /// Calls a unary RPC (the typed clients' way in).
+    package func call<Request, Response>(
+        _ method: UnaryMethod<Request, Response>, _ request: Request, options: RPCCallOptions
+    ) async throws -> Response {
+        try await call(method, request, requestID: options.requestID, timeout: options.timeout)
+    }
+
+    /// Calls a server-streaming RPC (the typed clients' way in).
+    package func stream<Request, Response>(
+        _ method: ServerStreamingMethod<Request, Response>, _ request: Request, options: RPCCallOptions,
+        onMessage: @escaping @Sendable (Response) async throws -> Void
+    ) async throws {
+        try await stream(method, request, requestID: options.requestID, timeout: options.timeout, onMessage: onMessage)
+    }
+
     /// Calls a unary RPC.
-    public func call<Request, Response>(
+    package func call<Request, Response>(
         _ method: UnaryMethod<Request, Response>,
         _ request: Request,
         requestID: String? = nil,
@@ -116,7 +147,7 @@ public final class RPCClient: Sendable {
     }
 
     /// Calls a server-streaming RPC, handing each response to `onMessage` as it arrives.
-    public func stream<Request, Response>(
+    package func stream<Request, Response>(
         _ method: ServerStreamingMethod<Request, Response>,
         _ request: Request,
         requestID: String? = nil,

@@ -1,3 +1,4 @@
+import HeraldModel
 import Foundation
 import GRPCNIOTransportHTTP2Posix
 public import NIOSSL
@@ -68,7 +69,7 @@ public struct TLSFiles: Sendable {
     var hasIdentity: Bool { !certificate.isEmpty }
 
     /// The lean server's TLS context.
-    func serverContext() throws -> NIOSSLContext {
+    package func serverContext() throws -> NIOSSLContext {
         guard hasIdentity else { throw ConfigError("listening on TCP needs tls-cert and tls-key") }
         var configuration = TLSConfiguration.makeServerConfiguration(
             certificateChain: try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) },

@@ -1,5 +1,7 @@
 import Foundation
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 public import Logging
 
 #if canImport(Glibc)

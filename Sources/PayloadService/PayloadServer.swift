@@ -1,6 +1,8 @@
 import GRDB
 import HeraldProto
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 
 /// Settings of herald-payload, besides ``RuntimeConfig``'s.
 ///
@@ -30,41 +32,42 @@ public struct PayloadConfig: Sendable {
 }
 
 /// The RPC handlers of herald-payload.
-public struct PayloadHandlers: Sendable {
+public struct PayloadHandlers: PayloadServiceHandler {
     public let store: PayloadStore
 
     public init(store: PayloadStore) {
         self.store = store
     }
 
-    public func register(into table: inout MethodTable) {
-        table.register(PayloadServiceMethods.storePayload) { request, _ in try store.store(request) }
-        table.register(PayloadServiceMethods.fetchPayload) { request, _ in
-            try store.fetch(id: request.id, requester: request.requester)
-        }
-        table.register(PayloadServiceMethods.deletePayload) { request, _ in
-            try store.delete(id: request.id, recipient: request.recipient)
-            return DeletePayloadResponse()
-        }
+    public func storePayload(_ request: StorePayloadRequest, context: RPCContext) async throws -> StorePayloadResponse {
+        try store.store(request)
+    }
+
+    public func fetchPayload(_ request: FetchPayloadRequest, context: RPCContext) async throws -> FetchPayloadResponse {
+        try store.fetch(id: request.id, requester: request.requester)
+    }
+
+    public func deletePayload(_ request: DeletePayloadRequest, context: RPCContext) async throws -> DeletePayloadResponse {
+        try store.delete(id: request.id, recipient: request.recipient)
+        return DeletePayloadResponse()
     }
 }
 
 /// herald-payload's start-up.
 public enum PayloadServer {
-    public static func main() async -> Never {
-        await HeraldProcess.main(rpcService: "payload", extraKeys: PayloadConfig.keys) { context -> RPCServiceParts in
-            let config = try PayloadConfig(reader: context.reader)
-            let pool = try DatabasePool(
-                path: context.config.databasePath, configuration: HeraldDatabase.secureDeleteConfiguration)
-            let store = try PayloadStore(
-                db: pool, defaultTTLSeconds: config.defaultTTLSeconds, maxContentBytes: config.maxContentBytes)
-            var table = MethodTable()
-            PayloadHandlers(store: store).register(into: &table)
-            let purge = Periodic("payload purge", every: config.purgeInterval, logger: context.logger) {
-                let purged = try store.purgeExpired()
-                if purged > 0 { context.logger.info("purged expired content", metadata: ["herald.count": "\(purged)"]) }
-            }
-            return RPCServiceParts(table: table, background: [purge], healthChecks: [.database(pool)])
+    /// What herald-payload runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
+    public static let definition = ServiceDefinition.rpc(name: "payload", extraKeys: PayloadConfig.keys) { context -> RPCServiceParts in
+        let config = try PayloadConfig(reader: context.reader)
+        let pool = try DatabasePool(
+            path: context.config.databasePath, configuration: HeraldDatabase.secureDeleteConfiguration)
+        let store = try PayloadStore(
+            db: pool, defaultTTLSeconds: config.defaultTTLSeconds, maxContentBytes: config.maxContentBytes)
+        var table = MethodTable()
+        PayloadHandlers(store: store).register(into: &table)
+        let purge = Periodic("payload purge", every: config.purgeInterval, logger: context.logger) {
+            let purged = try store.purgeExpired()
+            if purged > 0 { context.logger.info("purged expired content", metadata: ["herald.count": "\(purged)"]) }
         }
+        return RPCServiceParts(table: table, background: [purge], healthChecks: [.database(pool)])
     }
 }

@@ -2,6 +2,8 @@ import Foundation
 public import GRDB
 public import HeraldProto
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 
 /// Rich and secure content in SQLite.
 ///

@@ -1,6 +1,8 @@
 import Foundation
 public import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 
 /// What a registration may contain. Closes the tutorial's hole where a device could add the tag
 /// `username:victim` and receive the victim's pushes.

@@ -2,9 +2,11 @@ import Foundation
 import GRDB
 import HeraldProto
 public import HeraldRPC
+public import HeraldModel
+public import HeraldService
 
 /// The RPC handlers of herald-registration over a ``RegistrationStore``.
-public struct RegistrationHandlers: Sendable {
+public struct RegistrationHandlers: RegistrationServiceHandler {
     /// Registrations per StreamAudience message.
     public static let audienceBatchSize = 500
     public let store: RegistrationStore
@@ -16,53 +18,66 @@ public struct RegistrationHandlers: Sendable {
         self.hosts = hosts
     }
 
-    public func register(into table: inout MethodTable) {
-        table.register(RegistrationServiceMethods.createRegistrationId) { request, _ in
-            try Self.requireOwner(request.owner)
-            guard request.handle.utf8.count <= 4096 else { throw ServiceError.invalidArgument("handle is too long") }
-            return CreateRegistrationIdResponse(registrationID: try store.createID(owner: request.owner, handle: request.handle))
+    public func createRegistrationId(
+        _ request: CreateRegistrationIdRequest, context: RPCContext
+    ) async throws -> CreateRegistrationIdResponse {
+        try Self.requireOwner(request.owner)
+        guard request.handle.utf8.count <= 4096 else { throw ServiceError.invalidArgument("handle is too long") }
+        return CreateRegistrationIdResponse(registrationID: try store.createID(owner: request.owner, handle: request.handle))
+    }
+
+    public func upsertRegistration(
+        _ request: UpsertRegistrationRequest, context: RPCContext
+    ) async throws -> UpsertRegistrationResponse {
+        try Self.requireOwner(request.owner)
+        try RegistrationRules.validateHandle(request.handle, platform: request.platform, hosts: hosts)
+        let tags = try RegistrationRules.validateTags(request.tags)
+        let registration = try store.upsert(
+            owner: request.owner, id: request.registrationID, platform: request.platform,
+            handle: request.handle, tags: tags)
+        return UpsertRegistrationResponse(registration: registration)
+    }
+
+    public func deleteRegistration(
+        _ request: DeleteRegistrationRequest, context: RPCContext
+    ) async throws -> DeleteRegistrationResponse {
+        try Self.requireOwner(request.owner)
+        try store.delete(owner: request.owner, id: request.registrationID)
+        return DeleteRegistrationResponse()
+    }
+
+    public func listRegistrations(
+        _ request: ListRegistrationsRequest, context: RPCContext
+    ) async throws -> ListRegistrationsResponse {
+        try Self.requireOwner(request.owner)
+        return ListRegistrationsResponse(registrations: try store.list(owner: request.owner))
+    }
+
+    public func removeHandle(_ request: RemoveHandleRequest, context: RPCContext) async throws -> RemoveHandleResponse {
+        guard request.platform != .unspecified, !request.handle.isEmpty else {
+            throw ServiceError.invalidArgument("platform and handle are required")
         }
-        table.register(RegistrationServiceMethods.upsertRegistration) { request, _ in
-            try Self.requireOwner(request.owner)
-            try RegistrationRules.validateHandle(request.handle, platform: request.platform, hosts: hosts)
-            let tags = try RegistrationRules.validateTags(request.tags)
-            let registration = try store.upsert(
-                owner: request.owner, id: request.registrationID, platform: request.platform,
-                handle: request.handle, tags: tags)
-            return UpsertRegistrationResponse(registration: registration)
-        }
-        table.register(RegistrationServiceMethods.deleteRegistration) { request, _ in
-            try Self.requireOwner(request.owner)
-            try store.delete(owner: request.owner, id: request.registrationID)
-            return DeleteRegistrationResponse()
-        }
-        table.register(RegistrationServiceMethods.listRegistrations) { request, _ in
-            try Self.requireOwner(request.owner)
-            return ListRegistrationsResponse(registrations: try store.list(owner: request.owner))
-        }
-        table.register(RegistrationServiceMethods.removeHandle) { request, context in
-            guard request.platform != .unspecified, !request.handle.isEmpty else {
-                throw ServiceError.invalidArgument("platform and handle are required")
-            }
-            let removed = try store.removeHandle(
-                platform: request.platform, handle: request.handle, invalidSince: request.invalidSinceUnixMs)
-            // The handle itself stays out of the log: it addresses a device.
-            context.logger.info(
-                "removed dead push handle", metadata: ["herald.platform": "\(request.platform.name)", "herald.count": "\(removed)"])
-            return RemoveHandleResponse(removed: Int64(removed))
-        }
-        table.register(RegistrationServiceMethods.streamAudience) { request, _, stream in
-            guard !request.tag.isEmpty else { throw ServiceError.invalidArgument("tag is required") }
-            var after = ""
-            while true {
-                try Task.checkCancellation()
-                let page = try store.audience(
-                    tag: request.tag, platform: request.platform, after: after, limit: Self.audienceBatchSize)
-                guard let last = page.last else { return }
-                try await stream.send(AudienceBatch(registrations: page))
-                if page.count < Self.audienceBatchSize { return }
-                after = last.registrationID
-            }
+        let removed = try store.removeHandle(
+            platform: request.platform, handle: request.handle, invalidSince: request.invalidSinceUnixMs)
+        // The handle itself stays out of the log: it addresses a device.
+        context.logger.info(
+            "removed dead push handle", metadata: ["herald.platform": "\(request.platform.name)", "herald.count": "\(removed)"])
+        return RemoveHandleResponse(removed: Int64(removed))
+    }
+
+    public func streamAudience(
+        _ request: StreamAudienceRequest, context: RPCContext, responses: ResponseStream<AudienceBatch>
+    ) async throws {
+        guard !request.tag.isEmpty else { throw ServiceError.invalidArgument("tag is required") }
+        var after = ""
+        while true {
+            try Task.checkCancellation()
+            let page = try store.audience(
+                tag: request.tag, platform: request.platform, after: after, limit: Self.audienceBatchSize)
+            guard let last = page.last else { return }
+            try await responses.send(AudienceBatch(registrations: page))
+            if page.count < Self.audienceBatchSize { return }
+            after = last.registrationID
         }
     }
 
@@ -102,18 +117,17 @@ public struct RegistrationConfig: Sendable {
 
 /// herald-registration's start-up.
 public enum RegistrationServer {
-    public static func main() async -> Never {
-        await HeraldProcess.main(rpcService: "registration", extraKeys: RegistrationConfig.keys) { context -> RPCServiceParts in
-            let config = try RegistrationConfig(reader: context.reader)
-            let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
-            let store = try RegistrationStore(db: pool, pendingTTLSeconds: config.pendingTTLSeconds)
-            var table = MethodTable()
-            RegistrationHandlers(store: store, hosts: config.hosts).register(into: &table)
-            let purge = Periodic("pending registration purge", every: .seconds(3600), logger: context.logger) {
-                let purged = try store.purgePending()
-                if purged > 0 { context.logger.info("purged expired pending ids", metadata: ["herald.count": "\(purged)"]) }
-            }
-            return RPCServiceParts(table: table, background: [purge], healthChecks: [.database(pool)])
+    /// What herald-registration runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
+    public static let definition = ServiceDefinition.rpc(name: "registration", extraKeys: RegistrationConfig.keys) { context -> RPCServiceParts in
+        let config = try RegistrationConfig(reader: context.reader)
+        let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
+        let store = try RegistrationStore(db: pool, pendingTTLSeconds: config.pendingTTLSeconds)
+        var table = MethodTable()
+        RegistrationHandlers(store: store, hosts: config.hosts).register(into: &table)
+        let purge = Periodic("pending registration purge", every: .seconds(3600), logger: context.logger) {
+            let purged = try store.purgePending()
+            if purged > 0 { context.logger.info("purged expired pending ids", metadata: ["herald.count": "\(purged)"]) }
         }
+        return RPCServiceParts(table: table, background: [purge], healthChecks: [.database(pool)])
     }
 }

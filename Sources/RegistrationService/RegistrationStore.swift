@@ -2,6 +2,8 @@ import Foundation
 public import GRDB
 public import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 
 /// Registrations in SQLite. Every query that names an id also names its owner, so another user's
 /// registration is indistinguishable from a missing one.

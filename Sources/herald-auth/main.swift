@@ -1,3 +1,4 @@
 import AuthService
+import HeraldService
 
-await AuthServer.main()
+await HeraldProcess.main(AuthServer.definition)

@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import Logging
 import HeraldStack
 import ServiceLifecycle
@@ -46,7 +48,7 @@ struct ServeBench: AsyncParsableCommand {
         let group = ServiceGroup(
             services: [
                 LeanServer(table: table, socketPath: "\(dir)/bench.sock", logger: logger),
-                RPCServer(table: table, socketPath: "\(dir)/bench.grpc.sock", logger: logger),
+                try RPCServer(table: table, socketPath: "\(dir)/bench.grpc.sock", logger: logger),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger)
@@ -119,9 +121,7 @@ struct RPCScenario {
             try await Task.sleep(for: .milliseconds(50))
         }
         let stored = try await RPCClient.with(socketPath: "\(dir)/payload.sock") { client in
-            try await client.call(
-                PayloadServiceMethods.storePayload,
-                StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8)))
+            try await PayloadServiceClient(client).storePayload(StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8)))
         }
         let fetch = FetchPayloadRequest(id: stored.id, requester: "bench")
         let health = HealthCheckRequest(service: "")
@@ -130,11 +130,11 @@ struct RPCScenario {
         var tables: [String] = []
         let rpcs: [(name: String, request: [UInt8], pid: Int32, sockets: (String, String), call: @Sendable (RPCClient) async throws -> Void)] = [
             ("echo", try benchRequest.serializedBytes(), server.processIdentifier, ("\(dir)/bench.sock", "\(dir)/bench.grpc.sock"),
-             { _ = try await $0.call(AuthServiceMethods.authenticate, benchRequest) }),
+             { _ = try await AuthServiceClient($0).authenticate(benchRequest) }),
             ("Health/Check", try health.serializedBytes(), payload.processIdentifier, ("\(dir)/payload.sock", "\(dir)/payload.grpc.sock"),
-             { _ = try await $0.call(HealthMethods.check, health) }),
+             { _ = try await HealthClient($0).check(health) }),
             ("FetchPayload", try fetch.serializedBytes(), payload.processIdentifier, ("\(dir)/payload.sock", "\(dir)/payload.grpc.sock"),
-             { _ = try await $0.call(PayloadServiceMethods.fetchPayload, fetch) }),
+             { _ = try await PayloadServiceClient($0).fetchPayload(fetch) }),
         ]
         for rpc in rpcs {
             let size = max(rpc.request.count, 1)

@@ -4,6 +4,8 @@ import Foundation
 import GRDB
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import Hummingbird
 import Logging
@@ -105,18 +107,13 @@ struct EdgeScenario {
             // Seed through the services' own RPCs: one device, one stored secure payload.
             let token = String(repeating: "ab", count: 32)
             let registrationID = try await RPCClient.with(socketPath: configuration.socketPath("registration")) { client in
-                let id = try await client.call(
-                    RegistrationServiceMethods.createRegistrationId, CreateRegistrationIdRequest(owner: "bench", handle: token)
+                let id = try await RegistrationServiceClient(client).createRegistrationId(CreateRegistrationIdRequest(owner: "bench", handle: token)
                 ).registrationID
-                _ = try await client.call(
-                    RegistrationServiceMethods.upsertRegistration,
-                    UpsertRegistrationRequest(owner: "bench", registrationID: id, platform: .apns, handle: token, tags: ["news"]))
+                _ = try await RegistrationServiceClient(client).upsertRegistration(UpsertRegistrationRequest(owner: "bench", registrationID: id, platform: .apns, handle: token, tags: ["news"]))
                 return id
             }
             let payloadID = try await RPCClient.with(socketPath: configuration.socketPath("payload")) { client in
-                try await client.call(
-                    PayloadServiceMethods.storePayload,
-                    StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8))
+                try await PayloadServiceClient(client).storePayload(StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8))
                 ).id
             }
             let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
@@ -249,9 +246,7 @@ struct FanoutScenario {
             let acknowledged = Mutex(started)
             // Send commits the outbox and returns; the clock stops when the outcome is final.
             let outcome = try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), timeout: .seconds(3600)) { client in
-                let sent = try await client.call(
-                    DispatchServiceMethods.send,
-                    SendRequest(
+                let sent = try await DispatchServiceClient(client).send(SendRequest(
                         targetTag: "fanout",
                         payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"fan-out"}}"#.utf8), pushType: "alert")],
                         sender: "bench")
@@ -260,7 +255,7 @@ struct FanoutScenario {
                 var outcome = sent
                 while let current = outcome, current.state == .enqueued || current.state == .processing {
                     try await Task.sleep(for: .milliseconds(20))
-                    outcome = try await client.call(DispatchServiceMethods.getOutcome, GetOutcomeRequest(notificationID: current.notificationID))
+                    outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: current.notificationID))
                 }
                 return outcome
             }

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import HeraldRPC
+import HeraldService
 
 // Before any task runs, on the main thread (see HeraldProcess.installEventLoopExecutor).
 // Opt-in: the services do not do this (their handlers make blocking SQLite calls), so by default

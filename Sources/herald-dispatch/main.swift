@@ -1,3 +1,4 @@
 import DispatchService
+import HeraldService
 
-await DispatchServer.main()
+await HeraldProcess.main(DispatchServer.definition)

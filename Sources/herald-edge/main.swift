@@ -1,3 +1,4 @@
 import Edge
+import HeraldService
 
-await EdgeServer.main()
+await HeraldProcess.main(EdgeServer.definition)

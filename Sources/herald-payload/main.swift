@@ -1,3 +1,4 @@
 import PayloadService
+import HeraldService
 
-await PayloadServer.main()
+await HeraldProcess.main(PayloadServer.definition)

@@ -1,3 +1,4 @@
 import RegistrationService
+import HeraldService
 
-await RegistrationServer.main()
+await HeraldProcess.main(RegistrationServer.definition)

@@ -3,6 +3,8 @@ import AsyncHTTPClient
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import NIOCore
 
@@ -81,8 +83,7 @@ struct Device: AsyncParsableCommand {
                 if let deadline, ContinuousClock.now >= deadline {
                     throw CLIError(message: "timed out after \(timeout) s with \(received) of \(count) pushes")
                 }
-                let entries = try await client.call(
-                    DispatchServiceMethods.listInbox, ListInboxRequest(afterSequence: after, limit: 100, handle: handle)
+                let entries = try await DispatchServiceClient(client).listInbox(ListInboxRequest(afterSequence: after, limit: 100, handle: handle)
                 ).entries
                 for entry in entries {
                     after = max(after, entry.sequence)

@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import Logging
 import ServiceLifecycle
@@ -95,7 +97,7 @@ struct Inbox: AsyncParsableCommand {
 
     func run() async throws {
         let entries = try await withService("dispatch", stack) { client in
-            try await client.call(DispatchServiceMethods.listInbox, ListInboxRequest(afterSequence: after, limit: limit)).entries
+            try await DispatchServiceClient(client).listInbox(ListInboxRequest(afterSequence: after, limit: limit)).entries
         }
         if json {
             let objects: [[String: Any]] = entries.map { entry in

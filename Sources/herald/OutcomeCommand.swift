@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 
 /// `herald outcome <id>`: where a send stands.
 struct OutcomeCommand: AsyncParsableCommand {
@@ -15,7 +17,7 @@ struct OutcomeCommand: AsyncParsableCommand {
 
     func run() async throws {
         let outcome = try await withService("dispatch", stack) { client in
-            try await client.call(DispatchServiceMethods.getOutcome, GetOutcomeRequest(notificationID: id))
+            try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
         }
         print("\(outcome.notificationID)  \(outcome.state)  sent by \(outcome.sender)")
         for platform in outcome.platforms {
@@ -30,8 +32,7 @@ struct OutcomeCommand: AsyncParsableCommand {
         var after: Int64 = 0
         while true {
             let page = try await withService("dispatch", stack) { client in
-                try await client.call(
-                    DispatchServiceMethods.listDeliveries, ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000))
+                try await DispatchServiceClient(client).listDeliveries(ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000))
             }.deliveries
             for d in page {
                 print(

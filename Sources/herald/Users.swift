@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 
 #if canImport(Glibc)
@@ -24,7 +26,7 @@ struct Users: AsyncParsableCommand {
         func run() async throws {
             let password = try readPassword(confirm: true)
             _ = try await withService("auth", stack) { client in
-                try await client.call(AuthServiceMethods.createUser, CreateUserRequest(user: user, password: password))
+                try await AuthServiceClient(client).createUser(CreateUserRequest(user: user, password: password))
             }
             print("user \(user) created")
         }
@@ -39,7 +41,7 @@ struct Users: AsyncParsableCommand {
         func run() async throws {
             let password = try readPassword(confirm: true)
             _ = try await withService("auth", stack) { client in
-                try await client.call(AuthServiceMethods.setPassword, SetPasswordRequest(user: user, password: password))
+                try await AuthServiceClient(client).setPassword(SetPasswordRequest(user: user, password: password))
             }
             print("password of \(user) changed; their tokens are revoked")
         }
@@ -52,7 +54,7 @@ struct Users: AsyncParsableCommand {
 
         func run() async throws {
             _ = try await withService("auth", stack) { client in
-                try await client.call(AuthServiceMethods.deleteUser, DeleteUserRequest(user: user))
+                try await AuthServiceClient(client).deleteUser(DeleteUserRequest(user: user))
             }
             print("user \(user) deleted")
         }
@@ -64,7 +66,7 @@ struct Users: AsyncParsableCommand {
 
         func run() async throws {
             let users = try await withService("auth", stack) { client in
-                try await client.call(AuthServiceMethods.listUsers, ListUsersRequest()).users
+                try await AuthServiceClient(client).listUsers(ListUsersRequest()).users
             }
             if users.isEmpty { print("no users; add one with: herald users add <name>") }
             let format = ISO8601DateFormatter()
@@ -87,7 +89,7 @@ struct Tokens: AsyncParsableCommand {
 
         func run() async throws {
             let revoked = try await withService("auth", stack) { client in
-                try await client.call(AuthServiceMethods.revokeUserTokens, RevokeUserTokensRequest(user: user)).revoked
+                try await AuthServiceClient(client).revokeUserTokens(RevokeUserTokensRequest(user: user)).revoked
             }
             print("revoked \(revoked) token(s) of \(user)")
         }

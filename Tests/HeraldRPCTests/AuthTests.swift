@@ -3,6 +3,8 @@ import Foundation
 import GRDB
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import Synchronization
 import Testing
 

@@ -3,6 +3,8 @@ import Foundation
 import GRDB
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import JWTKit
 import Logging
 import Testing
@@ -105,7 +107,7 @@ struct DeliveryTests {
         _ = try await outbox.enqueue(
             id: "n-2", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets, retryWindow: .seconds(10))
         let worker = DeliveryWorker(
-            outbox: outbox, senders: [:], registrations: try RPCClient(socketPath: "/nonexistent"), policy: RetryPolicy(base: .seconds(4)),
+            outbox: outbox, senders: [:], registrations: RegistrationServiceClient(try RPCClient(socketPath: "/nonexistent")), policy: RetryPolicy(base: .seconds(4)),
             logger: Logger(label: "test"))
         var items = try await outbox.claim(limit: 10, platforms: [.apns])
         let now = clock.now

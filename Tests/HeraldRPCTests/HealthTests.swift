@@ -1,5 +1,7 @@
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import Testing
 
 @Suite("health conditions")

@@ -1,6 +1,8 @@
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import Logging
 import NIOCore
 import ServiceLifecycle
@@ -96,7 +98,7 @@ struct TransportConformanceTests {
         for service in table.services + [""] { health.set(service, .serving) }
         let logger = Logger(label: "test")
         let lean = LeanServer(table: table, socketPath: dir + "/test.sock", logger: logger, health: health)
-        let grpc = RPCServer(table: table, socketPath: dir + "/test.grpc.sock", logger: logger, health: health)
+        let grpc = try RPCServer(table: table, socketPath: dir + "/test.grpc.sock", logger: logger, health: health)
         let socket = dir + (transport == .lean ? "/test.sock" : "/test.grpc.sock")
         let client = try RPCClient(socketPath: socket, transport: transport, defaultTimeout: .seconds(20))
         let group = ServiceGroup(
@@ -129,8 +131,7 @@ struct TransportConformanceTests {
     @Test("a unary call succeeds and carries the request id; sockets are 0660", arguments: RPCTransport.allCases)
     func unary(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, dir in
-            let answer = try await client.call(
-                AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "hello"), requestID: "req-42")
+            let answer = try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "hello"), requestID: "req-42")
             #expect(answer == AuthenticateResponse(user: "hello", scheme: "req-42"))
             for socket in ["test.sock", "test.grpc.sock"] {
                 let mode = try FileManager.default.attributesOfItem(atPath: "\(dir)/\(socket)")[.posixPermissions] as? Int
@@ -144,14 +145,14 @@ struct TransportConformanceTests {
         try await Self.withServers(transport) { client, _ in
             for code in StatusCode.allCases where code != .ok {
                 await #expect(throws: ServiceError(code, "status \(code.rawValue) as asked"), "\(code)") {
-                    try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "status:\(code.rawValue)"))
+                    try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "status:\(code.rawValue)"))
                 }
             }
             await #expect(throws: ServiceError(.internal, "internal error")) {
-                try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "boom"))
+                try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "boom"))
             }
             await #expect {
-                try await client.call(DispatchServiceMethods.send, SendRequest())
+                try await DispatchServiceClient(client).send(SendRequest())
             } throws: { ($0 as? ServiceError)?.code == .unimplemented }
         }
     }
@@ -161,10 +162,9 @@ struct TransportConformanceTests {
         try await Self.withServers(transport) { client, _ in
             let token = "deadline-\(transport)"
             // Connect first, so the deadline below is spent on the call, not on connection set-up.
-            _ = try await client.call(HealthMethods.check, HealthCheckRequest())
+            _ = try await HealthClient(client).check(HealthCheckRequest())
             await #expect {
-                try await client.call(
-                    AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "slow:\(token)"),
+                try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "slow:\(token)"),
                     timeout: .seconds(2))
             } throws: { ($0 as? ServiceError)?.code == .deadlineExceeded }
             #expect(handlerEvents.withLock { $0.started.contains(token) }, "the call reached its handler")
@@ -178,7 +178,7 @@ struct TransportConformanceTests {
         try await Self.withServers(transport) { client, _ in
             let token = "cancel-\(transport)"
             let call = Task {
-                try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "slow:\(token)"))
+                try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "slow:\(token)"))
             }
             let seen2 = try await Self.waitFor { handlerEvents.withLock { $0.started.contains(token) } }
             #expect(seen2)
@@ -194,12 +194,10 @@ struct TransportConformanceTests {
     func largeMessages(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, _ in
             let size = 4 << 20
-            let stored = try await client.call(
-                PayloadServiceMethods.storePayload,
-                StorePayloadRequest(content: (0..<size).map { UInt8(truncatingIfNeeded: $0) }))
+            let stored = try await PayloadServiceClient(client).storePayload(StorePayloadRequest(content: (0..<size).map { UInt8(truncatingIfNeeded: $0) }))
             #expect(stored.id == Int64(size))
             #expect(stored.expiresAtUnixMs == Int64(UInt8(truncatingIfNeeded: size - 1)))
-            let fetched = try await client.call(PayloadServiceMethods.fetchPayload, FetchPayloadRequest(id: Int64(size)))
+            let fetched = try await PayloadServiceClient(client).fetchPayload(FetchPayloadRequest(id: Int64(size)))
             #expect(fetched.content.count == size)
             #expect(fetched.content.last == UInt8(truncatingIfNeeded: size - 1))
         }
@@ -209,10 +207,9 @@ struct TransportConformanceTests {
     func oversizeMessage(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, _ in
             await #expect {
-                try await client.call(
-                    PayloadServiceMethods.storePayload, StorePayloadRequest(content: [UInt8](repeating: 7, count: RPCLimits.maxMessageBytes + 1)))
+                try await PayloadServiceClient(client).storePayload(StorePayloadRequest(content: [UInt8](repeating: 7, count: RPCLimits.maxMessageBytes + 1)))
             } throws: { ($0 as? ServiceError)?.code == .resourceExhausted }
-            let answer = try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "after"))
+            let answer = try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "after"))
             #expect(answer.user == "after")
         }
     }
@@ -221,8 +218,7 @@ struct TransportConformanceTests {
     func bigStream(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, _ in
             let received = Received()
-            try await client.stream(
-                RegistrationServiceMethods.streamAudience, StreamAudienceRequest(tag: "100000", platform: Platform(rawValue: 1)),
+            try await RegistrationServiceClient(client).streamAudience(StreamAudienceRequest(tag: "100000", platform: Platform(rawValue: 1)),
                 timeout: .seconds(120)
             ) { batch in
                 await received.append(batch.registrations.map(\.registrationID))
@@ -243,8 +239,7 @@ struct TransportConformanceTests {
                     group.addTask {
                         // A generous deadline: this checks sharing one connection, not speed (debug
                         // gRPC on two busy cores needs more than the default 5 s for 1,000 calls).
-                        (i, try await client.call(
-                            AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "n\(i)"), timeout: .seconds(60)).user)
+                        (i, try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "n\(i)"), timeout: .seconds(60)).user)
                     }
                 }
                 var answers: [Int: String] = [:]
@@ -261,7 +256,7 @@ struct TransportConformanceTests {
         try await Self.withServers(transport) { client, _, shutdown in
             let token = "drain-\(transport)"
             let call = Task {
-                try await client.call(AuthServiceMethods.authenticate, AuthenticateRequest(authorization: "nap:\(token)"))
+                try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "nap:\(token)"))
             }
             let started = try await Self.waitFor { handlerEvents.withLock { $0.started.contains(token) } }
             #expect(started)
@@ -275,7 +270,7 @@ struct TransportConformanceTests {
         try await Self.withServers(.lean) { client, _ in
             let read = Mutex(0)
             let peak = Mutex(0)
-            try await client.stream(RegistrationServiceMethods.streamAudience, StreamAudienceRequest(tag: "track:bp")) { _ in
+            try await RegistrationServiceClient(client).streamAudience(StreamAudienceRequest(tag: "track:bp")) { _ in
                 let consumed = read.withLock { value in
                     value += 1
                     return value
@@ -294,11 +289,11 @@ struct TransportConformanceTests {
     func health(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, _ in
             for service in ["", "herald.v1.AuthService", "herald.v1.RegistrationService"] {
-                let answer = try await client.call(HealthMethods.check, HealthCheckRequest(service: service))
+                let answer = try await HealthClient(client).check(HealthCheckRequest(service: service))
                 #expect(answer.status == .serving)
             }
             await #expect {
-                try await client.call(HealthMethods.check, HealthCheckRequest(service: "nope"))
+                try await HealthClient(client).check(HealthCheckRequest(service: "nope"))
             } throws: { ($0 as? ServiceError)?.code == .notFound }
         }
     }
@@ -310,7 +305,7 @@ struct TransportConformanceTests {
             health.track([""])
             let seen = Mutex<[HealthReporter.Status]>([])
             let watcher = Task {
-                try await client.stream(HealthMethods.watch, HealthCheckRequest(service: ""), timeout: .seconds(30)) { answer in
+                try await HealthClient(client).watch(HealthCheckRequest(service: ""), timeout: .seconds(30)) { answer in
                     seen.withLock { $0.append(answer.status) }
                 }
             }
@@ -330,7 +325,7 @@ struct TransportConformanceTests {
     func unreachable(_ transport: RPCTransport) async throws {
         _ = try await RPCClient.with(socketPath: "/tmp/herald-missing-\(UUID().uuidString.prefix(8)).sock", transport: transport) { client in
             await #expect {
-                try await client.call(HealthMethods.check, HealthCheckRequest(), timeout: .milliseconds(300))
+                try await HealthClient(client).check(HealthCheckRequest(), timeout: .milliseconds(300))
             } throws: { [.unavailable, .deadlineExceeded].contains(($0 as? ServiceError)?.code) }
         }
     }
@@ -338,7 +333,7 @@ struct TransportConformanceTests {
     @Test("an oversize frame on the wire gets an ERROR frame and a clean close")
     func oversizeFrameOnTheWire() async throws {
         try await Self.withServers(.lean) { client, dir in
-            _ = try await client.call(HealthMethods.check, HealthCheckRequest())  // the server is listening
+            _ = try await HealthClient(client).check(HealthCheckRequest())  // the server is listening
             let reply = try RawSocket.exchange(
                 path: dir + "/test.sock",
                 send: LeanProtocol.preface + [0x7f, 0xff, 0xff, 0xff, 1, 0, 0, 0, 0, 1])

@@ -1,6 +1,8 @@
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import NIOCore
 import Testing
@@ -35,9 +37,7 @@ struct CrashRecoveryTests {
                     group.addTask {
                         var ids: [String] = []
                         for n in stride(from: lane, to: sends, by: 8) {
-                            let outcome = try await client.call(
-                                DispatchServiceMethods.send,
-                                SendRequest(
+                            let outcome = try await DispatchServiceClient(client).send(SendRequest(
                                     targetUser: "ivan",
                                     payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"crash \#(n)"}}"#.utf8))],
                                     sender: "judy")
@@ -80,7 +80,7 @@ struct CrashRecoveryTests {
         repeat {
             outcomes = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport) { client in
                 var all: [Outcome] = []
-                for id in ids { all.append(try await client.call(DispatchServiceMethods.getOutcome, GetOutcomeRequest(notificationID: id))) }
+                for id in ids { all.append(try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))) }
                 return all
             }
             if outcomes.allSatisfy({ $0.state == .completed }) { break }
@@ -96,7 +96,7 @@ struct CrashRecoveryTests {
         var records: [String: DeliveryRecord] = [:]
         try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport) { client in
             for id in ids {
-                for record in try await client.call(DispatchServiceMethods.listDeliveries, ListDeliveriesRequest(notificationID: id)).deliveries {
+                for record in try await DispatchServiceClient(client).listDeliveries(ListDeliveriesRequest(notificationID: id)).deliveries {
                     records[record.messageID] = record
                 }
             }

@@ -2,6 +2,8 @@ import AsyncHTTPClient
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import NIOCore
 import Synchronization

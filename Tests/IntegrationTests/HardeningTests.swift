@@ -2,6 +2,8 @@ import Foundation
 import GRDB
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import Testing
 

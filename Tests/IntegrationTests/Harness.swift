@@ -2,6 +2,8 @@ import AsyncHTTPClient
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import NIOCore
 import Testing
@@ -69,7 +71,7 @@ struct LiveStack {
     /// Creates an account through herald-auth's RPC.
     func addUser(_ user: String, password: String) async throws {
         _ = try await RPCClient.with(socketPath: configuration.socketPath("auth"), transport: configuration.rpcTransport, timeout: .seconds(30)) {
-            client in try await client.call(AuthServiceMethods.createUser, CreateUserRequest(user: user, password: password))
+            client in try await AuthServiceClient(client).createUser(CreateUserRequest(user: user, password: password))
         }
     }
 
@@ -94,7 +96,7 @@ struct LiveStack {
     /// Everything the inbox provider has recorded.
     func inbox() async throws -> [InboxEntry] {
         try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), transport: configuration.rpcTransport) { client in
-            try await client.call(DispatchServiceMethods.listInbox, ListInboxRequest(limit: 1000)).entries
+            try await DispatchServiceClient(client).listInbox(ListInboxRequest(limit: 1000)).entries
         }
     }
 

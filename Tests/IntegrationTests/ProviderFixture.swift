@@ -3,6 +3,8 @@ import Foundation
 import NIOCore
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import Synchronization
 import Testing

@@ -1,6 +1,8 @@
 import Foundation
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import Edge
 import Testing
@@ -51,13 +53,13 @@ struct PushDeliveryTests {
 
     static func deliveries(_ live: LiveStack, _ id: String) async throws -> [DeliveryRecord] {
         try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport) {
-            try await $0.call(DispatchServiceMethods.listDeliveries, ListDeliveriesRequest(notificationID: id, limit: 1000)).deliveries
+            try await DispatchServiceClient($0).listDeliveries(ListDeliveriesRequest(notificationID: id, limit: 1000)).deliveries
         }
     }
 
     static func registrations(_ live: LiveStack, of owner: String) async throws -> [Registration] {
         try await RPCClient.with(socketPath: live.configuration.socketPath("registration"), transport: live.configuration.rpcTransport) {
-            try await $0.call(RegistrationServiceMethods.listRegistrations, ListRegistrationsRequest(owner: owner)).registrations
+            try await RegistrationServiceClient($0).listRegistrations(ListRegistrationsRequest(owner: owner)).registrations
         }
     }
 
@@ -282,9 +284,7 @@ struct PushDeliveryTests {
             try await live.register("kim", platform: "browser", handle: BrowserSubscription(endpoint: "\(url)/push/kim-1").handle)
             let before = Int64(Date().timeIntervalSince1970)
             let sent = try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport) {
-                try await $0.call(
-                    DispatchServiceMethods.send,
-                    SendRequest(
+                try await DispatchServiceClient($0).send(SendRequest(
                         targetUser: "kim",
                         payloads: [
                             NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"score"}}"#.utf8), ttlSeconds: 600, collapseID: "score-7"),
@@ -313,9 +313,7 @@ struct PushDeliveryTests {
             // Over the limits: refused at Send, before anything is committed.
             await #expect {
                 _ = try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport) {
-                    try await $0.call(
-                        DispatchServiceMethods.send,
-                        SendRequest(
+                    try await DispatchServiceClient($0).send(SendRequest(
                             targetUser: "kim",
                             payloads: [NativePayload(platform: .browser, body: Array("x".utf8), collapseID: "not a topic!")], sender: "lee"))
                 }

@@ -1,6 +1,8 @@
 import Crypto
 import Foundation
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import NIOCore
 import NIOHTTP1
 import NIOHTTP2

@@ -1,5 +1,7 @@
 import Foundation
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import Testing
 

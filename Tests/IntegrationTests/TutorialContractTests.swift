@@ -4,6 +4,8 @@ import FoundationXML
 import GRDB
 import HeraldProto
 import HeraldRPC
+import HeraldModel
+import HeraldService
 import HeraldStack
 import Testing
 

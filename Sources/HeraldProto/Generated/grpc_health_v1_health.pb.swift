@@ -103,30 +103,53 @@ extension HealthCheckResponse: CBacked {
 
 extension HealthCheckResponse {
     /// Whether a service can take calls.
-    public struct ServingStatus: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
-        public var rawValue: Int32
-        public init(rawValue: Int32) { self.rawValue = rawValue }
-
+    public enum ServingStatus: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
         /// Not known yet.
-        public static let unknown = ServingStatus(rawValue: 0)
+        case unknown  // = 0
         /// Taking calls.
-        public static let serving = ServingStatus(rawValue: 1)
+        case serving  // = 1
         /// Up but not taking calls (a dependency is down, or it is draining).
-        public static let notServing = ServingStatus(rawValue: 2)
+        case notServing  // = 2
         /// Used only by Watch: the named service is not known to this server.
-        public static let serviceUnknown = ServingStatus(rawValue: 3)
+        case serviceUnknown  // = 3
+        /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
+        case unrecognized(Int32)
+
+        public init(rawValue: Int32) {
+            switch rawValue {
+            case 0: self = .unknown
+            case 1: self = .serving
+            case 2: self = .notServing
+            case 3: self = .serviceUnknown
+            default: self = .unrecognized(rawValue)
+            }
+        }
+
+        public var rawValue: Int32 {
+            switch self {
+            case .unknown: 0
+            case .serving: 1
+            case .notServing: 2
+            case .serviceUnknown: 3
+            case .unrecognized(let value): value
+            }
+        }
+
+        /// Equal when the numbers are: `.unrecognized(0)` is `.unknown`.
+        public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
+        public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 
         /// Every value this build knows, in declaration order.
         public static let knownValues: [ServingStatus] = [.unknown, .serving, .notServing, .serviceUnknown]
 
         /// The proto name of the value, or the number for a value this build does not know.
         public var description: String {
-            switch rawValue {
-            case 0: "UNKNOWN"
-            case 1: "SERVING"
-            case 2: "NOT_SERVING"
-            case 3: "SERVICE_UNKNOWN"
-            default: "ServingStatus(\(rawValue))"
+            switch self {
+            case .unknown: "UNKNOWN"
+            case .serving: "SERVING"
+            case .notServing: "NOT_SERVING"
+            case .serviceUnknown: "SERVICE_UNKNOWN"
+            case .unrecognized(let value): "ServingStatus(\(value))"
             }
         }
     }

@@ -4,33 +4,58 @@ internal import CHeraldProto
 public import GRPCCore
 
 /// A push notification service Herald can deliver to. Stored as its number: never renumber.
-public struct Platform: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
-    public var rawValue: Int32
-    public init(rawValue: Int32) { self.rawValue = rawValue }
-
+public enum Platform: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     /// Not set. Never valid in a request that needs a platform.
-    public static let unspecified = Platform(rawValue: 0)
+    case unspecified  // = 0
     /// Apple Push Notification service (HTTP/2, token auth).
-    public static let apns = Platform(rawValue: 1)
+    case apns  // = 1
     /// Firebase Cloud Messaging HTTP v1 (the tutorial's "gcm" and "fcmv1" are aliases).
-    public static let fcm = Platform(rawValue: 2)
+    case fcm  // = 2
     /// Windows Push Notification Services.
-    public static let wns = Platform(rawValue: 3)
+    case wns  // = 3
     /// Web Push (RFC 8030) to a browser subscription.
-    public static let browser = Platform(rawValue: 4)
+    case browser  // = 4
+    /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
+    case unrecognized(Int32)
+
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .apns
+        case 2: self = .fcm
+        case 3: self = .wns
+        case 4: self = .browser
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .apns: 1
+        case .fcm: 2
+        case .wns: 3
+        case .browser: 4
+        case .unrecognized(let value): value
+        }
+    }
+
+    /// Equal when the numbers are: `.unrecognized(0)` is `.unspecified`.
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 
     /// Every value this build knows, in declaration order.
     public static let knownValues: [Platform] = [.unspecified, .apns, .fcm, .wns, .browser]
 
     /// The proto name of the value, or the number for a value this build does not know.
     public var description: String {
-        switch rawValue {
-        case 0: "PLATFORM_UNSPECIFIED"
-        case 1: "PLATFORM_APNS"
-        case 2: "PLATFORM_FCM"
-        case 3: "PLATFORM_WNS"
-        case 4: "PLATFORM_BROWSER"
-        default: "Platform(\(rawValue))"
+        switch self {
+        case .unspecified: "PLATFORM_UNSPECIFIED"
+        case .apns: "PLATFORM_APNS"
+        case .fcm: "PLATFORM_FCM"
+        case .wns: "PLATFORM_WNS"
+        case .browser: "PLATFORM_BROWSER"
+        case .unrecognized(let value): "Platform(\(value))"
         }
     }
 }

@@ -4,68 +4,120 @@ internal import CHeraldProto
 public import GRPCCore
 
 /// Lifecycle of a send, as in Notification Hubs' per-message telemetry.
-public struct OutcomeState: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
-    public var rawValue: Int32
-    public init(rawValue: Int32) { self.rawValue = rawValue }
-
+public enum OutcomeState: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     /// Not set.
-    public static let unspecified = OutcomeState(rawValue: 0)
+    case unspecified  // = 0
     /// Committed to the outbox; no delivery attempted yet.
-    public static let enqueued = OutcomeState(rawValue: 1)
+    case enqueued  // = 1
     /// Deliveries under way (some attempted, some still pending or waiting to retry).
-    public static let processing = OutcomeState(rawValue: 2)
+    case processing  // = 2
     /// Every delivery finished: accepted, or failed for good (see PlatformOutcome.failures).
-    public static let completed = OutcomeState(rawValue: 3)
+    case completed  // = 3
     /// Every delivery finished, and at least one was given up after the retry window.
-    public static let abandoned = OutcomeState(rawValue: 4)
+    case abandoned  // = 4
     /// The target had no device on any platform of the send.
-    public static let noTargetFound = OutcomeState(rawValue: 5)
+    case noTargetFound  // = 5
+    /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
+    case unrecognized(Int32)
+
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .enqueued
+        case 2: self = .processing
+        case 3: self = .completed
+        case 4: self = .abandoned
+        case 5: self = .noTargetFound
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .enqueued: 1
+        case .processing: 2
+        case .completed: 3
+        case .abandoned: 4
+        case .noTargetFound: 5
+        case .unrecognized(let value): value
+        }
+    }
+
+    /// Equal when the numbers are: `.unrecognized(0)` is `.unspecified`.
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 
     /// Every value this build knows, in declaration order.
     public static let knownValues: [OutcomeState] = [.unspecified, .enqueued, .processing, .completed, .abandoned, .noTargetFound]
 
     /// The proto name of the value, or the number for a value this build does not know.
     public var description: String {
-        switch rawValue {
-        case 0: "OUTCOME_STATE_UNSPECIFIED"
-        case 1: "OUTCOME_STATE_ENQUEUED"
-        case 2: "OUTCOME_STATE_PROCESSING"
-        case 3: "OUTCOME_STATE_COMPLETED"
-        case 4: "OUTCOME_STATE_ABANDONED"
-        case 5: "OUTCOME_STATE_NO_TARGET_FOUND"
-        default: "OutcomeState(\(rawValue))"
+        switch self {
+        case .unspecified: "OUTCOME_STATE_UNSPECIFIED"
+        case .enqueued: "OUTCOME_STATE_ENQUEUED"
+        case .processing: "OUTCOME_STATE_PROCESSING"
+        case .completed: "OUTCOME_STATE_COMPLETED"
+        case .abandoned: "OUTCOME_STATE_ABANDONED"
+        case .noTargetFound: "OUTCOME_STATE_NO_TARGET_FOUND"
+        case .unrecognized(let value): "OutcomeState(\(value))"
         }
     }
 }
 
 /// Where one outbox entry stands.
-public struct DeliveryState: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
-    public var rawValue: Int32
-    public init(rawValue: Int32) { self.rawValue = rawValue }
-
+public enum DeliveryState: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     /// Not set.
-    public static let unspecified = DeliveryState(rawValue: 0)
+    case unspecified  // = 0
     /// Waiting for its first attempt, or for a retry at `next_attempt_at_unix_ms`.
-    public static let pending = DeliveryState(rawValue: 1)
+    case pending  // = 1
     /// The push service accepted it.
-    public static let delivered = DeliveryState(rawValue: 2)
+    case delivered  // = 2
     /// The push service refused it for good; never retried.
-    public static let failed = DeliveryState(rawValue: 3)
+    case failed  // = 3
     /// Still failing when the retry window ran out.
-    public static let abandoned = DeliveryState(rawValue: 4)
+    case abandoned  // = 4
+    /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
+    case unrecognized(Int32)
+
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .pending
+        case 2: self = .delivered
+        case 3: self = .failed
+        case 4: self = .abandoned
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .pending: 1
+        case .delivered: 2
+        case .failed: 3
+        case .abandoned: 4
+        case .unrecognized(let value): value
+        }
+    }
+
+    /// Equal when the numbers are: `.unrecognized(0)` is `.unspecified`.
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 
     /// Every value this build knows, in declaration order.
     public static let knownValues: [DeliveryState] = [.unspecified, .pending, .delivered, .failed, .abandoned]
 
     /// The proto name of the value, or the number for a value this build does not know.
     public var description: String {
-        switch rawValue {
-        case 0: "DELIVERY_STATE_UNSPECIFIED"
-        case 1: "DELIVERY_STATE_PENDING"
-        case 2: "DELIVERY_STATE_DELIVERED"
-        case 3: "DELIVERY_STATE_FAILED"
-        case 4: "DELIVERY_STATE_ABANDONED"
-        default: "DeliveryState(\(rawValue))"
+        switch self {
+        case .unspecified: "DELIVERY_STATE_UNSPECIFIED"
+        case .pending: "DELIVERY_STATE_PENDING"
+        case .delivered: "DELIVERY_STATE_DELIVERED"
+        case .failed: "DELIVERY_STATE_FAILED"
+        case .abandoned: "DELIVERY_STATE_ABANDONED"
+        case .unrecognized(let value): "DeliveryState(\(value))"
         }
     }
 }

@@ -4,27 +4,48 @@ internal import CHeraldProto
 public import GRPCCore
 
 /// What a stored payload is for.
-public struct PayloadKind: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
-    public var rawValue: Int32
-    public init(rawValue: Int32) { self.rawValue = rawValue }
-
+public enum PayloadKind: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     /// Not set; invalid in StorePayload.
-    public static let unspecified = PayloadKind(rawValue: 0)
+    case unspecified  // = 0
     /// Secure push: a text the device fetches over an authenticated call.
-    public static let secure = PayloadKind(rawValue: 1)
+    case secure  // = 1
     /// Rich push: bytes of any type (an image, a sound…) with a message.
-    public static let rich = PayloadKind(rawValue: 2)
+    case rich  // = 2
+    /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
+    case unrecognized(Int32)
+
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .secure
+        case 2: self = .rich
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .secure: 1
+        case .rich: 2
+        case .unrecognized(let value): value
+        }
+    }
+
+    /// Equal when the numbers are: `.unrecognized(0)` is `.unspecified`.
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 
     /// Every value this build knows, in declaration order.
     public static let knownValues: [PayloadKind] = [.unspecified, .secure, .rich]
 
     /// The proto name of the value, or the number for a value this build does not know.
     public var description: String {
-        switch rawValue {
-        case 0: "PAYLOAD_KIND_UNSPECIFIED"
-        case 1: "PAYLOAD_KIND_SECURE"
-        case 2: "PAYLOAD_KIND_RICH"
-        default: "PayloadKind(\(rawValue))"
+        switch self {
+        case .unspecified: "PAYLOAD_KIND_UNSPECIFIED"
+        case .secure: "PAYLOAD_KIND_SECURE"
+        case .rich: "PAYLOAD_KIND_RICH"
+        case .unrecognized(let value): "PayloadKind(\(value))"
         }
     }
 }

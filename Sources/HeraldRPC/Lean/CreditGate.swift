@@ -1,3 +1,4 @@
+import HeraldModel
 import Synchronization
 
 /// Per-stream flow control: how many more MESSAGE frames the peer can take.

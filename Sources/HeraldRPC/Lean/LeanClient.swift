@@ -1,3 +1,4 @@
+import HeraldModel
 import Foundation
 import NIOCore
 import NIOPosix

@@ -1,3 +1,4 @@
+import HeraldModel
 public import NIOCore
 
 /// Constants of the lean protocol (docs/rpc-protocol.md).
@@ -15,13 +16,6 @@ public enum LeanProtocol {
 public enum RPCLimits {
     /// The largest request or response message: 16 MiB (gRPC's default would be 4 MiB).
     public static let maxMessageBytes = 16 << 20
-}
-
-/// Bounds on stored content that more than one service checks.
-public enum ContentLimits {
-    /// The longest lifetime content may be stored with: one year. herald-payload refuses longer
-    /// (`ttl_seconds`), so expiry arithmetic in Unix milliseconds can never overflow.
-    public static let maxTTLSeconds: Int64 = 365 * 24 * 3600
 }
 
 /// A connection-level violation of the protocol: the connection cannot go on.

@@ -1,3 +1,4 @@
+import HeraldModel
 import Foundation
 public import Logging
 import NIOCore

@@ -1,3 +1,5 @@
+import HeraldModel
+import HeraldRPC
 import Foundation
 public import Logging
 import Synchronization

@@ -1,3 +1,5 @@
+import HeraldModel
+import HeraldRPC
 import Foundation
 public import GRDB
 
@@ -35,9 +37,4 @@ public enum HeraldDatabase {
             if deleted < batch { return total }
         }
     }
-}
-
-/// Milliseconds since the Unix epoch, the one time unit Herald stores and sends.
-public func unixMillis() -> Int64 {
-    Int64(Date().timeIntervalSince1970 * 1000)
 }

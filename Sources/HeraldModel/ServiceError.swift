@@ -1,5 +1,3 @@
-import GRDB
-
 /// The status codes of gRPC, which every Herald RPC reports, whatever the transport.
 ///
 /// Service code throws ``ServiceError``s with these codes and never imports grpc-swift; the transport
@@ -74,37 +72,4 @@ public struct ServiceError: Error, Sendable, Hashable, CustomStringConvertible {
 
     /// Whether this is ``storageFull`` (status and message travel together over both transports).
     public var isStorageFull: Bool { self == .storageFull }
-}
-
-/// A domain error that knows which status it is (grpc-swift's `RPCErrorConvertible`, without grpc-swift).
-public protocol ServiceErrorConvertible: Error {
-    var serviceError: ServiceError { get }
-}
-
-extension ServiceError {
-    /// What a handler's error answers the caller, for every transport: unexpected errors are logged
-    /// here with their detail and reach the caller only as INTERNAL "internal error".
-    public static func answering(_ error: any Error, in context: RPCContext) -> ServiceError {
-        let (serviceError, expected) = from(error)
-        if serviceError.isStorageFull {
-            context.logger.warning("write refused: the disk is full", metadata: ["herald.error": "\(error)"])
-        } else if expected {
-            context.logger.debug("rpc failed", metadata: ["herald.status": "\(serviceError.code)"])
-        } else {
-            context.logger.error("rpc failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
-        }
-        return serviceError
-    }
-
-    /// The status an arbitrary error thrown by a handler turns into, and whether it was expected.
-    /// Unexpected errors become INTERNAL with a generic message; the caller logs the detail.
-    public static func from(_ error: any Error) -> (error: ServiceError, expected: Bool) {
-        switch error {
-        case let e as ServiceError: (e, true)
-        case let e as any ServiceErrorConvertible: (e.serviceError, true)
-        case is CancellationError: (.init(.cancelled, "call cancelled"), true)
-        case let e as DatabaseError where e.resultCode == .SQLITE_FULL: (.storageFull, true)
-        default: (.init(.internal, "internal error"), false)
-        }
-    }
 }

@@ -1,3 +1,5 @@
+import HeraldModel
+import HeraldRPC
 public import GRDB
 public import Logging
 public import ServiceLifecycle

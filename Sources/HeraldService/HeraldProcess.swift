@@ -1,0 +1,272 @@
+import HeraldModel
+import HeraldRPC
+import Foundation
+import GRPCCore
+import GRPCNIOTransportHTTP2Posix
+import GRPCNIOTransportCore
+import NIOCore
+import NIOPosix
+import HeraldProto
+public import Logging
+public import ServiceLifecycle
+public import UnixSignals
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a process's own code gets at start-up.
+public struct ProcessContext: Sendable {
+    public let config: RuntimeConfig
+    public let reader: ConfigReader
+    public let logger: Logger
+    /// Clients of the declared peers, by name; already part of the process's service group.
+    public let clients: [String: RPCClient]
+
+    /// The client of a declared peer.
+    public func client(_ peer: String) -> RPCClient {
+        guard let client = clients[peer] else { preconditionFailure("\(peer) is not a declared peer") }
+        return client
+    }
+}
+
+/// One Herald executable's start-up, as a value: `main` runs it as a process, and a test builds the
+/// same service in-process with ``HeraldProcess/makeServiceGroup(_:reader:logger:shutdownSignals:)``.
+public struct ServiceDefinition: Sendable {
+    /// The service's name: `herald-<name>`, `<name>.sock`, `<name>.db`.
+    public let name: String
+    /// The services it calls; a client of each is made and run before its own services.
+    public let peers: [String]
+    /// Its own configuration keys besides ``RuntimeConfig``'s.
+    public let extraKeys: Set<String>
+    let makeServices: @Sendable (ProcessContext) async throws -> [any Service]
+
+    /// A process that runs `makeServices`' services (the edge: an HTTP server).
+    public init(
+        name: String, peers: [String] = [], extraKeys: Set<String> = [],
+        makeServices: @escaping @Sendable (ProcessContext) async throws -> [any Service]
+    ) {
+        self.name = name
+        self.peers = peers
+        self.extraKeys = extraKeys
+        self.makeServices = makeServices
+    }
+
+    /// An RPC service: `makeParts` gives its method table (plus background work and health checks);
+    /// the table and grpc.health.v1 are served over the lean protocol and over gRPC, each on its own
+    /// Unix socket unless turned off, and on TCP+TLS when configured. Health reports SERVING once
+    /// every listener is up.
+    public static func rpc(
+        name: String, peers: [String] = [], extraKeys: Set<String> = [],
+        makeParts: @escaping @Sendable (ProcessContext) async throws -> RPCServiceParts
+    ) -> ServiceDefinition {
+        ServiceDefinition(name: name, peers: peers, extraKeys: extraKeys.union(PeerPolicy.keys)) { context in
+            try await HeraldProcess.rpcServices(parts: try await makeParts(context), context: context)
+        }
+    }
+}
+
+/// The start-up every Herald executable shares, so `@main`s stay a few lines.
+public enum HeraldProcess {
+    /// Makes SwiftNIO's event loops Swift Concurrency's global executor, so handler tasks run on
+    /// the threads that do the socket I/O instead of hopping to and from a separate pool on every
+    /// call. Call it first thing in `main`, on the main thread, before any task runs.
+    @discardableResult
+    public static func installEventLoopExecutor() -> Bool {
+        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+    }
+
+    /// Builds a service from configuration without running it and without touching process-wide
+    /// state (logging, metrics, signals unless asked, `exit`): rejects unknown keys, creates the
+    /// runtime and data folders (0750), makes clients for the peers, asks the definition for the
+    /// service's own lifecycle services, and puts them all in one `ServiceGroup` (clients first, so
+    /// they stop last). Run the group; `triggerGracefulShutdown()` drains it.
+    public static func makeServiceGroup(
+        _ definition: ServiceDefinition, reader: ConfigReader, logger: Logger, shutdownSignals: [UnixSignal] = []
+    ) async throws -> ServiceGroup {
+        let name = definition.name, peers = definition.peers
+        try reader.rejectUnknownArguments(known: RuntimeConfig.keys(peers: peers).union(definition.extraKeys))
+        let config = try RuntimeConfig(service: name, peers: peers, reader: reader)
+        try makePrivateDirectory(config.runtimeDir)
+        try makePrivateDirectory(config.dataDir)
+        var clients: [String: RPCClient] = [:]
+        for peer in peers {
+            clients[peer] = try RPCClient(
+                endpoint: config.endpoint(of: peer), transport: config.rpcTransport, tls: config.tls,
+                defaultTimeout: config.rpcTimeout)
+        }
+        let context = ProcessContext(config: config, reader: reader, logger: logger, clients: clients)
+        var own = try await definition.makeServices(context)
+        if let listen = config.metricsListen {
+            own.append(MetricsServer(
+                host: listen.host, port: listen.port, urlFile: "\(config.runtimeDir)/\(name).metrics.url", logger: logger))
+        }
+        return ServiceGroup(
+            configuration: .init(
+                services: peers.map { .init(service: clients[$0]!) } + own.map { .init(service: $0) },
+                gracefulShutdownSignals: shutdownSignals,
+                cancellationSignals: [],
+                logger: logger
+            ).withDrainTimeout(config.drainTimeout)
+        )
+    }
+
+    /// Runs one executable until SIGTERM/SIGINT: reads config from the command line and environment,
+    /// bootstraps logging and metrics, answers `--check-health`, then runs
+    /// ``makeServiceGroup(_:reader:logger:shutdownSignals:)``'s group. Exits 2 with a one-line message
+    /// on a configuration error, 1 on a start-up error.
+    public static func main(_ definition: ServiceDefinition) async -> Never {
+        let name = definition.name
+        do {
+            let reader = try ConfigReader.fromProcess()
+            try reader.rejectUnknownArguments(known: RuntimeConfig.keys(peers: definition.peers).union(definition.extraKeys))
+            let config = try RuntimeConfig(service: name, peers: definition.peers, reader: reader)
+            let logger = try bootstrapLogging(service: name, config: config)
+            HeraldMetrics.bootstrap()
+            if try reader.bool("check-health") {
+                guard let own = config.ownSocket else { throw ConfigError("no socket to check: both are off") }
+                exit(await checkHealth(socketPath: own.path, transport: own.transport) ? 0 : 1)
+            }
+            // Sockets 0660 and folders 0750 at most, from the first file this process creates.
+            umask(0o027)
+            let group = try await makeServiceGroup(
+                definition, reader: reader, logger: logger, shutdownSignals: [.sigterm, .sigint])
+            try await group.run()
+            logger.info("stopped")
+            exit(0)
+        } catch let error as ConfigError {
+            printError("herald-\(name): \(error)")
+            exit(2)
+        } catch {
+            printError("herald-\(name): \(error)")
+            exit(1)
+        }
+    }
+
+    /// Points swift-log at standard error, as text or JSON lines (`log-format`), at `log-level`.
+    private static func bootstrapLogging(service name: String, config: RuntimeConfig) throws -> Logger {
+        guard let level = Logger.Level(rawValue: config.logLevel) else {
+            throw ConfigError("log-level must be one of trace|debug|info|notice|warning|error|critical")
+        }
+        let format = config.logFormat
+        LoggingSystem.bootstrap { label in
+            switch format {
+            case .text:
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            case .json:
+                var handler = JSONLogHandler(label: label)
+                handler.logLevel = level
+                return handler
+            }
+        }
+        return Logger(label: "herald-\(name)")
+    }
+
+    /// An RPC service's lifecycle services: its background work, the health probe, and a listener
+    /// per configured socket, all serving `parts.table` plus grpc.health.v1.
+    fileprivate static func rpcServices(parts: RPCServiceParts, context: ProcessContext) async throws -> [any Service] {
+        let policy = try PeerPolicy(reader: context.reader)
+        var table = parts.table
+        let health = HealthReporter()
+        health.register(into: &table)
+        let config = context.config
+        let listeners = [config.leanSocketPath != nil, config.grpcSocketPath != nil, config.leanTCP != nil, config.grpcTCP != nil]
+            .filter { $0 }.count
+        guard listeners > 0 else {
+            throw ConfigError("socket and grpc-socket are both off and no TCP listener is set: nothing to serve on")
+        }
+        let listening = Mutex(0)
+        health.setCondition("listening", false)
+        health.track(table.services + [""])
+        let onListening: @Sendable () -> Void = {
+            let all = listening.withLock { count in
+                count += 1
+                return count == listeners
+            }
+            if all { health.setCondition("listening", true) }
+        }
+        // Conditions checked every health-interval: the database takes a write, peers answer SERVING.
+        var checks = parts.healthChecks
+        for peer in context.clients.keys.sorted() {
+            let client = HealthClient(context.clients[peer]!)
+            checks.append(HealthCheck("peer:\(peer)") {
+                let answer = try await client.check(HealthCheckRequest(service: ""), timeout: .seconds(1))
+                guard answer.status == .serving else { throw ServiceError.unavailable("\(peer) is \(answer.status)") }
+            })
+        }
+        var servers: [any Service] = []
+        if let path = config.leanSocketPath {
+            servers.append(LeanServer(
+                table: table, socketPath: path, logger: context.logger, health: health, peers: policy, onListening: onListening))
+        }
+        if let path = config.grpcSocketPath {
+            servers.append(try RPCServer(
+                table: table, endpoint: .unix(path), tls: nil, logger: context.logger, health: health, peers: policy,
+                onListening: onListening))
+        }
+        if let endpoint = config.leanTCP {
+            servers.append(LeanServer(
+                table: table, endpoint: endpoint, tls: try config.tls.serverContext(), logger: context.logger, health: health,
+                onListening: onListening))
+        }
+        if let endpoint = config.grpcTCP {
+            servers.append(try RPCServer(
+                table: table, endpoint: endpoint, tls: config.tls, logger: context.logger, health: health,
+                onListening: onListening))
+        }
+        let probe = HealthProbe(health: health, checks: checks, interval: config.healthInterval, logger: context.logger)
+        return parts.background + (checks.isEmpty ? [] : [probe]) + servers
+    }
+
+    /// One health check against a socket: true when the server as a whole is SERVING.
+    public static func checkHealth(
+        socketPath: String, transport: RPCTransport = .lean, timeout: Duration = .seconds(2)
+    ) async -> Bool {
+        do {
+            let response = try await RPCClient.with(socketPath: socketPath, transport: transport, timeout: timeout) { client in
+                try await HealthClient(client).check(HealthCheckRequest(service: ""))
+            }
+            return response.status == .serving
+        } catch {
+            return false
+        }
+    }
+}
+
+/// What an RPC service runs: its method table, and background services beside the listeners.
+public struct RPCServiceParts: Sendable {
+    public var table: MethodTable
+    public var background: [any Service]
+    /// Conditions health reports on besides listening and peers, e.g. ``HealthCheck/database(_:)``.
+    public var healthChecks: [HealthCheck]
+
+    public init(table: MethodTable, background: [any Service] = [], healthChecks: [HealthCheck] = []) {
+        self.table = table
+        self.background = background
+        self.healthChecks = healthChecks
+    }
+}
+
+/// Writes one line to standard error (for start-up failures, before or instead of logging).
+public func printError(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+/// Creates `path` (and its parents) with mode 0750 when missing.
+public func makePrivateDirectory(_ path: String) throws {
+    try FileManager.default.createDirectory(
+        atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o750]
+    )
+}
+
+extension ServiceGroupConfiguration {
+    fileprivate func withDrainTimeout(_ timeout: Duration) -> Self {
+        var copy = self
+        copy.maximumGracefulShutdownDuration = timeout
+        copy.maximumCancellationDuration = .seconds(2)
+        return copy
+    }
+}

@@ -1,0 +1,252 @@
+import Edge
+import Foundation
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import Hummingbird
+import HummingbirdTesting
+import Synchronization
+import Testing
+
+/// The edge's routes in-process (HummingbirdTesting's `.router`) over fake service clients: every
+/// status mapping and the request id, without starting a process. The full-stack suites in
+/// IntegrationTests cover the flows.
+@Suite("edge routes over fake services")
+struct EdgeRouteTests {
+    static let alice = "Basic " + Data("alice:alice".utf8).base64EncodedString()
+
+    /// Builds the edge's router over `services` and runs `body` with a test client.
+    static func withEdge(
+        _ services: FakeServices = FakeServices(), profile: String = "rich",
+        _ body: @Sendable (any TestClientProtocol) async throws -> Void
+    ) async throws {
+        let config = try EdgeConfig(reader: ConfigReader(arguments: ["--profile", profile]))
+        let routes = EdgeRoutes(
+            auth: services, registration: services, payload: services, dispatch: services,
+            health: ["auth": services, "registration": services, "payload": services, "dispatch": services], config: config)
+        let router = Router(context: EdgeRequestContext.self)
+        routes.add(to: router)
+        try await Application(router: router).test(.router) { client in try await body(client) }
+    }
+
+    @Test("without X-Request-Id the edge makes one id and every RPC of the request carries it")
+    func oneRequestIDWhenTheClientSendsNone() async throws {
+        let services = FakeServices()
+        try await Self.withEdge(services) { client in
+            try await client.execute(uri: "/api/notifications/7", method: .get, headers: [.authorization: Self.alice]) { response in
+                #expect(response.status == .ok)
+                let id = try #require(response.headers[HTTPField.Name("X-Request-Id")!])
+                #expect(!id.isEmpty)
+                #expect(services.requestIDs == [id, id], "auth and payload saw \(services.requestIDs), the answer says \(id)")
+            }
+        }
+    }
+
+    @Test("a sane X-Request-Id from the client is the one every RPC carries")
+    func clientRequestIDIsKept() async throws {
+        let services = FakeServices()
+        try await Self.withEdge(services) { client in
+            try await client.execute(
+                uri: "/api/notifications/7", method: .get,
+                headers: [.authorization: Self.alice, HTTPField.Name("X-Request-Id")!: "trace-42"]
+            ) { response in
+                #expect(response.headers[HTTPField.Name("X-Request-Id")!] == "trace-42")
+                #expect(services.requestIDs == ["trace-42", "trace-42"])
+            }
+        }
+    }
+
+    @Test(
+        "each RPC status becomes its HTTP status with a JSON body",
+        arguments: [
+            (ServiceError(.notFound, "no such content"), 404, nil),
+            (ServiceError(.invalidArgument, "bad"), 400, nil),
+            (ServiceError(.permissionDenied, "no"), 403, nil),
+            (ServiceError(.unavailable, "down"), 503, "1"),
+            (ServiceError(.deadlineExceeded, "slow"), 503, "1"),
+            (ServiceError.storageFull, 507, "30"),
+            (ServiceError(.internal, "secret detail"), 500, nil),
+        ] as [(ServiceError, Int, String?)])
+    func statusMapping(error: ServiceError, status: Int, retryAfter: String?) async throws {
+        let services = FakeServices(payloadError: error)
+        try await Self.withEdge(services) { client in
+            try await client.execute(uri: "/api/notifications/7", method: .get, headers: [.authorization: Self.alice]) { response in
+                #expect(response.status.code == status)
+                #expect(response.headers[.contentType] == "application/json; charset=utf-8")
+                #expect(response.headers[.retryAfter] == retryAfter)
+                let body = try JSONSerialization.jsonObject(with: Data(buffer: response.body)) as? [String: String]
+                #expect(body?["error"] != nil && body?["message"] != nil)
+                #expect(!(body?["message"] ?? "").contains("secret"), "an internal error's detail stays in the log")
+            }
+        }
+    }
+
+    @Test("a refused login is 401 with a Basic challenge, and nothing else is called")
+    func unauthenticated() async throws {
+        let services = FakeServices(authError: ServiceError(.unauthenticated, "wrong password"))
+        try await Self.withEdge(services) { client in
+            try await client.execute(uri: "/api/notifications/7", method: .get, headers: [.authorization: Self.alice]) { response in
+                #expect(response.status == .unauthorized)
+                #expect(response.headers[.wwwAuthenticate] == #"Basic realm="herald""#)
+                #expect(services.requestIDs.count == 1)
+            }
+            try await client.execute(uri: "/api/notifications/7", method: .get) { response in
+                #expect(response.status == .unauthorized)
+            }
+        }
+    }
+
+    @Test("PUT api/register of a gone id is 410, as the tutorial's client expects")
+    func goneRegistration() async throws {
+        let services = FakeServices(registrationError: ServiceError(.notFound, "unknown id"))
+        try await Self.withEdge(services) { client in
+            try await client.execute(
+                uri: "/api/register/r-1", method: .put, headers: [.authorization: Self.alice, .contentType: "application/json"],
+                body: ByteBuffer(string: #"{"Platform":"apns","Handle":"abcd","Tags":[]}"#)
+            ) { response in
+                #expect(response.status == .gone)
+            }
+        }
+    }
+
+    @Test("a send refused by dispatch deletes the content it stored")
+    func refusedSendDeletesContent() async throws {
+        let services = FakeServices(dispatchError: ServiceError(.invalidArgument, "no"))
+        try await Self.withEdge(services) { client in
+            try await client.execute(uri: "/api/notifications", method: .post, headers: [.authorization: Self.alice]) { response in
+                #expect(response.status == .badRequest)
+                #expect(services.deleted == [7])
+            }
+        }
+    }
+
+    @Test("/readyz names each service's health, 503 when one is not serving")
+    func readiness() async throws {
+        try await Self.withEdge(FakeServices(healthy: false)) { client in
+            try await client.execute(uri: "/readyz", method: .get) { response in
+                #expect(response.status == .serviceUnavailable)
+                #expect(String(buffer: response.body).contains("NOT_SERVING"))
+            }
+        }
+        try await Self.withEdge(FakeServices()) { client in
+            try await client.execute(uri: "/readyz", method: .get) { response in #expect(response.status == .ok) }
+        }
+    }
+}
+
+/// All four services and their health in one fake: answers from fixed values or throws the error
+/// it was given, and records the request id of every call.
+final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientProtocol, PayloadServiceClientProtocol,
+    DispatchServiceClientProtocol, HealthClientProtocol
+{
+    let authError: ServiceError?
+    let registrationError: ServiceError?
+    let payloadError: ServiceError?
+    let dispatchError: ServiceError?
+    let healthy: Bool
+    private let seen = Mutex<(ids: [String], deleted: [Int64])>(([], []))
+
+    init(
+        authError: ServiceError? = nil, registrationError: ServiceError? = nil, payloadError: ServiceError? = nil,
+        dispatchError: ServiceError? = nil, healthy: Bool = true
+    ) {
+        self.authError = authError
+        self.registrationError = registrationError
+        self.payloadError = payloadError
+        self.dispatchError = dispatchError
+        self.healthy = healthy
+    }
+
+    var requestIDs: [String] { seen.withLock { $0.ids } }
+    var deleted: [Int64] { seen.withLock { $0.deleted } }
+
+    private func record(_ options: RPCCallOptions, _ error: ServiceError?) throws {
+        seen.withLock { $0.ids.append(options.requestID ?? "<none>") }
+        if let error { throw error }
+    }
+
+    private static func unused() -> ServiceError { ServiceError(.unimplemented, "not used by these tests") }
+
+    // auth
+    func authenticate(_ request: AuthenticateRequest, options: RPCCallOptions) async throws -> AuthenticateResponse {
+        try record(options, authError)
+        return AuthenticateResponse(user: "alice", scheme: "basic")
+    }
+    func issueToken(_ request: IssueTokenRequest, options: RPCCallOptions) async throws -> IssueTokenResponse { throw Self.unused() }
+    func revokeToken(_ request: RevokeTokenRequest, options: RPCCallOptions) async throws -> RevokeTokenResponse { throw Self.unused() }
+    func revokeUserTokens(_ request: RevokeUserTokensRequest, options: RPCCallOptions) async throws -> RevokeTokenResponse {
+        throw Self.unused()
+    }
+    func createUser(_ request: CreateUserRequest, options: RPCCallOptions) async throws -> UserResponse { throw Self.unused() }
+    func setPassword(_ request: SetPasswordRequest, options: RPCCallOptions) async throws -> UserResponse { throw Self.unused() }
+    func deleteUser(_ request: DeleteUserRequest, options: RPCCallOptions) async throws -> DeleteUserResponse { throw Self.unused() }
+    func listUsers(_ request: ListUsersRequest, options: RPCCallOptions) async throws -> ListUsersResponse { throw Self.unused() }
+    func userExists(_ request: UserExistsRequest, options: RPCCallOptions) async throws -> UserExistsResponse {
+        try record(options, authError)
+        return UserExistsResponse(exists: true)
+    }
+
+    // registration
+    func createRegistrationId(
+        _ request: CreateRegistrationIdRequest, options: RPCCallOptions
+    ) async throws -> CreateRegistrationIdResponse {
+        try record(options, registrationError)
+        return CreateRegistrationIdResponse(registrationID: "r-1")
+    }
+    func upsertRegistration(
+        _ request: UpsertRegistrationRequest, options: RPCCallOptions
+    ) async throws -> UpsertRegistrationResponse {
+        try record(options, registrationError)
+        return UpsertRegistrationResponse()
+    }
+    func deleteRegistration(
+        _ request: DeleteRegistrationRequest, options: RPCCallOptions
+    ) async throws -> DeleteRegistrationResponse {
+        try record(options, registrationError)
+        return DeleteRegistrationResponse()
+    }
+    func listRegistrations(
+        _ request: ListRegistrationsRequest, options: RPCCallOptions
+    ) async throws -> ListRegistrationsResponse { throw Self.unused() }
+    func removeHandle(_ request: RemoveHandleRequest, options: RPCCallOptions) async throws -> RemoveHandleResponse {
+        throw Self.unused()
+    }
+    func streamAudience(
+        _ request: StreamAudienceRequest, options: RPCCallOptions,
+        onMessage: @escaping @Sendable (AudienceBatch) async throws -> Void
+    ) async throws { throw Self.unused() }
+
+    // payload
+    func storePayload(_ request: StorePayloadRequest, options: RPCCallOptions) async throws -> StorePayloadResponse {
+        try record(options, nil)
+        return StorePayloadResponse(id: 7)
+    }
+    func fetchPayload(_ request: FetchPayloadRequest, options: RPCCallOptions) async throws -> FetchPayloadResponse {
+        try record(options, payloadError)
+        return FetchPayloadResponse(id: request.id, kind: .rich, content: Array("hello".utf8), contentType: "text/plain")
+    }
+    func deletePayload(_ request: DeletePayloadRequest, options: RPCCallOptions) async throws -> DeletePayloadResponse {
+        seen.withLock { $0.deleted.append(request.id) }
+        return DeletePayloadResponse()
+    }
+
+    // dispatch
+    func send(_ request: SendRequest, options: RPCCallOptions) async throws -> SendResponse {
+        try record(options, dispatchError)
+        return SendResponse(outcome: Outcome(notificationID: "n-1"))
+    }
+    func getOutcome(_ request: GetOutcomeRequest, options: RPCCallOptions) async throws -> Outcome { throw Self.unused() }
+    func listInbox(_ request: ListInboxRequest, options: RPCCallOptions) async throws -> ListInboxResponse { throw Self.unused() }
+    func listDeliveries(
+        _ request: ListDeliveriesRequest, options: RPCCallOptions
+    ) async throws -> ListDeliveriesResponse { throw Self.unused() }
+
+    // grpc.health.v1
+    func check(_ request: HealthCheckRequest, options: RPCCallOptions) async throws -> HealthCheckResponse {
+        HealthCheckResponse(status: healthy ? .serving : .notServing)
+    }
+    func watch(
+        _ request: HealthCheckRequest, options: RPCCallOptions,
+        onMessage: @escaping @Sendable (HealthCheckResponse) async throws -> Void
+    ) async throws { throw Self.unused() }
+}
