@@ -47,6 +47,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         // NIOHTTPTypes: the HTTP parts the edge's ConnectionGuard sees (already in Hummingbird's graph).
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
+        // HTTPField names in the edge's route tests (already in Hummingbird's graph).
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.4.0"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         // Metrics: the swift-metrics API with a Prometheus text backend.
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
@@ -237,6 +239,7 @@ let package = Package(
                 "Edge", "HeraldRPC", "HeraldModel", "HeraldProto",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
             ],
             swiftSettings: swiftSettings
         ),

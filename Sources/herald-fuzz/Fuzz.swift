@@ -14,6 +14,7 @@ import Foundation
 #if canImport(FoundationXML)
 import FoundationXML
 #endif
+import HeraldModel
 import HeraldProto
 @testable import HeraldRPC
 import NIOCore
