@@ -35,6 +35,9 @@ let package = Package(
         .executable(name: "herald-dispatch", targets: ["herald-dispatch"]),
         .executable(name: "herald-edge", targets: ["herald-edge"]),
         .executable(name: "herald-bench", targets: ["herald-bench"]),
+        // For other teams' Swift services: `import HeraldClient`, typed clients of every RPC
+        // (Examples/send-push shows one).
+        .library(name: "HeraldClient", targets: ["HeraldClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/grpc/grpc-swift-2.git", from: "2.4.3"),
@@ -121,6 +124,16 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The published client: re-exports the messages, the typed clients and the errors, plus a
+        // HeraldClient holding one connection per service.
+        .target(
+            name: "HeraldClient",
+            dependencies: [
+                "HeraldModel", "HeraldProto", "HeraldRPC",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),

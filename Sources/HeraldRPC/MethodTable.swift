@@ -51,7 +51,7 @@ public struct ResponseStream<Message: HeraldMessage>: Sendable {
 ///
 /// Handlers are plain async functions of Herald message types; grpc-swift never appears in service
 /// code. The table stores them type-erased to bytes, which is all a transport needs: the gRPC binding
-/// (``GRPCBinding``) serves it over HTTP/2 today, and a leaner framing can serve the same table.
+/// (``GRPCBinding``) serves it over HTTP/2, the lean server (`LeanServer`) over its own framing.
 public struct MethodTable: Sendable {
     /// A type-erased handler.
     public enum Handler: Sendable {

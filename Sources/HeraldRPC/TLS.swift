@@ -55,6 +55,15 @@ public struct TLSFiles: Sendable {
 
     public static let keys: Set<String> = ["tls-cert", "tls-key", "tls-ca", "tls-require-client-cert"]
 
+    /// For a client: `ca` to trust (empty: the system roots), and a certificate and key to present
+    /// when the server asks for one (mutual TLS).
+    public init(ca: String = "", certificate: String = "", key: String = "") {
+        self.certificate = certificate
+        self.key = key
+        self.ca = ca
+        self.requireClientCertificate = false
+    }
+
     public init(reader: ConfigReader) throws {
         certificate = reader.string("tls-cert", default: "")
         key = reader.string("tls-key", default: "")

@@ -86,3 +86,35 @@ struct ExternalClientTests {
         #expect(result.output.contains("statefulset/herald"), "\(result.output)")
     }
 }
+
+/// Examples/send-push, a separate package that adds Herald's `HeraldClient` product the way another
+/// team's service would, run against a live stack. scripts/test.sh builds it and sets
+/// HERALD_EXAMPLE_SEND_PUSH to its binary.
+@Suite("the published Swift client", .serialized, .timeLimit(.minutes(3)))
+struct PublishedClientTests {
+    static let binary = ProcessInfo.processInfo.environment["HERALD_EXAMPLE_SEND_PUSH"]
+
+    @Test(
+        "Examples/send-push sends a push through HeraldClient, over both transports, and follows it to COMPLETED",
+        .enabled(if: binary != nil, "set HERALD_EXAMPLE_SEND_PUSH (scripts/test.sh builds Examples/send-push)"))
+    func examplePackageSendsAPush() async throws {
+        let binary = try #require(Self.binary)
+        try await LiveStack.with { live in
+            _ = try await live.register("dora", platform: "apns", handle: String(repeating: "d0", count: 32))
+            _ = try await live.register("dora", platform: "fcm", handle: "fcm-dora")
+            for transport in ["lean", "grpc"] {
+                let result = try runProgram(binary, [
+                    "--runtime-dir", live.configuration.runtimeDirectory, "--user", "dora",
+                    "--message", "über \"quoted\" \(transport)", "--transport", transport,
+                ])
+                #expect(result.status == 0, "send-push failed: \(result.error)")
+                #expect(result.output.contains("OUTCOME_STATE_COMPLETED"), "\(result.output)")
+                #expect(result.output.contains("apns: 1 delivered"), "\(result.output)")
+                let delivered = try await live.waitForInbox(count: 2) { entry in
+                    String(decoding: entry.payload, as: UTF8.self).contains("über \\\"quoted\\\" \(transport)")
+                }
+                #expect(delivered.count == 2)
+            }
+        }
+    }
+}

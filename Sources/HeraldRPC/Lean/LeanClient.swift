@@ -33,10 +33,6 @@ final class LeanClient: Sendable {
     let endpoint: RPCEndpoint
     let tls: NIOSSLContext?
 
-    convenience init(socketPath: String, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes) {
-        self.init(endpoint: .unix(socketPath), tls: nil, maxFrameBytes: maxFrameBytes)
-    }
-
     init(endpoint: RPCEndpoint, tls: NIOSSLContext?, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes) {
         self.endpoint = endpoint
         self.tls = tls
