@@ -62,7 +62,7 @@ public struct AuthHandlers: AuthServiceHandler {
 /// herald-auth's start-up.
 public enum AuthServer {
     /// What herald-auth runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
-    public static let definition = ServiceDefinition.rpc(name: "auth", extraKeys: AuthConfig.keys) { context in
+    public static let definition = ServiceDefinition.rpc(.auth, extraKeys: AuthConfig.keys) { context in
         let config = try AuthConfig(reader: context.reader)
         switch config.mode {
         case .tutorial:

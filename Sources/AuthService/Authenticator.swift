@@ -8,15 +8,6 @@ import Logging
 import NIOPosix
 import Synchronization
 
-/// How herald-auth decides who a caller is.
-public enum AuthMode: String, CaseIterable, Sendable {
-    /// Real accounts with scrypt-hashed passwords, managed with `herald users`.
-    case accounts
-    /// The tutorial's rule: any user whose password equals the user name. For running the tutorial
-    /// apps unchanged; never for production.
-    case tutorial
-}
-
 /// Settings of herald-auth, besides ``RuntimeConfig``'s.
 ///
 /// - `auth-mode` (`HERALD_AUTH_MODE`, `accounts`): `accounts` or `tutorial`.

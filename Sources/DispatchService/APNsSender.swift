@@ -98,6 +98,14 @@ public struct APNsSender: SingleRequestSender {
         self.concurrency = concurrency
     }
 
+    /// The headers that follow from a push's options (the inbox records the same ones).
+    public static func headers(for options: DeliveryOptions) -> [Header] {
+        [
+            Header(name: "apns-push-type", value: options.pushType), Header(name: "apns-priority", value: String(options.priority)),
+            Header(name: "content-type", value: options.contentType),
+        ]
+    }
+
     public func send(_ item: PushItem) async -> PushResult {
         let jwt: String
         do { jwt = try await token.token() } catch { return .failed(status: 0, reason: "ProviderTokenUnavailable") }
@@ -105,14 +113,13 @@ public struct APNsSender: SingleRequestSender {
         request.method = .POST
         request.headers.add(name: "authorization", value: "bearer \(jwt)")
         request.headers.add(name: "apns-topic", value: credentials.topic)
-        request.headers.add(name: "apns-push-type", value: item.payload.header("apns-push-type") ?? "alert")
-        request.headers.add(name: "apns-priority", value: item.payload.header("apns-priority") ?? "10")
+        let options = item.payload.options
+        for header in Self.headers(for: options) { request.headers.add(name: header.name, value: header.value) }
         request.headers.add(name: "apns-id", value: item.messageID)
         // Without a TTL the header is left out: APNs then stores the push and retries it itself
-        // (apns-expiration 0 would mean "try once, never store").
-        if item.payload.expiresAt > 0 { request.headers.add(name: "apns-expiration", value: String(item.payload.expiresAt)) }
-        if !item.payload.collapseID.isEmpty { request.headers.add(name: "apns-collapse-id", value: item.payload.collapseID) }
-        request.headers.add(name: "content-type", value: item.payload.header("content-type") ?? "application/json")
+        // (apns-expiration 0 would mean "try once, never store"). APNs wants Unix seconds.
+        if options.expiresAtUnixMs > 0 { request.headers.add(name: "apns-expiration", value: String(options.expiresAtUnixMs / 1000)) }
+        if !options.collapseID.isEmpty { request.headers.add(name: "apns-collapse-id", value: options.collapseID) }
         request.body = .bytes(ByteBuffer(bytes: item.payload.body))
 
         return await PushHTTP.send(client, request, timeout: timeout) { answer in

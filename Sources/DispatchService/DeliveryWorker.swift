@@ -127,41 +127,13 @@ public final class DeliveryWorker: Service, Sendable {
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 while !Task.isCancelled, !stopping.withLock({ $0 }) {
-                    // Local (inbox) deliveries: claimed, written and recorded in one transaction.
-                    var deliveredLocally = false
-                    if let local {
-                        do {
-                            // Larger than remote batches: a local batch is only rows, and each transaction has a fixed cost.
-                            let done = try await outbox.deliverLocally(
-                                limit: max(batchSize, 2000), platforms: local.platforms, write: local.sender.write)
-                            deliveredLocally = !done.delivered.isEmpty
-                            for (platform, count) in done.delivered {
-                                Counter(label: "herald_deliveries_total", dimensions: [("platform", platform.name), ("outcome", "delivered")])
-                                    .increment(by: count)
-                            }
-                            for (_, state) in done.finished {
-                                Counter(label: "herald_sends_total", dimensions: [("state", "\(state)")]).increment()
-                            }
-                        } catch {
-                            logger.error("cannot record inbox deliveries", metadata: ["herald.error": "\(error)"])
-                            await wakeup.wait(upTo: .seconds(1))
-                        }
-                    }
-                    if running.withLock({ $0 }) >= workers {
-                        if deliveredLocally { continue }
+                    let deliveredLocally = await deliverLocalBatch()
+                    guard running.withLock({ $0 }) < workers else {
                         // Every batch slot is busy; a finishing batch signals.
-                        await wakeup.wait(upTo: .seconds(1))
+                        if !deliveredLocally { await wakeup.wait(upTo: .seconds(1)) }
                         continue
                     }
-                    let items: [PushItem]
-                    do {
-                        items = remotePlatforms.isEmpty ? [] : try await outbox.claim(limit: batchSize, platforms: remotePlatforms)
-                    } catch {
-                        logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
-                        await wakeup.wait(upTo: .seconds(1))
-                        continue
-                    }
-                    if items.isEmpty, deliveredLocally { continue }
+                    guard let items = await claimRemoteBatch() else { continue }
                     if !items.isEmpty {
                         running.withLock { $0 += 1 }
                         group.addTask {
@@ -171,23 +143,57 @@ public final class DeliveryWorker: Service, Sendable {
                         }
                         continue
                     }
-                    await flushRemovals()
-                    if ContinuousClock.now - lastGauge > .seconds(1) {
-                        lastGauge = .now
-                        if let depth = try? outbox.depth() {
-                            Gauge(label: "herald_outbox_pending").record(depth.pending)
-                            Gauge(label: "herald_handle_removals_pending").record(depth.removals)
-                        }
-                    }
-                    let due = (try? outbox.nextDue()) ?? nil
-                    let wait = due.map { Duration.milliseconds(max(0, min($0 - unixMillis(), 1000))) } ?? .seconds(1)
-                    if wait > .zero { await wakeup.wait(upTo: wait) }
+                    if deliveredLocally { continue }
+                    await idle(lastGauge: &lastGauge)
                 }
             }
         } onGracefulShutdown: {
             self.stopping.withLock { $0 = true }
             self.wakeup.signal()
         }
+    }
+
+    /// Local (inbox) deliveries: claimed, written and recorded in one transaction. True when it
+    /// delivered any (so the loop goes round again without waiting).
+    private func deliverLocalBatch() async -> Bool {
+        guard let local else { return false }
+        do {
+            // Larger than remote batches: a local batch is only rows, and each transaction has a fixed cost.
+            let done = try await outbox.deliverLocally(limit: max(batchSize, 2000), platforms: local.platforms, write: local.sender.write)
+            for (platform, count) in done.delivered { DispatchMetrics.deliveries(platform, "delivered", count: count) }
+            for (_, state) in done.finished { DispatchMetrics.sendFinished(state) }
+            return !done.delivered.isEmpty
+        } catch {
+            logger.error("cannot record inbox deliveries", metadata: ["herald.error": "\(error)"])
+            await wakeup.wait(upTo: .seconds(1))
+            return false
+        }
+    }
+
+    /// Claims due deliveries of the remote platforms (with a lease); nil after a database error
+    /// (logged, and waited on for a second).
+    private func claimRemoteBatch() async -> [PushItem]? {
+        guard !remotePlatforms.isEmpty else { return [] }
+        do {
+            return try await outbox.claim(limit: batchSize, platforms: remotePlatforms)
+        } catch {
+            logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
+            await wakeup.wait(upTo: .seconds(1))
+            return nil
+        }
+    }
+
+    /// Nothing was due: report dead handles, sample the queues' depth once a second, and sleep until
+    /// the next delivery is due (at most a second; a new send wakes it sooner).
+    private func idle(lastGauge: inout ContinuousClock.Instant) async {
+        await flushRemovals()
+        if ContinuousClock.now - lastGauge > .seconds(1) {
+            lastGauge = .now
+            if let depth = try? outbox.depth() { DispatchMetrics.queueDepth(pending: depth.pending, removals: depth.removals) }
+        }
+        let due = (try? outbox.nextDue()) ?? nil
+        let wait = due.map { Duration.milliseconds(max(0, min($0 - unixMillis(), 1000))) } ?? .seconds(1)
+        if wait > .zero { await wakeup.wait(upTo: wait) }
     }
 
     /// One claimed batch: sends each platform's share, then records every result in one transaction.
@@ -210,9 +216,7 @@ public final class DeliveryWorker: Service, Sendable {
         }
         do {
             let finished = try await outbox.record(decisions)
-            for (_, state) in finished {
-                Counter(label: "herald_sends_total", dimensions: [("state", "\(state)")]).increment()
-            }
+            for (_, state) in finished { DispatchMetrics.sendFinished(state) }
         } catch {
             // The leases stay: a restart (recoverLeases) makes these deliveries due again.
             logger.error("cannot record delivery results", metadata: ["herald.error": "\(error)"])
@@ -244,7 +248,7 @@ public final class DeliveryWorker: Service, Sendable {
             decision.status = status
             decision.reason = reason
             let next = now + policy.delay(afterAttempt: item.attempt, retryAfter: after).wholeMilliseconds
-            let expiry = item.payload.expiresAt > 0 ? item.payload.expiresAt * 1000 : Int64.max
+            let expiry = item.payload.options.expiresAtUnixMs > 0 ? item.payload.options.expiresAtUnixMs : Int64.max
             if next > min(item.giveUpAt, expiry) {
                 decision.state = .abandoned
                 outcome = "abandoned"
@@ -254,7 +258,7 @@ public final class DeliveryWorker: Service, Sendable {
                 outcome = "retry"
             }
         }
-        Counter(label: "herald_deliveries_total", dimensions: [("platform", item.platform.name), ("outcome", outcome)]).increment()
+        DispatchMetrics.deliveries(item.platform, outcome)
         if outcome != "delivered" {
             logger.debug(
                 "delivery \(outcome)",
@@ -282,7 +286,7 @@ public final class DeliveryWorker: Service, Sendable {
                     _ = try await registrations.removeHandle(
                         RemoveHandleRequest(platform: removal.platform, handle: removal.handle, invalidSinceUnixMs: removal.since))
                     try outbox.removalDone(removal.id)
-                    Counter(label: "herald_removed_handles_total", dimensions: [("platform", removal.platform.name)]).increment()
+                    DispatchMetrics.removedHandle(removal.platform)
                 } catch {
                     logger.warning("cannot remove a dead handle yet", metadata: ["herald.error": "\(error)"])
                     return

@@ -212,7 +212,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
 /// herald-dispatch's start-up.
 public enum DispatchServer {
     /// What herald-dispatch runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
-    public static let definition = ServiceDefinition.rpc(name: "dispatch", peers: ["registration"], extraKeys: DispatchConfig.keys) { context -> RPCServiceParts in
+    public static let definition = ServiceDefinition.rpc(.dispatch, extraKeys: DispatchConfig.keys) { context -> RPCServiceParts in
         let config = try DispatchConfig(reader: context.reader)
         let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
         let inbox = try InboxProvider(db: pool)
@@ -226,10 +226,10 @@ public enum DispatchServer {
                 "herald.recorded_in_inbox": "\(recorded.joined(separator: ","))",
             ])
         let worker = DeliveryWorker(
-            outbox: outbox, senders: senders, registrations: RegistrationServiceClient(context.client("registration")), policy: config.retryPolicy,
+            outbox: outbox, senders: senders, registrations: RegistrationServiceClient(context.client(.registration)), policy: config.retryPolicy,
             batchSize: config.batchSize, workers: config.workers, logger: context.logger)
         let dispatcher = Dispatcher(
-            outbox: outbox, registrations: RegistrationServiceClient(context.client("registration")), retryWindow: config.retryWindow,
+            outbox: outbox, registrations: RegistrationServiceClient(context.client(.registration)), retryWindow: config.retryWindow,
             onEnqueue: { worker.wake() })
         var table = MethodTable()
         DispatchHandlers(dispatcher: dispatcher, outbox: outbox, inbox: inbox).register(into: &table)

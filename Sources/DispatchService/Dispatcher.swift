@@ -34,7 +34,7 @@ public final class Dispatcher: Sendable {
             throw ServiceError.invalidArgument("set exactly one of target_user and target_tag")
         }
         guard !request.payloads.isEmpty else { throw ServiceError.invalidArgument("at least one payload is required") }
-        let sentAt = unixMillis() / 1000
+        let sentAt = unixMillis()
         var prepared: [Platform: OutboxPayload] = [:]
         for payload in request.payloads {
             guard prepared[payload.platform] == nil else {
@@ -67,7 +67,7 @@ public final class Dispatcher: Sendable {
             id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
             payloads: Array(prepared.values), targets: audience, retryWindow: retryWindow)
         if state == .noTargetFound {
-            Counter(label: "herald_sends_total", dimensions: [("state", "\(state)")]).increment()
+            DispatchMetrics.sendFinished(state)
         } else {
             onEnqueue()
         }

@@ -109,11 +109,19 @@ public struct FCMSender: SingleRequestSender {
         self.concurrency = concurrency
     }
 
+    /// The headers that follow from a push's options (the inbox records the same ones; the request
+    /// itself is always JSON, the payload spliced into FCM's envelope).
+    public static func headers(for options: DeliveryOptions) -> [Header] {
+        [Header(name: "content-type", value: options.contentType)]
+    }
+
     /// The request body for one device.
-    public static func message(_ item: PushItem, now: Int64 = unixSeconds()) -> [UInt8] {
+    /// `now` is Unix ms.
+    public static func message(_ item: PushItem, now: Int64 = unixMillis()) -> [UInt8] {
+        let options = item.payload.options
         var android: [String] = []
-        if item.payload.expiresAt > 0 { android.append(#""ttl":"\#(max(0, item.payload.expiresAt - now))s""#) }
-        if !item.payload.collapseID.isEmpty { android.append(#""collapse_key":\#(jsonStringLiteral(item.payload.collapseID))"#) }
+        if let left = options.secondsLeft(now: now) { android.append(#""ttl":"\#(left)s""#) }
+        if !options.collapseID.isEmpty { android.append(#""collapse_key":\#(jsonStringLiteral(options.collapseID))"#) }
         var body = item.payload.body
         // PlatformRules checked the body is a JSON object; splice the target (and options) in front.
         while let last = body.last, last != UInt8(ascii: "}") { body.removeLast() }
@@ -134,8 +142,8 @@ public struct FCMSender: SingleRequestSender {
     private static func merged(_ item: PushItem, now: Int64) -> [UInt8] {
         var message = (try? JSONSerialization.jsonObject(with: Data(item.payload.body)) as? [String: Any]) ?? [:]
         var android = message["android"] as? [String: Any] ?? [:]
-        if item.payload.expiresAt > 0 { android["ttl"] = "\(max(0, item.payload.expiresAt - now))s" }
-        if !item.payload.collapseID.isEmpty { android["collapse_key"] = item.payload.collapseID }
+        if let left = item.payload.options.secondsLeft(now: now) { android["ttl"] = "\(left)s" }
+        if !item.payload.options.collapseID.isEmpty { android["collapse_key"] = item.payload.options.collapseID }
         message["android"] = android
         message["token"] = item.handle
         return Array((try? JSONSerialization.data(withJSONObject: ["message": message], options: [.sortedKeys])) ?? Data())

@@ -11,10 +11,10 @@ public enum PlatformRules {
     /// 16-byte tag and the padding delimiter (RFC 8291 §4).
     public static let webPushMaxPlaintext = 4096 - 86 - 16 - 1
 
-    /// Checks `payload` against its provider's rules and returns it with the headers every delivery
-    /// of it carries. `sentAt` (Unix seconds) anchors `ttl_seconds`.
-    public static func prepare(_ payload: NativePayload, sentAt: Int64 = unixSeconds()) throws -> OutboxPayload {
-        let prepared = try prepareHeaders(payload)
+    /// Checks `payload` against its provider's rules and returns it with the delivery options every
+    /// delivery of it carries, defaults resolved. `sentAt` (Unix ms) anchors `ttl_seconds`.
+    public static func prepare(_ payload: NativePayload, sentAt: Int64 = unixMillis()) throws -> OutboxPayload {
+        var options = try resolve(payload)
         guard payload.ttlSeconds >= 0, payload.ttlSeconds <= 28 * 86400 else {
             throw ServiceError.invalidArgument("ttl_seconds must be between 0 and 2419200 (28 days)")
         }
@@ -29,9 +29,9 @@ public enum PlatformRules {
         default:
             guard collapse.utf8.count <= 128 else { throw ServiceError.invalidArgument("collapse_id is at most 128 bytes") }
         }
-        return OutboxPayload(
-            platform: payload.platform, headers: prepared.headers, body: prepared.body,
-            expiresAt: payload.ttlSeconds == 0 ? 0 : sentAt + payload.ttlSeconds, collapseID: collapse)
+        options.expiresAtUnixMs = payload.ttlSeconds == 0 ? 0 : sentAt + payload.ttlSeconds * 1000
+        options.collapseID = collapse
+        return OutboxPayload(platform: payload.platform, options: options, body: payload.body)
     }
 
     private static func isBase64URL(_ c: UInt8) -> Bool {
@@ -43,7 +43,8 @@ public enum PlatformRules {
         }
     }
 
-    private static func prepareHeaders(_ payload: NativePayload) throws -> (headers: [Header], body: [UInt8]) {
+    /// The push type, priority and content type, with each platform's defaults.
+    private static func resolve(_ payload: NativePayload) throws -> DeliveryOptions {
         let size = payload.body.count
         switch payload.platform {
         case .apns:
@@ -57,9 +58,7 @@ public enum PlatformRules {
             guard priority == 5 || priority == 10, !(type == "background" && priority == 10) else {
                 throw ServiceError.invalidArgument("APNs priority must be 10 or 5, and 5 for background pushes")
             }
-            return (
-                [Header(name: "apns-push-type", value: type), Header(name: "apns-priority", value: String(priority)), Header(name: "content-type", value: contentType(payload, "application/json"))],
-                payload.body)
+            return DeliveryOptions(pushType: type, priority: priority, contentType: contentType(payload, "application/json"))
         case .fcm:
             try limit(size, 4096, "FCM")
             // The body is an FCM v1 message without its target ({"data":…} and/or {"notification":…}):
@@ -70,7 +69,7 @@ public enum PlatformRules {
             guard object["token"] == nil, object["topic"] == nil, object["condition"] == nil else {
                 throw ServiceError.invalidArgument("an FCM payload must not name its target (token, topic or condition)")
             }
-            return ([Header(name: "content-type", value: contentType(payload, "application/json"))], payload.body)
+            return DeliveryOptions(contentType: contentType(payload, "application/json"))
         case .wns:
             try limit(size, 5120, "WNS")
             let type = payload.pushType.isEmpty ? "wns/toast" : payload.pushType
@@ -78,18 +77,15 @@ public enum PlatformRules {
                 throw ServiceError.invalidArgument("WNS push_type must be wns/toast, wns/raw, wns/badge or wns/tile")
             }
             let defaultType = type == "wns/raw" ? "application/octet-stream" : "text/xml"
-            return ([Header(name: "x-wns-type", value: type), Header(name: "content-type", value: contentType(payload, defaultType))], payload.body)
+            return DeliveryOptions(pushType: type, contentType: contentType(payload, defaultType))
         case .browser:
             // The body is the plaintext; each delivery encrypts it for its subscription (aes128gcm).
             try limit(size, webPushMaxPlaintext, "Web Push")
-            let urgency =
-                switch payload.priority {
-                case 0, 10: "high"
-                case 5: "normal"
-                case 1: "low"
-                default: throw ServiceError.invalidArgument("Web Push priority is 10 (high), 5 (normal) or 1 (low)")
-                }
-            return ([Header(name: "urgency", value: urgency)], payload.body)
+            let priority = payload.priority == 0 ? 10 : payload.priority
+            guard WebPushSender.urgency(priority) != nil else {
+                throw ServiceError.invalidArgument("Web Push priority is 10 (high), 5 (normal) or 1 (low)")
+            }
+            return DeliveryOptions(priority: priority)
         default:
             throw ServiceError.invalidArgument("every payload needs a platform")
         }

@@ -112,13 +112,35 @@ public struct InboxProvider: LocalSender {
             if let cached = encoded[item.platform], cached.notificationID == item.notificationID {
                 shared = cached
             } else {
-                shared = (item.notificationID, Outbox.encode(item.payload.headers), Data(item.payload.body))
+                shared = (item.notificationID, Self.encode(Self.headers(item.payload)), Data(item.payload.body))
                 encoded[item.platform] = shared
             }
             try insert.execute(arguments: [
                 item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers, shared.body, now,
             ])
         }
+    }
+
+    /// The headers the platform's real sender would derive from the push's options.
+    static func headers(_ payload: OutboxPayload) -> [Header] {
+        switch payload.platform {
+        case .apns: APNsSender.headers(for: payload.options)
+        case .fcm: FCMSender.headers(for: payload.options)
+        case .wns: WNSSender.headers(for: payload.options)
+        case .browser: WebPushSender.headers(for: payload.options)
+        default: []
+        }
+    }
+
+    /// The `headers` column: a JSON list of `[name, value]` pairs.
+    static func encode(_ headers: [Header]) -> String {
+        let data = try! JSONSerialization.data(withJSONObject: headers.map { [$0.name, $0.value] })
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func decode(_ json: String) -> [Header] {
+        let pairs = (try? JSONSerialization.jsonObject(with: Data(json.utf8))) as? [[String]] ?? []
+        return pairs.compactMap { $0.count == 2 ? Header(name: $0[0], value: $0[1]) : nil }
     }
 
     /// Deletes pushes recorded before `before` (Unix ms), 10,000 per transaction; returns how many.
@@ -145,7 +167,7 @@ public struct InboxProvider: LocalSender {
                 return InboxEntry(
                     sequence: row["sequence"], notificationID: row["notification_id"],
                     registrationID: row["registration_id"], platform: Platform(rawValue: row["platform"]),
-                    handle: row["handle"], headers: Outbox.decode(row["headers"]),
+                    handle: row["handle"], headers: Self.decode(row["headers"]),
                     payload: [UInt8](payload), recordedAtUnixMs: row["recorded_at"])
             }
         }

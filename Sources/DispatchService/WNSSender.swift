@@ -41,18 +41,21 @@ public struct WNSSender: SingleRequestSender {
         self.concurrency = concurrency
     }
 
+    /// The headers that follow from a push's options (the inbox records the same ones).
+    public static func headers(for options: DeliveryOptions) -> [Header] {
+        [Header(name: "x-wns-type", value: options.pushType), Header(name: "content-type", value: options.contentType)]
+    }
+
     public func send(_ item: PushItem) async -> PushResult {
         let bearer: String
         do { bearer = try await tokens.token() } catch { return .retry(status: 0, reason: "AccessTokenUnavailable", after: nil) }
         var request = HTTPClientRequest(url: item.handle)
         request.method = .POST
         request.headers.add(name: "authorization", value: "Bearer \(bearer)")
-        request.headers.add(name: "x-wns-type", value: item.payload.header("x-wns-type") ?? "wns/toast")
-        request.headers.add(name: "content-type", value: item.payload.header("content-type") ?? "text/xml")
-        if item.payload.expiresAt > 0 {
-            request.headers.add(name: "x-wns-ttl", value: String(max(1, item.payload.expiresAt - unixSeconds())))
-        }
-        if !item.payload.collapseID.isEmpty { request.headers.add(name: "x-wns-tag", value: String(item.payload.collapseID.prefix(16))) }
+        let options = item.payload.options
+        for header in Self.headers(for: options) { request.headers.add(name: header.name, value: header.value) }
+        if let left = options.secondsLeft(now: unixMillis()) { request.headers.add(name: "x-wns-ttl", value: String(max(1, left))) }
+        if !options.collapseID.isEmpty { request.headers.add(name: "x-wns-tag", value: String(options.collapseID.prefix(16))) }
         request.body = .bytes(ByteBuffer(bytes: item.payload.body))
         return await PushHTTP.send(client, request, timeout: timeout) { answer in
             let status = answer.headers.first(name: "x-wns-error-description") ?? answer.headers.first(name: "x-wns-status")

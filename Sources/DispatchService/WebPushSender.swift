@@ -106,6 +106,21 @@ public struct WebPushSender: SingleRequestSender {
         self.concurrency = concurrency
     }
 
+    /// RFC 8030's Urgency for a priority: 10 high, 5 normal, 1 low; nil for any other number.
+    public static func urgency(_ priority: Int32) -> String? {
+        switch priority {
+        case 10: "high"
+        case 5: "normal"
+        case 1: "low"
+        default: nil
+        }
+    }
+
+    /// The headers that follow from a push's options (the inbox records the same ones).
+    public static func headers(for options: DeliveryOptions) -> [Header] {
+        [Header(name: "urgency", value: urgency(options.priority) ?? "high")]
+    }
+
     public func send(_ item: PushItem) async -> PushResult {
         let subscription: WebPushSubscription
         let body: [UInt8]
@@ -122,10 +137,10 @@ public struct WebPushSender: SingleRequestSender {
         request.headers.add(name: "authorization", value: authorization)
         request.headers.add(name: "content-encoding", value: "aes128gcm")
         request.headers.add(name: "content-type", value: "application/octet-stream")
-        let ttl = item.payload.expiresAt > 0 ? max(0, item.payload.expiresAt - unixSeconds()) : Self.defaultTTL
-        request.headers.add(name: "ttl", value: String(ttl))
-        request.headers.add(name: "urgency", value: item.payload.header("urgency") ?? "normal")
-        if !item.payload.collapseID.isEmpty { request.headers.add(name: "topic", value: item.payload.collapseID) }
+        let options = item.payload.options
+        request.headers.add(name: "ttl", value: String(options.secondsLeft(now: unixMillis()) ?? Self.defaultTTL))
+        for header in Self.headers(for: options) { request.headers.add(name: header.name, value: header.value) }
+        if !options.collapseID.isEmpty { request.headers.add(name: "topic", value: options.collapseID) }
         request.body = .bytes(ByteBuffer(bytes: body))
         return await PushHTTP.send(client, request, timeout: timeout) { answer in
             switch answer.status {

@@ -3,14 +3,6 @@ public import HeraldRPC
 public import HeraldModel
 public import HeraldService
 
-/// Which flow `POST api/notifications` (no query) runs, as the tutorial's backend was configured.
-public enum EdgeProfile: String, CaseIterable, Sendable {
-    /// Secure push: store "Secure confirmation." and push only its id.
-    case secure
-    /// Rich push: store an image and push its id with a message.
-    case rich
-}
-
 /// Settings of herald-edge, besides ``RuntimeConfig``'s.
 ///
 /// - `http-host` (`HERALD_HTTP_HOST`, `127.0.0.1`): address to listen on.

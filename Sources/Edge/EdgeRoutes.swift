@@ -45,8 +45,8 @@ public struct EdgeRoutes: Sendable {
             auth: AuthServiceClient(auth), registration: RegistrationServiceClient(registration),
             payload: PayloadServiceClient(payload), dispatch: DispatchServiceClient(dispatch),
             health: [
-                "auth": HealthClient(auth), "registration": HealthClient(registration),
-                "payload": HealthClient(payload), "dispatch": HealthClient(dispatch),
+                ServiceName.auth.rawValue: HealthClient(auth), ServiceName.registration.rawValue: HealthClient(registration),
+                ServiceName.payload.rawValue: HealthClient(payload), ServiceName.dispatch.rawValue: HealthClient(dispatch),
             ],
             config: config)
     }

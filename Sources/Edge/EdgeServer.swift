@@ -9,10 +9,8 @@ public import ServiceLifecycle
 
 /// herald-edge's start-up: Hummingbird on `http-host:http-port`, clients of the four services.
 public enum EdgeServer {
-    public static let peers = ["auth", "registration", "payload", "dispatch"]
-
     /// What herald-edge runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
-    public static let definition = ServiceDefinition(name: "edge", peers: peers, extraKeys: EdgeConfig.keys) { context in
+    public static let definition = ServiceDefinition(.edge, extraKeys: EdgeConfig.keys) { context in
         let config = try EdgeConfig(reader: context.reader)
         return [try buildApplication(context: context, config: config)]
     }
@@ -20,8 +18,8 @@ public enum EdgeServer {
     /// The edge application; production and tests build it the same way.
     public static func buildApplication(context: ProcessContext, config: EdgeConfig) throws -> some Service {
         let routes = EdgeRoutes(
-            auth: context.client("auth"), registration: context.client("registration"),
-            payload: context.client("payload"), dispatch: context.client("dispatch"), config: config)
+            auth: context.client(.auth), registration: context.client(.registration),
+            payload: context.client(.payload), dispatch: context.client(.dispatch), config: config)
         let router = Router(context: EdgeRequestContext.self)
         routes.add(to: router)
         let urlFile = URL(fileURLWithPath: context.config.runtimeDir).appendingPathComponent("edge.url")

@@ -24,9 +24,9 @@ public struct ProcessContext: Sendable {
     /// Clients of the declared peers, by name; already part of the process's service group.
     public let clients: [String: RPCClient]
 
-    /// The client of a declared peer.
-    public func client(_ peer: String) -> RPCClient {
-        guard let client = clients[peer] else { preconditionFailure("\(peer) is not a declared peer") }
+    /// The connection to a peer of the service (``ServiceName/peers``).
+    public func client(_ peer: ServiceName) -> RPCClient {
+        guard let client = clients[peer.rawValue] else { preconditionFailure("\(peer) is not a peer of this service") }
         return client
     }
 }
@@ -42,13 +42,14 @@ public struct ServiceDefinition: Sendable {
     public let extraKeys: Set<String>
     let makeServices: @Sendable (ProcessContext) async throws -> [any Service]
 
-    /// A process that runs `makeServices`' services (the edge: an HTTP server).
+    /// A process that runs `makeServices`' services (the edge: an HTTP server). Its peers are the
+    /// topology's (``ServiceName/peers``).
     public init(
-        name: String, peers: [String] = [], extraKeys: Set<String> = [],
+        _ service: ServiceName, extraKeys: Set<String> = [],
         makeServices: @escaping @Sendable (ProcessContext) async throws -> [any Service]
     ) {
-        self.name = name
-        self.peers = peers
+        self.name = service.rawValue
+        self.peers = service.peers.map(\.rawValue)
         self.extraKeys = extraKeys
         self.makeServices = makeServices
     }
@@ -58,10 +59,10 @@ public struct ServiceDefinition: Sendable {
     /// Unix socket unless turned off, and on TCP+TLS when configured. Health reports SERVING once
     /// every listener is up.
     public static func rpc(
-        name: String, peers: [String] = [], extraKeys: Set<String> = [],
+        _ service: ServiceName, extraKeys: Set<String> = [],
         makeParts: @escaping @Sendable (ProcessContext) async throws -> RPCServiceParts
     ) -> ServiceDefinition {
-        ServiceDefinition(name: name, peers: peers, extraKeys: extraKeys.union(PeerPolicy.keys)) { context in
+        ServiceDefinition(service, extraKeys: extraKeys.union(PeerPolicy.keys)) { context in
             try await HeraldProcess.rpcServices(parts: try await makeParts(context), context: context)
         }
     }

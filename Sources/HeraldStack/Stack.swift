@@ -16,8 +16,8 @@ public struct StackConfiguration: Sendable {
     /// 0 picks a free port (tests).
     public var httpPort = 8080
     /// `accounts` (users from `herald users add`) or `tutorial` (user == password).
-    public var authMode = "accounts"
-    public var profile = "secure"
+    public var authMode = AuthMode.accounts
+    public var profile = EdgeProfile.secure
     public var logLevel = "info"
     /// What the services speak between themselves (each serves both).
     public var rpcTransport = RPCTransport.lean
@@ -84,10 +84,8 @@ public struct StackError: Error, CustomStringConvertible {
 /// `herald up` and the integration tests both run the stack through this type.
 public actor Stack {
     /// Start order: every service after those it calls.
-    public static let services = ["auth", "registration", "payload", "dispatch", "edge"]
-    public static let rpcServices = ["auth", "registration", "payload", "dispatch"]
-    /// Who calls whom.
-    static let peers = ["dispatch": ["registration"], "edge": ["auth", "registration", "payload", "dispatch"]]
+    public static let services = ServiceName.allCases.map(\.rawValue)
+    public static let rpcServices = ServiceName.rpcServices.map(\.rawValue)
     /// Loopback ports (lean, gRPC) per RPC service when ``StackConfiguration/tls`` is set.
     private var tcpPorts: [String: (lean: Int, grpc: Int)] = [:]
 
@@ -181,7 +179,7 @@ public actor Stack {
             "--rpc-transport", c.rpcTransport.rawValue,
         ]
         switch service {
-        case "auth": arguments += ["--auth-mode", c.authMode]
+        case ServiceName.auth.rawValue: arguments += ["--auth-mode", c.authMode.rawValue]
         default: break
         }
         if let tls = c.tls {
@@ -189,7 +187,7 @@ public actor Stack {
             if let ports = tcpPorts[service] {
                 arguments += ["--listen-tcp", "127.0.0.1:\(ports.lean)", "--grpc-listen-tcp", "127.0.0.1:\(ports.grpc)"]
             }
-            for peer in Self.peers[service] ?? [] {
+            for peer in (ServiceName(rawValue: service)?.peers ?? []).map(\.rawValue) {
                 guard let ports = tcpPorts[peer] else { continue }
                 // The peer's socket is pointed nowhere: the call can only go over TCP.
                 switch c.rpcTransport {
@@ -203,8 +201,8 @@ public actor Stack {
             }
         }
         switch service {
-        case "edge":
-            arguments += ["--http-host", c.httpHost, "--http-port", String(boundHTTPPort ?? c.httpPort), "--profile", c.profile]
+        case ServiceName.edge.rawValue:
+            arguments += ["--http-host", c.httpHost, "--http-port", String(boundHTTPPort ?? c.httpPort), "--profile", c.profile.rawValue]
         default: break
         }
         return arguments + (c.extraArguments[service] ?? [])
@@ -267,7 +265,7 @@ public actor Stack {
     }
 
     private func isReady(_ service: String) async throws -> Bool {
-        if service == "edge" {
+        if service == ServiceName.edge.rawValue {
             return FileManager.default.fileExists(atPath: configuration.runtimeDirectory + "/edge.url")
         }
         let socket = configuration.socketPath(service)

@@ -56,7 +56,7 @@ public struct PayloadHandlers: PayloadServiceHandler {
 /// herald-payload's start-up.
 public enum PayloadServer {
     /// What herald-payload runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
-    public static let definition = ServiceDefinition.rpc(name: "payload", extraKeys: PayloadConfig.keys) { context -> RPCServiceParts in
+    public static let definition = ServiceDefinition.rpc(.payload, extraKeys: PayloadConfig.keys) { context -> RPCServiceParts in
         let config = try PayloadConfig(reader: context.reader)
         let pool = try DatabasePool(
             path: context.config.databasePath, configuration: HeraldDatabase.secureDeleteConfiguration)

@@ -118,7 +118,7 @@ public struct RegistrationConfig: Sendable {
 /// herald-registration's start-up.
 public enum RegistrationServer {
     /// What herald-registration runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
-    public static let definition = ServiceDefinition.rpc(name: "registration", extraKeys: RegistrationConfig.keys) { context -> RPCServiceParts in
+    public static let definition = ServiceDefinition.rpc(.registration, extraKeys: RegistrationConfig.keys) { context -> RPCServiceParts in
         let config = try RegistrationConfig(reader: context.reader)
         let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
         let store = try RegistrationStore(db: pool, pendingTTLSeconds: config.pendingTTLSeconds)

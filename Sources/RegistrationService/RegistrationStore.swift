@@ -118,7 +118,7 @@ public final class RegistrationStore: Sendable {
     public func purgePending() throws -> Int {
         try db.write { db in
             try db.execute(
-                sql: "DELETE FROM registration WHERE platform = 0 AND created_at <= ?", arguments: [now() - pendingTTL])
+                sql: "DELETE FROM registration WHERE platform = \(Platform.unspecified.rawValue) AND created_at <= ?", arguments: [now() - pendingTTL])
             return db.changesCount
         }
     }

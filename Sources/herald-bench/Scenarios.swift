@@ -430,7 +430,7 @@ extension StackConfiguration {
     static func bench(dir: String) -> StackConfiguration {
         var configuration = StackConfiguration(directory: dir + "/stack")
         configuration.httpPort = 0
-        configuration.authMode = "tutorial"
+        configuration.authMode = .tutorial
         configuration.logLevel = "notice"
         configuration.captureLogs = true
         return configuration

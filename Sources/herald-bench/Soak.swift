@@ -1,3 +1,4 @@
+import HeraldModel
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
@@ -45,7 +46,7 @@ struct SoakScenario {
     var sampleSeconds: Double
 
     static let users = (0..<10).map { "soak\($0)" }
-    static let services = ["auth", "registration", "payload", "dispatch", "edge"]
+    static let services = ServiceName.allCases.map(\.rawValue)
 
     /// Requests done, and those answered with anything but 2xx (with a few examples).
     final class Tally: Sendable {

@@ -78,7 +78,7 @@ struct Device: AsyncParsableCommand {
         // Watch the inbox for this handle.
         var after: Int64 = 0
         var received = 0
-        try await withService("dispatch", stack) { client in
+        try await withService(.dispatch, stack) { client in
             while count == 0 || received < count {
                 if let deadline, ContinuousClock.now >= deadline {
                     throw CLIError(message: "timed out after \(timeout) s with \(received) of \(count) pushes")

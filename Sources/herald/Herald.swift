@@ -29,13 +29,13 @@ struct Up: AsyncParsableCommand {
     @Option(help: "Port the edge listens on (0 picks a free one).")
     var httpPort = 8080
     @Option(help: "accounts (users from `herald users add`) or tutorial (any user whose password is the user name).")
-    var authMode = "accounts"
+    var authMode = AuthMode.accounts
     @Option(help: "What POST api/notifications sends: secure or rich.")
-    var profile = "secure"
+    var profile = EdgeProfile.secure
     @Option(help: "Log level of every service.")
     var logLevel = "info"
     @Option(help: "What the services speak between themselves: lean or grpc (each serves both).")
-    var rpcTransport = "lean"
+    var rpcTransport = RPCTransport.lean
     @Flag(help: "Write each service's output to <dir>/logs/<service>.log instead of this terminal.")
     var logFiles = false
     @Option(help: "The image the rich profile sends (png, jpg, gif, webp); default: Herald's built-in PNG.")
@@ -49,10 +49,7 @@ struct Up: AsyncParsableCommand {
         configuration.authMode = authMode
         configuration.profile = profile
         configuration.logLevel = logLevel
-        guard let transport = RPCTransport(rawValue: rpcTransport) else {
-            throw ValidationError("--rpc-transport must be lean or grpc")
-        }
-        configuration.rpcTransport = transport
+        configuration.rpcTransport = rpcTransport
         configuration.captureLogs = logFiles
         if let richImage {
             configuration.extraArguments["edge", default: []] += [
@@ -96,7 +93,7 @@ struct Inbox: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let entries = try await withService("dispatch", stack) { client in
+        let entries = try await withService(.dispatch, stack) { client in
             try await DispatchServiceClient(client).listInbox(ListInboxRequest(afterSequence: after, limit: limit)).entries
         }
         if json {
@@ -128,8 +125,8 @@ struct Inbox: AsyncParsableCommand {
 }
 
 /// Runs `body` with a client of `service` in the stack at `dir` (its lean socket).
-func withService<T: Sendable>(_ service: String, _ stack: StackOptions, _ body: (RPCClient) async throws -> T) async throws -> T {
-    let socket = stack.socket(service)
+func withService<T: Sendable>(_ service: ServiceName, _ stack: StackOptions, _ body: (RPCClient) async throws -> T) async throws -> T {
+    let socket = stack.socket(service.rawValue)
     guard FileManager.default.fileExists(atPath: socket) else {
         throw ValidationError("no \(service) socket at \(socket): is the stack running (herald up --dir \(stack.dir))?")
     }
@@ -145,3 +142,8 @@ struct CLIError: Error, CustomStringConvertible {
     var message: String
     var description: String { message }
 }
+
+// The stack's settings are parsed straight into the types `StackConfiguration` takes.
+extension AuthMode: ExpressibleByArgument {}
+extension EdgeProfile: ExpressibleByArgument {}
+extension RPCTransport: ExpressibleByArgument {}

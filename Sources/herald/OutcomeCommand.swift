@@ -16,7 +16,7 @@ struct OutcomeCommand: AsyncParsableCommand {
     var deliveries = false
 
     func run() async throws {
-        let outcome = try await withService("dispatch", stack) { client in
+        let outcome = try await withService(.dispatch, stack) { client in
             try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
         }
         print("\(outcome.notificationID)  \(outcome.state)  sent by \(outcome.sender)")
@@ -31,7 +31,7 @@ struct OutcomeCommand: AsyncParsableCommand {
         guard deliveries else { return }
         var after: Int64 = 0
         while true {
-            let page = try await withService("dispatch", stack) { client in
+            let page = try await withService(.dispatch, stack) { client in
                 try await DispatchServiceClient(client).listDeliveries(ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000))
             }.deliveries
             for d in page {

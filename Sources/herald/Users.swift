@@ -25,7 +25,7 @@ struct Users: AsyncParsableCommand {
 
         func run() async throws {
             let password = try readPassword(confirm: true)
-            _ = try await withService("auth", stack) { client in
+            _ = try await withService(.auth, stack) { client in
                 try await AuthServiceClient(client).createUser(CreateUserRequest(user: user, password: password))
             }
             print("user \(user) created")
@@ -40,7 +40,7 @@ struct Users: AsyncParsableCommand {
 
         func run() async throws {
             let password = try readPassword(confirm: true)
-            _ = try await withService("auth", stack) { client in
+            _ = try await withService(.auth, stack) { client in
                 try await AuthServiceClient(client).setPassword(SetPasswordRequest(user: user, password: password))
             }
             print("password of \(user) changed; their tokens are revoked")
@@ -53,7 +53,7 @@ struct Users: AsyncParsableCommand {
         @Argument var user: String
 
         func run() async throws {
-            _ = try await withService("auth", stack) { client in
+            _ = try await withService(.auth, stack) { client in
                 try await AuthServiceClient(client).deleteUser(DeleteUserRequest(user: user))
             }
             print("user \(user) deleted")
@@ -65,7 +65,7 @@ struct Users: AsyncParsableCommand {
         @OptionGroup var stack: StackOptions
 
         func run() async throws {
-            let users = try await withService("auth", stack) { client in
+            let users = try await withService(.auth, stack) { client in
                 try await AuthServiceClient(client).listUsers(ListUsersRequest()).users
             }
             if users.isEmpty { print("no users; add one with: herald users add <name>") }
@@ -88,7 +88,7 @@ struct Tokens: AsyncParsableCommand {
         @Argument var user: String
 
         func run() async throws {
-            let revoked = try await withService("auth", stack) { client in
+            let revoked = try await withService(.auth, stack) { client in
                 try await AuthServiceClient(client).revokeUserTokens(RevokeUserTokensRequest(user: user)).revoked
             }
             print("revoked \(revoked) token(s) of \(user)")

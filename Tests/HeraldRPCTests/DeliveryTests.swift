@@ -80,7 +80,37 @@ struct DeliveryTests {
     }
 
     static func payload() -> OutboxPayload {
-        OutboxPayload(platform: .apns, headers: [Header(name: "apns-push-type", value: "alert")], body: Array("{}".utf8), expiresAt: 0, collapseID: "")
+        OutboxPayload(platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))
+    }
+
+    @Test("payloads stored before delivery options were columns read back with the same options, expiry in ms")
+    func deliveryOptionsMigration() throws {
+        let db = try DatabaseQueue()
+        try Outbox.migrator.migrate(db, upTo: "outbox-v1")
+        try db.write { db in
+            try db.execute(sql: "INSERT INTO notification VALUES ('n', 's', 'u', '', 1, 0, 0)")
+            for (platform, headers, expires) in [
+                (Platform.apns, #"[["apns-push-type","background"],["apns-priority","5"],["content-type","application/json"]]"#, 1_700_000_000),
+                (.wns, #"[["x-wns-type","wns/raw"],["content-type","application/octet-stream"]]"#, 0),
+                (.browser, #"[["urgency","low"]]"#, 0),
+                (.fcm, #"[["content-type","application/json"]]"#, 0),
+            ] as [(Platform, String, Int64)] {
+                try db.execute(
+                    sql: "INSERT INTO outbox_payload VALUES ('n', ?, ?, x'7b7d', ?, 'c')",
+                    arguments: [platform.rawValue, headers, expires])
+            }
+        }
+        let outbox = try Outbox(db: db)
+        let payloads = try outbox.read { try Outbox.payloads(of: "n", $0) }
+        #expect(
+            payloads[.apns]?.options
+                == DeliveryOptions(
+                    pushType: "background", priority: 5, contentType: "application/json", expiresAtUnixMs: 1_700_000_000_000,
+                    collapseID: "c"))
+        #expect(payloads[.wns]?.options == DeliveryOptions(pushType: "wns/raw", contentType: "application/octet-stream", collapseID: "c"))
+        #expect(payloads[.browser]?.options == DeliveryOptions(priority: 1, collapseID: "c"))
+        #expect(payloads[.fcm]?.options == DeliveryOptions(contentType: "application/json", collapseID: "c"))
+        #expect(payloads[.apns]?.body == Array("{}".utf8))
     }
 
     @Test("a lease left by a crash is due again at start-up, counted as a second attempt with the same message id")
@@ -190,12 +220,12 @@ struct DeliveryTests {
         var item = PushItem(
             sequence: 1, notificationID: "n", registrationID: "r", platform: .fcm, handle: "tok\"en", messageID: "m", attempt: 1,
             giveUpAt: 0,
-            payload: OutboxPayload(platform: .fcm, headers: [], body: Array(#"{"data":{"b":"2","a":"1"}}"#.utf8), expiresAt: 0, collapseID: ""))
+            payload: OutboxPayload(platform: .fcm, body: Array(#"{"data":{"b":"2","a":"1"}}"#.utf8)))
         #expect(String(decoding: FCMSender.message(item), as: UTF8.self) == #"{"message":{"token":"tok\"en","data":{"b":"2","a":"1"}}}"#)
-        item.payload.expiresAt = 1060
-        item.payload.collapseID = "score"
+        item.payload.options.expiresAtUnixMs = 1_060_000
+        item.payload.options.collapseID = "score"
         #expect(
-            String(decoding: FCMSender.message(item, now: 1000), as: UTF8.self)
+            String(decoding: FCMSender.message(item, now: 1_000_000), as: UTF8.self)
                 == #"{"message":{"token":"tok\"en","android":{"ttl":"60s","collapse_key":"score"},"data":{"b":"2","a":"1"}}}"#)
     }
 }

@@ -40,7 +40,7 @@ struct LiveStack {
         var configuration = StackConfiguration(directory: try directory ?? makeDirectory())
         configuration.httpPort = 0
         configuration.captureLogs = true
-        configuration.authMode = auth.rawValue
+        configuration.authMode = AuthMode(rawValue: auth.rawValue)!
         configuration.extraArguments["auth"] = ["--password-hash-log-n", "10"]
         configure(&configuration)
         let stack = Stack(configuration: configuration)

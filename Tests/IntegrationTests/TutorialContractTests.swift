@@ -15,7 +15,7 @@ import Testing
 struct TutorialContractTests {
     @Test("rich profile: the silent push carries the contract's fields; the image comes back by id", arguments: AuthModeCase.allCases)
     func richProfile(_ auth: AuthModeCase) async throws {
-        try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.profile = "rich" }) { live in
+        try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.profile = .rich }) { live in
             let token = apnsToken(10)
             let fcm = "fcm-token-rich"
             try await live.register("alice", handle: token)

@@ -1,0 +1,30 @@
+import HeraldModel
+import HeraldProto
+import Metrics
+
+/// Every metric herald-dispatch reports, in one place: names, labels and what each counts.
+/// (RPC metrics come from the method table; HTTP ones from the edge.)
+enum DispatchMetrics {
+    /// `herald_sends_total{state}`: sends that reached a final state (or NO_TARGET_FOUND at once).
+    static func sendFinished(_ state: OutcomeState) {
+        Counter(label: "herald_sends_total", dimensions: [("state", "\(state)")]).increment()
+    }
+
+    /// `herald_deliveries_total{platform,outcome}`: delivery attempts by what came of them
+    /// (delivered, failed, unregistered, retry, abandoned).
+    static func deliveries(_ platform: Platform, _ outcome: String, count: Int = 1) {
+        Counter(label: "herald_deliveries_total", dimensions: [("platform", platform.name), ("outcome", outcome)])
+            .increment(by: count)
+    }
+
+    /// `herald_removed_handles_total{platform}`: dead handles herald-registration has removed.
+    static func removedHandle(_ platform: Platform) {
+        Counter(label: "herald_removed_handles_total", dimensions: [("platform", platform.name)]).increment()
+    }
+
+    /// `herald_outbox_pending`, `herald_handle_removals_pending`: the queues' depth, sampled each second.
+    static func queueDepth(pending: Int, removals: Int) {
+        Gauge(label: "herald_outbox_pending").record(pending)
+        Gauge(label: "herald_handle_removals_pending").record(removals)
+    }
+}

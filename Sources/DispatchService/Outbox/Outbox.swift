@@ -1,0 +1,92 @@
+import Foundation
+public import GRDB
+public import HeraldProto
+public import HeraldRPC
+public import HeraldModel
+public import HeraldService
+
+/// Dispatch's durable outbox in SQLite: one row per (notification, registration). Send commits the
+/// notification, its payloads and every delivery row in one transaction before it answers, so an
+/// acknowledged send survives a crash. Workers claim due rows (counting the attempt and taking a
+/// lease in the same transaction), deliver, and record the result; after a restart, leased rows
+/// are due again at once, their attempt count showing they were retried.
+///
+/// One herald-dispatch process owns a database (leases are not shared between processes).
+public final class Outbox: Sendable {
+    let db: any DatabaseWriter
+    /// Unix epoch milliseconds; injected by tests.
+    let now: @Sendable () -> Int64
+
+    public init(db: any DatabaseWriter, now: @escaping @Sendable () -> Int64 = unixMillis) throws {
+        self.db = db
+        self.now = now
+        try Self.migrator.migrate(db)
+    }
+
+    /// OutcomeState numbers for SQL (`state IN (…)`): a send that is still going, and one that is over.
+    static let unfinishedStates = [OutcomeState.enqueued, .processing].map { String($0.rawValue) }.joined(separator: ", ")
+    static let finishedStates = [OutcomeState.completed, .abandoned, .noTargetFound].map { String($0.rawValue) }.joined(separator: ", ")
+
+    /// One registration to deliver to, from the audience stream.
+    public struct Target: Sendable {
+        public var registrationID: String
+        public var platform: Platform
+        public var handle: String
+    }
+
+    /// Commits a send: the notification (ENQUEUED, or NO_TARGET_FOUND without targets), its
+    /// payloads, and one pending delivery per target, all or nothing.
+    public func enqueue(
+        id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Target],
+        retryWindow: Duration
+    ) async throws -> (state: OutcomeState, created: Int64) {
+        let created = now()
+        let giveUp = created + retryWindow.wholeMilliseconds
+        let state: OutcomeState = targets.isEmpty ? .noTargetFound : .enqueued
+        try await db.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [id, sender, targetUser, targetTag, state.rawValue, created, created])
+            guard !targets.isEmpty else { return }
+            for payload in payloads {
+                try db.execute(
+                    sql: """
+                        INSERT INTO outbox_payload (notification_id, platform, body, push_type, priority, content_type,
+                                                    expires_at_ms, collapse_id)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        id, payload.platform.rawValue, Data(payload.body), payload.options.pushType, payload.options.priority,
+                        payload.options.contentType, payload.options.expiresAtUnixMs, payload.options.collapseID,
+                    ])
+            }
+            let insert = try db.cachedStatement(
+                sql: """
+                    INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
+                                          next_attempt_at, give_up_at, updated_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """)
+            var perPlatform: [Platform: Int] = [:]
+            let ids = MessageIDs()
+            for (index, target) in targets.enumerated() {
+                try insert.execute(arguments: [
+                    id, target.registrationID, target.platform.rawValue, target.handle, ids.id(index),
+                    DeliveryState.pending.rawValue, created, giveUp, created,
+                ])
+                perPlatform[target.platform, default: 0] += 1
+            }
+            for (platform, count) in perPlatform {
+                try db.execute(
+                    sql: """
+                        INSERT INTO notification_platform (notification_id, platform, success, failure, pending)
+                        VALUES (?, ?, 0, 0, ?)
+                        """,
+                    arguments: [id, platform.rawValue, count])
+            }
+        }
+        return (state, created)
+    }
+}

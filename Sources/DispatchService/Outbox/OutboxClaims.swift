@@ -1,0 +1,99 @@
+import Foundation
+public import GRDB
+public import HeraldProto
+public import HeraldRPC
+public import HeraldModel
+public import HeraldService
+
+/// Claims and leases: what is due, taken by a worker, or recovered after a crash.
+extension Outbox {
+    /// Makes every delivery leased by a previous process due now (its attempt was counted, so it
+    /// shows as retried). Call once at start-up, before any worker runs.
+    @discardableResult
+    public func recoverLeases() throws -> Int {
+        try db.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE notification_platform SET retries = retries + (
+                        SELECT COUNT(*) FROM delivery d
+                        WHERE d.notification_id = notification_platform.notification_id
+                          AND d.platform = notification_platform.platform AND d.leased = 1 AND d.state = \(DeliveryState.pending.rawValue))
+                    WHERE notification_id IN (SELECT DISTINCT notification_id FROM delivery WHERE leased = 1 AND state = \(DeliveryState.pending.rawValue))
+                    """)
+            try db.execute(
+                sql: "UPDATE delivery SET leased = 0, next_attempt_at = ? WHERE leased = 1 AND state = ?",
+                arguments: [now(), DeliveryState.pending.rawValue])
+            return db.changesCount
+        }
+    }
+
+    /// Claims up to `limit` due deliveries of `platforms`: counts their attempt and leases them, in
+    /// one transaction.
+    public func claim(limit: Int, platforms: [Platform]) async throws -> [PushItem] {
+        let at = now()
+        return try await db.write { db in try self.due(limit: limit, platforms: platforms, lease: true, at: at, db) }
+    }
+
+    /// Delivers up to `limit` due deliveries of `platforms` to a sender that writes into this same
+    /// database (the inbox), and records them, in one transaction: exactly once, with no lease.
+    /// Returns how many, per platform, and the notifications this finished.
+    public func deliverLocally(
+        limit: Int, platforms: [Platform], write: @escaping @Sendable ([PushItem], Database) throws -> Void
+    ) async throws -> (delivered: [Platform: Int], finished: [(id: String, state: OutcomeState)]) {
+        let at = now()
+        return try await db.write { db in
+            let items = try self.due(limit: limit, platforms: platforms, lease: false, at: at, db)
+            guard !items.isEmpty else { return ([:], []) }
+            try write(items, db)
+            var delivered: [Platform: Int] = [:]
+            let decisions = items.map { item in
+                delivered[item.platform, default: 0] += 1
+                return Decision(
+                    sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .delivered,
+                    status: 200, reason: "", nextAttemptAt: at, removal: nil, countsAttempt: true)
+            }
+            return (delivered, try self.apply(decisions, at: at, db))
+        }
+    }
+
+    /// Due deliveries of `platforms`, oldest first; with `lease`, each is leased and its attempt counted.
+    func due(limit: Int, platforms: [Platform], lease: Bool, at: Int64, _ db: Database) throws -> [PushItem] {
+        guard !platforms.isEmpty else { return [] }
+        let list = platforms.map { String($0.rawValue) }.sorted().joined(separator: ",")
+        let rows = try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at
+                    FROM delivery WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0 AND next_attempt_at <= ? AND platform IN (\(list))
+                    ORDER BY next_attempt_at, sequence LIMIT ?
+                    """),
+            arguments: [at, limit])
+        guard !rows.isEmpty else { return [] }
+        let leaseStatement = try db.cachedStatement(
+            sql: "UPDATE delivery SET leased = 1, attempts = attempts + 1, updated_at = ? WHERE sequence = ?")
+        var payloads: [String: [Platform: OutboxPayload]] = [:]
+        var items: [PushItem] = []
+        items.reserveCapacity(rows.count)
+        // Columns by position: GRDB's by-name look-up lower-cases the name on every access.
+        for row in rows {
+            let notificationID: String = row[1]
+            let platform = Platform(rawValue: row[3])
+            if payloads[notificationID] == nil {
+                payloads[notificationID] = try Self.payloads(of: notificationID, db)
+                try db.execute(
+                    sql: "UPDATE notification SET state = ?, updated_at = ? WHERE id = ? AND state = ?",
+                    arguments: [OutcomeState.processing.rawValue, at, notificationID, OutcomeState.enqueued.rawValue])
+            }
+            // Send stores a payload for every platform it targets, in the same transaction.
+            guard let payload = payloads[notificationID]?[platform] else { continue }
+            let sequence: Int64 = row[0]
+            if lease { try leaseStatement.execute(arguments: [at, sequence]) }
+            let attempts: Int = row[6]
+            items.append(PushItem(
+                sequence: sequence, notificationID: notificationID, registrationID: row[2],
+                platform: platform, handle: row[4], messageID: row[5], attempt: attempts + 1,
+                giveUpAt: row[7], payload: payload))
+        }
+        return items
+    }
+}

@@ -1,0 +1,111 @@
+import Foundation
+public import GRDB
+public import HeraldProto
+public import HeraldRPC
+public import HeraldModel
+public import HeraldService
+
+/// What one push carries, shared by every delivery of one platform of one send.
+public struct OutboxPayload: Sendable, Hashable {
+    public var platform: Platform
+    /// How it is delivered; each sender turns it into its provider's headers.
+    public var options: DeliveryOptions
+    public var body: [UInt8]
+
+    public init(platform: Platform, options: DeliveryOptions = DeliveryOptions(), body: [UInt8]) {
+        self.platform = platform
+        self.options = options
+        self.body = body
+    }
+}
+
+/// How one push is delivered besides its body: resolved once per send by ``PlatformRules`` (every
+/// default filled in, so senders never guess), stored as columns of `outbox_payload`, and turned
+/// into headers by each sender (`APNsSender.headers(for:)` and its siblings).
+public struct DeliveryOptions: Sendable, Hashable {
+    /// APNs `apns-push-type` (alert, background); WNS `X-WNS-Type` (wns/toast, wns/raw…); empty
+    /// for FCM and Web Push.
+    public var pushType: String
+    /// APNs `apns-priority` (10 or 5); Web Push urgency (10 high, 5 normal, 1 low); 0 elsewhere.
+    public var priority: Int32
+    /// `Content-Type` of the body as the provider gets it; empty for Web Push (always aes128gcm).
+    public var contentType: String
+    /// When the push service may stop trying, Unix epoch milliseconds; 0: its default.
+    public var expiresAtUnixMs: Int64
+    /// APNs `apns-collapse-id`, FCM `collapse_key`, WNS `X-WNS-Tag`, Web Push `Topic`; empty: none.
+    public var collapseID: String
+
+    public init(pushType: String = "", priority: Int32 = 0, contentType: String = "", expiresAtUnixMs: Int64 = 0, collapseID: String = "") {
+        self.pushType = pushType
+        self.priority = priority
+        self.contentType = contentType
+        self.expiresAtUnixMs = expiresAtUnixMs
+        self.collapseID = collapseID
+    }
+
+    /// Whole seconds the push service may still keep trying at `now` (Unix ms), never negative;
+    /// nil without an expiry.
+    public func secondsLeft(now: Int64) -> Int64? {
+        expiresAtUnixMs > 0 ? max(0, expiresAtUnixMs / 1000 - now / 1000) : nil
+    }
+}
+
+/// The message ids of one send's deliveries: version-4 UUIDs from 122 random bits drawn once per
+/// send, the low word XOR-ed with the delivery's index. Unique within the send by construction and
+/// across sends by the random bits, at a fraction of the cost of a `UUID()` (system random bytes
+/// and formatting) per device of a large fan-out.
+struct MessageIDs {
+    private let high: UInt64
+    private let low: UInt64
+
+    init() {
+        var generator = SystemRandomNumberGenerator()
+        // Version 4 in the high word; the variant (10) in the top bits of the low word.
+        high = (generator.next() & ~0xF000) | 0x4000
+        low = (generator.next() & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
+    }
+
+    func id(_ index: Int) -> String {
+        let low = self.low ^ UInt64(index & 0x3FFF_FFFF_FFFF_FFFF)
+        var out = [UInt8]()
+        out.reserveCapacity(36)
+        // 32 hex digits, high word first, grouped 8-4-4-4-12.
+        for position in 0..<32 {
+            if position == 8 || position == 12 || position == 16 || position == 20 { out.append(UInt8(ascii: "-")) }
+            let word = position < 16 ? high : low
+            out.append(Self.digits[Int((word >> UInt64(60 - 4 * (position % 16))) & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private static let digits = Array("0123456789abcdef".utf8)
+}
+
+/// One delivery a worker claimed: a payload for one registration, on its `attempt`-th try.
+public struct PushItem: Sendable {
+    public var sequence: Int64
+    public var notificationID: String
+    public var registrationID: String
+    public var platform: Platform
+    public var handle: String
+    /// Fixed when the send was committed and reused by every attempt (APNs apns-id).
+    public var messageID: String
+    /// 1 for the first attempt.
+    public var attempt: Int
+    /// When the retry window ends, Unix ms.
+    public var giveUpAt: Int64
+    public var payload: OutboxPayload
+}
+
+/// What a push service said about one delivery.
+public enum PushResult: Sendable, Equatable {
+    /// Accepted.
+    case delivered(status: Int)
+    /// Try again later (429, 5xx, timeout, lost connection), not before `after` when the service said so.
+    case retry(status: Int, reason: String, after: Duration?)
+    /// Refused for good; never retried.
+    case failed(status: Int, reason: String)
+    /// The handle is dead: failed for good, and registration must delete it. `since`: when it
+    /// stopped being valid (Unix ms, APNs' timestamp), 0 when unknown.
+    case unregistered(status: Int, reason: String, since: Int64)
+}

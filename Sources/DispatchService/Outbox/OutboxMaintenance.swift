@@ -1,0 +1,53 @@
+import Foundation
+public import GRDB
+public import HeraldProto
+public import HeraldRPC
+public import HeraldModel
+public import HeraldService
+
+/// Purging old sends, the dead-handle queue, and the queue's depth for metrics.
+extension Outbox {
+    /// Deletes finished sends last changed before `before` (Unix ms): the notification, and by
+    /// cascade its payloads, deliveries and counters. A hundred sends per transaction, so a purge
+    /// of large sends never holds the writer long. Returns how many sends.
+    @discardableResult
+    public func purge(before: Int64) throws -> Int {
+        try HeraldDatabase.deleteInBatches(
+            db, batch: 100,
+            sql: """
+                DELETE FROM notification WHERE id IN (
+                    SELECT id FROM notification WHERE state IN (\(Outbox.finishedStates)) AND updated_at < ? LIMIT 100)
+                """,
+            arguments: [before])
+    }
+
+    /// Dead handles registration has not confirmed deleting yet, oldest first.
+    public func pendingRemovals(limit: Int) throws -> [(id: Int64, platform: Platform, handle: String, since: Int64)] {
+        try db.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT id, platform, handle, invalid_since FROM handle_removal ORDER BY id LIMIT ?", arguments: [limit]
+            ).map { ($0["id"], Platform(rawValue: $0["platform"]), $0["handle"], $0["invalid_since"]) }
+        }
+    }
+
+    public func removalDone(_ id: Int64) throws {
+        try db.write { db in try db.execute(sql: "DELETE FROM handle_removal WHERE id = ?", arguments: [id]) }
+    }
+
+    /// When the earliest pending, unleased delivery is due (Unix ms), if any.
+    public func nextDue() throws -> Int64? {
+        try db.read { db in
+            try Int64.fetchOne(db, sql: "SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0")
+        }
+    }
+
+    /// Deliveries not finished yet, and handle removals not confirmed yet (for metrics).
+    public func depth() throws -> (pending: Int, removals: Int) {
+        try db.read { db in
+            (
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)") ?? 0,
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM handle_removal") ?? 0
+            )
+        }
+    }
+}

@@ -1,0 +1,100 @@
+import Foundation
+public import GRDB
+public import HeraldProto
+public import HeraldRPC
+public import HeraldModel
+public import HeraldService
+
+/// Reads: outcomes, delivery records and the payloads of a send.
+extension Outbox {
+    /// The outcome of send `id`; with a `requester`, only if they sent it (NOT_FOUND otherwise, as
+    /// for an unknown id, so ids of other users' sends cannot be probed).
+    public func outcome(of id: String, requester: String = "") throws -> Outcome {
+        try db.read { db in
+            let row = try Self.notification(id, requester: requester, db)
+            return Outcome(
+                notificationID: id, state: OutcomeState(rawValue: row["state"]),
+                platforms: try platformOutcomes(of: id, db), createdAtUnixMs: row["created_at"], sender: row["sender"])
+        }
+    }
+
+    /// The outbox entries of send `id`, with the same visibility as ``outcome(of:requester:)``.
+    public func deliveries(of id: String, requester: String = "", after: Int64, limit: Int) throws -> [DeliveryRecord] {
+        try db.read { db in
+            _ = try Self.notification(id, requester: requester, db)
+            return try deliveries(of: id, after: after, limit: limit, db)
+        }
+    }
+
+    static func notification(_ id: String, requester: String, _ db: Database) throws -> Row {
+        guard
+            let row = try Row.fetchOne(db, sql: "SELECT state, created_at, sender FROM notification WHERE id = ?", arguments: [id]),
+            requester.isEmpty || row["sender"] == requester
+        else { throw ServiceError.notFound("notification \(id) not found") }
+        return row
+    }
+
+    /// A read on the outbox's database (tests).
+    func read<T>(_ body: (Database) throws -> T) throws -> T { try db.read(body) }
+
+    /// Per-platform counts of one notification, from the counters ``record(_:)`` keeps.
+    func platformOutcomes(of id: String, _ db: Database) throws -> [PlatformOutcome] {
+        let failures = Dictionary(
+            grouping: try Row.fetchAll(
+                db, sql: "SELECT platform, reason, count FROM notification_failure WHERE notification_id = ? ORDER BY reason",
+                arguments: [id]),
+            by: { Platform(rawValue: $0["platform"]) })
+        return try Row.fetchAll(
+            db,
+            sql: """
+                SELECT platform, success, failure, pending, removed, retries FROM notification_platform
+                WHERE notification_id = ? ORDER BY platform
+                """,
+            arguments: [id]
+        ).map { row in
+            let platform = Platform(rawValue: row["platform"])
+            return PlatformOutcome(
+                platform: platform, success: row["success"], failure: row["failure"], pending: row["pending"],
+                failures: (failures[platform] ?? []).map { FailureCount(reason: $0["reason"], count: $0["count"]) },
+                removedHandles: row["removed"], retries: row["retries"])
+        }
+    }
+
+    /// The deliveries of one notification, in outbox order.
+    func deliveries(of id: String, after: Int64, limit: Int, _ db: Database) throws -> [DeliveryRecord] {
+        try Row.fetchAll(
+            db,
+            sql: """
+                SELECT sequence, registration_id, platform, state, attempts, message_id, last_status, reason, next_attempt_at
+                FROM delivery WHERE notification_id = ? AND sequence > ? ORDER BY sequence LIMIT ?
+                """,
+            arguments: [id, after, limit]
+        ).map { row in
+            let state = DeliveryState(rawValue: row["state"])
+            return DeliveryRecord(
+                sequence: row["sequence"], registrationID: row["registration_id"], platform: Platform(rawValue: row["platform"]),
+                state: state, attempts: row["attempts"], messageID: row["message_id"], lastStatus: row["last_status"],
+                reason: row["reason"], nextAttemptAtUnixMs: state == .pending ? row["next_attempt_at"] : 0)
+        }
+    }
+
+    static func payloads(of id: String, _ db: Database) throws -> [Platform: OutboxPayload] {
+        var payloads: [Platform: OutboxPayload] = [:]
+        for row in try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT platform, body, push_type, priority, content_type, expires_at_ms, collapse_id
+                    FROM outbox_payload WHERE notification_id = ?
+                    """),
+            arguments: [id])
+        {
+            let platform = Platform(rawValue: row["platform"])
+            let body: Data = row["body"]
+            let options = DeliveryOptions(
+                pushType: row["push_type"], priority: row["priority"], contentType: row["content_type"],
+                expiresAtUnixMs: row["expires_at_ms"], collapseID: row["collapse_id"])
+            payloads[platform] = OutboxPayload(platform: platform, options: options, body: [UInt8](body))
+        }
+        return payloads
+    }
+}

@@ -1,0 +1,110 @@
+import Foundation
+public import GRDB
+public import HeraldProto
+public import HeraldRPC
+public import HeraldModel
+public import HeraldService
+
+/// Recording what the worker decided for each delivery, and the counters an outcome is read from.
+extension Outbox {
+    /// Where one delivery goes next, as the worker decided it.
+    public struct Decision: Sendable {
+        public var sequence: Int64
+        public var notificationID: String
+        public var platform: Platform
+        public var state: DeliveryState
+        public var status: Int
+        public var reason: String
+        /// Pending: when to try again, Unix ms.
+        public var nextAttemptAt: Int64
+        /// Set when the handle is dead and registration must delete it.
+        public var removal: (platform: Platform, handle: String, since: Int64)?
+        /// The attempt was not counted when claimed (local deliveries take no lease): count it now.
+        public var countsAttempt = false
+    }
+
+    /// Records a batch's results, queues handle removals, and finishes each notification that has
+    /// nothing pending any more. Returns the notifications finished, with their final state.
+    @discardableResult
+    public func record(_ decisions: [Decision]) async throws -> [(id: String, state: OutcomeState)] {
+        let at = now()
+        return try await db.write { db in try self.apply(decisions, at: at, db) }
+    }
+
+    func apply(_ decisions: [Decision], at: Int64, _ db: Database) throws -> [(id: String, state: OutcomeState)] {
+        let update = try db.cachedStatement(
+            sql: """
+                UPDATE delivery SET state = ?, leased = 0, last_status = ?, reason = ?, next_attempt_at = ?,
+                       handle_removed = ?, updated_at = ?, attempts = attempts + ?
+                WHERE sequence = ?
+                """)
+        // Counter changes per (notification, platform), applied once per batch.
+        struct Delta {
+            var success = 0, failure = 0, pending = 0, removed = 0, retries = 0
+            var failures: [String: Int] = [:]
+        }
+        var deltas: [String: [Platform: Delta]] = [:]
+        for d in decisions {
+            try update.execute(arguments: [
+                d.state.rawValue, d.status, d.reason, d.nextAttemptAt, d.removal == nil ? 0 : 1, at, d.countsAttempt ? 1 : 0,
+                d.sequence,
+            ])
+            if let removal = d.removal {
+                try db.execute(
+                    sql: "INSERT INTO handle_removal (platform, handle, invalid_since, created_at) VALUES (?, ?, ?, ?)",
+                    arguments: [removal.platform.rawValue, removal.handle, removal.since, at])
+            }
+            var delta = deltas[d.notificationID]?[d.platform] ?? Delta()
+            switch d.state {
+            case .pending: delta.retries += 1
+            case .delivered:
+                delta.success += 1
+                delta.pending -= 1
+            default:
+                delta.failure += 1
+                delta.pending -= 1
+                delta.failures[d.state == .abandoned ? "Abandoned" : d.reason, default: 0] += 1
+                if d.removal != nil { delta.removed += 1 }
+            }
+            deltas[d.notificationID, default: [:]][d.platform] = delta
+        }
+        let counters = try db.cachedStatement(
+            sql: """
+                UPDATE notification_platform
+                SET success = success + ?, failure = failure + ?, pending = pending + ?, removed = removed + ?,
+                    retries = retries + ?
+                WHERE notification_id = ? AND platform = ?
+                """)
+        let failures = try db.cachedStatement(
+            sql: """
+                INSERT INTO notification_failure (notification_id, platform, reason, count) VALUES (?, ?, ?, ?)
+                ON CONFLICT (notification_id, platform, reason) DO UPDATE SET count = count + excluded.count
+                """)
+        var finished: [(String, OutcomeState)] = []
+        for (id, platforms) in deltas {
+            for (platform, delta) in platforms {
+                try counters.execute(arguments: [
+                    delta.success, delta.failure, delta.pending, delta.removed, delta.retries, id, platform.rawValue,
+                ])
+                for (reason, count) in delta.failures {
+                    try failures.execute(arguments: [id, platform.rawValue, reason, count])
+                }
+            }
+            guard platforms.values.contains(where: { $0.pending != 0 }) else { continue }
+            let open = try Int.fetchOne(
+                db.cachedStatement(sql: "SELECT SUM(pending) FROM notification_platform WHERE notification_id = ?"),
+                arguments: [id]) ?? 0
+            guard open == 0 else { continue }
+            let abandoned = try Bool.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT EXISTS (SELECT 1 FROM notification_failure WHERE notification_id = ? AND reason = 'Abandoned')"),
+                arguments: [id]) ?? false
+            let state: OutcomeState = abandoned ? .abandoned : .completed
+            try db.execute(
+                sql: "UPDATE notification SET state = ?, updated_at = ? WHERE id = ? AND state IN (\(Outbox.unfinishedStates))",
+                arguments: [state.rawValue, at, id])
+            if db.changesCount == 1 { finished.append((id, state)) }
+        }
+        return finished
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+public import GRDB
+public import HeraldProto
+public import HeraldRPC
+public import HeraldModel
+public import HeraldService
+
+/// The outbox's tables and their migrations.
+extension Outbox {
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("notification-v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE notification (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        sender TEXT NOT NULL,
+                        target_user TEXT NOT NULL,
+                        target_tag TEXT NOT NULL,
+                        state INTEGER NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        updated_at INTEGER NOT NULL
+                    );
+                    CREATE TABLE notification_platform (
+                        notification_id TEXT NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                        platform INTEGER NOT NULL,
+                        success INTEGER NOT NULL,
+                        failure INTEGER NOT NULL,
+                        PRIMARY KEY (notification_id, platform)
+                    ) WITHOUT ROWID;
+                    """)
+        }
+        migrator.registerMigration("outbox-v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE outbox_payload (
+                        notification_id TEXT NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                        platform INTEGER NOT NULL,
+                        headers TEXT NOT NULL,
+                        body BLOB NOT NULL,
+                        expires_at INTEGER NOT NULL,
+                        collapse_id TEXT NOT NULL,
+                        PRIMARY KEY (notification_id, platform)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE delivery (
+                        sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+                        notification_id TEXT NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                        registration_id TEXT NOT NULL,
+                        platform INTEGER NOT NULL,
+                        handle TEXT NOT NULL,
+                        message_id TEXT NOT NULL,
+                        state INTEGER NOT NULL,
+                        leased INTEGER NOT NULL DEFAULT 0,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        next_attempt_at INTEGER NOT NULL,
+                        give_up_at INTEGER NOT NULL,
+                        last_status INTEGER NOT NULL DEFAULT 0,
+                        reason TEXT NOT NULL DEFAULT '',
+                        handle_removed INTEGER NOT NULL DEFAULT 0,
+                        updated_at INTEGER NOT NULL
+                    );
+                    -- 1 is DeliveryState.pending: the claim queries interpolate the same number, so SQLite uses it.
+                    CREATE INDEX delivery_due ON delivery(next_attempt_at) WHERE state = 1 AND leased = 0;
+                    -- ListDeliveries' order. Not (notification_id, state): every result would move its entry.
+                    CREATE INDEX delivery_notification ON delivery(notification_id, sequence);
+                    -- Counters kept by record(), so an outcome costs a few rows however large the send.
+                    ALTER TABLE notification_platform ADD COLUMN pending INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE notification_platform ADD COLUMN removed INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE notification_platform ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+                    CREATE TABLE notification_failure (
+                        notification_id TEXT NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                        platform INTEGER NOT NULL,
+                        reason TEXT NOT NULL,
+                        count INTEGER NOT NULL,
+                        PRIMARY KEY (notification_id, platform, reason)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE handle_removal (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        platform INTEGER NOT NULL,
+                        handle TEXT NOT NULL,
+                        invalid_since INTEGER NOT NULL,
+                        created_at INTEGER NOT NULL
+                    );
+                    """)
+        }
+        // Delivery options as typed columns instead of a JSON list of header strings, and the expiry in
+        // Unix ms like every other time Herald stores. Rows written before are carried over.
+        migrator.registerMigration("outbox-v2-delivery-options") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE outbox_payload ADD COLUMN push_type TEXT NOT NULL DEFAULT '';
+                    ALTER TABLE outbox_payload ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE outbox_payload ADD COLUMN content_type TEXT NOT NULL DEFAULT '';
+                    UPDATE outbox_payload SET
+                        push_type = COALESCE((SELECT value ->> 1 FROM json_each(headers)
+                                              WHERE value ->> 0 IN ('apns-push-type', 'x-wns-type')), ''),
+                        priority = COALESCE((SELECT CASE value ->> 0 WHEN 'apns-priority' THEN CAST(value ->> 1 AS INTEGER)
+                                                     ELSE CASE value ->> 1 WHEN 'high' THEN 10 WHEN 'normal' THEN 5 WHEN 'low' THEN 1 END END
+                                             FROM json_each(headers) WHERE value ->> 0 IN ('apns-priority', 'urgency')), 0),
+                        content_type = COALESCE((SELECT value ->> 1 FROM json_each(headers) WHERE value ->> 0 = 'content-type'), ''),
+                        expires_at = expires_at * 1000;
+                    ALTER TABLE outbox_payload RENAME COLUMN expires_at TO expires_at_ms;
+                    ALTER TABLE outbox_payload DROP COLUMN headers;
+                    """)
+        }
+        return migrator
+    }
+}
