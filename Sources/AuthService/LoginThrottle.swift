@@ -38,13 +38,14 @@ public final class LoginThrottle: Sendable {
         self.now = now
     }
 
-    /// Throws RESOURCE_EXHAUSTED ("… retry after <n> s") while `user` is locked out.
+    /// Throws RESOURCE_EXHAUSTED with `retry-after` (seconds) while `user` is locked out.
     public func check(_ user: String) throws {
         let now = self.now()
         let until = state.withLock { $0[user]?.lockedUntil ?? 0 }
         if until > now {
             let seconds = (until - now + 999) / 1000
-            throw ServiceError(.resourceExhausted, "too many failed logins for this user; retry after \(seconds) s")
+            throw ServiceError.resourceExhausted(
+                "too many failed logins for this user; retry after \(seconds) s", retryAfterSeconds: Int(seconds))
         }
     }
 
@@ -116,21 +117,23 @@ public final class LoginGate: Sendable {
     /// Takes a hashing slot or throws RESOURCE_EXHAUSTED; pair every success with ``leave(failed:)``.
     public func enter() throws {
         let now = self.now()
-        let refusal: String? = state.withLock { state in
+        let refusal: ServiceError? = state.withLock { state in
             refill(&state, now)
             if state.tokens < 1 {
                 let wait = Int64(((1 - state.tokens) * 60_000 / Double(failureBudget)).rounded(.up))
-                return "too many failed logins on this server; retry after \(max(1, (wait + 999) / 1000)) s"
+                let seconds = Int(max(1, (wait + 999) / 1000))
+                return .resourceExhausted(
+                    "too many failed logins on this server; retry after \(seconds) s", retryAfterSeconds: seconds)
             }
             // Rounds of hashing before this one would finish, if every thread works the queue.
             let rounds = Double((state.pending + threads) / threads)
             guard state.pending < maxPending, state.pending < threads || rounds * state.hashMillis <= maxWait else {
-                return "too many logins in progress; retry after 1 s"
+                return .resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
             }
             state.pending += 1
             return nil
         }
-        if let refusal { throw ServiceError(.resourceExhausted, refusal) }
+        if let refusal { throw refusal }
     }
 
     /// Gives the slot back; a failed login spends one unit of the global budget. `hashDuration`

@@ -37,19 +37,13 @@ public struct EdgeError: Error, Sendable {
         case .alreadyExists, .aborted: EdgeError(.conflict, error.message)
         case .resourceExhausted:
             // Rate limits (herald-auth's lockout); routes that store content answer 413 themselves.
-            EdgeError(.tooManyRequests, error.message, headers: retryAfter(error.message))
+            EdgeError(.tooManyRequests, error.message, headers: error.retryAfterSeconds.map { [.retryAfter: String($0)] } ?? [:])
         case .unimplemented: EdgeError(.notImplemented, error.message)
         case .unavailable, .deadlineExceeded, .cancelled:
             // A service restarting comes back within a second or two (the supervisor's backoff).
             EdgeError(.serviceUnavailable, "a Herald service is unavailable; try again later", headers: [.retryAfter: "1"])
         case .ok, .unknown, .internal, .dataLoss: EdgeError(.internalServerError, "internal error")
         }
-    }
-
-    /// `Retry-After` from a message ending "retry after <n> s" (herald-auth's lockout wording).
-    private static func retryAfter(_ message: String) -> HTTPFields {
-        guard let match = message.firstMatch(of: /retry after (\d+) s$/) else { return [:] }
-        return [.retryAfter: String(match.1)]
     }
 
     func response(requestID: String) -> Response {

@@ -51,11 +51,29 @@ public enum StatusCode: Int, Sendable, Hashable, CaseIterable, CustomStringConve
 public struct ServiceError: Error, Sendable, Hashable, CustomStringConvertible {
     public var code: StatusCode
     public var message: String
+    /// What a caller acts on besides the code, as trailing metadata (lower-case keys) on both
+    /// transports: gRPC trailers, and the lean protocol's END trailers. Keys Herald sets:
+    /// `retry-after` (whole seconds, see ``retryAfterSeconds``) and `herald-reason`.
+    public var metadata: [String: String]
 
-    public init(_ code: StatusCode, _ message: String) {
+    /// The metadata keys Herald's errors carry; a gRPC client keeps these from the trailers and
+    /// leaves the transport's own (`content-type`, `grpc-*`…) out.
+    public static let metadataKeys: Set<String> = ["retry-after", "herald-reason"]
+
+    public init(_ code: StatusCode, _ message: String, metadata: [String: String] = [:]) {
         self.code = code
         self.message = message
+        self.metadata = metadata
     }
+
+    /// RESOURCE_EXHAUSTED that the caller may retry after `seconds` (a lockout, a busy gate): the
+    /// edge answers 429 with `Retry-After`.
+    public static func resourceExhausted(_ message: String, retryAfterSeconds seconds: Int) -> Self {
+        .init(.resourceExhausted, message, metadata: ["retry-after": String(seconds)])
+    }
+
+    /// When the caller may try again, in seconds, if the service said.
+    public var retryAfterSeconds: Int? { metadata["retry-after"].flatMap { Int($0) }.flatMap { $0 >= 0 ? $0 : nil } }
 
     public var description: String { "\(code): \(message)" }
 
@@ -68,8 +86,9 @@ public struct ServiceError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A write refused because the service's disk is full (SQLITE_FULL). UNAVAILABLE: it is
     /// transient for the caller, and reads go on working. The edge answers it with 507.
     public static let storageFull = ServiceError(
-        .unavailable, "storage full: this service cannot write until disk space is freed; reads still work")
+        .unavailable, "storage full: this service cannot write until disk space is freed; reads still work",
+        metadata: ["herald-reason": "storage-full"])
 
-    /// Whether this is ``storageFull`` (status and message travel together over both transports).
-    public var isStorageFull: Bool { self == .storageFull }
+    /// Whether this is ``storageFull`` (its `herald-reason` travels over both transports).
+    public var isStorageFull: Bool { code == .unavailable && metadata["herald-reason"] == "storage-full" }
 }

@@ -106,7 +106,9 @@ struct GRPCBinding: RegistrableRPCService {
     /// A handler's error as a gRPC status (``ServiceError/answering(_:in:)`` decides which).
     static func rpcError(_ error: any Error, _ context: RPCContext) -> RPCError {
         let serviceError = ServiceError.answering(error, in: context)
-        return RPCError(code: serviceError.code.rpcCode, message: serviceError.message)
+        var metadata = Metadata()
+        for (key, value) in serviceError.metadata.sorted(by: { $0.key < $1.key }) { metadata.addString(value, forKey: key) }
+        return RPCError(code: serviceError.code.rpcCode, message: serviceError.message, metadata: metadata)
     }
 }
 

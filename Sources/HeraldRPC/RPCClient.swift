@@ -141,7 +141,7 @@ public final class RPCClient: Sendable {
                     options: options(timeout)
                 ) { response in try response.message }
             } catch let error as RPCError {
-                throw ServiceError(StatusCode(error.code), error.message)
+                throw Self.serviceError(error)
             }
         }
     }
@@ -172,7 +172,7 @@ public final class RPCClient: Sendable {
                     for try await message in response.messages { try await onMessage(message) }
                 }
             } catch let error as RPCError {
-                throw ServiceError(StatusCode(error.code), error.message)
+                throw Self.serviceError(error)
             }
         }
     }
@@ -225,6 +225,15 @@ public final class RPCClient: Sendable {
         } catch {
             throw ServiceError(.internal, "malformed \(M.protoName) from \(socketPath)")
         }
+    }
+
+    /// A gRPC failure as a ``ServiceError``, its string trailers carried over as metadata.
+    private static func serviceError(_ error: RPCError) -> ServiceError {
+        var metadata: [String: String] = [:]
+        for entry in error.metadata {
+            if ServiceError.metadataKeys.contains(entry.key), case .string(let value) = entry.value { metadata[entry.key] = value }
+        }
+        return ServiceError(StatusCode(error.code), error.message, metadata: metadata)
     }
 
     private static func metadata(_ requestID: String?) -> Metadata {

@@ -34,6 +34,7 @@ struct LeanFrameFuzzTests {
             request,
             LeanFrame(.message, callID: 7, payload: ByteBuffer(bytes: [1, 2, 3])),
             LeanFrame.status(.end, callID: 7, code: .notFound, message: "gone"),
+            LeanFrame.status(.end, callID: 7, code: .resourceExhausted, message: "later", metadata: ["retry-after": "3"]),
             LeanFrame(.cancel, callID: 9),
             LeanFrame.window(callID: 9, credits: 128),
             LeanFrame(.goaway, callID: 0),

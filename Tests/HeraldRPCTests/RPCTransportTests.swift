@@ -33,6 +33,8 @@ struct TransportConformanceTests {
                 throw ServiceError(code, "status \(code.rawValue) as asked")
             }
             if command == "boom" { throw Boom() }
+            if command == "locked" { throw ServiceError.resourceExhausted("locked; retry after 42 s", retryAfterSeconds: 42) }
+            if command == "full" { throw ServiceError.storageFull }
             if command.hasPrefix("nap:") {  // "nap:<token>": a call that takes 500 ms, then succeeds
                 handlerEvents.withLock { _ = $0.started.insert(String(command.dropFirst(4))) }
                 try await Task.sleep(for: .milliseconds(500))
@@ -154,6 +156,26 @@ struct TransportConformanceTests {
             await #expect {
                 try await DispatchServiceClient(client).send(SendRequest())
             } throws: { ($0 as? ServiceError)?.code == .unimplemented }
+        }
+    }
+
+    @Test("an error's metadata (retry-after, storage full) reaches the caller on both transports", arguments: RPCTransport.allCases)
+    func errorMetadata(_ transport: RPCTransport) async throws {
+        try await Self.withServers(transport) { client, _ in
+            let auth = AuthServiceClient(client)
+            await #expect {
+                try await auth.authenticate(AuthenticateRequest(authorization: "locked"))
+            } throws: { error in
+                let error = error as? ServiceError
+                return error?.code == .resourceExhausted && error?.retryAfterSeconds == 42 && error?.message == "locked; retry after 42 s"
+            }
+            await #expect {
+                try await auth.authenticate(AuthenticateRequest(authorization: "full"))
+            } throws: { ($0 as? ServiceError)?.isStorageFull == true }
+            // Plain errors carry none.
+            await #expect {
+                try await auth.authenticate(AuthenticateRequest(authorization: "status:5"))
+            } throws: { ($0 as? ServiceError)?.metadata == [:] }
         }
     }
 

@@ -98,8 +98,8 @@ final class LeanClient: Sendable {
                         }
                     case .end:
                         ended = true
-                        let (code, message) = try frame.status()
-                        if code != .ok { throw ServiceError(code, message) }
+                        let (code, message, metadata) = try frame.status()
+                        if code != .ok { throw ServiceError(code, message, metadata: metadata) }
                         return
                     default:
                         throw ServiceError(.internal, "unexpected \(frame.kind) frame for a call")

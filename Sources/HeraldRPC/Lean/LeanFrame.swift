@@ -4,8 +4,17 @@ public import NIOCore
 /// Constants of the lean protocol (docs/rpc-protocol.md).
 public enum LeanProtocol {
     public static let version: UInt8 = 1
-    /// "HRLD", the version, three reserved zero bytes.
-    public static let preface: [UInt8] = [0x48, 0x52, 0x4C, 0x44, version, 0, 0, 0]
+    /// Preface byte 5: what this peer accepts beyond version 1's frames. Peers that predate it send
+    /// 0 and ignore it, so it needs no new version.
+    public static let features: UInt8 = Feature.endTrailers
+    /// "HRLD", the version, the features, two reserved zero bytes.
+    public static let preface: [UInt8] = [0x48, 0x52, 0x4C, 0x44, version, features, 0, 0]
+
+    /// Feature bits of the preface.
+    public enum Feature {
+        /// END frames may carry trailing metadata (flag ``LeanFrame/endTrailersFlag``).
+        public static let endTrailers: UInt8 = 0x01
+    }
     /// Default largest frame: the largest message plus room for the request head.
     public static let defaultMaxFrameBytes = RPCLimits.maxMessageBytes + 1024
     /// Bytes of a frame after its length field, before the payload: type, flags, call id.
@@ -31,11 +40,18 @@ public struct LeanFrame: Sendable, Equatable {
     }
 
     public var kind: Kind
+    /// Zero, except ``endTrailersFlag`` on an END frame to a peer that accepts trailers.
+    public var flags: UInt8
     public var callID: UInt32
     public var payload: ByteBuffer
 
-    public init(_ kind: Kind, callID: UInt32, payload: ByteBuffer = ByteBuffer()) {
+    /// On END: the payload is `status u8, message_len u16, message, meta_count u16, entries` (as a
+    /// REQUEST's metadata) instead of `status u8, message`.
+    public static let endTrailersFlag: UInt8 = 0x01
+
+    public init(_ kind: Kind, flags: UInt8 = 0, callID: UInt32, payload: ByteBuffer = ByteBuffer()) {
         self.kind = kind
+        self.flags = flags
         self.callID = callID
         self.payload = payload
     }
@@ -55,20 +71,21 @@ public struct LeanFrame: Sendable, Equatable {
         let start = buffer.readerIndex + 4
         let rawKind = buffer.getInteger(at: start, as: UInt8.self)!
         guard let kind = Kind(rawValue: rawKind) else { throw LeanProtocolError("unknown frame type \(rawKind)") }
-        guard buffer.getInteger(at: start + 1, as: UInt8.self)! == 0 else {
+        let flags = buffer.getInteger(at: start + 1, as: UInt8.self)!
+        guard flags == 0 || (kind == .end && flags == endTrailersFlag) else {
             throw LeanProtocolError("reserved frame flags must be zero")
         }
         let callID = buffer.getInteger(at: start + 2, as: UInt32.self)!
         let payload = buffer.getSlice(at: start + LeanProtocol.headerBytes, length: Int(length) - LeanProtocol.headerBytes)!
         buffer.moveReaderIndex(forwardBy: 4 + Int(length))
-        return LeanFrame(kind, callID: callID, payload: payload)
+        return LeanFrame(kind, flags: flags, callID: callID, payload: payload)
     }
 
     /// Appends the frame's wire form to `buffer`.
     public func write(to buffer: inout ByteBuffer) {
         buffer.writeInteger(UInt32(LeanProtocol.headerBytes + payload.readableBytes))
         buffer.writeInteger(kind.rawValue)
-        buffer.writeInteger(UInt8(0))
+        buffer.writeInteger(flags)
         buffer.writeInteger(callID)
         var payload = payload
         buffer.writeBuffer(&payload)
@@ -79,20 +96,42 @@ public struct LeanFrame: Sendable, Equatable {
 
     // MARK: typed payloads
 
-    /// An END or ERROR frame.
-    public static func status(_ kind: Kind, callID: UInt32, code: StatusCode, message: String) -> LeanFrame {
+    /// An END or ERROR frame. `metadata` (END only, and only to a peer whose preface has
+    /// ``LeanProtocol/Feature/endTrailers``) travels as trailers.
+    public static func status(
+        _ kind: Kind, callID: UInt32, code: StatusCode, message: String, metadata: [String: String] = [:]
+    ) -> LeanFrame {
         var payload = ByteBuffer()
         payload.writeInteger(UInt8(code.rawValue))
-        payload.writeString(message)
-        return LeanFrame(kind, callID: callID, payload: payload)
+        guard kind == .end, !metadata.isEmpty else {
+            payload.writeString(message)
+            return LeanFrame(kind, callID: callID, payload: payload)
+        }
+        // Strings here are at most 65535 bytes: the message is cut there, longer entries are left out.
+        let short = { (text: String) in text.utf8.count <= Int(UInt16.max) }
+        try! LeanRequest.writeShortString(String(decoding: message.utf8.prefix(65_000), as: UTF8.self), to: &payload)
+        let entries = metadata.filter { short($0.key) && short($0.value) }.sorted { $0.key < $1.key }.prefix(Int(UInt16.max))
+        payload.writeInteger(UInt16(entries.count))
+        for (key, value) in entries {
+            try! LeanRequest.writeShortString(key, to: &payload)
+            try! LeanRequest.writeShortString(value, to: &payload)
+        }
+        return LeanFrame(kind, flags: endTrailersFlag, callID: callID, payload: payload)
     }
 
-    /// The status of an END or ERROR frame.
-    public func status() throws -> (code: StatusCode, message: String) {
+    /// The status of an END or ERROR frame, with an END's trailers.
+    public func status() throws -> (code: StatusCode, message: String, metadata: [String: String]) {
         var payload = self.payload
         guard let raw = payload.readInteger(as: UInt8.self) else { throw LeanProtocolError("status frame without a status") }
         let code = StatusCode(rawValue: Int(raw)) ?? .unknown
-        return (code, payload.readString(length: payload.readableBytes) ?? "")
+        guard flags & Self.endTrailersFlag != 0 else { return (code, payload.readString(length: payload.readableBytes) ?? "", [:]) }
+        let message = try LeanRequest.readShortString(&payload, "END message")
+        guard let count = payload.readInteger(as: UInt16.self) else { throw LeanProtocolError("END trailers without a count") }
+        var metadata: [String: String] = [:]
+        for _ in 0..<count {
+            metadata[try LeanRequest.readShortString(&payload, "trailer key")] = try LeanRequest.readShortString(&payload, "trailer value")
+        }
+        return (code, message, metadata)
     }
 
     /// A WINDOW frame.
@@ -159,19 +198,19 @@ public struct LeanRequest: Sendable, Equatable {
         return LeanRequest(timeoutMilliseconds: timeout, window: window, method: method, metadata: metadata, message: payload)
     }
 
-    private static func writeShortString(_ string: String, to buffer: inout ByteBuffer) throws {
+    static func writeShortString(_ string: String, to buffer: inout ByteBuffer) throws {
         let count = string.utf8.count
         guard count <= UInt16.max else { throw LeanProtocolError("string of \(count) bytes is too long for the request head") }
         buffer.writeInteger(UInt16(count))
         buffer.writeString(string)
     }
 
-    private static func readShortString(_ buffer: inout ByteBuffer, _ what: String) throws -> String {
+    static func readShortString(_ buffer: inout ByteBuffer, _ what: String) throws -> String {
         guard let length = buffer.readInteger(as: UInt16.self), let bytes = buffer.readBytes(length: Int(length)) else {
-            throw LeanProtocolError("REQUEST frame truncated in the \(what)")
+            throw LeanProtocolError("frame truncated in the \(what)")
         }
         guard let string = String(validating: bytes, as: UTF8.self) else {
-            throw LeanProtocolError("REQUEST \(what) is not UTF-8")
+            throw LeanProtocolError("\(what) is not UTF-8")
         }
         return string
     }
@@ -185,6 +224,12 @@ public struct LeanMetadataEntry: Sendable, Hashable {
         self.key = key
         self.value = value
     }
+}
+
+/// Fired once per connection when the peer's preface has been read: what the peer accepts.
+struct LeanPeerPreface {
+    var features: UInt8
+    var acceptsEndTrailers: Bool { features & LeanProtocol.Feature.endTrailers != 0 }
 }
 
 /// Splits the byte stream into frames, after checking the peer's preface.
@@ -211,6 +256,7 @@ final class LeanFrameDecoder: ByteToMessageDecoder {
                 throw LeanProtocolError("unsupported protocol version \(preface[4]); this peer speaks \(LeanProtocol.version)")
             }
             prefaceChecked = true
+            context.fireUserInboundEventTriggered(LeanPeerPreface(features: preface[5]))
         }
         guard let frame = try LeanFrame.parse(&buffer, maxFrameBytes: maxFrameBytes) else { return .needMoreData }
         context.fireChannelRead(wrapInboundOut(frame))

@@ -167,6 +167,8 @@ final class LeanServerHandler: ChannelInboundHandler {
     private let logger: Logger
     private var calls: [UInt32: LeanServerCall] = [:]
     private var draining = false
+    /// The client's preface allows END trailers (error metadata such as `retry-after`).
+    private var peerAcceptsTrailers = false
     /// Why this connection's peer may not call (``PeerPolicy``); nil when it may.
     private let refusal: String?
 
@@ -195,6 +197,10 @@ final class LeanServerHandler: ChannelInboundHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let preface = event as? LeanPeerPreface {
+            peerAcceptsTrailers = preface.acceptsEndTrailers
+            return
+        }
         guard event is Drain else { return context.fireUserInboundEventTriggered(event) }
         draining = true
         context.writeAndFlush(wrapOutboundOut(LeanFrame(.goaway, callID: 0).encoded()), promise: nil)
@@ -267,7 +273,10 @@ final class LeanServerHandler: ChannelInboundHandler {
                 handlerBox.value.finished(id, channel: channel)
             }
         }
-        call.start(LeanCallRunner.start(handler, input: input, context: rpcContext, call: call, id: id, channel: channel, finish: finish))
+        call.start(
+            LeanCallRunner.start(
+                handler, input: input, context: rpcContext, call: call, id: id, trailers: peerAcceptsTrailers, channel: channel,
+                finish: finish))
     }
 
     private func finished(_ id: UInt32, channel: any Channel) {
@@ -281,10 +290,10 @@ final class LeanServerHandler: ChannelInboundHandler {
 enum LeanCallRunner {
     static func start(
         _ handler: MethodTable.Handler, input: [UInt8], context: RPCContext, call: LeanServerCall, id: UInt32,
-        channel: any Channel, finish: @escaping @Sendable (ByteBuffer) -> Void
+        trailers: Bool, channel: any Channel, finish: @escaping @Sendable (ByteBuffer) -> Void
     ) -> Task<Void, Never> {
         Task {
-            finish(await run(handler, input: input, context: context, call: call, id: id, channel: channel))
+            finish(await run(handler, input: input, context: context, call: call, id: id, trailers: trailers, channel: channel))
         }
     }
 
@@ -298,7 +307,7 @@ enum LeanCallRunner {
     /// Runs one handler; returns the bytes that finish the call (the last MESSAGE, if any, and END).
     private static func run(
         _ handler: MethodTable.Handler, input: [UInt8], context: RPCContext, call: LeanServerCall, id: UInt32,
-        channel: any Channel
+        trailers: Bool, channel: any Channel
     ) async -> ByteBuffer {
         var out = ByteBuffer()
         do {
@@ -319,7 +328,8 @@ enum LeanCallRunner {
             let status =
                 call.deadlineExpired
                 ? ServiceError(.deadlineExceeded, "deadline exceeded") : ServiceError.answering(error, in: context)
-            LeanFrame.status(.end, callID: id, code: status.code, message: status.message).write(to: &out)
+            LeanFrame.status(.end, callID: id, code: status.code, message: status.message, metadata: trailers ? status.metadata : [:])
+                .write(to: &out)
         }
         return out
     }
