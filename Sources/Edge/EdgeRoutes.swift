@@ -72,7 +72,7 @@ public struct EdgeRoutes: Sendable {
         router.get("api/notifications/:id") { request, context in
             try await fetchNotification(request, context, id: context.parameters.require("id"))
         }
-        addModernRoutes(to: router)
+        addV1Routes(to: router)
     }
 
     /// `GET /readyz`: 200 when every service the edge calls answers SERVING on grpc.health.v1,
@@ -92,8 +92,8 @@ public struct EdgeRoutes: Sendable {
             return await group.reduce(into: [String: String]()) { $0[$1.0] = $1.1 }
         }
         let ready = statuses.values.allSatisfy { $0 == "SERVING" }
-        return Self.json(
-            try Self.encode(["status": ready ? "ready" : "not ready", "services": statuses]),
+        return try Self.json(
+            ReadinessBody(status: ready ? "ready" : "not ready", services: statuses),
             status: ready ? .ok : .serviceUnavailable)
     }
 
@@ -185,9 +185,7 @@ public struct EdgeRoutes: Sendable {
         switch stored.kind {
         case .secure:
             let body = SecureBody(Id: number, Payload: String(decoding: stored.content, as: UTF8.self), Read: stored.read)
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            var response = Self.json(String(decoding: try encoder.encode(body), as: UTF8.self))
+            var response = try Self.json(body)
             response.headers[.cacheControl] = "no-store"
             return response
         default:
@@ -345,11 +343,24 @@ public struct EdgeRoutes: Sendable {
 
     static func outcomePath(_ notificationID: String) -> String { "/v1/notifications/\(notificationID)/outcome" }
 
+    /// `value` as the JSON answer: sorted keys, slashes unescaped (as every Herald JSON body).
+    static func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return json(String(decoding: try encoder.encode(value), as: UTF8.self), status: status)
+    }
+
     static func json(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
         Response(
             status: status, headers: [.contentType: "application/json; charset=utf-8"],
             body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
     }
+}
+
+/// `GET /readyz`: each service's grpc.health.v1 status.
+struct ReadinessBody: Encodable {
+    var status: String
+    var services: [String: String]
 }
 
 /// The secure-push answer, property names as the tutorial's ASP.NET backend wrote them.

@@ -122,6 +122,19 @@ struct EdgeRouteTests {
         }
     }
 
+    @Test("/v1 answers are typed JSON: camelCase, sorted keys, Notification Hubs' state names")
+    func v1OutcomeBody() async throws {
+        try await Self.withEdge(FakeServices()) { client in
+            try await client.execute(uri: "/v1/notifications/n-1/outcome", method: .get, headers: [.authorization: Self.alice]) { response in
+                #expect(response.status == .ok)
+                #expect(
+                    String(buffer: response.body)
+                        == #"{"createdAtUnixMs":1700000000000,"notificationId":"n-1","platforms":[{"failure":1,"failures":{"BadDeviceToken":1},"#
+                        + #""pending":0,"platform":"apns","removedHandles":1,"retries":3,"success":2}],"state":"Completed"}"#)
+            }
+        }
+    }
+
     @Test("/readyz names each service's health, 503 when one is not serving")
     func readiness() async throws {
         try await Self.withEdge(FakeServices(healthy: false)) { client in
@@ -237,7 +250,17 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         try record(options, dispatchError)
         return SendResponse(outcome: Outcome(notificationID: "n-1"))
     }
-    func getOutcome(_ request: GetOutcomeRequest, options: RPCCallOptions) async throws -> Outcome { throw Self.unused() }
+    func getOutcome(_ request: GetOutcomeRequest, options: RPCCallOptions) async throws -> Outcome {
+        try record(options, dispatchError)
+        return Outcome(
+            notificationID: request.notificationID, state: .completed,
+            platforms: [
+                PlatformOutcome(
+                    platform: .apns, success: 2, failure: 1, failures: [FailureCount(reason: "BadDeviceToken", count: 1)],
+                    removedHandles: 1, retries: 3)
+            ],
+            createdAtUnixMs: 1_700_000_000_000, sender: "alice")
+    }
     func listInbox(_ request: ListInboxRequest, options: RPCCallOptions) async throws -> ListInboxResponse { throw Self.unused() }
     func listDeliveries(
         _ request: ListDeliveriesRequest, options: RPCCallOptions

@@ -10,7 +10,7 @@ public import Hummingbird
 /// JSON here is camelCase (the `api/*` routes keep the tutorial's PascalCase); errors are the same
 /// `{"error","message"}` bodies.
 extension EdgeRoutes {
-    func addModernRoutes(to router: Router<EdgeRequestContext>) {
+    func addV1Routes(to router: Router<EdgeRequestContext>) {
         router.post("v1/notifications") { request, context in try await upload(request, context) }
         router.get("v1/notifications/:id/outcome") { request, context in
             try await outcome(request, context, id: context.parameters.require("id"))
@@ -87,12 +87,11 @@ extension EdgeRoutes {
         default:
             throw EdgeError(.badRequest, "kind must be rich, secure or alert")
         }
-        var answer: [String: Any] = [
-            "notificationId": outcome.notificationID, "state": OutcomeNames.state(outcome.state),
-            "outcome": Self.outcomePath(outcome.notificationID),
-        ]
-        if let payloadID { answer["payloadId"] = payloadID }
-        var response = Self.json(try Self.encode(answer), status: .accepted)
+        var response = try Self.json(
+            AcceptedBody(
+                notificationId: outcome.notificationID, payloadId: payloadID, state: OutcomeBody.state(outcome.state),
+                outcome: Self.outcomePath(outcome.notificationID)),
+            status: .accepted)
         response.headers[.location] = Self.outcomePath(outcome.notificationID)
         return response
     }
@@ -109,7 +108,7 @@ extension EdgeRoutes {
         let (user, requestID) = try await authenticate(request, context)
         let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: try Self.text(id, "id"), requester: user),
             requestID: requestID)
-        return Self.json(try Self.encode(OutcomeNames.json(outcome)))
+        return try Self.json(OutcomeBody(outcome))
     }
 
     /// `POST /v1/auth/token` with Basic credentials: `{"access_token","token_type":"Bearer","expires_in","user"}`
@@ -119,8 +118,7 @@ extension EdgeRoutes {
         let header = try Self.authorization(request, missing: "missing Authorization header: send Basic credentials")
         let issued = try await auth.issueToken(IssueTokenRequest(authorization: header), requestID: requestID)
         let expiresIn = max(0, (issued.expiresAtUnixMs - unixMillis()) / 1000)
-        var response = Self.json(
-            try Self.encode(["access_token": issued.token, "token_type": "Bearer", "expires_in": expiresIn, "user": issued.user]))
+        var response = try Self.json(TokenBody(accessToken: issued.token, expiresIn: expiresIn, user: issued.user))
         response.headers[.cacheControl] = "no-store"
         return response
     }
@@ -136,14 +134,48 @@ extension EdgeRoutes {
         _ = try await auth.revokeToken(RevokeTokenRequest(token: token), requestID: requestID)
         return Response(status: .noContent)
     }
-
-    static func encode(_ object: Any) throws -> String {
-        String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
-    }
 }
 
-/// Outcomes as JSON, with Notification Hubs' state names.
-enum OutcomeNames {
+/// `202` of `POST /v1/notifications`.
+struct AcceptedBody: Encodable {
+    var notificationId: String
+    /// The stored content's id (rich and secure); left out for alerts.
+    var payloadId: Int64?
+    var state: String
+    /// Path of the outcome resource.
+    var outcome: String
+}
+
+/// `GET /v1/notifications/{id}/outcome`, with Notification Hubs' state names.
+struct OutcomeBody: Encodable {
+    struct PlatformCounts: Encodable {
+        var platform: String
+        var success: Int64
+        var failure: Int64
+        var pending: Int64
+        /// Failures by reason (the provider's, e.g. `BadDeviceToken`).
+        var failures: [String: Int64]
+        var removedHandles: Int64
+        var retries: Int64
+    }
+
+    var notificationId: String
+    var state: String
+    var createdAtUnixMs: Int64
+    var platforms: [PlatformCounts]
+
+    init(_ outcome: Outcome) {
+        notificationId = outcome.notificationID
+        state = Self.state(outcome.state)
+        createdAtUnixMs = outcome.createdAtUnixMs
+        platforms = outcome.platforms.map {
+            PlatformCounts(
+                platform: $0.platform.name, success: $0.success, failure: $0.failure, pending: $0.pending,
+                failures: Dictionary($0.failures.map { ($0.reason, $0.count) }, uniquingKeysWith: +),
+                removedHandles: $0.removedHandles, retries: $0.retries)
+        }
+    }
+
     static func state(_ state: OutcomeState) -> String {
         switch state {
         case .enqueued: "Enqueued"
@@ -151,22 +183,19 @@ enum OutcomeNames {
         case .completed: "Completed"
         case .abandoned: "Abandoned"
         case .noTargetFound: "NoTargetFound"
-        default: "Unknown"
+        case .unspecified, .unrecognized: "Unknown"
         }
     }
+}
 
-    static func json(_ outcome: Outcome) -> [String: Any] {
-        [
-            "notificationId": outcome.notificationID,
-            "state": state(outcome.state),
-            "createdAtUnixMs": outcome.createdAtUnixMs,
-            "platforms": outcome.platforms.map {
-                [
-                    "platform": $0.platform.name, "success": $0.success, "failure": $0.failure, "pending": $0.pending,
-                    "failures": Dictionary(uniqueKeysWithValues: $0.failures.map { ($0.reason, $0.count) }),
-                    "removedHandles": $0.removedHandles, "retries": $0.retries,
-                ] as [String: Any]
-            },
-        ]
+/// `POST /v1/auth/token`: OAuth 2.0's field names (RFC 6749 §5.1).
+struct TokenBody: Encodable {
+    var accessToken: String
+    var tokenType = "Bearer"
+    var expiresIn: Int64
+    var user: String
+
+    enum CodingKeys: String, CodingKey {
+        case accessToken = "access_token", tokenType = "token_type", expiresIn = "expires_in", user
     }
 }
