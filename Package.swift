@@ -217,60 +217,105 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-    ] + (fuzzing ? [
-        // libFuzzer targets (scripts/fuzz.sh); no `main`: libFuzzer's own drives LLVMFuzzerTestOneInput.
-        .executableTarget(
-            name: "herald-fuzz",
-            dependencies: ["HeraldProto", "HeraldModel", "HeraldRPC", "Edge", .product(name: "NIOCore", package: "swift-nio")],
-            swiftSettings: swiftSettings + [.unsafeFlags(["-parse-as-library"])],
-            linkerSettings: [.unsafeFlags(["-sanitize=fuzzer,address"])]
-        ),
-    ] : []) + [
-        .testTarget(
-            name: "HeraldProtoTests",
-            dependencies: ["HeraldProto", .product(name: "GRPCCore", package: "grpc-swift-2")],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "HeraldRPCTests",
-            dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", "RegistrationService", "PayloadService", "AuthService",
-                "DispatchService", "Edge",
-                .product(name: "GRDB", package: "GRDB.swift"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "JWTKit", package: "jwt-kit"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOEmbedded", package: "swift-nio"),
-            ],
-            swiftSettings: swiftSettings
-        ),
-        // The edge's routes in-process over fake service clients (HummingbirdTesting's `.router`).
-        .testTarget(
-            name: "EdgeTests",
-            dependencies: [
-                "Edge", "HeraldRPC", "HeraldModel", "HeraldProto",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-            ],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "IntegrationTests",
-            dependencies: [
-                "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService", "Edge",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "GRDB", package: "GRDB.swift"),
-                // The push-service doubles: HTTP/2 over TLS on loopback, checking ES256 signatures.
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Crypto", package: "swift-crypto"),
-            ],
-            swiftSettings: swiftSettings
-        ),
     ]
+        + (fuzzing
+            ? [
+                // libFuzzer targets (scripts/fuzz.sh); no `main`: libFuzzer's own drives LLVMFuzzerTestOneInput.
+                .executableTarget(
+                    name: "herald-fuzz",
+                    dependencies: ["HeraldProto", "HeraldModel", "HeraldRPC", "Edge", .product(name: "NIOCore", package: "swift-nio")],
+                    swiftSettings: swiftSettings + [.unsafeFlags(["-parse-as-library"])],
+                    linkerSettings: [.unsafeFlags(["-sanitize=fuzzer,address"])]
+                )
+            ] : []) + [
+            .testTarget(
+                name: "HeraldProtoTests",
+                dependencies: ["HeraldProto", .product(name: "GRPCCore", package: "grpc-swift-2")],
+                swiftSettings: swiftSettings
+            ),
+            // Test targets: one per library (unit tests), plus IntegrationTests over the real executables.
+            .target(
+                name: "HeraldTestSupport", path: "Tests/HeraldTestSupport", swiftSettings: swiftSettings
+            ),
+            .testTarget(name: "HeraldModelTests", dependencies: ["HeraldModel"], swiftSettings: swiftSettings),
+            .testTarget(
+                name: "HeraldRPCTests",
+                dependencies: [
+                    "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+                    .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                    .product(name: "NIOCore", package: "swift-nio"),
+                    .product(name: "NIOEmbedded", package: "swift-nio"),
+                ],
+                swiftSettings: swiftSettings
+            ),
+            .testTarget(
+                name: "HeraldServiceTests",
+                dependencies: [
+                    "HeraldService", "HeraldRPC", "HeraldModel", "HeraldProto", "PayloadService",
+                    .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                ],
+                swiftSettings: swiftSettings
+            ),
+            .testTarget(
+                name: "AuthServiceTests",
+                dependencies: [
+                    "AuthService", "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+                    .product(name: "GRDB", package: "GRDB.swift"),
+                ],
+                swiftSettings: swiftSettings
+            ),
+            .testTarget(
+                name: "RegistrationServiceTests",
+                dependencies: [
+                    "RegistrationService", "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+                    .product(name: "GRDB", package: "GRDB.swift"),
+                ],
+                swiftSettings: swiftSettings
+            ),
+            .testTarget(
+                name: "PayloadServiceTests",
+                dependencies: [
+                    "PayloadService", "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+                    .product(name: "GRDB", package: "GRDB.swift"),
+                ],
+                swiftSettings: swiftSettings
+            ),
+            .testTarget(
+                name: "DispatchServiceTests",
+                dependencies: [
+                    "DispatchService", "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+                    .product(name: "GRDB", package: "GRDB.swift"),
+                    .product(name: "Crypto", package: "swift-crypto"),
+                    .product(name: "JWTKit", package: "jwt-kit"),
+                ],
+                swiftSettings: swiftSettings
+            ),
+            // The edge's routes in-process over fake service clients (HummingbirdTesting's `.router`).
+            .testTarget(
+                name: "EdgeTests",
+                dependencies: [
+                    "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+                    .product(name: "Hummingbird", package: "hummingbird"),
+                    .product(name: "HummingbirdTesting", package: "hummingbird"),
+                    .product(name: "HTTPTypes", package: "swift-http-types"),
+                ],
+                swiftSettings: swiftSettings
+            ),
+            .testTarget(
+                name: "IntegrationTests",
+                dependencies: [
+                    "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService", "Edge",
+                    .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                    .product(name: "GRDB", package: "GRDB.swift"),
+                    // The push-service doubles: HTTP/2 over TLS on loopback, checking ES256 signatures.
+                    .product(name: "NIOCore", package: "swift-nio"),
+                    .product(name: "NIOPosix", package: "swift-nio"),
+                    .product(name: "NIOHTTP1", package: "swift-nio"),
+                    .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                    .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                    .product(name: "Crypto", package: "swift-crypto"),
+                ],
+                swiftSettings: swiftSettings
+            ),
+        ]
 )

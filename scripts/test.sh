@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Command 2: everything CI checks, from a clean clone.
-#   1. install missing packages   2. generated code matches proto/ and docs/openapi.yaml   3. build,
+#   1. install missing packages   2. generated code matches proto/ and docs/openapi.yaml, and the
+#      Swift follows .swift-format (scripts/format.sh --check)   3. build,
 #      and build Examples/send-push (a separate package using the HeraldClient product)
-#   4. every test (one of them runs the example against a live stack)   5. schemathesis against a live stack (scripts/schemathesis.sh)
+#   4. every test (one of them runs the example against a live stack)
+#   5. schemathesis against a live stack (scripts/schemathesis.sh)
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds), and
 #      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
 #   7. every libFuzzer target for 60 s (scripts/fuzz.sh)
@@ -11,6 +13,7 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/setup.sh --test
 scripts/generate-proto.sh --check
+scripts/format.sh --check
 swift build --build-tests
 echo "test.sh: build finished after $(( $(date +%s) - start ))s"
 # Another team's view: Examples/send-push adds the HeraldClient product from its own Package.swift;

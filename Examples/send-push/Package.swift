@@ -8,12 +8,12 @@ let package = Package(
     name: "send-push",
     platforms: [.macOS(.v15)],
     dependencies: [
-        .package(name: "herald", path: "../.."),
+        .package(name: "herald", path: "../..")
     ],
     targets: [
         .executableTarget(
             name: "send-push",
             dependencies: [.product(name: "HeraldClient", package: "herald")]
-        ),
+        )
     ]
 )

@@ -1,8 +1,8 @@
 import Foundation
 public import GRDB
+public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 
 /// Accounts and bearer tokens in herald-auth's SQLite file.

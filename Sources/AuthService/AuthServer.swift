@@ -1,7 +1,7 @@
 import GRDB
+public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 
 /// The RPC handlers of herald-auth.

@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
+public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 import Logging
 import NIOPosix
@@ -132,7 +132,9 @@ public final class Authenticator: Sendable {
         var bytes = [UInt8](repeating: 0, count: 32)
         var generator = SystemRandomNumberGenerator()
         for index in bytes.indices { bytes[index] = generator.next() }
-        let token = "hrd_" + Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+        let token =
+            "hrd_"
+            + Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
             .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
         let expires = now() + tokenTTL
         try store.insertToken(hash: Self.tokenHash(token), user: user, expiresAt: expires)

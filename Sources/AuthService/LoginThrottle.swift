@@ -1,5 +1,5 @@
-import HeraldRPC
 import HeraldModel
+import HeraldRPC
 import HeraldService
 import NIOCore
 import Synchronization

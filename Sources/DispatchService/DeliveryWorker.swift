@@ -1,7 +1,7 @@
 import Foundation
+public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 public import Logging
 import Metrics
@@ -99,7 +99,8 @@ public final class DeliveryWorker: Service, Sendable {
     private let stopping = Mutex(false)
 
     public init(
-        outbox: Outbox, senders: [Platform: any PushSender], registrations: any RegistrationServiceClientProtocol, policy: RetryPolicy, batchSize: Int = 500,
+        outbox: Outbox, senders: [Platform: any PushSender], registrations: any RegistrationServiceClientProtocol, policy: RetryPolicy,
+        batchSize: Int = 500,
         workers: Int = 4, logger: Logger
     ) {
         self.outbox = outbox

@@ -1,10 +1,10 @@
+public import AsyncHTTPClient
 import Foundation
 import GRDB
+public import HeraldModel
 import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
-public import AsyncHTTPClient
 import ServiceLifecycle
 
 /// Settings of herald-dispatch, besides ``RuntimeConfig``'s (environment variable `HERALD_<KEY>`).
@@ -64,7 +64,9 @@ public struct DispatchConfig: Sendable {
         guard retentionSeconds > 0 else { throw ConfigError("retention-seconds must be positive") }
         retention = .seconds(retentionSeconds)
         guard window > 0, base > 0, cap >= base, timeout > 0, batchSize > 0, workers > 0 else {
-            throw ConfigError("retry-window-seconds, retry-base-ms, push-timeout-ms, delivery-batch and delivery-workers must be positive, and retry-max-ms at least retry-base-ms")
+            throw ConfigError(
+                "retry-window-seconds, retry-base-ms, push-timeout-ms, delivery-batch and delivery-workers must be positive, and retry-max-ms at least retry-base-ms"
+            )
         }
         retryWindow = .seconds(window)
         retryPolicy = RetryPolicy(base: .milliseconds(base), cap: .milliseconds(cap))
@@ -133,7 +135,8 @@ public struct DispatchConfig: Sendable {
                 let tokens = try await Self.named("fcm-service-account-file: private_key is not an RSA private key in PEM") {
                     try await FCMAccessToken.cache(account: fcm.account, tokenURL: fcm.tokenURL, client: client, timeout: pushTimeout)
                 }
-                senders[.fcm] = FCMSender(baseURL: fcm.url, projectID: fcm.account.projectID, client: client, tokens: tokens, timeout: pushTimeout)
+                senders[.fcm] = FCMSender(
+                    baseURL: fcm.url, projectID: fcm.account.projectID, client: client, tokens: tokens, timeout: pushTimeout)
                 real.append(.fcm)
             }
             if let wns {
@@ -226,7 +229,8 @@ public enum DispatchServer {
                 "herald.recorded_in_inbox": "\(recorded.joined(separator: ","))",
             ])
         let worker = DeliveryWorker(
-            outbox: outbox, senders: senders, registrations: RegistrationServiceClient(context.client(.registration)), policy: config.retryPolicy,
+            outbox: outbox, senders: senders, registrations: RegistrationServiceClient(context.client(.registration)),
+            policy: config.retryPolicy,
             batchSize: config.batchSize, workers: config.workers, logger: context.logger)
         let dispatcher = Dispatcher(
             outbox: outbox, registrations: RegistrationServiceClient(context.client(.registration)), retryWindow: config.retryWindow,
@@ -241,6 +245,8 @@ public enum DispatchServer {
                 context.logger.info("purged old sends", metadata: ["herald.sends": "\(sends)", "herald.inbox": "\(recorded)"])
             }
         }
-        return RPCServiceParts(table: table, background: (client.map { [PushClientShutdown(client: $0)] } ?? []) + [worker, purge], healthChecks: [.database(pool)])
+        return RPCServiceParts(
+            table: table, background: (client.map { [PushClientShutdown(client: $0)] } ?? []) + [worker, purge],
+            healthChecks: [.database(pool)])
     }
 }

@@ -1,10 +1,10 @@
 import Foundation
+public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
-import Synchronization
 import Metrics
+import Synchronization
 
 /// Resolves a send's audience through one StreamAudience call and commits the send with one
 /// outbox delivery per device (``Outbox``) before answering; ``DeliveryWorker`` delivers them.

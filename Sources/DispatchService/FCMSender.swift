@@ -1,8 +1,8 @@
 public import AsyncHTTPClient
 import Foundation
+import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import JWTKit
 import NIOCore
@@ -16,13 +16,17 @@ public struct FCMServiceAccount: Sendable, Decodable {
     public var tokenURI: String
 
     enum CodingKeys: String, CodingKey {
-        case projectID = "project_id", privateKeyID = "private_key_id", privateKey = "private_key"
-        case clientEmail = "client_email", tokenURI = "token_uri"
+        case projectID = "project_id"
+        case privateKeyID = "private_key_id"
+        case privateKey = "private_key"
+        case clientEmail = "client_email"
+        case tokenURI = "token_uri"
     }
 
     public init(json: [UInt8]) throws {
         do { self = try JSONDecoder().decode(Self.self, from: Data(json)) } catch {
-            throw ConfigError("the FCM service-account file is not a service-account key (project_id, private_key, client_email, token_uri)")
+            throw ConfigError(
+                "the FCM service-account file is not a service-account key (project_id, private_key, client_email, token_uri)")
         }
     }
 }
@@ -47,7 +51,9 @@ public enum FCMAccessToken {
         now: @escaping @Sendable () -> Int64 = { unixSeconds() }
     ) async throws -> AccessTokenCache {
         let keys = JWTKeyCollection()
-        await keys.add(rsa: try Insecure.RSA.PrivateKey(pem: account.privateKey), digestAlgorithm: .sha256, kid: JWKIdentifier(string: account.privateKeyID))
+        await keys.add(
+            rsa: try Insecure.RSA.PrivateKey(pem: account.privateKey), digestAlgorithm: .sha256,
+            kid: JWKIdentifier(string: account.privateKeyID))
         let url = tokenURL ?? account.tokenURI
         return AccessTokenCache(now: now) {
             let at = now()
@@ -100,7 +106,8 @@ public struct FCMSender: SingleRequestSender {
     public let timeout: Duration
     public let concurrency: Int
 
-    public init(baseURL: String, projectID: String, client: HTTPClient, tokens: AccessTokenCache, timeout: Duration, concurrency: Int = 100) {
+    public init(baseURL: String, projectID: String, client: HTTPClient, tokens: AccessTokenCache, timeout: Duration, concurrency: Int = 100)
+    {
         self.baseURL = baseURL
         self.projectID = projectID
         self.client = client

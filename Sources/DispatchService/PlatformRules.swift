@@ -1,7 +1,7 @@
 import Foundation
+import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 
 /// Each provider's rules for a native payload: size limit, allowed push types, and the headers that

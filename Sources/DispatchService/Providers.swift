@@ -1,8 +1,8 @@
 import Foundation
 public import GRDB
+import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 
 /// Where deliveries of one platform go: ``APNsSender``, ``FCMSender``, ``WNSSender``,

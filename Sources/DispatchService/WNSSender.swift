@@ -1,8 +1,8 @@
 public import AsyncHTTPClient
 import Foundation
+import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import NIOCore
 

@@ -1,13 +1,12 @@
 public import AsyncHTTPClient
 import Crypto
 import Foundation
+import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 public import JWTKit
 import NIOCore
-
 
 /// RFC 8291 message encryption with the `aes128gcm` content coding (RFC 8188), one record.
 ///

@@ -1,7 +1,7 @@
-import HeraldRPC
-import HeraldModel
-import HeraldService
 import HTTPTypes
+import HeraldModel
+import HeraldRPC
+import HeraldService
 import Logging
 import NIOCore
 import NIOHTTP1

@@ -1,6 +1,6 @@
 import Foundation
-public import HeraldRPC
 public import HeraldModel
+public import HeraldRPC
 public import HeraldService
 
 /// Settings of herald-edge, besides ``RuntimeConfig``'s.

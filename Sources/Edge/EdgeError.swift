@@ -1,10 +1,10 @@
 import Foundation
 public import HTTPTypes
+public import HeraldModel
+public import HeraldRPC
+public import HeraldService
 import Hummingbird
 import Metrics
-public import HeraldRPC
-public import HeraldModel
-public import HeraldService
 
 /// An HTTP error answer: a status and a JSON body `{"error": "<word>", "message": "<sentence>"}`.
 public struct EdgeError: Error, Sendable {
@@ -131,7 +131,9 @@ struct EdgeErrorMiddleware: RouterMiddleware {
     /// The caller's `X-Request-Id` when it is a sane token, else a fresh one.
     static func requestID(_ request: Request) -> String {
         if let given = request.headers[requestIDField], (1...64).contains(given.utf8.count),
-            given.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7a) })
+            given.utf8.allSatisfy({
+                $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7a)
+            })
         {
             return given
         }

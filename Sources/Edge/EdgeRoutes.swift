@@ -1,12 +1,12 @@
 import Foundation
-import Logging
-import NIOCore
+public import HTTPTypes
+public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 public import Hummingbird
-public import HTTPTypes
+import Logging
+import NIOCore
 
 /// The tutorial's REST API, each route translated into as few RPCs as it needs.
 ///
@@ -103,7 +103,8 @@ public struct EdgeRoutes: Sendable {
     func createRegistrationID(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let (user, requestID) = try await authenticate(request, context)
         let handle = request.uri.queryParameters.get("handle") ?? ""
-        let answer = try await registration.createRegistrationId(CreateRegistrationIdRequest(owner: user, handle: try Self.text(handle, "handle")),
+        let answer = try await registration.createRegistrationId(
+            CreateRegistrationIdRequest(owner: user, handle: try Self.text(handle, "handle")),
             requestID: requestID)
         return Self.json(NativePayloads.jsonString(answer.registrationID))
     }
@@ -114,7 +115,8 @@ public struct EdgeRoutes: Sendable {
         let body = try await collect(request, upTo: config.maxBodyBytes)
         let update = try RegistrationBody.parse(body)
         do {
-            _ = try await registration.upsertRegistration(UpsertRegistrationRequest(
+            _ = try await registration.upsertRegistration(
+                UpsertRegistrationRequest(
                     owner: user, registrationID: try Self.text(id, "id"), platform: update.platform,
                     handle: try Self.text(update.handle, "Handle"), tags: try update.tags.map { try Self.text($0, "Tags") }),
                 requestID: requestID)
@@ -127,7 +129,8 @@ public struct EdgeRoutes: Sendable {
     /// `DELETE api/register/{id}` → 200, or 404 when unknown or someone else's.
     func deleteRegistration(_ request: Request, _ context: EdgeRequestContext, id: String) async throws -> Response {
         let (user, requestID) = try await authenticate(request, context)
-        _ = try await registration.deleteRegistration(DeleteRegistrationRequest(owner: user, registrationID: try Self.text(id, "id")),
+        _ = try await registration.deleteRegistration(
+            DeleteRegistrationRequest(owner: user, registrationID: try Self.text(id, "id")),
             requestID: requestID)
         return Response(status: .ok)
     }
@@ -169,7 +172,8 @@ public struct EdgeRoutes: Sendable {
         let message = try Self.messageText(try await collect(request, upTo: config.maxBodyBytes))
         let outcome = try await send(
             SendRequest(
-                targetUser: target, payloads: NativePayloads.alert(try Self.text("From \(sender): \(message)", "message"), platforms: [platform]),
+                targetUser: target,
+                payloads: NativePayloads.alert(try Self.text("From \(sender): \(message)", "message"), platforms: [platform]),
                 sender: sender),
             requestID: requestID)
         var response = Response(status: .ok)
@@ -294,7 +298,8 @@ public struct EdgeRoutes: Sendable {
     /// One auth RPC: the caller's user name, and the request id to carry on every further call.
     func authenticate(_ request: Request, _ context: EdgeRequestContext) async throws -> (user: String, requestID: String) {
         let requestID = context.requestID
-        let principal = try await auth.authenticate(AuthenticateRequest(authorization: try Self.authorization(request)),
+        let principal = try await auth.authenticate(
+            AuthenticateRequest(authorization: try Self.authorization(request)),
             requestID: requestID)
         return (principal.user, requestID)
     }

@@ -1,6 +1,6 @@
 import Foundation
-public import HeraldRPC
 public import HeraldModel
+public import HeraldRPC
 public import HeraldService
 import Hummingbird
 import Logging

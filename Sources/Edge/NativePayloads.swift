@@ -1,7 +1,7 @@
 import Foundation
+import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 
 /// The exact bytes each push carries, per the tutorial contract. The edge builds them because it
@@ -42,7 +42,8 @@ public enum NativePayloads {
         platforms.map { platform in
             switch platform {
             case .apns:
-                NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":\#(jsonString(text))}}"#.utf8), pushType: "alert", priority: 10)
+                NativePayload(
+                    platform: .apns, body: Array(#"{"aps":{"alert":\#(jsonString(text))}}"#.utf8), pushType: "alert", priority: 10)
             case .fcm:
                 NativePayload(platform: .fcm, body: Array(#"{"data":{"message":\#(jsonString(text))}}"#.utf8))
             case .browser:
@@ -89,5 +90,6 @@ public enum NativePayloads {
 public enum DefaultRichImage {
     public static let contentType = "image/png"
     public static let bytes: [UInt8] = Array(Data(base64Encoded: base64)!)
-    static let base64 = "iVBORw0KGgoAAAANSUhEUgAAAEAAAABACAYAAACqaXHeAAAA2UlEQVR42u3bwQ2DMAwFUA5ds/t3i3aBCtHGSWz8LHEF/SdEAtjHodSyej0f7ytHu8C3AokKXQ5jdvC0EKuDp4LYHX4bQpbgWyCyhl+CkD38VIQq4acgVAsfilA1fBhCa4Dq4YcQ/r3YWa08xzBCa4CR2y0rwE8IrQFGHziZAS4hAOgMELHmZgc4RQAAoDFA1L67AsBXBAALACIKAAAAAABYBgHk3Q16FwAAoC6Ab4IAAPgxAsDPUQAaJLTIANAmp1FSq6xmae3yBiaMzBiaMjZncNLorLp3fQD8JpY1MDaVTQAAAABJRU5ErkJggg=="
+    static let base64 =
+        "iVBORw0KGgoAAAANSUhEUgAAAEAAAABACAYAAACqaXHeAAAA2UlEQVR42u3bwQ2DMAwFUA5ds/t3i3aBCtHGSWz8LHEF/SdEAtjHodSyej0f7ytHu8C3AokKXQ5jdvC0EKuDp4LYHX4bQpbgWyCyhl+CkD38VIQq4acgVAsfilA1fBhCa4Dq4YcQ/r3YWa08xzBCa4CR2y0rwE8IrQFGHziZAS4hAOgMELHmZgc4RQAAoDFA1L67AsBXBAALACIKAAAAAABYBgHk3Q16FwAAoC6Ab4IAAPgxAsDPUQAaJLTIANAmp1FSq6xmae3yBiaMzBiaMjZncNLorLp3fQD8JpY1MDaVTQAAAABJRU5ErkJggg=="
 }

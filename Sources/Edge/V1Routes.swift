@@ -1,7 +1,7 @@
 import Foundation
+import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 public import Hummingbird
 
@@ -73,7 +73,8 @@ extension EdgeRoutes {
                 guard let text = String(data: body, encoding: .utf8) else {
                     throw EdgeError(.badRequest, "secure content must be UTF-8 text")
                 }
-                (payloadID, outcome) = try await sendSecure(try Self.text(text, "body"), to: toUser, from: user, ttlSeconds: ttl, requestID: requestID)
+                (payloadID, outcome) = try await sendSecure(
+                    try Self.text(text, "body"), to: toUser, from: user, ttlSeconds: ttl, requestID: requestID)
             }
         case "alert":
             let body = try await collect(request, upTo: config.maxBodyBytes)
@@ -82,7 +83,8 @@ extension EdgeRoutes {
             }
             payloadID = nil
             outcome = try await send(
-                SendRequest(targetUser: toUser, targetTag: toTag, payloads: NativePayloads.alert(try Self.text(text, "body")), sender: user),
+                SendRequest(
+                    targetUser: toUser, targetTag: toTag, payloads: NativePayloads.alert(try Self.text(text, "body")), sender: user),
                 requestID: requestID)
         default:
             throw EdgeError(.badRequest, "kind must be rich, secure or alert")
@@ -106,7 +108,8 @@ extension EdgeRoutes {
     /// `GET /v1/notifications/{id}/outcome`: where a send stands; its sender only (404 for others).
     func outcome(_ request: Request, _ context: EdgeRequestContext, id: String) async throws -> Response {
         let (user, requestID) = try await authenticate(request, context)
-        let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: try Self.text(id, "id"), requester: user),
+        let outcome = try await dispatch.getOutcome(
+            GetOutcomeRequest(notificationID: try Self.text(id, "id"), requester: user),
             requestID: requestID)
         return try Self.json(OutcomeBody(outcome))
     }
@@ -196,6 +199,9 @@ struct TokenBody: Encodable {
     var user: String
 
     enum CodingKeys: String, CodingKey {
-        case accessToken = "access_token", tokenType = "token_type", expiresIn = "expires_in", user
+        case accessToken = "access_token"
+        case tokenType = "token_type"
+        case expiresIn = "expires_in"
+        case user
     }
 }

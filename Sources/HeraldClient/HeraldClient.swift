@@ -58,8 +58,10 @@ public final class HeraldClient: Sendable {
         func connect(_ endpoint: RPCEndpoint) throws -> RPCClient {
             try RPCClient(endpoint: endpoint, transport: transport, tls: tls, defaultTimeout: defaultTimeout)
         }
-        let auth = try connect(endpoints.auth), registration = try connect(endpoints.registration)
-        let payload = try connect(endpoints.payload), dispatch = try connect(endpoints.dispatch)
+        let auth = try connect(endpoints.auth)
+        let registration = try connect(endpoints.registration)
+        let payload = try connect(endpoints.payload)
+        let dispatch = try connect(endpoints.dispatch)
         self.auth = AuthServiceClient(auth)
         self.registration = RegistrationServiceClient(registration)
         self.payload = PayloadServiceClient(payload)

@@ -2,11 +2,11 @@ internal import CHeraldProto
 import GRPCCore
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Musl)
-import Musl
+    import Musl
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// What generated code needs to move a message between Swift and its protobuf-c struct.

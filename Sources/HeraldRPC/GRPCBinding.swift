@@ -1,6 +1,6 @@
-import HeraldModel
 import Foundation
 import GRPCCore
+import HeraldModel
 import Logging
 import Synchronization
 

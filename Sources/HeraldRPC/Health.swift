@@ -33,7 +33,6 @@ public final class HealthReporter: HealthHandler {
         for watcher in watchers { watcher.yield(status) }
     }
 
-
     /// Reports `services` ("" for the whole server) from the conditions: SERVING when every
     /// condition holds, NOT_SERVING otherwise.
     public func track(_ services: [String]) {

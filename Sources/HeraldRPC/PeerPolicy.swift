@@ -1,9 +1,9 @@
-import HeraldModel
 import Foundation
+import HeraldModel
 public import NIOCore
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Who may call a service over its Unix sockets, checked with the kernel's SO_PEERCRED (the

@@ -1,9 +1,9 @@
-import HeraldModel
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2Posix
-import NIOSSL
+import HeraldModel
 public import HeraldProto
+import NIOSSL
 public import ServiceLifecycle
 
 /// Which transport a client speaks.

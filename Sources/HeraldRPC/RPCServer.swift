@@ -1,13 +1,13 @@
 import Foundation
 import GRPCCore
-import GRPCNIOTransportHTTP2Posix
 import GRPCNIOTransportCore
+import GRPCNIOTransportHTTP2Posix
 import HeraldModel
 public import Logging
 public import ServiceLifecycle
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A method table served over gRPC on a Unix socket, as a lifecycle service.

@@ -1,6 +1,6 @@
-import HeraldModel
 import Foundation
 import GRPCNIOTransportHTTP2Posix
+import HeraldModel
 public import NIOSSL
 
 /// Where a service listens or a client connects: a Unix socket on this machine, or TCP (always

@@ -1,7 +1,7 @@
-import HeraldModel
-import HeraldRPC
 import Foundation
 public import GRDB
+import HeraldModel
+import HeraldRPC
 
 /// How every Herald service opens its own SQLite database.
 public enum HeraldDatabase {

@@ -1,6 +1,6 @@
+public import GRDB
 import HeraldModel
 import HeraldRPC
-public import GRDB
 public import Logging
 public import ServiceLifecycle
 

@@ -1,19 +1,19 @@
-import HeraldModel
-import HeraldRPC
 import Foundation
 import GRPCCore
-import GRPCNIOTransportHTTP2Posix
 import GRPCNIOTransportCore
+import GRPCNIOTransportHTTP2Posix
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+public import Logging
 import NIOCore
 import NIOPosix
-import HeraldProto
-public import Logging
 public import ServiceLifecycle
-public import UnixSignals
 import Synchronization
+public import UnixSignals
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What a process's own code gets at start-up.
@@ -86,7 +86,8 @@ public enum HeraldProcess {
     public static func makeServiceGroup(
         _ definition: ServiceDefinition, reader: ConfigReader, logger: Logger, shutdownSignals: [UnixSignal] = []
     ) async throws -> ServiceGroup {
-        let name = definition.name, peers = definition.peers
+        let name = definition.name
+        let peers = definition.peers
         try reader.rejectUnknownArguments(known: RuntimeConfig.keys(peers: peers).union(definition.extraKeys))
         let config = try RuntimeConfig(service: name, peers: peers, reader: reader)
         try makePrivateDirectory(config.runtimeDir)
@@ -100,8 +101,9 @@ public enum HeraldProcess {
         let context = ProcessContext(config: config, reader: reader, logger: logger, clients: clients)
         var own = try await definition.makeServices(context)
         if let listen = config.metricsListen {
-            own.append(MetricsServer(
-                host: listen.host, port: listen.port, urlFile: "\(config.runtimeDir)/\(name).metrics.url", logger: logger))
+            own.append(
+                MetricsServer(
+                    host: listen.host, port: listen.port, urlFile: "\(config.runtimeDir)/\(name).metrics.url", logger: logger))
         }
         return ServiceGroup(
             configuration: .init(
@@ -193,30 +195,35 @@ public enum HeraldProcess {
         var checks = parts.healthChecks
         for peer in context.clients.keys.sorted() {
             let client = HealthClient(context.clients[peer]!)
-            checks.append(HealthCheck("peer:\(peer)") {
-                let answer = try await client.check(HealthCheckRequest(service: ""), timeout: .seconds(1))
-                guard answer.status == .serving else { throw ServiceError.unavailable("\(peer) is \(answer.status)") }
-            })
+            checks.append(
+                HealthCheck("peer:\(peer)") {
+                    let answer = try await client.check(HealthCheckRequest(service: ""), timeout: .seconds(1))
+                    guard answer.status == .serving else { throw ServiceError.unavailable("\(peer) is \(answer.status)") }
+                })
         }
         var servers: [any Service] = []
         if let path = config.leanSocketPath {
-            servers.append(LeanServer(
-                table: table, socketPath: path, logger: context.logger, health: health, peers: policy, onListening: onListening))
+            servers.append(
+                LeanServer(
+                    table: table, socketPath: path, logger: context.logger, health: health, peers: policy, onListening: onListening))
         }
         if let path = config.grpcSocketPath {
-            servers.append(try RPCServer(
-                table: table, endpoint: .unix(path), tls: nil, logger: context.logger, health: health, peers: policy,
-                onListening: onListening))
+            servers.append(
+                try RPCServer(
+                    table: table, endpoint: .unix(path), tls: nil, logger: context.logger, health: health, peers: policy,
+                    onListening: onListening))
         }
         if let endpoint = config.leanTCP {
-            servers.append(LeanServer(
-                table: table, endpoint: endpoint, tls: try config.tls.serverContext(), logger: context.logger, health: health,
-                onListening: onListening))
+            servers.append(
+                LeanServer(
+                    table: table, endpoint: endpoint, tls: try config.tls.serverContext(), logger: context.logger, health: health,
+                    onListening: onListening))
         }
         if let endpoint = config.grpcTCP {
-            servers.append(try RPCServer(
-                table: table, endpoint: endpoint, tls: config.tls, logger: context.logger, health: health,
-                onListening: onListening))
+            servers.append(
+                try RPCServer(
+                    table: table, endpoint: endpoint, tls: config.tls, logger: context.logger, health: health,
+                    onListening: onListening))
         }
         let probe = HealthProbe(health: health, checks: checks, interval: config.healthInterval, logger: context.logger)
         return parts.background + (checks.isEmpty ? [] : [probe]) + servers

@@ -1,6 +1,6 @@
+import Foundation
 import HeraldModel
 import HeraldRPC
-import Foundation
 public import Logging
 import Synchronization
 

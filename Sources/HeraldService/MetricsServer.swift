@@ -1,14 +1,14 @@
+import Foundation
 import HeraldModel
 import HeraldRPC
-import Foundation
 public import Logging
 import Metrics
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import Synchronization
 public import Prometheus
 public import ServiceLifecycle
+import Synchronization
 
 /// The process's metrics: swift-metrics everywhere, exported in the Prometheus text format.
 public enum HeraldMetrics {
@@ -87,7 +87,9 @@ final class MetricsHTTPHandler: ChannelInboundHandler, @unchecked Sendable {
             var headers = HTTPHeaders()
             headers.add(name: "Content-Type", value: found ? HeraldMetrics.contentType : "text/plain")
             headers.add(name: "Content-Length", value: "\(body.count)")
-            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: found ? .ok : .notFound, headers: headers))), promise: nil)
+            context.write(
+                wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: found ? .ok : .notFound, headers: headers))), promise: nil
+            )
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
             context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         }

@@ -55,10 +55,14 @@ public struct RuntimeConfig: Sendable {
     /// The keys this struct reads, for ``ConfigReader/rejectUnknownArguments(known:)``.
     public static func keys(peers: [String]) -> Set<String> {
         Set(
-            ["runtime-dir", "data-dir", "socket", "grpc-socket", "database", "rpc-transport", "log-level",
-             "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms", "metrics-listen", "listen-tcp", "grpc-listen-tcp"]
-                + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket", "\($0)-address", "\($0)-grpc-address"] })
-            .union(TLSFiles.keys)
+            [
+                "runtime-dir", "data-dir", "socket", "grpc-socket", "database", "rpc-transport", "log-level",
+                "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms", "metrics-listen", "listen-tcp",
+                "grpc-listen-tcp",
+            ]
+                + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket", "\($0)-address", "\($0)-grpc-address"] }
+        )
+        .union(TLSFiles.keys)
     }
 
     /// The longest Unix socket path Linux accepts (`sun_path` is 108 bytes with its NUL).

@@ -1,11 +1,11 @@
 import Foundation
-public import HeraldRPC
 public import HeraldModel
+public import HeraldRPC
 public import HeraldService
 public import Logging
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// How to run the whole stack on one machine: the five executables under one folder.
@@ -192,10 +192,13 @@ public actor Stack {
                 // The peer's socket is pointed nowhere: the call can only go over TCP.
                 switch c.rpcTransport {
                 case .lean:
-                    arguments += ["--\(peer)-address", "127.0.0.1:\(ports.lean)", "--\(peer)-socket", "\(c.runtimeDirectory)/none-\(peer).sock"]
+                    arguments += [
+                        "--\(peer)-address", "127.0.0.1:\(ports.lean)", "--\(peer)-socket", "\(c.runtimeDirectory)/none-\(peer).sock",
+                    ]
                 case .grpc:
                     arguments += [
-                        "--\(peer)-grpc-address", "127.0.0.1:\(ports.grpc)", "--\(peer)-grpc-socket", "\(c.runtimeDirectory)/none-\(peer).sock",
+                        "--\(peer)-grpc-address", "127.0.0.1:\(ports.grpc)", "--\(peer)-grpc-socket",
+                        "\(c.runtimeDirectory)/none-\(peer).sock",
                     ]
                 }
             }

@@ -1,7 +1,7 @@
 import GRDB
+public import HeraldModel
 import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 
 /// Settings of herald-payload, besides ``RuntimeConfig``'s.

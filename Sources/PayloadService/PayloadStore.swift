@@ -1,8 +1,8 @@
 import Foundation
 public import GRDB
+public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 
 /// Rich and secure content in SQLite.
@@ -91,7 +91,8 @@ public final class PayloadStore: Sendable {
         let (lifetime, overflowA) = ttl.multipliedReportingOverflow(by: 1000)
         let (expires, overflowB) = now.addingReportingOverflow(lifetime)
         guard !overflowA, !overflowB else { throw ServiceError(.outOfRange, "ttl_seconds is out of range") }
-        let contentType = request.contentType.isEmpty
+        let contentType =
+            request.contentType.isEmpty
             ? (request.kind == .secure ? "text/plain; charset=utf-8" : "application/octet-stream")
             : request.contentType
         let id = try db.write { db in

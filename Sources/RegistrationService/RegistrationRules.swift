@@ -1,7 +1,7 @@
 import Foundation
+import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 
 /// What a registration may contain. Closes the tutorial's hole where a device could add the tag

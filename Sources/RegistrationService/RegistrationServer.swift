@@ -1,8 +1,8 @@
 import Foundation
 import GRDB
+public import HeraldModel
 import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 
 /// The RPC handlers of herald-registration over a ``RegistrationStore``.

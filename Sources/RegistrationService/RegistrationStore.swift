@@ -1,8 +1,8 @@
 import Foundation
 public import GRDB
+import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 
 /// Registrations in SQLite. Every query that names an id also names its owner, so another user's
@@ -118,7 +118,8 @@ public final class RegistrationStore: Sendable {
     public func purgePending() throws -> Int {
         try db.write { db in
             try db.execute(
-                sql: "DELETE FROM registration WHERE platform = \(Platform.unspecified.rawValue) AND created_at <= ?", arguments: [now() - pendingTTL])
+                sql: "DELETE FROM registration WHERE platform = \(Platform.unspecified.rawValue) AND created_at <= ?",
+                arguments: [now() - pendingTTL])
             return db.changesCount
         }
     }

@@ -1,16 +1,16 @@
 import ArgumentParser
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
-import Logging
 import HeraldStack
+import Logging
 import ServiceLifecycle
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Benchmarks that print figures, each beside a baseline measured in the same run. Build with
@@ -121,21 +121,31 @@ struct RPCScenario {
             try await Task.sleep(for: .milliseconds(50))
         }
         let stored = try await RPCClient.with(socketPath: "\(dir)/payload.sock") { client in
-            try await PayloadServiceClient(client).storePayload(StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8)))
+            try await PayloadServiceClient(client).storePayload(
+                StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8)))
         }
         let fetch = FetchPayloadRequest(id: stored.id, requester: "bench")
         let health = HealthCheckRequest(service: "")
 
         var report = Report()
         var tables: [String] = []
-        let rpcs: [(name: String, request: [UInt8], pid: Int32, sockets: (String, String), call: @Sendable (RPCClient) async throws -> Void)] = [
-            ("echo", try benchRequest.serializedBytes(), server.processIdentifier, ("\(dir)/bench.sock", "\(dir)/bench.grpc.sock"),
-             { _ = try await AuthServiceClient($0).authenticate(benchRequest) }),
-            ("Health/Check", try health.serializedBytes(), payload.processIdentifier, ("\(dir)/payload.sock", "\(dir)/payload.grpc.sock"),
-             { _ = try await HealthClient($0).check(health) }),
-            ("FetchPayload", try fetch.serializedBytes(), payload.processIdentifier, ("\(dir)/payload.sock", "\(dir)/payload.grpc.sock"),
-             { _ = try await PayloadServiceClient($0).fetchPayload(fetch) }),
-        ]
+        let rpcs:
+            [(name: String, request: [UInt8], pid: Int32, sockets: (String, String), call: @Sendable (RPCClient) async throws -> Void)] = [
+                (
+                    "echo", try benchRequest.serializedBytes(), server.processIdentifier, ("\(dir)/bench.sock", "\(dir)/bench.grpc.sock"),
+                    { _ = try await AuthServiceClient($0).authenticate(benchRequest) }
+                ),
+                (
+                    "Health/Check", try health.serializedBytes(), payload.processIdentifier,
+                    ("\(dir)/payload.sock", "\(dir)/payload.grpc.sock"),
+                    { _ = try await HealthClient($0).check(health) }
+                ),
+                (
+                    "FetchPayload", try fetch.serializedBytes(), payload.processIdentifier,
+                    ("\(dir)/payload.sock", "\(dir)/payload.grpc.sock"),
+                    { _ = try await PayloadServiceClient($0).fetchPayload(fetch) }
+                ),
+            ]
         for rpc in rpcs {
             let size = max(rpc.request.count, 1)
             let floor = try await measureRaw(dir: dir, request: [UInt8](repeating: 0x78, count: size), serverPID: server.processIdentifier)
@@ -145,17 +155,20 @@ struct RPCScenario {
                 let figures = try await measure(transport: transport, socket: socket, serverPID: rpc.pid, call: rpc.call)
                 rows.append(figures)
                 let label = "\(rpc.name) over \(transport == .lean ? "lean" : "gRPC")"
-                report.records.append(Record(
-                    "rpc", "\(label): p50 latency", unit: "µs", value: figures.p50Micros,
-                    baseline: "raw echo \(size) B", baselineValue: floor.p50Micros, better: "lower",
-                    target: transport == .lean ? "≤ 3× raw" : nil))
-                report.records.append(Record(
-                    "rpc", "\(label): p99 latency", unit: "µs", value: figures.p99Micros,
-                    baseline: "raw echo \(size) B", baselineValue: floor.p99Micros, better: "lower"))
-                report.records.append(Record(
-                    "rpc", "\(label): calls/s, \(concurrency) callers", unit: "calls/s", value: figures.callsPerSecondConcurrent,
-                    baseline: "raw echo \(size) B", baselineValue: floor.callsPerSecondConcurrent, better: "higher",
-                    target: transport == .lean ? "≥ 10,000/s" : nil))
+                report.records.append(
+                    Record(
+                        "rpc", "\(label): p50 latency", unit: "µs", value: figures.p50Micros,
+                        baseline: "raw echo \(size) B", baselineValue: floor.p50Micros, better: "lower",
+                        target: transport == .lean ? "≤ 3× raw" : nil))
+                report.records.append(
+                    Record(
+                        "rpc", "\(label): p99 latency", unit: "µs", value: figures.p99Micros,
+                        baseline: "raw echo \(size) B", baselineValue: floor.p99Micros, better: "lower"))
+                report.records.append(
+                    Record(
+                        "rpc", "\(label): calls/s, \(concurrency) callers", unit: "calls/s", value: figures.callsPerSecondConcurrent,
+                        baseline: "raw echo \(size) B", baselineValue: floor.callsPerSecondConcurrent, better: "higher",
+                        target: transport == .lean ? "≥ 10,000/s" : nil))
             }
             tables.append(Self.table(rows, title: "\(rpc.name), \(rpc.request.count)-byte request", concurrency: concurrency))
         }
@@ -245,7 +258,8 @@ struct RPCScenario {
         let elapsed = ContinuousClock.now - start
         let cpu = try Self.cpuSeconds(pid: serverPID) - cpuBefore
         return Self.figures(
-            path: "raw socket echo, \(request.count) B (floor)", latencies: sequential, sequentialSeconds: seconds, calls: calls, elapsed: elapsed,
+            path: "raw socket echo, \(request.count) B (floor)", latencies: sequential, sequentialSeconds: seconds, calls: calls,
+            elapsed: elapsed,
             serverCPU: cpu)
     }
 
@@ -284,7 +298,8 @@ struct RPCScenario {
         ]
         for r in results {
             lines.append(
-                "| \(r.path) | \(f(r.p50Micros, 1)) | \(f(r.p99Micros, 1)) | \(f(r.callsPerSecondSequential)) | \(f(r.callsPerSecondConcurrent)) | \(f(r.serverCPUMicrosPerCall, 1)) |")
+                "| \(r.path) | \(f(r.p50Micros, 1)) | \(f(r.p99Micros, 1)) | \(f(r.callsPerSecondSequential)) | \(f(r.callsPerSecondConcurrent)) | \(f(r.serverCPUMicrosPerCall, 1)) |"
+            )
         }
         return lines.joined(separator: "\n")
     }

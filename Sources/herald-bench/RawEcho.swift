@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The floor of the RPC benchmark: a blocking Unix-socket echo, one thread per connection, no

@@ -49,7 +49,8 @@ struct Report {
         ]
         for r in records {
             lines.append(
-                "| \(r.scenario) | \(r.figure) | \(format(r.value)) \(r.unit) | \(r.baseline): \(format(r.baselineValue)) \(r.unit) | \(String(format: "%.2f", r.ratio))× | \(r.target ?? "") |")
+                "| \(r.scenario) | \(r.figure) | \(format(r.value)) \(r.unit) | \(r.baseline): \(format(r.baselineValue)) \(r.unit) | \(String(format: "%.2f", r.ratio))× | \(r.target ?? "") |"
+            )
         }
         return lines.joined(separator: "\n")
     }

@@ -1,18 +1,18 @@
-import Synchronization
 import ArgumentParser
 import Foundation
 import GRDB
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import Hummingbird
 import Logging
 import RegistrationService
+import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Options every scenario shares.
@@ -96,7 +96,10 @@ struct EdgeScenario {
         defer { try? FileManager.default.removeItem(atPath: dir) }
 
         let hello = try await HelloServer.start(dir: dir)
-        defer { hello.process.terminate(); hello.process.waitUntilExit() }
+        defer {
+            hello.process.terminate()
+            hello.process.waitUntilExit()
+        }
         let helloRun = try runWrk(wrk, url: hello.url + "/hello", script: nil, dir: dir)
 
         let configuration = StackConfiguration.bench(dir: dir)
@@ -107,13 +110,16 @@ struct EdgeScenario {
             // Seed through the services' own RPCs: one device, one stored secure payload.
             let token = String(repeating: "ab", count: 32)
             let registrationID = try await RPCClient.with(socketPath: configuration.socketPath("registration")) { client in
-                let id = try await RegistrationServiceClient(client).createRegistrationId(CreateRegistrationIdRequest(owner: "bench", handle: token)
+                let id = try await RegistrationServiceClient(client).createRegistrationId(
+                    CreateRegistrationIdRequest(owner: "bench", handle: token)
                 ).registrationID
-                _ = try await RegistrationServiceClient(client).upsertRegistration(UpsertRegistrationRequest(owner: "bench", registrationID: id, platform: .apns, handle: token, tags: ["news"]))
+                _ = try await RegistrationServiceClient(client).upsertRegistration(
+                    UpsertRegistrationRequest(owner: "bench", registrationID: id, platform: .apns, handle: token, tags: ["news"]))
                 return id
             }
             let payloadID = try await RPCClient.with(socketPath: configuration.socketPath("payload")) { client in
-                try await PayloadServiceClient(client).storePayload(StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8))
+                try await PayloadServiceClient(client).storePayload(
+                    StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8))
                 ).id
             }
             let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
@@ -121,12 +127,12 @@ struct EdgeScenario {
             try "wrk.headers[\"Authorization\"] = \"\(authorization)\"\n".write(toFile: getScript, atomically: true, encoding: .utf8)
             let putScript = dir + "/put.lua"
             try """
-                wrk.method = "PUT"
-                wrk.body = '{"Platform":"apns","Handle":"\(token)","Tags":["news"]}'
-                wrk.headers["Content-Type"] = "application/json"
-                wrk.headers["Authorization"] = "\(authorization)"
+            wrk.method = "PUT"
+            wrk.body = '{"Platform":"apns","Handle":"\(token)","Tags":["news"]}'
+            wrk.headers["Content-Type"] = "application/json"
+            wrk.headers["Authorization"] = "\(authorization)"
 
-                """.write(toFile: putScript, atomically: true, encoding: .utf8)
+            """.write(toFile: putScript, atomically: true, encoding: .utf8)
             let get = try runWrk(wrk, url: base + "/api/notifications/\(payloadID)", script: getScript, dir: dir)
             let put = try runWrk(wrk, url: base + "/api/register/\(registrationID)", script: putScript, dir: dir)
             await stack.stop()
@@ -136,12 +142,14 @@ struct EdgeScenario {
             for (name, run, target) in [
                 ("GET api/notifications/{id}", get, "≥ 40% of hello world"), ("PUT api/register/{id}", put, nil as String?),
             ] {
-                report.records.append(Record(
-                    "edge", "\(name): requests/s", unit: "req/s", value: run.requestsPerSecond, baseline: helloName,
-                    baselineValue: helloRun.requestsPerSecond, better: "higher", target: target))
-                report.records.append(Record(
-                    "edge", "\(name): p99 latency", unit: "ms", value: run.p99Millis, baseline: helloName,
-                    baselineValue: helloRun.p99Millis, better: "lower"))
+                report.records.append(
+                    Record(
+                        "edge", "\(name): requests/s", unit: "req/s", value: run.requestsPerSecond, baseline: helloName,
+                        baselineValue: helloRun.requestsPerSecond, better: "higher", target: target))
+                report.records.append(
+                    Record(
+                        "edge", "\(name): p99 latency", unit: "ms", value: run.p99Millis, baseline: helloName,
+                        baselineValue: helloRun.p99Millis, better: "lower"))
             }
             var lines = [
                 "## edge: HTTP through the whole stack, wrk -c\(connections), \(options.wrkSeconds) s per route (tutorial auth: user == password)",
@@ -151,7 +159,8 @@ struct EdgeScenario {
             ]
             for (name, run) in [("hello world (baseline)", helloRun), ("GET api/notifications/{id}", get), ("PUT api/register/{id}", put)] {
                 lines.append(
-                    "| \(name) | \(format(run.requestsPerSecond)) | \(format(run.p50Millis)) | \(format(run.p99Millis)) | \(String(format: "%.0f%%", 100 * run.requestsPerSecond / helloRun.requestsPerSecond)) |")
+                    "| \(name) | \(format(run.requestsPerSecond)) | \(format(run.p50Millis)) | \(format(run.p99Millis)) | \(String(format: "%.0f%%", 100 * run.requestsPerSecond / helloRun.requestsPerSecond)) |"
+                )
             }
             report.tables = [lines.joined(separator: "\n")]
             return report
@@ -246,7 +255,8 @@ struct FanoutScenario {
             let acknowledged = Mutex(started)
             // Send commits the outbox and returns; the clock stops when the outcome is final.
             let outcome = try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), timeout: .seconds(3600)) { client in
-                let sent = try await DispatchServiceClient(client).send(SendRequest(
+                let sent = try await DispatchServiceClient(client).send(
+                    SendRequest(
                         targetTag: "fanout",
                         payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"fan-out"}}"#.utf8), pushType: "alert")],
                         sender: "bench")
@@ -273,16 +283,19 @@ struct FanoutScenario {
             let seconds = elapsed.seconds
             let rate = Double(count) / seconds
             var report = Report()
-            report.records.append(Record(
-                "fanout", "\(count) deliveries: deliveries/s", unit: "/s", value: rate,
-                baseline: "inbox rows inserted in-process", baselineValue: floor, better: "higher", target: "≥ 50,000/s"))
+            report.records.append(
+                Record(
+                    "fanout", "\(count) deliveries: deliveries/s", unit: "/s", value: rate,
+                    baseline: "inbox rows inserted in-process", baselineValue: floor, better: "higher", target: "≥ 50,000/s"))
             for service in Stack.services {
-                report.records.append(Record(
-                    "memory", "herald-\(service) idle RSS", unit: "MB", value: idle[service]!, baseline: "hello world idle",
-                    baselineValue: helloRSS, better: "lower", target: "≤ 30 MB"))
-                report.records.append(Record(
-                    "memory", "herald-\(service) RSS after the fan-out", unit: "MB", value: after[service]!,
-                    baseline: "hello world idle", baselineValue: helloRSS, better: "lower"))
+                report.records.append(
+                    Record(
+                        "memory", "herald-\(service) idle RSS", unit: "MB", value: idle[service]!, baseline: "hello world idle",
+                        baselineValue: helloRSS, better: "lower", target: "≤ 30 MB"))
+                report.records.append(
+                    Record(
+                        "memory", "herald-\(service) RSS after the fan-out", unit: "MB", value: after[service]!,
+                        baseline: "hello world idle", baselineValue: helloRSS, better: "lower"))
             }
             var memory = [
                 "## memory: resident set of each service (hello world idle: \(format(helloRSS)) MB)",
@@ -296,7 +309,8 @@ struct FanoutScenario {
             for service in Stack.services {
                 let detail = idleDetail[service]!
                 memory.append(
-                    "| herald-\(service) | \(format(idle[service]!)) | \(format(detail.pss)) | \(format(detail.anonymous)) | \(format(after[service]!)) |")
+                    "| herald-\(service) | \(format(idle[service]!)) | \(format(detail.pss)) | \(format(detail.anonymous)) | \(format(after[service]!)) |"
+                )
             }
             report.tables = [
                 """

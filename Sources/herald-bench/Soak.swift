@@ -1,7 +1,7 @@
-import HeraldModel
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import HeraldModel
 import HeraldStack
 import NIOCore
 import Synchronization
@@ -157,9 +157,10 @@ struct SoakScenario {
             let before = warm.rss[service]!
             let after = last.rss[service]!
             lines.append("| \(service) | \(format(before)) | \(format(after)) | \(String(format: "%+.1f%%", (after / before - 1) * 100)) |")
-            report.records.append(Record(
-                "soak", "\(service) RSS at the end", unit: "MB", value: after, baseline: "its RSS after the warm-up",
-                baselineValue: before, better: "lower", target: "≤ 1.05× (5% growth)"))
+            report.records.append(
+                Record(
+                    "soak", "\(service) RSS at the end", unit: "MB", value: after, baseline: "its RSS after the warm-up",
+                    baselineValue: before, better: "lower", target: "≤ 1.05× (5% growth)"))
         }
         lines += ["", "samples (minute: RSS MB auth/registration/payload/dispatch/edge):"]
         for s in samples {
@@ -181,18 +182,21 @@ struct SoakScenario {
                     body: #"{"Platform":"apns","Handle":"\#(registration.handle)","Tags":["soak","t\#(step % 7)"]}"#)
                 tally.record(reply.status, "PUT api/register")
             case 1:
-                tally.record(try await request("POST", base + "/api/register?handle=\(registration.handle)", user: user).status, "POST api/register")
+                tally.record(
+                    try await request("POST", base + "/api/register?handle=\(registration.handle)", user: user).status, "POST api/register")
             case 2:
                 tally.record(try await request("POST", base + "/api/notifications", user: user).status, "POST api/notifications")
             case 3:
-                let sent = try await request("POST", base + "/v1/notifications?kind=secure&to_user=\(user)", user: user, body: "soak \(step)")
+                let sent = try await request(
+                    "POST", base + "/v1/notifications?kind=secure&to_user=\(user)", user: user, body: "soak \(step)")
                 tally.record(sent.status, "POST /v1/notifications")
                 if let id = sent.text.firstMatch(of: /"payloadId":(\d+)/)?.1 {
                     tally.record(try await request("GET", base + "/api/notifications/\(id)", user: user).status, "GET api/notifications")
                 }
             case 4:
                 let target = registrations[(step / 6) % registrations.count].user
-                let reply = try await request("POST", base + "/api/notifications?pns=apns&to_tag=\(target)", user: user, body: "\"soak \(step)\"")
+                let reply = try await request(
+                    "POST", base + "/api/notifications?pns=apns&to_tag=\(target)", user: user, body: "\"soak \(step)\"")
                 tally.record(reply.status, "notify users")
             default:
                 tally.record(try await request("GET", base + "/healthz", user: user).status, "GET /healthz")

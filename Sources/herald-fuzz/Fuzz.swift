@@ -1,3 +1,8 @@
+import Foundation
+import HeraldModel
+import HeraldProto
+import NIOCore
+
 // libFuzzer targets over the code that parses what clients send and builds what providers get.
 // Built only with HERALD_FUZZ=1 (Package.swift), with -sanitize=fuzzer,address; scripts/fuzz.sh
 // builds and runs them. One binary, the target chosen by HERALD_FUZZ_TARGET:
@@ -10,14 +15,11 @@
 //
 // Any property that does not hold traps, which libFuzzer reports as a crash with the input saved.
 @testable import Edge
-import Foundation
-#if canImport(FoundationXML)
-import FoundationXML
-#endif
-import HeraldModel
-import HeraldProto
 @testable import HeraldRPC
-import NIOCore
+
+#if canImport(FoundationXML)
+    import FoundationXML
+#endif
 
 /// libFuzzer's driver (libclang_rt.fuzzer, linked by `-sanitize=fuzzer`).
 @_silgen_name("LLVMFuzzerRunDriver")

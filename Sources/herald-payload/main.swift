@@ -1,4 +1,4 @@
-import PayloadService
 import HeraldService
+import PayloadService
 
 await HeraldProcess.main(PayloadServer.definition)

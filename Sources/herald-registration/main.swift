@@ -1,4 +1,4 @@
-import RegistrationService
 import HeraldService
+import RegistrationService
 
 await HeraldProcess.main(RegistrationServer.definition)

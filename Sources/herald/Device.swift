@@ -1,9 +1,9 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import NIOCore
@@ -55,7 +55,8 @@ struct Device: AsyncParsableCommand {
         // Log in.
         let basic = "Basic " + Data("\(user):\(secret)".utf8).base64EncodedString()
         let login = try await send(http, "POST", base + "/v1/auth/token", authorization: basic)
-        guard login.status == 200, let token = (try? JSONSerialization.jsonObject(with: login.body) as? [String: Any])?["access_token"] as? String
+        guard login.status == 200,
+            let token = (try? JSONSerialization.jsonObject(with: login.body) as? [String: Any])?["access_token"] as? String
         else { throw CLIError(message: "login failed: \(login.status) \(login.text)") }
         let bearer = "Bearer \(token)"
         say("logged in as \(user)")
@@ -83,7 +84,8 @@ struct Device: AsyncParsableCommand {
                 if let deadline, ContinuousClock.now >= deadline {
                     throw CLIError(message: "timed out after \(timeout) s with \(received) of \(count) pushes")
                 }
-                let entries = try await DispatchServiceClient(client).listInbox(ListInboxRequest(afterSequence: after, limit: 100, handle: handle)
+                let entries = try await DispatchServiceClient(client).listInbox(
+                    ListInboxRequest(afterSequence: after, limit: 100, handle: handle)
                 ).entries
                 for entry in entries {
                     after = max(after, entry.sequence)
@@ -192,9 +194,10 @@ enum Push {
         let text = String(decoding: entry.payload, as: UTF8.self)
         if entry.platform == .wns {
             if let match = text.firstMatch(of: /<text id="1">(.*)<\/text>/) {
-                self = .alert(String(match.1).replacingOccurrences(of: "&lt;", with: "<").replacingOccurrences(of: "&gt;", with: ">")
-                    .replacingOccurrences(of: "&quot;", with: "\"").replacingOccurrences(of: "&apos;", with: "'")
-                    .replacingOccurrences(of: "&amp;", with: "&"))
+                self = .alert(
+                    String(match.1).replacingOccurrences(of: "&lt;", with: "<").replacingOccurrences(of: "&gt;", with: ">")
+                        .replacingOccurrences(of: "&quot;", with: "\"").replacingOccurrences(of: "&apos;", with: "'")
+                        .replacingOccurrences(of: "&amp;", with: "&"))
             } else if Int64(text) != nil {
                 self = .secure(text)  // raw: the id; fetched the same way
             } else {

@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import Logging

@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 
 /// `herald outcome <id>`: where a send stands.
@@ -32,7 +32,8 @@ struct OutcomeCommand: AsyncParsableCommand {
         var after: Int64 = 0
         while true {
             let page = try await withService(.dispatch, stack) { client in
-                try await DispatchServiceClient(client).listDeliveries(ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000))
+                try await DispatchServiceClient(client).listDeliveries(
+                    ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000))
             }.deliveries
             for d in page {
                 print(

@@ -1,13 +1,13 @@
 import ArgumentParser
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `herald users`: accounts of herald-auth's `accounts` mode, through its RPCs.

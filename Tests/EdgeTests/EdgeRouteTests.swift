@@ -1,9 +1,9 @@
 import Edge
 import Foundation
+import HTTPTypes
 import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import Synchronization
@@ -125,7 +125,8 @@ struct EdgeRouteTests {
     @Test("/v1 answers are typed JSON: camelCase, sorted keys, Notification Hubs' state names")
     func v1OutcomeBody() async throws {
         try await Self.withEdge(FakeServices()) { client in
-            try await client.execute(uri: "/v1/notifications/n-1/outcome", method: .get, headers: [.authorization: Self.alice]) { response in
+            try await client.execute(uri: "/v1/notifications/n-1/outcome", method: .get, headers: [.authorization: Self.alice]) {
+                response in
                 #expect(response.status == .ok)
                 #expect(
                     String(buffer: response.body)

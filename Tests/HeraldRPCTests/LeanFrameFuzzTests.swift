@@ -54,10 +54,13 @@ struct LeanFrameFuzzTests {
                 bytes.removeLast(Int.random(in: 0...bytes.count, using: &random))
             case 2:  // insert random bytes
                 let at = Int.random(in: 0...bytes.count, using: &random)
-                bytes.insert(contentsOf: (0..<Int.random(in: 1...16, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }, at: at)
+                bytes.insert(
+                    contentsOf: (0..<Int.random(in: 1...16, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }, at: at)
             case 3 where bytes.count >= 4:  // rewrite the length field with an edge value
-                let value = [0, 1, 5, 6, 7, UInt32.max, UInt32(LeanProtocol.defaultMaxFrameBytes), UInt32(LeanProtocol.defaultMaxFrameBytes + 1)]
-                    .randomElement(using: &random)!
+                let value = [
+                    0, 1, 5, 6, 7, UInt32.max, UInt32(LeanProtocol.defaultMaxFrameBytes), UInt32(LeanProtocol.defaultMaxFrameBytes + 1),
+                ]
+                .randomElement(using: &random)!
                 withUnsafeBytes(of: value.bigEndian) { bytes.replaceSubrange(0..<4, with: $0) }
             case 4 where bytes.count > 21:  // corrupt a short-string length inside a REQUEST head
                 bytes[Int.random(in: 18...min(bytes.count - 1, 20), using: &random)] = UInt8.random(in: 0...255, using: &random)

@@ -1,7 +1,7 @@
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import Logging
 import NIOCore
@@ -10,7 +10,7 @@ import Synchronization
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What test handlers report back: tokens of handlers that started, and of those that were cancelled.
@@ -186,7 +186,8 @@ struct TransportConformanceTests {
             // Connect first, so the deadline below is spent on the call, not on connection set-up.
             _ = try await HealthClient(client).check(HealthCheckRequest())
             await #expect {
-                try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "slow:\(token)"),
+                try await AuthServiceClient(client).authenticate(
+                    AuthenticateRequest(authorization: "slow:\(token)"),
                     timeout: .seconds(2))
             } throws: { ($0 as? ServiceError)?.code == .deadlineExceeded }
             #expect(handlerEvents.withLock { $0.started.contains(token) }, "the call reached its handler")
@@ -216,7 +217,8 @@ struct TransportConformanceTests {
     func largeMessages(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, _ in
             let size = 4 << 20
-            let stored = try await PayloadServiceClient(client).storePayload(StorePayloadRequest(content: (0..<size).map { UInt8(truncatingIfNeeded: $0) }))
+            let stored = try await PayloadServiceClient(client).storePayload(
+                StorePayloadRequest(content: (0..<size).map { UInt8(truncatingIfNeeded: $0) }))
             #expect(stored.id == Int64(size))
             #expect(stored.expiresAtUnixMs == Int64(UInt8(truncatingIfNeeded: size - 1)))
             let fetched = try await PayloadServiceClient(client).fetchPayload(FetchPayloadRequest(id: Int64(size)))
@@ -229,7 +231,8 @@ struct TransportConformanceTests {
     func oversizeMessage(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, _ in
             await #expect {
-                try await PayloadServiceClient(client).storePayload(StorePayloadRequest(content: [UInt8](repeating: 7, count: RPCLimits.maxMessageBytes + 1)))
+                try await PayloadServiceClient(client).storePayload(
+                    StorePayloadRequest(content: [UInt8](repeating: 7, count: RPCLimits.maxMessageBytes + 1)))
             } throws: { ($0 as? ServiceError)?.code == .resourceExhausted }
             let answer = try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "after"))
             #expect(answer.user == "after")
@@ -240,7 +243,8 @@ struct TransportConformanceTests {
     func bigStream(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, _ in
             let received = Received()
-            try await RegistrationServiceClient(client).streamAudience(StreamAudienceRequest(tag: "100000", platform: Platform(rawValue: 1)),
+            try await RegistrationServiceClient(client).streamAudience(
+                StreamAudienceRequest(tag: "100000", platform: Platform(rawValue: 1)),
                 timeout: .seconds(120)
             ) { batch in
                 await received.append(batch.registrations.map(\.registrationID))
@@ -261,7 +265,12 @@ struct TransportConformanceTests {
                     group.addTask {
                         // A generous deadline: this checks sharing one connection, not speed (debug
                         // gRPC on two busy cores needs more than the default 5 s for 1,000 calls).
-                        (i, try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "n\(i)"), timeout: .seconds(60)).user)
+                        (
+                            i,
+                            try await AuthServiceClient(client).authenticate(
+                                AuthenticateRequest(authorization: "n\(i)"), timeout: .seconds(60)
+                            ).user
+                        )
                     }
                 }
                 var answers: [Int: String] = [:]
@@ -345,7 +354,8 @@ struct TransportConformanceTests {
 
     @Test("an unreachable socket is UNAVAILABLE by the deadline", arguments: RPCTransport.allCases)
     func unreachable(_ transport: RPCTransport) async throws {
-        _ = try await RPCClient.with(socketPath: "/tmp/herald-missing-\(UUID().uuidString.prefix(8)).sock", transport: transport) { client in
+        _ = try await RPCClient.with(socketPath: "/tmp/herald-missing-\(UUID().uuidString.prefix(8)).sock", transport: transport) {
+            client in
             await #expect {
                 try await HealthClient(client).check(HealthCheckRequest(), timeout: .milliseconds(300))
             } throws: { [.unavailable, .deadlineExceeded].contains(($0 as? ServiceError)?.code) }

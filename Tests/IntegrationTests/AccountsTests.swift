@@ -1,7 +1,7 @@
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import Testing
@@ -11,10 +11,13 @@ import Testing
 struct AccountsTests {
     @Test("accounts: users from the CLI, Basic and bearer, revocation, lockout; no secret in any log line")
     func accounts() async throws {
-        try await LiveStack.with(auth: .accounts, configure: {
-            $0.logLevel = "trace"
-            $0.extraArguments["auth"] = ["--password-hash-log-n", "10", "--max-failed-logins", "3", "--lockout-seconds", "60"]
-        }) { live in
+        try await LiveStack.with(
+            auth: .accounts,
+            configure: {
+                $0.logLevel = "trace"
+                $0.extraArguments["auth"] = ["--password-hash-log-n", "10", "--max-failed-logins", "3", "--lockout-seconds", "60"]
+            }
+        ) { live in
             let edge = live.edge
             let herald = live.configuration.binDirectory + "/herald"
             let dir = live.configuration.directory
@@ -49,7 +52,8 @@ struct AccountsTests {
             #expect(try await edge.request("DELETE", "/v1/auth/token", authorization: bearer).status == 204)
             #expect(try await edge.request("POST", "/api/register", authorization: bearer).status == 401)
 
-            let second = try #require(try await edge.request("POST", "/v1/auth/token", authorization: basic).json()["access_token"] as? String)
+            let second = try #require(
+                try await edge.request("POST", "/v1/auth/token", authorization: basic).json()["access_token"] as? String)
             #expect(try await edge.request("POST", "/api/register", authorization: "Bearer \(second)").status == 200)
             let revoked = try runProgram(herald, ["tokens", "revoke", "alice", "--dir", dir])
             #expect(revoked.output.contains("revoked 1 token"), "\(revoked.output) \(revoked.error)")
@@ -64,7 +68,8 @@ struct AccountsTests {
             // Lockout: after three failures even the right password is refused for a while.
             try await live.addUser("carol", password: "carol's password")
             for _ in 0..<3 {
-                #expect(try await edge.request("GET", "/api/notifications/1", authorization: EdgeClient.basic("carol", "guess")).status == 401)
+                #expect(
+                    try await edge.request("GET", "/api/notifications/1", authorization: EdgeClient.basic("carol", "guess")).status == 401)
             }
             let locked = try await edge.request("GET", "/api/notifications/1", authorization: EdgeClient.basic("carol", "carol's password"))
             #expect(locked.status == 429)
@@ -72,14 +77,18 @@ struct AccountsTests {
             #expect(try await edge.request("POST", "/api/register", authorization: EdgeClient.basic("alice", newPassword)).status == 200)
 
             // The flow still works with a token, end to end.
-            let third = try #require(try await edge.request("POST", "/v1/auth/token", authorization: EdgeClient.basic("alice", newPassword)).json()["access_token"] as? String)
+            let third = try #require(
+                try await edge.request("POST", "/v1/auth/token", authorization: EdgeClient.basic("alice", newPassword)).json()[
+                    "access_token"] as? String)
             let handle = apnsToken(20)
             let id = try #require(
                 try JSONSerialization.jsonObject(
                     with: try await edge.request("POST", "/api/register?handle=\(handle)", authorization: "Bearer \(third)").body,
                     options: .fragmentsAllowed) as? String)
-            #expect(try await edge.request(
-                "PUT", "/api/register/\(id)", authorization: "Bearer \(third)", body: #"{"Platform":"apns","Handle":"\#(handle)"}"#).status == 200)
+            #expect(
+                try await edge.request(
+                    "PUT", "/api/register/\(id)", authorization: "Bearer \(third)", body: #"{"Platform":"apns","Handle":"\#(handle)"}"#
+                ).status == 200)
             #expect(try await edge.request("POST", "/api/notifications", authorization: "Bearer \(third)").status == 200)
             let push = try #require(try await live.waitForInbox { $0.handle == handle }.first)
             let secureID = try #require(String(decoding: push.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1)
@@ -89,7 +98,9 @@ struct AccountsTests {
             // Nothing secret in any service's log, at trace level.
             let logs = live.logs()
             #expect(logs.contains("token issued"), "the logs were not captured")
-            for secret in [password, newPassword, "carol's password", token, second, third] + [basic, bearer].map({ String($0.split(separator: " ")[1]) }) {
+            for secret in [password, newPassword, "carol's password", token, second, third]
+                + [basic, bearer].map({ String($0.split(separator: " ")[1]) })
+            {
                 #expect(!logs.contains(secret), "a credential appears in the logs")
             }
         }

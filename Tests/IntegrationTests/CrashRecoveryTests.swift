@@ -1,7 +1,7 @@
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import NIOCore
@@ -31,13 +31,15 @@ struct CrashRecoveryTests {
 
         let started = ContinuousClock.now
         let dispatch = live.configuration.socketPath("dispatch")
-        let ids = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(30)) { client in
+        let ids = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(30)) {
+            client in
             try await withThrowingTaskGroup(of: [String].self) { group in
                 for lane in 0..<8 {
                     group.addTask {
                         var ids: [String] = []
                         for n in stride(from: lane, to: sends, by: 8) {
-                            let outcome = try await DispatchServiceClient(client).send(SendRequest(
+                            let outcome = try await DispatchServiceClient(client).send(
+                                SendRequest(
                                     targetUser: "ivan",
                                     payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"crash \#(n)"}}"#.utf8))],
                                     sender: "judy")
@@ -115,10 +117,14 @@ struct CrashRecoveryTests {
         #expect(Set(seen.keys) == Set(records.keys), "apns-ids APNs saw differ from the outbox's")
         let repeated = seen.filter { $0.value > 1 }
         for (id, count) in repeated {
-            #expect((records[id]?.attempts ?? 0) >= Int32(count), "\(id) reached APNs \(count)× but the outbox shows \(records[id]?.attempts ?? 0) attempts")
+            #expect(
+                (records[id]?.attempts ?? 0) >= Int32(count),
+                "\(id) reached APNs \(count)× but the outbox shows \(records[id]?.attempts ?? 0) attempts")
         }
         let retried = records.values.filter { $0.attempts > 1 }.count
-        print("crash test (\(ContinuousClock.now - started)): \(seenAtKill) pushes before the kill, \(repeated.count) delivered twice (same apns-id), \(retried) recorded as retried")
+        print(
+            "crash test (\(ContinuousClock.now - started)): \(seenAtKill) pushes before the kill, \(repeated.count) delivered twice (same apns-id), \(retried) recorded as retried"
+        )
         #expect(retried >= repeated.count)
     }
 }

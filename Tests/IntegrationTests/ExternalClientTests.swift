@@ -8,11 +8,13 @@ struct ExternalClientTests {
     /// Runs one of Tests/python's checks against a live stack and returns the JSON object it printed.
     static func pythonCheck(_ script: String, _ live: LiveStack) throws -> [String: Any] {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
-        let result = try runProgram(python, [
-            packageRoot.appendingPathComponent("Tests/python/\(script)").path,
-            live.configuration.runtimeDirectory,
-            packageRoot.appendingPathComponent("proto").path,
-        ])
+        let result = try runProgram(
+            python,
+            [
+                packageRoot.appendingPathComponent("Tests/python/\(script)").path,
+                live.configuration.runtimeDirectory,
+                packageRoot.appendingPathComponent("proto").path,
+            ])
         try #require(result.status == 0, "\(script) failed: \(result.error)")
         return try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
     }
@@ -103,10 +105,12 @@ struct PublishedClientTests {
             _ = try await live.register("dora", platform: "apns", handle: String(repeating: "d0", count: 32))
             _ = try await live.register("dora", platform: "fcm", handle: "fcm-dora")
             for transport in ["lean", "grpc"] {
-                let result = try runProgram(binary, [
-                    "--runtime-dir", live.configuration.runtimeDirectory, "--user", "dora",
-                    "--message", "über \"quoted\" \(transport)", "--transport", transport,
-                ])
+                let result = try runProgram(
+                    binary,
+                    [
+                        "--runtime-dir", live.configuration.runtimeDirectory, "--user", "dora",
+                        "--message", "über \"quoted\" \(transport)", "--transport", transport,
+                    ])
                 #expect(result.status == 0, "send-push failed: \(result.error)")
                 #expect(result.output.contains("OUTCOME_STATE_COMPLETED"), "\(result.output)")
                 #expect(result.output.contains("apns: 1 delivered"), "\(result.output)")

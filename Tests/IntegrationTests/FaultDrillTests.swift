@@ -1,13 +1,13 @@
 import AsyncHTTPClient
 import Foundation
+import GRDB
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import NIOCore
 import Synchronization
-import GRDB
 import Testing
 
 /// Fault drills: `kill -9` of each service in turn under load, and a full disk.
@@ -53,7 +53,9 @@ struct FaultDrillTests {
 
             // Kill once the traffic is well under way.
             let wait = ContinuousClock.now + .seconds(60)
-            while completed.value.load(ordering: .relaxed) < killAt, ContinuousClock.now < wait { try await Task.sleep(for: .milliseconds(10)) }
+            while completed.value.load(ordering: .relaxed) < killAt, ContinuousClock.now < wait {
+                try await Task.sleep(for: .milliseconds(10))
+            }
             let pid = try #require(await live.stack.pid(of: service))
             let killedAt = ContinuousClock.now
             kill(pid, SIGKILL)
@@ -204,10 +206,11 @@ struct DiskFullTests {
             let token = apnsToken(990)
             try await live.register("alice", handle: token)
             // Stored before the disk fills: one already read, one not yet.
-            let read = try #require(try await Self.secure(edge, "read before") ["payloadId"] as? Int)
+            let read = try #require(try await Self.secure(edge, "read before")["payloadId"] as? Int)
             #expect(try await edge.request("GET", "/api/notifications/\(read)", as: "alice").status == 200)
             let unread = try #require(try await Self.secure(edge, "unread before")["payloadId"] as? Int)
-            let registrationID = try await edge.request("POST", "/api/register", as: "bob").text.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            let registrationID = try await edge.request("POST", "/api/register", as: "bob").text.trimmingCharacters(
+                in: CharacterSet(charactersIn: "\""))
 
             // Fill every byte that is left.
             let filler = data + "/filler"
@@ -220,7 +223,9 @@ struct DiskFullTests {
             #expect(full.header("Retry-After") != nil)
             let put = try await edge.request(
                 "PUT", "/api/register/\(registrationID)", as: "bob",
-                body: #"{"Platform":"fcm","Handle":"fcm-disk-full-\#(String(repeating: "t", count: 3000))","Tags":["t\#(String(repeating: "a", count: 100))"]}"#)
+                body:
+                    #"{"Platform":"fcm","Handle":"fcm-disk-full-\#(String(repeating: "t", count: 3000))","Tags":["t\#(String(repeating: "a", count: 100))"]}"#
+            )
             #expect([200, 507].contains(put.status), "\(put.status) \(put.text)")
             // Reads: content stored earlier, read or not; logins.
             let again = try await edge.request("GET", "/api/notifications/\(read)", as: "alice")

@@ -1,14 +1,14 @@
 import Foundation
 import GRDB
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The requests that once broke the stack (issue 12), against the five real executables.
@@ -35,7 +35,8 @@ struct HostileClientTests {
     @Test("a body shorter than its Content-Length is 400 with the JSON error, and no error-level log line")
     func shortBody() async throws {
         try await LiveStack.with(auth: .tutorial) { live in
-            let id = try await live.edge.request("POST", "/api/register", as: "alice").text.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            let id = try await live.edge.request("POST", "/api/register", as: "alice").text.trimmingCharacters(
+                in: CharacterSet(charactersIn: "\""))
             let connection = try RawConnection(url: live.edge.base.absoluteString)
             try connection.send(
                 "PUT /api/register/\(id) HTTP/1.1\r\nHost: x\r\nAuthorization: \(EdgeClient.basic("alice"))\r\n"
@@ -84,10 +85,13 @@ struct HostileClientTests {
 
     @Test("a password spray is answered at once: 401 or 429 with Retry-After, never 503; the real user gets in")
     func passwordSpray() async throws {
-        try await LiveStack.with(auth: .accounts, users: ["alice"], configure: {
-            // A real cost (2^15: ~0.1 s here), so hashes queue as they would in production.
-            $0.extraArguments["auth"] = ["--password-hash-log-n", "15"]
-        }) { live in
+        try await LiveStack.with(
+            auth: .accounts, users: ["alice"],
+            configure: {
+                // A real cost (2^15: ~0.1 s here), so hashes queue as they would in production.
+                $0.extraArguments["auth"] = ["--password-hash-log-n", "15"]
+            }
+        ) { live in
             let edge = live.edge
             let statuses = try await withThrowingTaskGroup(of: (Int, String?).self) { group in
                 for index in 0..<50 {
@@ -118,7 +122,8 @@ struct HostileClientTests {
     @Test("a WNS handle with CR/LF is 400")
     func headerInjection() async throws {
         try await LiveStack.with(auth: .tutorial) { live in
-            let id = try await live.edge.request("POST", "/api/register", as: "alice").text.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            let id = try await live.edge.request("POST", "/api/register", as: "alice").text.trimmingCharacters(
+                in: CharacterSet(charactersIn: "\""))
             let body = try JSONSerialization.data(withJSONObject: [
                 "Platform": "wns", "Handle": "https://db5.notify.windows.com/\r\nX-Injected: 1", "Tags": [String](),
             ])
@@ -129,9 +134,12 @@ struct HostileClientTests {
 
     @Test("idle and dribbling connections are closed after the header timeout")
     func slowClients() async throws {
-        try await LiveStack.with(auth: .tutorial, configure: {
-            $0.extraArguments["edge"] = ["--header-timeout-seconds", "1", "--body-timeout-seconds", "2"]
-        }) { live in
+        try await LiveStack.with(
+            auth: .tutorial,
+            configure: {
+                $0.extraArguments["edge"] = ["--header-timeout-seconds", "1", "--body-timeout-seconds", "2"]
+            }
+        ) { live in
             let url = live.edge.base.absoluteString
             let idle = try (0..<20).map { _ in try RawConnection(url: url) }
             let dribbling = try (0..<20).map { _ in try RawConnection(url: url) }
@@ -165,7 +173,8 @@ struct HostileClientTests {
     func storedContent() async throws {
         try await LiveStack.with(auth: .tutorial) { live in
             let html = Data("<script>alert(1)</script>".utf8)
-            let sent = try await live.edge.upload("/v1/notifications?kind=rich&to_user=alice", as: "alice", bytes: html, contentType: "text/html")
+            let sent = try await live.edge.upload(
+                "/v1/notifications?kind=rich&to_user=alice", as: "alice", bytes: html, contentType: "text/html")
             #expect(sent.status == 202)
             let id = try #require(try sent.json()["payloadId"] as? Int)
             let served = try await live.edge.request("GET", "/api/notifications/\(id)", as: "alice")
@@ -252,7 +261,8 @@ final class RawConnection: @unchecked Sendable {
         while ContinuousClock.now < deadline {
             var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             let left = deadline - ContinuousClock.now
-            guard poll(&poller, 1, Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))) > 0 else {
+            guard poll(&poller, 1, Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))) > 0
+            else {
                 continue
             }
             let n = recv(fd, &buffer, buffer.count, 0)

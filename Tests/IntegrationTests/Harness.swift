@@ -1,8 +1,8 @@
 import AsyncHTTPClient
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import NIOCore
@@ -70,7 +70,9 @@ struct LiveStack {
 
     /// Creates an account through herald-auth's RPC.
     func addUser(_ user: String, password: String) async throws {
-        _ = try await RPCClient.with(socketPath: configuration.socketPath("auth"), transport: configuration.rpcTransport, timeout: .seconds(30)) {
+        _ = try await RPCClient.with(
+            socketPath: configuration.socketPath("auth"), transport: configuration.rpcTransport, timeout: .seconds(30)
+        ) {
             client in try await AuthServiceClient(client).createUser(CreateUserRequest(user: user, password: password))
         }
     }
@@ -78,7 +80,8 @@ struct LiveStack {
     /// Registers a device for `user` the way the iOS client does; returns the registration id.
     @discardableResult
     func register(_ user: String, platform: String = "apns", handle: String, tags: [String] = []) async throws -> String {
-        let created = try await edge.request("POST", "/api/register?handle=\(handle.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? handle)", as: user)
+        let created = try await edge.request(
+            "POST", "/api/register?handle=\(handle.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? handle)", as: user)
         try #require(created.status == 200, "POST api/register: \(created.status) \(created.text)")
         let id = try #require(try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
         let body = try JSONSerialization.data(withJSONObject: ["Platform": platform, "Handle": handle, "Tags": tags])
@@ -189,7 +192,8 @@ enum AuthModeCase: String, CaseIterable, Sendable, CustomTestStringConvertible {
 }
 
 /// Runs a program to completion and returns its exit status and output; `input` is its standard input.
-func runProgram(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (status: Int32, output: String, error: String) {
+func runProgram(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (status: Int32, output: String, error: String)
+{
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments

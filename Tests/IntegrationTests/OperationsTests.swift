@@ -1,8 +1,8 @@
 import AsyncHTTPClient
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import Synchronization
@@ -188,16 +188,19 @@ struct OperationsTests {
 
     @Test("SIGTERM during 200 in-flight requests: the edge completes them all and exits 0 within its drain timeout")
     func drainUnderLoad() async throws {
-        try await LiveStack.with(auth: .accounts, users: ["ivan"], configure: { configuration in
-            // Every request pays a real (cheap) scrypt hash on auth's two hashing threads, so 200
-            // requests take seconds and are still in flight when the edge gets SIGTERM.
-            configuration.extraArguments["auth"] = [
-                "--password-hash-log-n", "11", "--credential-cache-seconds", "0", "--max-failed-logins", "1000",
-                // This test wants every request queued behind the hash threads: no login gate.
-                "--max-pending-logins", "10000", "--max-login-wait-ms", "600000",
-            ]
-            configuration.extraArguments["edge"] = ["--drain-timeout-ms", "20000", "--rpc-timeout-ms", "60000"]
-        }) { live in
+        try await LiveStack.with(
+            auth: .accounts, users: ["ivan"],
+            configure: { configuration in
+                // Every request pays a real (cheap) scrypt hash on auth's two hashing threads, so 200
+                // requests take seconds and are still in flight when the edge gets SIGTERM.
+                configuration.extraArguments["auth"] = [
+                    "--password-hash-log-n", "11", "--credential-cache-seconds", "0", "--max-failed-logins", "1000",
+                    // This test wants every request queued behind the hash threads: no login gate.
+                    "--max-pending-logins", "10000", "--max-login-wait-ms", "600000",
+                ]
+                configuration.extraArguments["edge"] = ["--drain-timeout-ms", "20000", "--rpc-timeout-ms", "60000"]
+            }
+        ) { live in
             var httpConfiguration = HTTPClient.Configuration()
             httpConfiguration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 256)
             let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
@@ -227,7 +230,9 @@ struct OperationsTests {
                     return try await group.reduce(into: [(Int, Bool)]()) { $0.append($1) }.filter { $0.0 != -1 }
                 }
                 #expect(results.count == 200)
-                #expect(results.allSatisfy { $0.0 == 200 }, "statuses: \(Dictionary(grouping: results.map(\.0), by: { $0 }).mapValues(\.count))")
+                #expect(
+                    results.allSatisfy { $0.0 == 200 }, "statuses: \(Dictionary(grouping: results.map(\.0), by: { $0 }).mapValues(\.count))"
+                )
                 let afterSignal = results.filter(\.1).count
                 #expect(afterSignal > 0, "no request was still in flight at SIGTERM, so the drain was not tested")
                 print("drain under load: \(afterSignal) of 200 requests completed after SIGTERM")

@@ -1,11 +1,11 @@
 import Crypto
 import Foundation
-import NIOCore
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
+import NIOCore
 import Synchronization
 import Testing
 
@@ -46,7 +46,10 @@ final class ProviderFixture: Sendable {
     /// How long APNs takes to answer an accepted push (a slow service keeps streams in flight).
     let apnsDelay = Mutex<TimeAmount>(.zero)
 
-    private init(folder: String, tls: StackTLS, apnsKey: P256.Signing.PrivateKey, vapidKey: P256.Signing.PrivateKey, rsaKeyFile: String, double: PushDouble) {
+    private init(
+        folder: String, tls: StackTLS, apnsKey: P256.Signing.PrivateKey, vapidKey: P256.Signing.PrivateKey, rsaKeyFile: String,
+        double: PushDouble
+    ) {
         self.folder = folder
         self.tls = tls
         self.apnsKey = apnsKey
@@ -60,13 +63,15 @@ final class ProviderFixture: Sendable {
         let apnsKey = P256.Signing.PrivateKey()
         let vapidKey = P256.Signing.PrivateKey()
         let openssl = try #require(which("openssl"))
-        let rsa = try runProgram(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "\(folder)/fcm.key"])
+        let rsa = try runProgram(
+            openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "\(folder)/fcm.key"])
         try #require(rsa.status == 0, "openssl genpkey: \(rsa.error)")
         let box = FixtureBox()
         let double = try await PushDouble.start(certificate: tls.certificate, key: tls.key) { request in
             box.fixture.withLock { $0 }?.respond(request) ?? PushDouble.Reply(status: 503)
         }
-        let fixture = ProviderFixture(folder: folder, tls: tls, apnsKey: apnsKey, vapidKey: vapidKey, rsaKeyFile: "\(folder)/fcm.key", double: double)
+        let fixture = ProviderFixture(
+            folder: folder, tls: tls, apnsKey: apnsKey, vapidKey: vapidKey, rsaKeyFile: "\(folder)/fcm.key", double: double)
         box.fixture.withLock { $0 = fixture }
         try fixture.writeFiles()
         return fixture
@@ -193,7 +198,8 @@ final class ProviderFixture: Sendable {
             let claims = (try? JSONSerialization.jsonObject(with: Data(claimBytes))) as? [String: Any],
             let header = (try? JSONSerialization.jsonObject(with: Data(headerBytes))) as? [String: Any],
             header["alg"] as? String == "RS256", claims["iss"] as? String == Self.clientEmail,
-            claims["aud"] as? String == "\(double.url)/token", claims["scope"] as? String == "https://www.googleapis.com/auth/firebase.messaging"
+            claims["aud"] as? String == "\(double.url)/token",
+            claims["scope"] as? String == "https://www.googleapis.com/auth/firebase.messaging"
         else {
             violation("OAuth grant with wrong claims")
             return .json(400, ["error": "invalid_grant"])
@@ -290,6 +296,7 @@ struct BrowserSubscription {
             "endpoint": endpoint,
             "keys": ["p256dh": Base64URL.encode(key.publicKey.x963Representation), "auth": Base64URL.encode(auth)],
         ]
-        return String(decoding: try! JSONSerialization.data(withJSONObject: json, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
+        return String(
+            decoding: try! JSONSerialization.data(withJSONObject: json, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
     }
 }

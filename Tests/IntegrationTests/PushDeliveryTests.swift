@@ -1,10 +1,10 @@
+import Edge
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
-import Edge
 import Testing
 
 /// herald-dispatch delivering to loopback doubles of APNs, FCM (with Google's token endpoint),
@@ -102,7 +102,9 @@ struct PushDeliveryTests {
 
             let fcm = try #require(pushes.first { $0.path.hasSuffix("/messages:send") })
             #expect(fcm.header("content-type") == "application/json; charset=UTF-8")
-            #expect(String(decoding: fcm.body, as: UTF8.self) == #"{"message":{"token":"fcm-alice-1","data":{"message":"Hi <&> \"there\" / ünïcode"}}}"#)
+            #expect(
+                String(decoding: fcm.body, as: UTF8.self)
+                    == #"{"message":{"token":"fcm-alice-1","data":{"message":"Hi <&> \"there\" / ünïcode"}}}"#)
 
             let wns = try #require(pushes.first { $0.path.hasPrefix("/wns/") })
             #expect(wns.path == "/wns/alice-1?token=AwYAAAB")
@@ -141,8 +143,9 @@ struct PushDeliveryTests {
 
             // 3. Independent implementations accept what Herald produced.
             let grant = try #require(fixture.double.requests.first { $0.path == "/token" })
-            let assertion = try #require(String(decoding: grant.body, as: UTF8.self).split(separator: "&")
-                .first { $0.hasPrefix("assertion=") }.map { String($0.dropFirst("assertion=".count)) })
+            let assertion = try #require(
+                String(decoding: grant.body, as: UTF8.self).split(separator: "&")
+                    .first { $0.hasPrefix("assertion=") }.map { String($0.dropFirst("assertion=".count)) })
             let check: [String: Any] = [
                 "apns_jwt": String(try #require(apns.header("authorization")).dropFirst("bearer ".count)),
                 "apns_public_key": "\(fixture.folder)/apns.pub.pem", "apns_kid": ProviderFixture.keyID, "apns_iss": ProviderFixture.teamID,
@@ -191,7 +194,8 @@ struct PushDeliveryTests {
             ]
             let since = Int64(Date().timeIntervalSince1970 * 1000) + 1000
             fixture.queue(token, .json(410, ["reason": "Unregistered", "timestamp": since]))
-            fixture.queue("fcm-carol-1", .json(404, ["error": ["code": 404, "status": "NOT_FOUND", "details": [["errorCode": "UNREGISTERED"]]]]))
+            fixture.queue(
+                "fcm-carol-1", .json(404, ["error": ["code": 404, "status": "NOT_FOUND", "details": [["errorCode": "UNREGISTERED"]]]]))
             fixture.queue("/wns/carol-1", PushDouble.Reply(status: 410))
             fixture.queue("/push/carol-1", PushDouble.Reply(status: 410))
 
@@ -233,8 +237,9 @@ struct PushDeliveryTests {
             fixture.queue(refused, .json(400, ["reason": "BadExpirationDate"]), .json(400, ["reason": "BadExpirationDate"]))
             fixture.queue(
                 "fcm-erin-1",
-                .json(429, ["error": ["code": 429, "status": "RESOURCE_EXHAUSTED", "details": [["errorCode": "QUOTA_EXCEEDED"]]]],
-                      headers: [("retry-after", "1")]))
+                .json(
+                    429, ["error": ["code": 429, "status": "RESOURCE_EXHAUSTED", "details": [["errorCode": "QUOTA_EXCEEDED"]]]],
+                    headers: [("retry-after", "1")]))
 
             let sent = try await Self.alert(live, "retry me", to: "erin", as: "frank")
             let outcome = try await Self.finalOutcome(live, sent.path, as: "frank")
@@ -269,7 +274,8 @@ struct PushDeliveryTests {
             #expect(cli.status == 0, "\(cli.error)")
             #expect(cli.output.contains("apns: 2 delivered, 1 failed, 0 pending, 2 retries"), "\(cli.output)")
             #expect(cli.output.contains("BadExpirationDate: 1"))
-            #expect(cli.output.contains("attempts=2 id=\(try #require(attempts { $0.path == "/3/device/\(busy)" }.first?.header("apns-id")))"))
+            #expect(
+                cli.output.contains("attempts=2 id=\(try #require(attempts { $0.path == "/3/device/\(busy)" }.first?.header("apns-id")))"))
         }
     }
 
@@ -283,14 +289,21 @@ struct PushDeliveryTests {
             try await live.register("kim", platform: "wns", handle: "\(url)/wns/kim-1")
             try await live.register("kim", platform: "browser", handle: BrowserSubscription(endpoint: "\(url)/push/kim-1").handle)
             let before = Int64(Date().timeIntervalSince1970)
-            let sent = try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport) {
-                try await DispatchServiceClient($0).send(SendRequest(
+            let sent = try await RPCClient.with(
+                socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport
+            ) {
+                try await DispatchServiceClient($0).send(
+                    SendRequest(
                         targetUser: "kim",
                         payloads: [
-                            NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"score"}}"#.utf8), ttlSeconds: 600, collapseID: "score-7"),
-                            NativePayload(platform: .fcm, body: Array(#"{"notification":{"title":"score"}}"#.utf8), ttlSeconds: 600, collapseID: "score-7"),
+                            NativePayload(
+                                platform: .apns, body: Array(#"{"aps":{"alert":"score"}}"#.utf8), ttlSeconds: 600, collapseID: "score-7"),
+                            NativePayload(
+                                platform: .fcm, body: Array(#"{"notification":{"title":"score"}}"#.utf8), ttlSeconds: 600,
+                                collapseID: "score-7"),
                             NativePayload(platform: .wns, body: Array("<toast/>".utf8), ttlSeconds: 600, collapseID: "score-7"),
-                            NativePayload(platform: .browser, body: Array("score".utf8), priority: 1, ttlSeconds: 600, collapseID: "score-7"),
+                            NativePayload(
+                                platform: .browser, body: Array("score".utf8), priority: 1, ttlSeconds: 600, collapseID: "score-7"),
                         ], sender: "lee"))
             }.outcome
             #expect(sent?.state == .enqueued && sent?.platforms.map(\.pending) == [1, 1, 1, 1])
@@ -300,7 +313,8 @@ struct PushDeliveryTests {
             #expect(expiration >= before + 600 && expiration <= before + 602)
             #expect(apns.header("apns-collapse-id") == "score-7")
             let fcm = try #require(pushes.first { $0.path.hasSuffix("/messages:send") })
-            let message = try #require((try JSONSerialization.jsonObject(with: Data(fcm.body)) as? [String: Any])?["message"] as? [String: Any])
+            let message = try #require(
+                (try JSONSerialization.jsonObject(with: Data(fcm.body)) as? [String: Any])?["message"] as? [String: Any])
             let android = try #require(message["android"] as? [String: Any])
             #expect(android["collapse_key"] as? String == "score-7")
             #expect(["600s", "599s", "598s"].contains(android["ttl"] as? String ?? ""))
@@ -312,10 +326,14 @@ struct PushDeliveryTests {
 
             // Over the limits: refused at Send, before anything is committed.
             await #expect {
-                _ = try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport) {
-                    try await DispatchServiceClient($0).send(SendRequest(
+                _ = try await RPCClient.with(
+                    socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport
+                ) {
+                    try await DispatchServiceClient($0).send(
+                        SendRequest(
                             targetUser: "kim",
-                            payloads: [NativePayload(platform: .browser, body: Array("x".utf8), collapseID: "not a topic!")], sender: "lee"))
+                            payloads: [NativePayload(platform: .browser, body: Array("x".utf8), collapseID: "not a topic!")], sender: "lee")
+                    )
                 }
             } throws: { ($0 as? ServiceError)?.code == .invalidArgument }
         }

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
-import HeraldRPC
 import HeraldModel
+import HeraldRPC
 import HeraldService
 import NIOCore
 import NIOHTTP1
@@ -98,7 +98,8 @@ final class PushDouble: Sendable {
     }
 
     /// Polls until `count` requests match `filter`, or the deadline passes; returns the matches.
-    func waitFor(_ count: Int, timeout: Duration = .seconds(20), where filter: (Request) -> Bool = { _ in true }) async throws -> [Request] {
+    func waitFor(_ count: Int, timeout: Duration = .seconds(20), where filter: (Request) -> Bool = { _ in true }) async throws -> [Request]
+    {
         let deadline = ContinuousClock.now + timeout
         while true {
             let found = requests.filter(filter)
@@ -152,17 +153,19 @@ private final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
 
     private func answer(context: ChannelHandlerContext, _ reply: PushDouble.Reply) {
         var headers = HTTPHeaders(reply.headers)
-            headers.add(name: "content-length", value: String(reply.body.count))
-            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http2, status: .init(statusCode: reply.status), headers: headers))), promise: nil)
-            if !reply.body.isEmpty { context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: reply.body)))), promise: nil) }
-            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
-            if reply.goAway, let parent = context.channel.parent {
-                let streamID = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)) ?? .rootStream
-                let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: streamID, errorCode: .noError, opaqueData: nil))
-                parent.writeAndFlush(frame).whenComplete { _ in
-                    parent.eventLoop.scheduleTask(in: .milliseconds(50)) { parent.close(promise: nil) }
-                }
+        headers.add(name: "content-length", value: String(reply.body.count))
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: .http2, status: .init(statusCode: reply.status), headers: headers))),
+            promise: nil)
+        if !reply.body.isEmpty { context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: reply.body)))), promise: nil) }
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        if reply.goAway, let parent = context.channel.parent {
+            let streamID = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)) ?? .rootStream
+            let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: streamID, errorCode: .noError, opaqueData: nil))
+            parent.writeAndFlush(frame).whenComplete { _ in
+                parent.eventLoop.scheduleTask(in: .milliseconds(50)) { parent.close(promise: nil) }
             }
+        }
     }
 }
 
@@ -171,7 +174,6 @@ enum PushRules {
     struct Refusal: Error {
         var reason: String
     }
-
 
     /// Verifies an ES256 JWT with `key` and returns its header and claims, or why it is refused.
     static func verifyES256(_ jwt: String, key: P256.Signing.PublicKey) -> Result<(header: [String: Any], claims: [String: Any]), Refusal> {

@@ -1,7 +1,7 @@
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import Testing
@@ -11,8 +11,9 @@ import Testing
 /// contract's sequence and status codes also run in both auth modes.
 @Suite("secure push end to end", .serialized, .timeLimit(.minutes(3)))
 struct SecurePushTests {
-    @Test("the iOS client's sequence: register, send, fetch once unread then read; only the recipient",
-          arguments: RPCTransport.allCases, AuthModeCase.allCases)
+    @Test(
+        "the iOS client's sequence: register, send, fetch once unread then read; only the recipient",
+        arguments: RPCTransport.allCases, AuthModeCase.allCases)
     func tutorialSequence(_ transport: RPCTransport, _ auth: AuthModeCase) async throws {
         try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.rpcTransport = transport }) { live in
             try await Self.secureSequence(live)

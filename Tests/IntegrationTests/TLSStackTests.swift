@@ -1,6 +1,6 @@
 import Foundation
-import HeraldRPC
 import HeraldModel
+import HeraldRPC
 import HeraldService
 import HeraldStack
 import Testing
@@ -17,14 +17,17 @@ struct TLSStackTests {
             try #require(result.status == 0, "openssl \(arguments.first ?? ""): \(result.error)")
         }
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        try run(["req", "-x509"] + ec + ["-keyout", "\(folder)/ca.key", "-out", "\(folder)/ca.pem", "-days", "2", "-subj", "/CN=herald-test-ca"])
+        try run(
+            ["req", "-x509"] + ec + [
+                "-keyout", "\(folder)/ca.key", "-out", "\(folder)/ca.pem", "-days", "2", "-subj", "/CN=herald-test-ca",
+            ])
         try run(["req"] + ec + ["-keyout", "\(folder)/service.key", "-out", "\(folder)/service.csr", "-subj", "/CN=herald-test"])
         try """
-            basicConstraints=CA:FALSE
-            subjectAltName=IP:127.0.0.1,DNS:localhost
-            extendedKeyUsage=serverAuth,clientAuth
+        basicConstraints=CA:FALSE
+        subjectAltName=IP:127.0.0.1,DNS:localhost
+        extendedKeyUsage=serverAuth,clientAuth
 
-            """.write(toFile: "\(folder)/service.ext", atomically: true, encoding: .utf8)
+        """.write(toFile: "\(folder)/service.ext", atomically: true, encoding: .utf8)
         try run([
             "x509", "-req", "-in", "\(folder)/service.csr", "-CA", "\(folder)/ca.pem", "-CAkey", "\(folder)/ca.key",
             "-CAcreateserial", "-out", "\(folder)/service.pem", "-days", "2", "-extfile", "\(folder)/service.ext",
@@ -38,10 +41,13 @@ struct TLSStackTests {
         let certificates = directory + "/tls"
         try FileManager.default.createDirectory(atPath: certificates, withIntermediateDirectories: true)
         let tls = try Self.makeCertificates(in: certificates)
-        try await LiveStack.with(directory: directory, configure: {
-            $0.tls = tls
-            $0.rpcTransport = transport
-        }) { live in
+        try await LiveStack.with(
+            directory: directory,
+            configure: {
+                $0.tls = tls
+                $0.rpcTransport = transport
+            }
+        ) { live in
             try await SecurePushTests.secureSequence(live)
             let edgeLog = try String(contentsOfFile: "\(live.configuration.logDirectory)/payload.log", encoding: .utf8)
             #expect(edgeLog.contains("herald.tls=true") || transport == .grpc, "payload did not listen with TLS")

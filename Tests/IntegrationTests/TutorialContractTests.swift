@@ -2,9 +2,9 @@ import Edge
 import Foundation
 import FoundationXML
 import GRDB
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import HeraldStack
 import Testing
@@ -25,12 +25,16 @@ struct TutorialContractTests {
             let push = try #require(try await live.waitForInbox { $0.handle == token }.first)
             let text = String(decoding: push.payload, as: UTF8.self)
             let richID = try #require(text.firstMatch(of: /"richId":"(\d+)"/)?.1).description
-            #expect(text == #"{"aps":{"content-available":1,"sound":""},"richId":"\#(richID)","richMessage":"Check this image out!","richType":"img"}"#)
+            #expect(
+                text
+                    == #"{"aps":{"content-available":1,"sound":""},"richId":"\#(richID)","richMessage":"Check this image out!","richType":"img"}"#
+            )
             #expect(push.headers.contains(Header(name: "apns-push-type", value: "background")))
             #expect(push.headers.contains(Header(name: "apns-priority", value: "5")))
             let android = try #require(try await live.waitForInbox { $0.handle == fcm }.first)
-            #expect(String(decoding: android.payload, as: UTF8.self)
-                == #"{"data":{"richId":"\#(richID)","richMessage":"Check this image out!","richType":"img"}}"#)
+            #expect(
+                String(decoding: android.payload, as: UTF8.self)
+                    == #"{"data":{"richId":"\#(richID)","richMessage":"Check this image out!","richType":"img"}}"#)
 
             let image = try await live.edge.request("GET", "/api/notifications/\(richID)", as: "alice")
             #expect(image.status == 200)
@@ -129,17 +133,23 @@ struct TutorialContractTests {
             let reserved = try await edge.request(
                 "PUT", "/api/register/\(aliceID)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":["username:bob"]}"#)
             #expect(reserved.status == 400)
-            #expect(try await edge.request(
-                "PUT", "/api/register/\(aliceID)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":["$admin"]}"#).status == 400)
+            #expect(
+                try await edge.request(
+                    "PUT", "/api/register/\(aliceID)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":["$admin"]}"#
+                ).status == 400)
             let tooMany = (0..<61).map { "\"t\($0)\"" }.joined(separator: ",")
-            #expect(try await edge.request(
-                "PUT", "/api/register/\(aliceID)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":[\#(tooMany)]}"#).status == 400)
+            #expect(
+                try await edge.request(
+                    "PUT", "/api/register/\(aliceID)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":[\#(tooMany)]}"#
+                ).status == 400)
 
             // Bob's secure and rich content: his alone.
-            let secret = try await edge.upload("/v1/notifications?kind=secure&to_user=bob", as: "alice", bytes: Data("for bob".utf8), contentType: "text/plain")
+            let secret = try await edge.upload(
+                "/v1/notifications?kind=secure&to_user=bob", as: "alice", bytes: Data("for bob".utf8), contentType: "text/plain")
             #expect(secret.status == 202)
             let secretID = try #require(try secret.json()["payloadId"] as? Int)
-            let rich = try await edge.upload("/v1/notifications?kind=rich&to_user=bob", as: "alice", bytes: Data([1, 2, 3]), contentType: "image/gif")
+            let rich = try await edge.upload(
+                "/v1/notifications?kind=rich&to_user=bob", as: "alice", bytes: Data([1, 2, 3]), contentType: "image/gif")
             let richID = try #require(try rich.json()["payloadId"] as? Int)
             for id in [secretID, richID] {
                 #expect(try await edge.request("GET", "/api/notifications/\(id)", as: "alice").status == 404)
@@ -198,12 +208,16 @@ struct TutorialContractTests {
             #expect(try payloadRows(live) == before)
 
             // Other bad uploads.
-            for path in ["kind=rich", "kind=video&to_user=dana", "kind=secure&to_tag=news", "kind=rich&to_user=dana&to_tag=x",
-                         "kind=alert&to_tag=bad%20tag", "kind=rich&to_user=dana&ttl_seconds=-1"] {
+            for path in [
+                "kind=rich", "kind=video&to_user=dana", "kind=secure&to_tag=news", "kind=rich&to_user=dana&to_tag=x",
+                "kind=alert&to_tag=bad%20tag", "kind=rich&to_user=dana&ttl_seconds=-1",
+            ] {
                 let reply = try await live.edge.upload("/v1/notifications?\(path)", as: "dana", bytes: Data([1]), contentType: "image/png")
                 #expect(reply.status == 400, "\(path)")
             }
-            #expect(try await live.edge.upload("/v1/notifications?kind=rich&to_user=dana", as: "dana", bytes: Data(), contentType: "image/png").status == 400)
+            #expect(
+                try await live.edge.upload("/v1/notifications?kind=rich&to_user=dana", as: "dana", bytes: Data(), contentType: "image/png")
+                    .status == 400)
         }
     }
 
@@ -257,7 +271,9 @@ final class ToastText: NSObject, XMLParserDelegate {
         return reader.text
     }
 
-    func parser(_ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String]) {
+    func parser(
+        _ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String]
+    ) {
         inside = name == "text"
     }
 

@@ -1,8 +1,8 @@
 import Foundation
 public import GRDB
+public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 
 /// Claims and leases: what is due, taken by a worker, or recovered after a crash.
@@ -89,10 +89,11 @@ extension Outbox {
             let sequence: Int64 = row[0]
             if lease { try leaseStatement.execute(arguments: [at, sequence]) }
             let attempts: Int = row[6]
-            items.append(PushItem(
-                sequence: sequence, notificationID: notificationID, registrationID: row[2],
-                platform: platform, handle: row[4], messageID: row[5], attempt: attempts + 1,
-                giveUpAt: row[7], payload: payload))
+            items.append(
+                PushItem(
+                    sequence: sequence, notificationID: notificationID, registrationID: row[2],
+                    platform: platform, handle: row[4], messageID: row[5], attempt: attempts + 1,
+                    giveUpAt: row[7], payload: payload))
         }
         return items
     }

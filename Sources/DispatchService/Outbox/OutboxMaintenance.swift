@@ -1,8 +1,8 @@
 import Foundation
 public import GRDB
+public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 
 /// Purging old sends, the dead-handle queue, and the queue's depth for metrics.
@@ -37,7 +37,8 @@ extension Outbox {
     /// When the earliest pending, unleased delivery is due (Unix ms), if any.
     public func nextDue() throws -> Int64? {
         try db.read { db in
-            try Int64.fetchOne(db, sql: "SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0")
+            try Int64.fetchOne(
+                db, sql: "SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0")
         }
     }
 

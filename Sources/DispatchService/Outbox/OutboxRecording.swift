@@ -1,8 +1,8 @@
 import Foundation
 public import GRDB
+public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldModel
 public import HeraldService
 
 /// Recording what the worker decided for each delivery, and the counters an outcome is read from.
@@ -91,14 +91,16 @@ extension Outbox {
                 }
             }
             guard platforms.values.contains(where: { $0.pending != 0 }) else { continue }
-            let open = try Int.fetchOne(
-                db.cachedStatement(sql: "SELECT SUM(pending) FROM notification_platform WHERE notification_id = ?"),
-                arguments: [id]) ?? 0
+            let open =
+                try Int.fetchOne(
+                    db.cachedStatement(sql: "SELECT SUM(pending) FROM notification_platform WHERE notification_id = ?"),
+                    arguments: [id]) ?? 0
             guard open == 0 else { continue }
-            let abandoned = try Bool.fetchOne(
-                db.cachedStatement(
-                    sql: "SELECT EXISTS (SELECT 1 FROM notification_failure WHERE notification_id = ? AND reason = 'Abandoned')"),
-                arguments: [id]) ?? false
+            let abandoned =
+                try Bool.fetchOne(
+                    db.cachedStatement(
+                        sql: "SELECT EXISTS (SELECT 1 FROM notification_failure WHERE notification_id = ? AND reason = 'Abandoned')"),
+                    arguments: [id]) ?? false
             let state: OutcomeState = abandoned ? .abandoned : .completed
             try db.execute(
                 sql: "UPDATE notification SET state = ?, updated_at = ? WHERE id = ? AND state IN (\(Outbox.unfinishedStates))",

@@ -1,5 +1,5 @@
-import HeraldModel
 import Foundation
+import HeraldModel
 import NIOCore
 import NIOPosix
 import NIOSSL

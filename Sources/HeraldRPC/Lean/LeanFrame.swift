@@ -36,7 +36,13 @@ public struct LeanProtocolError: Error, Hashable, CustomStringConvertible {
 /// One frame of the lean protocol.
 public struct LeanFrame: Sendable, Equatable {
     public enum Kind: UInt8, Sendable {
-        case request = 1, message = 2, end = 3, cancel = 4, window = 5, goaway = 6, error = 7
+        case request = 1
+        case message = 2
+        case end = 3
+        case cancel = 4
+        case window = 5
+        case goaway = 6
+        case error = 7
     }
 
     public var kind: Kind
@@ -193,7 +199,9 @@ public struct LeanRequest: Sendable, Equatable {
         var metadata: [LeanMetadataEntry] = []
         metadata.reserveCapacity(Int(count))
         for _ in 0..<count {
-            metadata.append(LeanMetadataEntry(key: try readShortString(&payload, "metadata key"), value: try readShortString(&payload, "metadata value")))
+            metadata.append(
+                LeanMetadataEntry(
+                    key: try readShortString(&payload, "metadata key"), value: try readShortString(&payload, "metadata value")))
         }
         return LeanRequest(timeoutMilliseconds: timeout, window: window, method: method, metadata: metadata, message: payload)
     }

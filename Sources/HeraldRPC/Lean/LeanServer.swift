@@ -1,5 +1,5 @@
-import HeraldModel
 import Foundation
+import HeraldModel
 public import Logging
 import NIOCore
 import NIOPosix
@@ -8,7 +8,7 @@ public import ServiceLifecycle
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Serves a ``MethodTable`` over the lean protocol (docs/rpc-protocol.md) on a Unix socket.

@@ -11,7 +11,8 @@ var settings = ["message": "Hello from another service", "transport": "lean"]
 var arguments = CommandLine.arguments.dropFirst()
 while let key = arguments.popFirst() {
     guard key.hasPrefix("--"), let value = arguments.popFirst() else {
-        FileHandle.standardError.write(Data("usage: send-push --runtime-dir DIR --user NAME [--message TEXT] [--transport lean|grpc]\n".utf8))
+        FileHandle.standardError.write(
+            Data("usage: send-push --runtime-dir DIR --user NAME [--message TEXT] [--transport lean|grpc]\n".utf8))
         exit(2)
     }
     settings[String(key.dropFirst(2))] = value

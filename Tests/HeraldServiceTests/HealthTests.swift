@@ -1,6 +1,6 @@
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import Testing
 

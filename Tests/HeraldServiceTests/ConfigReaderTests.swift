@@ -1,5 +1,5 @@
-import HeraldRPC
 import HeraldModel
+import HeraldRPC
 import HeraldService
 import Testing
 
@@ -41,7 +41,8 @@ struct ConfigReaderTests {
         #expect(grpc.leanSocketPath == nil)
         #expect(grpc.socketPath(of: "payload") == ".herald/run/payload.grpc.sock")
         #expect(throws: ConfigError.self) {
-            try RuntimeConfig(service: "x", peers: [], reader: try ConfigReader(arguments: ["--socket", "/" + String(repeating: "s", count: 120)]))
+            try RuntimeConfig(
+                service: "x", peers: [], reader: try ConfigReader(arguments: ["--socket", "/" + String(repeating: "s", count: 120)]))
         }
     }
 }

@@ -1,20 +1,13 @@
 import AuthService
 import Foundation
 import GRDB
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
+import HeraldTestSupport
 import Synchronization
 import Testing
-
-/// A clock tests move by hand.
-final class ManualClock: Sendable {
-    private let value = Mutex<Int64>(1_800_000_000_000)
-    var now: Int64 { value.withLock { $0 } }
-    func advance(seconds: Int64) { value.withLock { $0 += seconds * 1000 } }
-    var function: @Sendable () -> Int64 { { [self] in self.now } }
-}
 
 @Suite("auth")
 struct AuthTests {
@@ -46,8 +39,10 @@ struct AuthTests {
         #expect(alice.user == "alice" && alice.scheme == "basic")
         let bob = try await auth.authenticate("basic  " + Data("bob:bob".utf8).base64EncodedString())
         #expect(bob.user == "bob")
-        for bad in ["", "Basic", "Basic !!!", Self.basic("alice:bob"), Self.basic("alice"), Self.basic(":"),
-                    Self.basic("a b:a b"), Self.basic("username:x:username:x"), "Bearer abc", "Digest x"] {
+        for bad in [
+            "", "Basic", "Basic !!!", Self.basic("alice:bob"), Self.basic("alice"), Self.basic(":"),
+            Self.basic("a b:a b"), Self.basic("username:x:username:x"), "Bearer abc", "Digest x",
+        ] {
             #expect(await Self.code { try await auth.authenticate(bad) } == .unauthenticated, "\(bad)")
         }
     }

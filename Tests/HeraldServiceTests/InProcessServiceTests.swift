@@ -1,7 +1,7 @@
 import Foundation
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
 import Logging
 import PayloadService

@@ -1,10 +1,11 @@
 import Crypto
 import Foundation
 import GRDB
+import HeraldModel
 import HeraldProto
 import HeraldRPC
-import HeraldModel
 import HeraldService
+import HeraldTestSupport
 import JWTKit
 import Logging
 import Testing
@@ -90,7 +91,10 @@ struct DeliveryTests {
         try db.write { db in
             try db.execute(sql: "INSERT INTO notification VALUES ('n', 's', 'u', '', 1, 0, 0)")
             for (platform, headers, expires) in [
-                (Platform.apns, #"[["apns-push-type","background"],["apns-priority","5"],["content-type","application/json"]]"#, 1_700_000_000),
+                (
+                    Platform.apns, #"[["apns-push-type","background"],["apns-priority","5"],["content-type","application/json"]]"#,
+                    1_700_000_000
+                ),
                 (.wns, #"[["x-wns-type","wns/raw"],["content-type","application/octet-stream"]]"#, 0),
                 (.browser, #"[["urgency","low"]]"#, 0),
                 (.fcm, #"[["content-type","application/json"]]"#, 0),
@@ -137,7 +141,8 @@ struct DeliveryTests {
         _ = try await outbox.enqueue(
             id: "n-2", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets, retryWindow: .seconds(10))
         let worker = DeliveryWorker(
-            outbox: outbox, senders: [:], registrations: RegistrationServiceClient(try RPCClient(socketPath: "/nonexistent")), policy: RetryPolicy(base: .seconds(4)),
+            outbox: outbox, senders: [:], registrations: RegistrationServiceClient(try RPCClient(socketPath: "/nonexistent")),
+            policy: RetryPolicy(base: .seconds(4)),
             logger: Logger(label: "test"))
         var items = try await outbox.claim(limit: 10, platforms: [.apns])
         let now = clock.now
@@ -171,7 +176,8 @@ struct DeliveryTests {
     @Test("a bad credential file is a start-up error that names the setting, not its content")
     func badCredentials() async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("herald-bad-\(UUID().uuidString).p8").path
-        try "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWJ1dC1ub3QtYS1rZXk=\n-----END PRIVATE KEY-----\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWJ1dC1ub3QtYS1rZXk=\n-----END PRIVATE KEY-----\n".write(
+            toFile: path, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: path) }
         let config = try DispatchConfig(
             reader: ConfigReader(arguments: ["--apns-key-file", path, "--apns-key-id", "K", "--apns-team-id", "T", "--apns-topic", "x"]))

@@ -17,8 +17,9 @@ struct NativePayloadTests {
 
     @Test("XML escaping covers the five specials and drops what XML 1.0 cannot carry")
     func xml() {
-        #expect(NativePayloads.xmlEscaped(#"<a href="x">Tom & 'Jerry'</a>"#)
-            == "&lt;a href=&quot;x&quot;&gt;Tom &amp; &apos;Jerry&apos;&lt;/a&gt;")
+        #expect(
+            NativePayloads.xmlEscaped(#"<a href="x">Tom & 'Jerry'</a>"#)
+                == "&lt;a href=&quot;x&quot;&gt;Tom &amp; &apos;Jerry&apos;&lt;/a&gt;")
         #expect(NativePayloads.xmlEscaped("bell\u{7} tab\t ok") == "bell tab\t ok")
     }
 
@@ -32,8 +33,9 @@ struct NativePayloadTests {
         #expect(String(decoding: secure[2].body, as: UTF8.self) == "7" && secure[2].pushType == "wns/raw")
 
         let rich = NativePayloads.rich(id: 8, message: #"say "hi""#, richType: "img")
-        #expect(String(decoding: rich[0].body, as: UTF8.self)
-            == #"{"aps":{"content-available":1,"sound":""},"richId":"8","richMessage":"say \"hi\"","richType":"img"}"#)
+        #expect(
+            String(decoding: rich[0].body, as: UTF8.self)
+                == #"{"aps":{"content-available":1,"sound":""},"richId":"8","richMessage":"say \"hi\"","richType":"img"}"#)
 
         let alert = NativePayloads.alert("From a: x", platforms: [.apns])
         #expect(alert.count == 1)

@@ -1,0 +1,16 @@
+import Foundation
+import HeraldModel
+import Testing
+
+/// Inputs that once broke a service (issue 12), at the unit that now refuses them: names.
+@Suite("hardening: names")
+struct NamesTests {
+    @Test("ids and counts have one spelling: digits, no sign, no leading zero, within Int64")
+    func strictIntegers() {
+        #expect(Names.positiveInteger("120") == 120)
+        #expect(Names.positiveInteger("9223372036854775807") == Int64.max)
+        for bad in ["+120", "0120", "0", "-1", " 7", "7 ", "1e3", "", "9223372036854775808", "99999999999999999999", "１２", "0x10"] {
+            #expect(Names.positiveInteger(bad) == nil, "\(bad)")
+        }
+    }
+}
