@@ -24,6 +24,19 @@ func executable(_ name: String, library: String) -> Target {
     )
 }
 
+/// The unit tests of one service library (`<Library>Tests`): the library, the shared runtime, GRDB for
+/// in-memory stores, and the injected clock of HeraldTestSupport.
+func serviceTests(_ library: String, extra: [Target.Dependency] = []) -> Target {
+    .testTarget(
+        name: "\(library)Tests",
+        dependencies: [
+            .target(name: library), "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+            .product(name: "GRDB", package: "GRDB.swift"),
+        ] + extra,
+        swiftSettings: swiftSettings
+    )
+}
+
 let package = Package(
     name: "herald",
     platforms: [.macOS(.v15)],
@@ -256,40 +269,12 @@ let package = Package(
                 ],
                 swiftSettings: swiftSettings
             ),
-            .testTarget(
-                name: "AuthServiceTests",
-                dependencies: [
-                    "AuthService", "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
-                    .product(name: "GRDB", package: "GRDB.swift"),
-                ],
-                swiftSettings: swiftSettings
-            ),
-            .testTarget(
-                name: "RegistrationServiceTests",
-                dependencies: [
-                    "RegistrationService", "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
-                    .product(name: "GRDB", package: "GRDB.swift"),
-                ],
-                swiftSettings: swiftSettings
-            ),
-            .testTarget(
-                name: "PayloadServiceTests",
-                dependencies: [
-                    "PayloadService", "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
-                    .product(name: "GRDB", package: "GRDB.swift"),
-                ],
-                swiftSettings: swiftSettings
-            ),
-            .testTarget(
-                name: "DispatchServiceTests",
-                dependencies: [
-                    "DispatchService", "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
-                    .product(name: "GRDB", package: "GRDB.swift"),
-                    .product(name: "Crypto", package: "swift-crypto"),
-                    .product(name: "JWTKit", package: "jwt-kit"),
-                ],
-                swiftSettings: swiftSettings
-            ),
+            serviceTests("AuthService"),
+            serviceTests("RegistrationService"),
+            serviceTests("PayloadService"),
+            serviceTests(
+                "DispatchService",
+                extra: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit")]),
             // The edge's routes in-process over fake service clients (HummingbirdTesting's `.router`).
             .testTarget(
                 name: "EdgeTests",

@@ -1,9 +1,7 @@
 import Foundation
 public import GRDB
-public import HeraldModel
+import HeraldModel
 public import HeraldProto
-public import HeraldRPC
-public import HeraldService
 
 /// Dispatch's durable outbox in SQLite: one row per (notification, registration). Send commits the
 /// notification, its payloads and every delivery row in one transaction before it answers, so an

@@ -1,9 +1,7 @@
 import Foundation
-public import GRDB
-public import HeraldModel
+import GRDB
+import HeraldModel
 public import HeraldProto
-public import HeraldRPC
-public import HeraldService
 
 /// Claims and leases: what is due, taken by a worker, or recovered after a crash.
 extension Outbox {

@@ -1,9 +1,5 @@
 import Foundation
-public import GRDB
-public import HeraldModel
 public import HeraldProto
-public import HeraldRPC
-public import HeraldService
 
 /// What one push carries, shared by every delivery of one platform of one send.
 public struct OutboxPayload: Sendable, Hashable {

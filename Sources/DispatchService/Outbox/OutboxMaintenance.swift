@@ -1,9 +1,6 @@
-import Foundation
-public import GRDB
-public import HeraldModel
+import GRDB
 public import HeraldProto
-public import HeraldRPC
-public import HeraldService
+import HeraldService
 
 /// Purging old sends, the dead-handle queue, and the queue's depth for metrics.
 extension Outbox {

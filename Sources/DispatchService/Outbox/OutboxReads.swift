@@ -1,9 +1,7 @@
 import Foundation
-public import GRDB
-public import HeraldModel
+import GRDB
+import HeraldModel
 public import HeraldProto
-public import HeraldRPC
-public import HeraldService
 
 /// Reads: outcomes, delivery records and the payloads of a send.
 extension Outbox {

@@ -1,9 +1,6 @@
-import Foundation
-public import GRDB
-public import HeraldModel
+import GRDB
+import HeraldModel
 public import HeraldProto
-public import HeraldRPC
-public import HeraldService
 
 /// Recording what the worker decided for each delivery, and the counters an outcome is read from.
 extension Outbox {

@@ -1,9 +1,4 @@
-import Foundation
 public import GRDB
-public import HeraldModel
-public import HeraldProto
-public import HeraldRPC
-public import HeraldService
 
 /// The outbox's tables and their migrations.
 extension Outbox {
