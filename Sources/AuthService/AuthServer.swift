@@ -76,11 +76,11 @@ public enum AuthServer {
         let store = try AccountStore(db: pool)
         let authenticator = try Authenticator(
             mode: config.mode, store: store, hasher: PasswordHasher(logN: config.passwordHashLogN),
-            throttle: LoginThrottle(freeFailures: config.maxFailedLogins, lockoutSeconds: config.lockoutSeconds),
+            throttle: LoginThrottle(freeFailures: config.maxFailedLogins, lockout: config.lockout),
             gate: LoginGate(
                 maxPending: config.maxPendingLogins, failureBudgetPerMinute: config.failedLoginBudget,
                 maxWaitMilliseconds: config.maxLoginWaitMilliseconds),
-            tokenTTLSeconds: config.tokenTTLSeconds, credentialCacheSeconds: config.credentialCacheSeconds)
+            tokenTTL: config.tokenTTL, credentialCache: config.credentialCache)
         var table = MethodTable()
         AuthHandlers(authenticator: authenticator).register(into: &table)
         let purge = Periodic("token purge", every: .seconds(3600), logger: context.logger) {

@@ -32,10 +32,10 @@ public struct AuthConfig: Sendable {
     ]
     public var mode: AuthMode
     public var passwordHashLogN: Int
-    public var tokenTTLSeconds: Int64
-    public var credentialCacheSeconds: Int64
+    public var tokenTTL: Duration
+    public var credentialCache: Duration
     public var maxFailedLogins: Int
-    public var lockoutSeconds: Int64
+    public var lockout: Duration
     public var maxPendingLogins: Int
     public var failedLoginBudget: Int
     public var maxLoginWaitMilliseconds: Int
@@ -43,10 +43,10 @@ public struct AuthConfig: Sendable {
     public init(reader: ConfigReader) throws {
         mode = try reader.choice("auth-mode", default: .accounts)
         passwordHashLogN = try reader.int("password-hash-log-n", default: 17)
-        tokenTTLSeconds = Int64(try reader.int("token-ttl-seconds", default: 3600))
-        credentialCacheSeconds = Int64(try reader.int("credential-cache-seconds", default: 60))
+        let tokenTTLSeconds = try reader.int("token-ttl-seconds", default: 3600)
+        let credentialCacheSeconds = try reader.int("credential-cache-seconds", default: 60)
         maxFailedLogins = try reader.int("max-failed-logins", default: 5)
-        lockoutSeconds = Int64(try reader.int("lockout-seconds", default: 30))
+        let lockoutSeconds = try reader.int("lockout-seconds", default: 30)
         maxPendingLogins = try reader.int("max-pending-logins", default: 8)
         failedLoginBudget = try reader.int("failed-login-budget", default: 600)
         maxLoginWaitMilliseconds = try reader.int("max-login-wait-ms", default: 2000)
@@ -59,6 +59,9 @@ public struct AuthConfig: Sendable {
         guard (0...86400).contains(credentialCacheSeconds) else { throw ConfigError("credential-cache-seconds must be 0...86400") }
         guard (1...1000).contains(maxFailedLogins) else { throw ConfigError("max-failed-logins must be 1...1000") }
         guard (1...86400).contains(lockoutSeconds) else { throw ConfigError("lockout-seconds must be 1...86400") }
+        tokenTTL = .seconds(tokenTTLSeconds)
+        credentialCache = .seconds(credentialCacheSeconds)
+        lockout = .seconds(lockoutSeconds)
     }
 }
 
@@ -74,7 +77,8 @@ public final class Authenticator: Sendable {
     public let throttle: LoginThrottle
     /// Bounds the hashes waiting and the failed logins per minute across every name.
     public let gate: LoginGate
-    public let tokenTTL: Int64
+    /// Lifetime of issued tokens and of cached credentials, in ms.
+    private let tokenTTL: Int64
     private let cacheTTL: Int64
     private let now: @Sendable () -> Int64
     /// Password hashing runs here, not on Swift's cooperative pool: each hash holds a thread for a
@@ -89,7 +93,7 @@ public final class Authenticator: Sendable {
     public init(
         mode: AuthMode, store: AccountStore, hasher: PasswordHasher = PasswordHasher(), throttle: LoginThrottle = LoginThrottle(),
         gate: LoginGate = LoginGate(maxPending: 8, failureBudgetPerMinute: 600),
-        tokenTTLSeconds: Int64 = 3600, credentialCacheSeconds: Int64 = 60, hashingPool: NIOThreadPool = .singleton,
+        tokenTTL: Duration = .seconds(3600), credentialCache: Duration = .seconds(60), hashingPool: NIOThreadPool = .singleton,
         now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
         self.mode = mode
@@ -97,8 +101,8 @@ public final class Authenticator: Sendable {
         self.hasher = hasher
         self.throttle = throttle
         self.gate = gate
-        self.tokenTTL = tokenTTLSeconds * 1000
-        self.cacheTTL = credentialCacheSeconds * 1000
+        self.tokenTTL = tokenTTL.wholeMilliseconds
+        self.cacheTTL = credentialCache.wholeMilliseconds
         self.hashingPool = hashingPool
         self.now = now
         // Made at start, not on first use: a first unknown-user login paying two hashes would stand out.

@@ -29,12 +29,12 @@ public final class LoginThrottle: Sendable {
     }
 
     public init(
-        freeFailures: Int = 5, lockoutSeconds: Int64 = 30, maxLockoutSeconds: Int64 = 15 * 60,
+        freeFailures: Int = 5, lockout: Duration = .seconds(30), maxLockout: Duration = .seconds(15 * 60),
         now: @escaping @Sendable () -> Int64 = unixMillis
     ) {
         self.freeFailures = freeFailures
-        self.lockout = lockoutSeconds * 1000
-        self.maxLockout = max(lockoutSeconds, maxLockoutSeconds) * 1000
+        self.lockout = lockout.wholeMilliseconds
+        self.maxLockout = max(lockout, maxLockout).wholeMilliseconds
         self.now = now
     }
 

@@ -12,12 +12,12 @@ public import HeraldService
 ///   deleted from the database (it is 404 from the moment it expires either way).
 public struct PayloadConfig: Sendable {
     public static let keys: Set<String> = ["default-ttl-seconds", "max-content-bytes", "purge-interval-seconds"]
-    public var defaultTTLSeconds: Int64
+    public var defaultTTL: Duration
     public var maxContentBytes: Int
     public var purgeInterval: Duration
 
     public init(reader: ConfigReader) throws {
-        defaultTTLSeconds = Int64(try reader.int("default-ttl-seconds", default: 7 * 24 * 3600))
+        let defaultTTLSeconds = Int64(try reader.int("default-ttl-seconds", default: 7 * 24 * 3600))
         maxContentBytes = try reader.int("max-content-bytes", default: 5 << 20)
         let purgeSeconds = try reader.int("purge-interval-seconds", default: 60)
         guard purgeSeconds > 0 else { throw ConfigError("purge-interval-seconds must be positive") }
@@ -28,6 +28,7 @@ public struct PayloadConfig: Sendable {
         guard (1...ContentLimits.maxTTLSeconds).contains(defaultTTLSeconds) else {
             throw ConfigError("default-ttl-seconds must be 1...\(ContentLimits.maxTTLSeconds) (one year)")
         }
+        defaultTTL = .seconds(defaultTTLSeconds)
     }
 }
 
@@ -61,7 +62,7 @@ public enum PayloadServer {
         let pool = try DatabasePool(
             path: context.config.databasePath, configuration: HeraldDatabase.secureDeleteConfiguration)
         let store = try PayloadStore(
-            db: pool, defaultTTLSeconds: config.defaultTTLSeconds, maxContentBytes: config.maxContentBytes)
+            db: pool, defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
         var table = MethodTable()
         PayloadHandlers(store: store).register(into: &table)
         let purge = Periodic("payload purge", every: config.purgeInterval, logger: context.logger) {

@@ -11,19 +11,19 @@ public import HeraldService
 /// `list.Count`, a race) and never reused, so an old push can never point at newer content.
 public final class PayloadStore: Sendable {
     private let db: any DatabaseWriter
-    /// Lifetime of content stored with `ttl_seconds` 0.
-    public let defaultTTL: Int64
+    /// Lifetime of content stored with `ttl_seconds` 0, in seconds (the unit of `ttl_seconds`).
+    private let defaultTTL: Int64
     /// Largest content accepted, in bytes.
     public let maxContentBytes: Int
     /// Unix epoch milliseconds; injected by tests that check expiry without waiting.
     private let now: @Sendable () -> Int64
 
     public init(
-        db: any DatabaseWriter, defaultTTLSeconds: Int64 = 7 * 24 * 3600, maxContentBytes: Int = 5 << 20,
+        db: any DatabaseWriter, defaultTTL: Duration = .seconds(7 * 24 * 3600), maxContentBytes: Int = 5 << 20,
         now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
         self.db = db
-        self.defaultTTL = min(max(defaultTTLSeconds, 1), ContentLimits.maxTTLSeconds)
+        self.defaultTTL = min(max(defaultTTL.components.seconds, 1), ContentLimits.maxTTLSeconds)
         self.maxContentBytes = maxContentBytes
         self.now = now
         try Self.migrator.migrate(db)

@@ -97,12 +97,13 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
 ///   its subdomains). Tests add their loopback double.
 public struct RegistrationConfig: Sendable {
     public static let keys: Set<String> = ["pending-ttl-seconds", "wns-channel-hosts", "webpush-endpoint-hosts"]
-    public var pendingTTLSeconds: Int64
+    public var pendingTTL: Duration
     public var hosts: RegistrationRules.PushHosts
 
     public init(reader: ConfigReader) throws {
-        pendingTTLSeconds = Int64(try reader.int("pending-ttl-seconds", default: 24 * 3600))
-        guard pendingTTLSeconds > 0 else { throw ConfigError("pending-ttl-seconds must be positive") }
+        let pendingSeconds = try reader.int("pending-ttl-seconds", default: 24 * 3600)
+        guard (1...366 * 86400).contains(pendingSeconds) else { throw ConfigError("pending-ttl-seconds must be 1...31622400") }
+        pendingTTL = .seconds(pendingSeconds)
         func list(_ key: String, _ defaults: [String]) throws -> [String] {
             let hosts = reader.string(key, default: defaults.joined(separator: ","))
                 .split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
@@ -121,7 +122,7 @@ public enum RegistrationServer {
     public static let definition = ServiceDefinition.rpc(.registration, extraKeys: RegistrationConfig.keys) { context -> RPCServiceParts in
         let config = try RegistrationConfig(reader: context.reader)
         let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
-        let store = try RegistrationStore(db: pool, pendingTTLSeconds: config.pendingTTLSeconds)
+        let store = try RegistrationStore(db: pool, pendingTTL: config.pendingTTL)
         var table = MethodTable()
         RegistrationHandlers(store: store, hosts: config.hosts).register(into: &table)
         let purge = Periodic("pending registration purge", every: .seconds(3600), logger: context.logger) {

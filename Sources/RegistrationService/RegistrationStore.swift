@@ -12,16 +12,16 @@ import HeraldService
 /// may pass an in-memory `DatabaseQueue`.
 public final class RegistrationStore: Sendable {
     private let db: any DatabaseWriter
-    /// How long an id from POST api/register waits for its first PUT before it is gone (410).
-    public let pendingTTL: Int64
+    /// How long an id from POST api/register waits for its first PUT before it is gone (410), in ms.
+    private let pendingTTL: Int64
     /// Unix epoch milliseconds; injected by tests that check expiry without waiting.
     private let now: @Sendable () -> Int64
 
     public init(
-        db: any DatabaseWriter, pendingTTLSeconds: Int64 = 24 * 3600, now: @escaping @Sendable () -> Int64 = unixMillis
+        db: any DatabaseWriter, pendingTTL: Duration = .seconds(24 * 3600), now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
         self.db = db
-        self.pendingTTL = pendingTTLSeconds * 1000
+        self.pendingTTL = pendingTTL.wholeMilliseconds
         self.now = now
         try Self.migrator.migrate(db)
     }

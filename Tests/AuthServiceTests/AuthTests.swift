@@ -17,8 +17,8 @@ struct AuthTests {
         let store = try AccountStore(db: DatabaseQueue(), now: clock.function)
         return try Authenticator(
             mode: mode, store: store, hasher: PasswordHasher(logN: 10),
-            throttle: LoginThrottle(freeFailures: 3, lockoutSeconds: 30, now: clock.function),
-            tokenTTLSeconds: 600, credentialCacheSeconds: cacheSeconds, now: clock.function)
+            throttle: LoginThrottle(freeFailures: 3, lockout: .seconds(30), now: clock.function),
+            tokenTTL: .seconds(600), credentialCache: .seconds(cacheSeconds), now: clock.function)
     }
 
     static func code(_ body: () async throws -> Any) async -> StatusCode? {

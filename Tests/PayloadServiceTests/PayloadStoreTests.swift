@@ -31,7 +31,7 @@ struct PayloadStoreTests {
     @Test("expired content is not found")
     func expiry() throws {
         let clock = Clock()
-        let store = try PayloadStore(db: DatabaseQueue(), defaultTTLSeconds: 60, now: { clock.now })
+        let store = try PayloadStore(db: DatabaseQueue(), defaultTTL: .seconds(60), now: { clock.now })
         let stored = try store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: [1]))
         clock.now += 59_000
         _ = try store.fetch(id: stored.id, requester: "alice")
@@ -47,7 +47,7 @@ struct PayloadStoreTests {
         defer { try? FileManager.default.removeItem(at: folder) }
         let path = folder.appendingPathComponent("payload.sqlite").path
         let pool = try DatabasePool(path: path, configuration: HeraldDatabase.secureDeleteConfiguration)
-        let store = try PayloadStore(db: pool, defaultTTLSeconds: 60, now: { clock.now })
+        let store = try PayloadStore(db: pool, defaultTTL: .seconds(60), now: { clock.now })
         let marker = Array("MARKER-\(UUID().uuidString)".utf8)
         let doomed = try store.store(
             StorePayloadRequest(recipient: "alice", kind: .rich, content: marker + Array(repeating: 7, count: 10_000)))

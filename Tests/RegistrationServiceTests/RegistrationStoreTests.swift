@@ -43,7 +43,7 @@ struct RegistrationStoreTests {
     @Test("an id never PUT expires: its PUT is refused and it is purged")
     func pendingExpiry() throws {
         let clock = ManualClock()
-        let store = try RegistrationStore(db: DatabaseQueue(), pendingTTLSeconds: 60, now: clock.function)
+        let store = try RegistrationStore(db: DatabaseQueue(), pendingTTL: .seconds(60), now: clock.function)
         let used = try store.createID(owner: "alice", handle: "")
         _ = try store.upsert(owner: "alice", id: used, platform: .fcm, handle: "t", tags: [])
         let late = try store.createID(owner: "alice", handle: "")
