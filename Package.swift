@@ -114,7 +114,6 @@ let package = Package(
                 .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -266,6 +265,7 @@ let package = Package(
                 dependencies: [
                     "HeraldService", "HeraldRPC", "HeraldModel", "HeraldProto", "PayloadService",
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                    .product(name: "GRDB", package: "GRDB.swift"),
                 ],
                 swiftSettings: swiftSettings
             ),

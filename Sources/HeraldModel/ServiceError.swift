@@ -92,3 +92,11 @@ public struct ServiceError: Error, Sendable, Hashable, CustomStringConvertible {
     /// Whether this is ``storageFull`` (its `herald-reason` travels over both transports).
     public var isStorageFull: Bool { code == .unavailable && metadata["herald-reason"] == "storage-full" }
 }
+
+/// An error from a library Herald uses that some of whose cases have a status the caller should see
+/// (SQLite's "disk full" is ``ServiceError/storageFull``). The conformance lives beside the library
+/// (HeraldService for GRDB), so the RPC layer, and the published client with it, does not depend on it.
+public protocol ServiceErrorConvertible: Error {
+    /// The status to answer, or nil for an unexpected error (INTERNAL, detail logged).
+    var serviceError: ServiceError? { get }
+}

@@ -1,4 +1,3 @@
-import GRDB
 public import HeraldModel
 
 extension ServiceError {
@@ -22,7 +21,8 @@ extension ServiceError {
         switch error {
         case let e as ServiceError: (e, true)
         case is CancellationError: (.init(.cancelled, "call cancelled"), true)
-        case let e as DatabaseError where e.resultCode == .SQLITE_FULL: (.storageFull, true)
+        case let e as any ServiceErrorConvertible:
+            if let known = e.serviceError { (known, true) } else { (.init(.internal, "internal error"), false) }
         default: (.init(.internal, "internal error"), false)
         }
     }

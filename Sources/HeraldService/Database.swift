@@ -1,6 +1,6 @@
 import Foundation
 public import GRDB
-import HeraldModel
+public import HeraldModel
 import HeraldRPC
 
 /// How every Herald service opens its own SQLite database.
@@ -37,4 +37,10 @@ public enum HeraldDatabase {
             if deleted < batch { return total }
         }
     }
+}
+
+/// A full disk refuses writes with SQLITE_FULL: the caller gets ``ServiceError/storageFull`` (the
+/// edge answers 507), not an internal error.
+extension DatabaseError: ServiceErrorConvertible {
+    public var serviceError: ServiceError? { resultCode == .SQLITE_FULL ? .storageFull : nil }
 }
