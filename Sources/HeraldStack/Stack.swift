@@ -35,11 +35,15 @@ public struct StackConfiguration: Sendable {
 
     public init(directory: String, binDirectory: String? = nil) {
         self.directory = URL(fileURLWithPath: directory).standardizedFileURL.path
+        self.runtimeDirectory = self.directory + "/run"
+        self.dataDirectory = self.directory + "/data"
         self.binDirectory = binDirectory ?? Stack.defaultBinDirectory()
     }
 
-    public var runtimeDirectory: String { directory + "/run" }
-    public var dataDirectory: String { directory + "/data" }
+    /// The sockets' folder; `<directory>/run` unless set.
+    public var runtimeDirectory: String
+    /// The SQLite files' folder; `<directory>/data` unless set.
+    public var dataDirectory: String
     public var logDirectory: String { directory + "/logs" }
 
     /// The socket of a service for ``rpcTransport``.

@@ -132,9 +132,9 @@ struct Device: AsyncParsableCommand {
 
     private func edgeURL() throws -> String {
         if let url { return url.hasSuffix("/") ? String(url.dropLast()) : url }
-        let file = (stack.runtimeDir ?? StackConfiguration(directory: stack.dir).runtimeDirectory) + "/edge.url"
+        let file = stack.runtime.path + "/edge.url"
         guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
-            throw ValidationError("no \(file): is the stack running (herald up --dir \(stack.dir))? Or give --url")
+            throw ValidationError("no \(file): is the stack running (herald up --dir \(stack.folder))? Or give --url")
         }
         return text.trimmingCharacters(in: .whitespacesAndNewlines)
     }

@@ -22,8 +22,9 @@ struct Up: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Start the five Herald services on this machine and supervise them until Ctrl-C.")
 
-    @Option(help: "Folder for sockets (run/), SQLite files (data/) and logs.")
-    var dir = ".herald"
+    @Option(name: .customLong("dir"), help: "Folder for sockets (run/), SQLite files (data/) and logs. (default: .herald)")
+    var dirGiven: String?
+    var dir: String { dirGiven ?? ".herald" }
     @Option(help: "Address the edge listens on.")
     var httpHost = "127.0.0.1"
     @Option(help: "Port the edge listens on (0 picks a free one).")
@@ -40,10 +41,28 @@ struct Up: AsyncParsableCommand {
     var logFiles = false
     @Option(help: "The image the rich profile sends (png, jpg, gif, webp); default: Herald's built-in PNG.")
     var richImage: String?
+    @Option(help: "The sockets' folder; default: $HERALD_RUNTIME_DIR, else <dir>/run.")
+    var runtimeDir: String?
+    @Option(help: "The SQLite files' folder; default: $HERALD_DATA_DIR, else <dir>/data.")
+    var dataDir: String?
 
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
         var configuration = StackConfiguration(directory: dir)
+        // Flags win (--runtime-dir/--data-dir, then --dir's run/ and data/), then the environment,
+        // then .herald's folders.
+        let environment = ProcessInfo.processInfo.environment
+        func folder(_ flag: String?, _ variable: String) -> String? {
+            if let flag { return flag }
+            guard dirGiven == nil, let value = environment[variable], !value.isEmpty else { return nil }
+            return value
+        }
+        if let path = folder(runtimeDir, "HERALD_RUNTIME_DIR") {
+            configuration.runtimeDirectory = URL(fileURLWithPath: path).standardizedFileURL.path
+        }
+        if let path = folder(dataDir, "HERALD_DATA_DIR") {
+            configuration.dataDirectory = URL(fileURLWithPath: path).standardizedFileURL.path
+        }
         configuration.httpHost = httpHost
         configuration.httpPort = httpPort
         configuration.authMode = authMode
@@ -128,7 +147,9 @@ struct Inbox: AsyncParsableCommand {
 func withService<T: Sendable>(_ service: ServiceName, _ stack: StackOptions, _ body: (RPCClient) async throws -> T) async throws -> T {
     let socket = stack.socket(service.rawValue)
     guard FileManager.default.fileExists(atPath: socket) else {
-        throw ValidationError("no \(service) socket at \(socket): is the stack running (herald up --dir \(stack.dir))?")
+        throw ValidationError(
+            "no \(service) socket at \(socket) (the folder comes from \(stack.runtime.from)): is the stack running? "
+                + "Point the CLI at its sockets with --runtime-dir DIR or HERALD_RUNTIME_DIR, or --dir for a `herald up` folder.")
     }
     do {
         return try await RPCClient.with(socketPath: socket, timeout: .seconds(30), body)

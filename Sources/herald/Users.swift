@@ -98,16 +98,27 @@ struct Tokens: AsyncParsableCommand {
 
 /// Options every command that talks to a running stack shares.
 struct StackOptions: ParsableArguments {
-    @Option(help: "The stack's folder (as given to herald up).")
-    var dir = ".herald"
-    @Option(help: "The folder of the services' sockets, when not <dir>/run (e.g. /run/herald in a container).")
+    @Option(help: "The stack's folder (as given to herald up). (default: .herald)")
+    var dir: String?
+    @Option(
+        help: "The folder of the services' sockets, when not <dir>/run (e.g. /run/herald in a container); default: $HERALD_RUNTIME_DIR.")
     var runtimeDir: String?
 
-    /// The lean socket of `service`.
-    func socket(_ service: String) -> String {
-        if let runtimeDir { return "\(runtimeDir)/\(service).sock" }
-        return StackConfiguration(directory: dir).leanSocketPath(service)
+    /// The stack's folder: `--dir`, else `.herald`.
+    var folder: String { dir ?? ".herald" }
+
+    /// The sockets' folder and the setting it came from. Flags win: `--runtime-dir`, then `--dir`'s
+    /// `run/`; then `HERALD_RUNTIME_DIR` (as the services read it, so `docker-compose exec edge
+    /// herald …` needs no flag); then `.herald/run`.
+    var runtime: (path: String, from: String) {
+        if let runtimeDir { return (runtimeDir, "--runtime-dir") }
+        if let dir { return (StackConfiguration(directory: dir).runtimeDirectory, "--dir \(dir)") }
+        if let env = ProcessInfo.processInfo.environment["HERALD_RUNTIME_DIR"], !env.isEmpty { return (env, "HERALD_RUNTIME_DIR") }
+        return (StackConfiguration(directory: folder).runtimeDirectory, "the default folder .herald")
     }
+
+    /// The lean socket of `service`.
+    func socket(_ service: String) -> String { "\(runtime.path)/\(service).sock" }
 }
 
 /// A password from the terminal (echo off, asked twice when `confirm`), or one line of standard

@@ -9,6 +9,30 @@ import Testing
 /// herald-auth's accounts mode through the edge and the `herald` CLI, and `herald device`.
 @Suite("accounts and the herald CLI end to end", .serialized, .timeLimit(.minutes(5)))
 struct AccountsTests {
+    @Test("the CLI finds the sockets through HERALD_RUNTIME_DIR as the services do; flags win; a missing socket names its path and setting")
+    func runtimeDirFromEnvironment() async throws {
+        try await LiveStack.with(auth: .accounts, configure: { $0.extraArguments["auth"] = ["--password-hash-log-n", "10"] }) { live in
+            let herald = live.configuration.binDirectory + "/herald"
+            let run = live.configuration.runtimeDirectory
+            let added = try runProgram(herald, ["users", "add", "erin"], input: "pw erin 123\n", environment: ["HERALD_RUNTIME_DIR": run])
+            #expect(added.status == 0, "\(added.error)")
+            #expect(try runProgram(herald, ["users", "list"], environment: ["HERALD_RUNTIME_DIR": run]).output.contains("erin"))
+
+            // A wrong environment: the error names the socket it looked for and where that came from.
+            let wrong = try runProgram(herald, ["users", "list"], environment: ["HERALD_RUNTIME_DIR": "/nonexistent/run"])
+            #expect(wrong.status != 0)
+            #expect(wrong.error.contains("/nonexistent/run/auth.sock") && wrong.error.contains("HERALD_RUNTIME_DIR"), "\(wrong.error)")
+            // Flags win over it.
+            let flagged = try runProgram(
+                herald, ["users", "list", "--dir", live.configuration.directory], environment: ["HERALD_RUNTIME_DIR": "/nonexistent/run"])
+            #expect(flagged.output.contains("erin"), "\(flagged.error)")
+            let runtimeFlag = try runProgram(
+                herald, ["users", "list", "--runtime-dir", "/elsewhere"], environment: ["HERALD_RUNTIME_DIR": run])
+            #expect(
+                runtimeFlag.error.contains("/elsewhere/auth.sock") && runtimeFlag.error.contains("--runtime-dir"), "\(runtimeFlag.error)")
+        }
+    }
+
     @Test("accounts: users from the CLI, Basic and bearer, revocation, lockout; no secret in any log line")
     func accounts() async throws {
         try await LiveStack.with(

@@ -192,11 +192,13 @@ enum AuthModeCase: String, CaseIterable, Sendable, CustomTestStringConvertible {
 }
 
 /// Runs a program to completion and returns its exit status and output; `input` is its standard input.
-func runProgram(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (status: Int32, output: String, error: String)
-{
+func runProgram(
+    _ executable: String, _ arguments: [String], input: String? = nil, environment: [String: String] = [:]
+) throws -> (status: Int32, output: String, error: String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
+    if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
     if let input {
         let pipe = Pipe()
         process.standardInput = pipe
