@@ -72,9 +72,17 @@ public final class HeraldClient: Sendable {
     /// Runs `body` with the connections up, and closes them (after in-flight calls) when it returns.
     public func run<Result: Sendable>(_ body: (HeraldClient) async throws -> Result) async throws -> Result {
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for connection in connections { group.addTask { try await connection.run() } }
+            group.addTask { try await self.maintainConnections() }
             defer { close() }
             return try await body(self)
+        }
+    }
+
+    /// Maintains every connection until ``close()`` has drained them.
+    private func maintainConnections() async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for connection in connections { group.addTask { try await connection.run() } }
+            try await group.waitForAll()
         }
     }
 
@@ -88,10 +96,7 @@ extension HeraldClient: Service {
     /// Maintains the connections until graceful shutdown, then drains in-flight calls.
     public func run() async throws {
         try await withGracefulShutdownHandler {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for connection in connections { group.addTask { try await connection.run() } }
-                try await group.waitForAll()
-            }
+            try await maintainConnections()
         } onGracefulShutdown: {
             self.close()
         }

@@ -100,28 +100,13 @@ public final class RPCClient: Sendable {
         }
     }
 
-    /// Calls a unary RPC (the typed clients' way in).
-    package func call<Request, Response>(
+    /// Calls a unary RPC. Internal: the generated typed clients (`PayloadServiceClient`…) are the
+    /// only callers, so a method can only be called on its own service's connection.
+    func call<Request, Response>(
         _ method: UnaryMethod<Request, Response>, _ request: Request, options: RPCCallOptions
     ) async throws -> Response {
-        try await call(method, request, requestID: options.requestID, timeout: options.timeout)
-    }
-
-    /// Calls a server-streaming RPC (the typed clients' way in).
-    package func stream<Request, Response>(
-        _ method: ServerStreamingMethod<Request, Response>, _ request: Request, options: RPCCallOptions,
-        onMessage: @escaping @Sendable (Response) async throws -> Void
-    ) async throws {
-        try await stream(method, request, requestID: options.requestID, timeout: options.timeout, onMessage: onMessage)
-    }
-
-    /// Calls a unary RPC.
-    package func call<Request, Response>(
-        _ method: UnaryMethod<Request, Response>,
-        _ request: Request,
-        requestID: String? = nil,
-        timeout: Duration? = nil
-    ) async throws -> Response {
+        let requestID = options.requestID
+        let timeout = options.timeout
         switch backend {
         case .lean(let lean):
             var response: [UInt8]?
@@ -138,7 +123,7 @@ public final class RPCClient: Sendable {
                     descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
                     serializer: RawBytesCoder(),
                     deserializer: HeraldDeserializer<Response>(),
-                    options: options(timeout)
+                    options: callOptions(timeout)
                 ) { response in try response.message }
             } catch let error as RPCError {
                 throw Self.serviceError(error)
@@ -146,14 +131,14 @@ public final class RPCClient: Sendable {
         }
     }
 
-    /// Calls a server-streaming RPC, handing each response to `onMessage` as it arrives.
-    package func stream<Request, Response>(
-        _ method: ServerStreamingMethod<Request, Response>,
-        _ request: Request,
-        requestID: String? = nil,
-        timeout: Duration? = nil,
+    /// Calls a server-streaming RPC, handing each response to `onMessage` as it arrives (internal,
+    /// as ``call(_:_:options:)``).
+    func stream<Request, Response>(
+        _ method: ServerStreamingMethod<Request, Response>, _ request: Request, options: RPCCallOptions,
         onMessage: @escaping @Sendable (Response) async throws -> Void
     ) async throws {
+        let requestID = options.requestID
+        let timeout = options.timeout
         switch backend {
         case .lean(let lean):
             try await lean.call(
@@ -167,7 +152,7 @@ public final class RPCClient: Sendable {
                     descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
                     serializer: RawBytesCoder(),
                     deserializer: HeraldDeserializer<Response>(),
-                    options: options(timeout)
+                    options: callOptions(timeout)
                 ) { response in
                     for try await message in response.messages { try await onMessage(message) }
                 }
@@ -194,7 +179,7 @@ public final class RPCClient: Sendable {
         }
     }
 
-    private func options(_ timeout: Duration?) -> CallOptions {
+    private func callOptions(_ timeout: Duration?) -> CallOptions {
         var options = CallOptions.defaults
         options.timeout = timeout ?? defaultTimeout
         options.waitForReady = true

@@ -1,7 +1,4 @@
 import Foundation
-import GRPCCore
-import GRPCNIOTransportCore
-import GRPCNIOTransportHTTP2Posix
 import HeraldModel
 import HeraldProto
 import HeraldRPC
@@ -34,7 +31,7 @@ public struct ProcessContext: Sendable {
 /// One Herald executable's start-up, as a value: `main` runs it as a process, and a test builds the
 /// same service in-process with ``HeraldProcess/makeServiceGroup(_:reader:logger:shutdownSignals:)``.
 public struct ServiceDefinition: Sendable {
-    /// The service's name: `herald-<name>`, `<name>.sock`, `<name>.db`.
+    /// The service's name: `herald-<name>`, `<name>.sock`, `<name>.sqlite`.
     public let name: String
     /// The services it calls; a client of each is made and run before its own services.
     public let peers: [String]
@@ -66,6 +63,13 @@ public struct ServiceDefinition: Sendable {
             try await HeraldProcess.rpcServices(parts: try await makeParts(context), context: context)
         }
     }
+
+    /// Its ``RuntimeConfig`` from `reader`, refusing keys nobody reads (a typo must not silently
+    /// fall back to a default).
+    func runtimeConfig(_ reader: ConfigReader) throws -> RuntimeConfig {
+        try reader.rejectUnknownArguments(known: RuntimeConfig.keys(peers: peers).union(extraKeys))
+        return try RuntimeConfig(service: name, peers: peers, reader: reader)
+    }
 }
 
 /// The start-up every Herald executable shares, so `@main`s stay a few lines.
@@ -86,10 +90,16 @@ public enum HeraldProcess {
     public static func makeServiceGroup(
         _ definition: ServiceDefinition, reader: ConfigReader, logger: Logger, shutdownSignals: [UnixSignal] = []
     ) async throws -> ServiceGroup {
+        try await makeServiceGroup(
+            definition, config: definition.runtimeConfig(reader), reader: reader, logger: logger, shutdownSignals: shutdownSignals)
+    }
+
+    /// As above, with the settings already read (``main(_:)`` reads them once, before logging).
+    private static func makeServiceGroup(
+        _ definition: ServiceDefinition, config: RuntimeConfig, reader: ConfigReader, logger: Logger, shutdownSignals: [UnixSignal]
+    ) async throws -> ServiceGroup {
         let name = definition.name
         let peers = definition.peers
-        try reader.rejectUnknownArguments(known: RuntimeConfig.keys(peers: peers).union(definition.extraKeys))
-        let config = try RuntimeConfig(service: name, peers: peers, reader: reader)
         try makePrivateDirectory(config.runtimeDir)
         try makePrivateDirectory(config.dataDir)
         var clients: [String: RPCClient] = [:]
@@ -123,8 +133,7 @@ public enum HeraldProcess {
         let name = definition.name
         do {
             let reader = try ConfigReader.fromProcess()
-            try reader.rejectUnknownArguments(known: RuntimeConfig.keys(peers: definition.peers).union(definition.extraKeys))
-            let config = try RuntimeConfig(service: name, peers: definition.peers, reader: reader)
+            let config = try definition.runtimeConfig(reader)
             let logger = try bootstrapLogging(service: name, config: config)
             HeraldMetrics.bootstrap()
             if try reader.bool("check-health") {
@@ -134,7 +143,7 @@ public enum HeraldProcess {
             // Sockets 0660 and folders 0750 at most, from the first file this process creates.
             umask(0o027)
             let group = try await makeServiceGroup(
-                definition, reader: reader, logger: logger, shutdownSignals: [.sigterm, .sigint])
+                definition, config: config, reader: reader, logger: logger, shutdownSignals: [.sigterm, .sigint])
             try await group.run()
             logger.info("stopped")
             exit(0)

@@ -51,16 +51,10 @@ struct Up: AsyncParsableCommand {
         var configuration = StackConfiguration(directory: dir)
         // Flags win (--runtime-dir/--data-dir, then --dir's run/ and data/), then the environment,
         // then .herald's folders.
-        let environment = ProcessInfo.processInfo.environment
-        func folder(_ flag: String?, _ variable: String) -> String? {
-            if let flag { return flag }
-            guard dirGiven == nil, let value = environment[variable], !value.isEmpty else { return nil }
-            return value
-        }
-        if let path = folder(runtimeDir, "HERALD_RUNTIME_DIR") {
+        if let path = folderSetting(flag: ("--runtime-dir", runtimeDir), dirGiven: dirGiven, variable: "HERALD_RUNTIME_DIR")?.path {
             configuration.runtimeDirectory = URL(fileURLWithPath: path).standardizedFileURL.path
         }
-        if let path = folder(dataDir, "HERALD_DATA_DIR") {
+        if let path = folderSetting(flag: ("--data-dir", dataDir), dirGiven: dirGiven, variable: "HERALD_DATA_DIR")?.path {
             configuration.dataDirectory = URL(fileURLWithPath: path).standardizedFileURL.path
         }
         configuration.httpHost = httpHost

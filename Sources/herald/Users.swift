@@ -111,14 +111,21 @@ struct StackOptions: ParsableArguments {
     /// `run/`; then `HERALD_RUNTIME_DIR` (as the services read it, so `docker-compose exec edge
     /// herald …` needs no flag); then `.herald/run`.
     var runtime: (path: String, from: String) {
-        if let runtimeDir { return (runtimeDir, "--runtime-dir") }
-        if let dir { return (StackConfiguration(directory: dir).runtimeDirectory, "--dir \(dir)") }
-        if let env = ProcessInfo.processInfo.environment["HERALD_RUNTIME_DIR"], !env.isEmpty { return (env, "HERALD_RUNTIME_DIR") }
-        return (StackConfiguration(directory: folder).runtimeDirectory, "the default folder .herald")
+        folderSetting(flag: ("--runtime-dir", runtimeDir), dirGiven: dir, variable: "HERALD_RUNTIME_DIR")
+            ?? (StackConfiguration(directory: folder).runtimeDirectory, dir.map { "--dir \($0)" } ?? "the default folder .herald")
     }
 
     /// The lean socket of `service`.
     func socket(_ service: String) -> String { "\(runtime.path)/\(service).sock" }
+}
+
+/// A folder setting of the CLI and where it came from: its own flag, else (unless `--dir` was given,
+/// which then wins with its own sub-folder) the environment variable the services read. Nil: the
+/// folder under `--dir` or `.herald`.
+func folderSetting(flag: (name: String, value: String?), dirGiven: String?, variable: String) -> (path: String, from: String)? {
+    if let value = flag.value { return (value, flag.name) }
+    guard dirGiven == nil, let value = ProcessInfo.processInfo.environment[variable], !value.isEmpty else { return nil }
+    return (value, variable)
 }
 
 /// A password from the terminal (echo off, asked twice when `confirm`), or one line of standard
