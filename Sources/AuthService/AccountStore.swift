@@ -89,6 +89,11 @@ public final class AccountStore: Sendable {
         }
     }
 
+    /// Deletes every account and token (ResetForTests).
+    public func deleteEverything() throws -> Int64 {
+        try TestMode.deleteAll(["token", "user"], in: db)
+    }
+
     public func listUsers() throws -> [User] {
         try db.read { db in
             try Row.fetchAll(db, sql: "SELECT name, created_at, password_changed_at FROM user ORDER BY name").map {

@@ -7,9 +7,22 @@ public import HeraldService
 /// The RPC handlers of herald-auth.
 public struct AuthHandlers: AuthServiceHandler {
     public let authenticator: Authenticator
+    /// `test-mode`: whether ResetForTests may run.
+    public let testMode: Bool
+    /// Created again after each ResetForTests.
+    public let testUser: (name: String, password: String)?
 
-    public init(authenticator: Authenticator) {
+    public init(authenticator: Authenticator, testMode: Bool = false, testUser: (name: String, password: String)? = nil) {
         self.authenticator = authenticator
+        self.testMode = testMode
+        self.testUser = testUser
+    }
+
+    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
+        try TestMode.require(testMode, service: .auth)
+        let deleted = try authenticator.deleteEverything()
+        if let testUser { try await authenticator.ensureUser(testUser.name, password: testUser.password) }
+        return ResetForTestsResponse(deleted: deleted)
     }
 
     public func authenticate(_ request: AuthenticateRequest, context: RPCContext) async throws -> AuthenticateResponse {
@@ -81,8 +94,13 @@ public enum AuthServer {
                 maxPending: config.maxPendingLogins, failureBudgetPerMinute: config.failedLoginBudget,
                 maxWaitMilliseconds: config.maxLoginWaitMilliseconds),
             tokenTTL: config.tokenTTL, credentialCache: config.credentialCache)
+        if let testUser = config.testUser {
+            try await authenticator.ensureUser(testUser.name, password: testUser.password)
+            context.logger.warning(
+                "test-mode: test-user is ready; never run a test stack in production", metadata: ["herald.user": "\(testUser.name)"])
+        }
         var table = MethodTable()
-        AuthHandlers(authenticator: authenticator).register(into: &table)
+        AuthHandlers(authenticator: authenticator, testMode: context.config.testMode, testUser: config.testUser).register(into: &table)
         let purge = Periodic("token purge", every: .seconds(3600), logger: context.logger) {
             let purged = try store.purgeTokens()
             if purged > 0 { context.logger.info("purged expired tokens", metadata: ["herald.count": "\(purged)"]) }

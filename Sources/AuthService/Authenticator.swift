@@ -25,10 +25,14 @@ import Synchronization
 ///   measured so far say they would not finish within this long (keep it under the edge's RPC deadline).
 /// - `failed-login-budget` (`HERALD_FAILED_LOGIN_BUDGET`, 600): failed logins per minute across all
 ///   user names before logins that need a hash are refused for a while (see ``LoginGate``).
+/// - `test-user`, `test-password` (`HERALD_TEST_USER`, `HERALD_TEST_PASSWORD`): with `test-mode`
+///   on (accounts mode), an account herald-auth creates, or whose password it sets, at start and
+///   after every ResetForTests, so that a test stack has a known user. Refused without `test-mode`.
 public struct AuthConfig: Sendable {
     public static let keys: Set<String> = [
         "auth-mode", "password-hash-log-n", "token-ttl-seconds", "credential-cache-seconds", "max-failed-logins",
         "lockout-seconds", "max-pending-logins", "failed-login-budget", "max-login-wait-ms",
+        "test-user", "test-password",
     ]
     public var mode: AuthMode
     public var passwordHashLogN: Int
@@ -39,6 +43,8 @@ public struct AuthConfig: Sendable {
     public var maxPendingLogins: Int
     public var failedLoginBudget: Int
     public var maxLoginWaitMilliseconds: Int
+    /// `test-user` and `test-password`, when set.
+    public var testUser: (name: String, password: String)?
 
     public init(reader: ConfigReader) throws {
         mode = try reader.choice("auth-mode", default: .accounts)
@@ -62,6 +68,21 @@ public struct AuthConfig: Sendable {
         tokenTTL = .seconds(tokenTTLSeconds)
         credentialCache = .seconds(credentialCacheSeconds)
         lockout = .seconds(lockoutSeconds)
+        switch (reader.string("test-user"), reader.string("test-password")) {
+        case (nil, nil):
+            testUser = nil
+        case (let name?, let password?):
+            guard try reader.bool("test-mode") else {
+                throw ConfigError("test-user is only for test stacks: it needs test-mode=true (HERALD_TEST_MODE)")
+            }
+            guard mode == .accounts else {
+                throw ConfigError("test-user needs auth-mode accounts (in tutorial mode any user whose password is the name logs in)")
+            }
+            try Authenticator.validate(user: name, password: password)
+            testUser = (name, password)
+        default:
+            throw ConfigError("test-user and test-password go together (HERALD_TEST_USER, HERALD_TEST_PASSWORD)")
+        }
     }
 }
 
@@ -233,6 +254,23 @@ public final class Authenticator: Sendable {
             throw ServiceError.unauthenticated("wrong user name or password")
         }
         throttle.succeeded(user)
+    }
+
+    /// Creates `user` with `password`, or sets the password of the existing account.
+    public func ensureUser(_ user: String, password: String) async throws {
+        if try store.userExists(user) {
+            _ = try await setPassword(user, password: password)
+        } else {
+            _ = try await createUser(user, password: password)
+        }
+    }
+
+    /// Deletes every account and token and forgets cached credentials and lockouts (ResetForTests).
+    public func deleteEverything() throws -> Int64 {
+        let deleted = try store.deleteEverything()
+        cache.withLock { $0 = [:] }
+        throttle.forgetAll()
+        return deleted
     }
 
     private func forget(_ user: String) {

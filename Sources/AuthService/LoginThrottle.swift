@@ -70,6 +70,11 @@ public final class LoginThrottle: Sendable {
     public func succeeded(_ user: String) {
         _ = state.withLock { $0.removeValue(forKey: user) }
     }
+
+    /// Forgets every failure and lockout.
+    public func forgetAll() {
+        state.withLock { $0 = [:] }
+    }
 }
 
 /// Keeps slow password hashing from turning into a login outage.

@@ -178,11 +178,19 @@ public struct DispatchHandlers: DispatchServiceHandler {
     public let dispatcher: Dispatcher
     public let outbox: Outbox
     public let inbox: InboxProvider
+    /// `test-mode`: whether ResetForTests may run.
+    public let testMode: Bool
 
-    public init(dispatcher: Dispatcher, outbox: Outbox, inbox: InboxProvider) {
+    public init(dispatcher: Dispatcher, outbox: Outbox, inbox: InboxProvider, testMode: Bool = false) {
         self.dispatcher = dispatcher
         self.outbox = outbox
         self.inbox = inbox
+        self.testMode = testMode
+    }
+
+    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
+        try TestMode.require(testMode, service: .dispatch)
+        return ResetForTestsResponse(deleted: try outbox.deleteEverything() + inbox.deleteEverything())
     }
 
     public func send(_ request: SendRequest, context: RPCContext) async throws -> SendResponse {
@@ -236,7 +244,7 @@ public enum DispatchServer {
             outbox: outbox, registrations: RegistrationServiceClient(context.client(.registration)), retryWindow: config.retryWindow,
             onEnqueue: { worker.wake() })
         var table = MethodTable()
-        DispatchHandlers(dispatcher: dispatcher, outbox: outbox, inbox: inbox).register(into: &table)
+        DispatchHandlers(dispatcher: dispatcher, outbox: outbox, inbox: inbox, testMode: context.config.testMode).register(into: &table)
         let purge = Periodic("outcome and inbox purge", every: .seconds(3600), logger: context.logger) {
             let before = unixMillis() - config.retention.wholeMilliseconds
             let sends = try outbox.purge(before: before)

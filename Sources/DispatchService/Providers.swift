@@ -61,6 +61,11 @@ public struct InboxProvider: LocalSender {
         try Self.migrator.migrate(db)
     }
 
+    /// Forgets everything recorded (ResetForTests).
+    public func deleteEverything() throws -> Int64 {
+        try TestMode.deleteAll(["inbox"], in: db)
+    }
+
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("inbox-v1") { db in

@@ -19,6 +19,8 @@ public import HeraldService
 ///   closed (slow or idle clients cannot hold connections). See ``ConnectionGuard``.
 /// - `body-timeout-seconds` (`HERALD_BODY_TIMEOUT_SECONDS`, 60): a request's whole body must
 ///   arrive within this long of its head.
+/// - `test-mode` (`HERALD_TEST_MODE`, off; a ``RuntimeConfig`` key every service reads): serve
+///   `GET /v1/test/inbox` and `POST /v1/test/reset` (see `TestRoutes.swift`). Test stacks only.
 ///
 /// Once listening, the edge writes its base URL to `<runtime-dir>/edge.url`.
 public struct EdgeConfig: Sendable {
@@ -36,6 +38,7 @@ public struct EdgeConfig: Sendable {
     public var richMessage: String
     public var headerTimeout: Duration
     public var bodyTimeout: Duration
+    public var testMode: Bool
 
     public init(reader: ConfigReader) throws {
         host = reader.string("http-host", default: "127.0.0.1")
@@ -52,6 +55,7 @@ public struct EdgeConfig: Sendable {
         }
         headerTimeout = .seconds(headerSeconds)
         bodyTimeout = .seconds(bodySeconds)
+        testMode = try reader.bool("test-mode")
         guard maxBodyBytes > 0, maxContentBytes > 0 else { throw ConfigError("max-body-bytes and max-content-bytes must be positive") }
         let imagePath = reader.string("rich-image", default: "")
         if imagePath.isEmpty {

@@ -73,6 +73,7 @@ public struct EdgeRoutes: Sendable {
             try await fetchNotification(request, context, id: context.parameters.require("id"))
         }
         addV1Routes(to: router)
+        addTestRoutes(to: router)
     }
 
     /// `GET /readyz`: 200 when every service the edge calls answers SERVING on grpc.health.v1,

@@ -12,6 +12,9 @@ public enum EdgeServer {
     /// What herald-edge runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
     public static let definition = ServiceDefinition(.edge, extraKeys: EdgeConfig.keys) { context in
         let config = try EdgeConfig(reader: context.reader)
+        if config.testMode {
+            context.logger.warning("test-mode on: /v1/test/inbox and /v1/test/reset answer anyone; never run it in production")
+        }
         return [try buildApplication(context: context, config: config)]
     }
 

@@ -185,6 +185,9 @@ public enum HeraldProcess {
         let health = HealthReporter()
         health.register(into: &table)
         let config = context.config
+        if config.testMode {
+            context.logger.warning("test-mode on: ResetForTests deletes everything this service owns; never run it in production")
+        }
         let listeners = [config.leanSocketPath != nil, config.grpcSocketPath != nil, config.leanTCP != nil, config.grpcTCP != nil]
             .filter { $0 }.count
         guard listeners > 0 else {

@@ -45,6 +45,9 @@ public struct RuntimeConfig: Sendable {
     public var leanTCP: RPCEndpoint?
     public var grpcTCP: RPCEndpoint?
     public var tls: TLSFiles
+    /// `test-mode`: the service answers ResetForTests (and the edge serves `/v1/test/*`). For
+    /// integration-test stacks only (docker-compose.test.yml); off by default and in production.
+    public var testMode: Bool
     private var peerAddresses: [String: RPCEndpoint] = [:]
     private var peerSockets: [String: String]
 
@@ -58,7 +61,7 @@ public struct RuntimeConfig: Sendable {
             [
                 "runtime-dir", "data-dir", "socket", "grpc-socket", "database", "rpc-transport", "log-level",
                 "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms", "metrics-listen", "listen-tcp",
-                "grpc-listen-tcp",
+                "grpc-listen-tcp", "test-mode",
             ]
                 + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket", "\($0)-address", "\($0)-grpc-address"] }
         )
@@ -106,6 +109,7 @@ public struct RuntimeConfig: Sendable {
         leanTCP = try tcp("listen-tcp")
         grpcTCP = try tcp("grpc-listen-tcp")
         tls = try TLSFiles(reader: reader)
+        testMode = try reader.bool("test-mode")
         for peer in peers {
             let key = rpcTransport == .lean ? "\(peer)-address" : "\(peer)-grpc-address"
             if let address = try tcp(key) { peerAddresses[peer] = address }

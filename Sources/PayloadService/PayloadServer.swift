@@ -35,9 +35,12 @@ public struct PayloadConfig: Sendable {
 /// The RPC handlers of herald-payload.
 public struct PayloadHandlers: PayloadServiceHandler {
     public let store: PayloadStore
+    /// `test-mode`: whether ResetForTests may run.
+    public let testMode: Bool
 
-    public init(store: PayloadStore) {
+    public init(store: PayloadStore, testMode: Bool = false) {
         self.store = store
+        self.testMode = testMode
     }
 
     public func storePayload(_ request: StorePayloadRequest, context: RPCContext) async throws -> StorePayloadResponse {
@@ -52,6 +55,11 @@ public struct PayloadHandlers: PayloadServiceHandler {
         try store.delete(id: request.id, recipient: request.recipient)
         return DeletePayloadResponse()
     }
+
+    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
+        try TestMode.require(testMode, service: .payload)
+        return ResetForTestsResponse(deleted: try store.deleteEverything())
+    }
 }
 
 /// herald-payload's start-up.
@@ -64,7 +72,7 @@ public enum PayloadServer {
         let store = try PayloadStore(
             db: pool, defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
         var table = MethodTable()
-        PayloadHandlers(store: store).register(into: &table)
+        PayloadHandlers(store: store, testMode: context.config.testMode).register(into: &table)
         let purge = Periodic("payload purge", every: config.purgeInterval, logger: context.logger) {
             let purged = try store.purgeExpired()
             if purged > 0 { context.logger.info("purged expired content", metadata: ["herald.count": "\(purged)"]) }

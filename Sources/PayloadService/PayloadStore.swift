@@ -57,6 +57,11 @@ public final class PayloadStore: Sendable {
     /// The database is opened with `secure_delete` (see ``PayloadServer``), so SQLite overwrites the
     /// freed pages with zeros, and the WAL is checkpointed and truncated afterwards: expired content
     /// leaves no copy in either file.
+    /// Deletes all content (ResetForTests).
+    public func deleteEverything() throws -> Int64 {
+        try TestMode.deleteAll(["payload"], in: db)
+    }
+
     public func purgeExpired() throws -> Int {
         let purged = try db.write { db in
             try db.execute(sql: "DELETE FROM payload WHERE expires_at <= ?", arguments: [now()])

@@ -12,10 +12,18 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public let store: RegistrationStore
     /// Hosts WNS channel URIs and Web Push endpoints may point at.
     public let hosts: RegistrationRules.PushHosts
+    /// `test-mode`: whether ResetForTests may run.
+    public let testMode: Bool
 
-    public init(store: RegistrationStore, hosts: RegistrationRules.PushHosts = .init()) {
+    public init(store: RegistrationStore, hosts: RegistrationRules.PushHosts = .init(), testMode: Bool = false) {
         self.store = store
         self.hosts = hosts
+        self.testMode = testMode
+    }
+
+    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
+        try TestMode.require(testMode, service: .registration)
+        return ResetForTestsResponse(deleted: try store.deleteEverything())
     }
 
     public func createRegistrationId(
@@ -124,7 +132,7 @@ public enum RegistrationServer {
         let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
         let store = try RegistrationStore(db: pool, pendingTTL: config.pendingTTL)
         var table = MethodTable()
-        RegistrationHandlers(store: store, hosts: config.hosts).register(into: &table)
+        RegistrationHandlers(store: store, hosts: config.hosts, testMode: context.config.testMode).register(into: &table)
         let purge = Periodic("pending registration purge", every: .seconds(3600), logger: context.logger) {
             let purged = try store.purgePending()
             if purged > 0 { context.logger.info("purged expired pending ids", metadata: ["herald.count": "\(purged)"]) }

@@ -57,6 +57,11 @@ public final class RegistrationStore: Sendable {
 
     /// Push-service feedback: deletes every registration of `platform` with `handle` not updated
     /// after `invalidSince` (Unix ms; 0: all), whoever owns it. Returns how many.
+    /// Deletes every registration and its tags (ResetForTests).
+    public func deleteEverything() throws -> Int64 {
+        try TestMode.deleteAll(["registration_tag", "registration"], in: db)
+    }
+
     public func removeHandle(platform: Platform, handle: String, invalidSince: Int64) throws -> Int {
         try db.write { db in
             try db.execute(

@@ -18,10 +18,10 @@ struct EdgeRouteTests {
 
     /// Builds the edge's router over `services` and runs `body` with a test client.
     static func withEdge(
-        _ services: FakeServices = FakeServices(), profile: String = "rich",
+        _ services: FakeServices = FakeServices(), profile: String = "rich", testMode: Bool = false,
         _ body: @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
-        let config = try EdgeConfig(reader: ConfigReader(arguments: ["--profile", profile]))
+        let config = try EdgeConfig(reader: ConfigReader(arguments: ["--profile", profile, "--test-mode", "\(testMode)"]))
         let routes = EdgeRoutes(
             auth: services, registration: services, payload: services, dispatch: services,
             health: ["auth": services, "registration": services, "payload": services, "dispatch": services], config: config)
@@ -136,6 +136,46 @@ struct EdgeRouteTests {
         }
     }
 
+    @Test("/v1/test/* is 404 naming test-mode unless it is on, and makes no RPC")
+    func testRoutesOff() async throws {
+        let services = FakeServices()
+        try await Self.withEdge(services) { client in
+            for (uri, method) in [("/v1/test/inbox?handle=abc", HTTPRequest.Method.get), ("/v1/test/reset", .post)] {
+                try await client.execute(uri: uri, method: method) { response in
+                    #expect(response.status == .notFound)
+                    #expect(String(buffer: response.body).contains("test-mode"), "\(String(buffer: response.body))")
+                }
+            }
+        }
+        #expect(services.resetCount == 0)
+        #expect(services.inboxRequests.isEmpty)
+    }
+
+    @Test("with test-mode, /v1/test/inbox lists one handle's pushes and /v1/test/reset resets every service, dispatch first")
+    func testRoutesOn() async throws {
+        let services = FakeServices()
+        try await Self.withEdge(services, testMode: true) { client in
+            try await client.execute(uri: "/v1/test/inbox?handle=abc&after=4&limit=2", method: .get) { response in
+                #expect(response.status == .ok)
+                let body = String(buffer: response.body)
+                #expect(body.contains(#""handle":"abc""#), "\(body)")
+                #expect(body.contains(#""payload":"{\"aps\":{}}""#), "\(body)")
+                #expect(body.contains(#""headers":{"apns-push-type":"alert"}"#), "\(body)")
+            }
+            try await client.execute(uri: "/v1/test/inbox?limit=1001", method: .get) { response in
+                #expect(response.status == .badRequest)
+            }
+            try await client.execute(uri: "/v1/test/reset", method: .post) { response in
+                #expect(response.status == .ok)
+                #expect(String(buffer: response.body) == #"{"deleted":{"auth":1,"dispatch":1,"payload":1,"registration":1}}"#)
+            }
+        }
+        #expect(services.inboxRequests.map(\.handle) == ["abc"])
+        #expect(services.inboxRequests.map(\.afterSequence) == [4])
+        #expect(services.inboxRequests.map(\.limit) == [2])
+        #expect(services.resetCount == 4)
+    }
+
     @Test("/readyz names each service's health, 503 when one is not serving")
     func readiness() async throws {
         try await Self.withEdge(FakeServices(healthy: false)) { client in
@@ -160,7 +200,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     let payloadError: ServiceError?
     let dispatchError: ServiceError?
     let healthy: Bool
-    private let seen = Mutex<(ids: [String], deleted: [Int64])>(([], []))
+    private let seen = Mutex<(ids: [String], deleted: [Int64], resets: Int, inbox: [ListInboxRequest])>(([], [], 0, []))
 
     init(
         authError: ServiceError? = nil, registrationError: ServiceError? = nil, payloadError: ServiceError? = nil,
@@ -175,6 +215,14 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
 
     var requestIDs: [String] { seen.withLock { $0.ids } }
     var deleted: [Int64] { seen.withLock { $0.deleted } }
+    var resetCount: Int { seen.withLock { $0.resets } }
+    var inboxRequests: [ListInboxRequest] { seen.withLock { $0.inbox } }
+
+    // every service: one method satisfies all four client protocols
+    func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {
+        seen.withLock { $0.resets += 1 }
+        return ResetForTestsResponse(deleted: 1)
+    }
 
     private func record(_ options: RPCCallOptions, _ error: ServiceError?) throws {
         seen.withLock { $0.ids.append(options.requestID ?? "<none>") }
@@ -262,7 +310,14 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
             ],
             createdAtUnixMs: 1_700_000_000_000, sender: "alice")
     }
-    func listInbox(_ request: ListInboxRequest, options: RPCCallOptions) async throws -> ListInboxResponse { throw Self.unused() }
+    func listInbox(_ request: ListInboxRequest, options: RPCCallOptions) async throws -> ListInboxResponse {
+        seen.withLock { $0.inbox.append(request) }
+        return ListInboxResponse(entries: [
+            InboxEntry(
+                sequence: 5, notificationID: "n-1", registrationID: "r-1", platform: .apns, handle: request.handle,
+                headers: [Header(name: "apns-push-type", value: "alert")], payload: Array(#"{"aps":{}}"#.utf8), recordedAtUnixMs: 1)
+        ])
+    }
     func listDeliveries(
         _ request: ListDeliveriesRequest, options: RPCCallOptions
     ) async throws -> ListDeliveriesResponse { throw Self.unused() }

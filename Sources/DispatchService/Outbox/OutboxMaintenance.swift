@@ -18,6 +18,13 @@ extension Outbox {
             arguments: [before])
     }
 
+    /// Deletes every send with its payloads, deliveries and counters, and the dead-handle queue
+    /// (ResetForTests). A delivery a worker holds at that moment records its result into nothing.
+    public func deleteEverything() throws -> Int64 {
+        try TestMode.deleteAll(
+            ["delivery", "notification_failure", "notification_platform", "outbox_payload", "notification", "handle_removal"], in: db)
+    }
+
     /// Dead handles registration has not confirmed deleting yet, oldest first.
     public func pendingRemovals(limit: Int) throws -> [(id: Int64, platform: Platform, handle: String, since: Int64)] {
         try db.read { db in

@@ -881,7 +881,11 @@ public enum AuthServiceMethods {
     /// stores secure or rich content for someone other than the caller.
     /// Errors: INVALID_ARGUMENT for a name that is not a user name.
     public static let userExists = UnaryMethod<UserExistsRequest, UserExistsResponse>(service: serviceName, method: "UserExists")
+    /// Deletes every account and token, then creates `test-user` again when it is set;
+    /// lockouts and cached credentials are forgotten, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, userExists.fullName]
+    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, userExists.fullName, resetForTests.fullName]
 }

@@ -59,3 +59,90 @@ public enum Platform: RawRepresentable, Hashable, Sendable, CustomStringConverti
         }
     }
 }
+
+/// Request of each service's ResetForTests.
+public struct ResetForTestsRequest: HeraldMessage {
+    public init() {}
+
+    public static let protoName = "herald.v1.ResetForTestsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ResetForTestsRequest: CBacked {
+    typealias CType = Herald__V1__ResetForTestsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        _ = pointer
+        self.init()
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__reset_for_tests_request__init(p)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__reset_for_tests_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__reset_for_tests_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__reset_for_tests_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__reset_for_tests_request__free_unpacked(p, nil) }
+}
+
+/// Answer of ResetForTests: how many rows were deleted, summed over the service's tables.
+public struct ResetForTestsResponse: HeraldMessage {
+    public var deleted: Int64
+
+    public init(deleted: Int64 = 0) {
+        self.deleted = deleted
+    }
+
+    public init() {
+        self.deleted = 0
+    }
+
+    public static let protoName = "herald.v1.ResetForTestsResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ResetForTestsResponse: CBacked {
+    typealias CType = Herald__V1__ResetForTestsResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.deleted = m.deleted
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__reset_for_tests_response__init(p)
+        p.pointee.deleted = self.deleted
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__reset_for_tests_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__reset_for_tests_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__reset_for_tests_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__reset_for_tests_response__free_unpacked(p, nil) }
+}

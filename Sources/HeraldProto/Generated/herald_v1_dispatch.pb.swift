@@ -1094,7 +1094,10 @@ public enum DispatchServiceMethods {
     /// The outbox entries of one send: state, attempts and the message id every attempt reused.
     /// Errors: NOT_FOUND as for GetOutcome.
     public static let listDeliveries = UnaryMethod<ListDeliveriesRequest, ListDeliveriesResponse>(service: serviceName, method: "ListDeliveries")
+    /// Deletes every send, its outbox entries, outcomes and handle removals, and the inbox, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName]
 }

@@ -453,7 +453,10 @@ public enum PayloadServiceMethods {
     /// the send that was to carry the id is refused, so a refused request leaves nothing behind.
     /// Errors: NOT_FOUND as FetchPayload (unknown id, or `recipient` is not the recipient).
     public static let deletePayload = UnaryMethod<DeletePayloadRequest, DeletePayloadResponse>(service: serviceName, method: "DeletePayload")
+    /// Deletes all stored content, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [storePayload.fullName, fetchPayload.fullName, deletePayload.fullName]
+    public static let allMethodNames: [String] = [storePayload.fullName, fetchPayload.fullName, deletePayload.fullName, resetForTests.fullName]
 }

@@ -750,7 +750,10 @@ public enum RegistrationServiceMethods {
     /// that id gets 410 and the app registers again. Idempotent. Errors: INVALID_ARGUMENT when
     /// platform or handle is missing.
     public static let removeHandle = UnaryMethod<RemoveHandleRequest, RemoveHandleResponse>(service: serviceName, method: "RemoveHandle")
+    /// Deletes every registration and its tags, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName]
+    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName]
 }

@@ -31,6 +31,10 @@ public protocol AuthServiceHandler: Sendable {
     /// stores secure or rich content for someone other than the caller.
     /// Errors: INVALID_ARGUMENT for a name that is not a user name.
     func userExists(_ request: UserExistsRequest, context: RPCContext) async throws -> UserExistsResponse
+    /// Deletes every account and token, then creates `test-user` again when it is set;
+    /// lockouts and cached credentials are forgotten, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
 }
 
 extension AuthServiceHandler {
@@ -63,6 +67,9 @@ extension AuthServiceHandler {
         table.register(AuthServiceMethods.userExists) { request, context in
             try await self.userExists(request, context: context)
         }
+        table.register(AuthServiceMethods.resetForTests) { request, context in
+            try await self.resetForTests(request, context: context)
+        }
     }
 }
 
@@ -94,6 +101,10 @@ public protocol AuthServiceClientProtocol: Sendable {
     /// stores secure or rich content for someone other than the caller.
     /// Errors: INVALID_ARGUMENT for a name that is not a user name.
     func userExists(_ request: UserExistsRequest, options: RPCCallOptions) async throws -> UserExistsResponse
+    /// Deletes every account and token, then creates `test-user` again when it is set;
+    /// lockouts and cached credentials are forgotten, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
 }
 
 extension AuthServiceClientProtocol {
@@ -142,6 +153,11 @@ extension AuthServiceClientProtocol {
     ) async throws -> UserExistsResponse {
         try await userExists(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func resetForTests(
+        _ request: ResetForTestsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ResetForTestsResponse {
+        try await resetForTests(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.AuthService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -187,5 +203,9 @@ public struct AuthServiceClient: AuthServiceClientProtocol {
 
     public func userExists(_ request: UserExistsRequest, options: RPCCallOptions) async throws -> UserExistsResponse {
         try await rpc.call(AuthServiceMethods.userExists, request, options: options)
+    }
+
+    public func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {
+        try await rpc.call(AuthServiceMethods.resetForTests, request, options: options)
     }
 }

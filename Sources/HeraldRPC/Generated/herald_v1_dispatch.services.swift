@@ -19,6 +19,9 @@ public protocol DispatchServiceHandler: Sendable {
     /// The outbox entries of one send: state, attempts and the message id every attempt reused.
     /// Errors: NOT_FOUND as for GetOutcome.
     func listDeliveries(_ request: ListDeliveriesRequest, context: RPCContext) async throws -> ListDeliveriesResponse
+    /// Deletes every send, its outbox entries, outcomes and handle removals, and the inbox, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
 }
 
 extension DispatchServiceHandler {
@@ -35,6 +38,9 @@ extension DispatchServiceHandler {
         }
         table.register(DispatchServiceMethods.listDeliveries) { request, context in
             try await self.listDeliveries(request, context: context)
+        }
+        table.register(DispatchServiceMethods.resetForTests) { request, context in
+            try await self.resetForTests(request, context: context)
         }
     }
 }
@@ -55,6 +61,9 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// The outbox entries of one send: state, attempts and the message id every attempt reused.
     /// Errors: NOT_FOUND as for GetOutcome.
     func listDeliveries(_ request: ListDeliveriesRequest, options: RPCCallOptions) async throws -> ListDeliveriesResponse
+    /// Deletes every send, its outbox entries, outcomes and handle removals, and the inbox, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
 }
 
 extension DispatchServiceClientProtocol {
@@ -77,6 +86,11 @@ extension DispatchServiceClientProtocol {
         _ request: ListDeliveriesRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> ListDeliveriesResponse {
         try await listDeliveries(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func resetForTests(
+        _ request: ResetForTestsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ResetForTestsResponse {
+        try await resetForTests(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
 }
 
@@ -103,5 +117,9 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
 
     public func listDeliveries(_ request: ListDeliveriesRequest, options: RPCCallOptions) async throws -> ListDeliveriesResponse {
         try await rpc.call(DispatchServiceMethods.listDeliveries, request, options: options)
+    }
+
+    public func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {
+        try await rpc.call(DispatchServiceMethods.resetForTests, request, options: options)
     }
 }

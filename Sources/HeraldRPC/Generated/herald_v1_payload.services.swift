@@ -16,6 +16,9 @@ public protocol PayloadServiceHandler: Sendable {
     /// the send that was to carry the id is refused, so a refused request leaves nothing behind.
     /// Errors: NOT_FOUND as FetchPayload (unknown id, or `recipient` is not the recipient).
     func deletePayload(_ request: DeletePayloadRequest, context: RPCContext) async throws -> DeletePayloadResponse
+    /// Deletes all stored content, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
 }
 
 extension PayloadServiceHandler {
@@ -29,6 +32,9 @@ extension PayloadServiceHandler {
         }
         table.register(PayloadServiceMethods.deletePayload) { request, context in
             try await self.deletePayload(request, context: context)
+        }
+        table.register(PayloadServiceMethods.resetForTests) { request, context in
+            try await self.resetForTests(request, context: context)
         }
     }
 }
@@ -46,6 +52,9 @@ public protocol PayloadServiceClientProtocol: Sendable {
     /// the send that was to carry the id is refused, so a refused request leaves nothing behind.
     /// Errors: NOT_FOUND as FetchPayload (unknown id, or `recipient` is not the recipient).
     func deletePayload(_ request: DeletePayloadRequest, options: RPCCallOptions) async throws -> DeletePayloadResponse
+    /// Deletes all stored content, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
 }
 
 extension PayloadServiceClientProtocol {
@@ -63,6 +72,11 @@ extension PayloadServiceClientProtocol {
         _ request: DeletePayloadRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> DeletePayloadResponse {
         try await deletePayload(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func resetForTests(
+        _ request: ResetForTestsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ResetForTestsResponse {
+        try await resetForTests(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
 }
 
@@ -85,5 +99,9 @@ public struct PayloadServiceClient: PayloadServiceClientProtocol {
 
     public func deletePayload(_ request: DeletePayloadRequest, options: RPCCallOptions) async throws -> DeletePayloadResponse {
         try await rpc.call(PayloadServiceMethods.deletePayload, request, options: options)
+    }
+
+    public func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {
+        try await rpc.call(PayloadServiceMethods.resetForTests, request, options: options)
     }
 }

@@ -25,6 +25,9 @@ public protocol RegistrationServiceHandler: Sendable {
     /// that id gets 410 and the app registers again. Idempotent. Errors: INVALID_ARGUMENT when
     /// platform or handle is missing.
     func removeHandle(_ request: RemoveHandleRequest, context: RPCContext) async throws -> RemoveHandleResponse
+    /// Deletes every registration and its tags, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
 }
 
 extension RegistrationServiceHandler {
@@ -47,6 +50,9 @@ extension RegistrationServiceHandler {
         }
         table.register(RegistrationServiceMethods.removeHandle) { request, context in
             try await self.removeHandle(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.resetForTests) { request, context in
+            try await self.resetForTests(request, context: context)
         }
     }
 }
@@ -76,6 +82,9 @@ public protocol RegistrationServiceClientProtocol: Sendable {
     /// that id gets 410 and the app registers again. Idempotent. Errors: INVALID_ARGUMENT when
     /// platform or handle is missing.
     func removeHandle(_ request: RemoveHandleRequest, options: RPCCallOptions) async throws -> RemoveHandleResponse
+    /// Deletes every registration and its tags, so that integration tests start each case from nothing. Only
+    /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
+    func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
 }
 
 extension RegistrationServiceClientProtocol {
@@ -109,6 +118,11 @@ extension RegistrationServiceClientProtocol {
         _ request: RemoveHandleRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> RemoveHandleResponse {
         try await removeHandle(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func resetForTests(
+        _ request: ResetForTestsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ResetForTestsResponse {
+        try await resetForTests(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
 }
 
@@ -146,5 +160,9 @@ public struct RegistrationServiceClient: RegistrationServiceClientProtocol {
 
     public func removeHandle(_ request: RemoveHandleRequest, options: RPCCallOptions) async throws -> RemoveHandleResponse {
         try await rpc.call(RegistrationServiceMethods.removeHandle, request, options: options)
+    }
+
+    public func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {
+        try await rpc.call(RegistrationServiceMethods.resetForTests, request, options: options)
     }
 }

@@ -1469,7 +1469,7 @@ const ProtobufCMessageDescriptor herald__v1__user_exists_response__descriptor =
   (ProtobufCMessageInit) herald__v1__user_exists_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[9] =
+static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[10] =
 {
   { "Authenticate", &herald__v1__authenticate_request__descriptor, &herald__v1__authenticate_response__descriptor },
   { "IssueToken", &herald__v1__issue_token_request__descriptor, &herald__v1__issue_token_response__descriptor },
@@ -1480,6 +1480,7 @@ static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descript
   { "DeleteUser", &herald__v1__delete_user_request__descriptor, &herald__v1__delete_user_response__descriptor },
   { "ListUsers", &herald__v1__list_users_request__descriptor, &herald__v1__list_users_response__descriptor },
   { "UserExists", &herald__v1__user_exists_request__descriptor, &herald__v1__user_exists_response__descriptor },
+  { "ResetForTests", &herald__v1__reset_for_tests_request__descriptor, &herald__v1__reset_for_tests_response__descriptor },
 };
 const unsigned herald__v1__auth_service__method_indices_by_name[] = {
   0,        /* Authenticate */
@@ -1487,6 +1488,7 @@ const unsigned herald__v1__auth_service__method_indices_by_name[] = {
   6,        /* DeleteUser */
   1,        /* IssueToken */
   7,        /* ListUsers */
+  9,        /* ResetForTests */
   2,        /* RevokeToken */
   3,        /* RevokeUserTokens */
   5,        /* SetPassword */
@@ -1499,7 +1501,7 @@ const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor =
   "AuthService",
   "Herald__V1__AuthService",
   "herald.v1",
-  9,
+  10,
   herald__v1__auth_service__method_descriptors,
   herald__v1__auth_service__method_indices_by_name
 };
@@ -1574,6 +1576,14 @@ void herald__v1__auth_service__user_exists(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
   service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__reset_for_tests(ProtobufCService *service,
+                                               const Herald__V1__ResetForTestsRequest *input,
+                                               Herald__V1__ResetForTestsResponse_Closure closure,
+                                               void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
                                      Herald__V1__AuthService_ServiceDestroy destroy)

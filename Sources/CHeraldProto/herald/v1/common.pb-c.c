@@ -7,6 +7,152 @@
 #endif
 
 #include "herald/v1/common.pb-c.h"
+void   herald__v1__reset_for_tests_request__init
+                     (Herald__V1__ResetForTestsRequest         *message)
+{
+  static const Herald__V1__ResetForTestsRequest init_value = HERALD__V1__RESET_FOR_TESTS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__reset_for_tests_request__get_packed_size
+                     (const Herald__V1__ResetForTestsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__reset_for_tests_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__reset_for_tests_request__pack
+                     (const Herald__V1__ResetForTestsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__reset_for_tests_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__reset_for_tests_request__pack_to_buffer
+                     (const Herald__V1__ResetForTestsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__reset_for_tests_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ResetForTestsRequest *
+       herald__v1__reset_for_tests_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ResetForTestsRequest *)
+     protobuf_c_message_unpack (&herald__v1__reset_for_tests_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__reset_for_tests_request__free_unpacked
+                     (Herald__V1__ResetForTestsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__reset_for_tests_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__reset_for_tests_response__init
+                     (Herald__V1__ResetForTestsResponse         *message)
+{
+  static const Herald__V1__ResetForTestsResponse init_value = HERALD__V1__RESET_FOR_TESTS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__reset_for_tests_response__get_packed_size
+                     (const Herald__V1__ResetForTestsResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__reset_for_tests_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__reset_for_tests_response__pack
+                     (const Herald__V1__ResetForTestsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__reset_for_tests_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__reset_for_tests_response__pack_to_buffer
+                     (const Herald__V1__ResetForTestsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__reset_for_tests_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ResetForTestsResponse *
+       herald__v1__reset_for_tests_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ResetForTestsResponse *)
+     protobuf_c_message_unpack (&herald__v1__reset_for_tests_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__reset_for_tests_response__free_unpacked
+                     (Herald__V1__ResetForTestsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__reset_for_tests_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+#define herald__v1__reset_for_tests_request__field_descriptors NULL
+#define herald__v1__reset_for_tests_request__field_indices_by_name NULL
+#define herald__v1__reset_for_tests_request__number_ranges NULL
+const ProtobufCMessageDescriptor herald__v1__reset_for_tests_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ResetForTestsRequest",
+  "ResetForTestsRequest",
+  "Herald__V1__ResetForTestsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ResetForTestsRequest),
+  0,
+  herald__v1__reset_for_tests_request__field_descriptors,
+  herald__v1__reset_for_tests_request__field_indices_by_name,
+  0,  herald__v1__reset_for_tests_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__reset_for_tests_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__reset_for_tests_response__field_descriptors[1] =
+{
+  {
+    "deleted",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ResetForTestsResponse, deleted),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__reset_for_tests_response__field_indices_by_name[] = {
+  0,   /* field[0] = deleted */
+};
+static const ProtobufCIntRange herald__v1__reset_for_tests_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__reset_for_tests_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ResetForTestsResponse",
+  "ResetForTestsResponse",
+  "Herald__V1__ResetForTestsResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ResetForTestsResponse),
+  1,
+  herald__v1__reset_for_tests_response__field_descriptors,
+  herald__v1__reset_for_tests_response__field_indices_by_name,
+  1,  herald__v1__reset_for_tests_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__reset_for_tests_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue herald__v1__platform__enum_values_by_number[5] =
 {
   { "PLATFORM_UNSPECIFIED", "HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED", 0 },

@@ -1785,17 +1785,19 @@ const ProtobufCEnumDescriptor herald__v1__delivery_state__descriptor =
   herald__v1__delivery_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[4] =
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[5] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
   { "ListInbox", &herald__v1__list_inbox_request__descriptor, &herald__v1__list_inbox_response__descriptor },
   { "ListDeliveries", &herald__v1__list_deliveries_request__descriptor, &herald__v1__list_deliveries_response__descriptor },
+  { "ResetForTests", &herald__v1__reset_for_tests_request__descriptor, &herald__v1__reset_for_tests_response__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
   1,        /* GetOutcome */
   3,        /* ListDeliveries */
   2,        /* ListInbox */
+  4,        /* ResetForTests */
   0         /* Send */
 };
 const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
@@ -1805,7 +1807,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  4,
+  5,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -1840,6 +1842,14 @@ void herald__v1__dispatch_service__list_deliveries(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__reset_for_tests(ProtobufCService *service,
+                                                   const Herald__V1__ResetForTestsRequest *input,
+                                                   Herald__V1__ResetForTestsResponse_Closure closure,
+                                                   void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

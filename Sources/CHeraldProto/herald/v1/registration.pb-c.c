@@ -1248,7 +1248,7 @@ const ProtobufCMessageDescriptor herald__v1__remove_handle_response__descriptor 
   (ProtobufCMessageInit) herald__v1__remove_handle_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[6] =
+static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[7] =
 {
   { "CreateRegistrationId", &herald__v1__create_registration_id_request__descriptor, &herald__v1__create_registration_id_response__descriptor },
   { "UpsertRegistration", &herald__v1__upsert_registration_request__descriptor, &herald__v1__upsert_registration_response__descriptor },
@@ -1256,12 +1256,14 @@ static const ProtobufCMethodDescriptor herald__v1__registration_service__method_
   { "ListRegistrations", &herald__v1__list_registrations_request__descriptor, &herald__v1__list_registrations_response__descriptor },
   { "StreamAudience", &herald__v1__stream_audience_request__descriptor, &herald__v1__audience_batch__descriptor },
   { "RemoveHandle", &herald__v1__remove_handle_request__descriptor, &herald__v1__remove_handle_response__descriptor },
+  { "ResetForTests", &herald__v1__reset_for_tests_request__descriptor, &herald__v1__reset_for_tests_response__descriptor },
 };
 const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   0,        /* CreateRegistrationId */
   2,        /* DeleteRegistration */
   3,        /* ListRegistrations */
   5,        /* RemoveHandle */
+  6,        /* ResetForTests */
   4,        /* StreamAudience */
   1         /* UpsertRegistration */
 };
@@ -1272,7 +1274,7 @@ const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor =
   "RegistrationService",
   "Herald__V1__RegistrationService",
   "herald.v1",
-  6,
+  7,
   herald__v1__registration_service__method_descriptors,
   herald__v1__registration_service__method_indices_by_name
 };
@@ -1323,6 +1325,14 @@ void herald__v1__registration_service__remove_handle(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__registration_service__descriptor);
   service->invoke(service, 5, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__reset_for_tests(ProtobufCService *service,
+                                                       const Herald__V1__ResetForTestsRequest *input,
+                                                       Herald__V1__ResetForTestsResponse_Closure closure,
+                                                       void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 6, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
                                              Herald__V1__RegistrationService_ServiceDestroy destroy)

@@ -15,6 +15,8 @@ PROTOBUF_C__BEGIN_DECLS
 #endif
 
 
+typedef struct Herald__V1__ResetForTestsRequest Herald__V1__ResetForTestsRequest;
+typedef struct Herald__V1__ResetForTestsResponse Herald__V1__ResetForTestsResponse;
 
 
 /* --- enums --- */
@@ -48,8 +50,77 @@ typedef enum _Herald__V1__Platform {
 
 /* --- messages --- */
 
+/*
+ * Request of each service's ResetForTests.
+ */
+struct  Herald__V1__ResetForTestsRequest
+{
+  ProtobufCMessage base;
+};
+#define HERALD__V1__RESET_FOR_TESTS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__reset_for_tests_request__descriptor) \
+     }
+
+
+/*
+ * Answer of ResetForTests: how many rows were deleted, summed over the service's tables.
+ */
+struct  Herald__V1__ResetForTestsResponse
+{
+  ProtobufCMessage base;
+  int64_t deleted;
+};
+#define HERALD__V1__RESET_FOR_TESTS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__reset_for_tests_response__descriptor) \
+    , 0 }
+
+
+/* Herald__V1__ResetForTestsRequest methods */
+void   herald__v1__reset_for_tests_request__init
+                     (Herald__V1__ResetForTestsRequest         *message);
+size_t herald__v1__reset_for_tests_request__get_packed_size
+                     (const Herald__V1__ResetForTestsRequest   *message);
+size_t herald__v1__reset_for_tests_request__pack
+                     (const Herald__V1__ResetForTestsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__reset_for_tests_request__pack_to_buffer
+                     (const Herald__V1__ResetForTestsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ResetForTestsRequest *
+       herald__v1__reset_for_tests_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__reset_for_tests_request__free_unpacked
+                     (Herald__V1__ResetForTestsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ResetForTestsResponse methods */
+void   herald__v1__reset_for_tests_response__init
+                     (Herald__V1__ResetForTestsResponse         *message);
+size_t herald__v1__reset_for_tests_response__get_packed_size
+                     (const Herald__V1__ResetForTestsResponse   *message);
+size_t herald__v1__reset_for_tests_response__pack
+                     (const Herald__V1__ResetForTestsResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__reset_for_tests_response__pack_to_buffer
+                     (const Herald__V1__ResetForTestsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ResetForTestsResponse *
+       herald__v1__reset_for_tests_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__reset_for_tests_response__free_unpacked
+                     (Herald__V1__ResetForTestsResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
+typedef void (*Herald__V1__ResetForTestsRequest_Closure)
+                 (const Herald__V1__ResetForTestsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ResetForTestsResponse_Closure)
+                 (const Herald__V1__ResetForTestsResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -57,6 +128,8 @@ typedef enum _Herald__V1__Platform {
 /* --- descriptors --- */
 
 extern const ProtobufCEnumDescriptor    herald__v1__platform__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__reset_for_tests_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__reset_for_tests_response__descriptor;
 
 PROTOBUF_C__END_DECLS
 

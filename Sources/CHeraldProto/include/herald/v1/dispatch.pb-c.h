@@ -832,6 +832,10 @@ struct Herald__V1__DispatchService_Service
                           const Herald__V1__ListDeliveriesRequest *input,
                           Herald__V1__ListDeliveriesResponse_Closure closure,
                           void *closure_data);
+  void (*reset_for_tests)(Herald__V1__DispatchService_Service *service,
+                          const Herald__V1__ResetForTestsRequest *input,
+                          Herald__V1__ResetForTestsResponse_Closure closure,
+                          void *closure_data);
 };
 typedef void (*Herald__V1__DispatchService_ServiceDestroy)(Herald__V1__DispatchService_Service *);
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
@@ -843,7 +847,8 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## send,\
       function_prefix__ ## get_outcome,\
       function_prefix__ ## list_inbox,\
-      function_prefix__ ## list_deliveries  }
+      function_prefix__ ## list_deliveries,\
+      function_prefix__ ## reset_for_tests  }
 void herald__v1__dispatch_service__send(ProtobufCService *service,
                                         const Herald__V1__SendRequest *input,
                                         Herald__V1__SendResponse_Closure closure,
@@ -859,6 +864,10 @@ void herald__v1__dispatch_service__list_inbox(ProtobufCService *service,
 void herald__v1__dispatch_service__list_deliveries(ProtobufCService *service,
                                                    const Herald__V1__ListDeliveriesRequest *input,
                                                    Herald__V1__ListDeliveriesResponse_Closure closure,
+                                                   void *closure_data);
+void herald__v1__dispatch_service__reset_for_tests(ProtobufCService *service,
+                                                   const Herald__V1__ResetForTestsRequest *input,
+                                                   Herald__V1__ResetForTestsResponse_Closure closure,
                                                    void *closure_data);
 
 /* --- descriptors --- */

@@ -623,6 +623,10 @@ struct Herald__V1__RegistrationService_Service
                         const Herald__V1__RemoveHandleRequest *input,
                         Herald__V1__RemoveHandleResponse_Closure closure,
                         void *closure_data);
+  void (*reset_for_tests)(Herald__V1__RegistrationService_Service *service,
+                          const Herald__V1__ResetForTestsRequest *input,
+                          Herald__V1__ResetForTestsResponse_Closure closure,
+                          void *closure_data);
 };
 typedef void (*Herald__V1__RegistrationService_ServiceDestroy)(Herald__V1__RegistrationService_Service *);
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
@@ -636,7 +640,8 @@ void herald__v1__registration_service__init (Herald__V1__RegistrationService_Ser
       function_prefix__ ## delete_registration,\
       function_prefix__ ## list_registrations,\
       function_prefix__ ## stream_audience,\
-      function_prefix__ ## remove_handle  }
+      function_prefix__ ## remove_handle,\
+      function_prefix__ ## reset_for_tests  }
 void herald__v1__registration_service__create_registration_id(ProtobufCService *service,
                                                               const Herald__V1__CreateRegistrationIdRequest *input,
                                                               Herald__V1__CreateRegistrationIdResponse_Closure closure,
@@ -661,6 +666,10 @@ void herald__v1__registration_service__remove_handle(ProtobufCService *service,
                                                      const Herald__V1__RemoveHandleRequest *input,
                                                      Herald__V1__RemoveHandleResponse_Closure closure,
                                                      void *closure_data);
+void herald__v1__registration_service__reset_for_tests(ProtobufCService *service,
+                                                       const Herald__V1__ResetForTestsRequest *input,
+                                                       Herald__V1__ResetForTestsResponse_Closure closure,
+                                                       void *closure_data);
 
 /* --- descriptors --- */
 

@@ -1,0 +1,30 @@
+public import GRDB
+public import HeraldModel
+
+/// What `test-mode` unlocks: each service's ResetForTests, and the edge's `/v1/test/*` routes.
+///
+/// A deployment that did not opt in answers FAILED_PRECONDITION naming the setting, so a stray
+/// call (or a test pointed at the wrong stack) can never wipe production data.
+public enum TestMode {
+    /// Throws FAILED_PRECONDITION unless `enabled`.
+    public static func require(_ enabled: Bool, service: ServiceName) throws {
+        guard enabled else {
+            throw ServiceError.failedPrecondition(
+                "ResetForTests needs herald-\(service.rawValue) to run with test-mode on (HERALD_TEST_MODE=true); it is off")
+        }
+    }
+
+    /// Deletes every row of `tables` in one transaction, children before parents as listed, and
+    /// answers how many went. Row ids keep counting up, so an id from before the reset never names
+    /// a row made after it.
+    public static func deleteAll(_ tables: [String], in db: any DatabaseWriter) throws -> Int64 {
+        try db.write { db in
+            var deleted: Int64 = 0
+            for table in tables {
+                try db.execute(sql: "DELETE FROM \(table)")
+                deleted += Int64(db.changesCount)
+            }
+            return deleted
+        }
+    }
+}
