@@ -4,7 +4,8 @@
 #      Swift follows .swift-format (scripts/format.sh --check)   3. build,
 #      and build Examples/send-push (a separate package using the HeraldClient product)
 #   4. every test (one of them runs the example against a live stack)
-#   5. schemathesis against a live stack (scripts/schemathesis.sh)
+#   5. schemathesis against a live stack (scripts/schemathesis.sh), then the image and
+#      docker-compose.yml run for real with podman (scripts/compose-test.sh)
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds), and
 #      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
 #   7. every libFuzzer target for 60 s (scripts/fuzz.sh)
@@ -28,6 +29,11 @@ swift test --skip-build
 st_start=$(date +%s)
 scripts/schemathesis.sh
 echo "test.sh: schemathesis took $(( $(date +%s) - st_start ))s"
+# The containers: services/Dockerfile's image from the binaries just built, docker-compose.yml run
+# under podman with docker-compose, and Examples/integration-test with docker-compose.test.yml.
+compose_start=$(date +%s)
+scripts/compose-test.sh
+echo "test.sh: compose test took $(( $(date +%s) - compose_start ))s"
 bench_start=$(date +%s)
 "$(swift build --show-bin-path)/herald-bench" all --quick --json .build/bench-quick.json
 echo "test.sh: benchmark quick run took $(( $(date +%s) - bench_start ))s"

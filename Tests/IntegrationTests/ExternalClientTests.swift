@@ -75,6 +75,29 @@ struct ExternalClientTests {
         #expect(count("condition: service_healthy") == 5)
         #expect(count("ports:") == 1)
         #expect(count("stop_grace_period: 15s") == 5)
+        #expect(!rendered.contains("TEST_MODE"), "test-mode belongs to docker-compose.test.yml only")
+        #expect(rendered.contains("published: 8080"), "HERALD_EDGE_PORT unset: the edge is on 8080")
+    }
+
+    @Test(
+        "docker-compose.test.yml turns test-mode on everywhere, waits for start order only, and takes the port and user from the environment"
+    )
+    func composeTestOverlay() throws {
+        let compose = try #require(which("docker-compose"), "docker-compose is required (scripts/test.sh installs it)")
+        let files = [
+            "-f", packageRoot.appendingPathComponent("docker-compose.yml").path, "-f",
+            packageRoot.appendingPathComponent("docker-compose.test.yml").path,
+        ]
+        let rendered = try runProgram(
+            compose, files + ["config"], environment: ["HERALD_EDGE_PORT": "127.0.0.1:18080", "HERALD_TEST_USER": "qa-bot"])
+        #expect(rendered.status == 0, "\(rendered.error)")
+        func count(_ text: String) -> Int { rendered.output.components(separatedBy: text).count - 1 }
+        #expect(count("HERALD_TEST_MODE: 'true'") + count(#"HERALD_TEST_MODE: "true""#) == 5, "\(rendered.output)")
+        #expect(count("condition: service_healthy") == 0)
+        #expect(count("condition: service_started") == 5)
+        #expect(count("HERALD_TEST_USER: qa-bot") == 1)
+        #expect(count("HERALD_PROVIDER: inbox") == 1)
+        #expect(rendered.output.contains("127.0.0.1:18080:8080"), "\(rendered.output)")
     }
 
     @Test("the Kubernetes manifests pass kubernetes-validate --strict")

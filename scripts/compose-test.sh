@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# Runs docker-compose.yml for real, with containers, and checks what a platform team relies on.
+#
+#   scripts/compose-test.sh            after a debug build (scripts/test.sh calls it)
+#   scripts/compose-test.sh --release  packages the release build instead
+#
+# No Docker engine or registry is needed: podman runs the containers (runc; a containers.conf of
+# our own, via CONTAINERS_CONF), Debian's docker-compose (v1) drives podman's API socket, and the
+# image is services/Dockerfile's `runtime-prebuilt` target over the host's binaries (scripts/image.sh;
+# no Swift is compiled in a container). Podman runs health checks from systemd timers, which these
+# machines lack, so a loop here runs `podman healthcheck run` for every container of the stack each
+# second: `depends_on: service_healthy` then works as under Docker.
+#
+# Against the containers of docker-compose.yml (its own file, unchanged):
+#   1. the edge publishes on a free port; every container runs as UID 10001 with a read-only root,
+#      unprivileged; the sockets are 0660 and owned by that user;
+#   2. `herald users add` and `herald inbox` through `docker-compose exec`, without flags;
+#   3. the tutorial's secure-push flow and the rich-push flow over HTTP;
+#   4. `docker-compose restart payload`: traffic recovers by itself;
+#   5. a wrong setting (an APNs key file that is not mounted): dispatch exits, and
+#      `docker-compose logs dispatch` names the setting;
+#   6. `down` + `up`: every account, registration, payload and recorded push is still there;
+#   7. `down -v`: no container, network or volume of the project is left.
+# Then Examples/integration-test (pytest) starts Herald itself with docker-compose.test.yml, once
+# through docker-compose v1 and once through podman-compose (another Compose-spec implementation).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+configuration=--debug
+[[ "${1:-}" == "--release" ]] && configuration=--release
+
+step() { echo "compose-test: $* ($(( $(date +%s) - start ))s)"; }
+fail() { echo "compose-test: FAILED: $*" >&2; exit 1; }
+
+# Tools, installed when missing (like scripts/setup.sh).
+missing=()
+for p in podman runc docker-compose podman-compose debootstrap python3-venv curl; do
+  [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
+done
+if (( ${#missing[@]} )); then
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  echo "compose-test: installing ${missing[*]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+work="$(mktemp -d /tmp/herald-compose-XXXXXX)"
+# crun fails here (cgroup hybrid mode) and podman's default ulimits exceed the sandbox's hard limits.
+cat >"$work/containers.conf" <<'EOF'
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1000:1000"]
+
+[engine]
+runtime = "runc"
+EOF
+export CONTAINERS_CONF="$work/containers.conf"
+
+project="herald-ct-$$"
+compose=(docker-compose --project-name "$project" -f docker-compose.yml)
+pids=()
+cleanup() {
+  status=$?
+  if (( status != 0 )) && [[ -S "$work/podman.sock" ]]; then
+    "${compose[@]}" logs --no-color --tail 40 >&2 2>&1 || true
+  fi
+  [[ -S "$work/podman.sock" ]] && "${compose[@]}" down -v --timeout 5 >/dev/null 2>&1 || true
+  # Whatever a failed run left (compose renames a container it failed to recreate).
+  podman rm -f $(podman ps -aq --filter "label=com.docker.compose.project=$project") >/dev/null 2>&1 || true
+  podman volume rm $(podman volume ls -q | grep "^${project}_") >/dev/null 2>&1 || true
+  podman network rm "${project}_default" "herald-it-pc-$$_default" >/dev/null 2>&1 || true
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+  exit $status
+}
+trap cleanup EXIT
+
+scripts/image.sh "$configuration"
+step "image herald:latest ready"
+
+# Podman's Docker-compatible API, for docker-compose.
+podman system service --time=0 "unix://$work/podman.sock" >"$work/podman-service.log" 2>&1 &
+pids+=($!)
+export DOCKER_HOST="unix://$work/podman.sock"
+for _ in $(seq 100); do curl -fsS --unix-socket "$work/podman.sock" http://podman/_ping >/dev/null 2>&1 && break; sleep 0.1; done
+curl -fsS --unix-socket "$work/podman.sock" http://podman/_ping >/dev/null || fail "podman's API socket did not come up"
+
+# The health-check driver: what Docker's engine (or systemd, for podman) would do.
+(
+  while true; do
+    for c in $(podman ps -q --filter "label=com.docker.compose.project=$project" --filter status=running 2>/dev/null); do
+      podman healthcheck run "$c" >/dev/null 2>&1 || true
+    done
+    sleep 1
+  done
+) &
+pids+=($!)
+
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+export HERALD_EDGE_PORT="127.0.0.1:$port"
+url="http://127.0.0.1:$port"
+
+# Polls until a command succeeds or the deadline (seconds) passes.
+wait_for() {
+  local seconds="$1" what="$2"
+  shift 2
+  local deadline=$(( $(date +%s) + seconds ))
+  until "$@" >/dev/null 2>&1; do
+    (( $(date +%s) < deadline )) || fail "$what: not within ${seconds}s"
+    sleep 0.2
+  done
+}
+ready() { [[ "$(curl -s -o /dev/null -w '%{http_code}' "$url/readyz")" == 200 ]]; }
+# HTTP status of a request, body in $work/body.
+http() { curl -s -o "$work/body" -w '%{http_code}' "$@"; }
+expect_status() {
+  local want="$1" what="$2"
+  shift 2
+  local got
+  got="$(http "$@")"
+  [[ "$got" == "$want" ]] || fail "$what: HTTP $got, expected $want: $(head -c 300 "$work/body")"
+}
+json() { python3 -c "import json,sys; d=json.load(open('$work/body')); print($1)"; }
+# The newest inbox entry for a handle, via `herald inbox --json` inside a container (no flags).
+inbox_field() {
+  "${compose[@]}" exec -T dispatch herald inbox --json --limit 1000 >"$work/inbox.json" || return 1
+  python3 - "$1" "$2" "$work/inbox.json" <<'EOF'
+import json, re, sys
+handle, field, path = sys.argv[1], sys.argv[2], sys.argv[3]
+entries = [e for e in json.load(open(path)) if e["handle"] == handle]
+match = entries and re.search(r'"%s":"?([0-9]+)' % field, entries[-1]["payload"])
+if not match:
+    sys.exit(1)
+print(match.group(1))
+EOF
+}
+
+up_start=$(date +%s)
+"${compose[@]}" up -d >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "docker-compose up"; }
+wait_for 60 "/readyz after up" ready
+step "up: five containers healthy in start order, edge ready in $(( $(date +%s) - up_start ))s"
+
+# 1. The containers as the file says.
+for service in auth registration payload dispatch edge; do
+  cid="$("${compose[@]}" ps -q "$service")"
+  [[ -n "$cid" ]] || fail "no container for $service"
+  read -r privileged readonly user < <(podman inspect -f '{{.HostConfig.Privileged}} {{.HostConfig.ReadonlyRootfs}} {{.Config.User}}' "$cid")
+  [[ "$privileged $readonly" == "false true" ]] || fail "$service: privileged=$privileged read-only=$readonly"
+  # One exec per container: its UID, whether the root is writable, whether /tmp and the data volume are.
+  seen="$("${compose[@]}" exec -T "$service" sh -c \
+    'id -u; touch /usr/local/bin/x 2>/dev/null && echo root-writable; test -w /tmp && echo tmp; test -w /var/lib/herald && echo data; true' \
+    | tr '\n' ' ')"
+  want="10001 tmp data "
+  [[ "$service" == edge ]] && want="10001 tmp "   # the edge owns no data: its /var/lib/herald is the image's, read-only
+  [[ "$seen" == "$want" ]] || fail "$service: saw '$seen', expected '$want' (UID, read-only root, writable /tmp and data)"
+done
+modes="$("${compose[@]}" exec -T auth sh -c 'stat -c "%a %u %n" /run/herald/*.sock' | sort)"
+[[ "$(grep -c '^660 10001 ' <<<"$modes")" == 8 ]] || fail "sockets are not 0660 and owned by 10001: $modes"
+step "1. non-root (10001), read-only roots, unprivileged, sockets 0660"
+
+# 2. The CLI inside a container, without --runtime-dir: HERALD_RUNTIME_DIR comes from the image.
+printf 'alice-Pa55word\n' | "${compose[@]}" exec -T auth herald users add alice | grep -q "user alice created" || fail "herald users add alice"
+printf 'bob-Pa55word\n' | "${compose[@]}" exec -T auth herald users add bob >/dev/null || fail "herald users add bob"
+"${compose[@]}" exec -T edge herald users list | grep -q '^alice' || fail "herald users list"
+A=(-u alice:alice-Pa55word)
+step "2. herald users add / list through docker-compose exec"
+
+# 3a. The tutorial's secure push: register, send, the device fetches by id; only alice may read it.
+handle="$(printf 'ab%.0s' $(seq 32))"
+expect_status 200 "POST api/register" "${A[@]}" -X POST "$url/api/register?handle=$handle"
+reg="$(json 'd')"
+expect_status 200 "PUT api/register" "${A[@]}" -X PUT "$url/api/register/$reg" -H 'Content-Type: application/json' \
+  -d "{\"Platform\":\"apns\",\"Handle\":\"$handle\",\"Tags\":[\"news\"]}"
+expect_status 200 "POST api/notifications" "${A[@]}" -X POST "$url/api/notifications"
+wait_for 15 "the secure push in herald inbox" inbox_field "$handle" secureId
+secure="$(inbox_field "$handle" secureId)"
+grep -q "Secure confirmation" "$work/inbox.json" && fail "the secure payload crossed the push service"
+expect_status 200 "GET api/notifications/$secure" "${A[@]}" "$url/api/notifications/$secure"
+[[ "$(json 'd["Payload"]')" == "Secure confirmation." ]] || fail "secure payload: $(cat "$work/body")"
+expect_status 404 "bob reads alice's secure payload" -u bob:bob-Pa55word "$url/api/notifications/$secure"
+step "3a. secure push: registered, pushed (id only), fetched by alice, 404 for bob"
+
+# 3b. Rich push: upload an image for alice; the push carries its id; the device fetches the bytes.
+expect_status 202 "POST /v1/notifications?kind=rich" "${A[@]}" -X POST \
+  "$url/v1/notifications?kind=rich&to_user=alice&message=Look" -H 'Content-Type: image/png' --data-binary @services/edge/herald.png
+wait_for 15 "the rich push in herald inbox" inbox_field "$handle" richId
+rich="$(inbox_field "$handle" richId)"
+expect_status 200 "GET api/notifications/$rich" "${A[@]}" "$url/api/notifications/$rich"
+cmp -s "$work/body" services/edge/herald.png || fail "the rich content differs from what was uploaded"
+step "3b. rich push: uploaded, pushed (id only), fetched byte for byte"
+
+# 4. Restart one service under traffic: the edge reconnects by itself.
+payload_cid="$("${compose[@]}" ps -q payload)"
+started="$(podman inspect -f '{{.State.StartedAt}}' "$payload_cid")"
+"${compose[@]}" restart payload >/dev/null 2>&1
+[[ "$(podman inspect -f '{{.State.StartedAt}}' "$payload_cid")" != "$started" ]] || fail "payload was not restarted"
+fetch_secure() { [[ "$(http "${A[@]}" "$url/api/notifications/$secure")" == 200 ]]; }
+wait_for 30 "GET api/notifications after restarting payload" fetch_secure
+wait_for 30 "/readyz after restarting payload" ready
+step "4. docker-compose restart payload: traffic recovered by itself"
+
+# 5. A wrong setting: dispatch told to use an APNs key file that is not there.
+cat >"$work/broken.yml" <<'EOF'
+version: "3.8"
+services:
+  dispatch:
+    environment:
+      HERALD_APNS_KEY_FILE: /run/secrets/apns.p8
+      HERALD_APNS_KEY_ID: ABC123DEFG
+      HERALD_APNS_TEAM_ID: TEAM123456
+      HERALD_APNS_TOPIC: com.example.app
+EOF
+"${compose[@]}" -f "$work/broken.yml" up -d --no-deps dispatch >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "up dispatch with a wrong setting"; }
+names_setting() { "${compose[@]}" logs --no-color dispatch 2>&1 | grep -q "apns-key-file: cannot read /run/secrets/apns.p8"; }
+wait_for 30 "docker-compose logs dispatch naming apns-key-file" names_setting
+dispatch_cid="$("${compose[@]}" ps -q dispatch)"
+# Between its restarts (restart: unless-stopped), the container's last exit status: 2, a configuration error.
+exited_2() { [[ "$(podman inspect -f '{{.State.ExitCode}}' "$dispatch_cid")" == 2 ]]; }
+wait_for 30 "dispatch exiting with status 2" exited_2
+"${compose[@]}" logs --no-color dispatch 2>&1 | grep "apns-key-file" | tail -1
+# Removed by podman first: compose's stop-then-remove races podman restarting the crash-looping
+# container (restart: unless-stopped), and podman refuses to remove a running one.
+podman rm -f $(podman ps -aq --filter "label=com.docker.compose.project=$project" --filter "label=com.docker.compose.service=dispatch") >/dev/null 2>&1
+"${compose[@]}" up -d --no-deps dispatch >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "up dispatch with its settings fixed"; }
+wait_for 60 "/readyz after fixing dispatch" ready
+step "5. a missing APNs key file: dispatch exits 2 and its log names apns-key-file; fixed, it is back"
+
+# 6. down + up keeps every volume's data.
+"${compose[@]}" down >/dev/null 2>&1
+[[ -z "$(podman ps -aq --filter "label=com.docker.compose.project=$project")" ]] || fail "containers left after down"
+"${compose[@]}" up -d >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "docker-compose up again"; }
+wait_for 60 "/readyz after down + up" ready
+expect_status 200 "alice's registration after down + up" "${A[@]}" -X PUT "$url/api/register/$reg" -H 'Content-Type: application/json' \
+  -d "{\"Platform\":\"apns\",\"Handle\":\"$handle\",\"Tags\":[\"news\"]}"
+expect_status 200 "the secure payload after down + up" "${A[@]}" "$url/api/notifications/$secure"
+expect_status 200 "the rich payload after down + up" "${A[@]}" "$url/api/notifications/$rich"
+cmp -s "$work/body" services/edge/herald.png || fail "the rich content changed across down + up"
+"${compose[@]}" exec -T dispatch herald inbox --json | python3 -c 'import json,sys; sys.exit(0 if len(json.load(sys.stdin)) >= 2 else 1)' \
+  || fail "the inbox lost its entries across down + up"
+expect_status 200 "POST api/notifications after down + up" "${A[@]}" -X POST "$url/api/notifications"
+third() { [[ "$(inbox_field "$handle" secureId)" != "$secure" ]]; }
+wait_for 15 "a push to the kept registration after down + up" third
+step "6. down + up: accounts, registration, both payloads and the inbox kept; the device still gets pushes"
+
+# 7. down -v leaves nothing behind.
+"${compose[@]}" down -v >/dev/null 2>&1
+[[ -z "$(podman ps -aq --filter "label=com.docker.compose.project=$project")" ]] || fail "containers left after down -v"
+[[ -z "$(podman volume ls -q | grep "^${project}_" || true)" ]] || fail "volumes left after down -v: $(podman volume ls -q | grep "^${project}_")"
+[[ -z "$(podman network ls --format '{{.Name}}' | grep "^${project}_" || true)" ]] || fail "networks left after down -v"
+step "7. down -v: no container, volume or network left"
+
+# Another team's tests: Examples/integration-test starts Herald with the test overlay itself.
+venv=.build/integration-test-venv
+if ! "$venv/bin/python" -c 'import pytest, requests' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r Examples/integration-test/requirements.txt
+fi
+unset HERALD_EDGE_PORT
+HERALD_COMPOSE=docker-compose "$venv/bin/python" -m pytest -q -p no:cacheprovider Examples/integration-test
+[[ -z "$(podman ps -aq --filter "label=com.docker.compose.project")" ]] || fail "the pytest project left containers behind"
+step "Examples/integration-test passed: docker-compose v1 with docker-compose.test.yml"
+# The same project with a second implementation of the Compose spec, podman-compose (no API
+# socket): the files use nothing only docker-compose v1 understands (services/README.md).
+project_pc="herald-it-pc-$$"
+HERALD_COMPOSE=podman-compose HERALD_COMPOSE_PROJECT="$project_pc" env -u DOCKER_HOST \
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider Examples/integration-test
+# podman-compose 1.0.3's down -v keeps the project's network; Docker's and docker-compose's do not.
+podman network rm "${project_pc}_default" >/dev/null 2>&1 || true
+[[ -z "$(podman ps -aq --filter "name=${project_pc}_")" ]] || fail "podman-compose left containers behind"
+step "Examples/integration-test passed: podman-compose (Compose spec) with docker-compose.test.yml"
+echo "compose-test: all checks passed in $(( $(date +%s) - start ))s"
