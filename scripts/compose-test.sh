@@ -32,18 +32,7 @@ configuration=--debug
 step() { echo "compose-test: $* ($(( $(date +%s) - start ))s)"; }
 fail() { echo "compose-test: FAILED: $*" >&2; exit 1; }
 
-# Tools, installed when missing (like scripts/setup.sh).
-missing=()
-for p in podman runc docker-compose podman-compose debootstrap python3-venv curl; do
-  [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
-done
-if (( ${#missing[@]} )); then
-  sudo=""
-  [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  echo "compose-test: installing ${missing[*]}"
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+scripts/setup.sh --compose
 
 work="$(mktemp -d /tmp/herald-compose-XXXXXX)"
 # crun fails here (cgroup hybrid mode) and podman's default ulimits exceed the sandbox's hard limits.

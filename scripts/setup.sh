@@ -7,9 +7,15 @@
 #                             PyJWT, py-vapid, http-ece (independent checks of the push senders' output),
 #                             openssl (the tests' CA)
 #   scripts/setup.sh --bench  also wrk (the edge scenario's load generator)
+#   scripts/setup.sh --compose  only what scripts/compose-test.sh needs: podman, runc (crun fails here),
+#                             docker-compose (v1) and podman-compose, debootstrap (the base image),
+#                             python3-venv (the pytest example), curl
 set -euo pipefail
 
 packages=(libprotobuf-c-dev libsqlite3-dev pkg-config)
+if [[ "${1:-}" == "--compose" ]]; then
+  packages=(podman runc docker-compose podman-compose debootstrap python3-venv curl)
+fi
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(protobuf-c-compiler docker-compose openssl curl python3-venv)
   # python3 may come from elsewhere (pyenv): ask apt only for what PATH lacks.
