@@ -1,6 +1,6 @@
 import Foundation
 public import GRDB
-import HeraldModel
+public import HeraldModel
 public import HeraldProto
 import HeraldRPC
 import HeraldService
@@ -174,6 +174,59 @@ public final class RegistrationStore: Sendable {
             sql += " ORDER BY t.registration_id LIMIT ?"
             arguments += [limit]
             return try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.registration)
+        }
+    }
+
+    /// One page of the registrations matching a tag expression, by increasing id after `after`,
+    /// evaluated by SQLite over the tag index, never by loading every device. When the expression
+    /// has a one-tag ``TagExpression/cover`` (`a`, `a && !b`, `a && (b || c)`) the page is read
+    /// from that tag's index entries as ``audience(tag:platform:after:limit:)`` does; otherwise
+    /// (`a || b`, `!a`) every registration after `after` is tested, each tag an index look-up.
+    public func audience(expression: TagExpression, platform: Platform, after: String, limit: Int) throws -> [Registration] {
+        let (condition, conditionArguments) = Self.sql(expression.root)
+        var arguments = StatementArguments()
+        var sql: String
+        var order = "r.id"
+        if let cover = expression.cover, cover.count == 1 {
+            order = "d.registration_id"  // the index's own order: no sort
+            sql = """
+                SELECT r.id, r.owner, r.platform, r.handle, r.updated_at
+                FROM registration_tag d JOIN registration r ON r.id = d.registration_id
+                WHERE d.tag = ? AND d.registration_id > ? AND r.platform != 0
+                """
+            arguments += [cover[0], after]
+        } else {
+            sql = """
+                SELECT r.id, r.owner, r.platform, r.handle, r.updated_at
+                FROM registration r
+                WHERE r.id > ? AND r.platform != 0
+                """
+            arguments += [after]
+        }
+        if platform.rawValue != 0 {
+            sql += " AND r.platform = ?"
+            arguments += [platform.rawValue]
+        }
+        sql += " AND (\(condition)) ORDER BY \(order) LIMIT ?"
+        arguments += StatementArguments(conditionArguments)
+        arguments += [limit]
+        return try db.read { db in try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.registration) }
+    }
+
+    /// A tag expression as an SQL condition on `r.id`: each tag an `EXISTS` on the (tag,
+    /// registration_id) primary key, tags bound as arguments.
+    static func sql(_ node: TagExpression.Node) -> (String, [String]) {
+        switch node {
+        case .tag(let tag):
+            return ("EXISTS (SELECT 1 FROM registration_tag t WHERE t.tag = ? AND t.registration_id = r.id)", [tag])
+        case .not(let inner):
+            let (text, arguments) = sql(inner)
+            return ("NOT (\(text))", arguments)
+        case .and(let nodes), .or(let nodes):
+            let parts = nodes.map(sql)
+            let joiner: String
+            if case .and = node { joiner = " AND " } else { joiner = " OR " }
+            return (parts.map { "(\($0.0))" }.joined(separator: joiner), parts.flatMap(\.1))
         }
     }
 
