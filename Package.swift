@@ -253,7 +253,7 @@ let package = Package(
             .testTarget(
                 name: "HeraldRPCTests",
                 dependencies: [
-                    "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+                    "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldTestSupport",
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                     .product(name: "NIOCore", package: "swift-nio"),
                     .product(name: "NIOEmbedded", package: "swift-nio"),

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldTestSupport
 import NIOCore
 import NIOEmbedded
 import Testing
@@ -13,18 +14,6 @@ import Testing
 /// runs for that long instead.
 @Suite("lean frame decoder fuzzing", .timeLimit(.minutes(10)))
 struct LeanFrameFuzzTests {
-    /// SplitMix64: a seeded generator, so a failure can be replayed from its seed.
-    struct SeededGenerator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static func corpus() throws -> [[UInt8]] {
         let request = try LeanRequest(
             timeoutMilliseconds: 5000, window: 256, method: "herald.v1.PayloadService/FetchPayload",

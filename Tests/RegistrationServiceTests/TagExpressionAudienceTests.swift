@@ -1,6 +1,7 @@
 import GRDB
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import RegistrationService
 import Testing
 
@@ -8,18 +9,6 @@ import Testing
 /// ``TagExpression/matches(_:)`` on random expressions over random devices.
 @Suite("tag expressions in SQL")
 struct TagExpressionAudienceTests {
-    /// A small, seeded generator (SplitMix64): every run tests the same cases, and a failure names its seed.
-    struct SeededGenerator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static let alphabet = ["a", "b", "c", "d", "e"]
 
     /// Random expression text with at most `budget` tags, using every operator and parentheses.
