@@ -55,7 +55,7 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
                 message: rest == ")" ? "a ')' without its '('" : "expected && or || before \"\(String(rest))\"")
         }
         self.root = root
-        let tags = Self.tagCount(root)
+        let tags = self.tags.count
         if Self.onlyOr(root) {
             guard tags <= Self.maxTagsOnlyOr else {
                 throw ParseError(position: 0, message: "\(tags) tags; at most \(Self.maxTagsOnlyOr) when the only operator is ||")
@@ -132,14 +132,6 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
             }
         }
         return text(root, parent: 0)
-    }
-
-    private static func tagCount(_ node: Node) -> Int {
-        switch node {
-        case .tag: 1
-        case .not(let inner): tagCount(inner)
-        case .and(let nodes), .or(let nodes): nodes.reduce(0) { $0 + tagCount($1) }
-        }
     }
 
     private static func onlyOr(_ node: Node) -> Bool {

@@ -160,21 +160,7 @@ public final class RegistrationStore: Sendable {
     /// One page of an audience: complete registrations carrying `tag` with an id after `after`,
     /// ordered by id (keyset paging over the (tag, registration_id) primary key).
     public func audience(tag: String, platform: Platform, after: String, limit: Int) throws -> [Registration] {
-        try db.read { db in
-            var sql = """
-                SELECT r.id, r.owner, r.platform, r.handle, r.updated_at
-                FROM registration_tag t JOIN registration r ON r.id = t.registration_id
-                WHERE t.tag = ? AND t.registration_id > ? AND r.platform != 0
-                """
-            var arguments: StatementArguments = [tag, after]
-            if platform.rawValue != 0 {
-                sql += " AND r.platform = ?"
-                arguments += [platform.rawValue]
-            }
-            sql += " ORDER BY t.registration_id LIMIT ?"
-            arguments += [limit]
-            return try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.registration)
-        }
+        try audiencePage(driver: tag, condition: nil, platform: platform, after: after, limit: limit)
     }
 
     /// One page of the registrations matching a tag expression, by increasing id after `after`,
@@ -183,32 +169,45 @@ public final class RegistrationStore: Sendable {
     /// from that tag's index entries as ``audience(tag:platform:after:limit:)`` does; otherwise
     /// (`a || b`, `!a`) every registration after `after` is tested, each tag an index look-up.
     public func audience(expression: TagExpression, platform: Platform, after: String, limit: Int) throws -> [Registration] {
-        let (condition, conditionArguments) = Self.sql(expression.root)
+        if case .tag(let tag) = expression.root {
+            return try audience(tag: tag, platform: platform, after: after, limit: limit)
+        }
+        let cover = expression.cover
+        return try audiencePage(
+            driver: cover?.count == 1 ? cover?.first : nil, condition: Self.sql(expression.root), platform: platform, after: after,
+            limit: limit)
+    }
+
+    /// The one audience query: registrations after `after` by id, read from `driver`'s entries in
+    /// the (tag, registration_id) key when given (its own order: no sort), else from every
+    /// registration, and filtered by `condition` (SQL on `r.id` and its arguments) when given.
+    private func audiencePage(
+        driver: String?, condition: (sql: String, arguments: [String])?, platform: Platform, after: String, limit: Int
+    ) throws -> [Registration] {
+        var sql = "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at "
         var arguments = StatementArguments()
-        var sql: String
-        var order = "r.id"
-        if let cover = expression.cover, cover.count == 1 {
-            order = "d.registration_id"  // the index's own order: no sort
-            sql = """
-                SELECT r.id, r.owner, r.platform, r.handle, r.updated_at
+        let order: String
+        if let driver {
+            sql += """
                 FROM registration_tag d JOIN registration r ON r.id = d.registration_id
                 WHERE d.tag = ? AND d.registration_id > ? AND r.platform != 0
                 """
-            arguments += [cover[0], after]
+            arguments += [driver, after]
+            order = "d.registration_id"
         } else {
-            sql = """
-                SELECT r.id, r.owner, r.platform, r.handle, r.updated_at
-                FROM registration r
-                WHERE r.id > ? AND r.platform != 0
-                """
+            sql += "FROM registration r WHERE r.id > ? AND r.platform != 0"
             arguments += [after]
+            order = "r.id"
         }
         if platform.rawValue != 0 {
             sql += " AND r.platform = ?"
             arguments += [platform.rawValue]
         }
-        sql += " AND (\(condition)) ORDER BY \(order) LIMIT ?"
-        arguments += StatementArguments(conditionArguments)
+        if let condition {
+            sql += " AND (\(condition.sql))"
+            arguments += StatementArguments(condition.arguments)
+        }
+        sql += " ORDER BY \(order) LIMIT ?"
         arguments += [limit]
         return try db.read { db in try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.registration) }
     }
