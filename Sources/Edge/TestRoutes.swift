@@ -46,7 +46,7 @@ extension EdgeRoutes {
             ListInboxRequest(afterSequence: after, limit: limit, handle: try Self.text(query.get("handle") ?? "", "handle")),
             requestID: context.requestID
         ).entries
-        return try Self.json(TestInboxBody(entries: entries.map(TestInboxBody.Entry.init)))
+        return try Self.json(TestInboxBody(entries: entries.map(InboxEntryJSON.init)))
     }
 
     /// `POST /v1/test/reset`: every service deletes what it owns (ResetForTests), herald-auth creates
@@ -63,32 +63,7 @@ extension EdgeRoutes {
     }
 }
 
-/// `GET /v1/test/inbox`: the fields of `herald inbox --json`.
+/// `GET /v1/test/inbox`: the entries as `herald inbox --json` prints them.
 struct TestInboxBody: Encodable {
-    struct Entry: Encodable {
-        var sequence: Int64
-        var notificationId: String
-        var registrationId: String
-        var platform: String
-        var handle: String
-        var headers: [String: String]
-        /// The body as text (what APNs, FCM and WNS are sent is UTF-8); payloadBase64 is exact.
-        var payload: String
-        var payloadBase64: String
-        var recordedAtUnixMs: Int64
-
-        init(_ entry: InboxEntry) {
-            sequence = entry.sequence
-            notificationId = entry.notificationID
-            registrationId = entry.registrationID
-            platform = entry.platform.name
-            handle = entry.handle
-            headers = Dictionary(entry.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first })
-            payload = String(decoding: entry.payload, as: UTF8.self)
-            payloadBase64 = Data(entry.payload).base64EncodedString()
-            recordedAtUnixMs = entry.recordedAtUnixMs
-        }
-    }
-
-    var entries: [Entry]
+    var entries: [InboxEntryJSON]
 }

@@ -110,20 +110,9 @@ struct Inbox: AsyncParsableCommand {
             try await DispatchServiceClient(client).listInbox(ListInboxRequest(afterSequence: after, limit: limit)).entries
         }
         if json {
-            let objects: [[String: Any]] = entries.map { entry in
-                [
-                    "sequence": entry.sequence,
-                    "notificationId": entry.notificationID,
-                    "registrationId": entry.registrationID,
-                    "platform": entry.platform.name,
-                    "handle": entry.handle,
-                    "headers": Dictionary(entry.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { a, _ in a }),
-                    "payload": String(decoding: entry.payload, as: UTF8.self),
-                    "payloadBase64": Data(entry.payload).base64EncodedString(),
-                    "recordedAtUnixMs": entry.recordedAtUnixMs,
-                ]
-            }
-            let data = try JSONSerialization.data(withJSONObject: objects, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            let data = try encoder.encode(entries.map(InboxEntryJSON.init))
             print(String(decoding: data, as: UTF8.self))
         } else if entries.isEmpty {
             print("inbox is empty")
