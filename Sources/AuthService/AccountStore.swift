@@ -42,6 +42,7 @@ public final class AccountStore: Sendable {
                     CREATE INDEX token_expires ON token(expires_at);
                     """)
         }
+        HubStore.migrate(&migrator)
         return migrator
     }
 

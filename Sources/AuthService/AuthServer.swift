@@ -7,26 +7,36 @@ public import HeraldService
 /// The RPC handlers of herald-auth.
 public struct AuthHandlers: AuthServiceHandler {
     public let authenticator: Authenticator
+    /// Hubs, their keys and the Herald users' grants.
+    public let hubs: HubStore
+    public let sas: SASVerifier
     /// `test-mode`: whether ResetForTests may run.
     public let testMode: Bool
     /// Created again after each ResetForTests.
     public let testUser: (name: String, password: String)?
 
-    public init(authenticator: Authenticator, testMode: Bool = false, testUser: (name: String, password: String)? = nil) {
+    public init(
+        authenticator: Authenticator, hubs: HubStore, testMode: Bool = false, testUser: (name: String, password: String)? = nil
+    ) {
         self.authenticator = authenticator
+        self.hubs = hubs
+        self.sas = SASVerifier(hubs: hubs)
         self.testMode = testMode
         self.testUser = testUser
     }
 
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
         try TestMode.require(testMode, service: .auth)
-        let deleted = try authenticator.deleteEverything()
+        let deleted = try authenticator.deleteEverything() + hubs.deleteEverything()
+        sas.throttle.forgetAll()
         if let testUser { try await authenticator.ensureUser(testUser.name, password: testUser.password) }
         return ResetForTestsResponse(deleted: deleted)
     }
 
     public func authenticate(_ request: AuthenticateRequest, context: RPCContext) async throws -> AuthenticateResponse {
-        try await authenticator.authenticate(request.authorization)
+        var answer = try await authenticator.authenticate(request.authorization)
+        answer.rights = try hubs.rights(hub: Names.hub(request.hub), user: answer.user).names
+        return answer
     }
 
     public func issueToken(_ request: IssueTokenRequest, context: RPCContext) async throws -> IssueTokenResponse {
@@ -70,6 +80,72 @@ public struct AuthHandlers: AuthServiceHandler {
     public func userExists(_ request: UserExistsRequest, context: RPCContext) async throws -> UserExistsResponse {
         UserExistsResponse(exists: try authenticator.userExists(request.user))
     }
+
+    // MARK: hubs
+
+    public func createHub(_ request: CreateHubRequest, context: RPCContext) async throws -> Hub {
+        let hub = try hubs.createHub(request.name)
+        context.logger.notice("hub created", metadata: ["herald.hub": "\(request.name)"])
+        return hub
+    }
+
+    public func listHubs(_ request: ListHubsRequest, context: RPCContext) async throws -> ListHubsResponse {
+        ListHubsResponse(hubs: try hubs.listHubs())
+    }
+
+    public func getHub(_ request: GetHubRequest, context: RPCContext) async throws -> Hub {
+        try hubs.hub(request.name)
+    }
+
+    public func deleteHub(_ request: DeleteHubRequest, context: RPCContext) async throws -> DeleteHubResponse {
+        try hubs.deleteHub(request.name)
+        context.logger.notice("hub deleted", metadata: ["herald.hub": "\(request.name)"])
+        return DeleteHubResponse()
+    }
+
+    public func listHubKeys(_ request: ListHubKeysRequest, context: RPCContext) async throws -> ListHubKeysResponse {
+        ListHubKeysResponse(keys: try hubs.keys(of: request.hub))
+    }
+
+    public func setHubKey(_ request: SetHubKeyRequest, context: RPCContext) async throws -> HubKey {
+        let key = try hubs.setKey(hub: request.hub, name: request.name, rights: try HubRights(names: request.rights))
+        context.logger.notice(
+            "hub key set", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.rights": "\(key.rights)"])
+        return key
+    }
+
+    public func rotateHubKey(_ request: RotateHubKeyRequest, context: RPCContext) async throws -> HubKey {
+        let which = request.which.lowercased()
+        guard which == "primary" || which == "secondary" else {
+            throw ServiceError.invalidArgument("which must be primary or secondary")
+        }
+        let key = try hubs.rotateKey(hub: request.hub, name: request.name, secondary: which == "secondary")
+        context.logger.notice(
+            "hub key rotated", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.which": "\(which)"])
+        return key
+    }
+
+    public func revokeHubKey(_ request: RevokeHubKeyRequest, context: RPCContext) async throws -> RevokeHubKeyResponse {
+        try hubs.revokeKey(hub: request.hub, name: request.name)
+        context.logger.notice("hub key revoked", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)"])
+        return RevokeHubKeyResponse()
+    }
+
+    public func authorizeSas(_ request: AuthorizeSasRequest, context: RPCContext) async throws -> AuthorizeSasResponse {
+        try sas.authorize(hub: Names.hub(request.hub), header: request.authorization, resource: request.resource)
+    }
+
+    public func grantHubRights(_ request: GrantHubRightsRequest, context: RPCContext) async throws -> GrantHubRightsResponse {
+        let rights = try HubRights(names: request.rights)
+        guard try authenticator.store.userExists(request.user) || authenticator.mode == .tutorial else {
+            throw ServiceError.notFound("user \(request.user) not found")
+        }
+        try hubs.grant(hub: request.hub, user: request.user, rights: rights)
+        context.logger.notice(
+            "hub rights granted",
+            metadata: ["herald.hub": "\(request.hub)", "herald.user": "\(request.user)", "herald.rights": "\(rights.names)"])
+        return GrantHubRightsResponse(rights: rights.names)
+    }
 }
 
 /// herald-auth's start-up.
@@ -100,7 +176,9 @@ public enum AuthServer {
                 "test-mode: test-user is ready; never run a test stack in production", metadata: ["herald.user": "\(testUser.name)"])
         }
         var table = MethodTable()
-        AuthHandlers(authenticator: authenticator, testMode: context.config.testMode, testUser: config.testUser).register(into: &table)
+        AuthHandlers(
+            authenticator: authenticator, hubs: try HubStore(db: pool), testMode: context.config.testMode, testUser: config.testUser
+        ).register(into: &table)
         let purge = Periodic("token purge", every: .seconds(3600), logger: context.logger) {
             let purged = try store.purgeTokens()
             if purged > 0 { context.logger.info("purged expired tokens", metadata: ["herald.count": "\(purged)"]) }

@@ -30,8 +30,8 @@ public final class Dispatcher: Sendable {
     }
 
     public func send(_ request: SendRequest, context: RPCContext) async throws -> Outcome {
-        guard request.targetUser.isEmpty != request.targetTag.isEmpty else {
-            throw ServiceError.invalidArgument("set exactly one of target_user and target_tag")
+        guard [!request.targetUser.isEmpty, !request.targetTag.isEmpty, request.broadcast].filter({ $0 }).count == 1 else {
+            throw ServiceError.invalidArgument("set exactly one of target_user, target_tag and broadcast")
         }
         guard !request.payloads.isEmpty else { throw ServiceError.invalidArgument("at least one payload is required") }
         let sentAt = unixMillis()
@@ -43,6 +43,10 @@ public final class Dispatcher: Sendable {
             prepared[payload.platform] = try PlatformRules.prepare(payload, sentAt: sentAt)
         }
         let tag = request.targetUser.isEmpty ? request.targetTag : "username:\(request.targetUser)"
+        if !request.targetTag.isEmpty {
+            // Refused here, before anything is read, with the position of the error.
+            do { _ = try TagExpression(request.targetTag) } catch { throw ServiceError.invalidArgument("target_tag: \(error)") }
+        }
         let id = Self.newNotificationID()
         var logger = context.logger
         logger[metadataKey: "herald.notification_id"] = "\(id)"
@@ -51,7 +55,7 @@ public final class Dispatcher: Sendable {
         let targets = Mutex<[Outbox.Target]>([])
         let onlyPlatform = prepared.count == 1 ? prepared.keys.first! : Platform.unspecified
         try await registrations.streamAudience(
-            StreamAudienceRequest(tag: tag, platform: onlyPlatform),
+            StreamAudienceRequest(tag: tag, platform: onlyPlatform, hub: request.hub, broadcast: request.broadcast),
             requestID: context.requestID,
             timeout: audienceTimeout
         ) { [prepared] batch in

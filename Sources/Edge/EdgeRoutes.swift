@@ -74,6 +74,7 @@ public struct EdgeRoutes: Sendable {
         }
         addV1Routes(to: router)
         addTestRoutes(to: router)
+        addNotificationHubsRoutes(to: router)
     }
 
     /// `GET /readyz`: 200 when every service the edge calls answers SERVING on grpc.health.v1,

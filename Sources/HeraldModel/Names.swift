@@ -16,6 +16,30 @@ public enum Names {
 
     public static let userNameRule = "1 to 64 characters of A-Z a-z 0-9 _ @ # . -"
 
+    /// The hub of the tutorial's routes, `/v1` and every call that names none. Always exists.
+    public static let defaultHub = "default"
+
+    /// First path segments the edge serves itself, so no hub may take them.
+    public static let reservedHubNames: Set<String> = ["api", "v1", "healthz", "readyz", "metrics", "openapi.json", "console"]
+
+    public static let hubNameRule = "1 to 50 characters of a-z A-Z 0-9 . - _, starting and ending with a letter or digit"
+
+    /// A hub name: the first segment of NH's paths (`/{hub}/installations/…`), so URL-safe without
+    /// escaping; ``hubNameRule``. Reserved names are refused separately (``reservedHubNames``).
+    public static func isValidHubName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard (1...50).contains(bytes.count), let first = bytes.first, let last = bytes.last else { return false }
+        func alnum(_ b: UInt8) -> Bool {
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(b)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b)
+        }
+        return alnum(first) && alnum(last)
+            && bytes.allSatisfy { alnum($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
+    }
+
+    /// The hub a request names, `default` when it names none.
+    public static func hub(_ name: String) -> String { name.isEmpty ? defaultHub : name }
+
     /// A positive integer written the one canonical way: ASCII digits only, no sign, no leading
     /// zero, no more than fits an `Int64`. `nil` for anything else (`+120`, `0120`, `1e3`, ` 7`),
     /// so one id has one spelling and nothing downstream sees a number it did not expect.

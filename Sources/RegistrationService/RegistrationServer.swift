@@ -76,17 +76,115 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public func streamAudience(
         _ request: StreamAudienceRequest, context: RPCContext, responses: ResponseStream<AudienceBatch>
     ) async throws {
-        guard !request.tag.isEmpty else { throw ServiceError.invalidArgument("tag is required") }
+        let hub = Names.hub(request.hub)
+        let expression: TagExpression?
+        if request.broadcast {
+            guard request.tag.isEmpty else { throw ServiceError.invalidArgument("a broadcast names no tag") }
+            expression = nil
+        } else {
+            guard !request.tag.isEmpty else { throw ServiceError.invalidArgument("tag is required") }
+            expression = try Self.expression(request.tag)
+        }
         var after = ""
         while true {
             try Task.checkCancellation()
-            let page = try store.audience(
-                tag: request.tag, platform: request.platform, after: after, limit: Self.audienceBatchSize)
+            let page =
+                if let expression {
+                    try store.audience(
+                        expression: expression, platform: request.platform, hub: hub, after: after, limit: Self.audienceBatchSize)
+                } else {
+                    try store.audience(broadcast: hub, platform: request.platform, after: after, limit: Self.audienceBatchSize)
+                }
             guard let last = page.last else { return }
             try await responses.send(AudienceBatch(registrations: page))
             if page.count < Self.audienceBatchSize { return }
             after = last.registrationID
         }
+    }
+
+    /// A tag expression, or INVALID_ARGUMENT naming the position of the error.
+    static func expression(_ text: String) throws -> TagExpression {
+        do {
+            return try TagExpression(text)
+        } catch {
+            throw ServiceError.invalidArgument("tag expression: \(error)")
+        }
+    }
+
+    // MARK: installations
+
+    public func putInstallation(_ request: PutInstallationRequest, context: RPCContext) async throws -> InstallationResponse {
+        let installation = try Installation.parse(request.json, id: request.installationID, hosts: hosts)
+        return InstallationResponse(json: try store.putInstallation(hub: Names.hub(request.hub), installation).json())
+    }
+
+    public func patchInstallation(_ request: PatchInstallationRequest, context: RPCContext) async throws -> InstallationResponse {
+        try Installation.validateID(request.installationID)
+        let installation = try store.patchInstallation(hub: Names.hub(request.hub), id: request.installationID) { installation in
+            try installation.apply(patch: request.patch, hosts: hosts)
+        }
+        return InstallationResponse(json: try installation.json())
+    }
+
+    public func getInstallation(_ request: GetInstallationRequest, context: RPCContext) async throws -> InstallationResponse {
+        try Installation.validateID(request.installationID)
+        guard let installation = try store.installation(hub: Names.hub(request.hub), id: request.installationID) else {
+            throw ServiceError.notFound("Installation not found.")
+        }
+        return InstallationResponse(json: try installation.json())
+    }
+
+    public func deleteInstallation(
+        _ request: DeleteInstallationRequest, context: RPCContext
+    ) async throws -> DeleteInstallationResponse {
+        try Installation.validateID(request.installationID)
+        return DeleteInstallationResponse(deleted: try store.deleteInstallation(hub: Names.hub(request.hub), id: request.installationID))
+    }
+
+    public func listInstallations(
+        _ request: ListInstallationsRequest, context: RPCContext
+    ) async throws -> ListInstallationsResponse {
+        guard (0...1000).contains(request.limit) else { throw ServiceError.invalidArgument("limit must be 1 to 1000") }
+        let limit = request.limit == 0 ? 100 : Int(request.limit)
+        var after = ""
+        if !request.continuationToken.isEmpty {
+            guard let decoded = Self.base64URLDecode(request.continuationToken) else {
+                throw ServiceError.invalidArgument("continuationToken is not one this service gave")
+            }
+            after = decoded
+        }
+        let page = try store.listInstallations(
+            hub: Names.hub(request.hub), expression: request.tag.isEmpty ? nil : try Self.expression(request.tag),
+            userID: request.userID.isEmpty ? nil : request.userID, platform: request.platform, after: after, limit: limit + 1)
+        let more = page.count > limit
+        let shown = page.prefix(limit)
+        return ListInstallationsResponse(
+            installations: try shown.map { try $0.json() },
+            continuationToken: more ? Self.base64URLEncode(shown.last?.installationID ?? "") : "")
+    }
+
+    public func exportDevices(
+        _ request: ExportDevicesRequest, context: RPCContext, responses: ResponseStream<ExportBatch>
+    ) async throws {
+        var after = ""
+        while true {
+            try Task.checkCancellation()
+            let page = try store.exportPage(hub: Names.hub(request.hub), after: after, limit: Self.audienceBatchSize)
+            if page.count > 0 { try await responses.send(ExportBatch(ndjson: page.lines)) }
+            guard page.count == Self.audienceBatchSize, let last = page.last else { return }
+            after = last
+        }
+    }
+
+    static func base64URLEncode(_ text: String) -> String {
+        Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    static func base64URLDecode(_ token: String) -> String? {
+        var text = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while text.count % 4 != 0 { text += "=" }
+        return Data(base64Encoded: text).flatMap { String(data: $0, encoding: .utf8) }
     }
 
     private static func requireOwner(_ owner: String) throws {

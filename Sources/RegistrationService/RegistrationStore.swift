@@ -11,11 +11,11 @@ import HeraldService
 /// Takes any GRDB `DatabaseWriter`: the service passes a WAL `DatabasePool` on its own file, tests
 /// may pass an in-memory `DatabaseQueue`.
 public final class RegistrationStore: Sendable {
-    private let db: any DatabaseWriter
+    let db: any DatabaseWriter
     /// How long an id from POST api/register waits for its first PUT before it is gone (410), in ms.
     private let pendingTTL: Int64
     /// Unix epoch milliseconds; injected by tests that check expiry without waiting.
-    private let now: @Sendable () -> Int64
+    let now: @Sendable () -> Int64
 
     public init(
         db: any DatabaseWriter, pendingTTL: Duration = .seconds(24 * 3600), now: @escaping @Sendable () -> Int64 = unixMillis
@@ -52,6 +52,21 @@ public final class RegistrationStore: Sendable {
             // RemoveHandle looks registrations up by handle alone.
             try db.execute(sql: "CREATE INDEX registration_handle ON registration(handle)")
         }
+        migrator.registerMigration("v3-hubs-installations") { db in
+            // Hubs (issue 15): every device belongs to one; the tutorial's to "default". An NH
+            // installation is a registration row too ("i-…" id, no owner), so audiences see both
+            // alike; its NH JSON is kept whole in `document` (templates, push variables).
+            try db.execute(
+                sql: """
+                    ALTER TABLE registration ADD COLUMN hub TEXT NOT NULL DEFAULT 'default';
+                    ALTER TABLE registration ADD COLUMN installation_id TEXT;
+                    ALTER TABLE registration ADD COLUMN user_id TEXT;
+                    ALTER TABLE registration ADD COLUMN document BLOB;
+                    ALTER TABLE registration ADD COLUMN expired INTEGER NOT NULL DEFAULT 0;
+                    CREATE UNIQUE INDEX registration_installation ON registration(hub, installation_id)
+                        WHERE installation_id IS NOT NULL;
+                    """)
+        }
         return migrator
     }
 
@@ -62,12 +77,22 @@ public final class RegistrationStore: Sendable {
         try TestMode.deleteAll(["registration_tag", "registration"], in: db)
     }
 
+    /// Installations are kept and marked `pushChannelExpired` (NH's behaviour; sends skip them until
+    /// the channel changes); tutorial registrations are deleted, so the app's next PUT gets 410.
     public func removeHandle(platform: Platform, handle: String, invalidSince: Int64) throws -> Int {
         try db.write { db in
             try db.execute(
-                sql: "DELETE FROM registration WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?)",
+                sql: """
+                    UPDATE registration SET expired = 1
+                    WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?) AND installation_id IS NOT NULL AND expired = 0
+                    """,
                 arguments: [handle, platform.rawValue, invalidSince, invalidSince])
-            return db.changesCount
+            let expired = db.changesCount
+            try db.execute(
+                sql:
+                    "DELETE FROM registration WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?) AND installation_id IS NULL",
+                arguments: [handle, platform.rawValue, invalidSince, invalidSince])
+            return expired + db.changesCount
         }
     }
 
@@ -159,8 +184,15 @@ public final class RegistrationStore: Sendable {
 
     /// One page of an audience: complete registrations carrying `tag` with an id after `after`,
     /// ordered by id (keyset paging over the (tag, registration_id) primary key).
-    public func audience(tag: String, platform: Platform, after: String, limit: Int) throws -> [Registration] {
-        try audiencePage(driver: tag, condition: nil, platform: platform, after: after, limit: limit)
+    public func audience(tag: String, platform: Platform, hub: String = Names.defaultHub, after: String, limit: Int) throws
+        -> [Registration]
+    {
+        try audiencePage(driver: tag, condition: nil, platform: platform, hub: hub, after: after, limit: limit)
+    }
+
+    /// One page of every device of a hub (a broadcast).
+    public func audience(broadcast hub: String, platform: Platform, after: String, limit: Int) throws -> [Registration] {
+        try audiencePage(driver: nil, condition: nil, platform: platform, hub: hub, after: after, limit: limit)
     }
 
     /// One page of the registrations matching a tag expression, by increasing id after `after`,
@@ -168,35 +200,37 @@ public final class RegistrationStore: Sendable {
     /// has a one-tag ``TagExpression/cover`` (`a`, `a && !b`, `a && (b || c)`) the page is read
     /// from that tag's index entries as ``audience(tag:platform:after:limit:)`` does; otherwise
     /// (`a || b`, `!a`) every registration after `after` is tested, each tag an index look-up.
-    public func audience(expression: TagExpression, platform: Platform, after: String, limit: Int) throws -> [Registration] {
+    public func audience(
+        expression: TagExpression, platform: Platform, hub: String = Names.defaultHub, after: String, limit: Int
+    ) throws -> [Registration] {
         if case .tag(let tag) = expression.root {
-            return try audience(tag: tag, platform: platform, after: after, limit: limit)
+            return try audience(tag: tag, platform: platform, hub: hub, after: after, limit: limit)
         }
         let cover = expression.cover
         return try audiencePage(
-            driver: cover?.count == 1 ? cover?.first : nil, condition: Self.sql(expression.root), platform: platform, after: after,
-            limit: limit)
+            driver: cover?.count == 1 ? cover?.first : nil, condition: Self.sql(expression.root), platform: platform, hub: hub,
+            after: after, limit: limit)
     }
 
     /// The one audience query: registrations after `after` by id, read from `driver`'s entries in
     /// the (tag, registration_id) key when given (its own order: no sort), else from every
     /// registration, and filtered by `condition` (SQL on `r.id` and its arguments) when given.
     private func audiencePage(
-        driver: String?, condition: (sql: String, arguments: [String])?, platform: Platform, after: String, limit: Int
+        driver: String?, condition: (sql: String, arguments: [String])?, platform: Platform, hub: String, after: String, limit: Int
     ) throws -> [Registration] {
-        var sql = "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at "
+        var sql = "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.hub, r.installation_id "
         var arguments = StatementArguments()
         let order: String
         if let driver {
             sql += """
                 FROM registration_tag d JOIN registration r ON r.id = d.registration_id
-                WHERE d.tag = ? AND d.registration_id > ? AND r.platform != 0
+                WHERE d.tag = ? AND d.registration_id > ? AND r.platform != 0 AND r.hub = ? AND r.expired = 0
                 """
-            arguments += [driver, after]
+            arguments += [driver, after, hub]
             order = "d.registration_id"
         } else {
-            sql += "FROM registration r WHERE r.id > ? AND r.platform != 0"
-            arguments += [after]
+            sql += "FROM registration r WHERE r.id > ? AND r.platform != 0 AND r.hub = ? AND r.expired = 0"
+            arguments += [after, hub]
             order = "r.id"
         }
         if platform.rawValue != 0 {
@@ -232,7 +266,8 @@ public final class RegistrationStore: Sendable {
     private static func registration(_ row: Row) -> Registration {
         Registration(
             registrationID: row["id"], owner: row["owner"], platform: Platform(rawValue: row["platform"]),
-            handle: row["handle"], tags: [], updatedAtUnixMs: row["updated_at"])
+            handle: row["handle"], tags: [], updatedAtUnixMs: row["updated_at"], hub: row["hub"] ?? Names.defaultHub,
+            installationID: row["installation_id"] ?? "")
     }
 
     /// "r-" and 24 base-32 characters: 120 random bits, unguessable.

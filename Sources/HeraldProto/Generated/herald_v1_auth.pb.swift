@@ -7,13 +7,17 @@ public import GRPCCore
 public struct AuthenticateRequest: HeraldMessage {
     /// The raw Authorization header value, e.g. "Basic YWxpY2U6YWxpY2U=". Never logged.
     public var authorization: String
+    /// The hub whose rights to answer; empty means "default".
+    public var hub: String
 
-    public init(authorization: String = "") {
+    public init(authorization: String = "", hub: String = "") {
         self.authorization = authorization
+        self.hub = hub
     }
 
     public init() {
         self.authorization = ""
+        self.hub = ""
     }
 
     public static let protoName = "herald.v1.AuthenticateRequest"
@@ -33,12 +37,14 @@ extension AuthenticateRequest: CBacked {
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.authorization = CBridge.string(m.authorization)
+        self.hub = CBridge.string(m.hub)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
         let p = arena.allocate(CType.self)
         herald__v1__authenticate_request__init(p)
         p.pointee.authorization = try arena.string(self.authorization, field: "herald.v1.AuthenticateRequest.authorization")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.AuthenticateRequest.hub")
         return p
     }
 
@@ -58,15 +64,20 @@ public struct AuthenticateResponse: HeraldMessage {
     public var user: String
     /// The scheme that authenticated the caller, lower case: "basic" or "bearer".
     public var scheme: String
+    /// The user's rights on `hub` of the request ("Listen", "Send", "Manage"), as granted by
+    /// GrantHubRights. Empty when none.
+    public var rights: [String]
 
-    public init(user: String = "", scheme: String = "") {
+    public init(user: String = "", scheme: String = "", rights: [String] = []) {
         self.user = user
         self.scheme = scheme
+        self.rights = rights
     }
 
     public init() {
         self.user = ""
         self.scheme = ""
+        self.rights = []
     }
 
     public static let protoName = "herald.v1.AuthenticateResponse"
@@ -87,6 +98,7 @@ extension AuthenticateResponse: CBacked {
         let m = pointer.pointee
         self.user = CBridge.string(m.user)
         self.scheme = CBridge.string(m.scheme)
+        self.rights = CBridge.strings(m.n_rights, m.rights)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -94,6 +106,8 @@ extension AuthenticateResponse: CBacked {
         herald__v1__authenticate_response__init(p)
         p.pointee.user = try arena.string(self.user, field: "herald.v1.AuthenticateResponse.user")
         p.pointee.scheme = try arena.string(self.scheme, field: "herald.v1.AuthenticateResponse.scheme")
+        p.pointee.n_rights = self.rights.count
+        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.AuthenticateResponse.rights")
         return p
     }
 
@@ -849,6 +863,946 @@ extension UserExistsResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__user_exists_response__free_unpacked(p, nil) }
 }
 
+/// Request of CreateHub.
+public struct CreateHubRequest: HeraldMessage {
+    public var name: String
+
+    public init(name: String = "") {
+        self.name = name
+    }
+
+    public init() {
+        self.name = ""
+    }
+
+    public static let protoName = "herald.v1.CreateHubRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension CreateHubRequest: CBacked {
+    typealias CType = Herald__V1__CreateHubRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.name = CBridge.string(m.name)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__create_hub_request__init(p)
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.CreateHubRequest.name")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__create_hub_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__create_hub_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__create_hub_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__create_hub_request__free_unpacked(p, nil) }
+}
+
+/// A hub, as ListHubs and GetHub show it: key secrets are left empty.
+public struct Hub: HeraldMessage {
+    public var name: String
+    public var createdAtUnixMs: Int64
+    public var keys: [HubKey]
+
+    public init(name: String = "", createdAtUnixMs: Int64 = 0, keys: [HubKey] = []) {
+        self.name = name
+        self.createdAtUnixMs = createdAtUnixMs
+        self.keys = keys
+    }
+
+    public init() {
+        self.name = ""
+        self.createdAtUnixMs = 0
+        self.keys = []
+    }
+
+    public static let protoName = "herald.v1.Hub"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension Hub: CBacked {
+    typealias CType = Herald__V1__Hub
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.name = CBridge.string(m.name)
+        self.createdAtUnixMs = m.created_at_unix_ms
+        self.keys = (0..<m.n_keys).map { HubKey(_c: m.keys[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub__init(p)
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.Hub.name")
+        p.pointee.created_at_unix_ms = self.createdAtUnixMs
+        p.pointee.n_keys = self.keys.count
+        p.pointee.keys = arena.array(try self.keys.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub__free_unpacked(p, nil) }
+}
+
+/// A shared access rule of a hub, as Notification Hubs names them.
+public struct HubKey: HeraldMessage {
+    /// 1 to 256 characters of a-z A-Z 0-9 . - _
+    public var name: String
+    /// Any of "Listen", "Send", "Manage" (Manage implies the others in NH; Herald stores what is given
+    /// and adds Listen and Send to Manage).
+    public var rights: [String]
+    /// 44-character base64 secrets (256 random bits), used as written (not decoded) as HMAC keys.
+    /// Empty except in ListHubKeys, SetHubKey and RotateHubKey answers.
+    public var primaryKey: String
+    public var secondaryKey: String
+    public var createdAtUnixMs: Int64
+
+    public init(name: String = "", rights: [String] = [], primaryKey: String = "", secondaryKey: String = "", createdAtUnixMs: Int64 = 0) {
+        self.name = name
+        self.rights = rights
+        self.primaryKey = primaryKey
+        self.secondaryKey = secondaryKey
+        self.createdAtUnixMs = createdAtUnixMs
+    }
+
+    public init() {
+        self.name = ""
+        self.rights = []
+        self.primaryKey = ""
+        self.secondaryKey = ""
+        self.createdAtUnixMs = 0
+    }
+
+    public static let protoName = "herald.v1.HubKey"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension HubKey: CBacked {
+    typealias CType = Herald__V1__HubKey
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.name = CBridge.string(m.name)
+        self.rights = CBridge.strings(m.n_rights, m.rights)
+        self.primaryKey = CBridge.string(m.primary_key)
+        self.secondaryKey = CBridge.string(m.secondary_key)
+        self.createdAtUnixMs = m.created_at_unix_ms
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub_key__init(p)
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.HubKey.name")
+        p.pointee.n_rights = self.rights.count
+        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.HubKey.rights")
+        p.pointee.primary_key = try arena.string(self.primaryKey, field: "herald.v1.HubKey.primary_key")
+        p.pointee.secondary_key = try arena.string(self.secondaryKey, field: "herald.v1.HubKey.secondary_key")
+        p.pointee.created_at_unix_ms = self.createdAtUnixMs
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub_key__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub_key__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub_key__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_key__free_unpacked(p, nil) }
+}
+
+/// Request of ListHubs.
+public struct ListHubsRequest: HeraldMessage {
+    public init() {}
+
+    public static let protoName = "herald.v1.ListHubsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListHubsRequest: CBacked {
+    typealias CType = Herald__V1__ListHubsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        _ = pointer
+        self.init()
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_hubs_request__init(p)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_hubs_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_hubs_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_hubs_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_hubs_request__free_unpacked(p, nil) }
+}
+
+/// Answer of ListHubs.
+public struct ListHubsResponse: HeraldMessage {
+    public var hubs: [Hub]
+
+    public init(hubs: [Hub] = []) {
+        self.hubs = hubs
+    }
+
+    public init() {
+        self.hubs = []
+    }
+
+    public static let protoName = "herald.v1.ListHubsResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListHubsResponse: CBacked {
+    typealias CType = Herald__V1__ListHubsResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hubs = (0..<m.n_hubs).map { Hub(_c: m.hubs[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_hubs_response__init(p)
+        p.pointee.n_hubs = self.hubs.count
+        p.pointee.hubs = arena.array(try self.hubs.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_hubs_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_hubs_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_hubs_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_hubs_response__free_unpacked(p, nil) }
+}
+
+/// Request of GetHub.
+public struct GetHubRequest: HeraldMessage {
+    public var name: String
+
+    public init(name: String = "") {
+        self.name = name
+    }
+
+    public init() {
+        self.name = ""
+    }
+
+    public static let protoName = "herald.v1.GetHubRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension GetHubRequest: CBacked {
+    typealias CType = Herald__V1__GetHubRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.name = CBridge.string(m.name)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__get_hub_request__init(p)
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.GetHubRequest.name")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__get_hub_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__get_hub_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__get_hub_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__get_hub_request__free_unpacked(p, nil) }
+}
+
+/// Request of DeleteHub.
+public struct DeleteHubRequest: HeraldMessage {
+    public var name: String
+
+    public init(name: String = "") {
+        self.name = name
+    }
+
+    public init() {
+        self.name = ""
+    }
+
+    public static let protoName = "herald.v1.DeleteHubRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteHubRequest: CBacked {
+    typealias CType = Herald__V1__DeleteHubRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.name = CBridge.string(m.name)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_hub_request__init(p)
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.DeleteHubRequest.name")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_hub_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_hub_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_hub_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_hub_request__free_unpacked(p, nil) }
+}
+
+/// Answer of DeleteHub.
+public struct DeleteHubResponse: HeraldMessage {
+    public init() {}
+
+    public static let protoName = "herald.v1.DeleteHubResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteHubResponse: CBacked {
+    typealias CType = Herald__V1__DeleteHubResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        _ = pointer
+        self.init()
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_hub_response__init(p)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_hub_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_hub_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_hub_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_hub_response__free_unpacked(p, nil) }
+}
+
+/// Request of ListHubKeys.
+public struct ListHubKeysRequest: HeraldMessage {
+    public var hub: String
+
+    public init(hub: String = "") {
+        self.hub = hub
+    }
+
+    public init() {
+        self.hub = ""
+    }
+
+    public static let protoName = "herald.v1.ListHubKeysRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListHubKeysRequest: CBacked {
+    typealias CType = Herald__V1__ListHubKeysRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_hub_keys_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ListHubKeysRequest.hub")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_hub_keys_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_hub_keys_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_hub_keys_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_hub_keys_request__free_unpacked(p, nil) }
+}
+
+/// Answer of ListHubKeys.
+public struct ListHubKeysResponse: HeraldMessage {
+    public var keys: [HubKey]
+
+    public init(keys: [HubKey] = []) {
+        self.keys = keys
+    }
+
+    public init() {
+        self.keys = []
+    }
+
+    public static let protoName = "herald.v1.ListHubKeysResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListHubKeysResponse: CBacked {
+    typealias CType = Herald__V1__ListHubKeysResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.keys = (0..<m.n_keys).map { HubKey(_c: m.keys[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_hub_keys_response__init(p)
+        p.pointee.n_keys = self.keys.count
+        p.pointee.keys = arena.array(try self.keys.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_hub_keys_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_hub_keys_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_hub_keys_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_hub_keys_response__free_unpacked(p, nil) }
+}
+
+/// Request of SetHubKey.
+public struct SetHubKeyRequest: HeraldMessage {
+    public var hub: String
+    public var name: String
+    /// At least one of "Listen", "Send", "Manage" (case-insensitive).
+    public var rights: [String]
+
+    public init(hub: String = "", name: String = "", rights: [String] = []) {
+        self.hub = hub
+        self.name = name
+        self.rights = rights
+    }
+
+    public init() {
+        self.hub = ""
+        self.name = ""
+        self.rights = []
+    }
+
+    public static let protoName = "herald.v1.SetHubKeyRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension SetHubKeyRequest: CBacked {
+    typealias CType = Herald__V1__SetHubKeyRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.name = CBridge.string(m.name)
+        self.rights = CBridge.strings(m.n_rights, m.rights)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__set_hub_key_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.SetHubKeyRequest.hub")
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.SetHubKeyRequest.name")
+        p.pointee.n_rights = self.rights.count
+        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.SetHubKeyRequest.rights")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__set_hub_key_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__set_hub_key_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__set_hub_key_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__set_hub_key_request__free_unpacked(p, nil) }
+}
+
+/// Request of RotateHubKey.
+public struct RotateHubKeyRequest: HeraldMessage {
+    public var hub: String
+    public var name: String
+    /// "primary" or "secondary".
+    public var which: String
+
+    public init(hub: String = "", name: String = "", which: String = "") {
+        self.hub = hub
+        self.name = name
+        self.which = which
+    }
+
+    public init() {
+        self.hub = ""
+        self.name = ""
+        self.which = ""
+    }
+
+    public static let protoName = "herald.v1.RotateHubKeyRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension RotateHubKeyRequest: CBacked {
+    typealias CType = Herald__V1__RotateHubKeyRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.name = CBridge.string(m.name)
+        self.which = CBridge.string(m.which)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__rotate_hub_key_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.RotateHubKeyRequest.hub")
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.RotateHubKeyRequest.name")
+        p.pointee.which = try arena.string(self.which, field: "herald.v1.RotateHubKeyRequest.which")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__rotate_hub_key_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__rotate_hub_key_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__rotate_hub_key_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__rotate_hub_key_request__free_unpacked(p, nil) }
+}
+
+/// Request of RevokeHubKey.
+public struct RevokeHubKeyRequest: HeraldMessage {
+    public var hub: String
+    public var name: String
+
+    public init(hub: String = "", name: String = "") {
+        self.hub = hub
+        self.name = name
+    }
+
+    public init() {
+        self.hub = ""
+        self.name = ""
+    }
+
+    public static let protoName = "herald.v1.RevokeHubKeyRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension RevokeHubKeyRequest: CBacked {
+    typealias CType = Herald__V1__RevokeHubKeyRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.name = CBridge.string(m.name)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__revoke_hub_key_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.RevokeHubKeyRequest.hub")
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.RevokeHubKeyRequest.name")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__revoke_hub_key_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__revoke_hub_key_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__revoke_hub_key_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__revoke_hub_key_request__free_unpacked(p, nil) }
+}
+
+/// Answer of RevokeHubKey.
+public struct RevokeHubKeyResponse: HeraldMessage {
+    public init() {}
+
+    public static let protoName = "herald.v1.RevokeHubKeyResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension RevokeHubKeyResponse: CBacked {
+    typealias CType = Herald__V1__RevokeHubKeyResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        _ = pointer
+        self.init()
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__revoke_hub_key_response__init(p)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__revoke_hub_key_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__revoke_hub_key_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__revoke_hub_key_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__revoke_hub_key_response__free_unpacked(p, nil) }
+}
+
+/// Request of AuthorizeSas.
+public struct AuthorizeSasRequest: HeraldMessage {
+    /// The hub named by the request path's first segment.
+    public var hub: String
+    /// The raw Authorization header: "SharedAccessSignature sr=…&sig=…&se=…&skn=…". Never logged.
+    public var authorization: String
+    /// The request URL the token must cover, as the edge received it: "host[:port]/path" (no scheme,
+    /// no query). The token's `sr`, decoded, lower-cased, without scheme, query or trailing "/", must
+    /// equal it or be a prefix of it ending at a "/".
+    public var resource: String
+
+    public init(hub: String = "", authorization: String = "", resource: String = "") {
+        self.hub = hub
+        self.authorization = authorization
+        self.resource = resource
+    }
+
+    public init() {
+        self.hub = ""
+        self.authorization = ""
+        self.resource = ""
+    }
+
+    public static let protoName = "herald.v1.AuthorizeSasRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension AuthorizeSasRequest: CBacked {
+    typealias CType = Herald__V1__AuthorizeSasRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.authorization = CBridge.string(m.authorization)
+        self.resource = CBridge.string(m.resource)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__authorize_sas_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.AuthorizeSasRequest.hub")
+        p.pointee.authorization = try arena.string(self.authorization, field: "herald.v1.AuthorizeSasRequest.authorization")
+        p.pointee.resource = try arena.string(self.resource, field: "herald.v1.AuthorizeSasRequest.resource")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__authorize_sas_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__authorize_sas_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__authorize_sas_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__authorize_sas_request__free_unpacked(p, nil) }
+}
+
+/// Answer of AuthorizeSas.
+public struct AuthorizeSasResponse: HeraldMessage {
+    /// The key (skn) that signed the token.
+    public var keyName: String
+    /// Its rights: "Listen", "Send", "Manage".
+    public var rights: [String]
+
+    public init(keyName: String = "", rights: [String] = []) {
+        self.keyName = keyName
+        self.rights = rights
+    }
+
+    public init() {
+        self.keyName = ""
+        self.rights = []
+    }
+
+    public static let protoName = "herald.v1.AuthorizeSasResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension AuthorizeSasResponse: CBacked {
+    typealias CType = Herald__V1__AuthorizeSasResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.keyName = CBridge.string(m.key_name)
+        self.rights = CBridge.strings(m.n_rights, m.rights)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__authorize_sas_response__init(p)
+        p.pointee.key_name = try arena.string(self.keyName, field: "herald.v1.AuthorizeSasResponse.key_name")
+        p.pointee.n_rights = self.rights.count
+        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.AuthorizeSasResponse.rights")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__authorize_sas_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__authorize_sas_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__authorize_sas_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__authorize_sas_response__free_unpacked(p, nil) }
+}
+
+/// Request of GrantHubRights.
+public struct GrantHubRightsRequest: HeraldMessage {
+    public var hub: String
+    public var user: String
+    /// "Listen", "Send", "Manage"; empty removes the grant.
+    public var rights: [String]
+
+    public init(hub: String = "", user: String = "", rights: [String] = []) {
+        self.hub = hub
+        self.user = user
+        self.rights = rights
+    }
+
+    public init() {
+        self.hub = ""
+        self.user = ""
+        self.rights = []
+    }
+
+    public static let protoName = "herald.v1.GrantHubRightsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension GrantHubRightsRequest: CBacked {
+    typealias CType = Herald__V1__GrantHubRightsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.user = CBridge.string(m.user)
+        self.rights = CBridge.strings(m.n_rights, m.rights)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__grant_hub_rights_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.GrantHubRightsRequest.hub")
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.GrantHubRightsRequest.user")
+        p.pointee.n_rights = self.rights.count
+        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.GrantHubRightsRequest.rights")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__grant_hub_rights_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__grant_hub_rights_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__grant_hub_rights_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__grant_hub_rights_request__free_unpacked(p, nil) }
+}
+
+/// Answer of GrantHubRights.
+public struct GrantHubRightsResponse: HeraldMessage {
+    public var rights: [String]
+
+    public init(rights: [String] = []) {
+        self.rights = rights
+    }
+
+    public init() {
+        self.rights = []
+    }
+
+    public static let protoName = "herald.v1.GrantHubRightsResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension GrantHubRightsResponse: CBacked {
+    typealias CType = Herald__V1__GrantHubRightsResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.rights = CBridge.strings(m.n_rights, m.rights)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__grant_hub_rights_response__init(p)
+        p.pointee.n_rights = self.rights.count
+        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.GrantHubRightsResponse.rights")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__grant_hub_rights_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__grant_hub_rights_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__grant_hub_rights_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__grant_hub_rights_response__free_unpacked(p, nil) }
+}
+
 /// Authenticates callers of the edge and manages users and tokens.
 /// Method descriptors of `herald.v1.AuthService`.
 public enum AuthServiceMethods {
@@ -885,7 +1839,39 @@ public enum AuthServiceMethods {
     /// lockouts and cached credentials are forgotten, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
+    /// Hubs: one per app, each with its own devices, keys and push credentials. The hub "default"
+    /// always exists; the tutorial's routes and /v1 use it.
+    /// Creates a hub with NH's two default keys (DefaultListenSharedAccessSignature: Listen;
+    /// DefaultFullSharedAccessSignature: Listen, Manage, Send). Errors: ALREADY_EXISTS;
+    /// INVALID_ARGUMENT for a bad name (1 to 50 characters of a-z A-Z 0-9 . - _, starting with a
+    /// letter or digit).
+    public static let createHub = UnaryMethod<CreateHubRequest, Hub>(service: serviceName, method: "CreateHub")
+    /// Every hub, by name, with its keys' names and rights (no secrets).
+    public static let listHubs = UnaryMethod<ListHubsRequest, ListHubsResponse>(service: serviceName, method: "ListHubs")
+    /// One hub with its keys' names and rights (no secrets). Errors: NOT_FOUND.
+    public static let getHub = UnaryMethod<GetHubRequest, Hub>(service: serviceName, method: "GetHub")
+    /// Deletes a hub and its keys and grants; the hub "default" cannot be deleted (FAILED_PRECONDITION).
+    /// Devices and credentials are the other services' (the CLI deletes them too). Errors: NOT_FOUND.
+    public static let deleteHub = UnaryMethod<DeleteHubRequest, DeleteHubResponse>(service: serviceName, method: "DeleteHub")
+    /// A hub's keys with their secrets, for the operator (`herald hubs keys NAME`). Errors: NOT_FOUND.
+    public static let listHubKeys = UnaryMethod<ListHubKeysRequest, ListHubKeysResponse>(service: serviceName, method: "ListHubKeys")
+    /// Creates a key (new random primary and secondary secrets) or changes an existing key's rights.
+    /// Errors: NOT_FOUND for the hub; INVALID_ARGUMENT for a bad key name or right.
+    public static let setHubKey = UnaryMethod<SetHubKeyRequest, HubKey>(service: serviceName, method: "SetHubKey")
+    /// Replaces the primary or the secondary secret of a key with a new random one; tokens signed
+    /// with the old secret stop working at once. Errors: NOT_FOUND.
+    public static let rotateHubKey = UnaryMethod<RotateHubKeyRequest, HubKey>(service: serviceName, method: "RotateHubKey")
+    /// Deletes a key: every token signed with it stops working. Errors: NOT_FOUND.
+    public static let revokeHubKey = UnaryMethod<RevokeHubKeyRequest, RevokeHubKeyResponse>(service: serviceName, method: "RevokeHubKey")
+    /// Checks a Notification Hubs SharedAccessSignature for a request to `hub` and answers the rights
+    /// of its key. Errors: UNAUTHENTICATED (unknown hub or key, bad signature, expired, wrong
+    /// audience; the message says which, in NH's words); RESOURCE_EXHAUSTED after repeated failures
+    /// for one key (the message ends "retry after <n> s").
+    public static let authorizeSas = UnaryMethod<AuthorizeSasRequest, AuthorizeSasResponse>(service: serviceName, method: "AuthorizeSas")
+    /// Sets the rights a Herald user holds on a hub (empty: none). Without Send a user may send only
+    /// to their own devices. Errors: NOT_FOUND for the hub or the user; INVALID_ARGUMENT.
+    public static let grantHubRights = UnaryMethod<GrantHubRightsRequest, GrantHubRightsResponse>(service: serviceName, method: "GrantHubRights")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, userExists.fullName, resetForTests.fullName]
+    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, userExists.fullName, resetForTests.fullName, createHub.fullName, listHubs.fullName, getHub.fullName, deleteHub.fullName, listHubKeys.fullName, setHubKey.fullName, rotateHubKey.fullName, revokeHubKey.fullName, authorizeSas.fullName, grantHubRights.fullName]
 }

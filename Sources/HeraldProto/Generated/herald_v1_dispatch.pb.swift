@@ -213,22 +213,30 @@ extension NativePayload: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__native_payload__free_unpacked(p, nil) }
 }
 
-/// Request of Send. Exactly one of target_user and target_tag is set.
+/// Request of Send. Exactly one of target_user, target_tag and broadcast is set.
 public struct SendRequest: HeraldMessage {
     /// Deliver to every device of this user (the tag "username:<user>").
     public var targetUser: String
-    /// Deliver to every device carrying this tag.
+    /// Deliver to every device matching this tag or tag expression: tags joined by && (and), || (or)
+    /// and ! (not) with parentheses; ! binds tightest, then &&, then ||. At most 20 tags when only ||
+    /// is used, else 6 (Notification Hubs' limits). INVALID_ARGUMENT names the position of an error.
     public var targetTag: String
     /// At most one payload per platform; devices on other platforms are skipped.
     public var payloads: [NativePayload]
     /// The authenticated sender, for audit and logs.
     public var sender: String
+    /// The hub whose devices and credentials to use; empty means "default".
+    public var hub: String
+    /// Deliver to every device of the hub; target_user and target_tag are then empty.
+    public var broadcast: Bool
 
-    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "") {
+    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false) {
         self.targetUser = targetUser
         self.targetTag = targetTag
         self.payloads = payloads
         self.sender = sender
+        self.hub = hub
+        self.broadcast = broadcast
     }
 
     public init() {
@@ -236,6 +244,8 @@ public struct SendRequest: HeraldMessage {
         self.targetTag = ""
         self.payloads = []
         self.sender = ""
+        self.hub = ""
+        self.broadcast = false
     }
 
     public static let protoName = "herald.v1.SendRequest"
@@ -258,6 +268,8 @@ extension SendRequest: CBacked {
         self.targetTag = CBridge.string(m.target_tag)
         self.payloads = (0..<m.n_payloads).map { NativePayload(_c: m.payloads[$0]!) }
         self.sender = CBridge.string(m.sender)
+        self.hub = CBridge.string(m.hub)
+        self.broadcast = m.broadcast != 0
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -268,6 +280,8 @@ extension SendRequest: CBacked {
         p.pointee.n_payloads = self.payloads.count
         p.pointee.payloads = arena.array(try self.payloads.map { Optional(try $0._toC(arena)) })
         p.pointee.sender = try arena.string(self.sender, field: "herald.v1.SendRequest.sender")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.SendRequest.hub")
+        p.pointee.broadcast = self.broadcast ? 1 : 0
         return p
     }
 

@@ -19,14 +19,20 @@ public struct Registration: HeraldMessage {
     public var tags: [String]
     /// Last change, Unix epoch milliseconds.
     public var updatedAtUnixMs: Int64
+    /// The hub the device belongs to; "default" for the tutorial's registrations.
+    public var hub: String
+    /// Set when the device is an NH installation.
+    public var installationID: String
 
-    public init(registrationID: String = "", owner: String = "", platform: Platform = Platform(rawValue: 0), handle: String = "", tags: [String] = [], updatedAtUnixMs: Int64 = 0) {
+    public init(registrationID: String = "", owner: String = "", platform: Platform = Platform(rawValue: 0), handle: String = "", tags: [String] = [], updatedAtUnixMs: Int64 = 0, hub: String = "", installationID: String = "") {
         self.registrationID = registrationID
         self.owner = owner
         self.platform = platform
         self.handle = handle
         self.tags = tags
         self.updatedAtUnixMs = updatedAtUnixMs
+        self.hub = hub
+        self.installationID = installationID
     }
 
     public init() {
@@ -36,6 +42,8 @@ public struct Registration: HeraldMessage {
         self.handle = ""
         self.tags = []
         self.updatedAtUnixMs = 0
+        self.hub = ""
+        self.installationID = ""
     }
 
     public static let protoName = "herald.v1.Registration"
@@ -60,6 +68,8 @@ extension Registration: CBacked {
         self.handle = CBridge.string(m.handle)
         self.tags = CBridge.strings(m.n_tags, m.tags)
         self.updatedAtUnixMs = m.updated_at_unix_ms
+        self.hub = CBridge.string(m.hub)
+        self.installationID = CBridge.string(m.installation_id)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -72,6 +82,8 @@ extension Registration: CBacked {
         p.pointee.n_tags = self.tags.count
         p.pointee.tags = try arena.strings(self.tags, field: "herald.v1.Registration.tags")
         p.pointee.updated_at_unix_ms = self.updatedAtUnixMs
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.Registration.hub")
+        p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.Registration.installation_id")
         return p
     }
 
@@ -508,19 +520,28 @@ extension ListRegistrationsResponse: CBacked {
 
 /// Request of StreamAudience.
 public struct StreamAudienceRequest: HeraldMessage {
-    /// The tag to resolve, e.g. "username:alice". Required.
+    /// A tag or a tag expression over tags ("a && (b || !c)", NH's grammar and limits) to resolve,
+    /// e.g. "username:alice". Required unless `broadcast`.
     public var tag: String
     /// Only this platform; PLATFORM_UNSPECIFIED means every platform.
     public var platform: Platform
+    /// The hub; empty means "default".
+    public var hub: String
+    /// Every device of the hub (tag must be empty).
+    public var broadcast: Bool
 
-    public init(tag: String = "", platform: Platform = Platform(rawValue: 0)) {
+    public init(tag: String = "", platform: Platform = Platform(rawValue: 0), hub: String = "", broadcast: Bool = false) {
         self.tag = tag
         self.platform = platform
+        self.hub = hub
+        self.broadcast = broadcast
     }
 
     public init() {
         self.tag = ""
         self.platform = Platform(rawValue: 0)
+        self.hub = ""
+        self.broadcast = false
     }
 
     public static let protoName = "herald.v1.StreamAudienceRequest"
@@ -541,6 +562,8 @@ extension StreamAudienceRequest: CBacked {
         let m = pointer.pointee
         self.tag = CBridge.string(m.tag)
         self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.hub = CBridge.string(m.hub)
+        self.broadcast = m.broadcast != 0
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -548,6 +571,8 @@ extension StreamAudienceRequest: CBacked {
         herald__v1__stream_audience_request__init(p)
         p.pointee.tag = try arena.string(self.tag, field: "herald.v1.StreamAudienceRequest.tag")
         p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.StreamAudienceRequest.hub")
+        p.pointee.broadcast = self.broadcast ? 1 : 0
         return p
     }
 
@@ -722,6 +747,560 @@ extension RemoveHandleResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__remove_handle_response__free_unpacked(p, nil) }
 }
 
+/// Request of PutInstallation.
+public struct PutInstallationRequest: HeraldMessage {
+    /// Empty means "default".
+    public var hub: String
+    /// Must equal the body's installationId.
+    public var installationID: String
+    /// NH's installation JSON.
+    public var json: [UInt8]
+
+    public init(hub: String = "", installationID: String = "", json: [UInt8] = []) {
+        self.hub = hub
+        self.installationID = installationID
+        self.json = json
+    }
+
+    public init() {
+        self.hub = ""
+        self.installationID = ""
+        self.json = []
+    }
+
+    public static let protoName = "herald.v1.PutInstallationRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension PutInstallationRequest: CBacked {
+    typealias CType = Herald__V1__PutInstallationRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.installationID = CBridge.string(m.installation_id)
+        self.json = CBridge.bytes(m.json)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__put_installation_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.PutInstallationRequest.hub")
+        p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.PutInstallationRequest.installation_id")
+        p.pointee.json = arena.binary(self.json)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__put_installation_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__put_installation_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__put_installation_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__put_installation_request__free_unpacked(p, nil) }
+}
+
+/// An installation as stored, NH's JSON with the read-only fields filled in (pushChannelExpired,
+/// expirationTime, lastUpdate) and without empty tags.
+public struct InstallationResponse: HeraldMessage {
+    public var json: [UInt8]
+
+    public init(json: [UInt8] = []) {
+        self.json = json
+    }
+
+    public init() {
+        self.json = []
+    }
+
+    public static let protoName = "herald.v1.InstallationResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension InstallationResponse: CBacked {
+    typealias CType = Herald__V1__InstallationResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.json = CBridge.bytes(m.json)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__installation_response__init(p)
+        p.pointee.json = arena.binary(self.json)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__installation_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__installation_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__installation_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__installation_response__free_unpacked(p, nil) }
+}
+
+/// Request of PatchInstallation.
+public struct PatchInstallationRequest: HeraldMessage {
+    public var hub: String
+    public var installationID: String
+    /// A JSON array of {"op","path","value"}; values may be strings or JSON.
+    public var patch: [UInt8]
+
+    public init(hub: String = "", installationID: String = "", patch: [UInt8] = []) {
+        self.hub = hub
+        self.installationID = installationID
+        self.patch = patch
+    }
+
+    public init() {
+        self.hub = ""
+        self.installationID = ""
+        self.patch = []
+    }
+
+    public static let protoName = "herald.v1.PatchInstallationRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension PatchInstallationRequest: CBacked {
+    typealias CType = Herald__V1__PatchInstallationRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.installationID = CBridge.string(m.installation_id)
+        self.patch = CBridge.bytes(m.patch)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__patch_installation_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.PatchInstallationRequest.hub")
+        p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.PatchInstallationRequest.installation_id")
+        p.pointee.patch = arena.binary(self.patch)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__patch_installation_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__patch_installation_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__patch_installation_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__patch_installation_request__free_unpacked(p, nil) }
+}
+
+/// Request of GetInstallation.
+public struct GetInstallationRequest: HeraldMessage {
+    public var hub: String
+    public var installationID: String
+
+    public init(hub: String = "", installationID: String = "") {
+        self.hub = hub
+        self.installationID = installationID
+    }
+
+    public init() {
+        self.hub = ""
+        self.installationID = ""
+    }
+
+    public static let protoName = "herald.v1.GetInstallationRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension GetInstallationRequest: CBacked {
+    typealias CType = Herald__V1__GetInstallationRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.installationID = CBridge.string(m.installation_id)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__get_installation_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.GetInstallationRequest.hub")
+        p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.GetInstallationRequest.installation_id")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__get_installation_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__get_installation_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__get_installation_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__get_installation_request__free_unpacked(p, nil) }
+}
+
+/// Request of DeleteInstallation.
+public struct DeleteInstallationRequest: HeraldMessage {
+    public var hub: String
+    public var installationID: String
+
+    public init(hub: String = "", installationID: String = "") {
+        self.hub = hub
+        self.installationID = installationID
+    }
+
+    public init() {
+        self.hub = ""
+        self.installationID = ""
+    }
+
+    public static let protoName = "herald.v1.DeleteInstallationRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteInstallationRequest: CBacked {
+    typealias CType = Herald__V1__DeleteInstallationRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.installationID = CBridge.string(m.installation_id)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_installation_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.DeleteInstallationRequest.hub")
+        p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.DeleteInstallationRequest.installation_id")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_installation_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_installation_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_installation_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_installation_request__free_unpacked(p, nil) }
+}
+
+/// Answer of DeleteInstallation.
+public struct DeleteInstallationResponse: HeraldMessage {
+    public var deleted: Bool
+
+    public init(deleted: Bool = false) {
+        self.deleted = deleted
+    }
+
+    public init() {
+        self.deleted = false
+    }
+
+    public static let protoName = "herald.v1.DeleteInstallationResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteInstallationResponse: CBacked {
+    typealias CType = Herald__V1__DeleteInstallationResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.deleted = m.deleted != 0
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_installation_response__init(p)
+        p.pointee.deleted = self.deleted ? 1 : 0
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_installation_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_installation_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_installation_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_installation_response__free_unpacked(p, nil) }
+}
+
+/// Request of ListInstallations.
+public struct ListInstallationsRequest: HeraldMessage {
+    public var hub: String
+    /// Only installations carrying this tag (or a tag expression).
+    public var tag: String
+    /// Only this user id.
+    public var userID: String
+    /// Only this platform.
+    public var platform: Platform
+    /// From a previous answer; empty for the first page.
+    public var continuationToken: String
+    /// 1 to 1000; 0 means 100.
+    public var limit: Int32
+
+    public init(hub: String = "", tag: String = "", userID: String = "", platform: Platform = Platform(rawValue: 0), continuationToken: String = "", limit: Int32 = 0) {
+        self.hub = hub
+        self.tag = tag
+        self.userID = userID
+        self.platform = platform
+        self.continuationToken = continuationToken
+        self.limit = limit
+    }
+
+    public init() {
+        self.hub = ""
+        self.tag = ""
+        self.userID = ""
+        self.platform = Platform(rawValue: 0)
+        self.continuationToken = ""
+        self.limit = 0
+    }
+
+    public static let protoName = "herald.v1.ListInstallationsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListInstallationsRequest: CBacked {
+    typealias CType = Herald__V1__ListInstallationsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.tag = CBridge.string(m.tag)
+        self.userID = CBridge.string(m.user_id)
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.continuationToken = CBridge.string(m.continuation_token)
+        self.limit = m.limit
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_installations_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ListInstallationsRequest.hub")
+        p.pointee.tag = try arena.string(self.tag, field: "herald.v1.ListInstallationsRequest.tag")
+        p.pointee.user_id = try arena.string(self.userID, field: "herald.v1.ListInstallationsRequest.user_id")
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.continuation_token = try arena.string(self.continuationToken, field: "herald.v1.ListInstallationsRequest.continuation_token")
+        p.pointee.limit = self.limit
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_installations_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_installations_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_installations_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_installations_request__free_unpacked(p, nil) }
+}
+
+/// Answer of ListInstallations.
+public struct ListInstallationsResponse: HeraldMessage {
+    /// One NH installation JSON per element.
+    public var installations: [[UInt8]]
+    /// Empty on the last page.
+    public var continuationToken: String
+
+    public init(installations: [[UInt8]] = [], continuationToken: String = "") {
+        self.installations = installations
+        self.continuationToken = continuationToken
+    }
+
+    public init() {
+        self.installations = []
+        self.continuationToken = ""
+    }
+
+    public static let protoName = "herald.v1.ListInstallationsResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListInstallationsResponse: CBacked {
+    typealias CType = Herald__V1__ListInstallationsResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.installations = (0..<m.n_installations).map { CBridge.bytes(m.installations[$0]) }
+        self.continuationToken = CBridge.string(m.continuation_token)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_installations_response__init(p)
+        p.pointee.n_installations = self.installations.count
+        p.pointee.installations = arena.array(self.installations.map { arena.binary($0) })
+        p.pointee.continuation_token = try arena.string(self.continuationToken, field: "herald.v1.ListInstallationsResponse.continuation_token")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_installations_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_installations_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_installations_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_installations_response__free_unpacked(p, nil) }
+}
+
+/// Request of ExportDevices.
+public struct ExportDevicesRequest: HeraldMessage {
+    public var hub: String
+
+    public init(hub: String = "") {
+        self.hub = hub
+    }
+
+    public init() {
+        self.hub = ""
+    }
+
+    public static let protoName = "herald.v1.ExportDevicesRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ExportDevicesRequest: CBacked {
+    typealias CType = Herald__V1__ExportDevicesRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__export_devices_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ExportDevicesRequest.hub")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__export_devices_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__export_devices_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__export_devices_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__export_devices_request__free_unpacked(p, nil) }
+}
+
+/// One batch of ExportDevices: each line one JSON object, {"kind":"installation",…} or
+/// {"kind":"registration",…}, newline-terminated.
+public struct ExportBatch: HeraldMessage {
+    public var ndjson: [UInt8]
+
+    public init(ndjson: [UInt8] = []) {
+        self.ndjson = ndjson
+    }
+
+    public init() {
+        self.ndjson = []
+    }
+
+    public static let protoName = "herald.v1.ExportBatch"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ExportBatch: CBacked {
+    typealias CType = Herald__V1__ExportBatch
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.ndjson = CBridge.bytes(m.ndjson)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__export_batch__init(p)
+        p.pointee.ndjson = arena.binary(self.ndjson)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__export_batch__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__export_batch__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__export_batch__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__export_batch__free_unpacked(p, nil) }
+}
+
 /// Every call a user makes is scoped to an owner (the authenticated user): one user can never see,
 /// change, claim or delete another user's registration; such an id behaves exactly like an unknown
 /// one. StreamAudience and RemoveHandle are herald-dispatch's, not a user's.
@@ -753,7 +1332,26 @@ public enum RegistrationServiceMethods {
     /// Deletes every registration and its tags, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
+    /// Notification Hubs installations, per hub. Installation bodies travel as NH's JSON (UTF-8), as
+    /// the edge receives them; herald-registration validates and normalises them. An installation is
+    /// also a registration (registration_id "i-…", no owner) carrying its tags, so sends and tag
+    /// expressions see both kinds of device alike.
+    /// Creates or replaces an installation; a GET right after returns it. Errors: INVALID_ARGUMENT
+    /// (the message names the field: id, platform, pushChannel, userId, tags, templates).
+    public static let putInstallation = UnaryMethod<PutInstallationRequest, InstallationResponse>(service: serviceName, method: "PutInstallation")
+    /// Applies NH's JSON-Patch subset (add, remove, replace on /pushChannel, /userId, /tags,
+    /// /tags/{tag}, /pushVariables…, /templates/{name}…). Errors: NOT_FOUND; INVALID_ARGUMENT.
+    public static let patchInstallation = UnaryMethod<PatchInstallationRequest, InstallationResponse>(service: serviceName, method: "PatchInstallation")
+    /// Errors: NOT_FOUND.
+    public static let getInstallation = UnaryMethod<GetInstallationRequest, InstallationResponse>(service: serviceName, method: "GetInstallation")
+    /// Deleting an absent installation succeeds (deleted = false), as NH answers 204 either way.
+    public static let deleteInstallation = UnaryMethod<DeleteInstallationRequest, DeleteInstallationResponse>(service: serviceName, method: "DeleteInstallation")
+    /// A page of a hub's installations, filtered by tag, user id and platform, in installation id
+    /// order; pass continuation_token back for the next page. Errors: INVALID_ARGUMENT.
+    public static let listInstallations = UnaryMethod<ListInstallationsRequest, ListInstallationsResponse>(service: serviceName, method: "ListInstallations")
+    /// Every registration and installation of a hub as NDJSON lines, in batches.
+    public static let exportDevices = ServerStreamingMethod<ExportDevicesRequest, ExportBatch>(service: serviceName, method: "ExportDevices")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName]
+    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName]
 }

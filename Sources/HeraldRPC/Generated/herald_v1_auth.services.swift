@@ -35,6 +35,38 @@ public protocol AuthServiceHandler: Sendable {
     /// lockouts and cached credentials are forgotten, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
+    /// Hubs: one per app, each with its own devices, keys and push credentials. The hub "default"
+    /// always exists; the tutorial's routes and /v1 use it.
+    /// Creates a hub with NH's two default keys (DefaultListenSharedAccessSignature: Listen;
+    /// DefaultFullSharedAccessSignature: Listen, Manage, Send). Errors: ALREADY_EXISTS;
+    /// INVALID_ARGUMENT for a bad name (1 to 50 characters of a-z A-Z 0-9 . - _, starting with a
+    /// letter or digit).
+    func createHub(_ request: CreateHubRequest, context: RPCContext) async throws -> Hub
+    /// Every hub, by name, with its keys' names and rights (no secrets).
+    func listHubs(_ request: ListHubsRequest, context: RPCContext) async throws -> ListHubsResponse
+    /// One hub with its keys' names and rights (no secrets). Errors: NOT_FOUND.
+    func getHub(_ request: GetHubRequest, context: RPCContext) async throws -> Hub
+    /// Deletes a hub and its keys and grants; the hub "default" cannot be deleted (FAILED_PRECONDITION).
+    /// Devices and credentials are the other services' (the CLI deletes them too). Errors: NOT_FOUND.
+    func deleteHub(_ request: DeleteHubRequest, context: RPCContext) async throws -> DeleteHubResponse
+    /// A hub's keys with their secrets, for the operator (`herald hubs keys NAME`). Errors: NOT_FOUND.
+    func listHubKeys(_ request: ListHubKeysRequest, context: RPCContext) async throws -> ListHubKeysResponse
+    /// Creates a key (new random primary and secondary secrets) or changes an existing key's rights.
+    /// Errors: NOT_FOUND for the hub; INVALID_ARGUMENT for a bad key name or right.
+    func setHubKey(_ request: SetHubKeyRequest, context: RPCContext) async throws -> HubKey
+    /// Replaces the primary or the secondary secret of a key with a new random one; tokens signed
+    /// with the old secret stop working at once. Errors: NOT_FOUND.
+    func rotateHubKey(_ request: RotateHubKeyRequest, context: RPCContext) async throws -> HubKey
+    /// Deletes a key: every token signed with it stops working. Errors: NOT_FOUND.
+    func revokeHubKey(_ request: RevokeHubKeyRequest, context: RPCContext) async throws -> RevokeHubKeyResponse
+    /// Checks a Notification Hubs SharedAccessSignature for a request to `hub` and answers the rights
+    /// of its key. Errors: UNAUTHENTICATED (unknown hub or key, bad signature, expired, wrong
+    /// audience; the message says which, in NH's words); RESOURCE_EXHAUSTED after repeated failures
+    /// for one key (the message ends "retry after <n> s").
+    func authorizeSas(_ request: AuthorizeSasRequest, context: RPCContext) async throws -> AuthorizeSasResponse
+    /// Sets the rights a Herald user holds on a hub (empty: none). Without Send a user may send only
+    /// to their own devices. Errors: NOT_FOUND for the hub or the user; INVALID_ARGUMENT.
+    func grantHubRights(_ request: GrantHubRightsRequest, context: RPCContext) async throws -> GrantHubRightsResponse
 }
 
 extension AuthServiceHandler {
@@ -69,6 +101,36 @@ extension AuthServiceHandler {
         }
         table.register(AuthServiceMethods.resetForTests) { request, context in
             try await self.resetForTests(request, context: context)
+        }
+        table.register(AuthServiceMethods.createHub) { request, context in
+            try await self.createHub(request, context: context)
+        }
+        table.register(AuthServiceMethods.listHubs) { request, context in
+            try await self.listHubs(request, context: context)
+        }
+        table.register(AuthServiceMethods.getHub) { request, context in
+            try await self.getHub(request, context: context)
+        }
+        table.register(AuthServiceMethods.deleteHub) { request, context in
+            try await self.deleteHub(request, context: context)
+        }
+        table.register(AuthServiceMethods.listHubKeys) { request, context in
+            try await self.listHubKeys(request, context: context)
+        }
+        table.register(AuthServiceMethods.setHubKey) { request, context in
+            try await self.setHubKey(request, context: context)
+        }
+        table.register(AuthServiceMethods.rotateHubKey) { request, context in
+            try await self.rotateHubKey(request, context: context)
+        }
+        table.register(AuthServiceMethods.revokeHubKey) { request, context in
+            try await self.revokeHubKey(request, context: context)
+        }
+        table.register(AuthServiceMethods.authorizeSas) { request, context in
+            try await self.authorizeSas(request, context: context)
+        }
+        table.register(AuthServiceMethods.grantHubRights) { request, context in
+            try await self.grantHubRights(request, context: context)
         }
     }
 }
@@ -105,6 +167,38 @@ public protocol AuthServiceClientProtocol: Sendable {
     /// lockouts and cached credentials are forgotten, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
+    /// Hubs: one per app, each with its own devices, keys and push credentials. The hub "default"
+    /// always exists; the tutorial's routes and /v1 use it.
+    /// Creates a hub with NH's two default keys (DefaultListenSharedAccessSignature: Listen;
+    /// DefaultFullSharedAccessSignature: Listen, Manage, Send). Errors: ALREADY_EXISTS;
+    /// INVALID_ARGUMENT for a bad name (1 to 50 characters of a-z A-Z 0-9 . - _, starting with a
+    /// letter or digit).
+    func createHub(_ request: CreateHubRequest, options: RPCCallOptions) async throws -> Hub
+    /// Every hub, by name, with its keys' names and rights (no secrets).
+    func listHubs(_ request: ListHubsRequest, options: RPCCallOptions) async throws -> ListHubsResponse
+    /// One hub with its keys' names and rights (no secrets). Errors: NOT_FOUND.
+    func getHub(_ request: GetHubRequest, options: RPCCallOptions) async throws -> Hub
+    /// Deletes a hub and its keys and grants; the hub "default" cannot be deleted (FAILED_PRECONDITION).
+    /// Devices and credentials are the other services' (the CLI deletes them too). Errors: NOT_FOUND.
+    func deleteHub(_ request: DeleteHubRequest, options: RPCCallOptions) async throws -> DeleteHubResponse
+    /// A hub's keys with their secrets, for the operator (`herald hubs keys NAME`). Errors: NOT_FOUND.
+    func listHubKeys(_ request: ListHubKeysRequest, options: RPCCallOptions) async throws -> ListHubKeysResponse
+    /// Creates a key (new random primary and secondary secrets) or changes an existing key's rights.
+    /// Errors: NOT_FOUND for the hub; INVALID_ARGUMENT for a bad key name or right.
+    func setHubKey(_ request: SetHubKeyRequest, options: RPCCallOptions) async throws -> HubKey
+    /// Replaces the primary or the secondary secret of a key with a new random one; tokens signed
+    /// with the old secret stop working at once. Errors: NOT_FOUND.
+    func rotateHubKey(_ request: RotateHubKeyRequest, options: RPCCallOptions) async throws -> HubKey
+    /// Deletes a key: every token signed with it stops working. Errors: NOT_FOUND.
+    func revokeHubKey(_ request: RevokeHubKeyRequest, options: RPCCallOptions) async throws -> RevokeHubKeyResponse
+    /// Checks a Notification Hubs SharedAccessSignature for a request to `hub` and answers the rights
+    /// of its key. Errors: UNAUTHENTICATED (unknown hub or key, bad signature, expired, wrong
+    /// audience; the message says which, in NH's words); RESOURCE_EXHAUSTED after repeated failures
+    /// for one key (the message ends "retry after <n> s").
+    func authorizeSas(_ request: AuthorizeSasRequest, options: RPCCallOptions) async throws -> AuthorizeSasResponse
+    /// Sets the rights a Herald user holds on a hub (empty: none). Without Send a user may send only
+    /// to their own devices. Errors: NOT_FOUND for the hub or the user; INVALID_ARGUMENT.
+    func grantHubRights(_ request: GrantHubRightsRequest, options: RPCCallOptions) async throws -> GrantHubRightsResponse
 }
 
 extension AuthServiceClientProtocol {
@@ -158,6 +252,56 @@ extension AuthServiceClientProtocol {
     ) async throws -> ResetForTestsResponse {
         try await resetForTests(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func createHub(
+        _ request: CreateHubRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> Hub {
+        try await createHub(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func listHubs(
+        _ request: ListHubsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ListHubsResponse {
+        try await listHubs(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func getHub(
+        _ request: GetHubRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> Hub {
+        try await getHub(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func deleteHub(
+        _ request: DeleteHubRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> DeleteHubResponse {
+        try await deleteHub(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func listHubKeys(
+        _ request: ListHubKeysRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ListHubKeysResponse {
+        try await listHubKeys(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func setHubKey(
+        _ request: SetHubKeyRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> HubKey {
+        try await setHubKey(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func rotateHubKey(
+        _ request: RotateHubKeyRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> HubKey {
+        try await rotateHubKey(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func revokeHubKey(
+        _ request: RevokeHubKeyRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> RevokeHubKeyResponse {
+        try await revokeHubKey(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func authorizeSas(
+        _ request: AuthorizeSasRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> AuthorizeSasResponse {
+        try await authorizeSas(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func grantHubRights(
+        _ request: GrantHubRightsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> GrantHubRightsResponse {
+        try await grantHubRights(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.AuthService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -207,5 +351,45 @@ public struct AuthServiceClient: AuthServiceClientProtocol {
 
     public func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {
         try await rpc.call(AuthServiceMethods.resetForTests, request, options: options)
+    }
+
+    public func createHub(_ request: CreateHubRequest, options: RPCCallOptions) async throws -> Hub {
+        try await rpc.call(AuthServiceMethods.createHub, request, options: options)
+    }
+
+    public func listHubs(_ request: ListHubsRequest, options: RPCCallOptions) async throws -> ListHubsResponse {
+        try await rpc.call(AuthServiceMethods.listHubs, request, options: options)
+    }
+
+    public func getHub(_ request: GetHubRequest, options: RPCCallOptions) async throws -> Hub {
+        try await rpc.call(AuthServiceMethods.getHub, request, options: options)
+    }
+
+    public func deleteHub(_ request: DeleteHubRequest, options: RPCCallOptions) async throws -> DeleteHubResponse {
+        try await rpc.call(AuthServiceMethods.deleteHub, request, options: options)
+    }
+
+    public func listHubKeys(_ request: ListHubKeysRequest, options: RPCCallOptions) async throws -> ListHubKeysResponse {
+        try await rpc.call(AuthServiceMethods.listHubKeys, request, options: options)
+    }
+
+    public func setHubKey(_ request: SetHubKeyRequest, options: RPCCallOptions) async throws -> HubKey {
+        try await rpc.call(AuthServiceMethods.setHubKey, request, options: options)
+    }
+
+    public func rotateHubKey(_ request: RotateHubKeyRequest, options: RPCCallOptions) async throws -> HubKey {
+        try await rpc.call(AuthServiceMethods.rotateHubKey, request, options: options)
+    }
+
+    public func revokeHubKey(_ request: RevokeHubKeyRequest, options: RPCCallOptions) async throws -> RevokeHubKeyResponse {
+        try await rpc.call(AuthServiceMethods.revokeHubKey, request, options: options)
+    }
+
+    public func authorizeSas(_ request: AuthorizeSasRequest, options: RPCCallOptions) async throws -> AuthorizeSasResponse {
+        try await rpc.call(AuthServiceMethods.authorizeSas, request, options: options)
+    }
+
+    public func grantHubRights(_ request: GrantHubRightsRequest, options: RPCCallOptions) async throws -> GrantHubRightsResponse {
+        try await rpc.call(AuthServiceMethods.grantHubRights, request, options: options)
     }
 }

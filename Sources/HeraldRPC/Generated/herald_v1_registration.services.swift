@@ -28,6 +28,25 @@ public protocol RegistrationServiceHandler: Sendable {
     /// Deletes every registration and its tags, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
+    /// Notification Hubs installations, per hub. Installation bodies travel as NH's JSON (UTF-8), as
+    /// the edge receives them; herald-registration validates and normalises them. An installation is
+    /// also a registration (registration_id "i-…", no owner) carrying its tags, so sends and tag
+    /// expressions see both kinds of device alike.
+    /// Creates or replaces an installation; a GET right after returns it. Errors: INVALID_ARGUMENT
+    /// (the message names the field: id, platform, pushChannel, userId, tags, templates).
+    func putInstallation(_ request: PutInstallationRequest, context: RPCContext) async throws -> InstallationResponse
+    /// Applies NH's JSON-Patch subset (add, remove, replace on /pushChannel, /userId, /tags,
+    /// /tags/{tag}, /pushVariables…, /templates/{name}…). Errors: NOT_FOUND; INVALID_ARGUMENT.
+    func patchInstallation(_ request: PatchInstallationRequest, context: RPCContext) async throws -> InstallationResponse
+    /// Errors: NOT_FOUND.
+    func getInstallation(_ request: GetInstallationRequest, context: RPCContext) async throws -> InstallationResponse
+    /// Deleting an absent installation succeeds (deleted = false), as NH answers 204 either way.
+    func deleteInstallation(_ request: DeleteInstallationRequest, context: RPCContext) async throws -> DeleteInstallationResponse
+    /// A page of a hub's installations, filtered by tag, user id and platform, in installation id
+    /// order; pass continuation_token back for the next page. Errors: INVALID_ARGUMENT.
+    func listInstallations(_ request: ListInstallationsRequest, context: RPCContext) async throws -> ListInstallationsResponse
+    /// Every registration and installation of a hub as NDJSON lines, in batches.
+    func exportDevices(_ request: ExportDevicesRequest, context: RPCContext, responses: ResponseStream<ExportBatch>) async throws
 }
 
 extension RegistrationServiceHandler {
@@ -53,6 +72,24 @@ extension RegistrationServiceHandler {
         }
         table.register(RegistrationServiceMethods.resetForTests) { request, context in
             try await self.resetForTests(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.putInstallation) { request, context in
+            try await self.putInstallation(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.patchInstallation) { request, context in
+            try await self.patchInstallation(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.getInstallation) { request, context in
+            try await self.getInstallation(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.deleteInstallation) { request, context in
+            try await self.deleteInstallation(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.listInstallations) { request, context in
+            try await self.listInstallations(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.exportDevices) { request, context, responses in
+            try await self.exportDevices(request, context: context, responses: responses)
         }
     }
 }
@@ -85,6 +122,28 @@ public protocol RegistrationServiceClientProtocol: Sendable {
     /// Deletes every registration and its tags, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
+    /// Notification Hubs installations, per hub. Installation bodies travel as NH's JSON (UTF-8), as
+    /// the edge receives them; herald-registration validates and normalises them. An installation is
+    /// also a registration (registration_id "i-…", no owner) carrying its tags, so sends and tag
+    /// expressions see both kinds of device alike.
+    /// Creates or replaces an installation; a GET right after returns it. Errors: INVALID_ARGUMENT
+    /// (the message names the field: id, platform, pushChannel, userId, tags, templates).
+    func putInstallation(_ request: PutInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse
+    /// Applies NH's JSON-Patch subset (add, remove, replace on /pushChannel, /userId, /tags,
+    /// /tags/{tag}, /pushVariables…, /templates/{name}…). Errors: NOT_FOUND; INVALID_ARGUMENT.
+    func patchInstallation(_ request: PatchInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse
+    /// Errors: NOT_FOUND.
+    func getInstallation(_ request: GetInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse
+    /// Deleting an absent installation succeeds (deleted = false), as NH answers 204 either way.
+    func deleteInstallation(_ request: DeleteInstallationRequest, options: RPCCallOptions) async throws -> DeleteInstallationResponse
+    /// A page of a hub's installations, filtered by tag, user id and platform, in installation id
+    /// order; pass continuation_token back for the next page. Errors: INVALID_ARGUMENT.
+    func listInstallations(_ request: ListInstallationsRequest, options: RPCCallOptions) async throws -> ListInstallationsResponse
+    /// Every registration and installation of a hub as NDJSON lines, in batches.
+    func exportDevices(
+        _ request: ExportDevicesRequest, options: RPCCallOptions,
+        onMessage: @escaping @Sendable (ExportBatch) async throws -> Void
+    ) async throws
 }
 
 extension RegistrationServiceClientProtocol {
@@ -123,6 +182,37 @@ extension RegistrationServiceClientProtocol {
         _ request: ResetForTestsRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> ResetForTestsResponse {
         try await resetForTests(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func putInstallation(
+        _ request: PutInstallationRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> InstallationResponse {
+        try await putInstallation(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func patchInstallation(
+        _ request: PatchInstallationRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> InstallationResponse {
+        try await patchInstallation(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func getInstallation(
+        _ request: GetInstallationRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> InstallationResponse {
+        try await getInstallation(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func deleteInstallation(
+        _ request: DeleteInstallationRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> DeleteInstallationResponse {
+        try await deleteInstallation(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func listInstallations(
+        _ request: ListInstallationsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ListInstallationsResponse {
+        try await listInstallations(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func exportDevices(
+        _ request: ExportDevicesRequest, requestID: String? = nil, timeout: Duration? = nil,
+        onMessage: @escaping @Sendable (ExportBatch) async throws -> Void
+    ) async throws {
+        try await exportDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout), onMessage: onMessage)
     }
 }
 
@@ -164,5 +254,32 @@ public struct RegistrationServiceClient: RegistrationServiceClientProtocol {
 
     public func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {
         try await rpc.call(RegistrationServiceMethods.resetForTests, request, options: options)
+    }
+
+    public func putInstallation(_ request: PutInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse {
+        try await rpc.call(RegistrationServiceMethods.putInstallation, request, options: options)
+    }
+
+    public func patchInstallation(_ request: PatchInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse {
+        try await rpc.call(RegistrationServiceMethods.patchInstallation, request, options: options)
+    }
+
+    public func getInstallation(_ request: GetInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse {
+        try await rpc.call(RegistrationServiceMethods.getInstallation, request, options: options)
+    }
+
+    public func deleteInstallation(_ request: DeleteInstallationRequest, options: RPCCallOptions) async throws -> DeleteInstallationResponse {
+        try await rpc.call(RegistrationServiceMethods.deleteInstallation, request, options: options)
+    }
+
+    public func listInstallations(_ request: ListInstallationsRequest, options: RPCCallOptions) async throws -> ListInstallationsResponse {
+        try await rpc.call(RegistrationServiceMethods.listInstallations, request, options: options)
+    }
+
+    public func exportDevices(
+        _ request: ExportDevicesRequest, options: RPCCallOptions,
+        onMessage: @escaping @Sendable (ExportBatch) async throws -> Void
+    ) async throws {
+        try await rpc.stream(RegistrationServiceMethods.exportDevices, request, options: options, onMessage: onMessage)
     }
 }

@@ -772,7 +772,817 @@ void   herald__v1__user_exists_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__user_exists_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor herald__v1__authenticate_request__field_descriptors[1] =
+void   herald__v1__create_hub_request__init
+                     (Herald__V1__CreateHubRequest         *message)
+{
+  static const Herald__V1__CreateHubRequest init_value = HERALD__V1__CREATE_HUB_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__create_hub_request__get_packed_size
+                     (const Herald__V1__CreateHubRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__create_hub_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__create_hub_request__pack
+                     (const Herald__V1__CreateHubRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__create_hub_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__create_hub_request__pack_to_buffer
+                     (const Herald__V1__CreateHubRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__create_hub_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__CreateHubRequest *
+       herald__v1__create_hub_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__CreateHubRequest *)
+     protobuf_c_message_unpack (&herald__v1__create_hub_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__create_hub_request__free_unpacked
+                     (Herald__V1__CreateHubRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__create_hub_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__hub__init
+                     (Herald__V1__Hub         *message)
+{
+  static const Herald__V1__Hub init_value = HERALD__V1__HUB__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub__get_packed_size
+                     (const Herald__V1__Hub *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub__pack
+                     (const Herald__V1__Hub *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub__pack_to_buffer
+                     (const Herald__V1__Hub *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__Hub *
+       herald__v1__hub__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__Hub *)
+     protobuf_c_message_unpack (&herald__v1__hub__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub__free_unpacked
+                     (Herald__V1__Hub *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__hub_key__init
+                     (Herald__V1__HubKey         *message)
+{
+  static const Herald__V1__HubKey init_value = HERALD__V1__HUB_KEY__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub_key__get_packed_size
+                     (const Herald__V1__HubKey *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub_key__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub_key__pack
+                     (const Herald__V1__HubKey *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub_key__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub_key__pack_to_buffer
+                     (const Herald__V1__HubKey *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub_key__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__HubKey *
+       herald__v1__hub_key__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__HubKey *)
+     protobuf_c_message_unpack (&herald__v1__hub_key__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub_key__free_unpacked
+                     (Herald__V1__HubKey *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub_key__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_hubs_request__init
+                     (Herald__V1__ListHubsRequest         *message)
+{
+  static const Herald__V1__ListHubsRequest init_value = HERALD__V1__LIST_HUBS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_hubs_request__get_packed_size
+                     (const Herald__V1__ListHubsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_hubs_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_hubs_request__pack
+                     (const Herald__V1__ListHubsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_hubs_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_hubs_request__pack_to_buffer
+                     (const Herald__V1__ListHubsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_hubs_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListHubsRequest *
+       herald__v1__list_hubs_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListHubsRequest *)
+     protobuf_c_message_unpack (&herald__v1__list_hubs_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_hubs_request__free_unpacked
+                     (Herald__V1__ListHubsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_hubs_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_hubs_response__init
+                     (Herald__V1__ListHubsResponse         *message)
+{
+  static const Herald__V1__ListHubsResponse init_value = HERALD__V1__LIST_HUBS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_hubs_response__get_packed_size
+                     (const Herald__V1__ListHubsResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_hubs_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_hubs_response__pack
+                     (const Herald__V1__ListHubsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_hubs_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_hubs_response__pack_to_buffer
+                     (const Herald__V1__ListHubsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_hubs_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListHubsResponse *
+       herald__v1__list_hubs_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListHubsResponse *)
+     protobuf_c_message_unpack (&herald__v1__list_hubs_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_hubs_response__free_unpacked
+                     (Herald__V1__ListHubsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_hubs_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__get_hub_request__init
+                     (Herald__V1__GetHubRequest         *message)
+{
+  static const Herald__V1__GetHubRequest init_value = HERALD__V1__GET_HUB_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__get_hub_request__get_packed_size
+                     (const Herald__V1__GetHubRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__get_hub_request__pack
+                     (const Herald__V1__GetHubRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__get_hub_request__pack_to_buffer
+                     (const Herald__V1__GetHubRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__GetHubRequest *
+       herald__v1__get_hub_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__GetHubRequest *)
+     protobuf_c_message_unpack (&herald__v1__get_hub_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__get_hub_request__free_unpacked
+                     (Herald__V1__GetHubRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__get_hub_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_hub_request__init
+                     (Herald__V1__DeleteHubRequest         *message)
+{
+  static const Herald__V1__DeleteHubRequest init_value = HERALD__V1__DELETE_HUB_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_hub_request__get_packed_size
+                     (const Herald__V1__DeleteHubRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_hub_request__pack
+                     (const Herald__V1__DeleteHubRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_hub_request__pack_to_buffer
+                     (const Herald__V1__DeleteHubRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteHubRequest *
+       herald__v1__delete_hub_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteHubRequest *)
+     protobuf_c_message_unpack (&herald__v1__delete_hub_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_hub_request__free_unpacked
+                     (Herald__V1__DeleteHubRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_hub_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_hub_response__init
+                     (Herald__V1__DeleteHubResponse         *message)
+{
+  static const Herald__V1__DeleteHubResponse init_value = HERALD__V1__DELETE_HUB_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_hub_response__get_packed_size
+                     (const Herald__V1__DeleteHubResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_hub_response__pack
+                     (const Herald__V1__DeleteHubResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_hub_response__pack_to_buffer
+                     (const Herald__V1__DeleteHubResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteHubResponse *
+       herald__v1__delete_hub_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteHubResponse *)
+     protobuf_c_message_unpack (&herald__v1__delete_hub_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_hub_response__free_unpacked
+                     (Herald__V1__DeleteHubResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_hub_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_hub_keys_request__init
+                     (Herald__V1__ListHubKeysRequest         *message)
+{
+  static const Herald__V1__ListHubKeysRequest init_value = HERALD__V1__LIST_HUB_KEYS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_hub_keys_request__get_packed_size
+                     (const Herald__V1__ListHubKeysRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_keys_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_hub_keys_request__pack
+                     (const Herald__V1__ListHubKeysRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_keys_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_hub_keys_request__pack_to_buffer
+                     (const Herald__V1__ListHubKeysRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_keys_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListHubKeysRequest *
+       herald__v1__list_hub_keys_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListHubKeysRequest *)
+     protobuf_c_message_unpack (&herald__v1__list_hub_keys_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_hub_keys_request__free_unpacked
+                     (Herald__V1__ListHubKeysRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_hub_keys_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_hub_keys_response__init
+                     (Herald__V1__ListHubKeysResponse         *message)
+{
+  static const Herald__V1__ListHubKeysResponse init_value = HERALD__V1__LIST_HUB_KEYS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_hub_keys_response__get_packed_size
+                     (const Herald__V1__ListHubKeysResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_keys_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_hub_keys_response__pack
+                     (const Herald__V1__ListHubKeysResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_keys_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_hub_keys_response__pack_to_buffer
+                     (const Herald__V1__ListHubKeysResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_keys_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListHubKeysResponse *
+       herald__v1__list_hub_keys_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListHubKeysResponse *)
+     protobuf_c_message_unpack (&herald__v1__list_hub_keys_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_hub_keys_response__free_unpacked
+                     (Herald__V1__ListHubKeysResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_hub_keys_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__set_hub_key_request__init
+                     (Herald__V1__SetHubKeyRequest         *message)
+{
+  static const Herald__V1__SetHubKeyRequest init_value = HERALD__V1__SET_HUB_KEY_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__set_hub_key_request__get_packed_size
+                     (const Herald__V1__SetHubKeyRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__set_hub_key_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__set_hub_key_request__pack
+                     (const Herald__V1__SetHubKeyRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__set_hub_key_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__set_hub_key_request__pack_to_buffer
+                     (const Herald__V1__SetHubKeyRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__set_hub_key_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__SetHubKeyRequest *
+       herald__v1__set_hub_key_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__SetHubKeyRequest *)
+     protobuf_c_message_unpack (&herald__v1__set_hub_key_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__set_hub_key_request__free_unpacked
+                     (Herald__V1__SetHubKeyRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__set_hub_key_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__rotate_hub_key_request__init
+                     (Herald__V1__RotateHubKeyRequest         *message)
+{
+  static const Herald__V1__RotateHubKeyRequest init_value = HERALD__V1__ROTATE_HUB_KEY_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__rotate_hub_key_request__get_packed_size
+                     (const Herald__V1__RotateHubKeyRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__rotate_hub_key_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__rotate_hub_key_request__pack
+                     (const Herald__V1__RotateHubKeyRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__rotate_hub_key_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__rotate_hub_key_request__pack_to_buffer
+                     (const Herald__V1__RotateHubKeyRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__rotate_hub_key_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__RotateHubKeyRequest *
+       herald__v1__rotate_hub_key_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__RotateHubKeyRequest *)
+     protobuf_c_message_unpack (&herald__v1__rotate_hub_key_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__rotate_hub_key_request__free_unpacked
+                     (Herald__V1__RotateHubKeyRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__rotate_hub_key_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__revoke_hub_key_request__init
+                     (Herald__V1__RevokeHubKeyRequest         *message)
+{
+  static const Herald__V1__RevokeHubKeyRequest init_value = HERALD__V1__REVOKE_HUB_KEY_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__revoke_hub_key_request__get_packed_size
+                     (const Herald__V1__RevokeHubKeyRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_hub_key_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__revoke_hub_key_request__pack
+                     (const Herald__V1__RevokeHubKeyRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_hub_key_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__revoke_hub_key_request__pack_to_buffer
+                     (const Herald__V1__RevokeHubKeyRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_hub_key_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__RevokeHubKeyRequest *
+       herald__v1__revoke_hub_key_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__RevokeHubKeyRequest *)
+     protobuf_c_message_unpack (&herald__v1__revoke_hub_key_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__revoke_hub_key_request__free_unpacked
+                     (Herald__V1__RevokeHubKeyRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__revoke_hub_key_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__revoke_hub_key_response__init
+                     (Herald__V1__RevokeHubKeyResponse         *message)
+{
+  static const Herald__V1__RevokeHubKeyResponse init_value = HERALD__V1__REVOKE_HUB_KEY_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__revoke_hub_key_response__get_packed_size
+                     (const Herald__V1__RevokeHubKeyResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_hub_key_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__revoke_hub_key_response__pack
+                     (const Herald__V1__RevokeHubKeyResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_hub_key_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__revoke_hub_key_response__pack_to_buffer
+                     (const Herald__V1__RevokeHubKeyResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__revoke_hub_key_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__RevokeHubKeyResponse *
+       herald__v1__revoke_hub_key_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__RevokeHubKeyResponse *)
+     protobuf_c_message_unpack (&herald__v1__revoke_hub_key_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__revoke_hub_key_response__free_unpacked
+                     (Herald__V1__RevokeHubKeyResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__revoke_hub_key_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__authorize_sas_request__init
+                     (Herald__V1__AuthorizeSasRequest         *message)
+{
+  static const Herald__V1__AuthorizeSasRequest init_value = HERALD__V1__AUTHORIZE_SAS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__authorize_sas_request__get_packed_size
+                     (const Herald__V1__AuthorizeSasRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__authorize_sas_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__authorize_sas_request__pack
+                     (const Herald__V1__AuthorizeSasRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__authorize_sas_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__authorize_sas_request__pack_to_buffer
+                     (const Herald__V1__AuthorizeSasRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__authorize_sas_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__AuthorizeSasRequest *
+       herald__v1__authorize_sas_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__AuthorizeSasRequest *)
+     protobuf_c_message_unpack (&herald__v1__authorize_sas_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__authorize_sas_request__free_unpacked
+                     (Herald__V1__AuthorizeSasRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__authorize_sas_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__authorize_sas_response__init
+                     (Herald__V1__AuthorizeSasResponse         *message)
+{
+  static const Herald__V1__AuthorizeSasResponse init_value = HERALD__V1__AUTHORIZE_SAS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__authorize_sas_response__get_packed_size
+                     (const Herald__V1__AuthorizeSasResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__authorize_sas_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__authorize_sas_response__pack
+                     (const Herald__V1__AuthorizeSasResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__authorize_sas_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__authorize_sas_response__pack_to_buffer
+                     (const Herald__V1__AuthorizeSasResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__authorize_sas_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__AuthorizeSasResponse *
+       herald__v1__authorize_sas_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__AuthorizeSasResponse *)
+     protobuf_c_message_unpack (&herald__v1__authorize_sas_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__authorize_sas_response__free_unpacked
+                     (Herald__V1__AuthorizeSasResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__authorize_sas_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__grant_hub_rights_request__init
+                     (Herald__V1__GrantHubRightsRequest         *message)
+{
+  static const Herald__V1__GrantHubRightsRequest init_value = HERALD__V1__GRANT_HUB_RIGHTS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__grant_hub_rights_request__get_packed_size
+                     (const Herald__V1__GrantHubRightsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__grant_hub_rights_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__grant_hub_rights_request__pack
+                     (const Herald__V1__GrantHubRightsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__grant_hub_rights_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__grant_hub_rights_request__pack_to_buffer
+                     (const Herald__V1__GrantHubRightsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__grant_hub_rights_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__GrantHubRightsRequest *
+       herald__v1__grant_hub_rights_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__GrantHubRightsRequest *)
+     protobuf_c_message_unpack (&herald__v1__grant_hub_rights_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__grant_hub_rights_request__free_unpacked
+                     (Herald__V1__GrantHubRightsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__grant_hub_rights_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__grant_hub_rights_response__init
+                     (Herald__V1__GrantHubRightsResponse         *message)
+{
+  static const Herald__V1__GrantHubRightsResponse init_value = HERALD__V1__GRANT_HUB_RIGHTS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__grant_hub_rights_response__get_packed_size
+                     (const Herald__V1__GrantHubRightsResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__grant_hub_rights_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__grant_hub_rights_response__pack
+                     (const Herald__V1__GrantHubRightsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__grant_hub_rights_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__grant_hub_rights_response__pack_to_buffer
+                     (const Herald__V1__GrantHubRightsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__grant_hub_rights_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__GrantHubRightsResponse *
+       herald__v1__grant_hub_rights_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__GrantHubRightsResponse *)
+     protobuf_c_message_unpack (&herald__v1__grant_hub_rights_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__grant_hub_rights_response__free_unpacked
+                     (Herald__V1__GrantHubRightsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__grant_hub_rights_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+static const ProtobufCFieldDescriptor herald__v1__authenticate_request__field_descriptors[2] =
 {
   {
     "authorization",
@@ -786,14 +1596,27 @@ static const ProtobufCFieldDescriptor herald__v1__authenticate_request__field_de
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "hub",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthenticateRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authenticate_request__field_indices_by_name[] = {
   0,   /* field[0] = authorization */
+  1,   /* field[1] = hub */
 };
 static const ProtobufCIntRange herald__v1__authenticate_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor herald__v1__authenticate_request__descriptor =
 {
@@ -803,14 +1626,14 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_request__descriptor =
   "Herald__V1__AuthenticateRequest",
   "herald.v1",
   sizeof(Herald__V1__AuthenticateRequest),
-  1,
+  2,
   herald__v1__authenticate_request__field_descriptors,
   herald__v1__authenticate_request__field_indices_by_name,
   1,  herald__v1__authenticate_request__number_ranges,
   (ProtobufCMessageInit) herald__v1__authenticate_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_descriptors[3] =
 {
   {
     "user",
@@ -836,15 +1659,28 @@ static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "rights",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__AuthenticateResponse, n_rights),
+    offsetof(Herald__V1__AuthenticateResponse, rights),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authenticate_response__field_indices_by_name[] = {
+  2,   /* field[2] = rights */
   1,   /* field[1] = scheme */
   0,   /* field[0] = user */
 };
 static const ProtobufCIntRange herald__v1__authenticate_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor =
 {
@@ -854,7 +1690,7 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor =
   "Herald__V1__AuthenticateResponse",
   "herald.v1",
   sizeof(Herald__V1__AuthenticateResponse),
-  2,
+  3,
   herald__v1__authenticate_response__field_descriptors,
   herald__v1__authenticate_response__field_indices_by_name,
   1,  herald__v1__authenticate_response__number_ranges,
@@ -1469,7 +2305,839 @@ const ProtobufCMessageDescriptor herald__v1__user_exists_response__descriptor =
   (ProtobufCMessageInit) herald__v1__user_exists_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[10] =
+static const ProtobufCFieldDescriptor herald__v1__create_hub_request__field_descriptors[1] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__CreateHubRequest, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__create_hub_request__field_indices_by_name[] = {
+  0,   /* field[0] = name */
+};
+static const ProtobufCIntRange herald__v1__create_hub_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__create_hub_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.CreateHubRequest",
+  "CreateHubRequest",
+  "Herald__V1__CreateHubRequest",
+  "herald.v1",
+  sizeof(Herald__V1__CreateHubRequest),
+  1,
+  herald__v1__create_hub_request__field_descriptors,
+  herald__v1__create_hub_request__field_indices_by_name,
+  1,  herald__v1__create_hub_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__create_hub_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__hub__field_descriptors[3] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Hub, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "created_at_unix_ms",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Hub, created_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "keys",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__Hub, n_keys),
+    offsetof(Herald__V1__Hub, keys),
+    &herald__v1__hub_key__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub__field_indices_by_name[] = {
+  1,   /* field[1] = created_at_unix_ms */
+  2,   /* field[2] = keys */
+  0,   /* field[0] = name */
+};
+static const ProtobufCIntRange herald__v1__hub__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.Hub",
+  "Hub",
+  "Herald__V1__Hub",
+  "herald.v1",
+  sizeof(Herald__V1__Hub),
+  3,
+  herald__v1__hub__field_descriptors,
+  herald__v1__hub__field_indices_by_name,
+  1,  herald__v1__hub__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__hub_key__field_descriptors[5] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubKey, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "rights",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__HubKey, n_rights),
+    offsetof(Herald__V1__HubKey, rights),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "primary_key",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubKey, primary_key),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "secondary_key",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubKey, secondary_key),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "created_at_unix_ms",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubKey, created_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub_key__field_indices_by_name[] = {
+  4,   /* field[4] = created_at_unix_ms */
+  0,   /* field[0] = name */
+  2,   /* field[2] = primary_key */
+  1,   /* field[1] = rights */
+  3,   /* field[3] = secondary_key */
+};
+static const ProtobufCIntRange herald__v1__hub_key__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub_key__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.HubKey",
+  "HubKey",
+  "Herald__V1__HubKey",
+  "herald.v1",
+  sizeof(Herald__V1__HubKey),
+  5,
+  herald__v1__hub_key__field_descriptors,
+  herald__v1__hub_key__field_indices_by_name,
+  1,  herald__v1__hub_key__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub_key__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define herald__v1__list_hubs_request__field_descriptors NULL
+#define herald__v1__list_hubs_request__field_indices_by_name NULL
+#define herald__v1__list_hubs_request__number_ranges NULL
+const ProtobufCMessageDescriptor herald__v1__list_hubs_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListHubsRequest",
+  "ListHubsRequest",
+  "Herald__V1__ListHubsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ListHubsRequest),
+  0,
+  herald__v1__list_hubs_request__field_descriptors,
+  herald__v1__list_hubs_request__field_indices_by_name,
+  0,  herald__v1__list_hubs_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_hubs_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_hubs_response__field_descriptors[1] =
+{
+  {
+    "hubs",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ListHubsResponse, n_hubs),
+    offsetof(Herald__V1__ListHubsResponse, hubs),
+    &herald__v1__hub__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_hubs_response__field_indices_by_name[] = {
+  0,   /* field[0] = hubs */
+};
+static const ProtobufCIntRange herald__v1__list_hubs_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_hubs_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListHubsResponse",
+  "ListHubsResponse",
+  "Herald__V1__ListHubsResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ListHubsResponse),
+  1,
+  herald__v1__list_hubs_response__field_descriptors,
+  herald__v1__list_hubs_response__field_indices_by_name,
+  1,  herald__v1__list_hubs_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_hubs_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__get_hub_request__field_descriptors[1] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetHubRequest, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__get_hub_request__field_indices_by_name[] = {
+  0,   /* field[0] = name */
+};
+static const ProtobufCIntRange herald__v1__get_hub_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__get_hub_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.GetHubRequest",
+  "GetHubRequest",
+  "Herald__V1__GetHubRequest",
+  "herald.v1",
+  sizeof(Herald__V1__GetHubRequest),
+  1,
+  herald__v1__get_hub_request__field_descriptors,
+  herald__v1__get_hub_request__field_indices_by_name,
+  1,  herald__v1__get_hub_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__get_hub_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__delete_hub_request__field_descriptors[1] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteHubRequest, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__delete_hub_request__field_indices_by_name[] = {
+  0,   /* field[0] = name */
+};
+static const ProtobufCIntRange herald__v1__delete_hub_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__delete_hub_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteHubRequest",
+  "DeleteHubRequest",
+  "Herald__V1__DeleteHubRequest",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteHubRequest),
+  1,
+  herald__v1__delete_hub_request__field_descriptors,
+  herald__v1__delete_hub_request__field_indices_by_name,
+  1,  herald__v1__delete_hub_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_hub_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define herald__v1__delete_hub_response__field_descriptors NULL
+#define herald__v1__delete_hub_response__field_indices_by_name NULL
+#define herald__v1__delete_hub_response__number_ranges NULL
+const ProtobufCMessageDescriptor herald__v1__delete_hub_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteHubResponse",
+  "DeleteHubResponse",
+  "Herald__V1__DeleteHubResponse",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteHubResponse),
+  0,
+  herald__v1__delete_hub_response__field_descriptors,
+  herald__v1__delete_hub_response__field_indices_by_name,
+  0,  herald__v1__delete_hub_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_hub_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_hub_keys_request__field_descriptors[1] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListHubKeysRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_hub_keys_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+};
+static const ProtobufCIntRange herald__v1__list_hub_keys_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_hub_keys_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListHubKeysRequest",
+  "ListHubKeysRequest",
+  "Herald__V1__ListHubKeysRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ListHubKeysRequest),
+  1,
+  herald__v1__list_hub_keys_request__field_descriptors,
+  herald__v1__list_hub_keys_request__field_indices_by_name,
+  1,  herald__v1__list_hub_keys_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_hub_keys_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_hub_keys_response__field_descriptors[1] =
+{
+  {
+    "keys",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ListHubKeysResponse, n_keys),
+    offsetof(Herald__V1__ListHubKeysResponse, keys),
+    &herald__v1__hub_key__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_hub_keys_response__field_indices_by_name[] = {
+  0,   /* field[0] = keys */
+};
+static const ProtobufCIntRange herald__v1__list_hub_keys_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_hub_keys_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListHubKeysResponse",
+  "ListHubKeysResponse",
+  "Herald__V1__ListHubKeysResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ListHubKeysResponse),
+  1,
+  herald__v1__list_hub_keys_response__field_descriptors,
+  herald__v1__list_hub_keys_response__field_indices_by_name,
+  1,  herald__v1__list_hub_keys_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_hub_keys_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__set_hub_key_request__field_descriptors[3] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubKeyRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "name",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubKeyRequest, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "rights",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__SetHubKeyRequest, n_rights),
+    offsetof(Herald__V1__SetHubKeyRequest, rights),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__set_hub_key_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = name */
+  2,   /* field[2] = rights */
+};
+static const ProtobufCIntRange herald__v1__set_hub_key_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__set_hub_key_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.SetHubKeyRequest",
+  "SetHubKeyRequest",
+  "Herald__V1__SetHubKeyRequest",
+  "herald.v1",
+  sizeof(Herald__V1__SetHubKeyRequest),
+  3,
+  herald__v1__set_hub_key_request__field_descriptors,
+  herald__v1__set_hub_key_request__field_indices_by_name,
+  1,  herald__v1__set_hub_key_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__set_hub_key_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__rotate_hub_key_request__field_descriptors[3] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RotateHubKeyRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "name",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RotateHubKeyRequest, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "which",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RotateHubKeyRequest, which),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__rotate_hub_key_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = name */
+  2,   /* field[2] = which */
+};
+static const ProtobufCIntRange herald__v1__rotate_hub_key_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__rotate_hub_key_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.RotateHubKeyRequest",
+  "RotateHubKeyRequest",
+  "Herald__V1__RotateHubKeyRequest",
+  "herald.v1",
+  sizeof(Herald__V1__RotateHubKeyRequest),
+  3,
+  herald__v1__rotate_hub_key_request__field_descriptors,
+  herald__v1__rotate_hub_key_request__field_indices_by_name,
+  1,  herald__v1__rotate_hub_key_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__rotate_hub_key_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__revoke_hub_key_request__field_descriptors[2] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RevokeHubKeyRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "name",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__RevokeHubKeyRequest, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__revoke_hub_key_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = name */
+};
+static const ProtobufCIntRange herald__v1__revoke_hub_key_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__revoke_hub_key_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.RevokeHubKeyRequest",
+  "RevokeHubKeyRequest",
+  "Herald__V1__RevokeHubKeyRequest",
+  "herald.v1",
+  sizeof(Herald__V1__RevokeHubKeyRequest),
+  2,
+  herald__v1__revoke_hub_key_request__field_descriptors,
+  herald__v1__revoke_hub_key_request__field_indices_by_name,
+  1,  herald__v1__revoke_hub_key_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__revoke_hub_key_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define herald__v1__revoke_hub_key_response__field_descriptors NULL
+#define herald__v1__revoke_hub_key_response__field_indices_by_name NULL
+#define herald__v1__revoke_hub_key_response__number_ranges NULL
+const ProtobufCMessageDescriptor herald__v1__revoke_hub_key_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.RevokeHubKeyResponse",
+  "RevokeHubKeyResponse",
+  "Herald__V1__RevokeHubKeyResponse",
+  "herald.v1",
+  sizeof(Herald__V1__RevokeHubKeyResponse),
+  0,
+  herald__v1__revoke_hub_key_response__field_descriptors,
+  herald__v1__revoke_hub_key_response__field_indices_by_name,
+  0,  herald__v1__revoke_hub_key_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__revoke_hub_key_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__authorize_sas_request__field_descriptors[3] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "authorization",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasRequest, authorization),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "resource",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasRequest, resource),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__authorize_sas_request__field_indices_by_name[] = {
+  1,   /* field[1] = authorization */
+  0,   /* field[0] = hub */
+  2,   /* field[2] = resource */
+};
+static const ProtobufCIntRange herald__v1__authorize_sas_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__authorize_sas_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.AuthorizeSasRequest",
+  "AuthorizeSasRequest",
+  "Herald__V1__AuthorizeSasRequest",
+  "herald.v1",
+  sizeof(Herald__V1__AuthorizeSasRequest),
+  3,
+  herald__v1__authorize_sas_request__field_descriptors,
+  herald__v1__authorize_sas_request__field_indices_by_name,
+  1,  herald__v1__authorize_sas_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__authorize_sas_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[2] =
+{
+  {
+    "key_name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasResponse, key_name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "rights",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__AuthorizeSasResponse, n_rights),
+    offsetof(Herald__V1__AuthorizeSasResponse, rights),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__authorize_sas_response__field_indices_by_name[] = {
+  0,   /* field[0] = key_name */
+  1,   /* field[1] = rights */
+};
+static const ProtobufCIntRange herald__v1__authorize_sas_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.AuthorizeSasResponse",
+  "AuthorizeSasResponse",
+  "Herald__V1__AuthorizeSasResponse",
+  "herald.v1",
+  sizeof(Herald__V1__AuthorizeSasResponse),
+  2,
+  herald__v1__authorize_sas_response__field_descriptors,
+  herald__v1__authorize_sas_response__field_indices_by_name,
+  1,  herald__v1__authorize_sas_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__authorize_sas_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__grant_hub_rights_request__field_descriptors[3] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GrantHubRightsRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "user",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GrantHubRightsRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "rights",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__GrantHubRightsRequest, n_rights),
+    offsetof(Herald__V1__GrantHubRightsRequest, rights),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__grant_hub_rights_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  2,   /* field[2] = rights */
+  1,   /* field[1] = user */
+};
+static const ProtobufCIntRange herald__v1__grant_hub_rights_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.GrantHubRightsRequest",
+  "GrantHubRightsRequest",
+  "Herald__V1__GrantHubRightsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__GrantHubRightsRequest),
+  3,
+  herald__v1__grant_hub_rights_request__field_descriptors,
+  herald__v1__grant_hub_rights_request__field_indices_by_name,
+  1,  herald__v1__grant_hub_rights_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__grant_hub_rights_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__grant_hub_rights_response__field_descriptors[1] =
+{
+  {
+    "rights",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__GrantHubRightsResponse, n_rights),
+    offsetof(Herald__V1__GrantHubRightsResponse, rights),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__grant_hub_rights_response__field_indices_by_name[] = {
+  0,   /* field[0] = rights */
+};
+static const ProtobufCIntRange herald__v1__grant_hub_rights_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.GrantHubRightsResponse",
+  "GrantHubRightsResponse",
+  "Herald__V1__GrantHubRightsResponse",
+  "herald.v1",
+  sizeof(Herald__V1__GrantHubRightsResponse),
+  1,
+  herald__v1__grant_hub_rights_response__field_descriptors,
+  herald__v1__grant_hub_rights_response__field_indices_by_name,
+  1,  herald__v1__grant_hub_rights_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__grant_hub_rights_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[20] =
 {
   { "Authenticate", &herald__v1__authenticate_request__descriptor, &herald__v1__authenticate_response__descriptor },
   { "IssueToken", &herald__v1__issue_token_request__descriptor, &herald__v1__issue_token_response__descriptor },
@@ -1481,16 +3149,36 @@ static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descript
   { "ListUsers", &herald__v1__list_users_request__descriptor, &herald__v1__list_users_response__descriptor },
   { "UserExists", &herald__v1__user_exists_request__descriptor, &herald__v1__user_exists_response__descriptor },
   { "ResetForTests", &herald__v1__reset_for_tests_request__descriptor, &herald__v1__reset_for_tests_response__descriptor },
+  { "CreateHub", &herald__v1__create_hub_request__descriptor, &herald__v1__hub__descriptor },
+  { "ListHubs", &herald__v1__list_hubs_request__descriptor, &herald__v1__list_hubs_response__descriptor },
+  { "GetHub", &herald__v1__get_hub_request__descriptor, &herald__v1__hub__descriptor },
+  { "DeleteHub", &herald__v1__delete_hub_request__descriptor, &herald__v1__delete_hub_response__descriptor },
+  { "ListHubKeys", &herald__v1__list_hub_keys_request__descriptor, &herald__v1__list_hub_keys_response__descriptor },
+  { "SetHubKey", &herald__v1__set_hub_key_request__descriptor, &herald__v1__hub_key__descriptor },
+  { "RotateHubKey", &herald__v1__rotate_hub_key_request__descriptor, &herald__v1__hub_key__descriptor },
+  { "RevokeHubKey", &herald__v1__revoke_hub_key_request__descriptor, &herald__v1__revoke_hub_key_response__descriptor },
+  { "AuthorizeSas", &herald__v1__authorize_sas_request__descriptor, &herald__v1__authorize_sas_response__descriptor },
+  { "GrantHubRights", &herald__v1__grant_hub_rights_request__descriptor, &herald__v1__grant_hub_rights_response__descriptor },
 };
 const unsigned herald__v1__auth_service__method_indices_by_name[] = {
   0,        /* Authenticate */
+  18,        /* AuthorizeSas */
+  10,        /* CreateHub */
   4,        /* CreateUser */
+  13,        /* DeleteHub */
   6,        /* DeleteUser */
+  12,        /* GetHub */
+  19,        /* GrantHubRights */
   1,        /* IssueToken */
+  14,        /* ListHubKeys */
+  11,        /* ListHubs */
   7,        /* ListUsers */
   9,        /* ResetForTests */
+  17,        /* RevokeHubKey */
   2,        /* RevokeToken */
   3,        /* RevokeUserTokens */
+  16,        /* RotateHubKey */
+  15,        /* SetHubKey */
   5,        /* SetPassword */
   8         /* UserExists */
 };
@@ -1501,7 +3189,7 @@ const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor =
   "AuthService",
   "Herald__V1__AuthService",
   "herald.v1",
-  10,
+  20,
   herald__v1__auth_service__method_descriptors,
   herald__v1__auth_service__method_indices_by_name
 };
@@ -1584,6 +3272,86 @@ void herald__v1__auth_service__reset_for_tests(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
   service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__create_hub(ProtobufCService *service,
+                                          const Herald__V1__CreateHubRequest *input,
+                                          Herald__V1__Hub_Closure closure,
+                                          void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__list_hubs(ProtobufCService *service,
+                                         const Herald__V1__ListHubsRequest *input,
+                                         Herald__V1__ListHubsResponse_Closure closure,
+                                         void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__get_hub(ProtobufCService *service,
+                                       const Herald__V1__GetHubRequest *input,
+                                       Herald__V1__Hub_Closure closure,
+                                       void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__delete_hub(ProtobufCService *service,
+                                          const Herald__V1__DeleteHubRequest *input,
+                                          Herald__V1__DeleteHubResponse_Closure closure,
+                                          void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__list_hub_keys(ProtobufCService *service,
+                                             const Herald__V1__ListHubKeysRequest *input,
+                                             Herald__V1__ListHubKeysResponse_Closure closure,
+                                             void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__set_hub_key(ProtobufCService *service,
+                                           const Herald__V1__SetHubKeyRequest *input,
+                                           Herald__V1__HubKey_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__rotate_hub_key(ProtobufCService *service,
+                                              const Herald__V1__RotateHubKeyRequest *input,
+                                              Herald__V1__HubKey_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 16, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__revoke_hub_key(ProtobufCService *service,
+                                              const Herald__V1__RevokeHubKeyRequest *input,
+                                              Herald__V1__RevokeHubKeyResponse_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 17, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__authorize_sas(ProtobufCService *service,
+                                             const Herald__V1__AuthorizeSasRequest *input,
+                                             Herald__V1__AuthorizeSasResponse_Closure closure,
+                                             void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 18, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__grant_hub_rights(ProtobufCService *service,
+                                                const Herald__V1__GrantHubRightsRequest *input,
+                                                Herald__V1__GrantHubRightsResponse_Closure closure,
+                                                void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 19, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
                                      Herald__V1__AuthService_ServiceDestroy destroy)

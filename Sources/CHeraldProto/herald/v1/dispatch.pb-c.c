@@ -753,7 +753,7 @@ const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor =
   (ProtobufCMessageInit) herald__v1__native_payload__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[6] =
 {
   {
     "target_user",
@@ -803,8 +803,34 @@ static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "hub",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "broadcast",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendRequest, broadcast),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__send_request__field_indices_by_name[] = {
+  5,   /* field[5] = broadcast */
+  4,   /* field[4] = hub */
   2,   /* field[2] = payloads */
   3,   /* field[3] = sender */
   1,   /* field[1] = target_tag */
@@ -813,7 +839,7 @@ static const unsigned herald__v1__send_request__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__send_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
 {
@@ -823,7 +849,7 @@ const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
   "Herald__V1__SendRequest",
   "herald.v1",
   sizeof(Herald__V1__SendRequest),
-  4,
+  6,
   herald__v1__send_request__field_descriptors,
   herald__v1__send_request__field_indices_by_name,
   1,  herald__v1__send_request__number_ranges,

@@ -592,7 +592,457 @@ void   herald__v1__remove_handle_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__remove_handle_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[6] =
+void   herald__v1__put_installation_request__init
+                     (Herald__V1__PutInstallationRequest         *message)
+{
+  static const Herald__V1__PutInstallationRequest init_value = HERALD__V1__PUT_INSTALLATION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__put_installation_request__get_packed_size
+                     (const Herald__V1__PutInstallationRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__put_installation_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__put_installation_request__pack
+                     (const Herald__V1__PutInstallationRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__put_installation_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__put_installation_request__pack_to_buffer
+                     (const Herald__V1__PutInstallationRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__put_installation_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__PutInstallationRequest *
+       herald__v1__put_installation_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__PutInstallationRequest *)
+     protobuf_c_message_unpack (&herald__v1__put_installation_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__put_installation_request__free_unpacked
+                     (Herald__V1__PutInstallationRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__put_installation_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__installation_response__init
+                     (Herald__V1__InstallationResponse         *message)
+{
+  static const Herald__V1__InstallationResponse init_value = HERALD__V1__INSTALLATION_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__installation_response__get_packed_size
+                     (const Herald__V1__InstallationResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__installation_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__installation_response__pack
+                     (const Herald__V1__InstallationResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__installation_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__installation_response__pack_to_buffer
+                     (const Herald__V1__InstallationResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__installation_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__InstallationResponse *
+       herald__v1__installation_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__InstallationResponse *)
+     protobuf_c_message_unpack (&herald__v1__installation_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__installation_response__free_unpacked
+                     (Herald__V1__InstallationResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__installation_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__patch_installation_request__init
+                     (Herald__V1__PatchInstallationRequest         *message)
+{
+  static const Herald__V1__PatchInstallationRequest init_value = HERALD__V1__PATCH_INSTALLATION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__patch_installation_request__get_packed_size
+                     (const Herald__V1__PatchInstallationRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__patch_installation_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__patch_installation_request__pack
+                     (const Herald__V1__PatchInstallationRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__patch_installation_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__patch_installation_request__pack_to_buffer
+                     (const Herald__V1__PatchInstallationRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__patch_installation_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__PatchInstallationRequest *
+       herald__v1__patch_installation_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__PatchInstallationRequest *)
+     protobuf_c_message_unpack (&herald__v1__patch_installation_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__patch_installation_request__free_unpacked
+                     (Herald__V1__PatchInstallationRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__patch_installation_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__get_installation_request__init
+                     (Herald__V1__GetInstallationRequest         *message)
+{
+  static const Herald__V1__GetInstallationRequest init_value = HERALD__V1__GET_INSTALLATION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__get_installation_request__get_packed_size
+                     (const Herald__V1__GetInstallationRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__get_installation_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__get_installation_request__pack
+                     (const Herald__V1__GetInstallationRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__get_installation_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__get_installation_request__pack_to_buffer
+                     (const Herald__V1__GetInstallationRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__get_installation_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__GetInstallationRequest *
+       herald__v1__get_installation_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__GetInstallationRequest *)
+     protobuf_c_message_unpack (&herald__v1__get_installation_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__get_installation_request__free_unpacked
+                     (Herald__V1__GetInstallationRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__get_installation_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_installation_request__init
+                     (Herald__V1__DeleteInstallationRequest         *message)
+{
+  static const Herald__V1__DeleteInstallationRequest init_value = HERALD__V1__DELETE_INSTALLATION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_installation_request__get_packed_size
+                     (const Herald__V1__DeleteInstallationRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_installation_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_installation_request__pack
+                     (const Herald__V1__DeleteInstallationRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_installation_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_installation_request__pack_to_buffer
+                     (const Herald__V1__DeleteInstallationRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_installation_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteInstallationRequest *
+       herald__v1__delete_installation_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteInstallationRequest *)
+     protobuf_c_message_unpack (&herald__v1__delete_installation_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_installation_request__free_unpacked
+                     (Herald__V1__DeleteInstallationRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_installation_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_installation_response__init
+                     (Herald__V1__DeleteInstallationResponse         *message)
+{
+  static const Herald__V1__DeleteInstallationResponse init_value = HERALD__V1__DELETE_INSTALLATION_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_installation_response__get_packed_size
+                     (const Herald__V1__DeleteInstallationResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_installation_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_installation_response__pack
+                     (const Herald__V1__DeleteInstallationResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_installation_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_installation_response__pack_to_buffer
+                     (const Herald__V1__DeleteInstallationResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_installation_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteInstallationResponse *
+       herald__v1__delete_installation_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteInstallationResponse *)
+     protobuf_c_message_unpack (&herald__v1__delete_installation_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_installation_response__free_unpacked
+                     (Herald__V1__DeleteInstallationResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_installation_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_installations_request__init
+                     (Herald__V1__ListInstallationsRequest         *message)
+{
+  static const Herald__V1__ListInstallationsRequest init_value = HERALD__V1__LIST_INSTALLATIONS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_installations_request__get_packed_size
+                     (const Herald__V1__ListInstallationsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_installations_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_installations_request__pack
+                     (const Herald__V1__ListInstallationsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_installations_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_installations_request__pack_to_buffer
+                     (const Herald__V1__ListInstallationsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_installations_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListInstallationsRequest *
+       herald__v1__list_installations_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListInstallationsRequest *)
+     protobuf_c_message_unpack (&herald__v1__list_installations_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_installations_request__free_unpacked
+                     (Herald__V1__ListInstallationsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_installations_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_installations_response__init
+                     (Herald__V1__ListInstallationsResponse         *message)
+{
+  static const Herald__V1__ListInstallationsResponse init_value = HERALD__V1__LIST_INSTALLATIONS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_installations_response__get_packed_size
+                     (const Herald__V1__ListInstallationsResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_installations_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_installations_response__pack
+                     (const Herald__V1__ListInstallationsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_installations_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_installations_response__pack_to_buffer
+                     (const Herald__V1__ListInstallationsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_installations_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListInstallationsResponse *
+       herald__v1__list_installations_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListInstallationsResponse *)
+     protobuf_c_message_unpack (&herald__v1__list_installations_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_installations_response__free_unpacked
+                     (Herald__V1__ListInstallationsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_installations_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__export_devices_request__init
+                     (Herald__V1__ExportDevicesRequest         *message)
+{
+  static const Herald__V1__ExportDevicesRequest init_value = HERALD__V1__EXPORT_DEVICES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__export_devices_request__get_packed_size
+                     (const Herald__V1__ExportDevicesRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__export_devices_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__export_devices_request__pack
+                     (const Herald__V1__ExportDevicesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__export_devices_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__export_devices_request__pack_to_buffer
+                     (const Herald__V1__ExportDevicesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__export_devices_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ExportDevicesRequest *
+       herald__v1__export_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ExportDevicesRequest *)
+     protobuf_c_message_unpack (&herald__v1__export_devices_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__export_devices_request__free_unpacked
+                     (Herald__V1__ExportDevicesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__export_devices_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__export_batch__init
+                     (Herald__V1__ExportBatch         *message)
+{
+  static const Herald__V1__ExportBatch init_value = HERALD__V1__EXPORT_BATCH__INIT;
+  *message = init_value;
+}
+size_t herald__v1__export_batch__get_packed_size
+                     (const Herald__V1__ExportBatch *message)
+{
+  assert(message->base.descriptor == &herald__v1__export_batch__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__export_batch__pack
+                     (const Herald__V1__ExportBatch *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__export_batch__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__export_batch__pack_to_buffer
+                     (const Herald__V1__ExportBatch *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__export_batch__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ExportBatch *
+       herald__v1__export_batch__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ExportBatch *)
+     protobuf_c_message_unpack (&herald__v1__export_batch__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__export_batch__free_unpacked
+                     (Herald__V1__ExportBatch *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__export_batch__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[8] =
 {
   {
     "registration_id",
@@ -666,9 +1116,35 @@ static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "hub",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Registration, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "installation_id",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Registration, installation_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__registration__field_indices_by_name[] = {
   3,   /* field[3] = handle */
+  6,   /* field[6] = hub */
+  7,   /* field[7] = installation_id */
   1,   /* field[1] = owner */
   2,   /* field[2] = platform */
   0,   /* field[0] = registration_id */
@@ -678,7 +1154,7 @@ static const unsigned herald__v1__registration__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__registration__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor herald__v1__registration__descriptor =
 {
@@ -688,7 +1164,7 @@ const ProtobufCMessageDescriptor herald__v1__registration__descriptor =
   "Herald__V1__Registration",
   "herald.v1",
   sizeof(Herald__V1__Registration),
-  6,
+  8,
   herald__v1__registration__field_descriptors,
   herald__v1__registration__field_indices_by_name,
   1,  herald__v1__registration__number_ranges,
@@ -1057,7 +1533,7 @@ const ProtobufCMessageDescriptor herald__v1__list_registrations_response__descri
   (ProtobufCMessageInit) herald__v1__list_registrations_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__stream_audience_request__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__stream_audience_request__field_descriptors[4] =
 {
   {
     "tag",
@@ -1083,15 +1559,41 @@ static const ProtobufCFieldDescriptor herald__v1__stream_audience_request__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "hub",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__StreamAudienceRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "broadcast",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__StreamAudienceRequest, broadcast),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__stream_audience_request__field_indices_by_name[] = {
+  3,   /* field[3] = broadcast */
+  2,   /* field[2] = hub */
   1,   /* field[1] = platform */
   0,   /* field[0] = tag */
 };
 static const ProtobufCIntRange herald__v1__stream_audience_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__stream_audience_request__descriptor =
 {
@@ -1101,7 +1603,7 @@ const ProtobufCMessageDescriptor herald__v1__stream_audience_request__descriptor
   "Herald__V1__StreamAudienceRequest",
   "herald.v1",
   sizeof(Herald__V1__StreamAudienceRequest),
-  2,
+  4,
   herald__v1__stream_audience_request__field_descriptors,
   herald__v1__stream_audience_request__field_indices_by_name,
   1,  herald__v1__stream_audience_request__number_ranges,
@@ -1248,7 +1750,543 @@ const ProtobufCMessageDescriptor herald__v1__remove_handle_response__descriptor 
   (ProtobufCMessageInit) herald__v1__remove_handle_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[7] =
+static const ProtobufCFieldDescriptor herald__v1__put_installation_request__field_descriptors[3] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutInstallationRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "installation_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutInstallationRequest, installation_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "json",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutInstallationRequest, json),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__put_installation_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = installation_id */
+  2,   /* field[2] = json */
+};
+static const ProtobufCIntRange herald__v1__put_installation_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__put_installation_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.PutInstallationRequest",
+  "PutInstallationRequest",
+  "Herald__V1__PutInstallationRequest",
+  "herald.v1",
+  sizeof(Herald__V1__PutInstallationRequest),
+  3,
+  herald__v1__put_installation_request__field_descriptors,
+  herald__v1__put_installation_request__field_indices_by_name,
+  1,  herald__v1__put_installation_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__put_installation_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__installation_response__field_descriptors[1] =
+{
+  {
+    "json",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__InstallationResponse, json),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__installation_response__field_indices_by_name[] = {
+  0,   /* field[0] = json */
+};
+static const ProtobufCIntRange herald__v1__installation_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__installation_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.InstallationResponse",
+  "InstallationResponse",
+  "Herald__V1__InstallationResponse",
+  "herald.v1",
+  sizeof(Herald__V1__InstallationResponse),
+  1,
+  herald__v1__installation_response__field_descriptors,
+  herald__v1__installation_response__field_indices_by_name,
+  1,  herald__v1__installation_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__installation_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__patch_installation_request__field_descriptors[3] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PatchInstallationRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "installation_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PatchInstallationRequest, installation_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "patch",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PatchInstallationRequest, patch),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__patch_installation_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = installation_id */
+  2,   /* field[2] = patch */
+};
+static const ProtobufCIntRange herald__v1__patch_installation_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__patch_installation_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.PatchInstallationRequest",
+  "PatchInstallationRequest",
+  "Herald__V1__PatchInstallationRequest",
+  "herald.v1",
+  sizeof(Herald__V1__PatchInstallationRequest),
+  3,
+  herald__v1__patch_installation_request__field_descriptors,
+  herald__v1__patch_installation_request__field_indices_by_name,
+  1,  herald__v1__patch_installation_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__patch_installation_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__get_installation_request__field_descriptors[2] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetInstallationRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "installation_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetInstallationRequest, installation_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__get_installation_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = installation_id */
+};
+static const ProtobufCIntRange herald__v1__get_installation_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__get_installation_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.GetInstallationRequest",
+  "GetInstallationRequest",
+  "Herald__V1__GetInstallationRequest",
+  "herald.v1",
+  sizeof(Herald__V1__GetInstallationRequest),
+  2,
+  herald__v1__get_installation_request__field_descriptors,
+  herald__v1__get_installation_request__field_indices_by_name,
+  1,  herald__v1__get_installation_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__get_installation_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__delete_installation_request__field_descriptors[2] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteInstallationRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "installation_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteInstallationRequest, installation_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__delete_installation_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = installation_id */
+};
+static const ProtobufCIntRange herald__v1__delete_installation_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__delete_installation_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteInstallationRequest",
+  "DeleteInstallationRequest",
+  "Herald__V1__DeleteInstallationRequest",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteInstallationRequest),
+  2,
+  herald__v1__delete_installation_request__field_descriptors,
+  herald__v1__delete_installation_request__field_indices_by_name,
+  1,  herald__v1__delete_installation_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_installation_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__delete_installation_response__field_descriptors[1] =
+{
+  {
+    "deleted",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteInstallationResponse, deleted),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__delete_installation_response__field_indices_by_name[] = {
+  0,   /* field[0] = deleted */
+};
+static const ProtobufCIntRange herald__v1__delete_installation_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__delete_installation_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteInstallationResponse",
+  "DeleteInstallationResponse",
+  "Herald__V1__DeleteInstallationResponse",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteInstallationResponse),
+  1,
+  herald__v1__delete_installation_response__field_descriptors,
+  herald__v1__delete_installation_response__field_indices_by_name,
+  1,  herald__v1__delete_installation_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_installation_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_installations_request__field_descriptors[6] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInstallationsRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "tag",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInstallationsRequest, tag),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "user_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInstallationsRequest, user_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "platform",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInstallationsRequest, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "continuation_token",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInstallationsRequest, continuation_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInstallationsRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_installations_request__field_indices_by_name[] = {
+  4,   /* field[4] = continuation_token */
+  0,   /* field[0] = hub */
+  5,   /* field[5] = limit */
+  3,   /* field[3] = platform */
+  1,   /* field[1] = tag */
+  2,   /* field[2] = user_id */
+};
+static const ProtobufCIntRange herald__v1__list_installations_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_installations_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListInstallationsRequest",
+  "ListInstallationsRequest",
+  "Herald__V1__ListInstallationsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ListInstallationsRequest),
+  6,
+  herald__v1__list_installations_request__field_descriptors,
+  herald__v1__list_installations_request__field_indices_by_name,
+  1,  herald__v1__list_installations_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_installations_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_installations_response__field_descriptors[2] =
+{
+  {
+    "installations",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_BYTES,
+    offsetof(Herald__V1__ListInstallationsResponse, n_installations),
+    offsetof(Herald__V1__ListInstallationsResponse, installations),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "continuation_token",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInstallationsResponse, continuation_token),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_installations_response__field_indices_by_name[] = {
+  1,   /* field[1] = continuation_token */
+  0,   /* field[0] = installations */
+};
+static const ProtobufCIntRange herald__v1__list_installations_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_installations_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListInstallationsResponse",
+  "ListInstallationsResponse",
+  "Herald__V1__ListInstallationsResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ListInstallationsResponse),
+  2,
+  herald__v1__list_installations_response__field_descriptors,
+  herald__v1__list_installations_response__field_indices_by_name,
+  1,  herald__v1__list_installations_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_installations_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__export_devices_request__field_descriptors[1] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportDevicesRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__export_devices_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+};
+static const ProtobufCIntRange herald__v1__export_devices_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__export_devices_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ExportDevicesRequest",
+  "ExportDevicesRequest",
+  "Herald__V1__ExportDevicesRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ExportDevicesRequest),
+  1,
+  herald__v1__export_devices_request__field_descriptors,
+  herald__v1__export_devices_request__field_indices_by_name,
+  1,  herald__v1__export_devices_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__export_devices_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__export_batch__field_descriptors[1] =
+{
+  {
+    "ndjson",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportBatch, ndjson),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__export_batch__field_indices_by_name[] = {
+  0,   /* field[0] = ndjson */
+};
+static const ProtobufCIntRange herald__v1__export_batch__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__export_batch__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ExportBatch",
+  "ExportBatch",
+  "Herald__V1__ExportBatch",
+  "herald.v1",
+  sizeof(Herald__V1__ExportBatch),
+  1,
+  herald__v1__export_batch__field_descriptors,
+  herald__v1__export_batch__field_indices_by_name,
+  1,  herald__v1__export_batch__number_ranges,
+  (ProtobufCMessageInit) herald__v1__export_batch__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[13] =
 {
   { "CreateRegistrationId", &herald__v1__create_registration_id_request__descriptor, &herald__v1__create_registration_id_response__descriptor },
   { "UpsertRegistration", &herald__v1__upsert_registration_request__descriptor, &herald__v1__upsert_registration_response__descriptor },
@@ -1257,11 +2295,23 @@ static const ProtobufCMethodDescriptor herald__v1__registration_service__method_
   { "StreamAudience", &herald__v1__stream_audience_request__descriptor, &herald__v1__audience_batch__descriptor },
   { "RemoveHandle", &herald__v1__remove_handle_request__descriptor, &herald__v1__remove_handle_response__descriptor },
   { "ResetForTests", &herald__v1__reset_for_tests_request__descriptor, &herald__v1__reset_for_tests_response__descriptor },
+  { "PutInstallation", &herald__v1__put_installation_request__descriptor, &herald__v1__installation_response__descriptor },
+  { "PatchInstallation", &herald__v1__patch_installation_request__descriptor, &herald__v1__installation_response__descriptor },
+  { "GetInstallation", &herald__v1__get_installation_request__descriptor, &herald__v1__installation_response__descriptor },
+  { "DeleteInstallation", &herald__v1__delete_installation_request__descriptor, &herald__v1__delete_installation_response__descriptor },
+  { "ListInstallations", &herald__v1__list_installations_request__descriptor, &herald__v1__list_installations_response__descriptor },
+  { "ExportDevices", &herald__v1__export_devices_request__descriptor, &herald__v1__export_batch__descriptor },
 };
 const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   0,        /* CreateRegistrationId */
+  10,        /* DeleteInstallation */
   2,        /* DeleteRegistration */
+  12,        /* ExportDevices */
+  9,        /* GetInstallation */
+  11,        /* ListInstallations */
   3,        /* ListRegistrations */
+  8,        /* PatchInstallation */
+  7,        /* PutInstallation */
   5,        /* RemoveHandle */
   6,        /* ResetForTests */
   4,        /* StreamAudience */
@@ -1274,7 +2324,7 @@ const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor =
   "RegistrationService",
   "Herald__V1__RegistrationService",
   "herald.v1",
-  7,
+  13,
   herald__v1__registration_service__method_descriptors,
   herald__v1__registration_service__method_indices_by_name
 };
@@ -1333,6 +2383,54 @@ void herald__v1__registration_service__reset_for_tests(ProtobufCService *service
 {
   assert(service->descriptor == &herald__v1__registration_service__descriptor);
   service->invoke(service, 6, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__put_installation(ProtobufCService *service,
+                                                        const Herald__V1__PutInstallationRequest *input,
+                                                        Herald__V1__InstallationResponse_Closure closure,
+                                                        void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 7, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__patch_installation(ProtobufCService *service,
+                                                          const Herald__V1__PatchInstallationRequest *input,
+                                                          Herald__V1__InstallationResponse_Closure closure,
+                                                          void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__get_installation(ProtobufCService *service,
+                                                        const Herald__V1__GetInstallationRequest *input,
+                                                        Herald__V1__InstallationResponse_Closure closure,
+                                                        void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__delete_installation(ProtobufCService *service,
+                                                           const Herald__V1__DeleteInstallationRequest *input,
+                                                           Herald__V1__DeleteInstallationResponse_Closure closure,
+                                                           void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__list_installations(ProtobufCService *service,
+                                                          const Herald__V1__ListInstallationsRequest *input,
+                                                          Herald__V1__ListInstallationsResponse_Closure closure,
+                                                          void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__export_devices(ProtobufCService *service,
+                                                      const Herald__V1__ExportDevicesRequest *input,
+                                                      Herald__V1__ExportBatch_Closure closure,
+                                                      void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
                                              Herald__V1__RegistrationService_ServiceDestroy destroy)

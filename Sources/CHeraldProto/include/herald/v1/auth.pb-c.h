@@ -33,6 +33,24 @@ typedef struct Herald__V1__ListUsersRequest Herald__V1__ListUsersRequest;
 typedef struct Herald__V1__ListUsersResponse Herald__V1__ListUsersResponse;
 typedef struct Herald__V1__UserExistsRequest Herald__V1__UserExistsRequest;
 typedef struct Herald__V1__UserExistsResponse Herald__V1__UserExistsResponse;
+typedef struct Herald__V1__CreateHubRequest Herald__V1__CreateHubRequest;
+typedef struct Herald__V1__Hub Herald__V1__Hub;
+typedef struct Herald__V1__HubKey Herald__V1__HubKey;
+typedef struct Herald__V1__ListHubsRequest Herald__V1__ListHubsRequest;
+typedef struct Herald__V1__ListHubsResponse Herald__V1__ListHubsResponse;
+typedef struct Herald__V1__GetHubRequest Herald__V1__GetHubRequest;
+typedef struct Herald__V1__DeleteHubRequest Herald__V1__DeleteHubRequest;
+typedef struct Herald__V1__DeleteHubResponse Herald__V1__DeleteHubResponse;
+typedef struct Herald__V1__ListHubKeysRequest Herald__V1__ListHubKeysRequest;
+typedef struct Herald__V1__ListHubKeysResponse Herald__V1__ListHubKeysResponse;
+typedef struct Herald__V1__SetHubKeyRequest Herald__V1__SetHubKeyRequest;
+typedef struct Herald__V1__RotateHubKeyRequest Herald__V1__RotateHubKeyRequest;
+typedef struct Herald__V1__RevokeHubKeyRequest Herald__V1__RevokeHubKeyRequest;
+typedef struct Herald__V1__RevokeHubKeyResponse Herald__V1__RevokeHubKeyResponse;
+typedef struct Herald__V1__AuthorizeSasRequest Herald__V1__AuthorizeSasRequest;
+typedef struct Herald__V1__AuthorizeSasResponse Herald__V1__AuthorizeSasResponse;
+typedef struct Herald__V1__GrantHubRightsRequest Herald__V1__GrantHubRightsRequest;
+typedef struct Herald__V1__GrantHubRightsResponse Herald__V1__GrantHubRightsResponse;
 
 
 /* --- enums --- */
@@ -50,10 +68,14 @@ struct  Herald__V1__AuthenticateRequest
    * The raw Authorization header value, e.g. "Basic YWxpY2U6YWxpY2U=". Never logged.
    */
   char *authorization;
+  /*
+   * The hub whose rights to answer; empty means "default".
+   */
+  char *hub;
 };
 #define HERALD__V1__AUTHENTICATE_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authenticate_request__descriptor) \
-    , (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -70,10 +92,16 @@ struct  Herald__V1__AuthenticateResponse
    * The scheme that authenticated the caller, lower case: "basic" or "bearer".
    */
   char *scheme;
+  /*
+   * The user's rights on `hub` of the request ("Listen", "Send", "Manage"), as granted by
+   * GrantHubRights. Empty when none.
+   */
+  size_t n_rights;
+  char **rights;
 };
 #define HERALD__V1__AUTHENTICATE_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authenticate_response__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL }
 
 
 /*
@@ -301,6 +329,298 @@ struct  Herald__V1__UserExistsResponse
 #define HERALD__V1__USER_EXISTS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__user_exists_response__descriptor) \
     , 0 }
+
+
+/*
+ * Request of CreateHub.
+ */
+struct  Herald__V1__CreateHubRequest
+{
+  ProtobufCMessage base;
+  char *name;
+};
+#define HERALD__V1__CREATE_HUB_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__create_hub_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * A hub, as ListHubs and GetHub show it: key secrets are left empty.
+ */
+struct  Herald__V1__Hub
+{
+  ProtobufCMessage base;
+  char *name;
+  int64_t created_at_unix_ms;
+  size_t n_keys;
+  Herald__V1__HubKey **keys;
+};
+#define HERALD__V1__HUB__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub__descriptor) \
+    , (char *)protobuf_c_empty_string, 0, 0,NULL }
+
+
+/*
+ * A shared access rule of a hub, as Notification Hubs names them.
+ */
+struct  Herald__V1__HubKey
+{
+  ProtobufCMessage base;
+  /*
+   * 1 to 256 characters of a-z A-Z 0-9 . - _
+   */
+  char *name;
+  /*
+   * Any of "Listen", "Send", "Manage" (Manage implies the others in NH; Herald stores what is given
+   * and adds Listen and Send to Manage).
+   */
+  size_t n_rights;
+  char **rights;
+  /*
+   * 44-character base64 secrets (256 random bits), used as written (not decoded) as HMAC keys.
+   * Empty except in ListHubKeys, SetHubKey and RotateHubKey answers.
+   */
+  char *primary_key;
+  char *secondary_key;
+  int64_t created_at_unix_ms;
+};
+#define HERALD__V1__HUB_KEY__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_key__descriptor) \
+    , (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * Request of ListHubs.
+ */
+struct  Herald__V1__ListHubsRequest
+{
+  ProtobufCMessage base;
+};
+#define HERALD__V1__LIST_HUBS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_hubs_request__descriptor) \
+     }
+
+
+/*
+ * Answer of ListHubs.
+ */
+struct  Herald__V1__ListHubsResponse
+{
+  ProtobufCMessage base;
+  size_t n_hubs;
+  Herald__V1__Hub **hubs;
+};
+#define HERALD__V1__LIST_HUBS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_hubs_response__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Request of GetHub.
+ */
+struct  Herald__V1__GetHubRequest
+{
+  ProtobufCMessage base;
+  char *name;
+};
+#define HERALD__V1__GET_HUB_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_hub_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of DeleteHub.
+ */
+struct  Herald__V1__DeleteHubRequest
+{
+  ProtobufCMessage base;
+  char *name;
+};
+#define HERALD__V1__DELETE_HUB_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_hub_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of DeleteHub.
+ */
+struct  Herald__V1__DeleteHubResponse
+{
+  ProtobufCMessage base;
+};
+#define HERALD__V1__DELETE_HUB_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_hub_response__descriptor) \
+     }
+
+
+/*
+ * Request of ListHubKeys.
+ */
+struct  Herald__V1__ListHubKeysRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+};
+#define HERALD__V1__LIST_HUB_KEYS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_hub_keys_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of ListHubKeys.
+ */
+struct  Herald__V1__ListHubKeysResponse
+{
+  ProtobufCMessage base;
+  size_t n_keys;
+  Herald__V1__HubKey **keys;
+};
+#define HERALD__V1__LIST_HUB_KEYS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_hub_keys_response__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Request of SetHubKey.
+ */
+struct  Herald__V1__SetHubKeyRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  char *name;
+  /*
+   * At least one of "Listen", "Send", "Manage" (case-insensitive).
+   */
+  size_t n_rights;
+  char **rights;
+};
+#define HERALD__V1__SET_HUB_KEY_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__set_hub_key_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL }
+
+
+/*
+ * Request of RotateHubKey.
+ */
+struct  Herald__V1__RotateHubKeyRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  char *name;
+  /*
+   * "primary" or "secondary".
+   */
+  char *which;
+};
+#define HERALD__V1__ROTATE_HUB_KEY_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__rotate_hub_key_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of RevokeHubKey.
+ */
+struct  Herald__V1__RevokeHubKeyRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  char *name;
+};
+#define HERALD__V1__REVOKE_HUB_KEY_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__revoke_hub_key_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of RevokeHubKey.
+ */
+struct  Herald__V1__RevokeHubKeyResponse
+{
+  ProtobufCMessage base;
+};
+#define HERALD__V1__REVOKE_HUB_KEY_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__revoke_hub_key_response__descriptor) \
+     }
+
+
+/*
+ * Request of AuthorizeSas.
+ */
+struct  Herald__V1__AuthorizeSasRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The hub named by the request path's first segment.
+   */
+  char *hub;
+  /*
+   * The raw Authorization header: "SharedAccessSignature sr=…&sig=…&se=…&skn=…". Never logged.
+   */
+  char *authorization;
+  /*
+   * The request URL the token must cover, as the edge received it: "host[:port]/path" (no scheme,
+   * no query). The token's `sr`, decoded, lower-cased, without scheme, query or trailing "/", must
+   * equal it or be a prefix of it ending at a "/".
+   */
+  char *resource;
+};
+#define HERALD__V1__AUTHORIZE_SAS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authorize_sas_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of AuthorizeSas.
+ */
+struct  Herald__V1__AuthorizeSasResponse
+{
+  ProtobufCMessage base;
+  /*
+   * The key (skn) that signed the token.
+   */
+  char *key_name;
+  /*
+   * Its rights: "Listen", "Send", "Manage".
+   */
+  size_t n_rights;
+  char **rights;
+};
+#define HERALD__V1__AUTHORIZE_SAS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authorize_sas_response__descriptor) \
+    , (char *)protobuf_c_empty_string, 0,NULL }
+
+
+/*
+ * Request of GrantHubRights.
+ */
+struct  Herald__V1__GrantHubRightsRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  char *user;
+  /*
+   * "Listen", "Send", "Manage"; empty removes the grant.
+   */
+  size_t n_rights;
+  char **rights;
+};
+#define HERALD__V1__GRANT_HUB_RIGHTS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__grant_hub_rights_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL }
+
+
+/*
+ * Answer of GrantHubRights.
+ */
+struct  Herald__V1__GrantHubRightsResponse
+{
+  ProtobufCMessage base;
+  size_t n_rights;
+  char **rights;
+};
+#define HERALD__V1__GRANT_HUB_RIGHTS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__grant_hub_rights_response__descriptor) \
+    , 0,NULL }
 
 
 /* Herald__V1__AuthenticateRequest methods */
@@ -626,6 +946,348 @@ Herald__V1__UserExistsResponse *
 void   herald__v1__user_exists_response__free_unpacked
                      (Herald__V1__UserExistsResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__CreateHubRequest methods */
+void   herald__v1__create_hub_request__init
+                     (Herald__V1__CreateHubRequest         *message);
+size_t herald__v1__create_hub_request__get_packed_size
+                     (const Herald__V1__CreateHubRequest   *message);
+size_t herald__v1__create_hub_request__pack
+                     (const Herald__V1__CreateHubRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__create_hub_request__pack_to_buffer
+                     (const Herald__V1__CreateHubRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__CreateHubRequest *
+       herald__v1__create_hub_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__create_hub_request__free_unpacked
+                     (Herald__V1__CreateHubRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__Hub methods */
+void   herald__v1__hub__init
+                     (Herald__V1__Hub         *message);
+size_t herald__v1__hub__get_packed_size
+                     (const Herald__V1__Hub   *message);
+size_t herald__v1__hub__pack
+                     (const Herald__V1__Hub   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub__pack_to_buffer
+                     (const Herald__V1__Hub   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__Hub *
+       herald__v1__hub__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub__free_unpacked
+                     (Herald__V1__Hub *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__HubKey methods */
+void   herald__v1__hub_key__init
+                     (Herald__V1__HubKey         *message);
+size_t herald__v1__hub_key__get_packed_size
+                     (const Herald__V1__HubKey   *message);
+size_t herald__v1__hub_key__pack
+                     (const Herald__V1__HubKey   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub_key__pack_to_buffer
+                     (const Herald__V1__HubKey   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__HubKey *
+       herald__v1__hub_key__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub_key__free_unpacked
+                     (Herald__V1__HubKey *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListHubsRequest methods */
+void   herald__v1__list_hubs_request__init
+                     (Herald__V1__ListHubsRequest         *message);
+size_t herald__v1__list_hubs_request__get_packed_size
+                     (const Herald__V1__ListHubsRequest   *message);
+size_t herald__v1__list_hubs_request__pack
+                     (const Herald__V1__ListHubsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_hubs_request__pack_to_buffer
+                     (const Herald__V1__ListHubsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListHubsRequest *
+       herald__v1__list_hubs_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_hubs_request__free_unpacked
+                     (Herald__V1__ListHubsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListHubsResponse methods */
+void   herald__v1__list_hubs_response__init
+                     (Herald__V1__ListHubsResponse         *message);
+size_t herald__v1__list_hubs_response__get_packed_size
+                     (const Herald__V1__ListHubsResponse   *message);
+size_t herald__v1__list_hubs_response__pack
+                     (const Herald__V1__ListHubsResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_hubs_response__pack_to_buffer
+                     (const Herald__V1__ListHubsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListHubsResponse *
+       herald__v1__list_hubs_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_hubs_response__free_unpacked
+                     (Herald__V1__ListHubsResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__GetHubRequest methods */
+void   herald__v1__get_hub_request__init
+                     (Herald__V1__GetHubRequest         *message);
+size_t herald__v1__get_hub_request__get_packed_size
+                     (const Herald__V1__GetHubRequest   *message);
+size_t herald__v1__get_hub_request__pack
+                     (const Herald__V1__GetHubRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__get_hub_request__pack_to_buffer
+                     (const Herald__V1__GetHubRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__GetHubRequest *
+       herald__v1__get_hub_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__get_hub_request__free_unpacked
+                     (Herald__V1__GetHubRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteHubRequest methods */
+void   herald__v1__delete_hub_request__init
+                     (Herald__V1__DeleteHubRequest         *message);
+size_t herald__v1__delete_hub_request__get_packed_size
+                     (const Herald__V1__DeleteHubRequest   *message);
+size_t herald__v1__delete_hub_request__pack
+                     (const Herald__V1__DeleteHubRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_hub_request__pack_to_buffer
+                     (const Herald__V1__DeleteHubRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteHubRequest *
+       herald__v1__delete_hub_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_hub_request__free_unpacked
+                     (Herald__V1__DeleteHubRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteHubResponse methods */
+void   herald__v1__delete_hub_response__init
+                     (Herald__V1__DeleteHubResponse         *message);
+size_t herald__v1__delete_hub_response__get_packed_size
+                     (const Herald__V1__DeleteHubResponse   *message);
+size_t herald__v1__delete_hub_response__pack
+                     (const Herald__V1__DeleteHubResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_hub_response__pack_to_buffer
+                     (const Herald__V1__DeleteHubResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteHubResponse *
+       herald__v1__delete_hub_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_hub_response__free_unpacked
+                     (Herald__V1__DeleteHubResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListHubKeysRequest methods */
+void   herald__v1__list_hub_keys_request__init
+                     (Herald__V1__ListHubKeysRequest         *message);
+size_t herald__v1__list_hub_keys_request__get_packed_size
+                     (const Herald__V1__ListHubKeysRequest   *message);
+size_t herald__v1__list_hub_keys_request__pack
+                     (const Herald__V1__ListHubKeysRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_hub_keys_request__pack_to_buffer
+                     (const Herald__V1__ListHubKeysRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListHubKeysRequest *
+       herald__v1__list_hub_keys_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_hub_keys_request__free_unpacked
+                     (Herald__V1__ListHubKeysRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListHubKeysResponse methods */
+void   herald__v1__list_hub_keys_response__init
+                     (Herald__V1__ListHubKeysResponse         *message);
+size_t herald__v1__list_hub_keys_response__get_packed_size
+                     (const Herald__V1__ListHubKeysResponse   *message);
+size_t herald__v1__list_hub_keys_response__pack
+                     (const Herald__V1__ListHubKeysResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_hub_keys_response__pack_to_buffer
+                     (const Herald__V1__ListHubKeysResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListHubKeysResponse *
+       herald__v1__list_hub_keys_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_hub_keys_response__free_unpacked
+                     (Herald__V1__ListHubKeysResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__SetHubKeyRequest methods */
+void   herald__v1__set_hub_key_request__init
+                     (Herald__V1__SetHubKeyRequest         *message);
+size_t herald__v1__set_hub_key_request__get_packed_size
+                     (const Herald__V1__SetHubKeyRequest   *message);
+size_t herald__v1__set_hub_key_request__pack
+                     (const Herald__V1__SetHubKeyRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__set_hub_key_request__pack_to_buffer
+                     (const Herald__V1__SetHubKeyRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__SetHubKeyRequest *
+       herald__v1__set_hub_key_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__set_hub_key_request__free_unpacked
+                     (Herald__V1__SetHubKeyRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__RotateHubKeyRequest methods */
+void   herald__v1__rotate_hub_key_request__init
+                     (Herald__V1__RotateHubKeyRequest         *message);
+size_t herald__v1__rotate_hub_key_request__get_packed_size
+                     (const Herald__V1__RotateHubKeyRequest   *message);
+size_t herald__v1__rotate_hub_key_request__pack
+                     (const Herald__V1__RotateHubKeyRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__rotate_hub_key_request__pack_to_buffer
+                     (const Herald__V1__RotateHubKeyRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__RotateHubKeyRequest *
+       herald__v1__rotate_hub_key_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__rotate_hub_key_request__free_unpacked
+                     (Herald__V1__RotateHubKeyRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__RevokeHubKeyRequest methods */
+void   herald__v1__revoke_hub_key_request__init
+                     (Herald__V1__RevokeHubKeyRequest         *message);
+size_t herald__v1__revoke_hub_key_request__get_packed_size
+                     (const Herald__V1__RevokeHubKeyRequest   *message);
+size_t herald__v1__revoke_hub_key_request__pack
+                     (const Herald__V1__RevokeHubKeyRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__revoke_hub_key_request__pack_to_buffer
+                     (const Herald__V1__RevokeHubKeyRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__RevokeHubKeyRequest *
+       herald__v1__revoke_hub_key_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__revoke_hub_key_request__free_unpacked
+                     (Herald__V1__RevokeHubKeyRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__RevokeHubKeyResponse methods */
+void   herald__v1__revoke_hub_key_response__init
+                     (Herald__V1__RevokeHubKeyResponse         *message);
+size_t herald__v1__revoke_hub_key_response__get_packed_size
+                     (const Herald__V1__RevokeHubKeyResponse   *message);
+size_t herald__v1__revoke_hub_key_response__pack
+                     (const Herald__V1__RevokeHubKeyResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__revoke_hub_key_response__pack_to_buffer
+                     (const Herald__V1__RevokeHubKeyResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__RevokeHubKeyResponse *
+       herald__v1__revoke_hub_key_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__revoke_hub_key_response__free_unpacked
+                     (Herald__V1__RevokeHubKeyResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__AuthorizeSasRequest methods */
+void   herald__v1__authorize_sas_request__init
+                     (Herald__V1__AuthorizeSasRequest         *message);
+size_t herald__v1__authorize_sas_request__get_packed_size
+                     (const Herald__V1__AuthorizeSasRequest   *message);
+size_t herald__v1__authorize_sas_request__pack
+                     (const Herald__V1__AuthorizeSasRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__authorize_sas_request__pack_to_buffer
+                     (const Herald__V1__AuthorizeSasRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__AuthorizeSasRequest *
+       herald__v1__authorize_sas_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__authorize_sas_request__free_unpacked
+                     (Herald__V1__AuthorizeSasRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__AuthorizeSasResponse methods */
+void   herald__v1__authorize_sas_response__init
+                     (Herald__V1__AuthorizeSasResponse         *message);
+size_t herald__v1__authorize_sas_response__get_packed_size
+                     (const Herald__V1__AuthorizeSasResponse   *message);
+size_t herald__v1__authorize_sas_response__pack
+                     (const Herald__V1__AuthorizeSasResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__authorize_sas_response__pack_to_buffer
+                     (const Herald__V1__AuthorizeSasResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__AuthorizeSasResponse *
+       herald__v1__authorize_sas_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__authorize_sas_response__free_unpacked
+                     (Herald__V1__AuthorizeSasResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__GrantHubRightsRequest methods */
+void   herald__v1__grant_hub_rights_request__init
+                     (Herald__V1__GrantHubRightsRequest         *message);
+size_t herald__v1__grant_hub_rights_request__get_packed_size
+                     (const Herald__V1__GrantHubRightsRequest   *message);
+size_t herald__v1__grant_hub_rights_request__pack
+                     (const Herald__V1__GrantHubRightsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__grant_hub_rights_request__pack_to_buffer
+                     (const Herald__V1__GrantHubRightsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__GrantHubRightsRequest *
+       herald__v1__grant_hub_rights_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__grant_hub_rights_request__free_unpacked
+                     (Herald__V1__GrantHubRightsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__GrantHubRightsResponse methods */
+void   herald__v1__grant_hub_rights_response__init
+                     (Herald__V1__GrantHubRightsResponse         *message);
+size_t herald__v1__grant_hub_rights_response__get_packed_size
+                     (const Herald__V1__GrantHubRightsResponse   *message);
+size_t herald__v1__grant_hub_rights_response__pack
+                     (const Herald__V1__GrantHubRightsResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__grant_hub_rights_response__pack_to_buffer
+                     (const Herald__V1__GrantHubRightsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__GrantHubRightsResponse *
+       herald__v1__grant_hub_rights_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__grant_hub_rights_response__free_unpacked
+                     (Herald__V1__GrantHubRightsResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__AuthenticateRequest_Closure)
@@ -679,6 +1341,60 @@ typedef void (*Herald__V1__UserExistsRequest_Closure)
 typedef void (*Herald__V1__UserExistsResponse_Closure)
                  (const Herald__V1__UserExistsResponse *message,
                   void *closure_data);
+typedef void (*Herald__V1__CreateHubRequest_Closure)
+                 (const Herald__V1__CreateHubRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__Hub_Closure)
+                 (const Herald__V1__Hub *message,
+                  void *closure_data);
+typedef void (*Herald__V1__HubKey_Closure)
+                 (const Herald__V1__HubKey *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListHubsRequest_Closure)
+                 (const Herald__V1__ListHubsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListHubsResponse_Closure)
+                 (const Herald__V1__ListHubsResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__GetHubRequest_Closure)
+                 (const Herald__V1__GetHubRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeleteHubRequest_Closure)
+                 (const Herald__V1__DeleteHubRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeleteHubResponse_Closure)
+                 (const Herald__V1__DeleteHubResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListHubKeysRequest_Closure)
+                 (const Herald__V1__ListHubKeysRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListHubKeysResponse_Closure)
+                 (const Herald__V1__ListHubKeysResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__SetHubKeyRequest_Closure)
+                 (const Herald__V1__SetHubKeyRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__RotateHubKeyRequest_Closure)
+                 (const Herald__V1__RotateHubKeyRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__RevokeHubKeyRequest_Closure)
+                 (const Herald__V1__RevokeHubKeyRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__RevokeHubKeyResponse_Closure)
+                 (const Herald__V1__RevokeHubKeyResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__AuthorizeSasRequest_Closure)
+                 (const Herald__V1__AuthorizeSasRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__AuthorizeSasResponse_Closure)
+                 (const Herald__V1__AuthorizeSasResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__GrantHubRightsRequest_Closure)
+                 (const Herald__V1__GrantHubRightsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__GrantHubRightsResponse_Closure)
+                 (const Herald__V1__GrantHubRightsResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -726,6 +1442,46 @@ struct Herald__V1__AuthService_Service
                           const Herald__V1__ResetForTestsRequest *input,
                           Herald__V1__ResetForTestsResponse_Closure closure,
                           void *closure_data);
+  void (*create_hub)(Herald__V1__AuthService_Service *service,
+                     const Herald__V1__CreateHubRequest *input,
+                     Herald__V1__Hub_Closure closure,
+                     void *closure_data);
+  void (*list_hubs)(Herald__V1__AuthService_Service *service,
+                    const Herald__V1__ListHubsRequest *input,
+                    Herald__V1__ListHubsResponse_Closure closure,
+                    void *closure_data);
+  void (*get_hub)(Herald__V1__AuthService_Service *service,
+                  const Herald__V1__GetHubRequest *input,
+                  Herald__V1__Hub_Closure closure,
+                  void *closure_data);
+  void (*delete_hub)(Herald__V1__AuthService_Service *service,
+                     const Herald__V1__DeleteHubRequest *input,
+                     Herald__V1__DeleteHubResponse_Closure closure,
+                     void *closure_data);
+  void (*list_hub_keys)(Herald__V1__AuthService_Service *service,
+                        const Herald__V1__ListHubKeysRequest *input,
+                        Herald__V1__ListHubKeysResponse_Closure closure,
+                        void *closure_data);
+  void (*set_hub_key)(Herald__V1__AuthService_Service *service,
+                      const Herald__V1__SetHubKeyRequest *input,
+                      Herald__V1__HubKey_Closure closure,
+                      void *closure_data);
+  void (*rotate_hub_key)(Herald__V1__AuthService_Service *service,
+                         const Herald__V1__RotateHubKeyRequest *input,
+                         Herald__V1__HubKey_Closure closure,
+                         void *closure_data);
+  void (*revoke_hub_key)(Herald__V1__AuthService_Service *service,
+                         const Herald__V1__RevokeHubKeyRequest *input,
+                         Herald__V1__RevokeHubKeyResponse_Closure closure,
+                         void *closure_data);
+  void (*authorize_sas)(Herald__V1__AuthService_Service *service,
+                        const Herald__V1__AuthorizeSasRequest *input,
+                        Herald__V1__AuthorizeSasResponse_Closure closure,
+                        void *closure_data);
+  void (*grant_hub_rights)(Herald__V1__AuthService_Service *service,
+                           const Herald__V1__GrantHubRightsRequest *input,
+                           Herald__V1__GrantHubRightsResponse_Closure closure,
+                           void *closure_data);
 };
 typedef void (*Herald__V1__AuthService_ServiceDestroy)(Herald__V1__AuthService_Service *);
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
@@ -743,7 +1499,17 @@ void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
       function_prefix__ ## delete_user,\
       function_prefix__ ## list_users,\
       function_prefix__ ## user_exists,\
-      function_prefix__ ## reset_for_tests  }
+      function_prefix__ ## reset_for_tests,\
+      function_prefix__ ## create_hub,\
+      function_prefix__ ## list_hubs,\
+      function_prefix__ ## get_hub,\
+      function_prefix__ ## delete_hub,\
+      function_prefix__ ## list_hub_keys,\
+      function_prefix__ ## set_hub_key,\
+      function_prefix__ ## rotate_hub_key,\
+      function_prefix__ ## revoke_hub_key,\
+      function_prefix__ ## authorize_sas,\
+      function_prefix__ ## grant_hub_rights  }
 void herald__v1__auth_service__authenticate(ProtobufCService *service,
                                             const Herald__V1__AuthenticateRequest *input,
                                             Herald__V1__AuthenticateResponse_Closure closure,
@@ -784,6 +1550,46 @@ void herald__v1__auth_service__reset_for_tests(ProtobufCService *service,
                                                const Herald__V1__ResetForTestsRequest *input,
                                                Herald__V1__ResetForTestsResponse_Closure closure,
                                                void *closure_data);
+void herald__v1__auth_service__create_hub(ProtobufCService *service,
+                                          const Herald__V1__CreateHubRequest *input,
+                                          Herald__V1__Hub_Closure closure,
+                                          void *closure_data);
+void herald__v1__auth_service__list_hubs(ProtobufCService *service,
+                                         const Herald__V1__ListHubsRequest *input,
+                                         Herald__V1__ListHubsResponse_Closure closure,
+                                         void *closure_data);
+void herald__v1__auth_service__get_hub(ProtobufCService *service,
+                                       const Herald__V1__GetHubRequest *input,
+                                       Herald__V1__Hub_Closure closure,
+                                       void *closure_data);
+void herald__v1__auth_service__delete_hub(ProtobufCService *service,
+                                          const Herald__V1__DeleteHubRequest *input,
+                                          Herald__V1__DeleteHubResponse_Closure closure,
+                                          void *closure_data);
+void herald__v1__auth_service__list_hub_keys(ProtobufCService *service,
+                                             const Herald__V1__ListHubKeysRequest *input,
+                                             Herald__V1__ListHubKeysResponse_Closure closure,
+                                             void *closure_data);
+void herald__v1__auth_service__set_hub_key(ProtobufCService *service,
+                                           const Herald__V1__SetHubKeyRequest *input,
+                                           Herald__V1__HubKey_Closure closure,
+                                           void *closure_data);
+void herald__v1__auth_service__rotate_hub_key(ProtobufCService *service,
+                                              const Herald__V1__RotateHubKeyRequest *input,
+                                              Herald__V1__HubKey_Closure closure,
+                                              void *closure_data);
+void herald__v1__auth_service__revoke_hub_key(ProtobufCService *service,
+                                              const Herald__V1__RevokeHubKeyRequest *input,
+                                              Herald__V1__RevokeHubKeyResponse_Closure closure,
+                                              void *closure_data);
+void herald__v1__auth_service__authorize_sas(ProtobufCService *service,
+                                             const Herald__V1__AuthorizeSasRequest *input,
+                                             Herald__V1__AuthorizeSasResponse_Closure closure,
+                                             void *closure_data);
+void herald__v1__auth_service__grant_hub_rights(ProtobufCService *service,
+                                                const Herald__V1__GrantHubRightsRequest *input,
+                                                Herald__V1__GrantHubRightsResponse_Closure closure,
+                                                void *closure_data);
 
 /* --- descriptors --- */
 
@@ -804,6 +1610,24 @@ extern const ProtobufCMessageDescriptor herald__v1__list_users_request__descript
 extern const ProtobufCMessageDescriptor herald__v1__list_users_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__user_exists_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__user_exists_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__create_hub_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__hub__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__hub_key__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_hubs_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_hubs_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__get_hub_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_hub_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_hub_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_hub_keys_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_hub_keys_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__set_hub_key_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__rotate_hub_key_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__revoke_hub_key_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__revoke_hub_key_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__authorize_sas_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor;
 
 PROTOBUF_C__END_DECLS

@@ -140,7 +140,7 @@ struct  Herald__V1__NativePayload
 
 
 /*
- * Request of Send. Exactly one of target_user and target_tag is set.
+ * Request of Send. Exactly one of target_user, target_tag and broadcast is set.
  */
 struct  Herald__V1__SendRequest
 {
@@ -150,7 +150,9 @@ struct  Herald__V1__SendRequest
    */
   char *target_user;
   /*
-   * Deliver to every device carrying this tag.
+   * Deliver to every device matching this tag or tag expression: tags joined by && (and), || (or)
+   * and ! (not) with parentheses; ! binds tightest, then &&, then ||. At most 20 tags when only ||
+   * is used, else 6 (Notification Hubs' limits). INVALID_ARGUMENT names the position of an error.
    */
   char *target_tag;
   /*
@@ -162,10 +164,18 @@ struct  Herald__V1__SendRequest
    * The authenticated sender, for audit and logs.
    */
   char *sender;
+  /*
+   * The hub whose devices and credentials to use; empty means "default".
+   */
+  char *hub;
+  /*
+   * Deliver to every device of the hub; target_user and target_tag are then empty.
+   */
+  protobuf_c_boolean broadcast;
 };
 #define HERALD__V1__SEND_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__send_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
 
 
 /*

@@ -29,6 +29,16 @@ typedef struct Herald__V1__StreamAudienceRequest Herald__V1__StreamAudienceReque
 typedef struct Herald__V1__AudienceBatch Herald__V1__AudienceBatch;
 typedef struct Herald__V1__RemoveHandleRequest Herald__V1__RemoveHandleRequest;
 typedef struct Herald__V1__RemoveHandleResponse Herald__V1__RemoveHandleResponse;
+typedef struct Herald__V1__PutInstallationRequest Herald__V1__PutInstallationRequest;
+typedef struct Herald__V1__InstallationResponse Herald__V1__InstallationResponse;
+typedef struct Herald__V1__PatchInstallationRequest Herald__V1__PatchInstallationRequest;
+typedef struct Herald__V1__GetInstallationRequest Herald__V1__GetInstallationRequest;
+typedef struct Herald__V1__DeleteInstallationRequest Herald__V1__DeleteInstallationRequest;
+typedef struct Herald__V1__DeleteInstallationResponse Herald__V1__DeleteInstallationResponse;
+typedef struct Herald__V1__ListInstallationsRequest Herald__V1__ListInstallationsRequest;
+typedef struct Herald__V1__ListInstallationsResponse Herald__V1__ListInstallationsResponse;
+typedef struct Herald__V1__ExportDevicesRequest Herald__V1__ExportDevicesRequest;
+typedef struct Herald__V1__ExportBatch Herald__V1__ExportBatch;
 
 
 /* --- enums --- */
@@ -69,10 +79,18 @@ struct  Herald__V1__Registration
    * Last change, Unix epoch milliseconds.
    */
   int64_t updated_at_unix_ms;
+  /*
+   * The hub the device belongs to; "default" for the tutorial's registrations.
+   */
+  char *hub;
+  /*
+   * Set when the device is an NH installation.
+   */
+  char *installation_id;
 };
 #define HERALD__V1__REGISTRATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__registration__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -233,17 +251,26 @@ struct  Herald__V1__StreamAudienceRequest
 {
   ProtobufCMessage base;
   /*
-   * The tag to resolve, e.g. "username:alice". Required.
+   * A tag or a tag expression over tags ("a && (b || !c)", NH's grammar and limits) to resolve,
+   * e.g. "username:alice". Required unless `broadcast`.
    */
   char *tag;
   /*
    * Only this platform; PLATFORM_UNSPECIFIED means every platform.
    */
   Herald__V1__Platform platform;
+  /*
+   * The hub; empty means "default".
+   */
+  char *hub;
+  /*
+   * Every device of the hub (tag must be empty).
+   */
+  protobuf_c_boolean broadcast;
 };
 #define HERALD__V1__STREAM_AUDIENCE_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__stream_audience_request__descriptor) \
-    , (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED }
+    , (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0 }
 
 
 /*
@@ -302,6 +329,184 @@ struct  Herald__V1__RemoveHandleResponse
 #define HERALD__V1__REMOVE_HANDLE_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__remove_handle_response__descriptor) \
     , 0 }
+
+
+/*
+ * Request of PutInstallation.
+ */
+struct  Herald__V1__PutInstallationRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Empty means "default".
+   */
+  char *hub;
+  /*
+   * Must equal the body's installationId.
+   */
+  char *installation_id;
+  /*
+   * NH's installation JSON.
+   */
+  ProtobufCBinaryData json;
+};
+#define HERALD__V1__PUT_INSTALLATION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__put_installation_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL} }
+
+
+/*
+ * An installation as stored, NH's JSON with the read-only fields filled in (pushChannelExpired,
+ * expirationTime, lastUpdate) and without empty tags.
+ */
+struct  Herald__V1__InstallationResponse
+{
+  ProtobufCMessage base;
+  ProtobufCBinaryData json;
+};
+#define HERALD__V1__INSTALLATION_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__installation_response__descriptor) \
+    , {0,NULL} }
+
+
+/*
+ * Request of PatchInstallation.
+ */
+struct  Herald__V1__PatchInstallationRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  char *installation_id;
+  /*
+   * A JSON array of {"op","path","value"}; values may be strings or JSON.
+   */
+  ProtobufCBinaryData patch;
+};
+#define HERALD__V1__PATCH_INSTALLATION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__patch_installation_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL} }
+
+
+/*
+ * Request of GetInstallation.
+ */
+struct  Herald__V1__GetInstallationRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  char *installation_id;
+};
+#define HERALD__V1__GET_INSTALLATION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_installation_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of DeleteInstallation.
+ */
+struct  Herald__V1__DeleteInstallationRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  char *installation_id;
+};
+#define HERALD__V1__DELETE_INSTALLATION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_installation_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of DeleteInstallation.
+ */
+struct  Herald__V1__DeleteInstallationResponse
+{
+  ProtobufCMessage base;
+  protobuf_c_boolean deleted;
+};
+#define HERALD__V1__DELETE_INSTALLATION_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_installation_response__descriptor) \
+    , 0 }
+
+
+/*
+ * Request of ListInstallations.
+ */
+struct  Herald__V1__ListInstallationsRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  /*
+   * Only installations carrying this tag (or a tag expression).
+   */
+  char *tag;
+  /*
+   * Only this user id.
+   */
+  char *user_id;
+  /*
+   * Only this platform.
+   */
+  Herald__V1__Platform platform;
+  /*
+   * From a previous answer; empty for the first page.
+   */
+  char *continuation_token;
+  /*
+   * 1 to 1000; 0 means 100.
+   */
+  int32_t limit;
+};
+#define HERALD__V1__LIST_INSTALLATIONS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_installations_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * Answer of ListInstallations.
+ */
+struct  Herald__V1__ListInstallationsResponse
+{
+  ProtobufCMessage base;
+  /*
+   * One NH installation JSON per element.
+   */
+  size_t n_installations;
+  ProtobufCBinaryData *installations;
+  /*
+   * Empty on the last page.
+   */
+  char *continuation_token;
+};
+#define HERALD__V1__LIST_INSTALLATIONS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_installations_response__descriptor) \
+    , 0,NULL, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of ExportDevices.
+ */
+struct  Herald__V1__ExportDevicesRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+};
+#define HERALD__V1__EXPORT_DEVICES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__export_devices_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * One batch of ExportDevices: each line one JSON object, {"kind":"installation",…} or
+ * {"kind":"registration",…}, newline-terminated.
+ */
+struct  Herald__V1__ExportBatch
+{
+  ProtobufCMessage base;
+  ProtobufCBinaryData ndjson;
+};
+#define HERALD__V1__EXPORT_BATCH__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__export_batch__descriptor) \
+    , {0,NULL} }
 
 
 /* Herald__V1__Registration methods */
@@ -551,6 +756,196 @@ Herald__V1__RemoveHandleResponse *
 void   herald__v1__remove_handle_response__free_unpacked
                      (Herald__V1__RemoveHandleResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__PutInstallationRequest methods */
+void   herald__v1__put_installation_request__init
+                     (Herald__V1__PutInstallationRequest         *message);
+size_t herald__v1__put_installation_request__get_packed_size
+                     (const Herald__V1__PutInstallationRequest   *message);
+size_t herald__v1__put_installation_request__pack
+                     (const Herald__V1__PutInstallationRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__put_installation_request__pack_to_buffer
+                     (const Herald__V1__PutInstallationRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__PutInstallationRequest *
+       herald__v1__put_installation_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__put_installation_request__free_unpacked
+                     (Herald__V1__PutInstallationRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__InstallationResponse methods */
+void   herald__v1__installation_response__init
+                     (Herald__V1__InstallationResponse         *message);
+size_t herald__v1__installation_response__get_packed_size
+                     (const Herald__V1__InstallationResponse   *message);
+size_t herald__v1__installation_response__pack
+                     (const Herald__V1__InstallationResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__installation_response__pack_to_buffer
+                     (const Herald__V1__InstallationResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__InstallationResponse *
+       herald__v1__installation_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__installation_response__free_unpacked
+                     (Herald__V1__InstallationResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__PatchInstallationRequest methods */
+void   herald__v1__patch_installation_request__init
+                     (Herald__V1__PatchInstallationRequest         *message);
+size_t herald__v1__patch_installation_request__get_packed_size
+                     (const Herald__V1__PatchInstallationRequest   *message);
+size_t herald__v1__patch_installation_request__pack
+                     (const Herald__V1__PatchInstallationRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__patch_installation_request__pack_to_buffer
+                     (const Herald__V1__PatchInstallationRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__PatchInstallationRequest *
+       herald__v1__patch_installation_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__patch_installation_request__free_unpacked
+                     (Herald__V1__PatchInstallationRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__GetInstallationRequest methods */
+void   herald__v1__get_installation_request__init
+                     (Herald__V1__GetInstallationRequest         *message);
+size_t herald__v1__get_installation_request__get_packed_size
+                     (const Herald__V1__GetInstallationRequest   *message);
+size_t herald__v1__get_installation_request__pack
+                     (const Herald__V1__GetInstallationRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__get_installation_request__pack_to_buffer
+                     (const Herald__V1__GetInstallationRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__GetInstallationRequest *
+       herald__v1__get_installation_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__get_installation_request__free_unpacked
+                     (Herald__V1__GetInstallationRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteInstallationRequest methods */
+void   herald__v1__delete_installation_request__init
+                     (Herald__V1__DeleteInstallationRequest         *message);
+size_t herald__v1__delete_installation_request__get_packed_size
+                     (const Herald__V1__DeleteInstallationRequest   *message);
+size_t herald__v1__delete_installation_request__pack
+                     (const Herald__V1__DeleteInstallationRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_installation_request__pack_to_buffer
+                     (const Herald__V1__DeleteInstallationRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteInstallationRequest *
+       herald__v1__delete_installation_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_installation_request__free_unpacked
+                     (Herald__V1__DeleteInstallationRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteInstallationResponse methods */
+void   herald__v1__delete_installation_response__init
+                     (Herald__V1__DeleteInstallationResponse         *message);
+size_t herald__v1__delete_installation_response__get_packed_size
+                     (const Herald__V1__DeleteInstallationResponse   *message);
+size_t herald__v1__delete_installation_response__pack
+                     (const Herald__V1__DeleteInstallationResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_installation_response__pack_to_buffer
+                     (const Herald__V1__DeleteInstallationResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteInstallationResponse *
+       herald__v1__delete_installation_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_installation_response__free_unpacked
+                     (Herald__V1__DeleteInstallationResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListInstallationsRequest methods */
+void   herald__v1__list_installations_request__init
+                     (Herald__V1__ListInstallationsRequest         *message);
+size_t herald__v1__list_installations_request__get_packed_size
+                     (const Herald__V1__ListInstallationsRequest   *message);
+size_t herald__v1__list_installations_request__pack
+                     (const Herald__V1__ListInstallationsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_installations_request__pack_to_buffer
+                     (const Herald__V1__ListInstallationsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListInstallationsRequest *
+       herald__v1__list_installations_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_installations_request__free_unpacked
+                     (Herald__V1__ListInstallationsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListInstallationsResponse methods */
+void   herald__v1__list_installations_response__init
+                     (Herald__V1__ListInstallationsResponse         *message);
+size_t herald__v1__list_installations_response__get_packed_size
+                     (const Herald__V1__ListInstallationsResponse   *message);
+size_t herald__v1__list_installations_response__pack
+                     (const Herald__V1__ListInstallationsResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_installations_response__pack_to_buffer
+                     (const Herald__V1__ListInstallationsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListInstallationsResponse *
+       herald__v1__list_installations_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_installations_response__free_unpacked
+                     (Herald__V1__ListInstallationsResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ExportDevicesRequest methods */
+void   herald__v1__export_devices_request__init
+                     (Herald__V1__ExportDevicesRequest         *message);
+size_t herald__v1__export_devices_request__get_packed_size
+                     (const Herald__V1__ExportDevicesRequest   *message);
+size_t herald__v1__export_devices_request__pack
+                     (const Herald__V1__ExportDevicesRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__export_devices_request__pack_to_buffer
+                     (const Herald__V1__ExportDevicesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ExportDevicesRequest *
+       herald__v1__export_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__export_devices_request__free_unpacked
+                     (Herald__V1__ExportDevicesRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ExportBatch methods */
+void   herald__v1__export_batch__init
+                     (Herald__V1__ExportBatch         *message);
+size_t herald__v1__export_batch__get_packed_size
+                     (const Herald__V1__ExportBatch   *message);
+size_t herald__v1__export_batch__pack
+                     (const Herald__V1__ExportBatch   *message,
+                      uint8_t             *out);
+size_t herald__v1__export_batch__pack_to_buffer
+                     (const Herald__V1__ExportBatch   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ExportBatch *
+       herald__v1__export_batch__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__export_batch__free_unpacked
+                     (Herald__V1__ExportBatch *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__Registration_Closure)
@@ -592,6 +987,36 @@ typedef void (*Herald__V1__RemoveHandleRequest_Closure)
 typedef void (*Herald__V1__RemoveHandleResponse_Closure)
                  (const Herald__V1__RemoveHandleResponse *message,
                   void *closure_data);
+typedef void (*Herald__V1__PutInstallationRequest_Closure)
+                 (const Herald__V1__PutInstallationRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__InstallationResponse_Closure)
+                 (const Herald__V1__InstallationResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__PatchInstallationRequest_Closure)
+                 (const Herald__V1__PatchInstallationRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__GetInstallationRequest_Closure)
+                 (const Herald__V1__GetInstallationRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeleteInstallationRequest_Closure)
+                 (const Herald__V1__DeleteInstallationRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeleteInstallationResponse_Closure)
+                 (const Herald__V1__DeleteInstallationResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListInstallationsRequest_Closure)
+                 (const Herald__V1__ListInstallationsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListInstallationsResponse_Closure)
+                 (const Herald__V1__ListInstallationsResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ExportDevicesRequest_Closure)
+                 (const Herald__V1__ExportDevicesRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ExportBatch_Closure)
+                 (const Herald__V1__ExportBatch *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -627,6 +1052,30 @@ struct Herald__V1__RegistrationService_Service
                           const Herald__V1__ResetForTestsRequest *input,
                           Herald__V1__ResetForTestsResponse_Closure closure,
                           void *closure_data);
+  void (*put_installation)(Herald__V1__RegistrationService_Service *service,
+                           const Herald__V1__PutInstallationRequest *input,
+                           Herald__V1__InstallationResponse_Closure closure,
+                           void *closure_data);
+  void (*patch_installation)(Herald__V1__RegistrationService_Service *service,
+                             const Herald__V1__PatchInstallationRequest *input,
+                             Herald__V1__InstallationResponse_Closure closure,
+                             void *closure_data);
+  void (*get_installation)(Herald__V1__RegistrationService_Service *service,
+                           const Herald__V1__GetInstallationRequest *input,
+                           Herald__V1__InstallationResponse_Closure closure,
+                           void *closure_data);
+  void (*delete_installation)(Herald__V1__RegistrationService_Service *service,
+                              const Herald__V1__DeleteInstallationRequest *input,
+                              Herald__V1__DeleteInstallationResponse_Closure closure,
+                              void *closure_data);
+  void (*list_installations)(Herald__V1__RegistrationService_Service *service,
+                             const Herald__V1__ListInstallationsRequest *input,
+                             Herald__V1__ListInstallationsResponse_Closure closure,
+                             void *closure_data);
+  void (*export_devices)(Herald__V1__RegistrationService_Service *service,
+                         const Herald__V1__ExportDevicesRequest *input,
+                         Herald__V1__ExportBatch_Closure closure,
+                         void *closure_data);
 };
 typedef void (*Herald__V1__RegistrationService_ServiceDestroy)(Herald__V1__RegistrationService_Service *);
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
@@ -641,7 +1090,13 @@ void herald__v1__registration_service__init (Herald__V1__RegistrationService_Ser
       function_prefix__ ## list_registrations,\
       function_prefix__ ## stream_audience,\
       function_prefix__ ## remove_handle,\
-      function_prefix__ ## reset_for_tests  }
+      function_prefix__ ## reset_for_tests,\
+      function_prefix__ ## put_installation,\
+      function_prefix__ ## patch_installation,\
+      function_prefix__ ## get_installation,\
+      function_prefix__ ## delete_installation,\
+      function_prefix__ ## list_installations,\
+      function_prefix__ ## export_devices  }
 void herald__v1__registration_service__create_registration_id(ProtobufCService *service,
                                                               const Herald__V1__CreateRegistrationIdRequest *input,
                                                               Herald__V1__CreateRegistrationIdResponse_Closure closure,
@@ -670,6 +1125,30 @@ void herald__v1__registration_service__reset_for_tests(ProtobufCService *service
                                                        const Herald__V1__ResetForTestsRequest *input,
                                                        Herald__V1__ResetForTestsResponse_Closure closure,
                                                        void *closure_data);
+void herald__v1__registration_service__put_installation(ProtobufCService *service,
+                                                        const Herald__V1__PutInstallationRequest *input,
+                                                        Herald__V1__InstallationResponse_Closure closure,
+                                                        void *closure_data);
+void herald__v1__registration_service__patch_installation(ProtobufCService *service,
+                                                          const Herald__V1__PatchInstallationRequest *input,
+                                                          Herald__V1__InstallationResponse_Closure closure,
+                                                          void *closure_data);
+void herald__v1__registration_service__get_installation(ProtobufCService *service,
+                                                        const Herald__V1__GetInstallationRequest *input,
+                                                        Herald__V1__InstallationResponse_Closure closure,
+                                                        void *closure_data);
+void herald__v1__registration_service__delete_installation(ProtobufCService *service,
+                                                           const Herald__V1__DeleteInstallationRequest *input,
+                                                           Herald__V1__DeleteInstallationResponse_Closure closure,
+                                                           void *closure_data);
+void herald__v1__registration_service__list_installations(ProtobufCService *service,
+                                                          const Herald__V1__ListInstallationsRequest *input,
+                                                          Herald__V1__ListInstallationsResponse_Closure closure,
+                                                          void *closure_data);
+void herald__v1__registration_service__export_devices(ProtobufCService *service,
+                                                      const Herald__V1__ExportDevicesRequest *input,
+                                                      Herald__V1__ExportBatch_Closure closure,
+                                                      void *closure_data);
 
 /* --- descriptors --- */
 
@@ -686,6 +1165,16 @@ extern const ProtobufCMessageDescriptor herald__v1__stream_audience_request__des
 extern const ProtobufCMessageDescriptor herald__v1__audience_batch__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__remove_handle_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__remove_handle_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__put_installation_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__installation_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__patch_installation_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__get_installation_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_installation_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_installation_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_installations_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_installations_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__export_devices_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__export_batch__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor;
 
 PROTOBUF_C__END_DECLS

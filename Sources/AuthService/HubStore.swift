@@ -1,0 +1,282 @@
+import Foundation
+public import GRDB
+public import HeraldModel
+public import HeraldProto
+import HeraldRPC
+
+/// A Notification Hubs access right. Stored as a bit set; shown with NH's names.
+public struct HubRights: OptionSet, Sendable, Hashable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    public static let listen = HubRights(rawValue: 1)
+    public static let send = HubRights(rawValue: 2)
+    public static let manage = HubRights(rawValue: 4)
+    /// What NH's `DefaultFullSharedAccessSignature` holds.
+    public static let full: HubRights = [.listen, .send, .manage]
+
+    /// Parses NH's names, case-insensitively. Manage brings Listen and Send, as in NH.
+    public init(names: [String]) throws {
+        var rights: HubRights = []
+        for name in names {
+            switch name.lowercased() {
+            case "listen": rights.insert(.listen)
+            case "send": rights.insert(.send)
+            case "manage": rights.formUnion(.full)
+            default: throw ServiceError.invalidArgument("unknown right \(name): use Listen, Send or Manage")
+            }
+        }
+        self = rights
+    }
+
+    public var names: [String] {
+        var names: [String] = []
+        if contains(.listen) { names.append("Listen") }
+        if contains(.manage) { names.append("Manage") }
+        if contains(.send) { names.append("Send") }
+        return names
+    }
+}
+
+/// Hubs, their shared access keys, and the rights Herald users hold on them, in herald-auth's
+/// SQLite file beside the accounts.
+///
+/// Key secrets are stored as written: NH's signature is an HMAC keyed by the secret's own UTF-8
+/// bytes, so the server needs the secret itself (as Azure does), not a hash of it. The file is the
+/// service's own (0600, owned by herald-auth's UID).
+public final class HubStore: Sendable {
+    public static let listenKeyName = "DefaultListenSharedAccessSignature"
+    public static let fullKeyName = "DefaultFullSharedAccessSignature"
+
+    private let db: any DatabaseWriter
+    private let now: @Sendable () -> Int64
+
+    /// The database must have been migrated by ``AccountStore`` (which registers ``migrate(_:)``).
+    public init(db: any DatabaseWriter, now: @escaping @Sendable () -> Int64 = unixMillis) throws {
+        self.db = db
+        self.now = now
+        try ensureDefaultHub()
+    }
+
+    /// herald-auth's schema additions for hubs; registered in ``AccountStore/migrator``.
+    static func migrate(_ migrator: inout DatabaseMigrator) {
+        migrator.registerMigration("v2-hubs") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE hub (
+                        name TEXT PRIMARY KEY NOT NULL,
+                        created_at INTEGER NOT NULL
+                    );
+                    CREATE TABLE hub_key (
+                        hub TEXT NOT NULL REFERENCES hub(name) ON DELETE CASCADE,
+                        name TEXT NOT NULL,
+                        rights INTEGER NOT NULL,
+                        primary_key TEXT NOT NULL,
+                        secondary_key TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        PRIMARY KEY (hub, name)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE hub_grant (
+                        hub TEXT NOT NULL REFERENCES hub(name) ON DELETE CASCADE,
+                        user TEXT NOT NULL,
+                        rights INTEGER NOT NULL,
+                        PRIMARY KEY (hub, user)
+                    ) WITHOUT ROWID;
+                    """)
+        }
+    }
+
+    /// The hub `default` with NH's two keys, made once.
+    private func ensureDefaultHub() throws {
+        let exists = try db.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM hub WHERE name = ?", arguments: [Names.defaultHub]) }
+        if exists != true { _ = try? createHub(Names.defaultHub) }
+    }
+
+    // MARK: hubs
+
+    public func createHub(_ name: String) throws -> Hub {
+        guard Names.isValidHubName(name) else { throw ServiceError.invalidArgument("hub name must be \(Names.hubNameRule)") }
+        guard !Names.reservedHubNames.contains(name.lowercased()) else {
+            throw ServiceError.invalidArgument("hub name \(name) is reserved for the edge's own routes")
+        }
+        let now = self.now()
+        do {
+            try db.write { db in
+                try db.execute(sql: "INSERT INTO hub (name, created_at) VALUES (?, ?)", arguments: [name, now])
+                try Self.insertKey(hub: name, name: Self.listenKeyName, rights: .listen, now: now, in: db)
+                try Self.insertKey(hub: name, name: Self.fullKeyName, rights: .full, now: now, in: db)
+            }
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
+            throw ServiceError(.alreadyExists, "hub \(name) already exists")
+        }
+        return try hub(name)
+    }
+
+    /// The hub with its keys' names and rights, secrets left out.
+    public func hub(_ name: String) throws -> Hub {
+        try db.read { db in
+            guard let created = try Int64.fetchOne(db, sql: "SELECT created_at FROM hub WHERE name = ?", arguments: [name]) else {
+                throw ServiceError.notFound("hub \(name) not found")
+            }
+            return Hub(name: name, createdAtUnixMs: created, keys: try Self.keys(of: name, secrets: false, in: db))
+        }
+    }
+
+    public func listHubs() throws -> [Hub] {
+        let names = try db.read { db in try String.fetchAll(db, sql: "SELECT name FROM hub ORDER BY name") }
+        return try names.map(hub)
+    }
+
+    public func hubExists(_ name: String) throws -> Bool {
+        try db.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM hub WHERE name = ?", arguments: [name]) ?? false }
+    }
+
+    public func deleteHub(_ name: String) throws {
+        guard name != Names.defaultHub else {
+            throw ServiceError(.failedPrecondition, "the hub default serves the tutorial's routes and /v1; it cannot be deleted")
+        }
+        try db.write { db in
+            try db.execute(sql: "DELETE FROM hub_key WHERE hub = ?", arguments: [name])
+            try db.execute(sql: "DELETE FROM hub_grant WHERE hub = ?", arguments: [name])
+            try db.execute(sql: "DELETE FROM hub WHERE name = ?", arguments: [name])
+            guard db.changesCount == 1 else { throw ServiceError.notFound("hub \(name) not found") }
+        }
+    }
+
+    // MARK: keys
+
+    public func keys(of hub: String) throws -> [HubKey] {
+        try db.read { db in
+            guard try Bool.fetchOne(db, sql: "SELECT 1 FROM hub WHERE name = ?", arguments: [hub]) == true else {
+                throw ServiceError.notFound("hub \(hub) not found")
+            }
+            return try Self.keys(of: hub, secrets: true, in: db)
+        }
+    }
+
+    /// Creates the key with new secrets, or changes the rights of an existing one.
+    public func setKey(hub: String, name: String, rights: HubRights) throws -> HubKey {
+        guard (1...256).contains(name.utf8.count), Self.isKeyNameByte(name) else {
+            throw ServiceError.invalidArgument("key name must be 1 to 256 characters of a-z A-Z 0-9 . - _")
+        }
+        guard !rights.isEmpty else { throw ServiceError.invalidArgument("give at least one right: Listen, Send or Manage") }
+        let now = self.now()
+        try db.write { db in
+            guard try Bool.fetchOne(db, sql: "SELECT 1 FROM hub WHERE name = ?", arguments: [hub]) == true else {
+                throw ServiceError.notFound("hub \(hub) not found")
+            }
+            try db.execute(sql: "UPDATE hub_key SET rights = ? WHERE hub = ? AND name = ?", arguments: [rights.rawValue, hub, name])
+            if db.changesCount == 0 { try Self.insertKey(hub: hub, name: name, rights: rights, now: now, in: db) }
+        }
+        return try key(hub: hub, name: name)
+    }
+
+    /// A new random secret in place of the primary or the secondary one.
+    public func rotateKey(hub: String, name: String, secondary: Bool) throws -> HubKey {
+        try db.write { db in
+            try db.execute(
+                sql: "UPDATE hub_key SET \(secondary ? "secondary_key" : "primary_key") = ? WHERE hub = ? AND name = ?",
+                arguments: [Self.newSecret(), hub, name])
+            guard db.changesCount == 1 else { throw ServiceError.notFound("key \(name) of hub \(hub) not found") }
+        }
+        return try key(hub: hub, name: name)
+    }
+
+    public func revokeKey(hub: String, name: String) throws {
+        try db.write { db in
+            try db.execute(sql: "DELETE FROM hub_key WHERE hub = ? AND name = ?", arguments: [hub, name])
+            guard db.changesCount == 1 else { throw ServiceError.notFound("key \(name) of hub \(hub) not found") }
+        }
+    }
+
+    /// The key with its secrets, or nil.
+    public func secrets(hub: String, name: String) throws -> (rights: HubRights, primary: String, secondary: String)? {
+        try db.read { db in
+            try Row.fetchOne(
+                db, sql: "SELECT rights, primary_key, secondary_key FROM hub_key WHERE hub = ? AND name = ?", arguments: [hub, name]
+            ).map { (HubRights(rawValue: $0["rights"]), $0["primary_key"], $0["secondary_key"]) }
+        }
+    }
+
+    private func key(hub: String, name: String) throws -> HubKey {
+        try db.read { db in
+            guard let key = try Self.keys(of: hub, secrets: true, in: db).first(where: { $0.name == name }) else {
+                throw ServiceError.notFound("key \(name) of hub \(hub) not found")
+            }
+            return key
+        }
+    }
+
+    // MARK: grants to Herald users
+
+    public func grant(hub: String, user: String, rights: HubRights) throws {
+        try db.write { db in
+            guard try Bool.fetchOne(db, sql: "SELECT 1 FROM hub WHERE name = ?", arguments: [hub]) == true else {
+                throw ServiceError.notFound("hub \(hub) not found")
+            }
+            if rights.isEmpty {
+                try db.execute(sql: "DELETE FROM hub_grant WHERE hub = ? AND user = ?", arguments: [hub, user])
+            } else {
+                try db.execute(
+                    sql:
+                        "INSERT INTO hub_grant (hub, user, rights) VALUES (?, ?, ?) ON CONFLICT (hub, user) DO UPDATE SET rights = excluded.rights",
+                    arguments: [hub, user, rights.rawValue])
+            }
+        }
+    }
+
+    public func rights(hub: String, user: String) throws -> HubRights {
+        try db.read { db in
+            HubRights(
+                rawValue: try Int.fetchOne(db, sql: "SELECT rights FROM hub_grant WHERE hub = ? AND user = ?", arguments: [hub, user]) ?? 0)
+        }
+    }
+
+    /// Every hub, key and grant (ResetForTests); the default hub is made again.
+    public func deleteEverything() throws -> Int64 {
+        let deleted = try db.write { db in
+            var deleted: Int64 = 0
+            for table in ["hub_grant", "hub_key", "hub"] {
+                try db.execute(sql: "DELETE FROM \(table)")
+                deleted += Int64(db.changesCount)
+            }
+            return deleted
+        }
+        try ensureDefaultHub()
+        return deleted
+    }
+
+    // MARK: helpers
+
+    private static func keys(of hub: String, secrets: Bool, in db: Database) throws -> [HubKey] {
+        try Row.fetchAll(
+            db, sql: "SELECT name, rights, primary_key, secondary_key, created_at FROM hub_key WHERE hub = ? ORDER BY name",
+            arguments: [hub]
+        ).map { row in
+            HubKey(
+                name: row["name"], rights: HubRights(rawValue: row["rights"]).names,
+                primaryKey: secrets ? row["primary_key"] : "", secondaryKey: secrets ? row["secondary_key"] : "",
+                createdAtUnixMs: row["created_at"])
+        }
+    }
+
+    private static func insertKey(hub: String, name: String, rights: HubRights, now: Int64, in db: Database) throws {
+        try db.execute(
+            sql: "INSERT INTO hub_key (hub, name, rights, primary_key, secondary_key, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            arguments: [hub, name, rights.rawValue, newSecret(), newSecret(), now])
+    }
+
+    /// 256 random bits in base64 (44 characters), the shape of Azure's keys.
+    static func newSecret() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return Data((0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }).base64EncodedString()
+    }
+
+    private static func isKeyNameByte(_ name: String) -> Bool {
+        name.utf8.allSatisfy {
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-")
+                || $0 == UInt8(ascii: "_")
+        }
+    }
+}

@@ -1,0 +1,119 @@
+import Crypto
+import Foundation
+public import HeraldModel
+public import HeraldProto
+import HeraldRPC
+
+/// Checks Notification Hubs' `SharedAccessSignature` tokens, the way every NH SDK makes them.
+///
+/// `Authorization: SharedAccessSignature sr=<resource>&sig=<signature>&se=<expiry>&skn=<key name>`,
+/// parameters in any order (.NET, JS and Java write `sr,sig,se,skn`, the Python sample
+/// `sig,se,skn,sr`, Go alphabetical). The signature is base64(HMAC-SHA256(key, sr + "\n" + se)) with
+/// the key's UTF-8 bytes as written (not base64-decoded) and `sr` exactly as it appears in the
+/// header, still URL-encoded: each SDK encodes it differently (upper or lower-case escapes,
+/// lower-cased before or after), so decoding first would break some of them.
+///
+/// Then the token's audience: `sr` decoded, lower-cased, without scheme (.NET writes `http` even for
+/// https), query (Java keeps it) or trailing `/`, must be the request URL or a prefix of it ending at
+/// a `/` (JS, Go and the unofficial Python client sign the namespace root, .NET the full path, the
+/// Python sample `…/{hub}`).
+public struct SASVerifier: Sendable {
+    public let hubs: HubStore
+    /// Failed signatures per hub and key name; the same lockouts as passwords.
+    public let throttle: LoginThrottle
+    private let now: @Sendable () -> Int64
+
+    public init(
+        hubs: HubStore, throttle: LoginThrottle = LoginThrottle(freeFailures: 20), now: @escaping @Sendable () -> Int64 = unixMillis
+    ) {
+        self.hubs = hubs
+        self.throttle = throttle
+        self.now = now
+    }
+
+    /// The parts of a token, `sr` kept raw.
+    public struct Token: Equatable, Sendable {
+        public var rawResource: String
+        public var signature: Data
+        public var expiry: Int64
+        public var keyName: String
+    }
+
+    /// The rights of the key that signed `header` for a request to `resource` ("host[:port]/path").
+    public func authorize(hub: String, header: String, resource: String) throws -> AuthorizeSasResponse {
+        let token = try Self.parse(header)
+        let throttleKey = "\(hub)/\(token.keyName)"
+        try throttle.check(throttleKey)
+        do {
+            guard let key = try hubs.secrets(hub: hub, name: token.keyName) else {
+                throw ServiceError.unauthenticated("InvalidSignature: no key \(token.keyName) on hub \(hub)")
+            }
+            let message = Data("\(token.rawResource)\n\(token.expiry)".utf8)
+            // Both compared in constant time (swift-crypto's isValidAuthenticationCode), both always.
+            let primary = HMAC<SHA256>.isValidAuthenticationCode(
+                token.signature, authenticating: message, using: SymmetricKey(data: Data(key.primary.utf8)))
+            let secondary = HMAC<SHA256>.isValidAuthenticationCode(
+                token.signature, authenticating: message, using: SymmetricKey(data: Data(key.secondary.utf8)))
+            guard primary || secondary else {
+                throw ServiceError.unauthenticated("InvalidSignature: The token has an invalid signature.")
+            }
+            guard token.expiry * 1000 > now() else {
+                throw ServiceError.unauthenticated("ExpiredToken: The token is expired (se \(token.expiry)).")
+            }
+            guard Self.covers(audience: Self.normalizedAudience(token.rawResource), resource: resource) else {
+                throw ServiceError.unauthenticated("40104: Invalid authorization token audience.")
+            }
+            throttle.succeeded(throttleKey)
+            return AuthorizeSasResponse(keyName: token.keyName, rights: key.rights.names)
+        } catch let error as ServiceError where error.code == .unauthenticated {
+            throttle.failed(throttleKey)
+            throw error
+        }
+    }
+
+    /// Splits the header into its four parameters, in any order.
+    public static func parse(_ header: String) throws -> Token {
+        let malformed = ServiceError.unauthenticated(
+            "MalformedToken: the Authorization header must be SharedAccessSignature sr=…&sig=…&se=…&skn=…")
+        let scheme = "sharedaccesssignature "
+        let trimmed = header.trimmingCharacters(in: .whitespaces)
+        guard trimmed.lowercased().hasPrefix(scheme) else { throw malformed }
+        var fields: [String: String] = [:]
+        for pair in trimmed.dropFirst(scheme.count).split(separator: "&", omittingEmptySubsequences: true) {
+            guard let equals = pair.firstIndex(of: "=") else { throw malformed }
+            let name = pair[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
+            guard fields[name] == nil else { throw malformed }
+            fields[name] = String(pair[pair.index(after: equals)...])
+        }
+        guard let sr = fields["sr"], !sr.isEmpty, let sig = fields["sig"]?.removingPercentEncoding,
+            let signature = Data(base64Encoded: sig), let seText = fields["se"], let expiry = Int64(seText),
+            let skn = fields["skn"]?.removingPercentEncoding, !skn.isEmpty
+        else { throw malformed }
+        return Token(rawResource: sr, signature: signature, expiry: expiry, keyName: skn)
+    }
+
+    /// `sr` decoded, lower-cased, without scheme, query, fragment, default port or trailing `/`.
+    public static func normalizedAudience(_ raw: String) -> String {
+        var text = (raw.removingPercentEncoding ?? raw).lowercased()
+        if let end = text.firstIndex(where: { $0 == "?" || $0 == "#" }) { text = String(text[..<end]) }
+        if let scheme = text.range(of: "://") { text = String(text[scheme.upperBound...]) }
+        return normalizedResource(text)
+    }
+
+    /// "host[:port]/path" lower-cased, without default port or trailing `/`.
+    public static func normalizedResource(_ resource: String) -> String {
+        var text = resource.lowercased()
+        let slash = text.firstIndex(of: "/") ?? text.endIndex
+        var host = String(text[..<slash])
+        for port in [":443", ":80"] where host.hasSuffix(port) { host.removeLast(port.count) }
+        text = host + text[slash...]
+        while text.hasSuffix("/") { text.removeLast() }
+        return text
+    }
+
+    /// Whether a token for `audience` may be used on `resource`: equal, or a prefix at a `/`.
+    public static func covers(audience: String, resource: String) -> Bool {
+        let resource = normalizedResource(resource)
+        return !audience.isEmpty && (resource == audience || resource.hasPrefix(audience + "/"))
+    }
+}

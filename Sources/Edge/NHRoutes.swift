@@ -1,0 +1,281 @@
+import Foundation
+import HTTPTypes
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import HeraldService
+import Hummingbird
+import NIOCore
+import Synchronization
+
+/// Azure Notification Hubs' data plane on `/{hub}/…`, so NH's own SDKs work against Herald
+/// unchanged (docs/notification-hubs.md; the wire rules in ../shared/docs/nh-api.md).
+///
+/// Every call carries a `SharedAccessSignature` checked by herald-auth (one RPC), then makes one
+/// call to the service that owns the data. Status codes are the ones the SDKs check (PUT 200, PATCH
+/// 200, DELETE 204 even when absent, sends 201 with `Location`); errors are NH's XML
+/// `<Error><Code>…</Code><Detail>…</Detail></Error>`, 403 only for a missing right, and 429 with
+/// `Retry-After` for throttling (never 403, which NH overloads). `api-version` and `x-ms-version`
+/// are accepted and not required.
+extension EdgeRoutes {
+    func addNotificationHubsRoutes(to router: Router<EdgeRequestContext>) {
+        router.put(":hub/installations/:id") { request, context in
+            await nh(context) { try await putInstallation(request, context) }
+        }
+        router.patch(":hub/installations/:id") { request, context in
+            await nh(context) { try await patchInstallation(request, context) }
+        }
+        router.get(":hub/installations/:id") { request, context in
+            await nh(context) { try await getInstallation(request, context) }
+        }
+        router.delete(":hub/installations/:id") { request, context in
+            await nh(context) { try await deleteInstallation(request, context) }
+        }
+        router.get(":hub/installations") { request, context in
+            await nh(context) { try await listInstallations(request, context) }
+        }
+        router.get(":hub/export") { request, context in
+            await nh(context) { try await exportDevices(request, context) }
+        }
+        router.post(":hub/messages") { request, context in
+            await nh(context) { try await sendNative(request, context) }
+        }
+    }
+
+    /// Runs an NH route and answers its errors in NH's XML, through the edge's one status mapping.
+    func nh(_ context: EdgeRequestContext, _ body: () async throws -> Response) async -> Response {
+        do {
+            return try await body()
+        } catch {
+            let edgeError: EdgeError
+            switch error {
+            case let e as EdgeError: edgeError = e
+            case let e as ServiceError: edgeError = .from(e)
+            default:
+                context.logger.error("NH request failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
+                edgeError = EdgeError(.internalServerError, "internal error")
+            }
+            return NHError(edgeError).response(requestID: context.requestID)
+        }
+    }
+
+    /// The hub named by the path and the rights of the request's SAS token on it; 403 when the
+    /// needed right is missing.
+    @discardableResult
+    func authorizeSAS(_ request: Request, _ context: EdgeRequestContext, needs right: String) async throws -> String {
+        let hub = try context.parameters.require("hub")
+        guard Names.isValidHubName(hub) else { throw EdgeError(.notFound, "no hub \(hub): hub names are \(Names.hubNameRule)") }
+        guard let header = request.headers[.authorization], !header.isEmpty else {
+            throw EdgeError(.unauthorized, "MissingToken: the request needs Authorization: SharedAccessSignature sr=…&sig=…&se=…&skn=…")
+        }
+        let resource = (request.head.authority ?? "") + request.uri.path
+        let answer = try await auth.authorizeSas(
+            AuthorizeSasRequest(hub: hub, authorization: header, resource: resource), requestID: context.requestID)
+        guard answer.rights.contains(right) else {
+            throw EdgeError(
+                .forbidden,
+                "the key \(answer.keyName) has \(answer.rights.joined(separator: ", ")); this call needs \(right)")
+        }
+        return hub
+    }
+
+    // MARK: installations
+
+    /// `PUT /{hub}/installations/{id}`: create or replace. 200, empty body, `Content-Location`.
+    func putInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Listen")
+        let id = try context.parameters.require("id")
+        let body = try await collect(request, upTo: config.maxBodyBytes)
+        _ = try await registration.putInstallation(
+            PutInstallationRequest(hub: hub, installationID: id, json: [UInt8](body)), requestID: context.requestID)
+        return Self.nhEmpty(.ok, contentLocation: Self.contentLocation(request, hub: hub, id: id))
+    }
+
+    /// `PATCH /{hub}/installations/{id}`: JSON-Patch, `application/json-patch+json` or `application/json`. 200.
+    func patchInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Listen")
+        let id = try context.parameters.require("id")
+        let body = try await collect(request, upTo: config.maxBodyBytes)
+        _ = try await registration.patchInstallation(
+            PatchInstallationRequest(hub: hub, installationID: id, patch: [UInt8](body)), requestID: context.requestID)
+        return Self.nhEmpty(.ok, contentLocation: Self.contentLocation(request, hub: hub, id: id))
+    }
+
+    /// `GET /{hub}/installations/{id}`: the installation's JSON, or 404.
+    func getInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Listen")
+        let answer = try await registration.getInstallation(
+            GetInstallationRequest(hub: hub, installationID: try context.parameters.require("id")), requestID: context.requestID)
+        return Self.rawJSON(answer.json)
+    }
+
+    /// `DELETE /{hub}/installations/{id}`: 204 whether or not it existed, as NH.
+    func deleteInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Listen")
+        _ = try await registration.deleteInstallation(
+            DeleteInstallationRequest(hub: hub, installationID: try context.parameters.require("id")), requestID: context.requestID)
+        return Self.nhEmpty(.noContent)
+    }
+
+    /// `GET /{hub}/installations?tag=&userId=&platform=&top=&continuationToken=` (Manage): not in NH.
+    /// `{"installations":[…],"continuationToken":"…"}`; the token also in `x-ms-continuationtoken`.
+    func listInstallations(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Manage")
+        let query = request.uri.queryParameters
+        var platform = Platform.unspecified
+        if let name = query.get("platform"), !name.isEmpty {
+            platform = try Self.nhPlatform(name)
+        }
+        var limit: Int32 = 100
+        if let top = query.get("top") ?? query.get("$top") {
+            guard let value = Names.positiveInteger(top), value <= 1000 else { throw EdgeError(.badRequest, "top must be 1 to 1000") }
+            limit = Int32(value)
+        }
+        let answer = try await registration.listInstallations(
+            ListInstallationsRequest(
+                hub: hub, tag: query.get("tag") ?? "", userID: query.get("userId") ?? query.get("userID") ?? "", platform: platform,
+                continuationToken: query.get("continuationToken") ?? query.get("ContinuationToken") ?? "", limit: limit),
+            requestID: context.requestID)
+        var body: [UInt8] = Array(#"{"installations":["#.utf8)
+        for (index, installation) in answer.installations.enumerated() {
+            if index > 0 { body.append(UInt8(ascii: ",")) }
+            body += installation
+        }
+        body += Array("],\"continuationToken\":\(jsonStringLiteral(answer.continuationToken))}".utf8)
+        var response = Self.rawJSON(body)
+        if !answer.continuationToken.isEmpty {
+            response.headers[HTTPField.Name("x-ms-continuationtoken")!] = answer.continuationToken
+        }
+        return response
+    }
+
+    /// `GET /{hub}/export` (Manage): every registration and installation of the hub as NDJSON,
+    /// streamed in batches as herald-registration reads them.
+    func exportDevices(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Manage")
+        let collected = Mutex<[UInt8]>([])
+        try await registration.exportDevices(ExportDevicesRequest(hub: hub), requestID: context.requestID, timeout: .seconds(600)) {
+            batch in collected.withLock { $0 += batch.ndjson }
+        }
+        let lines = collected.withLock { $0 }
+        return Response(
+            status: .ok, headers: [.contentType: "application/x-ndjson"], body: ResponseBody(byteBuffer: ByteBuffer(bytes: lines)))
+    }
+
+    // MARK: sends
+
+    /// `POST /{hub}/messages` (Send): a native send to a tag expression
+    /// (`ServiceBusNotification-Tags`) or to every device of the hub. 201 with `Location` of the
+    /// send's outcome. Formats: `apple`, `fcmv1`, `windows`, `browser`; templates, direct and
+    /// scheduled sends are NH-send work still to come.
+    func sendNative(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Send")
+        let format = request.headers[HTTPField.Name("ServiceBusNotification-Format")!] ?? ""
+        let body = try await collect(request, upTo: config.maxBodyBytes)
+        guard !body.isEmpty else { throw EdgeError(.badRequest, "the body is the notification payload; it is empty") }
+        var payload = NativePayload(body: [UInt8](body))
+        switch format.lowercased() {
+        case "apple":
+            payload.platform = .apns
+            payload.pushType = request.headers[HTTPField.Name("apns-push-type")!] ?? Self.inferredPushType([UInt8](body))
+            if let priority = request.headers[HTTPField.Name("apns-priority")!] { payload.priority = Int32(priority) ?? 0 }
+            payload.collapseID = request.headers[HTTPField.Name("apns-collapse-id")!] ?? ""
+        case "fcmv1":
+            payload.platform = .fcm
+            // NH takes FCM v1's {"message":{…}}; dispatch adds the token itself.
+            guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
+                let message = object["message"] as? [String: Any]
+            else { throw EdgeError(.badRequest, #"an fcmv1 body is FCM v1's {"message":{…}}"#) }
+            payload.body = Array(try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
+        case "windows":
+            payload.platform = .wns
+            payload.pushType = request.headers[HTTPField.Name("X-WNS-Type")!] ?? "wns/toast"
+            payload.contentType = request.headers[.contentType] ?? ""
+        case "browser":
+            payload.platform = .browser
+        case "template":
+            throw EdgeError(.notImplemented, "template sends are not supported yet")
+        case "":
+            throw EdgeError(.badRequest, "ServiceBusNotification-Format is required: apple, fcmv1, windows or browser")
+        default:
+            throw EdgeError(.badRequest, "ServiceBusNotification-Format \(format) is not supported: use apple, fcmv1, windows or browser")
+        }
+        guard request.uri.queryParameters.get("direct") == nil, request.uri.queryParameters.get("test") == nil else {
+            throw EdgeError(.notImplemented, "direct and test sends are not supported yet")
+        }
+        let tags = request.headers[HTTPField.Name("ServiceBusNotification-Tags")!] ?? ""
+        guard
+            let answer = try await dispatch.send(
+                SendRequest(targetTag: tags, payloads: [payload], sender: "sas", hub: hub, broadcast: tags.isEmpty),
+                requestID: context.requestID
+            ).outcome
+        else { throw ServiceError(.internal, "dispatch answered Send without an outcome") }
+        var response = Self.nhEmpty(.created)
+        let apiVersion = request.uri.queryParameters.get("api-version") ?? "2020-06"
+        response.headers[.location] =
+            "\(Self.origin(request))/\(hub)/messages/\(answer.notificationID)?api-version=\(apiVersion)"
+        return response
+    }
+
+    /// NH infers apns-push-type from the payload: background when `content-available` is the only content.
+    static func inferredPushType(_ body: [UInt8]) -> String {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+            let aps = object["aps"] as? [String: Any]
+        else { return "alert" }
+        let visible = aps["alert"] != nil || aps["badge"] != nil || aps["sound"] != nil
+        return (aps["content-available"] as? Int) == 1 && !visible ? "background" : "alert"
+    }
+
+    // MARK: helpers
+
+    static func nhPlatform(_ name: String) throws -> Platform {
+        switch name.lowercased() {
+        case "apns": .apns
+        case "fcmv1": .fcm
+        case "wns": .wns
+        case "browser": .browser
+        default: throw EdgeError(.badRequest, "platform must be apns, fcmv1, wns or browser")
+        }
+    }
+
+    /// NH answers `application/xml` even with no body; the SDKs read only the status.
+    static func nhEmpty(_ status: HTTPResponse.Status, contentLocation: String? = nil) -> Response {
+        var headers: HTTPFields = [.contentType: "application/xml; charset=utf-8"]
+        if let contentLocation { headers[.contentLocation] = contentLocation }
+        return Response(status: status, headers: headers)
+    }
+
+    /// JSON bytes as they are. NH labels its JSON `application/xml`; Herald says what it is (the
+    /// SDKs parse the body whatever the label).
+    static func rawJSON(_ bytes: [UInt8]) -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
+    }
+
+    static func origin(_ request: Request) -> String {
+        "\(request.uri.scheme.map { "\($0)" } ?? "http")://\(request.head.authority ?? "localhost")"
+    }
+
+    static func contentLocation(_ request: Request, hub: String, id: String) -> String {
+        "\(origin(request))/\(hub)/installations/\(id)"
+    }
+}
+
+/// NH's error body: `<Error><Code>401</Code><Detail>…TrackingId:…,TimeStamp:…</Detail></Error>`.
+struct NHError {
+    var error: EdgeError
+
+    init(_ error: EdgeError) { self.error = error }
+
+    func response(requestID: String) -> Response {
+        var headers = error.headers
+        headers[.wwwAuthenticate] = nil
+        headers[.contentType] = "application/xml; charset=utf-8"
+        headers[HTTPField.Name("TrackingId")!] = requestID
+        let stamp = ISO8601DateFormatter().string(from: Date())
+        let detail = NativePayloads.xmlEscaped("\(error.message).TrackingId:\(requestID),TimeStamp:\(stamp)")
+        let xml = "<Error><Code>\(error.status.code)</Code><Detail>\(detail)</Detail></Error>"
+        return Response(status: error.status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: xml)))
+    }
+}

@@ -1,0 +1,275 @@
+import Foundation
+public import HeraldModel
+public import HeraldProto
+import HeraldRPC
+
+/// A Notification Hubs installation: NH's JSON in and out, validated with Herald's rules.
+///
+/// Lenient where the SDKs differ (nh-api.md §3): platform names in any case; `userId` or `userID`;
+/// a browser `pushChannel` as an object `{"endpoint","p256dh","auth"}` (JS) or that object
+/// JSON-encoded in a string (Java); read-only fields (`pushChannelExpired`, `expirationTime`,
+/// `lastUpdate`) ignored on write. Strict where NH lets bad data in: tags that break the tag alphabet
+/// (NH accepted `"a,b"` and then never matched it) are refused, and so are legacy platforms.
+public struct Installation: Sendable, Equatable {
+    public struct Template: Sendable, Equatable {
+        public var body: String
+        public var headers: [String: String]
+        public var expiry: String?
+        public var tags: [String]
+    }
+
+    public var installationID: String
+    public var userID: String?
+    public var platform: Platform
+    /// Herald's handle: the APNs token, FCM token, WNS channel URI, or for browsers the
+    /// subscription JSON `{"endpoint","keys":{"p256dh","auth"}}`.
+    public var pushChannel: String
+    public var tags: [String]
+    public var pushVariables: [String: String]
+    public var templates: [String: Template]
+    /// Read-only on the wire: set by push-service feedback, cleared when the channel changes.
+    public var pushChannelExpired = false
+    /// Read-only on the wire; Unix ms.
+    public var lastUpdate: Int64 = 0
+
+    /// NH's default: installations never expire.
+    public static let expirationTime = "9999-12-31T23:59:59.9999999Z"
+    public static let maxIDLength = 256
+
+    // MARK: parsing
+
+    /// Parses and validates a PUT body for `id` (the path segment; the body's `installationId` must match).
+    public static func parse(_ data: [UInt8], id: String, hosts: RegistrationRules.PushHosts) throws -> Installation {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(data)) as? [String: Any] else {
+            throw ServiceError.invalidArgument("the body must be an installation as a JSON object")
+        }
+        return try parse(object, id: id, hosts: hosts)
+    }
+
+    /// `hosts` nil: the handle is not checked against the allowed push hosts (a stored installation,
+    /// checked when it was written).
+    static func parse(_ object: [String: Any], id: String, hosts: RegistrationRules.PushHosts?) throws -> Installation {
+        try validateID(id)
+        guard let bodyID = object["installationId"] as? String else {
+            throw ServiceError.invalidArgument("installationId is required")
+        }
+        guard bodyID == id else {
+            throw ServiceError.invalidArgument("installationId \(bodyID) differs from the id in the path, \(id)")
+        }
+        guard let platformName = object["platform"] as? String else { throw ServiceError.invalidArgument("platform is required") }
+        let platform = try Self.platform(platformName)
+        guard let channel = object["pushChannel"] else { throw ServiceError.invalidArgument("pushChannel is required") }
+        var installation = Installation(
+            installationID: id, userID: nil, platform: platform, pushChannel: try Self.pushChannel(channel, platform: platform),
+            tags: [], pushVariables: [:], templates: [:])
+        installation.userID = try Self.userID(object["userId"] ?? object["userID"])
+        installation.tags = try Self.tags(object["tags"])
+        installation.pushVariables = try Self.stringMap(object["pushVariables"], "pushVariables")
+        installation.templates = try Self.templates(object["templates"])
+        if let hosts { try installation.validate(hosts: hosts) }
+        return installation
+    }
+
+    /// The stored form read back (validated when it was written).
+    public static func stored(_ data: [UInt8]) throws -> Installation {
+        guard let object = try JSONSerialization.jsonObject(with: Data(data)) as? [String: Any],
+            let id = object["installationId"] as? String
+        else { throw ServiceError(.internal, "a stored installation is not valid JSON") }
+        return try parse(object, id: id, hosts: nil)
+    }
+
+    public func validate(hosts: RegistrationRules.PushHosts) throws {
+        do {
+            try RegistrationRules.validateHandle(pushChannel, platform: platform, hosts: hosts)
+        } catch let error as ServiceError {
+            throw ServiceError.invalidArgument("pushChannel: \(error.message)")
+        }
+        _ = try RegistrationRules.validateTags(tags)
+        for (name, template) in templates {
+            guard !template.body.isEmpty else { throw ServiceError.invalidArgument("template \(name) needs a body") }
+            _ = try RegistrationRules.validateTags(template.tags)
+        }
+    }
+
+    /// "Entity segments can contain only letters, numbers, periods (.), hyphens (-), and underscores (_)".
+    public static func validateID(_ id: String) throws {
+        guard (1...maxIDLength).contains(id.utf8.count),
+            id.utf8.allSatisfy({ $0.isLetterOrDigit || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") })
+        else {
+            throw ServiceError.invalidArgument(
+                "installationId must be 1 to \(maxIDLength) letters, digits, periods (.), hyphens (-) and underscores (_)")
+        }
+    }
+
+    /// NH's platform names, in any case. Legacy FCM is refused with the way forward.
+    public static func platform(_ name: String) throws -> Platform {
+        switch name.lowercased() {
+        case "apns": return .apns
+        case "fcmv1": return .fcm
+        case "wns": return .wns
+        case "browser": return .browser
+        case "gcm", "fcm":
+            throw ServiceError.invalidArgument(
+                "platform \(name) is FCM's legacy API, retired by Google in 2024: use fcmv1 (the pushChannel stays the same FCM token)")
+        case "mpns", "adm", "baidu", "xiaomi":
+            throw ServiceError.invalidArgument("platform \(name) is not supported by Herald: use apns, fcmv1, wns or browser")
+        default:
+            throw ServiceError.invalidArgument("platform must be apns, fcmv1, wns or browser")
+        }
+    }
+
+    /// NH's names on the wire.
+    public static func platformName(_ platform: Platform) -> String {
+        switch platform {
+        case .apns: "apns"
+        case .fcm: "fcmv1"
+        case .wns: "wns"
+        case .browser: "browser"
+        default: "unknown"
+        }
+    }
+
+    static func pushChannel(_ value: Any, platform: Platform) throws -> String {
+        if platform == .browser {
+            var object = value as? [String: Any]
+            if object == nil, let text = value as? String {
+                object = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any]
+            }
+            guard let object else {
+                throw ServiceError.invalidArgument("pushChannel of a browser installation is {\"endpoint\",\"p256dh\",\"auth\"}")
+            }
+            let keys = object["keys"] as? [String: Any]
+            guard let endpoint = object["endpoint"] as? String, let p256dh = (object["p256dh"] ?? keys?["p256dh"]) as? String,
+                let auth = (object["auth"] ?? keys?["auth"]) as? String
+            else {
+                throw ServiceError.invalidArgument("pushChannel of a browser installation needs endpoint, p256dh and auth")
+            }
+            return try canonicalJSON(["endpoint": endpoint, "keys": ["p256dh": p256dh, "auth": auth]])
+        }
+        guard let text = value as? String, !text.isEmpty else { throw ServiceError.invalidArgument("pushChannel must be a string") }
+        return text
+    }
+
+    static func userID(_ value: Any?) throws -> String? {
+        guard let value, !(value is NSNull) else { return nil }
+        guard let text = value as? String else { throw ServiceError.invalidArgument("userId must be a string") }
+        if text.isEmpty { return nil }
+        guard text.utf8.count <= 256,
+            text.utf8.allSatisfy({ $0.isLetterOrDigit || Array("-_@#.:=".utf8).contains($0) })
+        else {
+            throw ServiceError.invalidArgument("userId must be up to 256 characters of A-Z a-z 0-9 - _ @ # . : =")
+        }
+        return text
+    }
+
+    static func tags(_ value: Any?) throws -> [String] {
+        guard let value, !(value is NSNull) else { return [] }
+        guard let tags = value as? [Any] else { throw ServiceError.invalidArgument("tags must be an array of strings") }
+        return try RegistrationRules.validateTags(
+            tags.map { tag in
+                guard let text = tag as? String else { throw ServiceError.invalidArgument("tags must be an array of strings") }
+                return text
+            })
+    }
+
+    static func stringMap(_ value: Any?, _ field: String) throws -> [String: String] {
+        guard let value, !(value is NSNull) else { return [:] }
+        guard let object = value as? [String: Any] else { throw ServiceError.invalidArgument("\(field) must be an object of strings") }
+        return try object.mapValues { value in
+            guard let text = value as? String else { throw ServiceError.invalidArgument("\(field) must be an object of strings") }
+            return text
+        }
+    }
+
+    static func templates(_ value: Any?) throws -> [String: Template] {
+        guard let value, !(value is NSNull) else { return [:] }
+        guard let object = value as? [String: Any] else { throw ServiceError.invalidArgument("templates must be an object") }
+        var templates: [String: Template] = [:]
+        for (name, value) in object { templates[name] = try template(name: name, value) }
+        return templates
+    }
+
+    static func template(name: String, _ value: Any) throws -> Template {
+        guard Names.isValidTag(name) else {
+            throw ServiceError.invalidArgument("template name \(name) must be a valid tag (it becomes one): A-Z a-z 0-9 _ @ # . : -")
+        }
+        guard let object = jsonValue(value) as? [String: Any] else {
+            throw ServiceError.invalidArgument("template \(name) must be an object with a body")
+        }
+        guard let body = object["body"] as? String else { throw ServiceError.invalidArgument("template \(name) needs a body string") }
+        var tags = try Self.tags(object["tags"])
+        // NH adds the template's name to its tags.
+        if !tags.contains(name) { tags.append(name) }
+        return Template(
+            body: body, headers: try stringMap(object["headers"], "template \(name) headers"), expiry: object["expiry"] as? String,
+            tags: tags)
+    }
+
+    /// A JSON value, or a string holding one (the SDKs send every patch value as a string).
+    static func jsonValue(_ value: Any) -> Any {
+        if let text = value as? String, let first = text.first, first == "{" || first == "[",
+            let parsed = try? JSONSerialization.jsonObject(with: Data(text.utf8))
+        {
+            return parsed
+        }
+        return value
+    }
+
+    // MARK: JSON out
+
+    /// NH's GET body. `updatedAt` and `expired` come from the store's columns.
+    public func json() throws -> [UInt8] {
+        var object: [String: Any] = [
+            "installationId": installationID, "platform": Self.platformName(platform), "pushChannelExpired": pushChannelExpired,
+            "expirationTime": Self.expirationTime,
+        ]
+        if platform == .browser, let subscription = try? JSONSerialization.jsonObject(with: Data(pushChannel.utf8)) as? [String: Any],
+            let keys = subscription["keys"] as? [String: Any]
+        {
+            object["pushChannel"] = [
+                "endpoint": subscription["endpoint"] ?? "", "p256dh": keys["p256dh"] ?? "", "auth": keys["auth"] ?? "",
+            ]
+        } else {
+            object["pushChannel"] = pushChannel
+        }
+        if let userID { object["userId"] = userID }
+        if lastUpdate > 0 { object["lastUpdate"] = Self.w3c(lastUpdate) }
+        if !tags.isEmpty { object["tags"] = tags }
+        if !pushVariables.isEmpty { object["pushVariables"] = pushVariables }
+        if !templates.isEmpty {
+            object["templates"] = templates.mapValues { template -> [String: Any] in
+                var out: [String: Any] = ["body": template.body, "tags": template.tags]
+                if !template.headers.isEmpty { out["headers"] = template.headers }
+                if let expiry = template.expiry { out["expiry"] = expiry }
+                return out
+            }
+        }
+        return Array(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
+    }
+
+    /// The tags a send matches: the installation's own plus NH's system tags.
+    public var audienceTags: [String] {
+        var all = tags
+        all.append("$InstallationId:{\(installationID)}")
+        if let userID { all.append("$UserId:{\(userID)}") }
+        return all
+    }
+
+    static func w3c(_ millis: Int64) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: Date(timeIntervalSince1970: Double(millis) / 1000))
+    }
+
+    static func canonicalJSON(_ object: [String: Any]) throws -> String {
+        String(
+            decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
+    }
+}
+
+extension UInt8 {
+    fileprivate var isLetterOrDigit: Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(self) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(self)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self)
+    }
+}

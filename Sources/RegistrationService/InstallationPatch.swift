@@ -1,0 +1,117 @@
+import Foundation
+public import HeraldModel
+import HeraldRPC
+
+/// NH's JSON-Patch subset for installations (nh-api.md §3.5): `add`, `remove` and `replace` on
+/// `/pushChannel`, `/userId`, `/platform`, `/tags`, `/tags/{tag}`, `/pushVariables[/{name}]` and
+/// `/templates/{name}[/body|/headers|/expiry|/tags]`.
+///
+/// Values may be JSON strings, or objects and arrays either as JSON or JSON-encoded in a string
+/// (every SDK types `value` as a string). `replace` is `remove` then `add`. The result is validated
+/// as a whole, so a patch cannot leave an installation that a PUT would refuse.
+extension Installation {
+    public mutating func apply(patch data: [UInt8], hosts: RegistrationRules.PushHosts) throws {
+        guard let operations = try? JSONSerialization.jsonObject(with: Data(data)) as? [Any] else {
+            throw ServiceError.invalidArgument("the body must be a JSON array of {\"op\",\"path\",\"value\"} operations")
+        }
+        guard operations.count <= 200 else { throw ServiceError.invalidArgument("at most 200 operations per patch") }
+        for (index, element) in operations.enumerated() {
+            guard let operation = element as? [String: Any], let op = (operation["op"] as? String)?.lowercased(),
+                let path = operation["path"] as? String
+            else {
+                throw ServiceError.invalidArgument("operation \(index): each operation needs op and path")
+            }
+            do {
+                try apply(op: op, path: path, value: operation["value"])
+            } catch let error as ServiceError {
+                throw ServiceError.invalidArgument("operation \(index) (\(op) \(path)): \(error.message)")
+            }
+        }
+        try validate(hosts: hosts)
+    }
+
+    private mutating func apply(op: String, path: String, value: Any?) throws {
+        guard ["add", "remove", "replace"].contains(op) else { throw ServiceError.invalidArgument("op must be add, remove or replace") }
+        guard path.hasPrefix("/") else { throw ServiceError.invalidArgument("path must start with /") }
+        let segments = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false).map {
+            $0.replacingOccurrences(of: "~1", with: "/").replacingOccurrences(of: "~0", with: "~")
+        }
+        func required() throws -> Any {
+            guard let value, !(value is NSNull) else { throw ServiceError.invalidArgument("\(op) needs a value") }
+            return value
+        }
+        func string() throws -> String {
+            guard let text = try required() as? String else { throw ServiceError.invalidArgument("the value must be a string") }
+            return text
+        }
+        let remove = op == "remove"
+        switch (segments.first?.lowercased() ?? "", segments.count) {
+        case ("pushchannel", 1):
+            guard !remove else { throw ServiceError.invalidArgument("pushChannel is required; it can be replaced, not removed") }
+            let channel = try Self.pushChannel(try required(), platform: platform)
+            if channel != pushChannel { pushChannelExpired = false }
+            pushChannel = channel
+        case ("platform", 1):
+            guard !remove else { throw ServiceError.invalidArgument("platform is required; it can be replaced, not removed") }
+            platform = try Self.platform(try string())
+        case ("userid", 1), ("user", 1):
+            userID = remove ? nil : try Self.userID(try string())
+        case ("tags", 1):
+            if remove {
+                tags = []
+                return
+            }
+            let value = Self.jsonValue(try required())
+            let given: [String]
+            if let array = value as? [Any] {
+                given = try Self.tags(array)
+            } else if let one = value as? String {
+                given = try RegistrationRules.validateTags([one])
+            } else {
+                throw ServiceError.invalidArgument("the value must be a tag or an array of tags")
+            }
+            tags = try RegistrationRules.validateTags((op == "replace" ? [] : tags) + given)
+        case ("tags", 2):
+            let tag = segments[1]
+            if remove {
+                guard tags.contains(tag) else { throw ServiceError.invalidArgument("tag \(tag) is not on this installation") }
+                tags.removeAll { $0 == tag }
+            } else {
+                tags = try RegistrationRules.validateTags(tags + [tag])
+            }
+        case ("pushvariables", 1):
+            pushVariables = remove ? [:] : try Self.stringMap(Self.jsonValue(try required()), "pushVariables")
+        case ("pushvariables", 2):
+            if remove { pushVariables[segments[1]] = nil } else { pushVariables[segments[1]] = try string() }
+        case ("templates", 2):
+            let name = segments[1]
+            if remove {
+                guard templates.removeValue(forKey: name) != nil else { throw ServiceError.invalidArgument("no template \(name)") }
+            } else {
+                templates[name] = try Self.template(name: name, try required())
+            }
+        case ("templates", 3):
+            let name = segments[1]
+            guard var template = templates[name] else { throw ServiceError.invalidArgument("no template \(name)") }
+            switch segments[2].lowercased() {
+            case "body":
+                guard !remove else { throw ServiceError.invalidArgument("a template needs its body") }
+                template.body = try string()
+            case "headers":
+                template.headers = remove ? [:] : try Self.stringMap(Self.jsonValue(try required()), "headers")
+            case "expiry":
+                template.expiry = remove ? nil : try string()
+            case "tags":
+                let given = remove ? [] : try Self.tags(Self.jsonValue(try required()) as? [Any] ?? [try string()])
+                template.tags = try RegistrationRules.validateTags((op == "add" ? template.tags : []) + given + [name])
+            default:
+                throw ServiceError.invalidArgument("a template's parts are body, headers, expiry and tags")
+            }
+            templates[name] = template
+        default:
+            throw ServiceError.invalidArgument(
+                "path cannot be patched: use /pushChannel, /userId, /platform, /tags[/{tag}], /pushVariables[/{name}] or /templates/{name}[/body|/headers|/expiry|/tags]"
+            )
+        }
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import GRDB
+public import HeraldModel
+public import HeraldProto
+import HeraldRPC
+
+/// NH installations in the registration table (one row each, id "i-…", no owner), their NH JSON in
+/// `document`, their tags plus the system tags `$InstallationId:{id}` and `$UserId:{id}` in
+/// `registration_tag`. Every write commits before it answers, so a GET right after a PUT sees it
+/// (NH processes installation writes in the background and may answer 404).
+extension RegistrationStore {
+    /// Creates or replaces; keeps the row (and its id) of an existing installation. A changed push
+    /// channel clears `pushChannelExpired`; the same channel keeps it.
+    @discardableResult
+    public func putInstallation(hub: String, _ installation: Installation) throws -> Installation {
+        try db.write { db in try Self.write(hub: hub, installation, now: now(), in: db) }
+    }
+
+    /// Reads, patches and writes back in one transaction.
+    public func patchInstallation(
+        hub: String, id: String, _ change: (inout Installation) throws -> Void
+    ) throws -> Installation {
+        try db.write { db in
+            guard var installation = try Self.installation(hub: hub, id: id, in: db) else {
+                throw ServiceError.notFound("Installation not found.")
+            }
+            try change(&installation)
+            return try Self.write(hub: hub, installation, now: now(), in: db)
+        }
+    }
+
+    public func installation(hub: String, id: String) throws -> Installation? {
+        try db.read { db in try Self.installation(hub: hub, id: id, in: db) }
+    }
+
+    /// Whether one was deleted.
+    public func deleteInstallation(hub: String, id: String) throws -> Bool {
+        try db.write { db in
+            try db.execute(sql: "DELETE FROM registration WHERE hub = ? AND installation_id = ?", arguments: [hub, id])
+            return db.changesCount > 0
+        }
+    }
+
+    /// A page of a hub's installations by installation id after `after`, filtered by a tag
+    /// expression, user id and platform, evaluated in SQL.
+    public func listInstallations(
+        hub: String, expression: TagExpression?, userID: String?, platform: Platform, after: String, limit: Int
+    ) throws -> [Installation] {
+        var sql = """
+            SELECT r.document, r.expired, r.updated_at FROM registration r
+            WHERE r.hub = ? AND r.installation_id IS NOT NULL AND r.installation_id > ?
+            """
+        var arguments: StatementArguments = [hub, after]
+        if let userID {
+            sql += " AND r.user_id = ?"
+            arguments += [userID]
+        }
+        if platform != .unspecified {
+            sql += " AND r.platform = ?"
+            arguments += [platform.rawValue]
+        }
+        if let expression {
+            let (condition, tagArguments) = Self.sql(expression.root)
+            sql += " AND (\(condition))"
+            arguments += StatementArguments(tagArguments)
+        }
+        sql += " ORDER BY r.installation_id LIMIT ?"
+        arguments += [limit]
+        return try db.read { db in try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.installation) }
+    }
+
+    /// A page of every device of a hub by registration id, for the NDJSON export: each line
+    /// `{"kind":"installation","installation":{…}}` or `{"kind":"registration",…}`.
+    public func exportPage(hub: String, after: String, limit: Int) throws -> (lines: [UInt8], last: String?, count: Int) {
+        try db.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT id, owner, platform, handle, updated_at, document, expired FROM registration
+                    WHERE hub = ? AND id > ? AND platform != 0 ORDER BY id LIMIT ?
+                    """,
+                arguments: [hub, after, limit])
+            var out: [UInt8] = []
+            for row in rows {
+                let object: [String: Any]
+                if row["document"] as Data? != nil {
+                    let installation = try Self.installation(row)
+                    object = [
+                        "kind": "installation",
+                        "installation": try JSONSerialization.jsonObject(with: Data(try installation.json())),
+                    ]
+                } else {
+                    let id: String = row["id"]
+                    let tags = try String.fetchAll(
+                        db, sql: "SELECT tag FROM registration_tag WHERE registration_id = ? ORDER BY tag", arguments: [id])
+                    object = [
+                        "kind": "registration", "registrationId": id, "owner": row["owner"] as String,
+                        "platform": Platform(rawValue: row["platform"]).name, "handle": row["handle"] as String, "tags": tags,
+                        "updatedAtUnixMs": row["updated_at"] as Int64,
+                    ]
+                }
+                out += try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+                out.append(UInt8(ascii: "\n"))
+            }
+            return (out, rows.last?["id"], rows.count)
+        }
+    }
+
+    // MARK: helpers
+
+    private static func write(hub: String, _ installation: Installation, now: Int64, in db: Database) throws -> Installation {
+        var installation = installation
+        let existing = try Row.fetchOne(
+            db, sql: "SELECT id, handle, expired FROM registration WHERE hub = ? AND installation_id = ?",
+            arguments: [hub, installation.installationID])
+        let id: String = existing?["id"] ?? "i-" + String(newID().dropFirst(2))
+        // pushChannelExpired is read-only: it stays while the channel stays, and clears when it changes.
+        installation.pushChannelExpired = existing.map { $0["handle"] == installation.pushChannel && $0["expired"] == true } ?? false
+        installation.lastUpdate = now
+        let document = Data(try installation.json())
+        if existing == nil {
+            try db.execute(
+                sql: """
+                    INSERT INTO registration (id, owner, platform, handle, created_at, updated_at, hub, installation_id, user_id, document, expired)
+                    VALUES (?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    id, installation.platform.rawValue, installation.pushChannel, now, now, hub, installation.installationID,
+                    installation.userID, document, installation.pushChannelExpired,
+                ])
+        } else {
+            try db.execute(
+                sql:
+                    "UPDATE registration SET platform = ?, handle = ?, updated_at = ?, user_id = ?, document = ?, expired = ? WHERE id = ?",
+                arguments: [
+                    installation.platform.rawValue, installation.pushChannel, now, installation.userID, document,
+                    installation.pushChannelExpired, id,
+                ])
+            try db.execute(sql: "DELETE FROM registration_tag WHERE registration_id = ?", arguments: [id])
+        }
+        let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO registration_tag (tag, registration_id) VALUES (?, ?)")
+        for tag in installation.audienceTags { try insert.execute(arguments: [tag, id]) }
+        return installation
+    }
+
+    private static func installation(hub: String, id: String, in db: Database) throws -> Installation? {
+        try Row.fetchOne(
+            db, sql: "SELECT document, expired, updated_at FROM registration WHERE hub = ? AND installation_id = ?", arguments: [hub, id]
+        ).map(installation)
+    }
+
+    private static func installation(_ row: Row) throws -> Installation {
+        var installation = try Installation.stored([UInt8](row["document"] as Data))
+        installation.pushChannelExpired = row["expired"]
+        installation.lastUpdate = row["updated_at"]
+        return installation
+    }
+}

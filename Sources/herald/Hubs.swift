@@ -1,0 +1,167 @@
+import ArgumentParser
+import Foundation
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import HeraldService
+import HeraldStack
+
+/// `herald hubs`: hubs and their shared access keys, through herald-auth's RPCs.
+struct Hubs: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage hubs (one per app) and their keys.",
+        subcommands: [Add.self, List.self, Show.self, Delete.self, Keys.self, Key.self, Grant.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a hub with NH's two default keys (DefaultListenSharedAccessSignature, DefaultFullSharedAccessSignature).")
+        @OptionGroup var stack: StackOptions
+        @Argument(help: "Hub name: \(Names.hubNameRule)")
+        var name: String
+
+        func run() async throws {
+            let hub = try await withService(.auth, stack) { client in
+                try await AuthServiceClient(client).createHub(CreateHubRequest(name: name))
+            }
+            print("hub \(hub.name) created; its connection strings: herald hubs keys \(hub.name)")
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the hubs.")
+        @OptionGroup var stack: StackOptions
+
+        func run() async throws {
+            let hubs = try await withService(.auth, stack) { client in
+                try await AuthServiceClient(client).listHubs(ListHubsRequest()).hubs
+            }
+            for hub in hubs { print("\(hub.name)\t\(hub.keys.count) key(s)\tcreated \(Self.date(hub.createdAtUnixMs))") }
+        }
+
+        static func date(_ millis: Int64) -> String {
+            ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(millis) / 1000))
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show a hub and its keys' rights (no secrets).")
+        @OptionGroup var stack: StackOptions
+        @Argument var name: String
+
+        func run() async throws {
+            let hub = try await withService(.auth, stack) { client in
+                try await AuthServiceClient(client).getHub(GetHubRequest(name: name))
+            }
+            print("hub \(hub.name)\tcreated \(List.date(hub.createdAtUnixMs))")
+            for key in hub.keys { print("  key \(key.name)\t\(key.rights.joined(separator: ","))") }
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete a hub and its keys (not the hub default).")
+        @OptionGroup var stack: StackOptions
+        @Argument var name: String
+
+        func run() async throws {
+            _ = try await withService(.auth, stack) { client in
+                try await AuthServiceClient(client).deleteHub(DeleteHubRequest(name: name))
+            }
+            print("hub \(name) deleted")
+        }
+    }
+
+    struct Keys: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print a hub's keys as Notification Hubs connection strings (they hold secrets).")
+        @OptionGroup var stack: StackOptions
+        @Option(help: "The edge's address as clients reach it, written into the connection strings.")
+        var endpoint = "sb://localhost:8080/"
+        @Flag(help: "Use the secondary secret.")
+        var secondary = false
+        @Argument var name: String
+
+        func run() async throws {
+            let keys = try await withService(.auth, stack) { client in
+                try await AuthServiceClient(client).listHubKeys(ListHubKeysRequest(hub: name)).keys
+            }
+            for key in keys {
+                print("\(key.name) (\(key.rights.joined(separator: ",")))")
+                print("  " + Self.connectionString(endpoint: endpoint, key: key, secondary: secondary))
+            }
+        }
+
+        static func connectionString(endpoint: String, key: HubKey, secondary: Bool) -> String {
+            let base = endpoint.hasSuffix("/") ? endpoint : endpoint + "/"
+            return "Endpoint=\(base);SharedAccessKeyName=\(key.name);SharedAccessKey=\(secondary ? key.secondaryKey : key.primaryKey)"
+        }
+    }
+
+    struct Key: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create, change, rotate or revoke one key of a hub.", subcommands: [Set.self, Rotate.self, Revoke.self])
+
+        struct Set: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Create a key, or change an existing key's rights.")
+            @OptionGroup var stack: StackOptions
+            @Argument var hub: String
+            @Argument var name: String
+            @Argument(help: "Rights: any of Listen, Send, Manage.")
+            var rights: [String]
+
+            func run() async throws {
+                let key = try await withService(.auth, stack) { client in
+                    try await AuthServiceClient(client).setHubKey(SetHubKeyRequest(hub: hub, name: name, rights: rights))
+                }
+                print("key \(key.name) of \(hub): \(key.rights.joined(separator: ","))")
+            }
+        }
+
+        struct Rotate: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(
+                abstract: "Replace a key's primary or secondary secret; tokens signed with the old one stop working.")
+            @OptionGroup var stack: StackOptions
+            @Argument var hub: String
+            @Argument var name: String
+            @Argument(help: "primary or secondary")
+            var which: String
+
+            func run() async throws {
+                _ = try await withService(.auth, stack) { client in
+                    try await AuthServiceClient(client).rotateHubKey(RotateHubKeyRequest(hub: hub, name: name, which: which))
+                }
+                print("\(which) secret of \(name) on \(hub) replaced; see it with: herald hubs keys \(hub)")
+            }
+        }
+
+        struct Revoke: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Delete a key; every token it signed stops working.")
+            @OptionGroup var stack: StackOptions
+            @Argument var hub: String
+            @Argument var name: String
+
+            func run() async throws {
+                _ = try await withService(.auth, stack) { client in
+                    try await AuthServiceClient(client).revokeHubKey(RevokeHubKeyRequest(hub: hub, name: name))
+                }
+                print("key \(name) of \(hub) revoked")
+            }
+        }
+    }
+
+    struct Grant: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Set a Herald user's rights on a hub (none: only their own devices). E.g. herald hubs grant default alice Send")
+        @OptionGroup var stack: StackOptions
+        @Argument var hub: String
+        @Argument var user: String
+        @Argument(help: "Any of Listen, Send, Manage; none removes the grant.")
+        var rights: [String] = []
+
+        func run() async throws {
+            let granted = try await withService(.auth, stack) { client in
+                try await AuthServiceClient(client).grantHubRights(GrantHubRightsRequest(hub: hub, user: user, rights: rights)).rights
+            }
+            print("\(user) on \(hub): \(granted.isEmpty ? "no rights" : granted.joined(separator: ","))")
+        }
+    }
+}
