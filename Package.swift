@@ -269,7 +269,7 @@ let package = Package(
                 ],
                 swiftSettings: swiftSettings
             ),
-            serviceTests("AuthService"),
+            serviceTests("AuthService", extra: [.product(name: "Crypto", package: "swift-crypto")]),
             serviceTests("RegistrationService"),
             serviceTests("PayloadService"),
             serviceTests(

@@ -43,7 +43,13 @@ public struct SASVerifier: Sendable {
     public func authorize(hub: String, header: String, resource: String) throws -> AuthorizeSasResponse {
         let token = try Self.parse(header)
         let throttleKey = "\(hub)/\(token.keyName)"
-        try throttle.check(throttleKey)
+        do {
+            try throttle.check(throttleKey)
+        } catch let error as ServiceError {
+            throw ServiceError.resourceExhausted(
+                "too many failed tokens for key \(token.keyName) of hub \(hub); retry after \(error.retryAfterSeconds ?? 1) s",
+                retryAfterSeconds: error.retryAfterSeconds ?? 1)
+        }
         do {
             guard let key = try hubs.secrets(hub: hub, name: token.keyName) else {
                 throw ServiceError.unauthenticated("InvalidSignature: no key \(token.keyName) on hub \(hub)")

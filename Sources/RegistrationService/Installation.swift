@@ -32,6 +32,19 @@ public struct Installation: Sendable, Equatable {
     /// Read-only on the wire; Unix ms.
     public var lastUpdate: Int64 = 0
 
+    public init(
+        installationID: String, userID: String? = nil, platform: Platform, pushChannel: String, tags: [String] = [],
+        pushVariables: [String: String] = [:], templates: [String: Template] = [:]
+    ) {
+        self.installationID = installationID
+        self.userID = userID
+        self.platform = platform
+        self.pushChannel = pushChannel
+        self.tags = tags
+        self.pushVariables = pushVariables
+        self.templates = templates
+    }
+
     /// NH's default: installations never expire.
     public static let expirationTime = "9999-12-31T23:59:59.9999999Z"
     public static let maxIDLength = 256

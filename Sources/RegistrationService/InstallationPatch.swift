@@ -15,6 +15,8 @@ extension Installation {
             throw ServiceError.invalidArgument("the body must be a JSON array of {\"op\",\"path\",\"value\"} operations")
         }
         guard operations.count <= 200 else { throw ServiceError.invalidArgument("at most 200 operations per patch") }
+        // All or nothing: the operations apply to a copy, kept only when every one passes.
+        var patched = self
         for (index, element) in operations.enumerated() {
             guard let operation = element as? [String: Any], let op = (operation["op"] as? String)?.lowercased(),
                 let path = operation["path"] as? String
@@ -22,12 +24,13 @@ extension Installation {
                 throw ServiceError.invalidArgument("operation \(index): each operation needs op and path")
             }
             do {
-                try apply(op: op, path: path, value: operation["value"])
+                try patched.apply(op: op, path: path, value: operation["value"])
             } catch let error as ServiceError {
                 throw ServiceError.invalidArgument("operation \(index) (\(op) \(path)): \(error.message)")
             }
         }
-        try validate(hosts: hosts)
+        try patched.validate(hosts: hosts)
+        self = patched
     }
 
     private mutating func apply(op: String, path: String, value: Any?) throws {

@@ -200,12 +200,15 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     let payloadError: ServiceError?
     let dispatchError: ServiceError?
     let healthy: Bool
+    /// What AuthorizeSas answers.
+    let sasRights: [String]
     private let seen = Mutex<(ids: [String], deleted: [Int64], resets: Int, inbox: [ListInboxRequest])>(([], [], 0, []))
 
     init(
         authError: ServiceError? = nil, registrationError: ServiceError? = nil, payloadError: ServiceError? = nil,
-        dispatchError: ServiceError? = nil, healthy: Bool = true
+        dispatchError: ServiceError? = nil, healthy: Bool = true, sasRights: [String] = ["Listen"]
     ) {
+        self.sasRights = sasRights
         self.authError = authError
         self.registrationError = registrationError
         self.payloadError = payloadError
@@ -250,7 +253,49 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         return UserExistsResponse(exists: true)
     }
 
+    func createHub(_ request: CreateHubRequest, options: RPCCallOptions) async throws -> Hub { throw Self.unused() }
+    func listHubs(_ request: ListHubsRequest, options: RPCCallOptions) async throws -> ListHubsResponse { throw Self.unused() }
+    func getHub(_ request: GetHubRequest, options: RPCCallOptions) async throws -> Hub { throw Self.unused() }
+    func deleteHub(_ request: DeleteHubRequest, options: RPCCallOptions) async throws -> DeleteHubResponse { throw Self.unused() }
+    func listHubKeys(_ request: ListHubKeysRequest, options: RPCCallOptions) async throws -> ListHubKeysResponse { throw Self.unused() }
+    func setHubKey(_ request: SetHubKeyRequest, options: RPCCallOptions) async throws -> HubKey { throw Self.unused() }
+    func rotateHubKey(_ request: RotateHubKeyRequest, options: RPCCallOptions) async throws -> HubKey { throw Self.unused() }
+    func revokeHubKey(_ request: RevokeHubKeyRequest, options: RPCCallOptions) async throws -> RevokeHubKeyResponse {
+        throw Self.unused()
+    }
+    func authorizeSas(_ request: AuthorizeSasRequest, options: RPCCallOptions) async throws -> AuthorizeSasResponse {
+        try record(options, authError)
+        return AuthorizeSasResponse(keyName: "DefaultListenSharedAccessSignature", rights: sasRights)
+    }
+    func grantHubRights(_ request: GrantHubRightsRequest, options: RPCCallOptions) async throws -> GrantHubRightsResponse {
+        throw Self.unused()
+    }
+
     // registration
+    func putInstallation(_ request: PutInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse {
+        try record(options, registrationError)
+        return InstallationResponse(json: request.json)
+    }
+    func patchInstallation(_ request: PatchInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse {
+        try record(options, registrationError)
+        return InstallationResponse()
+    }
+    func getInstallation(_ request: GetInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse {
+        try record(options, registrationError)
+        return InstallationResponse(json: Array(#"{"installationId":"\#(request.installationID)"}"#.utf8))
+    }
+    func deleteInstallation(
+        _ request: DeleteInstallationRequest, options: RPCCallOptions
+    ) async throws -> DeleteInstallationResponse {
+        try record(options, registrationError)
+        return DeleteInstallationResponse(deleted: false)
+    }
+    func listInstallations(
+        _ request: ListInstallationsRequest, options: RPCCallOptions
+    ) async throws -> ListInstallationsResponse { throw Self.unused() }
+    func exportDevices(
+        _ request: ExportDevicesRequest, options: RPCCallOptions, onMessage: @escaping @Sendable (ExportBatch) async throws -> Void
+    ) async throws { throw Self.unused() }
     func createRegistrationId(
         _ request: CreateRegistrationIdRequest, options: RPCCallOptions
     ) async throws -> CreateRegistrationIdResponse {

@@ -34,12 +34,29 @@ struct TagExpressionAudienceTests {
         for n in 0..<200 {
             let owner = "u\(n % 7)"
             let handle = String(format: "%064x", n + 1)
-            let id = try store.createID(owner: owner, handle: handle)
             let tags = Self.alphabet.filter { _ in Int.random(in: 0..<3, using: &rng) == 0 }
             let platform: Platform = n % 3 == 0 ? .fcm : .apns
-            let stored = try store.upsert(
-                owner: owner, id: id, platform: platform, handle: platform == .fcm ? "fcm-\(n)" : handle, tags: tags)
-            devices[id] = (platform, Set(stored.tags))
+            if n % 4 == 1 {
+                // An NH installation: audiences see it as they see registrations.
+                let installation = Installation(
+                    installationID: "inst-\(n)", userID: owner, platform: platform, pushChannel: platform == .fcm ? "fcm-\(n)" : handle,
+                    tags: tags, pushVariables: [:], templates: [:])
+                try store.putInstallation(hub: "default", installation)
+                let row = try #require(
+                    try store.audience(tag: "$InstallationId:{inst-\(n)}", platform: .unspecified, after: "", limit: 2).first)
+                devices[row.registrationID] = (platform, Set(installation.audienceTags))
+            } else {
+                let id = try store.createID(owner: owner, handle: handle)
+                let stored = try store.upsert(
+                    owner: owner, id: id, platform: platform, handle: platform == .fcm ? "fcm-\(n)" : handle, tags: tags)
+                devices[id] = (platform, Set(stored.tags))
+            }
+            // Another hub's device with the same tags: never in the default hub's audience.
+            try store.putInstallation(
+                hub: "other",
+                Installation(
+                    installationID: "o-\(n)", userID: nil, platform: platform, pushChannel: platform == .fcm ? "fcm-\(n)" : handle,
+                    tags: tags, pushVariables: [:], templates: [:]))
         }
         var checked = 0
         while checked < 300 {

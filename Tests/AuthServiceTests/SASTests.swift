@@ -1,0 +1,205 @@
+import AuthService
+import Crypto
+import Foundation
+import GRDB
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import HeraldTestSupport
+import Testing
+
+/// NH's SharedAccessSignature as each SDK makes it (../shared/docs/nh-api.md §2.1), checked by
+/// ``SASVerifier``: one token per SDK's `sr` spelling, parameter order and escape case.
+@Suite("SAS")
+struct SASTests {
+    static let host = "herald.example:8443"
+    static let path = "/app1/installations/dev-1"
+
+    struct Fixture {
+        let clock: ManualClock
+        let hubs: HubStore
+        let sas: SASVerifier
+        let full: HubKey
+        let listen: HubKey
+    }
+
+    static func fixture(freeFailures: Int = 3) throws -> Fixture {
+        let clock = ManualClock()
+        let db = try DatabaseQueue()
+        try AccountStore.migrator.migrate(db)
+        let hubs = try HubStore(db: db, now: clock.function)
+        _ = try hubs.createHub("app1")
+        _ = try hubs.createHub("app2")
+        let keys = try hubs.keys(of: "app1")
+        return Fixture(
+            clock: clock, hubs: hubs,
+            sas: SASVerifier(hubs: hubs, throttle: LoginThrottle(freeFailures: freeFailures, now: clock.function), now: clock.function),
+            full: try #require(keys.first { $0.name == HubStore.fullKeyName }),
+            listen: try #require(keys.first { $0.name == HubStore.listenKeyName }))
+    }
+
+    /// Percent-encodes everything but unreserved characters, with upper or lower-case hex.
+    static func encode(_ text: String, lower: Bool) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                out.append(Character(Unicode.Scalar(byte)))
+            default:
+                out += String(format: lower ? "%%%02x" : "%%%02X", byte)
+            }
+        }
+        return out
+    }
+
+    static func signature(_ sr: String, _ se: Int64, key: String) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: Data("\(sr)\n\(se)".utf8), using: SymmetricKey(data: Data(key.utf8)))
+        return Data(mac).base64EncodedString()
+    }
+
+    /// The token of one SDK: its `sr`, its parameter order, its escape case for `sig`.
+    static func token(sr: String, key: HubKey, se: Int64, order: [String] = ["sr", "sig", "se", "skn"], lower: Bool = false) -> String {
+        let values = ["sr": sr, "sig": encode(signature(sr, se, key: key.primaryKey), lower: lower), "se": "\(se)", "skn": key.name]
+        return "SharedAccessSignature " + order.map { "\($0)=\(values[$0]!)" }.joined(separator: "&")
+    }
+
+    /// Every SDK's `sr` for a request to `https://host/app1/installations/dev-1?api-version=…`.
+    static let variants: [(client: String, sr: String, order: [String], lower: Bool)] = [
+        // .NET 4.x: full path, scheme forced to http, trailing /, lower-cased, lower-case escapes.
+        (".NET", encode("http://\(host)\(path)/".lowercased(), lower: true), ["sr", "sig", "se", "skn"], true),
+        // Java: the full URI with its query, lower-cased before and after encoding.
+        (
+            "Java", encode("https://\(host)\(path)?api-version=2020-06".lowercased(), lower: true).lowercased(),
+            ["sr", "sig", "se", "skn"], true
+        ),
+        // Go: host only, no slash, lower-cased; url.Values orders keys alphabetically.
+        ("Go", encode("https://\(host)".lowercased(), lower: false), ["se", "sig", "skn", "sr"], false),
+        // JS: the namespace root as written in the connection string (not lower-cased).
+        ("JS", encode("https://Herald.Example:8443/", lower: false), ["sr", "sig", "se", "skn"], false),
+        // Python sample: https://{ns}/{hub}, lower-cased after encoding; sig,se,skn,sr.
+        ("Python sample", encode("https://\(host)/app1", lower: false).lowercased(), ["sig", "se", "skn", "sr"], true),
+        // azure-notification-hub-unofficial: the endpoint lower-cased, upper-case escapes.
+        ("unofficial Python", encode("https://\(host)/".lowercased(), lower: false), ["sr", "sig", "se", "skn"], false),
+        // The REST docs' example: https%3a%2f%2f{ns}%2f{hub}%2f… lower-case escapes.
+        ("docs", encode("https://\(host)/app1/installations", lower: true), ["sr", "sig", "se", "skn"], true),
+    ]
+
+    @Test("every SDK's sr spelling, parameter order and escape case is accepted", arguments: 0..<variants.count)
+    func variant(_ index: Int) throws {
+        let f = try Self.fixture()
+        let v = Self.variants[index]
+        let se = f.clock.now / 1000 + 600
+        let answer = try f.sas.authorize(
+            hub: "app1", header: Self.token(sr: v.sr, key: f.full, se: se, order: v.order, lower: v.lower), resource: Self.host + Self.path)
+        #expect(answer.keyName == HubStore.fullKeyName, "\(v.client)")
+        #expect(Set(answer.rights) == ["Listen", "Send", "Manage"], "\(v.client)")
+        let listen = try f.sas.authorize(
+            hub: "app1", header: Self.token(sr: v.sr, key: f.listen, se: se, order: v.order, lower: v.lower),
+            resource: Self.host + Self.path)
+        #expect(listen.rights == ["Listen"], "\(v.client)")
+    }
+
+    static func failure(_ body: () throws -> Any) -> ServiceError? {
+        do {
+            _ = try body()
+            return nil
+        } catch {
+            return error as? ServiceError
+        }
+    }
+
+    @Test("bad signature, expiry, another hub's audience or key, a prefix not at a slash: 401 with NH's words")
+    func refusals() throws {
+        let f = try Self.fixture(freeFailures: 100)
+        let se = f.clock.now / 1000 + 600
+        let root = Self.encode("https://\(Self.host)/", lower: false)
+        func check(_ header: String, hub: String = "app1", resource: String = SASTests.host + SASTests.path, _ words: String) {
+            let error = Self.failure { try f.sas.authorize(hub: hub, header: header, resource: resource) }
+            #expect(error?.code == .unauthenticated, "\(words): \(String(describing: error))")
+            #expect(error?.message.contains(words) == true, "\(String(describing: error?.message))")
+        }
+        var forged = f.full
+        forged.primaryKey = "not-the-key"
+        check(Self.token(sr: root, key: forged, se: se), "InvalidSignature")
+        // The signature covers sr exactly as written: re-encoding it is a different message.
+        check(Self.token(sr: root, key: f.full, se: se).replacingOccurrences(of: "%3A", with: "%3a"), "InvalidSignature")
+        check(Self.token(sr: root, key: f.full, se: f.clock.now / 1000 - 1), "ExpiredToken")
+        check(Self.token(sr: Self.encode("https://\(Self.host)/app2", lower: false), key: f.full, se: se), "audience")
+        check(Self.token(sr: Self.encode("https://\(Self.host)/app", lower: false), key: f.full, se: se), "audience")
+        check(Self.token(sr: Self.encode("https://other.example/", lower: false), key: f.full, se: se), "audience")
+        // Hub A's key on hub B: same key name, other secret.
+        check(Self.token(sr: root, key: f.full, se: se), hub: "app2", resource: Self.host + "/app2/installations/x", "InvalidSignature")
+        check("SharedAccessSignature sr=\(root)&se=\(se)&skn=x", "MalformedToken")
+        check("Basic YWxpY2U6YWxpY2U=", "MalformedToken")
+    }
+
+    @Test("failures lock the key out with RESOURCE_EXHAUSTED and retry-after; a good token after the lockout passes")
+    func throttled() throws {
+        let f = try Self.fixture()
+        let se = f.clock.now / 1000 + 3600
+        let root = Self.encode("https://\(Self.host)/", lower: false)
+        var forged = f.full
+        forged.primaryKey = "guess"
+        for _ in 0..<3 {
+            _ = Self.failure {
+                try f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: forged, se: se), resource: Self.host + Self.path)
+            }
+        }
+        let locked = Self.failure {
+            try f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: f.full, se: se), resource: Self.host + Self.path)
+        }
+        #expect(locked?.code == .resourceExhausted)
+        #expect((locked?.retryAfterSeconds ?? 0) > 0)
+        #expect(locked?.message.contains("DefaultFullSharedAccessSignature") == true, "\(String(describing: locked))")
+        f.clock.advance(seconds: 31)
+        #expect(throws: Never.self) {
+            try f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: f.full, se: se), resource: Self.host + Self.path)
+        }
+    }
+
+    @Test("rotation ends the old secret at once and keeps the other; revoking a key ends its tokens")
+    func rotateAndRevoke() throws {
+        let f = try Self.fixture()
+        let se = f.clock.now / 1000 + 600
+        let root = Self.encode("https://\(Self.host)/", lower: false)
+        let old = Self.token(sr: root, key: f.full, se: se)
+        var secondary = f.full
+        secondary.primaryKey = f.full.secondaryKey
+        let viaSecondary = Self.token(sr: root, key: secondary, se: se)
+        let rotated = try f.hubs.rotateKey(hub: "app1", name: f.full.name, secondary: false)
+        #expect(rotated.primaryKey != f.full.primaryKey && rotated.secondaryKey == f.full.secondaryKey)
+        #expect(Self.failure { try f.sas.authorize(hub: "app1", header: old, resource: Self.host + Self.path) }?.code == .unauthenticated)
+        #expect(throws: Never.self) { try f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path) }
+        try f.hubs.revokeKey(hub: "app1", name: f.full.name)
+        #expect(
+            Self.failure { try f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path) }?.code
+                == .unauthenticated)
+    }
+
+    @Test("hubs: default always exists and cannot go; names are checked; keys and grants belong to one hub")
+    func hubs() throws {
+        let f = try Self.fixture()
+        #expect(try f.hubs.listHubs().map(\.name) == ["app1", "app2", "default"])
+        #expect(try f.hubs.hub("app1").keys.allSatisfy { $0.primaryKey.isEmpty && $0.secondaryKey.isEmpty })
+        #expect(f.full.primaryKey.count == 44 && f.full.primaryKey != f.full.secondaryKey)
+        #expect(Self.failure { try f.hubs.deleteHub("default") }?.code == .failedPrecondition)
+        #expect(Self.failure { try f.hubs.createHub("app1") }?.code == .alreadyExists)
+        for bad in ["", "-x", "a/b", "api", "v1", String(repeating: "a", count: 51)] {
+            #expect(Self.failure { try f.hubs.createHub(bad) }?.code == .invalidArgument, "\(bad)")
+        }
+        let key = try f.hubs.setKey(hub: "app1", name: "backend", rights: try HubRights(names: ["send"]))
+        #expect(key.rights == ["Send"] && !key.primaryKey.isEmpty)
+        #expect(
+            try f.hubs.setKey(hub: "app1", name: "backend", rights: try HubRights(names: ["Manage"])).rights == [
+                "Listen", "Manage", "Send",
+            ])
+        #expect(Self.failure { try HubRights(names: ["Admin"]) }?.code == .invalidArgument)
+        try f.hubs.grant(hub: "app1", user: "alice", rights: .send)
+        #expect(try f.hubs.rights(hub: "app1", user: "alice") == .send)
+        #expect(try f.hubs.rights(hub: "app2", user: "alice") == [])
+        try f.hubs.deleteHub("app1")
+        #expect(Self.failure { try f.hubs.keys(of: "app1") }?.code == .notFound)
+        #expect(try f.hubs.rights(hub: "app1", user: "alice") == [])
+    }
+}
