@@ -132,7 +132,8 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func authorizeSas(_ request: AuthorizeSasRequest, context: RPCContext) async throws -> AuthorizeSasResponse {
-        try sas.authorize(hub: Names.hub(request.hub), header: request.authorization, resource: request.resource)
+        try sas.authorize(
+            hub: Names.hub(request.hub), header: request.authorization, resource: request.resource, client: request.clientAddress)
     }
 
     public func grantHubRights(_ request: GrantHubRightsRequest, context: RPCContext) async throws -> GrantHubRightsResponse {

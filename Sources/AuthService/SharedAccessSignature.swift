@@ -19,7 +19,8 @@ import HeraldRPC
 /// Python sample `…/{hub}`).
 public struct SASVerifier: Sendable {
     public let hubs: HubStore
-    /// Failed signatures per hub and key name; the same lockouts as passwords.
+    /// Failed signatures per hub, key name and client address; the same lockouts as passwords
+    /// (per address: a key's name is public, so a stranger's guesses must not lock out its owner).
     public let throttle: LoginThrottle
     private let now: @Sendable () -> Int64
 
@@ -40,9 +41,10 @@ public struct SASVerifier: Sendable {
     }
 
     /// The rights of the key that signed `header` for a request to `resource` ("host[:port]/path").
-    public func authorize(hub: String, header: String, resource: String) throws -> AuthorizeSasResponse {
+    /// Failures count per hub, key and `client` address.
+    public func authorize(hub: String, header: String, resource: String, client: String = "") throws -> AuthorizeSasResponse {
         let token = try Self.parse(header)
-        let throttleKey = "\(hub)/\(token.keyName)"
+        let throttleKey = "\(hub)/\(token.keyName)/\(client)"
         do {
             try throttle.check(throttleKey)
         } catch let error as ServiceError {

@@ -77,9 +77,13 @@ let requestIDField = HTTPField.Name("X-Request-Id")!
 public struct EdgeRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     public var requestID = ""
+    /// The peer's IP address (empty for Unix sockets); herald-auth throttles failed SAS tokens per
+    /// key and address, so a stranger cannot lock a public key name out for everyone.
+    public var remoteIP: String
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
+        remoteIP = source.channel.remoteAddress?.ipAddress ?? ""
     }
 }
 

@@ -70,7 +70,8 @@ extension EdgeRoutes {
         }
         let resource = (request.head.authority ?? "") + request.uri.path
         let answer = try await auth.authorizeSas(
-            AuthorizeSasRequest(hub: hub, authorization: header, resource: resource), requestID: context.requestID)
+            AuthorizeSasRequest(hub: hub, authorization: header, resource: resource, clientAddress: context.remoteIP),
+            requestID: context.requestID)
         guard answer.rights.contains(right) else {
             throw EdgeError(
                 .forbidden,

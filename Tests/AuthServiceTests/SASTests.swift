@@ -134,28 +134,28 @@ struct SASTests {
         check("Basic YWxpY2U6YWxpY2U=", "MalformedToken")
     }
 
-    @Test("failures lock the key out with RESOURCE_EXHAUSTED and retry-after; a good token after the lockout passes")
+    @Test(
+        "failures lock the key out for that address with RESOURCE_EXHAUSTED and retry-after; other addresses pass; so does a good token after the lockout"
+    )
     func throttled() throws {
         let f = try Self.fixture()
         let se = f.clock.now / 1000 + 3600
         let root = Self.encode("https://\(Self.host)/", lower: false)
         var forged = f.full
         forged.primaryKey = "guess"
-        for _ in 0..<3 {
-            _ = Self.failure {
-                try f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: forged, se: se), resource: Self.host + Self.path)
-            }
+        func authorize(_ key: HubKey, from client: String) throws -> AuthorizeSasResponse {
+            try f.sas.authorize(
+                hub: "app1", header: Self.token(sr: root, key: key, se: se), resource: Self.host + Self.path, client: client)
         }
-        let locked = Self.failure {
-            try f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: f.full, se: se), resource: Self.host + Self.path)
-        }
+        for _ in 0..<3 { _ = Self.failure { try authorize(forged, from: "192.0.2.1") } }
+        let locked = Self.failure { try authorize(f.full, from: "192.0.2.1") }
         #expect(locked?.code == .resourceExhausted)
         #expect((locked?.retryAfterSeconds ?? 0) > 0)
         #expect(locked?.message.contains("DefaultFullSharedAccessSignature") == true, "\(String(describing: locked))")
+        // The key's owner elsewhere is not locked out by a stranger's guesses.
+        #expect(throws: Never.self) { try authorize(f.full, from: "198.51.100.7") }
         f.clock.advance(seconds: 31)
-        #expect(throws: Never.self) {
-            try f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: f.full, se: se), resource: Self.host + Self.path)
-        }
+        #expect(throws: Never.self) { try authorize(f.full, from: "192.0.2.1") }
     }
 
     @Test("rotation ends the old secret at once and keeps the other; revoking a key ends its tokens")

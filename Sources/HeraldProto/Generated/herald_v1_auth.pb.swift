@@ -1585,17 +1585,21 @@ public struct AuthorizeSasRequest: HeraldMessage {
     /// no query). The token's `sr`, decoded, lower-cased, without scheme, query or trailing "/", must
     /// equal it or be a prefix of it ending at a "/".
     public var resource: String
+    /// The caller's IP address as the edge saw it: failures are counted per hub, key and address.
+    public var clientAddress: String
 
-    public init(hub: String = "", authorization: String = "", resource: String = "") {
+    public init(hub: String = "", authorization: String = "", resource: String = "", clientAddress: String = "") {
         self.hub = hub
         self.authorization = authorization
         self.resource = resource
+        self.clientAddress = clientAddress
     }
 
     public init() {
         self.hub = ""
         self.authorization = ""
         self.resource = ""
+        self.clientAddress = ""
     }
 
     public static let protoName = "herald.v1.AuthorizeSasRequest"
@@ -1617,6 +1621,7 @@ extension AuthorizeSasRequest: CBacked {
         self.hub = CBridge.string(m.hub)
         self.authorization = CBridge.string(m.authorization)
         self.resource = CBridge.string(m.resource)
+        self.clientAddress = CBridge.string(m.client_address)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1625,6 +1630,7 @@ extension AuthorizeSasRequest: CBacked {
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.AuthorizeSasRequest.hub")
         p.pointee.authorization = try arena.string(self.authorization, field: "herald.v1.AuthorizeSasRequest.authorization")
         p.pointee.resource = try arena.string(self.resource, field: "herald.v1.AuthorizeSasRequest.resource")
+        p.pointee.client_address = try arena.string(self.clientAddress, field: "herald.v1.AuthorizeSasRequest.client_address")
         return p
     }
 
@@ -1866,7 +1872,7 @@ public enum AuthServiceMethods {
     /// Checks a Notification Hubs SharedAccessSignature for a request to `hub` and answers the rights
     /// of its key. Errors: UNAUTHENTICATED (unknown hub or key, bad signature, expired, wrong
     /// audience; the message says which, in NH's words); RESOURCE_EXHAUSTED after repeated failures
-    /// for one key (the message ends "retry after <n> s").
+    /// for one key from one address (the message ends "retry after <n> s").
     public static let authorizeSas = UnaryMethod<AuthorizeSasRequest, AuthorizeSasResponse>(service: serviceName, method: "AuthorizeSas")
     /// Sets the rights a Herald user holds on a hub (empty: none). Without Send a user may send only
     /// to their own devices. Errors: NOT_FOUND for the hub or the user; INVALID_ARGUMENT.

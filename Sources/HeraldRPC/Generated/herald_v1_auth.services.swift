@@ -62,7 +62,7 @@ public protocol AuthServiceHandler: Sendable {
     /// Checks a Notification Hubs SharedAccessSignature for a request to `hub` and answers the rights
     /// of its key. Errors: UNAUTHENTICATED (unknown hub or key, bad signature, expired, wrong
     /// audience; the message says which, in NH's words); RESOURCE_EXHAUSTED after repeated failures
-    /// for one key (the message ends "retry after <n> s").
+    /// for one key from one address (the message ends "retry after <n> s").
     func authorizeSas(_ request: AuthorizeSasRequest, context: RPCContext) async throws -> AuthorizeSasResponse
     /// Sets the rights a Herald user holds on a hub (empty: none). Without Send a user may send only
     /// to their own devices. Errors: NOT_FOUND for the hub or the user; INVALID_ARGUMENT.
@@ -194,7 +194,7 @@ public protocol AuthServiceClientProtocol: Sendable {
     /// Checks a Notification Hubs SharedAccessSignature for a request to `hub` and answers the rights
     /// of its key. Errors: UNAUTHENTICATED (unknown hub or key, bad signature, expired, wrong
     /// audience; the message says which, in NH's words); RESOURCE_EXHAUSTED after repeated failures
-    /// for one key (the message ends "retry after <n> s").
+    /// for one key from one address (the message ends "retry after <n> s").
     func authorizeSas(_ request: AuthorizeSasRequest, options: RPCCallOptions) async throws -> AuthorizeSasResponse
     /// Sets the rights a Herald user holds on a hub (empty: none). Without Send a user may send only
     /// to their own devices. Errors: NOT_FOUND for the hub or the user; INVALID_ARGUMENT.

@@ -2920,7 +2920,7 @@ const ProtobufCMessageDescriptor herald__v1__revoke_hub_key_response__descriptor
   (ProtobufCMessageInit) herald__v1__revoke_hub_key_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__authorize_sas_request__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__authorize_sas_request__field_descriptors[4] =
 {
   {
     "hub",
@@ -2958,16 +2958,29 @@ static const ProtobufCFieldDescriptor herald__v1__authorize_sas_request__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "client_address",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasRequest, client_address),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authorize_sas_request__field_indices_by_name[] = {
   1,   /* field[1] = authorization */
+  3,   /* field[3] = client_address */
   0,   /* field[0] = hub */
   2,   /* field[2] = resource */
 };
 static const ProtobufCIntRange herald__v1__authorize_sas_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__authorize_sas_request__descriptor =
 {
@@ -2977,7 +2990,7 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_request__descriptor =
   "Herald__V1__AuthorizeSasRequest",
   "herald.v1",
   sizeof(Herald__V1__AuthorizeSasRequest),
-  3,
+  4,
   herald__v1__authorize_sas_request__field_descriptors,
   herald__v1__authorize_sas_request__field_indices_by_name,
   1,  herald__v1__authorize_sas_request__number_ranges,

@@ -563,10 +563,14 @@ struct  Herald__V1__AuthorizeSasRequest
    * equal it or be a prefix of it ending at a "/".
    */
   char *resource;
+  /*
+   * The caller's IP address as the edge saw it: failures are counted per hub, key and address.
+   */
+  char *client_address;
 };
 #define HERALD__V1__AUTHORIZE_SAS_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authorize_sas_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*

@@ -1,0 +1,180 @@
+import Crypto
+import Foundation
+import HeraldModel
+import HeraldStack
+import Testing
+
+/// Herald's Notification Hubs API driven the way NH's clients drive it: PyPI's
+/// azure-notification-hub-unofficial, and raw HTTP with each SDK's SAS spelling.
+@Suite("Notification Hubs API", .serialized, .timeLimit(.minutes(3)))
+struct NotificationHubsTests {
+    /// `herald hubs add` and the hub's connection strings from `herald hubs keys`, Endpoint on the live edge.
+    static func hub(_ name: String, _ live: LiveStack) throws -> (full: String, listen: String) {
+        let herald = live.configuration.binDirectory + "/herald"
+        let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
+        let added = try runProgram(herald, ["hubs", "add", name] + dir)
+        try #require(added.status == 0, "\(added.error)")
+        let endpoint = "sb://" + live.edge.base.host! + ":\(live.edge.base.port!)/"
+        let keys = try runProgram(herald, ["hubs", "keys", name, "--endpoint", endpoint] + dir)
+        try #require(keys.status == 0, "\(keys.error)")
+        let strings = keys.output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter {
+            $0.hasPrefix("Endpoint=")
+        }
+        let full = try #require(strings.first { $0.contains("SharedAccessKeyName=DefaultFullSharedAccessSignature;") })
+        let listen = try #require(strings.first { $0.contains("SharedAccessKeyName=DefaultListenSharedAccessSignature;") })
+        #expect(full.hasPrefix("Endpoint=\(endpoint);"))
+        return (full, listen)
+    }
+
+    static func secret(_ connectionString: String) -> (name: String, key: String) {
+        var fields: [String: String] = [:]
+        for part in connectionString.split(separator: ";") {
+            guard let equals = part.firstIndex(of: "=") else { continue }
+            fields[String(part[..<equals])] = String(part[part.index(after: equals)...])
+        }
+        return (fields["SharedAccessKeyName"]!, fields["SharedAccessKey"]!)
+    }
+
+    static func encode(_ text: String, lower: Bool) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            if (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || "-._~".utf8.contains(byte)
+            {
+                out.append(Character(Unicode.Scalar(byte)))
+            } else {
+                out += String(format: lower ? "%%%02x" : "%%%02X", byte)
+            }
+        }
+        return out
+    }
+
+    /// A token with `sr` exactly as given.
+    static func token(sr: String, _ connectionString: String, expiry: Int64 = Int64(Date().timeIntervalSince1970) + 600) -> String {
+        let (name, key) = secret(connectionString)
+        let mac = HMAC<SHA256>.authenticationCode(for: Data("\(sr)\n\(expiry)".utf8), using: SymmetricKey(data: Data(key.utf8)))
+        return "SharedAccessSignature sr=\(sr)&sig=\(encode(Data(mac).base64EncodedString(), lower: false))&se=\(expiry)&skn=\(name)"
+    }
+
+    @Test("azure-notification-hub-unofficial creates, patches, reads and deletes installations; Listen cannot send or query")
+    func unofficialPythonClient() async throws {
+        let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
+        try await LiveStack.with { live in
+            let keys = try Self.hub("pyhub", live)
+            let http = { (s: String) in s.replacingOccurrences(of: "Endpoint=sb://", with: "Endpoint=http://") }
+            let result = try runProgram(
+                python,
+                [
+                    packageRoot.appendingPathComponent("Tests/python/nh_installations_check.py").path, "pyhub", http(keys.full),
+                    http(keys.listen),
+                ])
+            try #require(result.status == 0, "nh_installations_check.py failed: \(result.error)")
+            let out = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+            let got = try #require(out["get"] as? [String: Any])
+            #expect(got["installationId"] as? String == "py-dev-1")
+            #expect(got["platform"] as? String == "apns")
+            #expect(got["userId"] as? String == "alice@example.com")
+            #expect(got["tags"] as? [String] == ["news", "sports"])
+            #expect(got["pushChannelExpired"] as? Bool == false)
+            #expect(got["expirationTime"] as? String == "9999-12-31T23:59:59.9999999Z")
+            let templates = try #require(got["templates"] as? [String: [String: Any]])
+            #expect(templates["greeting"]?["tags"] as? [String] == ["en", "greeting"])
+            let patched = try #require(out["after_patch"] as? [String: Any])
+            #expect(patched["tags"] as? [String] == ["news", "weather"])
+            #expect(patched["userId"] as? String == "bob@example.com")
+            #expect((patched["templates"] as? [String: Any])?["farewell"] != nil)
+            #expect(out["get_missing"] as? Int == 404)
+            #expect(out["get_deleted"] as? Int == 404)
+            #expect(out["put_gcm"] as? Int == 400)
+            #expect(out["put_bad_tag"] as? Int == 400)
+            #expect(out["listen_send"] as? Int == 403, "\(out)")
+            #expect(out["listen_query"] as? Int == 403)
+            #expect(out["backend_query"] as? [String] == ["py-0", "py-1", "py-2"])
+            // The back end's send reached the two matching installations ("all && !n1").
+            let entries = try await live.waitForInbox(count: 2) { _ in true }
+            #expect(Set(entries.map(\.handle)) == [String(repeating: "00", count: 32), String(repeating: "02", count: 32)])
+        }
+    }
+
+    @Test("raw HTTP: the .NET, Java and Go SAS spellings; NH's status codes and XML errors; hub A's key cannot touch hub B")
+    func rawHTTP() async throws {
+        try await LiveStack.with { live in
+            let a = try Self.hub("huba", live)
+            let b = try Self.hub("hubb", live)
+            let host = "\(live.edge.base.host!):\(live.edge.base.port!)"
+            let path = "/huba/installations/raw-1"
+            let body = #"{"installationId":"raw-1","platform":"fcmV1","pushChannel":"fcm-token-1","tags":["x"]}"#
+            func call(
+                _ method: String, _ target: String = path, _ authorization: String?, body: String? = nil, type: String = "application/json"
+            ) async throws -> EdgeClient.Reply {
+                try await live.edge.request(
+                    method, target, authorization: authorization, bytes: body.map { Data($0.utf8) }, contentType: type)
+            }
+            // Each SDK's sr (nh-api.md §2.1), one PUT each.
+            let dotnet = Self.token(sr: Self.encode("http://\(host)\(path)/".lowercased(), lower: true), a.full)
+            let java = Self.token(sr: Self.encode("http://\(host)\(path)?api-version=2020-06", lower: true).lowercased(), a.full)
+            let go = Self.token(sr: Self.encode("https://\(host)", lower: false), a.full)
+            for (client, token) in [(".NET", dotnet), ("Java", java), ("Go", go)] {
+                let put = try await call("PUT", path + "?api-version=2020-06", token, body: body)
+                #expect(put.status == 200, "\(client): \(put.text)")
+                #expect(put.header("Content-Location") == "http://\(host)\(path)", "\(client)")
+            }
+            let root = Self.encode("http://\(host)/", lower: false)
+            let full = Self.token(sr: root, a.full)
+            let listen = Self.token(sr: root, a.listen)
+            let get = try await call("GET", path, listen)
+            #expect(get.status == 200 && get.text.contains(#""platform":"fcmv1""#), "\(get.text)")
+            // PATCH: both content types; 200 as every SDK checks.
+            for type in ["application/json-patch+json", "application/json"] {
+                let patch = try await call("PATCH", path, listen, body: #"[{"op":"add","path":"/tags","value":"y"}]"#, type: type)
+                #expect(patch.status == 200, "\(type): \(patch.text)")
+            }
+            #expect(try await call("DELETE", "/huba/installations/never-was", listen).status == 204)
+
+            // Errors: NH's XML body with the tracking id.
+            func expectXML(_ reply: EdgeClient.Reply, _ status: Int, _ words: String, sourceLocation: SourceLocation = #_sourceLocation) {
+                #expect(reply.status == status, "\(reply.text)", sourceLocation: sourceLocation)
+                #expect(reply.header("Content-Type")?.hasPrefix("application/xml") == true, sourceLocation: sourceLocation)
+                #expect(reply.text.hasPrefix("<Error><Code>\(status)</Code><Detail>"), "\(reply.text)", sourceLocation: sourceLocation)
+                #expect(reply.text.contains(words), "\(reply.text)", sourceLocation: sourceLocation)
+                #expect(reply.text.contains("TrackingId:"), sourceLocation: sourceLocation)
+            }
+            expectXML(try await call("GET", "/huba/installations/nope", listen), 404, "Installation not found")
+            expectXML(try await call("GET", path, nil), 401, "MissingToken")
+            expectXML(try await call("GET", path, Self.token(sr: root, a.full, expiry: 1_000_000)), 401, "ExpiredToken")
+            expectXML(
+                try await call("GET", path, Self.token(sr: Self.encode("http://\(host)/hubb", lower: false), a.full)), 401, "audience")
+            expectXML(try await call("PUT", path, listen, body: "{not json"), 400, "JSON")
+            expectXML(try await call("PUT", path, listen, body: body.replacingOccurrences(of: "fcmV1", with: "gcm")), 400, "fcmv1")
+            expectXML(try await call("GET", "/huba/installations", listen), 403, "needs Manage")
+            expectXML(try await call("GET", "/huba/export", listen), 403, "needs Manage")
+            // Hub A's keys on hub B: the same key names, other secrets.
+            expectXML(try await call("GET", "/hubb/installations/raw-1", full), 401, "InvalidSignature")
+            let bFull = Self.token(sr: root, b.full)
+            expectXML(try await call("GET", "/hubb/installations/raw-1", bFull), 404, "Installation not found")
+            #expect(try await call("GET", path, bFull).status == 401)
+            // The query and the export: Manage.
+            let list = try await call("GET", "/huba/installations?platform=FCMV1&tag=x%20%26%26%20y", full)
+            #expect(list.status == 200 && list.text.contains(#""installationId":"raw-1""#), "\(list.text)")
+            let export = try await call("GET", "/huba/export", full)
+            #expect(export.status == 200 && export.header("Content-Type") == "application/x-ndjson")
+            #expect(export.text.split(separator: "\n").count == 1)
+            // A bad tag expression names its position.
+            let send = try await live.edge.request(
+                "POST", "/huba/messages", authorization: full, bytes: Data(#"{"aps":{"alert":"x"}}"#.utf8), contentType: "application/json",
+                headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "x && (y ||")])
+            expectXML(send, 400, "at character 11")
+            // Throttling: repeated bad signatures for one key get 429 with Retry-After, never 403.
+            var forged = a.full
+            forged = forged.replacingOccurrences(of: Self.secret(a.full).key, with: "guessed-key")
+            var last: EdgeClient.Reply?
+            for _ in 0..<25 {
+                last = try await call("GET", path, Self.token(sr: root, forged))
+                if last?.status == 429 { break }
+            }
+            let throttled = try #require(last)
+            expectXML(throttled, 429, "retry after")
+            #expect(Int(throttled.header("Retry-After") ?? "") ?? 0 > 0)
+        }
+    }
+}
