@@ -140,10 +140,11 @@ public struct EdgeRoutes: Sendable {
     /// `POST api/notifications`: with `pns` and `to_tag`, "Notify users"; without, the profile's
     /// flow (secure or rich) to the caller's own devices.
     func send(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let (user, requestID) = try await authenticate(request, context)
+        let principal = try await principal(request, context)
+        let (user, requestID) = (principal.user, context.requestID)
         let query = request.uri.queryParameters
         if query.get("pns") != nil || query.get("to_tag") != nil {
-            return try await notifyUser(request, sender: user, requestID: requestID)
+            return try await notifyUser(request, principal: principal, requestID: requestID)
         }
         switch config.profile {
         case .secure:
@@ -159,7 +160,8 @@ public struct EdgeRoutes: Sendable {
     /// `POST api/notifications?pns=&to_tag=` with the message as a JSON string: "From <sender>:
     /// <message>" to every device of user `to_tag` on platform `pns`. 200 with `Location` naming the
     /// outcome, also when the user has no such device (the outcome says NoTargetFound).
-    func notifyUser(_ request: Request, sender: String, requestID: String) async throws -> Response {
+    func notifyUser(_ request: Request, principal: AuthenticateResponse, requestID: String) async throws -> Response {
+        let sender = principal.user
         let query = request.uri.queryParameters
         guard let pns = query.get("pns"), !pns.isEmpty else {
             throw EdgeError(.badRequest, "pns is required with to_tag: one of apns, fcm (or gcm, fcmv1), wns, browser")
@@ -171,6 +173,7 @@ public struct EdgeRoutes: Sendable {
         guard Names.isValidUserName(target) else {
             throw EdgeError(.badRequest, "to_tag must be a user name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
         }
+        try Self.requireSend(principal, toUser: target)
         let message = try Self.messageText(try await collect(request, upTo: config.maxBodyBytes))
         let outcome = try await send(
             SendRequest(
@@ -299,11 +302,26 @@ public struct EdgeRoutes: Sendable {
 
     /// One auth RPC: the caller's user name, and the request id to carry on every further call.
     func authenticate(_ request: Request, _ context: EdgeRequestContext) async throws -> (user: String, requestID: String) {
-        let requestID = context.requestID
-        let principal = try await auth.authenticate(
-            AuthenticateRequest(authorization: try Self.authorization(request)),
-            requestID: requestID)
-        return (principal.user, requestID)
+        let principal = try await principal(request, context)
+        return (principal.user, context.requestID)
+    }
+
+    /// The caller and their rights on the default hub (the tutorial's and /v1's).
+    func principal(_ request: Request, _ context: EdgeRequestContext) async throws -> AuthenticateResponse {
+        try await auth.authenticate(AuthenticateRequest(authorization: try Self.authorization(request)), requestID: context.requestID)
+    }
+
+    /// 403 unless `principal` may send to `targetUser` (nil: a tag): their own devices always,
+    /// anyone else's and any tag only with Send on the hub (`herald hubs grant default USER Send`).
+    static func requireSend(_ principal: AuthenticateResponse, toUser targetUser: String?) throws {
+        if let targetUser, targetUser == principal.user { return }
+        guard principal.rights.contains("Send") else {
+            throw EdgeError(
+                .forbidden,
+                targetUser == nil
+                    ? "sending to a tag needs the Send right on the hub (herald hubs grant default \(principal.user) Send)"
+                    : "\(principal.user) may send to their own devices only; sending to \(targetUser!) needs the Send right on the hub")
+        }
     }
 
     /// The request's Authorization value: 401 when it is missing, or malformed by a NUL (it crosses

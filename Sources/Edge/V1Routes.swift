@@ -30,7 +30,8 @@ extension EdgeRoutes {
     /// 202 with `{"notificationId","payloadId"?,"state","outcome"}` and `Location` of the outcome.
     /// Content over `max-content-bytes` is 413 and nothing is stored.
     func upload(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let (user, requestID) = try await authenticate(request, context)
+        let principal = try await principal(request, context)
+        let (user, requestID) = (principal.user, context.requestID)
         let query = request.uri.queryParameters
         let kind = query.get("kind") ?? ""
         let toUser = query.get("to_user") ?? ""
@@ -39,8 +40,9 @@ extension EdgeRoutes {
         if !toUser.isEmpty, !Names.isValidUserName(toUser) {
             throw EdgeError(.badRequest, "to_user must be a user name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
         }
-        if !toTag.isEmpty, !Names.isValidTag(toTag) {
-            throw EdgeError(.badRequest, "to_tag must be 1 to 120 characters of A-Z a-z 0-9 _ @ # . : -")
+        if !toTag.isEmpty {
+            // A tag or a tag expression (a && (b || !c)); the error names the position.
+            do { _ = try TagExpression(toTag) } catch { throw EdgeError(.badRequest, "to_tag: \(error)") }
         }
         var ttl: Int64 = 0
         if let text = query.get("ttl_seconds") {
@@ -50,6 +52,7 @@ extension EdgeRoutes {
             ttl = value
         }
         let message = try Self.text(query.get("message") ?? "", "message")
+        try Self.requireSend(principal, toUser: toUser.isEmpty ? nil : toUser)
 
         let payloadID: Int64?
         let outcome: Outcome

@@ -237,7 +237,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     // auth
     func authenticate(_ request: AuthenticateRequest, options: RPCCallOptions) async throws -> AuthenticateResponse {
         try record(options, authError)
-        return AuthenticateResponse(user: "alice", scheme: "basic")
+        return AuthenticateResponse(user: "alice", scheme: "basic", rights: ["Listen", "Send"])
     }
     func issueToken(_ request: IssueTokenRequest, options: RPCCallOptions) async throws -> IssueTokenResponse { throw Self.unused() }
     func revokeToken(_ request: RevokeTokenRequest, options: RPCCallOptions) async throws -> RevokeTokenResponse { throw Self.unused() }

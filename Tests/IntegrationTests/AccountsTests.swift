@@ -170,3 +170,39 @@ struct AccountsTests {
         }
     }
 }
+
+/// Roles (issue 15): in accounts mode a user sends to their own devices; other users and tags need
+/// the Send right on the hub, granted with `herald hubs grant`.
+@Suite("roles", .serialized, .timeLimit(.minutes(3)))
+struct RolesTests {
+    @Test("without Send a user reaches only their own devices; herald hubs grant gives Send; a bad tag expression is 400 with its position")
+    func sendNeedsTheRight() async throws {
+        try await LiveStack.with(auth: .accounts) { live in
+            let password = EdgeClient.password(of: "dora", in: .accounts)
+            try await live.addUser("dora", password: password, send: false)
+            try await live.addUser("eve", password: EdgeClient.password(of: "eve", in: .accounts), send: false)
+            try await live.register("dora", handle: apnsToken(71), tags: ["news"])
+            let dora = EdgeClient.basic("dora", password)
+            func post(_ path: String, _ body: String = "hello") async throws -> EdgeClient.Reply {
+                try await live.edge.request("POST", path, authorization: dora, bytes: Data(body.utf8), contentType: "text/plain")
+            }
+            #expect(try await post("/v1/notifications?kind=secure&to_user=dora").status == 202)
+            #expect(try await post("/v1/notifications?kind=alert&to_user=dora").status == 202)
+            let other = try await post("/v1/notifications?kind=secure&to_user=eve")
+            #expect(other.status == 403 && other.text.contains("own devices"), "\(other.text)")
+            let tag = try await post("/v1/notifications?kind=alert&to_tag=news")
+            #expect(tag.status == 403 && tag.text.contains("Send"), "\(tag.text)")
+            #expect(try await post("/api/notifications?pns=apns&to_tag=eve", #""hi""#).status == 403)
+            #expect(try await post("/api/notifications?pns=apns&to_tag=dora", #""hi""#).status == 200)
+
+            let granted = try runProgram(
+                live.configuration.binDirectory + "/herald",
+                ["hubs", "grant", "default", "dora", "Send", "--runtime-dir", live.configuration.runtimeDirectory])
+            #expect(granted.status == 0 && granted.output.contains("Send"), "\(granted.error)")
+            #expect(try await post("/v1/notifications?kind=secure&to_user=eve").status == 202)
+            #expect(try await post("/v1/notifications?kind=alert&to_tag=news%20%26%26%20!sports").status == 202)
+            let bad = try await post("/v1/notifications?kind=alert&to_tag=news%20%26%26")
+            #expect(bad.status == 400 && bad.text.contains("at character"), "\(bad.text)")
+        }
+    }
+}

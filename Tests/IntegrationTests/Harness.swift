@@ -69,11 +69,16 @@ struct LiveStack {
     }
 
     /// Creates an account through herald-auth's RPC.
-    func addUser(_ user: String, password: String) async throws {
+    /// Creates an account through herald-auth's RPC; with `send`, grants it Send on the default hub,
+    /// so that it may send to other users and tags as the tutorial's users do (RolesTests check the
+    /// refusal without it).
+    func addUser(_ user: String, password: String, send: Bool = true) async throws {
         _ = try await RPCClient.with(
             socketPath: configuration.socketPath("auth"), transport: configuration.rpcTransport, timeout: .seconds(30)
-        ) {
-            client in try await AuthServiceClient(client).createUser(CreateUserRequest(user: user, password: password))
+        ) { client in
+            let auth = AuthServiceClient(client)
+            _ = try await auth.createUser(CreateUserRequest(user: user, password: password))
+            if send { _ = try await auth.grantHubRights(GrantHubRightsRequest(hub: "default", user: user, rights: ["Send"])) }
         }
     }
 

@@ -65,7 +65,8 @@ public struct AuthenticateResponse: HeraldMessage {
     /// The scheme that authenticated the caller, lower case: "basic" or "bearer".
     public var scheme: String
     /// The user's rights on `hub` of the request ("Listen", "Send", "Manage"), as granted by
-    /// GrantHubRights. Empty when none.
+    /// GrantHubRights; empty when none. In tutorial mode everyone has Listen and Send (the tutorial
+    /// lets any user notify any user). Without Send the edge lets a user send to their own devices only.
     public var rights: [String]
 
     public init(user: String = "", scheme: String = "", rights: [String] = []) {

@@ -94,7 +94,8 @@ struct  Herald__V1__AuthenticateResponse
   char *scheme;
   /*
    * The user's rights on `hub` of the request ("Listen", "Send", "Manage"), as granted by
-   * GrantHubRights. Empty when none.
+   * GrantHubRights; empty when none. In tutorial mode everyone has Listen and Send (the tutorial
+   * lets any user notify any user). Without Send the edge lets a user send to their own devices only.
    */
   size_t n_rights;
   char **rights;
