@@ -76,16 +76,21 @@ final class Wakeup: Sendable {
     }
 }
 
+/// A hub and a platform: the key of one sender.
+struct HubPlatform: Hashable {
+    var hub: String
+    var platform: Platform
+}
+
 /// Delivers the outbox: claims due deliveries in batches, hands each platform's share to its
 /// sender, and records what happened (delivered, retry at, failed, handle dead, abandoned). Up to
 /// `workers` batches are in flight at once. Dead handles are reported to herald-registration
 /// from a durable queue, so feedback survives a restart too.
 public final class DeliveryWorker: Service, Sendable {
     private let outbox: Outbox
-    private let senders: [Platform: any PushSender]
-    /// Platforms whose sender is remote (claimed with a lease), and those recorded locally.
-    private let remotePlatforms: [Platform]
-    private let local: (sender: any LocalSender, platforms: [Platform])?
+    /// Each hub's sender per platform; which platforms are recorded locally (the inbox, in the
+    /// claim's own transaction) and which are claimed with a lease follows it as hubs' credentials change.
+    private let senders: HubSenders
     private let registrations: any RegistrationServiceClientProtocol
     private let policy: RetryPolicy
     private let batchSize: Int
@@ -99,15 +104,12 @@ public final class DeliveryWorker: Service, Sendable {
     private let stopping = Mutex(false)
 
     public init(
-        outbox: Outbox, senders: [Platform: any PushSender], registrations: any RegistrationServiceClientProtocol, policy: RetryPolicy,
+        outbox: Outbox, senders: HubSenders, registrations: any RegistrationServiceClientProtocol, policy: RetryPolicy,
         batchSize: Int = 500,
         workers: Int = 4, logger: Logger
     ) {
         self.outbox = outbox
         self.senders = senders
-        let locals = senders.compactMap { platform, sender in (sender as? any LocalSender).map { (platform, $0) } }
-        remotePlatforms = senders.keys.filter { platform in !locals.contains { $0.0 == platform } }.sorted { $0.rawValue < $1.rawValue }
-        local = locals.first.map { first in (first.1, locals.map(\.0).sorted { $0.rawValue < $1.rawValue }) }
         self.registrations = registrations
         self.policy = policy
         self.batchSize = batchSize
@@ -157,10 +159,11 @@ public final class DeliveryWorker: Service, Sendable {
     /// Local (inbox) deliveries: claimed, written and recorded in one transaction. True when it
     /// delivered any (so the loop goes round again without waiting).
     private func deliverLocalBatch() async -> Bool {
-        guard let local else { return false }
+        let platforms = senders.split.local
+        guard !platforms.isEmpty else { return false }
         do {
             // Larger than remote batches: a local batch is only rows, and each transaction has a fixed cost.
-            let done = try await outbox.deliverLocally(limit: max(batchSize, 2000), platforms: local.platforms, write: local.sender.write)
+            let done = try await outbox.deliverLocally(limit: max(batchSize, 2000), platforms: platforms, write: senders.inbox.write)
             for (platform, count) in done.delivered { DispatchMetrics.deliveries(platform, "delivered", count: count) }
             for (_, state) in done.finished { DispatchMetrics.sendFinished(state) }
             return !done.delivered.isEmpty
@@ -174,6 +177,7 @@ public final class DeliveryWorker: Service, Sendable {
     /// Claims due deliveries of the remote platforms (with a lease); nil after a database error
     /// (logged, and waited on for a second).
     private func claimRemoteBatch() async -> [PushItem]? {
+        let remotePlatforms = senders.split.remote
         guard !remotePlatforms.isEmpty else { return [] }
         do {
             return try await outbox.claim(limit: batchSize, platforms: remotePlatforms)
@@ -199,13 +203,14 @@ public final class DeliveryWorker: Service, Sendable {
 
     /// One claimed batch: sends each platform's share, then records every result in one transaction.
     func deliver(_ items: [PushItem]) async {
-        var byPlatform: [Platform: [PushItem]] = [:]
-        for item in items { byPlatform[item.platform, default: []].append(item) }
+        // One share per hub and platform: each hub's pushes go out with its own credentials only.
+        var shares: [HubPlatform: [PushItem]] = [:]
+        for item in items { shares[HubPlatform(hub: item.hub, platform: item.platform), default: []].append(item) }
         let decisions = await withTaskGroup(of: [Outbox.Decision].self) { group in
-            for (platform, share) in byPlatform {
+            for (key, share) in shares {
                 group.addTask {
-                    guard let sender = self.senders[platform] else {
-                        return share.map { self.decide($0, .failed(status: 0, reason: "NoProviderConfigured")) }
+                    guard let sender = self.senders.sender(hub: key.hub, platform: key.platform) else {
+                        return share.map { self.decide($0, .failed(status: 0, reason: "NoCredentials")) }
                     }
                     let results = await sender.send(share)
                     return zip(share, results).map { self.decide($0, $1) }

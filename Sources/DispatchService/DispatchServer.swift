@@ -101,63 +101,45 @@ public struct DispatchConfig: Sendable {
         }
     }
 
-    /// Runs `body`; a failure becomes a ``ConfigError`` saying `problem` (a key library's own error
-    /// could quote what it was given).
-    static func named<T>(_ problem: String, _ body: () async throws -> T) async throws -> T {
-        do { return try await body() } catch { throw ConfigError(problem) }
-    }
-
     /// Reads a credential file; the error names the setting, never the content.
     static func secret(_ path: String, _ key: String) throws -> String {
         guard let data = FileManager.default.contents(atPath: path) else { throw ConfigError("\(key): cannot read \(path)") }
         return String(decoding: data, as: UTF8.self)
     }
 
-    /// The sender of each platform: real where configured (unless `provider` is `inbox`), the inbox otherwise.
-    /// `client` is the HTTP client the real senders share (nil when none is real); whoever runs them
-    /// shuts it down after the last send (``PushClientShutdown``).
-    public func senders(
-        inbox: InboxProvider
-    ) async throws -> (senders: [Platform: any PushSender], real: [Platform], client: HTTPClient?) {
+    /// The deployment's own credentials (the hub default's), per platform.
+    public var credentials: [PlatformCredentials] {
+        var all: [PlatformCredentials] = []
+        if let apns { all.append(.apns(apns)) }
+        if let fcm { all.append(.fcm(account: fcm.account, url: fcm.url, tokenURL: fcm.tokenURL)) }
+        if let wns { all.append(.wns(clientID: wns.clientID, clientSecret: wns.clientSecret, tokenURL: wns.tokenURL)) }
+        if let webPush { all.append(.webPush(keyPEM: webPush.keyPEM, subject: webPush.subject)) }
+        return all
+    }
+
+    /// The hub default's sender of each platform: real where configured (unless `provider` is
+    /// `inbox`), the inbox otherwise, over `client` (shut down by whoever runs them after the last
+    /// send, ``PushClientShutdown``).
+    public func senders(inbox: InboxProvider, client: HTTPClient) async throws -> (senders: [Platform: any PushSender], real: [Platform]) {
         var senders: [Platform: any PushSender] = [.apns: inbox, .fcm: inbox, .wns: inbox, .browser: inbox]
-        guard provider == .auto, apns != nil || fcm != nil || wns != nil || webPush != nil else { return (senders, [], nil) }
-        let client = PushHTTP.makeClient(extraCAFile: pushCAFile)
+        guard provider == .auto else { return (senders, []) }
         var real: [Platform] = []
-        do {
-            if let apns {
-                let token = try await Self.named("apns-key-file is not a P-256 private key in PEM (the .p8 file)") {
-                    try await APNsProviderToken(keyPEM: apns.keyPEM, keyID: apns.keyID, teamID: apns.teamID)
-                }
-                senders[.apns] = APNsSender(credentials: apns, client: client, token: token, timeout: pushTimeout)
-                real.append(.apns)
+        for credentials in self.credentials {
+            do {
+                senders[credentials.platform] = try await credentials.makeSender(client: client, timeout: pushTimeout)
+            } catch {
+                // The setting's name, never the content (a key library's error could quote it).
+                let problem =
+                    switch credentials.platform {
+                    case .apns: "apns-key-file is not a P-256 private key in PEM (the .p8 file)"
+                    case .fcm: "fcm-service-account-file: private_key is not an RSA private key in PEM"
+                    default: "webpush-vapid-key-file is not a P-256 private key in PEM"
+                    }
+                throw ConfigError(problem)
             }
-            if let fcm {
-                let tokens = try await Self.named("fcm-service-account-file: private_key is not an RSA private key in PEM") {
-                    try await FCMAccessToken.cache(account: fcm.account, tokenURL: fcm.tokenURL, client: client, timeout: pushTimeout)
-                }
-                senders[.fcm] = FCMSender(
-                    baseURL: fcm.url, projectID: fcm.account.projectID, client: client, tokens: tokens, timeout: pushTimeout)
-                real.append(.fcm)
-            }
-            if let wns {
-                let tokens = WNSAccessToken.cache(
-                    clientID: wns.clientID, clientSecret: wns.clientSecret, tokenURL: wns.tokenURL, client: client, timeout: pushTimeout)
-                senders[.wns] = WNSSender(client: client, tokens: tokens, timeout: pushTimeout)
-                real.append(.wns)
-            }
-            if let webPush {
-                let vapid = try await Self.named("webpush-vapid-key-file is not a P-256 private key in PEM") {
-                    try await VAPID(keyPEM: webPush.keyPEM, subject: webPush.subject)
-                }
-                senders[.browser] = WebPushSender(client: client, vapid: vapid, timeout: pushTimeout)
-                real.append(.browser)
-            }
-        } catch {
-            // A bad key or account file: the client must be shut down before it is dropped.
-            try? await client.shutdown()
-            throw error
+            real.append(credentials.platform)
         }
-        return (senders, real, client)
+        return (senders, real)
     }
 }
 
@@ -178,14 +160,56 @@ public struct DispatchHandlers: DispatchServiceHandler {
     public let dispatcher: Dispatcher
     public let outbox: Outbox
     public let inbox: InboxProvider
+    public let hubSenders: HubSenders?
+    public let credentials: HubCredentialStore?
     /// `test-mode`: whether ResetForTests may run.
     public let testMode: Bool
 
-    public init(dispatcher: Dispatcher, outbox: Outbox, inbox: InboxProvider, testMode: Bool = false) {
+    public init(
+        dispatcher: Dispatcher, outbox: Outbox, inbox: InboxProvider, hubSenders: HubSenders? = nil, credentials: HubCredentialStore? = nil,
+        testMode: Bool = false
+    ) {
         self.dispatcher = dispatcher
         self.outbox = outbox
         self.inbox = inbox
+        self.hubSenders = hubSenders
+        self.credentials = credentials
         self.testMode = testMode
+    }
+
+    public func setHubCredentials(_ request: SetHubCredentialsRequest, context: RPCContext) async throws -> HubCredentialsResponse {
+        let (senders, store) = try requireHubs()
+        guard Names.isValidHubName(request.hub) else { throw ServiceError.invalidArgument("hub must be \(Names.hubNameRule)") }
+        let settings = Dictionary(request.settings.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 })
+        let credentials = try PlatformCredentials.parse(platform: request.platform, settings: settings)
+        try await senders.set(hub: request.hub, credentials)
+        try store.set(hub: request.hub, platform: request.platform, settings: settings)
+        context.logger.notice(
+            "hub credentials set",
+            metadata: [
+                "herald.hub": "\(request.hub)", "herald.platform": "\(request.platform.name)",
+                "herald.credentials": "\(credentials.summary)",
+            ])
+        return HubCredentialsResponse(hub: request.hub, platforms: senders.status(hub: request.hub))
+    }
+
+    public func getHubCredentials(_ request: GetHubCredentialsRequest, context: RPCContext) async throws -> HubCredentialsResponse {
+        let (senders, _) = try requireHubs()
+        return HubCredentialsResponse(hub: Names.hub(request.hub), platforms: senders.status(hub: Names.hub(request.hub)))
+    }
+
+    public func deleteHubCredentials(
+        _ request: DeleteHubCredentialsRequest, context: RPCContext
+    ) async throws -> HubCredentialsResponse {
+        let (senders, store) = try requireHubs()
+        _ = try store.delete(hub: request.hub, platform: request.platform)
+        senders.remove(hub: request.hub, platform: request.platform)
+        return HubCredentialsResponse(hub: request.hub, platforms: senders.status(hub: request.hub))
+    }
+
+    private func requireHubs() throws -> (HubSenders, HubCredentialStore) {
+        guard let hubSenders, let credentials else { throw ServiceError(.unimplemented, "hub credentials are not served here") }
+        return (hubSenders, credentials)
     }
 
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
@@ -228,7 +252,30 @@ public enum DispatchServer {
         let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
         let inbox = try InboxProvider(db: pool)
         let outbox = try Outbox(db: pool)
-        let (senders, real, client) = try await config.senders(inbox: inbox)
+        let client = PushHTTP.makeClient(extraCAFile: config.pushCAFile)
+        let (senders, real): ([Platform: any PushSender], [Platform])
+        do {
+            (senders, real) = try await config.senders(inbox: inbox, client: client)
+        } catch {
+            // A bad key or account file: the client must be shut down before it is dropped.
+            try? await client.shutdown()
+            throw error
+        }
+        let hubSenders = HubSenders(
+            defaults: senders, inbox: inbox, client: client, timeout: config.pushTimeout, recordOnly: config.provider == .inbox)
+        let credentialStore = HubCredentialStore(db: pool)
+        for stored in try credentialStore.all() {
+            do {
+                try await hubSenders.set(
+                    hub: stored.hub, try PlatformCredentials.parse(platform: stored.platform, settings: stored.settings),
+                    updatedAt: stored.updatedAt)
+            } catch {
+                // A hub's bad credentials must not stop the other hubs' deliveries; they fail with NoCredentials.
+                context.logger.error(
+                    "hub credentials unusable",
+                    metadata: ["herald.hub": "\(stored.hub)", "herald.platform": "\(stored.platform.name)", "herald.error": "\(error)"])
+            }
+        }
         let recorded = [Platform.apns, .fcm, .wns, .browser].filter { !real.contains($0) }.map(\.name)
         context.logger.notice(
             "push providers",
@@ -237,14 +284,17 @@ public enum DispatchServer {
                 "herald.recorded_in_inbox": "\(recorded.joined(separator: ","))",
             ])
         let worker = DeliveryWorker(
-            outbox: outbox, senders: senders, registrations: RegistrationServiceClient(context.client(.registration)),
+            outbox: outbox, senders: hubSenders, registrations: RegistrationServiceClient(context.client(.registration)),
             policy: config.retryPolicy,
             batchSize: config.batchSize, workers: config.workers, logger: context.logger)
         let dispatcher = Dispatcher(
             outbox: outbox, registrations: RegistrationServiceClient(context.client(.registration)), retryWindow: config.retryWindow,
             onEnqueue: { worker.wake() })
         var table = MethodTable()
-        DispatchHandlers(dispatcher: dispatcher, outbox: outbox, inbox: inbox, testMode: context.config.testMode).register(into: &table)
+        DispatchHandlers(
+            dispatcher: dispatcher, outbox: outbox, inbox: inbox, hubSenders: hubSenders, credentials: credentialStore,
+            testMode: context.config.testMode
+        ).register(into: &table)
         let purge = Periodic("outcome and inbox purge", every: .seconds(3600), logger: context.logger) {
             let before = unixMillis() - config.retention.wholeMilliseconds
             let sends = try outbox.purge(before: before)
@@ -254,7 +304,7 @@ public enum DispatchServer {
             }
         }
         return RPCServiceParts(
-            table: table, background: (client.map { [PushClientShutdown(client: $0)] } ?? []) + [worker, purge],
+            table: table, background: [PushClientShutdown(client: client), worker, purge],
             healthChecks: [.database(pool)])
     }
 }

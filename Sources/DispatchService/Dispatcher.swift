@@ -69,7 +69,7 @@ public final class Dispatcher: Sendable {
         let audience = targets.withLock { $0 }
         let (state, created) = try await outbox.enqueue(
             id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
-            payloads: Array(prepared.values), targets: audience, retryWindow: retryWindow)
+            payloads: Array(prepared.values), targets: audience, retryWindow: retryWindow, hub: Names.hub(request.hub))
         if state == .noTargetFound {
             DispatchMetrics.sendFinished(state)
         } else {

@@ -9,7 +9,7 @@ import NIOCore
 import Synchronization
 
 /// Azure Notification Hubs' data plane on `/{hub}/…`, so NH's own SDKs work against Herald
-/// unchanged (docs/notification-hubs.md; the wire rules in ../shared/docs/nh-api.md).
+/// unchanged (docs/notification-hubs.md says what is served and where Herald differs on purpose).
 ///
 /// Every call carries a `SharedAccessSignature` checked by herald-auth (one RPC), then makes one
 /// call to the service that owns the data. Status codes are the ones the SDKs check (PUT 200, PATCH

@@ -3,6 +3,7 @@ import GRDB
 public import HeraldModel
 public import HeraldProto
 import HeraldRPC
+import HeraldService
 
 /// NH installations in the registration table (one row each, id "i-…", no owner), their NH JSON in
 /// `document`, their tags plus the system tags `$InstallationId:{id}` and `$UserId:{id}` in
@@ -104,6 +105,13 @@ extension RegistrationStore {
             }
             return (out, rows.last?["id"], rows.count)
         }
+    }
+
+    /// Deletes every device of a hub, 10,000 per transaction; returns how many.
+    public func deleteHub(_ hub: String) throws -> Int {
+        try HeraldDatabase.deleteInBatches(
+            db, batch: 10000, sql: "DELETE FROM registration WHERE id IN (SELECT id FROM registration WHERE hub = ? LIMIT 10000)",
+            arguments: [hub])
     }
 
     // MARK: helpers

@@ -176,6 +176,15 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         }
     }
 
+    public func deleteHubDevices(_ request: DeleteHubDevicesRequest, context: RPCContext) async throws -> DeleteHubDevicesResponse {
+        guard !request.hub.isEmpty, request.hub != Names.defaultHub else {
+            throw ServiceError.failedPrecondition("the hub default's devices are the tutorial's; delete them one by one")
+        }
+        let deleted = try store.deleteHub(request.hub)
+        context.logger.notice("hub devices deleted", metadata: ["herald.hub": "\(request.hub)", "herald.count": "\(deleted)"])
+        return DeleteHubDevicesResponse(deleted: Int64(deleted))
+    }
+
     static func base64URLEncode(_ text: String) -> String {
         Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")

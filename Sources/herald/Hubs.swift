@@ -10,7 +10,7 @@ import HeraldStack
 struct Hubs: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage hubs (one per app) and their keys.",
-        subcommands: [Add.self, List.self, Show.self, Delete.self, Keys.self, Key.self, Grant.self])
+        subcommands: [Add.self, List.self, Show.self, Delete.self, Keys.self, Key.self, Grant.self, Credentials.self])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -58,7 +58,8 @@ struct Hubs: AsyncParsableCommand {
     }
 
     struct Delete: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Delete a hub and its keys (not the hub default).")
+        static let configuration = CommandConfiguration(
+            abstract: "Delete a hub: its keys first (nothing can call it any more), then its push credentials and devices.")
         @OptionGroup var stack: StackOptions
         @Argument var name: String
 
@@ -66,7 +67,106 @@ struct Hubs: AsyncParsableCommand {
             _ = try await withService(.auth, stack) { client in
                 try await AuthServiceClient(client).deleteHub(DeleteHubRequest(name: name))
             }
-            print("hub \(name) deleted")
+            _ = try await withService(.dispatch, stack) { client in
+                try await DispatchServiceClient(client).deleteHubCredentials(DeleteHubCredentialsRequest(hub: name))
+            }
+            let devices = try await withService(.registration, stack) { client in
+                try await RegistrationServiceClient(client).deleteHubDevices(DeleteHubDevicesRequest(hub: name)).deleted
+            }
+            print("hub \(name) deleted with its keys, credentials and \(devices) device(s)")
+        }
+    }
+
+    struct Credentials: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "A hub's push credentials (the hub default's are herald-dispatch's own settings).",
+            subcommands: [Set.self, Show.self, Delete.self])
+
+        struct Set: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(
+                abstract: "Set one platform's credentials; checked now, never shown again.",
+                discussion: """
+                    Settings are NAME=VALUE, or NAME=@FILE to read the value from a file:
+                      apns:    key=@AuthKey.p8 key-id=… team-id=… topic=<bundle id> [environment=production|sandbox] [url=…]
+                      fcm:     service-account=@service-account.json [url=…] [token-url=…]
+                      wns:     client-id=… client-secret=@secret.txt [token-url=…]
+                      browser: vapid-key=@vapid.pem subject=mailto:ops@example.com
+                    """)
+            @OptionGroup var stack: StackOptions
+            @Argument var hub: String
+            @Argument(help: "apns, fcm, wns or browser")
+            var platform: String
+            @Argument(help: "NAME=VALUE or NAME=@FILE")
+            var settings: [String]
+
+            func run() async throws {
+                let platform = try Hubs.platform(self.platform)
+                var parsed: [Setting] = []
+                for setting in settings {
+                    guard let equals = setting.firstIndex(of: "=") else {
+                        throw ValidationError("\(setting): settings are NAME=VALUE or NAME=@FILE")
+                    }
+                    let name = String(setting[..<equals])
+                    var value = String(setting[setting.index(after: equals)...])
+                    if value.hasPrefix("@") {
+                        guard let data = FileManager.default.contents(atPath: String(value.dropFirst())) else {
+                            throw ValidationError("\(name): cannot read \(value.dropFirst())")
+                        }
+                        value = String(decoding: data, as: UTF8.self)
+                    }
+                    parsed.append(Setting(name: name, value: value))
+                }
+                let answer = try await withService(.dispatch, stack) { client in
+                    try await DispatchServiceClient(client).setHubCredentials(
+                        SetHubCredentialsRequest(hub: hub, platform: platform, settings: parsed))
+                }
+                Show.print(answer)
+            }
+        }
+
+        struct Show: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "What delivers each platform of a hub (no secrets).")
+            @OptionGroup var stack: StackOptions
+            @Argument var hub: String
+
+            func run() async throws {
+                let answer = try await withService(.dispatch, stack) { client in
+                    try await DispatchServiceClient(client).getHubCredentials(GetHubCredentialsRequest(hub: hub))
+                }
+                Self.print(answer)
+            }
+
+            static func print(_ answer: HubCredentialsResponse) {
+                Swift.print("hub \(answer.hub)")
+                for platform in answer.platforms {
+                    Swift.print("  \(platform.platform.name)\t\(platform.source)\(platform.summary.isEmpty ? "" : "\t" + platform.summary)")
+                }
+            }
+        }
+
+        struct Delete: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Remove one platform's credentials of a hub.")
+            @OptionGroup var stack: StackOptions
+            @Argument var hub: String
+            @Argument var platform: String
+
+            func run() async throws {
+                let platform = try Hubs.platform(self.platform)
+                let answer = try await withService(.dispatch, stack) { client in
+                    try await DispatchServiceClient(client).deleteHubCredentials(DeleteHubCredentialsRequest(hub: hub, platform: platform))
+                }
+                Show.print(answer)
+            }
+        }
+    }
+
+    static func platform(_ name: String) throws -> Platform {
+        switch name.lowercased() {
+        case "apns": .apns
+        case "fcm", "fcmv1": .fcm
+        case "wns": .wns
+        case "browser", "webpush": .browser
+        default: throw ValidationError("platform must be apns, fcm, wns or browser")
         }
     }
 

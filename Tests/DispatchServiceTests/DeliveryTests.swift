@@ -141,7 +141,9 @@ struct DeliveryTests {
         _ = try await outbox.enqueue(
             id: "n-2", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets, retryWindow: .seconds(10))
         let worker = DeliveryWorker(
-            outbox: outbox, senders: [:], registrations: RegistrationServiceClient(try RPCClient(socketPath: "/nonexistent")),
+            outbox: outbox,
+            senders: HubSenders(defaults: [:], inbox: try InboxProvider(db: try DatabaseQueue()), client: nil, timeout: .seconds(1)),
+            registrations: RegistrationServiceClient(try RPCClient(socketPath: "/nonexistent")),
             policy: RetryPolicy(base: .seconds(4)),
             logger: Logger(label: "test"))
         var items = try await outbox.claim(limit: 10, platforms: [.apns])
@@ -182,8 +184,9 @@ struct DeliveryTests {
         let config = try DispatchConfig(
             reader: ConfigReader(arguments: ["--apns-key-file", path, "--apns-key-id", "K", "--apns-team-id", "T", "--apns-topic", "x"]))
         let inbox = try InboxProvider(db: try DatabaseQueue())
+        let client = PushHTTP.makeClient(extraCAFile: nil)
         await #expect {
-            _ = try await config.senders(inbox: inbox)
+            _ = try await config.senders(inbox: inbox, client: client)
         } throws: { error in
             "\(error)".contains("apns-key-file is not a P-256 private key") && !"\(error)".contains("c2VjcmV0")
         }
@@ -191,8 +194,9 @@ struct DeliveryTests {
             _ = try DispatchConfig(reader: ConfigReader(arguments: ["--apns-key-file", path]))
         }
         let none = try DispatchConfig(reader: ConfigReader(arguments: []))
-        let senders = try await none.senders(inbox: inbox)
+        let senders = try await none.senders(inbox: inbox, client: client)
         #expect(senders.real.isEmpty && senders.senders.values.allSatisfy { $0 is InboxProvider })
+        try await client.shutdown()
     }
 
     @Test("message ids are distinct version-4 UUIDs")

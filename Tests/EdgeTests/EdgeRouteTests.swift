@@ -293,6 +293,9 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func listInstallations(
         _ request: ListInstallationsRequest, options: RPCCallOptions
     ) async throws -> ListInstallationsResponse { throw Self.unused() }
+    func deleteHubDevices(_ request: DeleteHubDevicesRequest, options: RPCCallOptions) async throws -> DeleteHubDevicesResponse {
+        throw Self.unused()
+    }
     func exportDevices(
         _ request: ExportDevicesRequest, options: RPCCallOptions, onMessage: @escaping @Sendable (ExportBatch) async throws -> Void
     ) async throws { throw Self.unused() }
@@ -366,6 +369,15 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func listDeliveries(
         _ request: ListDeliveriesRequest, options: RPCCallOptions
     ) async throws -> ListDeliveriesResponse { throw Self.unused() }
+    func setHubCredentials(
+        _ request: SetHubCredentialsRequest, options: RPCCallOptions
+    ) async throws -> HubCredentialsResponse { throw Self.unused() }
+    func getHubCredentials(
+        _ request: GetHubCredentialsRequest, options: RPCCallOptions
+    ) async throws -> HubCredentialsResponse { throw Self.unused() }
+    func deleteHubCredentials(
+        _ request: DeleteHubCredentialsRequest, options: RPCCallOptions
+    ) async throws -> HubCredentialsResponse { throw Self.unused() }
 
     // grpc.health.v1
     func check(_ request: HealthCheckRequest, options: RPCCallOptions) async throws -> HealthCheckResponse {

@@ -1,6 +1,8 @@
 import Crypto
 import Foundation
 import HeraldModel
+import HeraldProto
+import HeraldRPC
 import HeraldStack
 import Testing
 
@@ -176,5 +178,99 @@ struct NotificationHubsTests {
             expectXML(throttled, 429, "retry after")
             #expect(Int(throttled.header("Retry-After") ?? "") ?? 0 > 0)
         }
+    }
+
+    @Test("two hubs with their own APNs keys in one stack: each hub's send reaches only its devices, signed with its own key and topic")
+    func twoHubsTwoKeys() async throws {
+        try await PushDeliveryTests.withProviders { fixture, live in
+            let herald = live.configuration.binDirectory + "/herald"
+            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
+            // Two more APNs keys, one per hub, each with its own team and topic; the double accepts all three.
+            var keys: [String: (kid: String, team: String, topic: String)] = [:]
+            for hub in ["huba", "hubb"] {
+                let key = P256.Signing.PrivateKey()
+                let kid = "KEY" + String(repeating: hub.last!.uppercased(), count: 7)
+                let meta = (kid, "TEAM" + String(repeating: hub.last!.uppercased(), count: 6), "com.example.\(hub)")
+                try key.pemRepresentation.write(toFile: "\(fixture.folder)/\(hub).p8", atomically: true, encoding: .utf8)
+                fixture.extraAPNsKeys.withLock { $0[kid] = (key.publicKey, meta.1, meta.2) }
+                keys[hub] = meta
+            }
+            var connection: [String: String] = [:]
+            for hub in ["huba", "hubb"] {
+                connection[hub] = try Self.hub(hub, live).full
+                let meta = keys[hub]!
+                let set = try runProgram(
+                    herald,
+                    [
+                        "hubs", "credentials", "set", hub, "apns", "key=@\(fixture.folder)/\(hub).p8", "key-id=\(meta.kid)",
+                        "team-id=\(meta.team)",
+                        "topic=\(meta.topic)", "url=\(fixture.double.url)",
+                    ] + dir)
+                #expect(set.status == 0, "\(set.error)")
+                #expect(set.output.contains("apns\thub\tkey id \(meta.kid)"), "\(set.output)")
+                #expect(!set.output.contains("PRIVATE KEY"))
+            }
+            // A bad key is refused when set, naming the problem and not the content.
+            try "-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n".write(
+                toFile: "\(fixture.folder)/bad.p8", atomically: true, encoding: .utf8)
+            let bad = try runProgram(
+                herald,
+                ["hubs", "credentials", "set", "huba", "apns", "key=@\(fixture.folder)/bad.p8", "key-id=K", "team-id=T", "topic=x"] + dir)
+            #expect(bad.status != 0 && bad.error.contains("not a P-256 private key") && !bad.error.contains("c2VjcmV0"), "\(bad.error)")
+            // The default hub keeps the deployment's credentials.
+            let shown = try runProgram(herald, ["hubs", "credentials", "show", "default"] + dir)
+            #expect(shown.output.contains("apns\tdeployment"), "\(shown.output)")
+
+            // Devices: two per hub and one tutorial registration in the default hub, all tagged "t".
+            let tokens = ["huba": [apnsToken(101), apnsToken(102)], "hubb": [apnsToken(201), apnsToken(202)]]
+            for (hub, list) in tokens {
+                for (n, token) in list.enumerated() {
+                    let put = try await live.edge.request(
+                        "PUT", "/\(hub)/installations/d\(n)", authorization: Self.token(sr: Self.root(live), connection[hub]!),
+                        body: #"{"installationId":"d\#(n)","platform":"apns","pushChannel":"\#(token)","tags":["t"]}"#)
+                    #expect(put.status == 200, "\(put.text)")
+                }
+            }
+            try await live.register("alice", handle: apnsToken(1), tags: ["t"])
+
+            var sends: [String: String] = [:]
+            for hub in ["huba", "hubb"] {
+                let send = try await live.edge.request(
+                    "POST", "/\(hub)/messages?api-version=2020-06", authorization: Self.token(sr: Self.root(live), connection[hub]!),
+                    bytes: Data(#"{"aps":{"alert":"to \#(hub)"}}"#.utf8), contentType: "application/json;charset=utf-8",
+                    headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "t")])
+                #expect(send.status == 201, "\(send.text)")
+                let location = try #require(send.header("Location"))
+                #expect(
+                    location.hasPrefix("\(live.edge.base.absoluteString)/\(hub)/messages/n-") && location.hasSuffix("?api-version=2020-06"))
+                sends[hub] = String(location.split(separator: "/").last!.split(separator: "?").first!)
+            }
+            // Both sends finished (outcomes from herald-dispatch), then what reached APNs is checked whole.
+            try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .seconds(30)) { client in
+                for (hub, id) in sends {
+                    let deadline = ContinuousClock.now + .seconds(20)
+                    var outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+                    while outcome.state != .completed, ContinuousClock.now < deadline {
+                        try await Task.sleep(for: .milliseconds(50))
+                        outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+                    }
+                    #expect(outcome.state == .completed && outcome.platforms.first?.success == 2, "\(hub): \(outcome)")
+                }
+            }
+            let apns = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
+            #expect(apns.count == 4)
+            for request in apns {
+                let token = String(request.path.dropFirst("/3/device/".count))
+                let hub = try #require(tokens.first { $0.value.contains(token) }?.key, "a push reached \(token), no hub's device")
+                let body = String(decoding: request.body, as: UTF8.self)
+                #expect(body.contains("to \(hub)"), "\(token) got \(body)")
+                #expect(ProviderFixture.unverifiedKeyID(String(request.header("authorization")!.dropFirst(7))) == keys[hub]!.kid)
+                #expect(request.header("apns-topic") == keys[hub]!.topic)
+            }
+        }
+    }
+
+    static func root(_ live: LiveStack) -> String {
+        encode("http://\(live.edge.base.host!):\(live.edge.base.port!)/", lower: false)
     }
 }

@@ -45,6 +45,8 @@ final class ProviderFixture: Sendable {
     let violations = Mutex<[String]>([])
     /// How long APNs takes to answer an accepted push (a slow service keeps streams in flight).
     let apnsDelay = Mutex<TimeAmount>(.zero)
+    /// More APNs keys the double accepts, by key id: other hubs' credentials, each with its team and topic.
+    let extraAPNsKeys = Mutex<[String: (key: P256.Signing.PublicKey, team: String, topic: String)]>([:])
 
     private init(
         folder: String, tls: StackTLS, apnsKey: P256.Signing.PrivateKey, vapidKey: P256.Signing.PrivateKey, rsaKeyFile: String,
@@ -153,17 +155,23 @@ final class ProviderFixture: Sendable {
         guard let authorization = request.header("authorization"), authorization.hasPrefix("bearer ") else {
             return refuse(403, "MissingProviderToken")
         }
-        switch PushRules.verifyES256(String(authorization.dropFirst(7)), key: apnsKey.publicKey) {
+        // The key, team and topic the token's key id names: the fixture's own, or one registered for another hub.
+        let jwt = String(authorization.dropFirst(7))
+        let kid = Self.unverifiedKeyID(jwt)
+        let expected =
+            kid.flatMap { kid in extraAPNsKeys.withLock { $0[kid] } } ?? (apnsKey.publicKey, Self.teamID, Self.topic)
+        let expectedKeyID = kid.flatMap { kid in extraAPNsKeys.withLock { $0[kid] } } != nil ? kid! : Self.keyID
+        switch PushRules.verifyES256(jwt, key: expected.key) {
         case .failure: return refuse(403, "InvalidProviderToken")
         case .success(let (header, claims)):
-            guard header["kid"] as? String == Self.keyID, claims["iss"] as? String == Self.teamID else {
+            guard header["kid"] as? String == expectedKeyID, claims["iss"] as? String == expected.team else {
                 return refuse(403, "InvalidProviderToken")
             }
             guard let iat = (claims["iat"] as? NSNumber)?.doubleValue, abs(Date().timeIntervalSince1970 - iat) < 3600 else {
                 return refuse(403, "ExpiredProviderToken")
             }
         }
-        guard request.header("apns-topic") == Self.topic else { return refuse(400, "BadTopic") }
+        guard request.header("apns-topic") == expected.topic else { return refuse(400, "BadTopic") }
         let type = request.header("apns-push-type")
         guard type == "alert" || type == "background" else { return refuse(400, "InvalidPushType") }
         let priority = request.header("apns-priority")
@@ -175,6 +183,17 @@ final class ProviderFixture: Sendable {
         }
         if let scripted = next(token) { return scripted }
         return PushDouble.Reply(status: 200, headers: [("apns-id", id)], delay: apnsDelay.withLock { $0 })
+    }
+
+    /// The `kid` of a JWT's header, read before its signature is checked (to pick the key to check it with).
+    static func unverifiedKeyID(_ jwt: String) -> String? {
+        guard var part = jwt.split(separator: ".").first.map(String.init) else { return nil }
+        part = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while part.count % 4 != 0 { part += "=" }
+        guard let data = Data(base64Encoded: part), let header = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            return nil
+        }
+        return header["kid"] as? String
     }
 
     private static func form(_ body: [UInt8]) -> [String: String] {

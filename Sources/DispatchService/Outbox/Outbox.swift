@@ -36,7 +36,7 @@ public final class Outbox: Sendable {
     /// payloads, and one pending delivery per target, all or nothing.
     public func enqueue(
         id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Target],
-        retryWindow: Duration
+        retryWindow: Duration, hub: String = "default"
     ) async throws -> (state: OutcomeState, created: Int64) {
         let created = now()
         let giveUp = created + retryWindow.wholeMilliseconds
@@ -44,10 +44,10 @@ public final class Outbox: Sendable {
         try await db.write { db in
             try db.execute(
                 sql: """
-                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                     """,
-                arguments: [id, sender, targetUser, targetTag, state.rawValue, created, created])
+                arguments: [id, sender, targetUser, targetTag, state.rawValue, created, created, hub])
             guard !targets.isEmpty else { return }
             for payload in payloads {
                 try db.execute(

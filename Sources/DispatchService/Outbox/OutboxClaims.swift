@@ -70,6 +70,7 @@ extension Outbox {
         let leaseStatement = try db.cachedStatement(
             sql: "UPDATE delivery SET leased = 1, attempts = attempts + 1, updated_at = ? WHERE sequence = ?")
         var payloads: [String: [Platform: OutboxPayload]] = [:]
+        var hubs: [String: String] = [:]
         var items: [PushItem] = []
         items.reserveCapacity(rows.count)
         // Columns by position: GRDB's by-name look-up lower-cases the name on every access.
@@ -78,6 +79,8 @@ extension Outbox {
             let platform = Platform(rawValue: row[3])
             if payloads[notificationID] == nil {
                 payloads[notificationID] = try Self.payloads(of: notificationID, db)
+                hubs[notificationID] =
+                    try String.fetchOne(db.cachedStatement(sql: "SELECT hub FROM notification WHERE id = ?"), arguments: [notificationID])
                 try db.execute(
                     sql: "UPDATE notification SET state = ?, updated_at = ? WHERE id = ? AND state = ?",
                     arguments: [OutcomeState.processing.rawValue, at, notificationID, OutcomeState.enqueued.rawValue])
@@ -91,7 +94,7 @@ extension Outbox {
                 PushItem(
                     sequence: sequence, notificationID: notificationID, registrationID: row[2],
                     platform: platform, handle: row[4], messageID: row[5], attempt: attempts + 1,
-                    giveUpAt: row[7], payload: payload))
+                    giveUpAt: row[7], payload: payload, hub: hubs[notificationID] ?? "default"))
         }
         return items
     }

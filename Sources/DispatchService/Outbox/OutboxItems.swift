@@ -91,6 +91,8 @@ public struct PushItem: Sendable {
     /// When the retry window ends, Unix ms.
     public var giveUpAt: Int64
     public var payload: OutboxPayload
+    /// The send's hub: whose credentials deliver it.
+    public var hub: String = "default"
 }
 
 /// What a push service said about one delivery.

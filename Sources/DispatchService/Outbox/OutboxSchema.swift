@@ -98,6 +98,20 @@ extension Outbox {
                     ALTER TABLE outbox_payload DROP COLUMN headers;
                     """)
         }
+        migrator.registerMigration("outbox-v3-hubs") { db in
+            // Each send belongs to a hub, whose credentials deliver it (issue 15).
+            try db.execute(
+                sql: """
+                    ALTER TABLE notification ADD COLUMN hub TEXT NOT NULL DEFAULT 'default';
+                    CREATE TABLE hub_credential (
+                        hub TEXT NOT NULL,
+                        platform INTEGER NOT NULL,
+                        settings TEXT NOT NULL,
+                        updated_at INTEGER NOT NULL,
+                        PRIMARY KEY (hub, platform)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         return migrator
     }
 }

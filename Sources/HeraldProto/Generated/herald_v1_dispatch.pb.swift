@@ -1088,6 +1088,343 @@ extension ListInboxResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_inbox_response__free_unpacked(p, nil) }
 }
 
+/// A named setting.
+public struct Setting: HeraldMessage {
+    public var name: String
+    public var value: String
+
+    public init(name: String = "", value: String = "") {
+        self.name = name
+        self.value = value
+    }
+
+    public init() {
+        self.name = ""
+        self.value = ""
+    }
+
+    public static let protoName = "herald.v1.Setting"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension Setting: CBacked {
+    typealias CType = Herald__V1__Setting
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.name = CBridge.string(m.name)
+        self.value = CBridge.string(m.value)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__setting__init(p)
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.Setting.name")
+        p.pointee.value = try arena.string(self.value, field: "herald.v1.Setting.value")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__setting__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__setting__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__setting__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__setting__free_unpacked(p, nil) }
+}
+
+/// Request of SetHubCredentials. Settings per platform (secrets as the files' contents):
+/// apns: key (the .p8 PEM), key-id, team-id, topic, optional environment (production|sandbox), url;
+/// fcm: service-account (the JSON), optional url, token-url; wns: client-id, client-secret, optional
+/// token-url; browser: vapid-key (PEM), subject (mailto: or https:).
+public struct SetHubCredentialsRequest: HeraldMessage {
+    public var hub: String
+    public var platform: Platform
+    public var settings: [Setting]
+
+    public init(hub: String = "", platform: Platform = Platform(rawValue: 0), settings: [Setting] = []) {
+        self.hub = hub
+        self.platform = platform
+        self.settings = settings
+    }
+
+    public init() {
+        self.hub = ""
+        self.platform = Platform(rawValue: 0)
+        self.settings = []
+    }
+
+    public static let protoName = "herald.v1.SetHubCredentialsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension SetHubCredentialsRequest: CBacked {
+    typealias CType = Herald__V1__SetHubCredentialsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.settings = (0..<m.n_settings).map { Setting(_c: m.settings[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__set_hub_credentials_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.SetHubCredentialsRequest.hub")
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.n_settings = self.settings.count
+        p.pointee.settings = arena.array(try self.settings.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__set_hub_credentials_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__set_hub_credentials_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__set_hub_credentials_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__set_hub_credentials_request__free_unpacked(p, nil) }
+}
+
+/// Request of GetHubCredentials.
+public struct GetHubCredentialsRequest: HeraldMessage {
+    public var hub: String
+
+    public init(hub: String = "") {
+        self.hub = hub
+    }
+
+    public init() {
+        self.hub = ""
+    }
+
+    public static let protoName = "herald.v1.GetHubCredentialsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension GetHubCredentialsRequest: CBacked {
+    typealias CType = Herald__V1__GetHubCredentialsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__get_hub_credentials_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.GetHubCredentialsRequest.hub")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__get_hub_credentials_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__get_hub_credentials_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__get_hub_credentials_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__get_hub_credentials_request__free_unpacked(p, nil) }
+}
+
+/// Request of DeleteHubCredentials.
+public struct DeleteHubCredentialsRequest: HeraldMessage {
+    public var hub: String
+    /// PLATFORM_UNSPECIFIED: every platform of the hub.
+    public var platform: Platform
+
+    public init(hub: String = "", platform: Platform = Platform(rawValue: 0)) {
+        self.hub = hub
+        self.platform = platform
+    }
+
+    public init() {
+        self.hub = ""
+        self.platform = Platform(rawValue: 0)
+    }
+
+    public static let protoName = "herald.v1.DeleteHubCredentialsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteHubCredentialsRequest: CBacked {
+    typealias CType = Herald__V1__DeleteHubCredentialsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_hub_credentials_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.DeleteHubCredentialsRequest.hub")
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_hub_credentials_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_hub_credentials_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_hub_credentials_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_hub_credentials_request__free_unpacked(p, nil) }
+}
+
+/// How one platform of a hub is delivered.
+public struct HubPlatformCredentials: HeraldMessage {
+    public var platform: Platform
+    /// "hub" (its own credentials), "deployment" (the hub default's settings), "inbox" (recorded,
+    /// not sent), or "missing" (deliveries fail with NoCredentials).
+    public var source: String
+    /// Identifiers of the credentials (key id, team, topic, project…), never a secret.
+    public var summary: String
+    public var updatedAtUnixMs: Int64
+
+    public init(platform: Platform = Platform(rawValue: 0), source: String = "", summary: String = "", updatedAtUnixMs: Int64 = 0) {
+        self.platform = platform
+        self.source = source
+        self.summary = summary
+        self.updatedAtUnixMs = updatedAtUnixMs
+    }
+
+    public init() {
+        self.platform = Platform(rawValue: 0)
+        self.source = ""
+        self.summary = ""
+        self.updatedAtUnixMs = 0
+    }
+
+    public static let protoName = "herald.v1.HubPlatformCredentials"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension HubPlatformCredentials: CBacked {
+    typealias CType = Herald__V1__HubPlatformCredentials
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.source = CBridge.string(m.source)
+        self.summary = CBridge.string(m.summary)
+        self.updatedAtUnixMs = m.updated_at_unix_ms
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub_platform_credentials__init(p)
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.source = try arena.string(self.source, field: "herald.v1.HubPlatformCredentials.source")
+        p.pointee.summary = try arena.string(self.summary, field: "herald.v1.HubPlatformCredentials.summary")
+        p.pointee.updated_at_unix_ms = self.updatedAtUnixMs
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub_platform_credentials__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub_platform_credentials__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub_platform_credentials__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_platform_credentials__free_unpacked(p, nil) }
+}
+
+/// Answer of the hub credential calls.
+public struct HubCredentialsResponse: HeraldMessage {
+    public var hub: String
+    public var platforms: [HubPlatformCredentials]
+
+    public init(hub: String = "", platforms: [HubPlatformCredentials] = []) {
+        self.hub = hub
+        self.platforms = platforms
+    }
+
+    public init() {
+        self.hub = ""
+        self.platforms = []
+    }
+
+    public static let protoName = "herald.v1.HubCredentialsResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension HubCredentialsResponse: CBacked {
+    typealias CType = Herald__V1__HubCredentialsResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.platforms = (0..<m.n_platforms).map { HubPlatformCredentials(_c: m.platforms[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub_credentials_response__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.HubCredentialsResponse.hub")
+        p.pointee.n_platforms = self.platforms.count
+        p.pointee.platforms = arena.array(try self.platforms.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub_credentials_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub_credentials_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub_credentials_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_credentials_response__free_unpacked(p, nil) }
+}
+
 /// Sends notifications and reports their outcome.
 /// Method descriptors of `herald.v1.DispatchService`.
 public enum DispatchServiceMethods {
@@ -1111,7 +1448,16 @@ public enum DispatchServiceMethods {
     /// Deletes every send, its outbox entries, outcomes and handle removals, and the inbox, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
+    /// Push credentials of a hub other than "default" (whose are herald-dispatch's own settings and
+    /// files). The keys are checked when set (INVALID_ARGUMENT names the setting that is wrong, never
+    /// its content) and are never sent back. A hub's sends use only its own credentials.
+    public static let setHubCredentials = UnaryMethod<SetHubCredentialsRequest, HubCredentialsResponse>(service: serviceName, method: "SetHubCredentials")
+    /// What delivers each platform of a hub: no secrets.
+    public static let getHubCredentials = UnaryMethod<GetHubCredentialsRequest, HubCredentialsResponse>(service: serviceName, method: "GetHubCredentials")
+    /// Removes one platform's credentials, or all of a hub's (platform unspecified; the CLI does it
+    /// when a hub is deleted).
+    public static let deleteHubCredentials = UnaryMethod<DeleteHubCredentialsRequest, HubCredentialsResponse>(service: serviceName, method: "DeleteHubCredentials")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName]
 }

@@ -1301,6 +1301,102 @@ extension ExportBatch: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__export_batch__free_unpacked(p, nil) }
 }
 
+/// Request of DeleteHubDevices.
+public struct DeleteHubDevicesRequest: HeraldMessage {
+    public var hub: String
+
+    public init(hub: String = "") {
+        self.hub = hub
+    }
+
+    public init() {
+        self.hub = ""
+    }
+
+    public static let protoName = "herald.v1.DeleteHubDevicesRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteHubDevicesRequest: CBacked {
+    typealias CType = Herald__V1__DeleteHubDevicesRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_hub_devices_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.DeleteHubDevicesRequest.hub")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_hub_devices_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_hub_devices_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_hub_devices_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_hub_devices_request__free_unpacked(p, nil) }
+}
+
+/// Answer of DeleteHubDevices.
+public struct DeleteHubDevicesResponse: HeraldMessage {
+    public var deleted: Int64
+
+    public init(deleted: Int64 = 0) {
+        self.deleted = deleted
+    }
+
+    public init() {
+        self.deleted = 0
+    }
+
+    public static let protoName = "herald.v1.DeleteHubDevicesResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteHubDevicesResponse: CBacked {
+    typealias CType = Herald__V1__DeleteHubDevicesResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.deleted = m.deleted
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_hub_devices_response__init(p)
+        p.pointee.deleted = self.deleted
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_hub_devices_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_hub_devices_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_hub_devices_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_hub_devices_response__free_unpacked(p, nil) }
+}
+
 /// Every call a user makes is scoped to an owner (the authenticated user): one user can never see,
 /// change, claim or delete another user's registration; such an id behaves exactly like an unknown
 /// one. StreamAudience and RemoveHandle are herald-dispatch's, not a user's.
@@ -1351,7 +1447,10 @@ public enum RegistrationServiceMethods {
     public static let listInstallations = UnaryMethod<ListInstallationsRequest, ListInstallationsResponse>(service: serviceName, method: "ListInstallations")
     /// Every registration and installation of a hub as NDJSON lines, in batches.
     public static let exportDevices = ServerStreamingMethod<ExportDevicesRequest, ExportBatch>(service: serviceName, method: "ExportDevices")
+    /// Deletes every registration and installation of a hub (`herald hubs delete`); the hub
+    /// "default" is refused (FAILED_PRECONDITION).
+    public static let deleteHubDevices = UnaryMethod<DeleteHubDevicesRequest, DeleteHubDevicesResponse>(service: serviceName, method: "DeleteHubDevices")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName]
+    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName]
 }

@@ -22,6 +22,15 @@ public protocol DispatchServiceHandler: Sendable {
     /// Deletes every send, its outbox entries, outcomes and handle removals, and the inbox, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
+    /// Push credentials of a hub other than "default" (whose are herald-dispatch's own settings and
+    /// files). The keys are checked when set (INVALID_ARGUMENT names the setting that is wrong, never
+    /// its content) and are never sent back. A hub's sends use only its own credentials.
+    func setHubCredentials(_ request: SetHubCredentialsRequest, context: RPCContext) async throws -> HubCredentialsResponse
+    /// What delivers each platform of a hub: no secrets.
+    func getHubCredentials(_ request: GetHubCredentialsRequest, context: RPCContext) async throws -> HubCredentialsResponse
+    /// Removes one platform's credentials, or all of a hub's (platform unspecified; the CLI does it
+    /// when a hub is deleted).
+    func deleteHubCredentials(_ request: DeleteHubCredentialsRequest, context: RPCContext) async throws -> HubCredentialsResponse
 }
 
 extension DispatchServiceHandler {
@@ -41,6 +50,15 @@ extension DispatchServiceHandler {
         }
         table.register(DispatchServiceMethods.resetForTests) { request, context in
             try await self.resetForTests(request, context: context)
+        }
+        table.register(DispatchServiceMethods.setHubCredentials) { request, context in
+            try await self.setHubCredentials(request, context: context)
+        }
+        table.register(DispatchServiceMethods.getHubCredentials) { request, context in
+            try await self.getHubCredentials(request, context: context)
+        }
+        table.register(DispatchServiceMethods.deleteHubCredentials) { request, context in
+            try await self.deleteHubCredentials(request, context: context)
         }
     }
 }
@@ -64,6 +82,15 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// Deletes every send, its outbox entries, outcomes and handle removals, and the inbox, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
+    /// Push credentials of a hub other than "default" (whose are herald-dispatch's own settings and
+    /// files). The keys are checked when set (INVALID_ARGUMENT names the setting that is wrong, never
+    /// its content) and are never sent back. A hub's sends use only its own credentials.
+    func setHubCredentials(_ request: SetHubCredentialsRequest, options: RPCCallOptions) async throws -> HubCredentialsResponse
+    /// What delivers each platform of a hub: no secrets.
+    func getHubCredentials(_ request: GetHubCredentialsRequest, options: RPCCallOptions) async throws -> HubCredentialsResponse
+    /// Removes one platform's credentials, or all of a hub's (platform unspecified; the CLI does it
+    /// when a hub is deleted).
+    func deleteHubCredentials(_ request: DeleteHubCredentialsRequest, options: RPCCallOptions) async throws -> HubCredentialsResponse
 }
 
 extension DispatchServiceClientProtocol {
@@ -91,6 +118,21 @@ extension DispatchServiceClientProtocol {
         _ request: ResetForTestsRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> ResetForTestsResponse {
         try await resetForTests(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func setHubCredentials(
+        _ request: SetHubCredentialsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> HubCredentialsResponse {
+        try await setHubCredentials(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func getHubCredentials(
+        _ request: GetHubCredentialsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> HubCredentialsResponse {
+        try await getHubCredentials(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func deleteHubCredentials(
+        _ request: DeleteHubCredentialsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> HubCredentialsResponse {
+        try await deleteHubCredentials(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
 }
 
@@ -121,5 +163,17 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
 
     public func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {
         try await rpc.call(DispatchServiceMethods.resetForTests, request, options: options)
+    }
+
+    public func setHubCredentials(_ request: SetHubCredentialsRequest, options: RPCCallOptions) async throws -> HubCredentialsResponse {
+        try await rpc.call(DispatchServiceMethods.setHubCredentials, request, options: options)
+    }
+
+    public func getHubCredentials(_ request: GetHubCredentialsRequest, options: RPCCallOptions) async throws -> HubCredentialsResponse {
+        try await rpc.call(DispatchServiceMethods.getHubCredentials, request, options: options)
+    }
+
+    public func deleteHubCredentials(_ request: DeleteHubCredentialsRequest, options: RPCCallOptions) async throws -> HubCredentialsResponse {
+        try await rpc.call(DispatchServiceMethods.deleteHubCredentials, request, options: options)
     }
 }

@@ -47,6 +47,9 @@ public protocol RegistrationServiceHandler: Sendable {
     func listInstallations(_ request: ListInstallationsRequest, context: RPCContext) async throws -> ListInstallationsResponse
     /// Every registration and installation of a hub as NDJSON lines, in batches.
     func exportDevices(_ request: ExportDevicesRequest, context: RPCContext, responses: ResponseStream<ExportBatch>) async throws
+    /// Deletes every registration and installation of a hub (`herald hubs delete`); the hub
+    /// "default" is refused (FAILED_PRECONDITION).
+    func deleteHubDevices(_ request: DeleteHubDevicesRequest, context: RPCContext) async throws -> DeleteHubDevicesResponse
 }
 
 extension RegistrationServiceHandler {
@@ -90,6 +93,9 @@ extension RegistrationServiceHandler {
         }
         table.register(RegistrationServiceMethods.exportDevices) { request, context, responses in
             try await self.exportDevices(request, context: context, responses: responses)
+        }
+        table.register(RegistrationServiceMethods.deleteHubDevices) { request, context in
+            try await self.deleteHubDevices(request, context: context)
         }
     }
 }
@@ -144,6 +150,9 @@ public protocol RegistrationServiceClientProtocol: Sendable {
         _ request: ExportDevicesRequest, options: RPCCallOptions,
         onMessage: @escaping @Sendable (ExportBatch) async throws -> Void
     ) async throws
+    /// Deletes every registration and installation of a hub (`herald hubs delete`); the hub
+    /// "default" is refused (FAILED_PRECONDITION).
+    func deleteHubDevices(_ request: DeleteHubDevicesRequest, options: RPCCallOptions) async throws -> DeleteHubDevicesResponse
 }
 
 extension RegistrationServiceClientProtocol {
@@ -214,6 +223,11 @@ extension RegistrationServiceClientProtocol {
     ) async throws {
         try await exportDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout), onMessage: onMessage)
     }
+    public func deleteHubDevices(
+        _ request: DeleteHubDevicesRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> DeleteHubDevicesResponse {
+        try await deleteHubDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.RegistrationService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -281,5 +295,9 @@ public struct RegistrationServiceClient: RegistrationServiceClientProtocol {
         onMessage: @escaping @Sendable (ExportBatch) async throws -> Void
     ) async throws {
         try await rpc.stream(RegistrationServiceMethods.exportDevices, request, options: options, onMessage: onMessage)
+    }
+
+    public func deleteHubDevices(_ request: DeleteHubDevicesRequest, options: RPCCallOptions) async throws -> DeleteHubDevicesResponse {
+        try await rpc.call(RegistrationServiceMethods.deleteHubDevices, request, options: options)
     }
 }

@@ -637,6 +637,276 @@ void   herald__v1__list_inbox_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__list_inbox_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__setting__init
+                     (Herald__V1__Setting         *message)
+{
+  static const Herald__V1__Setting init_value = HERALD__V1__SETTING__INIT;
+  *message = init_value;
+}
+size_t herald__v1__setting__get_packed_size
+                     (const Herald__V1__Setting *message)
+{
+  assert(message->base.descriptor == &herald__v1__setting__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__setting__pack
+                     (const Herald__V1__Setting *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__setting__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__setting__pack_to_buffer
+                     (const Herald__V1__Setting *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__setting__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__Setting *
+       herald__v1__setting__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__Setting *)
+     protobuf_c_message_unpack (&herald__v1__setting__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__setting__free_unpacked
+                     (Herald__V1__Setting *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__setting__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__set_hub_credentials_request__init
+                     (Herald__V1__SetHubCredentialsRequest         *message)
+{
+  static const Herald__V1__SetHubCredentialsRequest init_value = HERALD__V1__SET_HUB_CREDENTIALS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__set_hub_credentials_request__get_packed_size
+                     (const Herald__V1__SetHubCredentialsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__set_hub_credentials_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__set_hub_credentials_request__pack
+                     (const Herald__V1__SetHubCredentialsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__set_hub_credentials_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__set_hub_credentials_request__pack_to_buffer
+                     (const Herald__V1__SetHubCredentialsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__set_hub_credentials_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__SetHubCredentialsRequest *
+       herald__v1__set_hub_credentials_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__SetHubCredentialsRequest *)
+     protobuf_c_message_unpack (&herald__v1__set_hub_credentials_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__set_hub_credentials_request__free_unpacked
+                     (Herald__V1__SetHubCredentialsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__set_hub_credentials_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__get_hub_credentials_request__init
+                     (Herald__V1__GetHubCredentialsRequest         *message)
+{
+  static const Herald__V1__GetHubCredentialsRequest init_value = HERALD__V1__GET_HUB_CREDENTIALS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__get_hub_credentials_request__get_packed_size
+                     (const Herald__V1__GetHubCredentialsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_credentials_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__get_hub_credentials_request__pack
+                     (const Herald__V1__GetHubCredentialsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_credentials_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__get_hub_credentials_request__pack_to_buffer
+                     (const Herald__V1__GetHubCredentialsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_credentials_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__GetHubCredentialsRequest *
+       herald__v1__get_hub_credentials_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__GetHubCredentialsRequest *)
+     protobuf_c_message_unpack (&herald__v1__get_hub_credentials_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__get_hub_credentials_request__free_unpacked
+                     (Herald__V1__GetHubCredentialsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__get_hub_credentials_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_hub_credentials_request__init
+                     (Herald__V1__DeleteHubCredentialsRequest         *message)
+{
+  static const Herald__V1__DeleteHubCredentialsRequest init_value = HERALD__V1__DELETE_HUB_CREDENTIALS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_hub_credentials_request__get_packed_size
+                     (const Herald__V1__DeleteHubCredentialsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_credentials_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_hub_credentials_request__pack
+                     (const Herald__V1__DeleteHubCredentialsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_credentials_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_hub_credentials_request__pack_to_buffer
+                     (const Herald__V1__DeleteHubCredentialsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_credentials_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteHubCredentialsRequest *
+       herald__v1__delete_hub_credentials_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteHubCredentialsRequest *)
+     protobuf_c_message_unpack (&herald__v1__delete_hub_credentials_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_hub_credentials_request__free_unpacked
+                     (Herald__V1__DeleteHubCredentialsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_hub_credentials_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__hub_platform_credentials__init
+                     (Herald__V1__HubPlatformCredentials         *message)
+{
+  static const Herald__V1__HubPlatformCredentials init_value = HERALD__V1__HUB_PLATFORM_CREDENTIALS__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub_platform_credentials__get_packed_size
+                     (const Herald__V1__HubPlatformCredentials *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub_platform_credentials__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub_platform_credentials__pack
+                     (const Herald__V1__HubPlatformCredentials *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub_platform_credentials__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub_platform_credentials__pack_to_buffer
+                     (const Herald__V1__HubPlatformCredentials *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub_platform_credentials__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__HubPlatformCredentials *
+       herald__v1__hub_platform_credentials__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__HubPlatformCredentials *)
+     protobuf_c_message_unpack (&herald__v1__hub_platform_credentials__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub_platform_credentials__free_unpacked
+                     (Herald__V1__HubPlatformCredentials *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub_platform_credentials__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__hub_credentials_response__init
+                     (Herald__V1__HubCredentialsResponse         *message)
+{
+  static const Herald__V1__HubCredentialsResponse init_value = HERALD__V1__HUB_CREDENTIALS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub_credentials_response__get_packed_size
+                     (const Herald__V1__HubCredentialsResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub_credentials_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub_credentials_response__pack
+                     (const Herald__V1__HubCredentialsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub_credentials_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub_credentials_response__pack_to_buffer
+                     (const Herald__V1__HubCredentialsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub_credentials_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__HubCredentialsResponse *
+       herald__v1__hub_credentials_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__HubCredentialsResponse *)
+     protobuf_c_message_unpack (&herald__v1__hub_credentials_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub_credentials_response__free_unpacked
+                     (Herald__V1__HubCredentialsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub_credentials_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor herald__v1__native_payload__field_descriptors[7] =
 {
   {
@@ -1741,6 +2011,338 @@ const ProtobufCMessageDescriptor herald__v1__list_inbox_response__descriptor =
   (ProtobufCMessageInit) herald__v1__list_inbox_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor herald__v1__setting__field_descriptors[2] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Setting, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "value",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Setting, value),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__setting__field_indices_by_name[] = {
+  0,   /* field[0] = name */
+  1,   /* field[1] = value */
+};
+static const ProtobufCIntRange herald__v1__setting__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__setting__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.Setting",
+  "Setting",
+  "Herald__V1__Setting",
+  "herald.v1",
+  sizeof(Herald__V1__Setting),
+  2,
+  herald__v1__setting__field_descriptors,
+  herald__v1__setting__field_indices_by_name,
+  1,  herald__v1__setting__number_ranges,
+  (ProtobufCMessageInit) herald__v1__setting__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__set_hub_credentials_request__field_descriptors[3] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubCredentialsRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "platform",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubCredentialsRequest, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "settings",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__SetHubCredentialsRequest, n_settings),
+    offsetof(Herald__V1__SetHubCredentialsRequest, settings),
+    &herald__v1__setting__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__set_hub_credentials_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = platform */
+  2,   /* field[2] = settings */
+};
+static const ProtobufCIntRange herald__v1__set_hub_credentials_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__set_hub_credentials_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.SetHubCredentialsRequest",
+  "SetHubCredentialsRequest",
+  "Herald__V1__SetHubCredentialsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__SetHubCredentialsRequest),
+  3,
+  herald__v1__set_hub_credentials_request__field_descriptors,
+  herald__v1__set_hub_credentials_request__field_indices_by_name,
+  1,  herald__v1__set_hub_credentials_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__set_hub_credentials_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__get_hub_credentials_request__field_descriptors[1] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetHubCredentialsRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__get_hub_credentials_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+};
+static const ProtobufCIntRange herald__v1__get_hub_credentials_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__get_hub_credentials_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.GetHubCredentialsRequest",
+  "GetHubCredentialsRequest",
+  "Herald__V1__GetHubCredentialsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__GetHubCredentialsRequest),
+  1,
+  herald__v1__get_hub_credentials_request__field_descriptors,
+  herald__v1__get_hub_credentials_request__field_indices_by_name,
+  1,  herald__v1__get_hub_credentials_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__get_hub_credentials_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__delete_hub_credentials_request__field_descriptors[2] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteHubCredentialsRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "platform",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteHubCredentialsRequest, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__delete_hub_credentials_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = platform */
+};
+static const ProtobufCIntRange herald__v1__delete_hub_credentials_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__delete_hub_credentials_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteHubCredentialsRequest",
+  "DeleteHubCredentialsRequest",
+  "Herald__V1__DeleteHubCredentialsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteHubCredentialsRequest),
+  2,
+  herald__v1__delete_hub_credentials_request__field_descriptors,
+  herald__v1__delete_hub_credentials_request__field_indices_by_name,
+  1,  herald__v1__delete_hub_credentials_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_hub_credentials_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__hub_platform_credentials__field_descriptors[4] =
+{
+  {
+    "platform",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPlatformCredentials, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "source",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPlatformCredentials, source),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "summary",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPlatformCredentials, summary),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "updated_at_unix_ms",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPlatformCredentials, updated_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub_platform_credentials__field_indices_by_name[] = {
+  0,   /* field[0] = platform */
+  1,   /* field[1] = source */
+  2,   /* field[2] = summary */
+  3,   /* field[3] = updated_at_unix_ms */
+};
+static const ProtobufCIntRange herald__v1__hub_platform_credentials__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.HubPlatformCredentials",
+  "HubPlatformCredentials",
+  "Herald__V1__HubPlatformCredentials",
+  "herald.v1",
+  sizeof(Herald__V1__HubPlatformCredentials),
+  4,
+  herald__v1__hub_platform_credentials__field_descriptors,
+  herald__v1__hub_platform_credentials__field_indices_by_name,
+  1,  herald__v1__hub_platform_credentials__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub_platform_credentials__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__hub_credentials_response__field_descriptors[2] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubCredentialsResponse, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "platforms",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__HubCredentialsResponse, n_platforms),
+    offsetof(Herald__V1__HubCredentialsResponse, platforms),
+    &herald__v1__hub_platform_credentials__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub_credentials_response__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = platforms */
+};
+static const ProtobufCIntRange herald__v1__hub_credentials_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub_credentials_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.HubCredentialsResponse",
+  "HubCredentialsResponse",
+  "Herald__V1__HubCredentialsResponse",
+  "herald.v1",
+  sizeof(Herald__V1__HubCredentialsResponse),
+  2,
+  herald__v1__hub_credentials_response__field_descriptors,
+  herald__v1__hub_credentials_response__field_indices_by_name,
+  1,  herald__v1__hub_credentials_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub_credentials_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue herald__v1__outcome_state__enum_values_by_number[6] =
 {
   { "OUTCOME_STATE_UNSPECIFIED", "HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED", 0 },
@@ -1811,20 +2413,26 @@ const ProtobufCEnumDescriptor herald__v1__delivery_state__descriptor =
   herald__v1__delivery_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[5] =
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[8] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
   { "ListInbox", &herald__v1__list_inbox_request__descriptor, &herald__v1__list_inbox_response__descriptor },
   { "ListDeliveries", &herald__v1__list_deliveries_request__descriptor, &herald__v1__list_deliveries_response__descriptor },
   { "ResetForTests", &herald__v1__reset_for_tests_request__descriptor, &herald__v1__reset_for_tests_response__descriptor },
+  { "SetHubCredentials", &herald__v1__set_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
+  { "GetHubCredentials", &herald__v1__get_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
+  { "DeleteHubCredentials", &herald__v1__delete_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
+  7,        /* DeleteHubCredentials */
+  6,        /* GetHubCredentials */
   1,        /* GetOutcome */
   3,        /* ListDeliveries */
   2,        /* ListInbox */
   4,        /* ResetForTests */
-  0         /* Send */
+  0,        /* Send */
+  5         /* SetHubCredentials */
 };
 const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
 {
@@ -1833,7 +2441,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  5,
+  8,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -1876,6 +2484,30 @@ void herald__v1__dispatch_service__reset_for_tests(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__set_hub_credentials(ProtobufCService *service,
+                                                       const Herald__V1__SetHubCredentialsRequest *input,
+                                                       Herald__V1__HubCredentialsResponse_Closure closure,
+                                                       void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 5, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__get_hub_credentials(ProtobufCService *service,
+                                                       const Herald__V1__GetHubCredentialsRequest *input,
+                                                       Herald__V1__HubCredentialsResponse_Closure closure,
+                                                       void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 6, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__delete_hub_credentials(ProtobufCService *service,
+                                                          const Herald__V1__DeleteHubCredentialsRequest *input,
+                                                          Herald__V1__HubCredentialsResponse_Closure closure,
+                                                          void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 7, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

@@ -1042,6 +1042,96 @@ void   herald__v1__export_batch__free_unpacked
   assert(message->base.descriptor == &herald__v1__export_batch__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__delete_hub_devices_request__init
+                     (Herald__V1__DeleteHubDevicesRequest         *message)
+{
+  static const Herald__V1__DeleteHubDevicesRequest init_value = HERALD__V1__DELETE_HUB_DEVICES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_hub_devices_request__get_packed_size
+                     (const Herald__V1__DeleteHubDevicesRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_devices_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_hub_devices_request__pack
+                     (const Herald__V1__DeleteHubDevicesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_devices_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_hub_devices_request__pack_to_buffer
+                     (const Herald__V1__DeleteHubDevicesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_devices_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteHubDevicesRequest *
+       herald__v1__delete_hub_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteHubDevicesRequest *)
+     protobuf_c_message_unpack (&herald__v1__delete_hub_devices_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_hub_devices_request__free_unpacked
+                     (Herald__V1__DeleteHubDevicesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_hub_devices_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_hub_devices_response__init
+                     (Herald__V1__DeleteHubDevicesResponse         *message)
+{
+  static const Herald__V1__DeleteHubDevicesResponse init_value = HERALD__V1__DELETE_HUB_DEVICES_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_hub_devices_response__get_packed_size
+                     (const Herald__V1__DeleteHubDevicesResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_devices_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_hub_devices_response__pack
+                     (const Herald__V1__DeleteHubDevicesResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_devices_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_hub_devices_response__pack_to_buffer
+                     (const Herald__V1__DeleteHubDevicesResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_devices_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteHubDevicesResponse *
+       herald__v1__delete_hub_devices_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteHubDevicesResponse *)
+     protobuf_c_message_unpack (&herald__v1__delete_hub_devices_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_hub_devices_response__free_unpacked
+                     (Herald__V1__DeleteHubDevicesResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_hub_devices_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[8] =
 {
   {
@@ -2286,7 +2376,83 @@ const ProtobufCMessageDescriptor herald__v1__export_batch__descriptor =
   (ProtobufCMessageInit) herald__v1__export_batch__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[13] =
+static const ProtobufCFieldDescriptor herald__v1__delete_hub_devices_request__field_descriptors[1] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteHubDevicesRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__delete_hub_devices_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+};
+static const ProtobufCIntRange herald__v1__delete_hub_devices_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__delete_hub_devices_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteHubDevicesRequest",
+  "DeleteHubDevicesRequest",
+  "Herald__V1__DeleteHubDevicesRequest",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteHubDevicesRequest),
+  1,
+  herald__v1__delete_hub_devices_request__field_descriptors,
+  herald__v1__delete_hub_devices_request__field_indices_by_name,
+  1,  herald__v1__delete_hub_devices_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_hub_devices_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__delete_hub_devices_response__field_descriptors[1] =
+{
+  {
+    "deleted",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteHubDevicesResponse, deleted),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__delete_hub_devices_response__field_indices_by_name[] = {
+  0,   /* field[0] = deleted */
+};
+static const ProtobufCIntRange herald__v1__delete_hub_devices_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__delete_hub_devices_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteHubDevicesResponse",
+  "DeleteHubDevicesResponse",
+  "Herald__V1__DeleteHubDevicesResponse",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteHubDevicesResponse),
+  1,
+  herald__v1__delete_hub_devices_response__field_descriptors,
+  herald__v1__delete_hub_devices_response__field_indices_by_name,
+  1,  herald__v1__delete_hub_devices_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_hub_devices_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[14] =
 {
   { "CreateRegistrationId", &herald__v1__create_registration_id_request__descriptor, &herald__v1__create_registration_id_response__descriptor },
   { "UpsertRegistration", &herald__v1__upsert_registration_request__descriptor, &herald__v1__upsert_registration_response__descriptor },
@@ -2301,9 +2467,11 @@ static const ProtobufCMethodDescriptor herald__v1__registration_service__method_
   { "DeleteInstallation", &herald__v1__delete_installation_request__descriptor, &herald__v1__delete_installation_response__descriptor },
   { "ListInstallations", &herald__v1__list_installations_request__descriptor, &herald__v1__list_installations_response__descriptor },
   { "ExportDevices", &herald__v1__export_devices_request__descriptor, &herald__v1__export_batch__descriptor },
+  { "DeleteHubDevices", &herald__v1__delete_hub_devices_request__descriptor, &herald__v1__delete_hub_devices_response__descriptor },
 };
 const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   0,        /* CreateRegistrationId */
+  13,        /* DeleteHubDevices */
   10,        /* DeleteInstallation */
   2,        /* DeleteRegistration */
   12,        /* ExportDevices */
@@ -2324,7 +2492,7 @@ const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor =
   "RegistrationService",
   "Herald__V1__RegistrationService",
   "herald.v1",
-  13,
+  14,
   herald__v1__registration_service__method_descriptors,
   herald__v1__registration_service__method_indices_by_name
 };
@@ -2431,6 +2599,14 @@ void herald__v1__registration_service__export_devices(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__registration_service__descriptor);
   service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__delete_hub_devices(ProtobufCService *service,
+                                                          const Herald__V1__DeleteHubDevicesRequest *input,
+                                                          Herald__V1__DeleteHubDevicesResponse_Closure closure,
+                                                          void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
                                              Herald__V1__RegistrationService_ServiceDestroy destroy)

@@ -30,6 +30,12 @@ typedef struct Herald__V1__Header Herald__V1__Header;
 typedef struct Herald__V1__InboxEntry Herald__V1__InboxEntry;
 typedef struct Herald__V1__ListInboxRequest Herald__V1__ListInboxRequest;
 typedef struct Herald__V1__ListInboxResponse Herald__V1__ListInboxResponse;
+typedef struct Herald__V1__Setting Herald__V1__Setting;
+typedef struct Herald__V1__SetHubCredentialsRequest Herald__V1__SetHubCredentialsRequest;
+typedef struct Herald__V1__GetHubCredentialsRequest Herald__V1__GetHubCredentialsRequest;
+typedef struct Herald__V1__DeleteHubCredentialsRequest Herald__V1__DeleteHubCredentialsRequest;
+typedef struct Herald__V1__HubPlatformCredentials Herald__V1__HubPlatformCredentials;
+typedef struct Herald__V1__HubCredentialsResponse Herald__V1__HubCredentialsResponse;
 
 
 /* --- enums --- */
@@ -509,6 +515,107 @@ struct  Herald__V1__ListInboxResponse
     , 0,NULL }
 
 
+/*
+ * A named setting.
+ */
+struct  Herald__V1__Setting
+{
+  ProtobufCMessage base;
+  char *name;
+  char *value;
+};
+#define HERALD__V1__SETTING__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__setting__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of SetHubCredentials. Settings per platform (secrets as the files' contents):
+ * apns: key (the .p8 PEM), key-id, team-id, topic, optional environment (production|sandbox), url;
+ * fcm: service-account (the JSON), optional url, token-url; wns: client-id, client-secret, optional
+ * token-url; browser: vapid-key (PEM), subject (mailto: or https:).
+ */
+struct  Herald__V1__SetHubCredentialsRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  Herald__V1__Platform platform;
+  size_t n_settings;
+  Herald__V1__Setting **settings;
+};
+#define HERALD__V1__SET_HUB_CREDENTIALS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__set_hub_credentials_request__descriptor) \
+    , (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, 0,NULL }
+
+
+/*
+ * Request of GetHubCredentials.
+ */
+struct  Herald__V1__GetHubCredentialsRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+};
+#define HERALD__V1__GET_HUB_CREDENTIALS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_hub_credentials_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of DeleteHubCredentials.
+ */
+struct  Herald__V1__DeleteHubCredentialsRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  /*
+   * PLATFORM_UNSPECIFIED: every platform of the hub.
+   */
+  Herald__V1__Platform platform;
+};
+#define HERALD__V1__DELETE_HUB_CREDENTIALS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_hub_credentials_request__descriptor) \
+    , (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED }
+
+
+/*
+ * How one platform of a hub is delivered.
+ */
+struct  Herald__V1__HubPlatformCredentials
+{
+  ProtobufCMessage base;
+  Herald__V1__Platform platform;
+  /*
+   * "hub" (its own credentials), "deployment" (the hub default's settings), "inbox" (recorded,
+   * not sent), or "missing" (deliveries fail with NoCredentials).
+   */
+  char *source;
+  /*
+   * Identifiers of the credentials (key id, team, topic, project…), never a secret.
+   */
+  char *summary;
+  int64_t updated_at_unix_ms;
+};
+#define HERALD__V1__HUB_PLATFORM_CREDENTIALS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_platform_credentials__descriptor) \
+    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * Answer of the hub credential calls.
+ */
+struct  Herald__V1__HubCredentialsResponse
+{
+  ProtobufCMessage base;
+  char *hub;
+  size_t n_platforms;
+  Herald__V1__HubPlatformCredentials **platforms;
+};
+#define HERALD__V1__HUB_CREDENTIALS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_credentials_response__descriptor) \
+    , (char *)protobuf_c_empty_string, 0,NULL }
+
+
 /* Herald__V1__NativePayload methods */
 void   herald__v1__native_payload__init
                      (Herald__V1__NativePayload         *message);
@@ -775,6 +882,120 @@ Herald__V1__ListInboxResponse *
 void   herald__v1__list_inbox_response__free_unpacked
                      (Herald__V1__ListInboxResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__Setting methods */
+void   herald__v1__setting__init
+                     (Herald__V1__Setting         *message);
+size_t herald__v1__setting__get_packed_size
+                     (const Herald__V1__Setting   *message);
+size_t herald__v1__setting__pack
+                     (const Herald__V1__Setting   *message,
+                      uint8_t             *out);
+size_t herald__v1__setting__pack_to_buffer
+                     (const Herald__V1__Setting   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__Setting *
+       herald__v1__setting__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__setting__free_unpacked
+                     (Herald__V1__Setting *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__SetHubCredentialsRequest methods */
+void   herald__v1__set_hub_credentials_request__init
+                     (Herald__V1__SetHubCredentialsRequest         *message);
+size_t herald__v1__set_hub_credentials_request__get_packed_size
+                     (const Herald__V1__SetHubCredentialsRequest   *message);
+size_t herald__v1__set_hub_credentials_request__pack
+                     (const Herald__V1__SetHubCredentialsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__set_hub_credentials_request__pack_to_buffer
+                     (const Herald__V1__SetHubCredentialsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__SetHubCredentialsRequest *
+       herald__v1__set_hub_credentials_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__set_hub_credentials_request__free_unpacked
+                     (Herald__V1__SetHubCredentialsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__GetHubCredentialsRequest methods */
+void   herald__v1__get_hub_credentials_request__init
+                     (Herald__V1__GetHubCredentialsRequest         *message);
+size_t herald__v1__get_hub_credentials_request__get_packed_size
+                     (const Herald__V1__GetHubCredentialsRequest   *message);
+size_t herald__v1__get_hub_credentials_request__pack
+                     (const Herald__V1__GetHubCredentialsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__get_hub_credentials_request__pack_to_buffer
+                     (const Herald__V1__GetHubCredentialsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__GetHubCredentialsRequest *
+       herald__v1__get_hub_credentials_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__get_hub_credentials_request__free_unpacked
+                     (Herald__V1__GetHubCredentialsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteHubCredentialsRequest methods */
+void   herald__v1__delete_hub_credentials_request__init
+                     (Herald__V1__DeleteHubCredentialsRequest         *message);
+size_t herald__v1__delete_hub_credentials_request__get_packed_size
+                     (const Herald__V1__DeleteHubCredentialsRequest   *message);
+size_t herald__v1__delete_hub_credentials_request__pack
+                     (const Herald__V1__DeleteHubCredentialsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_hub_credentials_request__pack_to_buffer
+                     (const Herald__V1__DeleteHubCredentialsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteHubCredentialsRequest *
+       herald__v1__delete_hub_credentials_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_hub_credentials_request__free_unpacked
+                     (Herald__V1__DeleteHubCredentialsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__HubPlatformCredentials methods */
+void   herald__v1__hub_platform_credentials__init
+                     (Herald__V1__HubPlatformCredentials         *message);
+size_t herald__v1__hub_platform_credentials__get_packed_size
+                     (const Herald__V1__HubPlatformCredentials   *message);
+size_t herald__v1__hub_platform_credentials__pack
+                     (const Herald__V1__HubPlatformCredentials   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub_platform_credentials__pack_to_buffer
+                     (const Herald__V1__HubPlatformCredentials   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__HubPlatformCredentials *
+       herald__v1__hub_platform_credentials__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub_platform_credentials__free_unpacked
+                     (Herald__V1__HubPlatformCredentials *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__HubCredentialsResponse methods */
+void   herald__v1__hub_credentials_response__init
+                     (Herald__V1__HubCredentialsResponse         *message);
+size_t herald__v1__hub_credentials_response__get_packed_size
+                     (const Herald__V1__HubCredentialsResponse   *message);
+size_t herald__v1__hub_credentials_response__pack
+                     (const Herald__V1__HubCredentialsResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub_credentials_response__pack_to_buffer
+                     (const Herald__V1__HubCredentialsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__HubCredentialsResponse *
+       herald__v1__hub_credentials_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub_credentials_response__free_unpacked
+                     (Herald__V1__HubCredentialsResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__NativePayload_Closure)
@@ -819,6 +1040,24 @@ typedef void (*Herald__V1__ListInboxRequest_Closure)
 typedef void (*Herald__V1__ListInboxResponse_Closure)
                  (const Herald__V1__ListInboxResponse *message,
                   void *closure_data);
+typedef void (*Herald__V1__Setting_Closure)
+                 (const Herald__V1__Setting *message,
+                  void *closure_data);
+typedef void (*Herald__V1__SetHubCredentialsRequest_Closure)
+                 (const Herald__V1__SetHubCredentialsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__GetHubCredentialsRequest_Closure)
+                 (const Herald__V1__GetHubCredentialsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeleteHubCredentialsRequest_Closure)
+                 (const Herald__V1__DeleteHubCredentialsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__HubPlatformCredentials_Closure)
+                 (const Herald__V1__HubPlatformCredentials *message,
+                  void *closure_data);
+typedef void (*Herald__V1__HubCredentialsResponse_Closure)
+                 (const Herald__V1__HubCredentialsResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -846,6 +1085,18 @@ struct Herald__V1__DispatchService_Service
                           const Herald__V1__ResetForTestsRequest *input,
                           Herald__V1__ResetForTestsResponse_Closure closure,
                           void *closure_data);
+  void (*set_hub_credentials)(Herald__V1__DispatchService_Service *service,
+                              const Herald__V1__SetHubCredentialsRequest *input,
+                              Herald__V1__HubCredentialsResponse_Closure closure,
+                              void *closure_data);
+  void (*get_hub_credentials)(Herald__V1__DispatchService_Service *service,
+                              const Herald__V1__GetHubCredentialsRequest *input,
+                              Herald__V1__HubCredentialsResponse_Closure closure,
+                              void *closure_data);
+  void (*delete_hub_credentials)(Herald__V1__DispatchService_Service *service,
+                                 const Herald__V1__DeleteHubCredentialsRequest *input,
+                                 Herald__V1__HubCredentialsResponse_Closure closure,
+                                 void *closure_data);
 };
 typedef void (*Herald__V1__DispatchService_ServiceDestroy)(Herald__V1__DispatchService_Service *);
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
@@ -858,7 +1109,10 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## get_outcome,\
       function_prefix__ ## list_inbox,\
       function_prefix__ ## list_deliveries,\
-      function_prefix__ ## reset_for_tests  }
+      function_prefix__ ## reset_for_tests,\
+      function_prefix__ ## set_hub_credentials,\
+      function_prefix__ ## get_hub_credentials,\
+      function_prefix__ ## delete_hub_credentials  }
 void herald__v1__dispatch_service__send(ProtobufCService *service,
                                         const Herald__V1__SendRequest *input,
                                         Herald__V1__SendResponse_Closure closure,
@@ -879,6 +1133,18 @@ void herald__v1__dispatch_service__reset_for_tests(ProtobufCService *service,
                                                    const Herald__V1__ResetForTestsRequest *input,
                                                    Herald__V1__ResetForTestsResponse_Closure closure,
                                                    void *closure_data);
+void herald__v1__dispatch_service__set_hub_credentials(ProtobufCService *service,
+                                                       const Herald__V1__SetHubCredentialsRequest *input,
+                                                       Herald__V1__HubCredentialsResponse_Closure closure,
+                                                       void *closure_data);
+void herald__v1__dispatch_service__get_hub_credentials(ProtobufCService *service,
+                                                       const Herald__V1__GetHubCredentialsRequest *input,
+                                                       Herald__V1__HubCredentialsResponse_Closure closure,
+                                                       void *closure_data);
+void herald__v1__dispatch_service__delete_hub_credentials(ProtobufCService *service,
+                                                          const Herald__V1__DeleteHubCredentialsRequest *input,
+                                                          Herald__V1__HubCredentialsResponse_Closure closure,
+                                                          void *closure_data);
 
 /* --- descriptors --- */
 
@@ -898,6 +1164,12 @@ extern const ProtobufCMessageDescriptor herald__v1__header__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__inbox_entry__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__list_inbox_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__list_inbox_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__setting__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__set_hub_credentials_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__get_hub_credentials_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_hub_credentials_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__hub_credentials_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor;
 
 PROTOBUF_C__END_DECLS

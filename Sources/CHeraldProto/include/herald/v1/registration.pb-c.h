@@ -39,6 +39,8 @@ typedef struct Herald__V1__ListInstallationsRequest Herald__V1__ListInstallation
 typedef struct Herald__V1__ListInstallationsResponse Herald__V1__ListInstallationsResponse;
 typedef struct Herald__V1__ExportDevicesRequest Herald__V1__ExportDevicesRequest;
 typedef struct Herald__V1__ExportBatch Herald__V1__ExportBatch;
+typedef struct Herald__V1__DeleteHubDevicesRequest Herald__V1__DeleteHubDevicesRequest;
+typedef struct Herald__V1__DeleteHubDevicesResponse Herald__V1__DeleteHubDevicesResponse;
 
 
 /* --- enums --- */
@@ -509,6 +511,32 @@ struct  Herald__V1__ExportBatch
     , {0,NULL} }
 
 
+/*
+ * Request of DeleteHubDevices.
+ */
+struct  Herald__V1__DeleteHubDevicesRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+};
+#define HERALD__V1__DELETE_HUB_DEVICES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_hub_devices_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of DeleteHubDevices.
+ */
+struct  Herald__V1__DeleteHubDevicesResponse
+{
+  ProtobufCMessage base;
+  int64_t deleted;
+};
+#define HERALD__V1__DELETE_HUB_DEVICES_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_hub_devices_response__descriptor) \
+    , 0 }
+
+
 /* Herald__V1__Registration methods */
 void   herald__v1__registration__init
                      (Herald__V1__Registration         *message);
@@ -946,6 +974,44 @@ Herald__V1__ExportBatch *
 void   herald__v1__export_batch__free_unpacked
                      (Herald__V1__ExportBatch *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteHubDevicesRequest methods */
+void   herald__v1__delete_hub_devices_request__init
+                     (Herald__V1__DeleteHubDevicesRequest         *message);
+size_t herald__v1__delete_hub_devices_request__get_packed_size
+                     (const Herald__V1__DeleteHubDevicesRequest   *message);
+size_t herald__v1__delete_hub_devices_request__pack
+                     (const Herald__V1__DeleteHubDevicesRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_hub_devices_request__pack_to_buffer
+                     (const Herald__V1__DeleteHubDevicesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteHubDevicesRequest *
+       herald__v1__delete_hub_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_hub_devices_request__free_unpacked
+                     (Herald__V1__DeleteHubDevicesRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteHubDevicesResponse methods */
+void   herald__v1__delete_hub_devices_response__init
+                     (Herald__V1__DeleteHubDevicesResponse         *message);
+size_t herald__v1__delete_hub_devices_response__get_packed_size
+                     (const Herald__V1__DeleteHubDevicesResponse   *message);
+size_t herald__v1__delete_hub_devices_response__pack
+                     (const Herald__V1__DeleteHubDevicesResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_hub_devices_response__pack_to_buffer
+                     (const Herald__V1__DeleteHubDevicesResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteHubDevicesResponse *
+       herald__v1__delete_hub_devices_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_hub_devices_response__free_unpacked
+                     (Herald__V1__DeleteHubDevicesResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__Registration_Closure)
@@ -1017,6 +1083,12 @@ typedef void (*Herald__V1__ExportDevicesRequest_Closure)
 typedef void (*Herald__V1__ExportBatch_Closure)
                  (const Herald__V1__ExportBatch *message,
                   void *closure_data);
+typedef void (*Herald__V1__DeleteHubDevicesRequest_Closure)
+                 (const Herald__V1__DeleteHubDevicesRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeleteHubDevicesResponse_Closure)
+                 (const Herald__V1__DeleteHubDevicesResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1076,6 +1148,10 @@ struct Herald__V1__RegistrationService_Service
                          const Herald__V1__ExportDevicesRequest *input,
                          Herald__V1__ExportBatch_Closure closure,
                          void *closure_data);
+  void (*delete_hub_devices)(Herald__V1__RegistrationService_Service *service,
+                             const Herald__V1__DeleteHubDevicesRequest *input,
+                             Herald__V1__DeleteHubDevicesResponse_Closure closure,
+                             void *closure_data);
 };
 typedef void (*Herald__V1__RegistrationService_ServiceDestroy)(Herald__V1__RegistrationService_Service *);
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
@@ -1096,7 +1172,8 @@ void herald__v1__registration_service__init (Herald__V1__RegistrationService_Ser
       function_prefix__ ## get_installation,\
       function_prefix__ ## delete_installation,\
       function_prefix__ ## list_installations,\
-      function_prefix__ ## export_devices  }
+      function_prefix__ ## export_devices,\
+      function_prefix__ ## delete_hub_devices  }
 void herald__v1__registration_service__create_registration_id(ProtobufCService *service,
                                                               const Herald__V1__CreateRegistrationIdRequest *input,
                                                               Herald__V1__CreateRegistrationIdResponse_Closure closure,
@@ -1149,6 +1226,10 @@ void herald__v1__registration_service__export_devices(ProtobufCService *service,
                                                       const Herald__V1__ExportDevicesRequest *input,
                                                       Herald__V1__ExportBatch_Closure closure,
                                                       void *closure_data);
+void herald__v1__registration_service__delete_hub_devices(ProtobufCService *service,
+                                                          const Herald__V1__DeleteHubDevicesRequest *input,
+                                                          Herald__V1__DeleteHubDevicesResponse_Closure closure,
+                                                          void *closure_data);
 
 /* --- descriptors --- */
 
@@ -1175,6 +1256,8 @@ extern const ProtobufCMessageDescriptor herald__v1__list_installations_request__
 extern const ProtobufCMessageDescriptor herald__v1__list_installations_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__export_devices_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__export_batch__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_hub_devices_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_hub_devices_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor;
 
 PROTOBUF_C__END_DECLS

@@ -1,0 +1,233 @@
+import AsyncHTTPClient
+import Foundation
+public import GRDB
+public import HeraldModel
+public import HeraldProto
+import HeraldRPC
+import Synchronization
+
+/// One platform's push credentials: the deployment's own (settings and files, for the hub
+/// `default`) or a hub's (set with `herald hubs credentials set`, stored in dispatch.sqlite).
+public enum PlatformCredentials: Sendable {
+    case apns(APNsCredentials)
+    case fcm(account: FCMServiceAccount, url: String, tokenURL: String?)
+    case wns(clientID: String, clientSecret: String, tokenURL: String)
+    case webPush(keyPEM: String, subject: String)
+
+    public var platform: Platform {
+        switch self {
+        case .apns: .apns
+        case .fcm: .fcm
+        case .wns: .wns
+        case .webPush: .browser
+        }
+    }
+
+    /// The settings a hub's credentials are given as, per platform; secrets are the files' contents.
+    public static let settingNames: [Platform: (required: [String], optional: [String])] = [
+        .apns: (["key", "key-id", "team-id", "topic"], ["environment", "url"]),
+        .fcm: (["service-account"], ["url", "token-url"]),
+        .wns: (["client-id", "client-secret"], ["token-url"]),
+        .browser: (["vapid-key", "subject"], []),
+    ]
+
+    /// Parses a hub's settings; INVALID_ARGUMENT names the setting, never a secret's content.
+    public static func parse(platform: Platform, settings: [String: String]) throws -> PlatformCredentials {
+        guard let names = settingNames[platform] else { throw ServiceError.invalidArgument("platform must be apns, fcm, wns or browser") }
+        for name in settings.keys where !names.required.contains(name) && !names.optional.contains(name) {
+            throw ServiceError.invalidArgument(
+                "unknown \(platform.name) setting \(name): use \((names.required + names.optional).joined(separator: ", "))")
+        }
+        for name in names.required where (settings[name] ?? "").isEmpty {
+            throw ServiceError.invalidArgument(
+                "\(platform.name) credentials need \(names.required.joined(separator: ", ")); \(name) is missing")
+        }
+        let value = { (name: String) in settings[name] ?? "" }
+        switch platform {
+        case .apns:
+            let environment = settings["environment"] ?? "production"
+            guard environment == "production" || environment == "sandbox" else {
+                throw ServiceError.invalidArgument("environment must be production or sandbox")
+            }
+            return .apns(
+                APNsCredentials(
+                    keyPEM: value("key"), keyID: value("key-id"), teamID: value("team-id"), topic: value("topic"),
+                    baseURL: settings["url"] ?? (environment == "production" ? APNsCredentials.production : APNsCredentials.sandbox)))
+        case .fcm:
+            let account: FCMServiceAccount
+            do { account = try FCMServiceAccount(json: Array(value("service-account").utf8)) } catch {
+                throw ServiceError.invalidArgument("service-account is not an FCM service account JSON file")
+            }
+            return .fcm(account: account, url: settings["url"] ?? FCMSender.production, tokenURL: settings["token-url"])
+        case .wns:
+            return .wns(
+                clientID: value("client-id"), clientSecret: value("client-secret").trimmingCharacters(in: .whitespacesAndNewlines),
+                tokenURL: settings["token-url"] ?? WNSAccessToken.production)
+        default:
+            let subject = value("subject")
+            guard subject.hasPrefix("mailto:") || subject.hasPrefix("https://") else {
+                throw ServiceError.invalidArgument("subject must be a mailto: or https: contact (RFC 8292)")
+            }
+            return .webPush(keyPEM: value("vapid-key"), subject: subject)
+        }
+    }
+
+    /// A sender over `client`. Checks the keys (a bad one is INVALID_ARGUMENT saying which).
+    public func makeSender(client: HTTPClient, timeout: Duration) async throws -> any PushSender {
+        func checked<T>(_ problem: String, _ body: () async throws -> T) async throws -> T {
+            do { return try await body() } catch { throw ServiceError.invalidArgument(problem) }
+        }
+        switch self {
+        case .apns(let credentials):
+            let token = try await checked("the APNs key is not a P-256 private key in PEM (the .p8 file)") {
+                try await APNsProviderToken(keyPEM: credentials.keyPEM, keyID: credentials.keyID, teamID: credentials.teamID)
+            }
+            return APNsSender(credentials: credentials, client: client, token: token, timeout: timeout)
+        case .fcm(let account, let url, let tokenURL):
+            let tokens = try await checked("the FCM service account's private_key is not an RSA private key in PEM") {
+                try await FCMAccessToken.cache(account: account, tokenURL: tokenURL, client: client, timeout: timeout)
+            }
+            return FCMSender(baseURL: url, projectID: account.projectID, client: client, tokens: tokens, timeout: timeout)
+        case .wns(let clientID, let clientSecret, let tokenURL):
+            let tokens = WNSAccessToken.cache(
+                clientID: clientID, clientSecret: clientSecret, tokenURL: tokenURL, client: client, timeout: timeout)
+            return WNSSender(client: client, tokens: tokens, timeout: timeout)
+        case .webPush(let keyPEM, let subject):
+            let vapid = try await checked("the VAPID key is not a P-256 private key in PEM") {
+                try await VAPID(keyPEM: keyPEM, subject: subject)
+            }
+            return WebPushSender(client: client, vapid: vapid, timeout: timeout)
+        }
+    }
+
+    /// What `herald hubs credentials show` prints: identifiers, never a secret.
+    public var summary: String {
+        switch self {
+        case .apns(let c): "key id \(c.keyID), team \(c.teamID), topic \(c.topic), \(c.baseURL)"
+        case .fcm(let account, let url, _): "project \(account.projectID), \(account.clientEmail), \(url)"
+        case .wns(let clientID, _, let tokenURL): "client \(clientID), \(tokenURL)"
+        case .webPush(_, let subject): "VAPID subject \(subject)"
+        }
+    }
+}
+
+/// Hubs' credentials in dispatch.sqlite: settings as JSON, secrets included (the file is the
+/// service's own, 0600), never sent back by an RPC.
+public struct HubCredentialStore: Sendable {
+    let db: any DatabaseWriter
+
+    public init(db: any DatabaseWriter) { self.db = db }
+
+    public func set(hub: String, platform: Platform, settings: [String: String]) throws {
+        let json = String(decoding: try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]), as: UTF8.self)
+        try db.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO hub_credential (hub, platform, settings, updated_at) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (hub, platform) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at
+                    """,
+                arguments: [hub, platform.rawValue, json, unixMillis()])
+        }
+    }
+
+    /// Deletes one platform's credentials, or all of a hub's (`platform` unspecified); returns how many.
+    public func delete(hub: String, platform: Platform) throws -> Int {
+        try db.write { db in
+            if platform == .unspecified {
+                try db.execute(sql: "DELETE FROM hub_credential WHERE hub = ?", arguments: [hub])
+            } else {
+                try db.execute(sql: "DELETE FROM hub_credential WHERE hub = ? AND platform = ?", arguments: [hub, platform.rawValue])
+            }
+            return db.changesCount
+        }
+    }
+
+    public func all() throws -> [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)] {
+        try db.read { db in
+            try Row.fetchAll(db, sql: "SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform").map { row in
+                let text: String = row["settings"]
+                let settings = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: String] ?? [:]
+                return (row["hub"], Platform(rawValue: row["platform"]), settings, row["updated_at"])
+            }
+        }
+    }
+}
+
+/// Which sender delivers a hub's pushes on each platform.
+///
+/// The hub `default` uses the deployment's own credentials (settings and files), or the inbox.
+/// Any other hub uses only its own: a send of hub A is never signed with hub B's keys. A hub with
+/// no credentials for a platform gets the inbox where the deployment records that platform in the
+/// inbox (development, tests), and otherwise fails its deliveries with `NoCredentials`.
+public final class HubSenders: Sendable {
+    public let defaults: [Platform: any PushSender]
+    public let inbox: InboxProvider
+    private let hubs = Mutex<[String: [Platform: (sender: any PushSender, summary: String, updatedAt: Int64)]]>([:])
+    private let client: HTTPClient?
+    private let timeout: Duration
+    /// `provider` inbox: hubs' credentials are checked and kept, and every push still goes to the inbox.
+    private let recordOnly: Bool
+
+    public init(
+        defaults: [Platform: any PushSender], inbox: InboxProvider, client: HTTPClient?, timeout: Duration, recordOnly: Bool = false
+    ) {
+        self.defaults = defaults
+        self.inbox = inbox
+        self.client = client
+        self.timeout = timeout
+        self.recordOnly = recordOnly
+    }
+
+    /// nil: no sender (the delivery fails with NoCredentials).
+    public func sender(hub: String, platform: Platform) -> (any PushSender)? {
+        if hub == Names.defaultHub { return defaults[platform] }
+        if let own = hubs.withLock({ $0[hub]?[platform]?.sender }) { return own }
+        return defaults[platform] is InboxProvider ? inbox : nil
+    }
+
+    /// Builds the sender (checking the keys) and puts it in place.
+    public func set(hub: String, _ credentials: PlatformCredentials, updatedAt: Int64 = unixMillis()) async throws {
+        guard hub != Names.defaultHub else {
+            throw ServiceError.failedPrecondition(
+                "the hub default uses the deployment's own credentials (herald-dispatch's settings); set them there")
+        }
+        guard let client else { throw ServiceError(.unimplemented, "no push client: hub credentials are not served here") }
+        let made = try await credentials.makeSender(client: client, timeout: timeout)
+        let sender: any PushSender = recordOnly ? inbox : made
+        hubs.withLock { $0[hub, default: [:]][credentials.platform] = (sender, credentials.summary, updatedAt) }
+    }
+
+    public func remove(hub: String, platform: Platform) {
+        hubs.withLock { hubs in
+            if platform == .unspecified { hubs[hub] = nil } else { hubs[hub]?[platform] = nil }
+        }
+    }
+
+    /// What a hub's platforms are delivered with, for GetHubCredentials.
+    public func status(hub: String) -> [HubPlatformCredentials] {
+        [Platform.apns, .fcm, .wns, .browser].map { platform in
+            if hub == Names.defaultHub {
+                let inboxOnly = defaults[platform] is InboxProvider
+                return HubPlatformCredentials(platform: platform, source: inboxOnly ? "inbox" : "deployment", summary: "")
+            }
+            if let own = hubs.withLock({ $0[hub]?[platform] }) {
+                return HubPlatformCredentials(
+                    platform: platform, source: recordOnly ? "inbox" : "hub", summary: own.summary, updatedAtUnixMs: own.updatedAt)
+            }
+            return HubPlatformCredentials(
+                platform: platform, source: defaults[platform] is InboxProvider ? "inbox" : "missing", summary: "")
+        }
+    }
+
+    /// Platforms whose every hub records in the inbox (delivered locally, in the claim's own
+    /// transaction), and the rest (claimed with a lease, each item's sender looked up by hub).
+    public var split: (local: [Platform], remote: [Platform]) {
+        let own = recordOnly ? [] : hubs.withLock { Set($0.values.flatMap(\.keys)) }
+        var local: [Platform] = []
+        var remote: [Platform] = []
+        for platform in [Platform.apns, .fcm, .wns, .browser] {
+            if defaults[platform] is InboxProvider, !own.contains(platform) { local.append(platform) } else { remote.append(platform) }
+        }
+        return (local, remote)
+    }
+}
