@@ -226,6 +226,8 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 // The soak scenario's HTTP client (already built for `herald device`).
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                // The nh scenario signs its SAS token (HMAC-SHA256).
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),

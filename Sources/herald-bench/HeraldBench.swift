@@ -19,7 +19,9 @@ struct HeraldBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-bench",
         abstract: "Measure Herald against the machine's own limits.",
-        subcommands: [AllBench.self, RPCBench.self, EdgeBench.self, FanoutBench.self, SoakBench.self, ServeBench.self, HelloServer.self],
+        subcommands: [
+            AllBench.self, RPCBench.self, EdgeBench.self, FanoutBench.self, NHBench.self, SoakBench.self, ServeBench.self, HelloServer.self,
+        ],
         defaultSubcommand: AllBench.self
     )
 }

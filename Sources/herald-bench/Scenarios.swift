@@ -49,7 +49,7 @@ struct BenchOptions: ParsableArguments {
 /// `herald-bench` (or `herald-bench all`): every scenario, one table each, then a summary of each
 /// figure next to its baseline.
 struct AllBench: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "all", abstract: "Run every scenario: rpc, edge, fanout, memory.")
+    static let configuration = CommandConfiguration(commandName: "all", abstract: "Run every scenario: rpc, edge, fanout, memory, nh.")
     @OptionGroup var options: BenchOptions
 
     func run() async throws { try await execute() }
@@ -60,11 +60,12 @@ struct AllBench: AsyncParsableCommand {
         report.add(try await RPCScenario(options: options).run())
         report.add(try await EdgeScenario(options: options).run())
         report.add(try await FanoutScenario(options: options).run())
+        report.add(try await NHScenario(options: options).run())
         for table in report.tables { print(table + "\n") }
         print("## summary (ratio = value ÷ baseline; see `better` in the JSON for which way is good)\n")
         print(report.summary())
         print("\nall scenarios in \((ContinuousClock.now - started).wholeMilliseconds / 1000) s")
-        try options.finish(report, scenarios: ["rpc", "edge", "fanout", "memory"])
+        try options.finish(report, scenarios: ["rpc", "edge", "fanout", "memory", "nh"])
     }
 }
 

@@ -16,6 +16,7 @@ do {
     case let command as RPCBench: try await command.execute()
     case let command as EdgeBench: try await command.execute()
     case let command as FanoutBench: try await command.execute()
+    case let command as NHBench: try await command.execute()
     case let command as SoakBench: try await command.execute()
     case let command as ServeBench: try await command.execute()
     case let command as HelloServer: try await command.execute()

@@ -246,16 +246,9 @@ struct NotificationHubsTests {
                 sends[hub] = String(location.split(separator: "/").last!.split(separator: "?").first!)
             }
             // Both sends finished (outcomes from herald-dispatch), then what reached APNs is checked whole.
-            try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .seconds(30)) { client in
-                for (hub, id) in sends {
-                    let deadline = ContinuousClock.now + .seconds(20)
-                    var outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
-                    while outcome.state != .completed, ContinuousClock.now < deadline {
-                        try await Task.sleep(for: .milliseconds(50))
-                        outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
-                    }
-                    #expect(outcome.state == .completed && outcome.platforms.first?.success == 2, "\(hub): \(outcome)")
-                }
+            for (hub, id) in sends {
+                let outcome = try await Self.finalOutcome(live, notification: id)
+                #expect(outcome.state == .completed && outcome.platforms.first?.success == 2, "\(hub): \(outcome)")
             }
             let apns = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
             #expect(apns.count == 4)
@@ -267,6 +260,76 @@ struct NotificationHubsTests {
                 #expect(ProviderFixture.unverifiedKeyID(String(request.header("authorization")!.dropFirst(7))) == keys[hub]!.kid)
                 #expect(request.header("apns-topic") == keys[hub]!.topic)
             }
+        }
+    }
+
+    @Test("APNs says a channel is dead: the installation is kept with pushChannelExpired, the next send skips it, a new channel clears it")
+    func feedbackMarksExpired() async throws {
+        try await PushDeliveryTests.withProviders { fixture, live in
+            let full = try Self.hub("feedback", live).full
+            let herald = live.configuration.binDirectory + "/herald"
+            let set = try runProgram(
+                herald,
+                [
+                    "hubs", "credentials", "set", "feedback", "apns", "key=@\(fixture.folder)/apns.p8", "key-id=\(ProviderFixture.keyID)",
+                    "team-id=\(ProviderFixture.teamID)", "topic=\(ProviderFixture.topic)", "url=\(fixture.double.url)", "--runtime-dir",
+                    live.configuration.runtimeDirectory,
+                ])
+            try #require(set.status == 0, "\(set.error)")
+            let auth = Self.token(sr: Self.root(live), full)
+            let (dead, alive) = (apnsToken(301), apnsToken(302))
+            for (id, token) in [("dead", dead), ("alive", alive)] {
+                let put = try await live.edge.request(
+                    "PUT", "/feedback/installations/\(id)", authorization: auth,
+                    body: #"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(token)","tags":["t"]}"#)
+                #expect(put.status == 200, "\(put.text)")
+            }
+            let since = Int64(Date().timeIntervalSince1970 * 1000) + 1000
+            fixture.queue(dead, .json(410, ["reason": "Unregistered", "timestamp": since]))
+            func send() async throws -> EdgeClient.Reply {
+                try await live.edge.request(
+                    "POST", "/feedback/messages", authorization: auth, bytes: Data(#"{"aps":{"alert":"x"}}"#.utf8),
+                    contentType: "application/json",
+                    headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "t")])
+            }
+            #expect(try await send().status == 201)
+            // Dispatch reports dead handles from a durable queue: poll the installation.
+            var expired = false
+            let deadline = ContinuousClock.now + .seconds(15)
+            while !expired, ContinuousClock.now < deadline {
+                let got = try await live.edge.request("GET", "/feedback/installations/dead", authorization: auth)
+                try #require(got.status == 200, "the installation must be kept: \(got.text)")
+                expired = try got.json()["pushChannelExpired"] as? Bool == true
+                if !expired { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(expired)
+            let before = fixture.double.requests.count
+            let second = try await send()
+            let outcome = try await Self.finalOutcome(live, notification: try #require(second.header("Location")))
+            #expect(outcome.platforms.first?.success == 1, "\(outcome)")
+            let after = fixture.double.requests.dropFirst(before)
+            #expect(after.count == 1 && after.first?.path == "/3/device/\(alive)", "\(after.map(\.path))")
+            let patch = try await live.edge.request(
+                "PATCH", "/feedback/installations/dead", authorization: auth,
+                body: #"[{"op":"replace","path":"/pushChannel","value":"\#(apnsToken(303))"}]"#)
+            #expect(patch.status == 200)
+            #expect(
+                try await live.edge.request("GET", "/feedback/installations/dead", authorization: auth).json()["pushChannelExpired"]
+                    as? Bool == false)
+        }
+    }
+
+    /// Polls herald-dispatch until the send (an id, or a Location ending in one) is final.
+    static func finalOutcome(_ live: LiveStack, notification: String) async throws -> Outcome {
+        let id = String(notification.split(separator: "/").last!.split(separator: "?").first!)
+        return try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .seconds(30)) { client in
+            let deadline = ContinuousClock.now + .seconds(20)
+            var outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+            while outcome.state == .enqueued || outcome.state == .processing, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+                outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+            }
+            return outcome
         }
     }
 
