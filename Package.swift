@@ -251,7 +251,7 @@ let package = Package(
             .target(
                 name: "HeraldTestSupport", path: "Tests/HeraldTestSupport", swiftSettings: swiftSettings
             ),
-            .testTarget(name: "HeraldModelTests", dependencies: ["HeraldModel"], swiftSettings: swiftSettings),
+            .testTarget(name: "HeraldModelTests", dependencies: ["HeraldModel", "HeraldTestSupport"], swiftSettings: swiftSettings),
             .testTarget(
                 name: "HeraldRPCTests",
                 dependencies: [

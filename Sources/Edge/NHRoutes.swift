@@ -274,7 +274,7 @@ struct NHError {
         headers[.wwwAuthenticate] = nil
         headers[.contentType] = "application/xml; charset=utf-8"
         headers[HTTPField.Name("TrackingId")!] = requestID
-        let stamp = ISO8601DateFormatter().string(from: Date())
+        let stamp = Date().formatted(Date.ISO8601FormatStyle())
         let detail = NativePayloads.xmlEscaped("\(error.message).TrackingId:\(requestID),TimeStamp:\(stamp)")
         let xml = "<Error><Code>\(error.status.code)</Code><Detail>\(detail)</Detail></Error>"
         return Response(status: error.status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: xml)))
