@@ -249,7 +249,8 @@ let package = Package(
             ),
             // Test targets: one per library (unit tests), plus IntegrationTests over the real executables.
             .target(
-                name: "HeraldTestSupport", path: "Tests/HeraldTestSupport", swiftSettings: swiftSettings
+                name: "HeraldTestSupport", dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+                path: "Tests/HeraldTestSupport", swiftSettings: swiftSettings
             ),
             .testTarget(name: "HeraldModelTests", dependencies: ["HeraldModel", "HeraldTestSupport"], swiftSettings: swiftSettings),
             .testTarget(
@@ -271,7 +272,7 @@ let package = Package(
                 ],
                 swiftSettings: swiftSettings
             ),
-            serviceTests("AuthService", extra: [.product(name: "Crypto", package: "swift-crypto")]),
+            serviceTests("AuthService"),
             serviceTests("RegistrationService"),
             serviceTests("PayloadService"),
             serviceTests(
@@ -291,7 +292,7 @@ let package = Package(
             .testTarget(
                 name: "IntegrationTests",
                 dependencies: [
-                    "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService", "Edge",
+                    "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService", "Edge", "HeraldTestSupport",
                     .product(name: "AsyncHTTPClient", package: "async-http-client"),
                     .product(name: "GRDB", package: "GRDB.swift"),
                     // The push-service doubles: HTTP/2 over TLS on loopback, checking ES256 signatures.

@@ -84,21 +84,27 @@ extension EdgeRoutes {
 
     /// `PUT /{hub}/installations/{id}`: create or replace. 200, empty body, `Content-Location`.
     func putInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Listen")
-        let id = try context.parameters.require("id")
-        let body = try await collect(request, upTo: config.maxBodyBytes)
-        _ = try await registration.putInstallation(
-            PutInstallationRequest(hub: hub, installationID: id, json: [UInt8](body)), requestID: context.requestID)
-        return Self.nhEmpty(.ok, contentLocation: Self.contentLocation(request, hub: hub, id: id))
+        try await writeInstallation(request, context) { hub, id, body in
+            _ = try await registration.putInstallation(
+                PutInstallationRequest(hub: hub, installationID: id, json: body), requestID: context.requestID)
+        }
     }
 
     /// `PATCH /{hub}/installations/{id}`: JSON-Patch, `application/json-patch+json` or `application/json`. 200.
     func patchInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        try await writeInstallation(request, context) { hub, id, body in
+            _ = try await registration.patchInstallation(
+                PatchInstallationRequest(hub: hub, installationID: id, patch: body), requestID: context.requestID)
+        }
+    }
+
+    /// A write with Listen: the body to `call`, then NH's empty 200 with `Content-Location`.
+    private func writeInstallation(
+        _ request: Request, _ context: EdgeRequestContext, _ call: (String, String, [UInt8]) async throws -> Void
+    ) async throws -> Response {
         let hub = try await authorizeSAS(request, context, needs: "Listen")
         let id = try context.parameters.require("id")
-        let body = try await collect(request, upTo: config.maxBodyBytes)
-        _ = try await registration.patchInstallation(
-            PatchInstallationRequest(hub: hub, installationID: id, patch: [UInt8](body)), requestID: context.requestID)
+        try await call(hub, id, [UInt8](try await collect(request, upTo: config.maxBodyBytes)))
         return Self.nhEmpty(.ok, contentLocation: Self.contentLocation(request, hub: hub, id: id))
     }
 

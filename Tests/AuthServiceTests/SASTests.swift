@@ -1,5 +1,4 @@
 import AuthService
-import Crypto
 import Foundation
 import GRDB
 import HeraldModel
@@ -38,30 +37,11 @@ struct SASTests {
             listen: try #require(keys.first { $0.name == HubStore.listenKeyName }))
     }
 
-    /// Percent-encodes everything but unreserved characters, with upper or lower-case hex.
-    static func encode(_ text: String, lower: Bool) -> String {
-        var out = ""
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
-                out.append(Character(Unicode.Scalar(byte)))
-            default:
-                out += String(format: lower ? "%%%02x" : "%%%02X", byte)
-            }
-        }
-        return out
-    }
-
-    static func signature(_ sr: String, _ se: Int64, key: String) -> String {
-        let mac = HMAC<SHA256>.authenticationCode(for: Data("\(sr)\n\(se)".utf8), using: SymmetricKey(data: Data(key.utf8)))
-        return Data(mac).base64EncodedString()
-    }
+    static func encode(_ text: String, lower: Bool) -> String { SASTokens.encode(text, lower: lower) }
 
     /// The token of one SDK: its `sr`, its parameter order, its escape case for `sig`.
     static func token(sr: String, key: HubKey, se: Int64, order: [String] = ["sr", "sig", "se", "skn"], lower: Bool = false) -> String {
-        let values = ["sr": sr, "sig": encode(signature(sr, se, key: key.primaryKey), lower: lower), "se": "\(se)", "skn": key.name]
-        return "SharedAccessSignature " + order.map { "\($0)=\(values[$0]!)" }.joined(separator: "&")
+        SASTokens.token(sr: sr, keyName: key.name, key: key.primaryKey, expiry: se, order: order, lower: lower)
     }
 
     /// Every SDK's `sr` for a request to `https://host/app1/installations/dev-1?api-version=…`.

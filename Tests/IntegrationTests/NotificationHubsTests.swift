@@ -4,6 +4,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldStack
+import HeraldTestSupport
 import Testing
 
 /// Herald's Notification Hubs API driven the way NH's clients drive it: PyPI's
@@ -37,25 +38,12 @@ struct NotificationHubsTests {
         return (fields["SharedAccessKeyName"]!, fields["SharedAccessKey"]!)
     }
 
-    static func encode(_ text: String, lower: Bool) -> String {
-        var out = ""
-        for byte in text.utf8 {
-            if (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || "-._~".utf8.contains(byte)
-            {
-                out.append(Character(Unicode.Scalar(byte)))
-            } else {
-                out += String(format: lower ? "%%%02x" : "%%%02X", byte)
-            }
-        }
-        return out
-    }
+    static func encode(_ text: String, lower: Bool) -> String { SASTokens.encode(text, lower: lower) }
 
-    /// A token with `sr` exactly as given.
+    /// A token with `sr` exactly as given, signed with the connection string's key.
     static func token(sr: String, _ connectionString: String, expiry: Int64 = Int64(Date().timeIntervalSince1970) + 600) -> String {
         let (name, key) = secret(connectionString)
-        let mac = HMAC<SHA256>.authenticationCode(for: Data("\(sr)\n\(expiry)".utf8), using: SymmetricKey(data: Data(key.utf8)))
-        return "SharedAccessSignature sr=\(sr)&sig=\(encode(Data(mac).base64EncodedString(), lower: false))&se=\(expiry)&skn=\(name)"
+        return SASTokens.token(sr: sr, keyName: name, key: key, expiry: expiry)
     }
 
     @Test("azure-notification-hub-unofficial creates, patches, reads and deletes installations; Listen cannot send or query")
