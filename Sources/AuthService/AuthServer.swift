@@ -86,7 +86,7 @@ public struct AuthHandlers: AuthServiceHandler {
     // MARK: hubs
 
     public func createHub(_ request: CreateHubRequest, context: RPCContext) async throws -> Hub {
-        let hub = try hubs.createHub(request.name)
+        let hub = try hubs.createHub(request.name, maxInstallations: request.maxInstallations)
         context.logger.notice("hub created", metadata: ["herald.hub": "\(request.name)"])
         return hub
     }
@@ -131,6 +131,13 @@ public struct AuthHandlers: AuthServiceHandler {
         try hubs.revokeKey(hub: request.hub, name: request.name)
         context.logger.notice("hub key revoked", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)"])
         return RevokeHubKeyResponse()
+    }
+
+    public func setHubLimits(_ request: SetHubLimitsRequest, context: RPCContext) async throws -> Hub {
+        let hub = try hubs.setLimits(hub: request.hub, maxInstallations: request.maxInstallations)
+        context.logger.notice(
+            "hub limits set", metadata: ["herald.hub": "\(request.hub)", "herald.max_installations": "\(request.maxInstallations)"])
+        return hub
     }
 
     public func authorizeSas(_ request: AuthorizeSasRequest, context: RPCContext) async throws -> AuthorizeSasResponse {

@@ -84,6 +84,9 @@ public final class HubStore: Sendable {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("v3-hub-limits") { db in
+            try db.execute(sql: "ALTER TABLE hub ADD COLUMN max_installations INTEGER NOT NULL DEFAULT 0")
+        }
     }
 
     /// The hub `default` with NH's two keys, made once.
@@ -94,7 +97,8 @@ public final class HubStore: Sendable {
 
     // MARK: hubs
 
-    public func createHub(_ name: String) throws -> Hub {
+    public func createHub(_ name: String, maxInstallations: Int64 = 0) throws -> Hub {
+        guard maxInstallations >= 0 else { throw ServiceError.invalidArgument("max_installations must not be negative") }
         guard Names.isValidHubName(name) else { throw ServiceError.invalidArgument("hub name must be \(Names.hubNameRule)") }
         guard !Names.reservedHubNames.contains(name.lowercased()) else {
             throw ServiceError.invalidArgument("hub name \(name) is reserved for the edge's own routes")
@@ -102,7 +106,8 @@ public final class HubStore: Sendable {
         let now = self.now()
         do {
             try db.write { db in
-                try db.execute(sql: "INSERT INTO hub (name, created_at) VALUES (?, ?)", arguments: [name, now])
+                try db.execute(
+                    sql: "INSERT INTO hub (name, created_at, max_installations) VALUES (?, ?, ?)", arguments: [name, now, maxInstallations])
                 try Self.insertKey(hub: name, name: Self.listenKeyName, rights: .listen, now: now, in: db)
                 try Self.insertKey(hub: name, name: Self.fullKeyName, rights: .full, now: now, in: db)
             }
@@ -115,16 +120,31 @@ public final class HubStore: Sendable {
     /// The hub with its keys' names and rights, secrets left out.
     public func hub(_ name: String) throws -> Hub {
         try db.read { db in
-            guard let created = try Int64.fetchOne(db, sql: "SELECT created_at FROM hub WHERE name = ?", arguments: [name]) else {
-                throw ServiceError.notFound("hub \(name) not found")
-            }
-            return Hub(name: name, createdAtUnixMs: created, keys: try Self.keys(of: name, secrets: false, in: db))
+            guard let row = try Row.fetchOne(db, sql: "SELECT created_at, max_installations FROM hub WHERE name = ?", arguments: [name])
+            else { throw ServiceError.notFound("hub \(name) not found") }
+            return Hub(
+                name: name, createdAtUnixMs: row["created_at"], keys: try Self.keys(of: name, secrets: false, in: db),
+                maxInstallations: row["max_installations"])
         }
     }
 
     public func listHubs() throws -> [Hub] {
         let names = try db.read { db in try String.fetchAll(db, sql: "SELECT name FROM hub ORDER BY name") }
         return try names.map(hub)
+    }
+
+    public func setLimits(hub: String, maxInstallations: Int64) throws -> Hub {
+        guard maxInstallations >= 0 else { throw ServiceError.invalidArgument("max_installations must not be negative") }
+        try db.write { db in
+            try db.execute(sql: "UPDATE hub SET max_installations = ? WHERE name = ?", arguments: [maxInstallations, hub])
+            guard db.changesCount == 1 else { throw ServiceError.notFound("hub \(hub) not found") }
+        }
+        return try self.hub(hub)
+    }
+
+    /// The hub's installation limit (0: none).
+    public func maxInstallations(hub: String) throws -> Int64 {
+        try db.read { db in try Int64.fetchOne(db, sql: "SELECT max_installations FROM hub WHERE name = ?", arguments: [hub]) ?? 0 }
     }
 
     public func hubExists(_ name: String) throws -> Bool {

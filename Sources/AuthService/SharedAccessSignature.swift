@@ -72,7 +72,8 @@ public struct SASVerifier: Sendable {
                 throw ServiceError.unauthenticated("40104: Invalid authorization token audience.")
             }
             throttle.succeeded(throttleKey)
-            return AuthorizeSasResponse(keyName: token.keyName, rights: key.rights.names)
+            return AuthorizeSasResponse(
+                keyName: token.keyName, rights: key.rights.names, maxInstallations: try hubs.maxInstallations(hub: hub))
         } catch let error as ServiceError where error.code == .unauthenticated {
             throttle.failed(throttleKey)
             throw error

@@ -214,7 +214,15 @@ public struct DispatchHandlers: DispatchServiceHandler {
 
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
         try TestMode.require(testMode, service: .dispatch)
-        return ResetForTestsResponse(deleted: try outbox.deleteEverything() + inbox.deleteEverything())
+        var deleted = try outbox.deleteEverything() + inbox.deleteEverything()
+        // herald-auth's reset deletes the hubs; their credentials go with them.
+        if let credentials, let hubSenders {
+            for hub in Set(try credentials.all().map(\.hub)) {
+                deleted += Int64(try credentials.delete(hub: hub, platform: .unspecified))
+                hubSenders.remove(hub: hub, platform: .unspecified)
+            }
+        }
+        return ResetForTestsResponse(deleted: deleted)
     }
 
     public func send(_ request: SendRequest, context: RPCContext) async throws -> SendResponse {

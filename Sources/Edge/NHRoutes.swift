@@ -63,6 +63,13 @@ extension EdgeRoutes {
     /// needed right is missing.
     @discardableResult
     func authorizeSAS(_ request: Request, _ context: EdgeRequestContext, needs right: String) async throws -> String {
+        try await authorizeSASAnswer(request, context, needs: right).hub
+    }
+
+    /// ``authorizeSAS(_:_:needs:)`` with herald-auth's whole answer (the hub's limits).
+    func authorizeSASAnswer(
+        _ request: Request, _ context: EdgeRequestContext, needs right: String
+    ) async throws -> (hub: String, answer: AuthorizeSasResponse) {
         let hub = try context.parameters.require("hub")
         guard Names.isValidHubName(hub) else { throw EdgeError(.notFound, "no hub \(hub): hub names are \(Names.hubNameRule)") }
         guard let header = request.headers[.authorization], !header.isEmpty else {
@@ -77,22 +84,22 @@ extension EdgeRoutes {
                 .forbidden,
                 "the key \(answer.keyName) has \(answer.rights.joined(separator: ", ")); this call needs \(right)")
         }
-        return hub
+        return (hub, answer)
     }
 
     // MARK: installations
 
     /// `PUT /{hub}/installations/{id}`: create or replace. 200, empty body, `Content-Location`.
     func putInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        try await writeInstallation(request, context) { hub, id, body in
+        try await writeInstallation(request, context) { hub, id, body, limit in
             _ = try await registration.putInstallation(
-                PutInstallationRequest(hub: hub, installationID: id, json: body), requestID: context.requestID)
+                PutInstallationRequest(hub: hub, installationID: id, json: body, maxInstallations: limit), requestID: context.requestID)
         }
     }
 
     /// `PATCH /{hub}/installations/{id}`: JSON-Patch, `application/json-patch+json` or `application/json`. 200.
     func patchInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        try await writeInstallation(request, context) { hub, id, body in
+        try await writeInstallation(request, context) { hub, id, body, _ in
             _ = try await registration.patchInstallation(
                 PatchInstallationRequest(hub: hub, installationID: id, patch: body), requestID: context.requestID)
         }
@@ -100,11 +107,11 @@ extension EdgeRoutes {
 
     /// A write with Listen: the body to `call`, then NH's empty 200 with `Content-Location`.
     private func writeInstallation(
-        _ request: Request, _ context: EdgeRequestContext, _ call: (String, String, [UInt8]) async throws -> Void
+        _ request: Request, _ context: EdgeRequestContext, _ call: (String, String, [UInt8], Int64) async throws -> Void
     ) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Listen")
+        let (hub, answer) = try await authorizeSASAnswer(request, context, needs: "Listen")
         let id = try context.parameters.require("id")
-        try await call(hub, id, [UInt8](try await collect(request, upTo: config.maxBodyBytes)))
+        try await call(hub, id, [UInt8](try await collect(request, upTo: config.maxBodyBytes)), answer.maxInstallations)
         return Self.nhEmpty(.ok, contentLocation: Self.contentLocation(request, hub: hub, id: id))
     }
 

@@ -12,9 +12,27 @@ import HeraldService
 extension RegistrationStore {
     /// Creates or replaces; keeps the row (and its id) of an existing installation. A changed push
     /// channel clears `pushChannelExpired`; the same channel keeps it.
+    /// With `maxInstallations` above 0, creating one more in a hub that holds that many is
+    /// RESOURCE_EXHAUSTED (counted over the (hub, installation_id) index, in the same transaction).
     @discardableResult
-    public func putInstallation(hub: String, _ installation: Installation) throws -> Installation {
-        try db.write { db in try Self.write(hub: hub, installation, now: now(), in: db) }
+    public func putInstallation(hub: String, _ installation: Installation, maxInstallations: Int64 = 0) throws -> Installation {
+        try db.write { db in
+            if maxInstallations > 0,
+                try Bool.fetchOne(
+                    db, sql: "SELECT 1 FROM registration WHERE hub = ? AND installation_id = ?",
+                    arguments: [hub, installation.installationID])
+                    == nil
+            {
+                let count =
+                    try Int64.fetchOne(
+                        db, sql: "SELECT COUNT(*) FROM registration WHERE hub = ? AND installation_id IS NOT NULL", arguments: [hub]) ?? 0
+                guard count < maxInstallations else {
+                    throw ServiceError(
+                        .resourceExhausted, "hub \(hub) holds its limit of \(maxInstallations) installations (herald hubs limits \(hub))")
+                }
+            }
+            return try Self.write(hub: hub, installation, now: now(), in: db)
+        }
     }
 
     /// Reads, patches and writes back in one transaction.

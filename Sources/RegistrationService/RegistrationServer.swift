@@ -115,7 +115,9 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
 
     public func putInstallation(_ request: PutInstallationRequest, context: RPCContext) async throws -> InstallationResponse {
         let installation = try Installation.parse(request.json, id: request.installationID, hosts: hosts)
-        return InstallationResponse(json: try store.putInstallation(hub: Names.hub(request.hub), installation).json())
+        guard request.maxInstallations >= 0 else { throw ServiceError.invalidArgument("max_installations must not be negative") }
+        return InstallationResponse(
+            json: try store.putInstallation(hub: Names.hub(request.hub), installation, maxInstallations: request.maxInstallations).json())
     }
 
     public func patchInstallation(_ request: PatchInstallationRequest, context: RPCContext) async throws -> InstallationResponse {

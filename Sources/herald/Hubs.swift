@@ -10,7 +10,7 @@ import HeraldStack
 struct Hubs: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage hubs (one per app) and their keys.",
-        subcommands: [Add.self, List.self, Show.self, Delete.self, Keys.self, Key.self, Grant.self, Credentials.self])
+        subcommands: [Add.self, List.self, Show.self, Delete.self, Keys.self, Key.self, Grant.self, Credentials.self, Limits.self])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -18,10 +18,12 @@ struct Hubs: AsyncParsableCommand {
         @OptionGroup var stack: StackOptions
         @Argument(help: "Hub name: \(Names.hubNameRule)")
         var name: String
+        @Option(help: "At most this many installations (0: no limit).")
+        var maxInstallations: Int64 = 0
 
         func run() async throws {
             let hub = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).createHub(CreateHubRequest(name: name))
+                try await AuthServiceClient(client).createHub(CreateHubRequest(name: name, maxInstallations: maxInstallations))
             }
             print("hub \(hub.name) created; its connection strings: herald hubs keys \(hub.name)")
         }
@@ -53,6 +55,7 @@ struct Hubs: AsyncParsableCommand {
                 try await AuthServiceClient(client).getHub(GetHubRequest(name: name))
             }
             print("hub \(hub.name)\tcreated \(List.date(hub.createdAtUnixMs))")
+            print("  max installations \(hub.maxInstallations == 0 ? "unlimited" : String(hub.maxInstallations))")
             for key in hub.keys { print("  key \(key.name)\t\(key.rights.joined(separator: ","))") }
         }
     }
@@ -74,6 +77,21 @@ struct Hubs: AsyncParsableCommand {
                 try await RegistrationServiceClient(client).deleteHubDevices(DeleteHubDevicesRequest(hub: name)).deleted
             }
             print("hub \(name) deleted with its keys, credentials and \(devices) device(s)")
+        }
+    }
+
+    struct Limits: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Change a hub's limits.")
+        @OptionGroup var stack: StackOptions
+        @Argument var name: String
+        @Option(help: "At most this many installations (0: no limit); existing ones stay.")
+        var maxInstallations: Int64
+
+        func run() async throws {
+            let hub = try await withService(.auth, stack) { client in
+                try await AuthServiceClient(client).setHubLimits(SetHubLimitsRequest(hub: name, maxInstallations: maxInstallations))
+            }
+            print("hub \(hub.name): max installations \(hub.maxInstallations == 0 ? "unlimited" : String(hub.maxInstallations))")
         }
     }
 

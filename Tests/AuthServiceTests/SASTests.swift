@@ -178,6 +178,17 @@ struct SASTests {
         try f.hubs.grant(hub: "app1", user: "alice", rights: .send)
         #expect(try f.hubs.rights(hub: "app1", user: "alice") == .send)
         #expect(try f.hubs.rights(hub: "app2", user: "alice") == [])
+        // Limits: stored, changed, answered with every authorization.
+        #expect(try f.hubs.createHub("limited", maxInstallations: 5).maxInstallations == 5)
+        #expect(try f.hubs.setLimits(hub: "limited", maxInstallations: 7).maxInstallations == 7)
+        #expect(Self.failure { try f.hubs.setLimits(hub: "limited", maxInstallations: -1) }?.code == .invalidArgument)
+        #expect(Self.failure { try f.hubs.setLimits(hub: "nope", maxInstallations: 1) }?.code == .notFound)
+        let limitedFull = try #require(try f.hubs.keys(of: "limited").first { $0.name == HubStore.fullKeyName })
+        let answer = try f.sas.authorize(
+            hub: "limited",
+            header: Self.token(sr: Self.encode("https://\(Self.host)/", lower: false), key: limitedFull, se: f.clock.now / 1000 + 60),
+            resource: Self.host + "/limited/installations/x")
+        #expect(answer.maxInstallations == 7)
         try f.hubs.deleteHub("app1")
         #expect(Self.failure { try f.hubs.keys(of: "app1") }?.code == .notFound)
         #expect(try f.hubs.rights(hub: "app1", user: "alice") == [])

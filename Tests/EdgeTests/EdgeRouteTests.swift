@@ -270,6 +270,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func grantHubRights(_ request: GrantHubRightsRequest, options: RPCCallOptions) async throws -> GrantHubRightsResponse {
         throw Self.unused()
     }
+    func setHubLimits(_ request: SetHubLimitsRequest, options: RPCCallOptions) async throws -> Hub { throw Self.unused() }
 
     // registration
     func putInstallation(_ request: PutInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse {

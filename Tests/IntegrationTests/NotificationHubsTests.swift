@@ -154,6 +154,15 @@ struct NotificationHubsTests {
                 "POST", "/huba/messages", authorization: full, bytes: Data(#"{"aps":{"alert":"x"}}"#.utf8), contentType: "application/json",
                 headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "x && (y ||")])
             expectXML(send, 400, "at character 11")
+            // The hub's installation limit: one more new installation is 429 without Retry-After; a replace is fine.
+            let limited = try runProgram(
+                live.configuration.binDirectory + "/herald",
+                ["hubs", "limits", "huba", "--max-installations", "1", "--runtime-dir", live.configuration.runtimeDirectory])
+            #expect(limited.status == 0 && limited.output.contains("max installations 1"), "\(limited.error)")
+            let over = try await call("PUT", "/huba/installations/raw-2", full, body: body.replacingOccurrences(of: "raw-1", with: "raw-2"))
+            expectXML(over, 429, "limit of 1 installations")
+            #expect(over.header("Retry-After") == nil)
+            #expect(try await call("PUT", path, full, body: body).status == 200)
             // Throttling: repeated bad signatures for one key get 429 with Retry-After, never 403.
             var forged = a.full
             forged = forged.replacingOccurrences(of: Self.secret(a.full).key, with: "guessed-key")

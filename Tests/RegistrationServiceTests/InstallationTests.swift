@@ -187,4 +187,27 @@ struct InstallationTests {
         #expect(export.count == 4)
         #expect(String(decoding: export.lines, as: UTF8.self).split(separator: "\n").allSatisfy { $0.contains(#""kind":"installation""#) })
     }
+
+    @Test("a hub's installation limit: one more new installation is RESOURCE_EXHAUSTED; replacing one, and other hubs, are not")
+    func limit() throws {
+        let store = try RegistrationStore(db: DatabaseQueue())
+        func put(_ id: String, hub: String = "small", limit: Int64 = 2) throws {
+            try store.putInstallation(
+                hub: hub, try Self.parse(#"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: id),
+                maxInstallations: limit)
+        }
+        try put("a")
+        try put("b")
+        #expect(throws: Never.self) { try put("a") }
+        do {
+            try put("c")
+            Issue.record("a third installation was accepted over the limit")
+        } catch let error as ServiceError {
+            #expect(error.code == .resourceExhausted && error.retryAfterSeconds == nil && error.message.contains("limit of 2"), "\(error)")
+        }
+        #expect(throws: Never.self) { try put("c", hub: "other") }
+        #expect(throws: Never.self) { try put("c", limit: 0) }
+        #expect(
+            try store.listInstallations(hub: "small", expression: nil, userID: nil, platform: .unspecified, after: "", limit: 9).count == 3)
+    }
 }

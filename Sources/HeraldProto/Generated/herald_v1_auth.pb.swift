@@ -867,13 +867,17 @@ extension UserExistsResponse: CBacked {
 /// Request of CreateHub.
 public struct CreateHubRequest: HeraldMessage {
     public var name: String
+    /// At most this many installations in the hub; 0: no limit.
+    public var maxInstallations: Int64
 
-    public init(name: String = "") {
+    public init(name: String = "", maxInstallations: Int64 = 0) {
         self.name = name
+        self.maxInstallations = maxInstallations
     }
 
     public init() {
         self.name = ""
+        self.maxInstallations = 0
     }
 
     public static let protoName = "herald.v1.CreateHubRequest"
@@ -893,12 +897,14 @@ extension CreateHubRequest: CBacked {
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.name = CBridge.string(m.name)
+        self.maxInstallations = m.max_installations
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
         let p = arena.allocate(CType.self)
         herald__v1__create_hub_request__init(p)
         p.pointee.name = try arena.string(self.name, field: "herald.v1.CreateHubRequest.name")
+        p.pointee.max_installations = self.maxInstallations
         return p
     }
 
@@ -917,17 +923,22 @@ public struct Hub: HeraldMessage {
     public var name: String
     public var createdAtUnixMs: Int64
     public var keys: [HubKey]
+    /// At most this many installations; 0: no limit. A PUT of a new installation beyond it is
+    /// RESOURCE_EXHAUSTED (429 at the edge, without Retry-After: waiting does not help).
+    public var maxInstallations: Int64
 
-    public init(name: String = "", createdAtUnixMs: Int64 = 0, keys: [HubKey] = []) {
+    public init(name: String = "", createdAtUnixMs: Int64 = 0, keys: [HubKey] = [], maxInstallations: Int64 = 0) {
         self.name = name
         self.createdAtUnixMs = createdAtUnixMs
         self.keys = keys
+        self.maxInstallations = maxInstallations
     }
 
     public init() {
         self.name = ""
         self.createdAtUnixMs = 0
         self.keys = []
+        self.maxInstallations = 0
     }
 
     public static let protoName = "herald.v1.Hub"
@@ -949,6 +960,7 @@ extension Hub: CBacked {
         self.name = CBridge.string(m.name)
         self.createdAtUnixMs = m.created_at_unix_ms
         self.keys = (0..<m.n_keys).map { HubKey(_c: m.keys[$0]!) }
+        self.maxInstallations = m.max_installations
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -958,6 +970,7 @@ extension Hub: CBacked {
         p.pointee.created_at_unix_ms = self.createdAtUnixMs
         p.pointee.n_keys = self.keys.count
         p.pointee.keys = arena.array(try self.keys.map { Optional(try $0._toC(arena)) })
+        p.pointee.max_installations = self.maxInstallations
         return p
     }
 
@@ -1651,15 +1664,19 @@ public struct AuthorizeSasResponse: HeraldMessage {
     public var keyName: String
     /// Its rights: "Listen", "Send", "Manage".
     public var rights: [String]
+    /// The hub's installation limit (0: none), for the edge to pass on with installation writes.
+    public var maxInstallations: Int64
 
-    public init(keyName: String = "", rights: [String] = []) {
+    public init(keyName: String = "", rights: [String] = [], maxInstallations: Int64 = 0) {
         self.keyName = keyName
         self.rights = rights
+        self.maxInstallations = maxInstallations
     }
 
     public init() {
         self.keyName = ""
         self.rights = []
+        self.maxInstallations = 0
     }
 
     public static let protoName = "herald.v1.AuthorizeSasResponse"
@@ -1680,6 +1697,7 @@ extension AuthorizeSasResponse: CBacked {
         let m = pointer.pointee
         self.keyName = CBridge.string(m.key_name)
         self.rights = CBridge.strings(m.n_rights, m.rights)
+        self.maxInstallations = m.max_installations
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1688,6 +1706,7 @@ extension AuthorizeSasResponse: CBacked {
         p.pointee.key_name = try arena.string(self.keyName, field: "herald.v1.AuthorizeSasResponse.key_name")
         p.pointee.n_rights = self.rights.count
         p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.AuthorizeSasResponse.rights")
+        p.pointee.max_installations = self.maxInstallations
         return p
     }
 
@@ -1810,6 +1829,60 @@ extension GrantHubRightsResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__grant_hub_rights_response__free_unpacked(p, nil) }
 }
 
+/// Request of SetHubLimits.
+public struct SetHubLimitsRequest: HeraldMessage {
+    public var hub: String
+    /// 0: no limit.
+    public var maxInstallations: Int64
+
+    public init(hub: String = "", maxInstallations: Int64 = 0) {
+        self.hub = hub
+        self.maxInstallations = maxInstallations
+    }
+
+    public init() {
+        self.hub = ""
+        self.maxInstallations = 0
+    }
+
+    public static let protoName = "herald.v1.SetHubLimitsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension SetHubLimitsRequest: CBacked {
+    typealias CType = Herald__V1__SetHubLimitsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.maxInstallations = m.max_installations
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__set_hub_limits_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.SetHubLimitsRequest.hub")
+        p.pointee.max_installations = self.maxInstallations
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__set_hub_limits_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__set_hub_limits_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__set_hub_limits_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__set_hub_limits_request__free_unpacked(p, nil) }
+}
+
 /// Authenticates callers of the edge and manages users and tokens.
 /// Method descriptors of `herald.v1.AuthService`.
 public enum AuthServiceMethods {
@@ -1842,7 +1915,8 @@ public enum AuthServiceMethods {
     /// stores secure or rich content for someone other than the caller.
     /// Errors: INVALID_ARGUMENT for a name that is not a user name.
     public static let userExists = UnaryMethod<UserExistsRequest, UserExistsResponse>(service: serviceName, method: "UserExists")
-    /// Deletes every account and token, then creates `test-user` again when it is set;
+    /// Deletes every account, token, hub (the hub "default" is made again with new keys) and grant, then
+    /// creates `test-user` again when it is set;
     /// lockouts and cached credentials are forgotten, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
@@ -1878,7 +1952,9 @@ public enum AuthServiceMethods {
     /// Sets the rights a Herald user holds on a hub (empty: none). Without Send a user may send only
     /// to their own devices. Errors: NOT_FOUND for the hub or the user; INVALID_ARGUMENT.
     public static let grantHubRights = UnaryMethod<GrantHubRightsRequest, GrantHubRightsResponse>(service: serviceName, method: "GrantHubRights")
+    /// Changes a hub's limits. Errors: NOT_FOUND; INVALID_ARGUMENT for a negative limit.
+    public static let setHubLimits = UnaryMethod<SetHubLimitsRequest, Hub>(service: serviceName, method: "SetHubLimits")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, userExists.fullName, resetForTests.fullName, createHub.fullName, listHubs.fullName, getHub.fullName, deleteHub.fullName, listHubKeys.fullName, setHubKey.fullName, rotateHubKey.fullName, revokeHubKey.fullName, authorizeSas.fullName, grantHubRights.fullName]
+    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, userExists.fullName, resetForTests.fullName, createHub.fullName, listHubs.fullName, getHub.fullName, deleteHub.fullName, listHubKeys.fullName, setHubKey.fullName, rotateHubKey.fullName, revokeHubKey.fullName, authorizeSas.fullName, grantHubRights.fullName, setHubLimits.fullName]
 }

@@ -1445,7 +1445,7 @@ public enum DispatchServiceMethods {
     /// The outbox entries of one send: state, attempts and the message id every attempt reused.
     /// Errors: NOT_FOUND as for GetOutcome.
     public static let listDeliveries = UnaryMethod<ListDeliveriesRequest, ListDeliveriesResponse>(service: serviceName, method: "ListDeliveries")
-    /// Deletes every send, its outbox entries, outcomes and handle removals, and the inbox, so that integration tests start each case from nothing. Only
+    /// Deletes every send, its outbox entries, outcomes and handle removals, the inbox and hubs' credentials, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
     /// Push credentials of a hub other than "default" (whose are herald-dispatch's own settings and

@@ -755,17 +755,22 @@ public struct PutInstallationRequest: HeraldMessage {
     public var installationID: String
     /// NH's installation JSON.
     public var json: [UInt8]
+    /// The hub's installation limit (from herald-auth, via the edge); 0: none. Creating one more
+    /// installation in a hub that holds this many is RESOURCE_EXHAUSTED; replacing one is not.
+    public var maxInstallations: Int64
 
-    public init(hub: String = "", installationID: String = "", json: [UInt8] = []) {
+    public init(hub: String = "", installationID: String = "", json: [UInt8] = [], maxInstallations: Int64 = 0) {
         self.hub = hub
         self.installationID = installationID
         self.json = json
+        self.maxInstallations = maxInstallations
     }
 
     public init() {
         self.hub = ""
         self.installationID = ""
         self.json = []
+        self.maxInstallations = 0
     }
 
     public static let protoName = "herald.v1.PutInstallationRequest"
@@ -787,6 +792,7 @@ extension PutInstallationRequest: CBacked {
         self.hub = CBridge.string(m.hub)
         self.installationID = CBridge.string(m.installation_id)
         self.json = CBridge.bytes(m.json)
+        self.maxInstallations = m.max_installations
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -795,6 +801,7 @@ extension PutInstallationRequest: CBacked {
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.PutInstallationRequest.hub")
         p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.PutInstallationRequest.installation_id")
         p.pointee.json = arena.binary(self.json)
+        p.pointee.max_installations = self.maxInstallations
         return p
     }
 
@@ -1425,7 +1432,7 @@ public enum RegistrationServiceMethods {
     /// that id gets 410 and the app registers again. Idempotent. Errors: INVALID_ARGUMENT when
     /// platform or handle is missing.
     public static let removeHandle = UnaryMethod<RemoveHandleRequest, RemoveHandleResponse>(service: serviceName, method: "RemoveHandle")
-    /// Deletes every registration and its tags, so that integration tests start each case from nothing. Only
+    /// Deletes every registration and installation (every hub) and their tags, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
     /// Notification Hubs installations, per hub. Installation bodies travel as NH's JSON (UTF-8), as

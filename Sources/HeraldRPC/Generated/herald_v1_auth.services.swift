@@ -31,7 +31,8 @@ public protocol AuthServiceHandler: Sendable {
     /// stores secure or rich content for someone other than the caller.
     /// Errors: INVALID_ARGUMENT for a name that is not a user name.
     func userExists(_ request: UserExistsRequest, context: RPCContext) async throws -> UserExistsResponse
-    /// Deletes every account and token, then creates `test-user` again when it is set;
+    /// Deletes every account, token, hub (the hub "default" is made again with new keys) and grant, then
+    /// creates `test-user` again when it is set;
     /// lockouts and cached credentials are forgotten, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
@@ -67,6 +68,8 @@ public protocol AuthServiceHandler: Sendable {
     /// Sets the rights a Herald user holds on a hub (empty: none). Without Send a user may send only
     /// to their own devices. Errors: NOT_FOUND for the hub or the user; INVALID_ARGUMENT.
     func grantHubRights(_ request: GrantHubRightsRequest, context: RPCContext) async throws -> GrantHubRightsResponse
+    /// Changes a hub's limits. Errors: NOT_FOUND; INVALID_ARGUMENT for a negative limit.
+    func setHubLimits(_ request: SetHubLimitsRequest, context: RPCContext) async throws -> Hub
 }
 
 extension AuthServiceHandler {
@@ -132,6 +135,9 @@ extension AuthServiceHandler {
         table.register(AuthServiceMethods.grantHubRights) { request, context in
             try await self.grantHubRights(request, context: context)
         }
+        table.register(AuthServiceMethods.setHubLimits) { request, context in
+            try await self.setHubLimits(request, context: context)
+        }
     }
 }
 
@@ -163,7 +169,8 @@ public protocol AuthServiceClientProtocol: Sendable {
     /// stores secure or rich content for someone other than the caller.
     /// Errors: INVALID_ARGUMENT for a name that is not a user name.
     func userExists(_ request: UserExistsRequest, options: RPCCallOptions) async throws -> UserExistsResponse
-    /// Deletes every account and token, then creates `test-user` again when it is set;
+    /// Deletes every account, token, hub (the hub "default" is made again with new keys) and grant, then
+    /// creates `test-user` again when it is set;
     /// lockouts and cached credentials are forgotten, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
@@ -199,6 +206,8 @@ public protocol AuthServiceClientProtocol: Sendable {
     /// Sets the rights a Herald user holds on a hub (empty: none). Without Send a user may send only
     /// to their own devices. Errors: NOT_FOUND for the hub or the user; INVALID_ARGUMENT.
     func grantHubRights(_ request: GrantHubRightsRequest, options: RPCCallOptions) async throws -> GrantHubRightsResponse
+    /// Changes a hub's limits. Errors: NOT_FOUND; INVALID_ARGUMENT for a negative limit.
+    func setHubLimits(_ request: SetHubLimitsRequest, options: RPCCallOptions) async throws -> Hub
 }
 
 extension AuthServiceClientProtocol {
@@ -302,6 +311,11 @@ extension AuthServiceClientProtocol {
     ) async throws -> GrantHubRightsResponse {
         try await grantHubRights(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func setHubLimits(
+        _ request: SetHubLimitsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> Hub {
+        try await setHubLimits(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.AuthService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -391,5 +405,9 @@ public struct AuthServiceClient: AuthServiceClientProtocol {
 
     public func grantHubRights(_ request: GrantHubRightsRequest, options: RPCCallOptions) async throws -> GrantHubRightsResponse {
         try await rpc.call(AuthServiceMethods.grantHubRights, request, options: options)
+    }
+
+    public func setHubLimits(_ request: SetHubLimitsRequest, options: RPCCallOptions) async throws -> Hub {
+        try await rpc.call(AuthServiceMethods.setHubLimits, request, options: options)
     }
 }

@@ -19,7 +19,7 @@ public protocol DispatchServiceHandler: Sendable {
     /// The outbox entries of one send: state, attempts and the message id every attempt reused.
     /// Errors: NOT_FOUND as for GetOutcome.
     func listDeliveries(_ request: ListDeliveriesRequest, context: RPCContext) async throws -> ListDeliveriesResponse
-    /// Deletes every send, its outbox entries, outcomes and handle removals, and the inbox, so that integration tests start each case from nothing. Only
+    /// Deletes every send, its outbox entries, outcomes and handle removals, the inbox and hubs' credentials, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
     /// Push credentials of a hub other than "default" (whose are herald-dispatch's own settings and
@@ -79,7 +79,7 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// The outbox entries of one send: state, attempts and the message id every attempt reused.
     /// Errors: NOT_FOUND as for GetOutcome.
     func listDeliveries(_ request: ListDeliveriesRequest, options: RPCCallOptions) async throws -> ListDeliveriesResponse
-    /// Deletes every send, its outbox entries, outcomes and handle removals, and the inbox, so that integration tests start each case from nothing. Only
+    /// Deletes every send, its outbox entries, outcomes and handle removals, the inbox and hubs' credentials, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
     /// Push credentials of a hub other than "default" (whose are herald-dispatch's own settings and

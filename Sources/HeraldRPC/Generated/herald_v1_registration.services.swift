@@ -25,7 +25,7 @@ public protocol RegistrationServiceHandler: Sendable {
     /// that id gets 410 and the app registers again. Idempotent. Errors: INVALID_ARGUMENT when
     /// platform or handle is missing.
     func removeHandle(_ request: RemoveHandleRequest, context: RPCContext) async throws -> RemoveHandleResponse
-    /// Deletes every registration and its tags, so that integration tests start each case from nothing. Only
+    /// Deletes every registration and installation (every hub) and their tags, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
     /// Notification Hubs installations, per hub. Installation bodies travel as NH's JSON (UTF-8), as
@@ -125,7 +125,7 @@ public protocol RegistrationServiceClientProtocol: Sendable {
     /// that id gets 410 and the app registers again. Idempotent. Errors: INVALID_ARGUMENT when
     /// platform or handle is missing.
     func removeHandle(_ request: RemoveHandleRequest, options: RPCCallOptions) async throws -> RemoveHandleResponse
-    /// Deletes every registration and its tags, so that integration tests start each case from nothing. Only
+    /// Deletes every registration and installation (every hub) and their tags, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
     /// Notification Hubs installations, per hub. Installation bodies travel as NH's JSON (UTF-8), as

@@ -1582,6 +1582,51 @@ void   herald__v1__grant_hub_rights_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__grant_hub_rights_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__set_hub_limits_request__init
+                     (Herald__V1__SetHubLimitsRequest         *message)
+{
+  static const Herald__V1__SetHubLimitsRequest init_value = HERALD__V1__SET_HUB_LIMITS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__set_hub_limits_request__get_packed_size
+                     (const Herald__V1__SetHubLimitsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__set_hub_limits_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__set_hub_limits_request__pack
+                     (const Herald__V1__SetHubLimitsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__set_hub_limits_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__set_hub_limits_request__pack_to_buffer
+                     (const Herald__V1__SetHubLimitsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__set_hub_limits_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__SetHubLimitsRequest *
+       herald__v1__set_hub_limits_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__SetHubLimitsRequest *)
+     protobuf_c_message_unpack (&herald__v1__set_hub_limits_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__set_hub_limits_request__free_unpacked
+                     (Herald__V1__SetHubLimitsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__set_hub_limits_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor herald__v1__authenticate_request__field_descriptors[2] =
 {
   {
@@ -2305,7 +2350,7 @@ const ProtobufCMessageDescriptor herald__v1__user_exists_response__descriptor =
   (ProtobufCMessageInit) herald__v1__user_exists_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__create_hub_request__field_descriptors[1] =
+static const ProtobufCFieldDescriptor herald__v1__create_hub_request__field_descriptors[2] =
 {
   {
     "name",
@@ -2319,14 +2364,27 @@ static const ProtobufCFieldDescriptor herald__v1__create_hub_request__field_desc
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "max_installations",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__CreateHubRequest, max_installations),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__create_hub_request__field_indices_by_name[] = {
+  1,   /* field[1] = max_installations */
   0,   /* field[0] = name */
 };
 static const ProtobufCIntRange herald__v1__create_hub_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor herald__v1__create_hub_request__descriptor =
 {
@@ -2336,14 +2394,14 @@ const ProtobufCMessageDescriptor herald__v1__create_hub_request__descriptor =
   "Herald__V1__CreateHubRequest",
   "herald.v1",
   sizeof(Herald__V1__CreateHubRequest),
-  1,
+  2,
   herald__v1__create_hub_request__field_descriptors,
   herald__v1__create_hub_request__field_indices_by_name,
   1,  herald__v1__create_hub_request__number_ranges,
   (ProtobufCMessageInit) herald__v1__create_hub_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__hub__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__hub__field_descriptors[4] =
 {
   {
     "name",
@@ -2381,16 +2439,29 @@ static const ProtobufCFieldDescriptor herald__v1__hub__field_descriptors[3] =
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "max_installations",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Hub, max_installations),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__hub__field_indices_by_name[] = {
   1,   /* field[1] = created_at_unix_ms */
   2,   /* field[2] = keys */
+  3,   /* field[3] = max_installations */
   0,   /* field[0] = name */
 };
 static const ProtobufCIntRange herald__v1__hub__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__hub__descriptor =
 {
@@ -2400,7 +2471,7 @@ const ProtobufCMessageDescriptor herald__v1__hub__descriptor =
   "Herald__V1__Hub",
   "herald.v1",
   sizeof(Herald__V1__Hub),
-  3,
+  4,
   herald__v1__hub__field_descriptors,
   herald__v1__hub__field_indices_by_name,
   1,  herald__v1__hub__number_ranges,
@@ -2997,7 +3068,7 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_request__descriptor =
   (ProtobufCMessageInit) herald__v1__authorize_sas_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[3] =
 {
   {
     "key_name",
@@ -3023,15 +3094,28 @@ static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "max_installations",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasResponse, max_installations),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authorize_sas_response__field_indices_by_name[] = {
   0,   /* field[0] = key_name */
+  2,   /* field[2] = max_installations */
   1,   /* field[1] = rights */
 };
 static const ProtobufCIntRange herald__v1__authorize_sas_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor =
 {
@@ -3041,7 +3125,7 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor 
   "Herald__V1__AuthorizeSasResponse",
   "herald.v1",
   sizeof(Herald__V1__AuthorizeSasResponse),
-  2,
+  3,
   herald__v1__authorize_sas_response__field_descriptors,
   herald__v1__authorize_sas_response__field_indices_by_name,
   1,  herald__v1__authorize_sas_response__number_ranges,
@@ -3150,7 +3234,58 @@ const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_response__descript
   (ProtobufCMessageInit) herald__v1__grant_hub_rights_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[20] =
+static const ProtobufCFieldDescriptor herald__v1__set_hub_limits_request__field_descriptors[2] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubLimitsRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "max_installations",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubLimitsRequest, max_installations),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__set_hub_limits_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = max_installations */
+};
+static const ProtobufCIntRange herald__v1__set_hub_limits_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__set_hub_limits_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.SetHubLimitsRequest",
+  "SetHubLimitsRequest",
+  "Herald__V1__SetHubLimitsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__SetHubLimitsRequest),
+  2,
+  herald__v1__set_hub_limits_request__field_descriptors,
+  herald__v1__set_hub_limits_request__field_indices_by_name,
+  1,  herald__v1__set_hub_limits_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__set_hub_limits_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[21] =
 {
   { "Authenticate", &herald__v1__authenticate_request__descriptor, &herald__v1__authenticate_response__descriptor },
   { "IssueToken", &herald__v1__issue_token_request__descriptor, &herald__v1__issue_token_response__descriptor },
@@ -3172,6 +3307,7 @@ static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descript
   { "RevokeHubKey", &herald__v1__revoke_hub_key_request__descriptor, &herald__v1__revoke_hub_key_response__descriptor },
   { "AuthorizeSas", &herald__v1__authorize_sas_request__descriptor, &herald__v1__authorize_sas_response__descriptor },
   { "GrantHubRights", &herald__v1__grant_hub_rights_request__descriptor, &herald__v1__grant_hub_rights_response__descriptor },
+  { "SetHubLimits", &herald__v1__set_hub_limits_request__descriptor, &herald__v1__hub__descriptor },
 };
 const unsigned herald__v1__auth_service__method_indices_by_name[] = {
   0,        /* Authenticate */
@@ -3192,6 +3328,7 @@ const unsigned herald__v1__auth_service__method_indices_by_name[] = {
   3,        /* RevokeUserTokens */
   16,        /* RotateHubKey */
   15,        /* SetHubKey */
+  20,        /* SetHubLimits */
   5,        /* SetPassword */
   8         /* UserExists */
 };
@@ -3202,7 +3339,7 @@ const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor =
   "AuthService",
   "Herald__V1__AuthService",
   "herald.v1",
-  20,
+  21,
   herald__v1__auth_service__method_descriptors,
   herald__v1__auth_service__method_indices_by_name
 };
@@ -3365,6 +3502,14 @@ void herald__v1__auth_service__grant_hub_rights(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
   service->invoke(service, 19, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__set_hub_limits(ProtobufCService *service,
+                                              const Herald__V1__SetHubLimitsRequest *input,
+                                              Herald__V1__Hub_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 20, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
                                      Herald__V1__AuthService_ServiceDestroy destroy)

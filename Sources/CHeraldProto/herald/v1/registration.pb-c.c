@@ -1840,7 +1840,7 @@ const ProtobufCMessageDescriptor herald__v1__remove_handle_response__descriptor 
   (ProtobufCMessageInit) herald__v1__remove_handle_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__put_installation_request__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__put_installation_request__field_descriptors[4] =
 {
   {
     "hub",
@@ -1878,16 +1878,29 @@ static const ProtobufCFieldDescriptor herald__v1__put_installation_request__fiel
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "max_installations",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutInstallationRequest, max_installations),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__put_installation_request__field_indices_by_name[] = {
   0,   /* field[0] = hub */
   1,   /* field[1] = installation_id */
   2,   /* field[2] = json */
+  3,   /* field[3] = max_installations */
 };
 static const ProtobufCIntRange herald__v1__put_installation_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__put_installation_request__descriptor =
 {
@@ -1897,7 +1910,7 @@ const ProtobufCMessageDescriptor herald__v1__put_installation_request__descripto
   "Herald__V1__PutInstallationRequest",
   "herald.v1",
   sizeof(Herald__V1__PutInstallationRequest),
-  3,
+  4,
   herald__v1__put_installation_request__field_descriptors,
   herald__v1__put_installation_request__field_indices_by_name,
   1,  herald__v1__put_installation_request__number_ranges,

@@ -51,6 +51,7 @@ typedef struct Herald__V1__AuthorizeSasRequest Herald__V1__AuthorizeSasRequest;
 typedef struct Herald__V1__AuthorizeSasResponse Herald__V1__AuthorizeSasResponse;
 typedef struct Herald__V1__GrantHubRightsRequest Herald__V1__GrantHubRightsRequest;
 typedef struct Herald__V1__GrantHubRightsResponse Herald__V1__GrantHubRightsResponse;
+typedef struct Herald__V1__SetHubLimitsRequest Herald__V1__SetHubLimitsRequest;
 
 
 /* --- enums --- */
@@ -339,10 +340,14 @@ struct  Herald__V1__CreateHubRequest
 {
   ProtobufCMessage base;
   char *name;
+  /*
+   * At most this many installations in the hub; 0: no limit.
+   */
+  int64_t max_installations;
 };
 #define HERALD__V1__CREATE_HUB_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__create_hub_request__descriptor) \
-    , (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, 0 }
 
 
 /*
@@ -355,10 +360,15 @@ struct  Herald__V1__Hub
   int64_t created_at_unix_ms;
   size_t n_keys;
   Herald__V1__HubKey **keys;
+  /*
+   * At most this many installations; 0: no limit. A PUT of a new installation beyond it is
+   * RESOURCE_EXHAUSTED (429 at the edge, without Retry-After: waiting does not help).
+   */
+  int64_t max_installations;
 };
 #define HERALD__V1__HUB__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub__descriptor) \
-    , (char *)protobuf_c_empty_string, 0, 0,NULL }
+    , (char *)protobuf_c_empty_string, 0, 0,NULL, 0 }
 
 
 /*
@@ -589,10 +599,14 @@ struct  Herald__V1__AuthorizeSasResponse
    */
   size_t n_rights;
   char **rights;
+  /*
+   * The hub's installation limit (0: none), for the edge to pass on with installation writes.
+   */
+  int64_t max_installations;
 };
 #define HERALD__V1__AUTHORIZE_SAS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authorize_sas_response__descriptor) \
-    , (char *)protobuf_c_empty_string, 0,NULL }
+    , (char *)protobuf_c_empty_string, 0,NULL, 0 }
 
 
 /*
@@ -626,6 +640,23 @@ struct  Herald__V1__GrantHubRightsResponse
 #define HERALD__V1__GRANT_HUB_RIGHTS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__grant_hub_rights_response__descriptor) \
     , 0,NULL }
+
+
+/*
+ * Request of SetHubLimits.
+ */
+struct  Herald__V1__SetHubLimitsRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  /*
+   * 0: no limit.
+   */
+  int64_t max_installations;
+};
+#define HERALD__V1__SET_HUB_LIMITS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__set_hub_limits_request__descriptor) \
+    , (char *)protobuf_c_empty_string, 0 }
 
 
 /* Herald__V1__AuthenticateRequest methods */
@@ -1293,6 +1324,25 @@ Herald__V1__GrantHubRightsResponse *
 void   herald__v1__grant_hub_rights_response__free_unpacked
                      (Herald__V1__GrantHubRightsResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__SetHubLimitsRequest methods */
+void   herald__v1__set_hub_limits_request__init
+                     (Herald__V1__SetHubLimitsRequest         *message);
+size_t herald__v1__set_hub_limits_request__get_packed_size
+                     (const Herald__V1__SetHubLimitsRequest   *message);
+size_t herald__v1__set_hub_limits_request__pack
+                     (const Herald__V1__SetHubLimitsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__set_hub_limits_request__pack_to_buffer
+                     (const Herald__V1__SetHubLimitsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__SetHubLimitsRequest *
+       herald__v1__set_hub_limits_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__set_hub_limits_request__free_unpacked
+                     (Herald__V1__SetHubLimitsRequest *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__AuthenticateRequest_Closure)
@@ -1400,6 +1450,9 @@ typedef void (*Herald__V1__GrantHubRightsRequest_Closure)
 typedef void (*Herald__V1__GrantHubRightsResponse_Closure)
                  (const Herald__V1__GrantHubRightsResponse *message,
                   void *closure_data);
+typedef void (*Herald__V1__SetHubLimitsRequest_Closure)
+                 (const Herald__V1__SetHubLimitsRequest *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1487,6 +1540,10 @@ struct Herald__V1__AuthService_Service
                            const Herald__V1__GrantHubRightsRequest *input,
                            Herald__V1__GrantHubRightsResponse_Closure closure,
                            void *closure_data);
+  void (*set_hub_limits)(Herald__V1__AuthService_Service *service,
+                         const Herald__V1__SetHubLimitsRequest *input,
+                         Herald__V1__Hub_Closure closure,
+                         void *closure_data);
 };
 typedef void (*Herald__V1__AuthService_ServiceDestroy)(Herald__V1__AuthService_Service *);
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
@@ -1514,7 +1571,8 @@ void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
       function_prefix__ ## rotate_hub_key,\
       function_prefix__ ## revoke_hub_key,\
       function_prefix__ ## authorize_sas,\
-      function_prefix__ ## grant_hub_rights  }
+      function_prefix__ ## grant_hub_rights,\
+      function_prefix__ ## set_hub_limits  }
 void herald__v1__auth_service__authenticate(ProtobufCService *service,
                                             const Herald__V1__AuthenticateRequest *input,
                                             Herald__V1__AuthenticateResponse_Closure closure,
@@ -1595,6 +1653,10 @@ void herald__v1__auth_service__grant_hub_rights(ProtobufCService *service,
                                                 const Herald__V1__GrantHubRightsRequest *input,
                                                 Herald__V1__GrantHubRightsResponse_Closure closure,
                                                 void *closure_data);
+void herald__v1__auth_service__set_hub_limits(ProtobufCService *service,
+                                              const Herald__V1__SetHubLimitsRequest *input,
+                                              Herald__V1__Hub_Closure closure,
+                                              void *closure_data);
 
 /* --- descriptors --- */
 
@@ -1633,6 +1695,7 @@ extern const ProtobufCMessageDescriptor herald__v1__authorize_sas_request__descr
 extern const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__set_hub_limits_request__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor;
 
 PROTOBUF_C__END_DECLS

@@ -351,10 +351,15 @@ struct  Herald__V1__PutInstallationRequest
    * NH's installation JSON.
    */
   ProtobufCBinaryData json;
+  /*
+   * The hub's installation limit (from herald-auth, via the edge); 0: none. Creating one more
+   * installation in a hub that holds this many is RESOURCE_EXHAUSTED; replacing one is not.
+   */
+  int64_t max_installations;
 };
 #define HERALD__V1__PUT_INSTALLATION_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__put_installation_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL} }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0 }
 
 
 /*
