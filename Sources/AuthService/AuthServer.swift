@@ -29,7 +29,7 @@ public struct AuthHandlers: AuthServiceHandler {
         try TestMode.require(testMode, service: .auth)
         let deleted = try authenticator.deleteEverything() + hubs.deleteEverything()
         sas.throttle.forgetAll()
-        if let testUser { try await authenticator.ensureUser(testUser.name, password: testUser.password) }
+        if let testUser { try await Self.prepare(testUser, authenticator, hubs) }
         return ResetForTestsResponse(deleted: deleted)
     }
 
@@ -81,6 +81,13 @@ public struct AuthHandlers: AuthServiceHandler {
 
     public func userExists(_ request: UserExistsRequest, context: RPCContext) async throws -> UserExistsResponse {
         UserExistsResponse(exists: try authenticator.userExists(request.user))
+    }
+
+    /// The test stack's known user: its account, and Send and Manage on the hub default, so that a
+    /// test may send to any user or tag as a back end would.
+    static func prepare(_ testUser: (name: String, password: String), _ authenticator: Authenticator, _ hubs: HubStore) async throws {
+        try await authenticator.ensureUser(testUser.name, password: testUser.password)
+        try hubs.grant(hub: Names.defaultHub, user: testUser.name, rights: .full)
     }
 
     // MARK: hubs
@@ -180,14 +187,15 @@ public enum AuthServer {
                 maxPending: config.maxPendingLogins, failureBudgetPerMinute: config.failedLoginBudget,
                 maxWaitMilliseconds: config.maxLoginWaitMilliseconds),
             tokenTTL: config.tokenTTL, credentialCache: config.credentialCache)
+        let hubs = try HubStore(db: pool)
         if let testUser = config.testUser {
-            try await authenticator.ensureUser(testUser.name, password: testUser.password)
+            try await AuthHandlers.prepare(testUser, authenticator, hubs)
             context.logger.warning(
                 "test-mode: test-user is ready; never run a test stack in production", metadata: ["herald.user": "\(testUser.name)"])
         }
         var table = MethodTable()
         AuthHandlers(
-            authenticator: authenticator, hubs: try HubStore(db: pool), testMode: context.config.testMode, testUser: config.testUser
+            authenticator: authenticator, hubs: hubs, testMode: context.config.testMode, testUser: config.testUser
         ).register(into: &table)
         let purge = Periodic("token purge", every: .seconds(3600), logger: context.logger) {
             let purged = try store.purgeTokens()

@@ -67,6 +67,11 @@ struct TestModeTests {
             #expect(gone.status == 410)
             #expect(try await live.edge.request("GET", "/api/notifications/\(secureID)", authorization: auth).status == 404)
             #expect(try await live.edge.request("POST", "/api/register?handle=\(handle)", authorization: auth).status == 200)
+            // The test user may send to any tag (it holds Send on the hub default), after a reset too.
+            let alert = try await live.edge.request(
+                "POST", "/v1/notifications?kind=alert&to_tag=scores", authorization: auth, bytes: Data("Goal!".utf8),
+                contentType: "text/plain")
+            #expect(alert.status == 202, "\(alert.text)")
         }
     }
 
