@@ -302,13 +302,16 @@ public struct EdgeRoutes: Sendable {
 
     /// One auth RPC: the caller's user name, and the request id to carry on every further call.
     func authenticate(_ request: Request, _ context: EdgeRequestContext) async throws -> (user: String, requestID: String) {
-        let principal = try await principal(request, context)
+        let principal = try await auth.authenticate(
+            AuthenticateRequest(authorization: try Self.authorization(request)), requestID: context.requestID)
         return (principal.user, context.requestID)
     }
 
-    /// The caller and their rights on the default hub (the tutorial's and /v1's).
+    /// The caller and their rights on the default hub (the tutorial's and /v1's), for the routes
+    /// that send; the others ask for the user only, which spares herald-auth a read.
     func principal(_ request: Request, _ context: EdgeRequestContext) async throws -> AuthenticateResponse {
-        try await auth.authenticate(AuthenticateRequest(authorization: try Self.authorization(request)), requestID: context.requestID)
+        try await auth.authenticate(
+            AuthenticateRequest(authorization: try Self.authorization(request), hub: Names.defaultHub), requestID: context.requestID)
     }
 
     /// 403 unless `principal` may send to `targetUser` (nil: a tag): their own devices always,

@@ -7,7 +7,8 @@ public import GRPCCore
 public struct AuthenticateRequest: HeraldMessage {
     /// The raw Authorization header value, e.g. "Basic YWxpY2U6YWxpY2U=". Never logged.
     public var authorization: String
-    /// The hub whose rights to answer; empty means "default".
+    /// The hub whose rights to answer ("default" for the tutorial's routes and /v1). Empty: the rights
+    /// are not read (one SQLite read saved on every request that only needs the user).
     public var hub: String
 
     public init(authorization: String = "", hub: String = "") {
@@ -65,7 +66,7 @@ public struct AuthenticateResponse: HeraldMessage {
     /// The scheme that authenticated the caller, lower case: "basic" or "bearer".
     public var scheme: String
     /// The user's rights on `hub` of the request ("Listen", "Send", "Manage"), as granted by
-    /// GrantHubRights; empty when none. In tutorial mode everyone has Listen and Send (the tutorial
+    /// GrantHubRights; empty when none, or when the request named no hub. In tutorial mode everyone has Listen and Send (the tutorial
     /// lets any user notify any user). Without Send the edge lets a user send to their own devices only.
     public var rights: [String]
 

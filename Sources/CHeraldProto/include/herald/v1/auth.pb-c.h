@@ -70,7 +70,8 @@ struct  Herald__V1__AuthenticateRequest
    */
   char *authorization;
   /*
-   * The hub whose rights to answer; empty means "default".
+   * The hub whose rights to answer ("default" for the tutorial's routes and /v1). Empty: the rights
+   * are not read (one SQLite read saved on every request that only needs the user).
    */
   char *hub;
 };
@@ -95,7 +96,7 @@ struct  Herald__V1__AuthenticateResponse
   char *scheme;
   /*
    * The user's rights on `hub` of the request ("Listen", "Send", "Manage"), as granted by
-   * GrantHubRights; empty when none. In tutorial mode everyone has Listen and Send (the tutorial
+   * GrantHubRights; empty when none, or when the request named no hub. In tutorial mode everyone has Listen and Send (the tutorial
    * lets any user notify any user). Without Send the edge lets a user send to their own devices only.
    */
   size_t n_rights;
