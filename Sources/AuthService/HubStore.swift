@@ -142,11 +142,6 @@ public final class HubStore: Sendable {
         return try self.hub(hub)
     }
 
-    /// The hub's installation limit (0: none).
-    public func maxInstallations(hub: String) throws -> Int64 {
-        try db.read { db in try Int64.fetchOne(db, sql: "SELECT max_installations FROM hub WHERE name = ?", arguments: [hub]) ?? 0 }
-    }
-
     public func hubExists(_ name: String) throws -> Bool {
         try db.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM hub WHERE name = ?", arguments: [name]) ?? false }
     }
@@ -209,12 +204,19 @@ public final class HubStore: Sendable {
         }
     }
 
-    /// The key with its secrets, or nil.
-    public func secrets(hub: String, name: String) throws -> (rights: HubRights, primary: String, secondary: String)? {
+    /// The key with its secrets and its hub's installation limit, in one read, or nil.
+    public func secrets(
+        hub: String, name: String
+    ) throws -> (rights: HubRights, primary: String, secondary: String, maxInstallations: Int64)? {
         try db.read { db in
             try Row.fetchOne(
-                db, sql: "SELECT rights, primary_key, secondary_key FROM hub_key WHERE hub = ? AND name = ?", arguments: [hub, name]
-            ).map { (HubRights(rawValue: $0["rights"]), $0["primary_key"], $0["secondary_key"]) }
+                db,
+                sql: """
+                    SELECT k.rights, k.primary_key, k.secondary_key, h.max_installations
+                    FROM hub_key k JOIN hub h ON h.name = k.hub WHERE k.hub = ? AND k.name = ?
+                    """,
+                arguments: [hub, name]
+            ).map { (HubRights(rawValue: $0["rights"]), $0["primary_key"], $0["secondary_key"], $0["max_installations"]) }
         }
     }
 

@@ -73,7 +73,7 @@ public struct SASVerifier: Sendable {
             }
             throttle.succeeded(throttleKey)
             return AuthorizeSasResponse(
-                keyName: token.keyName, rights: key.rights.names, maxInstallations: try hubs.maxInstallations(hub: hub))
+                keyName: token.keyName, rights: key.rights.names, maxInstallations: key.maxInstallations)
         } catch let error as ServiceError where error.code == .unauthenticated {
             throttle.failed(throttleKey)
             throw error

@@ -45,7 +45,7 @@ public final class Dispatcher: Sendable {
         let tag = request.targetUser.isEmpty ? request.targetTag : "username:\(request.targetUser)"
         if !request.targetTag.isEmpty {
             // Refused here, before anything is read, with the position of the error.
-            do { _ = try TagExpression(request.targetTag) } catch { throw ServiceError.invalidArgument("target_tag: \(error)") }
+            _ = try TagExpression.validated(request.targetTag, field: "target_tag")
         }
         let id = Self.newNotificationID()
         var logger = context.logger

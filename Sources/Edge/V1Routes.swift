@@ -42,7 +42,7 @@ extension EdgeRoutes {
         }
         if !toTag.isEmpty {
             // A tag or a tag expression (a && (b || !c)); the error names the position.
-            do { _ = try TagExpression(toTag) } catch { throw EdgeError(.badRequest, "to_tag: \(error)") }
+            _ = try TagExpression.validated(toTag, field: "to_tag")
         }
         var ttl: Int64 = 0
         if let text = query.get("ttl_seconds") {

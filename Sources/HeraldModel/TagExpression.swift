@@ -44,6 +44,16 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Parses `text`, or INVALID_ARGUMENT `"<field>: <the positioned error>"`: the one refusal every
+    /// service gives for a bad expression.
+    public static func validated(_ text: String, field: String) throws -> TagExpression {
+        do {
+            return try TagExpression(text)
+        } catch {
+            throw ServiceError.invalidArgument("\(field): \(error)")
+        }
+    }
+
     public init(_ text: String) throws(ParseError) {
         var parser = Parser(Array(text.unicodeScalars))
         let root = try parser.parseExpression()

@@ -16,23 +16,7 @@ extension RegistrationStore {
     /// RESOURCE_EXHAUSTED (counted over the (hub, installation_id) index, in the same transaction).
     @discardableResult
     public func putInstallation(hub: String, _ installation: Installation, maxInstallations: Int64 = 0) throws -> Installation {
-        try db.write { db in
-            if maxInstallations > 0,
-                try Bool.fetchOne(
-                    db, sql: "SELECT 1 FROM registration WHERE hub = ? AND installation_id = ?",
-                    arguments: [hub, installation.installationID])
-                    == nil
-            {
-                let count =
-                    try Int64.fetchOne(
-                        db, sql: "SELECT COUNT(*) FROM registration WHERE hub = ? AND installation_id IS NOT NULL", arguments: [hub]) ?? 0
-                guard count < maxInstallations else {
-                    throw ServiceError(
-                        .resourceExhausted, "hub \(hub) holds its limit of \(maxInstallations) installations (herald hubs limits \(hub))")
-                }
-            }
-            return try Self.write(hub: hub, installation, now: now(), in: db)
-        }
+        try db.write { db in try Self.write(hub: hub, installation, maxInstallations: maxInstallations, now: now(), in: db) }
     }
 
     /// Reads, patches and writes back in one transaction.
@@ -134,11 +118,23 @@ extension RegistrationStore {
 
     // MARK: helpers
 
-    private static func write(hub: String, _ installation: Installation, now: Int64, in db: Database) throws -> Installation {
+    /// Creates or replaces; with `maxInstallations` above 0, a new one is refused once the hub holds that many.
+    private static func write(
+        hub: String, _ installation: Installation, maxInstallations: Int64 = 0, now: Int64, in db: Database
+    ) throws -> Installation {
         var installation = installation
         let existing = try Row.fetchOne(
             db, sql: "SELECT id, handle, expired FROM registration WHERE hub = ? AND installation_id = ?",
             arguments: [hub, installation.installationID])
+        if existing == nil, maxInstallations > 0 {
+            let count =
+                try Int64.fetchOne(
+                    db, sql: "SELECT COUNT(*) FROM registration WHERE hub = ? AND installation_id IS NOT NULL", arguments: [hub]) ?? 0
+            guard count < maxInstallations else {
+                throw ServiceError(
+                    .resourceExhausted, "hub \(hub) holds its limit of \(maxInstallations) installations (herald hubs limits \(hub))")
+            }
+        }
         let id: String = existing?["id"] ?? "i-" + String(newID().dropFirst(2))
         // pushChannelExpired is read-only: it stays while the channel stays, and clears when it changes.
         installation.pushChannelExpired = existing.map { $0["handle"] == installation.pushChannel && $0["expired"] == true } ?? false

@@ -83,7 +83,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             expression = nil
         } else {
             guard !request.tag.isEmpty else { throw ServiceError.invalidArgument("tag is required") }
-            expression = try Self.expression(request.tag)
+            expression = try TagExpression.validated(request.tag, field: "tag")
         }
         var after = ""
         while true {
@@ -99,15 +99,6 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             try await responses.send(AudienceBatch(registrations: page))
             if page.count < Self.audienceBatchSize { return }
             after = last.registrationID
-        }
-    }
-
-    /// A tag expression, or INVALID_ARGUMENT naming the position of the error.
-    static func expression(_ text: String) throws -> TagExpression {
-        do {
-            return try TagExpression(text)
-        } catch {
-            throw ServiceError.invalidArgument("tag expression: \(error)")
         }
     }
 
@@ -156,7 +147,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             after = decoded
         }
         let page = try store.listInstallations(
-            hub: Names.hub(request.hub), expression: request.tag.isEmpty ? nil : try Self.expression(request.tag),
+            hub: Names.hub(request.hub), expression: request.tag.isEmpty ? nil : try TagExpression.validated(request.tag, field: "tag"),
             userID: request.userID.isEmpty ? nil : request.userID, platform: request.platform, after: after, limit: limit + 1)
         let more = page.count > limit
         let shown = page.prefix(limit)

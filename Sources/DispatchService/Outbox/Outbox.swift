@@ -36,7 +36,7 @@ public final class Outbox: Sendable {
     /// payloads, and one pending delivery per target, all or nothing.
     public func enqueue(
         id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Target],
-        retryWindow: Duration, hub: String = "default"
+        retryWindow: Duration, hub: String = Names.defaultHub
     ) async throws -> (state: OutcomeState, created: Int64) {
         let created = now()
         let giveUp = created + retryWindow.wholeMilliseconds

@@ -94,7 +94,7 @@ extension Outbox {
                 PushItem(
                     sequence: sequence, notificationID: notificationID, registrationID: row[2],
                     platform: platform, handle: row[4], messageID: row[5], attempt: attempts + 1,
-                    giveUpAt: row[7], payload: payload, hub: hubs[notificationID] ?? "default"))
+                    giveUpAt: row[7], payload: payload, hub: hubs[notificationID] ?? Names.defaultHub))
         }
         return items
     }

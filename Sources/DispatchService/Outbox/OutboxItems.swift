@@ -1,4 +1,5 @@
 import Foundation
+import HeraldModel
 public import HeraldProto
 
 /// What one push carries, shared by every delivery of one platform of one send.
@@ -92,7 +93,7 @@ public struct PushItem: Sendable {
     public var giveUpAt: Int64
     public var payload: OutboxPayload
     /// The send's hub: whose credentials deliver it.
-    public var hub: String = "default"
+    public var hub: String = Names.defaultHub
 }
 
 /// What a push service said about one delivery.
