@@ -14,19 +14,20 @@ struct AccountsTests {
         try await LiveStack.with(auth: .accounts, configure: { $0.extraArguments["auth"] = ["--password-hash-log-n", "10"] }) { live in
             let herald = live.configuration.binDirectory + "/herald"
             let run = live.configuration.runtimeDirectory
-            let added = try runProgram(herald, ["users", "add", "erin"], input: "pw erin 123\n", environment: ["HERALD_RUNTIME_DIR": run])
+            let added = try await runProgram(
+                herald, ["users", "add", "erin"], input: "pw erin 123\n", environment: ["HERALD_RUNTIME_DIR": run])
             #expect(added.status == 0, "\(added.error)")
-            #expect(try runProgram(herald, ["users", "list"], environment: ["HERALD_RUNTIME_DIR": run]).output.contains("erin"))
+            #expect(try await runProgram(herald, ["users", "list"], environment: ["HERALD_RUNTIME_DIR": run]).output.contains("erin"))
 
             // A wrong environment: the error names the socket it looked for and where that came from.
-            let wrong = try runProgram(herald, ["users", "list"], environment: ["HERALD_RUNTIME_DIR": "/nonexistent/run"])
+            let wrong = try await runProgram(herald, ["users", "list"], environment: ["HERALD_RUNTIME_DIR": "/nonexistent/run"])
             #expect(wrong.status != 0)
             #expect(wrong.error.contains("/nonexistent/run/auth.sock") && wrong.error.contains("HERALD_RUNTIME_DIR"), "\(wrong.error)")
             // Flags win over it.
-            let flagged = try runProgram(
+            let flagged = try await runProgram(
                 herald, ["users", "list", "--dir", live.configuration.directory], environment: ["HERALD_RUNTIME_DIR": "/nonexistent/run"])
             #expect(flagged.output.contains("erin"), "\(flagged.error)")
-            let runtimeFlag = try runProgram(
+            let runtimeFlag = try await runProgram(
                 herald, ["users", "list", "--runtime-dir", "/elsewhere"], environment: ["HERALD_RUNTIME_DIR": run])
             #expect(
                 runtimeFlag.error.contains("/elsewhere/auth.sock") && runtimeFlag.error.contains("--runtime-dir"), "\(runtimeFlag.error)")
@@ -46,12 +47,12 @@ struct AccountsTests {
             let herald = live.configuration.binDirectory + "/herald"
             let dir = live.configuration.directory
             let password = "s3cret horse \(UUID().uuidString.prefix(8))"
-            let added = try runProgram(herald, ["users", "add", "alice", "--dir", dir], input: password + "\n")
+            let added = try await runProgram(herald, ["users", "add", "alice", "--dir", dir], input: password + "\n")
             #expect(added.status == 0, "\(added.error)")
-            let duplicate = try runProgram(herald, ["users", "add", "alice", "--dir", dir], input: "another password\n")
+            let duplicate = try await runProgram(herald, ["users", "add", "alice", "--dir", dir], input: "another password\n")
             #expect(duplicate.status != 0)
             #expect(duplicate.error.contains("ALREADY_EXISTS"))
-            #expect(try runProgram(herald, ["users", "list", "--dir", dir]).output.contains("alice"))
+            #expect(try await runProgram(herald, ["users", "list", "--dir", dir]).output.contains("alice"))
 
             // Basic: only the real password; the tutorial's user == password is not accepted here.
             let basic = EdgeClient.basic("alice", password)
@@ -79,13 +80,13 @@ struct AccountsTests {
             let second = try #require(
                 try await edge.request("POST", "/v1/auth/token", authorization: basic).json()["access_token"] as? String)
             #expect(try await edge.request("POST", "/api/register", authorization: "Bearer \(second)").status == 200)
-            let revoked = try runProgram(herald, ["tokens", "revoke", "alice", "--dir", dir])
+            let revoked = try await runProgram(herald, ["tokens", "revoke", "alice", "--dir", dir])
             #expect(revoked.output.contains("revoked 1 token"), "\(revoked.output) \(revoked.error)")
             #expect(try await edge.request("POST", "/api/register", authorization: "Bearer \(second)").status == 401)
 
             // A password change takes effect at once, cached credentials included.
             let newPassword = password + " v2"
-            #expect(try runProgram(herald, ["users", "passwd", "alice", "--dir", dir], input: newPassword + "\n").status == 0)
+            #expect(try await runProgram(herald, ["users", "passwd", "alice", "--dir", dir], input: newPassword + "\n").status == 0)
             #expect(try await edge.request("POST", "/api/register", authorization: basic).status == 401)
             #expect(try await edge.request("POST", "/api/register", authorization: EdgeClient.basic("alice", newPassword)).status == 200)
 
@@ -195,7 +196,7 @@ struct RolesTests {
             #expect(try await post("/api/notifications?pns=apns&to_tag=eve", #""hi""#).status == 403)
             #expect(try await post("/api/notifications?pns=apns&to_tag=dora", #""hi""#).status == 200)
 
-            let granted = try runProgram(
+            let granted = try await runProgram(
                 live.configuration.binDirectory + "/herald",
                 ["hubs", "grant", "default", "dora", "Send", "--runtime-dir", live.configuration.runtimeDirectory])
             #expect(granted.status == 0 && granted.output.contains("Send"), "\(granted.error)")

@@ -6,9 +6,9 @@ import Testing
 @Suite("independent clients and deploy files", .serialized, .timeLimit(.minutes(3)))
 struct ExternalClientTests {
     /// Runs one of Tests/python's checks against a live stack and returns the JSON object it printed.
-    static func pythonCheck(_ script: String, _ live: LiveStack) throws -> [String: Any] {
+    static func pythonCheck(_ script: String, _ live: LiveStack) async throws -> [String: Any] {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
-        let result = try runProgram(
+        let result = try await runProgram(
             python,
             [
                 packageRoot.appendingPathComponent("Tests/python/\(script)").path,
@@ -22,7 +22,7 @@ struct ExternalClientTests {
     @Test("Python grpcio calls every service over unix: sockets with stubs generated from proto/")
     func pythonGrpcio() async throws {
         try await LiveStack.with { live in
-            let answers = try Self.pythonCheck("grpc_check.py", live)
+            let answers = try await Self.pythonCheck("grpc_check.py", live)
             #expect(
                 answers["health"] as? [String: String]
                     == ["auth": "SERVING", "registration": "SERVING", "payload": "SERVING", "dispatch": "SERVING"])
@@ -50,7 +50,7 @@ struct ExternalClientTests {
     @Test("a Python client with only protobuf and sockets calls every service over the lean protocol")
     func pythonLeanClient() async throws {
         try await LiveStack.with { live in
-            let answers = try Self.pythonCheck("lean_check.py", live)
+            let answers = try await Self.pythonCheck("lean_check.py", live)
             #expect(
                 answers["health"] as? [String: String]
                     == ["auth": "SERVING", "registration": "SERVING", "payload": "SERVING", "dispatch": "SERVING"])
@@ -62,13 +62,13 @@ struct ExternalClientTests {
     }
 
     @Test("docker-compose.yml is valid: health checks, start order by health, read-only roots, one published port")
-    func composeFile() throws {
+    func composeFile() async throws {
         let compose = try #require(which("docker-compose"), "docker-compose is required (scripts/test.sh installs it)")
         let file = packageRoot.appendingPathComponent("docker-compose.yml").path
-        let result = try runProgram(compose, ["-f", file, "config", "-q"])
+        let result = try await runProgram(compose, ["-f", file, "config", "-q"])
         #expect(result.status == 0, "\(result.error)")
         // The rendered file, with anchors and merges resolved.
-        let rendered = try runProgram(compose, ["-f", file, "config"]).output
+        let rendered = try await runProgram(compose, ["-f", file, "config"]).output
         func count(_ text: String) -> Int { rendered.components(separatedBy: text).count - 1 }
         #expect(count("healthcheck:") == 5)
         #expect(count("read_only: true") == 5)
@@ -82,13 +82,13 @@ struct ExternalClientTests {
     @Test(
         "docker-compose.test.yml turns test-mode on everywhere, waits for start order only, and takes the port and user from the environment"
     )
-    func composeTestOverlay() throws {
+    func composeTestOverlay() async throws {
         let compose = try #require(which("docker-compose"), "docker-compose is required (scripts/test.sh installs it)")
         let files = [
             "-f", packageRoot.appendingPathComponent("docker-compose.yml").path, "-f",
             packageRoot.appendingPathComponent("docker-compose.test.yml").path,
         ]
-        let rendered = try runProgram(
+        let rendered = try await runProgram(
             compose, files + ["config"], environment: ["HERALD_EDGE_PORT": "127.0.0.1:18080", "HERALD_TEST_USER": "qa-bot"])
         #expect(rendered.status == 0, "\(rendered.error)")
         func count(_ text: String) -> Int { rendered.output.components(separatedBy: text).count - 1 }
@@ -101,12 +101,12 @@ struct ExternalClientTests {
     }
 
     @Test("the Kubernetes manifests pass kubernetes-validate --strict")
-    func kubernetesManifests() throws {
+    func kubernetesManifests() async throws {
         let validate = try #require(which("kubernetes-validate"), "kubernetes-validate is required (scripts/test.sh installs it)")
         let folder = packageRoot.appendingPathComponent("services/k8s")
         let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".yaml") }.sorted()
         try #require(!files.isEmpty)
-        let result = try runProgram(validate, ["--strict"] + files.map { folder.appendingPathComponent($0).path })
+        let result = try await runProgram(validate, ["--strict"] + files.map { folder.appendingPathComponent($0).path })
         #expect(result.status == 0, "\(result.output)\(result.error)")
         #expect(result.output.contains("statefulset/herald"), "\(result.output)")
     }
@@ -128,7 +128,7 @@ struct PublishedClientTests {
             _ = try await live.register("dora", platform: "apns", handle: String(repeating: "d0", count: 32))
             _ = try await live.register("dora", platform: "fcm", handle: "fcm-dora")
             for transport in ["lean", "grpc"] {
-                let result = try runProgram(
+                let result = try await runProgram(
                     binary,
                     [
                         "--runtime-dir", live.configuration.runtimeDirectory, "--user", "dora",

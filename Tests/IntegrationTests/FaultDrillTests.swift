@@ -197,9 +197,9 @@ struct DiskFullTests {
         let directory = try LiveStack.makeDirectory()
         let data = directory + "/data"
         try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
-        let mounted = try runProgram("/bin/mount", ["-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", data])
+        let mounted = try await runProgram("/bin/mount", ["-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", data])
         try #require(mounted.status == 0, "mount: \(mounted.error)")
-        defer { _ = try? runProgram("/bin/umount", ["-l", data]) }
+        defer { _ = try? runProgramBlocking("/bin/umount", ["-l", data]) }
 
         try await LiveStack.with(directory: directory, auth: .tutorial) { live in
             let edge = live.edge
@@ -214,7 +214,7 @@ struct DiskFullTests {
 
             // Fill every byte that is left.
             let filler = data + "/filler"
-            _ = try runProgram("/bin/dd", ["if=/dev/zero", "of=\(filler)", "bs=64k"])
+            _ = try await runProgram("/bin/dd", ["if=/dev/zero", "of=\(filler)", "bs=64k"])
             let full = try await edge.upload(
                 "/v1/notifications?kind=secure&to_user=alice", as: "alice", bytes: Data(String(repeating: "x", count: 200_000).utf8),
                 contentType: "text/plain")

@@ -197,7 +197,24 @@ enum AuthModeCase: String, CaseIterable, Sendable, CustomTestStringConvertible {
 }
 
 /// Runs a program to completion and returns its exit status and output; `input` is its standard input.
+///
+/// The wait happens on a thread of its own, never on the cooperative pool: the pool has one thread
+/// per core (two in CI), and a test blocking one while a python client or openssl runs stalls every
+/// other test's async code, long enough for their HTTP deadlines to fire on answers that had
+/// already arrived (the cause of the fault drill's rare `deadlineExceeded`).
 func runProgram(
+    _ executable: String, _ arguments: [String], input: String? = nil, environment: [String: String] = [:]
+) async throws -> (status: Int32, output: String, error: String) {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread {
+            continuation.resume(with: Result { try runProgramBlocking(executable, arguments, input: input, environment: environment) })
+        }.start()
+    }
+}
+
+/// ``runProgram(_:_:input:environment:)`` on the caller's thread: only for quick commands in a
+/// `defer`, where nothing may be awaited.
+func runProgramBlocking(
     _ executable: String, _ arguments: [String], input: String? = nil, environment: [String: String] = [:]
 ) throws -> (status: Int32, output: String, error: String) {
     let process = Process()

@@ -12,13 +12,13 @@ import Testing
 @Suite("Notification Hubs API", .serialized, .timeLimit(.minutes(3)))
 struct NotificationHubsTests {
     /// `herald hubs add` and the hub's connection strings from `herald hubs keys`, Endpoint on the live edge.
-    static func hub(_ name: String, _ live: LiveStack) throws -> (full: String, listen: String) {
+    static func hub(_ name: String, _ live: LiveStack) async throws -> (full: String, listen: String) {
         let herald = live.configuration.binDirectory + "/herald"
         let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-        let added = try runProgram(herald, ["hubs", "add", name] + dir)
+        let added = try await runProgram(herald, ["hubs", "add", name] + dir)
         try #require(added.status == 0, "\(added.error)")
         let endpoint = "sb://" + live.edge.base.host! + ":\(live.edge.base.port!)/"
-        let keys = try runProgram(herald, ["hubs", "keys", name, "--endpoint", endpoint] + dir)
+        let keys = try await runProgram(herald, ["hubs", "keys", name, "--endpoint", endpoint] + dir)
         try #require(keys.status == 0, "\(keys.error)")
         let strings = keys.output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter {
             $0.hasPrefix("Endpoint=")
@@ -50,9 +50,9 @@ struct NotificationHubsTests {
     func unofficialPythonClient() async throws {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
         try await LiveStack.with { live in
-            let keys = try Self.hub("pyhub", live)
+            let keys = try await Self.hub("pyhub", live)
             let http = { (s: String) in s.replacingOccurrences(of: "Endpoint=sb://", with: "Endpoint=http://") }
-            let result = try runProgram(
+            let result = try await runProgram(
                 python,
                 [
                     packageRoot.appendingPathComponent("Tests/python/nh_installations_check.py").path, "pyhub", http(keys.full),
@@ -89,8 +89,8 @@ struct NotificationHubsTests {
     @Test("raw HTTP: the .NET, Java and Go SAS spellings; NH's status codes and XML errors; hub A's key cannot touch hub B")
     func rawHTTP() async throws {
         try await LiveStack.with { live in
-            let a = try Self.hub("huba", live)
-            let b = try Self.hub("hubb", live)
+            let a = try await Self.hub("huba", live)
+            let b = try await Self.hub("hubb", live)
             let host = "\(live.edge.base.host!):\(live.edge.base.port!)"
             let path = "/huba/installations/raw-1"
             let body = #"{"installationId":"raw-1","platform":"fcmV1","pushChannel":"fcm-token-1","tags":["x"]}"#
@@ -155,7 +155,7 @@ struct NotificationHubsTests {
                 headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "x && (y ||")])
             expectXML(send, 400, "at character 11")
             // The hub's installation limit: one more new installation is 429 without Retry-After; a replace is fine.
-            let limited = try runProgram(
+            let limited = try await runProgram(
                 live.configuration.binDirectory + "/herald",
                 ["hubs", "limits", "huba", "--max-installations", "1", "--runtime-dir", live.configuration.runtimeDirectory])
             #expect(limited.status == 0 && limited.output.contains("max installations 1"), "\(limited.error)")
@@ -194,9 +194,9 @@ struct NotificationHubsTests {
             }
             var connection: [String: String] = [:]
             for hub in ["huba", "hubb"] {
-                connection[hub] = try Self.hub(hub, live).full
+                connection[hub] = try await Self.hub(hub, live).full
                 let meta = keys[hub]!
-                let set = try runProgram(
+                let set = try await runProgram(
                     herald,
                     [
                         "hubs", "credentials", "set", hub, "apns", "key=@\(fixture.folder)/\(hub).p8", "key-id=\(meta.kid)",
@@ -210,12 +210,12 @@ struct NotificationHubsTests {
             // A bad key is refused when set, naming the problem and not the content.
             try "-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n".write(
                 toFile: "\(fixture.folder)/bad.p8", atomically: true, encoding: .utf8)
-            let bad = try runProgram(
+            let bad = try await runProgram(
                 herald,
                 ["hubs", "credentials", "set", "huba", "apns", "key=@\(fixture.folder)/bad.p8", "key-id=K", "team-id=T", "topic=x"] + dir)
             #expect(bad.status != 0 && bad.error.contains("not a P-256 private key") && !bad.error.contains("c2VjcmV0"), "\(bad.error)")
             // The default hub keeps the deployment's credentials.
-            let shown = try runProgram(herald, ["hubs", "credentials", "show", "default"] + dir)
+            let shown = try await runProgram(herald, ["hubs", "credentials", "show", "default"] + dir)
             #expect(shown.output.contains("apns\tdeployment"), "\(shown.output)")
 
             // Devices: two per hub and one tutorial registration in the default hub, all tagged "t".
@@ -263,9 +263,9 @@ struct NotificationHubsTests {
     @Test("APNs says a channel is dead: the installation is kept with pushChannelExpired, the next send skips it, a new channel clears it")
     func feedbackMarksExpired() async throws {
         try await PushDeliveryTests.withProviders { fixture, live in
-            let full = try Self.hub("feedback", live).full
+            let full = try await Self.hub("feedback", live).full
             let herald = live.configuration.binDirectory + "/herald"
-            let set = try runProgram(
+            let set = try await runProgram(
                 herald,
                 [
                     "hubs", "credentials", "set", "feedback", "apns", "key=@\(fixture.folder)/apns.p8", "key-id=\(ProviderFixture.keyID)",

@@ -43,14 +43,14 @@ struct OperationsTests {
             // The payload database becomes unwritable (immutable even for root).
             let database = live.configuration.dataDirectory + "/payload.sqlite"
             let files = [database, database + "-wal"]
-            let locked = try runProgram("/usr/bin/chattr", ["+i"] + files)
+            let locked = try await runProgram("/usr/bin/chattr", ["+i"] + files)
             try #require(locked.status == 0, "chattr +i failed: \(locked.error)")
-            defer { _ = try? runProgram("/usr/bin/chattr", ["-i"] + files) }
+            defer { _ = try? runProgramBlocking("/usr/bin/chattr", ["-i"] + files) }
             #expect(await eventually { await !healthy(live, "payload") })
             #expect(try await eventually { try await readiness(live) == (503, readinessWith(payload: "NOT_SERVING")) })
             #expect(await healthy(live, "auth"))
 
-            #expect(try runProgram("/usr/bin/chattr", ["-i"] + files).status == 0)
+            #expect(try await runProgram("/usr/bin/chattr", ["-i"] + files).status == 0)
             #expect(await eventually { await healthy(live, "payload") })
             #expect(try await eventually { try await readiness(live).status == 200 })
 
@@ -172,17 +172,17 @@ struct OperationsTests {
             let asOwner = ["--check-health", "--runtime-dir", configuration.runtimeDirectory]
             let leanArguments = asOwner + ["--socket", lean]
             let grpcArguments = asOwner + ["--socket", "off", "--grpc-socket", grpc, "--rpc-transport", "grpc"]
-            #expect(try runProgram(payload, leanArguments).status == 0)
-            #expect(try runProgram(payload, grpcArguments).status == 0)
+            #expect(try await runProgram(payload, leanArguments).status == 0)
+            #expect(try await runProgram(payload, grpcArguments).status == 0)
 
             let nobody = ["--reuid", "65534", "--regid", "65534", "--clear-groups", payload]
-            #expect(try runProgram("/usr/bin/setpriv", nobody + leanArguments).status == 1)
-            #expect(try runProgram("/usr/bin/setpriv", nobody + grpcArguments).status == 1)
+            #expect(try await runProgram("/usr/bin/setpriv", nobody + leanArguments).status == 1)
+            #expect(try await runProgram("/usr/bin/setpriv", nobody + grpcArguments).status == 1)
             let log = try String(contentsOfFile: "\(configuration.logDirectory)/payload.log", encoding: .utf8)
             #expect(log.contains("refused a caller (lean)") && log.contains("peer uid 65534 gid 65534 is not allowed"))
             #expect(log.contains("refused a caller (grpc)"))
             // The owner still gets through afterwards.
-            #expect(try runProgram(payload, leanArguments).status == 0)
+            #expect(try await runProgram(payload, leanArguments).status == 0)
         }
     }
 

@@ -61,11 +61,11 @@ final class ProviderFixture: Sendable {
     }
 
     static func start(in folder: String) async throws -> ProviderFixture {
-        let tls = try TLSStackTests.makeCertificates(in: folder)
+        let tls = try await TLSStackTests.makeCertificates(in: folder)
         let apnsKey = P256.Signing.PrivateKey()
         let vapidKey = P256.Signing.PrivateKey()
         let openssl = try #require(which("openssl"))
-        let rsa = try runProgram(
+        let rsa = try await runProgram(
             openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "\(folder)/fcm.key"])
         try #require(rsa.status == 0, "openssl genpkey: \(rsa.error)")
         let box = FixtureBox()

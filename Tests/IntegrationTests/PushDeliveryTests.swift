@@ -160,7 +160,7 @@ struct PushDeliveryTests {
             let input = "\(fixture.folder)/verify.json"
             try JSONSerialization.data(withJSONObject: check).write(to: URL(fileURLWithPath: input))
             let python = try #require(which("python3"))
-            let verified = try runProgram(python, [packageRoot.path + "/Tests/python/verify_push.py", input])
+            let verified = try await runProgram(python, [packageRoot.path + "/Tests/python/verify_push.py", input])
             #expect(verified.status == 0, "verify_push.py: \(verified.output) \(verified.error)")
             #expect(verified.output.contains("PyJWT: APNs ES256 ok"))
             #expect(verified.output.contains("PyJWT: FCM RS256 ok"))
@@ -269,7 +269,7 @@ struct PushDeliveryTests {
             #expect(records.first { $0.reason == "BadExpirationDate" }?.state == .failed)
 
             // The CLI shows the same.
-            let cli = try runProgram(
+            let cli = try await runProgram(
                 live.configuration.binDirectory + "/herald", ["outcome", sent.id, "--deliveries", "--dir", live.configuration.directory])
             #expect(cli.status == 0, "\(cli.error)")
             #expect(cli.output.contains("apns: 2 delivered, 1 failed, 0 pending, 2 retries"), "\(cli.output)")

@@ -183,7 +183,7 @@ struct SecurePushTests {
             _ = try await live.edge.request("POST", "/api/notifications", as: "fay")
             _ = try await live.waitForInbox { $0.handle == token }
             let herald = live.configuration.binDirectory + "/herald"
-            let result = try runProgram(herald, ["inbox", "--dir", live.configuration.directory, "--json"])
+            let result = try await runProgram(herald, ["inbox", "--dir", live.configuration.directory, "--json"])
             #expect(result.status == 0, "\(result.error)")
             let entries = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [[String: Any]])
             let entry = try #require(entries.first { $0["handle"] as? String == token })

@@ -10,25 +10,25 @@ import Testing
 @Suite("TLS over TCP end to end", .serialized, .timeLimit(.minutes(3)))
 struct TLSStackTests {
     /// A throw-away CA and one certificate for 127.0.0.1 (server and client use), made with openssl.
-    static func makeCertificates(in folder: String) throws -> StackTLS {
+    static func makeCertificates(in folder: String) async throws -> StackTLS {
         let openssl = try #require(which("openssl"), "openssl is needed to make test certificates")
-        func run(_ arguments: [String]) throws {
-            let result = try runProgram(openssl, arguments)
+        func run(_ arguments: [String]) async throws {
+            let result = try await runProgram(openssl, arguments)
             try #require(result.status == 0, "openssl \(arguments.first ?? ""): \(result.error)")
         }
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        try run(
+        try await run(
             ["req", "-x509"] + ec + [
                 "-keyout", "\(folder)/ca.key", "-out", "\(folder)/ca.pem", "-days", "2", "-subj", "/CN=herald-test-ca",
             ])
-        try run(["req"] + ec + ["-keyout", "\(folder)/service.key", "-out", "\(folder)/service.csr", "-subj", "/CN=herald-test"])
+        try await run(["req"] + ec + ["-keyout", "\(folder)/service.key", "-out", "\(folder)/service.csr", "-subj", "/CN=herald-test"])
         try """
         basicConstraints=CA:FALSE
         subjectAltName=IP:127.0.0.1,DNS:localhost
         extendedKeyUsage=serverAuth,clientAuth
 
         """.write(toFile: "\(folder)/service.ext", atomically: true, encoding: .utf8)
-        try run([
+        try await run([
             "x509", "-req", "-in", "\(folder)/service.csr", "-CA", "\(folder)/ca.pem", "-CAkey", "\(folder)/ca.key",
             "-CAcreateserial", "-out", "\(folder)/service.pem", "-days", "2", "-extfile", "\(folder)/service.ext",
         ])
@@ -40,7 +40,7 @@ struct TLSStackTests {
         let directory = try LiveStack.makeDirectory()
         let certificates = directory + "/tls"
         try FileManager.default.createDirectory(atPath: certificates, withIntermediateDirectories: true)
-        let tls = try Self.makeCertificates(in: certificates)
+        let tls = try await Self.makeCertificates(in: certificates)
         try await LiveStack.with(
             directory: directory,
             configure: {

@@ -100,7 +100,7 @@ struct TestModeTests {
             // alice is still there.
             #expect(try await live.edge.request("POST", "/api/register?handle=\(apnsToken(2))", as: "alice").status == 200)
 
-            let refused = try runProgram(
+            let refused = try await runProgram(
                 live.configuration.binDirectory + "/herald-auth",
                 ["--runtime-dir", live.configuration.directory + "/other", "--test-user", "tester", "--test-password", Self.testerPassword])
             #expect(refused.status == 2)

@@ -137,6 +137,7 @@ final class LeanClient: Sendable {
             case .ready(let connection): return connection
             case .connecting(let task): pending = task
             }
+            let failure: String
             do {
                 let connection = try await pending.value
                 state.withLock { state in
@@ -144,12 +145,17 @@ final class LeanClient: Sendable {
                     state.connecting = nil
                 }
                 if connection.isUsable { return connection }
+                // Opened, then closed or told to go away at once (a server shutting down): try
+                // again, but within the deadline like any other failure, or the call would wait
+                // past it with no timer armed yet.
+                failure = "the connection closed as soon as it opened"
             } catch {
                 state.withLock { $0.connecting = nil }
                 if error is CancellationError || Task.isCancelled { throw error }
-                guard ContinuousClock.now + backoff < deadline else {
-                    throw ServiceError(.unavailable, "cannot reach \(socketPath): \(error)")
-                }
+                failure = "\(error)"
+            }
+            guard ContinuousClock.now + backoff < deadline else {
+                throw ServiceError(.unavailable, "cannot reach \(socketPath): \(failure)")
             }
             try await Task.sleep(for: backoff)
             backoff = min(backoff * 2, .seconds(1))
