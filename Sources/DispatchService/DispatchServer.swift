@@ -230,14 +230,15 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {
-        try outbox.outcome(of: request.notificationID, requester: request.requester)
+        try outbox.outcome(of: request.notificationID, requester: request.requester, hub: request.hub)
     }
 
     public func listDeliveries(_ request: ListDeliveriesRequest, context: RPCContext) async throws -> ListDeliveriesResponse {
         let limit = try Self.pageSize(request.limit, after: request.afterSequence)
         return ListDeliveriesResponse(
             deliveries: try outbox.deliveries(
-                of: request.notificationID, requester: request.requester, after: request.afterSequence, limit: limit))
+                of: request.notificationID, requester: request.requester, hub: request.hub, after: request.afterSequence,
+                limit: limit))
     }
 
     public func listInbox(_ request: ListInboxRequest, context: RPCContext) async throws -> ListInboxResponse {

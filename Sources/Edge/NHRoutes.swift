@@ -38,7 +38,13 @@ extension EdgeRoutes {
             await nh(context) { try await exportDevices(request, context) }
         }
         router.post(":hub/messages") { request, context in
-            await nh(context) { try await sendNative(request, context) }
+            await nh(context) { try await nhSend(request, context) }
+        }
+        router.post(":hub/messages/$batch") { request, context in
+            await nh(context) { try await sendBatch(request, context) }
+        }
+        router.get(":hub/messages/:id") { request, context in
+            await nh(context) { try await notificationDetails(request, context) }
         }
     }
 
@@ -177,68 +183,6 @@ extension EdgeRoutes {
     }
 
     // MARK: sends
-
-    /// `POST /{hub}/messages` (Send): a native send to a tag expression
-    /// (`ServiceBusNotification-Tags`) or to every device of the hub. 201 with `Location` of the
-    /// send's outcome. Formats: `apple`, `fcmv1`, `windows`, `browser`; templates, direct and
-    /// scheduled sends are NH-send work still to come.
-    func sendNative(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Send")
-        let format = request.headers[HTTPField.Name("ServiceBusNotification-Format")!] ?? ""
-        let body = try await collect(request, upTo: config.maxBodyBytes)
-        guard !body.isEmpty else { throw EdgeError(.badRequest, "the body is the notification payload; it is empty") }
-        var payload = NativePayload(body: [UInt8](body))
-        switch format.lowercased() {
-        case "apple":
-            payload.platform = .apns
-            payload.pushType = request.headers[HTTPField.Name("apns-push-type")!] ?? Self.inferredPushType([UInt8](body))
-            if let priority = request.headers[HTTPField.Name("apns-priority")!] { payload.priority = Int32(priority) ?? 0 }
-            payload.collapseID = request.headers[HTTPField.Name("apns-collapse-id")!] ?? ""
-        case "fcmv1":
-            payload.platform = .fcm
-            // NH takes FCM v1's {"message":{…}}; dispatch adds the token itself.
-            guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
-                let message = object["message"] as? [String: Any]
-            else { throw EdgeError(.badRequest, #"an fcmv1 body is FCM v1's {"message":{…}}"#) }
-            payload.body = Array(try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
-        case "windows":
-            payload.platform = .wns
-            payload.pushType = request.headers[HTTPField.Name("X-WNS-Type")!] ?? "wns/toast"
-            payload.contentType = request.headers[.contentType] ?? ""
-        case "browser":
-            payload.platform = .browser
-        case "template":
-            throw EdgeError(.notImplemented, "template sends are not supported yet")
-        case "":
-            throw EdgeError(.badRequest, "ServiceBusNotification-Format is required: apple, fcmv1, windows or browser")
-        default:
-            throw EdgeError(.badRequest, "ServiceBusNotification-Format \(format) is not supported: use apple, fcmv1, windows or browser")
-        }
-        guard request.uri.queryParameters.get("direct") == nil, request.uri.queryParameters.get("test") == nil else {
-            throw EdgeError(.notImplemented, "direct and test sends are not supported yet")
-        }
-        let tags = request.headers[HTTPField.Name("ServiceBusNotification-Tags")!] ?? ""
-        guard
-            let answer = try await dispatch.send(
-                SendRequest(targetTag: tags, payloads: [payload], sender: "sas", hub: hub, broadcast: tags.isEmpty),
-                requestID: context.requestID
-            ).outcome
-        else { throw ServiceError(.internal, "dispatch answered Send without an outcome") }
-        var response = Self.nhEmpty(.created)
-        let apiVersion = request.uri.queryParameters.get("api-version") ?? "2020-06"
-        response.headers[.location] =
-            "\(Self.origin(request))/\(hub)/messages/\(answer.notificationID)?api-version=\(apiVersion)"
-        return response
-    }
-
-    /// NH infers apns-push-type from the payload: background when `content-available` is the only content.
-    static func inferredPushType(_ body: [UInt8]) -> String {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-            let aps = object["aps"] as? [String: Any]
-        else { return "alert" }
-        let visible = aps["alert"] != nil || aps["badge"] != nil || aps["sound"] != nil
-        return (aps["content-available"] as? Int) == 1 && !visible ? "background" : "alert"
-    }
 
     // MARK: helpers
 

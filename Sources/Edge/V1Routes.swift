@@ -168,11 +168,17 @@ struct OutcomeBody: Encodable {
     var notificationId: String
     var state: String
     var createdAtUnixMs: Int64
+    /// Left out (nil) until a worker takes the first delivery.
+    var startedAtUnixMs: Int64?
+    /// Left out (nil) until the send is over.
+    var finishedAtUnixMs: Int64?
     var platforms: [PlatformCounts]
 
     init(_ outcome: Outcome) {
         notificationId = outcome.notificationID
         state = Self.state(outcome.state)
+        startedAtUnixMs = outcome.startedAtUnixMs > 0 ? outcome.startedAtUnixMs : nil
+        finishedAtUnixMs = outcome.finishedAtUnixMs > 0 ? outcome.finishedAtUnixMs : nil
         createdAtUnixMs = outcome.createdAtUnixMs
         platforms = outcome.platforms.map {
             PlatformCounts(

@@ -61,6 +61,21 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         return ListRegistrationsResponse(registrations: try store.list(owner: request.owner))
     }
 
+    public func checkHandles(_ request: CheckHandlesRequest, context: RPCContext) async throws -> CheckHandlesResponse {
+        guard request.handles.count <= 1000 else {
+            throw ServiceError.invalidArgument("at most 1000 handles, got \(request.handles.count)")
+        }
+        for (index, handle) in request.handles.enumerated() {
+            do {
+                guard handle.utf8.count <= 4096 else { throw ServiceError.invalidArgument("handle is too long") }
+                try RegistrationRules.validateHandle(handle, platform: request.platform, hosts: hosts)
+            } catch let error as ServiceError {
+                throw ServiceError.invalidArgument("device handle \(index + 1): \(error.message)")
+            }
+        }
+        return CheckHandlesResponse()
+    }
+
     public func removeHandle(_ request: RemoveHandleRequest, context: RPCContext) async throws -> RemoveHandleResponse {
         guard request.platform != .unspecified, !request.handle.isEmpty else {
             throw ServiceError.invalidArgument("platform and handle are required")

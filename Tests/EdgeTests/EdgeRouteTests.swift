@@ -324,6 +324,9 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func removeHandle(_ request: RemoveHandleRequest, options: RPCCallOptions) async throws -> RemoveHandleResponse {
         throw Self.unused()
     }
+    func checkHandles(_ request: CheckHandlesRequest, options: RPCCallOptions) async throws -> CheckHandlesResponse {
+        throw Self.unused()
+    }
     func streamAudience(
         _ request: StreamAudienceRequest, options: RPCCallOptions,
         onMessage: @escaping @Sendable (AudienceBatch) async throws -> Void

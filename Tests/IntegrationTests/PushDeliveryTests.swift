@@ -42,7 +42,15 @@ struct PushDeliveryTests {
             try #require(reply.status == 200, "GET \(path): \(reply.status) \(reply.text)")
             let json = try reply.json()
             let state = json["state"] as? String ?? ""
-            if ["Completed", "Abandoned", "NoTargetFound"].contains(state) || ContinuousClock.now >= deadline { return json }
+            if ["Completed", "Abandoned", "NoTargetFound"].contains(state) {
+                // A finished send says when it started (unless nothing was to be sent) and ended.
+                let created = json["createdAtUnixMs"] as? Int ?? 0
+                let finished = json["finishedAtUnixMs"] as? Int ?? 0
+                let started = json["startedAtUnixMs"] as? Int ?? (state == "NoTargetFound" ? created : 0)
+                #expect(created > 0 && created <= started && started <= finished, "times of \(path): \(json)")
+                return json
+            }
+            if ContinuousClock.now >= deadline { return json }
             try await Task.sleep(for: .milliseconds(50))
         }
     }

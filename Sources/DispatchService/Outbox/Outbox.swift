@@ -25,7 +25,8 @@ public final class Outbox: Sendable {
     static let unfinishedStates = [OutcomeState.enqueued, .processing].map { String($0.rawValue) }.joined(separator: ", ")
     static let finishedStates = [OutcomeState.completed, .abandoned, .noTargetFound].map { String($0.rawValue) }.joined(separator: ", ")
 
-    /// One registration to deliver to, from the audience stream.
+    /// One registration to deliver to, from the audience stream (or a handle of a direct send,
+    /// with an empty registration id).
     public struct Target: Sendable {
         public var registrationID: String
         public var platform: Platform
@@ -44,10 +45,12 @@ public final class Outbox: Sendable {
         try await db.write { db in
             try db.execute(
                 sql: """
-                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
-                arguments: [id, sender, targetUser, targetTag, state.rawValue, created, created, hub])
+                arguments: [
+                    id, sender, targetUser, targetTag, state.rawValue, created, created, hub, targets.isEmpty ? created : 0,
+                ])
             guard !targets.isEmpty else { return }
             for payload in payloads {
                 try db.execute(

@@ -82,8 +82,8 @@ extension Outbox {
                 hubs[notificationID] =
                     try String.fetchOne(db.cachedStatement(sql: "SELECT hub FROM notification WHERE id = ?"), arguments: [notificationID])
                 try db.execute(
-                    sql: "UPDATE notification SET state = ?, updated_at = ? WHERE id = ? AND state = ?",
-                    arguments: [OutcomeState.processing.rawValue, at, notificationID, OutcomeState.enqueued.rawValue])
+                    sql: "UPDATE notification SET state = ?, updated_at = ?, started_at = ? WHERE id = ? AND state = ?",
+                    arguments: [OutcomeState.processing.rawValue, at, at, notificationID, OutcomeState.enqueued.rawValue])
             }
             // Send stores a payload for every platform it targets, in the same transaction.
             guard let payload = payloads[notificationID]?[platform] else { continue }

@@ -5,29 +5,36 @@ public import HeraldProto
 
 /// Reads: outcomes, delivery records and the payloads of a send.
 extension Outbox {
-    /// The outcome of send `id`; with a `requester`, only if they sent it (NOT_FOUND otherwise, as
-    /// for an unknown id, so ids of other users' sends cannot be probed).
-    public func outcome(of id: String, requester: String = "") throws -> Outcome {
+    /// The outcome of send `id`; with a `requester`, only if they sent it, with a `hub`, only if
+    /// it was sent on that hub (NOT_FOUND otherwise, as for an unknown id, so ids of other users'
+    /// and other hubs' sends cannot be probed).
+    public func outcome(of id: String, requester: String = "", hub: String = "") throws -> Outcome {
         try db.read { db in
-            let row = try Self.notification(id, requester: requester, db)
+            let row = try Self.notification(id, requester: requester, hub: hub, db)
             return Outcome(
                 notificationID: id, state: OutcomeState(rawValue: row["state"]),
-                platforms: try platformOutcomes(of: id, db), createdAtUnixMs: row["created_at"], sender: row["sender"])
+                platforms: try platformOutcomes(of: id, db), createdAtUnixMs: row["created_at"], sender: row["sender"],
+                hub: row["hub"], startedAtUnixMs: row["started_at"], finishedAtUnixMs: row["finished_at"])
         }
     }
 
     /// The outbox entries of send `id`, with the same visibility as ``outcome(of:requester:)``.
-    public func deliveries(of id: String, requester: String = "", after: Int64, limit: Int) throws -> [DeliveryRecord] {
+    public func deliveries(of id: String, requester: String = "", hub: String = "", after: Int64, limit: Int) throws
+        -> [DeliveryRecord]
+    {
         try db.read { db in
-            _ = try Self.notification(id, requester: requester, db)
+            _ = try Self.notification(id, requester: requester, hub: hub, db)
             return try deliveries(of: id, after: after, limit: limit, db)
         }
     }
 
-    static func notification(_ id: String, requester: String, _ db: Database) throws -> Row {
+    static func notification(_ id: String, requester: String, hub: String = "", _ db: Database) throws -> Row {
         guard
-            let row = try Row.fetchOne(db, sql: "SELECT state, created_at, sender FROM notification WHERE id = ?", arguments: [id]),
-            requester.isEmpty || row["sender"] == requester
+            let row = try Row.fetchOne(
+                db, sql: "SELECT state, created_at, sender, hub, started_at, finished_at FROM notification WHERE id = ?",
+                arguments: [id]),
+            requester.isEmpty || row["sender"] == requester,
+            hub.isEmpty || row["hub"] == hub
         else { throw ServiceError.notFound("notification \(id) not found") }
         return row
     }
@@ -63,7 +70,8 @@ extension Outbox {
         try Row.fetchAll(
             db,
             sql: """
-                SELECT sequence, registration_id, platform, state, attempts, message_id, last_status, reason, next_attempt_at
+                SELECT sequence, registration_id, platform, state, attempts, message_id, last_status, reason, next_attempt_at,
+                       handle
                 FROM delivery WHERE notification_id = ? AND sequence > ? ORDER BY sequence LIMIT ?
                 """,
             arguments: [id, after, limit]
@@ -72,7 +80,7 @@ extension Outbox {
             return DeliveryRecord(
                 sequence: row["sequence"], registrationID: row["registration_id"], platform: Platform(rawValue: row["platform"]),
                 state: state, attempts: row["attempts"], messageID: row["message_id"], lastStatus: row["last_status"],
-                reason: row["reason"], nextAttemptAtUnixMs: state == .pending ? row["next_attempt_at"] : 0)
+                reason: row["reason"], nextAttemptAtUnixMs: state == .pending ? row["next_attempt_at"] : 0, handle: row["handle"])
         }
     }
 

@@ -100,8 +100,12 @@ extension Outbox {
                     arguments: [id]) ?? false
             let state: OutcomeState = abandoned ? .abandoned : .completed
             try db.execute(
-                sql: "UPDATE notification SET state = ?, updated_at = ? WHERE id = ? AND state IN (\(Outbox.unfinishedStates))",
-                arguments: [state.rawValue, at, id])
+                sql: """
+                    UPDATE notification SET state = ?, updated_at = ?, finished_at = ?,
+                                            started_at = CASE started_at WHEN 0 THEN ? ELSE started_at END
+                    WHERE id = ? AND state IN (\(Outbox.unfinishedStates))
+                    """,
+                arguments: [state.rawValue, at, at, at, id])
             if db.changesCount == 1 { finished.append((id, state)) }
         }
         return finished

@@ -112,6 +112,15 @@ extension Outbox {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("outbox-v4-telemetry") { db in
+            // When a send started and finished, for Notification Hubs' per-message telemetry (issue 16).
+            try db.execute(
+                sql: """
+                    ALTER TABLE notification ADD COLUMN started_at INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE notification ADD COLUMN finished_at INTEGER NOT NULL DEFAULT 0;
+                    UPDATE notification SET finished_at = updated_at WHERE state IN (\(Outbox.finishedStates));
+                    """)
+        }
         return migrator
     }
 }

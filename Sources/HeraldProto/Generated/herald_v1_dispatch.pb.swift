@@ -213,7 +213,7 @@ extension NativePayload: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__native_payload__free_unpacked(p, nil) }
 }
 
-/// Request of Send. Exactly one of target_user, target_tag and broadcast is set.
+/// Request of Send. Exactly one of target_user, target_tag, broadcast and device_handles is set.
 public struct SendRequest: HeraldMessage {
     /// Deliver to every device of this user (the tag "username:<user>").
     public var targetUser: String
@@ -229,14 +229,24 @@ public struct SendRequest: HeraldMessage {
     public var hub: String
     /// Deliver to every device of the hub; target_user and target_tag are then empty.
     public var broadcast: Bool
+    /// Deliver to these push handles as they are, registered or not (Notification Hubs' direct
+    /// send): at most 1000, with exactly one payload, whose platform they are on. A Web Push handle
+    /// is the subscription JSON {"endpoint","keys":{"p256dh","auth"}}. Delivery records carry no
+    /// registration id; a handle the provider reports dead is still removed from registrations.
+    public var deviceHandles: [String]
+    /// When above 0, deliver to at most this many devices of the audience (Notification Hubs' test
+    /// send takes 10); the rest are not enqueued.
+    public var maxDevices: Int32
 
-    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false) {
+    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false, deviceHandles: [String] = [], maxDevices: Int32 = 0) {
         self.targetUser = targetUser
         self.targetTag = targetTag
         self.payloads = payloads
         self.sender = sender
         self.hub = hub
         self.broadcast = broadcast
+        self.deviceHandles = deviceHandles
+        self.maxDevices = maxDevices
     }
 
     public init() {
@@ -246,6 +256,8 @@ public struct SendRequest: HeraldMessage {
         self.sender = ""
         self.hub = ""
         self.broadcast = false
+        self.deviceHandles = []
+        self.maxDevices = 0
     }
 
     public static let protoName = "herald.v1.SendRequest"
@@ -270,6 +282,8 @@ extension SendRequest: CBacked {
         self.sender = CBridge.string(m.sender)
         self.hub = CBridge.string(m.hub)
         self.broadcast = m.broadcast != 0
+        self.deviceHandles = CBridge.strings(m.n_device_handles, m.device_handles)
+        self.maxDevices = m.max_devices
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -282,6 +296,9 @@ extension SendRequest: CBacked {
         p.pointee.sender = try arena.string(self.sender, field: "herald.v1.SendRequest.sender")
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.SendRequest.hub")
         p.pointee.broadcast = self.broadcast ? 1 : 0
+        p.pointee.n_device_handles = self.deviceHandles.count
+        p.pointee.device_handles = try arena.strings(self.deviceHandles, field: "herald.v1.SendRequest.device_handles")
+        p.pointee.max_devices = self.maxDevices
         return p
     }
 
@@ -507,8 +524,10 @@ public struct DeliveryRecord: HeraldMessage {
     public var reason: String
     /// When it is due next (pending only), Unix epoch milliseconds.
     public var nextAttemptAtUnixMs: Int64
+    /// The push handle it was addressed to.
+    public var handle: String
 
-    public init(sequence: Int64 = 0, registrationID: String = "", platform: Platform = Platform(rawValue: 0), state: DeliveryState = DeliveryState(rawValue: 0), attempts: Int32 = 0, messageID: String = "", lastStatus: Int32 = 0, reason: String = "", nextAttemptAtUnixMs: Int64 = 0) {
+    public init(sequence: Int64 = 0, registrationID: String = "", platform: Platform = Platform(rawValue: 0), state: DeliveryState = DeliveryState(rawValue: 0), attempts: Int32 = 0, messageID: String = "", lastStatus: Int32 = 0, reason: String = "", nextAttemptAtUnixMs: Int64 = 0, handle: String = "") {
         self.sequence = sequence
         self.registrationID = registrationID
         self.platform = platform
@@ -518,6 +537,7 @@ public struct DeliveryRecord: HeraldMessage {
         self.lastStatus = lastStatus
         self.reason = reason
         self.nextAttemptAtUnixMs = nextAttemptAtUnixMs
+        self.handle = handle
     }
 
     public init() {
@@ -530,6 +550,7 @@ public struct DeliveryRecord: HeraldMessage {
         self.lastStatus = 0
         self.reason = ""
         self.nextAttemptAtUnixMs = 0
+        self.handle = ""
     }
 
     public static let protoName = "herald.v1.DeliveryRecord"
@@ -557,6 +578,7 @@ extension DeliveryRecord: CBacked {
         self.lastStatus = m.last_status
         self.reason = CBridge.string(m.reason)
         self.nextAttemptAtUnixMs = m.next_attempt_at_unix_ms
+        self.handle = CBridge.string(m.handle)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -571,6 +593,7 @@ extension DeliveryRecord: CBacked {
         p.pointee.last_status = self.lastStatus
         p.pointee.reason = try arena.string(self.reason, field: "herald.v1.DeliveryRecord.reason")
         p.pointee.next_attempt_at_unix_ms = self.nextAttemptAtUnixMs
+        p.pointee.handle = try arena.string(self.handle, field: "herald.v1.DeliveryRecord.handle")
         return p
     }
 
@@ -594,12 +617,15 @@ public struct ListDeliveriesRequest: HeraldMessage {
     public var afterSequence: Int64
     /// At most this many (0: 100; capped at 1000).
     public var limit: Int32
+    /// As in GetOutcomeRequest.
+    public var hub: String
 
-    public init(notificationID: String = "", requester: String = "", afterSequence: Int64 = 0, limit: Int32 = 0) {
+    public init(notificationID: String = "", requester: String = "", afterSequence: Int64 = 0, limit: Int32 = 0, hub: String = "") {
         self.notificationID = notificationID
         self.requester = requester
         self.afterSequence = afterSequence
         self.limit = limit
+        self.hub = hub
     }
 
     public init() {
@@ -607,6 +633,7 @@ public struct ListDeliveriesRequest: HeraldMessage {
         self.requester = ""
         self.afterSequence = 0
         self.limit = 0
+        self.hub = ""
     }
 
     public static let protoName = "herald.v1.ListDeliveriesRequest"
@@ -629,6 +656,7 @@ extension ListDeliveriesRequest: CBacked {
         self.requester = CBridge.string(m.requester)
         self.afterSequence = m.after_sequence
         self.limit = m.limit
+        self.hub = CBridge.string(m.hub)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -638,6 +666,7 @@ extension ListDeliveriesRequest: CBacked {
         p.pointee.requester = try arena.string(self.requester, field: "herald.v1.ListDeliveriesRequest.requester")
         p.pointee.after_sequence = self.afterSequence
         p.pointee.limit = self.limit
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ListDeliveriesRequest.hub")
         return p
     }
 
@@ -713,13 +742,23 @@ public struct Outcome: HeraldMessage {
     public var createdAtUnixMs: Int64
     /// Who sent it (SendRequest.sender).
     public var sender: String
+    /// The hub it was sent on.
+    public var hub: String
+    /// When a worker first took one of its deliveries, Unix epoch milliseconds; 0 before that (and
+    /// for NO_TARGET_FOUND).
+    public var startedAtUnixMs: Int64
+    /// When it reached COMPLETED, ABANDONED or NO_TARGET_FOUND, Unix epoch milliseconds; 0 before.
+    public var finishedAtUnixMs: Int64
 
-    public init(notificationID: String = "", state: OutcomeState = OutcomeState(rawValue: 0), platforms: [PlatformOutcome] = [], createdAtUnixMs: Int64 = 0, sender: String = "") {
+    public init(notificationID: String = "", state: OutcomeState = OutcomeState(rawValue: 0), platforms: [PlatformOutcome] = [], createdAtUnixMs: Int64 = 0, sender: String = "", hub: String = "", startedAtUnixMs: Int64 = 0, finishedAtUnixMs: Int64 = 0) {
         self.notificationID = notificationID
         self.state = state
         self.platforms = platforms
         self.createdAtUnixMs = createdAtUnixMs
         self.sender = sender
+        self.hub = hub
+        self.startedAtUnixMs = startedAtUnixMs
+        self.finishedAtUnixMs = finishedAtUnixMs
     }
 
     public init() {
@@ -728,6 +767,9 @@ public struct Outcome: HeraldMessage {
         self.platforms = []
         self.createdAtUnixMs = 0
         self.sender = ""
+        self.hub = ""
+        self.startedAtUnixMs = 0
+        self.finishedAtUnixMs = 0
     }
 
     public static let protoName = "herald.v1.Outcome"
@@ -751,6 +793,9 @@ extension Outcome: CBacked {
         self.platforms = (0..<m.n_platforms).map { PlatformOutcome(_c: m.platforms[$0]!) }
         self.createdAtUnixMs = m.created_at_unix_ms
         self.sender = CBridge.string(m.sender)
+        self.hub = CBridge.string(m.hub)
+        self.startedAtUnixMs = m.started_at_unix_ms
+        self.finishedAtUnixMs = m.finished_at_unix_ms
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -762,6 +807,9 @@ extension Outcome: CBacked {
         p.pointee.platforms = arena.array(try self.platforms.map { Optional(try $0._toC(arena)) })
         p.pointee.created_at_unix_ms = self.createdAtUnixMs
         p.pointee.sender = try arena.string(self.sender, field: "herald.v1.Outcome.sender")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.Outcome.hub")
+        p.pointee.started_at_unix_ms = self.startedAtUnixMs
+        p.pointee.finished_at_unix_ms = self.finishedAtUnixMs
         return p
     }
 
@@ -781,15 +829,19 @@ public struct GetOutcomeRequest: HeraldMessage {
     public var notificationID: String
     /// When set, only this sender may see the outcome: anyone else gets NOT_FOUND, as for an unknown id.
     public var requester: String
+    /// When set, only a send on this hub is found (a hub's keys see its own sends only).
+    public var hub: String
 
-    public init(notificationID: String = "", requester: String = "") {
+    public init(notificationID: String = "", requester: String = "", hub: String = "") {
         self.notificationID = notificationID
         self.requester = requester
+        self.hub = hub
     }
 
     public init() {
         self.notificationID = ""
         self.requester = ""
+        self.hub = ""
     }
 
     public static let protoName = "herald.v1.GetOutcomeRequest"
@@ -810,6 +862,7 @@ extension GetOutcomeRequest: CBacked {
         let m = pointer.pointee
         self.notificationID = CBridge.string(m.notification_id)
         self.requester = CBridge.string(m.requester)
+        self.hub = CBridge.string(m.hub)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -817,6 +870,7 @@ extension GetOutcomeRequest: CBacked {
         herald__v1__get_outcome_request__init(p)
         p.pointee.notification_id = try arena.string(self.notificationID, field: "herald.v1.GetOutcomeRequest.notification_id")
         p.pointee.requester = try arena.string(self.requester, field: "herald.v1.GetOutcomeRequest.requester")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.GetOutcomeRequest.hub")
         return p
     }
 

@@ -1404,6 +1404,101 @@ extension DeleteHubDevicesResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_hub_devices_response__free_unpacked(p, nil) }
 }
 
+/// Request of CheckHandles.
+public struct CheckHandlesRequest: HeraldMessage {
+    /// The handles' platform. Required.
+    public var platform: Platform
+    /// The handles, as they would be registered (at most 1000).
+    public var handles: [String]
+
+    public init(platform: Platform = Platform(rawValue: 0), handles: [String] = []) {
+        self.platform = platform
+        self.handles = handles
+    }
+
+    public init() {
+        self.platform = Platform(rawValue: 0)
+        self.handles = []
+    }
+
+    public static let protoName = "herald.v1.CheckHandlesRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension CheckHandlesRequest: CBacked {
+    typealias CType = Herald__V1__CheckHandlesRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.handles = CBridge.strings(m.n_handles, m.handles)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__check_handles_request__init(p)
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.n_handles = self.handles.count
+        p.pointee.handles = try arena.strings(self.handles, field: "herald.v1.CheckHandlesRequest.handles")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__check_handles_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__check_handles_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__check_handles_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__check_handles_request__free_unpacked(p, nil) }
+}
+
+/// Answer of CheckHandles: every handle is acceptable.
+public struct CheckHandlesResponse: HeraldMessage {
+    public init() {}
+
+    public static let protoName = "herald.v1.CheckHandlesResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension CheckHandlesResponse: CBacked {
+    typealias CType = Herald__V1__CheckHandlesResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        _ = pointer
+        self.init()
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__check_handles_response__init(p)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__check_handles_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__check_handles_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__check_handles_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__check_handles_response__free_unpacked(p, nil) }
+}
+
 /// Every call a user makes is scoped to an owner (the authenticated user): one user can never see,
 /// change, claim or delete another user's registration; such an id behaves exactly like an unknown
 /// one. StreamAudience and RemoveHandle are herald-dispatch's, not a user's.
@@ -1457,7 +1552,12 @@ public enum RegistrationServiceMethods {
     /// Deletes every registration and installation of a hub (`herald hubs delete`); the hub
     /// "default" is refused (FAILED_PRECONDITION).
     public static let deleteHubDevices = UnaryMethod<DeleteHubDevicesRequest, DeleteHubDevicesResponse>(service: serviceName, method: "DeleteHubDevices")
+    /// Checks push handles by the rules a registration's handle follows (APNs tokens are hex, WNS
+    /// channel URIs and Web Push endpoints must be on the allowed push hosts), without storing them:
+    /// dispatch asks before a direct send, so that one list of allowed hosts guards every handle.
+    /// Errors: INVALID_ARGUMENT naming the first bad handle's position.
+    public static let checkHandles = UnaryMethod<CheckHandlesRequest, CheckHandlesResponse>(service: serviceName, method: "CheckHandles")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName]
+    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName, checkHandles.fullName]
 }

@@ -50,6 +50,11 @@ public protocol RegistrationServiceHandler: Sendable {
     /// Deletes every registration and installation of a hub (`herald hubs delete`); the hub
     /// "default" is refused (FAILED_PRECONDITION).
     func deleteHubDevices(_ request: DeleteHubDevicesRequest, context: RPCContext) async throws -> DeleteHubDevicesResponse
+    /// Checks push handles by the rules a registration's handle follows (APNs tokens are hex, WNS
+    /// channel URIs and Web Push endpoints must be on the allowed push hosts), without storing them:
+    /// dispatch asks before a direct send, so that one list of allowed hosts guards every handle.
+    /// Errors: INVALID_ARGUMENT naming the first bad handle's position.
+    func checkHandles(_ request: CheckHandlesRequest, context: RPCContext) async throws -> CheckHandlesResponse
 }
 
 extension RegistrationServiceHandler {
@@ -96,6 +101,9 @@ extension RegistrationServiceHandler {
         }
         table.register(RegistrationServiceMethods.deleteHubDevices) { request, context in
             try await self.deleteHubDevices(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.checkHandles) { request, context in
+            try await self.checkHandles(request, context: context)
         }
     }
 }
@@ -153,6 +161,11 @@ public protocol RegistrationServiceClientProtocol: Sendable {
     /// Deletes every registration and installation of a hub (`herald hubs delete`); the hub
     /// "default" is refused (FAILED_PRECONDITION).
     func deleteHubDevices(_ request: DeleteHubDevicesRequest, options: RPCCallOptions) async throws -> DeleteHubDevicesResponse
+    /// Checks push handles by the rules a registration's handle follows (APNs tokens are hex, WNS
+    /// channel URIs and Web Push endpoints must be on the allowed push hosts), without storing them:
+    /// dispatch asks before a direct send, so that one list of allowed hosts guards every handle.
+    /// Errors: INVALID_ARGUMENT naming the first bad handle's position.
+    func checkHandles(_ request: CheckHandlesRequest, options: RPCCallOptions) async throws -> CheckHandlesResponse
 }
 
 extension RegistrationServiceClientProtocol {
@@ -228,6 +241,11 @@ extension RegistrationServiceClientProtocol {
     ) async throws -> DeleteHubDevicesResponse {
         try await deleteHubDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func checkHandles(
+        _ request: CheckHandlesRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> CheckHandlesResponse {
+        try await checkHandles(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.RegistrationService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -299,5 +317,9 @@ public struct RegistrationServiceClient: RegistrationServiceClientProtocol {
 
     public func deleteHubDevices(_ request: DeleteHubDevicesRequest, options: RPCCallOptions) async throws -> DeleteHubDevicesResponse {
         try await rpc.call(RegistrationServiceMethods.deleteHubDevices, request, options: options)
+    }
+
+    public func checkHandles(_ request: CheckHandlesRequest, options: RPCCallOptions) async throws -> CheckHandlesResponse {
+        try await rpc.call(RegistrationServiceMethods.checkHandles, request, options: options)
     }
 }

@@ -1023,7 +1023,7 @@ const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor =
   (ProtobufCMessageInit) herald__v1__native_payload__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[6] =
+static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[8] =
 {
   {
     "target_user",
@@ -1097,10 +1097,36 @@ static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "device_handles",
+    7,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__SendRequest, n_device_handles),
+    offsetof(Herald__V1__SendRequest, device_handles),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "max_devices",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendRequest, max_devices),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__send_request__field_indices_by_name[] = {
   5,   /* field[5] = broadcast */
+  6,   /* field[6] = device_handles */
   4,   /* field[4] = hub */
+  7,   /* field[7] = max_devices */
   2,   /* field[2] = payloads */
   3,   /* field[3] = sender */
   1,   /* field[1] = target_tag */
@@ -1109,7 +1135,7 @@ static const unsigned herald__v1__send_request__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__send_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
 {
@@ -1119,7 +1145,7 @@ const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
   "Herald__V1__SendRequest",
   "herald.v1",
   sizeof(Herald__V1__SendRequest),
-  6,
+  8,
   herald__v1__send_request__field_descriptors,
   herald__v1__send_request__field_indices_by_name,
   1,  herald__v1__send_request__number_ranges,
@@ -1331,7 +1357,7 @@ const ProtobufCMessageDescriptor herald__v1__failure_count__descriptor =
   (ProtobufCMessageInit) herald__v1__failure_count__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__delivery_record__field_descriptors[9] =
+static const ProtobufCFieldDescriptor herald__v1__delivery_record__field_descriptors[10] =
 {
   {
     "sequence",
@@ -1441,9 +1467,22 @@ static const ProtobufCFieldDescriptor herald__v1__delivery_record__field_descrip
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "handle",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, handle),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__delivery_record__field_indices_by_name[] = {
   4,   /* field[4] = attempts */
+  9,   /* field[9] = handle */
   6,   /* field[6] = last_status */
   5,   /* field[5] = message_id */
   8,   /* field[8] = next_attempt_at_unix_ms */
@@ -1456,7 +1495,7 @@ static const unsigned herald__v1__delivery_record__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__delivery_record__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 9 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor herald__v1__delivery_record__descriptor =
 {
@@ -1466,14 +1505,14 @@ const ProtobufCMessageDescriptor herald__v1__delivery_record__descriptor =
   "Herald__V1__DeliveryRecord",
   "herald.v1",
   sizeof(Herald__V1__DeliveryRecord),
-  9,
+  10,
   herald__v1__delivery_record__field_descriptors,
   herald__v1__delivery_record__field_indices_by_name,
   1,  herald__v1__delivery_record__number_ranges,
   (ProtobufCMessageInit) herald__v1__delivery_record__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__list_deliveries_request__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__list_deliveries_request__field_descriptors[5] =
 {
   {
     "notification_id",
@@ -1523,9 +1562,22 @@ static const ProtobufCFieldDescriptor herald__v1__list_deliveries_request__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "hub",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDeliveriesRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_deliveries_request__field_indices_by_name[] = {
   2,   /* field[2] = after_sequence */
+  4,   /* field[4] = hub */
   3,   /* field[3] = limit */
   0,   /* field[0] = notification_id */
   1,   /* field[1] = requester */
@@ -1533,7 +1585,7 @@ static const unsigned herald__v1__list_deliveries_request__field_indices_by_name
 static const ProtobufCIntRange herald__v1__list_deliveries_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__descriptor =
 {
@@ -1543,7 +1595,7 @@ const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__descriptor
   "Herald__V1__ListDeliveriesRequest",
   "herald.v1",
   sizeof(Herald__V1__ListDeliveriesRequest),
-  4,
+  5,
   herald__v1__list_deliveries_request__field_descriptors,
   herald__v1__list_deliveries_request__field_indices_by_name,
   1,  herald__v1__list_deliveries_request__number_ranges,
@@ -1588,7 +1640,7 @@ const ProtobufCMessageDescriptor herald__v1__list_deliveries_response__descripto
   (ProtobufCMessageInit) herald__v1__list_deliveries_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[5] =
+static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[8] =
 {
   {
     "notification_id",
@@ -1650,18 +1702,57 @@ static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[5] 
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "hub",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Outcome, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "started_at_unix_ms",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Outcome, started_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "finished_at_unix_ms",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Outcome, finished_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__outcome__field_indices_by_name[] = {
   3,   /* field[3] = created_at_unix_ms */
+  7,   /* field[7] = finished_at_unix_ms */
+  5,   /* field[5] = hub */
   0,   /* field[0] = notification_id */
   2,   /* field[2] = platforms */
   4,   /* field[4] = sender */
+  6,   /* field[6] = started_at_unix_ms */
   1,   /* field[1] = state */
 };
 static const ProtobufCIntRange herald__v1__outcome__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor herald__v1__outcome__descriptor =
 {
@@ -1671,14 +1762,14 @@ const ProtobufCMessageDescriptor herald__v1__outcome__descriptor =
   "Herald__V1__Outcome",
   "herald.v1",
   sizeof(Herald__V1__Outcome),
-  5,
+  8,
   herald__v1__outcome__field_descriptors,
   herald__v1__outcome__field_indices_by_name,
   1,  herald__v1__outcome__number_ranges,
   (ProtobufCMessageInit) herald__v1__outcome__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[3] =
 {
   {
     "notification_id",
@@ -1704,15 +1795,28 @@ static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "hub",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetOutcomeRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__get_outcome_request__field_indices_by_name[] = {
+  2,   /* field[2] = hub */
   0,   /* field[0] = notification_id */
   1,   /* field[1] = requester */
 };
 static const ProtobufCIntRange herald__v1__get_outcome_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor =
 {
@@ -1722,7 +1826,7 @@ const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor =
   "Herald__V1__GetOutcomeRequest",
   "herald.v1",
   sizeof(Herald__V1__GetOutcomeRequest),
-  2,
+  3,
   herald__v1__get_outcome_request__field_descriptors,
   herald__v1__get_outcome_request__field_indices_by_name,
   1,  herald__v1__get_outcome_request__number_ranges,

@@ -1132,6 +1132,96 @@ void   herald__v1__delete_hub_devices_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__delete_hub_devices_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__check_handles_request__init
+                     (Herald__V1__CheckHandlesRequest         *message)
+{
+  static const Herald__V1__CheckHandlesRequest init_value = HERALD__V1__CHECK_HANDLES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__check_handles_request__get_packed_size
+                     (const Herald__V1__CheckHandlesRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__check_handles_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__check_handles_request__pack
+                     (const Herald__V1__CheckHandlesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__check_handles_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__check_handles_request__pack_to_buffer
+                     (const Herald__V1__CheckHandlesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__check_handles_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__CheckHandlesRequest *
+       herald__v1__check_handles_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__CheckHandlesRequest *)
+     protobuf_c_message_unpack (&herald__v1__check_handles_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__check_handles_request__free_unpacked
+                     (Herald__V1__CheckHandlesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__check_handles_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__check_handles_response__init
+                     (Herald__V1__CheckHandlesResponse         *message)
+{
+  static const Herald__V1__CheckHandlesResponse init_value = HERALD__V1__CHECK_HANDLES_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__check_handles_response__get_packed_size
+                     (const Herald__V1__CheckHandlesResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__check_handles_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__check_handles_response__pack
+                     (const Herald__V1__CheckHandlesResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__check_handles_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__check_handles_response__pack_to_buffer
+                     (const Herald__V1__CheckHandlesResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__check_handles_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__CheckHandlesResponse *
+       herald__v1__check_handles_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__CheckHandlesResponse *)
+     protobuf_c_message_unpack (&herald__v1__check_handles_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__check_handles_response__free_unpacked
+                     (Herald__V1__CheckHandlesResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__check_handles_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[8] =
 {
   {
@@ -2465,7 +2555,76 @@ const ProtobufCMessageDescriptor herald__v1__delete_hub_devices_response__descri
   (ProtobufCMessageInit) herald__v1__delete_hub_devices_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[14] =
+static const ProtobufCFieldDescriptor herald__v1__check_handles_request__field_descriptors[2] =
+{
+  {
+    "platform",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__CheckHandlesRequest, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "handles",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__CheckHandlesRequest, n_handles),
+    offsetof(Herald__V1__CheckHandlesRequest, handles),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__check_handles_request__field_indices_by_name[] = {
+  1,   /* field[1] = handles */
+  0,   /* field[0] = platform */
+};
+static const ProtobufCIntRange herald__v1__check_handles_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__check_handles_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.CheckHandlesRequest",
+  "CheckHandlesRequest",
+  "Herald__V1__CheckHandlesRequest",
+  "herald.v1",
+  sizeof(Herald__V1__CheckHandlesRequest),
+  2,
+  herald__v1__check_handles_request__field_descriptors,
+  herald__v1__check_handles_request__field_indices_by_name,
+  1,  herald__v1__check_handles_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__check_handles_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define herald__v1__check_handles_response__field_descriptors NULL
+#define herald__v1__check_handles_response__field_indices_by_name NULL
+#define herald__v1__check_handles_response__number_ranges NULL
+const ProtobufCMessageDescriptor herald__v1__check_handles_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.CheckHandlesResponse",
+  "CheckHandlesResponse",
+  "Herald__V1__CheckHandlesResponse",
+  "herald.v1",
+  sizeof(Herald__V1__CheckHandlesResponse),
+  0,
+  herald__v1__check_handles_response__field_descriptors,
+  herald__v1__check_handles_response__field_indices_by_name,
+  0,  herald__v1__check_handles_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__check_handles_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[15] =
 {
   { "CreateRegistrationId", &herald__v1__create_registration_id_request__descriptor, &herald__v1__create_registration_id_response__descriptor },
   { "UpsertRegistration", &herald__v1__upsert_registration_request__descriptor, &herald__v1__upsert_registration_response__descriptor },
@@ -2481,8 +2640,10 @@ static const ProtobufCMethodDescriptor herald__v1__registration_service__method_
   { "ListInstallations", &herald__v1__list_installations_request__descriptor, &herald__v1__list_installations_response__descriptor },
   { "ExportDevices", &herald__v1__export_devices_request__descriptor, &herald__v1__export_batch__descriptor },
   { "DeleteHubDevices", &herald__v1__delete_hub_devices_request__descriptor, &herald__v1__delete_hub_devices_response__descriptor },
+  { "CheckHandles", &herald__v1__check_handles_request__descriptor, &herald__v1__check_handles_response__descriptor },
 };
 const unsigned herald__v1__registration_service__method_indices_by_name[] = {
+  14,        /* CheckHandles */
   0,        /* CreateRegistrationId */
   13,        /* DeleteHubDevices */
   10,        /* DeleteInstallation */
@@ -2505,7 +2666,7 @@ const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor =
   "RegistrationService",
   "Herald__V1__RegistrationService",
   "herald.v1",
-  14,
+  15,
   herald__v1__registration_service__method_descriptors,
   herald__v1__registration_service__method_indices_by_name
 };
@@ -2620,6 +2781,14 @@ void herald__v1__registration_service__delete_hub_devices(ProtobufCService *serv
 {
   assert(service->descriptor == &herald__v1__registration_service__descriptor);
   service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__check_handles(ProtobufCService *service,
+                                                     const Herald__V1__CheckHandlesRequest *input,
+                                                     Herald__V1__CheckHandlesResponse_Closure closure,
+                                                     void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
                                              Herald__V1__RegistrationService_ServiceDestroy destroy)

@@ -146,7 +146,7 @@ struct  Herald__V1__NativePayload
 
 
 /*
- * Request of Send. Exactly one of target_user, target_tag and broadcast is set.
+ * Request of Send. Exactly one of target_user, target_tag, broadcast and device_handles is set.
  */
 struct  Herald__V1__SendRequest
 {
@@ -178,10 +178,23 @@ struct  Herald__V1__SendRequest
    * Deliver to every device of the hub; target_user and target_tag are then empty.
    */
   protobuf_c_boolean broadcast;
+  /*
+   * Deliver to these push handles as they are, registered or not (Notification Hubs' direct
+   * send): at most 1000, with exactly one payload, whose platform they are on. A Web Push handle
+   * is the subscription JSON {"endpoint","keys":{"p256dh","auth"}}. Delivery records carry no
+   * registration id; a handle the provider reports dead is still removed from registrations.
+   */
+  size_t n_device_handles;
+  char **device_handles;
+  /*
+   * When above 0, deliver to at most this many devices of the audience (Notification Hubs' test
+   * send takes 10); the rest are not enqueued.
+   */
+  int32_t max_devices;
 };
 #define HERALD__V1__SEND_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__send_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0,NULL, 0 }
 
 
 /*
@@ -305,10 +318,14 @@ struct  Herald__V1__DeliveryRecord
    * When it is due next (pending only), Unix epoch milliseconds.
    */
   int64_t next_attempt_at_unix_ms;
+  /*
+   * The push handle it was addressed to.
+   */
+  char *handle;
 };
 #define HERALD__V1__DELIVERY_RECORD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delivery_record__descriptor) \
-    , 0, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_UNSPECIFIED, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0 }
+    , 0, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_UNSPECIFIED, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -333,10 +350,14 @@ struct  Herald__V1__ListDeliveriesRequest
    * At most this many (0: 100; capped at 1000).
    */
   int32_t limit;
+  /*
+   * As in GetOutcomeRequest.
+   */
+  char *hub;
 };
 #define HERALD__V1__LIST_DELIVERIES_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_deliveries_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -383,10 +404,23 @@ struct  Herald__V1__Outcome
    * Who sent it (SendRequest.sender).
    */
   char *sender;
+  /*
+   * The hub it was sent on.
+   */
+  char *hub;
+  /*
+   * When a worker first took one of its deliveries, Unix epoch milliseconds; 0 before that (and
+   * for NO_TARGET_FOUND).
+   */
+  int64_t started_at_unix_ms;
+  /*
+   * When it reached COMPLETED, ABANDONED or NO_TARGET_FOUND, Unix epoch milliseconds; 0 before.
+   */
+  int64_t finished_at_unix_ms;
 };
 #define HERALD__V1__OUTCOME__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__outcome__descriptor) \
-    , (char *)protobuf_c_empty_string, HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED, 0,NULL, 0, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0 }
 
 
 /*
@@ -403,10 +437,14 @@ struct  Herald__V1__GetOutcomeRequest
    * When set, only this sender may see the outcome: anyone else gets NOT_FOUND, as for an unknown id.
    */
   char *requester;
+  /*
+   * When set, only a send on this hub is found (a hub's keys see its own sends only).
+   */
+  char *hub;
 };
 #define HERALD__V1__GET_OUTCOME_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_outcome_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*

@@ -41,6 +41,8 @@ typedef struct Herald__V1__ExportDevicesRequest Herald__V1__ExportDevicesRequest
 typedef struct Herald__V1__ExportBatch Herald__V1__ExportBatch;
 typedef struct Herald__V1__DeleteHubDevicesRequest Herald__V1__DeleteHubDevicesRequest;
 typedef struct Herald__V1__DeleteHubDevicesResponse Herald__V1__DeleteHubDevicesResponse;
+typedef struct Herald__V1__CheckHandlesRequest Herald__V1__CheckHandlesRequest;
+typedef struct Herald__V1__CheckHandlesResponse Herald__V1__CheckHandlesResponse;
 
 
 /* --- enums --- */
@@ -542,6 +544,39 @@ struct  Herald__V1__DeleteHubDevicesResponse
     , 0 }
 
 
+/*
+ * Request of CheckHandles.
+ */
+struct  Herald__V1__CheckHandlesRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The handles' platform. Required.
+   */
+  Herald__V1__Platform platform;
+  /*
+   * The handles, as they would be registered (at most 1000).
+   */
+  size_t n_handles;
+  char **handles;
+};
+#define HERALD__V1__CHECK_HANDLES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__check_handles_request__descriptor) \
+    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, 0,NULL }
+
+
+/*
+ * Answer of CheckHandles: every handle is acceptable.
+ */
+struct  Herald__V1__CheckHandlesResponse
+{
+  ProtobufCMessage base;
+};
+#define HERALD__V1__CHECK_HANDLES_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__check_handles_response__descriptor) \
+     }
+
+
 /* Herald__V1__Registration methods */
 void   herald__v1__registration__init
                      (Herald__V1__Registration         *message);
@@ -1017,6 +1052,44 @@ Herald__V1__DeleteHubDevicesResponse *
 void   herald__v1__delete_hub_devices_response__free_unpacked
                      (Herald__V1__DeleteHubDevicesResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__CheckHandlesRequest methods */
+void   herald__v1__check_handles_request__init
+                     (Herald__V1__CheckHandlesRequest         *message);
+size_t herald__v1__check_handles_request__get_packed_size
+                     (const Herald__V1__CheckHandlesRequest   *message);
+size_t herald__v1__check_handles_request__pack
+                     (const Herald__V1__CheckHandlesRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__check_handles_request__pack_to_buffer
+                     (const Herald__V1__CheckHandlesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__CheckHandlesRequest *
+       herald__v1__check_handles_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__check_handles_request__free_unpacked
+                     (Herald__V1__CheckHandlesRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__CheckHandlesResponse methods */
+void   herald__v1__check_handles_response__init
+                     (Herald__V1__CheckHandlesResponse         *message);
+size_t herald__v1__check_handles_response__get_packed_size
+                     (const Herald__V1__CheckHandlesResponse   *message);
+size_t herald__v1__check_handles_response__pack
+                     (const Herald__V1__CheckHandlesResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__check_handles_response__pack_to_buffer
+                     (const Herald__V1__CheckHandlesResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__CheckHandlesResponse *
+       herald__v1__check_handles_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__check_handles_response__free_unpacked
+                     (Herald__V1__CheckHandlesResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__Registration_Closure)
@@ -1094,6 +1167,12 @@ typedef void (*Herald__V1__DeleteHubDevicesRequest_Closure)
 typedef void (*Herald__V1__DeleteHubDevicesResponse_Closure)
                  (const Herald__V1__DeleteHubDevicesResponse *message,
                   void *closure_data);
+typedef void (*Herald__V1__CheckHandlesRequest_Closure)
+                 (const Herald__V1__CheckHandlesRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__CheckHandlesResponse_Closure)
+                 (const Herald__V1__CheckHandlesResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1157,6 +1236,10 @@ struct Herald__V1__RegistrationService_Service
                              const Herald__V1__DeleteHubDevicesRequest *input,
                              Herald__V1__DeleteHubDevicesResponse_Closure closure,
                              void *closure_data);
+  void (*check_handles)(Herald__V1__RegistrationService_Service *service,
+                        const Herald__V1__CheckHandlesRequest *input,
+                        Herald__V1__CheckHandlesResponse_Closure closure,
+                        void *closure_data);
 };
 typedef void (*Herald__V1__RegistrationService_ServiceDestroy)(Herald__V1__RegistrationService_Service *);
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
@@ -1178,7 +1261,8 @@ void herald__v1__registration_service__init (Herald__V1__RegistrationService_Ser
       function_prefix__ ## delete_installation,\
       function_prefix__ ## list_installations,\
       function_prefix__ ## export_devices,\
-      function_prefix__ ## delete_hub_devices  }
+      function_prefix__ ## delete_hub_devices,\
+      function_prefix__ ## check_handles  }
 void herald__v1__registration_service__create_registration_id(ProtobufCService *service,
                                                               const Herald__V1__CreateRegistrationIdRequest *input,
                                                               Herald__V1__CreateRegistrationIdResponse_Closure closure,
@@ -1235,6 +1319,10 @@ void herald__v1__registration_service__delete_hub_devices(ProtobufCService *serv
                                                           const Herald__V1__DeleteHubDevicesRequest *input,
                                                           Herald__V1__DeleteHubDevicesResponse_Closure closure,
                                                           void *closure_data);
+void herald__v1__registration_service__check_handles(ProtobufCService *service,
+                                                     const Herald__V1__CheckHandlesRequest *input,
+                                                     Herald__V1__CheckHandlesResponse_Closure closure,
+                                                     void *closure_data);
 
 /* --- descriptors --- */
 
@@ -1263,6 +1351,8 @@ extern const ProtobufCMessageDescriptor herald__v1__export_devices_request__desc
 extern const ProtobufCMessageDescriptor herald__v1__export_batch__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__delete_hub_devices_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__delete_hub_devices_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__check_handles_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__check_handles_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor;
 
 PROTOBUF_C__END_DECLS

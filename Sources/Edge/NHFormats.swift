@@ -1,0 +1,152 @@
+import Foundation
+
+/// The times NH's clients send (`ServiceBusNotification-ScheduleTime`,
+/// `ServiceBusNotification-Apns-Expiry`), read leniently as nh-api.md §6.5 lists them: .NET and
+/// Java `2024-01-01T08:00:00` (no zone: UTC), JS `2024-01-01T08:00:00.000Z`, Python
+/// `isoformat()` with `+00:00`, and the Python sample's `2024-01-01'T'08:00:00`, quoted.
+enum NHScheduleTime {
+    static func parse(_ text: String) -> Date? {
+        var value = text.trimmingCharacters(in: .whitespaces)
+        if value.count >= 2, let first = value.first, first == "\"" || first == "'", value.last == first {
+            value = String(value.dropFirst().dropLast())
+        }
+        value = value.replacingOccurrences(of: "'T'", with: "T")
+        guard
+            let match = value.wholeMatch(
+                of: /(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(Z|z|[+-]\d{2}:?\d{2})?/)
+        else { return nil }
+        var components = DateComponents()
+        components.calendar = Calendar(identifier: .gregorian)
+        components.timeZone = TimeZone(secondsFromGMT: 0)
+        components.year = Int(match.1)
+        components.month = Int(match.2)
+        components.day = Int(match.3)
+        components.hour = Int(match.4)
+        components.minute = Int(match.5)
+        components.second = Int(match.6)
+        guard components.isValidDate, let base = components.date else { return nil }
+        var date = base
+        if let fraction = match.7, let seconds = Double("0" + fraction) { date += seconds }
+        if let zone = match.8, zone != "Z", zone != "z" {
+            let digits = zone.dropFirst().filter(\.isNumber)
+            guard let hours = Int(digits.prefix(2)), let minutes = Int(digits.suffix(2)), hours < 24, minutes < 60 else { return nil }
+            let offset = TimeInterval(hours * 3600 + minutes * 60)
+            date -= zone.first == "-" ? -offset : offset
+        }
+        return date
+    }
+}
+
+/// A direct batch send's body (`POST /{hub}/messages/$batch?direct`): multipart/mixed with a
+/// `notification` part and a `devices` part, in every spelling the SDKs and docs use (nh-api.md
+/// §6.4): `boundary = "b"` with spaces, `Content-type`, and the docs' single-quoted arrays.
+///
+/// Parsed here rather than with a multipart library: the body is at most 64 KB and two parts, and
+/// the leniency NH's clients need (boundary parameter, quoting, part names) is most of the work.
+enum NHBatch {
+    struct Parts {
+        var notification: [UInt8]
+        var notificationContentType: String?
+        var devices: [String]
+    }
+
+    static let missingPart = EdgeError(.badRequest, "Could not find a part of the multipart content supplied")
+
+    static func parse(contentType: String, body: [UInt8]) throws -> Parts {
+        guard contentType.lowercased().hasPrefix("multipart/"),
+            let match = contentType.firstMatch(of: /(?i)boundary\s*=\s*(?:"([^"]+)"|([^;\s]+))/),
+            let boundary = match.1 ?? match.2
+        else {
+            throw EdgeError(.badRequest, #"a batch send is multipart/mixed; boundary="…" with a notification and a devices part"#)
+        }
+        let delimiter = Array(("--" + boundary).utf8)
+        var notification: (body: [UInt8], type: String?)?
+        var devices: [String]?
+        for part in split(body, by: delimiter) {
+            let (headers, content) = headersAndContent(part)
+            guard let disposition = headers["content-disposition"],
+                let name = disposition.firstMatch(of: /(?i)name\s*=\s*"?([A-Za-z]+)"?/)?.1.lowercased()
+            else { continue }
+            switch name {
+            case "notification": notification = (content, headers["content-type"])
+            case "devices": devices = try handles(content)
+            default: continue
+            }
+        }
+        guard let notification, let devices else { throw missingPart }
+        guard !devices.isEmpty else { throw EdgeError(.badRequest, "the devices part lists no device handle") }
+        return Parts(notification: notification.body, notificationContentType: notification.type, devices: devices)
+    }
+
+    /// The devices part: a JSON array of strings; the docs' `['a','b']` is read too.
+    static func handles(_ content: [UInt8]) throws -> [String] {
+        if let list = try? JSONSerialization.jsonObject(with: Data(content)) as? [String] { return list }
+        let requoted = String(decoding: content, as: UTF8.self).replacingOccurrences(of: "'", with: "\"")
+        if let list = try? JSONSerialization.jsonObject(with: Data(requoted.utf8)) as? [String] { return list }
+        throw EdgeError(.badRequest, #"the devices part is a JSON array of device handles: ["handle1","handle2"]"#)
+    }
+
+    /// The parts between delimiters (the preamble and the epilogue dropped).
+    static func split(_ body: [UInt8], by delimiter: [UInt8]) -> [ArraySlice<UInt8>] {
+        var starts: [Int] = []
+        var index = 0
+        while let found = find(delimiter, in: body, from: index) {
+            starts.append(found)
+            index = found + delimiter.count
+        }
+        guard starts.count >= 2 else { return [] }
+        var parts: [ArraySlice<UInt8>] = []
+        for (from, to) in zip(starts, starts.dropFirst()) {
+            var end = to
+            // The line break before a delimiter belongs to the delimiter.
+            if end > from, body[end - 1] == UInt8(ascii: "\n") { end -= 1 }
+            if end > from, body[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+            let start = from + delimiter.count
+            if start < end { parts.append(body[start..<end]) }
+        }
+        return parts
+    }
+
+    /// A part's headers (lower-case names) and content; headers end at the first empty line.
+    static func headersAndContent(_ part: ArraySlice<UInt8>) -> ([String: String], [UInt8]) {
+        let bytes = Array(part)
+        var headers: [String: String] = [:]
+        var line = 0
+        var lines: [String] = []
+        var contentStart = bytes.count
+        var i = 0
+        // Skip the rest of the delimiter line.
+        while i < bytes.count, bytes[i] != UInt8(ascii: "\n") { i += 1 }
+        i += 1
+        line = i
+        while i <= bytes.count {
+            if i == bytes.count || bytes[i] == UInt8(ascii: "\n") {
+                var text = String(decoding: bytes[min(line, bytes.count)..<i], as: UTF8.self)
+                if text.hasSuffix("\r") { text.removeLast() }
+                if text.isEmpty {
+                    contentStart = min(i + 1, bytes.count)
+                    break
+                }
+                lines.append(text)
+                line = i + 1
+            }
+            i += 1
+        }
+        for text in lines {
+            guard let colon = text.firstIndex(of: ":") else { continue }
+            headers[text[..<colon].trimmingCharacters(in: .whitespaces).lowercased()] =
+                text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        return (headers, Array(bytes[contentStart...]))
+    }
+
+    static func find(_ needle: [UInt8], in haystack: [UInt8], from: Int) -> Int? {
+        guard !needle.isEmpty, haystack.count >= needle.count, from <= haystack.count - needle.count else { return nil }
+        var i = from
+        while i <= haystack.count - needle.count {
+            if haystack[i] == needle[0], haystack[i..<(i + needle.count)].elementsEqual(needle) { return i }
+            i += 1
+        }
+        return nil
+    }
+}

@@ -1,0 +1,337 @@
+import Foundation
+import HTTPTypes
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import HeraldService
+import Hummingbird
+import NIOCore
+
+/// Notification Hubs' sends and per-message telemetry on `/{hub}/messages…`
+/// (`../shared/docs/nh-api.md` §6). Every variant is one `Send` to herald-dispatch, the engine the
+/// tutorial's and `/v1` sends use too; what differs is only how the target and the payload are read
+/// from NH's headers.
+extension EdgeRoutes {
+    /// NH refuses a send request over 64 KB with 413, whatever a push service's own limit.
+    static let nhMaxRequestBytes = 64 << 10
+    /// NH's test send reaches at most this many devices.
+    static let nhTestDevices = 10
+    /// How long a test send waits for its deliveries before it answers with what it has.
+    static let nhTestWait = Duration.seconds(10)
+
+    /// `POST /{hub}/messages` (Send): native sends to a tag expression
+    /// (`ServiceBusNotification-Tags`), to every device of the hub, or with `?direct` to the handle
+    /// in `ServiceBusNotification-DeviceHandle`; `?test` reaches at most 10 devices and answers
+    /// their results. 201 with `Location: …/{hub}/messages/{id}?api-version=…` on every send.
+    func nhSend(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Send")
+        let body = try await nhBody(request)
+        let payload = try Self.nhPayload(request.headers, body: body)
+        let query = request.uri.queryParameters
+        let test = query.get("test").map { $0.lowercased() != "false" } ?? false
+        var send = SendRequest(payloads: [payload], sender: "sas", hub: hub)
+        if query.get("direct") != nil {
+            send.deviceHandles = [try Self.directHandle(request.headers, platform: payload.platform)]
+        } else if let tags = request.headers[HTTPField.Name("ServiceBusNotification-Tags")!], !tags.isEmpty {
+            send.targetTag = tags
+        } else {
+            send.broadcast = true
+        }
+        if test { send.maxDevices = Int32(Self.nhTestDevices) }
+        let outcome = try await sendAnswer(send, context)
+        var response = Self.nhEmpty(.created)
+        if test {
+            response = try await testOutcome(outcome, hub: hub, context)
+        }
+        response.headers[.location] = Self.messageLocation(request, hub: hub, id: outcome.notificationID)
+        return response
+    }
+
+    /// `POST /{hub}/messages/$batch?direct` (Send): one notification to up to 1000 handles, as
+    /// multipart/mixed with a `notification` part and a `devices` part (a JSON array of handles).
+    func sendBatch(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Send")
+        guard request.uri.queryParameters.get("direct") != nil else {
+            throw EdgeError(.badRequest, "a batch send is a direct send: POST /{hub}/messages/$batch?direct")
+        }
+        let body = try await nhBody(request)
+        let parts = try NHBatch.parse(contentType: request.headers[.contentType] ?? "", body: [UInt8](body))
+        var headers = request.headers
+        if let type = parts.notificationContentType { headers[.contentType] = type }
+        let payload = try Self.nhPayload(headers, body: Data(parts.notification))
+        let outcome = try await sendAnswer(
+            SendRequest(payloads: [payload], sender: "sas", hub: hub, deviceHandles: parts.devices), context)
+        var response = Self.nhEmpty(.created)
+        let apiVersion = request.uri.queryParameters.get("api-version") ?? Self.nhDefaultAPIVersion
+        // As recorded from NH; .NET and Java take the last path segment as the id.
+        response.headers[.location] =
+            "\(Self.origin(request))/\(hub)/messages/$batch/\(outcome.notificationID)?api-version=\(apiVersion)&direct"
+        return response
+    }
+
+    /// `GET /{hub}/messages/{notificationId}` (Send): the send's `NotificationDetails` as NH's XML,
+    /// elements in the order the .NET SDK's DataContract reads them. 404 for another hub's send.
+    func notificationDetails(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Send")
+        let id = try context.parameters.require("id")
+        guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no notification \(id)") }
+        let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id, hub: hub), requestID: context.requestID)
+        let xml = NHTelemetry.details(outcome, location: Self.messageLocation(request, hub: hub, id: id))
+        return Response(
+            status: .ok, headers: [.contentType: "application/xml; charset=utf-8"],
+            body: ResponseBody(byteBuffer: ByteBuffer(string: xml)))
+    }
+
+    // MARK: parts
+
+    /// Sends and returns the outcome dispatch answered with.
+    private func sendAnswer(_ send: SendRequest, _ context: EdgeRequestContext) async throws -> Outcome {
+        guard let outcome = try await dispatch.send(send, requestID: context.requestID).outcome else {
+            throw ServiceError(.internal, "dispatch answered Send without an outcome")
+        }
+        return outcome
+    }
+
+    /// The request body, refused with NH's 413 over 64 KB (or the edge's own limit when lower).
+    private func nhBody(_ request: Request) async throws -> Data {
+        let limit = min(config.maxBodyBytes, Self.nhMaxRequestBytes)
+        let body: Data
+        do {
+            body = try await collect(request, upTo: limit)
+        } catch let error as EdgeError where error.status == .contentTooLarge {
+            throw EdgeError(.contentTooLarge, "The message size cannot be over \(limit / 1024) Kb")
+        }
+        guard !body.isEmpty else { throw EdgeError(.badRequest, "the body is the notification payload; it is empty") }
+        return body
+    }
+
+    /// A test send's answer: waits (up to ``nhTestWait``) for its deliveries to finish, then lists
+    /// them as NH's `NotificationOutcome`.
+    private func testOutcome(_ sent: Outcome, hub: String, _ context: EdgeRequestContext) async throws -> Response {
+        var outcome = sent
+        let deadline = ContinuousClock.now + Self.nhTestWait
+        while [.enqueued, .processing].contains(outcome.state), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+            outcome = try await dispatch.getOutcome(
+                GetOutcomeRequest(notificationID: sent.notificationID, hub: hub), requestID: context.requestID)
+        }
+        let deliveries =
+            outcome.state == .noTargetFound
+            ? []
+            : try await dispatch.listDeliveries(
+                ListDeliveriesRequest(notificationID: sent.notificationID, limit: Int32(Self.nhTestDevices), hub: hub),
+                requestID: context.requestID
+            ).deliveries
+        return Response(
+            status: .created, headers: [.contentType: "application/xml; charset=utf-8"],
+            body: ResponseBody(byteBuffer: ByteBuffer(string: NHTelemetry.testOutcome(deliveries))))
+    }
+
+    static let nhDefaultAPIVersion = "2020-06"
+
+    static func messageLocation(_ request: Request, hub: String, id: String) -> String {
+        let apiVersion = request.uri.queryParameters.get("api-version") ?? nhDefaultAPIVersion
+        return "\(origin(request))/\(hub)/messages/\(id)?api-version=\(apiVersion)"
+    }
+
+    /// The push handle of a direct send: `ServiceBusNotification-DeviceHandle`; for Web Push the
+    /// endpoint there and the keys in `P256DH` and `Auth`, as the JS SDK sends them.
+    static func directHandle(_ headers: HTTPFields, platform: Platform) throws -> String {
+        guard let handle = headers[HTTPField.Name("ServiceBusNotification-DeviceHandle")!], !handle.isEmpty else {
+            throw EdgeError(.badRequest, "a direct send needs ServiceBusNotification-DeviceHandle")
+        }
+        guard platform == .browser else { return handle }
+        guard let p256dh = headers[HTTPField.Name("P256DH")!], let auth = headers[HTTPField.Name("Auth")!] else {
+            throw EdgeError(.badRequest, "a direct browser send needs the subscription's keys in the P256DH and Auth headers")
+        }
+        let subscription: [String: Any] = ["endpoint": handle, "keys": ["p256dh": p256dh, "auth": auth]]
+        let json = try JSONSerialization.data(withJSONObject: subscription, options: [.sortedKeys, .withoutEscapingSlashes])
+        return String(decoding: json, as: UTF8.self)
+    }
+
+    /// The native payload of an NH send: `ServiceBusNotification-Format` and the platform headers
+    /// NH passes on (`apns-*`, `X-WNS-*`). Herald sets `apns-id` itself (one id per delivery, kept
+    /// across retries) and the topic from the hub's credentials, so those two are not taken.
+    static func nhPayload(_ headers: HTTPFields, body: Data) throws -> NativePayload {
+        func header(_ name: String) -> String? { headers[HTTPField.Name(name)!] }
+        let format = header("ServiceBusNotification-Format") ?? ""
+        var payload = NativePayload(body: [UInt8](body))
+        switch format.lowercased() {
+        case "apple":
+            payload.platform = .apns
+            payload.pushType = header("apns-push-type") ?? inferredPushType(payload.body)
+            if let priority = header("apns-priority") ?? header("X-Apns-Priority") {
+                guard let value = Int32(priority), value == 5 || value == 10 else {
+                    throw EdgeError(.badRequest, "apns-priority must be 5 or 10")
+                }
+                payload.priority = value
+            }
+            if let expiration = header("apns-expiration") {
+                guard let seconds = Int64(expiration), seconds >= 0 else {
+                    throw EdgeError(.badRequest, "apns-expiration is a UNIX time in seconds")
+                }
+                payload.ttlSeconds = ttl(untilUnixSeconds: seconds)
+            } else if let expiry = header("ServiceBusNotification-Apns-Expiry") {
+                guard let date = NHScheduleTime.parse(expiry) else {
+                    throw EdgeError(.badRequest, "ServiceBusNotification-Apns-Expiry is a W3C date, e.g. 2030-01-01T00:00:00Z")
+                }
+                payload.ttlSeconds = ttl(untilUnixSeconds: Int64(date.timeIntervalSince1970))
+            }
+            payload.collapseID = header("apns-collapse-id") ?? ""
+        case "fcmv1":
+            payload.platform = .fcm
+            // NH takes FCM v1's {"message":{…}}; dispatch adds the token itself.
+            guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
+                let message = object["message"] as? [String: Any]
+            else { throw EdgeError(.badRequest, #"an fcmv1 body is FCM v1's {"message":{…}}"#) }
+            payload.body = Array(try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
+        case "windows":
+            payload.platform = .wns
+            guard let type = header("X-WNS-Type"), ["wns/toast", "wns/tile", "wns/badge", "wns/raw"].contains(type.lowercased())
+            else {
+                throw EdgeError(.badRequest, "a windows send needs X-WNS-Type: wns/toast, wns/tile, wns/badge or wns/raw")
+            }
+            payload.pushType = type.lowercased()
+            payload.contentType = headers[.contentType] ?? ""
+            if let ttl = header("X-WNS-TTL") {
+                guard let seconds = Int64(ttl), seconds > 0 else { throw EdgeError(.badRequest, "X-WNS-TTL is a number of seconds") }
+                payload.ttlSeconds = seconds
+            }
+        case "browser":
+            payload.platform = .browser
+        case "template":
+            throw EdgeError(.notImplemented, "template sends are not supported yet")
+        case "windowsphone":
+            throw EdgeError(.badRequest, "windowsphone (MPNS) is retired: Microsoft shut MPNS down; send windows (WNS) instead")
+        case "gcm", "fcm":
+            throw EdgeError(.badRequest, "FCM's legacy API (\(format)) is retired: send fcmv1 with FCM v1's {\"message\":{…}}")
+        case "":
+            throw EdgeError(.badRequest, "ServiceBusNotification-Format is required: apple, fcmv1, windows or browser")
+        default:
+            throw EdgeError(.badRequest, "ServiceBusNotification-Format \(format) is not supported: use apple, fcmv1, windows or browser")
+        }
+        return payload
+    }
+
+    /// Seconds from now until `unixSeconds`; at least 1 (APNs' 0, "do not store", is the nearest
+    /// Herald can say: its 0 means the provider's default).
+    static func ttl(untilUnixSeconds unixSeconds: Int64) -> Int64 {
+        max(1, unixSeconds - unixMillis() / 1000)
+    }
+
+    /// NH infers apns-push-type from the payload: background when `content-available` is the only content.
+    static func inferredPushType(_ body: [UInt8]) -> String {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+            let aps = object["aps"] as? [String: Any]
+        else { return "alert" }
+        let visible = aps["alert"] != nil || aps["badge"] != nil || aps["sound"] != nil
+        return (aps["content-available"] as? Int) == 1 && !visible ? "background" : "alert"
+    }
+}
+
+/// NH's XML answers about sends: `NotificationDetails` (telemetry) and a test send's
+/// `NotificationOutcome`.
+enum NHTelemetry {
+    static let namespaces =
+        #"xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance""#
+
+    /// NH's name for a platform, as in `TargetPlatforms` and `ApplicationPlatform`.
+    static func platformName(_ platform: Platform) -> String {
+        switch platform {
+        case .apns: "apple"
+        case .fcm: "fcmv1"
+        case .wns: "windows"
+        case .browser: "browser"
+        default: "unknown"
+        }
+    }
+
+    /// The outcome-counts element of a platform, in the .NET SDK's order (Apns, Wns, FcmV1; Browser
+    /// as the JS SDK names it, last).
+    static let countElements: [(Platform, String)] = [
+        (.apns, "ApnsOutcomeCounts"), (.wns, "WnsOutcomeCounts"), (.fcm, "FcmV1OutcomeCounts"), (.browser, "BrowserOutcomeCounts"),
+    ]
+
+    static func state(_ state: OutcomeState) -> String {
+        switch state {
+        case .enqueued: "Enqueued"
+        case .processing: "Processing"
+        case .completed: "Completed"
+        case .abandoned: "Abandoned"
+        case .noTargetFound: "NoTargetFound"
+        case .unspecified, .unrecognized: "Unknown"
+        }
+    }
+
+    /// NH's outcome name for a provider's failure reason (nh-api.md §6.6).
+    static func outcomeName(_ reason: String) -> String {
+        switch reason {
+        case "Abandoned": "AbandonedNotificationMessages"
+        case "NoCredentials", "InvalidProviderToken", "ExpiredProviderToken", "MissingProviderToken", "BadCertificate",
+            "THIRD_PARTY_AUTH_ERROR", "HTTP 401", "HTTP 403":
+            "InvalidCredentials"
+        case "Unregistered", "UNREGISTERED", "ExpiredToken", "HTTP 404", "HTTP 410": "ExpiredChannel"
+        case "BadDeviceToken", "DeviceTokenNotForTopic", "INVALID_ARGUMENT", "SENDER_ID_MISMATCH", "BadTopic": "WrongToken"
+        case "PayloadTooLarge", "HTTP 413": "InvalidNotificationSize"
+        case "TooManyRequests", "QUOTA_EXCEEDED", "HTTP 429": "Throttled"
+        case "InternalServerError", "ServiceUnavailable", "Shutdown", "UNAVAILABLE", "INTERNAL": "PnsServerError"
+        default: reason.hasPrefix("HTTP 5") ? "PnsServerError" : "UnknownError"
+        }
+    }
+
+    static func time(_ unixMs: Int64) -> String {
+        Date(timeIntervalSince1970: Double(unixMs) / 1000).formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+    }
+
+    /// `GET /{hub}/messages/{id}`'s body.
+    static func details(_ outcome: Outcome, location: String) -> String {
+        var xml = "<NotificationDetails \(namespaces)>"
+        xml += "<NotificationId>\(outcome.notificationID)</NotificationId>"
+        xml += "<Location>\(NativePayloads.xmlEscaped(location))</Location>"
+        xml += "<State>\(state(outcome.state))</State>"
+        xml += "<EnqueueTime>\(time(outcome.createdAtUnixMs))</EnqueueTime>"
+        if outcome.startedAtUnixMs > 0 { xml += "<StartTime>\(time(outcome.startedAtUnixMs))</StartTime>" }
+        if outcome.finishedAtUnixMs > 0 { xml += "<EndTime>\(time(outcome.finishedAtUnixMs))</EndTime>" }
+        let platforms = Dictionary(outcome.platforms.map { ($0.platform, $0) }, uniquingKeysWith: { a, _ in a })
+        let targets = countElements.compactMap { platforms[$0.0] == nil ? nil : platformName($0.0) }
+        xml += "<TargetPlatforms>\(targets.joined(separator: ","))</TargetPlatforms>"
+        for (platform, element) in countElements {
+            guard let counts = platforms[platform] else { continue }
+            var outcomes: [(String, Int64)] = []
+            if counts.success > 0 { outcomes.append(("Success", counts.success)) }
+            var failures: [String: Int64] = [:]
+            for failure in counts.failures { failures[outcomeName(failure.reason), default: 0] += failure.count }
+            outcomes += failures.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+            xml += "<\(element)>"
+            for (name, count) in outcomes { xml += "<Outcome><Name>\(name)</Name><Count>\(count)</Count></Outcome>" }
+            xml += "</\(element)>"
+        }
+        return xml + "</NotificationDetails>"
+    }
+
+    /// A test send's body: `<NotificationOutcome>` with one `RegistrationResult` per device.
+    static func testOutcome(_ deliveries: [DeliveryRecord]) -> String {
+        let success = deliveries.filter { $0.state == .delivered }.count
+        let failure = deliveries.filter { $0.state == .failed || $0.state == .abandoned }.count
+        var xml = "<NotificationOutcome \(namespaces)><Success>\(success)</Success><Failure>\(failure)</Failure>"
+        guard !deliveries.isEmpty else { return xml + #"<Results i:nil="true"/></NotificationOutcome>"# }
+        xml += "<Results>"
+        for delivery in deliveries {
+            let outcome: String =
+                switch delivery.state {
+                case .delivered: "The Notification was successfully sent to the Push Notification System"
+                case .failed where outcomeName(delivery.reason) == "ExpiredChannel" || outcomeName(delivery.reason) == "WrongToken":
+                    "The Push Notification System handle for the registration is invalid"
+                case .failed, .abandoned: "The Push Notification System refused the notification: \(delivery.reason)"
+                default: "The notification is still being delivered"
+                }
+            xml += "<RegistrationResult>"
+            xml += "<ApplicationPlatform>\(platformName(delivery.platform))</ApplicationPlatform>"
+            xml += "<PnsHandle>\(NativePayloads.xmlEscaped(delivery.handle))</PnsHandle>"
+            xml += "<RegistrationId>\(NativePayloads.xmlEscaped(delivery.registrationID))</RegistrationId>"
+            xml += "<Outcome>\(NativePayloads.xmlEscaped(outcome))</Outcome>"
+            xml += "</RegistrationResult>"
+        }
+        return xml + "</Results></NotificationOutcome>"
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+import HTTPTypes
+import HeraldProto
+import Testing
+
+@testable import Edge
+
+@Suite("Notification Hubs formats")
+struct NHFormatTests {
+    @Test("every ScheduleTime / Apns-Expiry spelling the clients send is read, no zone meaning UTC")
+    func scheduleTimes() throws {
+        let expected = Date(timeIntervalSince1970: 1_704_096_000)  // 2024-01-01T08:00:00Z
+        for text in [
+            "2024-01-01T08:00:00",  // .NET "s", Java
+            "2024-01-01T08:00:00.000Z",  // JS toISOString
+            "2024-01-01T08:00:00+00:00",  // Python isoformat
+            "2024-01-01T10:00:00+02:00", "2024-01-01T03:00:00-0500",
+            "2024-01-01'T'08:00:00",  // the Python sample's literal quotes
+            "\"2024-01-01T08:00:00\"", " 2024-01-01 08:00:00Z ",
+        ] {
+            let date = try #require(NHScheduleTime.parse(text), "\(text)")
+            #expect(abs(date.timeIntervalSince(expected)) < 0.001, "\(text) → \(date)")
+        }
+        #expect(NHScheduleTime.parse("2024-01-01T08:00:00.250Z")!.timeIntervalSince(expected) == 0.25)
+        for bad in ["", "tomorrow", "2024-13-01T08:00:00", "2024-02-30T08:00:00", "2024-01-01", "2024-01-01T08:00:00+25:00", "1704096000"] {
+            #expect(NHScheduleTime.parse(bad) == nil, "\(bad)")
+        }
+    }
+
+    @Test("batch bodies in the .NET, JS and docs spellings; a missing part is NH's 400")
+    func batch() throws {
+        let notification = #"{"aps":{"alert":"hi"}}"#
+        func body(_ boundary: String, devices: String, typeHeader: String = "Content-Type", newline: String = "\r\n") -> [UInt8] {
+            Array(
+                [
+                    "preamble", "--\(boundary)", "\(typeHeader): application/json", "Content-Disposition: inline; name=notification", "",
+                    notification, "--\(boundary)", "Content-Type: application/json", #"Content-Disposition: inline; name="devices""#, "",
+                    devices, "--\(boundary)--", "epilogue",
+                ].joined(separator: newline).utf8)
+        }
+        for (contentType, boundary) in [
+            (#"multipart/mixed; boundary="nh-batch-multipart-boundary""#, "nh-batch-multipart-boundary"),  // .NET
+            (#"multipart/mixed; boundary = "nh-boundary-5f1e""#, "nh-boundary-5f1e"),  // JS
+            ("multipart/mixed; boundary = simple-boundary", "simple-boundary"),  // the REST docs
+        ] {
+            for devices in [#"["a1","b2"]"#, "['a1','b2']"] {
+                for newline in ["\r\n", "\n"] {
+                    let parts = try NHBatch.parse(
+                        contentType: contentType, body: body(boundary, devices: devices, typeHeader: "Content-type", newline: newline))
+                    #expect(String(decoding: parts.notification, as: UTF8.self) == notification)
+                    #expect(parts.notificationContentType == "application/json")
+                    #expect(parts.devices == ["a1", "b2"])
+                }
+            }
+        }
+        #expect(throws: EdgeError.self) { try NHBatch.parse(contentType: "application/json", body: body("b", devices: "[]")) }
+        let missing = #expect(throws: EdgeError.self) {
+            try NHBatch.parse(
+                contentType: "multipart/mixed; boundary=b",
+                body: Array("--b\r\nContent-Disposition: inline; name=notification\r\n\r\n{}\r\n--b--".utf8))
+        }
+        #expect(missing?.message == "Could not find a part of the multipart content supplied")
+        #expect(throws: EdgeError.self) {
+            try NHBatch.parse(contentType: "multipart/mixed; boundary=b", body: body("b", devices: "not a list"))
+        }
+    }
+
+    @Test("telemetry XML: states, outcome names summed per NH name, platforms in the .NET order, nothing before it is known")
+    func telemetry() {
+        var apns = PlatformOutcome(platform: .apns, success: 3, failure: 3)
+        apns.failures = [
+            FailureCount(reason: "BadDeviceToken", count: 1), FailureCount(reason: "Unregistered", count: 1),
+            FailureCount(reason: "HTTP 410", count: 1),
+        ]
+        let fcm = PlatformOutcome(platform: .fcm, success: 1)
+        let outcome = Outcome(
+            notificationID: "n-1", state: .completed, platforms: [fcm, apns], createdAtUnixMs: 1_704_096_000_000,
+            startedAtUnixMs: 1_704_096_000_250, finishedAtUnixMs: 1_704_096_001_000)
+        let xml = NHTelemetry.details(outcome, location: "http://h/hub/messages/n-1?api-version=2016-07&x=<")
+        #expect(xml.contains("<EnqueueTime>2024-01-01T08:00:00.000Z</EnqueueTime><StartTime>2024-01-01T08:00:00.250Z</StartTime>"))
+        #expect(xml.contains("<TargetPlatforms>apple,fcmv1</TargetPlatforms>"))
+        #expect(xml.contains("&amp;x=&lt;</Location>"))
+        #expect(
+            xml.contains(
+                "<ApnsOutcomeCounts><Outcome><Name>Success</Name><Count>3</Count></Outcome><Outcome><Name>ExpiredChannel</Name><Count>2</Count></Outcome><Outcome><Name>WrongToken</Name><Count>1</Count></Outcome></ApnsOutcomeCounts><FcmV1OutcomeCounts>"
+            ), "\(xml)")
+        let enqueued = NHTelemetry.details(Outcome(notificationID: "n-2", state: .enqueued, createdAtUnixMs: 1), location: "l")
+        #expect(enqueued.contains("<State>Enqueued</State>") && !enqueued.contains("StartTime") && !enqueued.contains("EndTime"))
+        #expect(NHTelemetry.outcomeName("Abandoned") == "AbandonedNotificationMessages")
+        #expect(NHTelemetry.outcomeName("HTTP 503") == "PnsServerError")
+        #expect(NHTelemetry.outcomeName("NoCredentials") == "InvalidCredentials")
+        #expect(NHTelemetry.outcomeName("something new") == "UnknownError")
+    }
+
+    @Test("NH's platform headers become the native payload's options; wrong values are 400")
+    func platformHeaders() throws {
+        var headers: HTTPFields = [
+            HTTPField.Name("ServiceBusNotification-Format")!: "windows", HTTPField.Name("X-WNS-Type")!: "wns/raw",
+            HTTPField.Name("X-WNS-TTL")!: "60", .contentType: "application/octet-stream",
+        ]
+        let wns = try EdgeRoutes.nhPayload(headers, body: Data("raw".utf8))
+        #expect(wns.platform == .wns && wns.pushType == "wns/raw" && wns.ttlSeconds == 60 && wns.contentType == "application/octet-stream")
+        headers = [HTTPField.Name("ServiceBusNotification-Format")!: "Apple", HTTPField.Name("apns-priority")!: "7"]
+        #expect(throws: EdgeError.self) { try EdgeRoutes.nhPayload(headers, body: Data("{}".utf8)) }
+        headers = [
+            HTTPField.Name("ServiceBusNotification-Format")!: "apple",
+            HTTPField.Name("ServiceBusNotification-Apns-Expiry")!: "2999-01-01T00:00:00Z",
+        ]
+        let apple = try EdgeRoutes.nhPayload(headers, body: Data(#"{"aps":{"alert":"x"}}"#.utf8))
+        #expect(apple.pushType == "alert" && apple.ttlSeconds > 0)
+        headers = [
+            HTTPField.Name("ServiceBusNotification-Format")!: "browser",
+            HTTPField.Name("ServiceBusNotification-DeviceHandle")!: "https://e",
+        ]
+        #expect(throws: EdgeError.self) { try EdgeRoutes.directHandle(headers, platform: .browser) }
+        headers[HTTPField.Name("P256DH")!] = "p"
+        headers[HTTPField.Name("Auth")!] = "a"
+        #expect(try EdgeRoutes.directHandle(headers, platform: .browser) == #"{"endpoint":"https://e","keys":{"auth":"a","p256dh":"p"}}"#)
+    }
+}

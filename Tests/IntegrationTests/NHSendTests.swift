@@ -1,0 +1,179 @@
+import Foundation
+import HeraldProto
+import Testing
+
+/// Notification Hubs' sends on `/{hub}/messages…` through the real stack to the APNs double: the
+/// platform headers NH passes on, direct and batch direct sends, test sends and per-message
+/// telemetry, checked at the double and in NH's XML.
+@Suite("Notification Hubs sends", .serialized, .timeLimit(.minutes(3)))
+struct NHSendTests {
+    /// The default hub's full-rights connection string (the deployment's credentials deliver it).
+    static func defaultHub(_ live: LiveStack) async throws -> String {
+        let herald = live.configuration.binDirectory + "/herald"
+        let endpoint = "sb://" + live.edge.base.host! + ":\(live.edge.base.port!)/"
+        let keys = try await runProgram(
+            herald, ["hubs", "keys", "default", "--endpoint", endpoint, "--runtime-dir", live.configuration.runtimeDirectory])
+        try #require(keys.status == 0, "\(keys.error)")
+        return try #require(
+            keys.output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+                .first { $0.hasPrefix("Endpoint=") && $0.contains("DefaultFullSharedAccessSignature") })
+    }
+
+    static func post(
+        _ live: LiveStack, _ path: String, _ connection: String, body: String, contentType: String = "application/json;charset=utf-8",
+        headers: [(String, String)]
+    ) async throws -> EdgeClient.Reply {
+        try await live.edge.request(
+            "POST", path, authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), connection),
+            bytes: Data(body.utf8), contentType: contentType, headers: headers)
+    }
+
+    static func id(_ location: String?) throws -> String {
+        let location = try #require(location)
+        return String(location.split(separator: "/").last!.split(separator: "?").first!)
+    }
+
+    @Test("native apple send with NH's apns-* headers: they reach APNs as given; 201 + Location; telemetry XML in the .NET order")
+    func nativeHeadersAndTelemetry() async throws {
+        try await PushDeliveryTests.withProviders { fixture, live in
+            let full = try await Self.defaultHub(live)
+            for n in 0..<2 { try await live.register("nh-user", handle: apnsToken(700 + n), tags: ["nhsend"]) }
+            let expiration = Int64(Date().timeIntervalSince1970) + 3600
+            let send = try await Self.post(
+                live, "/default/messages?api-version=2015-04", full, body: #"{"aps":{"content-available":1},"k":"v"}"#,
+                headers: [
+                    ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "nhsend"), ("apns-priority", "5"),
+                    ("apns-expiration", "\(expiration)"), ("apns-collapse-id", "group-1"), ("apns-push-type", "background"),
+                ])
+            #expect(send.status == 201, "\(send.text)")
+            let location = try #require(send.header("Location"))
+            #expect(
+                location.hasPrefix("\(live.edge.base.absoluteString)/default/messages/n-") && location.hasSuffix("?api-version=2015-04"))
+            let id = try Self.id(location)
+            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: id)
+            #expect(outcome.state == .completed && outcome.platforms.first?.success == 2, "\(outcome)")
+
+            let pushes = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
+            #expect(pushes.count == 2)
+            for push in pushes {
+                #expect(push.header("apns-priority") == "5")
+                #expect(push.header("apns-push-type") == "background")
+                #expect(push.header("apns-collapse-id") == "group-1")
+                let sent = Int64(push.header("apns-expiration") ?? "") ?? 0
+                #expect(abs(sent - expiration) <= 2, "apns-expiration \(sent), asked \(expiration)")
+                #expect(String(decoding: push.body, as: UTF8.self) == #"{"aps":{"content-available":1},"k":"v"}"#)
+            }
+
+            let details = try await live.edge.request(
+                "GET", "/default/messages/\(id)?api-version=2016-07",
+                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full))
+            #expect(details.status == 200, "\(details.text)")
+            #expect(details.header("Content-Type")?.hasPrefix("application/xml") == true)
+            let xml = details.text
+            // The .NET SDK's DataContract reads members in this order; an element out of order is lost.
+            let order = [
+                "<NotificationId>\(id)</NotificationId>", "<Location>", "<State>Completed</State>", "<EnqueueTime>", "<StartTime>",
+                "<EndTime>", "<TargetPlatforms>apple</TargetPlatforms>",
+                "<ApnsOutcomeCounts><Outcome><Name>Success</Name><Count>2</Count></Outcome></ApnsOutcomeCounts>",
+            ]
+            let positions = order.map { xml.range(of: $0)?.lowerBound }
+            #expect(!positions.contains(nil), "\(xml)")
+            #expect(positions.compactMap { $0 } == positions.compactMap { $0 }.sorted(), "\(xml)")
+            #expect(xml.hasPrefix(#"<NotificationDetails xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect""#))
+
+            // Another hub's key does not see this hub's send.
+            let other = try await NotificationHubsTests.hub("otherhub", live).full
+            let hidden = try await live.edge.request(
+                "GET", "/otherhub/messages/\(id)", authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), other))
+            #expect(hidden.status == 404, "\(hidden.text)")
+        }
+    }
+
+    @Test("direct and batch direct sends reach unregistered handles; bad handles, retired formats and oversize bodies are refused")
+    func directAndBatch() async throws {
+        try await PushDeliveryTests.withProviders { fixture, live in
+            let full = try await Self.defaultHub(live)
+            let direct = try await Self.post(
+                live, "/default/messages?direct&api-version=2015-04", full, body: #"{"aps":{"alert":"direct"}}"#,
+                headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-DeviceHandle", apnsToken(801))])
+            #expect(direct.status == 201, "\(direct.text)")
+            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: try Self.id(direct.header("Location")))
+            #expect(outcome.state == .completed && outcome.platforms.first?.success == 1, "\(outcome)")
+            #expect(fixture.double.requests.contains { $0.path == "/3/device/\(apnsToken(801))" })
+
+            let bad = try await Self.post(
+                live, "/default/messages?direct", full, body: #"{"aps":{"alert":"x"}}"#,
+                headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-DeviceHandle", "not-hex")])
+            #expect(bad.status == 400 && bad.text.contains("device handle 1"), "\(bad.text)")
+
+            // Batch: the JS SDK's boundary spelling, a lower-case Content-type in the part, the docs' single quotes.
+            let handles = (0..<3).map { apnsToken(810 + $0) }
+            let boundary = "nh-boundary-1234"
+            let multipart = [
+                "--\(boundary)", "Content-type: application/json;charset=utf-8", "Content-Disposition: inline; name=notification", "",
+                #"{"aps":{"alert":"batch"}}"#, "--\(boundary)", "Content-Type: application/json",
+                "Content-Disposition: inline; name=devices",
+                "", "[" + handles.map { "'\($0)'" }.joined(separator: ",") + "]", "--\(boundary)--", "",
+            ].joined(separator: "\r\n")
+            let batch = try await Self.post(
+                live, "/default/messages/$batch?direct&api-version=2015-08", full, body: multipart,
+                contentType: #"multipart/mixed; boundary = "\#(boundary)""#, headers: [("ServiceBusNotification-Format", "apple")])
+            #expect(batch.status == 201, "\(batch.text)")
+            #expect(batch.header("Location")?.contains("/default/messages/$batch/n-") == true, "\(batch.header("Location") ?? "")")
+            let batchOutcome = try await NotificationHubsTests.finalOutcome(live, notification: try Self.id(batch.header("Location")))
+            #expect(batchOutcome.platforms.first?.success == 3, "\(batchOutcome)")
+            for handle in handles {
+                let push = fixture.double.requests.first { $0.path == "/3/device/\(handle)" }
+                #expect(push.map { String(decoding: $0.body, as: UTF8.self) } == #"{"aps":{"alert":"batch"}}"#)
+            }
+            let noDevices = try await Self.post(
+                live, "/default/messages/$batch?direct", full,
+                body: "--b\r\nContent-Disposition: inline; name=notification\r\n\r\n{}\r\n--b--\r\n",
+                contentType: "multipart/mixed; boundary=b", headers: [("ServiceBusNotification-Format", "apple")])
+            #expect(noDevices.status == 400 && noDevices.text.contains("Could not find a part"), "\(noDevices.text)")
+
+            for (format, expected) in [("windowsphone", "retired"), ("gcm", "fcmv1"), ("baidu", "not supported")] {
+                let refused = try await Self.post(
+                    live, "/default/messages", full, body: "{}", headers: [("ServiceBusNotification-Format", format)])
+                #expect(refused.status == 400 && refused.text.contains(expected), "\(format): \(refused.text)")
+            }
+            let windows = try await Self.post(
+                live, "/default/messages", full, body: "<toast/>", contentType: "application/xml",
+                headers: [("ServiceBusNotification-Format", "windows")])
+            #expect(windows.status == 400 && windows.text.contains("X-WNS-Type"), "\(windows.text)")
+            let large = try await Self.post(
+                live, "/default/messages", full, body: String(repeating: "x", count: 65 * 1024),
+                headers: [("ServiceBusNotification-Format", "apple")])
+            #expect(large.status == 413 && large.text.contains("64 Kb"), "\(large.status) \(large.text)")
+        }
+    }
+
+    @Test("test send: at most 10 devices, answered with NH's NotificationOutcome and each device's result")
+    func testSend() async throws {
+        try await PushDeliveryTests.withProviders { fixture, live in
+            let full = try await Self.defaultHub(live)
+            for n in 0..<12 { try await live.register("tester", handle: apnsToken(900 + n), tags: ["qa"]) }
+            fixture.queue(apnsToken(900), .json(400, ["reason": "BadDeviceToken"]))
+            let send = try await Self.post(
+                live, "/default/messages?test&api-version=2015-04", full, body: #"{"aps":{"alert":"test"}}"#,
+                headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "qa")])
+            #expect(send.status == 201, "\(send.text)")
+            let xml = send.text
+            #expect(xml.hasPrefix("<NotificationOutcome "), "\(xml)")
+            let results = xml.components(separatedBy: "<RegistrationResult>").count - 1
+            #expect(results == 10, "\(xml)")
+            let success = xml.firstMatch(of: /<Success>(\d+)<\/Success><Failure>(\d+)<\/Failure>/)
+            #expect(success.map { Int($0.1)! + Int($0.2)! } == 10, "\(xml)")
+            #expect(xml.contains("<ApplicationPlatform>apple</ApplicationPlatform>"))
+            #expect(xml.contains("The Notification was successfully sent to the Push Notification System"))
+            #expect(fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }.count == 10)
+
+            let none = try await Self.post(
+                live, "/default/messages?test", full, body: #"{"aps":{"alert":"test"}}"#,
+                headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "nobody-has-this")])
+            #expect(
+                none.status == 201 && none.text.contains(#"<Success>0</Success><Failure>0</Failure><Results i:nil="true"/>"#),
+                "\(none.text)")
+        }
+    }
+}
