@@ -10,6 +10,12 @@ enum DispatchMetrics {
         Counter(label: "herald_sends_total", dimensions: [("state", "\(state)")]).increment()
     }
 
+    /// `herald_scheduled_lateness_seconds`: how long after its time a scheduled send was made
+    /// (the scheduler looks every 250 ms; longer after a restart that spanned the time).
+    static func scheduledFired(lateness: Duration) {
+        Metrics.Timer(label: "herald_scheduled_lateness_seconds").recordNanoseconds(Int64(lateness.wholeNanoseconds))
+    }
+
     /// `herald_deliveries_total{platform,outcome}`: delivery attempts by what came of them
     /// (delivered, failed, unregistered, retry, abandoned).
     static func deliveries(_ platform: Platform, _ outcome: String, count: Int = 1) {

@@ -229,6 +229,13 @@ public struct DispatchHandlers: DispatchServiceHandler {
         SendResponse(outcome: try await dispatcher.send(request, context: context))
     }
 
+    public func cancelScheduled(_ request: CancelScheduledRequest, context: RPCContext) async throws -> Outcome {
+        guard !request.notificationID.isEmpty else { throw ServiceError.invalidArgument("notification_id is required") }
+        let outcome = try await outbox.cancelScheduled(request.notificationID, hub: request.hub)
+        context.logger.info("scheduled send cancelled", metadata: ["herald.notification_id": "\(request.notificationID)"])
+        return outcome
+    }
+
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {
         try outbox.outcome(of: request.notificationID, requester: request.requester, hub: request.hub)
     }
@@ -312,8 +319,13 @@ public enum DispatchServer {
                 context.logger.info("purged old sends", metadata: ["herald.sends": "\(sends)", "herald.inbox": "\(recorded)"])
             }
         }
+        // Scheduled sends: due ones are made within a quarter second of their time, and at once
+        // after a restart that spanned it (the first tick runs at start).
+        let scheduler = Periodic("scheduled sends", every: .milliseconds(250), logger: context.logger) {
+            try await dispatcher.fireDueScheduled(logger: context.logger)
+        }
         return RPCServiceParts(
-            table: table, background: [PushClientShutdown(client: client), worker, purge],
+            table: table, background: [PushClientShutdown(client: client), worker, purge, scheduler],
             healthChecks: [.database(pool)])
     }
 }

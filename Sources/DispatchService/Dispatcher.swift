@@ -3,6 +3,7 @@ public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
 public import HeraldService
+import Logging
 import Metrics
 import Synchronization
 
@@ -34,39 +35,70 @@ public final class Dispatcher: Sendable {
         guard [!request.targetUser.isEmpty, !request.targetTag.isEmpty, request.broadcast, direct].filter({ $0 }).count == 1 else {
             throw ServiceError.invalidArgument("set exactly one of target_user, target_tag, broadcast and device_handles")
         }
-        guard !request.payloads.isEmpty else { throw ServiceError.invalidArgument("at least one payload is required") }
         guard request.maxDevices >= 0 else { throw ServiceError.invalidArgument("max_devices must not be negative") }
-        let sentAt = unixMillis()
-        var prepared: [Platform: OutboxPayload] = [:]
-        for payload in request.payloads {
-            guard prepared[payload.platform] == nil else {
-                throw ServiceError.invalidArgument("two payloads for \(payload.platform)")
-            }
-            prepared[payload.platform] = try PlatformRules.prepare(payload, sentAt: sentAt)
-        }
-        let tag = request.targetUser.isEmpty ? request.targetTag : "username:\(request.targetUser)"
         if !request.targetTag.isEmpty {
             // Refused here, before anything is read, with the position of the error.
             _ = try TagExpression.validated(request.targetTag, field: "target_tag")
         }
+        // Checked now, also for a scheduled send, so that a bad payload is refused to its sender.
+        _ = try Self.prepare(request.payloads, sentAt: unixMillis())
         let id = Self.newNotificationID()
         var logger = context.logger
         logger[metadataKey: "herald.notification_id"] = "\(id)"
 
+        let now = unixMillis()
+        guard request.scheduledAtUnixMs > now else {
+            return try await make(request, id: id, scheduled: false, requestID: context.requestID, logger: logger)!
+        }
+        guard request.scheduledAtUnixMs <= now + Self.maxScheduleAhead.wholeMilliseconds else {
+            throw ServiceError.invalidArgument("a send can be scheduled at most 7 days ahead")
+        }
+        if direct { try await checkHandles(request, requestID: context.requestID) }
+        let created = try await outbox.schedule(
+            id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag, hub: Names.hub(request.hub),
+            fireAt: request.scheduledAtUnixMs, request: try request.serializedBytes())
+        logger.info("scheduled", metadata: ["herald.fire_at_unix_ms": "\(request.scheduledAtUnixMs)"])
+        return Outcome(notificationID: id, state: .scheduled, createdAtUnixMs: created, sender: request.sender, hub: Names.hub(request.hub))
+    }
+
+    /// Makes the scheduled sends that are due, earliest first (the scheduler's tick). A send whose
+    /// stored request can no longer be made (its payload or target refused) is abandoned; any
+    /// other failure (herald-registration unreachable) leaves it due for the next tick.
+    public func fireDueScheduled(logger: Logger) async throws {
+        while true {
+            let due = try outbox.dueScheduled(limit: 100)
+            for (id, fireAt, bytes) in due {
+                var logger = logger
+                logger[metadataKey: "herald.notification_id"] = "\(id)"
+                do {
+                    let request = try SendRequest(serializedBytes: bytes)
+                    if try await make(request, id: id, scheduled: true, requestID: newRequestID(), logger: logger) != nil {
+                        DispatchMetrics.scheduledFired(lateness: .milliseconds(max(0, unixMillis() - fireAt)))
+                    }
+                } catch let error as ServiceError where [.invalidArgument, .notFound, .failedPrecondition].contains(error.code) {
+                    logger.warning("scheduled send abandoned", metadata: ["herald.error": "\(error.message)"])
+                    try await outbox.abandonScheduled(id)
+                } catch is ProtoError {
+                    logger.error("scheduled send abandoned: its stored request is unreadable")
+                    try await outbox.abandonScheduled(id)
+                }
+            }
+            if due.count < 100 { return }
+        }
+    }
+
+    /// Resolves the audience and commits the send (``Outbox/enqueue(id:sender:targetUser:targetTag:payloads:targets:retryWindow:hub:scheduled:)``).
+    /// nil when a scheduled send was cancelled (or made) meanwhile.
+    private func make(_ request: SendRequest, id: String, scheduled: Bool, requestID: String, logger: Logger) async throws -> Outcome? {
+        // Times (TTLs) count from when the send is made.
+        let prepared = try Self.prepare(request.payloads, sentAt: unixMillis())
+        let tag = request.targetUser.isEmpty ? request.targetTag : "username:\(request.targetUser)"
+
         // The whole audience is read before anything is committed: a send is all or nothing.
         let targets = Mutex<[Outbox.Target]>([])
         let onlyPlatform = prepared.count == 1 ? prepared.keys.first! : Platform.unspecified
-        if direct {
-            guard onlyPlatform != .unspecified else {
-                throw ServiceError.invalidArgument("a send to device_handles takes exactly one payload, for the handles' platform")
-            }
-            guard request.deviceHandles.count <= Self.maxDirectHandles else {
-                throw ServiceError.invalidArgument(
-                    "at most \(Self.maxDirectHandles) device handles per send, got \(request.deviceHandles.count)")
-            }
-            // herald-registration holds the rules and the allowed push hosts for every handle.
-            _ = try await registrations.checkHandles(
-                CheckHandlesRequest(platform: onlyPlatform, handles: request.deviceHandles), requestID: context.requestID)
+        if !request.deviceHandles.isEmpty {
+            try await checkHandles(request, requestID: requestID)
             // The same handle twice is one device (Notification Hubs delivers at most once per handle).
             var seen = Set<String>()
             targets.withLock { list in
@@ -77,7 +109,7 @@ public final class Dispatcher: Sendable {
         } else {
             try await registrations.streamAudience(
                 StreamAudienceRequest(tag: tag, platform: onlyPlatform, hub: request.hub, broadcast: request.broadcast),
-                requestID: context.requestID,
+                requestID: requestID,
                 timeout: audienceTimeout
             ) { [prepared] batch in
                 let found = batch.registrations.compactMap { registration -> Outbox.Target? in
@@ -90,9 +122,15 @@ public final class Dispatcher: Sendable {
         }
         var audience = targets.withLock { $0 }
         if request.maxDevices > 0, audience.count > request.maxDevices { audience.removeLast(audience.count - Int(request.maxDevices)) }
-        let (state, created) = try await outbox.enqueue(
-            id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
-            payloads: Array(prepared.values), targets: audience, retryWindow: retryWindow, hub: Names.hub(request.hub))
+        guard
+            let (state, created) = try await outbox.enqueue(
+                id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
+                payloads: Array(prepared.values), targets: audience, retryWindow: retryWindow, hub: Names.hub(request.hub),
+                scheduled: scheduled)
+        else {
+            logger.info("scheduled send not made: it was cancelled")
+            return nil
+        }
         if state == .noTargetFound {
             DispatchMetrics.sendFinished(state)
         } else {
@@ -103,8 +141,39 @@ public final class Dispatcher: Sendable {
         for target in audience { counts[target.platform, default: PlatformOutcome(platform: target.platform)].pending += 1 }
         return Outcome(
             notificationID: id, state: state, platforms: counts.values.sorted { $0.platform.rawValue < $1.platform.rawValue },
-            createdAtUnixMs: created, sender: request.sender, hub: Names.hub(request.hub), finishedAtUnixMs: audience.isEmpty ? created : 0)
+            createdAtUnixMs: created, sender: request.sender, hub: Names.hub(request.hub),
+            finishedAtUnixMs: audience.isEmpty ? unixMillis() : 0)
     }
+
+    /// A direct send's handles, held by herald-registration to the rules (and allowed push hosts)
+    /// of registered ones.
+    private func checkHandles(_ request: SendRequest, requestID: String) async throws {
+        guard request.payloads.count == 1 else {
+            throw ServiceError.invalidArgument("a send to device_handles takes exactly one payload, for the handles' platform")
+        }
+        guard request.deviceHandles.count <= Self.maxDirectHandles else {
+            throw ServiceError.invalidArgument(
+                "at most \(Self.maxDirectHandles) device handles per send, got \(request.deviceHandles.count)")
+        }
+        _ = try await registrations.checkHandles(
+            CheckHandlesRequest(platform: request.payloads[0].platform, handles: request.deviceHandles), requestID: requestID)
+    }
+
+    /// Each payload checked against its provider's rules, with its delivery options resolved.
+    static func prepare(_ payloads: [NativePayload], sentAt: Int64) throws -> [Platform: OutboxPayload] {
+        guard !payloads.isEmpty else { throw ServiceError.invalidArgument("at least one payload is required") }
+        var prepared: [Platform: OutboxPayload] = [:]
+        for payload in payloads {
+            guard prepared[payload.platform] == nil else {
+                throw ServiceError.invalidArgument("two payloads for \(payload.platform)")
+            }
+            prepared[payload.platform] = try PlatformRules.prepare(payload, sentAt: sentAt)
+        }
+        return prepared
+    }
+
+    /// How far ahead a send may be scheduled (Notification Hubs' limit).
+    static let maxScheduleAhead = Duration.seconds(7 * 86400)
 
     /// Handles one direct send may name (Notification Hubs' batch limit).
     static let maxDirectHandles = 1000

@@ -46,6 +46,12 @@ extension EdgeRoutes {
         router.get(":hub/messages/:id") { request, context in
             await nh(context) { try await notificationDetails(request, context) }
         }
+        router.post(":hub/schedulednotifications") { request, context in
+            await nh(context) { try await schedule(request, context) }
+        }
+        router.delete(":hub/schedulednotifications/:id") { request, context in
+            await nh(context) { try await cancelScheduled(request, context) }
+        }
     }
 
     /// Runs an NH route and answers its errors in NH's XML, through the edge's one status mapping.

@@ -25,18 +25,8 @@ extension EdgeRoutes {
     /// their results. 201 with `Location: …/{hub}/messages/{id}?api-version=…` on every send.
     func nhSend(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let hub = try await authorizeSAS(request, context, needs: "Send")
-        let body = try await nhBody(request)
-        let payload = try Self.nhPayload(request.headers, body: body)
-        let query = request.uri.queryParameters
-        let test = query.get("test").map { $0.lowercased() != "false" } ?? false
-        var send = SendRequest(payloads: [payload], sender: "sas", hub: hub)
-        if query.get("direct") != nil {
-            send.deviceHandles = [try Self.directHandle(request.headers, platform: payload.platform)]
-        } else if let tags = request.headers[HTTPField.Name("ServiceBusNotification-Tags")!], !tags.isEmpty {
-            send.targetTag = tags
-        } else {
-            send.broadcast = true
-        }
+        var send = try await nhSendRequest(request, hub: hub)
+        let test = request.uri.queryParameters.get("test").map { $0.lowercased() != "false" } ?? false
         if test { send.maxDevices = Int32(Self.nhTestDevices) }
         let outcome = try await sendAnswer(send, context)
         var response = Self.nhEmpty(.created)
@@ -45,6 +35,42 @@ extension EdgeRoutes {
         }
         response.headers[.location] = Self.messageLocation(request, hub: hub, id: outcome.notificationID)
         return response
+    }
+
+    /// `POST /{hub}/schedulednotifications` (Send): the same send as `POST /{hub}/messages`, made at
+    /// `ServiceBusNotification-ScheduleTime` (at most 7 days ahead; a time already past sends now).
+    /// 201 with `Location: …/{hub}/schedulednotifications/{id}?api-version=…`; the id's telemetry
+    /// says `Scheduled` until then.
+    func schedule(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Send")
+        guard let text = request.headers[HTTPField.Name("ServiceBusNotification-ScheduleTime")!] else {
+            throw EdgeError(.badRequest, "a scheduled send needs ServiceBusNotification-ScheduleTime, e.g. 2030-01-01T08:00:00Z")
+        }
+        guard let time = NHScheduleTime.parse(text) else {
+            throw EdgeError(.badRequest, "ServiceBusNotification-ScheduleTime \(text.prefix(64)) is not an ISO 8601 time")
+        }
+        var send = try await nhSendRequest(request, hub: hub)
+        send.scheduledAtUnixMs = Int64((time.timeIntervalSince1970 * 1000).rounded())
+        let outcome = try await sendAnswer(send, context)
+        var response = Self.nhEmpty(.created)
+        let apiVersion = request.uri.queryParameters.get("api-version") ?? Self.nhDefaultAPIVersion
+        response.headers[.location] =
+            "\(Self.origin(request))/\(hub)/schedulednotifications/\(outcome.notificationID)?api-version=\(apiVersion)"
+        return response
+    }
+
+    /// `DELETE /{hub}/schedulednotifications/{id}` (Send): cancels a scheduled send not made yet.
+    /// 200 (also when it was cancelled before), 404 for an unknown id, 409 once it was sent.
+    func cancelScheduled(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Send")
+        let id = try context.parameters.require("id")
+        guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no scheduled notification \(id)") }
+        do {
+            _ = try await dispatch.cancelScheduled(CancelScheduledRequest(notificationID: id, hub: hub), requestID: context.requestID)
+        } catch let error as ServiceError where error.code == .failedPrecondition {
+            throw EdgeError(.conflict, error.message)
+        }
+        return Self.nhEmpty(.ok)
     }
 
     /// `POST /{hub}/messages/$batch?direct` (Send): one notification to up to 1000 handles, as
@@ -83,6 +109,22 @@ extension EdgeRoutes {
     }
 
     // MARK: parts
+
+    /// The send an NH request asks for: its payload (``nhPayload(_:body:)``) and target: `?direct`
+    /// with the device handle, `ServiceBusNotification-Tags`, or every device of the hub.
+    private func nhSendRequest(_ request: Request, hub: String) async throws -> SendRequest {
+        let body = try await nhBody(request)
+        let payload = try Self.nhPayload(request.headers, body: body)
+        var send = SendRequest(payloads: [payload], sender: "sas", hub: hub)
+        if request.uri.queryParameters.get("direct") != nil {
+            send.deviceHandles = [try Self.directHandle(request.headers, platform: payload.platform)]
+        } else if let tags = request.headers[HTTPField.Name("ServiceBusNotification-Tags")!], !tags.isEmpty {
+            send.targetTag = tags
+        } else {
+            send.broadcast = true
+        }
+        return send
+    }
 
     /// Sends and returns the outcome dispatch answered with.
     private func sendAnswer(_ send: SendRequest, _ context: EdgeRequestContext) async throws -> Outcome {
@@ -252,17 +294,6 @@ enum NHTelemetry {
         (.apns, "ApnsOutcomeCounts"), (.wns, "WnsOutcomeCounts"), (.fcm, "FcmV1OutcomeCounts"), (.browser, "BrowserOutcomeCounts"),
     ]
 
-    static func state(_ state: OutcomeState) -> String {
-        switch state {
-        case .enqueued: "Enqueued"
-        case .processing: "Processing"
-        case .completed: "Completed"
-        case .abandoned: "Abandoned"
-        case .noTargetFound: "NoTargetFound"
-        case .unspecified, .unrecognized: "Unknown"
-        }
-    }
-
     /// NH's outcome name for a provider's failure reason (nh-api.md §6.6).
     static func outcomeName(_ reason: String) -> String {
         switch reason {
@@ -288,7 +319,7 @@ enum NHTelemetry {
         var xml = "<NotificationDetails \(namespaces)>"
         xml += "<NotificationId>\(outcome.notificationID)</NotificationId>"
         xml += "<Location>\(NativePayloads.xmlEscaped(location))</Location>"
-        xml += "<State>\(state(outcome.state))</State>"
+        xml += "<State>\(OutcomeBody.state(outcome.state))</State>"
         xml += "<EnqueueTime>\(time(outcome.createdAtUnixMs))</EnqueueTime>"
         if outcome.startedAtUnixMs > 0 { xml += "<StartTime>\(time(outcome.startedAtUnixMs))</StartTime>" }
         if outcome.finishedAtUnixMs > 0 { xml += "<EndTime>\(time(outcome.finishedAtUnixMs))</EndTime>" }

@@ -195,6 +195,9 @@ struct OutcomeBody: Encodable {
         case .completed: "Completed"
         case .abandoned: "Abandoned"
         case .noTargetFound: "NoTargetFound"
+        case .scheduled: "Scheduled"
+        // The .NET SDK's spelling (NH's docs say Canceled, which .NET reads as Unknown).
+        case .cancelled: "Cancelled"
         case .unspecified, .unrecognized: "Unknown"
         }
     }

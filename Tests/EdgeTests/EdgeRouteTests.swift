@@ -327,6 +327,9 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func checkHandles(_ request: CheckHandlesRequest, options: RPCCallOptions) async throws -> CheckHandlesResponse {
         throw Self.unused()
     }
+    func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome {
+        throw Self.unused()
+    }
     func streamAudience(
         _ request: StreamAudienceRequest, options: RPCCallOptions,
         onMessage: @escaping @Sendable (AudienceBatch) async throws -> Void

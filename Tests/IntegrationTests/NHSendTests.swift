@@ -176,4 +176,73 @@ struct NHSendTests {
                 "\(none.text)")
         }
     }
+
+    @Test("scheduled sends: every ScheduleTime spelling, Location, telemetry Scheduled, cancel is 200 and final, 7 days at most")
+    func scheduled() async throws {
+        try await PushDeliveryTests.withProviders { fixture, live in
+            let full = try await Self.defaultHub(live)
+            let auth = { NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full) }
+            let (kept, dropped) = (apnsToken(960), apnsToken(961))
+            try await live.register("s1", handle: kept, tags: ["keep"])
+            try await live.register("s2", handle: dropped, tags: ["drop"])
+            func iso(_ date: Date, _ format: String) -> String {
+                let formatter = DateFormatter()
+                formatter.locale = Locale(identifier: "en_US_POSIX")
+                formatter.timeZone = TimeZone(secondsFromGMT: 0)
+                formatter.dateFormat = format
+                return formatter.string(from: date)
+            }
+            // The one to cancel is due first, so once the kept one has arrived the cancelled one's time has passed.
+            let soon = Date().addingTimeInterval(2)
+            let drop = try await Self.post(
+                live, "/default/schedulednotifications/?api-version=2020-06", full, body: #"{"aps":{"alert":"dropped"}}"#,
+                headers: [
+                    ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "drop"),
+                    ("ServiceBusNotification-ScheduleTime", iso(soon, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")),  // JS
+                ])
+            #expect(drop.status == 201, "\(drop.text)")
+            let dropLocation = try #require(drop.header("Location"))
+            #expect(dropLocation.contains("/default/schedulednotifications/n-") && dropLocation.hasSuffix("?api-version=2020-06"))
+            let dropID = try Self.id(dropLocation)
+            let details = try await live.edge.request("GET", "/default/messages/\(dropID)", authorization: auth())
+            #expect(details.text.contains("<State>Scheduled</State>"), "\(details.text)")
+            let cancel = try await live.edge.request("DELETE", "/default/schedulednotifications/\(dropID)", authorization: auth())
+            #expect(cancel.status == 200, "\(cancel.text)")
+            #expect(try await live.edge.request("DELETE", "/default/schedulednotifications/\(dropID)", authorization: auth()).status == 200)
+            #expect(try await live.edge.request("DELETE", "/default/schedulednotifications/n-0", authorization: auth()).status == 404)
+
+            // .NET's "s" format (UTC, no zone), rounded up to the next second.
+            let later = Date(timeIntervalSince1970: (soon.timeIntervalSince1970 + 1).rounded(.up))
+            let keep = try await Self.post(
+                live, "/default/schedulednotifications?api-version=2020-06", full, body: #"{"aps":{"alert":"kept"}}"#,
+                headers: [
+                    ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "keep"),
+                    ("ServiceBusNotification-ScheduleTime", iso(later, "yyyy-MM-dd'T'HH:mm:ss")),
+                ])
+            #expect(keep.status == 201, "\(keep.text)")
+            let keepID = try Self.id(keep.header("Location"))
+            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: keepID)
+            #expect(outcome.state == .completed && outcome.platforms.first?.success == 1, "\(outcome)")
+            let arrived = try #require(fixture.double.requests.first { $0.path == "/3/device/\(kept)" })
+            #expect(arrived.wallClock >= later.addingTimeInterval(-0.01), "sent at \(arrived.wallClock), scheduled for \(later)")
+            #expect(!fixture.double.requests.contains { $0.path == "/3/device/\(dropped)" }, "the cancelled send was sent")
+            let cancelled = try await live.edge.request("GET", "/default/messages/\(dropID)", authorization: auth())
+            #expect(cancelled.text.contains("<State>Cancelled</State>") && cancelled.text.contains("<EndTime>"), "\(cancelled.text)")
+            let sent = try await live.edge.request("DELETE", "/default/schedulednotifications/\(keepID)", authorization: auth())
+            #expect(sent.status == 409, "\(sent.text)")
+
+            for (time, expected) in [
+                (iso(Date().addingTimeInterval(8 * 86400), "yyyy-MM-dd'T'HH:mm:ss"), "7 days"), ("next tuesday", "ISO 8601"),
+            ] {
+                let refused = try await Self.post(
+                    live, "/default/schedulednotifications", full, body: #"{"aps":{"alert":"x"}}"#,
+                    headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-ScheduleTime", time)])
+                #expect(refused.status == 400 && refused.text.contains(expected), "\(time): \(refused.text)")
+            }
+            let missing = try await Self.post(
+                live, "/default/schedulednotifications", full, body: #"{"aps":{"alert":"x"}}"#,
+                headers: [("ServiceBusNotification-Format", "apple")])
+            #expect(missing.status == 400 && missing.text.contains("ScheduleTime"), "\(missing.text)")
+        }
+    }
 }

@@ -322,7 +322,7 @@ struct NotificationHubsTests {
         return try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .seconds(30)) { client in
             let deadline = ContinuousClock.now + .seconds(20)
             var outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
-            while outcome.state == .enqueued || outcome.state == .processing, ContinuousClock.now < deadline {
+            while [.enqueued, .processing, .scheduled].contains(outcome.state), ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(50))
                 outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
             }

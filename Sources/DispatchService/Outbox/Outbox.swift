@@ -23,7 +23,8 @@ public final class Outbox: Sendable {
 
     /// OutcomeState numbers for SQL (`state IN (…)`): a send that is still going, and one that is over.
     static let unfinishedStates = [OutcomeState.enqueued, .processing].map { String($0.rawValue) }.joined(separator: ", ")
-    static let finishedStates = [OutcomeState.completed, .abandoned, .noTargetFound].map { String($0.rawValue) }.joined(separator: ", ")
+    static let finishedStates = [OutcomeState.completed, .abandoned, .noTargetFound, .cancelled].map { String($0.rawValue) }
+        .joined(separator: ", ")
 
     /// One registration to deliver to, from the audience stream (or a handle of a direct send,
     /// with an empty registration id).
@@ -35,23 +36,37 @@ public final class Outbox: Sendable {
 
     /// Commits a send: the notification (ENQUEUED, or NO_TARGET_FOUND without targets), its
     /// payloads, and one pending delivery per target, all or nothing.
+    ///
+    /// With `scheduled`, the notification was stored by ``schedule(id:sender:targetUser:targetTag:hub:fireAt:request:)``
+    /// and is made now: its scheduled row is deleted in the same transaction, and when there is
+    /// none (cancelled, or already made) nothing is written and nil is returned. So a scheduled
+    /// send is made once, whatever crashes in between.
+    @discardableResult
     public func enqueue(
         id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Target],
-        retryWindow: Duration, hub: String = Names.defaultHub
-    ) async throws -> (state: OutcomeState, created: Int64) {
-        let created = now()
-        let giveUp = created + retryWindow.wholeMilliseconds
+        retryWindow: Duration, hub: String = Names.defaultHub, scheduled: Bool = false
+    ) async throws -> (state: OutcomeState, created: Int64)? {
+        let at = now()
+        let giveUp = at + retryWindow.wholeMilliseconds
         let state: OutcomeState = targets.isEmpty ? .noTargetFound : .enqueued
-        try await db.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [
-                    id, sender, targetUser, targetTag, state.rawValue, created, created, hub, targets.isEmpty ? created : 0,
-                ])
-            guard !targets.isEmpty else { return }
+        let created: Int64? = try await db.write { db in
+            var created = at
+            if scheduled {
+                try db.execute(sql: "DELETE FROM scheduled_send WHERE notification_id = ?", arguments: [id])
+                guard db.changesCount == 1 else { return nil }
+                try db.execute(
+                    sql: "UPDATE notification SET state = ?, updated_at = ?, finished_at = ? WHERE id = ?",
+                    arguments: [state.rawValue, at, targets.isEmpty ? at : 0, id])
+                created = try Int64.fetchOne(db, sql: "SELECT created_at FROM notification WHERE id = ?", arguments: [id]) ?? at
+            } else {
+                try db.execute(
+                    sql: """
+                        INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [id, sender, targetUser, targetTag, state.rawValue, at, at, hub, targets.isEmpty ? at : 0])
+            }
+            guard !targets.isEmpty else { return created }
             for payload in payloads {
                 try db.execute(
                     sql: """
@@ -75,7 +90,7 @@ public final class Outbox: Sendable {
             for (index, target) in targets.enumerated() {
                 try insert.execute(arguments: [
                     id, target.registrationID, target.platform.rawValue, target.handle, ids.id(index),
-                    DeliveryState.pending.rawValue, created, giveUp, created,
+                    DeliveryState.pending.rawValue, at, giveUp, at,
                 ])
                 perPlatform[target.platform, default: 0] += 1
             }
@@ -87,7 +102,8 @@ public final class Outbox: Sendable {
                         """,
                     arguments: [id, platform.rawValue, count])
             }
+            return created
         }
-        return (state, created)
+        return created.map { (state, $0) }
     }
 }

@@ -22,7 +22,10 @@ extension Outbox {
     /// (ResetForTests). A delivery a worker holds at that moment records its result into nothing.
     public func deleteEverything() throws -> Int64 {
         try TestMode.deleteAll(
-            ["delivery", "notification_failure", "notification_platform", "outbox_payload", "notification", "handle_removal"], in: db)
+            [
+                "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send", "notification",
+                "handle_removal",
+            ], in: db)
     }
 
     /// Dead handles registration has not confirmed deleting yet, oldest first.

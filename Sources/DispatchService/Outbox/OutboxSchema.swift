@@ -118,7 +118,21 @@ extension Outbox {
                 sql: """
                     ALTER TABLE notification ADD COLUMN started_at INTEGER NOT NULL DEFAULT 0;
                     ALTER TABLE notification ADD COLUMN finished_at INTEGER NOT NULL DEFAULT 0;
-                    UPDATE notification SET finished_at = updated_at WHERE state IN (\(Outbox.finishedStates));
+                    -- Completed, Abandoned, NoTargetFound: the finished states when this migration was written.
+                    UPDATE notification SET finished_at = updated_at WHERE state IN (3, 4, 5);
+                    """)
+        }
+        migrator.registerMigration("outbox-v5-scheduled") { db in
+            // Scheduled sends (issue 16): the request waits here, its notification SCHEDULED, until
+            // it is due; firing deletes the row in the transaction that enqueues the deliveries.
+            try db.execute(
+                sql: """
+                    CREATE TABLE scheduled_send (
+                        notification_id TEXT PRIMARY KEY NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                        fire_at INTEGER NOT NULL,
+                        request BLOB NOT NULL
+                    ) WITHOUT ROWID;
+                    CREATE INDEX scheduled_send_due ON scheduled_send(fire_at);
                     """)
         }
         return migrator

@@ -17,6 +17,10 @@ public enum OutcomeState: RawRepresentable, Hashable, Sendable, CustomStringConv
     case abandoned  // = 4
     /// The target had no device on any platform of the send.
     case noTargetFound  // = 5
+    /// A scheduled send waiting for its time (SendRequest.scheduled_at_unix_ms).
+    case scheduled  // = 6
+    /// A scheduled send cancelled before its time; nothing was sent.
+    case cancelled  // = 7
     /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
     case unrecognized(Int32)
 
@@ -28,6 +32,8 @@ public enum OutcomeState: RawRepresentable, Hashable, Sendable, CustomStringConv
         case 3: self = .completed
         case 4: self = .abandoned
         case 5: self = .noTargetFound
+        case 6: self = .scheduled
+        case 7: self = .cancelled
         default: self = .unrecognized(rawValue)
         }
     }
@@ -40,6 +46,8 @@ public enum OutcomeState: RawRepresentable, Hashable, Sendable, CustomStringConv
         case .completed: 3
         case .abandoned: 4
         case .noTargetFound: 5
+        case .scheduled: 6
+        case .cancelled: 7
         case .unrecognized(let value): value
         }
     }
@@ -49,7 +57,7 @@ public enum OutcomeState: RawRepresentable, Hashable, Sendable, CustomStringConv
     public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 
     /// Every value this build knows, in declaration order.
-    public static let knownValues: [OutcomeState] = [.unspecified, .enqueued, .processing, .completed, .abandoned, .noTargetFound]
+    public static let knownValues: [OutcomeState] = [.unspecified, .enqueued, .processing, .completed, .abandoned, .noTargetFound, .scheduled, .cancelled]
 
     /// The proto name of the value, or the number for a value this build does not know.
     public var description: String {
@@ -60,6 +68,8 @@ public enum OutcomeState: RawRepresentable, Hashable, Sendable, CustomStringConv
         case .completed: "OUTCOME_STATE_COMPLETED"
         case .abandoned: "OUTCOME_STATE_ABANDONED"
         case .noTargetFound: "OUTCOME_STATE_NO_TARGET_FOUND"
+        case .scheduled: "OUTCOME_STATE_SCHEDULED"
+        case .cancelled: "OUTCOME_STATE_CANCELLED"
         case .unrecognized(let value): "OutcomeState(\(value))"
         }
     }
@@ -237,8 +247,12 @@ public struct SendRequest: HeraldMessage {
     /// When above 0, deliver to at most this many devices of the audience (Notification Hubs' test
     /// send takes 10); the rest are not enqueued.
     public var maxDevices: Int32
+    /// When later than now, Unix epoch milliseconds: the send is stored (durably, before Send
+    /// answers) with state SCHEDULED and made at that time, its audience resolved then; at most 7
+    /// days ahead (INVALID_ARGUMENT beyond). Earlier or 0: sent now.
+    public var scheduledAtUnixMs: Int64
 
-    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false, deviceHandles: [String] = [], maxDevices: Int32 = 0) {
+    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false, deviceHandles: [String] = [], maxDevices: Int32 = 0, scheduledAtUnixMs: Int64 = 0) {
         self.targetUser = targetUser
         self.targetTag = targetTag
         self.payloads = payloads
@@ -247,6 +261,7 @@ public struct SendRequest: HeraldMessage {
         self.broadcast = broadcast
         self.deviceHandles = deviceHandles
         self.maxDevices = maxDevices
+        self.scheduledAtUnixMs = scheduledAtUnixMs
     }
 
     public init() {
@@ -258,6 +273,7 @@ public struct SendRequest: HeraldMessage {
         self.broadcast = false
         self.deviceHandles = []
         self.maxDevices = 0
+        self.scheduledAtUnixMs = 0
     }
 
     public static let protoName = "herald.v1.SendRequest"
@@ -284,6 +300,7 @@ extension SendRequest: CBacked {
         self.broadcast = m.broadcast != 0
         self.deviceHandles = CBridge.strings(m.n_device_handles, m.device_handles)
         self.maxDevices = m.max_devices
+        self.scheduledAtUnixMs = m.scheduled_at_unix_ms
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -299,6 +316,7 @@ extension SendRequest: CBacked {
         p.pointee.n_device_handles = self.deviceHandles.count
         p.pointee.device_handles = try arena.strings(self.deviceHandles, field: "herald.v1.SendRequest.device_handles")
         p.pointee.max_devices = self.maxDevices
+        p.pointee.scheduled_at_unix_ms = self.scheduledAtUnixMs
         return p
     }
 
@@ -821,6 +839,61 @@ extension Outcome: CBacked {
         herald__v1__outcome__unpack(nil, count, data)
     }
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__outcome__free_unpacked(p, nil) }
+}
+
+/// Request of CancelScheduled.
+public struct CancelScheduledRequest: HeraldMessage {
+    /// The id from SendResponse.
+    public var notificationID: String
+    /// When set, only a send on this hub is found.
+    public var hub: String
+
+    public init(notificationID: String = "", hub: String = "") {
+        self.notificationID = notificationID
+        self.hub = hub
+    }
+
+    public init() {
+        self.notificationID = ""
+        self.hub = ""
+    }
+
+    public static let protoName = "herald.v1.CancelScheduledRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension CancelScheduledRequest: CBacked {
+    typealias CType = Herald__V1__CancelScheduledRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.notificationID = CBridge.string(m.notification_id)
+        self.hub = CBridge.string(m.hub)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__cancel_scheduled_request__init(p)
+        p.pointee.notification_id = try arena.string(self.notificationID, field: "herald.v1.CancelScheduledRequest.notification_id")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.CancelScheduledRequest.hub")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__cancel_scheduled_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__cancel_scheduled_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__cancel_scheduled_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__cancel_scheduled_request__free_unpacked(p, nil) }
 }
 
 /// Request of GetOutcome.
@@ -1511,7 +1584,11 @@ public enum DispatchServiceMethods {
     /// Removes one platform's credentials, or all of a hub's (platform unspecified; the CLI does it
     /// when a hub is deleted).
     public static let deleteHubCredentials = UnaryMethod<DeleteHubCredentialsRequest, HubCredentialsResponse>(service: serviceName, method: "DeleteHubCredentials")
+    /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
+    /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
+    /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
+    public static let cancelScheduled = UnaryMethod<CancelScheduledRequest, Outcome>(service: serviceName, method: "CancelScheduled")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName]
 }

@@ -31,6 +31,10 @@ public protocol DispatchServiceHandler: Sendable {
     /// Removes one platform's credentials, or all of a hub's (platform unspecified; the CLI does it
     /// when a hub is deleted).
     func deleteHubCredentials(_ request: DeleteHubCredentialsRequest, context: RPCContext) async throws -> HubCredentialsResponse
+    /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
+    /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
+    /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
+    func cancelScheduled(_ request: CancelScheduledRequest, context: RPCContext) async throws -> Outcome
 }
 
 extension DispatchServiceHandler {
@@ -59,6 +63,9 @@ extension DispatchServiceHandler {
         }
         table.register(DispatchServiceMethods.deleteHubCredentials) { request, context in
             try await self.deleteHubCredentials(request, context: context)
+        }
+        table.register(DispatchServiceMethods.cancelScheduled) { request, context in
+            try await self.cancelScheduled(request, context: context)
         }
     }
 }
@@ -91,6 +98,10 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// Removes one platform's credentials, or all of a hub's (platform unspecified; the CLI does it
     /// when a hub is deleted).
     func deleteHubCredentials(_ request: DeleteHubCredentialsRequest, options: RPCCallOptions) async throws -> HubCredentialsResponse
+    /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
+    /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
+    /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
+    func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome
 }
 
 extension DispatchServiceClientProtocol {
@@ -134,6 +145,11 @@ extension DispatchServiceClientProtocol {
     ) async throws -> HubCredentialsResponse {
         try await deleteHubCredentials(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func cancelScheduled(
+        _ request: CancelScheduledRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> Outcome {
+        try await cancelScheduled(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.DispatchService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -175,5 +191,9 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
 
     public func deleteHubCredentials(_ request: DeleteHubCredentialsRequest, options: RPCCallOptions) async throws -> HubCredentialsResponse {
         try await rpc.call(DispatchServiceMethods.deleteHubCredentials, request, options: options)
+    }
+
+    public func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome {
+        try await rpc.call(DispatchServiceMethods.cancelScheduled, request, options: options)
     }
 }

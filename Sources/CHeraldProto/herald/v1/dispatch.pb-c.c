@@ -412,6 +412,51 @@ void   herald__v1__outcome__free_unpacked
   assert(message->base.descriptor == &herald__v1__outcome__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__cancel_scheduled_request__init
+                     (Herald__V1__CancelScheduledRequest         *message)
+{
+  static const Herald__V1__CancelScheduledRequest init_value = HERALD__V1__CANCEL_SCHEDULED_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__cancel_scheduled_request__get_packed_size
+                     (const Herald__V1__CancelScheduledRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__cancel_scheduled_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__cancel_scheduled_request__pack
+                     (const Herald__V1__CancelScheduledRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__cancel_scheduled_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__cancel_scheduled_request__pack_to_buffer
+                     (const Herald__V1__CancelScheduledRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__cancel_scheduled_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__CancelScheduledRequest *
+       herald__v1__cancel_scheduled_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__CancelScheduledRequest *)
+     protobuf_c_message_unpack (&herald__v1__cancel_scheduled_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__cancel_scheduled_request__free_unpacked
+                     (Herald__V1__CancelScheduledRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__cancel_scheduled_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__get_outcome_request__init
                      (Herald__V1__GetOutcomeRequest         *message)
 {
@@ -1023,7 +1068,7 @@ const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor =
   (ProtobufCMessageInit) herald__v1__native_payload__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[8] =
+static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[9] =
 {
   {
     "target_user",
@@ -1121,6 +1166,18 @@ static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "scheduled_at_unix_ms",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendRequest, scheduled_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__send_request__field_indices_by_name[] = {
   5,   /* field[5] = broadcast */
@@ -1128,6 +1185,7 @@ static const unsigned herald__v1__send_request__field_indices_by_name[] = {
   4,   /* field[4] = hub */
   7,   /* field[7] = max_devices */
   2,   /* field[2] = payloads */
+  8,   /* field[8] = scheduled_at_unix_ms */
   3,   /* field[3] = sender */
   1,   /* field[1] = target_tag */
   0,   /* field[0] = target_user */
@@ -1135,7 +1193,7 @@ static const unsigned herald__v1__send_request__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__send_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 9 }
 };
 const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
 {
@@ -1145,7 +1203,7 @@ const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
   "Herald__V1__SendRequest",
   "herald.v1",
   sizeof(Herald__V1__SendRequest),
-  8,
+  9,
   herald__v1__send_request__field_descriptors,
   herald__v1__send_request__field_indices_by_name,
   1,  herald__v1__send_request__number_ranges,
@@ -1767,6 +1825,57 @@ const ProtobufCMessageDescriptor herald__v1__outcome__descriptor =
   herald__v1__outcome__field_indices_by_name,
   1,  herald__v1__outcome__number_ranges,
   (ProtobufCMessageInit) herald__v1__outcome__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__cancel_scheduled_request__field_descriptors[2] =
+{
+  {
+    "notification_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__CancelScheduledRequest, notification_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__CancelScheduledRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__cancel_scheduled_request__field_indices_by_name[] = {
+  1,   /* field[1] = hub */
+  0,   /* field[0] = notification_id */
+};
+static const ProtobufCIntRange herald__v1__cancel_scheduled_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__cancel_scheduled_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.CancelScheduledRequest",
+  "CancelScheduledRequest",
+  "Herald__V1__CancelScheduledRequest",
+  "herald.v1",
+  sizeof(Herald__V1__CancelScheduledRequest),
+  2,
+  herald__v1__cancel_scheduled_request__field_descriptors,
+  herald__v1__cancel_scheduled_request__field_indices_by_name,
+  1,  herald__v1__cancel_scheduled_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__cancel_scheduled_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[3] =
@@ -2447,7 +2556,7 @@ const ProtobufCMessageDescriptor herald__v1__hub_credentials_response__descripto
   (ProtobufCMessageInit) herald__v1__hub_credentials_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCEnumValue herald__v1__outcome_state__enum_values_by_number[6] =
+static const ProtobufCEnumValue herald__v1__outcome_state__enum_values_by_number[8] =
 {
   { "OUTCOME_STATE_UNSPECIFIED", "HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED", 0 },
   { "OUTCOME_STATE_ENQUEUED", "HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_ENQUEUED", 1 },
@@ -2455,17 +2564,21 @@ static const ProtobufCEnumValue herald__v1__outcome_state__enum_values_by_number
   { "OUTCOME_STATE_COMPLETED", "HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_COMPLETED", 3 },
   { "OUTCOME_STATE_ABANDONED", "HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_ABANDONED", 4 },
   { "OUTCOME_STATE_NO_TARGET_FOUND", "HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_NO_TARGET_FOUND", 5 },
+  { "OUTCOME_STATE_SCHEDULED", "HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_SCHEDULED", 6 },
+  { "OUTCOME_STATE_CANCELLED", "HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_CANCELLED", 7 },
 };
 static const ProtobufCIntRange herald__v1__outcome_state__value_ranges[] = {
-{0, 0},{0, 6}
+{0, 0},{0, 8}
 };
-static const ProtobufCEnumValueIndex herald__v1__outcome_state__enum_values_by_name[6] =
+static const ProtobufCEnumValueIndex herald__v1__outcome_state__enum_values_by_name[8] =
 {
   { "OUTCOME_STATE_ABANDONED", 4 },
+  { "OUTCOME_STATE_CANCELLED", 7 },
   { "OUTCOME_STATE_COMPLETED", 3 },
   { "OUTCOME_STATE_ENQUEUED", 1 },
   { "OUTCOME_STATE_NO_TARGET_FOUND", 5 },
   { "OUTCOME_STATE_PROCESSING", 2 },
+  { "OUTCOME_STATE_SCHEDULED", 6 },
   { "OUTCOME_STATE_UNSPECIFIED", 0 },
 };
 const ProtobufCEnumDescriptor herald__v1__outcome_state__descriptor =
@@ -2475,9 +2588,9 @@ const ProtobufCEnumDescriptor herald__v1__outcome_state__descriptor =
   "OutcomeState",
   "Herald__V1__OutcomeState",
   "herald.v1",
-  6,
+  8,
   herald__v1__outcome_state__enum_values_by_number,
-  6,
+  8,
   herald__v1__outcome_state__enum_values_by_name,
   1,
   herald__v1__outcome_state__value_ranges,
@@ -2517,7 +2630,7 @@ const ProtobufCEnumDescriptor herald__v1__delivery_state__descriptor =
   herald__v1__delivery_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[8] =
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[9] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
@@ -2527,8 +2640,10 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "SetHubCredentials", &herald__v1__set_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "GetHubCredentials", &herald__v1__get_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "DeleteHubCredentials", &herald__v1__delete_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
+  { "CancelScheduled", &herald__v1__cancel_scheduled_request__descriptor, &herald__v1__outcome__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
+  8,        /* CancelScheduled */
   7,        /* DeleteHubCredentials */
   6,        /* GetHubCredentials */
   1,        /* GetOutcome */
@@ -2545,7 +2660,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  8,
+  9,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -2612,6 +2727,14 @@ void herald__v1__dispatch_service__delete_hub_credentials(ProtobufCService *serv
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 7, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
+                                                    const Herald__V1__CancelScheduledRequest *input,
+                                                    Herald__V1__Outcome_Closure closure,
+                                                    void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

@@ -25,6 +25,7 @@ typedef struct Herald__V1__DeliveryRecord Herald__V1__DeliveryRecord;
 typedef struct Herald__V1__ListDeliveriesRequest Herald__V1__ListDeliveriesRequest;
 typedef struct Herald__V1__ListDeliveriesResponse Herald__V1__ListDeliveriesResponse;
 typedef struct Herald__V1__Outcome Herald__V1__Outcome;
+typedef struct Herald__V1__CancelScheduledRequest Herald__V1__CancelScheduledRequest;
 typedef struct Herald__V1__GetOutcomeRequest Herald__V1__GetOutcomeRequest;
 typedef struct Herald__V1__Header Herald__V1__Header;
 typedef struct Herald__V1__InboxEntry Herald__V1__InboxEntry;
@@ -67,7 +68,15 @@ typedef enum _Herald__V1__OutcomeState {
   /*
    * The target had no device on any platform of the send.
    */
-  HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_NO_TARGET_FOUND = 5
+  HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_NO_TARGET_FOUND = 5,
+  /*
+   * A scheduled send waiting for its time (SendRequest.scheduled_at_unix_ms).
+   */
+  HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_SCHEDULED = 6,
+  /*
+   * A scheduled send cancelled before its time; nothing was sent.
+   */
+  HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_CANCELLED = 7
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__OUTCOME_STATE)
 } Herald__V1__OutcomeState;
 /*
@@ -191,10 +200,16 @@ struct  Herald__V1__SendRequest
    * send takes 10); the rest are not enqueued.
    */
   int32_t max_devices;
+  /*
+   * When later than now, Unix epoch milliseconds: the send is stored (durably, before Send
+   * answers) with state SCHEDULED and made at that time, its audience resolved then; at most 7
+   * days ahead (INVALID_ARGUMENT beyond). Earlier or 0: sent now.
+   */
+  int64_t scheduled_at_unix_ms;
 };
 #define HERALD__V1__SEND_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__send_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0,NULL, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0,NULL, 0, 0 }
 
 
 /*
@@ -421,6 +436,26 @@ struct  Herald__V1__Outcome
 #define HERALD__V1__OUTCOME__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__outcome__descriptor) \
     , (char *)protobuf_c_empty_string, HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0 }
+
+
+/*
+ * Request of CancelScheduled.
+ */
+struct  Herald__V1__CancelScheduledRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The id from SendResponse.
+   */
+  char *notification_id;
+  /*
+   * When set, only a send on this hub is found.
+   */
+  char *hub;
+};
+#define HERALD__V1__CANCEL_SCHEDULED_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__cancel_scheduled_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -825,6 +860,25 @@ Herald__V1__Outcome *
 void   herald__v1__outcome__free_unpacked
                      (Herald__V1__Outcome *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__CancelScheduledRequest methods */
+void   herald__v1__cancel_scheduled_request__init
+                     (Herald__V1__CancelScheduledRequest         *message);
+size_t herald__v1__cancel_scheduled_request__get_packed_size
+                     (const Herald__V1__CancelScheduledRequest   *message);
+size_t herald__v1__cancel_scheduled_request__pack
+                     (const Herald__V1__CancelScheduledRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__cancel_scheduled_request__pack_to_buffer
+                     (const Herald__V1__CancelScheduledRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__CancelScheduledRequest *
+       herald__v1__cancel_scheduled_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__cancel_scheduled_request__free_unpacked
+                     (Herald__V1__CancelScheduledRequest *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__GetOutcomeRequest methods */
 void   herald__v1__get_outcome_request__init
                      (Herald__V1__GetOutcomeRequest         *message);
@@ -1063,6 +1117,9 @@ typedef void (*Herald__V1__ListDeliveriesResponse_Closure)
 typedef void (*Herald__V1__Outcome_Closure)
                  (const Herald__V1__Outcome *message,
                   void *closure_data);
+typedef void (*Herald__V1__CancelScheduledRequest_Closure)
+                 (const Herald__V1__CancelScheduledRequest *message,
+                  void *closure_data);
 typedef void (*Herald__V1__GetOutcomeRequest_Closure)
                  (const Herald__V1__GetOutcomeRequest *message,
                   void *closure_data);
@@ -1135,6 +1192,10 @@ struct Herald__V1__DispatchService_Service
                                  const Herald__V1__DeleteHubCredentialsRequest *input,
                                  Herald__V1__HubCredentialsResponse_Closure closure,
                                  void *closure_data);
+  void (*cancel_scheduled)(Herald__V1__DispatchService_Service *service,
+                           const Herald__V1__CancelScheduledRequest *input,
+                           Herald__V1__Outcome_Closure closure,
+                           void *closure_data);
 };
 typedef void (*Herald__V1__DispatchService_ServiceDestroy)(Herald__V1__DispatchService_Service *);
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
@@ -1150,7 +1211,8 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## reset_for_tests,\
       function_prefix__ ## set_hub_credentials,\
       function_prefix__ ## get_hub_credentials,\
-      function_prefix__ ## delete_hub_credentials  }
+      function_prefix__ ## delete_hub_credentials,\
+      function_prefix__ ## cancel_scheduled  }
 void herald__v1__dispatch_service__send(ProtobufCService *service,
                                         const Herald__V1__SendRequest *input,
                                         Herald__V1__SendResponse_Closure closure,
@@ -1183,6 +1245,10 @@ void herald__v1__dispatch_service__delete_hub_credentials(ProtobufCService *serv
                                                           const Herald__V1__DeleteHubCredentialsRequest *input,
                                                           Herald__V1__HubCredentialsResponse_Closure closure,
                                                           void *closure_data);
+void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
+                                                    const Herald__V1__CancelScheduledRequest *input,
+                                                    Herald__V1__Outcome_Closure closure,
+                                                    void *closure_data);
 
 /* --- descriptors --- */
 
@@ -1197,6 +1263,7 @@ extern const ProtobufCMessageDescriptor herald__v1__delivery_record__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__list_deliveries_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__outcome__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__cancel_scheduled_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__header__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__inbox_entry__descriptor;

@@ -1,0 +1,74 @@
+import Foundation
+import GRDB
+import HeraldModel
+public import HeraldProto
+
+/// Scheduled sends: stored with their request until due, then made through
+/// ``enqueue(id:sender:targetUser:targetTag:payloads:targets:retryWindow:hub:scheduled:)``.
+extension Outbox {
+    /// Stores a send to be made at `fireAt` (Unix ms): its notification (SCHEDULED) and the
+    /// request, in one transaction, before Send answers.
+    public func schedule(
+        id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8]
+    ) async throws -> Int64 {
+        let at = now()
+        try await db.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [id, sender, targetUser, targetTag, OutcomeState.scheduled.rawValue, at, at, hub])
+            try db.execute(
+                sql: "INSERT INTO scheduled_send (notification_id, fire_at, request) VALUES (?, ?, ?)",
+                arguments: [id, fireAt, Data(request)])
+        }
+        return at
+    }
+
+    /// Scheduled sends due at `at` (Unix ms; now by default), earliest first.
+    public func dueScheduled(limit: Int, at: Int64? = nil) throws -> [(id: String, fireAt: Int64, request: [UInt8])] {
+        let at = at ?? now()
+        return try db.read { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT notification_id, fire_at, request FROM scheduled_send WHERE fire_at <= ? ORDER BY fire_at LIMIT ?"),
+                arguments: [at, limit]
+            ).map { row in
+                let request: Data = row[2]
+                return (row[0], row[1], [UInt8](request))
+            }
+        }
+    }
+
+    /// Cancels a scheduled send not made yet (its outcome becomes CANCELLED); the same answer when
+    /// it was cancelled before. NOT_FOUND for an unknown id (or another hub's, with `hub`);
+    /// FAILED_PRECONDITION once it was made.
+    public func cancelScheduled(_ id: String, hub: String = "") async throws -> Outcome {
+        let at = now()
+        try await db.write { db in
+            let row = try Self.notification(id, requester: "", hub: hub, db)
+            try db.execute(sql: "DELETE FROM scheduled_send WHERE notification_id = ?", arguments: [id])
+            if db.changesCount == 1 {
+                try db.execute(
+                    sql: "UPDATE notification SET state = ?, updated_at = ?, finished_at = ? WHERE id = ?",
+                    arguments: [OutcomeState.cancelled.rawValue, at, at, id])
+            } else if OutcomeState(rawValue: row["state"]) != .cancelled {
+                throw ServiceError(.failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
+            }
+        }
+        return try outcome(of: id, hub: hub)
+    }
+
+    /// Gives up a scheduled send whose stored request cannot be made (ABANDONED); nothing is sent.
+    func abandonScheduled(_ id: String) async throws {
+        let at = now()
+        try await db.write { db in
+            try db.execute(sql: "DELETE FROM scheduled_send WHERE notification_id = ?", arguments: [id])
+            guard db.changesCount == 1 else { return }
+            try db.execute(
+                sql: "UPDATE notification SET state = ?, updated_at = ?, finished_at = ? WHERE id = ?",
+                arguments: [OutcomeState.abandoned.rawValue, at, at, id])
+        }
+    }
+}

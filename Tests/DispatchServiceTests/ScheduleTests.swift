@@ -1,0 +1,56 @@
+import Foundation
+import GRDB
+import HeraldModel
+import HeraldProto
+import Synchronization
+import Testing
+
+@testable import DispatchService
+
+@Suite("scheduled sends in the outbox")
+struct ScheduleTests {
+    static let payload = OutboxPayload(platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))
+    static let target = Outbox.Target(registrationID: "r1", platform: .apns, handle: "aa")
+
+    func schedule(_ outbox: Outbox, _ id: String, at: Int64) async throws {
+        _ = try await outbox.schedule(
+            id: id, sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: at,
+            request: try SendRequest(targetUser: "u").serializedBytes())
+    }
+
+    @Test("a scheduled send is made once: a second enqueue of it, or one after a cancel, writes nothing")
+    func once() async throws {
+        let clock = Mutex<Int64>(1_000)
+        let outbox = try Outbox(db: try DatabaseQueue(), now: { clock.withLock { $0 } })
+        try await schedule(outbox, "n-a", at: 5_000)
+        try await schedule(outbox, "n-b", at: 6_000)
+        #expect(try outbox.dueScheduled(limit: 10).isEmpty)
+        #expect(try outbox.outcome(of: "n-a").state == .scheduled)
+        clock.withLock { $0 = 5_500 }
+        #expect(try outbox.dueScheduled(limit: 10).map(\.id) == ["n-a"])
+
+        let made = try await outbox.enqueue(
+            id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
+            retryWindow: .seconds(60), scheduled: true)
+        #expect(made?.state == .enqueued && made?.created == 1_000)
+        let again = try await outbox.enqueue(
+            id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
+            retryWindow: .seconds(60), scheduled: true)
+        #expect(again == nil)
+        #expect(try outbox.deliveries(of: "n-a", after: 0, limit: 10).count == 1)
+        await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a") }
+
+        let cancelled = try await outbox.cancelScheduled("n-b")
+        #expect(cancelled.state == .cancelled && cancelled.finishedAtUnixMs == 5_500)
+        #expect(try await outbox.cancelScheduled("n-b").state == .cancelled)
+        clock.withLock { $0 = 7_000 }
+        #expect(try outbox.dueScheduled(limit: 10).isEmpty)
+        let late = try await outbox.enqueue(
+            id: "n-b", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
+            retryWindow: .seconds(60), scheduled: true)
+        #expect(late == nil)
+        #expect(try outbox.outcome(of: "n-b").state == .cancelled)
+        await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-b", hub: "other") }
+        await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-none") }
+    }
+}
