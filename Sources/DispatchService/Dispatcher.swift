@@ -40,8 +40,15 @@ public final class Dispatcher: Sendable {
             // Refused here, before anything is read, with the position of the error.
             _ = try TagExpression.validated(request.targetTag, field: "target_tag")
         }
-        // Checked now, also for a scheduled send, so that a bad payload is refused to its sender.
-        _ = try Self.prepare(request.payloads, sentAt: unixMillis())
+        if request.templateSend {
+            guard request.payloads.isEmpty, !direct else {
+                throw ServiceError.invalidArgument(
+                    "a template send has no payloads and no device_handles: installations' templates make them")
+            }
+        } else {
+            // Checked now, also for a scheduled send, so that a bad payload is refused to its sender.
+            _ = try Self.prepare(request.payloads, sentAt: unixMillis())
+        }
         let id = Self.newNotificationID()
         var logger = context.logger
         logger[metadataKey: "herald.notification_id"] = "\(id)"
@@ -91,11 +98,31 @@ public final class Dispatcher: Sendable {
     /// nil when a scheduled send was cancelled (or made) meanwhile.
     private func make(_ request: SendRequest, id: String, scheduled: Bool, requestID: String, logger: Logger) async throws -> Outcome? {
         // Times (TTLs) count from when the send is made.
-        let prepared = try Self.prepare(request.payloads, sentAt: unixMillis())
+        let sentAt = unixMillis()
         let tag = request.targetUser.isEmpty ? request.targetTag : "username:\(request.targetUser)"
 
         // The whole audience is read before anything is committed: a send is all or nothing.
         let targets = Mutex<[Outbox.Target]>([])
+        var payloads: [OutboxPayload]
+        if request.templateSend {
+            let rendering = Mutex(
+                TemplateAudience(
+                    properties: PushTemplate.Properties(request.templateProperties.map { ($0.name, $0.value) }), sentAt: sentAt))
+            try await registrations.streamAudience(
+                StreamAudienceRequest(tag: tag, hub: request.hub, broadcast: request.broadcast, templates: true),
+                requestID: requestID,
+                timeout: audienceTimeout
+            ) { batch in
+                try rendering.withLock { try $0.add(batch.registrations) }
+            }
+            let (rendered, found) = rendering.withLock { ($0.payloads, $0.targets) }
+            payloads = rendered
+            targets.withLock { $0 = found }
+            return try await commit(
+                request, id: id, scheduled: scheduled, payloads: payloads, targets: targets.withLock { $0 }, logger: logger)
+        }
+        let prepared = try Self.prepare(request.payloads, sentAt: sentAt)
+        payloads = Array(prepared.values)
         let onlyPlatform = prepared.count == 1 ? prepared.keys.first! : Platform.unspecified
         if !request.deviceHandles.isEmpty {
             try await checkHandles(request, requestID: requestID)
@@ -120,12 +147,19 @@ public final class Dispatcher: Sendable {
                 targets.withLock { $0.append(contentsOf: found) }
             }
         }
-        var audience = targets.withLock { $0 }
+        return try await commit(request, id: id, scheduled: scheduled, payloads: payloads, targets: targets.withLock { $0 }, logger: logger)
+    }
+
+    /// Commits a resolved send (at most `max_devices` of its targets) and answers its outcome.
+    private func commit(
+        _ request: SendRequest, id: String, scheduled: Bool, payloads: [OutboxPayload], targets: [Outbox.Target], logger: Logger
+    ) async throws -> Outcome? {
+        var audience = targets
         if request.maxDevices > 0, audience.count > request.maxDevices { audience.removeLast(audience.count - Int(request.maxDevices)) }
         guard
             let (state, created) = try await outbox.enqueue(
                 id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
-                payloads: Array(prepared.values), targets: audience, retryWindow: retryWindow, hub: Names.hub(request.hub),
+                payloads: payloads, targets: audience, retryWindow: retryWindow, hub: Names.hub(request.hub),
                 scheduled: scheduled)
         else {
             logger.info("scheduled send not made: it was cancelled")

@@ -46,7 +46,7 @@ extension EdgeRoutes {
         guard let text = request.headers[HTTPField.Name("ServiceBusNotification-ScheduleTime")!] else {
             throw EdgeError(.badRequest, "a scheduled send needs ServiceBusNotification-ScheduleTime, e.g. 2030-01-01T08:00:00Z")
         }
-        guard let time = NHScheduleTime.parse(text) else {
+        guard let time = NHTime.parse(text) else {
             throw EdgeError(.badRequest, "ServiceBusNotification-ScheduleTime \(text.prefix(64)) is not an ISO 8601 time")
         }
         var send = try await nhSendRequest(request, hub: hub)
@@ -114,10 +114,19 @@ extension EdgeRoutes {
     /// with the device handle, `ServiceBusNotification-Tags`, or every device of the hub.
     private func nhSendRequest(_ request: Request, hub: String) async throws -> SendRequest {
         let body = try await nhBody(request)
-        let payload = try Self.nhPayload(request.headers, body: body)
-        var send = SendRequest(payloads: [payload], sender: "sas", hub: hub)
+        var send = SendRequest(sender: "sas", hub: hub)
+        let format = request.headers[HTTPField.Name("ServiceBusNotification-Format")!] ?? ""
+        if format.lowercased() == "template" {
+            send.templateSend = true
+            send.templateProperties = try Self.templateProperties(body)
+        } else {
+            send.payloads = [try Self.nhPayload(request.headers, body: body)]
+        }
         if request.uri.queryParameters.get("direct") != nil {
-            send.deviceHandles = [try Self.directHandle(request.headers, platform: payload.platform)]
+            guard !send.templateSend else {
+                throw EdgeError(.badRequest, "a template send goes to installations' templates; it cannot be direct")
+            }
+            send.deviceHandles = [try Self.directHandle(request.headers, platform: send.payloads[0].platform)]
         } else if let tags = request.headers[HTTPField.Name("ServiceBusNotification-Tags")!], !tags.isEmpty {
             send.targetTag = tags
         } else {
@@ -201,7 +210,7 @@ extension EdgeRoutes {
         switch format.lowercased() {
         case "apple":
             payload.platform = .apns
-            payload.pushType = header("apns-push-type") ?? inferredPushType(payload.body)
+            payload.pushType = header("apns-push-type") ?? APNsPushType.inferred(payload.body)
             if let priority = header("apns-priority") ?? header("X-Apns-Priority") {
                 guard let value = Int32(priority), value == 5 || value == 10 else {
                     throw EdgeError(.badRequest, "apns-priority must be 5 or 10")
@@ -214,7 +223,7 @@ extension EdgeRoutes {
                 }
                 payload.ttlSeconds = ttl(untilUnixSeconds: seconds)
             } else if let expiry = header("ServiceBusNotification-Apns-Expiry") {
-                guard let date = NHScheduleTime.parse(expiry) else {
+                guard let date = NHTime.parse(expiry) else {
                     throw EdgeError(.badRequest, "ServiceBusNotification-Apns-Expiry is a W3C date, e.g. 2030-01-01T00:00:00Z")
                 }
                 payload.ttlSeconds = ttl(untilUnixSeconds: Int64(date.timeIntervalSince1970))
@@ -241,8 +250,6 @@ extension EdgeRoutes {
             }
         case "browser":
             payload.platform = .browser
-        case "template":
-            throw EdgeError(.notImplemented, "template sends are not supported yet")
         case "windowsphone":
             throw EdgeError(.badRequest, "windowsphone (MPNS) is retired: Microsoft shut MPNS down; send windows (WNS) instead")
         case "gcm", "fcm":
@@ -255,19 +262,29 @@ extension EdgeRoutes {
         return payload
     }
 
+    /// A template send's body: a JSON object of properties. NH documents string values; numbers are
+    /// taken as their text too.
+    static func templateProperties(_ body: Data) throws -> [Setting] {
+        guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any] else {
+            throw EdgeError(.badRequest, #"a template send's body is a JSON object of properties: {"message":"Hello"}"#)
+        }
+        return try object.keys.sorted().map { name in
+            guard name.utf8.count <= PushTemplate.maxPropertyNameLength else {
+                throw EdgeError(.badRequest, "property \(name.prefix(40))… is longer than \(PushTemplate.maxPropertyNameLength) characters")
+            }
+            switch object[name] {
+            case let text as String: return Setting(name: name, value: text)
+            case let number as NSNumber: return Setting(name: name, value: number.stringValue)
+            default:
+                throw EdgeError(.badRequest, "property \(name) must be a string (NH's template properties are strings)")
+            }
+        }
+    }
+
     /// Seconds from now until `unixSeconds`; at least 1 (APNs' 0, "do not store", is the nearest
     /// Herald can say: its 0 means the provider's default).
     static func ttl(untilUnixSeconds unixSeconds: Int64) -> Int64 {
         max(1, unixSeconds - unixMillis() / 1000)
-    }
-
-    /// NH infers apns-push-type from the payload: background when `content-available` is the only content.
-    static func inferredPushType(_ body: [UInt8]) -> String {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-            let aps = object["aps"] as? [String: Any]
-        else { return "alert" }
-        let visible = aps["alert"] != nil || aps["badge"] != nil || aps["sound"] != nil
-        return (aps["content-available"] as? Int) == 1 && !visible ? "background" : "alert"
     }
 }
 

@@ -16,6 +16,16 @@ public struct Installation: Sendable, Equatable {
         public var headers: [String: String]
         public var expiry: String?
         public var tags: [String]
+
+        /// What a template send needs of it, as JSON: `{"body","expiry","headers"}` (sorted keys,
+        /// so equal templates are equal text and render once per send).
+        public var wireJSON: String {
+            var out = "{\"body\":" + jsonStringLiteral(body)
+            if let expiry { out += ",\"expiry\":" + jsonStringLiteral(expiry) }
+            out += ",\"headers\":{"
+            out += headers.keys.sorted().map { jsonStringLiteral($0) + ":" + jsonStringLiteral(headers[$0]!) }.joined(separator: ",")
+            return out + "}}"
+        }
     }
 
     public var installationID: String
@@ -210,12 +220,26 @@ public struct Installation: Sendable, Equatable {
             throw ServiceError.invalidArgument("template \(name) must be an object with a body")
         }
         guard let body = object["body"] as? String else { throw ServiceError.invalidArgument("template \(name) needs a body string") }
+        // Refused here, as NH's validator does, rather than at every send.
+        do {
+            _ = try PushTemplate(body)
+        } catch {
+            throw ServiceError.invalidArgument("template \(name) body: \(error.message)")
+        }
         var tags = try Self.tags(object["tags"])
         // NH adds the template's name to its tags.
         if !tags.contains(name) { tags.append(name) }
-        return Template(
+        let template = Template(
             body: body, headers: try stringMap(object["headers"], "template \(name) headers"), expiry: object["expiry"] as? String,
             tags: tags)
+        for (field, value) in template.headers.map({ ("header \($0.key)", $0.value) }) + [("expiry", template.expiry ?? "")] {
+            do {
+                _ = try PushTemplate.renderValue(value, PushTemplate.Properties([]))
+            } catch {
+                throw ServiceError.invalidArgument("template \(name) \(field): \(error.message)")
+            }
+        }
+        return template
     }
 
     /// A JSON value, or a string holding one (the SDKs send every patch value as a string).

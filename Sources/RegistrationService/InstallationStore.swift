@@ -80,7 +80,7 @@ extension RegistrationStore {
                 db,
                 sql: """
                     SELECT id, owner, platform, handle, updated_at, document, expired FROM registration
-                    WHERE hub = ? AND id > ? AND platform != 0 ORDER BY id LIMIT ?
+                    WHERE hub = ? AND id > ? AND platform != 0 AND template_name IS NULL ORDER BY id LIMIT ?
                     """,
                 arguments: [hub, after, limit])
             var out: [UInt8] = []
@@ -162,7 +162,31 @@ extension RegistrationStore {
         }
         let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO registration_tag (tag, registration_id) VALUES (?, ?)")
         for tag in installation.audienceTags { try insert.execute(arguments: [tag, id]) }
+        try writeTemplates(of: installation, parentID: id, hub: hub, expired: installation.pushChannelExpired, now: now, in: db)
         return installation
+    }
+
+    /// Replaces an installation's template rows: one per template (NH's template registrations),
+    /// with the installation's channel, and its tags plus the template's tags and name.
+    static func writeTemplates(
+        of installation: Installation, parentID: String, hub: String, expired: Bool, now: Int64, in db: Database
+    ) throws {
+        try db.execute(sql: "DELETE FROM registration WHERE parent_id = ?", arguments: [parentID])
+        guard !installation.templates.isEmpty else { return }
+        let row = try db.cachedStatement(
+            sql: """
+                INSERT INTO registration (id, owner, platform, handle, created_at, updated_at, hub, document, expired, template_name, parent_id)
+                VALUES (?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+        let tag = try db.cachedStatement(sql: "INSERT OR IGNORE INTO registration_tag (tag, registration_id) VALUES (?, ?)")
+        for (name, template) in installation.templates.sorted(by: { $0.key < $1.key }) {
+            let id = "t-" + String(newID().dropFirst(2))
+            try row.execute(arguments: [
+                id, installation.platform.rawValue, installation.pushChannel, now, now, hub, Data(template.wireJSON.utf8), expired, name,
+                parentID,
+            ])
+            for value in installation.audienceTags + template.tags { try tag.execute(arguments: [value, id]) }
+        }
     }
 
     private static func installation(hub: String, id: String, in db: Database) throws -> Installation? {

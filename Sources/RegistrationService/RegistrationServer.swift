@@ -106,9 +106,12 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             let page =
                 if let expression {
                     try store.audience(
-                        expression: expression, platform: request.platform, hub: hub, after: after, limit: Self.audienceBatchSize)
+                        expression: expression, platform: request.platform, hub: hub, templates: request.templates, after: after,
+                        limit: Self.audienceBatchSize)
                 } else {
-                    try store.audience(broadcast: hub, platform: request.platform, after: after, limit: Self.audienceBatchSize)
+                    try store.audience(
+                        broadcast: hub, platform: request.platform, templates: request.templates, after: after,
+                        limit: Self.audienceBatchSize)
                 }
             guard let last = page.last else { return }
             try await responses.send(AudienceBatch(registrations: page))

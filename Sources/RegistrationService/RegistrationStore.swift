@@ -67,6 +67,27 @@ public final class RegistrationStore: Sendable {
                         WHERE installation_id IS NOT NULL;
                     """)
         }
+        migrator.registerMigration("v4-installation-templates") { db in
+            // NH's template registrations (issue 16): each installation template is a row of its
+            // own ("t-…", template_name set, parent_id its installation's row, its JSON in
+            // `document`) carrying the installation's tags plus the template's tags and name, so a
+            // template send's tag expression matches each template on its own, in SQL, as NH does.
+            try db.execute(
+                sql: """
+                    ALTER TABLE registration ADD COLUMN template_name TEXT;
+                    ALTER TABLE registration ADD COLUMN parent_id TEXT REFERENCES registration(id) ON DELETE CASCADE;
+                    CREATE INDEX registration_parent ON registration(parent_id) WHERE parent_id IS NOT NULL;
+                    """)
+            // Installations stored before carry their templates in their document only.
+            for row in try Row.fetchAll(
+                db, sql: "SELECT id, hub, document, expired, updated_at FROM registration WHERE installation_id IS NOT NULL")
+            {
+                guard let installation = try? Installation.stored([UInt8](row["document"] as Data)), !installation.templates.isEmpty
+                else { continue }
+                try Self.writeTemplates(
+                    of: installation, parentID: row["id"], hub: row["hub"], expired: row["expired"], now: row["updated_at"], in: db)
+            }
+        }
         return migrator
     }
 
@@ -88,9 +109,18 @@ public final class RegistrationStore: Sendable {
                     """,
                 arguments: [handle, platform.rawValue, invalidSince, invalidSince])
             let expired = db.changesCount
+            // An installation's templates go quiet with it (counted once, with the installation).
             try db.execute(
-                sql:
-                    "DELETE FROM registration WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?) AND installation_id IS NULL",
+                sql: """
+                    UPDATE registration SET expired = 1
+                    WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?) AND template_name IS NOT NULL AND expired = 0
+                    """,
+                arguments: [handle, platform.rawValue, invalidSince, invalidSince])
+            try db.execute(
+                sql: """
+                    DELETE FROM registration WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?)
+                        AND installation_id IS NULL AND template_name IS NULL
+                    """,
                 arguments: [handle, platform.rawValue, invalidSince, invalidSince])
             return expired + db.changesCount
         }
@@ -183,16 +213,19 @@ public final class RegistrationStore: Sendable {
     }
 
     /// One page of an audience: complete registrations carrying `tag` with an id after `after`,
-    /// ordered by id (keyset paging over the (tag, registration_id) primary key).
-    public func audience(tag: String, platform: Platform, hub: String = Names.defaultHub, after: String, limit: Int) throws
-        -> [Registration]
-    {
-        try audiencePage(driver: tag, condition: nil, platform: platform, hub: hub, after: after, limit: limit)
+    /// ordered by id (keyset paging over the (tag, registration_id) primary key). With `templates`,
+    /// installation templates instead of devices (each with its name and JSON).
+    public func audience(
+        tag: String, platform: Platform, hub: String = Names.defaultHub, templates: Bool = false, after: String, limit: Int
+    ) throws -> [Registration] {
+        try audiencePage(driver: tag, condition: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
     }
 
-    /// One page of every device of a hub (a broadcast).
-    public func audience(broadcast hub: String, platform: Platform, after: String, limit: Int) throws -> [Registration] {
-        try audiencePage(driver: nil, condition: nil, platform: platform, hub: hub, after: after, limit: limit)
+    /// One page of every device (or, with `templates`, every installation template) of a hub (a broadcast).
+    public func audience(broadcast hub: String, platform: Platform, templates: Bool = false, after: String, limit: Int) throws
+        -> [Registration]
+    {
+        try audiencePage(driver: nil, condition: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
     }
 
     /// One page of the registrations matching a tag expression, by increasing id after `after`,
@@ -201,24 +234,27 @@ public final class RegistrationStore: Sendable {
     /// from that tag's index entries as ``audience(tag:platform:after:limit:)`` does; otherwise
     /// (`a || b`, `!a`) every registration after `after` is tested, each tag an index look-up.
     public func audience(
-        expression: TagExpression, platform: Platform, hub: String = Names.defaultHub, after: String, limit: Int
+        expression: TagExpression, platform: Platform, hub: String = Names.defaultHub, templates: Bool = false, after: String,
+        limit: Int
     ) throws -> [Registration] {
         if case .tag(let tag) = expression.root {
-            return try audience(tag: tag, platform: platform, hub: hub, after: after, limit: limit)
+            return try audience(tag: tag, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
         }
         let cover = expression.cover
         return try audiencePage(
             driver: cover?.count == 1 ? cover?.first : nil, condition: Self.sql(expression.root), platform: platform, hub: hub,
-            after: after, limit: limit)
+            templates: templates, after: after, limit: limit)
     }
 
     /// The one audience query: registrations after `after` by id, read from `driver`'s entries in
     /// the (tag, registration_id) key when given (its own order: no sort), else from every
     /// registration, and filtered by `condition` (SQL on `r.id` and its arguments) when given.
     private func audiencePage(
-        driver: String?, condition: (sql: String, arguments: [String])?, platform: Platform, hub: String, after: String, limit: Int
+        driver: String?, condition: (sql: String, arguments: [String])?, platform: Platform, hub: String, templates: Bool,
+        after: String, limit: Int
     ) throws -> [Registration] {
         var sql = "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.hub, r.installation_id "
+        if templates { sql += ", r.template_name, r.document " }
         var arguments = StatementArguments()
         let order: String
         if let driver {
@@ -233,6 +269,8 @@ public final class RegistrationStore: Sendable {
             arguments += [after, hub]
             order = "r.id"
         }
+        // Devices, or (a template send) installation templates: never both.
+        sql += templates ? " AND r.template_name IS NOT NULL" : " AND r.template_name IS NULL"
         if platform.rawValue != 0 {
             sql += " AND r.platform = ?"
             arguments += [platform.rawValue]
@@ -243,7 +281,16 @@ public final class RegistrationStore: Sendable {
         }
         sql += " ORDER BY \(order) LIMIT ?"
         arguments += [limit]
-        return try db.read { db in try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.registration) }
+        return try db.read { db in
+            try Row.fetchAll(db, sql: sql, arguments: arguments).map { row in
+                var registration = Self.registration(row)
+                if templates {
+                    registration.templateName = row["template_name"]
+                    registration.templateJson = String(decoding: row["document"] as Data, as: UTF8.self)
+                }
+                return registration
+            }
+        }
     }
 
     /// A tag expression as an SQL condition on `r.id`: each tag an `EXISTS` on the (tag,

@@ -107,14 +107,16 @@ struct DeliveryTests {
         let outbox = try Outbox(db: db)
         let payloads = try outbox.read { try Outbox.payloads(of: "n", $0) }
         #expect(
-            payloads[.apns]?.options
+            payloads[.native(.apns)]?.options
                 == DeliveryOptions(
                     pushType: "background", priority: 5, contentType: "application/json", expiresAtUnixMs: 1_700_000_000_000,
                     collapseID: "c"))
-        #expect(payloads[.wns]?.options == DeliveryOptions(pushType: "wns/raw", contentType: "application/octet-stream", collapseID: "c"))
-        #expect(payloads[.browser]?.options == DeliveryOptions(priority: 1, collapseID: "c"))
-        #expect(payloads[.fcm]?.options == DeliveryOptions(contentType: "application/json", collapseID: "c"))
-        #expect(payloads[.apns]?.body == Array("{}".utf8))
+        #expect(
+            payloads[.native(.wns)]?.options
+                == DeliveryOptions(pushType: "wns/raw", contentType: "application/octet-stream", collapseID: "c"))
+        #expect(payloads[.native(.browser)]?.options == DeliveryOptions(priority: 1, collapseID: "c"))
+        #expect(payloads[.native(.fcm)]?.options == DeliveryOptions(contentType: "application/json", collapseID: "c"))
+        #expect(payloads[.native(.apns)]?.body == Array("{}".utf8))
     }
 
     @Test("a lease left by a crash is due again at start-up, counted as a second attempt with the same message id")

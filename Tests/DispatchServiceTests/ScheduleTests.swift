@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import HeraldModel
 import HeraldProto
+import HeraldRPC
 import Synchronization
 import Testing
 
@@ -52,5 +53,27 @@ struct ScheduleTests {
         #expect(try outbox.outcome(of: "n-b").state == .cancelled)
         await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-b", hub: "other") }
         await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-none") }
+    }
+
+    @Test("a template send renders once per distinct (platform, template): 1,000 devices, 4 locales, 4 payloads")
+    func templateVariants() throws {
+        var audience = TemplateAudience(properties: PushTemplate.Properties([("m", "hi")]), sentAt: 1_000)
+        let locales = ["en", "fr", "de", "es"]
+        let registrations = (0..<1000).map { n in
+            let locale = locales[n % 4]
+            return Registration(
+                registrationID: "t-\(n)", platform: .apns, handle: String(format: "%064x", n), templateName: locale,
+                templateJson: #"{"body":"{\"aps\":{\"alert\":\"{'\#(locale): ' + $(m)}\"}}","headers":{}}"#)
+        }
+        try audience.add(Array(registrations[..<500]))
+        try audience.add(Array(registrations[500...]))
+        #expect(audience.payloads.count == 4)
+        #expect(audience.targets.count == 1000)
+        #expect(Set(audience.targets.map(\.variant)) == [0, 1, 2, 3])
+        let fr = audience.payloads[audience.targets[1].variant]
+        #expect(String(decoding: fr.body, as: UTF8.self) == #"{"aps":{"alert":"fr: hi"}}"#)
+        #expect(fr.options.pushType == "alert")
+        var tooBig = TemplateAudience(properties: PushTemplate.Properties([("m", String(repeating: "x", count: 5000))]), sentAt: 1_000)
+        #expect(throws: ServiceError.self) { try tooBig.add([registrations[0]]) }
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import HeraldModel
 import HeraldProto
 import Testing
 
@@ -18,12 +19,12 @@ struct NHFormatTests {
             "2024-01-01'T'08:00:00",  // the Python sample's literal quotes
             "\"2024-01-01T08:00:00\"", " 2024-01-01 08:00:00Z ",
         ] {
-            let date = try #require(NHScheduleTime.parse(text), "\(text)")
+            let date = try #require(NHTime.parse(text), "\(text)")
             #expect(abs(date.timeIntervalSince(expected)) < 0.001, "\(text) → \(date)")
         }
-        #expect(NHScheduleTime.parse("2024-01-01T08:00:00.250Z")!.timeIntervalSince(expected) == 0.25)
+        #expect(NHTime.parse("2024-01-01T08:00:00.250Z")!.timeIntervalSince(expected) == 0.25)
         for bad in ["", "tomorrow", "2024-13-01T08:00:00", "2024-02-30T08:00:00", "2024-01-01", "2024-01-01T08:00:00+25:00", "1704096000"] {
-            #expect(NHScheduleTime.parse(bad) == nil, "\(bad)")
+            #expect(NHTime.parse(bad) == nil, "\(bad)")
         }
     }
 

@@ -59,7 +59,7 @@ struct PushTemplateTests {
             (##"{"a":"%(p, 3)"}"##, "takes no length"), (##"{"a":"#(p, 3)"}"##, "takes no length"),
             (#"{"a":"{$(p) + #(q)}"}"#, "not allowed in a composite"), (#"{"a":"{$(p) $(q)}"}"#, "expected + or }"),
             (#"{"a":"$(a-b)"}"#, "expected )"), (#"{"a":"$()"}"#, "property name"), (#"{"a":"$(p, -1)"}"#, "non-negative"),
-(#"{"a":"{'open}"}"#, "not closed"), (#"{"a":"$(p:{x)"}"#, "not closed"),
+            (#"{"a":"{'open}"}"#, "not closed"), (#"{"a":"$(p:{x)"}"#, "not closed"),
             (#"{"a":"$(p) tail"}"#, "text after"), ("{\"a\":\"$(\(String(repeating: "p", count: 121)))\"}", "at most 120"),
             (#"{"a":"$(p)""#, "not valid JSON"), ("<a>$(p)</b>", "closes nothing"), ("<a><b></a>", "closes nothing"),
             (#"<a b="$(p)>"#, "not closed"), ("plain text", "JSON or an XML"),

@@ -245,4 +245,82 @@ struct NHSendTests {
             #expect(missing.status == 400 && missing.text.contains("ScheduleTime"), "\(missing.text)")
         }
     }
+
+    @Test("template sends: each installation template matched on its own tags, rendered once per distinct template, per platform")
+    func templates() async throws {
+        try await PushDeliveryTests.withProviders { fixture, live in
+            let full = try await Self.defaultHub(live)
+            let auth = NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full)
+            let en = ##"{\"aps\":{\"alert\":\"{'Breaking: ' + $(headline)}\",\"badge\":\"#(count)\"}}"##
+            let fr = #"{\"aps\":{\"alert\":\"{'Dernière : ' + $(headline_fr:{sans titre})}\"}}"#
+            let toast = #"<toast><visual><binding template=\"ToastText01\"><text id=\"1\">$(headline)</text></binding></visual></toast>"#
+            let devices: [(id: String, platform: String, channel: String, templates: String)] = [
+                ("en-1", "apns", apnsToken(1001), #""en":{"body":"\#(en)","tags":["lang_en"],"headers":{"apns-priority":"5"}}"#),
+                ("en-2", "apns", apnsToken(1002), #""en":{"body":"\#(en)","tags":["lang_en"],"headers":{"apns-priority":"5"}}"#),
+                ("fr-1", "apns", apnsToken(1003), #""fr":{"body":"\#(fr)","tags":["lang_fr"]}"#),
+                (
+                    "win-1", "wns", "\(fixture.double.url)/wns/win-1?token=T",
+                    #""en":{"body":"\#(toast)","tags":["lang_en"],"headers":{"X-WNS-Type":"wns/toast"}}"#
+                ),
+                ("plain", "apns", apnsToken(1004), ""),
+            ]
+            for device in devices {
+                let put = try await live.edge.request(
+                    "PUT", "/default/installations/\(device.id)", authorization: auth,
+                    body:
+                        #"{"installationId":"\#(device.id)","platform":"\#(device.platform)","pushChannel":"\#(device.channel)","tags":["news"],"templates":{\#(device.templates)}}"#
+                )
+                #expect(put.status == 200, "\(device.id): \(put.text)")
+            }
+            // A template that NH's validator refuses is refused when the installation is written.
+            let bad = try await live.edge.request(
+                "PUT", "/default/installations/bad", authorization: auth,
+                body:
+                    #"{"installationId":"bad","platform":"apns","pushChannel":"\#(apnsToken(1005))","templates":{"x":{"body":"{\"a\":\"$(p\"}"}}}"#
+            )
+            #expect(bad.status == 400 && bad.text.contains("template x body"), "\(bad.text)")
+
+            let send = try await Self.post(
+                live, "/default/messages", full, body: #"{"headline":"Storm <warning>","count":"3"}"#,
+                headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-Tags", "lang_en || lang_fr")])
+            #expect(send.status == 201, "\(send.text)")
+            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: try Self.id(send.header("Location")))
+            #expect(outcome.state == .completed, "\(outcome)")
+            #expect(outcome.platforms.map(\.success).reduce(0, +) == 4, "\(outcome)")
+            func body(_ path: String) -> String? {
+                fixture.double.requests.first { $0.path == path }.map { String(decoding: $0.body, as: UTF8.self) }
+            }
+            #expect(body("/3/device/\(apnsToken(1001))") == #"{"aps":{"alert":"Breaking: Storm <warning>","badge":3}}"#)
+            #expect(body("/3/device/\(apnsToken(1002))") == #"{"aps":{"alert":"Breaking: Storm <warning>","badge":3}}"#)
+            #expect(body("/3/device/\(apnsToken(1003))") == #"{"aps":{"alert":"Dernière : sans titre"}}"#)
+            #expect(
+                body("/wns/win-1?token=T")
+                    == #"<toast><visual><binding template="ToastText01"><text id="1">Storm &lt;warning&gt;</text></binding></visual></toast>"#
+            )
+            #expect(body("/3/device/\(apnsToken(1004))") == nil, "an installation without templates got a template send")
+            #expect(fixture.double.requests.first { $0.path == "/3/device/\(apnsToken(1001))" }?.header("apns-priority") == "5")
+            #expect(try await PushDeliveryTests.deliveries(live, outcome.notificationID).count == 4)
+
+            // The template's name is one of its tags: a send to "fr" reaches the fr template only.
+            let before = fixture.double.requests.count
+            let fr2 = try await Self.post(
+                live, "/default/messages", full, body: #"{"headline_fr":"Orage"}"#,
+                headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-Tags", "fr")])
+            _ = try await NotificationHubsTests.finalOutcome(live, notification: try Self.id(fr2.header("Location")))
+            let after = fixture.double.requests.dropFirst(before).filter { !PushDeliveryTests.tokenPaths.contains($0.path) }
+            #expect(after.map(\.path) == ["/3/device/\(apnsToken(1003))"], "\(after.map(\.path))")
+            #expect(after.first.map { String(decoding: $0.body, as: UTF8.self) } == #"{"aps":{"alert":"Dernière : Orage"}}"#)
+
+            for (properties, expected) in [("[1,2]", "JSON object of properties"), (#"{"a":{"b":1}}"#, "must be a string")] {
+                let refused = try await Self.post(
+                    live, "/default/messages", full, body: properties, headers: [("ServiceBusNotification-Format", "template")])
+                #expect(refused.status == 400 && refused.text.contains(expected), "\(refused.text)")
+            }
+            // Properties that make a rendering too large for APNs: 400 naming the template.
+            let huge = try await Self.post(
+                live, "/default/messages", full, body: #"{"headline":"\#(String(repeating: "x", count: 5000))"}"#,
+                headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-Tags", "lang_en")])
+            #expect(huge.status == 400 && huge.text.contains("template en"), "\(huge.status) \(huge.text)")
+        }
+    }
 }

@@ -32,6 +32,8 @@ public final class Outbox: Sendable {
         public var registrationID: String
         public var platform: Platform
         public var handle: String
+        /// The payload variant it gets (template sends; 0 otherwise).
+        public var variant: Int = 0
     }
 
     /// Commits a send: the notification (ENQUEUED, or NO_TARGET_FOUND without targets), its
@@ -71,26 +73,26 @@ public final class Outbox: Sendable {
                 try db.execute(
                     sql: """
                         INSERT INTO outbox_payload (notification_id, platform, body, push_type, priority, content_type,
-                                                    expires_at_ms, collapse_id)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                                                    expires_at_ms, collapse_id, variant)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [
                         id, payload.platform.rawValue, Data(payload.body), payload.options.pushType, payload.options.priority,
-                        payload.options.contentType, payload.options.expiresAtUnixMs, payload.options.collapseID,
+                        payload.options.contentType, payload.options.expiresAtUnixMs, payload.options.collapseID, payload.variant,
                     ])
             }
             let insert = try db.cachedStatement(
                 sql: """
                     INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
-                                          next_attempt_at, give_up_at, updated_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                          next_attempt_at, give_up_at, updated_at, variant)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """)
             var perPlatform: [Platform: Int] = [:]
             let ids = MessageIDs()
             for (index, target) in targets.enumerated() {
                 try insert.execute(arguments: [
                     id, target.registrationID, target.platform.rawValue, target.handle, ids.id(index),
-                    DeliveryState.pending.rawValue, at, giveUp, at,
+                    DeliveryState.pending.rawValue, at, giveUp, at, target.variant,
                 ])
                 perPlatform[target.platform, default: 0] += 1
             }

@@ -61,7 +61,7 @@ extension Outbox {
         let rows = try Row.fetchAll(
             db.cachedStatement(
                 sql: """
-                    SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at
+                    SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at, variant
                     FROM delivery WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0 AND next_attempt_at <= ? AND platform IN (\(list))
                     ORDER BY next_attempt_at, sequence LIMIT ?
                     """),
@@ -69,7 +69,7 @@ extension Outbox {
         guard !rows.isEmpty else { return [] }
         let leaseStatement = try db.cachedStatement(
             sql: "UPDATE delivery SET leased = 1, attempts = attempts + 1, updated_at = ? WHERE sequence = ?")
-        var payloads: [String: [Platform: OutboxPayload]] = [:]
+        var payloads: [String: [OutboxPayload.Key: OutboxPayload]] = [:]
         var hubs: [String: String] = [:]
         var items: [PushItem] = []
         items.reserveCapacity(rows.count)
@@ -86,7 +86,7 @@ extension Outbox {
                     arguments: [OutcomeState.processing.rawValue, at, at, notificationID, OutcomeState.enqueued.rawValue])
             }
             // Send stores a payload for every platform it targets, in the same transaction.
-            guard let payload = payloads[notificationID]?[platform] else { continue }
+            guard let payload = payloads[notificationID]?[OutboxPayload.Key(platform: platform, variant: row[8])] else { continue }
             let sequence: Int64 = row[0]
             if lease { try leaseStatement.execute(arguments: [at, sequence]) }
             let attempts: Int = row[6]

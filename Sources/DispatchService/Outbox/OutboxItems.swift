@@ -2,18 +2,33 @@ import Foundation
 import HeraldModel
 public import HeraldProto
 
-/// What one push carries, shared by every delivery of one platform of one send.
+/// What one push carries, shared by every delivery of one platform of one send (or, in a template
+/// send, of one distinct template rendered: its `variant`).
 public struct OutboxPayload: Sendable, Hashable {
     public var platform: Platform
     /// How it is delivered; each sender turns it into its provider's headers.
     public var options: DeliveryOptions
     public var body: [UInt8]
+    /// 0 for a native send; a template send numbers its distinct rendered templates from 0.
+    public var variant: Int = 0
 
-    public init(platform: Platform, options: DeliveryOptions = DeliveryOptions(), body: [UInt8]) {
+    public init(platform: Platform, options: DeliveryOptions = DeliveryOptions(), body: [UInt8], variant: Int = 0) {
         self.platform = platform
         self.options = options
         self.body = body
+        self.variant = variant
     }
+
+    /// Which payload of a send a delivery carries.
+    public struct Key: Hashable, Sendable {
+        public var platform: Platform
+        public var variant: Int
+
+        /// A native send's payload for `platform`.
+        public static func native(_ platform: Platform) -> Key { Key(platform: platform, variant: 0) }
+    }
+
+    public var key: Key { Key(platform: platform, variant: variant) }
 }
 
 /// How one push is delivered besides its body: resolved once per send by ``PlatformRules`` (every

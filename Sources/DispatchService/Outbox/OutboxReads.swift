@@ -84,12 +84,12 @@ extension Outbox {
         }
     }
 
-    static func payloads(of id: String, _ db: Database) throws -> [Platform: OutboxPayload] {
-        var payloads: [Platform: OutboxPayload] = [:]
+    static func payloads(of id: String, _ db: Database) throws -> [OutboxPayload.Key: OutboxPayload] {
+        var payloads: [OutboxPayload.Key: OutboxPayload] = [:]
         for row in try Row.fetchAll(
             db.cachedStatement(
                 sql: """
-                    SELECT platform, body, push_type, priority, content_type, expires_at_ms, collapse_id
+                    SELECT platform, body, push_type, priority, content_type, expires_at_ms, collapse_id, variant
                     FROM outbox_payload WHERE notification_id = ?
                     """),
             arguments: [id])
@@ -99,7 +99,8 @@ extension Outbox {
             let options = DeliveryOptions(
                 pushType: row["push_type"], priority: row["priority"], contentType: row["content_type"],
                 expiresAtUnixMs: row["expires_at_ms"], collapseID: row["collapse_id"])
-            payloads[platform] = OutboxPayload(platform: platform, options: options, body: [UInt8](body))
+            let payload = OutboxPayload(platform: platform, options: options, body: [UInt8](body), variant: row["variant"])
+            payloads[payload.key] = payload
         }
         return payloads
     }

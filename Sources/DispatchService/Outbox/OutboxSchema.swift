@@ -135,6 +135,33 @@ extension Outbox {
                     CREATE INDEX scheduled_send_due ON scheduled_send(fire_at);
                     """)
         }
+        migrator.registerMigration("outbox-v6-payload-variants") { db in
+            // A template send stores one payload per distinct rendered template (issue 16): the
+            // variant joins the payload's key, and each delivery names its variant. SQLite cannot
+            // change a primary key in place: the table is rebuilt.
+            try db.execute(
+                sql: """
+                    CREATE TABLE outbox_payload_new (
+                        notification_id TEXT NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                        platform INTEGER NOT NULL,
+                        variant INTEGER NOT NULL DEFAULT 0,
+                        body BLOB NOT NULL,
+                        collapse_id TEXT NOT NULL,
+                        push_type TEXT NOT NULL DEFAULT '',
+                        priority INTEGER NOT NULL DEFAULT 0,
+                        content_type TEXT NOT NULL DEFAULT '',
+                        expires_at_ms INTEGER NOT NULL,
+                        PRIMARY KEY (notification_id, platform, variant)
+                    ) WITHOUT ROWID;
+                    INSERT INTO outbox_payload_new (notification_id, platform, variant, body, collapse_id, push_type, priority,
+                                                    content_type, expires_at_ms)
+                        SELECT notification_id, platform, 0, body, collapse_id, push_type, priority, content_type, expires_at_ms
+                        FROM outbox_payload;
+                    DROP TABLE outbox_payload;
+                    ALTER TABLE outbox_payload_new RENAME TO outbox_payload;
+                    ALTER TABLE delivery ADD COLUMN variant INTEGER NOT NULL DEFAULT 0;
+                    """)
+        }
         return migrator
     }
 }

@@ -251,8 +251,17 @@ public struct SendRequest: HeraldMessage {
     /// answers) with state SCHEDULED and made at that time, its audience resolved then; at most 7
     /// days ahead (INVALID_ARGUMENT beyond). Earlier or 0: sent now.
     public var scheduledAtUnixMs: Int64
+    /// A template send (Notification Hubs' `ServiceBusNotification-Format: template`), with
+    /// `payloads` empty: the audience is the installation templates matching the target (each
+    /// matched with its installation's tags plus its own tags and name), each rendered with
+    /// `template_properties` (names case-insensitive; a missing one renders as its default or "")
+    /// once per distinct template, and sent on its installation's platform with the template's
+    /// headers (apns-*, X-WNS-*; values may be expressions) and expiry. INVALID_ARGUMENT names a
+    /// template whose rendering is over its provider's limits.
+    public var templateSend: Bool
+    public var templateProperties: [Setting]
 
-    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false, deviceHandles: [String] = [], maxDevices: Int32 = 0, scheduledAtUnixMs: Int64 = 0) {
+    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false, deviceHandles: [String] = [], maxDevices: Int32 = 0, scheduledAtUnixMs: Int64 = 0, templateSend: Bool = false, templateProperties: [Setting] = []) {
         self.targetUser = targetUser
         self.targetTag = targetTag
         self.payloads = payloads
@@ -262,6 +271,8 @@ public struct SendRequest: HeraldMessage {
         self.deviceHandles = deviceHandles
         self.maxDevices = maxDevices
         self.scheduledAtUnixMs = scheduledAtUnixMs
+        self.templateSend = templateSend
+        self.templateProperties = templateProperties
     }
 
     public init() {
@@ -274,6 +285,8 @@ public struct SendRequest: HeraldMessage {
         self.deviceHandles = []
         self.maxDevices = 0
         self.scheduledAtUnixMs = 0
+        self.templateSend = false
+        self.templateProperties = []
     }
 
     public static let protoName = "herald.v1.SendRequest"
@@ -301,6 +314,8 @@ extension SendRequest: CBacked {
         self.deviceHandles = CBridge.strings(m.n_device_handles, m.device_handles)
         self.maxDevices = m.max_devices
         self.scheduledAtUnixMs = m.scheduled_at_unix_ms
+        self.templateSend = m.template_send != 0
+        self.templateProperties = (0..<m.n_template_properties).map { Setting(_c: m.template_properties[$0]!) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -317,6 +332,9 @@ extension SendRequest: CBacked {
         p.pointee.device_handles = try arena.strings(self.deviceHandles, field: "herald.v1.SendRequest.device_handles")
         p.pointee.max_devices = self.maxDevices
         p.pointee.scheduled_at_unix_ms = self.scheduledAtUnixMs
+        p.pointee.template_send = self.templateSend ? 1 : 0
+        p.pointee.n_template_properties = self.templateProperties.count
+        p.pointee.template_properties = arena.array(try self.templateProperties.map { Optional(try $0._toC(arena)) })
         return p
     }
 

@@ -23,8 +23,12 @@ public struct Registration: HeraldMessage {
     public var hub: String
     /// Set when the device is an NH installation.
     public var installationID: String
+    /// Set in StreamAudience answers with `templates`: the installation template's name, and the
+    /// template as JSON {"body":…,"headers":{…},"expiry":…} (body and values unrendered).
+    public var templateName: String
+    public var templateJson: String
 
-    public init(registrationID: String = "", owner: String = "", platform: Platform = Platform(rawValue: 0), handle: String = "", tags: [String] = [], updatedAtUnixMs: Int64 = 0, hub: String = "", installationID: String = "") {
+    public init(registrationID: String = "", owner: String = "", platform: Platform = Platform(rawValue: 0), handle: String = "", tags: [String] = [], updatedAtUnixMs: Int64 = 0, hub: String = "", installationID: String = "", templateName: String = "", templateJson: String = "") {
         self.registrationID = registrationID
         self.owner = owner
         self.platform = platform
@@ -33,6 +37,8 @@ public struct Registration: HeraldMessage {
         self.updatedAtUnixMs = updatedAtUnixMs
         self.hub = hub
         self.installationID = installationID
+        self.templateName = templateName
+        self.templateJson = templateJson
     }
 
     public init() {
@@ -44,6 +50,8 @@ public struct Registration: HeraldMessage {
         self.updatedAtUnixMs = 0
         self.hub = ""
         self.installationID = ""
+        self.templateName = ""
+        self.templateJson = ""
     }
 
     public static let protoName = "herald.v1.Registration"
@@ -70,6 +78,8 @@ extension Registration: CBacked {
         self.updatedAtUnixMs = m.updated_at_unix_ms
         self.hub = CBridge.string(m.hub)
         self.installationID = CBridge.string(m.installation_id)
+        self.templateName = CBridge.string(m.template_name)
+        self.templateJson = CBridge.string(m.template_json)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -84,6 +94,8 @@ extension Registration: CBacked {
         p.pointee.updated_at_unix_ms = self.updatedAtUnixMs
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.Registration.hub")
         p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.Registration.installation_id")
+        p.pointee.template_name = try arena.string(self.templateName, field: "herald.v1.Registration.template_name")
+        p.pointee.template_json = try arena.string(self.templateJson, field: "herald.v1.Registration.template_json")
         return p
     }
 
@@ -529,12 +541,17 @@ public struct StreamAudienceRequest: HeraldMessage {
     public var hub: String
     /// Every device of the hub (tag must be empty).
     public var broadcast: Bool
+    /// Resolve installation templates instead of devices (NH's template send): each installation
+    /// template is matched on its own, with the installation's tags plus the template's tags and
+    /// name, and answered with template_name and template_json set.
+    public var templates: Bool
 
-    public init(tag: String = "", platform: Platform = Platform(rawValue: 0), hub: String = "", broadcast: Bool = false) {
+    public init(tag: String = "", platform: Platform = Platform(rawValue: 0), hub: String = "", broadcast: Bool = false, templates: Bool = false) {
         self.tag = tag
         self.platform = platform
         self.hub = hub
         self.broadcast = broadcast
+        self.templates = templates
     }
 
     public init() {
@@ -542,6 +559,7 @@ public struct StreamAudienceRequest: HeraldMessage {
         self.platform = Platform(rawValue: 0)
         self.hub = ""
         self.broadcast = false
+        self.templates = false
     }
 
     public static let protoName = "herald.v1.StreamAudienceRequest"
@@ -564,6 +582,7 @@ extension StreamAudienceRequest: CBacked {
         self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
         self.hub = CBridge.string(m.hub)
         self.broadcast = m.broadcast != 0
+        self.templates = m.templates != 0
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -573,6 +592,7 @@ extension StreamAudienceRequest: CBacked {
         p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.StreamAudienceRequest.hub")
         p.pointee.broadcast = self.broadcast ? 1 : 0
+        p.pointee.templates = self.templates ? 1 : 0
         return p
     }
 

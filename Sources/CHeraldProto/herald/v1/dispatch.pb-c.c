@@ -1068,7 +1068,7 @@ const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor =
   (ProtobufCMessageInit) herald__v1__native_payload__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[9] =
+static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[11] =
 {
   {
     "target_user",
@@ -1178,6 +1178,30 @@ static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "template_send",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendRequest, template_send),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "template_properties",
+    11,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__SendRequest, n_template_properties),
+    offsetof(Herald__V1__SendRequest, template_properties),
+    &herald__v1__setting__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__send_request__field_indices_by_name[] = {
   5,   /* field[5] = broadcast */
@@ -1189,11 +1213,13 @@ static const unsigned herald__v1__send_request__field_indices_by_name[] = {
   3,   /* field[3] = sender */
   1,   /* field[1] = target_tag */
   0,   /* field[0] = target_user */
+  10,   /* field[10] = template_properties */
+  9,   /* field[9] = template_send */
 };
 static const ProtobufCIntRange herald__v1__send_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 9 }
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
 {
@@ -1203,7 +1229,7 @@ const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
   "Herald__V1__SendRequest",
   "herald.v1",
   sizeof(Herald__V1__SendRequest),
-  9,
+  11,
   herald__v1__send_request__field_descriptors,
   herald__v1__send_request__field_indices_by_name,
   1,  herald__v1__send_request__number_ranges,

@@ -1222,7 +1222,7 @@ void   herald__v1__check_handles_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__check_handles_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[8] =
+static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[10] =
 {
   {
     "registration_id",
@@ -1320,6 +1320,30 @@ static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "template_name",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Registration, template_name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "template_json",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Registration, template_json),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__registration__field_indices_by_name[] = {
   3,   /* field[3] = handle */
@@ -1329,12 +1353,14 @@ static const unsigned herald__v1__registration__field_indices_by_name[] = {
   2,   /* field[2] = platform */
   0,   /* field[0] = registration_id */
   4,   /* field[4] = tags */
+  9,   /* field[9] = template_json */
+  8,   /* field[8] = template_name */
   5,   /* field[5] = updated_at_unix_ms */
 };
 static const ProtobufCIntRange herald__v1__registration__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor herald__v1__registration__descriptor =
 {
@@ -1344,7 +1370,7 @@ const ProtobufCMessageDescriptor herald__v1__registration__descriptor =
   "Herald__V1__Registration",
   "herald.v1",
   sizeof(Herald__V1__Registration),
-  8,
+  10,
   herald__v1__registration__field_descriptors,
   herald__v1__registration__field_indices_by_name,
   1,  herald__v1__registration__number_ranges,
@@ -1713,7 +1739,7 @@ const ProtobufCMessageDescriptor herald__v1__list_registrations_response__descri
   (ProtobufCMessageInit) herald__v1__list_registrations_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__stream_audience_request__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__stream_audience_request__field_descriptors[5] =
 {
   {
     "tag",
@@ -1763,17 +1789,30 @@ static const ProtobufCFieldDescriptor herald__v1__stream_audience_request__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "templates",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__StreamAudienceRequest, templates),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__stream_audience_request__field_indices_by_name[] = {
   3,   /* field[3] = broadcast */
   2,   /* field[2] = hub */
   1,   /* field[1] = platform */
   0,   /* field[0] = tag */
+  4,   /* field[4] = templates */
 };
 static const ProtobufCIntRange herald__v1__stream_audience_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__stream_audience_request__descriptor =
 {
@@ -1783,7 +1822,7 @@ const ProtobufCMessageDescriptor herald__v1__stream_audience_request__descriptor
   "Herald__V1__StreamAudienceRequest",
   "herald.v1",
   sizeof(Herald__V1__StreamAudienceRequest),
-  4,
+  5,
   herald__v1__stream_audience_request__field_descriptors,
   herald__v1__stream_audience_request__field_indices_by_name,
   1,  herald__v1__stream_audience_request__number_ranges,

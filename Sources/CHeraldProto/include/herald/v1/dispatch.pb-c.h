@@ -206,10 +206,22 @@ struct  Herald__V1__SendRequest
    * days ahead (INVALID_ARGUMENT beyond). Earlier or 0: sent now.
    */
   int64_t scheduled_at_unix_ms;
+  /*
+   * A template send (Notification Hubs' `ServiceBusNotification-Format: template`), with
+   * `payloads` empty: the audience is the installation templates matching the target (each
+   * matched with its installation's tags plus its own tags and name), each rendered with
+   * `template_properties` (names case-insensitive; a missing one renders as its default or "")
+   * once per distinct template, and sent on its installation's platform with the template's
+   * headers (apns-*, X-WNS-*; values may be expressions) and expiry. INVALID_ARGUMENT names a
+   * template whose rendering is over its provider's limits.
+   */
+  protobuf_c_boolean template_send;
+  size_t n_template_properties;
+  Herald__V1__Setting **template_properties;
 };
 #define HERALD__V1__SEND_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__send_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0,NULL, 0, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0,NULL, 0, 0, 0, 0,NULL }
 
 
 /*

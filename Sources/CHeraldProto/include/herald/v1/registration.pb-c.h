@@ -91,10 +91,16 @@ struct  Herald__V1__Registration
    * Set when the device is an NH installation.
    */
   char *installation_id;
+  /*
+   * Set in StreamAudience answers with `templates`: the installation template's name, and the
+   * template as JSON {"body":…,"headers":{…},"expiry":…} (body and values unrendered).
+   */
+  char *template_name;
+  char *template_json;
 };
 #define HERALD__V1__REGISTRATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__registration__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -271,10 +277,16 @@ struct  Herald__V1__StreamAudienceRequest
    * Every device of the hub (tag must be empty).
    */
   protobuf_c_boolean broadcast;
+  /*
+   * Resolve installation templates instead of devices (NH's template send): each installation
+   * template is matched on its own, with the installation's tags plus the template's tags and
+   * name, and answered with template_name and template_json set.
+   */
+  protobuf_c_boolean templates;
 };
 #define HERALD__V1__STREAM_AUDIENCE_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__stream_audience_request__descriptor) \
-    , (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, 0 }
 
 
 /*

@@ -1,0 +1,110 @@
+import Foundation
+import HeraldModel
+public import HeraldProto
+
+/// A template send's audience as it streams in: installation templates, each rendered once per
+/// distinct (platform, template) with the send's properties, and every device given the variant
+/// of its rendering. 100,000 installations with four locale templates are four renderings.
+struct TemplateAudience {
+    let properties: PushTemplate.Properties
+    let sentAt: Int64
+    private(set) var payloads: [OutboxPayload] = []
+    private(set) var targets: [Outbox.Target] = []
+    /// Variant of each distinct template seen, by platform and the template's JSON.
+    private var variants: [Platform: [String: Int]] = [:]
+
+    init(properties: PushTemplate.Properties, sentAt: Int64) {
+        self.properties = properties
+        self.sentAt = sentAt
+    }
+
+    mutating func add(_ registrations: [Registration]) throws {
+        for registration in registrations {
+            let variant: Int
+            if let known = variants[registration.platform]?[registration.templateJson] {
+                variant = known
+            } else {
+                variant = payloads.count
+                var payload = try Self.render(
+                    registration.templateJson, name: registration.templateName, platform: registration.platform, properties, sentAt: sentAt)
+                payload.variant = variant
+                payloads.append(payload)
+                variants[registration.platform, default: [:]][registration.templateJson] = variant
+            }
+            targets.append(
+                Outbox.Target(
+                    registrationID: registration.registrationID, platform: registration.platform, handle: registration.handle,
+                    variant: variant))
+        }
+    }
+
+    /// One template rendered for `platform`: its body, and its headers (names case-insensitive,
+    /// values expressions too) and expiry as the push's options. NH refuses APNs headers in
+    /// templates; Herald takes them (apns-push-type, apns-priority, apns-collapse-id,
+    /// apns-expiration), as NH's users ask.
+    static func render(
+        _ json: String, name: String, platform: Platform, _ properties: PushTemplate.Properties, sentAt: Int64
+    ) throws -> OutboxPayload {
+        func refuse(_ message: String) -> ServiceError {
+            ServiceError.invalidArgument("template \(name) (\(platform.name)): \(message)")
+        }
+        guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any],
+            let body = object["body"] as? String
+        else { throw refuse("stored without a body") }
+        var headers: [String: String] = [:]
+        do {
+            for (key, value) in object["headers"] as? [String: String] ?? [:] {
+                headers[key.lowercased()] = try PushTemplate.renderValue(value, properties)
+            }
+            let rendered = Array(try PushTemplate(body).render(properties).utf8)
+            var native = NativePayload(platform: platform, body: rendered)
+            switch platform {
+            case .apns:
+                native.pushType = headers["apns-push-type"] ?? APNsPushType.inferred(rendered)
+                if let priority = headers["apns-priority"] {
+                    guard let value = Int32(priority) else { throw refuse("apns-priority must be 5 or 10") }
+                    native.priority = value
+                }
+                native.collapseID = headers["apns-collapse-id"] ?? ""
+                if let expiration = headers["apns-expiration"] {
+                    guard let seconds = Int64(expiration) else { throw refuse("apns-expiration is a UNIX time in seconds") }
+                    native.ttlSeconds = max(1, seconds - sentAt / 1000)
+                } else if let expiry = object["expiry"] as? String, !expiry.isEmpty {
+                    guard let date = NHTime.parse(try PushTemplate.renderValue(expiry, properties)) else {
+                        throw refuse("expiry is not a W3C date")
+                    }
+                    native.ttlSeconds = max(1, Int64(date.timeIntervalSince1970) - sentAt / 1000)
+                }
+            case .wns:
+                let type = headers["x-wns-type"]?.lowercased() ?? Self.inferredWNSType(rendered)
+                native.pushType = type
+                native.contentType = type == "wns/raw" ? "application/octet-stream" : "text/xml"
+                if let ttl = headers["x-wns-ttl"] {
+                    guard let seconds = Int64(ttl), seconds > 0 else { throw refuse("X-WNS-TTL is a number of seconds") }
+                    native.ttlSeconds = seconds
+                }
+            case .fcm:
+                // An fcmv1 template is FCM v1's {"message":{…}}, as a native send; dispatch adds the token.
+                if let wrapped = try? JSONSerialization.jsonObject(with: Data(rendered)) as? [String: Any],
+                    let message = wrapped["message"] as? [String: Any]
+                {
+                    native.body = Array(try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
+                }
+            default:
+                break
+            }
+            return try PlatformRules.prepare(native, sentAt: sentAt)
+        } catch let error as PushTemplate.ParseError {
+            throw refuse(error.message)
+        } catch let error as ServiceError where !error.message.hasPrefix("template ") {
+            throw refuse(error.message)
+        }
+    }
+
+    /// WNS' type from an XML body's root element when the template names none.
+    static func inferredWNSType(_ body: [UInt8]) -> String {
+        let text = String(decoding: body.prefix(256), as: UTF8.self)
+        guard let root = text.firstMatch(of: /<(toast|tile|badge)[\s>\/]/)?.1 else { return "wns/raw" }
+        return "wns/" + root
+    }
+}
