@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # libFuzzer over the code that parses what clients send and builds what providers get
-# (Sources/herald-fuzz: proto, lean, json, subscription, payloads), under AddressSanitizer.
+# (Sources/herald-fuzz: proto, lean, json, subscription, payloads, template), under AddressSanitizer.
 #
 #   scripts/fuzz.sh                         every target for FUZZ_SECONDS (60) each
 #   FUZZ_SECONDS=600 scripts/fuzz.sh json   one target for ten minutes
@@ -24,7 +24,7 @@ for argument in "$@"; do
     *) targets+=("$argument") ;;
   esac
 done
-(( ${#targets[@]} )) || targets=(proto lean json subscription payloads)
+(( ${#targets[@]} )) || targets=(proto lean json subscription payloads template)
 
 scripts/setup.sh
 build_start=$SECONDS
@@ -39,7 +39,7 @@ for target in "${targets[@]}"; do
   log=".build/fuzz-artifacts/$target.log"
   echo "fuzz.sh: $target for $seconds s"
   # -rss_limit_mb: well above the ~0.6 GB a target settles at; a real leak still trips it.
-  if ! HERALD_FUZZ_TARGET="$target" "$fuzzer" "$corpus" "Tests/FuzzCorpus/$target" \
+  if ! LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-suppressions.txt" HERALD_FUZZ_TARGET="$target" "$fuzzer" "$corpus" "Tests/FuzzCorpus/$target" \
       -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=3072 -timeout=10 \
       -artifact_prefix=".build/fuzz-artifacts/$target-" >"$log" 2>&1; then
     echo "fuzz.sh: $target FAILED; the end of its log ($log):"

@@ -134,4 +134,13 @@ write("subscription", "valid", json.dumps({"endpoint": "https://fcm.googleapis.c
 for name, text in {"plain": "Hello", "quotes": 'Quote " backslash \\ less < amp & done', "unicode": "Grüße 🎉 \u2028",
                    "control": "tab\tnewline\nbell\x07", "xml": "]]> <![CDATA[ &amp; &#0;"}.items():
     write("payloads", name, text)
+# template: an NH template body, NUL, the value every property gets.
+for name, (body, value) in {
+    "apns": ('{"aps":{"alert":"$(message)","badge":"#(count)"}}', "3"),
+    "composite": ('{"aps":{"alert":"{\'Breaking: \' + .(title, 20) + \' \'\'x\'\'\'}"}}', 'a "long" <title> that is clipped'),
+    "defaults": ('{"a":"$(missing:{fall\\\\}back})","b":"%(p)","c":["$(q, 3)",1,null]}', "é/?&"),
+    "wns": ('<toast launch="$(p)"><visual><binding template="T"><text id="1">$(message)</text><!-- $(x) --></binding></visual></toast>',
+            "<&>\"'"),
+}.items():
+    write("template", name, body.encode() + b"\0" + value.encode())
 print(f"wrote {sum(1 for _ in out.rglob('*') if _.is_file())} seeds under {out.relative_to(root)}")

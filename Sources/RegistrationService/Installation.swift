@@ -17,6 +17,13 @@ public struct Installation: Sendable, Equatable {
         public var expiry: String?
         public var tags: [String]
 
+        public init(body: String, headers: [String: String] = [:], expiry: String? = nil, tags: [String] = []) {
+            self.body = body
+            self.headers = headers
+            self.expiry = expiry
+            self.tags = tags
+        }
+
         /// What a template send needs of it, as JSON: `{"body","expiry","headers"}` (sorted keys,
         /// so equal templates are equal text and render once per send).
         public var wireJSON: String {

@@ -167,8 +167,9 @@ extension RegistrationStore {
     }
 
     /// Replaces an installation's template rows: one per template (NH's template registrations),
-    /// with the installation's channel, and its tags plus the template's tags and name.
-    static func writeTemplates(
+    /// with the installation's channel, and its tags plus the template's tags and name. Public for
+    /// herald-bench, which seeds installations straight into the database.
+    public static func writeTemplates(
         of installation: Installation, parentID: String, hub: String, expired: Bool, now: Int64, in db: Database
     ) throws {
         try db.execute(sql: "DELETE FROM registration WHERE parent_id = ?", arguments: [parentID])

@@ -13,11 +13,13 @@ import RegistrationService
 import Synchronization
 
 /// `herald-bench nh`: Notification Hubs installations through the edge (PUT and PATCH with a SAS
-/// token, wrk against the hello-world baseline) and a send to a three-tag expression over 100,000
-/// installations (deliveries/s, next to the in-process insert floor).
+/// token, wrk against the hello-world baseline), a send to a three-tag expression over 100,000
+/// installations (deliveries/s, next to the in-process insert floor), a template send to the same
+/// installations in four locales (one template each), and direct batch sends of 1,000 handles.
 struct NHBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "nh", abstract: "NH installation PUT and PATCH through the edge, and a tag-expression send to 100,000 installations.")
+        commandName: "nh",
+        abstract: "NH installation PUT and PATCH through the edge; native, template and batch sends to 100,000 installations.")
     @OptionGroup var options: BenchOptions
 
     func run() async throws { try await execute() }
@@ -87,21 +89,36 @@ struct NHScenario {
             let patch = try edge.runWrk(
                 wrk, url: base + "/bench/installations/i00000001?api-version=2020-06", script: patchScript, dir: dir)
 
-            // The send: through the edge like a back end would, clocked until the outcome is final.
-            let started = ContinuousClock.now
-            let id = try await Self.send(base: base, authorization: authorization)
-            let outcome = try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), timeout: .seconds(3600)) { client in
-                var outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
-                while outcome.state == .enqueued || outcome.state == .processing {
-                    try await Task.sleep(for: .milliseconds(20))
-                    outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
-                }
-                return outcome
+            // The sends: through the edge like a back end would, each clocked until its outcome is final.
+            func timed(_ format: String, tags: String, body: String) async throws -> Double {
+                let started = ContinuousClock.now
+                let id = try await Self.send(base: base, authorization: authorization, format: format, tags: tags, body: body)
+                let outcome = try await Self.finalOutcome(id, socket: configuration.socketPath("dispatch"))
+                let delivered = outcome.platforms.reduce(0) { $0 + $1.success }
+                // The PUTs' new installations carry no "all", and the PATCH keeps i00000001's: exactly the seeded ones match.
+                guard delivered == count else { throw BenchError("the \(format) send delivered \(delivered) of \(count)") }
+                return (ContinuousClock.now - started).seconds
             }
-            let seconds = (ContinuousClock.now - started).seconds
-            let delivered = outcome.platforms.reduce(0) { $0 + $1.success }
-            // The PUTs' new installations carry no "all", and the PATCH keeps i00000001's: exactly the seeded ones match.
-            guard delivered == count else { throw BenchError("the expression send delivered \(delivered) of \(count)") }
+            let seconds = try await timed("apple", tags: Self.expression, body: #"{"aps":{"alert":"expression"}}"#)
+            let templateSeconds = try await timed(
+                "template", tags: "all", body: #"{"title":"Storm warning","title_fr":"Alerte tempête","count":"3"}"#)
+            // Direct batches of 1,000 handles: the request until 201 (committed), and one batch until delivered.
+            let batches = options.quick ? 5 : 20
+            var accepted: [Double] = []
+            var lastBatch = ""
+            for batch in 0..<batches {
+                let handles = (0..<1000).map { String(format: "%064x", 1_000_000 + batch * 1000 + $0) }
+                let started = ContinuousClock.now
+                lastBatch = try await Self.sendBatch(base: base, authorization: authorization, handles: handles)
+                accepted.append((ContinuousClock.now - started).seconds * 1000)
+            }
+            let batchStarted = ContinuousClock.now
+            let batchOutcome = try await Self.finalOutcome(lastBatch, socket: configuration.socketPath("dispatch"))
+            let batchDelivered = (ContinuousClock.now - batchStarted).seconds * 1000
+            guard batchOutcome.platforms.reduce(0, { $0 + $1.success }) == 1000 else {
+                throw BenchError("a batch delivered \(batchOutcome.platforms.reduce(0) { $0 + $1.success }) of 1000")
+            }
+            accepted.sort()
             await stack.stop()
 
             var report = Report()
@@ -117,10 +134,20 @@ struct NHScenario {
                         baselineValue: helloRun.p99Millis, better: "lower"))
             }
             let rate = Double(count) / seconds
+            let templateRate = Double(count) / templateSeconds
             report.records.append(
                 Record(
                     "nh", "send to \"\(Self.expression)\" over \(count) installations: deliveries/s", unit: "/s", value: rate,
                     baseline: "inbox rows inserted in-process", baselineValue: floor, better: "higher"))
+            report.records.append(
+                Record(
+                    "nh", "template send, 4 locales, over \(count) installations: deliveries/s", unit: "/s", value: templateRate,
+                    baseline: "the native send", baselineValue: rate, better: "higher"))
+            report.records.append(
+                Record(
+                    "nh", "direct batch of 1,000 handles: ms until 201 (median)", unit: "ms", value: accepted[accepted.count / 2],
+                    baseline: "the expression send, ms per 1,000 deliveries", baselineValue: seconds / Double(count) * 1_000_000,
+                    better: "lower"))
             var lines = [
                 "## nh: Notification Hubs installations through the edge, wrk -c\(edge.connections), \(options.wrkSeconds) s per route (SAS token, Full key)",
                 "",
@@ -140,7 +167,14 @@ struct NHScenario {
                 "| send through POST /{hub}/messages, inbox provider | deliveries | seconds | deliveries/s |",
                 "|---|---:|---:|---:|",
                 "| `\(Self.expression)` over \(count) installations (of \(count) + the PUTs' in the hub) | \(count) | \(String(format: "%.2f", seconds)) | \(format(rate)) |",
+                "| template send to `all`, one of 4 locale templates per installation (4 renderings) | \(count) | \(String(format: "%.2f", templateSeconds)) | \(format(templateRate)) |",
                 "| baseline: the same rows inserted in-process | \(count) | \(String(format: "%.2f", Double(count) / floor)) | \(format(floor)) |",
+                "",
+                "| direct batch send, POST /{hub}/messages/$batch?direct, 1,000 APNs handles | ms |",
+                "|---|---:|",
+                "| until 201 (committed), median of \(batches) | \(String(format: "%.1f", accepted[accepted.count / 2])) |",
+                "| until 201, slowest of \(batches) | \(String(format: "%.1f", accepted.last ?? 0)) |",
+                "| one batch from 201 until every push delivered (inbox) | \(String(format: "%.1f", batchDelivered)) |",
             ]
             report.tables = [lines.joined(separator: "\n")]
             return report
@@ -159,25 +193,72 @@ struct NHScenario {
         return "SharedAccessSignature sr=\(sr)&sig=\(sig)&se=\(expiry)&skn=\(keyName)"
     }
 
-    /// `POST /{hub}/messages` to ``expression``; the notification id from `Location`.
-    static func send(base: String, authorization: String) async throws -> String {
+    /// `POST /{hub}/messages` in `format` to `tags`; the notification id from `Location`.
+    static func send(base: String, authorization: String, format: String, tags: String, body: String) async throws -> String {
         var request = HTTPClientRequest(url: base + "/bench/messages?api-version=2020-06")
         request.method = .POST
         request.headers.add(name: "Authorization", value: authorization)
-        request.headers.add(name: "ServiceBusNotification-Format", value: "apple")
-        request.headers.add(name: "ServiceBusNotification-Tags", value: expression)
+        request.headers.add(name: "ServiceBusNotification-Format", value: format)
+        request.headers.add(name: "ServiceBusNotification-Tags", value: tags)
         request.headers.add(name: "Content-Type", value: "application/json")
-        request.body = .bytes(ByteBuffer(string: #"{"aps":{"alert":"expression"}}"#))
+        request.body = .bytes(ByteBuffer(string: body))
+        return try await accepted(request)
+    }
+
+    /// `POST /{hub}/messages/$batch?direct` of one APNs alert to `handles`, as the .NET SDK sends it.
+    static func sendBatch(base: String, authorization: String, handles: [String]) async throws -> String {
+        var request = HTTPClientRequest(url: base + "/bench/messages/$batch?direct&api-version=2020-06")
+        request.method = .POST
+        request.headers.add(name: "Authorization", value: authorization)
+        request.headers.add(name: "ServiceBusNotification-Format", value: "apple")
+        request.headers.add(name: "Content-Type", value: #"multipart/mixed; boundary="nh-batch-multipart-boundary""#)
+        let devices = "[" + handles.map { "\"\($0)\"" }.joined(separator: ",") + "]"
+        let body = [
+            "--nh-batch-multipart-boundary", "Content-Type: application/json", "Content-Disposition: inline; name=notification", "",
+            #"{"aps":{"alert":"batch"}}"#, "--nh-batch-multipart-boundary", "Content-Type: application/json",
+            "Content-Disposition: inline; name=devices", "", devices, "--nh-batch-multipart-boundary--", "",
+        ].joined(separator: "\r\n")
+        request.body = .bytes(ByteBuffer(string: body))
+        return try await accepted(request)
+    }
+
+    static func accepted(_ request: HTTPClientRequest) async throws -> String {
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(3600))
         let body = try await response.body.collect(upTo: 1 << 20)
         guard response.status.code == 201, let location = response.headers.first(name: "Location"),
             let id = location.split(separator: "/").last?.split(separator: "?").first
-        else { throw BenchError("the expression send was not accepted: \(response.status) \(String(buffer: body))") }
+        else { throw BenchError("the send was not accepted: \(response.status) \(String(buffer: body))") }
         return String(id)
     }
 
-    /// `count` APNs installations in `hub`, tagged "all" and "even" or "odd", written with
-    /// herald-registration's own schema (and NH JSON) before the stack starts.
+    /// Polls herald-dispatch until the send is final.
+    static func finalOutcome(_ id: String, socket: String) async throws -> Outcome {
+        try await RPCClient.with(socketPath: socket, timeout: .seconds(3600)) { client in
+            var outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+            while outcome.state == .enqueued || outcome.state == .processing {
+                try await Task.sleep(for: .milliseconds(20))
+                outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+            }
+            return outcome
+        }
+    }
+
+    /// The four locale templates; installation n has template n % 4, tagged with its locale.
+    static let locales: [(name: String, template: Installation.Template)] = [
+        ("news_en", "{'Breaking: ' + $(title)}"), ("news_fr", "{'Dernière : ' + $(title_fr:{Nouvelles})}"),
+        ("news_de", "{'Eilmeldung: ' + $(title_de:{Nachrichten})}"), ("news_es", "{'Última hora: ' + $(title_es:{Noticias})}"),
+    ].map { name, alert in
+        (
+            name,
+            Installation.Template(
+                body: ##"{"aps":{"alert":"\##(alert)","badge":"#(count)"}}"##, headers: ["apns-priority": "10"], expiry: nil,
+                tags: ["lang_" + name.suffix(2), name])
+        )
+    }
+
+    /// `count` APNs installations in `hub`, tagged "all" and "even" or "odd", each with one of
+    /// four locale templates, written with herald-registration's own schema (and NH JSON) before
+    /// the stack starts.
     func seedInstallations(_ count: Int, hub: String, path: String) throws {
         try makePrivateDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
         let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
@@ -195,12 +276,15 @@ struct NHScenario {
                 var installation = Installation(
                     installationID: String(format: "i%08d", index), platform: .apns, pushChannel: String(format: "%064x", index),
                     tags: ["all", index % 2 == 0 ? "even" : "odd"])
+                let locale = Self.locales[index % 4]
+                installation.templates = [locale.name: locale.template]
                 installation.lastUpdate = now
                 try registration.execute(arguments: [
                     id, Platform.apns.rawValue, installation.pushChannel, now, now, hub, installation.installationID,
                     Data(try installation.json()),
                 ])
                 for name in installation.audienceTags { try tag.execute(arguments: [name, id]) }
+                try RegistrationStore.writeTemplates(of: installation, parentID: id, hub: hub, expired: false, now: now, in: db)
             }
         }
         try pool.close()

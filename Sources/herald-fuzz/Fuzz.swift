@@ -12,6 +12,8 @@ import NIOCore
 //   json          the edge's JSON bodies: PUT api/register's object, notify-users' message string
 //   subscription  a browser's PushSubscription (the Web Push handle)
 //   payloads      the APNs/FCM/Web Push JSON and WNS XML built around any text: always parse, text intact
+//   template      NH's template parser and renderer (a body, NUL, the value every property gets):
+//                 a JSON template always renders valid JSON, a well-formed XML one well-formed XML
 //
 // Any property that does not hold traps, which libFuzzer reports as a crash with the input saved.
 @testable import Edge
@@ -47,12 +49,13 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     case .json: FuzzTarget.json(bytes)
     case .subscription: FuzzTarget.subscription(bytes)
     case .payloads: FuzzTarget.payloads(bytes)
+    case .template: FuzzTarget.template(bytes)
     }
     return 0
 }
 
 enum FuzzTarget: String, CaseIterable {
-    case proto, lean, json, subscription, payloads
+    case proto, lean, json, subscription, payloads, template
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["HERALD_FUZZ_TARGET"] ?? ""
@@ -136,6 +139,28 @@ enum FuzzTarget: String, CaseIterable {
             default:
                 guard let object = try? JSONSerialization.jsonObject(with: body) else { fatalError("a JSON payload does not parse") }
                 guard contains(object, text) else { fatalError("the text did not survive in the \(payload.platform.name) payload") }
+            }
+        }
+    }
+
+    static func template(_ bytes: [UInt8]) {
+        let parts = bytes.split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false)
+        let body = String(decoding: parts[0], as: UTF8.self)
+        let value = parts.count > 1 ? String(decoding: parts[1], as: UTF8.self) : "v"
+        guard let template = try? PushTemplate(body) else { return }
+        let names = ["p", "q", "a", "b", "x", "m", "message", "title", "count", "headline"]
+        let rendered = Data(template.render(PushTemplate.Properties(names.map { ($0, value) })).utf8)
+        switch template.format {
+        case .json:
+            guard (try? JSONSerialization.jsonObject(with: rendered, options: .fragmentsAllowed)) != nil else {
+                fatalError("a JSON template rendered to invalid JSON")
+            }
+        case .xml:
+            // Only a well-formed template promises well-formed output (the scanner is lenient).
+            guard XMLParser(data: Data(body.utf8)).parse() else { return }
+            let parser = XMLParser(data: rendered)
+            guard parser.parse() else {
+                fatalError("an XML template rendered to malformed XML: \(parser.parserError.map { "\($0)" } ?? "")")
             }
         }
     }

@@ -323,4 +323,38 @@ struct NHSendTests {
             #expect(huge.status == 400 && huge.text.contains("template en"), "\(huge.status) \(huge.text)")
         }
     }
+
+    @Test("azure-notification-hub-unofficial sends native, template and scheduled notifications and reads telemetry, unchanged")
+    func unofficialPythonClientSends() async throws {
+        let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
+        try await PushDeliveryTests.withProviders { fixture, live in
+            let full = try await Self.defaultHub(live).replacingOccurrences(of: "Endpoint=sb://", with: "Endpoint=http://")
+            let apns = apnsToken(1100)
+            let result = try await runProgram(
+                python, [packageRoot.appendingPathComponent("Tests/python/nh_sends_check.py").path, "default", full, apns, "fcm-py-1"])
+            try #require(result.status == 0, "nh_sends_check.py failed: \(result.error)")
+            let out = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+            for id in ["apple_id", "fcm_id", "template_id", "scheduled_id"] {
+                let outcome = try await NotificationHubsTests.finalOutcome(live, notification: try #require(out[id] as? String))
+                #expect(outcome.state == .completed && outcome.platforms.map(\.success).reduce(0, +) >= 1, "\(id): \(outcome)")
+            }
+            let toAPNs = fixture.double.requests.filter { $0.path == "/3/device/\(apns)" }
+            let bodies = toAPNs.map { String(decoding: $0.body, as: UTF8.self) }
+            // Native bodies arrive byte for byte as the client wrote them (json.dumps' spaces included).
+            #expect(bodies.contains(#"{"aps": {"alert": "native apple"}}"#), "\(bodies)")
+            #expect(toAPNs.first { String(decoding: $0.body, as: UTF8.self).contains("native apple") }?.header("apns-priority") == "10")
+            #expect(bodies.contains(#"{"aps":{"alert":"News: from python","badge":2}}"#), "\(bodies)")
+            #expect(bodies.contains(#"{"aps": {"alert": "scheduled"}}"#), "\(bodies)")
+            #expect(!bodies.contains { $0.contains("cancelled") }, "the cancelled send was sent")
+            let toFCM = fixture.double.requests.filter { $0.path.hasSuffix("/messages:send") }.map {
+                String(decoding: $0.body, as: UTF8.self)
+            }
+            #expect(toFCM.contains(#"{"message":{"token":"fcm-py-1","data":{"k":"native fcm"}}}"#), "\(toFCM)")
+            #expect(toFCM.contains(#"{"message":{"token":"fcm-py-1","notification":{"title":"from python"}}}"#), "\(toFCM)")
+            let scheduled = try #require(out["scheduled_details"] as? String)
+            #expect(scheduled.contains("<State>Completed</State>") && scheduled.contains("<ApnsOutcomeCounts>"), "\(scheduled)")
+            #expect((out["apple_details"] as? String)?.contains("<TargetPlatforms>apple</TargetPlatforms>") == true)
+            #expect((out["cancelled_details"] as? String)?.contains("<State>Cancelled</State>") == true, "\(out)")
+        }
+    }
 }
