@@ -190,6 +190,10 @@ let package = Package(
                 "HeraldRPC", "HeraldModel", "HeraldService",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                // HTTPS on the edge's own port (http-tls-cert/-key): NH's clients insist on https.
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),

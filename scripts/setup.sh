@@ -40,11 +40,11 @@ if (( ${#missing[@]} )); then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [[ "${1:-}" == "--test" ]] && ! { python3 -c 'import grpc, grpc_tools, kubernetes_validate, jwt, py_vapid, http_ece, yaml, azure_notification_hub' 2>/dev/null && command -v kubernetes-validate >/dev/null; }; then
-  echo "setup: installing grpcio, grpcio-tools, kubernetes-validate, PyJWT, py-vapid, http-ece, PyYAML and azure-notification-hub-unofficial from PyPI"
+if [[ "${1:-}" == "--test" ]] && ! { python3 -c 'import grpc, grpc_tools, kubernetes_validate, jwt, py_vapid, http_ece, yaml, azure_notification_hub, notificationhubs_rest_python' 2>/dev/null && command -v kubernetes-validate >/dev/null; }; then
+  echo "setup: installing grpcio, grpcio-tools, kubernetes-validate, PyJWT, py-vapid, http-ece, PyYAML, azure-notification-hub-unofficial and notificationhubs-rest-python from PyPI"
   pip_args=(install --quiet --disable-pip-version-check "grpcio==1.85.1" "grpcio-tools==1.85.1" "kubernetes-validate==1.37.0"
     "PyJWT[crypto]==2.15.1" "py-vapid==1.9.6" "http-ece==1.2.1" "PyYAML==6.0.3"
-    "azure-notification-hub-unofficial==0.1.0" "httpx==0.28.1")
+    "azure-notification-hub-unofficial==0.1.0" "httpx==0.28.1" "notificationhubs-rest-python==1.0.3")
   # Debian's own python refuses global installs (PEP 668) unless told otherwise.
   python3 -m pip "${pip_args[@]}" 2>/dev/null || python3 -m pip "${pip_args[@]}" --break-system-packages
 fi

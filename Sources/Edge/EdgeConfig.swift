@@ -19,6 +19,10 @@ public import HeraldService
 ///   closed (slow or idle clients cannot hold connections). See ``ConnectionGuard``.
 /// - `body-timeout-seconds` (`HERALD_BODY_TIMEOUT_SECONDS`, 60): a request's whole body must
 ///   arrive within this long of its head.
+/// - `http-tls-cert` and `http-tls-key` (`HERALD_HTTP_TLS_CERT`, `HERALD_HTTP_TLS_KEY`, empty):
+///   PEM files; when set, the edge serves HTTPS on its port (NH's clients build `https://` URLs
+///   from a connection string and cannot be told otherwise). Empty: plain HTTP, for a TLS proxy in
+///   front. Not the services' own `tls-cert`/`tls-key`, which secure the RPCs between them.
 /// - `test-mode` (`HERALD_TEST_MODE`, off; a ``RuntimeConfig`` key every service reads): serve
 ///   `GET /v1/test/inbox` and `POST /v1/test/reset` (see `TestRoutes.swift`). Test stacks only.
 ///
@@ -26,7 +30,7 @@ public import HeraldService
 public struct EdgeConfig: Sendable {
     public static let keys: Set<String> = [
         "http-host", "http-port", "profile", "max-body-bytes", "max-content-bytes", "rich-image", "rich-message",
-        "header-timeout-seconds", "body-timeout-seconds",
+        "header-timeout-seconds", "body-timeout-seconds", "http-tls-cert", "http-tls-key",
     ]
     public var host: String
     public var port: Int
@@ -39,6 +43,8 @@ public struct EdgeConfig: Sendable {
     public var headerTimeout: Duration
     public var bodyTimeout: Duration
     public var testMode: Bool
+    /// PEM certificate chain and key of the HTTPS listener; nil: plain HTTP.
+    public var httpTLS: (certificate: String, key: String)?
 
     public init(reader: ConfigReader) throws {
         host = reader.string("http-host", default: "127.0.0.1")
@@ -56,6 +62,10 @@ public struct EdgeConfig: Sendable {
         headerTimeout = .seconds(headerSeconds)
         bodyTimeout = .seconds(bodySeconds)
         testMode = try reader.bool("test-mode")
+        let tlsCertificate = reader.string("http-tls-cert", default: "")
+        let tlsKey = reader.string("http-tls-key", default: "")
+        guard tlsCertificate.isEmpty == tlsKey.isEmpty else { throw ConfigError("http-tls-cert and http-tls-key go together") }
+        httpTLS = tlsCertificate.isEmpty ? nil : (tlsCertificate, tlsKey)
         guard maxBodyBytes > 0, maxContentBytes > 0 else { throw ConfigError("max-body-bytes and max-content-bytes must be positive") }
         let imagePath = reader.string("rich-image", default: "")
         if imagePath.isEmpty {

@@ -3,8 +3,11 @@ public import HeraldModel
 public import HeraldRPC
 public import HeraldService
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
 import Logging
 import NIOCore
+import NIOSSL
 public import ServiceLifecycle
 
 /// herald-edge's start-up: Hummingbird on `http-host:http-port`, clients of the four services.
@@ -30,15 +33,32 @@ public enum EdgeServer {
         let host = config.host
         let headerTimeout = TimeAmount(config.headerTimeout)
         let bodyTimeout = TimeAmount(config.bodyTimeout)
+        var server = HTTPServerBuilder.http1(
+            configuration: .init(
+                additionalChannelHandlers: [ConnectionGuard(headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, logger: logger)]))
+        var scheme = "http"
+        if let tls = config.httpTLS {
+            let certificates: [NIOSSLCertificate]
+            let key: NIOSSLPrivateKey
+            do {
+                certificates = try NIOSSLCertificate.fromPEMFile(tls.certificate)
+                key = try NIOSSLPrivateKey(file: tls.key, format: .pem)
+            } catch {
+                throw ConfigError("http-tls-cert and http-tls-key must be readable PEM files: \(error)")
+            }
+            server = try .tls(
+                server,
+                tlsConfiguration: .makeServerConfiguration(
+                    certificateChain: certificates.map { .certificate($0) }, privateKey: .privateKey(key)))
+            scheme = "https"
+        }
         return Application(
             router: router,
-            server: .http1(
-                configuration: .init(
-                    additionalChannelHandlers: [ConnectionGuard(headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, logger: logger)])),
+            server: server,
             configuration: .init(address: .hostname(config.host, port: config.port), serverName: "herald-edge"),
-            onServerRunning: { channel in
+            onServerRunning: { [scheme] channel in
                 let port = channel.localAddress?.port ?? config.port
-                let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+                let url = "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(port)"
                 do {
                     try Data((url + "\n").utf8).write(to: urlFile, options: .atomic)
                 } catch {

@@ -76,7 +76,8 @@ public final class RegistrationStore: Sendable {
                 sql: """
                     ALTER TABLE registration ADD COLUMN template_name TEXT;
                     ALTER TABLE registration ADD COLUMN parent_id TEXT REFERENCES registration(id) ON DELETE CASCADE;
-                    CREATE INDEX registration_parent ON registration(parent_id) WHERE parent_id IS NOT NULL;
+                    -- Not partial: SQLite looks children up through it when a row is deleted (the cascade).
+                    CREATE INDEX registration_parent ON registration(parent_id);
                     """)
             // Installations stored before carry their templates in their document only.
             for row in try Row.fetchAll(

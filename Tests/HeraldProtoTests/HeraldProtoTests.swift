@@ -111,7 +111,9 @@ struct HeraldProtoTests {
     func methodNames() {
         #expect(PayloadServiceMethods.fetchPayload.fullName == "herald.v1.PayloadService/FetchPayload")
         #expect(HealthMethods.check.fullName == "grpc.health.v1.Health/Check")
-        #expect(RegistrationServiceMethods.allMethodNames.count == 14)
+        #expect(RegistrationServiceMethods.allMethodNames.count == 15)
+        #expect(RegistrationServiceMethods.allMethodNames.contains("herald.v1.RegistrationService/CheckHandles"))
+        #expect(DispatchServiceMethods.allMethodNames.contains("herald.v1.DispatchService/CancelScheduled"))
         #expect(RegistrationServiceMethods.allMethodNames.contains("herald.v1.RegistrationService/PatchInstallation"))
         #expect(AuthServiceMethods.allMethodNames.contains("herald.v1.AuthService/AuthorizeSas"))
         #expect(RegistrationServiceMethods.allMethodNames.contains("herald.v1.RegistrationService/ResetForTests"))
