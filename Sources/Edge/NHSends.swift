@@ -55,9 +55,7 @@ extension EdgeRoutes {
         send.scheduledAtUnixMs = Int64((time.timeIntervalSince1970 * 1000).rounded())
         let outcome = try await sendAnswer(send, context)
         var response = Self.nhEmpty(.created)
-        let apiVersion = request.uri.queryParameters.get("api-version") ?? Self.nhDefaultAPIVersion
-        response.headers[.location] =
-            "\(Self.origin(request))/\(hub)/schedulednotifications/\(outcome.notificationID)?api-version=\(apiVersion)"
+        response.headers[.location] = Self.location(request, hub: hub, collection: "schedulednotifications", id: outcome.notificationID)
         return response
     }
 
@@ -95,10 +93,9 @@ extension EdgeRoutes {
         let outcome = try await sendAnswer(
             SendRequest(payloads: [payload], sender: "sas", hub: hub, deviceHandles: parts.devices), context)
         var response = Self.nhEmpty(.created)
-        let apiVersion = request.uri.queryParameters.get("api-version") ?? Self.nhDefaultAPIVersion
         // As recorded from NH; .NET and Java take the last path segment as the id.
-        response.headers[.location] =
-            "\(Self.origin(request))/\(hub)/messages/$batch/\(outcome.notificationID)?api-version=\(apiVersion)&direct"
+        response.headers[.location] = Self.location(
+            request, hub: hub, collection: "messages/$batch", id: outcome.notificationID, query: "&direct")
         return response
     }
 
@@ -188,8 +185,14 @@ extension EdgeRoutes {
     static let nhDefaultAPIVersion = "2020-06"
 
     static func messageLocation(_ request: Request, hub: String, id: String) -> String {
+        location(request, hub: hub, collection: "messages", id: id)
+    }
+
+    /// `…/{hub}/{collection}/{id}?api-version=…` with the request's api-version, as NH answers:
+    /// clients take the id from the last path segment, or by matching up to `?api-version=`.
+    static func location(_ request: Request, hub: String, collection: String, id: String, query: String = "") -> String {
         let apiVersion = request.uri.queryParameters.get("api-version") ?? nhDefaultAPIVersion
-        return "\(origin(request))/\(hub)/messages/\(id)?api-version=\(apiVersion)"
+        return "\(origin(request))/\(hub)/\(collection)/\(id)?api-version=\(apiVersion)\(query)"
     }
 
     /// The push handle of a direct send: `ServiceBusNotification-DeviceHandle`; for Web Push the
