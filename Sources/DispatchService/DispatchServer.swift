@@ -244,8 +244,8 @@ public struct DispatchHandlers: DispatchServiceHandler {
         let limit = try Self.pageSize(request.limit, after: request.afterSequence)
         return ListDeliveriesResponse(
             deliveries: try outbox.deliveries(
-                of: request.notificationID, requester: request.requester, hub: request.hub, after: request.afterSequence,
-                limit: limit))
+                of: request.notificationID, requester: request.requester, hub: request.hub, failedOnly: request.failedOnly,
+                after: request.afterSequence, limit: limit))
     }
 
     public func listInbox(_ request: ListInboxRequest, context: RPCContext) async throws -> ListInboxResponse {

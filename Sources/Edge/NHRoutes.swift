@@ -46,6 +46,12 @@ extension EdgeRoutes {
         router.get(":hub/messages/:id") { request, context in
             await nh(context) { try await notificationDetails(request, context) }
         }
+        router.get(":hub/messages/:id/failures") { request, context in
+            await nh(context) {
+                let hub = try await authorizeSAS(request, context, needs: "Send")
+                return try await failuresExport(id: try context.parameters.require("id"), hub: hub, requestID: context.requestID)
+            }
+        }
         router.post(":hub/schedulednotifications") { request, context in
             await nh(context) { try await schedule(request, context) }
         }

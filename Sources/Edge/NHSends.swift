@@ -106,10 +106,42 @@ extension EdgeRoutes {
         let id = try context.parameters.require("id")
         guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no notification \(id)") }
         let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id, hub: hub), requestID: context.requestID)
-        let xml = NHTelemetry.details(outcome, location: Self.messageLocation(request, hub: hub, id: id))
+        let failures = outcome.platforms.contains { $0.failure > 0 } ? "\(Self.origin(request))/\(hub)/messages/\(id)/failures" : nil
+        let xml = NHTelemetry.details(outcome, location: Self.messageLocation(request, hub: hub, id: id), failures: failures)
         return Response(
             status: .ok, headers: [.contentType: "application/xml; charset=utf-8"],
             body: ResponseBody(byteBuffer: ByteBuffer(string: xml)))
+    }
+
+    /// `GET /{hub}/messages/{id}/failures` and `GET /v1/notifications/{id}/failures`: every
+    /// delivery of a send that failed for good, one JSON object per line (NDJSON), in outbox order:
+    /// `{"attempts","handle","messageId","platform","reason","registrationId","state","status"}`.
+    /// NH's telemetry points at it as `PnsErrorDetailsUri` (NH's own is a blob of the same facts).
+    func failuresExport(id: String, requester: String = "", hub: String = "", requestID: String) async throws -> Response {
+        guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no notification \(id)") }
+        var out: [UInt8] = []
+        var after: Int64 = 0
+        while true {
+            let page = try await dispatch.listDeliveries(
+                ListDeliveriesRequest(
+                    notificationID: id, requester: requester, afterSequence: after, limit: 1000, hub: hub, failedOnly: true),
+                requestID: requestID
+            ).deliveries
+            for delivery in page {
+                let line: [String: Any] = [
+                    "registrationId": delivery.registrationID, "platform": delivery.platform.name, "handle": delivery.handle,
+                    "state": delivery.state == .abandoned ? "Abandoned" : "Failed", "reason": delivery.reason,
+                    "status": Int(delivery.lastStatus), "attempts": Int(delivery.attempts), "messageId": delivery.messageID,
+                ]
+                out += try JSONSerialization.data(withJSONObject: line, options: [.sortedKeys, .withoutEscapingSlashes])
+                out.append(UInt8(ascii: "\n"))
+            }
+            guard page.count == 1000, let last = page.last else { break }
+            after = last.sequence
+        }
+        return Response(
+            status: .ok, headers: [.contentType: "application/x-ndjson", .cacheControl: "no-store"],
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: out)))
     }
 
     // MARK: parts
@@ -342,7 +374,7 @@ enum NHTelemetry {
     }
 
     /// `GET /{hub}/messages/{id}`'s body.
-    static func details(_ outcome: Outcome, location: String) -> String {
+    static func details(_ outcome: Outcome, location: String, failures: String? = nil) -> String {
         var xml = "<NotificationDetails \(namespaces)>"
         xml += "<NotificationId>\(outcome.notificationID)</NotificationId>"
         xml += "<Location>\(NativePayloads.xmlEscaped(location))</Location>"
@@ -354,6 +386,8 @@ enum NHTelemetry {
         let targets = countElements.compactMap { platforms[$0.0] == nil ? nil : platformName($0.0) }
         xml += "<TargetPlatforms>\(targets.joined(separator: ","))</TargetPlatforms>"
         for (platform, element) in countElements {
+            // .NET reads PnsErrorDetailsUri between the Wns and the Fcm counts.
+            if platform == .fcm, let failures { xml += "<PnsErrorDetailsUri>\(NativePayloads.xmlEscaped(failures))</PnsErrorDetailsUri>" }
             guard let counts = platforms[platform] else { continue }
             var outcomes: [(String, Int64)] = []
             if counts.success > 0 { outcomes.append(("Success", counts.success)) }

@@ -12,6 +12,11 @@ public import Hummingbird
 extension EdgeRoutes {
     func addV1Routes(to router: Router<EdgeRequestContext>) {
         router.post("v1/notifications") { request, context in try await upload(request, context) }
+        router.get("v1/notifications/:id/failures") { request, context in
+            let (user, requestID) = try await authenticate(request, context)
+            return try await failuresExport(
+                id: try Self.text(try context.parameters.require("id"), "id"), requester: user, requestID: requestID)
+        }
         router.get("v1/notifications/:id/outcome") { request, context in
             try await outcome(request, context, id: context.parameters.require("id"))
         }

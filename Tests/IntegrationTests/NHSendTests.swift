@@ -37,7 +37,8 @@ struct NHSendTests {
     func nativeHeadersAndTelemetry() async throws {
         try await PushDeliveryTests.withProviders { fixture, live in
             let full = try await Self.defaultHub(live)
-            for n in 0..<2 { try await live.register("nh-user", handle: apnsToken(700 + n), tags: ["nhsend"]) }
+            for n in 0..<3 { try await live.register("nh-user", handle: apnsToken(700 + n), tags: ["nhsend"]) }
+            fixture.queue(apnsToken(702), .json(400, ["reason": "BadDeviceToken"]))
             let expiration = Int64(Date().timeIntervalSince1970) + 3600
             let send = try await Self.post(
                 live, "/default/messages?api-version=2015-04", full, body: #"{"aps":{"content-available":1},"k":"v"}"#,
@@ -54,7 +55,7 @@ struct NHSendTests {
             #expect(outcome.state == .completed && outcome.platforms.first?.success == 2, "\(outcome)")
 
             let pushes = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
-            #expect(pushes.count == 2)
+            #expect(pushes.count == 3)
             for push in pushes {
                 #expect(push.header("apns-priority") == "5")
                 #expect(push.header("apns-push-type") == "background")
@@ -74,12 +75,20 @@ struct NHSendTests {
             let order = [
                 "<NotificationId>\(id)</NotificationId>", "<Location>", "<State>Completed</State>", "<EnqueueTime>", "<StartTime>",
                 "<EndTime>", "<TargetPlatforms>apple</TargetPlatforms>",
-                "<ApnsOutcomeCounts><Outcome><Name>Success</Name><Count>2</Count></Outcome></ApnsOutcomeCounts>",
+                "<ApnsOutcomeCounts><Outcome><Name>Success</Name><Count>2</Count></Outcome><Outcome><Name>WrongToken</Name><Count>1</Count></Outcome></ApnsOutcomeCounts>",
+                "<PnsErrorDetailsUri>\(live.edge.base.absoluteString)/default/messages/\(id)/failures</PnsErrorDetailsUri>",
             ]
             let positions = order.map { xml.range(of: $0)?.lowerBound }
             #expect(!positions.contains(nil), "\(xml)")
             #expect(positions.compactMap { $0 } == positions.compactMap { $0 }.sorted(), "\(xml)")
             #expect(xml.hasPrefix(#"<NotificationDetails xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect""#))
+            // PnsErrorDetailsUri: the per-device failures, NDJSON.
+            let failures = try await live.edge.request(
+                "GET", "/default/messages/\(id)/failures",
+                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full))
+            #expect(failures.status == 200, "\(failures.text)")
+            #expect(failures.text.contains(#""handle":"\#(apnsToken(702))""#) && failures.text.contains(#""reason":"BadDeviceToken""#))
+            #expect(failures.text.split(separator: "\n").count == 1, "\(failures.text)")
 
             // Another hub's key does not see this hub's send.
             let other = try await NotificationHubsTests.hub("otherhub", live).full
@@ -330,11 +339,16 @@ struct NHSendTests {
         try await PushDeliveryTests.withProviders { fixture, live in
             let full = try await Self.defaultHub(live).replacingOccurrences(of: "Endpoint=sb://", with: "Endpoint=http://")
             let apns = apnsToken(1100)
+            let browser = BrowserSubscription(endpoint: "\(fixture.double.url)/push/py-1")
             let result = try await runProgram(
-                python, [packageRoot.appendingPathComponent("Tests/python/nh_sends_check.py").path, "default", full, apns, "fcm-py-1"])
+                python,
+                [
+                    packageRoot.appendingPathComponent("Tests/python/nh_sends_check.py").path, "default", full, apns, "fcm-py-1",
+                    "\(fixture.double.url)/wns/py-1?token=W", browser.handle,
+                ])
             try #require(result.status == 0, "nh_sends_check.py failed: \(result.error)")
             let out = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
-            for id in ["apple_id", "fcm_id", "template_id", "scheduled_id"] {
+            for id in ["windows_id", "browser_id", "apple_id", "fcm_id", "template_id", "scheduled_id"] {
                 let outcome = try await NotificationHubsTests.finalOutcome(live, notification: try #require(out[id] as? String))
                 #expect(outcome.state == .completed && outcome.platforms.map(\.success).reduce(0, +) >= 1, "\(id): \(outcome)")
             }
@@ -351,6 +365,18 @@ struct NHSendTests {
             }
             #expect(toFCM.contains(#"{"message":{"token":"fcm-py-1","data":{"k":"native fcm"}}}"#), "\(toFCM)")
             #expect(toFCM.contains(#"{"message":{"token":"fcm-py-1","notification":{"title":"from python"}}}"#), "\(toFCM)")
+            let wns = fixture.double.requests.first { $0.path == "/wns/py-1?token=W" }
+            #expect(
+                wns.map { String(decoding: $0.body, as: UTF8.self) }
+                    == #"<toast><visual><binding template="ToastText01"><text id="1">native wns</text></binding></visual></toast>"#)
+            #expect(wns?.header("x-wns-type") == "wns/toast")
+            // Web Push is encrypted for the subscription (the double checks VAPID and aes128gcm); the
+            // record holds the 16-byte salt, record size, key id and the 16-byte tag around the text.
+            let web = try #require(fixture.double.requests.first { $0.path == "/push/py-1" })
+            #expect(web.header("content-encoding") == "aes128gcm")
+            let plaintext: Int = #"{"title": "native web push"}"#.utf8.count
+            let expectedLength: Int = 86 + plaintext + 1 + 16
+            #expect(web.body.count == expectedLength, "\(web.body.count)")
             let scheduled = try #require(out["scheduled_details"] as? String)
             #expect(scheduled.contains("<State>Completed</State>") && scheduled.contains("<ApnsOutcomeCounts>"), "\(scheduled)")
             #expect((out["apple_details"] as? String)?.contains("<TargetPlatforms>apple</TargetPlatforms>") == true)

@@ -215,6 +215,16 @@ struct PushDeliveryTests {
             #expect(Self.platform(outcome, "wns")["failures"] as? [String: Int] == ["HTTP 410": 1])
             #expect(Self.platform(outcome, "browser")["failures"] as? [String: Int] == ["HTTP 410": 1])
             for name in ["apns", "fcm", "wns", "browser"] { #expect(Self.platform(outcome, name)["removedHandles"] as? Int == 1) }
+            // The per-device failures export: one NDJSON line per failed delivery; the sender's only.
+            let export = try await live.edge.request("GET", "/v1/notifications/\(sent.id)/failures", as: "dan")
+            #expect(export.status == 200 && export.header("Content-Type") == "application/x-ndjson")
+            let lines = try export.text.split(separator: "\n").map {
+                try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+            }
+            #expect(Set(lines.compactMap { $0["registrationId"] as? String }) == Set(ids), "\(export.text)")
+            #expect(lines.first { $0["platform"] as? String == "apns" }?["reason"] as? String == "Unregistered")
+            #expect(lines.allSatisfy { $0["state"] as? String == "Failed" && ($0["status"] as? Int ?? 0) >= 400 }, "\(export.text)")
+            #expect(try await live.edge.request("GET", "/v1/notifications/\(sent.id)/failures", as: "carol").status == 404)
 
             // herald-registration deletes them (dispatch reports from a durable queue): poll.
             let deadline = ContinuousClock.now + .seconds(10)

@@ -3,7 +3,7 @@ of NH's JS SDK that no one here wrote): native apple and fcmv1 sends, a template
 send and a cancelled one, and telemetry. Prints what happened as JSON; the Swift test checks what
 reached the APNs and FCM doubles.
 
-Usage: nh_sends_check.py HUB FULL_CONNECTION_STRING APNS_TOKEN FCM_TOKEN
+Usage: nh_sends_check.py HUB FULL_CONNECTION_STRING APNS_TOKEN FCM_TOKEN WNS_CHANNEL BROWSER_SUBSCRIPTION_JSON
 The connection string is `herald hubs keys` output with sb:// replaced by http://.
 """
 import datetime
@@ -13,12 +13,15 @@ import time
 
 from azure_notification_hub import (
     NotificationHubsClient,
+    create_browser_installation,
+    create_browser_notification,
+    create_windows_toast_notification,
     create_apple_notification,
     create_fcm_v1_notification,
     create_template_notification,
 )
 
-hub, full_cs, apns_token, fcm_token = sys.argv[1:5]
+hub, full_cs, apns_token, fcm_token, wns_channel, browser_json = sys.argv[1:7]
 backend = NotificationHubsClient(full_cs, hub)
 # The client returns {} for NH's empty 201 and drops its Location header, which names the send; the
 # check reads it from the responses of the client's own httpx.Client (the one private detail used).
@@ -40,6 +43,17 @@ backend.create_or_update_installation({
     "templates": {"news_en": {"body": '{"message":{"notification":{"title":"$(title)"}}}', "tags": ["lang_en"]}},
 })
 
+backend.create_or_update_installation({"installationId": "py-wns", "platform": "wns", "pushChannel": wns_channel, "tags": ["py"]})
+subscription = json.loads(browser_json)
+backend.create_or_update_installation(create_browser_installation(
+    "py-browser", {"endpoint": subscription["endpoint"], **subscription["keys"]}, tags=["py"]))
+
+out["windows"] = backend.send_notification(
+    create_windows_toast_notification('<toast><visual><binding template="ToastText01"><text id="1">native wns</text></binding></visual></toast>'),
+    tag_expression="py")
+out["windows_id"] = last_id()
+out["browser"] = backend.send_notification(create_browser_notification({"title": "native web push"}), tag_expression="py")
+out["browser_id"] = last_id()
 out["apple"] = backend.send_notification(
     create_apple_notification({"aps": {"alert": "native apple"}}, headers={"apns-priority": "10"}), tag_expression="py")
 out["apple_id"] = last_id()

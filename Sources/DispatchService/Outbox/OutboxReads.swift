@@ -19,12 +19,12 @@ extension Outbox {
     }
 
     /// The outbox entries of send `id`, with the same visibility as ``outcome(of:requester:)``.
-    public func deliveries(of id: String, requester: String = "", hub: String = "", after: Int64, limit: Int) throws
-        -> [DeliveryRecord]
-    {
+    public func deliveries(
+        of id: String, requester: String = "", hub: String = "", failedOnly: Bool = false, after: Int64, limit: Int
+    ) throws -> [DeliveryRecord] {
         try db.read { db in
             _ = try Self.notification(id, requester: requester, hub: hub, db)
-            return try deliveries(of: id, after: after, limit: limit, db)
+            return try deliveries(of: id, failedOnly: failedOnly, after: after, limit: limit, db)
         }
     }
 
@@ -66,13 +66,15 @@ extension Outbox {
     }
 
     /// The deliveries of one notification, in outbox order.
-    func deliveries(of id: String, after: Int64, limit: Int, _ db: Database) throws -> [DeliveryRecord] {
-        try Row.fetchAll(
+    func deliveries(of id: String, failedOnly: Bool = false, after: Int64, limit: Int, _ db: Database) throws -> [DeliveryRecord] {
+        // A send's failures are few next to its deliveries: filtered on the (notification_id, sequence) index's rows.
+        let failed = failedOnly ? " AND state IN (\(DeliveryState.failed.rawValue), \(DeliveryState.abandoned.rawValue))" : ""
+        return try Row.fetchAll(
             db,
             sql: """
                 SELECT sequence, registration_id, platform, state, attempts, message_id, last_status, reason, next_attempt_at,
                        handle
-                FROM delivery WHERE notification_id = ? AND sequence > ? ORDER BY sequence LIMIT ?
+                FROM delivery WHERE notification_id = ? AND sequence > ?\(failed) ORDER BY sequence LIMIT ?
                 """,
             arguments: [id, after, limit]
         ).map { row in

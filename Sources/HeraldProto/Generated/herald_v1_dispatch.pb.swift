@@ -655,13 +655,16 @@ public struct ListDeliveriesRequest: HeraldMessage {
     public var limit: Int32
     /// As in GetOutcomeRequest.
     public var hub: String
+    /// Only deliveries that failed for good (FAILED and ABANDONED): the per-device failures export.
+    public var failedOnly: Bool
 
-    public init(notificationID: String = "", requester: String = "", afterSequence: Int64 = 0, limit: Int32 = 0, hub: String = "") {
+    public init(notificationID: String = "", requester: String = "", afterSequence: Int64 = 0, limit: Int32 = 0, hub: String = "", failedOnly: Bool = false) {
         self.notificationID = notificationID
         self.requester = requester
         self.afterSequence = afterSequence
         self.limit = limit
         self.hub = hub
+        self.failedOnly = failedOnly
     }
 
     public init() {
@@ -670,6 +673,7 @@ public struct ListDeliveriesRequest: HeraldMessage {
         self.afterSequence = 0
         self.limit = 0
         self.hub = ""
+        self.failedOnly = false
     }
 
     public static let protoName = "herald.v1.ListDeliveriesRequest"
@@ -693,6 +697,7 @@ extension ListDeliveriesRequest: CBacked {
         self.afterSequence = m.after_sequence
         self.limit = m.limit
         self.hub = CBridge.string(m.hub)
+        self.failedOnly = m.failed_only != 0
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -703,6 +708,7 @@ extension ListDeliveriesRequest: CBacked {
         p.pointee.after_sequence = self.afterSequence
         p.pointee.limit = self.limit
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ListDeliveriesRequest.hub")
+        p.pointee.failed_only = self.failedOnly ? 1 : 0
         return p
     }
 

@@ -1596,7 +1596,7 @@ const ProtobufCMessageDescriptor herald__v1__delivery_record__descriptor =
   (ProtobufCMessageInit) herald__v1__delivery_record__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__list_deliveries_request__field_descriptors[5] =
+static const ProtobufCFieldDescriptor herald__v1__list_deliveries_request__field_descriptors[6] =
 {
   {
     "notification_id",
@@ -1658,9 +1658,22 @@ static const ProtobufCFieldDescriptor herald__v1__list_deliveries_request__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "failed_only",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDeliveriesRequest, failed_only),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_deliveries_request__field_indices_by_name[] = {
   2,   /* field[2] = after_sequence */
+  5,   /* field[5] = failed_only */
   4,   /* field[4] = hub */
   3,   /* field[3] = limit */
   0,   /* field[0] = notification_id */
@@ -1669,7 +1682,7 @@ static const unsigned herald__v1__list_deliveries_request__field_indices_by_name
 static const ProtobufCIntRange herald__v1__list_deliveries_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__descriptor =
 {
@@ -1679,7 +1692,7 @@ const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__descriptor
   "Herald__V1__ListDeliveriesRequest",
   "herald.v1",
   sizeof(Herald__V1__ListDeliveriesRequest),
-  5,
+  6,
   herald__v1__list_deliveries_request__field_descriptors,
   herald__v1__list_deliveries_request__field_indices_by_name,
   1,  herald__v1__list_deliveries_request__number_ranges,

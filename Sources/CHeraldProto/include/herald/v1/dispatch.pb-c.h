@@ -381,10 +381,14 @@ struct  Herald__V1__ListDeliveriesRequest
    * As in GetOutcomeRequest.
    */
   char *hub;
+  /*
+   * Only deliveries that failed for good (FAILED and ABANDONED): the per-device failures export.
+   */
+  protobuf_c_boolean failed_only;
 };
 #define HERALD__V1__LIST_DELIVERIES_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_deliveries_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0 }
 
 
 /*
