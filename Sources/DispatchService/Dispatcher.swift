@@ -69,8 +69,9 @@ public final class Dispatcher: Sendable {
     }
 
     /// Makes the scheduled sends that are due, earliest first (the scheduler's tick). A send whose
-    /// stored request can no longer be made (its payload or target refused) is abandoned; any
-    /// other failure (herald-registration unreachable) leaves it due for the next tick.
+    /// stored request can no longer be made (its payload or target refused, or any failure that
+    /// is not ``transient``) is abandoned; a transient one (herald-registration unreachable) leaves
+    /// it due for the next tick.
     public func fireDueScheduled(logger: Logger) async throws {
         while true {
             let due = try outbox.dueScheduled(limit: 100)
@@ -82,7 +83,9 @@ public final class Dispatcher: Sendable {
                     if try await make(request, id: id, scheduled: true, requestID: newRequestID(), logger: logger) != nil {
                         DispatchMetrics.scheduledFired(lateness: .milliseconds(max(0, unixMillis() - fireAt)))
                     }
-                } catch let error as ServiceError where [.invalidArgument, .notFound, .failedPrecondition].contains(error.code) {
+                } catch let error as ServiceError where !Self.transient.contains(error.code) {
+                    // Abandoned rather than retried: a send that fails this way every tick would
+                    // hold up every scheduled send due after it.
                     logger.warning("scheduled send abandoned", metadata: ["herald.error": "\(error.message)"])
                     try await outbox.abandonScheduled(id)
                 } catch is ProtoError {
@@ -93,6 +96,9 @@ public final class Dispatcher: Sendable {
             if due.count < 100 { return }
         }
     }
+
+    /// Failures a scheduled send is retried after (at the next tick): a peer down or slow.
+    static let transient: Set<StatusCode> = [.unavailable, .deadlineExceeded, .resourceExhausted, .aborted, .cancelled]
 
     /// Resolves the audience and commits the send (``Outbox/enqueue(id:sender:targetUser:targetTag:payloads:targets:retryWindow:hub:scheduled:)``).
     /// nil when a scheduled send was cancelled (or made) meanwhile.
