@@ -108,8 +108,6 @@ public final class Dispatcher: Sendable {
         let tag = request.targetUser.isEmpty ? request.targetTag : "username:\(request.targetUser)"
 
         // The whole audience is read before anything is committed: a send is all or nothing.
-        let targets = Mutex<[Outbox.Target]>([])
-        var payloads: [OutboxPayload]
         if request.templateSend {
             let rendering = Mutex(
                 TemplateAudience(
@@ -121,14 +119,11 @@ public final class Dispatcher: Sendable {
             ) { batch in
                 try rendering.withLock { try $0.add(batch.registrations) }
             }
-            let (rendered, found) = rendering.withLock { ($0.payloads, $0.targets) }
-            payloads = rendered
-            targets.withLock { $0 = found }
-            return try await commit(
-                request, id: id, scheduled: scheduled, payloads: payloads, targets: targets.withLock { $0 }, logger: logger)
+            let (payloads, targets) = rendering.withLock { ($0.payloads, $0.targets) }
+            return try await commit(request, id: id, scheduled: scheduled, payloads: payloads, targets: targets, logger: logger)
         }
+        let targets = Mutex<[Outbox.Target]>([])
         let prepared = try Self.prepare(request.payloads, sentAt: sentAt)
-        payloads = Array(prepared.values)
         let onlyPlatform = prepared.count == 1 ? prepared.keys.first! : Platform.unspecified
         if !request.deviceHandles.isEmpty {
             try await checkHandles(request, requestID: requestID)
@@ -153,7 +148,8 @@ public final class Dispatcher: Sendable {
                 targets.withLock { $0.append(contentsOf: found) }
             }
         }
-        return try await commit(request, id: id, scheduled: scheduled, payloads: payloads, targets: targets.withLock { $0 }, logger: logger)
+        return try await commit(
+            request, id: id, scheduled: scheduled, payloads: Array(prepared.values), targets: targets.withLock { $0 }, logger: logger)
     }
 
     /// Commits a resolved send (at most `max_devices` of its targets) and answers its outcome.

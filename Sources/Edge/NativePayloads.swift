@@ -65,23 +65,7 @@ public enum NativePayloads {
 
     /// `value` with XML's five special characters escaped, and characters XML 1.0 cannot carry
     /// (C0 controls other than tab, newline, return) dropped.
-    public static func xmlEscaped(_ value: String) -> String {
-        var out = ""
-        out.reserveCapacity(value.utf8.count)
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&apos;"
-            case "\t", "\n", "\r": out.unicodeScalars.append(scalar)
-            default:
-                if scalar.value >= 0x20, scalar.value != 0xFFFE, scalar.value != 0xFFFF { out.unicodeScalars.append(scalar) }
-            }
-        }
-        return out
-    }
+    public static func xmlEscaped(_ value: String) -> String { HeraldModel.xmlEscaped(value) }
 }
 
 /// The image the `rich` profile sends when no `rich-image` is configured: a 64×64 PNG of Herald's

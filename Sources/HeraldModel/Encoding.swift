@@ -46,3 +46,25 @@ public enum Base64URL {
         return Data(base64Encoded: standard).map { [UInt8]($0) }
     }
 }
+
+/// `value` with XML's special characters escaped (`"` and `'` too unless `quotes` is false: text
+/// nodes may keep them), and characters XML 1.0 cannot carry (C0 controls other than tab, newline,
+/// return; U+FFFE, U+FFFF) dropped, so the result is always well-formed. The edge's WNS payloads and
+/// NH's XML, and rendered XML templates, use it.
+public func xmlEscaped(_ value: String, quotes: Bool = true) -> String {
+    var out = ""
+    out.reserveCapacity(value.utf8.count)
+    for scalar in value.unicodeScalars {
+        switch scalar {
+        case "&": out += "&amp;"
+        case "<": out += "&lt;"
+        case ">": out += "&gt;"
+        case "\"" where quotes: out += "&quot;"
+        case "'" where quotes: out += "&apos;"
+        case "\t", "\n", "\r": out.unicodeScalars.append(scalar)
+        default:
+            if scalar.value >= 0x20, scalar.value != 0xFFFE, scalar.value != 0xFFFF { out.unicodeScalars.append(scalar) }
+        }
+    }
+    return out
+}

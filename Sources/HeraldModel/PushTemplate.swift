@@ -75,7 +75,7 @@ public struct PushTemplate: Sendable {
                 let value = expression.evaluate(properties)
                 if expression.isNumeric, Self.looksNumeric(value) { out += value } else { out += jsonStringLiteral(value) }
             case .xmlValue(let expression, let attribute):
-                out += Self.xmlEscaped(expression.evaluate(properties), attribute: attribute)
+                out += xmlEscaped(expression.evaluate(properties), quotes: attribute)
             }
         }
         return out
@@ -116,24 +116,6 @@ public struct PushTemplate: Sendable {
             guard digits() > 0 else { return false }
         }
         return bytes.isEmpty
-    }
-
-    static func xmlEscaped(_ value: String, attribute: Bool) -> String {
-        var out = ""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"" where attribute: out += "&quot;"
-            case "'" where attribute: out += "&apos;"
-            default:
-                // Characters XML 1.0 forbids are dropped, so the output stays well-formed.
-                let v = scalar.value
-                if v == 0x9 || v == 0xA || v == 0xD || (v >= 0x20 && v != 0xFFFE && v != 0xFFFF) { out.unicodeScalars.append(scalar) }
-            }
-        }
-        return out
     }
 
     // MARK: JSON
