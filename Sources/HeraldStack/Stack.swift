@@ -32,6 +32,8 @@ public struct StackConfiguration: Sendable {
     public var tls: StackTLS?
     /// Extra `--key value` settings per service (e.g. "payload": ["--default-ttl-seconds", "5"]).
     public var extraArguments: [String: [String]] = [:]
+    /// A command to run a service under, per service (e.g. "edge": ["valgrind", "--tool=callgrind"]).
+    public var launchers: [String: [String]] = [:]
 
     public init(directory: String, binDirectory: String? = nil) {
         self.directory = URL(fileURLWithPath: directory).standardizedFileURL.path
@@ -222,8 +224,13 @@ public actor Stack {
             throw StackError(description: "\(executable) not found; build first (swift build)")
         }
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments(for: service)
+        if let launcher = c.launchers[service], let command = launcher.first {
+            process.executableURL = URL(fileURLWithPath: command)
+            process.arguments = Array(launcher.dropFirst()) + [executable] + arguments(for: service)
+        } else {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments(for: service)
+        }
         if c.captureLogs {
             let path = "\(c.logDirectory)/\(service).log"
             if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }

@@ -21,6 +21,7 @@ struct HeraldBench: AsyncParsableCommand {
         abstract: "Measure Herald against the machine's own limits.",
         subcommands: [
             AllBench.self, RPCBench.self, EdgeBench.self, FanoutBench.self, NHBench.self, SoakBench.self, ServeBench.self, HelloServer.self,
+            APNsDoubleCommand.self, InstructionsBench.self,
         ],
         defaultSubcommand: AllBench.self
     )
@@ -55,6 +56,24 @@ struct ServeBench: AsyncParsableCommand {
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger)
         try await group.run()
+    }
+}
+
+extension ServeBench {
+    /// Starts `herald-bench serve` under `launcher` and waits until its lean echo answers.
+    static func start(dir: String, launcher: [String], binDirectory: String) async throws -> Process {
+        let process = Process()
+        let command = launcher + [binDirectory + "/herald-bench", "serve", "--dir", dir]
+        process.executableURL = URL(fileURLWithPath: command[0])
+        process.arguments = Array(command.dropFirst())
+        try process.run()
+        let deadline = ContinuousClock.now + .seconds(120)
+        while ContinuousClock.now < deadline, process.isRunning {
+            if await HeraldProcess.checkHealth(socketPath: "\(dir)/bench.sock") { return process }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        process.terminate()
+        throw BenchError("herald-bench serve did not start")
     }
 }
 

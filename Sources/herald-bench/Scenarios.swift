@@ -49,7 +49,8 @@ struct BenchOptions: ParsableArguments {
 /// `herald-bench` (or `herald-bench all`): every scenario, one table each, then a summary of each
 /// figure next to its baseline.
 struct AllBench: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "all", abstract: "Run every scenario: rpc, edge, fanout, memory, nh.")
+    static let configuration = CommandConfiguration(
+        commandName: "all", abstract: "Run every scenario: rpc, edge, fanout (inbox and APNs), memory, nh, instructions.")
     @OptionGroup var options: BenchOptions
 
     func run() async throws { try await execute() }
@@ -60,12 +61,14 @@ struct AllBench: AsyncParsableCommand {
         report.add(try await RPCScenario(options: options).run())
         report.add(try await EdgeScenario(options: options).run())
         report.add(try await FanoutScenario(options: options).run())
+        report.add(try await APNsFanoutScenario(options: options).run())
         report.add(try await NHScenario(options: options).run())
+        report.add(try await InstructionsScenario(options: options).run())
         for table in report.tables { print(table + "\n") }
         print("## summary (ratio = value ÷ baseline; see `better` in the JSON for which way is good)\n")
         print(report.summary())
         print("\nall scenarios in \((ContinuousClock.now - started).wholeMilliseconds / 1000) s")
-        try options.finish(report, scenarios: ["rpc", "edge", "fanout", "memory", "nh"])
+        try options.finish(report, scenarios: ["rpc", "edge", "fanout", "fanout-apns", "memory", "nh", "instructions"])
     }
 }
 
@@ -218,11 +221,17 @@ struct FanoutBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fanout", abstract: "One send to 100,000 registrations; deliveries/s and each service's memory.")
     @OptionGroup var options: BenchOptions
+    @Option(help: "inbox (the embedded provider) or apns (the real sender, to a double in its own process).")
+    var provider = "inbox"
 
     func run() async throws { try await execute() }
 
     func execute() async throws {
-        try options.show(try await FanoutScenario(options: options).run(), scenarios: ["fanout", "memory"])
+        switch provider {
+        case "inbox": try options.show(try await FanoutScenario(options: options).run(), scenarios: ["fanout", "memory"])
+        case "apns": try options.show(try await APNsFanoutScenario(options: options).run(), scenarios: ["fanout-apns"])
+        default: throw ValidationError("--provider must be inbox or apns")
+        }
     }
 }
 
@@ -252,27 +261,10 @@ struct FanoutScenario {
                 idleDetail[service] = try Memory.read(await stack.pid(of: service))
             }
 
-            let started = ContinuousClock.now
-            let acknowledged = Mutex(started)
-            // Send commits the outbox and returns; the clock stops when the outcome is final.
-            let outcome = try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), timeout: .seconds(3600)) { client in
-                let sent = try await DispatchServiceClient(client).send(
-                    SendRequest(
-                        targetTag: "fanout",
-                        payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"fan-out"}}"#.utf8), pushType: "alert")],
-                        sender: "bench")
-                ).outcome
-                acknowledged.withLock { $0 = .now }
-                var outcome = sent
-                while let current = outcome, current.state == .enqueued || current.state == .processing {
-                    try await Task.sleep(for: .milliseconds(20))
-                    outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: current.notificationID))
-                }
-                return outcome
-            }
-            let elapsed = ContinuousClock.now - started
-            let commit = acknowledged.withLock { $0 } - started
-            let delivered = outcome?.platforms.reduce(0) { $0 + $1.success } ?? 0
+            let sent = try await FanoutRun.send(socket: configuration.socketPath("dispatch"), platform: .apns)
+            let elapsed = sent.elapsed
+            let commit = sent.commit
+            let delivered = sent.delivered
             let recorded = try countRows(configuration.dataDirectory + "/dispatch.sqlite", table: "inbox")
             guard delivered == count, recorded == count else {
                 throw BenchError("fan-out delivered \(delivered) and recorded \(recorded) of \(count)")
@@ -420,15 +412,18 @@ struct HelloServer: AsyncParsableCommand {
         try await app.runService()
     }
 
-    /// Starts `herald-bench hello` and waits for its URL.
-    static func start(dir: String) async throws -> (process: Process, url: String) {
+    /// Starts `herald-bench hello` (under `launcher`, when given) and waits for its URL.
+    static func start(
+        dir: String, launcher: [String] = [], binDirectory: String = Stack.defaultBinDirectory(), timeout: Duration = .seconds(30)
+    ) async throws -> (process: Process, url: String) {
         let file = dir + "/hello.url"
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: Stack.defaultBinDirectory() + "/herald-bench")
-        process.arguments = ["hello", "--url-file", file]
+        let command = launcher + [binDirectory + "/herald-bench", "hello", "--url-file", file]
+        process.executableURL = URL(fileURLWithPath: command[0])
+        process.arguments = Array(command.dropFirst())
         try process.run()
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline, process.isRunning {
             if let url = try? String(contentsOfFile: file, encoding: .utf8), !url.isEmpty { return (process, url) }
             try await Task.sleep(for: .milliseconds(20))
         }
@@ -492,10 +487,12 @@ func which(_ name: String) -> String? {
 }
 
 /// Runs a program to completion; its standard output, or an error with its standard error.
-func runProcess(_ executable: String, _ arguments: [String]) throws -> String {
+/// `quiet`: its standard error goes nowhere (openssl's chatter).
+func runProcess(_ executable: String, _ arguments: [String], quiet: Bool = false) throws -> String {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
+    if quiet { process.standardError = FileHandle.nullDevice }
     let out = Pipe()
     process.standardOutput = out
     try process.run()

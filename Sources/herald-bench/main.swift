@@ -20,6 +20,8 @@ do {
     case let command as SoakBench: try await command.execute()
     case let command as ServeBench: try await command.execute()
     case let command as HelloServer: try await command.execute()
+    case let command as APNsDoubleCommand: try await command.execute()
+    case let command as InstructionsBench: try await command.execute()
     case var command: try command.run()
     }
 } catch {

@@ -1,0 +1,232 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Foundation
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import HeraldService
+import HeraldStack
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `herald-bench instructions`: instructions per request, counted by valgrind's callgrind in the
+/// serving processes. Unlike requests/s, a count does not move with the machine's noise: the same
+/// binary and inputs give the same figure within a fraction of a percent, so a regression shows as
+/// a number in CI's quick run.
+///
+/// The processes run under callgrind from their start; after a warm-up, `callgrind_control -z`
+/// zeroes their counters, the calls are made one at a time, and `callgrind_control -d` dumps what
+/// they cost. Counted: an edge `GET api/notifications/{id}` in herald-edge, herald-auth and
+/// herald-payload (the whole server side of the request), and a lean `FetchPayload` in herald-payload;
+/// next to a Hummingbird hello-world GET and a lean echo RPC (`herald-bench serve`), counted the same way.
+struct InstructionsBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "instructions",
+        abstract: "Instructions per edge GET and per FetchPayload (callgrind), next to hello world and a lean echo.")
+    @OptionGroup var options: BenchOptions
+
+    func run() async throws { try await execute() }
+
+    func execute() async throws {
+        try options.show(try await InstructionsScenario(options: options).run(), scenarios: ["instructions"])
+    }
+}
+
+struct InstructionsScenario {
+    var options: BenchOptions
+
+    var calls: Int { options.quick ? 100 : 400 }
+    let warmUp = 30
+
+    func run() async throws -> Report {
+        guard let valgrind = which("valgrind"), let control = which("callgrind_control") else {
+            throw BenchError("valgrind is missing: apt-get install -y valgrind (scripts/setup.sh --bench does it)")
+        }
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let counter = try Callgrind(valgrind: valgrind, control: control, dir: dir)
+        let bin = try counter.strippedCopies()
+
+        // Baselines: the same library's hello world, and the lean protocol's echo.
+        let hello = try await counter.counted("hello") { launcher in
+            try await HelloServer.start(dir: dir, launcher: launcher, binDirectory: bin, timeout: .seconds(120))
+        }
+        defer { hello.process.terminate() }
+        for _ in 0..<warmUp { try await Self.get(hello.url + "/hello", authorization: nil) }
+        let helloGET = try await counter.measure([hello.process.processIdentifier], calls: calls) {
+            try await Self.get(hello.url + "/hello", authorization: nil)
+        }
+        hello.process.terminate()
+
+        let echoServer = try await counter.counted("serve") { launcher in
+            try await ServeBench.start(dir: dir, launcher: launcher, binDirectory: bin)
+        }
+        defer { echoServer.terminate() }
+        let echo = try await RPCClient.with(socketPath: "\(dir)/bench.sock", timeout: .seconds(60)) { client in
+            let auth = AuthServiceClient(client)
+            for _ in 0..<warmUp { _ = try await auth.authenticate(benchRequest) }
+            return try await counter.measure([echoServer.processIdentifier], calls: calls) { _ = try await auth.authenticate(benchRequest) }
+        }
+        echoServer.terminate()
+
+        var configuration = StackConfiguration.bench(dir: dir)
+        configuration.binDirectory = bin
+        configuration.startTimeout = .seconds(300)
+        let counted = ["auth", "payload", "edge"]
+        for service in counted { configuration.launchers[service] = counter.launcher(service) }
+        let stack = Stack(configuration: configuration)
+        try await stack.start()
+        let get: [Double]
+        let fetch: Double
+        do {
+            let pids = try await counted.asyncMap { service -> Int32 in
+                guard let pid = await stack.pid(of: service) else { throw BenchError("herald-\(service) is not running") }
+                return pid
+            }
+            let payloadID = try await RPCClient.with(socketPath: configuration.socketPath("payload")) { client in
+                try await PayloadServiceClient(client).storePayload(
+                    StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8))
+                ).id
+            }
+            let url = await stack.edgeURL + "/api/notifications/\(payloadID)"
+            let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
+            for _ in 0..<warmUp { try await Self.get(url, authorization: authorization) }
+            get = try await counter.measureEach(pids, calls: calls) { try await Self.get(url, authorization: authorization) }
+            fetch = try await RPCClient.with(socketPath: configuration.leanSocketPath("payload"), timeout: .seconds(60)) { client in
+                let payload = PayloadServiceClient(client)
+                let request = FetchPayloadRequest(id: payloadID, requester: "bench")
+                for _ in 0..<warmUp { _ = try await payload.fetchPayload(request) }
+                return try await counter.measure([pids[1]], calls: calls) { _ = try await payload.fetchPayload(request) }
+            }
+            await stack.stop()
+        } catch {
+            await stack.stop()
+            throw error
+        }
+
+        let getTotal = get.reduce(0, +)
+        var report = Report()
+        report.records.append(
+            Record(
+                "instructions", "edge GET api/notifications/{id}: instructions (edge + auth + payload)", unit: "instr", value: getTotal,
+                baseline: "Hummingbird hello world GET", baselineValue: helloGET, better: "lower"))
+        report.records.append(
+            Record(
+                "instructions", "edge GET api/notifications/{id}: instructions in herald-edge", unit: "instr", value: get[2],
+                baseline: "Hummingbird hello world GET", baselineValue: helloGET, better: "lower"))
+        report.records.append(
+            Record(
+                "instructions", "lean FetchPayload: instructions in herald-payload", unit: "instr", value: fetch,
+                baseline: "lean echo RPC", baselineValue: echo, better: "lower"))
+        func k(_ x: Double) -> String { String(format: "%.0f k", x / 1000) }
+        report.tables = [
+            """
+            ## instructions: counted by callgrind in the serving processes, \(calls) calls one at a time after \(warmUp) to warm up
+
+            | request | herald-edge | herald-auth | herald-payload | total | baseline | ratio |
+            |---|---:|---:|---:|---:|---|---:|
+            | edge GET api/notifications/{id} | \(k(get[2])) | \(k(get[0])) | \(k(get[1])) | \(k(getTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", getTotal / helloGET)) |
+            | lean FetchPayload | | | \(k(fetch)) | \(k(fetch)) | lean echo \(k(echo)) | \(String(format: "%.1f×", fetch / echo)) |
+            """
+        ]
+        return report
+    }
+
+    static func get(_ url: String, authorization: String?) async throws {
+        var request = HTTPClientRequest(url: url)
+        if let authorization { request.headers.add(name: "Authorization", value: authorization) }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
+        _ = try await response.body.collect(upTo: 1 << 20)
+        guard response.status.code == 200 else { throw BenchError("GET \(url): \(response.status.code)") }
+    }
+}
+
+/// Runs processes under callgrind and reads what a stretch of calls cost them.
+struct Callgrind {
+    var valgrind: String
+    var control: String
+    var dir: String
+    /// A preloaded `sigsuspend` that hands the kernel a copy of its mask. Valgrind 3.19 writes
+    /// into the mask it is given, and libdispatch passes a read-only one when an async `main`
+    /// parks the main thread (`dispatch_main`): every Swift service would die of SIGSEGV there.
+    var shim: String
+
+    init(valgrind: String, control: String, dir: String) throws {
+        self.valgrind = valgrind
+        self.control = control
+        self.dir = dir
+        guard let cc = which("cc") ?? which("gcc") ?? which("clang") else {
+            throw BenchError("a C compiler is needed for the sigsuspend shim")
+        }
+        let source = dir + "/sigsuspend-shim.c"
+        try """
+        #define _GNU_SOURCE
+        #include <signal.h>
+        #include <sys/syscall.h>
+        #include <unistd.h>
+        int sigsuspend(const sigset_t *mask) { sigset_t copy = *mask; return (int)syscall(SYS_rt_sigsuspend, &copy, 8); }
+
+        """.write(toFile: source, atomically: true, encoding: .utf8)
+        shim = dir + "/sigsuspend-shim.so"
+        _ = try runProcess(cc, ["-shared", "-fPIC", "-O2", "-o", shim, source])
+    }
+
+    /// Copies of the executables without their DWARF: valgrind 3.19 cannot read the DWARF 5 that
+    /// Swift 6 writes, and callgrind needs only the symbol table. Returns the copies' folder.
+    func strippedCopies() throws -> String {
+        guard let strip = which("strip") else { throw BenchError("strip is missing (binutils)") }
+        let bin = dir + "/bin"
+        try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
+        for name in ["herald-bench", "herald-auth", "herald-registration", "herald-payload", "herald-dispatch", "herald-edge"] {
+            _ = try runProcess(strip, ["--strip-debug", "-o", "\(bin)/\(name)", Stack.defaultBinDirectory() + "/" + name])
+        }
+        return bin
+    }
+
+    /// The launcher for a process named `name`: its counts go to `<dir>/callgrind.<name>.<pid>`.
+    func launcher(_ name: String) -> [String] {
+        [
+            "/usr/bin/env", "LD_PRELOAD=\(shim)", valgrind, "--tool=callgrind", "--callgrind-out-file=\(dir)/callgrind.\(name).%p",
+            "--log-file=\(dir)/valgrind.\(name).%p.log",
+        ]
+    }
+
+    func counted<T>(_ name: String, start: ([String]) async throws -> T) async throws -> T {
+        try await start(launcher(name))
+    }
+
+    /// Instructions per call in `pids`, together.
+    func measure(_ pids: [Int32], calls: Int, _ call: () async throws -> Void) async throws -> Double {
+        try await measureEach(pids, calls: calls, call).reduce(0, +)
+    }
+
+    /// Instructions per call in each of `pids`.
+    func measureEach(_ pids: [Int32], calls: Int, _ call: () async throws -> Void) async throws -> [Double] {
+        for pid in pids { _ = try runProcess(control, ["-z", String(pid)], quiet: true) }
+        for _ in 0..<calls { try await call() }
+        var counts: [Double] = []
+        for pid in pids {
+            let before = Set(try FileManager.default.contentsOfDirectory(atPath: dir))
+            _ = try runProcess(control, ["-d", String(pid)], quiet: true)
+            let dumped = try FileManager.default.contentsOfDirectory(atPath: dir).filter { !before.contains($0) && $0.contains(".\(pid).") }
+            guard let file = dumped.first else { throw BenchError("callgrind wrote no dump for \(pid)") }
+            let text = try String(contentsOfFile: "\(dir)/\(file)", encoding: .utf8)
+            guard let summary = text.firstMatch(of: /\nsummary: (\d+)/).flatMap({ Double($0.1) }) else {
+                throw BenchError("no summary in \(file)")
+            }
+            counts.append(summary / Double(calls))
+        }
+        return counts
+    }
+}
+
+extension Array {
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var out: [T] = []
+        out.reserveCapacity(count)
+        for element in self { out.append(try await transform(element)) }
+        return out
+    }
+}
