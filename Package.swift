@@ -175,9 +175,13 @@ let package = Package(
             dependencies: [
                 "HeraldRPC", "HeraldModel", "HeraldService",
                 .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Metrics", package: "swift-metrics"),
-                // Outbound HTTP/2 to APNs (one multiplexed connection per host), HTTP/1.1 or 2 elsewhere.
+                // Outbound HTTP/1.1 or 2 to FCM, WNS, Web Push and OAuth token endpoints.
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                // The lean APNs path: HTTP/2 frames on a few pooled connections (HTTP2Pool).
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 // ECDH, HKDF and AES-GCM for Web Push's aes128gcm encoding.
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -230,8 +234,14 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 // The soak scenario's HTTP client (already built for `herald device`).
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                // The nh scenario signs its SAS token (HMAC-SHA256).
+                // The nh scenario signs its SAS token (HMAC-SHA256); the APNs double checks ES256.
                 .product(name: "Crypto", package: "swift-crypto"),
+                // The APNs double (fanout --provider apns): HTTP/2 over TLS on NIO.
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ],
             swiftSettings: swiftSettings
         ),

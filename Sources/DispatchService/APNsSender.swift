@@ -1,11 +1,12 @@
-public import AsyncHTTPClient
 import Foundation
 import HeraldModel
 public import HeraldProto
 import HeraldRPC
 import HeraldService
-public import JWTKit
+import JWTKit
 import NIOCore
+import NIOHPACK
+import NIOHTTP1
 
 /// APNs provider-token settings (token-based auth, a `.p8` key from Apple's developer account).
 public struct APNsCredentials: Sendable {
@@ -81,21 +82,22 @@ public actor APNsProviderToken {
 
 /// Sends to APNs over HTTP/2: `POST /3/device/<token>` with the provider token, `apns-topic`,
 /// `apns-push-type`, `apns-priority`, `apns-id` (the delivery's message id, the same on every
-/// retry), `apns-expiration` and `apns-collapse-id`. All requests share one HTTP/2 connection per
-/// endpoint, up to `concurrency` streams of a batch at once.
-public struct APNsSender: SingleRequestSender {
+/// retry), `apns-expiration` and `apns-collapse-id`.
+///
+/// A batch goes out whole on one of a few connections (``HTTP2Pool``): one provider-token lookup,
+/// one set of headers and one body buffer per payload, one deadline. APNs lets a connection carry
+/// many concurrent streams (it advertises how many); streams beyond that wait in NIO's buffer.
+public struct APNsSender: PushSender {
     public let credentials: APNsCredentials
-    public let client: HTTPClient
+    public let pool: HTTP2Pool
     public let token: APNsProviderToken
     public let timeout: Duration
-    public let concurrency: Int
 
-    public init(credentials: APNsCredentials, client: HTTPClient, token: APNsProviderToken, timeout: Duration, concurrency: Int = 500) {
+    public init(credentials: APNsCredentials, client: PushClient, token: APNsProviderToken, timeout: Duration) throws {
         self.credentials = credentials
-        self.client = client
+        pool = try client.pool(url: credentials.baseURL)
         self.token = token
         self.timeout = timeout
-        self.concurrency = concurrency
     }
 
     /// The headers that follow from a push's options (the inbox records the same ones).
@@ -106,39 +108,82 @@ public struct APNsSender: SingleRequestSender {
         ]
     }
 
-    public func send(_ item: PushItem) async -> PushResult {
+    public func send(_ items: [PushItem]) async -> [PushResult] {
+        guard !items.isEmpty else { return [] }
         let jwt: String
-        do { jwt = try await token.token() } catch { return .failed(status: 0, reason: "ProviderTokenUnavailable") }
-        var request = HTTPClientRequest(url: "\(credentials.baseURL)/3/device/\(item.handle)")
-        request.method = .POST
-        request.headers.add(name: "authorization", value: "bearer \(jwt)")
-        request.headers.add(name: "apns-topic", value: credentials.topic)
-        let options = item.payload.options
-        for header in Self.headers(for: options) { request.headers.add(name: header.name, value: header.value) }
-        request.headers.add(name: "apns-id", value: item.messageID)
+        do { jwt = try await token.token() } catch {
+            return Array(repeating: .failed(status: 0, reason: "ProviderTokenUnavailable"), count: items.count)
+        }
+        var requests: [HTTP2Request] = []
+        requests.reserveCapacity(items.count)
+        // A batch's items share a few payloads (one per send and platform, or per rendered template).
+        var shared: (notificationID: String, key: OutboxPayload.Key, headers: HPACKHeaders, body: ByteBuffer)?
+        for item in items {
+            if shared == nil || shared!.notificationID != item.notificationID || shared!.key != item.payload.key {
+                shared = (
+                    item.notificationID, item.payload.key, payloadHeaders(item.payload.options, jwt: jwt),
+                    ByteBuffer(bytes: item.payload.body)
+                )
+            }
+            var headers = HPACKHeaders()
+            headers.reserveCapacity(shared!.headers.count + 5)
+            headers.add(name: ":method", value: "POST")
+            headers.add(name: ":scheme", value: pool.scheme)
+            headers.add(name: ":authority", value: pool.authority)
+            // Different for every push: literals, so they do not push the token out of HPACK's table.
+            headers.add(name: ":path", value: "/3/device/" + item.handle, indexing: .nonIndexable)
+            headers.add(name: "apns-id", value: item.messageID, indexing: .nonIndexable)
+            headers.add(contentsOf: shared!.headers)
+            requests.append(HTTP2Request(headers: headers, body: shared!.body))
+        }
+        let answers = await pool.send(requests, timeout: timeout)
+        var refused = false
+        let results = answers.map { answer -> PushResult in
+            switch answer {
+            case .failed(let reason):
+                return .retry(status: 0, reason: reason, after: nil)
+            case .answered(200, _, _):
+                return .delivered(status: 200)
+            case .answered(let status, let headers, let body):
+                let result = Self.classify(
+                    PushHTTP.Answer(status: status, headers: HTTPHeaders(headers.map { ($0.name, $0.value) }), body: Array(buffer: body)))
+                if case .retry(403, "ExpiredProviderToken", _) = result { refused = true }
+                return result
+            }
+        }
+        if refused { await token.refused(jwt) }
+        return results
+    }
+
+    /// The headers every push of one payload carries (`jwt`: the provider token).
+    private func payloadHeaders(_ options: DeliveryOptions, jwt: String) -> HPACKHeaders {
+        var headers = HPACKHeaders()
+        headers.add(name: "authorization", value: "bearer \(jwt)")
+        headers.add(name: "apns-topic", value: credentials.topic)
+        for header in Self.headers(for: options) { headers.add(name: header.name, value: header.value) }
         // Without a TTL the header is left out: APNs then stores the push and retries it itself
         // (apns-expiration 0 would mean "try once, never store"). APNs wants Unix seconds.
-        if options.expiresAtUnixMs > 0 { request.headers.add(name: "apns-expiration", value: String(options.expiresAtUnixMs / 1000)) }
-        if !options.collapseID.isEmpty { request.headers.add(name: "apns-collapse-id", value: options.collapseID) }
-        request.body = .bytes(ByteBuffer(bytes: item.payload.body))
+        if options.expiresAtUnixMs > 0 { headers.add(name: "apns-expiration", value: String(options.expiresAtUnixMs / 1000)) }
+        if !options.collapseID.isEmpty { headers.add(name: "apns-collapse-id", value: options.collapseID) }
+        return headers
+    }
 
-        return await PushHTTP.send(client, request, timeout: timeout) { answer in
-            let reason = answer.json?["reason"] as? String ?? "HTTP \(answer.status)"
-            switch (answer.status, reason) {
-            case (200, _):
-                return .delivered(status: 200)
-            case (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"):
-                return .unregistered(status: 400, reason: reason, since: 0)
-            case (410, _):
-                // Unregistered / ExpiredToken: `timestamp` (ms) is when the token stopped being valid.
-                let since = (answer.json?["timestamp"] as? NSNumber)?.int64Value ?? 0
-                return .unregistered(status: 410, reason: reason, since: since)
-            case (403, "ExpiredProviderToken"):
-                await token.refused(jwt)
-                return .retry(status: 403, reason: reason, after: nil)
-            default:
-                return PushHTTP.generic(answer, reason: reason)
-            }
+    /// What an answer other than 200 means.
+    static func classify(_ answer: PushHTTP.Answer) -> PushResult {
+        let reason = answer.json?["reason"] as? String ?? "HTTP \(answer.status)"
+        switch (answer.status, reason) {
+        case (200, _):
+            return .delivered(status: 200)
+        case (400, "BadDeviceToken"), (400, "DeviceTokenNotForTopic"):
+            return .unregistered(status: 400, reason: reason, since: 0)
+        case (410, _):
+            // Unregistered / ExpiredToken: `timestamp` (ms) is when the token stopped being valid.
+            let since = (answer.json?["timestamp"] as? NSNumber)?.int64Value ?? 0
+            return .unregistered(status: 410, reason: reason, since: since)
+        case (403, "ExpiredProviderToken"):
+            return .retry(status: 403, reason: reason, after: nil)
+        default:
+            return PushHTTP.generic(answer, reason: reason)
         }
     }
 }

@@ -1,4 +1,4 @@
-public import AsyncHTTPClient
+import AsyncHTTPClient
 import Foundation
 import GRDB
 public import HeraldModel
@@ -120,7 +120,7 @@ public struct DispatchConfig: Sendable {
     /// The hub default's sender of each platform: real where configured (unless `provider` is
     /// `inbox`), the inbox otherwise, over `client` (shut down by whoever runs them after the last
     /// send, ``PushClientShutdown``).
-    public func senders(inbox: InboxProvider, client: HTTPClient) async throws -> (senders: [Platform: any PushSender], real: [Platform]) {
+    public func senders(inbox: InboxProvider, client: PushClient) async throws -> (senders: [Platform: any PushSender], real: [Platform]) {
         var senders: [Platform: any PushSender] = [.apns: inbox, .fcm: inbox, .wns: inbox, .browser: inbox]
         guard provider == .auto else { return (senders, []) }
         var real: [Platform] = []
@@ -147,7 +147,7 @@ public struct DispatchConfig: Sendable {
 /// so the service group (which stops services in reverse order) stops it after the worker's last
 /// send; AsyncHTTPClient traps on a client released without a shutdown.
 struct PushClientShutdown: Service {
-    let client: HTTPClient
+    let client: PushClient
 
     func run() async throws {
         try? await gracefulShutdown()

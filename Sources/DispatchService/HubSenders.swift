@@ -73,7 +73,7 @@ public enum PlatformCredentials: Sendable {
     }
 
     /// A sender over `client`. Checks the keys (a bad one is INVALID_ARGUMENT saying which).
-    public func makeSender(client: HTTPClient, timeout: Duration) async throws -> any PushSender {
+    public func makeSender(client: PushClient, timeout: Duration) async throws -> any PushSender {
         func checked<T>(_ problem: String, _ body: () async throws -> T) async throws -> T {
             do { return try await body() } catch { throw ServiceError.invalidArgument(problem) }
         }
@@ -82,21 +82,23 @@ public enum PlatformCredentials: Sendable {
             let token = try await checked("the APNs key is not a P-256 private key in PEM (the .p8 file)") {
                 try await APNsProviderToken(keyPEM: credentials.keyPEM, keyID: credentials.keyID, teamID: credentials.teamID)
             }
-            return APNsSender(credentials: credentials, client: client, token: token, timeout: timeout)
+            return try await checked("the APNs url is not an https://host[:port] URL") {
+                try APNsSender(credentials: credentials, client: client, token: token, timeout: timeout)
+            }
         case .fcm(let account, let url, let tokenURL):
             let tokens = try await checked("the FCM service account's private_key is not an RSA private key in PEM") {
-                try await FCMAccessToken.cache(account: account, tokenURL: tokenURL, client: client, timeout: timeout)
+                try await FCMAccessToken.cache(account: account, tokenURL: tokenURL, client: client.http, timeout: timeout)
             }
-            return FCMSender(baseURL: url, projectID: account.projectID, client: client, tokens: tokens, timeout: timeout)
+            return FCMSender(baseURL: url, projectID: account.projectID, client: client.http, tokens: tokens, timeout: timeout)
         case .wns(let clientID, let clientSecret, let tokenURL):
             let tokens = WNSAccessToken.cache(
-                clientID: clientID, clientSecret: clientSecret, tokenURL: tokenURL, client: client, timeout: timeout)
-            return WNSSender(client: client, tokens: tokens, timeout: timeout)
+                clientID: clientID, clientSecret: clientSecret, tokenURL: tokenURL, client: client.http, timeout: timeout)
+            return WNSSender(client: client.http, tokens: tokens, timeout: timeout)
         case .webPush(let keyPEM, let subject):
             let vapid = try await checked("the VAPID key is not a P-256 private key in PEM") {
                 try await VAPID(keyPEM: keyPEM, subject: subject)
             }
-            return WebPushSender(client: client, vapid: vapid, timeout: timeout)
+            return WebPushSender(client: client.http, vapid: vapid, timeout: timeout)
         }
     }
 
@@ -163,13 +165,13 @@ public final class HubSenders: Sendable {
     public let defaults: [Platform: any PushSender]
     public let inbox: InboxProvider
     private let hubs = Mutex<[String: [Platform: (sender: any PushSender, summary: String, updatedAt: Int64)]]>([:])
-    private let client: HTTPClient?
+    private let client: PushClient?
     private let timeout: Duration
     /// `provider` inbox: hubs' credentials are checked and kept, and every push still goes to the inbox.
     private let recordOnly: Bool
 
     public init(
-        defaults: [Platform: any PushSender], inbox: InboxProvider, client: HTTPClient?, timeout: Duration, recordOnly: Bool = false
+        defaults: [Platform: any PushSender], inbox: InboxProvider, client: PushClient?, timeout: Duration, recordOnly: Bool = false
     ) {
         self.defaults = defaults
         self.inbox = inbox

@@ -2,22 +2,27 @@ public import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
-public import NIOSSL
+import NIOSSL
 
 /// The outbound HTTP client every sender shares: AsyncHTTPClient over SwiftNIO, HTTP/2 when the
 /// service offers it in ALPN (APNs requires it; one connection per host carries many concurrent
 /// streams), HTTP/1.1 otherwise. Redirects are never followed (a push service does not redirect,
 /// and a device-supplied URL must not bounce Herald's credentials elsewhere).
 public enum PushHTTP {
-    /// `extraCAFile`: a PEM bundle trusted besides the system roots (the tests' CA).
-    public static func makeClient(extraCAFile: String?, connectTimeout: Duration = .seconds(10)) -> HTTPClient {
+    /// The clients every sender shares. `extraCAFile`: a PEM bundle trusted besides the system
+    /// roots (the tests' CA).
+    public static func makeClient(extraCAFile: String?, connectTimeout: Duration = .seconds(10)) -> PushClient {
         var tls = TLSConfiguration.makeClientConfiguration()
         if let extraCAFile { tls.additionalTrustRoots = [.file(extraCAFile)] }
         var configuration = HTTPClient.Configuration(
             tlsConfiguration: tls, redirectConfiguration: .disallow,
             timeout: .init(connect: .nanoseconds(connectTimeout.wholeNanoseconds)))
         configuration.httpVersion = .automatic
-        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+        var h2 = tls
+        h2.applicationProtocols = ["h2"]
+        return PushClient(
+            http: HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration),
+            h2: Result { try NIOSSLContext(configuration: h2) }, connectTimeout: connectTimeout)
     }
 
     /// One exchange's answer: status, headers and up to 64 KiB of body (push services answer small).
@@ -95,6 +100,30 @@ public enum PushHTTP {
             "\(name)=\(value.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")"
         }.joined(separator: "&")
     }
+}
+
+/// The outbound clients of herald-dispatch: AsyncHTTPClient, where its generality pays (OAuth
+/// token endpoints, FCM, WNS, Web Push: HTTP/1.1 or 2, any host), and the TLS context of the lean
+/// HTTP/2 pools (``HTTP2Pool``) that carry APNs' batches. Shut down once, when the process stops.
+public final class PushClient: Sendable {
+    public let http: HTTPClient
+    /// The HTTP/2 pools' TLS context (same trust roots, ALPN h2); an unreadable CA file fails here,
+    /// when a pool is made, rather than at start.
+    private let h2: Result<NIOSSLContext, any Error>
+    private let connectTimeout: Duration
+
+    init(http: HTTPClient, h2: Result<NIOSSLContext, any Error>, connectTimeout: Duration) {
+        self.http = http
+        self.h2 = h2
+        self.connectTimeout = connectTimeout
+    }
+
+    /// A pool of `connections` HTTP/2 connections to `url`'s origin.
+    public func pool(url: String, connections: Int = 2) throws -> HTTP2Pool {
+        try HTTP2Pool(url: url, tls: try h2.get(), connections: connections, connectTimeout: connectTimeout)
+    }
+
+    public func shutdown() async throws { try await http.shutdown() }
 }
 
 /// An OAuth 2.0 access token cached until shortly before it expires (FCM's service-account grant,

@@ -1,0 +1,419 @@
+public import NIOCore
+public import NIOHPACK
+import NIOHTTP2
+import NIOPosix
+public import NIOSSL
+import NIOTLS
+import Synchronization
+
+/// One request of a batch sent over ``HTTP2Pool``: every header, pseudo-headers first, and a body.
+public struct HTTP2Request: Sendable {
+    public var headers: HPACKHeaders
+    public var body: ByteBuffer
+
+    public init(headers: HPACKHeaders, body: ByteBuffer) {
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// What became of one request: the service's answer, or why there is none (`Timeout`,
+/// `ConnectionError` when it was never processed or the connection was lost, `StreamReset`).
+public enum HTTP2Answer: Sendable {
+    case answered(status: Int, headers: HPACKHeaders, body: ByteBuffer)
+    case failed(reason: String)
+}
+
+/// A few HTTP/2 connections to one push service, each carrying whole batches of requests.
+///
+/// This is the lean path of the APNs sender (issue 19): AsyncHTTPClient spent ~294 µs of CPU per
+/// push, spread over a Swift task, a child channel, a scheduled timeout and header conversions per
+/// request. Here a batch is written frame by frame on the connection's event loop (no stream
+/// channels: the handler matches frames to requests by stream id), flushed once, answered into one
+/// promise, and guarded by one deadline. Headers are HPACK-friendly: the constant ones (the provider
+/// token, the topic) are indexed once per connection; the per-push ones (`:path`, `apns-id`) are
+/// literals that do not churn the dynamic table.
+///
+/// Connections open on first use and are replaced once they fail, are told GOAWAY, or use up their
+/// stream ids; batches are spread over them round-robin. A request that never reached the service
+/// comes back `ConnectionError`, which the senders retry.
+public final class HTTP2Pool: Sendable {
+    /// `host[:port]`, as `:authority` carries it.
+    public let authority: String
+    public let scheme: String
+    private let host: String
+    private let port: Int
+    private let tls: NIOSSLContext?
+    private let group: any EventLoopGroup
+    private let connectTimeout: TimeAmount
+    private let slots: Mutex<(connections: [Slot], next: Int)>
+
+    private enum Slot {
+        case empty
+        case connecting(EventLoopFuture<HTTP2Connection>)
+        case ready(HTTP2Connection)
+    }
+
+    /// `url`: `https://host[:port]` (or `http://` for a cleartext HTTP/2 double). `tls`: the client
+    /// context (ALPN must offer h2).
+    public init(url: String, tls: NIOSSLContext?, connections: Int = 2, connectTimeout: Duration = .seconds(10)) throws {
+        guard let parsed = Self.parse(url) else { throw HTTP2PoolError("not an http(s)://host[:port] URL") }
+        (scheme, host, port) = parsed
+        let defaultPort = scheme == "https" ? 443 : 80
+        authority = port == defaultPort ? host : "\(host):\(port)"
+        self.tls = scheme == "https" ? tls : nil
+        group = MultiThreadedEventLoopGroup.singleton
+        self.connectTimeout = .nanoseconds(connectTimeout.wholeNanoseconds)
+        slots = Mutex((Array(repeating: .empty, count: max(1, connections)), 0))
+    }
+
+    deinit {
+        slots.withLock { state in
+            for case .ready(let connection) in state.connections { connection.close() }
+        }
+    }
+
+    /// Sends every request, at most `timeout` for the whole batch; one answer per request, in order.
+    public func send(_ requests: [HTTP2Request], timeout: Duration) async -> [HTTP2Answer] {
+        guard !requests.isEmpty else { return [] }
+        let connection: HTTP2Connection
+        do { connection = try await self.connection() } catch {
+            return Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
+        }
+        return await connection.send(requests, timeout: .nanoseconds(timeout.wholeNanoseconds))
+    }
+
+    /// The next slot's connection: open and usable, being opened, or opened now.
+    private func connection() async throws -> HTTP2Connection {
+        let (future, opened, index) = slots.withLock { state -> (EventLoopFuture<HTTP2Connection>, Bool, Int) in
+            let index = state.next
+            state.next = (index + 1) % state.connections.count
+            switch state.connections[index] {
+            case .ready(let connection) where connection.isUsable:
+                return (connection.eventLoop.makeSucceededFuture(connection), false, index)
+            case .connecting(let future):
+                return (future, false, index)
+            case .ready, .empty:
+                let future = connect()
+                state.connections[index] = .connecting(future)
+                return (future, true, index)
+            }
+        }
+        if opened {
+            // Registered outside the lock: a callback may run at once.
+            future.whenComplete { result in
+                self.slots.withLock { state in
+                    guard case .connecting(let pending) = state.connections[index], pending === future else { return }
+                    switch result {
+                    case .success(let connection): state.connections[index] = .ready(connection)
+                    case .failure: state.connections[index] = .empty
+                    }
+                }
+            }
+        }
+        return try await future.get()
+    }
+
+    private func connect() -> EventLoopFuture<HTTP2Connection> {
+        let tls = self.tls
+        let host = self.host
+        // SNI never carries an IP address; NIOSSL then checks the certificate against the peer's IP.
+        let sniName: String? = (try? SocketAddress(ipAddress: host, port: 0)) == nil ? host : nil
+        return ClientBootstrap(group: group)
+            .connectTimeout(connectTimeout)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let connection = HTTP2Connection(eventLoop: channel.eventLoop, waitsForALPN: tls != nil)
+                    let pipeline = channel.pipeline.syncOperations
+                    if let tls { try pipeline.addHandler(try NIOSSLClientHandler(context: tls, serverHostname: sniName)) }
+                    try pipeline.addHandler(
+                        NIOHTTP2Handler(
+                            mode: .client,
+                            initialSettings: [
+                                HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
+                                HTTP2Setting(parameter: .initialWindowSize, value: HTTP2Connection.streamWindow),
+                                HTTP2Setting(parameter: .maxHeaderListSize, value: 16384),
+                            ]))
+                    try pipeline.addHandler(connection)
+                }
+            }
+            .connect(host: host, port: port)
+            .flatMap { channel in
+                channel.pipeline.handler(type: HTTP2Connection.self).flatMap { connection in
+                    connection.ready.futureResult.map { connection }
+                }
+            }
+    }
+
+    static func parse(_ url: String) -> (scheme: String, host: String, port: Int)? {
+        let scheme: String
+        var rest: Substring
+        if url.hasPrefix("https://") {
+            scheme = "https"
+            rest = url.dropFirst(8)
+        } else if url.hasPrefix("http://") {
+            scheme = "http"
+            rest = url.dropFirst(7)
+        } else {
+            return nil
+        }
+        if let slash = rest.firstIndex(of: "/") { rest = rest[..<slash] }
+        var host = rest
+        var port = scheme == "https" ? 443 : 80
+        if rest.hasPrefix("[") {
+            guard let close = rest.firstIndex(of: "]") else { return nil }
+            host = rest[rest.index(after: rest.startIndex)..<close]
+            let after = rest[rest.index(after: close)...]
+            if after.hasPrefix(":") {
+                guard let value = Int(after.dropFirst()) else { return nil }
+                port = value
+            }
+        } else if let colon = rest.lastIndex(of: ":") {
+            host = rest[..<colon]
+            guard let value = Int(rest[rest.index(after: colon)...]) else { return nil }
+            port = value
+        }
+        guard !host.isEmpty, (1...65535).contains(port) else { return nil }
+        return (scheme, String(host), port)
+    }
+}
+
+public struct HTTP2PoolError: Error, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// One connection: the last handler of its pipeline, seeing `HTTP2Frame`s (no stream channels).
+///
+/// Everything but `isUsable` is touched on its event loop only.
+final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundIn = Never
+    typealias OutboundOut = HTTP2Frame
+
+    /// Each stream's receive window: answers are small; a larger body is refused anyway.
+    static let streamWindow = 65535
+    /// Answers longer than this are cut (push services answer in a few hundred bytes).
+    static let maxBody = 64 * 1024
+    /// Stream ids run out at 2^31; a connection is replaced well before.
+    static let lastStreamID: Int32 = Int32.max - 4096
+
+    let eventLoop: any EventLoop
+    /// Succeeds once the connection may carry requests (TLS done with h2 negotiated).
+    let ready: EventLoopPromise<Void>
+    private let waitsForALPN: Bool
+    private let usable = Atomic<Bool>(true)
+    private var context: ChannelHandlerContext?
+    private var nextStreamID: Int32 = 1
+    private var exchanges: [Int32: Exchange] = [:]
+    /// Bytes of DATA received since the connection window was last given back.
+    private var unacknowledged = 0
+
+    private struct Exchange {
+        var batch: Batch
+        var index: Int
+        var status: Int?
+        var headers = HPACKHeaders()
+        var body: ByteBuffer?
+    }
+
+    /// One `send`: answers filled in as they come, one promise, one deadline. Used on the
+    /// connection's event loop only.
+    private final class Batch: @unchecked Sendable {
+        var answers: [HTTP2Answer?]
+        var streams: [Int32]
+        var remaining: Int
+        let promise: EventLoopPromise<[HTTP2Answer]>
+        var deadline: Scheduled<Void>?
+
+        init(count: Int, promise: EventLoopPromise<[HTTP2Answer]>) {
+            answers = Array(repeating: nil, count: count)
+            streams = Array(repeating: 0, count: count)
+            remaining = count
+            self.promise = promise
+        }
+
+        func complete(_ index: Int, _ answer: HTTP2Answer) {
+            guard answers[index] == nil else { return }
+            answers[index] = answer
+            remaining -= 1
+            if remaining == 0 {
+                deadline?.cancel()
+                promise.succeed(answers.map { $0! })
+            }
+        }
+    }
+
+    init(eventLoop: any EventLoop, waitsForALPN: Bool) {
+        self.eventLoop = eventLoop
+        ready = eventLoop.makePromise()
+        self.waitsForALPN = waitsForALPN
+    }
+
+    var isUsable: Bool { usable.load(ordering: .relaxed) }
+
+    func close() {
+        eventLoop.execute { self.context?.close(promise: nil) }
+    }
+
+    func send(_ requests: [HTTP2Request], timeout: TimeAmount) async -> [HTTP2Answer] {
+        let promise = eventLoop.makePromise(of: [HTTP2Answer].self)
+        eventLoop.execute { self.start(requests, timeout: timeout, promise: promise) }
+        return (try? await promise.futureResult.get()) ?? Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
+    }
+
+    private func start(_ requests: [HTTP2Request], timeout: TimeAmount, promise: EventLoopPromise<[HTTP2Answer]>) {
+        let batch = Batch(count: requests.count, promise: promise)
+        guard let context, isUsable, nextStreamID + 2 * Int32(requests.count) < Self.lastStreamID else {
+            usable.store(false, ordering: .relaxed)
+            for index in requests.indices { batch.complete(index, .failed(reason: "ConnectionError")) }
+            return
+        }
+        batch.deadline = eventLoop.scheduleTask(in: timeout) { [weak self] in self?.expire(batch) }
+        for (index, request) in requests.enumerated() {
+            let id = nextStreamID
+            nextStreamID += 2
+            batch.streams[index] = id
+            exchanges[id] = Exchange(batch: batch, index: index)
+            let streamID = HTTP2StreamID(id)
+            let hasBody = request.body.readableBytes > 0
+            // The last frame's promise reports the request's fate: if an earlier frame failed, so does it.
+            let written = eventLoop.makePromise(of: Void.self)
+            written.futureResult.whenFailure { [weak self] _ in self?.finish(id, .failed(reason: "ConnectionError")) }
+            context.write(
+                wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: !hasBody)))),
+                promise: hasBody ? nil : written)
+            if hasBody {
+                context.write(
+                    wrapOutboundOut(
+                        HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(request.body), endStream: true)))),
+                    promise: written)
+            }
+        }
+        context.flush()
+        if nextStreamID >= Self.lastStreamID { usable.store(false, ordering: .relaxed) }
+    }
+
+    /// The batch's deadline: what is still unanswered times out, and its streams are reset.
+    private func expire(_ batch: Batch) {
+        for (index, id) in batch.streams.enumerated() where batch.answers[index] == nil {
+            if exchanges.removeValue(forKey: id) != nil, let context {
+                context.write(wrapOutboundOut(HTTP2Frame(streamID: HTTP2StreamID(id), payload: .rstStream(.cancel))), promise: nil)
+            }
+            batch.complete(index, .failed(reason: "Timeout"))
+        }
+        context?.flush()
+    }
+
+    private func finish(_ id: Int32, _ answer: HTTP2Answer) {
+        guard let exchange = exchanges.removeValue(forKey: id) else { return }
+        exchange.batch.complete(exchange.index, answer)
+    }
+
+    private func finishAnswered(_ id: Int32) {
+        guard let exchange = exchanges[id] else { return }
+        if let status = exchange.status {
+            finish(id, .answered(status: status, headers: exchange.headers, body: exchange.body ?? ByteBuffer()))
+        } else {
+            finish(id, .failed(reason: "ConnectionError"))
+        }
+    }
+
+    // MARK: channel events
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if !waitsForALPN, context.channel.isActive { ready.succeed() }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        if !waitsForALPN { ready.succeed() }
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        let id = Int32(Int(frame.streamID))
+        switch frame.payload {
+        case .headers(let block):
+            guard exchanges[id] != nil else { return }
+            if exchanges[id]!.status == nil {
+                guard let status = block.headers.first(name: ":status").flatMap({ Int($0) }) else {
+                    finish(id, .failed(reason: "ConnectionError"))
+                    return
+                }
+                // 1xx: an interim answer; the final one follows.
+                if status < 200 { return }
+                exchanges[id]!.status = status
+                exchanges[id]!.headers = block.headers
+            }
+            if block.endStream { finishAnswered(id) }
+        case .data(let data):
+            unacknowledged += data.data.readableBytes + (data.paddingBytes ?? 0)
+            if unacknowledged >= 32768 {
+                // The connection's receive window is ours to give back (there is no stream multiplexer).
+                context.writeAndFlush(
+                    wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unacknowledged))),
+                    promise: nil)
+                unacknowledged = 0
+            }
+            guard exchanges[id] != nil else { return }
+            if case .byteBuffer(var bytes) = data.data {
+                let room = Self.maxBody - (exchanges[id]!.body?.readableBytes ?? 0)
+                if room > 0 {
+                    if bytes.readableBytes > room { bytes = bytes.getSlice(at: bytes.readerIndex, length: room)! }
+                    if exchanges[id]!.body == nil {
+                        exchanges[id]!.body = bytes
+                    } else {
+                        exchanges[id]!.body!.writeImmutableBuffer(bytes)
+                    }
+                }
+            }
+            if data.endStream { finishAnswered(id) }
+        case .rstStream:
+            finish(id, .failed(reason: "StreamReset"))
+        case .goAway(let lastStreamID, _, _):
+            // Streams above lastStreamID were never processed: safe to send again elsewhere.
+            usable.store(false, ordering: .relaxed)
+            let last = Int32(Int(lastStreamID))
+            for stream in exchanges.keys where stream > last { finish(stream, .failed(reason: "ConnectionError")) }
+        default:
+            break
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? TLSUserEvent, case .handshakeCompleted(let negotiated) = event {
+            if negotiated == "h2" {
+                ready.succeed()
+            } else {
+                ready.fail(HTTP2PoolError("the push service did not offer HTTP/2 in ALPN"))
+                context.close(promise: nil)
+            }
+        } else if let event = event as? StreamClosedEvent, event.reason != nil {
+            finish(Int32(Int(event.streamID)), .failed(reason: "StreamReset"))
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let error = error as? NIOHTTP2Errors.StreamError {
+            finish(Int32(Int(error.streamID)), .failed(reason: "StreamReset"))
+            return
+        }
+        ready.fail(error)
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        usable.store(false, ordering: .relaxed)
+        ready.fail(HTTP2PoolError("connection closed"))
+        for id in Array(exchanges.keys) { finish(id, .failed(reason: "ConnectionError")) }
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.context = nil
+    }
+}
