@@ -5,6 +5,17 @@ public import HeraldProto
 
 /// Claims and leases: what is due, taken by a worker, or recovered after a crash.
 extension Outbox {
+    /// `[1,2,3]`: a batch's sequences as one SQL argument, read back with `json_each`.
+    static func jsonList(_ sequences: [Int64]) -> String {
+        var text = "["
+        text.reserveCapacity(sequences.count * 8 + 2)
+        for (index, sequence) in sequences.enumerated() {
+            if index > 0 { text += "," }
+            text += String(sequence)
+        }
+        return text + "]"
+    }
+
     /// Makes every delivery leased by a previous process due now (its attempt was counted, so it
     /// shows as retried). Call once at start-up, before any worker runs.
     @discardableResult
@@ -67,8 +78,6 @@ extension Outbox {
                     """),
             arguments: [at, limit])
         guard !rows.isEmpty else { return [] }
-        let leaseStatement = try db.cachedStatement(
-            sql: "UPDATE delivery SET leased = 1, attempts = attempts + 1, updated_at = ? WHERE sequence = ?")
         var payloads: [String: [OutboxPayload.Key: OutboxPayload]] = [:]
         var hubs: [String: String] = [:]
         var items: [PushItem] = []
@@ -88,13 +97,19 @@ extension Outbox {
             // Send stores a payload for every platform it targets, in the same transaction.
             guard let payload = payloads[notificationID]?[OutboxPayload.Key(platform: platform, variant: row[8])] else { continue }
             let sequence: Int64 = row[0]
-            if lease { try leaseStatement.execute(arguments: [at, sequence]) }
             let attempts: Int = row[6]
             items.append(
                 PushItem(
                     sequence: sequence, notificationID: notificationID, registrationID: row[2],
                     platform: platform, handle: row[4], messageID: row[5], attempt: attempts + 1,
                     giveUpAt: row[7], payload: payload, hub: hubs[notificationID] ?? Names.defaultHub))
+        }
+        if lease {
+            // One statement for the whole batch: a statement per row cost as much as the row's own update.
+            try db.cachedStatement(
+                sql:
+                    "UPDATE delivery SET leased = 1, attempts = attempts + 1, updated_at = ? WHERE sequence IN (SELECT value FROM json_each(?))"
+            ).execute(arguments: [at, Self.jsonList(items.map(\.sequence))])
         }
         return items
     }

@@ -20,6 +20,11 @@ extension Outbox {
         public var countsAttempt = false
     }
 
+    private struct DeliveredKey: Hashable {
+        var status: Int
+        var countsAttempt: Bool
+    }
+
     /// Records a batch's results, queues handle removals, and finishes each notification that has
     /// nothing pending any more. Returns the notifications finished, with their final state.
     @discardableResult
@@ -41,11 +46,18 @@ extension Outbox {
             var failures: [String: Int] = [:]
         }
         var deltas: [String: [Platform: Delta]] = [:]
+        // Most of a batch is delivered with the same status: those rows take one statement per
+        // (status, countsAttempt); the rest one each.
+        var delivered: [DeliveredKey: [Int64]] = [:]
         for d in decisions {
-            try update.execute(arguments: [
-                d.state.rawValue, d.status, d.reason, d.nextAttemptAt, d.removal == nil ? 0 : 1, at, d.countsAttempt ? 1 : 0,
-                d.sequence,
-            ])
+            if d.state == .delivered, d.removal == nil, d.reason.isEmpty {
+                delivered[DeliveredKey(status: d.status, countsAttempt: d.countsAttempt), default: []].append(d.sequence)
+            } else {
+                try update.execute(arguments: [
+                    d.state.rawValue, d.status, d.reason, d.nextAttemptAt, d.removal == nil ? 0 : 1, at, d.countsAttempt ? 1 : 0,
+                    d.sequence,
+                ])
+            }
             if let removal = d.removal {
                 try db.execute(
                     sql: "INSERT INTO handle_removal (platform, handle, invalid_since, created_at) VALUES (?, ?, ?, ?)",
@@ -64,6 +76,17 @@ extension Outbox {
                 if d.removal != nil { delta.removed += 1 }
             }
             deltas[d.notificationID, default: [:]][d.platform] = delta
+        }
+        if !delivered.isEmpty {
+            let updateDelivered = try db.cachedStatement(
+                sql: """
+                    UPDATE delivery SET state = \(DeliveryState.delivered.rawValue), leased = 0, last_status = ?, reason = '',
+                           next_attempt_at = ?, handle_removed = 0, updated_at = ?, attempts = attempts + ?
+                    WHERE sequence IN (SELECT value FROM json_each(?))
+                    """)
+            for (key, sequences) in delivered {
+                try updateDelivered.execute(arguments: [key.status, at, at, key.countsAttempt ? 1 : 0, Self.jsonList(sequences)])
+            }
         }
         let counters = try db.cachedStatement(
             sql: """
