@@ -124,9 +124,11 @@ public final class HTTP2Pool: Sendable {
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    let connection = HTTP2Connection(eventLoop: channel.eventLoop, waitsForALPN: tls != nil)
+                    let coalescer = FlushCoalescer()
+                    let connection = HTTP2Connection(eventLoop: channel.eventLoop, waitsForALPN: tls != nil, coalescer: coalescer)
                     let pipeline = channel.pipeline.syncOperations
                     if let tls { try pipeline.addHandler(try NIOSSLClientHandler(context: tls, serverHostname: sniName)) }
+                    try pipeline.addHandler(coalescer)
                     try pipeline.addHandler(
                         NIOHTTP2Handler(
                             mode: .client,
@@ -203,6 +205,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     /// Succeeds once the connection may carry requests (TLS done with h2 negotiated).
     let ready: EventLoopPromise<Void>
     private let waitsForALPN: Bool
+    private let coalescer: FlushCoalescer
     private let usable = Atomic<Bool>(true)
     private var context: ChannelHandlerContext?
     private var nextStreamID: Int32 = 1
@@ -245,10 +248,11 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         }
     }
 
-    init(eventLoop: any EventLoop, waitsForALPN: Bool) {
+    init(eventLoop: any EventLoop, waitsForALPN: Bool, coalescer: FlushCoalescer) {
         self.eventLoop = eventLoop
         ready = eventLoop.makePromise()
         self.waitsForALPN = waitsForALPN
+        self.coalescer = coalescer
     }
 
     var isUsable: Bool { usable.load(ordering: .relaxed) }
@@ -271,6 +275,13 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
             return
         }
         batch.deadline = eventLoop.scheduleTask(in: timeout) { [weak self] in self?.expire(batch) }
+        // A flush per request keeps the streams' DATA frames in order: NIOHTTP2's flow-control
+        // buffer sends the streams flushed together in no particular order, so the answers came
+        // back shuffled, and each closed stream left the middle of NIO's stream map (a shift of
+        // the streams behind it: 8% of dispatch's CPU at 1,000 open streams). The coalescer below
+        // the HTTP/2 handler turns those flushes into one write to TLS and the socket.
+        coalescer.hold()
+        defer { coalescer.release() }
         for (index, request) in requests.enumerated() {
             let id = nextStreamID
             nextStreamID += 2
@@ -290,8 +301,8 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
                         HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(request.body), endStream: true)))),
                     promise: written)
             }
+            context.flush()
         }
-        context.flush()
         if nextStreamID >= Self.lastStreamID { usable.store(false, ordering: .relaxed) }
     }
 
@@ -415,5 +426,34 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
+    }
+}
+
+/// Holds the flushes that come down the pipeline while a batch is written, and flushes once
+/// when it is done (see ``HTTP2Connection``'s `start`). Outside a batch it lets every flush by.
+/// Used on its channel's event loop only.
+final class FlushCoalescer: ChannelOutboundHandler, @unchecked Sendable {
+    typealias OutboundIn = IOData
+    typealias OutboundOut = IOData
+
+    private var context: ChannelHandlerContext?
+    private var holding = false
+    private var pending = false
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    func flush(context: ChannelHandlerContext) {
+        if holding { pending = true } else { context.flush() }
+    }
+
+    func hold() { holding = true }
+
+    func release() {
+        holding = false
+        if pending {
+            pending = false
+            context?.flush()
+        }
     }
 }
