@@ -8,15 +8,16 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
-/// `herald-bench apns-double`: APNs on loopback, in a process of its own so that its CPU is not
-/// Herald's, for `fanout --provider apns`.
+/// `herald-bench apns-double`: APNs on loopback (and FCM HTTP v1 with `--fcm-project`), in a
+/// process of its own so that its CPU is not Herald's, for `fanout --provider apns|fcm`.
 ///
 /// HTTP/2 over TLS (ALPN h2), SETTINGS_MAX_CONCURRENT_STREAMS 1000 as APNs advertises. It holds
 /// every request to APNs' rules that cost nothing per request: the provider token's ES256
 /// signature, `kid`, `iss` and age are checked once per connection (and again whenever a
 /// connection's token changes, as APNs caches a verified token), then the device token's form
 /// (64 hex digits), `apns-topic`, `apns-push-type` and `apns-id` on every request; it answers 200
-/// with the `apns-id`, or APNs' status and reason. Frames are handled on the connection (no stream
+/// with the `apns-id`, or APNs' status and reason. For FCM it hands out an access token at `/token`
+/// (counted as a token check) and accepts sends to the project that carry it. Frames are handled on the connection (no stream
 /// channels), and answers are flushed once per read, so one event-loop thread serves well over
 /// 100k requests/s (`herald-bench fanout --provider apns` measures it with h2load).
 struct APNsDoubleCommand: AsyncParsableCommand {
@@ -32,6 +33,7 @@ struct APNsDoubleCommand: AsyncParsableCommand {
     @Option(help: "Written once listening: the double's URL.") var urlFile: String
     @Option(help: "Rewritten every 50 ms: requests answered 200, refused, token checks, connections.") var statsFile: String
     @Option var threads = 1
+    @Option(help: "Also serve FCM HTTP v1 for this project (and its OAuth token endpoint, /token).") var fcmProject: String?
 
     func run() async throws { try await execute() }
 
@@ -43,7 +45,7 @@ struct APNsDoubleCommand: AsyncParsableCommand {
         let context = try NIOSSLContext(configuration: tls)
         let rules = APNsDoubleRules(
             publicKey: try P256.Signing.PublicKey(pemRepresentation: String(contentsOfFile: jwtPublicKey, encoding: .utf8)),
-            keyID: keyID, teamID: teamID, topic: topic)
+            keyID: keyID, teamID: teamID, topic: topic, fcmPath: fcmProject.map { "/v1/projects/\($0)/messages:send" })
         let counters = APNsDoubleCounters()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
         let channel = try await ServerBootstrap(group: group)
@@ -106,6 +108,10 @@ struct APNsDoubleRules: Sendable {
     var keyID: String
     var teamID: String
     var topic: String
+    /// FCM's send path, when FCM is served too.
+    var fcmPath: String?
+    /// The access token the double's `/token` hands out, and FCM sends must carry.
+    static let fcmAccessToken = "bench-fcm-access-token"
 
     /// nil when the token is good; otherwise APNs' reason.
     func check(jwt: String) -> String? {
@@ -142,7 +148,24 @@ final class APNsDoubleHandler: ChannelInboundHandler {
     /// The last token this connection verified.
     private var verified: String?
     /// Streams whose headers arrived, awaiting their body's end: the answer already decided.
-    private var open: [HTTP2StreamID: (status: Int, reason: String, apnsID: String)] = [:]
+    private var open: [HTTP2StreamID: Reply] = [:]
+    private var sent = 0
+
+    /// An answer: status, headers besides `:status`, a JSON body; `push`: a push (counted), not a token request.
+    struct Reply {
+        var status: Int
+        var headers: [(String, String)] = []
+        var body: String?
+        var push = true
+
+        static func apns(_ status: Int, _ reason: String, _ apnsID: String) -> Reply {
+            Reply(status: status, headers: [("apns-id", apnsID)], body: status == 200 ? nil : #"{"reason":"\#(reason)"}"#)
+        }
+
+        static func fcm(_ status: Int, _ error: String) -> Reply {
+            Reply(status: status, body: #"{"error":{"code":\#(status),"status":"\#(error)"}}"#)
+        }
+    }
     private var unacknowledged = 0
 
     init(rules: APNsDoubleRules, counters: APNsDoubleCounters) {
@@ -169,9 +192,8 @@ final class APNsDoubleHandler: ChannelInboundHandler {
                     promise: nil)
                 unacknowledged = 0
             }
-            if body.endStream, let answer = open.removeValue(forKey: frame.streamID) {
-                var answer = answer
-                if body.data.readableBytes > 4096 { answer = (413, "PayloadTooLarge", answer.apnsID) }
+            if body.endStream, var answer = open.removeValue(forKey: frame.streamID) {
+                if body.data.readableBytes > 4096, answer.push { answer = Reply(status: 413, body: #"{"reason":"PayloadTooLarge"}"#) }
                 reply(context, frame.streamID, answer)
             }
         case .rstStream:
@@ -186,7 +208,7 @@ final class APNsDoubleHandler: ChannelInboundHandler {
         context.fireChannelReadComplete()
     }
 
-    private func decide(_ headers: HPACKHeaders) -> (status: Int, reason: String, apnsID: String) {
+    private func decide(_ headers: HPACKHeaders) -> Reply {
         var path = ""
         var authorization = ""
         var topic = ""
@@ -202,42 +224,57 @@ final class APNsDoubleHandler: ChannelInboundHandler {
             default: break
             }
         }
+        if let fcmPath = rules.fcmPath {
+            if path == "/token" {
+                counters.verifications.add(1, ordering: .relaxed)
+                return Reply(
+                    status: 200, body: #"{"access_token":"\#(APNsDoubleRules.fcmAccessToken)","token_type":"Bearer","expires_in":3600}"#,
+                    push: false)
+            }
+            if path == fcmPath {
+                guard authorization == "Bearer \(APNsDoubleRules.fcmAccessToken)" else { return .fcm(401, "UNAUTHENTICATED") }
+                sent += 1
+                return Reply(status: 200, body: #"{"name":"\#(path.dropLast(5))/\#(sent)"}"#)
+            }
+        }
         let device = path.utf8.dropFirst(10)
         guard path.hasPrefix("/3/device/"), device.count == 64, device.allSatisfy({ Self.isHex($0) }) else {
-            return (400, "BadDeviceToken", apnsID)
+            return .apns(400, "BadDeviceToken", apnsID)
         }
-        guard authorization.hasPrefix("bearer ") else { return (403, "MissingProviderToken", apnsID) }
+        guard authorization.hasPrefix("bearer ") else { return .apns(403, "MissingProviderToken", apnsID) }
         if authorization != verified {
             counters.verifications.add(1, ordering: .relaxed)
-            if let problem = rules.check(jwt: String(authorization.dropFirst(7))) { return (403, problem, apnsID) }
+            if let problem = rules.check(jwt: String(authorization.dropFirst(7))) { return .apns(403, problem, apnsID) }
             verified = authorization
         }
-        guard topic == rules.topic else { return (400, "BadTopic", apnsID) }
-        guard type == "alert" || type == "background" else { return (400, "InvalidPushType", apnsID) }
-        guard apnsID.utf8.count == 36 else { return (400, "BadMessageId", apnsID) }
-        return (200, "", apnsID)
+        guard topic == rules.topic else { return .apns(400, "BadTopic", apnsID) }
+        guard type == "alert" || type == "background" else { return .apns(400, "InvalidPushType", apnsID) }
+        guard apnsID.utf8.count == 36 else { return .apns(400, "BadMessageId", apnsID) }
+        return .apns(200, "", apnsID)
     }
 
     private static func isHex(_ byte: UInt8) -> Bool {
         (byte >= 48 && byte <= 57) || (byte >= 97 && byte <= 102) || (byte >= 65 && byte <= 70)
     }
 
-    private func reply(_ context: ChannelHandlerContext, _ stream: HTTP2StreamID, _ answer: (status: Int, reason: String, apnsID: String)) {
+    private func reply(_ context: ChannelHandlerContext, _ stream: HTTP2StreamID, _ answer: Reply) {
+        if answer.push {
+            if answer.status == 200 { counters.delivered.add(1, ordering: .relaxed) } else { counters.refused.add(1, ordering: .relaxed) }
+        }
         var headers = HPACKHeaders()
         headers.add(name: ":status", value: String(answer.status))
-        headers.add(name: "apns-id", value: answer.apnsID, indexing: .nonIndexable)
-        if answer.status == 200 {
-            counters.delivered.add(1, ordering: .relaxed)
+        for (name, value) in answer.headers { headers.add(name: name, value: value, indexing: .nonIndexable) }
+        guard let body = answer.body else {
             context.write(
                 wrapOutboundOut(HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers, endStream: true)))), promise: nil)
             return
         }
-        counters.refused.add(1, ordering: .relaxed)
         headers.add(name: "content-type", value: "application/json")
         context.write(wrapOutboundOut(HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers)))), promise: nil)
-        let body = ByteBuffer(string: #"{"reason":"\#(answer.reason)"}"#)
         context.write(
-            wrapOutboundOut(HTTP2Frame(streamID: stream, payload: .data(.init(data: .byteBuffer(body), endStream: true)))), promise: nil)
+            wrapOutboundOut(
+                HTTP2Frame(streamID: stream, payload: .data(.init(data: .byteBuffer(ByteBuffer(string: body)), endStream: true)))),
+            promise: nil)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -7,13 +7,18 @@ import HeraldService
 import HeraldStack
 import Synchronization
 
-/// `herald-bench fanout --provider apns`: the fan-out through the real APNs sender (HTTP/2, TLS,
-/// an ES256 provider token) to ``APNsDoubleCommand`` in its own process: deliveries/s until the
+/// `herald-bench fanout --provider apns|fcm`: the fan-out through the real APNs sender (HTTP/2,
+/// TLS, an ES256 provider token), or the FCM v1 sender (an OAuth token from the service account),
+/// to ``APNsDoubleCommand`` in its own process: deliveries/s until the
 /// outcome is final, herald-dispatch's CPU per delivery, and, as the baseline, what the double
 /// answers on its own when h2load (Debian's nghttp2-client) drives it, so the figure shows whether
 /// Herald or the double is the limit.
 struct APNsFanoutScenario {
     var options: BenchOptions
+    var platform = Platform.apns
+
+    var scenario: String { platform == .apns ? "fanout-apns" : "fanout-fcm" }
+    var provider: String { platform == .apns ? "APNs" : "FCM v1" }
 
     func run() async throws -> Report {
         guard let h2load = which("h2load") else {
@@ -23,10 +28,11 @@ struct APNsFanoutScenario {
         let dir = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         var configuration = StackConfiguration.bench(dir: dir)
-        try FanoutScenario(options: options).seedRegistrations(count, path: configuration.dataDirectory + "/registration.sqlite")
-        let double = try await APNsDoubleProcess.start(dir: dir)
+        try FanoutScenario(options: options).seedRegistrations(
+            count, path: configuration.dataDirectory + "/registration.sqlite", platform: platform)
+        let double = try await APNsDoubleProcess.start(dir: dir, fcm: platform == .fcm)
         defer { double.stop() }
-        configuration.extraArguments["dispatch", default: []] += double.dispatchArguments
+        configuration.extraArguments["dispatch", default: []] += platform == .fcm ? double.fcmArguments : double.dispatchArguments
 
         let stack = Stack(configuration: configuration)
         try await stack.start()
@@ -37,7 +43,7 @@ struct APNsFanoutScenario {
             guard let dispatch = await stack.pid(of: "dispatch") else { throw BenchError("herald-dispatch is not running") }
             let dispatchBefore = try RPCScenario.cpuSeconds(pid: dispatch)
             let doubleBefore = try RPCScenario.cpuSeconds(pid: double.process.processIdentifier)
-            sent = try await FanoutRun.send(socket: configuration.socketPath("dispatch"), platform: .apns)
+            sent = try await FanoutRun.send(socket: configuration.socketPath("dispatch"), platform: platform)
             dispatchCPU = try RPCScenario.cpuSeconds(pid: dispatch) - dispatchBefore
             doubleCPU = try RPCScenario.cpuSeconds(pid: double.process.processIdentifier) - doubleBefore
             await stack.stop()
@@ -48,35 +54,35 @@ struct APNsFanoutScenario {
         let stats = try await double.waitFor(delivered: count)
         guard sent.delivered == count, stats.delivered == count, stats.refused == 0 else {
             throw BenchError(
-                "APNs fan-out: outcome says \(sent.delivered) delivered, the double answered \(stats.delivered) with 200 and refused \(stats.refused), of \(count)"
+                "\(provider) fan-out: outcome says \(sent.delivered) delivered, the double answered \(stats.delivered) with 200 and refused \(stats.refused), of \(count)"
             )
         }
 
         // The double alone: h2load with the same headers and body, 4 connections × 100 streams.
-        let alone = try double.h2load(h2load, requests: options.quick ? 5_000 : 300_000, dir: dir)
+        let alone = try double.h2load(h2load, requests: options.quick ? 5_000 : 300_000, dir: dir, platform: platform)
         let rate = Double(count) / sent.elapsed.seconds
         var report = Report()
         report.records.append(
             Record(
-                "fanout-apns", "\(count) deliveries through the APNs sender: deliveries/s", unit: "/s", value: rate,
+                scenario, "\(count) deliveries through the \(provider) sender: deliveries/s", unit: "/s", value: rate,
                 baseline: "the double alone under h2load", baselineValue: alone.rate, better: "higher", target: "≥ 50,000/s"))
         report.records.append(
             Record(
-                "fanout-apns", "herald-dispatch CPU per delivery", unit: "µs", value: dispatchCPU * 1e6 / Double(count),
+                scenario, "herald-dispatch CPU per delivery", unit: "µs", value: dispatchCPU * 1e6 / Double(count),
                 baseline: "the double's CPU per request", baselineValue: doubleCPU * 1e6 / Double(count), better: "lower",
                 target: "≤ 20 µs"))
         report.tables = [
             """
-            ## fanout-apns: one send to \(count) APNs registrations through the real sender (HTTP/2 + TLS + ES256) to a double in its own process
+            ## \(scenario): one send to \(count) \(provider) registrations through the real sender to a double in its own process
 
             | | requests | seconds | per second | CPU µs per request |
             |---|---:|---:|---:|---:|
-            | Herald: Send → outbox → APNs sender → every answer recorded | \(count) | \(String(format: "%.2f", sent.elapsed.seconds)) | \(format(rate)) | dispatch \(format(dispatchCPU * 1e6 / Double(count))) |
+            | Herald: Send → outbox → \(provider) sender → every answer recorded | \(count) | \(String(format: "%.2f", sent.elapsed.seconds)) | \(format(rate)) | dispatch \(format(dispatchCPU * 1e6 / Double(count))) |
             | of which: Send answered (audience read, outbox committed) | \(count) | \(String(format: "%.2f", sent.commit.seconds)) | \(format(Double(count) / sent.commit.seconds)) | |
             | the double during Herald's fan-out | \(count) | | | double \(format(doubleCPU * 1e6 / Double(count))) |
             | the double alone, h2load -c 4 -m 100 | \(alone.requests) | \(String(format: "%.2f", alone.seconds)) | \(format(alone.rate)) | double \(format(alone.doubleCPUMicros)) |
 
-            The double checked \(stats.verifications) provider tokens over \(stats.connections) connections (once per connection, as APNs does).
+            The double checked \(stats.verifications) \(platform == .apns ? "provider tokens (once per connection, as APNs does)" : "token requests") over \(stats.connections) connections.
             """
         ]
         return report
@@ -97,7 +103,11 @@ struct FanoutRun {
             let sent = try await DispatchServiceClient(client).send(
                 SendRequest(
                     targetTag: "fanout",
-                    payloads: [NativePayload(platform: platform, body: Array(#"{"aps":{"alert":"fan-out"}}"#.utf8), pushType: "alert")],
+                    payloads: [
+                        platform == .apns
+                            ? NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"fan-out"}}"#.utf8), pushType: "alert")
+                            : NativePayload(platform: platform, body: Array(#"{"notification":{"title":"fan-out"}}"#.utf8))
+                    ],
                     sender: "bench")
             ).outcome
             acknowledged.withLock { $0 = .now }
@@ -125,8 +135,11 @@ struct APNsDoubleProcess {
     var stats: String
     var key: P256.Signing.PrivateKey
     var dispatchArguments: [String]
+    /// herald-dispatch's FCM settings (with `fcm`): a service account whose token_uri is the double.
+    var fcmArguments: [String] = []
+    static let project = "bench-project"
 
-    static func start(dir: String) async throws -> APNsDoubleProcess {
+    static func start(dir: String, fcm: Bool = false) async throws -> APNsDoubleProcess {
         guard let openssl = which("openssl") else { throw BenchError("openssl is missing (scripts/setup.sh --bench installs it)") }
         let folder = dir + "/apns"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
@@ -154,21 +167,38 @@ struct APNsDoubleProcess {
         let stats = "\(folder)/stats"
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Stack.defaultBinDirectory() + "/herald-bench")
-        process.arguments = [
-            "apns-double", "--certificate", "\(folder)/double.pem", "--key", "\(folder)/double.key", "--jwt-public-key",
-            "\(folder)/apns.pub.pem", "--key-id", keyID, "--team-id", teamID, "--topic", topic, "--url-file", urlFile, "--stats-file",
-            stats,
-        ]
+        process.arguments =
+            [
+                "apns-double", "--certificate", "\(folder)/double.pem", "--key", "\(folder)/double.key", "--jwt-public-key",
+                "\(folder)/apns.pub.pem", "--key-id", keyID, "--team-id", teamID, "--topic", topic, "--url-file", urlFile, "--stats-file",
+                stats,
+            ] + (fcm ? ["--fcm-project", project] : [])
         try process.run()
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
             if let url = try? String(contentsOfFile: urlFile, encoding: .utf8), !url.isEmpty {
+                var fcmArguments: [String] = []
+                if fcm {
+                    _ = try runProcess(
+                        openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "\(folder)/fcm.key"],
+                        quiet: true)
+                    let account: [String: Any] = [
+                        "type": "service_account", "project_id": project, "private_key_id": "bench-1",
+                        "private_key": try String(contentsOfFile: "\(folder)/fcm.key", encoding: .utf8),
+                        "client_email": "bench@\(project).iam.gserviceaccount.com", "token_uri": "\(url)/token",
+                    ]
+                    try JSONSerialization.data(withJSONObject: account).write(to: URL(fileURLWithPath: "\(folder)/service-account.json"))
+                    fcmArguments = [
+                        "--push-ca-file", "\(folder)/ca.pem", "--fcm-service-account-file", "\(folder)/service-account.json", "--fcm-url",
+                        url,
+                    ]
+                }
                 return APNsDoubleProcess(
                     process: process, url: url, stats: stats, key: key,
                     dispatchArguments: [
                         "--push-ca-file", "\(folder)/ca.pem", "--apns-key-file", "\(folder)/apns.p8", "--apns-key-id", keyID,
                         "--apns-team-id", teamID, "--apns-topic", topic, "--apns-url", url,
-                    ])
+                    ], fcmArguments: fcmArguments)
             }
             guard process.isRunning else { break }
             try await Task.sleep(for: .milliseconds(20))
@@ -216,17 +246,25 @@ struct APNsDoubleProcess {
     }
 
     /// h2load against the double: `requests` pushes over 4 connections, 100 streams each, one thread.
-    func h2load(_ h2load: String, requests: Int, dir: String) throws -> Alone {
+    func h2load(_ h2load: String, requests: Int, dir: String, platform: Platform = .apns) throws -> Alone {
         let body = dir + "/apns/body.json"
-        try #"{"aps":{"alert":"fan-out"}}"#.write(toFile: body, atomically: true, encoding: .utf8)
+        let arguments: [String]
+        if platform == .fcm {
+            try #"{"message":{"token":"\#(String(repeating: "ab", count: 32))","notification":{"title":"fan-out"}}}"#.write(
+                toFile: body, atomically: true, encoding: .utf8)
+            arguments = [
+                "-H", "authorization: Bearer \(APNsDoubleRules.fcmAccessToken)", "-H", "content-type: application/json; charset=UTF-8",
+                "-d", body, "\(url)/v1/projects/\(Self.project)/messages:send",
+            ]
+        } else {
+            try #"{"aps":{"alert":"fan-out"}}"#.write(toFile: body, atomically: true, encoding: .utf8)
+            arguments = [
+                "-H", "authorization: bearer \(try jwt())", "-H", "apns-topic: \(Self.topic)", "-H", "apns-push-type: alert", "-H",
+                "apns-id: 6c1c7a4e-5b7e-4d4c-9a43-2f3f0c0e1d2b", "-d", body, "\(url)/3/device/\(String(repeating: "ab", count: 32))",
+            ]
+        }
         let before = try RPCScenario.cpuSeconds(pid: process.processIdentifier)
-        let output = try runProcess(
-            h2load,
-            [
-                "-n", String(requests), "-c", "4", "-m", "100", "-t", "1", "-H", "authorization: bearer \(try jwt())", "-H",
-                "apns-topic: \(Self.topic)", "-H", "apns-push-type: alert", "-H", "apns-id: 6c1c7a4e-5b7e-4d4c-9a43-2f3f0c0e1d2b",
-                "-d", body, "\(url)/3/device/\(String(repeating: "ab", count: 32))",
-            ])
+        let output = try runProcess(h2load, ["-n", String(requests), "-c", "4", "-m", "100", "-t", "1"] + arguments)
         let cpu = try RPCScenario.cpuSeconds(pid: process.processIdentifier) - before
         guard let finished = output.firstMatch(of: /finished in ([0-9.]+)(m?s), ([0-9.]+) req\/s/),
             let succeeded = output.firstMatch(of: /(\d+) succeeded/).flatMap({ Int($0.1) }), succeeded == requests,

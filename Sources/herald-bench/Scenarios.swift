@@ -50,7 +50,7 @@ struct BenchOptions: ParsableArguments {
 /// figure next to its baseline.
 struct AllBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "all", abstract: "Run every scenario: rpc, edge, fanout (inbox and APNs), memory, nh, instructions.")
+        commandName: "all", abstract: "Run every scenario: rpc, edge, fanout (inbox, APNs, FCM), memory, nh, instructions.")
     @OptionGroup var options: BenchOptions
 
     func run() async throws { try await execute() }
@@ -62,13 +62,14 @@ struct AllBench: AsyncParsableCommand {
         report.add(try await EdgeScenario(options: options).run())
         report.add(try await FanoutScenario(options: options).run())
         report.add(try await APNsFanoutScenario(options: options).run())
+        report.add(try await APNsFanoutScenario(options: options, platform: .fcm).run())
         report.add(try await NHScenario(options: options).run())
         report.add(try await InstructionsScenario(options: options).run())
         for table in report.tables { print(table + "\n") }
         print("## summary (ratio = value ÷ baseline; see `better` in the JSON for which way is good)\n")
         print(report.summary())
         print("\nall scenarios in \((ContinuousClock.now - started).wholeMilliseconds / 1000) s")
-        try options.finish(report, scenarios: ["rpc", "edge", "fanout", "fanout-apns", "memory", "nh", "instructions"])
+        try options.finish(report, scenarios: ["rpc", "edge", "fanout", "fanout-apns", "fanout-fcm", "memory", "nh", "instructions"])
     }
 }
 
@@ -221,7 +222,7 @@ struct FanoutBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fanout", abstract: "One send to 100,000 registrations; deliveries/s and each service's memory.")
     @OptionGroup var options: BenchOptions
-    @Option(help: "inbox (the embedded provider) or apns (the real sender, to a double in its own process).")
+    @Option(help: "inbox (the embedded provider), apns or fcm (the real sender, to a double in its own process).")
     var provider = "inbox"
 
     func run() async throws { try await execute() }
@@ -230,7 +231,8 @@ struct FanoutBench: AsyncParsableCommand {
         switch provider {
         case "inbox": try options.show(try await FanoutScenario(options: options).run(), scenarios: ["fanout", "memory"])
         case "apns": try options.show(try await APNsFanoutScenario(options: options).run(), scenarios: ["fanout-apns"])
-        default: throw ValidationError("--provider must be inbox or apns")
+        case "fcm": try options.show(try await APNsFanoutScenario(options: options, platform: .fcm).run(), scenarios: ["fanout-fcm"])
+        default: throw ValidationError("--provider must be inbox, apns or fcm")
         }
     }
 }
@@ -332,8 +334,8 @@ struct FanoutScenario {
         }
     }
 
-    /// `count` complete APNs registrations tagged "fanout", written with herald-registration's schema.
-    func seedRegistrations(_ count: Int, path: String) throws {
+    /// `count` complete registrations of `platform` tagged "fanout", written with herald-registration's schema.
+    func seedRegistrations(_ count: Int, path: String, platform: Platform = .apns) throws {
         try makePrivateDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
         let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
         _ = try RegistrationStore(db: pool)
@@ -345,7 +347,7 @@ struct FanoutScenario {
             for index in 0..<count {
                 let id = String(format: "r-bench-%08d", index)
                 let owner = "user\(index % 1000)"
-                try registration.execute(arguments: [id, owner, Platform.apns.rawValue, String(format: "%064x", index), now, now])
+                try registration.execute(arguments: [id, owner, platform.rawValue, String(format: "%064x", index), now, now])
                 try tag.execute(arguments: ["fanout", id])
                 try tag.execute(arguments: ["username:\(owner)", id])
             }
