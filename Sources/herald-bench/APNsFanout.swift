@@ -59,7 +59,7 @@ struct APNsFanoutScenario {
         }
 
         // The double alone: h2load with the same headers and body, 4 connections × 100 streams.
-        let alone = try double.h2load(h2load, requests: options.quick ? 5_000 : 300_000, dir: dir, platform: platform)
+        let alone = try double.h2load(h2load, requests: options.quick ? 2_000 : 300_000, dir: dir, platform: platform)
         let rate = Double(count) / sent.elapsed.seconds
         var report = Report()
         report.records.append(
