@@ -35,7 +35,7 @@ public enum HTTP2Answer: Sendable {
 /// literals that do not churn the dynamic table.
 ///
 /// Connections open on first use and are replaced once they fail, are told GOAWAY, or use up their
-/// stream ids; batches are spread over them round-robin. A request that never reached the service
+/// stream ids; a batch goes to the first that is not busy. A request that never reached the service
 /// comes back `ConnectionError`, which the senders retry.
 public final class HTTP2Pool: Sendable {
     /// `host[:port]`, as `:authority` carries it.
@@ -46,7 +46,7 @@ public final class HTTP2Pool: Sendable {
     private let tls: NIOSSLContext?
     private let group: any EventLoopGroup
     private let connectTimeout: TimeAmount
-    private let slots: Mutex<(connections: [Slot], next: Int)>
+    private let slots: Mutex<[Slot]>
 
     private enum Slot {
         case empty
@@ -64,12 +64,12 @@ public final class HTTP2Pool: Sendable {
         self.tls = scheme == "https" ? tls : nil
         group = MultiThreadedEventLoopGroup.singleton
         self.connectTimeout = .nanoseconds(connectTimeout.wholeNanoseconds)
-        slots = Mutex((Array(repeating: .empty, count: max(1, connections)), 0))
+        slots = Mutex(Array(repeating: .empty, count: max(1, connections)))
     }
 
     deinit {
         slots.withLock { state in
-            for case .ready(let connection) in state.connections { connection.close() }
+            for case .ready(let connection) in state { connection.close() }
         }
     }
 
@@ -83,35 +83,61 @@ public final class HTTP2Pool: Sendable {
         return await connection.send(requests, timeout: .nanoseconds(timeout.wholeNanoseconds))
     }
 
-    /// The next slot's connection: open and usable, being opened, or opened now.
+    /// Streams in flight beyond which a connection counts as busy and the next batch goes to
+    /// another one (APNs lets a connection carry about 1,000).
+    static let busy = 500
+
+    private enum Choice {
+        case use(HTTP2Connection)
+        case wait(EventLoopFuture<HTTP2Connection>)
+        case opened(EventLoopFuture<HTTP2Connection>, slot: Int)
+    }
+
+    /// A connection for the next batch: the first open one that is not busy; else one being
+    /// opened; else a new one in a free slot; else the least busy. So a light load keeps to one
+    /// connection, and a heavy one spreads over all.
     private func connection() async throws -> HTTP2Connection {
-        let (future, opened, index) = slots.withLock { state -> (EventLoopFuture<HTTP2Connection>, Bool, Int) in
-            let index = state.next
-            state.next = (index + 1) % state.connections.count
-            switch state.connections[index] {
-            case .ready(let connection) where connection.isUsable:
-                return (connection.eventLoop.makeSucceededFuture(connection), false, index)
-            case .connecting(let future):
-                return (future, false, index)
-            case .ready, .empty:
-                let future = connect()
-                state.connections[index] = .connecting(future)
-                return (future, true, index)
+        let choice = slots.withLock { state -> Choice in
+            var least: HTTP2Connection?
+            var pending: EventLoopFuture<HTTP2Connection>?
+            var free: Int?
+            for (index, slot) in state.enumerated() {
+                switch slot {
+                case .ready(let connection) where connection.isUsable:
+                    if connection.inFlight < Self.busy { return .use(connection) }
+                    if least == nil || connection.inFlight < least!.inFlight { least = connection }
+                case .connecting(let future):
+                    if pending == nil { pending = future }
+                case .ready, .empty:
+                    if free == nil { free = index }
+                }
             }
+            if let pending { return .wait(pending) }
+            if let free {
+                let future = connect()
+                state[free] = .connecting(future)
+                return .opened(future, slot: free)
+            }
+            return .use(least!)
         }
-        if opened {
+        switch choice {
+        case .use(let connection):
+            return connection
+        case .wait(let future):
+            return try await future.get()
+        case .opened(let future, let index):
             // Registered outside the lock: a callback may run at once.
             future.whenComplete { result in
                 self.slots.withLock { state in
-                    guard case .connecting(let pending) = state.connections[index], pending === future else { return }
+                    guard case .connecting(let pending) = state[index], pending === future else { return }
                     switch result {
-                    case .success(let connection): state.connections[index] = .ready(connection)
-                    case .failure: state.connections[index] = .empty
+                    case .success(let connection): state[index] = .ready(connection)
+                    case .failure: state[index] = .empty
                     }
                 }
             }
+            return try await future.get()
         }
-        return try await future.get()
     }
 
     private func connect() -> EventLoopFuture<HTTP2Connection> {
@@ -207,6 +233,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     private let waitsForALPN: Bool
     private let coalescer: FlushCoalescer
     private let usable = Atomic<Bool>(true)
+    private let streamsInFlight = Atomic<Int>(0)
     private var context: ChannelHandlerContext?
     private var nextStreamID: Int32 = 1
     private var exchanges: [Int32: Exchange] = [:]
@@ -256,12 +283,16 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     var isUsable: Bool { usable.load(ordering: .relaxed) }
+    /// Requests sent and not yet answered (read from any thread).
+    var inFlight: Int { streamsInFlight.load(ordering: .relaxed) }
 
     func close() {
         eventLoop.execute { self.context?.close(promise: nil) }
     }
 
     func send(_ requests: [HTTP2Request], timeout: TimeAmount) async -> [HTTP2Answer] {
+        streamsInFlight.add(requests.count, ordering: .relaxed)
+        defer { streamsInFlight.subtract(requests.count, ordering: .relaxed) }
         let promise = eventLoop.makePromise(of: [HTTP2Answer].self)
         eventLoop.execute { self.start(requests, timeout: timeout, promise: promise) }
         return (try? await promise.futureResult.get()) ?? Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
