@@ -210,10 +210,9 @@ public final class DeliveryWorker: Service, Sendable {
             for (key, share) in shares {
                 group.addTask {
                     guard let sender = self.senders.sender(hub: key.hub, platform: key.platform) else {
-                        return share.map { self.decide($0, .failed(status: 0, reason: "NoCredentials")) }
+                        return self.decideAll(share, Array(repeating: .failed(status: 0, reason: "NoCredentials"), count: share.count))
                     }
-                    let results = await sender.send(share)
-                    return zip(share, results).map { self.decide($0, $1) }
+                    return self.decideAll(share, await sender.send(share))
                 }
             }
             var all: [Outbox.Decision] = []
@@ -230,8 +229,30 @@ public final class DeliveryWorker: Service, Sendable {
         if decisions.contains(where: { $0.removal != nil }) { await flushRemovals() }
     }
 
+    /// ``decide(_:_:now:)`` for a share, with one metrics update per outcome rather than per
+    /// delivery (a counter looked up per delivery was a measurable part of a fan-out's CPU).
+    func decideAll(_ items: [PushItem], _ results: [PushResult]) -> [Outbox.Decision] {
+        let now = unixMillis()
+        var counts: [String: Int] = [:]
+        let decisions = zip(items, results).map { item, result in
+            let (decision, outcome) = decision(item, result, now: now)
+            counts[outcome, default: 0] += 1
+            return decision
+        }
+        if let platform = items.first?.platform {
+            for (outcome, count) in counts { DispatchMetrics.deliveries(platform, outcome, count: count) }
+        }
+        return decisions
+    }
+
     /// Turns a sender's result into the delivery's next state.
     func decide(_ item: PushItem, _ result: PushResult, now: Int64 = unixMillis()) -> Outbox.Decision {
+        let (decision, outcome) = decision(item, result, now: now)
+        DispatchMetrics.deliveries(item.platform, outcome)
+        return decision
+    }
+
+    private func decision(_ item: PushItem, _ result: PushResult, now: Int64) -> (Outbox.Decision, String) {
         var decision = Outbox.Decision(
             sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .failed, status: 0, reason: "",
             nextAttemptAt: now, removal: nil)
@@ -264,7 +285,6 @@ public final class DeliveryWorker: Service, Sendable {
                 outcome = "retry"
             }
         }
-        DispatchMetrics.deliveries(item.platform, outcome)
         if outcome != "delivered" {
             logger.debug(
                 "delivery \(outcome)",
@@ -273,7 +293,7 @@ public final class DeliveryWorker: Service, Sendable {
                     "herald.attempt": "\(item.attempt)", "herald.status": "\(decision.status)", "herald.reason": "\(decision.reason)",
                 ])
         }
-        return decision
+        return (decision, outcome)
     }
 
     /// Reports queued dead handles to herald-registration; those it cannot reach stay queued for
