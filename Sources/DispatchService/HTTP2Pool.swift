@@ -1,3 +1,4 @@
+import Foundation
 public import NIOCore
 public import NIOHPACK
 import NIOHTTP2
@@ -86,6 +87,10 @@ public final class HTTP2Pool: Sendable {
     /// Streams in flight beyond which a connection counts as busy and the next batch goes to
     /// another one (APNs lets a connection carry about 1,000).
     static let busy = 500
+    /// A connection idle this long is closed and opened anew on next use, rather than trusted
+    /// after a NAT or load balancer on the way may have dropped it silently (a write into such a
+    /// connection would wait for the batch's deadline).
+    static let idleLimit: Int64 = 5 * 60 * 1000
 
     private enum Choice {
         case use(HTTP2Connection)
@@ -97,11 +102,20 @@ public final class HTTP2Pool: Sendable {
     /// opened; else a new one in a free slot; else the least busy. So a light load keeps to one
     /// connection, and a heavy one spreads over all.
     private func connection() async throws -> HTTP2Connection {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
         let choice = slots.withLock { state -> Choice in
             var least: HTTP2Connection?
             var pending: EventLoopFuture<HTTP2Connection>?
             var free: Int?
             for (index, slot) in state.enumerated() {
+                if case .ready(let connection) = slot, connection.isUsable, connection.inFlight == 0,
+                    now - connection.lastActive > Self.idleLimit
+                {
+                    connection.close()
+                    state[index] = .empty
+                    if free == nil { free = index }
+                    continue
+                }
                 switch slot {
                 case .ready(let connection) where connection.isUsable:
                     if connection.inFlight < Self.busy { return .use(connection) }
@@ -234,6 +248,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     private let coalescer: FlushCoalescer
     private let usable = Atomic<Bool>(true)
     private let streamsInFlight = Atomic<Int>(0)
+    private let lastActiveMs = Atomic<Int64>(Int64(Date().timeIntervalSince1970 * 1000))
     private var context: ChannelHandlerContext?
     private var nextStreamID: Int32 = 1
     private var exchanges: [Int32: Exchange] = [:]
@@ -285,6 +300,8 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     var isUsable: Bool { usable.load(ordering: .relaxed) }
     /// Requests sent and not yet answered (read from any thread).
     var inFlight: Int { streamsInFlight.load(ordering: .relaxed) }
+    /// When a batch last ended on it, Unix ms.
+    var lastActive: Int64 { lastActiveMs.load(ordering: .relaxed) }
 
     func close() {
         eventLoop.execute { self.context?.close(promise: nil) }
@@ -292,7 +309,10 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
 
     func send(_ requests: [HTTP2Request], timeout: TimeAmount) async -> [HTTP2Answer] {
         streamsInFlight.add(requests.count, ordering: .relaxed)
-        defer { streamsInFlight.subtract(requests.count, ordering: .relaxed) }
+        defer {
+            streamsInFlight.subtract(requests.count, ordering: .relaxed)
+            lastActiveMs.store(Int64(Date().timeIntervalSince1970 * 1000), ordering: .relaxed)
+        }
         let promise = eventLoop.makePromise(of: [HTTP2Answer].self)
         eventLoop.execute { self.start(requests, timeout: timeout, promise: promise) }
         return (try? await promise.futureResult.get()) ?? Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
