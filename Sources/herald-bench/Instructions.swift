@@ -37,8 +37,8 @@ struct InstructionsBench: AsyncParsableCommand {
 struct InstructionsScenario {
     var options: BenchOptions
 
-    var calls: Int { options.quick ? 100 : 400 }
-    let warmUp = 30
+    var calls: Int { options.quick ? 50 : 400 }
+    var warmUp: Int { options.quick ? 20 : 30 }
 
     func run() async throws -> Report {
         guard let valgrind = which("valgrind"), let control = which("callgrind_control") else {
