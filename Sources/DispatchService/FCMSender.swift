@@ -6,6 +6,8 @@ import HeraldRPC
 import HeraldService
 import JWTKit
 import NIOCore
+import NIOHPACK
+import NIOHTTP1
 
 /// A Google service-account key file (the JSON Firebase's console downloads).
 public struct FCMServiceAccount: Sendable, Decodable {
@@ -97,23 +99,27 @@ enum OAuthToken {
 /// Sends to FCM HTTP v1: `POST /v1/projects/<project>/messages:send` with a bearer token and
 /// `{"message":{"token":<handle>,…payload…}}`. The payload's own bytes (data and/or notification
 /// message) are kept as they are; `android.ttl` and `android.collapse_key` are added when set.
-public struct FCMSender: SingleRequestSender {
+///
+/// A batch goes out whole over HTTP/2 (``HTTP2Pool``, as APNs: one token look-up, one flush, one
+/// deadline), which FCM's endpoint offers. FCM, unlike APNs, does not require HTTP/2: if the
+/// configured URL does not offer it in ALPN (a proxy, say), every batch goes through
+/// AsyncHTTPClient instead, a request per device.
+public struct FCMSender: PushSender {
     public static let production = "https://fcm.googleapis.com"
     public let baseURL: String
     public let projectID: String
+    public let pool: HTTP2Pool
     public let client: HTTPClient
     public let tokens: AccessTokenCache
     public let timeout: Duration
-    public let concurrency: Int
 
-    public init(baseURL: String, projectID: String, client: HTTPClient, tokens: AccessTokenCache, timeout: Duration, concurrency: Int = 100)
-    {
+    public init(baseURL: String, projectID: String, client: PushClient, tokens: AccessTokenCache, timeout: Duration) throws {
         self.baseURL = baseURL
         self.projectID = projectID
-        self.client = client
+        pool = try client.pool(url: baseURL)
+        self.client = client.http
         self.tokens = tokens
         self.timeout = timeout
-        self.concurrency = concurrency
     }
 
     /// The headers that follow from a push's options (the inbox records the same ones; the request
@@ -156,27 +162,78 @@ public struct FCMSender: SingleRequestSender {
         return Array((try? JSONSerialization.data(withJSONObject: ["message": message], options: [.sortedKeys])) ?? Data())
     }
 
-    public func send(_ item: PushItem) async -> PushResult {
+    public func send(_ items: [PushItem]) async -> [PushResult] {
+        guard !items.isEmpty else { return [] }
         let bearer: String
-        do { bearer = try await tokens.token() } catch { return .retry(status: 0, reason: "AccessTokenUnavailable", after: nil) }
-        var request = HTTPClientRequest(url: "\(baseURL)/v1/projects/\(projectID)/messages:send")
-        request.method = .POST
-        request.headers.add(name: "authorization", value: "Bearer \(bearer)")
-        request.headers.add(name: "content-type", value: "application/json; charset=UTF-8")
-        request.body = .bytes(ByteBuffer(bytes: Self.message(item)))
-        return await PushHTTP.send(client, request, timeout: timeout) { answer in
-            // {"error":{"code":404,"status":"NOT_FOUND","details":[{"errorCode":"UNREGISTERED",…}]}}
-            let error = answer.json?["error"] as? [String: Any]
-            let details = error?["details"] as? [[String: Any]] ?? []
-            let code = details.compactMap { $0["errorCode"] as? String }.first ?? error?["status"] as? String ?? "HTTP \(answer.status)"
-            switch (answer.status, code) {
-            case (200, _): return .delivered(status: 200)
-            case (_, "UNREGISTERED"): return .unregistered(status: answer.status, reason: code, since: 0)
-            case (401, _):
-                await tokens.invalidate(bearer)
-                return .retry(status: 401, reason: code, after: nil)
-            default: return PushHTTP.generic(answer, reason: code)
+        do { bearer = try await tokens.token() } catch {
+            return Array(repeating: .retry(status: 0, reason: "AccessTokenUnavailable", after: nil), count: items.count)
+        }
+        if pool.offersHTTP2 {
+            let path = "/v1/projects/\(projectID)/messages:send"
+            let requests = items.map { item in
+                var headers = HPACKHeaders()
+                headers.reserveCapacity(6)
+                headers.add(name: ":method", value: "POST")
+                headers.add(name: ":scheme", value: pool.scheme)
+                headers.add(name: ":authority", value: pool.authority)
+                headers.add(name: ":path", value: path)
+                headers.add(name: "authorization", value: "Bearer \(bearer)")
+                headers.add(name: "content-type", value: "application/json; charset=UTF-8")
+                return HTTP2Request(headers: headers, body: ByteBuffer(bytes: Self.message(item)))
             }
+            let answers = await pool.send(requests, timeout: timeout)
+            let noHTTP2 = answers.contains { if case .failed(HTTP2Pool.noHTTP2) = $0 { true } else { false } }
+            if !noHTTP2 {
+                var refused = false
+                let results = answers.map { answer -> PushResult in
+                    switch answer {
+                    case .failed(let reason): return .retry(status: 0, reason: reason, after: nil)
+                    case .answered(200, _, _): return .delivered(status: 200)
+                    case .answered(let status, let headers, let body):
+                        let result = Self.classify(
+                            PushHTTP.Answer(
+                                status: status, headers: HTTPHeaders(headers.map { ($0.name, $0.value) }), body: Array(buffer: body)))
+                        if case .retry(401, _, _) = result { refused = true }
+                        return result
+                    }
+                }
+                if refused { await tokens.invalidate(bearer) }
+                return results
+            }
+        }
+        return await HTTP1(sender: self, bearer: bearer).send(items)
+    }
+
+    /// The request per device through AsyncHTTPClient, when the URL does not offer HTTP/2.
+    struct HTTP1: SingleRequestSender {
+        let sender: FCMSender
+        let bearer: String
+        var concurrency: Int { 100 }
+
+        func send(_ item: PushItem) async -> PushResult {
+            var request = HTTPClientRequest(url: "\(sender.baseURL)/v1/projects/\(sender.projectID)/messages:send")
+            request.method = .POST
+            request.headers.add(name: "authorization", value: "Bearer \(bearer)")
+            request.headers.add(name: "content-type", value: "application/json; charset=UTF-8")
+            request.body = .bytes(ByteBuffer(bytes: FCMSender.message(item)))
+            return await PushHTTP.send(sender.client, request, timeout: sender.timeout) { answer in
+                let result = FCMSender.classify(answer)
+                if case .retry(401, _, _) = result { await sender.tokens.invalidate(bearer) }
+                return result
+            }
+        }
+    }
+
+    /// What an answer means. {"error":{"code":404,"status":"NOT_FOUND","details":[{"errorCode":"UNREGISTERED",…}]}}
+    static func classify(_ answer: PushHTTP.Answer) -> PushResult {
+        let error = answer.json?["error"] as? [String: Any]
+        let details = error?["details"] as? [[String: Any]] ?? []
+        let code = details.compactMap { $0["errorCode"] as? String }.first ?? error?["status"] as? String ?? "HTTP \(answer.status)"
+        switch (answer.status, code) {
+        case (200, _): return .delivered(status: 200)
+        case (_, "UNREGISTERED"): return .unregistered(status: answer.status, reason: code, since: 0)
+        case (401, _): return .retry(status: 401, reason: code, after: nil)
+        default: return PushHTTP.generic(answer, reason: code)
         }
     }
 }

@@ -48,6 +48,13 @@ public final class HTTP2Pool: Sendable {
     private let group: any EventLoopGroup
     private let connectTimeout: TimeAmount
     private let slots: Mutex<[Slot]>
+    private let refusedHTTP2 = Atomic<Bool>(false)
+
+    /// The reason of every answer of a batch when the service does not offer HTTP/2 in ALPN.
+    public static let noHTTP2 = "NoHTTP2"
+
+    /// False once a connection found the service does not offer HTTP/2 (the caller falls back).
+    public var offersHTTP2: Bool { !refusedHTTP2.load(ordering: .relaxed) }
 
     private enum Slot {
         case empty
@@ -79,6 +86,10 @@ public final class HTTP2Pool: Sendable {
         guard !requests.isEmpty else { return [] }
         let connection: HTTP2Connection
         do { connection = try await self.connection() } catch {
+            if (error as? HTTP2PoolError)?.noHTTP2 == true {
+                refusedHTTP2.store(true, ordering: .relaxed)
+                return Array(repeating: .failed(reason: Self.noHTTP2), count: requests.count)
+            }
             return Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
         }
         return await connection.send(requests, timeout: .nanoseconds(timeout.wholeNanoseconds))
@@ -223,7 +234,12 @@ public final class HTTP2Pool: Sendable {
 
 public struct HTTP2PoolError: Error, CustomStringConvertible {
     public var description: String
-    init(_ description: String) { self.description = description }
+    /// The service answered TLS without h2 in ALPN.
+    var noHTTP2 = false
+    init(_ description: String, noHTTP2: Bool = false) {
+        self.description = description
+        self.noHTTP2 = noHTTP2
+    }
 }
 
 /// One connection: the last handler of its pipeline, seeing `HTTP2Frame`s (no stream channels).
@@ -450,7 +466,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
             if negotiated == "h2" {
                 ready.succeed()
             } else {
-                ready.fail(HTTP2PoolError("the push service did not offer HTTP/2 in ALPN"))
+                ready.fail(HTTP2PoolError("the push service did not offer HTTP/2 in ALPN", noHTTP2: true))
                 context.close(promise: nil)
             }
         } else if let event = event as? StreamClosedEvent, event.reason != nil {

@@ -89,7 +89,9 @@ public enum PlatformCredentials: Sendable {
             let tokens = try await checked("the FCM service account's private_key is not an RSA private key in PEM") {
                 try await FCMAccessToken.cache(account: account, tokenURL: tokenURL, client: client.http, timeout: timeout)
             }
-            return FCMSender(baseURL: url, projectID: account.projectID, client: client.http, tokens: tokens, timeout: timeout)
+            return try await checked("the FCM url is not an https://host[:port] URL") {
+                try FCMSender(baseURL: url, projectID: account.projectID, client: client, tokens: tokens, timeout: timeout)
+            }
         case .wns(let clientID, let clientSecret, let tokenURL):
             let tokens = WNSAccessToken.cache(
                 clientID: clientID, clientSecret: clientSecret, tokenURL: tokenURL, client: client.http, timeout: timeout)

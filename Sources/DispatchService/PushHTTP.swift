@@ -19,7 +19,9 @@ public enum PushHTTP {
             timeout: .init(connect: .nanoseconds(connectTimeout.wholeNanoseconds)))
         configuration.httpVersion = .automatic
         var h2 = tls
-        h2.applicationProtocols = ["h2"]
+        // http/1.1 too: a service that offers only that answers the handshake (rather than failing
+        // it), and the pool can tell its caller to fall back (FCM behind a proxy).
+        h2.applicationProtocols = ["h2", "http/1.1"]
         return PushClient(
             http: HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration),
             h2: Result { try NIOSSLContext(configuration: h2) }, connectTimeout: connectTimeout)

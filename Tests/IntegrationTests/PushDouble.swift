@@ -62,12 +62,15 @@ final class PushDouble: Sendable {
 
     fileprivate func record(_ request: Request) { recorded.withLock { $0.append(request) } }
 
-    /// Starts a double with the certificate and key of `tls` (PEM files) on a free loopback port.
-    static func start(certificate: String, key: String, respond: @escaping @Sendable (Request) -> Reply) async throws -> PushDouble {
+    /// Starts a double with the certificate and key of `tls` (PEM files) on a free loopback port;
+    /// with `http1`, one that offers only HTTP/1.1 in ALPN (a proxy in front of FCM, say).
+    static func start(
+        certificate: String, key: String, http1: Bool = false, respond: @escaping @Sendable (Request) -> Reply
+    ) async throws -> PushDouble {
         var configuration = TLSConfiguration.makeServerConfiguration(
             certificateChain: try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) },
             privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem)))
-        configuration.applicationProtocols = ["h2"]
+        configuration.applicationProtocols = http1 ? ["http/1.1"] : ["h2"]
         let context = try NIOSSLContext(configuration: configuration)
         let holder = DoubleHolder()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -78,7 +81,12 @@ final class PushDouble: Sendable {
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context))
                 }.flatMap {
-                    channel.configureHTTP2Pipeline(mode: .server) { stream in
+                    if http1 {
+                        return channel.pipeline.configureHTTPServerPipeline().flatMap {
+                            channel.pipeline.addHandler(StreamHandler(holder: holder, http1: true, respond: respond))
+                        }
+                    }
+                    return channel.configureHTTP2Pipeline(mode: .server) { stream in
                         stream.eventLoop.makeCompletedFuture {
                             try stream.pipeline.syncOperations.addHandlers([
                                 HTTP2FramePayloadToHTTP1ServerCodec(), StreamHandler(holder: holder, respond: respond),
@@ -121,18 +129,23 @@ private final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias OutboundOut = HTTPServerResponsePart
 
     private let holder: DoubleHolder
+    private let http1: Bool
     private let respond: @Sendable (PushDouble.Request) -> PushDouble.Reply
     private var head: HTTPRequestHead?
     private var body: [UInt8] = []
 
-    init(holder: DoubleHolder, respond: @escaping @Sendable (PushDouble.Request) -> PushDouble.Reply) {
+    init(holder: DoubleHolder, http1: Bool = false, respond: @escaping @Sendable (PushDouble.Request) -> PushDouble.Reply) {
         self.holder = holder
+        self.http1 = http1
         self.respond = respond
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
-        case .head(let head): self.head = head
+        case .head(let head):
+            // Over HTTP/1.1 one handler sees every request of a kept-alive connection.
+            self.head = head
+            body = []
         case .body(let buffer): body += Array(buffer: buffer)
         case .end:
             guard let head else { return }
@@ -155,7 +168,11 @@ private final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
         var headers = HTTPHeaders(reply.headers)
         headers.add(name: "content-length", value: String(reply.body.count))
         context.write(
-            wrapOutboundOut(.head(HTTPResponseHead(version: .http2, status: .init(statusCode: reply.status), headers: headers))),
+            wrapOutboundOut(
+                .head(
+                    HTTPResponseHead(
+                        version: http1 ? .http1_1 : .http2, status: .init(statusCode: reply.status),
+                        headers: headers))),
             promise: nil)
         if !reply.body.isEmpty { context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: reply.body)))), promise: nil) }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
