@@ -154,8 +154,18 @@ struct FaultDrillTests {
         var last: [String: String] = [:]
         while !pending.isEmpty, ContinuousClock.now < deadline {
             for id in pending {
-                let reply = try await edge.request(
-                    "GET", "/v1/notifications/\(id)/outcome", authorization: EdgeClient.basic("sender"), timeout: .seconds(15))
+                let reply: EdgeClient.Reply
+                do {
+                    reply = try await edge.request(
+                        "GET", "/v1/notifications/\(id)/outcome", authorization: EdgeClient.basic("sender"), timeout: .seconds(15))
+                } catch let error as HTTPClientError where error == .deadlineExceeded {
+                    // This poll only observes. Twice in CI the edge logged its answer within
+                    // milliseconds and this process read it only after 15 s, while in-process RPC
+                    // load tests ran beside the drill: the test process stalled, not Herald.
+                    // Poll again until the deadline above.
+                    last[id] = "no answer read within 15 s"
+                    continue
+                }
                 last[id] = reply.text
                 guard reply.status == 200,
                     let json = try JSONSerialization.jsonObject(with: reply.body) as? [String: Any],
