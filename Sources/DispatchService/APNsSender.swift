@@ -136,22 +136,10 @@ public struct APNsSender: PushSender {
             headers.add(contentsOf: shared!.headers)
             requests.append(HTTP2Request(headers: headers, body: shared!.body))
         }
-        let answers = await pool.send(requests, timeout: timeout)
-        var refused = false
-        let results = answers.map { answer -> PushResult in
-            switch answer {
-            case .failed(let reason):
-                return .retry(status: 0, reason: reason, after: nil)
-            case .answered(200, _, _):
-                return .delivered(status: 200)
-            case .answered(let status, let headers, let body):
-                let result = Self.classify(
-                    PushHTTP.Answer(status: status, headers: HTTPHeaders(headers.map { ($0.name, $0.value) }), body: Array(buffer: body)))
-                if case .retry(403, "ExpiredProviderToken", _) = result { refused = true }
-                return result
-            }
+        let results = PushHTTP.results(await pool.send(requests, timeout: timeout), classify: Self.classify)
+        if results.contains(where: { if case .retry(403, "ExpiredProviderToken", _) = $0 { true } else { false } }) {
+            await token.refused(jwt)
         }
-        if refused { await token.refused(jwt) }
         return results
     }
 

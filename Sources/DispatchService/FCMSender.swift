@@ -184,20 +184,8 @@ public struct FCMSender: PushSender {
             let answers = await pool.send(requests, timeout: timeout)
             let noHTTP2 = answers.contains { if case .failed(HTTP2Pool.noHTTP2) = $0 { true } else { false } }
             if !noHTTP2 {
-                var refused = false
-                let results = answers.map { answer -> PushResult in
-                    switch answer {
-                    case .failed(let reason): return .retry(status: 0, reason: reason, after: nil)
-                    case .answered(200, _, _): return .delivered(status: 200)
-                    case .answered(let status, let headers, let body):
-                        let result = Self.classify(
-                            PushHTTP.Answer(
-                                status: status, headers: HTTPHeaders(headers.map { ($0.name, $0.value) }), body: Array(buffer: body)))
-                        if case .retry(401, _, _) = result { refused = true }
-                        return result
-                    }
-                }
-                if refused { await tokens.invalidate(bearer) }
+                let results = PushHTTP.results(answers, classify: Self.classify)
+                if results.contains(where: { if case .retry(401, _, _) = $0 { true } else { false } }) { await tokens.invalidate(bearer) }
                 return results
             }
         }

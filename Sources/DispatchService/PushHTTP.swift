@@ -84,6 +84,20 @@ public enum PushHTTP {
         return .milliseconds(Int64(min(seconds, 86400) * 1000))
     }
 
+    /// A pooled batch's answers as results, for the senders on ``HTTP2Pool``: no answer is a retry
+    /// (like a transport failure in ``send(_:_:timeout:classify:)``), 200 is delivered, and any
+    /// other answer is the provider's `classify`.
+    static func results(_ answers: [HTTP2Answer], classify: (Answer) -> PushResult) -> [PushResult] {
+        answers.map { answer in
+            switch answer {
+            case .failed(let reason): .retry(status: 0, reason: reason, after: nil)
+            case .answered(200, _, _): .delivered(status: 200)
+            case .answered(let status, let headers, let body):
+                classify(Answer(status: status, headers: HTTPHeaders(headers.map { ($0.name, $0.value) }), body: Array(buffer: body)))
+            }
+        }
+    }
+
     /// The common mapping of statuses no provider treats specially: 429 and 5xx are retried
     /// (honouring Retry-After), anything else fails for good.
     public static func generic(_ answer: Answer, reason: String) -> PushResult {
