@@ -5,7 +5,7 @@
 #   scripts/bench.sh --large             fan out to 1,000,000 registrations
 #   scripts/bench.sh --quick             seconds, small sizes (what CI runs, on debug binaries)
 #   scripts/bench.sh --seconds 10        longer phases;  --json FILE  (default bench-results.json)
-#   scripts/bench.sh rpc|edge|fanout …   one scenario
+#   scripts/bench.sh rpc|edge|fanout|instructions …   one scenario (fanout --provider apns|fcm: through the real sender)
 #   scripts/bench.sh soak --minutes 30   tutorial traffic at a fixed rate; RSS per service every minute
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,6 @@ scripts/setup.sh --bench
 swift build -c release
 bin="$(swift build -c release --show-bin-path)"
 case "${1:-}" in
-  rpc|edge|fanout|soak|all) exec "$bin/herald-bench" "$@" ;;
+  rpc|edge|fanout|soak|instructions|all) exec "$bin/herald-bench" "$@" ;;
   *) exec "$bin/herald-bench" all --json bench-results.json "$@" ;;
 esac
