@@ -109,12 +109,9 @@ public final class RPCClient: Sendable {
         let timeout = options.timeout
         switch backend {
         case .lean(let lean):
-            var response: [UInt8]?
-            try await lean.call(
+            let response = try await lean.unary(
                 method: method.fullName, request: try encode(request), metadata: Self.leanMetadata(requestID),
-                timeout: timeout ?? defaultTimeout, window: 0
-            ) { response = $0 }
-            guard let response else { throw ServiceError(.internal, "\(method.fullName) ended without a response") }
+                timeout: timeout ?? defaultTimeout)
             return try decode(Response.self, response)
         case .grpc(let grpc):
             do {

@@ -212,6 +212,12 @@ struct Callgrind {
             _ = try runProcess(control, ["-d", String(pid)], quiet: true)
             let dumped = try FileManager.default.contentsOfDirectory(atPath: dir).filter { !before.contains($0) && $0.contains(".\(pid).") }
             guard let file = dumped.first else { throw BenchError("callgrind wrote no dump for \(pid)") }
+            if let keep = ProcessInfo.processInfo.environment["HERALD_BENCH_CALLGRIND_KEEP"] {
+                // For callgrind_annotate: the dumps name functions (the copies keep their symbol tables).
+                try? FileManager.default.createDirectory(atPath: keep, withIntermediateDirectories: true)
+                try? FileManager.default.removeItem(atPath: "\(keep)/\(file)")
+                try FileManager.default.copyItem(atPath: "\(dir)/\(file)", toPath: "\(keep)/\(file)")
+            }
             let text = try String(contentsOfFile: "\(dir)/\(file)", encoding: .utf8)
             guard let summary = text.firstMatch(of: /\nsummary: (\d+)/).flatMap({ Double($0.1) }) else {
                 throw BenchError("no summary in \(file)")
