@@ -274,6 +274,7 @@ let package = Package(
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                     .product(name: "NIOCore", package: "swift-nio"),
                     .product(name: "NIOEmbedded", package: "swift-nio"),
+                    .product(name: "NIOPosix", package: "swift-nio"),
                 ],
                 swiftSettings: swiftSettings
             ),

@@ -64,7 +64,9 @@ public final class AccountStore: Sendable {
 
     /// The stored hash of `name`, nil for an unknown user.
     public func passwordHash(of name: String) throws -> String? {
-        try db.read { db in
+        // One SELECT is its own read transaction: `unsafeRead` spares GRDB's BEGIN/COMMIT, half
+        // the cost of a read this small (callgrind).
+        try db.unsafeRead { db in
             try String.fetchOne(db.cachedStatement(sql: "SELECT password_hash FROM user WHERE name = ?"), arguments: [name])
         }
     }
@@ -120,7 +122,7 @@ public final class AccountStore: Sendable {
 
     /// The user of a live (unexpired, unrevoked) token.
     public func tokenUser(hash: Data) throws -> String? {
-        try db.read { db in
+        try db.unsafeRead { db in  // one SELECT, see passwordHash(of:)
             try String.fetchOne(
                 db.cachedStatement(sql: "SELECT user FROM token WHERE hash = ? AND revoked_at IS NULL AND expires_at > ?"),
                 arguments: [hash, now()])

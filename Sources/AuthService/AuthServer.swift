@@ -198,6 +198,9 @@ public enum AuthServer {
         AuthHandlers(
             authenticator: authenticator, hubs: hubs, testMode: context.config.testMode, testUser: config.testUser
         ).register(into: &table)
+        // Before its first await, Authenticate reads memory or the WAL database only (the password
+        // hash runs on its own pool), so it may start on the event loop.
+        table.startOnEventLoop(AuthServiceMethods.authenticate)
         let purge = Periodic("token purge", every: .seconds(3600), logger: context.logger) {
             let purged = try store.purgeTokens()
             if purged > 0 { context.logger.info("purged expired tokens", metadata: ["herald.count": "\(purged)"]) }

@@ -248,9 +248,11 @@ public final class HubStore: Sendable {
     }
 
     public func rights(hub: String, user: String) throws -> HubRights {
-        try db.read { db in
+        // One SELECT is its own read transaction: `unsafeRead` spares GRDB's BEGIN/COMMIT.
+        try db.unsafeRead { db in
             HubRights(
-                rawValue: try Int.fetchOne(db, sql: "SELECT rights FROM hub_grant WHERE hub = ? AND user = ?", arguments: [hub, user]) ?? 0)
+                rawValue: try Int.fetchOne(
+                    db.cachedStatement(sql: "SELECT rights FROM hub_grant WHERE hub = ? AND user = ?"), arguments: [hub, user]) ?? 0)
         }
     }
 

@@ -184,6 +184,7 @@ public enum HeraldProcess {
         var table = parts.table
         let health = HealthReporter()
         health.register(into: &table)
+        table.startOnEventLoop(HealthMethods.check)  // memory only
         let config = context.config
         if config.testMode {
             context.logger.warning("test-mode on: ResetForTests deletes everything this service owns; never run it in production")

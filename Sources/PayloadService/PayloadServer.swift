@@ -48,7 +48,11 @@ public struct PayloadHandlers: PayloadServiceHandler {
     }
 
     public func fetchPayload(_ request: FetchPayloadRequest, context: RPCContext) async throws -> FetchPayloadResponse {
-        try store.fetch(id: request.id, requester: request.requester)
+        // Started on the event loop (see `definition`): the read never waits; the first read's
+        // write may (behind a purge, say), so it leaves the loop.
+        let answer = try store.read(id: request.id, requester: request.requester)
+        if !answer.read { try await context.offEventLoop { [store] in try store.markRead(id: request.id) } }
+        return answer
     }
 
     public func deletePayload(_ request: DeletePayloadRequest, context: RPCContext) async throws -> DeletePayloadResponse {
@@ -73,6 +77,7 @@ public enum PayloadServer {
             db: pool, defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
         var table = MethodTable()
         PayloadHandlers(store: store, testMode: context.config.testMode).register(into: &table)
+        table.startOnEventLoop(PayloadServiceMethods.fetchPayload)
         let purge = Periodic("payload purge", every: config.purgeInterval, logger: context.logger) {
             let purged = try store.purgeExpired()
             if purged > 0 { context.logger.info("purged expired content", metadata: ["herald.count": "\(purged)"]) }

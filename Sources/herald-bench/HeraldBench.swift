@@ -45,6 +45,9 @@ struct ServeBench: AsyncParsableCommand {
         table.register(AuthServiceMethods.authenticate) { request, _ in AuthenticateResponse(user: request.authorization) }
         let health = HealthReporter()
         health.register(into: &table)
+        // As Herald's own cheap handlers (Authenticate, Health.Check) are started.
+        table.startOnEventLoop(AuthServiceMethods.authenticate)
+        table.startOnEventLoop(HealthMethods.check)
         for service in table.services + [""] { health.set(service, .serving) }
         let logger = Logger(label: "bench-server", factory: { _ in SwiftLogNoOpLogHandler() })
         try RawEcho.serve(path: "\(dir)/raw.sock")

@@ -5,6 +5,7 @@ import HeraldRPC
 import HeraldService
 import Logging
 import NIOCore
+import NIOPosix
 import ServiceLifecycle
 import Synchronization
 import Testing
@@ -33,6 +34,12 @@ struct TransportConformanceTests {
                 throw ServiceError(code, "status \(code.rawValue) as asked")
             }
             if command == "boom" { throw Boom() }
+            if command == "where" {  // where the handler runs, and where offEventLoop runs its body
+                let started = MultiThreadedEventLoopGroup.currentEventLoop != nil
+                let off = try await context.offEventLoop { MultiThreadedEventLoopGroup.currentEventLoop != nil }
+                let after = MultiThreadedEventLoopGroup.currentEventLoop != nil
+                return AuthenticateResponse(user: "started:\(started) off:\(off) after:\(after)")
+            }
             if command == "locked" { throw ServiceError.resourceExhausted("locked; retry after 42 s", retryAfterSeconds: 42) }
             if command == "full" { throw ServiceError.storageFull }
             if command.hasPrefix("nap:") {  // "nap:<token>": a call that takes 500 ms, then succeeds
@@ -51,6 +58,8 @@ struct TransportConformanceTests {
             }
             return AuthenticateResponse(user: command, scheme: context.requestID)
         }
+        // Every case of this suite runs Authenticate started on the event loop (lean), as herald-auth does.
+        table.startOnEventLoop(AuthServiceMethods.authenticate)
         // Large messages both ways: StorePayload answers the size it got, FetchPayload sends `id` bytes.
         table.register(PayloadServiceMethods.storePayload) { request, _ in
             StorePayloadResponse(id: Int64(request.content.count), expiresAtUnixMs: Int64(request.content.last ?? 0))
@@ -128,6 +137,18 @@ struct TransportConformanceTests {
             try await Task.sleep(for: .milliseconds(10))
         }
         return true
+    }
+
+    @Test("a method started on the event loop runs there, and offEventLoop leaves it (lean); gRPC runs handlers off the loops")
+    func eventLoopStart() async throws {
+        try await Self.withServers(.lean) { client, _ in
+            let answer = try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "where"))
+            #expect(answer.user == "started:true off:false after:false")
+        }
+        try await Self.withServers(.grpc) { client, _ in
+            let answer = try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "where"))
+            #expect(answer.user == "started:false off:false after:false")
+        }
     }
 
     @Test("a unary call succeeds and carries the request id; sockets are 0660", arguments: RPCTransport.allCases)

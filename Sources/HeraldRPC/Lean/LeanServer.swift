@@ -265,18 +265,20 @@ final class LeanServerHandler: ChannelInboundHandler {
         let input = Array(request.message.readableBytesView)
         let loop = context.eventLoop
         let handlerBox = NIOLoopBound(self, eventLoop: loop)
-        // One trip to the event loop ends the call: cancel its timer, write its last frames, forget it.
+        // One trip to the event loop ends the call (none when the handler finished on it): cancel
+        // its timer, write its last frames, forget it.
         let finish: @Sendable (ByteBuffer) -> Void = { frames in
-            loop.execute {
+            let end = {
                 timer?.cancel()
                 channel.writeAndFlush(frames, promise: nil)
                 handlerBox.value.finished(id, channel: channel)
             }
+            if loop.inEventLoop { end() } else { loop.execute(end) }
         }
         call.start(
             LeanCallRunner.start(
                 handler, input: input, context: rpcContext, call: call, id: id, trailers: peerAcceptsTrailers, channel: channel,
-                finish: finish))
+                onEventLoop: table.eventLoopMethods.contains(request.method), finish: finish))
     }
 
     private func finished(_ id: UInt32, channel: any Channel) {
@@ -286,13 +288,19 @@ final class LeanServerHandler: ChannelInboundHandler {
 
 }
 
-/// Runs calls' handlers off the event loop.
+/// Runs calls' handlers: in a task on the cooperative pool, or started on the event loop for the
+/// methods a table lists in ``MethodTable/eventLoopMethods``.
 enum LeanCallRunner {
     static func start(
         _ handler: MethodTable.Handler, input: [UInt8], context: RPCContext, call: LeanServerCall, id: UInt32,
-        trailers: Bool, channel: any Channel, finish: @escaping @Sendable (ByteBuffer) -> Void
+        trailers: Bool, channel: any Channel, onEventLoop: Bool, finish: @escaping @Sendable (ByteBuffer) -> Void
     ) -> Task<Void, Never> {
-        Task {
+        guard onEventLoop else {
+            return Task {
+                finish(await run(handler, input: input, context: context, call: call, id: id, trailers: trailers, channel: channel))
+            }
+        }
+        return Task.immediate {
             finish(await run(handler, input: input, context: context, call: call, id: id, trailers: trailers, channel: channel))
         }
     }
