@@ -5,6 +5,7 @@ public import HeraldRPC
 public import HeraldService
 import Hummingbird
 import Metrics
+import Synchronization
 
 /// An HTTP error answer: a status and a JSON body `{"error": "<word>", "message": "<sentence>"}`.
 public struct EdgeError: Error, Sendable {
@@ -120,12 +121,7 @@ struct EdgeErrorMiddleware: RouterMiddleware {
         let elapsed = ContinuousClock.now - start
         // By route pattern (e.g. /api/notifications/{id}), never by raw path: ids would explode the series.
         let route = context.endpointPath ?? "unmatched"
-        Counter(
-            label: "herald_http_requests_total",
-            dimensions: [("route", route), ("method", "\(request.method)"), ("status", "\(response.status.code)")]
-        ).increment()
-        Metrics.Timer(label: "herald_http_request_duration_seconds", dimensions: [("route", route), ("status", "\(response.status.code)")])
-            .recordNanoseconds(elapsed.wholeNanoseconds)
+        HTTPMetrics.shared.record(route: route, method: request.method, status: response.status.code, elapsed: elapsed)
         logger.info(
             "\(request.method) \(request.uri.path) \(response.status.code)",
             metadata: ["herald.duration_ms": "\(elapsed.wholeMilliseconds)"])
@@ -142,5 +138,35 @@ struct EdgeErrorMiddleware: RouterMiddleware {
             return given
         }
         return newRequestID()
+    }
+}
+
+/// The edge's request metrics, made once per route, method and status: making a swift-metrics
+/// counter and timer per request cost the Prometheus factory's name checks and look-ups each time.
+final class HTTPMetrics: Sendable {
+    static let shared = HTTPMetrics()
+
+    private struct Key: Hashable {
+        var route: String
+        var method: HTTPRequest.Method
+        var status: Int
+    }
+
+    private let made = Mutex<[Key: (count: Counter, duration: Metrics.Timer)]>([:])
+
+    func record(route: String, method: HTTPRequest.Method, status: Int, elapsed: Duration) {
+        let key = Key(route: route, method: method, status: status)
+        let metrics = made.withLock { made in
+            if let metrics = made[key] { return metrics }
+            let metrics = (
+                Counter(
+                    label: "herald_http_requests_total", dimensions: [("route", route), ("method", "\(method)"), ("status", "\(status)")]),
+                Metrics.Timer(label: "herald_http_request_duration_seconds", dimensions: [("route", route), ("status", "\(status)")])
+            )
+            made[key] = metrics
+            return metrics
+        }
+        metrics.count.increment()
+        metrics.duration.recordNanoseconds(elapsed.wholeNanoseconds)
     }
 }

@@ -194,7 +194,7 @@ public struct EdgeRoutes: Sendable {
         switch stored.kind {
         case .secure:
             let body = SecureBody(Id: number, Payload: String(decoding: stored.content, as: UTF8.self), Read: stored.read)
-            var response = try Self.json(body)
+            var response = Self.json(body.json)
             response.headers[.cacheControl] = "no-store"
             return response
         default:
@@ -396,6 +396,12 @@ struct SecureBody: Encodable {
     let Id: Int64
     let Payload: String
     let Read: Bool
+
+    /// The body as `JSONEncoder` with sorted keys writes it, without the encoder: on the secure
+    /// push's GET it was 6% of the edge's instructions (callgrind). A test holds the two equal.
+    var json: String {
+        #"{"Id":\#(Id),"Payload":\#(NativePayloads.jsonString(Payload)),"Read":\#(Read)}"#
+    }
 }
 
 /// The body of `PUT api/register/{id}`. Property names match case-insensitively, as ASP.NET's

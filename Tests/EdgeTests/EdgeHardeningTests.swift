@@ -48,3 +48,29 @@ struct EdgeHardeningTests {
         }
     }
 }
+
+@Suite("secure body JSON")
+struct SecureBodyJSONTests {
+    struct Decoded: Decodable, Equatable {
+        let Id: Int64
+        let Payload: String
+        let Read: Bool
+    }
+
+    @Test("the hand-written secure body is what JSONEncoder writes, and reads back the same")
+    func sameAsEncoder() throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        for (id, text, read) in [
+            (Int64(1), "Secure confirmation.", false), (Int64.max, #"a "quote" \ back\slash a/b"#, true),
+            (7, "emoji 🔔 é </script>", false), (42, "", true), (3, "tab\tnew\nline\r", false),
+        ] {
+            let body = SecureBody(Id: id, Payload: text, Read: read)
+            #expect(body.json == String(decoding: try encoder.encode(body), as: UTF8.self))
+            #expect(try JSONDecoder().decode(Decoded.self, from: Data(body.json.utf8)) == Decoded(Id: id, Payload: text, Read: read))
+        }
+        // Other control characters: JSONEncoder's spelling may differ, the value may not.
+        let control = SecureBody(Id: 9, Payload: "bell\u{7} nul\u{0} esc\u{1b}", Read: false)
+        #expect(try JSONDecoder().decode(Decoded.self, from: Data(control.json.utf8)).Payload == control.Payload)
+    }
+}
