@@ -158,12 +158,15 @@ struct FaultDrillTests {
                 do {
                     reply = try await edge.request(
                         "GET", "/v1/notifications/\(id)/outcome", authorization: EdgeClient.basic("sender"), timeout: .seconds(15))
-                } catch let error as HTTPClientError where error == .deadlineExceeded {
+                } catch let error as HTTPClientError where error == .deadlineExceeded || error == .remoteConnectionClosed {
                     // This poll only observes. Twice in CI the edge logged its answer within
                     // milliseconds and this process read it only after 15 s, while in-process RPC
-                    // load tests ran beside the drill: the test process stalled, not Herald.
-                    // Poll again until the deadline above.
-                    last[id] = "no answer read within 15 s"
+                    // load tests ran beside the drill: the test process stalled, not Herald. And a
+                    // keep-alive connection idle since the traffic can be closed by the edge
+                    // (header-timeout, 30 s) just as the pool hands it to this poll, which then
+                    // gets remoteConnectionClosed: HTTP/1.1's race, not an error. Poll again until
+                    // the deadline above.
+                    last[id] = "no answer read: \(error)"
                     continue
                 }
                 last[id] = reply.text
