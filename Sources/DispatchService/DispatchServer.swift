@@ -18,6 +18,9 @@ import ServiceLifecycle
 /// - `push-timeout-ms` (30000): one request to a push service. `push-ca-file`: a PEM bundle trusted
 ///   besides the system roots (tests, TLS-inspecting proxies).
 /// - `delivery-batch` (500), `delivery-workers` (4): deliveries claimed per batch, batches in flight.
+/// - `audience-memory-rows` (20000): devices of one send held in memory while its audience streams
+///   in; beyond, they go to the outbox's staging table in chunks of this size (see `Outbox.stage`),
+///   so a send of a million devices takes no more memory than one of 20,000.
 /// - `retention-seconds` (604800, 7 days): finished sends (outcome, deliveries) and inbox entries
 ///   older than this are deleted, hourly.
 ///
@@ -33,7 +36,7 @@ public struct DispatchConfig: Sendable {
     public enum APNsEnvironment: String, CaseIterable, Sendable { case production, sandbox }
     public static let keys: Set<String> = [
         "provider", "retry-window-seconds", "retry-base-ms", "retry-max-ms", "push-timeout-ms", "push-ca-file",
-        "delivery-batch", "delivery-workers", "retention-seconds",
+        "delivery-batch", "delivery-workers", "retention-seconds", "audience-memory-rows",
         "apns-key-file", "apns-key-id", "apns-team-id", "apns-topic", "apns-environment", "apns-url",
         "fcm-service-account-file", "fcm-url", "fcm-token-url",
         "wns-client-id", "wns-client-secret-file", "wns-token-url",
@@ -47,6 +50,7 @@ public struct DispatchConfig: Sendable {
     public var batchSize: Int
     public var workers: Int
     public var retention: Duration
+    public var audienceMemoryRows: Int
     public var apns: APNsCredentials?
     public var fcm: (account: FCMServiceAccount, url: String, tokenURL: String?)?
     public var wns: (clientID: String, clientSecret: String, tokenURL: String)?
@@ -60,6 +64,8 @@ public struct DispatchConfig: Sendable {
         let timeout = try reader.int("push-timeout-ms", default: 30_000)
         batchSize = try reader.int("delivery-batch", default: 500)
         workers = try reader.int("delivery-workers", default: 4)
+        audienceMemoryRows = try reader.int("audience-memory-rows", default: Outbox.StagedAudience.spillThreshold)
+        guard (1...10_000_000).contains(audienceMemoryRows) else { throw ConfigError("audience-memory-rows must be 1...10000000") }
         let retentionSeconds = try reader.int("retention-seconds", default: 7 * 86400)
         guard retentionSeconds > 0 else { throw ConfigError("retention-seconds must be positive") }
         retention = .seconds(retentionSeconds)
@@ -268,6 +274,11 @@ public enum DispatchServer {
         let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
         let inbox = try InboxProvider(db: pool)
         let outbox = try Outbox(db: pool)
+        let abandoned = try outbox.deleteAbandonedStaging()
+        if abandoned > 0 {
+            context.logger.notice(
+                "deleted the staged audience of sends a previous process never committed", metadata: ["herald.count": "\(abandoned)"])
+        }
         let client = PushHTTP.makeClient(extraCAFile: config.pushCAFile)
         let (senders, real): ([Platform: any PushSender], [Platform])
         do {
@@ -305,7 +316,7 @@ public enum DispatchServer {
             batchSize: config.batchSize, workers: config.workers, logger: context.logger)
         let dispatcher = Dispatcher(
             outbox: outbox, registrations: RegistrationServiceClient(context.client(.registration)), retryWindow: config.retryWindow,
-            onEnqueue: { worker.wake() })
+            audienceMemoryRows: config.audienceMemoryRows, onEnqueue: { worker.wake() })
         var table = MethodTable()
         DispatchHandlers(
             dispatcher: dispatcher, outbox: outbox, inbox: inbox, hubSenders: hubSenders, credentials: credentialStore,

@@ -18,15 +18,19 @@ public final class Dispatcher: Sendable {
     private let audienceTimeout: Duration
     /// Called after each committed send, to wake the delivery workers.
     private let onEnqueue: @Sendable () -> Void
+    /// Devices of one send held in memory before the rest is staged (`audience-memory-rows`).
+    private let audienceMemoryRows: Int
 
     public init(
         outbox: Outbox, registrations: any RegistrationServiceClientProtocol, retryWindow: Duration = .seconds(1800),
-        audienceTimeout: Duration = .seconds(600), onEnqueue: @escaping @Sendable () -> Void = {}
+        audienceTimeout: Duration = .seconds(600), audienceMemoryRows: Int = Outbox.StagedAudience.spillThreshold,
+        onEnqueue: @escaping @Sendable () -> Void = {}
     ) {
         self.outbox = outbox
         self.registrations = registrations
         self.retryWindow = retryWindow
         self.audienceTimeout = audienceTimeout
+        self.audienceMemoryRows = max(1, audienceMemoryRows)
         self.onEnqueue = onEnqueue
     }
 
@@ -122,46 +126,66 @@ public final class Dispatcher: Sendable {
             let (payloads, targets) = rendering.withLock { ($0.payloads, $0.targets) }
             return try await commit(request, id: id, scheduled: scheduled, payloads: payloads, targets: targets, logger: logger)
         }
-        let targets = Mutex<[Outbox.Target]>([])
         let prepared = try Self.prepare(request.payloads, sentAt: sentAt)
         let onlyPlatform = prepared.count == 1 ? prepared.keys.first! : Platform.unspecified
         if !request.deviceHandles.isEmpty {
             try await checkHandles(request, requestID: requestID)
             // The same handle twice is one device (Notification Hubs delivers at most once per handle).
             var seen = Set<String>()
-            targets.withLock { list in
-                for handle in request.deviceHandles where seen.insert(handle).inserted {
-                    list.append(Outbox.Target(registrationID: "", platform: onlyPlatform, handle: handle))
-                }
+            var targets: [Outbox.Target] = []
+            for handle in request.deviceHandles where seen.insert(handle).inserted {
+                targets.append(Outbox.Target(registrationID: "", platform: onlyPlatform, handle: handle))
             }
-        } else {
+            return try await commit(
+                request, id: id, scheduled: scheduled, payloads: Array(prepared.values), targets: targets, logger: logger)
+        }
+        // A large audience spills to the outbox's staging table as it arrives (Outbox.stage), so
+        // memory stays flat whatever its size; the commit takes the staged rows with the rest.
+        let audience = Mutex(SpillingAudience(notificationID: id, maxDevices: Int(request.maxDevices), threshold: audienceMemoryRows))
+        do {
             try await registrations.streamAudience(
                 StreamAudienceRequest(tag: tag, platform: onlyPlatform, hub: request.hub, broadcast: request.broadcast),
                 requestID: requestID,
                 timeout: audienceTimeout
-            ) { [prepared] batch in
+            ) { [prepared, outbox] batch in
                 let found = batch.registrations.compactMap { registration -> Outbox.Target? in
                     guard prepared[registration.platform] != nil else { return nil }
                     return Outbox.Target(
                         registrationID: registration.registrationID, platform: registration.platform, handle: registration.handle)
                 }
-                targets.withLock { $0.append(contentsOf: found) }
+                // Batches arrive one at a time (each waits for the last to be handled), so the
+                // staged part is read and written back without a race.
+                guard let spill = audience.withLock({ $0.add(found) }) else { return }
+                var staged = audience.withLock { $0.staged }
+                try await outbox.stage(spill, to: &staged)
+                audience.withLock { $0.staged = staged }
             }
+            let (targets, staged) = audience.withLock { ($0.buffer, $0.staged) }
+            let outcome = try await commit(
+                request, id: id, scheduled: scheduled, payloads: Array(prepared.values), targets: targets,
+                staged: staged.count > 0 ? staged : nil, logger: logger)
+            if outcome == nil, staged.count > 0 { await outbox.discardStaged(id) }
+            return outcome
+        } catch {
+            if audience.withLock({ $0.staged.count }) > 0 { await outbox.discardStaged(id) }
+            throw error
         }
-        return try await commit(
-            request, id: id, scheduled: scheduled, payloads: Array(prepared.values), targets: targets.withLock { $0 }, logger: logger)
     }
 
     /// Commits a resolved send (at most `max_devices` of its targets) and answers its outcome.
     private func commit(
-        _ request: SendRequest, id: String, scheduled: Bool, payloads: [OutboxPayload], targets: [Outbox.Target], logger: Logger
+        _ request: SendRequest, id: String, scheduled: Bool, payloads: [OutboxPayload], targets: [Outbox.Target],
+        staged: Outbox.StagedAudience? = nil, logger: Logger
     ) async throws -> Outcome? {
         var audience = targets
-        if request.maxDevices > 0, audience.count > request.maxDevices { audience.removeLast(audience.count - Int(request.maxDevices)) }
+        let stagedCount = staged?.count ?? 0
+        if request.maxDevices > 0, stagedCount + audience.count > request.maxDevices {
+            audience.removeLast(stagedCount + audience.count - Int(request.maxDevices))
+        }
         guard
             let (state, created) = try await outbox.enqueue(
                 id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
-                payloads: payloads, targets: audience, retryWindow: retryWindow, hub: Names.hub(request.hub),
+                payloads: payloads, targets: audience, staged: staged, retryWindow: retryWindow, hub: Names.hub(request.hub),
                 scheduled: scheduled)
         else {
             logger.info("scheduled send not made: it was cancelled")
@@ -172,13 +196,16 @@ public final class Dispatcher: Sendable {
         } else {
             onEnqueue()
         }
-        logger.info("enqueued", metadata: ["herald.deliveries": "\(audience.count)", "herald.state": "\(state)"])
+        logger.info("enqueued", metadata: ["herald.deliveries": "\(stagedCount + audience.count)", "herald.state": "\(state)"])
         var counts: [Platform: PlatformOutcome] = [:]
+        for (platform, count) in staged?.perPlatform ?? [:] {
+            counts[platform, default: PlatformOutcome(platform: platform)].pending += Int64(count)
+        }
         for target in audience { counts[target.platform, default: PlatformOutcome(platform: target.platform)].pending += 1 }
         return Outcome(
             notificationID: id, state: state, platforms: counts.values.sorted { $0.platform.rawValue < $1.platform.rawValue },
             createdAtUnixMs: created, sender: request.sender, hub: Names.hub(request.hub),
-            finishedAtUnixMs: audience.isEmpty ? unixMillis() : 0)
+            finishedAtUnixMs: audience.isEmpty && stagedCount == 0 ? unixMillis() : 0)
     }
 
     /// A direct send's handles, held by herald-registration to the rules (and allowed push hosts)
@@ -217,5 +244,33 @@ public final class Dispatcher: Sendable {
     /// "n-" and 32 hex characters (128 random bits).
     static func newNotificationID() -> String {
         "n-" + randomHex(words: 2)
+    }
+}
+
+/// A streaming audience: targets in memory until `threshold`, then handed out to be staged; at
+/// most `maxDevices` (0: no limit) are kept, the first ones.
+struct SpillingAudience: Sendable {
+    var buffer: [Outbox.Target] = []
+    var staged: Outbox.StagedAudience
+    let maxDevices: Int
+    let threshold: Int
+
+    init(notificationID: String, maxDevices: Int, threshold: Int = Outbox.StagedAudience.spillThreshold) {
+        staged = Outbox.StagedAudience(notificationID: notificationID)
+        self.maxDevices = maxDevices
+        self.threshold = threshold
+    }
+
+    /// Adds `targets`; returns the buffer, taken, when it is time to stage it.
+    mutating func add(_ targets: [Outbox.Target]) -> [Outbox.Target]? {
+        if maxDevices > 0 {
+            let room = max(0, maxDevices - staged.count - buffer.count)
+            buffer.append(contentsOf: targets.prefix(room))
+        } else {
+            buffer.append(contentsOf: targets)
+        }
+        guard buffer.count >= threshold else { return nil }
+        defer { buffer = [] }
+        return buffer
     }
 }

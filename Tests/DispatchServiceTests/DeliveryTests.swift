@@ -135,6 +135,55 @@ struct DeliveryTests {
         #expect(again.allSatisfy { $0.attempt == 2 })
     }
 
+    @Test("a staged audience becomes deliveries only at the commit, in order, with message ids numbered on; a failed one leaves nothing")
+    func stagedAudience() async throws {
+        let outbox = try Self.outbox()
+        let targets = (0..<7).map { Outbox.Target(registrationID: "r-\($0)", platform: $0 < 5 ? .apns : .fcm, handle: "h\($0)") }
+        var staged = Outbox.StagedAudience(notificationID: "n-s")
+        try await outbox.stage(Array(targets[0..<3]), to: &staged)
+        try await outbox.stage(Array(targets[3..<5]), to: &staged)
+        #expect(staged.count == 5 && staged.perPlatform == [.apns: 5])
+        // Staged is not committed: nothing is due.
+        #expect(try await outbox.claim(limit: 100, platforms: [.apns, .fcm]).isEmpty)
+        let fcm = OutboxPayload(platform: .fcm, body: Array("{}".utf8))
+        _ = try await outbox.enqueue(
+            id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.payload(), fcm], targets: Array(targets[5...]),
+            staged: staged, retryWindow: .seconds(60))
+        let items = try await outbox.claim(limit: 100, platforms: [.apns, .fcm])
+        #expect(items.map(\.registrationID) == targets.map(\.registrationID))
+        #expect(items.map(\.handle) == targets.map(\.handle))
+        #expect(Set(items.map(\.messageID)).count == 7)
+        // One send's ids differ in their low bits only: the staged and in-memory parts share them.
+        #expect(Set(items.map { $0.messageID.prefix(19) }).count == 1)
+        let outcome = try outbox.outcome(of: "n-s")
+        #expect(outcome.platforms.map(\.pending).reduce(0, +) == 7)
+        #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM audience_staging") } == 0)
+
+        // A send that fails before its commit: discarded now, or deleted at the next start.
+        var failed = Outbox.StagedAudience(notificationID: "n-f")
+        try await outbox.stage(targets, to: &failed)
+        await outbox.discardStaged("n-f")
+        var orphan = Outbox.StagedAudience(notificationID: "n-o")
+        try await outbox.stage(targets, to: &orphan)
+        #expect(try outbox.deleteAbandonedStaging() == 7)
+        #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM audience_staging") } == 0)
+        #expect(throws: ServiceError.self) { try outbox.outcome(of: "n-f") }
+    }
+
+    @Test("a streaming audience spills at the threshold and keeps only the first max_devices")
+    func spillingAudience() {
+        let threshold = Outbox.StagedAudience.spillThreshold
+        let batch = (0..<(threshold / 2)).map { Outbox.Target(registrationID: "r-\($0)", platform: .apns, handle: "h") }
+        var audience = SpillingAudience(notificationID: "n", maxDevices: 0)
+        #expect(audience.add(batch) == nil)
+        #expect(audience.add(batch)?.count == threshold)
+        #expect(audience.buffer.isEmpty)
+        var limited = SpillingAudience(notificationID: "n", maxDevices: 3)
+        #expect(limited.add(Array(batch.prefix(2))) == nil)
+        #expect(limited.add(batch) == nil)
+        #expect(limited.buffer.map(\.registrationID) == ["r-0", "r-1", "r-0"])
+    }
+
     @Test("retries past the window are abandoned; the outcome counts reasons, removed handles and retries")
     func decisionsAndOutcome() async throws {
         let clock = ManualClock()

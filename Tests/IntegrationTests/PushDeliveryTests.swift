@@ -188,6 +188,22 @@ struct PushDeliveryTests {
         }
     }
 
+    @Test("an audience staged in chunks (audience-memory-rows 2) reaches every device once, with one apns-id each")
+    func stagedAudience() async throws {
+        try await Self.withProviders(extra: ["--audience-memory-rows", "2"]) { fixture, live in
+            let tokens = (0..<7).map { apnsToken(700 + $0) }
+            for token in tokens { try await live.register("staged", platform: "apns", handle: token) }
+            let sent = try await Self.alert(live, "to seven", to: "staged", as: "staged")
+            let pushes = try await fixture.double.waitFor(7) { $0.path.hasPrefix("/3/device/") }
+            #expect(Set(pushes.map(\.path)) == Set(tokens.map { "/3/device/\($0)" }) && pushes.count == 7)
+            let records = try await Self.deliveries(live, sent.id)
+            #expect(Set(pushes.compactMap { $0.header("apns-id") }) == Set(records.map(\.messageID)) && records.count == 7)
+            let outcome = try await Self.finalOutcome(live, sent.path, as: "staged")
+            #expect(outcome["state"] as? String == "Completed")
+            #expect(Self.platform(outcome, "apns")["success"] as? Int == 7)
+        }
+    }
+
     @Test("a dead handle on any provider deletes the registration; its owner's next PUT gets 410")
     func deadHandles() async throws {
         try await Self.withProviders { fixture, live in

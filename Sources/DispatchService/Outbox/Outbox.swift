@@ -43,14 +43,19 @@ public final class Outbox: Sendable {
     /// and is made now: its scheduled row is deleted in the same transaction, and when there is
     /// none (cancelled, or already made) nothing is written and nil is returned. So a scheduled
     /// send is made once, whatever crashes in between.
+    ///
+    /// With `staged`, the audience's first targets were staged (``stage(_:to:)``) and `targets` are
+    /// the rest: the staged rows become deliveries in the same transaction, before `targets`.
     @discardableResult
     public func enqueue(
         id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Target],
-        retryWindow: Duration, hub: String = Names.defaultHub, scheduled: Bool = false
+        staged: StagedAudience? = nil, retryWindow: Duration, hub: String = Names.defaultHub, scheduled: Bool = false
     ) async throws -> (state: OutcomeState, created: Int64)? {
         let at = now()
         let giveUp = at + retryWindow.wholeMilliseconds
-        let state: OutcomeState = targets.isEmpty ? .noTargetFound : .enqueued
+        let stagedCount = staged?.count ?? 0
+        let none = targets.isEmpty && stagedCount == 0
+        let state: OutcomeState = none ? .noTargetFound : .enqueued
         let created: Int64? = try await db.write { db in
             var created = at
             if scheduled {
@@ -58,7 +63,7 @@ public final class Outbox: Sendable {
                 guard db.changesCount == 1 else { return nil }
                 try db.execute(
                     sql: "UPDATE notification SET state = ?, updated_at = ?, finished_at = ? WHERE id = ?",
-                    arguments: [state.rawValue, at, targets.isEmpty ? at : 0, id])
+                    arguments: [state.rawValue, at, none ? at : 0, id])
                 created = try Int64.fetchOne(db, sql: "SELECT created_at FROM notification WHERE id = ?", arguments: [id]) ?? at
             } else {
                 try db.execute(
@@ -66,9 +71,9 @@ public final class Outbox: Sendable {
                         INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
-                    arguments: [id, sender, targetUser, targetTag, state.rawValue, at, at, hub, targets.isEmpty ? at : 0])
+                    arguments: [id, sender, targetUser, targetTag, state.rawValue, at, at, hub, none ? at : 0])
             }
-            guard !targets.isEmpty else { return created }
+            guard !none else { return created }
             for payload in payloads {
                 try db.execute(
                     sql: """
@@ -87,11 +92,22 @@ public final class Outbox: Sendable {
                                           next_attempt_at, give_up_at, updated_at, variant)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """)
-            var perPlatform: [Platform: Int] = [:]
-            let ids = MessageIDs()
+            var perPlatform: [Platform: Int] = staged?.perPlatform ?? [:]
+            if stagedCount > 0 {
+                try db.execute(
+                    sql: """
+                        INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
+                                              next_attempt_at, give_up_at, updated_at, variant)
+                        SELECT notification_id, registration_id, platform, handle, message_id, ?, ?, ?, ?, 0
+                        FROM audience_staging WHERE notification_id = ? ORDER BY position
+                        """,
+                    arguments: [DeliveryState.pending.rawValue, at, giveUp, at, id])
+                try db.execute(sql: "DELETE FROM audience_staging WHERE notification_id = ?", arguments: [id])
+            }
+            let ids = staged?.messageIDs ?? MessageIDs()
             for (index, target) in targets.enumerated() {
                 try insert.execute(arguments: [
-                    id, target.registrationID, target.platform.rawValue, target.handle, ids.id(index),
+                    id, target.registrationID, target.platform.rawValue, target.handle, ids.id(stagedCount + index),
                     DeliveryState.pending.rawValue, at, giveUp, at, target.variant,
                 ])
                 perPlatform[target.platform, default: 0] += 1

@@ -162,6 +162,23 @@ extension Outbox {
                     ALTER TABLE delivery ADD COLUMN variant INTEGER NOT NULL DEFAULT 0;
                     """)
         }
+        migrator.registerMigration("outbox-v7-audience-staging") { db in
+            // A large audience spills here while it streams in, so dispatch never holds a million
+            // targets in memory; the send's commit moves the rows into `delivery` (see
+            // ``Outbox/stage(_:)``). Rows only live between a send's start and its commit.
+            try db.execute(
+                sql: """
+                    CREATE TABLE audience_staging (
+                        notification_id TEXT NOT NULL,
+                        position INTEGER NOT NULL,
+                        registration_id TEXT NOT NULL,
+                        platform INTEGER NOT NULL,
+                        handle TEXT NOT NULL,
+                        message_id TEXT NOT NULL,
+                        PRIMARY KEY (notification_id, position)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         return migrator
     }
 }
