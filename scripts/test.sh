@@ -8,7 +8,7 @@
 #      docker-compose.yml run for real with podman (scripts/compose-test.sh)
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds), and
 #      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
-#   7. every libFuzzer target for 50 s (six targets: keep the whole run under 25 minutes) (scripts/fuzz.sh)
+#   7. every libFuzzer target for 35 s (six targets: keep the whole run under 25 minutes) (scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
