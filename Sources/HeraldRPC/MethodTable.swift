@@ -31,8 +31,9 @@ public struct RPCContext: Sendable {
     /// Runs `body` on Swift's global executor, never on an event loop: the way out for the part of
     /// a handler started by ``MethodTable/startOnEventLoop(_:)`` that may wait. Such a task counts
     /// as running on the global executor already, so neither `Task.yield()` nor a `@concurrent`
-    /// call moves it (RPCTransportTests shows it); a task of its own does, and the handler goes on
-    /// off the loop after it.
+    /// call moves it (RPCTransportTests shows it); a task of its own does. Where the handler goes
+    /// on after it is the runtime's choice: off the loop when the await suspended, still on it when
+    /// the task had already finished.
     public func offEventLoop<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         guard MultiThreadedEventLoopGroup.currentEventLoop != nil else { return try body() }
         return try await Task.detached { try body() }.value
@@ -135,7 +136,7 @@ public struct MethodTable: Sendable {
     /// Only for handlers whose synchronous part is short and never waits: memory, or a read of a
     /// WAL-mode SQLite database (readers never wait for the writer). Anything that may wait, such
     /// as a write, a password hash or a call to another service, must be behind an `await` that
-    /// leaves the loop (a `@concurrent` function: ``RPCContext/offEventLoop(_:)``), or the
+    /// leaves the loop (``RPCContext/offEventLoop(_:)``, or work handed to a thread pool), or the
     /// connection's other calls wait with it.
     public mutating func startOnEventLoop<Request, Response>(_ method: UnaryMethod<Request, Response>) {
         precondition(handlers[method.fullName] != nil, "\(method.fullName) is not registered")

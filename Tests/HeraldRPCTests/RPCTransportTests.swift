@@ -37,8 +37,9 @@ struct TransportConformanceTests {
             if command == "where" {  // where the handler runs, and where offEventLoop runs its body
                 let started = MultiThreadedEventLoopGroup.currentEventLoop != nil
                 let off = try await context.offEventLoop { MultiThreadedEventLoopGroup.currentEventLoop != nil }
-                let after = MultiThreadedEventLoopGroup.currentEventLoop != nil
-                return AuthenticateResponse(user: "started:\(started) off:\(off) after:\(after)")
+                // Where it goes on afterwards is the runtime's choice (back on the loop when the
+                // detached task was done before the await suspended), so it is not checked.
+                return AuthenticateResponse(user: "started:\(started) off:\(off)")
             }
             if command == "locked" { throw ServiceError.resourceExhausted("locked; retry after 42 s", retryAfterSeconds: 42) }
             if command == "full" { throw ServiceError.storageFull }
@@ -143,11 +144,11 @@ struct TransportConformanceTests {
     func eventLoopStart() async throws {
         try await Self.withServers(.lean) { client, _ in
             let answer = try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "where"))
-            #expect(answer.user == "started:true off:false after:false")
+            #expect(answer.user == "started:true off:false")
         }
         try await Self.withServers(.grpc) { client, _ in
             let answer = try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "where"))
-            #expect(answer.user == "started:false off:false after:false")
+            #expect(answer.user == "started:false off:false")
         }
     }
 
