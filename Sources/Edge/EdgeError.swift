@@ -5,7 +5,6 @@ public import HeraldRPC
 public import HeraldService
 import Hummingbird
 import Metrics
-import Synchronization
 
 /// An HTTP error answer: a status and a JSON body `{"error": "<word>", "message": "<sentence>"}`.
 public struct EdgeError: Error, Sendable {
@@ -125,7 +124,7 @@ struct EdgeErrorMiddleware: RouterMiddleware {
         let elapsed = ContinuousClock.now - start
         // By route pattern (e.g. /api/notifications/{id}), never by raw path: ids would explode the series.
         let route = context.endpointPath ?? "unmatched"
-        HTTPMetrics.shared.record(route: route, method: request.method, status: response.status.code, elapsed: elapsed)
+        HTTPMetrics.record(route: route, method: request.method, status: response.status.code, elapsed: elapsed)
         logger.info(
             "\(request.method) \(request.uri.path) \(response.status.code)",
             metadata: ["herald.duration_ms": "\(elapsed.wholeMilliseconds)", "herald.request_id": "\(requestID)"])
@@ -145,32 +144,24 @@ struct EdgeErrorMiddleware: RouterMiddleware {
     }
 }
 
-/// The edge's request metrics, made once per route, method and status: making a swift-metrics
-/// counter and timer per request cost the Prometheus factory's name checks and look-ups each time.
-final class HTTPMetrics: Sendable {
-    static let shared = HTTPMetrics()
-
-    private struct Key: Hashable {
+/// The edge's request metrics, made once per route, method and status (see
+/// ``CounterAndTimerByKey``), not per request.
+enum HTTPMetrics {
+    private struct Key: Hashable, Sendable {
         var route: String
         var method: HTTPRequest.Method
         var status: Int
     }
 
-    private let made = Mutex<[Key: (count: Counter, duration: Metrics.Timer)]>([:])
+    private static let made = CounterAndTimerByKey<Key>()
 
-    func record(route: String, method: HTTPRequest.Method, status: Int, elapsed: Duration) {
-        let key = Key(route: route, method: method, status: status)
-        let metrics = made.withLock { made in
-            if let metrics = made[key] { return metrics }
-            let metrics = (
+    static func record(route: String, method: HTTPRequest.Method, status: Int, elapsed: Duration) {
+        made.record(Key(route: route, method: method, status: status), nanoseconds: elapsed.wholeNanoseconds) {
+            (
                 Counter(
                     label: "herald_http_requests_total", dimensions: [("route", route), ("method", "\(method)"), ("status", "\(status)")]),
                 Metrics.Timer(label: "herald_http_request_duration_seconds", dimensions: [("route", route), ("status", "\(status)")])
             )
-            made[key] = metrics
-            return metrics
         }
-        metrics.count.increment()
-        metrics.duration.recordNanoseconds(elapsed.wholeNanoseconds)
     }
 }

@@ -165,7 +165,7 @@ extension Outbox {
         migrator.registerMigration("outbox-v7-audience-staging") { db in
             // A large audience spills here while it streams in, so dispatch never holds a million
             // targets in memory; the send's commit moves the rows into `delivery` (see
-            // ``Outbox/stage(_:)``). Rows only live between a send's start and its commit.
+            // ``Outbox/stage(_:to:)``). Rows only live between a send's start and its commit.
             try db.execute(
                 sql: """
                     CREATE TABLE audience_staging (

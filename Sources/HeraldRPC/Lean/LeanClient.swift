@@ -61,13 +61,12 @@ final class LeanClient: Sendable {
     /// instructions`: the stream's machinery was a third of the edge's instructions per GET.
     func unary(method: String, request: [UInt8], metadata: [LeanMetadataEntry], timeout: Duration) async throws -> [UInt8] {
         let deadline = ContinuousClock.now + timeout
-        let out = try encodeRequest(method: method, request: request, metadata: metadata, timeout: timeout, window: 0)
+        var frame = try encodeRequest(method: method, request: request, metadata: metadata, timeout: timeout, window: 0)
         let connection = try await connection(deadline: deadline)
         let calls = connection.calls
         guard let id = calls.reserveUnary() else {
             throw ServiceError(.unavailable, "connection to \(socketPath) is closing; retry")
         }
-        var frame = out
         frame.setInteger(id, at: frame.readerIndex + 6)  // the call id field of the already encoded frame
         let channel = connection.channel
         let timer = channel.eventLoop.scheduleTask(deadline: .now() + .nanoseconds(max(0, (deadline - .now).wholeNanoseconds))) {
@@ -313,20 +312,20 @@ final class LeanCallTable: Sendable {
     /// error, when the call already failed (cancelled, or the connection lost). Each continuation
     /// is resumed exactly once: by whoever takes its call out of the table, under the lock.
     func arm(_ id: UInt32, _ continuation: UnsafeContinuation<UnaryAnswer, any Error>) -> Bool {
-        let failure: (any Error)? = state.withLock { state in
+        let (failure, idle) = state.withLock { state -> ((any Error)?, (@Sendable () -> Void)?) in
             guard case .unary(_, let message, let failure)? = state.calls[id] else {
-                return ServiceError(.unavailable, "connection closed")
+                return (ServiceError(.unavailable, "connection closed"), nil)
             }
             if let failure {
                 state.calls.removeValue(forKey: id)
-                return failure
+                return (failure, state.idleActionIfDue())
             }
             state.calls[id] = .unary(continuation, message: message, failure: nil)
-            return nil
+            return (nil, nil)
         }
         guard let failure else { return true }
         continuation.resume(throwing: failure)
-        remove(id)  // runs the idle action if this was the last call
+        idle?()
         return false
     }
 
