@@ -77,6 +77,8 @@ let package = Package(
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
         // HTTP/2 framing for the loopback push-service doubles in the tests (already in the graph).
         .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
+        // PostgreSQL, the store replicas share (`database-url postgres://…`); SQLite stays the default.
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         // protobuf-c runtime from Debian's libprotobuf-c-dev.
@@ -136,6 +138,8 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -167,7 +171,11 @@ let package = Package(
         ),
         .target(
             name: "PayloadService",
-            dependencies: ["HeraldRPC", "HeraldModel", "HeraldService", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "HeraldRPC", "HeraldModel", "HeraldService", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -263,7 +271,11 @@ let package = Package(
             ),
             // Test targets: one per library (unit tests), plus IntegrationTests over the real executables.
             .target(
-                name: "HeraldTestSupport", dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+                name: "HeraldTestSupport",
+                dependencies: [
+                    "HeraldService", "HeraldModel", .product(name: "Crypto", package: "swift-crypto"),
+                    .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
+                ],
                 path: "Tests/HeraldTestSupport", swiftSettings: swiftSettings
             ),
             .testTarget(name: "HeraldModelTests", dependencies: ["HeraldModel", "HeraldTestSupport"], swiftSettings: swiftSettings),
@@ -281,9 +293,10 @@ let package = Package(
             .testTarget(
                 name: "HeraldServiceTests",
                 dependencies: [
-                    "HeraldService", "HeraldRPC", "HeraldModel", "HeraldProto", "PayloadService",
+                    "HeraldService", "HeraldRPC", "HeraldModel", "HeraldProto", "PayloadService", "HeraldTestSupport",
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                     .product(name: "GRDB", package: "GRDB.swift"),
+                    .product(name: "PostgresNIO", package: "postgres-nio"),
                 ],
                 swiftSettings: swiftSettings
             ),

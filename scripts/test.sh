@@ -3,7 +3,8 @@
 #   1. install missing packages   2. generated code matches proto/ and docs/openapi.yaml, and the
 #      Swift follows .swift-format (scripts/format.sh --check)   3. build,
 #      and build Examples/send-push (a separate package using the HeraldClient product)
-#   4. every test (one of them runs the example against a live stack)
+#   4. every test (one of them runs the example against a live stack), with a throw-away PostgreSQL
+#      cluster (scripts/postgres.sh) for the tests that run each store on both backends
 #   5. schemathesis against a live stack (scripts/schemathesis.sh), then the image and
 #      docker-compose.yml run for real with podman (scripts/compose-test.sh)
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds), and
@@ -25,6 +26,11 @@ example_start=$(date +%s)
 swift build --package-path Examples/send-push --scratch-path .build
 export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push --scratch-path .build --show-bin-path)/send-push"
 echo "test.sh: Examples/send-push built in $(( $(date +%s) - example_start ))s"
+pg_dir=$(mktemp -d /tmp/herald-pg-XXXXXX)
+trap 'scripts/postgres.sh stop "$pg_dir"' EXIT
+pg_start=$(date +%s)
+export HERALD_TEST_POSTGRES_URL=$(scripts/postgres.sh start "$pg_dir")
+echo "test.sh: PostgreSQL test cluster up in $(( $(date +%s) - pg_start ))s at $HERALD_TEST_POSTGRES_URL"
 swift test --skip-build
 st_start=$(date +%s)
 scripts/schemathesis.sh

@@ -17,7 +17,7 @@ public final class AccountStore: Sendable {
     public init(db: any DatabaseWriter, now: @escaping @Sendable () -> Int64 = unixMillis) throws {
         self.db = db
         self.now = now
-        try Self.migrator.migrate(db)
+        try HeraldDatabase.migrate(Self.migrator, db)
     }
 
     public static var migrator: DatabaseMigrator {

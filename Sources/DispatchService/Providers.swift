@@ -58,7 +58,7 @@ public struct InboxProvider: LocalSender {
 
     public init(db: any DatabaseWriter) throws {
         self.db = db
-        try Self.migrator.migrate(db)
+        try HeraldDatabase.migrate(Self.migrator, db, sharing: [Outbox.migrator])
     }
 
     /// Forgets everything recorded (ResetForTests).

@@ -34,9 +34,9 @@ public struct RPCContext: Sendable {
     /// call moves it (RPCTransportTests shows it); a task of its own does. Where the handler goes
     /// on after it is the runtime's choice: off the loop when the await suspended, still on it when
     /// the task had already finished.
-    public func offEventLoop<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        guard MultiThreadedEventLoopGroup.currentEventLoop != nil else { return try body() }
-        return try await Task.detached { try body() }.value
+    public func offEventLoop<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        guard MultiThreadedEventLoopGroup.currentEventLoop != nil else { return try await body() }
+        return try await Task.detached { try await body() }.value
     }
 
     /// A logger carrying `herald.request_id` and `herald.rpc` metadata. Built when asked for: most

@@ -22,6 +22,23 @@ public enum HeraldDatabase {
         return configuration
     }
 
+    /// Applies `migrator` to `db`, after refusing a database that a newer Herald migrated (it has
+    /// migrations this binary does not know): serving a schema this code does not understand could
+    /// lose data, so the service stops with the names instead.
+    ///
+    /// `sharing` names the other migrators of the same file (dispatch keeps its outbox and the
+    /// inbox in one), whose migrations are known too.
+    public static func migrate(_ migrator: DatabaseMigrator, _ db: any DatabaseWriter, sharing: [DatabaseMigrator] = []) throws {
+        let known = Set(([migrator] + sharing).flatMap(\.migrations))
+        let unknown = try db.read { db in try migrator.appliedIdentifiers(db).subtracting(known) }
+        guard unknown.isEmpty else {
+            throw ConfigError(
+                "database \(db.path) has migrations this binary does not know (\(unknown.sorted().joined(separator: ", "))): "
+                    + "a newer Herald migrated it; run that version or newer")
+        }
+        try migrator.migrate(db)
+    }
+
     /// Runs `sql`, a DELETE of at most `batch` rows (its `LIMIT`), one transaction at a time until
     /// a run deletes fewer: a large purge never holds the writer long. Returns the rows deleted.
     public static func deleteInBatches(

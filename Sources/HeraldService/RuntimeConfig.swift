@@ -8,7 +8,9 @@ public import HeraldRPC
 /// - `data-dir` (`.herald/data`): the folder of the SQLite files; created with mode 0750.
 /// - `socket` (`<runtime-dir>/<service>.sock`): the lean-protocol socket (mode 0660); `off` disables it.
 /// - `grpc-socket` (`<runtime-dir>/<service>.grpc.sock`): the standard gRPC socket; `off` disables it.
-/// - `database` (`<data-dir>/<service>.sqlite`): this service's own database.
+/// - `database` (`<data-dir>/<service>.sqlite`): this service's own SQLite file.
+/// - `database-url` (`sqlite:<database>`): this service's store, SQLite or PostgreSQL (see
+///   ``DatabaseURL``); `postgres://…` lets replicas of the service share one database.
 /// - `rpc-transport` (`lean`): what this process's clients speak, `lean` or `grpc`.
 /// - `<peer>-socket` (`<runtime-dir>/<peer>.sock`), `<peer>-grpc-socket` (`<runtime-dir>/<peer>.grpc.sock`):
 ///   where a service it calls listens, per transport.
@@ -33,6 +35,7 @@ public struct RuntimeConfig: Sendable {
     /// nil when turned off.
     public var grpcSocketPath: String?
     public var databasePath: String
+    public var databaseURL: DatabaseURL
     public var rpcTransport: RPCTransport
     public var logLevel: String
     public var rpcTimeout: Duration
@@ -59,7 +62,7 @@ public struct RuntimeConfig: Sendable {
     public static func keys(peers: [String]) -> Set<String> {
         Set(
             [
-                "runtime-dir", "data-dir", "socket", "grpc-socket", "database", "rpc-transport", "log-level",
+                "runtime-dir", "data-dir", "socket", "grpc-socket", "database", "database-url", "rpc-transport", "log-level",
                 "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms", "metrics-listen", "listen-tcp",
                 "grpc-listen-tcp", "test-mode",
             ]
@@ -86,6 +89,8 @@ public struct RuntimeConfig: Sendable {
         leanSocketPath = try socket("socket", "\(runtimeDir)/\(service).sock")
         grpcSocketPath = try socket("grpc-socket", "\(runtimeDir)/\(service).grpc.sock")
         databasePath = reader.string("database", default: "\(dataDir)/\(service).sqlite")
+        databaseURL = try DatabaseURL(reader.string("database-url", default: "sqlite:\(databasePath)"), service: service)
+        if case .sqlite(let path) = databaseURL { databasePath = path }
         rpcTransport = try reader.choice("rpc-transport", default: .lean)
         logLevel = reader.string("log-level", default: "info")
         rpcTimeout = .milliseconds(try reader.int("rpc-timeout-ms", default: 5000))

@@ -3,6 +3,7 @@ public import HeraldModel
 import HeraldProto
 public import HeraldRPC
 public import HeraldService
+import ServiceLifecycle
 
 /// Settings of herald-payload, besides ``RuntimeConfig``'s.
 ///
@@ -34,35 +35,35 @@ public struct PayloadConfig: Sendable {
 
 /// The RPC handlers of herald-payload.
 public struct PayloadHandlers: PayloadServiceHandler {
-    public let store: PayloadStore
+    public let store: any PayloadStore
     /// `test-mode`: whether ResetForTests may run.
     public let testMode: Bool
 
-    public init(store: PayloadStore, testMode: Bool = false) {
+    public init(store: any PayloadStore, testMode: Bool = false) {
         self.store = store
         self.testMode = testMode
     }
 
     public func storePayload(_ request: StorePayloadRequest, context: RPCContext) async throws -> StorePayloadResponse {
-        try store.store(request)
+        try await store.store(request)
     }
 
     public func fetchPayload(_ request: FetchPayloadRequest, context: RPCContext) async throws -> FetchPayloadResponse {
         // Started on the event loop (see `definition`): the read never waits; the first read's
         // write may (behind a purge, say), so it leaves the loop.
-        let answer = try store.read(id: request.id, requester: request.requester)
-        if !answer.read { try await context.offEventLoop { [store] in try store.markRead(id: request.id) } }
+        let answer = try await store.read(id: request.id, requester: request.requester)
+        if !answer.read { try await context.offEventLoop { [store] in try await store.markRead(id: request.id) } }
         return answer
     }
 
     public func deletePayload(_ request: DeletePayloadRequest, context: RPCContext) async throws -> DeletePayloadResponse {
-        try store.delete(id: request.id, recipient: request.recipient)
+        try await store.delete(id: request.id, recipient: request.recipient)
         return DeletePayloadResponse()
     }
 
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
         try TestMode.require(testMode, service: .payload)
-        return ResetForTestsResponse(deleted: try store.deleteEverything())
+        return ResetForTestsResponse(deleted: try await store.deleteEverything())
     }
 }
 
@@ -71,17 +72,28 @@ public enum PayloadServer {
     /// What herald-payload runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
     public static let definition = ServiceDefinition.rpc(.payload, extraKeys: PayloadConfig.keys) { context -> RPCServiceParts in
         let config = try PayloadConfig(reader: context.reader)
-        let pool = try DatabasePool(
-            path: context.config.databasePath, configuration: HeraldDatabase.secureDeleteConfiguration)
-        let store = try PayloadStore(
-            db: pool, defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
+        let rules = PayloadRules(defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
+        let store: any PayloadStore
+        var resources: [any Service] = []
+        let healthCheck: HealthCheck
+        switch context.config.databaseURL {
+        case .sqlite(let path):
+            let pool = try DatabasePool(path: path, configuration: HeraldDatabase.secureDeleteConfiguration)
+            store = try SQLitePayloadStore(db: pool, defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
+            healthCheck = .database(pool)
+        case .postgres(let location):
+            let database = try HeraldPostgres(location, logger: context.logger)
+            resources.append(database)
+            store = try await PostgresPayloadStore(db: database, rules: rules)
+            healthCheck = database.healthCheck
+        }
         var table = MethodTable()
         PayloadHandlers(store: store, testMode: context.config.testMode).register(into: &table)
         table.startOnEventLoop(PayloadServiceMethods.fetchPayload)
         let purge = Periodic("payload purge", every: config.purgeInterval, logger: context.logger) {
-            let purged = try store.purgeExpired()
+            let purged = try await store.purgeExpired()
             if purged > 0 { context.logger.info("purged expired content", metadata: ["herald.count": "\(purged)"]) }
         }
-        return RPCServiceParts(table: table, background: [purge], healthChecks: [.database(pool)])
+        return RPCServiceParts(table: table, background: resources + [purge], healthChecks: [healthCheck])
     }
 }

@@ -5,75 +5,73 @@ public import HeraldProto
 public import HeraldRPC
 public import HeraldService
 
-/// Rich and secure content in SQLite.
+/// Rich and secure content, whichever database holds it: ``SQLitePayloadStore`` (embedded, one
+/// process) or ``PostgresPayloadStore`` (shared by replicas). Both apply the same
+/// ``PayloadRules`` before they write, so a request is refused the same way on either.
 ///
-/// Ids come from an AUTOINCREMENT key: allocated atomically by SQLite (the tutorial used
-/// `list.Count`, a race) and never reused, so an old push can never point at newer content.
-public final class PayloadStore: Sendable {
-    private let db: any DatabaseWriter
+/// The requirements run on the caller's executor (`nonisolated(nonsending)`): FetchPayload starts
+/// on the event loop that read the request, and SQLite's read answers there without a hop.
+public protocol PayloadStore: Sendable {
+    var rules: PayloadRules { get }
+    /// Stores content; the id is allocated atomically and never reused, so an old push can never
+    /// point at newer content.
+    nonisolated(nonsending) func store(_ request: StorePayloadRequest) async throws -> StorePayloadResponse
+    /// The content, for its recipient only and before it expires; `read` is the flag as it was.
+    nonisolated(nonsending) func read(id: Int64, requester: String) async throws -> FetchPayloadResponse
+    /// Sets the read flag after a first read. A full disk must not stop the recipient from
+    /// reading: the flag is then set on a later read.
+    nonisolated(nonsending) func markRead(id: Int64) async throws
+    /// Deletes one notification's content for good; NOT_FOUND unless `recipient` is its recipient.
+    ///
+    /// The compensating step of a refused send: the edge stores, then sends, and deletes when the
+    /// send is refused.
+    nonisolated(nonsending) func delete(id: Int64, recipient: String) async throws
+    /// Deletes expired content; returns how many notifications were removed.
+    nonisolated(nonsending) func purgeExpired() async throws -> Int
+    /// Deletes all content (ResetForTests).
+    nonisolated(nonsending) func deleteEverything() async throws -> Int64
+}
+
+extension PayloadStore {
+    public var maxContentBytes: Int { rules.maxContentBytes }
+
+    /// Hands content to its recipient and marks it read; `read` in the answer is the flag as it was.
+    ///
+    /// Reads first and writes only on the first read, so later fetches never wait for a writer.
+    /// Two first reads racing both answer "unread", which is true for both: neither saw it read.
+    nonisolated(nonsending) public func fetch(id: Int64, requester: String) async throws -> FetchPayloadResponse {
+        let answer = try await read(id: id, requester: requester)
+        if !answer.read { try await markRead(id: id) }
+        return answer
+    }
+}
+
+/// What content may be stored, and until when: the checks every ``PayloadStore`` runs first.
+public struct PayloadRules: Sendable {
     /// Lifetime of content stored with `ttl_seconds` 0, in seconds (the unit of `ttl_seconds`).
-    private let defaultTTL: Int64
+    public let defaultTTL: Int64
     /// Largest content accepted, in bytes.
     public let maxContentBytes: Int
     /// Unix epoch milliseconds; injected by tests that check expiry without waiting.
-    private let now: @Sendable () -> Int64
+    public let now: @Sendable () -> Int64
 
     public init(
-        db: any DatabaseWriter, defaultTTL: Duration = .seconds(7 * 24 * 3600), maxContentBytes: Int = 5 << 20,
+        defaultTTL: Duration = .seconds(7 * 24 * 3600), maxContentBytes: Int = 5 << 20,
         now: @escaping @Sendable () -> Int64 = unixMillis
-    ) throws {
-        self.db = db
+    ) {
         self.defaultTTL = min(max(defaultTTL.components.seconds, 1), ContentLimits.maxTTLSeconds)
         self.maxContentBytes = maxContentBytes
         self.now = now
-        try Self.migrator.migrate(db)
     }
 
-    public static var migrator: DatabaseMigrator {
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in
-            try db.execute(
-                sql: """
-                    CREATE TABLE payload (
-                        id INTEGER PRIMARY KEY AUTOINCREMENT,
-                        recipient TEXT NOT NULL,
-                        sender TEXT NOT NULL DEFAULT '',
-                        kind INTEGER NOT NULL,
-                        content BLOB NOT NULL,
-                        content_type TEXT NOT NULL,
-                        message TEXT NOT NULL DEFAULT '',
-                        rich_type TEXT NOT NULL DEFAULT '',
-                        read INTEGER NOT NULL DEFAULT 0,
-                        created_at INTEGER NOT NULL,
-                        expires_at INTEGER NOT NULL
-                    );
-                    """)
-        }
-        return migrator
+    /// A request that passed the checks, with its times and content type settled.
+    public struct Admitted: Sendable {
+        public var createdAt: Int64
+        public var expiresAt: Int64
+        public var contentType: String
     }
 
-    /// Deletes expired content; returns how many notifications were removed.
-    ///
-    /// The database is opened with `secure_delete` (see ``PayloadServer``), so SQLite overwrites the
-    /// freed pages with zeros, and the WAL is checkpointed and truncated afterwards: expired content
-    /// leaves no copy in either file.
-    /// Deletes all content (ResetForTests).
-    public func deleteEverything() throws -> Int64 {
-        try TestMode.deleteAll(["payload"], in: db)
-    }
-
-    public func purgeExpired() throws -> Int {
-        let purged = try db.write { db in
-            try db.execute(sql: "DELETE FROM payload WHERE expires_at <= ?", arguments: [now()])
-            return db.changesCount
-        }
-        if purged > 0, let pool = db as? DatabasePool {
-            try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
-        }
-        return purged
-    }
-
-    public func store(_ request: StorePayloadRequest) throws -> StorePayloadResponse {
+    public func admit(_ request: StorePayloadRequest) throws -> Admitted {
         guard Names.isValidUserName(request.recipient) else {
             throw ServiceError.invalidArgument("recipient must be a user name: \(Names.userNameRule)")
         }
@@ -100,6 +98,83 @@ public final class PayloadStore: Sendable {
             request.contentType.isEmpty
             ? (request.kind == .secure ? "text/plain; charset=utf-8" : "application/octet-stream")
             : request.contentType
+        return Admitted(createdAt: now, expiresAt: expires, contentType: contentType)
+    }
+
+    static func notFound(_ id: Int64) -> ServiceError { .notFound("notification \(id) not found") }
+}
+
+/// Rich and secure content in SQLite.
+///
+/// Ids come from an AUTOINCREMENT key: allocated atomically by SQLite (the tutorial used
+/// `list.Count`, a race) and never reused.
+public final class SQLitePayloadStore: PayloadStore {
+    private let db: any DatabaseWriter
+    public let rules: PayloadRules
+
+    public init(
+        db: any DatabaseWriter, defaultTTL: Duration = .seconds(7 * 24 * 3600), maxContentBytes: Int = 5 << 20,
+        now: @escaping @Sendable () -> Int64 = unixMillis
+    ) throws {
+        self.db = db
+        self.rules = PayloadRules(defaultTTL: defaultTTL, maxContentBytes: maxContentBytes, now: now)
+        try HeraldDatabase.migrate(Self.migrator, db)
+    }
+
+    // The protocol's requirements run the synchronous GRDB calls below on the caller's executor
+    // (in an async function GRDB's async overloads, which hop to its queue, would win).
+    nonisolated(nonsending) public func deleteEverything() async throws -> Int64 { try deleteEverythingNow() }
+    nonisolated(nonsending) public func purgeExpired() async throws -> Int { try purgeExpiredNow() }
+    nonisolated(nonsending) public func store(_ request: StorePayloadRequest) async throws -> StorePayloadResponse { try storeNow(request) }
+    nonisolated(nonsending) public func delete(id: Int64, recipient: String) async throws { try deleteNow(id: id, recipient: recipient) }
+    nonisolated(nonsending) public func read(id: Int64, requester: String) async throws -> FetchPayloadResponse {
+        try readNow(id: id, requester: requester)
+    }
+    nonisolated(nonsending) public func markRead(id: Int64) async throws { try markReadNow(id: id) }
+
+    public static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE payload (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        recipient TEXT NOT NULL,
+                        sender TEXT NOT NULL DEFAULT '',
+                        kind INTEGER NOT NULL,
+                        content BLOB NOT NULL,
+                        content_type TEXT NOT NULL,
+                        message TEXT NOT NULL DEFAULT '',
+                        rich_type TEXT NOT NULL DEFAULT '',
+                        read INTEGER NOT NULL DEFAULT 0,
+                        created_at INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL
+                    );
+                    """)
+        }
+        return migrator
+    }
+
+    private func deleteEverythingNow() throws -> Int64 {
+        try TestMode.deleteAll(["payload"], in: db)
+    }
+
+    /// The database is opened with `secure_delete` (see ``PayloadServer``), so SQLite overwrites the
+    /// freed pages with zeros, and the WAL is checkpointed and truncated afterwards: expired content
+    /// leaves no copy in either file.
+    private func purgeExpiredNow() throws -> Int {
+        let purged = try db.write { db in
+            try db.execute(sql: "DELETE FROM payload WHERE expires_at <= ?", arguments: [rules.now()])
+            return db.changesCount
+        }
+        if purged > 0, let pool = db as? DatabasePool {
+            try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
+        }
+        return purged
+    }
+
+    private func storeNow(_ request: StorePayloadRequest) throws -> StorePayloadResponse {
+        let admitted = try rules.admit(request)
         let id = try db.write { db in
             try db.execute(
                 sql: """
@@ -108,42 +183,28 @@ public final class PayloadStore: Sendable {
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
-                    request.recipient, request.sender, request.kind.rawValue, Data(request.content), contentType,
-                    request.message, request.richType, now, expires,
+                    request.recipient, request.sender, request.kind.rawValue, Data(request.content), admitted.contentType,
+                    request.message, request.richType, admitted.createdAt, admitted.expiresAt,
                 ])
             return db.lastInsertedRowID
         }
-        return StorePayloadResponse(id: id, expiresAtUnixMs: expires)
+        return StorePayloadResponse(id: id, expiresAtUnixMs: admitted.expiresAt)
     }
 
-    /// Deletes one notification's content for good; NOT_FOUND unless `recipient` is its recipient.
-    ///
-    /// The compensating step of a refused send: the edge stores, then sends, and deletes when the
-    /// send is refused. `secure_delete` zeroes the freed pages; the WAL copy goes at the next
-    /// checkpoint, which the purge truncates.
-    public func delete(id: Int64, recipient: String) throws {
+    /// `secure_delete` zeroes the freed pages; the WAL copy goes at the next checkpoint, which the
+    /// purge truncates.
+    private func deleteNow(id: Int64, recipient: String) throws {
         let deleted = try db.write { db in
             try db.execute(sql: "DELETE FROM payload WHERE id = ? AND recipient = ?", arguments: [id, recipient])
             return db.changesCount
         }
-        guard deleted > 0 else { throw ServiceError.notFound("notification \(id) not found") }
+        guard deleted > 0 else { throw PayloadRules.notFound(id) }
     }
 
-    /// Hands content to its recipient and marks it read; `read` in the answer is the flag as it was.
-    ///
-    /// Reads first and writes only on the first read: every later fetch is a WAL read that never
-    /// waits for (or holds) the single writer. Two first reads racing both answer "unread", which is
-    /// true for both: neither saw it read.
-    public func fetch(id: Int64, requester: String) throws -> FetchPayloadResponse {
-        let answer = try read(id: id, requester: requester)
-        if !answer.read { try markRead(id: id) }
-        return answer
-    }
-
-    /// The read half of ``fetch(id:requester:)``: never waits for the writer, so the RPC handler
-    /// runs it on the event loop, and leaves it for ``markRead(id:)`` when `read` is false.
-    public func read(id: Int64, requester: String) throws -> FetchPayloadResponse {
-        let notFound = ServiceError.notFound("notification \(id) not found")
+    /// A WAL read: never waits for the writer, so the RPC handler runs it on the event loop, and
+    /// leaves the loop for ``markRead(id:)`` when `read` is false.
+    private func readNow(id: Int64, requester: String) throws -> FetchPayloadResponse {
+        let notFound = PayloadRules.notFound(id)
         guard !requester.isEmpty else { throw notFound }
         // Cached statements: preparing one costs more than running it (GRDB's authorizer sees every
         // column). One SELECT is its own read transaction, so `unsafeRead` spares GRDB's
@@ -156,7 +217,7 @@ public final class PayloadStore: Sendable {
                         SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
                         WHERE id = ? AND recipient = ? AND expires_at > ?
                         """),
-                arguments: [id, requester, now()])
+                arguments: [id, requester, rules.now()])
         }
         guard let row else { throw notFound }
         let content: Data = row[1]
@@ -165,9 +226,7 @@ public final class PayloadStore: Sendable {
             contentType: row[2], message: row[3], richType: row[4], read: row[5], createdAtUnixMs: row[6])
     }
 
-    /// Sets the read flag after a first read. A full disk must not stop the recipient from reading:
-    /// the flag is then set on a later read.
-    public func markRead(id: Int64) throws {
+    private func markReadNow(id: Int64) throws {
         do {
             try db.write { db in try db.cachedStatement(sql: "UPDATE payload SET read = 1 WHERE id = ?").execute(arguments: [id]) }
         } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {

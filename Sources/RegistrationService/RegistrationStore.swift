@@ -23,7 +23,7 @@ public final class RegistrationStore: Sendable {
         self.db = db
         self.pendingTTL = pendingTTL.wholeMilliseconds
         self.now = now
-        try Self.migrator.migrate(db)
+        try HeraldDatabase.migrate(Self.migrator, db)
     }
 
     public static var migrator: DatabaseMigrator {

@@ -5,6 +5,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import HeraldTestSupport
 import NIOCore
 import Testing
 
@@ -30,10 +31,17 @@ struct LiveStack {
     ///
     /// `auth` picks herald-auth's mode; in `accounts` mode each of `users` is created first with
     /// the password ``EdgeClient/password(of:in:)`` gives (and a cheap hash cost, for speed).
+    ///
+    /// `database` picks the stores: with `.postgres`, every service that has a PostgreSQL store
+    /// keeps it in schema `<schemaPrefix>_<service>` of the test cluster (`HERALD_TEST_POSTGRES_URL`);
+    /// pass the same prefix to find the same data again. `HERALD_TEST_STACK_DATABASE=postgres`
+    /// makes PostgreSQL every stack's default, to run the whole suite on it.
     static func with(
         directory: String? = nil,
         auth: AuthModeCase = .tutorial,
         users: [String] = [],
+        database: StoreBackend = defaultDatabase,
+        schemaPrefix: String = TestDatabases.freshPrefix(),
         configure: (inout StackConfiguration) -> Void = { _ in },
         _ body: (LiveStack) async throws -> Void
     ) async throws {
@@ -42,6 +50,12 @@ struct LiveStack {
         configuration.captureLogs = true
         configuration.authMode = AuthMode(rawValue: auth.rawValue)!
         configuration.extraArguments["auth"] = ["--password-hash-log-n", "10"]
+        if database == .postgres {
+            for service in postgresServices {
+                let url = try #require(TestDatabases.freshPostgresURL(service: service, prefix: schemaPrefix), "HERALD_TEST_POSTGRES_URL")
+                configuration.extraArguments[service, default: []] += ["--database-url", url]
+            }
+        }
         configure(&configuration)
         let stack = Stack(configuration: configuration)
         do {
@@ -57,6 +71,13 @@ struct LiveStack {
             printLogs(configuration)
             throw error
         }
+    }
+
+    /// The services with a PostgreSQL store so far.
+    static let postgresServices = ["payload"]
+
+    static var defaultDatabase: StoreBackend {
+        ProcessInfo.processInfo.environment["HERALD_TEST_STACK_DATABASE"] == "postgres" ? .postgres : .sqlite
     }
 
     static func printLogs(_ configuration: StackConfiguration) {

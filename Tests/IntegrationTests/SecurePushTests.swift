@@ -4,6 +4,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import HeraldTestSupport
 import Testing
 
 /// The tutorial's secure push, replayed over HTTP against the five real executables. The services
@@ -120,13 +121,17 @@ struct SecurePushTests {
         }
     }
 
-    @Test("restarting the stack keeps registrations and payloads", arguments: RPCTransport.allCases)
-    func restartKeepsData(_ transport: RPCTransport) async throws {
+    @Test(
+        "restarting the stack keeps registrations and payloads", arguments: RPCTransport.allCases, StoreBackend.available)
+    func restartKeepsData(_ transport: RPCTransport, _ database: StoreBackend) async throws {
         let directory = try LiveStack.makeDirectory()
+        let prefix = TestDatabases.freshPrefix()
         let token = apnsToken(3)
         var registrationID = ""
         var secureID = ""
-        try await LiveStack.with(directory: directory, configure: { $0.rpcTransport = transport }) { live in
+        try await LiveStack.with(directory: directory, database: database, schemaPrefix: prefix, configure: { $0.rpcTransport = transport })
+        {
+            live in
             registrationID = try #require(
                 try JSONSerialization.jsonObject(
                     with: try await live.edge.request("POST", "/api/register?handle=\(token)", as: "dana").body,
@@ -139,7 +144,9 @@ struct SecurePushTests {
             secureID = try #require(String(decoding: push.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1)
                 .description
         }
-        try await LiveStack.with(directory: directory, configure: { $0.rpcTransport = transport }) { live in
+        try await LiveStack.with(directory: directory, database: database, schemaPrefix: prefix, configure: { $0.rpcTransport = transport })
+        {
+            live in
             // The payload survived, still unread.
             let fetched = try await live.edge.request("GET", "/api/notifications/\(secureID)", as: "dana")
             #expect(fetched.status == 200)

@@ -4,6 +4,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldService
+import HeraldTestSupport
 import PayloadService
 import Testing
 
@@ -12,51 +13,56 @@ import Testing
 struct PayloadHardeningTests {
     @Test(
         "a TTL of any size is refused or stored, never an arithmetic trap",
-        arguments: [
+        arguments: StoreBackend.available,
+        [
             Int64.max, 9_223_372_036_854_775, 9_300_000_000_000_000, ContentLimits.maxTTLSeconds + 1, -1, Int64.min,
         ])
-    func hugeTTL(_ ttl: Int64) throws {
-        let store = try PayloadStore(db: DatabaseQueue())
-        #expect(throws: ServiceError.self) {
-            try store.store(StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: ttl))
+    func hugeTTL(_ backend: StoreBackend, _ ttl: Int64) async throws {
+        try await withPayloadStore(backend) { store in
+            await #expect(throws: ServiceError.self) {
+                try await store.store(StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: ttl))
+            }
+            let longest = try await store.store(
+                StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: ContentLimits.maxTTLSeconds))
+            #expect(longest.expiresAtUnixMs > unixMillis())
         }
-        let longest = try store.store(
-            StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: ContentLimits.maxTTLSeconds))
-        #expect(longest.expiresAtUnixMs > unixMillis())
     }
 
     @Test("a clock near the end of time is an error, not a trap")
-    func overflowingClock() throws {
-        let store = try PayloadStore(db: DatabaseQueue(), now: { Int64.max - 10 })
-        #expect(throws: ServiceError.self) {
-            try store.store(StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: 60))
+    func overflowingClock() async throws {
+        try await withPayloadStore(.sqlite, now: { Int64.max - 10 }) { store in
+            await #expect(throws: ServiceError.self) {
+                try await store.store(StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: 60))
+            }
         }
     }
 
     @Test("content for a name that is not a user name, or with a type that could split a header, is refused")
-    func payloadFields() throws {
-        let store = try PayloadStore(db: DatabaseQueue())
-        for recipient in ["", "a b", "username:bob", String(repeating: "x", count: 65)] {
-            #expect(throws: ServiceError.self, "\(recipient)") {
-                try store.store(StorePayloadRequest(recipient: recipient, kind: .secure, content: [1]))
+    func payloadFields() async throws {
+        try await withPayloadStore(.sqlite) { store in
+            for recipient in ["", "a b", "username:bob", String(repeating: "x", count: 65)] {
+                await #expect(throws: ServiceError.self, "\(recipient)") {
+                    try await store.store(StorePayloadRequest(recipient: recipient, kind: .secure, content: [1]))
+                }
             }
-        }
-        for type in ["text/html\r\nSet-Cookie: a=b", "image/png\u{7f}", String(repeating: "a", count: 256)] {
-            #expect(throws: ServiceError.self) {
-                try store.store(StorePayloadRequest(recipient: "bob", kind: .rich, content: [1], contentType: type))
+            for type in ["text/html\r\nSet-Cookie: a=b", "image/png\u{7f}", String(repeating: "a", count: 256)] {
+                await #expect(throws: ServiceError.self) {
+                    try await store.store(StorePayloadRequest(recipient: "bob", kind: .rich, content: [1], contentType: type))
+                }
             }
         }
     }
 
-    @Test("deleting content is for its recipient only, and then it is gone")
-    func deletePayload() throws {
-        let store = try PayloadStore(db: DatabaseQueue())
-        let stored = try store.store(StorePayloadRequest(recipient: "bob", kind: .rich, content: [1, 2, 3]))
-        #expect(throws: ServiceError.notFound("notification \(stored.id) not found")) {
-            try store.delete(id: stored.id, recipient: "mallory")
+    @Test("deleting content is for its recipient only, and then it is gone", arguments: StoreBackend.available)
+    func deletePayload(_ backend: StoreBackend) async throws {
+        try await withPayloadStore(backend) { store in
+            let stored = try await store.store(StorePayloadRequest(recipient: "bob", kind: .rich, content: [1, 2, 3]))
+            await #expect(throws: ServiceError.notFound("notification \(stored.id) not found")) {
+                try await store.delete(id: stored.id, recipient: "mallory")
+            }
+            try await store.delete(id: stored.id, recipient: "bob")
+            await #expect(throws: ServiceError.self) { try await store.fetch(id: stored.id, requester: "bob") }
+            await #expect(throws: ServiceError.self) { try await store.delete(id: stored.id, recipient: "bob") }
         }
-        try store.delete(id: stored.id, recipient: "bob")
-        #expect(throws: ServiceError.self) { try store.fetch(id: stored.id, requester: "bob") }
-        #expect(throws: ServiceError.self) { try store.delete(id: stored.id, recipient: "bob") }
     }
 }

@@ -4,73 +4,120 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldService
+import HeraldTestSupport
 import PayloadService
 import Testing
 
+/// Runs `body` with an empty store of `backend`: SQLite in memory, or PostgreSQL in a fresh schema.
+func withPayloadStore(
+    _ backend: StoreBackend, defaultTTL: Duration = .seconds(7 * 24 * 3600), maxContentBytes: Int = 5 << 20,
+    now: @escaping @Sendable () -> Int64 = unixMillis, _ body: (any PayloadStore) async throws -> Void
+) async throws {
+    switch backend {
+    case .sqlite:
+        try await body(SQLitePayloadStore(db: DatabaseQueue(), defaultTTL: defaultTTL, maxContentBytes: maxContentBytes, now: now))
+    case .postgres:
+        try await TestDatabases.withPostgres(service: "payload") { db in
+            let rules = PayloadRules(defaultTTL: defaultTTL, maxContentBytes: maxContentBytes, now: now)
+            try await body(PostgresPayloadStore(db: db, rules: rules))
+        }
+    }
+}
+
 @Suite("payload store")
 struct PayloadStoreTests {
-    final class Clock: @unchecked Sendable {
-        var now: Int64 = 1_000_000
-    }
-
-    @Test("ids are allocated in order, reads are recipient-only and flip the read flag")
-    func fetch() throws {
-        let store = try PayloadStore(db: DatabaseQueue())
-        let first = try store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("one".utf8)))
-        let second = try store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("two".utf8)))
-        #expect(second.id == first.id + 1)
-        #expect(throws: ServiceError.notFound("notification \(first.id) not found")) {
-            try store.fetch(id: first.id, requester: "bob")
+    @Test("ids are allocated in order, reads are recipient-only and flip the read flag", arguments: StoreBackend.available)
+    func fetch(_ backend: StoreBackend) async throws {
+        try await withPayloadStore(backend) { store in
+            let first = try await store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("one".utf8)))
+            let second = try await store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("two".utf8)))
+            #expect(second.id == first.id + 1)
+            await #expect(throws: ServiceError.notFound("notification \(first.id) not found")) {
+                try await store.fetch(id: first.id, requester: "bob")
+            }
+            let once = try await store.fetch(id: first.id, requester: "alice")
+            #expect(once.content == Array("one".utf8) && once.read == false && once.contentType == "text/plain; charset=utf-8")
+            #expect(once.kind == .secure && once.id == first.id)
+            #expect(try await store.fetch(id: first.id, requester: "alice").read == true)
+            await #expect(throws: ServiceError.self) { try await store.fetch(id: 999, requester: "alice") }
+            await #expect(throws: ServiceError.self) { try await store.fetch(id: first.id, requester: "") }
         }
-        let once = try store.fetch(id: first.id, requester: "alice")
-        #expect(once.content == Array("one".utf8) && once.read == false && once.contentType == "text/plain; charset=utf-8")
-        #expect(try store.fetch(id: first.id, requester: "alice").read == true)
-        #expect(throws: ServiceError.self) { try store.fetch(id: 999, requester: "alice") }
     }
 
-    @Test("expired content is not found")
-    func expiry() throws {
-        let clock = Clock()
-        let store = try PayloadStore(db: DatabaseQueue(), defaultTTL: .seconds(60), now: { clock.now })
-        let stored = try store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: [1]))
-        clock.now += 59_000
-        _ = try store.fetch(id: stored.id, requester: "alice")
-        clock.now += 1_000
-        #expect(throws: ServiceError.self) { try store.fetch(id: stored.id, requester: "alice") }
+    @Test("rich content keeps its bytes, type, message and rich type", arguments: StoreBackend.available)
+    func richRoundTrip(_ backend: StoreBackend) async throws {
+        try await withPayloadStore(backend) { store in
+            let bytes = (0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+            let stored = try await store.store(
+                StorePayloadRequest(
+                    recipient: "alice", kind: .rich, content: bytes, contentType: "image/png", message: "look", richType: "img",
+                    sender: "bob"))
+            let answer = try await store.fetch(id: stored.id, requester: "alice")
+            #expect(answer.content == bytes && answer.contentType == "image/png" && answer.message == "look")
+            #expect(answer.richType == "img" && answer.kind == .rich && answer.createdAtUnixMs > 0)
+        }
     }
 
-    @Test("purging deletes expired content and leaves no copy of its bytes in the files")
-    func purge() throws {
-        let clock = Clock()
+    @Test("expired content is not found", arguments: StoreBackend.available)
+    func expiry(_ backend: StoreBackend) async throws {
+        let clock = ManualClock()
+        try await withPayloadStore(backend, defaultTTL: .seconds(60), now: clock.function) { store in
+            let stored = try await store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: [1]))
+            clock.advance(seconds: 59)
+            _ = try await store.fetch(id: stored.id, requester: "alice")
+            clock.advance(seconds: 1)
+            await #expect(throws: ServiceError.self) { try await store.fetch(id: stored.id, requester: "alice") }
+        }
+    }
+
+    @Test("purging deletes expired content only", arguments: StoreBackend.available)
+    func purgeCounts(_ backend: StoreBackend) async throws {
+        let clock = ManualClock()
+        try await withPayloadStore(backend, defaultTTL: .seconds(60), now: clock.function) { store in
+            for _ in 0..<3 { _ = try await store.store(StorePayloadRequest(recipient: "alice", kind: .rich, content: [9])) }
+            let kept = try await store.store(StorePayloadRequest(recipient: "alice", kind: .rich, content: [1], ttlSeconds: 3600))
+            #expect(try await store.purgeExpired() == 0)
+            clock.advance(seconds: 61)
+            #expect(try await store.purgeExpired() == 3)
+            #expect(try await store.purgeExpired() == 0)
+            #expect(try await store.fetch(id: kept.id, requester: "alice").content == [1])
+            #expect(try await store.deleteEverything() == 1)
+        }
+    }
+
+    @Test("SQLite: purging leaves no copy of the content's bytes in the files")
+    func purge() async throws {
+        let clock = ManualClock()
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("herald-purge-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         let path = folder.appendingPathComponent("payload.sqlite").path
         let pool = try DatabasePool(path: path, configuration: HeraldDatabase.secureDeleteConfiguration)
-        let store = try PayloadStore(db: pool, defaultTTL: .seconds(60), now: { clock.now })
+        let store = try SQLitePayloadStore(db: pool, defaultTTL: .seconds(60), now: clock.function)
         let marker = Array("MARKER-\(UUID().uuidString)".utf8)
-        let doomed = try store.store(
+        let doomed = try await store.store(
             StorePayloadRequest(recipient: "alice", kind: .rich, content: marker + Array(repeating: 7, count: 10_000)))
-        let kept = try store.store(StorePayloadRequest(recipient: "alice", kind: .rich, content: [1], ttlSeconds: 3600))
-        #expect(try store.purgeExpired() == 0)
-        clock.now += 61_000
-        #expect(try store.purgeExpired() == 1)
-        #expect(try store.purgeExpired() == 0)
-        #expect(throws: ServiceError.self) { try store.fetch(id: doomed.id, requester: "alice") }
-        #expect(try store.fetch(id: kept.id, requester: "alice").content == [1])
+        let kept = try await store.store(StorePayloadRequest(recipient: "alice", kind: .rich, content: [1], ttlSeconds: 3600))
+        #expect(try await store.purgeExpired() == 0)
+        clock.advance(seconds: 61)
+        #expect(try await store.purgeExpired() == 1)
+        #expect(try await store.purgeExpired() == 0)
+        await #expect(throws: ServiceError.self) { try await store.fetch(id: doomed.id, requester: "alice") }
+        #expect(try await store.fetch(id: kept.id, requester: "alice").content == [1])
         for file in [path, path + "-wal"] {
             let bytes = (try? Data(contentsOf: URL(fileURLWithPath: file))) ?? Data()
             #expect(bytes.firstRange(of: Data(marker)) == nil, "\(file) still holds the purged content")
         }
     }
 
-    @Test("bad requests are refused")
-    func validation() throws {
-        let store = try PayloadStore(db: DatabaseQueue(), maxContentBytes: 4)
-        #expect(throws: ServiceError.self) { try store.store(StorePayloadRequest(kind: .secure)) }
-        #expect(throws: ServiceError.self) { try store.store(StorePayloadRequest(recipient: "a")) }
-        #expect {
-            try store.store(StorePayloadRequest(recipient: "a", kind: .rich, content: [1, 2, 3, 4, 5]))
-        } throws: { ($0 as? ServiceError)?.code == .resourceExhausted }
+    @Test("bad requests are refused", arguments: StoreBackend.available)
+    func validation(_ backend: StoreBackend) async throws {
+        try await withPayloadStore(backend, maxContentBytes: 4) { store in
+            await #expect(throws: ServiceError.self) { try await store.store(StorePayloadRequest(kind: .secure)) }
+            await #expect(throws: ServiceError.self) { try await store.store(StorePayloadRequest(recipient: "a")) }
+            await #expect {
+                try await store.store(StorePayloadRequest(recipient: "a", kind: .rich, content: [1, 2, 3, 4, 5]))
+            } throws: { ($0 as? ServiceError)?.code == .resourceExhausted }
+        }
     }
 }

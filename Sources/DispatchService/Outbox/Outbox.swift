@@ -2,6 +2,7 @@ import Foundation
 public import GRDB
 import HeraldModel
 public import HeraldProto
+import HeraldService
 
 /// Dispatch's durable outbox in SQLite: one row per (notification, registration). Send commits the
 /// notification, its payloads and every delivery row in one transaction before it answers, so an
@@ -18,7 +19,7 @@ public final class Outbox: Sendable {
     public init(db: any DatabaseWriter, now: @escaping @Sendable () -> Int64 = unixMillis) throws {
         self.db = db
         self.now = now
-        try Self.migrator.migrate(db)
+        try HeraldDatabase.migrate(Self.migrator, db, sharing: [InboxProvider.migrator])
     }
 
     /// OutcomeState numbers for SQL (`state IN (…)`): a send that is still going, and one that is over.

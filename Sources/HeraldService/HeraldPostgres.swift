@@ -1,0 +1,215 @@
+import Foundation
+public import HeraldModel
+public import Logging
+import NIOSSL
+public import PostgresNIO
+public import ServiceLifecycle
+
+/// One service's PostgreSQL database: a connection pool whose every connection works in the
+/// service's own schema, and the versioned migrations of that schema.
+///
+/// postgres-nio's pool needs a running task before any query; this type starts it when made (so a
+/// definition can migrate while it builds its parts) and, as a lifecycle `Service` listed before
+/// the listeners, stops it after they have drained.
+public final class HeraldPostgres: Service, Sendable {
+    public let client: PostgresClient
+    public let schema: String
+    public let location: DatabaseURL.PostgresLocation
+    private let runner: Task<Void, Never>
+    private let logger: Logger
+
+    public init(_ location: DatabaseURL.PostgresLocation, logger: Logger, maximumConnections: Int = 10) throws {
+        var configuration: PostgresClient.Configuration
+        switch location.address {
+        case .tcp(let host, let port):
+            let tls: PostgresClient.Configuration.TLS
+            switch location.tls {
+            case .disable: tls = .disable
+            case .prefer, .require:
+                var settings = TLSConfiguration.makeClientConfiguration()
+                if let roots = location.rootCertificate { settings.trustRoots = .file(roots) }
+                tls = location.tls == .require ? .require(settings) : .prefer(settings)
+            }
+            configuration = .init(
+                host: host, port: port, username: location.user, password: location.password, database: location.database, tls: tls)
+        case .unixSocket(let path):
+            configuration = .init(unixSocketPath: path, username: location.user, password: location.password, database: location.database)
+        }
+        // Every connection starts in the service's schema: its SQL names tables unqualified, and no
+        // service sees another's tables by accident. (A startup-packet parameter is a GUC.)
+        configuration.options.additionalStartupParameters = [
+            ("search_path", location.schema), ("application_name", "herald"),
+        ]
+        configuration.options.maximumConnections = maximumConnections
+        configuration.options.connectTimeout = .seconds(5)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        self.client = client
+        self.schema = location.schema
+        self.location = location
+        self.logger = logger
+        self.runner = Task { await client.run() }
+    }
+
+    deinit { runner.cancel() }
+
+    /// Keeps the pool until graceful shutdown reaches this service, then closes it.
+    public func run() async throws {
+        await withTaskCancellationHandler {
+            try? await gracefulShutdown()
+        } onCancel: {
+            runner.cancel()
+        }
+        runner.cancel()
+        await runner.value
+    }
+
+    /// A query on a pooled connection, with PostgreSQL's own message when it fails.
+    @discardableResult
+    public func query(_ query: PostgresQuery) async throws -> PostgresRowSequence {
+        try await client.query(query, logger: logger)
+    }
+
+    /// All rows of `query`, collected.
+    public func rows(_ query: PostgresQuery) async throws -> [PostgresRow] {
+        try await client.query(query, logger: logger).collect()
+    }
+
+    /// Runs `body` in one transaction (rolled back when it throws).
+    public func transaction<Result: Sendable>(_ body: (PostgresConnection) async throws -> Result) async throws -> Result {
+        try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+    }
+
+    /// Brings the schema up to `migrations`, in order, each in its own transaction.
+    ///
+    /// Replicas starting together take turns: the whole pass holds a session advisory lock keyed
+    /// on the schema, so the second finds the first's work done. A database that has a migration
+    /// this binary does not know was migrated by a newer Herald: refused, with its names, rather
+    /// than served with a schema this code does not understand.
+    public func migrate(_ migrations: [PostgresMigration], timeout: Duration = .seconds(30)) async throws {
+        // The pool retries a server that does not answer; start-up should say so instead of hanging.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await self.migrateNow(migrations) }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                throw ConfigError(
+                    "\(DatabaseURL.postgres(self.location)) did not answer within \(timeout): is the server up and the URL right?")
+            }
+            defer { group.cancelAll() }
+            try await group.next()
+        }
+    }
+
+    private func migrateNow(_ migrations: [PostgresMigration]) async throws {
+        let names = migrations.map(\.name)
+        precondition(Set(names).count == names.count, "duplicate migration names")
+        let schema = self.schema
+        let lockKey = "herald:\(schema)"
+        try await client.withConnection { connection in
+            _ = try await connection.query("SELECT pg_advisory_lock(hashtext(\(lockKey)))", logger: logger)
+            do {
+                _ = try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
+                _ = try await connection.query(
+                    """
+                    CREATE TABLE IF NOT EXISTS herald_migrations (
+                        name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
+                    """, logger: logger)
+                var applied: Set<String> = []
+                for try await name in try await connection.query("SELECT name FROM herald_migrations", logger: logger)
+                    .decode(String.self)
+                {
+                    applied.insert(name)
+                }
+                let unknown = applied.subtracting(names)
+                guard unknown.isEmpty else {
+                    throw ConfigError(
+                        "schema \(schema) has migrations this binary does not know (\(unknown.sorted().joined(separator: ", "))): "
+                            + "a newer Herald migrated it; run that version or newer")
+                }
+                for migration in migrations where !applied.contains(migration.name) {
+                    try await connection.withTransaction(logger: logger) { connection in
+                        for statement in migration.statements {
+                            _ = try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                        }
+                        _ = try await connection.query("INSERT INTO herald_migrations (name) VALUES (\(migration.name))", logger: logger)
+                    }
+                    logger.info("migrated", metadata: ["herald.schema": "\(schema)", "herald.migration": "\(migration.name)"])
+                }
+            } catch {
+                _ = try? await connection.query("SELECT pg_advisory_unlock(hashtext(\(lockKey)))", logger: logger)
+                throw error
+            }
+            _ = try await connection.query("SELECT pg_advisory_unlock(hashtext(\(lockKey)))", logger: logger)
+        }
+    }
+
+    /// Deletes every row of `tables` in one transaction (ResetForTests); ids keep counting up.
+    public func deleteAll(_ tables: [String]) async throws -> Int64 {
+        try await transaction { connection in
+            var deleted: Int64 = 0
+            for table in tables {
+                let rows = try await connection.query(
+                    PostgresQuery(unsafeSQL: "WITH gone AS (DELETE FROM \(table) RETURNING 1) SELECT count(*) FROM gone"),
+                    logger: logger)
+                for try await count in rows.decode(Int64.self) { deleted += count }
+            }
+            return deleted
+        }
+    }
+
+    /// The health check: the database takes a write (a heartbeat row per schema).
+    public var healthCheck: HealthCheck {
+        HealthCheck("database") { [self] in
+            try await query(
+                """
+                INSERT INTO herald_heartbeat (id, at) VALUES (1, \(unixMillis()))
+                ON CONFLICT (id) DO UPDATE SET at = excluded.at
+                """)
+        }
+    }
+
+    /// The heartbeat table every service's schema gets with its first migration.
+    static let heartbeatTable = "CREATE TABLE IF NOT EXISTS herald_heartbeat (id INTEGER PRIMARY KEY, at BIGINT NOT NULL)"
+}
+
+/// One step of a schema's history: its name (never changed once released) and its statements.
+public struct PostgresMigration: Sendable {
+    public let name: String
+    public let statements: [String]
+
+    public init(_ name: String, _ statements: [String]) {
+        self.name = name
+        self.statements = statements
+    }
+
+    /// The first migration of every schema: the health check's heartbeat table.
+    public static let heartbeat = PostgresMigration("herald-heartbeat", [HeraldPostgres.heartbeatTable])
+}
+
+/// PostgreSQL's refusals as RPC statuses: a full disk is `storageFull` (the edge answers 507), a
+/// database that cannot be reached is UNAVAILABLE (503, retried); the rest stay internal errors,
+/// logged with PostgreSQL's message.
+extension PSQLError: ServiceErrorConvertible {
+    public var serviceError: ServiceError? {
+        switch code {
+        case .server:
+            let state = serverInfo?[.sqlState] ?? ""
+            if state == "53100" { return .storageFull }  // disk_full
+            // 08: connection exceptions; 57P: operator intervention (shutdown, crash recovery).
+            if state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300" {
+                return .unavailable("the database is unavailable (\(state)); retry")
+            }
+            return nil
+        case .connectionError, .serverClosedConnection, .clientClosedConnection, .poolClosed, .uncleanShutdown,
+            .sslUnsupported:
+            return .unavailable("the database is unavailable; retry")
+        default:
+            return nil
+        }
+    }
+
+    /// What PostgreSQL said, for logs and start-up errors (postgres-nio's own description hides it).
+    public var serverMessage: String {
+        guard let info = serverInfo else { return "\(code)" }
+        return "\(info[.severity] ?? "ERROR") \(info[.sqlState] ?? ""): \(info[.message] ?? "")"
+    }
+}

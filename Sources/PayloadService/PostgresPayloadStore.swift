@@ -1,0 +1,113 @@
+import Foundation
+public import HeraldModel
+public import HeraldProto
+import HeraldRPC
+public import HeraldService
+import NIOCore
+import PostgresNIO
+
+/// Rich and secure content in PostgreSQL, for replicas of herald-payload that share one database.
+///
+/// Ids come from an identity column (a sequence): atomic across replicas and never reused, like
+/// SQLite's AUTOINCREMENT. What SQLite's `secure_delete` does for the file is the database's job
+/// here: deleted rows linger until VACUUM reclaims them, so keep TTLs short and the storage encrypted.
+public final class PostgresPayloadStore: PayloadStore {
+    private let db: HeraldPostgres
+    public let rules: PayloadRules
+
+    public init(db: HeraldPostgres, rules: PayloadRules = PayloadRules()) async throws {
+        self.db = db
+        self.rules = rules
+        try await db.migrate(Self.migrations)
+    }
+
+    /// The schema's history; names are never changed once released.
+    public static let migrations: [PostgresMigration] = [
+        .heartbeat,
+        PostgresMigration(
+            "payload-v1",
+            [
+                """
+                CREATE TABLE payload (
+                    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    recipient TEXT NOT NULL,
+                    sender TEXT NOT NULL DEFAULT '',
+                    kind INTEGER NOT NULL,
+                    content BYTEA NOT NULL,
+                    content_type TEXT NOT NULL,
+                    message TEXT NOT NULL DEFAULT '',
+                    rich_type TEXT NOT NULL DEFAULT '',
+                    read BOOLEAN NOT NULL DEFAULT false,
+                    created_at BIGINT NOT NULL,
+                    expires_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX payload_expires ON payload (expires_at)",
+            ]),
+    ]
+
+    nonisolated(nonsending) public func store(_ request: StorePayloadRequest) async throws -> StorePayloadResponse {
+        let admitted = try rules.admit(request)
+        let content = ByteBuffer(bytes: request.content)
+        let kind = Int32(request.kind.rawValue)
+        let rows = try await db.query(
+            """
+            INSERT INTO payload (recipient, sender, kind, content, content_type, message, rich_type, created_at, expires_at)
+            VALUES (\(request.recipient), \(request.sender), \(kind), \(content), \(admitted.contentType), \(request.message),
+                    \(request.richType), \(admitted.createdAt), \(admitted.expiresAt))
+            RETURNING id
+            """)
+        for try await id in rows.decode(Int64.self) {
+            return StorePayloadResponse(id: id, expiresAtUnixMs: admitted.expiresAt)
+        }
+        throw ServiceError(.internal, "INSERT … RETURNING id returned no row")
+    }
+
+    nonisolated(nonsending) public func read(id: Int64, requester: String) async throws -> FetchPayloadResponse {
+        guard !requester.isEmpty else { throw PayloadRules.notFound(id) }
+        let rows = try await db.query(
+            """
+            SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
+            WHERE id = \(id) AND recipient = \(requester) AND expires_at > \(rules.now())
+            """)
+        for try await (kind, content, type, message, richType, read, createdAt) in rows.decode(
+            (Int32, ByteBuffer, String, String, String, Bool, Int64).self)
+        {
+            return FetchPayloadResponse(
+                id: id, kind: PayloadKind(rawValue: kind), content: Array(buffer: content), contentType: type,
+                message: message, richType: richType, read: read, createdAtUnixMs: createdAt)
+        }
+        throw PayloadRules.notFound(id)
+    }
+
+    nonisolated(nonsending) public func markRead(id: Int64) async throws {
+        do {
+            try await db.query("UPDATE payload SET read = true WHERE id = \(id) AND NOT read")
+        } catch let error as PSQLError where error.serviceError == .storageFull {
+        }
+    }
+
+    nonisolated(nonsending) public func delete(id: Int64, recipient: String) async throws {
+        let rows = try await db.rows("DELETE FROM payload WHERE id = \(id) AND recipient = \(recipient) RETURNING id")
+        guard !rows.isEmpty else { throw PayloadRules.notFound(id) }
+    }
+
+    nonisolated(nonsending) public func purgeExpired() async throws -> Int {
+        // In batches, so that a large purge never holds many row locks in one transaction.
+        var total = 0
+        while true {
+            let rows = try await db.rows(
+                """
+                DELETE FROM payload WHERE id IN (
+                    SELECT id FROM payload WHERE expires_at <= \(rules.now()) LIMIT 1000 FOR UPDATE SKIP LOCKED)
+                RETURNING id
+                """)
+            total += rows.count
+            if rows.count < 1000 { return total }
+        }
+    }
+
+    nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
+        try await db.deleteAll(["payload"])
+    }
+}

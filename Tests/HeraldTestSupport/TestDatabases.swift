@@ -1,0 +1,52 @@
+import Foundation
+import HeraldModel
+public import HeraldService
+import Logging
+import PostgresNIO
+
+/// Which store a test runs against. PostgreSQL is there when `HERALD_TEST_POSTGRES_URL` names a
+/// server (scripts/test.sh starts a throw-away cluster and sets it); without it, SQLite only.
+public enum StoreBackend: String, CaseIterable, Sendable, CustomStringConvertible {
+    case sqlite, postgres
+
+    public var description: String { rawValue }
+
+    /// SQLite always; PostgreSQL when the test run has one.
+    public static var available: [StoreBackend] { TestDatabases.postgresURL == nil ? [.sqlite] : [.sqlite, .postgres] }
+}
+
+public enum TestDatabases {
+    /// `HERALD_TEST_POSTGRES_URL`, e.g. `postgres://herald@/herald?host=/tmp/pg-XXXX&port=5432`.
+    public static var postgresURL: String? {
+        guard let url = ProcessInfo.processInfo.environment["HERALD_TEST_POSTGRES_URL"], !url.isEmpty else { return nil }
+        return url
+    }
+
+    /// A database URL whose schema no other test uses: `t<random>_<service>`.
+    public static func freshPostgresURL(service: String, prefix: String = freshPrefix()) -> String? {
+        guard let base = postgresURL else { return nil }
+        return base + (base.contains("?") ? "&" : "?") + "schema=\(prefix)_\(service)"
+    }
+
+    /// A schema-name prefix no other test uses.
+    public static func freshPrefix() -> String {
+        "t" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+    }
+
+    /// Runs `body` with a database in a fresh schema, then drops the schema.
+    public static func withPostgres<T: Sendable>(
+        service: String, _ body: (HeraldPostgres) async throws -> T
+    ) async throws -> T {
+        guard let url = freshPostgresURL(service: service), case .postgres(let location) = try DatabaseURL(url, service: service)
+        else { throw ConfigError("HERALD_TEST_POSTGRES_URL is not set") }
+        let database = try HeraldPostgres(location, logger: Logger(label: "test-postgres"), maximumConnections: 4)
+        do {
+            let result = try await body(database)
+            try await database.query(PostgresQuery(unsafeSQL: "DROP SCHEMA IF EXISTS \(location.schema) CASCADE"))
+            return result
+        } catch {
+            try? await database.query(PostgresQuery(unsafeSQL: "DROP SCHEMA IF EXISTS \(location.schema) CASCADE"))
+            throw error
+        }
+    }
+}
