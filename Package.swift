@@ -166,7 +166,11 @@ let package = Package(
         ),
         .target(
             name: "RegistrationService",
-            dependencies: ["HeraldRPC", "HeraldModel", "HeraldService", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "HeraldRPC", "HeraldModel", "HeraldService", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(

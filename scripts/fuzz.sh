@@ -2,7 +2,7 @@
 # libFuzzer over the code that parses what clients send and builds what providers get
 # (Sources/herald-fuzz: proto, lean, json, subscription, payloads, template), under AddressSanitizer.
 #
-#   scripts/fuzz.sh                         every target for FUZZ_SECONDS (35) each
+#   scripts/fuzz.sh                         every target for FUZZ_SECONDS (20) each
 #   FUZZ_SECONDS=600 scripts/fuzz.sh json   one target for ten minutes
 #   scripts/fuzz.sh --long                  every target, then schemathesis with 500 examples per operation
 #
@@ -15,7 +15,7 @@
 # modules again: a minute or two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${FUZZ_SECONDS:-35}"
+seconds="${FUZZ_SECONDS:-20}"
 long=0
 targets=()
 for argument in "$@"; do

@@ -4,12 +4,13 @@
 #      Swift follows .swift-format (scripts/format.sh --check)   3. build,
 #      and build Examples/send-push (a separate package using the HeraldClient product)
 #   4. every test (one of them runs the example against a live stack), with a throw-away PostgreSQL
-#      cluster (scripts/postgres.sh) for the tests that run each store on both backends
+#      cluster (scripts/postgres.sh) for the tests that run each store on both backends; then the
+#      integration suite again with every store that has a PostgreSQL form on PostgreSQL
 #   5. schemathesis against a live stack (scripts/schemathesis.sh), then the image and
 #      docker-compose.yml run for real with podman (scripts/compose-test.sh)
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds), and
 #      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
-#   7. every libFuzzer target for 35 s (six targets: keep the whole run under 25 minutes) (scripts/fuzz.sh)
+#   7. every libFuzzer target for 20 s (six targets: keep the whole run under 25 minutes) (scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -32,6 +33,9 @@ pg_start=$(date +%s)
 export HERALD_TEST_POSTGRES_URL=$(scripts/postgres.sh start "$pg_dir")
 echo "test.sh: PostgreSQL test cluster up in $(( $(date +%s) - pg_start ))s at $HERALD_TEST_POSTGRES_URL"
 swift test --skip-build
+pg_suite_start=$(date +%s)
+HERALD_TEST_STACK_DATABASE=postgres swift test --skip-build --filter IntegrationTests
+echo "test.sh: integration suite on PostgreSQL took $(( $(date +%s) - pg_suite_start ))s"
 st_start=$(date +%s)
 scripts/schemathesis.sh
 echo "test.sh: schemathesis took $(( $(date +%s) - st_start ))s"

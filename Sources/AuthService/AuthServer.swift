@@ -179,7 +179,7 @@ public enum AuthServer {
         case .accounts:
             context.logger.info("auth-mode accounts", metadata: ["herald.password_hash": "scrypt ln=\(config.passwordHashLogN) r=8 p=1"])
         }
-        let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
+        let pool = try DatabasePool(path: try context.config.sqliteOnlyPath(), configuration: HeraldDatabase.configuration)
         let store = try AccountStore(db: pool)
         let authenticator = try Authenticator(
             mode: config.mode, store: store, hasher: PasswordHasher(logN: config.passwordHashLogN),

@@ -271,7 +271,7 @@ public enum DispatchServer {
     /// What herald-dispatch runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
     public static let definition = ServiceDefinition.rpc(.dispatch, extraKeys: DispatchConfig.keys) { context -> RPCServiceParts in
         let config = try DispatchConfig(reader: context.reader)
-        let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
+        let pool = try DatabasePool(path: try context.config.sqliteOnlyPath(), configuration: HeraldDatabase.configuration)
         let inbox = try InboxProvider(db: pool)
         let outbox = try Outbox(db: pool)
         let abandoned = try outbox.deleteAbandonedStaging()

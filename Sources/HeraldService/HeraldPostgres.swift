@@ -16,7 +16,7 @@ public final class HeraldPostgres: Service, Sendable {
     public let schema: String
     public let location: DatabaseURL.PostgresLocation
     private let runner: Task<Void, Never>
-    private let logger: Logger
+    public let logger: Logger
 
     public init(_ location: DatabaseURL.PostgresLocation, logger: Logger, maximumConnections: Int = 10) throws {
         var configuration: PostgresClient.Configuration
@@ -75,8 +75,16 @@ public final class HeraldPostgres: Service, Sendable {
     }
 
     /// Runs `body` in one transaction (rolled back when it throws).
+    /// The body's own error comes out as itself (a NOT_FOUND stays a NOT_FOUND), not wrapped in
+    /// postgres-nio's `PostgresTransactionError`, unless the rollback failed too.
     public func transaction<Result: Sendable>(_ body: (PostgresConnection) async throws -> Result) async throws -> Result {
-        try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+        do {
+            return try await client.withTransaction(logger: logger) { connection in try await body(connection) }
+        } catch let error as PostgresTransactionError {
+            if let bodyError = error.closureError, error.rollbackError == nil { throw bodyError }
+            if let underlying = error.commitError ?? error.beginError ?? error.rollbackError { throw underlying }
+            throw error
+        }
     }
 
     /// Brings the schema up to `migrations`, in order, each in its own transaction.

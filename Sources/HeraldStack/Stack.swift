@@ -30,6 +30,9 @@ public struct StackConfiguration: Sendable {
     /// When set, the services call each other over TCP with (mutual) TLS on loopback instead of
     /// their Unix sockets, which stay on for health checks and the CLI.
     public var tls: StackTLS?
+    /// `postgres://…`: every service in ``Stack/postgresServices`` keeps its data there, each in
+    /// its own schema (`herald_<service>`); the others stay on SQLite files. nil: SQLite only.
+    public var databaseURL: String?
     /// Extra `--key value` settings per service (e.g. "payload": ["--default-ttl-seconds", "5"]).
     public var extraArguments: [String: [String]] = [:]
     /// A command to run a service under, per service (e.g. "edge": ["valgrind", "--tool=callgrind"]).
@@ -92,6 +95,8 @@ public actor Stack {
     /// Start order: every service after those it calls.
     public static let services = ServiceName.allCases.map(\.rawValue)
     public static let rpcServices = ServiceName.rpcServices.map(\.rawValue)
+    /// The services that can keep their data in PostgreSQL so far (issue 17 adds auth and dispatch).
+    public static let postgresServices = ["payload", "registration"]
     /// Loopback ports (lean, gRPC) per RPC service when ``StackConfiguration/tls`` is set.
     private var tcpPorts: [String: (lean: Int, grpc: Int)] = [:]
 
@@ -214,6 +219,7 @@ public actor Stack {
             arguments += ["--http-host", c.httpHost, "--http-port", String(boundHTTPPort ?? c.httpPort), "--profile", c.profile.rawValue]
         default: break
         }
+        if let url = c.databaseURL, Self.postgresServices.contains(service) { arguments += ["--database-url", url] }
         return arguments + (c.extraArguments[service] ?? [])
     }
 

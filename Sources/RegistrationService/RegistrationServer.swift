@@ -4,18 +4,19 @@ public import HeraldModel
 import HeraldProto
 public import HeraldRPC
 public import HeraldService
+import ServiceLifecycle
 
 /// The RPC handlers of herald-registration over a ``RegistrationStore``.
 public struct RegistrationHandlers: RegistrationServiceHandler {
     /// Registrations per StreamAudience message.
     public static let audienceBatchSize = 500
-    public let store: RegistrationStore
+    public let store: any RegistrationStore
     /// Hosts WNS channel URIs and Web Push endpoints may point at.
     public let hosts: RegistrationRules.PushHosts
     /// `test-mode`: whether ResetForTests may run.
     public let testMode: Bool
 
-    public init(store: RegistrationStore, hosts: RegistrationRules.PushHosts = .init(), testMode: Bool = false) {
+    public init(store: any RegistrationStore, hosts: RegistrationRules.PushHosts = .init(), testMode: Bool = false) {
         self.store = store
         self.hosts = hosts
         self.testMode = testMode
@@ -23,7 +24,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
 
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
         try TestMode.require(testMode, service: .registration)
-        return ResetForTestsResponse(deleted: try store.deleteEverything())
+        return ResetForTestsResponse(deleted: try await store.deleteEverything())
     }
 
     public func createRegistrationId(
@@ -31,7 +32,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     ) async throws -> CreateRegistrationIdResponse {
         try Self.requireOwner(request.owner)
         guard request.handle.utf8.count <= 4096 else { throw ServiceError.invalidArgument("handle is too long") }
-        return CreateRegistrationIdResponse(registrationID: try store.createID(owner: request.owner, handle: request.handle))
+        return CreateRegistrationIdResponse(registrationID: try await store.createID(owner: request.owner, handle: request.handle))
     }
 
     public func upsertRegistration(
@@ -40,7 +41,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         try Self.requireOwner(request.owner)
         try RegistrationRules.validateHandle(request.handle, platform: request.platform, hosts: hosts)
         let tags = try RegistrationRules.validateTags(request.tags)
-        let registration = try store.upsert(
+        let registration = try await store.upsert(
             owner: request.owner, id: request.registrationID, platform: request.platform,
             handle: request.handle, tags: tags)
         return UpsertRegistrationResponse(registration: registration)
@@ -50,7 +51,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         _ request: DeleteRegistrationRequest, context: RPCContext
     ) async throws -> DeleteRegistrationResponse {
         try Self.requireOwner(request.owner)
-        try store.delete(owner: request.owner, id: request.registrationID)
+        try await store.delete(owner: request.owner, id: request.registrationID)
         return DeleteRegistrationResponse()
     }
 
@@ -58,7 +59,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         _ request: ListRegistrationsRequest, context: RPCContext
     ) async throws -> ListRegistrationsResponse {
         try Self.requireOwner(request.owner)
-        return ListRegistrationsResponse(registrations: try store.list(owner: request.owner))
+        return ListRegistrationsResponse(registrations: try await store.list(owner: request.owner))
     }
 
     public func checkHandles(_ request: CheckHandlesRequest, context: RPCContext) async throws -> CheckHandlesResponse {
@@ -80,7 +81,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         guard request.platform != .unspecified, !request.handle.isEmpty else {
             throw ServiceError.invalidArgument("platform and handle are required")
         }
-        let removed = try store.removeHandle(
+        let removed = try await store.removeHandle(
             platform: request.platform, handle: request.handle, invalidSince: request.invalidSinceUnixMs)
         // The handle itself stays out of the log: it addresses a device.
         context.logger.info(
@@ -105,11 +106,11 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             try Task.checkCancellation()
             let page =
                 if let expression {
-                    try store.audience(
+                    try await store.audience(
                         expression: expression, platform: request.platform, hub: hub, templates: request.templates, after: after,
                         limit: Self.audienceBatchSize)
                 } else {
-                    try store.audience(
+                    try await store.audience(
                         broadcast: hub, platform: request.platform, templates: request.templates, after: after,
                         limit: Self.audienceBatchSize)
                 }
@@ -126,12 +127,13 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         let installation = try Installation.parse(request.json, id: request.installationID, hosts: hosts)
         guard request.maxInstallations >= 0 else { throw ServiceError.invalidArgument("max_installations must not be negative") }
         return InstallationResponse(
-            json: try store.putInstallation(hub: Names.hub(request.hub), installation, maxInstallations: request.maxInstallations).json())
+            json: try await store.putInstallation(hub: Names.hub(request.hub), installation, maxInstallations: request.maxInstallations)
+                .json())
     }
 
     public func patchInstallation(_ request: PatchInstallationRequest, context: RPCContext) async throws -> InstallationResponse {
         try Installation.validateID(request.installationID)
-        let installation = try store.patchInstallation(hub: Names.hub(request.hub), id: request.installationID) { installation in
+        let installation = try await store.patchInstallation(hub: Names.hub(request.hub), id: request.installationID) { installation in
             try installation.apply(patch: request.patch, hosts: hosts)
         }
         return InstallationResponse(json: try installation.json())
@@ -139,7 +141,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
 
     public func getInstallation(_ request: GetInstallationRequest, context: RPCContext) async throws -> InstallationResponse {
         try Installation.validateID(request.installationID)
-        guard let installation = try store.installation(hub: Names.hub(request.hub), id: request.installationID) else {
+        guard let installation = try await store.installation(hub: Names.hub(request.hub), id: request.installationID) else {
             throw ServiceError.notFound("Installation not found.")
         }
         return InstallationResponse(json: try installation.json())
@@ -149,7 +151,8 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         _ request: DeleteInstallationRequest, context: RPCContext
     ) async throws -> DeleteInstallationResponse {
         try Installation.validateID(request.installationID)
-        return DeleteInstallationResponse(deleted: try store.deleteInstallation(hub: Names.hub(request.hub), id: request.installationID))
+        return DeleteInstallationResponse(
+            deleted: try await store.deleteInstallation(hub: Names.hub(request.hub), id: request.installationID))
     }
 
     public func listInstallations(
@@ -164,7 +167,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             }
             after = decoded
         }
-        let page = try store.listInstallations(
+        let page = try await store.listInstallations(
             hub: Names.hub(request.hub), expression: request.tag.isEmpty ? nil : try TagExpression.validated(request.tag, field: "tag"),
             userID: request.userID.isEmpty ? nil : request.userID, platform: request.platform, after: after, limit: limit + 1)
         let more = page.count > limit
@@ -180,7 +183,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         var after = ""
         while true {
             try Task.checkCancellation()
-            let page = try store.exportPage(hub: Names.hub(request.hub), after: after, limit: Self.audienceBatchSize)
+            let page = try await store.exportPage(hub: Names.hub(request.hub), after: after, limit: Self.audienceBatchSize)
             if page.count > 0 { try await responses.send(ExportBatch(ndjson: page.lines)) }
             guard page.count == Self.audienceBatchSize, let last = page.last else { return }
             after = last
@@ -191,7 +194,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         guard !request.hub.isEmpty, request.hub != Names.defaultHub else {
             throw ServiceError.failedPrecondition("the hub default's devices are the tutorial's; delete them one by one")
         }
-        let deleted = try store.deleteHub(request.hub)
+        let deleted = try await store.deleteHub(request.hub)
         context.logger.notice("hub devices deleted", metadata: ["herald.hub": "\(request.hub)", "herald.count": "\(deleted)"])
         return DeleteHubDevicesResponse(deleted: Int64(deleted))
     }
@@ -247,14 +250,26 @@ public enum RegistrationServer {
     /// What herald-registration runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
     public static let definition = ServiceDefinition.rpc(.registration, extraKeys: RegistrationConfig.keys) { context -> RPCServiceParts in
         let config = try RegistrationConfig(reader: context.reader)
-        let pool = try DatabasePool(path: context.config.databasePath, configuration: HeraldDatabase.configuration)
-        let store = try RegistrationStore(db: pool, pendingTTL: config.pendingTTL)
+        let store: any RegistrationStore
+        var resources: [any Service] = []
+        let healthCheck: HealthCheck
+        switch context.config.databaseURL {
+        case .sqlite(let path):
+            let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
+            store = try SQLiteRegistrationStore(db: pool, pendingTTL: config.pendingTTL)
+            healthCheck = .database(pool)
+        case .postgres(let location):
+            let database = try HeraldPostgres(location, logger: context.logger)
+            resources.append(database)
+            store = try await PostgresRegistrationStore(db: database, pendingTTL: config.pendingTTL)
+            healthCheck = database.healthCheck
+        }
         var table = MethodTable()
         RegistrationHandlers(store: store, hosts: config.hosts, testMode: context.config.testMode).register(into: &table)
         let purge = Periodic("pending registration purge", every: .seconds(3600), logger: context.logger) {
-            let purged = try store.purgePending()
+            let purged = try await store.purgePending()
             if purged > 0 { context.logger.info("purged expired pending ids", metadata: ["herald.count": "\(purged)"]) }
         }
-        return RPCServiceParts(table: table, background: [purge], healthChecks: [.database(pool)])
+        return RPCServiceParts(table: table, background: resources + [purge], healthChecks: [healthCheck])
     }
 }

@@ -3,325 +3,164 @@ public import GRDB
 public import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldService
+public import HeraldService
 
-/// Registrations in SQLite. Every query that names an id also names its owner, so another user's
-/// registration is indistinguishable from a missing one.
-///
-/// Takes any GRDB `DatabaseWriter`: the service passes a WAL `DatabasePool` on its own file, tests
-/// may pass an in-memory `DatabaseQueue`.
-public final class RegistrationStore: Sendable {
-    let db: any DatabaseWriter
-    /// How long an id from POST api/register waits for its first PUT before it is gone (410), in ms.
-    private let pendingTTL: Int64
-    /// Unix epoch milliseconds; injected by tests that check expiry without waiting.
-    let now: @Sendable () -> Int64
+/// Registrations and NH installations, whichever database holds them: ``SQLiteRegistrationStore``
+/// (embedded, one process) or ``PostgresRegistrationStore`` (shared by replicas). Every call that
+/// names an id also names its owner (or hub), so another user's registration is indistinguishable
+/// from a missing one.
+public protocol RegistrationStore: Sendable {
+    /// POST api/register: the owner's first registration for `handle` (its duplicates deleted), or a
+    /// new id.
+    nonisolated(nonsending) func createID(owner: String, handle: String) async throws -> String
+    /// PUT api/register/{id}: replaces platform, handle and tags of a registration the owner holds.
+    /// Tags must already be validated; the server's `username:` tag is added here.
+    nonisolated(nonsending) func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String]) async throws
+        -> Registration
+    /// DELETE api/register/{id}.
+    nonisolated(nonsending) func delete(owner: String, id: String) async throws
+    /// Every registration of `owner`, oldest first, with tags.
+    nonisolated(nonsending) func list(owner: String) async throws -> [Registration]
+    /// Push-service feedback: of the devices with `handle` on `platform` not updated after
+    /// `invalidSince` (Unix ms; 0: all), installations are kept and marked `pushChannelExpired`
+    /// (NH's behaviour; sends skip them until the channel changes) and tutorial registrations are
+    /// deleted, so the app's next PUT gets 410. Returns how many.
+    nonisolated(nonsending) func removeHandle(platform: Platform, handle: String, invalidSince: Int64) async throws -> Int
+    /// Deletes ids allocated by POST that were never PUT within the pending TTL; returns how many.
+    nonisolated(nonsending) func purgePending() async throws -> Int
+    /// One page of an audience, by increasing id after `after`: `driver`'s index entries, or every
+    /// device of the hub, filtered by `expression` (see ``RegistrationSQL``).
+    nonisolated(nonsending) func audience(
+        driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool, after: String, limit: Int
+    ) async throws -> [Registration]
+
+    /// Creates or replaces; keeps the row (and its id) of an existing installation. A changed push
+    /// channel clears `pushChannelExpired`; the same channel keeps it. With `maxInstallations`
+    /// above 0, creating one more in a hub that holds that many is RESOURCE_EXHAUSTED.
+    @discardableResult
+    nonisolated(nonsending) func putInstallation(hub: String, _ installation: Installation, maxInstallations: Int64) async throws
+        -> Installation
+    /// Reads, patches and writes back in one transaction.
+    nonisolated(nonsending) func patchInstallation(
+        hub: String, id: String, _ change: @Sendable (inout Installation) throws -> Void
+    ) async throws -> Installation
+    nonisolated(nonsending) func installation(hub: String, id: String) async throws -> Installation?
+    /// Whether one was deleted.
+    nonisolated(nonsending) func deleteInstallation(hub: String, id: String) async throws -> Bool
+    /// A page of a hub's installations by installation id after `after`, filtered by a tag
+    /// expression, user id and platform, evaluated in SQL.
+    nonisolated(nonsending) func listInstallations(
+        hub: String, expression: TagExpression?, userID: String?, platform: Platform, after: String, limit: Int
+    ) async throws -> [Installation]
+    /// A page of every device of a hub by registration id, as NDJSON export lines.
+    nonisolated(nonsending) func exportPage(hub: String, after: String, limit: Int) async throws
+        -> (lines: [UInt8], last: String?, count: Int)
+    /// Deletes every device of a hub, in batches; returns how many.
+    nonisolated(nonsending) func deleteHub(_ hub: String) async throws -> Int
+    /// Deletes every registration and its tags (ResetForTests).
+    nonisolated(nonsending) func deleteEverything() async throws -> Int64
+}
+
+extension RegistrationStore {
+    /// One page of the devices carrying `tag`, by id after `after` (keyset paging over the (tag,
+    /// registration_id) key). With `templates`, installation templates instead (name and JSON).
+    nonisolated(nonsending) public func audience(
+        tag: String, platform: Platform, hub: String = Names.defaultHub, templates: Bool = false, after: String, limit: Int
+    ) async throws -> [Registration] {
+        try await audience(
+            driver: tag, expression: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
+    }
+
+    /// One page of every device (or every installation template) of a hub: a broadcast.
+    nonisolated(nonsending) public func audience(
+        broadcast hub: String, platform: Platform, templates: Bool = false, after: String, limit: Int
+    ) async throws -> [Registration] {
+        try await audience(
+            driver: nil, expression: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
+    }
+
+    /// One page of the devices matching a tag expression, evaluated in SQL over the tag index,
+    /// never by loading every device: a one-tag ``TagExpression/cover`` drives the page.
+    nonisolated(nonsending) public func audience(
+        expression: TagExpression, platform: Platform, hub: String = Names.defaultHub, templates: Bool = false, after: String,
+        limit: Int
+    ) async throws -> [Registration] {
+        if case .tag(let tag) = expression.root {
+            return try await audience(tag: tag, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
+        }
+        let cover = expression.cover
+        return try await audience(
+            driver: cover?.count == 1 ? cover?.first : nil, expression: expression.root, platform: platform, hub: hub,
+            templates: templates, after: after, limit: limit)
+    }
+
+    @discardableResult
+    nonisolated(nonsending) public func putInstallation(hub: String, _ installation: Installation) async throws -> Installation {
+        try await putInstallation(hub: hub, installation, maxInstallations: 0)
+    }
+}
+
+/// The ``RegistrationStore`` over SQLite: ``SQLiteRegistrations``' synchronous calls, run on the
+/// caller's executor (in an async function GRDB's async overloads, which hop to its queue, would win).
+public final class SQLiteRegistrationStore: RegistrationStore {
+    public let tables: SQLiteRegistrations
 
     public init(
         db: any DatabaseWriter, pendingTTL: Duration = .seconds(24 * 3600), now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
-        self.db = db
-        self.pendingTTL = pendingTTL.wholeMilliseconds
-        self.now = now
-        try HeraldDatabase.migrate(Self.migrator, db)
+        tables = try SQLiteRegistrations(db: db, pendingTTL: pendingTTL, now: now)
     }
 
-    public static var migrator: DatabaseMigrator {
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in
-            try db.execute(
-                sql: """
-                    CREATE TABLE registration (
-                        id TEXT PRIMARY KEY NOT NULL,
-                        owner TEXT NOT NULL,
-                        platform INTEGER NOT NULL DEFAULT 0,
-                        handle TEXT NOT NULL DEFAULT '',
-                        created_at INTEGER NOT NULL,
-                        updated_at INTEGER NOT NULL
-                    );
-                    CREATE INDEX registration_owner_handle ON registration(owner, handle);
-                    CREATE TABLE registration_tag (
-                        tag TEXT NOT NULL,
-                        registration_id TEXT NOT NULL REFERENCES registration(id) ON DELETE CASCADE,
-                        PRIMARY KEY (tag, registration_id)
-                    ) WITHOUT ROWID;
-                    CREATE INDEX registration_tag_registration ON registration_tag(registration_id);
-                    """)
-        }
-        migrator.registerMigration("v2-handle-index") { db in
-            // RemoveHandle looks registrations up by handle alone.
-            try db.execute(sql: "CREATE INDEX registration_handle ON registration(handle)")
-        }
-        migrator.registerMigration("v3-hubs-installations") { db in
-            // Hubs (issue 15): every device belongs to one; the tutorial's to "default". An NH
-            // installation is a registration row too ("i-…" id, no owner), so audiences see both
-            // alike; its NH JSON is kept whole in `document` (templates, push variables).
-            try db.execute(
-                sql: """
-                    ALTER TABLE registration ADD COLUMN hub TEXT NOT NULL DEFAULT 'default';
-                    ALTER TABLE registration ADD COLUMN installation_id TEXT;
-                    ALTER TABLE registration ADD COLUMN user_id TEXT;
-                    ALTER TABLE registration ADD COLUMN document BLOB;
-                    ALTER TABLE registration ADD COLUMN expired INTEGER NOT NULL DEFAULT 0;
-                    CREATE UNIQUE INDEX registration_installation ON registration(hub, installation_id)
-                        WHERE installation_id IS NOT NULL;
-                    """)
-        }
-        migrator.registerMigration("v4-installation-templates") { db in
-            // NH's template registrations (issue 16): each installation template is a row of its
-            // own ("t-…", template_name set, parent_id its installation's row, its JSON in
-            // `document`) carrying the installation's tags plus the template's tags and name, so a
-            // template send's tag expression matches each template on its own, in SQL, as NH does.
-            try db.execute(
-                sql: """
-                    ALTER TABLE registration ADD COLUMN template_name TEXT;
-                    ALTER TABLE registration ADD COLUMN parent_id TEXT REFERENCES registration(id) ON DELETE CASCADE;
-                    -- Not partial: SQLite looks children up through it when a row is deleted (the cascade).
-                    CREATE INDEX registration_parent ON registration(parent_id);
-                    """)
-            // Installations stored before carry their templates in their document only.
-            for row in try Row.fetchAll(
-                db, sql: "SELECT id, hub, document, expired, updated_at FROM registration WHERE installation_id IS NOT NULL")
-            {
-                guard let installation = try? Installation.stored([UInt8](row["document"] as Data)), !installation.templates.isEmpty
-                else { continue }
-                try Self.writeTemplates(
-                    of: installation, parentID: row["id"], hub: row["hub"], expired: row["expired"], now: row["updated_at"], in: db)
-            }
-        }
-        return migrator
+    nonisolated(nonsending) public func createID(owner: String, handle: String) async throws -> String {
+        try tables.createID(owner: owner, handle: handle)
     }
-
-    /// Push-service feedback: deletes every registration of `platform` with `handle` not updated
-    /// after `invalidSince` (Unix ms; 0: all), whoever owns it. Returns how many.
-    /// Deletes every registration and its tags (ResetForTests).
-    public func deleteEverything() throws -> Int64 {
-        try TestMode.deleteAll(["registration_tag", "registration"], in: db)
-    }
-
-    /// Installations are kept and marked `pushChannelExpired` (NH's behaviour; sends skip them until
-    /// the channel changes); tutorial registrations are deleted, so the app's next PUT gets 410.
-    public func removeHandle(platform: Platform, handle: String, invalidSince: Int64) throws -> Int {
-        try db.write { db in
-            try db.execute(
-                sql: """
-                    UPDATE registration SET expired = 1
-                    WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?) AND installation_id IS NOT NULL AND expired = 0
-                    """,
-                arguments: [handle, platform.rawValue, invalidSince, invalidSince])
-            let expired = db.changesCount
-            // An installation's templates go quiet with it (counted once, with the installation).
-            try db.execute(
-                sql: """
-                    UPDATE registration SET expired = 1
-                    WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?) AND template_name IS NOT NULL AND expired = 0
-                    """,
-                arguments: [handle, platform.rawValue, invalidSince, invalidSince])
-            try db.execute(
-                sql: """
-                    DELETE FROM registration WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?)
-                        AND installation_id IS NULL AND template_name IS NULL
-                    """,
-                arguments: [handle, platform.rawValue, invalidSince, invalidSince])
-            return expired + db.changesCount
-        }
-    }
-
-    /// POST api/register: the owner's first registration for `handle` (its duplicates deleted), or a
-    /// new id.
-    public func createID(owner: String, handle: String) throws -> String {
-        try db.write { db in
-            if !handle.isEmpty {
-                let ids = try String.fetchAll(
-                    db.cachedStatement(sql: "SELECT id FROM registration WHERE owner = ? AND handle = ? ORDER BY created_at, rowid"),
-                    arguments: [owner, handle])
-                if let first = ids.first {
-                    for duplicate in ids.dropFirst() {
-                        try db.execute(sql: "DELETE FROM registration WHERE id = ?", arguments: [duplicate])
-                    }
-                    return first
-                }
-            }
-            let id = Self.newID()
-            let now = self.now()
-            try db.cachedStatement(sql: "INSERT INTO registration (id, owner, created_at, updated_at) VALUES (?, ?, ?, ?)")
-                .execute(arguments: [id, owner, now, now])
-            return id
-        }
-    }
-
-    /// PUT api/register/{id}: replaces platform, handle and tags of a registration the owner holds.
-    /// Tags must already be validated; the server's `username:` tag is added here.
-    public func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String]) throws
-        -> Registration
+    nonisolated(nonsending) public func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String])
+        async throws -> Registration
     {
-        try db.write { db in
-            let now = self.now()
-            // A pending id (never PUT: platform 0) only within its TTL.
-            try db.cachedStatement(
-                sql: """
-                    UPDATE registration SET platform = ?, handle = ?, updated_at = ?
-                    WHERE id = ? AND owner = ? AND (platform != 0 OR created_at > ?)
-                    """
-            ).execute(arguments: [platform.rawValue, handle, now, id, owner, now - pendingTTL])
-            guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
-            try db.cachedStatement(sql: "DELETE FROM registration_tag WHERE registration_id = ?").execute(arguments: [id])
-            let allTags = tags + [RegistrationRules.userTag(owner)]
-            let insert = try db.cachedStatement(sql: "INSERT INTO registration_tag (tag, registration_id) VALUES (?, ?)")
-            for tag in allTags { try insert.execute(arguments: [tag, id]) }
-            return Registration(
-                registrationID: id, owner: owner, platform: platform, handle: handle, tags: allTags,
-                updatedAtUnixMs: now)
-        }
+        try tables.upsert(owner: owner, id: id, platform: platform, handle: handle, tags: tags)
     }
-
-    /// Deletes ids allocated by POST that were never PUT within ``pendingTTL``; returns how many.
-    public func purgePending() throws -> Int {
-        try db.write { db in
-            try db.execute(
-                sql: "DELETE FROM registration WHERE platform = \(Platform.unspecified.rawValue) AND created_at <= ?",
-                arguments: [now() - pendingTTL])
-            return db.changesCount
-        }
+    nonisolated(nonsending) public func delete(owner: String, id: String) async throws { try tables.delete(owner: owner, id: id) }
+    nonisolated(nonsending) public func list(owner: String) async throws -> [Registration] { try tables.list(owner: owner) }
+    nonisolated(nonsending) public func removeHandle(platform: Platform, handle: String, invalidSince: Int64) async throws -> Int {
+        try tables.removeHandle(platform: platform, handle: handle, invalidSince: invalidSince)
     }
-
-    /// DELETE api/register/{id}.
-    public func delete(owner: String, id: String) throws {
-        try db.write { db in
-            try db.execute(sql: "DELETE FROM registration WHERE id = ? AND owner = ?", arguments: [id, owner])
-            guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
-        }
+    nonisolated(nonsending) public func purgePending() async throws -> Int { try tables.purgePending() }
+    nonisolated(nonsending) public func audience(
+        driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool, after: String, limit: Int
+    ) async throws -> [Registration] {
+        try tables.audience(
+            RegistrationSQL.audience(
+                .sqlite, driver: driver, expression: expression, platform: platform, hub: hub, templates: templates, after: after,
+                limit: limit),
+            templates: templates)
     }
-
-    /// Every registration of `owner`, oldest first, with tags.
-    public func list(owner: String) throws -> [Registration] {
-        try db.read { db in
-            let rows = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT id, owner, platform, handle, updated_at FROM registration
-                    WHERE owner = ? ORDER BY created_at, rowid
-                    """,
-                arguments: [owner])
-            return try rows.map { row in
-                var registration = Self.registration(row)
-                registration.tags = try String.fetchAll(
-                    db, sql: "SELECT tag FROM registration_tag WHERE registration_id = ? ORDER BY tag",
-                    arguments: [registration.registrationID])
-                return registration
-            }
-        }
-    }
-
-    /// One page of an audience: complete registrations carrying `tag` with an id after `after`,
-    /// ordered by id (keyset paging over the (tag, registration_id) primary key). With `templates`,
-    /// installation templates instead of devices (each with its name and JSON).
-    public func audience(
-        tag: String, platform: Platform, hub: String = Names.defaultHub, templates: Bool = false, after: String, limit: Int
-    ) throws -> [Registration] {
-        try audiencePage(driver: tag, condition: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
-    }
-
-    /// One page of every device (or, with `templates`, every installation template) of a hub (a broadcast).
-    public func audience(broadcast hub: String, platform: Platform, templates: Bool = false, after: String, limit: Int) throws
-        -> [Registration]
+    @discardableResult
+    nonisolated(nonsending) public func putInstallation(hub: String, _ installation: Installation, maxInstallations: Int64)
+        async throws -> Installation
     {
-        try audiencePage(driver: nil, condition: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
+        try tables.putInstallation(hub: hub, installation, maxInstallations: maxInstallations)
     }
-
-    /// One page of the registrations matching a tag expression, by increasing id after `after`,
-    /// evaluated by SQLite over the tag index, never by loading every device. When the expression
-    /// has a one-tag ``TagExpression/cover`` (`a`, `a && !b`, `a && (b || c)`) the page is read
-    /// from that tag's index entries as ``audience(tag:platform:after:limit:)`` does; otherwise
-    /// (`a || b`, `!a`) every registration after `after` is tested, each tag an index look-up.
-    public func audience(
-        expression: TagExpression, platform: Platform, hub: String = Names.defaultHub, templates: Bool = false, after: String,
-        limit: Int
-    ) throws -> [Registration] {
-        if case .tag(let tag) = expression.root {
-            return try audience(tag: tag, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
-        }
-        let cover = expression.cover
-        return try audiencePage(
-            driver: cover?.count == 1 ? cover?.first : nil, condition: Self.sql(expression.root), platform: platform, hub: hub,
-            templates: templates, after: after, limit: limit)
+    nonisolated(nonsending) public func patchInstallation(
+        hub: String, id: String, _ change: @Sendable (inout Installation) throws -> Void
+    ) async throws -> Installation {
+        try tables.patchInstallation(hub: hub, id: id, change)
     }
-
-    /// The one audience query: registrations after `after` by id, read from `driver`'s entries in
-    /// the (tag, registration_id) key when given (its own order: no sort), else from every
-    /// registration, and filtered by `condition` (SQL on `r.id` and its arguments) when given.
-    private func audiencePage(
-        driver: String?, condition: (sql: String, arguments: [String])?, platform: Platform, hub: String, templates: Bool,
-        after: String, limit: Int
-    ) throws -> [Registration] {
-        var sql = "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.hub, r.installation_id "
-        if templates { sql += ", r.template_name, r.document " }
-        var arguments = StatementArguments()
-        let order: String
-        if let driver {
-            sql += """
-                FROM registration_tag d JOIN registration r ON r.id = d.registration_id
-                WHERE d.tag = ? AND d.registration_id > ? AND r.platform != 0 AND r.hub = ? AND r.expired = 0
-                """
-            arguments += [driver, after, hub]
-            order = "d.registration_id"
-        } else {
-            sql += "FROM registration r WHERE r.id > ? AND r.platform != 0 AND r.hub = ? AND r.expired = 0"
-            arguments += [after, hub]
-            order = "r.id"
-        }
-        // Devices, or (a template send) installation templates: never both.
-        sql += templates ? " AND r.template_name IS NOT NULL" : " AND r.template_name IS NULL"
-        if platform.rawValue != 0 {
-            sql += " AND r.platform = ?"
-            arguments += [platform.rawValue]
-        }
-        if let condition {
-            sql += " AND (\(condition.sql))"
-            arguments += StatementArguments(condition.arguments)
-        }
-        sql += " ORDER BY \(order) LIMIT ?"
-        arguments += [limit]
-        return try db.read { db in
-            try Row.fetchAll(db, sql: sql, arguments: arguments).map { row in
-                var registration = Self.registration(row)
-                if templates {
-                    registration.templateName = row["template_name"]
-                    registration.templateJson = String(decoding: row["document"] as Data, as: UTF8.self)
-                }
-                return registration
-            }
-        }
+    nonisolated(nonsending) public func installation(hub: String, id: String) async throws -> Installation? {
+        try tables.installation(hub: hub, id: id)
     }
-
-    /// A tag expression as an SQL condition on `r.id`: each tag an `EXISTS` on the (tag,
-    /// registration_id) primary key, tags bound as arguments.
-    static func sql(_ node: TagExpression.Node) -> (String, [String]) {
-        switch node {
-        case .tag(let tag):
-            return ("EXISTS (SELECT 1 FROM registration_tag t WHERE t.tag = ? AND t.registration_id = r.id)", [tag])
-        case .not(let inner):
-            let (text, arguments) = sql(inner)
-            return ("NOT (\(text))", arguments)
-        case .and(let nodes), .or(let nodes):
-            let parts = nodes.map(sql)
-            let joiner: String
-            if case .and = node { joiner = " AND " } else { joiner = " OR " }
-            return (parts.map { "(\($0.0))" }.joined(separator: joiner), parts.flatMap(\.1))
-        }
+    nonisolated(nonsending) public func deleteInstallation(hub: String, id: String) async throws -> Bool {
+        try tables.deleteInstallation(hub: hub, id: id)
     }
-
-    private static func registration(_ row: Row) -> Registration {
-        Registration(
-            registrationID: row["id"], owner: row["owner"], platform: Platform(rawValue: row["platform"]),
-            handle: row["handle"], tags: [], updatedAtUnixMs: row["updated_at"], hub: row["hub"] ?? Names.defaultHub,
-            installationID: row["installation_id"] ?? "")
+    nonisolated(nonsending) public func listInstallations(
+        hub: String, expression: TagExpression?, userID: String?, platform: Platform, after: String, limit: Int
+    ) async throws -> [Installation] {
+        try tables.listInstallations(hub: hub, expression: expression, userID: userID, platform: platform, after: after, limit: limit)
     }
-
-    /// "r-" and 24 base-32 characters: 120 random bits, unguessable.
-    static func newID() -> String {
-        let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
-        var generator = SystemRandomNumberGenerator()
-        return "r-" + String((0..<24).map { _ in alphabet[Int(generator.next(upperBound: UInt8(32)))] })
+    nonisolated(nonsending) public func exportPage(hub: String, after: String, limit: Int) async throws
+        -> (lines: [UInt8], last: String?, count: Int)
+    {
+        try tables.exportPage(hub: hub, after: after, limit: limit)
     }
+    nonisolated(nonsending) public func deleteHub(_ hub: String) async throws -> Int { try tables.deleteHub(hub) }
+    nonisolated(nonsending) public func deleteEverything() async throws -> Int64 { try tables.deleteEverything() }
 }

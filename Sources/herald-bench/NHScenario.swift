@@ -262,7 +262,7 @@ struct NHScenario {
     func seedInstallations(_ count: Int, hub: String, path: String) throws {
         try makePrivateDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
         let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
-        _ = try RegistrationStore(db: pool)
+        _ = try SQLiteRegistrations(db: pool)
         let now = unixMillis()
         try pool.write { db in
             let registration = try db.makeStatement(
@@ -284,7 +284,7 @@ struct NHScenario {
                     Data(try installation.json()),
                 ])
                 for name in installation.audienceTags { try tag.execute(arguments: [name, id]) }
-                try RegistrationStore.writeTemplates(of: installation, parentID: id, hub: hub, expired: false, now: now, in: db)
+                try SQLiteRegistrations.writeTemplates(of: installation, parentID: id, hub: hub, expired: false, now: now, in: db)
             }
         }
         try pool.close()

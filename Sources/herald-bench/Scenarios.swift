@@ -338,7 +338,7 @@ struct FanoutScenario {
     func seedRegistrations(_ count: Int, path: String, platform: Platform = .apns) throws {
         try makePrivateDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
         let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
-        _ = try RegistrationStore(db: pool)
+        _ = try SQLiteRegistrations(db: pool)
         let now = unixMillis()
         try pool.write { db in
             let registration = try db.makeStatement(

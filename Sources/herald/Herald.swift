@@ -45,6 +45,12 @@ struct Up: AsyncParsableCommand {
     var runtimeDir: String?
     @Option(help: "The SQLite files' folder; default: $HERALD_DATA_DIR, else <dir>/data.")
     var dataDir: String?
+    @Option(
+        help: """
+            postgres://user[:password]@host[:port]/db (or postgres://user@/db?host=/socket/folder): payload and \
+            registration keep their data there, a schema each; the other services stay on SQLite.
+            """)
+    var database: String?
 
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
@@ -64,6 +70,7 @@ struct Up: AsyncParsableCommand {
         configuration.logLevel = logLevel
         configuration.rpcTransport = rpcTransport
         configuration.captureLogs = logFiles
+        configuration.databaseURL = database
         if let richImage {
             configuration.extraArguments["edge", default: []] += [
                 "--rich-image", URL(fileURLWithPath: richImage).standardizedFileURL.path,

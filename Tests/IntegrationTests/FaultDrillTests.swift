@@ -214,7 +214,7 @@ struct DiskFullTests {
         try #require(mounted.status == 0, "mount: \(mounted.error)")
         defer { _ = try? runProgramBlocking("/bin/umount", ["-l", data]) }
 
-        try await LiveStack.with(directory: directory, auth: .tutorial) { live in
+        try await LiveStack.with(directory: directory, auth: .tutorial, database: .sqlite) { live in
             let edge = live.edge
             let token = apnsToken(990)
             try await live.register("alice", handle: token)

@@ -51,7 +51,7 @@ struct HostileClientTests {
 
     @Test("a rich push that dispatch refuses leaves no content behind", arguments: AuthModeCase.allCases)
     func refusedRichPush(_ auth: AuthModeCase) async throws {
-        try await LiveStack.with(auth: auth, users: ["alice", "bob"]) { live in
+        try await LiveStack.with(auth: auth, users: ["alice", "bob"], database: .sqlite) { live in
             // Over APNs' 4096 bytes once the message is in the push: dispatch answers INVALID_ARGUMENT.
             let message = String(repeating: "m", count: 5000)
             let reply = try await live.edge.upload(
@@ -72,7 +72,7 @@ struct HostileClientTests {
 
     @Test("secure and rich content for a user that does not exist is 404 and not stored")
     func unknownRecipient() async throws {
-        try await LiveStack.with(auth: .accounts, users: ["alice"]) { live in
+        try await LiveStack.with(auth: .accounts, users: ["alice"], database: .sqlite) { live in
             for kind in ["secure", "rich"] {
                 let reply = try await live.edge.upload(
                     "/v1/notifications?kind=\(kind)&to_user=ghost", as: "alice", bytes: Data("x".utf8), contentType: "text/plain")

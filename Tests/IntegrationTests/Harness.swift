@@ -50,13 +50,13 @@ struct LiveStack {
         configuration.captureLogs = true
         configuration.authMode = AuthMode(rawValue: auth.rawValue)!
         configuration.extraArguments["auth"] = ["--password-hash-log-n", "10"]
+        configure(&configuration)
         if database == .postgres {
-            for service in postgresServices {
+            for service in Stack.postgresServices {
                 let url = try #require(TestDatabases.freshPostgresURL(service: service, prefix: schemaPrefix), "HERALD_TEST_POSTGRES_URL")
                 configuration.extraArguments[service, default: []] += ["--database-url", url]
             }
         }
-        configure(&configuration)
         let stack = Stack(configuration: configuration)
         do {
             try await stack.start()
@@ -72,9 +72,6 @@ struct LiveStack {
             throw error
         }
     }
-
-    /// The services with a PostgreSQL store so far.
-    static let postgresServices = ["payload"]
 
     static var defaultDatabase: StoreBackend {
         ProcessInfo.processInfo.environment["HERALD_TEST_STACK_DATABASE"] == "postgres" ? .postgres : .sqlite

@@ -33,11 +33,15 @@ struct OperationsTests {
 
     @Test("health goes NOT_SERVING when the database cannot be written or a dependency stops, and back; /readyz follows")
     func healthFollowsDependencies() async throws {
-        try await LiveStack.with(configure: { configuration in
-            for service in Stack.rpcServices {
-                configuration.extraArguments[service, default: []] += ["--health-interval-ms", "200"]
+        // SQLite files made unwritable by hand: this drill is about the embedded store.
+        try await LiveStack.with(
+            database: .sqlite,
+            configure: { configuration in
+                for service in Stack.rpcServices {
+                    configuration.extraArguments[service, default: []] += ["--health-interval-ms", "200"]
+                }
             }
-        }) { live in
+        ) { live in
             #expect(try await readiness(live).status == 200)
 
             // The payload database becomes unwritable (immutable even for root).

@@ -180,7 +180,7 @@ struct TutorialContractTests {
 
     @Test("a 2 MiB PNG round-trips through POST /v1/notifications; over the limit is 413 and stores nothing")
     func upload() async throws {
-        try await LiveStack.with(users: ["dana"]) { live in
+        try await LiveStack.with(users: ["dana"], database: .sqlite) { live in
             let token = apnsToken(15)
             try await live.register("dana", handle: token)
             var png = Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
@@ -223,7 +223,8 @@ struct TutorialContractTests {
 
     @Test("an expired rich payload is 404 and its bytes are gone from the database")
     func expiry() async throws {
-        try await LiveStack.with(configure: { $0.extraArguments["payload"] = ["--purge-interval-seconds", "1"] }) { live in
+        try await LiveStack.with(database: .sqlite, configure: { $0.extraArguments["payload"] = ["--purge-interval-seconds", "1"] }) {
+            live in
             let marker = Data("EXPIRING-\(UUID().uuidString)".utf8)
             let sent = try await live.edge.upload(
                 "/v1/notifications?kind=rich&to_user=erin&ttl_seconds=1", as: "erin", bytes: marker, contentType: "text/plain")

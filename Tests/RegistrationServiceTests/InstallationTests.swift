@@ -134,80 +134,93 @@ struct InstallationTests {
         }
     }
 
-    @Test("the store: read-your-writes, system tags, hubs apart, feedback marks expired and sends skip it, lists page by id")
-    func store() throws {
-        let store = try RegistrationStore(db: DatabaseQueue())
-        for n in 0..<5 {
-            try store.putInstallation(
-                hub: "app1",
-                try Self.parse(
-                    #"{"installationId":"d\#(n)","platform":"apns","pushChannel":"\#(String(format: "%064x", n))","userId":"u\#(n % 2)","tags":["t\#(n % 3)"]}"#,
-                    id: "d\(n)"))
-        }
-        try store.putInstallation(
-            hub: "app2", try Self.parse(#"{"installationId":"d0","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: "d0"))
-        #expect(try store.installation(hub: "app1", id: "d3")?.userID == "u1")
-        #expect(try store.installation(hub: "app2", id: "d0")?.pushChannel == Self.token)
-        #expect(try store.installation(hub: "app3", id: "d0") == nil)
-        func audience(_ text: String, hub: String = "app1") throws -> [String] {
-            try store.audience(expression: TagExpression(text), platform: .unspecified, hub: hub, after: "", limit: 100).map(
-                \.installationID
-            )
-            .sorted()
-        }
-        #expect(try audience("$InstallationId:{d2}") == ["d2"])
-        #expect(try audience("$userid:{u1}") == ["d1", "d3"])
-        #expect(try audience("$UserId:{u0} && !t0") == ["d2", "d4"])
-        #expect(try audience("$InstallationId:{d0}", hub: "app2") == ["d0"])
+    @Test(
+        "the store: read-your-writes, system tags, hubs apart, feedback marks expired and sends skip it, lists page by id",
+        arguments: StoreBackend.available)
+    func store(_ backend: StoreBackend) async throws {
+        try await withRegistrationStore(backend) { store in
+            for n in 0..<5 {
+                try await store.putInstallation(
+                    hub: "app1",
+                    try Self.parse(
+                        #"{"installationId":"d\#(n)","platform":"apns","pushChannel":"\#(String(format: "%064x", n))","userId":"u\#(n % 2)","tags":["t\#(n % 3)"]}"#,
+                        id: "d\(n)"))
+            }
+            try await store.putInstallation(
+                hub: "app2", try Self.parse(#"{"installationId":"d0","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: "d0"))
+            #expect(try await store.installation(hub: "app1", id: "d3")?.userID == "u1")
+            #expect(try await store.installation(hub: "app2", id: "d0")?.pushChannel == Self.token)
+            #expect(try await store.installation(hub: "app3", id: "d0") == nil)
+            func audience(_ text: String, hub: String = "app1") async throws -> [String] {
+                try await store.audience(expression: TagExpression(text), platform: .unspecified, hub: hub, after: "", limit: 100).map(
+                    \.installationID
+                )
+                .sorted()
+            }
+            #expect(try await audience("$InstallationId:{d2}") == ["d2"])
+            #expect(try await audience("$userid:{u1}") == ["d1", "d3"])
+            #expect(try await audience("$UserId:{u0} && !t0") == ["d2", "d4"])
+            #expect(try await audience("$InstallationId:{d0}", hub: "app2") == ["d0"])
 
-        // Feedback: marked expired, kept, skipped by sends; the same channel again keeps the mark, a new one clears it.
-        #expect(try store.removeHandle(platform: .apns, handle: String(format: "%064x", 2), invalidSince: 0) == 1)
-        #expect(try store.installation(hub: "app1", id: "d2")?.pushChannelExpired == true)
-        #expect(try audience("$InstallationId:{d2}") == [])
-        var d2 = try #require(try store.installation(hub: "app1", id: "d2"))
-        d2.tags = ["t9"]
-        #expect(try store.putInstallation(hub: "app1", d2).pushChannelExpired)
-        d2.pushChannel = String(repeating: "ef", count: 32)
-        #expect(try !store.putInstallation(hub: "app1", d2).pushChannelExpired)
-        #expect(try audience("t9") == ["d2"])
+            // Feedback: marked expired, kept, skipped by sends; the same channel again keeps the mark, a new one clears it.
+            #expect(try await store.removeHandle(platform: .apns, handle: String(format: "%064x", 2), invalidSince: 0) == 1)
+            #expect(try await store.installation(hub: "app1", id: "d2")?.pushChannelExpired == true)
+            #expect(try await audience("$InstallationId:{d2}") == [])
+            var d2 = try #require(try await store.installation(hub: "app1", id: "d2"))
+            d2.tags = ["t9"]
+            #expect(try await store.putInstallation(hub: "app1", d2).pushChannelExpired)
+            d2.pushChannel = String(repeating: "ef", count: 32)
+            #expect(try await !store.putInstallation(hub: "app1", d2).pushChannelExpired)
+            #expect(try await audience("t9") == ["d2"])
 
-        // Lists: filters in SQL, pages in installation id order.
-        let all = try store.listInstallations(hub: "app1", expression: nil, userID: nil, platform: .unspecified, after: "", limit: 3)
-        #expect(all.map(\.installationID) == ["d0", "d1", "d2"])
-        let next = try store.listInstallations(hub: "app1", expression: nil, userID: nil, platform: .unspecified, after: "d2", limit: 3)
-        #expect(next.map(\.installationID) == ["d3", "d4"])
-        #expect(
-            try store.listInstallations(hub: "app1", expression: TagExpression("t1"), userID: "u0", platform: .apns, after: "", limit: 9)
+            // Lists: filters in SQL, pages in installation id order.
+            let all = try await store.listInstallations(
+                hub: "app1", expression: nil, userID: nil, platform: .unspecified, after: "", limit: 3)
+            #expect(all.map(\.installationID) == ["d0", "d1", "d2"])
+            let next = try await store.listInstallations(
+                hub: "app1", expression: nil, userID: nil, platform: .unspecified, after: "d2", limit: 3)
+            #expect(next.map(\.installationID) == ["d3", "d4"])
+            #expect(
+                try await store.listInstallations(
+                    hub: "app1", expression: TagExpression("t1"), userID: "u0", platform: .apns, after: "", limit: 9
+                )
                 .map(\.installationID) == ["d4"])
 
-        #expect(try store.deleteInstallation(hub: "app1", id: "d0"))
-        #expect(try !store.deleteInstallation(hub: "app1", id: "d0"))
-        #expect(try store.installation(hub: "app2", id: "d0") != nil)
-        let export = try store.exportPage(hub: "app1", after: "", limit: 100)
-        #expect(export.count == 4)
-        #expect(String(decoding: export.lines, as: UTF8.self).split(separator: "\n").allSatisfy { $0.contains(#""kind":"installation""#) })
+            #expect(try await store.deleteInstallation(hub: "app1", id: "d0"))
+            #expect(try await !store.deleteInstallation(hub: "app1", id: "d0"))
+            #expect(try await store.installation(hub: "app2", id: "d0") != nil)
+            let export = try await store.exportPage(hub: "app1", after: "", limit: 100)
+            #expect(export.count == 4)
+            #expect(
+                String(decoding: export.lines, as: UTF8.self).split(separator: "\n").allSatisfy { $0.contains(#""kind":"installation""#) })
+        }
     }
 
-    @Test("a hub's installation limit: one more new installation is RESOURCE_EXHAUSTED; replacing one, and other hubs, are not")
-    func limit() throws {
-        let store = try RegistrationStore(db: DatabaseQueue())
-        func put(_ id: String, hub: String = "small", limit: Int64 = 2) throws {
-            try store.putInstallation(
-                hub: hub, try Self.parse(#"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: id),
-                maxInstallations: limit)
+    @Test(
+        "a hub's installation limit: one more new installation is RESOURCE_EXHAUSTED; replacing one, and other hubs, are not",
+        arguments: StoreBackend.available)
+    func limit(_ backend: StoreBackend) async throws {
+        try await withRegistrationStore(backend) { store in
+            func put(_ id: String, hub: String = "small", limit: Int64 = 2) async throws {
+                try await store.putInstallation(
+                    hub: hub, try Self.parse(#"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: id),
+                    maxInstallations: limit)
+            }
+            try await put("a")
+            try await put("b")
+            await #expect(throws: Never.self) { try await put("a") }
+            do {
+                try await put("c")
+                Issue.record("a third installation was accepted over the limit")
+            } catch let error as ServiceError {
+                #expect(
+                    error.code == .resourceExhausted && error.retryAfterSeconds == nil && error.message.contains("limit of 2"), "\(error)")
+            }
+            await #expect(throws: Never.self) { try await put("c", hub: "other") }
+            await #expect(throws: Never.self) { try await put("c", limit: 0) }
+            #expect(
+                try await store.listInstallations(hub: "small", expression: nil, userID: nil, platform: .unspecified, after: "", limit: 9)
+                    .count == 3)
         }
-        try put("a")
-        try put("b")
-        #expect(throws: Never.self) { try put("a") }
-        do {
-            try put("c")
-            Issue.record("a third installation was accepted over the limit")
-        } catch let error as ServiceError {
-            #expect(error.code == .resourceExhausted && error.retryAfterSeconds == nil && error.message.contains("limit of 2"), "\(error)")
-        }
-        #expect(throws: Never.self) { try put("c", hub: "other") }
-        #expect(throws: Never.self) { try put("c", limit: 0) }
-        #expect(
-            try store.listInstallations(hub: "small", expression: nil, userID: nil, platform: .unspecified, after: "", limit: 9).count == 3)
     }
 }

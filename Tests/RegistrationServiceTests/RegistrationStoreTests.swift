@@ -12,69 +12,75 @@ import Testing
 struct RegistrationStoreTests {
     let token = String(repeating: "ab", count: 32)
 
-    @Test("POST reuses the owner's registration for a handle and deletes its duplicates")
-    func createID() throws {
-        let store = try RegistrationStore(db: DatabaseQueue())
-        let first = try store.createID(owner: "alice", handle: "")
-        let second = try store.createID(owner: "alice", handle: "")
-        #expect(first != second)
-        _ = try store.upsert(owner: "alice", id: first, platform: .apns, handle: token, tags: [])
-        _ = try store.upsert(owner: "alice", id: second, platform: .apns, handle: token, tags: [])
-        #expect(try store.createID(owner: "alice", handle: token) == first)
-        #expect(try store.list(owner: "alice").map(\.registrationID) == [first])
-        // Another user with the same handle gets an id of their own: look-ups are scoped.
-        #expect(try store.createID(owner: "bob", handle: token) != first)
-    }
-
-    @Test("only the owner can update or delete a registration")
-    func ownerScoping() throws {
-        let store = try RegistrationStore(db: DatabaseQueue())
-        let id = try store.createID(owner: "alice", handle: "")
-        #expect(throws: ServiceError.notFound("registration \(id) not found")) {
-            try store.upsert(owner: "bob", id: id, platform: .apns, handle: token, tags: [])
+    @Test("POST reuses the owner's registration for a handle and deletes its duplicates", arguments: StoreBackend.available)
+    func createID(_ backend: StoreBackend) async throws {
+        try await withRegistrationStore(backend) { store in
+            let first = try await store.createID(owner: "alice", handle: "")
+            let second = try await store.createID(owner: "alice", handle: "")
+            #expect(first != second)
+            _ = try await store.upsert(owner: "alice", id: first, platform: .apns, handle: token, tags: [])
+            _ = try await store.upsert(owner: "alice", id: second, platform: .apns, handle: token, tags: [])
+            #expect(try await store.createID(owner: "alice", handle: token) == first)
+            #expect(try await store.list(owner: "alice").map(\.registrationID) == [first])
+            // Another user with the same handle gets an id of their own: look-ups are scoped.
+            #expect(try await store.createID(owner: "bob", handle: token) != first)
         }
-        #expect(throws: ServiceError.notFound("registration \(id) not found")) { try store.delete(owner: "bob", id: id) }
-        let stored = try store.upsert(owner: "alice", id: id, platform: .apns, handle: token, tags: ["news"])
-        #expect(stored.tags == ["news", "username:alice"])
-        try store.delete(owner: "alice", id: id)
-        #expect(throws: ServiceError.self) { try store.upsert(owner: "alice", id: id, platform: .apns, handle: token, tags: []) }
     }
 
-    @Test("an id never PUT expires: its PUT is refused and it is purged")
-    func pendingExpiry() throws {
+    @Test("only the owner can update or delete a registration", arguments: StoreBackend.available)
+    func ownerScoping(_ backend: StoreBackend) async throws {
+        try await withRegistrationStore(backend) { store in
+            let id = try await store.createID(owner: "alice", handle: "")
+            await #expect(throws: ServiceError.notFound("registration \(id) not found")) {
+                try await store.upsert(owner: "bob", id: id, platform: .apns, handle: token, tags: [])
+            }
+            await #expect(throws: ServiceError.notFound("registration \(id) not found")) { try await store.delete(owner: "bob", id: id) }
+            let stored = try await store.upsert(owner: "alice", id: id, platform: .apns, handle: token, tags: ["news"])
+            #expect(stored.tags == ["news", "username:alice"])
+            try await store.delete(owner: "alice", id: id)
+            await #expect(throws: ServiceError.self) {
+                try await store.upsert(owner: "alice", id: id, platform: .apns, handle: token, tags: [])
+            }
+        }
+    }
+
+    @Test("an id never PUT expires: its PUT is refused and it is purged", arguments: StoreBackend.available)
+    func pendingExpiry(_ backend: StoreBackend) async throws {
         let clock = ManualClock()
-        let store = try RegistrationStore(db: DatabaseQueue(), pendingTTL: .seconds(60), now: clock.function)
-        let used = try store.createID(owner: "alice", handle: "")
-        _ = try store.upsert(owner: "alice", id: used, platform: .fcm, handle: "t", tags: [])
-        let late = try store.createID(owner: "alice", handle: "")
-        clock.advance(seconds: 60)
-        #expect(throws: ServiceError.notFound("registration \(late) not found")) {
-            try store.upsert(owner: "alice", id: late, platform: .fcm, handle: "t", tags: [])
+        try await withRegistrationStore(backend, pendingTTL: .seconds(60), now: clock.function) { store in
+            let used = try await store.createID(owner: "alice", handle: "")
+            _ = try await store.upsert(owner: "alice", id: used, platform: .fcm, handle: "t", tags: [])
+            let late = try await store.createID(owner: "alice", handle: "")
+            clock.advance(seconds: 60)
+            await #expect(throws: ServiceError.notFound("registration \(late) not found")) {
+                try await store.upsert(owner: "alice", id: late, platform: .fcm, handle: "t", tags: [])
+            }
+            #expect(try await store.purgePending() == 1)
+            // A completed registration does not expire, and can be updated any time.
+            _ = try await store.upsert(owner: "alice", id: used, platform: .fcm, handle: "u", tags: [])
+            #expect(try await store.list(owner: "alice").map(\.registrationID) == [used])
         }
-        #expect(try store.purgePending() == 1)
-        // A completed registration does not expire, and can be updated any time.
-        _ = try store.upsert(owner: "alice", id: used, platform: .fcm, handle: "u", tags: [])
-        #expect(try store.list(owner: "alice").map(\.registrationID) == [used])
     }
 
-    @Test("audience pages by id over complete registrations carrying the tag")
-    func audience() throws {
-        let store = try RegistrationStore(db: DatabaseQueue())
-        for i in 0..<1200 {
-            let id = try store.createID(owner: "u\(i)", handle: "")
-            _ = try store.upsert(owner: "u\(i)", id: id, platform: i % 2 == 0 ? .apns : .fcm, handle: token, tags: ["all"])
+    @Test("audience pages by id over complete registrations carrying the tag", arguments: StoreBackend.available)
+    func audience(_ backend: StoreBackend) async throws {
+        try await withRegistrationStore(backend) { store in
+            for i in 0..<1200 {
+                let id = try await store.createID(owner: "u\(i)", handle: "")
+                _ = try await store.upsert(owner: "u\(i)", id: id, platform: i % 2 == 0 ? .apns : .fcm, handle: token, tags: ["all"])
+            }
+            _ = try await store.createID(owner: "pending", handle: "")  // never PUT: not part of any audience
+            var after = ""
+            var seen: [String] = []
+            while case let page = try await store.audience(tag: "all", platform: .unspecified, after: after, limit: 500), !page.isEmpty {
+                seen += page.map(\.registrationID)
+                after = page.last!.registrationID
+            }
+            #expect(seen.count == 1200)
+            #expect(seen == seen.sorted())
+            #expect(try await store.audience(tag: "all", platform: .fcm, after: "", limit: 2000).count == 600)
+            #expect(try await store.audience(tag: "username:u3", platform: .unspecified, after: "", limit: 10).count == 1)
         }
-        _ = try store.createID(owner: "pending", handle: "")  // never PUT: not part of any audience
-        var after = ""
-        var seen: [String] = []
-        while case let page = try store.audience(tag: "all", platform: .unspecified, after: after, limit: 500), !page.isEmpty {
-            seen += page.map(\.registrationID)
-            after = page.last!.registrationID
-        }
-        #expect(seen.count == 1200)
-        #expect(seen == seen.sorted())
-        #expect(try store.audience(tag: "all", platform: .fcm, after: "", limit: 2000).count == 600)
-        #expect(try store.audience(tag: "username:u3", platform: .unspecified, after: "", limit: 10).count == 1)
     }
 
     @Test("tags are validated and reserved prefixes refused")
@@ -110,6 +116,21 @@ struct RegistrationStoreTests {
             subscription("https://fcm.googleapis.com/x", auth: "AAAA"), "not json",
         ] {
             #expect(throws: ServiceError.self, "\(bad)") { try RegistrationRules.validateHandle(bad, platform: .browser) }
+        }
+    }
+}
+
+/// Runs `body` with an empty store of `backend`: SQLite in memory, or PostgreSQL in a fresh schema.
+func withRegistrationStore(
+    _ backend: StoreBackend, pendingTTL: Duration = .seconds(24 * 3600), now: @escaping @Sendable () -> Int64 = unixMillis,
+    _ body: (any RegistrationStore) async throws -> Void
+) async throws {
+    switch backend {
+    case .sqlite:
+        try await body(SQLiteRegistrationStore(db: DatabaseQueue(), pendingTTL: pendingTTL, now: now))
+    case .postgres:
+        try await TestDatabases.withPostgres(service: "registration") { db in
+            try await body(PostgresRegistrationStore(db: db, pendingTTL: pendingTTL, now: now))
         }
     }
 }

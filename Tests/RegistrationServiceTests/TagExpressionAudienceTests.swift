@@ -25,79 +25,83 @@ struct TagExpressionAudienceTests {
         return Int.random(in: 0..<3, using: &rng) == 0 ? "!(\(text))" : "(\(text))"
     }
 
-    @Test("SQL evaluation equals in-memory evaluation: 300 random expressions over 200 random devices, every page size")
-    func sqlEqualsMemory() throws {
+    @Test(
+        "SQL evaluation equals in-memory evaluation: 300 random expressions over 200 random devices, every page size",
+        arguments: StoreBackend.available)
+    func sqlEqualsMemory(_ backend: StoreBackend) async throws {
         let seed: UInt64 = 20_261_123
         var rng = SeededGenerator(state: seed)
-        let store = try RegistrationStore(db: DatabaseQueue())
-        var devices: [String: (platform: Platform, tags: Set<String>)] = [:]
-        for n in 0..<200 {
-            let owner = "u\(n % 7)"
-            let handle = String(format: "%064x", n + 1)
-            let tags = Self.alphabet.filter { _ in Int.random(in: 0..<3, using: &rng) == 0 }
-            let platform: Platform = n % 3 == 0 ? .fcm : .apns
-            if n % 4 == 1 {
-                // An NH installation: audiences see it as they see registrations.
-                let installation = Installation(
-                    installationID: "inst-\(n)", userID: owner, platform: platform, pushChannel: platform == .fcm ? "fcm-\(n)" : handle,
-                    tags: tags, pushVariables: [:], templates: [:])
-                try store.putInstallation(hub: "default", installation)
-                let row = try #require(
-                    try store.audience(tag: "$InstallationId:{inst-\(n)}", platform: .unspecified, after: "", limit: 2).first)
-                devices[row.registrationID] = (platform, Set(installation.audienceTags))
-            } else {
-                let id = try store.createID(owner: owner, handle: handle)
-                let stored = try store.upsert(
-                    owner: owner, id: id, platform: platform, handle: platform == .fcm ? "fcm-\(n)" : handle, tags: tags)
-                devices[id] = (platform, Set(stored.tags))
-            }
-            // Another hub's device with the same tags: never in the default hub's audience.
-            try store.putInstallation(
-                hub: "other",
-                Installation(
-                    installationID: "o-\(n)", userID: nil, platform: platform, pushChannel: platform == .fcm ? "fcm-\(n)" : handle,
-                    tags: tags, pushVariables: [:], templates: [:]))
-        }
-        var checked = 0
-        while checked < 300 {
-            let text = Self.randomExpression(&rng, budget: 6)
-            guard let expression = try? TagExpression(text) else { continue }
-            for platform in [Platform.unspecified, .apns] {
-                let expected = devices.filter { platform == .unspecified || $0.value.platform == platform }
-                    .filter { expression.matches($0.value.tags) }.keys.sorted()
-                // Streamed in pages, as StreamAudience does.
-                let pageSize = [1, 7, 500][checked % 3]
-                var got: [String] = []
-                var after = ""
-                while true {
-                    let page = try store.audience(expression: expression, platform: platform, after: after, limit: pageSize)
-                    got += page.map(\.registrationID)
-                    guard page.count == pageSize, let last = page.last else { break }
-                    after = last.registrationID
+        try await withRegistrationStore(backend) { store in
+            var devices: [String: (platform: Platform, tags: Set<String>)] = [:]
+            for n in 0..<200 {
+                let owner = "u\(n % 7)"
+                let handle = String(format: "%064x", n + 1)
+                let tags = Self.alphabet.filter { _ in Int.random(in: 0..<3, using: &rng) == 0 }
+                let platform: Platform = n % 3 == 0 ? .fcm : .apns
+                if n % 4 == 1 {
+                    // An NH installation: audiences see it as they see registrations.
+                    let installation = Installation(
+                        installationID: "inst-\(n)", userID: owner, platform: platform, pushChannel: platform == .fcm ? "fcm-\(n)" : handle,
+                        tags: tags, pushVariables: [:], templates: [:])
+                    try await store.putInstallation(hub: "default", installation)
+                    let row = try #require(
+                        try await store.audience(tag: "$InstallationId:{inst-\(n)}", platform: .unspecified, after: "", limit: 2).first)
+                    devices[row.registrationID] = (platform, Set(installation.audienceTags))
+                } else {
+                    let id = try await store.createID(owner: owner, handle: handle)
+                    let stored = try await store.upsert(
+                        owner: owner, id: id, platform: platform, handle: platform == .fcm ? "fcm-\(n)" : handle, tags: tags)
+                    devices[id] = (platform, Set(stored.tags))
                 }
-                // The first difference stops the test: one readable failure, its seed and expression.
-                let extra = Set(got).subtracting(expected).count
-                let missing = Set(expected).subtracting(got).count
-                try #require(
-                    got == expected,
-                    "seed \(seed): \(text) (platform \(platform), pages of \(pageSize)): \(extra) extra, \(missing) missing")
+                // Another hub's device with the same tags: never in the default hub's audience.
+                try await store.putInstallation(
+                    hub: "other",
+                    Installation(
+                        installationID: "o-\(n)", userID: nil, platform: platform, pushChannel: platform == .fcm ? "fcm-\(n)" : handle,
+                        tags: tags, pushVariables: [:], templates: [:]))
             }
-            checked += 1
+            var checked = 0
+            while checked < 300 {
+                let text = Self.randomExpression(&rng, budget: 6)
+                guard let expression = try? TagExpression(text) else { continue }
+                for platform in [Platform.unspecified, .apns] {
+                    let expected = devices.filter { platform == .unspecified || $0.value.platform == platform }
+                        .filter { expression.matches($0.value.tags) }.keys.sorted()
+                    // Streamed in pages, as StreamAudience does.
+                    let pageSize = [1, 7, 500][checked % 3]
+                    var got: [String] = []
+                    var after = ""
+                    while true {
+                        let page = try await store.audience(expression: expression, platform: platform, after: after, limit: pageSize)
+                        got += page.map(\.registrationID)
+                        guard page.count == pageSize, let last = page.last else { break }
+                        after = last.registrationID
+                    }
+                    // The first difference stops the test: one readable failure, its seed and expression.
+                    let extra = Set(got).subtracting(expected).count
+                    let missing = Set(expected).subtracting(got).count
+                    try #require(
+                        got == expected,
+                        "seed \(seed): \(text) (platform \(platform), pages of \(pageSize)): \(extra) extra, \(missing) missing")
+                }
+                checked += 1
+            }
         }
     }
 
-    @Test("a one-tag expression reads the same devices as today's tag audience")
-    func oneTagIsTheTagAudience() throws {
-        let store = try RegistrationStore(db: DatabaseQueue())
-        for n in 0..<20 {
-            let handle = String(format: "%064x", n + 1)
-            let id = try store.createID(owner: "alice", handle: handle)
-            _ = try store.upsert(owner: "alice", id: id, platform: .apns, handle: handle, tags: n % 2 == 0 ? ["news"] : [])
+    @Test("a one-tag expression reads the same devices as today's tag audience", arguments: StoreBackend.available)
+    func oneTagIsTheTagAudience(_ backend: StoreBackend) async throws {
+        try await withRegistrationStore(backend) { store in
+            for n in 0..<20 {
+                let handle = String(format: "%064x", n + 1)
+                let id = try await store.createID(owner: "alice", handle: handle)
+                _ = try await store.upsert(owner: "alice", id: id, platform: .apns, handle: handle, tags: n % 2 == 0 ? ["news"] : [])
+            }
+            let viaTag = try await store.audience(tag: "news", platform: .apns, after: "", limit: 100).map(\.registrationID)
+            let viaExpression = try await store.audience(expression: TagExpression("news"), platform: .apns, after: "", limit: 100)
+                .map(\.registrationID)
+            #expect(viaTag.count == 10)
+            #expect(viaExpression == viaTag)
         }
-        let viaTag = try store.audience(tag: "news", platform: .apns, after: "", limit: 100).map(\.registrationID)
-        let viaExpression = try store.audience(expression: TagExpression("news"), platform: .apns, after: "", limit: 100)
-            .map(\.registrationID)
-        #expect(viaTag.count == 10)
-        #expect(viaExpression == viaTag)
     }
 }

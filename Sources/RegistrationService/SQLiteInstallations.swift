@@ -9,7 +9,7 @@ import HeraldService
 /// `document`, their tags plus the system tags `$InstallationId:{id}` and `$UserId:{id}` in
 /// `registration_tag`. Every write commits before it answers, so a GET right after a PUT sees it
 /// (NH processes installation writes in the background and may answer 404).
-extension RegistrationStore {
+extension SQLiteRegistrations {
     /// Creates or replaces; keeps the row (and its id) of an existing installation. A changed push
     /// channel clears `pushChannelExpired`; the same channel keeps it.
     /// With `maxInstallations` above 0, creating one more in a hub that holds that many is
@@ -49,27 +49,9 @@ extension RegistrationStore {
     public func listInstallations(
         hub: String, expression: TagExpression?, userID: String?, platform: Platform, after: String, limit: Int
     ) throws -> [Installation] {
-        var sql = """
-            SELECT r.document, r.expired, r.updated_at FROM registration r
-            WHERE r.hub = ? AND r.installation_id IS NOT NULL AND r.installation_id > ?
-            """
-        var arguments: StatementArguments = [hub, after]
-        if let userID {
-            sql += " AND r.user_id = ?"
-            arguments += [userID]
-        }
-        if platform != .unspecified {
-            sql += " AND r.platform = ?"
-            arguments += [platform.rawValue]
-        }
-        if let expression {
-            let (condition, tagArguments) = Self.sql(expression.root)
-            sql += " AND (\(condition))"
-            arguments += StatementArguments(tagArguments)
-        }
-        sql += " ORDER BY r.installation_id LIMIT ?"
-        arguments += [limit]
-        return try db.read { db in try Row.fetchAll(db, sql: sql, arguments: arguments).map(Self.installation) }
+        let q = RegistrationSQL.installations(
+            .sqlite, hub: hub, expression: expression, userID: userID, platform: platform, after: after, limit: limit)
+        return try db.read { db in try Row.fetchAll(db, sql: q.text, arguments: q.sqliteArguments).map(Self.installation) }
     }
 
     /// A page of every device of a hub by registration id, for the NDJSON export: each line
@@ -85,25 +67,17 @@ extension RegistrationStore {
                 arguments: [hub, after, limit])
             var out: [UInt8] = []
             for row in rows {
-                let object: [String: Any]
                 if row["document"] as Data? != nil {
-                    let installation = try Self.installation(row)
-                    object = [
-                        "kind": "installation",
-                        "installation": try JSONSerialization.jsonObject(with: Data(try installation.json())),
-                    ]
+                    out += try RegistrationSQL.exportLine(Self.installation(row))
                 } else {
                     let id: String = row["id"]
                     let tags = try String.fetchAll(
                         db, sql: "SELECT tag FROM registration_tag WHERE registration_id = ? ORDER BY tag", arguments: [id])
-                    object = [
-                        "kind": "registration", "registrationId": id, "owner": row["owner"] as String,
-                        "platform": Platform(rawValue: row["platform"]).name, "handle": row["handle"] as String, "tags": tags,
-                        "updatedAtUnixMs": row["updated_at"] as Int64,
-                    ]
+                    out += try RegistrationSQL.exportLine(
+                        Registration(
+                            registrationID: id, owner: row["owner"], platform: Platform(rawValue: row["platform"]), handle: row["handle"],
+                            tags: tags, updatedAtUnixMs: row["updated_at"]))
                 }
-                out += try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
-                out.append(UInt8(ascii: "\n"))
             }
             return (out, rows.last?["id"], rows.count)
         }
@@ -135,7 +109,7 @@ extension RegistrationStore {
                     .resourceExhausted, "hub \(hub) holds its limit of \(maxInstallations) installations (herald hubs limits \(hub))")
             }
         }
-        let id: String = existing?["id"] ?? "i-" + String(newID().dropFirst(2))
+        let id: String = existing?["id"] ?? RegistrationSQL.newID(prefix: "i-")
         // pushChannelExpired is read-only: it stays while the channel stays, and clears when it changes.
         installation.pushChannelExpired = existing.map { $0["handle"] == installation.pushChannel && $0["expired"] == true } ?? false
         installation.lastUpdate = now
@@ -181,7 +155,7 @@ extension RegistrationStore {
                 """)
         let tag = try db.cachedStatement(sql: "INSERT OR IGNORE INTO registration_tag (tag, registration_id) VALUES (?, ?)")
         for (name, template) in installation.templates.sorted(by: { $0.key < $1.key }) {
-            let id = "t-" + String(newID().dropFirst(2))
+            let id = RegistrationSQL.newID(prefix: "t-")
             try row.execute(arguments: [
                 id, installation.platform.rawValue, installation.pushChannel, now, now, hub, Data(template.wireJSON.utf8), expired, name,
                 parentID,
