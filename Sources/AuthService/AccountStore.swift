@@ -5,11 +5,41 @@ public import HeraldProto
 public import HeraldRPC
 public import HeraldService
 
-/// Accounts and bearer tokens in herald-auth's SQLite file.
+/// Accounts and bearer tokens, whichever database holds them: ``SQLiteAccountStore`` (embedded, one
+/// process) or ``PostgresAccountStore`` (shared by replicas).
 ///
 /// Holds no secret in the clear: passwords as ``PasswordHasher`` strings, tokens as their SHA-256
 /// (tokens are 256 random bits, so a fast hash is enough to make a stolen database useless).
-public final class AccountStore: Sendable {
+///
+/// SQLite's store meets the requirements with synchronous methods: called through the protocol they
+/// still run on the caller's executor (`nonisolated(nonsending)`), so Authenticate's reads stay on
+/// the event loop that started it.
+public protocol AccountStore: Sendable {
+    /// Whether other processes share this store: then a credential this process verified may have
+    /// been changed by another since, and the cache checks the stored hash again.
+    var isShared: Bool { get }
+    nonisolated(nonsending) func createUser(_ name: String, passwordHash: String) async throws -> User
+    /// The stored hash of `name`, nil for an unknown user.
+    nonisolated(nonsending) func passwordHash(of name: String) async throws -> String?
+    /// Replaces the hash; with `revokeTokens`, every live token of the user stops working too.
+    nonisolated(nonsending) func setPasswordHash(_ name: String, _ hash: String, revokeTokens: Bool) async throws -> User
+    nonisolated(nonsending) func deleteUser(_ name: String) async throws
+    /// Deletes every account and token (ResetForTests).
+    nonisolated(nonsending) func deleteEverything() async throws -> Int64
+    nonisolated(nonsending) func listUsers() async throws -> [User]
+    nonisolated(nonsending) func userExists(_ name: String) async throws -> Bool
+    nonisolated(nonsending) func insertToken(hash: Data, user: String, expiresAt: Int64) async throws
+    /// The user of a live (unexpired, unrevoked) token.
+    nonisolated(nonsending) func tokenUser(hash: Data) async throws -> String?
+    nonisolated(nonsending) func revokeToken(hash: Data) async throws -> Int64
+    nonisolated(nonsending) func revokeTokens(of user: String) async throws -> Int64
+    /// Deletes tokens that expired or were revoked more than `grace` ago; returns how many.
+    nonisolated(nonsending) func purgeTokens(grace: Int64) async throws -> Int
+}
+
+/// Accounts and bearer tokens in herald-auth's SQLite file.
+public final class SQLiteAccountStore: AccountStore {
+    public var isShared: Bool { false }
     private let db: any DatabaseWriter
     /// Unix epoch milliseconds; injected by tests that check expiry without waiting.
     private let now: @Sendable () -> Int64
@@ -42,7 +72,7 @@ public final class AccountStore: Sendable {
                     CREATE INDEX token_expires ON token(expires_at);
                     """)
         }
-        HubStore.migrate(&migrator)
+        SQLiteHubStore.migrate(&migrator)
         return migrator
     }
 
@@ -72,7 +102,7 @@ public final class AccountStore: Sendable {
     }
 
     /// Replaces the hash; with `revokeTokens`, every live token of the user stops working too.
-    public func setPasswordHash(_ name: String, _ hash: String, revokeTokens: Bool = true) throws -> User {
+    public func setPasswordHash(_ name: String, _ hash: String, revokeTokens: Bool) throws -> User {
         let now = self.now()
         return try db.write { db in
             try db.execute(
@@ -145,7 +175,7 @@ public final class AccountStore: Sendable {
     }
 
     /// Deletes tokens that expired or were revoked more than `grace` ago; returns how many.
-    public func purgeTokens(grace: Int64 = 24 * 3600 * 1000) throws -> Int {
+    public func purgeTokens(grace: Int64) throws -> Int {
         let cutoff = now() - grace
         return try db.write { db in
             try db.execute(

@@ -3,12 +3,13 @@ public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
 public import HeraldService
+import ServiceLifecycle
 
 /// The RPC handlers of herald-auth.
 public struct AuthHandlers: AuthServiceHandler {
     public let authenticator: Authenticator
     /// Hubs, their keys and the Herald users' grants.
-    public let hubs: HubStore
+    public let hubs: any HubStore
     public let sas: SASVerifier
     /// `test-mode`: whether ResetForTests may run.
     public let testMode: Bool
@@ -16,19 +17,20 @@ public struct AuthHandlers: AuthServiceHandler {
     public let testUser: (name: String, password: String)?
 
     public init(
-        authenticator: Authenticator, hubs: HubStore, testMode: Bool = false, testUser: (name: String, password: String)? = nil
+        authenticator: Authenticator, hubs: any HubStore, sasThrottle: LoginThrottle = LoginThrottle(freeFailures: 20),
+        testMode: Bool = false, testUser: (name: String, password: String)? = nil
     ) {
         self.authenticator = authenticator
         self.hubs = hubs
-        self.sas = SASVerifier(hubs: hubs)
+        self.sas = SASVerifier(hubs: hubs, throttle: sasThrottle)
         self.testMode = testMode
         self.testUser = testUser
     }
 
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
         try TestMode.require(testMode, service: .auth)
-        let deleted = try authenticator.deleteEverything() + hubs.deleteEverything()
-        sas.throttle.forgetAll()
+        let deleted = try await authenticator.deleteEverything() + hubs.deleteEverything()
+        try await sas.throttle.forgetAll()
         if let testUser { try await Self.prepare(testUser, authenticator, hubs) }
         return ResetForTestsResponse(deleted: deleted)
     }
@@ -37,7 +39,7 @@ public struct AuthHandlers: AuthServiceHandler {
         var answer = try await authenticator.authenticate(request.authorization)
         guard !request.hub.isEmpty else { return answer }
         // Tutorial mode keeps "Notify users": anyone may notify anyone.
-        let granted = try hubs.rights(hub: request.hub, user: answer.user)
+        let granted = try await hubs.rights(hub: request.hub, user: answer.user)
         answer.rights = (authenticator.mode == .tutorial ? granted.union([.listen, .send]) : granted).names
         return answer
     }
@@ -49,11 +51,11 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func revokeToken(_ request: RevokeTokenRequest, context: RPCContext) async throws -> RevokeTokenResponse {
-        RevokeTokenResponse(revoked: try authenticator.revokeToken(request.token))
+        RevokeTokenResponse(revoked: try await authenticator.revokeToken(request.token))
     }
 
     public func revokeUserTokens(_ request: RevokeUserTokensRequest, context: RPCContext) async throws -> RevokeTokenResponse {
-        let revoked = try authenticator.revokeTokens(of: request.user)
+        let revoked = try await authenticator.revokeTokens(of: request.user)
         context.logger.notice("tokens revoked", metadata: ["herald.user": "\(request.user)", "herald.count": "\(revoked)"])
         return RevokeTokenResponse(revoked: revoked)
     }
@@ -71,54 +73,54 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func deleteUser(_ request: DeleteUserRequest, context: RPCContext) async throws -> DeleteUserResponse {
-        try authenticator.deleteUser(request.user)
+        try await authenticator.deleteUser(request.user)
         context.logger.notice("user deleted", metadata: ["herald.user": "\(request.user)"])
         return DeleteUserResponse()
     }
 
     public func listUsers(_ request: ListUsersRequest, context: RPCContext) async throws -> ListUsersResponse {
-        ListUsersResponse(users: try authenticator.store.listUsers())
+        ListUsersResponse(users: try await authenticator.store.listUsers())
     }
 
     public func userExists(_ request: UserExistsRequest, context: RPCContext) async throws -> UserExistsResponse {
-        UserExistsResponse(exists: try authenticator.userExists(request.user))
+        UserExistsResponse(exists: try await authenticator.userExists(request.user))
     }
 
     /// The test stack's known user: its account, and Send and Manage on the hub default, so that a
     /// test may send to any user or tag as a back end would.
-    static func prepare(_ testUser: (name: String, password: String), _ authenticator: Authenticator, _ hubs: HubStore) async throws {
+    static func prepare(_ testUser: (name: String, password: String), _ authenticator: Authenticator, _ hubs: any HubStore) async throws {
         try await authenticator.ensureUser(testUser.name, password: testUser.password)
-        try hubs.grant(hub: Names.defaultHub, user: testUser.name, rights: .full)
+        try await hubs.grant(hub: Names.defaultHub, user: testUser.name, rights: .full)
     }
 
     // MARK: hubs
 
     public func createHub(_ request: CreateHubRequest, context: RPCContext) async throws -> Hub {
-        let hub = try hubs.createHub(request.name, maxInstallations: request.maxInstallations)
+        let hub = try await hubs.createHub(request.name, maxInstallations: request.maxInstallations)
         context.logger.notice("hub created", metadata: ["herald.hub": "\(request.name)"])
         return hub
     }
 
     public func listHubs(_ request: ListHubsRequest, context: RPCContext) async throws -> ListHubsResponse {
-        ListHubsResponse(hubs: try hubs.listHubs())
+        ListHubsResponse(hubs: try await hubs.listHubs())
     }
 
     public func getHub(_ request: GetHubRequest, context: RPCContext) async throws -> Hub {
-        try hubs.hub(request.name)
+        try await hubs.hub(request.name)
     }
 
     public func deleteHub(_ request: DeleteHubRequest, context: RPCContext) async throws -> DeleteHubResponse {
-        try hubs.deleteHub(request.name)
+        try await hubs.deleteHub(request.name)
         context.logger.notice("hub deleted", metadata: ["herald.hub": "\(request.name)"])
         return DeleteHubResponse()
     }
 
     public func listHubKeys(_ request: ListHubKeysRequest, context: RPCContext) async throws -> ListHubKeysResponse {
-        ListHubKeysResponse(keys: try hubs.keys(of: request.hub))
+        ListHubKeysResponse(keys: try await hubs.keys(of: request.hub))
     }
 
     public func setHubKey(_ request: SetHubKeyRequest, context: RPCContext) async throws -> HubKey {
-        let key = try hubs.setKey(hub: request.hub, name: request.name, rights: try HubRights(names: request.rights))
+        let key = try await hubs.setKey(hub: request.hub, name: request.name, rights: try HubRights(names: request.rights))
         context.logger.notice(
             "hub key set", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.rights": "\(key.rights)"])
         return key
@@ -129,36 +131,36 @@ public struct AuthHandlers: AuthServiceHandler {
         guard which == "primary" || which == "secondary" else {
             throw ServiceError.invalidArgument("which must be primary or secondary")
         }
-        let key = try hubs.rotateKey(hub: request.hub, name: request.name, secondary: which == "secondary")
+        let key = try await hubs.rotateKey(hub: request.hub, name: request.name, secondary: which == "secondary")
         context.logger.notice(
             "hub key rotated", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.which": "\(which)"])
         return key
     }
 
     public func revokeHubKey(_ request: RevokeHubKeyRequest, context: RPCContext) async throws -> RevokeHubKeyResponse {
-        try hubs.revokeKey(hub: request.hub, name: request.name)
+        try await hubs.revokeKey(hub: request.hub, name: request.name)
         context.logger.notice("hub key revoked", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)"])
         return RevokeHubKeyResponse()
     }
 
     public func setHubLimits(_ request: SetHubLimitsRequest, context: RPCContext) async throws -> Hub {
-        let hub = try hubs.setLimits(hub: request.hub, maxInstallations: request.maxInstallations)
+        let hub = try await hubs.setLimits(hub: request.hub, maxInstallations: request.maxInstallations)
         context.logger.notice(
             "hub limits set", metadata: ["herald.hub": "\(request.hub)", "herald.max_installations": "\(request.maxInstallations)"])
         return hub
     }
 
     public func authorizeSas(_ request: AuthorizeSasRequest, context: RPCContext) async throws -> AuthorizeSasResponse {
-        try sas.authorize(
+        try await sas.authorize(
             hub: Names.hub(request.hub), header: request.authorization, resource: request.resource, client: request.clientAddress)
     }
 
     public func grantHubRights(_ request: GrantHubRightsRequest, context: RPCContext) async throws -> GrantHubRightsResponse {
         let rights = try HubRights(names: request.rights)
-        guard try authenticator.store.userExists(request.user) || authenticator.mode == .tutorial else {
+        guard try await authenticator.store.userExists(request.user) || authenticator.mode == .tutorial else {
             throw ServiceError.notFound("user \(request.user) not found")
         }
-        try hubs.grant(hub: request.hub, user: request.user, rights: rights)
+        try await hubs.grant(hub: request.hub, user: request.user, rights: rights)
         context.logger.notice(
             "hub rights granted",
             metadata: ["herald.hub": "\(request.hub)", "herald.user": "\(request.user)", "herald.rights": "\(rights.names)"])
@@ -179,16 +181,37 @@ public enum AuthServer {
         case .accounts:
             context.logger.info("auth-mode accounts", metadata: ["herald.password_hash": "scrypt ln=\(config.passwordHashLogN) r=8 p=1"])
         }
-        let pool = try DatabasePool(path: try context.config.sqliteOnlyPath(), configuration: HeraldDatabase.configuration)
-        let store = try AccountStore(db: pool)
+        let store: any AccountStore
+        let hubs: any HubStore
+        let ledger: any LockoutLedger
+        var resources: [any Service] = []
+        let healthCheck: HealthCheck
+        var lockoutPurge: (@Sendable () async throws -> Int)?
+        switch context.config.databaseURL {
+        case .sqlite(let path):
+            let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
+            store = try SQLiteAccountStore(db: pool)
+            hubs = try SQLiteHubStore(db: pool)
+            ledger = MemoryLockoutLedger()
+            healthCheck = .database(pool)
+        case .postgres(let location):
+            // Lockouts live in the database: failures spread over replicas add up.
+            let database = try HeraldPostgres(location, logger: context.logger)
+            resources.append(database)
+            store = try await PostgresAccountStore(db: database)
+            hubs = try await PostgresHubStore(db: database)
+            let shared = PostgresLockoutLedger(db: database)
+            ledger = shared
+            lockoutPurge = { try await shared.purge(now: unixMillis(), window: LockoutPolicy.defaultWindow) }
+            healthCheck = database.healthCheck
+        }
         let authenticator = try Authenticator(
             mode: config.mode, store: store, hasher: PasswordHasher(logN: config.passwordHashLogN),
-            throttle: LoginThrottle(freeFailures: config.maxFailedLogins, lockout: config.lockout),
+            throttle: LoginThrottle(freeFailures: config.maxFailedLogins, lockout: config.lockout, ledger: ledger),
             gate: LoginGate(
                 maxPending: config.maxPendingLogins, failureBudgetPerMinute: config.failedLoginBudget,
                 maxWaitMilliseconds: config.maxLoginWaitMilliseconds),
             tokenTTL: config.tokenTTL, credentialCache: config.credentialCache)
-        let hubs = try HubStore(db: pool)
         if let testUser = config.testUser {
             try await AuthHandlers.prepare(testUser, authenticator, hubs)
             context.logger.warning(
@@ -196,15 +219,18 @@ public enum AuthServer {
         }
         var table = MethodTable()
         AuthHandlers(
-            authenticator: authenticator, hubs: hubs, testMode: context.config.testMode, testUser: config.testUser
+            authenticator: authenticator, hubs: hubs, sasThrottle: LoginThrottle(freeFailures: 20, ledger: ledger),
+            testMode: context.config.testMode, testUser: config.testUser
         ).register(into: &table)
         // Before its first await, Authenticate reads memory or the WAL database only (the password
         // hash runs on its own pool), so it may start on the event loop.
         table.startOnEventLoop(AuthServiceMethods.authenticate)
+        let purgeLockouts = lockoutPurge
         let purge = Periodic("token purge", every: .seconds(3600), logger: context.logger) {
-            let purged = try store.purgeTokens()
+            let purged = try await store.purgeTokens(grace: 24 * 3600 * 1000)
             if purged > 0 { context.logger.info("purged expired tokens", metadata: ["herald.count": "\(purged)"]) }
+            _ = try await purgeLockouts?()
         }
-        return RPCServiceParts(table: table, background: [purge], healthChecks: [.database(pool)])
+        return RPCServiceParts(table: table, background: resources + [purge], healthChecks: [healthCheck])
     }
 }

@@ -93,7 +93,7 @@ public struct AuthConfig: Sendable {
 /// say what is wrong, never with what.
 public final class Authenticator: Sendable {
     public let mode: AuthMode
-    public let store: AccountStore
+    public let store: any AccountStore
     public let hasher: PasswordHasher
     public let throttle: LoginThrottle
     /// Bounds the hashes waiting and the failed logins per minute across every name.
@@ -105,14 +105,16 @@ public final class Authenticator: Sendable {
     /// Password hashing runs here, not on Swift's cooperative pool: each hash holds a thread for a
     /// third of a second, and the pool's size also bounds the memory scrypt takes at once.
     private let hashingPool: NIOThreadPool
-    /// Verified Basic credentials: HMAC(process key, header) → (user, expiry).
-    private let cache = Mutex<[Data: (user: String, expires: Int64)]>([:])
+    /// Verified Basic credentials: HMAC(process key, header) → (user, expiry, the hash verified).
+    /// With a shared store another replica may change the password meanwhile, so a hit is taken
+    /// only while the stored hash is still the one verified (one indexed read, no scrypt).
+    private let cache = Mutex<[Data: (user: String, expires: Int64, hash: String)]>([:])
     private let cacheKey = SymmetricKey(size: .bits256)
     /// A hash to verify against for unknown users, so they take as long as known ones (accounts mode).
     private let decoyHash: String
 
     public init(
-        mode: AuthMode, store: AccountStore, hasher: PasswordHasher = PasswordHasher(), throttle: LoginThrottle = LoginThrottle(),
+        mode: AuthMode, store: any AccountStore, hasher: PasswordHasher = PasswordHasher(), throttle: LoginThrottle = LoginThrottle(),
         gate: LoginGate = LoginGate(maxPending: 8, failureBudgetPerMinute: 600),
         tokenTTL: Duration = .seconds(3600), credentialCache: Duration = .seconds(60), hashingPool: NIOThreadPool = .singleton,
         now: @escaping @Sendable () -> Int64 = unixMillis
@@ -141,7 +143,7 @@ public final class Authenticator: Sendable {
             try await checkPassword(user: user, password: password)
             return AuthenticateResponse(user: user, scheme: "basic")
         case .bearer(let token):
-            guard let user = try store.tokenUser(hash: Self.tokenHash(token)) else {
+            guard let user = try await store.tokenUser(hash: Self.tokenHash(token)) else {
                 throw ServiceError.unauthenticated("the bearer token is unknown, expired or revoked")
             }
             return AuthenticateResponse(user: user, scheme: "bearer")
@@ -162,12 +164,12 @@ public final class Authenticator: Sendable {
             + Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
             .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
         let expires = now() + tokenTTL
-        try store.insertToken(hash: Self.tokenHash(token), user: user, expiresAt: expires)
+        try await store.insertToken(hash: Self.tokenHash(token), user: user, expiresAt: expires)
         return IssueTokenResponse(token: token, user: user, expiresAtUnixMs: expires)
     }
 
-    public func revokeToken(_ token: String) throws -> Int64 {
-        try store.revokeToken(hash: Self.tokenHash(token))
+    public func revokeToken(_ token: String) async throws -> Int64 {
+        try await store.revokeToken(hash: Self.tokenHash(token))
     }
 
     // MARK: accounts
@@ -175,40 +177,40 @@ public final class Authenticator: Sendable {
     public func createUser(_ user: String, password: String) async throws -> User {
         try Self.validate(user: user, password: password)
         let hash = try await hashingPool.runIfActive { [hasher] in try hasher.hash(password) }
-        return try store.createUser(user, passwordHash: hash)
+        return try await store.createUser(user, passwordHash: hash)
     }
 
     public func setPassword(_ user: String, password: String) async throws -> User {
         try Self.validate(user: user, password: password)
         let hash = try await hashingPool.runIfActive { [hasher] in try hasher.hash(password) }
-        let updated = try store.setPasswordHash(user, hash)
+        let updated = try await store.setPasswordHash(user, hash, revokeTokens: true)
         forget(user)
         return updated
     }
 
-    public func deleteUser(_ user: String) throws {
-        try store.deleteUser(user)
+    public func deleteUser(_ user: String) async throws {
+        try await store.deleteUser(user)
         forget(user)
     }
 
     /// Whether `user` can log in: an account (accounts mode) or any valid name (tutorial mode).
-    public func userExists(_ user: String) throws -> Bool {
+    public func userExists(_ user: String) async throws -> Bool {
         guard Names.isValidUserName(user) else {
             throw ServiceError.invalidArgument("user names are \(Names.userNameRule)")
         }
-        return mode == .tutorial ? true : try store.userExists(user)
+        return mode == .tutorial ? true : try await store.userExists(user)
     }
 
-    public func revokeTokens(of user: String) throws -> Int64 {
-        if mode == .accounts, try !store.userExists(user) { throw ServiceError.notFound("user \(user) not found") }
-        return try store.revokeTokens(of: user)
+    public func revokeTokens(of user: String) async throws -> Int64 {
+        if mode == .accounts, try await !store.userExists(user) { throw ServiceError.notFound("user \(user) not found") }
+        return try await store.revokeTokens(of: user)
     }
 
     // MARK: passwords
 
     /// Checks one user name and password against the mode's rule, through the throttle.
     func checkPassword(user: String, password: String) async throws {
-        try throttle.check(user)
+        try await throttle.check(user)
         let valid: Bool
         switch mode {
         case .tutorial:
@@ -216,10 +218,18 @@ public final class Authenticator: Sendable {
         case .accounts:
             let key = Data(HMAC<SHA256>.authenticationCode(for: Data("\(user)\u{0}\(password)".utf8), using: cacheKey))
             let now = self.now()
+            var cached = false
             if cacheTTL > 0, let hit = cache.withLock({ $0[key] }), hit.user == user, hit.expires > now {
+                if store.isShared {
+                    cached = try await store.passwordHash(of: user) == hit.hash
+                } else {
+                    cached = true
+                }
+            }
+            if cached {
                 valid = true
             } else {
-                let stored = try store.passwordHash(of: user)
+                let stored = try await store.passwordHash(of: user)
                 let encoded = stored ?? decoyHash
                 try gate.enter()
                 let matches: Bool
@@ -238,27 +248,27 @@ public final class Authenticator: Sendable {
                 if valid, cacheTTL > 0 {
                     cache.withLock { entries in
                         if entries.count > 10_000 { entries = entries.filter { $0.value.expires > now } }
-                        entries[key] = (user, now + cacheTTL)
+                        entries[key] = (user, now + cacheTTL, encoded)
                     }
                 }
                 if valid, hasher.needsRehash(encoded) {
                     // Parameters were raised since this hash was made: upgrade it now that we know the password.
                     if let upgraded = try? await hashingPool.runIfActive({ [hasher] in try hasher.hash(password) }) {
-                        _ = try? store.setPasswordHash(user, upgraded, revokeTokens: false)
+                        _ = try? await store.setPasswordHash(user, upgraded, revokeTokens: false)
                     }
                 }
             }
         }
         guard valid else {
-            throttle.failed(user)
+            try await throttle.failed(user)
             throw ServiceError.unauthenticated("wrong user name or password")
         }
-        throttle.succeeded(user)
+        try await throttle.succeeded(user)
     }
 
     /// Creates `user` with `password`, or sets the password of the existing account.
     public func ensureUser(_ user: String, password: String) async throws {
-        if try store.userExists(user) {
+        if try await store.userExists(user) {
             _ = try await setPassword(user, password: password)
         } else {
             _ = try await createUser(user, password: password)
@@ -266,10 +276,10 @@ public final class Authenticator: Sendable {
     }
 
     /// Deletes every account and token and forgets cached credentials and lockouts (ResetForTests).
-    public func deleteEverything() throws -> Int64 {
-        let deleted = try store.deleteEverything()
+    public func deleteEverything() async throws -> Int64 {
+        let deleted = try await store.deleteEverything()
         cache.withLock { $0 = [:] }
-        throttle.forgetAll()
+        try await throttle.forgetAll()
         return deleted
     }
 

@@ -38,15 +38,90 @@ public struct HubRights: OptionSet, Sendable, Hashable {
     }
 }
 
-/// Hubs, their shared access keys, and the rights Herald users hold on them, in herald-auth's
-/// SQLite file beside the accounts.
+/// Hubs, their shared access keys, and the rights Herald users hold on them, beside the accounts:
+/// ``SQLiteHubStore`` or ``PostgresHubStore``.
 ///
 /// Key secrets are stored as written: NH's signature is an HMAC keyed by the secret's own UTF-8
-/// bytes, so the server needs the secret itself (as Azure does), not a hash of it. The file is the
-/// service's own (0600, owned by herald-auth's UID).
-public final class HubStore: Sendable {
+/// bytes, so the server needs the secret itself (as Azure does), not a hash of it. The database is
+/// the service's own (a 0600 file owned by herald-auth's UID, or its own PostgreSQL schema).
+public protocol HubStore: Sendable {
+    nonisolated(nonsending) func createHub(_ name: String, maxInstallations: Int64) async throws -> Hub
+    /// The hub with its keys' names and rights, secrets left out.
+    nonisolated(nonsending) func hub(_ name: String) async throws -> Hub
+    nonisolated(nonsending) func listHubs() async throws -> [Hub]
+    nonisolated(nonsending) func setLimits(hub: String, maxInstallations: Int64) async throws -> Hub
+    nonisolated(nonsending) func hubExists(_ name: String) async throws -> Bool
+    nonisolated(nonsending) func deleteHub(_ name: String) async throws
+    nonisolated(nonsending) func keys(of hub: String) async throws -> [HubKey]
+    /// Creates the key with new secrets, or changes the rights of an existing one.
+    nonisolated(nonsending) func setKey(hub: String, name: String, rights: HubRights) async throws -> HubKey
+    /// A new random secret in place of the primary or the secondary one.
+    nonisolated(nonsending) func rotateKey(hub: String, name: String, secondary: Bool) async throws -> HubKey
+    nonisolated(nonsending) func revokeKey(hub: String, name: String) async throws
+    /// The key with its secrets and its hub's installation limit, in one read, or nil.
+    nonisolated(nonsending) func secrets(hub: String, name: String) async throws -> HubSecrets?
+    /// Sets a user's rights on a hub; none removes the grant.
+    nonisolated(nonsending) func grant(hub: String, user: String, rights: HubRights) async throws
+    nonisolated(nonsending) func rights(hub: String, user: String) async throws -> HubRights
+    /// Every hub, key and grant (ResetForTests); the default hub is made again.
+    nonisolated(nonsending) func deleteEverything() async throws -> Int64
+}
+
+/// What verifying a SAS token needs of its key.
+public struct HubSecrets: Sendable {
+    public var rights: HubRights
+    public var primary: String
+    public var secondary: String
+    public var maxInstallations: Int64
+}
+
+/// The rules every ``HubStore`` shares.
+public enum HubRules {
     public static let listenKeyName = "DefaultListenSharedAccessSignature"
     public static let fullKeyName = "DefaultFullSharedAccessSignature"
+
+    /// Checks a new hub's name and limit.
+    static func validateNewHub(_ name: String, maxInstallations: Int64) throws {
+        guard maxInstallations >= 0 else { throw ServiceError.invalidArgument("max_installations must not be negative") }
+        guard Names.isValidHubName(name) else { throw ServiceError.invalidArgument("hub name must be \(Names.hubNameRule)") }
+        guard !Names.reservedHubNames.contains(name.lowercased()) else {
+            throw ServiceError.invalidArgument("hub name \(name) is reserved for the edge's own routes")
+        }
+    }
+
+    static func validateKey(name: String, rights: HubRights) throws {
+        guard (1...256).contains(name.utf8.count), isKeyNameByte(name) else {
+            throw ServiceError.invalidArgument("key name must be 1 to 256 characters of a-z A-Z 0-9 . - _")
+        }
+        guard !rights.isEmpty else { throw ServiceError.invalidArgument("give at least one right: Listen, Send or Manage") }
+    }
+
+    static let defaultHubUndeletable = ServiceError(
+        .failedPrecondition, "the hub default serves the tutorial's routes and /v1; it cannot be deleted")
+
+    /// 256 random bits in base64 (44 characters), the shape of Azure's keys.
+    static func newSecret() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return Data((0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }).base64EncodedString()
+    }
+
+    private static func isKeyNameByte(_ name: String) -> Bool {
+        name.utf8.allSatisfy {
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-")
+                || $0 == UInt8(ascii: "_")
+        }
+    }
+}
+
+extension HubStore {
+    nonisolated(nonsending) public func createHub(_ name: String) async throws -> Hub { try await createHub(name, maxInstallations: 0) }
+}
+
+/// Hubs, keys and grants in herald-auth's SQLite file beside the accounts.
+public final class SQLiteHubStore: HubStore {
+    public static let listenKeyName = HubRules.listenKeyName
+    public static let fullKeyName = HubRules.fullKeyName
 
     private let db: any DatabaseWriter
     private let now: @Sendable () -> Int64
@@ -98,11 +173,7 @@ public final class HubStore: Sendable {
     // MARK: hubs
 
     public func createHub(_ name: String, maxInstallations: Int64 = 0) throws -> Hub {
-        guard maxInstallations >= 0 else { throw ServiceError.invalidArgument("max_installations must not be negative") }
-        guard Names.isValidHubName(name) else { throw ServiceError.invalidArgument("hub name must be \(Names.hubNameRule)") }
-        guard !Names.reservedHubNames.contains(name.lowercased()) else {
-            throw ServiceError.invalidArgument("hub name \(name) is reserved for the edge's own routes")
-        }
+        try HubRules.validateNewHub(name, maxInstallations: maxInstallations)
         let now = self.now()
         do {
             try db.write { db in
@@ -147,9 +218,7 @@ public final class HubStore: Sendable {
     }
 
     public func deleteHub(_ name: String) throws {
-        guard name != Names.defaultHub else {
-            throw ServiceError(.failedPrecondition, "the hub default serves the tutorial's routes and /v1; it cannot be deleted")
-        }
+        guard name != Names.defaultHub else { throw HubRules.defaultHubUndeletable }
         try db.write { db in
             try db.execute(sql: "DELETE FROM hub_key WHERE hub = ?", arguments: [name])
             try db.execute(sql: "DELETE FROM hub_grant WHERE hub = ?", arguments: [name])
@@ -171,10 +240,7 @@ public final class HubStore: Sendable {
 
     /// Creates the key with new secrets, or changes the rights of an existing one.
     public func setKey(hub: String, name: String, rights: HubRights) throws -> HubKey {
-        guard (1...256).contains(name.utf8.count), Self.isKeyNameByte(name) else {
-            throw ServiceError.invalidArgument("key name must be 1 to 256 characters of a-z A-Z 0-9 . - _")
-        }
-        guard !rights.isEmpty else { throw ServiceError.invalidArgument("give at least one right: Listen, Send or Manage") }
+        try HubRules.validateKey(name: name, rights: rights)
         let now = self.now()
         try db.write { db in
             guard try Bool.fetchOne(db, sql: "SELECT 1 FROM hub WHERE name = ?", arguments: [hub]) == true else {
@@ -191,7 +257,7 @@ public final class HubStore: Sendable {
         try db.write { db in
             try db.execute(
                 sql: "UPDATE hub_key SET \(secondary ? "secondary_key" : "primary_key") = ? WHERE hub = ? AND name = ?",
-                arguments: [Self.newSecret(), hub, name])
+                arguments: [HubRules.newSecret(), hub, name])
             guard db.changesCount == 1 else { throw ServiceError.notFound("key \(name) of hub \(hub) not found") }
         }
         return try key(hub: hub, name: name)
@@ -205,9 +271,7 @@ public final class HubStore: Sendable {
     }
 
     /// The key with its secrets and its hub's installation limit, in one read, or nil.
-    public func secrets(
-        hub: String, name: String
-    ) throws -> (rights: HubRights, primary: String, secondary: String, maxInstallations: Int64)? {
+    public func secrets(hub: String, name: String) throws -> HubSecrets? {
         try db.read { db in
             try Row.fetchOne(
                 db,
@@ -216,7 +280,11 @@ public final class HubStore: Sendable {
                     FROM hub_key k JOIN hub h ON h.name = k.hub WHERE k.hub = ? AND k.name = ?
                     """,
                 arguments: [hub, name]
-            ).map { (HubRights(rawValue: $0["rights"]), $0["primary_key"], $0["secondary_key"], $0["max_installations"]) }
+            ).map {
+                HubSecrets(
+                    rights: HubRights(rawValue: $0["rights"]), primary: $0["primary_key"], secondary: $0["secondary_key"],
+                    maxInstallations: $0["max_installations"])
+            }
         }
     }
 
@@ -287,20 +355,6 @@ public final class HubStore: Sendable {
     private static func insertKey(hub: String, name: String, rights: HubRights, now: Int64, in db: Database) throws {
         try db.execute(
             sql: "INSERT INTO hub_key (hub, name, rights, primary_key, secondary_key, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            arguments: [hub, name, rights.rawValue, newSecret(), newSecret(), now])
-    }
-
-    /// 256 random bits in base64 (44 characters), the shape of Azure's keys.
-    static func newSecret() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return Data((0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }).base64EncodedString()
-    }
-
-    private static func isKeyNameByte(_ name: String) -> Bool {
-        name.utf8.allSatisfy {
-            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-")
-                || $0 == UInt8(ascii: "_")
-        }
+            arguments: [hub, name, rights.rawValue, HubRules.newSecret(), HubRules.newSecret(), now])
     }
 }

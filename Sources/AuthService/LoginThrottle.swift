@@ -7,17 +7,83 @@ import Synchronization
 /// Slows down password guessing: after `freeFailures` failed logins in a row for one user name,
 /// that name is refused for `lockout`, doubling with each further failure up to `maxLockout`.
 ///
-/// Counts per user name, known or not, so the answer does not reveal which names exist. Kept in
-/// memory: a restart forgets it (documented; a shared store would be needed with several auth
-/// replicas). The trade-off is the usual one: someone who knows a user name can lock that user out
-/// for a while, but cannot guess their password faster than one try per lockout.
+/// Counts per user name, known or not, so the answer does not reveal which names exist. The counts
+/// live in a ``LockoutLedger``: in memory for one process (a restart forgets them), or in the
+/// database that auth replicas share, so that failures spread over replicas add up and a lockout
+/// holds whichever replica a request reaches. The trade-off is the usual one: someone who knows a
+/// user name can lock that user out for a while, but cannot guess their password faster than one
+/// try per lockout.
 public final class LoginThrottle: Sendable {
-    public let freeFailures: Int
-    public let lockout: Int64
-    public let maxLockout: Int64
-    /// Failures older than this are forgotten.
-    public let window: Int64 = 15 * 60 * 1000
+    public let policy: LockoutPolicy
+    public let ledger: any LockoutLedger
     private let now: @Sendable () -> Int64
+
+    public init(
+        freeFailures: Int = 5, lockout: Duration = .seconds(30), maxLockout: Duration = .seconds(15 * 60),
+        ledger: any LockoutLedger = MemoryLockoutLedger(), now: @escaping @Sendable () -> Int64 = unixMillis
+    ) {
+        self.policy = LockoutPolicy(
+            freeFailures: freeFailures, lockout: lockout.wholeMilliseconds, maxLockout: max(lockout, maxLockout).wholeMilliseconds)
+        self.ledger = ledger
+        self.now = now
+    }
+
+    public var freeFailures: Int { policy.freeFailures }
+
+    /// Throws RESOURCE_EXHAUSTED with `retry-after` (seconds) while `user` is locked out.
+    nonisolated(nonsending) public func check(_ user: String) async throws {
+        let now = self.now()
+        let until = try await ledger.lockedUntil(user)
+        if until > now {
+            let seconds = (until - now + 999) / 1000
+            throw ServiceError.resourceExhausted(
+                "too many failed logins for this user; retry after \(seconds) s", retryAfterSeconds: Int(seconds))
+        }
+    }
+
+    nonisolated(nonsending) public func failed(_ user: String) async throws {
+        try await ledger.recordFailure(user, now: now(), policy: policy)
+    }
+
+    nonisolated(nonsending) public func succeeded(_ user: String) async throws {
+        try await ledger.clear(user)
+    }
+
+    /// Forgets every failure and lockout.
+    nonisolated(nonsending) public func forgetAll() async throws {
+        try await ledger.clearAll()
+    }
+}
+
+/// How failures turn into lockouts.
+public struct LockoutPolicy: Sendable {
+    public var freeFailures: Int
+    /// The first lockout, in ms; each further failure doubles it, up to `maxLockout`.
+    public var lockout: Int64
+    public var maxLockout: Int64
+    /// Failures older than this are forgotten, in ms.
+    public var window: Int64 = Self.defaultWindow
+    public static let defaultWindow: Int64 = 15 * 60 * 1000
+
+    /// The lockout after the `failures`-th failure in a row, from `now`; 0 while below the free ones.
+    func lockedUntil(failures: Int, now: Int64) -> Int64 {
+        guard failures >= freeFailures else { return 0 }
+        return now + min(lockout << min(failures - freeFailures, 20), maxLockout)
+    }
+}
+
+/// Where a ``LoginThrottle`` keeps its counts. Its requirements run on the caller's executor: the
+/// memory ledger answers Authenticate on the event loop without a hop.
+public protocol LockoutLedger: Sendable {
+    /// Unix ms until which `name` is refused; 0 when it is not.
+    nonisolated(nonsending) func lockedUntil(_ name: String) async throws -> Int64
+    nonisolated(nonsending) func recordFailure(_ name: String, now: Int64, policy: LockoutPolicy) async throws
+    nonisolated(nonsending) func clear(_ name: String) async throws
+    nonisolated(nonsending) func clearAll() async throws
+}
+
+/// Counts in this process's memory: one auth process (SQLite), forgotten on restart.
+public final class MemoryLockoutLedger: LockoutLedger {
     private let state = Mutex<[String: Entry]>([:])
     /// Above this many tracked names, stale ones are dropped (bounds memory under a spray attack).
     private let maxEntries = 100_000
@@ -28,51 +94,31 @@ public final class LoginThrottle: Sendable {
         var lockedUntil: Int64
     }
 
-    public init(
-        freeFailures: Int = 5, lockout: Duration = .seconds(30), maxLockout: Duration = .seconds(15 * 60),
-        now: @escaping @Sendable () -> Int64 = unixMillis
-    ) {
-        self.freeFailures = freeFailures
-        self.lockout = lockout.wholeMilliseconds
-        self.maxLockout = max(lockout, maxLockout).wholeMilliseconds
-        self.now = now
+    public init() {}
+
+    public func lockedUntil(_ name: String) -> Int64 {
+        state.withLock { $0[name]?.lockedUntil ?? 0 }
     }
 
-    /// Throws RESOURCE_EXHAUSTED with `retry-after` (seconds) while `user` is locked out.
-    public func check(_ user: String) throws {
-        let now = self.now()
-        let until = state.withLock { $0[user]?.lockedUntil ?? 0 }
-        if until > now {
-            let seconds = (until - now + 999) / 1000
-            throw ServiceError.resourceExhausted(
-                "too many failed logins for this user; retry after \(seconds) s", retryAfterSeconds: Int(seconds))
-        }
-    }
-
-    public func failed(_ user: String) {
-        let now = self.now()
+    public func recordFailure(_ name: String, now: Int64, policy: LockoutPolicy) {
         state.withLock { entries in
-            var entry = entries[user] ?? Entry(failures: 0, lastFailure: now, lockedUntil: 0)
-            if now - entry.lastFailure > window { entry.failures = 0 }
+            var entry = entries[name] ?? Entry(failures: 0, lastFailure: now, lockedUntil: 0)
+            if now - entry.lastFailure > policy.window { entry.failures = 0 }
             entry.failures += 1
             entry.lastFailure = now
-            if entry.failures >= freeFailures {
-                let doublings = min(entry.failures - freeFailures, 20)
-                entry.lockedUntil = now + min(lockout << doublings, maxLockout)
-            }
-            entries[user] = entry
+            entry.lockedUntil = max(entry.lockedUntil, policy.lockedUntil(failures: entry.failures, now: now))
+            entries[name] = entry
             if entries.count > maxEntries {
-                entries = entries.filter { $0.value.lockedUntil > now || now - $0.value.lastFailure <= window }
+                entries = entries.filter { $0.value.lockedUntil > now || now - $0.value.lastFailure <= policy.window }
             }
         }
     }
 
-    public func succeeded(_ user: String) {
-        _ = state.withLock { $0.removeValue(forKey: user) }
+    public func clear(_ name: String) {
+        _ = state.withLock { $0.removeValue(forKey: name) }
     }
 
-    /// Forgets every failure and lockout.
-    public func forgetAll() {
+    public func clearAll() {
         state.withLock { $0 = [:] }
     }
 }

@@ -18,14 +18,14 @@ import HeraldRPC
 /// a `/` (JS, Go and the unofficial Python client sign the namespace root, .NET the full path, the
 /// Python sample `…/{hub}`).
 public struct SASVerifier: Sendable {
-    public let hubs: HubStore
+    public let hubs: any HubStore
     /// Failed signatures per hub, key name and client address; the same lockouts as passwords
     /// (per address: a key's name is public, so a stranger's guesses must not lock out its owner).
     public let throttle: LoginThrottle
     private let now: @Sendable () -> Int64
 
     public init(
-        hubs: HubStore, throttle: LoginThrottle = LoginThrottle(freeFailures: 20), now: @escaping @Sendable () -> Int64 = unixMillis
+        hubs: any HubStore, throttle: LoginThrottle = LoginThrottle(freeFailures: 20), now: @escaping @Sendable () -> Int64 = unixMillis
     ) {
         self.hubs = hubs
         self.throttle = throttle
@@ -42,18 +42,18 @@ public struct SASVerifier: Sendable {
 
     /// The rights of the key that signed `header` for a request to `resource` ("host[:port]/path").
     /// Failures count per hub, key and `client` address.
-    public func authorize(hub: String, header: String, resource: String, client: String = "") throws -> AuthorizeSasResponse {
+    public func authorize(hub: String, header: String, resource: String, client: String = "") async throws -> AuthorizeSasResponse {
         let token = try Self.parse(header)
         let throttleKey = "\(hub)/\(token.keyName)/\(client)"
         do {
-            try throttle.check(throttleKey)
+            try await throttle.check(throttleKey)
         } catch let error as ServiceError {
             throw ServiceError.resourceExhausted(
                 "too many failed tokens for key \(token.keyName) of hub \(hub); retry after \(error.retryAfterSeconds ?? 1) s",
                 retryAfterSeconds: error.retryAfterSeconds ?? 1)
         }
         do {
-            guard let key = try hubs.secrets(hub: hub, name: token.keyName) else {
+            guard let key = try await hubs.secrets(hub: hub, name: token.keyName) else {
                 throw ServiceError.unauthenticated("InvalidSignature: no key \(token.keyName) on hub \(hub)")
             }
             let message = Data("\(token.rawResource)\n\(token.expiry)".utf8)
@@ -71,11 +71,11 @@ public struct SASVerifier: Sendable {
             guard Self.covers(audience: Self.normalizedAudience(token.rawResource), resource: resource) else {
                 throw ServiceError.unauthenticated("40104: Invalid authorization token audience.")
             }
-            throttle.succeeded(throttleKey)
+            try await throttle.succeeded(throttleKey)
             return AuthorizeSasResponse(
                 keyName: token.keyName, rights: key.rights.names, maxInstallations: key.maxInstallations)
         } catch let error as ServiceError where error.code == .unauthenticated {
-            throttle.failed(throttleKey)
+            try await throttle.failed(throttleKey)
             throw error
         }
     }

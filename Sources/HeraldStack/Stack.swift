@@ -95,8 +95,8 @@ public actor Stack {
     /// Start order: every service after those it calls.
     public static let services = ServiceName.allCases.map(\.rawValue)
     public static let rpcServices = ServiceName.rpcServices.map(\.rawValue)
-    /// The services that can keep their data in PostgreSQL so far (issue 17 adds auth and dispatch).
-    public static let postgresServices = ["payload", "registration"]
+    /// The services that can keep their data in PostgreSQL so far (issue 17 adds dispatch).
+    public static let postgresServices = ["auth", "payload", "registration"]
     /// Loopback ports (lean, gRPC) per RPC service when ``StackConfiguration/tls`` is set.
     private var tcpPorts: [String: (lean: Int, grpc: Int)] = [:]
 

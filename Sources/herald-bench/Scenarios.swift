@@ -83,17 +83,26 @@ struct EdgeBench: AsyncParsableCommand {
     @OptionGroup var options: BenchOptions
     @Option(help: "wrk connections.")
     var connections = 64
+    @Option(
+        help: """
+            postgres://…: herald-payload and herald-registration keep their data there (schemas herald_payload, \
+            herald_registration, emptied first) instead of SQLite. scripts/postgres.sh start DIR makes a throw-away server.
+            """)
+    var database: String?
 
     func run() async throws { try await execute() }
 
     func execute() async throws {
-        try options.show(try await EdgeScenario(options: options, connections: connections).run(), scenarios: ["edge"])
+        try options.show(
+            try await EdgeScenario(options: options, connections: connections, database: database).run(), scenarios: ["edge"])
     }
 }
 
 struct EdgeScenario {
     var options: BenchOptions
     var connections = 64
+    /// nil: SQLite; else the PostgreSQL URL payload and registration use.
+    var database: String?
 
     func run() async throws -> Report {
         guard let wrk = which("wrk") else { throw BenchError("wrk is missing: apt-get install -y wrk (scripts/setup.sh --bench does it)") }
@@ -107,7 +116,17 @@ struct EdgeScenario {
         }
         let helloRun = try runWrk(wrk, url: hello.url + "/hello", script: nil, dir: dir)
 
-        let configuration = StackConfiguration.bench(dir: dir)
+        var configuration = StackConfiguration.bench(dir: dir)
+        if let database {
+            // A fresh start: the schemas are dropped, so each run measures the same table sizes.
+            guard var psqlURL = URLComponents(string: database) else { throw BenchError("--database is not a URL") }
+            psqlURL.queryItems = psqlURL.queryItems?.filter { $0.name != "schema" }  // Herald's parameter, not libpq's
+            for service in Stack.postgresServices {
+                _ = try runProcess(
+                    "/usr/bin/psql", [psqlURL.string ?? database, "-qAtc", "DROP SCHEMA IF EXISTS herald_\(service) CASCADE"])
+            }
+            configuration.databaseURL = database
+        }
         let stack = Stack(configuration: configuration)
         try await stack.start()
         do {
@@ -157,7 +176,7 @@ struct EdgeScenario {
                         baselineValue: helloRun.p99Millis, better: "lower"))
             }
             var lines = [
-                "## edge: HTTP through the whole stack, wrk -c\(connections), \(options.wrkSeconds) s per route (tutorial auth: user == password)",
+                "## edge: HTTP through the whole stack, wrk -c\(connections), \(options.wrkSeconds) s per route (tutorial auth: user == password; payload and registration on \(database == nil ? "SQLite" : "PostgreSQL"))",
                 "",
                 "| route | requests/s | p50 ms | p99 ms | % of hello world |",
                 "|---|---:|---:|---:|---:|",

@@ -47,8 +47,8 @@ struct Up: AsyncParsableCommand {
     var dataDir: String?
     @Option(
         help: """
-            postgres://user[:password]@host[:port]/db (or postgres://user@/db?host=/socket/folder): payload and \
-            registration keep their data there, a schema each; the other services stay on SQLite.
+            postgres://user[:password]@host[:port]/db (or postgres://user@/db?host=/socket/folder): auth, payload and \
+            registration keep their data there, a schema each; dispatch stays on SQLite.
             """)
     var database: String?
 

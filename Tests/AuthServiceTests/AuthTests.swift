@@ -14,7 +14,7 @@ struct AuthTests {
     static func basic(_ credentials: String) -> String { "Basic " + Data(credentials.utf8).base64EncodedString() }
 
     static func make(_ mode: AuthMode, clock: ManualClock = ManualClock(), cacheSeconds: Int64 = 60) throws -> Authenticator {
-        let store = try AccountStore(db: DatabaseQueue(), now: clock.function)
+        let store = try SQLiteAccountStore(db: DatabaseQueue(), now: clock.function)
         return try Authenticator(
             mode: mode, store: store, hasher: PasswordHasher(logN: 10),
             throttle: LoginThrottle(freeFailures: 3, lockout: .seconds(30), now: clock.function),
@@ -57,16 +57,16 @@ struct AuthTests {
         #expect(await Self.code { try await auth.createUser("alice", password: "another one") } == .alreadyExists)
         #expect(await Self.code { try await auth.createUser("bob", password: "short") } == .invalidArgument)
         #expect(await Self.code { try await auth.createUser("b b", password: "long enough") } == .invalidArgument)
-        let stored = try #require(try auth.store.passwordHash(of: "alice"))
+        let stored = try #require(try await auth.store.passwordHash(of: "alice"))
         #expect(stored.hasPrefix("$scrypt$ln=10,r=8,p=1$"))
         #expect(!stored.contains("correct horse"))
 
         _ = try await auth.setPassword("alice", password: "battery staple")
         #expect(await Self.code { try await auth.authenticate(Self.basic("alice:correct horse")) } == .unauthenticated)
         #expect(try await auth.authenticate(Self.basic("alice:battery staple")).user == "alice")
-        try auth.deleteUser("alice")
+        try await auth.deleteUser("alice")
         #expect(await Self.code { try await auth.authenticate(Self.basic("alice:battery staple")) } == .unauthenticated)
-        #expect(try auth.store.listUsers().isEmpty)
+        #expect(try await auth.store.listUsers().isEmpty)
     }
 
     @Test("a password change forgets cached credentials at once")
@@ -121,7 +121,7 @@ struct AuthTests {
         #expect(await Self.code { try await auth.authenticate("Bearer \(issued.token)") } == .unauthenticated)
 
         let second = try await auth.issueToken(Self.basic("erin:erin's password"))
-        #expect(try auth.revokeToken(second.token) == 1)
+        #expect(try await auth.revokeToken(second.token) == 1)
         #expect(await Self.code { try await auth.authenticate("Bearer \(second.token)") } == .unauthenticated)
 
         let third = try await auth.issueToken(Self.basic("erin:erin's password"))
@@ -129,9 +129,9 @@ struct AuthTests {
         #expect(await Self.code { try await auth.authenticate("Bearer \(third.token)") } == .unauthenticated)
 
         let fourth = try await auth.issueToken(Self.basic("erin:a new password"))
-        #expect(try auth.revokeTokens(of: "erin") == 1)
+        #expect(try await auth.revokeTokens(of: "erin") == 1)
         #expect(await Self.code { try await auth.authenticate("Bearer \(fourth.token)") } == .unauthenticated)
-        #expect(await Self.code { try auth.revokeTokens(of: "nobody") } == .notFound)
+        #expect(await Self.code { try await auth.revokeTokens(of: "nobody") } == .notFound)
     }
 
     @Test("password hashes: salted, self-describing, malformed ones never match")

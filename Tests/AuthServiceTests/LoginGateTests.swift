@@ -52,7 +52,7 @@ struct LoginGateTests {
 
     @Test("a spray of logins with unknown names is refused at once past the bound; a cached login still works")
     func spray() async throws {
-        let store = try AccountStore(db: DatabaseQueue())
+        let store = try SQLiteAccountStore(db: DatabaseQueue())
         let auth = try Authenticator(
             mode: .accounts, store: store, hasher: PasswordHasher(logN: 14), gate: LoginGate(maxPending: 2, failureBudgetPerMinute: 1000))
         _ = try await auth.createUser("alice", password: "correct horse")

@@ -16,7 +16,7 @@ struct SASTests {
 
     struct Fixture {
         let clock: ManualClock
-        let hubs: HubStore
+        let hubs: SQLiteHubStore
         let sas: SASVerifier
         let full: HubKey
         let listen: HubKey
@@ -25,16 +25,16 @@ struct SASTests {
     static func fixture(freeFailures: Int = 3) throws -> Fixture {
         let clock = ManualClock()
         let db = try DatabaseQueue()
-        try AccountStore.migrator.migrate(db)
-        let hubs = try HubStore(db: db, now: clock.function)
+        try SQLiteAccountStore.migrator.migrate(db)
+        let hubs = try SQLiteHubStore(db: db, now: clock.function)
         _ = try hubs.createHub("app1")
         _ = try hubs.createHub("app2")
         let keys = try hubs.keys(of: "app1")
         return Fixture(
             clock: clock, hubs: hubs,
             sas: SASVerifier(hubs: hubs, throttle: LoginThrottle(freeFailures: freeFailures, now: clock.function), now: clock.function),
-            full: try #require(keys.first { $0.name == HubStore.fullKeyName }),
-            listen: try #require(keys.first { $0.name == HubStore.listenKeyName }))
+            full: try #require(keys.first { $0.name == HubRules.fullKeyName }),
+            listen: try #require(keys.first { $0.name == HubRules.listenKeyName }))
     }
 
     static func encode(_ text: String, lower: Bool) -> String { SASTokens.encode(text, lower: lower) }
@@ -66,23 +66,23 @@ struct SASTests {
     ]
 
     @Test("every SDK's sr spelling, parameter order and escape case is accepted", arguments: 0..<variants.count)
-    func variant(_ index: Int) throws {
+    func variant(_ index: Int) async throws {
         let f = try Self.fixture()
         let v = Self.variants[index]
         let se = f.clock.now / 1000 + 600
-        let answer = try f.sas.authorize(
+        let answer = try await f.sas.authorize(
             hub: "app1", header: Self.token(sr: v.sr, key: f.full, se: se, order: v.order, lower: v.lower), resource: Self.host + Self.path)
-        #expect(answer.keyName == HubStore.fullKeyName, "\(v.client)")
+        #expect(answer.keyName == HubRules.fullKeyName, "\(v.client)")
         #expect(Set(answer.rights) == ["Listen", "Send", "Manage"], "\(v.client)")
-        let listen = try f.sas.authorize(
+        let listen = try await f.sas.authorize(
             hub: "app1", header: Self.token(sr: v.sr, key: f.listen, se: se, order: v.order, lower: v.lower),
             resource: Self.host + Self.path)
         #expect(listen.rights == ["Listen"], "\(v.client)")
     }
 
-    static func failure(_ body: () throws -> Any) -> ServiceError? {
+    static func failure(_ body: () async throws -> Any) async -> ServiceError? {
         do {
-            _ = try body()
+            _ = try await body()
             return nil
         } catch {
             return error as? ServiceError
@@ -90,56 +90,57 @@ struct SASTests {
     }
 
     @Test("bad signature, expiry, another hub's audience or key, a prefix not at a slash: 401 with NH's words")
-    func refusals() throws {
+    func refusals() async throws {
         let f = try Self.fixture(freeFailures: 100)
         let se = f.clock.now / 1000 + 600
         let root = Self.encode("https://\(Self.host)/", lower: false)
-        func check(_ header: String, hub: String = "app1", resource: String = SASTests.host + SASTests.path, _ words: String) {
-            let error = Self.failure { try f.sas.authorize(hub: hub, header: header, resource: resource) }
+        func check(_ header: String, hub: String = "app1", resource: String = SASTests.host + SASTests.path, _ words: String) async {
+            let error = await Self.failure { try await f.sas.authorize(hub: hub, header: header, resource: resource) }
             #expect(error?.code == .unauthenticated, "\(words): \(String(describing: error))")
             #expect(error?.message.contains(words) == true, "\(String(describing: error?.message))")
         }
         var forged = f.full
         forged.primaryKey = "not-the-key"
-        check(Self.token(sr: root, key: forged, se: se), "InvalidSignature")
+        await check(Self.token(sr: root, key: forged, se: se), "InvalidSignature")
         // The signature covers sr exactly as written: re-encoding it is a different message.
-        check(Self.token(sr: root, key: f.full, se: se).replacingOccurrences(of: "%3A", with: "%3a"), "InvalidSignature")
-        check(Self.token(sr: root, key: f.full, se: f.clock.now / 1000 - 1), "ExpiredToken")
-        check(Self.token(sr: Self.encode("https://\(Self.host)/app2", lower: false), key: f.full, se: se), "audience")
-        check(Self.token(sr: Self.encode("https://\(Self.host)/app", lower: false), key: f.full, se: se), "audience")
-        check(Self.token(sr: Self.encode("https://other.example/", lower: false), key: f.full, se: se), "audience")
+        await check(Self.token(sr: root, key: f.full, se: se).replacingOccurrences(of: "%3A", with: "%3a"), "InvalidSignature")
+        await check(Self.token(sr: root, key: f.full, se: f.clock.now / 1000 - 1), "ExpiredToken")
+        await check(Self.token(sr: Self.encode("https://\(Self.host)/app2", lower: false), key: f.full, se: se), "audience")
+        await check(Self.token(sr: Self.encode("https://\(Self.host)/app", lower: false), key: f.full, se: se), "audience")
+        await check(Self.token(sr: Self.encode("https://other.example/", lower: false), key: f.full, se: se), "audience")
         // Hub A's key on hub B: same key name, other secret.
-        check(Self.token(sr: root, key: f.full, se: se), hub: "app2", resource: Self.host + "/app2/installations/x", "InvalidSignature")
-        check("SharedAccessSignature sr=\(root)&se=\(se)&skn=x", "MalformedToken")
-        check("Basic YWxpY2U6YWxpY2U=", "MalformedToken")
+        await check(
+            Self.token(sr: root, key: f.full, se: se), hub: "app2", resource: Self.host + "/app2/installations/x", "InvalidSignature")
+        await check("SharedAccessSignature sr=\(root)&se=\(se)&skn=x", "MalformedToken")
+        await check("Basic YWxpY2U6YWxpY2U=", "MalformedToken")
     }
 
     @Test(
         "failures lock the key out for that address with RESOURCE_EXHAUSTED and retry-after; other addresses pass; so does a good token after the lockout"
     )
-    func throttled() throws {
+    func throttled() async throws {
         let f = try Self.fixture()
         let se = f.clock.now / 1000 + 3600
         let root = Self.encode("https://\(Self.host)/", lower: false)
         var forged = f.full
         forged.primaryKey = "guess"
-        func authorize(_ key: HubKey, from client: String) throws -> AuthorizeSasResponse {
-            try f.sas.authorize(
+        func authorize(_ key: HubKey, from client: String) async throws -> AuthorizeSasResponse {
+            try await f.sas.authorize(
                 hub: "app1", header: Self.token(sr: root, key: key, se: se), resource: Self.host + Self.path, client: client)
         }
-        for _ in 0..<3 { _ = Self.failure { try authorize(forged, from: "192.0.2.1") } }
-        let locked = Self.failure { try authorize(f.full, from: "192.0.2.1") }
+        for _ in 0..<3 { _ = await Self.failure { try await authorize(forged, from: "192.0.2.1") } }
+        let locked = await Self.failure { try await authorize(f.full, from: "192.0.2.1") }
         #expect(locked?.code == .resourceExhausted)
         #expect((locked?.retryAfterSeconds ?? 0) > 0)
         #expect(locked?.message.contains("DefaultFullSharedAccessSignature") == true, "\(String(describing: locked))")
         // The key's owner elsewhere is not locked out by a stranger's guesses.
-        #expect(throws: Never.self) { try authorize(f.full, from: "198.51.100.7") }
+        await #expect(throws: Never.self) { try await authorize(f.full, from: "198.51.100.7") }
         f.clock.advance(seconds: 31)
-        #expect(throws: Never.self) { try authorize(f.full, from: "192.0.2.1") }
+        await #expect(throws: Never.self) { try await authorize(f.full, from: "192.0.2.1") }
     }
 
     @Test("rotation ends the old secret at once and keeps the other; revoking a key ends its tokens")
-    func rotateAndRevoke() throws {
+    func rotateAndRevoke() async throws {
         let f = try Self.fixture()
         let se = f.clock.now / 1000 + 600
         let root = Self.encode("https://\(Self.host)/", lower: false)
@@ -149,24 +150,26 @@ struct SASTests {
         let viaSecondary = Self.token(sr: root, key: secondary, se: se)
         let rotated = try f.hubs.rotateKey(hub: "app1", name: f.full.name, secondary: false)
         #expect(rotated.primaryKey != f.full.primaryKey && rotated.secondaryKey == f.full.secondaryKey)
-        #expect(Self.failure { try f.sas.authorize(hub: "app1", header: old, resource: Self.host + Self.path) }?.code == .unauthenticated)
-        #expect(throws: Never.self) { try f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path) }
+        #expect(
+            await Self.failure { try await f.sas.authorize(hub: "app1", header: old, resource: Self.host + Self.path) }?.code
+                == .unauthenticated)
+        await #expect(throws: Never.self) { try await f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path) }
         try f.hubs.revokeKey(hub: "app1", name: f.full.name)
         #expect(
-            Self.failure { try f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path) }?.code
+            await Self.failure { try await f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path) }?.code
                 == .unauthenticated)
     }
 
     @Test("hubs: default always exists and cannot go; names are checked; keys and grants belong to one hub")
-    func hubs() throws {
+    func hubs() async throws {
         let f = try Self.fixture()
         #expect(try f.hubs.listHubs().map(\.name) == ["app1", "app2", "default"])
         #expect(try f.hubs.hub("app1").keys.allSatisfy { $0.primaryKey.isEmpty && $0.secondaryKey.isEmpty })
         #expect(f.full.primaryKey.count == 44 && f.full.primaryKey != f.full.secondaryKey)
-        #expect(Self.failure { try f.hubs.deleteHub("default") }?.code == .failedPrecondition)
-        #expect(Self.failure { try f.hubs.createHub("app1") }?.code == .alreadyExists)
+        #expect(await Self.failure { try f.hubs.deleteHub("default") }?.code == .failedPrecondition)
+        #expect(await Self.failure { try f.hubs.createHub("app1") }?.code == .alreadyExists)
         for bad in ["", "-x", "a/b", "api", "v1", String(repeating: "a", count: 51)] {
-            #expect(Self.failure { try f.hubs.createHub(bad) }?.code == .invalidArgument, "\(bad)")
+            #expect(await Self.failure { try f.hubs.createHub(bad) }?.code == .invalidArgument, "\(bad)")
         }
         let key = try f.hubs.setKey(hub: "app1", name: "backend", rights: try HubRights(names: ["send"]))
         #expect(key.rights == ["Send"] && !key.primaryKey.isEmpty)
@@ -174,23 +177,23 @@ struct SASTests {
             try f.hubs.setKey(hub: "app1", name: "backend", rights: try HubRights(names: ["Manage"])).rights == [
                 "Listen", "Manage", "Send",
             ])
-        #expect(Self.failure { try HubRights(names: ["Admin"]) }?.code == .invalidArgument)
+        #expect(await Self.failure { try HubRights(names: ["Admin"]) }?.code == .invalidArgument)
         try f.hubs.grant(hub: "app1", user: "alice", rights: .send)
         #expect(try f.hubs.rights(hub: "app1", user: "alice") == .send)
         #expect(try f.hubs.rights(hub: "app2", user: "alice") == [])
         // Limits: stored, changed, answered with every authorization.
         #expect(try f.hubs.createHub("limited", maxInstallations: 5).maxInstallations == 5)
         #expect(try f.hubs.setLimits(hub: "limited", maxInstallations: 7).maxInstallations == 7)
-        #expect(Self.failure { try f.hubs.setLimits(hub: "limited", maxInstallations: -1) }?.code == .invalidArgument)
-        #expect(Self.failure { try f.hubs.setLimits(hub: "nope", maxInstallations: 1) }?.code == .notFound)
-        let limitedFull = try #require(try f.hubs.keys(of: "limited").first { $0.name == HubStore.fullKeyName })
-        let answer = try f.sas.authorize(
+        #expect(await Self.failure { try f.hubs.setLimits(hub: "limited", maxInstallations: -1) }?.code == .invalidArgument)
+        #expect(await Self.failure { try f.hubs.setLimits(hub: "nope", maxInstallations: 1) }?.code == .notFound)
+        let limitedFull = try #require(try f.hubs.keys(of: "limited").first { $0.name == HubRules.fullKeyName })
+        let answer = try await f.sas.authorize(
             hub: "limited",
             header: Self.token(sr: Self.encode("https://\(Self.host)/", lower: false), key: limitedFull, se: f.clock.now / 1000 + 60),
             resource: Self.host + "/limited/installations/x")
         #expect(answer.maxInstallations == 7)
         try f.hubs.deleteHub("app1")
-        #expect(Self.failure { try f.hubs.keys(of: "app1") }?.code == .notFound)
+        #expect(await Self.failure { try f.hubs.keys(of: "app1") }?.code == .notFound)
         #expect(try f.hubs.rights(hub: "app1", user: "alice") == [])
     }
 }

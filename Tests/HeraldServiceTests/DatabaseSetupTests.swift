@@ -41,13 +41,13 @@ struct DatabaseSetupTests {
 
     @Test("database-url defaults to the SQLite file; a service without a PostgreSQL store refuses a postgres URL")
     func runtimeConfig() throws {
-        let plain = try RuntimeConfig(service: "auth", peers: [], reader: ConfigReader(arguments: ["--data-dir", "/srv/h"]))
-        #expect(plain.databaseURL == .sqlite(path: "/srv/h/auth.sqlite"))
-        #expect(try plain.sqliteOnlyPath() == "/srv/h/auth.sqlite")
+        let plain = try RuntimeConfig(service: "dispatch", peers: [], reader: ConfigReader(arguments: ["--data-dir", "/srv/h"]))
+        #expect(plain.databaseURL == .sqlite(path: "/srv/h/dispatch.sqlite"))
+        #expect(try plain.sqliteOnlyPath() == "/srv/h/dispatch.sqlite")
         let postgres = try RuntimeConfig(
-            service: "auth", peers: [], reader: ConfigReader(arguments: ["--database-url", "postgres://herald@db/herald"]))
+            service: "dispatch", peers: [], reader: ConfigReader(arguments: ["--database-url", "postgres://herald@db/herald"]))
         #expect(postgres.databaseURL.isPostgres)
-        #expect { try postgres.sqliteOnlyPath() } throws: { "\($0)".contains("herald-auth keeps its data in SQLite only") }
+        #expect { try postgres.sqliteOnlyPath() } throws: { "\($0)".contains("herald-dispatch keeps its data in SQLite only") }
     }
 
     @Test("SQLite: a database migrated by a newer binary is refused with the unknown migrations' names")
