@@ -3,7 +3,6 @@ public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
 public import HeraldService
-import ServiceLifecycle
 
 /// The RPC handlers of herald-auth.
 public struct AuthHandlers: AuthServiceHandler {
@@ -181,29 +180,23 @@ public enum AuthServer {
         case .accounts:
             context.logger.info("auth-mode accounts", metadata: ["herald.password_hash": "scrypt ln=\(config.passwordHashLogN) r=8 p=1"])
         }
+        let database = try context.openDatabase()
         let store: any AccountStore
         let hubs: any HubStore
         let ledger: any LockoutLedger
-        var resources: [any Service] = []
-        let healthCheck: HealthCheck
         var lockoutPurge: (@Sendable () async throws -> Int)?
-        switch context.config.databaseURL {
-        case .sqlite(let path):
-            let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
+        switch database {
+        case .sqlite(let pool):
             store = try SQLiteAccountStore(db: pool)
             hubs = try SQLiteHubStore(db: pool)
             ledger = MemoryLockoutLedger()
-            healthCheck = .database(pool)
-        case .postgres(let location):
+        case .postgres(let postgres):
             // Lockouts live in the database: failures spread over replicas add up.
-            let database = try HeraldPostgres(location, logger: context.logger)
-            resources.append(database)
-            store = try await PostgresAccountStore(db: database)
-            hubs = try await PostgresHubStore(db: database)
-            let shared = PostgresLockoutLedger(db: database)
+            store = try await PostgresAccountStore(db: postgres)
+            hubs = try await PostgresHubStore(db: postgres)
+            let shared = PostgresLockoutLedger(db: postgres)
             ledger = shared
             lockoutPurge = { try await shared.purge(now: unixMillis(), window: LockoutPolicy.defaultWindow) }
-            healthCheck = database.healthCheck
         }
         let authenticator = try Authenticator(
             mode: config.mode, store: store, hasher: PasswordHasher(logN: config.passwordHashLogN),
@@ -231,6 +224,6 @@ public enum AuthServer {
             if purged > 0 { context.logger.info("purged expired tokens", metadata: ["herald.count": "\(purged)"]) }
             _ = try await purgeLockouts?()
         }
-        return RPCServiceParts(table: table, background: resources + [purge], healthChecks: [healthCheck])
+        return RPCServiceParts(table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
     }
 }

@@ -1,5 +1,7 @@
 import Foundation
+public import GRDB
 public import HeraldModel
+public import ServiceLifecycle
 
 /// Where a service keeps its data: the `database-url` setting.
 ///
@@ -131,6 +133,40 @@ public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
             case .unixSocket(let path): at = "unix:\(path)"
             }
             return "postgres://\(location.user)@\(at)/\(location.database) schema \(location.schema)"
+        }
+    }
+}
+
+/// A service's database as `database-url` names it, opened: a SQLite pool on its file, or a
+/// PostgreSQL pool in its schema. Each store type then picks its implementation from the case.
+public enum OpenedDatabase: Sendable {
+    case sqlite(DatabasePool)
+    case postgres(HeraldPostgres)
+
+    /// The health check that the database takes a write.
+    public var healthCheck: HealthCheck {
+        switch self {
+        case .sqlite(let pool): .database(pool)
+        case .postgres(let database): database.healthCheck
+        }
+    }
+
+    /// What the process must run for it (PostgreSQL's pool), listed before the listeners so that it
+    /// stops after them.
+    public var services: [any Service] {
+        switch self {
+        case .sqlite: []
+        case .postgres(let database): [database]
+        }
+    }
+}
+
+extension ProcessContext {
+    /// Opens this service's database (`database-url`); `sqlite` configures a SQLite file.
+    public func openDatabase(sqlite configuration: Configuration = HeraldDatabase.configuration) throws -> OpenedDatabase {
+        switch config.databaseURL {
+        case .sqlite(let path): .sqlite(try DatabasePool(path: path, configuration: configuration))
+        case .postgres(let location): .postgres(try HeraldPostgres(location, logger: logger))
         }
     }
 }

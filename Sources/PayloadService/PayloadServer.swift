@@ -3,7 +3,6 @@ public import HeraldModel
 import HeraldProto
 public import HeraldRPC
 public import HeraldService
-import ServiceLifecycle
 
 /// Settings of herald-payload, besides ``RuntimeConfig``'s.
 ///
@@ -73,19 +72,13 @@ public enum PayloadServer {
     public static let definition = ServiceDefinition.rpc(.payload, extraKeys: PayloadConfig.keys) { context -> RPCServiceParts in
         let config = try PayloadConfig(reader: context.reader)
         let rules = PayloadRules(defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
+        let database = try context.openDatabase(sqlite: HeraldDatabase.secureDeleteConfiguration)
         let store: any PayloadStore
-        var resources: [any Service] = []
-        let healthCheck: HealthCheck
-        switch context.config.databaseURL {
-        case .sqlite(let path):
-            let pool = try DatabasePool(path: path, configuration: HeraldDatabase.secureDeleteConfiguration)
+        switch database {
+        case .sqlite(let pool):
             store = try SQLitePayloadStore(db: pool, defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
-            healthCheck = .database(pool)
-        case .postgres(let location):
-            let database = try HeraldPostgres(location, logger: context.logger)
-            resources.append(database)
-            store = try await PostgresPayloadStore(db: database, rules: rules)
-            healthCheck = database.healthCheck
+        case .postgres(let postgres):
+            store = try await PostgresPayloadStore(db: postgres, rules: rules)
         }
         var table = MethodTable()
         PayloadHandlers(store: store, testMode: context.config.testMode).register(into: &table)
@@ -94,6 +87,6 @@ public enum PayloadServer {
             let purged = try await store.purgeExpired()
             if purged > 0 { context.logger.info("purged expired content", metadata: ["herald.count": "\(purged)"]) }
         }
-        return RPCServiceParts(table: table, background: resources + [purge], healthChecks: [healthCheck])
+        return RPCServiceParts(table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
     }
 }

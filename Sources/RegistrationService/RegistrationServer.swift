@@ -4,7 +4,6 @@ public import HeraldModel
 import HeraldProto
 public import HeraldRPC
 public import HeraldService
-import ServiceLifecycle
 
 /// The RPC handlers of herald-registration over a ``RegistrationStore``.
 public struct RegistrationHandlers: RegistrationServiceHandler {
@@ -250,19 +249,11 @@ public enum RegistrationServer {
     /// What herald-registration runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
     public static let definition = ServiceDefinition.rpc(.registration, extraKeys: RegistrationConfig.keys) { context -> RPCServiceParts in
         let config = try RegistrationConfig(reader: context.reader)
+        let database = try context.openDatabase()
         let store: any RegistrationStore
-        var resources: [any Service] = []
-        let healthCheck: HealthCheck
-        switch context.config.databaseURL {
-        case .sqlite(let path):
-            let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
-            store = try SQLiteRegistrationStore(db: pool, pendingTTL: config.pendingTTL)
-            healthCheck = .database(pool)
-        case .postgres(let location):
-            let database = try HeraldPostgres(location, logger: context.logger)
-            resources.append(database)
-            store = try await PostgresRegistrationStore(db: database, pendingTTL: config.pendingTTL)
-            healthCheck = database.healthCheck
+        switch database {
+        case .sqlite(let pool): store = try SQLiteRegistrationStore(db: pool, pendingTTL: config.pendingTTL)
+        case .postgres(let postgres): store = try await PostgresRegistrationStore(db: postgres, pendingTTL: config.pendingTTL)
         }
         var table = MethodTable()
         RegistrationHandlers(store: store, hosts: config.hosts, testMode: context.config.testMode).register(into: &table)
@@ -270,6 +261,6 @@ public enum RegistrationServer {
             let purged = try await store.purgePending()
             if purged > 0 { context.logger.info("purged expired pending ids", metadata: ["herald.count": "\(purged)"]) }
         }
-        return RPCServiceParts(table: table, background: resources + [purge], healthChecks: [healthCheck])
+        return RPCServiceParts(table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
     }
 }
