@@ -75,7 +75,7 @@ public final class PostgresAccountStore: AccountStore {
     }
 
     public func passwordHash(of name: String) async throws -> String? {
-        try await db.rows("SELECT password_hash FROM account WHERE name = \(name)").first?.decode(String.self)
+        try await db.execute(PasswordHash(name: name)).first
     }
 
     public func setPasswordHash(_ name: String, _ hash: String, revokeTokens: Bool) async throws -> User {
@@ -125,9 +125,7 @@ public final class PostgresAccountStore: AccountStore {
     }
 
     public func tokenUser(hash: Data) async throws -> String? {
-        try await db.rows(
-            "SELECT user_name FROM token WHERE hash = \(ByteBuffer(data: hash)) AND revoked_at IS NULL AND expires_at > \(now())"
-        ).first?.decode(String.self)
+        try await db.execute(TokenUser(hash: ByteBuffer(data: hash), now: now())).first
     }
 
     public func revokeToken(hash: Data) async throws -> Int64 {
@@ -294,7 +292,7 @@ public final class PostgresHubStore: HubStore {
     }
 
     public func rights(hub: String, user: String) async throws -> HubRights {
-        let value = try await db.rows("SELECT rights FROM hub_grant WHERE hub = \(hub) AND user_name = \(user)").first?.decode(Int32.self)
+        let value = try await db.execute(GrantedRights(hub: hub, user: user)).first
         return HubRights(rawValue: Int(value ?? 0))
     }
 
@@ -381,4 +379,55 @@ public final class PostgresLockoutLedger: LockoutLedger {
     public func purge(now: Int64, window: Int64) async throws -> Int {
         try await db.rows("DELETE FROM lockout WHERE locked_until < \(now) AND last_failure < \(now - window) RETURNING 1").count
     }
+}
+
+// The reads every authenticated request makes, prepared once per connection.
+
+/// An account's password hash.
+struct PasswordHash: PostgresPreparedStatement {
+    static let sql = "SELECT password_hash FROM account WHERE name = $1"
+    typealias Row = String
+    var name: String
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 1)
+        bindings.append(name)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(String.self) }
+}
+
+/// The user of a live token.
+struct TokenUser: PostgresPreparedStatement {
+    static let sql = "SELECT user_name FROM token WHERE hash = $1 AND revoked_at IS NULL AND expires_at > $2"
+    typealias Row = String
+    var hash: ByteBuffer
+    var now: Int64
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 2)
+        bindings.append(hash)
+        bindings.append(now)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(String.self) }
+}
+
+/// A user's rights on a hub.
+struct GrantedRights: PostgresPreparedStatement {
+    static let sql = "SELECT rights FROM hub_grant WHERE hub = $1 AND user_name = $2"
+    typealias Row = Int32
+    var hub: String
+    var user: String
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 2)
+        bindings.append(hub)
+        bindings.append(user)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Int32.self) }
 }

@@ -16,7 +16,11 @@ public final class HeraldPostgres: Service, Sendable {
     public let schema: String
     public let location: DatabaseURL.PostgresLocation
     private let runner: Task<Void, Never>
-    public let logger: Logger
+    /// For the queries of requests. postgres-nio copies the logger and sets connection metadata
+    /// on every query, and logs each at debug level: a no-op handler makes that nearly free.
+    /// Start-up, migrations and the pool's background work log with the service's logger.
+    public let logger = Logger(label: "herald.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
+    private let serviceLogger: Logger
 
     public init(_ location: DatabaseURL.PostgresLocation, logger: Logger, maximumConnections: Int = 10) throws {
         var configuration: PostgresClient.Configuration
@@ -46,7 +50,7 @@ public final class HeraldPostgres: Service, Sendable {
         self.client = client
         self.schema = location.schema
         self.location = location
-        self.logger = logger
+        self.serviceLogger = logger
         self.runner = Task { await client.run() }
     }
 
@@ -67,6 +71,15 @@ public final class HeraldPostgres: Service, Sendable {
     @discardableResult
     public func query(_ query: PostgresQuery) async throws -> PostgresRowSequence {
         try await client.query(query, logger: logger)
+    }
+
+    /// All rows of a prepared statement: prepared once per connection, then only bound and run,
+    /// for the reads every request makes.
+    public func execute<Statement: PostgresPreparedStatement>(_ statement: Statement) async throws -> [Statement.Row]
+    where Statement.Row: Sendable {
+        var rows: [Statement.Row] = []
+        for try await row in try await client.execute(statement, logger: logger) { rows.append(row) }
+        return rows
     }
 
     /// All rows of `query`, collected.
@@ -113,16 +126,16 @@ public final class HeraldPostgres: Service, Sendable {
         let schema = self.schema
         let lockKey = "herald:\(schema)"
         try await client.withConnection { connection in
-            _ = try await connection.query("SELECT pg_advisory_lock(hashtext(\(lockKey)))", logger: logger)
+            _ = try await connection.query("SELECT pg_advisory_lock(hashtext(\(lockKey)))", logger: serviceLogger)
             do {
-                _ = try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
+                _ = try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: serviceLogger)
                 _ = try await connection.query(
                     """
                     CREATE TABLE IF NOT EXISTS herald_migrations (
                         name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
-                    """, logger: logger)
+                    """, logger: serviceLogger)
                 var applied: Set<String> = []
-                for try await name in try await connection.query("SELECT name FROM herald_migrations", logger: logger)
+                for try await name in try await connection.query("SELECT name FROM herald_migrations", logger: serviceLogger)
                     .decode(String.self)
                 {
                     applied.insert(name)
@@ -134,19 +147,20 @@ public final class HeraldPostgres: Service, Sendable {
                             + "a newer Herald migrated it; run that version or newer")
                 }
                 for migration in migrations where !applied.contains(migration.name) {
-                    try await connection.withTransaction(logger: logger) { connection in
+                    try await connection.withTransaction(logger: serviceLogger) { connection in
                         for statement in migration.statements {
-                            _ = try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                            _ = try await connection.query(PostgresQuery(unsafeSQL: statement), logger: serviceLogger)
                         }
-                        _ = try await connection.query("INSERT INTO herald_migrations (name) VALUES (\(migration.name))", logger: logger)
+                        _ = try await connection.query(
+                            "INSERT INTO herald_migrations (name) VALUES (\(migration.name))", logger: serviceLogger)
                     }
-                    logger.info("migrated", metadata: ["herald.schema": "\(schema)", "herald.migration": "\(migration.name)"])
+                    serviceLogger.info("migrated", metadata: ["herald.schema": "\(schema)", "herald.migration": "\(migration.name)"])
                 }
             } catch {
-                _ = try? await connection.query("SELECT pg_advisory_unlock(hashtext(\(lockKey)))", logger: logger)
+                _ = try? await connection.query("SELECT pg_advisory_unlock(hashtext(\(lockKey)))", logger: serviceLogger)
                 throw error
             }
-            _ = try await connection.query("SELECT pg_advisory_unlock(hashtext(\(lockKey)))", logger: logger)
+            _ = try await connection.query("SELECT pg_advisory_unlock(hashtext(\(lockKey)))", logger: serviceLogger)
         }
     }
 

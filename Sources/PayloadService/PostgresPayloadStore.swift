@@ -65,17 +65,11 @@ public final class PostgresPayloadStore: PayloadStore {
 
     nonisolated(nonsending) public func read(id: Int64, requester: String) async throws -> FetchPayloadResponse {
         guard !requester.isEmpty else { throw PayloadRules.notFound(id) }
-        let rows = try await db.query(
-            """
-            SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
-            WHERE id = \(id) AND recipient = \(requester) AND expires_at > \(rules.now())
-            """)
-        for try await (kind, content, type, message, richType, read, createdAt) in rows.decode(
-            (Int32, ByteBuffer, String, String, String, Bool, Int64).self)
-        {
+        let rows = try await db.execute(ReadPayload(id: id, recipient: requester, now: rules.now()))
+        if let (kind, content, type, message, richType, read, createdAt) = rows.first {
             return FetchPayloadResponse(
-                id: id, kind: PayloadKind(rawValue: kind), content: Array(buffer: content), contentType: type,
-                message: message, richType: richType, read: read, createdAtUnixMs: createdAt)
+                id: id, kind: PayloadKind(rawValue: kind), content: Array(buffer: content), contentType: type, message: message,
+                richType: richType, read: read, createdAtUnixMs: createdAt)
         }
         throw PayloadRules.notFound(id)
     }
@@ -110,4 +104,26 @@ public final class PostgresPayloadStore: PayloadStore {
     nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
         try await db.deleteAll(["payload"])
     }
+}
+
+/// FetchPayload's read, prepared once per connection.
+struct ReadPayload: PostgresPreparedStatement {
+    static let sql = """
+        SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
+        WHERE id = $1 AND recipient = $2 AND expires_at > $3
+        """
+    typealias Row = (Int32, ByteBuffer, String, String, String, Bool, Int64)
+    var id: Int64
+    var recipient: String
+    var now: Int64
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 3)
+        bindings.append(id)
+        bindings.append(recipient)
+        bindings.append(now)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
 }
