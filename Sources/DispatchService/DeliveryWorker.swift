@@ -87,7 +87,7 @@ struct HubPlatform: Hashable {
 /// `workers` batches are in flight at once. Dead handles are reported to herald-registration
 /// from a durable queue, so feedback survives a restart too.
 public final class DeliveryWorker: Service, Sendable {
-    private let outbox: Outbox
+    private let outbox: any OutboxStore
     /// Each hub's sender per platform; which platforms are recorded locally (the inbox, in the
     /// claim's own transaction) and which are claimed with a lease follows it as hubs' credentials change.
     private let senders: HubSenders
@@ -104,7 +104,7 @@ public final class DeliveryWorker: Service, Sendable {
     private let stopping = Mutex(false)
 
     public init(
-        outbox: Outbox, senders: HubSenders, registrations: any RegistrationServiceClientProtocol, policy: RetryPolicy,
+        outbox: any OutboxStore, senders: HubSenders, registrations: any RegistrationServiceClientProtocol, policy: RetryPolicy,
         batchSize: Int = 500,
         workers: Int = 4, logger: Logger
     ) {
@@ -121,7 +121,7 @@ public final class DeliveryWorker: Service, Sendable {
     public func wake() { wakeup.signal() }
 
     public func run() async throws {
-        let recovered = try outbox.recoverLeases()
+        let recovered = try await outbox.recoverLeases()
         if recovered > 0 {
             logger.notice("resuming deliveries a previous process had started", metadata: ["herald.count": "\(recovered)"])
         }
@@ -163,7 +163,7 @@ public final class DeliveryWorker: Service, Sendable {
         guard !platforms.isEmpty else { return false }
         do {
             // Larger than remote batches: a local batch is only rows, and each transaction has a fixed cost.
-            let done = try await outbox.deliverLocally(limit: max(batchSize, 2000), platforms: platforms, write: senders.inbox.write)
+            let done = try await outbox.deliverLocally(limit: max(batchSize, 2000), platforms: platforms, inbox: senders.inbox)
             for (platform, count) in done.delivered { DispatchMetrics.deliveries(platform, "delivered", count: count) }
             for (_, state) in done.finished { DispatchMetrics.sendFinished(state) }
             return !done.delivered.isEmpty
@@ -194,9 +194,9 @@ public final class DeliveryWorker: Service, Sendable {
         await flushRemovals()
         if ContinuousClock.now - lastGauge > .seconds(1) {
             lastGauge = .now
-            if let depth = try? outbox.depth() { DispatchMetrics.queueDepth(pending: depth.pending, removals: depth.removals) }
+            if let depth = try? await outbox.depth() { DispatchMetrics.queueDepth(pending: depth.pending, removals: depth.removals) }
         }
-        let due = (try? outbox.nextDue()) ?? nil
+        let due = (try? await outbox.nextDue()) ?? nil
         let wait = due.map { Duration.milliseconds(max(0, min($0 - unixMillis(), 1000))) } ?? .seconds(1)
         if wait > .zero { await wakeup.wait(upTo: wait) }
     }
@@ -223,7 +223,8 @@ public final class DeliveryWorker: Service, Sendable {
             let finished = try await outbox.record(decisions)
             for (_, state) in finished { DispatchMetrics.sendFinished(state) }
         } catch {
-            // The leases stay: a restart (recoverLeases) makes these deliveries due again.
+            // The leases stay: a restart (recoverLeases) makes these deliveries due again, and on
+            // PostgreSQL so does their expiry.
             logger.error("cannot record delivery results", metadata: ["herald.error": "\(error)"])
         }
         if decisions.contains(where: { $0.removal != nil }) { await flushRemovals() }
@@ -255,7 +256,7 @@ public final class DeliveryWorker: Service, Sendable {
     private func decision(_ item: PushItem, _ result: PushResult, now: Int64) -> (Outbox.Decision, String) {
         var decision = Outbox.Decision(
             sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .failed, status: 0, reason: "",
-            nextAttemptAt: now, removal: nil)
+            nextAttemptAt: now, removal: nil, attempt: item.attempt)
         let outcome: String
         switch result {
         case .delivered(let status):
@@ -306,12 +307,12 @@ public final class DeliveryWorker: Service, Sendable {
         }
         guard started else { return }
         defer { removing.withLock { $0 = false } }
-        while let batch = try? outbox.pendingRemovals(limit: 100), !batch.isEmpty {
+        while let batch = try? await outbox.pendingRemovals(limit: 100), !batch.isEmpty {
             for removal in batch {
                 do {
                     _ = try await registrations.removeHandle(
                         RemoveHandleRequest(platform: removal.platform, handle: removal.handle, invalidSinceUnixMs: removal.since))
-                    try outbox.removalDone(removal.id)
+                    try await outbox.removalDone(removal.id)
                     DispatchMetrics.removedHandle(removal.platform)
                 } catch {
                     logger.warning("cannot remove a dead handle yet", metadata: ["herald.error": "\(error)"])

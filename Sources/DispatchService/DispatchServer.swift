@@ -24,6 +24,15 @@ import ServiceLifecycle
 /// - `retention-seconds` (604800, 7 days): finished sends (outcome, deliveries) and inbox entries
 ///   older than this are deleted, hourly.
 ///
+/// Replicas (with `database-url postgres://…`; see ``PostgresOutbox``):
+/// - `lease-seconds` (90): how long a claim holds its deliveries before another replica may take
+///   them over; more than `push-timeout-ms`, so a live replica's batch is never taken from it.
+/// - `replica-id` (host name and runtime folder): this replica's name on its leases. Stable across
+///   its restarts, so a restarted replica takes its own leases back at once; distinct from every
+///   other replica's, or one's restart takes over the other's live work (sent twice, counted once).
+/// - `credentials-refresh-seconds` (5): how often hubs' credentials set through another replica
+///   are read back.
+///
 /// Credentials (secrets only ever from files, never on the command line):
 /// - APNs: `apns-key-file` (.p8), `apns-key-id`, `apns-team-id`, `apns-topic` (bundle id),
 ///   `apns-environment` (`production` or `sandbox`), `apns-url` (overrides the environment's URL).
@@ -36,7 +45,8 @@ public struct DispatchConfig: Sendable {
     public enum APNsEnvironment: String, CaseIterable, Sendable { case production, sandbox }
     public static let keys: Set<String> = [
         "provider", "retry-window-seconds", "retry-base-ms", "retry-max-ms", "push-timeout-ms", "push-ca-file",
-        "delivery-batch", "delivery-workers", "retention-seconds", "audience-memory-rows",
+        "delivery-batch", "delivery-workers", "retention-seconds", "audience-memory-rows", "lease-seconds", "replica-id",
+        "credentials-refresh-seconds",
         "apns-key-file", "apns-key-id", "apns-team-id", "apns-topic", "apns-environment", "apns-url",
         "fcm-service-account-file", "fcm-url", "fcm-token-url",
         "wns-client-id", "wns-client-secret-file", "wns-token-url",
@@ -51,6 +61,9 @@ public struct DispatchConfig: Sendable {
     public var workers: Int
     public var retention: Duration
     public var audienceMemoryRows: Int
+    public var lease: Duration
+    public var replicaID: String?
+    public var credentialsRefresh: Duration
     public var apns: APNsCredentials?
     public var fcm: (account: FCMServiceAccount, url: String, tokenURL: String?)?
     public var wns: (clientID: String, clientSecret: String, tokenURL: String)?
@@ -77,6 +90,15 @@ public struct DispatchConfig: Sendable {
         retryWindow = .seconds(window)
         retryPolicy = RetryPolicy(base: .milliseconds(base), cap: .milliseconds(cap))
         pushTimeout = .milliseconds(timeout)
+        let leaseSeconds = try reader.int("lease-seconds", default: 90)
+        guard Int64(leaseSeconds) * 1000 > Int64(timeout) else {
+            throw ConfigError("lease-seconds (\(leaseSeconds)) must be longer than push-timeout-ms (\(timeout))")
+        }
+        lease = .seconds(leaseSeconds)
+        replicaID = reader.string("replica-id")
+        let refresh = try reader.int("credentials-refresh-seconds", default: 5)
+        guard refresh > 0 else { throw ConfigError("credentials-refresh-seconds must be positive") }
+        credentialsRefresh = .seconds(refresh)
         pushCAFile = reader.string("push-ca-file")
 
         if let keyFile = reader.string("apns-key-file") {
@@ -164,7 +186,7 @@ struct PushClientShutdown: Service {
 /// The RPC handlers of herald-dispatch.
 public struct DispatchHandlers: DispatchServiceHandler {
     public let dispatcher: Dispatcher
-    public let outbox: Outbox
+    public let outbox: any OutboxStore
     public let inbox: InboxProvider
     public let hubSenders: HubSenders?
     public let credentials: HubCredentialStore?
@@ -172,7 +194,8 @@ public struct DispatchHandlers: DispatchServiceHandler {
     public let testMode: Bool
 
     public init(
-        dispatcher: Dispatcher, outbox: Outbox, inbox: InboxProvider, hubSenders: HubSenders? = nil, credentials: HubCredentialStore? = nil,
+        dispatcher: Dispatcher, outbox: any OutboxStore, inbox: InboxProvider, hubSenders: HubSenders? = nil,
+        credentials: HubCredentialStore? = nil,
         testMode: Bool = false
     ) {
         self.dispatcher = dispatcher
@@ -189,7 +212,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
         let settings = Dictionary(request.settings.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 })
         let credentials = try PlatformCredentials.parse(platform: request.platform, settings: settings)
         try await senders.set(hub: request.hub, credentials)
-        try store.set(hub: request.hub, platform: request.platform, settings: settings)
+        try await store.set(hub: request.hub, platform: request.platform, settings: settings)
         context.logger.notice(
             "hub credentials set",
             metadata: [
@@ -208,7 +231,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
         _ request: DeleteHubCredentialsRequest, context: RPCContext
     ) async throws -> HubCredentialsResponse {
         let (senders, store) = try requireHubs()
-        _ = try store.delete(hub: request.hub, platform: request.platform)
+        _ = try await store.delete(hub: request.hub, platform: request.platform)
         senders.remove(hub: request.hub, platform: request.platform)
         return HubCredentialsResponse(hub: request.hub, platforms: senders.status(hub: request.hub))
     }
@@ -220,11 +243,11 @@ public struct DispatchHandlers: DispatchServiceHandler {
 
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
         try TestMode.require(testMode, service: .dispatch)
-        var deleted = try outbox.deleteEverything() + inbox.deleteEverything()
+        var deleted = try await outbox.deleteEverything() + inbox.deleteEverything()
         // herald-auth's reset deletes the hubs; their credentials go with them.
         if let credentials, let hubSenders {
-            for hub in Set(try credentials.all().map(\.hub)) {
-                deleted += Int64(try credentials.delete(hub: hub, platform: .unspecified))
+            for hub in Set(try await credentials.all().map(\.hub)) {
+                deleted += Int64(try await credentials.delete(hub: hub, platform: .unspecified))
                 hubSenders.remove(hub: hub, platform: .unspecified)
             }
         }
@@ -243,20 +266,20 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {
-        try outbox.outcome(of: request.notificationID, requester: request.requester, hub: request.hub)
+        try await outbox.outcome(of: request.notificationID, requester: request.requester, hub: request.hub)
     }
 
     public func listDeliveries(_ request: ListDeliveriesRequest, context: RPCContext) async throws -> ListDeliveriesResponse {
         let limit = try Self.pageSize(request.limit, after: request.afterSequence)
         return ListDeliveriesResponse(
-            deliveries: try outbox.deliveries(
+            deliveries: try await outbox.deliveries(
                 of: request.notificationID, requester: request.requester, hub: request.hub, failedOnly: request.failedOnly,
                 after: request.afterSequence, limit: limit))
     }
 
     public func listInbox(_ request: ListInboxRequest, context: RPCContext) async throws -> ListInboxResponse {
         let limit = try Self.pageSize(request.limit, after: request.afterSequence)
-        return ListInboxResponse(entries: try inbox.list(after: request.afterSequence, limit: limit, handle: request.handle))
+        return ListInboxResponse(entries: try await inbox.list(after: request.afterSequence, limit: limit, handle: request.handle))
     }
 
     /// A page's size: 100 when unset, at most 1000; negative limits and cursors are refused.
@@ -271,10 +294,25 @@ public enum DispatchServer {
     /// What herald-dispatch runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
     public static let definition = ServiceDefinition.rpc(.dispatch, extraKeys: DispatchConfig.keys) { context -> RPCServiceParts in
         let config = try DispatchConfig(reader: context.reader)
-        let pool = try DatabasePool(path: try context.config.sqliteOnlyPath(), configuration: HeraldDatabase.configuration)
-        let inbox = try InboxProvider(db: pool)
-        let outbox = try Outbox(db: pool)
-        let abandoned = try outbox.deleteAbandonedStaging()
+        let database = try context.openDatabase()
+        let outbox: any OutboxStore
+        let inbox: InboxProvider
+        let credentialStore: HubCredentialStore
+        switch database {
+        case .sqlite(let pool):
+            inbox = try InboxProvider(db: pool)
+            outbox = try Outbox(db: pool)
+            credentialStore = HubCredentialStore(db: pool)
+        case .postgres(let postgres):
+            let replica = config.replicaID ?? "\(ProcessInfo.processInfo.hostName):\(context.config.runtimeDir)"
+            outbox = try await PostgresOutbox(db: postgres, replica: replica, lease: config.lease)
+            inbox = InboxProvider(postgres: postgres)
+            credentialStore = HubCredentialStore(postgres: postgres)
+            context.logger.notice(
+                "outbox in PostgreSQL",
+                metadata: ["herald.replica": "\(replica)", "herald.lease_seconds": "\(config.lease.components.seconds)"])
+        }
+        let abandoned = try await outbox.deleteAbandonedStaging()
         if abandoned > 0 {
             context.logger.notice(
                 "deleted the staged audience of sends a previous process never committed", metadata: ["herald.count": "\(abandoned)"])
@@ -290,19 +328,7 @@ public enum DispatchServer {
         }
         let hubSenders = HubSenders(
             defaults: senders, inbox: inbox, client: client, timeout: config.pushTimeout, recordOnly: config.provider == .inbox)
-        let credentialStore = HubCredentialStore(db: pool)
-        for stored in try credentialStore.all() {
-            do {
-                try await hubSenders.set(
-                    hub: stored.hub, try PlatformCredentials.parse(platform: stored.platform, settings: stored.settings),
-                    updatedAt: stored.updatedAt)
-            } catch {
-                // A hub's bad credentials must not stop the other hubs' deliveries; they fail with NoCredentials.
-                context.logger.error(
-                    "hub credentials unusable",
-                    metadata: ["herald.hub": "\(stored.hub)", "herald.platform": "\(stored.platform.name)", "herald.error": "\(error)"])
-            }
-        }
+        await hubSenders.load(try await credentialStore.all(), logger: context.logger)
         let recorded = [Platform.apns, .fcm, .wns, .browser].filter { !real.contains($0) }.map(\.name)
         context.logger.notice(
             "push providers",
@@ -324,8 +350,8 @@ public enum DispatchServer {
         ).register(into: &table)
         let purge = Periodic("outcome and inbox purge", every: .seconds(3600), logger: context.logger) {
             let before = unixMillis() - config.retention.wholeMilliseconds
-            let sends = try outbox.purge(before: before)
-            let recorded = try inbox.purge(before: before)
+            let sends = try await outbox.purge(before: before)
+            let recorded = try await inbox.purge(before: before)
             if sends + recorded > 0 {
                 context.logger.info("purged old sends", metadata: ["herald.sends": "\(sends)", "herald.inbox": "\(recorded)"])
             }
@@ -335,8 +361,14 @@ public enum DispatchServer {
         let scheduler = Periodic("scheduled sends", every: .milliseconds(250), logger: context.logger) {
             try await dispatcher.fireDueScheduled(logger: context.logger)
         }
-        return RPCServiceParts(
-            table: table, background: [PushClientShutdown(client: client), worker, purge, scheduler],
-            healthChecks: [.database(pool)])
+        var background: [any Service] = database.services + [PushClientShutdown(client: client), worker, purge, scheduler]
+        if database.isShared {
+            // Credentials set through another replica reach this one within the interval.
+            background.append(
+                Periodic("hub credentials refresh", every: config.credentialsRefresh, logger: context.logger) {
+                    await hubSenders.load(try await credentialStore.all(), logger: context.logger)
+                })
+        }
+        return RPCServiceParts(table: table, background: background, healthChecks: [database.healthCheck])
     }
 }

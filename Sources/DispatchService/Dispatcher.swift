@@ -10,7 +10,7 @@ import Synchronization
 /// Resolves a send's audience through one StreamAudience call and commits the send with one
 /// outbox delivery per device (``Outbox``) before answering; ``DeliveryWorker`` delivers them.
 public final class Dispatcher: Sendable {
-    private let outbox: Outbox
+    private let outbox: any OutboxStore
     private let registrations: any RegistrationServiceClientProtocol
     /// Deliveries still failing this long after the send are abandoned.
     private let retryWindow: Duration
@@ -22,7 +22,7 @@ public final class Dispatcher: Sendable {
     private let audienceMemoryRows: Int
 
     public init(
-        outbox: Outbox, registrations: any RegistrationServiceClientProtocol, retryWindow: Duration = .seconds(1800),
+        outbox: any OutboxStore, registrations: any RegistrationServiceClientProtocol, retryWindow: Duration = .seconds(1800),
         audienceTimeout: Duration = .seconds(600), audienceMemoryRows: Int = Outbox.StagedAudience.spillThreshold,
         onEnqueue: @escaping @Sendable () -> Void = {}
     ) {
@@ -78,7 +78,7 @@ public final class Dispatcher: Sendable {
     /// it due for the next tick.
     public func fireDueScheduled(logger: Logger) async throws {
         while true {
-            let due = try outbox.dueScheduled(limit: 100)
+            let due = try await outbox.dueScheduled(limit: 100)
             for (id, fireAt, bytes) in due {
                 var logger = logger
                 logger[metadataKey: "herald.notification_id"] = "\(id)"
@@ -164,10 +164,11 @@ public final class Dispatcher: Sendable {
             let outcome = try await commit(
                 request, id: id, scheduled: scheduled, payloads: Array(prepared.values), targets: targets,
                 staged: staged.count > 0 ? staged : nil, logger: logger)
-            if outcome == nil, staged.count > 0 { await outbox.discardStaged(id) }
+            if outcome == nil, staged.count > 0 { await outbox.discardStaged(staged) }
             return outcome
         } catch {
-            if audience.withLock({ $0.staged.count }) > 0 { await outbox.discardStaged(id) }
+            let staged = audience.withLock { $0.staged }
+            if staged.count > 0 { await outbox.discardStaged(staged) }
             throw error
         }
     }

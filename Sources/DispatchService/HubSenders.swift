@@ -4,10 +4,13 @@ public import GRDB
 public import HeraldModel
 public import HeraldProto
 import HeraldRPC
+public import HeraldService
+public import Logging
+import PostgresNIO
 import Synchronization
 
 /// One platform's push credentials: the deployment's own (settings and files, for the hub
-/// `default`) or a hub's (set with `herald hubs credentials set`, stored in dispatch.sqlite).
+/// `default`) or a hub's (set with `herald hubs credentials set`, stored in dispatch's database).
 public enum PlatformCredentials: Sendable {
     case apns(APNsCredentials)
     case fcm(account: FCMServiceAccount, url: String, tokenURL: String?)
@@ -115,43 +118,79 @@ public enum PlatformCredentials: Sendable {
     }
 }
 
-/// Hubs' credentials in dispatch.sqlite: settings as JSON, secrets included (the file is the
-/// service's own, 0600), never sent back by an RPC.
+/// Hubs' credentials in dispatch's database: settings as JSON, secrets included (the SQLite file
+/// is the service's own, 0600; on PostgreSQL, its schema), never sent back by an RPC.
 public struct HubCredentialStore: Sendable {
-    let db: any DatabaseWriter
+    private enum Storage {
+        case sqlite(any DatabaseWriter)
+        /// The table comes with ``PostgresOutbox/migrations``.
+        case postgres(HeraldPostgres)
+    }
 
-    public init(db: any DatabaseWriter) { self.db = db }
+    private let storage: Storage
 
-    public func set(hub: String, platform: Platform, settings: [String: String]) throws {
+    public init(db: any DatabaseWriter) { storage = .sqlite(db) }
+
+    public init(postgres: HeraldPostgres) { storage = .postgres(postgres) }
+
+    public func set(hub: String, platform: Platform, settings: [String: String]) async throws {
         let json = String(decoding: try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]), as: UTF8.self)
-        try db.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO hub_credential (hub, platform, settings, updated_at) VALUES (?, ?, ?, ?)
-                    ON CONFLICT (hub, platform) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at
-                    """,
-                arguments: [hub, platform.rawValue, json, unixMillis()])
+        let at = unixMillis()
+        switch storage {
+        case .sqlite(let db):
+            try await db.write { db in
+                try db.execute(
+                    sql: """
+                        INSERT INTO hub_credential (hub, platform, settings, updated_at) VALUES (?, ?, ?, ?)
+                        ON CONFLICT (hub, platform) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at
+                        """,
+                    arguments: [hub, platform.rawValue, json, at])
+            }
+        case .postgres(let db):
+            try await db.query(
+                """
+                INSERT INTO hub_credential (hub, platform, settings, updated_at) VALUES (\(hub), \(platform.rawValue), \(json), \(at))
+                ON CONFLICT (hub, platform) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at
+                """)
         }
     }
 
     /// Deletes one platform's credentials, or all of a hub's (`platform` unspecified); returns how many.
-    public func delete(hub: String, platform: Platform) throws -> Int {
-        try db.write { db in
-            if platform == .unspecified {
-                try db.execute(sql: "DELETE FROM hub_credential WHERE hub = ?", arguments: [hub])
-            } else {
-                try db.execute(sql: "DELETE FROM hub_credential WHERE hub = ? AND platform = ?", arguments: [hub, platform.rawValue])
+    public func delete(hub: String, platform: Platform) async throws -> Int {
+        switch storage {
+        case .sqlite(let db):
+            return try await db.write { db in
+                if platform == .unspecified {
+                    try db.execute(sql: "DELETE FROM hub_credential WHERE hub = ?", arguments: [hub])
+                } else {
+                    try db.execute(sql: "DELETE FROM hub_credential WHERE hub = ? AND platform = ?", arguments: [hub, platform.rawValue])
+                }
+                return db.changesCount
             }
-            return db.changesCount
+        case .postgres(let db):
+            let all = platform == .unspecified
+            return try await db.rows(
+                "DELETE FROM hub_credential WHERE hub = \(hub) AND (\(all) OR platform = \(platform.rawValue)) RETURNING 1"
+            ).count
         }
     }
 
-    public func all() throws -> [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)] {
-        try db.read { db in
-            try Row.fetchAll(db, sql: "SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform").map { row in
-                let text: String = row["settings"]
-                let settings = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: String] ?? [:]
-                return (row["hub"], Platform(rawValue: row["platform"]), settings, row["updated_at"])
+    public func all() async throws -> [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)] {
+        @Sendable func settings(_ text: String) -> [String: String] {
+            (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: String] ?? [:]
+        }
+        switch storage {
+        case .sqlite(let db):
+            return try await db.read { db in
+                try Row.fetchAll(db, sql: "SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform").map {
+                    row in
+                    (row["hub"], Platform(rawValue: row["platform"]), settings(row["settings"]), row["updated_at"])
+                }
+            }
+        case .postgres(let db):
+            return try await db.rows("SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform").map { row in
+                let (hub, platform, text, updatedAt) = try row.decode((String, Int32, String, Int64).self)
+                return (hub, Platform(rawValue: platform), settings(text), updatedAt)
             }
         }
     }
@@ -199,6 +238,42 @@ public final class HubSenders: Sendable {
         let made = try await credentials.makeSender(client: client, timeout: timeout)
         let sender: any PushSender = recordOnly ? inbox : made
         hubs.withLock { $0[hub, default: [:]][credentials.platform] = (sender, credentials.summary, updatedAt) }
+    }
+
+    /// Brings the hubs' senders in line with `stored` (``HubCredentialStore/all()``): new or
+    /// changed credentials are set, those no longer stored removed. Replicas sharing one database
+    /// call it at start and then periodically, to pick up credentials set through another replica.
+    /// A hub's bad credentials do not stop the other hubs' deliveries: they are logged, and that
+    /// hub's pushes fail with NoCredentials.
+    public func load(_ stored: [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)], logger: Logger) async {
+        let current = hubs.withLock { hubs in
+            Set(hubs.flatMap { hub, platforms in platforms.map { "\(hub)/\($0.key.rawValue)/\($0.value.updatedAt)" } })
+        }
+        var kept = Set<String>()
+        for credentials in stored {
+            let key = "\(credentials.hub)/\(credentials.platform.rawValue)/\(credentials.updatedAt)"
+            kept.insert(key)
+            guard !current.contains(key) else { continue }
+            do {
+                try await set(
+                    hub: credentials.hub, try PlatformCredentials.parse(platform: credentials.platform, settings: credentials.settings),
+                    updatedAt: credentials.updatedAt)
+            } catch {
+                logger.error(
+                    "hub credentials unusable",
+                    metadata: [
+                        "herald.hub": "\(credentials.hub)", "herald.platform": "\(credentials.platform.name)", "herald.error": "\(error)",
+                    ])
+            }
+        }
+        let storedPlatforms = Set(stored.map { "\($0.hub)/\($0.platform.rawValue)" })
+        hubs.withLock { hubs in
+            for (hub, platforms) in hubs {
+                for platform in platforms.keys where !storedPlatforms.contains("\(hub)/\(platform.rawValue)") {
+                    hubs[hub]?[platform] = nil
+                }
+            }
+        }
     }
 
     public func remove(hub: String, platform: Platform) {

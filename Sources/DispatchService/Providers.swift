@@ -3,7 +3,10 @@ public import GRDB
 import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldService
+public import HeraldService
+public import Logging
+import NIOCore
+public import PostgresNIO
 
 /// Where deliveries of one platform go: ``APNsSender``, ``FCMSender``, ``WNSSender``,
 /// ``WebPushSender``, or ``InboxProvider`` when no credentials are configured.
@@ -11,12 +14,6 @@ public protocol PushSender: Sendable {
     /// Delivers a batch; returns one result per item, in order. Never throws: a failure is a
     /// result (retry or failed), so one bad delivery cannot fail its batch.
     func send(_ items: [PushItem]) async -> [PushResult]
-}
-
-/// A sender whose delivery is a write to dispatch's own database (the inbox): the worker claims,
-/// writes and records each batch in one transaction, so it is delivered exactly once.
-public protocol LocalSender: PushSender {
-    func write(_ items: [PushItem], in db: Database) throws
 }
 
 /// A sender that speaks to its service one request per delivery, many at a time.
@@ -53,17 +50,34 @@ extension SingleRequestSender {
 /// The provider used when no push credentials are configured: records every push it would have
 /// sent (platform, handle, headers, exact bytes) in dispatch's own database, so a developer, the
 /// `herald inbox` command and the tests can see exactly what a device would get.
-public struct InboxProvider: LocalSender {
-    private let db: any DatabaseWriter
+///
+/// Its table lives in dispatch's own database, beside the outbox, so the worker claims, writes and
+/// records each batch in one transaction: delivered exactly once.
+public struct InboxProvider: PushSender {
+    private enum Storage {
+        case sqlite(any DatabaseWriter)
+        /// The table comes with ``PostgresOutbox/migrations``.
+        case postgres(HeraldPostgres)
+    }
+
+    private let storage: Storage
 
     public init(db: any DatabaseWriter) throws {
-        self.db = db
+        storage = .sqlite(db)
         try HeraldDatabase.migrate(Self.migrator, db, sharing: [Outbox.migrator])
     }
 
+    /// The inbox of a PostgreSQL outbox (made first: its migrations create the table).
+    public init(postgres: HeraldPostgres) {
+        storage = .postgres(postgres)
+    }
+
     /// Forgets everything recorded (ResetForTests).
-    public func deleteEverything() throws -> Int64 {
-        try TestMode.deleteAll(["inbox"], in: db)
+    public func deleteEverything() async throws -> Int64 {
+        switch storage {
+        case .sqlite(let db): try TestMode.deleteAll(["inbox"], in: db)
+        case .postgres(let db): try await db.deleteAll(["inbox"])
+        }
     }
 
     static var migrator: DatabaseMigrator {
@@ -99,9 +113,13 @@ public struct InboxProvider: LocalSender {
     }
 
     private func record(_ items: [PushItem]) async throws {
-        try await db.write { db in try write(items, in: db) }
+        switch storage {
+        case .sqlite(let db): try await db.write { db in try write(items, in: db) }
+        case .postgres(let db): try await db.transaction { connection in try await write(items, on: connection, logger: db.logger) }
+        }
     }
 
+    /// Records `items` in the outbox's own SQLite transaction.
     public func write(_ items: [PushItem], in db: Database) throws {
         let now = unixMillis()
         let insert = try db.cachedStatement(
@@ -109,20 +127,40 @@ public struct InboxProvider: LocalSender {
                 INSERT INTO inbox (notification_id, registration_id, platform, handle, headers, payload, recorded_at)
                 VALUES (?, ?, ?, ?, ?, ?, ?)
                 """)
-        // A batch shares one payload per platform: encode its headers and body once, not per row.
-        // (A payload is fixed per notification and platform, so that pair identifies it.)
-        var encoded: [Platform: (notificationID: String, headers: String, body: Data)] = [:]
-        for item in items {
-            let shared: (notificationID: String, headers: String, body: Data)
-            if let cached = encoded[item.platform], cached.notificationID == item.notificationID {
-                shared = cached
-            } else {
-                shared = (item.notificationID, Self.encode(Self.headers(item.payload)), Data(item.payload.body))
-                encoded[item.platform] = shared
-            }
+        for (item, shared) in Self.encoded(items) {
             try insert.execute(arguments: [
-                item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers, shared.body, now,
+                item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers, Data(shared.body), now,
             ])
+        }
+    }
+
+    /// Records `items` in the outbox's own PostgreSQL transaction, in one statement.
+    public func write(_ items: [PushItem], on connection: PostgresConnection, logger: Logger) async throws {
+        let rows = Self.encoded(items)
+        try await connection.query(
+            """
+            INSERT INTO inbox (notification_id, registration_id, platform, handle, headers, payload, recorded_at)
+            SELECT t.notification_id, t.registration_id, t.platform, t.handle, t.headers, t.payload, \(unixMillis())
+            FROM unnest(\(rows.map(\.item.notificationID))::text[], \(rows.map(\.item.registrationID))::text[],
+                        \(rows.map(\.item.platform.rawValue))::int[], \(rows.map(\.item.handle))::text[],
+                        \(rows.map(\.shared.headers))::text[], \(rows.map { ByteBuffer(bytes: $0.shared.body) })::bytea[])
+                 WITH ORDINALITY AS t(notification_id, registration_id, platform, handle, headers, payload, n)
+            ORDER BY t.n
+            """, logger: logger)
+    }
+
+    /// Each item with its headers as JSON. A batch shares one payload per platform: its headers
+    /// are encoded once, not per row. (A payload is fixed per notification and platform, so that
+    /// pair identifies it.)
+    static func encoded(_ items: [PushItem]) -> [(item: PushItem, shared: (headers: String, body: [UInt8]))] {
+        var encoded: [Platform: (notificationID: String, headers: String)] = [:]
+        return items.map { item in
+            if let cached = encoded[item.platform], cached.notificationID == item.notificationID {
+                return (item, (cached.headers, item.payload.body))
+            }
+            let headers = Self.encode(Self.headers(item.payload))
+            encoded[item.platform] = (item.notificationID, headers)
+            return (item, (headers, item.payload.body))
         }
     }
 
@@ -150,17 +188,33 @@ public struct InboxProvider: LocalSender {
 
     /// Deletes pushes recorded before `before` (Unix ms), 10,000 per transaction; returns how many.
     @discardableResult
-    public func purge(before: Int64) throws -> Int {
-        try HeraldDatabase.deleteInBatches(
-            db, batch: 10000,
-            sql: "DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < ? LIMIT 10000)",
-            arguments: [before])
+    public func purge(before: Int64) async throws -> Int {
+        switch storage {
+        case .sqlite(let db):
+            return try HeraldDatabase.deleteInBatches(
+                db, batch: 10000,
+                sql: "DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < ? LIMIT 10000)",
+                arguments: [before])
+        case .postgres(let db):
+            var total = 0
+            while true {
+                let deleted = try await db.rows(
+                    """
+                    DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < \(before) LIMIT 10000)
+                    RETURNING 1
+                    """
+                ).count
+                total += deleted
+                if deleted < 10000 { return total }
+            }
+        }
     }
 
     /// Recorded pushes with a sequence above `after`, oldest first; only those to `handle` when it
     /// is not empty (a device polling for its own pushes).
-    public func list(after: Int64, limit: Int, handle: String = "") throws -> [InboxEntry] {
-        try db.read { db in
+    public func list(after: Int64, limit: Int, handle: String = "") async throws -> [InboxEntry] {
+        guard case .sqlite(let db) = storage else { return try await list(after: after, limit: limit, handle: handle, storage) }
+        return try await db.read { db in
             try Row.fetchAll(
                 db,
                 sql: handle.isEmpty
@@ -175,6 +229,27 @@ public struct InboxProvider: LocalSender {
                     handle: row["handle"], headers: Self.decode(row["headers"]),
                     payload: [UInt8](payload), recordedAtUnixMs: row["recorded_at"])
             }
+        }
+    }
+
+    /// ``list(after:limit:handle:)`` on PostgreSQL.
+    ///
+    /// Replicas write concurrently, so a sequence can commit after a higher one: a poller that
+    /// follows `after` may step over a push committed late. The inbox is for development and tests,
+    /// which read it after the send's outcome completed.
+    private func list(after: Int64, limit: Int, handle: String, _ storage: Storage) async throws -> [InboxEntry] {
+        guard case .postgres(let db) = storage else { return [] }
+        let rows = try await db.rows(
+            """
+            SELECT sequence, notification_id, registration_id, platform, handle, headers, payload, recorded_at FROM inbox
+            WHERE sequence > \(after) AND (\(handle) = '' OR handle = \(handle)) ORDER BY sequence LIMIT \(Int64(limit))
+            """)
+        return try rows.map { row in
+            let (sequence, notificationID, registrationID, platform, handle, headers, payload, recordedAt) = try row.decode(
+                (Int64, String, String, Int32, String, String, ByteBuffer, Int64).self)
+            return InboxEntry(
+                sequence: sequence, notificationID: notificationID, registrationID: registrationID, platform: Platform(rawValue: platform),
+                handle: handle, headers: Self.decode(headers), payload: Array(buffer: payload), recordedAtUnixMs: recordedAt)
         }
     }
 }

@@ -131,15 +131,6 @@ public struct RuntimeConfig: Sendable {
         self.peerSockets = peerSockets
     }
 
-    /// The SQLite file of a service that has no PostgreSQL store yet: a `postgres://` database-url
-    /// is refused at start, never silently replaced by the local file.
-    public func sqliteOnlyPath() throws -> String {
-        guard case .sqlite(let path) = databaseURL else {
-            throw ConfigError("herald-\(service) keeps its data in SQLite only for now; database-url must be sqlite:PATH")
-        }
-        return path
-    }
-
     /// Where a peer is for ``rpcTransport``: its TCP address when one is set, else its socket.
     public func endpoint(of peer: String) -> RPCEndpoint {
         peerAddresses[peer] ?? .unix(socketPath(of: peer))

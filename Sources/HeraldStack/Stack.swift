@@ -95,8 +95,8 @@ public actor Stack {
     /// Start order: every service after those it calls.
     public static let services = ServiceName.allCases.map(\.rawValue)
     public static let rpcServices = ServiceName.rpcServices.map(\.rawValue)
-    /// The services that can keep their data in PostgreSQL so far (issue 17 adds dispatch).
-    public static let postgresServices = ["auth", "payload", "registration"]
+    /// The services that keep their data in a database: each can keep it in PostgreSQL.
+    public static let postgresServices = ["auth", "payload", "registration", "dispatch"]
     /// Loopback ports (lean, gRPC) per RPC service when ``StackConfiguration/tls`` is set.
     private var tcpPorts: [String: (lean: Int, grpc: Int)] = [:]
 

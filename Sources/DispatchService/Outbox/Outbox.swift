@@ -10,8 +10,9 @@ import HeraldService
 /// lease in the same transaction), deliver, and record the result; after a restart, leased rows
 /// are due again at once, their attempt count showing they were retried.
 ///
-/// One herald-dispatch process owns a database (leases are not shared between processes).
-public final class Outbox: Sendable {
+/// One herald-dispatch process owns a database (leases are not shared between processes):
+/// ``PostgresOutbox`` is the outbox replicas share.
+public final class Outbox: OutboxStore {
     let db: any DatabaseWriter
     /// Unix epoch milliseconds; injected by tests.
     let now: @Sendable () -> Int64
@@ -23,9 +24,10 @@ public final class Outbox: Sendable {
     }
 
     /// OutcomeState numbers for SQL (`state IN (…)`): a send that is still going, and one that is over.
-    static let unfinishedStates = [OutcomeState.enqueued, .processing].map { String($0.rawValue) }.joined(separator: ", ")
-    static let finishedStates = [OutcomeState.completed, .abandoned, .noTargetFound, .cancelled].map { String($0.rawValue) }
-        .joined(separator: ", ")
+    static let unfinishedStates = unfinishedStateValues.map { String($0) }.joined(separator: ", ")
+    static let finishedStates = finishedStateValues.map { String($0) }.joined(separator: ", ")
+    static let unfinishedStateValues = [OutcomeState.enqueued, .processing].map(\.rawValue)
+    static let finishedStateValues = [OutcomeState.completed, .abandoned, .noTargetFound, .cancelled].map(\.rawValue)
 
     /// One registration to deliver to, from the audience stream (or a handle of a direct send,
     /// with an empty registration id).

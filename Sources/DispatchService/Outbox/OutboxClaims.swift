@@ -65,6 +65,12 @@ extension Outbox {
         }
     }
 
+    public func deliverLocally(
+        limit: Int, platforms: [Platform], inbox: InboxProvider
+    ) async throws -> (delivered: [Platform: Int], finished: [(id: String, state: OutcomeState)]) {
+        try await deliverLocally(limit: limit, platforms: platforms, write: inbox.write)
+    }
+
     /// Due deliveries of `platforms`, oldest first; with `lease`, each is leased and its attempt counted.
     func due(limit: Int, platforms: [Platform], lease: Bool, at: Int64, _ db: Database) throws -> [PushItem] {
         guard !platforms.isEmpty else { return [] }

@@ -18,6 +18,36 @@ extension Outbox {
         public var removal: (platform: Platform, handle: String, since: Int64)?
         /// The attempt was not counted when claimed (local deliveries take no lease): count it now.
         public var countsAttempt = false
+        /// The attempt the claim counted (``PushItem/attempt``): on PostgreSQL the result holds
+        /// only while the row is still at it (its lease was not taken over). 0: no claim (local).
+        public var attempt = 0
+    }
+
+    /// Counter changes of one (notification, platform), applied once per batch.
+    struct Delta {
+        var success = 0, failure = 0, pending = 0, removed = 0, retries = 0
+        var failures: [String: Int] = [:]
+
+        /// The counter changes `decisions` make, per notification and platform.
+        static func of(_ decisions: [Decision]) -> [String: [Platform: Delta]] {
+            var deltas: [String: [Platform: Delta]] = [:]
+            for d in decisions {
+                var delta = deltas[d.notificationID]?[d.platform] ?? Delta()
+                switch d.state {
+                case .pending: delta.retries += 1
+                case .delivered:
+                    delta.success += 1
+                    delta.pending -= 1
+                default:
+                    delta.failure += 1
+                    delta.pending -= 1
+                    delta.failures[d.state == .abandoned ? "Abandoned" : d.reason, default: 0] += 1
+                    if d.removal != nil { delta.removed += 1 }
+                }
+                deltas[d.notificationID, default: [:]][d.platform] = delta
+            }
+            return deltas
+        }
     }
 
     private struct DeliveredKey: Hashable {
@@ -40,12 +70,6 @@ extension Outbox {
                        handle_removed = ?, updated_at = ?, attempts = attempts + ?
                 WHERE sequence = ?
                 """)
-        // Counter changes per (notification, platform), applied once per batch.
-        struct Delta {
-            var success = 0, failure = 0, pending = 0, removed = 0, retries = 0
-            var failures: [String: Int] = [:]
-        }
-        var deltas: [String: [Platform: Delta]] = [:]
         // Most of a batch is delivered with the same status: those rows take one statement per
         // (status, countsAttempt); the rest one each.
         var delivered: [DeliveredKey: [Int64]] = [:]
@@ -63,19 +87,6 @@ extension Outbox {
                     sql: "INSERT INTO handle_removal (platform, handle, invalid_since, created_at) VALUES (?, ?, ?, ?)",
                     arguments: [removal.platform.rawValue, removal.handle, removal.since, at])
             }
-            var delta = deltas[d.notificationID]?[d.platform] ?? Delta()
-            switch d.state {
-            case .pending: delta.retries += 1
-            case .delivered:
-                delta.success += 1
-                delta.pending -= 1
-            default:
-                delta.failure += 1
-                delta.pending -= 1
-                delta.failures[d.state == .abandoned ? "Abandoned" : d.reason, default: 0] += 1
-                if d.removal != nil { delta.removed += 1 }
-            }
-            deltas[d.notificationID, default: [:]][d.platform] = delta
         }
         if !delivered.isEmpty {
             let updateDelivered = try db.cachedStatement(
@@ -101,7 +112,7 @@ extension Outbox {
                 ON CONFLICT (notification_id, platform, reason) DO UPDATE SET count = count + excluded.count
                 """)
         var finished: [(String, OutcomeState)] = []
-        for (id, platforms) in deltas {
+        for (id, platforms) in Delta.of(decisions) {
             for (platform, delta) in platforms {
                 try counters.execute(arguments: [
                     delta.success, delta.failure, delta.pending, delta.removed, delta.retries, id, platform.rawValue,

@@ -26,10 +26,14 @@ extension Outbox {
         return at
     }
 
-    /// Scheduled sends due at `at` (Unix ms; now by default), earliest first.
-    public func dueScheduled(limit: Int, at: Int64? = nil) throws -> [(id: String, fireAt: Int64, request: [UInt8])] {
-        let at = at ?? now()
-        return try db.read { db in
+    /// Scheduled sends due now, earliest first.
+    public func dueScheduled(limit: Int) throws -> [(id: String, fireAt: Int64, request: [UInt8])] {
+        try dueScheduled(limit: limit, at: now())
+    }
+
+    /// Scheduled sends due at `at` (Unix ms), earliest first.
+    public func dueScheduled(limit: Int, at: Int64) throws -> [(id: String, fireAt: Int64, request: [UInt8])] {
+        try try db.read { db in
             try Row.fetchAll(
                 db.cachedStatement(
                     sql: "SELECT notification_id, fire_at, request FROM scheduled_send WHERE fire_at <= ? ORDER BY fire_at LIMIT ?"),
@@ -61,7 +65,7 @@ extension Outbox {
     }
 
     /// Gives up a scheduled send whose stored request cannot be made (ABANDONED); nothing is sent.
-    func abandonScheduled(_ id: String) async throws {
+    public func abandonScheduled(_ id: String) async throws {
         let at = now()
         try await db.write { db in
             try db.execute(sql: "DELETE FROM scheduled_send WHERE notification_id = ?", arguments: [id])

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import HeraldModel
 public import HeraldProto
+import HeraldRPC
 
 /// A large audience spilled to disk while it streams in.
 ///
@@ -26,9 +27,13 @@ extension Outbox {
         /// The send's message ids, by position: staged rows and the in-memory rest number on
         /// from one another, as if they had never been apart.
         let messageIDs = MessageIDs()
+        /// Names this staging attempt's rows on PostgreSQL, where two replicas may race to make
+        /// one scheduled send (SQLite's one process keys them by `notificationID`).
+        public let key: String
 
         public init(notificationID: String) {
             self.notificationID = notificationID
+            key = notificationID + "." + randomHex(words: 1)
         }
 
         mutating func record(_ targets: [Target]) {
@@ -60,6 +65,8 @@ extension Outbox {
 
     /// Deletes a send's staged rows (it failed before its commit). Best effort: rows it leaves are
     /// deleted at the next start.
+    public func discardStaged(_ staged: StagedAudience) async { await discardStaged(staged.notificationID) }
+
     public func discardStaged(_ notificationID: String) async {
         _ = try? await db.write { db in
             try db.execute(sql: "DELETE FROM audience_staging WHERE notification_id = ?", arguments: [notificationID])

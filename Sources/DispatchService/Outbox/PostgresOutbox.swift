@@ -1,0 +1,529 @@
+import Foundation
+public import HeraldModel
+public import HeraldProto
+public import HeraldService
+import Logging
+import NIOCore
+import PostgresNIO
+
+/// Dispatch's outbox in PostgreSQL, shared by any number of herald-dispatch replicas.
+///
+/// The tables and the promises are ``Outbox``'s (see ``OutboxStore``); what differs is how
+/// replicas share the work:
+/// - **Claims** take due rows with `FOR UPDATE SKIP LOCKED`, so two replicas never take the same
+///   row at once and never wait for each other.
+/// - **Leases expire.** A claim moves the row's `next_attempt_at` to the end of its lease and
+///   names the replica in `leased_by`: a row whose replica died or stalled is due again when the
+///   lease runs out, to whichever replica claims next, with the same message id and its attempt
+///   counted again (so it shows as retried). A replica that restarts takes back its own leases at
+///   once (``recoverLeases()``), as on SQLite.
+/// - **A result counts once.** Recording a claim's result updates the row only while it is still
+///   pending at the attempt that claim counted: the results of a replica whose lease expired and
+///   was taken over are dropped (its push may then arrive twice, with the same message id, and the
+///   row shows two attempts), so counters always add up to the audience.
+/// - **A send finishes once.** Recording locks the send's notification row first (in id order),
+///   so replicas finishing the last deliveries of one send take turns, and exactly one sees
+///   nothing pending.
+/// - **Scheduled sends** are taken by one replica at a time (`taken_until`); the commit deletes
+///   the scheduled row in its own transaction, so a send is made once however replicas race.
+public final class PostgresOutbox: OutboxStore {
+    let db: HeraldPostgres
+    /// Unix epoch milliseconds; injected by tests.
+    let now: @Sendable () -> Int64
+    /// This replica's name in `leased_by`: stable across its restarts, distinct from its peers'.
+    public let replica: String
+    /// How long a claim holds its rows before any replica may take them over.
+    public let lease: Duration
+
+    public init(db: HeraldPostgres, replica: String, lease: Duration = .seconds(90), now: @escaping @Sendable () -> Int64 = unixMillis)
+        async throws
+    {
+        precondition(!replica.isEmpty, "a replica needs a name")
+        self.db = db
+        self.replica = replica
+        self.lease = lease
+        self.now = now
+        try await db.migrate(Self.migrations)
+    }
+
+    /// The schema's history (the outbox, the inbox and hubs' credentials: dispatch's whole
+    /// database); names are never changed once released.
+    public static let migrations: [PostgresMigration] = [
+        .heartbeat,
+        PostgresMigration(
+            "dispatch-v1",
+            [
+                """
+                CREATE TABLE notification (
+                    id TEXT COLLATE "C" PRIMARY KEY,
+                    sender TEXT NOT NULL,
+                    target_user TEXT NOT NULL,
+                    target_tag TEXT NOT NULL,
+                    state INTEGER NOT NULL,
+                    created_at BIGINT NOT NULL,
+                    updated_at BIGINT NOT NULL,
+                    hub TEXT NOT NULL,
+                    started_at BIGINT NOT NULL DEFAULT 0,
+                    finished_at BIGINT NOT NULL DEFAULT 0
+                )
+                """,
+                "CREATE INDEX notification_updated ON notification (updated_at)",
+                """
+                CREATE TABLE notification_platform (
+                    notification_id TEXT COLLATE "C" NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                    platform INTEGER NOT NULL,
+                    success BIGINT NOT NULL DEFAULT 0,
+                    failure BIGINT NOT NULL DEFAULT 0,
+                    pending BIGINT NOT NULL DEFAULT 0,
+                    removed BIGINT NOT NULL DEFAULT 0,
+                    retries BIGINT NOT NULL DEFAULT 0,
+                    PRIMARY KEY (notification_id, platform)
+                )
+                """,
+                """
+                CREATE TABLE notification_failure (
+                    notification_id TEXT COLLATE "C" NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                    platform INTEGER NOT NULL,
+                    reason TEXT NOT NULL,
+                    count BIGINT NOT NULL,
+                    PRIMARY KEY (notification_id, platform, reason)
+                )
+                """,
+                """
+                CREATE TABLE outbox_payload (
+                    notification_id TEXT COLLATE "C" NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                    platform INTEGER NOT NULL,
+                    variant INTEGER NOT NULL,
+                    body BYTEA NOT NULL,
+                    collapse_id TEXT NOT NULL,
+                    push_type TEXT NOT NULL,
+                    priority INTEGER NOT NULL,
+                    content_type TEXT NOT NULL,
+                    expires_at_ms BIGINT NOT NULL,
+                    PRIMARY KEY (notification_id, platform, variant)
+                )
+                """,
+                """
+                CREATE TABLE delivery (
+                    sequence BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    notification_id TEXT COLLATE "C" NOT NULL REFERENCES notification(id) ON DELETE CASCADE,
+                    registration_id TEXT NOT NULL,
+                    platform INTEGER NOT NULL,
+                    handle TEXT NOT NULL,
+                    message_id TEXT NOT NULL,
+                    state INTEGER NOT NULL,
+                    leased_by TEXT NOT NULL DEFAULT '',
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    next_attempt_at BIGINT NOT NULL,
+                    give_up_at BIGINT NOT NULL,
+                    last_status INTEGER NOT NULL DEFAULT 0,
+                    reason TEXT NOT NULL DEFAULT '',
+                    handle_removed BOOLEAN NOT NULL DEFAULT false,
+                    updated_at BIGINT NOT NULL,
+                    variant INTEGER NOT NULL DEFAULT 0
+                )
+                """,
+                // 1 is DeliveryState.pending. A leased row is pending too, due when its lease ends.
+                "CREATE INDEX delivery_due ON delivery (next_attempt_at, sequence) WHERE state = 1",
+                "CREATE INDEX delivery_notification ON delivery (notification_id, sequence)",
+                """
+                CREATE TABLE handle_removal (
+                    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    platform INTEGER NOT NULL,
+                    handle TEXT NOT NULL,
+                    invalid_since BIGINT NOT NULL,
+                    created_at BIGINT NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE scheduled_send (
+                    notification_id TEXT COLLATE "C" PRIMARY KEY REFERENCES notification(id) ON DELETE CASCADE,
+                    fire_at BIGINT NOT NULL,
+                    request BYTEA NOT NULL,
+                    taken_until BIGINT NOT NULL DEFAULT 0
+                )
+                """,
+                "CREATE INDEX scheduled_send_due ON scheduled_send (fire_at)",
+                // Keyed by the staging attempt, not the send: two replicas racing to make one
+                // scheduled send never mix or delete each other's rows.
+                """
+                CREATE TABLE audience_staging (
+                    staging_key TEXT COLLATE "C" NOT NULL,
+                    position INTEGER NOT NULL,
+                    registration_id TEXT NOT NULL,
+                    platform INTEGER NOT NULL,
+                    handle TEXT NOT NULL,
+                    message_id TEXT NOT NULL,
+                    staged_at BIGINT NOT NULL,
+                    PRIMARY KEY (staging_key, position)
+                )
+                """,
+                """
+                CREATE TABLE inbox (
+                    sequence BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    notification_id TEXT NOT NULL,
+                    registration_id TEXT NOT NULL,
+                    platform INTEGER NOT NULL,
+                    handle TEXT NOT NULL,
+                    headers TEXT NOT NULL,
+                    payload BYTEA NOT NULL,
+                    recorded_at BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX inbox_handle ON inbox (handle, sequence)",
+                "CREATE INDEX inbox_recorded ON inbox (recorded_at)",
+                """
+                CREATE TABLE hub_credential (
+                    hub TEXT NOT NULL,
+                    platform INTEGER NOT NULL,
+                    settings TEXT NOT NULL,
+                    updated_at BIGINT NOT NULL,
+                    PRIMARY KEY (hub, platform)
+                )
+                """,
+            ]),
+    ]
+
+    /// Rows one INSERT … unnest carries: large sends go in several statements of one transaction.
+    static let insertChunk = 5000
+
+    /// How long a replica's take of a due scheduled send keeps the others off it.
+    static let scheduledTake: Int64 = 30_000
+
+    /// Staged rows older than this belong to no send in progress (the replica staging them died).
+    static let stagingAge: Int64 = 3_600_000
+
+    // MARK: sends
+
+    nonisolated(nonsending) public func enqueue(
+        id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Outbox.Target],
+        staged: Outbox.StagedAudience?, retryWindow: Duration, hub: String, scheduled: Bool
+    ) async throws -> (state: OutcomeState, created: Int64)? {
+        let at = now()
+        let giveUp = at + retryWindow.wholeMilliseconds
+        let stagedCount = staged?.count ?? 0
+        let none = targets.isEmpty && stagedCount == 0
+        let state: OutcomeState = none ? .noTargetFound : .enqueued
+        let finishedAt: Int64 = none ? at : 0
+        let logger = db.logger
+        let created: Int64? = try await db.transaction { connection in
+            var created = at
+            if scheduled {
+                let taken = try await connection.query(
+                    "DELETE FROM scheduled_send WHERE notification_id = \(id) RETURNING 1", logger: logger
+                ).collect()
+                guard taken.count == 1 else { return nil }
+                let rows = try await connection.query(
+                    """
+                    UPDATE notification SET state = \(state.rawValue), updated_at = \(at), finished_at = \(finishedAt)
+                    WHERE id = \(id) RETURNING created_at
+                    """, logger: logger
+                ).collect()
+                created = try rows.first?.decode(Int64.self) ?? at
+            } else {
+                try await connection.query(
+                    """
+                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at)
+                    VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(state.rawValue), \(at), \(at), \(hub), \(finishedAt))
+                    """, logger: logger)
+            }
+            guard !none else { return created }
+            for payload in payloads {
+                try await connection.query(
+                    """
+                    INSERT INTO outbox_payload (notification_id, platform, variant, body, collapse_id, push_type, priority,
+                                                content_type, expires_at_ms)
+                    VALUES (\(id), \(payload.platform.rawValue), \(Int32(payload.variant)), \(ByteBuffer(bytes: payload.body)),
+                            \(payload.options.collapseID), \(payload.options.pushType), \(payload.options.priority),
+                            \(payload.options.contentType), \(payload.options.expiresAtUnixMs))
+                    """, logger: logger)
+            }
+            var perPlatform: [Platform: Int] = staged?.perPlatform ?? [:]
+            if let staged, stagedCount > 0 {
+                try await connection.query(
+                    """
+                    INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
+                                          next_attempt_at, give_up_at, updated_at, variant)
+                    SELECT \(id), registration_id, platform, handle, message_id, \(DeliveryState.pending.rawValue), \(at),
+                           \(giveUp), \(at), 0
+                    FROM audience_staging WHERE staging_key = \(staged.key) ORDER BY position
+                    """, logger: logger)
+                try await connection.query("DELETE FROM audience_staging WHERE staging_key = \(staged.key)", logger: logger)
+            }
+            let ids = staged?.messageIDs ?? MessageIDs()
+            var start = 0
+            while start < targets.count {
+                let chunk = targets[start..<min(start + Self.insertChunk, targets.count)]
+                let messageIDs = chunk.indices.map { ids.id(stagedCount + $0) }
+                try await connection.query(
+                    """
+                    INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
+                                          next_attempt_at, give_up_at, updated_at, variant)
+                    SELECT \(id), t.registration_id, t.platform, t.handle, t.message_id, \(DeliveryState.pending.rawValue),
+                           \(at), \(giveUp), \(at), t.variant
+                    FROM unnest(\(chunk.map(\.registrationID))::text[], \(chunk.map(\.platform.rawValue))::int[],
+                                \(chunk.map(\.handle))::text[], \(messageIDs)::text[], \(chunk.map { Int32($0.variant) })::int[])
+                         WITH ORDINALITY AS t(registration_id, platform, handle, message_id, variant, n)
+                    ORDER BY t.n
+                    """, logger: logger)
+                for target in chunk { perPlatform[target.platform, default: 0] += 1 }
+                start += Self.insertChunk
+            }
+            for (platform, count) in perPlatform {
+                try await connection.query(
+                    """
+                    INSERT INTO notification_platform (notification_id, platform, pending)
+                    VALUES (\(id), \(platform.rawValue), \(Int64(count)))
+                    """, logger: logger)
+            }
+            return created
+        }
+        return created.map { (state, $0) }
+    }
+
+    nonisolated(nonsending) public func stage(_ targets: [Outbox.Target], to staged: inout Outbox.StagedAudience) async throws {
+        guard !targets.isEmpty else { return }
+        let start = staged.count
+        let ids = staged.messageIDs
+        let at = now()
+        var offset = 0
+        while offset < targets.count {
+            let chunk = targets[offset..<min(offset + Self.insertChunk, targets.count)]
+            let positions = chunk.indices.map { Int32(start + $0) }
+            try await db.query(
+                """
+                INSERT INTO audience_staging (staging_key, position, registration_id, platform, handle, message_id, staged_at)
+                SELECT \(staged.key), t.position, t.registration_id, t.platform, t.handle, t.message_id, \(at)
+                FROM unnest(\(positions)::int[], \(chunk.map(\.registrationID))::text[], \(chunk.map(\.platform.rawValue))::int[],
+                            \(chunk.map(\.handle))::text[], \(positions.map { ids.id(Int($0)) })::text[])
+                     AS t(position, registration_id, platform, handle, message_id)
+                """)
+            offset += Self.insertChunk
+        }
+        staged.record(targets)
+    }
+
+    nonisolated(nonsending) public func discardStaged(_ staged: Outbox.StagedAudience) async {
+        _ = try? await db.query("DELETE FROM audience_staging WHERE staging_key = \(staged.key)")
+    }
+
+    /// Only rows staged over an hour ago: the others may belong to a peer's send in progress.
+    nonisolated(nonsending) public func deleteAbandonedStaging() async throws -> Int {
+        try await db.rows("DELETE FROM audience_staging WHERE staged_at < \(now() - Self.stagingAge) RETURNING 1").count
+    }
+
+    // MARK: scheduled sends
+
+    nonisolated(nonsending) public func schedule(
+        id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8]
+    ) async throws -> Int64 {
+        let at = now()
+        let logger = db.logger
+        try await db.transaction { connection in
+            try await connection.query(
+                """
+                INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub)
+                VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(OutcomeState.scheduled.rawValue), \(at), \(at), \(hub))
+                """, logger: logger)
+            try await connection.query(
+                "INSERT INTO scheduled_send (notification_id, fire_at, request) VALUES (\(id), \(fireAt), \(ByteBuffer(bytes: request)))",
+                logger: logger)
+        }
+        return at
+    }
+
+    /// Due scheduled sends not taken by another replica, each now taken by this one for
+    /// ``scheduledTake`` ms (a transient failure makes it due again after that).
+    nonisolated(nonsending) public func dueScheduled(limit: Int) async throws -> [(id: String, fireAt: Int64, request: [UInt8])] {
+        let at = now()
+        let rows = try await db.rows(
+            """
+            UPDATE scheduled_send s SET taken_until = \(at + Self.scheduledTake)
+            FROM (SELECT notification_id FROM scheduled_send WHERE fire_at <= \(at) AND taken_until <= \(at)
+                  ORDER BY fire_at LIMIT \(Int64(limit)) FOR UPDATE SKIP LOCKED) due
+            WHERE s.notification_id = due.notification_id
+            RETURNING s.notification_id, s.fire_at, s.request
+            """)
+        return try rows.map { row in
+            let (id, fireAt, request) = try row.decode((String, Int64, ByteBuffer).self)
+            return (id, fireAt, Array(buffer: request))
+        }.sorted { $0.fireAt < $1.fireAt }
+    }
+
+    nonisolated(nonsending) public func cancelScheduled(_ id: String, hub: String) async throws -> Outcome {
+        let at = now()
+        let logger = db.logger
+        try await db.transaction { connection in
+            let row = try await Self.notification(id, requester: "", hub: hub, connection, logger: logger)
+            let deleted = try await connection.query(
+                "DELETE FROM scheduled_send WHERE notification_id = \(id) RETURNING 1", logger: logger
+            ).collect()
+            if deleted.count == 1 {
+                try await connection.query(
+                    """
+                    UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
+                    WHERE id = \(id)
+                    """, logger: logger)
+            } else if row.state != .cancelled {
+                throw ServiceError(.failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
+            }
+        }
+        return try await outcome(of: id, requester: "", hub: hub)
+    }
+
+    nonisolated(nonsending) public func abandonScheduled(_ id: String) async throws {
+        let at = now()
+        let logger = db.logger
+        try await db.transaction { connection in
+            let deleted = try await connection.query(
+                "DELETE FROM scheduled_send WHERE notification_id = \(id) RETURNING 1", logger: logger
+            ).collect()
+            guard deleted.count == 1 else { return }
+            try await connection.query(
+                """
+                UPDATE notification SET state = \(OutcomeState.abandoned.rawValue), updated_at = \(at), finished_at = \(at)
+                WHERE id = \(id)
+                """, logger: logger)
+        }
+    }
+
+    // MARK: reads
+
+    struct NotificationRow {
+        var state: OutcomeState
+        var createdAt: Int64
+        var sender: String
+        var hub: String
+        var startedAt: Int64
+        var finishedAt: Int64
+    }
+
+    /// Send `id` as ``Outbox``'s reads see it: NOT_FOUND for another requester's or hub's.
+    static func notification(
+        _ id: String, requester: String, hub: String, _ connection: PostgresConnection, logger: Logger
+    ) async throws -> NotificationRow {
+        let rows = try await connection.query(
+            "SELECT state, created_at, sender, hub, started_at, finished_at FROM notification WHERE id = \(id)", logger: logger
+        ).collect()
+        guard let row = rows.first else { throw ServiceError.notFound("notification \(id) not found") }
+        let (state, createdAt, sender, rowHub, startedAt, finishedAt) = try row.decode((Int32, Int64, String, String, Int64, Int64).self)
+        guard requester.isEmpty || sender == requester, hub.isEmpty || rowHub == hub else {
+            throw ServiceError.notFound("notification \(id) not found")
+        }
+        return NotificationRow(
+            state: OutcomeState(rawValue: state), createdAt: createdAt, sender: sender, hub: rowHub, startedAt: startedAt,
+            finishedAt: finishedAt)
+    }
+
+    nonisolated(nonsending) public func outcome(of id: String, requester: String, hub: String) async throws -> Outcome {
+        let logger = db.logger
+        return try await db.client.withConnection { connection in
+            let row = try await Self.notification(id, requester: requester, hub: hub, connection, logger: logger)
+            var failures: [Platform: [FailureCount]] = [:]
+            for failure in try await connection.query(
+                "SELECT platform, reason, count FROM notification_failure WHERE notification_id = \(id) ORDER BY reason",
+                logger: logger
+            ).collect() {
+                let (platform, reason, count) = try failure.decode((Int32, String, Int64).self)
+                failures[Platform(rawValue: platform), default: []].append(FailureCount(reason: reason, count: count))
+            }
+            let platforms = try await connection.query(
+                """
+                SELECT platform, success, failure, pending, removed, retries FROM notification_platform
+                WHERE notification_id = \(id) ORDER BY platform
+                """, logger: logger
+            ).collect().map { counters in
+                let (raw, success, failure, pending, removed, retries) = try counters.decode(
+                    (Int32, Int64, Int64, Int64, Int64, Int64).self)
+                let platform = Platform(rawValue: raw)
+                return PlatformOutcome(
+                    platform: platform, success: success, failure: failure, pending: pending, failures: failures[platform] ?? [],
+                    removedHandles: removed, retries: retries)
+            }
+            return Outcome(
+                notificationID: id, state: row.state, platforms: platforms, createdAtUnixMs: row.createdAt, sender: row.sender,
+                hub: row.hub, startedAtUnixMs: row.startedAt, finishedAtUnixMs: row.finishedAt)
+        }
+    }
+
+    nonisolated(nonsending) public func deliveries(
+        of id: String, requester: String, hub: String, failedOnly: Bool, after: Int64, limit: Int
+    ) async throws -> [DeliveryRecord] {
+        let logger = db.logger
+        let states: [Int32] =
+            failedOnly
+            ? [DeliveryState.failed.rawValue, DeliveryState.abandoned.rawValue]
+            : [DeliveryState.pending, .delivered, .failed, .abandoned].map(\.rawValue)
+        return try await db.client.withConnection { connection in
+            _ = try await Self.notification(id, requester: requester, hub: hub, connection, logger: logger)
+            return try await connection.query(
+                """
+                SELECT sequence, registration_id, platform, state, attempts, message_id, last_status, reason, next_attempt_at, handle
+                FROM delivery WHERE notification_id = \(id) AND sequence > \(after) AND state = ANY(\(states))
+                ORDER BY sequence LIMIT \(Int64(limit))
+                """, logger: logger
+            ).collect().map { row in
+                let (sequence, registrationID, platform, rawState, attempts, messageID, lastStatus, reason, next, handle) =
+                    try row.decode((Int64, String, Int32, Int32, Int32, String, Int32, String, Int64, String).self)
+                let state = DeliveryState(rawValue: rawState)
+                return DeliveryRecord(
+                    sequence: sequence, registrationID: registrationID, platform: Platform(rawValue: platform), state: state,
+                    attempts: attempts, messageID: messageID, lastStatus: lastStatus, reason: reason,
+                    nextAttemptAtUnixMs: state == .pending ? next : 0, handle: handle)
+            }
+        }
+    }
+
+    // MARK: maintenance
+
+    nonisolated(nonsending) public func purge(before: Int64) async throws -> Int {
+        let finished = Outbox.finishedStateValues
+        var total = 0
+        while true {
+            let deleted = try await db.rows(
+                """
+                DELETE FROM notification WHERE id IN (
+                    SELECT id FROM notification WHERE state = ANY(\(finished)) AND updated_at < \(before) LIMIT 100)
+                RETURNING 1
+                """
+            ).count
+            total += deleted
+            if deleted < 100 { return total }
+        }
+    }
+
+    nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
+        try await db.deleteAll([
+            "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send", "notification",
+            "handle_removal", "audience_staging",
+        ])
+    }
+
+    nonisolated(nonsending) public func pendingRemovals(limit: Int) async throws -> [(
+        id: Int64, platform: Platform, handle: String, since: Int64
+    )] {
+        try await db.rows("SELECT id, platform, handle, invalid_since FROM handle_removal ORDER BY id LIMIT \(Int64(limit))").map {
+            let (id, platform, handle, since) = try $0.decode((Int64, Int32, String, Int64).self)
+            return (id, Platform(rawValue: platform), handle, since)
+        }
+    }
+
+    nonisolated(nonsending) public func removalDone(_ id: Int64) async throws {
+        try await db.query("DELETE FROM handle_removal WHERE id = \(id)")
+    }
+
+    nonisolated(nonsending) public func nextDue() async throws -> Int64? {
+        try await db.rows("SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)").first?
+            .decode(Int64?.self)
+    }
+
+    nonisolated(nonsending) public func depth() async throws -> (pending: Int, removals: Int) {
+        let row = try await db.rows(
+            """
+            SELECT (SELECT count(*) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)),
+                   (SELECT count(*) FROM handle_removal)
+            """)
+        guard let (pending, removals) = try row.first?.decode((Int64, Int64).self) else { return (0, 0) }
+        return (Int(pending), Int(removals))
+    }
+}

@@ -1,0 +1,273 @@
+import Foundation
+import GRDB
+import HeraldModel
+import HeraldProto
+import HeraldService
+import HeraldTestSupport
+import Logging
+import Synchronization
+import Testing
+
+@testable import DispatchService
+
+/// An empty outbox of `backend` (SQLite in memory, or PostgreSQL in a fresh schema) with its inbox,
+/// and a way to make another replica on the same database (PostgreSQL only; nil on SQLite).
+struct OutboxFixture {
+    let outbox: any OutboxStore
+    let inbox: InboxProvider
+    let replica: (@Sendable (String) async throws -> PostgresOutbox)?
+}
+
+func withOutbox(
+    _ backend: StoreBackend, lease: Duration = .seconds(90), now: @escaping @Sendable () -> Int64 = unixMillis,
+    _ body: (OutboxFixture) async throws -> Void
+) async throws {
+    switch backend {
+    case .sqlite:
+        let db = try DatabaseQueue()
+        try await body(OutboxFixture(outbox: try Outbox(db: db, now: now), inbox: try InboxProvider(db: db), replica: nil))
+    case .postgres:
+        try await TestDatabases.withPostgres(service: "dispatch") { db in
+            let make: @Sendable (String) async throws -> PostgresOutbox = { name in
+                try await PostgresOutbox(db: db, replica: name, lease: lease, now: now)
+            }
+            try await body(OutboxFixture(outbox: try await make("replica-a"), inbox: InboxProvider(postgres: db), replica: make))
+        }
+    }
+}
+
+@Suite("outbox store: both backends, and PostgreSQL replicas")
+struct OutboxStoreTests {
+    static let apns = OutboxPayload(platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))
+    static let fcm = OutboxPayload(platform: .fcm, options: DeliveryOptions(contentType: "application/json"), body: Array("{\"m\":1}".utf8))
+
+    static func targets(_ count: Int, _ platform: Platform = .apns, prefix: String = "r") -> [Outbox.Target] {
+        (0..<count).map { Outbox.Target(registrationID: "\(prefix)-\($0)", platform: platform, handle: "\(prefix)h\($0)") }
+    }
+
+    static func send(_ outbox: any OutboxStore, _ id: String, _ targets: [Outbox.Target], payloads: [OutboxPayload] = [apns, fcm])
+        async throws
+    {
+        _ = try await outbox.enqueue(
+            id: id, sender: "s", targetUser: "u", targetTag: "", payloads: payloads, targets: targets, staged: nil,
+            retryWindow: .seconds(600), hub: "default", scheduled: false)
+    }
+
+    static func delivered(_ item: PushItem) -> Outbox.Decision {
+        Outbox.Decision(
+            sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .delivered, status: 200,
+            reason: "", nextAttemptAt: 0, removal: nil, attempt: item.attempt)
+    }
+
+    @Test("a send is claimed in order, its results counted, and it completes once", arguments: StoreBackend.available)
+    func claimAndRecord(_ backend: StoreBackend) async throws {
+        try await withOutbox(backend) { fixture in
+            let outbox = fixture.outbox
+            try await Self.send(outbox, "n-1", Self.targets(3) + Self.targets(2, .fcm, prefix: "f"))
+            let outcome = try await outbox.outcome(of: "n-1", requester: "", hub: "")
+            #expect(outcome.state == .enqueued && outcome.platforms.map(\.pending) == [3, 2])
+            let items = try await outbox.claim(limit: 10, platforms: [.apns, .fcm])
+            #expect(items.map(\.registrationID) == ["r-0", "r-1", "r-2", "f-0", "f-1"])
+            #expect(items.allSatisfy { $0.attempt == 1 } && Set(items.map(\.messageID)).count == 5)
+            #expect(items[3].payload == Self.fcm && items[0].payload == Self.apns)
+            #expect(try await outbox.claim(limit: 10, platforms: [.apns, .fcm]).isEmpty)  // leased
+            #expect(try await outbox.outcome(of: "n-1", requester: "", hub: "").state == .processing)
+
+            var failed = Self.delivered(items[4])
+            failed.state = .failed
+            failed.reason = "BadToken"
+            failed.status = 400
+            failed.removal = (.fcm, items[4].handle, 7)
+            #expect(try await outbox.record(items.prefix(4).map(Self.delivered)).isEmpty)
+            let finished = try await outbox.record([failed])
+            #expect(finished.map(\.id) == ["n-1"] && finished.map(\.state) == [.completed])
+            let done = try await outbox.outcome(of: "n-1", requester: "", hub: "")
+            #expect(done.state == .completed && done.finishedAtUnixMs > 0)
+            #expect(done.platforms.map(\.success) == [3, 1] && done.platforms.map(\.failure) == [0, 1])
+            #expect(done.platforms[1].failures.map(\.reason) == ["BadToken"] && done.platforms[1].removedHandles == 1)
+            #expect(try await outbox.pendingRemovals(limit: 10).map(\.handle) == ["fh1"])
+            let records = try await outbox.deliveries(of: "n-1", requester: "", hub: "", failedOnly: true, after: 0, limit: 10)
+            #expect(records.map(\.registrationID) == ["f-1"] && records.first?.attempts == 1)
+            await #expect(throws: ServiceError.self) { try await outbox.outcome(of: "n-1", requester: "mallory", hub: "") }
+            #expect(try await outbox.depth().pending == 0)
+            #expect(try await outbox.purge(before: unixMillis() + 1000) == 1)
+        }
+    }
+
+    @Test("inbox deliveries are claimed, written and recorded in one transaction", arguments: StoreBackend.available)
+    func localDeliveries(_ backend: StoreBackend) async throws {
+        try await withOutbox(backend) { fixture in
+            try await Self.send(fixture.outbox, "n-l", Self.targets(3) + Self.targets(1, .fcm, prefix: "f"))
+            let done = try await fixture.outbox.deliverLocally(limit: 100, platforms: [.apns, .fcm], inbox: fixture.inbox)
+            #expect(done.delivered == [.apns: 3, .fcm: 1] && done.finished.map(\.state) == [.completed])
+            let entries = try await fixture.inbox.list(after: 0, limit: 10)
+            #expect(entries.map(\.handle) == ["rh0", "rh1", "rh2", "fh0"])
+            #expect(entries[0].payload == Self.apns.body && entries[0].headers.contains(Header(name: "apns-push-type", value: "alert")))
+            #expect(try await fixture.inbox.list(after: 0, limit: 10, handle: "fh0").map(\.payload) == [Self.fcm.body])
+            #expect(try await fixture.outbox.deliverLocally(limit: 100, platforms: [.apns, .fcm], inbox: fixture.inbox).delivered.isEmpty)
+            #expect(try await fixture.inbox.deleteEverything() == 4)
+        }
+    }
+
+    @Test("a staged audience joins its send at the commit; discarding one staging leaves another's rows", arguments: StoreBackend.available)
+    func staging(_ backend: StoreBackend) async throws {
+        try await withOutbox(backend) { fixture in
+            let outbox = fixture.outbox
+            var staged = Outbox.StagedAudience(notificationID: "n-s")
+            try await outbox.stage(Self.targets(4), to: &staged)
+            var other = Outbox.StagedAudience(notificationID: "n-t")
+            try await outbox.stage(Self.targets(2, prefix: "o"), to: &other)
+            await outbox.discardStaged(other)
+            _ = try await outbox.enqueue(
+                id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.apns], targets: Self.targets(1, prefix: "m"),
+                staged: staged, retryWindow: .seconds(60), hub: "default", scheduled: false)
+            let items = try await outbox.claim(limit: 100, platforms: [.apns])
+            #expect(items.map(\.registrationID) == ["r-0", "r-1", "r-2", "r-3", "m-0"])
+            #expect(Set(items.map { $0.messageID.prefix(19) }).count == 1 && Set(items.map(\.messageID)).count == 5)
+        }
+    }
+
+    @Test("a scheduled send is made once, and cancelling it after that is refused", arguments: StoreBackend.available)
+    func scheduled(_ backend: StoreBackend) async throws {
+        let clock = ManualClock()
+        try await withOutbox(backend, now: clock.function) { fixture in
+            let outbox = fixture.outbox
+            let request: [UInt8] = try SendRequest(targetUser: "u").serializedBytes()
+            _ = try await outbox.schedule(
+                id: "n-a", sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: clock.now + 5000, request: request)
+            #expect(try await outbox.dueScheduled(limit: 10).isEmpty)
+            clock.advance(seconds: 6)
+            #expect(try await outbox.dueScheduled(limit: 10).map(\.request) == [request])
+            for expected in [true, false] {
+                let made = try await outbox.enqueue(
+                    id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.apns], targets: Self.targets(1), staged: nil,
+                    retryWindow: .seconds(60), hub: "default", scheduled: true)
+                #expect((made != nil) == expected)
+            }
+            await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a", hub: "") }
+            await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-none", hub: "") }
+        }
+    }
+
+    // MARK: PostgreSQL replicas
+
+    @Test("PostgreSQL: an expired lease goes to another replica with the same message id; the first one's late results are dropped")
+    func leaseTakeover() async throws {
+        guard StoreBackend.available.contains(.postgres) else { return }
+        let clock = ManualClock()
+        try await withOutbox(.postgres, lease: .seconds(30), now: clock.function) { fixture in
+            let a = fixture.outbox
+            let make = try #require(fixture.replica)
+            let b = try await make("replica-b")
+            try await Self.send(a, "n-x", Self.targets(3), payloads: [Self.apns])
+            let first = try await a.claim(limit: 10, platforms: [.apns])
+            #expect(first.count == 3)
+            clock.advance(seconds: 29)
+            #expect(try await b.claim(limit: 10, platforms: [.apns]).isEmpty)  // still a's
+            clock.advance(seconds: 2)
+            let second = try await b.claim(limit: 10, platforms: [.apns])
+            #expect(second.map(\.messageID) == first.map(\.messageID) && second.allSatisfy { $0.attempt == 2 })
+            // a wakes up and records: too late, its claim was taken over.
+            #expect(try await a.record(first.map(Self.delivered)).isEmpty)
+            var outcome = try await a.outcome(of: "n-x", requester: "", hub: "")
+            #expect(outcome.platforms.first?.success == 0 && outcome.platforms.first?.retries == 3)
+            #expect(try await b.record(second.map(Self.delivered)).map(\.state) == [.completed])
+            outcome = try await a.outcome(of: "n-x", requester: "", hub: "")
+            #expect(outcome.platforms.first?.success == 3 && outcome.platforms.first?.pending == 0)
+            let records = try await a.deliveries(of: "n-x", requester: "", hub: "", failedOnly: false, after: 0, limit: 10)
+            #expect(records.allSatisfy { $0.attempts == 2 && $0.state == .delivered })
+        }
+    }
+
+    @Test("PostgreSQL: a restarted replica takes its own leases back at once, not its peers'")
+    func ownLeases() async throws {
+        guard StoreBackend.available.contains(.postgres) else { return }
+        try await withOutbox(.postgres) { fixture in
+            let a = fixture.outbox
+            let make = try #require(fixture.replica)
+            let b = try await make("replica-b")
+            try await Self.send(a, "n-r", Self.targets(4), payloads: [Self.apns])
+            let mine = try await a.claim(limit: 3, platforms: [.apns])
+            let theirs = try await b.claim(limit: 3, platforms: [.apns])
+            #expect(mine.count == 3 && theirs.count == 1)
+            let restarted = try await make("replica-a")
+            #expect(try await restarted.recoverLeases() == 3)
+            let again = try await restarted.claim(limit: 10, platforms: [.apns])
+            #expect(again.map(\.messageID) == mine.map(\.messageID) && again.allSatisfy { $0.attempt == 2 })
+            #expect(try await restarted.outcome(of: "n-r", requester: "", hub: "").platforms.first?.retries == 3)
+        }
+    }
+
+    @Test("PostgreSQL: replicas claiming and recording at once take every delivery exactly once, and the send completes once")
+    func concurrentReplicas() async throws {
+        guard StoreBackend.available.contains(.postgres) else { return }
+        try await withOutbox(.postgres) { fixture in
+            let make = try #require(fixture.replica)
+            let replicas: [PostgresOutbox] = [try await make("replica-1"), try await make("replica-2"), try await make("replica-3")]
+            let count = 3000
+            try await Self.send(replicas[0], "n-c", Self.targets(count / 2) + Self.targets(count / 2, .fcm, prefix: "f"))
+            // Each worker returns what it claimed and which sends its results finished.
+            let (sequences, finished) = try await withThrowingTaskGroup(of: ([Int64], [OutcomeState]).self) { group in
+                for worker in 0..<6 {
+                    let outbox = replicas[worker % replicas.count]
+                    group.addTask {
+                        var claimed: [Int64] = []
+                        var finished: [OutcomeState] = []
+                        while true {
+                            let items = try await outbox.claim(limit: 97, platforms: [.apns, .fcm])
+                            if items.isEmpty { return (claimed, finished) }
+                            claimed += items.map(\.sequence)
+                            finished += try await outbox.record(items.map(Self.delivered)).map(\.state)
+                        }
+                    }
+                }
+                var all: ([Int64], [OutcomeState]) = ([], [])
+                for try await part in group {
+                    all.0 += part.0
+                    all.1 += part.1
+                }
+                return all
+            }
+            #expect(sequences.count == count && Set(sequences).count == count)
+            #expect(finished == [.completed])
+            let outcome = try await replicas[1].outcome(of: "n-c", requester: "", hub: "")
+            #expect(outcome.state == .completed)
+            #expect(outcome.platforms.map(\.success) == [Int64(count / 2), Int64(count / 2)])
+            #expect(outcome.platforms.allSatisfy { $0.pending == 0 && $0.retries == 0 })
+        }
+    }
+
+    @Test("PostgreSQL: a due scheduled send is handed to one replica at a time")
+    func scheduledOnce() async throws {
+        guard StoreBackend.available.contains(.postgres) else { return }
+        let clock = ManualClock()
+        try await withOutbox(.postgres, now: clock.function) { fixture in
+            let a = fixture.outbox
+            let make = try #require(fixture.replica)
+            let b = try await make("replica-b")
+            _ = try await a.schedule(
+                id: "n-d", sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: clock.now,
+                request: try SendRequest(targetUser: "u").serializedBytes())
+            #expect(try await a.dueScheduled(limit: 10).map(\.id) == ["n-d"])
+            #expect(try await b.dueScheduled(limit: 10).isEmpty)
+            // a failed transiently and never made it: after the take runs out, another replica may.
+            clock.advance(seconds: 31)
+            #expect(try await b.dueScheduled(limit: 10).map(\.id) == ["n-d"])
+        }
+    }
+
+    @Test("PostgreSQL: hubs' credentials are shared through the database")
+    func credentials() async throws {
+        guard StoreBackend.available.contains(.postgres) else { return }
+        try await TestDatabases.withPostgres(service: "dispatch") { db in
+            _ = try await PostgresOutbox(db: db, replica: "a")
+            let store = HubCredentialStore(postgres: db)
+            try await store.set(hub: "h1", platform: .fcm, settings: ["project": "p"])
+            try await store.set(hub: "h1", platform: .apns, settings: ["key": "k"])
+            #expect(try await store.all().map(\.settings) == [["key": "k"], ["project": "p"]])
+            #expect(try await store.delete(hub: "h1", platform: .fcm) == 1)
+            #expect(try await store.delete(hub: "h1", platform: .unspecified) == 1)
+            #expect(try await store.all().isEmpty)
+        }
+    }
+}

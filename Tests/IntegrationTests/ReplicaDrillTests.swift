@@ -1,0 +1,193 @@
+import Foundation
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import HeraldService
+import HeraldStack
+import HeraldTestSupport
+import Logging
+import PostgresNIO
+import Synchronization
+import Testing
+
+/// The drill runs in the PostgreSQL pass of the integration suite only.
+let replicaDrillEnabled = TestDatabases.postgresURL != nil && LiveStack.defaultDatabase == .postgres
+
+/// herald-dispatch replicas sharing one PostgreSQL outbox, drilled with real processes: one is
+/// killed, one is frozen, and the send still reaches every device with its counts right.
+///
+/// Runs in the PostgreSQL pass of the integration suite (`HERALD_TEST_STACK_DATABASE=postgres`).
+@Suite("dispatch replicas on PostgreSQL", .serialized, .timeLimit(.minutes(5)), .enabled(if: replicaDrillEnabled))
+struct ReplicaDrillTests {
+    static let devices = 20_000
+
+    @Test(
+        "drill: 3 dispatch replicas, 20,000 devices at a 5 ms APNs; kill -9 one and SIGSTOP one for 10 s mid-send: every device gets its push, duplicates only where a lease expired, counts add up"
+    )
+    func drill() async throws {
+        let folder = try LiveStack.makeDirectory()
+        let fixture = try await ProviderFixture.start(in: folder)
+        defer { Task { await fixture.stop() } }
+        fixture.apnsDelay.withLock { $0 = .milliseconds(5) }
+        let prefix = TestDatabases.freshPrefix()
+        // Leases short enough for a drill; a push that takes 3 s is retried.
+        let replicaSettings = ["--push-timeout-ms", "3000", "--lease-seconds", "5", "--delivery-batch", "200"]
+        try await LiveStack.with(directory: folder + "/stack", database: .postgres, schemaPrefix: prefix) { configuration in
+            fixture.configure(&configuration)
+            configuration.extraArguments["dispatch", default: []] += replicaSettings
+        } _: { live in
+            try await Self.run(live, fixture: fixture, folder: folder, prefix: prefix, replicaSettings: replicaSettings)
+        }
+    }
+
+    static func run(_ live: LiveStack, fixture: ProviderFixture, folder: String, prefix: String, replicaSettings: [String]) async throws {
+        let handles = try await Self.seed(prefix: prefix)
+        // Two more replicas on the same outbox, each with its own socket folder (so its own replica id).
+        let replicas = Replicas()
+        defer { replicas.stopAll() }
+        for index in 1...2 {
+            replicas.add(
+                try await Self.startReplica(index, live: live, folder: folder, prefix: prefix, fixture: fixture, extra: replicaSettings))
+        }
+        let dispatch = live.configuration.socketPath("dispatch")
+        let started = ContinuousClock.now
+        let outcome = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(60)) {
+            try await DispatchServiceClient($0).send(
+                SendRequest(
+                    targetTag: "drill", payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"drill"}}"#.utf8))],
+                    sender: "ops")
+            ).outcome
+        }
+        let id = try #require(outcome?.notificationID)
+        print("replica drill: \(Self.devices) deliveries committed after \(ContinuousClock.now - started)")
+
+        // Mid-send: one replica dies, another freezes for 10 s (its leases expire after 5).
+        _ = try await fixture.double.waitFor(2000, timeout: .seconds(60)) { $0.path.hasPrefix("/3/device/") }
+        let seenAtDrill = fixture.double.requests.count
+        kill(replicas.pid(0), SIGKILL)
+        kill(replicas.pid(1), SIGSTOP)
+        print("replica drill: replica 1 killed, replica 2 stopped after \(seenAtDrill) pushes, \(ContinuousClock.now - started)")
+        #expect(seenAtDrill < Self.devices, "every push arrived before the drill; it proved nothing")
+        try await Task.sleep(for: .seconds(10))  // the drill's freeze, not a wait for anything
+        kill(replicas.pid(1), SIGCONT)
+
+        // Then the outcome: polled until final.
+        var final = Outcome()
+        let deadline = ContinuousClock.now + .seconds(180)
+        repeat {
+            final = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport) {
+                try await DispatchServiceClient($0).getOutcome(GetOutcomeRequest(notificationID: id))
+            }
+            if final.state == .completed || final.state == .abandoned { break }
+            try await Task.sleep(for: .milliseconds(250))
+        } while ContinuousClock.now < deadline
+        print("replica drill: \(final.state) after \(ContinuousClock.now - started)")
+        #expect(final.state == .completed)
+        let counts = try #require(final.platforms.first)
+        #expect(counts.success == Int64(Self.devices) && counts.failure == 0 && counts.pending == 0, "\(counts)")
+
+        // The outbox's records against what APNs saw, by message id.
+        let records = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport) { client in
+            var records: [String: DeliveryRecord] = [:]
+            var after: Int64 = 0
+            while true {
+                let page = try await DispatchServiceClient(client).listDeliveries(
+                    ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000)
+                ).deliveries
+                for record in page { records[record.messageID] = record }
+                guard let last = page.last else { return records }
+                after = last.sequence
+            }
+        }
+        #expect(records.count == Self.devices)
+        var seen: [String: Int] = [:]
+        var devicesReached = Set<String>()
+        for request in fixture.double.requests where request.path.hasPrefix("/3/device/") {
+            seen[request.header("apns-id") ?? "", default: 0] += 1
+            devicesReached.insert(String(request.path.dropFirst("/3/device/".count)))
+        }
+        #expect(devicesReached == handles, "\(handles.subtracting(devicesReached).count) devices got no push")
+        #expect(Set(seen.keys) == Set(records.keys), "apns-ids APNs saw differ from the outbox's")
+        let repeated = seen.filter { $0.value > 1 }
+        let unexplained = repeated.filter { (records[$0.key]?.attempts ?? 0) < max(2, Int32($0.value)) }
+        #expect(unexplained.isEmpty, "\(unexplained.count) pushes arrived twice without a taken-over lease")
+        let retried = records.values.filter { $0.attempts > 1 }.count
+        #expect(retried > 0, "no lease was taken over: the killed and frozen replicas held nothing")
+        #expect(counts.retries >= Int64(retried))
+        print(
+            "replica drill: \(repeated.count) pushes arrived twice (same apns-id), \(retried) deliveries taken over after their lease expired"
+        )
+    }
+
+    /// Seeds `devices` APNs registrations tagged `drill` straight into herald-registration's
+    /// schema (through the edge it would take minutes); returns their handles.
+    static func seed(prefix: String) async throws -> Set<String> {
+        let url = try #require(TestDatabases.freshPostgresURL(service: "registration", prefix: prefix))
+        guard case .postgres(let location) = try DatabaseURL(url, service: "registration") else { throw ConfigError("not postgres") }
+        let db = try HeraldPostgres(location, logger: Logger(label: "drill-seed"), maximumConnections: 1)
+        try await db.query(
+            """
+            INSERT INTO registration (id, owner, platform, handle, created_at, updated_at)
+            SELECT 'r-drill-' || g, 'drill', \(Platform.apns.rawValue), lpad(to_hex(g), 64, '0'), 1, 1
+            FROM generate_series(1, \(Int64(devices))) g
+            """)
+        try await db.query(
+            "INSERT INTO registration_tag (tag, registration_id) SELECT 'drill', 'r-drill-' || g FROM generate_series(1, \(Int64(devices))) g"
+        )
+        return Set((1...devices).map { String(repeating: "0", count: 64 - String($0, radix: 16).count) + String($0, radix: 16) })
+    }
+
+    /// Another herald-dispatch on the stack's outbox and registration service, in its own folder.
+    static func startReplica(
+        _ index: Int, live: LiveStack, folder: String, prefix: String, fixture: ProviderFixture, extra: [String]
+    ) async throws -> Process {
+        let directory = "\(folder)/replica-\(index)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let configuration = live.configuration
+        let databaseURL = try #require(TestDatabases.freshPostgresURL(service: "dispatch", prefix: prefix))
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "\(configuration.binDirectory)/herald-dispatch")
+        process.arguments =
+            [
+                "--runtime-dir", directory, "--data-dir", directory, "--log-level", "info",
+                "--rpc-transport", configuration.rpcTransport.rawValue,
+                "--registration-socket", configuration.leanSocketPath("registration"),
+                "--registration-grpc-socket", configuration.grpcSocketPath("registration"),
+                "--database-url", databaseURL,
+            ] + fixture.dispatchArguments() + extra
+        let logPath = "\(directory)/dispatch.log"
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        let socket = configuration.rpcTransport == .grpc ? "\(directory)/dispatch.grpc.sock" : "\(directory)/dispatch.sock"
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
+            try #require(process.isRunning, "replica \(index) exited: see \(directory)/dispatch.log")
+            if FileManager.default.fileExists(atPath: socket),
+                await HeraldProcess.checkHealth(socketPath: socket, transport: configuration.rpcTransport, timeout: .milliseconds(500))
+            {
+                return process
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw StackError(description: "replica \(index) was not healthy within 60 s; see \(directory)/dispatch.log")
+    }
+}
+
+/// The extra replicas' processes, stopped (and thawed first) however the drill ends.
+final class Replicas: Sendable {
+    private let processes = Mutex<[Process]>([])
+
+    func add(_ process: Process) { processes.withLock { $0.append(process) } }
+
+    func pid(_ index: Int) -> pid_t { processes.withLock { $0[index].processIdentifier } }
+
+    func stopAll() {
+        for process in processes.withLock({ $0 }) where process.isRunning {
+            kill(process.processIdentifier, SIGCONT)
+            process.terminate()
+        }
+    }
+}
