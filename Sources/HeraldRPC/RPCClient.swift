@@ -5,6 +5,7 @@ import HeraldModel
 public import HeraldProto
 import NIOSSL
 public import ServiceLifecycle
+import Synchronization
 
 /// Which transport a client speaks.
 public enum RPCTransport: String, CaseIterable, Sendable {
@@ -27,28 +28,62 @@ public struct RPCCallOptions: Sendable {
     }
 }
 
-/// The connection to one Herald service, over a Unix socket or TCP+TLS, speaking either transport.
-/// Calls go through the typed clients generated from proto/ (`PayloadServiceClient(rpc)`…), which
-/// only accept their own service's methods.
+/// The connection to one Herald service, over a Unix socket or TCP+TLS, speaking either transport,
+/// or to several replicas of it. Calls go through the typed clients generated from proto/
+/// (`PayloadServiceClient(rpc)`…), which only accept their own service's methods.
 ///
 /// Every call carries a deadline (the caller's, or ``defaultTimeout``) and waits for the service to
 /// be reachable until then, so services can start in any order. Failures arrive as ``ServiceError``
 /// with the server's status code and message. Run it (it is a lifecycle `Service`) before calling.
+///
+/// With several endpoints (replicas of one service), calls take turns over the replicas that
+/// answered their last health check (grpc.health.v1, every `healthInterval`), or over all of them
+/// when none did. A replica whose call fails UNAVAILABLE (its connection lost, or it cannot be
+/// reached) is skipped until it answers SERVING again, and an idempotent call
+/// (``idempotentMethods``; a stream only before its first message) is tried once more on another.
 public final class RPCClient: Sendable {
-    /// Path of the service's socket (of the chosen transport).
+    /// Path of the service's socket (of the chosen transport), or its endpoints, comma-separated.
     public let socketPath: String
     public let transport: RPCTransport
     /// Deadline of calls that do not name their own.
     public let defaultTimeout: Duration
+    /// How often replicas' health is checked (with more than one).
+    public let healthInterval: Duration
 
     private enum Backend {
         case lean(LeanClient)
         case grpc(GRPCClient<HTTP2ClientTransport.Posix>)
     }
 
-    private let backend: Backend
+    /// One endpoint's connection and whether it answered its last health check (none yet: not
+    /// healthy, so that at start-up every replica is tried in turn, each call waiting for its own).
+    private final class Replica: Sendable {
+        let endpoint: RPCEndpoint
+        let backend: Backend
+        let healthy = Atomic<Bool>(false)
+
+        init(endpoint: RPCEndpoint, backend: Backend) {
+            self.endpoint = endpoint
+            self.backend = backend
+        }
+    }
+
+    private let replicas: [Replica]
+    /// Round-robin position.
+    private let turn = Atomic<Int>(0)
     /// Finished by ``close()``; the lean backend has no connection loop of its own to end.
     private let closed = AsyncStream<Void>.makeStream()
+
+    /// Methods whose repetition changes nothing but its answer's freshness: reads, checks, and
+    /// PUT-style writes of a whole value. Only these are tried again on another replica.
+    public static let idempotentMethods: Set<String> = [
+        "Authenticate", "AuthorizeSas", "UserExists", "ListUsers", "ListHubs", "GetHub", "ListHubKeys",
+        "GetOutcome", "ListInbox", "ListDeliveries", "GetHubCredentials",
+        "FetchPayload",
+        "UpsertRegistration", "ListRegistrations", "StreamAudience", "RemoveHandle", "PutInstallation", "GetInstallation",
+        "ListInstallations", "ExportDevices", "CheckHandles",
+        "Check", "Watch",
+    ]
 
     public convenience init(socketPath: String, transport: RPCTransport = .lean, defaultTimeout: Duration = .seconds(5)) throws {
         try self.init(endpoint: .unix(socketPath), transport: transport, tls: nil, defaultTimeout: defaultTimeout)
@@ -56,10 +91,26 @@ public final class RPCClient: Sendable {
 
     /// A client of a service at `endpoint`; on TCP, `tls` (required there) says whom to trust and
     /// which client certificate to present.
-    public init(endpoint: RPCEndpoint, transport: RPCTransport = .lean, tls: TLSFiles?, defaultTimeout: Duration = .seconds(5)) throws {
-        self.socketPath = endpoint.description
+    public convenience init(
+        endpoint: RPCEndpoint, transport: RPCTransport = .lean, tls: TLSFiles?, defaultTimeout: Duration = .seconds(5)
+    ) throws {
+        try self.init(endpoints: [endpoint], transport: transport, tls: tls, defaultTimeout: defaultTimeout)
+    }
+
+    /// A client of a service's replicas at `endpoints` (at least one).
+    public init(
+        endpoints: [RPCEndpoint], transport: RPCTransport = .lean, tls: TLSFiles?, defaultTimeout: Duration = .seconds(5),
+        healthInterval: Duration = .seconds(2)
+    ) throws {
+        guard !endpoints.isEmpty else { throw ConfigError("a client needs at least one endpoint") }
+        self.socketPath = endpoints.map(\.description).joined(separator: ",")
         self.transport = transport
         self.defaultTimeout = defaultTimeout
+        self.healthInterval = healthInterval
+        self.replicas = try endpoints.map { Replica(endpoint: $0, backend: try Self.backend(endpoint: $0, transport: transport, tls: tls)) }
+    }
+
+    private static func backend(endpoint: RPCEndpoint, transport: RPCTransport, tls: TLSFiles?) throws -> Backend {
         if case .tcp = endpoint, tls == nil { throw ConfigError("a TCP client needs TLS settings") }
         switch transport {
         case .lean:
@@ -67,7 +118,7 @@ public final class RPCClient: Sendable {
                 if case .tcp = endpoint { return try tls?.clientContext() }
                 return nil
             }()
-            backend = .lean(LeanClient(endpoint: endpoint, tls: context))
+            return .lean(LeanClient(endpoint: endpoint, tls: context))
         case .grpc:
             let target: any ResolvableTarget
             let security: HTTP2ClientTransport.Posix.TransportSecurity
@@ -96,7 +147,61 @@ public final class RPCClient: Sendable {
                     config.backoff.max = .seconds(1)
                 }
             )
-            backend = .grpc(GRPCClient(transport: http2))
+            return .grpc(GRPCClient(transport: http2))
+        }
+    }
+
+    /// The replica for the next call: the next healthy one in turn (or the next of all, when none
+    /// is), other than `excluding`; nil when there is no other.
+    private func pick(excluding: Replica? = nil) -> Replica? {
+        if replicas.count == 1 { return excluding == nil ? replicas[0] : nil }
+        let start = turn.wrappingAdd(1, ordering: .relaxed).oldValue
+        var fallback: Replica?
+        for offset in 0..<replicas.count {
+            let replica = replicas[(start &+ offset) % replicas.count]
+            if replica === excluding { continue }
+            if replica.healthy.load(ordering: .relaxed) { return replica }
+            if fallback == nil { fallback = replica }
+        }
+        return fallback
+    }
+
+    /// Runs `attempt` on a replica and, when it fails UNAVAILABLE on one of several, marks that
+    /// one down and tries once more on another, within the same deadline: any call that was never
+    /// sent (the lean protocol could not connect), and an idempotent one (with `retry` true)
+    /// whatever became of it.
+    ///
+    /// `attempt` gets the replica, the time left, and whether to fail fast: when another replica
+    /// is healthy, a call that cannot reach this one gives up at once instead of waiting for it.
+    private func withReplica<Result>(
+        method: String, timeout: Duration, retry: @escaping @Sendable () -> Bool = { true },
+        _ attempt: (Replica, Duration, Bool) async throws -> Result
+    ) async throws -> Result {
+        let deadline = ContinuousClock.now + timeout
+        var failed: Replica?
+        while true {
+            guard let replica = pick(excluding: failed) else { preconditionFailure("a client has at least one replica") }
+            let left = failed == nil ? timeout : deadline - .now
+            let failFast = replicas.contains { $0 !== replica && $0.healthy.load(ordering: .relaxed) }
+            let error: ServiceError
+            do {
+                return try await attempt(replica, left, failFast)
+            } catch let unsent as LeanClient.NotSent {
+                replica.healthy.store(false, ordering: .relaxed)
+                error = unsent.error
+                if failed == nil, replicas.count > 1, deadline - .now > .milliseconds(10) {
+                    failed = replica
+                    continue
+                }
+            } catch let thrown as ServiceError where thrown.code == .unavailable && replicas.count > 1 {
+                replica.healthy.store(false, ordering: .relaxed)
+                error = thrown
+                if failed == nil, Self.idempotentMethods.contains(method), retry(), deadline - .now > .milliseconds(10) {
+                    failed = replica
+                    continue
+                }
+            }
+            throw error
         }
     }
 
@@ -105,22 +210,29 @@ public final class RPCClient: Sendable {
     func call<Request, Response>(
         _ method: UnaryMethod<Request, Response>, _ request: Request, options: RPCCallOptions
     ) async throws -> Response {
-        let requestID = options.requestID
-        let timeout = options.timeout
+        let bytes = try encode(request)
+        return try await withReplica(method: method.method, timeout: options.timeout ?? defaultTimeout) { replica, timeout, failFast in
+            try await call(method, bytes, requestID: options.requestID, timeout: timeout, failFast: failFast, on: replica.backend)
+        }
+    }
+
+    private func call<Request, Response>(
+        _ method: UnaryMethod<Request, Response>, _ bytes: [UInt8], requestID: String?, timeout: Duration, failFast: Bool = false,
+        on backend: Backend
+    ) async throws -> Response {
         switch backend {
         case .lean(let lean):
             let response = try await lean.unary(
-                method: method.fullName, request: try encode(request), metadata: Self.leanMetadata(requestID),
-                timeout: timeout ?? defaultTimeout)
+                method: method.fullName, request: bytes, metadata: Self.leanMetadata(requestID), timeout: timeout, failFast: failFast)
             return try decode(Response.self, response)
         case .grpc(let grpc):
             do {
                 return try await grpc.unary(
-                    request: ClientRequest(message: try encode(request), metadata: Self.metadata(requestID)),
+                    request: ClientRequest(message: bytes, metadata: Self.metadata(requestID)),
                     descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
                     serializer: RawBytesCoder(),
                     deserializer: HeraldDeserializer<Response>(),
-                    options: callOptions(timeout)
+                    options: callOptions(timeout, failFast: failFast)
                 ) { response in try response.message }
             } catch let error as RPCError {
                 throw Self.serviceError(error)
@@ -129,57 +241,111 @@ public final class RPCClient: Sendable {
     }
 
     /// Calls a server-streaming RPC, handing each response to `onMessage` as it arrives (internal,
-    /// as ``call(_:_:options:)``).
+    /// as ``call(_:_:options:)``). Tried on another replica only before its first message.
     func stream<Request, Response>(
         _ method: ServerStreamingMethod<Request, Response>, _ request: Request, options: RPCCallOptions,
         onMessage: @escaping @Sendable (Response) async throws -> Void
     ) async throws {
+        let bytes = try encode(request)
         let requestID = options.requestID
-        let timeout = options.timeout
-        switch backend {
-        case .lean(let lean):
-            try await lean.call(
-                method: method.fullName, request: try encode(request), metadata: Self.leanMetadata(requestID),
-                timeout: timeout ?? defaultTimeout, window: LeanClient.streamWindow
-            ) { bytes in try await onMessage(try decode(Response.self, bytes)) }
-        case .grpc(let grpc):
-            do {
-                try await grpc.serverStreaming(
-                    request: ClientRequest(message: try encode(request), metadata: Self.metadata(requestID)),
-                    descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
-                    serializer: RawBytesCoder(),
-                    deserializer: HeraldDeserializer<Response>(),
-                    options: callOptions(timeout)
-                ) { response in
-                    for try await message in response.messages { try await onMessage(message) }
+        let started = Atomic<Bool>(false)
+        let onMessage: @Sendable (Response) async throws -> Void = { message in
+            started.store(true, ordering: .relaxed)
+            try await onMessage(message)
+        }
+        try await withReplica(
+            method: method.method, timeout: options.timeout ?? defaultTimeout, retry: { !started.load(ordering: .relaxed) }
+        ) { replica, timeout, failFast in
+            switch replica.backend {
+            case .lean(let lean):
+                try await lean.call(
+                    method: method.fullName, request: bytes, metadata: Self.leanMetadata(requestID),
+                    timeout: timeout, window: LeanClient.streamWindow, failFast: failFast
+                ) { bytes in try await onMessage(try decode(Response.self, bytes)) }
+            case .grpc(let grpc):
+                do {
+                    try await grpc.serverStreaming(
+                        request: ClientRequest(message: bytes, metadata: Self.metadata(requestID)),
+                        descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
+                        serializer: RawBytesCoder(),
+                        deserializer: HeraldDeserializer<Response>(),
+                        options: callOptions(timeout, failFast: failFast)
+                    ) { response in
+                        for try await message in response.messages { try await onMessage(message) }
+                    }
+                } catch let error as RPCError {
+                    throw Self.serviceError(error)
                 }
-            } catch let error as RPCError {
-                throw Self.serviceError(error)
             }
         }
     }
 
-    /// Asks the connection to close once in-flight calls finish.
+    /// Asks the connections to close once in-flight calls finish.
     public func close() {
-        switch backend {
-        case .lean(let lean): lean.close()
-        case .grpc(let grpc): grpc.beginGracefulShutdown()
+        for replica in replicas {
+            switch replica.backend {
+            case .lean(let lean): lean.close()
+            case .grpc(let grpc): grpc.beginGracefulShutdown()
+            }
         }
         closed.continuation.finish()
     }
 
-    /// Runs the transport's connection management until ``close()``.
+    /// Runs the transports' connection management until ``close()``, and with several replicas
+    /// checks their health every ``healthInterval``.
     fileprivate func runConnections() async throws {
-        switch backend {
-        case .lean: for await _ in closed.stream {}
-        case .grpc(let grpc): try await grpc.runConnections()
+        // The health checks stop at close; gRPC's connection loops end by themselves once
+        // close() has begun their graceful shutdown and in-flight calls have drained.
+        let checks = replicas.count > 1 ? Task { await self.checkReplicas() } : nil
+        try await withThrowingDiscardingTaskGroup { group in
+            for replica in replicas {
+                guard case .grpc(let grpc) = replica.backend else { continue }
+                group.addTask { try await grpc.runConnections() }
+            }
+            await withTaskCancellationHandler {
+                for await _ in closed.stream {}
+            } onCancel: {
+                checks?.cancel()
+            }
+            checks?.cancel()
         }
     }
 
-    private func callOptions(_ timeout: Duration?) -> CallOptions {
+    /// Asks each replica's grpc.health.v1 every ``healthInterval`` until the client closes or the
+    /// task is cancelled; SERVING marks it healthy, anything else (or no answer within a second) not.
+    private func checkReplicas() async {
+        while !Task.isCancelled {
+            await withTaskGroup(of: Void.self) { group in
+                for replica in replicas {
+                    group.addTask {
+                        let serving: Bool
+                        do {
+                            let answer: HealthCheckResponse = try await self.call(
+                                HealthMethods.check, try self.encode(HealthCheckRequest(service: "")), requestID: nil,
+                                timeout: .seconds(1), on: replica.backend)
+                            serving = answer.status == .serving
+                        } catch {
+                            serving = false
+                        }
+                        replica.healthy.store(serving, ordering: .relaxed)
+                    }
+                }
+            }
+            try? await Task.sleep(for: healthInterval)
+        }
+    }
+
+    /// Whether each replica answered its last health check (tests, metrics).
+    public var replicaHealth: [(endpoint: RPCEndpoint, healthy: Bool)] {
+        replicas.map { ($0.endpoint, $0.healthy.load(ordering: .relaxed)) }
+    }
+
+    private func callOptions(_ timeout: Duration?, failFast: Bool) -> CallOptions {
         var options = CallOptions.defaults
         options.timeout = timeout ?? defaultTimeout
-        options.waitForReady = true
+        // Wait for the service to come up within the deadline, unless another replica could take
+        // the call (then fail at once: idempotent calls go to it, see withReplica).
+        options.waitForReady = !failFast
         options.maxRequestMessageBytes = RPCLimits.maxMessageBytes
         options.maxResponseMessageBytes = RPCLimits.maxMessageBytes
         return options

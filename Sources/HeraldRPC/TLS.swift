@@ -5,7 +5,7 @@ public import NIOSSL
 
 /// Where a service listens or a client connects: a Unix socket on this machine, or TCP (always
 /// with TLS) between machines.
-public enum RPCEndpoint: Sendable, CustomStringConvertible {
+public enum RPCEndpoint: Sendable, Hashable, CustomStringConvertible {
     case unix(String)
     case tcp(host: String, port: Int)
 

@@ -105,8 +105,8 @@ public enum HeraldProcess {
         var clients: [String: RPCClient] = [:]
         for peer in peers {
             clients[peer] = try RPCClient(
-                endpoint: config.endpoint(of: peer), transport: config.rpcTransport, tls: config.tls,
-                defaultTimeout: config.rpcTimeout)
+                endpoints: config.endpoints(of: peer), transport: config.rpcTransport, tls: config.tls,
+                defaultTimeout: config.rpcTimeout, healthInterval: config.healthInterval)
         }
         let context = ProcessContext(config: config, reader: reader, logger: logger, clients: clients)
         var own = try await definition.makeServices(context)

@@ -13,7 +13,8 @@ public import HeraldRPC
 ///   ``DatabaseURL``); `postgres://…` lets replicas of the service share one database.
 /// - `rpc-transport` (`lean`): what this process's clients speak, `lean` or `grpc`.
 /// - `<peer>-socket` (`<runtime-dir>/<peer>.sock`), `<peer>-grpc-socket` (`<runtime-dir>/<peer>.grpc.sock`):
-///   where a service it calls listens, per transport.
+///   where a service it calls listens, per transport; a comma-separated list names replicas, which
+///   calls are spread over (see ``RPCClient``).
 /// - `log-level` (`info`): trace, debug, info, notice, warning, error or critical.
 /// - `rpc-timeout-ms` (5000): deadline of the calls this process makes.
 /// - `drain-timeout-ms` (10000): how long shutdown waits for in-flight calls.
@@ -21,7 +22,7 @@ public import HeraldRPC
 /// - `listen-tcp` (`off`), `grpc-listen-tcp` (`off`): `host:port` to also serve the lean protocol /
 ///   gRPC on TCP, always with TLS (see ``TLSFiles``), for callers on other machines.
 /// - `<peer>-address`, `<peer>-grpc-address` (unset): `host:port` of a called service on TCP (TLS),
-///   used instead of its socket.
+///   used instead of its socket; a comma-separated list names replicas.
 /// - `metrics-listen` (`off`): `host:port` of an HTTP listener serving `GET /metrics` (Prometheus
 ///   text); port 0 picks one, written to `<runtime-dir>/<service>.metrics.url`.
 /// - `health-interval-ms` (2000): how often health re-checks the database and the services this
@@ -51,8 +52,8 @@ public struct RuntimeConfig: Sendable {
     /// `test-mode`: the service answers ResetForTests (and the edge serves `/v1/test/*`). For
     /// integration-test stacks only (docker-compose.test.yml); off by default and in production.
     public var testMode: Bool
-    private var peerAddresses: [String: RPCEndpoint] = [:]
-    private var peerSockets: [String: String]
+    private var peerAddresses: [String: [RPCEndpoint]] = [:]
+    private var peerSockets: [String: [String]]
 
     public enum LogFormat: String, CaseIterable, Sendable {
         case text, json
@@ -117,29 +118,47 @@ public struct RuntimeConfig: Sendable {
         testMode = try reader.bool("test-mode")
         for peer in peers {
             let key = rpcTransport == .lean ? "\(peer)-address" : "\(peer)-grpc-address"
-            if let address = try tcp(key) { peerAddresses[peer] = address }
+            let text = reader.string(key, default: "off")
+            guard text != "off" else { continue }
+            peerAddresses[peer] = try Self.list(text, key: key).map { try RPCEndpoint.tcp($0, key: key) }
         }
-        var peerSockets: [String: String] = [:]
+        var peerSockets: [String: [String]] = [:]
         for peer in peers {
-            peerSockets[peer] =
-                switch rpcTransport {
-                case .lean: try socket("\(peer)-socket", "\(runtimeDir)/\(peer).sock")
-                case .grpc: try socket("\(peer)-grpc-socket", "\(runtimeDir)/\(peer).grpc.sock")
+            let key = rpcTransport == .lean ? "\(peer)-socket" : "\(peer)-grpc-socket"
+            let fallback = rpcTransport == .lean ? "\(runtimeDir)/\(peer).sock" : "\(runtimeDir)/\(peer).grpc.sock"
+            let text = reader.string(key, default: fallback)
+            if text == "off" { throw ConfigError("the socket of \(peer) cannot be off: \(service) calls it") }
+            peerSockets[peer] = try Self.list(text, key: key).map { path in
+                guard path.utf8.count <= Self.maxSocketPathBytes else {
+                    throw ConfigError(
+                        "\(key) \(path) is \(path.utf8.count) bytes; Unix socket paths are at most \(Self.maxSocketPathBytes)")
                 }
-            if peerSockets[peer] == nil { throw ConfigError("the socket of \(peer) cannot be off: \(service) calls it") }
+                return path
+            }
         }
         self.peerSockets = peerSockets
     }
 
-    /// Where a peer is for ``rpcTransport``: its TCP address when one is set, else its socket.
-    public func endpoint(of peer: String) -> RPCEndpoint {
-        peerAddresses[peer] ?? .unix(socketPath(of: peer))
+    /// The items of a comma-separated setting, none empty.
+    private static func list(_ text: String, key: String) throws -> [String] {
+        let items = text.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        guard !items.contains(where: \.isEmpty) else { throw ConfigError("\(key) has an empty item: \(text)") }
+        return items
     }
 
-    /// The socket of a peer named in `peers` at init, for ``rpcTransport``.
-    public func socketPath(of peer: String) -> String {
-        guard let path = peerSockets[peer] else { preconditionFailure("\(peer) is not a declared peer of \(service)") }
-        return path
+    /// Where a peer's replicas are for ``rpcTransport``: their TCP addresses when set, else their
+    /// sockets. One, unless the setting lists several.
+    public func endpoints(of peer: String) -> [RPCEndpoint] {
+        peerAddresses[peer] ?? socketPaths(of: peer).map { .unix($0) }
+    }
+
+    /// The first socket of a peer named in `peers` at init, for ``rpcTransport``.
+    public func socketPath(of peer: String) -> String { socketPaths(of: peer)[0] }
+
+    /// The sockets of a peer's replicas, for ``rpcTransport``.
+    public func socketPaths(of peer: String) -> [String] {
+        guard let paths = peerSockets[peer] else { preconditionFailure("\(peer) is not a declared peer of \(service)") }
+        return paths
     }
 
     /// This service's own socket for ``rpcTransport`` (or the other one when that is off).

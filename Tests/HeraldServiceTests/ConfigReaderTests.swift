@@ -45,4 +45,18 @@ struct ConfigReaderTests {
                 service: "x", peers: [], reader: try ConfigReader(arguments: ["--socket", "/" + String(repeating: "s", count: 120)]))
         }
     }
+
+    @Test("a comma-separated socket or address setting names a peer's replicas")
+    func peerReplicas() throws {
+        func config(_ arguments: [String]) throws -> RuntimeConfig {
+            try RuntimeConfig(service: "edge", peers: ["registration"], reader: try ConfigReader(arguments: arguments))
+        }
+        #expect(
+            try config(["--registration-socket", "/a.sock, /b.sock"]).endpoints(of: "registration") == [.unix("/a.sock"), .unix("/b.sock")])
+        #expect(try config([]).endpoints(of: "registration") == [.unix(".herald/run/registration.sock")])
+        let tcp = try config(["--registration-address", "10.0.0.1:7001,reg-2.internal:7001"])
+        #expect(tcp.endpoints(of: "registration") == [.tcp(host: "10.0.0.1", port: 7001), .tcp(host: "reg-2.internal", port: 7001)])
+        #expect(throws: ConfigError.self) { try config(["--registration-socket", "/a.sock,,/b.sock"]) }
+        #expect(throws: ConfigError.self) { try config(["--registration-address", "10.0.0.1:7001,nope"]) }
+    }
 }

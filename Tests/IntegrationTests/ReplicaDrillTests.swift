@@ -119,6 +119,61 @@ struct ReplicaDrillTests {
         )
     }
 
+    @Test("the edge spreads calls over two herald-registration replicas, and keeps answering when one is killed")
+    func edgeOverReplicas() async throws {
+        let folder = try LiveStack.makeDirectory()
+        let prefix = TestDatabases.freshPrefix()
+        let second = "\(folder)/registration-2"
+        try await LiveStack.with(directory: folder + "/stack", database: .postgres, schemaPrefix: prefix) { configuration in
+            configuration.extraArguments["edge", default: []] += [
+                "--registration-socket", "\(configuration.leanSocketPath("registration")),\(second)/registration.sock",
+                "--health-interval-ms", "200",
+            ]
+        } _: { live in
+            let replica = try await Self.startProcess(
+                "registration", directory: second, live: live,
+                arguments: [
+                    "--database-url", try #require(TestDatabases.freshPostgresURL(service: "registration", prefix: prefix)),
+                    "--metrics-listen", "127.0.0.1:0",
+                ])
+            defer { if replica.isRunning { replica.terminate() } }
+            let urlFile = "\(second)/registration.metrics.url"
+            let urlDeadline = ContinuousClock.now + .seconds(10)
+            while !FileManager.default.fileExists(atPath: urlFile), ContinuousClock.now < urlDeadline {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let metricsURL = try String(contentsOfFile: urlFile, encoding: .utf8)
+            let metrics = EdgeClient(
+                base: URL(string: metricsURL.trimmingCharacters(in: .whitespacesAndNewlines))!.deletingLastPathComponent())
+            func upsertsAtSecond() async throws -> Double {
+                OperationsTests.value(
+                    try await metrics.request("GET", "metrics").text, "herald_rpc_requests_total",
+                    ["RegistrationService/UpsertRegistration", "status=\"OK\""])
+            }
+            // Registrations through the edge until the second replica has served some (it is
+            // used once the edge's health check has seen it), 200 at the most.
+            var registered = 0
+            while try await upsertsAtSecond() == 0, registered < 200 {
+                try await live.register("lb-\(registered % 5)", handle: apnsToken(3000 + registered))
+                registered += 1
+            }
+            let atSecond = try await upsertsAtSecond()
+            #expect(atSecond > 0, "the second replica served no registration in \(registered)")
+            // Both keep serving: 40 more go to each in turn.
+            for n in 0..<40 { try await live.register("lb-\(n % 5)", handle: apnsToken(4000 + n)) }
+            #expect(try await upsertsAtSecond() >= atSecond + 10, "calls did not take turns")
+
+            kill(replica.processIdentifier, SIGKILL)
+            // Every request keeps succeeding: calls that cannot reach it go to the first replica.
+            for n in 0..<40 {
+                let id = try await live.register("lb-\(n % 5)", handle: apnsToken(5000 + n))
+                let deleted = try await live.edge.request("DELETE", "/api/register/\(id)", as: "lb-\(n % 5)")
+                #expect(deleted.status == 200, "DELETE api/register: \(deleted.status) \(deleted.text)")
+            }
+            print("edge over replicas: \(registered) registrations before the second replica served one; \(Int(atSecond)) upserts there")
+        }
+    }
+
     /// Seeds `devices` APNs registrations tagged `drill` straight into herald-registration's
     /// schema (through the edge it would take minutes); returns their handles.
     static func seed(prefix: String) async throws -> Set<String> {
@@ -141,30 +196,39 @@ struct ReplicaDrillTests {
     static func startReplica(
         _ index: Int, live: LiveStack, folder: String, prefix: String, fixture: ProviderFixture, extra: [String]
     ) async throws -> Process {
-        let directory = "\(folder)/replica-\(index)"
+        let databaseURL = try #require(TestDatabases.freshPostgresURL(service: "dispatch", prefix: prefix))
+        let configuration = live.configuration
+        return try await startProcess(
+            "dispatch", directory: "\(folder)/replica-\(index)", live: live,
+            arguments: [
+                "--registration-socket", configuration.leanSocketPath("registration"),
+                "--registration-grpc-socket", configuration.grpcSocketPath("registration"),
+                "--database-url", databaseURL,
+            ] + fixture.dispatchArguments() + extra)
+    }
+
+    /// Starts `herald-<service>` with its own sockets in `directory` (logging to a file there) and
+    /// waits until it answers SERVING.
+    static func startProcess(_ service: String, directory: String, live: LiveStack, arguments: [String]) async throws -> Process {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let configuration = live.configuration
-        let databaseURL = try #require(TestDatabases.freshPostgresURL(service: "dispatch", prefix: prefix))
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "\(configuration.binDirectory)/herald-dispatch")
+        process.executableURL = URL(fileURLWithPath: "\(configuration.binDirectory)/herald-\(service)")
         process.arguments =
             [
                 "--runtime-dir", directory, "--data-dir", directory, "--log-level", "info",
                 "--rpc-transport", configuration.rpcTransport.rawValue,
-                "--registration-socket", configuration.leanSocketPath("registration"),
-                "--registration-grpc-socket", configuration.grpcSocketPath("registration"),
-                "--database-url", databaseURL,
-            ] + fixture.dispatchArguments() + extra
-        let logPath = "\(directory)/dispatch.log"
+            ] + arguments
+        let logPath = "\(directory)/\(service).log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         process.standardOutput = log
         process.standardError = log
         try process.run()
-        let socket = configuration.rpcTransport == .grpc ? "\(directory)/dispatch.grpc.sock" : "\(directory)/dispatch.sock"
+        let socket = configuration.rpcTransport == .grpc ? "\(directory)/\(service).grpc.sock" : "\(directory)/\(service).sock"
         let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
-            try #require(process.isRunning, "replica \(index) exited: see \(directory)/dispatch.log")
+            try #require(process.isRunning, "herald-\(service) in \(directory) exited: see \(logPath)")
             if FileManager.default.fileExists(atPath: socket),
                 await HeraldProcess.checkHealth(socketPath: socket, transport: configuration.rpcTransport, timeout: .milliseconds(500))
             {
@@ -172,7 +236,7 @@ struct ReplicaDrillTests {
             }
             try await Task.sleep(for: .milliseconds(50))
         }
-        throw StackError(description: "replica \(index) was not healthy within 60 s; see \(directory)/dispatch.log")
+        throw StackError(description: "herald-\(service) in \(directory) was not healthy within 60 s; see \(logPath)")
     }
 }
 

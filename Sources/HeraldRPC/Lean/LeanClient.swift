@@ -33,6 +33,11 @@ final class LeanClient: Sendable {
     let endpoint: RPCEndpoint
     let tls: NIOSSLContext?
 
+    /// A call that never left: this replica could not be reached. Any call may be tried elsewhere.
+    struct NotSent: Error {
+        let error: ServiceError
+    }
+
     init(endpoint: RPCEndpoint, tls: NIOSSLContext?, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes) {
         self.endpoint = endpoint
         self.tls = tls
@@ -59,10 +64,15 @@ final class LeanClient: Sendable {
     /// the deadline, a cancellation or the connection's loss, whichever comes first), where a
     /// stream would cost an `AsyncThrowingStream` per call. Measured by `herald-bench
     /// instructions`: the stream's machinery was a third of the edge's instructions per GET.
-    func unary(method: String, request: [UInt8], metadata: [LeanMetadataEntry], timeout: Duration) async throws -> [UInt8] {
+    ///
+    /// With `failFast` (another replica can take it), a failed connect ends the call at once with
+    /// ``NotSent`` instead of retrying this service until the deadline.
+    func unary(
+        method: String, request: [UInt8], metadata: [LeanMetadataEntry], timeout: Duration, failFast: Bool = false
+    ) async throws -> [UInt8] {
         let deadline = ContinuousClock.now + timeout
         var frame = try encodeRequest(method: method, request: request, metadata: metadata, timeout: timeout, window: 0)
-        let connection = try await connection(deadline: deadline)
+        let connection = try await connection(deadline: deadline, failFast: failFast)
         let calls = connection.calls
         guard let id = calls.reserveUnary() else {
             throw ServiceError(.unavailable, "connection to \(socketPath) is closing; retry")
@@ -112,12 +122,12 @@ final class LeanClient: Sendable {
 
     /// Makes one streaming call; hands each response message to `onMessage`.
     func call(
-        method: String, request: [UInt8], metadata: [LeanMetadataEntry], timeout: Duration, window: UInt32,
+        method: String, request: [UInt8], metadata: [LeanMetadataEntry], timeout: Duration, window: UInt32, failFast: Bool = false,
         onMessage: ([UInt8]) async throws -> Void
     ) async throws {
         let deadline = ContinuousClock.now + timeout
         let requestBytes = try encodeRequest(method: method, request: request, metadata: metadata, timeout: timeout, window: window)
-        let connection = try await connection(deadline: deadline)
+        let connection = try await connection(deadline: deadline, failFast: failFast)
         let (frames, continuation) = AsyncThrowingStream<LeanFrame, any Error>.makeStream()
         guard let id = connection.calls.open(continuation) else {
             throw ServiceError(.unavailable, "connection to \(socketPath) is closing; retry")
@@ -166,7 +176,7 @@ final class LeanClient: Sendable {
     }
 
     /// A usable connection, opening one (retrying until `deadline`) when there is none.
-    private func connection(deadline: ContinuousClock.Instant) async throws -> LeanConnection {
+    private func connection(deadline: ContinuousClock.Instant, failFast: Bool) async throws -> LeanConnection {
         var backoff = Duration.milliseconds(20)
         while true {
             // The common case, an open connection, costs one lock and no task.
@@ -202,6 +212,7 @@ final class LeanClient: Sendable {
                 if error is CancellationError || Task.isCancelled { throw error }
                 failure = "\(error)"
             }
+            if failFast { throw NotSent(error: ServiceError(.unavailable, "cannot reach \(socketPath): \(failure)")) }
             guard ContinuousClock.now + backoff < deadline else {
                 throw ServiceError(.unavailable, "cannot reach \(socketPath): \(failure)")
             }
