@@ -9,7 +9,8 @@
 #                             run every store against: scripts/postgres.sh)
 #   scripts/setup.sh --bench  also wrk (the edge scenario's load generator), h2load from nghttp2-client
 #                             (the APNs double's capacity), openssl (the double's certificate) and
-#                             valgrind (instruction counts); --test installs them too
+#                             valgrind (instruction counts), postgresql (the replicas scenario's
+#                             throw-away cluster); --test installs them too
 #   scripts/setup.sh --compose  only what scripts/compose-test.sh needs: podman, runc (crun fails here),
 #                             docker-compose (v1) and podman-compose, debootstrap (the base image),
 #                             python3-venv (the pytest example), curl
@@ -26,7 +27,7 @@ if [[ "${1:-}" == "--test" ]]; then
   python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
 fi
 if [[ "${1:-}" == "--test" || "${1:-}" == "--bench" ]]; then
-  packages+=(wrk nghttp2-client openssl valgrind)
+  packages+=(wrk nghttp2-client openssl valgrind postgresql)
 fi
 
 missing=()

@@ -8,7 +8,8 @@
 #      integration suite again with every store that has a PostgreSQL form on PostgreSQL
 #   5. schemathesis against a live stack (scripts/schemathesis.sh), then the image and
 #      docker-compose.yml run for real with podman (scripts/compose-test.sh)
-#   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds), and
+#   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds; the
+#      replicas scenario on the test cluster), and
 #      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
 #   7. every libFuzzer target for 20 s (six targets: keep the whole run under 25 minutes) (scripts/fuzz.sh)
 set -euo pipefail
@@ -46,6 +47,8 @@ scripts/compose-test.sh
 echo "test.sh: compose test took $(( $(date +%s) - compose_start ))s"
 bench_start=$(date +%s)
 "$(swift build --show-bin-path)/herald-bench" all --quick --json .build/bench-quick.json
+# Issue 17's figures: fan-out with 1-3 dispatch replicas on the test cluster next to SQLite's one.
+"$(swift build --show-bin-path)/herald-bench" replicas --quick --database "$HERALD_TEST_POSTGRES_URL"
 echo "test.sh: benchmark quick run took $(( $(date +%s) - bench_start ))s"
 soak_start=$(date +%s)
 "$(swift build --show-bin-path)/herald-bench" soak --quick --minutes 1

@@ -85,8 +85,8 @@ struct EdgeBench: AsyncParsableCommand {
     var connections = 64
     @Option(
         help: """
-            postgres://…: herald-payload and herald-registration keep their data there (schemas herald_payload, \
-            herald_registration, emptied first) instead of SQLite. scripts/postgres.sh start DIR makes a throw-away server.
+            postgres://…: every service keeps its data there (schemas herald_<service>, emptied first) instead of \
+            SQLite. scripts/postgres.sh start DIR makes a throw-away server.
             """)
     var database: String?
 
@@ -101,7 +101,7 @@ struct EdgeBench: AsyncParsableCommand {
 struct EdgeScenario {
     var options: BenchOptions
     var connections = 64
-    /// nil: SQLite; else the PostgreSQL URL payload and registration use.
+    /// nil: SQLite; else the PostgreSQL URL every service uses.
     var database: String?
 
     func run() async throws -> Report {
@@ -119,12 +119,7 @@ struct EdgeScenario {
         var configuration = StackConfiguration.bench(dir: dir)
         if let database {
             // A fresh start: the schemas are dropped, so each run measures the same table sizes.
-            guard var psqlURL = URLComponents(string: database) else { throw BenchError("--database is not a URL") }
-            psqlURL.queryItems = psqlURL.queryItems?.filter { $0.name != "schema" }  // Herald's parameter, not libpq's
-            for service in Stack.postgresServices {
-                _ = try runProcess(
-                    "/usr/bin/psql", [psqlURL.string ?? database, "-qAtc", "DROP SCHEMA IF EXISTS herald_\(service) CASCADE"])
-            }
+            try resetPostgres(database)
             configuration.databaseURL = database
         }
         let stack = Stack(configuration: configuration)
@@ -176,7 +171,7 @@ struct EdgeScenario {
                         baselineValue: helloRun.p99Millis, better: "lower"))
             }
             var lines = [
-                "## edge: HTTP through the whole stack, wrk -c\(connections), \(options.wrkSeconds) s per route (tutorial auth: user == password; payload and registration on \(database == nil ? "SQLite" : "PostgreSQL"))",
+                "## edge: HTTP through the whole stack, wrk -c\(connections), \(options.wrkSeconds) s per route (tutorial auth: user == password; every service on \(database == nil ? "SQLite" : "PostgreSQL"))",
                 "",
                 "| route | requests/s | p50 ms | p99 ms | % of hello world |",
                 "|---|---:|---:|---:|---:|",
