@@ -5,20 +5,35 @@
 # edge's health check), then `podman import` it.
 #   scripts/base-image.sh            prints the image name; makes it only when podman lacks it
 #   scripts/base-image.sh --force    makes it again
+#   scripts/base-image.sh --postgres the same with PostgreSQL 15 added (docker-compose.postgres.yml's
+#                                    database: services/Dockerfile's `postgres` target)
 # The root filesystem is cached as a tarball in ${HERALD_CACHE_DIR:-~/.cache/herald}, keyed by the
 # package list, so a machine whose podman storage was wiped imports it again in seconds.
 # Needs root (debootstrap), podman and debootstrap (scripts/compose-test.sh installs them).
 set -euo pipefail
 
+force=false
+postgres=false
+for arg in "$@"; do
+  case "$arg" in
+    --force) force=true ;;
+    --postgres) postgres=true ;;
+    *) echo "base-image: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
 image="${HERALD_BASE_IMAGE:-localhost/herald-base:bookworm}"
 packages="libsqlite3-0,libprotobuf-c1,ca-certificates,curl"
+if $postgres; then
+  image=localhost/herald-postgres-base:bookworm
+  packages="$packages,postgresql-15"
+fi
 suite=bookworm
 # The machine's own Debian mirror (deb822 or one-line sources), else deb.debian.org.
 mirror="$(grep -hoE '^(URIs:|deb) +https?://[^ ]+/debian/?( |$)' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
   | head -1 | awk '{print $2}' || true)"
 mirror="${mirror:-http://deb.debian.org/debian}"
 
-if [[ "${1:-}" != "--force" ]] && podman image exists "$image"; then
+if ! $force && podman image exists "$image"; then
   echo "$image"
   exit 0
 fi
@@ -27,7 +42,7 @@ cache="${HERALD_CACHE_DIR:-$HOME/.cache/herald}"
 key="$(printf '%s %s %s' "$suite" "$packages" "$(dpkg --print-architecture)" | sha256sum | cut -c1-16)"
 tarball="$cache/base-$suite-$key.tar"
 mkdir -p "$cache"
-if [[ "${1:-}" == "--force" || ! -s "$tarball" ]]; then
+if $force || [[ ! -s "$tarball" ]]; then
   start=$(date +%s)
   root="$(mktemp -d "$cache/rootfs.XXXXXX")"
   trap 'rm -rf "$root"' EXIT

@@ -21,6 +21,9 @@
 #      `docker-compose logs dispatch` names the setting;
 #   6. `down` + `up`: every account, registration, payload and recorded push is still there;
 #   7. `down -v`: no container, network or volume of the project is left.
+# Then docker-compose.postgres.yml over it (8): PostgreSQL for every service, a second registration,
+# dispatch and edge; a device registered through one edge gets its push sent through the other, and
+# registering goes on when a registration replica is killed; `down -v` leaves nothing.
 # Then Examples/integration-test (pytest) starts Herald itself with docker-compose.test.yml, once
 # through docker-compose v1 and once through podman-compose (another Compose-spec implementation).
 set -euo pipefail
@@ -238,6 +241,45 @@ step "6. down + up: accounts, registration, both payloads and the inbox kept; th
 [[ -z "$(podman volume ls -q | grep "^${project}_" || true)" ]] || fail "volumes left after down -v: $(podman volume ls -q | grep "^${project}_")"
 [[ -z "$(podman network ls --format '{{.Name}}' | grep "^${project}_" || true)" ]] || fail "networks left after down -v"
 step "7. down -v: no container, volume or network left"
+
+# 8. The PostgreSQL overlay: one database, replicas of registration, dispatch and the edge.
+scripts/image.sh --postgres
+compose_pg=(docker-compose --project-name "$project" -f docker-compose.yml -f docker-compose.postgres.yml)
+port2="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+export HERALD_EDGE2_PORT="127.0.0.1:$port2"
+url2="http://127.0.0.1:$port2"
+ready2() { [[ "$(curl -s -o /dev/null -w '%{http_code}' "$url2/readyz")" == 200 ]]; }
+up_start=$(date +%s)
+"${compose_pg[@]}" up -d >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "docker-compose up with docker-compose.postgres.yml"; }
+wait_for 120 "/readyz of the first edge on PostgreSQL" ready
+wait_for 60 "/readyz of the second edge on PostgreSQL" ready2
+running="$("${compose_pg[@]}" ps --services --filter status=running | sort | tr '\n' ' ')"
+[[ "$running" == "auth dispatch dispatch-2 edge edge-2 payload postgres registration registration-2 " ]] || fail "running: $running"
+printf 'carol-Pa55word\n' | "${compose_pg[@]}" exec -T auth herald users add carol | grep -q "user carol created" || fail "herald users add carol"
+C=(-u carol:carol-Pa55word)
+handle="$(printf 'cd%.0s' $(seq 32))"
+expect_status 200 "POST api/register at the second edge" "${C[@]}" -X POST "$url2/api/register?handle=$handle"
+reg="$(json 'd')"
+expect_status 200 "PUT api/register at the second edge" "${C[@]}" -X PUT "$url2/api/register/$reg" -H 'Content-Type: application/json' \
+  -d "{\"Platform\":\"apns\",\"Handle\":\"$handle\",\"Tags\":[]}"
+expect_status 200 "POST api/notifications at the first edge" "${C[@]}" -X POST "$url/api/notifications"
+wait_for 20 "the secure push in herald inbox (PostgreSQL)" inbox_field "$handle" secureId
+secure="$(inbox_field "$handle" secureId)"
+expect_status 200 "GET api/notifications/$secure at the second edge" "${C[@]}" "$url2/api/notifications/$secure"
+[[ "$(json 'd["Payload"]')" == "Secure confirmation." ]] || fail "secure payload on PostgreSQL: $(cat "$work/body")"
+step "8a. docker-compose.postgres.yml up in $(( $(date +%s) - up_start ))s: registered at one edge, pushed through the other, fetched"
+podman kill "$("${compose_pg[@]}" ps -q registration)" >/dev/null
+for n in 1 2 3 4 5 6; do
+  edge_url="$url"; (( n % 2 )) && edge_url="$url2"
+  expect_status 200 "POST api/register ($n) with a registration replica killed" "${C[@]}" -X POST "$edge_url/api/register?handle=$handle"
+  expect_status 200 "PUT api/register ($n) with a registration replica killed" "${C[@]}" -X PUT "$edge_url/api/register/$(json 'd')" \
+    -H 'Content-Type: application/json' -d "{\"Platform\":\"apns\",\"Handle\":\"$handle\",\"Tags\":[\"n$n\"]}"
+done
+"${compose_pg[@]}" down -v >/dev/null 2>&1
+[[ -z "$(podman ps -aq --filter "label=com.docker.compose.project=$project")" ]] || fail "containers left after down -v (PostgreSQL)"
+[[ -z "$(podman volume ls -q | grep "^${project}_" || true)" ]] || fail "volumes left after down -v (PostgreSQL)"
+unset HERALD_EDGE2_PORT
+step "8b. a registration replica killed: both edges kept registering; down -v left nothing"
 
 # Another team's tests: Examples/integration-test starts Herald with the test overlay itself.
 venv=.build/integration-test-venv

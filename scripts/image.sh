@@ -2,6 +2,8 @@
 # Builds Herald's image without a registry or a Swift compiler in a container: services/Dockerfile's
 # `runtime-prebuilt` target over the binaries already built on this machine.
 #   scripts/image.sh [--debug|--release] [--tag NAME]     (default: --debug, herald:latest)
+#   scripts/image.sh --postgres      herald-postgres:latest, docker-compose.postgres.yml's database
+#                                    (services/Dockerfile's `postgres` target; no Herald binaries)
 # The build must exist (`swift build` / `swift build -c release`). The executables are stripped
 # copies (a debug build's are ~140 MB each, mostly debug info); the Swift runtime libraries they
 # link are copied beside them (ldd), so the image needs no Swift toolchain. The base image comes
@@ -16,6 +18,16 @@ while (( $# )); do
     --debug) configuration=debug ;;
     --release) configuration=release ;;
     --tag) tag="$2"; shift ;;
+    --postgres)
+      start=$(date +%s)
+      base="$(scripts/base-image.sh --postgres)"
+      context="$(mktemp -d)"
+      podman build --quiet --file services/Dockerfile --target postgres --build-arg POSTGRES_BASE="$base" \
+        --tag herald-postgres:latest "$context" >/dev/null
+      rmdir "$context"
+      echo "image.sh: herald-postgres:latest in $(( $(date +%s) - start ))s"
+      exit 0
+      ;;
     *) echo "image.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
