@@ -276,9 +276,27 @@ public final class PostgresOutbox: OutboxStore {
                     VALUES (\(id), \(platform.rawValue), \(Int64(count)))
                     """, logger: logger)
             }
+            // Delivered at the commit, to every replica listening (listenForSends).
+            try await connection.query("SELECT pg_notify(\(self.sendsChannel), '')", logger: logger)
             return created
         }
         return created.map { (state, $0) }
+    }
+
+    /// The NOTIFY channel of committed sends: the schema's, so deployments sharing a database do
+    /// not wake each other.
+    var sendsChannel: String { "\(db.schema)_sends" }
+
+    /// Calls `wake` whenever any replica commits a send, until the task is cancelled or the
+    /// connection fails (it throws then; call it again). Holds one pooled connection for LISTEN.
+    /// Without it, a replica that did not take the send finds its deliveries at its next poll.
+    public func listenForSends(_ wake: @escaping @Sendable () -> Void) async throws {
+        let channel = sendsChannel
+        try await db.client.withConnection { connection in
+            try await connection.listen(on: channel) { notifications in
+                for try await _ in notifications { wake() }
+            }
+        }
     }
 
     nonisolated(nonsending) public func stage(_ targets: [Outbox.Target], to staged: inout Outbox.StagedAudience) async throws {
