@@ -47,8 +47,8 @@ struct Up: AsyncParsableCommand {
     var dataDir: String?
     @Option(
         help: """
-            postgres://user[:password]@host[:port]/db (or postgres://user@/db?host=/socket/folder): auth, payload and \
-            registration keep their data there, a schema each; dispatch stays on SQLite.
+            postgres://user[:password]@host[:port]/db (or postgres://user@/db?host=/socket/folder): auth, payload, \
+            registration and dispatch keep their data there, a schema each.
             """)
     var database: String?
 

@@ -1583,7 +1583,7 @@ public enum DispatchServiceMethods {
     public static let serviceName = "herald.v1.DispatchService"
 
     /// Sends to every registration of a user or a tag, using the payload given for each platform.
-    /// Returns once the send and one outbox entry per device are committed to dispatch.sqlite
+    /// Returns once the send and one outbox entry per device are committed to dispatch's database
     /// (state ENQUEUED, or NO_TARGET_FOUND); delivery happens after, in the background.
     /// Errors: INVALID_ARGUMENT when the target is missing or ambiguous, when no payload is given, when
     /// a platform appears twice, or when a payload is over its provider's size limit.

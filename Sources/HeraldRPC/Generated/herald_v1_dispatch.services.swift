@@ -6,7 +6,7 @@ public import HeraldProto
 /// compile. ``register(into:)`` puts them all in a ``MethodTable``, served by both transports.
 public protocol DispatchServiceHandler: Sendable {
     /// Sends to every registration of a user or a tag, using the payload given for each platform.
-    /// Returns once the send and one outbox entry per device are committed to dispatch.sqlite
+    /// Returns once the send and one outbox entry per device are committed to dispatch's database
     /// (state ENQUEUED, or NO_TARGET_FOUND); delivery happens after, in the background.
     /// Errors: INVALID_ARGUMENT when the target is missing or ambiguous, when no payload is given, when
     /// a platform appears twice, or when a payload is over its provider's size limit.
@@ -73,7 +73,7 @@ extension DispatchServiceHandler {
 /// The client side of `herald.v1.DispatchService`, as a protocol so callers can be tested against a fake.
 public protocol DispatchServiceClientProtocol: Sendable {
     /// Sends to every registration of a user or a tag, using the payload given for each platform.
-    /// Returns once the send and one outbox entry per device are committed to dispatch.sqlite
+    /// Returns once the send and one outbox entry per device are committed to dispatch's database
     /// (state ENQUEUED, or NO_TARGET_FOUND); delivery happens after, in the background.
     /// Errors: INVALID_ARGUMENT when the target is missing or ambiguous, when no payload is given, when
     /// a platform appears twice, or when a payload is over its provider's size limit.
