@@ -49,7 +49,10 @@ enum RegistrationSQL {
         let order: String
         if let driver {
             q += "FROM registration_tag d JOIN registration r ON r.id = d.registration_id WHERE d.tag = \(q.bind(driver))"
-            q += " AND d.registration_id > \(q.bind(after))"
+            // The same bound on r.id (equal to d.registration_id): PostgreSQL then starts both sides
+            // of its merge join at the page instead of reading the hub's registrations from the
+            // first one on every page (50,000 devices: 4 ms a page, not 0.6).
+            q += " AND d.registration_id > \(q.bind(after)) AND r.id > \(q.bind(after))"
             order = "d.registration_id"
         } else {
             q += "FROM registration r WHERE r.id > \(q.bind(after))"

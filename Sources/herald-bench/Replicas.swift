@@ -120,6 +120,7 @@ struct ReplicasScenario {
                                lpad(to_hex(g), 64, '0'), 1, 1 FROM generate_series(0, \(devices - 1)) g;
                         INSERT INTO herald_registration.registration_tag (tag, registration_id)
                         SELECT 'fanout', 'r-bench-' || lpad(g::text, 8, '0') FROM generate_series(0, \(devices - 1)) g;
+                        ANALYZE herald_registration.registration, herald_registration.registration_tag;
                         """,
                     ])
                 for index in 1..<max(1, replicas) {
