@@ -70,7 +70,7 @@ public final class RPCClient: Sendable {
 
     private let replicas: [Replica]
     /// Round-robin position.
-    private let turn = Atomic<Int>(0)
+    private let turn = Atomic<UInt>(0)
     /// Finished by ``close()``; the lean backend has no connection loop of its own to end.
     private let closed = AsyncStream<Void>.makeStream()
 
@@ -155,10 +155,10 @@ public final class RPCClient: Sendable {
     /// is), other than `excluding`; nil when there is no other.
     private func pick(excluding: Replica? = nil) -> Replica? {
         if replicas.count == 1 { return excluding == nil ? replicas[0] : nil }
-        let start = turn.wrappingAdd(1, ordering: .relaxed).oldValue
+        let start = Int(turn.wrappingAdd(1, ordering: .relaxed).oldValue % UInt(replicas.count))
         var fallback: Replica?
         for offset in 0..<replicas.count {
-            let replica = replicas[(start &+ offset) % replicas.count]
+            let replica = replicas[(start + offset) % replicas.count]
             if replica === excluding { continue }
             if replica.healthy.load(ordering: .relaxed) { return replica }
             if fallback == nil { fallback = replica }

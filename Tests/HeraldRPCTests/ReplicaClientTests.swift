@@ -48,15 +48,6 @@ final class TestReplica: Sendable {
 
 @Suite("a client of several replicas", .serialized, .timeLimit(.minutes(2)))
 struct ReplicaClientTests {
-    static func waitFor(_ condition: () -> Bool, timeout: Duration = .seconds(10)) async throws -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            if ContinuousClock.now > deadline { return false }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        return true
-    }
-
     @Test(
         "calls take turns over healthy replicas; a replica that goes away is skipped, its calls retried elsewhere, and used again once back",
         arguments: RPCTransport.allCases)
@@ -81,7 +72,7 @@ struct ReplicaClientTests {
             for _ in 0..<count { seen[try await auth.authenticate(AuthenticateRequest(authorization: "x")).user, default: 0] += 1 }
             return seen
         }
-        #expect(try await Self.waitFor { client.replicaHealth.allSatisfy(\.healthy) })
+        #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.allSatisfy(\.healthy) })
         let both = try await answers(100)
         #expect((both["a"] ?? 0) >= 40 && (both["b"] ?? 0) >= 40, "\(both)")
 
@@ -90,7 +81,7 @@ struct ReplicaClientTests {
             // gRPC cannot tell a call that never left from one lost on the way: only idempotent
             // calls are retried at once; the rest go elsewhere once health has seen b go.
             #expect(try await answers(20) == ["a": 20])
-            #expect(try await Self.waitFor { client.replicaHealth.map(\.healthy) == [true, false] })
+            #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.map(\.healthy) == [true, false] })
         }
         // Lean: b's socket is gone, so a call for b never leaves and goes to a, idempotent or not.
         for _ in 0..<20 { #expect(try await payload.storePayload(StorePayloadRequest(recipient: "r")).id == 1) }
@@ -98,7 +89,7 @@ struct ReplicaClientTests {
         #expect(client.replicaHealth.map(\.healthy) == [true, false])
 
         b = try TestReplica("b", number: 2, directory: dir)
-        #expect(try await Self.waitFor { client.replicaHealth.allSatisfy(\.healthy) }, "b answers SERVING again")
+        #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.allSatisfy(\.healthy) }, "b answers SERVING again")
         let again = try await answers(100)
         #expect((again["a"] ?? 0) >= 40 && (again["b"] ?? 0) >= 40, "\(again)")
         await a.stop()
