@@ -137,14 +137,7 @@ struct ReplicaDrillTests {
                     "--metrics-listen", "127.0.0.1:0",
                 ])
             defer { if replica.isRunning { replica.terminate() } }
-            let urlFile = "\(second)/registration.metrics.url"
-            let urlDeadline = ContinuousClock.now + .seconds(10)
-            while !FileManager.default.fileExists(atPath: urlFile), ContinuousClock.now < urlDeadline {
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            let metricsURL = try String(contentsOfFile: urlFile, encoding: .utf8)
-            let metrics = EdgeClient(
-                base: URL(string: metricsURL.trimmingCharacters(in: .whitespacesAndNewlines))!.deletingLastPathComponent())
+            let metrics = try await Self.metricsClient(directory: second, service: "registration")
             func upsertsAtSecond() async throws -> Double {
                 OperationsTests.value(
                     try await metrics.request("GET", "metrics").text, "herald_rpc_requests_total",
@@ -172,6 +165,68 @@ struct ReplicaDrillTests {
             }
             print("edge over replicas: \(registered) registrations before the second replica served one; \(Int(atSecond)) upserts there")
         }
+    }
+
+    @Test("five failed logins spread over two herald-auth processes lock the account out on both (429 at the edge)")
+    func lockoutOverAuthReplicas() async throws {
+        let folder = try LiveStack.makeDirectory()
+        let prefix = TestDatabases.freshPrefix()
+        let second = "\(folder)/auth-2"
+        try await LiveStack.with(directory: folder + "/stack", auth: .accounts, users: ["dora"], database: .postgres, schemaPrefix: prefix)
+        {
+            configuration in
+            configuration.extraArguments["edge", default: []] += [
+                "--auth-socket", "\(configuration.leanSocketPath("auth")),\(second)/auth.sock", "--health-interval-ms", "200",
+            ]
+        } _: { live in
+            let replica = try await Self.startProcess(
+                "auth", directory: second, live: live,
+                arguments: [
+                    "--auth-mode", "accounts", "--password-hash-log-n", "10", "--metrics-listen", "127.0.0.1:0",
+                    "--database-url", try #require(TestDatabases.freshPostgresURL(service: "auth", prefix: prefix)),
+                ])
+            defer { if replica.isRunning { replica.terminate() } }
+            let metrics = try await Self.metricsClient(directory: second, service: "auth")
+            // Every status's line: the failures count under UNAUTHENTICATED.
+            func authenticationsAtSecond() async throws -> Double {
+                try await metrics.request("GET", "metrics").text.split(separator: "\n")
+                    .filter { $0.hasPrefix("herald_rpc_requests_total{") && $0.contains("AuthService/Authenticate") }
+                    .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +)
+            }
+            // Right passwords until the edge uses the second replica (its health check has seen it).
+            var calls = 0
+            while try await authenticationsAtSecond() == 0, calls < 200 {
+                let reply = try await live.edge.request("GET", "/api/notifications/1", as: "dora")
+                #expect(reply.status == 404, "GET as dora: \(reply.status) \(reply.text)")
+                calls += 1
+            }
+            let before = try await authenticationsAtSecond()
+            try #require(before > 0, "the second auth replica served no call in \(calls)")
+            // Five wrong passwords, taking turns over the two replicas.
+            for attempt in 0..<5 {
+                let reply = try await live.edge.request(
+                    "GET", "/api/notifications/1", authorization: EdgeClient.basic("dora", "wrong \(attempt)"))
+                #expect(reply.status == 401, "wrong password \(attempt): \(reply.status) \(reply.text)")
+            }
+            #expect(try await authenticationsAtSecond() >= before + 2, "the failures did not reach both replicas")
+            // Locked out on both: the right password is refused with 429 whichever replica answers.
+            for _ in 0..<4 {
+                let reply = try await live.edge.request("GET", "/api/notifications/1", as: "dora")
+                #expect(reply.status == 429 && reply.header("Retry-After") != nil, "after 5 failures: \(reply.status) \(reply.text)")
+            }
+        }
+    }
+
+    /// An HTTP client of a process's metrics listener (`--metrics-listen 127.0.0.1:0`), once it has
+    /// written its URL.
+    static func metricsClient(directory: String, service: String) async throws -> EdgeClient {
+        let urlFile = "\(directory)/\(service).metrics.url"
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !FileManager.default.fileExists(atPath: urlFile), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let url = try String(contentsOfFile: urlFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        return EdgeClient(base: try #require(URL(string: url)).deletingLastPathComponent())
     }
 
     /// Seeds `devices` APNs registrations tagged `drill` straight into herald-registration's
