@@ -61,10 +61,21 @@ public final class RPCClient: Sendable {
         let endpoint: RPCEndpoint
         let backend: Backend
         let healthy = Atomic<Bool>(false)
+        /// Health checks in a row that got no answer in time.
+        private let misses = Atomic<Int>(0)
 
         init(endpoint: RPCEndpoint, backend: Backend) {
             self.endpoint = endpoint
             self.backend = backend
+        }
+
+        func checked(serving: Bool) {
+            misses.store(0, ordering: .relaxed)
+            healthy.store(serving, ordering: .relaxed)
+        }
+
+        func unanswered() {
+            if misses.wrappingAdd(1, ordering: .relaxed).newValue >= 2 { healthy.store(false, ordering: .relaxed) }
         }
     }
 
@@ -312,22 +323,24 @@ public final class RPCClient: Sendable {
     }
 
     /// Asks each replica's grpc.health.v1 every ``healthInterval`` until the client closes or the
-    /// task is cancelled; SERVING marks it healthy, anything else (or no answer within a second) not.
+    /// task is cancelled; SERVING marks it healthy, any other answer or failure not, and so do two
+    /// checks in a row unanswered within a second (one late answer on a loaded machine is not a
+    /// replica down: marking it so sent calls to the replicas that were).
     private func checkReplicas() async {
         while !Task.isCancelled {
             await withTaskGroup(of: Void.self) { group in
                 for replica in replicas {
                     group.addTask {
-                        let serving: Bool
                         do {
                             let answer: HealthCheckResponse = try await self.call(
                                 HealthMethods.check, try self.encode(HealthCheckRequest(service: "")), requestID: nil,
                                 timeout: .seconds(1), on: replica.backend)
-                            serving = answer.status == .serving
+                            replica.checked(serving: answer.status == .serving)
+                        } catch let error as ServiceError where error.code == .deadlineExceeded {
+                            replica.unanswered()
                         } catch {
-                            serving = false
+                            replica.checked(serving: false)
                         }
-                        replica.healthy.store(serving, ordering: .relaxed)
                     }
                 }
             }

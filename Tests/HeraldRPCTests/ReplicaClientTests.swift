@@ -57,9 +57,11 @@ struct ReplicaClientTests {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let a = try TestReplica("a", number: 1, directory: dir)
         var b = try TestReplica("b", number: 2, directory: dir)
+        var started = [a, b]
+        // 20 s as the transport tests: CI runs this beside the 1,000-call tests on two cores.
         let client = try RPCClient(
             endpoints: [.unix(a.socket(transport)), .unix(b.socket(transport))], transport: transport, tls: nil,
-            defaultTimeout: .seconds(5), healthInterval: .milliseconds(100))
+            defaultTimeout: .seconds(20), healthInterval: .milliseconds(100))
         let running = Task { try await client.run() }
         defer {
             client.close()
@@ -72,28 +74,33 @@ struct ReplicaClientTests {
             for _ in 0..<count { seen[try await auth.authenticate(AuthenticateRequest(authorization: "x")).user, default: 0] += 1 }
             return seen
         }
-        #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.allSatisfy(\.healthy) })
-        let both = try await answers(100)
-        #expect((both["a"] ?? 0) >= 40 && (both["b"] ?? 0) >= 40, "\(both)")
+        do {
+            #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.allSatisfy(\.healthy) })
+            let both = try await answers(100)
+            #expect((both["a"] ?? 0) >= 40 && (both["b"] ?? 0) >= 40, "\(both)")
 
-        await b.stop()
-        if transport == .grpc {
-            // gRPC cannot tell a call that never left from one lost on the way: only idempotent
-            // calls are retried at once; the rest go elsewhere once health has seen b go.
-            #expect(try await answers(20) == ["a": 20])
-            #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.map(\.healthy) == [true, false] })
+            await b.stop()
+            if transport == .grpc {
+                // gRPC cannot tell a call that never left from one lost on the way: only idempotent
+                // calls are retried at once; the rest go elsewhere once health has seen b go.
+                #expect(try await answers(20) == ["a": 20])
+                #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.map(\.healthy) == [true, false] })
+            }
+            // Lean: b's socket is gone, so a call for b never leaves and goes to a, idempotent or not.
+            for _ in 0..<20 { #expect(try await payload.storePayload(StorePayloadRequest(recipient: "r")).id == 1) }
+            #expect(try await answers(50) == ["a": 50])
+            #expect(client.replicaHealth.map(\.healthy) == [true, false])
+
+            b = try TestReplica("b", number: 2, directory: dir)
+            started.append(b)
+            #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.allSatisfy(\.healthy) }, "b answers SERVING again")
+            let again = try await answers(100)
+            #expect((again["a"] ?? 0) >= 40 && (again["b"] ?? 0) >= 40, "\(again)")
+        } catch {
+            for replica in started { await replica.stop() }
+            throw error
         }
-        // Lean: b's socket is gone, so a call for b never leaves and goes to a, idempotent or not.
-        for _ in 0..<20 { #expect(try await payload.storePayload(StorePayloadRequest(recipient: "r")).id == 1) }
-        #expect(try await answers(50) == ["a": 50])
-        #expect(client.replicaHealth.map(\.healthy) == [true, false])
-
-        b = try TestReplica("b", number: 2, directory: dir)
-        #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.allSatisfy(\.healthy) }, "b answers SERVING again")
-        let again = try await answers(100)
-        #expect((again["a"] ?? 0) >= 40 && (again["b"] ?? 0) >= 40, "\(again)")
-        await a.stop()
-        await b.stop()
+        for replica in started { await replica.stop() }
     }
 
 }
