@@ -71,12 +71,17 @@ struct ReplicaDrillTests {
         try await Task.sleep(for: .seconds(10))  // the drill's freeze, not a wait for anything
         kill(replicas.pid(1), SIGCONT)
 
-        // Then the outcome: polled until final.
+        // Then the outcome: polled until final. CI runs other drills beside this one on two cores,
+        // so one poll may go unanswered in time; the next one asks again (the 180 s bound holds).
         var final = Outcome()
         let deadline = ContinuousClock.now + .seconds(180)
         repeat {
-            final = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport) {
-                try await DispatchServiceClient($0).getOutcome(GetOutcomeRequest(notificationID: id))
+            do {
+                final = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(30)) {
+                    try await DispatchServiceClient($0).getOutcome(GetOutcomeRequest(notificationID: id))
+                }
+            } catch let error as ServiceError where error.code == .deadlineExceeded || error.code == .unavailable {
+                print("replica drill: an outcome poll got \(error.code); polling again")
             }
             if final.state == .completed || final.state == .abandoned { break }
             try await Task.sleep(for: .milliseconds(250))
@@ -87,7 +92,8 @@ struct ReplicaDrillTests {
         #expect(counts.success == Int64(Self.devices) && counts.failure == 0 && counts.pending == 0, "\(counts)")
 
         // The outbox's records against what APNs saw, by message id.
-        let records = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport) { client in
+        let records = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(60)) {
+            client in
             var records: [String: DeliveryRecord] = [:]
             var after: Int64 = 0
             while true {
