@@ -207,9 +207,17 @@ public enum HeraldProcess {
         // Conditions checked every health-interval: the database takes a write, peers answer SERVING.
         var checks = parts.healthChecks
         for peer in context.clients.keys.sorted() {
-            let client = HealthClient(context.clients[peer]!)
+            let rpc = context.clients[peer]!
+            let client = HealthClient(rpc)
             checks.append(
                 HealthCheck("peer:\(peer)") {
+                    // Replicas: the client checks each itself; SERVING while any of them is.
+                    if rpc.replicaHealth.count > 1 {
+                        guard rpc.replicaHealth.contains(where: \.healthy) else {
+                            throw ServiceError.unavailable("no replica of \(peer) answers SERVING")
+                        }
+                        return
+                    }
                     let answer = try await client.check(HealthCheckRequest(service: ""), timeout: .seconds(1))
                     guard answer.status == .serving else { throw ServiceError.unavailable("\(peer) is \(answer.status)") }
                 })
