@@ -5,7 +5,6 @@ public import HeraldModel
 import HeraldProto
 public import HeraldRPC
 public import HeraldService
-import Logging
 import ServiceLifecycle
 
 /// Settings of herald-dispatch, besides ``RuntimeConfig``'s (environment variable `HERALD_<KEY>`).
@@ -181,32 +180,6 @@ struct PushClientShutdown: Service {
     func run() async throws {
         try? await gracefulShutdown()
         try await client.shutdown()
-    }
-}
-
-/// Wakes this replica's delivery worker when any replica commits a send (PostgreSQL's
-/// LISTEN/NOTIFY), so every replica starts on a large send at once rather than at its next poll.
-/// Listens again a second after the connection fails; stops at graceful shutdown.
-struct SendListener: Service {
-    let outbox: PostgresOutbox
-    let wake: @Sendable () -> Void
-    let logger: Logger
-
-    func run() async throws {
-        await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                do {
-                    try await outbox.listenForSends(wake)
-                } catch is CancellationError {
-                    return
-                } catch {
-                    if Task.isCancelled { return }
-                    logger.warning(
-                        "cannot listen for sends; deliveries are found by polling meanwhile", metadata: ["herald.error": "\(error)"])
-                }
-                try? await Task.sleep(for: .seconds(1))
-            }
-        }
     }
 }
 
@@ -390,14 +363,17 @@ public enum DispatchServer {
         }
         var background: [any Service] = database.services + [PushClientShutdown(client: client), worker, purge, scheduler]
         if let shared = outbox as? PostgresOutbox {
-            background.append(SendListener(outbox: shared, wake: { worker.wake() }, logger: context.logger))
-        }
-        if database.isShared {
-            // Credentials set through another replica reach this one within the interval.
-            background.append(
+            background += [
+                // A send committed by any replica wakes this one's worker at once (LISTEN/NOTIFY),
+                // rather than at its next poll; listening again a second after the connection fails.
+                Periodic("listening for sends", every: .seconds(1), logger: context.logger) {
+                    try await shared.listenForSends { worker.wake() }
+                },
+                // Credentials set through another replica reach this one within the interval.
                 Periodic("hub credentials refresh", every: config.credentialsRefresh, logger: context.logger) {
                     await hubSenders.load(try await credentialStore.all(), logger: context.logger)
-                })
+                },
+            ]
         }
         return RPCServiceParts(table: table, background: background, healthChecks: [database.healthCheck])
     }

@@ -249,11 +249,8 @@ public final class HubSenders: Sendable {
         let current = hubs.withLock { hubs in
             Set(hubs.flatMap { hub, platforms in platforms.map { "\(hub)/\($0.key.rawValue)/\($0.value.updatedAt)" } })
         }
-        var kept = Set<String>()
         for credentials in stored {
-            let key = "\(credentials.hub)/\(credentials.platform.rawValue)/\(credentials.updatedAt)"
-            kept.insert(key)
-            guard !current.contains(key) else { continue }
+            guard !current.contains("\(credentials.hub)/\(credentials.platform.rawValue)/\(credentials.updatedAt)") else { continue }
             do {
                 try await set(
                     hub: credentials.hub, try PlatformCredentials.parse(platform: credentials.platform, settings: credentials.settings),

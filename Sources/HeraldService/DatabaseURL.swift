@@ -151,12 +151,6 @@ public enum OpenedDatabase: Sendable {
         }
     }
 
-    /// Whether other processes may share it (PostgreSQL): state kept in memory must be read back.
-    public var isShared: Bool {
-        if case .postgres = self { return true }
-        return false
-    }
-
     /// What the process must run for it (PostgreSQL's pool), listed before the listeners so that it
     /// stops after them.
     public var services: [any Service] {
