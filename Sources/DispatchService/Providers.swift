@@ -129,7 +129,7 @@ public struct InboxProvider: PushSender {
                 """)
         for (item, shared) in Self.encoded(items) {
             try insert.execute(arguments: [
-                item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers, Data(shared.body), now,
+                item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers, shared.body, now,
             ])
         }
     }
@@ -143,24 +143,26 @@ public struct InboxProvider: PushSender {
             SELECT t.notification_id, t.registration_id, t.platform, t.handle, t.headers, t.payload, \(unixMillis())
             FROM unnest(\(rows.map(\.item.notificationID))::text[], \(rows.map(\.item.registrationID))::text[],
                         \(rows.map(\.item.platform.rawValue))::int[], \(rows.map(\.item.handle))::text[],
-                        \(rows.map(\.shared.headers))::text[], \(rows.map { ByteBuffer(bytes: $0.shared.body) })::bytea[])
+                        \(rows.map(\.shared.headers))::text[], \(rows.map { ByteBuffer(data: $0.shared.body) })::bytea[])
                  WITH ORDINALITY AS t(notification_id, registration_id, platform, handle, headers, payload, n)
             ORDER BY t.n
             """, logger: logger)
     }
 
-    /// Each item with its headers as JSON. A batch shares one payload per platform: its headers
-    /// are encoded once, not per row. (A payload is fixed per notification and platform, so that
-    /// pair identifies it.)
-    static func encoded(_ items: [PushItem]) -> [(item: PushItem, shared: (headers: String, body: [UInt8]))] {
-        var encoded: [Platform: (notificationID: String, headers: String)] = [:]
+    /// Each item with its headers as JSON and its body. A batch shares one payload per platform:
+    /// its headers and body are encoded once, not per row. (A payload is fixed per notification
+    /// and platform, so that pair identifies it.)
+    static func encoded(_ items: [PushItem]) -> [(item: PushItem, shared: (headers: String, body: Data))] {
+        var encoded: [Platform: (notificationID: String, headers: String, body: Data)] = [:]
         return items.map { item in
             if let cached = encoded[item.platform], cached.notificationID == item.notificationID {
-                return (item, (cached.headers, item.payload.body))
+                return (item, (cached.headers, cached.body))
             }
-            let headers = Self.encode(Self.headers(item.payload))
-            encoded[item.platform] = (item.notificationID, headers)
-            return (item, (headers, item.payload.body))
+            let shared = (
+                notificationID: item.notificationID, headers: Self.encode(Self.headers(item.payload)), body: Data(item.payload.body)
+            )
+            encoded[item.platform] = shared
+            return (item, (shared.headers, shared.body))
         }
     }
 
