@@ -198,16 +198,11 @@ public struct InboxProvider: PushSender {
                 sql: "DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < ? LIMIT 10000)",
                 arguments: [before])
         case .postgres(let db):
-            var total = 0
-            while true {
-                let deleted = try await db.rows(
-                    """
-                    DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < \(before) LIMIT 10000)
-                    RETURNING 1
-                    """
-                ).count
-                total += deleted
-                if deleted < 10000 { return total }
+            return try await db.deleteInBatches(batch: 10000) {
+                """
+                DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < \(before) LIMIT 10000)
+                RETURNING 1
+                """
             }
         }
     }

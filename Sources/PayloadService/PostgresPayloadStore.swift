@@ -88,16 +88,12 @@ public final class PostgresPayloadStore: PayloadStore {
 
     nonisolated(nonsending) public func purgeExpired() async throws -> Int {
         // In batches, so that a large purge never holds many row locks in one transaction.
-        var total = 0
-        while true {
-            let rows = try await db.rows(
-                """
-                DELETE FROM payload WHERE id IN (
-                    SELECT id FROM payload WHERE expires_at <= \(rules.now()) LIMIT 1000 FOR UPDATE SKIP LOCKED)
-                RETURNING id
-                """)
-            total += rows.count
-            if rows.count < 1000 { return total }
+        try await db.deleteInBatches(batch: 1000) {
+            """
+            DELETE FROM payload WHERE id IN (
+                SELECT id FROM payload WHERE expires_at <= \(rules.now()) LIMIT 1000 FOR UPDATE SKIP LOCKED)
+            RETURNING id
+            """
         }
     }
 

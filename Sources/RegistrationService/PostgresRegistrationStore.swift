@@ -286,16 +286,11 @@ public final class PostgresRegistrationStore: RegistrationStore {
     }
 
     nonisolated(nonsending) public func deleteHub(_ hub: String) async throws -> Int {
-        var total = 0
-        while true {
-            let deleted = try await db.rows(
-                """
-                DELETE FROM registration WHERE id IN (SELECT id FROM registration WHERE hub = \(hub) LIMIT 10000 FOR UPDATE SKIP LOCKED)
-                RETURNING id
-                """
-            ).count
-            total += deleted
-            if deleted < 10000 { return total }
+        try await db.deleteInBatches(batch: 10000) {
+            """
+            DELETE FROM registration WHERE id IN (SELECT id FROM registration WHERE hub = \(hub) LIMIT 10000 FOR UPDATE SKIP LOCKED)
+            RETURNING id
+            """
         }
     }
 

@@ -496,17 +496,12 @@ public final class PostgresOutbox: OutboxStore {
 
     nonisolated(nonsending) public func purge(before: Int64) async throws -> Int {
         let finished = Outbox.finishedStateValues
-        var total = 0
-        while true {
-            let deleted = try await db.rows(
-                """
-                DELETE FROM notification WHERE id IN (
-                    SELECT id FROM notification WHERE state = ANY(\(finished)) AND updated_at < \(before) LIMIT 100)
-                RETURNING 1
-                """
-            ).count
-            total += deleted
-            if deleted < 100 { return total }
+        return try await db.deleteInBatches(batch: 100) {
+            """
+            DELETE FROM notification WHERE id IN (
+                SELECT id FROM notification WHERE state = ANY(\(finished)) AND updated_at < \(before) LIMIT 100)
+            RETURNING 1
+            """
         }
     }
 
