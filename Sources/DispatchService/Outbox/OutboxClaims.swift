@@ -43,32 +43,20 @@ extension Outbox {
         return try await db.write { db in try self.due(limit: limit, platforms: platforms, lease: true, at: at, db) }
     }
 
-    /// Delivers up to `limit` due deliveries of `platforms` to a sender that writes into this same
-    /// database (the inbox), and records them, in one transaction: exactly once, with no lease.
-    /// Returns how many, per platform, and the notifications this finished.
+    /// Delivers up to `limit` due deliveries of `platforms` to the inbox, which is in this same
+    /// database, and records them, in one transaction: exactly once, with no lease. Returns how
+    /// many, per platform, and the notifications this finished.
     public func deliverLocally(
-        limit: Int, platforms: [Platform], write: @escaping @Sendable ([PushItem], Database) throws -> Void
+        limit: Int, platforms: [Platform], inbox: InboxProvider
     ) async throws -> (delivered: [Platform: Int], finished: [(id: String, state: OutcomeState)]) {
         let at = now()
         return try await db.write { db in
             let items = try self.due(limit: limit, platforms: platforms, lease: false, at: at, db)
             guard !items.isEmpty else { return ([:], []) }
-            try write(items, db)
-            var delivered: [Platform: Int] = [:]
-            let decisions = items.map { item in
-                delivered[item.platform, default: 0] += 1
-                return Decision(
-                    sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .delivered,
-                    status: 200, reason: "", nextAttemptAt: at, removal: nil, countsAttempt: true)
-            }
+            try inbox.write(items, in: db)
+            let (delivered, decisions) = Self.deliveredLocally(items, at: at)
             return (delivered, try self.apply(decisions, at: at, db))
         }
-    }
-
-    public func deliverLocally(
-        limit: Int, platforms: [Platform], inbox: InboxProvider
-    ) async throws -> (delivered: [Platform: Int], finished: [(id: String, state: OutcomeState)]) {
-        try await deliverLocally(limit: limit, platforms: platforms, write: inbox.write)
     }
 
     /// Due deliveries of `platforms`, oldest first; with `lease`, each is leased and its attempt counted.

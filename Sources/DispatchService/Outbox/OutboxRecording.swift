@@ -23,6 +23,19 @@ extension Outbox {
         public var attempt = 0
     }
 
+    /// The results of deliveries written to the inbox in their claim's own transaction: delivered,
+    /// their attempt counted now (they took no lease); and how many per platform.
+    static func deliveredLocally(_ items: [PushItem], at: Int64) -> (delivered: [Platform: Int], decisions: [Decision]) {
+        var delivered: [Platform: Int] = [:]
+        let decisions = items.map { item in
+            delivered[item.platform, default: 0] += 1
+            return Decision(
+                sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .delivered,
+                status: 200, reason: "", nextAttemptAt: at, removal: nil, countsAttempt: true)
+        }
+        return (delivered, decisions)
+    }
+
     /// Counter changes of one (notification, platform), applied once per batch.
     struct Delta {
         var success = 0, failure = 0, pending = 0, removed = 0, retries = 0

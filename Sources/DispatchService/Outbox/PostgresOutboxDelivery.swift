@@ -13,18 +13,16 @@ extension PostgresOutbox {
     nonisolated(nonsending) public func recoverLeases() async throws -> Int {
         let at = now()
         let logger = db.logger
-        return try await Self.retryingConflicts {
-            try await self.db.transaction { connection in
-                let rows = try await connection.query(
-                    """
-                    UPDATE delivery SET leased_by = '', next_attempt_at = \(at)
-                    WHERE state = \(DeliveryState.pending.rawValue) AND leased_by = \(self.replica)
-                    RETURNING notification_id, platform
-                    """, logger: logger
-                ).collect()
-                try await Self.countRetries(try rows.map { try $0.decode((String, Int32).self) }, connection, logger: logger)
-                return rows.count
-            }
+        return try await transactionRetryingConflicts { connection in
+            let rows = try await connection.query(
+                """
+                UPDATE delivery SET leased_by = '', next_attempt_at = \(at)
+                WHERE state = \(DeliveryState.pending.rawValue) AND leased_by = \(self.replica)
+                RETURNING notification_id, platform
+                """, logger: logger
+            ).collect()
+            try await Self.countRetries(try rows.map { try $0.decode((String, Int32).self) }, connection, logger: logger)
+            return rows.count
         }
     }
 
@@ -32,10 +30,8 @@ extension PostgresOutbox {
         guard !platforms.isEmpty else { return [] }
         let at = now()
         let logger = db.logger
-        return try await Self.retryingConflicts {
-            try await self.db.transaction { connection in
-                try await self.take(limit: limit, platforms: platforms, leasing: true, at: at, connection, logger: logger)
-            }
+        return try await transactionRetryingConflicts { connection in
+            try await self.take(limit: limit, platforms: platforms, leasing: true, at: at, connection, logger: logger)
         }
     }
 
@@ -45,20 +41,12 @@ extension PostgresOutbox {
         guard !platforms.isEmpty else { return ([:], []) }
         let at = now()
         let logger = db.logger
-        return try await Self.retryingConflicts {
-            try await self.db.transaction { connection in
-                let items = try await self.take(limit: limit, platforms: platforms, leasing: false, at: at, connection, logger: logger)
-                guard !items.isEmpty else { return ([:], []) }
-                try await inbox.write(items, on: connection, logger: logger)
-                var delivered: [Platform: Int] = [:]
-                let decisions = items.map { item in
-                    delivered[item.platform, default: 0] += 1
-                    return Outbox.Decision(
-                        sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .delivered,
-                        status: 200, reason: "", nextAttemptAt: at, removal: nil, countsAttempt: true)
-                }
-                return (delivered, try await self.apply(decisions, at: at, connection, logger: logger))
-            }
+        return try await transactionRetryingConflicts { connection in
+            let items = try await self.take(limit: limit, platforms: platforms, leasing: false, at: at, connection, logger: logger)
+            guard !items.isEmpty else { return ([:], []) }
+            try await inbox.write(items, on: connection, logger: logger)
+            let (delivered, decisions) = Outbox.deliveredLocally(items, at: at)
+            return (delivered, try await self.apply(decisions, at: at, connection, logger: logger))
         }
     }
 
@@ -178,9 +166,7 @@ extension PostgresOutbox {
         guard !decisions.isEmpty else { return [] }
         let at = now()
         let logger = db.logger
-        return try await Self.retryingConflicts {
-            try await self.db.transaction { connection in try await self.apply(decisions, at: at, connection, logger: logger) }
-        }
+        return try await transactionRetryingConflicts { connection in try await self.apply(decisions, at: at, connection, logger: logger) }
     }
 
     /// Records `decisions` that still hold (see ``PostgresOutbox``), their counters, handle
@@ -260,14 +246,14 @@ extension PostgresOutbox {
         return finished
     }
 
-    /// Runs `body` again (up to 5 times) when PostgreSQL aborted it for a deadlock or a
-    /// serialization failure: replicas' claims and results may cross on the same rows, and the
-    /// database picks one to retry rather than letting both wait forever.
-    static func retryingConflicts<T>(_ body: () async throws -> T) async throws -> T {
+    /// Runs `body` in one transaction, and again (up to 5 times) when PostgreSQL aborted it for a
+    /// deadlock or a serialization failure: replicas' claims and results may cross on the same
+    /// rows, and the database picks one to retry rather than letting both wait forever.
+    func transactionRetryingConflicts<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         var attempt = 0
         while true {
             do {
-                return try await body()
+                return try await db.transaction(body)
             } catch let error as PSQLError where attempt < 5 && ["40P01", "40001"].contains(error.serverInfo?[.sqlState] ?? "") {
                 attempt += 1
                 try await Task.sleep(for: .milliseconds(Int64.random(in: 5...50) * Int64(attempt)))
