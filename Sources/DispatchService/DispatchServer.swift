@@ -224,7 +224,41 @@ public struct DispatchHandlers: DispatchServiceHandler {
 
     public func getHubCredentials(_ request: GetHubCredentialsRequest, context: RPCContext) async throws -> HubCredentialsResponse {
         let (senders, _) = try requireHubs()
-        return HubCredentialsResponse(hub: Names.hub(request.hub), platforms: senders.status(hub: Names.hub(request.hub)))
+        let hub = Names.hub(request.hub)
+        // The last day's sends say whether each platform's credentials work.
+        let health = try await outbox.recentPlatformResults(hub: hub, since: unixMillis() - 86_400_000, limit: 500).health()
+        var platforms = senders.status(hub: hub)
+        for index in platforms.indices {
+            guard let seen = health[platforms[index].platform] else { continue }
+            platforms[index].lastError = seen.lastError
+            platforms[index].lastErrorAtUnixMs = seen.at
+            platforms[index].failing = seen.failing
+        }
+        return HubCredentialsResponse(hub: hub, platforms: platforms)
+    }
+
+    public func listSends(_ request: ListSendsRequest, context: RPCContext) async throws -> ListSendsResponse {
+        guard (0...200).contains(request.limit), request.beforeCreatedAtUnixMs >= 0 else {
+            throw ServiceError.invalidArgument("limit must be 1 to 200 and before_created_at_unix_ms not negative")
+        }
+        let before =
+            request.beforeCreatedAtUnixMs == 0
+            ? (createdAt: Int64.max, id: "") : (createdAt: request.beforeCreatedAtUnixMs, id: request.beforeNotificationID)
+        let hub = Names.hub(request.hub)
+        var sends: [Outcome] = []
+        for id in try await outbox.recentSends(hub: hub, before: before, limit: request.limit == 0 ? 25 : Int(request.limit)) {
+            // Purged between the two reads: left out.
+            guard let outcome = try? await outbox.outcome(of: id, requester: "", hub: hub) else { continue }
+            sends.append(outcome)
+        }
+        return ListSendsResponse(sends: sends)
+    }
+
+    public func sendStats(_ request: SendStatsRequest, context: RPCContext) async throws -> SendStatsResponse {
+        guard (0...1440).contains(request.minutes) else { throw ServiceError.invalidArgument("minutes must be 1 to 1440") }
+        let minutes = Int64(request.minutes == 0 ? 60 : request.minutes)
+        let since = (unixMillis() / 60000 - minutes + 1) * 60000
+        return SendStatsResponse(minutes: try await outbox.sendStats(hub: Names.hub(request.hub), since: since))
     }
 
     public func deleteHubCredentials(
@@ -278,8 +312,9 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     public func listInbox(_ request: ListInboxRequest, context: RPCContext) async throws -> ListInboxResponse {
-        let limit = try Self.pageSize(request.limit, after: request.afterSequence)
-        return ListInboxResponse(entries: try await inbox.list(after: request.afterSequence, limit: limit, handle: request.handle))
+        let limit = try Self.pageSize(request.limit, after: min(request.afterSequence, request.beforeSequence))
+        let page: InboxProvider.Page = request.newestFirst ? .newestBefore(request.beforeSequence) : .after(request.afterSequence)
+        return ListInboxResponse(entries: try await inbox.list(page, limit: limit, handle: request.handle))
     }
 
     /// A page's size: 100 when unset, at most 1000; negative limits and cursors are refused.

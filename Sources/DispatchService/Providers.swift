@@ -207,17 +207,38 @@ public struct InboxProvider: PushSender {
         }
     }
 
-    /// Recorded pushes with a sequence above `after`, oldest first; only those to `handle` when it
-    /// is not empty (a device polling for its own pushes).
+    /// Which end of the inbox a page starts from.
+    public enum Page: Sendable {
+        /// Sequences above this, oldest first (a device polling for its own pushes).
+        case after(Int64)
+        /// Sequences below this (0: from the newest), newest first (the console).
+        case newestBefore(Int64)
+
+        /// The condition on `sequence` and the order, for both databases.
+        var sql: (condition: String, order: String, bound: Int64) {
+            switch self {
+            case .after(let after): ("sequence > ", "sequence", after)
+            case .newestBefore(let before): ("sequence < ", "sequence DESC", before > 0 ? before : Int64.max)
+            }
+        }
+    }
+
+    /// Recorded pushes, one page; only those to `handle` when it is not empty.
     public func list(after: Int64, limit: Int, handle: String = "") async throws -> [InboxEntry] {
-        guard case .sqlite(let db) = storage else { return try await list(after: after, limit: limit, handle: handle, storage) }
+        try await list(.after(after), limit: limit, handle: handle)
+    }
+
+    /// Recorded pushes, one page from either end; only those to `handle` when it is not empty.
+    public func list(_ page: Page, limit: Int, handle: String = "") async throws -> [InboxEntry] {
+        guard case .sqlite(let db) = storage else { return try await list(page, limit: limit, handle: handle, storage) }
+        let (condition, order, bound) = page.sql
         return try await db.read { db in
             try Row.fetchAll(
                 db,
                 sql: handle.isEmpty
-                    ? "SELECT * FROM inbox WHERE sequence > ? ORDER BY sequence LIMIT ?"
-                    : "SELECT * FROM inbox WHERE sequence > ? AND handle = ? ORDER BY sequence LIMIT ?",
-                arguments: handle.isEmpty ? [after, limit] : [after, handle, limit]
+                    ? "SELECT * FROM inbox WHERE \(condition)? ORDER BY \(order) LIMIT ?"
+                    : "SELECT * FROM inbox WHERE \(condition)? AND handle = ? ORDER BY \(order) LIMIT ?",
+                arguments: handle.isEmpty ? [bound, limit] : [bound, handle, limit]
             ).map { row in
                 let payload: Data = row["payload"]
                 return InboxEntry(
@@ -229,17 +250,18 @@ public struct InboxProvider: PushSender {
         }
     }
 
-    /// ``list(after:limit:handle:)`` on PostgreSQL.
+    /// ``list(_:limit:handle:)`` on PostgreSQL.
     ///
     /// Replicas write concurrently, so a sequence can commit after a higher one: a poller that
     /// follows `after` may step over a push committed late. The inbox is for development and tests,
     /// which read it after the send's outcome completed.
-    private func list(after: Int64, limit: Int, handle: String, _ storage: Storage) async throws -> [InboxEntry] {
+    private func list(_ page: Page, limit: Int, handle: String, _ storage: Storage) async throws -> [InboxEntry] {
         guard case .postgres(let db) = storage else { return [] }
+        let (condition, order, bound) = page.sql
         let rows = try await db.rows(
             """
             SELECT sequence, notification_id, registration_id, platform, handle, headers, payload, recorded_at FROM inbox
-            WHERE sequence > \(after) AND (\(handle) = '' OR handle = \(handle)) ORDER BY sequence LIMIT \(Int64(limit))
+            WHERE \(unescaped: condition)\(bound) AND (\(handle) = '' OR handle = \(handle)) ORDER BY \(unescaped: order) LIMIT \(Int64(limit))
             """)
         return try rows.map { row in
             let (sequence, notificationID, registrationID, platform, handle, headers, payload, recordedAt) = try row.decode(

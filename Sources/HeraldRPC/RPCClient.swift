@@ -89,10 +89,10 @@ public final class RPCClient: Sendable {
     /// PUT-style writes of a whole value. Only these are tried again on another replica.
     public static let idempotentMethods: Set<String> = [
         "Authenticate", "AuthorizeSas", "UserExists", "ListUsers", "ListHubs", "GetHub", "ListHubKeys",
-        "GetOutcome", "ListInbox", "ListDeliveries", "GetHubCredentials",
+        "GetOutcome", "ListInbox", "ListDeliveries", "GetHubCredentials", "ListSends", "SendStats",
         "FetchPayload",
         "UpsertRegistration", "ListRegistrations", "StreamAudience", "RemoveHandle", "PutInstallation", "GetInstallation",
-        "ListInstallations", "ExportDevices", "CheckHandles",
+        "ListInstallations", "ExportDevices", "CheckHandles", "ListDevices",
         "Check", "Watch",
     ]
 

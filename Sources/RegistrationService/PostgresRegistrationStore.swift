@@ -200,6 +200,22 @@ public final class PostgresRegistrationStore: RegistrationStore {
         }
     }
 
+    nonisolated(nonsending) public func devices(
+        hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?, after: String, limit: Int
+    ) async throws -> [Registration] {
+        let statement = RegistrationSQL.devices(
+            .postgres, hub: hub, user: user, expression: expression, platform: platform, handlePrefix: handlePrefix, after: after,
+            limit: limit)
+        return try await db.rows(statement.postgresQuery).map { row in
+            let (id, owner, platform, handle, updatedAt, installationID, expired, tags) = try row.decode(
+                (String, String, Int32, String, Int64, String?, Int32, [String]).self)
+            var registration = Self.registration(id, owner, platform, handle, updatedAt, hub, installationID)
+            registration.tags = tags
+            registration.expired = expired != 0
+            return registration
+        }
+    }
+
     private static func registration(
         _ id: String, _ owner: String, _ platform: Int32, _ handle: String, _ updatedAt: Int64, _ hub: String, _ installationID: String?
     ) -> Registration {

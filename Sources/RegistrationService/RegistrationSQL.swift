@@ -99,6 +99,44 @@ enum RegistrationSQL {
         return q
     }
 
+    /// One page of a hub's devices for ListDevices: registrations and installations (never their
+    /// templates) after `after` by id, with their tags (SQLite: joined by newlines; PostgreSQL: an
+    /// array) and `expired`. A tag expression with a one-tag cover drives the page from that tag's
+    /// index entries, as audiences do, so a rare tag does not test every device of the hub.
+    static func devices(
+        _ dialect: SQLStatement.Dialect, hub: String, user: String?, expression: TagExpression?, platform: Platform,
+        handlePrefix: String?, after: String, limit: Int
+    ) -> SQLStatement {
+        var q = SQLStatement(dialect, "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.installation_id, r.expired, ")
+        q +=
+            dialect == .sqlite
+            ? "(SELECT group_concat(tag, char(10)) FROM (SELECT t.tag FROM registration_tag t WHERE t.registration_id = r.id ORDER BY t.tag))"
+            : "coalesce((SELECT array_agg(t.tag ORDER BY t.tag) FROM registration_tag t WHERE t.registration_id = r.id), '{}')"
+        let cover = expression?.cover
+        let order: String
+        if let driver = cover?.count == 1 ? cover?.first : nil {
+            q += " FROM registration_tag d JOIN registration r ON r.id = d.registration_id WHERE d.tag = \(q.bind(driver))"
+            q += " AND d.registration_id > \(q.bind(after)) AND r.id > \(q.bind(after))"
+            order = "d.registration_id"
+        } else {
+            q += " FROM registration r WHERE r.id > \(q.bind(after))"
+            order = "r.id"
+        }
+        q += " AND r.hub = \(q.bind(hub)) AND r.platform != 0 AND r.template_name IS NULL"
+        if let user {
+            let bound = q.bind(user)
+            q += " AND (r.owner = \(bound) OR r.user_id = \(q.bind(user)))"
+        }
+        if platform != .unspecified { q += " AND r.platform = \(q.bind(Int64(platform.rawValue)))" }
+        if let handlePrefix {
+            // substr counts characters (code points) on both databases.
+            q += " AND substr(r.handle, 1, CAST(\(q.bind(Int64(handlePrefix.unicodeScalars.count))) AS INTEGER)) = \(q.bind(handlePrefix))"
+        }
+        if let expression { q += " AND (\(condition(expression.root, into: &q)))" }
+        q += " ORDER BY \(order) LIMIT \(q.bind(Int64(limit)))"
+        return q
+    }
+
     /// "r-" and 24 base-32 characters: 120 random bits, unguessable. Installations use "i-",
     /// their templates "t-".
     static func newID(prefix: String = "r-") -> String {

@@ -176,6 +176,23 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             continuationToken: more ? Self.base64URLEncode(shown.last?.installationID ?? "") : "")
     }
 
+    public func listDevices(_ request: ListDevicesRequest, context: RPCContext) async throws -> ListDevicesResponse {
+        guard (0...500).contains(request.limit) else { throw ServiceError.invalidArgument("limit must be 1 to 500") }
+        let limit = request.limit == 0 ? 50 : Int(request.limit)
+        guard request.handlePrefix.utf8.count <= 4096, request.user.utf8.count <= 256, request.afterID.utf8.count <= 256 else {
+            throw ServiceError.invalidArgument("user, handle_prefix or after_id is too long")
+        }
+        let hub = Names.hub(request.hub)
+        var page = try await store.devices(
+            hub: hub, user: request.user.isEmpty ? nil : request.user,
+            expression: request.tag.isEmpty ? nil : try TagExpression.validated(request.tag, field: "tag"), platform: request.platform,
+            handlePrefix: request.handlePrefix.isEmpty ? nil : request.handlePrefix, after: request.afterID, limit: limit + 1)
+        let more = page.count > limit
+        if more { page.removeLast() }
+        for index in page.indices { page[index].hub = hub }
+        return ListDevicesResponse(devices: page, nextAfterID: more ? page.last?.registrationID ?? "" : "")
+    }
+
     public func exportDevices(
         _ request: ExportDevicesRequest, context: RPCContext, responses: ResponseStream<ExportBatch>
     ) async throws {

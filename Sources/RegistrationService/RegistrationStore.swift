@@ -55,6 +55,11 @@ public protocol RegistrationStore: Sendable {
     /// A page of every device of a hub by registration id, as NDJSON export lines.
     nonisolated(nonsending) func exportPage(hub: String, after: String, limit: Int) async throws
         -> (lines: [UInt8], last: String?, count: Int)
+    /// A page of a hub's devices for an operator (ListDevices; ``RegistrationSQL/devices``), with
+    /// tags and `expired`.
+    nonisolated(nonsending) func devices(
+        hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?, after: String, limit: Int
+    ) async throws -> [Registration]
     /// Deletes every device of a hub, in batches; returns how many.
     nonisolated(nonsending) func deleteHub(_ hub: String) async throws -> Int
     /// Deletes every registration and its tags (ResetForTests).
@@ -160,6 +165,14 @@ public final class SQLiteRegistrationStore: RegistrationStore {
         -> (lines: [UInt8], last: String?, count: Int)
     {
         try tables.exportPage(hub: hub, after: after, limit: limit)
+    }
+    nonisolated(nonsending) public func devices(
+        hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?, after: String, limit: Int
+    ) async throws -> [Registration] {
+        try tables.devices(
+            RegistrationSQL.devices(
+                .sqlite, hub: hub, user: user, expression: expression, platform: platform, handlePrefix: handlePrefix, after: after,
+                limit: limit))
     }
     nonisolated(nonsending) public func deleteHub(_ hub: String) async throws -> Int { try tables.deleteHub(hub) }
     nonisolated(nonsending) public func deleteEverything() async throws -> Int64 { try tables.deleteEverything() }

@@ -228,6 +228,18 @@ public final class SQLiteRegistrations: Sendable {
         }
     }
 
+    /// One page of ListDevices (see ``RegistrationSQL/devices``).
+    func devices(_ statement: SQLStatement) throws -> [Registration] {
+        try db.read { db in
+            try Row.fetchAll(db, sql: statement.text, arguments: statement.sqliteArguments).map { row in
+                var registration = Self.registration(row)
+                registration.tags = (row[7] as String?).map { $0.split(separator: "\n").map(String.init) } ?? []
+                registration.expired = (row["expired"] as Int64) != 0
+                return registration
+            }
+        }
+    }
+
     private static func registration(_ row: Row) -> Registration {
         Registration(
             registrationID: row["id"], owner: row["owner"], platform: Platform(rawValue: row["platform"]),

@@ -104,8 +104,62 @@ struct OutboxStoreTests {
             #expect(entries.map(\.handle) == ["rh0", "rh1", "rh2", "fh0"])
             #expect(entries[0].payload == Self.apns.body && entries[0].headers.contains(Header(name: "apns-push-type", value: "alert")))
             #expect(try await fixture.inbox.list(after: 0, limit: 10, handle: "fh0").map(\.payload) == [Self.fcm.body])
+            // The console's order: newest first, paged by the last sequence shown.
+            let newest = try await fixture.inbox.list(.newestBefore(0), limit: 2)
+            #expect(newest.map(\.handle) == ["fh0", "rh2"])
+            #expect(try await fixture.inbox.list(.newestBefore(newest[1].sequence), limit: 5).map(\.handle) == ["rh1", "rh0"])
+            #expect(try await fixture.inbox.list(.newestBefore(0), limit: 5, handle: "rh1").map(\.handle) == ["rh1"])
             #expect(try await fixture.outbox.deliverLocally(limit: 100, platforms: [.apns, .fcm], inbox: fixture.inbox).delivered.isEmpty)
             #expect(try await fixture.inbox.deleteEverything() == 4)
+        }
+    }
+
+    @Test(
+        "the console's reads: a hub's sends newest first and paged, its minutes, each platform's last error and whether it is failing",
+        arguments: StoreBackend.available)
+    func consoleReads(_ backend: StoreBackend) async throws {
+        let start = (unixMillis() / 60000 - 5) * 60000
+        let clock = Mutex(start)
+        try await withOutbox(backend, now: { clock.withLock { $0 } }) { fixture in
+            let outbox = fixture.outbox
+            try await Self.send(outbox, "n-a", Self.targets(2, prefix: "a"), payloads: [Self.apns])
+            clock.withLock { $0 += 1000 }
+            try await Self.send(outbox, "n-b", Self.targets(2, prefix: "b") + Self.targets(1, .fcm, prefix: "bf"))
+            clock.withLock { $0 += 60000 }
+            try await Self.send(outbox, "n-c", Self.targets(1, prefix: "c"), payloads: [Self.apns])
+
+            #expect(try await outbox.recentSends(hub: "default", before: (Int64.max, ""), limit: 2) == ["n-c", "n-b"])
+            #expect(try await outbox.recentSends(hub: "default", before: (start + 1000, "n-b"), limit: 2) == ["n-a"])
+            #expect(try await outbox.recentSends(hub: "other", before: (Int64.max, ""), limit: 2).isEmpty)
+
+            let failures = ["b-0": "BadDeviceToken", "c-0": "InvalidProviderToken"]
+            let decisions = try await outbox.claim(limit: 10, platforms: [.apns, .fcm]).map { item in
+                var decision = Self.delivered(item)
+                if let reason = failures[item.registrationID] {
+                    (decision.state, decision.status, decision.reason) = (.failed, 400, reason)
+                }
+                return decision
+            }
+            #expect(decisions.count == 6)
+            _ = try await outbox.record(decisions)
+
+            let minutes = try await outbox.sendStats(hub: "default", since: start)
+            #expect(minutes.map(\.startUnixMs) == [start, start + 60000])
+            #expect(minutes.map(\.sends) == [2, 1] && minutes.map(\.delivered) == [4, 0])
+            #expect(minutes.map { $0.failures.map(\.reason) } == [["BadDeviceToken"], ["InvalidProviderToken"]])
+            #expect(try await outbox.sendStats(hub: "default", since: start + 60000).map(\.sends) == [1])
+
+            let health = try await outbox.recentPlatformResults(hub: "default", since: start, limit: 100).health()
+            #expect(health[.apns]?.lastError == "InvalidProviderToken" && health[.apns]?.at == start + 61000)
+            // n-c, the newest send to APNs, failed on its every device.
+            #expect(health[.apns]?.failing == true)
+            #expect(health[.fcm] == nil)
+            // Without n-c: n-b's APNs failure is the last error, but another of its devices took it.
+            let older = try await outbox.recentPlatformResults(hub: "default", since: start, limit: 100)
+            var trimmed = older
+            trimmed.counts.removeAll { $0.createdAt == start + 61000 }
+            trimmed.failures.removeAll { $0.createdAt == start + 61000 }
+            #expect(trimmed.health()[.apns]?.lastError == "BadDeviceToken" && trimmed.health()[.apns]?.failing == false)
         }
     }
 

@@ -297,6 +297,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func deleteHubDevices(_ request: DeleteHubDevicesRequest, options: RPCCallOptions) async throws -> DeleteHubDevicesResponse {
         throw Self.unused()
     }
+    func listDevices(_ request: ListDevicesRequest, options: RPCCallOptions) async throws -> ListDevicesResponse { throw Self.unused() }
     func exportDevices(
         _ request: ExportDevicesRequest, options: RPCCallOptions, onMessage: @escaping @Sendable (ExportBatch) async throws -> Void
     ) async throws { throw Self.unused() }
@@ -382,6 +383,8 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func getHubCredentials(
         _ request: GetHubCredentialsRequest, options: RPCCallOptions
     ) async throws -> HubCredentialsResponse { throw Self.unused() }
+    func listSends(_ request: ListSendsRequest, options: RPCCallOptions) async throws -> ListSendsResponse { throw Self.unused() }
+    func sendStats(_ request: SendStatsRequest, options: RPCCallOptions) async throws -> SendStatsResponse { throw Self.unused() }
     func deleteHubCredentials(
         _ request: DeleteHubCredentialsRequest, options: RPCCallOptions
     ) async throws -> HubCredentialsResponse { throw Self.unused() }

@@ -44,6 +44,10 @@ struct ExternalClientTests {
             #expect(answers["delivered"] as? Int == 1)
             #expect(answers["inbox_payloads"] as? [String] == [#"{"data":{"hello":"python"}}"#])
             #expect(answers["send_empty"] as? String == "INVALID_ARGUMENT")
+            #expect(answers["devices"] as? [[String]] == [["sports", "username:carol"]])
+            #expect(answers["devices_bad_tag"] as? String == "INVALID_ARGUMENT")
+            #expect(answers["sends"] as? [Bool] == [true] && answers["stats_delivered"] as? Int == 1)
+            #expect(answers["inbox_newest"] as? Bool == true)
         }
     }
 

@@ -83,6 +83,61 @@ struct RegistrationStoreTests {
         }
     }
 
+    @Test(
+        "ListDevices: registrations and installations of one hub with tags, filtered by user, tag expression, platform and handle prefix, paged by id",
+        arguments: StoreBackend.available)
+    func devices(_ backend: StoreBackend) async throws {
+        try await withRegistrationStore(backend) { store in
+            for i in 0..<6 {
+                let owner = i < 4 ? "alice" : "bob"
+                let id = try await store.createID(owner: owner, handle: "")
+                let handle = String(format: "%02x", i) + String(repeating: "ab", count: 31)
+                _ = try await store.upsert(
+                    owner: owner, id: id, platform: i % 2 == 0 ? .apns : .fcm, handle: i % 2 == 0 ? handle : "fcm-\(i)",
+                    tags: i % 3 == 0 ? ["sports"] : ["news"])
+            }
+            _ = try await store.createID(owner: "alice", handle: "")  // allocated, never PUT: not a device yet
+            let template = Installation.Template(body: #"{"aps":{"alert":"$(m)"}}"#)
+            try await store.putInstallation(
+                hub: "default",
+                Installation(
+                    installationID: "inst-1", userID: "alice", platform: .apns, pushChannel: String(repeating: "cd", count: 32),
+                    tags: ["sports"], templates: ["t": template]), maxInstallations: 0)
+            try await store.putInstallation(
+                hub: "other", Installation(installationID: "inst-2", platform: .apns, pushChannel: String(repeating: "ee", count: 32)),
+                maxInstallations: 0)
+            #expect(try await store.removeHandle(platform: .apns, handle: String(repeating: "cd", count: 32), invalidSince: 0) == 1)
+
+            func list(
+                user: String? = nil, tag: String? = nil, platform: Platform = .unspecified, prefix: String? = nil, after: String = "",
+                limit: Int = 100
+            ) async throws -> [Registration] {
+                try await store.devices(
+                    hub: "default", user: user, expression: try tag.map { try TagExpression($0) }, platform: platform, handlePrefix: prefix,
+                    after: after, limit: limit)
+            }
+            let all = try await list()
+            // Six registrations and the installation; not its template, not the pending id, not the other hub's.
+            #expect(all.count == 7 && all.map(\.registrationID) == all.map(\.registrationID).sorted())
+            let installation = try #require(all.first { $0.installationID == "inst-1" })
+            #expect(installation.expired && installation.tags.contains("sports"))
+            #expect(all.filter { $0.installationID.isEmpty }.allSatisfy { !$0.expired && $0.tags.contains("username:\($0.owner)") })
+            #expect(try await list(user: "alice").count == 5)  // four registrations and the installation of userId alice
+            #expect(try await list(user: "bob").map(\.owner) == ["bob", "bob"])
+            #expect(try await list(tag: "sports").count == 3)
+            #expect(try await list(tag: "sports || username:bob").count == 5)
+            #expect(try await list(tag: "news && !username:alice").map(\.owner) == ["bob", "bob"])
+            #expect(try await list(platform: .fcm).map(\.handle).sorted() == ["fcm-1", "fcm-3", "fcm-5"])
+            #expect(try await list(prefix: "02").map(\.handle) == ["02" + String(repeating: "ab", count: 31)])
+            #expect(try await list(prefix: "fcm-", after: "").count == 3)
+            #expect(try await list(user: "alice", platform: .apns, prefix: "cd").map(\.installationID) == ["inst-1"])
+            // Pages by id: the next starts after the last id shown.
+            let first = try await list(limit: 4)
+            let second = try await list(after: first.last!.registrationID, limit: 4)
+            #expect(first.count == 4 && second.count == 3 && (first + second).map(\.registrationID) == all.map(\.registrationID))
+        }
+    }
+
     @Test("tags are validated and reserved prefixes refused")
     func tagRules() throws {
         #expect(try RegistrationRules.validateTags(["a", "b:c", "a"]) == ["a", "b:c"])

@@ -95,6 +95,13 @@ def main():
                     stub.StreamAudience(reg_pb2.StreamAudienceRequest(tag="sports"), timeout=5)
                     for r in batch.registrations]
         result["audience"] = audience
+        devices = stub.ListDevices(reg_pb2.ListDevicesRequest(user="carol", tag="sports", handle_prefix="fcm-"), timeout=5)
+        result["devices"] = [sorted(d.tags) for d in devices.devices]
+        try:
+            stub.ListDevices(reg_pb2.ListDevicesRequest(tag="a &&"), timeout=5)
+            result["devices_bad_tag"] = "OK"
+        except grpc.RpcError as e:
+            result["devices_bad_tag"] = e.code().name
         try:
             stub.UpsertRegistration(reg_pb2.UpsertRegistrationRequest(
                 owner="mallory", registration_id=rid, platform=common_pb2.PLATFORM_FCM, handle="x"), timeout=5)
@@ -130,6 +137,13 @@ def main():
         result["delivered"] = sum(p.success for p in outcome.platforms)
         inbox = stub.ListInbox(dispatch_pb2.ListInboxRequest(limit=1000), timeout=5)
         result["inbox_payloads"] = [e.payload.decode() for e in inbox.entries if e.handle == "fcm-token-1"]
+        # The console's reads.
+        sends = stub.ListSends(dispatch_pb2.ListSendsRequest(limit=5), timeout=5)
+        result["sends"] = [s.notification_id == sent.outcome.notification_id for s in sends.sends]
+        stats = stub.SendStats(dispatch_pb2.SendStatsRequest(minutes=60), timeout=5)
+        result["stats_delivered"] = sum(m.delivered for m in stats.minutes)
+        newest = stub.ListInbox(dispatch_pb2.ListInboxRequest(limit=1, newest_first=True), timeout=5)
+        result["inbox_newest"] = newest.entries[0].sequence == max(e.sequence for e in inbox.entries)
         try:
             stub.Send(dispatch_pb2.SendRequest(), timeout=5)
             result["send_empty"] = "OK"

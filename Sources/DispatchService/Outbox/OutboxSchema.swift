@@ -179,6 +179,10 @@ extension Outbox {
                     ) WITHOUT ROWID;
                     """)
         }
+        migrator.registerMigration("outbox-v8-sends-by-hub") { db in
+            // The console's reads (issue 18): a hub's recent sends, newest first, and its minutes.
+            try db.execute(sql: "CREATE INDEX notification_hub_created ON notification(hub, created_at, id)")
+        }
         return migrator
     }
 }

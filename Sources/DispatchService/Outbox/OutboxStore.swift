@@ -63,4 +63,90 @@ public protocol OutboxStore: Sendable {
     /// When the earliest pending delivery is due (Unix ms), if any.
     func nextDue() async throws -> Int64?
     func depth() async throws -> (pending: Int, removals: Int)
+
+    /// ListSends: ids of `hub`'s sends made before `before` (created_at, id), newest first.
+    func recentSends(hub: String, before: (createdAt: Int64, id: String), limit: Int) async throws -> [String]
+    /// SendStats: per minute since `since` (Unix ms), the sends made, their deliveries and failures by reason.
+    func sendStats(hub: String, since: Int64) async throws -> [SendStatsMinute]
+    /// The per-platform counters of `hub`'s sends made since `since`, newest first (at most
+    /// `limit` rows), and the failure reasons of those sends, newest first: what the credentials
+    /// status reads its last error from.
+    func recentPlatformResults(hub: String, since: Int64, limit: Int) async throws -> OutboxPlatformResults
+}
+
+/// Rows of ``OutboxStore/recentPlatformResults(hub:since:limit:)``, newest first.
+public struct OutboxPlatformResults: Sendable {
+    public var counts: [(platform: Platform, createdAt: Int64, success: Int64, failure: Int64, pending: Int64)] = []
+    public var failures: [(platform: Platform, createdAt: Int64, reason: String)] = []
+
+    /// Per platform: the newest failure reason and when its send was made, and whether the newest
+    /// finished send on that platform failed on every device.
+    public func health() -> [Platform: (lastError: String, at: Int64, failing: Bool)] {
+        var answer: [Platform: (lastError: String, at: Int64, failing: Bool)] = [:]
+        for failure in failures where answer[failure.platform] == nil {
+            answer[failure.platform] = (failure.reason, failure.createdAt, false)
+        }
+        var seen: Set<Platform> = []
+        for count in counts where count.pending == 0 && !seen.contains(count.platform) {
+            seen.insert(count.platform)
+            if count.success == 0, count.failure > 0 { answer[count.platform]?.failing = true }
+        }
+        return answer
+    }
+}
+
+/// The SQL of the console's reads, the same on both databases but for placeholders: `?` here,
+/// numbered by ``postgres(_:)``.
+enum OutboxConsoleSQL {
+    static let recentSends = """
+        SELECT id FROM notification WHERE hub = ? AND (created_at < ? OR (created_at = ? AND id < ?))
+        ORDER BY created_at DESC, id DESC LIMIT ?
+        """
+    static let minuteCounts = """
+        SELECT n.created_at / 60000 AS minute, count(DISTINCT n.id), CAST(coalesce(sum(p.success), 0) AS BIGINT)
+        FROM notification n LEFT JOIN notification_platform p ON p.notification_id = n.id
+        WHERE n.hub = ? AND n.created_at >= ? GROUP BY minute ORDER BY minute
+        """
+    static let minuteFailures = """
+        SELECT n.created_at / 60000 AS minute, f.reason, CAST(sum(f.count) AS BIGINT)
+        FROM notification n JOIN notification_failure f ON f.notification_id = n.id
+        WHERE n.hub = ? AND n.created_at >= ? GROUP BY minute, f.reason ORDER BY minute, f.reason
+        """
+    static let platformCounts = """
+        SELECT p.platform, n.created_at, p.success, p.failure, p.pending
+        FROM notification n JOIN notification_platform p ON p.notification_id = n.id
+        WHERE n.hub = ? AND n.created_at >= ? ORDER BY n.created_at DESC, n.id DESC LIMIT ?
+        """
+    static let platformFailures = """
+        SELECT f.platform, n.created_at, f.reason
+        FROM notification n JOIN notification_failure f ON f.notification_id = n.id
+        WHERE n.hub = ? AND n.created_at >= ? ORDER BY n.created_at DESC, n.id DESC LIMIT ?
+        """
+
+    /// `?` placeholders as PostgreSQL's `$1…`.
+    static func postgres(_ sql: String) -> String {
+        var out = ""
+        var number = 0
+        for character in sql {
+            if character == "?" {
+                number += 1
+                out += "$\(number)"
+            } else {
+                out.append(character)
+            }
+        }
+        return out
+    }
+
+    /// Minutes from the two per-minute queries' rows.
+    static func minutes(
+        counts: [(minute: Int64, sends: Int64, delivered: Int64)], failures: [(minute: Int64, reason: String, count: Int64)]
+    ) -> [SendStatsMinute] {
+        let failed = Dictionary(grouping: failures, by: \.minute)
+        return counts.map { row in
+            SendStatsMinute(
+                startUnixMs: row.minute * 60000, delivered: row.delivered,
+                failures: (failed[row.minute] ?? []).map { FailureCount(reason: $0.reason, count: $0.count) }, sends: row.sends)
+        }
+    }
 }

@@ -182,6 +182,8 @@ public final class PostgresOutbox: OutboxStore {
                 )
                 """,
             ]),
+        // The console's reads (issue 18): a hub's recent sends, newest first, and its minutes.
+        PostgresMigration("dispatch-v2-sends-by-hub", ["CREATE INDEX notification_hub_created ON notification (hub, created_at, id)"]),
     ]
 
     /// Rows one INSERT … unnest carries: large sends go in several statements of one transaction.

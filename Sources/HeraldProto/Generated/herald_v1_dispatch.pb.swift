@@ -1136,17 +1136,25 @@ public struct ListInboxRequest: HeraldMessage {
     public var limit: Int32
     /// When set, only entries addressed to this push handle.
     public var handle: String
+    /// Newest first: only entries with a smaller sequence than `before_sequence` (0: from the
+    /// newest); `after_sequence` is then ignored.
+    public var newestFirst: Bool
+    public var beforeSequence: Int64
 
-    public init(afterSequence: Int64 = 0, limit: Int32 = 0, handle: String = "") {
+    public init(afterSequence: Int64 = 0, limit: Int32 = 0, handle: String = "", newestFirst: Bool = false, beforeSequence: Int64 = 0) {
         self.afterSequence = afterSequence
         self.limit = limit
         self.handle = handle
+        self.newestFirst = newestFirst
+        self.beforeSequence = beforeSequence
     }
 
     public init() {
         self.afterSequence = 0
         self.limit = 0
         self.handle = ""
+        self.newestFirst = false
+        self.beforeSequence = 0
     }
 
     public static let protoName = "herald.v1.ListInboxRequest"
@@ -1168,6 +1176,8 @@ extension ListInboxRequest: CBacked {
         self.afterSequence = m.after_sequence
         self.limit = m.limit
         self.handle = CBridge.string(m.handle)
+        self.newestFirst = m.newest_first != 0
+        self.beforeSequence = m.before_sequence
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1176,6 +1186,8 @@ extension ListInboxRequest: CBacked {
         p.pointee.after_sequence = self.afterSequence
         p.pointee.limit = self.limit
         p.pointee.handle = try arena.string(self.handle, field: "herald.v1.ListInboxRequest.handle")
+        p.pointee.newest_first = self.newestFirst ? 1 : 0
+        p.pointee.before_sequence = self.beforeSequence
         return p
     }
 
@@ -1191,7 +1203,7 @@ extension ListInboxRequest: CBacked {
 
 /// Answer of ListInbox.
 public struct ListInboxResponse: HeraldMessage {
-    /// Oldest first.
+    /// Oldest first (newest first with `newest_first`).
     public var entries: [InboxEntry]
 
     public init(entries: [InboxEntry] = []) {
@@ -1465,12 +1477,23 @@ public struct HubPlatformCredentials: HeraldMessage {
     /// Identifiers of the credentials (key id, team, topic, project…), never a secret.
     public var summary: String
     public var updatedAtUnixMs: Int64
+    /// The most recent failure reason the push service gave for this hub and platform (e.g.
+    /// "InvalidProviderToken", "NoCredentials"), and when that send was made; empty and 0 when
+    /// none of the hub's recent sends on this platform failed.
+    public var lastError: String
+    public var lastErrorAtUnixMs: Int64
+    /// Whether the hub's latest send that reached this platform failed on every device: the
+    /// credentials (or the push service) are failing now, not just some devices.
+    public var failing: Bool
 
-    public init(platform: Platform = Platform(rawValue: 0), source: String = "", summary: String = "", updatedAtUnixMs: Int64 = 0) {
+    public init(platform: Platform = Platform(rawValue: 0), source: String = "", summary: String = "", updatedAtUnixMs: Int64 = 0, lastError: String = "", lastErrorAtUnixMs: Int64 = 0, failing: Bool = false) {
         self.platform = platform
         self.source = source
         self.summary = summary
         self.updatedAtUnixMs = updatedAtUnixMs
+        self.lastError = lastError
+        self.lastErrorAtUnixMs = lastErrorAtUnixMs
+        self.failing = failing
     }
 
     public init() {
@@ -1478,6 +1501,9 @@ public struct HubPlatformCredentials: HeraldMessage {
         self.source = ""
         self.summary = ""
         self.updatedAtUnixMs = 0
+        self.lastError = ""
+        self.lastErrorAtUnixMs = 0
+        self.failing = false
     }
 
     public static let protoName = "herald.v1.HubPlatformCredentials"
@@ -1500,6 +1526,9 @@ extension HubPlatformCredentials: CBacked {
         self.source = CBridge.string(m.source)
         self.summary = CBridge.string(m.summary)
         self.updatedAtUnixMs = m.updated_at_unix_ms
+        self.lastError = CBridge.string(m.last_error)
+        self.lastErrorAtUnixMs = m.last_error_at_unix_ms
+        self.failing = m.failing != 0
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1509,6 +1538,9 @@ extension HubPlatformCredentials: CBacked {
         p.pointee.source = try arena.string(self.source, field: "herald.v1.HubPlatformCredentials.source")
         p.pointee.summary = try arena.string(self.summary, field: "herald.v1.HubPlatformCredentials.summary")
         p.pointee.updated_at_unix_ms = self.updatedAtUnixMs
+        p.pointee.last_error = try arena.string(self.lastError, field: "herald.v1.HubPlatformCredentials.last_error")
+        p.pointee.last_error_at_unix_ms = self.lastErrorAtUnixMs
+        p.pointee.failing = self.failing ? 1 : 0
         return p
     }
 
@@ -1576,6 +1608,295 @@ extension HubCredentialsResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_credentials_response__free_unpacked(p, nil) }
 }
 
+/// Request of ListSends.
+public struct ListSendsRequest: HeraldMessage {
+    /// Empty means "default".
+    public var hub: String
+    /// From the previous page's last send: only sends made before it (0 and empty: from the newest).
+    public var beforeCreatedAtUnixMs: Int64
+    public var beforeNotificationID: String
+    /// 1 to 200; 0 means 25.
+    public var limit: Int32
+
+    public init(hub: String = "", beforeCreatedAtUnixMs: Int64 = 0, beforeNotificationID: String = "", limit: Int32 = 0) {
+        self.hub = hub
+        self.beforeCreatedAtUnixMs = beforeCreatedAtUnixMs
+        self.beforeNotificationID = beforeNotificationID
+        self.limit = limit
+    }
+
+    public init() {
+        self.hub = ""
+        self.beforeCreatedAtUnixMs = 0
+        self.beforeNotificationID = ""
+        self.limit = 0
+    }
+
+    public static let protoName = "herald.v1.ListSendsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListSendsRequest: CBacked {
+    typealias CType = Herald__V1__ListSendsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.beforeCreatedAtUnixMs = m.before_created_at_unix_ms
+        self.beforeNotificationID = CBridge.string(m.before_notification_id)
+        self.limit = m.limit
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_sends_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ListSendsRequest.hub")
+        p.pointee.before_created_at_unix_ms = self.beforeCreatedAtUnixMs
+        p.pointee.before_notification_id = try arena.string(self.beforeNotificationID, field: "herald.v1.ListSendsRequest.before_notification_id")
+        p.pointee.limit = self.limit
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_sends_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_sends_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_sends_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_sends_request__free_unpacked(p, nil) }
+}
+
+/// Answer of ListSends.
+public struct ListSendsResponse: HeraldMessage {
+    /// Newest first.
+    public var sends: [Outcome]
+
+    public init(sends: [Outcome] = []) {
+        self.sends = sends
+    }
+
+    public init() {
+        self.sends = []
+    }
+
+    public static let protoName = "herald.v1.ListSendsResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListSendsResponse: CBacked {
+    typealias CType = Herald__V1__ListSendsResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.sends = (0..<m.n_sends).map { Outcome(_c: m.sends[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_sends_response__init(p)
+        p.pointee.n_sends = self.sends.count
+        p.pointee.sends = arena.array(try self.sends.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_sends_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_sends_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_sends_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_sends_response__free_unpacked(p, nil) }
+}
+
+/// Request of SendStats.
+public struct SendStatsRequest: HeraldMessage {
+    /// Empty means "default".
+    public var hub: String
+    /// The window, counted back from now: 1 to 1440 minutes; 0 means 60.
+    public var minutes: Int32
+
+    public init(hub: String = "", minutes: Int32 = 0) {
+        self.hub = hub
+        self.minutes = minutes
+    }
+
+    public init() {
+        self.hub = ""
+        self.minutes = 0
+    }
+
+    public static let protoName = "herald.v1.SendStatsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension SendStatsRequest: CBacked {
+    typealias CType = Herald__V1__SendStatsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.minutes = m.minutes
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__send_stats_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.SendStatsRequest.hub")
+        p.pointee.minutes = self.minutes
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__send_stats_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__send_stats_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__send_stats_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__send_stats_request__free_unpacked(p, nil) }
+}
+
+/// One minute of SendStats.
+public struct SendStatsMinute: HeraldMessage {
+    /// The minute's start, Unix epoch milliseconds.
+    public var startUnixMs: Int64
+    /// Deliveries the push services accepted.
+    public var delivered: Int64
+    /// Failed for good, by reason (sorted by reason).
+    public var failures: [FailureCount]
+    /// Sends made.
+    public var sends: Int64
+
+    public init(startUnixMs: Int64 = 0, delivered: Int64 = 0, failures: [FailureCount] = [], sends: Int64 = 0) {
+        self.startUnixMs = startUnixMs
+        self.delivered = delivered
+        self.failures = failures
+        self.sends = sends
+    }
+
+    public init() {
+        self.startUnixMs = 0
+        self.delivered = 0
+        self.failures = []
+        self.sends = 0
+    }
+
+    public static let protoName = "herald.v1.SendStatsMinute"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension SendStatsMinute: CBacked {
+    typealias CType = Herald__V1__SendStatsMinute
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.startUnixMs = m.start_unix_ms
+        self.delivered = m.delivered
+        self.failures = (0..<m.n_failures).map { FailureCount(_c: m.failures[$0]!) }
+        self.sends = m.sends
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__send_stats_minute__init(p)
+        p.pointee.start_unix_ms = self.startUnixMs
+        p.pointee.delivered = self.delivered
+        p.pointee.n_failures = self.failures.count
+        p.pointee.failures = arena.array(try self.failures.map { Optional(try $0._toC(arena)) })
+        p.pointee.sends = self.sends
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__send_stats_minute__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__send_stats_minute__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__send_stats_minute__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__send_stats_minute__free_unpacked(p, nil) }
+}
+
+/// Answer of SendStats.
+public struct SendStatsResponse: HeraldMessage {
+    /// Oldest first; minutes without sends are left out.
+    public var minutes: [SendStatsMinute]
+
+    public init(minutes: [SendStatsMinute] = []) {
+        self.minutes = minutes
+    }
+
+    public init() {
+        self.minutes = []
+    }
+
+    public static let protoName = "herald.v1.SendStatsResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension SendStatsResponse: CBacked {
+    typealias CType = Herald__V1__SendStatsResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.minutes = (0..<m.n_minutes).map { SendStatsMinute(_c: m.minutes[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__send_stats_response__init(p)
+        p.pointee.n_minutes = self.minutes.count
+        p.pointee.minutes = arena.array(try self.minutes.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__send_stats_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__send_stats_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__send_stats_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__send_stats_response__free_unpacked(p, nil) }
+}
+
 /// Sends notifications and reports their outcome.
 /// Method descriptors of `herald.v1.DispatchService`.
 public enum DispatchServiceMethods {
@@ -1612,7 +1933,14 @@ public enum DispatchServiceMethods {
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     public static let cancelScheduled = UnaryMethod<CancelScheduledRequest, Outcome>(service: serviceName, method: "CancelScheduled")
+    /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
+    /// paged by (created_at, notification id).
+    public static let listSends = UnaryMethod<ListSendsRequest, ListSendsResponse>(service: serviceName, method: "ListSends")
+    /// Deliveries and failures by reason per minute over a recent window, from the counters every
+    /// send already keeps: a send's deliveries count in the minute it was made (not when each was
+    /// delivered), so a minute is as cheap to read however large its sends were.
+    public static let sendStats = UnaryMethod<SendStatsRequest, SendStatsResponse>(service: serviceName, method: "SendStats")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, listSends.fullName, sendStats.fullName]
 }

@@ -27,8 +27,11 @@ public struct Registration: HeraldMessage {
     /// template as JSON {"body":…,"headers":{…},"expiry":…} (body and values unrendered).
     public var templateName: String
     public var templateJson: String
+    /// ListDevices: the push service reported the handle dead (an installation kept with NH's
+    /// pushChannelExpired; sends skip it until its channel changes).
+    public var expired: Bool
 
-    public init(registrationID: String = "", owner: String = "", platform: Platform = Platform(rawValue: 0), handle: String = "", tags: [String] = [], updatedAtUnixMs: Int64 = 0, hub: String = "", installationID: String = "", templateName: String = "", templateJson: String = "") {
+    public init(registrationID: String = "", owner: String = "", platform: Platform = Platform(rawValue: 0), handle: String = "", tags: [String] = [], updatedAtUnixMs: Int64 = 0, hub: String = "", installationID: String = "", templateName: String = "", templateJson: String = "", expired: Bool = false) {
         self.registrationID = registrationID
         self.owner = owner
         self.platform = platform
@@ -39,6 +42,7 @@ public struct Registration: HeraldMessage {
         self.installationID = installationID
         self.templateName = templateName
         self.templateJson = templateJson
+        self.expired = expired
     }
 
     public init() {
@@ -52,6 +56,7 @@ public struct Registration: HeraldMessage {
         self.installationID = ""
         self.templateName = ""
         self.templateJson = ""
+        self.expired = false
     }
 
     public static let protoName = "herald.v1.Registration"
@@ -80,6 +85,7 @@ extension Registration: CBacked {
         self.installationID = CBridge.string(m.installation_id)
         self.templateName = CBridge.string(m.template_name)
         self.templateJson = CBridge.string(m.template_json)
+        self.expired = m.expired != 0
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -96,6 +102,7 @@ extension Registration: CBacked {
         p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.Registration.installation_id")
         p.pointee.template_name = try arena.string(self.templateName, field: "herald.v1.Registration.template_name")
         p.pointee.template_json = try arena.string(self.templateJson, field: "herald.v1.Registration.template_json")
+        p.pointee.expired = self.expired ? 1 : 0
         return p
     }
 
@@ -1519,6 +1526,147 @@ extension CheckHandlesResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__check_handles_response__free_unpacked(p, nil) }
 }
 
+/// Request of ListDevices. Every filter is optional; they combine with "and".
+public struct ListDevicesRequest: HeraldMessage {
+    /// Empty means "default".
+    public var hub: String
+    /// Devices of this user: registrations it owns, installations with this userId.
+    public var user: String
+    /// A tag or a tag expression (NH's grammar and limits).
+    public var tag: String
+    /// Only this platform.
+    public var platform: Platform
+    /// Only handles starting with this text (an APNs token's first hex digits, an FCM token's…).
+    public var handlePrefix: String
+    /// The last registration id of the previous page; empty for the first.
+    public var afterID: String
+    /// 1 to 500; 0 means 50.
+    public var limit: Int32
+
+    public init(hub: String = "", user: String = "", tag: String = "", platform: Platform = Platform(rawValue: 0), handlePrefix: String = "", afterID: String = "", limit: Int32 = 0) {
+        self.hub = hub
+        self.user = user
+        self.tag = tag
+        self.platform = platform
+        self.handlePrefix = handlePrefix
+        self.afterID = afterID
+        self.limit = limit
+    }
+
+    public init() {
+        self.hub = ""
+        self.user = ""
+        self.tag = ""
+        self.platform = Platform(rawValue: 0)
+        self.handlePrefix = ""
+        self.afterID = ""
+        self.limit = 0
+    }
+
+    public static let protoName = "herald.v1.ListDevicesRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListDevicesRequest: CBacked {
+    typealias CType = Herald__V1__ListDevicesRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.user = CBridge.string(m.user)
+        self.tag = CBridge.string(m.tag)
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.handlePrefix = CBridge.string(m.handle_prefix)
+        self.afterID = CBridge.string(m.after_id)
+        self.limit = m.limit
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_devices_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ListDevicesRequest.hub")
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.ListDevicesRequest.user")
+        p.pointee.tag = try arena.string(self.tag, field: "herald.v1.ListDevicesRequest.tag")
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.handle_prefix = try arena.string(self.handlePrefix, field: "herald.v1.ListDevicesRequest.handle_prefix")
+        p.pointee.after_id = try arena.string(self.afterID, field: "herald.v1.ListDevicesRequest.after_id")
+        p.pointee.limit = self.limit
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_devices_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_devices_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_devices_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_devices_request__free_unpacked(p, nil) }
+}
+
+/// Answer of ListDevices.
+public struct ListDevicesResponse: HeraldMessage {
+    /// With tags and `expired`; installations have installation_id set and owner empty.
+    public var devices: [Registration]
+    /// Pass as after_id for the next page; empty on the last page.
+    public var nextAfterID: String
+
+    public init(devices: [Registration] = [], nextAfterID: String = "") {
+        self.devices = devices
+        self.nextAfterID = nextAfterID
+    }
+
+    public init() {
+        self.devices = []
+        self.nextAfterID = ""
+    }
+
+    public static let protoName = "herald.v1.ListDevicesResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListDevicesResponse: CBacked {
+    typealias CType = Herald__V1__ListDevicesResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.devices = (0..<m.n_devices).map { Registration(_c: m.devices[$0]!) }
+        self.nextAfterID = CBridge.string(m.next_after_id)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_devices_response__init(p)
+        p.pointee.n_devices = self.devices.count
+        p.pointee.devices = arena.array(try self.devices.map { Optional(try $0._toC(arena)) })
+        p.pointee.next_after_id = try arena.string(self.nextAfterID, field: "herald.v1.ListDevicesResponse.next_after_id")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_devices_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_devices_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_devices_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_devices_response__free_unpacked(p, nil) }
+}
+
 /// Every call a user makes is scoped to an owner (the authenticated user): one user can never see,
 /// change, claim or delete another user's registration; such an id behaves exactly like an unknown
 /// one. StreamAudience and RemoveHandle are herald-dispatch's, not a user's.
@@ -1577,7 +1725,12 @@ public enum RegistrationServiceMethods {
     /// dispatch asks before a direct send, so that one list of allowed hosts guards every handle.
     /// Errors: INVALID_ARGUMENT naming the first bad handle's position.
     public static let checkHandles = UnaryMethod<CheckHandlesRequest, CheckHandlesResponse>(service: serviceName, method: "CheckHandles")
+    /// One page of a hub's devices for an operator (the web console): registrations and
+    /// installations (not their templates), with tags, in registration id order, filtered by user,
+    /// tag expression, platform and handle prefix. Keyset-paged, so a page costs the same at any
+    /// depth. Errors: INVALID_ARGUMENT for a bad tag expression (its position) or limit.
+    public static let listDevices = UnaryMethod<ListDevicesRequest, ListDevicesResponse>(service: serviceName, method: "ListDevices")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName, checkHandles.fullName]
+    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName, checkHandles.fullName, listDevices.fullName]
 }

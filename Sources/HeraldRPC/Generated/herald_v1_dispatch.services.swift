@@ -35,6 +35,13 @@ public protocol DispatchServiceHandler: Sendable {
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     func cancelScheduled(_ request: CancelScheduledRequest, context: RPCContext) async throws -> Outcome
+    /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
+    /// paged by (created_at, notification id).
+    func listSends(_ request: ListSendsRequest, context: RPCContext) async throws -> ListSendsResponse
+    /// Deliveries and failures by reason per minute over a recent window, from the counters every
+    /// send already keeps: a send's deliveries count in the minute it was made (not when each was
+    /// delivered), so a minute is as cheap to read however large its sends were.
+    func sendStats(_ request: SendStatsRequest, context: RPCContext) async throws -> SendStatsResponse
 }
 
 extension DispatchServiceHandler {
@@ -66,6 +73,12 @@ extension DispatchServiceHandler {
         }
         table.register(DispatchServiceMethods.cancelScheduled) { request, context in
             try await self.cancelScheduled(request, context: context)
+        }
+        table.register(DispatchServiceMethods.listSends) { request, context in
+            try await self.listSends(request, context: context)
+        }
+        table.register(DispatchServiceMethods.sendStats) { request, context in
+            try await self.sendStats(request, context: context)
         }
     }
 }
@@ -102,6 +115,13 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome
+    /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
+    /// paged by (created_at, notification id).
+    func listSends(_ request: ListSendsRequest, options: RPCCallOptions) async throws -> ListSendsResponse
+    /// Deliveries and failures by reason per minute over a recent window, from the counters every
+    /// send already keeps: a send's deliveries count in the minute it was made (not when each was
+    /// delivered), so a minute is as cheap to read however large its sends were.
+    func sendStats(_ request: SendStatsRequest, options: RPCCallOptions) async throws -> SendStatsResponse
 }
 
 extension DispatchServiceClientProtocol {
@@ -150,6 +170,16 @@ extension DispatchServiceClientProtocol {
     ) async throws -> Outcome {
         try await cancelScheduled(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func listSends(
+        _ request: ListSendsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ListSendsResponse {
+        try await listSends(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func sendStats(
+        _ request: SendStatsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> SendStatsResponse {
+        try await sendStats(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.DispatchService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -195,5 +225,13 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
 
     public func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome {
         try await rpc.call(DispatchServiceMethods.cancelScheduled, request, options: options)
+    }
+
+    public func listSends(_ request: ListSendsRequest, options: RPCCallOptions) async throws -> ListSendsResponse {
+        try await rpc.call(DispatchServiceMethods.listSends, request, options: options)
+    }
+
+    public func sendStats(_ request: SendStatsRequest, options: RPCCallOptions) async throws -> SendStatsResponse {
+        try await rpc.call(DispatchServiceMethods.sendStats, request, options: options)
     }
 }

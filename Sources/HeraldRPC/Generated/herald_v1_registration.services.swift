@@ -55,6 +55,11 @@ public protocol RegistrationServiceHandler: Sendable {
     /// dispatch asks before a direct send, so that one list of allowed hosts guards every handle.
     /// Errors: INVALID_ARGUMENT naming the first bad handle's position.
     func checkHandles(_ request: CheckHandlesRequest, context: RPCContext) async throws -> CheckHandlesResponse
+    /// One page of a hub's devices for an operator (the web console): registrations and
+    /// installations (not their templates), with tags, in registration id order, filtered by user,
+    /// tag expression, platform and handle prefix. Keyset-paged, so a page costs the same at any
+    /// depth. Errors: INVALID_ARGUMENT for a bad tag expression (its position) or limit.
+    func listDevices(_ request: ListDevicesRequest, context: RPCContext) async throws -> ListDevicesResponse
 }
 
 extension RegistrationServiceHandler {
@@ -104,6 +109,9 @@ extension RegistrationServiceHandler {
         }
         table.register(RegistrationServiceMethods.checkHandles) { request, context in
             try await self.checkHandles(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.listDevices) { request, context in
+            try await self.listDevices(request, context: context)
         }
     }
 }
@@ -166,6 +174,11 @@ public protocol RegistrationServiceClientProtocol: Sendable {
     /// dispatch asks before a direct send, so that one list of allowed hosts guards every handle.
     /// Errors: INVALID_ARGUMENT naming the first bad handle's position.
     func checkHandles(_ request: CheckHandlesRequest, options: RPCCallOptions) async throws -> CheckHandlesResponse
+    /// One page of a hub's devices for an operator (the web console): registrations and
+    /// installations (not their templates), with tags, in registration id order, filtered by user,
+    /// tag expression, platform and handle prefix. Keyset-paged, so a page costs the same at any
+    /// depth. Errors: INVALID_ARGUMENT for a bad tag expression (its position) or limit.
+    func listDevices(_ request: ListDevicesRequest, options: RPCCallOptions) async throws -> ListDevicesResponse
 }
 
 extension RegistrationServiceClientProtocol {
@@ -246,6 +259,11 @@ extension RegistrationServiceClientProtocol {
     ) async throws -> CheckHandlesResponse {
         try await checkHandles(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func listDevices(
+        _ request: ListDevicesRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ListDevicesResponse {
+        try await listDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.RegistrationService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -321,5 +339,9 @@ public struct RegistrationServiceClient: RegistrationServiceClientProtocol {
 
     public func checkHandles(_ request: CheckHandlesRequest, options: RPCCallOptions) async throws -> CheckHandlesResponse {
         try await rpc.call(RegistrationServiceMethods.checkHandles, request, options: options)
+    }
+
+    public func listDevices(_ request: ListDevicesRequest, options: RPCCallOptions) async throws -> ListDevicesResponse {
+        try await rpc.call(RegistrationServiceMethods.listDevices, request, options: options)
     }
 }

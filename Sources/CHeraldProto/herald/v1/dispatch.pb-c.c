@@ -952,6 +952,231 @@ void   herald__v1__hub_credentials_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__hub_credentials_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__list_sends_request__init
+                     (Herald__V1__ListSendsRequest         *message)
+{
+  static const Herald__V1__ListSendsRequest init_value = HERALD__V1__LIST_SENDS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_sends_request__get_packed_size
+                     (const Herald__V1__ListSendsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_sends_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_sends_request__pack
+                     (const Herald__V1__ListSendsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_sends_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_sends_request__pack_to_buffer
+                     (const Herald__V1__ListSendsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_sends_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListSendsRequest *
+       herald__v1__list_sends_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListSendsRequest *)
+     protobuf_c_message_unpack (&herald__v1__list_sends_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_sends_request__free_unpacked
+                     (Herald__V1__ListSendsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_sends_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_sends_response__init
+                     (Herald__V1__ListSendsResponse         *message)
+{
+  static const Herald__V1__ListSendsResponse init_value = HERALD__V1__LIST_SENDS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_sends_response__get_packed_size
+                     (const Herald__V1__ListSendsResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_sends_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_sends_response__pack
+                     (const Herald__V1__ListSendsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_sends_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_sends_response__pack_to_buffer
+                     (const Herald__V1__ListSendsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_sends_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListSendsResponse *
+       herald__v1__list_sends_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListSendsResponse *)
+     protobuf_c_message_unpack (&herald__v1__list_sends_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_sends_response__free_unpacked
+                     (Herald__V1__ListSendsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_sends_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__send_stats_request__init
+                     (Herald__V1__SendStatsRequest         *message)
+{
+  static const Herald__V1__SendStatsRequest init_value = HERALD__V1__SEND_STATS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__send_stats_request__get_packed_size
+                     (const Herald__V1__SendStatsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__send_stats_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__send_stats_request__pack
+                     (const Herald__V1__SendStatsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__send_stats_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__send_stats_request__pack_to_buffer
+                     (const Herald__V1__SendStatsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__send_stats_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__SendStatsRequest *
+       herald__v1__send_stats_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__SendStatsRequest *)
+     protobuf_c_message_unpack (&herald__v1__send_stats_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__send_stats_request__free_unpacked
+                     (Herald__V1__SendStatsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__send_stats_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__send_stats_minute__init
+                     (Herald__V1__SendStatsMinute         *message)
+{
+  static const Herald__V1__SendStatsMinute init_value = HERALD__V1__SEND_STATS_MINUTE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__send_stats_minute__get_packed_size
+                     (const Herald__V1__SendStatsMinute *message)
+{
+  assert(message->base.descriptor == &herald__v1__send_stats_minute__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__send_stats_minute__pack
+                     (const Herald__V1__SendStatsMinute *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__send_stats_minute__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__send_stats_minute__pack_to_buffer
+                     (const Herald__V1__SendStatsMinute *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__send_stats_minute__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__SendStatsMinute *
+       herald__v1__send_stats_minute__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__SendStatsMinute *)
+     protobuf_c_message_unpack (&herald__v1__send_stats_minute__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__send_stats_minute__free_unpacked
+                     (Herald__V1__SendStatsMinute *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__send_stats_minute__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__send_stats_response__init
+                     (Herald__V1__SendStatsResponse         *message)
+{
+  static const Herald__V1__SendStatsResponse init_value = HERALD__V1__SEND_STATS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__send_stats_response__get_packed_size
+                     (const Herald__V1__SendStatsResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__send_stats_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__send_stats_response__pack
+                     (const Herald__V1__SendStatsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__send_stats_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__send_stats_response__pack_to_buffer
+                     (const Herald__V1__SendStatsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__send_stats_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__SendStatsResponse *
+       herald__v1__send_stats_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__SendStatsResponse *)
+     protobuf_c_message_unpack (&herald__v1__send_stats_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__send_stats_response__free_unpacked
+                     (Herald__V1__SendStatsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__send_stats_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor herald__v1__native_payload__field_descriptors[7] =
 {
   {
@@ -2161,7 +2386,7 @@ const ProtobufCMessageDescriptor herald__v1__inbox_entry__descriptor =
   (ProtobufCMessageInit) herald__v1__inbox_entry__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__list_inbox_request__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__list_inbox_request__field_descriptors[5] =
 {
   {
     "after_sequence",
@@ -2199,16 +2424,42 @@ static const ProtobufCFieldDescriptor herald__v1__list_inbox_request__field_desc
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "newest_first",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInboxRequest, newest_first),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "before_sequence",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInboxRequest, before_sequence),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_inbox_request__field_indices_by_name[] = {
   0,   /* field[0] = after_sequence */
+  4,   /* field[4] = before_sequence */
   2,   /* field[2] = handle */
   1,   /* field[1] = limit */
+  3,   /* field[3] = newest_first */
 };
 static const ProtobufCIntRange herald__v1__list_inbox_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_inbox_request__descriptor =
 {
@@ -2218,7 +2469,7 @@ const ProtobufCMessageDescriptor herald__v1__list_inbox_request__descriptor =
   "Herald__V1__ListInboxRequest",
   "herald.v1",
   sizeof(Herald__V1__ListInboxRequest),
-  3,
+  5,
   herald__v1__list_inbox_request__field_descriptors,
   herald__v1__list_inbox_request__field_indices_by_name,
   1,  herald__v1__list_inbox_request__number_ranges,
@@ -2467,7 +2718,7 @@ const ProtobufCMessageDescriptor herald__v1__delete_hub_credentials_request__des
   (ProtobufCMessageInit) herald__v1__delete_hub_credentials_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__hub_platform_credentials__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__hub_platform_credentials__field_descriptors[7] =
 {
   {
     "platform",
@@ -2517,8 +2768,47 @@ static const ProtobufCFieldDescriptor herald__v1__hub_platform_credentials__fiel
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "last_error",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPlatformCredentials, last_error),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "last_error_at_unix_ms",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPlatformCredentials, last_error_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "failing",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPlatformCredentials, failing),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__hub_platform_credentials__field_indices_by_name[] = {
+  6,   /* field[6] = failing */
+  4,   /* field[4] = last_error */
+  5,   /* field[5] = last_error_at_unix_ms */
   0,   /* field[0] = platform */
   1,   /* field[1] = source */
   2,   /* field[2] = summary */
@@ -2527,7 +2817,7 @@ static const unsigned herald__v1__hub_platform_credentials__field_indices_by_nam
 static const ProtobufCIntRange herald__v1__hub_platform_credentials__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descriptor =
 {
@@ -2537,7 +2827,7 @@ const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descripto
   "Herald__V1__HubPlatformCredentials",
   "herald.v1",
   sizeof(Herald__V1__HubPlatformCredentials),
-  4,
+  7,
   herald__v1__hub_platform_credentials__field_descriptors,
   herald__v1__hub_platform_credentials__field_indices_by_name,
   1,  herald__v1__hub_platform_credentials__number_ranges,
@@ -2593,6 +2883,287 @@ const ProtobufCMessageDescriptor herald__v1__hub_credentials_response__descripto
   herald__v1__hub_credentials_response__field_indices_by_name,
   1,  herald__v1__hub_credentials_response__number_ranges,
   (ProtobufCMessageInit) herald__v1__hub_credentials_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_sends_request__field_descriptors[4] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListSendsRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "before_created_at_unix_ms",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListSendsRequest, before_created_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "before_notification_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListSendsRequest, before_notification_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListSendsRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_sends_request__field_indices_by_name[] = {
+  1,   /* field[1] = before_created_at_unix_ms */
+  2,   /* field[2] = before_notification_id */
+  0,   /* field[0] = hub */
+  3,   /* field[3] = limit */
+};
+static const ProtobufCIntRange herald__v1__list_sends_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_sends_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListSendsRequest",
+  "ListSendsRequest",
+  "Herald__V1__ListSendsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ListSendsRequest),
+  4,
+  herald__v1__list_sends_request__field_descriptors,
+  herald__v1__list_sends_request__field_indices_by_name,
+  1,  herald__v1__list_sends_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_sends_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_sends_response__field_descriptors[1] =
+{
+  {
+    "sends",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ListSendsResponse, n_sends),
+    offsetof(Herald__V1__ListSendsResponse, sends),
+    &herald__v1__outcome__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_sends_response__field_indices_by_name[] = {
+  0,   /* field[0] = sends */
+};
+static const ProtobufCIntRange herald__v1__list_sends_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_sends_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListSendsResponse",
+  "ListSendsResponse",
+  "Herald__V1__ListSendsResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ListSendsResponse),
+  1,
+  herald__v1__list_sends_response__field_descriptors,
+  herald__v1__list_sends_response__field_indices_by_name,
+  1,  herald__v1__list_sends_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_sends_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__send_stats_request__field_descriptors[2] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendStatsRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "minutes",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendStatsRequest, minutes),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__send_stats_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = minutes */
+};
+static const ProtobufCIntRange herald__v1__send_stats_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__send_stats_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.SendStatsRequest",
+  "SendStatsRequest",
+  "Herald__V1__SendStatsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__SendStatsRequest),
+  2,
+  herald__v1__send_stats_request__field_descriptors,
+  herald__v1__send_stats_request__field_indices_by_name,
+  1,  herald__v1__send_stats_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__send_stats_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__send_stats_minute__field_descriptors[4] =
+{
+  {
+    "start_unix_ms",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendStatsMinute, start_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "delivered",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendStatsMinute, delivered),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "failures",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__SendStatsMinute, n_failures),
+    offsetof(Herald__V1__SendStatsMinute, failures),
+    &herald__v1__failure_count__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "sends",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendStatsMinute, sends),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__send_stats_minute__field_indices_by_name[] = {
+  1,   /* field[1] = delivered */
+  2,   /* field[2] = failures */
+  3,   /* field[3] = sends */
+  0,   /* field[0] = start_unix_ms */
+};
+static const ProtobufCIntRange herald__v1__send_stats_minute__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor herald__v1__send_stats_minute__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.SendStatsMinute",
+  "SendStatsMinute",
+  "Herald__V1__SendStatsMinute",
+  "herald.v1",
+  sizeof(Herald__V1__SendStatsMinute),
+  4,
+  herald__v1__send_stats_minute__field_descriptors,
+  herald__v1__send_stats_minute__field_indices_by_name,
+  1,  herald__v1__send_stats_minute__number_ranges,
+  (ProtobufCMessageInit) herald__v1__send_stats_minute__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__send_stats_response__field_descriptors[1] =
+{
+  {
+    "minutes",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__SendStatsResponse, n_minutes),
+    offsetof(Herald__V1__SendStatsResponse, minutes),
+    &herald__v1__send_stats_minute__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__send_stats_response__field_indices_by_name[] = {
+  0,   /* field[0] = minutes */
+};
+static const ProtobufCIntRange herald__v1__send_stats_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__send_stats_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.SendStatsResponse",
+  "SendStatsResponse",
+  "Herald__V1__SendStatsResponse",
+  "herald.v1",
+  sizeof(Herald__V1__SendStatsResponse),
+  1,
+  herald__v1__send_stats_response__field_descriptors,
+  herald__v1__send_stats_response__field_indices_by_name,
+  1,  herald__v1__send_stats_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__send_stats_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCEnumValue herald__v1__outcome_state__enum_values_by_number[8] =
@@ -2669,7 +3240,7 @@ const ProtobufCEnumDescriptor herald__v1__delivery_state__descriptor =
   herald__v1__delivery_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[9] =
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[11] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
@@ -2680,6 +3251,8 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "GetHubCredentials", &herald__v1__get_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "DeleteHubCredentials", &herald__v1__delete_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "CancelScheduled", &herald__v1__cancel_scheduled_request__descriptor, &herald__v1__outcome__descriptor },
+  { "ListSends", &herald__v1__list_sends_request__descriptor, &herald__v1__list_sends_response__descriptor },
+  { "SendStats", &herald__v1__send_stats_request__descriptor, &herald__v1__send_stats_response__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
   8,        /* CancelScheduled */
@@ -2688,8 +3261,10 @@ const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
   1,        /* GetOutcome */
   3,        /* ListDeliveries */
   2,        /* ListInbox */
+  9,        /* ListSends */
   4,        /* ResetForTests */
   0,        /* Send */
+  10,        /* SendStats */
   5         /* SetHubCredentials */
 };
 const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
@@ -2699,7 +3274,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  9,
+  11,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -2774,6 +3349,22 @@ void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__list_sends(ProtobufCService *service,
+                                              const Herald__V1__ListSendsRequest *input,
+                                              Herald__V1__ListSendsResponse_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__send_stats(ProtobufCService *service,
+                                              const Herald__V1__SendStatsRequest *input,
+                                              Herald__V1__SendStatsResponse_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

@@ -1222,7 +1222,97 @@ void   herald__v1__check_handles_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__check_handles_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[10] =
+void   herald__v1__list_devices_request__init
+                     (Herald__V1__ListDevicesRequest         *message)
+{
+  static const Herald__V1__ListDevicesRequest init_value = HERALD__V1__LIST_DEVICES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_devices_request__get_packed_size
+                     (const Herald__V1__ListDevicesRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_devices_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_devices_request__pack
+                     (const Herald__V1__ListDevicesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_devices_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_devices_request__pack_to_buffer
+                     (const Herald__V1__ListDevicesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_devices_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListDevicesRequest *
+       herald__v1__list_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListDevicesRequest *)
+     protobuf_c_message_unpack (&herald__v1__list_devices_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_devices_request__free_unpacked
+                     (Herald__V1__ListDevicesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_devices_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_devices_response__init
+                     (Herald__V1__ListDevicesResponse         *message)
+{
+  static const Herald__V1__ListDevicesResponse init_value = HERALD__V1__LIST_DEVICES_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_devices_response__get_packed_size
+                     (const Herald__V1__ListDevicesResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_devices_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_devices_response__pack
+                     (const Herald__V1__ListDevicesResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_devices_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_devices_response__pack_to_buffer
+                     (const Herald__V1__ListDevicesResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_devices_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListDevicesResponse *
+       herald__v1__list_devices_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListDevicesResponse *)
+     protobuf_c_message_unpack (&herald__v1__list_devices_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_devices_response__free_unpacked
+                     (Herald__V1__ListDevicesResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_devices_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[11] =
 {
   {
     "registration_id",
@@ -1344,8 +1434,21 @@ static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "expired",
+    11,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Registration, expired),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__registration__field_indices_by_name[] = {
+  10,   /* field[10] = expired */
   3,   /* field[3] = handle */
   6,   /* field[6] = hub */
   7,   /* field[7] = installation_id */
@@ -1360,7 +1463,7 @@ static const unsigned herald__v1__registration__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__registration__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 10 }
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor herald__v1__registration__descriptor =
 {
@@ -1370,7 +1473,7 @@ const ProtobufCMessageDescriptor herald__v1__registration__descriptor =
   "Herald__V1__Registration",
   "herald.v1",
   sizeof(Herald__V1__Registration),
-  10,
+  11,
   herald__v1__registration__field_descriptors,
   herald__v1__registration__field_indices_by_name,
   1,  herald__v1__registration__number_ranges,
@@ -2663,7 +2766,174 @@ const ProtobufCMessageDescriptor herald__v1__check_handles_response__descriptor 
   (ProtobufCMessageInit) herald__v1__check_handles_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[15] =
+static const ProtobufCFieldDescriptor herald__v1__list_devices_request__field_descriptors[7] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDevicesRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "user",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDevicesRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "tag",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDevicesRequest, tag),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "platform",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDevicesRequest, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "handle_prefix",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDevicesRequest, handle_prefix),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "after_id",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDevicesRequest, after_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDevicesRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_devices_request__field_indices_by_name[] = {
+  5,   /* field[5] = after_id */
+  4,   /* field[4] = handle_prefix */
+  0,   /* field[0] = hub */
+  6,   /* field[6] = limit */
+  3,   /* field[3] = platform */
+  2,   /* field[2] = tag */
+  1,   /* field[1] = user */
+};
+static const ProtobufCIntRange herald__v1__list_devices_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 7 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_devices_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListDevicesRequest",
+  "ListDevicesRequest",
+  "Herald__V1__ListDevicesRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ListDevicesRequest),
+  7,
+  herald__v1__list_devices_request__field_descriptors,
+  herald__v1__list_devices_request__field_indices_by_name,
+  1,  herald__v1__list_devices_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_devices_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_devices_response__field_descriptors[2] =
+{
+  {
+    "devices",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ListDevicesResponse, n_devices),
+    offsetof(Herald__V1__ListDevicesResponse, devices),
+    &herald__v1__registration__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_after_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDevicesResponse, next_after_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_devices_response__field_indices_by_name[] = {
+  0,   /* field[0] = devices */
+  1,   /* field[1] = next_after_id */
+};
+static const ProtobufCIntRange herald__v1__list_devices_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_devices_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListDevicesResponse",
+  "ListDevicesResponse",
+  "Herald__V1__ListDevicesResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ListDevicesResponse),
+  2,
+  herald__v1__list_devices_response__field_descriptors,
+  herald__v1__list_devices_response__field_indices_by_name,
+  1,  herald__v1__list_devices_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_devices_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[16] =
 {
   { "CreateRegistrationId", &herald__v1__create_registration_id_request__descriptor, &herald__v1__create_registration_id_response__descriptor },
   { "UpsertRegistration", &herald__v1__upsert_registration_request__descriptor, &herald__v1__upsert_registration_response__descriptor },
@@ -2680,6 +2950,7 @@ static const ProtobufCMethodDescriptor herald__v1__registration_service__method_
   { "ExportDevices", &herald__v1__export_devices_request__descriptor, &herald__v1__export_batch__descriptor },
   { "DeleteHubDevices", &herald__v1__delete_hub_devices_request__descriptor, &herald__v1__delete_hub_devices_response__descriptor },
   { "CheckHandles", &herald__v1__check_handles_request__descriptor, &herald__v1__check_handles_response__descriptor },
+  { "ListDevices", &herald__v1__list_devices_request__descriptor, &herald__v1__list_devices_response__descriptor },
 };
 const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   14,        /* CheckHandles */
@@ -2689,6 +2960,7 @@ const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   2,        /* DeleteRegistration */
   12,        /* ExportDevices */
   9,        /* GetInstallation */
+  15,        /* ListDevices */
   11,        /* ListInstallations */
   3,        /* ListRegistrations */
   8,        /* PatchInstallation */
@@ -2705,7 +2977,7 @@ const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor =
   "RegistrationService",
   "Herald__V1__RegistrationService",
   "herald.v1",
-  15,
+  16,
   herald__v1__registration_service__method_descriptors,
   herald__v1__registration_service__method_indices_by_name
 };
@@ -2828,6 +3100,14 @@ void herald__v1__registration_service__check_handles(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__registration_service__descriptor);
   service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__list_devices(ProtobufCService *service,
+                                                    const Herald__V1__ListDevicesRequest *input,
+                                                    Herald__V1__ListDevicesResponse_Closure closure,
+                                                    void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
                                              Herald__V1__RegistrationService_ServiceDestroy destroy)

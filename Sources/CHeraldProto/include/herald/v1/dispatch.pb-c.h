@@ -37,6 +37,11 @@ typedef struct Herald__V1__GetHubCredentialsRequest Herald__V1__GetHubCredential
 typedef struct Herald__V1__DeleteHubCredentialsRequest Herald__V1__DeleteHubCredentialsRequest;
 typedef struct Herald__V1__HubPlatformCredentials Herald__V1__HubPlatformCredentials;
 typedef struct Herald__V1__HubCredentialsResponse Herald__V1__HubCredentialsResponse;
+typedef struct Herald__V1__ListSendsRequest Herald__V1__ListSendsRequest;
+typedef struct Herald__V1__ListSendsResponse Herald__V1__ListSendsResponse;
+typedef struct Herald__V1__SendStatsRequest Herald__V1__SendStatsRequest;
+typedef struct Herald__V1__SendStatsMinute Herald__V1__SendStatsMinute;
+typedef struct Herald__V1__SendStatsResponse Herald__V1__SendStatsResponse;
 
 
 /* --- enums --- */
@@ -581,10 +586,16 @@ struct  Herald__V1__ListInboxRequest
    * When set, only entries addressed to this push handle.
    */
   char *handle;
+  /*
+   * Newest first: only entries with a smaller sequence than `before_sequence` (0: from the
+   * newest); `after_sequence` is then ignored.
+   */
+  protobuf_c_boolean newest_first;
+  int64_t before_sequence;
 };
 #define HERALD__V1__LIST_INBOX_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_inbox_request__descriptor) \
-    , 0, 0, (char *)protobuf_c_empty_string }
+    , 0, 0, (char *)protobuf_c_empty_string, 0, 0 }
 
 
 /*
@@ -594,7 +605,7 @@ struct  Herald__V1__ListInboxResponse
 {
   ProtobufCMessage base;
   /*
-   * Oldest first.
+   * Oldest first (newest first with `newest_first`).
    */
   size_t n_entries;
   Herald__V1__InboxEntry **entries;
@@ -684,10 +695,22 @@ struct  Herald__V1__HubPlatformCredentials
    */
   char *summary;
   int64_t updated_at_unix_ms;
+  /*
+   * The most recent failure reason the push service gave for this hub and platform (e.g.
+   * "InvalidProviderToken", "NoCredentials"), and when that send was made; empty and 0 when
+   * none of the hub's recent sends on this platform failed.
+   */
+  char *last_error;
+  int64_t last_error_at_unix_ms;
+  /*
+   * Whether the hub's latest send that reached this platform failed on every device: the
+   * credentials (or the push service) are failing now, not just some devices.
+   */
+  protobuf_c_boolean failing;
 };
 #define HERALD__V1__HUB_PLATFORM_CREDENTIALS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_platform_credentials__descriptor) \
-    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0 }
 
 
 /*
@@ -703,6 +726,114 @@ struct  Herald__V1__HubCredentialsResponse
 #define HERALD__V1__HUB_CREDENTIALS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_credentials_response__descriptor) \
     , (char *)protobuf_c_empty_string, 0,NULL }
+
+
+/*
+ * Request of ListSends.
+ */
+struct  Herald__V1__ListSendsRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Empty means "default".
+   */
+  char *hub;
+  /*
+   * From the previous page's last send: only sends made before it (0 and empty: from the newest).
+   */
+  int64_t before_created_at_unix_ms;
+  char *before_notification_id;
+  /*
+   * 1 to 200; 0 means 25.
+   */
+  int32_t limit;
+};
+#define HERALD__V1__LIST_SENDS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_sends_request__descriptor) \
+    , (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * Answer of ListSends.
+ */
+struct  Herald__V1__ListSendsResponse
+{
+  ProtobufCMessage base;
+  /*
+   * Newest first.
+   */
+  size_t n_sends;
+  Herald__V1__Outcome **sends;
+};
+#define HERALD__V1__LIST_SENDS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_sends_response__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Request of SendStats.
+ */
+struct  Herald__V1__SendStatsRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Empty means "default".
+   */
+  char *hub;
+  /*
+   * The window, counted back from now: 1 to 1440 minutes; 0 means 60.
+   */
+  int32_t minutes;
+};
+#define HERALD__V1__SEND_STATS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__send_stats_request__descriptor) \
+    , (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * One minute of SendStats.
+ */
+struct  Herald__V1__SendStatsMinute
+{
+  ProtobufCMessage base;
+  /*
+   * The minute's start, Unix epoch milliseconds.
+   */
+  int64_t start_unix_ms;
+  /*
+   * Deliveries the push services accepted.
+   */
+  int64_t delivered;
+  /*
+   * Failed for good, by reason (sorted by reason).
+   */
+  size_t n_failures;
+  Herald__V1__FailureCount **failures;
+  /*
+   * Sends made.
+   */
+  int64_t sends;
+};
+#define HERALD__V1__SEND_STATS_MINUTE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__send_stats_minute__descriptor) \
+    , 0, 0, 0,NULL, 0 }
+
+
+/*
+ * Answer of SendStats.
+ */
+struct  Herald__V1__SendStatsResponse
+{
+  ProtobufCMessage base;
+  /*
+   * Oldest first; minutes without sends are left out.
+   */
+  size_t n_minutes;
+  Herald__V1__SendStatsMinute **minutes;
+};
+#define HERALD__V1__SEND_STATS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__send_stats_response__descriptor) \
+    , 0,NULL }
 
 
 /* Herald__V1__NativePayload methods */
@@ -1104,6 +1235,101 @@ Herald__V1__HubCredentialsResponse *
 void   herald__v1__hub_credentials_response__free_unpacked
                      (Herald__V1__HubCredentialsResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__ListSendsRequest methods */
+void   herald__v1__list_sends_request__init
+                     (Herald__V1__ListSendsRequest         *message);
+size_t herald__v1__list_sends_request__get_packed_size
+                     (const Herald__V1__ListSendsRequest   *message);
+size_t herald__v1__list_sends_request__pack
+                     (const Herald__V1__ListSendsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_sends_request__pack_to_buffer
+                     (const Herald__V1__ListSendsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListSendsRequest *
+       herald__v1__list_sends_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_sends_request__free_unpacked
+                     (Herald__V1__ListSendsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListSendsResponse methods */
+void   herald__v1__list_sends_response__init
+                     (Herald__V1__ListSendsResponse         *message);
+size_t herald__v1__list_sends_response__get_packed_size
+                     (const Herald__V1__ListSendsResponse   *message);
+size_t herald__v1__list_sends_response__pack
+                     (const Herald__V1__ListSendsResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_sends_response__pack_to_buffer
+                     (const Herald__V1__ListSendsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListSendsResponse *
+       herald__v1__list_sends_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_sends_response__free_unpacked
+                     (Herald__V1__ListSendsResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__SendStatsRequest methods */
+void   herald__v1__send_stats_request__init
+                     (Herald__V1__SendStatsRequest         *message);
+size_t herald__v1__send_stats_request__get_packed_size
+                     (const Herald__V1__SendStatsRequest   *message);
+size_t herald__v1__send_stats_request__pack
+                     (const Herald__V1__SendStatsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__send_stats_request__pack_to_buffer
+                     (const Herald__V1__SendStatsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__SendStatsRequest *
+       herald__v1__send_stats_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__send_stats_request__free_unpacked
+                     (Herald__V1__SendStatsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__SendStatsMinute methods */
+void   herald__v1__send_stats_minute__init
+                     (Herald__V1__SendStatsMinute         *message);
+size_t herald__v1__send_stats_minute__get_packed_size
+                     (const Herald__V1__SendStatsMinute   *message);
+size_t herald__v1__send_stats_minute__pack
+                     (const Herald__V1__SendStatsMinute   *message,
+                      uint8_t             *out);
+size_t herald__v1__send_stats_minute__pack_to_buffer
+                     (const Herald__V1__SendStatsMinute   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__SendStatsMinute *
+       herald__v1__send_stats_minute__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__send_stats_minute__free_unpacked
+                     (Herald__V1__SendStatsMinute *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__SendStatsResponse methods */
+void   herald__v1__send_stats_response__init
+                     (Herald__V1__SendStatsResponse         *message);
+size_t herald__v1__send_stats_response__get_packed_size
+                     (const Herald__V1__SendStatsResponse   *message);
+size_t herald__v1__send_stats_response__pack
+                     (const Herald__V1__SendStatsResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__send_stats_response__pack_to_buffer
+                     (const Herald__V1__SendStatsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__SendStatsResponse *
+       herald__v1__send_stats_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__send_stats_response__free_unpacked
+                     (Herald__V1__SendStatsResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__NativePayload_Closure)
@@ -1169,6 +1395,21 @@ typedef void (*Herald__V1__HubPlatformCredentials_Closure)
 typedef void (*Herald__V1__HubCredentialsResponse_Closure)
                  (const Herald__V1__HubCredentialsResponse *message,
                   void *closure_data);
+typedef void (*Herald__V1__ListSendsRequest_Closure)
+                 (const Herald__V1__ListSendsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListSendsResponse_Closure)
+                 (const Herald__V1__ListSendsResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__SendStatsRequest_Closure)
+                 (const Herald__V1__SendStatsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__SendStatsMinute_Closure)
+                 (const Herald__V1__SendStatsMinute *message,
+                  void *closure_data);
+typedef void (*Herald__V1__SendStatsResponse_Closure)
+                 (const Herald__V1__SendStatsResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1212,6 +1453,14 @@ struct Herald__V1__DispatchService_Service
                            const Herald__V1__CancelScheduledRequest *input,
                            Herald__V1__Outcome_Closure closure,
                            void *closure_data);
+  void (*list_sends)(Herald__V1__DispatchService_Service *service,
+                     const Herald__V1__ListSendsRequest *input,
+                     Herald__V1__ListSendsResponse_Closure closure,
+                     void *closure_data);
+  void (*send_stats)(Herald__V1__DispatchService_Service *service,
+                     const Herald__V1__SendStatsRequest *input,
+                     Herald__V1__SendStatsResponse_Closure closure,
+                     void *closure_data);
 };
 typedef void (*Herald__V1__DispatchService_ServiceDestroy)(Herald__V1__DispatchService_Service *);
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
@@ -1228,7 +1477,9 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## set_hub_credentials,\
       function_prefix__ ## get_hub_credentials,\
       function_prefix__ ## delete_hub_credentials,\
-      function_prefix__ ## cancel_scheduled  }
+      function_prefix__ ## cancel_scheduled,\
+      function_prefix__ ## list_sends,\
+      function_prefix__ ## send_stats  }
 void herald__v1__dispatch_service__send(ProtobufCService *service,
                                         const Herald__V1__SendRequest *input,
                                         Herald__V1__SendResponse_Closure closure,
@@ -1265,6 +1516,14 @@ void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
                                                     const Herald__V1__CancelScheduledRequest *input,
                                                     Herald__V1__Outcome_Closure closure,
                                                     void *closure_data);
+void herald__v1__dispatch_service__list_sends(ProtobufCService *service,
+                                              const Herald__V1__ListSendsRequest *input,
+                                              Herald__V1__ListSendsResponse_Closure closure,
+                                              void *closure_data);
+void herald__v1__dispatch_service__send_stats(ProtobufCService *service,
+                                              const Herald__V1__SendStatsRequest *input,
+                                              Herald__V1__SendStatsResponse_Closure closure,
+                                              void *closure_data);
 
 /* --- descriptors --- */
 
@@ -1291,6 +1550,11 @@ extern const ProtobufCMessageDescriptor herald__v1__get_hub_credentials_request_
 extern const ProtobufCMessageDescriptor herald__v1__delete_hub_credentials_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__hub_credentials_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_sends_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_sends_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__send_stats_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__send_stats_minute__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__send_stats_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor;
 
 PROTOBUF_C__END_DECLS

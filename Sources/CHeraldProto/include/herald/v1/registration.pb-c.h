@@ -43,6 +43,8 @@ typedef struct Herald__V1__DeleteHubDevicesRequest Herald__V1__DeleteHubDevicesR
 typedef struct Herald__V1__DeleteHubDevicesResponse Herald__V1__DeleteHubDevicesResponse;
 typedef struct Herald__V1__CheckHandlesRequest Herald__V1__CheckHandlesRequest;
 typedef struct Herald__V1__CheckHandlesResponse Herald__V1__CheckHandlesResponse;
+typedef struct Herald__V1__ListDevicesRequest Herald__V1__ListDevicesRequest;
+typedef struct Herald__V1__ListDevicesResponse Herald__V1__ListDevicesResponse;
 
 
 /* --- enums --- */
@@ -97,10 +99,15 @@ struct  Herald__V1__Registration
    */
   char *template_name;
   char *template_json;
+  /*
+   * ListDevices: the push service reported the handle dead (an installation kept with NH's
+   * pushChannelExpired; sends skip it until its channel changes).
+   */
+  protobuf_c_boolean expired;
 };
 #define HERALD__V1__REGISTRATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__registration__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
 
 
 /*
@@ -587,6 +594,67 @@ struct  Herald__V1__CheckHandlesResponse
 #define HERALD__V1__CHECK_HANDLES_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__check_handles_response__descriptor) \
      }
+
+
+/*
+ * Request of ListDevices. Every filter is optional; they combine with "and".
+ */
+struct  Herald__V1__ListDevicesRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Empty means "default".
+   */
+  char *hub;
+  /*
+   * Devices of this user: registrations it owns, installations with this userId.
+   */
+  char *user;
+  /*
+   * A tag or a tag expression (NH's grammar and limits).
+   */
+  char *tag;
+  /*
+   * Only this platform.
+   */
+  Herald__V1__Platform platform;
+  /*
+   * Only handles starting with this text (an APNs token's first hex digits, an FCM token's…).
+   */
+  char *handle_prefix;
+  /*
+   * The last registration id of the previous page; empty for the first.
+   */
+  char *after_id;
+  /*
+   * 1 to 500; 0 means 50.
+   */
+  int32_t limit;
+};
+#define HERALD__V1__LIST_DEVICES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_devices_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * Answer of ListDevices.
+ */
+struct  Herald__V1__ListDevicesResponse
+{
+  ProtobufCMessage base;
+  /*
+   * With tags and `expired`; installations have installation_id set and owner empty.
+   */
+  size_t n_devices;
+  Herald__V1__Registration **devices;
+  /*
+   * Pass as after_id for the next page; empty on the last page.
+   */
+  char *next_after_id;
+};
+#define HERALD__V1__LIST_DEVICES_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_devices_response__descriptor) \
+    , 0,NULL, (char *)protobuf_c_empty_string }
 
 
 /* Herald__V1__Registration methods */
@@ -1102,6 +1170,44 @@ Herald__V1__CheckHandlesResponse *
 void   herald__v1__check_handles_response__free_unpacked
                      (Herald__V1__CheckHandlesResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__ListDevicesRequest methods */
+void   herald__v1__list_devices_request__init
+                     (Herald__V1__ListDevicesRequest         *message);
+size_t herald__v1__list_devices_request__get_packed_size
+                     (const Herald__V1__ListDevicesRequest   *message);
+size_t herald__v1__list_devices_request__pack
+                     (const Herald__V1__ListDevicesRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_devices_request__pack_to_buffer
+                     (const Herald__V1__ListDevicesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListDevicesRequest *
+       herald__v1__list_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_devices_request__free_unpacked
+                     (Herald__V1__ListDevicesRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListDevicesResponse methods */
+void   herald__v1__list_devices_response__init
+                     (Herald__V1__ListDevicesResponse         *message);
+size_t herald__v1__list_devices_response__get_packed_size
+                     (const Herald__V1__ListDevicesResponse   *message);
+size_t herald__v1__list_devices_response__pack
+                     (const Herald__V1__ListDevicesResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_devices_response__pack_to_buffer
+                     (const Herald__V1__ListDevicesResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListDevicesResponse *
+       herald__v1__list_devices_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_devices_response__free_unpacked
+                     (Herald__V1__ListDevicesResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__Registration_Closure)
@@ -1185,6 +1291,12 @@ typedef void (*Herald__V1__CheckHandlesRequest_Closure)
 typedef void (*Herald__V1__CheckHandlesResponse_Closure)
                  (const Herald__V1__CheckHandlesResponse *message,
                   void *closure_data);
+typedef void (*Herald__V1__ListDevicesRequest_Closure)
+                 (const Herald__V1__ListDevicesRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListDevicesResponse_Closure)
+                 (const Herald__V1__ListDevicesResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1252,6 +1364,10 @@ struct Herald__V1__RegistrationService_Service
                         const Herald__V1__CheckHandlesRequest *input,
                         Herald__V1__CheckHandlesResponse_Closure closure,
                         void *closure_data);
+  void (*list_devices)(Herald__V1__RegistrationService_Service *service,
+                       const Herald__V1__ListDevicesRequest *input,
+                       Herald__V1__ListDevicesResponse_Closure closure,
+                       void *closure_data);
 };
 typedef void (*Herald__V1__RegistrationService_ServiceDestroy)(Herald__V1__RegistrationService_Service *);
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
@@ -1274,7 +1390,8 @@ void herald__v1__registration_service__init (Herald__V1__RegistrationService_Ser
       function_prefix__ ## list_installations,\
       function_prefix__ ## export_devices,\
       function_prefix__ ## delete_hub_devices,\
-      function_prefix__ ## check_handles  }
+      function_prefix__ ## check_handles,\
+      function_prefix__ ## list_devices  }
 void herald__v1__registration_service__create_registration_id(ProtobufCService *service,
                                                               const Herald__V1__CreateRegistrationIdRequest *input,
                                                               Herald__V1__CreateRegistrationIdResponse_Closure closure,
@@ -1335,6 +1452,10 @@ void herald__v1__registration_service__check_handles(ProtobufCService *service,
                                                      const Herald__V1__CheckHandlesRequest *input,
                                                      Herald__V1__CheckHandlesResponse_Closure closure,
                                                      void *closure_data);
+void herald__v1__registration_service__list_devices(ProtobufCService *service,
+                                                    const Herald__V1__ListDevicesRequest *input,
+                                                    Herald__V1__ListDevicesResponse_Closure closure,
+                                                    void *closure_data);
 
 /* --- descriptors --- */
 
@@ -1365,6 +1486,8 @@ extern const ProtobufCMessageDescriptor herald__v1__delete_hub_devices_request__
 extern const ProtobufCMessageDescriptor herald__v1__delete_hub_devices_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__check_handles_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__check_handles_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_devices_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_devices_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor;
 
 PROTOBUF_C__END_DECLS
