@@ -79,6 +79,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
         // PostgreSQL, the store replicas share (`database-url postgres://…`); SQLite stays the default.
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        // The web console (issue 18): Mustache templates rendered on the server, and the test
+        // send's file upload (multipart/form-data), which Hummingbird does not parse itself.
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
+        .package(url: "https://github.com/vapor/multipart-kit.git", from: "4.7.1"),
     ],
     targets: [
         // protobuf-c runtime from Debian's libprotobuf-c-dev.
@@ -212,6 +216,10 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "MultipartKit", package: "multipart-kit"),
+                // The console's CSRF tokens (SHA-256 of the session's).
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),

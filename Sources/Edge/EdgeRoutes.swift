@@ -75,6 +75,7 @@ public struct EdgeRoutes: Sendable {
         addV1Routes(to: router)
         addTestRoutes(to: router)
         addNotificationHubsRoutes(to: router)
+        addConsoleRoutes(to: router)
     }
 
     /// `GET /readyz`: 200 when every service the edge calls answers SERVING on grpc.health.v1,
@@ -227,16 +228,16 @@ public struct EdgeRoutes: Sendable {
     // MARK: flows shared by the tutorial and /v1 routes
 
     /// Stores a secure payload for `recipient` and pushes its id to their devices.
-    func sendSecure(_ text: String, to recipient: String, from sender: String, ttlSeconds: Int64 = 0, requestID: String)
-        async throws -> (payloadID: Int64, outcome: Outcome)
-    {
+    func sendSecure(
+        _ text: String, to recipient: String, from sender: String, ttlSeconds: Int64 = 0, hub: String = "", requestID: String
+    ) async throws -> (payloadID: Int64, outcome: Outcome) {
         let stored = try await storePayload(
             StorePayloadRequest(
                 recipient: recipient, kind: .secure, content: Array(text.utf8), contentType: "text/plain; charset=utf-8",
                 ttlSeconds: ttlSeconds, sender: sender),
             requestID: requestID)
         let outcome = try await sendOrForget(
-            SendRequest(targetUser: recipient, payloads: NativePayloads.secure(id: stored.id), sender: sender),
+            SendRequest(targetUser: recipient, payloads: NativePayloads.secure(id: stored.id), sender: sender, hub: hub),
             stored: stored.id, recipient: recipient, requestID: requestID)
         return (stored.id, outcome)
     }
@@ -244,7 +245,7 @@ public struct EdgeRoutes: Sendable {
     /// Stores rich content for `recipient` and pushes its id, message and type to their devices.
     func sendRich(
         _ content: [UInt8], contentType: String, message: String, richType: String, to recipient: String, from sender: String,
-        ttlSeconds: Int64 = 0, requestID: String
+        ttlSeconds: Int64 = 0, hub: String = "", requestID: String
     ) async throws -> (payloadID: Int64, outcome: Outcome) {
         let stored = try await storePayload(
             StorePayloadRequest(
@@ -254,7 +255,7 @@ public struct EdgeRoutes: Sendable {
         let outcome = try await sendOrForget(
             SendRequest(
                 targetUser: recipient, payloads: NativePayloads.rich(id: stored.id, message: message, richType: richType),
-                sender: sender),
+                sender: sender, hub: hub),
             stored: stored.id, recipient: recipient, requestID: requestID)
         return (stored.id, outcome)
     }

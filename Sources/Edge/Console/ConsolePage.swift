@@ -1,0 +1,199 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import MultipartKit
+import Mustache
+import NIOCore
+import NIOHTTP1
+
+/// How console pages are answered: Mustache templates in a layout, the security headers every
+/// answer carries, and the forms they post back.
+enum ConsolePage {
+    /// Only this origin's own files; no inline script, no plugin, no framing; forms post here only.
+    static let contentSecurityPolicy =
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        + "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+    /// Parsed once: a template error is a programming error, found by the first test that renders.
+    static let library: MustacheLibrary = {
+        var library = MustacheLibrary()
+        for (name, text) in ConsoleTemplates.all {
+            do {
+                try library.register(text, named: name)
+            } catch {
+                preconditionFailure("console template \(name) does not parse: \(error)")
+            }
+        }
+        return library
+    }()
+
+    /// A page: `name`'s template with `values`, inside the layout (navigation, the sign-out form).
+    static func render(
+        _ name: String, title: String, session: ConsoleSession?, values: [String: Any], status: HTTPResponse.Status = .ok,
+        hub: String? = nil
+    ) -> Response {
+        let content = library.render(present(values), withTemplate: name) ?? ""
+        var layout: [String: Any] = ["title": title, "content": content]
+        if let session {
+            layout["session"] = ["user": session.user, "csrf": session.csrf, "admin": session.admin]
+        }
+        if let hub {
+            let escaped = pathComponent(hub)
+            layout["hub"] = ["name": hub, "path": "/console/hubs/\(escaped)"]
+        }
+        return html(library.render(present(layout), withTemplate: "layout") ?? "", status: status)
+    }
+
+    /// `values` without its empty strings, at every depth: Mustache renders a section for any
+    /// string, so `{{#error}}…{{/error}}` needs a missing key, not "".
+    static func present(_ values: [String: Any]) -> [String: Any] {
+        values.compactMapValues { value -> Any? in
+            switch value {
+            case let text as String: text.isEmpty ? nil : text
+            case let nested as [String: Any]: present(nested)
+            case let rows as [[String: Any]]: rows.map(present)
+            default: value
+            }
+        }
+    }
+
+    static func html(_ text: String, status: HTTPResponse.Status = .ok) -> Response {
+        var headers = securityHeaders
+        headers[.contentType] = "text/html; charset=utf-8"
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
+    }
+
+    static let securityHeaders: HTTPFields = [
+        .contentSecurityPolicy: contentSecurityPolicy,
+        .init("X-Content-Type-Options")!: "nosniff",
+        .init("Referrer-Policy")!: "no-referrer",
+        .init("X-Frame-Options")!: "DENY",
+        .cacheControl: "no-store",
+    ]
+
+    static func asset(_ text: String, type: String) -> Response {
+        var headers = securityHeaders
+        headers[.contentType] = type
+        headers[.cacheControl] = "max-age=3600"
+        return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
+    }
+
+    /// 303 See Other: after a form, the browser GETs the next page (reloading it repeats nothing).
+    static func redirect(_ location: String, clearing session: Bool = false) -> Response {
+        var headers = securityHeaders
+        headers[.location] = location
+        var response = Response(status: .seeOther, headers: headers)
+        if session {
+            response.setCookie(
+                Cookie(name: EdgeRoutes.sessionCookie, value: "", maxAge: 0, path: "/console", httpOnly: true, sameSite: .strict))
+        }
+        return response
+    }
+
+    /// A URL path segment for a hub name or an id (hub names are already URL-safe; ids too).
+    static func pathComponent(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/?#"))) ?? ""
+    }
+
+    /// A query string from pairs, empty values left out.
+    static func query(_ pairs: [(String, String)]) -> String {
+        var components = URLComponents()
+        components.queryItems = pairs.filter { !$0.1.isEmpty }.map { URLQueryItem(name: $0.0, value: $0.1) }
+        let encoded = components.percentEncodedQuery ?? ""
+        return encoded.isEmpty ? "" : "?" + encoded.replacingOccurrences(of: "+", with: "%2B")
+    }
+
+    // MARK: forms
+
+    /// A posted form's fields: `application/x-www-form-urlencoded`, or the text fields of
+    /// `multipart/form-data` (see ``multipart(_:_:)`` for files).
+    static func form(_ request: Request, _ routes: EdgeRoutes) async throws -> [String: String] {
+        let contentType = request.headers[.contentType] ?? ""
+        if contentType.lowercased().hasPrefix("multipart/form-data") {
+            var fields: [String: String] = [:]
+            for part in try await multipart(request, routes) where part.headers.first(name: "Content-Type") == nil {
+                if let name = part.name { fields[name] = String(buffer: part.body) }
+            }
+            return fields
+        }
+        let body = try await routes.collect(request, upTo: routes.config.maxBodyBytes)
+        return fields(urlEncoded: String(decoding: body, as: UTF8.self))
+    }
+
+    /// A GET form's fields, from the query string.
+    static func query(_ request: Request) -> [String: String] { fields(urlEncoded: request.uri.query ?? "") }
+
+    /// `application/x-www-form-urlencoded` fields; the last of a repeated name wins.
+    static func fields(urlEncoded text: String) -> [String: String] {
+        var components = URLComponents()
+        // A form encodes a space as "+"; URLComponents decodes only "%20".
+        components.percentEncodedQuery = text.replacingOccurrences(of: "+", with: "%20")
+        var fields: [String: String] = [:]
+        for item in components.queryItems ?? [] { fields[item.name] = item.value ?? "" }
+        return fields
+    }
+
+    /// Every part of a `multipart/form-data` body (a file's part has its Content-Type header),
+    /// the body at most `max-content-bytes` plus room for the form's other fields.
+    static func multipart(_ request: Request, _ routes: EdgeRoutes) async throws -> [MultipartPart] {
+        let contentType = request.headers[.contentType] ?? ""
+        guard let range = contentType.range(of: "boundary=") else {
+            throw EdgeError(.badRequest, "multipart/form-data without a boundary")
+        }
+        let boundary = contentType[range.upperBound...].split(separator: ";").first.map {
+            $0.trimmingCharacters(in: CharacterSet(charactersIn: "\" "))
+        }
+        guard let boundary, !boundary.isEmpty else { throw EdgeError(.badRequest, "multipart/form-data without a boundary") }
+        let body = try await routes.collect(request, upTo: routes.config.maxContentBytes + 64 * 1024)
+        var parts: [MultipartPart] = []
+        var headers = HTTPHeaders()
+        var partBody = ByteBuffer()
+        let parser = MultipartParser(boundary: boundary)
+        parser.onHeader = { name, value in headers.add(name: name, value: value) }
+        parser.onBody = { chunk in partBody.writeBuffer(&chunk) }
+        parser.onPartComplete = {
+            parts.append(MultipartPart(headers: headers, body: partBody))
+            headers = HTTPHeaders()
+            partBody = ByteBuffer()
+        }
+        do {
+            try parser.execute([UInt8](body))
+        } catch {
+            throw EdgeError(.badRequest, "the form's multipart/form-data body is malformed")
+        }
+        return parts
+    }
+
+    // MARK: small helpers
+
+    static func randomToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<24).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+    }
+
+    /// Equal strings, in a time that does not depend on where they first differ.
+    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let (x, y) = (Array(a.utf8), Array(b.utf8))
+        guard x.count == y.count else { return false }
+        var difference: UInt8 = 0
+        for index in x.indices { difference |= x[index] ^ y[index] }
+        return difference == 0
+    }
+
+    /// "2026-11-24 09:32:12Z".
+    static func time(_ unixMs: Int64) -> String {
+        guard unixMs > 0 else { return "" }
+        return Date(timeIntervalSince1970: Double(unixMs) / 1000).ISO8601Format().replacingOccurrences(of: "T", with: " ")
+    }
+
+    /// A body as indented JSON when it is JSON, else as text (WNS XML, raw bytes).
+    static func pretty(_ body: [UInt8]) -> String {
+        if let object = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed]),
+            let data = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        {
+            return String(decoding: data, as: UTF8.self)
+        }
+        return String(decoding: body, as: UTF8.self)
+    }
+}

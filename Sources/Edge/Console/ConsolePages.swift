@@ -1,0 +1,477 @@
+import Foundation
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import Hummingbird
+import MultipartKit
+import NIOCore
+
+/// The console's pages: each reads what it shows through the services' RPCs and renders one
+/// template. Nothing here is stored by the edge.
+extension EdgeRoutes {
+    // MARK: hubs
+
+    func hubsPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
+        let session = try Self.signedIn(session)
+        var rows: [[String: Any]] = []
+        for hub in try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
+        where try await manages(session, hub: hub.name, context) {
+            rows.append([
+                "name": hub.name, "path": "/console/hubs/\(ConsolePage.pathComponent(hub.name))",
+                "created": ConsolePage.time(hub.createdAtUnixMs), "keys": hub.keys.map(\.name).joined(separator: ", "),
+                "limit": hub.maxInstallations > 0 ? String(hub.maxInstallations) : "none",
+            ])
+        }
+        return ConsolePage.render(
+            "hubs", title: "Hubs", session: session,
+            values: ["hubs": rows, "admin": session.admin, "csrf": session.csrf])
+    }
+
+    func createHub(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
+        let session = try Self.signedIn(session)
+        let form = try await ConsolePage.form(request, self)
+        try Self.requireCSRF(form, session)
+        try requireAdmin(session)
+        var limit: Int64 = 0
+        if let text = form["max_installations"], !text.isEmpty {
+            guard let value = Int64(text), value >= 0 else {
+                throw EdgeError(.badRequest, "the installation limit must be a whole number, 0 for none")
+            }
+            limit = value
+        }
+        let hub = try await auth.createHub(
+            CreateHubRequest(name: try Self.text(form["name"] ?? "", "name"), maxInstallations: limit), requestID: context.requestID)
+        return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))")
+    }
+
+    func hubPage(_ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
+        let session = try Self.signedIn(session)
+        let name = try context.parameters.require("hub")
+        try await requireManage(session, hub: name, context)
+        let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
+        let credentials = try await dispatch.getHubCredentials(GetHubCredentialsRequest(hub: name), requestID: context.requestID)
+        let platforms: [[String: Any]] = credentials.platforms.map { platform in
+            let status: String =
+                switch platform.source {
+                case _ where platform.failing: "failing"
+                case "hub", "deployment": "set"
+                case "inbox": "inbox"
+                default: "missing"
+                }
+            return [
+                "platform": platform.platform.name, "status": status,
+                "source": Self.sourceText(platform.source), "summary": platform.summary,
+                "updated": ConsolePage.time(platform.updatedAtUnixMs), "lastError": platform.lastError,
+                "lastErrorAt": ConsolePage.time(platform.lastErrorAtUnixMs),
+            ]
+        }
+        return ConsolePage.render(
+            "hub", title: "Hub \(hub.name)", session: session,
+            values: [
+                "name": hub.name, "created": ConsolePage.time(hub.createdAtUnixMs), "platforms": platforms,
+                "keys": hub.keys.map { ["name": $0.name, "rights": $0.rights.joined(separator: ", ")] },
+                "limit": hub.maxInstallations > 0 ? String(hub.maxInstallations) : "none",
+            ],
+            hub: hub.name)
+    }
+
+    private static func sourceText(_ source: String) -> String {
+        switch source {
+        case "hub": "the hub's own credentials"
+        case "deployment": "herald-dispatch's settings"
+        case "inbox": "recorded in the inbox, not sent"
+        default: "none: deliveries fail with NoCredentials"
+        }
+    }
+
+    // MARK: devices
+
+    func devicesPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
+        let session = try Self.signedIn(session)
+        let hub = try context.parameters.require("hub")
+        try await requireManage(session, hub: hub, context)
+        let query = ConsolePage.query(request)
+        let filter = (user: query["user"] ?? "", tag: query["tag"] ?? "", platform: query["platform"] ?? "", handle: query["handle"] ?? "")
+        let page = try await registration.listDevices(
+            ListDevicesRequest(
+                hub: hub, user: try Self.text(filter.user, "user"), tag: try Self.text(filter.tag, "tag"),
+                platform: try Self.platform(filter.platform), handlePrefix: try Self.text(filter.handle, "handle"),
+                afterID: try Self.text(query["after"] ?? "", "after"), limit: 50),
+            requestID: context.requestID)
+        let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub))"
+        let devices: [[String: Any]] = page.devices.map { device in
+            [
+                "id": device.installationID.isEmpty ? device.registrationID : device.installationID,
+                "kind": device.installationID.isEmpty ? "registration" : "installation",
+                "owner": device.owner, "platform": device.platform.name, "handle": device.handle,
+                "tags": device.tags.joined(separator: ", "), "updated": ConsolePage.time(device.updatedAtUnixMs),
+                "expired": device.expired,
+                "send": "\(hubPath)/send"
+                    + ConsolePage.query([("target", "device"), ("platform", device.platform.name), ("handle", device.handle)]),
+            ]
+        }
+        let next =
+            page.nextAfterID.isEmpty
+            ? ""
+            : "\(hubPath)/devices"
+                + ConsolePage.query([
+                    ("user", filter.user), ("tag", filter.tag), ("platform", filter.platform), ("handle", filter.handle),
+                    ("after", page.nextAfterID),
+                ])
+        return ConsolePage.render(
+            "devices", title: "Devices of \(hub)", session: session,
+            values: [
+                "devices": devices, "next": next, "user": filter.user, "tag": filter.tag, "handle": filter.handle,
+                "platforms": Self.platformOptions(selected: filter.platform, any: true), "path": "\(hubPath)/devices",
+                "first": query["after"] != nil ? "\(hubPath)/devices" : "",
+            ],
+            hub: hub)
+    }
+
+    // MARK: test send
+
+    func sendPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
+        let session = try Self.signedIn(session)
+        let hub = try context.parameters.require("hub")
+        try await requireManage(session, hub: hub, context)
+        let form = TestSendForm(ConsolePage.query(request))
+        return renderSend(form, hub: hub, session: session, preview: nil)
+    }
+
+    func testSend(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
+        let session = try Self.signedIn(session)
+        let hub = try context.parameters.require("hub")
+        let (fields, file) = try await Self.sendForm(request, self)
+        try Self.requireCSRF(fields, session)
+        try await requireManage(session, hub: hub, context)
+        let form = TestSendForm(fields)
+        let requestID = context.requestID
+        do {
+            let payloads = try form.payloads(content: file, previewID: 0)
+            if form.action == "preview" {
+                return renderSend(form, hub: hub, session: session, preview: payloads)
+            }
+            let outcome: Outcome
+            switch form.kind {
+            case "secure":
+                try await requireUser(form.user, requestID: requestID)
+                outcome = try await sendSecure(form.text, to: form.user, from: session.user, hub: hub, requestID: requestID).outcome
+            case "rich":
+                guard let file else { throw EdgeError(.badRequest, "choose a file to send as rich content") }
+                try await requireUser(form.user, requestID: requestID)
+                outcome = try await sendRich(
+                    file.bytes, contentType: file.type, message: form.message, richType: file.type.hasPrefix("image/") ? "img" : "file",
+                    to: form.user, from: session.user, hub: hub, requestID: requestID
+                ).outcome
+            default:
+                outcome = try await send(try form.request(payloads: payloads, hub: hub, sender: session.user), requestID: requestID)
+            }
+            return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub))/sends/\(outcome.notificationID)")
+        } catch let error as EdgeError where error.status == .badRequest {
+            return renderSend(form, hub: hub, session: session, preview: nil, error: error.message, status: .badRequest)
+        } catch let error as ServiceError where [.invalidArgument, .notFound, .failedPrecondition].contains(error.code) {
+            let status = EdgeError.from(error).status
+            return renderSend(form, hub: hub, session: session, preview: nil, error: error.message, status: status)
+        }
+    }
+
+    private func renderSend(
+        _ form: TestSendForm, hub: String, session: ConsoleSession, preview: [NativePayload]?, error: String = "",
+        status: HTTPResponse.Status = .ok
+    ) -> Response {
+        var values: [String: Any] = [
+            "csrf": session.csrf, "error": error, "user": form.user, "tag": form.tag, "handle": form.handle, "text": form.text,
+            "message": form.message, "properties": form.properties,
+            "action": "/console/hubs/\(ConsolePage.pathComponent(hub))/send",
+            "platforms": Self.platformOptions(selected: form.platform, any: false),
+            "targets": Self.options(
+                ["user": "A user's devices", "tag": "A tag expression", "device": "One device (handle)"],
+                order: ["user", "tag", "device"], selected: form.target),
+            "kinds": Self.options(
+                [
+                    "alert": "Alert (text shown as is)", "secure": "Secure (only its id is pushed)",
+                    "rich": "Rich (uploaded file, its id is pushed)", "template": "Template (installation templates, with properties)",
+                ],
+                order: ["alert", "secure", "rich", "template"], selected: form.kind),
+        ]
+        if let preview {
+            values["previewed"] = true
+            values["preview"] = preview.map { payload in
+                [
+                    "platform": payload.platform.name, "pushType": payload.pushType.isEmpty ? "none" : payload.pushType,
+                    "priority": payload.priority == 0 ? "default" : String(payload.priority),
+                    "contentType": payload.contentType.isEmpty ? "the platform's default" : payload.contentType,
+                    "body": ConsolePage.pretty(payload.body),
+                ] as [String: Any]
+            }
+            values["template"] = form.kind == "template"
+            values["stored"] = form.kind == "secure" || form.kind == "rich"
+        }
+        return ConsolePage.render("send", title: "Test send on \(hub)", session: session, values: values, status: status, hub: hub)
+    }
+
+    /// The test send's fields and its uploaded file (a part with a file name and content).
+    static func sendForm(_ request: Request, _ routes: EdgeRoutes) async throws -> ([String: String], TestSendForm.File?) {
+        guard (request.headers[.contentType] ?? "").lowercased().hasPrefix("multipart/form-data") else {
+            return (try await ConsolePage.form(request, routes), nil)
+        }
+        var fields: [String: String] = [:]
+        var file: TestSendForm.File?
+        for part in try await ConsolePage.multipart(request, routes) {
+            guard let name = part.name else { continue }
+            if name == "file" {
+                if part.body.readableBytes > 0 {
+                    file = TestSendForm.File(
+                        bytes: Array(buffer: part.body), type: part.headers.first(name: "Content-Type") ?? "application/octet-stream")
+                }
+            } else {
+                fields[name] = String(buffer: part.body)
+            }
+        }
+        return (fields, file)
+    }
+
+    // MARK: outcomes
+
+    func sendsPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
+        let session = try Self.signedIn(session)
+        let hub = try context.parameters.require("hub")
+        try await requireManage(session, hub: hub, context)
+        let query = request.uri.queryParameters
+        let before = query.get("before").flatMap(Int64.init) ?? 0
+        let sends = try await dispatch.listSends(
+            ListSendsRequest(
+                hub: hub, beforeCreatedAtUnixMs: max(0, before), beforeNotificationID: try Self.text(query.get("before_id") ?? "", "id"),
+                limit: 25),
+            requestID: context.requestID)
+        let stats = try await dispatch.sendStats(SendStatsRequest(hub: hub, minutes: 60), requestID: context.requestID)
+        let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub))"
+        let rows: [[String: Any]] = sends.sends.map { outcome in
+            [
+                "id": outcome.notificationID, "path": "\(hubPath)/sends/\(outcome.notificationID)",
+                "state": OutcomeBody.state(outcome.state), "created": ConsolePage.time(outcome.createdAtUnixMs), "sender": outcome.sender,
+                "counts": outcome.platforms.map {
+                    "\($0.platform.name): \($0.success) ok, \($0.failure) failed" + ($0.pending > 0 ? ", \($0.pending) pending" : "")
+                }.joined(separator: "; "),
+            ]
+        }
+        var next = ""
+        if sends.sends.count == 25, let last = sends.sends.last {
+            next = "\(hubPath)/sends" + ConsolePage.query([("before", String(last.createdAtUnixMs)), ("before_id", last.notificationID)])
+        }
+        let chart = ConsoleChart(minutes: stats.minutes, now: unixMillis())
+        return ConsolePage.render(
+            "sends", title: "Sends on \(hub)", session: session,
+            values: [
+                "sends": rows, "next": next, "chart": chart.svg(), "reasons": chart.reasonTotals, "hasReasons": !chart.reasonTotals.isEmpty,
+                "delivered": chart.delivered,
+                "failed": chart.failed, "sendsInHour": chart.sends,
+            ],
+            hub: hub)
+    }
+
+    func sendPage(outcomeOf request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
+        let session = try Self.signedIn(session)
+        let hub = try context.parameters.require("hub")
+        let id = try Self.text(try context.parameters.require("id"), "id")
+        try await requireManage(session, hub: hub, context)
+        let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id, hub: hub), requestID: context.requestID)
+        let after = request.uri.queryParameters.get("after").flatMap(Int64.init) ?? 0
+        let deliveries = try await dispatch.listDeliveries(
+            ListDeliveriesRequest(notificationID: id, afterSequence: max(0, after), limit: 100, hub: hub), requestID: context.requestID)
+        let live = [.enqueued, .processing, .scheduled].contains(outcome.state)
+        let rows: [[String: Any]] = deliveries.deliveries.map { delivery in
+            [
+                "sequence": delivery.sequence, "platform": delivery.platform.name, "state": Self.deliveryState(delivery.state),
+                "attempts": delivery.attempts, "status": delivery.lastStatus == 0 ? "" : String(delivery.lastStatus),
+                "reason": delivery.reason, "handle": delivery.handle, "messageID": delivery.messageID,
+                "next": delivery.state == .pending ? ConsolePage.time(delivery.nextAttemptAtUnixMs) : "",
+            ]
+        }
+        var next = ""
+        if deliveries.deliveries.count == 100, let last = deliveries.deliveries.last {
+            next = "/console/hubs/\(ConsolePage.pathComponent(hub))/sends/\(id)?after=\(last.sequence)"
+        }
+        return ConsolePage.render(
+            "outcome", title: "Send \(id)", session: session,
+            values: [
+                "id": id, "state": OutcomeBody.state(outcome.state), "live": live, "sender": outcome.sender,
+                "created": ConsolePage.time(outcome.createdAtUnixMs), "started": ConsolePage.time(outcome.startedAtUnixMs),
+                "finished": ConsolePage.time(outcome.finishedAtUnixMs),
+                "platforms": outcome.platforms.map { platform in
+                    [
+                        "platform": platform.platform.name, "success": platform.success, "failure": platform.failure,
+                        "pending": platform.pending, "removed": platform.removedHandles, "retries": platform.retries,
+                        "failures": platform.failures.map { "\($0.reason): \($0.count)" }.joined(separator: ", "),
+                    ] as [String: Any]
+                },
+                "deliveries": rows, "next": next,
+            ],
+            hub: hub)
+    }
+
+    private static func deliveryState(_ state: DeliveryState) -> String {
+        switch state {
+        case .pending: "Pending"
+        case .delivered: "Delivered"
+        case .failed: "Failed"
+        case .abandoned: "Abandoned"
+        default: "Unknown"
+        }
+    }
+
+    // MARK: inbox
+
+    func inboxPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
+        let session = try Self.signedIn(session)
+        try requireAdmin(session)
+        let before = request.uri.queryParameters.get("before").flatMap(Int64.init) ?? 0
+        let entries = try await dispatch.listInbox(
+            ListInboxRequest(limit: 25, newestFirst: true, beforeSequence: max(0, before)), requestID: context.requestID
+        ).entries
+        let rows: [[String: Any]] = entries.map { entry in
+            [
+                "sequence": entry.sequence, "notificationID": entry.notificationID, "platform": entry.platform.name,
+                "handle": entry.handle, "recorded": ConsolePage.time(entry.recordedAtUnixMs),
+                "headers": entry.headers.map { "\($0.name): \($0.value)" }.joined(separator: "\n"),
+                "payload": ConsolePage.pretty(entry.payload),
+            ]
+        }
+        let next = entries.count == 25 ? "/console/inbox?before=\(entries.last?.sequence ?? 0)" : ""
+        return ConsolePage.render("inbox", title: "Inbox", session: session, values: ["entries": rows, "next": next])
+    }
+
+    // MARK: helpers
+
+    static func signedIn(_ session: ConsoleSession?) throws -> ConsoleSession {
+        guard let session else { throw ServiceError(.unauthenticated, "sign in") }
+        return session
+    }
+
+    static func platform(_ name: String) throws -> Platform {
+        switch name {
+        case "": .unspecified
+        case "apns": .apns
+        case "fcm": .fcm
+        case "wns": .wns
+        case "browser": .browser
+        default: throw EdgeError(.badRequest, "platform must be apns, fcm, wns or browser")
+        }
+    }
+
+    static func platformOptions(selected: String, any: Bool) -> [[String: Any]] {
+        var names = [("apns", "APNs"), ("fcm", "FCM"), ("wns", "WNS"), ("browser", "Web Push")]
+        if any { names.insert(("", "any"), at: 0) }
+        return names.map { ["value": $0.0, "label": $0.1, "selected": $0.0 == selected] }
+    }
+
+    static func options(_ labels: [String: String], order: [String], selected: String) -> [[String: Any]] {
+        order.map { ["value": $0, "label": labels[$0] ?? $0, "selected": $0 == selected] }
+    }
+}
+
+/// The test send form, as posted.
+struct TestSendForm {
+    struct File {
+        var bytes: [UInt8]
+        var type: String
+    }
+
+    var target = "user"
+    var kind = "alert"
+    var user = ""
+    var tag = ""
+    var handle = ""
+    var platform = "apns"
+    var text = ""
+    var message = ""
+    var properties = ""
+    var action = "send"
+
+    init() {}
+
+    init(_ fields: [String: String]) {
+        target = fields["target"] ?? target
+        kind = fields["kind"] ?? kind
+        user = fields["user"]?.trimmingCharacters(in: .whitespaces) ?? ""
+        tag = fields["tag"]?.trimmingCharacters(in: .whitespaces) ?? ""
+        handle = fields["handle"]?.trimmingCharacters(in: .whitespaces) ?? ""
+        platform = fields["platform"] ?? platform
+        text = fields["text"] ?? ""
+        message = fields["message"] ?? ""
+        properties = fields["properties"] ?? ""
+        action = fields["action"] ?? action
+    }
+
+    /// The native payloads this form sends (a stored kind's with `previewID` standing for the id
+    /// the payload service assigns when it is sent). Throws 400 for what cannot be sent.
+    func payloads(content: File?, previewID: Int64) throws -> [NativePayload] {
+        for (value, name) in [(user, "user"), (tag, "tag"), (handle, "handle"), (text, "text"), (message, "message")] {
+            _ = try EdgeRoutes.text(value, name)
+        }
+        switch target {
+        case "user":
+            guard Names.isValidUserName(user) else {
+                throw EdgeError(.badRequest, "the user must be a user name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
+            }
+        case "tag":
+            guard kind == "alert" || kind == "template" else {
+                throw EdgeError(.badRequest, "\(kind) content is readable by its recipient only: send it to a user")
+            }
+            _ = try TagExpression.validated(tag, field: "tag")
+        case "device":
+            guard kind == "alert" else { throw EdgeError(.badRequest, "one device takes an alert; \(kind) needs a user or a tag") }
+            guard !handle.isEmpty else { throw EdgeError(.badRequest, "give the device's handle") }
+        default:
+            throw EdgeError(.badRequest, "the target must be a user, a tag expression or a device")
+        }
+        switch kind {
+        case "alert":
+            guard !text.isEmpty else { throw EdgeError(.badRequest, "the alert's text is empty") }
+            let all = NativePayloads.alert(text)
+            if target == "device" {
+                let platform = try EdgeRoutes.platform(platform)
+                return all.filter { $0.platform == platform }
+            }
+            return all
+        case "secure":
+            guard !text.isEmpty else { throw EdgeError(.badRequest, "the secure text is empty") }
+            return NativePayloads.secure(id: previewID)
+        case "rich":
+            return NativePayloads.rich(
+                id: previewID, message: message, richType: (content?.type ?? "").hasPrefix("image/") ? "img" : "file")
+        case "template":
+            _ = try templateProperties()
+            return []
+        default:
+            throw EdgeError(.badRequest, "the kind must be alert, secure, rich or template")
+        }
+    }
+
+    /// "name=value" lines.
+    func templateProperties() throws -> [Setting] {
+        try properties.split(whereSeparator: \.isNewline).compactMap { line in
+            let line = line.trimmingCharacters(in: .whitespaces)
+            if line.isEmpty { return nil }
+            guard let equals = line.firstIndex(of: "="), equals != line.startIndex else {
+                throw EdgeError(.badRequest, "each template property is one line name=value; \"\(line)\" is not")
+            }
+            return Setting(name: String(line[..<equals]), value: String(line[line.index(after: equals)...]))
+        }
+    }
+
+    /// Dispatch's request for an alert or a template send.
+    func request(payloads: [NativePayload], hub: String, sender: String) throws -> SendRequest {
+        var request = SendRequest(payloads: payloads, sender: sender, hub: hub)
+        switch target {
+        case "user": request.targetUser = user
+        case "tag": request.targetTag = tag
+        default: request.deviceHandles = [handle]
+        }
+        if kind == "template" {
+            request.templateSend = true
+            request.templateProperties = try templateProperties()
+        }
+        return request
+    }
+}

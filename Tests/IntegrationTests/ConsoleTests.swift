@@ -1,0 +1,268 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import NIOCore
+import Testing
+
+/// The web console over plain HTTP against the real stack (the browser's view is
+/// Tests/python/console_check.py, run by scripts/console-test.sh): sessions, CSRF, the rights it
+/// needs, and what its pages read from the services. Runs on both databases in CI.
+@Suite("web console over HTTP", .serialized, .timeLimit(.minutes(5)))
+struct ConsoleTests {
+    /// A browser without JavaScript: keeps cookies, does not follow redirects.
+    final class Browser: @unchecked Sendable {
+        let base: String
+        var cookies: [String: String] = [:]
+        static let client = HTTPClient(
+            eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(redirectConfiguration: .disallow))
+
+        init(_ live: LiveStack) { base = live.edge.base.absoluteString }
+
+        func get(_ path: String) async throws -> EdgeClient.Reply { try await send("GET", path, body: nil, contentType: nil) }
+
+        func post(_ path: String, _ fields: [String: String]) async throws -> EdgeClient.Reply {
+            var components = URLComponents()
+            components.queryItems = fields.map { URLQueryItem(name: $0.key, value: $0.value) }
+            let body = (components.percentEncodedQuery ?? "").replacingOccurrences(of: "+", with: "%2B")
+            return try await send("POST", path, body: Data(body.utf8), contentType: "application/x-www-form-urlencoded")
+        }
+
+        func postMultipart(_ path: String, _ fields: [String: String]) async throws -> EdgeClient.Reply {
+            let boundary = "----herald\(UInt32.random(in: 0...UInt32.max))"
+            var body = ""
+            for (name, value) in fields {
+                body += "--\(boundary)\r\nContent-Disposition: form-data; name=\"\(name)\"\r\n\r\n\(value)\r\n"
+            }
+            body += "--\(boundary)--\r\n"
+            return try await send("POST", path, body: Data(body.utf8), contentType: "multipart/form-data; boundary=\(boundary)")
+        }
+
+        func send(_ method: String, _ path: String, body: Data?, contentType: String?) async throws -> EdgeClient.Reply {
+            var request = HTTPClientRequest(url: base + path)
+            request.method = .RAW(value: method)
+            if !cookies.isEmpty {
+                request.headers.add(name: "Cookie", value: cookies.map { "\($0.key)=\($0.value)" }.joined(separator: "; "))
+            }
+            if let body, let contentType {
+                request.headers.add(name: "Content-Type", value: contentType)
+                request.body = .bytes(ByteBuffer(bytes: body))
+            }
+            let response = try await Self.client.execute(request, timeout: .seconds(30))
+            var headers: [String: String] = [:]
+            for header in response.headers {
+                headers[header.name] = headers[header.name].map { $0 + "\n" + header.value } ?? header.value
+                guard header.name.lowercased() == "set-cookie" else { continue }
+                let pair = header.value.split(separator: ";")[0].split(separator: "=", maxSplits: 1).map(String.init)
+                if header.value.contains("Max-Age=0") { cookies[pair[0]] = nil } else { cookies[pair[0]] = pair.count > 1 ? pair[1] : "" }
+            }
+            let bytes = try await response.body.collect(upTo: 16 << 20)
+            return EdgeClient.Reply(status: Int(response.status.code), headers: headers, body: Data(bytes.readableBytesView))
+        }
+
+        /// The page's CSRF token (every form carries the same one).
+        static func csrf(_ reply: EdgeClient.Reply) throws -> String {
+            let match = try #require(reply.text.firstMatch(of: /name="_csrf" value="([^"]+)"/), "no CSRF field in \(reply.text)")
+            return String(match.1)
+        }
+
+        func signIn(_ user: String, _ password: String) async throws -> EdgeClient.Reply {
+            let form = try await get("/console/login")
+            return try await post("/console/login", ["user": user, "password": password, "_csrf": try Self.csrf(form)])
+        }
+    }
+
+    @Test(
+        "sign-in needs Manage; forms need the session's CSRF token; the session is an HttpOnly SameSite=Strict cookie that ends with its token"
+    )
+    func sessions() async throws {
+        try await LiveStack.with(auth: .accounts, users: ["admin", "alice"]) { live in
+            let herald = live.configuration.binDirectory + "/herald"
+            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
+            #expect(try await runProgram(herald, ["hubs", "grant", "default", "admin", "Manage"] + dir).status == 0)
+            let adminPassword = EdgeClient.password(of: "admin", in: .accounts)
+            let browser = Browser(live)
+
+            // Signed out: every page redirects to the sign-in form; assets need no session.
+            let away = try await browser.get("/console/hubs")
+            #expect(away.status == 303 && away.header("Location") == "/console/login?expired=1")
+            let login = try await browser.get("/console/login")
+            #expect(login.status == 200 && login.header("Content-Type") == "text/html; charset=utf-8")
+            let csp = try #require(login.header("Content-Security-Policy"))
+            #expect(csp.contains("default-src 'none'") && csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"))
+            #expect(login.header("X-Content-Type-Options") == "nosniff" && login.header("Cache-Control") == "no-store")
+            #expect(!login.text.contains("http://") && !login.text.contains("https://"), "the page names another origin")
+            #expect(try await browser.get("/console/assets/console.js").status == 200)
+
+            // The sign-in form's own token: without it, refused before the password is looked at.
+            let forged = try await browser.post("/console/login", ["user": "admin", "password": adminPassword])
+            #expect(forged.status == 403 && browser.cookies["herald_session"] == nil)
+            #expect(try await browser.signIn("admin", "wrong password").status == 401)
+            // A user without Manage anywhere gets no session.
+            let alice = try await browser.signIn("alice", EdgeClient.password(of: "alice", in: .accounts))
+            #expect(
+                alice.status == 403 && alice.text.contains("does not hold the Manage right") && browser.cookies["herald_session"] == nil)
+
+            let signedIn = try await browser.signIn("admin", adminPassword)
+            #expect(signedIn.status == 303 && signedIn.header("Location") == "/console/hubs")
+            let cookie = try #require(signedIn.header("Set-Cookie")?.split(separator: "\n").first { $0.hasPrefix("herald_session=") })
+            #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Path=/console"))
+            #expect(!cookie.contains("Secure"), "Secure on plain HTTP: the browser would drop it")
+            let maxAge = Int(try #require(cookie.firstMatch(of: /Max-Age=(\d+)/)).1) ?? 0
+            #expect((3000...3600).contains(maxAge), "the session lives as long as its token (token-ttl-seconds 3600): \(cookie)")
+            let hubs = try await browser.get("/console/hubs")
+            #expect(hubs.status == 200 && hubs.text.contains("/console/hubs/default"))
+            let csrf = try Browser.csrf(hubs)
+
+            // A form without the token, or with another, changes nothing.
+            #expect(try await browser.post("/console/hubs", ["name": "forged"]).status == 403)
+            #expect(try await browser.post("/console/hubs", ["name": "forged", "_csrf": csrf + "x"]).status == 403)
+            #expect(try await browser.get("/console/hubs/forged").status == 404)
+            let created = try await browser.post("/console/hubs", ["name": "app-one", "_csrf": csrf])
+            #expect(created.status == 303 && created.header("Location") == "/console/hubs/app-one")
+            #expect(try await browser.post("/console/hubs", ["name": "app-one", "_csrf": csrf]).status == 409)
+            #expect(try await browser.post("/console/hubs", ["name": "bad name!", "_csrf": csrf]).status == 400)
+            let hub = try await browser.get("/console/hubs/app-one")
+            #expect(hub.status == 200 && hub.text.contains("DefaultFullSharedAccessSignature"))
+            #expect(!hub.text.contains("PRIVATE KEY") && !hub.text.contains("SharedAccessKey="), "a secret on the page")
+
+            // Manage on one hub only: that hub's pages, not the others', not the inbox.
+            #expect(try await runProgram(herald, ["hubs", "grant", "app-one", "alice", "Manage"] + dir).status == 0)
+            let other = Browser(live)
+            #expect(try await other.signIn("alice", EdgeClient.password(of: "alice", in: .accounts)).status == 303)
+            let aliceHubs = try await other.get("/console/hubs")
+            #expect(aliceHubs.text.contains("/console/hubs/app-one") && !aliceHubs.text.contains("/console/hubs/default\""))
+            #expect(try await other.get("/console/hubs/app-one/devices").status == 200)
+            #expect(try await other.get("/console/hubs/default/devices").status == 403)
+            #expect(try await other.get("/console/inbox").status == 403)
+            #expect(try await other.post("/console/hubs", ["name": "app-two", "_csrf": try Browser.csrf(aliceHubs)]).status == 403)
+
+            // Revoking the user's tokens ends the session at once.
+            #expect(try await runProgram(herald, ["tokens", "revoke", "alice"] + dir).status == 0)
+            let revoked = try await other.get("/console/hubs/app-one")
+            #expect(revoked.status == 303 && revoked.header("Location") == "/console/login?expired=1")
+
+            // Sign-out revokes the token: the old cookie opens nothing.
+            let session = try #require(browser.cookies["herald_session"])
+            #expect(try await browser.post("/console/logout", ["_csrf": "wrong"]).status == 403)
+            let out = try await browser.post("/console/logout", ["_csrf": csrf])
+            #expect(out.status == 303 && out.header("Location") == "/console/login" && browser.cookies["herald_session"] == nil)
+            browser.cookies["herald_session"] = session
+            #expect(try await browser.get("/console/hubs").status == 303)
+        }
+    }
+
+    @Test("a session ends when its token expires: the cookie's Max-Age is the token's lifetime, and the next page asks to sign in")
+    func expiry() async throws {
+        try await LiveStack.with(
+            auth: .accounts, users: ["admin"], configure: { $0.extraArguments["auth", default: []] += ["--token-ttl-seconds", "2"] }
+        ) { live in
+            let herald = live.configuration.binDirectory + "/herald"
+            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
+            #expect(try await runProgram(herald, ["hubs", "grant", "default", "admin", "Manage"] + dir).status == 0)
+            let browser = Browser(live)
+            let signedIn = try await browser.signIn("admin", EdgeClient.password(of: "admin", in: .accounts))
+            let cookie = signedIn.header("Set-Cookie") ?? ""
+            #expect(cookie.contains("Max-Age=1") || cookie.contains("Max-Age=2"), "\(cookie)")
+            #expect(try await browser.get("/console/hubs").status == 200)
+            // A browser drops the cookie then; a client that keeps it is refused all the same.
+            let deadline = ContinuousClock.now + .seconds(15)
+            var page = try await browser.get("/console/hubs")
+            while page.status == 200, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(200))
+                page = try await browser.get("/console/hubs")
+            }
+            #expect(page.status == 303 && page.header("Location") == "/console/login?expired=1")
+            #expect(browser.cookies["herald_session"] == nil, "the expired session's cookie is cleared")
+            #expect(try await browser.get("/console/login?expired=1").text.contains("Your session has ended"))
+        }
+    }
+
+    @Test(
+        "devices searched and paged, a test send through the APNs sender followed to Completed, and a hub whose APNs key is refused shown failing with the push service's reason"
+    )
+    func pages() async throws {
+        try await PushDeliveryTests.withProviders { fixture, live in
+            let herald = live.configuration.binDirectory + "/herald"
+            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
+            #expect(try await runProgram(herald, ["hubs", "grant", "default", "ops", "Manage"] + dir).status == 0)
+            let browser = Browser(live)
+            #expect(try await browser.signIn("ops", "ops").status == 303)
+
+            // Devices: 60 of alice's, searched by tag expression and handle prefix, paged by 50.
+            for n in 0..<60 { try await live.register("alice", handle: apnsToken(1000 + n), tags: n % 2 == 0 ? ["even"] : ["odd"]) }
+            try await live.register("bob", handle: apnsToken(5), tags: ["odd"])
+            let first = try await browser.get("/console/hubs/default/devices?user=alice")
+            #expect(first.status == 200 && first.text.components(separatedBy: "<tr>").count - 2 == 50, "a page holds 50 devices")
+            let next = try #require(first.text.firstMatch(of: /href="([^"]+)" rel="next"/)).1.replacingOccurrences(of: "&amp;", with: "&")
+            let second = try await browser.get(String(next))
+            #expect(second.text.components(separatedBy: "<tr>").count - 2 == 10 && !second.text.contains("rel=\"next\""))
+            let odd = try await browser.get("/console/hubs/default/devices?tag=odd+%26%26+%21username%3Aalice")
+            #expect(odd.text.contains(apnsToken(5)) && !odd.text.contains(apnsToken(1001)))
+            let prefix = try await browser.get("/console/hubs/default/devices?handle=\(apnsToken(1007).prefix(60))")
+            #expect(prefix.text.contains(apnsToken(1007)))
+            #expect(try await browser.get("/console/hubs/default/devices?tag=a+%26%26").status == 400)
+
+            // A test send to a tag expression through the real APNs sender, followed to Completed.
+            let form = try await browser.get("/console/hubs/default/send")
+            let csrf = try Browser.csrf(form)
+            let sent = try await browser.postMultipart(
+                "/console/hubs/default/send",
+                [
+                    "_csrf": csrf, "target": "tag", "tag": "odd && username:bob", "kind": "alert", "text": "from the console",
+                    "action": "send",
+                ])
+            let location = try #require(sent.header("Location"), "\(sent.status) \(sent.text)")
+            #expect(sent.status == 303 && location.hasPrefix("/console/hubs/default/sends/n-"))
+            let deadline = ContinuousClock.now + .seconds(30)
+            var page = try await browser.get(location)
+            while !page.text.contains("id=\"state\">Completed<"), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                page = try await browser.get(location)
+            }
+            #expect(page.text.contains("id=\"state\">Completed<") && !page.text.contains("data-live"), "\(page.text)")
+            #expect(page.text.contains(apnsToken(5)))
+            let delivered = fixture.double.requests.filter { $0.path == "/3/device/\(apnsToken(5))" }
+            #expect(delivered.count == 1 && String(decoding: delivered[0].body, as: UTF8.self).contains("from the console"))
+            let sends = try await browser.get("/console/hubs/default/sends")
+            #expect(sends.text.contains(String(location.split(separator: "/").last!)) && sends.text.contains("<svg class=\"chart\""))
+            // Bad input: the form again with the reason, nothing sent.
+            let bad = try await browser.postMultipart(
+                "/console/hubs/default/send", ["_csrf": csrf, "target": "tag", "tag": "odd", "kind": "secure", "text": "x"])
+            #expect(bad.status == 400 && bad.text.contains("readable by its recipient only"))
+
+            // A hub whose APNs key the push service does not know: failing, with APNs's reason.
+            #expect(try await runProgram(herald, ["hubs", "add", "broken"] + dir).status == 0)
+            try P256.Signing.PrivateKey().pemRepresentation.write(toFile: "\(fixture.folder)/unknown.p8", atomically: true, encoding: .utf8)
+            let set = try await runProgram(
+                herald,
+                [
+                    "hubs", "credentials", "set", "broken", "apns", "key=@\(fixture.folder)/unknown.p8", "key-id=UNKNOWN123", "team-id=T",
+                    "topic=\(ProviderFixture.topic)", "url=\(fixture.double.url)",
+                ] + dir)
+            #expect(set.status == 0, "\(set.error)")
+            let before = try await browser.get("/console/hubs/broken")
+            #expect(before.text.contains("badge set"), "\(before.text)")
+            let failed = try await browser.postMultipart(
+                "/console/hubs/broken/send",
+                ["_csrf": csrf, "target": "device", "platform": "apns", "handle": apnsToken(77), "kind": "alert", "text": "x"])
+            let failedLocation = try #require(failed.header("Location"), "\(failed.status) \(failed.text)")
+            var hub = try await browser.get("/console/hubs/broken")
+            let hubDeadline = ContinuousClock.now + .seconds(30)
+            while !hub.text.contains("badge failing"), ContinuousClock.now < hubDeadline {
+                try await Task.sleep(for: .milliseconds(100))
+                hub = try await browser.get("/console/hubs/broken")
+            }
+            #expect(hub.text.contains("badge failing") && hub.text.contains("<code>InvalidProviderToken</code>"), "\(hub.text)")
+            let outcome = try await browser.get(failedLocation)
+            #expect(outcome.text.contains("InvalidProviderToken: 1"))
+            fixture.violations.withLock { $0.removeAll { $0.contains("InvalidProviderToken") } }
+
+            // The inbox: nothing here goes through it (every platform has credentials).
+            let inbox = try await browser.get("/console/inbox")
+            #expect(inbox.status == 200 && inbox.text.contains("The inbox is empty"))
+        }
+    }
+}
