@@ -6,7 +6,9 @@
 #   4. every test (one of them runs the example against a live stack), with a throw-away PostgreSQL
 #      cluster (scripts/postgres.sh) for the tests that run each store on both backends; then the
 #      integration suite again with every store that has a PostgreSQL form on PostgreSQL
-#   5. schemathesis against a live stack (scripts/schemathesis.sh), then the image and
+#   5. schemathesis against a live stack (scripts/schemathesis.sh), the web console in Debian's
+#      chromium driven by playwright (scripts/console-test.sh; screenshots in
+#      .build/console-screenshots/), then the image and
 #      docker-compose.yml run for real with podman (scripts/compose-test.sh)
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds; the
 #      replicas scenario on the test cluster), and
@@ -40,6 +42,9 @@ echo "test.sh: integration suite on PostgreSQL took $(( $(date +%s) - pg_suite_s
 st_start=$(date +%s)
 scripts/schemathesis.sh
 echo "test.sh: schemathesis took $(( $(date +%s) - st_start ))s"
+console_start=$(date +%s)
+scripts/console-test.sh
+echo "test.sh: console browser test took $(( $(date +%s) - console_start ))s"
 # The containers: services/Dockerfile's image from the binaries just built, docker-compose.yml run
 # under podman with docker-compose, and Examples/integration-test with docker-compose.test.yml.
 compose_start=$(date +%s)

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The web console in a real browser (issue 18): Debian's chromium driven by PyPI's playwright
+# (Tests/python/console_check.py), against a live stack in accounts mode.
+#
+#   scripts/console-test.sh                 run it; screenshots go to .build/console-screenshots/
+#   scripts/console-test.sh --update-docs   also copy the screenshots the README shows into docs/console/
+#
+# Needs a debug build (scripts/test.sh makes it) and chromium (scripts/setup.sh --test installs it);
+# HERALD_BIN overrides where the binaries are. playwright lives in its own virtualenv under .build/
+# and never downloads a browser: the check launches /usr/bin/chromium (CHROMIUM overrides).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version="1.65.2"
+venv=.build/console-venv
+if ! "$venv/bin/python" -c "import playwright, sys; from importlib.metadata import version; sys.exit(version('playwright') != '$version')" 2>/dev/null; then
+  echo "console-test.sh: installing playwright $version into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "playwright==$version"
+fi
+command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null || { echo "console-test.sh: chromium missing: scripts/setup.sh --test" >&2; exit 2; }
+bin="${HERALD_BIN:-$(swift build --show-bin-path)}"
+shots=.build/console-screenshots
+rm -rf "$shots"
+mkdir -p "$shots"
+
+dir=$(mktemp -d /tmp/herald-console-XXXXXX)
+HERALD_PASSWORD_HASH_LOG_N=10 "$bin/herald" up --dir "$dir" --http-port 0 --auth-mode accounts --log-files >"$dir/stack.log" 2>&1 &
+stack=$!
+trap 'kill -TERM "$stack" 2>/dev/null; wait "$stack" 2>/dev/null || true' EXIT
+deadline=$((SECONDS + 60))
+until [[ -s "$dir/run/edge.url" ]] && curl -fsS "$(cat "$dir/run/edge.url")/readyz" >/dev/null 2>&1; do
+  if (( SECONDS > deadline )) || ! kill -0 "$stack" 2>/dev/null; then
+    echo "console-test.sh: the stack did not start"; cat "$dir/stack.log"; exit 1
+  fi
+  sleep 0.2
+done
+url=$(cat "$dir/run/edge.url")
+export ADMIN_PASSWORD="admin-$RANDOM-$RANDOM" ALICE_PASSWORD="alice-$RANDOM-$RANDOM" HERALD="$bin/herald" HERALD_DIR="$dir"
+printf '%s\n' "$ADMIN_PASSWORD" | "$bin/herald" users add admin --dir "$dir" >/dev/null
+printf '%s\n' "$ALICE_PASSWORD" | "$bin/herald" users add alice --dir "$dir" >/dev/null
+"$bin/herald" hubs grant default admin Manage --dir "$dir" >/dev/null
+
+status=0
+"$venv/bin/python" Tests/python/console_check.py "$url" "$shots" || status=$?
+if grep -h '"level":"error"\|"level":"critical"' "$dir/logs/"*.log | head -5 | grep .; then
+  echo "console-test.sh: error-level log lines during the run"
+  status=1
+fi
+if (( status != 0 )); then
+  echo "console-test.sh: FAILED; the stack's logs are in $dir/logs"
+  exit $status
+fi
+if [[ "${1:-}" == "--update-docs" ]]; then
+  mkdir -p docs/console
+  for name in hubs-desktop devices-desktop send-preview-desktop outcome-desktop sends-desktop inbox-desktop hubs-phone sends-phone; do
+    cp "$shots/$name.png" docs/console/
+  done
+  echo "console-test.sh: docs/console/ updated"
+fi
+rm -rf "$dir"
+echo "console-test.sh: passed; $(ls "$shots" | wc -l) screenshots in $shots"
