@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The web console in a real browser (issue 18): Debian's chromium driven by PyPI's playwright
-# (Tests/python/console_check.py), against a live stack in accounts mode.
+# (Tests/python/console_check.py), against a live stack in accounts mode; every page is also checked
+# by axe-core's accessibility rules (PyPI axe-playwright-python, which carries axe-core).
 #
 #   scripts/console-test.sh                 run it; screenshots go to .build/console-screenshots/
 #   scripts/console-test.sh --update-docs   also copy the screenshots the README shows into docs/console/
@@ -11,11 +12,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version="1.65.2"
+axe_version="0.1.8"
 venv=.build/console-venv
-if ! "$venv/bin/python" -c "import playwright, sys; from importlib.metadata import version; sys.exit(version('playwright') != '$version')" 2>/dev/null; then
-  echo "console-test.sh: installing playwright $version into $venv"
+if ! "$venv/bin/python" -c "import sys; from importlib.metadata import version; sys.exit(version('playwright') != '$version' or version('axe-playwright-python') != '$axe_version')" 2>/dev/null; then
+  echo "console-test.sh: installing playwright $version and axe-playwright-python $axe_version into $venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "playwright==$version"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "playwright==$version" "axe-playwright-python==$axe_version"
 fi
 command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null || { echo "console-test.sh: chromium missing: scripts/setup.sh --test" >&2; exit 2; }
 bin="${HERALD_BIN:-$(swift build --show-bin-path)}"

@@ -9,7 +9,8 @@ HERALD_DIR (the stack's folder). It signs in, creates a hub, watches a device ap
 registration, sends test pushes (an alert, and rich content with an uploaded file) and follows them
 to Completed, reads the inbox, signs out; it checks that a user without Manage is refused, that a
 form without its CSRF token is refused, that a revoked session ends, and that no request leaves for
-another origin. Each page is saved as a PNG at desktop and phone widths.
+another origin. Each page is saved as a PNG at desktop and phone widths, and checked by axe-core
+(PyPI's axe-playwright-python carries it): no WCAG violation (labels, contrast, landmarks…).
 """
 
 import base64
@@ -21,6 +22,7 @@ import sys
 import urllib.parse
 import urllib.request
 
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect, sync_playwright
 
 URL = sys.argv[1].rstrip("/")
@@ -55,8 +57,14 @@ def api(method, path, user, body=None, content_type="application/json"):
         return response.status, response.read()
 
 
+AXE = Axe()
+
+
 def shot(page, name, width):
     page.screenshot(path=os.path.join(SHOTS, f"{name}-{width}.png"), full_page=True)
+    # axe-core's WCAG rules on the page as shown (evaluated through the driver, not a page script).
+    violations = AXE.run(page).response["violations"]
+    check(not violations, f"{name} at {width} width: axe-core found {[(v['id'], v['impact'], v['nodes'][0]['target']) for v in violations]}")
 
 
 def sign_in(page, user):

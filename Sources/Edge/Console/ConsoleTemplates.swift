@@ -72,7 +72,7 @@ enum ConsoleTemplates {
         """#
 
     static let hubs = #"""
-        <div class="scroll">
+        <div class="scroll" tabindex="0" role="region" aria-label="Hubs table">
         <table>
           <caption>Hubs you manage</caption>
           <thead><tr><th scope="col">Hub</th><th scope="col">Created</th><th scope="col">Keys</th><th scope="col">Installation limit</th></tr></thead>
@@ -99,7 +99,7 @@ enum ConsoleTemplates {
     static let hub = #"""
         <p>Created {{created}}. Installation limit: {{limit}}.</p>
         <h2>Push credentials</h2>
-        <div class="scroll">
+        <div class="scroll" tabindex="0" role="region" aria-label="Push credentials table">
         <table>
           <caption>What delivers each platform (secrets are never shown)</caption>
           <thead><tr><th scope="col">Platform</th><th scope="col">Status</th><th scope="col">Source</th><th scope="col">Identifiers</th>
@@ -126,7 +126,7 @@ enum ConsoleTemplates {
           <div><label for="handle">Handle starts with</label><input id="handle" name="handle" value="{{handle}}"></div>
           <div><button type="submit">Search</button></div>
         </form>
-        <div class="scroll">
+        <div class="scroll" tabindex="0" role="region" aria-label="Devices table">
         <table class="devices">
           <caption>Registrations and installations, by id</caption>
           <thead><tr><th scope="col">Id</th><th scope="col">Kind</th><th scope="col">User</th><th scope="col">Platform</th>
@@ -202,7 +202,7 @@ enum ConsoleTemplates {
         {{#hasReasons}}<h3>Failures by reason</h3>{{/hasReasons}}
         <ul>{{#reasons}}<li><code>{{reason}}</code>: {{count}}</li>{{/reasons}}</ul>
         </section>
-        <div class="scroll">
+        <div class="scroll" tabindex="0" role="region" aria-label="Recent sends table">
         <table>
           <caption>Recent sends, newest first</caption>
           <thead><tr><th scope="col">Send</th><th scope="col">State</th><th scope="col">Made</th><th scope="col">Sender</th><th scope="col">Per platform</th></tr></thead>
@@ -219,7 +219,7 @@ enum ConsoleTemplates {
         <section id="outcome"{{#live}} data-live="1"{{/live}} aria-live="polite">
         <p>State: <span class="badge {{state}}" id="state">{{state}}</span>{{#live}} <small>(following: this page updates itself)</small>{{/live}}</p>
         <p>Sent by {{sender}} at {{created}}.{{#started}} Started {{started}}.{{/started}}{{#finished}} Finished {{finished}}.{{/finished}}</p>
-        <div class="scroll">
+        <div class="scroll" tabindex="0" role="region" aria-label="Per-platform counts table">
         <table>
           <caption>Per platform</caption>
           <thead><tr><th scope="col">Platform</th><th scope="col">Delivered</th><th scope="col">Failed</th><th scope="col">Pending</th>
@@ -229,7 +229,7 @@ enum ConsoleTemplates {
           </tbody>
         </table>
         </div>
-        <div class="scroll">
+        <div class="scroll" tabindex="0" role="region" aria-label="Deliveries table">
         <table>
           <caption>Deliveries</caption>
           <thead><tr><th scope="col">#</th><th scope="col">Platform</th><th scope="col">State</th><th scope="col">Attempts</th><th scope="col">Status</th>
