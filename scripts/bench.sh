@@ -7,6 +7,7 @@
 #   scripts/bench.sh --seconds 10        longer phases;  --json FILE  (default bench-results.json)
 #   scripts/bench.sh rpc|edge|fanout|instructions …   one scenario (fanout --provider apns|fcm: through the real sender)
 #   scripts/bench.sh soak --minutes 30   tutorial traffic at a fixed rate; RSS per service every minute
+#   scripts/bench.sh console             the web console's device search over 1,000,000 devices (ms per page)
 #   scripts/bench.sh replicas [--database postgres://…]   fan-out with 1–3 dispatch replicas on PostgreSQL
 #                                        next to SQLite's one, and the edge on both (a throw-away cluster
 #                                        from scripts/postgres.sh when no --database is given)
@@ -16,7 +17,7 @@ scripts/setup.sh --bench
 swift build -c release
 bin="$(swift build -c release --show-bin-path)"
 case "${1:-}" in
-  rpc|edge|fanout|soak|instructions|all) exec "$bin/herald-bench" "$@" ;;
+  rpc|edge|fanout|soak|instructions|console|all) exec "$bin/herald-bench" "$@" ;;
   replicas)
     if [[ " $* " == *" --database "* ]]; then exec "$bin/herald-bench" "$@"; fi
     pg_dir=$(mktemp -d /tmp/herald-bench-pg-XXXXXX)

@@ -124,12 +124,19 @@ enum RegistrationSQL {
         }
         q += " AND r.hub = \(q.bind(hub)) AND r.platform != 0 AND r.template_name IS NULL"
         if let user {
-            let bound = q.bind(user)
-            q += " AND (r.owner = \(bound) OR r.user_id = \(q.bind(user)))"
+            // A user's devices carry their system tag (registrations "username:", installations
+            // "$UserId:"): read from the tag index in id order, not by testing every device.
+            q += " AND r.id IN (SELECT u.registration_id FROM registration_tag u WHERE u.tag IN ("
+            q += "\(q.bind(RegistrationRules.userTag(user))), \(q.bind("$UserId:{\(user)}"))) AND u.registration_id > \(q.bind(after)))"
         }
         if platform != .unspecified { q += " AND r.platform = \(q.bind(Int64(platform.rawValue)))" }
         if let handlePrefix {
-            // substr counts characters (code points) on both databases.
+            // substr counts characters (code points) on both databases. On SQLite (byte order) a
+            // range on the handle index finds the few candidates first; PostgreSQL's handle index
+            // follows the database's collation, where such a range is not a prefix.
+            if dialect == .sqlite {
+                q += " AND r.handle >= \(q.bind(handlePrefix)) AND r.handle < \(q.bind(handlePrefix + "\u{10FFFF}"))"
+            }
             q += " AND substr(r.handle, 1, CAST(\(q.bind(Int64(handlePrefix.unicodeScalars.count))) AS INTEGER)) = \(q.bind(handlePrefix))"
         }
         if let expression { q += " AND (\(condition(expression.root, into: &q)))" }

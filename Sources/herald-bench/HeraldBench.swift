@@ -21,7 +21,7 @@ struct HeraldBench: AsyncParsableCommand {
         abstract: "Measure Herald against the machine's own limits.",
         subcommands: [
             AllBench.self, RPCBench.self, EdgeBench.self, FanoutBench.self, NHBench.self, SoakBench.self, ServeBench.self, HelloServer.self,
-            APNsDoubleCommand.self, InstructionsBench.self, ReplicasBench.self,
+            APNsDoubleCommand.self, InstructionsBench.self, ReplicasBench.self, ConsoleBench.self,
         ],
         defaultSubcommand: AllBench.self
     )

@@ -23,6 +23,7 @@ do {
     case let command as APNsDoubleCommand: try await command.execute()
     case let command as InstructionsBench: try await command.execute()
     case let command as ReplicasBench: try await command.execute()
+    case let command as ConsoleBench: try await command.execute()
     case var command: try command.run()
     }
 } catch {
