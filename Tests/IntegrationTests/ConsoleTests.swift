@@ -12,6 +12,18 @@ import Testing
 /// needs, and what its pages read from the services. Runs on both databases in CI.
 @Suite("web console over HTTP", .serialized, .timeLimit(.minutes(5)))
 struct ConsoleTests {
+    /// Polls the push double until `count` requests match, or the deadline passes.
+    static func waitFor(_ fixture: ProviderFixture, count: Int, _ match: (PushDouble.Request) -> Bool) async throws
+        -> [PushDouble.Request]
+    {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while true {
+            let found = fixture.double.requests.filter(match)
+            if found.count >= count || ContinuousClock.now >= deadline { return found }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
     /// A browser without JavaScript: keeps cookies, does not follow redirects.
     final class Browser: @unchecked Sendable {
         let base: String
@@ -228,6 +240,42 @@ struct ConsoleTests {
             #expect(delivered.count == 1 && String(decoding: delivered[0].body, as: UTF8.self).contains("from the console"))
             let sends = try await browser.get("/console/hubs/default/sends")
             #expect(sends.text.contains(String(location.split(separator: "/").last!)) && sends.text.contains("<svg class=\"chart\""))
+            // A template send with properties: the installation's template rendered, as NH does. Then 62
+            // pushes in all: bob's alert, the template, and the secure push to alice's 60 devices.
+            _ = try await RPCClient.with(
+                socketPath: live.configuration.socketPath("registration"), transport: live.configuration.rpcTransport
+            ) {
+                client in
+                let json =
+                    #"{"installationId":"tpl-1","platform":"apns","pushChannel":"\#(apnsToken(300))","tags":["tpl"],"templates":{"t":{"body":"{\"aps\":{\"alert\":\"$(greeting)\"}}"}}}"#
+                return try await RegistrationServiceClient(client).putInstallation(
+                    PutInstallationRequest(hub: "default", installationID: "tpl-1", json: Array(json.utf8)))
+            }
+            let templated = try await browser.postMultipart(
+                "/console/hubs/default/send",
+                [
+                    "_csrf": csrf, "target": "tag", "tag": "tpl", "kind": "template", "properties": "greeting=Hello, Ada\nunused=x",
+                    "action": "send",
+                ])
+            #expect(templated.status == 303, "\(templated.text)")
+            // Secure: stored for alice, only its id pushed; alice reads it through the tutorial's route.
+            let secure = try await browser.postMultipart(
+                "/console/hubs/default/send",
+                ["_csrf": csrf, "target": "user", "user": "alice", "kind": "secure", "text": "the secret plan", "action": "send"])
+            #expect(secure.status == 303, "\(secure.text)")
+            let pushes = try await Self.waitFor(fixture, count: 62) { $0.path.hasPrefix("/3/device/") }
+            #expect(
+                pushes.contains {
+                    $0.path == "/3/device/\(apnsToken(300))"
+                        && String(decoding: $0.body, as: UTF8.self) == #"{"aps":{"alert":"Hello, Ada"}}"#
+                })
+            let secureBody = try #require(
+                pushes.first { $0.path == "/3/device/\(apnsToken(1000))" && String(decoding: $0.body, as: UTF8.self).contains("secureId") })
+            let secureID = try #require(String(decoding: secureBody.body, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)).1
+            let fetched = try await live.edge.request("GET", "/api/notifications/\(secureID)", as: "alice")
+            #expect(fetched.status == 200 && fetched.text.contains("the secret plan"), "\(fetched.status) \(fetched.text)")
+            #expect(!pushes.contains { String(decoding: $0.body, as: UTF8.self).contains("the secret plan") }, "the secret crossed APNs")
+
             // Bad input: the form again with the reason, nothing sent.
             let bad = try await browser.postMultipart(
                 "/console/hubs/default/send", ["_csrf": csrf, "target": "tag", "tag": "odd", "kind": "secure", "text": "x"])

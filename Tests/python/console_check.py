@@ -14,11 +14,15 @@ another origin. Each page is saved as a PNG at desktop and phone widths, and che
 """
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import re
 import subprocess
 import sys
+import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -58,6 +62,23 @@ def api(method, path, user, body=None, content_type="application/json"):
 
 
 AXE = Axe()
+
+
+def nh(method, path, headers=None, body=b""):
+    """Notification Hubs' REST API on the hub default, with a SAS token of its Full key (NH's
+    documented signature: HMAC-SHA256 over the encoded URI and the expiry)."""
+    keys = subprocess.run(
+        [os.environ["HERALD"], "hubs", "keys", "default", "--dir", os.environ["HERALD_DIR"]], capture_output=True, text=True
+    ).stdout
+    full = next(line for line in keys.splitlines() if "SharedAccessKeyName=DefaultFullSharedAccessSignature;" in line)
+    key = full.split("SharedAccessKey=", 1)[1].strip()
+    sr = urllib.parse.quote(URL + "/", safe="")
+    expiry = str(int(time.time()) + 600)
+    sig = base64.b64encode(hmac.new(key.encode(), f"{sr}\n{expiry}".encode(), hashlib.sha256).digest()).decode()
+    token = f"SharedAccessSignature sr={sr}&sig={urllib.parse.quote(sig, safe='')}&se={expiry}&skn=DefaultFullSharedAccessSignature"
+    request = urllib.request.Request(URL + path, method=method, data=body or None, headers={"Authorization": token, **(headers or {})})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.status, dict(response.headers)
 
 
 def shot(page, name, width):
@@ -172,6 +193,24 @@ def main():
         page.get_by_role("button", name="Send", exact=True).click()
         expect(page).to_have_url(re.compile(r"/sends/n-[0-9a-f]+$"))
         follow_to_completed(page)
+
+        # Following live: a send scheduled an hour ahead (NH's API) stays Scheduled, and its page
+        # polls; once it is cancelled the page shows Cancelled by itself, without a reload.
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 3600))
+        status, headers = nh(
+            "POST", "/default/schedulednotifications?api-version=2015-01",
+            {"ServiceBusNotification-Format": "apple", "ServiceBusNotification-Tags": "sports",
+             "ServiceBusNotification-ScheduleTime": when, "Content-Type": "application/json;charset=utf-8"},
+            b'{"aps":{"alert":"later"}}')
+        scheduled = headers["Location"].split("?")[0].rsplit("/", 1)[1]
+        page.goto(URL + "/console/hubs/default/sends/" + scheduled)
+        expect(page.locator("#state")).to_have_text("Scheduled")
+        navigations = []
+        page.on("framenavigated", lambda frame: navigations.append(frame.url))
+        nh("DELETE", f"/default/schedulednotifications/{scheduled}?api-version=2015-01")
+        expect(page.locator("#state")).to_have_text("Cancelled", timeout=15000)
+        check(not navigations, f"the page reloaded to follow the send: {navigations}")
+        check(page.locator("#outcome[data-live]").count() == 0, "a finished send's page still polls")
 
         # The inbox: newest first, payloads pretty-printed.
         page.goto(URL + "/console/inbox")
