@@ -111,8 +111,11 @@ struct HeraldProtoTests {
     func methodNames() {
         #expect(PayloadServiceMethods.fetchPayload.fullName == "herald.v1.PayloadService/FetchPayload")
         #expect(HealthMethods.check.fullName == "grpc.health.v1.Health/Check")
-        #expect(RegistrationServiceMethods.allMethodNames.count == 15)
+        #expect(RegistrationServiceMethods.allMethodNames.count == 16)
         #expect(RegistrationServiceMethods.allMethodNames.contains("herald.v1.RegistrationService/CheckHandles"))
+        #expect(RegistrationServiceMethods.allMethodNames.contains("herald.v1.RegistrationService/ListDevices"))
+        #expect(DispatchServiceMethods.allMethodNames.contains("herald.v1.DispatchService/ListSends"))
+        #expect(DispatchServiceMethods.allMethodNames.contains("herald.v1.DispatchService/SendStats"))
         #expect(DispatchServiceMethods.allMethodNames.contains("herald.v1.DispatchService/CancelScheduled"))
         #expect(RegistrationServiceMethods.allMethodNames.contains("herald.v1.RegistrationService/PatchInstallation"))
         #expect(AuthServiceMethods.allMethodNames.contains("herald.v1.AuthService/AuthorizeSas"))
