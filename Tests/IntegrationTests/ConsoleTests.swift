@@ -5,6 +5,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import NIOCore
+import NIOSSL
 import Testing
 
 /// The web console over plain HTTP against the real stack (the browser's view is
@@ -28,10 +29,25 @@ struct ConsoleTests {
     final class Browser: @unchecked Sendable {
         let base: String
         var cookies: [String: String] = [:]
-        static let client = HTTPClient(
+        let client: HTTPClient
+        static let plain = HTTPClient(
             eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(redirectConfiguration: .disallow))
 
-        init(_ live: LiveStack) { base = live.edge.base.absoluteString }
+        /// Over plain HTTP, or over HTTPS trusting `ca` (then shut down by ``close()``).
+        init(_ live: LiveStack, ca: String? = nil) {
+            base = live.edge.base.absoluteString
+            guard let ca else {
+                client = Self.plain
+                return
+            }
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.trustRoots = .file(ca)
+            client = HTTPClient(
+                eventLoopGroupProvider: .singleton,
+                configuration: HTTPClient.Configuration(tlsConfiguration: tls, redirectConfiguration: .disallow))
+        }
+
+        func close() async throws { if client !== Self.plain { try await client.shutdown() } }
 
         func get(_ path: String) async throws -> EdgeClient.Reply { try await send("GET", path, body: nil, contentType: nil) }
 
@@ -62,7 +78,7 @@ struct ConsoleTests {
                 request.headers.add(name: "Content-Type", value: contentType)
                 request.body = .bytes(ByteBuffer(bytes: body))
             }
-            let response = try await Self.client.execute(request, timeout: .seconds(30))
+            let response = try await client.execute(request, timeout: .seconds(30))
             var headers: [String: String] = [:]
             for header in response.headers {
                 headers[header.name] = headers[header.name].map { $0 + "\n" + header.value } ?? header.value
@@ -163,6 +179,35 @@ struct ConsoleTests {
             #expect(out.status == 303 && out.header("Location") == "/console/login" && browser.cookies["herald_session"] == nil)
             browser.cookies["herald_session"] = session
             #expect(try await browser.get("/console/hubs").status == 303)
+        }
+    }
+
+    @Test("over HTTPS the session cookie is also Secure")
+    func secureCookie() async throws {
+        let folder = try LiveStack.makeDirectory()
+        let fixture = try await ProviderFixture.start(in: folder)
+        defer { Task { await fixture.stop() } }
+        try await LiveStack.with(directory: folder + "/stack") { configuration in
+            fixture.configure(&configuration)
+            configuration.extraArguments["edge", default: []] += [
+                "--http-tls-cert", fixture.tls.certificate, "--http-tls-key", fixture.tls.key,
+            ]
+        } _: { live in
+            #expect(live.edge.base.scheme == "https")
+            let herald = live.configuration.binDirectory + "/herald"
+            #expect(
+                try await runProgram(
+                    herald, ["hubs", "grant", "default", "ops", "Manage", "--runtime-dir", live.configuration.runtimeDirectory]
+                )
+                .status == 0)
+            let browser = Browser(live, ca: fixture.tls.ca)
+            let login = try await browser.get("/console/login")
+            #expect(login.header("Set-Cookie")?.contains("; Secure") == true, "\(login.headers)")
+            let signedIn = try await browser.post("/console/login", ["user": "ops", "password": "ops", "_csrf": try Browser.csrf(login)])
+            let cookie = try #require(signedIn.header("Set-Cookie")?.split(separator: "\n").first { $0.hasPrefix("herald_session=") })
+            #expect(cookie.contains("; Secure") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "\(cookie)")
+            #expect(try await browser.get("/console/hubs").status == 200)
+            try await browser.close()
         }
     }
 
