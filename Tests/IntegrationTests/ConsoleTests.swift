@@ -283,6 +283,9 @@ struct ConsoleTests {
             #expect(page.text.contains(apnsToken(5)))
             let delivered = fixture.double.requests.filter { $0.path == "/3/device/\(apnsToken(5))" }
             #expect(delivered.count == 1 && String(decoding: delivered[0].body, as: UTF8.self).contains("from the console"))
+            let byID = try await browser.get("/console/sends/\(location.split(separator: "/").last!)")
+            #expect(byID.status == 303 && byID.header("Location") == location)
+            #expect(try await browser.get("/console/sends/n-0000").status == 404)
             let sends = try await browser.get("/console/hubs/default/sends")
             #expect(sends.text.contains(String(location.split(separator: "/").last!)) && sends.text.contains("<svg class=\"chart\""))
             // A template send with properties: the installation's template rendered, as NH does. Then 62

@@ -217,6 +217,10 @@ def main():
         entries = page.locator("article.entry")
         expect(entries.first).to_contain_text('"richId"')
         expect(page.locator("article.entry", has_text=alert_id)).to_contain_text("Hello from the console")
+        # An entry's send, one click away (the inbox knows no hub: /console/sends/{id} finds it).
+        page.locator("article.entry", has_text=alert_id).get_by_role("link", name=alert_id).click()
+        expect(page).to_have_url(URL + "/console/hubs/default/sends/" + alert_id)
+        page.goto(URL + "/console/inbox")
         rich_id = json.loads(entries.first.locator("pre.payload").inner_text())["richId"]
         status, content = api("GET", "/api/notifications/" + rich_id, ALICE)
         check(status == 200 and content == PNG, f"alice's fetch of the rich content: {status}, {len(content)} bytes")

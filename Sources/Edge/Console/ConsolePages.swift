@@ -310,6 +310,16 @@ extension EdgeRoutes {
             hub: hub)
     }
 
+    /// `/console/sends/{id}`: a send found by id alone (the inbox knows no hub), redirected to its
+    /// hub's page for an operator who manages that hub; 404 otherwise, as for an unknown id.
+    func findSend(_ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
+        let session = try Self.signedIn(session)
+        let id = try Self.text(try context.parameters.require("id"), "id")
+        let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id), requestID: context.requestID)
+        guard try await manages(session, hub: outcome.hub, context) else { throw EdgeError(.notFound, "notification \(id) not found") }
+        return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(outcome.hub))/sends/\(id)")
+    }
+
     private static func deliveryState(_ state: DeliveryState) -> String {
         switch state {
         case .pending: "Pending"

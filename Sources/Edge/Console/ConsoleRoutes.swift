@@ -52,6 +52,7 @@ extension EdgeRoutes {
             await page(request, context) { try await sendPage(outcomeOf: request, context, $0) }
         }
         console.get("inbox") { request, context in await page(request, context) { try await inboxPage(request, context, $0) } }
+        console.get("sends/:id") { request, context in await page(request, context) { try await findSend(context, $0) } }
     }
 
     /// Runs a console handler: the session first (a redirect to sign-in when there is none), and

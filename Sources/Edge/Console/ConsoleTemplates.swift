@@ -249,7 +249,7 @@ enum ConsoleTemplates {
         <p class="hint">What the inbox provider recorded instead of sending (platforms without credentials), newest first.</p>
         {{#entries}}
         <article class="entry">
-          <h2><code>{{notificationID}}</code> → {{platform}}</h2>
+          <h2><a href="/console/sends/{{notificationID}}"><code>{{notificationID}}</code></a> → {{platform}}</h2>
           <p><small>#{{sequence}} at {{recorded}}</small></p>
           <p class="handle">Handle <code>{{handle}}</code></p>
           <details><summary>Headers</summary><pre>{{headers}}</pre></details>
