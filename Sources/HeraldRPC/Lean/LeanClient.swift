@@ -75,7 +75,7 @@ final class LeanClient: Sendable {
         let connection = try await connection(deadline: deadline, failFast: failFast)
         let calls = connection.calls
         guard let id = calls.reserveUnary() else {
-            throw ServiceError(.unavailable, "connection to \(socketPath) is closing; retry")
+            throw NotSent(error: ServiceError(.unavailable, "connection to \(socketPath) is closing; retry"))
         }
         frame.setInteger(id, at: frame.readerIndex + 6)  // the call id field of the already encoded frame
         let channel = connection.channel
@@ -87,8 +87,12 @@ final class LeanClient: Sendable {
         do {
             answer = try await withTaskCancellationHandler {
                 try await withUnsafeThrowingContinuation { continuation in
-                    // The request goes out only once its answer has somewhere to go.
-                    if calls.arm(id, continuation) { channel.writeAndFlush(frame, promise: nil) }
+                    // The request goes out only once its answer has somewhere to go. Until the
+                    // write completes the call counts as not sent: lost with the connection before
+                    // then, another replica may take it, whatever the method.
+                    if calls.arm(id, continuation) {
+                        channel.writeAndFlush(frame).whenComplete { result in calls.written(id, result) }
+                    }
                 }
             } onCancel: {
                 calls.fail(id, CancellationError())
@@ -280,6 +284,8 @@ final class LeanCallTable: Sendable {
 
     private struct State {
         var calls: [UInt32: Waiter] = [:]
+        /// Unary calls armed whose request is not yet written to the socket.
+        var unwritten: Set<UInt32> = []
         var nextID: UInt32 = 1
         var goaway = false
         var closed = false
@@ -325,19 +331,30 @@ final class LeanCallTable: Sendable {
     func arm(_ id: UInt32, _ continuation: UnsafeContinuation<UnaryAnswer, any Error>) -> Bool {
         let (failure, idle) = state.withLock { state -> ((any Error)?, (@Sendable () -> Void)?) in
             guard case .unary(_, let message, let failure)? = state.calls[id] else {
-                return (ServiceError(.unavailable, "connection closed"), nil)
+                // The connection was lost between reserving and arming: nothing was written.
+                return (LeanClient.NotSent(error: ServiceError(.unavailable, "connection closed")), nil)
             }
             if let failure {
                 state.calls.removeValue(forKey: id)
                 return (failure, state.idleActionIfDue())
             }
             state.calls[id] = .unary(continuation, message: message, failure: nil)
+            state.unwritten.insert(id)
             return (nil, nil)
         }
         guard let failure else { return true }
         continuation.resume(throwing: failure)
         idle?()
         return false
+    }
+
+    /// The write of unary call `id`'s request completed: from now on a lost connection may have
+    /// delivered it. A failed write delivered nothing, so the call ends as not sent.
+    func written(_ id: UInt32, _ result: Result<Void, any Error>) {
+        state.withLock { _ = $0.unwritten.remove(id) }
+        if case .failure(let error) = result {
+            fail(id, LeanClient.NotSent(error: ServiceError(.unavailable, "request not sent: \(error)")))
+        }
     }
 
     /// Ends a unary call with `error` (its deadline, or its task cancelled), unless it has ended.
@@ -349,6 +366,7 @@ final class LeanCallTable: Sendable {
                 return (nil, nil)
             }
             state.calls.removeValue(forKey: id)
+            state.unwritten.remove(id)
             return (continuation, state.idleActionIfDue())
         }
         armed?.resume(throwing: error)
@@ -409,17 +427,22 @@ final class LeanCallTable: Sendable {
         }
     }
 
-    /// Fails every open call (the connection is gone).
+    /// Fails every open call (the connection is gone); a unary call whose request was never
+    /// written fails as ``LeanClient/NotSent``.
     func failAll(_ error: ServiceError) {
-        let calls = state.withLock { state in
+        let (calls, unwritten) = state.withLock { state in
             state.closed = true
-            defer { state.calls.removeAll() }
-            return Array(state.calls.values)
+            defer {
+                state.calls.removeAll()
+                state.unwritten.removeAll()
+            }
+            return (state.calls, state.unwritten)
         }
-        for call in calls {
+        for (id, call) in calls {
             switch call {
             case .stream(let continuation): continuation.finish(throwing: error)
-            case .unary(let continuation?, _, _): continuation.resume(throwing: error)
+            case .unary(let continuation?, _, _):
+                continuation.resume(throwing: unwritten.contains(id) ? LeanClient.NotSent(error: error) : error)
             case .unary(nil, _, _): break  // arm finds it gone and fails it
             }
         }
