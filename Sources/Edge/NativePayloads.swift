@@ -36,6 +36,10 @@ public enum NativePayloads {
         ]
     }
 
+    /// The `richType` of content of `contentType` unless the sender names one: `img` for images,
+    /// `file` otherwise.
+    public static func richType(contentType: String) -> String { contentType.hasPrefix("image/") ? "img" : "file" }
+
     /// A visible alert with `text`: "Notify users" sends "From <sender>: <message>" this way.
     /// Browsers get `{"message":…}` for their service worker to show.
     public static func alert(_ text: String, platforms: [Platform] = [.apns, .fcm, .wns, .browser]) -> [NativePayload] {

@@ -73,7 +73,7 @@ extension EdgeRoutes {
             try await requireUser(toUser, requestID: requestID)
             if kind == "rich" {
                 let contentType = request.headers[.contentType] ?? "application/octet-stream"
-                let richType = try Self.text(query.get("rich_type") ?? (contentType.hasPrefix("image/") ? "img" : "file"), "rich_type")
+                let richType = try Self.text(query.get("rich_type") ?? NativePayloads.richType(contentType: contentType), "rich_type")
                 (payloadID, outcome) = try await sendRich(
                     [UInt8](body), contentType: try Self.text(contentType, "Content-Type"), message: message, richType: richType,
                     to: toUser, from: user, ttlSeconds: ttl, requestID: requestID)

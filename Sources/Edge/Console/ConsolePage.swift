@@ -105,19 +105,36 @@ enum ConsolePage {
 
     // MARK: forms
 
+    /// A file a form uploaded.
+    struct UploadedFile {
+        var bytes: [UInt8]
+        var type: String
+    }
+
     /// A posted form's fields: `application/x-www-form-urlencoded`, or the text fields of
-    /// `multipart/form-data` (see ``multipart(_:_:)`` for files).
+    /// `multipart/form-data` (see ``upload(_:_:)`` for its files).
     static func form(_ request: Request, _ routes: EdgeRoutes) async throws -> [String: String] {
-        let contentType = request.headers[.contentType] ?? ""
-        if contentType.lowercased().hasPrefix("multipart/form-data") {
-            var fields: [String: String] = [:]
-            for part in try await multipart(request, routes) where part.headers.first(name: "Content-Type") == nil {
-                if let name = part.name { fields[name] = String(buffer: part.body) }
-            }
-            return fields
+        try await upload(request, routes).fields
+    }
+
+    /// A posted form's fields and its uploaded files by field name: a `multipart/form-data` part
+    /// with a Content-Type is a file (left out when empty: no file was chosen).
+    static func upload(_ request: Request, _ routes: EdgeRoutes) async throws -> (fields: [String: String], files: [String: UploadedFile]) {
+        guard (request.headers[.contentType] ?? "").lowercased().hasPrefix("multipart/form-data") else {
+            let body = try await routes.collect(request, upTo: routes.config.maxBodyBytes)
+            return (fields(urlEncoded: String(decoding: body, as: UTF8.self)), [:])
         }
-        let body = try await routes.collect(request, upTo: routes.config.maxBodyBytes)
-        return fields(urlEncoded: String(decoding: body, as: UTF8.self))
+        var fields: [String: String] = [:]
+        var files: [String: UploadedFile] = [:]
+        for part in try await multipart(request, routes) {
+            guard let name = part.name else { continue }
+            if let type = part.headers.first(name: "Content-Type") {
+                if part.body.readableBytes > 0 { files[name] = UploadedFile(bytes: Array(buffer: part.body), type: type) }
+            } else {
+                fields[name] = String(buffer: part.body)
+            }
+        }
+        return (fields, files)
     }
 
     /// A GET form's fields, from the query string.
@@ -166,10 +183,16 @@ enum ConsolePage {
 
     // MARK: small helpers
 
+    /// 192 random bits, cookie- and form-safe.
     static func randomToken() -> String {
         var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<24).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        return base64URL(Data((0..<24).map { _ in UInt8.random(in: 0...255, using: &generator) }))
+    }
+
+    /// Base64url without padding (RFC 4648 §5).
+    static func base64URL(_ data: Data) -> String {
+        data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
     }
 
     /// Equal strings, in a time that does not depend on where they first differ.

@@ -3,16 +3,13 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import Hummingbird
-import MultipartKit
-import NIOCore
 
 /// The console's pages: each reads what it shows through the services' RPCs and renders one
 /// template. Nothing here is stored by the edge.
 extension EdgeRoutes {
     // MARK: hubs
 
-    func hubsPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        let session = try Self.signedIn(session)
+    func hubsPage(_ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
         var rows: [[String: Any]] = []
         for hub in try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
         where try await manages(session, hub: hub.name, context) {
@@ -27,8 +24,7 @@ extension EdgeRoutes {
             values: ["hubs": rows, "admin": session.admin, "csrf": session.csrf])
     }
 
-    func createHub(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        let session = try Self.signedIn(session)
+    func createHub(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
         let form = try await ConsolePage.form(request, self)
         try Self.requireCSRF(form, session)
         try requireAdmin(session)
@@ -44,10 +40,7 @@ extension EdgeRoutes {
         return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))")
     }
 
-    func hubPage(_ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        let session = try Self.signedIn(session)
-        let name = try context.parameters.require("hub")
-        try await requireManage(session, hub: name, context)
+    func hubPage(_ context: EdgeRequestContext, _ session: ConsoleSession, hub name: String) async throws -> Response {
         let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
         let credentials = try await dispatch.getHubCredentials(GetHubCredentialsRequest(hub: name), requestID: context.requestID)
         let platforms: [[String: Any]] = credentials.platforms.map { platform in
@@ -86,10 +79,7 @@ extension EdgeRoutes {
 
     // MARK: devices
 
-    func devicesPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        let session = try Self.signedIn(session)
-        let hub = try context.parameters.require("hub")
-        try await requireManage(session, hub: hub, context)
+    func devicesPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: String) async throws -> Response {
         let query = ConsolePage.query(request)
         let filter = (user: query["user"] ?? "", tag: query["tag"] ?? "", platform: query["platform"] ?? "", handle: query["handle"] ?? "")
         let page = try await registration.listDevices(
@@ -130,20 +120,10 @@ extension EdgeRoutes {
 
     // MARK: test send
 
-    func sendPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        let session = try Self.signedIn(session)
-        let hub = try context.parameters.require("hub")
-        try await requireManage(session, hub: hub, context)
-        let form = TestSendForm(ConsolePage.query(request))
-        return renderSend(form, hub: hub, session: session, preview: nil)
-    }
-
-    func testSend(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        let session = try Self.signedIn(session)
-        let hub = try context.parameters.require("hub")
-        let (fields, file) = try await Self.sendForm(request, self)
+    func testSend(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: String) async throws -> Response {
+        let (fields, files) = try await ConsolePage.upload(request, self)
+        let file = files["file"]
         try Self.requireCSRF(fields, session)
-        try await requireManage(session, hub: hub, context)
         let form = TestSendForm(fields)
         let requestID = context.requestID
         do {
@@ -160,7 +140,7 @@ extension EdgeRoutes {
                 guard let file else { throw EdgeError(.badRequest, "choose a file to send as rich content") }
                 try await requireUser(form.user, requestID: requestID)
                 outcome = try await sendRich(
-                    file.bytes, contentType: file.type, message: form.message, richType: file.type.hasPrefix("image/") ? "img" : "file",
+                    file.bytes, contentType: file.type, message: form.message, richType: NativePayloads.richType(contentType: file.type),
                     to: form.user, from: session.user, hub: hub, requestID: requestID
                 ).outcome
             default:
@@ -175,7 +155,7 @@ extension EdgeRoutes {
         }
     }
 
-    private func renderSend(
+    func renderSend(
         _ form: TestSendForm, hub: String, session: ConsoleSession, preview: [NativePayload]?, error: String = "",
         status: HTTPResponse.Status = .ok
     ) -> Response {
@@ -210,33 +190,9 @@ extension EdgeRoutes {
         return ConsolePage.render("send", title: "Test send on \(hub)", session: session, values: values, status: status, hub: hub)
     }
 
-    /// The test send's fields and its uploaded file (a part with a file name and content).
-    static func sendForm(_ request: Request, _ routes: EdgeRoutes) async throws -> ([String: String], TestSendForm.File?) {
-        guard (request.headers[.contentType] ?? "").lowercased().hasPrefix("multipart/form-data") else {
-            return (try await ConsolePage.form(request, routes), nil)
-        }
-        var fields: [String: String] = [:]
-        var file: TestSendForm.File?
-        for part in try await ConsolePage.multipart(request, routes) {
-            guard let name = part.name else { continue }
-            if name == "file" {
-                if part.body.readableBytes > 0 {
-                    file = TestSendForm.File(
-                        bytes: Array(buffer: part.body), type: part.headers.first(name: "Content-Type") ?? "application/octet-stream")
-                }
-            } else {
-                fields[name] = String(buffer: part.body)
-            }
-        }
-        return (fields, file)
-    }
-
     // MARK: outcomes
 
-    func sendsPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        let session = try Self.signedIn(session)
-        let hub = try context.parameters.require("hub")
-        try await requireManage(session, hub: hub, context)
+    func sendsPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: String) async throws -> Response {
         let query = request.uri.queryParameters
         let before = query.get("before").flatMap(Int64.init) ?? 0
         let sends = try await dispatch.listSends(
@@ -270,11 +226,8 @@ extension EdgeRoutes {
             hub: hub)
     }
 
-    func sendPage(outcomeOf request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        let session = try Self.signedIn(session)
-        let hub = try context.parameters.require("hub")
+    func outcomePage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: String) async throws -> Response {
         let id = try Self.text(try context.parameters.require("id"), "id")
-        try await requireManage(session, hub: hub, context)
         let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id, hub: hub), requestID: context.requestID)
         let after = request.uri.queryParameters.get("after").flatMap(Int64.init) ?? 0
         let deliveries = try await dispatch.listDeliveries(
@@ -312,8 +265,7 @@ extension EdgeRoutes {
 
     /// `/console/sends/{id}`: a send found by id alone (the inbox knows no hub), redirected to its
     /// hub's page for an operator who manages that hub; 404 otherwise, as for an unknown id.
-    func findSend(_ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        let session = try Self.signedIn(session)
+    func findSend(_ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
         let id = try Self.text(try context.parameters.require("id"), "id")
         let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id), requestID: context.requestID)
         guard try await manages(session, hub: outcome.hub, context) else { throw EdgeError(.notFound, "notification \(id) not found") }
@@ -332,8 +284,7 @@ extension EdgeRoutes {
 
     // MARK: inbox
 
-    func inboxPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        let session = try Self.signedIn(session)
+    func inboxPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
         try requireAdmin(session)
         let before = request.uri.queryParameters.get("before").flatMap(Int64.init) ?? 0
         let entries = try await dispatch.listInbox(
@@ -353,20 +304,9 @@ extension EdgeRoutes {
 
     // MARK: helpers
 
-    static func signedIn(_ session: ConsoleSession?) throws -> ConsoleSession {
-        guard let session else { throw ServiceError(.unauthenticated, "sign in") }
-        return session
-    }
-
+    /// A form's platform name (the tutorial's spellings); empty: any platform.
     static func platform(_ name: String) throws -> Platform {
-        switch name {
-        case "": .unspecified
-        case "apns": .apns
-        case "fcm": .fcm
-        case "wns": .wns
-        case "browser": .browser
-        default: throw EdgeError(.badRequest, "platform must be apns, fcm, wns or browser")
-        }
+        name.isEmpty ? .unspecified : try RegistrationBody.platform(name, field: "platform")
     }
 
     static func platformOptions(selected: String, any: Bool) -> [[String: Any]] {
@@ -382,11 +322,6 @@ extension EdgeRoutes {
 
 /// The test send form, as posted.
 struct TestSendForm {
-    struct File {
-        var bytes: [UInt8]
-        var type: String
-    }
-
     var target = "user"
     var kind = "alert"
     var user = ""
@@ -415,7 +350,7 @@ struct TestSendForm {
 
     /// The native payloads this form sends (a stored kind's with `previewID` standing for the id
     /// the payload service assigns when it is sent). Throws 400 for what cannot be sent.
-    func payloads(content: File?, previewID: Int64) throws -> [NativePayload] {
+    func payloads(content: ConsolePage.UploadedFile?, previewID: Int64) throws -> [NativePayload] {
         for (value, name) in [(user, "user"), (tag, "tag"), (handle, "handle"), (text, "text"), (message, "message")] {
             _ = try EdgeRoutes.text(value, name)
         }
@@ -449,7 +384,7 @@ struct TestSendForm {
             return NativePayloads.secure(id: previewID)
         case "rich":
             return NativePayloads.rich(
-                id: previewID, message: message, richType: (content?.type ?? "").hasPrefix("image/") ? "img" : "file")
+                id: previewID, message: message, richType: NativePayloads.richType(contentType: content?.type ?? ""))
         case "template":
             _ = try templateProperties()
             return []

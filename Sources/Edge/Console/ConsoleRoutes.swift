@@ -35,58 +35,82 @@ extension EdgeRoutes {
         console.get("assets/console.css") { _, _ in ConsolePage.asset(ConsoleAssets.css, type: "text/css; charset=utf-8") }
         console.get("assets/console.js") { _, _ in ConsolePage.asset(ConsoleAssets.js, type: "text/javascript; charset=utf-8") }
         console.get("login") { request, _ in signInPage(request) }
-        console.post("login") { request, context in
-            await page(request, context, signedIn: false) { _ in try await signIn(request, context) }
-        }
+        console.post("login") { request, context in await answer(context, session: nil) { try await signIn(request, context) } }
         console.post("logout") { request, context in await page(request, context) { try await signOut(request, context, $0) } }
-        console.get("hubs") { request, context in await page(request, context) { try await hubsPage(request, context, $0) } }
+        console.get("hubs") { request, context in await page(request, context) { try await hubsPage(context, $0) } }
         console.post("hubs") { request, context in await page(request, context) { try await createHub(request, context, $0) } }
-        console.get("hubs/:hub") { request, context in await page(request, context) { try await hubPage(context, $0) } }
+        console.get("hubs/:hub") { request, context in await managedPage(request, context) { try await hubPage(context, $0, hub: $1) } }
         console.get("hubs/:hub/devices") { request, context in
-            await page(request, context) { try await devicesPage(request, context, $0) }
+            await managedPage(request, context) { try await devicesPage(request, context, $0, hub: $1) }
         }
-        console.get("hubs/:hub/send") { request, context in await page(request, context) { try await sendPage(request, context, $0) } }
-        console.post("hubs/:hub/send") { request, context in await page(request, context) { try await testSend(request, context, $0) } }
-        console.get("hubs/:hub/sends") { request, context in await page(request, context) { try await sendsPage(request, context, $0) } }
+        console.get("hubs/:hub/send") { request, context in
+            await managedPage(request, context) { renderSend(TestSendForm(ConsolePage.query(request)), hub: $1, session: $0, preview: nil) }
+        }
+        console.post("hubs/:hub/send") { request, context in
+            await managedPage(request, context) { try await testSend(request, context, $0, hub: $1) }
+        }
+        console.get("hubs/:hub/sends") { request, context in
+            await managedPage(request, context) { try await sendsPage(request, context, $0, hub: $1) }
+        }
         console.get("hubs/:hub/sends/:id") { request, context in
-            await page(request, context) { try await sendPage(outcomeOf: request, context, $0) }
+            await managedPage(request, context) { try await outcomePage(request, context, $0, hub: $1) }
         }
         console.get("inbox") { request, context in await page(request, context) { try await inboxPage(request, context, $0) } }
         console.get("sends/:id") { request, context in await page(request, context) { try await findSend(context, $0) } }
     }
 
-    /// Runs a console handler: the session first (a redirect to sign-in when there is none), and
-    /// errors as HTML pages with the status the API would answer, never the API's JSON.
-    func page(
-        _ request: Request, _ context: EdgeRequestContext, signedIn: Bool = true,
-        _ body: (ConsoleSession?) async throws -> Response
-    ) async -> Response {
-        var session: ConsoleSession?
+    /// Runs the handler of a signed-in page: the session first (a redirect to sign-in when there is
+    /// none, or when it ends during the request).
+    func page(_ request: Request, _ context: EdgeRequestContext, _ body: (ConsoleSession) async throws -> Response) async -> Response {
+        let session: ConsoleSession
         do {
-            if signedIn {
-                guard let found = try await self.session(request, context) else {
-                    return ConsolePage.redirect("/console/login?expired=1", clearing: request.cookies[Self.sessionCookie] != nil)
-                }
-                session = found
+            guard let found = try await self.session(request, context) else {
+                return ConsolePage.redirect("/console/login?expired=1", clearing: request.cookies[Self.sessionCookie] != nil)
             }
-            return try await body(session)
-        } catch let error as ServiceError where error.code == .unauthenticated && signedIn {
+            session = found
+        } catch {
+            return errorPage(error, context, session: nil)
+        }
+        return await answer(context, session: session) { try await body(session) }
+    }
+
+    /// Runs the handler of one hub's page (`:hub` in the path), for an operator who holds Manage on it.
+    func managedPage(
+        _ request: Request, _ context: EdgeRequestContext, _ body: (ConsoleSession, String) async throws -> Response
+    ) async -> Response {
+        await page(request, context) { session in
+            let hub = try context.parameters.require("hub")
+            try await requireManage(session, hub: hub, context)
+            return try await body(session, hub)
+        }
+    }
+
+    /// `body`'s answer, or its error as an HTML page with the status the API would answer (never
+    /// the API's JSON); a session that ends meanwhile sends the browser to sign in again.
+    func answer(_ context: EdgeRequestContext, session: ConsoleSession?, _ body: () async throws -> Response) async -> Response {
+        do {
+            return try await body()
+        } catch let error as ServiceError where error.code == .unauthenticated && session != nil {
             return ConsolePage.redirect("/console/login?expired=1", clearing: true)
         } catch {
-            let edgeError: EdgeError =
-                switch error {
-                case let error as EdgeError: error
-                case let error as ServiceError: EdgeError.from(error)
-                default: EdgeError(.internalServerError, "internal error")
-                }
-            if edgeError.status == .internalServerError {
-                context.logger.error("console: \(error)", metadata: ["herald.request_id": "\(context.requestID)"])
-            }
-            return ConsolePage.render(
-                "error", title: "\(edgeError.status.code) \(edgeError.status.reasonPhrase)", session: session,
-                values: ["status": edgeError.status.code, "reason": edgeError.status.reasonPhrase, "message": edgeError.message],
-                status: edgeError.status)
+            return errorPage(error, context, session: session)
         }
+    }
+
+    private func errorPage(_ error: any Error, _ context: EdgeRequestContext, session: ConsoleSession?) -> Response {
+        let edgeError: EdgeError =
+            switch error {
+            case let error as EdgeError: error
+            case let error as ServiceError: EdgeError.from(error)
+            default: EdgeError(.internalServerError, "internal error")
+            }
+        if edgeError.status == .internalServerError {
+            context.logger.error("console: \(error)", metadata: ["herald.request_id": "\(context.requestID)"])
+        }
+        return ConsolePage.render(
+            "error", title: "\(edgeError.status.code) \(edgeError.status.reasonPhrase)", session: session,
+            values: ["status": edgeError.status.code, "reason": edgeError.status.reasonPhrase, "message": edgeError.message],
+            status: edgeError.status)
     }
 
     // MARK: sessions
@@ -185,16 +209,16 @@ extension EdgeRoutes {
     }
 
     private func managesAnyHub(_ session: ConsoleSession, _ context: EdgeRequestContext) async throws -> Bool {
+        // The stack's admin first: one call answers for every hub.
         if try await manages(session, hub: Names.defaultHub, context) { return true }
         for hub in try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
-        where try await manages(session, hub: hub.name, context) {
-            return true
+        where hub.name != Names.defaultHub {
+            if try await manages(session, hub: hub.name, context) { return true }
         }
         return false
     }
 
-    func signOut(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession?) async throws -> Response {
-        guard let session else { return ConsolePage.redirect("/console/login") }
+    func signOut(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
         try Self.requireCSRF(try await ConsolePage.form(request, self), session)
         _ = try await auth.revokeToken(RevokeTokenRequest(token: session.token), requestID: context.requestID)
         return ConsolePage.redirect("/console/login", clearing: true)
@@ -210,8 +234,6 @@ struct ConsoleSession: Sendable {
 
     /// The CSRF token of this session's forms.
     var csrf: String {
-        let digest = SHA256.hash(data: Data("herald-console-csrf\u{0}\(token)".utf8))
-        return Data(digest).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        ConsolePage.base64URL(Data(SHA256.hash(data: Data("herald-console-csrf\u{0}\(token)".utf8))))
     }
 }
