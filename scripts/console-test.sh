@@ -25,18 +25,11 @@ shots=.build/console-screenshots
 rm -rf "$shots"
 mkdir -p "$shots"
 
+source scripts/stack.sh
 dir=$(mktemp -d /tmp/herald-console-XXXXXX)
-HERALD_PASSWORD_HASH_LOG_N=10 "$bin/herald" up --dir "$dir" --http-port 0 --auth-mode accounts --log-files >"$dir/stack.log" 2>&1 &
-stack=$!
-trap 'kill -TERM "$stack" 2>/dev/null; wait "$stack" 2>/dev/null || true' EXIT
-deadline=$((SECONDS + 60))
-until [[ -s "$dir/run/edge.url" ]] && curl -fsS "$(cat "$dir/run/edge.url")/readyz" >/dev/null 2>&1; do
-  if (( SECONDS > deadline )) || ! kill -0 "$stack" 2>/dev/null; then
-    echo "console-test.sh: the stack did not start"; cat "$dir/stack.log"; exit 1
-  fi
-  sleep 0.2
-done
-url=$(cat "$dir/run/edge.url")
+stack=""
+trap 'if [[ -n "$stack" ]]; then kill -TERM "$stack" 2>/dev/null; wait "$stack" 2>/dev/null || true; fi' EXIT
+herald_up "$dir" accounts "$bin" console-test.sh
 export ADMIN_PASSWORD="admin-$RANDOM-$RANDOM" ALICE_PASSWORD="alice-$RANDOM-$RANDOM" HERALD="$bin/herald" HERALD_DIR="$dir"
 printf '%s\n' "$ADMIN_PASSWORD" | "$bin/herald" users add admin --dir "$dir" >/dev/null
 printf '%s\n' "$ALICE_PASSWORD" | "$bin/herald" users add alice --dir "$dir" >/dev/null

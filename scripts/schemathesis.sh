@@ -24,20 +24,11 @@ examples="${SCHEMATHESIS_MAX_EXAMPLES:-100}"
 checks=not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance
 status=0
 
+source scripts/stack.sh
 for mode in tutorial accounts; do
   dir=$(mktemp -d /tmp/herald-st-XXXXXX)
-  # A cheap hash: schemathesis logs in on every request (the credential cache still applies).
-  HERALD_PASSWORD_HASH_LOG_N=10 "$bin/herald" up --dir "$dir" --http-port 0 --auth-mode "$mode" --log-files \
-    >"$dir/stack.log" 2>&1 &
-  stack=$!
-  deadline=$((SECONDS + 60))
-  until [[ -s "$dir/run/edge.url" ]] && curl -fsS "$(cat "$dir/run/edge.url")/readyz" >/dev/null 2>&1; do
-    if (( SECONDS > deadline )) || ! kill -0 "$stack" 2>/dev/null; then
-      echo "schemathesis.sh: the stack did not start ($mode)"; cat "$dir/stack.log"; exit 1
-    fi
-    sleep 0.2
-  done
-  url=$(cat "$dir/run/edge.url")
+  # A cheap hash (herald_up's): schemathesis logs in on every request (the credential cache still applies).
+  herald_up "$dir" "$mode" "$bin" schemathesis.sh
   user=alice
   password=alice
   if [[ "$mode" == accounts ]]; then
