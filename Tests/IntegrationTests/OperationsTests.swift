@@ -220,10 +220,6 @@ struct OperationsTests {
                             var request = HTTPClientRequest(url: url)
                             request.method = .POST
                             request.headers.add(name: "Authorization", value: authorization)
-                            // A connection each: a pooled connection left idle by a finished request
-                            // may be closed by the draining edge as the pool hands it to the next one
-                            // (remoteConnectionClosed; seen in CI), which is not what this test is about.
-                            request.headers.add(name: "Connection", value: "close")
                             let response = try await http.execute(request, timeout: .seconds(60))
                             _ = try await response.body.collect(upTo: 1 << 20)
                             return (Int(response.status.code), terminated.at != nil)
