@@ -30,7 +30,8 @@ public protocol AccountStore: Sendable {
     nonisolated(nonsending) func userExists(_ name: String) async throws -> Bool
     nonisolated(nonsending) func insertToken(hash: Data, user: String, expiresAt: Int64) async throws
     /// The user of a live (unexpired, unrevoked) token.
-    nonisolated(nonsending) func tokenUser(hash: Data) async throws -> String?
+    /// The user of a live (unexpired, unrevoked) token and when it expires.
+    nonisolated(nonsending) func tokenUser(hash: Data) async throws -> (user: String, expiresAt: Int64)?
     nonisolated(nonsending) func revokeToken(hash: Data) async throws -> Int64
     nonisolated(nonsending) func revokeTokens(of user: String) async throws -> Int64
     /// Deletes tokens that expired or were revoked more than `grace` ago; returns how many.
@@ -151,11 +152,12 @@ public final class SQLiteAccountStore: AccountStore {
     }
 
     /// The user of a live (unexpired, unrevoked) token.
-    public func tokenUser(hash: Data) throws -> String? {
+    public func tokenUser(hash: Data) throws -> (user: String, expiresAt: Int64)? {
         try db.unsafeRead { db in  // one SELECT, see passwordHash(of:)
-            try String.fetchOne(
-                db.cachedStatement(sql: "SELECT user FROM token WHERE hash = ? AND revoked_at IS NULL AND expires_at > ?"),
-                arguments: [hash, now()])
+            try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT user, expires_at FROM token WHERE hash = ? AND revoked_at IS NULL AND expires_at > ?"),
+                arguments: [hash, now()]
+            ).map { row in (row[0], row[1]) }
         }
     }
 

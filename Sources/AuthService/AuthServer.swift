@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 public import HeraldModel
 public import HeraldProto
@@ -5,6 +6,11 @@ public import HeraldRPC
 public import HeraldService
 
 /// The RPC handlers of herald-auth.
+///
+/// Every handler that changes accounts, tokens, hubs or grants calls `authenticator.changed()`
+/// (in a `defer`: after its store has committed, before the answer leaves, even when it fails
+/// half-way), which bumps `auth.generation` so that herald-edge stops reusing the verdicts it
+/// holds. A new mutating RPC must do the same.
 public struct AuthHandlers: AuthServiceHandler {
     public let authenticator: Authenticator
     /// Hubs, their keys and the Herald users' grants.
@@ -27,6 +33,7 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
+        defer { authenticator.changed() }
         try TestMode.require(testMode, service: .auth)
         let deleted = try await authenticator.deleteEverything() + hubs.deleteEverything()
         try await sas.throttle.forgetAll()
@@ -50,28 +57,33 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func revokeToken(_ request: RevokeTokenRequest, context: RPCContext) async throws -> RevokeTokenResponse {
-        RevokeTokenResponse(revoked: try await authenticator.revokeToken(request.token))
+        defer { authenticator.changed() }
+        return RevokeTokenResponse(revoked: try await authenticator.revokeToken(request.token))
     }
 
     public func revokeUserTokens(_ request: RevokeUserTokensRequest, context: RPCContext) async throws -> RevokeTokenResponse {
+        defer { authenticator.changed() }
         let revoked = try await authenticator.revokeTokens(of: request.user)
         context.logger.notice("tokens revoked", metadata: ["herald.user": "\(request.user)", "herald.count": "\(revoked)"])
         return RevokeTokenResponse(revoked: revoked)
     }
 
     public func createUser(_ request: CreateUserRequest, context: RPCContext) async throws -> UserResponse {
+        defer { authenticator.changed() }
         let user = try await authenticator.createUser(request.user, password: request.password)
         context.logger.notice("user created", metadata: ["herald.user": "\(request.user)"])
         return UserResponse(user: user)
     }
 
     public func setPassword(_ request: SetPasswordRequest, context: RPCContext) async throws -> UserResponse {
+        defer { authenticator.changed() }
         let user = try await authenticator.setPassword(request.user, password: request.password)
         context.logger.notice("password changed; tokens revoked", metadata: ["herald.user": "\(request.user)"])
         return UserResponse(user: user)
     }
 
     public func deleteUser(_ request: DeleteUserRequest, context: RPCContext) async throws -> DeleteUserResponse {
+        defer { authenticator.changed() }
         try await authenticator.deleteUser(request.user)
         context.logger.notice("user deleted", metadata: ["herald.user": "\(request.user)"])
         return DeleteUserResponse()
@@ -95,6 +107,7 @@ public struct AuthHandlers: AuthServiceHandler {
     // MARK: hubs
 
     public func createHub(_ request: CreateHubRequest, context: RPCContext) async throws -> Hub {
+        defer { authenticator.changed() }
         let hub = try await hubs.createHub(request.name, maxInstallations: request.maxInstallations)
         context.logger.notice("hub created", metadata: ["herald.hub": "\(request.name)"])
         return hub
@@ -109,6 +122,7 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func deleteHub(_ request: DeleteHubRequest, context: RPCContext) async throws -> DeleteHubResponse {
+        defer { authenticator.changed() }
         try await hubs.deleteHub(request.name)
         context.logger.notice("hub deleted", metadata: ["herald.hub": "\(request.name)"])
         return DeleteHubResponse()
@@ -119,6 +133,7 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func setHubKey(_ request: SetHubKeyRequest, context: RPCContext) async throws -> HubKey {
+        defer { authenticator.changed() }
         let key = try await hubs.setKey(hub: request.hub, name: request.name, rights: try HubRights(names: request.rights))
         context.logger.notice(
             "hub key set", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.rights": "\(key.rights)"])
@@ -126,6 +141,7 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func rotateHubKey(_ request: RotateHubKeyRequest, context: RPCContext) async throws -> HubKey {
+        defer { authenticator.changed() }
         let which = request.which.lowercased()
         guard which == "primary" || which == "secondary" else {
             throw ServiceError.invalidArgument("which must be primary or secondary")
@@ -137,12 +153,14 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func revokeHubKey(_ request: RevokeHubKeyRequest, context: RPCContext) async throws -> RevokeHubKeyResponse {
+        defer { authenticator.changed() }
         try await hubs.revokeKey(hub: request.hub, name: request.name)
         context.logger.notice("hub key revoked", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)"])
         return RevokeHubKeyResponse()
     }
 
     public func setHubLimits(_ request: SetHubLimitsRequest, context: RPCContext) async throws -> Hub {
+        defer { authenticator.changed() }
         let hub = try await hubs.setLimits(hub: request.hub, maxInstallations: request.maxInstallations)
         context.logger.notice(
             "hub limits set", metadata: ["herald.hub": "\(request.hub)", "herald.max_installations": "\(request.maxInstallations)"])
@@ -155,6 +173,7 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func grantHubRights(_ request: GrantHubRightsRequest, context: RPCContext) async throws -> GrantHubRightsResponse {
+        defer { authenticator.changed() }
         let rights = try HubRights(names: request.rights)
         guard try await authenticator.store.userExists(request.user) || authenticator.mode == .tutorial else {
             throw ServiceError.notFound("user \(request.user) not found")
@@ -198,13 +217,31 @@ public enum AuthServer {
             ledger = shared
             lockoutPurge = { try await shared.purge(now: unixMillis(), window: LockoutPolicy.defaultWindow) }
         }
+        // The generation counter herald-edge watches, beside each of our sockets (see SharedGeneration).
+        let generations = try Set(
+            [context.config.leanSocketPath, context.config.grpcSocketPath].compactMap { $0 }.map {
+                URL(fileURLWithPath: $0).deletingLastPathComponent().appendingPathComponent(SharedGeneration.authFileName).path
+            }
+        ).map { path in
+            try FileManager.default.createDirectory(
+                atPath: URL(fileURLWithPath: path).deletingLastPathComponent().path, withIntermediateDirectories: true)
+            return try SharedGeneration(path: path, writable: true)!
+        }
+        // A restart may follow a restored or edited database: verdicts from before it are void.
+        for generation in generations { generation.bump() }
+        let verdictCache: Duration
+        switch database {
+        case .sqlite: verdictCache = config.verdictCache ?? .seconds(60)
+        case .postgres: verdictCache = config.verdictCache ?? .zero
+        }
         let authenticator = try Authenticator(
             mode: config.mode, store: store, hasher: PasswordHasher(logN: config.passwordHashLogN),
             throttle: LoginThrottle(freeFailures: config.maxFailedLogins, lockout: config.lockout, ledger: ledger),
             gate: LoginGate(
                 maxPending: config.maxPendingLogins, failureBudgetPerMinute: config.failedLoginBudget,
                 maxWaitMilliseconds: config.maxLoginWaitMilliseconds),
-            tokenTTL: config.tokenTTL, credentialCache: config.credentialCache)
+            tokenTTL: config.tokenTTL, credentialCache: config.credentialCache, verdictCache: verdictCache,
+            changed: { for generation in generations { generation.bump() } })
         if let testUser = config.testUser {
             try await AuthHandlers.prepare(testUser, authenticator, hubs)
             context.logger.warning(

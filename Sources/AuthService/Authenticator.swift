@@ -17,6 +17,13 @@ import Synchronization
 /// - `credential-cache-seconds` (`HERALD_CREDENTIAL_CACHE_SECONDS`, 60): how long a verified Basic
 ///   credential is remembered (in memory, as an HMAC), so clients that send Basic on every request
 ///   do not pay a password hash each time; 0 turns it off. A password change clears it.
+/// - `verdict-cache-seconds` (`HERALD_VERDICT_CACHE_SECONDS`, 60 on SQLite, 0 on PostgreSQL): how
+///   long herald-edge may reuse an Authenticate answer without asking again (never past a bearer
+///   token's expiry). It holds only while `auth.generation` beside auth's sockets is unchanged, and
+///   auth bumps that counter before answering anything that could change a verdict, so revocation
+///   stays immediate. The file is shared memory, so this is strict only when every auth replica
+///   sharing the store runs on the edge's host: hence 0 by default on PostgreSQL, whose replicas
+///   may not. 0 turns it off.
 /// - `max-failed-logins` (`HERALD_MAX_FAILED_LOGINS`, 5) and `lockout-seconds`
 ///   (`HERALD_LOCKOUT_SECONDS`, 30): see ``LoginThrottle``.
 /// - `max-pending-logins` (`HERALD_MAX_PENDING_LOGINS`, 8): password hashes running or waiting at
@@ -30,7 +37,8 @@ import Synchronization
 ///   after every ResetForTests, so that a test stack has a known user. Refused without `test-mode`.
 public struct AuthConfig: Sendable {
     public static let keys: Set<String> = [
-        "auth-mode", "password-hash-log-n", "token-ttl-seconds", "credential-cache-seconds", "max-failed-logins",
+        "auth-mode", "password-hash-log-n", "token-ttl-seconds", "credential-cache-seconds", "verdict-cache-seconds",
+        "max-failed-logins",
         "lockout-seconds", "max-pending-logins", "failed-login-budget", "max-login-wait-ms",
         "test-user", "test-password",
     ]
@@ -38,6 +46,8 @@ public struct AuthConfig: Sendable {
     public var passwordHashLogN: Int
     public var tokenTTL: Duration
     public var credentialCache: Duration
+    /// `verdict-cache-seconds`; nil: the store's default (60 s on SQLite, 0 on PostgreSQL).
+    public var verdictCache: Duration?
     public var maxFailedLogins: Int
     public var lockout: Duration
     public var maxPendingLogins: Int
@@ -63,6 +73,11 @@ public struct AuthConfig: Sendable {
         // Upper bounds too: these become milliseconds, and an absurd value must be a start-up error, not an overflow.
         guard (1...366 * 86400).contains(tokenTTLSeconds) else { throw ConfigError("token-ttl-seconds must be 1...31622400") }
         guard (0...86400).contains(credentialCacheSeconds) else { throw ConfigError("credential-cache-seconds must be 0...86400") }
+        if reader.string("verdict-cache-seconds") != nil {
+            let seconds = try reader.int("verdict-cache-seconds", default: 0)
+            guard (0...86400).contains(seconds) else { throw ConfigError("verdict-cache-seconds must be 0...86400") }
+            verdictCache = .seconds(seconds)
+        }
         guard (1...1000).contains(maxFailedLogins) else { throw ConfigError("max-failed-logins must be 1...1000") }
         guard (1...86400).contains(lockoutSeconds) else { throw ConfigError("lockout-seconds must be 1...86400") }
         tokenTTL = .seconds(tokenTTLSeconds)
@@ -101,6 +116,11 @@ public final class Authenticator: Sendable {
     /// Lifetime of issued tokens and of cached credentials, in ms.
     private let tokenTTL: Int64
     private let cacheTTL: Int64
+    /// How long a caller may reuse an Authenticate answer (`cache_until_unix_ms`), in ms; 0: never.
+    private let verdictTTL: Int64
+    /// Called once a change that could turn a verdict is made and before it is answered (a failed
+    /// login here; the handlers call it for the rest): bumps `auth.generation`.
+    public let changed: @Sendable () -> Void
     private let now: @Sendable () -> Int64
     /// Password hashing runs here, not on Swift's cooperative pool: each hash holds a thread for a
     /// third of a second, and the pool's size also bounds the memory scrypt takes at once.
@@ -116,7 +136,8 @@ public final class Authenticator: Sendable {
     public init(
         mode: AuthMode, store: any AccountStore, hasher: PasswordHasher = PasswordHasher(), throttle: LoginThrottle = LoginThrottle(),
         gate: LoginGate = LoginGate(maxPending: 8, failureBudgetPerMinute: 600),
-        tokenTTL: Duration = .seconds(3600), credentialCache: Duration = .seconds(60), hashingPool: NIOThreadPool = .singleton,
+        tokenTTL: Duration = .seconds(3600), credentialCache: Duration = .seconds(60), verdictCache: Duration = .zero,
+        changed: @escaping @Sendable () -> Void = {}, hashingPool: NIOThreadPool = .singleton,
         now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
         self.mode = mode
@@ -126,6 +147,8 @@ public final class Authenticator: Sendable {
         self.gate = gate
         self.tokenTTL = tokenTTL.wholeMilliseconds
         self.cacheTTL = credentialCache.wholeMilliseconds
+        self.verdictTTL = verdictCache.wholeMilliseconds
+        self.changed = changed
         self.hashingPool = hashingPool
         self.now = now
         // Made at start, not on first use: a first unknown-user login paying two hashes would stand out.
@@ -141,12 +164,13 @@ public final class Authenticator: Sendable {
         switch try Credentials.parse(header) {
         case .basic(let user, let password):
             try await checkPassword(user: user, password: password)
-            return AuthenticateResponse(user: user, scheme: "basic")
+            return AuthenticateResponse(user: user, scheme: "basic", cacheUntilUnixMs: verdictTTL > 0 ? now() + verdictTTL : 0)
         case .bearer(let token):
-            guard let user = try await store.tokenUser(hash: Self.tokenHash(token)) else {
+            guard let live = try await store.tokenUser(hash: Self.tokenHash(token)) else {
                 throw ServiceError.unauthenticated("the bearer token is unknown, expired or revoked")
             }
-            return AuthenticateResponse(user: user, scheme: "bearer")
+            return AuthenticateResponse(
+                user: live.user, scheme: "bearer", cacheUntilUnixMs: verdictTTL > 0 ? min(now() + verdictTTL, live.expiresAt) : 0)
         }
     }
 
@@ -260,6 +284,8 @@ public final class Authenticator: Sendable {
             }
         }
         guard valid else {
+            // Counted toward a lockout, which must also stop the edge reusing this user's verdicts.
+            defer { changed() }
             try await throttle.failed(user)
             throw ServiceError.unauthenticated("wrong user name or password")
         }

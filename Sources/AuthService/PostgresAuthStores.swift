@@ -124,8 +124,8 @@ public final class PostgresAccountStore: AccountStore {
             "INSERT INTO token (hash, user_name, created_at, expires_at) VALUES (\(ByteBuffer(data: hash)), \(user), \(now), \(expiresAt))")
     }
 
-    public func tokenUser(hash: Data) async throws -> String? {
-        try await db.execute(TokenUser(hash: ByteBuffer(data: hash), now: now())).first
+    public func tokenUser(hash: Data) async throws -> (user: String, expiresAt: Int64)? {
+        try await db.execute(TokenUser(hash: ByteBuffer(data: hash), now: now())).first.map { (user: $0.0, expiresAt: $0.1) }
     }
 
     public func revokeToken(hash: Data) async throws -> Int64 {
@@ -400,8 +400,8 @@ struct PasswordHash: PostgresPreparedStatement {
 
 /// The user of a live token.
 struct TokenUser: PostgresPreparedStatement {
-    static let sql = "SELECT user_name FROM token WHERE hash = $1 AND revoked_at IS NULL AND expires_at > $2"
-    typealias Row = String
+    static let sql = "SELECT user_name, expires_at FROM token WHERE hash = $1 AND revoked_at IS NULL AND expires_at > $2"
+    typealias Row = (String, Int64)
     var hash: ByteBuffer
     var now: Int64
 
@@ -412,7 +412,7 @@ struct TokenUser: PostgresPreparedStatement {
         return bindings
     }
 
-    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(String.self) }
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode((String, Int64).self) }
 }
 
 /// A user's rights on a hub.

@@ -12,7 +12,8 @@ import NIOCore
 ///
 /// The routes, bodies and status codes are those of Azure Notification Hubs' "Notify users", "Rich
 /// push" and "Secure push" tutorials (docs/openapi.yaml says each one). Every `api/*` route
-/// authenticates first (one auth RPC), then makes at most two more calls.
+/// authenticates first (one auth RPC, unless ``verdicts`` still holds auth's answer), then makes
+/// at most two more calls.
 public struct EdgeRoutes: Sendable {
     public let auth: any AuthServiceClientProtocol
     public let registration: any RegistrationServiceClientProtocol
@@ -21,6 +22,8 @@ public struct EdgeRoutes: Sendable {
     /// grpc.health.v1 of each service, by name, for `/readyz`.
     public let health: [String: any HealthClientProtocol]
     public let config: EdgeConfig
+    /// auth's answers reused while they hold (see ``AuthVerdictCache``); `.off` over fakes.
+    public let verdicts: AuthVerdictCache
 
     /// The text a secure push stores, as in the tutorial.
     public static let secureText = "Secure confirmation."
@@ -29,7 +32,7 @@ public struct EdgeRoutes: Sendable {
     public init(
         auth: any AuthServiceClientProtocol, registration: any RegistrationServiceClientProtocol,
         payload: any PayloadServiceClientProtocol, dispatch: any DispatchServiceClientProtocol,
-        health: [String: any HealthClientProtocol], config: EdgeConfig
+        health: [String: any HealthClientProtocol], config: EdgeConfig, verdicts: AuthVerdictCache = .off
     ) {
         self.auth = auth
         self.registration = registration
@@ -37,10 +40,14 @@ public struct EdgeRoutes: Sendable {
         self.dispatch = dispatch
         self.health = health
         self.config = config
+        self.verdicts = verdicts
     }
 
     /// Over the connections to the four services.
-    public init(auth: RPCClient, registration: RPCClient, payload: RPCClient, dispatch: RPCClient, config: EdgeConfig) {
+    public init(
+        auth: RPCClient, registration: RPCClient, payload: RPCClient, dispatch: RPCClient, config: EdgeConfig,
+        verdicts: AuthVerdictCache = .off
+    ) {
         self.init(
             auth: AuthServiceClient(auth), registration: RegistrationServiceClient(registration),
             payload: PayloadServiceClient(payload), dispatch: DispatchServiceClient(dispatch),
@@ -48,7 +55,7 @@ public struct EdgeRoutes: Sendable {
                 ServiceName.auth.rawValue: HealthClient(auth), ServiceName.registration.rawValue: HealthClient(registration),
                 ServiceName.payload.rawValue: HealthClient(payload), ServiceName.dispatch.rawValue: HealthClient(dispatch),
             ],
-            config: config)
+            config: config, verdicts: verdicts)
     }
 
     public func add(to router: Router<EdgeRequestContext>) {
@@ -301,18 +308,33 @@ public struct EdgeRoutes: Sendable {
 
     // MARK: helpers
 
-    /// One auth RPC: the caller's user name, and the request id to carry on every further call.
+    /// The caller's user name (one auth RPC, unless a verdict is reused), and the request id to
+    /// carry on every further call.
     func authenticate(_ request: Request, _ context: EdgeRequestContext) async throws -> (user: String, requestID: String) {
-        let principal = try await auth.authenticate(
-            AuthenticateRequest(authorization: try Self.authorization(request)), requestID: context.requestID)
+        let principal = try await verdict(AuthenticateRequest(authorization: try Self.authorization(request)), requestID: context.requestID)
         return (principal.user, context.requestID)
     }
 
     /// The caller and their rights on the default hub (the tutorial's and /v1's), for the routes
     /// that send; the others ask for the user only, which spares herald-auth a read.
     func principal(_ request: Request, _ context: EdgeRequestContext) async throws -> AuthenticateResponse {
-        try await auth.authenticate(
+        try await verdict(
             AuthenticateRequest(authorization: try Self.authorization(request), hub: Names.defaultHub), requestID: context.requestID)
+    }
+
+    /// auth's answer to `request`: reused from ``verdicts`` while it holds, else asked for (and
+    /// kept when auth allows). Every Authenticate the edge makes goes through here.
+    func verdict(_ request: AuthenticateRequest, requestID: String) async throws -> AuthenticateResponse {
+        switch verdicts.lookup(request) {
+        case .hit(let answer):
+            AuthVerdictCache.fromCache.increment()
+            return answer
+        case .miss(let key, let generation):
+            let answer = try await auth.authenticate(request, requestID: requestID)
+            AuthVerdictCache.fromAuth.increment()
+            if let generation { verdicts.store(answer, key: key, generation: generation) }
+            return answer
+        }
     }
 
     /// 403 unless `principal` may send to `targetUser` (nil: a tag): their own devices always,

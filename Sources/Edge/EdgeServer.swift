@@ -25,7 +25,8 @@ public enum EdgeServer {
     public static func buildApplication(context: ProcessContext, config: EdgeConfig) throws -> some Service {
         let routes = EdgeRoutes(
             auth: context.client(.auth), registration: context.client(.registration),
-            payload: context.client(.payload), dispatch: context.client(.dispatch), config: config)
+            payload: context.client(.payload), dispatch: context.client(.dispatch), config: config,
+            verdicts: AuthVerdictCache(authEndpoints: context.config.endpoints(of: ServiceName.auth.rawValue)))
         let router = Router(context: EdgeRequestContext.self)
         routes.add(to: router)
         let urlFile = URL(fileURLWithPath: context.config.runtimeDir).appendingPathComponent("edge.url")

@@ -120,7 +120,7 @@ extension EdgeRoutes {
         guard let token = request.cookies[Self.sessionCookie]?.value, !token.isEmpty, token.utf8.count <= 512 else { return nil }
         let principal: AuthenticateResponse
         do {
-            principal = try await auth.authenticate(
+            principal = try await verdict(
                 AuthenticateRequest(authorization: "Bearer \(token)", hub: Names.defaultHub), requestID: context.requestID)
         } catch let error as ServiceError where error.code == .unauthenticated {
             return nil
@@ -138,7 +138,7 @@ extension EdgeRoutes {
 
     func manages(_ session: ConsoleSession, hub: String, _ context: EdgeRequestContext) async throws -> Bool {
         if session.admin { return true }
-        let principal = try await auth.authenticate(
+        let principal = try await verdict(
             AuthenticateRequest(authorization: "Bearer \(session.token)", hub: hub), requestID: context.requestID)
         return principal.rights.contains("Manage")
     }

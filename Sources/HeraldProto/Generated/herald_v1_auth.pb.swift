@@ -69,17 +69,26 @@ public struct AuthenticateResponse: HeraldMessage {
     /// GrantHubRights; empty when none, or when the request named no hub. In tutorial mode everyone has Listen and Send (the tutorial
     /// lets any user notify any user). Without Send the edge lets a user send to their own devices only.
     public var rights: [String]
+    /// Until when (Unix epoch ms) a caller may reuse this answer for the same Authorization value and
+    /// hub without asking again; 0: ask every time. herald-edge reuses it only while the generation
+    /// counter herald-auth keeps beside its sockets (`auth.generation`) is unchanged: herald-auth bumps
+    /// it before answering any call that could change a verdict (a revocation, a password change, a
+    /// grant, a failed login), so a revocation is never answered before it holds. Never later than a
+    /// bearer token's expiry; 0 when herald-auth's `verdict-cache-seconds` is 0.
+    public var cacheUntilUnixMs: Int64
 
-    public init(user: String = "", scheme: String = "", rights: [String] = []) {
+    public init(user: String = "", scheme: String = "", rights: [String] = [], cacheUntilUnixMs: Int64 = 0) {
         self.user = user
         self.scheme = scheme
         self.rights = rights
+        self.cacheUntilUnixMs = cacheUntilUnixMs
     }
 
     public init() {
         self.user = ""
         self.scheme = ""
         self.rights = []
+        self.cacheUntilUnixMs = 0
     }
 
     public static let protoName = "herald.v1.AuthenticateResponse"
@@ -101,6 +110,7 @@ extension AuthenticateResponse: CBacked {
         self.user = CBridge.string(m.user)
         self.scheme = CBridge.string(m.scheme)
         self.rights = CBridge.strings(m.n_rights, m.rights)
+        self.cacheUntilUnixMs = m.cache_until_unix_ms
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -110,6 +120,7 @@ extension AuthenticateResponse: CBacked {
         p.pointee.scheme = try arena.string(self.scheme, field: "herald.v1.AuthenticateResponse.scheme")
         p.pointee.n_rights = self.rights.count
         p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.AuthenticateResponse.rights")
+        p.pointee.cache_until_unix_ms = self.cacheUntilUnixMs
         return p
     }
 

@@ -1678,7 +1678,7 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_request__descriptor =
   (ProtobufCMessageInit) herald__v1__authenticate_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_descriptors[4] =
 {
   {
     "user",
@@ -1716,8 +1716,21 @@ static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "cache_until_unix_ms",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthenticateResponse, cache_until_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authenticate_response__field_indices_by_name[] = {
+  3,   /* field[3] = cache_until_unix_ms */
   2,   /* field[2] = rights */
   1,   /* field[1] = scheme */
   0,   /* field[0] = user */
@@ -1725,7 +1738,7 @@ static const unsigned herald__v1__authenticate_response__field_indices_by_name[]
 static const ProtobufCIntRange herald__v1__authenticate_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor =
 {
@@ -1735,7 +1748,7 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor =
   "Herald__V1__AuthenticateResponse",
   "herald.v1",
   sizeof(Herald__V1__AuthenticateResponse),
-  3,
+  4,
   herald__v1__authenticate_response__field_descriptors,
   herald__v1__authenticate_response__field_indices_by_name,
   1,  herald__v1__authenticate_response__number_ranges,

@@ -101,10 +101,19 @@ struct  Herald__V1__AuthenticateResponse
    */
   size_t n_rights;
   char **rights;
+  /*
+   * Until when (Unix epoch ms) a caller may reuse this answer for the same Authorization value and
+   * hub without asking again; 0: ask every time. herald-edge reuses it only while the generation
+   * counter herald-auth keeps beside its sockets (`auth.generation`) is unchanged: herald-auth bumps
+   * it before answering any call that could change a verdict (a revocation, a password change, a
+   * grant, a failed login), so a revocation is never answered before it holds. Never later than a
+   * bearer token's expiry; 0 when herald-auth's `verdict-cache-seconds` is 0.
+   */
+  int64_t cache_until_unix_ms;
 };
 #define HERALD__V1__AUTHENTICATE_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authenticate_response__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0 }
 
 
 /*

@@ -1,0 +1,127 @@
+import Crypto
+import Foundation
+public import HeraldModel
+public import HeraldProto
+public import HeraldRPC
+import HeraldService
+import Metrics
+import Synchronization
+
+/// herald-auth's recent Authenticate answers, so that most requests make one RPC, not two.
+///
+/// An answer is reused for the same Authorization value and hub until its `cache_until_unix_ms`
+/// (auth's `verdict-cache-seconds`, never past a token's expiry), and only while every
+/// `auth.generation` counter beside auth's sockets still reads what it read before the answer was
+/// asked for. herald-auth bumps that counter before it answers any change that could turn a
+/// verdict (see ``SharedGeneration``), so a revoked token or a changed password is refused by the
+/// next request, exactly as without the cache. Failures are never kept: each one reaches auth,
+/// whose lockouts and failure budget see every wrong password.
+///
+/// The counters are shared memory, so the cache is on only when every auth replica the edge calls
+/// is a Unix socket (same host) whose directory holds one; over TCP it is off. Keys are an HMAC of
+/// the header under a per-process key, as in auth's own credential cache: no password or token is
+/// kept in the clear.
+public final class AuthVerdictCache: Sendable {
+    /// The counter files watched; empty: never cache.
+    let paths: [String]
+    private let key = SymmetricKey(size: .bits256)
+    private let state = Mutex(State())
+    private let now: @Sendable () -> Int64
+    /// More distinct credentials than this at once and the oldest are not worth keeping.
+    static let capacity = 10_000
+
+    struct State {
+        var counters: [SharedGeneration]?
+        /// When the counter files were last opened or checked, Unix ms; nil: never yet.
+        var checkedAt: Int64?
+        var entries: [HashedAuthenticationCode<SHA256>: Entry] = [:]
+    }
+
+    struct Entry {
+        var answer: AuthenticateResponse
+        var until: Int64
+        var generation: UInt64
+    }
+
+    /// Watches `auth.generation` in the directory of each socket in `endpoints`; none (never
+    /// caches) when any endpoint is a TCP address.
+    public init(authEndpoints endpoints: [RPCEndpoint], now: @escaping @Sendable () -> Int64 = unixMillis) {
+        var paths: [String] = []
+        for endpoint in endpoints {
+            guard case .unix(let socket) = endpoint else {
+                paths = []
+                break
+            }
+            let path = URL(fileURLWithPath: socket).deletingLastPathComponent().appendingPathComponent(SharedGeneration.authFileName).path
+            if !paths.contains(path) { paths.append(path) }
+        }
+        self.paths = paths
+        self.now = now
+    }
+
+    /// A cache that never caches (route tests over fake services).
+    public static let off = AuthVerdictCache(authEndpoints: [])
+
+    /// What the edge knows before asking auth: a reusable answer, or the generation to store the
+    /// next answer under (nil: do not store it).
+    enum Lookup {
+        case hit(AuthenticateResponse)
+        case miss(key: HashedAuthenticationCode<SHA256>, generation: UInt64?)
+    }
+
+    func lookup(_ request: AuthenticateRequest) -> Lookup {
+        guard !paths.isEmpty else { return .miss(key: Self.noKey, generation: nil) }
+        var hmac = HMAC<SHA256>(key: key)
+        hmac.update(data: Data(request.hub.utf8))
+        hmac.update(data: [0])
+        hmac.update(data: Data(request.authorization.utf8))
+        let key = hmac.finalize()
+        let now = self.now()
+        return state.withLock { state in
+            guard let generation = Self.generation(&state, paths: paths, now: now) else { return .miss(key: key, generation: nil) }
+            if let entry = state.entries[key] {
+                if entry.generation == generation, entry.until > now { return .hit(entry.answer) }
+                state.entries[key] = nil
+            }
+            return .miss(key: key, generation: generation)
+        }
+    }
+
+    /// Keeps `answer`, asked for under `generation`: if the counters moved meanwhile, the first
+    /// lookup drops it.
+    func store(_ answer: AuthenticateResponse, key: HashedAuthenticationCode<SHA256>, generation: UInt64) {
+        let now = self.now()
+        guard answer.cacheUntilUnixMs > now else { return }
+        state.withLock { state in
+            if state.entries.count >= Self.capacity {
+                state.entries = state.entries.filter { $0.value.until > now && $0.value.generation == generation }
+                if state.entries.count >= Self.capacity { state.entries.removeAll(keepingCapacity: true) }
+            }
+            state.entries[key] = Entry(answer: answer, until: answer.cacheUntilUnixMs, generation: generation)
+        }
+    }
+
+    /// The sum of the counters, opening them when needed and checking once a second that they are
+    /// still the files at their paths; nil while any is missing.
+    private static func generation(_ state: inout State, paths: [String], now: Int64) -> UInt64? {
+        if state.checkedAt.map({ now < $0 || now - $0 >= 1000 }) ?? true {
+            state.checkedAt = now
+            let same = state.counters.map { zip($0, paths).allSatisfy { $0.isStillAt(path: $1) } } ?? false
+            if !same {
+                state.entries.removeAll()
+                let opened = paths.compactMap { try? SharedGeneration(path: $0, writable: false) }
+                state.counters = opened.count == paths.count ? opened : nil
+            }
+        }
+        guard let counters = state.counters else { return nil }
+        var sum: UInt64 = 0
+        for counter in counters { sum &+= counter.load() }
+        return sum
+    }
+
+    /// Where each verdict came from: `herald_edge_auth_verdicts_total{source="cache"|"auth"}`.
+    static let fromCache = Counter(label: "herald_edge_auth_verdicts_total", dimensions: [("source", "cache")])
+    static let fromAuth = Counter(label: "herald_edge_auth_verdicts_total", dimensions: [("source", "auth")])
+
+    private static let noKey = HMAC<SHA256>.authenticationCode(for: Data(), using: SymmetricKey(size: .bits256))
+}
