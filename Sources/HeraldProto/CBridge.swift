@@ -44,11 +44,12 @@ final class CArena {
     func string(_ string: String, field: String) throws -> UnsafeMutablePointer<CChar> {
         let utf8 = string.utf8
         let count = utf8.count
-        if utf8.contains(0) { throw ProtoError.embeddedNUL(field: field) }
         let p = allocate(CChar.self, count: count + 1)
         p.withMemoryRebound(to: UInt8.self, capacity: count + 1) { bytes in
             _ = UnsafeMutableBufferPointer(start: bytes, count: count).initialize(from: utf8)
         }
+        // Checked on the copy with memchr: `utf8.contains(0)` walked the string a byte at a time.
+        if memchr(p, 0, count) != nil { throw ProtoError.embeddedNUL(field: field) }
         return p
     }
 

@@ -166,6 +166,8 @@ final class LeanServerHandler: ChannelInboundHandler {
     private let table: MethodTable
     private let logger: Logger
     private var calls: [UInt32: LeanServerCall] = [:]
+    /// The deadline timers of calls still running (none for a call that finished as it started).
+    private var timers: [UInt32: Scheduled<Void>] = [:]
     private var draining = false
     /// The client's preface allows END trailers (error metadata such as `retry-after`).
     private var peerAcceptsTrailers = false
@@ -211,6 +213,8 @@ final class LeanServerHandler: ChannelInboundHandler {
         // The caller went away: nobody is waiting for these answers any more.
         for call in calls.values { call.cancel() }
         calls.removeAll()
+        for timer in timers.values { timer.cancel() }
+        timers.removeAll()
         context.fireChannelInactive()
     }
 
@@ -256,20 +260,13 @@ final class LeanServerHandler: ChannelInboundHandler {
         let rpcContext = RPCContext(requestID: requestID, method: request.method, logger: logger)
         let call = LeanServerCall(window: request.window)
         calls[id] = call
-        let timer: Scheduled<Void>? =
-            request.timeoutMilliseconds == 0
-            ? nil
-            : context.eventLoop.scheduleTask(in: .milliseconds(Int64(request.timeoutMilliseconds))) {
-                call.cancel(deadline: true)
-            }
         let input = Array(request.message.readableBytesView)
         let loop = context.eventLoop
         let handlerBox = NIOLoopBound(self, eventLoop: loop)
-        // One trip to the event loop ends the call (none when the handler finished on it): cancel
-        // its timer, write its last frames, forget it.
+        // One trip to the event loop ends the call (none when the handler finished on it): write
+        // its last frames, forget it and cancel its timer.
         let finish: @Sendable (ByteBuffer) -> Void = { frames in
             let end = {
-                timer?.cancel()
                 channel.writeAndFlush(frames, promise: nil)
                 handlerBox.value.finished(id, channel: channel)
             }
@@ -279,10 +276,18 @@ final class LeanServerHandler: ChannelInboundHandler {
             LeanCallRunner.start(
                 handler, input: input, context: rpcContext, call: call, id: id, trailers: peerAcceptsTrailers, channel: channel,
                 onEventLoop: table.eventLoopMethods.contains(request.method), finish: finish))
+        // A handler started on the event loop that did not wait has ended its call already: no
+        // timer to arm and cancel (a tenth of a lean echo's instructions, measured with callgrind).
+        if request.timeoutMilliseconds != 0, calls[id] === call {
+            timers[id] = context.eventLoop.scheduleTask(in: .milliseconds(Int64(request.timeoutMilliseconds))) {
+                call.cancel(deadline: true)
+            }
+        }
     }
 
     private func finished(_ id: UInt32, channel: any Channel) {
         calls[id] = nil
+        timers.removeValue(forKey: id)?.cancel()
         if draining, calls.isEmpty { channel.close(promise: nil) }
     }
 
