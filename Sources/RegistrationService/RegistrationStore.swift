@@ -109,22 +109,29 @@ extension RegistrationStore {
 /// caller's executor (in an async function GRDB's async overloads, which hop to its queue, would win).
 public final class SQLiteRegistrationStore: RegistrationStore {
     public let tables: SQLiteRegistrations
+    /// The tutorial's writes (POST, PUT, DELETE api/register), committed in batches (see GroupCommit).
+    private let commits: GroupCommit
 
     public init(
         db: any DatabaseWriter, pendingTTL: Duration = .seconds(24 * 3600), now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
         tables = try SQLiteRegistrations(db: db, pendingTTL: pendingTTL, now: now)
+        commits = GroupCommit(db)
     }
 
     nonisolated(nonsending) public func createID(owner: String, handle: String) async throws -> String {
-        try tables.createID(owner: owner, handle: handle)
+        try await commits.write { [tables] db in try tables.createID(owner: owner, handle: handle, in: db) }
     }
     nonisolated(nonsending) public func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String])
         async throws -> Registration
     {
-        try tables.upsert(owner: owner, id: id, platform: platform, handle: handle, tags: tags)
+        try await commits.write { [tables] db in
+            try tables.upsert(owner: owner, id: id, platform: platform, handle: handle, tags: tags, in: db)
+        }
     }
-    nonisolated(nonsending) public func delete(owner: String, id: String) async throws { try tables.delete(owner: owner, id: id) }
+    nonisolated(nonsending) public func delete(owner: String, id: String) async throws {
+        try await commits.write { [tables] db in try tables.delete(owner: owner, id: id, in: db) }
+    }
     nonisolated(nonsending) public func list(owner: String) async throws -> [Registration] { try tables.list(owner: owner) }
     nonisolated(nonsending) public func removeHandle(platform: Platform, handle: String, invalidSince: Int64) async throws -> Int {
         try tables.removeHandle(platform: platform, handle: handle, invalidSince: invalidSince)

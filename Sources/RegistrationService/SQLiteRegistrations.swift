@@ -131,24 +131,27 @@ public final class SQLiteRegistrations: Sendable {
     /// POST api/register: the owner's first registration for `handle` (its duplicates deleted), or a
     /// new id.
     public func createID(owner: String, handle: String) throws -> String {
-        try db.write { db in
-            if !handle.isEmpty {
-                let ids = try String.fetchAll(
-                    db.cachedStatement(sql: "SELECT id FROM registration WHERE owner = ? AND handle = ? ORDER BY created_at, rowid"),
-                    arguments: [owner, handle])
-                if let first = ids.first {
-                    for duplicate in ids.dropFirst() {
-                        try db.execute(sql: "DELETE FROM registration WHERE id = ?", arguments: [duplicate])
-                    }
-                    return first
+        try db.write { db in try createID(owner: owner, handle: handle, in: db) }
+    }
+
+    /// ``createID(owner:handle:)`` within the caller's transaction.
+    func createID(owner: String, handle: String, in db: Database) throws -> String {
+        if !handle.isEmpty {
+            let ids = try String.fetchAll(
+                db.cachedStatement(sql: "SELECT id FROM registration WHERE owner = ? AND handle = ? ORDER BY created_at, rowid"),
+                arguments: [owner, handle])
+            if let first = ids.first {
+                for duplicate in ids.dropFirst() {
+                    try db.execute(sql: "DELETE FROM registration WHERE id = ?", arguments: [duplicate])
                 }
+                return first
             }
-            let id = RegistrationSQL.newID()
-            let now = self.now()
-            try db.cachedStatement(sql: "INSERT INTO registration (id, owner, created_at, updated_at) VALUES (?, ?, ?, ?)")
-                .execute(arguments: [id, owner, now, now])
-            return id
         }
+        let id = RegistrationSQL.newID()
+        let now = self.now()
+        try db.cachedStatement(sql: "INSERT INTO registration (id, owner, created_at, updated_at) VALUES (?, ?, ?, ?)")
+            .execute(arguments: [id, owner, now, now])
+        return id
     }
 
     /// PUT api/register/{id}: replaces platform, handle and tags of a registration the owner holds.
@@ -156,24 +159,29 @@ public final class SQLiteRegistrations: Sendable {
     public func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String]) throws
         -> Registration
     {
-        try db.write { db in
-            let now = self.now()
-            // A pending id (never PUT: platform 0) only within its TTL.
-            try db.cachedStatement(
-                sql: """
-                    UPDATE registration SET platform = ?, handle = ?, updated_at = ?
-                    WHERE id = ? AND owner = ? AND (platform != 0 OR created_at > ?)
-                    """
-            ).execute(arguments: [platform.rawValue, handle, now, id, owner, now - pendingTTL])
-            guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
-            try db.cachedStatement(sql: "DELETE FROM registration_tag WHERE registration_id = ?").execute(arguments: [id])
-            let allTags = tags + [RegistrationRules.userTag(owner)]
-            let insert = try db.cachedStatement(sql: "INSERT INTO registration_tag (tag, registration_id) VALUES (?, ?)")
-            for tag in allTags { try insert.execute(arguments: [tag, id]) }
-            return Registration(
-                registrationID: id, owner: owner, platform: platform, handle: handle, tags: allTags,
-                updatedAtUnixMs: now)
-        }
+        try db.write { db in try upsert(owner: owner, id: id, platform: platform, handle: handle, tags: tags, in: db) }
+    }
+
+    /// ``upsert(owner:id:platform:handle:tags:)`` within the caller's transaction.
+    func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String], in db: Database) throws
+        -> Registration
+    {
+        let now = self.now()
+        // A pending id (never PUT: platform 0) only within its TTL.
+        try db.cachedStatement(
+            sql: """
+                UPDATE registration SET platform = ?, handle = ?, updated_at = ?
+                WHERE id = ? AND owner = ? AND (platform != 0 OR created_at > ?)
+                """
+        ).execute(arguments: [platform.rawValue, handle, now, id, owner, now - pendingTTL])
+        guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
+        try db.cachedStatement(sql: "DELETE FROM registration_tag WHERE registration_id = ?").execute(arguments: [id])
+        let allTags = tags + [RegistrationRules.userTag(owner)]
+        let insert = try db.cachedStatement(sql: "INSERT INTO registration_tag (tag, registration_id) VALUES (?, ?)")
+        for tag in allTags { try insert.execute(arguments: [tag, id]) }
+        return Registration(
+            registrationID: id, owner: owner, platform: platform, handle: handle, tags: allTags,
+            updatedAtUnixMs: now)
     }
 
     /// Deletes ids allocated by POST that were never PUT within ``pendingTTL``; returns how many.
@@ -188,10 +196,13 @@ public final class SQLiteRegistrations: Sendable {
 
     /// DELETE api/register/{id}.
     public func delete(owner: String, id: String) throws {
-        try db.write { db in
-            try db.execute(sql: "DELETE FROM registration WHERE id = ? AND owner = ?", arguments: [id, owner])
-            guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
-        }
+        try db.write { db in try delete(owner: owner, id: id, in: db) }
+    }
+
+    /// ``delete(owner:id:)`` within the caller's transaction.
+    func delete(owner: String, id: String, in db: Database) throws {
+        try db.cachedStatement(sql: "DELETE FROM registration WHERE id = ? AND owner = ?").execute(arguments: [id, owner])
+        guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
     }
 
     /// Every registration of `owner`, oldest first, with tags.

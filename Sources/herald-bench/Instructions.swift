@@ -6,6 +6,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import NIOCore
 
 #if canImport(Glibc)
     import Glibc
@@ -74,11 +75,12 @@ struct InstructionsScenario {
         var configuration = StackConfiguration.bench(dir: dir)
         configuration.binDirectory = bin
         configuration.startTimeout = .seconds(300)
-        let counted = ["auth", "payload", "edge"]
+        let counted = ["auth", "payload", "edge", "registration"]
         for service in counted { configuration.launchers[service] = counter.launcher(service) }
         let stack = Stack(configuration: configuration)
         try await stack.start()
         let get: [Double]
+        let put: [Double]
         let fetch: Double
         do {
             let pids = try await counted.asyncMap { service -> Int32 in
@@ -93,7 +95,20 @@ struct InstructionsScenario {
             let url = await stack.edgeURL + "/api/notifications/\(payloadID)"
             let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
             for _ in 0..<warmUp { try await Self.get(url, authorization: authorization) }
-            get = try await counter.measureEach(pids, calls: calls) { try await Self.get(url, authorization: authorization) }
+            get = try await counter.measureEach(Array(pids[0..<3]), calls: calls) { try await Self.get(url, authorization: authorization) }
+            // PUT api/register/{id} as the bench's wrk run sends it: edge, auth and registration.
+            let handle = String(repeating: "ab", count: 32)
+            let registrationID = try await RPCClient.with(socketPath: configuration.socketPath("registration")) { client in
+                try await RegistrationServiceClient(client).createRegistrationId(
+                    CreateRegistrationIdRequest(owner: "bench", handle: handle)
+                ).registrationID
+            }
+            let putURL = await stack.edgeURL + "/api/register/\(registrationID)"
+            let body = #"{"Platform":"apns","Handle":"\#(handle)","Tags":["news"]}"#
+            for _ in 0..<warmUp { try await Self.put(putURL, body: body, authorization: authorization) }
+            put = try await counter.measureEach([pids[2], pids[0], pids[3]], calls: calls) {
+                try await Self.put(putURL, body: body, authorization: authorization)
+            }
             fetch = try await RPCClient.with(socketPath: configuration.leanSocketPath("payload"), timeout: .seconds(60)) { client in
                 let payload = PayloadServiceClient(client)
                 let request = FetchPayloadRequest(id: payloadID, requester: "bench")
@@ -107,6 +122,7 @@ struct InstructionsScenario {
         }
 
         let getTotal = get.reduce(0, +)
+        let putTotal = put.reduce(0, +)
         var report = Report()
         report.records.append(
             Record(
@@ -118,6 +134,14 @@ struct InstructionsScenario {
                 baseline: "Hummingbird hello world GET", baselineValue: helloGET, better: "lower"))
         report.records.append(
             Record(
+                "instructions", "edge PUT api/register/{id}: instructions (edge + auth + registration)", unit: "instr", value: putTotal,
+                baseline: "Hummingbird hello world GET", baselineValue: helloGET, better: "lower"))
+        report.records.append(
+            Record(
+                "instructions", "edge PUT api/register/{id}: instructions in herald-edge", unit: "instr", value: put[0],
+                baseline: "Hummingbird hello world GET", baselineValue: helloGET, better: "lower"))
+        report.records.append(
+            Record(
                 "instructions", "lean FetchPayload: instructions in herald-payload", unit: "instr", value: fetch,
                 baseline: "lean echo RPC", baselineValue: echo, better: "lower"))
         func k(_ x: Double) -> String { String(format: "%.0f k", x / 1000) }
@@ -125,13 +149,25 @@ struct InstructionsScenario {
             """
             ## instructions: counted by callgrind in the serving processes, \(calls) calls one at a time after \(warmUp) to warm up
 
-            | request | herald-edge | herald-auth | herald-payload | total | baseline | ratio |
+            | request | herald-edge | herald-auth | herald-payload or -registration | total | baseline | ratio |
             |---|---:|---:|---:|---:|---|---:|
             | edge GET api/notifications/{id} | \(k(get[2])) | \(k(get[0])) | \(k(get[1])) | \(k(getTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", getTotal / helloGET)) |
+            | edge PUT api/register/{id} | \(k(put[0])) | \(k(put[1])) | \(k(put[2])) | \(k(putTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", putTotal / helloGET)) |
             | lean FetchPayload | | | \(k(fetch)) | \(k(fetch)) | lean echo \(k(echo)) | \(String(format: "%.1f×", fetch / echo)) |
             """
         ]
         return report
+    }
+
+    static func put(_ url: String, body: String, authorization: String) async throws {
+        var request = HTTPClientRequest(url: url)
+        request.method = .PUT
+        request.headers.add(name: "Authorization", value: authorization)
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.body = .bytes(ByteBuffer(string: body))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
+        _ = try await response.body.collect(upTo: 1 << 20)
+        guard response.status.code == 200 else { throw BenchError("PUT \(url): \(response.status.code)") }
     }
 
     static func get(_ url: String, authorization: String?) async throws {
