@@ -20,12 +20,13 @@ import NIOCore
 /// The processes run under callgrind from their start; after a warm-up, `callgrind_control -z`
 /// zeroes their counters, the calls are made one at a time, and `callgrind_control -d` dumps what
 /// they cost. Counted: an edge `GET api/notifications/{id}` in herald-edge, herald-auth and
-/// herald-payload (the whole server side of the request), and a lean `FetchPayload` in herald-payload;
+/// herald-payload (the whole server side of the request), an edge `PUT api/register/{id}` in
+/// herald-edge, herald-auth and herald-registration, and a lean `FetchPayload` in herald-payload;
 /// next to a Hummingbird hello-world GET and a lean echo RPC (`herald-bench serve`), counted the same way.
 struct InstructionsBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "instructions",
-        abstract: "Instructions per edge GET and per FetchPayload (callgrind), next to hello world and a lean echo.")
+        abstract: "Instructions per edge GET, edge PUT and FetchPayload (callgrind), next to hello world and a lean echo.")
     @OptionGroup var options: BenchOptions
 
     func run() async throws { try await execute() }
