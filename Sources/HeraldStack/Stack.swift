@@ -3,6 +3,7 @@ public import HeraldModel
 public import HeraldRPC
 public import HeraldService
 public import Logging
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -294,25 +295,36 @@ public actor Stack {
             socketPath: socket, transport: configuration.rpcTransport, timeout: .milliseconds(500))
     }
 
-    /// A loopback TCP port nothing listens on right now (the kernel's pick for port 0).
+    /// Ports this process has handed out: two stacks of one test run never get the same one.
+    private static let handedOut = Mutex<Set<Int>>([])
+
+    /// A loopback TCP port nothing listens on right now, for a service to bind a moment later.
+    ///
+    /// Taken below Linux's ephemeral range (32768–60999 by default), not from `bind(0)`: a port the
+    /// kernel picks is one it also gives to outgoing connections, and in CI one did, between this
+    /// check and the service's bind (herald-dispatch failed to start in the TLS-over-TCP test).
     static func freePort() throws -> Int {
+        for _ in 0..<1000 {
+            let port = Int.random(in: 20000..<32768)
+            guard handedOut.withLock({ $0.insert(port).inserted }), canBind(port) else { continue }
+            return port
+        }
+        throw StackError(description: "no free loopback port in 20000-32767")
+    }
+
+    /// Whether a listener could bind 127.0.0.1:`port` now.
+    private static func canBind(_ port: Int) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw StackError(description: "socket() failed") }
+        guard fd >= 0 else { return false }
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) {
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-        }
-        guard bound == 0 else { throw StackError(description: "bind() failed") }
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0 else { throw StackError(description: "getsockname() failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
+        } == 0
     }
 
     /// Waits until a restarted service is healthy again (tests after killing one).
