@@ -29,7 +29,6 @@ public protocol AccountStore: Sendable {
     nonisolated(nonsending) func listUsers() async throws -> [User]
     nonisolated(nonsending) func userExists(_ name: String) async throws -> Bool
     nonisolated(nonsending) func insertToken(hash: Data, user: String, expiresAt: Int64) async throws
-    /// The user of a live (unexpired, unrevoked) token.
     /// The user of a live (unexpired, unrevoked) token and when it expires.
     nonisolated(nonsending) func tokenUser(hash: Data) async throws -> (user: String, expiresAt: Int64)?
     nonisolated(nonsending) func revokeToken(hash: Data) async throws -> Int64

@@ -219,16 +219,15 @@ public enum AuthServer {
         }
         // The generation counter herald-edge watches, beside each of our sockets (see SharedGeneration).
         let generations = try Set(
-            [context.config.leanSocketPath, context.config.grpcSocketPath].compactMap { $0 }.map {
-                URL(fileURLWithPath: $0).deletingLastPathComponent().appendingPathComponent(SharedGeneration.authFileName).path
-            }
+            [context.config.leanSocketPath, context.config.grpcSocketPath].compactMap { $0 }.map(SharedGeneration.authPath(besideSocket:))
         ).map { path in
             try FileManager.default.createDirectory(
                 atPath: URL(fileURLWithPath: path).deletingLastPathComponent().path, withIntermediateDirectories: true)
             return try SharedGeneration(path: path, writable: true)!
         }
+        let bumpGenerations: @Sendable () -> Void = { for generation in generations { generation.bump() } }
         // A restart may follow a restored or edited database: verdicts from before it are void.
-        for generation in generations { generation.bump() }
+        bumpGenerations()
         let verdictCache: Duration
         switch database {
         case .sqlite: verdictCache = config.verdictCache ?? .seconds(60)
@@ -241,7 +240,7 @@ public enum AuthServer {
                 maxPending: config.maxPendingLogins, failureBudgetPerMinute: config.failedLoginBudget,
                 maxWaitMilliseconds: config.maxLoginWaitMilliseconds),
             tokenTTL: config.tokenTTL, credentialCache: config.credentialCache, verdictCache: verdictCache,
-            changed: { for generation in generations { generation.bump() } })
+            changed: bumpGenerations)
         if let testUser = config.testUser {
             try await AuthHandlers.prepare(testUser, authenticator, hubs)
             context.logger.warning(

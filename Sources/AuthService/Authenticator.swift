@@ -164,14 +164,19 @@ public final class Authenticator: Sendable {
         switch try Credentials.parse(header) {
         case .basic(let user, let password):
             try await checkPassword(user: user, password: password)
-            return AuthenticateResponse(user: user, scheme: "basic", cacheUntilUnixMs: verdictTTL > 0 ? now() + verdictTTL : 0)
+            return AuthenticateResponse(user: user, scheme: "basic", cacheUntilUnixMs: cacheUntil())
         case .bearer(let token):
             guard let live = try await store.tokenUser(hash: Self.tokenHash(token)) else {
                 throw ServiceError.unauthenticated("the bearer token is unknown, expired or revoked")
             }
-            return AuthenticateResponse(
-                user: live.user, scheme: "bearer", cacheUntilUnixMs: verdictTTL > 0 ? min(now() + verdictTTL, live.expiresAt) : 0)
+            return AuthenticateResponse(user: live.user, scheme: "bearer", cacheUntilUnixMs: cacheUntil(live.expiresAt))
         }
+    }
+
+    /// Until when a caller may reuse an answer given now (`cache_until_unix_ms`): `verdictTTL` from
+    /// now, never past `limit` (a token's expiry); 0 when verdicts are not to be reused.
+    private func cacheUntil(_ limit: Int64 = .max) -> Int64 {
+        verdictTTL > 0 ? min(now() + verdictTTL, limit) : 0
     }
 
     /// A new bearer token for the user named by Basic credentials in `header`.

@@ -63,7 +63,7 @@ public final class AuthVerdictCache: Sendable {
                 paths = []
                 break
             }
-            let path = URL(fileURLWithPath: socket).deletingLastPathComponent().appendingPathComponent(SharedGeneration.authFileName).path
+            let path = SharedGeneration.authPath(besideSocket: socket)
             if !paths.contains(path) { paths.append(path) }
         }
         self.paths = paths

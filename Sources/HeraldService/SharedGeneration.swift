@@ -27,6 +27,13 @@ public final class SharedGeneration: @unchecked Sendable {
     /// The file's name in each directory holding one of herald-auth's sockets.
     public static let authFileName = "auth.generation"
 
+    /// herald-auth's counter file for the socket at `socket`: ``authFileName`` in its directory.
+    /// herald-auth writes one beside each socket it serves; herald-edge reads the one beside each
+    /// auth socket it calls.
+    public static func authPath(besideSocket socket: String) -> String {
+        URL(fileURLWithPath: socket).deletingLastPathComponent().appendingPathComponent(authFileName).path
+    }
+
     /// `@unchecked Sendable`: the mapping is immutable after init and only touched through `Atomic`.
     private let mapping: UnsafeMutableRawPointer
     private let counter: UnsafeMutablePointer<Atomic<UInt64>>

@@ -129,12 +129,7 @@ public final class SQLiteRegistrations: Sendable {
     }
 
     /// POST api/register: the owner's first registration for `handle` (its duplicates deleted), or a
-    /// new id.
-    public func createID(owner: String, handle: String) throws -> String {
-        try db.write { db in try createID(owner: owner, handle: handle, in: db) }
-    }
-
-    /// ``createID(owner:handle:)`` within the caller's transaction.
+    /// new id. In the caller's transaction (``SQLiteRegistrationStore`` batches these writes).
     func createID(owner: String, handle: String, in db: Database) throws -> String {
         if !handle.isEmpty {
             let ids = try String.fetchAll(
@@ -155,14 +150,8 @@ public final class SQLiteRegistrations: Sendable {
     }
 
     /// PUT api/register/{id}: replaces platform, handle and tags of a registration the owner holds.
-    /// Tags must already be validated; the server's `username:` tag is added here.
-    public func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String]) throws
-        -> Registration
-    {
-        try db.write { db in try upsert(owner: owner, id: id, platform: platform, handle: handle, tags: tags, in: db) }
-    }
-
-    /// ``upsert(owner:id:platform:handle:tags:)`` within the caller's transaction.
+    /// Tags must already be validated; the server's `username:` tag is added here. In the caller's
+    /// transaction.
     func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String], in db: Database) throws
         -> Registration
     {
@@ -194,12 +183,7 @@ public final class SQLiteRegistrations: Sendable {
         }
     }
 
-    /// DELETE api/register/{id}.
-    public func delete(owner: String, id: String) throws {
-        try db.write { db in try delete(owner: owner, id: id, in: db) }
-    }
-
-    /// ``delete(owner:id:)`` within the caller's transaction.
+    /// DELETE api/register/{id}, in the caller's transaction.
     func delete(owner: String, id: String, in db: Database) throws {
         try db.cachedStatement(sql: "DELETE FROM registration WHERE id = ? AND owner = ?").execute(arguments: [id, owner])
         guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
