@@ -125,26 +125,18 @@ struct InstructionsScenario {
         let getTotal = get.reduce(0, +)
         let putTotal = put.reduce(0, +)
         var report = Report()
-        report.records.append(
-            Record(
-                "instructions", "edge GET api/notifications/{id}: instructions (edge + auth + payload)", unit: "instr", value: getTotal,
-                baseline: "Hummingbird hello world GET", baselineValue: helloGET, better: "lower"))
-        report.records.append(
-            Record(
-                "instructions", "edge GET api/notifications/{id}: instructions in herald-edge", unit: "instr", value: get[2],
-                baseline: "Hummingbird hello world GET", baselineValue: helloGET, better: "lower"))
-        report.records.append(
-            Record(
-                "instructions", "edge PUT api/register/{id}: instructions (edge + auth + registration)", unit: "instr", value: putTotal,
-                baseline: "Hummingbird hello world GET", baselineValue: helloGET, better: "lower"))
-        report.records.append(
-            Record(
-                "instructions", "edge PUT api/register/{id}: instructions in herald-edge", unit: "instr", value: put[0],
-                baseline: "Hummingbird hello world GET", baselineValue: helloGET, better: "lower"))
-        report.records.append(
-            Record(
-                "instructions", "lean FetchPayload: instructions in herald-payload", unit: "instr", value: fetch,
-                baseline: "lean echo RPC", baselineValue: echo, better: "lower"))
+        func record(_ figure: String, _ value: Double, against baseline: (name: String, value: Double)) {
+            report.records.append(
+                Record(
+                    "instructions", figure, unit: "instr", value: value, baseline: baseline.name, baselineValue: baseline.value,
+                    better: "lower"))
+        }
+        let helloWorld = (name: "Hummingbird hello world GET", value: helloGET)
+        record("edge GET api/notifications/{id}: instructions (edge + auth + payload)", getTotal, against: helloWorld)
+        record("edge GET api/notifications/{id}: instructions in herald-edge", get[2], against: helloWorld)
+        record("edge PUT api/register/{id}: instructions (edge + auth + registration)", putTotal, against: helloWorld)
+        record("edge PUT api/register/{id}: instructions in herald-edge", put[0], against: helloWorld)
+        record("lean FetchPayload: instructions in herald-payload", fetch, against: (name: "lean echo RPC", value: echo))
         func k(_ x: Double) -> String { String(format: "%.0f k", x / 1000) }
         report.tables = [
             """

@@ -188,10 +188,7 @@ struct ConsoleTests {
         let fixture = try await ProviderFixture.start(in: folder)
         defer { Task { await fixture.stop() } }
         try await LiveStack.with(directory: folder + "/stack") { configuration in
-            fixture.configure(&configuration)
-            configuration.extraArguments["edge", default: []] += [
-                "--http-tls-cert", fixture.tls.certificate, "--http-tls-key", fixture.tls.key,
-            ]
+            fixture.configureHTTPSEdge(&configuration)
         } _: { live in
             #expect(live.edge.base.scheme == "https")
             let herald = live.configuration.binDirectory + "/herald"

@@ -396,11 +396,8 @@ struct NHSendTests {
         let fixture = try await ProviderFixture.start(in: folder)
         defer { Task { await fixture.stop() } }
         try await LiveStack.with(directory: folder + "/stack") { configuration in
-            fixture.configure(&configuration)
             // The sample builds https:// URLs from the connection string whatever it says.
-            configuration.extraArguments["edge", default: []] += [
-                "--http-tls-cert", fixture.tls.certificate, "--http-tls-key", fixture.tls.key,
-            ]
+            fixture.configureHTTPSEdge(&configuration)
         } _: { live in
             #expect(live.edge.base.scheme == "https")
             let full = try await Self.defaultHub(live)

@@ -115,6 +115,12 @@ final class ProviderFixture: Sendable {
         ]
     }
 
+    /// Also serves the edge over HTTPS with the doubles' certificate (NH's clients build https:// URLs).
+    func configureHTTPSEdge(_ configuration: inout StackConfiguration) {
+        configure(&configuration)
+        configuration.extraArguments["edge", default: []] += ["--http-tls-cert", tls.certificate, "--http-tls-key", tls.key]
+    }
+
     /// Queues `replies` for the device `key` (answered in order, then the default).
     func queue(_ key: String, _ replies: PushDouble.Reply...) {
         script.withLock { $0[key, default: []] += replies }
