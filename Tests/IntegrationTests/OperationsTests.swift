@@ -196,9 +196,11 @@ struct OperationsTests {
             auth: .accounts, users: ["ivan"],
             configure: { configuration in
                 // Every request pays a real (cheap) scrypt hash on auth's two hashing threads, so 200
-                // requests take seconds and are still in flight when the edge gets SIGTERM.
+                // requests take seconds and are still in flight when the edge gets SIGTERM: neither
+                // auth's credential cache nor the edge's reuse of auth's verdicts may answer them.
                 configuration.extraArguments["auth"] = [
-                    "--password-hash-log-n", "11", "--credential-cache-seconds", "0", "--max-failed-logins", "1000",
+                    "--password-hash-log-n", "11", "--credential-cache-seconds", "0", "--verdict-cache-seconds", "0",
+                    "--max-failed-logins", "1000",
                     // This test wants every request queued behind the hash threads: no login gate.
                     "--max-pending-logins", "10000", "--max-login-wait-ms", "600000",
                 ]
