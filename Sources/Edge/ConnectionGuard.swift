@@ -3,14 +3,17 @@ import HeraldModel
 import HeraldRPC
 import HeraldService
 import Logging
+import Metrics
 import NIOCore
 import NIOHTTP1
 import NIOHTTPTypes
 
-/// Per-connection deadlines and JSON answers for requests the HTTP parser refuses.
+/// Per-connection deadlines, the drain's promise, and JSON answers for requests the HTTP parser
+/// refuses.
 ///
 /// Sits in each HTTP/1 connection's pipeline, after the parser (Hummingbird's
-/// `additionalChannelHandlers`), and does two jobs Hummingbird leaves to the application:
+/// `additionalChannelHandlers`) and before Hummingbird's `HTTPConnectionStateHandler`, and does
+/// three jobs Hummingbird leaves to the application:
 ///
 /// - **Deadlines** (Slowloris): a connection must deliver a complete request head within
 ///   `headerTimeout` of opening or of its previous answer (so an idle keep-alive connection is
@@ -22,6 +25,19 @@ import NIOHTTPTypes
 ///   malformed one, through Hummingbird with an empty 400. Here it gets the edge's JSON error body
 ///   (431 for headers over the limit), then the connection closes. An error in the middle of an
 ///   answer is passed on unchanged: writing a second answer would corrupt the first.
+/// - **The drain** (SIGTERM): Hummingbird closes the listener and sends every open connection
+///   `ChannelShouldQuiesceEvent`; its own handler then closes at once a connection with no request
+///   in progress. That loses a request the client sent before the signal but the edge had not yet
+///   read (it sits in the socket's buffer, or is still on its way): the client sees its
+///   connection closed under a request it had sent (the drain drill's `remoteConnectionClosed`).
+///   So the event stops here for an idle connection, which gets `drainIdleGrace` (never past its
+///   header deadline) to deliver a head. A head that comes is passed on with the event behind it,
+///   and answered; a connection that sends nothing in that time is closed, having lost nothing.
+///   A connection with a request in progress gets the event at once: its answers end it. Every
+///   answer written during the drain carries `Connection: close`, so no client sends another
+///   request on a connection about to close. Go's `net/http` makes the same call for new
+///   connections (`Server.Shutdown` leaves a connection that has not sent its first request alone
+///   for 5 s).
 final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
@@ -52,18 +68,38 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     private var checkAt: NIODeadline?
     /// An answer has started (its head written) and not ended.
     private var answerInProgress = false
+    /// Request heads read whose answers have not ended (more than one when a client pipelines).
+    private var requestsInProgress = 0
+    /// How long an idle connection may still deliver a request head once the drain starts.
+    private let drainIdleGrace: TimeAmount
+    /// The drain has started: answers carry `Connection: close`.
+    private var draining = false
+    /// The drain's event, held back from Hummingbird's handler while this connection is idle.
+    private var quiesceHeld = false
+    /// This connection is counted in ``connections``.
+    private var counted = false
 
-    init(headerTimeout: TimeAmount, bodyTimeout: TimeAmount, logger: Logger) {
+    /// Request heads read by the edge: what a drill waits on before it signals, instead of a sleep.
+    static let heads = Counter(label: "herald_http_request_heads_total")
+    /// Open HTTP connections.
+    static let connections = Meter(label: "herald_http_connections")
+
+    init(headerTimeout: TimeAmount, bodyTimeout: TimeAmount, drainIdleGrace: TimeAmount, logger: Logger) {
         self.headerTimeout = headerTimeout
         self.bodyTimeout = bodyTimeout
+        self.drainIdleGrace = drainIdleGrace
         self.logger = logger
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { arm(context, headerTimeout, "request head") }
+        if context.channel.isActive {
+            opened()
+            arm(context, headerTimeout, "request head")
+        }
     }
 
     func channelActive(context: ChannelHandlerContext) {
+        opened()
         if deadline == nil, phase == .awaitingHead { arm(context, headerTimeout, "request head") }
         context.fireChannelActive()
     }
@@ -74,12 +110,26 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         disarm()
+        if counted {
+            counted = false
+            Self.connections.decrement()
+        }
         context.fireChannelInactive()
+    }
+
+    /// Counts this connection in ``connections`` once, whichever of `handlerAdded` and
+    /// `channelActive` sees it active first.
+    private func opened() {
+        guard !counted else { return }
+        counted = true
+        Self.connections.increment()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head:
+            Self.heads.increment()
+            requestsInProgress += 1
             phase = .readingBody
             arm(context, bodyTimeout, "request body")
         case .body:
@@ -89,14 +139,45 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             deadline = nil
         }
         context.fireChannelRead(data)
+        // The head that came during the drain's grace is in Hummingbird's handler now, so the event
+        // makes it close the connection after this answer rather than at once.
+        if quiesceHeld, requestsInProgress > 0 {
+            quiesceHeld = false
+            context.fireUserInboundEventTriggered(ChannelShouldQuiesceEvent())
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard event is ChannelShouldQuiesceEvent, !draining else {
+            context.fireUserInboundEventTriggered(event)
+            return
+        }
+        draining = true
+        guard requestsInProgress == 0 else {
+            context.fireUserInboundEventTriggered(event)
+            return
+        }
+        quiesceHeld = true
+        let due = NIODeadline.now() + drainIdleGrace
+        if let deadline, deadline <= due { return }  // its header deadline comes first and closes it
+        deadline = due
+        awaited = "request head (draining)"
+        if let checkAt, checkAt <= due { return }
+        schedule(context, at: due)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         switch unwrapOutboundIn(data) {
-        case .head(let head) where head.status.kind != .informational:
+        case .head(var head) where head.status.kind != .informational:
             answerInProgress = true
+            if draining {
+                head.headerFields[.connection] = "close"
+                context.write(wrapOutboundOut(.head(head)), promise: promise)
+                return
+            }
         case .end:
             answerInProgress = false
+            requestsInProgress = max(0, requestsInProgress - 1)
             // The next request's head is due; unless it is already being read (pipelining).
             if phase == .answering {
                 phase = .awaitingHead

@@ -19,6 +19,10 @@ public import HeraldService
 ///   closed (slow or idle clients cannot hold connections). See ``ConnectionGuard``.
 /// - `body-timeout-seconds` (`HERALD_BODY_TIMEOUT_SECONDS`, 60): a request's whole body must
 ///   arrive within this long of its head.
+/// - `drain-idle-grace-ms` (`HERALD_DRAIN_IDLE_GRACE_MS`, 1000): once SIGTERM starts the drain, how
+///   long a connection with no request in progress may still deliver a request head (answered,
+///   with `Connection: close`) before it is closed: a request already on its way when the signal
+///   came is served, not cut off. See ``ConnectionGuard``. 0 closes idle connections at once.
 /// - `http-tls-cert` and `http-tls-key` (`HERALD_HTTP_TLS_CERT`, `HERALD_HTTP_TLS_KEY`, empty):
 ///   PEM files; when set, the edge serves HTTPS on its port (NH's clients build `https://` URLs
 ///   from a connection string and cannot be told otherwise). Empty: plain HTTP, for a TLS proxy in
@@ -30,7 +34,7 @@ public import HeraldService
 public struct EdgeConfig: Sendable {
     public static let keys: Set<String> = [
         "http-host", "http-port", "profile", "max-body-bytes", "max-content-bytes", "rich-image", "rich-message",
-        "header-timeout-seconds", "body-timeout-seconds", "http-tls-cert", "http-tls-key",
+        "header-timeout-seconds", "body-timeout-seconds", "drain-idle-grace-ms", "http-tls-cert", "http-tls-key",
     ]
     public var host: String
     public var port: Int
@@ -42,6 +46,7 @@ public struct EdgeConfig: Sendable {
     public var richMessage: String
     public var headerTimeout: Duration
     public var bodyTimeout: Duration
+    public var drainIdleGrace: Duration
     public var testMode: Bool
     /// PEM certificate chain and key of the HTTPS listener; nil: plain HTTP.
     public var httpTLS: (certificate: String, key: String)?
@@ -61,6 +66,9 @@ public struct EdgeConfig: Sendable {
         }
         headerTimeout = .seconds(headerSeconds)
         bodyTimeout = .seconds(bodySeconds)
+        let graceMilliseconds = try reader.int("drain-idle-grace-ms", default: 1000)
+        guard (0...60000).contains(graceMilliseconds) else { throw ConfigError("drain-idle-grace-ms must be 0...60000") }
+        drainIdleGrace = .milliseconds(graceMilliseconds)
         testMode = try reader.bool("test-mode")
         let tlsCertificate = reader.string("http-tls-cert", default: "")
         let tlsKey = reader.string("http-tls-key", default: "")

@@ -34,9 +34,12 @@ public enum EdgeServer {
         let host = config.host
         let headerTimeout = TimeAmount(config.headerTimeout)
         let bodyTimeout = TimeAmount(config.bodyTimeout)
+        let drainIdleGrace = TimeAmount(config.drainIdleGrace)
         var server = HTTPServerBuilder.http1(
             configuration: .init(
-                additionalChannelHandlers: [ConnectionGuard(headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, logger: logger)]))
+                additionalChannelHandlers: [
+                    ConnectionGuard(headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, drainIdleGrace: drainIdleGrace, logger: logger)
+                ]))
         var scheme = "http"
         if let tls = config.httpTLS {
             let certificates: [NIOSSLCertificate]

@@ -272,6 +272,30 @@ final class RawConnection: @unchecked Sendable {
         return (String(decoding: received, as: UTF8.self), false)
     }
 
+    /// One whole answer on a connection that stays open: its head, then `Content-Length` bytes of
+    /// body (an answer without one ends with its head). What came so far at `timeout`.
+    func readResponse(timeout: Duration) -> String {
+        let deadline = ContinuousClock.now + timeout
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while ContinuousClock.now < deadline {
+            let text = String(decoding: received, as: UTF8.self)
+            if let end = text.range(of: "\r\n\r\n") {
+                let head = text[..<end.lowerBound].lowercased()
+                let length =
+                    head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
+                    .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
+                if text.utf8.count - text[..<end.upperBound].utf8.count >= length { return text }
+            }
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 100) > 0 else { continue }
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n <= 0 { break }
+            received += buffer[0..<n]
+        }
+        return String(decoding: received, as: UTF8.self)
+    }
+
     /// What the peer sent before closing; fails the test when it has not closed by `timeout`.
     func readUntilClosed(timeout: Duration, sourceLocation: SourceLocation = #_sourceLocation) -> String {
         let answer = read(timeout: timeout)

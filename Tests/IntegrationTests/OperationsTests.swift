@@ -228,7 +228,16 @@ struct OperationsTests {
                         }
                     }
                     group.addTask {
-                        try await Task.sleep(for: .milliseconds(1500))
+                        // Signal once the edge has read all 200 request heads (the scrape's own head
+                        // counts too), not after a guessed sleep: on a loaded machine 200 connections
+                        // may take longer than any fixed wait to reach the edge.
+                        var scrapes = 0.0
+                        let read = try await eventually(.seconds(60)) {
+                            scrapes += 1
+                            let text = try await live.edge.request("GET", "/metrics").text
+                            return Self.value(text, "herald_http_request_heads_total", []) - scrapes >= 200
+                        }
+                        try #require(read, "the edge did not read 200 request heads within 60 s")
                         terminated.mark()
                         kill(edgePID, SIGTERM)
                         return (-1, true)
@@ -254,6 +263,86 @@ struct OperationsTests {
                 throw error
             }
         }
+    }
+
+    @Test("a service that cannot start logs its cause at error level and exits 1, never by a signal")
+    func startupFailureIsReported() async throws {
+        var template = Array("/tmp/herald-start-XXXXXX".utf8CString)
+        let directory = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // The gRPC listener binds; the lean one cannot (its socket's folder is a file), so one
+        // service of the group fails while the others run and must be cancelled.
+        FileManager.default.createFile(atPath: directory + "/file", contents: Data())
+        let payload = Stack.defaultBinDirectory() + "/herald-payload"
+        let result = try await runProgram(
+            payload,
+            [
+                "--runtime-dir", directory + "/run", "--data-dir", directory + "/data", "--socket", directory + "/file/payload.sock",
+                "--log-format", "json",
+            ])
+        #expect(result.status == 1, "exit status \(result.status): \(result.error)")
+        let failure = result.error.split(separator: "\n").first { $0.contains("\"level\":\"error\"") && $0.contains("failed") }
+        #expect(failure?.contains("payload.sock") == true, "no error line names the cause: \(result.error)")
+    }
+
+    @Test(
+        "SIGTERM: a request sent on an open connection once the drain began is answered with Connection: close; an idle connection closes having lost nothing; new connections are refused"
+    )
+    func drainPromise() async throws {
+        try await LiveStack.with(configure: { configuration in
+            configuration.extraArguments["edge", default: []] += ["--drain-idle-grace-ms", "5000", "--drain-timeout-ms", "20000"]
+        }) { live in
+            let edgePID = try #require(await live.stack.pid(of: "edge"))
+            let base = live.edge.base.absoluteString
+            // Scrapes on connections of their own, so the gauge counts only this test's connections
+            // besides the scrape itself (no pooled client connection opens in between).
+            func openConnections() async throws -> Double {
+                let scrape = try RawConnection(url: base)
+                try scrape.send("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                let text = await offPool { scrape.read(timeout: .seconds(10)).text }
+                return Self.value(text, "herald_http_connections", [])
+            }
+            let baseline = try await openConnections()
+            // Idle from the start: never sends a byte.
+            let idle = try RawConnection(url: base)
+            // Opened now, sends its first request only once the drain has begun.
+            let fresh = try RawConnection(url: base)
+            // Keep-alive: one answer before the signal, its next request after.
+            let kept = try RawConnection(url: base)
+            try kept.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            let first = await offPool { kept.readResponse(timeout: .seconds(10)) }
+            #expect(first.hasPrefix("HTTP/1.1 200"), "\(first)")
+            #expect(!first.lowercased().contains("connection: close"), "\(first)")
+            #expect(try await eventually(.seconds(30)) { try await openConnections() >= baseline + 3 }, "the edge did not accept the connections")
+
+            kill(edgePID, SIGTERM)
+            // The listener closes as the drain starts; from then on a connection is refused.
+            let refused = await eventually(.seconds(20)) { (try? RawConnection(url: base)) == nil }
+            #expect(refused, "the edge still accepts connections after SIGTERM")
+
+            let request = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+            try fresh.send(request)
+            try kept.send(request)
+            for (name, connection) in [("fresh", fresh), ("keep-alive", kept)] {
+                let answer = await offPool { connection.read(timeout: .seconds(15)) }
+                #expect(answer.text.hasPrefix("HTTP/1.1 200"), "\(name): \(answer.text)")
+                #expect(answer.text.lowercased().contains("connection: close"), "\(name): \(answer.text)")
+                #expect(answer.closed, "\(name): the edge kept the connection open after answering during the drain")
+            }
+            let silent = await offPool { idle.read(timeout: .seconds(15)) }
+            #expect(silent.closed && silent.text.isEmpty, "the idle connection got \(silent)")
+
+            #expect(await eventually(.seconds(30)) { await !live.stack.exitStatuses(of: "edge").isEmpty })
+            #expect(await live.stack.exitStatuses(of: "edge").first == 0)
+        }
+    }
+}
+
+/// Runs blocking socket reads on a thread of their own, never on the cooperative pool (see
+/// ``runProgram(_:_:input:environment:)``).
+func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        Thread { continuation.resume(returning: body()) }.start()
     }
 }
 
