@@ -61,6 +61,11 @@ public final class RPCClient: Sendable {
         let endpoint: RPCEndpoint
         let backend: Backend
         let healthy = Atomic<Bool>(false)
+        /// False once a call or check could not reach it (refused, connection lost), true again
+        /// once a check gets through. An unhealthy replica that is only slow (its checks timed out
+        /// on a loaded machine) stays reachable, and ``pick(excluding:)`` prefers it to one that is
+        /// gone: a call waiting for a vanished replica's connection would wait out its deadline.
+        let reachable = Atomic<Bool>(true)
         /// Health checks in a row that got no answer in time.
         private let misses = Atomic<Int>(0)
 
@@ -71,11 +76,18 @@ public final class RPCClient: Sendable {
 
         func checked(serving: Bool) {
             misses.store(0, ordering: .relaxed)
+            reachable.store(true, ordering: .relaxed)
             healthy.store(serving, ordering: .relaxed)
         }
 
         func unanswered() {
+            reachable.store(true, ordering: .relaxed)
             if misses.wrappingAdd(1, ordering: .relaxed).newValue >= 2 { healthy.store(false, ordering: .relaxed) }
+        }
+
+        func unreachable() {
+            reachable.store(false, ordering: .relaxed)
+            healthy.store(false, ordering: .relaxed)
         }
     }
 
@@ -162,19 +174,22 @@ public final class RPCClient: Sendable {
         }
     }
 
-    /// The replica for the next call: the next healthy one in turn (or the next of all, when none
-    /// is), other than `excluding`; nil when there is no other.
+    /// The replica for the next call: the next healthy one in turn; when none is, the next that is
+    /// still reachable (slow, not gone), else the next of all; never `excluding`, and nil when
+    /// there is no other.
     private func pick(excluding: Replica? = nil) -> Replica? {
         if replicas.count == 1 { return excluding == nil ? replicas[0] : nil }
         let start = Int(turn.wrappingAdd(1, ordering: .relaxed).oldValue % UInt(replicas.count))
+        var reachable: Replica?
         var fallback: Replica?
         for offset in 0..<replicas.count {
             let replica = replicas[(start + offset) % replicas.count]
             if replica === excluding { continue }
             if replica.healthy.load(ordering: .relaxed) { return replica }
+            if reachable == nil, replica.reachable.load(ordering: .relaxed) { reachable = replica }
             if fallback == nil { fallback = replica }
         }
-        return fallback
+        return reachable ?? fallback
     }
 
     /// Runs `attempt` on a replica and, when it fails UNAVAILABLE on one of several, marks that
@@ -198,14 +213,14 @@ public final class RPCClient: Sendable {
             do {
                 return try await attempt(replica, left, failFast)
             } catch let unsent as LeanClient.NotSent {
-                replica.healthy.store(false, ordering: .relaxed)
+                replica.unreachable()
                 error = unsent.error
                 if failed == nil, replicas.count > 1, deadline - .now > .milliseconds(10) {
                     failed = replica
                     continue
                 }
             } catch let thrown as ServiceError where thrown.code == .unavailable && replicas.count > 1 {
-                replica.healthy.store(false, ordering: .relaxed)
+                replica.unreachable()
                 error = thrown
                 if failed == nil, Self.idempotentMethods.contains(method), retry(), deadline - .now > .milliseconds(10) {
                     failed = replica
@@ -332,12 +347,18 @@ public final class RPCClient: Sendable {
                 for replica in replicas {
                     group.addTask {
                         do {
+                            // Fail fast: a replica that cannot be reached says so at once, and
+                            // only one that is connected but slow runs into the deadline.
                             let answer: HealthCheckResponse = try await self.call(
                                 HealthMethods.check, try self.encode(HealthCheckRequest(service: "")), requestID: nil,
-                                timeout: .seconds(1), on: replica.backend)
+                                timeout: .seconds(1), failFast: true, on: replica.backend)
                             replica.checked(serving: answer.status == .serving)
                         } catch let error as ServiceError where error.code == .deadlineExceeded {
                             replica.unanswered()
+                        } catch is LeanClient.NotSent {
+                            replica.unreachable()
+                        } catch let error as ServiceError where error.code == .unavailable {
+                            replica.unreachable()
                         } catch {
                             replica.checked(serving: false)
                         }

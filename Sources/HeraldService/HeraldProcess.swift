@@ -91,12 +91,16 @@ public enum HeraldProcess {
         _ definition: ServiceDefinition, reader: ConfigReader, logger: Logger, shutdownSignals: [UnixSignal] = []
     ) async throws -> ServiceGroup {
         try await makeServiceGroup(
-            definition, config: definition.runtimeConfig(reader), reader: reader, logger: logger, shutdownSignals: shutdownSignals)
+            definition, config: definition.runtimeConfig(reader), reader: reader, logger: logger, shutdownSignals: shutdownSignals,
+            watchdog: nil)
     }
 
     /// As above, with the settings already read (``main(_:)`` reads them once, before logging).
+    /// With a `watchdog` (a process, never a test's in-process group) a group that does not stop
+    /// ends the process with exit status 1 instead of ServiceLifecycle's `fatalError`.
     private static func makeServiceGroup(
-        _ definition: ServiceDefinition, config: RuntimeConfig, reader: ConfigReader, logger: Logger, shutdownSignals: [UnixSignal]
+        _ definition: ServiceDefinition, config: RuntimeConfig, reader: ConfigReader, logger: Logger, shutdownSignals: [UnixSignal],
+        watchdog: ExitWatchdog?
     ) async throws -> ServiceGroup {
         let name = definition.name
         let peers = definition.peers
@@ -115,13 +119,14 @@ public enum HeraldProcess {
                 MetricsServer(
                     host: listen.host, port: listen.port, urlFile: "\(config.runtimeDir)/\(name).metrics.url", logger: logger))
         }
+        let services: [any Service] = peers.map { clients[$0]! } + own
         return ServiceGroup(
             configuration: .init(
-                services: peers.map { .init(service: clients[$0]!) } + own.map { .init(service: $0) },
+                services: services.map { .init(service: ReportedService($0, logger: logger, watchdog: watchdog)) },
                 gracefulShutdownSignals: shutdownSignals,
                 cancellationSignals: [],
                 logger: logger
-            ).withDrainTimeout(config.drainTimeout)
+            ).withDrainTimeout(config.drainTimeout, watchdog: watchdog)
         )
     }
 
@@ -143,7 +148,8 @@ public enum HeraldProcess {
             // Sockets 0660 and folders 0750 at most, from the first file this process creates.
             umask(0o027)
             let group = try await makeServiceGroup(
-                definition, config: config, reader: reader, logger: logger, shutdownSignals: [.sigterm, .sigint])
+                definition, config: config, reader: reader, logger: logger, shutdownSignals: [.sigterm, .sigint],
+                watchdog: ExitWatchdog(drainTimeout: config.drainTimeout))
             try await group.run()
             logger.info("stopped")
             exit(0)
@@ -292,10 +298,87 @@ public func makePrivateDirectory(_ path: String) throws {
 }
 
 extension ServiceGroupConfiguration {
-    fileprivate func withDrainTimeout(_ timeout: Duration) -> Self {
+    fileprivate func withDrainTimeout(_ timeout: Duration, watchdog: ExitWatchdog?) -> Self {
         var copy = self
         copy.maximumGracefulShutdownDuration = timeout
-        copy.maximumCancellationDuration = .seconds(2)
+        // ServiceLifecycle's own bound ends a group that outlives it with `fatalError` (SIGILL), and a
+        // process's first error was lost with it. A process's watchdog bounds the same time with a
+        // logged exit 1; an in-process group (tests) keeps the library's bound.
+        copy.maximumCancellationDuration = watchdog == nil ? .seconds(2) : nil
         return copy
+    }
+}
+
+/// One service of a group, reporting how it ended the moment it ends.
+///
+/// ServiceLifecycle logs a service's error at debug level only, then cancels the others; the error
+/// reaches `main` only once every other service has stopped. A service that does not honour
+/// cancellation (a listener still binding, a client still connecting) used to hold it back until
+/// the library's cancellation bound killed the process by `fatalError`, so a start-up failure died
+/// by SIGILL with its cause unsaid. Here the first failure is logged at error level as it happens,
+/// and the process's ``ExitWatchdog`` gives the others a bounded time to stop.
+struct ReportedService: Service, CustomStringConvertible {
+    let inner: any Service
+    let logger: Logger
+    let watchdog: ExitWatchdog?
+
+    init(_ inner: any Service, logger: Logger, watchdog: ExitWatchdog?) {
+        self.inner = inner
+        self.logger = logger
+        self.watchdog = watchdog
+    }
+
+    var description: String { String(describing: type(of: inner)) }
+
+    func run() async throws {
+        do {
+            try await withGracefulShutdownHandler {
+                try await inner.run()
+            } onGracefulShutdown: { [watchdog] in
+                watchdog?.arm(after: watchdog?.drainBound ?? .zero, "the drain did not finish within drain-timeout-ms and its bound")
+            }
+        } catch {
+            if Task.isCancelled || error is CancellationError {
+                logger.debug("\(description) stopped on cancellation: \(error)")
+            } else {
+                logger.error("\(description) failed: \(error)", metadata: ["herald.error": "\(error)"])
+                watchdog?.arm(after: ExitWatchdog.cancellationBound, "\(description) failed (\(error)) and the group did not stop")
+            }
+            throw error
+        }
+        if !Task.isCancelled, !Task.isShuttingDownGracefully {
+            logger.error("\(description) stopped unexpectedly")
+            watchdog?.arm(after: ExitWatchdog.cancellationBound, "\(description) stopped and the group did not stop")
+        }
+    }
+}
+
+/// Ends a process whose service group does not stop in time, with its reason on standard error and
+/// exit status 1, on a thread of its own (the cooperative pool may be the thing that is stuck).
+final class ExitWatchdog: Sendable {
+    /// How long the rest of a group may take to stop once one service has failed.
+    static let cancellationBound = Duration.seconds(5)
+
+    /// How long a drain may take from SIGTERM: the drain timeout, then the cancellation it ends in.
+    let drainBound: Duration
+    private let armed = Mutex(false)
+
+    init(drainTimeout: Duration) {
+        drainBound = drainTimeout + Self.cancellationBound
+    }
+
+    /// Starts the countdown; the first call wins.
+    func arm(after bound: Duration, _ reason: String) {
+        let first = armed.withLock { armed in
+            defer { armed = true }
+            return !armed
+        }
+        guard first else { return }
+        let seconds = Double(bound.components.seconds) + Double(bound.components.attoseconds) / 1e18
+        Thread {
+            Thread.sleep(forTimeInterval: seconds)
+            printError("herald: \(reason); exiting after \(bound)")
+            _exit(1)
+        }.start()
     }
 }

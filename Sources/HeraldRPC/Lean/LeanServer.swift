@@ -79,12 +79,17 @@ public final class LeanServer: Service {
                 }
             }
         let server: any Channel
-        switch endpoint {
-        case .unix(let path):
-            server = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
-            chmod(path, 0o660)
-        case .tcp(let host, let port):
-            server = try await bootstrap.bind(host: host, port: port).get()
+        do {
+            switch endpoint {
+            case .unix(let path):
+                server = try await bootstrap.bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
+                chmod(path, 0o660)
+            case .tcp(let host, let port):
+                server = try await bootstrap.bind(host: host, port: port).get()
+            }
+        } catch {
+            // NIO's error names the system call, not the address: say which listener failed.
+            throw ServiceError(.unavailable, "cannot listen on \(endpoint): \(error)")
         }
         defer { if let path = endpoint.unixPath { unlink(path) } }
         logger.info("listening (lean)", metadata: ["herald.endpoint": "\(endpoint)", "herald.tls": "\(tls != nil)"])
