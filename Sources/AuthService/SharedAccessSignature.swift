@@ -95,7 +95,7 @@ public struct SASVerifier: Sendable {
             fields[name] = String(pair[pair.index(after: equals)...])
         }
         guard let sr = fields["sr"], !sr.isEmpty, let sig = fields["sig"]?.removingPercentEncoding,
-            let signature = Data(base64Encoded: sig), let seText = fields["se"], let expiry = Int64(seText),
+            let signature = Data(base64Encoded: sig), let seText = fields["se"], let expiry = TimeValue.unixSeconds(seText),
             let skn = fields["skn"]?.removingPercentEncoding, !skn.isEmpty
         else { throw malformed }
         return Token(rawResource: sr, signature: signature, expiry: expiry, keyName: skn)

@@ -15,8 +15,8 @@ public enum PlatformRules {
     /// delivery of it carries, defaults resolved. `sentAt` (Unix ms) anchors `ttl_seconds`.
     public static func prepare(_ payload: NativePayload, sentAt: Int64 = unixMillis()) throws -> OutboxPayload {
         var options = try resolve(payload)
-        guard payload.ttlSeconds >= 0, payload.ttlSeconds <= 28 * 86400 else {
-            throw ServiceError.invalidArgument("ttl_seconds must be between 0 and 2419200 (28 days)")
+        guard payload.ttlSeconds >= 0, payload.ttlSeconds <= PushLimits.maxTTLSeconds else {
+            throw ServiceError.invalidArgument("ttl_seconds must be between 0 and \(PushLimits.maxTTLSeconds) (28 days)")
         }
         let collapse = payload.collapseID
         switch payload.platform {

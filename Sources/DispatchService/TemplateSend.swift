@@ -67,20 +67,23 @@ struct TemplateAudience {
                 }
                 native.collapseID = headers["apns-collapse-id"] ?? ""
                 if let expiration = headers["apns-expiration"] {
-                    guard let seconds = Int64(expiration) else { throw refuse("apns-expiration is a UNIX time in seconds") }
-                    native.ttlSeconds = max(1, seconds - sentAt / 1000)
-                } else if let expiry = object["expiry"] as? String, !expiry.isEmpty {
-                    guard let date = NHTime.parse(try PushTemplate.renderValue(expiry, properties)) else {
-                        throw refuse("expiry is not a W3C date")
+                    guard let seconds = TimeValue.unixSeconds(expiration) else {
+                        throw refuse("apns-expiration is a UNIX time in seconds, 0 to \(TimeValue.maxUnixSeconds)")
                     }
-                    native.ttlSeconds = max(1, Int64(date.timeIntervalSince1970) - sentAt / 1000)
+                    native.ttlSeconds = TimeValue.secondsUntil(unixSeconds: seconds, nowMillis: sentAt, cap: PushLimits.maxTTLSeconds)
+                } else if let expiry = object["expiry"] as? String, !expiry.isEmpty {
+                    guard let seconds = NHTime.parse(try PushTemplate.renderValue(expiry, properties)).flatMap(TimeValue.unixSeconds)
+                    else { throw refuse("expiry is not a W3C date") }
+                    native.ttlSeconds = TimeValue.secondsUntil(unixSeconds: seconds, nowMillis: sentAt, cap: PushLimits.maxTTLSeconds)
                 }
             case .wns:
                 let type = headers["x-wns-type"]?.lowercased() ?? Self.inferredWNSType(rendered)
                 native.pushType = type
                 native.contentType = type == "wns/raw" ? "application/octet-stream" : "text/xml"
                 if let ttl = headers["x-wns-ttl"] {
-                    guard let seconds = Int64(ttl), seconds > 0 else { throw refuse("X-WNS-TTL is a number of seconds") }
+                    guard let seconds = TimeValue.seconds(ttl, max: PushLimits.maxTTLSeconds) else {
+                        throw refuse("X-WNS-TTL is a number of seconds, 1 to \(PushLimits.maxTTLSeconds)")
+                    }
                     native.ttlSeconds = seconds
                 }
             case .fcm:

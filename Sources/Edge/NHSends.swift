@@ -48,11 +48,11 @@ extension EdgeRoutes {
         guard let text = request.headers[HTTPField.Name("ServiceBusNotification-ScheduleTime")!] else {
             throw EdgeError(.badRequest, "a scheduled send needs ServiceBusNotification-ScheduleTime, e.g. 2030-01-01T08:00:00Z")
         }
-        guard let time = NHTime.parse(text) else {
+        guard let time = NHTime.parse(text).flatMap(TimeValue.unixMillis) else {
             throw EdgeError(.badRequest, "ServiceBusNotification-ScheduleTime \(text.prefix(64)) is not an ISO 8601 time")
         }
         var send = try await nhSendRequest(request, hub: hub)
-        send.scheduledAtUnixMs = Int64((time.timeIntervalSince1970 * 1000).rounded())
+        send.scheduledAtUnixMs = time
         let outcome = try await sendAnswer(send, context)
         var response = Self.nhEmpty(.created)
         response.headers[.location] = Self.location(request, hub: hub, collection: "schedulednotifications", id: outcome.notificationID)
@@ -260,15 +260,15 @@ extension EdgeRoutes {
                 payload.priority = value
             }
             if let expiration = header("apns-expiration") {
-                guard let seconds = Int64(expiration), seconds >= 0 else {
-                    throw EdgeError(.badRequest, "apns-expiration is a UNIX time in seconds")
+                guard let seconds = TimeValue.unixSeconds(expiration) else {
+                    throw EdgeError(.badRequest, "apns-expiration is a UNIX time in seconds, 0 to \(TimeValue.maxUnixSeconds)")
                 }
                 payload.ttlSeconds = ttl(untilUnixSeconds: seconds)
             } else if let expiry = header("ServiceBusNotification-Apns-Expiry") {
-                guard let date = NHTime.parse(expiry) else {
+                guard let seconds = NHTime.parse(expiry).flatMap(TimeValue.unixSeconds) else {
                     throw EdgeError(.badRequest, "ServiceBusNotification-Apns-Expiry is a W3C date, e.g. 2030-01-01T00:00:00Z")
                 }
-                payload.ttlSeconds = ttl(untilUnixSeconds: Int64(date.timeIntervalSince1970))
+                payload.ttlSeconds = ttl(untilUnixSeconds: seconds)
             }
             payload.collapseID = header("apns-collapse-id") ?? ""
         case "fcmv1":
@@ -287,7 +287,9 @@ extension EdgeRoutes {
             payload.pushType = type.lowercased()
             payload.contentType = headers[.contentType] ?? ""
             if let ttl = header("X-WNS-TTL") {
-                guard let seconds = Int64(ttl), seconds > 0 else { throw EdgeError(.badRequest, "X-WNS-TTL is a number of seconds") }
+                guard let seconds = TimeValue.seconds(ttl, max: PushLimits.maxTTLSeconds) else {
+                    throw EdgeError(.badRequest, "X-WNS-TTL is a number of seconds, 1 to \(PushLimits.maxTTLSeconds)")
+                }
                 payload.ttlSeconds = seconds
             }
         case "browser":
@@ -326,7 +328,7 @@ extension EdgeRoutes {
     /// Seconds from now until `unixSeconds`; at least 1 (APNs' 0, "do not store", is the nearest
     /// Herald can say: its 0 means the provider's default).
     static func ttl(untilUnixSeconds unixSeconds: Int64) -> Int64 {
-        max(1, unixSeconds - unixMillis() / 1000)
+        TimeValue.secondsUntil(unixSeconds: unixSeconds, nowMillis: unixMillis(), cap: PushLimits.maxTTLSeconds)
     }
 }
 

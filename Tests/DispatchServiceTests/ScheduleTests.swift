@@ -73,6 +73,28 @@ struct ScheduleTests {
         let fr = audience.payloads[audience.targets[1].variant]
         #expect(String(decoding: fr.body, as: UTF8.self) == #"{"aps":{"alert":"fr: hi"}}"#)
         #expect(fr.options.pushType == "alert")
+        // A template's numbers come from whoever wrote the installation (the Listen key is in
+        // every app): read once, bounded; a hostile one refuses the rendering, never traps.
+        for (header, value) in [
+            ("apns-expiration", "-9223372036854775808"), ("apns-expiration", "9223372036854775807"),
+            ("apns-expiration", "$(m)"), ("apns-priority", "99999999999"),
+        ] {
+            let hostile = Registration(
+                registrationID: "h", platform: .apns, handle: String(format: "%064x", 1), templateName: "h",
+                templateJson: #"{"body":"{\"aps\":{\"alert\":\"x\"}}","headers":{"\#(header)":"\#(value)"}}"#)
+            var refused = TemplateAudience(properties: PushTemplate.Properties([("m", "-9223372036854775808")]), sentAt: Int64.max)
+            #expect(throws: ServiceError.self, "\(header): \(value)") { try refused.add([hostile]) }
+        }
+        for template in [
+            #"{"body":"{}","headers":{"apns-expiration":"253402300799"}}"#, #"{"body":"{}","expiry":"9999-12-31T23:59:59Z"}"#,
+        ] {
+            var far = TemplateAudience(properties: PushTemplate.Properties([]), sentAt: 1_000)
+            try far.add([
+                Registration(
+                    registrationID: "f", platform: .apns, handle: String(format: "%064x", 2), templateName: "f", templateJson: template)
+            ])
+            #expect(far.payloads.first?.options.expiresAtUnixMs ?? 0 != 0, "\(template)")
+        }
         var tooBig = TemplateAudience(properties: PushTemplate.Properties([("m", String(repeating: "x", count: 5000))]), sentAt: 1_000)
         #expect(throws: ServiceError.self) { try tooBig.add([registrations[0]]) }
     }

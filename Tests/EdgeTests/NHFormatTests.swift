@@ -109,6 +109,19 @@ struct NHFormatTests {
         ]
         let apple = try EdgeRoutes.nhPayload(headers, body: Data(#"{"aps":{"alert":"x"}}"#.utf8))
         #expect(apple.pushType == "alert" && apple.ttlSeconds > 0)
+        // Numbers from outside are read once, bounded; nothing after them can trap.
+        let format = HTTPField.Name("ServiceBusNotification-Format")!
+        for value in ["-9223372036854775808", "9223372036854775807", "9223372036854775808", "253402300800", "-1", "1e9"] {
+            let expiration: HTTPFields = [format: "apple", HTTPField.Name("apns-expiration")!: value]
+            #expect(throws: EdgeError.self, "\(value)") { try EdgeRoutes.nhPayload(expiration, body: Data("{}".utf8)) }
+            let ttl: HTTPFields = [format: "windows", HTTPField.Name("X-WNS-Type")!: "wns/raw", HTTPField.Name("X-WNS-TTL")!: value]
+            #expect(throws: EdgeError.self, "\(value)") { try EdgeRoutes.nhPayload(ttl, body: Data("raw".utf8)) }
+        }
+        // The latest expiry there is means the longest Herald keeps a push.
+        for (name, value) in [("apns-expiration", "253402300799"), ("ServiceBusNotification-Apns-Expiry", "9999-12-31T23:59:59Z")] {
+            let far = try EdgeRoutes.nhPayload([format: "apple", HTTPField.Name(name)!: value], body: Data("{}".utf8))
+            #expect(far.ttlSeconds == PushLimits.maxTTLSeconds, "\(name)")
+        }
         headers = [
             HTTPField.Name("ServiceBusNotification-Format")!: "browser",
             HTTPField.Name("ServiceBusNotification-DeviceHandle")!: "https://e",

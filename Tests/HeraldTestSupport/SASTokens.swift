@@ -22,6 +22,11 @@ public enum SASTokens {
 
     /// base64(HMAC-SHA256(key as written, sr + "\n" + se)).
     public static func signature(_ sr: String, _ se: Int64, key: String) -> String {
+        signature(sr, "\(se)", key: key)
+    }
+
+    /// The same over `se` as written, for expiries no well-behaved client sends (`1e99`, `-1`).
+    public static func signature(_ sr: String, _ se: String, key: String) -> String {
         let mac = HMAC<SHA256>.authenticationCode(for: Data("\(sr)\n\(se)".utf8), using: SymmetricKey(data: Data(key.utf8)))
         return Data(mac).base64EncodedString()
     }
