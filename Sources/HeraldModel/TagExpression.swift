@@ -12,8 +12,12 @@
 /// ```
 ///
 /// Whitespace between tokens is optional (`a||b` and `a || b` are the same). Limits, as NH's: at most
-/// 20 tags when the only operator is `||`, otherwise at most 6. A syntax error names its position
-/// (1-based, in characters) so that the edge's 400 can point at it.
+/// 20 tags when the only operator is `||`, otherwise at most 6; and Herald's own: at most
+/// ``maxLength`` characters, 64 levels of `!` and `(`. A syntax error names its position (1-based,
+/// in characters) so that the edge's 400 can point at it.
+///
+/// `!!x` is `x`: negations are folded as they are parsed, so the tree, and the SQL made from it,
+/// nest no deeper than the tags allow (39 `!` in a row once overflowed SQLite's parser stack).
 public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
     public indirect enum Node: Sendable, Hashable {
         case tag(String)
@@ -28,6 +32,9 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
     public static let maxTagsOnlyOr = 20
     /// Most tags in any other expression.
     public static let maxTags = 6
+    /// Longest expression, in characters: 20 tags of 120 characters with their operators fit with
+    /// room for spaces and parentheses; padding beyond it is only load on every store it reaches.
+    public static let maxLength = 4096
 
     /// A syntax error or a broken limit; `position` is 1-based, 0 when it is about the whole expression.
     public struct ParseError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -55,6 +62,9 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
     }
 
     public init(_ text: String) throws(ParseError) {
+        guard text.unicodeScalars.count <= Self.maxLength else {
+            throw ParseError(position: 0, message: "longer than \(Self.maxLength) characters")
+        }
         var parser = Parser(Array(text.unicodeScalars))
         let root = try parser.parseExpression()
         parser.skipSpace()
@@ -195,7 +205,9 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
             if take("!") {
                 depth += 1
                 defer { depth -= 1 }
-                return .not(try parseUnary())
+                let operand = try parseUnary()
+                if case .not(let inner) = operand { return inner }  // !!x is x
+                return .not(operand)
             }
             if take("(") {
                 let open = index - 1

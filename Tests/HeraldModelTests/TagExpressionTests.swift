@@ -13,7 +13,7 @@ struct TagExpressionTests {
         #expect(try parse("!(a && b)").root == .not(.and([.tag("a"), .tag("b")])))
         #expect(try parse("(a || b) && c").root == .and([.or([.tag("a"), .tag("b")]), .tag("c")]))
         #expect(try parse("a||b").root == parse("  a ||\tb ").root)
-        #expect(try parse("!!a").root == .not(.not(.tag("a"))))
+        #expect(try parse("!!a").root == .tag("a"))
         // The docs' own examples.
         #expect(
             try parse("(follows_RedSox || follows_Cardinals) && location_Boston").description
@@ -88,6 +88,15 @@ struct TagExpressionTests {
         #expect(throws: TagExpression.ParseError.self) {
             try parse(String(repeating: "(", count: 100) + "a" + String(repeating: ")", count: 100))
         }
+        // Negations fold as they are parsed: however many '!', the tree holds at most one per level.
+        #expect(try parse(String(repeating: "!", count: 62) + "a").root == .tag("a"))
+        #expect(try parse(String(repeating: "!", count: 63) + "a").root == .not(.tag("a")))
+        #expect(try parse("!!(a && !!!b)").description == "a && !b")
+        #expect(throws: TagExpression.ParseError.self) { try parse(String(repeating: "!", count: 64) + "a") }
+        // Padding is bounded too: a 70 KB expression of spaces around one tag is refused whole.
+        let padded = String(repeating: " ", count: 70_000) + "a"
+        #expect(throws: TagExpression.ParseError(position: 0, message: "longer than 4096 characters")) { try parse(padded) }
+        #expect(try parse(String(repeating: " ", count: 4000) + "a").tags == ["a"])
     }
 
     @Test("cover: the tags every match has one of, when they exist")

@@ -333,7 +333,9 @@ struct OperationsTests {
             #expect(silent.closed && silent.text.isEmpty, "the idle connection got \(silent)")
 
             #expect(await eventually(.seconds(30)) { await !live.stack.exitStatuses(of: "edge").isEmpty })
-            #expect(await live.stack.exitStatuses(of: "edge").first == 0)
+            let status = await live.stack.exitStatuses(of: "edge").first
+            #expect(status == 0)
+            if status != 0 { LiveStack.printLogs(live.configuration) }
         }
     }
 }

@@ -104,4 +104,25 @@ struct TagExpressionAudienceTests {
             #expect(viaExpression == viaTag)
         }
     }
+
+    @Test(
+        "a run of 63 '!' (once SQLite's 'parser stack overflow', a 500) reads the audience its parity says",
+        arguments: StoreBackend.available)
+    func longNegationRuns(_ backend: StoreBackend) async throws {
+        try await withRegistrationStore(backend) { store in
+            for n in 0..<4 {
+                let handle = String(format: "%064x", n + 1)
+                let id = try await store.createID(owner: "alice", handle: handle)
+                _ = try await store.upsert(owner: "alice", id: id, platform: .apns, handle: handle, tags: n % 2 == 0 ? ["news"] : ["x"])
+            }
+            for count in [39, 40, 62, 63] {
+                let expression = try TagExpression(String(repeating: "!", count: count) + "news")
+                let devices = try await store.audience(expression: expression, platform: .apns, after: "", limit: 100)
+                #expect(devices.count == 2, "\(count) '!'")
+                // Devices 1 and 3 have news, 2 and 4 not.
+                let expected = count.isMultiple(of: 2) ? [1, 3] : [2, 4]
+                #expect(Set(devices.map(\.handle)) == Set(expected.map { String(format: "%064x", $0) }), "\(count) '!'")
+            }
+        }
+    }
 }
