@@ -35,11 +35,11 @@ public enum EdgeServer {
         let headerTimeout = TimeAmount(config.headerTimeout)
         let bodyTimeout = TimeAmount(config.bodyTimeout)
         let drainIdleGrace = TimeAmount(config.drainIdleGrace)
-        var server = HTTPServerBuilder.http1(
-            configuration: .init(
-                additionalChannelHandlers: [
-                    ConnectionGuard(headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, drainIdleGrace: drainIdleGrace, logger: logger)
-                ]))
+        let http1 = HTTP1Channel.Configuration(
+            additionalChannelHandlers: [
+                ConnectionGuard(headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, drainIdleGrace: drainIdleGrace, logger: logger)
+            ])
+        var server = HTTPServerBuilder { responder in EdgeHTTP1Channel(responder: responder, configuration: http1) }
         var scheme = "http"
         if let tls = config.httpTLS {
             let certificates: [NIOSSLCertificate]
