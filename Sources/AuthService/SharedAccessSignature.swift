@@ -17,12 +17,32 @@ import HeraldRPC
 /// https), query (Java keeps it) or trailing `/`, must be the request URL or a prefix of it ending at
 /// a `/` (JS, Go and the unofficial Python client sign the namespace root, .NET the full path, the
 /// Python sample `…/{hub}`).
+///
+/// What a stranger can learn or cause (the Listen key ships in every app, so "stranger" includes
+/// anyone holding one):
+/// - **No enumeration.** An unknown hub, an unknown key name and a wrong signature get one answer,
+///   "InvalidSignature", after the same work (an unknown key is checked against a decoy).
+/// - **No lockout of the real key.** A correctly signed token is always served: failures are never
+///   checked before the signature. They are counted per client address only, and an address past
+///   its free failures gets 429 with `Retry-After` for its *failures*, so a client that keeps
+///   sending bad tokens is told to back off while its good ones, and everyone else's, pass.
+/// - **Bounded state.** A header is at most ``maxHeaderLength`` bytes and a key name
+///   ``maxKeyNameLength`` (NH's own limit); the failure ledger is keyed by address, never by a
+///   name the caller chose, and ``MemoryLockoutLedger`` bounds its entries.
 public struct SASVerifier: Sendable {
     public let hubs: any HubStore
-    /// Failed signatures per hub, key name and client address; the same lockouts as passwords
-    /// (per address: a key's name is public, so a stranger's guesses must not lock out its owner).
+    /// Failed tokens per client address (the edge's peer address).
     public let throttle: LoginThrottle
     private let now: @Sendable () -> Int64
+
+    /// Longest `Authorization` header taken: a token from any SDK is a few hundred bytes.
+    public static let maxHeaderLength = 4096
+    /// Longest key name (`skn`), as NH's SharedAccessAuthorizationRule allows.
+    public static let maxKeyNameLength = 256
+    /// Longest client address kept as a ledger key (an IPv6 literal is at most 45 characters).
+    static let maxClientLength = 64
+    /// What an unknown key's token is checked against, so that it costs what a known one does.
+    private static let decoy = SymmetricKey(size: .bits256)
 
     public init(
         hubs: any HubStore, throttle: LoginThrottle = LoginThrottle(freeFailures: 20), now: @escaping @Sendable () -> Int64 = unixMillis
@@ -41,28 +61,19 @@ public struct SASVerifier: Sendable {
     }
 
     /// The rights of the key that signed `header` for a request to `resource` ("host[:port]/path").
-    /// Failures count per hub, key and `client` address.
+    /// Failures count per `client` address.
     public func authorize(hub: String, header: String, resource: String, client: String = "") async throws -> AuthorizeSasResponse {
-        let token = try Self.parse(header)
-        let throttleKey = "\(hub)/\(token.keyName)/\(client)"
         do {
-            try await throttle.check(throttleKey)
-        } catch let error as ServiceError {
-            throw ServiceError.resourceExhausted(
-                "too many failed tokens for key \(token.keyName) of hub \(hub); retry after \(error.retryAfterSeconds ?? 1) s",
-                retryAfterSeconds: error.retryAfterSeconds ?? 1)
-        }
-        do {
-            guard let key = try await hubs.secrets(hub: hub, name: token.keyName) else {
-                throw ServiceError.unauthenticated("InvalidSignature: no key \(token.keyName) on hub \(hub)")
-            }
+            let token = try Self.parse(header)
+            let key = try await hubs.secrets(hub: hub, name: token.keyName)
             let message = Data("\(token.rawResource)\n\(token.expiry)".utf8)
-            // Both compared in constant time (swift-crypto's isValidAuthenticationCode), both always.
+            // Both compared in constant time (swift-crypto's isValidAuthenticationCode), both always,
+            // and against the decoy when there is no such key: the answer and its cost are the same.
             let primary = HMAC<SHA256>.isValidAuthenticationCode(
-                token.signature, authenticating: message, using: SymmetricKey(data: Data(key.primary.utf8)))
+                token.signature, authenticating: message, using: key.map { SymmetricKey(data: Data($0.primary.utf8)) } ?? Self.decoy)
             let secondary = HMAC<SHA256>.isValidAuthenticationCode(
-                token.signature, authenticating: message, using: SymmetricKey(data: Data(key.secondary.utf8)))
-            guard primary || secondary else {
+                token.signature, authenticating: message, using: key.map { SymmetricKey(data: Data($0.secondary.utf8)) } ?? Self.decoy)
+            guard let key, primary || secondary else {
                 throw ServiceError.unauthenticated("InvalidSignature: The token has an invalid signature.")
             }
             guard token.expiry * 1000 > now() else {
@@ -71,11 +82,18 @@ public struct SASVerifier: Sendable {
             guard Self.covers(audience: Self.normalizedAudience(token.rawResource), resource: resource) else {
                 throw ServiceError.unauthenticated("40104: Invalid authorization token audience.")
             }
-            try await throttle.succeeded(throttleKey)
             return AuthorizeSasResponse(
                 keyName: token.keyName, rights: key.rights.names, maxInstallations: key.maxInstallations)
         } catch let error as ServiceError where error.code == .unauthenticated {
-            try await throttle.failed(throttleKey)
+            let address = "sas/" + String(client.prefix(Self.maxClientLength))
+            try await throttle.failed(address)
+            do {
+                try await throttle.check(address)
+            } catch let locked as ServiceError {
+                throw ServiceError.resourceExhausted(
+                    "too many failed tokens from this address; retry after \(locked.retryAfterSeconds ?? 1) s (\(error.message))",
+                    retryAfterSeconds: locked.retryAfterSeconds ?? 1)
+            }
             throw error
         }
     }
@@ -85,6 +103,7 @@ public struct SASVerifier: Sendable {
         let malformed = ServiceError.unauthenticated(
             "MalformedToken: the Authorization header must be SharedAccessSignature sr=…&sig=…&se=…&skn=…")
         let scheme = "sharedaccesssignature "
+        guard header.utf8.count <= maxHeaderLength else { throw malformed }
         let trimmed = header.trimmingCharacters(in: .whitespaces)
         guard trimmed.lowercased().hasPrefix(scheme) else { throw malformed }
         var fields: [String: String] = [:]
@@ -96,7 +115,7 @@ public struct SASVerifier: Sendable {
         }
         guard let sr = fields["sr"], !sr.isEmpty, let sig = fields["sig"]?.removingPercentEncoding,
             let signature = Data(base64Encoded: sig), let seText = fields["se"], let expiry = TimeValue.unixSeconds(seText),
-            let skn = fields["skn"]?.removingPercentEncoding, !skn.isEmpty
+            let skn = fields["skn"]?.removingPercentEncoding, !skn.isEmpty, skn.utf8.count <= maxKeyNameLength
         else { throw malformed }
         return Token(rawResource: sr, signature: signature, expiry: expiry, keyName: skn)
     }

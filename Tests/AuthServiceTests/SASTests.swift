@@ -124,7 +124,7 @@ struct SASTests {
     }
 
     @Test(
-        "failures lock the key out for that address with RESOURCE_EXHAUSTED and retry-after; other addresses pass; so does a good token after the lockout"
+        "a correctly signed token is always served; an address past its free failures gets 429 for its failures, not for its good tokens"
     )
     func throttled() async throws {
         let f = try Self.fixture()
@@ -136,15 +136,40 @@ struct SASTests {
             try await f.sas.authorize(
                 hub: "app1", header: Self.token(sr: root, key: key, se: se), resource: Self.host + Self.path, client: client)
         }
-        for _ in 0..<3 { _ = await Self.failure { try await authorize(forged, from: "192.0.2.1") } }
-        let locked = await Self.failure { try await authorize(f.full, from: "192.0.2.1") }
-        #expect(locked?.code == .resourceExhausted)
-        #expect((locked?.retryAfterSeconds ?? 0) > 0)
-        #expect(locked?.message.contains("DefaultFullSharedAccessSignature") == true, "\(String(describing: locked))")
-        // The key's owner elsewhere is not locked out by a stranger's guesses.
-        await #expect(throws: Never.self) { try await authorize(f.full, from: "198.51.100.7") }
-        f.clock.advance(seconds: 31)
+        // 20 forged tokens naming the Full key once locked that key out for everyone behind one address.
+        for _ in 0..<20 { _ = await Self.failure { try await authorize(forged, from: "192.0.2.1") } }
+        let slowed = await Self.failure { try await authorize(forged, from: "192.0.2.1") }
+        #expect(slowed?.code == .resourceExhausted)
+        #expect((slowed?.retryAfterSeconds ?? 0) > 0)
         await #expect(throws: Never.self) { try await authorize(f.full, from: "192.0.2.1") }
+        await #expect(throws: Never.self) { try await authorize(f.listen, from: "192.0.2.1") }
+        // Other addresses' failures are still plain 401s.
+        #expect(await Self.failure { try await authorize(forged, from: "198.51.100.7") }?.code == .unauthenticated)
+        f.clock.advance(seconds: 31 * 60)
+        #expect(await Self.failure { try await authorize(forged, from: "192.0.2.1") }?.code == .unauthenticated)
+    }
+
+    @Test("unknown hub, unknown key and wrong signature are one answer; key names and headers are bounded")
+    func noEnumeration() async throws {
+        let f = try Self.fixture(freeFailures: 1000)
+        let se = f.clock.now / 1000 + 600
+        let root = Self.encode("https://\(Self.host)/", lower: false)
+        var forged = f.full
+        forged.primaryKey = "not-the-key"
+        var unknownKey = f.full
+        unknownKey.name = "NoSuchKey"
+        let answers = [
+            await Self.failure { try await f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: forged, se: se), resource: Self.host + Self.path) },
+            await Self.failure { try await f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: unknownKey, se: se), resource: Self.host + Self.path) },
+            await Self.failure { try await f.sas.authorize(hub: "nohub", header: Self.token(sr: root, key: f.full, se: se), resource: Self.host + "/nohub/x") },
+        ]
+        #expect(Set(answers.map { $0?.message ?? "none" }) == ["InvalidSignature: The token has an invalid signature."], "\(answers)")
+        var long = f.full
+        long.name = String(repeating: "k", count: SASVerifier.maxKeyNameLength + 1)
+        let tooLong = await Self.failure { try await f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: long, se: se), resource: Self.host + Self.path) }
+        #expect(tooLong?.message.contains("MalformedToken") == true)
+        let padded = "SharedAccessSignature " + String(repeating: "x", count: SASVerifier.maxHeaderLength)
+        #expect(await Self.failure { try await f.sas.authorize(hub: "app1", header: padded, resource: Self.host) }?.message.contains("MalformedToken") == true)
     }
 
     @Test("rotation ends the old secret at once and keeps the other; revoking a key ends its tokens")
