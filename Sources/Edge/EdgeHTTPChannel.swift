@@ -5,8 +5,9 @@ import NIOHTTP1
 import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
 
-/// Hummingbird's `HTTP1Channel` pipeline, built the same way, with one difference: a connection's
-/// `NIOAsyncChannel` finishes and closes itself when it is dropped unused.
+/// Hummingbird's `HTTP1Channel` pipeline, built the same way, with two differences: a connection's
+/// `NIOAsyncChannel` finishes and closes itself when it is dropped unused, and
+/// ``ConnectionPersistence`` answers HTTP/1.0 as RFC 9112 §9.3 asks.
 ///
 /// Why: NIO's server bootstrap drops the `NIOAsyncChannel` of a connection it accepted just as the
 /// listener closed (the child's set-up completes after the server's stream of connections has
@@ -43,6 +44,7 @@ struct EdgeHTTP1Channel: ServerChildChannel, HTTPChannelHandler {
                 withEncoderConfiguration: .init(),
                 withDecoderLimitConfiguration: limits
             )
+            try pipeline.addHandler(ConnectionPersistence())
             try pipeline.addHandler(HTTP1ToHTTPServerCodec(secure: false))
             try pipeline.addHandlers(configuration.additionalChannelHandlers())
             try pipeline.addHandler(HTTPConnectionStateHandler(idleTimeout: configuration.idleTimeout.map { .init($0) }, logger: logger))
@@ -65,5 +67,62 @@ private enum TeardownOnDeinit: AsyncChannelWrapping {
     @available(*, deprecated, message: "wraps NIO's deinit-based teardown on purpose; see EdgeHTTP1Channel")
     static func wrap(_ channel: any Channel) throws -> NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart> {
         try NIOAsyncChannel(synchronouslyWrapping: channel, configuration: .init(isOutboundHalfClosureEnabled: true))
+    }
+}
+
+/// Whether a connection persists after an answer, decided per request as RFC 9112 §9.3 says and
+/// Hummingbird does not: it sees requests as swift-http-types values, which carry no version.
+///
+/// - HTTP/1.0 without `Connection: keep-alive`, and any request with `Connection: close`: the
+///   answer carries `Connection: close` and the connection closes after it. ApacheBench and other
+///   HTTP/1.0 clients otherwise wait for a close that never comes.
+/// - HTTP/1.0 with keep-alive: the answer says `Connection: keep-alive` when its length is known;
+///   without a `Content-Length` it is delimited by the close (an HTTP/1.0 client cannot read
+///   chunked framing), so the connection closes after it.
+///
+/// An answer to HTTP/1.0 is written as HTTP/1.0, so NIO's encoder frames it for that version.
+/// Pipelined requests are answered in order, so their versions queue here in order.
+final class ConnectionPersistence: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    /// Version and keep-alive wish of each request read and not yet answered.
+    private var pending: [(version: HTTPVersion, keepAlive: Bool)] = []
+    /// The answer being written ends the connection.
+    private var closeAfterAnswer = false
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head(let head) = unwrapInboundIn(data), pending.count < 64 {
+            pending.append((head.version, head.isKeepAlive))
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head(var head) where head.status.code >= 200:
+            let request = pending.isEmpty ? (version: HTTPVersion.http1_1, keepAlive: true) : pending.removeFirst()
+            // An answer that says close itself (the drain's) is closed by Hummingbird's handler.
+            closeAfterAnswer = !request.keepAlive
+            if request.version == .http1_0 {
+                head.version = .http1_0
+                if !closeAfterAnswer, !head.headers.contains(name: "content-length") { closeAfterAnswer = true }
+                head.headers.replaceOrAdd(name: "connection", value: closeAfterAnswer ? "close" : "keep-alive")
+            } else if closeAfterAnswer {
+                head.headers.replaceOrAdd(name: "connection", value: "close")
+            }
+            context.write(wrapOutboundOut(.head(head)), promise: promise)
+        case .end where closeAfterAnswer:
+            closeAfterAnswer = false
+            let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            context.writeAndFlush(data).whenComplete { result in
+                promise?.completeWith(result)
+                bound.value.close(promise: nil)
+            }
+        default:
+            context.write(data, promise: promise)
+        }
     }
 }

@@ -188,6 +188,34 @@ struct HostileClientTests {
         }
     }
 
+    @Test("HTTP/1.0 without keep-alive, and Connection: close, get Connection: close and a closed connection (RFC 9112 §9.3)")
+    func connectionPersistence() async throws {
+        try await LiveStack.with(auth: .tutorial) { live in
+            let url = live.edge.base.absoluteString
+            for (request, version) in [
+                ("GET /healthz HTTP/1.0\r\n\r\n", "HTTP/1.0 200"),
+                ("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "HTTP/1.1 200"),
+                ("GET /openapi.json HTTP/1.0\r\nHost: x\r\n\r\n", "HTTP/1.0 200"),
+            ] {
+                let connection = try RawConnection(url: url)
+                try connection.send(request)
+                let answer = await offPool { connection.read(timeout: .seconds(10)) }
+                #expect(answer.closed, "\(request.debugDescription): still open")
+                #expect(answer.text.hasPrefix(version), "\(answer.text.prefix(200))")
+                #expect(answer.text.lowercased().contains("connection: close"), "\(answer.text.prefix(300))")
+            }
+            // HTTP/1.0 that asks to keep the connection keeps it when the answer's length is known.
+            let kept = try RawConnection(url: url)
+            for _ in 0..<2 {
+                try kept.send("GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+                let answer = await offPool { kept.readResponse(timeout: .seconds(10)) }
+                #expect(answer.hasPrefix("HTTP/1.0 200"), "\(answer)")
+                #expect(answer.lowercased().contains("connection: keep-alive"), "\(answer)")
+            }
+            #expect(!kept.isClosed())
+        }
+    }
+
     @Test("requests the HTTP parser refuses get the JSON error body too")
     func parserErrors() async throws {
         try await LiveStack.with(auth: .tutorial) { live in
