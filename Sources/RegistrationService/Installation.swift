@@ -24,6 +24,28 @@ public struct Installation: Sendable, Equatable {
             self.tags = tags
         }
 
+        /// What a template must be to be stored, checked on the whole installation a PUT or a
+        /// PATCH would leave (``Installation/validate(hosts:)``), as NH's validator does, rather
+        /// than at every send: a body and expressions that parse, and valid tags. A patch of one
+        /// part (`/templates/{name}/body`) once skipped this and stored a template that broke
+        /// every read and send of the hub.
+        func validate(name: String) throws {
+            guard !body.isEmpty else { throw ServiceError.invalidArgument("template \(name) needs a body") }
+            do {
+                _ = try PushTemplate(body)
+            } catch {
+                throw ServiceError.invalidArgument("template \(name) body: \(error.message)")
+            }
+            for (field, value) in headers.map({ ("header \($0.key)", $0.value) }) + [("expiry", expiry ?? "")] {
+                do {
+                    _ = try PushTemplate.renderValue(value, PushTemplate.Properties([]))
+                } catch {
+                    throw ServiceError.invalidArgument("template \(name) \(field): \(error.message)")
+                }
+            }
+            _ = try RegistrationRules.validateTags(tags)
+        }
+
         /// What a template send needs of it, as JSON: `{"body","expiry","headers"}` (sorted keys,
         /// so equal templates are equal text and render once per send).
         public var wireJSON: String {
@@ -76,8 +98,9 @@ public struct Installation: Sendable, Equatable {
         return try parse(object, id: id, hosts: hosts)
     }
 
-    /// `hosts` nil: the handle is not checked against the allowed push hosts (a stored installation,
-    /// checked when it was written).
+    /// `hosts` nil: a stored installation, validated as a whole when it was written; read back
+    /// without checking its handle or its templates again, so that a row no PUT would take today
+    /// still reads, lists and exports.
     static func parse(_ object: [String: Any], id: String, hosts: RegistrationRules.PushHosts?) throws -> Installation {
         try validateID(id)
         guard let bodyID = object["installationId"] as? String else {
@@ -115,10 +138,7 @@ public struct Installation: Sendable, Equatable {
             throw ServiceError.invalidArgument("pushChannel: \(error.message)")
         }
         _ = try RegistrationRules.validateTags(tags)
-        for (name, template) in templates {
-            guard !template.body.isEmpty else { throw ServiceError.invalidArgument("template \(name) needs a body") }
-            _ = try RegistrationRules.validateTags(template.tags)
-        }
+        for (name, template) in templates { try template.validate(name: name) }
     }
 
     /// "Entity segments can contain only letters, numbers, periods (.), hyphens (-), and underscores (_)".
@@ -227,26 +247,12 @@ public struct Installation: Sendable, Equatable {
             throw ServiceError.invalidArgument("template \(name) must be an object with a body")
         }
         guard let body = object["body"] as? String else { throw ServiceError.invalidArgument("template \(name) needs a body string") }
-        // Refused here, as NH's validator does, rather than at every send.
-        do {
-            _ = try PushTemplate(body)
-        } catch {
-            throw ServiceError.invalidArgument("template \(name) body: \(error.message)")
-        }
         var tags = try Self.tags(object["tags"])
         // NH adds the template's name to its tags.
         if !tags.contains(name) { tags.append(name) }
-        let template = Template(
+        return Template(
             body: body, headers: try stringMap(object["headers"], "template \(name) headers"), expiry: object["expiry"] as? String,
             tags: tags)
-        for (field, value) in template.headers.map({ ("header \($0.key)", $0.value) }) + [("expiry", template.expiry ?? "")] {
-            do {
-                _ = try PushTemplate.renderValue(value, PushTemplate.Properties([]))
-            } catch {
-                throw ServiceError.invalidArgument("template \(name) \(field): \(error.message)")
-            }
-        }
-        return template
     }
 
     /// A JSON value, or a string holding one (the SDKs send every patch value as a string).

@@ -134,6 +134,35 @@ struct InstallationTests {
         }
     }
 
+    @Test("PUT and PATCH share one validation of the whole result: a patch of a template's part is checked as a PUT would be")
+    func patchValidatesTheResult() throws {
+        var installation = try Self.parse(
+            #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","templates":{"tmpl":{"body":"{\"aps\":{\"alert\":\"$(msg)\"}}"}}}"#)
+        let broken = #"{\"aps\":{\"alert\":\"$(msg\"}}"#
+        // The PUT of that body is refused...
+        #expect(
+            Self.message {
+                _ = try Self.parse(
+                    #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","templates":{"tmpl":{"body":"\#(broken)"}}}"#)
+            }?.contains("template tmpl body") == true)
+        // ...and so is each patch that would leave it, or a bad header or expiry, in place.
+        for bad in [
+            #"[{"op":"replace","path":"/templates/tmpl/body","value":"\#(broken)"}]"#,
+            #"[{"op":"add","path":"/templates/tmpl/headers","value":{"apns-expiration":"$(x"}}]"#,
+            #"[{"op":"add","path":"/templates/tmpl/expiry","value":"{$(x"}]"#,
+            #"[{"op":"add","path":"/templates/other","value":{"body":"\#(broken)"}}]"#,
+        ] {
+            var copy = installation
+            let message = Self.message { try copy.apply(patch: Array(bad.utf8), hosts: Self.hosts) }
+            #expect(message?.contains("template") == true, "\(bad): \(String(describing: message))")
+            #expect(copy == installation)
+        }
+        // A row stored before this rule still reads back: reads never fail on what a write let in.
+        installation.templates["tmpl"]?.body = #"{"aps":{"alert":"$(msg"}}"#
+        let stored = try Installation.stored(try installation.json())
+        #expect(stored.templates["tmpl"]?.body == installation.templates["tmpl"]?.body)
+    }
+
     @Test(
         "the store: read-your-writes, system tags, hubs apart, feedback marks expired and sends skip it, lists page by id",
         arguments: StoreBackend.available)
