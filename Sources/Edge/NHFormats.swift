@@ -22,6 +22,8 @@ enum NHBatch {
         else {
             throw EdgeError(.badRequest, #"a batch send is multipart/mixed; boundary="…" with a notification and a devices part"#)
         }
+        // RFC 2046 §5.1.1: 1 to 70 characters. A longer one is only a way to make the search slow.
+        guard boundary.utf8.count <= 70 else { throw EdgeError(.badRequest, "a multipart boundary is at most 70 characters") }
         let delimiter = Array(("--" + boundary).utf8)
         var notification: (body: [UInt8], type: String?)?
         var devices: [String]?
@@ -51,12 +53,7 @@ enum NHBatch {
 
     /// The parts between delimiters (the preamble and the epilogue dropped).
     static func split(_ body: [UInt8], by delimiter: [UInt8]) -> [ArraySlice<UInt8>] {
-        var starts: [Int] = []
-        var index = 0
-        while let found = find(delimiter, in: body, from: index) {
-            starts.append(found)
-            index = found + delimiter.count
-        }
+        let starts = delimiterStarts(body, delimiter)
         guard starts.count >= 2 else { return [] }
         var parts: [ArraySlice<UInt8>] = []
         for (from, to) in zip(starts, starts.dropFirst()) {
@@ -103,13 +100,21 @@ enum NHBatch {
         return (headers, Array(bytes[contentStart...]))
     }
 
-    static func find(_ needle: [UInt8], in haystack: [UInt8], from: Int) -> Int? {
-        guard !needle.isEmpty, haystack.count >= needle.count, from <= haystack.count - needle.count else { return nil }
-        var i = from
-        while i <= haystack.count - needle.count {
-            if haystack[i] == needle[0], haystack[i..<(i + needle.count)].elementsEqual(needle) { return i }
-            i += 1
+    /// Where each delimiter line starts: at the body's start or just after a line feed (RFC 2046
+    /// §5.1.1: a delimiter is a line of its own). Linear in the body: a line is compared with the
+    /// delimiter only up to its first differing byte, and a compare reaches the delimiter's length
+    /// (at most 72 bytes) only on a line at least that long. The byte-by-byte search at every
+    /// position it replaces took the body's length times the boundary's (20 s for a 120 KB body of
+    /// dashes and a 2,500-character boundary, before boundaries were bounded).
+    static func delimiterStarts(_ body: [UInt8], _ delimiter: [UInt8]) -> [Int] {
+        guard !delimiter.isEmpty else { return [] }
+        var starts: [Int] = []
+        var line = 0
+        while line + delimiter.count <= body.count {
+            if body[line..<(line + delimiter.count)].elementsEqual(delimiter) { starts.append(line) }
+            guard let feed = body[line...].firstIndex(of: UInt8(ascii: "\n")) else { break }
+            line = feed + 1
         }
-        return nil
+        return starts
     }
 }

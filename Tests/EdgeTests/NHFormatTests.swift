@@ -64,6 +64,17 @@ struct NHFormatTests {
         #expect(throws: EdgeError.self) {
             try NHBatch.parse(contentType: "multipart/mixed; boundary=b", body: body("b", devices: "not a list"))
         }
+        // A boundary is at most 70 characters (RFC 2046); the search for one is linear in the body
+        // (a 2,500-dash boundary over 120 KB of dashes once took 20 s).
+        let dashes = Array(repeating: UInt8(ascii: "-"), count: 120_000)
+        let long = #expect(throws: EdgeError.self) {
+            try NHBatch.parse(contentType: "multipart/mixed; boundary=" + String(repeating: "-", count: 2500), body: dashes)
+        }
+        #expect(long?.message.contains("70 characters") == true)
+        #expect(throws: EdgeError.self) {
+            try NHBatch.parse(contentType: "multipart/mixed; boundary=" + String(repeating: "-", count: 70), body: dashes)
+        }
+        #expect(NHBatch.delimiterStarts(Array("--b\nx--b\n--b--".utf8), Array("--b".utf8)) == [0, 9])
     }
 
     @Test("telemetry XML: states, outcome names summed per NH name, platforms in the .NET order, nothing before it is known")
