@@ -91,7 +91,7 @@ extension EdgeRoutes {
         if let type = parts.notificationContentType { headers[.contentType] = type }
         let payload = try Self.nhPayload(headers, body: Data(parts.notification))
         let outcome = try await sendAnswer(
-            SendRequest(payloads: [payload], sender: "sas", hub: hub, deviceHandles: parts.devices), context)
+            SendRequest(payloads: [payload], sender: Names.nhSender, hub: hub, deviceHandles: parts.devices), context)
         var response = Self.nhEmpty(.created)
         // As recorded from NH; .NET and Java take the last path segment as the id.
         response.headers[.location] = Self.location(
@@ -150,7 +150,7 @@ extension EdgeRoutes {
     /// with the device handle, `ServiceBusNotification-Tags`, or every device of the hub.
     private func nhSendRequest(_ request: Request, hub: String) async throws -> SendRequest {
         let body = try await nhBody(request)
-        var send = SendRequest(sender: "sas", hub: hub)
+        var send = SendRequest(sender: Names.nhSender, hub: hub)
         let format = request.headers[HTTPField.Name("ServiceBusNotification-Format")!] ?? ""
         if format.lowercased() == "template" {
             send.templateSend = true

@@ -5,6 +5,10 @@ public import HeraldProto
 /// User names become the tag `username:<user>`, so they use the tag alphabet without `:`.
 public enum Names {
     /// 1 to 64 characters of `A-Z a-z 0-9 _ @ # . -`.
+    /// The sender recorded for a send made with an NH key: `$` is in no user name, so no Herald
+    /// user reads it as their own (a user named `sas` once read every NH send's outcome).
+    public static let nhSender = "$sas"
+
     public static func isValidUserName(_ user: String) -> Bool {
         (1...64).contains(user.utf8.count) && user.utf8.allSatisfy { isTagByte($0) && $0 != UInt8(ascii: ":") }
     }

@@ -67,6 +67,21 @@ struct NHHostileTests {
         }
     }
 
+    @Test("a Herald user named sas does not read the outcome of NH sends")
+    func userNamedSAS() async throws {
+        try await LiveStack.with(auth: .accounts, users: ["sas"]) { live in
+            let full = try await NHSendTests.defaultHub(live)
+            let send = try await NHSendTests.post(
+                live, "/default/messages", full, body: #"{"aps":{"alert":"x"}}"#, headers: [("ServiceBusNotification-Format", "apple")])
+            #expect(send.status == 201, "\(send.text)")
+            let id = try NHSendTests.id(send.header("Location"))
+            for path in ["/v1/notifications/\(id)/outcome", "/v1/notifications/\(id)/failures"] {
+                let reply = try await live.edge.request("GET", path, as: "sas")
+                #expect(reply.status == 404, "\(path): \(reply.status) \(reply.text)")
+            }
+        }
+    }
+
     @Test("1,500 tokens with 60 KB key names do not grow herald-auth")
     func longKeyNamesDoNotGrowAuth() async throws {
         try await LiveStack.with { live in
