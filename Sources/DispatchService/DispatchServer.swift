@@ -23,6 +23,9 @@ import ServiceLifecycle
 ///   so a send of a million devices takes no more memory than one of 20,000.
 /// - `retention-seconds` (604800, 7 days): finished sends (outcome, deliveries) and inbox entries
 ///   older than this are deleted, hourly.
+/// - `max-scheduled-per-hub` (1000): scheduled sends one hub may have waiting; the next is refused
+///   with RESOURCE_EXHAUSTED (429) until one is made or cancelled. Each keeps its request (up to
+///   64 KB of body) until it fires, so the bound is what a Send key can make dispatch store.
 ///
 /// Replicas (with `database-url postgres://…`; see ``PostgresOutbox``):
 /// - `lease-seconds` (90): how long a claim holds its deliveries before another replica may take
@@ -46,7 +49,7 @@ public struct DispatchConfig: Sendable {
     public static let keys: Set<String> = [
         "provider", "retry-window-seconds", "retry-base-ms", "retry-max-ms", "push-timeout-ms", "push-ca-file",
         "delivery-batch", "delivery-workers", "retention-seconds", "audience-memory-rows", "lease-seconds", "replica-id",
-        "credentials-refresh-seconds",
+        "credentials-refresh-seconds", "max-scheduled-per-hub",
         "apns-key-file", "apns-key-id", "apns-team-id", "apns-topic", "apns-environment", "apns-url",
         "fcm-service-account-file", "fcm-url", "fcm-token-url",
         "wns-client-id", "wns-client-secret-file", "wns-token-url",
@@ -61,6 +64,8 @@ public struct DispatchConfig: Sendable {
     public var workers: Int
     public var retention: Duration
     public var audienceMemoryRows: Int
+    public var maxScheduledPerHub: Int
+    public static let defaultMaxScheduledPerHub = 1000
     public var lease: Duration
     public var replicaID: String?
     public var credentialsRefresh: Duration
@@ -79,6 +84,8 @@ public struct DispatchConfig: Sendable {
         workers = try reader.int("delivery-workers", default: 4)
         audienceMemoryRows = try reader.int("audience-memory-rows", default: Outbox.StagedAudience.spillThreshold)
         guard (1...10_000_000).contains(audienceMemoryRows) else { throw ConfigError("audience-memory-rows must be 1...10000000") }
+        maxScheduledPerHub = try reader.int("max-scheduled-per-hub", default: Self.defaultMaxScheduledPerHub)
+        guard (1...10_000_000).contains(maxScheduledPerHub) else { throw ConfigError("max-scheduled-per-hub must be 1...10000000") }
         let retentionSeconds = try reader.int("retention-seconds", default: 7 * 86400)
         guard retentionSeconds > 0 else { throw ConfigError("retention-seconds must be positive") }
         retention = .seconds(retentionSeconds)
@@ -377,7 +384,7 @@ public enum DispatchServer {
             batchSize: config.batchSize, workers: config.workers, logger: context.logger)
         let dispatcher = Dispatcher(
             outbox: outbox, registrations: RegistrationServiceClient(context.client(.registration)), retryWindow: config.retryWindow,
-            audienceMemoryRows: config.audienceMemoryRows, onEnqueue: { worker.wake() })
+            audienceMemoryRows: config.audienceMemoryRows, maxScheduledPerHub: config.maxScheduledPerHub, onEnqueue: { worker.wake() })
         var table = MethodTable()
         DispatchHandlers(
             dispatcher: dispatcher, outbox: outbox, inbox: inbox, hubSenders: hubSenders, credentials: credentialStore,

@@ -20,12 +20,15 @@ public final class Dispatcher: Sendable {
     private let onEnqueue: @Sendable () -> Void
     /// Devices of one send held in memory before the rest is staged (`audience-memory-rows`).
     private let audienceMemoryRows: Int
+    /// Scheduled sends one hub may have waiting (`max-scheduled-per-hub`).
+    private let maxScheduledPerHub: Int
 
     public init(
         outbox: any OutboxStore, registrations: any RegistrationServiceClientProtocol, retryWindow: Duration = .seconds(1800),
         audienceTimeout: Duration = .seconds(600), audienceMemoryRows: Int = Outbox.StagedAudience.spillThreshold,
-        onEnqueue: @escaping @Sendable () -> Void = {}
+        maxScheduledPerHub: Int = DispatchConfig.defaultMaxScheduledPerHub, onEnqueue: @escaping @Sendable () -> Void = {}
     ) {
+        self.maxScheduledPerHub = maxScheduledPerHub
         self.outbox = outbox
         self.registrations = registrations
         self.retryWindow = retryWindow
@@ -67,7 +70,7 @@ public final class Dispatcher: Sendable {
         if direct { try await checkHandles(request, requestID: context.requestID) }
         let created = try await outbox.schedule(
             id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag, hub: Names.hub(request.hub),
-            fireAt: request.scheduledAtUnixMs, request: try request.serializedBytes())
+            fireAt: request.scheduledAtUnixMs, request: try request.serializedBytes(), maxPending: maxScheduledPerHub)
         logger.info("scheduled", metadata: ["herald.fire_at_unix_ms": "\(request.scheduledAtUnixMs)"])
         return Outcome(notificationID: id, state: .scheduled, createdAtUnixMs: created, sender: request.sender, hub: Names.hub(request.hub))
     }

@@ -188,7 +188,8 @@ struct OutboxStoreTests {
             let outbox = fixture.outbox
             let request: [UInt8] = try SendRequest(targetUser: "u").serializedBytes()
             _ = try await outbox.schedule(
-                id: "n-a", sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: clock.now + 5000, request: request)
+                id: "n-a", sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: clock.now + 5000, request: request,
+                maxPending: 10)
             #expect(try await outbox.dueScheduled(limit: 10).isEmpty)
             clock.advance(seconds: 6)
             #expect(try await outbox.dueScheduled(limit: 10).map(\.request) == [request])
@@ -200,6 +201,25 @@ struct OutboxStoreTests {
             }
             await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a", hub: "") }
             await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-none", hub: "") }
+        }
+    }
+
+    @Test("a hub's scheduled sends are bounded: the next is refused until one is made or cancelled; other hubs are not", arguments: StoreBackend.available)
+    func scheduledBound(_ backend: StoreBackend) async throws {
+        let clock = ManualClock()
+        try await withOutbox(backend, now: clock.function) { fixture in
+            let outbox = fixture.outbox
+            let request: [UInt8] = try SendRequest(targetUser: "u").serializedBytes()
+            func schedule(_ id: String, hub: String) async throws {
+                _ = try await outbox.schedule(
+                    id: id, sender: "s", targetUser: "u", targetTag: "", hub: hub, fireAt: clock.now + 5000, request: request, maxPending: 3)
+            }
+            for n in 0..<3 { try await schedule("n-\(n)", hub: "busy") }
+            let refused = await #expect(throws: ServiceError.self) { try await schedule("n-3", hub: "busy") }
+            #expect(refused?.code == .resourceExhausted, "\(String(describing: refused))")
+            try await schedule("n-other", hub: "quiet")
+            _ = try await outbox.cancelScheduled("n-0", hub: "busy")
+            try await schedule("n-4", hub: "busy")
         }
     }
 
@@ -301,7 +321,7 @@ struct OutboxStoreTests {
             let b = try await make("replica-b")
             _ = try await a.schedule(
                 id: "n-d", sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: clock.now,
-                request: try SendRequest(targetUser: "u").serializedBytes())
+                request: try SendRequest(targetUser: "u").serializedBytes(), maxPending: 10)
             #expect(try await a.dueScheduled(limit: 10).map(\.id) == ["n-d"])
             #expect(try await b.dueScheduled(limit: 10).isEmpty)
             // a failed transiently and never made it: after the take runs out, another replica may.

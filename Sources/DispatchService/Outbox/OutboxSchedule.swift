@@ -7,12 +7,19 @@ public import HeraldProto
 /// ``enqueue(id:sender:targetUser:targetTag:payloads:targets:retryWindow:hub:scheduled:)``.
 extension Outbox {
     /// Stores a send to be made at `fireAt` (Unix ms): its notification (SCHEDULED) and the
-    /// request, in one transaction, before Send answers.
+    /// request, in one transaction, before Send answers; refused when `hub` already has
+    /// `maxPending` waiting (a Send key must not be able to fill the disk).
     public func schedule(
-        id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8]
+        id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8],
+        maxPending: Int = .max
     ) async throws -> Int64 {
         let at = now()
         try await db.write { db in
+            let pending =
+                try Int.fetchOne(
+                    db, sql: "SELECT COUNT(*) FROM scheduled_send s JOIN notification n ON n.id = s.notification_id WHERE n.hub = ?",
+                    arguments: [hub]) ?? 0
+            try Self.checkScheduledRoom(pending: pending, maxPending: maxPending, hub: hub)
             try db.execute(
                 sql: """
                     INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub)
@@ -24,6 +31,15 @@ extension Outbox {
                 arguments: [id, fireAt, Data(request)])
         }
         return at
+    }
+
+    /// The rule both stores apply before storing a scheduled send.
+    static func checkScheduledRoom(pending: Int, maxPending: Int, hub: String) throws {
+        guard pending < maxPending else {
+            throw ServiceError.resourceExhausted(
+                "hub \(hub) has \(pending) scheduled sends waiting, the most it may; cancel some or wait until they are made",
+                retryAfterSeconds: 60)
+        }
     }
 
     /// Scheduled sends due now, earliest first.

@@ -45,8 +45,10 @@ public protocol OutboxStore: Sendable {
         of id: String, requester: String, hub: String, failedOnly: Bool, after: Int64, limit: Int
     ) async throws -> [DeliveryRecord]
 
+    /// Refuses with RESOURCE_EXHAUSTED when `hub` already has `maxPending` sends waiting.
     func schedule(
-        id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8]
+        id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8],
+        maxPending: Int
     ) async throws -> Int64
     /// Scheduled sends due now, earliest first (on PostgreSQL, each taken by one replica at a time).
     func dueScheduled(limit: Int) async throws -> [(id: String, fireAt: Int64, request: [UInt8])]

@@ -335,11 +335,19 @@ public final class PostgresOutbox: OutboxStore {
     // MARK: scheduled sends
 
     nonisolated(nonsending) public func schedule(
-        id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8]
+        id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8],
+        maxPending: Int = .max
     ) async throws -> Int64 {
         let at = now()
         let logger = db.logger
         try await db.transaction { connection in
+            // Counted inside the insert's transaction; concurrent schedules on two replicas may
+            // each see room for one more, so the bound holds within the replicas' count.
+            let pending = try await connection.query(
+                "SELECT COUNT(*) FROM scheduled_send s JOIN notification n ON n.id = s.notification_id WHERE n.hub = \(hub)",
+                logger: logger
+            ).collect().first?.decode(Int64.self) ?? 0
+            try Outbox.checkScheduledRoom(pending: Int(pending), maxPending: maxPending, hub: hub)
             try await connection.query(
                 """
                 INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub)
