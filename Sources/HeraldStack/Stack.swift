@@ -105,6 +105,14 @@ public actor Stack {
     private let logger: Logger
     private var children: [String: Process] = [:]
     private var restarts: [String: Int] = [:]
+    /// Restarts in a row without a healthy run between them: what the backoff grows with.
+    private var crashLoop: [String: Int] = [:]
+    /// When each child was started.
+    private var startedAt: [String: ContinuousClock.Instant] = [:]
+    /// A child that ran this long before it exited was healthy: its next restart starts the
+    /// backoff again from 100 ms. Without it, a service that had once crashed a few times stayed at
+    /// 10 s for good, and one request every 10 s could keep it down (issue 32).
+    package static let healthyRun = Duration.seconds(30)
     private var exits: [String: [Int32]] = [:]
     private var supervising = false
     private var stopping = false
@@ -252,15 +260,17 @@ public actor Stack {
         }
         try process.run()
         children[service] = process
+        startedAt[service] = .now
         logger.debug("started herald-\(service)", metadata: ["herald.pid": "\(process.processIdentifier)"])
     }
 
     private func exited(_ service: String, process: Process, status: Int32) async {
         exits[service, default: []].append(status)
         guard children[service] === process, supervising, !stopping else { return }
-        let count = (restarts[service] ?? 0) + 1
-        restarts[service] = count
-        let delay = Duration.milliseconds(min(100 << min(count - 1, 8), 10_000))
+        restarts[service, default: 0] += 1
+        let count = Self.crashesInARow(previous: crashLoop[service] ?? 0, ranFor: startedAt[service].map { ContinuousClock.now - $0 })
+        crashLoop[service] = count
+        let delay = Self.restartDelay(afterCrashes: count)
         logger.warning("herald-\(service) exited with status \(status); restarting in \(delay)")
         try? await Task.sleep(for: delay)
         guard supervising, !stopping, children[service] === process else { return }
@@ -269,6 +279,17 @@ public actor Stack {
         } catch {
             logger.error("cannot restart herald-\(service): \(error)")
         }
+    }
+
+    /// The crashes in a row counting this one: a run of ``healthyRun`` or longer ends the series.
+    package static func crashesInARow(previous: Int, ranFor uptime: Duration?) -> Int {
+        if let uptime, uptime >= healthyRun { return 1 }
+        return previous + 1
+    }
+
+    /// 100 ms after the first crash of a run of crashes, doubling up to 10 s.
+    package static func restartDelay(afterCrashes count: Int) -> Duration {
+        .milliseconds(min(100 << min(max(count, 1) - 1, 8), 10_000))
     }
 
     private func waitUntilReady(_ service: String) async throws {
