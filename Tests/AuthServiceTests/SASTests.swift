@@ -159,17 +159,28 @@ struct SASTests {
         var unknownKey = f.full
         unknownKey.name = "NoSuchKey"
         let answers = [
-            await Self.failure { try await f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: forged, se: se), resource: Self.host + Self.path) },
-            await Self.failure { try await f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: unknownKey, se: se), resource: Self.host + Self.path) },
-            await Self.failure { try await f.sas.authorize(hub: "nohub", header: Self.token(sr: root, key: f.full, se: se), resource: Self.host + "/nohub/x") },
+            await Self.failure {
+                try await f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: forged, se: se), resource: Self.host + Self.path)
+            },
+            await Self.failure {
+                try await f.sas.authorize(
+                    hub: "app1", header: Self.token(sr: root, key: unknownKey, se: se), resource: Self.host + Self.path)
+            },
+            await Self.failure {
+                try await f.sas.authorize(hub: "nohub", header: Self.token(sr: root, key: f.full, se: se), resource: Self.host + "/nohub/x")
+            },
         ]
         #expect(Set(answers.map { $0?.message ?? "none" }) == ["InvalidSignature: The token has an invalid signature."], "\(answers)")
         var long = f.full
         long.name = String(repeating: "k", count: SASVerifier.maxKeyNameLength + 1)
-        let tooLong = await Self.failure { try await f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: long, se: se), resource: Self.host + Self.path) }
+        let tooLong = await Self.failure {
+            try await f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: long, se: se), resource: Self.host + Self.path)
+        }
         #expect(tooLong?.message.contains("MalformedToken") == true)
         let padded = "SharedAccessSignature " + String(repeating: "x", count: SASVerifier.maxHeaderLength)
-        #expect(await Self.failure { try await f.sas.authorize(hub: "app1", header: padded, resource: Self.host) }?.message.contains("MalformedToken") == true)
+        #expect(
+            await Self.failure { try await f.sas.authorize(hub: "app1", header: padded, resource: Self.host) }?.message.contains(
+                "MalformedToken") == true)
     }
 
     @Test("rotation ends the old secret at once and keeps the other; revoking a key ends its tokens")

@@ -204,7 +204,9 @@ struct OutboxStoreTests {
         }
     }
 
-    @Test("a hub's scheduled sends are bounded: the next is refused until one is made or cancelled; other hubs are not", arguments: StoreBackend.available)
+    @Test(
+        "a hub's scheduled sends are bounded: the next is refused until one is made or cancelled; other hubs are not",
+        arguments: StoreBackend.available)
     func scheduledBound(_ backend: StoreBackend) async throws {
         let clock = ManualClock()
         try await withOutbox(backend, now: clock.function) { fixture in
@@ -212,7 +214,8 @@ struct OutboxStoreTests {
             let request: [UInt8] = try SendRequest(targetUser: "u").serializedBytes()
             func schedule(_ id: String, hub: String) async throws {
                 _ = try await outbox.schedule(
-                    id: id, sender: "s", targetUser: "u", targetTag: "", hub: hub, fireAt: clock.now + 5000, request: request, maxPending: 3)
+                    id: id, sender: "s", targetUser: "u", targetTag: "", hub: hub, fireAt: clock.now + 5000, request: request, maxPending: 3
+                )
             }
             for n in 0..<3 { try await schedule("n-\(n)", hub: "busy") }
             let refused = await #expect(throws: ServiceError.self) { try await schedule("n-3", hub: "busy") }

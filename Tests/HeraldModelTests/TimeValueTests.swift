@@ -41,7 +41,9 @@ struct TimeValueTests {
         #expect(TimeValue.secondsUntil(unixSeconds: 1_060, nowMillis: 1_000_000, cap: 3600) == 60)
         #expect(TimeValue.secondsUntil(unixSeconds: 10, nowMillis: 1_000_000, cap: 3600) == 1)
         #expect(TimeValue.secondsUntil(unixSeconds: TimeValue.maxUnixSeconds, nowMillis: 0, cap: 3600) == 3600)
-        for (seconds, now) in [(Int64.max, Int64.min), (Int64.min, Int64.max), (Int64.max, Int64.max), (Int64.min, Int64.min), (0, Int64.min)] {
+        for (seconds, now) in [
+            (Int64.max, Int64.min), (Int64.min, Int64.max), (Int64.max, Int64.max), (Int64.min, Int64.min), (0, Int64.min),
+        ] {
             let left = TimeValue.secondsUntil(unixSeconds: seconds, nowMillis: now, cap: 3600)
             #expect((1...3600).contains(left), "\(seconds) at \(now): \(left)")
         }

@@ -19,7 +19,7 @@ struct NHHostileTests {
     func expiryOverflow() async throws {
         try await LiveStack.with { live in
             let keys = try await NotificationHubsTests.hub("probe", live)
-            let root = SASTokens.encode("http://\(live.edge.base.host!):\(live.edge.base.port!)/", lower: false)
+            let root = NotificationHubsTests.root(live)
             let authPID = await live.stack.pid(of: "auth")
             let (name, key) = NotificationHubsTests.secret(keys.listen)
             for expiry in ["9223372036854775807", "-9223372036854775808", "99999999999999999999"] {
@@ -37,13 +37,14 @@ struct NHHostileTests {
     func forgedTokensDoNotLockOut() async throws {
         try await LiveStack.with { live in
             let keys = try await NotificationHubsTests.hub("probe", live)
-            let root = SASTokens.encode("http://\(live.edge.base.host!):\(live.edge.base.port!)/", lower: false)
+            let root = NotificationHubsTests.root(live)
             let (name, _) = NotificationHubsTests.secret(keys.full)
             let forged = SASTokens.token(sr: root, keyName: name, key: "guess", expiry: Int64(Date().timeIntervalSince1970) + 600)
             var statuses: [Int] = []
             for _ in 0..<30 { statuses.append(try await live.edge.request("GET", "/probe/installations/x", authorization: forged).status) }
             #expect(Set(statuses).isSubset(of: [401, 429]) && statuses.contains(429), "\(statuses)")
-            let good = try await live.edge.request("GET", "/probe/installations/x", authorization: NotificationHubsTests.token(sr: root, keys.full))
+            let good = try await live.edge.request(
+                "GET", "/probe/installations/x", authorization: NotificationHubsTests.token(sr: root, keys.full))
             #expect(good.status == 404, "a valid token after forged ones: \(good.status) \(good.text)")
         }
     }
@@ -52,7 +53,7 @@ struct NHHostileTests {
     func noEnumeration() async throws {
         try await LiveStack.with { live in
             let keys = try await NotificationHubsTests.hub("probe", live)
-            let root = SASTokens.encode("http://\(live.edge.base.host!):\(live.edge.base.port!)/", lower: false)
+            let root = NotificationHubsTests.root(live)
             let (name, key) = NotificationHubsTests.secret(keys.full)
             let expiry = Int64(Date().timeIntervalSince1970) + 600
             var details: Set<String> = []
@@ -87,7 +88,7 @@ struct NHHostileTests {
         try await LiveStack.with { live in
             _ = try await NotificationHubsTests.hub("probe", live)
             let pid = try #require(await live.stack.pid(of: "auth"))
-            let root = SASTokens.encode("http://\(live.edge.base.host!):\(live.edge.base.port!)/", lower: false)
+            let root = NotificationHubsTests.root(live)
             let expiry = Int64(Date().timeIntervalSince1970) + 600
             // Warm up the paths first, so the baseline includes what any traffic allocates once.
             for n in 0..<50 {

@@ -326,7 +326,9 @@ struct OperationsTests {
             let first = await offPool { kept.readResponse(timeout: .seconds(10)) }
             #expect(first.hasPrefix("HTTP/1.1 200"), "\(first)")
             #expect(!first.lowercased().contains("connection: close"), "\(first)")
-            #expect(try await eventually(.seconds(30)) { try await openConnections() >= baseline + 3 }, "the edge did not accept the connections")
+            #expect(
+                try await eventually(.seconds(30)) { try await openConnections() >= baseline + 3 },
+                "the edge did not accept the connections")
 
             kill(edgePID, SIGTERM)
             // The listener closes as the drain starts; from then on a connection is refused.

@@ -137,13 +137,15 @@ struct InstallationTests {
     @Test("PUT and PATCH share one validation of the whole result: a patch of a template's part is checked as a PUT would be")
     func patchValidatesTheResult() throws {
         var installation = try Self.parse(
-            #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","templates":{"tmpl":{"body":"{\"aps\":{\"alert\":\"$(msg)\"}}"}}}"#)
+            #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","templates":{"tmpl":{"body":"{\"aps\":{\"alert\":\"$(msg)\"}}"}}}"#
+        )
         let broken = #"{\"aps\":{\"alert\":\"$(msg\"}}"#
         // The PUT of that body is refused...
         #expect(
             Self.message {
                 _ = try Self.parse(
-                    #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","templates":{"tmpl":{"body":"\#(broken)"}}}"#)
+                    #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","templates":{"tmpl":{"body":"\#(broken)"}}}"#
+                )
             }?.contains("template tmpl body") == true)
         // ...and so is each patch that would leave it, or a bad header or expiry, in place.
         for bad in [

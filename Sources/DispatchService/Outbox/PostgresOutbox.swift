@@ -343,10 +343,11 @@ public final class PostgresOutbox: OutboxStore {
         try await db.transaction { connection in
             // Counted inside the insert's transaction; concurrent schedules on two replicas may
             // each see room for one more, so the bound holds within the replicas' count.
-            let pending = try await connection.query(
-                "SELECT COUNT(*) FROM scheduled_send s JOIN notification n ON n.id = s.notification_id WHERE n.hub = \(hub)",
-                logger: logger
-            ).collect().first?.decode(Int64.self) ?? 0
+            let pending =
+                try await connection.query(
+                    "SELECT COUNT(*) FROM scheduled_send s JOIN notification n ON n.id = s.notification_id WHERE n.hub = \(hub)",
+                    logger: logger
+                ).collect().first?.decode(Int64.self) ?? 0
             try Outbox.checkScheduledRoom(pending: Int(pending), maxPending: maxPending, hub: hub)
             try await connection.query(
                 """
