@@ -73,6 +73,7 @@ public final class SQLiteAccountStore: AccountStore {
                     """)
         }
         SQLiteHubStore.migrate(&migrator)
+        SQLiteLockoutLedger.migrate(&migrator)
         return migrator
     }
 

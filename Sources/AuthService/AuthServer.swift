@@ -208,7 +208,10 @@ public enum AuthServer {
         case .sqlite(let pool):
             store = try SQLiteAccountStore(db: pool)
             hubs = try SQLiteHubStore(db: pool)
-            ledger = MemoryLockoutLedger()
+            // Lockouts outlive a restart: otherwise one crash of herald-auth resets them all.
+            let kept = try SQLiteLockoutLedger(db: pool)
+            ledger = kept
+            lockoutPurge = { try await kept.purge(now: unixMillis(), window: LockoutPolicy.defaultWindow) }
         case .postgres(let postgres):
             // Lockouts live in the database: failures spread over replicas add up.
             store = try await PostgresAccountStore(db: postgres)

@@ -1,3 +1,4 @@
+import GRDB
 import HeraldModel
 import HeraldRPC
 import HeraldService
@@ -8,8 +9,9 @@ import Synchronization
 /// that name is refused for `lockout`, doubling with each further failure up to `maxLockout`.
 ///
 /// Counts per user name, known or not, so the answer does not reveal which names exist. The counts
-/// live in a ``LockoutLedger``: in memory for one process (a restart forgets them), or in the
-/// database that auth replicas share, so that failures spread over replicas add up and a lockout
+/// live in a ``LockoutLedger``: in memory for one process, written through to herald-auth's SQLite
+/// file so that a restart keeps them (``SQLiteLockoutLedger``), or in the database that auth
+/// replicas share, so that failures spread over replicas add up and a lockout
 /// holds whichever replica a request reaches. The trade-off is the usual one: someone who knows a
 /// user name can lock that user out for a while, but cannot guess their password faster than one
 /// try per lockout.
@@ -101,6 +103,11 @@ public final class MemoryLockoutLedger: LockoutLedger {
     }
 
     public func recordFailure(_ name: String, now: Int64, policy: LockoutPolicy) {
+        _ = record(name, now: now, policy: policy)
+    }
+
+    /// Counts a failure and returns the name's entry after it.
+    func record(_ name: String, now: Int64, policy: LockoutPolicy) -> Entry {
         state.withLock { entries in
             var entry = entries[name] ?? Entry(failures: 0, lastFailure: now, lockedUntil: 0)
             if now - entry.lastFailure > policy.window { entry.failures = 0 }
@@ -111,15 +118,93 @@ public final class MemoryLockoutLedger: LockoutLedger {
             if entries.count > maxEntries {
                 entries = entries.filter { $0.value.lockedUntil > now || now - $0.value.lastFailure <= policy.window }
             }
+            return entry
         }
+    }
+
+    /// Puts back an entry read from storage.
+    func restore(_ name: String, _ entry: Entry) {
+        state.withLock { $0[name] = entry }
     }
 
     public func clear(_ name: String) {
         _ = state.withLock { $0.removeValue(forKey: name) }
     }
 
+    /// Forgets `name`; whether there was anything to forget.
+    func remove(_ name: String) -> Bool {
+        state.withLock { $0.removeValue(forKey: name) != nil }
+    }
+
     public func clearAll() {
         state.withLock { $0 = [:] }
+    }
+}
+
+/// herald-auth's lockouts on SQLite: answered from memory, every change written through to the
+/// `lockout` table, and read back at start, so that restarting herald-auth (or crashing it) no
+/// longer wipes the lockouts a password guesser has earned. A successful login costs a write only
+/// when its name had failures. Writes are bounded by the failed-login budget.
+public final class SQLiteLockoutLedger: LockoutLedger {
+    private let db: any DatabaseWriter
+    private let memory = MemoryLockoutLedger()
+
+    /// Reads back the entries that still lock or still count (`window`, in ms).
+    public init(db: any DatabaseWriter, now: Int64 = unixMillis(), window: Int64 = LockoutPolicy.defaultWindow) throws {
+        self.db = db
+        let rows = try db.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT name, failures, last_failure, locked_until FROM lockout WHERE locked_until > ? OR last_failure > ?",
+                arguments: [now, now - window])
+        }
+        for row in rows {
+            memory.restore(
+                row["name"], MemoryLockoutLedger.Entry(failures: row["failures"], lastFailure: row["last_failure"], lockedUntil: row["locked_until"]))
+        }
+    }
+
+    static func migrate(_ migrator: inout DatabaseMigrator) {
+        migrator.registerMigration("lockout") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE lockout (
+                        name TEXT PRIMARY KEY NOT NULL, failures INTEGER NOT NULL, last_failure INTEGER NOT NULL,
+                        locked_until INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    CREATE INDEX lockout_last_failure ON lockout(last_failure);
+                    """)
+        }
+    }
+
+    public func lockedUntil(_ name: String) -> Int64 {
+        memory.lockedUntil(name)
+    }
+
+    public func recordFailure(_ name: String, now: Int64, policy: LockoutPolicy) async throws {
+        let entry = memory.record(name, now: now, policy: policy)
+        try await db.write { db in
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO lockout (name, failures, last_failure, locked_until) VALUES (?, ?, ?, ?)",
+                arguments: [name, entry.failures, entry.lastFailure, entry.lockedUntil])
+        }
+    }
+
+    public func clear(_ name: String) async throws {
+        guard memory.remove(name) else { return }
+        try await db.write { db in try db.execute(sql: "DELETE FROM lockout WHERE name = ?", arguments: [name]) }
+    }
+
+    public func clearAll() async throws {
+        memory.clearAll()
+        try await db.write { db in try db.execute(sql: "DELETE FROM lockout") }
+    }
+
+    /// Deletes rows that lock nothing and whose failures are forgotten; returns how many.
+    public func purge(now: Int64, window: Int64) async throws -> Int {
+        try await db.write { db in
+            try db.execute(sql: "DELETE FROM lockout WHERE locked_until < ? AND last_failure < ?", arguments: [now, now - window])
+            return db.changesCount
+        }
     }
 }
 

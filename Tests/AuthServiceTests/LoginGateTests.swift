@@ -11,6 +11,30 @@ import Testing
 /// Inputs that once broke a service (issue 12), at the unit that now refuses them: login gate.
 @Suite("hardening: login gate")
 struct LoginGateTests {
+    @Test("SQLite lockouts outlive the process: a new ledger on the same file still refuses; a success clears them for good")
+    func lockoutsSurviveRestart() async throws {
+        let clock = ManualClock()
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("lockout-\(UUID().uuidString).sqlite").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let first = try DatabaseQueue(path: path)
+        try SQLiteAccountStore.migrator.migrate(first)
+        let before = LoginThrottle(freeFailures: 3, ledger: try SQLiteLockoutLedger(db: first, now: clock.now), now: clock.function)
+        for _ in 0..<3 { try await before.failed("alice") }
+        await #expect(throws: ServiceError.self) { try await before.check("alice") }
+        try first.close()
+
+        // "Restart": a new connection and ledger, as a new herald-auth process would open.
+        let second = try DatabaseQueue(path: path)
+        let after = LoginThrottle(freeFailures: 3, ledger: try SQLiteLockoutLedger(db: second, now: clock.now), now: clock.function)
+        let refused = await #expect(throws: ServiceError.self) { try await after.check("alice") }
+        #expect(refused?.code == .resourceExhausted)
+        try await after.check("bob")
+        clock.advance(seconds: 31)
+        try await after.check("alice")
+        try await after.succeeded("alice")
+        #expect(try await second.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM lockout") } == 0)
+    }
+
     @Test("the login gate refuses at once past its bound, and frees the slot when a login ends")
     func loginGateBound() throws {
         let clock = ManualClock()
