@@ -271,7 +271,11 @@ let package = Package(
                 // libFuzzer targets (scripts/fuzz.sh); no `main`: libFuzzer's own drives LLVMFuzzerTestOneInput.
                 .executableTarget(
                     name: "herald-fuzz",
-                    dependencies: ["HeraldProto", "HeraldModel", "HeraldRPC", "Edge", .product(name: "NIOCore", package: "swift-nio")],
+                    dependencies: [
+                        "HeraldProto", "HeraldModel", "HeraldRPC", "Edge", "AuthService", "RegistrationService", "DispatchService",
+                        .product(name: "NIOCore", package: "swift-nio"), .product(name: "GRDB", package: "GRDB.swift"),
+                        .product(name: "HTTPTypes", package: "swift-http-types"),
+                    ],
                     swiftSettings: swiftSettings + [.unsafeFlags(["-parse-as-library"])],
                     linkerSettings: [.unsafeFlags(["-sanitize=fuzzer,address"])]
                 )

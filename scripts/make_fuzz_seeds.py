@@ -143,4 +143,46 @@ for name, (body, value) in {
             "<&>\"'"),
 }.items():
     write("template", name, body.encode() + b"\0" + value.encode())
+
+# sas: tokens as the SDKs write them, and the expiries that once trapped herald-auth.
+sig = "dGVzdHNpZ25hdHVyZXRlc3RzaWduYXR1cmV0ZXN0c2lnbmE%3D"
+for name, se in {"valid": "1700000600", "max": "9223372036854775807", "min": "-9223372036854775808",
+                 "overflow": "99999999999999999999"}.items():
+    write("sas", name, f"SharedAccessSignature sr=https%3A%2F%2Fns.example%2Fhub&sig={sig}&se={se}&skn=DefaultListenSharedAccessSignature")
+write("sas", "go-order", f"SharedAccessSignature se=1700000600&sig={sig}&skn=DefaultFullSharedAccessSignature&sr=http%3a%2f%2fns.example")
+
+# installation: a PUT body, NUL, a JSON-Patch, NUL, the value every template property gets.
+token = "ab" * 32
+put = json.dumps({"installationId": "dev-1", "platform": "apns", "pushChannel": token, "tags": ["news"],
+                  "templates": {"tmpl": {"body": '{"aps":{"alert":"$(msg)"}}', "headers": {"apns-expiration": "$(exp)"},
+                                         "tags": ["en"]}}})
+for name, (patch, value) in {
+    "body": ([{"op": "replace", "path": "/templates/tmpl/body", "value": '{"aps":{"alert":"$(msg"}}'}], "hi"),
+    "expiration": ([{"op": "add", "path": "/templates/tmpl/headers", "value": {"apns-expiration": "-9223372036854775808"}}],
+                   "-9223372036854775808"),
+    "tags": ([{"op": "add", "path": "/tags", "value": '["a","b"]'}, {"op": "remove", "path": "/tags/news"}], "x"),
+}.items():
+    write("installation", name, put.encode() + b"\0" + json.dumps(patch).encode() + b"\0" + value.encode())
+
+# nhheaders: NH send headers, one per line, NUL, the body.
+for name, (headers, body) in {
+    "apple": ("ServiceBusNotification-Format: apple\napns-priority: 5\napns-expiration: 253402300799\napns-collapse-id: c",
+              '{"aps":{"alert":"x"}}'),
+    "expiry": ("ServiceBusNotification-Format: apple\nServiceBusNotification-Apns-Expiry: 9999-12-31T23:59:59Z", "{}"),
+    "windows": ("ServiceBusNotification-Format: windows\nX-WNS-Type: wns/raw\nX-WNS-TTL: 9223372036854775807", "raw"),
+    "fcm": ("ServiceBusNotification-Format: fcmv1", '{"message":{"data":{"k":"v"}}}'),
+}.items():
+    write("nhheaders", name, headers.encode() + b"\0" + body.encode())
+
+# batch: a Content-Type, NUL, the multipart body.
+batch = ("--b\r\nContent-Type: application/json\r\nContent-Disposition: inline; name=notification\r\n\r\n"
+         '{"aps":{"alert":"x"}}\r\n--b\r\nContent-Type: application/json\r\nContent-Disposition: inline; name="devices"\r\n\r\n'
+         '["a1","b2"]\r\n--b--')
+write("batch", "valid", b'multipart/mixed; boundary="b"\0' + batch.encode())
+write("batch", "dashes", b"multipart/mixed; boundary=" + b"-" * 70 + b"\0" + b"-" * 4000)
+
+# tagexpr: expressions over the four tags the target's devices carry.
+for name, text in {"or": "a || b", "and": "a && !b", "nested": "(a || b) && !(c && d)", "bangs": "!" * 39 + "a",
+                   "system": "$UserId:{u} || c"}.items():
+    write("tagexpr", name, text)
 print(f"wrote {sum(1 for _ in out.rglob('*') if _.is_file())} seeds under {out.relative_to(root)}")

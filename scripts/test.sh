@@ -13,7 +13,7 @@
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds; the
 #      replicas scenario on the test cluster), and
 #      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
-#   7. every libFuzzer target for 20 s (six targets: keep the whole run under 25 minutes) (scripts/fuzz.sh)
+#   7. every libFuzzer target for 20 s (eleven targets: keep the whole run under 25 minutes) (scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)

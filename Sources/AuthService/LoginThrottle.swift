@@ -159,7 +159,8 @@ public final class SQLiteLockoutLedger: LockoutLedger {
         }
         for row in rows {
             memory.restore(
-                row["name"], MemoryLockoutLedger.Entry(failures: row["failures"], lastFailure: row["last_failure"], lockedUntil: row["locked_until"]))
+                row["name"],
+                MemoryLockoutLedger.Entry(failures: row["failures"], lastFailure: row["last_failure"], lockedUntil: row["locked_until"]))
         }
     }
 

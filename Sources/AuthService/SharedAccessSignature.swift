@@ -66,22 +66,8 @@ public struct SASVerifier: Sendable {
         do {
             let token = try Self.parse(header)
             let key = try await hubs.secrets(hub: hub, name: token.keyName)
-            let message = Data("\(token.rawResource)\n\(token.expiry)".utf8)
-            // Both compared in constant time (swift-crypto's isValidAuthenticationCode), both always,
-            // and against the decoy when there is no such key: the answer and its cost are the same.
-            let primary = HMAC<SHA256>.isValidAuthenticationCode(
-                token.signature, authenticating: message, using: key.map { SymmetricKey(data: Data($0.primary.utf8)) } ?? Self.decoy)
-            let secondary = HMAC<SHA256>.isValidAuthenticationCode(
-                token.signature, authenticating: message, using: key.map { SymmetricKey(data: Data($0.secondary.utf8)) } ?? Self.decoy)
-            guard let key, primary || secondary else {
-                throw ServiceError.unauthenticated("InvalidSignature: The token has an invalid signature.")
-            }
-            guard token.expiry * 1000 > now() else {
-                throw ServiceError.unauthenticated("ExpiredToken: The token is expired (se \(token.expiry)).")
-            }
-            guard Self.covers(audience: Self.normalizedAudience(token.rawResource), resource: resource) else {
-                throw ServiceError.unauthenticated("40104: Invalid authorization token audience.")
-            }
+            try Self.verify(token, primary: key?.primary, secondary: key?.secondary, now: now(), resource: resource)
+            guard let key else { throw ServiceError(.internal, "a token verified without a key") }
             return AuthorizeSasResponse(
                 keyName: token.keyName, rights: key.rights.names, maxInstallations: key.maxInstallations)
         } catch let error as ServiceError where error.code == .unauthenticated {
@@ -95,6 +81,29 @@ public struct SASVerifier: Sendable {
                     retryAfterSeconds: locked.retryAfterSeconds ?? 1)
             }
             throw error
+        }
+    }
+
+    /// Whether `token` is signed with one of the key's two secrets (nil: no such key), unexpired at
+    /// `now` (Unix ms) and meant for `resource`; UNAUTHENTICATED with NH's words otherwise.
+    /// Synchronous and store-free, so the fuzzer drives it with what `parse` lets through.
+    public static func verify(_ token: Token, primary: String?, secondary: String?, now: Int64, resource: String) throws {
+        let message = Data("\(token.rawResource)\n\(token.expiry)".utf8)
+        // Both compared in constant time (swift-crypto's isValidAuthenticationCode), both always,
+        // and against the decoy when there is no such key: the answer and its cost are the same.
+        let first = HMAC<SHA256>.isValidAuthenticationCode(
+            token.signature, authenticating: message, using: primary.map { SymmetricKey(data: Data($0.utf8)) } ?? decoy)
+        let second = HMAC<SHA256>.isValidAuthenticationCode(
+            token.signature, authenticating: message, using: secondary.map { SymmetricKey(data: Data($0.utf8)) } ?? decoy)
+        guard primary != nil, first || second else {
+            throw ServiceError.unauthenticated("InvalidSignature: The token has an invalid signature.")
+        }
+        // `parse` bounds `se` to 9999-12-31 (TimeValue), so this product cannot overflow.
+        guard token.expiry * 1000 > now else {
+            throw ServiceError.unauthenticated("ExpiredToken: The token is expired (se \(token.expiry)).")
+        }
+        guard covers(audience: normalizedAudience(token.rawResource), resource: resource) else {
+            throw ServiceError.unauthenticated("40104: Invalid authorization token audience.")
         }
     }
 

@@ -1,8 +1,3 @@
-import Foundation
-import HeraldModel
-import HeraldProto
-import NIOCore
-
 // libFuzzer targets over the code that parses what clients send and builds what providers get.
 // Built only with HERALD_FUZZ=1 (Package.swift), with -sanitize=fuzzer,address; scripts/fuzz.sh
 // builds and runs them. One binary, the target chosen by HERALD_FUZZ_TARGET:
@@ -14,8 +9,28 @@ import NIOCore
 //   payloads      the APNs/FCM/Web Push JSON and WNS XML built around any text: always parse, text intact
 //   template      NH's template parser and renderer (a body, NUL, the value every property gets):
 //                 a JSON template always renders valid JSON, a well-formed XML one well-formed XML
+//   sas           a SharedAccessSignature header: parsed, then verified against a key at extreme
+//                 clocks; never traps, and nothing but the key's own signature passes
+//   installation  an installation PUT body, NUL, a JSON-Patch, NUL, a property value: what parses
+//                 (or is patched) is valid as a whole, reads back equal, and each template renders
+//                 through dispatch's renderer without trapping
+//   nhheaders     NH send headers (name: value lines), NUL, a body: the edge's header mapping
+//   batch         a $batch Content-Type, NUL, a body: the multipart parser
+//   tagexpr       a tag expression: its canonical text parses to the same tree, and SQLite's
+//                 audience for it equals the in-memory evaluation over a fixed set of devices
 //
 // Any property that does not hold traps, which libFuzzer reports as a crash with the input saved.
+import AuthService
+import Foundation
+import GRDB
+import HTTPTypes
+import HeraldModel
+import HeraldProto
+import NIOCore
+import RegistrationService
+import Synchronization
+
+@testable import DispatchService
 @testable import Edge
 @testable import HeraldRPC
 
@@ -50,12 +65,17 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     case .subscription: FuzzTarget.subscription(bytes)
     case .payloads: FuzzTarget.payloads(bytes)
     case .template: FuzzTarget.template(bytes)
+    case .sas: FuzzTarget.sas(bytes)
+    case .installation: FuzzTarget.installation(bytes)
+    case .nhheaders: FuzzTarget.nhHeaders(bytes)
+    case .batch: FuzzTarget.batch(bytes)
+    case .tagexpr: FuzzTarget.tagExpression(bytes)
     }
     return 0
 }
 
 enum FuzzTarget: String, CaseIterable {
-    case proto, lean, json, subscription, payloads, template
+    case proto, lean, json, subscription, payloads, template, sas, installation, nhheaders, batch, tagexpr
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["HERALD_FUZZ_TARGET"] ?? ""
@@ -163,6 +183,138 @@ enum FuzzTarget: String, CaseIterable {
                 fatalError("an XML template rendered to malformed XML: \(parser.parserError.map { "\($0)" } ?? "")")
             }
         }
+    }
+
+    /// The parts of an input separated by NUL bytes, as text, at most `count` of them.
+    static func parts(_ bytes: [UInt8], _ count: Int) -> [String] {
+        bytes.split(separator: 0, maxSplits: count - 1, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    static func sas(_ bytes: [UInt8]) {
+        let header = String(decoding: bytes, as: UTF8.self)
+        _ = SASVerifier.normalizedAudience(header)
+        _ = SASVerifier.covers(audience: header.lowercased(), resource: header)
+        guard let token = try? SASVerifier.parse(header) else { return }
+        guard token.expiry >= 0, token.expiry <= TimeValue.maxUnixSeconds, token.keyName.utf8.count <= SASVerifier.maxKeyNameLength
+        else { fatalError("parse let through a token out of bounds: se \(token.expiry), skn of \(token.keyName.utf8.count) bytes") }
+        for now in [Int64.min, 0, 1_700_000_000_000, Int64.max] {
+            for key in [nil, "k1"] as [String?] {
+                if (try? SASVerifier.verify(token, primary: key, secondary: key, now: now, resource: "h/hub/installations/x")) != nil {
+                    fatalError("a token the fuzzer made verified")
+                }
+            }
+        }
+    }
+
+    static let hosts = RegistrationRules.PushHosts(wns: ["notify.windows.com"], webPush: ["fcm.googleapis.com"])
+
+    static func installation(_ bytes: [UInt8]) {
+        let parts = parts(bytes, 3)
+        guard let installation = try? Installation.parse(Array(parts[0].utf8), id: "dev-1", hosts: hosts) else { return }
+        check(installation, value: parts.count > 2 ? parts[2] : "v")
+        guard parts.count > 1 else { return }
+        var patched = installation
+        guard (try? patched.apply(patch: Array(parts[1].utf8), hosts: hosts)) != nil else {
+            guard patched == installation else { fatalError("a refused patch changed the installation") }
+            return
+        }
+        check(patched, value: parts.count > 2 ? parts[2] : "v")
+    }
+
+    /// What every stored installation must be: valid as a whole, equal once read back, and each
+    /// template rendered by dispatch either refused or made, never a trap.
+    static func check(_ installation: Installation, value: String) {
+        do {
+            try installation.validate(hosts: hosts)
+        } catch {
+            fatalError("an installation was taken that does not validate: \(error)")
+        }
+        guard let json = try? installation.json(), let back = try? Installation.stored(json) else {
+            fatalError("an installation does not read back")
+        }
+        guard back == installation else { fatalError("an installation reads back different") }
+        let properties = PushTemplate.Properties(["m", "msg", "message", "x", "exp", "p"].map { ($0, value) })
+        for (name, template) in installation.templates {
+            _ = try? TemplateAudience.render(
+                template.wireJSON, name: name, platform: installation.platform, properties, sentAt: 1_700_000_000_000)
+        }
+    }
+
+    static func nhHeaders(_ bytes: [UInt8]) {
+        let parts = parts(bytes, 2)
+        var fields = HTTPFields()
+        for line in parts[0].split(separator: "\n") {
+            guard let colon = line.firstIndex(of: ":"), let name = HTTPField.Name(String(line[..<colon])) else { continue }
+            fields.append(HTTPField(name: name, value: String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)))
+        }
+        let body = Data((parts.count > 1 ? parts[1] : "").utf8)
+        if let payload = try? EdgeRoutes.nhPayload(fields, body: body) {
+            guard (0...PushLimits.maxTTLSeconds).contains(payload.ttlSeconds) else {
+                fatalError("an NH send got ttl \(payload.ttlSeconds) s")
+            }
+            _ = try? PlatformRules.prepare(payload, sentAt: 1_700_000_000_000)
+            _ = try? EdgeRoutes.directHandle(fields, platform: payload.platform)
+        }
+    }
+
+    static func batch(_ bytes: [UInt8]) {
+        let split = bytes.split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false)
+        let contentType = String(decoding: split[0], as: UTF8.self)
+        _ = try? NHBatch.parse(contentType: contentType, body: split.count > 1 ? Array(split[1]) : [])
+    }
+
+    /// Devices with every subset of four tags, in one in-memory registration store.
+    static let alphabet = ["a", "b", "c", "d"]
+    static let audienceStore: (store: SQLiteRegistrationStore, tags: [String: Set<String>]) = {
+        blocking {
+            let store = try! SQLiteRegistrationStore(db: DatabaseQueue())
+            var tags: [String: Set<String>] = [:]
+            for mask in 0..<16 {
+                let chosen = alphabet.enumerated().filter { mask & (1 << $0.offset) != 0 }.map(\.element)
+                let handle = String(format: "%064x", mask + 1)
+                let id = try! await store.createID(owner: "u", handle: handle)
+                try! await store.upsert(owner: "u", id: id, platform: .apns, handle: handle, tags: chosen)
+                tags[id] = Set(chosen + ["username:u"])
+            }
+            return (store, tags)
+        }
+    }()
+
+    static func tagExpression(_ bytes: [UInt8]) {
+        guard let expression = try? TagExpression(String(decoding: bytes, as: UTF8.self)) else { return }
+        guard let again = try? TagExpression(expression.description), again.root == expression.root else {
+            fatalError("the canonical text \(expression.description) does not parse to the same expression")
+        }
+        let (store, tags) = audienceStore
+        let found: Result<[Registration], any Error> = blocking {
+            do {
+                return .success(try await store.audience(expression: expression, platform: .apns, after: "", limit: 100))
+            } catch {
+                return .failure(error)
+            }
+        }
+        switch found {
+        case .failure(let error):
+            fatalError("SQLite refused a valid expression \(expression): \(error)")
+        case .success(let devices):
+            let expected = Set(tags.filter { expression.matches($0.value) }.keys)
+            guard Set(devices.map(\.registrationID)) == expected else {
+                fatalError("SQL and memory disagree on \(expression)")
+            }
+        }
+    }
+
+    /// Runs `body` to completion from the fuzzer's synchronous callback.
+    static func blocking<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
+        let done = DispatchSemaphore(value: 0)
+        let box = Mutex<T?>(nil)
+        Task {
+            let value = await body()
+            box.withLock { $0 = value }
+            done.signal()
+        }
+        done.wait()
+        return box.withLock { $0! }
     }
 
     /// Whether `text` is one of the string values anywhere in `object` (alert text or "From …" forms).
