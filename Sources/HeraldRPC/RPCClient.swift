@@ -346,15 +346,19 @@ public final class RPCClient: Sendable {
             await withTaskGroup(of: Void.self) { group in
                 for replica in replicas {
                     group.addTask {
+                        // A reachable replica is checked failing fast: if it is gone it says so
+                        // at once, and only one connected but slow runs into the deadline. One
+                        // already unreachable is checked waiting for its connection (gRPC
+                        // reconnects for a waiting call), so it is seen again the moment it is
+                        // back; until then its timeouts keep it unreachable.
+                        let reachable = replica.reachable.load(ordering: .relaxed)
                         do {
-                            // Fail fast: a replica that cannot be reached says so at once, and
-                            // only one that is connected but slow runs into the deadline.
                             let answer: HealthCheckResponse = try await self.call(
                                 HealthMethods.check, try self.encode(HealthCheckRequest(service: "")), requestID: nil,
-                                timeout: .seconds(1), failFast: true, on: replica.backend)
+                                timeout: .seconds(1), failFast: reachable, on: replica.backend)
                             replica.checked(serving: answer.status == .serving)
                         } catch let error as ServiceError where error.code == .deadlineExceeded {
-                            replica.unanswered()
+                            if reachable { replica.unanswered() }
                         } catch is LeanClient.NotSent {
                             replica.unreachable()
                         } catch let error as ServiceError where error.code == .unavailable {
