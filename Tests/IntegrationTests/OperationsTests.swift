@@ -204,7 +204,10 @@ struct OperationsTests {
                     // This test wants every request queued behind the hash threads: no login gate.
                     "--max-pending-logins", "10000", "--max-login-wait-ms", "600000",
                 ]
-                configuration.extraArguments["edge"] = ["--drain-timeout-ms", "20000", "--rpc-timeout-ms", "60000"]
+                // Signalled once every head is read, all ~200 requests are still waiting on a hash:
+                // on CI's loaded two cores that took 20 s once. The drain timeout is the promise
+                // under test, not the machine's speed, so it is set well above that.
+                configuration.extraArguments["edge"] = ["--drain-timeout-ms", "90000", "--rpc-timeout-ms", "90000"]
             }
         ) { live in
             var httpConfiguration = HTTPClient.Configuration()
@@ -222,7 +225,7 @@ struct OperationsTests {
                             var request = HTTPClientRequest(url: url)
                             request.method = .POST
                             request.headers.add(name: "Authorization", value: authorization)
-                            let response = try await http.execute(request, timeout: .seconds(60))
+                            let response = try await http.execute(request, timeout: .seconds(120))
                             _ = try await response.body.collect(upTo: 1 << 20)
                             return (Int(response.status.code), terminated.at != nil)
                         }
@@ -252,11 +255,12 @@ struct OperationsTests {
                 #expect(afterSignal > 0, "no request was still in flight at SIGTERM, so the drain was not tested")
                 print("drain under load: \(afterSignal) of 200 requests completed after SIGTERM")
 
-                let exited = await eventually(.seconds(30)) { await !live.stack.exitStatuses(of: "edge").isEmpty }
+                let exited = await eventually(.seconds(100)) { await !live.stack.exitStatuses(of: "edge").isEmpty }
                 #expect(exited)
                 #expect(await live.stack.exitStatuses(of: "edge").first == 0)
                 let drained = ContinuousClock.now - (terminated.at ?? .now)
-                #expect(drained < .seconds(20), "the edge took \(drained) to exit")
+                #expect(drained < .seconds(90), "the edge took \(drained) to exit")
+                print("drain under load: the edge exited \(drained) after SIGTERM")
                 try await http.shutdown()
             } catch {
                 try? await http.shutdown()
