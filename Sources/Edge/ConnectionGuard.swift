@@ -158,12 +158,9 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         quiesceHeld = true
-        let due = NIODeadline.now() + drainIdleGrace
-        if let deadline, deadline <= due { return }  // its header deadline comes first and closes it
-        deadline = due
-        awaited = "request head (draining)"
-        if let checkAt, checkAt <= due { return }
-        schedule(context, at: due)
+        // Its header deadline, when it comes first, closes it anyway.
+        if let deadline, deadline <= NIODeadline.now() + drainIdleGrace { return }
+        arm(context, drainIdleGrace, "request head (draining)")
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
