@@ -288,7 +288,7 @@ struct ConsoleTests {
             // A template send with properties: the installation's template rendered, as NH does. Then 62
             // pushes in all: bob's alert, the template, and the secure push to alice's 60 devices.
             _ = try await RPCClient.with(
-                socketPath: live.configuration.socketPath("registration"), transport: live.configuration.rpcTransport
+                socketPath: live.configuration.socketPath("registration"), transport: live.configuration.rpcTransport, timeout: .testRPC
             ) {
                 client in
                 let json =

@@ -61,7 +61,7 @@ struct CrashRecoveryTests {
             #expect(Int64(Date().timeIntervalSince1970 * 1000) < base, "scheduling took longer than the 20 s lead")
             // Every tenth is cancelled before its time, the earliest first.
             let cancelled = Set(stride(from: 0, to: sends, by: 10))
-            try await RPCClient.with(socketPath: dispatch) { client in
+            try await RPCClient.with(socketPath: dispatch, timeout: .testRPC) { client in
                 for n in cancelled.sorted() {
                     let outcome = try await DispatchServiceClient(client).cancelScheduled(CancelScheduledRequest(notificationID: ids[n]!))
                     #expect(outcome.state == .cancelled)
@@ -182,7 +182,8 @@ struct CrashRecoveryTests {
         var outcomes: [Outcome] = []
         let deadline = ContinuousClock.now + .seconds(120)
         repeat {
-            outcomes = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport) { client in
+            outcomes = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .testRPC) {
+                client in
                 var all: [Outcome] = []
                 for id in ids { all.append(try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))) }
                 return all
@@ -198,7 +199,7 @@ struct CrashRecoveryTests {
 
         // The outbox's records against what APNs saw.
         var records: [String: DeliveryRecord] = [:]
-        try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport) { client in
+        try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .testRPC) { client in
             for id in ids {
                 for record in try await DispatchServiceClient(client).listDeliveries(ListDeliveriesRequest(notificationID: id)).deliveries {
                     records[record.messageID] = record

@@ -60,13 +60,17 @@ struct PushDeliveryTests {
     }
 
     static func deliveries(_ live: LiveStack, _ id: String) async throws -> [DeliveryRecord] {
-        try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport) {
+        try await RPCClient.with(
+            socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport, timeout: .testRPC
+        ) {
             try await DispatchServiceClient($0).listDeliveries(ListDeliveriesRequest(notificationID: id, limit: 1000)).deliveries
         }
     }
 
     static func registrations(_ live: LiveStack, of owner: String) async throws -> [Registration] {
-        try await RPCClient.with(socketPath: live.configuration.socketPath("registration"), transport: live.configuration.rpcTransport) {
+        try await RPCClient.with(
+            socketPath: live.configuration.socketPath("registration"), transport: live.configuration.rpcTransport, timeout: .testRPC
+        ) {
             try await RegistrationServiceClient($0).listRegistrations(ListRegistrationsRequest(owner: owner)).registrations
         }
     }
@@ -324,7 +328,7 @@ struct PushDeliveryTests {
             try await live.register("kim", platform: "browser", handle: BrowserSubscription(endpoint: "\(url)/push/kim-1").handle)
             let before = Int64(Date().timeIntervalSince1970)
             let sent = try await RPCClient.with(
-                socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport
+                socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport, timeout: .testRPC
             ) {
                 try await DispatchServiceClient($0).send(
                     SendRequest(
@@ -361,7 +365,7 @@ struct PushDeliveryTests {
             // Over the limits: refused at Send, before anything is committed.
             await #expect {
                 _ = try await RPCClient.with(
-                    socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport
+                    socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport, timeout: .testRPC
                 ) {
                     try await DispatchServiceClient($0).send(
                         SendRequest(

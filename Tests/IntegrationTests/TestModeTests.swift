@@ -85,7 +85,8 @@ struct TestModeTests {
             }
             for service in ["auth", "registration", "payload", "dispatch"] {
                 let error = await #expect(throws: ServiceError.self) {
-                    try await RPCClient.with(socketPath: live.configuration.socketPath(service), transport: .lean) { client in
+                    try await RPCClient.with(socketPath: live.configuration.socketPath(service), transport: .lean, timeout: .testRPC) {
+                        client in
                         switch service {
                         case "auth": _ = try await AuthServiceClient(client).resetForTests(ResetForTestsRequest())
                         case "registration": _ = try await RegistrationServiceClient(client).resetForTests(ResetForTestsRequest())
