@@ -42,7 +42,7 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func authenticate(_ request: AuthenticateRequest, context: RPCContext) async throws -> AuthenticateResponse {
-        var answer = try await authenticator.authenticate(request.authorization)
+        var answer = try await authenticator.authenticate(request.authorization, from: request.clientAddress)
         guard !request.hub.isEmpty else { return answer }
         // Tutorial mode keeps "Notify users": anyone may notify anyone.
         let granted = try await hubs.rights(hub: request.hub, user: answer.user)
@@ -51,7 +51,7 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func issueToken(_ request: IssueTokenRequest, context: RPCContext) async throws -> IssueTokenResponse {
-        let issued = try await authenticator.issueToken(request.authorization)
+        let issued = try await authenticator.issueToken(request.authorization, from: request.clientAddress)
         context.logger.info("token issued", metadata: ["herald.user": "\(issued.user)"])
         return issued
     }

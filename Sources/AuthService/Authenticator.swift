@@ -159,11 +159,12 @@ public final class Authenticator: Sendable {
         if mode == .accounts { gate.record(hashDuration: ContinuousClock.now - started) }
     }
 
-    /// The principal named by `header`, or UNAUTHENTICATED saying what is wrong.
-    public func authenticate(_ header: String) async throws -> AuthenticateResponse {
+    /// The principal named by `header`, or UNAUTHENTICATED saying what is wrong; `source` is the
+    /// caller's address ("" when unknown), which shares out password hashing (``LoginGate``).
+    public func authenticate(_ header: String, from source: String = "") async throws -> AuthenticateResponse {
         switch try Credentials.parse(header) {
         case .basic(let user, let password):
-            try await checkPassword(user: user, password: password)
+            try await checkPassword(user: user, password: password, source: source)
             return AuthenticateResponse(user: user, scheme: "basic", cacheUntilUnixMs: cacheUntil())
         case .bearer(let token):
             guard let live = try await store.tokenUser(hash: Self.tokenHash(token)) else {
@@ -180,11 +181,11 @@ public final class Authenticator: Sendable {
     }
 
     /// A new bearer token for the user named by Basic credentials in `header`.
-    public func issueToken(_ header: String) async throws -> IssueTokenResponse {
+    public func issueToken(_ header: String, from source: String = "") async throws -> IssueTokenResponse {
         guard case .basic(let user, let password) = try Credentials.parse(header) else {
             throw ServiceError.unauthenticated("a token is issued for Basic credentials (user name and password)")
         }
-        try await checkPassword(user: user, password: password)
+        try await checkPassword(user: user, password: password, source: source)
         var bytes = [UInt8](repeating: 0, count: 32)
         var generator = SystemRandomNumberGenerator()
         for index in bytes.indices { bytes[index] = generator.next() }
@@ -237,8 +238,9 @@ public final class Authenticator: Sendable {
 
     // MARK: passwords
 
-    /// Checks one user name and password against the mode's rule, through the throttle.
-    func checkPassword(user: String, password: String) async throws {
+    /// Checks one user name and password against the mode's rule, through the throttle; `source`
+    /// is the caller's address, for ``LoginGate``'s share per source.
+    func checkPassword(user: String, password: String, source: String) async throws {
         try await throttle.check(user)
         let valid: Bool
         switch mode {
@@ -260,20 +262,21 @@ public final class Authenticator: Sendable {
             } else {
                 let stored = try await store.passwordHash(of: user)
                 let encoded = stored ?? decoyHash
-                try gate.enter()
+                let ticket = try gate.enter(from: source)
                 let matches: Bool
                 let hashDuration: Duration
                 do {
-                    (matches, hashDuration) = try await hashingPool.runIfActive { [hasher] in
+                    (matches, hashDuration) = try await hashingPool.runIfActive { [hasher, gate] in
+                        try gate.starting(ticket)
                         let started = ContinuousClock.now
                         return (hasher.verify(password, against: encoded), ContinuousClock.now - started)
                     }
                 } catch {
-                    gate.leave(failed: false)
+                    gate.leave(ticket, failed: false)
                     throw error
                 }
                 valid = matches && stored != nil
-                gate.leave(failed: !valid, hashDuration: hashDuration)
+                gate.leave(ticket, failed: !valid, hashDuration: hashDuration)
                 if valid, cacheTTL > 0 {
                     cache.withLock { entries in
                         if entries.count > 10_000 { entries = entries.filter { $0.value.expires > now } }

@@ -213,14 +213,24 @@ public final class SQLiteLockoutLedger: LockoutLedger {
 ///
 /// Each hash holds a thread for a third of a second. Without a bound, a spray of logins with many
 /// different names (which ``LoginThrottle``'s per-name count does not slow) queues behind the hash
-/// threads, and a real user's login waits past the edge's deadline (503). Two bounds instead:
+/// threads, and a real user's login waits past the edge's deadline (503). Three bounds instead:
 /// - at most `maxPending` hashes run or wait at once, and no more than would finish within
 ///   `maxWait` at the hash time measured so far on `threads` threads (so a loaded machine, where
 ///   each hash takes longer, queues fewer); the next is refused at once with RESOURCE_EXHAUSTED
-///   "… retry after 1 s" (429 with `Retry-After` at the edge);
+///   "… retry after 1 s" (429 with `Retry-After` at the edge). A login admitted but still waiting
+///   for a thread when `maxWait` has passed (the machine slowed down after it was admitted) is
+///   refused the same way when its turn comes, instead of answering after the caller's deadline;
 /// - a global budget of `failureBudget` failed logins per minute, across every name (a token
 ///   bucket); while it is spent, logins that need a hash are refused until it refills. Cached
-///   credentials and bearer tokens need no hash and keep working.
+///   credentials and bearer tokens need no hash and keep working;
+/// - a fair share per source address (the edge passes the caller's): one address holds at most
+///   half of the slots the two rules above allow, and spends at most half of the budget, so a
+///   spray from one source leaves the other half to everyone else. The empty address (callers
+///   that are not the edge, which reach auth's socket and are trusted) is not shared out. At most
+///   `maxSources` addresses are tracked; past that, idle ones are forgotten, and a newcomer that
+///   still finds no room is counted with the unnamed source.
+///
+/// None of these depends on the user name, so neither status nor timing tells whether it exists.
 public final class LoginGate: Sendable {
     public let maxPending: Int
     public let failureBudget: Int
@@ -228,6 +238,8 @@ public final class LoginGate: Sendable {
     public let maxWait: Double
     /// Hashing threads (the pool's size).
     public let threads: Int
+    /// Most source addresses tracked at once.
+    public let maxSources: Int
     private let now: @Sendable () -> Int64
     private let state: Mutex<State>
 
@@ -237,45 +249,93 @@ public final class LoginGate: Sendable {
         var refilledAt: Int64
         /// Moving average of one hash's duration in milliseconds; 0 until the first is measured.
         var hashMillis: Double = 0
+        var sources: [String: Source] = [:]
+        /// When idle sources were last swept (a sweep reads them all: at most once a second).
+        var sweptAt: Int64?
+    }
+
+    /// One address's share: its hashes in progress and its own failed-login bucket.
+    struct Source {
+        var pending = 0
+        var tokens: Double
+        var refilledAt: Int64
+    }
+
+    /// A slot taken by ``enter(from:)``; give it back with ``leave(_:failed:hashDuration:)``.
+    public struct Ticket: Sendable {
+        /// The source it is counted against; "" when not shared out.
+        public let source: String
+        public let admitted: ContinuousClock.Instant
     }
 
     public init(
         maxPending: Int, failureBudgetPerMinute: Int, maxWaitMilliseconds: Int = 2000,
-        threads: Int = System.coreCount, now: @escaping @Sendable () -> Int64 = unixMillis
+        threads: Int = System.coreCount, maxSources: Int = 10_000, now: @escaping @Sendable () -> Int64 = unixMillis
     ) {
         self.maxPending = max(1, maxPending)
         self.failureBudget = max(1, failureBudgetPerMinute)
         self.maxWait = Double(max(1, maxWaitMilliseconds))
         self.threads = max(1, threads)
+        self.maxSources = max(1, maxSources)
         self.now = now
         self.state = Mutex(State(tokens: Double(max(1, failureBudgetPerMinute)), refilledAt: now()))
     }
 
-    /// Takes a hashing slot or throws RESOURCE_EXHAUSTED; pair every success with ``leave(failed:)``.
-    public func enter() throws {
+    /// One source's share of the failed-login budget per minute.
+    var sourceBudget: Double { Double(max(1, failureBudget / 2)) }
+
+    /// Takes a hashing slot for a login from `source` (the caller's address; "" for none) or throws
+    /// RESOURCE_EXHAUSTED; pair every success with ``leave(_:failed:hashDuration:)``.
+    @discardableResult
+    public func enter(from source: String = "") throws -> Ticket {
         let now = self.now()
-        let refusal: ServiceError? = state.withLock { state in
+        let admitted: Result<String, ServiceError> = state.withLock { state in
             refill(&state, now)
             if state.tokens < 1 {
-                let wait = Int64(((1 - state.tokens) * 60_000 / Double(failureBudget)).rounded(.up))
-                let seconds = Int(max(1, (wait + 999) / 1000))
-                return .resourceExhausted(
-                    "too many failed logins on this server; retry after \(seconds) s", retryAfterSeconds: seconds)
+                return .failure(Self.budgetSpent(missing: 1 - state.tokens, perMinute: Double(failureBudget), "on this server"))
             }
-            // Rounds of hashing before this one would finish, if every thread works the queue.
-            let rounds = Double((state.pending + threads) / threads)
-            guard state.pending < maxPending, state.pending < threads || rounds * state.hashMillis <= maxWait else {
-                return .resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+            // How many may run or wait at once and still all finish within maxWait.
+            let fit = state.hashMillis > 0 ? max(threads, Int(min(maxWait / state.hashMillis, 1e6)) * threads) : maxPending
+            let capacity = min(maxPending, fit)
+            let busy = ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+            guard state.pending < capacity else { return .failure(busy) }
+            // An address is at most 45 characters (IPv6 with IPv4 inside); a longer one is not the edge's.
+            let key = source.isEmpty || source.utf8.count > 64 ? "" : track(source, in: &state, now)
+            if !key.isEmpty {
+                var entry = state.sources[key]!
+                Self.refill(&entry, now, budget: sourceBudget)
+                if entry.tokens < 1 {
+                    state.sources[key] = entry
+                    return .failure(Self.budgetSpent(missing: 1 - entry.tokens, perMinute: sourceBudget, "from this address"))
+                }
+                guard entry.pending < max(1, capacity / 2) else {
+                    state.sources[key] = entry
+                    return .failure(busy)
+                }
+                entry.pending += 1
+                state.sources[key] = entry
             }
             state.pending += 1
-            return nil
+            return .success(key)
         }
-        if let refusal { throw refusal }
+        switch admitted {
+        case .success(let key): return Ticket(source: key, admitted: .now)
+        case .failure(let refusal): throw refusal
+        }
     }
 
-    /// Gives the slot back; a failed login spends one unit of the global budget. `hashDuration`
-    /// (when a hash ran) feeds the wait estimate.
-    public func leave(failed: Bool, hashDuration: Duration? = nil) {
+    /// Called on the hashing thread just before the hash: refuses (as a full gate does) a login
+    /// that waited for its thread longer than `maxWait`, whose caller is likely about to give up.
+    /// The slot is still the caller's to give back.
+    public func starting(_ ticket: Ticket) throws {
+        guard ContinuousClock.now - ticket.admitted <= .milliseconds(Int64(maxWait)) else {
+            throw ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+        }
+    }
+
+    /// Gives the slot back; a failed login spends one unit of the global budget and of its
+    /// source's. `hashDuration` (when a hash ran) feeds the wait estimate.
+    public func leave(_ ticket: Ticket, failed: Bool, hashDuration: Duration? = nil) {
         let now = self.now()
         state.withLock { state in
             state.pending -= 1
@@ -284,12 +344,44 @@ public final class LoginGate: Sendable {
                 refill(&state, now)
                 state.tokens -= 1
             }
+            guard !ticket.source.isEmpty, var entry = state.sources[ticket.source] else { return }
+            entry.pending -= 1
+            Self.refill(&entry, now, budget: sourceBudget)
+            if failed { entry.tokens -= 1 }
+            state.sources[ticket.source] = entry.pending == 0 && entry.tokens >= sourceBudget ? nil : entry
         }
     }
 
     /// Feeds one measured hash into the wait estimate (also the decoy hash made at start).
     public func record(hashDuration: Duration) {
         state.withLock { Self.record(hashDuration, in: &$0) }
+    }
+
+    /// Sources tracked now (for tests and the bound's proof).
+    public var trackedSources: Int { state.withLock { $0.sources.count } }
+
+    /// The key `source` is counted under: itself (tracked from now on if new), or "" when
+    /// `maxSources` are tracked and none of them is idle.
+    private func track(_ source: String, in state: inout State, _ now: Int64) -> String {
+        if state.sources[source] != nil { return source }
+        if state.sources.count >= maxSources, state.sweptAt.map({ now - $0 >= 1000 }) ?? true {
+            state.sweptAt = now
+            let budget = sourceBudget
+            state.sources = state.sources.filter { _, entry in
+                var entry = entry
+                Self.refill(&entry, now, budget: budget)
+                return entry.pending > 0 || entry.tokens < budget
+            }
+        }
+        guard state.sources.count < maxSources else { return "" }
+        state.sources[source] = Source(tokens: sourceBudget, refilledAt: now)
+        return source
+    }
+
+    private static func budgetSpent(missing: Double, perMinute: Double, _ scope: String) -> ServiceError {
+        let wait = Int64((missing * 60_000 / perMinute).rounded(.up))
+        let seconds = Int(max(1, (wait + 999) / 1000))
+        return .resourceExhausted("too many failed logins \(scope); retry after \(seconds) s", retryAfterSeconds: seconds)
     }
 
     private static func record(_ duration: Duration, in state: inout State) {
@@ -301,5 +393,11 @@ public final class LoginGate: Sendable {
         let elapsed = max(0, now - state.refilledAt)
         state.tokens = min(Double(failureBudget), state.tokens + Double(elapsed) * Double(failureBudget) / 60_000)
         state.refilledAt = now
+    }
+
+    private static func refill(_ source: inout Source, _ now: Int64, budget: Double) {
+        let elapsed = max(0, now - source.refilledAt)
+        source.tokens = min(budget, source.tokens + Double(elapsed) * budget / 60_000)
+        source.refilledAt = now
     }
 }

@@ -311,7 +311,9 @@ public struct EdgeRoutes: Sendable {
     /// The caller's user name (one auth RPC, unless a verdict is reused), and the request id to
     /// carry on every further call.
     func authenticate(_ request: Request, _ context: EdgeRequestContext) async throws -> (user: String, requestID: String) {
-        let principal = try await verdict(AuthenticateRequest(authorization: try Self.authorization(request)), requestID: context.requestID)
+        let principal = try await verdict(
+            AuthenticateRequest(authorization: try Self.authorization(request), clientAddress: context.remoteIP),
+            requestID: context.requestID)
         return (principal.user, context.requestID)
     }
 
@@ -319,7 +321,8 @@ public struct EdgeRoutes: Sendable {
     /// that send; the others ask for the user only, which spares herald-auth a read.
     func principal(_ request: Request, _ context: EdgeRequestContext) async throws -> AuthenticateResponse {
         try await verdict(
-            AuthenticateRequest(authorization: try Self.authorization(request), hub: Names.defaultHub), requestID: context.requestID)
+            AuthenticateRequest(authorization: try Self.authorization(request), hub: Names.defaultHub, clientAddress: context.remoteIP),
+            requestID: context.requestID)
     }
 
     /// auth's answer to `request`: reused from ``verdicts`` while it holds, else asked for (and

@@ -127,7 +127,8 @@ extension EdgeRoutes {
     func issueToken(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let requestID = context.requestID
         let header = try Self.authorization(request, missing: "missing Authorization header: send Basic credentials")
-        let issued = try await auth.issueToken(IssueTokenRequest(authorization: header), requestID: requestID)
+        let issued = try await auth.issueToken(
+            IssueTokenRequest(authorization: header, clientAddress: context.remoteIP), requestID: requestID)
         let expiresIn = max(0, (issued.expiresAtUnixMs - unixMillis()) / 1000)
         var response = try Self.json(TokenBody(accessToken: issued.token, expiresIn: expiresIn, user: issued.user))
         response.headers[.cacheControl] = "no-store"

@@ -39,20 +39,19 @@ struct LoginGateTests {
     func loginGateBound() throws {
         let clock = ManualClock()
         let gate = LoginGate(maxPending: 2, failureBudgetPerMinute: 100, now: clock.function)
-        try gate.enter()
+        let first = try gate.enter()
         try gate.enter()
         #expect(throws: ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)) {
             try gate.enter()
         }
-        gate.leave(failed: false)
+        gate.leave(first, failed: false)
         try gate.enter()
     }
 
     @Test("the login gate queues fewer when hashes are slow: no login waits past its bound")
     func loginGateWait() throws {
         let gate = LoginGate(maxPending: 100, failureBudgetPerMinute: 1000, maxWaitMilliseconds: 2000, threads: 2)
-        try gate.enter()
-        gate.leave(failed: false, hashDuration: .milliseconds(900))  // a loaded machine: 0.9 s a hash
+        gate.leave(try gate.enter(), failed: false, hashDuration: .milliseconds(900))  // a loaded machine: 0.9 s a hash
         // Two run at once, two more finish in a second round (1.8 s); a fifth would take 2.7 s.
         for _ in 0..<4 { try gate.enter() }
         #expect(throws: ServiceError.self) { try gate.enter() }
@@ -62,16 +61,72 @@ struct LoginGateTests {
     func loginGateBudget() throws {
         let clock = ManualClock()
         let gate = LoginGate(maxPending: 100, failureBudgetPerMinute: 6, now: clock.function)
-        for _ in 0..<6 {
-            try gate.enter()
-            gate.leave(failed: true)
-        }
+        for _ in 0..<6 { gate.leave(try gate.enter(), failed: true) }
         #expect(throws: ServiceError.resourceExhausted("too many failed logins on this server; retry after 10 s", retryAfterSeconds: 10)) {
             try gate.enter()
         }
         clock.advance(seconds: 10)
-        try gate.enter()
-        gate.leave(failed: false)
+        gate.leave(try gate.enter(), failed: false)
+    }
+
+    @Test("one source holds at most half of the slots: a spray from one address leaves room for another")
+    func loginGateShare() throws {
+        let clock = ManualClock()
+        let gate = LoginGate(maxPending: 8, failureBudgetPerMinute: 1000, threads: 2, now: clock.function)
+        var sprayer: [LoginGate.Ticket] = []
+        for _ in 0..<4 { sprayer.append(try gate.enter(from: "203.0.113.9")) }
+        #expect(throws: ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)) {
+            try gate.enter(from: "203.0.113.9")
+        }
+        // Another address still gets in, up to the rest of the gate.
+        for _ in 0..<4 { try gate.enter(from: "198.51.100.7") }
+        #expect(throws: ServiceError.self) { try gate.enter(from: "192.0.2.1") }
+        gate.leave(sprayer.removeLast(), failed: true)
+        try gate.enter(from: "192.0.2.1")
+    }
+
+    @Test("one source spends at most half of the failed-login budget; the others keep the rest")
+    func loginGateSourceBudget() throws {
+        let clock = ManualClock()
+        let gate = LoginGate(maxPending: 100, failureBudgetPerMinute: 10, now: clock.function)
+        for _ in 0..<5 { gate.leave(try gate.enter(from: "203.0.113.9"), failed: true) }
+        #expect(
+            throws: ServiceError.resourceExhausted("too many failed logins from this address; retry after 12 s", retryAfterSeconds: 12)
+        ) {
+            try gate.enter(from: "203.0.113.9")
+        }
+        gate.leave(try gate.enter(from: "198.51.100.7"), failed: false)
+        clock.advance(seconds: 12)
+        gate.leave(try gate.enter(from: "203.0.113.9"), failed: false)
+    }
+
+    @Test("sources tracked are bounded: past maxSources idle ones are forgotten, the rest share the unnamed source")
+    func loginGateSourcesBounded() throws {
+        let clock = ManualClock()
+        let gate = LoginGate(maxPending: 10_000, failureBudgetPerMinute: 1_000_000, maxSources: 100, now: clock.function)
+        // 100 addresses each with a failure to remember, then 1,000 more.
+        for n in 0..<100 { gate.leave(try gate.enter(from: "10.0.0.\(n)"), failed: true) }
+        for n in 0..<1000 { gate.leave(try gate.enter(from: "10.1.\(n / 256).\(n % 256)"), failed: false) }
+        #expect(gate.trackedSources <= 100)
+        // A minute later the first ones are refilled and idle: swept to make room.
+        clock.advance(seconds: 61)
+        let ticket = try gate.enter(from: "10.2.0.1")
+        #expect(ticket.source == "10.2.0.1")
+        #expect(gate.trackedSources <= 100)
+        // A source of no address's length is not tracked.
+        #expect(try gate.enter(from: String(repeating: "x", count: 1000)).source == "")
+    }
+
+    @Test("a login admitted but left waiting past maxWait is refused when its turn comes, not answered late")
+    func loginGateStaleStart() async throws {
+        let gate = LoginGate(maxPending: 8, failureBudgetPerMinute: 100, maxWaitMilliseconds: 50)
+        let ticket = try gate.enter(from: "203.0.113.9")
+        try gate.starting(ticket)
+        try await Task.sleep(for: .milliseconds(80))
+        #expect(throws: ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)) {
+            try gate.starting(ticket)
+        }
+        gate.leave(ticket, failed: false)
     }
 
     @Test("a spray of logins with unknown names is refused at once past the bound; a cached login still works")

@@ -5,6 +5,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -116,6 +117,87 @@ struct HostileClientTests {
                 try await Task.sleep(for: .seconds(wait))
             }
             #expect(status == 200)
+        }
+    }
+
+    @Test("a spray from one address leaves room for another: users logging in from a second address get in")
+    func sprayShare() async throws {
+        let users = ["alice", "bob", "carol"]
+        try await LiveStack.with(
+            auth: .accounts, users: users,
+            configure: { $0.extraArguments["auth"] = ["--password-hash-log-n", "15"] }
+        ) { live in
+            let edge = live.edge
+            final class Counters: Sendable {
+                let stop = Atomic<Bool>(false)
+                let refused = Atomic<Int>(0)
+            }
+            let counters = Counters()
+            // 16 clients on 127.0.0.1 send logins with unknown names back to back until told to stop:
+            // the gate stays full, and every refused one is at once replaced by another.
+            let spray = Task {
+                try await withThrowingTaskGroup(of: [Int].self) { group in
+                    for client in 0..<16 {
+                        group.addTask {
+                            var statuses: [Int] = []
+                            var index = 0
+                            while !counters.stop.load(ordering: .relaxed) {
+                                index += 1
+                                let reply = try await edge.request(
+                                    "POST", "/api/register", authorization: EdgeClient.basic("spray\(client)-\(index)", "guess"))
+                                statuses.append(reply.status)
+                                if reply.status == 429 { counters.refused.add(1, ordering: .relaxed) }
+                            }
+                            return statuses
+                        }
+                    }
+                    return try await group.reduce(into: [Int]()) { $0 += $1 }
+                }
+            }
+            let deadline = ContinuousClock.now + .seconds(20)
+            while counters.refused.load(ordering: .relaxed) < 16, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(counters.refused.load(ordering: .relaxed) >= 16, "the spray never filled the gate")
+            // Each user, from 127.0.0.2, while the spray goes on: in at once. Under a machine
+            // that slows down meanwhile, the gate shrinks under the slots the sprayer already holds,
+            // so a user may need another try after Retry-After; without the share per address the
+            // sprayer holds every slot and no user gets in at the first try.
+            var inAt: [String: Int] = [:]
+            for user in users {
+                let header = EdgeClient.basic(user, EdgeClient.password(of: user, in: .accounts))
+                for attempt in 1...4 {
+                    let answer = try await Self.rawLogin(live, header: header, from: "127.0.0.2")
+                    if answer.hasPrefix("HTTP/1.1 200") {
+                        inAt[user] = attempt
+                        break
+                    }
+                    #expect(answer.hasPrefix("HTTP/1.1 429"), "\(answer.prefix(200))")
+                    try await Task.sleep(for: .seconds(1))
+                }
+            }
+            counters.stop.store(true, ordering: .relaxed)
+            let statuses = try await spray.value
+            print("spray share: \(statuses.count) spray logins (\(statuses.filter { $0 == 429 }.count) refused), in at try \(inAt)")
+            #expect(statuses.allSatisfy { $0 == 401 || $0 == 429 }, "\(Set(statuses))")
+            #expect(inAt.count == users.count, "\(inAt)")
+            #expect(inAt.values.contains(1), "\(inAt)")
+        }
+    }
+
+    /// `POST /api/register` with `header` from the local address `source`; the whole answer.
+    static func rawLogin(_ live: LiveStack, header: String, from source: String) async throws -> String {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread {
+                continuation.resume(
+                    with: Result {
+                        let connection = try RawConnection(url: live.edge.base.absoluteString, source: source)
+                        try connection.send(
+                            "POST /api/register HTTP/1.1\r\nHost: herald\r\nAuthorization: \(header)\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        )
+                        return connection.readUntilClosed(timeout: .seconds(30))
+                    })
+            }.start()
         }
     }
 
@@ -245,9 +327,20 @@ struct HostileClientTests {
 final class RawConnection: @unchecked Sendable {
     let fd: Int32
 
-    init(url: String) throws {
+    /// `source`: the local address to connect from (any of 127.0.0.0/8 reaches the edge on
+    /// loopback), so that a test can be two clients.
+    init(url: String, source: String? = nil) throws {
         let address = try #require(URL(string: url.trimmingCharacters(in: .whitespacesAndNewlines)))
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0 else { throw StackError(description: "bind \(source) failed: errno \(errno)") }
+        }
         var sin = sockaddr_in()
         sin.sin_family = sa_family_t(AF_INET)
         sin.sin_port = in_port_t(UInt16(try #require(address.port)).bigEndian)

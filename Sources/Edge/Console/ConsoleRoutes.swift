@@ -186,7 +186,8 @@ extension EdgeRoutes {
         let issued: IssueTokenResponse
         do {
             issued = try await auth.issueToken(
-                IssueTokenRequest(authorization: try Self.text(basic, "password")), requestID: context.requestID)
+                IssueTokenRequest(authorization: try Self.text(basic, "password"), clientAddress: context.remoteIP),
+                requestID: context.requestID)
         } catch let error as ServiceError where error.code == .unauthenticated {
             return signInPage(request, message: "Wrong user name or password.", user: user, status: .unauthorized)
         } catch let error as ServiceError where error.code == .resourceExhausted {

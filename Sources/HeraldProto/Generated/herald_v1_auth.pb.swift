@@ -10,15 +10,22 @@ public struct AuthenticateRequest: HeraldMessage {
     /// The hub whose rights to answer ("default" for the tutorial's routes and /v1). Empty: the rights
     /// are not read (one SQLite read saved on every request that only needs the user).
     public var hub: String
+    /// The caller's IP address as the edge saw it. Logins that need a password hash are shared out
+    /// per address: one address holds at most half of the hashing slots and spends at most half of
+    /// the failed-login budget, so a spray from one source never starves the others. Empty: callers
+    /// that are not the edge share one unnamed source.
+    public var clientAddress: String
 
-    public init(authorization: String = "", hub: String = "") {
+    public init(authorization: String = "", hub: String = "", clientAddress: String = "") {
         self.authorization = authorization
         self.hub = hub
+        self.clientAddress = clientAddress
     }
 
     public init() {
         self.authorization = ""
         self.hub = ""
+        self.clientAddress = ""
     }
 
     public static let protoName = "herald.v1.AuthenticateRequest"
@@ -39,6 +46,7 @@ extension AuthenticateRequest: CBacked {
         let m = pointer.pointee
         self.authorization = CBridge.string(m.authorization)
         self.hub = CBridge.string(m.hub)
+        self.clientAddress = CBridge.string(m.client_address)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -46,6 +54,7 @@ extension AuthenticateRequest: CBacked {
         herald__v1__authenticate_request__init(p)
         p.pointee.authorization = try arena.string(self.authorization, field: "herald.v1.AuthenticateRequest.authorization")
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.AuthenticateRequest.hub")
+        p.pointee.client_address = try arena.string(self.clientAddress, field: "herald.v1.AuthenticateRequest.client_address")
         return p
     }
 
@@ -138,13 +147,17 @@ extension AuthenticateResponse: CBacked {
 public struct IssueTokenRequest: HeraldMessage {
     /// A Basic Authorization header value. Never logged.
     public var authorization: String
+    /// The caller's IP address as the edge saw it; as AuthenticateRequest.client_address.
+    public var clientAddress: String
 
-    public init(authorization: String = "") {
+    public init(authorization: String = "", clientAddress: String = "") {
         self.authorization = authorization
+        self.clientAddress = clientAddress
     }
 
     public init() {
         self.authorization = ""
+        self.clientAddress = ""
     }
 
     public static let protoName = "herald.v1.IssueTokenRequest"
@@ -164,12 +177,14 @@ extension IssueTokenRequest: CBacked {
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.authorization = CBridge.string(m.authorization)
+        self.clientAddress = CBridge.string(m.client_address)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
         let p = arena.allocate(CType.self)
         herald__v1__issue_token_request__init(p)
         p.pointee.authorization = try arena.string(self.authorization, field: "herald.v1.IssueTokenRequest.authorization")
+        p.pointee.client_address = try arena.string(self.clientAddress, field: "herald.v1.IssueTokenRequest.client_address")
         return p
     }
 

@@ -1627,7 +1627,7 @@ void   herald__v1__set_hub_limits_request__free_unpacked
   assert(message->base.descriptor == &herald__v1__set_hub_limits_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor herald__v1__authenticate_request__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__authenticate_request__field_descriptors[3] =
 {
   {
     "authorization",
@@ -1653,15 +1653,28 @@ static const ProtobufCFieldDescriptor herald__v1__authenticate_request__field_de
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "client_address",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthenticateRequest, client_address),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authenticate_request__field_indices_by_name[] = {
   0,   /* field[0] = authorization */
+  2,   /* field[2] = client_address */
   1,   /* field[1] = hub */
 };
 static const ProtobufCIntRange herald__v1__authenticate_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor herald__v1__authenticate_request__descriptor =
 {
@@ -1671,7 +1684,7 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_request__descriptor =
   "Herald__V1__AuthenticateRequest",
   "herald.v1",
   sizeof(Herald__V1__AuthenticateRequest),
-  2,
+  3,
   herald__v1__authenticate_request__field_descriptors,
   herald__v1__authenticate_request__field_indices_by_name,
   1,  herald__v1__authenticate_request__number_ranges,
@@ -1755,7 +1768,7 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor =
   (ProtobufCMessageInit) herald__v1__authenticate_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__issue_token_request__field_descriptors[1] =
+static const ProtobufCFieldDescriptor herald__v1__issue_token_request__field_descriptors[2] =
 {
   {
     "authorization",
@@ -1769,14 +1782,27 @@ static const ProtobufCFieldDescriptor herald__v1__issue_token_request__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "client_address",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__IssueTokenRequest, client_address),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__issue_token_request__field_indices_by_name[] = {
   0,   /* field[0] = authorization */
+  1,   /* field[1] = client_address */
 };
 static const ProtobufCIntRange herald__v1__issue_token_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor herald__v1__issue_token_request__descriptor =
 {
@@ -1786,7 +1812,7 @@ const ProtobufCMessageDescriptor herald__v1__issue_token_request__descriptor =
   "Herald__V1__IssueTokenRequest",
   "herald.v1",
   sizeof(Herald__V1__IssueTokenRequest),
-  1,
+  2,
   herald__v1__issue_token_request__field_descriptors,
   herald__v1__issue_token_request__field_indices_by_name,
   1,  herald__v1__issue_token_request__number_ranges,

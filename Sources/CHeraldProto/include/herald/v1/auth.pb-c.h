@@ -74,10 +74,17 @@ struct  Herald__V1__AuthenticateRequest
    * are not read (one SQLite read saved on every request that only needs the user).
    */
   char *hub;
+  /*
+   * The caller's IP address as the edge saw it. Logins that need a password hash are shared out
+   * per address: one address holds at most half of the hashing slots and spends at most half of
+   * the failed-login budget, so a spray from one source never starves the others. Empty: callers
+   * that are not the edge share one unnamed source.
+   */
+  char *client_address;
 };
 #define HERALD__V1__AUTHENTICATE_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authenticate_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -126,10 +133,14 @@ struct  Herald__V1__IssueTokenRequest
    * A Basic Authorization header value. Never logged.
    */
   char *authorization;
+  /*
+   * The caller's IP address as the edge saw it; as AuthenticateRequest.client_address.
+   */
+  char *client_address;
 };
 #define HERALD__V1__ISSUE_TOKEN_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__issue_token_request__descriptor) \
-    , (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
