@@ -45,7 +45,8 @@ public struct AuthHandlers: AuthServiceHandler {
         var answer = try await authenticator.authenticate(request.authorization, from: request.clientAddress)
         guard !request.hub.isEmpty else { return answer }
         // Tutorial mode keeps "Notify users": anyone may notify anyone.
-        let granted = try await hubs.rights(hub: request.hub, user: answer.user)
+        let hub = request.hub == Names.defaultHub ? request.hub : try await hubs.resolve(request.hub)?.name ?? request.hub
+        let granted = try await hubs.rights(hub: hub, user: answer.user)
         answer.rights = (authenticator.mode == .tutorial ? granted.union([.listen, .send]) : granted).names
         return answer
     }
@@ -106,6 +107,14 @@ public struct AuthHandlers: AuthServiceHandler {
 
     // MARK: hubs
 
+    /// The stored spelling of the hub `name` names (regardless of case), or NOT_FOUND: the store's
+    /// per-hub calls take the stored name.
+    private func stored(_ name: String) async throws -> String {
+        if name == Names.defaultHub { return name }
+        guard let found = try await hubs.resolve(name) else { throw HubRules.notFound(name) }
+        return found.name
+    }
+
     public func createHub(_ request: CreateHubRequest, context: RPCContext) async throws -> Hub {
         defer { authenticator.changed() }
         let hub = try await hubs.createHub(request.name, maxInstallations: request.maxInstallations)
@@ -123,18 +132,19 @@ public struct AuthHandlers: AuthServiceHandler {
 
     public func deleteHub(_ request: DeleteHubRequest, context: RPCContext) async throws -> DeleteHubResponse {
         defer { authenticator.changed() }
-        try await hubs.deleteHub(request.name)
+        try await hubs.deleteHub(try await stored(request.name))
         context.logger.notice("hub deleted", metadata: ["herald.hub": "\(request.name)"])
         return DeleteHubResponse()
     }
 
     public func listHubKeys(_ request: ListHubKeysRequest, context: RPCContext) async throws -> ListHubKeysResponse {
-        ListHubKeysResponse(keys: try await hubs.keys(of: request.hub))
+        ListHubKeysResponse(keys: try await hubs.keys(of: try await stored(request.hub)))
     }
 
     public func setHubKey(_ request: SetHubKeyRequest, context: RPCContext) async throws -> HubKey {
         defer { authenticator.changed() }
-        let key = try await hubs.setKey(hub: request.hub, name: request.name, rights: try HubRights(names: request.rights))
+        let key = try await hubs.setKey(
+            hub: try await stored(request.hub), name: request.name, rights: try HubRights(names: request.rights))
         context.logger.notice(
             "hub key set", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.rights": "\(key.rights)"])
         return key
@@ -146,7 +156,7 @@ public struct AuthHandlers: AuthServiceHandler {
         guard which == "primary" || which == "secondary" else {
             throw ServiceError.invalidArgument("which must be primary or secondary")
         }
-        let key = try await hubs.rotateKey(hub: request.hub, name: request.name, secondary: which == "secondary")
+        let key = try await hubs.rotateKey(hub: try await stored(request.hub), name: request.name, secondary: which == "secondary")
         context.logger.notice(
             "hub key rotated", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.which": "\(which)"])
         return key
@@ -154,14 +164,14 @@ public struct AuthHandlers: AuthServiceHandler {
 
     public func revokeHubKey(_ request: RevokeHubKeyRequest, context: RPCContext) async throws -> RevokeHubKeyResponse {
         defer { authenticator.changed() }
-        try await hubs.revokeKey(hub: request.hub, name: request.name)
+        try await hubs.revokeKey(hub: try await stored(request.hub), name: request.name)
         context.logger.notice("hub key revoked", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)"])
         return RevokeHubKeyResponse()
     }
 
     public func setHubLimits(_ request: SetHubLimitsRequest, context: RPCContext) async throws -> Hub {
         defer { authenticator.changed() }
-        let hub = try await hubs.setLimits(hub: request.hub, maxInstallations: request.maxInstallations)
+        let hub = try await hubs.setLimits(hub: try await stored(request.hub), maxInstallations: request.maxInstallations)
         context.logger.notice(
             "hub limits set", metadata: ["herald.hub": "\(request.hub)", "herald.max_installations": "\(request.maxInstallations)"])
         return hub
@@ -178,7 +188,7 @@ public struct AuthHandlers: AuthServiceHandler {
         guard try await authenticator.store.userExists(request.user) || authenticator.mode == .tutorial else {
             throw ServiceError.notFound("user \(request.user) not found")
         }
-        try await hubs.grant(hub: request.hub, user: request.user, rights: rights)
+        try await hubs.grant(hub: try await stored(request.hub), user: request.user, rights: rights)
         context.logger.notice(
             "hub rights granted",
             metadata: ["herald.hub": "\(request.hub)", "herald.user": "\(request.user)", "herald.rights": "\(rights.names)"])

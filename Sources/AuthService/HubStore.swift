@@ -46,6 +46,10 @@ public struct HubRights: OptionSet, Sendable, Hashable {
 /// the service's own (a 0600 file owned by herald-auth's UID, or its own PostgreSQL schema).
 public protocol HubStore: Sendable {
     nonisolated(nonsending) func createHub(_ name: String, maxInstallations: Int64) async throws -> Hub
+    /// The stored name and immutable id of the hub `name` names, regardless of case (an exact
+    /// spelling first: two hubs made before names were unique regardless of case stay reachable),
+    /// or nil. Every call that takes a hub name from outside goes through it first.
+    nonisolated(nonsending) func resolve(_ name: String) async throws -> HubIdentity?
     /// The hub with its keys' names and rights, secrets left out.
     nonisolated(nonsending) func hub(_ name: String) async throws -> Hub
     nonisolated(nonsending) func listHubs() async throws -> [Hub]
@@ -73,6 +77,18 @@ public struct HubSecrets: Sendable {
     public var primary: String
     public var secondary: String
     public var maxInstallations: Int64
+    /// The hub's immutable id (``HubIdentity/id``).
+    public var hubID: String
+}
+
+/// A hub as stored: its name as created and its immutable id.
+public struct HubIdentity: Sendable, Equatable {
+    public var name: String
+    public var id: String
+    public init(name: String, id: String) {
+        self.name = name
+        self.id = id
+    }
 }
 
 /// The rules every ``HubStore`` shares.
@@ -95,6 +111,22 @@ public enum HubRules {
         }
         guard !rights.isEmpty else { throw ServiceError.invalidArgument("give at least one right: Listen, Send or Manage") }
     }
+
+    /// A new hub's id: "default" for the hub default, else 64 random bits in hex after "h" (17
+    /// characters, a valid hub name too, so registration's and dispatch's checks hold).
+    static func newID(for name: String) -> String {
+        if name == Names.defaultHub { return Names.defaultHub }
+        var generator = SystemRandomNumberGenerator()
+        let value = UInt64.random(in: .min ... .max, using: &generator)
+        let hex = String(value, radix: 16)
+        return "h" + String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    static func alreadyExists(_ name: String) -> ServiceError {
+        ServiceError(.alreadyExists, "hub \(name) already exists (hub names are unique regardless of case)")
+    }
+
+    static func notFound(_ name: String) -> ServiceError { ServiceError.notFound("hub \(name) not found") }
 
     static let defaultHubUndeletable = ServiceError(
         .failedPrecondition, "the hub default serves the tutorial's routes and /v1; it cannot be deleted")
@@ -162,6 +194,18 @@ public final class SQLiteHubStore: HubStore {
         migrator.registerMigration("v3-hub-limits") { db in
             try db.execute(sql: "ALTER TABLE hub ADD COLUMN max_installations INTEGER NOT NULL DEFAULT 0")
         }
+        // Tenancy by an immutable id: a hub made before keeps its name as its id (its devices and
+        // sends are stored under that name), a new hub gets a random one. Names are found
+        // regardless of case from now on (the index serves those lookups).
+        migrator.registerMigration("v4-hub-id") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE hub ADD COLUMN id TEXT;
+                    UPDATE hub SET id = name;
+                    CREATE UNIQUE INDEX hub_id ON hub (id);
+                    CREATE INDEX hub_name_nocase ON hub (name COLLATE NOCASE);
+                    """)
+        }
     }
 
     /// The hub `default` with NH's two keys, made once.
@@ -177,25 +221,40 @@ public final class SQLiteHubStore: HubStore {
         let now = self.now()
         do {
             try db.write { db in
+                guard try Self.resolve(name, in: db) == nil else { throw HubRules.alreadyExists(name) }
                 try db.execute(
-                    sql: "INSERT INTO hub (name, created_at, max_installations) VALUES (?, ?, ?)", arguments: [name, now, maxInstallations])
+                    sql: "INSERT INTO hub (name, id, created_at, max_installations) VALUES (?, ?, ?, ?)",
+                    arguments: [name, HubRules.newID(for: name), now, maxInstallations])
                 try Self.insertKey(hub: name, name: Self.listenKeyName, rights: .listen, now: now, in: db)
                 try Self.insertKey(hub: name, name: Self.fullKeyName, rights: .full, now: now, in: db)
             }
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
-            throw ServiceError(.alreadyExists, "hub \(name) already exists")
+            throw HubRules.alreadyExists(name)
         }
         return try hub(name)
+    }
+
+    public func resolve(_ name: String) throws -> HubIdentity? {
+        try db.read { db in try Self.resolve(name, in: db) }
+    }
+
+    private static func resolve(_ name: String, in db: Database) throws -> HubIdentity? {
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT name, id FROM hub WHERE name = ? COLLATE NOCASE ORDER BY name = ? DESC LIMIT 1"),
+            arguments: [name, name]
+        ).map { HubIdentity(name: $0[0], id: $0[1]) }
     }
 
     /// The hub with its keys' names and rights, secrets left out.
     public func hub(_ name: String) throws -> Hub {
         try db.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT created_at, max_installations FROM hub WHERE name = ?", arguments: [name])
-            else { throw ServiceError.notFound("hub \(name) not found") }
+            guard let found = try Self.resolve(name, in: db),
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT created_at, max_installations FROM hub WHERE name = ?", arguments: [found.name])
+            else { throw HubRules.notFound(name) }
             return Hub(
-                name: name, createdAtUnixMs: row["created_at"], keys: try Self.keys(of: name, secrets: false, in: db),
-                maxInstallations: row["max_installations"])
+                name: found.name, createdAtUnixMs: row["created_at"], keys: try Self.keys(of: found.name, secrets: false, in: db),
+                maxInstallations: row["max_installations"], id: found.id)
         }
     }
 
@@ -276,14 +335,15 @@ public final class SQLiteHubStore: HubStore {
             try Row.fetchOne(
                 db,
                 sql: """
-                    SELECT k.rights, k.primary_key, k.secondary_key, h.max_installations
-                    FROM hub_key k JOIN hub h ON h.name = k.hub WHERE k.hub = ? AND k.name = ?
+                    SELECT k.rights, k.primary_key, k.secondary_key, h.max_installations, h.id
+                    FROM hub_key k JOIN hub h ON h.name = k.hub
+                    WHERE k.hub = (SELECT name FROM hub WHERE name = ? COLLATE NOCASE ORDER BY name = ? DESC LIMIT 1) AND k.name = ?
                     """,
-                arguments: [hub, name]
+                arguments: [hub, hub, name]
             ).map {
                 HubSecrets(
                     rights: HubRights(rawValue: $0["rights"]), primary: $0["primary_key"], secondary: $0["secondary_key"],
-                    maxInstallations: $0["max_installations"])
+                    maxInstallations: $0["max_installations"], hubID: $0["id"])
             }
         }
     }

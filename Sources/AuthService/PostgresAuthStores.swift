@@ -47,6 +47,16 @@ public enum PostgresAuthSchema {
                 """,
                 "CREATE INDEX lockout_last_failure ON lockout (last_failure)",
             ]),
+        // Tenancy by an immutable id (as SQLite's v4-hub-id): older hubs keep their name as id.
+        PostgresMigration(
+            "auth-v2-hub-id",
+            [
+                "ALTER TABLE hub ADD COLUMN id TEXT",
+                "UPDATE hub SET id = name",
+                "ALTER TABLE hub ALTER COLUMN id SET NOT NULL",
+                "CREATE UNIQUE INDEX hub_id ON hub (id)",
+                "CREATE INDEX hub_name_lower ON hub (lower(name))",
+            ]),
     ]
 }
 
@@ -173,9 +183,11 @@ public final class PostgresHubStore: HubStore {
     private func insertHub(_ name: String, maxInstallations: Int64) async throws -> Bool {
         let now = self.now()
         return try await db.transaction { connection in
+            let id = HubRules.newID(for: name)
             let rows = try await connection.query(
                 """
-                INSERT INTO hub (name, created_at, max_installations) VALUES (\(name), \(now), \(maxInstallations))
+                INSERT INTO hub (name, id, created_at, max_installations)
+                SELECT \(name), \(id), \(now), \(maxInstallations) WHERE NOT EXISTS (SELECT 1 FROM hub WHERE lower(name) = lower(\(name)))
                 ON CONFLICT (name) DO NOTHING RETURNING name
                 """, logger: db.logger
             ).collect()
@@ -188,18 +200,27 @@ public final class PostgresHubStore: HubStore {
 
     public func createHub(_ name: String, maxInstallations: Int64) async throws -> Hub {
         try HubRules.validateNewHub(name, maxInstallations: maxInstallations)
-        guard try await insertHub(name, maxInstallations: maxInstallations) else {
-            throw ServiceError(.alreadyExists, "hub \(name) already exists")
-        }
+        guard try await insertHub(name, maxInstallations: maxInstallations) else { throw HubRules.alreadyExists(name) }
         return try await hub(name)
     }
 
-    public func hub(_ name: String) async throws -> Hub {
-        guard let row = try await db.rows("SELECT created_at, max_installations FROM hub WHERE name = \(name)").first else {
-            throw ServiceError.notFound("hub \(name) not found")
+    public func resolve(_ name: String) async throws -> HubIdentity? {
+        try await db.rows(
+            "SELECT name, id FROM hub WHERE lower(name) = lower(\(name)) ORDER BY name = \(name) DESC LIMIT 1"
+        ).first.map { row in
+            let (name, id) = try row.decode((String, String).self)
+            return HubIdentity(name: name, id: id)
         }
+    }
+
+    public func hub(_ name: String) async throws -> Hub {
+        guard let found = try await resolve(name),
+            let row = try await db.rows("SELECT created_at, max_installations FROM hub WHERE name = \(found.name)").first
+        else { throw HubRules.notFound(name) }
         let (created, maxInstallations) = try row.decode((Int64, Int64).self)
-        return Hub(name: name, createdAtUnixMs: created, keys: try await keys(of: name, secrets: false), maxInstallations: maxInstallations)
+        return Hub(
+            name: found.name, createdAtUnixMs: created, keys: try await keys(of: found.name, secrets: false),
+            maxInstallations: maxInstallations, id: found.id)
     }
 
     public func listHubs() async throws -> [Hub] {
@@ -267,13 +288,16 @@ public final class PostgresHubStore: HubStore {
     public func secrets(hub: String, name: String) async throws -> HubSecrets? {
         try await db.rows(
             """
-            SELECT k.rights, k.primary_key, k.secondary_key, h.max_installations
-            FROM hub_key k JOIN hub h ON h.name = k.hub WHERE k.hub = \(hub) AND k.name = \(name)
+            SELECT k.rights, k.primary_key, k.secondary_key, h.max_installations, h.id
+            FROM hub_key k JOIN hub h ON h.name = k.hub
+            WHERE k.hub = (SELECT name FROM hub WHERE lower(name) = lower(\(hub)) ORDER BY name = \(hub) DESC LIMIT 1)
+            AND k.name = \(name)
             """
         ).first.map { row in
-            let (rights, primary, secondary, maxInstallations) = try row.decode((Int32, String, String, Int64).self)
+            let (rights, primary, secondary, maxInstallations, id) = try row.decode((Int32, String, String, Int64, String).self)
             return HubSecrets(
-                rights: HubRights(rawValue: Int(rights)), primary: primary, secondary: secondary, maxInstallations: maxInstallations)
+                rights: HubRights(rawValue: Int(rights)), primary: primary, secondary: secondary, maxInstallations: maxInstallations,
+                hubID: id)
         }
     }
 

@@ -69,7 +69,7 @@ public struct SASVerifier: Sendable {
             try Self.verify(token, primary: key?.primary, secondary: key?.secondary, now: now(), resource: resource)
             guard let key else { throw ServiceError(.internal, "a token verified without a key") }
             return AuthorizeSasResponse(
-                keyName: token.keyName, rights: key.rights.names, maxInstallations: key.maxInstallations)
+                keyName: token.keyName, rights: key.rights.names, maxInstallations: key.maxInstallations, hubID: key.hubID)
         } catch let error as ServiceError where error.code == .unauthenticated {
             let address = "sas/" + String(client.prefix(Self.maxClientLength))
             try await throttle.failed(address)

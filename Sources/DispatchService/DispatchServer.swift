@@ -306,6 +306,14 @@ public struct DispatchHandlers: DispatchServiceHandler {
         return outcome
     }
 
+    public func cancelHubScheduled(_ request: CancelHubScheduledRequest, context: RPCContext) async throws -> CancelHubScheduledResponse {
+        guard !request.hub.isEmpty else { throw ServiceError.invalidArgument("hub is required") }
+        let cancelled = try await outbox.cancelScheduled(hub: request.hub)
+        context.logger.notice(
+            "a hub's scheduled sends cancelled", metadata: ["herald.hub": "\(request.hub)", "herald.cancelled": "\(cancelled)"])
+        return CancelHubScheduledResponse(cancelled: cancelled)
+    }
+
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {
         try await outbox.outcome(of: request.notificationID, requester: request.requester, hub: request.hub)
     }

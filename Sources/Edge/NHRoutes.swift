@@ -102,7 +102,8 @@ extension EdgeRoutes {
                 .forbidden,
                 "the key \(answer.keyName) has \(answer.rights.joined(separator: ", ")); this call needs \(right)")
         }
-        return (hub, answer)
+        // From here on the hub is its immutable id (tenancy); URLs in answers keep the path's name.
+        return (answer.hubID, answer)
     }
 
     // MARK: installations
@@ -130,7 +131,7 @@ extension EdgeRoutes {
         let (hub, answer) = try await authorizeSASAnswer(request, context, needs: "Listen")
         let id = try context.parameters.require("id")
         try await call(hub, id, [UInt8](try await collect(request, upTo: config.maxBodyBytes)), answer.maxInstallations)
-        return Self.nhEmpty(.ok, contentLocation: Self.contentLocation(request, hub: hub, id: id))
+        return Self.nhEmpty(.ok, contentLocation: Self.contentLocation(request, id: id))
     }
 
     /// `GET /{hub}/installations/{id}`: the installation's JSON, or 404.
@@ -227,8 +228,14 @@ extension EdgeRoutes {
         "\(request.uri.scheme.map { "\($0)" } ?? "http")://\(request.head.authority ?? "localhost")"
     }
 
-    static func contentLocation(_ request: Request, hub: String, id: String) -> String {
-        "\(origin(request))/\(hub)/installations/\(id)"
+    static func contentLocation(_ request: Request, id: String) -> String {
+        "\(origin(request))/\(pathHub(request))/installations/\(id)"
+    }
+
+    /// The hub as the request's path spells it (its first segment), for the URLs NH answers with;
+    /// RPCs take the hub's id instead.
+    static func pathHub(_ request: Request) -> Substring {
+        request.uri.path.split(separator: "/", maxSplits: 1).first ?? ""
     }
 }
 

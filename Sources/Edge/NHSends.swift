@@ -35,7 +35,7 @@ extension EdgeRoutes {
         if test {
             response = try await testOutcome(outcome, hub: hub, context)
         }
-        response.headers[.location] = Self.messageLocation(request, hub: hub, id: outcome.notificationID)
+        response.headers[.location] = Self.messageLocation(request, id: outcome.notificationID)
         return response
     }
 
@@ -55,7 +55,7 @@ extension EdgeRoutes {
         send.scheduledAtUnixMs = time
         let outcome = try await sendAnswer(send, context)
         var response = Self.nhEmpty(.created)
-        response.headers[.location] = Self.location(request, hub: hub, collection: "schedulednotifications", id: outcome.notificationID)
+        response.headers[.location] = Self.location(request, collection: "schedulednotifications", id: outcome.notificationID)
         return response
     }
 
@@ -95,7 +95,7 @@ extension EdgeRoutes {
         var response = Self.nhEmpty(.created)
         // As recorded from NH; .NET and Java take the last path segment as the id.
         response.headers[.location] = Self.location(
-            request, hub: hub, collection: "messages/$batch", id: outcome.notificationID, query: "&direct")
+            request, collection: "messages/$batch", id: outcome.notificationID, query: "&direct")
         return response
     }
 
@@ -106,8 +106,9 @@ extension EdgeRoutes {
         let id = try context.parameters.require("id")
         guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no notification \(id)") }
         let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id, hub: hub), requestID: context.requestID)
-        let failures = outcome.platforms.contains { $0.failure > 0 } ? "\(Self.origin(request))/\(hub)/messages/\(id)/failures" : nil
-        let xml = NHTelemetry.details(outcome, location: Self.messageLocation(request, hub: hub, id: id), failures: failures)
+        let failures =
+            outcome.platforms.contains { $0.failure > 0 } ? "\(Self.origin(request))/\(Self.pathHub(request))/messages/\(id)/failures" : nil
+        let xml = NHTelemetry.details(outcome, location: Self.messageLocation(request, id: id), failures: failures)
         return Response(
             status: .ok, headers: [.contentType: "application/xml; charset=utf-8"],
             body: ResponseBody(byteBuffer: ByteBuffer(string: xml)))
@@ -216,15 +217,15 @@ extension EdgeRoutes {
 
     static let nhDefaultAPIVersion = "2020-06"
 
-    static func messageLocation(_ request: Request, hub: String, id: String) -> String {
-        location(request, hub: hub, collection: "messages", id: id)
+    static func messageLocation(_ request: Request, id: String) -> String {
+        location(request, collection: "messages", id: id)
     }
 
     /// `…/{hub}/{collection}/{id}?api-version=…` with the request's api-version, as NH answers:
     /// clients take the id from the last path segment, or by matching up to `?api-version=`.
-    static func location(_ request: Request, hub: String, collection: String, id: String, query: String = "") -> String {
+    static func location(_ request: Request, collection: String, id: String, query: String = "") -> String {
         let apiVersion = request.uri.queryParameters.get("api-version") ?? nhDefaultAPIVersion
-        return "\(origin(request))/\(hub)/\(collection)/\(id)?api-version=\(apiVersion)\(query)"
+        return "\(origin(request))/\(pathHub(request))/\(collection)/\(id)?api-version=\(apiVersion)\(query)"
     }
 
     /// The push handle of a direct send: `ServiceBusNotification-DeviceHandle`; for Web Push the

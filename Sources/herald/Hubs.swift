@@ -67,16 +67,21 @@ struct Hubs: AsyncParsableCommand {
         @Argument var name: String
 
         func run() async throws {
+            // The id first: registration and dispatch keep the hub's data under it, and a hub made
+            // again under this name gets a new one, so what follows cleans up, it does not guard.
+            let hub = try await Hubs.identity(name, stack)
             _ = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).deleteHub(DeleteHubRequest(name: name))
+                try await AuthServiceClient(client).deleteHub(DeleteHubRequest(name: hub.name))
             }
-            _ = try await withService(.dispatch, stack) { client in
-                try await DispatchServiceClient(client).deleteHubCredentials(DeleteHubCredentialsRequest(hub: name))
+            let cancelled = try await withService(.dispatch, stack) { client in
+                let dispatch = DispatchServiceClient(client)
+                _ = try await dispatch.deleteHubCredentials(DeleteHubCredentialsRequest(hub: hub.id))
+                return try await dispatch.cancelHubScheduled(CancelHubScheduledRequest(hub: hub.id)).cancelled
             }
             let devices = try await withService(.registration, stack) { client in
-                try await RegistrationServiceClient(client).deleteHubDevices(DeleteHubDevicesRequest(hub: name)).deleted
+                try await RegistrationServiceClient(client).deleteHubDevices(DeleteHubDevicesRequest(hub: hub.id)).deleted
             }
-            print("hub \(name) deleted with its keys, credentials and \(devices) device(s)")
+            print("hub \(hub.name) deleted with its keys, credentials, \(devices) device(s) and \(cancelled) scheduled send(s)")
         }
     }
 
@@ -134,11 +139,12 @@ struct Hubs: AsyncParsableCommand {
                     }
                     parsed.append(Setting(name: name, value: value))
                 }
+                let hub = try await Hubs.identity(self.hub, stack)
                 let answer = try await withService(.dispatch, stack) { client in
                     try await DispatchServiceClient(client).setHubCredentials(
-                        SetHubCredentialsRequest(hub: hub, platform: platform, settings: parsed))
+                        SetHubCredentialsRequest(hub: hub.id, platform: platform, settings: parsed))
                 }
-                Show.print(answer)
+                Show.print(answer, hub: hub.name)
             }
         }
 
@@ -148,14 +154,15 @@ struct Hubs: AsyncParsableCommand {
             @Argument var hub: String
 
             func run() async throws {
+                let hub = try await Hubs.identity(self.hub, stack)
                 let answer = try await withService(.dispatch, stack) { client in
-                    try await DispatchServiceClient(client).getHubCredentials(GetHubCredentialsRequest(hub: hub))
+                    try await DispatchServiceClient(client).getHubCredentials(GetHubCredentialsRequest(hub: hub.id))
                 }
-                Self.print(answer)
+                Self.print(answer, hub: hub.name)
             }
 
-            static func print(_ answer: HubCredentialsResponse) {
-                Swift.print("hub \(answer.hub)")
+            static func print(_ answer: HubCredentialsResponse, hub: String) {
+                Swift.print("hub \(hub)")
                 for platform in answer.platforms {
                     Swift.print("  \(platform.platform.name)\t\(platform.source)\(platform.summary.isEmpty ? "" : "\t" + platform.summary)")
                 }
@@ -170,12 +177,21 @@ struct Hubs: AsyncParsableCommand {
 
             func run() async throws {
                 let platform = try Hubs.platform(self.platform)
+                let hub = try await Hubs.identity(self.hub, stack)
                 let answer = try await withService(.dispatch, stack) { client in
-                    try await DispatchServiceClient(client).deleteHubCredentials(DeleteHubCredentialsRequest(hub: hub, platform: platform))
+                    try await DispatchServiceClient(client).deleteHubCredentials(
+                        DeleteHubCredentialsRequest(hub: hub.id, platform: platform))
                 }
-                Show.print(answer)
+                Show.print(answer, hub: hub.name)
             }
         }
+    }
+
+    /// The hub `name` names (regardless of case): its stored name, and the id registration and
+    /// dispatch know it by.
+    static func identity(_ name: String, _ stack: StackOptions) async throws -> (name: String, id: String) {
+        let hub = try await withService(.auth, stack) { client in try await AuthServiceClient(client).getHub(GetHubRequest(name: name)) }
+        return (hub.name, hub.id)
     }
 
     static func platform(_ name: String) throws -> Platform {

@@ -240,4 +240,49 @@ struct SASTests {
         #expect(await Self.failure { try f.hubs.keys(of: "app1") }?.code == .notFound)
         #expect(try f.hubs.rights(hub: "app1", user: "alice") == [])
     }
+
+    @Test("hub names are found regardless of case and unique regardless of case; a hub made again gets a new id")
+    func hubIdentity() async throws {
+        let f = try Self.fixture()
+        #expect(try f.hubs.hub("default").id == "default")
+        let made = try f.hubs.createHub("ProbeHub", maxInstallations: 0)
+        #expect(made.name == "ProbeHub" && made.id.count == 17 && made.id.hasPrefix("h"))
+        #expect(try f.hubs.resolve("probehub") == HubIdentity(name: "ProbeHub", id: made.id))
+        #expect(try f.hubs.resolve("PROBEHUB")?.id == made.id)
+        #expect(try f.hubs.hub("probeHUB").name == "ProbeHub")
+        #expect(try f.hubs.resolve("nope") == nil)
+        #expect(await Self.failure { try f.hubs.createHub("probehub") }?.code == .alreadyExists)
+        // A token for the path's spelling of the name is checked against the hub's keys, and the
+        // answer carries the hub's id, which is what the edge passes on.
+        let full = try #require(try f.hubs.keys(of: "ProbeHub").first { $0.name == HubRules.fullKeyName })
+        let answer = try await f.sas.authorize(
+            hub: "PROBEHUB",
+            header: Self.token(sr: Self.encode("https://\(Self.host)/", lower: false), key: full, se: f.clock.now / 1000 + 60),
+            resource: Self.host + "/PROBEHUB/installations/x")
+        #expect(answer.hubID == made.id)
+        // Deleted and made again under the same name: a new id, so nothing of the old one is seen.
+        try f.hubs.deleteHub("ProbeHub")
+        let again = try f.hubs.createHub("probehub", maxInstallations: 0)
+        #expect(again.id != made.id)
+    }
+
+    @Test("hubs made before ids existed keep their name as id; two that differ only by case stay reachable by exact name")
+    func hubIdentityMigration() async throws {
+        let db = try DatabaseQueue()
+        var migrator = SQLiteAccountStore.migrator
+        // The schema as it was before v4-hub-id, with two hubs that differ only by case.
+        try migrator.migrate(db, upTo: "v3-hub-limits")
+        try await db.write { db in
+            for name in ["Tenant", "tenant"] {
+                try db.execute(sql: "INSERT INTO hub (name, created_at) VALUES (?, 0)", arguments: [name])
+            }
+        }
+        migrator = SQLiteAccountStore.migrator
+        try migrator.migrate(db)
+        let hubs = try SQLiteHubStore(db: db)
+        #expect(try hubs.resolve("Tenant") == HubIdentity(name: "Tenant", id: "Tenant"))
+        #expect(try hubs.resolve("tenant") == HubIdentity(name: "tenant", id: "tenant"))
+        #expect(try hubs.resolve("TENANT") != nil)
+        #expect(try hubs.hub("default").id == "default")
+    }
 }

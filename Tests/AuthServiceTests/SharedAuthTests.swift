@@ -28,7 +28,9 @@ struct SharedAuthTests {
                 let ledger = PostgresLockoutLedger(db: db)
                 let auth = try Authenticator(
                     mode: .accounts, store: try await PostgresAccountStore(db: db), hasher: PasswordHasher(logN: 10),
-                    throttle: LoginThrottle(freeFailures: 5, lockout: .seconds(30), ledger: ledger), tokenTTL: .seconds(600),
+                    throttle: LoginThrottle(freeFailures: 5, lockout: .seconds(30), ledger: ledger),
+                    // One hashing pool for every test here (see AuthTests.make).
+                    gate: LoginGate(maxPending: 8, failureBudgetPerMinute: 600, maxWaitMilliseconds: 600_000), tokenTTL: .seconds(600),
                     credentialCache: .seconds(60))
                 let hubs = try await PostgresHubStore(db: db)
                 return Replica(
@@ -101,6 +103,14 @@ struct SharedAuthTests {
             try await b.hubs.deleteHub("app1")
             #expect(try await a.hubs.rights(hub: "app1", user: "carol") == [])
             #expect(try await a.hubs.secrets(hub: "app1", name: "backend") == nil)
+            // Names regardless of case, ids new on every creation (as on SQLite).
+            let made = try await a.hubs.createHub("ProbeHub", maxInstallations: 0)
+            #expect(try await b.hubs.resolve("PROBEHUB") == HubIdentity(name: "ProbeHub", id: made.id))
+            #expect(try await b.hubs.secrets(hub: "probehub", name: HubRules.fullKeyName)?.hubID == made.id)
+            await #expect(throws: ServiceError.self) { try await b.hubs.createHub("probehub", maxInstallations: 0) }
+            try await b.hubs.deleteHub("ProbeHub")
+            #expect(try await a.hubs.createHub("probehub", maxInstallations: 0).id != made.id)
+            #expect(try await b.hubs.hub("default").id == "default")
             #expect(try await a.hubs.deleteEverything() > 0)
             #expect(try await b.hubs.listHubs().map(\.name) == ["default"])
         }

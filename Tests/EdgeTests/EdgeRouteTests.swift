@@ -331,6 +331,9 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome {
         throw Self.unused()
     }
+    func cancelHubScheduled(_ request: CancelHubScheduledRequest, options: RPCCallOptions) async throws -> CancelHubScheduledResponse {
+        throw Self.unused()
+    }
     func streamAudience(
         _ request: StreamAudienceRequest, options: RPCCallOptions,
         onMessage: @escaping @Sendable (AudienceBatch) async throws -> Void

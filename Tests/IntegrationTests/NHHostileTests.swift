@@ -1,5 +1,6 @@
 import Foundation
 import HeraldModel
+import HeraldProto
 import HeraldStack
 import HeraldTestSupport
 import Testing
@@ -65,6 +66,58 @@ struct NHHostileTests {
                 details.insert(String(reply.text.split(separator: "TrackingId").first ?? ""))
             }
             #expect(details.count == 1, "\(details)")
+        }
+    }
+
+    @Test("a hub deleted and made again under its name, in any case, sees nothing of the old one; its scheduled send is cancelled")
+    func hubMadeAgain() async throws {
+        try await LiveStack.with { live in
+            let herald = live.configuration.binDirectory + "/herald"
+            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
+            let root = NotificationHubsTests.root(live)
+            let old = try await NotificationHubsTests.hub("tenant1", live)
+            let oldAuth = NotificationHubsTests.token(sr: root, old.full)
+            // The old tenant: a device, a send (its telemetry) and a send scheduled an hour ahead.
+            let device = #"{"installationId":"dev-old","platform":"apns","pushChannel":"\#(apnsToken(901))","tags":["t"]}"#
+            #expect(
+                try await live.edge.request("PUT", "/tenant1/installations/dev-old", authorization: oldAuth, body: device).status == 200)
+            let sent = try await NHSendTests.post(
+                live, "/tenant1/messages", old.full, body: #"{"aps":{"alert":"old"}}"#,
+                headers: [("ServiceBusNotification-Format", "apple")])
+            #expect(sent.status == 201, "\(sent.text)")
+            let sentID = try NHSendTests.id(sent.header("Location"))
+            let formatter = ISO8601DateFormatter()
+            let scheduled = try await NHSendTests.post(
+                live, "/tenant1/schedulednotifications", old.full, body: #"{"aps":{"alert":"later"}}"#,
+                headers: [
+                    ("ServiceBusNotification-Format", "apple"),
+                    ("ServiceBusNotification-ScheduleTime", formatter.string(from: Date().addingTimeInterval(3600))),
+                ])
+            #expect(scheduled.status == 201, "\(scheduled.text)")
+            let scheduledID = try NHSendTests.id(scheduled.header("Location"))
+
+            // Names regardless of case: the path may spell it as it likes; a second hub may not.
+            let mixed = NotificationHubsTests.token(sr: root, old.full)
+            #expect(try await live.edge.request("GET", "/TENANT1/installations/dev-old", authorization: mixed).status == 200)
+            #expect(try await runProgram(herald, ["hubs", "add", "Tenant1"] + dir).status != 0)
+
+            let deleted = try await runProgram(herald, ["hubs", "delete", "TENANT1"] + dir)
+            #expect(deleted.status == 0, "\(deleted.error)")
+            #expect(deleted.output.contains("1 device(s) and 1 scheduled send(s)"), "\(deleted.output)")
+            #expect(try await live.edge.request("GET", "/tenant1/installations/dev-old", authorization: oldAuth).status == 401)
+
+            let again = try await NotificationHubsTests.hub("Tenant1", live)
+            let newAuth = NotificationHubsTests.token(sr: root, again.full)
+            #expect(again.full != old.full)
+            for path in ["/tenant1/installations/dev-old", "/tenant1/messages/\(sentID)", "/tenant1/messages/\(scheduledID)"] {
+                let reply = try await live.edge.request("GET", path, authorization: newAuth)
+                #expect(reply.status == 404, "\(path): \(reply.status) \(reply.text)")
+            }
+            let export = try await live.edge.request("GET", "/tenant1/installations", authorization: newAuth)
+            #expect(export.status == 200 && !export.text.contains("dev-old"), "\(export.status) \(export.text)")
+            // The old scheduled send will never be made: cancelled when its hub went.
+            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: scheduledID)
+            #expect(outcome.state == .cancelled, "\(outcome)")
         }
     }
 

@@ -80,6 +80,24 @@ extension Outbox {
         return try outcome(of: id, hub: hub)
     }
 
+    /// Cancels every scheduled send of `hub` not made yet (a deleted hub's); returns how many.
+    public func cancelScheduled(hub: String) async throws -> Int64 {
+        let at = now()
+        return try await db.write { db in
+            let ids = try String.fetchAll(
+                db,
+                sql: "SELECT s.notification_id FROM scheduled_send s JOIN notification n ON n.id = s.notification_id WHERE n.hub = ?",
+                arguments: [hub])
+            for id in ids {
+                try db.execute(sql: "DELETE FROM scheduled_send WHERE notification_id = ?", arguments: [id])
+                try db.execute(
+                    sql: "UPDATE notification SET state = ?, updated_at = ?, finished_at = ? WHERE id = ?",
+                    arguments: [OutcomeState.cancelled.rawValue, at, at, id])
+            }
+            return Int64(ids.count)
+        }
+    }
+
     /// Gives up a scheduled send whose stored request cannot be made (ABANDONED); nothing is sent.
     public func abandonScheduled(_ id: String) async throws {
         let at = now()

@@ -53,6 +53,8 @@ public protocol OutboxStore: Sendable {
     /// Scheduled sends due now, earliest first (on PostgreSQL, each taken by one replica at a time).
     func dueScheduled(limit: Int) async throws -> [(id: String, fireAt: Int64, request: [UInt8])]
     func cancelScheduled(_ id: String, hub: String) async throws -> Outcome
+    /// Cancels every scheduled send of `hub` not made yet; returns how many.
+    func cancelScheduled(hub: String) async throws -> Int64
     func abandonScheduled(_ id: String) async throws
 
     /// Deletes finished sends last changed before `before` (Unix ms); returns how many.

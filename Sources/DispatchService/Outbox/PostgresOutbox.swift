@@ -400,6 +400,28 @@ public final class PostgresOutbox: OutboxStore {
         return try await outcome(of: id, requester: "", hub: hub)
     }
 
+    nonisolated(nonsending) public func cancelScheduled(hub: String) async throws -> Int64 {
+        let at = now()
+        let logger = db.logger
+        return try await db.transaction { connection in
+            let rows = try await connection.query(
+                """
+                DELETE FROM scheduled_send s USING notification n
+                WHERE n.id = s.notification_id AND n.hub = \(hub) RETURNING s.notification_id
+                """, logger: logger
+            ).collect()
+            let ids = try rows.map { try $0.decode(String.self) }
+            if !ids.isEmpty {
+                try await connection.query(
+                    """
+                    UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
+                    WHERE id = ANY(\(ids))
+                    """, logger: logger)
+            }
+            return Int64(ids.count)
+        }
+    }
+
     nonisolated(nonsending) public func abandonScheduled(_ id: String) async throws {
         let at = now()
         let logger = db.logger

@@ -42,7 +42,7 @@ extension EdgeRoutes {
 
     func hubPage(_ context: EdgeRequestContext, _ session: ConsoleSession, hub name: String) async throws -> Response {
         let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
-        let credentials = try await dispatch.getHubCredentials(GetHubCredentialsRequest(hub: name), requestID: context.requestID)
+        let credentials = try await dispatch.getHubCredentials(GetHubCredentialsRequest(hub: hub.id), requestID: context.requestID)
         let platforms: [[String: Any]] = credentials.platforms.map { platform in
             let status: String =
                 switch platform.source {
@@ -79,16 +79,17 @@ extension EdgeRoutes {
 
     // MARK: devices
 
-    func devicesPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: String) async throws -> Response {
+    func devicesPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub) async throws -> Response
+    {
         let query = ConsolePage.query(request)
         let filter = (user: query["user"] ?? "", tag: query["tag"] ?? "", platform: query["platform"] ?? "", handle: query["handle"] ?? "")
         let page = try await registration.listDevices(
             ListDevicesRequest(
-                hub: hub, user: try Self.text(filter.user, "user"), tag: try Self.text(filter.tag, "tag"),
+                hub: hub.id, user: try Self.text(filter.user, "user"), tag: try Self.text(filter.tag, "tag"),
                 platform: try Self.platform(filter.platform), handlePrefix: try Self.text(filter.handle, "handle"),
                 afterID: try Self.text(query["after"] ?? "", "after"), limit: 50),
             requestID: context.requestID)
-        let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub))"
+        let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub.name))"
         let devices: [[String: Any]] = page.devices.map { device in
             [
                 "id": device.installationID.isEmpty ? device.registrationID : device.installationID,
@@ -115,12 +116,12 @@ extension EdgeRoutes {
                 "platforms": Self.platformOptions(selected: filter.platform, any: true), "path": "\(hubPath)/devices",
                 "first": query["after"] != nil ? "\(hubPath)/devices" : "",
             ],
-            hub: hub)
+            hub: hub.name)
     }
 
     // MARK: test send
 
-    func testSend(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: String) async throws -> Response {
+    func testSend(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub) async throws -> Response {
         let (fields, files) = try await ConsolePage.upload(request, self)
         let file = files["file"]
         try Self.requireCSRF(fields, session)
@@ -129,29 +130,29 @@ extension EdgeRoutes {
         do {
             let payloads = try form.payloads(content: file, previewID: 0)
             if form.action == "preview" {
-                return renderSend(form, hub: hub, session: session, preview: payloads)
+                return renderSend(form, hub: hub.name, session: session, preview: payloads)
             }
             let outcome: Outcome
             switch form.kind {
             case "secure":
                 try await requireUser(form.user, requestID: requestID)
-                outcome = try await sendSecure(form.text, to: form.user, from: session.user, hub: hub, requestID: requestID).outcome
+                outcome = try await sendSecure(form.text, to: form.user, from: session.user, hub: hub.id, requestID: requestID).outcome
             case "rich":
                 guard let file else { throw EdgeError(.badRequest, "choose a file to send as rich content") }
                 try await requireUser(form.user, requestID: requestID)
                 outcome = try await sendRich(
                     file.bytes, contentType: file.type, message: form.message, richType: NativePayloads.richType(contentType: file.type),
-                    to: form.user, from: session.user, hub: hub, requestID: requestID
+                    to: form.user, from: session.user, hub: hub.id, requestID: requestID
                 ).outcome
             default:
-                outcome = try await send(try form.request(payloads: payloads, hub: hub, sender: session.user), requestID: requestID)
+                outcome = try await send(try form.request(payloads: payloads, hub: hub.id, sender: session.user), requestID: requestID)
             }
-            return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub))/sends/\(outcome.notificationID)")
+            return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))/sends/\(outcome.notificationID)")
         } catch let error as EdgeError where error.status == .badRequest {
-            return renderSend(form, hub: hub, session: session, preview: nil, error: error.message, status: .badRequest)
+            return renderSend(form, hub: hub.name, session: session, preview: nil, error: error.message, status: .badRequest)
         } catch let error as ServiceError where [.invalidArgument, .notFound, .failedPrecondition].contains(error.code) {
             let status = EdgeError.from(error).status
-            return renderSend(form, hub: hub, session: session, preview: nil, error: error.message, status: status)
+            return renderSend(form, hub: hub.name, session: session, preview: nil, error: error.message, status: status)
         }
     }
 
@@ -192,16 +193,16 @@ extension EdgeRoutes {
 
     // MARK: outcomes
 
-    func sendsPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: String) async throws -> Response {
+    func sendsPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub) async throws -> Response {
         let query = request.uri.queryParameters
         let before = query.get("before").flatMap(Int64.init) ?? 0
         let sends = try await dispatch.listSends(
             ListSendsRequest(
-                hub: hub, beforeCreatedAtUnixMs: max(0, before), beforeNotificationID: try Self.text(query.get("before_id") ?? "", "id"),
+                hub: hub.id, beforeCreatedAtUnixMs: max(0, before), beforeNotificationID: try Self.text(query.get("before_id") ?? "", "id"),
                 limit: 25),
             requestID: context.requestID)
-        let stats = try await dispatch.sendStats(SendStatsRequest(hub: hub, minutes: 60), requestID: context.requestID)
-        let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub))"
+        let stats = try await dispatch.sendStats(SendStatsRequest(hub: hub.id, minutes: 60), requestID: context.requestID)
+        let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub.name))"
         let rows: [[String: Any]] = sends.sends.map { outcome in
             [
                 "id": outcome.notificationID, "path": "\(hubPath)/sends/\(outcome.notificationID)",
@@ -223,15 +224,16 @@ extension EdgeRoutes {
                 "delivered": chart.delivered,
                 "failed": chart.failed, "sendsInHour": chart.sends,
             ],
-            hub: hub)
+            hub: hub.name)
     }
 
-    func outcomePage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: String) async throws -> Response {
+    func outcomePage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub) async throws -> Response
+    {
         let id = try Self.text(try context.parameters.require("id"), "id")
-        let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id, hub: hub), requestID: context.requestID)
+        let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id, hub: hub.id), requestID: context.requestID)
         let after = request.uri.queryParameters.get("after").flatMap(Int64.init) ?? 0
         let deliveries = try await dispatch.listDeliveries(
-            ListDeliveriesRequest(notificationID: id, afterSequence: max(0, after), limit: 100, hub: hub), requestID: context.requestID)
+            ListDeliveriesRequest(notificationID: id, afterSequence: max(0, after), limit: 100, hub: hub.id), requestID: context.requestID)
         let live = [.enqueued, .processing, .scheduled].contains(outcome.state)
         let rows: [[String: Any]] = deliveries.deliveries.map { delivery in
             [
@@ -243,7 +245,7 @@ extension EdgeRoutes {
         }
         var next = ""
         if deliveries.deliveries.count == 100, let last = deliveries.deliveries.last {
-            next = "/console/hubs/\(ConsolePage.pathComponent(hub))/sends/\(id)?after=\(last.sequence)"
+            next = "/console/hubs/\(ConsolePage.pathComponent(hub.name))/sends/\(id)?after=\(last.sequence)"
         }
         return ConsolePage.render(
             "outcome", title: "Send \(id)", session: session,
@@ -260,7 +262,7 @@ extension EdgeRoutes {
                 },
                 "deliveries": rows, "next": next,
             ],
-            hub: hub)
+            hub: hub.name)
     }
 
     /// `/console/sends/{id}`: a send found by id alone (the inbox knows no hub), redirected to its
@@ -268,8 +270,12 @@ extension EdgeRoutes {
     func findSend(_ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
         let id = try Self.text(try context.parameters.require("id"), "id")
         let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id), requestID: context.requestID)
-        guard try await manages(session, hub: outcome.hub, context) else { throw EdgeError(.notFound, "notification \(id) not found") }
-        return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(outcome.hub))/sends/\(id)")
+        // The outcome names its hub by id; the console's paths by name.
+        let hubs = try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
+        guard let hub = hubs.first(where: { $0.id == outcome.hub }), try await manages(session, hub: hub.name, context) else {
+            throw EdgeError(.notFound, "notification \(id) not found")
+        }
+        return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))/sends/\(id)")
     }
 
     private static func deliveryState(_ state: DeliveryState) -> String {

@@ -39,12 +39,15 @@ extension EdgeRoutes {
         console.post("logout") { request, context in await page(request, context) { try await signOut(request, context, $0) } }
         console.get("hubs") { request, context in await page(request, context) { try await hubsPage(context, $0) } }
         console.post("hubs") { request, context in await page(request, context) { try await createHub(request, context, $0) } }
-        console.get("hubs/:hub") { request, context in await managedPage(request, context) { try await hubPage(context, $0, hub: $1) } }
+        console.get("hubs/:hub") { request, context in await managedPage(request, context) { try await hubPage(context, $0, hub: $1.name) }
+        }
         console.get("hubs/:hub/devices") { request, context in
             await managedPage(request, context) { try await devicesPage(request, context, $0, hub: $1) }
         }
         console.get("hubs/:hub/send") { request, context in
-            await managedPage(request, context) { renderSend(TestSendForm(ConsolePage.query(request)), hub: $1, session: $0, preview: nil) }
+            await managedPage(request, context) {
+                renderSend(TestSendForm(ConsolePage.query(request)), hub: $1.name, session: $0, preview: nil)
+            }
         }
         console.post("hubs/:hub/send") { request, context in
             await managedPage(request, context) { try await testSend(request, context, $0, hub: $1) }
@@ -74,14 +77,17 @@ extension EdgeRoutes {
         return await answer(context, session: session) { try await body(session) }
     }
 
-    /// Runs the handler of one hub's page (`:hub` in the path), for an operator who holds Manage on it.
+    /// Runs the handler of one hub's page (`:hub` in the path), for an operator who holds Manage on
+    /// it, with the hub's stored name (for the page) and its id (for registration's and
+    /// dispatch's calls: tenancy is by id).
     func managedPage(
-        _ request: Request, _ context: EdgeRequestContext, _ body: (ConsoleSession, String) async throws -> Response
+        _ request: Request, _ context: EdgeRequestContext, _ body: (ConsoleSession, ConsoleHub) async throws -> Response
     ) async -> Response {
         await page(request, context) { session in
-            let hub = try context.parameters.require("hub")
-            try await requireManage(session, hub: hub, context)
-            return try await body(session, hub)
+            let name = try context.parameters.require("hub")
+            try await requireManage(session, hub: name, context)
+            let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
+            return try await body(session, ConsoleHub(name: hub.name, id: hub.id))
         }
     }
 
@@ -227,6 +233,12 @@ extension EdgeRoutes {
 }
 
 /// The signed-in operator.
+/// A hub as the console's pages need it: its stored name to show and link, its id for the calls.
+struct ConsoleHub: Sendable {
+    var name: String
+    var id: String
+}
+
 struct ConsoleSession: Sendable {
     var token: String
     var user: String

@@ -947,18 +947,24 @@ extension CreateHubRequest: CBacked {
 
 /// A hub, as ListHubs and GetHub show it: key secrets are left empty.
 public struct Hub: HeraldMessage {
+    /// As created; names are unique regardless of case, and found regardless of case (NH's rule).
     public var name: String
     public var createdAtUnixMs: Int64
     public var keys: [HubKey]
     /// At most this many installations; 0: no limit. A PUT of a new installation beyond it is
     /// RESOURCE_EXHAUSTED (429 at the edge, without Retry-After: waiting does not help).
     public var maxInstallations: Int64
+    /// The hub's immutable id, which registration and dispatch key its data by (tenancy): a hub made
+    /// again under a deleted hub's name gets a new id and sees nothing of the old one's. "default"
+    /// for the hub default; a hub made before ids existed keeps its name as its id.
+    public var id: String
 
-    public init(name: String = "", createdAtUnixMs: Int64 = 0, keys: [HubKey] = [], maxInstallations: Int64 = 0) {
+    public init(name: String = "", createdAtUnixMs: Int64 = 0, keys: [HubKey] = [], maxInstallations: Int64 = 0, id: String = "") {
         self.name = name
         self.createdAtUnixMs = createdAtUnixMs
         self.keys = keys
         self.maxInstallations = maxInstallations
+        self.id = id
     }
 
     public init() {
@@ -966,6 +972,7 @@ public struct Hub: HeraldMessage {
         self.createdAtUnixMs = 0
         self.keys = []
         self.maxInstallations = 0
+        self.id = ""
     }
 
     public static let protoName = "herald.v1.Hub"
@@ -988,6 +995,7 @@ extension Hub: CBacked {
         self.createdAtUnixMs = m.created_at_unix_ms
         self.keys = (0..<m.n_keys).map { HubKey(_c: m.keys[$0]!) }
         self.maxInstallations = m.max_installations
+        self.id = CBridge.string(m.id)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -998,6 +1006,7 @@ extension Hub: CBacked {
         p.pointee.n_keys = self.keys.count
         p.pointee.keys = arena.array(try self.keys.map { Optional(try $0._toC(arena)) })
         p.pointee.max_installations = self.maxInstallations
+        p.pointee.id = try arena.string(self.id, field: "herald.v1.Hub.id")
         return p
     }
 
@@ -1693,17 +1702,21 @@ public struct AuthorizeSasResponse: HeraldMessage {
     public var rights: [String]
     /// The hub's installation limit (0: none), for the edge to pass on with installation writes.
     public var maxInstallations: Int64
+    /// The hub's immutable id (Hub.id): what the edge passes to registration and dispatch as `hub`.
+    public var hubID: String
 
-    public init(keyName: String = "", rights: [String] = [], maxInstallations: Int64 = 0) {
+    public init(keyName: String = "", rights: [String] = [], maxInstallations: Int64 = 0, hubID: String = "") {
         self.keyName = keyName
         self.rights = rights
         self.maxInstallations = maxInstallations
+        self.hubID = hubID
     }
 
     public init() {
         self.keyName = ""
         self.rights = []
         self.maxInstallations = 0
+        self.hubID = ""
     }
 
     public static let protoName = "herald.v1.AuthorizeSasResponse"
@@ -1725,6 +1738,7 @@ extension AuthorizeSasResponse: CBacked {
         self.keyName = CBridge.string(m.key_name)
         self.rights = CBridge.strings(m.n_rights, m.rights)
         self.maxInstallations = m.max_installations
+        self.hubID = CBridge.string(m.hub_id)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1734,6 +1748,7 @@ extension AuthorizeSasResponse: CBacked {
         p.pointee.n_rights = self.rights.count
         p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.AuthorizeSasResponse.rights")
         p.pointee.max_installations = self.maxInstallations
+        p.pointee.hub_id = try arena.string(self.hubID, field: "herald.v1.AuthorizeSasResponse.hub_id")
         return p
     }
 

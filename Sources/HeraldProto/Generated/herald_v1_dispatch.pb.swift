@@ -920,6 +920,103 @@ extension CancelScheduledRequest: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__cancel_scheduled_request__free_unpacked(p, nil) }
 }
 
+/// Request of CancelHubScheduled.
+public struct CancelHubScheduledRequest: HeraldMessage {
+    /// The hub's id (required).
+    public var hub: String
+
+    public init(hub: String = "") {
+        self.hub = hub
+    }
+
+    public init() {
+        self.hub = ""
+    }
+
+    public static let protoName = "herald.v1.CancelHubScheduledRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension CancelHubScheduledRequest: CBacked {
+    typealias CType = Herald__V1__CancelHubScheduledRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__cancel_hub_scheduled_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.CancelHubScheduledRequest.hub")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__cancel_hub_scheduled_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__cancel_hub_scheduled_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__cancel_hub_scheduled_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__cancel_hub_scheduled_request__free_unpacked(p, nil) }
+}
+
+/// Answer of CancelHubScheduled.
+public struct CancelHubScheduledResponse: HeraldMessage {
+    public var cancelled: Int64
+
+    public init(cancelled: Int64 = 0) {
+        self.cancelled = cancelled
+    }
+
+    public init() {
+        self.cancelled = 0
+    }
+
+    public static let protoName = "herald.v1.CancelHubScheduledResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension CancelHubScheduledResponse: CBacked {
+    typealias CType = Herald__V1__CancelHubScheduledResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.cancelled = m.cancelled
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__cancel_hub_scheduled_response__init(p)
+        p.pointee.cancelled = self.cancelled
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__cancel_hub_scheduled_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__cancel_hub_scheduled_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__cancel_hub_scheduled_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__cancel_hub_scheduled_response__free_unpacked(p, nil) }
+}
+
 /// Request of GetOutcome.
 public struct GetOutcomeRequest: HeraldMessage {
     /// The id from SendResponse.
@@ -1933,6 +2030,9 @@ public enum DispatchServiceMethods {
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     public static let cancelScheduled = UnaryMethod<CancelScheduledRequest, Outcome>(service: serviceName, method: "CancelScheduled")
+    /// Cancels every scheduled send of a hub not made yet (the CLI does it when a hub is deleted, so
+    /// that nothing the hub scheduled is sent afterwards). Idempotent; answers how many it cancelled.
+    public static let cancelHubScheduled = UnaryMethod<CancelHubScheduledRequest, CancelHubScheduledResponse>(service: serviceName, method: "CancelHubScheduled")
     /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
     /// paged by (created_at, notification id).
     public static let listSends = UnaryMethod<ListSendsRequest, ListSendsResponse>(service: serviceName, method: "ListSends")
@@ -1942,5 +2042,5 @@ public enum DispatchServiceMethods {
     public static let sendStats = UnaryMethod<SendStatsRequest, SendStatsResponse>(service: serviceName, method: "SendStats")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, listSends.fullName, sendStats.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, cancelHubScheduled.fullName, listSends.fullName, sendStats.fullName]
 }

@@ -35,6 +35,9 @@ public protocol DispatchServiceHandler: Sendable {
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     func cancelScheduled(_ request: CancelScheduledRequest, context: RPCContext) async throws -> Outcome
+    /// Cancels every scheduled send of a hub not made yet (the CLI does it when a hub is deleted, so
+    /// that nothing the hub scheduled is sent afterwards). Idempotent; answers how many it cancelled.
+    func cancelHubScheduled(_ request: CancelHubScheduledRequest, context: RPCContext) async throws -> CancelHubScheduledResponse
     /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
     /// paged by (created_at, notification id).
     func listSends(_ request: ListSendsRequest, context: RPCContext) async throws -> ListSendsResponse
@@ -73,6 +76,9 @@ extension DispatchServiceHandler {
         }
         table.register(DispatchServiceMethods.cancelScheduled) { request, context in
             try await self.cancelScheduled(request, context: context)
+        }
+        table.register(DispatchServiceMethods.cancelHubScheduled) { request, context in
+            try await self.cancelHubScheduled(request, context: context)
         }
         table.register(DispatchServiceMethods.listSends) { request, context in
             try await self.listSends(request, context: context)
@@ -115,6 +121,9 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome
+    /// Cancels every scheduled send of a hub not made yet (the CLI does it when a hub is deleted, so
+    /// that nothing the hub scheduled is sent afterwards). Idempotent; answers how many it cancelled.
+    func cancelHubScheduled(_ request: CancelHubScheduledRequest, options: RPCCallOptions) async throws -> CancelHubScheduledResponse
     /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
     /// paged by (created_at, notification id).
     func listSends(_ request: ListSendsRequest, options: RPCCallOptions) async throws -> ListSendsResponse
@@ -169,6 +178,11 @@ extension DispatchServiceClientProtocol {
         _ request: CancelScheduledRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> Outcome {
         try await cancelScheduled(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func cancelHubScheduled(
+        _ request: CancelHubScheduledRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> CancelHubScheduledResponse {
+        try await cancelHubScheduled(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
     public func listSends(
         _ request: ListSendsRequest, requestID: String? = nil, timeout: Duration? = nil
@@ -225,6 +239,10 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
 
     public func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome {
         try await rpc.call(DispatchServiceMethods.cancelScheduled, request, options: options)
+    }
+
+    public func cancelHubScheduled(_ request: CancelHubScheduledRequest, options: RPCCallOptions) async throws -> CancelHubScheduledResponse {
+        try await rpc.call(DispatchServiceMethods.cancelHubScheduled, request, options: options)
     }
 
     public func listSends(_ request: ListSendsRequest, options: RPCCallOptions) async throws -> ListSendsResponse {

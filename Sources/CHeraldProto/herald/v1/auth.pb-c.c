@@ -2440,7 +2440,7 @@ const ProtobufCMessageDescriptor herald__v1__create_hub_request__descriptor =
   (ProtobufCMessageInit) herald__v1__create_hub_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__hub__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__hub__field_descriptors[5] =
 {
   {
     "name",
@@ -2490,9 +2490,22 @@ static const ProtobufCFieldDescriptor herald__v1__hub__field_descriptors[4] =
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "id",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Hub, id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__hub__field_indices_by_name[] = {
   1,   /* field[1] = created_at_unix_ms */
+  4,   /* field[4] = id */
   2,   /* field[2] = keys */
   3,   /* field[3] = max_installations */
   0,   /* field[0] = name */
@@ -2500,7 +2513,7 @@ static const unsigned herald__v1__hub__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__hub__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__hub__descriptor =
 {
@@ -2510,7 +2523,7 @@ const ProtobufCMessageDescriptor herald__v1__hub__descriptor =
   "Herald__V1__Hub",
   "herald.v1",
   sizeof(Herald__V1__Hub),
-  4,
+  5,
   herald__v1__hub__field_descriptors,
   herald__v1__hub__field_indices_by_name,
   1,  herald__v1__hub__number_ranges,
@@ -3107,7 +3120,7 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_request__descriptor =
   (ProtobufCMessageInit) herald__v1__authorize_sas_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[4] =
 {
   {
     "key_name",
@@ -3145,8 +3158,21 @@ static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "hub_id",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasResponse, hub_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authorize_sas_response__field_indices_by_name[] = {
+  3,   /* field[3] = hub_id */
   0,   /* field[0] = key_name */
   2,   /* field[2] = max_installations */
   1,   /* field[1] = rights */
@@ -3154,7 +3180,7 @@ static const unsigned herald__v1__authorize_sas_response__field_indices_by_name[
 static const ProtobufCIntRange herald__v1__authorize_sas_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor =
 {
@@ -3164,7 +3190,7 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor 
   "Herald__V1__AuthorizeSasResponse",
   "herald.v1",
   sizeof(Herald__V1__AuthorizeSasResponse),
-  3,
+  4,
   herald__v1__authorize_sas_response__field_descriptors,
   herald__v1__authorize_sas_response__field_indices_by_name,
   1,  herald__v1__authorize_sas_response__number_ranges,

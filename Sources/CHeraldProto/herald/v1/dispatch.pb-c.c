@@ -457,6 +457,96 @@ void   herald__v1__cancel_scheduled_request__free_unpacked
   assert(message->base.descriptor == &herald__v1__cancel_scheduled_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__cancel_hub_scheduled_request__init
+                     (Herald__V1__CancelHubScheduledRequest         *message)
+{
+  static const Herald__V1__CancelHubScheduledRequest init_value = HERALD__V1__CANCEL_HUB_SCHEDULED_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__cancel_hub_scheduled_request__get_packed_size
+                     (const Herald__V1__CancelHubScheduledRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__cancel_hub_scheduled_request__pack
+                     (const Herald__V1__CancelHubScheduledRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__cancel_hub_scheduled_request__pack_to_buffer
+                     (const Herald__V1__CancelHubScheduledRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__CancelHubScheduledRequest *
+       herald__v1__cancel_hub_scheduled_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__CancelHubScheduledRequest *)
+     protobuf_c_message_unpack (&herald__v1__cancel_hub_scheduled_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__cancel_hub_scheduled_request__free_unpacked
+                     (Herald__V1__CancelHubScheduledRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__cancel_hub_scheduled_response__init
+                     (Herald__V1__CancelHubScheduledResponse         *message)
+{
+  static const Herald__V1__CancelHubScheduledResponse init_value = HERALD__V1__CANCEL_HUB_SCHEDULED_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__cancel_hub_scheduled_response__get_packed_size
+                     (const Herald__V1__CancelHubScheduledResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__cancel_hub_scheduled_response__pack
+                     (const Herald__V1__CancelHubScheduledResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__cancel_hub_scheduled_response__pack_to_buffer
+                     (const Herald__V1__CancelHubScheduledResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__CancelHubScheduledResponse *
+       herald__v1__cancel_hub_scheduled_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__CancelHubScheduledResponse *)
+     protobuf_c_message_unpack (&herald__v1__cancel_hub_scheduled_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__cancel_hub_scheduled_response__free_unpacked
+                     (Herald__V1__CancelHubScheduledResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__get_outcome_request__init
                      (Herald__V1__GetOutcomeRequest         *message)
 {
@@ -2142,6 +2232,82 @@ const ProtobufCMessageDescriptor herald__v1__cancel_scheduled_request__descripto
   (ProtobufCMessageInit) herald__v1__cancel_scheduled_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor herald__v1__cancel_hub_scheduled_request__field_descriptors[1] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__CancelHubScheduledRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__cancel_hub_scheduled_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+};
+static const ProtobufCIntRange herald__v1__cancel_hub_scheduled_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__cancel_hub_scheduled_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.CancelHubScheduledRequest",
+  "CancelHubScheduledRequest",
+  "Herald__V1__CancelHubScheduledRequest",
+  "herald.v1",
+  sizeof(Herald__V1__CancelHubScheduledRequest),
+  1,
+  herald__v1__cancel_hub_scheduled_request__field_descriptors,
+  herald__v1__cancel_hub_scheduled_request__field_indices_by_name,
+  1,  herald__v1__cancel_hub_scheduled_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__cancel_hub_scheduled_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__cancel_hub_scheduled_response__field_descriptors[1] =
+{
+  {
+    "cancelled",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__CancelHubScheduledResponse, cancelled),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__cancel_hub_scheduled_response__field_indices_by_name[] = {
+  0,   /* field[0] = cancelled */
+};
+static const ProtobufCIntRange herald__v1__cancel_hub_scheduled_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__cancel_hub_scheduled_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.CancelHubScheduledResponse",
+  "CancelHubScheduledResponse",
+  "Herald__V1__CancelHubScheduledResponse",
+  "herald.v1",
+  sizeof(Herald__V1__CancelHubScheduledResponse),
+  1,
+  herald__v1__cancel_hub_scheduled_response__field_descriptors,
+  herald__v1__cancel_hub_scheduled_response__field_indices_by_name,
+  1,  herald__v1__cancel_hub_scheduled_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__cancel_hub_scheduled_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[3] =
 {
   {
@@ -3240,7 +3406,7 @@ const ProtobufCEnumDescriptor herald__v1__delivery_state__descriptor =
   herald__v1__delivery_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[11] =
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[12] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
@@ -3251,20 +3417,22 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "GetHubCredentials", &herald__v1__get_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "DeleteHubCredentials", &herald__v1__delete_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "CancelScheduled", &herald__v1__cancel_scheduled_request__descriptor, &herald__v1__outcome__descriptor },
+  { "CancelHubScheduled", &herald__v1__cancel_hub_scheduled_request__descriptor, &herald__v1__cancel_hub_scheduled_response__descriptor },
   { "ListSends", &herald__v1__list_sends_request__descriptor, &herald__v1__list_sends_response__descriptor },
   { "SendStats", &herald__v1__send_stats_request__descriptor, &herald__v1__send_stats_response__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
+  9,        /* CancelHubScheduled */
   8,        /* CancelScheduled */
   7,        /* DeleteHubCredentials */
   6,        /* GetHubCredentials */
   1,        /* GetOutcome */
   3,        /* ListDeliveries */
   2,        /* ListInbox */
-  9,        /* ListSends */
+  10,        /* ListSends */
   4,        /* ResetForTests */
   0,        /* Send */
-  10,        /* SendStats */
+  11,        /* SendStats */
   5         /* SetHubCredentials */
 };
 const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
@@ -3274,7 +3442,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  11,
+  12,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -3350,13 +3518,21 @@ void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void herald__v1__dispatch_service__cancel_hub_scheduled(ProtobufCService *service,
+                                                        const Herald__V1__CancelHubScheduledRequest *input,
+                                                        Herald__V1__CancelHubScheduledResponse_Closure closure,
+                                                        void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void herald__v1__dispatch_service__list_sends(ProtobufCService *service,
                                               const Herald__V1__ListSendsRequest *input,
                                               Herald__V1__ListSendsResponse_Closure closure,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__send_stats(ProtobufCService *service,
                                               const Herald__V1__SendStatsRequest *input,
@@ -3364,7 +3540,7 @@ void herald__v1__dispatch_service__send_stats(ProtobufCService *service,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

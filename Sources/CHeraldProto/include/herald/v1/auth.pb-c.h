@@ -377,6 +377,9 @@ struct  Herald__V1__CreateHubRequest
 struct  Herald__V1__Hub
 {
   ProtobufCMessage base;
+  /*
+   * As created; names are unique regardless of case, and found regardless of case (NH's rule).
+   */
   char *name;
   int64_t created_at_unix_ms;
   size_t n_keys;
@@ -386,10 +389,16 @@ struct  Herald__V1__Hub
    * RESOURCE_EXHAUSTED (429 at the edge, without Retry-After: waiting does not help).
    */
   int64_t max_installations;
+  /*
+   * The hub's immutable id, which registration and dispatch key its data by (tenancy): a hub made
+   * again under a deleted hub's name gets a new id and sees nothing of the old one's. "default"
+   * for the hub default; a hub made before ids existed keeps its name as its id.
+   */
+  char *id;
 };
 #define HERALD__V1__HUB__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub__descriptor) \
-    , (char *)protobuf_c_empty_string, 0, 0,NULL, 0 }
+    , (char *)protobuf_c_empty_string, 0, 0,NULL, 0, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -624,10 +633,14 @@ struct  Herald__V1__AuthorizeSasResponse
    * The hub's installation limit (0: none), for the edge to pass on with installation writes.
    */
   int64_t max_installations;
+  /*
+   * The hub's immutable id (Hub.id): what the edge passes to registration and dispatch as `hub`.
+   */
+  char *hub_id;
 };
 #define HERALD__V1__AUTHORIZE_SAS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authorize_sas_response__descriptor) \
-    , (char *)protobuf_c_empty_string, 0,NULL, 0 }
+    , (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string }
 
 
 /*

@@ -26,6 +26,8 @@ typedef struct Herald__V1__ListDeliveriesRequest Herald__V1__ListDeliveriesReque
 typedef struct Herald__V1__ListDeliveriesResponse Herald__V1__ListDeliveriesResponse;
 typedef struct Herald__V1__Outcome Herald__V1__Outcome;
 typedef struct Herald__V1__CancelScheduledRequest Herald__V1__CancelScheduledRequest;
+typedef struct Herald__V1__CancelHubScheduledRequest Herald__V1__CancelHubScheduledRequest;
+typedef struct Herald__V1__CancelHubScheduledResponse Herald__V1__CancelHubScheduledResponse;
 typedef struct Herald__V1__GetOutcomeRequest Herald__V1__GetOutcomeRequest;
 typedef struct Herald__V1__Header Herald__V1__Header;
 typedef struct Herald__V1__InboxEntry Herald__V1__InboxEntry;
@@ -477,6 +479,35 @@ struct  Herald__V1__CancelScheduledRequest
 #define HERALD__V1__CANCEL_SCHEDULED_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__cancel_scheduled_request__descriptor) \
     , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of CancelHubScheduled.
+ */
+struct  Herald__V1__CancelHubScheduledRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The hub's id (required).
+   */
+  char *hub;
+};
+#define HERALD__V1__CANCEL_HUB_SCHEDULED_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__cancel_hub_scheduled_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of CancelHubScheduled.
+ */
+struct  Herald__V1__CancelHubScheduledResponse
+{
+  ProtobufCMessage base;
+  int64_t cancelled;
+};
+#define HERALD__V1__CANCEL_HUB_SCHEDULED_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__cancel_hub_scheduled_response__descriptor) \
+    , 0 }
 
 
 /*
@@ -1026,6 +1057,44 @@ Herald__V1__CancelScheduledRequest *
 void   herald__v1__cancel_scheduled_request__free_unpacked
                      (Herald__V1__CancelScheduledRequest *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__CancelHubScheduledRequest methods */
+void   herald__v1__cancel_hub_scheduled_request__init
+                     (Herald__V1__CancelHubScheduledRequest         *message);
+size_t herald__v1__cancel_hub_scheduled_request__get_packed_size
+                     (const Herald__V1__CancelHubScheduledRequest   *message);
+size_t herald__v1__cancel_hub_scheduled_request__pack
+                     (const Herald__V1__CancelHubScheduledRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__cancel_hub_scheduled_request__pack_to_buffer
+                     (const Herald__V1__CancelHubScheduledRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__CancelHubScheduledRequest *
+       herald__v1__cancel_hub_scheduled_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__cancel_hub_scheduled_request__free_unpacked
+                     (Herald__V1__CancelHubScheduledRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__CancelHubScheduledResponse methods */
+void   herald__v1__cancel_hub_scheduled_response__init
+                     (Herald__V1__CancelHubScheduledResponse         *message);
+size_t herald__v1__cancel_hub_scheduled_response__get_packed_size
+                     (const Herald__V1__CancelHubScheduledResponse   *message);
+size_t herald__v1__cancel_hub_scheduled_response__pack
+                     (const Herald__V1__CancelHubScheduledResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__cancel_hub_scheduled_response__pack_to_buffer
+                     (const Herald__V1__CancelHubScheduledResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__CancelHubScheduledResponse *
+       herald__v1__cancel_hub_scheduled_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__cancel_hub_scheduled_response__free_unpacked
+                     (Herald__V1__CancelHubScheduledResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__GetOutcomeRequest methods */
 void   herald__v1__get_outcome_request__init
                      (Herald__V1__GetOutcomeRequest         *message);
@@ -1362,6 +1431,12 @@ typedef void (*Herald__V1__Outcome_Closure)
 typedef void (*Herald__V1__CancelScheduledRequest_Closure)
                  (const Herald__V1__CancelScheduledRequest *message,
                   void *closure_data);
+typedef void (*Herald__V1__CancelHubScheduledRequest_Closure)
+                 (const Herald__V1__CancelHubScheduledRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__CancelHubScheduledResponse_Closure)
+                 (const Herald__V1__CancelHubScheduledResponse *message,
+                  void *closure_data);
 typedef void (*Herald__V1__GetOutcomeRequest_Closure)
                  (const Herald__V1__GetOutcomeRequest *message,
                   void *closure_data);
@@ -1453,6 +1528,10 @@ struct Herald__V1__DispatchService_Service
                            const Herald__V1__CancelScheduledRequest *input,
                            Herald__V1__Outcome_Closure closure,
                            void *closure_data);
+  void (*cancel_hub_scheduled)(Herald__V1__DispatchService_Service *service,
+                               const Herald__V1__CancelHubScheduledRequest *input,
+                               Herald__V1__CancelHubScheduledResponse_Closure closure,
+                               void *closure_data);
   void (*list_sends)(Herald__V1__DispatchService_Service *service,
                      const Herald__V1__ListSendsRequest *input,
                      Herald__V1__ListSendsResponse_Closure closure,
@@ -1478,6 +1557,7 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## get_hub_credentials,\
       function_prefix__ ## delete_hub_credentials,\
       function_prefix__ ## cancel_scheduled,\
+      function_prefix__ ## cancel_hub_scheduled,\
       function_prefix__ ## list_sends,\
       function_prefix__ ## send_stats  }
 void herald__v1__dispatch_service__send(ProtobufCService *service,
@@ -1516,6 +1596,10 @@ void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
                                                     const Herald__V1__CancelScheduledRequest *input,
                                                     Herald__V1__Outcome_Closure closure,
                                                     void *closure_data);
+void herald__v1__dispatch_service__cancel_hub_scheduled(ProtobufCService *service,
+                                                        const Herald__V1__CancelHubScheduledRequest *input,
+                                                        Herald__V1__CancelHubScheduledResponse_Closure closure,
+                                                        void *closure_data);
 void herald__v1__dispatch_service__list_sends(ProtobufCService *service,
                                               const Herald__V1__ListSendsRequest *input,
                                               Herald__V1__ListSendsResponse_Closure closure,
@@ -1539,6 +1623,8 @@ extern const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__des
 extern const ProtobufCMessageDescriptor herald__v1__list_deliveries_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__outcome__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__cancel_scheduled_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__cancel_hub_scheduled_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__cancel_hub_scheduled_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__header__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__inbox_entry__descriptor;
