@@ -6,6 +6,8 @@
 #   scripts/fuzz.sh                         every target for FUZZ_SECONDS (20) each
 #   FUZZ_SECONDS=600 scripts/fuzz.sh json   one target for ten minutes
 #   scripts/fuzz.sh --long                  every target, then schemathesis with 500 examples per operation
+#   HERALD_FUZZ_MAX_MS=100 scripts/fuzz.sh  also fail on any input slower than 100 ms (each run prints
+#                                           its slowest input either way)
 #
 # Fails on the first crash, leak or broken property; the input that caused it is kept in
 # .build/fuzz-artifacts/ (replay: HERALD_FUZZ_TARGET=T .build/debug/herald-fuzz FILE). Each corpus
@@ -51,7 +53,8 @@ for target in "${targets[@]}"; do
   rate=$(grep 'DONE' "$log" | tail -1 | sed -E 's/.*exec\/s: ([0-9]+).*/\1/')
   files=$(find "$corpus" -type f | wc -l)
   bytes=$(du -sb "$corpus" | awk '{print $1}')
-  echo "fuzz.sh: $target: 0 crashes, $runs runs, $rate exec/s, corpus $files files ($bytes bytes)"
+  slowest=$(grep 'slowest input so far' "$log" | tail -1 | sed -E 's/.*so far: //')
+  echo "fuzz.sh: $target: 0 crashes, $runs runs, $rate exec/s, corpus $files files ($bytes bytes), slowest input ${slowest:-n/a}"
 done
 
 if (( long )); then

@@ -55,8 +55,33 @@ public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePoi
     return LLVMFuzzerRunDriver(&count, &arguments) { data, size in fuzzOneInput(data, size) }
 }
 
+/// The slowest input so far, in milliseconds: reported on stderr each time it grows (scripts/fuzz.sh
+/// prints the last), and past `HERALD_FUZZ_MAX_MS` (when set) a crash, so libFuzzer keeps the input.
+/// libFuzzer's own `-timeout` counts whole seconds; the bound asked of the parsers is 100 ms. The
+/// first input is not counted: it pays the target's one-time set-up (an in-memory database, tables).
+let slowest = Mutex<(inputs: Int, millis: Double)>((0, 0))
+let maxMilliseconds = ProcessInfo.processInfo.environment["HERALD_FUZZ_MAX_MS"].flatMap(Double.init)
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let started = ContinuousClock.now
+    defer {
+        let elapsed = ContinuousClock.now - started
+        let millis = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        let grew = slowest.withLock { slowest in
+            slowest.inputs += 1
+            guard slowest.inputs > 1, millis > slowest.millis else { return false }
+            slowest.millis = millis
+            return true
+        }
+        if grew {
+            FileHandle.standardError.write(
+                Data("herald-fuzz: slowest input so far: \(String(format: "%.1f", millis)) ms (\(size) bytes)\n".utf8))
+            if let maxMilliseconds, millis > maxMilliseconds {
+                fatalError("an input took \(millis) ms, over HERALD_FUZZ_MAX_MS=\(maxMilliseconds)")
+            }
+        }
+    }
     let bytes = size == 0 ? [] : Array(UnsafeBufferPointer(start: data, count: size))
     switch FuzzTarget.current {
     case .proto: FuzzTarget.proto(bytes)
