@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Drives a live stack with schemathesis (PyPI), generating requests from the edge's own
-# /openapi.json: every operation, in both auth modes. Fails on any 5xx, any status, header,
+# /openapi.json: every operation, in both auth modes. The NH operations are signed with a real
+# hub's Listen and Full keys (Tests/python/schemathesis_sas_hooks.py), the others sent with Basic. Fails on any 5xx, any status, header,
 # content type or body the document does not declare, and any service restart in the stack's log.
 #
 #   scripts/schemathesis.sh                 CI's bounded run (SCHEMATHESIS_MAX_EXAMPLES=100 per operation)
@@ -37,9 +38,20 @@ for mode in tutorial accounts; do
   fi
   # Something to find: a registration and a secure payload of the user's own.
   curl -fsS -X POST -u "$user:$password" "$url/v1/notifications?kind=secure&to_user=$user" --data-binary 'seed' >/dev/null
+  # A hub whose two default keys sign the NH operations' tokens (Tests/python/schemathesis_sas_hooks.py),
+  # so that those requests reach the handlers, not only the 401.
+  "$bin/herald" hubs add sthub --dir "$dir" >/dev/null
+  keys=$("$bin/herald" hubs keys sthub --endpoint "sb://${url#http://}/" --dir "$dir")
+  key_of() { grep -o "SharedAccessKeyName=$1;SharedAccessKey=[^;]*" <<<"$keys" | head -1 | sed -E 's/SharedAccessKeyName=([^;]*);SharedAccessKey=(.*)/\1;\2/'; }
+  export HERALD_ST_URL="$url" HERALD_ST_HUB=sthub HERALD_ST_BASIC="$user:$password"
+  HERALD_ST_LISTEN=$(key_of DefaultListenSharedAccessSignature)
+  HERALD_ST_FULL=$(key_of DefaultFullSharedAccessSignature)
+  export HERALD_ST_LISTEN HERALD_ST_FULL
+  [[ -n "$HERALD_ST_LISTEN" && -n "$HERALD_ST_FULL" ]] || { echo "schemathesis.sh: no keys for sthub: $keys"; exit 1; }
   echo "schemathesis.sh: $mode mode against $url, $examples examples per operation"
   start=$SECONDS
-  if ! "$venv/bin/schemathesis" run "$url/openapi.json" --url "$url" -a "$user:$password" \
+  if ! SCHEMATHESIS_HOOKS=schemathesis_sas_hooks PYTHONPATH="$PWD/Tests/python" \
+      "$venv/bin/schemathesis" run "$url/openapi.json" --url "$url" \
       --checks "$checks" --phases examples,coverage,fuzzing --max-examples "$examples" \
       --workers 1 --request-timeout 20 --suppress-health-check all --seed 1 --no-color \
       --report junit --report-dir "$dir/report" >"$dir/schemathesis.log" 2>&1; then
@@ -50,6 +62,13 @@ for mode in tutorial accounts; do
     tail -n 12 "$dir/schemathesis.log"
   fi
   echo "schemathesis.sh: $mode mode took $((SECONDS - start)) s"
+  # Proof that the signed tokens got the NH operations past authentication: their answers by status.
+  nh=$(grep -ho '\[Edge\] [A-Z]* /sthub/[^ ]* [0-9][0-9][0-9]' "$dir/logs/edge.log" | awk '{print $NF}' | sort | uniq -c | awk '{printf "%s x%s, ", $2, $1}')
+  echo "schemathesis.sh: NH operations on sthub answered ${nh:-nothing}"
+  if ! grep -qE '\[Edge\] [A-Z]* /sthub/[^ ]* 20[0-9]' "$dir/logs/edge.log"; then
+    echo "schemathesis.sh: no NH operation got past authentication ($mode)"
+    status=1
+  fi
   kill -TERM "$stack"
   wait "$stack" || true
   if grep -E "exited with status|restarting in" "$dir/stack.log" "$dir/logs/"*.log; then
