@@ -126,7 +126,14 @@ public final class Dispatcher: Sendable {
             ) { batch in
                 try rendering.withLock { try $0.add(batch.registrations) }
             }
-            let (payloads, targets) = rendering.withLock { ($0.payloads, $0.targets) }
+            let (payloads, targets, left, refusal) = rendering.withLock { ($0.payloads, $0.targets, $0.refusedDevices, $0.firstRefusal) }
+            if let refusal {
+                // Nothing renders: the sender hears why (400). Some do: they are sent, the rest logged.
+                if payloads.isEmpty { throw refusal }
+                logger.warning(
+                    "template send: devices whose template cannot be rendered are left out",
+                    metadata: ["herald.devices_left_out": "\(left)", "herald.reason": "\(refusal.message)"])
+            }
             return try await commit(request, id: id, scheduled: scheduled, payloads: payloads, targets: targets, logger: logger)
         }
         let prepared = try Self.prepare(request.payloads, sentAt: sentAt)

@@ -12,6 +12,13 @@ struct TemplateAudience {
     private(set) var targets: [Outbox.Target] = []
     /// Variant of each distinct template seen, by platform and the template's JSON.
     private var variants: [Platform: [String: Int]] = [:]
+    /// Templates that cannot be rendered for this send (a header computed out of range, a push over
+    /// the platform's size): their devices are left out, not the whole send. One installation's
+    /// template, written with the Listen key every app ships, must not stop a hub's broadcast.
+    private var refused: [Platform: Set<String>] = [:]
+    /// Devices left out, and why the first template was refused.
+    private(set) var refusedDevices = 0
+    private(set) var firstRefusal: ServiceError?
 
     init(properties: PushTemplate.Properties, sentAt: Int64) {
         self.properties = properties
@@ -23,10 +30,22 @@ struct TemplateAudience {
             let variant: Int
             if let known = variants[registration.platform]?[registration.templateJson] {
                 variant = known
+            } else if refused[registration.platform]?.contains(registration.templateJson) == true {
+                refusedDevices += 1
+                continue
             } else {
                 variant = payloads.count
-                var payload = try Self.render(
-                    registration.templateJson, name: registration.templateName, platform: registration.platform, properties, sentAt: sentAt)
+                var payload: OutboxPayload
+                do {
+                    payload = try Self.render(
+                        registration.templateJson, name: registration.templateName, platform: registration.platform, properties,
+                        sentAt: sentAt)
+                } catch let error as ServiceError {
+                    refused[registration.platform, default: []].insert(registration.templateJson)
+                    refusedDevices += 1
+                    firstRefusal = firstRefusal ?? error
+                    continue
+                }
                 payload.variant = variant
                 payloads.append(payload)
                 variants[registration.platform, default: [:]][registration.templateJson] = variant

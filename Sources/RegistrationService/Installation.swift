@@ -43,7 +43,31 @@ public struct Installation: Sendable, Equatable {
                     throw ServiceError.invalidArgument("template \(name) \(field): \(error.message)")
                 }
             }
+            // A header written as a plain value is checked now, as dispatch would read it; one
+            // computed from the send's properties is checked at each send, where a template that
+            // cannot be rendered leaves its own devices out of that send and nothing else.
+            for (key, value) in headers where !Self.isExpression(value) {
+                let valid: Bool =
+                    switch key.lowercased() {
+                    case "apns-priority": Int32(value) != nil
+                    case "apns-expiration": TimeValue.unixSeconds(value) != nil
+                    case "x-wns-ttl": TimeValue.seconds(value, max: PushLimits.maxTTLSeconds) != nil
+                    default: true
+                    }
+                guard valid else {
+                    throw ServiceError.invalidArgument(
+                        "template \(name) header \(key): \(value.prefix(40)) is out of range (apns-priority: a number; "
+                            + "apns-expiration: UNIX seconds 0 to \(TimeValue.maxUnixSeconds); X-WNS-TTL: 1 to \(PushLimits.maxTTLSeconds) seconds)"
+                    )
+                }
+            }
             _ = try RegistrationRules.validateTags(tags)
+        }
+
+        /// Whether a header value is an expression (NH's rule: its first character is `$ . % # {`),
+        /// whose value depends on the send's properties.
+        static func isExpression(_ value: String) -> Bool {
+            value.first.map { "$.%#{".contains($0) } ?? false
         }
 
         /// What a template send needs of it, as JSON: `{"body","expiry","headers"}` (sorted keys,

@@ -83,7 +83,10 @@ struct ScheduleTests {
                 registrationID: "h", platform: .apns, handle: String(format: "%064x", 1), templateName: "h",
                 templateJson: #"{"body":"{\"aps\":{\"alert\":\"x\"}}","headers":{"\#(header)":"\#(value)"}}"#)
             var refused = TemplateAudience(properties: PushTemplate.Properties([("m", "-9223372036854775808")]), sentAt: Int64.max)
-            #expect(throws: ServiceError.self, "\(header): \(value)") { try refused.add([hostile]) }
+            try refused.add([hostile, hostile])
+            // Left out of the send, with the reason kept for a send that nothing else reaches.
+            #expect(refused.payloads.isEmpty && refused.targets.isEmpty && refused.refusedDevices == 2, "\(header): \(value)")
+            #expect(refused.firstRefusal?.message.hasPrefix("template h") == true, "\(header): \(value)")
         }
         for template in [
             #"{"body":"{}","headers":{"apns-expiration":"253402300799"}}"#, #"{"body":"{}","expiry":"9999-12-31T23:59:59Z"}"#,
@@ -96,6 +99,7 @@ struct ScheduleTests {
             #expect(far.payloads.first?.options.expiresAtUnixMs ?? 0 != 0, "\(template)")
         }
         var tooBig = TemplateAudience(properties: PushTemplate.Properties([("m", String(repeating: "x", count: 5000))]), sentAt: 1_000)
-        #expect(throws: ServiceError.self) { try tooBig.add([registrations[0]]) }
+        try tooBig.add([registrations[0]])
+        #expect(tooBig.payloads.isEmpty && tooBig.refusedDevices == 1 && tooBig.firstRefusal != nil)
     }
 }

@@ -5,6 +5,15 @@ import HeraldStack
 import HeraldTestSupport
 import Testing
 
+extension Sequence {
+    /// `transform` applied in order, awaiting each.
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var out: [T] = []
+        for element in self { out.append(try await transform(element)) }
+        return out
+    }
+}
+
 /// Issue 32's findings, replayed from outside the way an attacker holding the Listen key (it is in
 /// every shipped app) or no key at all would: each one failed before its fix.
 @Suite("NH API against a hostile client", .serialized, .timeLimit(.minutes(3)))
@@ -118,6 +127,97 @@ struct NHHostileTests {
             // The old scheduled send will never be made: cancelled when its hub went.
             let outcome = try await NotificationHubsTests.finalOutcome(live, notification: scheduledID)
             #expect(outcome.state == .cancelled, "\(outcome)")
+        }
+    }
+
+    @Test("templates, batches, tag expressions and scheduled sends written to break a hub: refused or contained, every service up")
+    func hostileSends() async throws {
+        try await LiveStack.with(configure: { $0.extraArguments["dispatch"] = ["--max-scheduled-per-hub", "3"] }) { live in
+            let keys = try await NotificationHubsTests.hub("probe", live)
+            let root = NotificationHubsTests.root(live)
+            let listen = NotificationHubsTests.token(sr: root, keys.listen)
+            let full = NotificationHubsTests.token(sr: root, keys.full)
+            let pids = await Stack.services.asyncMap { await live.stack.pid(of: $0) }
+            func put(_ id: String, _ handle: String, templates: String) async throws -> EdgeClient.Reply {
+                try await live.edge.request(
+                    "PUT", "/probe/installations/\(id)", authorization: listen,
+                    body: #"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(handle)","templates":{\#(templates)}}"#)
+            }
+            let good = #""t":{"body":"{\"aps\":{\"alert\":\"$(msg)\"}}"}"#
+            // 2. An expiry out of range, written as a value: refused when written (400), not at each send.
+            let literal = try await put(
+                "lit", apnsToken(801), templates: #""t":{"body":"{}","headers":{"apns-expiration":"-9223372036854775808"}}"#)
+            #expect(literal.status == 400 && literal.text.contains("apns-expiration"), "\(literal.status) \(literal.text)")
+            // Computed from the send: that installation is left out of the send, the others get it.
+            #expect(
+                try await put("bad", apnsToken(802), templates: #""t":{"body":"{}","headers":{"apns-expiration":"$(exp)"}}"#).status == 200)
+            #expect(try await put("good", apnsToken(803), templates: good).status == 200)
+            let properties = #"{"msg":"still here","exp":"-9223372036854775808"}"#
+            let now = try await NHSendTests.post(
+                live, "/probe/messages", keys.full, body: properties, headers: [("ServiceBusNotification-Format", "template")])
+            #expect(now.status == 201, "\(now.text)")
+            #expect(try await live.waitForInbox { $0.handle == apnsToken(803) }.count == 1)
+            // The same as a scheduled send (it once crash-looped dispatch at every start).
+            let soon = ISO8601DateFormatter().string(from: Date().addingTimeInterval(2))
+            let later = try await NHSendTests.post(
+                live, "/probe/schedulednotifications", keys.full, body: properties,
+                headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-ScheduleTime", soon)])
+            #expect(later.status == 201, "\(later.text)")
+            #expect(try await live.waitForInbox(count: 2, timeout: .seconds(20)) { $0.handle == apnsToken(803) }.count == 2)
+            #expect(try await live.inbox().allSatisfy { $0.handle != apnsToken(802) })
+
+            // 3. PATCH is checked as PUT is; the installation stays readable.
+            let patch = try await live.edge.request(
+                "PATCH", "/probe/installations/good", authorization: listen,
+                body: #"[{"op":"replace","path":"/templates/t/body","value":"{\"aps\":{\"alert\":\"$(msg\"}}"}]"#)
+            #expect(patch.status == 400, "\(patch.status) \(patch.text)")
+            #expect(try await live.edge.request("GET", "/probe/installations/good", authorization: full).status == 200)
+
+            // 4. A $batch built to be slow to refuse is answered at once, and the edge stays responsive.
+            let boundary = String(repeating: "-", count: 2500)
+            let started = ContinuousClock.now
+            let dashes = String(repeating: "-", count: 120_000)
+            let batch = try await rawExchange(
+                live.edge.base.absoluteString,
+                "POST /probe/messages/$batch?direct HTTP/1.1\r\nHost: \(live.edge.base.host!):\(live.edge.base.port!)\r\n"
+                    + "Authorization: \(full)\r\n"
+                    + "Content-Type: multipart/mixed; boundary=\"\(boundary)\"\r\nServiceBusNotification-Format: apple\r\n"
+                    + "Content-Length: \(dashes.utf8.count)\r\nConnection: close\r\n\r\n\(dashes)")
+            #expect(batch.hasPrefix("HTTP/1.1 400") || batch.hasPrefix("HTTP/1.1 413"), "\(batch.prefix(300))")
+            #expect(ContinuousClock.now - started < .seconds(5), "the batch took \(ContinuousClock.now - started)")
+            #expect(try await live.edge.request("GET", "/healthz").status == 200)
+
+            // 10, 11. Tag expressions: too long is 400; 39 or more ! are folded, never a SQLite error.
+            let padded = "a" + String(repeating: " ", count: 70_000) + "|| b"
+            // (Raw: the edge answers before reading the body, which AsyncHTTPClient cannot take.)
+            let body = #"{"aps":{"alert":"x"}}"#
+            let long = try await rawExchange(
+                live.edge.base.absoluteString,
+                "POST /probe/messages HTTP/1.1\r\nHost: \(live.edge.base.host!):\(live.edge.base.port!)\r\nAuthorization: \(full)\r\n"
+                    + "Content-Type: application/json\r\nServiceBusNotification-Format: apple\r\nServiceBusNotification-Tags: \(padded)\r\n"
+                    + "Content-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)")
+            #expect(long.hasPrefix("HTTP/1.1 400"), "\(long.prefix(300))")
+            let bangs = String(repeating: "!", count: 41) + "a"
+            let query = try await live.edge.request(
+                "GET", "/probe/installations?tag=\(bangs.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)",
+                authorization: full)
+            #expect([200, 400].contains(query.status), "\(query.status) \(query.text.prefix(200))")
+
+            // 10. Scheduled sends waiting per hub are bounded (3 here; 1000 by default).
+            var statuses: [Int] = []
+            for _ in 0..<4 {
+                let reply = try await NHSendTests.post(
+                    live, "/probe/schedulednotifications", keys.full, body: #"{"aps":{"alert":"x"}}"#,
+                    headers: [
+                        ("ServiceBusNotification-Format", "apple"),
+                        ("ServiceBusNotification-ScheduleTime", ISO8601DateFormatter().string(from: Date().addingTimeInterval(3600))),
+                    ])
+                statuses.append(reply.status)
+            }
+            #expect(statuses == [201, 201, 201, 429], "\(statuses)")
+
+            // No service restarted on the way.
+            #expect(await Stack.services.asyncMap { await live.stack.pid(of: $0) } == pids)
         }
     }
 
