@@ -182,6 +182,60 @@ struct ConsoleTests {
         }
     }
 
+    @Test("what strangers write reaches the console escaped; hostile paths, cookies and forms get a page, never a 500")
+    func hostileInput() async throws {
+        try await LiveStack.with(auth: .accounts, users: ["ops"]) { live in
+            let herald = live.configuration.binDirectory + "/herald"
+            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
+            #expect(try await runProgram(herald, ["hubs", "grant", "default", "ops", "Manage"] + dir).status == 0)
+            let markup = "\"><script>alert(1)</script>"
+            // A stranger's installation (NH's Listen key is in every app) with markup wherever it is taken.
+            let full = try await NHSendTests.defaultHub(live)
+            let written = try await live.edge.request(
+                "PUT", "/default/installations/x1", authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full),
+                body: try String(
+                    decoding: JSONSerialization.data(withJSONObject: [
+                        "installationId": "x1", "platform": "apns", "pushChannel": apnsToken(4242), "userId": markup,
+                        "pushVariables": ["v": markup],
+                    ]), as: UTF8.self))
+            #expect([200, 400].contains(written.status), "\(written.status) \(written.text)")
+
+            let browser = Browser(live)
+            #expect(try await browser.signIn("ops", EdgeClient.password(of: "ops", in: .accounts)).status == 303)
+            let query = markup.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            for path in [
+                "/console/hubs/default/devices", "/console/hubs/default/devices?user=\(query)",
+                "/console/hubs/default/devices?tag=\(query)",
+                "/console/hubs/default/devices?handle=\(query)", "/console/hubs/\(query)/devices", "/console/hubs/default/sends/\(query)",
+                "/console/sends/\(query)", "/console/hubs/default/send?text=\(query)&message=\(query)",
+            ] {
+                let page = try await browser.get(path)
+                #expect(page.status < 500, "\(path): \(page.status)")
+                #expect(!page.text.contains("<script>alert(1)"), "\(path) echoes markup unescaped")
+            }
+            // The preview of a test send echoes the form: escaped too.
+            let form = try await browser.get("/console/hubs/default/send")
+            let preview = try await browser.postMultipart(
+                "/console/hubs/default/send",
+                ["_csrf": try Browser.csrf(form), "action": "preview", "target": "user", "user": "ops", "kind": "alert", "text": markup])
+            #expect(preview.status < 500 && !preview.text.contains("<script>alert(1)"), "\(preview.status)")
+
+            // A session cookie far over any token's length, and one of control bytes: asked to sign in.
+            for cookie in [String(repeating: "x", count: 600), "%00%0d%0a"] {
+                let stranger = Browser(live)
+                stranger.cookies["herald_session"] = cookie
+                let page = try await stranger.get("/console/hubs")
+                #expect([302, 303].contains(page.status), "\(cookie.prefix(10)): \(page.status)")
+            }
+            // A sign-in form of a megabyte: refused before it is read.
+            let stranger = Browser(live)
+            let big = try await stranger.send(
+                "POST", "/console/login", body: Data(String(repeating: "a", count: 1 << 20).utf8),
+                contentType: "application/x-www-form-urlencoded")
+            #expect([400, 413].contains(big.status), "\(big.status)")
+        }
+    }
+
     @Test("over HTTPS the session cookie is also Secure")
     func secureCookie() async throws {
         let folder = try LiveStack.makeDirectory()
