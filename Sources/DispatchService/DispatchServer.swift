@@ -306,12 +306,15 @@ public struct DispatchHandlers: DispatchServiceHandler {
         return outcome
     }
 
-    public func cancelHubScheduled(_ request: CancelHubScheduledRequest, context: RPCContext) async throws -> CancelHubScheduledResponse {
+    public func deleteHubSends(_ request: DeleteHubSendsRequest, context: RPCContext) async throws -> DeleteHubSendsResponse {
         guard !request.hub.isEmpty else { throw ServiceError.invalidArgument("hub is required") }
+        guard request.hub != Names.defaultHub else { throw ServiceError(.failedPrecondition, "the hub default cannot be deleted") }
         let cancelled = try await outbox.cancelScheduled(hub: request.hub)
+        let deleted = try await outbox.purge(hub: request.hub)
         context.logger.notice(
-            "a hub's scheduled sends cancelled", metadata: ["herald.hub": "\(request.hub)", "herald.cancelled": "\(cancelled)"])
-        return CancelHubScheduledResponse(cancelled: cancelled)
+            "a deleted hub's sends removed",
+            metadata: ["herald.hub": "\(request.hub)", "herald.cancelled": "\(cancelled)", "herald.deleted": "\(deleted)"])
+        return DeleteHubSendsResponse(cancelled: cancelled, deleted: Int64(deleted))
     }
 
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {

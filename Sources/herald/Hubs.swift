@@ -62,7 +62,7 @@ struct Hubs: AsyncParsableCommand {
 
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Delete a hub: its keys first (nothing can call it any more), then its push credentials and devices.")
+            abstract: "Delete a hub: its keys first (nothing can call it any more), then its push credentials, sends and devices.")
         @OptionGroup var stack: StackOptions
         @Argument var name: String
 
@@ -73,15 +73,17 @@ struct Hubs: AsyncParsableCommand {
             _ = try await withService(.auth, stack) { client in
                 try await AuthServiceClient(client).deleteHub(DeleteHubRequest(name: hub.name))
             }
-            let cancelled = try await withService(.dispatch, stack) { client in
+            let sends = try await withService(.dispatch, stack) { client in
                 let dispatch = DispatchServiceClient(client)
                 _ = try await dispatch.deleteHubCredentials(DeleteHubCredentialsRequest(hub: hub.id))
-                return try await dispatch.cancelHubScheduled(CancelHubScheduledRequest(hub: hub.id)).cancelled
+                return try await dispatch.deleteHubSends(DeleteHubSendsRequest(hub: hub.id))
             }
             let devices = try await withService(.registration, stack) { client in
                 try await RegistrationServiceClient(client).deleteHubDevices(DeleteHubDevicesRequest(hub: hub.id)).deleted
             }
-            print("hub \(hub.name) deleted with its keys, credentials, \(devices) device(s) and \(cancelled) scheduled send(s)")
+            print(
+                "hub \(hub.name) deleted with its keys, credentials, \(devices) device(s) and \(sends.deleted) send(s), "
+                    + "\(sends.cancelled) of them scheduled and now cancelled")
         }
     }
 

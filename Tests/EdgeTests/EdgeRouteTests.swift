@@ -331,7 +331,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome {
         throw Self.unused()
     }
-    func cancelHubScheduled(_ request: CancelHubScheduledRequest, options: RPCCallOptions) async throws -> CancelHubScheduledResponse {
+    func deleteHubSends(_ request: DeleteHubSendsRequest, options: RPCCallOptions) async throws -> DeleteHubSendsResponse {
         throw Self.unused()
     }
     func streamAudience(

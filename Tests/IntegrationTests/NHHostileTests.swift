@@ -1,6 +1,7 @@
 import Foundation
 import HeraldModel
 import HeraldProto
+import HeraldRPC
 import HeraldStack
 import HeraldTestSupport
 import Testing
@@ -110,9 +111,10 @@ struct NHHostileTests {
             #expect(try await live.edge.request("GET", "/TENANT1/installations/dev-old", authorization: mixed).status == 200)
             #expect(try await runProgram(herald, ["hubs", "add", "Tenant1"] + dir).status != 0)
 
+            #expect(try await NotificationHubsTests.finalOutcome(live, notification: sentID).state == .completed)
             let deleted = try await runProgram(herald, ["hubs", "delete", "TENANT1"] + dir)
             #expect(deleted.status == 0, "\(deleted.error)")
-            #expect(deleted.output.contains("1 device(s) and 1 scheduled send(s)"), "\(deleted.output)")
+            #expect(deleted.output.contains("1 device(s) and 2 send(s), 1 of them scheduled and now cancelled"), "\(deleted.output)")
             #expect(try await live.edge.request("GET", "/tenant1/installations/dev-old", authorization: oldAuth).status == 401)
 
             let again = try await NotificationHubsTests.hub("Tenant1", live)
@@ -124,9 +126,15 @@ struct NHHostileTests {
             }
             let export = try await live.edge.request("GET", "/tenant1/installations", authorization: newAuth)
             #expect(export.status == 200 && !export.text.contains("dev-old"), "\(export.status) \(export.text)")
-            // The old scheduled send will never be made: cancelled when its hub went.
-            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: scheduledID)
-            #expect(outcome.state == .cancelled, "\(outcome)")
+            // The old sends are gone, the scheduled one never to be made.
+            for id in [sentID, scheduledID] {
+                let gone = await #expect(throws: ServiceError.self) {
+                    try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .testRPC) { client in
+                        try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+                    }
+                }
+                #expect(gone?.code == .notFound)
+            }
         }
     }
 

@@ -18,6 +18,17 @@ extension Outbox {
             arguments: [before])
     }
 
+    /// Deletes every finished send of `hub` with its payloads, deliveries and counters.
+    public func purge(hub: String) throws -> Int {
+        try HeraldDatabase.deleteInBatches(
+            db, batch: 100,
+            sql: """
+                DELETE FROM notification WHERE id IN (
+                    SELECT id FROM notification WHERE state IN (\(Outbox.finishedStates)) AND hub = ? LIMIT 100)
+                """,
+            arguments: [hub])
+    }
+
     /// Deletes every send with its payloads, deliveries and counters, and the dead-handle queue
     /// (ResetForTests). A delivery a worker holds at that moment records its result into nothing.
     public func deleteEverything() throws -> Int64 {

@@ -60,6 +60,9 @@ public protocol OutboxStore: Sendable {
     /// Deletes finished sends last changed before `before` (Unix ms); returns how many.
     @discardableResult
     func purge(before: Int64) async throws -> Int
+    /// Deletes every finished send of `hub` (a deleted hub's); returns how many.
+    @discardableResult
+    func purge(hub: String) async throws -> Int
     /// ResetForTests: every send, delivery, counter and queued removal.
     func deleteEverything() async throws -> Int64
     func pendingRemovals(limit: Int) async throws -> [(id: Int64, platform: Platform, handle: String, since: Int64)]

@@ -538,6 +538,17 @@ public final class PostgresOutbox: OutboxStore {
         }
     }
 
+    nonisolated(nonsending) public func purge(hub: String) async throws -> Int {
+        let finished = Outbox.finishedStateValues
+        return try await db.deleteInBatches(batch: 100) {
+            """
+            DELETE FROM notification WHERE id IN (
+                SELECT id FROM notification WHERE state = ANY(\(finished)) AND hub = \(hub) LIMIT 100)
+            RETURNING 1
+            """
+        }
+    }
+
     nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
         try await db.deleteAll([
             "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send", "notification",

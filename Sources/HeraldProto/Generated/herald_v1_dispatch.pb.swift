@@ -920,8 +920,8 @@ extension CancelScheduledRequest: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__cancel_scheduled_request__free_unpacked(p, nil) }
 }
 
-/// Request of CancelHubScheduled.
-public struct CancelHubScheduledRequest: HeraldMessage {
+/// Request of DeleteHubSends.
+public struct DeleteHubSendsRequest: HeraldMessage {
     /// The hub's id (required).
     public var hub: String
 
@@ -933,7 +933,7 @@ public struct CancelHubScheduledRequest: HeraldMessage {
         self.hub = ""
     }
 
-    public static let protoName = "herald.v1.CancelHubScheduledRequest"
+    public static let protoName = "herald.v1.DeleteHubSendsRequest"
 
     public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
         self = try CBridge.decode(Self.self, from: bytes)
@@ -944,8 +944,8 @@ public struct CancelHubScheduledRequest: HeraldMessage {
     }
 }
 
-extension CancelHubScheduledRequest: CBacked {
-    typealias CType = Herald__V1__CancelHubScheduledRequest
+extension DeleteHubSendsRequest: CBacked {
+    typealias CType = Herald__V1__DeleteHubSendsRequest
 
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
@@ -954,34 +954,39 @@ extension CancelHubScheduledRequest: CBacked {
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
         let p = arena.allocate(CType.self)
-        herald__v1__cancel_hub_scheduled_request__init(p)
-        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.CancelHubScheduledRequest.hub")
+        herald__v1__delete_hub_sends_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.DeleteHubSendsRequest.hub")
         return p
     }
 
-    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__cancel_hub_scheduled_request__get_packed_size(p) }
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_hub_sends_request__get_packed_size(p) }
     static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
-        herald__v1__cancel_hub_scheduled_request__pack(p, out)
+        herald__v1__delete_hub_sends_request__pack(p, out)
     }
     static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
-        herald__v1__cancel_hub_scheduled_request__unpack(nil, count, data)
+        herald__v1__delete_hub_sends_request__unpack(nil, count, data)
     }
-    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__cancel_hub_scheduled_request__free_unpacked(p, nil) }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_hub_sends_request__free_unpacked(p, nil) }
 }
 
-/// Answer of CancelHubScheduled.
-public struct CancelHubScheduledResponse: HeraldMessage {
+/// Answer of DeleteHubSends.
+public struct DeleteHubSendsResponse: HeraldMessage {
+    /// Scheduled sends cancelled (then deleted with the finished ones).
     public var cancelled: Int64
+    /// Finished sends deleted, the cancelled ones included.
+    public var deleted: Int64
 
-    public init(cancelled: Int64 = 0) {
+    public init(cancelled: Int64 = 0, deleted: Int64 = 0) {
         self.cancelled = cancelled
+        self.deleted = deleted
     }
 
     public init() {
         self.cancelled = 0
+        self.deleted = 0
     }
 
-    public static let protoName = "herald.v1.CancelHubScheduledResponse"
+    public static let protoName = "herald.v1.DeleteHubSendsResponse"
 
     public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
         self = try CBridge.decode(Self.self, from: bytes)
@@ -992,29 +997,31 @@ public struct CancelHubScheduledResponse: HeraldMessage {
     }
 }
 
-extension CancelHubScheduledResponse: CBacked {
-    typealias CType = Herald__V1__CancelHubScheduledResponse
+extension DeleteHubSendsResponse: CBacked {
+    typealias CType = Herald__V1__DeleteHubSendsResponse
 
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.cancelled = m.cancelled
+        self.deleted = m.deleted
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
         let p = arena.allocate(CType.self)
-        herald__v1__cancel_hub_scheduled_response__init(p)
+        herald__v1__delete_hub_sends_response__init(p)
         p.pointee.cancelled = self.cancelled
+        p.pointee.deleted = self.deleted
         return p
     }
 
-    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__cancel_hub_scheduled_response__get_packed_size(p) }
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_hub_sends_response__get_packed_size(p) }
     static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
-        herald__v1__cancel_hub_scheduled_response__pack(p, out)
+        herald__v1__delete_hub_sends_response__pack(p, out)
     }
     static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
-        herald__v1__cancel_hub_scheduled_response__unpack(nil, count, data)
+        herald__v1__delete_hub_sends_response__unpack(nil, count, data)
     }
-    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__cancel_hub_scheduled_response__free_unpacked(p, nil) }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_hub_sends_response__free_unpacked(p, nil) }
 }
 
 /// Request of GetOutcome.
@@ -2030,9 +2037,11 @@ public enum DispatchServiceMethods {
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     public static let cancelScheduled = UnaryMethod<CancelScheduledRequest, Outcome>(service: serviceName, method: "CancelScheduled")
-    /// Cancels every scheduled send of a hub not made yet (the CLI does it when a hub is deleted, so
-    /// that nothing the hub scheduled is sent afterwards). Idempotent; answers how many it cancelled.
-    public static let cancelHubScheduled = UnaryMethod<CancelHubScheduledRequest, CancelHubScheduledResponse>(service: serviceName, method: "CancelHubScheduled")
+    /// What a deleted hub owned (the CLI calls it when a hub is deleted): cancels every scheduled send
+    /// not made yet, so nothing the hub scheduled is sent afterwards, and deletes its finished sends
+    /// with their deliveries and counters. A send still being delivered finishes and is purged with
+    /// the outbox's retention. Idempotent; answers how many sends it cancelled and deleted.
+    public static let deleteHubSends = UnaryMethod<DeleteHubSendsRequest, DeleteHubSendsResponse>(service: serviceName, method: "DeleteHubSends")
     /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
     /// paged by (created_at, notification id).
     public static let listSends = UnaryMethod<ListSendsRequest, ListSendsResponse>(service: serviceName, method: "ListSends")
@@ -2042,5 +2051,5 @@ public enum DispatchServiceMethods {
     public static let sendStats = UnaryMethod<SendStatsRequest, SendStatsResponse>(service: serviceName, method: "SendStats")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, cancelHubScheduled.fullName, listSends.fullName, sendStats.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName]
 }

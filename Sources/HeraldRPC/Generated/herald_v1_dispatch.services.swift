@@ -35,9 +35,11 @@ public protocol DispatchServiceHandler: Sendable {
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     func cancelScheduled(_ request: CancelScheduledRequest, context: RPCContext) async throws -> Outcome
-    /// Cancels every scheduled send of a hub not made yet (the CLI does it when a hub is deleted, so
-    /// that nothing the hub scheduled is sent afterwards). Idempotent; answers how many it cancelled.
-    func cancelHubScheduled(_ request: CancelHubScheduledRequest, context: RPCContext) async throws -> CancelHubScheduledResponse
+    /// What a deleted hub owned (the CLI calls it when a hub is deleted): cancels every scheduled send
+    /// not made yet, so nothing the hub scheduled is sent afterwards, and deletes its finished sends
+    /// with their deliveries and counters. A send still being delivered finishes and is purged with
+    /// the outbox's retention. Idempotent; answers how many sends it cancelled and deleted.
+    func deleteHubSends(_ request: DeleteHubSendsRequest, context: RPCContext) async throws -> DeleteHubSendsResponse
     /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
     /// paged by (created_at, notification id).
     func listSends(_ request: ListSendsRequest, context: RPCContext) async throws -> ListSendsResponse
@@ -77,8 +79,8 @@ extension DispatchServiceHandler {
         table.register(DispatchServiceMethods.cancelScheduled) { request, context in
             try await self.cancelScheduled(request, context: context)
         }
-        table.register(DispatchServiceMethods.cancelHubScheduled) { request, context in
-            try await self.cancelHubScheduled(request, context: context)
+        table.register(DispatchServiceMethods.deleteHubSends) { request, context in
+            try await self.deleteHubSends(request, context: context)
         }
         table.register(DispatchServiceMethods.listSends) { request, context in
             try await self.listSends(request, context: context)
@@ -121,9 +123,11 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome
-    /// Cancels every scheduled send of a hub not made yet (the CLI does it when a hub is deleted, so
-    /// that nothing the hub scheduled is sent afterwards). Idempotent; answers how many it cancelled.
-    func cancelHubScheduled(_ request: CancelHubScheduledRequest, options: RPCCallOptions) async throws -> CancelHubScheduledResponse
+    /// What a deleted hub owned (the CLI calls it when a hub is deleted): cancels every scheduled send
+    /// not made yet, so nothing the hub scheduled is sent afterwards, and deletes its finished sends
+    /// with their deliveries and counters. A send still being delivered finishes and is purged with
+    /// the outbox's retention. Idempotent; answers how many sends it cancelled and deleted.
+    func deleteHubSends(_ request: DeleteHubSendsRequest, options: RPCCallOptions) async throws -> DeleteHubSendsResponse
     /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
     /// paged by (created_at, notification id).
     func listSends(_ request: ListSendsRequest, options: RPCCallOptions) async throws -> ListSendsResponse
@@ -179,10 +183,10 @@ extension DispatchServiceClientProtocol {
     ) async throws -> Outcome {
         try await cancelScheduled(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
-    public func cancelHubScheduled(
-        _ request: CancelHubScheduledRequest, requestID: String? = nil, timeout: Duration? = nil
-    ) async throws -> CancelHubScheduledResponse {
-        try await cancelHubScheduled(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    public func deleteHubSends(
+        _ request: DeleteHubSendsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> DeleteHubSendsResponse {
+        try await deleteHubSends(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
     public func listSends(
         _ request: ListSendsRequest, requestID: String? = nil, timeout: Duration? = nil
@@ -241,8 +245,8 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
         try await rpc.call(DispatchServiceMethods.cancelScheduled, request, options: options)
     }
 
-    public func cancelHubScheduled(_ request: CancelHubScheduledRequest, options: RPCCallOptions) async throws -> CancelHubScheduledResponse {
-        try await rpc.call(DispatchServiceMethods.cancelHubScheduled, request, options: options)
+    public func deleteHubSends(_ request: DeleteHubSendsRequest, options: RPCCallOptions) async throws -> DeleteHubSendsResponse {
+        try await rpc.call(DispatchServiceMethods.deleteHubSends, request, options: options)
     }
 
     public func listSends(_ request: ListSendsRequest, options: RPCCallOptions) async throws -> ListSendsResponse {

@@ -457,94 +457,94 @@ void   herald__v1__cancel_scheduled_request__free_unpacked
   assert(message->base.descriptor == &herald__v1__cancel_scheduled_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-void   herald__v1__cancel_hub_scheduled_request__init
-                     (Herald__V1__CancelHubScheduledRequest         *message)
+void   herald__v1__delete_hub_sends_request__init
+                     (Herald__V1__DeleteHubSendsRequest         *message)
 {
-  static const Herald__V1__CancelHubScheduledRequest init_value = HERALD__V1__CANCEL_HUB_SCHEDULED_REQUEST__INIT;
+  static const Herald__V1__DeleteHubSendsRequest init_value = HERALD__V1__DELETE_HUB_SENDS_REQUEST__INIT;
   *message = init_value;
 }
-size_t herald__v1__cancel_hub_scheduled_request__get_packed_size
-                     (const Herald__V1__CancelHubScheduledRequest *message)
+size_t herald__v1__delete_hub_sends_request__get_packed_size
+                     (const Herald__V1__DeleteHubSendsRequest *message)
 {
-  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_request__descriptor);
+  assert(message->base.descriptor == &herald__v1__delete_hub_sends_request__descriptor);
   return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
 }
-size_t herald__v1__cancel_hub_scheduled_request__pack
-                     (const Herald__V1__CancelHubScheduledRequest *message,
+size_t herald__v1__delete_hub_sends_request__pack
+                     (const Herald__V1__DeleteHubSendsRequest *message,
                       uint8_t       *out)
 {
-  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_request__descriptor);
+  assert(message->base.descriptor == &herald__v1__delete_hub_sends_request__descriptor);
   return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
 }
-size_t herald__v1__cancel_hub_scheduled_request__pack_to_buffer
-                     (const Herald__V1__CancelHubScheduledRequest *message,
+size_t herald__v1__delete_hub_sends_request__pack_to_buffer
+                     (const Herald__V1__DeleteHubSendsRequest *message,
                       ProtobufCBuffer *buffer)
 {
-  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_request__descriptor);
+  assert(message->base.descriptor == &herald__v1__delete_hub_sends_request__descriptor);
   return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
 }
-Herald__V1__CancelHubScheduledRequest *
-       herald__v1__cancel_hub_scheduled_request__unpack
+Herald__V1__DeleteHubSendsRequest *
+       herald__v1__delete_hub_sends_request__unpack
                      (ProtobufCAllocator  *allocator,
                       size_t               len,
                       const uint8_t       *data)
 {
-  return (Herald__V1__CancelHubScheduledRequest *)
-     protobuf_c_message_unpack (&herald__v1__cancel_hub_scheduled_request__descriptor,
+  return (Herald__V1__DeleteHubSendsRequest *)
+     protobuf_c_message_unpack (&herald__v1__delete_hub_sends_request__descriptor,
                                 allocator, len, data);
 }
-void   herald__v1__cancel_hub_scheduled_request__free_unpacked
-                     (Herald__V1__CancelHubScheduledRequest *message,
+void   herald__v1__delete_hub_sends_request__free_unpacked
+                     (Herald__V1__DeleteHubSendsRequest *message,
                       ProtobufCAllocator *allocator)
 {
   if(!message)
     return;
-  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_request__descriptor);
+  assert(message->base.descriptor == &herald__v1__delete_hub_sends_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-void   herald__v1__cancel_hub_scheduled_response__init
-                     (Herald__V1__CancelHubScheduledResponse         *message)
+void   herald__v1__delete_hub_sends_response__init
+                     (Herald__V1__DeleteHubSendsResponse         *message)
 {
-  static const Herald__V1__CancelHubScheduledResponse init_value = HERALD__V1__CANCEL_HUB_SCHEDULED_RESPONSE__INIT;
+  static const Herald__V1__DeleteHubSendsResponse init_value = HERALD__V1__DELETE_HUB_SENDS_RESPONSE__INIT;
   *message = init_value;
 }
-size_t herald__v1__cancel_hub_scheduled_response__get_packed_size
-                     (const Herald__V1__CancelHubScheduledResponse *message)
+size_t herald__v1__delete_hub_sends_response__get_packed_size
+                     (const Herald__V1__DeleteHubSendsResponse *message)
 {
-  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_response__descriptor);
+  assert(message->base.descriptor == &herald__v1__delete_hub_sends_response__descriptor);
   return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
 }
-size_t herald__v1__cancel_hub_scheduled_response__pack
-                     (const Herald__V1__CancelHubScheduledResponse *message,
+size_t herald__v1__delete_hub_sends_response__pack
+                     (const Herald__V1__DeleteHubSendsResponse *message,
                       uint8_t       *out)
 {
-  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_response__descriptor);
+  assert(message->base.descriptor == &herald__v1__delete_hub_sends_response__descriptor);
   return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
 }
-size_t herald__v1__cancel_hub_scheduled_response__pack_to_buffer
-                     (const Herald__V1__CancelHubScheduledResponse *message,
+size_t herald__v1__delete_hub_sends_response__pack_to_buffer
+                     (const Herald__V1__DeleteHubSendsResponse *message,
                       ProtobufCBuffer *buffer)
 {
-  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_response__descriptor);
+  assert(message->base.descriptor == &herald__v1__delete_hub_sends_response__descriptor);
   return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
 }
-Herald__V1__CancelHubScheduledResponse *
-       herald__v1__cancel_hub_scheduled_response__unpack
+Herald__V1__DeleteHubSendsResponse *
+       herald__v1__delete_hub_sends_response__unpack
                      (ProtobufCAllocator  *allocator,
                       size_t               len,
                       const uint8_t       *data)
 {
-  return (Herald__V1__CancelHubScheduledResponse *)
-     protobuf_c_message_unpack (&herald__v1__cancel_hub_scheduled_response__descriptor,
+  return (Herald__V1__DeleteHubSendsResponse *)
+     protobuf_c_message_unpack (&herald__v1__delete_hub_sends_response__descriptor,
                                 allocator, len, data);
 }
-void   herald__v1__cancel_hub_scheduled_response__free_unpacked
-                     (Herald__V1__CancelHubScheduledResponse *message,
+void   herald__v1__delete_hub_sends_response__free_unpacked
+                     (Herald__V1__DeleteHubSendsResponse *message,
                       ProtobufCAllocator *allocator)
 {
   if(!message)
     return;
-  assert(message->base.descriptor == &herald__v1__cancel_hub_scheduled_response__descriptor);
+  assert(message->base.descriptor == &herald__v1__delete_hub_sends_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
 void   herald__v1__get_outcome_request__init
@@ -2232,7 +2232,7 @@ const ProtobufCMessageDescriptor herald__v1__cancel_scheduled_request__descripto
   (ProtobufCMessageInit) herald__v1__cancel_scheduled_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__cancel_hub_scheduled_request__field_descriptors[1] =
+static const ProtobufCFieldDescriptor herald__v1__delete_hub_sends_request__field_descriptors[1] =
 {
   {
     "hub",
@@ -2240,37 +2240,37 @@ static const ProtobufCFieldDescriptor herald__v1__cancel_hub_scheduled_request__
     PROTOBUF_C_LABEL_NONE,
     PROTOBUF_C_TYPE_STRING,
     0,   /* quantifier_offset */
-    offsetof(Herald__V1__CancelHubScheduledRequest, hub),
+    offsetof(Herald__V1__DeleteHubSendsRequest, hub),
     NULL,
     &protobuf_c_empty_string,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
 };
-static const unsigned herald__v1__cancel_hub_scheduled_request__field_indices_by_name[] = {
+static const unsigned herald__v1__delete_hub_sends_request__field_indices_by_name[] = {
   0,   /* field[0] = hub */
 };
-static const ProtobufCIntRange herald__v1__cancel_hub_scheduled_request__number_ranges[1 + 1] =
+static const ProtobufCIntRange herald__v1__delete_hub_sends_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
   { 0, 1 }
 };
-const ProtobufCMessageDescriptor herald__v1__cancel_hub_scheduled_request__descriptor =
+const ProtobufCMessageDescriptor herald__v1__delete_hub_sends_request__descriptor =
 {
   PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
-  "herald.v1.CancelHubScheduledRequest",
-  "CancelHubScheduledRequest",
-  "Herald__V1__CancelHubScheduledRequest",
+  "herald.v1.DeleteHubSendsRequest",
+  "DeleteHubSendsRequest",
+  "Herald__V1__DeleteHubSendsRequest",
   "herald.v1",
-  sizeof(Herald__V1__CancelHubScheduledRequest),
+  sizeof(Herald__V1__DeleteHubSendsRequest),
   1,
-  herald__v1__cancel_hub_scheduled_request__field_descriptors,
-  herald__v1__cancel_hub_scheduled_request__field_indices_by_name,
-  1,  herald__v1__cancel_hub_scheduled_request__number_ranges,
-  (ProtobufCMessageInit) herald__v1__cancel_hub_scheduled_request__init,
+  herald__v1__delete_hub_sends_request__field_descriptors,
+  herald__v1__delete_hub_sends_request__field_indices_by_name,
+  1,  herald__v1__delete_hub_sends_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_hub_sends_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__cancel_hub_scheduled_response__field_descriptors[1] =
+static const ProtobufCFieldDescriptor herald__v1__delete_hub_sends_response__field_descriptors[2] =
 {
   {
     "cancelled",
@@ -2278,34 +2278,47 @@ static const ProtobufCFieldDescriptor herald__v1__cancel_hub_scheduled_response_
     PROTOBUF_C_LABEL_NONE,
     PROTOBUF_C_TYPE_INT64,
     0,   /* quantifier_offset */
-    offsetof(Herald__V1__CancelHubScheduledResponse, cancelled),
+    offsetof(Herald__V1__DeleteHubSendsResponse, cancelled),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "deleted",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteHubSendsResponse, deleted),
     NULL,
     NULL,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
 };
-static const unsigned herald__v1__cancel_hub_scheduled_response__field_indices_by_name[] = {
+static const unsigned herald__v1__delete_hub_sends_response__field_indices_by_name[] = {
   0,   /* field[0] = cancelled */
+  1,   /* field[1] = deleted */
 };
-static const ProtobufCIntRange herald__v1__cancel_hub_scheduled_response__number_ranges[1 + 1] =
+static const ProtobufCIntRange herald__v1__delete_hub_sends_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
-const ProtobufCMessageDescriptor herald__v1__cancel_hub_scheduled_response__descriptor =
+const ProtobufCMessageDescriptor herald__v1__delete_hub_sends_response__descriptor =
 {
   PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
-  "herald.v1.CancelHubScheduledResponse",
-  "CancelHubScheduledResponse",
-  "Herald__V1__CancelHubScheduledResponse",
+  "herald.v1.DeleteHubSendsResponse",
+  "DeleteHubSendsResponse",
+  "Herald__V1__DeleteHubSendsResponse",
   "herald.v1",
-  sizeof(Herald__V1__CancelHubScheduledResponse),
-  1,
-  herald__v1__cancel_hub_scheduled_response__field_descriptors,
-  herald__v1__cancel_hub_scheduled_response__field_indices_by_name,
-  1,  herald__v1__cancel_hub_scheduled_response__number_ranges,
-  (ProtobufCMessageInit) herald__v1__cancel_hub_scheduled_response__init,
+  sizeof(Herald__V1__DeleteHubSendsResponse),
+  2,
+  herald__v1__delete_hub_sends_response__field_descriptors,
+  herald__v1__delete_hub_sends_response__field_indices_by_name,
+  1,  herald__v1__delete_hub_sends_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_hub_sends_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[3] =
@@ -3417,14 +3430,14 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "GetHubCredentials", &herald__v1__get_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "DeleteHubCredentials", &herald__v1__delete_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "CancelScheduled", &herald__v1__cancel_scheduled_request__descriptor, &herald__v1__outcome__descriptor },
-  { "CancelHubScheduled", &herald__v1__cancel_hub_scheduled_request__descriptor, &herald__v1__cancel_hub_scheduled_response__descriptor },
+  { "DeleteHubSends", &herald__v1__delete_hub_sends_request__descriptor, &herald__v1__delete_hub_sends_response__descriptor },
   { "ListSends", &herald__v1__list_sends_request__descriptor, &herald__v1__list_sends_response__descriptor },
   { "SendStats", &herald__v1__send_stats_request__descriptor, &herald__v1__send_stats_response__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
-  9,        /* CancelHubScheduled */
   8,        /* CancelScheduled */
   7,        /* DeleteHubCredentials */
+  9,        /* DeleteHubSends */
   6,        /* GetHubCredentials */
   1,        /* GetOutcome */
   3,        /* ListDeliveries */
@@ -3518,10 +3531,10 @@ void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
-void herald__v1__dispatch_service__cancel_hub_scheduled(ProtobufCService *service,
-                                                        const Herald__V1__CancelHubScheduledRequest *input,
-                                                        Herald__V1__CancelHubScheduledResponse_Closure closure,
-                                                        void *closure_data)
+void herald__v1__dispatch_service__delete_hub_sends(ProtobufCService *service,
+                                                    const Herald__V1__DeleteHubSendsRequest *input,
+                                                    Herald__V1__DeleteHubSendsResponse_Closure closure,
+                                                    void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);

@@ -26,8 +26,8 @@ typedef struct Herald__V1__ListDeliveriesRequest Herald__V1__ListDeliveriesReque
 typedef struct Herald__V1__ListDeliveriesResponse Herald__V1__ListDeliveriesResponse;
 typedef struct Herald__V1__Outcome Herald__V1__Outcome;
 typedef struct Herald__V1__CancelScheduledRequest Herald__V1__CancelScheduledRequest;
-typedef struct Herald__V1__CancelHubScheduledRequest Herald__V1__CancelHubScheduledRequest;
-typedef struct Herald__V1__CancelHubScheduledResponse Herald__V1__CancelHubScheduledResponse;
+typedef struct Herald__V1__DeleteHubSendsRequest Herald__V1__DeleteHubSendsRequest;
+typedef struct Herald__V1__DeleteHubSendsResponse Herald__V1__DeleteHubSendsResponse;
 typedef struct Herald__V1__GetOutcomeRequest Herald__V1__GetOutcomeRequest;
 typedef struct Herald__V1__Header Herald__V1__Header;
 typedef struct Herald__V1__InboxEntry Herald__V1__InboxEntry;
@@ -482,9 +482,9 @@ struct  Herald__V1__CancelScheduledRequest
 
 
 /*
- * Request of CancelHubScheduled.
+ * Request of DeleteHubSends.
  */
-struct  Herald__V1__CancelHubScheduledRequest
+struct  Herald__V1__DeleteHubSendsRequest
 {
   ProtobufCMessage base;
   /*
@@ -492,22 +492,29 @@ struct  Herald__V1__CancelHubScheduledRequest
    */
   char *hub;
 };
-#define HERALD__V1__CANCEL_HUB_SCHEDULED_REQUEST__INIT \
- { PROTOBUF_C_MESSAGE_INIT (&herald__v1__cancel_hub_scheduled_request__descriptor) \
+#define HERALD__V1__DELETE_HUB_SENDS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_hub_sends_request__descriptor) \
     , (char *)protobuf_c_empty_string }
 
 
 /*
- * Answer of CancelHubScheduled.
+ * Answer of DeleteHubSends.
  */
-struct  Herald__V1__CancelHubScheduledResponse
+struct  Herald__V1__DeleteHubSendsResponse
 {
   ProtobufCMessage base;
+  /*
+   * Scheduled sends cancelled (then deleted with the finished ones).
+   */
   int64_t cancelled;
+  /*
+   * Finished sends deleted, the cancelled ones included.
+   */
+  int64_t deleted;
 };
-#define HERALD__V1__CANCEL_HUB_SCHEDULED_RESPONSE__INIT \
- { PROTOBUF_C_MESSAGE_INIT (&herald__v1__cancel_hub_scheduled_response__descriptor) \
-    , 0 }
+#define HERALD__V1__DELETE_HUB_SENDS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_hub_sends_response__descriptor) \
+    , 0, 0 }
 
 
 /*
@@ -1057,43 +1064,43 @@ Herald__V1__CancelScheduledRequest *
 void   herald__v1__cancel_scheduled_request__free_unpacked
                      (Herald__V1__CancelScheduledRequest *message,
                       ProtobufCAllocator *allocator);
-/* Herald__V1__CancelHubScheduledRequest methods */
-void   herald__v1__cancel_hub_scheduled_request__init
-                     (Herald__V1__CancelHubScheduledRequest         *message);
-size_t herald__v1__cancel_hub_scheduled_request__get_packed_size
-                     (const Herald__V1__CancelHubScheduledRequest   *message);
-size_t herald__v1__cancel_hub_scheduled_request__pack
-                     (const Herald__V1__CancelHubScheduledRequest   *message,
+/* Herald__V1__DeleteHubSendsRequest methods */
+void   herald__v1__delete_hub_sends_request__init
+                     (Herald__V1__DeleteHubSendsRequest         *message);
+size_t herald__v1__delete_hub_sends_request__get_packed_size
+                     (const Herald__V1__DeleteHubSendsRequest   *message);
+size_t herald__v1__delete_hub_sends_request__pack
+                     (const Herald__V1__DeleteHubSendsRequest   *message,
                       uint8_t             *out);
-size_t herald__v1__cancel_hub_scheduled_request__pack_to_buffer
-                     (const Herald__V1__CancelHubScheduledRequest   *message,
+size_t herald__v1__delete_hub_sends_request__pack_to_buffer
+                     (const Herald__V1__DeleteHubSendsRequest   *message,
                       ProtobufCBuffer     *buffer);
-Herald__V1__CancelHubScheduledRequest *
-       herald__v1__cancel_hub_scheduled_request__unpack
+Herald__V1__DeleteHubSendsRequest *
+       herald__v1__delete_hub_sends_request__unpack
                      (ProtobufCAllocator  *allocator,
                       size_t               len,
                       const uint8_t       *data);
-void   herald__v1__cancel_hub_scheduled_request__free_unpacked
-                     (Herald__V1__CancelHubScheduledRequest *message,
+void   herald__v1__delete_hub_sends_request__free_unpacked
+                     (Herald__V1__DeleteHubSendsRequest *message,
                       ProtobufCAllocator *allocator);
-/* Herald__V1__CancelHubScheduledResponse methods */
-void   herald__v1__cancel_hub_scheduled_response__init
-                     (Herald__V1__CancelHubScheduledResponse         *message);
-size_t herald__v1__cancel_hub_scheduled_response__get_packed_size
-                     (const Herald__V1__CancelHubScheduledResponse   *message);
-size_t herald__v1__cancel_hub_scheduled_response__pack
-                     (const Herald__V1__CancelHubScheduledResponse   *message,
+/* Herald__V1__DeleteHubSendsResponse methods */
+void   herald__v1__delete_hub_sends_response__init
+                     (Herald__V1__DeleteHubSendsResponse         *message);
+size_t herald__v1__delete_hub_sends_response__get_packed_size
+                     (const Herald__V1__DeleteHubSendsResponse   *message);
+size_t herald__v1__delete_hub_sends_response__pack
+                     (const Herald__V1__DeleteHubSendsResponse   *message,
                       uint8_t             *out);
-size_t herald__v1__cancel_hub_scheduled_response__pack_to_buffer
-                     (const Herald__V1__CancelHubScheduledResponse   *message,
+size_t herald__v1__delete_hub_sends_response__pack_to_buffer
+                     (const Herald__V1__DeleteHubSendsResponse   *message,
                       ProtobufCBuffer     *buffer);
-Herald__V1__CancelHubScheduledResponse *
-       herald__v1__cancel_hub_scheduled_response__unpack
+Herald__V1__DeleteHubSendsResponse *
+       herald__v1__delete_hub_sends_response__unpack
                      (ProtobufCAllocator  *allocator,
                       size_t               len,
                       const uint8_t       *data);
-void   herald__v1__cancel_hub_scheduled_response__free_unpacked
-                     (Herald__V1__CancelHubScheduledResponse *message,
+void   herald__v1__delete_hub_sends_response__free_unpacked
+                     (Herald__V1__DeleteHubSendsResponse *message,
                       ProtobufCAllocator *allocator);
 /* Herald__V1__GetOutcomeRequest methods */
 void   herald__v1__get_outcome_request__init
@@ -1431,11 +1438,11 @@ typedef void (*Herald__V1__Outcome_Closure)
 typedef void (*Herald__V1__CancelScheduledRequest_Closure)
                  (const Herald__V1__CancelScheduledRequest *message,
                   void *closure_data);
-typedef void (*Herald__V1__CancelHubScheduledRequest_Closure)
-                 (const Herald__V1__CancelHubScheduledRequest *message,
+typedef void (*Herald__V1__DeleteHubSendsRequest_Closure)
+                 (const Herald__V1__DeleteHubSendsRequest *message,
                   void *closure_data);
-typedef void (*Herald__V1__CancelHubScheduledResponse_Closure)
-                 (const Herald__V1__CancelHubScheduledResponse *message,
+typedef void (*Herald__V1__DeleteHubSendsResponse_Closure)
+                 (const Herald__V1__DeleteHubSendsResponse *message,
                   void *closure_data);
 typedef void (*Herald__V1__GetOutcomeRequest_Closure)
                  (const Herald__V1__GetOutcomeRequest *message,
@@ -1528,10 +1535,10 @@ struct Herald__V1__DispatchService_Service
                            const Herald__V1__CancelScheduledRequest *input,
                            Herald__V1__Outcome_Closure closure,
                            void *closure_data);
-  void (*cancel_hub_scheduled)(Herald__V1__DispatchService_Service *service,
-                               const Herald__V1__CancelHubScheduledRequest *input,
-                               Herald__V1__CancelHubScheduledResponse_Closure closure,
-                               void *closure_data);
+  void (*delete_hub_sends)(Herald__V1__DispatchService_Service *service,
+                           const Herald__V1__DeleteHubSendsRequest *input,
+                           Herald__V1__DeleteHubSendsResponse_Closure closure,
+                           void *closure_data);
   void (*list_sends)(Herald__V1__DispatchService_Service *service,
                      const Herald__V1__ListSendsRequest *input,
                      Herald__V1__ListSendsResponse_Closure closure,
@@ -1557,7 +1564,7 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## get_hub_credentials,\
       function_prefix__ ## delete_hub_credentials,\
       function_prefix__ ## cancel_scheduled,\
-      function_prefix__ ## cancel_hub_scheduled,\
+      function_prefix__ ## delete_hub_sends,\
       function_prefix__ ## list_sends,\
       function_prefix__ ## send_stats  }
 void herald__v1__dispatch_service__send(ProtobufCService *service,
@@ -1596,10 +1603,10 @@ void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
                                                     const Herald__V1__CancelScheduledRequest *input,
                                                     Herald__V1__Outcome_Closure closure,
                                                     void *closure_data);
-void herald__v1__dispatch_service__cancel_hub_scheduled(ProtobufCService *service,
-                                                        const Herald__V1__CancelHubScheduledRequest *input,
-                                                        Herald__V1__CancelHubScheduledResponse_Closure closure,
-                                                        void *closure_data);
+void herald__v1__dispatch_service__delete_hub_sends(ProtobufCService *service,
+                                                    const Herald__V1__DeleteHubSendsRequest *input,
+                                                    Herald__V1__DeleteHubSendsResponse_Closure closure,
+                                                    void *closure_data);
 void herald__v1__dispatch_service__list_sends(ProtobufCService *service,
                                               const Herald__V1__ListSendsRequest *input,
                                               Herald__V1__ListSendsResponse_Closure closure,
@@ -1623,8 +1630,8 @@ extern const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__des
 extern const ProtobufCMessageDescriptor herald__v1__list_deliveries_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__outcome__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__cancel_scheduled_request__descriptor;
-extern const ProtobufCMessageDescriptor herald__v1__cancel_hub_scheduled_request__descriptor;
-extern const ProtobufCMessageDescriptor herald__v1__cancel_hub_scheduled_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_hub_sends_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_hub_sends_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__header__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__inbox_entry__descriptor;
