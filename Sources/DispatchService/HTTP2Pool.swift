@@ -493,6 +493,12 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
+        // A connection refused or reset before it was ever active is torn down without
+        // channelInactive: `ready` must still end (NIO traps on a promise left pending at deinit in
+        // debug builds; the CI's crash drill met it as dispatch's SIGILL). A promise already
+        // completed ignores this.
+        ready.fail(HTTP2PoolError("connection closed"))
+        for id in Array(exchanges.keys) { finish(id, .failed(reason: "ConnectionError")) }
     }
 }
 
