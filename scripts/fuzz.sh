@@ -6,8 +6,8 @@
 #   scripts/fuzz.sh                         every target for FUZZ_SECONDS (20) each
 #   FUZZ_SECONDS=600 scripts/fuzz.sh json   one target for ten minutes
 #   scripts/fuzz.sh --long                  every target, then schemathesis with 500 examples per operation
-#   HERALD_FUZZ_MAX_MS=100 scripts/fuzz.sh  also fail on any input slower than 100 ms (each run prints
-#                                           its slowest input either way)
+#   HERALD_FUZZ_MAX_MS=100 scripts/fuzz.sh  also fail on any input that takes over 100 ms of CPU
+#                                           (each run prints its slowest input either way)
 #
 # Fails on the first crash, leak or broken property; the input that caused it is kept in
 # .build/fuzz-artifacts/ (replay: HERALD_FUZZ_TARGET=T .build/debug/herald-fuzz FILE). Each corpus
