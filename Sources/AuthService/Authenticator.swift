@@ -260,9 +260,17 @@ public final class Authenticator: Sendable {
             if cached {
                 valid = true
             } else {
-                let stored = try await store.passwordHash(of: user)
-                let encoded = stored ?? decoyHash
+                // The slot first, then the stored hash: under a spray the read waits in the gate's
+                // bound too (on PostgreSQL it is a round trip), and counts toward its wait.
                 let ticket = try gate.enter(from: source)
+                let stored: String?
+                do {
+                    stored = try await store.passwordHash(of: user)
+                } catch {
+                    gate.leave(ticket, failed: false)
+                    throw error
+                }
+                let encoded = stored ?? decoyHash
                 let matches: Bool
                 let hashDuration: Duration
                 do {

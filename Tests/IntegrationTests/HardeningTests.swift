@@ -184,7 +184,10 @@ struct HostileClientTests {
             counters.stop.store(true, ordering: .relaxed)
             let statuses = try await spray.value
             print("spray share: \(statuses.count) spray logins (\(statuses.filter { $0 == 429 }.count) refused), in at try \(inAt)")
-            #expect(statuses.allSatisfy { $0 == 401 || $0 == 429 }, "\(Set(statuses))")
+            // The sprayer's own answers: refused or failed, never a 500. (Under a loaded machine, on
+            // PostgreSQL, one may miss the edge's deadline, 503 with Retry-After: "never 503" is the
+            // burst test's promise above; this one's is that the users get in.)
+            #expect(statuses.allSatisfy { [401, 429, 503].contains($0) }, "\(Set(statuses))")
             #expect(inAt.count == users.count, "\(inAt)")
             #expect(inAt.values.contains(1), "\(inAt)")
         }
