@@ -186,15 +186,24 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
             ParseError(position: (position ?? index) + 1, message: message)
         }
 
+        // A parenthesized group of the same operator is spliced into its parent (`a && (b && c)` is
+        // `a && b && c`), so that one expression has one tree, and its canonical text
+        // (``TagExpression/description``) parses back to that very tree.
         mutating func parseExpression() throws(ParseError) -> Node {
-            var nodes = [try parseAnd()]
-            while take("||") { nodes.append(try parseAnd()) }
+            var nodes: [Node] = []
+            repeat {
+                let node = try parseAnd()
+                if case .or(let inner) = node { nodes += inner } else { nodes.append(node) }
+            } while take("||")
             return nodes.count == 1 ? nodes[0] : .or(nodes)
         }
 
         mutating func parseAnd() throws(ParseError) -> Node {
-            var nodes = [try parseUnary()]
-            while take("&&") { nodes.append(try parseUnary()) }
+            var nodes: [Node] = []
+            repeat {
+                let node = try parseUnary()
+                if case .and(let inner) = node { nodes += inner } else { nodes.append(node) }
+            } while take("&&")
             return nodes.count == 1 ? nodes[0] : .and(nodes)
         }
 

@@ -19,6 +19,16 @@ struct TagExpressionTests {
             try parse("(follows_RedSox || follows_Cardinals) && location_Boston").description
                 == "(follows_RedSox || follows_Cardinals) && location_Boston")
         #expect(try parse("(location_Boston && !follows_Cardinals)").description == "location_Boston && !follows_Cardinals")
+        // A group of the same operator is one level with its parent, so the canonical text parses
+        // back to the same tree (the fuzzer's tagexpr property found `(a || b) && (c && d)`).
+        for (text, canonical) in [
+            ("(a || b) && (c  && d)", "(a || b) && c && d"), ("a || (b || (c || d))", "a || b || c || d"),
+            ("((a && b)) && !(c && d)", "a && b && !(c && d)"),
+        ] {
+            let expression = try parse(text)
+            #expect(expression.description == canonical)
+            #expect(try parse(expression.description).root == expression.root, "\(text)")
+        }
     }
 
     @Test("evaluation follows the precedence")
