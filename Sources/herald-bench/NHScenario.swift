@@ -48,7 +48,21 @@ struct NHScenario {
         hello.process.waitUntilExit()
 
         let configuration = StackConfiguration.bench(dir: dir)
-        try seedInstallations(count, hub: "bench", path: configuration.dataDirectory + "/registration.sqlite")
+        // The hub first: registration keeps devices under the hub's id, which auth gives it when it
+        // is made; the installations are then seeded under that id, with the stack stopped.
+        let setup = Stack(configuration: configuration)
+        try await setup.start()
+        let hubID: String
+        do {
+            hubID = try await RPCClient.with(socketPath: configuration.socketPath("auth")) { client in
+                try await AuthServiceClient(client).createHub(CreateHubRequest(name: "bench")).id
+            }
+            await setup.stop()
+        } catch {
+            await setup.stop()
+            throw error
+        }
+        try seedInstallations(count, hub: hubID, path: configuration.dataDirectory + "/registration.sqlite")
         let floor = try FanoutScenario(options: options).baselineInserts(count, path: dir + "/baseline.sqlite")
         let stack = Stack(configuration: configuration)
         try await stack.start()
@@ -56,7 +70,6 @@ struct NHScenario {
             let base = await stack.edgeURL
             let secret = try await RPCClient.with(socketPath: configuration.socketPath("auth")) { client in
                 let auth = AuthServiceClient(client)
-                _ = try await auth.createHub(CreateHubRequest(name: "bench"))
                 return try await auth.listHubKeys(ListHubKeysRequest(hub: "bench")).keys.first {
                     $0.name == "DefaultFullSharedAccessSignature"
                 }!
