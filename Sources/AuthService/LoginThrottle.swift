@@ -243,10 +243,22 @@ public final class LoginGate: Sendable {
     private let now: @Sendable () -> Int64
     private let state: Mutex<State>
 
-    struct State {
-        var pending = 0
+    /// A failed-login budget: `tokens` of `capacity`, refilling evenly over a minute. The server's
+    /// and each source's are the same kind.
+    struct Bucket {
         var tokens: Double
         var refilledAt: Int64
+
+        mutating func refill(_ now: Int64, capacity: Double) {
+            let elapsed = max(0, now - refilledAt)
+            tokens = min(capacity, tokens + Double(elapsed) * capacity / 60_000)
+            refilledAt = now
+        }
+    }
+
+    struct State {
+        var pending = 0
+        var budget: Bucket
         /// Moving average of one hash's duration in milliseconds; 0 until the first is measured.
         var hashMillis: Double = 0
         var sources: [String: Source] = [:]
@@ -257,8 +269,7 @@ public final class LoginGate: Sendable {
     /// One address's share: its hashes in progress and its own failed-login bucket.
     struct Source {
         var pending = 0
-        var tokens: Double
-        var refilledAt: Int64
+        var budget: Bucket
     }
 
     /// A slot taken by ``enter(from:)``; give it back with ``leave(_:failed:hashDuration:)``.
@@ -278,7 +289,7 @@ public final class LoginGate: Sendable {
         self.threads = max(1, threads)
         self.maxSources = max(1, maxSources)
         self.now = now
-        self.state = Mutex(State(tokens: Double(max(1, failureBudgetPerMinute)), refilledAt: now()))
+        self.state = Mutex(State(budget: Bucket(tokens: Double(max(1, failureBudgetPerMinute)), refilledAt: now())))
     }
 
     /// One source's share of the failed-login budget per minute.
@@ -290,27 +301,26 @@ public final class LoginGate: Sendable {
     public func enter(from source: String = "") throws -> Ticket {
         let now = self.now()
         let admitted: Result<String, ServiceError> = state.withLock { state in
-            refill(&state, now)
-            if state.tokens < 1 {
-                return .failure(Self.budgetSpent(missing: 1 - state.tokens, perMinute: Double(failureBudget), "on this server"))
+            state.budget.refill(now, capacity: Double(failureBudget))
+            if state.budget.tokens < 1 {
+                return .failure(Self.budgetSpent(missing: 1 - state.budget.tokens, perMinute: Double(failureBudget), "on this server"))
             }
             // How many may run or wait at once and still all finish within maxWait.
             let fit = state.hashMillis > 0 ? max(threads, Int(min(maxWait / state.hashMillis, 1e6)) * threads) : maxPending
             let capacity = min(maxPending, fit)
-            let busy = ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
-            guard state.pending < capacity else { return .failure(busy) }
+            guard state.pending < capacity else { return .failure(Self.busy) }
             // An address is at most 45 characters (IPv6 with IPv4 inside); a longer one is not the edge's.
             let key = source.isEmpty || source.utf8.count > 64 ? "" : track(source, in: &state, now)
             if !key.isEmpty {
                 var entry = state.sources[key]!
-                Self.refill(&entry, now, budget: sourceBudget)
-                if entry.tokens < 1 {
+                entry.budget.refill(now, capacity: sourceBudget)
+                if entry.budget.tokens < 1 {
                     state.sources[key] = entry
-                    return .failure(Self.budgetSpent(missing: 1 - entry.tokens, perMinute: sourceBudget, "from this address"))
+                    return .failure(Self.budgetSpent(missing: 1 - entry.budget.tokens, perMinute: sourceBudget, "from this address"))
                 }
                 guard entry.pending < max(1, capacity / 2) else {
                     state.sources[key] = entry
-                    return .failure(busy)
+                    return .failure(Self.busy)
                 }
                 entry.pending += 1
                 state.sources[key] = entry
@@ -328,9 +338,7 @@ public final class LoginGate: Sendable {
     /// that waited for its thread longer than `maxWait`, whose caller is likely about to give up.
     /// The slot is still the caller's to give back.
     public func starting(_ ticket: Ticket) throws {
-        guard ContinuousClock.now - ticket.admitted <= .milliseconds(Int64(maxWait)) else {
-            throw ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
-        }
+        guard ContinuousClock.now - ticket.admitted <= .milliseconds(Int64(maxWait)) else { throw Self.busy }
     }
 
     /// Gives the slot back; a failed login spends one unit of the global budget and of its
@@ -341,14 +349,14 @@ public final class LoginGate: Sendable {
             state.pending -= 1
             if let hashDuration { Self.record(hashDuration, in: &state) }
             if failed {
-                refill(&state, now)
-                state.tokens -= 1
+                state.budget.refill(now, capacity: Double(failureBudget))
+                state.budget.tokens -= 1
             }
             guard !ticket.source.isEmpty, var entry = state.sources[ticket.source] else { return }
             entry.pending -= 1
-            Self.refill(&entry, now, budget: sourceBudget)
-            if failed { entry.tokens -= 1 }
-            state.sources[ticket.source] = entry.pending == 0 && entry.tokens >= sourceBudget ? nil : entry
+            entry.budget.refill(now, capacity: sourceBudget)
+            if failed { entry.budget.tokens -= 1 }
+            state.sources[ticket.source] = entry.pending == 0 && entry.budget.tokens >= sourceBudget ? nil : entry
         }
     }
 
@@ -368,15 +376,18 @@ public final class LoginGate: Sendable {
             state.sweptAt = now
             let budget = sourceBudget
             state.sources = state.sources.filter { _, entry in
-                var entry = entry
-                Self.refill(&entry, now, budget: budget)
-                return entry.pending > 0 || entry.tokens < budget
+                var bucket = entry.budget
+                bucket.refill(now, capacity: budget)
+                return entry.pending > 0 || bucket.tokens < budget
             }
         }
         guard state.sources.count < maxSources else { return "" }
-        state.sources[source] = Source(tokens: sourceBudget, refilledAt: now)
+        state.sources[source] = Source(budget: Bucket(tokens: sourceBudget, refilledAt: now))
         return source
     }
+
+    /// The refusal of a full gate, and of a login that waited too long for its thread.
+    static let busy = ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
 
     private static func budgetSpent(missing: Double, perMinute: Double, _ scope: String) -> ServiceError {
         let wait = Int64((missing * 60_000 / perMinute).rounded(.up))
@@ -389,15 +400,4 @@ public final class LoginGate: Sendable {
         state.hashMillis = state.hashMillis == 0 ? millis : state.hashMillis * 0.8 + millis * 0.2
     }
 
-    private func refill(_ state: inout State, _ now: Int64) {
-        let elapsed = max(0, now - state.refilledAt)
-        state.tokens = min(Double(failureBudget), state.tokens + Double(elapsed) * Double(failureBudget) / 60_000)
-        state.refilledAt = now
-    }
-
-    private static func refill(_ source: inout Source, _ now: Int64, budget: Double) {
-        let elapsed = max(0, now - source.refilledAt)
-        source.tokens = min(budget, source.tokens + Double(elapsed) * budget / 60_000)
-        source.refilledAt = now
-    }
 }
