@@ -84,17 +84,17 @@ extension Outbox {
     public func cancelScheduled(hub: String) async throws -> Int64 {
         let at = now()
         return try await db.write { db in
-            let ids = try String.fetchAll(
-                db,
-                sql: "SELECT s.notification_id FROM scheduled_send s JOIN notification n ON n.id = s.notification_id WHERE n.hub = ?",
-                arguments: [hub])
-            for id in ids {
-                try db.execute(sql: "DELETE FROM scheduled_send WHERE notification_id = ?", arguments: [id])
-                try db.execute(
-                    sql: "UPDATE notification SET state = ?, updated_at = ?, finished_at = ? WHERE id = ?",
-                    arguments: [OutcomeState.cancelled.rawValue, at, at, id])
-            }
-            return Int64(ids.count)
+            // Two set-based statements in one transaction, as PostgreSQL's does in one.
+            try db.execute(
+                sql: """
+                    UPDATE notification SET state = ?, updated_at = ?, finished_at = ?
+                    WHERE hub = ? AND id IN (SELECT notification_id FROM scheduled_send)
+                    """,
+                arguments: [OutcomeState.cancelled.rawValue, at, at, hub])
+            let cancelled = Int64(db.changesCount)
+            try db.execute(
+                sql: "DELETE FROM scheduled_send WHERE notification_id IN (SELECT id FROM notification WHERE hub = ?)", arguments: [hub])
+            return cancelled
         }
     }
 
