@@ -27,6 +27,9 @@ public import HeraldService
 ///   PEM files; when set, the edge serves HTTPS on its port (NH's clients build `https://` URLs
 ///   from a connection string and cannot be told otherwise). Empty: plain HTTP, for a TLS proxy in
 ///   front. Not the services' own `tls-cert`/`tls-key`, which secure the RPCs between them.
+/// - `nh-test-send-wait-ms` (`HERALD_NH_TEST_SEND_WAIT_MS`, 10000): how long an NH test send
+///   (`POST /{hub}/messages?test`) waits for its deliveries before it answers with what it has
+///   (a device not yet done is "still being delivered"). 0 answers at once.
 /// - `test-mode` (`HERALD_TEST_MODE`, off; a ``RuntimeConfig`` key every service reads): serve
 ///   `GET /v1/test/inbox` and `POST /v1/test/reset` (see `TestRoutes.swift`). Test stacks only.
 ///
@@ -35,6 +38,7 @@ public struct EdgeConfig: Sendable {
     public static let keys: Set<String> = [
         "http-host", "http-port", "profile", "max-body-bytes", "max-content-bytes", "rich-image", "rich-message",
         "header-timeout-seconds", "body-timeout-seconds", "drain-idle-grace-ms", "http-tls-cert", "http-tls-key",
+        "nh-test-send-wait-ms",
     ]
     public var host: String
     public var port: Int
@@ -47,6 +51,7 @@ public struct EdgeConfig: Sendable {
     public var headerTimeout: Duration
     public var bodyTimeout: Duration
     public var drainIdleGrace: Duration
+    public var nhTestSendWait: Duration
     public var testMode: Bool
     /// PEM certificate chain and key of the HTTPS listener; nil: plain HTTP.
     public var httpTLS: (certificate: String, key: String)?
@@ -69,6 +74,9 @@ public struct EdgeConfig: Sendable {
         let graceMilliseconds = try reader.int("drain-idle-grace-ms", default: 1000)
         guard (0...60000).contains(graceMilliseconds) else { throw ConfigError("drain-idle-grace-ms must be 0...60000") }
         drainIdleGrace = .milliseconds(graceMilliseconds)
+        let testSendMilliseconds = try reader.int("nh-test-send-wait-ms", default: 10000)
+        guard (0...120_000).contains(testSendMilliseconds) else { throw ConfigError("nh-test-send-wait-ms must be 0...120000") }
+        nhTestSendWait = .milliseconds(testSendMilliseconds)
         testMode = try reader.bool("test-mode")
         let tlsCertificate = reader.string("http-tls-cert", default: "")
         let tlsKey = reader.string("http-tls-key", default: "")

@@ -18,8 +18,6 @@ extension EdgeRoutes {
     static let nhBatchHandles = 1000
     /// NH's test send reaches at most this many devices.
     static let nhTestDevices = 10
-    /// How long a test send waits for its deliveries before it answers with what it has.
-    static let nhTestWait = Duration.seconds(10)
 
     /// `POST /{hub}/messages` (Send): native sends to a tag expression
     /// (`ServiceBusNotification-Tags`), to every device of the hub, or with `?direct` to the handle
@@ -193,11 +191,11 @@ extension EdgeRoutes {
         return body
     }
 
-    /// A test send's answer: waits (up to ``nhTestWait``) for its deliveries to finish, then lists
+    /// A test send's answer: waits (up to `nh-test-send-wait-ms`) for its deliveries to finish, then lists
     /// them as NH's `NotificationOutcome`.
     private func testOutcome(_ sent: Outcome, hub: String, _ context: EdgeRequestContext) async throws -> Response {
         var outcome = sent
-        let deadline = ContinuousClock.now + Self.nhTestWait
+        let deadline = ContinuousClock.now + config.nhTestSendWait
         while [.enqueued, .processing].contains(outcome.state), ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(20))
             outcome = try await dispatch.getOutcome(

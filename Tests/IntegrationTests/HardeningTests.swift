@@ -223,7 +223,7 @@ struct HostileClientTests {
         try await LiveStack.with(
             auth: .tutorial,
             configure: {
-                $0.extraArguments["edge"] = ["--header-timeout-seconds", "1", "--body-timeout-seconds", "2"]
+                $0.extraArguments["edge", default: []] += ["--header-timeout-seconds", "1", "--body-timeout-seconds", "2"]
             }
         ) { live in
             let url = live.edge.base.absoluteString

@@ -50,6 +50,9 @@ struct LiveStack {
         configuration.captureLogs = true
         configuration.authMode = AuthMode(rawValue: auth.rawValue)!
         configuration.extraArguments["auth"] = ["--password-hash-log-n", "10"]
+        // Tests that read a test send's results need them all; on a loaded 2-core machine one
+        // push can take longer than the 10 s a production edge waits.
+        configuration.extraArguments["edge"] = ["--nh-test-send-wait-ms", "90000"]
         configure(&configuration)
         if database == .postgres {
             for service in Stack.postgresServices {

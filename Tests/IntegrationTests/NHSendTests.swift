@@ -186,6 +186,28 @@ struct NHSendTests {
         }
     }
 
+    @Test("a test send answers after nh-test-send-wait-ms with what it has: a push still on its way is \"still being delivered\"")
+    func testSendWait() async throws {
+        // Later flags win: this stack's edge waits 300 ms, and the APNs double answers after 5 s.
+        try await PushDeliveryTests.withProviders(edge: ["--nh-test-send-wait-ms", "300"]) { fixture, live in
+            let full = try await Self.defaultHub(live)
+            let slow = apnsToken(990)
+            try await live.register("slow", handle: slow, tags: ["slow"])
+            var late = PushDouble.Reply(status: 200)
+            late.delay = .seconds(5)
+            fixture.queue(slow, late)
+            let send = try await Self.post(
+                live, "/default/messages?test", full, body: #"{"aps":{"alert":"test"}}"#,
+                headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "slow")])
+            #expect(send.status == 201, "\(send.text)")
+            #expect(send.text.contains("<Success>0</Success><Failure>0</Failure>"), "\(send.text)")
+            #expect(send.text.contains("<PnsHandle>\(slow)</PnsHandle>"), "\(send.text)")
+            #expect(send.text.contains("The notification is still being delivered"), "\(send.text)")
+            // The push itself is not given up: it arrives.
+            _ = try await fixture.double.waitFor(1, timeout: .seconds(30)) { $0.path == "/3/device/\(slow)" }
+        }
+    }
+
     @Test("scheduled sends: every ScheduleTime spelling, Location, telemetry Scheduled, cancel is 200 and final, 7 days at most")
     func scheduled() async throws {
         try await PushDeliveryTests.withProviders { fixture, live in

@@ -16,7 +16,7 @@ struct PushDeliveryTests {
 
     /// A stack whose dispatch sends every platform to `fixture`'s double.
     static func withProviders(
-        logLevel: String = "info", retryBaseMs: Int = 200, extra: [String] = [],
+        logLevel: String = "info", retryBaseMs: Int = 200, extra: [String] = [], edge: [String] = [],
         _ body: (ProviderFixture, LiveStack) async throws -> Void
     ) async throws {
         let folder = try LiveStack.makeDirectory()
@@ -26,6 +26,7 @@ struct PushDeliveryTests {
             configuration.logLevel = logLevel
             fixture.configure(&configuration, retryBaseMs: retryBaseMs)
             configuration.extraArguments["dispatch", default: []] += extra
+            configuration.extraArguments["edge", default: []] += edge
         } _: { live in
             try await body(fixture, live)
             #expect(fixture.violations.withLock { $0 } == [], "the doubles found rule violations")
