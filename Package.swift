@@ -321,7 +321,11 @@ let package = Package(
             serviceTests("PayloadService"),
             serviceTests(
                 "DispatchService",
-                extra: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit")]),
+                extra: [
+                    .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
+                    // HTTP2PoolTests' loopback HTTP/2 server.
+                    .product(name: "NIOHTTP2", package: "swift-nio-http2"), .product(name: "NIOPosix", package: "swift-nio"),
+                ]),
             // The edge's routes in-process over fake service clients (HummingbirdTesting's `.router`).
             .testTarget(
                 name: "EdgeTests",

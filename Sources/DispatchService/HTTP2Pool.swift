@@ -35,8 +35,8 @@ public enum HTTP2Answer: Sendable {
 /// token, the topic) are indexed once per connection; the per-push ones (`:path`, `apns-id`) are
 /// literals that do not churn the dynamic table.
 ///
-/// Connections open on first use and are replaced once they fail, are told GOAWAY, or use up their
-/// stream ids; a batch goes to the first that is not busy. A request that never reached the service
+/// Connections open on first use and are replaced once they fail, are told GOAWAY, use up their
+/// stream ids, or leave a batch unanswered by its deadline; a batch goes to the first that is not busy. A request that never reached the service
 /// comes back `ConnectionError`, which the senders retry.
 public final class HTTP2Pool: Sendable {
     /// `host[:port]`, as `:authority` carries it.
@@ -270,6 +270,9 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     private var exchanges: [Int32: Exchange] = [:]
     /// Bytes of DATA received since the connection window was last given back.
     private var unacknowledged = 0
+    /// A batch went unanswered by its deadline: no new batch comes here, and the connection
+    /// closes once the batches still on it are done (see ``expire(_:)``).
+    private var retiring = false
 
     private struct Exchange {
         var batch: Batch
@@ -373,20 +376,37 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         if nextStreamID >= Self.lastStreamID { usable.store(false, ordering: .relaxed) }
     }
 
-    /// The batch's deadline: what is still unanswered times out, and its streams are reset.
+    /// The batch's deadline: what is still unanswered times out.
+    ///
+    /// Its streams are not reset one by one. Servers count RST_STREAM frames against the HTTP/2
+    /// rapid-reset attack (NIOHTTP2 allows 200 per 30 s, then answers GOAWAY and closes; nghttp2
+    /// and Go's server limit them too): a timed-out batch of a few hundred pushes got the
+    /// connection closed, and every other batch on it failed with it, to be sent again, which
+    /// timed out again on a loaded machine (the replica drill's retry storm). Instead the
+    /// connection is retired: later batches go to a fresh one, and this one closes when its other
+    /// batches are done, taking the streams left open with it. A late answer is ignored.
     private func expire(_ batch: Batch) {
+        var abandoned = false
         for (index, id) in batch.streams.enumerated() where batch.answers[index] == nil {
-            if exchanges.removeValue(forKey: id) != nil, let context {
-                context.write(wrapOutboundOut(HTTP2Frame(streamID: HTTP2StreamID(id), payload: .rstStream(.cancel))), promise: nil)
-            }
+            if exchanges.removeValue(forKey: id) != nil { abandoned = true }
             batch.complete(index, .failed(reason: "Timeout"))
         }
-        context?.flush()
+        guard abandoned else { return }
+        retiring = true
+        usable.store(false, ordering: .relaxed)
+        closeIfDrained()
     }
 
     private func finish(_ id: Int32, _ answer: HTTP2Answer) {
         guard let exchange = exchanges.removeValue(forKey: id) else { return }
         exchange.batch.complete(exchange.index, answer)
+        closeIfDrained()
+    }
+
+    /// Closes a retiring connection once no batch waits on it.
+    private func closeIfDrained() {
+        guard retiring, exchanges.isEmpty, let context else { return }
+        context.close(promise: nil)
     }
 
     private func finishAnswered(_ id: Int32) {
