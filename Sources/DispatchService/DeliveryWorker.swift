@@ -102,6 +102,9 @@ public final class DeliveryWorker: Service, Sendable {
     private let running = Mutex(0)
     /// Graceful shutdown began: claim nothing more.
     private let stopping = Mutex(false)
+    /// Claimed deliveries not recorded yet (sequence → the attempt their claim counted), whose
+    /// leases are renewed while they are in flight (PostgreSQL; see ``OutboxStore/renewLeases(_:)``).
+    private let inFlight = Mutex<[Int64: Int]>([:])
 
     public init(
         outbox: any OutboxStore, senders: HubSenders, registrations: any RegistrationServiceClientProtocol, policy: RetryPolicy,
@@ -126,6 +129,8 @@ public final class DeliveryWorker: Service, Sendable {
             logger.notice("resuming deliveries a previous process had started", metadata: ["herald.count": "\(recovered)"])
         }
         var lastGauge = ContinuousClock.now - .seconds(10)
+        let renewer = outbox.leaseRenewalInterval.map { interval in Task { await self.renewLeases(every: interval) } }
+        defer { renewer?.cancel() }
         // On graceful shutdown: claim nothing more, and let the batches in flight record their results.
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
@@ -139,8 +144,10 @@ public final class DeliveryWorker: Service, Sendable {
                     guard let items = await claimRemoteBatch() else { continue }
                     if !items.isEmpty {
                         running.withLock { $0 += 1 }
+                        inFlight.withLock { held in for item in items { held[item.sequence] = item.attempt } }
                         group.addTask {
                             await self.deliver(items)
+                            self.inFlight.withLock { held in for item in items { held[item.sequence] = nil } }
                             self.running.withLock { $0 -= 1 }
                             self.wakeup.signal()
                         }
@@ -153,6 +160,23 @@ public final class DeliveryWorker: Service, Sendable {
         } onGracefulShutdown: {
             self.stopping.withLock { $0 = true }
             self.wakeup.signal()
+        }
+    }
+
+    /// Extends the leases of the deliveries in flight every `interval`, until cancelled. A failed
+    /// renewal is only logged: the next one tries again, and a lease that does run out is taken
+    /// over by another replica as if this one had died (its results are then dropped).
+    private func renewLeases(every interval: Duration) async {
+        while !Task.isCancelled {
+            do { try await Task.sleep(for: interval) } catch { return }
+            let held = inFlight.withLock { $0.map { (sequence: $0.key, attempt: $0.value) } }
+            guard !held.isEmpty else { continue }
+            do {
+                let renewed = try await outbox.renewLeases(held)
+                logger.debug("renewed leases", metadata: ["herald.count": "\(renewed)", "herald.held": "\(held.count)"])
+            } catch {
+                logger.warning("cannot renew leases", metadata: ["herald.error": "\(error)"])
+            }
         }
     }
 

@@ -28,8 +28,10 @@ import ServiceLifecycle
 ///   64 KB of body) until it fires, so the bound is what a Send key can make dispatch store.
 ///
 /// Replicas (with `database-url postgres://…`; see ``PostgresOutbox``):
-/// - `lease-seconds` (90): how long a claim holds its deliveries before another replica may take
-///   them over; more than `push-timeout-ms`, so a live replica's batch is never taken from it.
+/// - `lease-seconds` (90, at least 3): how long a claim holds its deliveries before another replica
+///   may take them over. A live replica renews the leases of its batches in flight every third of
+///   it, so only a replica that died or stalled that long loses them; a shorter lease hands a dead
+///   replica's work over sooner, at the cost of a renewal query per third.
 /// - `replica-id` (host name and runtime folder): this replica's name on its leases. Stable across
 ///   its restarts, so a restarted replica takes its own leases back at once; distinct from every
 ///   other replica's, or one's restart takes over the other's live work (sent twice, counted once).
@@ -98,9 +100,7 @@ public struct DispatchConfig: Sendable {
         retryPolicy = RetryPolicy(base: .milliseconds(base), cap: .milliseconds(cap))
         pushTimeout = .milliseconds(timeout)
         let leaseSeconds = try reader.int("lease-seconds", default: 90)
-        guard Int64(leaseSeconds) * 1000 > Int64(timeout) else {
-            throw ConfigError("lease-seconds (\(leaseSeconds)) must be longer than push-timeout-ms (\(timeout))")
-        }
+        guard (3...86400).contains(leaseSeconds) else { throw ConfigError("lease-seconds must be 3...86400") }
         lease = .seconds(leaseSeconds)
         replicaID = reader.string("replica-id")
         let refresh = try reader.int("credentials-refresh-seconds", default: 5)

@@ -256,6 +256,32 @@ struct OutboxStoreTests {
         }
     }
 
+    @Test("PostgreSQL: a lease renewed while its batch is in flight is not taken over; once renewals stop, it is")
+    func leaseRenewal() async throws {
+        guard StoreBackend.available.contains(.postgres) else { return }
+        let clock = ManualClock()
+        try await withOutbox(.postgres, lease: .seconds(30), now: clock.function) { fixture in
+            let a = fixture.outbox
+            let make = try #require(fixture.replica)
+            let b = try await make("replica-b")
+            #expect(a.leaseRenewalInterval == .seconds(10))
+            try await Self.send(a, "n-l", Self.targets(3), payloads: [Self.apns])
+            let first = try await a.claim(limit: 10, platforms: [.apns])
+            let held = first.map { (sequence: $0.sequence, attempt: $0.attempt) }
+            clock.advance(seconds: 20)
+            #expect(try await a.renewLeases(held) == 3)
+            clock.advance(seconds: 20)  // past the first lease, inside the renewed one
+            #expect(try await b.claim(limit: 10, platforms: [.apns]).isEmpty)
+            #expect(try await b.renewLeases(held) == 0)  // not b's to renew
+            clock.advance(seconds: 11)  // a stopped renewing: like a replica that died
+            let second = try await b.claim(limit: 10, platforms: [.apns])
+            #expect(second.map(\.messageID) == first.map(\.messageID))
+            #expect(try await a.renewLeases(held) == 0)  // taken over: a's claim no longer holds
+            #expect(try await b.record(second.map(Self.delivered)).map(\.state) == [.completed])
+            #expect(try await b.renewLeases(second.map { (sequence: $0.sequence, attempt: $0.attempt) }) == 0)  // recorded
+        }
+    }
+
     @Test("PostgreSQL: a restarted replica takes its own leases back at once, not its peers'")
     func ownLeases() async throws {
         guard StoreBackend.available.contains(.postgres) else { return }

@@ -36,6 +36,11 @@ extension Outbox {
         }
     }
 
+    /// SQLite's leases end only with the process that holds them: nothing to renew.
+    public var leaseRenewalInterval: Duration? { nil }
+
+    public func renewLeases(_ held: [(sequence: Int64, attempt: Int)]) async throws -> Int { 0 }
+
     /// Claims up to `limit` due deliveries of `platforms`: counts their attempt and leases them, in
     /// one transaction.
     public func claim(limit: Int, platforms: [Platform]) async throws -> [PushItem] {

@@ -31,6 +31,14 @@ public protocol OutboxStore: Sendable {
     func recoverLeases() async throws -> Int
     /// Claims up to `limit` due deliveries of `platforms`, counting their attempt and leasing them.
     func claim(limit: Int, platforms: [Platform]) async throws -> [PushItem]
+    /// How often the worker must extend the leases of the deliveries it has in flight; nil when
+    /// leases do not expire (SQLite: one process, its leases end only with it).
+    var leaseRenewalInterval: Duration? { get }
+    /// Extends this process's leases on deliveries still in flight (each with the attempt its
+    /// claim counted): a lease says its holder is alive, not that a batch is quick, so a live
+    /// replica whose batch outlasts a lease (a loaded machine, a slow push service) keeps it.
+    /// Returns how many were extended.
+    func renewLeases(_ held: [(sequence: Int64, attempt: Int)]) async throws -> Int
     /// Claims, records in `inbox` and records as delivered up to `limit` due deliveries, in one
     /// transaction (exactly once).
     func deliverLocally(

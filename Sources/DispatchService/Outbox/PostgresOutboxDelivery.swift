@@ -35,6 +35,32 @@ extension PostgresOutbox {
         }
     }
 
+    /// A third of the lease: two renewals may be missed (a stalled database, a busy machine)
+    /// before a live replica loses what it holds.
+    public var leaseRenewalInterval: Duration? { lease / 3 }
+
+    /// Rows this replica still holds at the attempt its claim counted get a full lease from now.
+    /// Rows being recorded (locked) are skipped rather than waited for, so a renewal never blocks
+    /// or deadlocks with this replica's own results; rows another replica took over, or already
+    /// recorded, do not match.
+    nonisolated(nonsending) public func renewLeases(_ held: [(sequence: Int64, attempt: Int)]) async throws -> Int {
+        guard !held.isEmpty else { return 0 }
+        let until = now() + lease.wholeMilliseconds
+        let sorted = held.sorted { $0.sequence < $1.sequence }
+        return try await db.rows(
+            """
+            WITH held AS (
+                SELECT d.sequence FROM delivery d
+                JOIN unnest(\(sorted.map(\.sequence))::bigint[], \(sorted.map { Int32(clamping: $0.attempt) })::int[])
+                     AS u(sequence, attempt) ON d.sequence = u.sequence
+                WHERE d.state = \(DeliveryState.pending.rawValue) AND d.leased_by = \(self.replica) AND d.attempts = u.attempt
+                FOR UPDATE OF d SKIP LOCKED)
+            UPDATE delivery d SET next_attempt_at = \(until) FROM held WHERE d.sequence = held.sequence
+            RETURNING 1
+            """
+        ).count
+    }
+
     nonisolated(nonsending) public func deliverLocally(
         limit: Int, platforms: [Platform], inbox: InboxProvider
     ) async throws -> (delivered: [Platform: Int], finished: [(id: String, state: OutcomeState)]) {
