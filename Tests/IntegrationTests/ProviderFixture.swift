@@ -47,6 +47,12 @@ final class ProviderFixture: Sendable {
     let apnsDelay = Mutex<TimeAmount>(.zero)
     /// More APNs keys the double accepts, by key id: other hubs' credentials, each with its team and topic.
     let extraAPNsKeys = Mutex<[String: (key: P256.Signing.PublicKey, team: String, topic: String)]>([:])
+    /// Provider tokens whose ES256 signature checked out, by token and key, with the claims the
+    /// rules read. Herald's sender reuses one token for every push (as APNs asks), and checking the
+    /// signature of each push again in a debug build made the double, not Herald, the bottleneck
+    /// of the fan-out drills (their pushes timed out in the double's queue). The claims are still
+    /// checked on every push; a token signed by another key is checked afresh.
+    private let verifiedTokens = Mutex<[String: (kid: String?, iss: String?, iat: Double?)]>([:])
 
     private init(
         folder: String, tls: StackTLS, apnsKey: P256.Signing.PrivateKey, vapidKey: P256.Signing.PrivateKey, rsaKeyFile: String,
@@ -167,16 +173,24 @@ final class ProviderFixture: Sendable {
         let expected =
             kid.flatMap { kid in extraAPNsKeys.withLock { $0[kid] } } ?? (apnsKey.publicKey, Self.teamID, Self.topic)
         let expectedKeyID = kid.flatMap { kid in extraAPNsKeys.withLock { $0[kid] } } != nil ? kid! : Self.keyID
-        switch PushRules.verifyES256(jwt, key: expected.key) {
-        case .failure: return refuse(403, "InvalidProviderToken")
-        case .success(let (header, claims)):
-            guard header["kid"] as? String == expectedKeyID, claims["iss"] as? String == expected.team else {
-                return refuse(403, "InvalidProviderToken")
-            }
-            guard let iat = (claims["iat"] as? NSNumber)?.doubleValue, abs(Date().timeIntervalSince1970 - iat) < 3600 else {
-                return refuse(403, "ExpiredProviderToken")
+        let cacheKey = jwt + "|" + expected.key.rawRepresentation.base64EncodedString()
+        var verified = verifiedTokens.withLock { $0[cacheKey] }
+        if verified == nil {
+            switch PushRules.verifyES256(jwt, key: expected.key) {
+            case .failure: return refuse(403, "InvalidProviderToken")
+            case .success(let (header, claims)):
+                let checked = (header["kid"] as? String, claims["iss"] as? String, (claims["iat"] as? NSNumber)?.doubleValue)
+                verifiedTokens.withLock { cache in
+                    if cache.count >= 256 { cache.removeAll() }
+                    cache[cacheKey] = checked
+                }
+                verified = checked
             }
         }
+        guard let verified, verified.kid == expectedKeyID, verified.iss == expected.team else {
+            return refuse(403, "InvalidProviderToken")
+        }
+        guard let iat = verified.iat, abs(Date().timeIntervalSince1970 - iat) < 3600 else { return refuse(403, "ExpiredProviderToken") }
         guard request.header("apns-topic") == expected.topic else { return refuse(400, "BadTopic") }
         let type = request.header("apns-push-type")
         guard type == "alert" || type == "background" else { return refuse(400, "InvalidPushType") }

@@ -30,8 +30,9 @@ struct ReplicaDrillTests {
         defer { Task { await fixture.stop() } }
         fixture.apnsDelay.withLock { $0 = .milliseconds(5) }
         let prefix = TestDatabases.freshPrefix()
-        // Leases short enough for a drill; a push that takes 3 s is retried.
-        let replicaSettings = ["--push-timeout-ms", "3000", "--lease-seconds", "5", "--delivery-batch", "200"]
+        // Leases short enough for a drill (renewed every 1.7 s by live replicas); a push that takes
+        // 10 s is retried.
+        let replicaSettings = ["--push-timeout-ms", "10000", "--lease-seconds", "5", "--delivery-batch", "200"]
         try await LiveStack.with(directory: folder + "/stack", database: .postgres, schemaPrefix: prefix) { configuration in
             fixture.configure(&configuration)
             configuration.extraArguments["dispatch", default: []] += replicaSettings
