@@ -5,6 +5,7 @@
 #
 #   scripts/fuzz.sh                         every target for FUZZ_SECONDS (20) each
 #   FUZZ_SECONDS=600 scripts/fuzz.sh json   one target for ten minutes
+#   FUZZ_JOBS=1 scripts/fuzz.sh             one target at a time (default: one per core)
 #   scripts/fuzz.sh --long                  every target, then schemathesis with 500 examples per operation
 #   HERALD_FUZZ_MAX_MS=100 scripts/fuzz.sh  also fail on any input that takes over 100 ms of CPU
 #                                           (each run prints its slowest input either way)
@@ -36,12 +37,13 @@ echo "fuzz.sh: instrumented build took $((SECONDS - build_start)) s"
 fuzzer="$(HERALD_FUZZ=1 swift build --show-bin-path)/herald-fuzz"
 mkdir -p .build/fuzz-artifacts
 
-for target in "${targets[@]}"; do
-  corpus=".build/fuzz-corpus/$target"
+# One target: its run, then a summary line; the whole log when it fails.
+fuzz_target() {
+  local target="$1"
+  local corpus=".build/fuzz-corpus/$target"
   mkdir -p "$corpus"
-  log=".build/fuzz-artifacts/$target.log"
-  echo "fuzz.sh: $target for $seconds s"
-  extra=()
+  local log=".build/fuzz-artifacts/$target.log"
+  local extra=()
   # tagexpr hands each expression to a Task for SQLite's audience and waits on a semaphore; the
   # Task's context is freed on another thread just after, so LeakSanitizer's check after each
   # input now and then (once in a million inputs) sees it in flight. Replayed alone, that input
@@ -53,15 +55,46 @@ for target in "${targets[@]}"; do
       -artifact_prefix=".build/fuzz-artifacts/$target-" "${extra[@]}" >"$log" 2>&1; then
     echo "fuzz.sh: $target FAILED; the end of its log ($log):"
     tail -n 40 "$log"
-    exit 1
+    return 1
   fi
+  local runs rate files bytes slowest
   runs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
   rate=$(grep 'DONE' "$log" | tail -1 | sed -E 's/.*exec\/s: ([0-9]+).*/\1/')
   files=$(find "$corpus" -type f | wc -l)
   bytes=$(du -sb "$corpus" | awk '{print $1}')
   slowest=$(grep 'slowest input so far' "$log" | tail -1 | sed -E 's/.*so far: //')
   echo "fuzz.sh: $target: 0 crashes, $runs runs, $rate exec/s, corpus $files files ($bytes bytes), slowest input ${slowest:-n/a}"
+}
+
+# FUZZ_JOBS targets at once (default: one per core). Each target is one libFuzzer process on one
+# thread, so on 2 cores the smoke run takes half the time; the slowest-input figures are thread
+# CPU time, which a neighbour does not inflate.
+jobs="${FUZZ_JOBS:-$(nproc)}"
+running=0
+failed=0
+for target in "${targets[@]}"; do
+  echo "fuzz.sh: $target for $seconds s"
+  fuzz_target "$target" &
+  running=$((running + 1))
+  if (( running >= jobs )); then
+    wait -n || failed=1
+    running=$((running - 1))
+    (( failed )) && break
+  fi
 done
+while (( running > 0 && !failed )); do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+if (( failed )); then
+  # The first failure is the answer; the targets still running are stopped.
+  for pid in $(jobs -p); do
+    pkill -P "$pid" 2>/dev/null || true
+    kill "$pid" 2>/dev/null || true
+  done
+  wait || true
+  exit 1
+fi
 
 if (( long )); then
   SCHEMATHESIS_MAX_EXAMPLES=500 scripts/schemathesis.sh
