@@ -131,6 +131,8 @@ public final class DeliveryWorker: Service, Sendable {
         var lastGauge = ContinuousClock.now - .seconds(10)
         let renewer = outbox.leaseRenewalInterval.map { interval in Task { await self.renewLeases(every: interval) } }
         defer { renewer?.cancel() }
+        // Only a store whose leases expire needs to know what is in flight (SQLite's hot path skips it).
+        let tracksLeases = renewer != nil
         // On graceful shutdown: claim nothing more, and let the batches in flight record their results.
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
@@ -144,10 +146,10 @@ public final class DeliveryWorker: Service, Sendable {
                     guard let items = await claimRemoteBatch() else { continue }
                     if !items.isEmpty {
                         running.withLock { $0 += 1 }
-                        inFlight.withLock { held in for item in items { held[item.sequence] = item.attempt } }
+                        if tracksLeases { inFlight.withLock { held in for item in items { held[item.sequence] = item.attempt } } }
                         group.addTask {
                             await self.deliver(items)
-                            self.inFlight.withLock { held in for item in items { held[item.sequence] = nil } }
+                            if tracksLeases { self.inFlight.withLock { held in for item in items { held[item.sequence] = nil } } }
                             self.running.withLock { $0 -= 1 }
                             self.wakeup.signal()
                         }

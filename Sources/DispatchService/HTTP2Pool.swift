@@ -36,8 +36,9 @@ public enum HTTP2Answer: Sendable {
 /// literals that do not churn the dynamic table.
 ///
 /// Connections open on first use and are replaced once they fail, are told GOAWAY, use up their
-/// stream ids, or leave a batch unanswered by its deadline; a batch goes to the first that is not busy. A request that never reached the service
-/// comes back `ConnectionError`, which the senders retry.
+/// stream ids, or leave a batch unanswered by its deadline; a batch goes to the first that is not
+/// busy. A request that never reached the service comes back `ConnectionError`, which the senders
+/// retry.
 public final class HTTP2Pool: Sendable {
     /// `host[:port]`, as `:authority` carries it.
     public let authority: String

@@ -191,8 +191,8 @@ extension EdgeRoutes {
         return body
     }
 
-    /// A test send's answer: waits (up to `nh-test-send-wait-ms`) for its deliveries to finish, then lists
-    /// them as NH's `NotificationOutcome`.
+    /// A test send's answer: waits (up to `nh-test-send-wait-ms`) for its deliveries to finish,
+    /// then lists them as NH's `NotificationOutcome`.
     private func testOutcome(_ sent: Outcome, hub: String, _ context: EdgeRequestContext) async throws -> Response {
         var outcome = sent
         let deadline = ContinuousClock.now + config.nhTestSendWait

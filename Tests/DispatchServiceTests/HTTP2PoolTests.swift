@@ -74,14 +74,14 @@ struct HTTP2PoolTests {
             if case .answered(let status, _, _) = answer { "\(status)" } else { "\(answer)" }
         }
         #expect(statuses == Array(repeating: "200", count: 20))
-        #expect(server.resets.load(ordering: .relaxed) == 0)
-        #expect(server.connections.load(ordering: .relaxed) == 1)
+        #expect(server.counters.resets.load(ordering: .relaxed) == 0)
+        #expect(server.counters.connections.load(ordering: .relaxed) == 1)
         let next = await pool.send(Self.requests("fast", 1), timeout: .seconds(30))
         guard case .answered(200, _, _) = next.first else {
             Issue.record("after the retired connection: \(next)")
             return
         }
-        #expect(server.connections.load(ordering: .relaxed) == 2)
+        #expect(server.counters.connections.load(ordering: .relaxed) == 2)
     }
 }
 
@@ -90,33 +90,36 @@ struct HTTP2PoolTests {
 /// answers `/fast/…` 200 after `delay` and never answers `/slow/…`; it counts connections and the
 /// RST_STREAM frames it receives.
 final class SilentHTTP2Server: Sendable {
+    final class Counters: Sendable {
+        let connections = Atomic<Int>(0)
+        let resets = Atomic<Int>(0)
+    }
+
     let port: Int
-    let connections = Atomic<Int>(0)
-    let resets = Atomic<Int>(0)
+    let counters: Counters
     private let channel: any Channel
 
-    private init(port: Int, channel: any Channel) {
+    private init(port: Int, channel: any Channel, counters: Counters) {
         self.port = port
         self.channel = channel
+        self.counters = counters
     }
 
     static func start(delay: TimeAmount) async throws -> SilentHTTP2Server {
-        let box = Mutex<SilentHTTP2Server?>(nil)
+        let counters = Counters()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                box.withLock { $0 }?.connections.add(1, ordering: .relaxed)
+                counters.connections.add(1, ordering: .relaxed)
                 // APNs' limit of streams at once; NIOHTTP2's default of 100 would queue the fast
                 // batch behind the silent one in the client.
                 let settings = [HTTP2Setting(parameter: .maxConcurrentStreams, value: 1000)]
                 return channel.configureHTTP2Pipeline(mode: .server, initialLocalSettings: settings) { stream in
-                    stream.pipeline.addHandler(Stream(delay: delay, server: box.withLock { $0 }))
+                    stream.pipeline.addHandler(Stream(delay: delay, counters: counters))
                 }.map { _ in }
             }
             .bind(host: "127.0.0.1", port: 0).get()
-        let server = SilentHTTP2Server(port: channel.localAddress!.port!, channel: channel)
-        box.withLock { $0 = server }
-        return server
+        return SilentHTTP2Server(port: channel.localAddress!.port!, channel: channel, counters: counters)
     }
 
     func stop() async { try? await channel.close() }
@@ -125,12 +128,12 @@ final class SilentHTTP2Server: Sendable {
         typealias InboundIn = HTTP2Frame.FramePayload
         typealias OutboundOut = HTTP2Frame.FramePayload
         let delay: TimeAmount
-        let server: SilentHTTP2Server?
+        let counters: Counters
         var path = ""
 
-        init(delay: TimeAmount, server: SilentHTTP2Server?) {
+        init(delay: TimeAmount, counters: Counters) {
             self.delay = delay
-            self.server = server
+            self.counters = counters
         }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -141,7 +144,7 @@ final class SilentHTTP2Server: Sendable {
             case .data(let data):
                 if data.endStream { answer(context) }
             case .rstStream:
-                server?.resets.add(1, ordering: .relaxed)
+                counters.resets.add(1, ordering: .relaxed)
             default:
                 break
             }

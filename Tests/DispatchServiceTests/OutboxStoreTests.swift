@@ -228,17 +228,26 @@ struct OutboxStoreTests {
 
     // MARK: PostgreSQL replicas
 
+    /// Replicas a and b on one PostgreSQL outbox with a 30 s lease on `clock`, after a has made
+    /// send `id` to three APNs devices and claimed all three (`first`).
+    static func withClaimedByA(
+        _ id: String, clock: ManualClock, _ body: (_ a: any OutboxStore, _ b: PostgresOutbox, _ first: [PushItem]) async throws -> Void
+    ) async throws {
+        try await withOutbox(.postgres, lease: .seconds(30), now: clock.function) { fixture in
+            let make = try #require(fixture.replica)
+            let b = try await make("replica-b")
+            try await Self.send(fixture.outbox, id, Self.targets(3), payloads: [Self.apns])
+            let first = try await fixture.outbox.claim(limit: 10, platforms: [.apns])
+            #expect(first.count == 3)
+            try await body(fixture.outbox, b, first)
+        }
+    }
+
     @Test("PostgreSQL: an expired lease goes to another replica with the same message id; the first one's late results are dropped")
     func leaseTakeover() async throws {
         guard StoreBackend.available.contains(.postgres) else { return }
         let clock = ManualClock()
-        try await withOutbox(.postgres, lease: .seconds(30), now: clock.function) { fixture in
-            let a = fixture.outbox
-            let make = try #require(fixture.replica)
-            let b = try await make("replica-b")
-            try await Self.send(a, "n-x", Self.targets(3), payloads: [Self.apns])
-            let first = try await a.claim(limit: 10, platforms: [.apns])
-            #expect(first.count == 3)
+        try await Self.withClaimedByA("n-x", clock: clock) { a, b, first in
             clock.advance(seconds: 29)
             #expect(try await b.claim(limit: 10, platforms: [.apns]).isEmpty)  // still a's
             clock.advance(seconds: 2)
@@ -260,13 +269,8 @@ struct OutboxStoreTests {
     func leaseRenewal() async throws {
         guard StoreBackend.available.contains(.postgres) else { return }
         let clock = ManualClock()
-        try await withOutbox(.postgres, lease: .seconds(30), now: clock.function) { fixture in
-            let a = fixture.outbox
-            let make = try #require(fixture.replica)
-            let b = try await make("replica-b")
+        try await Self.withClaimedByA("n-l", clock: clock) { a, b, first in
             #expect(a.leaseRenewalInterval == .seconds(10))
-            try await Self.send(a, "n-l", Self.targets(3), payloads: [Self.apns])
-            let first = try await a.claim(limit: 10, platforms: [.apns])
             let held = first.map { (sequence: $0.sequence, attempt: $0.attempt) }
             clock.advance(seconds: 20)
             #expect(try await a.renewLeases(held) == 3)

@@ -46,12 +46,11 @@ extension PostgresOutbox {
     nonisolated(nonsending) public func renewLeases(_ held: [(sequence: Int64, attempt: Int)]) async throws -> Int {
         guard !held.isEmpty else { return 0 }
         let until = now() + lease.wholeMilliseconds
-        let sorted = held.sorted { $0.sequence < $1.sequence }
         return try await db.rows(
             """
             WITH held AS (
                 SELECT d.sequence FROM delivery d
-                JOIN unnest(\(sorted.map(\.sequence))::bigint[], \(sorted.map { Int32(clamping: $0.attempt) })::int[])
+                JOIN unnest(\(held.map(\.sequence))::bigint[], \(held.map { Int32(clamping: $0.attempt) })::int[])
                      AS u(sequence, attempt) ON d.sequence = u.sequence
                 WHERE d.state = \(DeliveryState.pending.rawValue) AND d.leased_by = \(self.replica) AND d.attempts = u.attempt
                 FOR UPDATE OF d SKIP LOCKED)
