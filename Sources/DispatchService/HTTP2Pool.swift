@@ -83,18 +83,29 @@ public final class HTTP2Pool: Sendable {
     }
 
     /// Sends every request, at most `timeout` for the whole batch; one answer per request, in order.
+    ///
+    /// A batch handed a connection that was retired or lost before the batch reached its event
+    /// loop (a busy machine can let another batch's deadline pass in between) wrote nothing: it
+    /// goes to another connection, up to ``attempts`` times, rather than failing a whole round
+    /// the outbox would have to retry.
     public func send(_ requests: [HTTP2Request], timeout: Duration) async -> [HTTP2Answer] {
         guard !requests.isEmpty else { return [] }
-        let connection: HTTP2Connection
-        do { connection = try await self.connection() } catch {
-            if (error as? HTTP2PoolError)?.noHTTP2 == true {
-                refusedHTTP2.store(true, ordering: .relaxed)
-                return Array(repeating: .failed(reason: Self.noHTTP2), count: requests.count)
+        for _ in 0..<Self.attempts {
+            let connection: HTTP2Connection
+            do { connection = try await self.connection() } catch {
+                if (error as? HTTP2PoolError)?.noHTTP2 == true {
+                    refusedHTTP2.store(true, ordering: .relaxed)
+                    return Array(repeating: .failed(reason: Self.noHTTP2), count: requests.count)
+                }
+                break
             }
-            return Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
+            if let answers = await connection.send(requests, timeout: .nanoseconds(timeout.wholeNanoseconds)) { return answers }
         }
-        return await connection.send(requests, timeout: .nanoseconds(timeout.wholeNanoseconds))
+        return Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
     }
+
+    /// Connections a batch is offered before it fails as `ConnectionError` without being written.
+    static let attempts = 3
 
     /// Streams in flight beyond which a connection counts as busy and the next batch goes to
     /// another one (APNs lets a connection carry about 1,000).
@@ -113,7 +124,7 @@ public final class HTTP2Pool: Sendable {
     /// A connection for the next batch: the first open one that is not busy; else one being
     /// opened; else a new one in a free slot; else the least busy. So a light load keeps to one
     /// connection, and a heavy one spreads over all.
-    private func connection() async throws -> HTTP2Connection {
+    func connection() async throws -> HTTP2Connection {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let choice = slots.withLock { state -> Choice in
             var least: HTTP2Connection?
@@ -289,10 +300,10 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         var answers: [HTTP2Answer?]
         var streams: [Int32]
         var remaining: Int
-        let promise: EventLoopPromise<[HTTP2Answer]>
+        let promise: EventLoopPromise<[HTTP2Answer]?>
         var deadline: Scheduled<Void>?
 
-        init(count: Int, promise: EventLoopPromise<[HTTP2Answer]>) {
+        init(count: Int, promise: EventLoopPromise<[HTTP2Answer]?>) {
             answers = Array(repeating: nil, count: count)
             streams = Array(repeating: 0, count: count)
             remaining = count
@@ -327,24 +338,28 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         eventLoop.execute { self.context?.close(promise: nil) }
     }
 
-    func send(_ requests: [HTTP2Request], timeout: TimeAmount) async -> [HTTP2Answer] {
+    /// One answer per request; nil when the connection could no longer take the batch when it
+    /// reached the event loop (nothing was written: the pool offers it another connection).
+    func send(_ requests: [HTTP2Request], timeout: TimeAmount) async -> [HTTP2Answer]? {
         streamsInFlight.add(requests.count, ordering: .relaxed)
         defer {
             streamsInFlight.subtract(requests.count, ordering: .relaxed)
             lastActiveMs.store(Int64(Date().timeIntervalSince1970 * 1000), ordering: .relaxed)
         }
-        let promise = eventLoop.makePromise(of: [HTTP2Answer].self)
+        let promise = eventLoop.makePromise(of: [HTTP2Answer]?.self)
         eventLoop.execute { self.start(requests, timeout: timeout, promise: promise) }
-        return (try? await promise.futureResult.get()) ?? Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
+        do { return try await promise.futureResult.get() } catch {
+            return Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
+        }
     }
 
-    private func start(_ requests: [HTTP2Request], timeout: TimeAmount, promise: EventLoopPromise<[HTTP2Answer]>) {
-        let batch = Batch(count: requests.count, promise: promise)
+    private func start(_ requests: [HTTP2Request], timeout: TimeAmount, promise: EventLoopPromise<[HTTP2Answer]?>) {
         guard let context, isUsable, nextStreamID + 2 * Int32(requests.count) < Self.lastStreamID else {
             usable.store(false, ordering: .relaxed)
-            for index in requests.indices { batch.complete(index, .failed(reason: "ConnectionError")) }
+            promise.succeed(nil)
             return
         }
+        let batch = Batch(count: requests.count, promise: promise)
         batch.deadline = eventLoop.scheduleTask(in: timeout) { [weak self] in self?.expire(batch) }
         // A flush per request keeps the streams' DATA frames in order: NIOHTTP2's flow-control
         // buffer sends the streams flushed together in no particular order, so the answers came

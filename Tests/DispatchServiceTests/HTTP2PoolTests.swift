@@ -62,15 +62,18 @@ struct HTTP2PoolTests {
         "a batch that times out resets no stream: its connection is retired, the other batch on it is answered, the next goes on a new one")
     func timeoutRetires() async throws {
         // 300 unanswered streams reset at once once made NIOHTTP2's server (200 resets per 30 s)
-        // close the connection, and the fast batch beside them failed with it.
-        let server = try await SilentHTTP2Server.start(delay: .milliseconds(800))
+        // close the connection, and the fast batch beside them failed with it. The order is
+        // forced, not timed: the fast batch is on the wire before the slow one is sent, and its
+        // answers are held back until the slow one has timed out.
+        let server = try await SilentHTTP2Server.start()
         defer { Task { await server.stop() } }
         let pool = try HTTP2Pool(url: "http://127.0.0.1:\(server.port)", tls: nil, connections: 1)
-        async let slow = pool.send(Self.requests("slow", 300), timeout: .milliseconds(200))
         async let fast = pool.send(Self.requests("fast", 20), timeout: .seconds(30))
-        let (slowAnswers, fastAnswers) = await (slow, fast)
+        try await Self.poll { server.counters.fastReceived.load(ordering: .relaxed) == 20 }
+        let slowAnswers = await pool.send(Self.requests("slow", 300), timeout: .milliseconds(300))
         #expect(slowAnswers.allSatisfy { if case .failed(reason: "Timeout") = $0 { true } else { false } })
-        let statuses = fastAnswers.map { answer -> String in
+        server.release()
+        let statuses = await fast.map { answer -> String in
             if case .answered(let status, _, _) = answer { "\(status)" } else { "\(answer)" }
         }
         #expect(statuses == Array(repeating: "200", count: 20))
@@ -83,30 +86,87 @@ struct HTTP2PoolTests {
         }
         #expect(server.counters.connections.load(ordering: .relaxed) == 2)
     }
+
+    @Test("a batch handed a connection that is retired before it is written goes to a new connection, not back as ConnectionError")
+    func retiredBeforeWritten() async throws {
+        let server = try await SilentHTTP2Server.start()
+        defer { Task { await server.stop() } }
+        server.release()
+        let pool = try HTTP2Pool(url: "http://127.0.0.1:\(server.port)", tls: nil, connections: 1)
+        // What a busy machine can do: a batch is handed the connection, and before it reaches the
+        // connection's event loop another batch's deadline retires it.
+        let connection = try await pool.connection()
+        let slowAnswers = await pool.send(Self.requests("slow", 5), timeout: .milliseconds(100))
+        #expect(slowAnswers.allSatisfy { if case .failed(reason: "Timeout") = $0 { true } else { false } })
+        let refused = await connection.send(Self.requests("fast", 3), timeout: .seconds(30))
+        #expect(refused == nil, "a retired connection writes nothing and says so")
+        #expect(server.counters.fastReceived.load(ordering: .relaxed) == 0)
+        let answers = await pool.send(Self.requests("fast", 3), timeout: .seconds(30))
+        #expect(answers.allSatisfy { if case .answered(200, _, _) = $0 { true } else { false } })
+        #expect(server.counters.connections.load(ordering: .relaxed) == 2)
+    }
+
+    /// Polls `condition` every 10 ms for up to 30 s.
+    static func poll(_ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !condition() {
+            guard ContinuousClock.now < deadline else { throw PollTimeout() }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    struct PollTimeout: Error {}
 }
 
 /// A loopback HTTP/2 server (prior knowledge, no TLS) with NIOHTTP2's default protections (200
-/// RST_STREAM frames per 30 s, then GOAWAY) and APNs' 1,000 streams at once: it
-/// answers `/fast/…` 200 after `delay` and never answers `/slow/…`; it counts connections and the
-/// RST_STREAM frames it receives.
+/// RST_STREAM frames per 30 s, then GOAWAY) and APNs' 1,000 streams at once: it answers
+/// `/fast/…` 200 once ``release()`` was called (at once after) and never answers `/slow/…`; it
+/// counts connections, the `/fast/…` requests it has read, and the RST_STREAM frames it receives.
 final class SilentHTTP2Server: Sendable {
     final class Counters: Sendable {
         let connections = Atomic<Int>(0)
+        let fastReceived = Atomic<Int>(0)
         let resets = Atomic<Int>(0)
     }
 
     let port: Int
     let counters: Counters
     private let channel: any Channel
+    private let gate: Gate
 
-    private init(port: Int, channel: any Channel, counters: Counters) {
+    /// Answers held back until ``release()``.
+    final class Gate: Sendable {
+        private let state = Mutex<(open: Bool, held: [@Sendable () -> Void])>((false, []))
+
+        func hold(_ answer: @escaping @Sendable () -> Void) {
+            let now = state.withLock { state -> Bool in
+                if state.open { return true }
+                state.held.append(answer)
+                return false
+            }
+            if now { answer() }
+        }
+
+        func open() {
+            let held = state.withLock { state -> [@Sendable () -> Void] in
+                state.open = true
+                defer { state.held = [] }
+                return state.held
+            }
+            for answer in held { answer() }
+        }
+    }
+
+    private init(port: Int, channel: any Channel, counters: Counters, gate: Gate) {
         self.port = port
         self.channel = channel
         self.counters = counters
+        self.gate = gate
     }
 
-    static func start(delay: TimeAmount) async throws -> SilentHTTP2Server {
+    static func start() async throws -> SilentHTTP2Server {
         let counters = Counters()
+        let gate = Gate()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
@@ -115,24 +175,27 @@ final class SilentHTTP2Server: Sendable {
                 // batch behind the silent one in the client.
                 let settings = [HTTP2Setting(parameter: .maxConcurrentStreams, value: 1000)]
                 return channel.configureHTTP2Pipeline(mode: .server, initialLocalSettings: settings) { stream in
-                    stream.pipeline.addHandler(Stream(delay: delay, counters: counters))
+                    stream.pipeline.addHandler(Stream(gate: gate, counters: counters))
                 }.map { _ in }
             }
             .bind(host: "127.0.0.1", port: 0).get()
-        return SilentHTTP2Server(port: channel.localAddress!.port!, channel: channel, counters: counters)
+        return SilentHTTP2Server(port: channel.localAddress!.port!, channel: channel, counters: counters, gate: gate)
     }
+
+    /// Lets every `/fast/…` answer held so far, and later ones, go.
+    func release() { gate.open() }
 
     func stop() async { try? await channel.close() }
 
     private final class Stream: ChannelInboundHandler, @unchecked Sendable {
         typealias InboundIn = HTTP2Frame.FramePayload
         typealias OutboundOut = HTTP2Frame.FramePayload
-        let delay: TimeAmount
+        let gate: Gate
         let counters: Counters
         var path = ""
 
-        init(delay: TimeAmount, counters: Counters) {
-            self.delay = delay
+        init(gate: Gate, counters: Counters) {
+            self.gate = gate
             self.counters = counters
         }
 
@@ -152,10 +215,14 @@ final class SilentHTTP2Server: Sendable {
 
         private func answer(_ context: ChannelHandlerContext) {
             guard path.hasPrefix("/fast/") else { return }
+            counters.fastReceived.add(1, ordering: .relaxed)
             let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
-            context.eventLoop.scheduleTask(in: delay) {
-                bound.value.writeAndFlush(
-                    NIOAny(HTTP2Frame.FramePayload.headers(.init(headers: [":status": "200"], endStream: true))), promise: nil)
+            let eventLoop = context.eventLoop
+            gate.hold {
+                eventLoop.execute {
+                    bound.value.writeAndFlush(
+                        NIOAny(HTTP2Frame.FramePayload.headers(.init(headers: [":status": "200"], endStream: true))), promise: nil)
+                }
             }
         }
     }
