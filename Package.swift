@@ -225,7 +225,14 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // Supervises the five executables: used by `herald up` and by the integration tests.
-        .target(name: "HeraldStack", dependencies: ["HeraldRPC", "HeraldModel", "HeraldService"], swiftSettings: swiftSettings),
+        // Also backs up and restores the stack's SQLite files (`herald backup`, `herald restore`).
+        .target(
+            name: "HeraldStack",
+            dependencies: [
+                "HeraldRPC", "HeraldModel", "HeraldService", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings),
         executable("herald-auth", library: "AuthService"),
         executable("herald-registration", library: "RegistrationService"),
         executable("herald-payload", library: "PayloadService"),
@@ -235,6 +242,9 @@ let package = Package(
             name: "herald",
             dependencies: [
                 "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService",
+                // Only for the migrations each service knows: `herald restore` refuses a backup
+                // a newer Herald made.
+                "AuthService", "RegistrationService", "PayloadService", "DispatchService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 // `herald device` speaks HTTP to the edge like the tutorial's app.

@@ -272,3 +272,9 @@ public struct InboxProvider: PushSender {
         }
     }
 }
+
+/// Dispatch's SQLite database as a whole: the outbox and the inbox share one file.
+public enum DispatchDatabase {
+    /// Every migration this build can apply to it (what `herald restore` checks a backup against).
+    public static var migrations: [String] { Outbox.migrator.migrations + InboxProvider.migrator.migrations }
+}

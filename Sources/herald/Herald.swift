@@ -13,7 +13,7 @@ struct Herald: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald",
         abstract: "Run and inspect a Herald push-notification stack.",
-        subcommands: [Up.self, Users.self, Hubs.self, Tokens.self, Device.self, Inbox.self, OutcomeCommand.self]
+        subcommands: [Up.self, Users.self, Hubs.self, Tokens.self, Device.self, Inbox.self, OutcomeCommand.self, Backup.self, Restore.self]
     )
 }
 
