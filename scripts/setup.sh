@@ -7,7 +7,8 @@
 #                             PyJWT, py-vapid, http-ece (independent checks of the push senders' output),
 #                             openssl (the tests' CA), postgresql (the throw-away cluster the tests
 #                             run every store against: scripts/postgres.sh), chromium and a font
-#                             (the console's browser test, scripts/console-test.sh)
+#                             (the console's browser test, scripts/console-test.sh), prometheus (its
+#                             promtool checks and unit-tests services/prometheus' rules)
 #   scripts/setup.sh --bench  also wrk (the edge scenario's load generator), h2load from nghttp2-client
 #                             (the APNs double's capacity), openssl (the double's certificate) and
 #                             valgrind (instruction counts), postgresql (the replicas scenario's
@@ -22,7 +23,7 @@ if [[ "${1:-}" == "--compose" ]]; then
   packages=(podman runc docker-compose podman-compose debootstrap python3-venv curl)
 fi
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(protobuf-c-compiler docker-compose openssl curl python3-venv postgresql chromium fonts-dejavu-core)
+  packages+=(protobuf-c-compiler docker-compose openssl curl python3-venv postgresql chromium fonts-dejavu-core prometheus)
   # python3 may come from elsewhere (pyenv): ask apt only for what PATH lacks.
   command -v python3 >/dev/null 2>&1 || packages+=(python3)
   python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)

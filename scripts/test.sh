@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Command 2: everything CI checks, from a clean clone.
 #   1. install missing packages   2. generated code matches proto/ and docs/openapi.yaml, and the
-#      Swift follows .swift-format (scripts/format.sh --check)   3. build,
+#      Swift follows .swift-format (scripts/format.sh --check); promtool checks and unit-tests
+#      services/prometheus' alert rules   3. build,
 #      and build Examples/send-push (a separate package using the HeraldClient product)
 #   4. every test (one of them runs the example against a live stack), with a throw-away PostgreSQL
 #      cluster (scripts/postgres.sh) for the tests that run each store on both backends; then the
@@ -22,6 +23,10 @@ start=$(date +%s)
 scripts/setup.sh --test
 scripts/generate-proto.sh --check
 scripts/format.sh --check
+# The alert rules: valid, and each alert fires (and stays quiet) as its unit tests say.
+# MonitoringTests checks every metric name they and the dashboard use against a live stack.
+promtool check rules services/prometheus/herald.rules.yml
+promtool test rules services/prometheus/herald.rules.test.yml
 swift build --build-tests
 echo "test.sh: build finished after $(( $(date +%s) - start ))s"
 # Another team's view: Examples/send-push adds the HeraldClient product from its own Package.swift;

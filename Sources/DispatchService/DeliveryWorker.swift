@@ -128,9 +128,13 @@ public final class DeliveryWorker: Service, Sendable {
         if recovered > 0 {
             logger.notice("resuming deliveries a previous process had started", metadata: ["herald.count": "\(recovered)"])
         }
-        var lastGauge = ContinuousClock.now - .seconds(10)
         let renewer = outbox.leaseRenewalInterval.map { interval in Task { await self.renewLeases(every: interval) } }
-        defer { renewer?.cancel() }
+        // Its own task: a backlog keeps the loop below busy, and that is when the gauges matter.
+        let sampler = Task { await self.sampleQueues(every: .seconds(1)) }
+        defer {
+            renewer?.cancel()
+            sampler.cancel()
+        }
         // Only a store whose leases expire needs to know what is in flight (SQLite's hot path skips it).
         let tracksLeases = renewer != nil
         // On graceful shutdown: claim nothing more, and let the batches in flight record their results.
@@ -156,7 +160,7 @@ public final class DeliveryWorker: Service, Sendable {
                         continue
                     }
                     if deliveredLocally { continue }
-                    await idle(lastGauge: &lastGauge)
+                    await idle()
                 }
             }
         } onGracefulShutdown: {
@@ -214,14 +218,18 @@ public final class DeliveryWorker: Service, Sendable {
         }
     }
 
-    /// Nothing was due: report dead handles, sample the queues' depth once a second, and sleep until
-    /// the next delivery is due (at most a second; a new send wakes it sooner).
-    private func idle(lastGauge: inout ContinuousClock.Instant) async {
-        await flushRemovals()
-        if ContinuousClock.now - lastGauge > .seconds(1) {
-            lastGauge = .now
-            if let depth = try? await outbox.depth() { DispatchMetrics.queueDepth(pending: depth.pending, removals: depth.removals) }
+    /// Records the queues' depth and the oldest open send's age every `interval`, until cancelled.
+    private func sampleQueues(every interval: Duration) async {
+        while !Task.isCancelled {
+            if let depth = try? await outbox.depth() { DispatchMetrics.queueDepth(depth, now: unixMillis()) }
+            do { try await Task.sleep(for: interval) } catch { return }
         }
+    }
+
+    /// Nothing was due: report dead handles, and sleep until the next delivery is due (at most a
+    /// second; a new send wakes it sooner).
+    private func idle() async {
+        await flushRemovals()
         let due = (try? await outbox.nextDue()) ?? nil
         let wait = due.map { Duration.milliseconds(max(0, min($0 - unixMillis(), 1000))) } ?? .seconds(1)
         if wait > .zero { await wakeup.wait(upTo: wait) }

@@ -28,9 +28,14 @@ enum DispatchMetrics {
         Counter(label: "herald_removed_handles_total", dimensions: [("platform", platform.name)]).increment()
     }
 
-    /// `herald_outbox_pending`, `herald_handle_removals_pending`: the queues' depth, sampled each second.
-    static func queueDepth(pending: Int, removals: Int) {
-        Gauge(label: "herald_outbox_pending").record(pending)
-        Gauge(label: "herald_handle_removals_pending").record(removals)
+    /// `herald_outbox_pending`, `herald_handle_removals_pending`: the queues' depth, and
+    /// `herald_outbox_oldest_age_seconds`: how long ago the oldest send still enqueued or
+    /// processing was made (0 when none is); sampled each second. A backlog that drains keeps the
+    /// age low; a stuck one (a provider down, a dead worker) makes it climb toward the retry window.
+    static func queueDepth(_ depth: OutboxDepth, now: Int64) {
+        Gauge(label: "herald_outbox_pending").record(depth.pending)
+        Gauge(label: "herald_handle_removals_pending").record(depth.removals)
+        let age = depth.oldestOpenSend.map { max(0, Double(now - $0) / 1000) } ?? 0
+        Gauge(label: "herald_outbox_oldest_age_seconds").record(age)
     }
 }

@@ -50,6 +50,7 @@ public enum EdgeServer {
             } catch {
                 throw ConfigError("http-tls-cert and http-tls-key must be readable PEM files: \(error)")
             }
+            CertificateExpiry.record(certificates, use: "http")
             server = try .tls(
                 server,
                 tlsConfiguration: .makeServerConfiguration(

@@ -1,7 +1,24 @@
 import Foundation
 import GRPCNIOTransportHTTP2Posix
 import HeraldModel
+import Metrics
 public import NIOSSL
+
+/// `herald_tls_certificate_expiry_timestamp_seconds{use}`: when the certificate a process presents
+/// stops being valid (Unix seconds), so an alert can fire weeks before it does. `use`: `rpc` (its
+/// RPC listeners), `rpc-client` (the one it presents as a caller), `http` (the edge's HTTPS).
+public enum CertificateExpiry {
+    public static func record(_ chain: [NIOSSLCertificate], use: String) {
+        guard let leaf = chain.first else { return }
+        Gauge(label: "herald_tls_certificate_expiry_timestamp_seconds", dimensions: [("use", use)]).record(Double(leaf.notValidAfter))
+    }
+
+    /// Reads the PEM chain at `path` for ``record(_:use:)``; an unreadable file is left to the
+    /// TLS set-up that reads it too, which reports it.
+    public static func record(file path: String, use: String) {
+        if let chain = try? NIOSSLCertificate.fromPEMFile(path) { record(chain, use: use) }
+    }
+}
 
 /// Where a service listens or a client connects: a Unix socket on this machine, or TCP (always
 /// with TLS) between machines.
@@ -80,8 +97,10 @@ public struct TLSFiles: Sendable {
     /// The lean server's TLS context.
     package func serverContext() throws -> NIOSSLContext {
         guard hasIdentity else { throw ConfigError("listening on TCP needs tls-cert and tls-key") }
+        let chain = try NIOSSLCertificate.fromPEMFile(certificate)
+        CertificateExpiry.record(chain, use: "rpc")
         var configuration = TLSConfiguration.makeServerConfiguration(
-            certificateChain: try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) },
+            certificateChain: chain.map { .certificate($0) },
             privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem)))
         if requireClientCertificate {
             configuration.certificateVerification = .noHostnameVerification
@@ -95,7 +114,9 @@ public struct TLSFiles: Sendable {
         var configuration = TLSConfiguration.makeClientConfiguration()
         if !ca.isEmpty { configuration.trustRoots = .file(ca) }
         if hasIdentity {
-            configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) }
+            let chain = try NIOSSLCertificate.fromPEMFile(certificate)
+            CertificateExpiry.record(chain, use: "rpc-client")
+            configuration.certificateChain = chain.map { .certificate($0) }
             configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: key, format: .pem))
         }
         return try NIOSSLContext(configuration: configuration)
@@ -104,6 +125,7 @@ public struct TLSFiles: Sendable {
     /// The gRPC server's transport security.
     func grpcServerSecurity() throws -> HTTP2ServerTransport.Posix.TransportSecurity {
         guard hasIdentity else { throw ConfigError("listening on TCP needs tls-cert and tls-key") }
+        CertificateExpiry.record(file: certificate, use: "rpc")
         let requireClient = requireClientCertificate
         let ca = self.ca
         return .tls(

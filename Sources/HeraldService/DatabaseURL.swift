@@ -151,11 +151,11 @@ public enum OpenedDatabase: Sendable {
         }
     }
 
-    /// What the process must run for it (PostgreSQL's pool), listed before the listeners so that it
-    /// stops after them.
+    /// What the process must run for it (PostgreSQL's pool; a SQLite file's disk-space gauge),
+    /// listed before the listeners so that it stops after them.
     public var services: [any Service] {
         switch self {
-        case .sqlite: []
+        case .sqlite(let pool): [DiskSpaceGauge(databasePath: pool.path)]
         case .postgres(let database): [database]
         }
     }

@@ -66,6 +66,9 @@ struct OutboxStoreTests {
             try await Self.send(outbox, "n-1", Self.targets(3) + Self.targets(2, .fcm, prefix: "f"))
             let outcome = try await outbox.outcome(of: "n-1", requester: "", hub: "")
             #expect(outcome.state == .enqueued && outcome.platforms.map(\.pending) == [3, 2])
+            // The metrics' sample: 5 deliveries waiting, the send open since it was made.
+            let open = try await outbox.depth()
+            #expect(open.pending == 5 && open.oldestOpenSend == outcome.createdAtUnixMs)
             let items = try await outbox.claim(limit: 10, platforms: [.apns, .fcm])
             #expect(items.map(\.registrationID) == ["r-0", "r-1", "r-2", "f-0", "f-1"])
             #expect(items.allSatisfy { $0.attempt == 1 } && Set(items.map(\.messageID)).count == 5)
@@ -89,7 +92,8 @@ struct OutboxStoreTests {
             let records = try await outbox.deliveries(of: "n-1", requester: "", hub: "", failedOnly: true, after: 0, limit: 10)
             #expect(records.map(\.registrationID) == ["f-1"] && records.first?.attempts == 1)
             await #expect(throws: ServiceError.self) { try await outbox.outcome(of: "n-1", requester: "mallory", hub: "") }
-            #expect(try await outbox.depth().pending == 0)
+            let finishedDepth = try await outbox.depth()
+            #expect(finishedDepth.pending == 0 && finishedDepth.oldestOpenSend == nil)
             #expect(try await outbox.purge(before: unixMillis() + 1000) == 1)
         }
     }

@@ -61,12 +61,12 @@ extension Outbox {
     }
 
     /// Deliveries not finished yet, and handle removals not confirmed yet (for metrics).
-    public func depth() throws -> (pending: Int, removals: Int) {
+    public func depth() throws -> OutboxDepth {
         try db.read { db in
-            (
-                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)") ?? 0,
-                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM handle_removal") ?? 0
-            )
+            OutboxDepth(
+                pending: try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)") ?? 0,
+                removals: try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM handle_removal") ?? 0,
+                oldestOpenSend: try Int64.fetchOne(db, sql: "SELECT MIN(created_at) FROM notification WHERE state IN (1, 2)"))
         }
     }
 }

@@ -183,6 +183,11 @@ extension Outbox {
             // The console's reads (issue 18): a hub's recent sends, newest first, and its minutes.
             try db.execute(sql: "CREATE INDEX notification_hub_created ON notification(hub, created_at, id)")
         }
+        migrator.registerMigration("outbox-v9-open-sends") { db in
+            // The oldest send not finished, read each second for herald_outbox_oldest_age_seconds:
+            // only open sends are in the index (1 enqueued, 2 processing).
+            try db.execute(sql: "CREATE INDEX notification_open ON notification(created_at) WHERE state IN (1, 2)")
+        }
         return migrator
     }
 }

@@ -77,7 +77,7 @@ public protocol OutboxStore: Sendable {
     func removalDone(_ id: Int64) async throws
     /// When the earliest pending delivery is due (Unix ms), if any.
     func nextDue() async throws -> Int64?
-    func depth() async throws -> (pending: Int, removals: Int)
+    func depth() async throws -> OutboxDepth
 
     /// ListSends: ids of `hub`'s sends made before `before` (created_at, id), newest first.
     func recentSends(hub: String, before: (createdAt: Int64, id: String), limit: Int) async throws -> [String]
@@ -87,6 +87,16 @@ public protocol OutboxStore: Sendable {
     /// `limit` rows), and the failure reasons of those sends, newest first: what the credentials
     /// status reads its last error from.
     func recentPlatformResults(hub: String, since: Int64, limit: Int) async throws -> OutboxPlatformResults
+}
+
+/// The queues' depth, sampled each second for the metrics.
+public struct OutboxDepth: Sendable {
+    /// Deliveries waiting for an attempt (or a retry).
+    public var pending: Int
+    /// Dead handles not yet removed from herald-registration.
+    public var removals: Int
+    /// When the oldest send still enqueued or processing was made (Unix ms); nil when none is.
+    public var oldestOpenSend: Int64?
 }
 
 /// Rows of ``OutboxStore/recentPlatformResults(hub:since:limit:)``, newest first.

@@ -184,6 +184,8 @@ public final class PostgresOutbox: OutboxStore {
             ]),
         // The console's reads (issue 18): a hub's recent sends, newest first, and its minutes.
         PostgresMigration("dispatch-v2-sends-by-hub", ["CREATE INDEX notification_hub_created ON notification (hub, created_at, id)"]),
+        // The oldest send not finished, for herald_outbox_oldest_age_seconds (1 enqueued, 2 processing).
+        PostgresMigration("dispatch-v3-open-sends", ["CREATE INDEX notification_open ON notification (created_at) WHERE state IN (1, 2)"]),
     ]
 
     /// Rows one INSERT … unnest carries: large sends go in several statements of one transaction.
@@ -574,13 +576,16 @@ public final class PostgresOutbox: OutboxStore {
             .decode(Int64?.self)
     }
 
-    nonisolated(nonsending) public func depth() async throws -> (pending: Int, removals: Int) {
+    nonisolated(nonsending) public func depth() async throws -> OutboxDepth {
         let row = try await db.rows(
             """
             SELECT (SELECT count(*) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)),
-                   (SELECT count(*) FROM handle_removal)
+                   (SELECT count(*) FROM handle_removal),
+                   (SELECT min(created_at) FROM notification WHERE state IN (1, 2))
             """)
-        guard let (pending, removals) = try row.first?.decode((Int64, Int64).self) else { return (0, 0) }
-        return (Int(pending), Int(removals))
+        guard let (pending, removals, oldest) = try row.first?.decode((Int64, Int64, Int64?).self) else {
+            return OutboxDepth(pending: 0, removals: 0, oldestOpenSend: nil)
+        }
+        return OutboxDepth(pending: Int(pending), removals: Int(removals), oldestOpenSend: oldest)
     }
 }
