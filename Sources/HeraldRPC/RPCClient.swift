@@ -41,6 +41,10 @@ public struct RPCCallOptions: Sendable {
 /// when none did. A replica whose call fails UNAVAILABLE (its connection lost, or it cannot be
 /// reached) is skipped until it answers SERVING again, and an idempotent call
 /// (``idempotentMethods``; a stream only before its first message) is tried once more on another.
+///
+/// With an ``RPCDiscovery`` (`dns:///name:port`) the replicas are the addresses the name has,
+/// looked up again every ``RPCDiscovery/refresh``: a new address gets a connection, one gone is
+/// closed once its calls finish, and TLS checks each against the name.
 public final class RPCClient: Sendable {
     /// Path of the service's socket (of the chosen transport), or its endpoints, comma-separated.
     public let socketPath: String
@@ -91,11 +95,16 @@ public final class RPCClient: Sendable {
         }
     }
 
-    private let replicas: [Replica]
+    /// The replicas now, and whether ``close()`` was called (no replica is added after).
+    private let members: Mutex<(replicas: [Replica], closed: Bool)>
+    private var replicas: [Replica] { members.withLock { $0.replicas } }
+    private let discovery: RPCDiscovery?
+    private let tls: TLSFiles?
     /// Round-robin position.
     private let turn = Atomic<UInt>(0)
-    /// Finished by ``close()``; the lean backend has no connection loop of its own to end.
-    private let closed = AsyncStream<Void>.makeStream()
+    /// The gRPC clients whose connection loops ``runConnections()`` must run, as replicas come;
+    /// finished by ``close()`` (the lean backend has no loop of its own).
+    private let toRun = AsyncStream<GRPCClient<HTTP2ClientTransport.Posix>>.makeStream()
 
     /// Methods whose repetition changes nothing but its answer's freshness: reads, checks, and
     /// PUT-style writes of a whole value. Only these are tried again on another replica.
@@ -120,20 +129,28 @@ public final class RPCClient: Sendable {
         try self.init(endpoints: [endpoint], transport: transport, tls: tls, defaultTimeout: defaultTimeout)
     }
 
-    /// A client of a service's replicas at `endpoints` (at least one).
+    /// A client of a service's replicas at `endpoints` (at least one), or, with `discovery`, at
+    /// the addresses it finds (then `endpoints` is not used).
     public init(
         endpoints: [RPCEndpoint], transport: RPCTransport = .lean, tls: TLSFiles?, defaultTimeout: Duration = .seconds(5),
-        healthInterval: Duration = .seconds(2)
+        healthInterval: Duration = .seconds(2), discovery: RPCDiscovery? = nil
     ) throws {
-        guard !endpoints.isEmpty else { throw ConfigError("a client needs at least one endpoint") }
-        self.socketPath = endpoints.map(\.description).joined(separator: ",")
+        guard !endpoints.isEmpty || discovery != nil else { throw ConfigError("a client needs at least one endpoint") }
+        self.socketPath = discovery?.description ?? endpoints.map(\.description).joined(separator: ",")
         self.transport = transport
         self.defaultTimeout = defaultTimeout
         self.healthInterval = healthInterval
-        self.replicas = try endpoints.map { Replica(endpoint: $0, backend: try Self.backend(endpoint: $0, transport: transport, tls: tls)) }
+        self.discovery = discovery
+        self.tls = tls
+        let replicas =
+            discovery != nil
+            ? [] : try endpoints.map { Replica(endpoint: $0, backend: try Self.backend(endpoint: $0, transport: transport, tls: tls)) }
+        members = Mutex((replicas, false))
+        for replica in replicas { if case .grpc(let grpc) = replica.backend { toRun.continuation.yield(grpc) } }
     }
 
-    private static func backend(endpoint: RPCEndpoint, transport: RPCTransport, tls: TLSFiles?) throws -> Backend {
+    private static func backend(endpoint: RPCEndpoint, transport: RPCTransport, tls: TLSFiles?, serverName: String? = nil) throws -> Backend
+    {
         if case .tcp = endpoint, tls == nil { throw ConfigError("a TCP client needs TLS settings") }
         switch transport {
         case .lean:
@@ -141,7 +158,7 @@ public final class RPCClient: Sendable {
                 if case .tcp = endpoint { return try tls?.clientContext() }
                 return nil
             }()
-            return .lean(LeanClient(endpoint: endpoint, tls: context))
+            return .lean(LeanClient(endpoint: endpoint, tls: context, serverName: serverName))
         case .grpc:
             let target: any ResolvableTarget
             let security: HTTP2ClientTransport.Posix.TransportSecurity
@@ -168,6 +185,8 @@ public final class RPCClient: Sendable {
                     config.connection.flushCoalescing = nil
                     // A restarted service is back within a second or two; don't wait long to reconnect.
                     config.backoff.max = .seconds(1)
+                    // An address found by name: TLS checks the certificate against the name.
+                    if let serverName { config.http2.authority = serverName }
                 }
             )
             return .grpc(GRPCClient(transport: http2))
@@ -178,7 +197,8 @@ public final class RPCClient: Sendable {
     /// still reachable (slow, not gone), else the next of all; never `excluding`, and nil when
     /// there is no other.
     private func pick(excluding: Replica? = nil) -> Replica? {
-        if replicas.count == 1 { return excluding == nil ? replicas[0] : nil }
+        let replicas = self.replicas
+        if replicas.count <= 1 { return excluding == nil ? replicas.first : nil }
         let start = Int(turn.wrappingAdd(1, ordering: .relaxed).oldValue % UInt(replicas.count))
         var reachable: Replica?
         var fallback: Replica?
@@ -206,8 +226,16 @@ public final class RPCClient: Sendable {
         let deadline = ContinuousClock.now + timeout
         var failed: Replica?
         while true {
-            guard let replica = pick(excluding: failed) else { preconditionFailure("a client has at least one replica") }
+            guard let replica = pick(excluding: failed) else {
+                // Only a client that finds its replicas by name has none: wait for the lookup.
+                if failed == nil, discovery != nil, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(20))
+                    continue
+                }
+                throw ServiceError(.unavailable, "\(socketPath): no replica found")
+            }
             let left = failed == nil ? timeout : deadline - .now
+            let replicas = self.replicas
             let failFast = replicas.contains { $0 !== replica && $0.healthy.load(ordering: .relaxed) }
             let error: ServiceError
             do {
@@ -308,33 +336,68 @@ public final class RPCClient: Sendable {
 
     /// Asks the connections to close once in-flight calls finish.
     public func close() {
-        for replica in replicas {
-            switch replica.backend {
-            case .lean(let lean): lean.close()
-            case .grpc(let grpc): grpc.beginGracefulShutdown()
-            }
+        let replicas = members.withLock { members in
+            members.closed = true
+            return members.replicas
         }
-        closed.continuation.finish()
+        for replica in replicas { Self.close(replica.backend) }
+        toRun.continuation.finish()
     }
 
-    /// Runs the transports' connection management until ``close()``, and with several replicas
-    /// checks their health every ``healthInterval``.
+    private static func close(_ backend: Backend) {
+        switch backend {
+        case .lean(let lean): lean.close()
+        case .grpc(let grpc): grpc.beginGracefulShutdown()
+        }
+    }
+
+    /// Runs the transports' connection management until ``close()``; with several replicas (or
+    /// a discovery) checks their health every ``healthInterval``; with a discovery, looks the
+    /// replicas up every ``RPCDiscovery/refresh``.
     fileprivate func runConnections() async throws {
-        // The health checks stop at close; gRPC's connection loops end by themselves once
-        // close() has begun their graceful shutdown and in-flight calls have drained.
-        let checks = replicas.count > 1 ? Task { await self.checkReplicas() } : nil
+        // The health checks and look-ups stop at close; gRPC's connection loops end by themselves
+        // once close() has begun their graceful shutdown and in-flight calls have drained.
+        let checks = replicas.count > 1 || discovery != nil ? Task { await self.checkReplicas() } : nil
+        let lookups = discovery.map { discovery in Task { await self.lookUp(discovery) } }
         try await withThrowingDiscardingTaskGroup { group in
-            for replica in replicas {
-                guard case .grpc(let grpc) = replica.backend else { continue }
-                group.addTask { try await grpc.runConnections() }
-            }
             await withTaskCancellationHandler {
-                for await _ in closed.stream {}
+                for await grpc in toRun.stream { group.addTask { try await grpc.runConnections() } }
             } onCancel: {
                 checks?.cancel()
+                lookups?.cancel()
             }
             checks?.cancel()
+            lookups?.cancel()
         }
+    }
+
+    /// Looks the replicas up now and every `discovery.refresh` until cancelled. A failed look-up
+    /// keeps the replicas known (a DNS hiccup is not every pod gone).
+    private func lookUp(_ discovery: RPCDiscovery) async {
+        while !Task.isCancelled {
+            if let found = await discovery.resolve(discovery.name, discovery.port) { update(to: found, serverName: discovery.name) }
+            do { try await Task.sleep(for: discovery.refresh) } catch { return }
+        }
+    }
+
+    /// Makes `found` the replicas: keeps those still there, connects the new ones, closes those gone.
+    func update(to found: [RPCEndpoint], serverName: String) {
+        let known = Set(replicas.map(\.endpoint))
+        // Made outside the lock: a TLS context reads its files.
+        let new = found.filter { !known.contains($0) }.compactMap { endpoint in
+            (try? Self.backend(endpoint: endpoint, transport: transport, tls: tls, serverName: serverName))
+                .map { Replica(endpoint: endpoint, backend: $0) }
+        }
+        let wanted = Set(found)
+        let (added, removed) = members.withLock { members -> ([Replica], [Replica]) in
+            guard !members.closed else { return ([], new) }
+            let removed = members.replicas.filter { !wanted.contains($0.endpoint) }
+            let added = new.filter { replica in !members.replicas.contains { $0.endpoint == replica.endpoint } }
+            members.replicas = members.replicas.filter { wanted.contains($0.endpoint) } + added
+            return (added, removed + new.filter { replica in !added.contains { $0 === replica } })
+        }
+        for replica in added { if case .grpc(let grpc) = replica.backend { toRun.continuation.yield(grpc) } }
+        for replica in removed { Self.close(replica.backend) }
     }
 
     /// Asks each replica's grpc.health.v1 every ``healthInterval`` until the client closes or the
@@ -373,7 +436,7 @@ public final class RPCClient: Sendable {
         }
     }
 
-    /// Whether each replica answered its last health check (tests, metrics).
+    /// Whether each replica answered its last health check (tests, metrics), in the order they came.
     public var replicaHealth: [(endpoint: RPCEndpoint, healthy: Bool)] {
         replicas.map { ($0.endpoint, $0.healthy.load(ordering: .relaxed)) }
     }

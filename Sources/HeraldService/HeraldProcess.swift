@@ -110,7 +110,7 @@ public enum HeraldProcess {
         for peer in peers {
             clients[peer] = try RPCClient(
                 endpoints: config.endpoints(of: peer), transport: config.rpcTransport, tls: config.tls,
-                defaultTimeout: config.rpcTimeout, healthInterval: config.healthInterval)
+                defaultTimeout: config.rpcTimeout, healthInterval: config.healthInterval, discovery: config.discovery(of: peer))
         }
         let context = ProcessContext(config: config, reader: reader, logger: logger, clients: clients)
         var own = try await definition.makeServices(context)

@@ -22,7 +22,9 @@ public import HeraldRPC
 /// - `listen-tcp` (`off`), `grpc-listen-tcp` (`off`): `host:port` to also serve the lean protocol /
 ///   gRPC on TCP, always with TLS (see ``TLSFiles``), for callers on other machines.
 /// - `<peer>-address`, `<peer>-grpc-address` (unset): `host:port` of a called service on TCP (TLS),
-///   used instead of its socket; a comma-separated list names replicas.
+///   used instead of its socket; a comma-separated list names replicas; `dns:///name:port` names
+///   them by every address `name` resolves to (a Kubernetes headless Service), looked up again
+///   every `dns-refresh-seconds` (5), TLS checking each against `name` (see ``RPCDiscovery``).
 /// - `metrics-listen` (`off`): `host:port` of an HTTP listener serving `GET /metrics` (Prometheus
 ///   text); port 0 picks one, written to `<runtime-dir>/<service>.metrics.url`.
 /// - `health-interval-ms` (2000): how often health re-checks the database and the services this
@@ -53,6 +55,7 @@ public struct RuntimeConfig: Sendable {
     /// integration-test stacks only (docker-compose.test.yml); off by default and in production.
     public var testMode: Bool
     private var peerAddresses: [String: [RPCEndpoint]] = [:]
+    private var peerNames: [String: RPCDiscovery] = [:]
     private var peerSockets: [String: [String]]
 
     public enum LogFormat: String, CaseIterable, Sendable {
@@ -65,7 +68,7 @@ public struct RuntimeConfig: Sendable {
             [
                 "runtime-dir", "data-dir", "socket", "grpc-socket", "database", "database-url", "rpc-transport", "log-level",
                 "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms", "metrics-listen", "listen-tcp",
-                "grpc-listen-tcp", "test-mode",
+                "grpc-listen-tcp", "test-mode", "dns-refresh-seconds",
             ]
                 + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket", "\($0)-address", "\($0)-grpc-address"] }
         )
@@ -116,11 +119,20 @@ public struct RuntimeConfig: Sendable {
         grpcTCP = try tcp("grpc-listen-tcp")
         tls = try TLSFiles(reader: reader)
         testMode = try reader.bool("test-mode")
+        let refresh = try reader.int("dns-refresh-seconds", default: 5)
+        guard (1...3600).contains(refresh) else { throw ConfigError("dns-refresh-seconds must be 1...3600") }
         for peer in peers {
             let key = rpcTransport == .lean ? "\(peer)-address" : "\(peer)-grpc-address"
             let text = reader.string(key, default: "off")
             guard text != "off" else { continue }
-            peerAddresses[peer] = try Self.list(text, key: key).map { try RPCEndpoint.tcp($0, key: key) }
+            let items = try Self.list(text, key: key)
+            if let named = try items.lazy.compactMap({ try RPCDiscovery.parse($0, key: key) }).first {
+                guard items.count == 1 else { throw ConfigError("\(key): a dns:/// name stands alone, not in a list: \(text)") }
+                peerNames[peer] = .dns(name: named.name, port: named.port, refresh: .seconds(refresh))
+                peerAddresses[peer] = [.tcp(host: named.name, port: named.port)]
+                continue
+            }
+            peerAddresses[peer] = try items.map { try RPCEndpoint.tcp($0, key: key) }
         }
         var peerSockets: [String: [String]] = [:]
         for peer in peers {
@@ -151,6 +163,9 @@ public struct RuntimeConfig: Sendable {
     public func endpoints(of peer: String) -> [RPCEndpoint] {
         peerAddresses[peer] ?? socketPaths(of: peer).map { .unix($0) }
     }
+
+    /// How a peer's replicas are found by name (`dns:///name:port`); nil when they are listed.
+    public func discovery(of peer: String) -> RPCDiscovery? { peerNames[peer] }
 
     /// The first socket of a peer named in `peers` at init, for ``rpcTransport``.
     public func socketPath(of peer: String) -> String { socketPaths(of: peer)[0] }

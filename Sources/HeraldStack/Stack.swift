@@ -31,6 +31,9 @@ public struct StackConfiguration: Sendable {
     /// When set, the services call each other over TCP with (mutual) TLS on loopback instead of
     /// their Unix sockets, which stay on for health checks and the CLI.
     public var tls: StackTLS?
+    /// With ``tls``: each service names its peers `dns:///localhost:<port>` (found by look-up, TLS
+    /// checked against the name) instead of `127.0.0.1:<port>`.
+    public var peersByName = false
     /// `postgres://…`: every service in ``Stack/postgresServices`` keeps its data there, each in
     /// its own schema (`herald_<service>`); the others stay on SQLite files. nil: SQLite only.
     public var databaseURL: String?
@@ -207,17 +210,18 @@ public actor Stack {
             if let ports = tcpPorts[service] {
                 arguments += ["--listen-tcp", "127.0.0.1:\(ports.lean)", "--grpc-listen-tcp", "127.0.0.1:\(ports.grpc)"]
             }
+            let host = c.peersByName ? "dns:///localhost" : "127.0.0.1"
             for peer in (ServiceName(rawValue: service)?.peers ?? []).map(\.rawValue) {
                 guard let ports = tcpPorts[peer] else { continue }
                 // The peer's socket is pointed nowhere: the call can only go over TCP.
                 switch c.rpcTransport {
                 case .lean:
                     arguments += [
-                        "--\(peer)-address", "127.0.0.1:\(ports.lean)", "--\(peer)-socket", "\(c.runtimeDirectory)/none-\(peer).sock",
+                        "--\(peer)-address", "\(host):\(ports.lean)", "--\(peer)-socket", "\(c.runtimeDirectory)/none-\(peer).sock",
                     ]
                 case .grpc:
                     arguments += [
-                        "--\(peer)-grpc-address", "127.0.0.1:\(ports.grpc)", "--\(peer)-grpc-socket",
+                        "--\(peer)-grpc-address", "\(host):\(ports.grpc)", "--\(peer)-grpc-socket",
                         "\(c.runtimeDirectory)/none-\(peer).sock",
                     ]
                 }

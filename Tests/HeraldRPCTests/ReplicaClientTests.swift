@@ -1,11 +1,12 @@
 import Foundation
 import HeraldModel
 import HeraldProto
-import HeraldRPC
 import Logging
 import ServiceLifecycle
 import Synchronization
 import Testing
+
+@testable import HeraldRPC
 
 #if canImport(Glibc)
     import Glibc
@@ -48,12 +49,17 @@ final class TestReplica: Sendable {
 
 @Suite("a client of several replicas", .serialized, .timeLimit(.minutes(2)))
 struct ReplicaClientTests {
+    /// A fresh folder for the replicas' sockets (short: socket paths have a 108-byte limit).
+    static func directory() throws -> String {
+        var template = Array("/tmp/herald-rep-XXXXXX".utf8CString)
+        return String(cString: try #require(mkdtemp(&template)))
+    }
+
     @Test(
         "calls take turns over healthy replicas; a replica that goes away is skipped, its calls retried elsewhere, and used again once back",
         arguments: RPCTransport.allCases)
     func spreadAndFailover(_ transport: RPCTransport) async throws {
-        var template = Array("/tmp/herald-rep-XXXXXX".utf8CString)
-        let dir = String(cString: try #require(mkdtemp(&template)))
+        let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let a = try TestReplica("a", number: 1, directory: dir)
         var b = try TestReplica("b", number: 2, directory: dir)
@@ -101,6 +107,81 @@ struct ReplicaClientTests {
             throw error
         }
         for replica in started { await replica.stop() }
+    }
+
+    @Test(
+        "replicas found by name: a call waits for the first look-up, calls spread over what the name has, and follow it as replicas come and go",
+        arguments: RPCTransport.allCases)
+    func discovery(_ transport: RPCTransport) async throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let a = try TestReplica("a", number: 1, directory: dir)
+        let b = try TestReplica("b", number: 2, directory: dir)
+        // What the name resolves to, changed by the test; nil: the look-up fails.
+        let answer = Mutex<[RPCEndpoint]?>([])
+        let lookUps = Atomic<Int>(0)
+        let discovery = RPCDiscovery(name: "herald-test", port: 1, refresh: .milliseconds(50)) { _, _ in
+            lookUps.add(1, ordering: .relaxed)
+            return answer.withLock { $0 }
+        }
+        let client = try RPCClient(
+            endpoints: [], transport: transport, tls: nil, defaultTimeout: .seconds(20), healthInterval: .milliseconds(100),
+            discovery: discovery)
+        #expect(client.socketPath == "dns:///herald-test:1")
+        let running = Task { try await client.run() }
+        defer {
+            client.close()
+            running.cancel()
+        }
+        let auth = AuthServiceClient(client)
+        func answers(_ count: Int) async throws -> [String: Int] {
+            var seen: [String: Int] = [:]
+            for _ in 0..<count { seen[try await auth.authenticate(AuthenticateRequest(authorization: "x")).user, default: 0] += 1 }
+            return seen
+        }
+        do {
+            // No address yet: the call waits for one within its deadline.
+            let early = Task { try await auth.authenticate(AuthenticateRequest(authorization: "x")).user }
+            #expect(try await TransportConformanceTests.waitFor { lookUps.load(ordering: .relaxed) >= 2 })
+            answer.withLock { $0 = [.unix(a.socket(transport))] }
+            #expect(try await early.value == "a")
+            #expect(try await answers(10) == ["a": 10])
+
+            answer.withLock { $0 = [.unix(a.socket(transport)), .unix(b.socket(transport))] }
+            #expect(
+                try await TransportConformanceTests.waitFor {
+                    client.replicaHealth.count == 2 && client.replicaHealth.allSatisfy(\.healthy)
+                })
+            let both = try await answers(100)
+            #expect((both["a"] ?? 0) >= 40 && (both["b"] ?? 0) >= 40, "\(both)")
+
+            // A failed look-up keeps what is known; an answer without a drops it, though it still runs.
+            answer.withLock { $0 = nil }
+            let seen = lookUps.load(ordering: .relaxed)
+            #expect(try await TransportConformanceTests.waitFor { lookUps.load(ordering: .relaxed) >= seen + 2 })
+            #expect(client.replicaHealth.count == 2)
+            answer.withLock { $0 = [.unix(b.socket(transport))] }
+            #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.map(\.endpoint) == [.unix(b.socket(transport))] })
+            #expect(try await answers(20) == ["b": 20])
+        } catch {
+            await a.stop()
+            await b.stop()
+            throw error
+        }
+        await a.stop()
+        await b.stop()
+    }
+
+    @Test("dns:///name:port: parsed strictly, and looked up by the system resolver")
+    func dnsSetting() async throws {
+        #expect(try RPCDiscovery.parse("dns:///herald-registration.herald.svc:7001", key: "k")! == ("herald-registration.herald.svc", 7001))
+        #expect(try RPCDiscovery.parse("10.0.0.5:7001", key: "k") == nil)
+        for bad in ["dns://8.8.8.8/herald:7001", "dns:///herald", "dns:///10.0.0.5:7001", "dns:///:7001", "dns:///herald:0"] {
+            #expect(throws: ConfigError.self, "\(bad)") { try RPCDiscovery.parse(bad, key: "k") }
+        }
+        let found = try #require(await RPCDiscovery.lookUp("localhost", port: 7001))
+        #expect(found.contains(.tcp(host: "127.0.0.1", port: 7001)), "\(found)")
+        #expect(await RPCDiscovery.lookUp("no-such-host.invalid", port: 1) == nil)
     }
 
 }

@@ -35,8 +35,10 @@ struct TLSStackTests {
         return StackTLS(certificate: "\(folder)/service.pem", key: "\(folder)/service.key", ca: "\(folder)/ca.pem")
     }
 
-    @Test("a TLS-over-TCP stack passes the same secure-push sequence", arguments: RPCTransport.allCases)
-    func secureSequenceOverTLS(_ transport: RPCTransport) async throws {
+    @Test(
+        "a TLS-over-TCP stack passes the same secure-push sequence, with peers listed by address or named dns:///localhost:port",
+        arguments: RPCTransport.allCases, [false, true])
+    func secureSequenceOverTLS(_ transport: RPCTransport, byName: Bool) async throws {
         let directory = try LiveStack.makeDirectory()
         let certificates = directory + "/tls"
         try FileManager.default.createDirectory(atPath: certificates, withIntermediateDirectories: true)
@@ -46,6 +48,7 @@ struct TLSStackTests {
             configure: {
                 $0.tls = tls
                 $0.rpcTransport = transport
+                $0.peersByName = byName
             }
         ) { live in
             try await SecurePushTests.secureSequence(live)

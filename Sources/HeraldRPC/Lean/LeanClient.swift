@@ -32,15 +32,19 @@ final class LeanClient: Sendable {
     /// Where it connects: a Unix socket, or TCP wrapped in `tls`.
     let endpoint: RPCEndpoint
     let tls: NIOSSLContext?
+    /// The name TLS checks the server's certificate against (and sends as SNI) when `endpoint` is
+    /// an address resolved from it; nil: the endpoint's own host.
+    let serverName: String?
 
     /// A call that never left: this replica could not be reached. Any call may be tried elsewhere.
     struct NotSent: Error {
         let error: ServiceError
     }
 
-    init(endpoint: RPCEndpoint, tls: NIOSSLContext?, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes) {
+    init(endpoint: RPCEndpoint, tls: NIOSSLContext?, serverName: String? = nil, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes) {
         self.endpoint = endpoint
         self.tls = tls
+        self.serverName = serverName
         self.socketPath = endpoint.description
         self.maxFrameBytes = maxFrameBytes
     }
@@ -189,7 +193,7 @@ final class LeanClient: Sendable {
                 if let connection = state.connection, connection.isUsable { return .ready(connection) }
                 if let connecting = state.connecting { return .connecting(connecting) }
                 let task = Task { [endpoint, tls, maxFrameBytes] in
-                    try await LeanConnection.open(endpoint: endpoint, tls: tls, maxFrameBytes: maxFrameBytes)
+                    try await LeanConnection.open(endpoint: endpoint, tls: tls, serverName: serverName, maxFrameBytes: maxFrameBytes)
                 }
                 state.connecting = task
                 return .connecting(task)
@@ -238,10 +242,12 @@ final class LeanConnection: Sendable {
 
     var isUsable: Bool { channel.isActive && calls.acceptsCalls }
 
-    static func open(endpoint: RPCEndpoint, tls: NIOSSLContext?, maxFrameBytes: Int) async throws -> LeanConnection {
+    static func open(endpoint: RPCEndpoint, tls: NIOSSLContext?, serverName: String? = nil, maxFrameBytes: Int) async throws
+        -> LeanConnection
+    {
         let calls = LeanCallTable()
-        var serverHostname: String?
-        if case .tcp(let host, _) = endpoint, !RPCEndpoint.isIPLiteral(host) { serverHostname = host }
+        var serverHostname = serverName
+        if serverHostname == nil, case .tcp(let host, _) = endpoint, !RPCEndpoint.isIPLiteral(host) { serverHostname = host }
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.seconds(2))
             .channelInitializer { [serverHostname] channel in
