@@ -13,14 +13,16 @@
 #                             (the APNs double's capacity), openssl (the double's certificate) and
 #                             valgrind (instruction counts), postgresql (the replicas scenario's
 #                             throw-away cluster); --test installs them too
-#   scripts/setup.sh --compose  only what scripts/compose-test.sh needs: podman, runc (crun fails here),
-#                             docker-compose (v1) and podman-compose, debootstrap (the base image),
-#                             python3-venv (the pytest example), curl
+#   scripts/setup.sh --compose  only what scripts/compose-test.sh and kube-test.sh need: podman, runc
+#                             (crun fails here), catatonit (the pause process of `podman kube play`'s
+#                             pods), docker-compose (v1) and podman-compose, debootstrap (the base
+#                             image), python3-venv (the pytest example), python3-yaml, curl
 set -euo pipefail
 
 packages=(libprotobuf-c-dev libsqlite3-dev pkg-config)
 if [[ "${1:-}" == "--compose" ]]; then
-  packages=(podman runc docker-compose podman-compose debootstrap python3-venv curl)
+  packages=(podman runc catatonit docker-compose podman-compose debootstrap python3-venv curl)
+  python3 -c 'import yaml' 2>/dev/null || packages+=(python3-yaml)
 fi
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(protobuf-c-compiler docker-compose openssl curl python3-venv postgresql chromium fonts-dejavu-core prometheus)

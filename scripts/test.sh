@@ -10,7 +10,8 @@
 #   5. schemathesis against a live stack (scripts/schemathesis.sh), the web console in Debian's
 #      chromium driven by playwright (scripts/console-test.sh; screenshots in
 #      .build/console-screenshots/), then the image and
-#      docker-compose.yml run for real with podman (scripts/compose-test.sh)
+#      docker-compose.yml run for real with podman (scripts/compose-test.sh), and
+#      services/k8s/herald.yaml with podman kube play (scripts/kube-test.sh)
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds; the
 #      replicas scenario on the test cluster), and
 #      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
@@ -57,6 +58,10 @@ echo "test.sh: console browser test took $(( $(date +%s) - console_start ))s"
 compose_start=$(date +%s)
 scripts/compose-test.sh
 echo "test.sh: compose test took $(( $(date +%s) - compose_start ))s"
+# The Kubernetes manifest run by podman kube play, from the image compose-test.sh built.
+kube_start=$(date +%s)
+scripts/kube-test.sh
+echo "test.sh: podman kube play test took $(( $(date +%s) - kube_start ))s"
 bench_start=$(date +%s)
 "$(swift build --show-bin-path)/herald-bench" all --quick --json .build/bench-quick.json
 # Issue 17's figures: fan-out with 1-3 dispatch replicas on the test cluster next to SQLite's one.
