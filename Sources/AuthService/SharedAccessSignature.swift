@@ -149,8 +149,29 @@ public struct SASVerifier: Sendable {
     }
 
     /// Whether a token for `audience` may be used on `resource`: equal, or a prefix at a `/`.
+    ///
+    /// An audience whose host names no port covers that host on any port: the .NET SDK signs `sr`
+    /// through a `UriBuilder` that drops the port of an `http://host:port` endpoint (NH itself is
+    /// always on 443). The host must still match, and an audience with a port only that port.
     public static func covers(audience: String, resource: String) -> Bool {
         let resource = normalizedResource(resource)
-        return !audience.isEmpty && (resource == audience || resource.hasPrefix(audience + "/"))
+        func matches(_ resource: String) -> Bool {
+            !audience.isEmpty && (resource == audience || resource.hasPrefix(audience + "/"))
+        }
+        if matches(resource) { return true }
+        guard port(of: audience) == nil, let resourcePort = port(of: resource) else { return false }
+        let slash = resource.firstIndex(of: "/") ?? resource.endIndex
+        var host = String(resource[..<slash])
+        host.removeLast(resourcePort.count + 1)
+        return matches(host + resource[slash...])
+    }
+
+    /// The port of "host[:port]/path" ("[v6]:port" too), nil when it names none.
+    static func port(of resource: String) -> Substring? {
+        let host = resource[..<(resource.firstIndex(of: "/") ?? resource.endIndex)]
+        guard let colon = host.lastIndex(of: ":"), !host[colon...].contains("]") else { return nil }
+        if host.hasPrefix("["), !host[..<colon].hasSuffix("]") { return nil }
+        let port = host[host.index(after: colon)...]
+        return !port.isEmpty && port.allSatisfy(\.isNumber) ? port : nil
     }
 }

@@ -43,6 +43,9 @@ public final class Dispatcher: Sendable {
             throw ServiceError.invalidArgument("set exactly one of target_user, target_tag, broadcast and device_handles")
         }
         guard request.maxDevices >= 0 else { throw ServiceError.invalidArgument("max_devices must not be negative") }
+        guard request.originalBody.count <= Self.maxOriginalBody else {
+            throw ServiceError.invalidArgument("original_body is \(request.originalBody.count) bytes; at most \(Self.maxOriginalBody)")
+        }
         if !request.targetTag.isEmpty {
             // Refused here, before anything is read, with the position of the error.
             _ = try TagExpression.validated(request.targetTag, field: "target_tag")
@@ -70,7 +73,8 @@ public final class Dispatcher: Sendable {
         if direct { try await checkHandles(request, requestID: context.requestID) }
         let created = try await outbox.schedule(
             id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag, hub: Names.hub(request.hub),
-            fireAt: request.scheduledAtUnixMs, request: try request.serializedBytes(), maxPending: maxScheduledPerHub)
+            fireAt: request.scheduledAtUnixMs, request: try request.serializedBytes(), originalBody: request.originalBody,
+            maxPending: maxScheduledPerHub)
         logger.info("scheduled", metadata: ["herald.fire_at_unix_ms": "\(request.scheduledAtUnixMs)"])
         return Outcome(notificationID: id, state: .scheduled, createdAtUnixMs: created, sender: request.sender, hub: Names.hub(request.hub))
     }
@@ -197,7 +201,7 @@ public final class Dispatcher: Sendable {
             let (state, created) = try await outbox.enqueue(
                 id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
                 payloads: payloads, targets: audience, staged: staged, retryWindow: retryWindow, hub: Names.hub(request.hub),
-                scheduled: scheduled)
+                scheduled: scheduled, originalBody: request.originalBody)
         else {
             logger.info("scheduled send not made: it was cancelled")
             return nil
@@ -248,6 +252,8 @@ public final class Dispatcher: Sendable {
 
     /// How far ahead a send may be scheduled (Notification Hubs' limit).
     static let maxScheduleAhead = Duration.seconds(7 * 86400)
+    /// SendRequest.original_body's bound: NH's request limit.
+    static let maxOriginalBody = 64 * 1024
 
     /// Handles one direct send may name (Notification Hubs' batch limit).
     static let maxDirectHandles = 1000

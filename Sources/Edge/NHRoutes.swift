@@ -14,56 +14,61 @@ import Synchronization
 /// Every call carries a `SharedAccessSignature` checked by herald-auth (one RPC), then makes one
 /// call to the service that owns the data. Status codes are the ones the SDKs check (PUT 200, PATCH
 /// 200, DELETE 204 even when absent, sends 201 with `Location`); errors are NH's XML
-/// `<Error><Code>…</Code><Detail>…</Detail></Error>`, 403 only for a missing right, and 429 with
-/// `Retry-After` for throttling (never 403, which NH overloads). `api-version` and `x-ms-version`
-/// are accepted and not required.
+/// `<Error><Code>…</Code><Detail>…</Detail></Error>`, 401 with NH's "'Send' claim(s) are
+/// required" for a missing right (the JS SDK branches on 401; it retries a 403 as a throttle), and
+/// 429 with `Retry-After` for throttling. Every answer carries `TrackingId` (the caller's, as .NET
+/// sends one per request, else Herald's request id) and `x-ms-correlation-request-id`, which the JS
+/// SDK reads. `api-version` and `x-ms-version` are accepted and not required.
 extension EdgeRoutes {
     func addNotificationHubsRoutes(to router: Router<EdgeRequestContext>) {
         router.put(":hub/installations/:id") { request, context in
-            await nh(context) { try await putInstallation(request, context) }
+            await nh(request, context) { try await putInstallation(request, context) }
         }
         router.patch(":hub/installations/:id") { request, context in
-            await nh(context) { try await patchInstallation(request, context) }
+            await nh(request, context) { try await patchInstallation(request, context) }
         }
         router.get(":hub/installations/:id") { request, context in
-            await nh(context) { try await getInstallation(request, context) }
+            await nh(request, context) { try await getInstallation(request, context) }
         }
         router.delete(":hub/installations/:id") { request, context in
-            await nh(context) { try await deleteInstallation(request, context) }
+            await nh(request, context) { try await deleteInstallation(request, context) }
         }
         router.get(":hub/installations") { request, context in
-            await nh(context) { try await listInstallations(request, context) }
+            await nh(request, context) { try await listInstallations(request, context) }
         }
         router.get(":hub/export") { request, context in
-            await nh(context) { try await exportDevices(request, context) }
+            await nh(request, context) { try await exportDevices(request, context) }
         }
         router.post(":hub/messages") { request, context in
-            await nh(context) { try await nhSend(request, context) }
+            await nh(request, context) { try await nhSend(request, context) }
         }
         router.post(":hub/messages/$batch") { request, context in
-            await nh(context) { try await sendBatch(request, context) }
+            await nh(request, context) { try await sendBatch(request, context) }
         }
         router.get(":hub/messages/:id") { request, context in
-            await nh(context) { try await notificationDetails(request, context) }
+            await nh(request, context) { try await notificationDetails(request, context) }
         }
         router.get(":hub/messages/:id/failures") { request, context in
-            await nh(context) {
+            await nh(request, context) {
                 let hub = try await authorizeSAS(request, context, needs: "Send")
                 return try await failuresExport(id: try context.parameters.require("id"), hub: hub, requestID: context.requestID)
             }
         }
         router.post(":hub/schedulednotifications") { request, context in
-            await nh(context) { try await schedule(request, context) }
+            await nh(request, context) { try await schedule(request, context) }
         }
         router.delete(":hub/schedulednotifications/:id") { request, context in
-            await nh(context) { try await cancelScheduled(request, context) }
+            await nh(request, context) { try await cancelScheduled(request, context) }
         }
     }
 
-    /// Runs an NH route and answers its errors in NH's XML, through the edge's one status mapping.
-    func nh(_ context: EdgeRequestContext, _ body: () async throws -> Response) async -> Response {
+    /// Runs an NH route and answers its errors in NH's XML, through the edge's one status mapping;
+    /// every answer gets the request's tracking id (``trackingID(_:_:)``).
+    func nh(_ request: Request, _ context: EdgeRequestContext, _ body: () async throws -> Response) async -> Response {
+        let tracking = Self.trackingID(request, context)
+        var response: Response
         do {
-            return try await body()
+            response = try await body()
         } catch {
             let edgeError: EdgeError
             switch error {
@@ -73,8 +78,26 @@ extension EdgeRoutes {
                 context.logger.error("NH request failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
                 edgeError = EdgeError(.internalServerError, "internal error")
             }
-            return NHError(edgeError).response(requestID: context.requestID)
+            response = NHError(edgeError).response(trackingID: tracking)
         }
+        response.headers[Self.trackingIDHeader] = tracking
+        response.headers[Self.correlationIDHeader] = tracking
+        return response
+    }
+
+    static let trackingIDHeader = HTTPField.Name("TrackingId")!
+    static let correlationIDHeader = HTTPField.Name("x-ms-correlation-request-id")!
+
+    /// The caller's `TrackingId` when it is a sane token (at most 128 of `A-Z a-z 0-9 - _ . :`;
+    /// .NET sends a GUID), else the edge's request id, which the services' logs carry.
+    static func trackingID(_ request: Request, _ context: EdgeRequestContext) -> String {
+        guard let given = request.headers[trackingIDHeader], (1...128).contains(given.utf8.count),
+            given.utf8.allSatisfy({ byte in
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte | 0x20) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                    || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".") || byte == UInt8(ascii: ":")
+            })
+        else { return context.requestID }
+        return given
     }
 
     /// The hub named by the path and the rights of the request's SAS token on it; 403 when the
@@ -98,9 +121,11 @@ extension EdgeRoutes {
             AuthorizeSasRequest(hub: hub, authorization: header, resource: resource, clientAddress: context.remoteIP),
             requestID: context.requestID)
         guard answer.rights.contains(right) else {
+            // NH's answer and words for a missing claim.
             throw EdgeError(
-                .forbidden,
-                "the key \(answer.keyName) has \(answer.rights.joined(separator: ", ")); this call needs \(right)")
+                .unauthorized,
+                "Unauthorized access. '\(right)' claim(s) are required to perform this operation (the key \(answer.keyName) has "
+                    + "\(answer.rights.joined(separator: ", ")))")
         }
         // From here on the hub is its immutable id (tenancy); URLs in answers keep the path's name.
         return (answer.hubID, answer)
@@ -134,12 +159,15 @@ extension EdgeRoutes {
         return Self.nhEmpty(.ok, contentLocation: Self.contentLocation(request, id: id))
     }
 
-    /// `GET /{hub}/installations/{id}`: the installation's JSON, or 404.
+    /// `GET /{hub}/installations/{id}`: the installation's JSON with `Content-Location`, or 404.
     func getInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let hub = try await authorizeSAS(request, context, needs: "Listen")
+        let id = try context.parameters.require("id")
         let answer = try await registration.getInstallation(
-            GetInstallationRequest(hub: hub, installationID: try context.parameters.require("id")), requestID: context.requestID)
-        return Self.rawJSON(answer.json)
+            GetInstallationRequest(hub: hub, installationID: id), requestID: context.requestID)
+        var response = Self.rawJSON(answer.json)
+        response.headers[.contentLocation] = Self.contentLocation(request, id: id)
+        return response
     }
 
     /// `DELETE /{hub}/installations/{id}`: 204 whether or not it existed, as NH.
@@ -245,13 +273,13 @@ struct NHError {
 
     init(_ error: EdgeError) { self.error = error }
 
-    func response(requestID: String) -> Response {
+    func response(trackingID: String) -> Response {
         var headers = error.headers
         headers[.wwwAuthenticate] = nil
         headers[.contentType] = "application/xml; charset=utf-8"
-        headers[HTTPField.Name("TrackingId")!] = requestID
         let stamp = Date().formatted(Date.ISO8601FormatStyle())
-        let detail = NativePayloads.xmlEscaped("\(error.message).TrackingId:\(requestID),TimeStamp:\(stamp)")
+        // Element text: quotes stay as they are (NH's "'Send' claim(s) are required").
+        let detail = xmlEscaped("\(error.message).TrackingId:\(trackingID),TimeStamp:\(stamp)", quotes: false)
         let xml = "<Error><Code>\(error.status.code)</Code><Detail>\(detail)</Detail></Error>"
         return Response(status: error.status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: xml)))
     }

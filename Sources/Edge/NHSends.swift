@@ -89,11 +89,14 @@ extension EdgeRoutes {
         if let type = parts.notificationContentType { headers[.contentType] = type }
         let payload = try Self.nhPayload(headers, body: Data(parts.notification))
         let outcome = try await sendAnswer(
-            SendRequest(payloads: [payload], sender: Names.nhSender, hub: hub, deviceHandles: parts.devices), context)
+            SendRequest(
+                payloads: [payload], sender: Names.nhSender, hub: hub, deviceHandles: parts.devices, originalBody: parts.notification),
+            context)
         var response = Self.nhEmpty(.created)
-        // As recorded from NH; .NET and Java take the last path segment as the id.
-        response.headers[.location] = Self.location(
-            request, collection: "messages/$batch", id: outcome.notificationID, query: "&direct")
+        // NH's recorded answer is `…/messages/$batch/{id}`, which breaks the JS SDK (it takes path
+        // segment 3 as the id, "$batch"); `…/messages/{id}` is read right by .NET and Java (last
+        // segment) and JS alike, and is where the send's telemetry is.
+        response.headers[.location] = Self.location(request, collection: "messages", id: outcome.notificationID, query: "&direct")
         return response
     }
 
@@ -149,15 +152,20 @@ extension EdgeRoutes {
     /// with the device handle, `ServiceBusNotification-Tags`, or every device of the hub.
     private func nhSendRequest(_ request: Request, hub: String) async throws -> SendRequest {
         let body = try await nhBody(request)
-        var send = SendRequest(sender: Names.nhSender, hub: hub)
+        var send = SendRequest(sender: Names.nhSender, hub: hub, originalBody: [UInt8](body))
         let format = request.headers[HTTPField.Name("ServiceBusNotification-Format")!] ?? ""
-        if format.lowercased() == "template" {
+        let direct = request.uri.queryParameters.get("direct") != nil
+        if format.isEmpty, direct {
+            throw EdgeError(.badRequest, "ServiceBusNotification-Format is required for a direct send: apple, fcmv1, windows or browser")
+        }
+        // NH's docs mark the header optional for template sends: no format is a template send.
+        if format.isEmpty || format.lowercased() == "template" {
             send.templateSend = true
             send.templateProperties = try Self.templateProperties(body)
         } else {
             send.payloads = [try Self.nhPayload(request.headers, body: body)]
         }
-        if request.uri.queryParameters.get("direct") != nil {
+        if direct {
             guard !send.templateSend else {
                 throw EdgeError(.badRequest, "a template send goes to installations' templates; it cannot be direct")
             }
@@ -383,6 +391,11 @@ enum NHTelemetry {
         xml += "<EnqueueTime>\(time(outcome.createdAtUnixMs))</EnqueueTime>"
         if outcome.startedAtUnixMs > 0 { xml += "<StartTime>\(time(outcome.startedAtUnixMs))</StartTime>" }
         if outcome.finishedAtUnixMs > 0 { xml += "<EndTime>\(time(outcome.finishedAtUnixMs))</EndTime>" }
+        // The request body as it was sent (a template send's properties), as text.
+        if !outcome.originalBody.isEmpty {
+            xml +=
+                "<NotificationBody>\(xmlEscaped(String(decoding: outcome.originalBody, as: UTF8.self), quotes: false))</NotificationBody>"
+        }
         let platforms = Dictionary(outcome.platforms.map { ($0.platform, $0) }, uniquingKeysWith: { a, _ in a })
         let targets = countElements.compactMap { platforms[$0.0] == nil ? nil : platformName($0.0) }
         xml += "<TargetPlatforms>\(targets.joined(separator: ","))</TargetPlatforms>"

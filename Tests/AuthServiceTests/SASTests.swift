@@ -121,6 +121,21 @@ struct SASTests {
             await check("SharedAccessSignature sr=\(root)&sig=\(signature)&se=\(expiry)&skn=\(f.listen.name)", "MalformedToken")
         }
         await check("Basic YWxpY2U6YWxpY2U=", "MalformedToken")
+        // A port in sr is that port only; another host is another audience whatever its port.
+        await check(Self.token(sr: Self.encode("https://herald.example:9443/", lower: false), key: f.full, se: se), "audience")
+        await check(Self.token(sr: Self.encode("http://herald.example.evil:8443/", lower: false), key: f.full, se: se), "audience")
+    }
+
+    @Test("an sr without a port covers its host on any port (the .NET SDK drops it); hosts and IPv6 literals are kept apart")
+    func portlessAudience() {
+        #expect(SASVerifier.covers(audience: "herald.example/app1", resource: "herald.example:8443/app1/installations/x"))
+        #expect(SASVerifier.covers(audience: "herald.example", resource: "herald.example:8080/app1"))
+        #expect(!SASVerifier.covers(audience: "herald.example:9443/app1", resource: "herald.example:8443/app1"))
+        #expect(!SASVerifier.covers(audience: "herald.exam", resource: "herald.example:8443/app1"))
+        #expect(!SASVerifier.covers(audience: "herald.example/app", resource: "herald.example:8443/app1"))
+        #expect(SASVerifier.covers(audience: "[::1]/app1", resource: "[::1]:8080/app1/messages"))
+        #expect(!SASVerifier.covers(audience: "[::1]:9/app1", resource: "[::1]:8080/app1/messages"))
+        #expect(!SASVerifier.covers(audience: "[::1]", resource: "[::2]:8080/app1"))
     }
 
     @Test(

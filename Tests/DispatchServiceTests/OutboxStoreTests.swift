@@ -50,7 +50,7 @@ struct OutboxStoreTests {
     {
         _ = try await outbox.enqueue(
             id: id, sender: "s", targetUser: "u", targetTag: "", payloads: payloads, targets: targets, staged: nil,
-            retryWindow: .seconds(600), hub: "default", scheduled: false)
+            retryWindow: .seconds(600), hub: "default", scheduled: false, originalBody: Array("body of \(id)".utf8))
     }
 
     static func delivered(_ item: PushItem) -> Outbox.Decision {
@@ -66,6 +66,7 @@ struct OutboxStoreTests {
             try await Self.send(outbox, "n-1", Self.targets(3) + Self.targets(2, .fcm, prefix: "f"))
             let outcome = try await outbox.outcome(of: "n-1", requester: "", hub: "")
             #expect(outcome.state == .enqueued && outcome.platforms.map(\.pending) == [3, 2])
+            #expect(outcome.originalBody == Array("body of n-1".utf8), "kept for NH telemetry's NotificationBody")
             // The metrics' sample: 5 deliveries waiting, the send open since it was made.
             let open = try await outbox.depth()
             #expect(open.pending == 5 && open.oldestOpenSend == outcome.createdAtUnixMs)
@@ -178,7 +179,7 @@ struct OutboxStoreTests {
             await outbox.discardStaged(other)
             _ = try await outbox.enqueue(
                 id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.apns], targets: Self.targets(1, prefix: "m"),
-                staged: staged, retryWindow: .seconds(60), hub: "default", scheduled: false)
+                staged: staged, retryWindow: .seconds(60), hub: "default", scheduled: false, originalBody: [])
             let items = try await outbox.claim(limit: 100, platforms: [.apns])
             #expect(items.map(\.registrationID) == ["r-0", "r-1", "r-2", "r-3", "m-0"])
             #expect(Set(items.map { $0.messageID.prefix(19) }).count == 1 && Set(items.map(\.messageID)).count == 5)
@@ -193,16 +194,18 @@ struct OutboxStoreTests {
             let request: [UInt8] = try SendRequest(targetUser: "u").serializedBytes()
             _ = try await outbox.schedule(
                 id: "n-a", sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: clock.now + 5000, request: request,
-                maxPending: 10)
+                originalBody: Array("scheduled body".utf8), maxPending: 10)
             #expect(try await outbox.dueScheduled(limit: 10).isEmpty)
             clock.advance(seconds: 6)
             #expect(try await outbox.dueScheduled(limit: 10).map(\.request) == [request])
             for expected in [true, false] {
                 let made = try await outbox.enqueue(
                     id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.apns], targets: Self.targets(1), staged: nil,
-                    retryWindow: .seconds(60), hub: "default", scheduled: true)
+                    retryWindow: .seconds(60), hub: "default", scheduled: true, originalBody: [])
                 #expect((made != nil) == expected)
             }
+            // The body given when it was scheduled stays; making it does not replace it.
+            #expect(try await outbox.outcome(of: "n-a", requester: "", hub: "").originalBody == Array("scheduled body".utf8))
             await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a", hub: "") }
             await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-none", hub: "") }
         }
@@ -218,8 +221,8 @@ struct OutboxStoreTests {
             let request: [UInt8] = try SendRequest(targetUser: "u").serializedBytes()
             func schedule(_ id: String, hub: String) async throws {
                 _ = try await outbox.schedule(
-                    id: id, sender: "s", targetUser: "u", targetTag: "", hub: hub, fireAt: clock.now + 5000, request: request, maxPending: 3
-                )
+                    id: id, sender: "s", targetUser: "u", targetTag: "", hub: hub, fireAt: clock.now + 5000, request: request,
+                    originalBody: [], maxPending: 3)
             }
             for n in 0..<3 { try await schedule("n-\(n)", hub: "busy") }
             let refused = await #expect(throws: ServiceError.self) { try await schedule("n-3", hub: "busy") }
@@ -358,7 +361,7 @@ struct OutboxStoreTests {
             let b = try await make("replica-b")
             _ = try await a.schedule(
                 id: "n-d", sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: clock.now,
-                request: try SendRequest(targetUser: "u").serializedBytes(), maxPending: 10)
+                request: try SendRequest(targetUser: "u").serializedBytes(), originalBody: [], maxPending: 10)
             #expect(try await a.dueScheduled(limit: 10).map(\.id) == ["n-d"])
             #expect(try await b.dueScheduled(limit: 10).isEmpty)
             // a failed transiently and never made it: after the take runs out, another replica may.

@@ -18,12 +18,19 @@ struct NHFormatTests {
             "2024-01-01T10:00:00+02:00", "2024-01-01T03:00:00-0500",
             "2024-01-01'T'08:00:00",  // the Python sample's literal quotes
             "\"2024-01-01T08:00:00\"", " 2024-01-01 08:00:00Z ",
+            "2024-01-01T09:00+01:00",  // the W3C profile NH's docs show for Apns-Expiry: minutes, an offset
+            "2024-01-01T08:00Z",
+            "01/01/2024 08:00:00",  // .NET Expiry.ToString(CultureInfo.InvariantCulture)
+            "1/1/2024 08:00:00",
         ] {
             let date = try #require(NHTime.parse(text), "\(text)")
             #expect(abs(date.timeIntervalSince(expected)) < 0.001, "\(text) → \(date)")
         }
         #expect(NHTime.parse("2024-01-01T08:00:00.250Z")!.timeIntervalSince(expected) == 0.25)
-        for bad in ["", "tomorrow", "2024-13-01T08:00:00", "2024-02-30T08:00:00", "2024-01-01", "2024-01-01T08:00:00+25:00", "1704096000"] {
+        for bad in [
+            "", "tomorrow", "2024-13-01T08:00:00", "2024-02-30T08:00:00", "2024-01-01", "2024-01-01T08:00:00+25:00", "1704096000",
+            "13/01/2024 08:00:00", "01/01/2024", "01/01/2024 25:00:00", "2024-01-01T08+01:00",
+        ] {
             #expect(NHTime.parse(bad) == nil, "\(bad)")
         }
     }

@@ -52,7 +52,8 @@ public final class Outbox: OutboxStore {
     @discardableResult
     public func enqueue(
         id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Target],
-        staged: StagedAudience? = nil, retryWindow: Duration, hub: String = Names.defaultHub, scheduled: Bool = false
+        staged: StagedAudience? = nil, retryWindow: Duration, hub: String = Names.defaultHub, scheduled: Bool = false,
+        originalBody: [UInt8] = []
     ) async throws -> (state: OutcomeState, created: Int64)? {
         let at = now()
         let giveUp = at + retryWindow.wholeMilliseconds
@@ -71,10 +72,11 @@ public final class Outbox: OutboxStore {
             } else {
                 try db.execute(
                     sql: """
-                        INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at,
+                                                  original_body)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
-                    arguments: [id, sender, targetUser, targetTag, state.rawValue, at, at, hub, none ? at : 0])
+                    arguments: [id, sender, targetUser, targetTag, state.rawValue, at, at, hub, none ? at : 0, Data(originalBody)])
             }
             guard !none else { return created }
             for payload in payloads {

@@ -11,10 +11,11 @@ extension Outbox {
     public func outcome(of id: String, requester: String = "", hub: String = "") throws -> Outcome {
         try db.read { db in
             let row = try Self.notification(id, requester: requester, hub: hub, db)
+            let body = try Data.fetchOne(db, sql: "SELECT original_body FROM notification WHERE id = ?", arguments: [id]) ?? Data()
             return Outcome(
                 notificationID: id, state: OutcomeState(rawValue: row["state"]),
                 platforms: try platformOutcomes(of: id, db), createdAtUnixMs: row["created_at"], sender: row["sender"],
-                hub: row["hub"], startedAtUnixMs: row["started_at"], finishedAtUnixMs: row["finished_at"])
+                hub: row["hub"], startedAtUnixMs: row["started_at"], finishedAtUnixMs: row["finished_at"], originalBody: [UInt8](body))
         }
     }
 

@@ -11,7 +11,7 @@ extension Outbox {
     /// `maxPending` waiting (a Send key must not be able to fill the disk).
     public func schedule(
         id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8],
-        maxPending: Int = .max
+        originalBody: [UInt8] = [], maxPending: Int = .max
     ) async throws -> Int64 {
         let at = now()
         try await db.write { db in
@@ -22,10 +22,10 @@ extension Outbox {
             try Self.checkScheduledRoom(pending: pending, maxPending: maxPending, hub: hub)
             try db.execute(
                 sql: """
-                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, original_body)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
-                arguments: [id, sender, targetUser, targetTag, OutcomeState.scheduled.rawValue, at, at, hub])
+                arguments: [id, sender, targetUser, targetTag, OutcomeState.scheduled.rawValue, at, at, hub, Data(originalBody)])
             try db.execute(
                 sql: "INSERT INTO scheduled_send (notification_id, fire_at, request) VALUES (?, ?, ?)",
                 arguments: [id, fireAt, Data(request)])

@@ -188,6 +188,10 @@ extension Outbox {
             // only open sends are in the index (1 enqueued, 2 processing).
             try db.execute(sql: "CREATE INDEX notification_open ON notification(created_at) WHERE state IN (1, 2)")
         }
+        migrator.registerMigration("outbox-v10-original-body") { db in
+            // The caller's request body, for NH telemetry's NotificationBody.
+            try db.execute(sql: "ALTER TABLE notification ADD COLUMN original_body BLOB NOT NULL DEFAULT x''")
+        }
         return migrator
     }
 }

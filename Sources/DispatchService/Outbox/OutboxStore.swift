@@ -15,9 +15,11 @@ public import HeraldProto
 public protocol OutboxStore: Sendable {
     /// Commits a send, all or nothing; nil when `scheduled` and the scheduled send is gone
     /// (cancelled, or made already, by this process or another).
+    /// `originalBody`: the caller's request body, kept for telemetry (a scheduled send keeps the
+    /// one given to ``schedule(id:sender:targetUser:targetTag:hub:fireAt:request:originalBody:maxPending:)``).
     func enqueue(
         id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Outbox.Target],
-        staged: Outbox.StagedAudience?, retryWindow: Duration, hub: String, scheduled: Bool
+        staged: Outbox.StagedAudience?, retryWindow: Duration, hub: String, scheduled: Bool, originalBody: [UInt8]
     ) async throws -> (state: OutcomeState, created: Int64)?
     /// Appends part of a large audience to the staging table, invisible to workers until the commit.
     func stage(_ targets: [Outbox.Target], to staged: inout Outbox.StagedAudience) async throws
@@ -56,7 +58,7 @@ public protocol OutboxStore: Sendable {
     /// Refuses with RESOURCE_EXHAUSTED when `hub` already has `maxPending` sends waiting.
     func schedule(
         id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8],
-        maxPending: Int
+        originalBody: [UInt8], maxPending: Int
     ) async throws -> Int64
     /// Scheduled sends due now, earliest first (on PostgreSQL, each taken by one replica at a time).
     func dueScheduled(limit: Int) async throws -> [(id: String, fireAt: Int64, request: [UInt8])]

@@ -186,6 +186,9 @@ public final class PostgresOutbox: OutboxStore {
         PostgresMigration("dispatch-v2-sends-by-hub", ["CREATE INDEX notification_hub_created ON notification (hub, created_at, id)"]),
         // The oldest send not finished, for herald_outbox_oldest_age_seconds (1 enqueued, 2 processing).
         PostgresMigration("dispatch-v3-open-sends", ["CREATE INDEX notification_open ON notification (created_at) WHERE state IN (1, 2)"]),
+        // The caller's request body, for NH telemetry's NotificationBody.
+        PostgresMigration(
+            "dispatch-v4-original-body", ["ALTER TABLE notification ADD COLUMN original_body BYTEA NOT NULL DEFAULT ''::bytea"]),
     ]
 
     /// Rows one INSERT … unnest carries: large sends go in several statements of one transaction.
@@ -201,7 +204,7 @@ public final class PostgresOutbox: OutboxStore {
 
     nonisolated(nonsending) public func enqueue(
         id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Outbox.Target],
-        staged: Outbox.StagedAudience?, retryWindow: Duration, hub: String, scheduled: Bool
+        staged: Outbox.StagedAudience?, retryWindow: Duration, hub: String, scheduled: Bool, originalBody: [UInt8] = []
     ) async throws -> (state: OutcomeState, created: Int64)? {
         let at = now()
         let giveUp = at + retryWindow.wholeMilliseconds
@@ -227,8 +230,10 @@ public final class PostgresOutbox: OutboxStore {
             } else {
                 try await connection.query(
                     """
-                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at)
-                    VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(state.rawValue), \(at), \(at), \(hub), \(finishedAt))
+                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at,
+                                              original_body)
+                    VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(state.rawValue), \(at), \(at), \(hub), \(finishedAt),
+                            \(ByteBuffer(bytes: originalBody)))
                     """, logger: logger)
             }
             guard !none else { return created }
@@ -338,7 +343,7 @@ public final class PostgresOutbox: OutboxStore {
 
     nonisolated(nonsending) public func schedule(
         id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8],
-        maxPending: Int = .max
+        originalBody: [UInt8] = [], maxPending: Int = .max
     ) async throws -> Int64 {
         let at = now()
         let logger = db.logger
@@ -353,8 +358,9 @@ public final class PostgresOutbox: OutboxStore {
             try Outbox.checkScheduledRoom(pending: Int(pending), maxPending: maxPending, hub: hub)
             try await connection.query(
                 """
-                INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub)
-                VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(OutcomeState.scheduled.rawValue), \(at), \(at), \(hub))
+                INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, original_body)
+                VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(OutcomeState.scheduled.rawValue), \(at), \(at), \(hub),
+                        \(ByteBuffer(bytes: originalBody)))
                 """, logger: logger)
             try await connection.query(
                 "INSERT INTO scheduled_send (notification_id, fire_at, request) VALUES (\(id), \(fireAt), \(ByteBuffer(bytes: request)))",
@@ -493,9 +499,12 @@ public final class PostgresOutbox: OutboxStore {
                     platform: platform, success: success, failure: failure, pending: pending, failures: failures[platform] ?? [],
                     removedHandles: removed, retries: retries)
             }
+            let body = try await connection.query("SELECT original_body FROM notification WHERE id = \(id)", logger: logger)
+                .collect().first?.decode(ByteBuffer.self)
             return Outcome(
                 notificationID: id, state: row.state, platforms: platforms, createdAtUnixMs: row.createdAt, sender: row.sender,
-                hub: row.hub, startedAtUnixMs: row.startedAt, finishedAtUnixMs: row.finishedAt)
+                hub: row.hub, startedAtUnixMs: row.startedAt, finishedAtUnixMs: row.finishedAt,
+                originalBody: body.map { Array($0.readableBytesView) } ?? [])
         }
     }
 

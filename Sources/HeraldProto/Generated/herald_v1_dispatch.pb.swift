@@ -260,8 +260,12 @@ public struct SendRequest: HeraldMessage {
     /// template whose rendering is over its provider's limits.
     public var templateSend: Bool
     public var templateProperties: [Setting]
+    /// The request body as the caller sent it, kept with the send (until retention) and answered
+    /// in Outcome.original_body: Notification Hubs' telemetry shows it as NotificationBody. At most
+    /// 64 KiB (INVALID_ARGUMENT beyond); empty when the caller keeps none.
+    public var originalBody: [UInt8]
 
-    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false, deviceHandles: [String] = [], maxDevices: Int32 = 0, scheduledAtUnixMs: Int64 = 0, templateSend: Bool = false, templateProperties: [Setting] = []) {
+    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false, deviceHandles: [String] = [], maxDevices: Int32 = 0, scheduledAtUnixMs: Int64 = 0, templateSend: Bool = false, templateProperties: [Setting] = [], originalBody: [UInt8] = []) {
         self.targetUser = targetUser
         self.targetTag = targetTag
         self.payloads = payloads
@@ -273,6 +277,7 @@ public struct SendRequest: HeraldMessage {
         self.scheduledAtUnixMs = scheduledAtUnixMs
         self.templateSend = templateSend
         self.templateProperties = templateProperties
+        self.originalBody = originalBody
     }
 
     public init() {
@@ -287,6 +292,7 @@ public struct SendRequest: HeraldMessage {
         self.scheduledAtUnixMs = 0
         self.templateSend = false
         self.templateProperties = []
+        self.originalBody = []
     }
 
     public static let protoName = "herald.v1.SendRequest"
@@ -316,6 +322,7 @@ extension SendRequest: CBacked {
         self.scheduledAtUnixMs = m.scheduled_at_unix_ms
         self.templateSend = m.template_send != 0
         self.templateProperties = (0..<m.n_template_properties).map { Setting(_c: m.template_properties[$0]!) }
+        self.originalBody = CBridge.bytes(m.original_body)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -335,6 +342,7 @@ extension SendRequest: CBacked {
         p.pointee.template_send = self.templateSend ? 1 : 0
         p.pointee.n_template_properties = self.templateProperties.count
         p.pointee.template_properties = arena.array(try self.templateProperties.map { Optional(try $0._toC(arena)) })
+        p.pointee.original_body = arena.binary(self.originalBody)
         return p
     }
 
@@ -791,8 +799,10 @@ public struct Outcome: HeraldMessage {
     public var startedAtUnixMs: Int64
     /// When it reached COMPLETED, ABANDONED or NO_TARGET_FOUND, Unix epoch milliseconds; 0 before.
     public var finishedAtUnixMs: Int64
+    /// SendRequest.original_body; set in GetOutcome's answer only (Send and the lists leave it empty).
+    public var originalBody: [UInt8]
 
-    public init(notificationID: String = "", state: OutcomeState = OutcomeState(rawValue: 0), platforms: [PlatformOutcome] = [], createdAtUnixMs: Int64 = 0, sender: String = "", hub: String = "", startedAtUnixMs: Int64 = 0, finishedAtUnixMs: Int64 = 0) {
+    public init(notificationID: String = "", state: OutcomeState = OutcomeState(rawValue: 0), platforms: [PlatformOutcome] = [], createdAtUnixMs: Int64 = 0, sender: String = "", hub: String = "", startedAtUnixMs: Int64 = 0, finishedAtUnixMs: Int64 = 0, originalBody: [UInt8] = []) {
         self.notificationID = notificationID
         self.state = state
         self.platforms = platforms
@@ -801,6 +811,7 @@ public struct Outcome: HeraldMessage {
         self.hub = hub
         self.startedAtUnixMs = startedAtUnixMs
         self.finishedAtUnixMs = finishedAtUnixMs
+        self.originalBody = originalBody
     }
 
     public init() {
@@ -812,6 +823,7 @@ public struct Outcome: HeraldMessage {
         self.hub = ""
         self.startedAtUnixMs = 0
         self.finishedAtUnixMs = 0
+        self.originalBody = []
     }
 
     public static let protoName = "herald.v1.Outcome"
@@ -838,6 +850,7 @@ extension Outcome: CBacked {
         self.hub = CBridge.string(m.hub)
         self.startedAtUnixMs = m.started_at_unix_ms
         self.finishedAtUnixMs = m.finished_at_unix_ms
+        self.originalBody = CBridge.bytes(m.original_body)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -852,6 +865,7 @@ extension Outcome: CBacked {
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.Outcome.hub")
         p.pointee.started_at_unix_ms = self.startedAtUnixMs
         p.pointee.finished_at_unix_ms = self.finishedAtUnixMs
+        p.pointee.original_body = arena.binary(self.originalBody)
         return p
     }
 

@@ -1383,7 +1383,7 @@ const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor =
   (ProtobufCMessageInit) herald__v1__native_payload__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[11] =
+static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[12] =
 {
   {
     "target_user",
@@ -1517,12 +1517,25 @@ static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "original_body",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendRequest, original_body),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__send_request__field_indices_by_name[] = {
   5,   /* field[5] = broadcast */
   6,   /* field[6] = device_handles */
   4,   /* field[4] = hub */
   7,   /* field[7] = max_devices */
+  11,   /* field[11] = original_body */
   2,   /* field[2] = payloads */
   8,   /* field[8] = scheduled_at_unix_ms */
   3,   /* field[3] = sender */
@@ -1534,7 +1547,7 @@ static const unsigned herald__v1__send_request__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__send_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 11 }
+  { 0, 12 }
 };
 const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
 {
@@ -1544,7 +1557,7 @@ const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
   "Herald__V1__SendRequest",
   "herald.v1",
   sizeof(Herald__V1__SendRequest),
-  11,
+  12,
   herald__v1__send_request__field_descriptors,
   herald__v1__send_request__field_indices_by_name,
   1,  herald__v1__send_request__number_ranges,
@@ -2052,7 +2065,7 @@ const ProtobufCMessageDescriptor herald__v1__list_deliveries_response__descripto
   (ProtobufCMessageInit) herald__v1__list_deliveries_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[8] =
+static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[9] =
 {
   {
     "notification_id",
@@ -2150,12 +2163,25 @@ static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[8] 
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "original_body",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Outcome, original_body),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__outcome__field_indices_by_name[] = {
   3,   /* field[3] = created_at_unix_ms */
   7,   /* field[7] = finished_at_unix_ms */
   5,   /* field[5] = hub */
   0,   /* field[0] = notification_id */
+  8,   /* field[8] = original_body */
   2,   /* field[2] = platforms */
   4,   /* field[4] = sender */
   6,   /* field[6] = started_at_unix_ms */
@@ -2164,7 +2190,7 @@ static const unsigned herald__v1__outcome__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__outcome__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 8 }
+  { 0, 9 }
 };
 const ProtobufCMessageDescriptor herald__v1__outcome__descriptor =
 {
@@ -2174,7 +2200,7 @@ const ProtobufCMessageDescriptor herald__v1__outcome__descriptor =
   "Herald__V1__Outcome",
   "herald.v1",
   sizeof(Herald__V1__Outcome),
-  8,
+  9,
   herald__v1__outcome__field_descriptors,
   herald__v1__outcome__field_indices_by_name,
   1,  herald__v1__outcome__number_ranges,

@@ -225,10 +225,16 @@ struct  Herald__V1__SendRequest
   protobuf_c_boolean template_send;
   size_t n_template_properties;
   Herald__V1__Setting **template_properties;
+  /*
+   * The request body as the caller sent it, kept with the send (until retention) and answered
+   * in Outcome.original_body: Notification Hubs' telemetry shows it as NotificationBody. At most
+   * 64 KiB (INVALID_ARGUMENT beyond); empty when the caller keeps none.
+   */
+  ProtobufCBinaryData original_body;
 };
 #define HERALD__V1__SEND_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__send_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0,NULL, 0, 0, 0, 0,NULL }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0,NULL, 0, 0, 0, 0,NULL, {0,NULL} }
 
 
 /*
@@ -455,10 +461,14 @@ struct  Herald__V1__Outcome
    * When it reached COMPLETED, ABANDONED or NO_TARGET_FOUND, Unix epoch milliseconds; 0 before.
    */
   int64_t finished_at_unix_ms;
+  /*
+   * SendRequest.original_body; set in GetOutcome's answer only (Send and the lists leave it empty).
+   */
+  ProtobufCBinaryData original_body;
 };
 #define HERALD__V1__OUTCOME__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__outcome__descriptor) \
-    , (char *)protobuf_c_empty_string, HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0 }
+    , (char *)protobuf_c_empty_string, HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, {0,NULL} }
 
 
 /*
