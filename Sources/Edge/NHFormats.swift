@@ -1,8 +1,8 @@
 import Foundation
 
 /// A direct batch send's body (`POST /{hub}/messages/$batch?direct`): multipart/mixed with a
-/// `notification` part and a `devices` part, in every spelling the SDKs and docs use (nh-api.md
-/// §6.4): `boundary = "b"` with spaces, `Content-type`, and the docs' single-quoted arrays.
+/// `notification` part and a `devices` part, in every spelling the SDKs and docs use
+/// (docs/notification-hubs.md, "Sends"): `boundary = "b"` with spaces, `Content-type`, and the docs' single-quoted arrays.
 ///
 /// Parsed here rather than with a multipart library: the body is at most 64 KB and two parts, and
 /// the leniency NH's clients need (boundary parameter, quoting, part names) is most of the work.

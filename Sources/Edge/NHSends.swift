@@ -8,7 +8,7 @@ import Hummingbird
 import NIOCore
 
 /// Notification Hubs' sends and per-message telemetry on `/{hub}/messages…`
-/// (`../shared/docs/nh-api.md` §6). Every variant is one `Send` to herald-dispatch, the engine the
+/// (docs/notification-hubs.md, "Sends" and "Telemetry"). Every variant is one `Send` to herald-dispatch, the engine the
 /// tutorial's and `/v1` sends use too; what differs is only how the target and the payload are read
 /// from NH's headers.
 extension EdgeRoutes {
@@ -362,7 +362,7 @@ enum NHTelemetry {
         (.apns, "ApnsOutcomeCounts"), (.wns, "WnsOutcomeCounts"), (.fcm, "FcmV1OutcomeCounts"), (.browser, "BrowserOutcomeCounts"),
     ]
 
-    /// NH's outcome name for a provider's failure reason (nh-api.md §6.6).
+    /// NH's outcome name for a provider's failure reason (docs/notification-hubs.md, "Telemetry").
     static func outcomeName(_ reason: String) -> String {
         switch reason {
         case "Abandoned": "AbandonedNotificationMessages"

@@ -1,6 +1,6 @@
 import Foundation
 
-/// A Notification Hubs template (nh-api.md §5): a JSON or XML body whose string values (JSON) or
+/// A Notification Hubs template (docs/notification-hubs.md, "Templates"): a JSON or XML body whose string values (JSON) or
 /// attribute values and text (XML) may be expressions over a send's properties.
 ///
 /// Which strings are expressions follows NH's own validator: a string is an expression only when

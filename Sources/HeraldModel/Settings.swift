@@ -85,7 +85,9 @@ public struct ConfigReader: Sendable {
     public func rejectUnknownArguments(known: Set<String>) throws {
         let unknown = Set(arguments.keys).subtracting(known).sorted()
         if !unknown.isEmpty {
-            throw ConfigError("unknown setting\(unknown.count > 1 ? "s" : "") " + unknown.map { "--\($0)" }.joined(separator: ", "))
+            throw ConfigError(
+                "unknown setting\(unknown.count > 1 ? "s" : "") " + unknown.map { "--\($0)" }.joined(separator: ", ")
+                    + " (--help lists the settings)")
         }
     }
 }

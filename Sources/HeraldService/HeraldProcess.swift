@@ -64,6 +64,23 @@ public struct ServiceDefinition: Sendable {
         }
     }
 
+    /// `--help`: every setting the executable reads, each as a flag and as its environment variable;
+    /// what each means and its default are in services/<name>/README.md and services/README.md.
+    public var help: String {
+        let keys = RuntimeConfig.keys(peers: peers).union(extraKeys).sorted()
+        let width = keys.map(\.count).max() ?? 0
+        var lines = [
+            "herald-\(name): the \(name) service of a Herald stack (services/\(name)/README.md).",
+            "", "USAGE: herald-\(name) [--<setting> <value>]…", "",
+            "Every setting is also read from its environment variable (a flag wins); a flag without a value is true.",
+            "Settings (what each means, and its default: services/\(name)/README.md and services/README.md):",
+        ]
+        for key in keys {
+            lines.append("  --\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(ConfigReader.environmentName(key))")
+        }
+        return lines.joined(separator: "\n")
+    }
+
     /// Its ``RuntimeConfig`` from `reader`, refusing keys nobody reads (a typo must not silently
     /// fall back to a default).
     func runtimeConfig(_ reader: ConfigReader) throws -> RuntimeConfig {
@@ -136,6 +153,11 @@ public enum HeraldProcess {
     /// on a configuration error, 1 on a start-up error.
     public static func main(_ definition: ServiceDefinition) async -> Never {
         let name = definition.name
+        let arguments = CommandLine.arguments.dropFirst()
+        if arguments.contains("--help") || arguments.contains("-h") {
+            print(definition.help)
+            exit(0)
+        }
         do {
             let reader = try ConfigReader.fromProcess()
             let config = try definition.runtimeConfig(reader)

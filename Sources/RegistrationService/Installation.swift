@@ -5,7 +5,7 @@ import HeraldRPC
 
 /// A Notification Hubs installation: NH's JSON in and out, validated with Herald's rules.
 ///
-/// Lenient where the SDKs differ (nh-api.md §3): platform names in any case; `userId` or `userID`;
+/// Lenient where the SDKs differ (docs/notification-hubs.md, "Installations"): platform names in any case; `userId` or `userID`;
 /// a browser `pushChannel` as an object `{"endpoint","p256dh","auth"}` (JS) or that object
 /// JSON-encoded in a string (Java); read-only fields (`pushChannelExpired`, `expirationTime`,
 /// `lastUpdate`) ignored on write. Strict where NH lets bad data in: tags that break the tag alphabet

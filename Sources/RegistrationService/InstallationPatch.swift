@@ -2,7 +2,7 @@ import Foundation
 public import HeraldModel
 import HeraldRPC
 
-/// NH's JSON-Patch subset for installations (nh-api.md §3.5): `add`, `remove` and `replace` on
+/// NH's JSON-Patch subset for installations (docs/notification-hubs.md, "Installations"): `add`, `remove` and `replace` on
 /// `/pushChannel`, `/userId`, `/platform`, `/tags`, `/tags/{tag}`, `/pushVariables[/{name}]` and
 /// `/templates/{name}[/body|/headers|/expiry|/tags]`.
 ///

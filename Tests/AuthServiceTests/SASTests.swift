@@ -7,7 +7,7 @@ import HeraldRPC
 import HeraldTestSupport
 import Testing
 
-/// NH's SharedAccessSignature as each SDK makes it (../shared/docs/nh-api.md §2.1), checked by
+/// NH's SharedAccessSignature as each SDK makes it (docs/notification-hubs.md, "SAS tokens"), checked by
 /// ``SASVerifier``: one token per SDK's `sr` spelling, parameter order and escape case.
 @Suite("SAS")
 struct SASTests {

@@ -101,7 +101,7 @@ struct NotificationHubsTests {
                 try await live.edge.request(
                     method, target, authorization: authorization, bytes: body.map { Data($0.utf8) }, contentType: type)
             }
-            // Each SDK's sr (nh-api.md §2.1), one PUT each.
+            // Each SDK's sr (docs/notification-hubs.md, "SAS tokens"), one PUT each.
             let dotnet = Self.token(sr: Self.encode("http://\(host)\(path)/".lowercased(), lower: true), a.full)
             let java = Self.token(sr: Self.encode("http://\(host)\(path)?api-version=2020-06", lower: true).lowercased(), a.full)
             let go = Self.token(sr: Self.encode("https://\(host)", lower: false), a.full)

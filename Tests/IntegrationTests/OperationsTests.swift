@@ -375,3 +375,22 @@ final class Signalled: Sendable {
     var at: ContinuousClock.Instant? { instant.withLock { $0 } }
     func mark() { instant.withLock { $0 = .now } }
 }
+
+@Suite("service executables' --help")
+struct ServiceHelpTests {
+    @Test("every service executable answers --help with its settings and their environment variables, exit 0; a typo names --help")
+    func help() async throws {
+        let bin = StackConfiguration(directory: "/tmp").binDirectory
+        for service in Stack.services {
+            let help = try await runProgram("\(bin)/herald-\(service)", ["--help"])
+            #expect(help.status == 0, "herald-\(service): \(help.error)")
+            for line in ["USAGE: herald-\(service)", "--rpc-timeout-ms", "HERALD_RPC_TIMEOUT_MS", "--log-level"] {
+                #expect(help.output.contains(line), "herald-\(service) --help lacks \(line)")
+            }
+            let typo = try await runProgram("\(bin)/herald-\(service)", ["--log-levle", "debug"])
+            #expect(typo.status == 2 && typo.error.contains("unknown setting --log-levle (--help lists the settings)"), "\(typo.error)")
+        }
+        let edge = try await runProgram("\(bin)/herald-edge", ["--help"])
+        #expect(edge.output.contains("--nh-test-send-wait-ms") && edge.output.contains("--registration-address"))
+    }
+}
