@@ -4,7 +4,7 @@
 # by axe-core's accessibility rules (PyPI axe-playwright-python, which carries axe-core).
 #
 #   scripts/console-test.sh                 run it; screenshots go to .build/console-screenshots/
-#   scripts/console-test.sh --update-docs   also copy the screenshots the README shows into docs/console/
+#   scripts/console-test.sh --update-docs   also copy the screenshots docs/api.md shows into docs/console/
 #
 # Needs a debug build (scripts/test.sh makes it) and chromium (scripts/setup.sh --test installs it);
 # HERALD_BIN overrides where the binaries are. playwright lives in its own virtualenv under .build/

@@ -190,7 +190,7 @@ struct BackupDrillTests {
 }
 
 /// On PostgreSQL a backup is PostgreSQL's own: `pg_dump` of the services' schemas, `pg_restore`
-/// after a loss (the README's recipe, run here as written).
+/// after a loss (docs/operations.md's recipe, run here as written).
 @Suite(
     "backup and restore on PostgreSQL", .serialized, .timeLimit(.minutes(5)),
     .enabled(if: TestDatabases.postgresURL != nil, "needs HERALD_TEST_POSTGRES_URL"))

@@ -89,7 +89,7 @@ struct HostileClientTests {
         // On SQLite in both passes: what this proves is that the gate keeps hashes from queueing
         // past the edge's deadline. On PostgreSQL the lockout ledger's round trips stand outside
         // the gate, and on a loaded CI machine sharing one cluster a login can miss the deadline
-        // there (the PostgreSQL pass saw a 503): a known limit, in the README's Security model.
+        // there (the PostgreSQL pass saw a 503): a known limit, in docs/security.md.
         try await LiveStack.with(
             auth: .accounts, users: ["alice"], database: .sqlite,
             configure: {
