@@ -282,7 +282,8 @@ let package = Package(
                 .executableTarget(
                     name: "herald-fuzz",
                     dependencies: [
-                        "HeraldProto", "HeraldModel", "HeraldRPC", "Edge", "AuthService", "RegistrationService", "DispatchService",
+                        "HeraldProto", "HeraldModel", "HeraldRPC", "Edge", "AuthService", "RegistrationService",
+                        "DispatchService",
                         .product(name: "NIOCore", package: "swift-nio"), .product(name: "GRDB", package: "GRDB.swift"),
                         .product(name: "HTTPTypes", package: "swift-http-types"),
                     ],
@@ -300,11 +301,14 @@ let package = Package(
                 name: "HeraldTestSupport",
                 dependencies: [
                     "HeraldService", "HeraldModel", .product(name: "Crypto", package: "swift-crypto"),
-                    .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
+                    .product(name: "PostgresNIO", package: "postgres-nio"),
+                    .product(name: "Logging", package: "swift-log"),
                 ],
                 path: "Tests/HeraldTestSupport", swiftSettings: swiftSettings
             ),
-            .testTarget(name: "HeraldModelTests", dependencies: ["HeraldModel", "HeraldTestSupport"], swiftSettings: swiftSettings),
+            .testTarget(
+                name: "HeraldModelTests", dependencies: ["HeraldModel", "HeraldTestSupport"],
+                swiftSettings: swiftSettings),
             .testTarget(
                 name: "HeraldRPCTests",
                 dependencies: [
@@ -334,7 +338,8 @@ let package = Package(
                 extra: [
                     .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
                     // HTTP2PoolTests' loopback HTTP/2 server.
-                    .product(name: "NIOHTTP2", package: "swift-nio-http2"), .product(name: "NIOPosix", package: "swift-nio"),
+                    .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                    .product(name: "NIOPosix", package: "swift-nio"),
                 ]),
             // The edge's routes in-process over fake service clients (HummingbirdTesting's `.router`).
             .testTarget(

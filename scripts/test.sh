@@ -18,9 +18,19 @@
 #   7. every libFuzzer target for 10 s, a smoke run (eleven targets, one per core at a time: keep
 #      the whole run under 25 minutes; scripts/fuzz.sh alone runs 20 s each, FUZZ_SECONDS=600 for
 #      a real session)
+#
+#   scripts/test.sh --fast   for development: build, then every test except the ones that start the
+#                            real executables (IntegrationTests); no PostgreSQL, containers or fuzzing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+if [[ "${1:-}" == "--fast" ]]; then
+  scripts/setup.sh
+  swift build --build-tests
+  swift test --skip-build --skip IntegrationTests
+  echo "test.sh --fast: passed in $(( $(date +%s) - start ))s"
+  exit 0
+fi
 scripts/setup.sh --test
 scripts/generate-proto.sh --check
 scripts/format.sh --check

@@ -22,7 +22,8 @@ public protocol AccountStore: Sendable {
     /// The stored hash of `name`, nil for an unknown user.
     nonisolated(nonsending) func passwordHash(of name: String) async throws -> String?
     /// Replaces the hash; with `revokeTokens`, every live token of the user stops working too.
-    nonisolated(nonsending) func setPasswordHash(_ name: String, _ hash: String, revokeTokens: Bool) async throws -> User
+    nonisolated(nonsending) func setPasswordHash(_ name: String, _ hash: String, revokeTokens: Bool) async throws
+        -> User
     nonisolated(nonsending) func deleteUser(_ name: String) async throws
     /// Deletes every account and token (ResetForTests).
     nonisolated(nonsending) func deleteEverything() async throws -> Int64
@@ -98,7 +99,8 @@ public final class SQLiteAccountStore: AccountStore {
         // One SELECT is its own read transaction: `unsafeRead` spares GRDB's BEGIN/COMMIT, half
         // the cost of a read this small (callgrind).
         try db.unsafeRead { db in
-            try String.fetchOne(db.cachedStatement(sql: "SELECT password_hash FROM user WHERE name = ?"), arguments: [name])
+            try String.fetchOne(
+                db.cachedStatement(sql: "SELECT password_hash FROM user WHERE name = ?"), arguments: [name])
         }
     }
 
@@ -107,7 +109,8 @@ public final class SQLiteAccountStore: AccountStore {
         let now = self.now()
         return try db.write { db in
             try db.execute(
-                sql: "UPDATE user SET password_hash = ?, password_changed_at = ? WHERE name = ?", arguments: [hash, now, name])
+                sql: "UPDATE user SET password_hash = ?, password_changed_at = ? WHERE name = ?",
+                arguments: [hash, now, name])
             guard db.changesCount == 1 else { throw ServiceError.notFound("user \(name) not found") }
             if revokeTokens { _ = try Self.revokeAll(of: name, at: now, in: db) }
             let row = try Row.fetchOne(db, sql: "SELECT created_at FROM user WHERE name = ?", arguments: [name])!
@@ -131,13 +134,16 @@ public final class SQLiteAccountStore: AccountStore {
     public func listUsers() throws -> [User] {
         try db.read { db in
             try Row.fetchAll(db, sql: "SELECT name, created_at, password_changed_at FROM user ORDER BY name").map {
-                User(name: $0["name"], createdAtUnixMs: $0["created_at"], passwordChangedAtUnixMs: $0["password_changed_at"])
+                User(
+                    name: $0["name"], createdAtUnixMs: $0["created_at"],
+                    passwordChangedAtUnixMs: $0["password_changed_at"])
             }
         }
     }
 
     public func userExists(_ name: String) throws -> Bool {
-        try db.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM user WHERE name = ?", arguments: [name]) ?? false }
+        try db.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM user WHERE name = ?", arguments: [name]) ?? false
+        }
     }
 
     // MARK: tokens
@@ -155,7 +161,8 @@ public final class SQLiteAccountStore: AccountStore {
     public func tokenUser(hash: Data) throws -> (user: String, expiresAt: Int64)? {
         try db.unsafeRead { db in  // one SELECT, see passwordHash(of:)
             try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT user, expires_at FROM token WHERE hash = ? AND revoked_at IS NULL AND expires_at > ?"),
+                db.cachedStatement(
+                    sql: "SELECT user, expires_at FROM token WHERE hash = ? AND revoked_at IS NULL AND expires_at > ?"),
                 arguments: [hash, now()]
             ).map { row in (row[0], row[1]) }
         }

@@ -32,7 +32,9 @@ public struct AuthHandlers: AuthServiceHandler {
         self.testUser = testUser
     }
 
-    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
+    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws
+        -> ResetForTestsResponse
+    {
         defer { authenticator.changed() }
         try TestMode.require(testMode, service: .auth)
         let deleted = try await authenticator.deleteEverything() + hubs.deleteEverything()
@@ -45,7 +47,8 @@ public struct AuthHandlers: AuthServiceHandler {
         var answer = try await authenticator.authenticate(request.authorization, from: request.clientAddress)
         guard !request.hub.isEmpty else { return answer }
         // Tutorial mode keeps "Notify users": anyone may notify anyone.
-        let hub = request.hub == Names.defaultHub ? request.hub : try await hubs.resolve(request.hub)?.name ?? request.hub
+        let hub =
+            request.hub == Names.defaultHub ? request.hub : try await hubs.resolve(request.hub)?.name ?? request.hub
         let granted = try await hubs.rights(hub: hub, user: answer.user)
         answer.rights = (authenticator.mode == .tutorial ? granted.union([.listen, .send]) : granted).names
         return answer
@@ -62,10 +65,13 @@ public struct AuthHandlers: AuthServiceHandler {
         return RevokeTokenResponse(revoked: try await authenticator.revokeToken(request.token))
     }
 
-    public func revokeUserTokens(_ request: RevokeUserTokensRequest, context: RPCContext) async throws -> RevokeTokenResponse {
+    public func revokeUserTokens(_ request: RevokeUserTokensRequest, context: RPCContext) async throws
+        -> RevokeTokenResponse
+    {
         defer { authenticator.changed() }
         let revoked = try await authenticator.revokeTokens(of: request.user)
-        context.logger.notice("tokens revoked", metadata: ["herald.user": "\(request.user)", "herald.count": "\(revoked)"])
+        context.logger.notice(
+            "tokens revoked", metadata: ["herald.user": "\(request.user)", "herald.count": "\(revoked)"])
         return RevokeTokenResponse(revoked: revoked)
     }
 
@@ -100,7 +106,9 @@ public struct AuthHandlers: AuthServiceHandler {
 
     /// The test stack's known user: its account, and Send and Manage on the hub default, so that a
     /// test may send to any user or tag as a back end would.
-    static func prepare(_ testUser: (name: String, password: String), _ authenticator: Authenticator, _ hubs: any HubStore) async throws {
+    static func prepare(
+        _ testUser: (name: String, password: String), _ authenticator: Authenticator, _ hubs: any HubStore
+    ) async throws {
         try await authenticator.ensureUser(testUser.name, password: testUser.password)
         try await hubs.grant(hub: Names.defaultHub, user: testUser.name, rights: .full)
     }
@@ -146,7 +154,10 @@ public struct AuthHandlers: AuthServiceHandler {
         let key = try await hubs.setKey(
             hub: try await stored(request.hub), name: request.name, rights: try HubRights(names: request.rights))
         context.logger.notice(
-            "hub key set", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.rights": "\(key.rights)"])
+            "hub key set",
+            metadata: [
+                "herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.rights": "\(key.rights)",
+            ])
         return key
     }
 
@@ -156,33 +167,41 @@ public struct AuthHandlers: AuthServiceHandler {
         guard which == "primary" || which == "secondary" else {
             throw ServiceError.invalidArgument("which must be primary or secondary")
         }
-        let key = try await hubs.rotateKey(hub: try await stored(request.hub), name: request.name, secondary: which == "secondary")
+        let key = try await hubs.rotateKey(
+            hub: try await stored(request.hub), name: request.name, secondary: which == "secondary")
         context.logger.notice(
-            "hub key rotated", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.which": "\(which)"])
+            "hub key rotated",
+            metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)", "herald.which": "\(which)"])
         return key
     }
 
     public func revokeHubKey(_ request: RevokeHubKeyRequest, context: RPCContext) async throws -> RevokeHubKeyResponse {
         defer { authenticator.changed() }
         try await hubs.revokeKey(hub: try await stored(request.hub), name: request.name)
-        context.logger.notice("hub key revoked", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)"])
+        context.logger.notice(
+            "hub key revoked", metadata: ["herald.hub": "\(request.hub)", "herald.key": "\(request.name)"])
         return RevokeHubKeyResponse()
     }
 
     public func setHubLimits(_ request: SetHubLimitsRequest, context: RPCContext) async throws -> Hub {
         defer { authenticator.changed() }
-        let hub = try await hubs.setLimits(hub: try await stored(request.hub), maxInstallations: request.maxInstallations)
+        let hub = try await hubs.setLimits(
+            hub: try await stored(request.hub), maxInstallations: request.maxInstallations)
         context.logger.notice(
-            "hub limits set", metadata: ["herald.hub": "\(request.hub)", "herald.max_installations": "\(request.maxInstallations)"])
+            "hub limits set",
+            metadata: ["herald.hub": "\(request.hub)", "herald.max_installations": "\(request.maxInstallations)"])
         return hub
     }
 
     public func authorizeSas(_ request: AuthorizeSasRequest, context: RPCContext) async throws -> AuthorizeSasResponse {
         try await sas.authorize(
-            hub: Names.hub(request.hub), header: request.authorization, resource: request.resource, client: request.clientAddress)
+            hub: Names.hub(request.hub), header: request.authorization, resource: request.resource,
+            client: request.clientAddress)
     }
 
-    public func grantHubRights(_ request: GrantHubRightsRequest, context: RPCContext) async throws -> GrantHubRightsResponse {
+    public func grantHubRights(_ request: GrantHubRightsRequest, context: RPCContext) async throws
+        -> GrantHubRightsResponse
+    {
         defer { authenticator.changed() }
         let rights = try HubRights(names: request.rights)
         guard try await authenticator.store.userExists(request.user) || authenticator.mode == .tutorial else {
@@ -191,7 +210,9 @@ public struct AuthHandlers: AuthServiceHandler {
         try await hubs.grant(hub: try await stored(request.hub), user: request.user, rights: rights)
         context.logger.notice(
             "hub rights granted",
-            metadata: ["herald.hub": "\(request.hub)", "herald.user": "\(request.user)", "herald.rights": "\(rights.names)"])
+            metadata: [
+                "herald.hub": "\(request.hub)", "herald.user": "\(request.user)", "herald.rights": "\(rights.names)",
+            ])
         return GrantHubRightsResponse(rights: rights.names)
     }
 }
@@ -207,7 +228,9 @@ public enum AuthServer {
                 "auth-mode tutorial: any user whose password equals the user name is accepted; do not use in production"
             )
         case .accounts:
-            context.logger.info("auth-mode accounts", metadata: ["herald.password_hash": "scrypt ln=\(config.passwordHashLogN) r=8 p=1"])
+            context.logger.info(
+                "auth-mode accounts", metadata: ["herald.password_hash": "scrypt ln=\(config.passwordHashLogN) r=8 p=1"]
+            )
         }
         let database = try context.openDatabase()
         let store: any AccountStore
@@ -232,7 +255,8 @@ public enum AuthServer {
         }
         // The generation counter herald-edge watches, beside each of our sockets (see SharedGeneration).
         let generations = try Set(
-            [context.config.leanSocketPath, context.config.grpcSocketPath].compactMap { $0 }.map(SharedGeneration.authPath(besideSocket:))
+            [context.config.leanSocketPath, context.config.grpcSocketPath].compactMap { $0 }.map(
+                SharedGeneration.authPath(besideSocket:))
         ).map { path in
             try FileManager.default.createDirectory(
                 atPath: URL(fileURLWithPath: path).deletingLastPathComponent().path, withIntermediateDirectories: true)
@@ -257,7 +281,8 @@ public enum AuthServer {
         if let testUser = config.testUser {
             try await AuthHandlers.prepare(testUser, authenticator, hubs)
             context.logger.warning(
-                "test-mode: test-user is ready; never run a test stack in production", metadata: ["herald.user": "\(testUser.name)"])
+                "test-mode: test-user is ready; never run a test stack in production",
+                metadata: ["herald.user": "\(testUser.name)"])
         }
         var table = MethodTable()
         AuthHandlers(
@@ -273,6 +298,7 @@ public enum AuthServer {
             if purged > 0 { context.logger.info("purged expired tokens", metadata: ["herald.count": "\(purged)"]) }
             _ = try await purgeLockouts?()
         }
-        return RPCServiceParts(table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
+        return RPCServiceParts(
+            table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
     }
 }

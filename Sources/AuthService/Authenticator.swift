@@ -66,13 +66,21 @@ public struct AuthConfig: Sendable {
         maxPendingLogins = try reader.int("max-pending-logins", default: 8)
         failedLoginBudget = try reader.int("failed-login-budget", default: 600)
         maxLoginWaitMilliseconds = try reader.int("max-login-wait-ms", default: 2000)
-        guard (1...600_000).contains(maxLoginWaitMilliseconds) else { throw ConfigError("max-login-wait-ms must be 1...600000") }
+        guard (1...600_000).contains(maxLoginWaitMilliseconds) else {
+            throw ConfigError("max-login-wait-ms must be 1...600000")
+        }
         guard (1...10_000).contains(maxPendingLogins) else { throw ConfigError("max-pending-logins must be 1...10000") }
-        guard (1...1_000_000).contains(failedLoginBudget) else { throw ConfigError("failed-login-budget must be 1...1000000") }
+        guard (1...1_000_000).contains(failedLoginBudget) else {
+            throw ConfigError("failed-login-budget must be 1...1000000")
+        }
         guard (10...22).contains(passwordHashLogN) else { throw ConfigError("password-hash-log-n must be 10...22") }
         // Upper bounds too: these become milliseconds, and an absurd value must be a start-up error, not an overflow.
-        guard (1...366 * 86400).contains(tokenTTLSeconds) else { throw ConfigError("token-ttl-seconds must be 1...31622400") }
-        guard (0...86400).contains(credentialCacheSeconds) else { throw ConfigError("credential-cache-seconds must be 0...86400") }
+        guard (1...366 * 86400).contains(tokenTTLSeconds) else {
+            throw ConfigError("token-ttl-seconds must be 1...31622400")
+        }
+        guard (0...86400).contains(credentialCacheSeconds) else {
+            throw ConfigError("credential-cache-seconds must be 0...86400")
+        }
         if reader.string("verdict-cache-seconds") != nil {
             let seconds = try reader.int("verdict-cache-seconds", default: 0)
             guard (0...86400).contains(seconds) else { throw ConfigError("verdict-cache-seconds must be 0...86400") }
@@ -91,7 +99,8 @@ public struct AuthConfig: Sendable {
                 throw ConfigError("test-user is only for test stacks: it needs test-mode=true (HERALD_TEST_MODE)")
             }
             guard mode == .accounts else {
-                throw ConfigError("test-user needs auth-mode accounts (in tutorial mode any user whose password is the name logs in)")
+                throw ConfigError(
+                    "test-user needs auth-mode accounts (in tutorial mode any user whose password is the name logs in)")
             }
             try Authenticator.validate(user: name, password: password)
             testUser = (name, password)
@@ -134,7 +143,8 @@ public final class Authenticator: Sendable {
     private let decoyHash: String
 
     public init(
-        mode: AuthMode, store: any AccountStore, hasher: PasswordHasher = PasswordHasher(), throttle: LoginThrottle = LoginThrottle(),
+        mode: AuthMode, store: any AccountStore, hasher: PasswordHasher = PasswordHasher(),
+        throttle: LoginThrottle = LoginThrottle(),
         gate: LoginGate = LoginGate(maxPending: 8, failureBudgetPerMinute: 600),
         tokenTTL: Duration = .seconds(3600), credentialCache: Duration = .seconds(60), verdictCache: Duration = .zero,
         changed: @escaping @Sendable () -> Void = {}, hashingPool: NIOThreadPool = .singleton,
@@ -232,7 +242,9 @@ public final class Authenticator: Sendable {
     }
 
     public func revokeTokens(of user: String) async throws -> Int64 {
-        if mode == .accounts, try await !store.userExists(user) { throw ServiceError.notFound("user \(user) not found") }
+        if mode == .accounts, try await !store.userExists(user) {
+            throw ServiceError.notFound("user \(user) not found")
+        }
         return try await store.revokeTokens(of: user)
     }
 
@@ -368,7 +380,9 @@ public enum Credentials: Sendable, Equatable {
             }
             return .basic(user: user, password: String(decoded[decoded.index(after: colon)...]))
         case "bearer":
-            guard (1...256).contains(value.utf8.count) else { throw ServiceError.unauthenticated("malformed bearer token") }
+            guard (1...256).contains(value.utf8.count) else {
+                throw ServiceError.unauthenticated("malformed bearer token")
+            }
             return .bearer(value)
         default:
             throw ServiceError.unauthenticated("unsupported authorization scheme; use Basic or Bearer")

@@ -98,8 +98,12 @@ public enum HubRules {
 
     /// Checks a new hub's name and limit.
     static func validateNewHub(_ name: String, maxInstallations: Int64) throws {
-        guard maxInstallations >= 0 else { throw ServiceError.invalidArgument("max_installations must not be negative") }
-        guard Names.isValidHubName(name) else { throw ServiceError.invalidArgument("hub name must be \(Names.hubNameRule)") }
+        guard maxInstallations >= 0 else {
+            throw ServiceError.invalidArgument("max_installations must not be negative")
+        }
+        guard Names.isValidHubName(name) else {
+            throw ServiceError.invalidArgument("hub name must be \(Names.hubNameRule)")
+        }
         guard !Names.reservedHubNames.contains(name.lowercased()) else {
             throw ServiceError.invalidArgument("hub name \(name) is reserved for the edge's own routes")
         }
@@ -109,7 +113,9 @@ public enum HubRules {
         guard (1...256).contains(name.utf8.count), isKeyNameByte(name) else {
             throw ServiceError.invalidArgument("key name must be 1 to 256 characters of a-z A-Z 0-9 . - _")
         }
-        guard !rights.isEmpty else { throw ServiceError.invalidArgument("give at least one right: Listen, Send or Manage") }
+        guard !rights.isEmpty else {
+            throw ServiceError.invalidArgument("give at least one right: Listen, Send or Manage")
+        }
     }
 
     /// A new hub's id: "default" for the hub default, else 64 random bits in hex after "h" (17
@@ -140,14 +146,17 @@ public enum HubRules {
     private static func isKeyNameByte(_ name: String) -> Bool {
         name.utf8.allSatisfy {
             (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-")
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: ".")
+                || $0 == UInt8(ascii: "-")
                 || $0 == UInt8(ascii: "_")
         }
     }
 }
 
 extension HubStore {
-    nonisolated(nonsending) public func createHub(_ name: String) async throws -> Hub { try await createHub(name, maxInstallations: 0) }
+    nonisolated(nonsending) public func createHub(_ name: String) async throws -> Hub {
+        try await createHub(name, maxInstallations: 0)
+    }
 }
 
 /// Hubs, keys and grants in herald-auth's SQLite file beside the accounts.
@@ -210,7 +219,9 @@ public final class SQLiteHubStore: HubStore {
 
     /// The hub `default` with NH's two keys, made once.
     private func ensureDefaultHub() throws {
-        let exists = try db.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM hub WHERE name = ?", arguments: [Names.defaultHub]) }
+        let exists = try db.read { db in
+            try Bool.fetchOne(db, sql: "SELECT 1 FROM hub WHERE name = ?", arguments: [Names.defaultHub])
+        }
         if exists != true { _ = try? createHub(Names.defaultHub) }
     }
 
@@ -240,7 +251,8 @@ public final class SQLiteHubStore: HubStore {
 
     private static func resolve(_ name: String, in db: Database) throws -> HubIdentity? {
         try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT name, id FROM hub WHERE name = ? COLLATE NOCASE ORDER BY name = ? DESC LIMIT 1"),
+            db.cachedStatement(
+                sql: "SELECT name, id FROM hub WHERE name = ? COLLATE NOCASE ORDER BY name = ? DESC LIMIT 1"),
             arguments: [name, name]
         ).map { HubIdentity(name: $0[0], id: $0[1]) }
     }
@@ -253,7 +265,8 @@ public final class SQLiteHubStore: HubStore {
                     db, sql: "SELECT created_at, max_installations FROM hub WHERE name = ?", arguments: [found.name])
             else { throw HubRules.notFound(name) }
             return Hub(
-                name: found.name, createdAtUnixMs: row["created_at"], keys: try Self.keys(of: found.name, secrets: false, in: db),
+                name: found.name, createdAtUnixMs: row["created_at"],
+                keys: try Self.keys(of: found.name, secrets: false, in: db),
                 maxInstallations: row["max_installations"], id: found.id)
         }
     }
@@ -264,9 +277,12 @@ public final class SQLiteHubStore: HubStore {
     }
 
     public func setLimits(hub: String, maxInstallations: Int64) throws -> Hub {
-        guard maxInstallations >= 0 else { throw ServiceError.invalidArgument("max_installations must not be negative") }
+        guard maxInstallations >= 0 else {
+            throw ServiceError.invalidArgument("max_installations must not be negative")
+        }
         try db.write { db in
-            try db.execute(sql: "UPDATE hub SET max_installations = ? WHERE name = ?", arguments: [maxInstallations, hub])
+            try db.execute(
+                sql: "UPDATE hub SET max_installations = ? WHERE name = ?", arguments: [maxInstallations, hub])
             guard db.changesCount == 1 else { throw ServiceError.notFound("hub \(hub) not found") }
         }
         return try self.hub(hub)
@@ -305,7 +321,9 @@ public final class SQLiteHubStore: HubStore {
             guard try Bool.fetchOne(db, sql: "SELECT 1 FROM hub WHERE name = ?", arguments: [hub]) == true else {
                 throw ServiceError.notFound("hub \(hub) not found")
             }
-            try db.execute(sql: "UPDATE hub_key SET rights = ? WHERE hub = ? AND name = ?", arguments: [rights.rawValue, hub, name])
+            try db.execute(
+                sql: "UPDATE hub_key SET rights = ? WHERE hub = ? AND name = ?",
+                arguments: [rights.rawValue, hub, name])
             if db.changesCount == 0 { try Self.insertKey(hub: hub, name: name, rights: rights, now: now, in: db) }
         }
         return try key(hub: hub, name: name)
@@ -342,7 +360,8 @@ public final class SQLiteHubStore: HubStore {
                 arguments: [hub, hub, name]
             ).map {
                 HubSecrets(
-                    rights: HubRights(rawValue: $0["rights"]), primary: $0["primary_key"], secondary: $0["secondary_key"],
+                    rights: HubRights(rawValue: $0["rights"]), primary: $0["primary_key"],
+                    secondary: $0["secondary_key"],
                     maxInstallations: $0["max_installations"], hubID: $0["id"])
             }
         }
@@ -380,7 +399,8 @@ public final class SQLiteHubStore: HubStore {
         try db.unsafeRead { db in
             HubRights(
                 rawValue: try Int.fetchOne(
-                    db.cachedStatement(sql: "SELECT rights FROM hub_grant WHERE hub = ? AND user = ?"), arguments: [hub, user]) ?? 0)
+                    db.cachedStatement(sql: "SELECT rights FROM hub_grant WHERE hub = ? AND user = ?"),
+                    arguments: [hub, user]) ?? 0)
         }
     }
 
@@ -402,7 +422,8 @@ public final class SQLiteHubStore: HubStore {
 
     private static func keys(of hub: String, secrets: Bool, in db: Database) throws -> [HubKey] {
         try Row.fetchAll(
-            db, sql: "SELECT name, rights, primary_key, secondary_key, created_at FROM hub_key WHERE hub = ? ORDER BY name",
+            db,
+            sql: "SELECT name, rights, primary_key, secondary_key, created_at FROM hub_key WHERE hub = ? ORDER BY name",
             arguments: [hub]
         ).map { row in
             HubKey(
@@ -414,7 +435,8 @@ public final class SQLiteHubStore: HubStore {
 
     private static func insertKey(hub: String, name: String, rights: HubRights, now: Int64, in db: Database) throws {
         try db.execute(
-            sql: "INSERT INTO hub_key (hub, name, rights, primary_key, secondary_key, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            sql:
+                "INSERT INTO hub_key (hub, name, rights, primary_key, secondary_key, created_at) VALUES (?, ?, ?, ?, ?, ?)",
             arguments: [hub, name, rights.rawValue, HubRules.newSecret(), HubRules.newSecret(), now])
     }
 }

@@ -25,7 +25,8 @@ public final class LoginThrottle: Sendable {
         ledger: any LockoutLedger = MemoryLockoutLedger(), now: @escaping @Sendable () -> Int64 = unixMillis
     ) {
         self.policy = LockoutPolicy(
-            freeFailures: freeFailures, lockout: lockout.wholeMilliseconds, maxLockout: max(lockout, maxLockout).wholeMilliseconds)
+            freeFailures: freeFailures, lockout: lockout.wholeMilliseconds,
+            maxLockout: max(lockout, maxLockout).wholeMilliseconds)
         self.ledger = ledger
         self.now = now
     }
@@ -154,13 +155,16 @@ public final class SQLiteLockoutLedger: LockoutLedger {
         self.db = db
         let rows = try db.read { db in
             try Row.fetchAll(
-                db, sql: "SELECT name, failures, last_failure, locked_until FROM lockout WHERE locked_until > ? OR last_failure > ?",
+                db,
+                sql:
+                    "SELECT name, failures, last_failure, locked_until FROM lockout WHERE locked_until > ? OR last_failure > ?",
                 arguments: [now, now - window])
         }
         for row in rows {
             memory.restore(
                 row["name"],
-                MemoryLockoutLedger.Entry(failures: row["failures"], lastFailure: row["last_failure"], lockedUntil: row["locked_until"]))
+                MemoryLockoutLedger.Entry(
+                    failures: row["failures"], lastFailure: row["last_failure"], lockedUntil: row["locked_until"]))
         }
     }
 
@@ -203,7 +207,8 @@ public final class SQLiteLockoutLedger: LockoutLedger {
     /// Deletes rows that lock nothing and whose failures are forgotten; returns how many.
     public func purge(now: Int64, window: Int64) async throws -> Int {
         try await db.write { db in
-            try db.execute(sql: "DELETE FROM lockout WHERE locked_until < ? AND last_failure < ?", arguments: [now, now - window])
+            try db.execute(
+                sql: "DELETE FROM lockout WHERE locked_until < ? AND last_failure < ?", arguments: [now, now - window])
             return db.changesCount
         }
     }
@@ -303,10 +308,13 @@ public final class LoginGate: Sendable {
         let admitted: Result<String, ServiceError> = state.withLock { state in
             state.budget.refill(now, capacity: Double(failureBudget))
             if state.budget.tokens < 1 {
-                return .failure(Self.budgetSpent(missing: 1 - state.budget.tokens, perMinute: Double(failureBudget), "on this server"))
+                return .failure(
+                    Self.budgetSpent(
+                        missing: 1 - state.budget.tokens, perMinute: Double(failureBudget), "on this server"))
             }
             // How many may run or wait at once and still all finish within maxWait.
-            let fit = state.hashMillis > 0 ? max(threads, Int(min(maxWait / state.hashMillis, 1e6)) * threads) : maxPending
+            let fit =
+                state.hashMillis > 0 ? max(threads, Int(min(maxWait / state.hashMillis, 1e6)) * threads) : maxPending
             let capacity = min(maxPending, fit)
             guard state.pending < capacity else { return .failure(Self.busy) }
             // An address is at most 45 characters (IPv6 with IPv4 inside); a longer one is not the edge's.
@@ -316,7 +324,9 @@ public final class LoginGate: Sendable {
                 entry.budget.refill(now, capacity: sourceBudget)
                 if entry.budget.tokens < 1 {
                     state.sources[key] = entry
-                    return .failure(Self.budgetSpent(missing: 1 - entry.budget.tokens, perMinute: sourceBudget, "from this address"))
+                    return .failure(
+                        Self.budgetSpent(missing: 1 - entry.budget.tokens, perMinute: sourceBudget, "from this address")
+                    )
                 }
                 guard entry.pending < max(1, capacity / 2) else {
                     state.sources[key] = entry
@@ -387,12 +397,14 @@ public final class LoginGate: Sendable {
     }
 
     /// The refusal of a full gate, and of a login that waited too long for its thread.
-    static let busy = ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+    static let busy = ServiceError.resourceExhausted(
+        "too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
 
     private static func budgetSpent(missing: Double, perMinute: Double, _ scope: String) -> ServiceError {
         let wait = Int64((missing * 60_000 / perMinute).rounded(.up))
         let seconds = Int(max(1, (wait + 999) / 1000))
-        return .resourceExhausted("too many failed logins \(scope); retry after \(seconds) s", retryAfterSeconds: seconds)
+        return .resourceExhausted(
+            "too many failed logins \(scope); retry after \(seconds) s", retryAfterSeconds: seconds)
     }
 
     private static func record(_ duration: Duration, in state: inout State) {

@@ -25,7 +25,8 @@ public struct PasswordHasher: Sendable {
         var generator = SystemRandomNumberGenerator()
         for index in salt.indices { salt[index] = generator.next() }
         let key = try Self.derive(password, salt: salt, logN: logN, r: blockSize, p: parallelism)
-        return "$scrypt$ln=\(logN),r=\(blockSize),p=\(parallelism)$\(Data(salt).base64EncodedString())$\(key.base64EncodedString())"
+        return
+            "$scrypt$ln=\(logN),r=\(blockSize),p=\(parallelism)$\(Data(salt).base64EncodedString())$\(key.base64EncodedString())"
     }
 
     /// Whether `password` matches `encoded`, compared in constant time. A malformed `encoded`

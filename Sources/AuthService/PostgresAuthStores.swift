@@ -95,7 +95,9 @@ public final class PostgresAccountStore: AccountStore {
                 "UPDATE account SET password_hash = \(hash), password_changed_at = \(now) WHERE name = \(name) RETURNING created_at",
                 logger: db.logger
             ).collect()
-            guard let created = try rows.first?.decode(Int64.self) else { throw ServiceError.notFound("user \(name) not found") }
+            guard let created = try rows.first?.decode(Int64.self) else {
+                throw ServiceError.notFound("user \(name) not found")
+            }
             if revokeTokens {
                 try await connection.query(
                     "UPDATE token SET revoked_at = \(now) WHERE user_name = \(name) AND revoked_at IS NULL AND expires_at > \(now)",
@@ -107,7 +109,9 @@ public final class PostgresAccountStore: AccountStore {
 
     public func deleteUser(_ name: String) async throws {
         try await db.transaction { connection in
-            let rows = try await connection.query("DELETE FROM account WHERE name = \(name) RETURNING name", logger: db.logger).collect()
+            let rows = try await connection.query(
+                "DELETE FROM account WHERE name = \(name) RETURNING name", logger: db.logger
+            ).collect()
             guard !rows.isEmpty else { throw ServiceError.notFound("user \(name) not found") }
             try await connection.query("DELETE FROM token WHERE user_name = \(name)", logger: db.logger)
         }
@@ -131,11 +135,14 @@ public final class PostgresAccountStore: AccountStore {
     public func insertToken(hash: Data, user: String, expiresAt: Int64) async throws {
         let now = self.now()
         try await db.query(
-            "INSERT INTO token (hash, user_name, created_at, expires_at) VALUES (\(ByteBuffer(data: hash)), \(user), \(now), \(expiresAt))")
+            "INSERT INTO token (hash, user_name, created_at, expires_at) VALUES (\(ByteBuffer(data: hash)), \(user), \(now), \(expiresAt))"
+        )
     }
 
     public func tokenUser(hash: Data) async throws -> (user: String, expiresAt: Int64)? {
-        try await db.execute(TokenUser(hash: ByteBuffer(data: hash), now: now())).first.map { (user: $0.0, expiresAt: $0.1) }
+        try await db.execute(TokenUser(hash: ByteBuffer(data: hash), now: now())).first.map {
+            (user: $0.0, expiresAt: $0.1)
+        }
     }
 
     public func revokeToken(hash: Data) async throws -> Int64 {
@@ -159,7 +166,8 @@ public final class PostgresAccountStore: AccountStore {
 
     public func purgeTokens(grace: Int64) async throws -> Int {
         let cutoff = now() - grace
-        return try await db.rows("DELETE FROM token WHERE expires_at < \(cutoff) OR revoked_at < \(cutoff) RETURNING 1").count
+        return try await db.rows("DELETE FROM token WHERE expires_at < \(cutoff) OR revoked_at < \(cutoff) RETURNING 1")
+            .count
     }
 }
 
@@ -192,8 +200,10 @@ public final class PostgresHubStore: HubStore {
                 """, logger: db.logger
             ).collect()
             guard !rows.isEmpty else { return false }
-            try await Self.insertKey(hub: name, name: HubRules.listenKeyName, rights: .listen, now: now, on: connection, logger: db.logger)
-            try await Self.insertKey(hub: name, name: HubRules.fullKeyName, rights: .full, now: now, on: connection, logger: db.logger)
+            try await Self.insertKey(
+                hub: name, name: HubRules.listenKeyName, rights: .listen, now: now, on: connection, logger: db.logger)
+            try await Self.insertKey(
+                hub: name, name: HubRules.fullKeyName, rights: .full, now: now, on: connection, logger: db.logger)
             return true
         }
     }
@@ -215,7 +225,8 @@ public final class PostgresHubStore: HubStore {
 
     public func hub(_ name: String) async throws -> Hub {
         guard let found = try await resolve(name),
-            let row = try await db.rows("SELECT created_at, max_installations FROM hub WHERE name = \(found.name)").first
+            let row = try await db.rows("SELECT created_at, max_installations FROM hub WHERE name = \(found.name)")
+                .first
         else { throw HubRules.notFound(name) }
         let (created, maxInstallations) = try row.decode((Int64, Int64).self)
         return Hub(
@@ -225,13 +236,18 @@ public final class PostgresHubStore: HubStore {
 
     public func listHubs() async throws -> [Hub] {
         var hubs: [Hub] = []
-        for row in try await db.rows("SELECT name FROM hub ORDER BY name") { hubs.append(try await hub(try row.decode(String.self))) }
+        for row in try await db.rows("SELECT name FROM hub ORDER BY name") {
+            hubs.append(try await hub(try row.decode(String.self)))
+        }
         return hubs
     }
 
     public func setLimits(hub: String, maxInstallations: Int64) async throws -> Hub {
-        guard maxInstallations >= 0 else { throw ServiceError.invalidArgument("max_installations must not be negative") }
-        let rows = try await db.rows("UPDATE hub SET max_installations = \(maxInstallations) WHERE name = \(hub) RETURNING name")
+        guard maxInstallations >= 0 else {
+            throw ServiceError.invalidArgument("max_installations must not be negative")
+        }
+        let rows = try await db.rows(
+            "UPDATE hub SET max_installations = \(maxInstallations) WHERE name = \(hub) RETURNING name")
         guard !rows.isEmpty else { throw ServiceError.notFound("hub \(hub) not found") }
         return try await self.hub(hub)
     }
@@ -258,14 +274,19 @@ public final class PostgresHubStore: HubStore {
         let now = self.now()
         let rightsValue = Int32(rights.rawValue)
         try await db.transaction { connection in
-            guard try await !connection.query("SELECT 1 FROM hub WHERE name = \(hub) FOR SHARE", logger: db.logger).collect().isEmpty else {
+            guard
+                try await !connection.query("SELECT 1 FROM hub WHERE name = \(hub) FOR SHARE", logger: db.logger)
+                    .collect().isEmpty
+            else {
                 throw ServiceError.notFound("hub \(hub) not found")
             }
             let updated = try await connection.query(
-                "UPDATE hub_key SET rights = \(rightsValue) WHERE hub = \(hub) AND name = \(name) RETURNING name", logger: db.logger
+                "UPDATE hub_key SET rights = \(rightsValue) WHERE hub = \(hub) AND name = \(name) RETURNING name",
+                logger: db.logger
             ).collect()
             if updated.isEmpty {
-                try await Self.insertKey(hub: hub, name: name, rights: rights, now: now, on: connection, logger: db.logger)
+                try await Self.insertKey(
+                    hub: hub, name: name, rights: rights, now: now, on: connection, logger: db.logger)
             }
         }
         return try await key(hub: hub, name: name)
@@ -274,13 +295,15 @@ public final class PostgresHubStore: HubStore {
     public func rotateKey(hub: String, name: String, secondary: Bool) async throws -> HubKey {
         let column = secondary ? "secondary_key" : "primary_key"
         let rows = try await db.rows(
-            "UPDATE hub_key SET \(unescaped: column) = \(HubRules.newSecret()) WHERE hub = \(hub) AND name = \(name) RETURNING name")
+            "UPDATE hub_key SET \(unescaped: column) = \(HubRules.newSecret()) WHERE hub = \(hub) AND name = \(name) RETURNING name"
+        )
         guard !rows.isEmpty else { throw ServiceError.notFound("key \(name) of hub \(hub) not found") }
         return try await key(hub: hub, name: name)
     }
 
     public func revokeKey(hub: String, name: String) async throws {
-        guard try await !db.rows("DELETE FROM hub_key WHERE hub = \(hub) AND name = \(name) RETURNING name").isEmpty else {
+        guard try await !db.rows("DELETE FROM hub_key WHERE hub = \(hub) AND name = \(name) RETURNING name").isEmpty
+        else {
             throw ServiceError.notFound("key \(name) of hub \(hub) not found")
         }
     }
@@ -294,9 +317,11 @@ public final class PostgresHubStore: HubStore {
             AND k.name = \(name)
             """
         ).first.map { row in
-            let (rights, primary, secondary, maxInstallations, id) = try row.decode((Int32, String, String, Int64, String).self)
+            let (rights, primary, secondary, maxInstallations, id) = try row.decode(
+                (Int32, String, String, Int64, String).self)
             return HubSecrets(
-                rights: HubRights(rawValue: Int(rights)), primary: primary, secondary: secondary, maxInstallations: maxInstallations,
+                rights: HubRights(rawValue: Int(rights)), primary: primary, secondary: secondary,
+                maxInstallations: maxInstallations,
                 hubID: id)
         }
     }
@@ -339,7 +364,8 @@ public final class PostgresHubStore: HubStore {
         try await db.rows(
             "SELECT name, rights, primary_key, secondary_key, created_at FROM hub_key WHERE hub = \(hub) ORDER BY name"
         ).map { row in
-            let (name, rights, primary, secondary, created) = try row.decode((String, Int32, String, String, Int64).self)
+            let (name, rights, primary, secondary, created) = try row.decode(
+                (String, Int32, String, String, Int64).self)
             return HubKey(
                 name: name, rights: HubRights(rawValue: Int(rights)).names, primaryKey: secrets ? primary : "",
                 secondaryKey: secrets ? secondary : "", createdAtUnixMs: created)
@@ -379,7 +405,8 @@ public final class PostgresLockoutLedger: LockoutLedger {
                 "INSERT INTO lockout (name, failures, last_failure, locked_until) VALUES (\(name), 0, \(now), 0) ON CONFLICT DO NOTHING",
                 logger: db.logger)
             let row = try await connection.query(
-                "SELECT failures, last_failure, locked_until FROM lockout WHERE name = \(name) FOR UPDATE", logger: db.logger
+                "SELECT failures, last_failure, locked_until FROM lockout WHERE name = \(name) FOR UPDATE",
+                logger: db.logger
             ).collect().first
             guard let (failures, lastFailure, lockedUntil) = try row?.decode((Int32, Int64, Int64).self) else { return }
             let count = (now - lastFailure > policy.window ? 0 : Int(failures)) + 1
@@ -401,7 +428,9 @@ public final class PostgresLockoutLedger: LockoutLedger {
 
     /// Deletes rows that lock nothing and whose failures are forgotten; returns how many.
     public func purge(now: Int64, window: Int64) async throws -> Int {
-        try await db.rows("DELETE FROM lockout WHERE locked_until < \(now) AND last_failure < \(now - window) RETURNING 1").count
+        try await db.rows(
+            "DELETE FROM lockout WHERE locked_until < \(now) AND last_failure < \(now - window) RETURNING 1"
+        ).count
     }
 }
 
@@ -424,7 +453,8 @@ struct PasswordHash: PostgresPreparedStatement {
 
 /// The user of a live token.
 struct TokenUser: PostgresPreparedStatement {
-    static let sql = "SELECT user_name, expires_at FROM token WHERE hash = $1 AND revoked_at IS NULL AND expires_at > $2"
+    static let sql =
+        "SELECT user_name, expires_at FROM token WHERE hash = $1 AND revoked_at IS NULL AND expires_at > $2"
     typealias Row = (String, Int64)
     var hash: ByteBuffer
     var now: Int64

@@ -45,7 +45,8 @@ public struct SASVerifier: Sendable {
     private static let decoy = SymmetricKey(size: .bits256)
 
     public init(
-        hubs: any HubStore, throttle: LoginThrottle = LoginThrottle(freeFailures: 20), now: @escaping @Sendable () -> Int64 = unixMillis
+        hubs: any HubStore, throttle: LoginThrottle = LoginThrottle(freeFailures: 20),
+        now: @escaping @Sendable () -> Int64 = unixMillis
     ) {
         self.hubs = hubs
         self.throttle = throttle
@@ -62,14 +63,17 @@ public struct SASVerifier: Sendable {
 
     /// The rights of the key that signed `header` for a request to `resource` ("host[:port]/path").
     /// Failures count per `client` address.
-    public func authorize(hub: String, header: String, resource: String, client: String = "") async throws -> AuthorizeSasResponse {
+    public func authorize(hub: String, header: String, resource: String, client: String = "") async throws
+        -> AuthorizeSasResponse
+    {
         do {
             let token = try Self.parse(header)
             let key = try await hubs.secrets(hub: hub, name: token.keyName)
             try Self.verify(token, primary: key?.primary, secondary: key?.secondary, now: now(), resource: resource)
             guard let key else { throw ServiceError(.internal, "a token verified without a key") }
             return AuthorizeSasResponse(
-                keyName: token.keyName, rights: key.rights.names, maxInstallations: key.maxInstallations, hubID: key.hubID)
+                keyName: token.keyName, rights: key.rights.names, maxInstallations: key.maxInstallations,
+                hubID: key.hubID)
         } catch let error as ServiceError where error.code == .unauthenticated {
             let address = "sas/" + String(client.prefix(Self.maxClientLength))
             try await throttle.failed(address)
@@ -87,14 +91,16 @@ public struct SASVerifier: Sendable {
     /// Whether `token` is signed with one of the key's two secrets (nil: no such key), unexpired at
     /// `now` (Unix ms) and meant for `resource`; UNAUTHENTICATED with NH's words otherwise.
     /// Synchronous and store-free, so the fuzzer drives it with what `parse` lets through.
-    public static func verify(_ token: Token, primary: String?, secondary: String?, now: Int64, resource: String) throws {
+    public static func verify(_ token: Token, primary: String?, secondary: String?, now: Int64, resource: String) throws
+    {
         let message = Data("\(token.rawResource)\n\(token.expiry)".utf8)
         // Both compared in constant time (swift-crypto's isValidAuthenticationCode), both always,
         // and against the decoy when there is no such key: the answer and its cost are the same.
         let first = HMAC<SHA256>.isValidAuthenticationCode(
             token.signature, authenticating: message, using: primary.map { SymmetricKey(data: Data($0.utf8)) } ?? decoy)
         let second = HMAC<SHA256>.isValidAuthenticationCode(
-            token.signature, authenticating: message, using: secondary.map { SymmetricKey(data: Data($0.utf8)) } ?? decoy)
+            token.signature, authenticating: message,
+            using: secondary.map { SymmetricKey(data: Data($0.utf8)) } ?? decoy)
         guard primary != nil, first || second else {
             throw ServiceError.unauthenticated("InvalidSignature: The token has an invalid signature.")
         }
@@ -123,7 +129,8 @@ public struct SASVerifier: Sendable {
             fields[name] = String(pair[pair.index(after: equals)...])
         }
         guard let sr = fields["sr"], !sr.isEmpty, let sig = fields["sig"]?.removingPercentEncoding,
-            let signature = Data(base64Encoded: sig), let seText = fields["se"], let expiry = TimeValue.unixSeconds(seText),
+            let signature = Data(base64Encoded: sig), let seText = fields["se"],
+            let expiry = TimeValue.unixSeconds(seText),
             let skn = fields["skn"]?.removingPercentEncoding, !skn.isEmpty, skn.utf8.count <= maxKeyNameLength
         else { throw malformed }
         return Token(rawResource: sr, signature: signature, expiry: expiry, keyName: skn)

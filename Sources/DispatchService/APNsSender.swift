@@ -55,7 +55,9 @@ public actor APNsProviderToken {
     public private(set) var signed = 0
 
     /// `now`: Unix seconds (injected by tests).
-    public init(keyPEM: String, keyID: String, teamID: String, now: @escaping @Sendable () -> Int64 = { unixSeconds() }) async throws {
+    public init(keyPEM: String, keyID: String, teamID: String, now: @escaping @Sendable () -> Int64 = { unixSeconds() })
+        async throws
+    {
         await keys.add(ecdsa: try ES256PrivateKey(pem: keyPEM), kid: JWKIdentifier(string: keyID))
         self.keyID = keyID
         self.teamID = teamID
@@ -103,7 +105,8 @@ public struct APNsSender: PushSender {
     /// The headers that follow from a push's options (the inbox records the same ones).
     public static func headers(for options: DeliveryOptions) -> [Header] {
         [
-            Header(name: "apns-push-type", value: options.pushType), Header(name: "apns-priority", value: String(options.priority)),
+            Header(name: "apns-push-type", value: options.pushType),
+            Header(name: "apns-priority", value: String(options.priority)),
             Header(name: "content-type", value: options.contentType),
         ]
     }
@@ -151,7 +154,9 @@ public struct APNsSender: PushSender {
         for header in Self.headers(for: options) { headers.add(name: header.name, value: header.value) }
         // Without a TTL the header is left out: APNs then stores the push and retries it itself
         // (apns-expiration 0 would mean "try once, never store"). APNs wants Unix seconds.
-        if options.expiresAtUnixMs > 0 { headers.add(name: "apns-expiration", value: String(options.expiresAtUnixMs / 1000)) }
+        if options.expiresAtUnixMs > 0 {
+            headers.add(name: "apns-expiration", value: String(options.expiresAtUnixMs / 1000))
+        }
         if !options.collapseID.isEmpty { headers.add(name: "apns-collapse-id", value: options.collapseID) }
         return headers
     }

@@ -24,7 +24,9 @@ public struct RetryPolicy: Sendable {
     /// The delay after failed attempt number `attempt` (1-based): base × 2^(attempt−1), capped,
     /// scaled by a random factor in [0.5, 1] ("equal jitter", so retries of a burst spread out but
     /// never come sooner than half the backoff), and at least `retryAfter`.
-    public func delay(afterAttempt attempt: Int, retryAfter: Duration?, random: Double = Double.random(in: 0.5...1)) -> Duration {
+    public func delay(afterAttempt attempt: Int, retryAfter: Duration?, random: Double = Double.random(in: 0.5...1))
+        -> Duration
+    {
         let exponent = min(max(attempt - 1, 0), 30)
         let raw = min(base.wholeMilliseconds * (Int64(1) << exponent), cap.wholeMilliseconds)
         let jittered = Duration.milliseconds(Int64(Double(raw) * random))
@@ -107,7 +109,8 @@ public final class DeliveryWorker: Service, Sendable {
     private let inFlight = Mutex<[Int64: Int]>([:])
 
     public init(
-        outbox: any OutboxStore, senders: HubSenders, registrations: any RegistrationServiceClientProtocol, policy: RetryPolicy,
+        outbox: any OutboxStore, senders: HubSenders, registrations: any RegistrationServiceClientProtocol,
+        policy: RetryPolicy,
         batchSize: Int = 500,
         workers: Int = 4, logger: Logger
     ) {
@@ -126,7 +129,8 @@ public final class DeliveryWorker: Service, Sendable {
     public func run() async throws {
         let recovered = try await outbox.recoverLeases()
         if recovered > 0 {
-            logger.notice("resuming deliveries a previous process had started", metadata: ["herald.count": "\(recovered)"])
+            logger.notice(
+                "resuming deliveries a previous process had started", metadata: ["herald.count": "\(recovered)"])
         }
         let renewer = outbox.leaseRenewalInterval.map { interval in Task { await self.renewLeases(every: interval) } }
         // Its own task: a backlog keeps the loop below busy, and that is when the gauges matter.
@@ -150,10 +154,14 @@ public final class DeliveryWorker: Service, Sendable {
                     guard let items = await claimRemoteBatch() else { continue }
                     if !items.isEmpty {
                         running.withLock { $0 += 1 }
-                        if tracksLeases { inFlight.withLock { held in for item in items { held[item.sequence] = item.attempt } } }
+                        if tracksLeases {
+                            inFlight.withLock { held in for item in items { held[item.sequence] = item.attempt } }
+                        }
                         group.addTask {
                             await self.deliver(items)
-                            if tracksLeases { self.inFlight.withLock { held in for item in items { held[item.sequence] = nil } } }
+                            if tracksLeases {
+                                self.inFlight.withLock { held in for item in items { held[item.sequence] = nil } }
+                            }
                             self.running.withLock { $0 -= 1 }
                             self.wakeup.signal()
                         }
@@ -179,7 +187,8 @@ public final class DeliveryWorker: Service, Sendable {
             guard !held.isEmpty else { continue }
             do {
                 let renewed = try await outbox.renewLeases(held)
-                logger.debug("renewed leases", metadata: ["herald.count": "\(renewed)", "herald.held": "\(held.count)"])
+                logger.debug(
+                    "renewed leases", metadata: ["herald.count": "\(renewed)", "herald.held": "\(held.count)"])
             } catch {
                 logger.warning("cannot renew leases", metadata: ["herald.error": "\(error)"])
             }
@@ -193,7 +202,8 @@ public final class DeliveryWorker: Service, Sendable {
         guard !platforms.isEmpty else { return false }
         do {
             // Larger than remote batches: a local batch is only rows, and each transaction has a fixed cost.
-            let done = try await outbox.deliverLocally(limit: max(batchSize, 2000), platforms: platforms, inbox: senders.inbox)
+            let done = try await outbox.deliverLocally(
+                limit: max(batchSize, 2000), platforms: platforms, inbox: senders.inbox)
             for (platform, count) in done.delivered { DispatchMetrics.deliveries(platform, "delivered", count: count) }
             for (_, state) in done.finished { DispatchMetrics.sendFinished(state) }
             return !done.delivered.isEmpty
@@ -244,7 +254,8 @@ public final class DeliveryWorker: Service, Sendable {
             for (key, share) in shares {
                 group.addTask {
                     guard let sender = self.senders.sender(hub: key.hub, platform: key.platform) else {
-                        return self.decideAll(share, Array(repeating: .failed(status: 0, reason: "NoCredentials"), count: share.count))
+                        return self.decideAll(
+                            share, Array(repeating: .failed(status: 0, reason: "NoCredentials"), count: share.count))
                     }
                     return self.decideAll(share, await sender.send(share))
                 }
@@ -289,7 +300,8 @@ public final class DeliveryWorker: Service, Sendable {
 
     private func decision(_ item: PushItem, _ result: PushResult, now: Int64) -> (Outbox.Decision, String) {
         var decision = Outbox.Decision(
-            sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .failed, status: 0, reason: "",
+            sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .failed,
+            status: 0, reason: "",
             nextAttemptAt: now, removal: nil, attempt: item.attempt)
         let outcome: String
         switch result {
@@ -325,7 +337,8 @@ public final class DeliveryWorker: Service, Sendable {
                 "delivery \(outcome)",
                 metadata: [
                     "herald.notification_id": "\(item.notificationID)", "herald.message_id": "\(item.messageID)",
-                    "herald.attempt": "\(item.attempt)", "herald.status": "\(decision.status)", "herald.reason": "\(decision.reason)",
+                    "herald.attempt": "\(item.attempt)", "herald.status": "\(decision.status)",
+                    "herald.reason": "\(decision.reason)",
                 ])
         }
         return (decision, outcome)
@@ -345,7 +358,8 @@ public final class DeliveryWorker: Service, Sendable {
             for removal in batch {
                 do {
                     _ = try await registrations.removeHandle(
-                        RemoveHandleRequest(platform: removal.platform, handle: removal.handle, invalidSinceUnixMs: removal.since))
+                        RemoveHandleRequest(
+                            platform: removal.platform, handle: removal.handle, invalidSinceUnixMs: removal.since))
                     try await outbox.removalDone(removal.id)
                     DispatchMetrics.removedHandle(removal.platform)
                 } catch {

@@ -50,7 +50,8 @@ public struct DispatchConfig: Sendable {
     public enum APNsEnvironment: String, CaseIterable, Sendable { case production, sandbox }
     public static let keys: Set<String> = [
         "provider", "retry-window-seconds", "retry-base-ms", "retry-max-ms", "push-timeout-ms", "push-ca-file",
-        "delivery-batch", "delivery-workers", "retention-seconds", "audience-memory-rows", "lease-seconds", "replica-id",
+        "delivery-batch", "delivery-workers", "retention-seconds", "audience-memory-rows", "lease-seconds",
+        "replica-id",
         "credentials-refresh-seconds", "max-scheduled-per-hub",
         "apns-key-file", "apns-key-id", "apns-team-id", "apns-topic", "apns-environment", "apns-url",
         "fcm-service-account-file", "fcm-url", "fcm-token-url",
@@ -85,9 +86,13 @@ public struct DispatchConfig: Sendable {
         batchSize = try reader.int("delivery-batch", default: 500)
         workers = try reader.int("delivery-workers", default: 4)
         audienceMemoryRows = try reader.int("audience-memory-rows", default: Outbox.StagedAudience.spillThreshold)
-        guard (1...10_000_000).contains(audienceMemoryRows) else { throw ConfigError("audience-memory-rows must be 1...10000000") }
+        guard (1...10_000_000).contains(audienceMemoryRows) else {
+            throw ConfigError("audience-memory-rows must be 1...10000000")
+        }
         maxScheduledPerHub = try reader.int("max-scheduled-per-hub", default: Self.defaultMaxScheduledPerHub)
-        guard (1...10_000_000).contains(maxScheduledPerHub) else { throw ConfigError("max-scheduled-per-hub must be 1...10000000") }
+        guard (1...10_000_000).contains(maxScheduledPerHub) else {
+            throw ConfigError("max-scheduled-per-hub must be 1...10000000")
+        }
         let retentionSeconds = try reader.int("retention-seconds", default: 7 * 86400)
         guard retentionSeconds > 0 else { throw ConfigError("retention-seconds must be positive") }
         retention = .seconds(retentionSeconds)
@@ -115,21 +120,26 @@ public struct DispatchConfig: Sendable {
             let environment: APNsEnvironment = try reader.choice("apns-environment", default: .production)
             apns = APNsCredentials(
                 keyPEM: try Self.secret(keyFile, "apns-key-file"), keyID: keyID, teamID: teamID, topic: topic,
-                baseURL: reader.string("apns-url") ?? (environment == .production ? APNsCredentials.production : APNsCredentials.sandbox))
+                baseURL: reader.string("apns-url")
+                    ?? (environment == .production ? APNsCredentials.production : APNsCredentials.sandbox))
         }
         if let accountFile = reader.string("fcm-service-account-file") {
-            let account = try FCMServiceAccount(json: Array(try Self.secret(accountFile, "fcm-service-account-file").utf8))
+            let account = try FCMServiceAccount(
+                json: Array(try Self.secret(accountFile, "fcm-service-account-file").utf8))
             fcm = (account, reader.string("fcm-url") ?? FCMSender.production, reader.string("fcm-token-url"))
         }
         if let clientID = reader.string("wns-client-id") {
             guard let secretFile = reader.string("wns-client-secret-file") else {
                 throw ConfigError("wns-client-id needs wns-client-secret-file")
             }
-            let secret = try Self.secret(secretFile, "wns-client-secret-file").trimmingCharacters(in: .whitespacesAndNewlines)
+            let secret = try Self.secret(secretFile, "wns-client-secret-file").trimmingCharacters(
+                in: .whitespacesAndNewlines)
             wns = (clientID, secret, reader.string("wns-token-url") ?? WNSAccessToken.production)
         }
         if let keyFile = reader.string("webpush-vapid-key-file") {
-            guard let subject = reader.string("webpush-subject"), subject.hasPrefix("mailto:") || subject.hasPrefix("https://") else {
+            guard let subject = reader.string("webpush-subject"),
+                subject.hasPrefix("mailto:") || subject.hasPrefix("https://")
+            else {
                 throw ConfigError("webpush-vapid-key-file needs webpush-subject (mailto: or https: contact, RFC 8292)")
             }
             webPush = (try Self.secret(keyFile, "webpush-vapid-key-file"), subject)
@@ -138,7 +148,9 @@ public struct DispatchConfig: Sendable {
 
     /// Reads a credential file; the error names the setting, never the content.
     static func secret(_ path: String, _ key: String) throws -> String {
-        guard let data = FileManager.default.contents(atPath: path) else { throw ConfigError("\(key): cannot read \(path)") }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigError("\(key): cannot read \(path)")
+        }
         return String(decoding: data, as: UTF8.self)
     }
 
@@ -155,7 +167,9 @@ public struct DispatchConfig: Sendable {
     /// The hub default's sender of each platform: real where configured (unless `provider` is
     /// `inbox`), the inbox otherwise, over `client` (shut down by whoever runs them after the last
     /// send, ``PushClientShutdown``).
-    public func senders(inbox: InboxProvider, client: PushClient) async throws -> (senders: [Platform: any PushSender], real: [Platform]) {
+    public func senders(inbox: InboxProvider, client: PushClient) async throws -> (
+        senders: [Platform: any PushSender], real: [Platform]
+    ) {
         var senders: [Platform: any PushSender] = [.apns: inbox, .fcm: inbox, .wns: inbox, .browser: inbox]
         guard provider == .auto else { return (senders, []) }
         var real: [Platform] = []
@@ -213,9 +227,13 @@ public struct DispatchHandlers: DispatchServiceHandler {
         self.testMode = testMode
     }
 
-    public func setHubCredentials(_ request: SetHubCredentialsRequest, context: RPCContext) async throws -> HubCredentialsResponse {
+    public func setHubCredentials(_ request: SetHubCredentialsRequest, context: RPCContext) async throws
+        -> HubCredentialsResponse
+    {
         let (senders, store) = try requireHubs()
-        guard Names.isValidHubName(request.hub) else { throw ServiceError.invalidArgument("hub must be \(Names.hubNameRule)") }
+        guard Names.isValidHubName(request.hub) else {
+            throw ServiceError.invalidArgument("hub must be \(Names.hubNameRule)")
+        }
         let settings = Dictionary(request.settings.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 })
         let credentials = try PlatformCredentials.parse(platform: request.platform, settings: settings)
         try await senders.set(hub: request.hub, credentials)
@@ -229,11 +247,14 @@ public struct DispatchHandlers: DispatchServiceHandler {
         return HubCredentialsResponse(hub: request.hub, platforms: senders.status(hub: request.hub))
     }
 
-    public func getHubCredentials(_ request: GetHubCredentialsRequest, context: RPCContext) async throws -> HubCredentialsResponse {
+    public func getHubCredentials(_ request: GetHubCredentialsRequest, context: RPCContext) async throws
+        -> HubCredentialsResponse
+    {
         let (senders, _) = try requireHubs()
         let hub = Names.hub(request.hub)
         // The last day's sends say whether each platform's credentials work.
-        let health = try await outbox.recentPlatformResults(hub: hub, since: unixMillis() - 86_400_000, limit: 500).health()
+        let health = try await outbox.recentPlatformResults(hub: hub, since: unixMillis() - 86_400_000, limit: 500)
+            .health()
         var platforms = senders.status(hub: hub)
         for index in platforms.indices {
             guard let seen = health[platforms[index].platform] else { continue }
@@ -250,10 +271,13 @@ public struct DispatchHandlers: DispatchServiceHandler {
         }
         let before =
             request.beforeCreatedAtUnixMs == 0
-            ? (createdAt: Int64.max, id: "") : (createdAt: request.beforeCreatedAtUnixMs, id: request.beforeNotificationID)
+            ? (createdAt: Int64.max, id: "")
+            : (createdAt: request.beforeCreatedAtUnixMs, id: request.beforeNotificationID)
         let hub = Names.hub(request.hub)
         var sends: [Outcome] = []
-        for id in try await outbox.recentSends(hub: hub, before: before, limit: request.limit == 0 ? 25 : Int(request.limit)) {
+        for id in try await outbox.recentSends(
+            hub: hub, before: before, limit: request.limit == 0 ? 25 : Int(request.limit))
+        {
             // Purged between the two reads: left out.
             guard let outcome = try? await outbox.outcome(of: id, requester: "", hub: hub) else { continue }
             sends.append(outcome)
@@ -262,7 +286,9 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     public func sendStats(_ request: SendStatsRequest, context: RPCContext) async throws -> SendStatsResponse {
-        guard (0...1440).contains(request.minutes) else { throw ServiceError.invalidArgument("minutes must be 1 to 1440") }
+        guard (0...1440).contains(request.minutes) else {
+            throw ServiceError.invalidArgument("minutes must be 1 to 1440")
+        }
         let minutes = Int64(request.minutes == 0 ? 60 : request.minutes)
         let since = (unixMillis() / 60000 - minutes + 1) * 60000
         return SendStatsResponse(minutes: try await outbox.sendStats(hub: Names.hub(request.hub), since: since))
@@ -278,11 +304,15 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     private func requireHubs() throws -> (HubSenders, HubCredentialStore) {
-        guard let hubSenders, let credentials else { throw ServiceError(.unimplemented, "hub credentials are not served here") }
+        guard let hubSenders, let credentials else {
+            throw ServiceError(.unimplemented, "hub credentials are not served here")
+        }
         return (hubSenders, credentials)
     }
 
-    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
+    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws
+        -> ResetForTestsResponse
+    {
         try TestMode.require(testMode, service: .dispatch)
         var deleted = try await outbox.deleteEverything() + inbox.deleteEverything()
         // herald-auth's reset deletes the hubs; their credentials go with them.
@@ -302,18 +332,25 @@ public struct DispatchHandlers: DispatchServiceHandler {
     public func cancelScheduled(_ request: CancelScheduledRequest, context: RPCContext) async throws -> Outcome {
         guard !request.notificationID.isEmpty else { throw ServiceError.invalidArgument("notification_id is required") }
         let outcome = try await outbox.cancelScheduled(request.notificationID, hub: request.hub)
-        context.logger.info("scheduled send cancelled", metadata: ["herald.notification_id": "\(request.notificationID)"])
+        context.logger.info(
+            "scheduled send cancelled", metadata: ["herald.notification_id": "\(request.notificationID)"])
         return outcome
     }
 
-    public func deleteHubSends(_ request: DeleteHubSendsRequest, context: RPCContext) async throws -> DeleteHubSendsResponse {
+    public func deleteHubSends(_ request: DeleteHubSendsRequest, context: RPCContext) async throws
+        -> DeleteHubSendsResponse
+    {
         guard !request.hub.isEmpty else { throw ServiceError.invalidArgument("hub is required") }
-        guard request.hub != Names.defaultHub else { throw ServiceError(.failedPrecondition, "the hub default cannot be deleted") }
+        guard request.hub != Names.defaultHub else {
+            throw ServiceError(.failedPrecondition, "the hub default cannot be deleted")
+        }
         let cancelled = try await outbox.cancelScheduled(hub: request.hub)
         let deleted = try await outbox.purge(hub: request.hub)
         context.logger.notice(
             "a deleted hub's sends removed",
-            metadata: ["herald.hub": "\(request.hub)", "herald.cancelled": "\(cancelled)", "herald.deleted": "\(deleted)"])
+            metadata: [
+                "herald.hub": "\(request.hub)", "herald.cancelled": "\(cancelled)", "herald.deleted": "\(deleted)",
+            ])
         return DeleteHubSendsResponse(cancelled: cancelled, deleted: Int64(deleted))
     }
 
@@ -321,23 +358,29 @@ public struct DispatchHandlers: DispatchServiceHandler {
         try await outbox.outcome(of: request.notificationID, requester: request.requester, hub: request.hub)
     }
 
-    public func listDeliveries(_ request: ListDeliveriesRequest, context: RPCContext) async throws -> ListDeliveriesResponse {
+    public func listDeliveries(_ request: ListDeliveriesRequest, context: RPCContext) async throws
+        -> ListDeliveriesResponse
+    {
         let limit = try Self.pageSize(request.limit, after: request.afterSequence)
         return ListDeliveriesResponse(
             deliveries: try await outbox.deliveries(
-                of: request.notificationID, requester: request.requester, hub: request.hub, failedOnly: request.failedOnly,
+                of: request.notificationID, requester: request.requester, hub: request.hub,
+                failedOnly: request.failedOnly,
                 after: request.afterSequence, limit: limit))
     }
 
     public func listInbox(_ request: ListInboxRequest, context: RPCContext) async throws -> ListInboxResponse {
         let limit = try Self.pageSize(request.limit, after: min(request.afterSequence, request.beforeSequence))
-        let page: InboxProvider.Page = request.newestFirst ? .newestBefore(request.beforeSequence) : .after(request.afterSequence)
+        let page: InboxProvider.Page =
+            request.newestFirst ? .newestBefore(request.beforeSequence) : .after(request.afterSequence)
         return ListInboxResponse(entries: try await inbox.list(page, limit: limit, handle: request.handle))
     }
 
     /// A page's size: 100 when unset, at most 1000; negative limits and cursors are refused.
     private static func pageSize(_ limit: Int32, after: Int64) throws -> Int {
-        guard limit >= 0, after >= 0 else { throw ServiceError.invalidArgument("limit and after_sequence must not be negative") }
+        guard limit >= 0, after >= 0 else {
+            throw ServiceError.invalidArgument("limit and after_sequence must not be negative")
+        }
         return limit == 0 ? 100 : min(Int(limit), 1000)
     }
 }
@@ -345,7 +388,8 @@ public struct DispatchHandlers: DispatchServiceHandler {
 /// herald-dispatch's start-up.
 public enum DispatchServer {
     /// What herald-dispatch runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
-    public static let definition = ServiceDefinition.rpc(.dispatch, extraKeys: DispatchConfig.keys) { context -> RPCServiceParts in
+    public static let definition = ServiceDefinition.rpc(.dispatch, extraKeys: DispatchConfig.keys) {
+        context -> RPCServiceParts in
         let config = try DispatchConfig(reader: context.reader)
         let database = try context.openDatabase()
         let outbox: any OutboxStore
@@ -363,12 +407,15 @@ public enum DispatchServer {
             credentialStore = HubCredentialStore(postgres: postgres)
             context.logger.notice(
                 "outbox in PostgreSQL",
-                metadata: ["herald.replica": "\(replica)", "herald.lease_seconds": "\(config.lease.components.seconds)"])
+                metadata: [
+                    "herald.replica": "\(replica)", "herald.lease_seconds": "\(config.lease.components.seconds)",
+                ])
         }
         let abandoned = try await outbox.deleteAbandonedStaging()
         if abandoned > 0 {
             context.logger.notice(
-                "deleted the staged audience of sends a previous process never committed", metadata: ["herald.count": "\(abandoned)"])
+                "deleted the staged audience of sends a previous process never committed",
+                metadata: ["herald.count": "\(abandoned)"])
         }
         let client = PushHTTP.makeClient(extraCAFile: config.pushCAFile)
         let (senders, real): ([Platform: any PushSender], [Platform])
@@ -380,7 +427,8 @@ public enum DispatchServer {
             throw error
         }
         let hubSenders = HubSenders(
-            defaults: senders, inbox: inbox, client: client, timeout: config.pushTimeout, recordOnly: config.provider == .inbox)
+            defaults: senders, inbox: inbox, client: client, timeout: config.pushTimeout,
+            recordOnly: config.provider == .inbox)
         await hubSenders.load(try await credentialStore.all(), logger: context.logger)
         let recorded = [Platform.apns, .fcm, .wns, .browser].filter { !real.contains($0) }.map(\.name)
         context.logger.notice(
@@ -390,12 +438,15 @@ public enum DispatchServer {
                 "herald.recorded_in_inbox": "\(recorded.joined(separator: ","))",
             ])
         let worker = DeliveryWorker(
-            outbox: outbox, senders: hubSenders, registrations: RegistrationServiceClient(context.client(.registration)),
+            outbox: outbox, senders: hubSenders,
+            registrations: RegistrationServiceClient(context.client(.registration)),
             policy: config.retryPolicy,
             batchSize: config.batchSize, workers: config.workers, logger: context.logger)
         let dispatcher = Dispatcher(
-            outbox: outbox, registrations: RegistrationServiceClient(context.client(.registration)), retryWindow: config.retryWindow,
-            audienceMemoryRows: config.audienceMemoryRows, maxScheduledPerHub: config.maxScheduledPerHub, onEnqueue: { worker.wake() })
+            outbox: outbox, registrations: RegistrationServiceClient(context.client(.registration)),
+            retryWindow: config.retryWindow,
+            audienceMemoryRows: config.audienceMemoryRows, maxScheduledPerHub: config.maxScheduledPerHub,
+            onEnqueue: { worker.wake() })
         var table = MethodTable()
         DispatchHandlers(
             dispatcher: dispatcher, outbox: outbox, inbox: inbox, hubSenders: hubSenders, credentials: credentialStore,
@@ -406,7 +457,8 @@ public enum DispatchServer {
             let sends = try await outbox.purge(before: before)
             let recorded = try await inbox.purge(before: before)
             if sends + recorded > 0 {
-                context.logger.info("purged old sends", metadata: ["herald.sends": "\(sends)", "herald.inbox": "\(recorded)"])
+                context.logger.info(
+                    "purged old sends", metadata: ["herald.sends": "\(sends)", "herald.inbox": "\(recorded)"])
             }
         }
         // Scheduled sends: due ones are made within a quarter second of their time, and at once
@@ -414,7 +466,8 @@ public enum DispatchServer {
         let scheduler = Periodic("scheduled sends", every: .milliseconds(250), logger: context.logger) {
             try await dispatcher.fireDueScheduled(logger: context.logger)
         }
-        var background: [any Service] = database.services + [PushClientShutdown(client: client), worker, purge, scheduler]
+        var background: [any Service] =
+            database.services + [PushClientShutdown(client: client), worker, purge, scheduler]
         if let shared = outbox as? PostgresOutbox {
             background += [
                 // A send committed by any replica wakes this one's worker at once (LISTEN/NOTIFY),

@@ -24,9 +24,11 @@ public final class Dispatcher: Sendable {
     private let maxScheduledPerHub: Int
 
     public init(
-        outbox: any OutboxStore, registrations: any RegistrationServiceClientProtocol, retryWindow: Duration = .seconds(1800),
+        outbox: any OutboxStore, registrations: any RegistrationServiceClientProtocol,
+        retryWindow: Duration = .seconds(1800),
         audienceTimeout: Duration = .seconds(600), audienceMemoryRows: Int = Outbox.StagedAudience.spillThreshold,
-        maxScheduledPerHub: Int = DispatchConfig.defaultMaxScheduledPerHub, onEnqueue: @escaping @Sendable () -> Void = {}
+        maxScheduledPerHub: Int = DispatchConfig.defaultMaxScheduledPerHub,
+        onEnqueue: @escaping @Sendable () -> Void = {}
     ) {
         self.maxScheduledPerHub = maxScheduledPerHub
         self.outbox = outbox
@@ -39,12 +41,17 @@ public final class Dispatcher: Sendable {
 
     public func send(_ request: SendRequest, context: RPCContext) async throws -> Outcome {
         let direct = !request.deviceHandles.isEmpty
-        guard [!request.targetUser.isEmpty, !request.targetTag.isEmpty, request.broadcast, direct].filter({ $0 }).count == 1 else {
-            throw ServiceError.invalidArgument("set exactly one of target_user, target_tag, broadcast and device_handles")
+        guard
+            [!request.targetUser.isEmpty, !request.targetTag.isEmpty, request.broadcast, direct].filter({ $0 }).count
+                == 1
+        else {
+            throw ServiceError.invalidArgument(
+                "set exactly one of target_user, target_tag, broadcast and device_handles")
         }
         guard request.maxDevices >= 0 else { throw ServiceError.invalidArgument("max_devices must not be negative") }
         guard request.originalBody.count <= Self.maxOriginalBody else {
-            throw ServiceError.invalidArgument("original_body is \(request.originalBody.count) bytes; at most \(Self.maxOriginalBody)")
+            throw ServiceError.invalidArgument(
+                "original_body is \(request.originalBody.count) bytes; at most \(Self.maxOriginalBody)")
         }
         if !request.targetTag.isEmpty {
             // Refused here, before anything is read, with the position of the error.
@@ -72,11 +79,15 @@ public final class Dispatcher: Sendable {
         }
         if direct { try await checkHandles(request, requestID: context.requestID) }
         let created = try await outbox.schedule(
-            id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag, hub: Names.hub(request.hub),
-            fireAt: request.scheduledAtUnixMs, request: try request.serializedBytes(), originalBody: request.originalBody,
+            id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
+            hub: Names.hub(request.hub),
+            fireAt: request.scheduledAtUnixMs, request: try request.serializedBytes(),
+            originalBody: request.originalBody,
             maxPending: maxScheduledPerHub)
         logger.info("scheduled", metadata: ["herald.fire_at_unix_ms": "\(request.scheduledAtUnixMs)"])
-        return Outcome(notificationID: id, state: .scheduled, createdAtUnixMs: created, sender: request.sender, hub: Names.hub(request.hub))
+        return Outcome(
+            notificationID: id, state: .scheduled, createdAtUnixMs: created, sender: request.sender,
+            hub: Names.hub(request.hub))
     }
 
     /// Makes the scheduled sends that are due, earliest first (the scheduler's tick). A send whose
@@ -91,7 +102,9 @@ public final class Dispatcher: Sendable {
                 logger[metadataKey: "herald.notification_id"] = "\(id)"
                 do {
                     let request = try SendRequest(serializedBytes: bytes)
-                    if try await make(request, id: id, scheduled: true, requestID: newRequestID(), logger: logger) != nil {
+                    if try await make(request, id: id, scheduled: true, requestID: newRequestID(), logger: logger)
+                        != nil
+                    {
                         DispatchMetrics.scheduledFired(lateness: .milliseconds(max(0, unixMillis() - fireAt)))
                     }
                 } catch let error as ServiceError where !Self.transient.contains(error.code) {
@@ -113,7 +126,9 @@ public final class Dispatcher: Sendable {
 
     /// Resolves the audience and commits the send (``Outbox/enqueue(id:sender:targetUser:targetTag:payloads:targets:retryWindow:hub:scheduled:)``).
     /// nil when a scheduled send was cancelled (or made) meanwhile.
-    private func make(_ request: SendRequest, id: String, scheduled: Bool, requestID: String, logger: Logger) async throws -> Outcome? {
+    private func make(_ request: SendRequest, id: String, scheduled: Bool, requestID: String, logger: Logger)
+        async throws -> Outcome?
+    {
         // Times (TTLs) count from when the send is made.
         let sentAt = unixMillis()
         let tag = request.targetUser.isEmpty ? request.targetTag : "username:\(request.targetUser)"
@@ -122,7 +137,8 @@ public final class Dispatcher: Sendable {
         if request.templateSend {
             let rendering = Mutex(
                 TemplateAudience(
-                    properties: PushTemplate.Properties(request.templateProperties.map { ($0.name, $0.value) }), sentAt: sentAt))
+                    properties: PushTemplate.Properties(request.templateProperties.map { ($0.name, $0.value) }),
+                    sentAt: sentAt))
             try await registrations.streamAudience(
                 StreamAudienceRequest(tag: tag, hub: request.hub, broadcast: request.broadcast, templates: true),
                 requestID: requestID,
@@ -130,7 +146,9 @@ public final class Dispatcher: Sendable {
             ) { batch in
                 try rendering.withLock { try $0.add(batch.registrations) }
             }
-            let (payloads, targets, left, refusal) = rendering.withLock { ($0.payloads, $0.targets, $0.refusedDevices, $0.firstRefusal) }
+            let (payloads, targets, left, refusal) = rendering.withLock {
+                ($0.payloads, $0.targets, $0.refusedDevices, $0.firstRefusal)
+            }
             if let refusal {
                 // Nothing renders: the sender hears why (400). Some do: they are sent, the rest logged.
                 if payloads.isEmpty { throw refusal }
@@ -138,7 +156,8 @@ public final class Dispatcher: Sendable {
                     "template send: devices whose template cannot be rendered are left out",
                     metadata: ["herald.devices_left_out": "\(left)", "herald.reason": "\(refusal.message)"])
             }
-            return try await commit(request, id: id, scheduled: scheduled, payloads: payloads, targets: targets, logger: logger)
+            return try await commit(
+                request, id: id, scheduled: scheduled, payloads: payloads, targets: targets, logger: logger)
         }
         let prepared = try Self.prepare(request.payloads, sentAt: sentAt)
         let onlyPlatform = prepared.count == 1 ? prepared.keys.first! : Platform.unspecified
@@ -151,11 +170,13 @@ public final class Dispatcher: Sendable {
                 targets.append(Outbox.Target(registrationID: "", platform: onlyPlatform, handle: handle))
             }
             return try await commit(
-                request, id: id, scheduled: scheduled, payloads: Array(prepared.values), targets: targets, logger: logger)
+                request, id: id, scheduled: scheduled, payloads: Array(prepared.values), targets: targets,
+                logger: logger)
         }
         // A large audience spills to the outbox's staging table as it arrives (Outbox.stage), so
         // memory stays flat whatever its size; the commit takes the staged rows with the rest.
-        let audience = Mutex(SpillingAudience(notificationID: id, maxDevices: Int(request.maxDevices), threshold: audienceMemoryRows))
+        let audience = Mutex(
+            SpillingAudience(notificationID: id, maxDevices: Int(request.maxDevices), threshold: audienceMemoryRows))
         do {
             try await registrations.streamAudience(
                 StreamAudienceRequest(tag: tag, platform: onlyPlatform, hub: request.hub, broadcast: request.broadcast),
@@ -165,7 +186,8 @@ public final class Dispatcher: Sendable {
                 let found = batch.registrations.compactMap { registration -> Outbox.Target? in
                     guard prepared[registration.platform] != nil else { return nil }
                     return Outbox.Target(
-                        registrationID: registration.registrationID, platform: registration.platform, handle: registration.handle)
+                        registrationID: registration.registrationID, platform: registration.platform,
+                        handle: registration.handle)
                 }
                 // Batches arrive one at a time (each waits for the last to be handled), so the
                 // staged part is read and written back without a race.
@@ -200,7 +222,8 @@ public final class Dispatcher: Sendable {
         guard
             let (state, created) = try await outbox.enqueue(
                 id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
-                payloads: payloads, targets: audience, staged: staged, retryWindow: retryWindow, hub: Names.hub(request.hub),
+                payloads: payloads, targets: audience, staged: staged, retryWindow: retryWindow,
+                hub: Names.hub(request.hub),
                 scheduled: scheduled, originalBody: request.originalBody)
         else {
             logger.info("scheduled send not made: it was cancelled")
@@ -211,14 +234,18 @@ public final class Dispatcher: Sendable {
         } else {
             onEnqueue()
         }
-        logger.info("enqueued", metadata: ["herald.deliveries": "\(stagedCount + audience.count)", "herald.state": "\(state)"])
+        logger.info(
+            "enqueued", metadata: ["herald.deliveries": "\(stagedCount + audience.count)", "herald.state": "\(state)"])
         var counts: [Platform: PlatformOutcome] = [:]
         for (platform, count) in staged?.perPlatform ?? [:] {
             counts[platform, default: PlatformOutcome(platform: platform)].pending += Int64(count)
         }
-        for target in audience { counts[target.platform, default: PlatformOutcome(platform: target.platform)].pending += 1 }
+        for target in audience {
+            counts[target.platform, default: PlatformOutcome(platform: target.platform)].pending += 1
+        }
         return Outcome(
-            notificationID: id, state: state, platforms: counts.values.sorted { $0.platform.rawValue < $1.platform.rawValue },
+            notificationID: id, state: state,
+            platforms: counts.values.sorted { $0.platform.rawValue < $1.platform.rawValue },
             createdAtUnixMs: created, sender: request.sender, hub: Names.hub(request.hub),
             finishedAtUnixMs: audience.isEmpty && stagedCount == 0 ? unixMillis() : 0)
     }
@@ -227,14 +254,16 @@ public final class Dispatcher: Sendable {
     /// of registered ones.
     private func checkHandles(_ request: SendRequest, requestID: String) async throws {
         guard request.payloads.count == 1 else {
-            throw ServiceError.invalidArgument("a send to device_handles takes exactly one payload, for the handles' platform")
+            throw ServiceError.invalidArgument(
+                "a send to device_handles takes exactly one payload, for the handles' platform")
         }
         guard request.deviceHandles.count <= Self.maxDirectHandles else {
             throw ServiceError.invalidArgument(
                 "at most \(Self.maxDirectHandles) device handles per send, got \(request.deviceHandles.count)")
         }
         _ = try await registrations.checkHandles(
-            CheckHandlesRequest(platform: request.payloads[0].platform, handles: request.deviceHandles), requestID: requestID)
+            CheckHandlesRequest(platform: request.payloads[0].platform, handles: request.deviceHandles),
+            requestID: requestID)
     }
 
     /// Each payload checked against its provider's rules, with its delivery options resolved.

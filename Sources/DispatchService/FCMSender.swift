@@ -28,7 +28,8 @@ public struct FCMServiceAccount: Sendable, Decodable {
     public init(json: [UInt8]) throws {
         do { self = try JSONDecoder().decode(Self.self, from: Data(json)) } catch {
             throw ConfigError(
-                "the FCM service-account file is not a service-account key (project_id, private_key, client_email, token_uri)")
+                "the FCM service-account file is not a service-account key (project_id, private_key, client_email, token_uri)"
+            )
         }
     }
 }
@@ -75,7 +76,8 @@ enum OAuthToken {
         var description: String
     }
 
-    static func fetch(client: HTTPClient, url: String, timeout: Duration, now: Int64, form: [(String, String)]) async throws
+    static func fetch(client: HTTPClient, url: String, timeout: Duration, now: Int64, form: [(String, String)])
+        async throws
         -> AccessTokenCache.Token
     {
         var request = HTTPClientRequest(url: url)
@@ -113,7 +115,9 @@ public struct FCMSender: PushSender {
     public let tokens: AccessTokenCache
     public let timeout: Duration
 
-    public init(baseURL: String, projectID: String, client: PushClient, tokens: AccessTokenCache, timeout: Duration) throws {
+    public init(baseURL: String, projectID: String, client: PushClient, tokens: AccessTokenCache, timeout: Duration)
+        throws
+    {
         self.baseURL = baseURL
         self.projectID = projectID
         pool = try client.pool(url: baseURL)
@@ -159,7 +163,8 @@ public struct FCMSender: PushSender {
         if !item.payload.options.collapseID.isEmpty { android["collapse_key"] = item.payload.options.collapseID }
         message["android"] = android
         message["token"] = item.handle
-        return Array((try? JSONSerialization.data(withJSONObject: ["message": message], options: [.sortedKeys])) ?? Data())
+        return Array(
+            (try? JSONSerialization.data(withJSONObject: ["message": message], options: [.sortedKeys])) ?? Data())
     }
 
     public func send(_ items: [PushItem]) async -> [PushResult] {
@@ -185,7 +190,9 @@ public struct FCMSender: PushSender {
             let noHTTP2 = answers.contains { if case .failed(HTTP2Pool.noHTTP2) = $0 { true } else { false } }
             if !noHTTP2 {
                 let results = PushHTTP.results(answers, classify: Self.classify)
-                if results.contains(where: { if case .retry(401, _, _) = $0 { true } else { false } }) { await tokens.invalidate(bearer) }
+                if results.contains(where: { if case .retry(401, _, _) = $0 { true } else { false } }) {
+                    await tokens.invalidate(bearer)
+                }
                 return results
             }
         }
@@ -216,7 +223,9 @@ public struct FCMSender: PushSender {
     static func classify(_ answer: PushHTTP.Answer) -> PushResult {
         let error = answer.json?["error"] as? [String: Any]
         let details = error?["details"] as? [[String: Any]] ?? []
-        let code = details.compactMap { $0["errorCode"] as? String }.first ?? error?["status"] as? String ?? "HTTP \(answer.status)"
+        let code =
+            details.compactMap { $0["errorCode"] as? String }.first ?? error?["status"] as? String
+            ?? "HTTP \(answer.status)"
         switch (answer.status, code) {
         case (200, _): return .delivered(status: 200)
         case (_, "UNREGISTERED"): return .unregistered(status: answer.status, reason: code, since: 0)

@@ -65,7 +65,8 @@ public final class HTTP2Pool: Sendable {
 
     /// `url`: `https://host[:port]` (or `http://` for a cleartext HTTP/2 double). `tls`: the client
     /// context (ALPN must offer h2).
-    public init(url: String, tls: NIOSSLContext?, connections: Int = 2, connectTimeout: Duration = .seconds(10)) throws {
+    public init(url: String, tls: NIOSSLContext?, connections: Int = 2, connectTimeout: Duration = .seconds(10)) throws
+    {
         guard let parsed = Self.parse(url) else { throw HTTP2PoolError("not an http(s)://host[:port] URL") }
         (scheme, host, port) = parsed
         let defaultPort = scheme == "https" ? 443 : 80
@@ -99,7 +100,9 @@ public final class HTTP2Pool: Sendable {
                 }
                 break
             }
-            if let answers = await connection.send(requests, timeout: .nanoseconds(timeout.wholeNanoseconds)) { return answers }
+            if let answers = await connection.send(requests, timeout: .nanoseconds(timeout.wholeNanoseconds)) {
+                return answers
+            }
         }
         return Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
     }
@@ -188,9 +191,12 @@ public final class HTTP2Pool: Sendable {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let coalescer = FlushCoalescer()
-                    let connection = HTTP2Connection(eventLoop: channel.eventLoop, waitsForALPN: tls != nil, coalescer: coalescer)
+                    let connection = HTTP2Connection(
+                        eventLoop: channel.eventLoop, waitsForALPN: tls != nil, coalescer: coalescer)
                     let pipeline = channel.pipeline.syncOperations
-                    if let tls { try pipeline.addHandler(try NIOSSLClientHandler(context: tls, serverHostname: sniName)) }
+                    if let tls {
+                        try pipeline.addHandler(try NIOSSLClientHandler(context: tls, serverHostname: sniName))
+                    }
                     try pipeline.addHandler(coalescer)
                     try pipeline.addHandler(
                         NIOHTTP2Handler(
@@ -379,12 +385,16 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
             let written = eventLoop.makePromise(of: Void.self)
             written.futureResult.whenFailure { [weak self] _ in self?.finish(id, .failed(reason: "ConnectionError")) }
             context.write(
-                wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: !hasBody)))),
+                wrapOutboundOut(
+                    HTTP2Frame(
+                        streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: !hasBody)))),
                 promise: hasBody ? nil : written)
             if hasBody {
                 context.write(
                     wrapOutboundOut(
-                        HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(request.body), endStream: true)))),
+                        HTTP2Frame(
+                            streamID: streamID, payload: .data(.init(data: .byteBuffer(request.body), endStream: true)))
+                    ),
                     promise: written)
             }
             context.flush()
@@ -468,7 +478,8 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
             if unacknowledged >= 32768 {
                 // The connection's receive window is ours to give back (there is no stream multiplexer).
                 context.writeAndFlush(
-                    wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unacknowledged))),
+                    wrapOutboundOut(
+                        HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unacknowledged))),
                     promise: nil)
                 unacknowledged = 0
             }

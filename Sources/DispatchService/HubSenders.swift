@@ -36,10 +36,13 @@ public enum PlatformCredentials: Sendable {
 
     /// Parses a hub's settings; INVALID_ARGUMENT names the setting, never a secret's content.
     public static func parse(platform: Platform, settings: [String: String]) throws -> PlatformCredentials {
-        guard let names = settingNames[platform] else { throw ServiceError.invalidArgument("platform must be apns, fcm, wns or browser") }
+        guard let names = settingNames[platform] else {
+            throw ServiceError.invalidArgument("platform must be apns, fcm, wns or browser")
+        }
         for name in settings.keys where !names.required.contains(name) && !names.optional.contains(name) {
             throw ServiceError.invalidArgument(
-                "unknown \(platform.name) setting \(name): use \((names.required + names.optional).joined(separator: ", "))")
+                "unknown \(platform.name) setting \(name): use \((names.required + names.optional).joined(separator: ", "))"
+            )
         }
         for name in names.required where (settings[name] ?? "").isEmpty {
             throw ServiceError.invalidArgument(
@@ -55,7 +58,8 @@ public enum PlatformCredentials: Sendable {
             return .apns(
                 APNsCredentials(
                     keyPEM: value("key"), keyID: value("key-id"), teamID: value("team-id"), topic: value("topic"),
-                    baseURL: settings["url"] ?? (environment == "production" ? APNsCredentials.production : APNsCredentials.sandbox)))
+                    baseURL: settings["url"]
+                        ?? (environment == "production" ? APNsCredentials.production : APNsCredentials.sandbox)))
         case .fcm:
             let account: FCMServiceAccount
             do { account = try FCMServiceAccount(json: Array(value("service-account").utf8)) } catch {
@@ -64,7 +68,8 @@ public enum PlatformCredentials: Sendable {
             return .fcm(account: account, url: settings["url"] ?? FCMSender.production, tokenURL: settings["token-url"])
         case .wns:
             return .wns(
-                clientID: value("client-id"), clientSecret: value("client-secret").trimmingCharacters(in: .whitespacesAndNewlines),
+                clientID: value("client-id"),
+                clientSecret: value("client-secret").trimmingCharacters(in: .whitespacesAndNewlines),
                 tokenURL: settings["token-url"] ?? WNSAccessToken.production)
         default:
             let subject = value("subject")
@@ -83,21 +88,25 @@ public enum PlatformCredentials: Sendable {
         switch self {
         case .apns(let credentials):
             let token = try await checked("the APNs key is not a P-256 private key in PEM (the .p8 file)") {
-                try await APNsProviderToken(keyPEM: credentials.keyPEM, keyID: credentials.keyID, teamID: credentials.teamID)
+                try await APNsProviderToken(
+                    keyPEM: credentials.keyPEM, keyID: credentials.keyID, teamID: credentials.teamID)
             }
             return try await checked("the APNs url is not an https://host[:port] URL") {
                 try APNsSender(credentials: credentials, client: client, token: token, timeout: timeout)
             }
         case .fcm(let account, let url, let tokenURL):
             let tokens = try await checked("the FCM service account's private_key is not an RSA private key in PEM") {
-                try await FCMAccessToken.cache(account: account, tokenURL: tokenURL, client: client.http, timeout: timeout)
+                try await FCMAccessToken.cache(
+                    account: account, tokenURL: tokenURL, client: client.http, timeout: timeout)
             }
             return try await checked("the FCM url is not an https://host[:port] URL") {
-                try FCMSender(baseURL: url, projectID: account.projectID, client: client, tokens: tokens, timeout: timeout)
+                try FCMSender(
+                    baseURL: url, projectID: account.projectID, client: client, tokens: tokens, timeout: timeout)
             }
         case .wns(let clientID, let clientSecret, let tokenURL):
             let tokens = WNSAccessToken.cache(
-                clientID: clientID, clientSecret: clientSecret, tokenURL: tokenURL, client: client.http, timeout: timeout)
+                clientID: clientID, clientSecret: clientSecret, tokenURL: tokenURL, client: client.http,
+                timeout: timeout)
             return WNSSender(client: client.http, tokens: tokens, timeout: timeout)
         case .webPush(let keyPEM, let subject):
             let vapid = try await checked("the VAPID key is not a P-256 private key in PEM") {
@@ -134,7 +143,8 @@ public struct HubCredentialStore: Sendable {
     public init(postgres: HeraldPostgres) { storage = .postgres(postgres) }
 
     public func set(hub: String, platform: Platform, settings: [String: String]) async throws {
-        let json = String(decoding: try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]), as: UTF8.self)
+        let json = String(
+            decoding: try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]), as: UTF8.self)
         let at = unixMillis()
         switch storage {
         case .sqlite(let db):
@@ -163,7 +173,9 @@ public struct HubCredentialStore: Sendable {
                 if platform == .unspecified {
                     try db.execute(sql: "DELETE FROM hub_credential WHERE hub = ?", arguments: [hub])
                 } else {
-                    try db.execute(sql: "DELETE FROM hub_credential WHERE hub = ? AND platform = ?", arguments: [hub, platform.rawValue])
+                    try db.execute(
+                        sql: "DELETE FROM hub_credential WHERE hub = ? AND platform = ?",
+                        arguments: [hub, platform.rawValue])
                 }
                 return db.changesCount
             }
@@ -175,20 +187,25 @@ public struct HubCredentialStore: Sendable {
         }
     }
 
-    public func all() async throws -> [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)] {
+    public func all() async throws -> [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)]
+    {
         @Sendable func settings(_ text: String) -> [String: String] {
             (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: String] ?? [:]
         }
         switch storage {
         case .sqlite(let db):
             return try await db.read { db in
-                try Row.fetchAll(db, sql: "SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform").map {
+                try Row.fetchAll(
+                    db, sql: "SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform"
+                ).map {
                     row in
                     (row["hub"], Platform(rawValue: row["platform"]), settings(row["settings"]), row["updated_at"])
                 }
             }
         case .postgres(let db):
-            return try await db.rows("SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform").map { row in
+            return try await db.rows(
+                "SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform"
+            ).map { row in
                 let (hub, platform, text, updatedAt) = try row.decode((String, Int32, String, Int64).self)
                 return (hub, Platform(rawValue: platform), settings(text), updatedAt)
             }
@@ -212,7 +229,8 @@ public final class HubSenders: Sendable {
     private let recordOnly: Bool
 
     public init(
-        defaults: [Platform: any PushSender], inbox: InboxProvider, client: PushClient?, timeout: Duration, recordOnly: Bool = false
+        defaults: [Platform: any PushSender], inbox: InboxProvider, client: PushClient?, timeout: Duration,
+        recordOnly: Bool = false
     ) {
         self.defaults = defaults
         self.inbox = inbox
@@ -234,7 +252,9 @@ public final class HubSenders: Sendable {
             throw ServiceError.failedPrecondition(
                 "the hub default uses the deployment's own credentials (herald-dispatch's settings); set them there")
         }
-        guard let client else { throw ServiceError(.unimplemented, "no push client: hub credentials are not served here") }
+        guard let client else {
+            throw ServiceError(.unimplemented, "no push client: hub credentials are not served here")
+        }
         let made = try await credentials.makeSender(client: client, timeout: timeout)
         let sender: any PushSender = recordOnly ? inbox : made
         hubs.withLock { $0[hub, default: [:]][credentials.platform] = (sender, credentials.summary, updatedAt) }
@@ -245,21 +265,26 @@ public final class HubSenders: Sendable {
     /// call it at start and then periodically, to pick up credentials set through another replica.
     /// A hub's bad credentials do not stop the other hubs' deliveries: they are logged, and that
     /// hub's pushes fail with NoCredentials.
-    public func load(_ stored: [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)], logger: Logger) async {
+    public func load(
+        _ stored: [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)], logger: Logger
+    ) async {
         let current = hubs.withLock { hubs in
             Set(hubs.flatMap { hub, platforms in platforms.map { "\(hub)/\($0.key.rawValue)/\($0.value.updatedAt)" } })
         }
         for credentials in stored {
-            guard !current.contains("\(credentials.hub)/\(credentials.platform.rawValue)/\(credentials.updatedAt)") else { continue }
+            guard !current.contains("\(credentials.hub)/\(credentials.platform.rawValue)/\(credentials.updatedAt)")
+            else { continue }
             do {
                 try await set(
-                    hub: credentials.hub, try PlatformCredentials.parse(platform: credentials.platform, settings: credentials.settings),
+                    hub: credentials.hub,
+                    try PlatformCredentials.parse(platform: credentials.platform, settings: credentials.settings),
                     updatedAt: credentials.updatedAt)
             } catch {
                 logger.error(
                     "hub credentials unusable",
                     metadata: [
-                        "herald.hub": "\(credentials.hub)", "herald.platform": "\(credentials.platform.name)", "herald.error": "\(error)",
+                        "herald.hub": "\(credentials.hub)", "herald.platform": "\(credentials.platform.name)",
+                        "herald.error": "\(error)",
                     ])
             }
         }
@@ -284,11 +309,13 @@ public final class HubSenders: Sendable {
         [Platform.apns, .fcm, .wns, .browser].map { platform in
             if hub == Names.defaultHub {
                 let inboxOnly = defaults[platform] is InboxProvider
-                return HubPlatformCredentials(platform: platform, source: inboxOnly ? "inbox" : "deployment", summary: "")
+                return HubPlatformCredentials(
+                    platform: platform, source: inboxOnly ? "inbox" : "deployment", summary: "")
             }
             if let own = hubs.withLock({ $0[hub]?[platform] }) {
                 return HubPlatformCredentials(
-                    platform: platform, source: recordOnly ? "inbox" : "hub", summary: own.summary, updatedAtUnixMs: own.updatedAt)
+                    platform: platform, source: recordOnly ? "inbox" : "hub", summary: own.summary,
+                    updatedAtUnixMs: own.updatedAt)
             }
             return HubPlatformCredentials(
                 platform: platform, source: defaults[platform] is InboxProvider ? "inbox" : "missing", summary: "")
@@ -302,7 +329,11 @@ public final class HubSenders: Sendable {
         var local: [Platform] = []
         var remote: [Platform] = []
         for platform in [Platform.apns, .fcm, .wns, .browser] {
-            if defaults[platform] is InboxProvider, !own.contains(platform) { local.append(platform) } else { remote.append(platform) }
+            if defaults[platform] is InboxProvider, !own.contains(platform) {
+                local.append(platform)
+            } else {
+                remote.append(platform)
+            }
         }
         return (local, remote)
     }

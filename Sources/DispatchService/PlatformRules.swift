@@ -16,18 +16,23 @@ public enum PlatformRules {
     public static func prepare(_ payload: NativePayload, sentAt: Int64 = unixMillis()) throws -> OutboxPayload {
         var options = try resolve(payload)
         guard payload.ttlSeconds >= 0, payload.ttlSeconds <= PushLimits.maxTTLSeconds else {
-            throw ServiceError.invalidArgument("ttl_seconds must be between 0 and \(PushLimits.maxTTLSeconds) (28 days)")
+            throw ServiceError.invalidArgument(
+                "ttl_seconds must be between 0 and \(PushLimits.maxTTLSeconds) (28 days)")
         }
         let collapse = payload.collapseID
         switch payload.platform {
         case .apns:
-            guard collapse.utf8.count <= 64 else { throw ServiceError.invalidArgument("an APNs collapse id is at most 64 bytes") }
+            guard collapse.utf8.count <= 64 else {
+                throw ServiceError.invalidArgument("an APNs collapse id is at most 64 bytes")
+            }
         case .browser:
             guard collapse.utf8.count <= 32, collapse.utf8.allSatisfy({ Self.isBase64URL($0) }) else {
                 throw ServiceError.invalidArgument("a Web Push topic is at most 32 URL-safe base64 characters")
             }
         default:
-            guard collapse.utf8.count <= 128 else { throw ServiceError.invalidArgument("collapse_id is at most 128 bytes") }
+            guard collapse.utf8.count <= 128 else {
+                throw ServiceError.invalidArgument("collapse_id is at most 128 bytes")
+            }
         }
         options.expiresAtUnixMs = payload.ttlSeconds == 0 ? 0 : sentAt + payload.ttlSeconds * 1000
         options.collapseID = collapse
@@ -36,7 +41,8 @@ public enum PlatformRules {
 
     private static func isBase64URL(_ c: UInt8) -> Bool {
         switch c {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"),
             UInt8(ascii: "-"), UInt8(ascii: "_"):
             true
         default: false
@@ -58,16 +64,19 @@ public enum PlatformRules {
             guard priority == 5 || priority == 10, !(type == "background" && priority == 10) else {
                 throw ServiceError.invalidArgument("APNs priority must be 10 or 5, and 5 for background pushes")
             }
-            return DeliveryOptions(pushType: type, priority: priority, contentType: contentType(payload, "application/json"))
+            return DeliveryOptions(
+                pushType: type, priority: priority, contentType: contentType(payload, "application/json"))
         case .fcm:
             try limit(size, 4096, "FCM")
             // The body is an FCM v1 message without its target ({"data":…} and/or {"notification":…}):
             // the sender adds the token.
             guard let object = try? JSONSerialization.jsonObject(with: Data(payload.body)) as? [String: Any] else {
-                throw ServiceError.invalidArgument("an FCM payload is a JSON object (an FCM v1 message without \"token\")")
+                throw ServiceError.invalidArgument(
+                    "an FCM payload is a JSON object (an FCM v1 message without \"token\")")
             }
             guard object["token"] == nil, object["topic"] == nil, object["condition"] == nil else {
-                throw ServiceError.invalidArgument("an FCM payload must not name its target (token, topic or condition)")
+                throw ServiceError.invalidArgument(
+                    "an FCM payload must not name its target (token, topic or condition)")
             }
             return DeliveryOptions(contentType: contentType(payload, "application/json"))
         case .wns:
@@ -92,7 +101,9 @@ public enum PlatformRules {
     }
 
     private static func limit(_ size: Int, _ max: Int, _ name: String) throws {
-        guard size <= max else { throw ServiceError.invalidArgument("\(name) payload is \(size) bytes; the limit is \(max)") }
+        guard size <= max else {
+            throw ServiceError.invalidArgument("\(name) payload is \(size) bytes; the limit is \(max)")
+        }
     }
 
     private static func contentType(_ payload: NativePayload, _ fallback: String) -> String {

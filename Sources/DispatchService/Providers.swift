@@ -26,7 +26,8 @@ public protocol SingleRequestSender: PushSender {
 extension SingleRequestSender {
     public func send(_ items: [PushItem]) async -> [PushResult] {
         await withTaskGroup(of: (Int, PushResult).self) { group in
-            var results = [PushResult](repeating: .retry(status: 0, reason: "NotAttempted", after: nil), count: items.count)
+            var results = [PushResult](
+                repeating: .retry(status: 0, reason: "NotAttempted", after: nil), count: items.count)
             var next = 0
             func start(_ index: Int) {
                 group.addTask { (index, await self.send(items[index])) }
@@ -115,7 +116,8 @@ public struct InboxProvider: PushSender {
     private func record(_ items: [PushItem]) async throws {
         switch storage {
         case .sqlite(let db): try await db.write { db in try write(items, in: db) }
-        case .postgres(let db): try await db.transaction { connection in try await write(items, on: connection, logger: db.logger) }
+        case .postgres(let db):
+            try await db.transaction { connection in try await write(items, on: connection, logger: db.logger) }
         }
     }
 
@@ -129,7 +131,8 @@ public struct InboxProvider: PushSender {
                 """)
         for (item, shared) in Self.encoded(items) {
             try insert.execute(arguments: [
-                item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers, shared.body, now,
+                item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers,
+                shared.body, now,
             ])
         }
     }
@@ -159,7 +162,8 @@ public struct InboxProvider: PushSender {
                 return (item, (cached.headers, cached.body))
             }
             let shared = (
-                notificationID: item.notificationID, headers: Self.encode(Self.headers(item.payload)), body: Data(item.payload.body)
+                notificationID: item.notificationID, headers: Self.encode(Self.headers(item.payload)),
+                body: Data(item.payload.body)
             )
             encoded[item.platform] = shared
             return (item, (shared.headers, shared.body))
@@ -195,7 +199,8 @@ public struct InboxProvider: PushSender {
         case .sqlite(let db):
             return try HeraldDatabase.deleteInBatches(
                 db, batch: 10000,
-                sql: "DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < ? LIMIT 10000)",
+                sql:
+                    "DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < ? LIMIT 10000)",
                 arguments: [before])
         case .postgres(let db):
             return try await db.deleteInBatches(batch: 10000) {
@@ -264,11 +269,14 @@ public struct InboxProvider: PushSender {
             WHERE \(unescaped: condition)\(bound) AND (\(handle) = '' OR handle = \(handle)) ORDER BY \(unescaped: order) LIMIT \(Int64(limit))
             """)
         return try rows.map { row in
-            let (sequence, notificationID, registrationID, platform, handle, headers, payload, recordedAt) = try row.decode(
-                (Int64, String, String, Int32, String, String, ByteBuffer, Int64).self)
+            let (sequence, notificationID, registrationID, platform, handle, headers, payload, recordedAt) =
+                try row.decode(
+                    (Int64, String, String, Int32, String, String, ByteBuffer, Int64).self)
             return InboxEntry(
-                sequence: sequence, notificationID: notificationID, registrationID: registrationID, platform: Platform(rawValue: platform),
-                handle: handle, headers: Self.decode(headers), payload: Array(buffer: payload), recordedAtUnixMs: recordedAt)
+                sequence: sequence, notificationID: notificationID, registrationID: registrationID,
+                platform: Platform(rawValue: platform),
+                handle: handle, headers: Self.decode(headers), payload: Array(buffer: payload),
+                recordedAtUnixMs: recordedAt)
         }
     }
 }

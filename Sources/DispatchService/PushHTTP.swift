@@ -48,8 +48,11 @@ public enum PushHTTP {
         do {
             let response = try await client.execute(request, timeout: .nanoseconds(timeout.wholeNanoseconds))
             let body = try await response.body.collect(upTo: 64 * 1024)
-            return .success(Answer(status: Int(response.status.code), headers: response.headers, body: Array(buffer: body)))
-        } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
+            return .success(
+                Answer(status: Int(response.status.code), headers: response.headers, body: Array(buffer: body)))
+        } catch let error as HTTPClientError
+            where error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout
+        {
             return .failure(TransportFailure(reason: "Timeout"))
         } catch {
             return .failure(TransportFailure(reason: "ConnectionError"))
@@ -93,7 +96,10 @@ public enum PushHTTP {
             case .failed(let reason): .retry(status: 0, reason: reason, after: nil)
             case .answered(200, _, _): .delivered(status: 200)
             case .answered(let status, let headers, let body):
-                classify(Answer(status: status, headers: HTTPHeaders(headers.map { ($0.name, $0.value) }), body: Array(buffer: body)))
+                classify(
+                    Answer(
+                        status: status, headers: HTTPHeaders(headers.map { ($0.name, $0.value) }),
+                        body: Array(buffer: body)))
             }
         }
     }
@@ -157,7 +163,9 @@ public actor AccessTokenCache {
     private var inFlight: Task<Token, any Error>?
 
     /// `now`: Unix seconds (injected by tests).
-    public init(now: @escaping @Sendable () -> Int64 = { unixSeconds() }, fetch: @escaping @Sendable () async throws -> Token) {
+    public init(
+        now: @escaping @Sendable () -> Int64 = { unixSeconds() }, fetch: @escaping @Sendable () async throws -> Token
+    ) {
         self.fetch = fetch
         self.now = now
     }

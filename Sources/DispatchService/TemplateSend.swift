@@ -38,7 +38,8 @@ struct TemplateAudience {
                 var payload: OutboxPayload
                 do {
                     payload = try Self.render(
-                        registration.templateJson, name: registration.templateName, platform: registration.platform, properties,
+                        registration.templateJson, name: registration.templateName, platform: registration.platform,
+                        properties,
                         sentAt: sentAt)
                 } catch let error as ServiceError {
                     refused[registration.platform, default: []].insert(registration.templateJson)
@@ -52,7 +53,8 @@ struct TemplateAudience {
             }
             targets.append(
                 Outbox.Target(
-                    registrationID: registration.registrationID, platform: registration.platform, handle: registration.handle,
+                    registrationID: registration.registrationID, platform: registration.platform,
+                    handle: registration.handle,
                     variant: variant))
         }
     }
@@ -89,11 +91,15 @@ struct TemplateAudience {
                     guard let seconds = TimeValue.unixSeconds(expiration) else {
                         throw refuse("apns-expiration is a UNIX time in seconds, 0 to \(TimeValue.maxUnixSeconds)")
                     }
-                    native.ttlSeconds = TimeValue.secondsUntil(unixSeconds: seconds, nowMillis: sentAt, cap: PushLimits.maxTTLSeconds)
+                    native.ttlSeconds = TimeValue.secondsUntil(
+                        unixSeconds: seconds, nowMillis: sentAt, cap: PushLimits.maxTTLSeconds)
                 } else if let expiry = object["expiry"] as? String, !expiry.isEmpty {
-                    guard let seconds = NHTime.parse(try PushTemplate.renderValue(expiry, properties)).flatMap(TimeValue.unixSeconds)
+                    guard
+                        let seconds = NHTime.parse(try PushTemplate.renderValue(expiry, properties)).flatMap(
+                            TimeValue.unixSeconds)
                     else { throw refuse("expiry is not a W3C date") }
-                    native.ttlSeconds = TimeValue.secondsUntil(unixSeconds: seconds, nowMillis: sentAt, cap: PushLimits.maxTTLSeconds)
+                    native.ttlSeconds = TimeValue.secondsUntil(
+                        unixSeconds: seconds, nowMillis: sentAt, cap: PushLimits.maxTTLSeconds)
                 }
             case .wns:
                 let type = headers["x-wns-type"]?.lowercased() ?? Self.inferredWNSType(rendered)
@@ -110,7 +116,8 @@ struct TemplateAudience {
                 if let wrapped = try? JSONSerialization.jsonObject(with: Data(rendered)) as? [String: Any],
                     let message = wrapped["message"] as? [String: Any]
                 {
-                    native.body = Array(try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
+                    native.body = Array(
+                        try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
                 }
             default:
                 break

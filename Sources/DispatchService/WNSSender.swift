@@ -48,17 +48,24 @@ public struct WNSSender: SingleRequestSender {
 
     public func send(_ item: PushItem) async -> PushResult {
         let bearer: String
-        do { bearer = try await tokens.token() } catch { return .retry(status: 0, reason: "AccessTokenUnavailable", after: nil) }
+        do { bearer = try await tokens.token() } catch {
+            return .retry(status: 0, reason: "AccessTokenUnavailable", after: nil)
+        }
         var request = HTTPClientRequest(url: item.handle)
         request.method = .POST
         request.headers.add(name: "authorization", value: "Bearer \(bearer)")
         let options = item.payload.options
         for header in Self.headers(for: options) { request.headers.add(name: header.name, value: header.value) }
-        if let left = options.secondsLeft(now: unixMillis()) { request.headers.add(name: "x-wns-ttl", value: String(max(1, left))) }
-        if !options.collapseID.isEmpty { request.headers.add(name: "x-wns-tag", value: String(options.collapseID.prefix(16))) }
+        if let left = options.secondsLeft(now: unixMillis()) {
+            request.headers.add(name: "x-wns-ttl", value: String(max(1, left)))
+        }
+        if !options.collapseID.isEmpty {
+            request.headers.add(name: "x-wns-tag", value: String(options.collapseID.prefix(16)))
+        }
         request.body = .bytes(ByteBuffer(bytes: item.payload.body))
         return await PushHTTP.send(client, request, timeout: timeout) { answer in
-            let status = answer.headers.first(name: "x-wns-error-description") ?? answer.headers.first(name: "x-wns-status")
+            let status =
+                answer.headers.first(name: "x-wns-error-description") ?? answer.headers.first(name: "x-wns-status")
             let reason = status.map { "HTTP \(answer.status) \($0)" } ?? "HTTP \(answer.status)"
             switch answer.status {
             case 200: return .delivered(status: 200)

@@ -30,8 +30,10 @@ public enum WebPushEncryption {
         let ikm = HKDF<SHA256>.expand(pseudoRandomKey: prkKey, info: keyInfo, outputByteCount: 32)
         // CEK and nonce from the salt (RFC 8188 §2.2, §2.3).
         let prk = HKDF<SHA256>.extract(inputKeyMaterial: ikm, salt: salt)
-        let cek = HKDF<SHA256>.expand(pseudoRandomKey: prk, info: Array("Content-Encoding: aes128gcm".utf8) + [0], outputByteCount: 16)
-        let nonce = HKDF<SHA256>.expand(pseudoRandomKey: prk, info: Array("Content-Encoding: nonce".utf8) + [0], outputByteCount: 12)
+        let cek = HKDF<SHA256>.expand(
+            pseudoRandomKey: prk, info: Array("Content-Encoding: aes128gcm".utf8) + [0], outputByteCount: 16)
+        let nonce = HKDF<SHA256>.expand(
+            pseudoRandomKey: prk, info: Array("Content-Encoding: nonce".utf8) + [0], outputByteCount: 12)
         // One record: plaintext, then the last-record delimiter 0x02, no further padding.
         let sealed = try AES.GCM.seal(
             plaintext + [2], using: cek, nonce: AES.GCM.Nonce(data: nonce.withUnsafeBytes { Array($0) }))
@@ -66,7 +68,8 @@ public actor VAPID {
     private let now: @Sendable () -> Int64
     private var cached: [String: (token: String, expires: Int64)] = [:]
 
-    public init(keyPEM: String, subject: String, now: @escaping @Sendable () -> Int64 = { unixSeconds() }) async throws {
+    public init(keyPEM: String, subject: String, now: @escaping @Sendable () -> Int64 = { unixSeconds() }) async throws
+    {
         let key = try P256.Signing.PrivateKey(pemRepresentation: keyPEM)
         await keys.add(ecdsa: try ES256PrivateKey(pem: keyPEM))
         publicKey = Base64URL.encode(key.publicKey.x963Representation)
@@ -77,7 +80,9 @@ public actor VAPID {
     /// The `Authorization` header value for an endpoint: `vapid t=<jwt>,k=<public key>` (no space after the comma, as the reference
     /// py-vapid writes and parses it).
     public func authorization(for endpoint: URL) async throws -> String {
-        guard let scheme = endpoint.scheme, let host = endpoint.host else { throw ServiceError.invalidArgument("bad endpoint") }
+        guard let scheme = endpoint.scheme, let host = endpoint.host else {
+            throw ServiceError.invalidArgument("bad endpoint")
+        }
         let audience = endpoint.port.map { "\(scheme)://\(host):\($0)" } ?? "\(scheme)://\(host)"
         let at = now()
         if let entry = cached[audience], entry.expires - 3600 > at { return "vapid t=\(entry.token),k=\(publicKey)" }
@@ -126,7 +131,8 @@ public struct WebPushSender: SingleRequestSender {
         let authorization: String
         do {
             subscription = try WebPushSubscription(handle: item.handle)
-            body = try WebPushEncryption.encrypt(item.payload.body, p256dh: subscription.p256dh, auth: subscription.auth)
+            body = try WebPushEncryption.encrypt(
+                item.payload.body, p256dh: subscription.p256dh, auth: subscription.auth)
             authorization = try await vapid.authorization(for: subscription.endpoint)
         } catch {
             return .failed(status: 0, reason: "InvalidSubscription")

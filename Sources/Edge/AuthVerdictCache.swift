@@ -90,7 +90,9 @@ public final class AuthVerdictCache: Sendable {
         let key = key(request)
         let now = self.now()
         return state.withLock { state in
-            guard let generation = Self.generation(&state, paths: paths, now: now) else { return .miss(key: key, generation: nil) }
+            guard let generation = Self.generation(&state, paths: paths, now: now) else {
+                return .miss(key: key, generation: nil)
+            }
             if let entry = state.entries[key] {
                 if entry.generation == generation, entry.until > now { return .hit(entry.answer) }
                 state.entries[key] = nil
@@ -109,8 +111,10 @@ public final class AuthVerdictCache: Sendable {
         return hasher.finalize().withUnsafeBytes { digest in
             Key(
                 words: (
-                    digest.loadUnaligned(fromByteOffset: 0, as: UInt64.self), digest.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
-                    digest.loadUnaligned(fromByteOffset: 16, as: UInt64.self), digest.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
+                    digest.loadUnaligned(fromByteOffset: 0, as: UInt64.self),
+                    digest.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
+                    digest.loadUnaligned(fromByteOffset: 16, as: UInt64.self),
+                    digest.loadUnaligned(fromByteOffset: 24, as: UInt64.self)
                 ))
         }
     }

@@ -194,11 +194,15 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
         let answer: EdgeError =
             switch parseError {
             case .headerOverflow:
-                EdgeError(.init(code: 431, reasonPhrase: "Request Header Fields Too Large"), "the request head is larger than the limit")
+                EdgeError(
+                    .init(code: 431, reasonPhrase: "Request Header Fields Too Large"),
+                    "the request head is larger than the limit")
             default:
                 EdgeError(.badRequest, "the request is not valid HTTP/1.1 (\(parseError))")
             }
-        logger.info("refused a malformed request", metadata: ["herald.error": "\(parseError)", "herald.status": "\(answer.status.code)"])
+        logger.info(
+            "refused a malformed request",
+            metadata: ["herald.error": "\(parseError)", "herald.status": "\(answer.status.code)"])
         disarm()
         var fields = answer.headerFields(requestID: newRequestID())
         let body = answer.jsonBody()

@@ -72,17 +72,25 @@ public struct EdgeConfig: Sendable {
         headerTimeout = .seconds(headerSeconds)
         bodyTimeout = .seconds(bodySeconds)
         let graceMilliseconds = try reader.int("drain-idle-grace-ms", default: 1000)
-        guard (0...60000).contains(graceMilliseconds) else { throw ConfigError("drain-idle-grace-ms must be 0...60000") }
+        guard (0...60000).contains(graceMilliseconds) else {
+            throw ConfigError("drain-idle-grace-ms must be 0...60000")
+        }
         drainIdleGrace = .milliseconds(graceMilliseconds)
         let testSendMilliseconds = try reader.int("nh-test-send-wait-ms", default: 10000)
-        guard (0...120_000).contains(testSendMilliseconds) else { throw ConfigError("nh-test-send-wait-ms must be 0...120000") }
+        guard (0...120_000).contains(testSendMilliseconds) else {
+            throw ConfigError("nh-test-send-wait-ms must be 0...120000")
+        }
         nhTestSendWait = .milliseconds(testSendMilliseconds)
         testMode = try reader.bool("test-mode")
         let tlsCertificate = reader.string("http-tls-cert", default: "")
         let tlsKey = reader.string("http-tls-key", default: "")
-        guard tlsCertificate.isEmpty == tlsKey.isEmpty else { throw ConfigError("http-tls-cert and http-tls-key go together") }
+        guard tlsCertificate.isEmpty == tlsKey.isEmpty else {
+            throw ConfigError("http-tls-cert and http-tls-key go together")
+        }
         httpTLS = tlsCertificate.isEmpty ? nil : (tlsCertificate, tlsKey)
-        guard maxBodyBytes > 0, maxContentBytes > 0 else { throw ConfigError("max-body-bytes and max-content-bytes must be positive") }
+        guard maxBodyBytes > 0, maxContentBytes > 0 else {
+            throw ConfigError("max-body-bytes and max-content-bytes must be positive")
+        }
         let imagePath = reader.string("rich-image", default: "")
         if imagePath.isEmpty {
             richImage = DefaultRichImage.bytes
@@ -91,8 +99,12 @@ public struct EdgeConfig: Sendable {
             guard let data = FileManager.default.contents(atPath: imagePath) else {
                 throw ConfigError("rich-image \(imagePath) cannot be read")
             }
-            guard data.count <= maxContentBytes else { throw ConfigError("rich-image is larger than max-content-bytes") }
-            let types = ["png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"]
+            guard data.count <= maxContentBytes else {
+                throw ConfigError("rich-image is larger than max-content-bytes")
+            }
+            let types = [
+                "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp",
+            ]
             guard let type = types[URL(fileURLWithPath: imagePath).pathExtension.lowercased()] else {
                 throw ConfigError("rich-image must end in .png, .jpg, .jpeg, .gif or .webp")
             }

@@ -27,7 +27,8 @@ public struct EdgeError: Error, Sendable {
     /// PUT api/register) catch their case before it gets here.
     public static func from(_ error: ServiceError) -> EdgeError {
         if error.isStorageFull {
-            return EdgeError(.init(code: 507, reasonPhrase: "Insufficient Storage"), error.message, headers: [.retryAfter: "30"])
+            return EdgeError(
+                .init(code: 507, reasonPhrase: "Insufficient Storage"), error.message, headers: [.retryAfter: "30"])
         }
         return switch error.code {
         case .unauthenticated: .unauthorized(error.message)
@@ -37,17 +38,22 @@ public struct EdgeError: Error, Sendable {
         case .alreadyExists, .aborted: EdgeError(.conflict, error.message)
         case .resourceExhausted:
             // Rate limits (herald-auth's lockout); routes that store content answer 413 themselves.
-            EdgeError(.tooManyRequests, error.message, headers: error.retryAfterSeconds.map { [.retryAfter: String($0)] } ?? [:])
+            EdgeError(
+                .tooManyRequests, error.message,
+                headers: error.retryAfterSeconds.map { [.retryAfter: String($0)] } ?? [:])
         case .unimplemented: EdgeError(.notImplemented, error.message)
         case .unavailable, .deadlineExceeded, .cancelled:
             // A service restarting comes back within a second or two (the supervisor's backoff).
-            EdgeError(.serviceUnavailable, "a Herald service is unavailable; try again later", headers: [.retryAfter: "1"])
+            EdgeError(
+                .serviceUnavailable, "a Herald service is unavailable; try again later", headers: [.retryAfter: "1"])
         case .ok, .unknown, .internal, .dataLoss: EdgeError(.internalServerError, "internal error")
         }
     }
 
     func response(requestID: String) -> Response {
-        Response(status: status, headers: headerFields(requestID: requestID), body: ResponseBody(byteBuffer: ByteBuffer(bytes: jsonBody())))
+        Response(
+            status: status, headers: headerFields(requestID: requestID),
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: jsonBody())))
     }
 
     /// This error's own headers, the JSON content type and the request id.
@@ -65,7 +71,8 @@ public struct EdgeError: Error, Sendable {
 
     /// "not_found" for 404: a stable word clients can switch on.
     private static func word(_ status: HTTPResponse.Status) -> String {
-        status.reasonPhrase.lowercased().replacingOccurrences(of: " ", with: "_").replacingOccurrences(of: "-", with: "_")
+        status.reasonPhrase.lowercased().replacingOccurrences(of: " ", with: "_").replacingOccurrences(
+            of: "-", with: "_")
     }
 }
 
@@ -112,7 +119,8 @@ struct EdgeErrorMiddleware: RouterMiddleware {
             switch error {
             case let e as EdgeError: edgeError = e
             case let e as ServiceError: edgeError = .from(e)
-            case let e as HTTPError: edgeError = EdgeError(e.status, e.body ?? e.status.reasonPhrase, headers: e.headers)
+            case let e as HTTPError:
+                edgeError = EdgeError(e.status, e.body ?? e.status.reasonPhrase, headers: e.headers)
             default:
                 logger.error(
                     "request failed unexpectedly",
@@ -135,7 +143,8 @@ struct EdgeErrorMiddleware: RouterMiddleware {
     static func requestID(_ request: Request) -> String {
         if let given = request.headers[requestIDField], (1...64).contains(given.utf8.count),
             given.utf8.allSatisfy({
-                $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7a)
+                $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || ($0 >= 0x30 && $0 <= 0x39)
+                    || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7a)
             })
         {
             return given
@@ -159,8 +168,11 @@ enum HTTPMetrics {
         made.record(Key(route: route, method: method, status: status), nanoseconds: elapsed.wholeNanoseconds) {
             (
                 Counter(
-                    label: "herald_http_requests_total", dimensions: [("route", route), ("method", "\(method)"), ("status", "\(status)")]),
-                Metrics.Timer(label: "herald_http_request_duration_seconds", dimensions: [("route", route), ("status", "\(status)")])
+                    label: "herald_http_requests_total",
+                    dimensions: [("route", route), ("method", "\(method)"), ("status", "\(status)")]),
+                Metrics.Timer(
+                    label: "herald_http_request_duration_seconds",
+                    dimensions: [("route", route), ("status", "\(status)")])
             )
         }
     }

@@ -47,7 +47,8 @@ struct EdgeHTTP1Channel: ServerChildChannel, HTTPChannelHandler {
             try pipeline.addHandler(ConnectionPersistence())
             try pipeline.addHandler(HTTP1ToHTTPServerCodec(secure: false))
             try pipeline.addHandlers(configuration.additionalChannelHandlers())
-            try pipeline.addHandler(HTTPConnectionStateHandler(idleTimeout: configuration.idleTimeout.map { .init($0) }, logger: logger))
+            try pipeline.addHandler(
+                HTTPConnectionStateHandler(idleTimeout: configuration.idleTimeout.map { .init($0) }, logger: logger))
             return try (TeardownOnDeinit.self as any AsyncChannelWrapping.Type).wrap(channel)
         }
     }

@@ -52,8 +52,10 @@ public struct EdgeRoutes: Sendable {
             auth: AuthServiceClient(auth), registration: RegistrationServiceClient(registration),
             payload: PayloadServiceClient(payload), dispatch: DispatchServiceClient(dispatch),
             health: [
-                ServiceName.auth.rawValue: HealthClient(auth), ServiceName.registration.rawValue: HealthClient(registration),
-                ServiceName.payload.rawValue: HealthClient(payload), ServiceName.dispatch.rawValue: HealthClient(dispatch),
+                ServiceName.auth.rawValue: HealthClient(auth),
+                ServiceName.registration.rawValue: HealthClient(registration),
+                ServiceName.payload.rawValue: HealthClient(payload),
+                ServiceName.dispatch.rawValue: HealthClient(dispatch),
             ],
             config: config, verdicts: verdicts)
     }
@@ -128,7 +130,8 @@ public struct EdgeRoutes: Sendable {
             _ = try await registration.upsertRegistration(
                 UpsertRegistrationRequest(
                     owner: user, registrationID: try Self.text(id, "id"), platform: update.platform,
-                    handle: try Self.text(update.handle, "Handle"), tags: try update.tags.map { try Self.text($0, "Tags") }),
+                    handle: try Self.text(update.handle, "Handle"),
+                    tags: try update.tags.map { try Self.text($0, "Tags") }),
                 requestID: requestID)
         } catch let error as ServiceError where error.code == .notFound {
             throw EdgeError(.gone, "registration \(id) is gone; get a new id with POST api/register")
@@ -186,7 +189,8 @@ public struct EdgeRoutes: Sendable {
         let outcome = try await send(
             SendRequest(
                 targetUser: target,
-                payloads: NativePayloads.alert(try Self.text("From \(sender): \(message)", "message"), platforms: [platform]),
+                payloads: NativePayloads.alert(
+                    try Self.text("From \(sender): \(message)", "message"), platforms: [platform]),
                 sender: sender),
             requestID: requestID)
         var response = Response(status: .ok)
@@ -197,11 +201,15 @@ public struct EdgeRoutes: Sendable {
     /// `GET api/notifications/{id}`: the recipient's content; 404 for anyone else.
     func fetchNotification(_ request: Request, _ context: EdgeRequestContext, id: String) async throws -> Response {
         let (user, requestID) = try await authenticate(request, context)
-        guard let number = Names.positiveInteger(id) else { throw EdgeError(.notFound, "notification \(id.prefix(40)) not found") }
-        let stored = try await payload.fetchPayload(FetchPayloadRequest(id: number, requester: user), requestID: requestID)
+        guard let number = Names.positiveInteger(id) else {
+            throw EdgeError(.notFound, "notification \(id.prefix(40)) not found")
+        }
+        let stored = try await payload.fetchPayload(
+            FetchPayloadRequest(id: number, requester: user), requestID: requestID)
         switch stored.kind {
         case .secure:
-            let body = SecureBody(Id: number, Payload: String(decoding: stored.content, as: UTF8.self), Read: stored.read)
+            let body = SecureBody(
+                Id: number, Payload: String(decoding: stored.content, as: UTF8.self), Read: stored.read)
             var response = Self.json(body.json)
             response.headers[.cacheControl] = "no-store"
             return response
@@ -216,7 +224,10 @@ public struct EdgeRoutes: Sendable {
     /// (HTML, SVG, scripts, PDFs…) is served as a download, so uploaded content can never run as a
     /// page of Herald's origin.
     static func isInlineSafe(_ contentType: String) -> Bool {
-        let type = contentType.split(separator: ";", maxSplits: 1).first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        let type =
+            contentType.split(separator: ";", maxSplits: 1).first.map {
+                $0.trimmingCharacters(in: .whitespaces).lowercased()
+            } ?? ""
         return ["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"].contains(type)
             || (type.hasPrefix("audio/") || type.hasPrefix("video/")) && !type.contains("xml")
     }
@@ -236,22 +247,26 @@ public struct EdgeRoutes: Sendable {
 
     /// Stores a secure payload for `recipient` and pushes its id to their devices.
     func sendSecure(
-        _ text: String, to recipient: String, from sender: String, ttlSeconds: Int64 = 0, hub: String = "", requestID: String
+        _ text: String, to recipient: String, from sender: String, ttlSeconds: Int64 = 0, hub: String = "",
+        requestID: String
     ) async throws -> (payloadID: Int64, outcome: Outcome) {
         let stored = try await storePayload(
             StorePayloadRequest(
-                recipient: recipient, kind: .secure, content: Array(text.utf8), contentType: "text/plain; charset=utf-8",
+                recipient: recipient, kind: .secure, content: Array(text.utf8),
+                contentType: "text/plain; charset=utf-8",
                 ttlSeconds: ttlSeconds, sender: sender),
             requestID: requestID)
         let outcome = try await sendOrForget(
-            SendRequest(targetUser: recipient, payloads: NativePayloads.secure(id: stored.id), sender: sender, hub: hub),
+            SendRequest(
+                targetUser: recipient, payloads: NativePayloads.secure(id: stored.id), sender: sender, hub: hub),
             stored: stored.id, recipient: recipient, requestID: requestID)
         return (stored.id, outcome)
     }
 
     /// Stores rich content for `recipient` and pushes its id, message and type to their devices.
     func sendRich(
-        _ content: [UInt8], contentType: String, message: String, richType: String, to recipient: String, from sender: String,
+        _ content: [UInt8], contentType: String, message: String, richType: String, to recipient: String,
+        from sender: String,
         ttlSeconds: Int64 = 0, hub: String = "", requestID: String
     ) async throws -> (payloadID: Int64, outcome: Outcome) {
         let stored = try await storePayload(
@@ -261,7 +276,8 @@ public struct EdgeRoutes: Sendable {
             requestID: requestID)
         let outcome = try await sendOrForget(
             SendRequest(
-                targetUser: recipient, payloads: NativePayloads.rich(id: stored.id, message: message, richType: richType),
+                targetUser: recipient,
+                payloads: NativePayloads.rich(id: stored.id, message: message, richType: richType),
                 sender: sender, hub: hub),
             stored: stored.id, recipient: recipient, requestID: requestID)
         return (stored.id, outcome)
@@ -273,17 +289,24 @@ public struct EdgeRoutes: Sendable {
     ///
     /// Only a definite refusal deletes: after UNAVAILABLE, DEADLINE_EXCEEDED or CANCELLED the send
     /// may have been committed, and its push must still find its content (which expires anyway).
-    func sendOrForget(_ request: SendRequest, stored id: Int64, recipient: String, requestID: String) async throws -> Outcome {
+    func sendOrForget(_ request: SendRequest, stored id: Int64, recipient: String, requestID: String) async throws
+        -> Outcome
+    {
         do {
             return try await send(request, requestID: requestID)
-        } catch let error as ServiceError where ![.unavailable, .deadlineExceeded, .cancelled, .unknown].contains(error.code) {
+        } catch let error as ServiceError
+            where ![.unavailable, .deadlineExceeded, .cancelled, .unknown].contains(error.code)
+        {
             do {
-                _ = try await payload.deletePayload(DeletePayloadRequest(id: id, recipient: recipient), requestID: requestID)
+                _ = try await payload.deletePayload(
+                    DeletePayloadRequest(id: id, recipient: recipient), requestID: requestID)
             } catch {
                 // The content still expires; the log says which id was left behind.
                 Logger(label: "herald.edge").warning(
                     "could not delete content of a refused send",
-                    metadata: ["herald.payload_id": "\(id)", "herald.request_id": "\(requestID)", "herald.error": "\(error)"])
+                    metadata: [
+                        "herald.payload_id": "\(id)", "herald.request_id": "\(requestID)", "herald.error": "\(error)",
+                    ])
             }
             throw error
         }
@@ -310,7 +333,9 @@ public struct EdgeRoutes: Sendable {
 
     /// The caller's user name (one auth RPC, unless a verdict is reused), and the request id to
     /// carry on every further call.
-    func authenticate(_ request: Request, _ context: EdgeRequestContext) async throws -> (user: String, requestID: String) {
+    func authenticate(_ request: Request, _ context: EdgeRequestContext) async throws -> (
+        user: String, requestID: String
+    ) {
         let principal = try await verdict(
             AuthenticateRequest(authorization: try Self.authorization(request), clientAddress: context.remoteIP),
             requestID: context.requestID)
@@ -321,7 +346,8 @@ public struct EdgeRoutes: Sendable {
     /// that send; the others ask for the user only, which spares herald-auth a read.
     func principal(_ request: Request, _ context: EdgeRequestContext) async throws -> AuthenticateResponse {
         try await verdict(
-            AuthenticateRequest(authorization: try Self.authorization(request), hub: Names.defaultHub, clientAddress: context.remoteIP),
+            AuthenticateRequest(
+                authorization: try Self.authorization(request), hub: Names.defaultHub, clientAddress: context.remoteIP),
             requestID: context.requestID)
     }
 
@@ -349,14 +375,17 @@ public struct EdgeRoutes: Sendable {
                 .forbidden,
                 targetUser == nil
                     ? "sending to a tag needs the Send right on the hub (herald hubs grant default \(principal.user) Send)"
-                    : "\(principal.user) may send to their own devices only; sending to \(targetUser!) needs the Send right on the hub")
+                    : "\(principal.user) may send to their own devices only; sending to \(targetUser!) needs the Send right on the hub"
+            )
         }
     }
 
     /// The request's Authorization value: 401 when it is missing, or malformed by a NUL (it crosses
     /// into protobuf-c as a C string), never a 400.
     static func authorization(_ request: Request, missing: String = "missing Authorization header") throws -> String {
-        guard let header = request.headers[.authorization], !header.isEmpty else { throw EdgeError.unauthorized(missing) }
+        guard let header = request.headers[.authorization], !header.isEmpty else {
+            throw EdgeError.unauthorized(missing)
+        }
         guard !header.utf8.contains(0) else { throw EdgeError.unauthorized("malformed Authorization header") }
         return header
     }
@@ -450,7 +479,9 @@ struct RegistrationBody {
         case let text as String where !text.isEmpty: handle = text
         case let subscription as [String: Any]:
             // A browser may send its PushSubscription as an object rather than a JSON string.
-            handle = String(decoding: try JSONSerialization.data(withJSONObject: subscription, options: [.sortedKeys]), as: UTF8.self)
+            handle = String(
+                decoding: try JSONSerialization.data(withJSONObject: subscription, options: [.sortedKeys]),
+                as: UTF8.self)
         default: throw EdgeError(.badRequest, "Handle is required")
         }
         var tags: [String] = []
@@ -476,7 +507,9 @@ struct RegistrationBody {
         case "mpns":
             throw EdgeError(.badRequest, "\(field) mpns is retired (Microsoft ended MPNS); use wns")
         default:
-            throw EdgeError(.badRequest, "unknown \(field) \"\(name.prefix(40))\"; accepted: apns, fcm (or gcm, fcmv1), wns, browser")
+            throw EdgeError(
+                .badRequest,
+                "unknown \(field) \"\(name.prefix(40))\"; accepted: apns, fcm (or gcm, fcmv1), wns, browser")
         }
     }
 }

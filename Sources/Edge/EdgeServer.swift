@@ -16,7 +16,8 @@ public enum EdgeServer {
     public static let definition = ServiceDefinition(.edge, extraKeys: EdgeConfig.keys) { context in
         let config = try EdgeConfig(reader: context.reader)
         if config.testMode {
-            context.logger.warning("test-mode on: /v1/test/inbox and /v1/test/reset answer anyone; never run it in production")
+            context.logger.warning(
+                "test-mode on: /v1/test/inbox and /v1/test/reset answer anyone; never run it in production")
         }
         return [try buildApplication(context: context, config: config)]
     }
@@ -37,7 +38,9 @@ public enum EdgeServer {
         let drainIdleGrace = TimeAmount(config.drainIdleGrace)
         let http1 = HTTP1Channel.Configuration(
             additionalChannelHandlers: [
-                ConnectionGuard(headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, drainIdleGrace: drainIdleGrace, logger: logger)
+                ConnectionGuard(
+                    headerTimeout: headerTimeout, bodyTimeout: bodyTimeout, drainIdleGrace: drainIdleGrace,
+                    logger: logger)
             ])
         var server = HTTPServerBuilder { responder in EdgeHTTP1Channel(responder: responder, configuration: http1) }
         var scheme = "http"

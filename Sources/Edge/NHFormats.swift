@@ -20,10 +20,13 @@ enum NHBatch {
             let match = contentType.firstMatch(of: /(?i)boundary\s*=\s*(?:"([^"]+)"|([^;\s]+))/),
             let boundary = match.1 ?? match.2
         else {
-            throw EdgeError(.badRequest, #"a batch send is multipart/mixed; boundary="…" with a notification and a devices part"#)
+            throw EdgeError(
+                .badRequest, #"a batch send is multipart/mixed; boundary="…" with a notification and a devices part"#)
         }
         // RFC 2046 §5.1.1: 1 to 70 characters. A longer one is only a way to make the search slow.
-        guard boundary.utf8.count <= 70 else { throw EdgeError(.badRequest, "a multipart boundary is at most 70 characters") }
+        guard boundary.utf8.count <= 70 else {
+            throw EdgeError(.badRequest, "a multipart boundary is at most 70 characters")
+        }
         let delimiter = Array(("--" + boundary).utf8)
         var notification: (body: [UInt8], type: String?)?
         var devices: [String]?

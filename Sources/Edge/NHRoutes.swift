@@ -51,7 +51,8 @@ extension EdgeRoutes {
         router.get(":hub/messages/:id/failures") { request, context in
             await nh(request, context) {
                 let hub = try await authorizeSAS(request, context, needs: "Send")
-                return try await failuresExport(id: try context.parameters.require("id"), hub: hub, requestID: context.requestID)
+                return try await failuresExport(
+                    id: try context.parameters.require("id"), hub: hub, requestID: context.requestID)
             }
         }
         router.post(":hub/schedulednotifications") { request, context in
@@ -75,7 +76,8 @@ extension EdgeRoutes {
             case let e as EdgeError: edgeError = e
             case let e as ServiceError: edgeError = .from(e)
             default:
-                context.logger.error("NH request failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
+                context.logger.error(
+                    "NH request failed unexpectedly", metadata: ["herald.error": "\(String(reflecting: error))"])
                 edgeError = EdgeError(.internalServerError, "internal error")
             }
             response = NHError(edgeError).response(trackingID: tracking)
@@ -93,8 +95,10 @@ extension EdgeRoutes {
     static func trackingID(_ request: Request, _ context: EdgeRequestContext) -> String {
         guard let given = request.headers[trackingIDHeader], (1...128).contains(given.utf8.count),
             given.utf8.allSatisfy({ byte in
-                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte | 0x20) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-                    || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".") || byte == UInt8(ascii: ":")
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte | 0x20)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                    || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
+                    || byte == UInt8(ascii: ":")
             })
         else { return context.requestID }
         return given
@@ -112,9 +116,13 @@ extension EdgeRoutes {
         _ request: Request, _ context: EdgeRequestContext, needs right: String
     ) async throws -> (hub: String, answer: AuthorizeSasResponse) {
         let hub = try context.parameters.require("hub")
-        guard Names.isValidHubName(hub) else { throw EdgeError(.notFound, "no hub \(hub): hub names are \(Names.hubNameRule)") }
+        guard Names.isValidHubName(hub) else {
+            throw EdgeError(.notFound, "no hub \(hub): hub names are \(Names.hubNameRule)")
+        }
         guard let header = request.headers[.authorization], !header.isEmpty else {
-            throw EdgeError(.unauthorized, "MissingToken: the request needs Authorization: SharedAccessSignature sr=…&sig=…&se=…&skn=…")
+            throw EdgeError(
+                .unauthorized,
+                "MissingToken: the request needs Authorization: SharedAccessSignature sr=…&sig=…&se=…&skn=…")
         }
         let resource = (request.head.authority ?? "") + request.uri.path
         let answer = try await auth.authorizeSas(
@@ -137,7 +145,8 @@ extension EdgeRoutes {
     func putInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         try await writeInstallation(request, context) { hub, id, body, limit in
             _ = try await registration.putInstallation(
-                PutInstallationRequest(hub: hub, installationID: id, json: body, maxInstallations: limit), requestID: context.requestID)
+                PutInstallationRequest(hub: hub, installationID: id, json: body, maxInstallations: limit),
+                requestID: context.requestID)
         }
     }
 
@@ -174,7 +183,8 @@ extension EdgeRoutes {
     func deleteInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let hub = try await authorizeSAS(request, context, needs: "Listen")
         _ = try await registration.deleteInstallation(
-            DeleteInstallationRequest(hub: hub, installationID: try context.parameters.require("id")), requestID: context.requestID)
+            DeleteInstallationRequest(hub: hub, installationID: try context.parameters.require("id")),
+            requestID: context.requestID)
         return Self.nhEmpty(.noContent)
     }
 
@@ -189,12 +199,15 @@ extension EdgeRoutes {
         }
         var limit: Int32 = 100
         if let top = query.get("top") ?? query.get("$top") {
-            guard let value = Names.positiveInteger(top), value <= 1000 else { throw EdgeError(.badRequest, "top must be 1 to 1000") }
+            guard let value = Names.positiveInteger(top), value <= 1000 else {
+                throw EdgeError(.badRequest, "top must be 1 to 1000")
+            }
             limit = Int32(value)
         }
         let answer = try await registration.listInstallations(
             ListInstallationsRequest(
-                hub: hub, tag: query.get("tag") ?? "", userID: query.get("userId") ?? query.get("userID") ?? "", platform: platform,
+                hub: hub, tag: query.get("tag") ?? "", userID: query.get("userId") ?? query.get("userID") ?? "",
+                platform: platform,
                 continuationToken: query.get("continuationToken") ?? query.get("ContinuationToken") ?? "", limit: limit),
             requestID: context.requestID)
         var body: [UInt8] = Array(#"{"installations":["#.utf8)
@@ -215,12 +228,15 @@ extension EdgeRoutes {
     func exportDevices(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let hub = try await authorizeSAS(request, context, needs: "Manage")
         let collected = Mutex<[UInt8]>([])
-        try await registration.exportDevices(ExportDevicesRequest(hub: hub), requestID: context.requestID, timeout: .seconds(600)) {
+        try await registration.exportDevices(
+            ExportDevicesRequest(hub: hub), requestID: context.requestID, timeout: .seconds(600)
+        ) {
             batch in collected.withLock { $0 += batch.ndjson }
         }
         let lines = collected.withLock { $0 }
         return Response(
-            status: .ok, headers: [.contentType: "application/x-ndjson"], body: ResponseBody(byteBuffer: ByteBuffer(bytes: lines)))
+            status: .ok, headers: [.contentType: "application/x-ndjson"],
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: lines)))
     }
 
     // MARK: sends

@@ -44,16 +44,19 @@ extension EdgeRoutes {
     func schedule(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let hub = try await authorizeSAS(request, context, needs: "Send")
         guard let text = request.headers[HTTPField.Name("ServiceBusNotification-ScheduleTime")!] else {
-            throw EdgeError(.badRequest, "a scheduled send needs ServiceBusNotification-ScheduleTime, e.g. 2030-01-01T08:00:00Z")
+            throw EdgeError(
+                .badRequest, "a scheduled send needs ServiceBusNotification-ScheduleTime, e.g. 2030-01-01T08:00:00Z")
         }
         guard let time = NHTime.parse(text).flatMap(TimeValue.unixMillis) else {
-            throw EdgeError(.badRequest, "ServiceBusNotification-ScheduleTime \(text.prefix(64)) is not an ISO 8601 time")
+            throw EdgeError(
+                .badRequest, "ServiceBusNotification-ScheduleTime \(text.prefix(64)) is not an ISO 8601 time")
         }
         var send = try await nhSendRequest(request, hub: hub)
         send.scheduledAtUnixMs = time
         let outcome = try await sendAnswer(send, context)
         var response = Self.nhEmpty(.created)
-        response.headers[.location] = Self.location(request, collection: "schedulednotifications", id: outcome.notificationID)
+        response.headers[.location] = Self.location(
+            request, collection: "schedulednotifications", id: outcome.notificationID)
         return response
     }
 
@@ -62,9 +65,12 @@ extension EdgeRoutes {
     func cancelScheduled(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let hub = try await authorizeSAS(request, context, needs: "Send")
         let id = try context.parameters.require("id")
-        guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no scheduled notification \(id)") }
+        guard id.hasPrefix("n-"), id.utf8.count <= 64 else {
+            throw EdgeError(.notFound, "no scheduled notification \(id)")
+        }
         do {
-            _ = try await dispatch.cancelScheduled(CancelScheduledRequest(notificationID: id, hub: hub), requestID: context.requestID)
+            _ = try await dispatch.cancelScheduled(
+                CancelScheduledRequest(notificationID: id, hub: hub), requestID: context.requestID)
         } catch let error as ServiceError where error.code == .failedPrecondition {
             throw EdgeError(.conflict, error.message)
         }
@@ -90,13 +96,15 @@ extension EdgeRoutes {
         let payload = try Self.nhPayload(headers, body: Data(parts.notification))
         let outcome = try await sendAnswer(
             SendRequest(
-                payloads: [payload], sender: Names.nhSender, hub: hub, deviceHandles: parts.devices, originalBody: parts.notification),
+                payloads: [payload], sender: Names.nhSender, hub: hub, deviceHandles: parts.devices,
+                originalBody: parts.notification),
             context)
         var response = Self.nhEmpty(.created)
         // NH's recorded answer is `…/messages/$batch/{id}`, which breaks the JS SDK (it takes path
         // segment 3 as the id, "$batch"); `…/messages/{id}` is read right by .NET and Java (last
         // segment) and JS alike, and is where the send's telemetry is.
-        response.headers[.location] = Self.location(request, collection: "messages", id: outcome.notificationID, query: "&direct")
+        response.headers[.location] = Self.location(
+            request, collection: "messages", id: outcome.notificationID, query: "&direct")
         return response
     }
 
@@ -106,9 +114,11 @@ extension EdgeRoutes {
         let hub = try await authorizeSAS(request, context, needs: "Send")
         let id = try context.parameters.require("id")
         guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no notification \(id)") }
-        let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id, hub: hub), requestID: context.requestID)
+        let outcome = try await dispatch.getOutcome(
+            GetOutcomeRequest(notificationID: id, hub: hub), requestID: context.requestID)
         let failures =
-            outcome.platforms.contains { $0.failure > 0 } ? "\(Self.origin(request))/\(Self.pathHub(request))/messages/\(id)/failures" : nil
+            outcome.platforms.contains { $0.failure > 0 }
+            ? "\(Self.origin(request))/\(Self.pathHub(request))/messages/\(id)/failures" : nil
         let xml = NHTelemetry.details(outcome, location: Self.messageLocation(request, id: id), failures: failures)
         return Response(
             status: .ok, headers: [.contentType: "application/xml; charset=utf-8"],
@@ -119,23 +129,29 @@ extension EdgeRoutes {
     /// delivery of a send that failed for good, one JSON object per line (NDJSON), in outbox order:
     /// `{"attempts","handle","messageId","platform","reason","registrationId","state","status"}`.
     /// NH's telemetry points at it as `PnsErrorDetailsUri` (NH's own is a blob of the same facts).
-    func failuresExport(id: String, requester: String = "", hub: String = "", requestID: String) async throws -> Response {
+    func failuresExport(id: String, requester: String = "", hub: String = "", requestID: String) async throws
+        -> Response
+    {
         guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no notification \(id)") }
         var out: [UInt8] = []
         var after: Int64 = 0
         while true {
             let page = try await dispatch.listDeliveries(
                 ListDeliveriesRequest(
-                    notificationID: id, requester: requester, afterSequence: after, limit: 1000, hub: hub, failedOnly: true),
+                    notificationID: id, requester: requester, afterSequence: after, limit: 1000, hub: hub,
+                    failedOnly: true),
                 requestID: requestID
             ).deliveries
             for delivery in page {
                 let line: [String: Any] = [
-                    "registrationId": delivery.registrationID, "platform": delivery.platform.name, "handle": delivery.handle,
+                    "registrationId": delivery.registrationID, "platform": delivery.platform.name,
+                    "handle": delivery.handle,
                     "state": delivery.state == .abandoned ? "Abandoned" : "Failed", "reason": delivery.reason,
-                    "status": Int(delivery.lastStatus), "attempts": Int(delivery.attempts), "messageId": delivery.messageID,
+                    "status": Int(delivery.lastStatus), "attempts": Int(delivery.attempts),
+                    "messageId": delivery.messageID,
                 ]
-                out += try JSONSerialization.data(withJSONObject: line, options: [.sortedKeys, .withoutEscapingSlashes])
+                out += try JSONSerialization.data(
+                    withJSONObject: line, options: [.sortedKeys, .withoutEscapingSlashes])
                 out.append(UInt8(ascii: "\n"))
             }
             guard page.count == 1000, let last = page.last else { break }
@@ -156,7 +172,9 @@ extension EdgeRoutes {
         let format = request.headers[HTTPField.Name("ServiceBusNotification-Format")!] ?? ""
         let direct = request.uri.queryParameters.get("direct") != nil
         if format.isEmpty, direct {
-            throw EdgeError(.badRequest, "ServiceBusNotification-Format is required for a direct send: apple, fcmv1, windows or browser")
+            throw EdgeError(
+                .badRequest,
+                "ServiceBusNotification-Format is required for a direct send: apple, fcmv1, windows or browser")
         }
         // NH's docs mark the header optional for template sends: no format is a template send.
         if format.isEmpty || format.lowercased() == "template" {
@@ -242,10 +260,12 @@ extension EdgeRoutes {
         }
         guard platform == .browser else { return handle }
         guard let p256dh = headers[HTTPField.Name("P256DH")!], let auth = headers[HTTPField.Name("Auth")!] else {
-            throw EdgeError(.badRequest, "a direct browser send needs the subscription's keys in the P256DH and Auth headers")
+            throw EdgeError(
+                .badRequest, "a direct browser send needs the subscription's keys in the P256DH and Auth headers")
         }
         let subscription: [String: Any] = ["endpoint": handle, "keys": ["p256dh": p256dh, "auth": auth]]
-        let json = try JSONSerialization.data(withJSONObject: subscription, options: [.sortedKeys, .withoutEscapingSlashes])
+        let json = try JSONSerialization.data(
+            withJSONObject: subscription, options: [.sortedKeys, .withoutEscapingSlashes])
         return String(decoding: json, as: UTF8.self)
     }
 
@@ -268,12 +288,14 @@ extension EdgeRoutes {
             }
             if let expiration = header("apns-expiration") {
                 guard let seconds = TimeValue.unixSeconds(expiration) else {
-                    throw EdgeError(.badRequest, "apns-expiration is a UNIX time in seconds, 0 to \(TimeValue.maxUnixSeconds)")
+                    throw EdgeError(
+                        .badRequest, "apns-expiration is a UNIX time in seconds, 0 to \(TimeValue.maxUnixSeconds)")
                 }
                 payload.ttlSeconds = ttl(untilUnixSeconds: seconds)
             } else if let expiry = header("ServiceBusNotification-Apns-Expiry") {
                 guard let seconds = NHTime.parse(expiry).flatMap(TimeValue.unixSeconds) else {
-                    throw EdgeError(.badRequest, "ServiceBusNotification-Apns-Expiry is a W3C date, e.g. 2030-01-01T00:00:00Z")
+                    throw EdgeError(
+                        .badRequest, "ServiceBusNotification-Apns-Expiry is a W3C date, e.g. 2030-01-01T00:00:00Z")
                 }
                 payload.ttlSeconds = ttl(untilUnixSeconds: seconds)
             }
@@ -284,12 +306,15 @@ extension EdgeRoutes {
             guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
                 let message = object["message"] as? [String: Any]
             else { throw EdgeError(.badRequest, #"an fcmv1 body is FCM v1's {"message":{…}}"#) }
-            payload.body = Array(try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
+            payload.body = Array(
+                try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
         case "windows":
             payload.platform = .wns
-            guard let type = header("X-WNS-Type"), ["wns/toast", "wns/tile", "wns/badge", "wns/raw"].contains(type.lowercased())
+            guard let type = header("X-WNS-Type"),
+                ["wns/toast", "wns/tile", "wns/badge", "wns/raw"].contains(type.lowercased())
             else {
-                throw EdgeError(.badRequest, "a windows send needs X-WNS-Type: wns/toast, wns/tile, wns/badge or wns/raw")
+                throw EdgeError(
+                    .badRequest, "a windows send needs X-WNS-Type: wns/toast, wns/tile, wns/badge or wns/raw")
             }
             payload.pushType = type.lowercased()
             payload.contentType = headers[.contentType] ?? ""
@@ -302,13 +327,17 @@ extension EdgeRoutes {
         case "browser":
             payload.platform = .browser
         case "windowsphone":
-            throw EdgeError(.badRequest, "windowsphone (MPNS) is retired: Microsoft shut MPNS down; send windows (WNS) instead")
+            throw EdgeError(
+                .badRequest, "windowsphone (MPNS) is retired: Microsoft shut MPNS down; send windows (WNS) instead")
         case "gcm", "fcm":
-            throw EdgeError(.badRequest, "FCM's legacy API (\(format)) is retired: send fcmv1 with FCM v1's {\"message\":{…}}")
+            throw EdgeError(
+                .badRequest, "FCM's legacy API (\(format)) is retired: send fcmv1 with FCM v1's {\"message\":{…}}")
         case "":
             throw EdgeError(.badRequest, "ServiceBusNotification-Format is required: apple, fcmv1, windows or browser")
         default:
-            throw EdgeError(.badRequest, "ServiceBusNotification-Format \(format) is not supported: use apple, fcmv1, windows or browser")
+            throw EdgeError(
+                .badRequest,
+                "ServiceBusNotification-Format \(format) is not supported: use apple, fcmv1, windows or browser")
         }
         return payload
     }
@@ -321,7 +350,9 @@ extension EdgeRoutes {
         }
         return try object.keys.sorted().map { name in
             guard name.utf8.count <= PushTemplate.maxPropertyNameLength else {
-                throw EdgeError(.badRequest, "property \(name.prefix(40))… is longer than \(PushTemplate.maxPropertyNameLength) characters")
+                throw EdgeError(
+                    .badRequest,
+                    "property \(name.prefix(40))… is longer than \(PushTemplate.maxPropertyNameLength) characters")
             }
             switch object[name] {
             case let text as String: return Setting(name: name, value: text)
@@ -359,7 +390,8 @@ enum NHTelemetry {
     /// The outcome-counts element of a platform, in the .NET SDK's order (Apns, Wns, FcmV1; Browser
     /// as the JS SDK names it, last).
     static let countElements: [(Platform, String)] = [
-        (.apns, "ApnsOutcomeCounts"), (.wns, "WnsOutcomeCounts"), (.fcm, "FcmV1OutcomeCounts"), (.browser, "BrowserOutcomeCounts"),
+        (.apns, "ApnsOutcomeCounts"), (.wns, "WnsOutcomeCounts"), (.fcm, "FcmV1OutcomeCounts"),
+        (.browser, "BrowserOutcomeCounts"),
     ]
 
     /// NH's outcome name for a provider's failure reason (docs/notification-hubs.md, "Telemetry").
@@ -370,7 +402,8 @@ enum NHTelemetry {
             "THIRD_PARTY_AUTH_ERROR", "HTTP 401", "HTTP 403":
             "InvalidCredentials"
         case "Unregistered", "UNREGISTERED", "ExpiredToken", "HTTP 404", "HTTP 410": "ExpiredChannel"
-        case "BadDeviceToken", "DeviceTokenNotForTopic", "INVALID_ARGUMENT", "SENDER_ID_MISMATCH", "BadTopic": "WrongToken"
+        case "BadDeviceToken", "DeviceTokenNotForTopic", "INVALID_ARGUMENT", "SENDER_ID_MISMATCH", "BadTopic":
+            "WrongToken"
         case "PayloadTooLarge", "HTTP 413": "InvalidNotificationSize"
         case "TooManyRequests", "QUOTA_EXCEEDED", "HTTP 429": "Throttled"
         case "InternalServerError", "ServiceUnavailable", "Shutdown", "UNAVAILABLE", "INTERNAL": "PnsServerError"
@@ -379,7 +412,8 @@ enum NHTelemetry {
     }
 
     static func time(_ unixMs: Int64) -> String {
-        Date(timeIntervalSince1970: Double(unixMs) / 1000).formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        Date(timeIntervalSince1970: Double(unixMs) / 1000).formatted(
+            Date.ISO8601FormatStyle(includingFractionalSeconds: true))
     }
 
     /// `GET /{hub}/messages/{id}`'s body.
@@ -401,7 +435,9 @@ enum NHTelemetry {
         xml += "<TargetPlatforms>\(targets.joined(separator: ","))</TargetPlatforms>"
         for (platform, element) in countElements {
             // .NET reads PnsErrorDetailsUri between the Wns and the Fcm counts.
-            if platform == .fcm, let failures { xml += "<PnsErrorDetailsUri>\(NativePayloads.xmlEscaped(failures))</PnsErrorDetailsUri>" }
+            if platform == .fcm, let failures {
+                xml += "<PnsErrorDetailsUri>\(NativePayloads.xmlEscaped(failures))</PnsErrorDetailsUri>"
+            }
             guard let counts = platforms[platform] else { continue }
             var outcomes: [(String, Int64)] = []
             if counts.success > 0 { outcomes.append(("Success", counts.success)) }
@@ -426,7 +462,8 @@ enum NHTelemetry {
             let outcome: String =
                 switch delivery.state {
                 case .delivered: "The Notification was successfully sent to the Push Notification System"
-                case .failed where outcomeName(delivery.reason) == "ExpiredChannel" || outcomeName(delivery.reason) == "WrongToken":
+                case .failed
+                where outcomeName(delivery.reason) == "ExpiredChannel" || outcomeName(delivery.reason) == "WrongToken":
                     "The Push Notification System handle for the registration is invalid"
                 case .failed, .abandoned: "The Push Notification System refused the notification: \(delivery.reason)"
                 default: "The notification is still being delivered"

@@ -47,7 +47,8 @@ public enum NativePayloads {
             switch platform {
             case .apns:
                 NativePayload(
-                    platform: .apns, body: Array(#"{"aps":{"alert":\#(jsonString(text))}}"#.utf8), pushType: "alert", priority: 10)
+                    platform: .apns, body: Array(#"{"aps":{"alert":\#(jsonString(text))}}"#.utf8), pushType: "alert",
+                    priority: 10)
             case .fcm:
                 NativePayload(platform: .fcm, body: Array(#"{"data":{"message":\#(jsonString(text))}}"#.utf8))
             case .browser:

@@ -20,7 +20,9 @@ extension EdgeRoutes {
     private func requireTestMode() throws {
         guard config.testMode else {
             throw EdgeError(
-                .notFound, "the test routes are off: they need herald-edge's test-mode (HERALD_TEST_MODE=true), for test stacks only")
+                .notFound,
+                "the test routes are off: they need herald-edge's test-mode (HERALD_TEST_MODE=true), for test stacks only"
+            )
         }
     }
 
@@ -39,11 +41,14 @@ extension EdgeRoutes {
         }
         var limit: Int32 = 100
         if let text = query.get("limit") {
-            guard let value = Names.positiveInteger(text), value <= 1000 else { throw EdgeError(.badRequest, "limit must be 1 to 1000") }
+            guard let value = Names.positiveInteger(text), value <= 1000 else {
+                throw EdgeError(.badRequest, "limit must be 1 to 1000")
+            }
             limit = Int32(value)
         }
         let entries = try await dispatch.listInbox(
-            ListInboxRequest(afterSequence: after, limit: limit, handle: try Self.text(query.get("handle") ?? "", "handle")),
+            ListInboxRequest(
+                afterSequence: after, limit: limit, handle: try Self.text(query.get("handle") ?? "", "handle")),
             requestID: context.requestID
         ).entries
         return try Self.json(TestInboxBody(entries: entries.map(InboxEntryJSON.init)))
@@ -59,7 +64,9 @@ extension EdgeRoutes {
         let registration = try await registration.resetForTests(ResetForTestsRequest(), requestID: id).deleted
         let payload = try await payload.resetForTests(ResetForTestsRequest(), requestID: id).deleted
         let auth = try await auth.resetForTests(ResetForTestsRequest(), requestID: id).deleted
-        return try Self.json(["deleted": ["auth": auth, "registration": registration, "payload": payload, "dispatch": dispatch]])
+        return try Self.json([
+            "deleted": ["auth": auth, "registration": registration, "payload": payload, "dispatch": dispatch]
+        ])
     }
 }
 

@@ -41,7 +41,9 @@ extension EdgeRoutes {
         let kind = query.get("kind") ?? ""
         let toUser = query.get("to_user") ?? ""
         let toTag = query.get("to_tag") ?? ""
-        guard toUser.isEmpty != toTag.isEmpty else { throw EdgeError(.badRequest, "give exactly one of to_user and to_tag") }
+        guard toUser.isEmpty != toTag.isEmpty else {
+            throw EdgeError(.badRequest, "give exactly one of to_user and to_tag")
+        }
         if !toUser.isEmpty, !Names.isValidUserName(toUser) {
             throw EdgeError(.badRequest, "to_user must be a user name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
         }
@@ -52,7 +54,8 @@ extension EdgeRoutes {
         var ttl: Int64 = 0
         if let text = query.get("ttl_seconds") {
             guard let value = Names.positiveInteger(text), value <= ContentLimits.maxTTLSeconds else {
-                throw EdgeError(.badRequest, "ttl_seconds must be an integer from 1 to \(ContentLimits.maxTTLSeconds) (one year)")
+                throw EdgeError(
+                    .badRequest, "ttl_seconds must be an integer from 1 to \(ContentLimits.maxTTLSeconds) (one year)")
             }
             ttl = value
         }
@@ -73,9 +76,11 @@ extension EdgeRoutes {
             try await requireUser(toUser, requestID: requestID)
             if kind == "rich" {
                 let contentType = request.headers[.contentType] ?? "application/octet-stream"
-                let richType = try Self.text(query.get("rich_type") ?? NativePayloads.richType(contentType: contentType), "rich_type")
+                let richType = try Self.text(
+                    query.get("rich_type") ?? NativePayloads.richType(contentType: contentType), "rich_type")
                 (payloadID, outcome) = try await sendRich(
-                    [UInt8](body), contentType: try Self.text(contentType, "Content-Type"), message: message, richType: richType,
+                    [UInt8](body), contentType: try Self.text(contentType, "Content-Type"), message: message,
+                    richType: richType,
                     to: toUser, from: user, ttlSeconds: ttl, requestID: requestID)
             } else {
                 guard let text = String(data: body, encoding: .utf8) else {
@@ -92,7 +97,8 @@ extension EdgeRoutes {
             payloadID = nil
             outcome = try await send(
                 SendRequest(
-                    targetUser: toUser, targetTag: toTag, payloads: NativePayloads.alert(try Self.text(text, "body")), sender: user),
+                    targetUser: toUser, targetTag: toTag, payloads: NativePayloads.alert(try Self.text(text, "body")),
+                    sender: user),
                 requestID: requestID)
         default:
             throw EdgeError(.badRequest, "kind must be rich, secure or alert")

@@ -53,7 +53,8 @@ public final class HeraldClient: Sendable {
 
     /// `tls` is required for TCP endpoints (whom to trust, and a client certificate for mutual TLS).
     public init(
-        endpoints: Endpoints, transport: RPCTransport = .lean, tls: TLSFiles? = nil, defaultTimeout: Duration = .seconds(5)
+        endpoints: Endpoints, transport: RPCTransport = .lean, tls: TLSFiles? = nil,
+        defaultTimeout: Duration = .seconds(5)
     ) throws {
         func connect(_ endpoint: RPCEndpoint) throws -> RPCClient {
             try RPCClient(endpoint: endpoint, transport: transport, tls: tls, defaultTimeout: defaultTimeout)

@@ -35,8 +35,10 @@ public func jsonStringLiteral(_ value: String) -> String {
 /// URL-safe base64 without padding (RFC 4648 §5), as Web Push and JOSE use it.
 public enum Base64URL {
     public static func encode(_ bytes: some Sequence<UInt8>) -> String {
-        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(
+            of: "/", with: "_"
+        )
+        .replacingOccurrences(of: "=", with: "")
     }
 
     public static func decode(_ text: String) -> [UInt8]? {
@@ -63,7 +65,9 @@ public func xmlEscaped(_ value: String, quotes: Bool = true) -> String {
         case "'" where quotes: out += "&apos;"
         case "\t", "\n", "\r": out.unicodeScalars.append(scalar)
         default:
-            if scalar.value >= 0x20, scalar.value != 0xFFFE, scalar.value != 0xFFFF { out.unicodeScalars.append(scalar) }
+            if scalar.value >= 0x20, scalar.value != 0xFFFE, scalar.value != 0xFFFF {
+                out.unicodeScalars.append(scalar)
+            }
         }
     }
     return out

@@ -44,7 +44,8 @@ public enum NHTime {
         if let fraction = match.7, let seconds = Double("0" + fraction) { date += seconds }
         if let zone = match.8, zone != "Z", zone != "z" {
             let digits = zone.dropFirst().filter(\.isNumber)
-            guard let hours = Int(digits.prefix(2)), let minutes = Int(digits.suffix(2)), hours < 24, minutes < 60 else { return nil }
+            guard let hours = Int(digits.prefix(2)), let minutes = Int(digits.suffix(2)), hours < 24, minutes < 60
+            else { return nil }
             let offset = TimeInterval(hours * 3600 + minutes * 60)
             date -= zone.first == "-" ? -offset : offset
         }

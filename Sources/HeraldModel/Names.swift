@@ -24,9 +24,12 @@ public enum Names {
     public static let defaultHub = "default"
 
     /// First path segments the edge serves itself, so no hub may take them.
-    public static let reservedHubNames: Set<String> = ["api", "v1", "healthz", "readyz", "metrics", "openapi.json", "console"]
+    public static let reservedHubNames: Set<String> = [
+        "api", "v1", "healthz", "readyz", "metrics", "openapi.json", "console",
+    ]
 
-    public static let hubNameRule = "1 to 50 characters of a-z A-Z 0-9 . - _, starting and ending with a letter or digit"
+    public static let hubNameRule =
+        "1 to 50 characters of a-z A-Z 0-9 . - _, starting and ending with a letter or digit"
 
     /// A hub name: the first segment of NH's paths (`/{hub}/installations/…`), so URL-safe without
     /// escaping; ``hubNameRule``. Reserved names are refused separately (``reservedHubNames``).
@@ -38,7 +41,9 @@ public enum Names {
                 || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b)
         }
         return alnum(first) && alnum(last)
-            && bytes.allSatisfy { alnum($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }
+            && bytes.allSatisfy {
+                alnum($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_")
+            }
     }
 
     /// The hub a request names, `default` when it names none.

@@ -73,7 +73,11 @@ public struct PushTemplate: Sendable {
             case .literal(let text): out += text
             case .jsonValue(let expression):
                 let value = expression.evaluate(properties)
-                if expression.isNumeric, Self.looksNumeric(value) { out += value } else { out += jsonStringLiteral(value) }
+                if expression.isNumeric, Self.looksNumeric(value) {
+                    out += value
+                } else {
+                    out += jsonStringLiteral(value)
+                }
             case .xmlValue(let expression, let attribute):
                 out += xmlEscaped(expression.evaluate(properties), quotes: attribute)
             }
@@ -158,7 +162,9 @@ public struct PushTemplate: Sendable {
                 i += 1
                 if containers.last?.expectsKey == true { continue }
                 let literal = String(decoding: bytes[start..<i], as: UTF8.self)
-                guard let text = try? JSONSerialization.jsonObject(with: Data(literal.utf8), options: [.fragmentsAllowed]) as? String,
+                guard
+                    let text = try? JSONSerialization.jsonObject(with: Data(literal.utf8), options: [.fragmentsAllowed])
+                        as? String,
                     let first = text.first, Expression.starters.contains(first)
                 else { continue }
                 let expression = try Expression.parse(text)
@@ -224,18 +230,26 @@ public struct PushTemplate: Sendable {
                 let start = i + 2
                 try skip(past: ">")
                 let name = String(decoding: bytes[start..<(i - 1)], as: UTF8.self).trimmingCharacters(in: .whitespaces)
-                guard open.last == name else { throw ParseError("the template body is not well-formed XML: </\(name)> closes nothing") }
+                guard open.last == name else {
+                    throw ParseError("the template body is not well-formed XML: </\(name)> closes nothing")
+                }
                 open.removeLast()
             } else {
                 // A start tag: its name, then attributes until > or />.
                 i += 1
                 let nameStart = i
-                while i < bytes.count, !isXMLSpace(bytes[i]), bytes[i] != UInt8(ascii: ">"), bytes[i] != UInt8(ascii: "/") { i += 1 }
+                while i < bytes.count, !isXMLSpace(bytes[i]), bytes[i] != UInt8(ascii: ">"),
+                    bytes[i] != UInt8(ascii: "/")
+                { i += 1 }
                 let name = String(decoding: bytes[nameStart..<i], as: UTF8.self)
-                guard !name.isEmpty else { throw ParseError("the template body is not well-formed XML: a tag without a name") }
+                guard !name.isEmpty else {
+                    throw ParseError("the template body is not well-formed XML: a tag without a name")
+                }
                 var selfClosing = false
                 while true {
-                    guard i < bytes.count else { throw ParseError("the template body is not well-formed XML: <\(name) is not closed") }
+                    guard i < bytes.count else {
+                        throw ParseError("the template body is not well-formed XML: <\(name) is not closed")
+                    }
                     let byte = bytes[i]
                     if byte == UInt8(ascii: ">") {
                         i += 1
@@ -263,7 +277,9 @@ public struct PushTemplate: Sendable {
                 if !selfClosing { open.append(name) }
             }
         }
-        guard open.isEmpty else { throw ParseError("the template body is not well-formed XML: <\(open.last!)> is not closed") }
+        guard open.isEmpty else {
+            throw ParseError("the template body is not well-formed XML: <\(open.last!)> is not closed")
+        }
         pieces.append(.literal(String(decoding: bytes[literalStart...], as: UTF8.self)))
         return pieces
     }
@@ -338,7 +354,9 @@ struct Expression: Sendable {
                 switch kind {
                 case ".":
                     let n = length ?? 0
-                    out += value.count <= n ? value : (n >= 3 ? String(value.prefix(n - 3)) + "..." : String(value.prefix(n)))
+                    out +=
+                        value.count <= n
+                        ? value : (n >= 3 ? String(value.prefix(n - 3)) + "..." : String(value.prefix(n)))
                 case "%":
                     out += value.addingPercentEncoding(withAllowedCharacters: Self.unreserved) ?? ""
                 default:
@@ -350,7 +368,8 @@ struct Expression: Sendable {
     }
 
     /// RFC 3986's unreserved characters: everything else is percent-encoded by `%()`.
-    static let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+    static let unreserved = CharacterSet(
+        charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
     struct Scanner {
         let scalars: [Unicode.Scalar]
@@ -392,12 +411,16 @@ struct Expression: Sendable {
                     literal.unicodeScalars.append(d)
                 }
             }
-            guard ["$", ".", "%", "#"].contains(c) else { throw error("expected $(…), .(…), %(…), #(…) or a quoted literal") }
+            guard ["$", ".", "%", "#"].contains(c) else {
+                throw error("expected $(…), .(…), %(…), #(…) or a quoted literal")
+            }
             let kind = Character(c)
             if kind == "#", composite { throw error("#(…) is not allowed in a composite expression") }
             index += 1
             guard peek == "(" else {
-                throw error(kind == "$" ? "expected ( after $ ($body and other forms are not supported)" : "expected ( after \(kind)")
+                throw error(
+                    kind == "$"
+                        ? "expected ( after $ ($body and other forms are not supported)" : "expected ( after \(kind)")
             }
             index += 1
             skipSpace()

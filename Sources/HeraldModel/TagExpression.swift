@@ -78,7 +78,8 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
         let tags = self.tags.count
         if Self.onlyOr(root) {
             guard tags <= Self.maxTagsOnlyOr else {
-                throw ParseError(position: 0, message: "\(tags) tags; at most \(Self.maxTagsOnlyOr) when the only operator is ||")
+                throw ParseError(
+                    position: 0, message: "\(tags) tags; at most \(Self.maxTagsOnlyOr) when the only operator is ||")
             }
         } else {
             guard tags <= Self.maxTags else {
@@ -177,7 +178,9 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
         mutating func take(_ token: String) -> Bool {
             skipSpace()
             let token = Array(token.unicodeScalars)
-            guard index + token.count <= scalars.count, Array(scalars[index..<index + token.count]) == token else { return false }
+            guard index + token.count <= scalars.count, Array(scalars[index..<index + token.count]) == token else {
+                return false
+            }
             index += token.count
             return true
         }
@@ -242,7 +245,8 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
                 for prefix in ["$InstallationId:{", "$UserId:{"] {
                     let count = prefix.unicodeScalars.count
                     guard start + count <= scalars.count,
-                        String(String.UnicodeScalarView(scalars[start..<start + count])).lowercased() == prefix.lowercased()
+                        String(String.UnicodeScalarView(scalars[start..<start + count])).lowercased()
+                            == prefix.lowercased()
                     else { continue }
                     var end = start + count
                     while end < scalars.count, Self.isSystemIDScalar(scalars[end]) { end += 1 }

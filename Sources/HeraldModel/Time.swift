@@ -69,7 +69,9 @@ public enum TimeValue {
     /// time). `nil` for anything else.
     static func digits(_ text: some StringProtocol) -> Int64? {
         let bytes = text.utf8
-        guard !bytes.isEmpty, bytes.count <= 19, bytes.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
+        guard !bytes.isEmpty, bytes.count <= 19,
+            bytes.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") })
+        else {
             return nil
         }
         return Int64(text)

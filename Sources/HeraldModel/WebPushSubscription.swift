@@ -20,17 +20,20 @@ public struct WebPushSubscription: Sendable, Equatable {
 
     public init(handle: String) throws {
         let invalid = ServiceError.invalidArgument(
-            #"a browser handle is the PushSubscription JSON: {"endpoint":"https://…","keys":{"p256dh":"…","auth":"…"}}"#)
+            #"a browser handle is the PushSubscription JSON: {"endpoint":"https://…","keys":{"p256dh":"…","auth":"…"}}"#
+        )
         guard handle.utf8.count <= 4096, let json = try? JSONDecoder().decode(JSON.self, from: Data(handle.utf8)) else {
             throw invalid
         }
-        guard json.endpoint.utf8.count <= 2048, URLRules.isVisibleASCII(json.endpoint), let url = URL(string: json.endpoint),
+        guard json.endpoint.utf8.count <= 2048, URLRules.isVisibleASCII(json.endpoint),
+            let url = URL(string: json.endpoint),
             url.scheme == "https", url.host != nil
         else {
             throw ServiceError.invalidArgument("a Web Push endpoint is an https URL of at most 2048 bytes")
         }
         guard let p256dh = Base64URL.decode(json.keys.p256dh), p256dh.count == 65, p256dh.first == 4 else {
-            throw ServiceError.invalidArgument("keys.p256dh must be an uncompressed P-256 point in URL-safe base64 (65 bytes)")
+            throw ServiceError.invalidArgument(
+                "keys.p256dh must be an uncompressed P-256 point in URL-safe base64 (65 bytes)")
         }
         guard let auth = Base64URL.decode(json.keys.auth), auth.count == 16 else {
             throw ServiceError.invalidArgument("keys.auth must be 16 bytes in URL-safe base64")

@@ -107,7 +107,9 @@ struct GRPCBinding: RegistrableRPCService {
     static func rpcError(_ error: any Error, _ context: RPCContext) -> RPCError {
         let serviceError = ServiceError.answering(error, in: context)
         var metadata = Metadata()
-        for (key, value) in serviceError.metadata.sorted(by: { $0.key < $1.key }) { metadata.addString(value, forKey: key) }
+        for (key, value) in serviceError.metadata.sorted(by: { $0.key < $1.key }) {
+            metadata.addString(value, forKey: key)
+        }
         return RPCError(code: serviceError.code.rpcCode, message: serviceError.message, metadata: metadata)
     }
 }

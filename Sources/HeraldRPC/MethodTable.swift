@@ -25,7 +25,10 @@ public struct RPCContext: Sendable {
         guard baseLogger.logLevel <= .debug else { return }
         logger.debug(
             "rpc served",
-            metadata: ["herald.status": "\(status)", "herald.duration_us": "\((ContinuousClock.now - start).wholeNanoseconds / 1000)"])
+            metadata: [
+                "herald.status": "\(status)",
+                "herald.duration_us": "\((ContinuousClock.now - start).wholeNanoseconds / 1000)",
+            ])
     }
 
     /// Runs `body` on Swift's global executor, never on an event loop: the way out for the part of
@@ -96,7 +99,8 @@ public struct MethodTable: Sendable {
             return .unary { bytes, context in
                 let start = ContinuousClock.now
                 do {
-                    let response: [UInt8] = try await handler(try Self.decode(Request.self, bytes), context).serializedBytes()
+                    let response: [UInt8] = try await handler(try Self.decode(Request.self, bytes), context)
+                        .serializedBytes()
                     context.served(start: start, status: .ok, metrics: metrics)
                     return response
                 } catch {

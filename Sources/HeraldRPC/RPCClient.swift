@@ -112,12 +112,15 @@ public final class RPCClient: Sendable {
         "Authenticate", "AuthorizeSas", "UserExists", "ListUsers", "ListHubs", "GetHub", "ListHubKeys",
         "GetOutcome", "ListInbox", "ListDeliveries", "GetHubCredentials", "ListSends", "SendStats",
         "FetchPayload",
-        "UpsertRegistration", "ListRegistrations", "StreamAudience", "RemoveHandle", "PutInstallation", "GetInstallation",
+        "UpsertRegistration", "ListRegistrations", "StreamAudience", "RemoveHandle", "PutInstallation",
+        "GetInstallation",
         "ListInstallations", "ExportDevices", "CheckHandles", "ListDevices",
         "Check", "Watch",
     ]
 
-    public convenience init(socketPath: String, transport: RPCTransport = .lean, defaultTimeout: Duration = .seconds(5)) throws {
+    public convenience init(socketPath: String, transport: RPCTransport = .lean, defaultTimeout: Duration = .seconds(5))
+        throws
+    {
         try self.init(endpoint: .unix(socketPath), transport: transport, tls: nil, defaultTimeout: defaultTimeout)
     }
 
@@ -132,7 +135,8 @@ public final class RPCClient: Sendable {
     /// A client of a service's replicas at `endpoints` (at least one), or, with `discovery`, at
     /// the addresses it finds (then `endpoints` is not used).
     public init(
-        endpoints: [RPCEndpoint], transport: RPCTransport = .lean, tls: TLSFiles?, defaultTimeout: Duration = .seconds(5),
+        endpoints: [RPCEndpoint], transport: RPCTransport = .lean, tls: TLSFiles?,
+        defaultTimeout: Duration = .seconds(5),
         healthInterval: Duration = .seconds(2), discovery: RPCDiscovery? = nil
     ) throws {
         guard !endpoints.isEmpty || discovery != nil else { throw ConfigError("a client needs at least one endpoint") }
@@ -144,13 +148,17 @@ public final class RPCClient: Sendable {
         self.tls = tls
         let replicas =
             discovery != nil
-            ? [] : try endpoints.map { Replica(endpoint: $0, backend: try Self.backend(endpoint: $0, transport: transport, tls: tls)) }
+            ? []
+            : try endpoints.map {
+                Replica(endpoint: $0, backend: try Self.backend(endpoint: $0, transport: transport, tls: tls))
+            }
         members = Mutex((replicas, false))
         for replica in replicas { if case .grpc(let grpc) = replica.backend { toRun.continuation.yield(grpc) } }
     }
 
-    private static func backend(endpoint: RPCEndpoint, transport: RPCTransport, tls: TLSFiles?, serverName: String? = nil) throws -> Backend
-    {
+    private static func backend(
+        endpoint: RPCEndpoint, transport: RPCTransport, tls: TLSFiles?, serverName: String? = nil
+    ) throws -> Backend {
         if case .tcp = endpoint, tls == nil { throw ConfigError("a TCP client needs TLS settings") }
         switch transport {
         case .lean:
@@ -250,7 +258,8 @@ public final class RPCClient: Sendable {
             } catch let thrown as ServiceError where thrown.code == .unavailable && replicas.count > 1 {
                 replica.unreachable()
                 error = thrown
-                if failed == nil, Self.idempotentMethods.contains(method), retry(), deadline - .now > .milliseconds(10) {
+                if failed == nil, Self.idempotentMethods.contains(method), retry(), deadline - .now > .milliseconds(10)
+                {
                     failed = replica
                     continue
                 }
@@ -265,19 +274,23 @@ public final class RPCClient: Sendable {
         _ method: UnaryMethod<Request, Response>, _ request: Request, options: RPCCallOptions
     ) async throws -> Response {
         let bytes = try encode(request)
-        return try await withReplica(method: method.method, timeout: options.timeout ?? defaultTimeout) { replica, timeout, failFast in
-            try await call(method, bytes, requestID: options.requestID, timeout: timeout, failFast: failFast, on: replica.backend)
+        return try await withReplica(method: method.method, timeout: options.timeout ?? defaultTimeout) {
+            replica, timeout, failFast in
+            try await call(
+                method, bytes, requestID: options.requestID, timeout: timeout, failFast: failFast, on: replica.backend)
         }
     }
 
     private func call<Request, Response>(
-        _ method: UnaryMethod<Request, Response>, _ bytes: [UInt8], requestID: String?, timeout: Duration, failFast: Bool = false,
+        _ method: UnaryMethod<Request, Response>, _ bytes: [UInt8], requestID: String?, timeout: Duration,
+        failFast: Bool = false,
         on backend: Backend
     ) async throws -> Response {
         switch backend {
         case .lean(let lean):
             let response = try await lean.unary(
-                method: method.fullName, request: bytes, metadata: Self.leanMetadata(requestID), timeout: timeout, failFast: failFast)
+                method: method.fullName, request: bytes, metadata: Self.leanMetadata(requestID), timeout: timeout,
+                failFast: failFast)
             return try decode(Response.self, response)
         case .grpc(let grpc):
             do {
@@ -308,7 +321,8 @@ public final class RPCClient: Sendable {
             try await onMessage(message)
         }
         try await withReplica(
-            method: method.method, timeout: options.timeout ?? defaultTimeout, retry: { !started.load(ordering: .relaxed) }
+            method: method.method, timeout: options.timeout ?? defaultTimeout,
+            retry: { !started.load(ordering: .relaxed) }
         ) { replica, timeout, failFast in
             switch replica.backend {
             case .lean(let lean):
@@ -375,7 +389,9 @@ public final class RPCClient: Sendable {
     /// keeps the replicas known (a DNS hiccup is not every pod gone).
     private func lookUp(_ discovery: RPCDiscovery) async {
         while !Task.isCancelled {
-            if let found = await discovery.resolve(discovery.name, discovery.port) { update(to: found, serverName: discovery.name) }
+            if let found = await discovery.resolve(discovery.name, discovery.port) {
+                update(to: found, serverName: discovery.name)
+            }
             do { try await Task.sleep(for: discovery.refresh) } catch { return }
         }
     }
@@ -463,7 +479,8 @@ public final class RPCClient: Sendable {
         }
         guard bytes.count <= RPCLimits.maxMessageBytes else {
             throw ServiceError(
-                .resourceExhausted, "\(M.protoName) of \(bytes.count) bytes exceeds the limit of \(RPCLimits.maxMessageBytes)")
+                .resourceExhausted,
+                "\(M.protoName) of \(bytes.count) bytes exceeds the limit of \(RPCLimits.maxMessageBytes)")
         }
         return bytes
     }
@@ -480,7 +497,9 @@ public final class RPCClient: Sendable {
     private static func serviceError(_ error: RPCError) -> ServiceError {
         var metadata: [String: String] = [:]
         for entry in error.metadata {
-            if ServiceError.metadataKeys.contains(entry.key), case .string(let value) = entry.value { metadata[entry.key] = value }
+            if ServiceError.metadataKeys.contains(entry.key), case .string(let value) = entry.value {
+                metadata[entry.key] = value
+            }
         }
         return ServiceError(StatusCode(error.code), error.message, metadata: metadata)
     }

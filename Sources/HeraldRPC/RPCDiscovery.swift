@@ -20,7 +20,8 @@ public struct RPCDiscovery: Sendable, CustomStringConvertible {
 
     /// Any look-up (tests give one whose answers they change).
     public init(
-        name: String, port: Int, refresh: Duration, resolve: @escaping @Sendable (_ name: String, _ port: Int) async -> [RPCEndpoint]?
+        name: String, port: Int, refresh: Duration,
+        resolve: @escaping @Sendable (_ name: String, _ port: Int) async -> [RPCEndpoint]?
     ) {
         self.name = name
         self.port = port
@@ -39,11 +40,13 @@ public struct RPCDiscovery: Sendable, CustomStringConvertible {
     public static func parse(_ text: String, key: String) throws -> (name: String, port: Int)? {
         guard text.hasPrefix("dns:") else { return nil }
         guard text.hasPrefix("dns:///") else {
-            throw ConfigError("\(key): a name is looked up as dns:///name:port (the system resolver; no DNS server in the URL)")
+            throw ConfigError(
+                "\(key): a name is looked up as dns:///name:port (the system resolver; no DNS server in the URL)")
         }
         let endpoint = try RPCEndpoint.tcp(String(text.dropFirst("dns:///".count)), key: key)
         guard case .tcp(let name, let port) = endpoint, !RPCEndpoint.isIPLiteral(name), port > 0 else {
-            throw ConfigError("\(key) must be dns:///name:port with a host name and a port, e.g. dns:///herald-registration:7001")
+            throw ConfigError(
+                "\(key) must be dns:///name:port with a host name and a port, e.g. dns:///herald-registration:7001")
         }
         return (name, port)
     }
@@ -62,7 +65,9 @@ public struct RPCDiscovery: Sendable, CustomStringConvertible {
             var next: UnsafeMutablePointer<addrinfo>? = first
             while let info = next {
                 var buffer = [CChar](repeating: 0, count: Int(NI_MAXHOST))
-                if getnameinfo(info.pointee.ai_addr, info.pointee.ai_addrlen, &buffer, socklen_t(buffer.count), nil, 0, NI_NUMERICHOST) == 0
+                if getnameinfo(
+                    info.pointee.ai_addr, info.pointee.ai_addrlen, &buffer, socklen_t(buffer.count), nil, 0,
+                    NI_NUMERICHOST) == 0
                 {
                     hosts.insert(String(cString: buffer))
                 }

@@ -73,7 +73,8 @@ public final class RPCServer: Service {
                 }
             }
         )
-        self.server = GRPCServer(transport: transport, services: [GRPCBinding(table: table, logger: logger, draining: draining)])
+        self.server = GRPCServer(
+            transport: transport, services: [GRPCBinding(table: table, logger: logger, draining: draining)])
     }
 
     public func run() async throws {

@@ -10,7 +10,8 @@ public import NIOSSL
 public enum CertificateExpiry {
     public static func record(_ chain: [NIOSSLCertificate], use: String) {
         guard let leaf = chain.first else { return }
-        Gauge(label: "herald_tls_certificate_expiry_timestamp_seconds", dimensions: [("use", use)]).record(Double(leaf.notValidAfter))
+        Gauge(label: "herald_tls_certificate_expiry_timestamp_seconds", dimensions: [("use", use)]).record(
+            Double(leaf.notValidAfter))
     }
 
     /// Reads the PEM chain at `path` for ``record(_:use:)``; an unreadable file is left to the
@@ -49,7 +50,8 @@ public enum RPCEndpoint: Sendable, Hashable, CustomStringConvertible {
 
     /// Parses `host:port` (`[v6]:port` for IPv6).
     public static func tcp(_ text: String, key: String) throws -> RPCEndpoint {
-        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port)
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+            (0...65535).contains(port)
         else { throw ConfigError("\(key) must be host:port, e.g. 10.0.0.5:7001") }
         let host = String(text[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
         guard !host.isEmpty else { throw ConfigError("\(key) must be host:port, e.g. 10.0.0.5:7001") }

@@ -28,7 +28,9 @@ public enum HeraldDatabase {
     ///
     /// `sharing` names the other migrators of the same file (dispatch keeps its outbox and the
     /// inbox in one), whose migrations are known too.
-    public static func migrate(_ migrator: DatabaseMigrator, _ db: any DatabaseWriter, sharing: [DatabaseMigrator] = []) throws {
+    public static func migrate(_ migrator: DatabaseMigrator, _ db: any DatabaseWriter, sharing: [DatabaseMigrator] = [])
+        throws
+    {
         let known = Set(([migrator] + sharing).flatMap(\.migrations))
         let unknown = try db.read { db in try migrator.appliedIdentifiers(db).subtracting(known) }
         guard unknown.isEmpty else {

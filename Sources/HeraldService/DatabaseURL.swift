@@ -52,16 +52,22 @@ public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
             self = .sqlite(path: path)
             return
         }
-        guard text.hasPrefix("postgres://") || text.hasPrefix("postgresql://"), let url = URLComponents(string: text) else {
+        guard text.hasPrefix("postgres://") || text.hasPrefix("postgresql://"), let url = URLComponents(string: text)
+        else {
             throw ConfigError(
-                "database-url must be sqlite:PATH or postgres://user[:password]@host[:port]/database (got \(Self.redacted(text)))")
+                "database-url must be sqlite:PATH or postgres://user[:password]@host[:port]/database (got \(Self.redacted(text)))"
+            )
         }
-        let query = Dictionary((url.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { _, last in last })
+        let query = Dictionary(
+            (url.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { _, last in last })
         let known: Set<String> = ["host", "port", "sslmode", "sslrootcert", "schema"]
         if let unknown = query.keys.sorted().first(where: { !known.contains($0) }) {
-            throw ConfigError("database-url: unknown parameter \(unknown); known: \(known.sorted().joined(separator: ", "))")
+            throw ConfigError(
+                "database-url: unknown parameter \(unknown); known: \(known.sorted().joined(separator: ", "))")
         }
-        guard let user = url.user, !user.isEmpty else { throw ConfigError("database-url needs a user: postgres://USER@…") }
+        guard let user = url.user, !user.isEmpty else {
+            throw ConfigError("database-url needs a user: postgres://USER@…")
+        }
         let database = String(url.path.drop(while: { $0 == "/" }))
         guard !database.isEmpty, !database.contains("/") else {
             throw ConfigError("database-url needs a database name: postgres://user@host/DATABASE")
@@ -78,7 +84,8 @@ public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
         } else if let host = query["host"] ?? url.host, !host.isEmpty {
             address = .tcp(host: host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: port)
         } else {
-            throw ConfigError("database-url needs a host (postgres://user@HOST/db) or a socket folder (?host=/run/postgresql)")
+            throw ConfigError(
+                "database-url needs a host (postgres://user@HOST/db) or a socket folder (?host=/run/postgresql)")
         }
         let defaultTLS: PostgresLocation.TLSMode
         if case .unixSocket = address { defaultTLS = .disable } else { defaultTLS = .prefer }
@@ -95,7 +102,9 @@ public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
         }
         let schema = query["schema"] ?? "herald_\(service)"
         guard Self.isIdentifier(schema) else {
-            throw ConfigError("database-url: schema must be lower-case letters, digits and _ (at most 63), starting with a letter or _")
+            throw ConfigError(
+                "database-url: schema must be lower-case letters, digits and _ (at most 63), starting with a letter or _"
+            )
         }
         self = .postgres(
             PostgresLocation(
@@ -105,10 +114,14 @@ public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
 
     /// A PostgreSQL identifier Herald may splice into SQL unquoted: `[a-z_][a-z0-9_]*`, at most 63 bytes.
     public static func isIdentifier(_ name: String) -> Bool {
-        guard let first = name.utf8.first, name.utf8.count <= 63, first == UInt8(ascii: "_") || (0x61...0x7a).contains(first) else {
+        guard let first = name.utf8.first, name.utf8.count <= 63,
+            first == UInt8(ascii: "_") || (0x61...0x7a).contains(first)
+        else {
             return false
         }
-        return name.utf8.allSatisfy { $0 == UInt8(ascii: "_") || (0x61...0x7a).contains($0) || (0x30...0x39).contains($0) }
+        return name.utf8.allSatisfy {
+            $0 == UInt8(ascii: "_") || (0x61...0x7a).contains($0) || (0x30...0x39).contains($0)
+        }
     }
 
     /// `text` with any password replaced by `***`, for error messages.
@@ -163,7 +176,9 @@ public enum OpenedDatabase: Sendable {
 
 extension ProcessContext {
     /// Opens this service's database (`database-url`); `sqlite` configures a SQLite file.
-    public func openDatabase(sqlite configuration: Configuration = HeraldDatabase.configuration) throws -> OpenedDatabase {
+    public func openDatabase(sqlite configuration: Configuration = HeraldDatabase.configuration) throws
+        -> OpenedDatabase
+    {
         switch config.databaseURL {
         case .sqlite(let path): .sqlite(try DatabasePool(path: path, configuration: configuration))
         case .postgres(let location): .postgres(try HeraldPostgres(location, logger: logger))

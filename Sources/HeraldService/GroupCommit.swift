@@ -104,7 +104,9 @@ public final class GroupCommit: Sendable {
                         guard db.isInsideTransaction else { break }
                         finishes.append(item.run(db, true).finish)
                     }
-                    guard db.isInsideTransaction else { throw DatabaseError(resultCode: .SQLITE_ABORT, message: "batch rolled back") }
+                    guard db.isInsideTransaction else {
+                        throw DatabaseError(resultCode: .SQLITE_ABORT, message: "batch rolled back")
+                    }
                     return .commit
                 }
             }

@@ -21,8 +21,10 @@ public struct HealthCheck: Sendable {
     public static func database(_ db: any DatabaseWriter) -> HealthCheck {
         HealthCheck("database") {
             try await db.write { db in
-                try db.execute(sql: "CREATE TABLE IF NOT EXISTS herald_heartbeat (id INTEGER PRIMARY KEY, at INTEGER NOT NULL)")
-                try db.execute(sql: "INSERT OR REPLACE INTO herald_heartbeat (id, at) VALUES (1, ?)", arguments: [unixMillis()])
+                try db.execute(
+                    sql: "CREATE TABLE IF NOT EXISTS herald_heartbeat (id INTEGER PRIMARY KEY, at INTEGER NOT NULL)")
+                try db.execute(
+                    sql: "INSERT OR REPLACE INTO herald_heartbeat (id, at) VALUES (1, ?)", arguments: [unixMillis()])
             }
         }
     }
@@ -65,7 +67,8 @@ public struct HealthProbe: Service {
         } catch {
             if health.setCondition(check.name, false) != false {
                 logger.warning(
-                    "health check failed: NOT_SERVING", metadata: ["herald.check": "\(check.name)", "herald.error": "\(error)"])
+                    "health check failed: NOT_SERVING",
+                    metadata: ["herald.check": "\(check.name)", "herald.error": "\(error)"])
             }
         }
     }

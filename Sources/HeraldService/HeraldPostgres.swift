@@ -35,9 +35,11 @@ public final class HeraldPostgres: Service, Sendable {
                 tls = location.tls == .require ? .require(settings) : .prefer(settings)
             }
             configuration = .init(
-                host: host, port: port, username: location.user, password: location.password, database: location.database, tls: tls)
+                host: host, port: port, username: location.user, password: location.password,
+                database: location.database, tls: tls)
         case .unixSocket(let path):
-            configuration = .init(unixSocketPath: path, username: location.user, password: location.password, database: location.database)
+            configuration = .init(
+                unixSocketPath: path, username: location.user, password: location.password, database: location.database)
         }
         // Every connection starts in the service's schema: its SQL names tables unqualified, and no
         // service sees another's tables by accident. (A startup-packet parameter is a GUC.)
@@ -90,7 +92,9 @@ public final class HeraldPostgres: Service, Sendable {
     /// Runs `body` in one transaction (rolled back when it throws).
     /// The body's own error comes out as itself (a NOT_FOUND stays a NOT_FOUND), not wrapped in
     /// postgres-nio's `PostgresTransactionError`, unless the rollback failed too.
-    public func transaction<Result: Sendable>(_ body: (PostgresConnection) async throws -> Result) async throws -> Result {
+    public func transaction<Result: Sendable>(_ body: (PostgresConnection) async throws -> Result) async throws
+        -> Result
+    {
         do {
             return try await client.withTransaction(logger: logger) { connection in try await body(connection) }
         } catch let error as PostgresTransactionError {
@@ -113,7 +117,8 @@ public final class HeraldPostgres: Service, Sendable {
             group.addTask {
                 try await Task.sleep(for: timeout)
                 throw ConfigError(
-                    "\(DatabaseURL.postgres(self.location)) did not answer within \(timeout): is the server up and the URL right?")
+                    "\(DatabaseURL.postgres(self.location)) did not answer within \(timeout): is the server up and the URL right?"
+                )
             }
             defer { group.cancelAll() }
             try await group.next()
@@ -128,16 +133,18 @@ public final class HeraldPostgres: Service, Sendable {
         try await client.withConnection { connection in
             _ = try await connection.query("SELECT pg_advisory_lock(hashtext(\(lockKey)))", logger: serviceLogger)
             do {
-                _ = try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: serviceLogger)
+                _ = try await connection.query(
+                    PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: serviceLogger)
                 _ = try await connection.query(
                     """
                     CREATE TABLE IF NOT EXISTS herald_migrations (
                         name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
                     """, logger: serviceLogger)
                 var applied: Set<String> = []
-                for try await name in try await connection.query("SELECT name FROM herald_migrations", logger: serviceLogger)
-                    .decode(String.self)
-                {
+                for try await name in try await connection.query(
+                    "SELECT name FROM herald_migrations", logger: serviceLogger
+                )
+                .decode(String.self) {
                     applied.insert(name)
                 }
                 let unknown = applied.subtracting(names)
@@ -154,10 +161,12 @@ public final class HeraldPostgres: Service, Sendable {
                         _ = try await connection.query(
                             "INSERT INTO herald_migrations (name) VALUES (\(migration.name))", logger: serviceLogger)
                     }
-                    serviceLogger.info("migrated", metadata: ["herald.schema": "\(schema)", "herald.migration": "\(migration.name)"])
+                    serviceLogger.info(
+                        "migrated", metadata: ["herald.schema": "\(schema)", "herald.migration": "\(migration.name)"])
                 }
             } catch {
-                _ = try? await connection.query("SELECT pg_advisory_unlock(hashtext(\(lockKey)))", logger: serviceLogger)
+                _ = try? await connection.query(
+                    "SELECT pg_advisory_unlock(hashtext(\(lockKey)))", logger: serviceLogger)
                 throw error
             }
             _ = try await connection.query("SELECT pg_advisory_unlock(hashtext(\(lockKey)))", logger: serviceLogger)
@@ -183,7 +192,8 @@ public final class HeraldPostgres: Service, Sendable {
             var deleted: Int64 = 0
             for table in tables {
                 let rows = try await connection.query(
-                    PostgresQuery(unsafeSQL: "WITH gone AS (DELETE FROM \(table) RETURNING 1) SELECT count(*) FROM gone"),
+                    PostgresQuery(
+                        unsafeSQL: "WITH gone AS (DELETE FROM \(table) RETURNING 1) SELECT count(*) FROM gone"),
                     logger: logger)
                 for try await count in rows.decode(Int64.self) { deleted += count }
             }
@@ -203,7 +213,8 @@ public final class HeraldPostgres: Service, Sendable {
     }
 
     /// The heartbeat table every service's schema gets with its first migration.
-    static let heartbeatTable = "CREATE TABLE IF NOT EXISTS herald_heartbeat (id INTEGER PRIMARY KEY, at BIGINT NOT NULL)"
+    static let heartbeatTable =
+        "CREATE TABLE IF NOT EXISTS herald_heartbeat (id INTEGER PRIMARY KEY, at BIGINT NOT NULL)"
 }
 
 /// One step of a schema's history: its name (never changed once released) and its statements.

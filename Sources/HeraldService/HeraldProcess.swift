@@ -76,7 +76,9 @@ public struct ServiceDefinition: Sendable {
             "Settings (what each means, and its default: services/\(name)/README.md and services/README.md):",
         ]
         for key in keys {
-            lines.append("  --\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(ConfigReader.environmentName(key))")
+            lines.append(
+                "  --\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(ConfigReader.environmentName(key))"
+            )
         }
         return lines.joined(separator: "\n")
     }
@@ -108,7 +110,8 @@ public enum HeraldProcess {
         _ definition: ServiceDefinition, reader: ConfigReader, logger: Logger, shutdownSignals: [UnixSignal] = []
     ) async throws -> ServiceGroup {
         try await makeServiceGroup(
-            definition, config: definition.runtimeConfig(reader), reader: reader, logger: logger, shutdownSignals: shutdownSignals,
+            definition, config: definition.runtimeConfig(reader), reader: reader, logger: logger,
+            shutdownSignals: shutdownSignals,
             watchdog: nil)
     }
 
@@ -116,7 +119,8 @@ public enum HeraldProcess {
     /// With a `watchdog` (a process, never a test's in-process group) a group that does not stop
     /// ends the process with exit status 1 instead of ServiceLifecycle's `fatalError`.
     private static func makeServiceGroup(
-        _ definition: ServiceDefinition, config: RuntimeConfig, reader: ConfigReader, logger: Logger, shutdownSignals: [UnixSignal],
+        _ definition: ServiceDefinition, config: RuntimeConfig, reader: ConfigReader, logger: Logger,
+        shutdownSignals: [UnixSignal],
         watchdog: ExitWatchdog?
     ) async throws -> ServiceGroup {
         let name = definition.name
@@ -127,14 +131,16 @@ public enum HeraldProcess {
         for peer in peers {
             clients[peer] = try RPCClient(
                 endpoints: config.endpoints(of: peer), transport: config.rpcTransport, tls: config.tls,
-                defaultTimeout: config.rpcTimeout, healthInterval: config.healthInterval, discovery: config.discovery(of: peer))
+                defaultTimeout: config.rpcTimeout, healthInterval: config.healthInterval,
+                discovery: config.discovery(of: peer))
         }
         let context = ProcessContext(config: config, reader: reader, logger: logger, clients: clients)
         var own = try await definition.makeServices(context)
         if let listen = config.metricsListen {
             own.append(
                 MetricsServer(
-                    host: listen.host, port: listen.port, urlFile: "\(config.runtimeDir)/\(name).metrics.url", logger: logger))
+                    host: listen.host, port: listen.port, urlFile: "\(config.runtimeDir)/\(name).metrics.url",
+                    logger: logger))
         }
         let services: [any Service] = peers.map { clients[$0]! } + own
         return ServiceGroup(
@@ -215,10 +221,13 @@ public enum HeraldProcess {
         table.startOnEventLoop(HealthMethods.check)  // memory only
         let config = context.config
         if config.testMode {
-            context.logger.warning("test-mode on: ResetForTests deletes everything this service owns; never run it in production")
+            context.logger.warning(
+                "test-mode on: ResetForTests deletes everything this service owns; never run it in production")
         }
-        let listeners = [config.leanSocketPath != nil, config.grpcSocketPath != nil, config.leanTCP != nil, config.grpcTCP != nil]
-            .filter { $0 }.count
+        let listeners = [
+            config.leanSocketPath != nil, config.grpcSocketPath != nil, config.leanTCP != nil, config.grpcTCP != nil,
+        ]
+        .filter { $0 }.count
         guard listeners > 0 else {
             throw ConfigError("socket and grpc-socket are both off and no TCP listener is set: nothing to serve on")
         }
@@ -247,25 +256,30 @@ public enum HeraldProcess {
                         return
                     }
                     let answer = try await client.check(HealthCheckRequest(service: ""), timeout: .seconds(1))
-                    guard answer.status == .serving else { throw ServiceError.unavailable("\(peer) is \(answer.status)") }
+                    guard answer.status == .serving else {
+                        throw ServiceError.unavailable("\(peer) is \(answer.status)")
+                    }
                 })
         }
         var servers: [any Service] = []
         if let path = config.leanSocketPath {
             servers.append(
                 LeanServer(
-                    table: table, socketPath: path, logger: context.logger, health: health, peers: policy, onListening: onListening))
+                    table: table, socketPath: path, logger: context.logger, health: health, peers: policy,
+                    onListening: onListening))
         }
         if let path = config.grpcSocketPath {
             servers.append(
                 try RPCServer(
-                    table: table, endpoint: .unix(path), tls: nil, logger: context.logger, health: health, peers: policy,
+                    table: table, endpoint: .unix(path), tls: nil, logger: context.logger, health: health,
+                    peers: policy,
                     onListening: onListening))
         }
         if let endpoint = config.leanTCP {
             servers.append(
                 LeanServer(
-                    table: table, endpoint: endpoint, tls: try config.tls.serverContext(), logger: context.logger, health: health,
+                    table: table, endpoint: endpoint, tls: try config.tls.serverContext(), logger: context.logger,
+                    health: health,
                     onListening: onListening))
         }
         if let endpoint = config.grpcTCP {
@@ -283,7 +297,8 @@ public enum HeraldProcess {
         socketPath: String, transport: RPCTransport = .lean, timeout: Duration = .seconds(2)
     ) async -> Bool {
         do {
-            let response = try await RPCClient.with(socketPath: socketPath, transport: transport, timeout: timeout) { client in
+            let response = try await RPCClient.with(socketPath: socketPath, transport: transport, timeout: timeout) {
+                client in
                 try await HealthClient(client).check(HealthCheckRequest(service: ""))
             }
             return response.status == .serving
@@ -357,14 +372,18 @@ struct ReportedService: Service, CustomStringConvertible {
             try await withGracefulShutdownHandler {
                 try await inner.run()
             } onGracefulShutdown: { [watchdog] in
-                watchdog?.arm(after: watchdog?.drainBound ?? .zero, "the drain did not finish within drain-timeout-ms and its bound")
+                watchdog?.arm(
+                    after: watchdog?.drainBound ?? .zero,
+                    "the drain did not finish within drain-timeout-ms and its bound")
             }
         } catch {
             if Task.isCancelled || error is CancellationError {
                 logger.debug("\(description) stopped on cancellation: \(error)")
             } else {
                 logger.error("\(description) failed: \(error)", metadata: ["herald.error": "\(error)"])
-                watchdog?.arm(after: ExitWatchdog.cancellationBound, "\(description) failed (\(error)) and the group did not stop")
+                watchdog?.arm(
+                    after: ExitWatchdog.cancellationBound, "\(description) failed (\(error)) and the group did not stop"
+                )
             }
             throw error
         }

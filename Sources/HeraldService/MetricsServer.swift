@@ -88,7 +88,9 @@ final class MetricsHTTPHandler: ChannelInboundHandler, @unchecked Sendable {
             headers.add(name: "Content-Type", value: found ? HeraldMetrics.contentType : "text/plain")
             headers.add(name: "Content-Length", value: "\(body.count)")
             context.write(
-                wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: found ? .ok : .notFound, headers: headers))), promise: nil
+                wrapOutboundOut(
+                    .head(HTTPResponseHead(version: .http1_1, status: found ? .ok : .notFound, headers: headers))),
+                promise: nil
             )
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
             context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)

@@ -12,7 +12,9 @@ public struct Periodic: Service {
     public let logger: Logger
     public let body: @Sendable () async throws -> Void
 
-    public init(_ name: String, every interval: Duration, logger: Logger, _ body: @escaping @Sendable () async throws -> Void) {
+    public init(
+        _ name: String, every interval: Duration, logger: Logger, _ body: @escaping @Sendable () async throws -> Void
+    ) {
         self.name = name
         self.interval = interval
         self.logger = logger

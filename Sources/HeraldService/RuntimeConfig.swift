@@ -66,8 +66,10 @@ public struct RuntimeConfig: Sendable {
     public static func keys(peers: [String]) -> Set<String> {
         Set(
             [
-                "runtime-dir", "data-dir", "socket", "grpc-socket", "database", "database-url", "rpc-transport", "log-level",
-                "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms", "metrics-listen", "listen-tcp",
+                "runtime-dir", "data-dir", "socket", "grpc-socket", "database", "database-url", "rpc-transport",
+                "log-level",
+                "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms",
+                "metrics-listen", "listen-tcp",
                 "grpc-listen-tcp", "test-mode", "dns-refresh-seconds",
             ]
                 + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket", "\($0)-address", "\($0)-grpc-address"] }
@@ -86,14 +88,17 @@ public struct RuntimeConfig: Sendable {
             let path = reader.string(key, default: fallback)
             if path == "off" { return nil }
             guard path.utf8.count <= Self.maxSocketPathBytes else {
-                throw ConfigError("\(key) \(path) is \(path.utf8.count) bytes; Unix socket paths are at most \(Self.maxSocketPathBytes)")
+                throw ConfigError(
+                    "\(key) \(path) is \(path.utf8.count) bytes; Unix socket paths are at most \(Self.maxSocketPathBytes)"
+                )
             }
             return path
         }
         leanSocketPath = try socket("socket", "\(runtimeDir)/\(service).sock")
         grpcSocketPath = try socket("grpc-socket", "\(runtimeDir)/\(service).grpc.sock")
         databasePath = reader.string("database", default: "\(dataDir)/\(service).sqlite")
-        databaseURL = try DatabaseURL(reader.string("database-url", default: "sqlite:\(databasePath)"), service: service)
+        databaseURL = try DatabaseURL(
+            reader.string("database-url", default: "sqlite:\(databasePath)"), service: service)
         if case .sqlite(let path) = databaseURL { databasePath = path }
         rpcTransport = try reader.choice("rpc-transport", default: .lean)
         logLevel = reader.string("log-level", default: "info")
@@ -107,7 +112,8 @@ public struct RuntimeConfig: Sendable {
         if listen == "off" {
             metricsListen = nil
         } else {
-            guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]), (0...65535).contains(port)
+            guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
+                (0...65535).contains(port)
             else { throw ConfigError("metrics-listen must be off or host:port, e.g. 127.0.0.1:9100") }
             metricsListen = (String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port)
         }
@@ -127,7 +133,9 @@ public struct RuntimeConfig: Sendable {
             guard text != "off" else { continue }
             let items = try Self.list(text, key: key)
             if let named = try items.lazy.compactMap({ try RPCDiscovery.parse($0, key: key) }).first {
-                guard items.count == 1 else { throw ConfigError("\(key): a dns:/// name stands alone, not in a list: \(text)") }
+                guard items.count == 1 else {
+                    throw ConfigError("\(key): a dns:/// name stands alone, not in a list: \(text)")
+                }
                 peerNames[peer] = .dns(name: named.name, port: named.port, refresh: .seconds(refresh))
                 peerAddresses[peer] = [.tcp(host: named.name, port: named.port)]
                 continue
@@ -143,7 +151,8 @@ public struct RuntimeConfig: Sendable {
             peerSockets[peer] = try Self.list(text, key: key).map { path in
                 guard path.utf8.count <= Self.maxSocketPathBytes else {
                     throw ConfigError(
-                        "\(key) \(path) is \(path.utf8.count) bytes; Unix socket paths are at most \(Self.maxSocketPathBytes)")
+                        "\(key) \(path) is \(path.utf8.count) bytes; Unix socket paths are at most \(Self.maxSocketPathBytes)"
+                    )
                 }
                 return path
             }
@@ -153,7 +162,9 @@ public struct RuntimeConfig: Sendable {
 
     /// The items of a comma-separated setting, none empty.
     private static func list(_ text: String, key: String) throws -> [String] {
-        let items = text.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        let items = text.split(separator: ",", omittingEmptySubsequences: false).map {
+            $0.trimmingCharacters(in: .whitespaces)
+        }
         guard !items.contains(where: \.isEmpty) else { throw ConfigError("\(key) has an empty item: \(text)") }
         return items
     }

@@ -51,7 +51,9 @@ public final class SharedGeneration: @unchecked Sendable {
         }
         defer { close(fd) }
         var status = stat()
-        guard fstat(fd, &status) == 0 else { throw ConfigError("cannot stat \(path): \(String(cString: strerror(errno)))") }
+        guard fstat(fd, &status) == 0 else {
+            throw ConfigError("cannot stat \(path): \(String(cString: strerror(errno)))")
+        }
         if status.st_size < Self.length {
             guard writable else { return nil }
             guard ftruncate(fd, off_t(Self.length)) == 0 else {
@@ -79,6 +81,7 @@ public final class SharedGeneration: @unchecked Sendable {
     /// Whether `path` is still the file this maps (not removed or replaced since).
     public func isStillAt(path: String) -> Bool {
         var status = stat()
-        return stat(path, &status) == 0 && UInt64(status.st_dev) == identity.device && UInt64(status.st_ino) == identity.inode
+        return stat(path, &status) == 0 && UInt64(status.st_dev) == identity.device
+            && UInt64(status.st_ino) == identity.inode
     }
 }

@@ -10,7 +10,8 @@ public enum TestMode {
     public static func require(_ enabled: Bool, service: ServiceName) throws {
         guard enabled else {
             throw ServiceError.failedPrecondition(
-                "ResetForTests needs herald-\(service.rawValue) to run with test-mode on (HERALD_TEST_MODE=true); it is off")
+                "ResetForTests needs herald-\(service.rawValue) to run with test-mode on (HERALD_TEST_MODE=true); it is off"
+            )
         }
     }
 

@@ -76,14 +76,18 @@ public enum StackBackup {
             }
             try source.close()
             let (migrations, integrity) = try inspect("\(destination)/\(file)")
-            guard integrity == "ok" else { throw BackupError("the copy of \(file) fails PRAGMA integrity_check: \(integrity)") }
+            guard integrity == "ok" else {
+                throw BackupError("the copy of \(file) fails PRAGMA integrity_check: \(integrity)")
+            }
             let (bytes, sha256) = try digest("\(destination)/\(file)")
             try sync("\(destination)/\(file)")
             databases.append(
                 Manifest.Database(
-                    service: service, file: file, bytes: bytes, sha256: sha256, migrations: migrations, integrity: integrity))
+                    service: service, file: file, bytes: bytes, sha256: sha256, migrations: migrations,
+                    integrity: integrity))
         }
-        let manifest = Manifest(format: format, startedAt: startedAt, sqliteVersion: sqliteVersion, databases: databases)
+        let manifest = Manifest(
+            format: format, startedAt: startedAt, sqliteVersion: sqliteVersion, databases: databases)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         // Written last, through a rename: a folder with a manifest holds a whole backup.
@@ -109,7 +113,9 @@ public enum StackBackup {
         guard manifest.databases.map(\.service).sorted() == services.sorted(),
             manifest.databases.allSatisfy({ $0.file == "\($0.service).sqlite" })
         else {
-            throw BackupError("\(manifestPath) lists \(manifest.databases.map(\.file)); a backup holds \(services.map { "\($0).sqlite" })")
+            throw BackupError(
+                "\(manifestPath) lists \(manifest.databases.map(\.file)); a backup holds \(services.map { "\($0).sqlite" })"
+            )
         }
         for database in manifest.databases {
             let path = "\(source)/\(database.file)"
@@ -146,7 +152,8 @@ public enum StackBackup {
         let manifest = try verify(source, knownMigrations: knownMigrations)
         for service in services where socketAnswers("\(runtimeDirectory)/\(service).sock") {
             throw BackupError(
-                "herald-\(service) is running (its socket \(runtimeDirectory)/\(service).sock answers): stop the stack before a restore")
+                "herald-\(service) is running (its socket \(runtimeDirectory)/\(service).sock answers): stop the stack before a restore"
+            )
         }
         let files = FileManager.default
         try files.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)

@@ -131,7 +131,8 @@ public actor Stack {
 
     /// The folder of the running executable (where SwiftPM puts all products).
     public static func defaultBinDirectory() -> String {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let exe =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         return URL(fileURLWithPath: exe).deletingLastPathComponent().path
     }
 
@@ -206,9 +207,13 @@ public actor Stack {
         default: break
         }
         if let tls = c.tls {
-            arguments += ["--tls-cert", tls.certificate, "--tls-key", tls.key, "--tls-ca", tls.ca, "--tls-require-client-cert"]
+            arguments += [
+                "--tls-cert", tls.certificate, "--tls-key", tls.key, "--tls-ca", tls.ca, "--tls-require-client-cert",
+            ]
             if let ports = tcpPorts[service] {
-                arguments += ["--listen-tcp", "127.0.0.1:\(ports.lean)", "--grpc-listen-tcp", "127.0.0.1:\(ports.grpc)"]
+                arguments += [
+                    "--listen-tcp", "127.0.0.1:\(ports.lean)", "--grpc-listen-tcp", "127.0.0.1:\(ports.grpc)",
+                ]
             }
             let host = c.peersByName ? "dns:///localhost" : "127.0.0.1"
             for peer in (ServiceName(rawValue: service)?.peers ?? []).map(\.rawValue) {
@@ -217,7 +222,8 @@ public actor Stack {
                 switch c.rpcTransport {
                 case .lean:
                     arguments += [
-                        "--\(peer)-address", "\(host):\(ports.lean)", "--\(peer)-socket", "\(c.runtimeDirectory)/none-\(peer).sock",
+                        "--\(peer)-address", "\(host):\(ports.lean)", "--\(peer)-socket",
+                        "\(c.runtimeDirectory)/none-\(peer).sock",
                     ]
                 case .grpc:
                     arguments += [
@@ -229,7 +235,10 @@ public actor Stack {
         }
         switch service {
         case ServiceName.edge.rawValue:
-            arguments += ["--http-host", c.httpHost, "--http-port", String(boundHTTPPort ?? c.httpPort), "--profile", c.profile.rawValue]
+            arguments += [
+                "--http-host", c.httpHost, "--http-port", String(boundHTTPPort ?? c.httpPort), "--profile",
+                c.profile.rawValue,
+            ]
         default: break
         }
         if let url = c.databaseURL, Self.postgresServices.contains(service) { arguments += ["--database-url", url] }
@@ -252,7 +261,9 @@ public actor Stack {
         }
         if c.captureLogs {
             let path = "\(c.logDirectory)/\(service).log"
-            if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
+            if !FileManager.default.fileExists(atPath: path) {
+                _ = FileManager.default.createFile(atPath: path, contents: nil)
+            }
             let log = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
             log.seekToEndOfFile()
             process.standardOutput = log
@@ -272,7 +283,8 @@ public actor Stack {
         exits[service, default: []].append(status)
         guard children[service] === process, supervising, !stopping else { return }
         restarts[service, default: 0] += 1
-        let count = Self.crashesInARow(previous: crashLoop[service] ?? 0, ranFor: startedAt[service].map { ContinuousClock.now - $0 })
+        let count = Self.crashesInARow(
+            previous: crashLoop[service] ?? 0, ranFor: startedAt[service].map { ContinuousClock.now - $0 })
         crashLoop[service] = count
         let delay = Self.restartDelay(afterCrashes: count)
         logger.warning("herald-\(service) exited with status \(status); restarting in \(delay)")

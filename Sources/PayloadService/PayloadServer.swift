@@ -23,7 +23,8 @@ public struct PayloadConfig: Sendable {
         guard purgeSeconds > 0 else { throw ConfigError("purge-interval-seconds must be positive") }
         purgeInterval = .seconds(purgeSeconds)
         guard (1...(RPCLimits.maxMessageBytes - 4096)).contains(maxContentBytes) else {
-            throw ConfigError("max-content-bytes must be 1...\(RPCLimits.maxMessageBytes - 4096) (the RPC message limit)")
+            throw ConfigError(
+                "max-content-bytes must be 1...\(RPCLimits.maxMessageBytes - 4096) (the RPC message limit)")
         }
         guard (1...ContentLimits.maxTTLSeconds).contains(defaultTTLSeconds) else {
             throw ConfigError("default-ttl-seconds must be 1...\(ContentLimits.maxTTLSeconds) (one year)")
@@ -55,12 +56,16 @@ public struct PayloadHandlers: PayloadServiceHandler {
         return answer
     }
 
-    public func deletePayload(_ request: DeletePayloadRequest, context: RPCContext) async throws -> DeletePayloadResponse {
+    public func deletePayload(_ request: DeletePayloadRequest, context: RPCContext) async throws
+        -> DeletePayloadResponse
+    {
         try await store.delete(id: request.id, recipient: request.recipient)
         return DeletePayloadResponse()
     }
 
-    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
+    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws
+        -> ResetForTestsResponse
+    {
         try TestMode.require(testMode, service: .payload)
         return ResetForTestsResponse(deleted: try await store.deleteEverything())
     }
@@ -69,14 +74,16 @@ public struct PayloadHandlers: PayloadServiceHandler {
 /// herald-payload's start-up.
 public enum PayloadServer {
     /// What herald-payload runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
-    public static let definition = ServiceDefinition.rpc(.payload, extraKeys: PayloadConfig.keys) { context -> RPCServiceParts in
+    public static let definition = ServiceDefinition.rpc(.payload, extraKeys: PayloadConfig.keys) {
+        context -> RPCServiceParts in
         let config = try PayloadConfig(reader: context.reader)
         let rules = PayloadRules(defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
         let database = try context.openDatabase(sqlite: HeraldDatabase.secureDeleteConfiguration)
         let store: any PayloadStore
         switch database {
         case .sqlite(let pool):
-            store = try SQLitePayloadStore(db: pool, defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
+            store = try SQLitePayloadStore(
+                db: pool, defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
         case .postgres(let postgres):
             store = try await PostgresPayloadStore(db: postgres, rules: rules)
         }
@@ -87,6 +94,7 @@ public enum PayloadServer {
             let purged = try await store.purgeExpired()
             if purged > 0 { context.logger.info("purged expired content", metadata: ["herald.count": "\(purged)"]) }
         }
-        return RPCServiceParts(table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
+        return RPCServiceParts(
+            table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
     }
 }

@@ -79,13 +79,16 @@ public struct PayloadRules: Sendable {
             throw ServiceError.invalidArgument("kind must be PAYLOAD_KIND_SECURE or PAYLOAD_KIND_RICH")
         }
         guard request.content.count <= maxContentBytes else {
-            throw ServiceError(.resourceExhausted, "content is \(request.content.count) bytes; the limit is \(maxContentBytes)")
+            throw ServiceError(
+                .resourceExhausted, "content is \(request.content.count) bytes; the limit is \(maxContentBytes)")
         }
         guard (0...ContentLimits.maxTTLSeconds).contains(request.ttlSeconds) else {
-            throw ServiceError(.outOfRange, "ttl_seconds must be 0 (the default) to \(ContentLimits.maxTTLSeconds) (one year)")
+            throw ServiceError(
+                .outOfRange, "ttl_seconds must be 0 (the default) to \(ContentLimits.maxTTLSeconds) (one year)")
         }
         // The type is served back as a response header: visible ASCII and spaces only, bounded.
-        guard request.contentType.utf8.count <= 255, request.contentType.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f }) else {
+        guard request.contentType.utf8.count <= 255, request.contentType.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f })
+        else {
             throw ServiceError.invalidArgument("content_type must be at most 255 characters of printable ASCII")
         }
         let now = self.now()
@@ -125,8 +128,12 @@ public final class SQLitePayloadStore: PayloadStore {
     // (in an async function GRDB's async overloads, which hop to its queue, would win).
     nonisolated(nonsending) public func deleteEverything() async throws -> Int64 { try deleteEverythingNow() }
     nonisolated(nonsending) public func purgeExpired() async throws -> Int { try purgeExpiredNow() }
-    nonisolated(nonsending) public func store(_ request: StorePayloadRequest) async throws -> StorePayloadResponse { try storeNow(request) }
-    nonisolated(nonsending) public func delete(id: Int64, recipient: String) async throws { try deleteNow(id: id, recipient: recipient) }
+    nonisolated(nonsending) public func store(_ request: StorePayloadRequest) async throws -> StorePayloadResponse {
+        try storeNow(request)
+    }
+    nonisolated(nonsending) public func delete(id: Int64, recipient: String) async throws {
+        try deleteNow(id: id, recipient: recipient)
+    }
     nonisolated(nonsending) public func read(id: Int64, requester: String) async throws -> FetchPayloadResponse {
         try readNow(id: id, requester: requester)
     }
@@ -183,7 +190,8 @@ public final class SQLitePayloadStore: PayloadStore {
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
-                    request.recipient, request.sender, request.kind.rawValue, Data(request.content), admitted.contentType,
+                    request.recipient, request.sender, request.kind.rawValue, Data(request.content),
+                    admitted.contentType,
                     request.message, request.richType, admitted.createdAt, admitted.expiresAt,
                 ])
             return db.lastInsertedRowID
@@ -228,7 +236,9 @@ public final class SQLitePayloadStore: PayloadStore {
 
     private func markReadNow(id: Int64) throws {
         do {
-            try db.write { db in try db.cachedStatement(sql: "UPDATE payload SET read = 1 WHERE id = ?").execute(arguments: [id]) }
+            try db.write { db in
+                try db.cachedStatement(sql: "UPDATE payload SET read = 1 WHERE id = ?").execute(arguments: [id])
+            }
         } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
         }
     }

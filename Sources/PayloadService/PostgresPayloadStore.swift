@@ -68,7 +68,8 @@ public final class PostgresPayloadStore: PayloadStore {
         let rows = try await db.execute(ReadPayload(id: id, recipient: requester, now: rules.now()))
         if let (kind, content, type, message, richType, read, createdAt) = rows.first {
             return FetchPayloadResponse(
-                id: id, kind: PayloadKind(rawValue: kind), content: Array(buffer: content), contentType: type, message: message,
+                id: id, kind: PayloadKind(rawValue: kind), content: Array(buffer: content), contentType: type,
+                message: message,
                 richType: richType, read: read, createdAtUnixMs: createdAt)
         }
         throw PayloadRules.notFound(id)

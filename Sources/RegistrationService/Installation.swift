@@ -76,7 +76,8 @@ public struct Installation: Sendable, Equatable {
             var out = "{\"body\":" + jsonStringLiteral(body)
             if let expiry { out += ",\"expiry\":" + jsonStringLiteral(expiry) }
             out += ",\"headers\":{"
-            out += headers.keys.sorted().map { jsonStringLiteral($0) + ":" + jsonStringLiteral(headers[$0]!) }.joined(separator: ",")
+            out += headers.keys.sorted().map { jsonStringLiteral($0) + ":" + jsonStringLiteral(headers[$0]!) }.joined(
+                separator: ",")
             return out + "}}"
         }
     }
@@ -133,11 +134,14 @@ public struct Installation: Sendable, Equatable {
         guard bodyID == id else {
             throw ServiceError.invalidArgument("installationId \(bodyID) differs from the id in the path, \(id)")
         }
-        guard let platformName = object["platform"] as? String else { throw ServiceError.invalidArgument("platform is required") }
+        guard let platformName = object["platform"] as? String else {
+            throw ServiceError.invalidArgument("platform is required")
+        }
         let platform = try Self.platform(platformName)
         guard let channel = object["pushChannel"] else { throw ServiceError.invalidArgument("pushChannel is required") }
         var installation = Installation(
-            installationID: id, userID: nil, platform: platform, pushChannel: try Self.pushChannel(channel, platform: platform),
+            installationID: id, userID: nil, platform: platform,
+            pushChannel: try Self.pushChannel(channel, platform: platform),
             tags: [], pushVariables: [:], templates: [:])
         installation.userID = try Self.userID(object["userId"] ?? object["userID"])
         installation.tags = try Self.tags(object["tags"])
@@ -168,10 +172,13 @@ public struct Installation: Sendable, Equatable {
     /// "Entity segments can contain only letters, numbers, periods (.), hyphens (-), and underscores (_)".
     public static func validateID(_ id: String) throws {
         guard (1...maxIDLength).contains(id.utf8.count),
-            id.utf8.allSatisfy({ $0.isLetterOrDigit || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") })
+            id.utf8.allSatisfy({
+                $0.isLetterOrDigit || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_")
+            })
         else {
             throw ServiceError.invalidArgument(
-                "installationId must be 1 to \(maxIDLength) letters, digits, periods (.), hyphens (-) and underscores (_)")
+                "installationId must be 1 to \(maxIDLength) letters, digits, periods (.), hyphens (-) and underscores (_)"
+            )
         }
     }
 
@@ -184,9 +191,11 @@ public struct Installation: Sendable, Equatable {
         case "browser": return .browser
         case "gcm", "fcm":
             throw ServiceError.invalidArgument(
-                "platform \(name) is FCM's legacy API, retired by Google in 2024: use fcmv1 (the pushChannel stays the same FCM token)")
+                "platform \(name) is FCM's legacy API, retired by Google in 2024: use fcmv1 (the pushChannel stays the same FCM token)"
+            )
         case "mpns", "adm", "baidu", "xiaomi":
-            throw ServiceError.invalidArgument("platform \(name) is not supported by Herald: use apns, fcmv1, wns or browser")
+            throw ServiceError.invalidArgument(
+                "platform \(name) is not supported by Herald: use apns, fcmv1, wns or browser")
         default:
             throw ServiceError.invalidArgument("platform must be apns, fcmv1, wns or browser")
         }
@@ -210,17 +219,22 @@ public struct Installation: Sendable, Equatable {
                 object = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any]
             }
             guard let object else {
-                throw ServiceError.invalidArgument("pushChannel of a browser installation is {\"endpoint\",\"p256dh\",\"auth\"}")
+                throw ServiceError.invalidArgument(
+                    "pushChannel of a browser installation is {\"endpoint\",\"p256dh\",\"auth\"}")
             }
             let keys = object["keys"] as? [String: Any]
-            guard let endpoint = object["endpoint"] as? String, let p256dh = (object["p256dh"] ?? keys?["p256dh"]) as? String,
+            guard let endpoint = object["endpoint"] as? String,
+                let p256dh = (object["p256dh"] ?? keys?["p256dh"]) as? String,
                 let auth = (object["auth"] ?? keys?["auth"]) as? String
             else {
-                throw ServiceError.invalidArgument("pushChannel of a browser installation needs endpoint, p256dh and auth")
+                throw ServiceError.invalidArgument(
+                    "pushChannel of a browser installation needs endpoint, p256dh and auth")
             }
             return try canonicalJSON(["endpoint": endpoint, "keys": ["p256dh": p256dh, "auth": auth]])
         }
-        guard let text = value as? String, !text.isEmpty else { throw ServiceError.invalidArgument("pushChannel must be a string") }
+        guard let text = value as? String, !text.isEmpty else {
+            throw ServiceError.invalidArgument("pushChannel must be a string")
+        }
         return text
     }
 
@@ -241,23 +255,31 @@ public struct Installation: Sendable, Equatable {
         guard let tags = value as? [Any] else { throw ServiceError.invalidArgument("tags must be an array of strings") }
         return try RegistrationRules.validateTags(
             tags.map { tag in
-                guard let text = tag as? String else { throw ServiceError.invalidArgument("tags must be an array of strings") }
+                guard let text = tag as? String else {
+                    throw ServiceError.invalidArgument("tags must be an array of strings")
+                }
                 return text
             })
     }
 
     static func stringMap(_ value: Any?, _ field: String) throws -> [String: String] {
         guard let value, !(value is NSNull) else { return [:] }
-        guard let object = value as? [String: Any] else { throw ServiceError.invalidArgument("\(field) must be an object of strings") }
+        guard let object = value as? [String: Any] else {
+            throw ServiceError.invalidArgument("\(field) must be an object of strings")
+        }
         return try object.mapValues { value in
-            guard let text = value as? String else { throw ServiceError.invalidArgument("\(field) must be an object of strings") }
+            guard let text = value as? String else {
+                throw ServiceError.invalidArgument("\(field) must be an object of strings")
+            }
             return text
         }
     }
 
     static func templates(_ value: Any?) throws -> [String: Template] {
         guard let value, !(value is NSNull) else { return [:] }
-        guard let object = value as? [String: Any] else { throw ServiceError.invalidArgument("templates must be an object") }
+        guard let object = value as? [String: Any] else {
+            throw ServiceError.invalidArgument("templates must be an object")
+        }
         var templates: [String: Template] = [:]
         for (name, value) in object { templates[name] = try template(name: name, value) }
         return templates
@@ -265,17 +287,21 @@ public struct Installation: Sendable, Equatable {
 
     static func template(name: String, _ value: Any) throws -> Template {
         guard Names.isValidTag(name) else {
-            throw ServiceError.invalidArgument("template name \(name) must be a valid tag (it becomes one): A-Z a-z 0-9 _ @ # . : -")
+            throw ServiceError.invalidArgument(
+                "template name \(name) must be a valid tag (it becomes one): A-Z a-z 0-9 _ @ # . : -")
         }
         guard let object = jsonValue(value) as? [String: Any] else {
             throw ServiceError.invalidArgument("template \(name) must be an object with a body")
         }
-        guard let body = object["body"] as? String else { throw ServiceError.invalidArgument("template \(name) needs a body string") }
+        guard let body = object["body"] as? String else {
+            throw ServiceError.invalidArgument("template \(name) needs a body string")
+        }
         var tags = try Self.tags(object["tags"])
         // NH adds the template's name to its tags.
         if !tags.contains(name) { tags.append(name) }
         return Template(
-            body: body, headers: try stringMap(object["headers"], "template \(name) headers"), expiry: object["expiry"] as? String,
+            body: body, headers: try stringMap(object["headers"], "template \(name) headers"),
+            expiry: object["expiry"] as? String,
             tags: tags)
     }
 
@@ -298,13 +324,15 @@ public struct Installation: Sendable, Equatable {
         var out = "{\"installationId\":" + jsonStringLiteral(installationID)
         if let userID { out += ",\"userId\":" + jsonStringLiteral(userID) }
         out += ",\"platform\":" + jsonStringLiteral(Self.platformName(platform))
-        if platform == .browser, let subscription = (try? JSONSerialization.jsonObject(with: Data(pushChannel.utf8))) as? [String: Any],
+        if platform == .browser,
+            let subscription = (try? JSONSerialization.jsonObject(with: Data(pushChannel.utf8))) as? [String: Any],
             let endpoint = subscription["endpoint"] as? String, let keys = subscription["keys"] as? [String: Any],
             let p256dh = keys["p256dh"] as? String, let auth = keys["auth"] as? String
         {
             // JS's shape: {"endpoint","p256dh","auth"}.
             out +=
-                ",\"pushChannel\":{\"endpoint\":" + jsonStringLiteral(endpoint) + ",\"p256dh\":" + jsonStringLiteral(p256dh)
+                ",\"pushChannel\":{\"endpoint\":" + jsonStringLiteral(endpoint) + ",\"p256dh\":"
+                + jsonStringLiteral(p256dh)
                 + ",\"auth\":" + jsonStringLiteral(auth) + "}"
         } else {
             out += ",\"pushChannel\":" + jsonStringLiteral(pushChannel)
@@ -335,7 +363,9 @@ public struct Installation: Sendable, Equatable {
     }
 
     private static func object(_ values: [String: String]) -> String {
-        "{" + values.keys.sorted().map { jsonStringLiteral($0) + ":" + jsonStringLiteral(values[$0]!) }.joined(separator: ",") + "}"
+        "{"
+            + values.keys.sorted().map { jsonStringLiteral($0) + ":" + jsonStringLiteral(values[$0]!) }.joined(
+                separator: ",") + "}"
     }
 
     /// The tags a send matches: the installation's own plus NH's system tags.
@@ -348,12 +378,14 @@ public struct Installation: Sendable, Equatable {
 
     static func w3c(_ millis: Int64) -> String {
         // A format style, not an ISO8601DateFormatter: making one of those costs more than the rest of a PATCH.
-        Date(timeIntervalSince1970: Double(millis) / 1000).formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        Date(timeIntervalSince1970: Double(millis) / 1000).formatted(
+            Date.ISO8601FormatStyle(includingFractionalSeconds: true))
     }
 
     static func canonicalJSON(_ object: [String: Any]) throws -> String {
         String(
-            decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
+            decoding: try JSONSerialization.data(
+                withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
     }
 }
 

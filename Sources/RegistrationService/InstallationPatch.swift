@@ -12,7 +12,8 @@ import HeraldRPC
 extension Installation {
     public mutating func apply(patch data: [UInt8], hosts: RegistrationRules.PushHosts) throws {
         guard let operations = try? JSONSerialization.jsonObject(with: Data(data)) as? [Any] else {
-            throw ServiceError.invalidArgument("the body must be a JSON array of {\"op\",\"path\",\"value\"} operations")
+            throw ServiceError.invalidArgument(
+                "the body must be a JSON array of {\"op\",\"path\",\"value\"} operations")
         }
         guard operations.count <= 200 else { throw ServiceError.invalidArgument("at most 200 operations per patch") }
         // All or nothing: the operations apply to a copy, kept only when every one passes.
@@ -34,7 +35,9 @@ extension Installation {
     }
 
     private mutating func apply(op: String, path: String, value: Any?) throws {
-        guard ["add", "remove", "replace"].contains(op) else { throw ServiceError.invalidArgument("op must be add, remove or replace") }
+        guard ["add", "remove", "replace"].contains(op) else {
+            throw ServiceError.invalidArgument("op must be add, remove or replace")
+        }
         guard path.hasPrefix("/") else { throw ServiceError.invalidArgument("path must start with /") }
         let segments = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false).map {
             $0.replacingOccurrences(of: "~1", with: "/").replacingOccurrences(of: "~0", with: "~")
@@ -44,18 +47,24 @@ extension Installation {
             return value
         }
         func string() throws -> String {
-            guard let text = try required() as? String else { throw ServiceError.invalidArgument("the value must be a string") }
+            guard let text = try required() as? String else {
+                throw ServiceError.invalidArgument("the value must be a string")
+            }
             return text
         }
         let remove = op == "remove"
         switch (segments.first?.lowercased() ?? "", segments.count) {
         case ("pushchannel", 1):
-            guard !remove else { throw ServiceError.invalidArgument("pushChannel is required; it can be replaced, not removed") }
+            guard !remove else {
+                throw ServiceError.invalidArgument("pushChannel is required; it can be replaced, not removed")
+            }
             let channel = try Self.pushChannel(try required(), platform: platform)
             if channel != pushChannel { pushChannelExpired = false }
             pushChannel = channel
         case ("platform", 1):
-            guard !remove else { throw ServiceError.invalidArgument("platform is required; it can be replaced, not removed") }
+            guard !remove else {
+                throw ServiceError.invalidArgument("platform is required; it can be replaced, not removed")
+            }
             platform = try Self.platform(try string())
         case ("userid", 1), ("user", 1):
             userID = remove ? nil : try Self.userID(try string())
@@ -77,7 +86,9 @@ extension Installation {
         case ("tags", 2):
             let tag = segments[1]
             if remove {
-                guard tags.contains(tag) else { throw ServiceError.invalidArgument("tag \(tag) is not on this installation") }
+                guard tags.contains(tag) else {
+                    throw ServiceError.invalidArgument("tag \(tag) is not on this installation")
+                }
                 tags.removeAll { $0 == tag }
             } else {
                 tags = try RegistrationRules.validateTags(tags + [tag])
@@ -89,7 +100,9 @@ extension Installation {
         case ("templates", 2):
             let name = segments[1]
             if remove {
-                guard templates.removeValue(forKey: name) != nil else { throw ServiceError.invalidArgument("no template \(name)") }
+                guard templates.removeValue(forKey: name) != nil else {
+                    throw ServiceError.invalidArgument("no template \(name)")
+                }
             } else {
                 templates[name] = try Self.template(name: name, try required())
             }

@@ -21,7 +21,10 @@ public final class PostgresRegistrationStore: RegistrationStore {
     private let pendingTTL: Int64
     private let now: @Sendable () -> Int64
 
-    public init(db: HeraldPostgres, pendingTTL: Duration = .seconds(24 * 3600), now: @escaping @Sendable () -> Int64 = unixMillis)
+    public init(
+        db: HeraldPostgres, pendingTTL: Duration = .seconds(24 * 3600),
+        now: @escaping @Sendable () -> Int64 = unixMillis
+    )
         async throws
     {
         self.db = db
@@ -85,19 +88,23 @@ public final class PostgresRegistrationStore: RegistrationStore {
                 if let first = ids.first {
                     let duplicates = Array(ids.dropFirst())
                     if !duplicates.isEmpty {
-                        try await connection.query("DELETE FROM registration WHERE id = ANY(\(duplicates))", logger: db.logger)
+                        try await connection.query(
+                            "DELETE FROM registration WHERE id = ANY(\(duplicates))", logger: db.logger)
                     }
                     return first
                 }
             }
             let id = RegistrationSQL.newID()
             try await connection.query(
-                "INSERT INTO registration (id, owner, created_at, updated_at) VALUES (\(id), \(owner), \(now), \(now))", logger: db.logger)
+                "INSERT INTO registration (id, owner, created_at, updated_at) VALUES (\(id), \(owner), \(now), \(now))",
+                logger: db.logger)
             return id
         }
     }
 
-    nonisolated(nonsending) public func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String])
+    nonisolated(nonsending) public func upsert(
+        owner: String, id: String, platform: Platform, handle: String, tags: [String]
+    )
         async throws -> Registration
     {
         let now = self.now()
@@ -135,14 +142,17 @@ public final class PostgresRegistrationStore: RegistrationStore {
             FROM registration r WHERE r.owner = \(owner) ORDER BY r.created_at, r.seq
             """)
         return try rows.map { row in
-            let (id, owner, platform, handle, updatedAt, tags) = try row.decode((String, String, Int32, String, Int64, [String]).self)
+            let (id, owner, platform, handle, updatedAt, tags) = try row.decode(
+                (String, String, Int32, String, Int64, [String]).self)
             return Registration(
                 registrationID: id, owner: owner, platform: Platform(rawValue: platform), handle: handle, tags: tags,
                 updatedAtUnixMs: updatedAt)
         }
     }
 
-    nonisolated(nonsending) public func removeHandle(platform: Platform, handle: String, invalidSince: Int64) async throws -> Int {
+    nonisolated(nonsending) public func removeHandle(platform: Platform, handle: String, invalidSince: Int64)
+        async throws -> Int
+    {
         let platformValue = Int32(platform.rawValue)
         return try await db.transaction { connection in
             // Installations expire (their templates go quiet with them, counted once, with the
@@ -174,20 +184,25 @@ public final class PostgresRegistrationStore: RegistrationStore {
     }
 
     nonisolated(nonsending) public func purgePending() async throws -> Int {
-        try await db.rows("DELETE FROM registration WHERE platform = 0 AND created_at <= \(now() - pendingTTL) RETURNING id").count
+        try await db.rows(
+            "DELETE FROM registration WHERE platform = 0 AND created_at <= \(now() - pendingTTL) RETURNING id"
+        ).count
     }
 
     nonisolated(nonsending) public func audience(
-        driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool, after: String, limit: Int
+        driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool,
+        after: String, limit: Int
     ) async throws -> [Registration] {
         let statement = RegistrationSQL.audience(
-            .postgres, driver: driver, expression: expression, platform: platform, hub: hub, templates: templates, after: after,
+            .postgres, driver: driver, expression: expression, platform: platform, hub: hub, templates: templates,
+            after: after,
             limit: limit)
         return try await db.rows(statement.postgresQuery).map { row in
             var registration: Registration
             if templates {
-                let (id, owner, platform, handle, updatedAt, hub, installationID, templateName, document) = try row.decode(
-                    (String, String, Int32, String, Int64, String, String?, String?, ByteBuffer?).self)
+                let (id, owner, platform, handle, updatedAt, hub, installationID, templateName, document) =
+                    try row.decode(
+                        (String, String, Int32, String, Int64, String, String?, String?, ByteBuffer?).self)
                 registration = Self.registration(id, owner, platform, handle, updatedAt, hub, installationID)
                 registration.templateName = templateName ?? ""
                 registration.templateJson = document.map { String(buffer: $0) } ?? ""
@@ -201,10 +216,12 @@ public final class PostgresRegistrationStore: RegistrationStore {
     }
 
     nonisolated(nonsending) public func devices(
-        hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?, after: String, limit: Int
+        hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?,
+        after: String, limit: Int
     ) async throws -> [Registration] {
         let statement = RegistrationSQL.devices(
-            .postgres, hub: hub, user: user, expression: expression, platform: platform, handlePrefix: handlePrefix, after: after,
+            .postgres, hub: hub, user: user, expression: expression, platform: platform, handlePrefix: handlePrefix,
+            after: after,
             limit: limit)
         return try await db.rows(statement.postgresQuery).map { row in
             let (id, owner, platform, handle, updatedAt, installationID, expired, tags) = try row.decode(
@@ -217,17 +234,21 @@ public final class PostgresRegistrationStore: RegistrationStore {
     }
 
     private static func registration(
-        _ id: String, _ owner: String, _ platform: Int32, _ handle: String, _ updatedAt: Int64, _ hub: String, _ installationID: String?
+        _ id: String, _ owner: String, _ platform: Int32, _ handle: String, _ updatedAt: Int64, _ hub: String,
+        _ installationID: String?
     ) -> Registration {
         Registration(
-            registrationID: id, owner: owner, platform: Platform(rawValue: platform), handle: handle, tags: [], updatedAtUnixMs: updatedAt,
+            registrationID: id, owner: owner, platform: Platform(rawValue: platform), handle: handle, tags: [],
+            updatedAtUnixMs: updatedAt,
             hub: hub, installationID: installationID ?? "")
     }
 
     // MARK: installations
 
     @discardableResult
-    nonisolated(nonsending) public func putInstallation(hub: String, _ installation: Installation, maxInstallations: Int64)
+    nonisolated(nonsending) public func putInstallation(
+        hub: String, _ installation: Installation, maxInstallations: Int64
+    )
         async throws -> Installation
     {
         let now = self.now()
@@ -244,7 +265,8 @@ public final class PostgresRegistrationStore: RegistrationStore {
         let now = self.now()
         return try await db.transaction { connection in
             try await Self.lock(hub: hub, id: id, on: connection, logger: db.logger)
-            guard var installation = try await Self.installation(hub: hub, id: id, on: connection, logger: db.logger) else {
+            guard var installation = try await Self.installation(hub: hub, id: id, on: connection, logger: db.logger)
+            else {
                 throw ServiceError.notFound("Installation not found.")
             }
             try change(&installation)
@@ -259,7 +281,8 @@ public final class PostgresRegistrationStore: RegistrationStore {
     }
 
     nonisolated(nonsending) public func deleteInstallation(hub: String, id: String) async throws -> Bool {
-        try await !db.rows("DELETE FROM registration WHERE hub = \(hub) AND installation_id = \(id) RETURNING id").isEmpty
+        try await !db.rows("DELETE FROM registration WHERE hub = \(hub) AND installation_id = \(id) RETURNING id")
+            .isEmpty
     }
 
     nonisolated(nonsending) public func listInstallations(
@@ -293,7 +316,8 @@ public final class PostgresRegistrationStore: RegistrationStore {
             } else {
                 out += try RegistrationSQL.exportLine(
                     Registration(
-                        registrationID: id, owner: owner, platform: Platform(rawValue: platform), handle: handle, tags: tags,
+                        registrationID: id, owner: owner, platform: Platform(rawValue: platform), handle: handle,
+                        tags: tags,
                         updatedAtUnixMs: updatedAt))
             }
             last = id
@@ -323,7 +347,8 @@ public final class PostgresRegistrationStore: RegistrationStore {
     }
 
     private static func write(
-        hub: String, _ installation: Installation, maxInstallations: Int64 = 0, now: Int64, on connection: PostgresConnection,
+        hub: String, _ installation: Installation, maxInstallations: Int64 = 0, now: Int64,
+        on connection: PostgresConnection,
         logger: Logger
     ) async throws -> Installation {
         var installation = installation
@@ -334,11 +359,13 @@ public final class PostgresRegistrationStore: RegistrationStore {
         if existing == nil, maxInstallations > 0 {
             let count =
                 try await connection.query(
-                    "SELECT count(*) FROM registration WHERE hub = \(hub) AND installation_id IS NOT NULL", logger: logger
+                    "SELECT count(*) FROM registration WHERE hub = \(hub) AND installation_id IS NOT NULL",
+                    logger: logger
                 ).collect().first?.decode(Int64.self) ?? 0
             guard count < maxInstallations else {
                 throw ServiceError(
-                    .resourceExhausted, "hub \(hub) holds its limit of \(maxInstallations) installations (herald hubs limits \(hub))")
+                    .resourceExhausted,
+                    "hub \(hub) holds its limit of \(maxInstallations) installations (herald hubs limits \(hub))")
             }
         }
         let id = existing?.0 ?? RegistrationSQL.newID(prefix: "i-")
@@ -387,11 +414,13 @@ public final class PostgresRegistrationStore: RegistrationStore {
         return installation
     }
 
-    private static func installation(hub: String, id: String, on connection: PostgresConnection, logger: Logger) async throws
+    private static func installation(hub: String, id: String, on connection: PostgresConnection, logger: Logger)
+        async throws
         -> Installation?
     {
         try await connection.query(
-            "SELECT document, expired, updated_at FROM registration WHERE hub = \(hub) AND installation_id = \(id)", logger: logger
+            "SELECT document, expired, updated_at FROM registration WHERE hub = \(hub) AND installation_id = \(id)",
+            logger: logger
         ).collect().first.map(installation)
     }
 

@@ -41,7 +41,9 @@ public enum RegistrationRules {
         public static let defaultWNS = ["notify.windows.com"]
         /// Web Push endpoints: the browsers' push services (Chrome and other Chromium browsers,
         /// Firefox, Edge, Safari).
-        public static let defaultWebPush = ["fcm.googleapis.com", "push.services.mozilla.com", "notify.windows.com", "push.apple.com"]
+        public static let defaultWebPush = [
+            "fcm.googleapis.com", "push.services.mozilla.com", "notify.windows.com", "push.apple.com",
+        ]
         public var wns: [String]
         public var webPush: [String]
 
@@ -71,7 +73,8 @@ public enum RegistrationRules {
             guard (1...4096).contains(handle.utf8.count),
                 handle.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f })
             else {
-                throw ServiceError.invalidArgument("an FCM handle is a registration token of 1 to 4096 printable characters")
+                throw ServiceError.invalidArgument(
+                    "an FCM handle is a registration token of 1 to 4096 printable characters")
             }
         case .wns:
             guard handle.utf8.count <= 2048, URLRules.isVisibleASCII(handle), let url = URL(string: handle),
@@ -84,7 +87,8 @@ public enum RegistrationRules {
             let subscription = try WebPushSubscription(handle: handle)
             guard PushHosts.matches(subscription.endpoint, hosts.webPush) else {
                 throw ServiceError.invalidArgument(
-                    "a Web Push endpoint must be on a browser's push service: \(hosts.webPush.map { "*.\($0)" }.joined(separator: ", "))")
+                    "a Web Push endpoint must be on a browser's push service: \(hosts.webPush.map { "*.\($0)" }.joined(separator: ", "))"
+                )
             }
         default:
             throw ServiceError.invalidArgument("platform must be set (apns, fcm, wns or browser)")

@@ -41,10 +41,12 @@ enum RegistrationSQL {
     /// registration of the hub, filtered by `expression` (evaluated in SQL, each tag an index
     /// look-up) when given. Devices, or (a template send) installation templates: never both.
     static func audience(
-        _ dialect: SQLStatement.Dialect, driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String,
+        _ dialect: SQLStatement.Dialect, driver: String?, expression: TagExpression.Node?, platform: Platform,
+        hub: String,
         templates: Bool, after: String, limit: Int
     ) -> SQLStatement {
-        var q = SQLStatement(dialect, "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.hub, r.installation_id")
+        var q = SQLStatement(
+            dialect, "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.hub, r.installation_id")
         q += templates ? ", r.template_name, r.document" : ""
         let order = from(driver: driver, after: after, into: &q)
         q += " AND r.platform != 0 AND r.hub = \(q.bind(hub)) AND r.expired = 0"
@@ -75,23 +77,27 @@ enum RegistrationSQL {
     /// (`a`, `a && !b`, `a && (b || c)`) drives the page from that tag's index entries; otherwise
     /// (`a || b`, `!a`) every registration after `after` is tested.
     static func audience(
-        _ dialect: SQLStatement.Dialect, expression: TagExpression, platform: Platform, hub: String, templates: Bool, after: String,
+        _ dialect: SQLStatement.Dialect, expression: TagExpression, platform: Platform, hub: String, templates: Bool,
+        after: String,
         limit: Int
     ) -> SQLStatement {
         if case .tag(let tag) = expression.root {
             return audience(
-                dialect, driver: tag, expression: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
+                dialect, driver: tag, expression: nil, platform: platform, hub: hub, templates: templates, after: after,
+                limit: limit)
         }
         let cover = expression.cover
         return audience(
-            dialect, driver: cover?.count == 1 ? cover?.first : nil, expression: expression.root, platform: platform, hub: hub,
+            dialect, driver: cover?.count == 1 ? cover?.first : nil, expression: expression.root, platform: platform,
+            hub: hub,
             templates: templates, after: after, limit: limit)
     }
 
     /// A page of a hub's installations by installation id after `after`, filtered by a tag
     /// expression, user id and platform.
     static func installations(
-        _ dialect: SQLStatement.Dialect, hub: String, expression: TagExpression?, userID: String?, platform: Platform, after: String,
+        _ dialect: SQLStatement.Dialect, hub: String, expression: TagExpression?, userID: String?, platform: Platform,
+        after: String,
         limit: Int
     ) -> SQLStatement {
         var q = SQLStatement(dialect, "SELECT r.document, r.expired, r.updated_at FROM registration r WHERE r.hub = ")
@@ -112,7 +118,8 @@ enum RegistrationSQL {
         _ dialect: SQLStatement.Dialect, hub: String, user: String?, expression: TagExpression?, platform: Platform,
         handlePrefix: String?, after: String, limit: Int
     ) -> SQLStatement {
-        var q = SQLStatement(dialect, "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.installation_id, r.expired, ")
+        var q = SQLStatement(
+            dialect, "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.installation_id, r.expired, ")
         q +=
             dialect == .sqlite
             ? "(SELECT group_concat(tag, char(10)) FROM (SELECT t.tag FROM registration_tag t WHERE t.registration_id = r.id ORDER BY t.tag))"
@@ -124,7 +131,8 @@ enum RegistrationSQL {
             // A user's devices carry their system tag (registrations "username:", installations
             // "$UserId:"): read from the tag index in id order, not by testing every device.
             q += " AND r.id IN (SELECT u.registration_id FROM registration_tag u WHERE u.tag IN ("
-            q += "\(q.bind(RegistrationRules.userTag(user))), \(q.bind("$UserId:{\(user)}"))) AND u.registration_id > \(q.bind(after)))"
+            q +=
+                "\(q.bind(RegistrationRules.userTag(user))), \(q.bind("$UserId:{\(user)}"))) AND u.registration_id > \(q.bind(after)))"
         }
         if platform != .unspecified { q += " AND r.platform = \(q.bind(Int64(platform.rawValue)))" }
         if let handlePrefix {
@@ -134,7 +142,8 @@ enum RegistrationSQL {
             if dialect == .sqlite {
                 q += " AND r.handle >= \(q.bind(handlePrefix)) AND r.handle < \(q.bind(handlePrefix + "\u{10FFFF}"))"
             }
-            q += " AND substr(r.handle, 1, CAST(\(q.bind(Int64(handlePrefix.unicodeScalars.count))) AS INTEGER)) = \(q.bind(handlePrefix))"
+            q +=
+                " AND substr(r.handle, 1, CAST(\(q.bind(Int64(handlePrefix.unicodeScalars.count))) AS INTEGER)) = \(q.bind(handlePrefix))"
         }
         if let expression { q += " AND (\(condition(expression.root, into: &q)))" }
         q += " ORDER BY \(order) LIMIT \(q.bind(Int64(limit)))"
@@ -151,7 +160,10 @@ enum RegistrationSQL {
 
     /// One line of the NDJSON export: `{"kind":"installation","installation":{…}}`.
     static func exportLine(_ installation: Installation) throws -> [UInt8] {
-        try line(["kind": "installation", "installation": try JSONSerialization.jsonObject(with: Data(try installation.json()))])
+        try line([
+            "kind": "installation",
+            "installation": try JSONSerialization.jsonObject(with: Data(try installation.json())),
+        ])
     }
 
     /// One line of the NDJSON export: `{"kind":"registration","registrationId":…,"tags":[…],…}`.
@@ -164,7 +176,9 @@ enum RegistrationSQL {
     }
 
     private static func line(_ object: [String: Any]) throws -> [UInt8] {
-        try Array(JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) + [UInt8(ascii: "\n")]
+        try Array(JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) + [
+            UInt8(ascii: "\n")
+        ]
     }
 
     /// A tag expression as an SQL condition on `r.id`: each tag an `EXISTS` on the (tag,
@@ -172,7 +186,8 @@ enum RegistrationSQL {
     static func condition(_ node: TagExpression.Node, into statement: inout SQLStatement) -> String {
         switch node {
         case .tag(let tag):
-            return "EXISTS (SELECT 1 FROM registration_tag t WHERE t.tag = \(statement.bind(tag)) AND t.registration_id = r.id)"
+            return
+                "EXISTS (SELECT 1 FROM registration_tag t WHERE t.tag = \(statement.bind(tag)) AND t.registration_id = r.id)"
         case .not(let inner):
             return "NOT (\(condition(inner, into: &statement)))"
         case .and(let nodes), .or(let nodes):

@@ -21,7 +21,9 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         self.testMode = testMode
     }
 
-    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse {
+    public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws
+        -> ResetForTestsResponse
+    {
         try TestMode.require(testMode, service: .registration)
         return ResetForTestsResponse(deleted: try await store.deleteEverything())
     }
@@ -31,7 +33,8 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     ) async throws -> CreateRegistrationIdResponse {
         try Self.requireOwner(request.owner)
         guard request.handle.utf8.count <= 4096 else { throw ServiceError.invalidArgument("handle is too long") }
-        return CreateRegistrationIdResponse(registrationID: try await store.createID(owner: request.owner, handle: request.handle))
+        return CreateRegistrationIdResponse(
+            registrationID: try await store.createID(owner: request.owner, handle: request.handle))
     }
 
     public func upsertRegistration(
@@ -84,7 +87,8 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             platform: request.platform, handle: request.handle, invalidSince: request.invalidSinceUnixMs)
         // The handle itself stays out of the log: it addresses a device.
         context.logger.info(
-            "removed dead push handle", metadata: ["herald.platform": "\(request.platform.name)", "herald.count": "\(removed)"])
+            "removed dead push handle",
+            metadata: ["herald.platform": "\(request.platform.name)", "herald.count": "\(removed)"])
         return RemoveHandleResponse(removed: Int64(removed))
     }
 
@@ -106,7 +110,8 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             let page =
                 if let expression {
                     try await store.audience(
-                        expression: expression, platform: request.platform, hub: hub, templates: request.templates, after: after,
+                        expression: expression, platform: request.platform, hub: hub, templates: request.templates,
+                        after: after,
                         limit: Self.audienceBatchSize)
                 } else {
                     try await store.audience(
@@ -122,25 +127,37 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
 
     // MARK: installations
 
-    public func putInstallation(_ request: PutInstallationRequest, context: RPCContext) async throws -> InstallationResponse {
+    public func putInstallation(_ request: PutInstallationRequest, context: RPCContext) async throws
+        -> InstallationResponse
+    {
         let installation = try Installation.parse(request.json, id: request.installationID, hosts: hosts)
-        guard request.maxInstallations >= 0 else { throw ServiceError.invalidArgument("max_installations must not be negative") }
+        guard request.maxInstallations >= 0 else {
+            throw ServiceError.invalidArgument("max_installations must not be negative")
+        }
         return InstallationResponse(
-            json: try await store.putInstallation(hub: Names.hub(request.hub), installation, maxInstallations: request.maxInstallations)
-                .json())
+            json: try await store.putInstallation(
+                hub: Names.hub(request.hub), installation, maxInstallations: request.maxInstallations
+            )
+            .json())
     }
 
-    public func patchInstallation(_ request: PatchInstallationRequest, context: RPCContext) async throws -> InstallationResponse {
+    public func patchInstallation(_ request: PatchInstallationRequest, context: RPCContext) async throws
+        -> InstallationResponse
+    {
         try Installation.validateID(request.installationID)
-        let installation = try await store.patchInstallation(hub: Names.hub(request.hub), id: request.installationID) { installation in
+        let installation = try await store.patchInstallation(hub: Names.hub(request.hub), id: request.installationID) {
+            installation in
             try installation.apply(patch: request.patch, hosts: hosts)
         }
         return InstallationResponse(json: try installation.json())
     }
 
-    public func getInstallation(_ request: GetInstallationRequest, context: RPCContext) async throws -> InstallationResponse {
+    public func getInstallation(_ request: GetInstallationRequest, context: RPCContext) async throws
+        -> InstallationResponse
+    {
         try Installation.validateID(request.installationID)
-        guard let installation = try await store.installation(hub: Names.hub(request.hub), id: request.installationID) else {
+        guard let installation = try await store.installation(hub: Names.hub(request.hub), id: request.installationID)
+        else {
             throw ServiceError.notFound("Installation not found.")
         }
         return InstallationResponse(json: try installation.json())
@@ -167,8 +184,10 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             after = decoded
         }
         let page = try await store.listInstallations(
-            hub: Names.hub(request.hub), expression: request.tag.isEmpty ? nil : try TagExpression.validated(request.tag, field: "tag"),
-            userID: request.userID.isEmpty ? nil : request.userID, platform: request.platform, after: after, limit: limit + 1)
+            hub: Names.hub(request.hub),
+            expression: request.tag.isEmpty ? nil : try TagExpression.validated(request.tag, field: "tag"),
+            userID: request.userID.isEmpty ? nil : request.userID, platform: request.platform, after: after,
+            limit: limit + 1)
         let more = page.count > limit
         let shown = page.prefix(limit)
         return ListInstallationsResponse(
@@ -179,14 +198,17 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public func listDevices(_ request: ListDevicesRequest, context: RPCContext) async throws -> ListDevicesResponse {
         guard (0...500).contains(request.limit) else { throw ServiceError.invalidArgument("limit must be 1 to 500") }
         let limit = request.limit == 0 ? 50 : Int(request.limit)
-        guard request.handlePrefix.utf8.count <= 4096, request.user.utf8.count <= 256, request.afterID.utf8.count <= 256 else {
+        guard request.handlePrefix.utf8.count <= 4096, request.user.utf8.count <= 256, request.afterID.utf8.count <= 256
+        else {
             throw ServiceError.invalidArgument("user, handle_prefix or after_id is too long")
         }
         let hub = Names.hub(request.hub)
         var page = try await store.devices(
             hub: hub, user: request.user.isEmpty ? nil : request.user,
-            expression: request.tag.isEmpty ? nil : try TagExpression.validated(request.tag, field: "tag"), platform: request.platform,
-            handlePrefix: request.handlePrefix.isEmpty ? nil : request.handlePrefix, after: request.afterID, limit: limit + 1)
+            expression: request.tag.isEmpty ? nil : try TagExpression.validated(request.tag, field: "tag"),
+            platform: request.platform,
+            handlePrefix: request.handlePrefix.isEmpty ? nil : request.handlePrefix, after: request.afterID,
+            limit: limit + 1)
         let more = page.count > limit
         if more { page.removeLast() }
         for index in page.indices { page[index].hub = hub }
@@ -199,25 +221,32 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         var after = ""
         while true {
             try Task.checkCancellation()
-            let page = try await store.exportPage(hub: Names.hub(request.hub), after: after, limit: Self.audienceBatchSize)
+            let page = try await store.exportPage(
+                hub: Names.hub(request.hub), after: after, limit: Self.audienceBatchSize)
             if page.count > 0 { try await responses.send(ExportBatch(ndjson: page.lines)) }
             guard page.count == Self.audienceBatchSize, let last = page.last else { return }
             after = last
         }
     }
 
-    public func deleteHubDevices(_ request: DeleteHubDevicesRequest, context: RPCContext) async throws -> DeleteHubDevicesResponse {
+    public func deleteHubDevices(_ request: DeleteHubDevicesRequest, context: RPCContext) async throws
+        -> DeleteHubDevicesResponse
+    {
         guard !request.hub.isEmpty, request.hub != Names.defaultHub else {
-            throw ServiceError.failedPrecondition("the hub default's devices are the tutorial's; delete them one by one")
+            throw ServiceError.failedPrecondition(
+                "the hub default's devices are the tutorial's; delete them one by one")
         }
         let deleted = try await store.deleteHub(request.hub)
-        context.logger.notice("hub devices deleted", metadata: ["herald.hub": "\(request.hub)", "herald.count": "\(deleted)"])
+        context.logger.notice(
+            "hub devices deleted", metadata: ["herald.hub": "\(request.hub)", "herald.count": "\(deleted)"])
         return DeleteHubDevicesResponse(deleted: Int64(deleted))
     }
 
     static func base64URLEncode(_ text: String) -> String {
-        Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(
+            of: "/", with: "_"
+        )
+        .replacingOccurrences(of: "=", with: "")
     }
 
     static func base64URLDecode(_ token: String) -> String? {
@@ -247,11 +276,15 @@ public struct RegistrationConfig: Sendable {
 
     public init(reader: ConfigReader) throws {
         let pendingSeconds = try reader.int("pending-ttl-seconds", default: 24 * 3600)
-        guard (1...366 * 86400).contains(pendingSeconds) else { throw ConfigError("pending-ttl-seconds must be 1...31622400") }
+        guard (1...366 * 86400).contains(pendingSeconds) else {
+            throw ConfigError("pending-ttl-seconds must be 1...31622400")
+        }
         pendingTTL = .seconds(pendingSeconds)
         func list(_ key: String, _ defaults: [String]) throws -> [String] {
             let hosts = reader.string(key, default: defaults.joined(separator: ","))
-                .split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+                .split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter {
+                    !$0.isEmpty
+                }
             guard !hosts.isEmpty else { throw ConfigError("\(key) must name at least one host") }
             return hosts
         }
@@ -264,20 +297,24 @@ public struct RegistrationConfig: Sendable {
 /// herald-registration's start-up.
 public enum RegistrationServer {
     /// What herald-registration runs; `HeraldProcess.main` runs it as a process, tests build it in-process.
-    public static let definition = ServiceDefinition.rpc(.registration, extraKeys: RegistrationConfig.keys) { context -> RPCServiceParts in
+    public static let definition = ServiceDefinition.rpc(.registration, extraKeys: RegistrationConfig.keys) {
+        context -> RPCServiceParts in
         let config = try RegistrationConfig(reader: context.reader)
         let database = try context.openDatabase()
         let store: any RegistrationStore
         switch database {
         case .sqlite(let pool): store = try SQLiteRegistrationStore(db: pool, pendingTTL: config.pendingTTL)
-        case .postgres(let postgres): store = try await PostgresRegistrationStore(db: postgres, pendingTTL: config.pendingTTL)
+        case .postgres(let postgres):
+            store = try await PostgresRegistrationStore(db: postgres, pendingTTL: config.pendingTTL)
         }
         var table = MethodTable()
-        RegistrationHandlers(store: store, hosts: config.hosts, testMode: context.config.testMode).register(into: &table)
+        RegistrationHandlers(store: store, hosts: config.hosts, testMode: context.config.testMode).register(
+            into: &table)
         let purge = Periodic("pending registration purge", every: .seconds(3600), logger: context.logger) {
             let purged = try await store.purgePending()
             if purged > 0 { context.logger.info("purged expired pending ids", metadata: ["herald.count": "\(purged)"]) }
         }
-        return RPCServiceParts(table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
+        return RPCServiceParts(
+            table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
     }
 }

@@ -15,7 +15,8 @@ public protocol RegistrationStore: Sendable {
     nonisolated(nonsending) func createID(owner: String, handle: String) async throws -> String
     /// PUT api/register/{id}: replaces platform, handle and tags of a registration the owner holds.
     /// Tags must already be validated; the server's `username:` tag is added here.
-    nonisolated(nonsending) func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String]) async throws
+    nonisolated(nonsending) func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String])
+        async throws
         -> Registration
     /// DELETE api/register/{id}.
     nonisolated(nonsending) func delete(owner: String, id: String) async throws
@@ -25,20 +26,23 @@ public protocol RegistrationStore: Sendable {
     /// `invalidSince` (Unix ms; 0: all), installations are kept and marked `pushChannelExpired`
     /// (NH's behaviour; sends skip them until the channel changes) and tutorial registrations are
     /// deleted, so the app's next PUT gets 410. Returns how many.
-    nonisolated(nonsending) func removeHandle(platform: Platform, handle: String, invalidSince: Int64) async throws -> Int
+    nonisolated(nonsending) func removeHandle(platform: Platform, handle: String, invalidSince: Int64) async throws
+        -> Int
     /// Deletes ids allocated by POST that were never PUT within the pending TTL; returns how many.
     nonisolated(nonsending) func purgePending() async throws -> Int
     /// One page of an audience, by increasing id after `after`: `driver`'s index entries, or every
     /// device of the hub, filtered by `expression` (see ``RegistrationSQL``).
     nonisolated(nonsending) func audience(
-        driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool, after: String, limit: Int
+        driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool,
+        after: String, limit: Int
     ) async throws -> [Registration]
 
     /// Creates or replaces; keeps the row (and its id) of an existing installation. A changed push
     /// channel clears `pushChannelExpired`; the same channel keeps it. With `maxInstallations`
     /// above 0, creating one more in a hub that holds that many is RESOURCE_EXHAUSTED.
     @discardableResult
-    nonisolated(nonsending) func putInstallation(hub: String, _ installation: Installation, maxInstallations: Int64) async throws
+    nonisolated(nonsending) func putInstallation(hub: String, _ installation: Installation, maxInstallations: Int64)
+        async throws
         -> Installation
     /// Reads, patches and writes back in one transaction.
     nonisolated(nonsending) func patchInstallation(
@@ -58,7 +62,8 @@ public protocol RegistrationStore: Sendable {
     /// A page of a hub's devices for an operator (ListDevices; ``RegistrationSQL/devices``), with
     /// tags and `expired`.
     nonisolated(nonsending) func devices(
-        hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?, after: String, limit: Int
+        hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?,
+        after: String, limit: Int
     ) async throws -> [Registration]
     /// Deletes every device of a hub, in batches; returns how many.
     nonisolated(nonsending) func deleteHub(_ hub: String) async throws -> Int
@@ -70,10 +75,12 @@ extension RegistrationStore {
     /// One page of the devices carrying `tag`, by id after `after` (keyset paging over the (tag,
     /// registration_id) key). With `templates`, installation templates instead (name and JSON).
     nonisolated(nonsending) public func audience(
-        tag: String, platform: Platform, hub: String = Names.defaultHub, templates: Bool = false, after: String, limit: Int
+        tag: String, platform: Platform, hub: String = Names.defaultHub, templates: Bool = false, after: String,
+        limit: Int
     ) async throws -> [Registration] {
         try await audience(
-            driver: tag, expression: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
+            driver: tag, expression: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit
+        )
     }
 
     /// One page of every device (or every installation template) of a hub: a broadcast.
@@ -81,17 +88,20 @@ extension RegistrationStore {
         broadcast hub: String, platform: Platform, templates: Bool = false, after: String, limit: Int
     ) async throws -> [Registration] {
         try await audience(
-            driver: nil, expression: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
+            driver: nil, expression: nil, platform: platform, hub: hub, templates: templates, after: after, limit: limit
+        )
     }
 
     /// One page of the devices matching a tag expression, evaluated in SQL over the tag index,
     /// never by loading every device: a one-tag ``TagExpression/cover`` drives the page.
     nonisolated(nonsending) public func audience(
-        expression: TagExpression, platform: Platform, hub: String = Names.defaultHub, templates: Bool = false, after: String,
+        expression: TagExpression, platform: Platform, hub: String = Names.defaultHub, templates: Bool = false,
+        after: String,
         limit: Int
     ) async throws -> [Registration] {
         if case .tag(let tag) = expression.root {
-            return try await audience(tag: tag, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
+            return try await audience(
+                tag: tag, platform: platform, hub: hub, templates: templates, after: after, limit: limit)
         }
         let cover = expression.cover
         return try await audience(
@@ -100,7 +110,9 @@ extension RegistrationStore {
     }
 
     @discardableResult
-    nonisolated(nonsending) public func putInstallation(hub: String, _ installation: Installation) async throws -> Installation {
+    nonisolated(nonsending) public func putInstallation(hub: String, _ installation: Installation) async throws
+        -> Installation
+    {
         try await putInstallation(hub: hub, installation, maxInstallations: 0)
     }
 }
@@ -113,7 +125,8 @@ public final class SQLiteRegistrationStore: RegistrationStore {
     private let commits: GroupCommit
 
     public init(
-        db: any DatabaseWriter, pendingTTL: Duration = .seconds(24 * 3600), now: @escaping @Sendable () -> Int64 = unixMillis
+        db: any DatabaseWriter, pendingTTL: Duration = .seconds(24 * 3600),
+        now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
         tables = try SQLiteRegistrations(db: db, pendingTTL: pendingTTL, now: now)
         commits = GroupCommit(db)
@@ -122,7 +135,9 @@ public final class SQLiteRegistrationStore: RegistrationStore {
     nonisolated(nonsending) public func createID(owner: String, handle: String) async throws -> String {
         try await commits.write { [tables] db in try tables.createID(owner: owner, handle: handle, in: db) }
     }
-    nonisolated(nonsending) public func upsert(owner: String, id: String, platform: Platform, handle: String, tags: [String])
+    nonisolated(nonsending) public func upsert(
+        owner: String, id: String, platform: Platform, handle: String, tags: [String]
+    )
         async throws -> Registration
     {
         try await commits.write { [tables] db in
@@ -132,22 +147,30 @@ public final class SQLiteRegistrationStore: RegistrationStore {
     nonisolated(nonsending) public func delete(owner: String, id: String) async throws {
         try await commits.write { [tables] db in try tables.delete(owner: owner, id: id, in: db) }
     }
-    nonisolated(nonsending) public func list(owner: String) async throws -> [Registration] { try tables.list(owner: owner) }
-    nonisolated(nonsending) public func removeHandle(platform: Platform, handle: String, invalidSince: Int64) async throws -> Int {
+    nonisolated(nonsending) public func list(owner: String) async throws -> [Registration] {
+        try tables.list(owner: owner)
+    }
+    nonisolated(nonsending) public func removeHandle(platform: Platform, handle: String, invalidSince: Int64)
+        async throws -> Int
+    {
         try tables.removeHandle(platform: platform, handle: handle, invalidSince: invalidSince)
     }
     nonisolated(nonsending) public func purgePending() async throws -> Int { try tables.purgePending() }
     nonisolated(nonsending) public func audience(
-        driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool, after: String, limit: Int
+        driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool,
+        after: String, limit: Int
     ) async throws -> [Registration] {
         try tables.audience(
             RegistrationSQL.audience(
-                .sqlite, driver: driver, expression: expression, platform: platform, hub: hub, templates: templates, after: after,
+                .sqlite, driver: driver, expression: expression, platform: platform, hub: hub, templates: templates,
+                after: after,
                 limit: limit),
             templates: templates)
     }
     @discardableResult
-    nonisolated(nonsending) public func putInstallation(hub: String, _ installation: Installation, maxInstallations: Int64)
+    nonisolated(nonsending) public func putInstallation(
+        hub: String, _ installation: Installation, maxInstallations: Int64
+    )
         async throws -> Installation
     {
         try tables.putInstallation(hub: hub, installation, maxInstallations: maxInstallations)
@@ -166,7 +189,8 @@ public final class SQLiteRegistrationStore: RegistrationStore {
     nonisolated(nonsending) public func listInstallations(
         hub: String, expression: TagExpression?, userID: String?, platform: Platform, after: String, limit: Int
     ) async throws -> [Installation] {
-        try tables.listInstallations(hub: hub, expression: expression, userID: userID, platform: platform, after: after, limit: limit)
+        try tables.listInstallations(
+            hub: hub, expression: expression, userID: userID, platform: platform, after: after, limit: limit)
     }
     nonisolated(nonsending) public func exportPage(hub: String, after: String, limit: Int) async throws
         -> (lines: [UInt8], last: String?, count: Int)
@@ -174,11 +198,13 @@ public final class SQLiteRegistrationStore: RegistrationStore {
         try tables.exportPage(hub: hub, after: after, limit: limit)
     }
     nonisolated(nonsending) public func devices(
-        hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?, after: String, limit: Int
+        hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?,
+        after: String, limit: Int
     ) async throws -> [Registration] {
         try tables.devices(
             RegistrationSQL.devices(
-                .sqlite, hub: hub, user: user, expression: expression, platform: platform, handlePrefix: handlePrefix, after: after,
+                .sqlite, hub: hub, user: user, expression: expression, platform: platform, handlePrefix: handlePrefix,
+                after: after,
                 limit: limit))
     }
     nonisolated(nonsending) public func deleteHub(_ hub: String) async throws -> Int { try tables.deleteHub(hub) }

@@ -15,8 +15,12 @@ extension SQLiteRegistrations {
     /// With `maxInstallations` above 0, creating one more in a hub that holds that many is
     /// RESOURCE_EXHAUSTED (counted over the (hub, installation_id) index, in the same transaction).
     @discardableResult
-    public func putInstallation(hub: String, _ installation: Installation, maxInstallations: Int64 = 0) throws -> Installation {
-        try db.write { db in try Self.write(hub: hub, installation, maxInstallations: maxInstallations, now: now(), in: db) }
+    public func putInstallation(hub: String, _ installation: Installation, maxInstallations: Int64 = 0) throws
+        -> Installation
+    {
+        try db.write { db in
+            try Self.write(hub: hub, installation, maxInstallations: maxInstallations, now: now(), in: db)
+        }
     }
 
     /// Reads, patches and writes back in one transaction.
@@ -51,12 +55,15 @@ extension SQLiteRegistrations {
     ) throws -> [Installation] {
         let q = RegistrationSQL.installations(
             .sqlite, hub: hub, expression: expression, userID: userID, platform: platform, after: after, limit: limit)
-        return try db.read { db in try Row.fetchAll(db, sql: q.text, arguments: q.sqliteArguments).map(Self.installation) }
+        return try db.read { db in
+            try Row.fetchAll(db, sql: q.text, arguments: q.sqliteArguments).map(Self.installation)
+        }
     }
 
     /// A page of every device of a hub by registration id, for the NDJSON export: each line
     /// `{"kind":"installation","installation":{…}}` or `{"kind":"registration",…}`.
-    public func exportPage(hub: String, after: String, limit: Int) throws -> (lines: [UInt8], last: String?, count: Int) {
+    public func exportPage(hub: String, after: String, limit: Int) throws -> (lines: [UInt8], last: String?, count: Int)
+    {
         try db.read { db in
             let rows = try Row.fetchAll(
                 db,
@@ -72,10 +79,12 @@ extension SQLiteRegistrations {
                 } else {
                     let id: String = row["id"]
                     let tags = try String.fetchAll(
-                        db, sql: "SELECT tag FROM registration_tag WHERE registration_id = ? ORDER BY tag", arguments: [id])
+                        db, sql: "SELECT tag FROM registration_tag WHERE registration_id = ? ORDER BY tag",
+                        arguments: [id])
                     out += try RegistrationSQL.exportLine(
                         Registration(
-                            registrationID: id, owner: row["owner"], platform: Platform(rawValue: row["platform"]), handle: row["handle"],
+                            registrationID: id, owner: row["owner"], platform: Platform(rawValue: row["platform"]),
+                            handle: row["handle"],
                             tags: tags, updatedAtUnixMs: row["updated_at"]))
                 }
             }
@@ -86,7 +95,8 @@ extension SQLiteRegistrations {
     /// Deletes every device of a hub, 10,000 per transaction; returns how many.
     public func deleteHub(_ hub: String) throws -> Int {
         try HeraldDatabase.deleteInBatches(
-            db, batch: 10000, sql: "DELETE FROM registration WHERE id IN (SELECT id FROM registration WHERE hub = ? LIMIT 10000)",
+            db, batch: 10000,
+            sql: "DELETE FROM registration WHERE id IN (SELECT id FROM registration WHERE hub = ? LIMIT 10000)",
             arguments: [hub])
     }
 
@@ -103,15 +113,18 @@ extension SQLiteRegistrations {
         if existing == nil, maxInstallations > 0 {
             let count =
                 try Int64.fetchOne(
-                    db, sql: "SELECT COUNT(*) FROM registration WHERE hub = ? AND installation_id IS NOT NULL", arguments: [hub]) ?? 0
+                    db, sql: "SELECT COUNT(*) FROM registration WHERE hub = ? AND installation_id IS NOT NULL",
+                    arguments: [hub]) ?? 0
             guard count < maxInstallations else {
                 throw ServiceError(
-                    .resourceExhausted, "hub \(hub) holds its limit of \(maxInstallations) installations (herald hubs limits \(hub))")
+                    .resourceExhausted,
+                    "hub \(hub) holds its limit of \(maxInstallations) installations (herald hubs limits \(hub))")
             }
         }
         let id: String = existing?["id"] ?? RegistrationSQL.newID(prefix: "i-")
         // pushChannelExpired is read-only: it stays while the channel stays, and clears when it changes.
-        installation.pushChannelExpired = existing.map { $0["handle"] == installation.pushChannel && $0["expired"] == true } ?? false
+        installation.pushChannelExpired =
+            existing.map { $0["handle"] == installation.pushChannel && $0["expired"] == true } ?? false
         installation.lastUpdate = now
         let document = Data(try installation.json())
         if existing == nil {
@@ -121,7 +134,8 @@ extension SQLiteRegistrations {
                     VALUES (?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
-                    id, installation.platform.rawValue, installation.pushChannel, now, now, hub, installation.installationID,
+                    id, installation.platform.rawValue, installation.pushChannel, now, now, hub,
+                    installation.installationID,
                     installation.userID, document, installation.pushChannelExpired,
                 ])
         } else {
@@ -134,9 +148,11 @@ extension SQLiteRegistrations {
                 ])
             try db.execute(sql: "DELETE FROM registration_tag WHERE registration_id = ?", arguments: [id])
         }
-        let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO registration_tag (tag, registration_id) VALUES (?, ?)")
+        let insert = try db.cachedStatement(
+            sql: "INSERT OR IGNORE INTO registration_tag (tag, registration_id) VALUES (?, ?)")
         for tag in installation.audienceTags { try insert.execute(arguments: [tag, id]) }
-        try writeTemplates(of: installation, parentID: id, hub: hub, expired: installation.pushChannelExpired, now: now, in: db)
+        try writeTemplates(
+            of: installation, parentID: id, hub: hub, expired: installation.pushChannelExpired, now: now, in: db)
         return installation
     }
 
@@ -153,11 +169,13 @@ extension SQLiteRegistrations {
                 INSERT INTO registration (id, owner, platform, handle, created_at, updated_at, hub, document, expired, template_name, parent_id)
                 VALUES (?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
-        let tag = try db.cachedStatement(sql: "INSERT OR IGNORE INTO registration_tag (tag, registration_id) VALUES (?, ?)")
+        let tag = try db.cachedStatement(
+            sql: "INSERT OR IGNORE INTO registration_tag (tag, registration_id) VALUES (?, ?)")
         for (name, template) in installation.templates.sorted(by: { $0.key < $1.key }) {
             let id = RegistrationSQL.newID(prefix: "t-")
             try row.execute(arguments: [
-                id, installation.platform.rawValue, installation.pushChannel, now, now, hub, Data(template.wireJSON.utf8), expired, name,
+                id, installation.platform.rawValue, installation.pushChannel, now, now, hub,
+                Data(template.wireJSON.utf8), expired, name,
                 parentID,
             ])
             for value in installation.audienceTags + template.tags { try tag.execute(arguments: [value, id]) }
@@ -166,7 +184,8 @@ extension SQLiteRegistrations {
 
     private static func installation(hub: String, id: String, in db: Database) throws -> Installation? {
         try Row.fetchOne(
-            db, sql: "SELECT document, expired, updated_at FROM registration WHERE hub = ? AND installation_id = ?", arguments: [hub, id]
+            db, sql: "SELECT document, expired, updated_at FROM registration WHERE hub = ? AND installation_id = ?",
+            arguments: [hub, id]
         ).map(installation)
     }
 

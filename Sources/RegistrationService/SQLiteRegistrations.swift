@@ -19,7 +19,8 @@ public final class SQLiteRegistrations: Sendable {
     let now: @Sendable () -> Int64
 
     public init(
-        db: any DatabaseWriter, pendingTTL: Duration = .seconds(24 * 3600), now: @escaping @Sendable () -> Int64 = unixMillis
+        db: any DatabaseWriter, pendingTTL: Duration = .seconds(24 * 3600),
+        now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
         self.db = db
         self.pendingTTL = pendingTTL.wholeMilliseconds
@@ -82,12 +83,15 @@ public final class SQLiteRegistrations: Sendable {
                     """)
             // Installations stored before carry their templates in their document only.
             for row in try Row.fetchAll(
-                db, sql: "SELECT id, hub, document, expired, updated_at FROM registration WHERE installation_id IS NOT NULL")
-            {
-                guard let installation = try? Installation.stored([UInt8](row["document"] as Data)), !installation.templates.isEmpty
+                db,
+                sql: "SELECT id, hub, document, expired, updated_at FROM registration WHERE installation_id IS NOT NULL"
+            ) {
+                guard let installation = try? Installation.stored([UInt8](row["document"] as Data)),
+                    !installation.templates.isEmpty
                 else { continue }
                 try Self.writeTemplates(
-                    of: installation, parentID: row["id"], hub: row["hub"], expired: row["expired"], now: row["updated_at"], in: db)
+                    of: installation, parentID: row["id"], hub: row["hub"], expired: row["expired"],
+                    now: row["updated_at"], in: db)
             }
         }
         return migrator
@@ -133,7 +137,8 @@ public final class SQLiteRegistrations: Sendable {
     func createID(owner: String, handle: String, in db: Database) throws -> String {
         if !handle.isEmpty {
             let ids = try String.fetchAll(
-                db.cachedStatement(sql: "SELECT id FROM registration WHERE owner = ? AND handle = ? ORDER BY created_at, rowid"),
+                db.cachedStatement(
+                    sql: "SELECT id FROM registration WHERE owner = ? AND handle = ? ORDER BY created_at, rowid"),
                 arguments: [owner, handle])
             if let first = ids.first {
                 for duplicate in ids.dropFirst() {
@@ -185,7 +190,9 @@ public final class SQLiteRegistrations: Sendable {
 
     /// DELETE api/register/{id}, in the caller's transaction.
     func delete(owner: String, id: String, in db: Database) throws {
-        try db.cachedStatement(sql: "DELETE FROM registration WHERE id = ? AND owner = ?").execute(arguments: [id, owner])
+        try db.cachedStatement(sql: "DELETE FROM registration WHERE id = ? AND owner = ?").execute(arguments: [
+            id, owner,
+        ])
         guard db.changesCount == 1 else { throw ServiceError.notFound("registration \(id) not found") }
     }
 

@@ -31,9 +31,11 @@ struct APNsDoubleCommand: AsyncParsableCommand {
     @Option var teamID: String
     @Option var topic: String
     @Option(help: "Written once listening: the double's URL.") var urlFile: String
-    @Option(help: "Rewritten every 50 ms: requests answered 200, refused, token checks, connections.") var statsFile: String
+    @Option(help: "Rewritten every 50 ms: requests answered 200, refused, token checks, connections.") var statsFile:
+        String
     @Option var threads = 1
-    @Option(help: "Also serve FCM HTTP v1 for this project (and its OAuth token endpoint, /token).") var fcmProject: String?
+    @Option(help: "Also serve FCM HTTP v1 for this project (and its OAuth token endpoint, /token).") var fcmProject:
+        String?
 
     func run() async throws { try await execute() }
 
@@ -44,7 +46,8 @@ struct APNsDoubleCommand: AsyncParsableCommand {
         tls.applicationProtocols = ["h2"]
         let context = try NIOSSLContext(configuration: tls)
         let rules = APNsDoubleRules(
-            publicKey: try P256.Signing.PublicKey(pemRepresentation: String(contentsOfFile: jwtPublicKey, encoding: .utf8)),
+            publicKey: try P256.Signing.PublicKey(
+                pemRepresentation: String(contentsOfFile: jwtPublicKey, encoding: .utf8)),
             keyID: keyID, teamID: teamID, topic: topic, fcmPath: fcmProject.map { "/v1/projects/\($0)/messages:send" })
         let counters = APNsDoubleCounters()
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
@@ -91,7 +94,8 @@ struct APNsDoubleStats {
         guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
         let fields = text.split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
         guard fields.count == 4 else { return nil }
-        return APNsDoubleStats(delivered: fields[0], refused: fields[1], verifications: fields[2], connections: fields[3])
+        return APNsDoubleStats(
+            delivered: fields[0], refused: fields[1], verifications: fields[2], connections: fields[3])
     }
 }
 
@@ -122,7 +126,8 @@ struct APNsDoubleRules: Sendable {
             let claims = (try? JSONSerialization.jsonObject(with: claimsData)) as? [String: Any],
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData)
         else { return "InvalidProviderToken" }
-        guard header["alg"] as? String == "ES256", header["kid"] as? String == keyID, claims["iss"] as? String == teamID,
+        guard header["alg"] as? String == "ES256", header["kid"] as? String == keyID,
+            claims["iss"] as? String == teamID,
             publicKey.isValidSignature(signature, for: Data("\(parts[0]).\(parts[1])".utf8))
         else { return "InvalidProviderToken" }
         guard let iat = (claims["iat"] as? NSNumber)?.doubleValue, abs(Date().timeIntervalSince1970 - iat) < 3600 else {
@@ -159,7 +164,8 @@ final class APNsDoubleHandler: ChannelInboundHandler {
         var push = true
 
         static func apns(_ status: Int, _ reason: String, _ apnsID: String) -> Reply {
-            Reply(status: status, headers: [("apns-id", apnsID)], body: status == 200 ? nil : #"{"reason":"\#(reason)"}"#)
+            Reply(
+                status: status, headers: [("apns-id", apnsID)], body: status == 200 ? nil : #"{"reason":"\#(reason)"}"#)
         }
 
         static func fcm(_ status: Int, _ error: String) -> Reply {
@@ -188,12 +194,15 @@ final class APNsDoubleHandler: ChannelInboundHandler {
             // Below 65,535: the connection window every peer starts with.
             if unacknowledged >= 1 << 14 {
                 context.write(
-                    wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unacknowledged))),
+                    wrapOutboundOut(
+                        HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unacknowledged))),
                     promise: nil)
                 unacknowledged = 0
             }
             if body.endStream, var answer = open.removeValue(forKey: frame.streamID) {
-                if body.data.readableBytes > 4096, answer.push { answer = Reply(status: 413, body: #"{"reason":"PayloadTooLarge"}"#) }
+                if body.data.readableBytes > 4096, answer.push {
+                    answer = Reply(status: 413, body: #"{"reason":"PayloadTooLarge"}"#)
+                }
                 reply(context, frame.streamID, answer)
             }
         case .rstStream:
@@ -228,11 +237,15 @@ final class APNsDoubleHandler: ChannelInboundHandler {
             if path == "/token" {
                 counters.verifications.add(1, ordering: .relaxed)
                 return Reply(
-                    status: 200, body: #"{"access_token":"\#(APNsDoubleRules.fcmAccessToken)","token_type":"Bearer","expires_in":3600}"#,
+                    status: 200,
+                    body:
+                        #"{"access_token":"\#(APNsDoubleRules.fcmAccessToken)","token_type":"Bearer","expires_in":3600}"#,
                     push: false)
             }
             if path == fcmPath {
-                guard authorization == "Bearer \(APNsDoubleRules.fcmAccessToken)" else { return .fcm(401, "UNAUTHENTICATED") }
+                guard authorization == "Bearer \(APNsDoubleRules.fcmAccessToken)" else {
+                    return .fcm(401, "UNAUTHENTICATED")
+                }
                 sent += 1
                 return Reply(status: 200, body: #"{"name":"\#(path.dropLast(5))/\#(sent)"}"#)
             }
@@ -259,21 +272,30 @@ final class APNsDoubleHandler: ChannelInboundHandler {
 
     private func reply(_ context: ChannelHandlerContext, _ stream: HTTP2StreamID, _ answer: Reply) {
         if answer.push {
-            if answer.status == 200 { counters.delivered.add(1, ordering: .relaxed) } else { counters.refused.add(1, ordering: .relaxed) }
+            if answer.status == 200 {
+                counters.delivered.add(1, ordering: .relaxed)
+            } else {
+                counters.refused.add(1, ordering: .relaxed)
+            }
         }
         var headers = HPACKHeaders()
         headers.add(name: ":status", value: String(answer.status))
         for (name, value) in answer.headers { headers.add(name: name, value: value, indexing: .nonIndexable) }
         guard let body = answer.body else {
             context.write(
-                wrapOutboundOut(HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers, endStream: true)))), promise: nil)
+                wrapOutboundOut(
+                    HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers, endStream: true)))),
+                promise: nil)
             return
         }
         headers.add(name: "content-type", value: "application/json")
-        context.write(wrapOutboundOut(HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers)))), promise: nil)
+        context.write(
+            wrapOutboundOut(HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers)))), promise: nil)
         context.write(
             wrapOutboundOut(
-                HTTP2Frame(streamID: stream, payload: .data(.init(data: .byteBuffer(ByteBuffer(string: body)), endStream: true)))),
+                HTTP2Frame(
+                    streamID: stream,
+                    payload: .data(.init(data: .byteBuffer(ByteBuffer(string: body)), endStream: true)))),
             promise: nil)
     }
 

@@ -33,7 +33,8 @@ struct APNsFanoutScenario {
             count, path: configuration.dataDirectory + "/registration.sqlite", platform: platform)
         let double = try await APNsDoubleProcess.start(dir: dir, fcm: platform == .fcm)
         defer { double.stop() }
-        configuration.extraArguments["dispatch", default: []] += platform == .fcm ? double.fcmArguments : double.dispatchArguments
+        configuration.extraArguments["dispatch", default: []] +=
+            platform == .fcm ? double.fcmArguments : double.dispatchArguments
 
         let stack = Stack(configuration: configuration)
         try await stack.start()
@@ -41,7 +42,9 @@ struct APNsFanoutScenario {
         let dispatchCPU: Double
         let doubleCPU: Double
         do {
-            guard let dispatch = await stack.pid(of: "dispatch") else { throw BenchError("herald-dispatch is not running") }
+            guard let dispatch = await stack.pid(of: "dispatch") else {
+                throw BenchError("herald-dispatch is not running")
+            }
             let dispatchBefore = try RPCScenario.cpuSeconds(pid: dispatch)
             let doubleBefore = try RPCScenario.cpuSeconds(pid: double.process.processIdentifier)
             sent = try await FanoutRun.send(socket: configuration.socketPath("dispatch"), platform: platform)
@@ -66,11 +69,13 @@ struct APNsFanoutScenario {
         report.records.append(
             Record(
                 scenario, "\(count) deliveries through the \(provider) sender: deliveries/s", unit: "/s", value: rate,
-                baseline: "the double alone under h2load", baselineValue: alone.rate, better: "higher", target: "≥ 50,000/s"))
+                baseline: "the double alone under h2load", baselineValue: alone.rate, better: "higher",
+                target: "≥ 50,000/s"))
         report.records.append(
             Record(
                 scenario, "herald-dispatch CPU per delivery", unit: "µs", value: dispatchCPU * 1e6 / Double(count),
-                baseline: "the double's CPU per request", baselineValue: doubleCPU * 1e6 / Double(count), better: "lower",
+                baseline: "the double's CPU per request", baselineValue: doubleCPU * 1e6 / Double(count),
+                better: "lower",
                 target: "≤ 20 µs"))
         report.tables = [
             """
@@ -106,8 +111,10 @@ struct FanoutRun {
                     targetTag: "fanout",
                     payloads: [
                         platform == .apns
-                            ? NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"fan-out"}}"#.utf8), pushType: "alert")
-                            : NativePayload(platform: platform, body: Array(#"{"notification":{"title":"fan-out"}}"#.utf8))
+                            ? NativePayload(
+                                platform: .apns, body: Array(#"{"aps":{"alert":"fan-out"}}"#.utf8), pushType: "alert")
+                            : NativePayload(
+                                platform: platform, body: Array(#"{"notification":{"title":"fan-out"}}"#.utf8))
                     ],
                     sender: "bench")
             ).outcome
@@ -115,7 +122,8 @@ struct FanoutRun {
             var outcome = sent
             while let current = outcome, current.state == .enqueued || current.state == .processing {
                 try await Task.sleep(for: .milliseconds(20))
-                outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: current.notificationID))
+                outcome = try await DispatchServiceClient(client).getOutcome(
+                    GetOutcomeRequest(notificationID: current.notificationID))
             }
             return outcome
         }
@@ -141,23 +149,31 @@ struct APNsDoubleProcess {
     static let project = "bench-project"
 
     static func start(dir: String, fcm: Bool = false) async throws -> APNsDoubleProcess {
-        guard let openssl = which("openssl") else { throw BenchError("openssl is missing (scripts/setup.sh --bench installs it)") }
+        guard let openssl = which("openssl") else {
+            throw BenchError("openssl is missing (scripts/setup.sh --bench installs it)")
+        }
         let folder = dir + "/apns"
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
         _ = try runProcess(
             openssl,
-            ["req", "-x509"] + ec + ["-keyout", "\(folder)/ca.key", "-out", "\(folder)/ca.pem", "-days", "2", "-subj", "/CN=bench-ca"],
+            ["req", "-x509"] + ec + [
+                "-keyout", "\(folder)/ca.key", "-out", "\(folder)/ca.pem", "-days", "2", "-subj", "/CN=bench-ca",
+            ],
             quiet: true)
         _ = try runProcess(
-            openssl, ["req"] + ec + ["-keyout", "\(folder)/double.key", "-out", "\(folder)/double.csr", "-subj", "/CN=apns-double"],
+            openssl,
+            ["req"] + ec + [
+                "-keyout", "\(folder)/double.key", "-out", "\(folder)/double.csr", "-subj", "/CN=apns-double",
+            ],
             quiet: true)
         try "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n".write(
             toFile: "\(folder)/double.ext", atomically: true, encoding: .utf8)
         _ = try runProcess(
             openssl,
             [
-                "x509", "-req", "-in", "\(folder)/double.csr", "-CA", "\(folder)/ca.pem", "-CAkey", "\(folder)/ca.key", "-CAcreateserial",
+                "x509", "-req", "-in", "\(folder)/double.csr", "-CA", "\(folder)/ca.pem", "-CAkey", "\(folder)/ca.key",
+                "-CAcreateserial",
                 "-out", "\(folder)/double.pem", "-days", "2", "-extfile", "\(folder)/double.ext",
             ], quiet: true)
         let key = P256.Signing.PrivateKey()
@@ -170,8 +186,10 @@ struct APNsDoubleProcess {
         process.executableURL = URL(fileURLWithPath: Stack.defaultBinDirectory() + "/herald-bench")
         process.arguments =
             [
-                "apns-double", "--certificate", "\(folder)/double.pem", "--key", "\(folder)/double.key", "--jwt-public-key",
-                "\(folder)/apns.pub.pem", "--key-id", keyID, "--team-id", teamID, "--topic", topic, "--url-file", urlFile, "--stats-file",
+                "apns-double", "--certificate", "\(folder)/double.pem", "--key", "\(folder)/double.key",
+                "--jwt-public-key",
+                "\(folder)/apns.pub.pem", "--key-id", keyID, "--team-id", teamID, "--topic", topic, "--url-file",
+                urlFile, "--stats-file",
                 stats,
             ] + (fcm ? ["--fcm-project", project] : [])
         try process.run()
@@ -181,23 +199,30 @@ struct APNsDoubleProcess {
                 var fcmArguments: [String] = []
                 if fcm {
                     _ = try runProcess(
-                        openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "\(folder)/fcm.key"],
+                        openssl,
+                        [
+                            "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out",
+                            "\(folder)/fcm.key",
+                        ],
                         quiet: true)
                     let account: [String: Any] = [
                         "type": "service_account", "project_id": project, "private_key_id": "bench-1",
                         "private_key": try String(contentsOfFile: "\(folder)/fcm.key", encoding: .utf8),
                         "client_email": "bench@\(project).iam.gserviceaccount.com", "token_uri": "\(url)/token",
                     ]
-                    try JSONSerialization.data(withJSONObject: account).write(to: URL(fileURLWithPath: "\(folder)/service-account.json"))
+                    try JSONSerialization.data(withJSONObject: account).write(
+                        to: URL(fileURLWithPath: "\(folder)/service-account.json"))
                     fcmArguments = [
-                        "--push-ca-file", "\(folder)/ca.pem", "--fcm-service-account-file", "\(folder)/service-account.json", "--fcm-url",
+                        "--push-ca-file", "\(folder)/ca.pem", "--fcm-service-account-file",
+                        "\(folder)/service-account.json", "--fcm-url",
                         url,
                     ]
                 }
                 return APNsDoubleProcess(
                     process: process, url: url, stats: stats, key: key,
                     dispatchArguments: [
-                        "--push-ca-file", "\(folder)/ca.pem", "--apns-key-file", "\(folder)/apns.p8", "--apns-key-id", keyID,
+                        "--push-ca-file", "\(folder)/ca.pem", "--apns-key-file", "\(folder)/apns.p8", "--apns-key-id",
+                        keyID,
                         "--apns-team-id", teamID, "--apns-topic", topic, "--apns-url", url,
                     ], fcmArguments: fcmArguments)
             }
@@ -251,17 +276,21 @@ struct APNsDoubleProcess {
         let body = dir + "/apns/body.json"
         let arguments: [String]
         if platform == .fcm {
-            try #"{"message":{"token":"\#(String(repeating: "ab", count: 32))","notification":{"title":"fan-out"}}}"#.write(
-                toFile: body, atomically: true, encoding: .utf8)
+            try #"{"message":{"token":"\#(String(repeating: "ab", count: 32))","notification":{"title":"fan-out"}}}"#
+                .write(
+                    toFile: body, atomically: true, encoding: .utf8)
             arguments = [
-                "-H", "authorization: Bearer \(APNsDoubleRules.fcmAccessToken)", "-H", "content-type: application/json; charset=UTF-8",
+                "-H", "authorization: Bearer \(APNsDoubleRules.fcmAccessToken)", "-H",
+                "content-type: application/json; charset=UTF-8",
                 "-d", body, "\(url)/v1/projects/\(Self.project)/messages:send",
             ]
         } else {
             try #"{"aps":{"alert":"fan-out"}}"#.write(toFile: body, atomically: true, encoding: .utf8)
             arguments = [
-                "-H", "authorization: bearer \(try jwt())", "-H", "apns-topic: \(Self.topic)", "-H", "apns-push-type: alert", "-H",
-                "apns-id: 6c1c7a4e-5b7e-4d4c-9a43-2f3f0c0e1d2b", "-d", body, "\(url)/3/device/\(String(repeating: "ab", count: 32))",
+                "-H", "authorization: bearer \(try jwt())", "-H", "apns-topic: \(Self.topic)", "-H",
+                "apns-push-type: alert", "-H",
+                "apns-id: 6c1c7a4e-5b7e-4d4c-9a43-2f3f0c0e1d2b", "-d", body,
+                "\(url)/3/device/\(String(repeating: "ab", count: 32))",
             ]
         }
         let before = try RPCScenario.cpuSeconds(pid: process.processIdentifier)
@@ -272,6 +301,7 @@ struct APNsDoubleProcess {
             let took = Double(finished.1), let rate = Double(finished.3)
         else { throw BenchError("h2load did not complete every request:\n\(output)") }
         return Alone(
-            requests: requests, seconds: finished.2 == "ms" ? took / 1000 : took, rate: rate, doubleCPUMicros: cpu * 1e6 / Double(requests))
+            requests: requests, seconds: finished.2 == "ms" ? took / 1000 : took, rate: rate,
+            doubleCPUMicros: cpu * 1e6 / Double(requests))
     }
 }

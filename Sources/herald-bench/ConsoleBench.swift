@@ -11,7 +11,8 @@ import HeraldStack
 /// to a Health.Check on the same connection (the RPC's own floor).
 struct ConsoleBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "console", abstract: "The console's device search (ListDevices) over 1,000,000 devices: ms per page.")
+        commandName: "console",
+        abstract: "The console's device search (ListDevices) over 1,000,000 devices: ms per page.")
     @OptionGroup var options: BenchOptions
     @Option(help: "Devices in the hub (--quick: 2,000).")
     var devices = 1_000_000
@@ -20,7 +21,8 @@ struct ConsoleBench: AsyncParsableCommand {
 
     func execute() async throws {
         try options.show(
-            try await ConsoleScenario(options: options, devices: options.quick ? 2_000 : devices).run(), scenarios: ["console"])
+            try await ConsoleScenario(options: options, devices: options.quick ? 2_000 : devices).run(),
+            scenarios: ["console"])
     }
 }
 
@@ -33,7 +35,8 @@ struct ConsoleScenario {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let configuration = StackConfiguration.bench(dir: dir)
         // user0…user999 own 1,000 devices each; every device carries "fanout"; handles are the index in hex.
-        try FanoutScenario(options: options).seedRegistrations(devices, path: configuration.dataDirectory + "/registration.sqlite")
+        try FanoutScenario(options: options).seedRegistrations(
+            devices, path: configuration.dataDirectory + "/registration.sqlite")
         let stack = Stack(configuration: configuration)
         try await stack.start()
         do {
@@ -43,7 +46,10 @@ struct ConsoleScenario {
                 ("a page at the end (after id \(last))", ListDevicesRequest(afterID: last, limit: 50)),
                 ("one user's devices", ListDevicesRequest(user: "user7", limit: 50)),
                 ("a tag every device carries", ListDevicesRequest(tag: "fanout", limit: 50)),
-                ("two users' tags (||: every device tested)", ListDevicesRequest(tag: "username:user7 || username:user8", limit: 50)),
+                (
+                    "two users' tags (||: every device tested)",
+                    ListDevicesRequest(tag: "username:user7 || username:user8", limit: 50)
+                ),
                 ("a tag no device carries", ListDevicesRequest(tag: "nobody", limit: 50)),
                 (
                     "16 handles by a 63-digit prefix",
@@ -54,13 +60,16 @@ struct ConsoleScenario {
             let calls = options.quick ? 3 : 7
             var rows: [(String, Double, Int)] = []
             var floor = 0.0
-            try await RPCClient.with(socketPath: configuration.socketPath("registration"), timeout: .seconds(120)) { client in
+            try await RPCClient.with(socketPath: configuration.socketPath("registration"), timeout: .seconds(120)) {
+                client in
                 let registration = RegistrationServiceClient(client)
                 let health = HealthClient(client)
                 floor = try await Self.median(calls) { _ = try await health.check(HealthCheckRequest()) }
                 for (name, request) in queries {
                     var found = 0
-                    let ms = try await Self.median(calls) { found = try await registration.listDevices(request).devices.count }
+                    let ms = try await Self.median(calls) {
+                        found = try await registration.listDevices(request).devices.count
+                    }
                     rows.append((name, ms, found))
                 }
             }

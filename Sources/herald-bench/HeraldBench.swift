@@ -20,7 +20,8 @@ struct HeraldBench: AsyncParsableCommand {
         commandName: "herald-bench",
         abstract: "Measure Herald against the machine's own limits.",
         subcommands: [
-            AllBench.self, RPCBench.self, EdgeBench.self, FanoutBench.self, NHBench.self, SoakBench.self, ServeBench.self, HelloServer.self,
+            AllBench.self, RPCBench.self, EdgeBench.self, FanoutBench.self, NHBench.self, SoakBench.self,
+            ServeBench.self, HelloServer.self,
             APNsDoubleCommand.self, InstructionsBench.self, ReplicasBench.self, ConsoleBench.self,
         ],
         defaultSubcommand: AllBench.self
@@ -33,7 +34,8 @@ let benchRequest = AuthenticateRequest(authorization: String(repeating: "x", cou
 /// `herald-bench serve`: the server side, in a process of its own so its CPU can be measured alone.
 struct ServeBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "serve", abstract: "Serve the benchmark's echo RPC (lean, gRPC) and a raw echo.", shouldDisplay: false)
+        commandName: "serve", abstract: "Serve the benchmark's echo RPC (lean, gRPC) and a raw echo.",
+        shouldDisplay: false)
 
     @Option var dir: String
 
@@ -42,7 +44,9 @@ struct ServeBench: AsyncParsableCommand {
     func execute() async throws {
         var table = MethodTable()
         // An echo: the cheapest handler, so the figures are the transport's.
-        table.register(AuthServiceMethods.authenticate) { request, _ in AuthenticateResponse(user: request.authorization) }
+        table.register(AuthServiceMethods.authenticate) { request, _ in
+            AuthenticateResponse(user: request.authorization)
+        }
         let health = HealthReporter()
         health.register(into: &table)
         // As Herald's own cheap handlers (Authenticate, Health.Check) are started.
@@ -157,8 +161,10 @@ struct RPCScenario {
         let fetch = FetchPayloadRequest(id: stored.id, requester: "bench")
         let handle = String(repeating: "ab", count: 32)
         let registrationID = try await RPCClient.with(socketPath: "\(dir)/registration.sock") { client in
-            try await RegistrationServiceClient(client).createRegistrationId(CreateRegistrationIdRequest(owner: "bench", handle: handle))
-                .registrationID
+            try await RegistrationServiceClient(client).createRegistrationId(
+                CreateRegistrationIdRequest(owner: "bench", handle: handle)
+            )
+            .registrationID
         }
         let upsert = UpsertRegistrationRequest(
             owner: "bench", registrationID: registrationID, platform: .apns, handle: handle, tags: ["news"])
@@ -167,9 +173,13 @@ struct RPCScenario {
         var report = Report()
         var tables: [String] = []
         let rpcs:
-            [(name: String, request: [UInt8], pid: Int32, sockets: (String, String), call: @Sendable (RPCClient) async throws -> Void)] = [
+            [(
+                name: String, request: [UInt8], pid: Int32, sockets: (String, String),
+                call: @Sendable (RPCClient) async throws -> Void
+            )] = [
                 (
-                    "echo", try benchRequest.serializedBytes(), server.processIdentifier, ("\(dir)/bench.sock", "\(dir)/bench.grpc.sock"),
+                    "echo", try benchRequest.serializedBytes(), server.processIdentifier,
+                    ("\(dir)/bench.sock", "\(dir)/bench.grpc.sock"),
                     { _ = try await AuthServiceClient($0).authenticate(benchRequest) }
                 ),
                 (
@@ -190,11 +200,13 @@ struct RPCScenario {
             ]
         for rpc in rpcs {
             let size = max(rpc.request.count, 1)
-            let floor = try await measureRaw(dir: dir, request: [UInt8](repeating: 0x78, count: size), serverPID: server.processIdentifier)
+            let floor = try await measureRaw(
+                dir: dir, request: [UInt8](repeating: 0x78, count: size), serverPID: server.processIdentifier)
             var rows = [floor]
             for transport in [RPCTransport.lean, .grpc] {
                 let socket = transport == .lean ? rpc.sockets.0 : rpc.sockets.1
-                let figures = try await measure(transport: transport, socket: socket, serverPID: rpc.pid, call: rpc.call)
+                let figures = try await measure(
+                    transport: transport, socket: socket, serverPID: rpc.pid, call: rpc.call)
                 rows.append(figures)
                 let label = "\(rpc.name) over \(transport == .lean ? "lean" : "gRPC")"
                 report.records.append(
@@ -208,11 +220,13 @@ struct RPCScenario {
                         baseline: "raw echo \(size) B", baselineValue: floor.p99Micros, better: "lower"))
                 report.records.append(
                     Record(
-                        "rpc", "\(label): calls/s, \(concurrency) callers", unit: "calls/s", value: figures.callsPerSecondConcurrent,
+                        "rpc", "\(label): calls/s, \(concurrency) callers", unit: "calls/s",
+                        value: figures.callsPerSecondConcurrent,
                         baseline: "raw echo \(size) B", baselineValue: floor.callsPerSecondConcurrent, better: "higher",
                         target: transport == .lean && rpc.name != "UpsertRegistration" ? "≥ 10,000/s" : nil))
             }
-            tables.append(Self.table(rows, title: "\(rpc.name), \(rpc.request.count)-byte request", concurrency: concurrency))
+            tables.append(
+                Self.table(rows, title: "\(rpc.name), \(rpc.request.count)-byte request", concurrency: concurrency))
         }
         report.tables = ["## rpc: unary RPC over a Unix socket (client and server share the machine's cores)"] + tables
         return report
@@ -221,7 +235,8 @@ struct RPCScenario {
     // MARK: measuring
 
     func measure(
-        transport: RPCTransport, socket: String, serverPID: Int32, call rpc: @escaping @Sendable (RPCClient) async throws -> Void
+        transport: RPCTransport, socket: String, serverPID: Int32,
+        call rpc: @escaping @Sendable (RPCClient) async throws -> Void
     ) async throws -> Figures {
         try await RPCClient.with(socketPath: socket, transport: transport, timeout: .seconds(10)) { client in
             let call: @Sendable () async throws -> Void = { try await rpc(client) }
@@ -252,7 +267,8 @@ struct RPCScenario {
             let elapsed = ContinuousClock.now - concurrentStart
             let cpu = try Self.cpuSeconds(pid: serverPID) - cpuBefore
             return Self.figures(
-                path: transport == .lean ? "lean protocol" : "gRPC (HTTP/2)", latencies: latencies, sequentialSeconds: seconds,
+                path: transport == .lean ? "lean protocol" : "gRPC (HTTP/2)", latencies: latencies,
+                sequentialSeconds: seconds,
                 calls: calls, elapsed: elapsed, serverCPU: cpu)
         }
     }
@@ -300,7 +316,8 @@ struct RPCScenario {
         let elapsed = ContinuousClock.now - start
         let cpu = try Self.cpuSeconds(pid: serverPID) - cpuBefore
         return Self.figures(
-            path: "raw socket echo, \(request.count) B (floor)", latencies: sequential, sequentialSeconds: seconds, calls: calls,
+            path: "raw socket echo, \(request.count) B (floor)", latencies: sequential, sequentialSeconds: seconds,
+            calls: calls,
             elapsed: elapsed,
             serverCPU: cpu)
     }

@@ -26,7 +26,8 @@ import NIOCore
 struct InstructionsBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "instructions",
-        abstract: "Instructions per edge GET, edge PUT and FetchPayload (callgrind), next to hello world and a lean echo.")
+        abstract:
+            "Instructions per edge GET, edge PUT and FetchPayload (callgrind), next to hello world and a lean echo.")
     @OptionGroup var options: BenchOptions
 
     func run() async throws { try await execute() }
@@ -69,7 +70,9 @@ struct InstructionsScenario {
         let echo = try await RPCClient.with(socketPath: "\(dir)/bench.sock", timeout: .seconds(60)) { client in
             let auth = AuthServiceClient(client)
             for _ in 0..<warmUp { _ = try await auth.authenticate(benchRequest) }
-            return try await counter.measure([echoServer.processIdentifier], calls: calls) { _ = try await auth.authenticate(benchRequest) }
+            return try await counter.measure([echoServer.processIdentifier], calls: calls) {
+                _ = try await auth.authenticate(benchRequest)
+            }
         }
         echoServer.terminate()
 
@@ -85,7 +88,9 @@ struct InstructionsScenario {
         let fetch: Double
         do {
             let pids = try await counted.asyncMap { service -> Int32 in
-                guard let pid = await stack.pid(of: service) else { throw BenchError("herald-\(service) is not running") }
+                guard let pid = await stack.pid(of: service) else {
+                    throw BenchError("herald-\(service) is not running")
+                }
                 return pid
             }
             let payloadID = try await RPCClient.with(socketPath: configuration.socketPath("payload")) { client in
@@ -96,10 +101,13 @@ struct InstructionsScenario {
             let url = await stack.edgeURL + "/api/notifications/\(payloadID)"
             let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
             for _ in 0..<warmUp { try await Self.get(url, authorization: authorization) }
-            get = try await counter.measureEach(Array(pids[0..<3]), calls: calls) { try await Self.get(url, authorization: authorization) }
+            get = try await counter.measureEach(Array(pids[0..<3]), calls: calls) {
+                try await Self.get(url, authorization: authorization)
+            }
             // PUT api/register/{id} as the bench's wrk run sends it: edge, auth and registration.
             let handle = String(repeating: "ab", count: 32)
-            let registrationID = try await RPCClient.with(socketPath: configuration.socketPath("registration")) { client in
+            let registrationID = try await RPCClient.with(socketPath: configuration.socketPath("registration")) {
+                client in
                 try await RegistrationServiceClient(client).createRegistrationId(
                     CreateRegistrationIdRequest(owner: "bench", handle: handle)
                 ).registrationID
@@ -110,11 +118,14 @@ struct InstructionsScenario {
             put = try await counter.measureEach([pids[2], pids[0], pids[3]], calls: calls) {
                 try await Self.put(putURL, body: body, authorization: authorization)
             }
-            fetch = try await RPCClient.with(socketPath: configuration.leanSocketPath("payload"), timeout: .seconds(60)) { client in
+            fetch = try await RPCClient.with(socketPath: configuration.leanSocketPath("payload"), timeout: .seconds(60))
+            { client in
                 let payload = PayloadServiceClient(client)
                 let request = FetchPayloadRequest(id: payloadID, requester: "bench")
                 for _ in 0..<warmUp { _ = try await payload.fetchPayload(request) }
-                return try await counter.measure([pids[1]], calls: calls) { _ = try await payload.fetchPayload(request) }
+                return try await counter.measure([pids[1]], calls: calls) {
+                    _ = try await payload.fetchPayload(request)
+                }
             }
             await stack.stop()
         } catch {
@@ -128,7 +139,8 @@ struct InstructionsScenario {
         func record(_ figure: String, _ value: Double, against baseline: (name: String, value: Double)) {
             report.records.append(
                 Record(
-                    "instructions", figure, unit: "instr", value: value, baseline: baseline.name, baselineValue: baseline.value,
+                    "instructions", figure, unit: "instr", value: value, baseline: baseline.name,
+                    baselineValue: baseline.value,
                     better: "lower"))
         }
         let helloWorld = (name: "Hummingbird hello world GET", value: helloGET)
@@ -136,7 +148,8 @@ struct InstructionsScenario {
         record("edge GET api/notifications/{id}: instructions in herald-edge", get[2], against: helloWorld)
         record("edge PUT api/register/{id}: instructions (edge + auth + registration)", putTotal, against: helloWorld)
         record("edge PUT api/register/{id}: instructions in herald-edge", put[0], against: helloWorld)
-        record("lean FetchPayload: instructions in herald-payload", fetch, against: (name: "lean echo RPC", value: echo))
+        record(
+            "lean FetchPayload: instructions in herald-payload", fetch, against: (name: "lean echo RPC", value: echo))
         func k(_ x: Double) -> String { String(format: "%.0f k", x / 1000) }
         report.tables = [
             """
@@ -208,8 +221,11 @@ struct Callgrind {
         guard let strip = which("strip") else { throw BenchError("strip is missing (binutils)") }
         let bin = dir + "/bin"
         try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
-        for name in ["herald-bench", "herald-auth", "herald-registration", "herald-payload", "herald-dispatch", "herald-edge"] {
-            _ = try runProcess(strip, ["--strip-debug", "-o", "\(bin)/\(name)", Stack.defaultBinDirectory() + "/" + name])
+        for name in [
+            "herald-bench", "herald-auth", "herald-registration", "herald-payload", "herald-dispatch", "herald-edge",
+        ] {
+            _ = try runProcess(
+                strip, ["--strip-debug", "-o", "\(bin)/\(name)", Stack.defaultBinDirectory() + "/" + name])
         }
         return bin
     }
@@ -217,7 +233,8 @@ struct Callgrind {
     /// The launcher for a process named `name`: its counts go to `<dir>/callgrind.<name>.<pid>`.
     func launcher(_ name: String) -> [String] {
         [
-            "/usr/bin/env", "LD_PRELOAD=\(shim)", valgrind, "--tool=callgrind", "--callgrind-out-file=\(dir)/callgrind.\(name).%p",
+            "/usr/bin/env", "LD_PRELOAD=\(shim)", valgrind, "--tool=callgrind",
+            "--callgrind-out-file=\(dir)/callgrind.\(name).%p",
             "--log-file=\(dir)/valgrind.\(name).%p.log",
         ]
     }
@@ -239,7 +256,9 @@ struct Callgrind {
         for pid in pids {
             let before = Set(try FileManager.default.contentsOfDirectory(atPath: dir))
             _ = try runProcess(control, ["-d", String(pid)], quiet: true)
-            let dumped = try FileManager.default.contentsOfDirectory(atPath: dir).filter { !before.contains($0) && $0.contains(".\(pid).") }
+            let dumped = try FileManager.default.contentsOfDirectory(atPath: dir).filter {
+                !before.contains($0) && $0.contains(".\(pid).")
+            }
             guard let file = dumped.first else { throw BenchError("callgrind wrote no dump for \(pid)") }
             if let keep = ProcessInfo.processInfo.environment["HERALD_BENCH_CALLGRIND_KEEP"] {
                 // For callgrind_annotate: the dumps name functions (the copies keep their symbol tables).

@@ -19,7 +19,9 @@ import Synchronization
 struct NHBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "nh",
-        abstract: "NH installation PUT and PATCH through the edge; native, template and batch sends to 100,000 installations.")
+        abstract:
+            "NH installation PUT and PATCH through the edge; native, template and batch sends to 100,000 installations."
+    )
     @OptionGroup var options: BenchOptions
 
     func run() async throws { try await execute() }
@@ -36,7 +38,9 @@ struct NHScenario {
     static let expression = "all && (even || odd)"
 
     func run() async throws -> Report {
-        guard let wrk = which("wrk") else { throw BenchError("wrk is missing: apt-get install -y wrk (scripts/setup.sh --bench does it)") }
+        guard let wrk = which("wrk") else {
+            throw BenchError("wrk is missing: apt-get install -y wrk (scripts/setup.sh --bench does it)")
+        }
         let count = options.fanoutSize
         let dir = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -75,7 +79,8 @@ struct NHScenario {
                 }!
                 .primaryKey
             }
-            let authorization = Self.token(audience: base + "/", keyName: "DefaultFullSharedAccessSignature", key: secret)
+            let authorization = Self.token(
+                audience: base + "/", keyName: "DefaultFullSharedAccessSignature", key: secret)
             let channel = String(repeating: "ab", count: 32)
             // PUT: a new installation per request (wrk's counter in the id), as devices registering.
             let putScript = dir + "/put.lua"
@@ -105,11 +110,14 @@ struct NHScenario {
             // The sends: through the edge like a back end would, each clocked until its outcome is final.
             func timed(_ format: String, tags: String, body: String) async throws -> Double {
                 let started = ContinuousClock.now
-                let id = try await Self.send(base: base, authorization: authorization, format: format, tags: tags, body: body)
+                let id = try await Self.send(
+                    base: base, authorization: authorization, format: format, tags: tags, body: body)
                 let outcome = try await Self.finalOutcome(id, socket: configuration.socketPath("dispatch"))
                 let delivered = outcome.platforms.reduce(0) { $0 + $1.success }
                 // The PUTs' new installations carry no "all", and the PATCH keeps i00000001's: exactly the seeded ones match.
-                guard delivered == count else { throw BenchError("the \(format) send delivered \(delivered) of \(count)") }
+                guard delivered == count else {
+                    throw BenchError("the \(format) send delivered \(delivered) of \(count)")
+                }
                 return (ContinuousClock.now - started).seconds
             }
             let seconds = try await timed("apple", tags: Self.expression, body: #"{"aps":{"alert":"expression"}}"#)
@@ -150,16 +158,20 @@ struct NHScenario {
             let templateRate = Double(count) / templateSeconds
             report.records.append(
                 Record(
-                    "nh", "send to \"\(Self.expression)\" over \(count) installations: deliveries/s", unit: "/s", value: rate,
+                    "nh", "send to \"\(Self.expression)\" over \(count) installations: deliveries/s", unit: "/s",
+                    value: rate,
                     baseline: "inbox rows inserted in-process", baselineValue: floor, better: "higher"))
             report.records.append(
                 Record(
-                    "nh", "template send, 4 locales, over \(count) installations: deliveries/s", unit: "/s", value: templateRate,
+                    "nh", "template send, 4 locales, over \(count) installations: deliveries/s", unit: "/s",
+                    value: templateRate,
                     baseline: "the native send", baselineValue: rate, better: "higher"))
             report.records.append(
                 Record(
-                    "nh", "direct batch of 1,000 handles: ms until 201 (median)", unit: "ms", value: accepted[accepted.count / 2],
-                    baseline: "the expression send, ms per 1,000 deliveries", baselineValue: seconds / Double(count) * 1_000_000,
+                    "nh", "direct batch of 1,000 handles: ms until 201 (median)", unit: "ms",
+                    value: accepted[accepted.count / 2],
+                    baseline: "the expression send, ms per 1,000 deliveries",
+                    baselineValue: seconds / Double(count) * 1_000_000,
                     better: "lower"))
             var lines = [
                 "## nh: Notification Hubs installations through the edge, wrk -c\(edge.connections), \(options.wrkSeconds) s per route (SAS token, Full key)",
@@ -201,13 +213,16 @@ struct NHScenario {
     static func token(audience: String, keyName: String, key: String) -> String {
         let sr = audience.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? audience
         let expiry = Int(Date().timeIntervalSince1970) + 3600
-        let mac = HMAC<SHA256>.authenticationCode(for: Data("\(sr)\n\(expiry)".utf8), using: SymmetricKey(data: Data(key.utf8)))
+        let mac = HMAC<SHA256>.authenticationCode(
+            for: Data("\(sr)\n\(expiry)".utf8), using: SymmetricKey(data: Data(key.utf8)))
         let sig = Data(mac).base64EncodedString().addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
         return "SharedAccessSignature sr=\(sr)&sig=\(sig)&se=\(expiry)&skn=\(keyName)"
     }
 
     /// `POST /{hub}/messages` in `format` to `tags`; the notification id from `Location`.
-    static func send(base: String, authorization: String, format: String, tags: String, body: String) async throws -> String {
+    static func send(base: String, authorization: String, format: String, tags: String, body: String) async throws
+        -> String
+    {
         var request = HTTPClientRequest(url: base + "/bench/messages?api-version=2020-06")
         request.method = .POST
         request.headers.add(name: "Authorization", value: authorization)
@@ -227,7 +242,8 @@ struct NHScenario {
         request.headers.add(name: "Content-Type", value: #"multipart/mixed; boundary="nh-batch-multipart-boundary""#)
         let devices = "[" + handles.map { "\"\($0)\"" }.joined(separator: ",") + "]"
         let body = [
-            "--nh-batch-multipart-boundary", "Content-Type: application/json", "Content-Disposition: inline; name=notification", "",
+            "--nh-batch-multipart-boundary", "Content-Type: application/json",
+            "Content-Disposition: inline; name=notification", "",
             #"{"aps":{"alert":"batch"}}"#, "--nh-batch-multipart-boundary", "Content-Type: application/json",
             "Content-Disposition: inline; name=devices", "", devices, "--nh-batch-multipart-boundary--", "",
         ].joined(separator: "\r\n")
@@ -259,12 +275,14 @@ struct NHScenario {
     /// The four locale templates; installation n has template n % 4, tagged with its locale.
     static let locales: [(name: String, template: Installation.Template)] = [
         ("news_en", "{'Breaking: ' + $(title)}"), ("news_fr", "{'Dernière : ' + $(title_fr:{Nouvelles})}"),
-        ("news_de", "{'Eilmeldung: ' + $(title_de:{Nachrichten})}"), ("news_es", "{'Última hora: ' + $(title_es:{Noticias})}"),
+        ("news_de", "{'Eilmeldung: ' + $(title_de:{Nachrichten})}"),
+        ("news_es", "{'Última hora: ' + $(title_es:{Noticias})}"),
     ].map { name, alert in
         (
             name,
             Installation.Template(
-                body: ##"{"aps":{"alert":"\##(alert)","badge":"#(count)"}}"##, headers: ["apns-priority": "10"], expiry: nil,
+                body: ##"{"aps":{"alert":"\##(alert)","badge":"#(count)"}}"##, headers: ["apns-priority": "10"],
+                expiry: nil,
                 tags: ["lang_" + name.suffix(2), name])
         )
     }
@@ -287,7 +305,8 @@ struct NHScenario {
             for index in 0..<count {
                 let id = String(format: "i-bench-%08d", index)
                 var installation = Installation(
-                    installationID: String(format: "i%08d", index), platform: .apns, pushChannel: String(format: "%064x", index),
+                    installationID: String(format: "i%08d", index), platform: .apns,
+                    pushChannel: String(format: "%064x", index),
                     tags: ["all", index % 2 == 0 ? "even" : "odd"])
                 let locale = Self.locales[index % 4]
                 installation.templates = [locale.name: locale.template]
@@ -297,7 +316,8 @@ struct NHScenario {
                     Data(try installation.json()),
                 ])
                 for name in installation.audienceTags { try tag.execute(arguments: [name, id]) }
-                try SQLiteRegistrations.writeTemplates(of: installation, parentID: id, hub: hub, expired: false, now: now, in: db)
+                try SQLiteRegistrations.writeTemplates(
+                    of: installation, parentID: id, hub: hub, expired: false, now: now, in: db)
             }
         }
         try pool.close()

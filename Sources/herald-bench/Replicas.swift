@@ -23,7 +23,10 @@ struct ReplicasBench: AsyncParsableCommand {
         commandName: "replicas",
         abstract: "Fan-out with 1–3 dispatch replicas on PostgreSQL next to SQLite's one, and the edge on both.")
     @OptionGroup var options: BenchOptions
-    @Option(help: "postgres://… (scripts/postgres.sh start DIR makes a throw-away server); its herald_* schemas are emptied first.")
+    @Option(
+        help:
+            "postgres://… (scripts/postgres.sh start DIR makes a throw-away server); its herald_* schemas are emptied first."
+    )
     var database: String
     @Option(help: "Registrations the send goes to (default 50,000; 500 with --quick).")
     var devices: Int?
@@ -34,7 +37,8 @@ struct ReplicasBench: AsyncParsableCommand {
 
     func execute() async throws {
         let scenario = ReplicasScenario(
-            options: options, database: database, devices: devices ?? (options.quick ? 500 : 50_000), replicas: replicas)
+            options: options, database: database, devices: devices ?? (options.quick ? 500 : 50_000), replicas: replicas
+        )
         try options.show(try await scenario.run(), scenarios: ["replicas", "edge"])
     }
 }
@@ -66,7 +70,8 @@ struct ReplicasScenario {
         for run in runs.dropFirst() {
             report.records.append(
                 Record(
-                    "replicas", "\(devices) APNs deliveries, PostgreSQL, \(run.replicas) dispatch: deliveries/s", unit: "/s",
+                    "replicas", "\(devices) APNs deliveries, PostgreSQL, \(run.replicas) dispatch: deliveries/s",
+                    unit: "/s",
                     value: run.rate, baseline: "SQLite, one dispatch", baselineValue: sqlite.rate, better: "higher"))
         }
         var lines = [
@@ -103,7 +108,8 @@ struct ReplicasScenario {
             try resetPostgres(database)
             configuration.databaseURL = database
         } else {
-            try FanoutScenario(options: options).seedRegistrations(devices, path: configuration.dataDirectory + "/registration.sqlite")
+            try FanoutScenario(options: options).seedRegistrations(
+                devices, path: configuration.dataDirectory + "/registration.sqlite")
         }
         let stack = Stack(configuration: configuration)
         try await stack.start()
@@ -124,7 +130,9 @@ struct ReplicasScenario {
                         """,
                     ])
                 for index in 1..<max(1, replicas) {
-                    extra.append(try await startReplica(index, configuration: configuration, dir: dir, database: database, double: double))
+                    extra.append(
+                        try await startReplica(
+                            index, configuration: configuration, dir: dir, database: database, double: double))
                 }
             }
             guard let main = await stack.pid(of: "dispatch") else { throw BenchError("herald-dispatch is not running") }
@@ -146,7 +154,8 @@ struct ReplicasScenario {
                 )
             }
             return Run(
-                store: database == nil ? "SQLite" : "PostgreSQL", replicas: replicas, elapsed: sent.elapsed, commit: sent.commit,
+                store: database == nil ? "SQLite" : "PostgreSQL", replicas: replicas, elapsed: sent.elapsed,
+                commit: sent.commit,
                 dispatchCPU: dispatchCPU, postgresCPU: postgresCPU, delivered: sent.delivered)
         } catch {
             for process in extra where process.isRunning { process.terminate() }
@@ -175,7 +184,9 @@ struct ReplicasScenario {
         try process.run()
         let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline, process.isRunning {
-            if await HeraldProcess.checkHealth(socketPath: "\(folder)/dispatch.sock", timeout: .milliseconds(500)) { return process }
+            if await HeraldProcess.checkHealth(socketPath: "\(folder)/dispatch.sock", timeout: .milliseconds(500)) {
+                return process
+            }
             try await Task.sleep(for: .milliseconds(50))
         }
         process.terminate()
@@ -207,6 +218,8 @@ func psqlURL(_ url: String) throws -> String {
 /// Drops every Herald service's schema, so each run starts from the same empty tables.
 func resetPostgres(_ url: String) throws {
     for service in Stack.postgresServices {
-        _ = try runProcess("/usr/bin/psql", [try psqlURL(url), "-qAtc", "DROP SCHEMA IF EXISTS herald_\(service) CASCADE"], quiet: true)
+        _ = try runProcess(
+            "/usr/bin/psql", [try psqlURL(url), "-qAtc", "DROP SCHEMA IF EXISTS herald_\(service) CASCADE"], quiet: true
+        )
     }
 }

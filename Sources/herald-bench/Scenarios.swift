@@ -50,7 +50,8 @@ struct BenchOptions: ParsableArguments {
 /// figure next to its baseline.
 struct AllBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "all", abstract: "Run every scenario: rpc, edge, fanout (inbox, APNs, FCM), memory, nh, instructions.")
+        commandName: "all",
+        abstract: "Run every scenario: rpc, edge, fanout (inbox, APNs, FCM), memory, nh, instructions.")
     @OptionGroup var options: BenchOptions
 
     func run() async throws { try await execute() }
@@ -69,7 +70,8 @@ struct AllBench: AsyncParsableCommand {
         print("## summary (ratio = value ÷ baseline; see `better` in the JSON for which way is good)\n")
         print(report.summary())
         print("\nall scenarios in \((ContinuousClock.now - started).wholeMilliseconds / 1000) s")
-        try options.finish(report, scenarios: ["rpc", "edge", "fanout", "fanout-apns", "fanout-fcm", "memory", "nh", "instructions"])
+        try options.finish(
+            report, scenarios: ["rpc", "edge", "fanout", "fanout-apns", "fanout-fcm", "memory", "nh", "instructions"])
     }
 }
 
@@ -79,7 +81,8 @@ struct AllBench: AsyncParsableCommand {
 /// connections, next to a Hummingbird hello-world route on the same machine.
 struct EdgeBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "edge", abstract: "GET api/notifications/{id} and PUT api/register/{id} with wrk, against a hello-world baseline.")
+        commandName: "edge",
+        abstract: "GET api/notifications/{id} and PUT api/register/{id} with wrk, against a hello-world baseline.")
     @OptionGroup var options: BenchOptions
     @Option(help: "wrk connections.")
     var connections = 64
@@ -94,7 +97,8 @@ struct EdgeBench: AsyncParsableCommand {
 
     func execute() async throws {
         try options.show(
-            try await EdgeScenario(options: options, connections: connections, database: database).run(), scenarios: ["edge"])
+            try await EdgeScenario(options: options, connections: connections, database: database).run(),
+            scenarios: ["edge"])
     }
 }
 
@@ -105,7 +109,9 @@ struct EdgeScenario {
     var database: String?
 
     func run() async throws -> Report {
-        guard let wrk = which("wrk") else { throw BenchError("wrk is missing: apt-get install -y wrk (scripts/setup.sh --bench does it)") }
+        guard let wrk = which("wrk") else {
+            throw BenchError("wrk is missing: apt-get install -y wrk (scripts/setup.sh --bench does it)")
+        }
         let dir = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
 
@@ -128,12 +134,14 @@ struct EdgeScenario {
             let base = await stack.edgeURL
             // Seed through the services' own RPCs: one device, one stored secure payload.
             let token = String(repeating: "ab", count: 32)
-            let registrationID = try await RPCClient.with(socketPath: configuration.socketPath("registration")) { client in
+            let registrationID = try await RPCClient.with(socketPath: configuration.socketPath("registration")) {
+                client in
                 let id = try await RegistrationServiceClient(client).createRegistrationId(
                     CreateRegistrationIdRequest(owner: "bench", handle: token)
                 ).registrationID
                 _ = try await RegistrationServiceClient(client).upsertRegistration(
-                    UpsertRegistrationRequest(owner: "bench", registrationID: id, platform: .apns, handle: token, tags: ["news"]))
+                    UpsertRegistrationRequest(
+                        owner: "bench", registrationID: id, platform: .apns, handle: token, tags: ["news"]))
                 return id
             }
             let payloadID = try await RPCClient.with(socketPath: configuration.socketPath("payload")) { client in
@@ -143,7 +151,8 @@ struct EdgeScenario {
             }
             let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
             let getScript = dir + "/get.lua"
-            try "wrk.headers[\"Authorization\"] = \"\(authorization)\"\n".write(toFile: getScript, atomically: true, encoding: .utf8)
+            try "wrk.headers[\"Authorization\"] = \"\(authorization)\"\n".write(
+                toFile: getScript, atomically: true, encoding: .utf8)
             let putScript = dir + "/put.lua"
             try """
             wrk.method = "PUT"
@@ -159,7 +168,8 @@ struct EdgeScenario {
             var report = Report()
             let helloName = "Hummingbird hello world"
             for (name, run, target) in [
-                ("GET api/notifications/{id}", get, "≥ 40% of hello world"), ("PUT api/register/{id}", put, nil as String?),
+                ("GET api/notifications/{id}", get, "≥ 40% of hello world"),
+                ("PUT api/register/{id}", put, nil as String?),
             ] {
                 report.records.append(
                     Record(
@@ -176,7 +186,10 @@ struct EdgeScenario {
                 "| route | requests/s | p50 ms | p99 ms | % of hello world |",
                 "|---|---:|---:|---:|---:|",
             ]
-            for (name, run) in [("hello world (baseline)", helloRun), ("GET api/notifications/{id}", get), ("PUT api/register/{id}", put)] {
+            for (name, run) in [
+                ("hello world (baseline)", helloRun), ("GET api/notifications/{id}", get),
+                ("PUT api/register/{id}", put),
+            ] {
                 lines.append(
                     "| \(name) | \(format(run.requestsPerSecond)) | \(format(run.p50Millis)) | \(format(run.p99Millis)) | \(String(format: "%.0f%%", 100 * run.requestsPerSecond / helloRun.requestsPerSecond)) |"
                 )
@@ -214,7 +227,8 @@ struct EdgeScenario {
             let parts = line.split(separator: " ")
             guard parts.count == 2, parts[0] == "\(percent)%" else { continue }
             let text = String(parts[1])
-            for (suffix, scale) in [("us", 0.001), ("ms", 1.0), ("s", 1000.0), ("m", 60_000.0)] where text.hasSuffix(suffix) {
+            for (suffix, scale) in [("us", 0.001), ("ms", 1.0), ("s", 1000.0), ("m", 60_000.0)]
+            where text.hasSuffix(suffix) {
                 return Double(text.dropLast(suffix.count)).map { $0 * scale }
             }
         }
@@ -243,9 +257,12 @@ struct FanoutBench: AsyncParsableCommand {
 
     func execute() async throws {
         switch provider {
-        case "inbox": try options.show(try await FanoutScenario(options: options).run(), scenarios: ["fanout", "memory"])
+        case "inbox":
+            try options.show(try await FanoutScenario(options: options).run(), scenarios: ["fanout", "memory"])
         case "apns": try options.show(try await APNsFanoutScenario(options: options).run(), scenarios: ["fanout-apns"])
-        case "fcm": try options.show(try await APNsFanoutScenario(options: options, platform: .fcm).run(), scenarios: ["fanout-fcm"])
+        case "fcm":
+            try options.show(
+                try await APNsFanoutScenario(options: options, platform: .fcm).run(), scenarios: ["fanout-fcm"])
         default: throw ValidationError("--provider must be inbox, apns or fcm")
         }
     }
@@ -296,7 +313,8 @@ struct FanoutScenario {
             report.records.append(
                 Record(
                     "fanout", "\(count) deliveries: deliveries/s", unit: "/s", value: rate,
-                    baseline: "inbox rows inserted in-process", baselineValue: floor, better: "higher", target: "≥ 60,000/s"))
+                    baseline: "inbox rows inserted in-process", baselineValue: floor, better: "higher",
+                    target: "≥ 60,000/s"))
             report.records.append(
                 Record(
                     "fanout", "\(count) deliveries: herald-dispatch peak RSS", unit: "MB", value: dispatchPeak,
@@ -305,7 +323,8 @@ struct FanoutScenario {
             for service in Stack.services {
                 report.records.append(
                     Record(
-                        "memory", "herald-\(service) idle RSS", unit: "MB", value: idle[service]!, baseline: "hello world idle",
+                        "memory", "herald-\(service) idle RSS", unit: "MB", value: idle[service]!,
+                        baseline: "hello world idle",
                         baselineValue: helloRSS, better: "lower", target: "≤ 30 MB"))
                 report.records.append(
                     Record(
@@ -356,12 +375,16 @@ struct FanoutScenario {
         let now = unixMillis()
         try pool.write { db in
             let registration = try db.makeStatement(
-                sql: "INSERT INTO registration (id, owner, platform, handle, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)")
+                sql:
+                    "INSERT INTO registration (id, owner, platform, handle, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
+            )
             let tag = try db.makeStatement(sql: "INSERT INTO registration_tag (tag, registration_id) VALUES (?, ?)")
             for index in 0..<count {
                 let id = String(format: "r-bench-%08d", index)
                 let owner = "user\(index % 1000)"
-                try registration.execute(arguments: [id, owner, platform.rawValue, String(format: "%064x", index), now, now])
+                try registration.execute(arguments: [
+                    id, owner, platform.rawValue, String(format: "%064x", index), now, now,
+                ])
                 try tag.execute(arguments: ["fanout", id])
                 try tag.execute(arguments: ["username:\(owner)", id])
             }
@@ -394,7 +417,8 @@ struct FanoutScenario {
                         """)
                 for i in index..<end {
                     try insert.execute(arguments: [
-                        "n-bench", String(format: "r-bench-%08d", i), 1, String(format: "%064x", i), headers, body, unixMillis(),
+                        "n-bench", String(format: "r-bench-%08d", i), 1, String(format: "%064x", i), headers, body,
+                        unixMillis(),
                     ])
                 }
             }
@@ -418,7 +442,8 @@ struct FanoutScenario {
 /// `herald-bench hello`: a Hummingbird server with one route, the edge scenario's baseline (and
 /// the memory scenario's). Same library, same machine, no RPCs.
 struct HelloServer: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "hello", abstract: "Serve GET /hello.", shouldDisplay: false)
+    static let configuration = CommandConfiguration(
+        commandName: "hello", abstract: "Serve GET /hello.", shouldDisplay: false)
     @Option var urlFile: String
 
     func run() async throws { try await execute() }
@@ -430,7 +455,8 @@ struct HelloServer: AsyncParsableCommand {
         let app = Application(
             router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
             onServerRunning: { channel in
-                try? "http://127.0.0.1:\(channel.localAddress?.port ?? 0)".write(toFile: file, atomically: true, encoding: .utf8)
+                try? "http://127.0.0.1:\(channel.localAddress?.port ?? 0)".write(
+                    toFile: file, atomically: true, encoding: .utf8)
             },
             logger: Logger(label: "hello", factory: { _ in SwiftLogNoOpLogHandler() }))
         try await app.runService()
@@ -438,7 +464,8 @@ struct HelloServer: AsyncParsableCommand {
 
     /// Starts `herald-bench hello` (under `launcher`, when given) and waits for its URL.
     static func start(
-        dir: String, launcher: [String] = [], binDirectory: String = Stack.defaultBinDirectory(), timeout: Duration = .seconds(30)
+        dir: String, launcher: [String] = [], binDirectory: String = Stack.defaultBinDirectory(),
+        timeout: Duration = .seconds(30)
     ) async throws -> (process: Process, url: String) {
         let file = dir + "/hello.url"
         let process = Process()

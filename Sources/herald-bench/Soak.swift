@@ -87,7 +87,8 @@ struct SoakScenario {
                 let id = try await Self.request("POST", base + "/api/register?handle=\(handle)", user: user).text
                     .trimmingCharacters(in: CharacterSet(charactersIn: "\""))
                 let put = try await Self.request(
-                    "PUT", base + "/api/register/\(id)", user: user, body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":["soak"]}"#)
+                    "PUT", base + "/api/register/\(id)", user: user,
+                    body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":["soak"]}"#)
                 guard put.status == 200 else { throw BenchError("seeding a registration: \(put.status) \(put.text)") }
                 registrations.append((user, id, handle))
             }
@@ -125,7 +126,9 @@ struct SoakScenario {
             let minute = (ContinuousClock.now - start).seconds / 60
             samples.append((minute, rss))
             let line = Self.services.map { "\($0) \(String(format: "%.1f", rss[$0]!))" }.joined(separator: ", ")
-            print("soak \(String(format: "%5.1f", minute)) min, \(tally.done.load(ordering: .relaxed)) requests: RSS MB \(line)")
+            print(
+                "soak \(String(format: "%5.1f", minute)) min, \(tally.done.load(ordering: .relaxed)) requests: RSS MB \(line)"
+            )
         }
         try await sample()
         while ContinuousClock.now < end {
@@ -138,7 +141,9 @@ struct SoakScenario {
         }
         let failed = tally.failed.load(ordering: .relaxed)
         guard failed == 0 else {
-            throw BenchError("\(failed) of \(tally.done.load(ordering: .relaxed)) requests failed, e.g. \(tally.examples.withLock { $0 })")
+            throw BenchError(
+                "\(failed) of \(tally.done.load(ordering: .relaxed)) requests failed, e.g. \(tally.examples.withLock { $0 })"
+            )
         }
 
         // Growth: from the first sample at or after the warm-up to the last one.
@@ -156,10 +161,13 @@ struct SoakScenario {
         for service in Self.services {
             let before = warm.rss[service]!
             let after = last.rss[service]!
-            lines.append("| \(service) | \(format(before)) | \(format(after)) | \(String(format: "%+.1f%%", (after / before - 1) * 100)) |")
+            lines.append(
+                "| \(service) | \(format(before)) | \(format(after)) | \(String(format: "%+.1f%%", (after / before - 1) * 100)) |"
+            )
             report.records.append(
                 Record(
-                    "soak", "\(service) RSS at the end", unit: "MB", value: after, baseline: "its RSS after the warm-up",
+                    "soak", "\(service) RSS at the end", unit: "MB", value: after,
+                    baseline: "its RSS after the warm-up",
                     baselineValue: before, better: "lower", target: "≤ 1.05× (5% growth)"))
         }
         lines += ["", "samples (minute: RSS MB auth/registration/payload/dispatch/edge):"]
@@ -171,7 +179,9 @@ struct SoakScenario {
     }
 
     /// One request of the mix; `step` picks which, and for whom.
-    static func step(_ step: Int, registrations: [(user: String, id: String, handle: String)], base: String, tally: Tally) async {
+    static func step(
+        _ step: Int, registrations: [(user: String, id: String, handle: String)], base: String, tally: Tally
+    ) async {
         let registration = registrations[step % registrations.count]
         let user = registration.user
         do {
@@ -183,15 +193,19 @@ struct SoakScenario {
                 tally.record(reply.status, "PUT api/register")
             case 1:
                 tally.record(
-                    try await request("POST", base + "/api/register?handle=\(registration.handle)", user: user).status, "POST api/register")
+                    try await request("POST", base + "/api/register?handle=\(registration.handle)", user: user).status,
+                    "POST api/register")
             case 2:
-                tally.record(try await request("POST", base + "/api/notifications", user: user).status, "POST api/notifications")
+                tally.record(
+                    try await request("POST", base + "/api/notifications", user: user).status, "POST api/notifications")
             case 3:
                 let sent = try await request(
                     "POST", base + "/v1/notifications?kind=secure&to_user=\(user)", user: user, body: "soak \(step)")
                 tally.record(sent.status, "POST /v1/notifications")
                 if let id = sent.text.firstMatch(of: /"payloadId":(\d+)/)?.1 {
-                    tally.record(try await request("GET", base + "/api/notifications/\(id)", user: user).status, "GET api/notifications")
+                    tally.record(
+                        try await request("GET", base + "/api/notifications/\(id)", user: user).status,
+                        "GET api/notifications")
                 }
             case 4:
                 let target = registrations[(step / 6) % registrations.count].user

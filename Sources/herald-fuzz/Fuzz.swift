@@ -41,7 +41,8 @@ import Synchronization
 /// libFuzzer's driver (libclang_rt.fuzzer, linked by `-sanitize=fuzzer`).
 @_silgen_name("LLVMFuzzerRunDriver")
 func LLVMFuzzerRunDriver(
-    _ argc: UnsafeMutablePointer<CInt>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+    _ argc: UnsafeMutablePointer<CInt>,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
     _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
 ) -> CInt
 
@@ -124,9 +125,11 @@ enum FuzzTarget: String, CaseIterable {
         roundTrip(SetPasswordRequest.self), roundTrip(DeleteUserRequest.self), roundTrip(ListUsersRequest.self),
         roundTrip(UserExistsRequest.self), roundTrip(SendRequest.self), roundTrip(ListDeliveriesRequest.self),
         roundTrip(GetOutcomeRequest.self), roundTrip(ListInboxRequest.self), roundTrip(StorePayloadRequest.self),
-        roundTrip(FetchPayloadRequest.self), roundTrip(DeletePayloadRequest.self), roundTrip(CreateRegistrationIdRequest.self),
+        roundTrip(FetchPayloadRequest.self), roundTrip(DeletePayloadRequest.self),
+        roundTrip(CreateRegistrationIdRequest.self),
         roundTrip(UpsertRegistrationRequest.self), roundTrip(DeleteRegistrationRequest.self),
-        roundTrip(ListRegistrationsRequest.self), roundTrip(StreamAudienceRequest.self), roundTrip(RemoveHandleRequest.self),
+        roundTrip(ListRegistrationsRequest.self), roundTrip(StreamAudienceRequest.self),
+        roundTrip(RemoveHandleRequest.self),
     ]
 
     static func proto(_ bytes: [UInt8]) {
@@ -157,7 +160,9 @@ enum FuzzTarget: String, CaseIterable {
             }
             let consumed = before.readableBytes - buffer.readableBytes
             let original = Array(before.readableBytesView.prefix(consumed))
-            guard Array(frame.encoded().readableBytesView) == original else { fatalError("a frame does not re-encode to its bytes") }
+            guard Array(frame.encoded().readableBytesView) == original else {
+                fatalError("a frame does not re-encode to its bytes")
+            }
             if frame.kind == .request, let request = try? LeanRequest.parse(frame) {
                 guard let reframed = try? request.frame(callID: frame.callID), reframed == frame else {
                     fatalError("a REQUEST head does not re-encode to its frame")
@@ -173,7 +178,9 @@ enum FuzzTarget: String, CaseIterable {
     }
 
     static func subscription(_ bytes: [UInt8]) {
-        guard let subscription = try? WebPushSubscription(handle: String(decoding: bytes, as: UTF8.self)) else { return }
+        guard let subscription = try? WebPushSubscription(handle: String(decoding: bytes, as: UTF8.self)) else {
+            return
+        }
         guard subscription.endpoint.scheme == "https", subscription.p256dh.count == 65, subscription.auth.count == 16,
             URLRules.isVisibleASCII(subscription.endpoint.absoluteString)
         else { fatalError("a PushSubscription was accepted with a bad field") }
@@ -187,10 +194,16 @@ enum FuzzTarget: String, CaseIterable {
             switch payload.platform {
             case .wns:
                 let parser = XMLParser(data: body)
-                guard parser.parse() else { fatalError("WNS XML does not parse: \(parser.parserError.map { "\($0)" } ?? "")") }
+                guard parser.parse() else {
+                    fatalError("WNS XML does not parse: \(parser.parserError.map { "\($0)" } ?? "")")
+                }
             default:
-                guard let object = try? JSONSerialization.jsonObject(with: body) else { fatalError("a JSON payload does not parse") }
-                guard contains(object, text) else { fatalError("the text did not survive in the \(payload.platform.name) payload") }
+                guard let object = try? JSONSerialization.jsonObject(with: body) else {
+                    fatalError("a JSON payload does not parse")
+                }
+                guard contains(object, text) else {
+                    fatalError("the text did not survive in the \(payload.platform.name) payload")
+                }
             }
         }
     }
@@ -219,7 +232,9 @@ enum FuzzTarget: String, CaseIterable {
 
     /// The parts of an input separated by NUL bytes, as text, at most `count` of them.
     static func parts(_ bytes: [UInt8], _ count: Int) -> [String] {
-        bytes.split(separator: 0, maxSplits: count - 1, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+        bytes.split(separator: 0, maxSplits: count - 1, omittingEmptySubsequences: false).map {
+            String(decoding: $0, as: UTF8.self)
+        }
     }
 
     static func sas(_ bytes: [UInt8]) {
@@ -227,11 +242,17 @@ enum FuzzTarget: String, CaseIterable {
         _ = SASVerifier.normalizedAudience(header)
         _ = SASVerifier.covers(audience: header.lowercased(), resource: header)
         guard let token = try? SASVerifier.parse(header) else { return }
-        guard token.expiry >= 0, token.expiry <= TimeValue.maxUnixSeconds, token.keyName.utf8.count <= SASVerifier.maxKeyNameLength
-        else { fatalError("parse let through a token out of bounds: se \(token.expiry), skn of \(token.keyName.utf8.count) bytes") }
+        guard token.expiry >= 0, token.expiry <= TimeValue.maxUnixSeconds,
+            token.keyName.utf8.count <= SASVerifier.maxKeyNameLength
+        else {
+            fatalError(
+                "parse let through a token out of bounds: se \(token.expiry), skn of \(token.keyName.utf8.count) bytes")
+        }
         for now in [Int64.min, 0, 1_700_000_000_000, Int64.max] {
             for key in [nil, "k1"] as [String?] {
-                if (try? SASVerifier.verify(token, primary: key, secondary: key, now: now, resource: "h/hub/installations/x")) != nil {
+                if (try? SASVerifier.verify(
+                    token, primary: key, secondary: key, now: now, resource: "h/hub/installations/x")) != nil
+                {
                     fatalError("a token the fuzzer made verified")
                 }
             }
@@ -242,7 +263,9 @@ enum FuzzTarget: String, CaseIterable {
 
     static func installation(_ bytes: [UInt8]) {
         let parts = parts(bytes, 3)
-        guard let installation = try? Installation.parse(Array(parts[0].utf8), id: "dev-1", hosts: hosts) else { return }
+        guard let installation = try? Installation.parse(Array(parts[0].utf8), id: "dev-1", hosts: hosts) else {
+            return
+        }
         check(installation, value: parts.count > 2 ? parts[2] : "v")
         guard parts.count > 1 else { return }
         var patched = installation
@@ -276,8 +299,12 @@ enum FuzzTarget: String, CaseIterable {
         let parts = parts(bytes, 2)
         var fields = HTTPFields()
         for line in parts[0].split(separator: "\n") {
-            guard let colon = line.firstIndex(of: ":"), let name = HTTPField.Name(String(line[..<colon])) else { continue }
-            fields.append(HTTPField(name: name, value: String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)))
+            guard let colon = line.firstIndex(of: ":"), let name = HTTPField.Name(String(line[..<colon])) else {
+                continue
+            }
+            fields.append(
+                HTTPField(
+                    name: name, value: String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)))
         }
         let body = Data((parts.count > 1 ? parts[1] : "").utf8)
         if let payload = try? EdgeRoutes.nhPayload(fields, body: body) {
@@ -320,7 +347,8 @@ enum FuzzTarget: String, CaseIterable {
         let (store, tags) = audienceStore
         let found: Result<[Registration], any Error> = blocking {
             do {
-                return .success(try await store.audience(expression: expression, platform: .apns, after: "", limit: 100))
+                return .success(
+                    try await store.audience(expression: expression, platform: .apns, after: "", limit: 100))
             } catch {
                 return .failure(error)
             }

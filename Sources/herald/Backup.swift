@@ -24,7 +24,9 @@ struct Backup: AsyncParsableCommand {
         do {
             let manifest = try StackBackup.backup(dataDirectory: source.path, to: destination)
             for database in manifest.databases {
-                print("\(database.file)\t\(database.bytes) bytes\t\(database.migrations.count) migrations\tsha256 \(database.sha256)")
+                print(
+                    "\(database.file)\t\(database.bytes) bytes\t\(database.migrations.count) migrations\tsha256 \(database.sha256)"
+                )
             }
             print("backup of \(source.path) (from \(source.from)) written to \(destination)")
         } catch let error as BackupError {
@@ -58,7 +60,8 @@ struct Restore: AsyncParsableCommand {
             }
             let target = data.dataDirectory
             let replaced = try StackBackup.restore(
-                source, dataDirectory: target.path, runtimeDirectory: data.stack.runtime.path, knownMigrations: knownMigrations)
+                source, dataDirectory: target.path, runtimeDirectory: data.stack.runtime.path,
+                knownMigrations: knownMigrations)
             if let replaced { print("the databases that were in \(target.path) are now in \(replaced)") }
             print("restored \(source) into \(target.path) (from \(target.from)); start the stack")
         } catch let error as BackupError {
@@ -86,6 +89,9 @@ struct DataOptions: ParsableArguments {
 
     var dataDirectory: (path: String, from: String) {
         folderSetting(flag: ("--data-dir", dataDir), dirGiven: stack.dir, variable: "HERALD_DATA_DIR")
-            ?? (StackConfiguration(directory: stack.folder).dataDirectory, stack.dir.map { "--dir \($0)" } ?? "the default folder .herald")
+            ?? (
+                StackConfiguration(directory: stack.folder).dataDirectory,
+                stack.dir.map { "--dir \($0)" } ?? "the default folder .herald"
+            )
     }
 }

@@ -56,7 +56,8 @@ struct Device: AsyncParsableCommand {
         let basic = "Basic " + Data("\(user):\(secret)".utf8).base64EncodedString()
         let login = try await send(http, "POST", base + "/v1/auth/token", authorization: basic)
         guard login.status == 200,
-            let token = (try? JSONSerialization.jsonObject(with: login.body) as? [String: Any])?["access_token"] as? String
+            let token = (try? JSONSerialization.jsonObject(with: login.body) as? [String: Any])?["access_token"]
+                as? String
         else { throw CLIError(message: "login failed: \(login.status) \(login.text)") }
         let bearer = "Bearer \(token)"
         say("logged in as \(user)")
@@ -65,11 +66,15 @@ struct Device: AsyncParsableCommand {
         let handle = Self.fakeHandle(platform)
         var registrationID = ""
         for attempt in 0..<2 {
-            let created = try await send(http, "POST", base + "/api/register?handle=\(handle.urlQueryEscaped)", authorization: bearer)
-            guard created.status == 200 else { throw CLIError(message: "POST api/register: \(created.status) \(created.text)") }
+            let created = try await send(
+                http, "POST", base + "/api/register?handle=\(handle.urlQueryEscaped)", authorization: bearer)
+            guard created.status == 200 else {
+                throw CLIError(message: "POST api/register: \(created.status) \(created.text)")
+            }
             registrationID = created.text.trimmingCharacters(in: CharacterSet(charactersIn: "\"\n "))
             let body = try JSONSerialization.data(withJSONObject: ["Platform": platform, "Handle": handle, "Tags": tag])
-            let put = try await send(http, "PUT", base + "/api/register/\(registrationID)", authorization: bearer, body: body)
+            let put = try await send(
+                http, "PUT", base + "/api/register/\(registrationID)", authorization: bearer, body: body)
             if put.status == 200 { break }
             if put.status == 410, attempt == 0 { continue }  // the id expired: ask for a new one
             throw CLIError(message: "PUT api/register: \(put.status) \(put.text)")
@@ -103,7 +108,8 @@ struct Device: AsyncParsableCommand {
         switch push {
         case .secure(let id):
             let reply = try await send(http, "GET", base + "/api/notifications/\(id)", authorization: authorization)
-            guard reply.status == 200, let body = try? JSONSerialization.jsonObject(with: reply.body) as? [String: Any] else {
+            guard reply.status == 200, let body = try? JSONSerialization.jsonObject(with: reply.body) as? [String: Any]
+            else {
                 say("secure push \(id): fetch failed: \(reply.status) \(reply.text)")
                 return
             }
@@ -118,7 +124,9 @@ struct Device: AsyncParsableCommand {
             let file = URL(fileURLWithPath: out).appendingPathComponent("rich-\(id).\(Self.fileExtension(contentType))")
             try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
             try reply.body.write(to: file)
-            say("rich push \(id) (\(type)): \(message) → saved \(file.path) (\(reply.body.count) bytes, \(contentType))")
+            say(
+                "rich push \(id) (\(type)): \(message) → saved \(file.path) (\(reply.body.count) bytes, \(contentType))"
+            )
         case .alert(let text):
             say("alert: \(text)")
         case .unknown(let text):
@@ -175,8 +183,11 @@ struct Device: AsyncParsableCommand {
     }
 
     static func fileExtension(_ contentType: String) -> String {
-        let type = contentType.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
-        return ["image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp", "text/plain": "txt"][type]
+        let type =
+            contentType.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        return [
+            "image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp", "text/plain": "txt",
+        ][type]
             ?? "bin"
     }
 }
@@ -195,9 +206,11 @@ enum Push {
         if entry.platform == .wns {
             if let match = text.firstMatch(of: /<text id="1">(.*)<\/text>/) {
                 self = .alert(
-                    String(match.1).replacingOccurrences(of: "&lt;", with: "<").replacingOccurrences(of: "&gt;", with: ">")
-                        .replacingOccurrences(of: "&quot;", with: "\"").replacingOccurrences(of: "&apos;", with: "'")
-                        .replacingOccurrences(of: "&amp;", with: "&"))
+                    String(match.1).replacingOccurrences(of: "&lt;", with: "<").replacingOccurrences(
+                        of: "&gt;", with: ">"
+                    )
+                    .replacingOccurrences(of: "&quot;", with: "\"").replacingOccurrences(of: "&apos;", with: "'")
+                    .replacingOccurrences(of: "&amp;", with: "&"))
             } else if Int64(text) != nil {
                 self = .secure(text)  // raw: the id; fetched the same way
             } else {
@@ -213,7 +226,8 @@ enum Push {
         if let id = fields["secureId"] as? String {
             self = .secure(id)
         } else if let id = fields["richId"] as? String {
-            self = .rich(id: id, message: fields["richMessage"] as? String ?? "", type: fields["richType"] as? String ?? "")
+            self = .rich(
+                id: id, message: fields["richMessage"] as? String ?? "", type: fields["richType"] as? String ?? "")
         } else if let alert = (object["aps"] as? [String: Any])?["alert"] as? String {
             self = .alert(alert)
         } else if let message = fields["message"] as? String {

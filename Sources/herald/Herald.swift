@@ -13,7 +13,10 @@ struct Herald: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald",
         abstract: "Run and inspect a Herald push-notification stack.",
-        subcommands: [Up.self, Users.self, Hubs.self, Tokens.self, Device.self, Inbox.self, OutcomeCommand.self, Backup.self, Restore.self]
+        subcommands: [
+            Up.self, Users.self, Hubs.self, Tokens.self, Device.self, Inbox.self, OutcomeCommand.self, Backup.self,
+            Restore.self,
+        ]
     )
 }
 
@@ -22,7 +25,8 @@ struct Up: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Start the five Herald services on this machine and supervise them until Ctrl-C.")
 
-    @Option(name: .customLong("dir"), help: "Folder for sockets (run/), SQLite files (data/) and logs. (default: .herald)")
+    @Option(
+        name: .customLong("dir"), help: "Folder for sockets (run/), SQLite files (data/) and logs. (default: .herald)")
     var dirGiven: String?
     var dir: String { dirGiven ?? ".herald" }
     @Option(help: "Address the edge listens on.")
@@ -57,10 +61,14 @@ struct Up: AsyncParsableCommand {
         var configuration = StackConfiguration(directory: dir)
         // Flags win (--runtime-dir/--data-dir, then --dir's run/ and data/), then the environment,
         // then .herald's folders.
-        if let path = folderSetting(flag: ("--runtime-dir", runtimeDir), dirGiven: dirGiven, variable: "HERALD_RUNTIME_DIR")?.path {
+        if let path = folderSetting(
+            flag: ("--runtime-dir", runtimeDir), dirGiven: dirGiven, variable: "HERALD_RUNTIME_DIR")?.path
+        {
             configuration.runtimeDirectory = URL(fileURLWithPath: path).standardizedFileURL.path
         }
-        if let path = folderSetting(flag: ("--data-dir", dataDir), dirGiven: dirGiven, variable: "HERALD_DATA_DIR")?.path {
+        if let path = folderSetting(flag: ("--data-dir", dataDir), dirGiven: dirGiven, variable: "HERALD_DATA_DIR")?
+            .path
+        {
             configuration.dataDirectory = URL(fileURLWithPath: path).standardizedFileURL.path
         }
         configuration.httpHost = httpHost
@@ -93,7 +101,8 @@ struct StackService: Service {
         try await stack.start()
         let url = await stack.edgeURL
         // Unbuffered: whoever runs `herald up` (a person, a script, a test) waits for this line.
-        FileHandle.standardOutput.write(Data("Herald is up: \(url)  (data in \(stack.configuration.directory); Ctrl-C stops)\n".utf8))
+        FileHandle.standardOutput.write(
+            Data("Herald is up: \(url)  (data in \(stack.configuration.directory); Ctrl-C stops)\n".utf8))
         try? await gracefulShutdown()
         await stack.stop()
     }
@@ -114,7 +123,8 @@ struct Inbox: AsyncParsableCommand {
 
     func run() async throws {
         let entries = try await withService(.dispatch, stack) { client in
-            try await DispatchServiceClient(client).listInbox(ListInboxRequest(afterSequence: after, limit: limit)).entries
+            try await DispatchServiceClient(client).listInbox(ListInboxRequest(afterSequence: after, limit: limit))
+                .entries
         }
         if json {
             let encoder = JSONEncoder()
@@ -134,12 +144,15 @@ struct Inbox: AsyncParsableCommand {
 }
 
 /// Runs `body` with a client of `service` in the stack at `dir` (its lean socket).
-func withService<T: Sendable>(_ service: ServiceName, _ stack: StackOptions, _ body: (RPCClient) async throws -> T) async throws -> T {
+func withService<T: Sendable>(_ service: ServiceName, _ stack: StackOptions, _ body: (RPCClient) async throws -> T)
+    async throws -> T
+{
     let socket = stack.socket(service.rawValue)
     guard FileManager.default.fileExists(atPath: socket) else {
         throw ValidationError(
             "no \(service) socket at \(socket) (the folder comes from \(stack.runtime.from)): is the stack running? "
-                + "Point the CLI at its sockets with --runtime-dir DIR or HERALD_RUNTIME_DIR, or --dir for a `herald up` folder.")
+                + "Point the CLI at its sockets with --runtime-dir DIR or HERALD_RUNTIME_DIR, or --dir for a `herald up` folder."
+        )
     }
     do {
         return try await RPCClient.with(socketPath: socket, timeout: .seconds(30), body)

@@ -10,11 +10,15 @@ import HeraldStack
 struct Hubs: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage hubs (one per app) and their keys.",
-        subcommands: [Add.self, List.self, Show.self, Delete.self, Keys.self, Key.self, Grant.self, Credentials.self, Limits.self])
+        subcommands: [
+            Add.self, List.self, Show.self, Delete.self, Keys.self, Key.self, Grant.self, Credentials.self, Limits.self,
+        ])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Create a hub with NH's two default keys (DefaultListenSharedAccessSignature, DefaultFullSharedAccessSignature).")
+            abstract:
+                "Create a hub with NH's two default keys (DefaultListenSharedAccessSignature, DefaultFullSharedAccessSignature)."
+        )
         @OptionGroup var stack: StackOptions
         @Argument(help: "Hub name: \(Names.hubNameRule)")
         var name: String
@@ -23,7 +27,8 @@ struct Hubs: AsyncParsableCommand {
 
         func run() async throws {
             let hub = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).createHub(CreateHubRequest(name: name, maxInstallations: maxInstallations))
+                try await AuthServiceClient(client).createHub(
+                    CreateHubRequest(name: name, maxInstallations: maxInstallations))
             }
             print("hub \(hub.name) created; its connection strings: herald hubs keys \(hub.name)")
         }
@@ -37,7 +42,9 @@ struct Hubs: AsyncParsableCommand {
             let hubs = try await withService(.auth, stack) { client in
                 try await AuthServiceClient(client).listHubs(ListHubsRequest()).hubs
             }
-            for hub in hubs { print("\(hub.name)\t\(hub.keys.count) key(s)\tcreated \(Self.date(hub.createdAtUnixMs))") }
+            for hub in hubs {
+                print("\(hub.name)\t\(hub.keys.count) key(s)\tcreated \(Self.date(hub.createdAtUnixMs))")
+            }
         }
 
         static func date(_ millis: Int64) -> String {
@@ -62,7 +69,9 @@ struct Hubs: AsyncParsableCommand {
 
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Delete a hub: its keys first (nothing can call it any more), then its push credentials, sends and devices.")
+            abstract:
+                "Delete a hub: its keys first (nothing can call it any more), then its push credentials, sends and devices."
+        )
         @OptionGroup var stack: StackOptions
         @Argument var name: String
 
@@ -79,7 +88,8 @@ struct Hubs: AsyncParsableCommand {
                 return try await dispatch.deleteHubSends(DeleteHubSendsRequest(hub: hub.id))
             }
             let devices = try await withService(.registration, stack) { client in
-                try await RegistrationServiceClient(client).deleteHubDevices(DeleteHubDevicesRequest(hub: hub.id)).deleted
+                try await RegistrationServiceClient(client).deleteHubDevices(DeleteHubDevicesRequest(hub: hub.id))
+                    .deleted
             }
             print(
                 "hub \(hub.name) deleted with its keys, credentials, \(devices) device(s) and \(sends.deleted) send(s), "
@@ -96,9 +106,12 @@ struct Hubs: AsyncParsableCommand {
 
         func run() async throws {
             let hub = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).setHubLimits(SetHubLimitsRequest(hub: name, maxInstallations: maxInstallations))
+                try await AuthServiceClient(client).setHubLimits(
+                    SetHubLimitsRequest(hub: name, maxInstallations: maxInstallations))
             }
-            print("hub \(hub.name): max installations \(hub.maxInstallations == 0 ? "unlimited" : String(hub.maxInstallations))")
+            print(
+                "hub \(hub.name): max installations \(hub.maxInstallations == 0 ? "unlimited" : String(hub.maxInstallations))"
+            )
         }
     }
 
@@ -151,7 +164,8 @@ struct Hubs: AsyncParsableCommand {
         }
 
         struct Show: AsyncParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "What delivers each platform of a hub (no secrets).")
+            static let configuration = CommandConfiguration(
+                abstract: "What delivers each platform of a hub (no secrets).")
             @OptionGroup var stack: StackOptions
             @Argument var hub: String
 
@@ -166,7 +180,9 @@ struct Hubs: AsyncParsableCommand {
             static func print(_ answer: HubCredentialsResponse, hub: String) {
                 Swift.print("hub \(hub)")
                 for platform in answer.platforms {
-                    Swift.print("  \(platform.platform.name)\t\(platform.source)\(platform.summary.isEmpty ? "" : "\t" + platform.summary)")
+                    Swift.print(
+                        "  \(platform.platform.name)\t\(platform.source)\(platform.summary.isEmpty ? "" : "\t" + platform.summary)"
+                    )
                 }
             }
         }
@@ -192,7 +208,9 @@ struct Hubs: AsyncParsableCommand {
     /// The hub `name` names (regardless of case): its stored name, and the id registration and
     /// dispatch know it by.
     static func identity(_ name: String, _ stack: StackOptions) async throws -> (name: String, id: String) {
-        let hub = try await withService(.auth, stack) { client in try await AuthServiceClient(client).getHub(GetHubRequest(name: name)) }
+        let hub = try await withService(.auth, stack) { client in
+            try await AuthServiceClient(client).getHub(GetHubRequest(name: name))
+        }
         return (hub.name, hub.id)
     }
 
@@ -228,16 +246,19 @@ struct Hubs: AsyncParsableCommand {
 
         static func connectionString(endpoint: String, key: HubKey, secondary: Bool) -> String {
             let base = endpoint.hasSuffix("/") ? endpoint : endpoint + "/"
-            return "Endpoint=\(base);SharedAccessKeyName=\(key.name);SharedAccessKey=\(secondary ? key.secondaryKey : key.primaryKey)"
+            return
+                "Endpoint=\(base);SharedAccessKeyName=\(key.name);SharedAccessKey=\(secondary ? key.secondaryKey : key.primaryKey)"
         }
     }
 
     struct Key: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Create, change, rotate or revoke one key of a hub.", subcommands: [Set.self, Rotate.self, Revoke.self])
+            abstract: "Create, change, rotate or revoke one key of a hub.",
+            subcommands: [Set.self, Rotate.self, Revoke.self])
 
         struct Set: AsyncParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "Create a key, or change an existing key's rights.")
+            static let configuration = CommandConfiguration(
+                abstract: "Create a key, or change an existing key's rights.")
             @OptionGroup var stack: StackOptions
             @Argument var hub: String
             @Argument var name: String
@@ -246,7 +267,8 @@ struct Hubs: AsyncParsableCommand {
 
             func run() async throws {
                 let key = try await withService(.auth, stack) { client in
-                    try await AuthServiceClient(client).setHubKey(SetHubKeyRequest(hub: hub, name: name, rights: rights))
+                    try await AuthServiceClient(client).setHubKey(
+                        SetHubKeyRequest(hub: hub, name: name, rights: rights))
                 }
                 print("key \(key.name) of \(hub): \(key.rights.joined(separator: ","))")
             }
@@ -263,14 +285,16 @@ struct Hubs: AsyncParsableCommand {
 
             func run() async throws {
                 _ = try await withService(.auth, stack) { client in
-                    try await AuthServiceClient(client).rotateHubKey(RotateHubKeyRequest(hub: hub, name: name, which: which))
+                    try await AuthServiceClient(client).rotateHubKey(
+                        RotateHubKeyRequest(hub: hub, name: name, which: which))
                 }
                 print("\(which) secret of \(name) on \(hub) replaced; see it with: herald hubs keys \(hub)")
             }
         }
 
         struct Revoke: AsyncParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "Delete a key; every token it signed stops working.")
+            static let configuration = CommandConfiguration(
+                abstract: "Delete a key; every token it signed stops working.")
             @OptionGroup var stack: StackOptions
             @Argument var hub: String
             @Argument var name: String
@@ -286,7 +310,9 @@ struct Hubs: AsyncParsableCommand {
 
     struct Grant: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Set a Herald user's rights on a hub (none: only their own devices). E.g. herald hubs grant default alice Send")
+            abstract:
+                "Set a Herald user's rights on a hub (none: only their own devices). E.g. herald hubs grant default alice Send"
+        )
         @OptionGroup var stack: StackOptions
         @Argument var hub: String
         @Argument var user: String
@@ -295,7 +321,9 @@ struct Hubs: AsyncParsableCommand {
 
         func run() async throws {
             let granted = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).grantHubRights(GrantHubRightsRequest(hub: hub, user: user, rights: rights)).rights
+                try await AuthServiceClient(client).grantHubRights(
+                    GrantHubRightsRequest(hub: hub, user: user, rights: rights)
+                ).rights
             }
             print("\(user) on \(hub): \(granted.isEmpty ? "no rights" : granted.joined(separator: ","))")
         }

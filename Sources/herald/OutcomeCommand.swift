@@ -21,7 +21,8 @@ struct OutcomeCommand: AsyncParsableCommand {
         }
         print("\(outcome.notificationID)  \(outcome.state)  sent by \(outcome.sender)")
         for platform in outcome.platforms {
-            var line = "  \(platform.platform.name): \(platform.success) delivered, \(platform.failure) failed, \(platform.pending) pending"
+            var line =
+                "  \(platform.platform.name): \(platform.success) delivered, \(platform.failure) failed, \(platform.pending) pending"
             if platform.retries > 0 { line += ", \(platform.retries) retries" }
             if platform.removedHandles > 0 { line += ", \(platform.removedHandles) dead handles removed" }
             print(line)
@@ -38,7 +39,8 @@ struct OutcomeCommand: AsyncParsableCommand {
             for d in page {
                 print(
                     "  #\(d.sequence) \(d.registrationID) \(d.platform.name) \(d.state) attempts=\(d.attempts) id=\(d.messageID)"
-                        + (d.lastStatus == 0 ? "" : " status=\(d.lastStatus)") + (d.reason.isEmpty ? "" : " reason=\(d.reason)"))
+                        + (d.lastStatus == 0 ? "" : " status=\(d.lastStatus)")
+                        + (d.reason.isEmpty ? "" : " reason=\(d.reason)"))
             }
             guard let last = page.last, page.count == 1000 else { break }
             after = last.sequence

@@ -18,7 +18,9 @@ struct Users: AsyncParsableCommand {
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Create a user. Prompts for the password, or reads one line from standard input when it is not a terminal.")
+            abstract:
+                "Create a user. Prompts for the password, or reads one line from standard input when it is not a terminal."
+        )
         @OptionGroup var stack: StackOptions
         @Argument(help: "User name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
         var user: String
@@ -101,7 +103,9 @@ struct StackOptions: ParsableArguments {
     @Option(help: "The stack's folder (as given to herald up). (default: .herald)")
     var dir: String?
     @Option(
-        help: "The folder of the services' sockets, when not <dir>/run (e.g. /run/herald in a container); default: $HERALD_RUNTIME_DIR.")
+        help:
+            "The folder of the services' sockets, when not <dir>/run (e.g. /run/herald in a container); default: $HERALD_RUNTIME_DIR."
+    )
     var runtimeDir: String?
 
     /// The stack's folder: `--dir`, else `.herald`.
@@ -112,7 +116,10 @@ struct StackOptions: ParsableArguments {
     /// herald …` needs no flag); then `.herald/run`.
     var runtime: (path: String, from: String) {
         folderSetting(flag: ("--runtime-dir", runtimeDir), dirGiven: dir, variable: "HERALD_RUNTIME_DIR")
-            ?? (StackConfiguration(directory: folder).runtimeDirectory, dir.map { "--dir \($0)" } ?? "the default folder .herald")
+            ?? (
+                StackConfiguration(directory: folder).runtimeDirectory,
+                dir.map { "--dir \($0)" } ?? "the default folder .herald"
+            )
     }
 
     /// The lean socket of `service`.
@@ -122,7 +129,9 @@ struct StackOptions: ParsableArguments {
 /// A folder setting of the CLI and where it came from: its own flag, else (unless `--dir` was given,
 /// which then wins with its own sub-folder) the environment variable the services read. Nil: the
 /// folder under `--dir` or `.herald`.
-func folderSetting(flag: (name: String, value: String?), dirGiven: String?, variable: String) -> (path: String, from: String)? {
+func folderSetting(flag: (name: String, value: String?), dirGiven: String?, variable: String) -> (
+    path: String, from: String
+)? {
     if let value = flag.value { return (value, flag.name) }
     guard dirGiven == nil, let value = ProcessInfo.processInfo.environment[variable], !value.isEmpty else { return nil }
     return (value, variable)

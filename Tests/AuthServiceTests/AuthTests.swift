@@ -13,7 +13,9 @@ import Testing
 struct AuthTests {
     static func basic(_ credentials: String) -> String { "Basic " + Data(credentials.utf8).base64EncodedString() }
 
-    static func make(_ mode: AuthMode, clock: ManualClock = ManualClock(), cacheSeconds: Int64 = 60) throws -> Authenticator {
+    static func make(_ mode: AuthMode, clock: ManualClock = ManualClock(), cacheSeconds: Int64 = 60) throws
+        -> Authenticator
+    {
         let store = try SQLiteAccountStore(db: DatabaseQueue(), now: clock.function)
         return try Authenticator(
             mode: mode, store: store, hasher: PasswordHasher(logN: 10),
@@ -56,7 +58,8 @@ struct AuthTests {
         _ = try await auth.createUser("alice", password: "correct horse")
         #expect(try await auth.authenticate(Self.basic("alice:correct horse")).user == "alice")
         #expect(await Self.code { try await auth.authenticate(Self.basic("alice:alice")) } == .unauthenticated)
-        #expect(await Self.code { try await auth.authenticate(Self.basic("mallory:correct horse")) } == .unauthenticated)
+        #expect(
+            await Self.code { try await auth.authenticate(Self.basic("mallory:correct horse")) } == .unauthenticated)
         #expect(await Self.code { try await auth.createUser("alice", password: "another one") } == .alreadyExists)
         #expect(await Self.code { try await auth.createUser("bob", password: "short") } == .invalidArgument)
         #expect(await Self.code { try await auth.createUser("b b", password: "long enough") } == .invalidArgument)
@@ -147,7 +150,9 @@ struct AuthTests {
         #expect(!hasher.verify("secret passwore", against: one))
         #expect(!hasher.needsRehash(one))
         #expect(PasswordHasher(logN: 12).needsRehash(one))
-        for bad in ["", "secret password", "$scrypt$ln=10,r=8,p=1$$", "$bcrypt$x$y$z", "$scrypt$ln=99,r=8,p=1$AAAA$AAAA"] {
+        for bad in [
+            "", "secret password", "$scrypt$ln=10,r=8,p=1$$", "$bcrypt$x$y$z", "$scrypt$ln=99,r=8,p=1$AAAA$AAAA",
+        ] {
             #expect(!hasher.verify("secret password", against: bad))
         }
     }

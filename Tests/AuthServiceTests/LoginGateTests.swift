@@ -11,21 +11,26 @@ import Testing
 /// Inputs that once broke a service (issue 12), at the unit that now refuses them: login gate.
 @Suite("hardening: login gate")
 struct LoginGateTests {
-    @Test("SQLite lockouts outlive the process: a new ledger on the same file still refuses; a success clears them for good")
+    @Test(
+        "SQLite lockouts outlive the process: a new ledger on the same file still refuses; a success clears them for good"
+    )
     func lockoutsSurviveRestart() async throws {
         let clock = ManualClock()
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("lockout-\(UUID().uuidString).sqlite").path
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("lockout-\(UUID().uuidString).sqlite")
+            .path
         defer { try? FileManager.default.removeItem(atPath: path) }
         let first = try DatabaseQueue(path: path)
         try SQLiteAccountStore.migrator.migrate(first)
-        let before = LoginThrottle(freeFailures: 3, ledger: try SQLiteLockoutLedger(db: first, now: clock.now), now: clock.function)
+        let before = LoginThrottle(
+            freeFailures: 3, ledger: try SQLiteLockoutLedger(db: first, now: clock.now), now: clock.function)
         for _ in 0..<3 { try await before.failed("alice") }
         await #expect(throws: ServiceError.self) { try await before.check("alice") }
         try first.close()
 
         // "Restart": a new connection and ledger, as a new herald-auth process would open.
         let second = try DatabaseQueue(path: path)
-        let after = LoginThrottle(freeFailures: 3, ledger: try SQLiteLockoutLedger(db: second, now: clock.now), now: clock.function)
+        let after = LoginThrottle(
+            freeFailures: 3, ledger: try SQLiteLockoutLedger(db: second, now: clock.now), now: clock.function)
         let refused = await #expect(throws: ServiceError.self) { try await after.check("alice") }
         #expect(refused?.code == .resourceExhausted)
         try await after.check("bob")
@@ -41,7 +46,9 @@ struct LoginGateTests {
         let gate = LoginGate(maxPending: 2, failureBudgetPerMinute: 100, now: clock.function)
         let first = try gate.enter()
         try gate.enter()
-        #expect(throws: ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)) {
+        #expect(
+            throws: ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+        ) {
             try gate.enter()
         }
         gate.leave(first, failed: false)
@@ -62,7 +69,10 @@ struct LoginGateTests {
         let clock = ManualClock()
         let gate = LoginGate(maxPending: 100, failureBudgetPerMinute: 6, now: clock.function)
         for _ in 0..<6 { gate.leave(try gate.enter(), failed: true) }
-        #expect(throws: ServiceError.resourceExhausted("too many failed logins on this server; retry after 10 s", retryAfterSeconds: 10)) {
+        #expect(
+            throws: ServiceError.resourceExhausted(
+                "too many failed logins on this server; retry after 10 s", retryAfterSeconds: 10)
+        ) {
             try gate.enter()
         }
         clock.advance(seconds: 10)
@@ -75,7 +85,9 @@ struct LoginGateTests {
         let gate = LoginGate(maxPending: 8, failureBudgetPerMinute: 1000, threads: 2, now: clock.function)
         var sprayer: [LoginGate.Ticket] = []
         for _ in 0..<4 { sprayer.append(try gate.enter(from: "203.0.113.9")) }
-        #expect(throws: ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)) {
+        #expect(
+            throws: ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+        ) {
             try gate.enter(from: "203.0.113.9")
         }
         // Another address still gets in, up to the rest of the gate.
@@ -91,7 +103,8 @@ struct LoginGateTests {
         let gate = LoginGate(maxPending: 100, failureBudgetPerMinute: 10, now: clock.function)
         for _ in 0..<5 { gate.leave(try gate.enter(from: "203.0.113.9"), failed: true) }
         #expect(
-            throws: ServiceError.resourceExhausted("too many failed logins from this address; retry after 12 s", retryAfterSeconds: 12)
+            throws: ServiceError.resourceExhausted(
+                "too many failed logins from this address; retry after 12 s", retryAfterSeconds: 12)
         ) {
             try gate.enter(from: "203.0.113.9")
         }
@@ -103,7 +116,8 @@ struct LoginGateTests {
     @Test("sources tracked are bounded: past maxSources idle ones are forgotten, the rest share the unnamed source")
     func loginGateSourcesBounded() throws {
         let clock = ManualClock()
-        let gate = LoginGate(maxPending: 10_000, failureBudgetPerMinute: 1_000_000, maxSources: 100, now: clock.function)
+        let gate = LoginGate(
+            maxPending: 10_000, failureBudgetPerMinute: 1_000_000, maxSources: 100, now: clock.function)
         // 100 addresses each with a failure to remember, then 1,000 more.
         for n in 0..<100 { gate.leave(try gate.enter(from: "10.0.0.\(n)"), failed: true) }
         for n in 0..<1000 { gate.leave(try gate.enter(from: "10.1.\(n / 256).\(n % 256)"), failed: false) }
@@ -123,7 +137,9 @@ struct LoginGateTests {
         let ticket = try gate.enter(from: "203.0.113.9")
         try gate.starting(ticket)
         try await Task.sleep(for: .milliseconds(80))
-        #expect(throws: ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)) {
+        #expect(
+            throws: ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+        ) {
             try gate.starting(ticket)
         }
         gate.leave(ticket, failed: false)
@@ -133,13 +149,18 @@ struct LoginGateTests {
     func spray() async throws {
         let store = try SQLiteAccountStore(db: DatabaseQueue())
         let auth = try Authenticator(
-            mode: .accounts, store: store, hasher: PasswordHasher(logN: 14), gate: LoginGate(maxPending: 2, failureBudgetPerMinute: 1000))
+            mode: .accounts, store: store, hasher: PasswordHasher(logN: 14),
+            gate: LoginGate(maxPending: 2, failureBudgetPerMinute: 1000))
         _ = try await auth.createUser("alice", password: "correct horse")
         let alice = AuthTests.basic("alice:correct horse")
         _ = try await auth.authenticate(alice)  // now cached
         let codes = await withTaskGroup(of: StatusCode?.self) { group in
             for index in 0..<50 {
-                group.addTask { await AuthTests.code { try await auth.authenticate(AuthTests.basic("spray\(index):guess-\(index)")) } }
+                group.addTask {
+                    await AuthTests.code {
+                        try await auth.authenticate(AuthTests.basic("spray\(index):guess-\(index)"))
+                    }
+                }
             }
             return await group.reduce(into: [StatusCode?]()) { $0.append($1) }
         }

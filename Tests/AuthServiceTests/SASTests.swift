@@ -32,7 +32,9 @@ struct SASTests {
         let keys = try hubs.keys(of: "app1")
         return Fixture(
             clock: clock, hubs: hubs,
-            sas: SASVerifier(hubs: hubs, throttle: LoginThrottle(freeFailures: freeFailures, now: clock.function), now: clock.function),
+            sas: SASVerifier(
+                hubs: hubs, throttle: LoginThrottle(freeFailures: freeFailures, now: clock.function),
+                now: clock.function),
             full: try #require(keys.first { $0.name == HubRules.fullKeyName }),
             listen: try #require(keys.first { $0.name == HubRules.listenKeyName }))
     }
@@ -40,7 +42,9 @@ struct SASTests {
     static func encode(_ text: String, lower: Bool) -> String { SASTokens.encode(text, lower: lower) }
 
     /// The token of one SDK: its `sr`, its parameter order, its escape case for `sig`.
-    static func token(sr: String, key: HubKey, se: Int64, order: [String] = ["sr", "sig", "se", "skn"], lower: Bool = false) -> String {
+    static func token(
+        sr: String, key: HubKey, se: Int64, order: [String] = ["sr", "sig", "se", "skn"], lower: Bool = false
+    ) -> String {
         SASTokens.token(sr: sr, keyName: key.name, key: key.primaryKey, expiry: se, order: order, lower: lower)
     }
 
@@ -60,7 +64,10 @@ struct SASTests {
         // Python sample: https://{ns}/{hub}, lower-cased after encoding; sig,se,skn,sr.
         ("Python sample", encode("https://\(host)/app1", lower: false).lowercased(), ["sig", "se", "skn", "sr"], true),
         // azure-notification-hub-unofficial: the endpoint lower-cased, upper-case escapes.
-        ("unofficial Python", encode("https://\(host)/".lowercased(), lower: false), ["sr", "sig", "se", "skn"], false),
+        (
+            "unofficial Python", encode("https://\(host)/".lowercased(), lower: false), ["sr", "sig", "se", "skn"],
+            false
+        ),
         // The REST docs' example: https%3a%2f%2f{ns}%2f{hub}%2f… lower-case escapes.
         ("docs", encode("https://\(host)/app1/installations", lower: true), ["sr", "sig", "se", "skn"], true),
     ]
@@ -71,7 +78,8 @@ struct SASTests {
         let v = Self.variants[index]
         let se = f.clock.now / 1000 + 600
         let answer = try await f.sas.authorize(
-            hub: "app1", header: Self.token(sr: v.sr, key: f.full, se: se, order: v.order, lower: v.lower), resource: Self.host + Self.path)
+            hub: "app1", header: Self.token(sr: v.sr, key: f.full, se: se, order: v.order, lower: v.lower),
+            resource: Self.host + Self.path)
         #expect(answer.keyName == HubRules.fullKeyName, "\(v.client)")
         #expect(Set(answer.rights) == ["Listen", "Send", "Manage"], "\(v.client)")
         let listen = try await f.sas.authorize(
@@ -94,7 +102,9 @@ struct SASTests {
         let f = try Self.fixture(freeFailures: 100)
         let se = f.clock.now / 1000 + 600
         let root = Self.encode("https://\(Self.host)/", lower: false)
-        func check(_ header: String, hub: String = "app1", resource: String = SASTests.host + SASTests.path, _ words: String) async {
+        func check(
+            _ header: String, hub: String = "app1", resource: String = SASTests.host + SASTests.path, _ words: String
+        ) async {
             let error = await Self.failure { try await f.sas.authorize(hub: hub, header: header, resource: resource) }
             #expect(error?.code == .unauthenticated, "\(words): \(String(describing: error))")
             #expect(error?.message.contains(words) == true, "\(String(describing: error?.message))")
@@ -103,14 +113,19 @@ struct SASTests {
         forged.primaryKey = "not-the-key"
         await check(Self.token(sr: root, key: forged, se: se), "InvalidSignature")
         // The signature covers sr exactly as written: re-encoding it is a different message.
-        await check(Self.token(sr: root, key: f.full, se: se).replacingOccurrences(of: "%3A", with: "%3a"), "InvalidSignature")
+        await check(
+            Self.token(sr: root, key: f.full, se: se).replacingOccurrences(of: "%3A", with: "%3a"), "InvalidSignature")
         await check(Self.token(sr: root, key: f.full, se: f.clock.now / 1000 - 1), "ExpiredToken")
-        await check(Self.token(sr: Self.encode("https://\(Self.host)/app2", lower: false), key: f.full, se: se), "audience")
-        await check(Self.token(sr: Self.encode("https://\(Self.host)/app", lower: false), key: f.full, se: se), "audience")
-        await check(Self.token(sr: Self.encode("https://other.example/", lower: false), key: f.full, se: se), "audience")
+        await check(
+            Self.token(sr: Self.encode("https://\(Self.host)/app2", lower: false), key: f.full, se: se), "audience")
+        await check(
+            Self.token(sr: Self.encode("https://\(Self.host)/app", lower: false), key: f.full, se: se), "audience")
+        await check(
+            Self.token(sr: Self.encode("https://other.example/", lower: false), key: f.full, se: se), "audience")
         // Hub A's key on hub B: same key name, other secret.
         await check(
-            Self.token(sr: root, key: f.full, se: se), hub: "app2", resource: Self.host + "/app2/installations/x", "InvalidSignature")
+            Self.token(sr: root, key: f.full, se: se), hub: "app2", resource: Self.host + "/app2/installations/x",
+            "InvalidSignature")
         await check("SharedAccessSignature sr=\(root)&se=\(se)&skn=x", "MalformedToken")
         // An expiry from outside is read once, bounded: the arithmetic after it cannot trap (once
         // se=9223372036854775807 signed with the Listen key brought herald-auth down).
@@ -118,17 +133,24 @@ struct SASTests {
             "9223372036854775807", "-9223372036854775808", "9223372036854775808", "253402300800", "1e99", "+600", "-1",
         ] {
             let signature = SASTokens.encode(SASTokens.signature(root, expiry, key: f.listen.primaryKey), lower: false)
-            await check("SharedAccessSignature sr=\(root)&sig=\(signature)&se=\(expiry)&skn=\(f.listen.name)", "MalformedToken")
+            await check(
+                "SharedAccessSignature sr=\(root)&sig=\(signature)&se=\(expiry)&skn=\(f.listen.name)", "MalformedToken")
         }
         await check("Basic YWxpY2U6YWxpY2U=", "MalformedToken")
         // A port in sr is that port only; another host is another audience whatever its port.
-        await check(Self.token(sr: Self.encode("https://herald.example:9443/", lower: false), key: f.full, se: se), "audience")
-        await check(Self.token(sr: Self.encode("http://herald.example.evil:8443/", lower: false), key: f.full, se: se), "audience")
+        await check(
+            Self.token(sr: Self.encode("https://herald.example:9443/", lower: false), key: f.full, se: se), "audience")
+        await check(
+            Self.token(sr: Self.encode("http://herald.example.evil:8443/", lower: false), key: f.full, se: se),
+            "audience")
     }
 
-    @Test("an sr without a port covers its host on any port (the .NET SDK drops it); hosts and IPv6 literals are kept apart")
+    @Test(
+        "an sr without a port covers its host on any port (the .NET SDK drops it); hosts and IPv6 literals are kept apart"
+    )
     func portlessAudience() {
-        #expect(SASVerifier.covers(audience: "herald.example/app1", resource: "herald.example:8443/app1/installations/x"))
+        #expect(
+            SASVerifier.covers(audience: "herald.example/app1", resource: "herald.example:8443/app1/installations/x"))
         #expect(SASVerifier.covers(audience: "herald.example", resource: "herald.example:8080/app1"))
         #expect(!SASVerifier.covers(audience: "herald.example:9443/app1", resource: "herald.example:8443/app1"))
         #expect(!SASVerifier.covers(audience: "herald.exam", resource: "herald.example:8443/app1"))
@@ -149,7 +171,8 @@ struct SASTests {
         forged.primaryKey = "guess"
         func authorize(_ key: HubKey, from client: String) async throws -> AuthorizeSasResponse {
             try await f.sas.authorize(
-                hub: "app1", header: Self.token(sr: root, key: key, se: se), resource: Self.host + Self.path, client: client)
+                hub: "app1", header: Self.token(sr: root, key: key, se: se), resource: Self.host + Self.path,
+                client: client)
         }
         // 20 forged tokens naming the Full key once locked that key out for everyone behind one address.
         for _ in 0..<20 { _ = await Self.failure { try await authorize(forged, from: "192.0.2.1") } }
@@ -175,27 +198,33 @@ struct SASTests {
         unknownKey.name = "NoSuchKey"
         let answers = [
             await Self.failure {
-                try await f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: forged, se: se), resource: Self.host + Self.path)
+                try await f.sas.authorize(
+                    hub: "app1", header: Self.token(sr: root, key: forged, se: se), resource: Self.host + Self.path)
             },
             await Self.failure {
                 try await f.sas.authorize(
                     hub: "app1", header: Self.token(sr: root, key: unknownKey, se: se), resource: Self.host + Self.path)
             },
             await Self.failure {
-                try await f.sas.authorize(hub: "nohub", header: Self.token(sr: root, key: f.full, se: se), resource: Self.host + "/nohub/x")
+                try await f.sas.authorize(
+                    hub: "nohub", header: Self.token(sr: root, key: f.full, se: se), resource: Self.host + "/nohub/x")
             },
         ]
-        #expect(Set(answers.map { $0?.message ?? "none" }) == ["InvalidSignature: The token has an invalid signature."], "\(answers)")
+        #expect(
+            Set(answers.map { $0?.message ?? "none" }) == ["InvalidSignature: The token has an invalid signature."],
+            "\(answers)")
         var long = f.full
         long.name = String(repeating: "k", count: SASVerifier.maxKeyNameLength + 1)
         let tooLong = await Self.failure {
-            try await f.sas.authorize(hub: "app1", header: Self.token(sr: root, key: long, se: se), resource: Self.host + Self.path)
+            try await f.sas.authorize(
+                hub: "app1", header: Self.token(sr: root, key: long, se: se), resource: Self.host + Self.path)
         }
         #expect(tooLong?.message.contains("MalformedToken") == true)
         let padded = "SharedAccessSignature " + String(repeating: "x", count: SASVerifier.maxHeaderLength)
         #expect(
-            await Self.failure { try await f.sas.authorize(hub: "app1", header: padded, resource: Self.host) }?.message.contains(
-                "MalformedToken") == true)
+            await Self.failure { try await f.sas.authorize(hub: "app1", header: padded, resource: Self.host) }?.message
+                .contains(
+                    "MalformedToken") == true)
     }
 
     @Test("rotation ends the old secret at once and keeps the other; revoking a key ends its tokens")
@@ -210,12 +239,17 @@ struct SASTests {
         let rotated = try f.hubs.rotateKey(hub: "app1", name: f.full.name, secondary: false)
         #expect(rotated.primaryKey != f.full.primaryKey && rotated.secondaryKey == f.full.secondaryKey)
         #expect(
-            await Self.failure { try await f.sas.authorize(hub: "app1", header: old, resource: Self.host + Self.path) }?.code
+            await Self.failure { try await f.sas.authorize(hub: "app1", header: old, resource: Self.host + Self.path) }?
+                .code
                 == .unauthenticated)
-        await #expect(throws: Never.self) { try await f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path) }
+        await #expect(throws: Never.self) {
+            try await f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path)
+        }
         try f.hubs.revokeKey(hub: "app1", name: f.full.name)
         #expect(
-            await Self.failure { try await f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path) }?.code
+            await Self.failure {
+                try await f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path)
+            }?.code
                 == .unauthenticated)
     }
 
@@ -243,12 +277,14 @@ struct SASTests {
         // Limits: stored, changed, answered with every authorization.
         #expect(try f.hubs.createHub("limited", maxInstallations: 5).maxInstallations == 5)
         #expect(try f.hubs.setLimits(hub: "limited", maxInstallations: 7).maxInstallations == 7)
-        #expect(await Self.failure { try f.hubs.setLimits(hub: "limited", maxInstallations: -1) }?.code == .invalidArgument)
+        #expect(
+            await Self.failure { try f.hubs.setLimits(hub: "limited", maxInstallations: -1) }?.code == .invalidArgument)
         #expect(await Self.failure { try f.hubs.setLimits(hub: "nope", maxInstallations: 1) }?.code == .notFound)
         let limitedFull = try #require(try f.hubs.keys(of: "limited").first { $0.name == HubRules.fullKeyName })
         let answer = try await f.sas.authorize(
             hub: "limited",
-            header: Self.token(sr: Self.encode("https://\(Self.host)/", lower: false), key: limitedFull, se: f.clock.now / 1000 + 60),
+            header: Self.token(
+                sr: Self.encode("https://\(Self.host)/", lower: false), key: limitedFull, se: f.clock.now / 1000 + 60),
             resource: Self.host + "/limited/installations/x")
         #expect(answer.maxInstallations == 7)
         try f.hubs.deleteHub("app1")
@@ -272,7 +308,8 @@ struct SASTests {
         let full = try #require(try f.hubs.keys(of: "ProbeHub").first { $0.name == HubRules.fullKeyName })
         let answer = try await f.sas.authorize(
             hub: "PROBEHUB",
-            header: Self.token(sr: Self.encode("https://\(Self.host)/", lower: false), key: full, se: f.clock.now / 1000 + 60),
+            header: Self.token(
+                sr: Self.encode("https://\(Self.host)/", lower: false), key: full, se: f.clock.now / 1000 + 60),
             resource: Self.host + "/PROBEHUB/installations/x")
         #expect(answer.hubID == made.id)
         // Deleted and made again under the same name: a new id, so nothing of the old one is seen.
@@ -281,7 +318,8 @@ struct SASTests {
         #expect(again.id != made.id)
     }
 
-    @Test("hubs made before ids existed keep their name as id; two that differ only by case stay reachable by exact name")
+    @Test(
+        "hubs made before ids existed keep their name as id; two that differ only by case stay reachable by exact name")
     func hubIdentityMigration() async throws {
         let db = try DatabaseQueue()
         var migrator = SQLiteAccountStore.migrator

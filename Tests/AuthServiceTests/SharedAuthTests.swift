@@ -30,11 +30,13 @@ struct SharedAuthTests {
                     mode: .accounts, store: try await PostgresAccountStore(db: db), hasher: PasswordHasher(logN: 10),
                     throttle: LoginThrottle(freeFailures: 5, lockout: .seconds(30), ledger: ledger),
                     // One hashing pool for every test here (see AuthTests.make).
-                    gate: LoginGate(maxPending: 8, failureBudgetPerMinute: 600, maxWaitMilliseconds: 600_000), tokenTTL: .seconds(600),
+                    gate: LoginGate(maxPending: 8, failureBudgetPerMinute: 600, maxWaitMilliseconds: 600_000),
+                    tokenTTL: .seconds(600),
                     credentialCache: .seconds(60))
                 let hubs = try await PostgresHubStore(db: db)
                 return Replica(
-                    auth: auth, hubs: hubs, sas: SASVerifier(hubs: hubs, throttle: LoginThrottle(freeFailures: 3, ledger: ledger)))
+                    auth: auth, hubs: hubs,
+                    sas: SASVerifier(hubs: hubs, throttle: LoginThrottle(freeFailures: 3, ledger: ledger)))
             }
             // Both start together, as replicas do: the migrations and the default hub happen once.
             async let a = replica(first)
@@ -52,7 +54,9 @@ struct SharedAuthTests {
             #expect(try await b.auth.authenticate(Self.basic("alice:alice's password")).user == "alice")
             for attempt in 0..<5 {
                 let replica = attempt % 2 == 0 ? a : b
-                await #expect(throws: ServiceError.self) { try await replica.auth.authenticate(Self.basic("alice:guess \(attempt)")) }
+                await #expect(throws: ServiceError.self) {
+                    try await replica.auth.authenticate(Self.basic("alice:guess \(attempt)"))
+                }
             }
             for replica in [a, b] {
                 // Locked: even the right password, on either replica.
@@ -73,13 +77,17 @@ struct SharedAuthTests {
             // b verifies (and caches) the first password.
             #expect(try await b.auth.authenticate(Self.basic("bob:bob's first password")).user == "bob")
             _ = try await a.auth.setPassword("bob", password: "bob's second password")
-            await #expect(throws: ServiceError.self) { try await b.auth.authenticate(Self.basic("bob:bob's first password")) }
+            await #expect(throws: ServiceError.self) {
+                try await b.auth.authenticate(Self.basic("bob:bob's first password"))
+            }
             #expect(try await b.auth.authenticate(Self.basic("bob:bob's second password")).user == "bob")
             let token = try await b.auth.issueToken(Self.basic("bob:bob's second password")).token
             #expect(try await a.auth.authenticate("Bearer \(token)").user == "bob")
             #expect(try await a.auth.revokeToken(token) == 1)
             await #expect(throws: ServiceError.self) { try await b.auth.authenticate("Bearer \(token)") }
-            await #expect(throws: ServiceError.self) { try await a.auth.createUser("bob", password: "another password") }
+            await #expect(throws: ServiceError.self) {
+                try await a.auth.createUser("bob", password: "another password")
+            }
             #expect(try await b.auth.store.listUsers().map(\.name) == ["bob"])
         }
     }

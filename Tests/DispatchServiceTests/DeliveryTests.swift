@@ -81,7 +81,8 @@ struct DeliveryTests {
     }
 
     static func payload() -> OutboxPayload {
-        OutboxPayload(platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))
+        OutboxPayload(
+            platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))
     }
 
     @Test("payloads stored before delivery options were columns read back with the same options, expiry in ms")
@@ -92,7 +93,8 @@ struct DeliveryTests {
             try db.execute(sql: "INSERT INTO notification VALUES ('n', 's', 'u', '', 1, 0, 0)")
             for (platform, headers, expires) in [
                 (
-                    Platform.apns, #"[["apns-push-type","background"],["apns-priority","5"],["content-type","application/json"]]"#,
+                    Platform.apns,
+                    #"[["apns-push-type","background"],["apns-priority","5"],["content-type","application/json"]]"#,
                     1_700_000_000
                 ),
                 (.wns, #"[["x-wns-type","wns/raw"],["content-type","application/octet-stream"]]"#, 0),
@@ -109,7 +111,8 @@ struct DeliveryTests {
         #expect(
             payloads[.native(.apns)]?.options
                 == DeliveryOptions(
-                    pushType: "background", priority: 5, contentType: "application/json", expiresAtUnixMs: 1_700_000_000_000,
+                    pushType: "background", priority: 5, contentType: "application/json",
+                    expiresAtUnixMs: 1_700_000_000_000,
                     collapseID: "c"))
         #expect(
             payloads[.native(.wns)]?.options
@@ -124,7 +127,8 @@ struct DeliveryTests {
         let outbox = try Self.outbox()
         let targets = (0..<3).map { Outbox.Target(registrationID: "r-\($0)", platform: .apns, handle: "h\($0)") }
         _ = try await outbox.enqueue(
-            id: "n-1", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets, retryWindow: .seconds(60))
+            id: "n-1", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets,
+            retryWindow: .seconds(60))
         let first = try await outbox.claim(limit: 10, platforms: [.apns])
         #expect(first.count == 3 && first.allSatisfy { $0.attempt == 1 })
         #expect(try await outbox.claim(limit: 10, platforms: [.apns]).isEmpty)  // leased: not handed out twice
@@ -135,10 +139,14 @@ struct DeliveryTests {
         #expect(again.allSatisfy { $0.attempt == 2 })
     }
 
-    @Test("a staged audience becomes deliveries only at the commit, in order, with message ids numbered on; a failed one leaves nothing")
+    @Test(
+        "a staged audience becomes deliveries only at the commit, in order, with message ids numbered on; a failed one leaves nothing"
+    )
     func stagedAudience() async throws {
         let outbox = try Self.outbox()
-        let targets = (0..<7).map { Outbox.Target(registrationID: "r-\($0)", platform: $0 < 5 ? .apns : .fcm, handle: "h\($0)") }
+        let targets = (0..<7).map {
+            Outbox.Target(registrationID: "r-\($0)", platform: $0 < 5 ? .apns : .fcm, handle: "h\($0)")
+        }
         var staged = Outbox.StagedAudience(notificationID: "n-s")
         try await outbox.stage(Array(targets[0..<3]), to: &staged)
         try await outbox.stage(Array(targets[3..<5]), to: &staged)
@@ -147,7 +155,8 @@ struct DeliveryTests {
         #expect(try await outbox.claim(limit: 100, platforms: [.apns, .fcm]).isEmpty)
         let fcm = OutboxPayload(platform: .fcm, body: Array("{}".utf8))
         _ = try await outbox.enqueue(
-            id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.payload(), fcm], targets: Array(targets[5...]),
+            id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.payload(), fcm],
+            targets: Array(targets[5...]),
             staged: staged, retryWindow: .seconds(60))
         let items = try await outbox.claim(limit: 100, platforms: [.apns, .fcm])
         #expect(items.map(\.registrationID) == targets.map(\.registrationID))
@@ -190,10 +199,12 @@ struct DeliveryTests {
         let outbox = try Self.outbox(now: clock.function)
         let targets = (0..<4).map { Outbox.Target(registrationID: "r-\($0)", platform: .apns, handle: "h\($0)") }
         _ = try await outbox.enqueue(
-            id: "n-2", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets, retryWindow: .seconds(10))
+            id: "n-2", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets,
+            retryWindow: .seconds(10))
         let worker = DeliveryWorker(
             outbox: outbox,
-            senders: HubSenders(defaults: [:], inbox: try InboxProvider(db: try DatabaseQueue()), client: nil, timeout: .seconds(1)),
+            senders: HubSenders(
+                defaults: [:], inbox: try InboxProvider(db: try DatabaseQueue()), client: nil, timeout: .seconds(1)),
             registrations: RegistrationServiceClient(try RPCClient(socketPath: "/nonexistent")),
             policy: RetryPolicy(base: .seconds(4)),
             logger: Logger(label: "test"))
@@ -210,7 +221,8 @@ struct DeliveryTests {
         try #require(items.count == 1 && items[0].attempt == 2)
         // A second 503 with Retry-After 30 s would land after the 10 s window: abandoned.
         let finished = try await outbox.record([
-            worker.decide(items[0], .retry(status: 503, reason: "ServiceUnavailable", after: .seconds(30)), now: now + 5000)
+            worker.decide(
+                items[0], .retry(status: 503, reason: "ServiceUnavailable", after: .seconds(30)), now: now + 5000)
         ])
         #expect(finished.map(\.state) == [.abandoned])
         let outcome = try #require(try outbox.outcome(of: "n-2").platforms.first)
@@ -228,12 +240,15 @@ struct DeliveryTests {
 
     @Test("a bad credential file is a start-up error that names the setting, not its content")
     func badCredentials() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("herald-bad-\(UUID().uuidString).p8").path
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("herald-bad-\(UUID().uuidString).p8")
+            .path
         try "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWJ1dC1ub3QtYS1rZXk=\n-----END PRIVATE KEY-----\n".write(
             toFile: path, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: path) }
         let config = try DispatchConfig(
-            reader: ConfigReader(arguments: ["--apns-key-file", path, "--apns-key-id", "K", "--apns-team-id", "T", "--apns-topic", "x"]))
+            reader: ConfigReader(arguments: [
+                "--apns-key-file", path, "--apns-key-id", "K", "--apns-team-id", "T", "--apns-topic", "x",
+            ]))
         let inbox = try InboxProvider(db: try DatabaseQueue())
         let client = PushHTTP.makeClient(extraCAFile: nil)
         await #expect {
@@ -265,7 +280,8 @@ struct DeliveryTests {
     @Test("aes128gcm matches RFC 8291's worked example byte for byte")
     func webPushVector() throws {
         func d(_ text: String) -> [UInt8] { Base64URL.decode(text)! }
-        let sender = try P256.KeyAgreement.PrivateKey(rawRepresentation: d("yfWPiYE-n46HLnH0KqZOF1fJJU3MYrct3AELtAQ-oRw"))
+        let sender = try P256.KeyAgreement.PrivateKey(
+            rawRepresentation: d("yfWPiYE-n46HLnH0KqZOF1fJJU3MYrct3AELtAQ-oRw"))
         let body = try WebPushEncryption.encrypt(
             Array("When I grow up, I want to be a watermelon".utf8),
             p256dh: d("BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4"),
@@ -279,14 +295,18 @@ struct DeliveryTests {
     @Test("FCM messages keep the payload's bytes and add the token, TTL and collapse key")
     func fcmMessage() {
         var item = PushItem(
-            sequence: 1, notificationID: "n", registrationID: "r", platform: .fcm, handle: "tok\"en", messageID: "m", attempt: 1,
+            sequence: 1, notificationID: "n", registrationID: "r", platform: .fcm, handle: "tok\"en", messageID: "m",
+            attempt: 1,
             giveUpAt: 0,
             payload: OutboxPayload(platform: .fcm, body: Array(#"{"data":{"b":"2","a":"1"}}"#.utf8)))
-        #expect(String(decoding: FCMSender.message(item), as: UTF8.self) == #"{"message":{"token":"tok\"en","data":{"b":"2","a":"1"}}}"#)
+        #expect(
+            String(decoding: FCMSender.message(item), as: UTF8.self)
+                == #"{"message":{"token":"tok\"en","data":{"b":"2","a":"1"}}}"#)
         item.payload.options.expiresAtUnixMs = 1_060_000
         item.payload.options.collapseID = "score"
         #expect(
             String(decoding: FCMSender.message(item, now: 1_000_000), as: UTF8.self)
-                == #"{"message":{"token":"tok\"en","android":{"ttl":"60s","collapse_key":"score"},"data":{"b":"2","a":"1"}}}"#)
+                == #"{"message":{"token":"tok\"en","android":{"ttl":"60s","collapse_key":"score"},"data":{"b":"2","a":"1"}}}"#
+        )
     }
 }

@@ -23,7 +23,9 @@ struct HTTP2PoolTests {
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+            }
         }
         try #require(bound)
         return Int(UInt16(bigEndian: address.sin_port))
@@ -33,7 +35,8 @@ struct HTTP2PoolTests {
     func refusedConnection() async throws {
         // Each refused connection is torn down without ever being active; its readiness promise
         // once stayed pending, which NIO traps on in debug builds (dispatch died by SIGILL).
-        let pool = try HTTP2Pool(url: "http://127.0.0.1:\(try Self.closedPort())", tls: nil, connections: 2, connectTimeout: .seconds(2))
+        let pool = try HTTP2Pool(
+            url: "http://127.0.0.1:\(try Self.closedPort())", tls: nil, connections: 2, connectTimeout: .seconds(2))
         var headers = HPACKHeaders()
         headers.add(name: ":method", value: "POST")
         headers.add(name: ":path", value: "/3/device/x")
@@ -59,7 +62,8 @@ struct HTTP2PoolTests {
     }
 
     @Test(
-        "a batch that times out resets no stream: its connection is retired, the other batch on it is answered, the next goes on a new one")
+        "a batch that times out resets no stream: its connection is retired, the other batch on it is answered, the next goes on a new one"
+    )
     func timeoutRetires() async throws {
         // 300 unanswered streams reset at once once made NIOHTTP2's server (200 resets per 30 s)
         // close the connection, and the fast batch beside them failed with it. The order is
@@ -87,7 +91,9 @@ struct HTTP2PoolTests {
         #expect(server.counters.connections.load(ordering: .relaxed) == 2)
     }
 
-    @Test("a batch handed a connection that is retired before it is written goes to a new connection, not back as ConnectionError")
+    @Test(
+        "a batch handed a connection that is retired before it is written goes to a new connection, not back as ConnectionError"
+    )
     func retiredBeforeWritten() async throws {
         let server = try await SilentHTTP2Server.start()
         defer { Task { await server.stop() } }
@@ -221,7 +227,8 @@ final class SilentHTTP2Server: Sendable {
             gate.hold {
                 eventLoop.execute {
                     bound.value.writeAndFlush(
-                        NIOAny(HTTP2Frame.FramePayload.headers(.init(headers: [":status": "200"], endStream: true))), promise: nil)
+                        NIOAny(HTTP2Frame.FramePayload.headers(.init(headers: [":status": "200"], endStream: true))),
+                        promise: nil)
                 }
             }
         }

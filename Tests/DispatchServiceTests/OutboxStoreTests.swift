@@ -25,27 +25,35 @@ func withOutbox(
     switch backend {
     case .sqlite:
         let db = try DatabaseQueue()
-        try await body(OutboxFixture(outbox: try Outbox(db: db, now: now), inbox: try InboxProvider(db: db), replica: nil))
+        try await body(
+            OutboxFixture(outbox: try Outbox(db: db, now: now), inbox: try InboxProvider(db: db), replica: nil))
     case .postgres:
         try await TestDatabases.withPostgres(service: "dispatch") { db in
             let make: @Sendable (String) async throws -> PostgresOutbox = { name in
                 try await PostgresOutbox(db: db, replica: name, lease: lease, now: now)
             }
-            try await body(OutboxFixture(outbox: try await make("replica-a"), inbox: InboxProvider(postgres: db), replica: make))
+            try await body(
+                OutboxFixture(outbox: try await make("replica-a"), inbox: InboxProvider(postgres: db), replica: make))
         }
     }
 }
 
 @Suite("outbox store: both backends, and PostgreSQL replicas")
 struct OutboxStoreTests {
-    static let apns = OutboxPayload(platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))
-    static let fcm = OutboxPayload(platform: .fcm, options: DeliveryOptions(contentType: "application/json"), body: Array("{\"m\":1}".utf8))
+    static let apns = OutboxPayload(
+        platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))
+    static let fcm = OutboxPayload(
+        platform: .fcm, options: DeliveryOptions(contentType: "application/json"), body: Array("{\"m\":1}".utf8))
 
     static func targets(_ count: Int, _ platform: Platform = .apns, prefix: String = "r") -> [Outbox.Target] {
-        (0..<count).map { Outbox.Target(registrationID: "\(prefix)-\($0)", platform: platform, handle: "\(prefix)h\($0)") }
+        (0..<count).map {
+            Outbox.Target(registrationID: "\(prefix)-\($0)", platform: platform, handle: "\(prefix)h\($0)")
+        }
     }
 
-    static func send(_ outbox: any OutboxStore, _ id: String, _ targets: [Outbox.Target], payloads: [OutboxPayload] = [apns, fcm])
+    static func send(
+        _ outbox: any OutboxStore, _ id: String, _ targets: [Outbox.Target], payloads: [OutboxPayload] = [apns, fcm]
+    )
         async throws
     {
         _ = try await outbox.enqueue(
@@ -55,7 +63,8 @@ struct OutboxStoreTests {
 
     static func delivered(_ item: PushItem) -> Outbox.Decision {
         Outbox.Decision(
-            sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .delivered, status: 200,
+            sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .delivered,
+            status: 200,
             reason: "", nextAttemptAt: 0, removal: nil, attempt: item.attempt)
     }
 
@@ -90,9 +99,12 @@ struct OutboxStoreTests {
             #expect(done.platforms.map(\.success) == [3, 1] && done.platforms.map(\.failure) == [0, 1])
             #expect(done.platforms[1].failures.map(\.reason) == ["BadToken"] && done.platforms[1].removedHandles == 1)
             #expect(try await outbox.pendingRemovals(limit: 10).map(\.handle) == ["fh1"])
-            let records = try await outbox.deliveries(of: "n-1", requester: "", hub: "", failedOnly: true, after: 0, limit: 10)
+            let records = try await outbox.deliveries(
+                of: "n-1", requester: "", hub: "", failedOnly: true, after: 0, limit: 10)
             #expect(records.map(\.registrationID) == ["f-1"] && records.first?.attempts == 1)
-            await #expect(throws: ServiceError.self) { try await outbox.outcome(of: "n-1", requester: "mallory", hub: "") }
+            await #expect(throws: ServiceError.self) {
+                try await outbox.outcome(of: "n-1", requester: "mallory", hub: "")
+            }
             let finishedDepth = try await outbox.depth()
             #expect(finishedDepth.pending == 0 && finishedDepth.oldestOpenSend == nil)
             #expect(try await outbox.purge(before: unixMillis() + 1000) == 1)
@@ -103,18 +115,26 @@ struct OutboxStoreTests {
     func localDeliveries(_ backend: StoreBackend) async throws {
         try await withOutbox(backend) { fixture in
             try await Self.send(fixture.outbox, "n-l", Self.targets(3) + Self.targets(1, .fcm, prefix: "f"))
-            let done = try await fixture.outbox.deliverLocally(limit: 100, platforms: [.apns, .fcm], inbox: fixture.inbox)
+            let done = try await fixture.outbox.deliverLocally(
+                limit: 100, platforms: [.apns, .fcm], inbox: fixture.inbox)
             #expect(done.delivered == [.apns: 3, .fcm: 1] && done.finished.map(\.state) == [.completed])
             let entries = try await fixture.inbox.list(after: 0, limit: 10)
             #expect(entries.map(\.handle) == ["rh0", "rh1", "rh2", "fh0"])
-            #expect(entries[0].payload == Self.apns.body && entries[0].headers.contains(Header(name: "apns-push-type", value: "alert")))
+            #expect(
+                entries[0].payload == Self.apns.body
+                    && entries[0].headers.contains(Header(name: "apns-push-type", value: "alert")))
             #expect(try await fixture.inbox.list(after: 0, limit: 10, handle: "fh0").map(\.payload) == [Self.fcm.body])
             // The console's order: newest first, paged by the last sequence shown.
             let newest = try await fixture.inbox.list(.newestBefore(0), limit: 2)
             #expect(newest.map(\.handle) == ["fh0", "rh2"])
-            #expect(try await fixture.inbox.list(.newestBefore(newest[1].sequence), limit: 5).map(\.handle) == ["rh1", "rh0"])
+            #expect(
+                try await fixture.inbox.list(.newestBefore(newest[1].sequence), limit: 5).map(\.handle) == [
+                    "rh1", "rh0",
+                ])
             #expect(try await fixture.inbox.list(.newestBefore(0), limit: 5, handle: "rh1").map(\.handle) == ["rh1"])
-            #expect(try await fixture.outbox.deliverLocally(limit: 100, platforms: [.apns, .fcm], inbox: fixture.inbox).delivered.isEmpty)
+            #expect(
+                try await fixture.outbox.deliverLocally(limit: 100, platforms: [.apns, .fcm], inbox: fixture.inbox)
+                    .delivered.isEmpty)
             #expect(try await fixture.inbox.deleteEverything() == 4)
         }
     }
@@ -168,7 +188,9 @@ struct OutboxStoreTests {
         }
     }
 
-    @Test("a staged audience joins its send at the commit; discarding one staging leaves another's rows", arguments: StoreBackend.available)
+    @Test(
+        "a staged audience joins its send at the commit; discarding one staging leaves another's rows",
+        arguments: StoreBackend.available)
     func staging(_ backend: StoreBackend) async throws {
         try await withOutbox(backend) { fixture in
             let outbox = fixture.outbox
@@ -178,7 +200,8 @@ struct OutboxStoreTests {
             try await outbox.stage(Self.targets(2, prefix: "o"), to: &other)
             await outbox.discardStaged(other)
             _ = try await outbox.enqueue(
-                id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.apns], targets: Self.targets(1, prefix: "m"),
+                id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.apns],
+                targets: Self.targets(1, prefix: "m"),
                 staged: staged, retryWindow: .seconds(60), hub: "default", scheduled: false, originalBody: [])
             let items = try await outbox.claim(limit: 100, platforms: [.apns])
             #expect(items.map(\.registrationID) == ["r-0", "r-1", "r-2", "r-3", "m-0"])
@@ -193,19 +216,23 @@ struct OutboxStoreTests {
             let outbox = fixture.outbox
             let request: [UInt8] = try SendRequest(targetUser: "u").serializedBytes()
             _ = try await outbox.schedule(
-                id: "n-a", sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: clock.now + 5000, request: request,
+                id: "n-a", sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: clock.now + 5000,
+                request: request,
                 originalBody: Array("scheduled body".utf8), maxPending: 10)
             #expect(try await outbox.dueScheduled(limit: 10).isEmpty)
             clock.advance(seconds: 6)
             #expect(try await outbox.dueScheduled(limit: 10).map(\.request) == [request])
             for expected in [true, false] {
                 let made = try await outbox.enqueue(
-                    id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.apns], targets: Self.targets(1), staged: nil,
+                    id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.apns],
+                    targets: Self.targets(1), staged: nil,
                     retryWindow: .seconds(60), hub: "default", scheduled: true, originalBody: [])
                 #expect((made != nil) == expected)
             }
             // The body given when it was scheduled stays; making it does not replace it.
-            #expect(try await outbox.outcome(of: "n-a", requester: "", hub: "").originalBody == Array("scheduled body".utf8))
+            #expect(
+                try await outbox.outcome(of: "n-a", requester: "", hub: "").originalBody == Array("scheduled body".utf8)
+            )
             await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a", hub: "") }
             await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-none", hub: "") }
         }
@@ -221,7 +248,8 @@ struct OutboxStoreTests {
             let request: [UInt8] = try SendRequest(targetUser: "u").serializedBytes()
             func schedule(_ id: String, hub: String) async throws {
                 _ = try await outbox.schedule(
-                    id: id, sender: "s", targetUser: "u", targetTag: "", hub: hub, fireAt: clock.now + 5000, request: request,
+                    id: id, sender: "s", targetUser: "u", targetTag: "", hub: hub, fireAt: clock.now + 5000,
+                    request: request,
                     originalBody: [], maxPending: 3)
             }
             for n in 0..<3 { try await schedule("n-\(n)", hub: "busy") }
@@ -238,7 +266,8 @@ struct OutboxStoreTests {
     /// Replicas a and b on one PostgreSQL outbox with a 30 s lease on `clock`, after a has made
     /// send `id` to three APNs devices and claimed all three (`first`).
     static func withClaimedByA(
-        _ id: String, clock: ManualClock, _ body: (_ a: any OutboxStore, _ b: PostgresOutbox, _ first: [PushItem]) async throws -> Void
+        _ id: String, clock: ManualClock,
+        _ body: (_ a: any OutboxStore, _ b: PostgresOutbox, _ first: [PushItem]) async throws -> Void
     ) async throws {
         try await withOutbox(.postgres, lease: .seconds(30), now: clock.function) { fixture in
             let make = try #require(fixture.replica)
@@ -250,7 +279,9 @@ struct OutboxStoreTests {
         }
     }
 
-    @Test("PostgreSQL: an expired lease goes to another replica with the same message id; the first one's late results are dropped")
+    @Test(
+        "PostgreSQL: an expired lease goes to another replica with the same message id; the first one's late results are dropped"
+    )
     func leaseTakeover() async throws {
         guard StoreBackend.available.contains(.postgres) else { return }
         let clock = ManualClock()
@@ -267,7 +298,8 @@ struct OutboxStoreTests {
             #expect(try await b.record(second.map(Self.delivered)).map(\.state) == [.completed])
             outcome = try await a.outcome(of: "n-x", requester: "", hub: "")
             #expect(outcome.platforms.first?.success == 3 && outcome.platforms.first?.pending == 0)
-            let records = try await a.deliveries(of: "n-x", requester: "", hub: "", failedOnly: false, after: 0, limit: 10)
+            let records = try await a.deliveries(
+                of: "n-x", requester: "", hub: "", failedOnly: false, after: 0, limit: 10)
             #expect(records.allSatisfy { $0.attempts == 2 && $0.state == .delivered })
         }
     }
@@ -289,7 +321,8 @@ struct OutboxStoreTests {
             #expect(second.map(\.messageID) == first.map(\.messageID))
             #expect(try await a.renewLeases(held) == 0)  // taken over: a's claim no longer holds
             #expect(try await b.record(second.map(Self.delivered)).map(\.state) == [.completed])
-            #expect(try await b.renewLeases(second.map { (sequence: $0.sequence, attempt: $0.attempt) }) == 0)  // recorded
+            // Recorded already.
+            #expect(try await b.renewLeases(second.map { (sequence: $0.sequence, attempt: $0.attempt) }) == 0)
         }
     }
 
@@ -312,14 +345,19 @@ struct OutboxStoreTests {
         }
     }
 
-    @Test("PostgreSQL: replicas claiming and recording at once take every delivery exactly once, and the send completes once")
+    @Test(
+        "PostgreSQL: replicas claiming and recording at once take every delivery exactly once, and the send completes once"
+    )
     func concurrentReplicas() async throws {
         guard StoreBackend.available.contains(.postgres) else { return }
         try await withOutbox(.postgres) { fixture in
             let make = try #require(fixture.replica)
-            let replicas: [PostgresOutbox] = [try await make("replica-1"), try await make("replica-2"), try await make("replica-3")]
+            let replicas: [PostgresOutbox] = [
+                try await make("replica-1"), try await make("replica-2"), try await make("replica-3"),
+            ]
             let count = 3000
-            try await Self.send(replicas[0], "n-c", Self.targets(count / 2) + Self.targets(count / 2, .fcm, prefix: "f"))
+            try await Self.send(
+                replicas[0], "n-c", Self.targets(count / 2) + Self.targets(count / 2, .fcm, prefix: "f"))
             // Each worker returns what it claimed and which sends its results finished.
             let (sequences, finished) = try await withThrowingTaskGroup(of: ([Int64], [OutcomeState]).self) { group in
                 for worker in 0..<6 {

@@ -21,7 +21,8 @@ struct RuleTests {
         // Defaults are resolved once, here: a sender never falls back to its own.
         let web = try PlatformRules.prepare(NativePayload(platform: .browser, body: [1]))
         #expect(WebPushSender.headers(for: web.options) == [Header(name: "urgency", value: "high")])
-        let timed = try PlatformRules.prepare(NativePayload(platform: .fcm, body: Array("{}".utf8), ttlSeconds: 60), sentAt: 1_000_500)
+        let timed = try PlatformRules.prepare(
+            NativePayload(platform: .fcm, body: Array("{}".utf8), ttlSeconds: 60), sentAt: 1_000_500)
         #expect(timed.options.expiresAtUnixMs == 1_060_500)
         #expect(throws: ServiceError.self) {
             try PlatformRules.prepare(NativePayload(platform: .apns, body: [1], pushType: "background", priority: 10))
@@ -29,7 +30,9 @@ struct RuleTests {
         #expect(throws: ServiceError.self) {
             try PlatformRules.prepare(NativePayload(platform: .apns, body: Array(repeating: 0, count: 4097)))
         }
-        #expect(throws: ServiceError.self) { try PlatformRules.prepare(NativePayload(platform: .wns, body: [1], pushType: "wns/x")) }
+        #expect(throws: ServiceError.self) {
+            try PlatformRules.prepare(NativePayload(platform: .wns, body: [1], pushType: "wns/x"))
+        }
         #expect(throws: ServiceError.self) { try PlatformRules.prepare(NativePayload(body: [1])) }
     }
 }

@@ -10,7 +10,8 @@ import Testing
 
 @Suite("scheduled sends in the outbox")
 struct ScheduleTests {
-    static let payload = OutboxPayload(platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))
+    static let payload = OutboxPayload(
+        platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))
     static let target = Outbox.Target(registrationID: "r1", platform: .apns, handle: "aa")
 
     func schedule(_ outbox: Outbox, _ id: String, at: Int64) async throws {
@@ -82,23 +83,29 @@ struct ScheduleTests {
             let hostile = Registration(
                 registrationID: "h", platform: .apns, handle: String(format: "%064x", 1), templateName: "h",
                 templateJson: #"{"body":"{\"aps\":{\"alert\":\"x\"}}","headers":{"\#(header)":"\#(value)"}}"#)
-            var refused = TemplateAudience(properties: PushTemplate.Properties([("m", "-9223372036854775808")]), sentAt: Int64.max)
+            var refused = TemplateAudience(
+                properties: PushTemplate.Properties([("m", "-9223372036854775808")]), sentAt: Int64.max)
             try refused.add([hostile, hostile])
             // Left out of the send, with the reason kept for a send that nothing else reaches.
-            #expect(refused.payloads.isEmpty && refused.targets.isEmpty && refused.refusedDevices == 2, "\(header): \(value)")
+            #expect(
+                refused.payloads.isEmpty && refused.targets.isEmpty && refused.refusedDevices == 2,
+                "\(header): \(value)")
             #expect(refused.firstRefusal?.message.hasPrefix("template h") == true, "\(header): \(value)")
         }
         for template in [
-            #"{"body":"{}","headers":{"apns-expiration":"253402300799"}}"#, #"{"body":"{}","expiry":"9999-12-31T23:59:59Z"}"#,
+            #"{"body":"{}","headers":{"apns-expiration":"253402300799"}}"#,
+            #"{"body":"{}","expiry":"9999-12-31T23:59:59Z"}"#,
         ] {
             var far = TemplateAudience(properties: PushTemplate.Properties([]), sentAt: 1_000)
             try far.add([
                 Registration(
-                    registrationID: "f", platform: .apns, handle: String(format: "%064x", 2), templateName: "f", templateJson: template)
+                    registrationID: "f", platform: .apns, handle: String(format: "%064x", 2), templateName: "f",
+                    templateJson: template)
             ])
             #expect(far.payloads.first?.options.expiresAtUnixMs ?? 0 != 0, "\(template)")
         }
-        var tooBig = TemplateAudience(properties: PushTemplate.Properties([("m", String(repeating: "x", count: 5000))]), sentAt: 1_000)
+        var tooBig = TemplateAudience(
+            properties: PushTemplate.Properties([("m", String(repeating: "x", count: 5000))]), sentAt: 1_000)
         try tooBig.add([registrations[0]])
         #expect(tooBig.payloads.isEmpty && tooBig.refusedDevices == 1 && tooBig.firstRefusal != nil)
     }

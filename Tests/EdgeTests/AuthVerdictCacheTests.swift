@@ -15,10 +15,12 @@ struct AuthVerdictCacheTests {
     static func withCache(
         _ body: (AuthVerdictCache, SharedGeneration, String, TestClock) throws -> Void
     ) throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("verdicts-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("verdicts-\(UUID().uuidString)")
+            .path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let counter = try #require(try SharedGeneration(path: "\(directory)/\(SharedGeneration.authFileName)", writable: true))
+        let counter = try #require(
+            try SharedGeneration(path: "\(directory)/\(SharedGeneration.authFileName)", writable: true))
         let clock = TestClock()
         let cache = AuthVerdictCache(authEndpoints: [.unix("\(directory)/auth.sock")], now: { clock.now })
         try body(cache, counter, directory, clock)
@@ -27,7 +29,9 @@ struct AuthVerdictCacheTests {
     static let alice = AuthenticateRequest(authorization: "Basic YWxpY2U6YWxpY2U=")
 
     /// Looks `request` up; on a miss stores `answer` under the generation read, as the edge does.
-    static func ask(_ cache: AuthVerdictCache, _ request: AuthenticateRequest = alice, answer: AuthenticateResponse) -> Bool {
+    static func ask(_ cache: AuthVerdictCache, _ request: AuthenticateRequest = alice, answer: AuthenticateResponse)
+        -> Bool
+    {
         switch cache.lookup(request) {
         case .hit: return true
         case .miss(let key, let generation):
@@ -43,7 +47,10 @@ struct AuthVerdictCacheTests {
             #expect(!Self.ask(cache, answer: answer))
             #expect(Self.ask(cache, answer: answer))
             #expect(!Self.ask(cache, AuthenticateRequest(authorization: "Basic Ym9iOmJvYg=="), answer: answer))
-            #expect(!Self.ask(cache, AuthenticateRequest(authorization: Self.alice.authorization, hub: "default"), answer: answer))
+            #expect(
+                !Self.ask(
+                    cache, AuthenticateRequest(authorization: Self.alice.authorization, hub: "default"), answer: answer)
+            )
             counter.bump()
             #expect(!Self.ask(cache, answer: answer))
             #expect(Self.ask(cache, answer: answer))

@@ -14,7 +14,8 @@ struct EdgeHardeningTests {
     @Test("uploaded content is never sniffed, and is a download unless an image, a sound or a video")
     func contentHeaders() {
         for type in [
-            "text/html", "text/html; charset=utf-8", "image/svg+xml", "application/xhtml+xml", "application/pdf", "text/plain", "TEXT/HTML",
+            "text/html", "text/html; charset=utf-8", "image/svg+xml", "application/xhtml+xml", "application/pdf",
+            "text/plain", "TEXT/HTML",
         ] {
             let headers = EdgeRoutes.contentHeaders(type)
             #expect(headers[.xContentTypeOptions] == "nosniff")
@@ -37,7 +38,8 @@ struct EdgeHardeningTests {
 
     @Test("the OpenAPI document the edge serves is JSON with every route")
     func openAPI() throws {
-        let document = try #require(try JSONSerialization.jsonObject(with: Data(OpenAPIDocument.json.utf8)) as? [String: Any])
+        let document = try #require(
+            try JSONSerialization.jsonObject(with: Data(OpenAPIDocument.json.utf8)) as? [String: Any])
         #expect(document["openapi"] as? String == "3.1.0")
         let paths = try #require(document["paths"] as? [String: Any])
         for path in [
@@ -67,7 +69,9 @@ struct SecureBodyJSONTests {
         ] {
             let body = SecureBody(Id: id, Payload: text, Read: read)
             #expect(body.json == String(decoding: try encoder.encode(body), as: UTF8.self))
-            #expect(try JSONDecoder().decode(Decoded.self, from: Data(body.json.utf8)) == Decoded(Id: id, Payload: text, Read: read))
+            #expect(
+                try JSONDecoder().decode(Decoded.self, from: Data(body.json.utf8))
+                    == Decoded(Id: id, Payload: text, Read: read))
         }
         // Other control characters: JSONEncoder's spelling may differ, the value may not.
         let control = SecureBody(Id: 9, Payload: "bell\u{7} nul\u{0} esc\u{1b}", Read: false)

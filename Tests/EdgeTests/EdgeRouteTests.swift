@@ -21,10 +21,12 @@ struct EdgeRouteTests {
         _ services: FakeServices = FakeServices(), profile: String = "rich", testMode: Bool = false,
         _ body: @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
-        let config = try EdgeConfig(reader: ConfigReader(arguments: ["--profile", profile, "--test-mode", "\(testMode)"]))
+        let config = try EdgeConfig(
+            reader: ConfigReader(arguments: ["--profile", profile, "--test-mode", "\(testMode)"]))
         let routes = EdgeRoutes(
             auth: services, registration: services, payload: services, dispatch: services,
-            health: ["auth": services, "registration": services, "payload": services, "dispatch": services], config: config)
+            health: ["auth": services, "registration": services, "payload": services, "dispatch": services],
+            config: config)
         let router = Router(context: EdgeRequestContext.self)
         routes.add(to: router)
         try await Application(router: router).test(.router) { client in try await body(client) }
@@ -34,11 +36,14 @@ struct EdgeRouteTests {
     func oneRequestIDWhenTheClientSendsNone() async throws {
         let services = FakeServices()
         try await Self.withEdge(services) { client in
-            try await client.execute(uri: "/api/notifications/7", method: .get, headers: [.authorization: Self.alice]) { response in
+            try await client.execute(uri: "/api/notifications/7", method: .get, headers: [.authorization: Self.alice]) {
+                response in
                 #expect(response.status == .ok)
                 let id = try #require(response.headers[HTTPField.Name("X-Request-Id")!])
                 #expect(!id.isEmpty)
-                #expect(services.requestIDs == [id, id], "auth and payload saw \(services.requestIDs), the answer says \(id)")
+                #expect(
+                    services.requestIDs == [id, id],
+                    "auth and payload saw \(services.requestIDs), the answer says \(id)")
             }
         }
     }
@@ -71,7 +76,8 @@ struct EdgeRouteTests {
     func statusMapping(error: ServiceError, status: Int, retryAfter: String?) async throws {
         let services = FakeServices(payloadError: error)
         try await Self.withEdge(services) { client in
-            try await client.execute(uri: "/api/notifications/7", method: .get, headers: [.authorization: Self.alice]) { response in
+            try await client.execute(uri: "/api/notifications/7", method: .get, headers: [.authorization: Self.alice]) {
+                response in
                 #expect(response.status.code == status)
                 #expect(response.headers[.contentType] == "application/json; charset=utf-8")
                 #expect(response.headers[.retryAfter] == retryAfter)
@@ -87,7 +93,8 @@ struct EdgeRouteTests {
     func unauthenticated() async throws {
         let services = FakeServices(authError: ServiceError(.unauthenticated, "wrong password"))
         try await Self.withEdge(services) { client in
-            try await client.execute(uri: "/api/notifications/7", method: .get, headers: [.authorization: Self.alice]) { response in
+            try await client.execute(uri: "/api/notifications/7", method: .get, headers: [.authorization: Self.alice]) {
+                response in
                 #expect(response.status == .unauthorized)
                 #expect(response.headers[.wwwAuthenticate] == #"Basic realm="herald""#)
                 #expect(services.requestIDs.count == 1)
@@ -103,7 +110,8 @@ struct EdgeRouteTests {
         let services = FakeServices(registrationError: ServiceError(.notFound, "unknown id"))
         try await Self.withEdge(services) { client in
             try await client.execute(
-                uri: "/api/register/r-1", method: .put, headers: [.authorization: Self.alice, .contentType: "application/json"],
+                uri: "/api/register/r-1", method: .put,
+                headers: [.authorization: Self.alice, .contentType: "application/json"],
                 body: ByteBuffer(string: #"{"Platform":"apns","Handle":"abcd","Tags":[]}"#)
             ) { response in
                 #expect(response.status == .gone)
@@ -115,7 +123,8 @@ struct EdgeRouteTests {
     func refusedSendDeletesContent() async throws {
         let services = FakeServices(dispatchError: ServiceError(.invalidArgument, "no"))
         try await Self.withEdge(services) { client in
-            try await client.execute(uri: "/api/notifications", method: .post, headers: [.authorization: Self.alice]) { response in
+            try await client.execute(uri: "/api/notifications", method: .post, headers: [.authorization: Self.alice]) {
+                response in
                 #expect(response.status == .badRequest)
                 #expect(services.deleted == [7])
             }
@@ -125,13 +134,16 @@ struct EdgeRouteTests {
     @Test("/v1 answers are typed JSON: camelCase, sorted keys, Notification Hubs' state names")
     func v1OutcomeBody() async throws {
         try await Self.withEdge(FakeServices()) { client in
-            try await client.execute(uri: "/v1/notifications/n-1/outcome", method: .get, headers: [.authorization: Self.alice]) {
+            try await client.execute(
+                uri: "/v1/notifications/n-1/outcome", method: .get, headers: [.authorization: Self.alice]
+            ) {
                 response in
                 #expect(response.status == .ok)
                 #expect(
                     String(buffer: response.body)
                         == #"{"createdAtUnixMs":1700000000000,"notificationId":"n-1","platforms":[{"failure":1,"failures":{"BadDeviceToken":1},"#
-                        + #""pending":0,"platform":"apns","removedHandles":1,"retries":3,"success":2}],"state":"Completed"}"#)
+                        + #""pending":0,"platform":"apns","removedHandles":1,"retries":3,"success":2}],"state":"Completed"}"#
+                )
             }
         }
     }
@@ -151,7 +163,9 @@ struct EdgeRouteTests {
         #expect(services.inboxRequests.isEmpty)
     }
 
-    @Test("with test-mode, /v1/test/inbox lists one handle's pushes and /v1/test/reset resets every service, dispatch first")
+    @Test(
+        "with test-mode, /v1/test/inbox lists one handle's pushes and /v1/test/reset resets every service, dispatch first"
+    )
     func testRoutesOn() async throws {
         let services = FakeServices()
         try await Self.withEdge(services, testMode: true) { client in
@@ -167,7 +181,9 @@ struct EdgeRouteTests {
             }
             try await client.execute(uri: "/v1/test/reset", method: .post) { response in
                 #expect(response.status == .ok)
-                #expect(String(buffer: response.body) == #"{"deleted":{"auth":1,"dispatch":1,"payload":1,"registration":1}}"#)
+                #expect(
+                    String(buffer: response.body)
+                        == #"{"deleted":{"auth":1,"dispatch":1,"payload":1,"registration":1}}"#)
             }
         }
         #expect(services.inboxRequests.map(\.handle) == ["abc"])
@@ -239,27 +255,49 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         try record(options, authError)
         return AuthenticateResponse(user: "alice", scheme: "basic", rights: ["Listen", "Send"])
     }
-    func issueToken(_ request: IssueTokenRequest, options: RPCCallOptions) async throws -> IssueTokenResponse { throw Self.unused() }
-    func revokeToken(_ request: RevokeTokenRequest, options: RPCCallOptions) async throws -> RevokeTokenResponse { throw Self.unused() }
-    func revokeUserTokens(_ request: RevokeUserTokensRequest, options: RPCCallOptions) async throws -> RevokeTokenResponse {
+    func issueToken(_ request: IssueTokenRequest, options: RPCCallOptions) async throws -> IssueTokenResponse {
         throw Self.unused()
     }
-    func createUser(_ request: CreateUserRequest, options: RPCCallOptions) async throws -> UserResponse { throw Self.unused() }
-    func setPassword(_ request: SetPasswordRequest, options: RPCCallOptions) async throws -> UserResponse { throw Self.unused() }
-    func deleteUser(_ request: DeleteUserRequest, options: RPCCallOptions) async throws -> DeleteUserResponse { throw Self.unused() }
-    func listUsers(_ request: ListUsersRequest, options: RPCCallOptions) async throws -> ListUsersResponse { throw Self.unused() }
+    func revokeToken(_ request: RevokeTokenRequest, options: RPCCallOptions) async throws -> RevokeTokenResponse {
+        throw Self.unused()
+    }
+    func revokeUserTokens(_ request: RevokeUserTokensRequest, options: RPCCallOptions) async throws
+        -> RevokeTokenResponse
+    {
+        throw Self.unused()
+    }
+    func createUser(_ request: CreateUserRequest, options: RPCCallOptions) async throws -> UserResponse {
+        throw Self.unused()
+    }
+    func setPassword(_ request: SetPasswordRequest, options: RPCCallOptions) async throws -> UserResponse {
+        throw Self.unused()
+    }
+    func deleteUser(_ request: DeleteUserRequest, options: RPCCallOptions) async throws -> DeleteUserResponse {
+        throw Self.unused()
+    }
+    func listUsers(_ request: ListUsersRequest, options: RPCCallOptions) async throws -> ListUsersResponse {
+        throw Self.unused()
+    }
     func userExists(_ request: UserExistsRequest, options: RPCCallOptions) async throws -> UserExistsResponse {
         try record(options, authError)
         return UserExistsResponse(exists: true)
     }
 
     func createHub(_ request: CreateHubRequest, options: RPCCallOptions) async throws -> Hub { throw Self.unused() }
-    func listHubs(_ request: ListHubsRequest, options: RPCCallOptions) async throws -> ListHubsResponse { throw Self.unused() }
+    func listHubs(_ request: ListHubsRequest, options: RPCCallOptions) async throws -> ListHubsResponse {
+        throw Self.unused()
+    }
     func getHub(_ request: GetHubRequest, options: RPCCallOptions) async throws -> Hub { throw Self.unused() }
-    func deleteHub(_ request: DeleteHubRequest, options: RPCCallOptions) async throws -> DeleteHubResponse { throw Self.unused() }
-    func listHubKeys(_ request: ListHubKeysRequest, options: RPCCallOptions) async throws -> ListHubKeysResponse { throw Self.unused() }
+    func deleteHub(_ request: DeleteHubRequest, options: RPCCallOptions) async throws -> DeleteHubResponse {
+        throw Self.unused()
+    }
+    func listHubKeys(_ request: ListHubKeysRequest, options: RPCCallOptions) async throws -> ListHubKeysResponse {
+        throw Self.unused()
+    }
     func setHubKey(_ request: SetHubKeyRequest, options: RPCCallOptions) async throws -> HubKey { throw Self.unused() }
-    func rotateHubKey(_ request: RotateHubKeyRequest, options: RPCCallOptions) async throws -> HubKey { throw Self.unused() }
+    func rotateHubKey(_ request: RotateHubKeyRequest, options: RPCCallOptions) async throws -> HubKey {
+        throw Self.unused()
+    }
     func revokeHubKey(_ request: RevokeHubKeyRequest, options: RPCCallOptions) async throws -> RevokeHubKeyResponse {
         throw Self.unused()
     }
@@ -267,21 +305,31 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         try record(options, authError)
         return AuthorizeSasResponse(keyName: "DefaultListenSharedAccessSignature", rights: sasRights)
     }
-    func grantHubRights(_ request: GrantHubRightsRequest, options: RPCCallOptions) async throws -> GrantHubRightsResponse {
+    func grantHubRights(_ request: GrantHubRightsRequest, options: RPCCallOptions) async throws
+        -> GrantHubRightsResponse
+    {
         throw Self.unused()
     }
-    func setHubLimits(_ request: SetHubLimitsRequest, options: RPCCallOptions) async throws -> Hub { throw Self.unused() }
+    func setHubLimits(_ request: SetHubLimitsRequest, options: RPCCallOptions) async throws -> Hub {
+        throw Self.unused()
+    }
 
     // registration
-    func putInstallation(_ request: PutInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse {
+    func putInstallation(_ request: PutInstallationRequest, options: RPCCallOptions) async throws
+        -> InstallationResponse
+    {
         try record(options, registrationError)
         return InstallationResponse(json: request.json)
     }
-    func patchInstallation(_ request: PatchInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse {
+    func patchInstallation(_ request: PatchInstallationRequest, options: RPCCallOptions) async throws
+        -> InstallationResponse
+    {
         try record(options, registrationError)
         return InstallationResponse()
     }
-    func getInstallation(_ request: GetInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse {
+    func getInstallation(_ request: GetInstallationRequest, options: RPCCallOptions) async throws
+        -> InstallationResponse
+    {
         try record(options, registrationError)
         return InstallationResponse(json: Array(#"{"installationId":"\#(request.installationID)"}"#.utf8))
     }
@@ -294,12 +342,17 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func listInstallations(
         _ request: ListInstallationsRequest, options: RPCCallOptions
     ) async throws -> ListInstallationsResponse { throw Self.unused() }
-    func deleteHubDevices(_ request: DeleteHubDevicesRequest, options: RPCCallOptions) async throws -> DeleteHubDevicesResponse {
+    func deleteHubDevices(_ request: DeleteHubDevicesRequest, options: RPCCallOptions) async throws
+        -> DeleteHubDevicesResponse
+    {
         throw Self.unused()
     }
-    func listDevices(_ request: ListDevicesRequest, options: RPCCallOptions) async throws -> ListDevicesResponse { throw Self.unused() }
+    func listDevices(_ request: ListDevicesRequest, options: RPCCallOptions) async throws -> ListDevicesResponse {
+        throw Self.unused()
+    }
     func exportDevices(
-        _ request: ExportDevicesRequest, options: RPCCallOptions, onMessage: @escaping @Sendable (ExportBatch) async throws -> Void
+        _ request: ExportDevicesRequest, options: RPCCallOptions,
+        onMessage: @escaping @Sendable (ExportBatch) async throws -> Void
     ) async throws { throw Self.unused() }
     func createRegistrationId(
         _ request: CreateRegistrationIdRequest, options: RPCCallOptions
@@ -331,7 +384,9 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome {
         throw Self.unused()
     }
-    func deleteHubSends(_ request: DeleteHubSendsRequest, options: RPCCallOptions) async throws -> DeleteHubSendsResponse {
+    func deleteHubSends(_ request: DeleteHubSendsRequest, options: RPCCallOptions) async throws
+        -> DeleteHubSendsResponse
+    {
         throw Self.unused()
     }
     func streamAudience(
@@ -346,7 +401,8 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     }
     func fetchPayload(_ request: FetchPayloadRequest, options: RPCCallOptions) async throws -> FetchPayloadResponse {
         try record(options, payloadError)
-        return FetchPayloadResponse(id: request.id, kind: .rich, content: Array("hello".utf8), contentType: "text/plain")
+        return FetchPayloadResponse(
+            id: request.id, kind: .rich, content: Array("hello".utf8), contentType: "text/plain")
     }
     func deletePayload(_ request: DeletePayloadRequest, options: RPCCallOptions) async throws -> DeletePayloadResponse {
         seen.withLock { $0.deleted.append(request.id) }
@@ -364,7 +420,8 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
             notificationID: request.notificationID, state: .completed,
             platforms: [
                 PlatformOutcome(
-                    platform: .apns, success: 2, failure: 1, failures: [FailureCount(reason: "BadDeviceToken", count: 1)],
+                    platform: .apns, success: 2, failure: 1,
+                    failures: [FailureCount(reason: "BadDeviceToken", count: 1)],
                     removedHandles: 1, retries: 3)
             ],
             createdAtUnixMs: 1_700_000_000_000, sender: "alice")
@@ -374,7 +431,8 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         return ListInboxResponse(entries: [
             InboxEntry(
                 sequence: 5, notificationID: "n-1", registrationID: "r-1", platform: .apns, handle: request.handle,
-                headers: [Header(name: "apns-push-type", value: "alert")], payload: Array(#"{"aps":{}}"#.utf8), recordedAtUnixMs: 1)
+                headers: [Header(name: "apns-push-type", value: "alert")], payload: Array(#"{"aps":{}}"#.utf8),
+                recordedAtUnixMs: 1)
         ])
     }
     func listDeliveries(
@@ -386,8 +444,12 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func getHubCredentials(
         _ request: GetHubCredentialsRequest, options: RPCCallOptions
     ) async throws -> HubCredentialsResponse { throw Self.unused() }
-    func listSends(_ request: ListSendsRequest, options: RPCCallOptions) async throws -> ListSendsResponse { throw Self.unused() }
-    func sendStats(_ request: SendStatsRequest, options: RPCCallOptions) async throws -> SendStatsResponse { throw Self.unused() }
+    func listSends(_ request: ListSendsRequest, options: RPCCallOptions) async throws -> ListSendsResponse {
+        throw Self.unused()
+    }
+    func sendStats(_ request: SendStatsRequest, options: RPCCallOptions) async throws -> SendStatsResponse {
+        throw Self.unused()
+    }
     func deleteHubCredentials(
         _ request: DeleteHubCredentialsRequest, options: RPCCallOptions
     ) async throws -> HubCredentialsResponse { throw Self.unused() }

@@ -28,7 +28,8 @@ struct NHFormatTests {
         }
         #expect(NHTime.parse("2024-01-01T08:00:00.250Z")!.timeIntervalSince(expected) == 0.25)
         for bad in [
-            "", "tomorrow", "2024-13-01T08:00:00", "2024-02-30T08:00:00", "2024-01-01", "2024-01-01T08:00:00+25:00", "1704096000",
+            "", "tomorrow", "2024-13-01T08:00:00", "2024-02-30T08:00:00", "2024-01-01", "2024-01-01T08:00:00+25:00",
+            "1704096000",
             "13/01/2024 08:00:00", "01/01/2024", "01/01/2024 25:00:00", "2024-01-01T08+01:00",
         ] {
             #expect(NHTime.parse(bad) == nil, "\(bad)")
@@ -38,11 +39,15 @@ struct NHFormatTests {
     @Test("batch bodies in the .NET, JS and docs spellings; a missing part is NH's 400")
     func batch() throws {
         let notification = #"{"aps":{"alert":"hi"}}"#
-        func body(_ boundary: String, devices: String, typeHeader: String = "Content-Type", newline: String = "\r\n") -> [UInt8] {
+        func body(_ boundary: String, devices: String, typeHeader: String = "Content-Type", newline: String = "\r\n")
+            -> [UInt8]
+        {
             Array(
                 [
-                    "preamble", "--\(boundary)", "\(typeHeader): application/json", "Content-Disposition: inline; name=notification", "",
-                    notification, "--\(boundary)", "Content-Type: application/json", #"Content-Disposition: inline; name="devices""#, "",
+                    "preamble", "--\(boundary)", "\(typeHeader): application/json",
+                    "Content-Disposition: inline; name=notification", "",
+                    notification, "--\(boundary)", "Content-Type: application/json",
+                    #"Content-Disposition: inline; name="devices""#, "",
                     devices, "--\(boundary)--", "epilogue",
                 ].joined(separator: newline).utf8)
         }
@@ -54,14 +59,17 @@ struct NHFormatTests {
             for devices in [#"["a1","b2"]"#, "['a1','b2']"] {
                 for newline in ["\r\n", "\n"] {
                     let parts = try NHBatch.parse(
-                        contentType: contentType, body: body(boundary, devices: devices, typeHeader: "Content-type", newline: newline))
+                        contentType: contentType,
+                        body: body(boundary, devices: devices, typeHeader: "Content-type", newline: newline))
                     #expect(String(decoding: parts.notification, as: UTF8.self) == notification)
                     #expect(parts.notificationContentType == "application/json")
                     #expect(parts.devices == ["a1", "b2"])
                 }
             }
         }
-        #expect(throws: EdgeError.self) { try NHBatch.parse(contentType: "application/json", body: body("b", devices: "[]")) }
+        #expect(throws: EdgeError.self) {
+            try NHBatch.parse(contentType: "application/json", body: body("b", devices: "[]"))
+        }
         let missing = #expect(throws: EdgeError.self) {
             try NHBatch.parse(
                 contentType: "multipart/mixed; boundary=b",
@@ -75,16 +83,20 @@ struct NHFormatTests {
         // (a 2,500-dash boundary over 120 KB of dashes once took 20 s).
         let dashes = Array(repeating: UInt8(ascii: "-"), count: 120_000)
         let long = #expect(throws: EdgeError.self) {
-            try NHBatch.parse(contentType: "multipart/mixed; boundary=" + String(repeating: "-", count: 2500), body: dashes)
+            try NHBatch.parse(
+                contentType: "multipart/mixed; boundary=" + String(repeating: "-", count: 2500), body: dashes)
         }
         #expect(long?.message.contains("70 characters") == true)
         #expect(throws: EdgeError.self) {
-            try NHBatch.parse(contentType: "multipart/mixed; boundary=" + String(repeating: "-", count: 70), body: dashes)
+            try NHBatch.parse(
+                contentType: "multipart/mixed; boundary=" + String(repeating: "-", count: 70), body: dashes)
         }
         #expect(NHBatch.delimiterStarts(Array("--b\nx--b\n--b--".utf8), Array("--b".utf8)) == [0, 9])
     }
 
-    @Test("telemetry XML: states, outcome names summed per NH name, platforms in the .NET order, nothing before it is known")
+    @Test(
+        "telemetry XML: states, outcome names summed per NH name, platforms in the .NET order, nothing before it is known"
+    )
     func telemetry() {
         var apns = PlatformOutcome(platform: .apns, success: 3, failure: 3)
         apns.failures = [
@@ -96,15 +108,20 @@ struct NHFormatTests {
             notificationID: "n-1", state: .completed, platforms: [fcm, apns], createdAtUnixMs: 1_704_096_000_000,
             startedAtUnixMs: 1_704_096_000_250, finishedAtUnixMs: 1_704_096_001_000)
         let xml = NHTelemetry.details(outcome, location: "http://h/hub/messages/n-1?api-version=2016-07&x=<")
-        #expect(xml.contains("<EnqueueTime>2024-01-01T08:00:00.000Z</EnqueueTime><StartTime>2024-01-01T08:00:00.250Z</StartTime>"))
+        #expect(
+            xml.contains(
+                "<EnqueueTime>2024-01-01T08:00:00.000Z</EnqueueTime><StartTime>2024-01-01T08:00:00.250Z</StartTime>"))
         #expect(xml.contains("<TargetPlatforms>apple,fcmv1</TargetPlatforms>"))
         #expect(xml.contains("&amp;x=&lt;</Location>"))
         #expect(
             xml.contains(
                 "<ApnsOutcomeCounts><Outcome><Name>Success</Name><Count>3</Count></Outcome><Outcome><Name>ExpiredChannel</Name><Count>2</Count></Outcome><Outcome><Name>WrongToken</Name><Count>1</Count></Outcome></ApnsOutcomeCounts><FcmV1OutcomeCounts>"
             ), "\(xml)")
-        let enqueued = NHTelemetry.details(Outcome(notificationID: "n-2", state: .enqueued, createdAtUnixMs: 1), location: "l")
-        #expect(enqueued.contains("<State>Enqueued</State>") && !enqueued.contains("StartTime") && !enqueued.contains("EndTime"))
+        let enqueued = NHTelemetry.details(
+            Outcome(notificationID: "n-2", state: .enqueued, createdAtUnixMs: 1), location: "l")
+        #expect(
+            enqueued.contains("<State>Enqueued</State>") && !enqueued.contains("StartTime")
+                && !enqueued.contains("EndTime"))
         #expect(NHTelemetry.outcomeName("Abandoned") == "AbandonedNotificationMessages")
         #expect(NHTelemetry.outcomeName("HTTP 503") == "PnsServerError")
         #expect(NHTelemetry.outcomeName("NoCredentials") == "InvalidCredentials")
@@ -118,7 +135,9 @@ struct NHFormatTests {
             HTTPField.Name("X-WNS-TTL")!: "60", .contentType: "application/octet-stream",
         ]
         let wns = try EdgeRoutes.nhPayload(headers, body: Data("raw".utf8))
-        #expect(wns.platform == .wns && wns.pushType == "wns/raw" && wns.ttlSeconds == 60 && wns.contentType == "application/octet-stream")
+        #expect(
+            wns.platform == .wns && wns.pushType == "wns/raw" && wns.ttlSeconds == 60
+                && wns.contentType == "application/octet-stream")
         headers = [HTTPField.Name("ServiceBusNotification-Format")!: "Apple", HTTPField.Name("apns-priority")!: "7"]
         #expect(throws: EdgeError.self) { try EdgeRoutes.nhPayload(headers, body: Data("{}".utf8)) }
         headers = [
@@ -129,14 +148,20 @@ struct NHFormatTests {
         #expect(apple.pushType == "alert" && apple.ttlSeconds > 0)
         // Numbers from outside are read once, bounded; nothing after them can trap.
         let format = HTTPField.Name("ServiceBusNotification-Format")!
-        for value in ["-9223372036854775808", "9223372036854775807", "9223372036854775808", "253402300800", "-1", "1e9"] {
+        for value in [
+            "-9223372036854775808", "9223372036854775807", "9223372036854775808", "253402300800", "-1", "1e9",
+        ] {
             let expiration: HTTPFields = [format: "apple", HTTPField.Name("apns-expiration")!: value]
             #expect(throws: EdgeError.self, "\(value)") { try EdgeRoutes.nhPayload(expiration, body: Data("{}".utf8)) }
-            let ttl: HTTPFields = [format: "windows", HTTPField.Name("X-WNS-Type")!: "wns/raw", HTTPField.Name("X-WNS-TTL")!: value]
+            let ttl: HTTPFields = [
+                format: "windows", HTTPField.Name("X-WNS-Type")!: "wns/raw", HTTPField.Name("X-WNS-TTL")!: value,
+            ]
             #expect(throws: EdgeError.self, "\(value)") { try EdgeRoutes.nhPayload(ttl, body: Data("raw".utf8)) }
         }
         // The latest expiry there is means the longest Herald keeps a push.
-        for (name, value) in [("apns-expiration", "253402300799"), ("ServiceBusNotification-Apns-Expiry", "9999-12-31T23:59:59Z")] {
+        for (name, value) in [
+            ("apns-expiration", "253402300799"), ("ServiceBusNotification-Apns-Expiry", "9999-12-31T23:59:59Z"),
+        ] {
             let far = try EdgeRoutes.nhPayload([format: "apple", HTTPField.Name(name)!: value], body: Data("{}".utf8))
             #expect(far.ttlSeconds == PushLimits.maxTTLSeconds, "\(name)")
         }
@@ -147,6 +172,8 @@ struct NHFormatTests {
         #expect(throws: EdgeError.self) { try EdgeRoutes.directHandle(headers, platform: .browser) }
         headers[HTTPField.Name("P256DH")!] = "p"
         headers[HTTPField.Name("Auth")!] = "a"
-        #expect(try EdgeRoutes.directHandle(headers, platform: .browser) == #"{"endpoint":"https://e","keys":{"auth":"a","p256dh":"p"}}"#)
+        #expect(
+            try EdgeRoutes.directHandle(headers, platform: .browser)
+                == #"{"endpoint":"https://e","keys":{"auth":"a","p256dh":"p"}}"#)
     }
 }

@@ -9,7 +9,8 @@ struct NativePayloadTests {
     func json() throws {
         for text in [#"a "quote" \ back\slash"#, "tab\tnew\nline\u{1}", "emoji 🔔 and é", "</script>", ""] {
             let literal = NativePayloads.jsonString(text)
-            let decoded = try JSONSerialization.jsonObject(with: Data(literal.utf8), options: .fragmentsAllowed) as? String
+            let decoded =
+                try JSONSerialization.jsonObject(with: Data(literal.utf8), options: .fragmentsAllowed) as? String
             #expect(decoded == text)
         }
         #expect(NativePayloads.jsonString("a/b") == #""a/b""#)
@@ -35,7 +36,8 @@ struct NativePayloadTests {
         let rich = NativePayloads.rich(id: 8, message: #"say "hi""#, richType: "img")
         #expect(
             String(decoding: rich[0].body, as: UTF8.self)
-                == #"{"aps":{"content-available":1,"sound":""},"richId":"8","richMessage":"say \"hi\"","richType":"img"}"#)
+                == #"{"aps":{"content-available":1,"sound":""},"richId":"8","richMessage":"say \"hi\"","richType":"img"}"#
+        )
 
         let alert = NativePayloads.alert("From a: x", platforms: [.apns])
         #expect(alert.count == 1)

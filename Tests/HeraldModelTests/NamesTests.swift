@@ -9,7 +9,10 @@ struct NamesTests {
     func strictIntegers() {
         #expect(Names.positiveInteger("120") == 120)
         #expect(Names.positiveInteger("9223372036854775807") == Int64.max)
-        for bad in ["+120", "0120", "0", "-1", " 7", "7 ", "1e3", "", "9223372036854775808", "99999999999999999999", "１２", "0x10"] {
+        for bad in [
+            "+120", "0120", "0", "-1", " 7", "7 ", "1e3", "", "9223372036854775808", "99999999999999999999", "１２",
+            "0x10",
+        ] {
             #expect(Names.positiveInteger(bad) == nil, "\(bad)")
         }
     }

@@ -13,7 +13,9 @@ struct PushTemplateTests {
         try PushTemplate(body).render(properties)
     }
 
-    @Test("every expression form in JSON: $, clipped $, ., %, #, defaults, composites; only strings starting with an expression character")
+    @Test(
+        "every expression form in JSON: $, clipped $, ., %, #, defaults, composites; only strings starting with an expression character"
+    )
     func jsonForms() throws {
         #expect(try render(#"{"a":"$(message)"}"#) == #"{"a":"Hello \"world\" <&>"}"#)
         #expect(try render(#"{"a":"$(MESSAGE, 5)"}"#) == #"{"a":"Hello"}"#)
@@ -22,12 +24,15 @@ struct PushTemplateTests {
         #expect(try render(#"{"a":".(title, 0)"}"#) == #"{"a":""}"#)
         #expect(try render(#"{"a":"%(url)"}"#) == #"{"a":"a%20b%2Fc%3Fd%3D%C3%A9"}"#)
         #expect(try render(##"{"aps":{"badge":"#(count)"}}"##) == ##"{"aps":{"badge":40}}"##)
-        #expect(try render(##"{"b":"#(neg)","c":"#(title)","d":"#(missing)"}"##) == ##"{"b":"-1","c":"This is the title line","d":""}"##)
+        #expect(
+            try render(##"{"b":"#(neg)","c":"#(title)","d":"#(missing)"}"##)
+                == ##"{"b":"-1","c":"This is the title line","d":""}"##)
         #expect(
             try render(#"{"a":"$(missing)","b":"$(missing:{fallback \\} text})","c":"$(empty:{unused})"}"#)
                 == #"{"a":"","b":"fallback } text","c":""}"#)
         #expect(
-            try render(#"{"a":"{'Hi ' + $(title, 4) + ' - it''s ' + \"x\" + .(title, 10)}"}"#) == #"{"a":"Hi This - it's xThis is..."}"#)
+            try render(#"{"a":"{'Hi ' + $(title, 4) + ' - it''s ' + \"x\" + .(title, 10)}"}"#)
+                == #"{"a":"Hi This - it's xThis is..."}"#)
         // Literals: not starting with an expression character, keys, numbers.
         #expect(
             try render(#"{"$(message)":"Hello $(message)","n":1,"l":[true,null,"$(count)"]}"#)
@@ -49,7 +54,8 @@ struct PushTemplateTests {
         )
         let attribute = try render(#"<a b="$(message)"/>"#)
         #expect(attribute == #"<a b="Hello &quot;world&quot; &lt;&amp;&gt;"/>"#)
-        #expect(try render(#"<a>&amp;$(x)</a>"#) == "<a>&amp;$(x)</a>")  // "&…" does not start with an expression character
+        // "&…" does not start with an expression character.
+        #expect(try render(#"<a>&amp;$(x)</a>"#) == "<a>&amp;$(x)</a>")
     }
 
     @Test("bad templates are refused with the reason: each rule of NH's validator")
@@ -58,9 +64,11 @@ struct PushTemplateTests {
             (#"{"a":"$(p"}"#, "expected )"), (#"{"a":"$body"}"#, "not supported"), (#"{"a":".(p)"}"#, "needs a length"),
             (##"{"a":"%(p, 3)"}"##, "takes no length"), (##"{"a":"#(p, 3)"}"##, "takes no length"),
             (#"{"a":"{$(p) + #(q)}"}"#, "not allowed in a composite"), (#"{"a":"{$(p) $(q)}"}"#, "expected + or }"),
-            (#"{"a":"$(a-b)"}"#, "expected )"), (#"{"a":"$()"}"#, "property name"), (#"{"a":"$(p, -1)"}"#, "non-negative"),
+            (#"{"a":"$(a-b)"}"#, "expected )"), (#"{"a":"$()"}"#, "property name"),
+            (#"{"a":"$(p, -1)"}"#, "non-negative"),
             (#"{"a":"{'open}"}"#, "not closed"), (#"{"a":"$(p:{x)"}"#, "not closed"),
-            (#"{"a":"$(p) tail"}"#, "text after"), ("{\"a\":\"$(\(String(repeating: "p", count: 121)))\"}", "at most 120"),
+            (#"{"a":"$(p) tail"}"#, "text after"),
+            ("{\"a\":\"$(\(String(repeating: "p", count: 121)))\"}", "at most 120"),
             (#"{"a":"$(p)""#, "not valid JSON"), ("<a>$(p)</b>", "closes nothing"), ("<a><b></a>", "closes nothing"),
             (#"<a b="$(p)>"#, "not closed"), ("plain text", "JSON or an XML"),
         ] {

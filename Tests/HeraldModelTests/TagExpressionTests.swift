@@ -18,7 +18,8 @@ struct TagExpressionTests {
         #expect(
             try parse("(follows_RedSox || follows_Cardinals) && location_Boston").description
                 == "(follows_RedSox || follows_Cardinals) && location_Boston")
-        #expect(try parse("(location_Boston && !follows_Cardinals)").description == "location_Boston && !follows_Cardinals")
+        #expect(
+            try parse("(location_Boston && !follows_Cardinals)").description == "location_Boston && !follows_Cardinals")
         // A group of the same operator is one level with its parent, so the canonical text parses
         // back to the same tree (the fuzzer's tagexpr property found `(a || b) && (c && d)`).
         for (text, canonical) in [
@@ -46,7 +47,10 @@ struct TagExpressionTests {
     func tags() throws {
         #expect(try parse("username:alice && loc.de-BE_1@x#y").tags == ["username:alice", "loc.de-BE_1@x#y"])
         #expect(try parse(String(repeating: "t", count: 120)).tags.count == 1)
-        #expect(try parse("$InstallationId:{inst-1} || $userid:{bob=1@x}").tags == ["$InstallationId:{inst-1}", "$UserId:{bob=1@x}"])
+        #expect(
+            try parse("$InstallationId:{inst-1} || $userid:{bob=1@x}").tags == [
+                "$InstallationId:{inst-1}", "$UserId:{bob=1@x}",
+            ])
         #expect(throws: TagExpression.ParseError(position: 1, message: "a tag is at most 120 characters")) {
             try parse(String(repeating: "t", count: 121))
         }
@@ -71,7 +75,9 @@ struct TagExpressionTests {
             ("(a b)", 4, "expected ) or an operator before \"b\""),
         ]
         for (text, position, message) in cases {
-            #expect(throws: TagExpression.ParseError(position: position, message: message), "\(text)") { try parse(text) }
+            #expect(throws: TagExpression.ParseError(position: position, message: message), "\(text)") {
+                try parse(text)
+            }
         }
         #expect(
             "\(TagExpression.ParseError(position: 3, message: "expected && or || before \"&\""))"
@@ -83,9 +89,13 @@ struct TagExpressionTests {
         let tags = (1...21).map { "t\($0)" }
         #expect(try parse(tags.prefix(20).joined(separator: " || ")).tags.count == 20)
         #expect(
-            try parse("(" + tags.prefix(10).joined(separator: "||") + ") || (" + tags[10..<20].joined(separator: "||") + ")").tags.count
+            try parse(
+                "(" + tags.prefix(10).joined(separator: "||") + ") || (" + tags[10..<20].joined(separator: "||") + ")"
+            ).tags.count
                 == 20)
-        #expect(throws: TagExpression.ParseError(position: 0, message: "21 tags; at most 20 when the only operator is ||")) {
+        #expect(
+            throws: TagExpression.ParseError(position: 0, message: "21 tags; at most 20 when the only operator is ||")
+        ) {
             try parse(tags.joined(separator: " || "))
         }
         #expect(try parse(tags.prefix(6).joined(separator: " && ")).tags.count == 6)
@@ -105,7 +115,9 @@ struct TagExpressionTests {
         #expect(throws: TagExpression.ParseError.self) { try parse(String(repeating: "!", count: 64) + "a") }
         // Padding is bounded too: a 70 KB expression of spaces around one tag is refused whole.
         let padded = String(repeating: " ", count: 70_000) + "a"
-        #expect(throws: TagExpression.ParseError(position: 0, message: "longer than 4096 characters")) { try parse(padded) }
+        #expect(throws: TagExpression.ParseError(position: 0, message: "longer than 4096 characters")) {
+            try parse(padded)
+        }
         #expect(try parse(String(repeating: " ", count: 4000) + "a").tags == ["a"])
     }
 

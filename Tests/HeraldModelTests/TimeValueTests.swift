@@ -7,7 +7,8 @@ import Testing
 @Suite("hardening: time values")
 struct TimeValueTests {
     static let hostile = [
-        "-9223372036854775808", "9223372036854775807", "9223372036854775808", "99999999999999999999", "-1", "+1", " 1", "1 ",
+        "-9223372036854775808", "9223372036854775807", "9223372036854775808", "99999999999999999999", "-1", "+1", " 1",
+        "1 ",
         "1e3", "0x10", "", "１２", "253402300800", "1.5",
     ]
 
@@ -42,7 +43,8 @@ struct TimeValueTests {
         #expect(TimeValue.secondsUntil(unixSeconds: 10, nowMillis: 1_000_000, cap: 3600) == 1)
         #expect(TimeValue.secondsUntil(unixSeconds: TimeValue.maxUnixSeconds, nowMillis: 0, cap: 3600) == 3600)
         for (seconds, now) in [
-            (Int64.max, Int64.min), (Int64.min, Int64.max), (Int64.max, Int64.max), (Int64.min, Int64.min), (0, Int64.min),
+            (Int64.max, Int64.min), (Int64.min, Int64.max), (Int64.max, Int64.max), (Int64.min, Int64.min),
+            (0, Int64.min),
         ] {
             let left = TimeValue.secondsUntil(unixSeconds: seconds, nowMillis: now, cap: 3600)
             #expect((1...3600).contains(left), "\(seconds) at \(now): \(left)")

@@ -40,7 +40,10 @@ struct HeraldProtoTests {
     func bytesRoundTrip() throws {
         let entry = InboxEntry(
             sequence: 7, notificationID: "n-1", registrationID: "r-1", platform: .wns, handle: "h",
-            headers: [Header(name: "x-wns-type", value: "wns/raw"), Header(name: "content-type", value: "application/octet-stream")],
+            headers: [
+                Header(name: "x-wns-type", value: "wns/raw"),
+                Header(name: "content-type", value: "application/octet-stream"),
+            ],
             payload: Array(0...255) + [0, 0], recordedAtUnixMs: -1)
         #expect(try InboxEntry(serializedBytes: entry.serializedBytes() as [UInt8]) == entry)
     }
@@ -77,7 +80,8 @@ struct HeraldProtoTests {
             _ = try AuthenticateRequest(serializedBytes: [0x0a, 0x0a, 0x61] as [UInt8])
         }
         #expect(throws: ProtoError.malformed("herald.v1.Registration")) {
-            _ = try Registration(serializedBytes: [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff] as [UInt8])
+            _ = try Registration(
+                serializedBytes: [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff] as [UInt8])
         }
     }
 
@@ -101,7 +105,8 @@ struct HeraldProtoTests {
             (error as? RPCError)?.code == .invalidArgument
         }
         #expect {
-            let _: [UInt8] = try HeraldSerializer<AuthenticateRequest>().serialize(AuthenticateRequest(authorization: "\u{0}"))
+            let _: [UInt8] = try HeraldSerializer<AuthenticateRequest>().serialize(
+                AuthenticateRequest(authorization: "\u{0}"))
         } throws: { error in
             (error as? RPCError)?.code == .invalidArgument
         }

@@ -17,19 +17,23 @@ struct LeanFrameFuzzTests {
     static func corpus() throws -> [[UInt8]] {
         let request = try LeanRequest(
             timeoutMilliseconds: 5000, window: 256, method: "herald.v1.PayloadService/FetchPayload",
-            metadata: [LeanMetadataEntry(key: "x-request-id", value: "abc")], message: ByteBuffer(bytes: [8, 7, 18, 3, 98, 111, 98])
+            metadata: [LeanMetadataEntry(key: "x-request-id", value: "abc")],
+            message: ByteBuffer(bytes: [8, 7, 18, 3, 98, 111, 98])
         ).frame(callID: 7)
         let frames = [
             request,
             LeanFrame(.message, callID: 7, payload: ByteBuffer(bytes: [1, 2, 3])),
             LeanFrame.status(.end, callID: 7, code: .notFound, message: "gone"),
-            LeanFrame.status(.end, callID: 7, code: .resourceExhausted, message: "later", metadata: ["retry-after": "3"]),
+            LeanFrame.status(
+                .end, callID: 7, code: .resourceExhausted, message: "later", metadata: ["retry-after": "3"]),
             LeanFrame(.cancel, callID: 9),
             LeanFrame.window(callID: 9, credits: 128),
             LeanFrame(.goaway, callID: 0),
             LeanFrame.status(.error, callID: 0, code: .invalidArgument, message: "bad"),
         ]
-        return frames.map { Array($0.encoded().readableBytesView) } + [frames.flatMap { Array($0.encoded().readableBytesView) }]
+        return frames.map { Array($0.encoded().readableBytesView) } + [
+            frames.flatMap { Array($0.encoded().readableBytesView) }
+        ]
     }
 
     static func mutate(_ input: [UInt8], _ random: inout SeededGenerator) -> [UInt8] {
@@ -44,17 +48,23 @@ struct LeanFrameFuzzTests {
             case 2:  // insert random bytes
                 let at = Int.random(in: 0...bytes.count, using: &random)
                 bytes.insert(
-                    contentsOf: (0..<Int.random(in: 1...16, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }, at: at)
+                    contentsOf: (0..<Int.random(in: 1...16, using: &random)).map { _ in
+                        UInt8.random(in: 0...255, using: &random)
+                    }, at: at)
             case 3 where bytes.count >= 4:  // rewrite the length field with an edge value
                 let value = [
-                    0, 1, 5, 6, 7, UInt32.max, UInt32(LeanProtocol.defaultMaxFrameBytes), UInt32(LeanProtocol.defaultMaxFrameBytes + 1),
+                    0, 1, 5, 6, 7, UInt32.max, UInt32(LeanProtocol.defaultMaxFrameBytes),
+                    UInt32(LeanProtocol.defaultMaxFrameBytes + 1),
                 ]
                 .randomElement(using: &random)!
                 withUnsafeBytes(of: value.bigEndian) { bytes.replaceSubrange(0..<4, with: $0) }
             case 4 where bytes.count > 21:  // corrupt a short-string length inside a REQUEST head
-                bytes[Int.random(in: 18...min(bytes.count - 1, 20), using: &random)] = UInt8.random(in: 0...255, using: &random)
+                bytes[Int.random(in: 18...min(bytes.count - 1, 20), using: &random)] = UInt8.random(
+                    in: 0...255, using: &random)
             default:  // random bytes
-                bytes = (0..<Int.random(in: 0...64, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+                bytes = (0..<Int.random(in: 0...64, using: &random)).map { _ in
+                    UInt8.random(in: 0...255, using: &random)
+                }
             }
         }
         return bytes

@@ -41,7 +41,9 @@ struct TransportConformanceTests {
                 // detached task was done before the await suspended), so it is not checked.
                 return AuthenticateResponse(user: "started:\(started) off:\(off)")
             }
-            if command == "locked" { throw ServiceError.resourceExhausted("locked; retry after 42 s", retryAfterSeconds: 42) }
+            if command == "locked" {
+                throw ServiceError.resourceExhausted("locked; retry after 42 s", retryAfterSeconds: 42)
+            }
             if command == "full" { throw ServiceError.storageFull }
             if command.hasPrefix("nap:") {  // "nap:<token>": a call that takes 500 ms, then succeeds
                 handlerEvents.withLock { _ = $0.started.insert(String(command.dropFirst(4))) }
@@ -92,7 +94,8 @@ struct TransportConformanceTests {
     /// Serves the table on `test.sock` (lean) and `test.grpc.sock` (gRPC), then runs `body` with a
     /// client of `transport`.
     static func withServers(
-        _ transport: RPCTransport, health: HealthReporter = HealthReporter(), _ body: (RPCClient, String) async throws -> Void
+        _ transport: RPCTransport, health: HealthReporter = HealthReporter(),
+        _ body: (RPCClient, String) async throws -> Void
     ) async throws {
         try await withServers(transport, health: health) { client, dir, _ in try await body(client, dir) }
     }
@@ -140,7 +143,9 @@ struct TransportConformanceTests {
         return true
     }
 
-    @Test("a method started on the event loop runs there, and offEventLoop leaves it (lean); gRPC runs handlers off the loops")
+    @Test(
+        "a method started on the event loop runs there, and offEventLoop leaves it (lean); gRPC runs handlers off the loops"
+    )
     func eventLoopStart() async throws {
         try await Self.withServers(.lean) { client, _ in
             let answer = try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "where"))
@@ -155,11 +160,14 @@ struct TransportConformanceTests {
     @Test("a unary call succeeds and carries the request id; sockets are 0660", arguments: RPCTransport.allCases)
     func unary(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, dir in
-            let answer = try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "hello"), requestID: "req-42")
+            let answer = try await AuthServiceClient(client).authenticate(
+                AuthenticateRequest(authorization: "hello"), requestID: "req-42")
             #expect(answer == AuthenticateResponse(user: "hello", scheme: "req-42"))
             // The call proves only its own server listens; the other one may still be between bind and chmod.
             for socket in ["test.sock", "test.grpc.sock"] {
-                let mode = { (try? FileManager.default.attributesOfItem(atPath: "\(dir)/\(socket)"))?[.posixPermissions] as? Int }
+                let mode = {
+                    (try? FileManager.default.attributesOfItem(atPath: "\(dir)/\(socket)"))?[.posixPermissions] as? Int
+                }
                 let set = try await Self.waitFor { mode() == 0o660 }
                 #expect(set, "\(socket) mode \(mode().map { String($0, radix: 8) } ?? "missing")")
             }
@@ -171,7 +179,8 @@ struct TransportConformanceTests {
         try await Self.withServers(transport) { client, _ in
             for code in StatusCode.allCases where code != .ok {
                 await #expect(throws: ServiceError(code, "status \(code.rawValue) as asked"), "\(code)") {
-                    try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "status:\(code.rawValue)"))
+                    try await AuthServiceClient(client).authenticate(
+                        AuthenticateRequest(authorization: "status:\(code.rawValue)"))
                 }
             }
             await #expect(throws: ServiceError(.internal, "internal error")) {
@@ -183,7 +192,9 @@ struct TransportConformanceTests {
         }
     }
 
-    @Test("an error's metadata (retry-after, storage full) reaches the caller on both transports", arguments: RPCTransport.allCases)
+    @Test(
+        "an error's metadata (retry-after, storage full) reaches the caller on both transports",
+        arguments: RPCTransport.allCases)
     func errorMetadata(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, _ in
             let auth = AuthServiceClient(client)
@@ -191,7 +202,8 @@ struct TransportConformanceTests {
                 try await auth.authenticate(AuthenticateRequest(authorization: "locked"))
             } throws: { error in
                 let error = error as? ServiceError
-                return error?.code == .resourceExhausted && error?.retryAfterSeconds == 42 && error?.message == "locked; retry after 42 s"
+                return error?.code == .resourceExhausted && error?.retryAfterSeconds == 42
+                    && error?.message == "locked; retry after 42 s"
             }
             await #expect {
                 try await auth.authenticate(AuthenticateRequest(authorization: "full"))
@@ -203,7 +215,8 @@ struct TransportConformanceTests {
         }
     }
 
-    @Test("the caller's deadline ends a slow call, and the server cancels its handler", arguments: RPCTransport.allCases)
+    @Test(
+        "the caller's deadline ends a slow call, and the server cancels its handler", arguments: RPCTransport.allCases)
     func deadline(_ transport: RPCTransport) async throws {
         try await Self.withServers(transport) { client, _ in
             let token = "deadline-\(transport)"
@@ -378,7 +391,9 @@ struct TransportConformanceTests {
 
     @Test("an unreachable socket is UNAVAILABLE by the deadline", arguments: RPCTransport.allCases)
     func unreachable(_ transport: RPCTransport) async throws {
-        _ = try await RPCClient.with(socketPath: "/tmp/herald-missing-\(UUID().uuidString.prefix(8)).sock", transport: transport) {
+        _ = try await RPCClient.with(
+            socketPath: "/tmp/herald-missing-\(UUID().uuidString.prefix(8)).sock", transport: transport
+        ) {
             client in
             await #expect {
                 try await HealthClient(client).check(HealthCheckRequest(), timeout: .milliseconds(300))
@@ -421,7 +436,9 @@ enum RawSocket {
             for (i, byte) in path.utf8.enumerated() { raw[i] = byte }
         }
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         try #require(connected == 0)
         var timeout = timeval(tv_sec: 5, tv_usec: 0)

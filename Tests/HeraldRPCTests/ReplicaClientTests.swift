@@ -33,13 +33,17 @@ final class TestReplica: Sendable {
         for service in table.services + [""] { health.set(service, .serving) }
         let logger = Logger(label: "replica-\(name)")
         let lean = LeanServer(table: table, socketPath: directory + "/\(name).sock", logger: logger, health: health)
-        let grpc = try RPCServer(table: table, socketPath: directory + "/\(name).grpc.sock", logger: logger, health: health)
-        let group = ServiceGroup(configuration: .init(services: [.init(service: lean), .init(service: grpc)], logger: logger))
+        let grpc = try RPCServer(
+            table: table, socketPath: directory + "/\(name).grpc.sock", logger: logger, health: health)
+        let group = ServiceGroup(
+            configuration: .init(services: [.init(service: lean), .init(service: grpc)], logger: logger))
         self.group = group
         running = Task { try await group.run() }
     }
 
-    func socket(_ transport: RPCTransport) -> String { directory + (transport == .lean ? "/\(name).sock" : "/\(name).grpc.sock") }
+    func socket(_ transport: RPCTransport) -> String {
+        directory + (transport == .lean ? "/\(name).sock" : "/\(name).grpc.sock")
+    }
 
     func stop() async {
         await group.triggerGracefulShutdown()
@@ -77,7 +81,9 @@ struct ReplicaClientTests {
         let payload = PayloadServiceClient(client)
         func answers(_ count: Int) async throws -> [String: Int] {
             var seen: [String: Int] = [:]
-            for _ in 0..<count { seen[try await auth.authenticate(AuthenticateRequest(authorization: "x")).user, default: 0] += 1 }
+            for _ in 0..<count {
+                seen[try await auth.authenticate(AuthenticateRequest(authorization: "x")).user, default: 0] += 1
+            }
             return seen
         }
         do {
@@ -90,7 +96,10 @@ struct ReplicaClientTests {
                 // gRPC cannot tell a call that never left from one lost on the way: only idempotent
                 // calls are retried at once; the rest go elsewhere once health has seen b go.
                 #expect(try await answers(20) == ["a": 20])
-                #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.map(\.healthy) == [true, false] })
+                #expect(
+                    try await TransportConformanceTests.waitFor {
+                        client.replicaHealth.map(\.healthy) == [true, false]
+                    })
             }
             // Lean: b's socket is gone, so a call for b never leaves and goes to a, idempotent or not.
             for _ in 0..<20 { #expect(try await payload.storePayload(StorePayloadRequest(recipient: "r")).id == 1) }
@@ -99,7 +108,9 @@ struct ReplicaClientTests {
 
             b = try TestReplica("b", number: 2, directory: dir)
             started.append(b)
-            #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.allSatisfy(\.healthy) }, "b answers SERVING again")
+            #expect(
+                try await TransportConformanceTests.waitFor { client.replicaHealth.allSatisfy(\.healthy) },
+                "b answers SERVING again")
             let again = try await answers(100)
             #expect((again["a"] ?? 0) >= 40 && (again["b"] ?? 0) >= 40, "\(again)")
         } catch {
@@ -125,7 +136,8 @@ struct ReplicaClientTests {
             return answer.withLock { $0 }
         }
         let client = try RPCClient(
-            endpoints: [], transport: transport, tls: nil, defaultTimeout: .seconds(20), healthInterval: .milliseconds(100),
+            endpoints: [], transport: transport, tls: nil, defaultTimeout: .seconds(20),
+            healthInterval: .milliseconds(100),
             discovery: discovery)
         #expect(client.socketPath == "dns:///herald-test:1")
         let running = Task { try await client.run() }
@@ -136,7 +148,9 @@ struct ReplicaClientTests {
         let auth = AuthServiceClient(client)
         func answers(_ count: Int) async throws -> [String: Int] {
             var seen: [String: Int] = [:]
-            for _ in 0..<count { seen[try await auth.authenticate(AuthenticateRequest(authorization: "x")).user, default: 0] += 1 }
+            for _ in 0..<count {
+                seen[try await auth.authenticate(AuthenticateRequest(authorization: "x")).user, default: 0] += 1
+            }
             return seen
         }
         do {
@@ -161,7 +175,10 @@ struct ReplicaClientTests {
             #expect(try await TransportConformanceTests.waitFor { lookUps.load(ordering: .relaxed) >= seen + 2 })
             #expect(client.replicaHealth.count == 2)
             answer.withLock { $0 = [.unix(b.socket(transport))] }
-            #expect(try await TransportConformanceTests.waitFor { client.replicaHealth.map(\.endpoint) == [.unix(b.socket(transport))] })
+            #expect(
+                try await TransportConformanceTests.waitFor {
+                    client.replicaHealth.map(\.endpoint) == [.unix(b.socket(transport))]
+                })
             #expect(try await answers(20) == ["b": 20])
         } catch {
             await a.stop()
@@ -174,9 +191,14 @@ struct ReplicaClientTests {
 
     @Test("dns:///name:port: parsed strictly, and looked up by the system resolver")
     func dnsSetting() async throws {
-        #expect(try RPCDiscovery.parse("dns:///herald-registration.herald.svc:7001", key: "k")! == ("herald-registration.herald.svc", 7001))
+        #expect(
+            try RPCDiscovery.parse("dns:///herald-registration.herald.svc:7001", key: "k")! == (
+                "herald-registration.herald.svc", 7001
+            ))
         #expect(try RPCDiscovery.parse("10.0.0.5:7001", key: "k") == nil)
-        for bad in ["dns://8.8.8.8/herald:7001", "dns:///herald", "dns:///10.0.0.5:7001", "dns:///:7001", "dns:///herald:0"] {
+        for bad in [
+            "dns://8.8.8.8/herald:7001", "dns:///herald", "dns:///10.0.0.5:7001", "dns:///:7001", "dns:///herald:0",
+        ] {
             #expect(throws: ConfigError.self, "\(bad)") { try RPCDiscovery.parse(bad, key: "k") }
         }
         let found = try #require(await RPCDiscovery.lookUp("localhost", port: 7001))

@@ -27,7 +27,9 @@ struct ConfigReaderTests {
 
     @Test("service defaults derive from the runtime and data folders")
     func runtimeDefaults() throws {
-        let reader = try ConfigReader(arguments: ["--runtime-dir", "/r", "--data-dir", "/d", "--registration-socket", "/x.sock"])
+        let reader = try ConfigReader(arguments: [
+            "--runtime-dir", "/r", "--data-dir", "/d", "--registration-socket", "/x.sock",
+        ])
         let config = try RuntimeConfig(service: "dispatch", peers: ["registration", "payload"], reader: reader)
         #expect(config.leanSocketPath == "/r/dispatch.sock")
         #expect(config.grpcSocketPath == "/r/dispatch.grpc.sock")
@@ -42,7 +44,8 @@ struct ConfigReaderTests {
         #expect(grpc.socketPath(of: "payload") == ".herald/run/payload.grpc.sock")
         #expect(throws: ConfigError.self) {
             try RuntimeConfig(
-                service: "x", peers: [], reader: try ConfigReader(arguments: ["--socket", "/" + String(repeating: "s", count: 120)]))
+                service: "x", peers: [],
+                reader: try ConfigReader(arguments: ["--socket", "/" + String(repeating: "s", count: 120)]))
         }
     }
 
@@ -52,10 +55,15 @@ struct ConfigReaderTests {
             try RuntimeConfig(service: "edge", peers: ["registration"], reader: try ConfigReader(arguments: arguments))
         }
         #expect(
-            try config(["--registration-socket", "/a.sock, /b.sock"]).endpoints(of: "registration") == [.unix("/a.sock"), .unix("/b.sock")])
+            try config(["--registration-socket", "/a.sock, /b.sock"]).endpoints(of: "registration") == [
+                .unix("/a.sock"), .unix("/b.sock"),
+            ])
         #expect(try config([]).endpoints(of: "registration") == [.unix(".herald/run/registration.sock")])
         let tcp = try config(["--registration-address", "10.0.0.1:7001,reg-2.internal:7001"])
-        #expect(tcp.endpoints(of: "registration") == [.tcp(host: "10.0.0.1", port: 7001), .tcp(host: "reg-2.internal", port: 7001)])
+        #expect(
+            tcp.endpoints(of: "registration") == [
+                .tcp(host: "10.0.0.1", port: 7001), .tcp(host: "reg-2.internal", port: 7001),
+            ])
         #expect(throws: ConfigError.self) { try config(["--registration-socket", "/a.sock,,/b.sock"]) }
         #expect(throws: ConfigError.self) { try config(["--registration-address", "10.0.0.1:7001,nope"]) }
     }

@@ -8,11 +8,15 @@ import Testing
 
 @Suite("database-url and migrations")
 struct DatabaseSetupTests {
-    @Test("database-url: sqlite paths, postgres over TCP and over a Unix socket, with the password kept out of messages")
+    @Test(
+        "database-url: sqlite paths, postgres over TCP and over a Unix socket, with the password kept out of messages")
     func parsing() throws {
         #expect(
-            try DatabaseURL("sqlite:/var/lib/herald/payload.sqlite", service: "payload") == .sqlite(path: "/var/lib/herald/payload.sqlite"))
-        guard case .postgres(let tcp) = try DatabaseURL("postgres://herald:s3cret@db.example:6432/push?sslmode=require", service: "auth")
+            try DatabaseURL("sqlite:/var/lib/herald/payload.sqlite", service: "payload")
+                == .sqlite(path: "/var/lib/herald/payload.sqlite"))
+        guard
+            case .postgres(let tcp) = try DatabaseURL(
+                "postgres://herald:s3cret@db.example:6432/push?sslmode=require", service: "auth")
         else {
             Issue.record("not postgres")
             return
@@ -21,15 +25,19 @@ struct DatabaseSetupTests {
         #expect(tcp.database == "push" && tcp.schema == "herald_auth" && tcp.tls == .require)
         #expect(!"\(DatabaseURL.postgres(tcp))".contains("s3cret"))
         guard
-            case .postgres(let socket) = try DatabaseURL("postgresql://herald@/push?host=/run/postgresql&schema=team_a", service: "payload")
+            case .postgres(let socket) = try DatabaseURL(
+                "postgresql://herald@/push?host=/run/postgresql&schema=team_a", service: "payload")
         else {
             Issue.record("not postgres")
             return
         }
-        #expect(socket.address == .unixSocket(path: "/run/postgresql/.s.PGSQL.5432") && socket.schema == "team_a" && socket.tls == .disable)
+        #expect(
+            socket.address == .unixSocket(path: "/run/postgresql/.s.PGSQL.5432") && socket.schema == "team_a"
+                && socket.tls == .disable)
         #expect(try DatabaseURL("postgres://u@h/d", service: "x") != DatabaseURL("postgres://u@h/e", service: "x"))
         for bad in [
-            "mysql://u@h/d", "postgres://h/d", "postgres://u@h/", "postgres://u@h/d?schema=Drop;Table", "postgres://u@h/d?sslmode=maybe",
+            "mysql://u@h/d", "postgres://h/d", "postgres://u@h/", "postgres://u@h/d?schema=Drop;Table",
+            "postgres://u@h/d?sslmode=maybe",
             "postgres://u@h/d?pool=3", "postgres://u@h:0/d", "sqlite:",
         ] {
             #expect(throws: ConfigError.self, "\(bad)") { try DatabaseURL(bad, service: "payload") }
@@ -41,10 +49,12 @@ struct DatabaseSetupTests {
 
     @Test("database-url defaults to the service's SQLite file, and takes a postgres URL")
     func runtimeConfig() throws {
-        let plain = try RuntimeConfig(service: "dispatch", peers: [], reader: ConfigReader(arguments: ["--data-dir", "/srv/h"]))
+        let plain = try RuntimeConfig(
+            service: "dispatch", peers: [], reader: ConfigReader(arguments: ["--data-dir", "/srv/h"]))
         #expect(plain.databaseURL == .sqlite(path: "/srv/h/dispatch.sqlite"))
         let postgres = try RuntimeConfig(
-            service: "dispatch", peers: [], reader: ConfigReader(arguments: ["--database-url", "postgres://herald@db/herald"]))
+            service: "dispatch", peers: [],
+            reader: ConfigReader(arguments: ["--database-url", "postgres://herald@db/herald"]))
         #expect(postgres.databaseURL.isPostgres)
     }
 
@@ -57,7 +67,9 @@ struct DatabaseSetupTests {
         try HeraldDatabase.migrate(newer, db)
         var older = DatabaseMigrator()
         older.registerMigration("v1") { try $0.execute(sql: "CREATE TABLE a (id INTEGER)") }
-        #expect { try HeraldDatabase.migrate(older, db) } throws: { "\($0)".contains("(v2)") && "\($0)".contains("newer") }
+        #expect { try HeraldDatabase.migrate(older, db) } throws: {
+            "\($0)".contains("(v2)") && "\($0)".contains("newer")
+        }
         try HeraldDatabase.migrate(newer, db)  // the same version again is fine
     }
 
@@ -73,7 +85,9 @@ struct DatabaseSetupTests {
                 PostgresMigration.heartbeat, PostgresMigration("v1", ["CREATE TABLE a (id BIGINT)"]),
                 PostgresMigration("v2", ["CREATE TABLE b (id BIGINT)", "INSERT INTO b VALUES (1)"]),
             ]
-            let replicas = try (0..<4).map { _ in try HeraldPostgres(location, logger: .init(label: "test"), maximumConnections: 2) }
+            let replicas = try (0..<4).map { _ in
+                try HeraldPostgres(location, logger: .init(label: "test"), maximumConnections: 2)
+            }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for replica in replicas { group.addTask { try await replica.migrate(steps) } }
                 try await group.waitForAll()
@@ -89,7 +103,9 @@ struct DatabaseSetupTests {
 
     @Test("PostgreSQL: a server that does not answer fails start-up within the timeout, naming the URL")
     func postgresUnreachable() async throws {
-        guard case .postgres(let location) = try DatabaseURL("postgres://herald@/herald?host=/nonexistent-herald", service: "payload")
+        guard
+            case .postgres(let location) = try DatabaseURL(
+                "postgres://herald@/herald?host=/nonexistent-herald", service: "payload")
         else { return }
         let db = try HeraldPostgres(location, logger: .init(label: "test"))
         await #expect {

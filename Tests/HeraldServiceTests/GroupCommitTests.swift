@@ -26,7 +26,9 @@ struct GroupCommitTests {
     }
 
     static func withPool(_ body: (DatabasePool, Commits) async throws -> Void) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("group-commit-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "group-commit-\(UUID().uuidString)"
+        ).path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let pool = try DatabasePool(path: "\(directory)/test.sqlite", configuration: HeraldDatabase.configuration)

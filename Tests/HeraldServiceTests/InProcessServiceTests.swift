@@ -17,17 +17,22 @@ struct InProcessServiceTests {
         var template = Array("/tmp/herald-inproc-XXXXXX".utf8CString)
         let dir = String(cString: try #require(mkdtemp(&template)))
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let reader = try ConfigReader(arguments: ["--runtime-dir", dir, "--data-dir", dir, "--purge-interval-seconds", "5"])
-        let group = try await HeraldProcess.makeServiceGroup(PayloadServer.definition, reader: reader, logger: Logger(label: "test"))
+        let reader = try ConfigReader(arguments: [
+            "--runtime-dir", dir, "--data-dir", dir, "--purge-interval-seconds", "5",
+        ])
+        let group = try await HeraldProcess.makeServiceGroup(
+            PayloadServer.definition, reader: reader, logger: Logger(label: "test"))
 
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await group.run() }
             for transport in RPCTransport.allCases {
                 let socket = dir + (transport == .lean ? "/payload.sock" : "/payload.grpc.sock")
-                let fetched = try await RPCClient.with(socketPath: socket, transport: transport, timeout: .seconds(10)) { rpc in
+                let fetched = try await RPCClient.with(socketPath: socket, transport: transport, timeout: .seconds(10))
+                { rpc in
                     let payload = PayloadServiceClient(rpc)
                     let stored = try await payload.storePayload(
-                        StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("hi".utf8), contentType: "text/plain"))
+                        StorePayloadRequest(
+                            recipient: "alice", kind: .secure, content: Array("hi".utf8), contentType: "text/plain"))
                     return try await payload.fetchPayload(FetchPayloadRequest(id: stored.id, requester: "alice"))
                 }
                 #expect(fetched.content == Array("hi".utf8), "over \(transport)")
@@ -43,7 +48,8 @@ struct InProcessServiceTests {
     func badSettingThrows() async throws {
         let reader = try ConfigReader(arguments: ["--runtime-dir", "/tmp/unused", "--no-such-key", "1"])
         await #expect(throws: ConfigError.self) {
-            _ = try await HeraldProcess.makeServiceGroup(PayloadServer.definition, reader: reader, logger: Logger(label: "test"))
+            _ = try await HeraldProcess.makeServiceGroup(
+                PayloadServer.definition, reader: reader, logger: Logger(label: "test"))
         }
     }
 }

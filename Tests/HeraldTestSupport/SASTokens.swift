@@ -9,7 +9,8 @@ public enum SASTokens {
     public static func encode(_ text: String, lower: Bool) -> String {
         var out = ""
         for byte in text.utf8 {
-            if (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+            if (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
                 || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || "-._~".utf8.contains(byte)
             {
                 out.append(Character(Unicode.Scalar(byte)))
@@ -27,16 +28,20 @@ public enum SASTokens {
 
     /// The same over `se` as written, for expiries no well-behaved client sends (`1e99`, `-1`).
     public static func signature(_ sr: String, _ se: String, key: String) -> String {
-        let mac = HMAC<SHA256>.authenticationCode(for: Data("\(sr)\n\(se)".utf8), using: SymmetricKey(data: Data(key.utf8)))
+        let mac = HMAC<SHA256>.authenticationCode(
+            for: Data("\(sr)\n\(se)".utf8), using: SymmetricKey(data: Data(key.utf8)))
         return Data(mac).base64EncodedString()
     }
 
     /// `SharedAccessSignature …` with `sr` exactly as given, parameters in `order`, `sig` escaped in
     /// upper or lower case.
     public static func token(
-        sr: String, keyName: String, key: String, expiry: Int64, order: [String] = ["sr", "sig", "se", "skn"], lower: Bool = false
+        sr: String, keyName: String, key: String, expiry: Int64, order: [String] = ["sr", "sig", "se", "skn"],
+        lower: Bool = false
     ) -> String {
-        let values = ["sr": sr, "sig": encode(signature(sr, expiry, key: key), lower: lower), "se": "\(expiry)", "skn": keyName]
+        let values = [
+            "sr": sr, "sig": encode(signature(sr, expiry, key: key), lower: lower), "se": "\(expiry)", "skn": keyName,
+        ]
         return "SharedAccessSignature " + order.map { "\($0)=\(values[$0]!)" }.joined(separator: "&")
     }
 }

@@ -18,7 +18,9 @@ public enum StoreBackend: String, CaseIterable, Sendable, CustomStringConvertibl
 public enum TestDatabases {
     /// `HERALD_TEST_POSTGRES_URL`, e.g. `postgres://herald@/herald?host=/tmp/pg-XXXX&port=5432`.
     public static var postgresURL: String? {
-        guard let url = ProcessInfo.processInfo.environment["HERALD_TEST_POSTGRES_URL"], !url.isEmpty else { return nil }
+        guard let url = ProcessInfo.processInfo.environment["HERALD_TEST_POSTGRES_URL"], !url.isEmpty else {
+            return nil
+        }
         return url
     }
 
@@ -37,7 +39,8 @@ public enum TestDatabases {
     public static func withPostgres<T: Sendable>(
         service: String, _ body: (HeraldPostgres) async throws -> T
     ) async throws -> T {
-        guard let url = freshPostgresURL(service: service), case .postgres(let location) = try DatabaseURL(url, service: service)
+        guard let url = freshPostgresURL(service: service),
+            case .postgres(let location) = try DatabaseURL(url, service: service)
         else { throw ConfigError("HERALD_TEST_POSTGRES_URL is not set") }
         let database = try HeraldPostgres(location, logger: Logger(label: "test-postgres"), maximumConnections: 4)
         do {

@@ -9,28 +9,39 @@ import Testing
 /// herald-auth's accounts mode through the edge and the `herald` CLI, and `herald device`.
 @Suite("accounts and the herald CLI end to end", .serialized, .timeLimit(.minutes(5)))
 struct AccountsTests {
-    @Test("the CLI finds the sockets through HERALD_RUNTIME_DIR as the services do; flags win; a missing socket names its path and setting")
+    @Test(
+        "the CLI finds the sockets through HERALD_RUNTIME_DIR as the services do; flags win; a missing socket names its path and setting"
+    )
     func runtimeDirFromEnvironment() async throws {
-        try await LiveStack.with(auth: .accounts, configure: { $0.extraArguments["auth"] = ["--password-hash-log-n", "10"] }) { live in
+        try await LiveStack.with(
+            auth: .accounts, configure: { $0.extraArguments["auth"] = ["--password-hash-log-n", "10"] }
+        ) { live in
             let herald = live.configuration.binDirectory + "/herald"
             let run = live.configuration.runtimeDirectory
             let added = try await runProgram(
                 herald, ["users", "add", "erin"], input: "pw erin 123\n", environment: ["HERALD_RUNTIME_DIR": run])
             #expect(added.status == 0, "\(added.error)")
-            #expect(try await runProgram(herald, ["users", "list"], environment: ["HERALD_RUNTIME_DIR": run]).output.contains("erin"))
+            #expect(
+                try await runProgram(herald, ["users", "list"], environment: ["HERALD_RUNTIME_DIR": run]).output
+                    .contains("erin"))
 
             // A wrong environment: the error names the socket it looked for and where that came from.
-            let wrong = try await runProgram(herald, ["users", "list"], environment: ["HERALD_RUNTIME_DIR": "/nonexistent/run"])
+            let wrong = try await runProgram(
+                herald, ["users", "list"], environment: ["HERALD_RUNTIME_DIR": "/nonexistent/run"])
             #expect(wrong.status != 0)
-            #expect(wrong.error.contains("/nonexistent/run/auth.sock") && wrong.error.contains("HERALD_RUNTIME_DIR"), "\(wrong.error)")
+            #expect(
+                wrong.error.contains("/nonexistent/run/auth.sock") && wrong.error.contains("HERALD_RUNTIME_DIR"),
+                "\(wrong.error)")
             // Flags win over it.
             let flagged = try await runProgram(
-                herald, ["users", "list", "--dir", live.configuration.directory], environment: ["HERALD_RUNTIME_DIR": "/nonexistent/run"])
+                herald, ["users", "list", "--dir", live.configuration.directory],
+                environment: ["HERALD_RUNTIME_DIR": "/nonexistent/run"])
             #expect(flagged.output.contains("erin"), "\(flagged.error)")
             let runtimeFlag = try await runProgram(
                 herald, ["users", "list", "--runtime-dir", "/elsewhere"], environment: ["HERALD_RUNTIME_DIR": run])
             #expect(
-                runtimeFlag.error.contains("/elsewhere/auth.sock") && runtimeFlag.error.contains("--runtime-dir"), "\(runtimeFlag.error)")
+                runtimeFlag.error.contains("/elsewhere/auth.sock") && runtimeFlag.error.contains("--runtime-dir"),
+                "\(runtimeFlag.error)")
         }
     }
 
@@ -40,7 +51,9 @@ struct AccountsTests {
             auth: .accounts,
             configure: {
                 $0.logLevel = "trace"
-                $0.extraArguments["auth"] = ["--password-hash-log-n", "10", "--max-failed-logins", "3", "--lockout-seconds", "60"]
+                $0.extraArguments["auth"] = [
+                    "--password-hash-log-n", "10", "--max-failed-logins", "3", "--lockout-seconds", "60",
+                ]
             }
         ) { live in
             let edge = live.edge
@@ -49,7 +62,8 @@ struct AccountsTests {
             let password = "s3cret horse \(UUID().uuidString.prefix(8))"
             let added = try await runProgram(herald, ["users", "add", "alice", "--dir", dir], input: password + "\n")
             #expect(added.status == 0, "\(added.error)")
-            let duplicate = try await runProgram(herald, ["users", "add", "alice", "--dir", dir], input: "another password\n")
+            let duplicate = try await runProgram(
+                herald, ["users", "add", "alice", "--dir", dir], input: "another password\n")
             #expect(duplicate.status != 0)
             #expect(duplicate.error.contains("ALREADY_EXISTS"))
             #expect(try await runProgram(herald, ["users", "list", "--dir", dir]).output.contains("alice"))
@@ -57,7 +71,10 @@ struct AccountsTests {
             // Basic: only the real password; the tutorial's user == password is not accepted here.
             let basic = EdgeClient.basic("alice", password)
             #expect(try await edge.request("POST", "/api/register", authorization: basic).status == 200)
-            for wrong in [EdgeClient.basic("alice", "alice"), EdgeClient.basic("alice", "nope"), EdgeClient.basic("nobody", password)] {
+            for wrong in [
+                EdgeClient.basic("alice", "alice"), EdgeClient.basic("alice", "nope"),
+                EdgeClient.basic("nobody", password),
+            ] {
                 let reply = try await edge.request("POST", "/api/register", authorization: wrong)
                 #expect(reply.status == 401)
                 #expect(reply.header("WWW-Authenticate") == #"Basic realm="herald""#)
@@ -78,7 +95,8 @@ struct AccountsTests {
             #expect(try await edge.request("POST", "/api/register", authorization: bearer).status == 401)
 
             let second = try #require(
-                try await edge.request("POST", "/v1/auth/token", authorization: basic).json()["access_token"] as? String)
+                try await edge.request("POST", "/v1/auth/token", authorization: basic).json()["access_token"] as? String
+            )
             #expect(try await edge.request("POST", "/api/register", authorization: "Bearer \(second)").status == 200)
             let revoked = try await runProgram(herald, ["tokens", "revoke", "alice", "--dir", dir])
             #expect(revoked.output.contains("revoked 1 token"), "\(revoked.output) \(revoked.error)")
@@ -86,38 +104,54 @@ struct AccountsTests {
 
             // A password change takes effect at once, cached credentials included.
             let newPassword = password + " v2"
-            #expect(try await runProgram(herald, ["users", "passwd", "alice", "--dir", dir], input: newPassword + "\n").status == 0)
+            #expect(
+                try await runProgram(herald, ["users", "passwd", "alice", "--dir", dir], input: newPassword + "\n")
+                    .status == 0)
             #expect(try await edge.request("POST", "/api/register", authorization: basic).status == 401)
-            #expect(try await edge.request("POST", "/api/register", authorization: EdgeClient.basic("alice", newPassword)).status == 200)
+            #expect(
+                try await edge.request("POST", "/api/register", authorization: EdgeClient.basic("alice", newPassword))
+                    .status == 200)
 
             // Lockout: after three failures even the right password is refused for a while.
             try await live.addUser("carol", password: "carol's password")
             for _ in 0..<3 {
                 #expect(
-                    try await edge.request("GET", "/api/notifications/1", authorization: EdgeClient.basic("carol", "guess")).status == 401)
+                    try await edge.request(
+                        "GET", "/api/notifications/1", authorization: EdgeClient.basic("carol", "guess")
+                    ).status == 401)
             }
-            let locked = try await edge.request("GET", "/api/notifications/1", authorization: EdgeClient.basic("carol", "carol's password"))
+            let locked = try await edge.request(
+                "GET", "/api/notifications/1", authorization: EdgeClient.basic("carol", "carol's password"))
             #expect(locked.status == 429)
             #expect(locked.header("Retry-After").flatMap(Int.init).map { (1...60).contains($0) } == true)
-            #expect(try await edge.request("POST", "/api/register", authorization: EdgeClient.basic("alice", newPassword)).status == 200)
+            #expect(
+                try await edge.request("POST", "/api/register", authorization: EdgeClient.basic("alice", newPassword))
+                    .status == 200)
 
             // The flow still works with a token, end to end.
             let third = try #require(
-                try await edge.request("POST", "/v1/auth/token", authorization: EdgeClient.basic("alice", newPassword)).json()[
-                    "access_token"] as? String)
+                try await edge.request("POST", "/v1/auth/token", authorization: EdgeClient.basic("alice", newPassword))
+                    .json()[
+                        "access_token"] as? String)
             let handle = apnsToken(20)
             let id = try #require(
                 try JSONSerialization.jsonObject(
-                    with: try await edge.request("POST", "/api/register?handle=\(handle)", authorization: "Bearer \(third)").body,
+                    with: try await edge.request(
+                        "POST", "/api/register?handle=\(handle)", authorization: "Bearer \(third)"
+                    ).body,
                     options: .fragmentsAllowed) as? String)
             #expect(
                 try await edge.request(
-                    "PUT", "/api/register/\(id)", authorization: "Bearer \(third)", body: #"{"Platform":"apns","Handle":"\#(handle)"}"#
+                    "PUT", "/api/register/\(id)", authorization: "Bearer \(third)",
+                    body: #"{"Platform":"apns","Handle":"\#(handle)"}"#
                 ).status == 200)
-            #expect(try await edge.request("POST", "/api/notifications", authorization: "Bearer \(third)").status == 200)
+            #expect(
+                try await edge.request("POST", "/api/notifications", authorization: "Bearer \(third)").status == 200)
             let push = try #require(try await live.waitForInbox { $0.handle == handle }.first)
-            let secureID = try #require(String(decoding: push.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1)
-            let fetched = try await edge.request("GET", "/api/notifications/\(secureID)", authorization: "Bearer \(third)")
+            let secureID = try #require(
+                String(decoding: push.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1)
+            let fetched = try await edge.request(
+                "GET", "/api/notifications/\(secureID)", authorization: "Bearer \(third)")
             #expect(try fetched.json()["Payload"] as? String == "Secure confirmation.")
 
             // Nothing secret in any service's log, at trace level.
@@ -131,14 +165,17 @@ struct AccountsTests {
         }
     }
 
-    @Test("the edge reuses auth's verdicts, yet a revocation, password change, grant or lockout holds from the next request")
+    @Test(
+        "the edge reuses auth's verdicts, yet a revocation, password change, grant or lockout holds from the next request"
+    )
     func verdictCache() async throws {
         try await LiveStack.with(
             auth: .accounts,
             configure: {
                 // Set explicitly so that the PostgreSQL pass (default 0 there) runs it too: the stack is on one host.
                 $0.extraArguments["auth"] = [
-                    "--password-hash-log-n", "10", "--max-failed-logins", "3", "--lockout-seconds", "60", "--verdict-cache-seconds", "60",
+                    "--password-hash-log-n", "10", "--max-failed-logins", "3", "--lockout-seconds", "60",
+                    "--verdict-cache-seconds", "60",
                 ]
             }
         ) { live in
@@ -147,7 +184,8 @@ struct AccountsTests {
             let run = live.configuration.runtimeDirectory
             func verdicts(_ source: String) async throws -> Double {
                 OperationsTests.value(
-                    try await edge.request("GET", "/metrics").text, "herald_edge_auth_verdicts_total", ["source=\"\(source)\""])
+                    try await edge.request("GET", "/metrics").text, "herald_edge_auth_verdicts_total",
+                    ["source=\"\(source)\""])
             }
             func status(_ authorization: String, _ path: String = "/api/notifications/1") async throws -> Int {
                 try await edge.request("GET", path, authorization: authorization).status
@@ -162,7 +200,8 @@ struct AccountsTests {
 
             // An operator's revocation through the CLI reaches auth, never the edge; the next request is refused.
             let token = try #require(
-                try await edge.request("POST", "/v1/auth/token", authorization: basic).json()["access_token"] as? String)
+                try await edge.request("POST", "/v1/auth/token", authorization: basic).json()["access_token"] as? String
+            )
             for _ in 0..<3 { #expect(try await status("Bearer \(token)") == 404) }
             let revoked = try await runProgram(herald, ["tokens", "revoke", "frank", "--runtime-dir", run])
             #expect(revoked.status == 0, "\(revoked.error)")
@@ -172,19 +211,22 @@ struct AccountsTests {
             let body = Data("hello".utf8)
             func sendToTag() async throws -> Int {
                 try await edge.request(
-                    "POST", "/v1/notifications?kind=alert&to_tag=news", authorization: basic, bytes: body, contentType: "text/plain"
+                    "POST", "/v1/notifications?kind=alert&to_tag=news", authorization: basic, bytes: body,
+                    contentType: "text/plain"
                 )
                 .status
             }
             #expect(try await sendToTag() == 403)
             #expect(try await sendToTag() == 403)
-            let granted = try await runProgram(herald, ["hubs", "grant", "default", "frank", "Send", "--runtime-dir", run])
+            let granted = try await runProgram(
+                herald, ["hubs", "grant", "default", "frank", "Send", "--runtime-dir", run])
             #expect(granted.status == 0, "\(granted.error)")
             #expect(try await sendToTag() == 202)
 
             // A password change: the old password, verified a moment ago, is refused at once.
             #expect(try await status(basic) == 404)
-            let changed = try await runProgram(herald, ["users", "passwd", "frank", "--runtime-dir", run], input: "frank's new password\n")
+            let changed = try await runProgram(
+                herald, ["users", "passwd", "frank", "--runtime-dir", run], input: "frank's new password\n")
             #expect(changed.status == 0, "\(changed.error)")
             #expect(try await status(basic) == 401)
             let renewed = EdgeClient.basic("frank", "frank's new password")
@@ -206,7 +248,8 @@ struct AccountsTests {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: live.configuration.binDirectory + "/herald")
             process.arguments = [
-                "device", "--dir", live.configuration.directory, "--user", "frank", "--out", out, "--count", "2", "--timeout", "60",
+                "device", "--dir", live.configuration.directory, "--user", "frank", "--out", out, "--count", "2",
+                "--timeout", "60",
             ]
             process.environment = ["HERALD_PASSWORD": EdgeClient.password(of: "frank", in: .accounts)]
             process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
@@ -222,12 +265,15 @@ struct AccountsTests {
 
             let image = Data([0x89, 0x50, 0x4E, 0x47] + (0..<5000).map { UInt8($0 % 251) })
             let rich = try await live.edge.upload(
-                "/v1/notifications?kind=rich&to_user=frank&message=Hello%20there", as: "frank", bytes: image, contentType: "image/png")
+                "/v1/notifications?kind=rich&to_user=frank&message=Hello%20there", as: "frank", bytes: image,
+                contentType: "image/png")
             #expect(rich.status == 202)
             let richID = try #require(try rich.json()["payloadId"] as? Int)
             #expect(try await live.edge.request("POST", "/api/notifications", as: "frank").status == 200)
 
-            while process.isRunning, ContinuousClock.now < deadline + .seconds(30) { try await Task.sleep(for: .milliseconds(50)) }
+            while process.isRunning, ContinuousClock.now < deadline + .seconds(30) {
+                try await Task.sleep(for: .milliseconds(50))
+            }
             #expect(!process.isRunning)
             #expect(process.terminationStatus == 0, "\(printed())")
             let text = printed()
@@ -242,7 +288,9 @@ struct AccountsTests {
 /// the Send right on the hub, granted with `herald hubs grant`.
 @Suite("roles", .serialized, .timeLimit(.minutes(3)))
 struct RolesTests {
-    @Test("without Send a user reaches only their own devices; herald hubs grant gives Send; a bad tag expression is 400 with its position")
+    @Test(
+        "without Send a user reaches only their own devices; herald hubs grant gives Send; a bad tag expression is 400 with its position"
+    )
     func sendNeedsTheRight() async throws {
         try await LiveStack.with(auth: .accounts) { live in
             let password = EdgeClient.password(of: "dora", in: .accounts)
@@ -251,7 +299,8 @@ struct RolesTests {
             try await live.register("dora", handle: apnsToken(71), tags: ["news"])
             let dora = EdgeClient.basic("dora", password)
             func post(_ path: String, _ body: String = "hello") async throws -> EdgeClient.Reply {
-                try await live.edge.request("POST", path, authorization: dora, bytes: Data(body.utf8), contentType: "text/plain")
+                try await live.edge.request(
+                    "POST", path, authorization: dora, bytes: Data(body.utf8), contentType: "text/plain")
             }
             #expect(try await post("/v1/notifications?kind=secure&to_user=dora").status == 202)
             #expect(try await post("/v1/notifications?kind=alert&to_user=dora").status == 202)

@@ -34,7 +34,9 @@ struct BackupDrillTests {
         let herald = StackConfiguration(directory: "/tmp").binDirectory + "/herald"
 
         try await LiveStack.with(auth: .tutorial, database: .sqlite) { live in
-            for index in 0..<FaultDrillTests.audience { try await live.register("drill", handle: apnsToken(900 + index)) }
+            for index in 0..<FaultDrillTests.audience {
+                try await live.register("drill", handle: apnsToken(900 + index))
+            }
             let edge = live.edge
             let completed = DrillCounter()
             let total = 2000
@@ -59,7 +61,8 @@ struct BackupDrillTests {
             }
             // The real command, as an operator runs it, while the traffic goes on.
             backupStarted = ContinuousClock.now
-            let result = try await runProgram(herald, ["backup", "--data-dir", live.configuration.dataDirectory, backup])
+            let result = try await runProgram(
+                herald, ["backup", "--data-dir", live.configuration.dataDirectory, backup])
             #expect(result.status == 0, "herald backup: \(result.output) \(result.error)")
             let during = completed.value.load(ordering: .relaxed)
             acknowledged = try await traffic.value
@@ -98,7 +101,9 @@ struct BackupDrillTests {
                 let outcome = try await live.edge.request("GET", "/v1/notifications/\(ack.id)/outcome", as: "sender")
                 if outcome.status != 200 { missing.append("\(ack.id): \(outcome.status)") }
             }
-            #expect(missing.isEmpty, "\(missing.count) acknowledged sends missing after the restore, e.g. \(missing.prefix(3))")
+            #expect(
+                missing.isEmpty,
+                "\(missing.count) acknowledged sends missing after the restore, e.g. \(missing.prefix(3))")
             // The devices registered before the backup still receive, and the tutorial sequence works.
             let sent = try await live.edge.request(
                 "POST", "/api/notifications?pns=apns&to_tag=drill", as: "sender", body: "\"after restore\"")
@@ -141,14 +146,17 @@ struct BackupDrillTests {
         try handle.close()
         let target = try LiveStack.makeDirectory()
         let refused = try await runProgram(herald, ["restore", "--dir", target, tampered])
-        #expect(refused.status != 0 && refused.error.contains("not the file the manifest describes"), "\(refused.error)")
+        #expect(
+            refused.status != 0 && refused.error.contains("not the file the manifest describes"), "\(refused.error)")
         #expect(!FileManager.default.fileExists(atPath: target + "/data/payload.sqlite"))
 
         // A migration this Herald does not know, with a manifest that matches it: refused.
         let newer = try LiveStack.makeDirectory() + "/newer"
         try FileManager.default.copyItem(atPath: backup, toPath: newer)
         let db = try DatabaseQueue(path: newer + "/auth.sqlite")
-        try await db.write { try $0.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('v99-from-the-future')") }
+        try await db.write {
+            try $0.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('v99-from-the-future')")
+        }
         try db.close()
         var manifest = try JSONDecoder().decode(
             StackBackup.Manifest.self, from: try Data(contentsOf: URL(fileURLWithPath: newer + "/manifest.json")))
@@ -168,8 +176,10 @@ struct BackupDrillTests {
     static func operation(_ n: Int, lane: Int, edge: EdgeClient) async throws -> Ack? {
         switch n % 3 {
         case 0, 1:
-            let path = n % 3 == 0 ? "/api/notifications?pns=apns&to_tag=drill" : "/v1/notifications?kind=secure&to_user=drill"
-            let reply = try await edge.request("POST", path, as: "sender", body: n % 3 == 0 ? "\"backup \(n)\"" : "secret \(n)")
+            let path =
+                n % 3 == 0 ? "/api/notifications?pns=apns&to_tag=drill" : "/v1/notifications?kind=secure&to_user=drill"
+            let reply = try await edge.request(
+                "POST", path, as: "sender", body: n % 3 == 0 ? "\"backup \(n)\"" : "secret \(n)")
             guard [200, 202].contains(reply.status), let location = reply.header("Location"),
                 let id = location.firstMatch(of: /notifications\/([^\/]+)\/outcome/)?.1
             else { return nil }
@@ -203,7 +213,9 @@ struct PostgresBackupTests {
         return "\(root)/\(newest)/bin/\(name)"
     }
 
-    @Test("pg_dump of the services' schemas while the stack serves, the schemas dropped, pg_restore: the stack finds its data again")
+    @Test(
+        "pg_dump of the services' schemas while the stack serves, the schemas dropped, pg_restore: the stack finds its data again"
+    )
     func dumpAndRestore() async throws {
         let url = try #require(TestDatabases.postgresURL)
         let prefix = TestDatabases.freshPrefix()
@@ -211,27 +223,34 @@ struct PostgresBackupTests {
         var notification = ""
         try await LiveStack.with(auth: .tutorial, database: .postgres, schemaPrefix: prefix) { live in
             try await live.register("alice", handle: apnsToken(7))
-            let sent = try await live.edge.request("POST", "/v1/notifications?kind=secure&to_user=alice", as: "bob", body: "kept")
+            let sent = try await live.edge.request(
+                "POST", "/v1/notifications?kind=secure&to_user=alice", as: "bob", body: "kept")
             #expect(sent.status == 202, "\(sent.text)")
             notification = try #require(try sent.json()["notificationId"] as? String)
             // Taken while the stack serves: pg_dump reads in one snapshot.
             let dumped = try await runProgram(
-                try Self.program("pg_dump"), ["--format=custom", "--schema=\(prefix)_*", "--file=\(dump)", "--dbname=\(url)"])
+                try Self.program("pg_dump"),
+                ["--format=custom", "--schema=\(prefix)_*", "--file=\(dump)", "--dbname=\(url)"])
             try #require(dumped.status == 0, "pg_dump: \(dumped.error)")
         }
         // The loss: every schema of the stack dropped.
         let schemas = Stack.postgresServices.map { "\(prefix)_\($0)" }
         let dropped = try await runProgram(
             try Self.program("psql"),
-            ["--dbname=\(url)", "-v", "ON_ERROR_STOP=1", "-c", "DROP SCHEMA \(schemas.joined(separator: ", ")) CASCADE"])
+            [
+                "--dbname=\(url)", "-v", "ON_ERROR_STOP=1", "-c",
+                "DROP SCHEMA \(schemas.joined(separator: ", ")) CASCADE",
+            ])
         try #require(dropped.status == 0, "psql: \(dropped.error)")
-        let restored = try await runProgram(try Self.program("pg_restore"), ["--exit-on-error", "--dbname=\(url)", dump])
+        let restored = try await runProgram(
+            try Self.program("pg_restore"), ["--exit-on-error", "--dbname=\(url)", dump])
         try #require(restored.status == 0, "pg_restore: \(restored.error)")
 
         try await LiveStack.with(auth: .tutorial, database: .postgres, schemaPrefix: prefix) { live in
             let outcome = try await live.edge.request("GET", "/v1/notifications/\(notification)/outcome", as: "bob")
             #expect(outcome.status == 200, "\(outcome.text)")
-            let sent = try await live.edge.request("POST", "/api/notifications?pns=apns&to_tag=alice", as: "bob", body: "\"after restore\"")
+            let sent = try await live.edge.request(
+                "POST", "/api/notifications?pns=apns&to_tag=alice", as: "bob", body: "\"after restore\"")
             #expect(sent.status == 200, "\(sent.text)")
             _ = try await live.waitForInbox(timeout: .seconds(60)) {
                 $0.handle == apnsToken(7) && String(decoding: $0.payload, as: UTF8.self).contains("after restore")

@@ -31,7 +31,8 @@ struct ConsoleTests {
         var cookies: [String: String] = [:]
         let client: HTTPClient
         static let plain = HTTPClient(
-            eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(redirectConfiguration: .disallow))
+            eventLoopGroupProvider: .singleton,
+            configuration: HTTPClient.Configuration(redirectConfiguration: .disallow))
 
         /// Over plain HTTP, or over HTTPS trusting `ca` (then shut down by ``close()``).
         init(_ live: LiveStack, ca: String? = nil) {
@@ -49,7 +50,9 @@ struct ConsoleTests {
 
         func close() async throws { if client !== Self.plain { try await client.shutdown() } }
 
-        func get(_ path: String) async throws -> EdgeClient.Reply { try await send("GET", path, body: nil, contentType: nil) }
+        func get(_ path: String) async throws -> EdgeClient.Reply {
+            try await send("GET", path, body: nil, contentType: nil)
+        }
 
         func post(_ path: String, _ fields: [String: String]) async throws -> EdgeClient.Reply {
             var components = URLComponents()
@@ -65,14 +68,17 @@ struct ConsoleTests {
                 body += "--\(boundary)\r\nContent-Disposition: form-data; name=\"\(name)\"\r\n\r\n\(value)\r\n"
             }
             body += "--\(boundary)--\r\n"
-            return try await send("POST", path, body: Data(body.utf8), contentType: "multipart/form-data; boundary=\(boundary)")
+            return try await send(
+                "POST", path, body: Data(body.utf8), contentType: "multipart/form-data; boundary=\(boundary)")
         }
 
-        func send(_ method: String, _ path: String, body: Data?, contentType: String?) async throws -> EdgeClient.Reply {
+        func send(_ method: String, _ path: String, body: Data?, contentType: String?) async throws -> EdgeClient.Reply
+        {
             var request = HTTPClientRequest(url: base + path)
             request.method = .RAW(value: method)
             if !cookies.isEmpty {
-                request.headers.add(name: "Cookie", value: cookies.map { "\($0.key)=\($0.value)" }.joined(separator: "; "))
+                request.headers.add(
+                    name: "Cookie", value: cookies.map { "\($0.key)=\($0.value)" }.joined(separator: "; "))
             }
             if let body, let contentType {
                 request.headers.add(name: "Content-Type", value: contentType)
@@ -84,15 +90,21 @@ struct ConsoleTests {
                 headers[header.name] = headers[header.name].map { $0 + "\n" + header.value } ?? header.value
                 guard header.name.lowercased() == "set-cookie" else { continue }
                 let pair = header.value.split(separator: ";")[0].split(separator: "=", maxSplits: 1).map(String.init)
-                if header.value.contains("Max-Age=0") { cookies[pair[0]] = nil } else { cookies[pair[0]] = pair.count > 1 ? pair[1] : "" }
+                if header.value.contains("Max-Age=0") {
+                    cookies[pair[0]] = nil
+                } else {
+                    cookies[pair[0]] = pair.count > 1 ? pair[1] : ""
+                }
             }
             let bytes = try await response.body.collect(upTo: 16 << 20)
-            return EdgeClient.Reply(status: Int(response.status.code), headers: headers, body: Data(bytes.readableBytesView))
+            return EdgeClient.Reply(
+                status: Int(response.status.code), headers: headers, body: Data(bytes.readableBytesView))
         }
 
         /// The page's CSRF token (every form carries the same one).
         static func csrf(_ reply: EdgeClient.Reply) throws -> String {
-            let match = try #require(reply.text.firstMatch(of: /name="_csrf" value="([^"]+)"/), "no CSRF field in \(reply.text)")
+            let match = try #require(
+                reply.text.firstMatch(of: /name="_csrf" value="([^"]+)"/), "no CSRF field in \(reply.text)")
             return String(match.1)
         }
 
@@ -119,9 +131,12 @@ struct ConsoleTests {
             let login = try await browser.get("/console/login")
             #expect(login.status == 200 && login.header("Content-Type") == "text/html; charset=utf-8")
             let csp = try #require(login.header("Content-Security-Policy"))
-            #expect(csp.contains("default-src 'none'") && csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"))
+            #expect(
+                csp.contains("default-src 'none'") && csp.contains("script-src 'self'")
+                    && csp.contains("frame-ancestors 'none'"))
             #expect(login.header("X-Content-Type-Options") == "nosniff" && login.header("Cache-Control") == "no-store")
-            #expect(!login.text.contains("http://") && !login.text.contains("https://"), "the page names another origin")
+            #expect(
+                !login.text.contains("http://") && !login.text.contains("https://"), "the page names another origin")
             #expect(try await browser.get("/console/assets/console.js").status == 200)
 
             // The sign-in form's own token: without it, refused before the password is looked at.
@@ -131,15 +146,20 @@ struct ConsoleTests {
             // A user without Manage anywhere gets no session.
             let alice = try await browser.signIn("alice", EdgeClient.password(of: "alice", in: .accounts))
             #expect(
-                alice.status == 403 && alice.text.contains("does not hold the Manage right") && browser.cookies["herald_session"] == nil)
+                alice.status == 403 && alice.text.contains("does not hold the Manage right")
+                    && browser.cookies["herald_session"] == nil)
 
             let signedIn = try await browser.signIn("admin", adminPassword)
             #expect(signedIn.status == 303 && signedIn.header("Location") == "/console/hubs")
-            let cookie = try #require(signedIn.header("Set-Cookie")?.split(separator: "\n").first { $0.hasPrefix("herald_session=") })
-            #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Path=/console"))
+            let cookie = try #require(
+                signedIn.header("Set-Cookie")?.split(separator: "\n").first { $0.hasPrefix("herald_session=") })
+            #expect(
+                cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Path=/console"))
             #expect(!cookie.contains("Secure"), "Secure on plain HTTP: the browser would drop it")
             let maxAge = Int(try #require(cookie.firstMatch(of: /Max-Age=(\d+)/)).1) ?? 0
-            #expect((3000...3600).contains(maxAge), "the session lives as long as its token (token-ttl-seconds 3600): \(cookie)")
+            #expect(
+                (3000...3600).contains(maxAge),
+                "the session lives as long as its token (token-ttl-seconds 3600): \(cookie)")
             let hubs = try await browser.get("/console/hubs")
             #expect(hubs.status == 200 && hubs.text.contains("/console/hubs/default"))
             let csrf = try Browser.csrf(hubs)
@@ -161,11 +181,14 @@ struct ConsoleTests {
             let other = Browser(live)
             #expect(try await other.signIn("alice", EdgeClient.password(of: "alice", in: .accounts)).status == 303)
             let aliceHubs = try await other.get("/console/hubs")
-            #expect(aliceHubs.text.contains("/console/hubs/app-one") && !aliceHubs.text.contains("/console/hubs/default\""))
+            #expect(
+                aliceHubs.text.contains("/console/hubs/app-one") && !aliceHubs.text.contains("/console/hubs/default\""))
             #expect(try await other.get("/console/hubs/app-one/devices").status == 200)
             #expect(try await other.get("/console/hubs/default/devices").status == 403)
             #expect(try await other.get("/console/inbox").status == 403)
-            #expect(try await other.post("/console/hubs", ["name": "app-two", "_csrf": try Browser.csrf(aliceHubs)]).status == 403)
+            #expect(
+                try await other.post("/console/hubs", ["name": "app-two", "_csrf": try Browser.csrf(aliceHubs)]).status
+                    == 403)
 
             // Revoking the user's tokens ends the session at once.
             #expect(try await runProgram(herald, ["tokens", "revoke", "alice"] + dir).status == 0)
@@ -176,7 +199,9 @@ struct ConsoleTests {
             let session = try #require(browser.cookies["herald_session"])
             #expect(try await browser.post("/console/logout", ["_csrf": "wrong"]).status == 403)
             let out = try await browser.post("/console/logout", ["_csrf": csrf])
-            #expect(out.status == 303 && out.header("Location") == "/console/login" && browser.cookies["herald_session"] == nil)
+            #expect(
+                out.status == 303 && out.header("Location") == "/console/login"
+                    && browser.cookies["herald_session"] == nil)
             browser.cookies["herald_session"] = session
             #expect(try await browser.get("/console/hubs").status == 303)
         }
@@ -192,7 +217,8 @@ struct ConsoleTests {
             // A stranger's installation (NH's Listen key is in every app) with markup wherever it is taken.
             let full = try await NHSendTests.defaultHub(live)
             let written = try await live.edge.request(
-                "PUT", "/default/installations/x1", authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full),
+                "PUT", "/default/installations/x1",
+                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full),
                 body: try String(
                     decoding: JSONSerialization.data(withJSONObject: [
                         "installationId": "x1", "platform": "apns", "pushChannel": apnsToken(4242), "userId": markup,
@@ -206,7 +232,8 @@ struct ConsoleTests {
             for path in [
                 "/console/hubs/default/devices", "/console/hubs/default/devices?user=\(query)",
                 "/console/hubs/default/devices?tag=\(query)",
-                "/console/hubs/default/devices?handle=\(query)", "/console/hubs/\(query)/devices", "/console/hubs/default/sends/\(query)",
+                "/console/hubs/default/devices?handle=\(query)", "/console/hubs/\(query)/devices",
+                "/console/hubs/default/sends/\(query)",
                 "/console/sends/\(query)", "/console/hubs/default/send?text=\(query)&message=\(query)",
             ] {
                 let page = try await browser.get(path)
@@ -217,7 +244,10 @@ struct ConsoleTests {
             let form = try await browser.get("/console/hubs/default/send")
             let preview = try await browser.postMultipart(
                 "/console/hubs/default/send",
-                ["_csrf": try Browser.csrf(form), "action": "preview", "target": "user", "user": "ops", "kind": "alert", "text": markup])
+                [
+                    "_csrf": try Browser.csrf(form), "action": "preview", "target": "user", "user": "ops",
+                    "kind": "alert", "text": markup,
+                ])
             #expect(preview.status < 500 && !preview.text.contains("<script>alert(1)"), "\(preview.status)")
 
             // A session cookie far over any token's length, and one of control bytes: asked to sign in.
@@ -248,24 +278,32 @@ struct ConsoleTests {
             let herald = live.configuration.binDirectory + "/herald"
             #expect(
                 try await runProgram(
-                    herald, ["hubs", "grant", "default", "ops", "Manage", "--runtime-dir", live.configuration.runtimeDirectory]
+                    herald,
+                    ["hubs", "grant", "default", "ops", "Manage", "--runtime-dir", live.configuration.runtimeDirectory]
                 )
                 .status == 0)
             let browser = Browser(live, ca: fixture.tls.ca)
             let login = try await browser.get("/console/login")
             #expect(login.header("Set-Cookie")?.contains("; Secure") == true, "\(login.headers)")
-            let signedIn = try await browser.post("/console/login", ["user": "ops", "password": "ops", "_csrf": try Browser.csrf(login)])
-            let cookie = try #require(signedIn.header("Set-Cookie")?.split(separator: "\n").first { $0.hasPrefix("herald_session=") })
-            #expect(cookie.contains("; Secure") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "\(cookie)")
+            let signedIn = try await browser.post(
+                "/console/login", ["user": "ops", "password": "ops", "_csrf": try Browser.csrf(login)])
+            let cookie = try #require(
+                signedIn.header("Set-Cookie")?.split(separator: "\n").first { $0.hasPrefix("herald_session=") })
+            #expect(
+                cookie.contains("; Secure") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+                "\(cookie)")
             #expect(try await browser.get("/console/hubs").status == 200)
             try await browser.close()
         }
     }
 
-    @Test("a session ends when its token expires: the cookie's Max-Age is the token's lifetime, and the next page asks to sign in")
+    @Test(
+        "a session ends when its token expires: the cookie's Max-Age is the token's lifetime, and the next page asks to sign in"
+    )
     func expiry() async throws {
         try await LiveStack.with(
-            auth: .accounts, users: ["admin"], configure: { $0.extraArguments["auth", default: []] += ["--token-ttl-seconds", "2"] }
+            auth: .accounts, users: ["admin"],
+            configure: { $0.extraArguments["auth", default: []] += ["--token-ttl-seconds", "2"] }
         ) { live in
             let herald = live.configuration.binDirectory + "/herald"
             let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
@@ -300,13 +338,19 @@ struct ConsoleTests {
             #expect(try await browser.signIn("ops", "ops").status == 303)
 
             // Devices: 60 of alice's, searched by tag expression and handle prefix, paged by 50.
-            for n in 0..<60 { try await live.register("alice", handle: apnsToken(1000 + n), tags: n % 2 == 0 ? ["even"] : ["odd"]) }
+            for n in 0..<60 {
+                try await live.register("alice", handle: apnsToken(1000 + n), tags: n % 2 == 0 ? ["even"] : ["odd"])
+            }
             try await live.register("bob", handle: apnsToken(5), tags: ["odd"])
             let first = try await browser.get("/console/hubs/default/devices?user=alice")
-            #expect(first.status == 200 && first.text.components(separatedBy: "<tr>").count - 2 == 50, "a page holds 50 devices")
-            let next = try #require(first.text.firstMatch(of: /href="([^"]+)" rel="next"/)).1.replacingOccurrences(of: "&amp;", with: "&")
+            #expect(
+                first.status == 200 && first.text.components(separatedBy: "<tr>").count - 2 == 50,
+                "a page holds 50 devices")
+            let next = try #require(first.text.firstMatch(of: /href="([^"]+)" rel="next"/)).1.replacingOccurrences(
+                of: "&amp;", with: "&")
             let second = try await browser.get(String(next))
-            #expect(second.text.components(separatedBy: "<tr>").count - 2 == 10 && !second.text.contains("rel=\"next\""))
+            #expect(
+                second.text.components(separatedBy: "<tr>").count - 2 == 10 && !second.text.contains("rel=\"next\""))
             let odd = try await browser.get("/console/hubs/default/devices?tag=odd+%26%26+%21username%3Aalice")
             #expect(odd.text.contains(apnsToken(5)) && !odd.text.contains(apnsToken(1001)))
             let prefix = try await browser.get("/console/hubs/default/devices?handle=\(apnsToken(1007).prefix(60))")
@@ -319,7 +363,8 @@ struct ConsoleTests {
             let sent = try await browser.postMultipart(
                 "/console/hubs/default/send",
                 [
-                    "_csrf": csrf, "target": "tag", "tag": "odd && username:bob", "kind": "alert", "text": "from the console",
+                    "_csrf": csrf, "target": "tag", "tag": "odd && username:bob", "kind": "alert",
+                    "text": "from the console",
                     "action": "send",
                 ])
             let location = try #require(sent.header("Location"), "\(sent.status) \(sent.text)")
@@ -333,16 +378,20 @@ struct ConsoleTests {
             #expect(page.text.contains("id=\"state\">Completed<") && !page.text.contains("data-live"), "\(page.text)")
             #expect(page.text.contains(apnsToken(5)))
             let delivered = fixture.double.requests.filter { $0.path == "/3/device/\(apnsToken(5))" }
-            #expect(delivered.count == 1 && String(decoding: delivered[0].body, as: UTF8.self).contains("from the console"))
+            #expect(
+                delivered.count == 1 && String(decoding: delivered[0].body, as: UTF8.self).contains("from the console"))
             let byID = try await browser.get("/console/sends/\(location.split(separator: "/").last!)")
             #expect(byID.status == 303 && byID.header("Location") == location)
             #expect(try await browser.get("/console/sends/n-0000").status == 404)
             let sends = try await browser.get("/console/hubs/default/sends")
-            #expect(sends.text.contains(String(location.split(separator: "/").last!)) && sends.text.contains("<svg class=\"chart\""))
+            #expect(
+                sends.text.contains(String(location.split(separator: "/").last!))
+                    && sends.text.contains("<svg class=\"chart\""))
             // A template send with properties: the installation's template rendered, as NH does. Then 62
             // pushes in all: bob's alert, the template, and the secure push to alice's 60 devices.
             _ = try await RPCClient.with(
-                socketPath: live.configuration.socketPath("registration"), transport: live.configuration.rpcTransport, timeout: .testRPC
+                socketPath: live.configuration.socketPath("registration"), transport: live.configuration.rpcTransport,
+                timeout: .testRPC
             ) {
                 client in
                 let json =
@@ -353,14 +402,18 @@ struct ConsoleTests {
             let templated = try await browser.postMultipart(
                 "/console/hubs/default/send",
                 [
-                    "_csrf": csrf, "target": "tag", "tag": "tpl", "kind": "template", "properties": "greeting=Hello, Ada\nunused=x",
+                    "_csrf": csrf, "target": "tag", "tag": "tpl", "kind": "template",
+                    "properties": "greeting=Hello, Ada\nunused=x",
                     "action": "send",
                 ])
             #expect(templated.status == 303, "\(templated.text)")
             // Secure: stored for alice, only its id pushed; alice reads it through the tutorial's route.
             let secure = try await browser.postMultipart(
                 "/console/hubs/default/send",
-                ["_csrf": csrf, "target": "user", "user": "alice", "kind": "secure", "text": "the secret plan", "action": "send"])
+                [
+                    "_csrf": csrf, "target": "user", "user": "alice", "kind": "secure", "text": "the secret plan",
+                    "action": "send",
+                ])
             #expect(secure.status == 303, "\(secure.text)")
             let pushes = try await Self.waitFor(fixture, count: 62) { $0.path.hasPrefix("/3/device/") }
             #expect(
@@ -369,24 +422,35 @@ struct ConsoleTests {
                         && String(decoding: $0.body, as: UTF8.self) == #"{"aps":{"alert":"Hello, Ada"}}"#
                 })
             let secureBody = try #require(
-                pushes.first { $0.path == "/3/device/\(apnsToken(1000))" && String(decoding: $0.body, as: UTF8.self).contains("secureId") })
-            let secureID = try #require(String(decoding: secureBody.body, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)).1
+                pushes.first {
+                    $0.path == "/3/device/\(apnsToken(1000))"
+                        && String(decoding: $0.body, as: UTF8.self).contains("secureId")
+                })
+            let secureID = try #require(
+                String(decoding: secureBody.body, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)
+            ).1
             let fetched = try await live.edge.request("GET", "/api/notifications/\(secureID)", as: "alice")
-            #expect(fetched.status == 200 && fetched.text.contains("the secret plan"), "\(fetched.status) \(fetched.text)")
-            #expect(!pushes.contains { String(decoding: $0.body, as: UTF8.self).contains("the secret plan") }, "the secret crossed APNs")
+            #expect(
+                fetched.status == 200 && fetched.text.contains("the secret plan"), "\(fetched.status) \(fetched.text)")
+            #expect(
+                !pushes.contains { String(decoding: $0.body, as: UTF8.self).contains("the secret plan") },
+                "the secret crossed APNs")
 
             // Bad input: the form again with the reason, nothing sent.
             let bad = try await browser.postMultipart(
-                "/console/hubs/default/send", ["_csrf": csrf, "target": "tag", "tag": "odd", "kind": "secure", "text": "x"])
+                "/console/hubs/default/send",
+                ["_csrf": csrf, "target": "tag", "tag": "odd", "kind": "secure", "text": "x"])
             #expect(bad.status == 400 && bad.text.contains("readable by its recipient only"))
 
             // A hub whose APNs key the push service does not know: failing, with APNs's reason.
             #expect(try await runProgram(herald, ["hubs", "add", "broken"] + dir).status == 0)
-            try P256.Signing.PrivateKey().pemRepresentation.write(toFile: "\(fixture.folder)/unknown.p8", atomically: true, encoding: .utf8)
+            try P256.Signing.PrivateKey().pemRepresentation.write(
+                toFile: "\(fixture.folder)/unknown.p8", atomically: true, encoding: .utf8)
             let set = try await runProgram(
                 herald,
                 [
-                    "hubs", "credentials", "set", "broken", "apns", "key=@\(fixture.folder)/unknown.p8", "key-id=UNKNOWN123", "team-id=T",
+                    "hubs", "credentials", "set", "broken", "apns", "key=@\(fixture.folder)/unknown.p8",
+                    "key-id=UNKNOWN123", "team-id=T",
                     "topic=\(ProviderFixture.topic)", "url=\(fixture.double.url)",
                 ] + dir)
             #expect(set.status == 0, "\(set.error)")
@@ -394,7 +458,10 @@ struct ConsoleTests {
             #expect(before.text.contains("badge set"), "\(before.text)")
             let failed = try await browser.postMultipart(
                 "/console/hubs/broken/send",
-                ["_csrf": csrf, "target": "device", "platform": "apns", "handle": apnsToken(77), "kind": "alert", "text": "x"])
+                [
+                    "_csrf": csrf, "target": "device", "platform": "apns", "handle": apnsToken(77), "kind": "alert",
+                    "text": "x",
+                ])
             let failedLocation = try #require(failed.header("Location"), "\(failed.status) \(failed.text)")
             var hub = try await browser.get("/console/hubs/broken")
             let hubDeadline = ContinuousClock.now + .seconds(30)
@@ -402,7 +469,9 @@ struct ConsoleTests {
                 try await Task.sleep(for: .milliseconds(100))
                 hub = try await browser.get("/console/hubs/broken")
             }
-            #expect(hub.text.contains("badge failing") && hub.text.contains("<code>InvalidProviderToken</code>"), "\(hub.text)")
+            #expect(
+                hub.text.contains("badge failing") && hub.text.contains("<code>InvalidProviderToken</code>"),
+                "\(hub.text)")
             let outcome = try await browser.get(failedLocation)
             #expect(outcome.text.contains("InvalidProviderToken: 1"))
             fixture.violations.withLock { $0.removeAll { $0.contains("InvalidProviderToken") } }

@@ -12,18 +12,23 @@ import Testing
 /// with the same apns-id.
 @Suite("crash recovery", .serialized, .timeLimit(.minutes(5)))
 struct CrashRecoveryTests {
-    @Test("kill -9 dispatch during 1,000 sends to 10 devices: each delivery arrives once or is recorded as retried with the same apns-id")
+    @Test(
+        "kill -9 dispatch during 1,000 sends to 10 devices: each delivery arrives once or is recorded as retried with the same apns-id"
+    )
     func killDispatch() async throws {
         let sends = 1000
         let devices = 10
         // One worker, small batches and a slow double: deliveries trail the sends, so the kill
         // lands while pushes are in flight.
-        try await PushDeliveryTests.withProviders(extra: ["--delivery-batch", "20", "--delivery-workers", "1"]) { fixture, live in
+        try await PushDeliveryTests.withProviders(extra: ["--delivery-batch", "20", "--delivery-workers", "1"]) {
+            fixture, live in
             try await Self.scenario(fixture, live, sends: sends, devices: devices)
         }
     }
 
-    @Test("1,000 sends scheduled 10–25 s ahead, 100 cancelled, kill -9 dispatch midway: each fires exactly once, cancelled ones never")
+    @Test(
+        "1,000 sends scheduled 10–25 s ahead, 100 cancelled, kill -9 dispatch midway: each fires exactly once, cancelled ones never"
+    )
     func scheduledSurviveKill() async throws {
         try await PushDeliveryTests.withProviders { fixture, live in
             let token = apnsToken(950)
@@ -45,7 +50,10 @@ struct CrashRecoveryTests {
                                 let outcome = try await DispatchServiceClient(client).send(
                                     SendRequest(
                                         targetUser: "sched",
-                                        payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"sched \#(n)"}}"#.utf8))],
+                                        payloads: [
+                                            NativePayload(
+                                                platform: .apns, body: Array(#"{"aps":{"alert":"sched \#(n)"}}"#.utf8))
+                                        ],
                                         sender: "judy", scheduledAtUnixMs: due(n))
                                 ).outcome
                                 #expect(outcome?.state == .scheduled)
@@ -63,7 +71,8 @@ struct CrashRecoveryTests {
             let cancelled = Set(stride(from: 0, to: sends, by: 10))
             try await RPCClient.with(socketPath: dispatch, timeout: .testRPC) { client in
                 for n in cancelled.sorted() {
-                    let outcome = try await DispatchServiceClient(client).cancelScheduled(CancelScheduledRequest(notificationID: ids[n]!))
+                    let outcome = try await DispatchServiceClient(client).cancelScheduled(
+                        CancelScheduledRequest(notificationID: ids[n]!))
                     #expect(outcome.state == .cancelled)
                 }
             }
@@ -73,7 +82,10 @@ struct CrashRecoveryTests {
                 Dictionary(
                     grouping: fixture.double.requests.filter { $0.path == "/3/device/\(token)" },
                     by: { request in
-                        Int(String(decoding: request.body, as: UTF8.self).firstMatch(of: /sched (\d+)/).map { String($0.1) } ?? "") ?? -1
+                        Int(
+                            String(decoding: request.body, as: UTF8.self).firstMatch(of: /sched (\d+)/).map {
+                                String($0.1)
+                            } ?? "") ?? -1
                     })
             }
             _ = try await fixture.double.waitFor(300, timeout: .seconds(30)) { $0.path == "/3/device/\(token)" }
@@ -90,7 +102,9 @@ struct CrashRecoveryTests {
             }
             let outcomes = try await RPCClient.with(socketPath: dispatch, timeout: .seconds(30)) { client in
                 var all: [Int: Outcome] = [:]
-                for (n, id) in ids { all[n] = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id)) }
+                for (n, id) in ids {
+                    all[n] = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+                }
                 return all
             }
             #expect(await live.stack.restartCount(of: "dispatch") == 1)
@@ -103,7 +117,9 @@ struct CrashRecoveryTests {
                     #expect(outcomes[n]?.state == .cancelled)
                 } else {
                     // Exactly once: one message id (a retry of the same delivery after the kill reuses it).
-                    #expect(Set(pushes.compactMap { $0.header("apns-id") }).count == 1, "send \(n) reached APNs as \(pushes.count) pushes")
+                    #expect(
+                        Set(pushes.compactMap { $0.header("apns-id") }).count == 1,
+                        "send \(n) reached APNs as \(pushes.count) pushes")
                     #expect(
                         outcomes[n]?.state == .completed && outcomes[n]?.platforms.first?.success == 1,
                         "\(n): \(String(describing: outcomes[n]))")
@@ -133,7 +149,9 @@ struct CrashRecoveryTests {
 
         let started = ContinuousClock.now
         let dispatch = live.configuration.socketPath("dispatch")
-        let ids = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(30)) {
+        let ids = try await RPCClient.with(
+            socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(30)
+        ) {
             client in
             try await withThrowingTaskGroup(of: [String].self) { group in
                 for lane in 0..<8 {
@@ -143,7 +161,10 @@ struct CrashRecoveryTests {
                             let outcome = try await DispatchServiceClient(client).send(
                                 SendRequest(
                                     targetUser: "ivan",
-                                    payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"crash \#(n)"}}"#.utf8))],
+                                    payloads: [
+                                        NativePayload(
+                                            platform: .apns, body: Array(#"{"aps":{"alert":"crash \#(n)"}}"#.utf8))
+                                    ],
                                     sender: "judy")
                             ).outcome
                             ids.append(try #require(outcome?.notificationID))
@@ -176,16 +197,23 @@ struct CrashRecoveryTests {
 
         // Wait until APNs has seen every delivery (cheap, in-process), then for every outcome to be final.
         let allSeen = ContinuousClock.now + .seconds(120)
-        while Set(fixture.double.requests.compactMap { $0.header("apns-id") }).count < sends * devices, ContinuousClock.now < allSeen {
+        while Set(fixture.double.requests.compactMap { $0.header("apns-id") }).count < sends * devices,
+            ContinuousClock.now < allSeen
+        {
             try await Task.sleep(for: .milliseconds(100))
         }
         var outcomes: [Outcome] = []
         let deadline = ContinuousClock.now + .seconds(120)
         repeat {
-            outcomes = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .testRPC) {
+            outcomes = try await RPCClient.with(
+                socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .testRPC
+            ) {
                 client in
                 var all: [Outcome] = []
-                for id in ids { all.append(try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))) }
+                for id in ids {
+                    all.append(
+                        try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id)))
+                }
                 return all
             }
             if outcomes.allSatisfy({ $0.state == .completed }) { break }
@@ -199,9 +227,12 @@ struct CrashRecoveryTests {
 
         // The outbox's records against what APNs saw.
         var records: [String: DeliveryRecord] = [:]
-        try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .testRPC) { client in
+        try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .testRPC) {
+            client in
             for id in ids {
-                for record in try await DispatchServiceClient(client).listDeliveries(ListDeliveriesRequest(notificationID: id)).deliveries {
+                for record in try await DispatchServiceClient(client).listDeliveries(
+                    ListDeliveriesRequest(notificationID: id)
+                ).deliveries {
                     records[record.messageID] = record
                 }
             }
@@ -212,7 +243,9 @@ struct CrashRecoveryTests {
         for request in fixture.double.requests where request.path.hasPrefix("/3/device/") {
             let id = request.header("apns-id") ?? ""
             seen[id, default: 0] += 1
-            if let record = records[id], handleOf[record.registrationID] != String(request.path.dropFirst("/3/device/".count)) {
+            if let record = records[id],
+                handleOf[record.registrationID] != String(request.path.dropFirst("/3/device/".count))
+            {
                 wrongDevice += 1
             }
         }

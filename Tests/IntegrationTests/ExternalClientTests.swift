@@ -93,7 +93,8 @@ struct ExternalClientTests {
             packageRoot.appendingPathComponent("docker-compose.test.yml").path,
         ]
         let rendered = try await runProgram(
-            compose, files + ["config"], environment: ["HERALD_EDGE_PORT": "127.0.0.1:18080", "HERALD_TEST_USER": "qa-bot"])
+            compose, files + ["config"],
+            environment: ["HERALD_EDGE_PORT": "127.0.0.1:18080", "HERALD_TEST_USER": "qa-bot"])
         #expect(rendered.status == 0, "\(rendered.error)")
         func count(_ text: String) -> Int { rendered.output.components(separatedBy: text).count - 1 }
         #expect(count("HERALD_TEST_MODE: 'true'") + count(#"HERALD_TEST_MODE: "true""#) == 5, "\(rendered.output)")
@@ -106,9 +107,11 @@ struct ExternalClientTests {
 
     @Test("the Kubernetes manifests pass kubernetes-validate --strict")
     func kubernetesManifests() async throws {
-        let validate = try #require(which("kubernetes-validate"), "kubernetes-validate is required (scripts/test.sh installs it)")
+        let validate = try #require(
+            which("kubernetes-validate"), "kubernetes-validate is required (scripts/test.sh installs it)")
         let folder = packageRoot.appendingPathComponent("services/k8s")
-        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".yaml") }.sorted()
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".yaml") }
+            .sorted()
         try #require(!files.isEmpty)
         let result = try await runProgram(validate, ["--strict"] + files.map { folder.appendingPathComponent($0).path })
         #expect(result.status == 0, "\(result.output)\(result.error)")

@@ -41,7 +41,9 @@ struct FaultDrillTests {
                         group.addTask {
                             var answers: [Answer] = []
                             for n in stride(from: lane, to: total, by: 16) {
-                                answers.append(contentsOf: try await Self.operation(n, edge: edge, retryTransport: service == "edge"))
+                                answers.append(
+                                    contentsOf: try await Self.operation(
+                                        n, edge: edge, retryTransport: service == "edge"))
                                 completed.value.add(1, ordering: .relaxed)
                             }
                             return answers
@@ -113,11 +115,16 @@ struct FaultDrillTests {
 
     /// One request as `user` (password = name, tutorial mode) with a 15 s deadline; the
     /// notification id of an accepted send (or the id `POST api/register` answered).
-    static func request(_ edge: EdgeClient, _ method: String, _ path: String, user: String = "sender", body: String?) async -> Answer {
+    static func request(_ edge: EdgeClient, _ method: String, _ path: String, user: String = "sender", body: String?)
+        async -> Answer
+    {
         do {
-            let reply = try await edge.request(method, path, authorization: EdgeClient.basic(user), body: body, timeout: .seconds(15))
+            let reply = try await edge.request(
+                method, path, authorization: EdgeClient.basic(user), body: body, timeout: .seconds(15))
             var notification: String?
-            if let location = reply.header("Location"), let match = location.firstMatch(of: /notifications\/([^\/]+)\/outcome/) {
+            if let location = reply.header("Location"),
+                let match = location.firstMatch(of: /notifications\/([^\/]+)\/outcome/)
+            {
                 notification = String(match.1)
             } else if method == "POST", path.hasPrefix("/api/register"), reply.status == 200 {
                 notification = reply.text.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
@@ -131,16 +138,22 @@ struct FaultDrillTests {
     }
 
     /// Time from the kill until a request that needs `service` succeeds.
-    static func recover(_ service: String, edge: EdgeClient, since killedAt: ContinuousClock.Instant) async throws -> Duration {
+    static func recover(_ service: String, edge: EdgeClient, since killedAt: ContinuousClock.Instant) async throws
+        -> Duration
+    {
         let deadline = killedAt + .seconds(30)
         while ContinuousClock.now < deadline {
             let answer: Answer =
                 switch service {
-                case "payload": await request(edge, "POST", "/v1/notifications?kind=secure&to_user=nobody", body: "probe")
-                case "dispatch": await request(edge, "POST", "/api/notifications?pns=apns&to_tag=nobody", body: "\"probe\"")
+                case "payload":
+                    await request(edge, "POST", "/v1/notifications?kind=secure&to_user=nobody", body: "probe")
+                case "dispatch":
+                    await request(edge, "POST", "/api/notifications?pns=apns&to_tag=nobody", body: "\"probe\"")
                 default: await request(edge, "POST", "/api/register", user: "probe", body: nil)
                 }
-            if case .status(let code, _, _) = answer, (200..<300).contains(code) { return ContinuousClock.now - killedAt }
+            if case .status(let code, _, _) = answer, (200..<300).contains(code) {
+                return ContinuousClock.now - killedAt
+            }
             try await Task.sleep(for: .milliseconds(20))
         }
         return ContinuousClock.now - killedAt
@@ -157,7 +170,8 @@ struct FaultDrillTests {
                 let reply: EdgeClient.Reply
                 do {
                     reply = try await edge.request(
-                        "GET", "/v1/notifications/\(id)/outcome", authorization: EdgeClient.basic("sender"), timeout: .seconds(15))
+                        "GET", "/v1/notifications/\(id)/outcome", authorization: EdgeClient.basic("sender"),
+                        timeout: .seconds(15))
                 } catch {
                     // This poll only observes. Twice in CI the edge logged its answer within
                     // milliseconds and this process read it only after 15 s, while in-process RPC
@@ -182,7 +196,9 @@ struct FaultDrillTests {
             }
             if !pending.isEmpty { try await Task.sleep(for: .milliseconds(200)) }
         }
-        #expect(pending.isEmpty, "\(pending.count) acknowledged sends not completed, e.g. \(pending.first.flatMap { last[$0] } ?? "")")
+        #expect(
+            pending.isEmpty,
+            "\(pending.count) acknowledged sends not completed, e.g. \(pending.first.flatMap { last[$0] } ?? "")")
     }
 
     static func summary(_ answers: [Answer]) -> String {
@@ -204,7 +220,8 @@ final class DrillCounter: Sendable {
 
 /// A full disk under the services' data folder (a small tmpfs): writes answer 507 with a clear
 /// message, reads keep working, and once space returns everything works and no file is corrupt.
-@Suite("disk full drill", .serialized, .timeLimit(.minutes(5)), .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+@Suite(
+    "disk full drill", .serialized, .timeLimit(.minutes(5)), .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
 struct DiskFullTests {
     @Test("disk full: writes 507 with a message, reads keep working, nothing corrupt after space returns")
     func diskFull() async throws {
@@ -230,7 +247,8 @@ struct DiskFullTests {
             let filler = data + "/filler"
             _ = try await runProgram("/bin/dd", ["if=/dev/zero", "of=\(filler)", "bs=64k"])
             let full = try await edge.upload(
-                "/v1/notifications?kind=secure&to_user=alice", as: "alice", bytes: Data(String(repeating: "x", count: 200_000).utf8),
+                "/v1/notifications?kind=secure&to_user=alice", as: "alice",
+                bytes: Data(String(repeating: "x", count: 200_000).utf8),
                 contentType: "text/plain")
             #expect(full.status == 507, "\(full.status) \(full.text)")
             #expect((try? full.json()["message"] as? String)??.contains("storage full") == true, "\(full.text)")
@@ -272,7 +290,9 @@ struct DiskFullTests {
     }
 
     static func secureReply(_ edge: EdgeClient, _ text: String) async throws -> EdgeClient.Reply {
-        try await edge.upload("/v1/notifications?kind=secure&to_user=alice", as: "alice", bytes: Data(text.utf8), contentType: "text/plain")
+        try await edge.upload(
+            "/v1/notifications?kind=secure&to_user=alice", as: "alice", bytes: Data(text.utf8),
+            contentType: "text/plain")
     }
 
     static func secure(_ edge: EdgeClient, _ text: String) async throws -> [String: Any] {

@@ -60,7 +60,8 @@ struct HostileClientTests {
                 contentType: "image/png")
             #expect(reply.status == 400, "\(reply.text)")
             let secure = try await live.edge.upload(
-                "/v1/notifications?kind=secure&to_user=bob", as: "alice", bytes: Data("kept".utf8), contentType: "text/plain")
+                "/v1/notifications?kind=secure&to_user=bob", as: "alice", bytes: Data("kept".utf8),
+                contentType: "text/plain")
             #expect(secure.status == 202)
             // The payload database holds the accepted send's content only.
             let db = try DatabaseQueue(path: live.configuration.dataDirectory + "/payload.sqlite")
@@ -76,7 +77,8 @@ struct HostileClientTests {
         try await LiveStack.with(auth: .accounts, users: ["alice"], database: .sqlite) { live in
             for kind in ["secure", "rich"] {
                 let reply = try await live.edge.upload(
-                    "/v1/notifications?kind=\(kind)&to_user=ghost", as: "alice", bytes: Data("x".utf8), contentType: "text/plain")
+                    "/v1/notifications?kind=\(kind)&to_user=ghost", as: "alice", bytes: Data("x".utf8),
+                    contentType: "text/plain")
                 #expect(reply.status == 404, "\(reply.text)")
             }
             let db = try DatabaseQueue(path: live.configuration.dataDirectory + "/payload.sqlite")
@@ -150,7 +152,8 @@ struct HostileClientTests {
                             while !counters.stop.load(ordering: .relaxed) {
                                 index += 1
                                 let reply = try await edge.request(
-                                    "POST", "/api/register", authorization: EdgeClient.basic("spray\(client)-\(index)", "guess"))
+                                    "POST", "/api/register",
+                                    authorization: EdgeClient.basic("spray\(client)-\(index)", "guess"))
                                 statuses.append(reply.status)
                                 if reply.status == 429 {
                                     counters.refused.add(1, ordering: .relaxed)
@@ -187,7 +190,9 @@ struct HostileClientTests {
             }
             counters.stop.store(true, ordering: .relaxed)
             let statuses = try await spray.value
-            print("spray share: \(statuses.count) spray logins (\(statuses.filter { $0 == 429 }.count) refused), in at try \(inAt)")
+            print(
+                "spray share: \(statuses.count) spray logins (\(statuses.filter { $0 == 429 }.count) refused), in at try \(inAt)"
+            )
             // The sprayer's own answers: refused or failed, never a 500. (Under a loaded machine, on
             // PostgreSQL, one may miss the edge's deadline, 503 with Retry-After: "never 503" is the
             // burst test's promise above; this one's is that the users get in.)
@@ -213,7 +218,8 @@ struct HostileClientTests {
             let body = try JSONSerialization.data(withJSONObject: [
                 "Platform": "wns", "Handle": "https://db5.notify.windows.com/\r\nX-Injected: 1", "Tags": [String](),
             ])
-            let reply = try await live.edge.request("PUT", "/api/register/\(id)", as: "alice", body: String(decoding: body, as: UTF8.self))
+            let reply = try await live.edge.request(
+                "PUT", "/api/register/\(id)", as: "alice", body: String(decoding: body, as: UTF8.self))
             #expect(reply.status == 400, "\(reply.text)")
         }
     }
@@ -223,7 +229,9 @@ struct HostileClientTests {
         try await LiveStack.with(
             auth: .tutorial,
             configure: {
-                $0.extraArguments["edge", default: []] += ["--header-timeout-seconds", "1", "--body-timeout-seconds", "2"]
+                $0.extraArguments["edge", default: []] += [
+                    "--header-timeout-seconds", "1", "--body-timeout-seconds", "2",
+                ]
             }
         ) { live in
             let url = live.edge.base.absoluteString
@@ -233,7 +241,8 @@ struct HostileClientTests {
             try slowBody.send("PUT /api/register/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
             let start = ContinuousClock.now
             // One byte every 200 ms: the head never completes.
-            let head = Array("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".utf8)
+            let head = Array(
+                "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".utf8)
             var open = Set(dribbling.indices)
             for byte in head where !open.isEmpty && ContinuousClock.now - start < .seconds(8) {
                 for index in open {
@@ -269,12 +278,16 @@ struct HostileClientTests {
             #expect(served.header("Content-Disposition") == "attachment")
             #expect(served.header("Content-Security-Policy")?.contains("sandbox") == true)
             for spelling in ["+\(id)", "0\(id)", "\(id).0", "\(id)%20"] {
-                #expect(try await live.edge.request("GET", "/api/notifications/\(spelling)", as: "alice").status == 404, "\(spelling)")
+                #expect(
+                    try await live.edge.request("GET", "/api/notifications/\(spelling)", as: "alice").status == 404,
+                    "\(spelling)")
             }
         }
     }
 
-    @Test("HTTP/1.0 without keep-alive, and Connection: close, get Connection: close and a closed connection (RFC 9112 §9.3)")
+    @Test(
+        "HTTP/1.0 without keep-alive, and Connection: close, get Connection: close and a closed connection (RFC 9112 §9.3)"
+    )
     func connectionPersistence() async throws {
         try await LiveStack.with(auth: .tutorial) { live in
             let url = live.edge.base.absoluteString
@@ -307,7 +320,10 @@ struct HostileClientTests {
         try await LiveStack.with(auth: .tutorial) { live in
             let cases = [
                 ("GET /" + String(repeating: "a", count: 100_000) + " HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 431"),
-                ("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + String(repeating: "b", count: 100_000) + "\r\n\r\n", "HTTP/1.1 431"),
+                (
+                    "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + String(repeating: "b", count: 100_000) + "\r\n\r\n",
+                    "HTTP/1.1 431"
+                ),
                 ("GET /healthz HTTP/1.1\r\nBad Header\r\n\r\n", "HTTP/1.1 400"),
                 ("GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", "HTTP/1.1 400"),
                 ("\u{1}\u{2}\u{3} / HTTP/1.1\r\n\r\n", "HTTP/1.1 400"),
@@ -359,7 +375,9 @@ final class RawConnection: @unchecked Sendable {
             local.sin_family = sa_family_t(AF_INET)
             local.sin_addr.s_addr = inet_addr(source)
             let bound = withUnsafePointer(to: &local) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
             }
             guard bound == 0 else { throw StackError(description: "bind \(source) failed: errno \(errno)") }
         }
@@ -368,7 +386,9 @@ final class RawConnection: @unchecked Sendable {
         sin.sin_port = in_port_t(UInt16(try #require(address.port)).bigEndian)
         sin.sin_addr.s_addr = inet_addr("127.0.0.1")
         let result = withUnsafePointer(to: &sin) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard result == 0 else { throw StackError(description: "connect failed: errno \(errno)") }
     }
@@ -404,7 +424,11 @@ final class RawConnection: @unchecked Sendable {
         while ContinuousClock.now < deadline {
             var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             let left = deadline - ContinuousClock.now
-            guard poll(&poller, 1, Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))) > 0
+            guard
+                poll(
+                    &poller, 1,
+                    Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)))
+                    > 0
             else {
                 continue
             }

@@ -56,7 +56,8 @@ struct LiveStack {
         configure(&configuration)
         if database == .postgres {
             for service in Stack.postgresServices {
-                let url = try #require(TestDatabases.freshPostgresURL(service: service, prefix: schemaPrefix), "HERALD_TEST_POSTGRES_URL")
+                let url = try #require(
+                    TestDatabases.freshPostgresURL(service: service, prefix: schemaPrefix), "HERALD_TEST_POSTGRES_URL")
                 configuration.extraArguments[service, default: []] += ["--database-url", url]
             }
         }
@@ -99,33 +100,43 @@ struct LiveStack {
         ) { client in
             let auth = AuthServiceClient(client)
             _ = try await auth.createUser(CreateUserRequest(user: user, password: password))
-            if send { _ = try await auth.grantHubRights(GrantHubRightsRequest(hub: "default", user: user, rights: ["Send"])) }
+            if send {
+                _ = try await auth.grantHubRights(GrantHubRightsRequest(hub: "default", user: user, rights: ["Send"]))
+            }
         }
     }
 
     /// Registers a device for `user` the way the iOS client does; returns the registration id.
     @discardableResult
-    func register(_ user: String, platform: String = "apns", handle: String, tags: [String] = []) async throws -> String {
+    func register(_ user: String, platform: String = "apns", handle: String, tags: [String] = []) async throws -> String
+    {
         let created = try await edge.request(
-            "POST", "/api/register?handle=\(handle.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? handle)", as: user)
+            "POST",
+            "/api/register?handle=\(handle.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? handle)",
+            as: user)
         try #require(created.status == 200, "POST api/register: \(created.status) \(created.text)")
-        let id = try #require(try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
+        let id = try #require(
+            try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
         let body = try JSONSerialization.data(withJSONObject: ["Platform": platform, "Handle": handle, "Tags": tags])
-        let put = try await edge.request("PUT", "/api/register/\(id)", as: user, body: String(decoding: body, as: UTF8.self))
+        let put = try await edge.request(
+            "PUT", "/api/register/\(id)", as: user, body: String(decoding: body, as: UTF8.self))
         try #require(put.status == 200, "PUT api/register: \(put.status) \(put.text)")
         return id
     }
 
     /// Every service's log so far, concatenated.
     func logs() -> String {
-        Stack.services.compactMap { try? String(contentsOfFile: "\(configuration.logDirectory)/\($0).log", encoding: .utf8) }
-            .joined(separator: "\n")
+        Stack.services.compactMap {
+            try? String(contentsOfFile: "\(configuration.logDirectory)/\($0).log", encoding: .utf8)
+        }
+        .joined(separator: "\n")
     }
 
     /// Everything the inbox provider has recorded.
     func inbox() async throws -> [InboxEntry] {
-        try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), transport: configuration.rpcTransport, timeout: .testRPC)
-        { client in
+        try await RPCClient.with(
+            socketPath: configuration.socketPath("dispatch"), transport: configuration.rpcTransport, timeout: .testRPC
+        ) { client in
             try await DispatchServiceClient(client).listInbox(ListInboxRequest(limit: 1000)).entries
         }
     }
@@ -174,10 +185,12 @@ struct EdgeClient: Sendable {
     }
 
     func request(
-        _ method: String, _ path: String, authorization: String? = nil, body: String? = nil, timeout: TimeAmount = .seconds(30)
+        _ method: String, _ path: String, authorization: String? = nil, body: String? = nil,
+        timeout: TimeAmount = .seconds(30)
     ) async throws -> Reply {
         try await request(
-            method, path, authorization: authorization, bytes: body.map { Data($0.utf8) }, contentType: "application/json",
+            method, path, authorization: authorization, bytes: body.map { Data($0.utf8) },
+            contentType: "application/json",
             timeout: timeout)
     }
 
@@ -208,7 +221,8 @@ struct EdgeClient: Sendable {
     /// As user `user`, uploading `bytes` of `contentType`.
     func upload(_ path: String, as user: String, bytes: Data, contentType: String) async throws -> Reply {
         try await request(
-            "POST", path, authorization: Self.basic(user, Self.password(of: user, in: auth)), bytes: bytes, contentType: contentType)
+            "POST", path, authorization: Self.basic(user, Self.password(of: user, in: auth)), bytes: bytes,
+            contentType: contentType)
     }
 }
 
@@ -236,7 +250,8 @@ func runProgram(
 ) async throws -> (status: Int32, output: String, error: String) {
     try await withCheckedThrowingContinuation { continuation in
         Thread {
-            continuation.resume(with: Result { try runProgramBlocking(executable, arguments, input: input, environment: environment) })
+            continuation.resume(
+                with: Result { try runProgramBlocking(executable, arguments, input: input, environment: environment) })
         }.start()
     }
 }

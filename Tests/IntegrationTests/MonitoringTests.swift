@@ -31,13 +31,17 @@ struct MonitoringTests {
             })
     }
 
-    @Test("every series the alert rules and the dashboard use is in the /metrics of a live TLS stack after the tutorial sequence")
+    @Test(
+        "every series the alert rules and the dashboard use is in the /metrics of a live TLS stack after the tutorial sequence"
+    )
     func namesExist() async throws {
         let rules = try String(contentsOfFile: "\(Self.folder)/herald.rules.yml", encoding: .utf8)
         let dashboardData = try Data(contentsOf: URL(fileURLWithPath: "\(Self.folder)/herald-dashboard.json"))
         let dashboard = try #require(try JSONSerialization.jsonObject(with: dashboardData) as? [String: Any])
         let panels = try #require(dashboard["panels"] as? [[String: Any]])
-        let expressions = panels.flatMap { ($0["targets"] as? [[String: Any]] ?? []).compactMap { $0["expr"] as? String } }
+        let expressions = panels.flatMap {
+            ($0["targets"] as? [[String: Any]] ?? []).compactMap { $0["expr"] as? String }
+        }
         #expect(expressions.count >= 16)
 
         let defined = Set(rules.matches(of: /record: ([a-z_:0-9]+)/).map { String($0.output.1) })
@@ -57,14 +61,19 @@ struct MonitoringTests {
             directory: directory,
             configure: { configuration in
                 configuration.tls = tls
-                for service in services { configuration.extraArguments[service, default: []] += ["--metrics-listen", "127.0.0.1:0"] }
+                for service in services {
+                    configuration.extraArguments[service, default: []] += ["--metrics-listen", "127.0.0.1:0"]
+                }
             }
         ) { live in
             try await SecurePushTests.secureSequence(live)
             func scrape(_ service: String) async throws -> String {
                 let file = "\(live.configuration.runtimeDirectory)/\(service).metrics.url"
-                let url = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-                return try await EdgeClient(base: URL(string: url)!.deletingLastPathComponent()).request("GET", "metrics").text
+                let url = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(
+                    in: .whitespacesAndNewlines)
+                return try await EdgeClient(base: URL(string: url)!.deletingLastPathComponent()).request(
+                    "GET", "metrics"
+                ).text
             }
             // The send's counters are written after the inbox row the sequence waited for: poll.
             var exported = Set<String>()

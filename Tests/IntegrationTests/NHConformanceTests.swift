@@ -19,14 +19,17 @@ struct NHConformanceTests {
             let full = NotificationHubsTests.token(sr: root, keys.full)
             let listen = NotificationHubsTests.token(sr: root, keys.listen)
             func call(
-                _ method: String, _ target: String, _ authorization: String?, body: String? = nil, headers: [(String, String)] = []
+                _ method: String, _ target: String, _ authorization: String?, body: String? = nil,
+                headers: [(String, String)] = []
             ) async throws -> EdgeClient.Reply {
                 try await live.edge.request(
-                    method, target, authorization: authorization, bytes: body.map { Data($0.utf8) }, contentType: "application/json",
+                    method, target, authorization: authorization, bytes: body.map { Data($0.utf8) },
+                    contentType: "application/json",
                     headers: headers)
             }
             let path = "/conf/installations/dev-1"
-            let installation = #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(apnsToken(1201))","tags":["conf"]}"#
+            let installation =
+                #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(apnsToken(1201))","tags":["conf"]}"#
 
             // The .NET SDK on an http endpoint with a port signs sr without it (UriBuilder drops it).
             let dotnet = NotificationHubsTests.token(
@@ -55,15 +58,20 @@ struct NHConformanceTests {
             let own = try await call("GET", path, listen)
             let ownID = try #require(own.header("TrackingId"))
             #expect(!ownID.isEmpty && own.header("x-ms-correlation-request-id") == ownID)
-            let hostile = try await call("GET", path, listen, headers: [("TrackingId", String(repeating: "x", count: 300))])
+            let hostile = try await call(
+                "GET", path, listen, headers: [("TrackingId", String(repeating: "x", count: 300))])
             #expect(hostile.header("TrackingId")?.count ?? 0 <= 128, "a tracking id is bounded")
 
             // A missing right: 401 with NH's words (the JS SDK branches on 401), never 403.
             let query = try await call("GET", "/conf/installations", listen)
-            #expect(query.status == 401 && query.text.contains("'Manage' claim(s) are required"), "\(query.status) \(query.text)")
+            #expect(
+                query.status == 401 && query.text.contains("'Manage' claim(s) are required"),
+                "\(query.status) \(query.text)")
             let send = try await call(
-                "POST", "/conf/messages", listen, body: #"{"aps":{"alert":"x"}}"#, headers: [("ServiceBusNotification-Format", "apple")])
-            #expect(send.status == 401 && send.text.contains("'Send' claim(s) are required"), "\(send.status) \(send.text)")
+                "POST", "/conf/messages", listen, body: #"{"aps":{"alert":"x"}}"#,
+                headers: [("ServiceBusNotification-Format", "apple")])
+            #expect(
+                send.status == 401 && send.text.contains("'Send' claim(s) are required"), "\(send.status) \(send.text)")
             #expect(send.header("WWW-Authenticate") == nil)
             _ = full
         }
@@ -83,19 +91,23 @@ struct NHConformanceTests {
             let installation =
                 #"{"installationId":"t-1","platform":"apns","pushChannel":"\#(handle)","tags":["conf"],"templates":{"t":{"body":"\#(template)"}}}"#
             let put = try await live.edge.request(
-                "PUT", "/default/installations/t-1", authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full),
+                "PUT", "/default/installations/t-1",
+                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full),
                 bytes: Data(installation.utf8), contentType: "application/json")
             #expect(put.status == 200, "\(put.text)")
 
             // The docs mark the format header optional for template sends.
             let properties = #"{"msg":"Storm <warning> & 'more'"}"#
-            let sent = try await post("/default/messages", body: properties, headers: [("ServiceBusNotification-Tags", "conf")])
+            let sent = try await post(
+                "/default/messages", body: properties, headers: [("ServiceBusNotification-Tags", "conf")])
             #expect(sent.status == 201, "\(sent.text)")
             let id = try NHSendTests.id(sent.header("Location"))
             let outcome = try await NotificationHubsTests.finalOutcome(live, notification: id)
             #expect(outcome.state == .completed, "\(outcome)")
             let push = fixture.double.requests.first { $0.path == "/3/device/\(handle)" }
-            #expect(push.map { String(decoding: $0.body, as: UTF8.self) } == #"{"aps":{"alert":"Storm <warning> & 'more'"}}"#)
+            #expect(
+                push.map { String(decoding: $0.body, as: UTF8.self) }
+                    == #"{"aps":{"alert":"Storm <warning> & 'more'"}}"#)
 
             // Telemetry carries the body as sent, XML-escaped, between EndTime and TargetPlatforms.
             let details = try await live.edge.request(
@@ -104,7 +116,9 @@ struct NHConformanceTests {
             #expect(details.status == 200)
             let escaped = xmlEscaped(properties, quotes: false)
             #expect(details.text.contains("<NotificationBody>\(escaped)</NotificationBody>"), "\(details.text)")
-            let order = ["<EndTime>", "<NotificationBody>", "<TargetPlatforms>"].compactMap { details.text.range(of: $0)?.lowerBound }
+            let order = ["<EndTime>", "<NotificationBody>", "<TargetPlatforms>"].compactMap {
+                details.text.range(of: $0)?.lowerBound
+            }
             #expect(order.count == 3 && order[0] < order[1] && order[1] < order[2], "\(details.text)")
 
             // Apns-Expiry: the docs' W3C form (minutes, an offset) and the .NET SDK's invariant form.
@@ -118,7 +132,8 @@ struct NHConformanceTests {
                 return formatter.string(from: Date(timeIntervalSince1970: TimeInterval(expected)))
             }
             for (n, (expiry, seconds)) in [
-                (spelled("yyyy-MM-dd'T'HH:mm:ssxxx", offset: 3600), expected), (spelled("yyyy-MM-dd'T'HH:mmxxx", offset: 3600), expected),
+                (spelled("yyyy-MM-dd'T'HH:mm:ssxxx", offset: 3600), expected),
+                (spelled("yyyy-MM-dd'T'HH:mmxxx", offset: 3600), expected),
                 (spelled("MM/dd/yyyy HH:mm:ss", offset: 0), expected),
             ].enumerated() {
                 let device = apnsToken(1220 + n)
@@ -129,11 +144,13 @@ struct NHConformanceTests {
                         ("ServiceBusNotification-Apns-Expiry", expiry),
                     ])
                 #expect(direct.status == 201, "\(expiry): \(direct.text)")
-                _ = try await NotificationHubsTests.finalOutcome(live, notification: try NHSendTests.id(direct.header("Location")))
+                _ = try await NotificationHubsTests.finalOutcome(
+                    live, notification: try NHSendTests.id(direct.header("Location")))
                 let pushed = fixture.double.requests.first { $0.path == "/3/device/\(device)" }
                 // Herald keeps the expiry as a time to live from the send: a second either way.
                 let expiration = pushed?.header("apns-expiration").flatMap { Int64($0) }
-                #expect(expiration.map { abs($0 - seconds) <= 1 } == true, "\(expiry): \(String(describing: expiration))")
+                #expect(
+                    expiration.map { abs($0 - seconds) <= 1 } == true, "\(expiry): \(String(describing: expiration))")
             }
         }
     }

@@ -50,9 +50,13 @@ struct NHHostileTests {
             let keys = try await NotificationHubsTests.hub("probe", live)
             let root = NotificationHubsTests.root(live)
             let (name, _) = NotificationHubsTests.secret(keys.full)
-            let forged = SASTokens.token(sr: root, keyName: name, key: "guess", expiry: Int64(Date().timeIntervalSince1970) + 600)
+            let forged = SASTokens.token(
+                sr: root, keyName: name, key: "guess", expiry: Int64(Date().timeIntervalSince1970) + 600)
             var statuses: [Int] = []
-            for _ in 0..<30 { statuses.append(try await live.edge.request("GET", "/probe/installations/x", authorization: forged).status) }
+            for _ in 0..<30 {
+                statuses.append(
+                    try await live.edge.request("GET", "/probe/installations/x", authorization: forged).status)
+            }
             #expect(Set(statuses).isSubset(of: [401, 429]) && statuses.contains(429), "\(statuses)")
             let good = try await live.edge.request(
                 "GET", "/probe/installations/x", authorization: NotificationHubsTests.token(sr: root, keys.full))
@@ -68,7 +72,8 @@ struct NHHostileTests {
             let (name, key) = NotificationHubsTests.secret(keys.full)
             let expiry = Int64(Date().timeIntervalSince1970) + 600
             var details: Set<String> = []
-            for (hub, keyName, secret) in [("probe", name, "wrong"), ("probe", "NoSuchKey", key), ("nohub", name, key)] {
+            for (hub, keyName, secret) in [("probe", name, "wrong"), ("probe", "NoSuchKey", key), ("nohub", name, key)]
+            {
                 let token = SASTokens.token(sr: root, keyName: keyName, key: secret, expiry: expiry)
                 let reply = try await live.edge.request("GET", "/\(hub)/installations/x", authorization: token)
                 #expect(reply.status == 401, "\(hub)/\(keyName): \(reply.status)")
@@ -79,7 +84,9 @@ struct NHHostileTests {
         }
     }
 
-    @Test("a hub deleted and made again under its name, in any case, sees nothing of the old one; its scheduled send is cancelled")
+    @Test(
+        "a hub deleted and made again under its name, in any case, sees nothing of the old one; its scheduled send is cancelled"
+    )
     func hubMadeAgain() async throws {
         try await LiveStack.with { live in
             let herald = live.configuration.binDirectory + "/herald"
@@ -88,9 +95,12 @@ struct NHHostileTests {
             let old = try await NotificationHubsTests.hub("tenant1", live)
             let oldAuth = NotificationHubsTests.token(sr: root, old.full)
             // The old tenant: a device, a send (its telemetry) and a send scheduled an hour ahead.
-            let device = #"{"installationId":"dev-old","platform":"apns","pushChannel":"\#(apnsToken(901))","tags":["t"]}"#
+            let device =
+                #"{"installationId":"dev-old","platform":"apns","pushChannel":"\#(apnsToken(901))","tags":["t"]}"#
             #expect(
-                try await live.edge.request("PUT", "/tenant1/installations/dev-old", authorization: oldAuth, body: device).status == 200)
+                try await live.edge.request(
+                    "PUT", "/tenant1/installations/dev-old", authorization: oldAuth, body: device
+                ).status == 200)
             let sent = try await NHSendTests.post(
                 live, "/tenant1/messages", old.full, body: #"{"aps":{"alert":"old"}}"#,
                 headers: [("ServiceBusNotification-Format", "apple")])
@@ -108,19 +118,27 @@ struct NHHostileTests {
 
             // Names regardless of case: the path may spell it as it likes; a second hub may not.
             let mixed = NotificationHubsTests.token(sr: root, old.full)
-            #expect(try await live.edge.request("GET", "/TENANT1/installations/dev-old", authorization: mixed).status == 200)
+            #expect(
+                try await live.edge.request("GET", "/TENANT1/installations/dev-old", authorization: mixed).status == 200
+            )
             #expect(try await runProgram(herald, ["hubs", "add", "Tenant1"] + dir).status != 0)
 
             #expect(try await NotificationHubsTests.finalOutcome(live, notification: sentID).state == .completed)
             let deleted = try await runProgram(herald, ["hubs", "delete", "TENANT1"] + dir)
             #expect(deleted.status == 0, "\(deleted.error)")
-            #expect(deleted.output.contains("1 device(s) and 2 send(s), 1 of them scheduled and now cancelled"), "\(deleted.output)")
-            #expect(try await live.edge.request("GET", "/tenant1/installations/dev-old", authorization: oldAuth).status == 401)
+            #expect(
+                deleted.output.contains("1 device(s) and 2 send(s), 1 of them scheduled and now cancelled"),
+                "\(deleted.output)")
+            #expect(
+                try await live.edge.request("GET", "/tenant1/installations/dev-old", authorization: oldAuth).status
+                    == 401)
 
             let again = try await NotificationHubsTests.hub("Tenant1", live)
             let newAuth = NotificationHubsTests.token(sr: root, again.full)
             #expect(again.full != old.full)
-            for path in ["/tenant1/installations/dev-old", "/tenant1/messages/\(sentID)", "/tenant1/messages/\(scheduledID)"] {
+            for path in [
+                "/tenant1/installations/dev-old", "/tenant1/messages/\(sentID)", "/tenant1/messages/\(scheduledID)",
+            ] {
                 let reply = try await live.edge.request("GET", path, authorization: newAuth)
                 #expect(reply.status == 404, "\(path): \(reply.status) \(reply.text)")
             }
@@ -129,7 +147,8 @@ struct NHHostileTests {
             // The old sends are gone, the scheduled one never to be made.
             for id in [sentID, scheduledID] {
                 let gone = await #expect(throws: ServiceError.self) {
-                    try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .testRPC) { client in
+                    try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .testRPC) {
+                        client in
                         try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
                     }
                 }
@@ -138,9 +157,12 @@ struct NHHostileTests {
         }
     }
 
-    @Test("templates, batches, tag expressions and scheduled sends written to break a hub: refused or contained, every service up")
+    @Test(
+        "templates, batches, tag expressions and scheduled sends written to break a hub: refused or contained, every service up"
+    )
     func hostileSends() async throws {
-        try await LiveStack.with(configure: { $0.extraArguments["dispatch"] = ["--max-scheduled-per-hub", "3"] }) { live in
+        try await LiveStack.with(configure: { $0.extraArguments["dispatch"] = ["--max-scheduled-per-hub", "3"] }) {
+            live in
             let keys = try await NotificationHubsTests.hub("probe", live)
             let root = NotificationHubsTests.root(live)
             let listen = NotificationHubsTests.token(sr: root, keys.listen)
@@ -149,20 +171,27 @@ struct NHHostileTests {
             func put(_ id: String, _ handle: String, templates: String) async throws -> EdgeClient.Reply {
                 try await live.edge.request(
                     "PUT", "/probe/installations/\(id)", authorization: listen,
-                    body: #"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(handle)","templates":{\#(templates)}}"#)
+                    body:
+                        #"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(handle)","templates":{\#(templates)}}"#
+                )
             }
             let good = #""t":{"body":"{\"aps\":{\"alert\":\"$(msg)\"}}"}"#
             // 2. An expiry out of range, written as a value: refused when written (400), not at each send.
             let literal = try await put(
-                "lit", apnsToken(801), templates: #""t":{"body":"{}","headers":{"apns-expiration":"-9223372036854775808"}}"#)
-            #expect(literal.status == 400 && literal.text.contains("apns-expiration"), "\(literal.status) \(literal.text)")
+                "lit", apnsToken(801),
+                templates: #""t":{"body":"{}","headers":{"apns-expiration":"-9223372036854775808"}}"#)
+            #expect(
+                literal.status == 400 && literal.text.contains("apns-expiration"), "\(literal.status) \(literal.text)")
             // Computed from the send: that installation is left out of the send, the others get it.
             #expect(
-                try await put("bad", apnsToken(802), templates: #""t":{"body":"{}","headers":{"apns-expiration":"$(exp)"}}"#).status == 200)
+                try await put(
+                    "bad", apnsToken(802), templates: #""t":{"body":"{}","headers":{"apns-expiration":"$(exp)"}}"#
+                ).status == 200)
             #expect(try await put("good", apnsToken(803), templates: good).status == 200)
             let properties = #"{"msg":"still here","exp":"-9223372036854775808"}"#
             let now = try await NHSendTests.post(
-                live, "/probe/messages", keys.full, body: properties, headers: [("ServiceBusNotification-Format", "template")])
+                live, "/probe/messages", keys.full, body: properties,
+                headers: [("ServiceBusNotification-Format", "template")])
             #expect(now.status == 201, "\(now.text)")
             #expect(try await live.waitForInbox { $0.handle == apnsToken(803) }.count == 1)
             // The same as a scheduled send (it once crash-looped dispatch at every start).
@@ -171,7 +200,8 @@ struct NHHostileTests {
                 live, "/probe/schedulednotifications", keys.full, body: properties,
                 headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-ScheduleTime", soon)])
             #expect(later.status == 201, "\(later.text)")
-            #expect(try await live.waitForInbox(count: 2, timeout: .seconds(20)) { $0.handle == apnsToken(803) }.count == 2)
+            #expect(
+                try await live.waitForInbox(count: 2, timeout: .seconds(20)) { $0.handle == apnsToken(803) }.count == 2)
             #expect(try await live.inbox().allSatisfy { $0.handle != apnsToken(802) })
 
             // 3. PATCH is checked as PUT is; the installation stays readable.
@@ -207,7 +237,8 @@ struct NHHostileTests {
             #expect(long.hasPrefix("HTTP/1.1 400"), "\(long.prefix(300))")
             let bangs = String(repeating: "!", count: 41) + "a"
             let query = try await live.edge.request(
-                "GET", "/probe/installations?tag=\(bangs.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)",
+                "GET",
+                "/probe/installations?tag=\(bangs.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)",
                 authorization: full)
             #expect([200, 400].contains(query.status), "\(query.status) \(query.text.prefix(200))")
 
@@ -218,7 +249,10 @@ struct NHHostileTests {
                     live, "/probe/schedulednotifications", keys.full, body: #"{"aps":{"alert":"x"}}"#,
                     headers: [
                         ("ServiceBusNotification-Format", "apple"),
-                        ("ServiceBusNotification-ScheduleTime", ISO8601DateFormatter().string(from: Date().addingTimeInterval(3600))),
+                        (
+                            "ServiceBusNotification-ScheduleTime",
+                            ISO8601DateFormatter().string(from: Date().addingTimeInterval(3600))
+                        ),
                     ])
                 statuses.append(reply.status)
             }
@@ -234,7 +268,8 @@ struct NHHostileTests {
         try await LiveStack.with(auth: .accounts, users: ["sas"]) { live in
             let full = try await NHSendTests.defaultHub(live)
             let send = try await NHSendTests.post(
-                live, "/default/messages", full, body: #"{"aps":{"alert":"x"}}"#, headers: [("ServiceBusNotification-Format", "apple")])
+                live, "/default/messages", full, body: #"{"aps":{"alert":"x"}}"#,
+                headers: [("ServiceBusNotification-Format", "apple")])
             #expect(send.status == 201, "\(send.text)")
             let id = try NHSendTests.id(send.header("Location"))
             for path in ["/v1/notifications/\(id)/outcome", "/v1/notifications/\(id)/failures"] {
@@ -266,7 +301,8 @@ struct NHHostileTests {
                         for n in stride(from: stream, to: 600, by: 8) {
                             let name = String(repeating: "k", count: 60_000) + "\(n)"
                             let token = SASTokens.token(sr: root, keyName: name, key: "x", expiry: expiry)
-                            last = try await live.edge.request("GET", "/probe/installations/x", authorization: token).status
+                            last = try await live.edge.request("GET", "/probe/installations/x", authorization: token)
+                                .status
                         }
                         return last
                     }

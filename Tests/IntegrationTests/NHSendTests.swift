@@ -12,7 +12,8 @@ struct NHSendTests {
         let herald = live.configuration.binDirectory + "/herald"
         let endpoint = "sb://" + live.edge.base.host! + ":\(live.edge.base.port!)/"
         let keys = try await runProgram(
-            herald, ["hubs", "keys", "default", "--endpoint", endpoint, "--runtime-dir", live.configuration.runtimeDirectory])
+            herald,
+            ["hubs", "keys", "default", "--endpoint", endpoint, "--runtime-dir", live.configuration.runtimeDirectory])
         try #require(keys.status == 0, "\(keys.error)")
         return try #require(
             keys.output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
@@ -20,7 +21,8 @@ struct NHSendTests {
     }
 
     static func post(
-        _ live: LiveStack, _ path: String, _ connection: String, body: String, contentType: String = "application/json;charset=utf-8",
+        _ live: LiveStack, _ path: String, _ connection: String, body: String,
+        contentType: String = "application/json;charset=utf-8",
         headers: [(String, String)]
     ) async throws -> EdgeClient.Reply {
         try await live.edge.request(
@@ -33,7 +35,9 @@ struct NHSendTests {
         return String(location.split(separator: "/").last!.split(separator: "?").first!)
     }
 
-    @Test("native apple send with NH's apns-* headers: they reach APNs as given; 201 + Location; telemetry XML in the .NET order")
+    @Test(
+        "native apple send with NH's apns-* headers: they reach APNs as given; 201 + Location; telemetry XML in the .NET order"
+    )
     func nativeHeadersAndTelemetry() async throws {
         try await PushDeliveryTests.withProviders { fixture, live in
             let full = try await Self.defaultHub(live)
@@ -43,13 +47,16 @@ struct NHSendTests {
             let send = try await Self.post(
                 live, "/default/messages?api-version=2015-04", full, body: #"{"aps":{"content-available":1},"k":"v"}"#,
                 headers: [
-                    ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "nhsend"), ("apns-priority", "5"),
-                    ("apns-expiration", "\(expiration)"), ("apns-collapse-id", "group-1"), ("apns-push-type", "background"),
+                    ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "nhsend"),
+                    ("apns-priority", "5"),
+                    ("apns-expiration", "\(expiration)"), ("apns-collapse-id", "group-1"),
+                    ("apns-push-type", "background"),
                 ])
             #expect(send.status == 201, "\(send.text)")
             let location = try #require(send.header("Location"))
             #expect(
-                location.hasPrefix("\(live.edge.base.absoluteString)/default/messages/n-") && location.hasSuffix("?api-version=2015-04"))
+                location.hasPrefix("\(live.edge.base.absoluteString)/default/messages/n-")
+                    && location.hasSuffix("?api-version=2015-04"))
             let id = try Self.id(location)
             let outcome = try await NotificationHubsTests.finalOutcome(live, notification: id)
             #expect(outcome.state == .completed && outcome.platforms.first?.success == 2, "\(outcome)")
@@ -73,7 +80,8 @@ struct NHSendTests {
             let xml = details.text
             // The .NET SDK's DataContract reads members in this order; an element out of order is lost.
             let order = [
-                "<NotificationId>\(id)</NotificationId>", "<Location>", "<State>Completed</State>", "<EnqueueTime>", "<StartTime>",
+                "<NotificationId>\(id)</NotificationId>", "<Location>", "<State>Completed</State>", "<EnqueueTime>",
+                "<StartTime>",
                 "<EndTime>", "<TargetPlatforms>apple</TargetPlatforms>",
                 "<ApnsOutcomeCounts><Outcome><Name>Success</Name><Count>2</Count></Outcome><Outcome><Name>WrongToken</Name><Count>1</Count></Outcome></ApnsOutcomeCounts>",
                 "<PnsErrorDetailsUri>\(live.edge.base.absoluteString)/default/messages/\(id)/failures</PnsErrorDetailsUri>",
@@ -81,60 +89,79 @@ struct NHSendTests {
             let positions = order.map { xml.range(of: $0)?.lowerBound }
             #expect(!positions.contains(nil), "\(xml)")
             #expect(positions.compactMap { $0 } == positions.compactMap { $0 }.sorted(), "\(xml)")
-            #expect(xml.hasPrefix(#"<NotificationDetails xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect""#))
+            #expect(
+                xml.hasPrefix(
+                    #"<NotificationDetails xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect""#
+                ))
             // PnsErrorDetailsUri: the per-device failures, NDJSON.
             let failures = try await live.edge.request(
                 "GET", "/default/messages/\(id)/failures",
                 authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full))
             #expect(failures.status == 200, "\(failures.text)")
-            #expect(failures.text.contains(#""handle":"\#(apnsToken(702))""#) && failures.text.contains(#""reason":"BadDeviceToken""#))
+            #expect(
+                failures.text.contains(#""handle":"\#(apnsToken(702))""#)
+                    && failures.text.contains(#""reason":"BadDeviceToken""#))
             #expect(failures.text.split(separator: "\n").count == 1, "\(failures.text)")
 
             // Another hub's key does not see this hub's send.
             let other = try await NotificationHubsTests.hub("otherhub", live).full
             let hidden = try await live.edge.request(
-                "GET", "/otherhub/messages/\(id)", authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), other))
+                "GET", "/otherhub/messages/\(id)",
+                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), other))
             #expect(hidden.status == 404, "\(hidden.text)")
         }
     }
 
-    @Test("direct and batch direct sends reach unregistered handles; bad handles, retired formats and oversize bodies are refused")
+    @Test(
+        "direct and batch direct sends reach unregistered handles; bad handles, retired formats and oversize bodies are refused"
+    )
     func directAndBatch() async throws {
         try await PushDeliveryTests.withProviders { fixture, live in
             let full = try await Self.defaultHub(live)
             let direct = try await Self.post(
                 live, "/default/messages?direct&api-version=2015-04", full, body: #"{"aps":{"alert":"direct"}}"#,
-                headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-DeviceHandle", apnsToken(801))])
+                headers: [
+                    ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-DeviceHandle", apnsToken(801)),
+                ])
             #expect(direct.status == 201, "\(direct.text)")
-            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: try Self.id(direct.header("Location")))
+            let outcome = try await NotificationHubsTests.finalOutcome(
+                live, notification: try Self.id(direct.header("Location")))
             #expect(outcome.state == .completed && outcome.platforms.first?.success == 1, "\(outcome)")
             #expect(fixture.double.requests.contains { $0.path == "/3/device/\(apnsToken(801))" })
 
             let bad = try await Self.post(
                 live, "/default/messages?direct", full, body: #"{"aps":{"alert":"x"}}"#,
-                headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-DeviceHandle", "not-hex")])
+                headers: [
+                    ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-DeviceHandle", "not-hex"),
+                ])
             #expect(bad.status == 400 && bad.text.contains("device handle 1"), "\(bad.text)")
 
             // Batch: the JS SDK's boundary spelling, a lower-case Content-type in the part, the docs' single quotes.
             let handles = (0..<3).map { apnsToken(810 + $0) }
             let boundary = "nh-boundary-1234"
             let multipart = [
-                "--\(boundary)", "Content-type: application/json;charset=utf-8", "Content-Disposition: inline; name=notification", "",
+                "--\(boundary)", "Content-type: application/json;charset=utf-8",
+                "Content-Disposition: inline; name=notification", "",
                 #"{"aps":{"alert":"batch"}}"#, "--\(boundary)", "Content-Type: application/json",
                 "Content-Disposition: inline; name=devices",
                 "", "[" + handles.map { "'\($0)'" }.joined(separator: ",") + "]", "--\(boundary)--", "",
             ].joined(separator: "\r\n")
             let batch = try await Self.post(
                 live, "/default/messages/$batch?direct&api-version=2015-08", full, body: multipart,
-                contentType: #"multipart/mixed; boundary = "\#(boundary)""#, headers: [("ServiceBusNotification-Format", "apple")])
+                contentType: #"multipart/mixed; boundary = "\#(boundary)""#,
+                headers: [("ServiceBusNotification-Format", "apple")])
             #expect(batch.status == 201, "\(batch.text)")
             // Not NH's recorded `messages/$batch/{id}`: the JS SDK takes path segment 3 as the id,
             // and .NET and Java take the last one; `messages/{id}` serves all three.
             let batchLocation = try #require(batch.header("Location"))
             #expect(
-                URL(string: batchLocation)?.pathComponents.dropFirst().map { $0 }.prefix(2) == ["default", "messages"], "\(batchLocation)")
-            #expect(URL(string: batchLocation)?.pathComponents.count == 4 && batchLocation.contains("/messages/n-"), "\(batchLocation)")
-            let batchOutcome = try await NotificationHubsTests.finalOutcome(live, notification: try Self.id(batch.header("Location")))
+                URL(string: batchLocation)?.pathComponents.dropFirst().map { $0 }.prefix(2) == ["default", "messages"],
+                "\(batchLocation)")
+            #expect(
+                URL(string: batchLocation)?.pathComponents.count == 4 && batchLocation.contains("/messages/n-"),
+                "\(batchLocation)")
+            let batchOutcome = try await NotificationHubsTests.finalOutcome(
+                live, notification: try Self.id(batch.header("Location")))
             #expect(batchOutcome.platforms.first?.success == 3, "\(batchOutcome)")
             for handle in handles {
                 let push = fixture.double.requests.first { $0.path == "/3/device/\(handle)" }
@@ -184,14 +211,19 @@ struct NHSendTests {
 
             let none = try await Self.post(
                 live, "/default/messages?test", full, body: #"{"aps":{"alert":"test"}}"#,
-                headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "nobody-has-this")])
+                headers: [
+                    ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "nobody-has-this"),
+                ])
             #expect(
-                none.status == 201 && none.text.contains(#"<Success>0</Success><Failure>0</Failure><Results i:nil="true"/>"#),
+                none.status == 201
+                    && none.text.contains(#"<Success>0</Success><Failure>0</Failure><Results i:nil="true"/>"#),
                 "\(none.text)")
         }
     }
 
-    @Test("a test send answers after nh-test-send-wait-ms with what it has: a push still on its way is \"still being delivered\"")
+    @Test(
+        "a test send answers after nh-test-send-wait-ms with what it has: a push still on its way is \"still being delivered\""
+    )
     func testSendWait() async throws {
         // Later flags win: this stack's edge waits 300 ms, and the APNs double answers after 5 s.
         try await PushDeliveryTests.withProviders(edge: ["--nh-test-send-wait-ms", "300"]) { fixture, live in
@@ -213,7 +245,9 @@ struct NHSendTests {
         }
     }
 
-    @Test("scheduled sends: every ScheduleTime spelling, Location, telemetry Scheduled, cancel is 200 and final, 7 days at most")
+    @Test(
+        "scheduled sends: every ScheduleTime spelling, Location, telemetry Scheduled, cancel is 200 and final, 7 days at most"
+    )
     func scheduled() async throws {
         try await PushDeliveryTests.withProviders { fixture, live in
             let full = try await Self.defaultHub(live)
@@ -231,21 +265,30 @@ struct NHSendTests {
             // The one to cancel is due first, so once the kept one has arrived the cancelled one's time has passed.
             let soon = Date().addingTimeInterval(2)
             let drop = try await Self.post(
-                live, "/default/schedulednotifications/?api-version=2020-06", full, body: #"{"aps":{"alert":"dropped"}}"#,
+                live, "/default/schedulednotifications/?api-version=2020-06", full,
+                body: #"{"aps":{"alert":"dropped"}}"#,
                 headers: [
                     ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "drop"),
                     ("ServiceBusNotification-ScheduleTime", iso(soon, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")),  // JS
                 ])
             #expect(drop.status == 201, "\(drop.text)")
             let dropLocation = try #require(drop.header("Location"))
-            #expect(dropLocation.contains("/default/schedulednotifications/n-") && dropLocation.hasSuffix("?api-version=2020-06"))
+            #expect(
+                dropLocation.contains("/default/schedulednotifications/n-")
+                    && dropLocation.hasSuffix("?api-version=2020-06"))
             let dropID = try Self.id(dropLocation)
             let details = try await live.edge.request("GET", "/default/messages/\(dropID)", authorization: auth())
             #expect(details.text.contains("<State>Scheduled</State>"), "\(details.text)")
-            let cancel = try await live.edge.request("DELETE", "/default/schedulednotifications/\(dropID)", authorization: auth())
+            let cancel = try await live.edge.request(
+                "DELETE", "/default/schedulednotifications/\(dropID)", authorization: auth())
             #expect(cancel.status == 200, "\(cancel.text)")
-            #expect(try await live.edge.request("DELETE", "/default/schedulednotifications/\(dropID)", authorization: auth()).status == 200)
-            #expect(try await live.edge.request("DELETE", "/default/schedulednotifications/n-0", authorization: auth()).status == 404)
+            #expect(
+                try await live.edge.request(
+                    "DELETE", "/default/schedulednotifications/\(dropID)", authorization: auth()
+                ).status == 200)
+            #expect(
+                try await live.edge.request("DELETE", "/default/schedulednotifications/n-0", authorization: auth())
+                    .status == 404)
 
             // .NET's "s" format (UTC, no zone), rounded up to the next second.
             let later = Date(timeIntervalSince1970: (soon.timeIntervalSince1970 + 1).rounded(.up))
@@ -260,19 +303,28 @@ struct NHSendTests {
             let outcome = try await NotificationHubsTests.finalOutcome(live, notification: keepID)
             #expect(outcome.state == .completed && outcome.platforms.first?.success == 1, "\(outcome)")
             let arrived = try #require(fixture.double.requests.first { $0.path == "/3/device/\(kept)" })
-            #expect(arrived.wallClock >= later.addingTimeInterval(-0.01), "sent at \(arrived.wallClock), scheduled for \(later)")
-            #expect(!fixture.double.requests.contains { $0.path == "/3/device/\(dropped)" }, "the cancelled send was sent")
+            #expect(
+                arrived.wallClock >= later.addingTimeInterval(-0.01),
+                "sent at \(arrived.wallClock), scheduled for \(later)")
+            #expect(
+                !fixture.double.requests.contains { $0.path == "/3/device/\(dropped)" }, "the cancelled send was sent")
             let cancelled = try await live.edge.request("GET", "/default/messages/\(dropID)", authorization: auth())
-            #expect(cancelled.text.contains("<State>Cancelled</State>") && cancelled.text.contains("<EndTime>"), "\(cancelled.text)")
-            let sent = try await live.edge.request("DELETE", "/default/schedulednotifications/\(keepID)", authorization: auth())
+            #expect(
+                cancelled.text.contains("<State>Cancelled</State>") && cancelled.text.contains("<EndTime>"),
+                "\(cancelled.text)")
+            let sent = try await live.edge.request(
+                "DELETE", "/default/schedulednotifications/\(keepID)", authorization: auth())
             #expect(sent.status == 409, "\(sent.text)")
 
             for (time, expected) in [
-                (iso(Date().addingTimeInterval(8 * 86400), "yyyy-MM-dd'T'HH:mm:ss"), "7 days"), ("next tuesday", "ISO 8601"),
+                (iso(Date().addingTimeInterval(8 * 86400), "yyyy-MM-dd'T'HH:mm:ss"), "7 days"),
+                ("next tuesday", "ISO 8601"),
             ] {
                 let refused = try await Self.post(
                     live, "/default/schedulednotifications", full, body: #"{"aps":{"alert":"x"}}"#,
-                    headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-ScheduleTime", time)])
+                    headers: [
+                        ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-ScheduleTime", time),
+                    ])
                 #expect(refused.status == 400 && refused.text.contains(expected), "\(time): \(refused.text)")
             }
             let missing = try await Self.post(
@@ -282,17 +334,26 @@ struct NHSendTests {
         }
     }
 
-    @Test("template sends: each installation template matched on its own tags, rendered once per distinct template, per platform")
+    @Test(
+        "template sends: each installation template matched on its own tags, rendered once per distinct template, per platform"
+    )
     func templates() async throws {
         try await PushDeliveryTests.withProviders { fixture, live in
             let full = try await Self.defaultHub(live)
             let auth = NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full)
             let en = ##"{\"aps\":{\"alert\":\"{'Breaking: ' + $(headline)}\",\"badge\":\"#(count)\"}}"##
             let fr = #"{\"aps\":{\"alert\":\"{'Dernière : ' + $(headline_fr:{sans titre})}\"}}"#
-            let toast = #"<toast><visual><binding template=\"ToastText01\"><text id=\"1\">$(headline)</text></binding></visual></toast>"#
+            let toast =
+                #"<toast><visual><binding template=\"ToastText01\"><text id=\"1\">$(headline)</text></binding></visual></toast>"#
             let devices: [(id: String, platform: String, channel: String, templates: String)] = [
-                ("en-1", "apns", apnsToken(1001), #""en":{"body":"\#(en)","tags":["lang_en"],"headers":{"apns-priority":"5"}}"#),
-                ("en-2", "apns", apnsToken(1002), #""en":{"body":"\#(en)","tags":["lang_en"],"headers":{"apns-priority":"5"}}"#),
+                (
+                    "en-1", "apns", apnsToken(1001),
+                    #""en":{"body":"\#(en)","tags":["lang_en"],"headers":{"apns-priority":"5"}}"#
+                ),
+                (
+                    "en-2", "apns", apnsToken(1002),
+                    #""en":{"body":"\#(en)","tags":["lang_en"],"headers":{"apns-priority":"5"}}"#
+                ),
                 ("fr-1", "apns", apnsToken(1003), #""fr":{"body":"\#(fr)","tags":["lang_fr"]}"#),
                 (
                     "win-1", "wns", "\(fixture.double.url)/wns/win-1?token=T",
@@ -318,9 +379,13 @@ struct NHSendTests {
 
             let send = try await Self.post(
                 live, "/default/messages", full, body: #"{"headline":"Storm <warning>","count":"3"}"#,
-                headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-Tags", "lang_en || lang_fr")])
+                headers: [
+                    ("ServiceBusNotification-Format", "template"),
+                    ("ServiceBusNotification-Tags", "lang_en || lang_fr"),
+                ])
             #expect(send.status == 201, "\(send.text)")
-            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: try Self.id(send.header("Location")))
+            let outcome = try await NotificationHubsTests.finalOutcome(
+                live, notification: try Self.id(send.header("Location")))
             #expect(outcome.state == .completed, "\(outcome)")
             #expect(outcome.platforms.map(\.success).reduce(0, +) == 4, "\(outcome)")
             func body(_ path: String) -> String? {
@@ -333,8 +398,11 @@ struct NHSendTests {
                 body("/wns/win-1?token=T")
                     == #"<toast><visual><binding template="ToastText01"><text id="1">Storm &lt;warning&gt;</text></binding></visual></toast>"#
             )
-            #expect(body("/3/device/\(apnsToken(1004))") == nil, "an installation without templates got a template send")
-            #expect(fixture.double.requests.first { $0.path == "/3/device/\(apnsToken(1001))" }?.header("apns-priority") == "5")
+            #expect(
+                body("/3/device/\(apnsToken(1004))") == nil, "an installation without templates got a template send")
+            #expect(
+                fixture.double.requests.first { $0.path == "/3/device/\(apnsToken(1001))" }?.header("apns-priority")
+                    == "5")
             #expect(try await PushDeliveryTests.deliveries(live, outcome.notificationID).count == 4)
 
             // The template's name is one of its tags: a send to "fr" reaches the fr template only.
@@ -343,13 +411,20 @@ struct NHSendTests {
                 live, "/default/messages", full, body: #"{"headline_fr":"Orage"}"#,
                 headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-Tags", "fr")])
             _ = try await NotificationHubsTests.finalOutcome(live, notification: try Self.id(fr2.header("Location")))
-            let after = fixture.double.requests.dropFirst(before).filter { !PushDeliveryTests.tokenPaths.contains($0.path) }
+            let after = fixture.double.requests.dropFirst(before).filter {
+                !PushDeliveryTests.tokenPaths.contains($0.path)
+            }
             #expect(after.map(\.path) == ["/3/device/\(apnsToken(1003))"], "\(after.map(\.path))")
-            #expect(after.first.map { String(decoding: $0.body, as: UTF8.self) } == #"{"aps":{"alert":"Dernière : Orage"}}"#)
+            #expect(
+                after.first.map { String(decoding: $0.body, as: UTF8.self) } == #"{"aps":{"alert":"Dernière : Orage"}}"#
+            )
 
-            for (properties, expected) in [("[1,2]", "JSON object of properties"), (#"{"a":{"b":1}}"#, "must be a string")] {
+            for (properties, expected) in [
+                ("[1,2]", "JSON object of properties"), (#"{"a":{"b":1}}"#, "must be a string"),
+            ] {
                 let refused = try await Self.post(
-                    live, "/default/messages", full, body: properties, headers: [("ServiceBusNotification-Format", "template")])
+                    live, "/default/messages", full, body: properties,
+                    headers: [("ServiceBusNotification-Format", "template")])
                 #expect(refused.status == 400 && refused.text.contains(expected), "\(refused.text)")
             }
             // Properties that make every rendering too large for APNs: 400 naming the template (when
@@ -361,30 +436,39 @@ struct NHSendTests {
         }
     }
 
-    @Test("azure-notification-hub-unofficial sends native, template and scheduled notifications and reads telemetry, unchanged")
+    @Test(
+        "azure-notification-hub-unofficial sends native, template and scheduled notifications and reads telemetry, unchanged"
+    )
     func unofficialPythonClientSends() async throws {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
         try await PushDeliveryTests.withProviders { fixture, live in
-            let full = try await Self.defaultHub(live).replacingOccurrences(of: "Endpoint=sb://", with: "Endpoint=http://")
+            let full = try await Self.defaultHub(live).replacingOccurrences(
+                of: "Endpoint=sb://", with: "Endpoint=http://")
             let apns = apnsToken(1100)
             let browser = BrowserSubscription(endpoint: "\(fixture.double.url)/push/py-1")
             let result = try await runProgram(
                 python,
                 [
-                    packageRoot.appendingPathComponent("Tests/python/nh_sends_check.py").path, "default", full, apns, "fcm-py-1",
+                    packageRoot.appendingPathComponent("Tests/python/nh_sends_check.py").path, "default", full, apns,
+                    "fcm-py-1",
                     "\(fixture.double.url)/wns/py-1?token=W", browser.handle,
                 ])
             try #require(result.status == 0, "nh_sends_check.py failed: \(result.error)")
             let out = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
             for id in ["windows_id", "browser_id", "apple_id", "fcm_id", "template_id", "scheduled_id"] {
-                let outcome = try await NotificationHubsTests.finalOutcome(live, notification: try #require(out[id] as? String))
-                #expect(outcome.state == .completed && outcome.platforms.map(\.success).reduce(0, +) >= 1, "\(id): \(outcome)")
+                let outcome = try await NotificationHubsTests.finalOutcome(
+                    live, notification: try #require(out[id] as? String))
+                #expect(
+                    outcome.state == .completed && outcome.platforms.map(\.success).reduce(0, +) >= 1,
+                    "\(id): \(outcome)")
             }
             let toAPNs = fixture.double.requests.filter { $0.path == "/3/device/\(apns)" }
             let bodies = toAPNs.map { String(decoding: $0.body, as: UTF8.self) }
             // Native bodies arrive byte for byte as the client wrote them (json.dumps' spaces included).
             #expect(bodies.contains(#"{"aps": {"alert": "native apple"}}"#), "\(bodies)")
-            #expect(toAPNs.first { String(decoding: $0.body, as: UTF8.self).contains("native apple") }?.header("apns-priority") == "10")
+            #expect(
+                toAPNs.first { String(decoding: $0.body, as: UTF8.self).contains("native apple") }?.header(
+                    "apns-priority") == "10")
             #expect(bodies.contains(#"{"aps":{"alert":"News: from python","badge":2}}"#), "\(bodies)")
             #expect(bodies.contains(#"{"aps": {"alert": "scheduled"}}"#), "\(bodies)")
             #expect(!bodies.contains { $0.contains("cancelled") }, "the cancelled send was sent")
@@ -397,11 +481,13 @@ struct NHSendTests {
                 String(decoding: $0.body, as: UTF8.self)
             }
             #expect(toFCM.contains(#"{"message":{"token":"fcm-py-1","data":{"k":"native fcm"}}}"#), "\(toFCM)")
-            #expect(toFCM.contains(#"{"message":{"token":"fcm-py-1","notification":{"title":"from python"}}}"#), "\(toFCM)")
+            #expect(
+                toFCM.contains(#"{"message":{"token":"fcm-py-1","notification":{"title":"from python"}}}"#), "\(toFCM)")
             let wns = fixture.double.requests.first { $0.path == "/wns/py-1?token=W" }
             #expect(
                 wns.map { String(decoding: $0.body, as: UTF8.self) }
-                    == #"<toast><visual><binding template="ToastText01"><text id="1">native wns</text></binding></visual></toast>"#)
+                    == #"<toast><visual><binding template="ToastText01"><text id="1">native wns</text></binding></visual></toast>"#
+            )
             #expect(wns?.header("x-wns-type") == "wns/toast")
             // Web Push is encrypted for the subscription (the double checks VAPID and aes128gcm); the
             // record holds the 16-byte salt, record size, key id and the 16-byte tag around the text.
@@ -411,13 +497,17 @@ struct NHSendTests {
             let expectedLength: Int = 86 + plaintext + 1 + 16
             #expect(web.body.count == expectedLength, "\(web.body.count)")
             let scheduled = try #require(out["scheduled_details"] as? String)
-            #expect(scheduled.contains("<State>Completed</State>") && scheduled.contains("<ApnsOutcomeCounts>"), "\(scheduled)")
+            #expect(
+                scheduled.contains("<State>Completed</State>") && scheduled.contains("<ApnsOutcomeCounts>"),
+                "\(scheduled)")
             #expect((out["apple_details"] as? String)?.contains("<TargetPlatforms>apple</TargetPlatforms>") == true)
             #expect((out["cancelled_details"] as? String)?.contains("<State>Cancelled</State>") == true, "\(out)")
         }
     }
 
-    @Test("notificationhubs-rest-python (Microsoft's sample) over HTTPS: native, direct, template, scheduled and test sends, unchanged")
+    @Test(
+        "notificationhubs-rest-python (Microsoft's sample) over HTTPS: native, direct, template, scheduled and test sends, unchanged"
+    )
     func restPythonSample() async throws {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
         let folder = try LiveStack.makeDirectory()
@@ -433,13 +523,16 @@ struct NHSendTests {
             let result = try await runProgram(
                 python,
                 [
-                    packageRoot.appendingPathComponent("Tests/python/nh_rest_sample_check.py").path, "default", full, tagged, direct,
+                    packageRoot.appendingPathComponent("Tests/python/nh_rest_sample_check.py").path, "default", full,
+                    tagged, direct,
                     "fcm-rest-1",
                 ],
                 environment: ["REQUESTS_CA_BUNDLE": fixture.tls.ca])
             try #require(result.status == 0, "nh_rest_sample_check.py failed: \(result.error)")
             let out = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
-            for send in ["apple", "direct", "template", "scheduled", "fcmv1"] { #expect(out[send] as? Int == 201, "\(send): \(out)") }
+            for send in ["apple", "direct", "template", "scheduled", "fcmv1"] {
+                #expect(out[send] as? Int == 201, "\(send): \(out)")
+            }
             // The sample's quoted 'T' (a known bug of it), taken as sent.
             #expect((out["scheduled_header"] as? String)?.contains("'T'") == true)
             #expect((out["gcm"] as? String)?.contains("400") == true, "\(out)")
@@ -456,7 +549,8 @@ struct NHSendTests {
             }
             #expect(
                 Set(bodies(tagged)).isSuperset(of: [
-                    #"{"aps": {"alert": "rest apple"}}"#, #"{"aps":{"alert":"rest template"}}"#, #"{"aps": {"alert": "rest scheduled"}}"#,
+                    #"{"aps": {"alert": "rest apple"}}"#, #"{"aps":{"alert":"rest template"}}"#,
+                    #"{"aps": {"alert": "rest scheduled"}}"#,
                     #"{"aps": {"alert": "rest test"}}"#,
                 ]), "\(bodies(tagged))")
             #expect(bodies(direct) == [#"{"aps": {"alert": "rest direct"}}"#])

@@ -24,7 +24,8 @@ struct NotificationHubsTests {
             $0.hasPrefix("Endpoint=")
         }
         let full = try #require(strings.first { $0.contains("SharedAccessKeyName=DefaultFullSharedAccessSignature;") })
-        let listen = try #require(strings.first { $0.contains("SharedAccessKeyName=DefaultListenSharedAccessSignature;") })
+        let listen = try #require(
+            strings.first { $0.contains("SharedAccessKeyName=DefaultListenSharedAccessSignature;") })
         #expect(full.hasPrefix("Endpoint=\(endpoint);"))
         return (full, listen)
     }
@@ -41,12 +42,16 @@ struct NotificationHubsTests {
     static func encode(_ text: String, lower: Bool) -> String { SASTokens.encode(text, lower: lower) }
 
     /// A token with `sr` exactly as given, signed with the connection string's key.
-    static func token(sr: String, _ connectionString: String, expiry: Int64 = Int64(Date().timeIntervalSince1970) + 600) -> String {
+    static func token(sr: String, _ connectionString: String, expiry: Int64 = Int64(Date().timeIntervalSince1970) + 600)
+        -> String
+    {
         let (name, key) = secret(connectionString)
         return SASTokens.token(sr: sr, keyName: name, key: key, expiry: expiry)
     }
 
-    @Test("azure-notification-hub-unofficial creates, patches, reads and deletes installations; Listen cannot send or query")
+    @Test(
+        "azure-notification-hub-unofficial creates, patches, reads and deletes installations; Listen cannot send or query"
+    )
     func unofficialPythonClient() async throws {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
         try await LiveStack.with { live in
@@ -55,7 +60,8 @@ struct NotificationHubsTests {
             let result = try await runProgram(
                 python,
                 [
-                    packageRoot.appendingPathComponent("Tests/python/nh_installations_check.py").path, "pyhub", http(keys.full),
+                    packageRoot.appendingPathComponent("Tests/python/nh_installations_check.py").path, "pyhub",
+                    http(keys.full),
                     http(keys.listen),
                 ])
             try #require(result.status == 0, "nh_installations_check.py failed: \(result.error)")
@@ -83,11 +89,14 @@ struct NotificationHubsTests {
             #expect(out["backend_query"] as? [String] == ["py-0", "py-1", "py-2"])
             // The back end's send reached the two matching installations ("all && !n1").
             let entries = try await live.waitForInbox(count: 2) { _ in true }
-            #expect(Set(entries.map(\.handle)) == [String(repeating: "00", count: 32), String(repeating: "02", count: 32)])
+            #expect(
+                Set(entries.map(\.handle)) == [String(repeating: "00", count: 32), String(repeating: "02", count: 32)])
         }
     }
 
-    @Test("raw HTTP: the .NET, Java and Go SAS spellings; NH's status codes and XML errors; hub A's key cannot touch hub B")
+    @Test(
+        "raw HTTP: the .NET, Java and Go SAS spellings; NH's status codes and XML errors; hub A's key cannot touch hub B"
+    )
     func rawHTTP() async throws {
         try await LiveStack.with { live in
             let a = try await Self.hub("huba", live)
@@ -96,14 +105,16 @@ struct NotificationHubsTests {
             let path = "/huba/installations/raw-1"
             let body = #"{"installationId":"raw-1","platform":"fcmV1","pushChannel":"fcm-token-1","tags":["x"]}"#
             func call(
-                _ method: String, _ target: String = path, _ authorization: String?, body: String? = nil, type: String = "application/json"
+                _ method: String, _ target: String = path, _ authorization: String?, body: String? = nil,
+                type: String = "application/json"
             ) async throws -> EdgeClient.Reply {
                 try await live.edge.request(
                     method, target, authorization: authorization, bytes: body.map { Data($0.utf8) }, contentType: type)
             }
             // Each SDK's sr (docs/notification-hubs.md, "SAS tokens"), one PUT each.
             let dotnet = Self.token(sr: Self.encode("http://\(host)\(path)/".lowercased(), lower: true), a.full)
-            let java = Self.token(sr: Self.encode("http://\(host)\(path)?api-version=2020-06", lower: true).lowercased(), a.full)
+            let java = Self.token(
+                sr: Self.encode("http://\(host)\(path)?api-version=2020-06", lower: true).lowercased(), a.full)
             let go = Self.token(sr: Self.encode("https://\(host)", lower: false), a.full)
             for (client, token) in [(".NET", dotnet), ("Java", java), ("Go", go)] {
                 let put = try await call("PUT", path + "?api-version=2020-06", token, body: body)
@@ -117,16 +128,23 @@ struct NotificationHubsTests {
             #expect(get.status == 200 && get.text.contains(#""platform":"fcmv1""#), "\(get.text)")
             // PATCH: both content types; 200 as every SDK checks.
             for type in ["application/json-patch+json", "application/json"] {
-                let patch = try await call("PATCH", path, listen, body: #"[{"op":"add","path":"/tags","value":"y"}]"#, type: type)
+                let patch = try await call(
+                    "PATCH", path, listen, body: #"[{"op":"add","path":"/tags","value":"y"}]"#, type: type)
                 #expect(patch.status == 200, "\(type): \(patch.text)")
             }
             #expect(try await call("DELETE", "/huba/installations/never-was", listen).status == 204)
 
             // Errors: NH's XML body with the tracking id.
-            func expectXML(_ reply: EdgeClient.Reply, _ status: Int, _ words: String, sourceLocation: SourceLocation = #_sourceLocation) {
+            func expectXML(
+                _ reply: EdgeClient.Reply, _ status: Int, _ words: String,
+                sourceLocation: SourceLocation = #_sourceLocation
+            ) {
                 #expect(reply.status == status, "\(reply.text)", sourceLocation: sourceLocation)
-                #expect(reply.header("Content-Type")?.hasPrefix("application/xml") == true, sourceLocation: sourceLocation)
-                #expect(reply.text.hasPrefix("<Error><Code>\(status)</Code><Detail>"), "\(reply.text)", sourceLocation: sourceLocation)
+                #expect(
+                    reply.header("Content-Type")?.hasPrefix("application/xml") == true, sourceLocation: sourceLocation)
+                #expect(
+                    reply.text.hasPrefix("<Error><Code>\(status)</Code><Detail>"), "\(reply.text)",
+                    sourceLocation: sourceLocation)
                 #expect(reply.text.contains(words), "\(reply.text)", sourceLocation: sourceLocation)
                 #expect(reply.text.contains("TrackingId:"), sourceLocation: sourceLocation)
             }
@@ -134,9 +152,12 @@ struct NotificationHubsTests {
             expectXML(try await call("GET", path, nil), 401, "MissingToken")
             expectXML(try await call("GET", path, Self.token(sr: root, a.full, expiry: 1_000_000)), 401, "ExpiredToken")
             expectXML(
-                try await call("GET", path, Self.token(sr: Self.encode("http://\(host)/hubb", lower: false), a.full)), 401, "audience")
+                try await call("GET", path, Self.token(sr: Self.encode("http://\(host)/hubb", lower: false), a.full)),
+                401, "audience")
             expectXML(try await call("PUT", path, listen, body: "{not json"), 400, "JSON")
-            expectXML(try await call("PUT", path, listen, body: body.replacingOccurrences(of: "fcmV1", with: "gcm")), 400, "fcmv1")
+            expectXML(
+                try await call("PUT", path, listen, body: body.replacingOccurrences(of: "fcmV1", with: "gcm")), 400,
+                "fcmv1")
             expectXML(try await call("GET", "/huba/installations", listen), 401, "'Manage' claim(s) are required")
             expectXML(try await call("GET", "/huba/export", listen), 401, "'Manage' claim(s) are required")
             // Hub A's keys on hub B: the same key names, other secrets.
@@ -152,15 +173,20 @@ struct NotificationHubsTests {
             #expect(export.text.split(separator: "\n").count == 1)
             // A bad tag expression names its position.
             let send = try await live.edge.request(
-                "POST", "/huba/messages", authorization: full, bytes: Data(#"{"aps":{"alert":"x"}}"#.utf8), contentType: "application/json",
+                "POST", "/huba/messages", authorization: full, bytes: Data(#"{"aps":{"alert":"x"}}"#.utf8),
+                contentType: "application/json",
                 headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "x && (y ||")])
             expectXML(send, 400, "at character 11")
             // The hub's installation limit: one more new installation is 429 without Retry-After; a replace is fine.
             let limited = try await runProgram(
                 live.configuration.binDirectory + "/herald",
-                ["hubs", "limits", "huba", "--max-installations", "1", "--runtime-dir", live.configuration.runtimeDirectory])
+                [
+                    "hubs", "limits", "huba", "--max-installations", "1", "--runtime-dir",
+                    live.configuration.runtimeDirectory,
+                ])
             #expect(limited.status == 0 && limited.output.contains("max installations 1"), "\(limited.error)")
-            let over = try await call("PUT", "/huba/installations/raw-2", full, body: body.replacingOccurrences(of: "raw-1", with: "raw-2"))
+            let over = try await call(
+                "PUT", "/huba/installations/raw-2", full, body: body.replacingOccurrences(of: "raw-1", with: "raw-2"))
             expectXML(over, 429, "limit of 1 installations")
             #expect(over.header("Retry-After") == nil)
             #expect(try await call("PUT", path, full, body: body).status == 200)
@@ -178,7 +204,9 @@ struct NotificationHubsTests {
         }
     }
 
-    @Test("two hubs with their own APNs keys in one stack: each hub's send reaches only its devices, signed with its own key and topic")
+    @Test(
+        "two hubs with their own APNs keys in one stack: each hub's send reaches only its devices, signed with its own key and topic"
+    )
     func twoHubsTwoKeys() async throws {
         try await PushDeliveryTests.withProviders { fixture, live in
             let herald = live.configuration.binDirectory + "/herald"
@@ -189,7 +217,8 @@ struct NotificationHubsTests {
                 let key = P256.Signing.PrivateKey()
                 let kid = "KEY" + String(repeating: hub.last!.uppercased(), count: 7)
                 let meta = (kid, "TEAM" + String(repeating: hub.last!.uppercased(), count: 6), "com.example.\(hub)")
-                try key.pemRepresentation.write(toFile: "\(fixture.folder)/\(hub).p8", atomically: true, encoding: .utf8)
+                try key.pemRepresentation.write(
+                    toFile: "\(fixture.folder)/\(hub).p8", atomically: true, encoding: .utf8)
                 fixture.extraAPNsKeys.withLock { $0[kid] = (key.publicKey, meta.1, meta.2) }
                 keys[hub] = meta
             }
@@ -200,7 +229,8 @@ struct NotificationHubsTests {
                 let set = try await runProgram(
                     herald,
                     [
-                        "hubs", "credentials", "set", hub, "apns", "key=@\(fixture.folder)/\(hub).p8", "key-id=\(meta.kid)",
+                        "hubs", "credentials", "set", hub, "apns", "key=@\(fixture.folder)/\(hub).p8",
+                        "key-id=\(meta.kid)",
                         "team-id=\(meta.team)",
                         "topic=\(meta.topic)", "url=\(fixture.double.url)",
                     ] + dir)
@@ -213,8 +243,13 @@ struct NotificationHubsTests {
                 toFile: "\(fixture.folder)/bad.p8", atomically: true, encoding: .utf8)
             let bad = try await runProgram(
                 herald,
-                ["hubs", "credentials", "set", "huba", "apns", "key=@\(fixture.folder)/bad.p8", "key-id=K", "team-id=T", "topic=x"] + dir)
-            #expect(bad.status != 0 && bad.error.contains("not a P-256 private key") && !bad.error.contains("c2VjcmV0"), "\(bad.error)")
+                [
+                    "hubs", "credentials", "set", "huba", "apns", "key=@\(fixture.folder)/bad.p8", "key-id=K",
+                    "team-id=T", "topic=x",
+                ] + dir)
+            #expect(
+                bad.status != 0 && bad.error.contains("not a P-256 private key") && !bad.error.contains("c2VjcmV0"),
+                "\(bad.error)")
             // The default hub keeps the deployment's credentials.
             let shown = try await runProgram(herald, ["hubs", "credentials", "show", "default"] + dir)
             #expect(shown.output.contains("apns\tdeployment"), "\(shown.output)")
@@ -224,7 +259,8 @@ struct NotificationHubsTests {
             for (hub, list) in tokens {
                 for (n, token) in list.enumerated() {
                     let put = try await live.edge.request(
-                        "PUT", "/\(hub)/installations/d\(n)", authorization: Self.token(sr: Self.root(live), connection[hub]!),
+                        "PUT", "/\(hub)/installations/d\(n)",
+                        authorization: Self.token(sr: Self.root(live), connection[hub]!),
                         body: #"{"installationId":"d\#(n)","platform":"apns","pushChannel":"\#(token)","tags":["t"]}"#)
                     #expect(put.status == 200, "\(put.text)")
                 }
@@ -234,13 +270,15 @@ struct NotificationHubsTests {
             var sends: [String: String] = [:]
             for hub in ["huba", "hubb"] {
                 let send = try await live.edge.request(
-                    "POST", "/\(hub)/messages?api-version=2020-06", authorization: Self.token(sr: Self.root(live), connection[hub]!),
+                    "POST", "/\(hub)/messages?api-version=2020-06",
+                    authorization: Self.token(sr: Self.root(live), connection[hub]!),
                     bytes: Data(#"{"aps":{"alert":"to \#(hub)"}}"#.utf8), contentType: "application/json;charset=utf-8",
                     headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "t")])
                 #expect(send.status == 201, "\(send.text)")
                 let location = try #require(send.header("Location"))
                 #expect(
-                    location.hasPrefix("\(live.edge.base.absoluteString)/\(hub)/messages/n-") && location.hasSuffix("?api-version=2020-06"))
+                    location.hasPrefix("\(live.edge.base.absoluteString)/\(hub)/messages/n-")
+                        && location.hasSuffix("?api-version=2020-06"))
                 sends[hub] = String(location.split(separator: "/").last!.split(separator: "?").first!)
             }
             // Both sends finished (outcomes from herald-dispatch), then what reached APNs is checked whole.
@@ -252,16 +290,21 @@ struct NotificationHubsTests {
             #expect(apns.count == 4)
             for request in apns {
                 let token = String(request.path.dropFirst("/3/device/".count))
-                let hub = try #require(tokens.first { $0.value.contains(token) }?.key, "a push reached \(token), no hub's device")
+                let hub = try #require(
+                    tokens.first { $0.value.contains(token) }?.key, "a push reached \(token), no hub's device")
                 let body = String(decoding: request.body, as: UTF8.self)
                 #expect(body.contains("to \(hub)"), "\(token) got \(body)")
-                #expect(ProviderFixture.unverifiedKeyID(String(request.header("authorization")!.dropFirst(7))) == keys[hub]!.kid)
+                #expect(
+                    ProviderFixture.unverifiedKeyID(String(request.header("authorization")!.dropFirst(7)))
+                        == keys[hub]!.kid)
                 #expect(request.header("apns-topic") == keys[hub]!.topic)
             }
         }
     }
 
-    @Test("APNs says a channel is dead: the installation is kept with pushChannelExpired, the next send skips it, a new channel clears it")
+    @Test(
+        "APNs says a channel is dead: the installation is kept with pushChannelExpired, the next send skips it, a new channel clears it"
+    )
     func feedbackMarksExpired() async throws {
         try await PushDeliveryTests.withProviders { fixture, live in
             let full = try await Self.hub("feedback", live).full
@@ -269,8 +312,10 @@ struct NotificationHubsTests {
             let set = try await runProgram(
                 herald,
                 [
-                    "hubs", "credentials", "set", "feedback", "apns", "key=@\(fixture.folder)/apns.p8", "key-id=\(ProviderFixture.keyID)",
-                    "team-id=\(ProviderFixture.teamID)", "topic=\(ProviderFixture.topic)", "url=\(fixture.double.url)", "--runtime-dir",
+                    "hubs", "credentials", "set", "feedback", "apns", "key=@\(fixture.folder)/apns.p8",
+                    "key-id=\(ProviderFixture.keyID)",
+                    "team-id=\(ProviderFixture.teamID)", "topic=\(ProviderFixture.topic)", "url=\(fixture.double.url)",
+                    "--runtime-dir",
                     live.configuration.runtimeDirectory,
                 ])
             try #require(set.status == 0, "\(set.error)")
@@ -312,7 +357,8 @@ struct NotificationHubsTests {
                 body: #"[{"op":"replace","path":"/pushChannel","value":"\#(apnsToken(303))"}]"#)
             #expect(patch.status == 200)
             #expect(
-                try await live.edge.request("GET", "/feedback/installations/dead", authorization: auth).json()["pushChannelExpired"]
+                try await live.edge.request("GET", "/feedback/installations/dead", authorization: auth).json()[
+                    "pushChannelExpired"]
                     as? Bool == false)
         }
     }
@@ -320,7 +366,8 @@ struct NotificationHubsTests {
     /// Polls herald-dispatch until the send (an id, or a Location ending in one) is final.
     static func finalOutcome(_ live: LiveStack, notification: String) async throws -> Outcome {
         let id = String(notification.split(separator: "/").last!.split(separator: "?").first!)
-        return try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .seconds(30)) { client in
+        return try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .seconds(30)) {
+            client in
             let deadline = ContinuousClock.now + .seconds(20)
             var outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
             while [.enqueued, .processing, .scheduled].contains(outcome.state), ContinuousClock.now < deadline {

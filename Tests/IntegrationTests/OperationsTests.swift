@@ -31,7 +31,8 @@ struct OperationsTests {
         return (reply.status, try reply.json()["services"] as? [String: String] ?? [:])
     }
 
-    @Test("health goes NOT_SERVING when the database cannot be written or a dependency stops, and back; /readyz follows")
+    @Test(
+        "health goes NOT_SERVING when the database cannot be written or a dependency stops, and back; /readyz follows")
     func healthFollowsDependencies() async throws {
         // SQLite files made unwritable by hand: this drill is about the embedded store.
         try await LiveStack.with(
@@ -78,7 +79,9 @@ struct OperationsTests {
     func requestIDAcrossServices() async throws {
         try await LiveStack.with(configure: { configuration in
             configuration.logLevel = "debug"
-            for service in Stack.services { configuration.extraArguments[service, default: []] += ["--log-format", "json"] }
+            for service in Stack.services {
+                configuration.extraArguments[service, default: []] += ["--log-format", "json"]
+            }
         }) { live in
             let token = apnsToken(30)
             try await live.register("gina", handle: token)
@@ -97,10 +100,14 @@ struct OperationsTests {
                 #expect(found, "no log line of herald-\(service) carries request id \(requestID)")
             }
             for service in Stack.services {
-                let text = (try? String(contentsOfFile: "\(live.configuration.logDirectory)/\(service).log", encoding: .utf8)) ?? ""
+                let text =
+                    (try? String(contentsOfFile: "\(live.configuration.logDirectory)/\(service).log", encoding: .utf8))
+                    ?? ""
                 for line in text.split(separator: "\n") {
                     let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
-                    #expect(object?["level"] != nil && object?["message"] != nil, "herald-\(service): not a JSON log line: \(line)")
+                    #expect(
+                        object?["level"] != nil && object?["message"] != nil,
+                        "herald-\(service): not a JSON log line: \(line)")
                 }
             }
         }
@@ -108,7 +115,9 @@ struct OperationsTests {
 
     func lines(_ live: LiveStack, _ service: String) throws -> [[String: Any]] {
         let text = try String(contentsOfFile: "\(live.configuration.logDirectory)/\(service).log", encoding: .utf8)
-        return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        return text.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
     }
 
     @Test("metrics: /metrics on the edge and metrics-listen on a service show the named series after traffic")
@@ -126,18 +135,25 @@ struct OperationsTests {
             let edge = try await live.edge.request("GET", "/metrics")
             #expect(edge.status == 200)
             #expect(edge.header("Content-Type")?.hasPrefix("text/plain; version=0.0.4") == true)
-            #expect(Self.value(edge.text, "herald_http_requests_total", ["route=\"/api/notifications\"", "status=\"200\""]) >= 1)
-            #expect(Self.value(edge.text, "herald_http_request_duration_seconds_count", ["route=\"/api/register\""]) >= 1)
-            #expect(Self.value(edge.text, "herald_http_requests_total", ["route=\"/api/register/{id}\"", "status=\"200\""]) >= 1)
+            #expect(
+                Self.value(edge.text, "herald_http_requests_total", ["route=\"/api/notifications\"", "status=\"200\""])
+                    >= 1)
+            #expect(
+                Self.value(edge.text, "herald_http_request_duration_seconds_count", ["route=\"/api/register\""]) >= 1)
+            #expect(
+                Self.value(edge.text, "herald_http_requests_total", ["route=\"/api/register/{id}\"", "status=\"200\""])
+                    >= 1)
 
             func scrape(_ service: String) async throws -> String {
                 let file = "\(live.configuration.runtimeDirectory)/\(service).metrics.url"
-                let url = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+                let url = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(
+                    in: .whitespacesAndNewlines)
                 let base = URL(string: url)!.deletingLastPathComponent()
                 return try await EdgeClient(base: base).request("GET", "metrics").text
             }
             let payload = try await scrape("payload")
-            #expect(Self.value(payload, "herald_rpc_requests_total", ["PayloadService/StorePayload", "status=\"OK\""]) == 1)
+            #expect(
+                Self.value(payload, "herald_rpc_requests_total", ["PayloadService/StorePayload", "status=\"OK\""]) == 1)
             #expect(Self.value(payload, "herald_rpc_duration_seconds_count", ["PayloadService/StorePayload"]) == 1)
             // The inbox row is written before the worker records the result: poll for the counters.
             var dispatch = try await scrape("dispatch")
@@ -147,14 +163,16 @@ struct OperationsTests {
                 dispatch = try await scrape("dispatch")
             }
             #expect(Self.value(dispatch, "herald_sends_total", ["COMPLETED"]) == 1)
-            #expect(Self.value(dispatch, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"delivered\""]) == 1)
+            #expect(
+                Self.value(dispatch, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"delivered\""]) == 1)
         }
     }
 
     /// The value of the first sample of `name` whose labels contain each of `labels`; 0 when absent.
     static func value(_ text: String, _ name: String, _ labels: [String]) -> Double {
         for line in text.split(separator: "\n") where line.hasPrefix(name + "{") || line.hasPrefix(name + " ") {
-            guard labels.allSatisfy({ line.contains($0) }), let number = line.split(separator: " ").last.flatMap({ Double($0) })
+            guard labels.allSatisfy({ line.contains($0) }),
+                let number = line.split(separator: " ").last.flatMap({ Double($0) })
             else { continue }
             return number
         }
@@ -211,7 +229,8 @@ struct OperationsTests {
             }
         ) { live in
             var httpConfiguration = HTTPClient.Configuration()
-            httpConfiguration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 256)
+            httpConfiguration.connectionPool = .init(
+                idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 256)
             let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
             do {
                 let edgePID = try #require(await live.stack.pid(of: "edge"))
@@ -249,7 +268,8 @@ struct OperationsTests {
                 }
                 #expect(results.count == 200)
                 #expect(
-                    results.allSatisfy { $0.0 == 200 }, "statuses: \(Dictionary(grouping: results.map(\.0), by: { $0 }).mapValues(\.count))"
+                    results.allSatisfy { $0.0 == 200 },
+                    "statuses: \(Dictionary(grouping: results.map(\.0), by: { $0 }).mapValues(\.count))"
                 )
                 let afterSignal = results.filter(\.1).count
                 #expect(afterSignal > 0, "no request was still in flight at SIGTERM, so the drain was not tested")
@@ -294,11 +314,14 @@ struct OperationsTests {
         let result = try await runProgram(
             payload,
             [
-                "--runtime-dir", directory + "/run", "--data-dir", directory + "/data", "--socket", directory + "/file/payload.sock",
+                "--runtime-dir", directory + "/run", "--data-dir", directory + "/data", "--socket",
+                directory + "/file/payload.sock",
                 "--log-format", "json",
             ])
         #expect(result.status == 1, "exit status \(result.status): \(result.error)")
-        let failure = result.error.split(separator: "\n").first { $0.contains("\"level\":\"error\"") && $0.contains("failed") }
+        let failure = result.error.split(separator: "\n").first {
+            $0.contains("\"level\":\"error\"") && $0.contains("failed")
+        }
         #expect(failure?.contains("payload.sock") == true, "no error line names the cause: \(result.error)")
     }
 
@@ -307,7 +330,9 @@ struct OperationsTests {
     )
     func drainPromise() async throws {
         try await LiveStack.with(configure: { configuration in
-            configuration.extraArguments["edge", default: []] += ["--drain-idle-grace-ms", "5000", "--drain-timeout-ms", "20000"]
+            configuration.extraArguments["edge", default: []] += [
+                "--drain-idle-grace-ms", "5000", "--drain-timeout-ms", "20000",
+            ]
         }) { live in
             let edgePID = try #require(await live.stack.pid(of: "edge"))
             let base = live.edge.base.absoluteString
@@ -355,7 +380,9 @@ struct OperationsTests {
             let status = await live.stack.exitStatuses(of: "edge").first
             #expect(status == 0)
             if status != 0 {
-                print((try? String(contentsOfFile: "\(live.configuration.logDirectory)/edge.log", encoding: .utf8)) ?? "no edge log")
+                print(
+                    (try? String(contentsOfFile: "\(live.configuration.logDirectory)/edge.log", encoding: .utf8))
+                        ?? "no edge log")
             }
         }
     }
@@ -378,7 +405,9 @@ final class Signalled: Sendable {
 
 @Suite("service executables' --help")
 struct ServiceHelpTests {
-    @Test("every service executable answers --help with its settings and their environment variables, exit 0; a typo names --help")
+    @Test(
+        "every service executable answers --help with its settings and their environment variables, exit 0; a typo names --help"
+    )
     func help() async throws {
         let bin = StackConfiguration(directory: "/tmp").binDirectory
         for service in Stack.services {
@@ -388,7 +417,9 @@ struct ServiceHelpTests {
                 #expect(help.output.contains(line), "herald-\(service) --help lacks \(line)")
             }
             let typo = try await runProgram("\(bin)/herald-\(service)", ["--log-levle", "debug"])
-            #expect(typo.status == 2 && typo.error.contains("unknown setting --log-levle (--help lists the settings)"), "\(typo.error)")
+            #expect(
+                typo.status == 2 && typo.error.contains("unknown setting --log-levle (--help lists the settings)"),
+                "\(typo.error)")
         }
         let edge = try await runProgram("\(bin)/herald-edge", ["--help"])
         #expect(edge.output.contains("--nh-test-send-wait-ms") && edge.output.contains("--registration-address"))

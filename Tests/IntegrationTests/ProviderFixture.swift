@@ -55,7 +55,8 @@ final class ProviderFixture: Sendable {
     private let verifiedTokens = Mutex<[String: (kid: String?, iss: String?, iat: Double?)]>([:])
 
     private init(
-        folder: String, tls: StackTLS, apnsKey: P256.Signing.PrivateKey, vapidKey: P256.Signing.PrivateKey, rsaKeyFile: String,
+        folder: String, tls: StackTLS, apnsKey: P256.Signing.PrivateKey, vapidKey: P256.Signing.PrivateKey,
+        rsaKeyFile: String,
         double: PushDouble
     ) {
         self.folder = folder
@@ -79,7 +80,8 @@ final class ProviderFixture: Sendable {
             box.fixture.withLock { $0 }?.respond(request) ?? PushDouble.Reply(status: 503)
         }
         let fixture = ProviderFixture(
-            folder: folder, tls: tls, apnsKey: apnsKey, vapidKey: vapidKey, rsaKeyFile: "\(folder)/fcm.key", double: double)
+            folder: folder, tls: tls, apnsKey: apnsKey, vapidKey: vapidKey, rsaKeyFile: "\(folder)/fcm.key",
+            double: double)
         box.fixture.withLock { $0 = fixture }
         try fixture.writeFiles()
         return fixture
@@ -90,15 +92,18 @@ final class ProviderFixture: Sendable {
     private func writeFiles() throws {
         try apnsKey.pemRepresentation.write(toFile: "\(folder)/apns.p8", atomically: true, encoding: .utf8)
         try vapidKey.pemRepresentation.write(toFile: "\(folder)/vapid.pem", atomically: true, encoding: .utf8)
-        try apnsKey.publicKey.pemRepresentation.write(toFile: "\(folder)/apns.pub.pem", atomically: true, encoding: .utf8)
-        try vapidKey.publicKey.pemRepresentation.write(toFile: "\(folder)/vapid.pub.pem", atomically: true, encoding: .utf8)
+        try apnsKey.publicKey.pemRepresentation.write(
+            toFile: "\(folder)/apns.pub.pem", atomically: true, encoding: .utf8)
+        try vapidKey.publicKey.pemRepresentation.write(
+            toFile: "\(folder)/vapid.pub.pem", atomically: true, encoding: .utf8)
         try "\(Self.wnsSecret)\n".write(toFile: "\(folder)/wns.secret", atomically: true, encoding: .utf8)
         let account: [String: Any] = [
             "type": "service_account", "project_id": Self.project, "private_key_id": "fcm-key-1",
             "private_key": try String(contentsOfFile: rsaKeyFile, encoding: .utf8), "client_email": Self.clientEmail,
             "token_uri": "\(double.url)/token",
         ]
-        try JSONSerialization.data(withJSONObject: account).write(to: URL(fileURLWithPath: "\(folder)/service-account.json"))
+        try JSONSerialization.data(withJSONObject: account).write(
+            to: URL(fileURLWithPath: "\(folder)/service-account.json"))
     }
 
     /// herald-dispatch's settings for every provider, pointed at the double.
@@ -124,7 +129,9 @@ final class ProviderFixture: Sendable {
     /// Also serves the edge over HTTPS with the doubles' certificate (NH's clients build https:// URLs).
     func configureHTTPSEdge(_ configuration: inout StackConfiguration) {
         configure(&configuration)
-        configuration.extraArguments["edge", default: []] += ["--http-tls-cert", tls.certificate, "--http-tls-key", tls.key]
+        configuration.extraArguments["edge", default: []] += [
+            "--http-tls-cert", tls.certificate, "--http-tls-key", tls.key,
+        ]
     }
 
     /// Queues `replies` for the device `key` (answered in order, then the default).
@@ -179,7 +186,9 @@ final class ProviderFixture: Sendable {
             switch PushRules.verifyES256(jwt, key: expected.key) {
             case .failure: return refuse(403, "InvalidProviderToken")
             case .success(let (header, claims)):
-                let checked = (header["kid"] as? String, claims["iss"] as? String, (claims["iat"] as? NSNumber)?.doubleValue)
+                let checked = (
+                    header["kid"] as? String, claims["iss"] as? String, (claims["iat"] as? NSNumber)?.doubleValue
+                )
                 verifiedTokens.withLock { cache in
                     if cache.count >= 256 { cache.removeAll() }
                     cache[cacheKey] = checked
@@ -190,15 +199,23 @@ final class ProviderFixture: Sendable {
         guard let verified, verified.kid == expectedKeyID, verified.iss == expected.team else {
             return refuse(403, "InvalidProviderToken")
         }
-        guard let iat = verified.iat, abs(Date().timeIntervalSince1970 - iat) < 3600 else { return refuse(403, "ExpiredProviderToken") }
+        guard let iat = verified.iat, abs(Date().timeIntervalSince1970 - iat) < 3600 else {
+            return refuse(403, "ExpiredProviderToken")
+        }
         guard request.header("apns-topic") == expected.topic else { return refuse(400, "BadTopic") }
         let type = request.header("apns-push-type")
         guard type == "alert" || type == "background" else { return refuse(400, "InvalidPushType") }
         let priority = request.header("apns-priority")
-        guard priority == "10" || priority == "5", !(type == "background" && priority != "5") else { return refuse(400, "BadPriority") }
-        guard let id = request.header("apns-id"), UUID(uuidString: id) != nil, id.count == 36 else { return refuse(400, "BadMessageId") }
+        guard priority == "10" || priority == "5", !(type == "background" && priority != "5") else {
+            return refuse(400, "BadPriority")
+        }
+        guard let id = request.header("apns-id"), UUID(uuidString: id) != nil, id.count == 36 else {
+            return refuse(400, "BadMessageId")
+        }
         guard request.body.count <= 4096 else { return refuse(413, "PayloadTooLarge") }
-        guard let json = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any], json["aps"] != nil else {
+        guard let json = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any],
+            json["aps"] != nil
+        else {
             return refuse(400, "PayloadEmpty")
         }
         if let scripted = next(token) { return scripted }
@@ -210,7 +227,9 @@ final class ProviderFixture: Sendable {
         guard var part = jwt.split(separator: ".").first.map(String.init) else { return nil }
         part = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while part.count % 4 != 0 { part += "=" }
-        guard let data = Data(base64Encoded: part), let header = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+        guard let data = Data(base64Encoded: part),
+            let header = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else {
             return nil
         }
         return header["kid"] as? String
@@ -228,12 +247,14 @@ final class ProviderFixture: Sendable {
     /// Google's token endpoint: checks the grant's shape and claims (PyJWT checks its RS256 signature).
     private func googleToken(_ request: PushDouble.Request) -> PushDouble.Reply {
         let form = Self.form(request.body)
-        guard form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer", let assertion = form["assertion"] else {
+        guard form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer", let assertion = form["assertion"]
+        else {
             violation("OAuth grant without grant_type/assertion")
             return .json(400, ["error": "invalid_grant"])
         }
         let parts = assertion.split(separator: ".")
-        guard parts.count == 3, let claimBytes = Base64URL.decode(String(parts[1])), let headerBytes = Base64URL.decode(String(parts[0])),
+        guard parts.count == 3, let claimBytes = Base64URL.decode(String(parts[1])),
+            let headerBytes = Base64URL.decode(String(parts[0])),
             let claims = (try? JSONSerialization.jsonObject(with: Data(claimBytes))) as? [String: Any],
             let header = (try? JSONSerialization.jsonObject(with: Data(headerBytes))) as? [String: Any],
             header["alg"] as? String == "RS256", claims["iss"] as? String == Self.clientEmail,
@@ -257,7 +278,9 @@ final class ProviderFixture: Sendable {
             violation("FCM body is not {\"message\":{\"token\":…}}")
             return .json(400, ["error": ["code": 400, "status": "INVALID_ARGUMENT"]])
         }
-        guard request.body.count <= 4096 + 4096 else { return .json(400, ["error": ["code": 400, "status": "INVALID_ARGUMENT"]]) }
+        guard request.body.count <= 4096 + 4096 else {
+            return .json(400, ["error": ["code": 400, "status": "INVALID_ARGUMENT"]])
+        }
         if let scripted = next(token) { return scripted }
         return .json(200, ["name": "projects/\(Self.project)/messages/\(UUID().uuidString)"])
     }
@@ -304,7 +327,8 @@ final class ProviderFixture: Sendable {
             if pair.count == 2 { parameters[pair[0]] = pair[1] }
         }
         guard let k = parameters["k"], let t = parameters["t"], let raw = Base64URL.decode(k),
-            let key = try? P256.Signing.PublicKey(x963Representation: raw), raw == Array(vapidKey.publicKey.x963Representation)
+            let key = try? P256.Signing.PublicKey(x963Representation: raw),
+            raw == Array(vapidKey.publicKey.x963Representation)
         else { return refuse(401, "VAPID k") }
         switch PushRules.verifyES256(t, key: key) {
         case .failure(let why): return refuse(403, "VAPID \(why.reason)")
@@ -336,6 +360,7 @@ struct BrowserSubscription {
             "keys": ["p256dh": Base64URL.encode(key.publicKey.x963Representation), "auth": Base64URL.encode(auth)],
         ]
         return String(
-            decoding: try! JSONSerialization.data(withJSONObject: json, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
+            decoding: try! JSONSerialization.data(
+                withJSONObject: json, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
     }
 }

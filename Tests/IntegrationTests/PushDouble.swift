@@ -106,7 +106,8 @@ final class PushDouble: Sendable {
     }
 
     /// Polls until `count` requests match `filter`, or the deadline passes; returns the matches.
-    func waitFor(_ count: Int, timeout: Duration = .seconds(20), where filter: (Request) -> Bool = { _ in true }) async throws -> [Request]
+    func waitFor(_ count: Int, timeout: Duration = .seconds(20), where filter: (Request) -> Bool = { _ in true })
+        async throws -> [Request]
     {
         let deadline = ContinuousClock.now + timeout
         while true {
@@ -134,7 +135,9 @@ private final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
     private var head: HTTPRequestHead?
     private var body: [UInt8] = []
 
-    init(holder: DoubleHolder, http1: Bool = false, respond: @escaping @Sendable (PushDouble.Request) -> PushDouble.Reply) {
+    init(
+        holder: DoubleHolder, http1: Bool = false, respond: @escaping @Sendable (PushDouble.Request) -> PushDouble.Reply
+    ) {
         self.holder = holder
         self.http1 = http1
         self.respond = respond
@@ -150,7 +153,8 @@ private final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
         case .end:
             guard let head else { return }
             let request = PushDouble.Request(
-                method: head.method.rawValue, path: head.uri, headers: head.headers.map { ($0.name.lowercased(), $0.value) },
+                method: head.method.rawValue, path: head.uri,
+                headers: head.headers.map { ($0.name.lowercased(), $0.value) },
                 body: body, at: .now, wallClock: Date())
             holder.double.withLock { $0 }?.record(request)
             let reply = respond(request)
@@ -174,11 +178,15 @@ private final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
                         version: http1 ? .http1_1 : .http2, status: .init(statusCode: reply.status),
                         headers: headers))),
             promise: nil)
-        if !reply.body.isEmpty { context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: reply.body)))), promise: nil) }
+        if !reply.body.isEmpty {
+            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: reply.body)))), promise: nil)
+        }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         if reply.goAway, let parent = context.channel.parent {
-            let streamID = (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)) ?? .rootStream
-            let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: streamID, errorCode: .noError, opaqueData: nil))
+            let streamID =
+                (try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)) ?? .rootStream
+            let frame = HTTP2Frame(
+                streamID: .rootStream, payload: .goAway(lastStreamID: streamID, errorCode: .noError, opaqueData: nil))
             parent.writeAndFlush(frame).whenComplete { _ in
                 parent.eventLoop.scheduleTask(in: .milliseconds(50)) { parent.close(promise: nil) }
             }
@@ -193,9 +201,12 @@ enum PushRules {
     }
 
     /// Verifies an ES256 JWT with `key` and returns its header and claims, or why it is refused.
-    static func verifyES256(_ jwt: String, key: P256.Signing.PublicKey) -> Result<(header: [String: Any], claims: [String: Any]), Refusal> {
+    static func verifyES256(_ jwt: String, key: P256.Signing.PublicKey) -> Result<
+        (header: [String: Any], claims: [String: Any]), Refusal
+    > {
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let headerBytes = Base64URL.decode(String(parts[0])), let claimBytes = Base64URL.decode(String(parts[1])),
+        guard parts.count == 3, let headerBytes = Base64URL.decode(String(parts[0])),
+            let claimBytes = Base64URL.decode(String(parts[1])),
             let signature = Base64URL.decode(String(parts[2])),
             let header = (try? JSONSerialization.jsonObject(with: Data(headerBytes))) as? [String: Any],
             let claims = (try? JSONSerialization.jsonObject(with: Data(claimBytes))) as? [String: Any]

@@ -33,7 +33,8 @@ struct ReplicaDrillTests {
         // Leases short enough for a drill (renewed every 1.7 s by live replicas); a push that takes
         // 10 s is retried.
         let replicaSettings = ["--push-timeout-ms", "10000", "--lease-seconds", "5", "--delivery-batch", "200"]
-        try await LiveStack.with(directory: folder + "/stack", database: .postgres, schemaPrefix: prefix) { configuration in
+        try await LiveStack.with(directory: folder + "/stack", database: .postgres, schemaPrefix: prefix) {
+            configuration in
             fixture.configure(&configuration)
             configuration.extraArguments["dispatch", default: []] += replicaSettings
         } _: { live in
@@ -41,21 +42,27 @@ struct ReplicaDrillTests {
         }
     }
 
-    static func run(_ live: LiveStack, fixture: ProviderFixture, folder: String, prefix: String, replicaSettings: [String]) async throws {
+    static func run(
+        _ live: LiveStack, fixture: ProviderFixture, folder: String, prefix: String, replicaSettings: [String]
+    ) async throws {
         let handles = try await Self.seed(prefix: prefix)
         // Two more replicas on the same outbox, each with its own socket folder (so its own replica id).
         let replicas = Replicas()
         defer { replicas.stopAll() }
         for index in 1...2 {
             replicas.add(
-                try await Self.startReplica(index, live: live, folder: folder, prefix: prefix, fixture: fixture, extra: replicaSettings))
+                try await Self.startReplica(
+                    index, live: live, folder: folder, prefix: prefix, fixture: fixture, extra: replicaSettings))
         }
         let dispatch = live.configuration.socketPath("dispatch")
         let started = ContinuousClock.now
-        let outcome = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(60)) {
+        let outcome = try await RPCClient.with(
+            socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(60)
+        ) {
             try await DispatchServiceClient($0).send(
                 SendRequest(
-                    targetTag: "drill", payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"drill"}}"#.utf8))],
+                    targetTag: "drill",
+                    payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"drill"}}"#.utf8))],
                     sender: "ops")
             ).outcome
         }
@@ -67,7 +74,9 @@ struct ReplicaDrillTests {
         let seenAtDrill = fixture.double.requests.count
         kill(replicas.pid(0), SIGKILL)
         kill(replicas.pid(1), SIGSTOP)
-        print("replica drill: replica 1 killed, replica 2 stopped after \(seenAtDrill) pushes, \(ContinuousClock.now - started)")
+        print(
+            "replica drill: replica 1 killed, replica 2 stopped after \(seenAtDrill) pushes, \(ContinuousClock.now - started)"
+        )
         #expect(seenAtDrill < Self.devices, "every push arrived before the drill; it proved nothing")
         try await Task.sleep(for: .seconds(10))  // the drill's freeze, not a wait for anything
         kill(replicas.pid(1), SIGCONT)
@@ -78,7 +87,9 @@ struct ReplicaDrillTests {
         let deadline = ContinuousClock.now + .seconds(180)
         repeat {
             do {
-                final = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(30)) {
+                final = try await RPCClient.with(
+                    socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(30)
+                ) {
                     try await DispatchServiceClient($0).getOutcome(GetOutcomeRequest(notificationID: id))
                 }
             } catch let error as ServiceError where error.code == .deadlineExceeded || error.code == .unavailable {
@@ -93,7 +104,9 @@ struct ReplicaDrillTests {
         #expect(counts.success == Int64(Self.devices) && counts.failure == 0 && counts.pending == 0, "\(counts)")
 
         // The outbox's records against what APNs saw, by message id.
-        let records = try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(60)) {
+        let records = try await RPCClient.with(
+            socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(60)
+        ) {
             client in
             var records: [String: DeliveryRecord] = [:]
             var after: Int64 = 0
@@ -131,7 +144,8 @@ struct ReplicaDrillTests {
         let folder = try LiveStack.makeDirectory()
         let prefix = TestDatabases.freshPrefix()
         let second = "\(folder)/registration-2"
-        try await LiveStack.with(directory: folder + "/stack", database: .postgres, schemaPrefix: prefix) { configuration in
+        try await LiveStack.with(directory: folder + "/stack", database: .postgres, schemaPrefix: prefix) {
+            configuration in
             configuration.extraArguments["edge", default: []] += [
                 "--registration-socket", "\(configuration.leanSocketPath("registration")),\(second)/registration.sock",
                 "--health-interval-ms", "200",
@@ -140,7 +154,8 @@ struct ReplicaDrillTests {
             let replica = try await Self.startProcess(
                 "registration", directory: second, live: live,
                 arguments: [
-                    "--database-url", try #require(TestDatabases.freshPostgresURL(service: "registration", prefix: prefix)),
+                    "--database-url",
+                    try #require(TestDatabases.freshPostgresURL(service: "registration", prefix: prefix)),
                     "--metrics-listen", "127.0.0.1:0",
                 ])
             defer { if replica.isRunning { replica.terminate() } }
@@ -170,7 +185,9 @@ struct ReplicaDrillTests {
                 let deleted = try await live.edge.request("DELETE", "/api/register/\(id)", as: "lb-\(n % 5)")
                 #expect(deleted.status == 200, "DELETE api/register: \(deleted.status) \(deleted.text)")
             }
-            print("edge over replicas: \(registered) registrations before the second replica served one; \(Int(atSecond)) upserts there")
+            print(
+                "edge over replicas: \(registered) registrations before the second replica served one; \(Int(atSecond)) upserts there"
+            )
         }
     }
 
@@ -179,11 +196,13 @@ struct ReplicaDrillTests {
         let folder = try LiveStack.makeDirectory()
         let prefix = TestDatabases.freshPrefix()
         let second = "\(folder)/auth-2"
-        try await LiveStack.with(directory: folder + "/stack", auth: .accounts, users: ["dora"], database: .postgres, schemaPrefix: prefix)
-        {
+        try await LiveStack.with(
+            directory: folder + "/stack", auth: .accounts, users: ["dora"], database: .postgres, schemaPrefix: prefix
+        ) {
             configuration in
             configuration.extraArguments["edge", default: []] += [
-                "--auth-socket", "\(configuration.leanSocketPath("auth")),\(second)/auth.sock", "--health-interval-ms", "200",
+                "--auth-socket", "\(configuration.leanSocketPath("auth")),\(second)/auth.sock", "--health-interval-ms",
+                "200",
             ]
         } _: { live in
             let replica = try await Self.startProcess(
@@ -217,11 +236,15 @@ struct ReplicaDrillTests {
             }
             // Turns alternate, so each replica got some of the five (1 to 4 at the second).
             let failuresAtSecond = try await authenticationsAtSecond() - before
-            #expect((1...4).contains(failuresAtSecond), "\(failuresAtSecond) of the 5 failures at the second replica: not both")
+            #expect(
+                (1...4).contains(failuresAtSecond),
+                "\(failuresAtSecond) of the 5 failures at the second replica: not both")
             // Locked out on both: the right password is refused with 429 whichever replica answers.
             for _ in 0..<4 {
                 let reply = try await live.edge.request("GET", "/api/notifications/1", as: "dora")
-                #expect(reply.status == 429 && reply.header("Retry-After") != nil, "after 5 failures: \(reply.status) \(reply.text)")
+                #expect(
+                    reply.status == 429 && reply.header("Retry-After") != nil,
+                    "after 5 failures: \(reply.status) \(reply.text)")
             }
         }
     }
@@ -242,7 +265,9 @@ struct ReplicaDrillTests {
     /// schema (through the edge it would take minutes); returns their handles.
     static func seed(prefix: String) async throws -> Set<String> {
         let url = try #require(TestDatabases.freshPostgresURL(service: "registration", prefix: prefix))
-        guard case .postgres(let location) = try DatabaseURL(url, service: "registration") else { throw ConfigError("not postgres") }
+        guard case .postgres(let location) = try DatabaseURL(url, service: "registration") else {
+            throw ConfigError("not postgres")
+        }
         let db = try HeraldPostgres(location, logger: Logger(label: "drill-seed"), maximumConnections: 1)
         try await db.query(
             """
@@ -255,7 +280,10 @@ struct ReplicaDrillTests {
         )
         // As autovacuum would before long: without statistics each audience page reads every row.
         try await db.query("ANALYZE registration, registration_tag")
-        return Set((1...devices).map { String(repeating: "0", count: 64 - String($0, radix: 16).count) + String($0, radix: 16) })
+        return Set(
+            (1...devices).map {
+                String(repeating: "0", count: 64 - String($0, radix: 16).count) + String($0, radix: 16)
+            })
     }
 
     /// Another herald-dispatch on the stack's outbox and registration service, in its own folder.
@@ -275,7 +303,9 @@ struct ReplicaDrillTests {
 
     /// Starts `herald-<service>` with its own sockets in `directory` (logging to a file there) and
     /// waits until it answers SERVING.
-    static func startProcess(_ service: String, directory: String, live: LiveStack, arguments: [String]) async throws -> Process {
+    static func startProcess(_ service: String, directory: String, live: LiveStack, arguments: [String]) async throws
+        -> Process
+    {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let configuration = live.configuration
         let process = Process()
@@ -291,12 +321,14 @@ struct ReplicaDrillTests {
         process.standardOutput = log
         process.standardError = log
         try process.run()
-        let socket = configuration.rpcTransport == .grpc ? "\(directory)/\(service).grpc.sock" : "\(directory)/\(service).sock"
+        let socket =
+            configuration.rpcTransport == .grpc ? "\(directory)/\(service).grpc.sock" : "\(directory)/\(service).sock"
         let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             try #require(process.isRunning, "herald-\(service) in \(directory) exited: see \(logPath)")
             if FileManager.default.fileExists(atPath: socket),
-                await HeraldProcess.checkHealth(socketPath: socket, transport: configuration.rpcTransport, timeout: .milliseconds(500))
+                await HeraldProcess.checkHealth(
+                    socketPath: socket, transport: configuration.rpcTransport, timeout: .milliseconds(500))
             {
                 return process
             }

@@ -16,7 +16,8 @@ struct SecurePushTests {
         "the iOS client's sequence: register, send, fetch once unread then read; only the recipient",
         arguments: RPCTransport.allCases, AuthModeCase.allCases)
     func tutorialSequence(_ transport: RPCTransport, _ auth: AuthModeCase) async throws {
-        try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.rpcTransport = transport }) { live in
+        try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.rpcTransport = transport }) {
+            live in
             try await Self.secureSequence(live)
         }
     }
@@ -29,7 +30,8 @@ struct SecurePushTests {
         // Register as the iOS client does: POST for an id, then PUT the installation.
         let created = try await edge.request("POST", "/api/register?handle=\(token)", as: "alice")
         #expect(created.status == 200)
-        let id = try #require(try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
+        let id = try #require(
+            try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
         #expect(id.hasPrefix("r-"))
         let put = try await edge.request(
             "PUT", "/api/register/\(id)", as: "alice",
@@ -78,9 +80,12 @@ struct SecurePushTests {
         #expect((try unknown.json()["message"] as? String)?.contains("apns") == true)
     }
 
-    @Test("the edge answers the contract's status codes and never 500", arguments: RPCTransport.allCases, AuthModeCase.allCases)
+    @Test(
+        "the edge answers the contract's status codes and never 500", arguments: RPCTransport.allCases,
+        AuthModeCase.allCases)
     func statusCodes(_ transport: RPCTransport, _ auth: AuthModeCase) async throws {
-        try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.rpcTransport = transport }) { live in
+        try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.rpcTransport = transport }) {
+            live in
             let edge = live.edge
             let token = apnsToken(2)
             let id = try #require(
@@ -98,15 +103,21 @@ struct SecurePushTests {
                     body: #"{"Platform":"apns","Handle":"\#(token)","Tags":["username:bob"]}"#
                 ).status == 400)
             #expect(
-                try await edge.request("PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"mpns","Handle":"x"}"#)
-                    .status == 400)
+                try await edge.request(
+                    "PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"mpns","Handle":"x"}"#
+                )
+                .status == 400)
             #expect(
-                try await edge.request("PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"apns","Handle":"zz"}"#)
-                    .status == 400)
+                try await edge.request(
+                    "PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"apns","Handle":"zz"}"#
+                )
+                .status == 400)
             #expect(try await edge.request("PUT", "/api/register/\(id)", as: "alice", body: "not json").status == 400)
             #expect(
-                try await edge.request("PUT", "/api/register/\(id)", as: "alice", body: #"{"platform":"GCM","handle":"fcm-1"}"#)
-                    .status == 200)
+                try await edge.request(
+                    "PUT", "/api/register/\(id)", as: "alice", body: #"{"platform":"GCM","handle":"fcm-1"}"#
+                )
+                .status == 200)
             #expect(try await edge.request("DELETE", "/api/register/\(id)", as: "alice").status == 200)
             #expect(try await edge.request("PUT", "/api/register/\(id)", as: "alice", body: body).status == 410)
 
@@ -122,30 +133,36 @@ struct SecurePushTests {
     }
 
     @Test(
-        "restarting the stack keeps registrations and payloads", arguments: RPCTransport.allCases, StoreBackend.available)
+        "restarting the stack keeps registrations and payloads", arguments: RPCTransport.allCases,
+        StoreBackend.available)
     func restartKeepsData(_ transport: RPCTransport, _ database: StoreBackend) async throws {
         let directory = try LiveStack.makeDirectory()
         let prefix = TestDatabases.freshPrefix()
         let token = apnsToken(3)
         var registrationID = ""
         var secureID = ""
-        try await LiveStack.with(directory: directory, database: database, schemaPrefix: prefix, configure: { $0.rpcTransport = transport })
-        {
+        try await LiveStack.with(
+            directory: directory, database: database, schemaPrefix: prefix, configure: { $0.rpcTransport = transport }
+        ) {
             live in
             registrationID = try #require(
                 try JSONSerialization.jsonObject(
                     with: try await live.edge.request("POST", "/api/register?handle=\(token)", as: "dana").body,
                     options: .fragmentsAllowed) as? String)
             let put = try await live.edge.request(
-                "PUT", "/api/register/\(registrationID)", as: "dana", body: #"{"Platform":"apns","Handle":"\#(token)"}"#)
+                "PUT", "/api/register/\(registrationID)", as: "dana", body: #"{"Platform":"apns","Handle":"\#(token)"}"#
+            )
             #expect(put.status == 200)
             #expect(try await live.edge.request("POST", "/api/notifications", as: "dana").status == 200)
             let push = try #require(try await live.waitForInbox { $0.handle == token }.first)
-            secureID = try #require(String(decoding: push.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1)
-                .description
+            secureID = try #require(
+                String(decoding: push.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1
+            )
+            .description
         }
-        try await LiveStack.with(directory: directory, database: database, schemaPrefix: prefix, configure: { $0.rpcTransport = transport })
-        {
+        try await LiveStack.with(
+            directory: directory, database: database, schemaPrefix: prefix, configure: { $0.rpcTransport = transport }
+        ) {
             live in
             // The payload survived, still unread.
             let fetched = try await live.edge.request("GET", "/api/notifications/\(secureID)", as: "dana")
@@ -153,9 +170,12 @@ struct SecurePushTests {
             #expect(try fetched.json()["Read"] as? Bool == false)
             // The registration survived: same id for the handle, and it can still be updated.
             let again = try await live.edge.request("POST", "/api/register?handle=\(token)", as: "dana")
-            #expect(try JSONSerialization.jsonObject(with: again.body, options: .fragmentsAllowed) as? String == registrationID)
+            #expect(
+                try JSONSerialization.jsonObject(with: again.body, options: .fragmentsAllowed) as? String
+                    == registrationID)
             let put = try await live.edge.request(
-                "PUT", "/api/register/\(registrationID)", as: "dana", body: #"{"Platform":"apns","Handle":"\#(token)"}"#)
+                "PUT", "/api/register/\(registrationID)", as: "dana", body: #"{"Platform":"apns","Handle":"\#(token)"}"#
+            )
             #expect(put.status == 200)
             // And the inbox kept what it recorded.
             #expect(try await live.inbox().contains { $0.handle == token })
@@ -183,7 +203,8 @@ struct SecurePushTests {
             let token = apnsToken(4)
             let id = try #require(
                 try JSONSerialization.jsonObject(
-                    with: try await live.edge.request("POST", "/api/register", as: "fay").body, options: .fragmentsAllowed)
+                    with: try await live.edge.request("POST", "/api/register", as: "fay").body,
+                    options: .fragmentsAllowed)
                     as? String)
             _ = try await live.edge.request(
                 "PUT", "/api/register/\(id)", as: "fay", body: #"{"Platform":"apns","Handle":"\#(token)"}"#)
@@ -192,7 +213,8 @@ struct SecurePushTests {
             let herald = live.configuration.binDirectory + "/herald"
             let result = try await runProgram(herald, ["inbox", "--dir", live.configuration.directory, "--json"])
             #expect(result.status == 0, "\(result.error)")
-            let entries = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [[String: Any]])
+            let entries = try #require(
+                try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [[String: Any]])
             let entry = try #require(entries.first { $0["handle"] as? String == token })
             #expect(entry["platform"] as? String == "apns")
             #expect((entry["headers"] as? [String: String])?["apns-push-type"] == "background")

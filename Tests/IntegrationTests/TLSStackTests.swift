@@ -21,7 +21,10 @@ struct TLSStackTests {
             ["req", "-x509"] + ec + [
                 "-keyout", "\(folder)/ca.key", "-out", "\(folder)/ca.pem", "-days", "2", "-subj", "/CN=herald-test-ca",
             ])
-        try await run(["req"] + ec + ["-keyout", "\(folder)/service.key", "-out", "\(folder)/service.csr", "-subj", "/CN=herald-test"])
+        try await run(
+            ["req"] + ec + [
+                "-keyout", "\(folder)/service.key", "-out", "\(folder)/service.csr", "-subj", "/CN=herald-test",
+            ])
         try """
         basicConstraints=CA:FALSE
         subjectAltName=IP:127.0.0.1,DNS:localhost

@@ -14,23 +14,31 @@ struct TestModeTests {
 
     static func withTestStack(_ body: (LiveStack) async throws -> Void) async throws {
         try await LiveStack.with(auth: .accounts) { configuration in
-            for service in Stack.services { configuration.extraArguments[service, default: []] += ["--test-mode", "true"] }
-            configuration.extraArguments["auth", default: []] += ["--test-user", tester, "--test-password", testerPassword]
+            for service in Stack.services {
+                configuration.extraArguments[service, default: []] += ["--test-mode", "true"]
+            }
+            configuration.extraArguments["auth", default: []] += [
+                "--test-user", tester, "--test-password", testerPassword,
+            ]
         } _: { live in
             try await body(live)
         }
     }
 
-    @Test("the test user logs in, /v1/test/inbox shows one device's pushes, /v1/test/reset empties every service but keeps the test user")
+    @Test(
+        "the test user logs in, /v1/test/inbox shows one device's pushes, /v1/test/reset empties every service but keeps the test user"
+    )
     func inboxAndReset() async throws {
         try await Self.withTestStack { live in
             let auth = EdgeClient.basic(Self.tester, Self.testerPassword)
             let handle = apnsToken(41)
             let created = try await live.edge.request("POST", "/api/register?handle=\(handle)", authorization: auth)
             #expect(created.status == 200, "\(created.text)")
-            let id = try #require(try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
+            let id = try #require(
+                try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
             let put = try await live.edge.request(
-                "PUT", "/api/register/\(id)", authorization: auth, body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":[]}"#)
+                "PUT", "/api/register/\(id)", authorization: auth,
+                body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":[]}"#)
             #expect(put.status == 200, "\(put.text)")
             let other = apnsToken(42)
             _ = try await live.edge.request("POST", "/api/register?handle=\(other)", authorization: auth)
@@ -50,23 +58,30 @@ struct TestModeTests {
             #expect(entries[0]["platform"] as? String == "apns")
             let payload = try #require(entries[0]["payload"] as? String)
             let secureID = try #require(payload.firstMatch(of: /"secureId":"(\d+)"/)?.1, "\(payload)")
-            #expect(try await live.edge.request("GET", "/api/notifications/\(secureID)", authorization: auth).status == 200)
+            #expect(
+                try await live.edge.request("GET", "/api/notifications/\(secureID)", authorization: auth).status == 200)
             let empty = try await live.edge.request("GET", "/v1/test/inbox?handle=\(other)")
             #expect(try #require(try empty.json()["entries"] as? [Any]).isEmpty)
 
             let reset = try await live.edge.request("POST", "/v1/test/reset")
             #expect(reset.status == 200, "\(reset.text)")
             let deleted = try #require(try reset.json()["deleted"] as? [String: Int])
-            #expect(deleted["registration"]! >= 1 && deleted["payload"]! == 1 && deleted["dispatch"]! >= 1 && deleted["auth"]! >= 1)
+            #expect(
+                deleted["registration"]! >= 1 && deleted["payload"]! == 1 && deleted["dispatch"]! >= 1
+                    && deleted["auth"]! >= 1)
 
             let after = try await live.edge.request("GET", "/v1/test/inbox?handle=\(handle)")
             #expect(try #require(try after.json()["entries"] as? [Any]).isEmpty)
             // The registration and the content are gone; the test user is there again.
             let gone = try await live.edge.request(
-                "PUT", "/api/register/\(id)", authorization: auth, body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":[]}"#)
+                "PUT", "/api/register/\(id)", authorization: auth,
+                body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":[]}"#)
             #expect(gone.status == 410)
-            #expect(try await live.edge.request("GET", "/api/notifications/\(secureID)", authorization: auth).status == 404)
-            #expect(try await live.edge.request("POST", "/api/register?handle=\(handle)", authorization: auth).status == 200)
+            #expect(
+                try await live.edge.request("GET", "/api/notifications/\(secureID)", authorization: auth).status == 404)
+            #expect(
+                try await live.edge.request("POST", "/api/register?handle=\(handle)", authorization: auth).status == 200
+            )
             // The test user may send to any tag (it holds Send on the hub default), after a reset too.
             let alert = try await live.edge.request(
                 "POST", "/v1/notifications?kind=alert&to_tag=scores", authorization: auth, bytes: Data("Goal!".utf8),
@@ -75,7 +90,9 @@ struct TestModeTests {
         }
     }
 
-    @Test("without test-mode: /v1/test/* is 404 naming the setting, every ResetForTests is FAILED_PRECONDITION, and test-user is refused")
+    @Test(
+        "without test-mode: /v1/test/* is 404 naming the setting, every ResetForTests is FAILED_PRECONDITION, and test-user is refused"
+    )
     func offByDefault() async throws {
         try await LiveStack.with(auth: .accounts, users: ["alice"]) { live in
             for (method, path) in [("GET", "/v1/test/inbox?handle=\(apnsToken(1))"), ("POST", "/v1/test/reset")] {
@@ -85,11 +102,14 @@ struct TestModeTests {
             }
             for service in ["auth", "registration", "payload", "dispatch"] {
                 let error = await #expect(throws: ServiceError.self) {
-                    try await RPCClient.with(socketPath: live.configuration.socketPath(service), transport: .lean, timeout: .testRPC) {
+                    try await RPCClient.with(
+                        socketPath: live.configuration.socketPath(service), transport: .lean, timeout: .testRPC
+                    ) {
                         client in
                         switch service {
                         case "auth": _ = try await AuthServiceClient(client).resetForTests(ResetForTestsRequest())
-                        case "registration": _ = try await RegistrationServiceClient(client).resetForTests(ResetForTestsRequest())
+                        case "registration":
+                            _ = try await RegistrationServiceClient(client).resetForTests(ResetForTestsRequest())
                         case "payload": _ = try await PayloadServiceClient(client).resetForTests(ResetForTestsRequest())
                         default: _ = try await DispatchServiceClient(client).resetForTests(ResetForTestsRequest())
                         }
@@ -99,11 +119,15 @@ struct TestModeTests {
                 #expect(error?.message.contains("test-mode") == true, "\(String(describing: error))")
             }
             // alice is still there.
-            #expect(try await live.edge.request("POST", "/api/register?handle=\(apnsToken(2))", as: "alice").status == 200)
+            #expect(
+                try await live.edge.request("POST", "/api/register?handle=\(apnsToken(2))", as: "alice").status == 200)
 
             let refused = try await runProgram(
                 live.configuration.binDirectory + "/herald-auth",
-                ["--runtime-dir", live.configuration.directory + "/other", "--test-user", "tester", "--test-password", Self.testerPassword])
+                [
+                    "--runtime-dir", live.configuration.directory + "/other", "--test-user", "tester",
+                    "--test-password", Self.testerPassword,
+                ])
             #expect(refused.status == 2)
             #expect(refused.error.contains("test-user") && refused.error.contains("test-mode"), "\(refused.error)")
         }

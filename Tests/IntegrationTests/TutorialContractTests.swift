@@ -13,7 +13,9 @@ import Testing
 /// the modern upload route, and the tutorial's holes closed. Each flow runs in both auth modes.
 @Suite("tutorial contract end to end", .serialized, .timeLimit(.minutes(5)))
 struct TutorialContractTests {
-    @Test("rich profile: the silent push carries the contract's fields; the image comes back by id", arguments: AuthModeCase.allCases)
+    @Test(
+        "rich profile: the silent push carries the contract's fields; the image comes back by id",
+        arguments: AuthModeCase.allCases)
     func richProfile(_ auth: AuthModeCase) async throws {
         try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.profile = .rich }) { live in
             let token = apnsToken(10)
@@ -44,12 +46,15 @@ struct TutorialContractTests {
             // Every send stores new content under a new id (the tutorial served one image for any id).
             #expect(try await live.edge.request("POST", "/api/notifications", as: "alice").status == 200)
             let pushes = try await live.waitForInbox(count: 2) { $0.handle == token }
-            let ids = Set(pushes.compactMap { String(decoding: $0.payload, as: UTF8.self).firstMatch(of: /"richId":"(\d+)"/)?.1 })
+            let ids = Set(
+                pushes.compactMap { String(decoding: $0.payload, as: UTF8.self).firstMatch(of: /"richId":"(\d+)"/)?.1 })
             #expect(ids.count == 2)
         }
     }
 
-    @Test("notify users: escaped payloads per platform, Location of the outcome, no from: tag", arguments: AuthModeCase.allCases)
+    @Test(
+        "notify users: escaped payloads per platform, Location of the outcome, no from: tag",
+        arguments: AuthModeCase.allCases)
     func notifyUsers(_ auth: AuthModeCase) async throws {
         try await LiveStack.with(auth: auth, users: ["alice", "bob", "mallory"]) { live in
             let edge = live.edge
@@ -78,12 +83,16 @@ struct TutorialContractTests {
             #expect(apnsPush.headers.contains(Header(name: "apns-push-type", value: "alert")))
             #expect(apnsPush.headers.contains(Header(name: "apns-priority", value: "10")))
 
-            #expect(try await edge.request("POST", "/api/notifications?pns=gcm&to_tag=bob", as: "alice", body: body).status == 200)
+            #expect(
+                try await edge.request("POST", "/api/notifications?pns=gcm&to_tag=bob", as: "alice", body: body).status
+                    == 200)
             let fcmPush = try #require(try await live.waitForInbox { $0.handle == fcm }.first)
             let data = try #require(try JSONSerialization.jsonObject(with: Data(fcmPush.payload)) as? [String: Any])
             #expect((data["data"] as? [String: Any])?["message"] as? String == expected)
 
-            #expect(try await edge.request("POST", "/api/notifications?pns=WNS&to_tag=bob", as: "alice", body: body).status == 200)
+            #expect(
+                try await edge.request("POST", "/api/notifications?pns=WNS&to_tag=bob", as: "alice", body: body).status
+                    == 200)
             let toast = try #require(try await live.waitForInbox { $0.handle == wns }.first)
             #expect(toast.headers.contains(Header(name: "x-wns-type", value: "wns/toast")))
             #expect(try ToastText.parse(Data(toast.payload)) == expected)
@@ -97,7 +106,8 @@ struct TutorialContractTests {
             #expect(try await edge.request("GET", location, as: "bob").status == 404)
 
             // No devices: still 200, and the outcome says so.
-            let nobody = try await edge.request("POST", "/api/notifications?pns=apns&to_tag=nobody", as: "alice", body: body)
+            let nobody = try await edge.request(
+                "POST", "/api/notifications?pns=apns&to_tag=nobody", as: "alice", body: body)
             #expect(nobody.status == 200)
             let none = try await edge.request("GET", try #require(nobody.header("Location")), as: "alice")
             #expect(try none.json()["state"] as? String == "NoTargetFound")
@@ -117,7 +127,9 @@ struct TutorialContractTests {
         }
     }
 
-    @Test("alice cannot update, delete or claim bob's registration, nor read his content", arguments: AuthModeCase.allCases)
+    @Test(
+        "alice cannot update, delete or claim bob's registration, nor read his content",
+        arguments: AuthModeCase.allCases)
     func ownership(_ auth: AuthModeCase) async throws {
         try await LiveStack.with(auth: auth, users: ["alice", "bob"]) { live in
             let edge = live.edge
@@ -125,31 +137,37 @@ struct TutorialContractTests {
             let bobs = try await live.register("bob", handle: handle)
             // Claiming: the same handle gives alice her own new id, not bob's.
             let claim = try await edge.request("POST", "/api/register?handle=\(handle)", as: "alice")
-            let aliceID = try #require(try JSONSerialization.jsonObject(with: claim.body, options: .fragmentsAllowed) as? String)
+            let aliceID = try #require(
+                try JSONSerialization.jsonObject(with: claim.body, options: .fragmentsAllowed) as? String)
             #expect(aliceID != bobs)
             let body = #"{"Platform":"apns","Handle":"\#(handle)"}"#
             #expect(try await edge.request("PUT", "/api/register/\(bobs)", as: "alice", body: body).status == 410)
             #expect(try await edge.request("DELETE", "/api/register/\(bobs)", as: "alice").status == 404)
             let reserved = try await edge.request(
-                "PUT", "/api/register/\(aliceID)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":["username:bob"]}"#)
+                "PUT", "/api/register/\(aliceID)", as: "alice",
+                body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":["username:bob"]}"#)
             #expect(reserved.status == 400)
             #expect(
                 try await edge.request(
-                    "PUT", "/api/register/\(aliceID)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":["$admin"]}"#
+                    "PUT", "/api/register/\(aliceID)", as: "alice",
+                    body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":["$admin"]}"#
                 ).status == 400)
             let tooMany = (0..<61).map { "\"t\($0)\"" }.joined(separator: ",")
             #expect(
                 try await edge.request(
-                    "PUT", "/api/register/\(aliceID)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":[\#(tooMany)]}"#
+                    "PUT", "/api/register/\(aliceID)", as: "alice",
+                    body: #"{"Platform":"apns","Handle":"\#(handle)","Tags":[\#(tooMany)]}"#
                 ).status == 400)
 
             // Bob's secure and rich content: his alone.
             let secret = try await edge.upload(
-                "/v1/notifications?kind=secure&to_user=bob", as: "alice", bytes: Data("for bob".utf8), contentType: "text/plain")
+                "/v1/notifications?kind=secure&to_user=bob", as: "alice", bytes: Data("for bob".utf8),
+                contentType: "text/plain")
             #expect(secret.status == 202)
             let secretID = try #require(try secret.json()["payloadId"] as? Int)
             let rich = try await edge.upload(
-                "/v1/notifications?kind=rich&to_user=bob", as: "alice", bytes: Data([1, 2, 3]), contentType: "image/gif")
+                "/v1/notifications?kind=rich&to_user=bob", as: "alice", bytes: Data([1, 2, 3]), contentType: "image/gif"
+            )
             let richID = try #require(try rich.json()["payloadId"] as? Int)
             for id in [secretID, richID] {
                 #expect(try await edge.request("GET", "/api/notifications/\(id)", as: "alice").status == 404)
@@ -168,12 +186,17 @@ struct TutorialContractTests {
             let token = apnsToken(14)
             try await live.register("carol", handle: token)
             let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
-                for _ in 0..<50 { group.addTask { try await live.edge.request("POST", "/api/notifications", as: "carol").status } }
+                for _ in 0..<50 {
+                    group.addTask { try await live.edge.request("POST", "/api/notifications", as: "carol").status }
+                }
                 return try await group.reduce(into: [Int]()) { $0.append($1) }
             }
             #expect(statuses == Array(repeating: 200, count: 50))
             let pushes = try await live.waitForInbox(count: 50) { $0.handle == token }
-            let ids = Set(pushes.compactMap { String(decoding: $0.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1 })
+            let ids = Set(
+                pushes.compactMap {
+                    String(decoding: $0.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1
+                })
             #expect(ids.count == 50)
         }
     }
@@ -187,7 +210,8 @@ struct TutorialContractTests {
             var generator = SystemRandomNumberGenerator()
             png.append(contentsOf: (0..<(2 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) })
             let sent = try await live.edge.upload(
-                "/v1/notifications?kind=rich&to_user=dana&message=Look", as: "dana", bytes: png, contentType: "image/png")
+                "/v1/notifications?kind=rich&to_user=dana&message=Look", as: "dana", bytes: png,
+                contentType: "image/png")
             #expect(sent.status == 202)
             let answer = try sent.json()
             let id = try #require(answer["payloadId"] as? Int)
@@ -197,11 +221,14 @@ struct TutorialContractTests {
             #expect(fetched.header("Content-Type") == "image/png")
             #expect(fetched.body == png)
             let push = try #require(try await live.waitForInbox { $0.handle == token }.first)
-            #expect(String(decoding: push.payload, as: UTF8.self).contains(#""richId":"\#(id)","richMessage":"Look","richType":"img""#))
+            #expect(
+                String(decoding: push.payload, as: UTF8.self).contains(
+                    #""richId":"\#(id)","richMessage":"Look","richType":"img""#))
 
             let before = try payloadRows(live)
             let tooBig = try await live.edge.upload(
-                "/v1/notifications?kind=rich&to_user=dana", as: "dana", bytes: Data(count: (5 << 20) + 1), contentType: "image/png")
+                "/v1/notifications?kind=rich&to_user=dana", as: "dana", bytes: Data(count: (5 << 20) + 1),
+                contentType: "image/png")
             #expect(tooBig.status == 413)
             #expect(try tooBig.json()["error"] as? String == "content_too_large")
             #expect((try tooBig.json()["message"] as? String)?.contains("5242880") == true)
@@ -212,22 +239,28 @@ struct TutorialContractTests {
                 "kind=rich", "kind=video&to_user=dana", "kind=secure&to_tag=news", "kind=rich&to_user=dana&to_tag=x",
                 "kind=alert&to_tag=bad%20tag", "kind=rich&to_user=dana&ttl_seconds=-1",
             ] {
-                let reply = try await live.edge.upload("/v1/notifications?\(path)", as: "dana", bytes: Data([1]), contentType: "image/png")
+                let reply = try await live.edge.upload(
+                    "/v1/notifications?\(path)", as: "dana", bytes: Data([1]), contentType: "image/png")
                 #expect(reply.status == 400, "\(path)")
             }
             #expect(
-                try await live.edge.upload("/v1/notifications?kind=rich&to_user=dana", as: "dana", bytes: Data(), contentType: "image/png")
-                    .status == 400)
+                try await live.edge.upload(
+                    "/v1/notifications?kind=rich&to_user=dana", as: "dana", bytes: Data(), contentType: "image/png"
+                )
+                .status == 400)
         }
     }
 
     @Test("an expired rich payload is 404 and its bytes are gone from the database")
     func expiry() async throws {
-        try await LiveStack.with(database: .sqlite, configure: { $0.extraArguments["payload"] = ["--purge-interval-seconds", "1"] }) {
+        try await LiveStack.with(
+            database: .sqlite, configure: { $0.extraArguments["payload"] = ["--purge-interval-seconds", "1"] }
+        ) {
             live in
             let marker = Data("EXPIRING-\(UUID().uuidString)".utf8)
             let sent = try await live.edge.upload(
-                "/v1/notifications?kind=rich&to_user=erin&ttl_seconds=1", as: "erin", bytes: marker, contentType: "text/plain")
+                "/v1/notifications?kind=rich&to_user=erin&ttl_seconds=1", as: "erin", bytes: marker,
+                contentType: "text/plain")
             let id = try #require(try sent.json()["payloadId"] as? Int)
             #expect(try await live.edge.request("GET", "/api/notifications/\(id)", as: "erin").status == 200)
             let deadline = ContinuousClock.now + .seconds(20)
@@ -254,7 +287,8 @@ struct TutorialContractTests {
     func payloadRows(_ live: LiveStack) throws -> Int {
         var configuration = Configuration()
         configuration.readonly = true
-        let queue = try DatabaseQueue(path: live.configuration.dataDirectory + "/payload.sqlite", configuration: configuration)
+        let queue = try DatabaseQueue(
+            path: live.configuration.dataDirectory + "/payload.sqlite", configuration: configuration)
         return try queue.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM payload") ?? 0 }
     }
 }
@@ -273,7 +307,8 @@ final class ToastText: NSObject, XMLParserDelegate {
     }
 
     func parser(
-        _ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String]
+        _ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?,
+        attributes: [String: String]
     ) {
         inside = name == "text"
     }

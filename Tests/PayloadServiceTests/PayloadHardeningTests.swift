@@ -20,10 +20,12 @@ struct PayloadHardeningTests {
     func hugeTTL(_ backend: StoreBackend, _ ttl: Int64) async throws {
         try await withPayloadStore(backend) { store in
             await #expect(throws: ServiceError.self) {
-                try await store.store(StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: ttl))
+                try await store.store(
+                    StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: ttl))
             }
             let longest = try await store.store(
-                StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: ContentLimits.maxTTLSeconds))
+                StorePayloadRequest(
+                    recipient: "bob", kind: .secure, content: [1], ttlSeconds: ContentLimits.maxTTLSeconds))
             #expect(longest.expiresAtUnixMs > unixMillis())
         }
     }
@@ -32,7 +34,8 @@ struct PayloadHardeningTests {
     func overflowingClock() async throws {
         try await withPayloadStore(.sqlite, now: { Int64.max - 10 }) { store in
             await #expect(throws: ServiceError.self) {
-                try await store.store(StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: 60))
+                try await store.store(
+                    StorePayloadRequest(recipient: "bob", kind: .secure, content: [1], ttlSeconds: 60))
             }
         }
     }
@@ -47,7 +50,8 @@ struct PayloadHardeningTests {
             }
             for type in ["text/html\r\nSet-Cookie: a=b", "image/png\u{7f}", String(repeating: "a", count: 256)] {
                 await #expect(throws: ServiceError.self) {
-                    try await store.store(StorePayloadRequest(recipient: "bob", kind: .rich, content: [1], contentType: type))
+                    try await store.store(
+                        StorePayloadRequest(recipient: "bob", kind: .rich, content: [1], contentType: type))
                 }
             }
         }

@@ -15,7 +15,8 @@ func withPayloadStore(
 ) async throws {
     switch backend {
     case .sqlite:
-        try await body(SQLitePayloadStore(db: DatabaseQueue(), defaultTTL: defaultTTL, maxContentBytes: maxContentBytes, now: now))
+        try await body(
+            SQLitePayloadStore(db: DatabaseQueue(), defaultTTL: defaultTTL, maxContentBytes: maxContentBytes, now: now))
     case .postgres:
         try await TestDatabases.withPostgres(service: "payload") { db in
             let rules = PayloadRules(defaultTTL: defaultTTL, maxContentBytes: maxContentBytes, now: now)
@@ -26,17 +27,23 @@ func withPayloadStore(
 
 @Suite("payload store")
 struct PayloadStoreTests {
-    @Test("ids are allocated in order, reads are recipient-only and flip the read flag", arguments: StoreBackend.available)
+    @Test(
+        "ids are allocated in order, reads are recipient-only and flip the read flag", arguments: StoreBackend.available
+    )
     func fetch(_ backend: StoreBackend) async throws {
         try await withPayloadStore(backend) { store in
-            let first = try await store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("one".utf8)))
-            let second = try await store.store(StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("two".utf8)))
+            let first = try await store.store(
+                StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("one".utf8)))
+            let second = try await store.store(
+                StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("two".utf8)))
             #expect(second.id == first.id + 1)
             await #expect(throws: ServiceError.notFound("notification \(first.id) not found")) {
                 try await store.fetch(id: first.id, requester: "bob")
             }
             let once = try await store.fetch(id: first.id, requester: "alice")
-            #expect(once.content == Array("one".utf8) && once.read == false && once.contentType == "text/plain; charset=utf-8")
+            #expect(
+                once.content == Array("one".utf8) && once.read == false
+                    && once.contentType == "text/plain; charset=utf-8")
             #expect(once.kind == .secure && once.id == first.id)
             #expect(try await store.fetch(id: first.id, requester: "alice").read == true)
             await #expect(throws: ServiceError.self) { try await store.fetch(id: 999, requester: "alice") }
@@ -50,7 +57,8 @@ struct PayloadStoreTests {
             let bytes = (0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
             let stored = try await store.store(
                 StorePayloadRequest(
-                    recipient: "alice", kind: .rich, content: bytes, contentType: "image/png", message: "look", richType: "img",
+                    recipient: "alice", kind: .rich, content: bytes, contentType: "image/png", message: "look",
+                    richType: "img",
                     sender: "bob"))
             let answer = try await store.fetch(id: stored.id, requester: "alice")
             #expect(answer.content == bytes && answer.contentType == "image/png" && answer.message == "look")
@@ -74,8 +82,11 @@ struct PayloadStoreTests {
     func purgeCounts(_ backend: StoreBackend) async throws {
         let clock = ManualClock()
         try await withPayloadStore(backend, defaultTTL: .seconds(60), now: clock.function) { store in
-            for _ in 0..<3 { _ = try await store.store(StorePayloadRequest(recipient: "alice", kind: .rich, content: [9])) }
-            let kept = try await store.store(StorePayloadRequest(recipient: "alice", kind: .rich, content: [1], ttlSeconds: 3600))
+            for _ in 0..<3 {
+                _ = try await store.store(StorePayloadRequest(recipient: "alice", kind: .rich, content: [9]))
+            }
+            let kept = try await store.store(
+                StorePayloadRequest(recipient: "alice", kind: .rich, content: [1], ttlSeconds: 3600))
             #expect(try await store.purgeExpired() == 0)
             clock.advance(seconds: 61)
             #expect(try await store.purgeExpired() == 3)
@@ -97,7 +108,8 @@ struct PayloadStoreTests {
         let marker = Array("MARKER-\(UUID().uuidString)".utf8)
         let doomed = try await store.store(
             StorePayloadRequest(recipient: "alice", kind: .rich, content: marker + Array(repeating: 7, count: 10_000)))
-        let kept = try await store.store(StorePayloadRequest(recipient: "alice", kind: .rich, content: [1], ttlSeconds: 3600))
+        let kept = try await store.store(
+            StorePayloadRequest(recipient: "alice", kind: .rich, content: [1], ttlSeconds: 3600))
         #expect(try await store.purgeExpired() == 0)
         clock.advance(seconds: 61)
         #expect(try await store.purgeExpired() == 1)

@@ -39,16 +39,20 @@ struct InstallationTests {
     func lenient() throws {
         for platform in ["apns", "APNS", "Apns"] {
             #expect(
-                try Self.parse(#"{"installationId":"dev-1","platform":"\#(platform)","pushChannel":"\#(Self.token)"}"#).platform == .apns)
+                try Self.parse(#"{"installationId":"dev-1","platform":"\#(platform)","pushChannel":"\#(Self.token)"}"#)
+                    .platform == .apns)
         }
-        #expect(try Self.parse(#"{"installationId":"dev-1","platform":"FCMV1","pushChannel":"tok:en"}"#).platform == .fcm)
-        let user = try Self.parse(#"{"installationId":"dev-1","platform":"fcmV1","pushChannel":"t","userID":"alice@example.com"}"#)
+        #expect(
+            try Self.parse(#"{"installationId":"dev-1","platform":"FCMV1","pushChannel":"tok:en"}"#).platform == .fcm)
+        let user = try Self.parse(
+            #"{"installationId":"dev-1","platform":"fcmV1","pushChannel":"t","userID":"alice@example.com"}"#)
         #expect(user.userID == "alice@example.com")
         let channel =
             #"{"endpoint":"https://fcm.googleapis.com/fcm/send/abc","p256dh":"\#(Self.p256dh)","auth":"BTBZMqHH6r4Tts7J_aSIgg"}"#
         let asObject = try Self.parse(#"{"installationId":"dev-1","platform":"browser","pushChannel":\#(channel)}"#)
         let asString = try Self.parse(
-            #"{"installationId":"dev-1","platform":"browser","pushChannel":"\#(channel.replacingOccurrences(of: "\"", with: "\\\""))"}"#)
+            #"{"installationId":"dev-1","platform":"browser","pushChannel":"\#(channel.replacingOccurrences(of: "\"", with: "\\\""))"}"#
+        )
         #expect(asObject == asString)
         #expect(asObject.pushChannel.contains(#""keys":{"auth":"BTBZMqHH6r4Tts7J_aSIgg","p256dh":"\#(Self.p256dh)"}"#))
         // Read-only fields are ignored on write.
@@ -58,7 +62,9 @@ struct InstallationTests {
         #expect(!readOnly.pushChannelExpired)
         // GET: NH's field names, browser channel as JS sends it, expirationTime never.
         let out = try Self.object(asObject)
-        #expect(out["platform"] as? String == "browser" && out["expirationTime"] as? String == "9999-12-31T23:59:59.9999999Z")
+        #expect(
+            out["platform"] as? String == "browser"
+                && out["expirationTime"] as? String == "9999-12-31T23:59:59.9999999Z")
         #expect((out["pushChannel"] as? [String: String])?["p256dh"] == Self.p256dh)
         #expect(out["tags"] == nil)
     }
@@ -66,38 +72,54 @@ struct InstallationTests {
     @Test("strict where NH lets bad data in: legacy platforms, id mismatch, bad ids, tags NH would never match")
     func strict() throws {
         #expect(
-            Self.message { try Self.parse(#"{"installationId":"dev-1","platform":"gcm","pushChannel":"t"}"#) }?.contains("fcmv1") == true)
+            Self.message { try Self.parse(#"{"installationId":"dev-1","platform":"gcm","pushChannel":"t"}"#) }?
+                .contains("fcmv1") == true)
         #expect(
-            Self.message { try Self.parse(#"{"installationId":"dev-1","platform":"fcm","pushChannel":"t"}"#) }?.contains("fcmv1") == true)
-        #expect(Self.message { try Self.parse(#"{"installationId":"dev-1","platform":"mpns","pushChannel":"t"}"#) } != nil)
+            Self.message { try Self.parse(#"{"installationId":"dev-1","platform":"fcm","pushChannel":"t"}"#) }?
+                .contains("fcmv1") == true)
         #expect(
-            Self.message { try Self.parse(#"{"installationId":"dev-2","platform":"apns","pushChannel":"\#(Self.token)"}"#) }?.contains(
-                "differs") == true)
-        #expect(
-            Self.message { try Self.parse(#"{"installationId":"a:b","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: "a:b") } != nil
-        )
-        #expect(
-            Self.message { try Self.parse(#"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","tags":["a,b"]}"#) }?
-                .contains("a,b") == true)
+            Self.message { try Self.parse(#"{"installationId":"dev-1","platform":"mpns","pushChannel":"t"}"#) } != nil)
         #expect(
             Self.message {
-                try Self.parse(#"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","tags":["username:bob"]}"#)
+                try Self.parse(#"{"installationId":"dev-2","platform":"apns","pushChannel":"\#(Self.token)"}"#)
+            }?.contains(
+                "differs") == true)
+        #expect(
+            Self.message {
+                try Self.parse(#"{"installationId":"a:b","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: "a:b")
+            } != nil
+        )
+        #expect(
+            Self.message {
+                try Self.parse(
+                    #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","tags":["a,b"]}"#)
+            }?
+            .contains("a,b") == true)
+        #expect(
+            Self.message {
+                try Self.parse(
+                    #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","tags":["username:bob"]}"#
+                )
             }?
             .contains("reserved") == true)
         #expect(
-            Self.message { try Self.parse(#"{"installationId":"dev-1","platform":"apns","pushChannel":"zz"}"#) }?.contains("pushChannel")
+            Self.message { try Self.parse(#"{"installationId":"dev-1","platform":"apns","pushChannel":"zz"}"#) }?
+                .contains("pushChannel")
                 == true)
         let tooMany = (0...60).map { "\"t\($0)\"" }.joined(separator: ",")
         #expect(
             Self.message {
-                try Self.parse(#"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","tags":[\#(tooMany)]}"#)
+                try Self.parse(
+                    #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","tags":[\#(tooMany)]}"#
+                )
             } != nil)
         #expect(Self.message { try Self.parse("[]") } != nil)
     }
 
     @Test("JSON-Patch: add/remove/replace on NH's paths, values as strings or JSON, the template name among its tags")
     func patch() throws {
-        var installation = try Self.parse(#"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","tags":["a"]}"#)
+        var installation = try Self.parse(
+            #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","tags":["a"]}"#)
         let patch = #"""
             [{"op":"add","path":"/tags","value":"b"},
              {"op":"add","path":"/tags","value":"[\"c\",\"d\"]"},
@@ -115,11 +137,13 @@ struct InstallationTests {
         #expect(installation.templates["hello"]?.body == #"{"aps":{"alert":"$(msg)"}}"#)
         #expect(installation.pushVariables == ["lang": "en"])
         try installation.apply(
-            patch: Array(#"[{"op":"replace","path":"/tags","value":["z"]},{"op":"remove","path":"/userId"}]"#.utf8), hosts: Self.hosts)
+            patch: Array(#"[{"op":"replace","path":"/tags","value":["z"]},{"op":"remove","path":"/userId"}]"#.utf8),
+            hosts: Self.hosts)
         #expect(installation.tags == ["z"] && installation.userID == nil)
         installation.pushChannelExpired = true
         let other = String(repeating: "cd", count: 32)
-        try installation.apply(patch: Array(#"[{"op":"replace","path":"/pushChannel","value":"\#(other)"}]"#.utf8), hosts: Self.hosts)
+        try installation.apply(
+            patch: Array(#"[{"op":"replace","path":"/pushChannel","value":"\#(other)"}]"#.utf8), hosts: Self.hosts)
         #expect(installation.pushChannel == other && !installation.pushChannelExpired)
         // Refused, and the error names the operation.
         for bad in [
@@ -134,7 +158,9 @@ struct InstallationTests {
         }
     }
 
-    @Test("PUT and PATCH share one validation of the whole result: a patch of a template's part is checked as a PUT would be")
+    @Test(
+        "PUT and PATCH share one validation of the whole result: a patch of a template's part is checked as a PUT would be"
+    )
     func patchValidatesTheResult() throws {
         var installation = try Self.parse(
             #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(Self.token)","templates":{"tmpl":{"body":"{\"aps\":{\"alert\":\"$(msg)\"}}"}}}"#
@@ -178,12 +204,15 @@ struct InstallationTests {
                         id: "d\(n)"))
             }
             try await store.putInstallation(
-                hub: "app2", try Self.parse(#"{"installationId":"d0","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: "d0"))
+                hub: "app2",
+                try Self.parse(#"{"installationId":"d0","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: "d0"))
             #expect(try await store.installation(hub: "app1", id: "d3")?.userID == "u1")
             #expect(try await store.installation(hub: "app2", id: "d0")?.pushChannel == Self.token)
             #expect(try await store.installation(hub: "app3", id: "d0") == nil)
             func audience(_ text: String, hub: String = "app1") async throws -> [String] {
-                try await store.audience(expression: TagExpression(text), platform: .unspecified, hub: hub, after: "", limit: 100).map(
+                try await store.audience(
+                    expression: TagExpression(text), platform: .unspecified, hub: hub, after: "", limit: 100
+                ).map(
                     \.installationID
                 )
                 .sorted()
@@ -194,7 +223,8 @@ struct InstallationTests {
             #expect(try await audience("$InstallationId:{d0}", hub: "app2") == ["d0"])
 
             // Feedback: marked expired, kept, skipped by sends; the same channel again keeps the mark, a new one clears it.
-            #expect(try await store.removeHandle(platform: .apns, handle: String(format: "%064x", 2), invalidSince: 0) == 1)
+            #expect(
+                try await store.removeHandle(platform: .apns, handle: String(format: "%064x", 2), invalidSince: 0) == 1)
             #expect(try await store.installation(hub: "app1", id: "d2")?.pushChannelExpired == true)
             #expect(try await audience("$InstallationId:{d2}") == [])
             var d2 = try #require(try await store.installation(hub: "app1", id: "d2"))
@@ -223,7 +253,9 @@ struct InstallationTests {
             let export = try await store.exportPage(hub: "app1", after: "", limit: 100)
             #expect(export.count == 4)
             #expect(
-                String(decoding: export.lines, as: UTF8.self).split(separator: "\n").allSatisfy { $0.contains(#""kind":"installation""#) })
+                String(decoding: export.lines, as: UTF8.self).split(separator: "\n").allSatisfy {
+                    $0.contains(#""kind":"installation""#)
+                })
         }
     }
 
@@ -234,7 +266,9 @@ struct InstallationTests {
         try await withRegistrationStore(backend) { store in
             func put(_ id: String, hub: String = "small", limit: Int64 = 2) async throws {
                 try await store.putInstallation(
-                    hub: hub, try Self.parse(#"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: id),
+                    hub: hub,
+                    try Self.parse(
+                        #"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(Self.token)"}"#, id: id),
                     maxInstallations: limit)
             }
             try await put("a")
@@ -245,13 +279,16 @@ struct InstallationTests {
                 Issue.record("a third installation was accepted over the limit")
             } catch let error as ServiceError {
                 #expect(
-                    error.code == .resourceExhausted && error.retryAfterSeconds == nil && error.message.contains("limit of 2"), "\(error)")
+                    error.code == .resourceExhausted && error.retryAfterSeconds == nil
+                        && error.message.contains("limit of 2"), "\(error)")
             }
             await #expect(throws: Never.self) { try await put("c", hub: "other") }
             await #expect(throws: Never.self) { try await put("c", limit: 0) }
             #expect(
-                try await store.listInstallations(hub: "small", expression: nil, userID: nil, platform: .unspecified, after: "", limit: 9)
-                    .count == 3)
+                try await store.listInstallations(
+                    hub: "small", expression: nil, userID: nil, platform: .unspecified, after: "", limit: 9
+                )
+                .count == 3)
         }
     }
 }

@@ -16,9 +16,12 @@ struct RegistrationHardeningTests {
         try RegistrationRules.validateHandle(good, platform: .wns)
         for bad in [
             "https://db5.notify.windows.com/\r\nX-Injected: 1", "https://db5.notify.windows.com/\nX: 1",
-            "https://db5.notify.windows.com/ a", "https://db5.notify.windows.com/\u{0}", "https://db5.notify.windows.com/\t",
+            "https://db5.notify.windows.com/ a", "https://db5.notify.windows.com/\u{0}",
+            "https://db5.notify.windows.com/\t",
         ] {
-            #expect(throws: ServiceError.self, "\(bad.debugDescription)") { try RegistrationRules.validateHandle(bad, platform: .wns) }
+            #expect(throws: ServiceError.self, "\(bad.debugDescription)") {
+                try RegistrationRules.validateHandle(bad, platform: .wns)
+            }
         }
         let key = Base64URL.encode([4] + [UInt8](repeating: 1, count: 64))
         let auth = Base64URL.encode([UInt8](repeating: 2, count: 16))

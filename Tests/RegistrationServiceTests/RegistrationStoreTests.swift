@@ -12,7 +12,9 @@ import Testing
 struct RegistrationStoreTests {
     let token = String(repeating: "ab", count: 32)
 
-    @Test("POST reuses the owner's registration for a handle and deletes its duplicates", arguments: StoreBackend.available)
+    @Test(
+        "POST reuses the owner's registration for a handle and deletes its duplicates",
+        arguments: StoreBackend.available)
     func createID(_ backend: StoreBackend) async throws {
         try await withRegistrationStore(backend) { store in
             let first = try await store.createID(owner: "alice", handle: "")
@@ -34,7 +36,9 @@ struct RegistrationStoreTests {
             await #expect(throws: ServiceError.notFound("registration \(id) not found")) {
                 try await store.upsert(owner: "bob", id: id, platform: .apns, handle: token, tags: [])
             }
-            await #expect(throws: ServiceError.notFound("registration \(id) not found")) { try await store.delete(owner: "bob", id: id) }
+            await #expect(throws: ServiceError.notFound("registration \(id) not found")) {
+                try await store.delete(owner: "bob", id: id)
+            }
             let stored = try await store.upsert(owner: "alice", id: id, platform: .apns, handle: token, tags: ["news"])
             #expect(stored.tags == ["news", "username:alice"])
             try await store.delete(owner: "alice", id: id)
@@ -67,19 +71,23 @@ struct RegistrationStoreTests {
         try await withRegistrationStore(backend) { store in
             for i in 0..<1200 {
                 let id = try await store.createID(owner: "u\(i)", handle: "")
-                _ = try await store.upsert(owner: "u\(i)", id: id, platform: i % 2 == 0 ? .apns : .fcm, handle: token, tags: ["all"])
+                _ = try await store.upsert(
+                    owner: "u\(i)", id: id, platform: i % 2 == 0 ? .apns : .fcm, handle: token, tags: ["all"])
             }
             _ = try await store.createID(owner: "pending", handle: "")  // never PUT: not part of any audience
             var after = ""
             var seen: [String] = []
-            while case let page = try await store.audience(tag: "all", platform: .unspecified, after: after, limit: 500), !page.isEmpty {
+            while case let page = try await store.audience(tag: "all", platform: .unspecified, after: after, limit: 500),
+                !page.isEmpty
+            {
                 seen += page.map(\.registrationID)
                 after = page.last!.registrationID
             }
             #expect(seen.count == 1200)
             #expect(seen == seen.sorted())
             #expect(try await store.audience(tag: "all", platform: .fcm, after: "", limit: 2000).count == 600)
-            #expect(try await store.audience(tag: "username:u3", platform: .unspecified, after: "", limit: 10).count == 1)
+            #expect(
+                try await store.audience(tag: "username:u3", platform: .unspecified, after: "", limit: 10).count == 1)
         }
     }
 
@@ -101,19 +109,26 @@ struct RegistrationStoreTests {
             try await store.putInstallation(
                 hub: "default",
                 Installation(
-                    installationID: "inst-1", userID: "alice", platform: .apns, pushChannel: String(repeating: "cd", count: 32),
+                    installationID: "inst-1", userID: "alice", platform: .apns,
+                    pushChannel: String(repeating: "cd", count: 32),
                     tags: ["sports"], templates: ["t": template]), maxInstallations: 0)
             try await store.putInstallation(
-                hub: "other", Installation(installationID: "inst-2", platform: .apns, pushChannel: String(repeating: "ee", count: 32)),
+                hub: "other",
+                Installation(
+                    installationID: "inst-2", platform: .apns, pushChannel: String(repeating: "ee", count: 32)),
                 maxInstallations: 0)
-            #expect(try await store.removeHandle(platform: .apns, handle: String(repeating: "cd", count: 32), invalidSince: 0) == 1)
+            #expect(
+                try await store.removeHandle(
+                    platform: .apns, handle: String(repeating: "cd", count: 32), invalidSince: 0) == 1)
 
             func list(
-                user: String? = nil, tag: String? = nil, platform: Platform = .unspecified, prefix: String? = nil, after: String = "",
+                user: String? = nil, tag: String? = nil, platform: Platform = .unspecified, prefix: String? = nil,
+                after: String = "",
                 limit: Int = 100
             ) async throws -> [Registration] {
                 try await store.devices(
-                    hub: "default", user: user, expression: try tag.map { try TagExpression($0) }, platform: platform, handlePrefix: prefix,
+                    hub: "default", user: user, expression: try tag.map { try TagExpression($0) }, platform: platform,
+                    handlePrefix: prefix,
                     after: after, limit: limit)
             }
             let all = try await list()
@@ -121,8 +136,12 @@ struct RegistrationStoreTests {
             #expect(all.count == 7 && all.map(\.registrationID) == all.map(\.registrationID).sorted())
             let installation = try #require(all.first { $0.installationID == "inst-1" })
             #expect(installation.expired && installation.tags.contains("sports"))
-            #expect(all.filter { $0.installationID.isEmpty }.allSatisfy { !$0.expired && $0.tags.contains("username:\($0.owner)") })
-            #expect(try await list(user: "alice").count == 5)  // four registrations and the installation of userId alice
+            #expect(
+                all.filter { $0.installationID.isEmpty }.allSatisfy {
+                    !$0.expired && $0.tags.contains("username:\($0.owner)")
+                })
+            // Four registrations and the installation of userId alice.
+            #expect(try await list(user: "alice").count == 5)
             #expect(try await list(user: "bob").map(\.owner) == ["bob", "bob"])
             #expect(try await list(tag: "sports").count == 3)
             #expect(try await list(tag: "sports || username:bob").count == 5)
@@ -134,7 +153,9 @@ struct RegistrationStoreTests {
             // Pages by id: the next starts after the last id shown.
             let first = try await list(limit: 4)
             let second = try await list(after: first.last!.registrationID, limit: 4)
-            #expect(first.count == 4 && second.count == 3 && (first + second).map(\.registrationID) == all.map(\.registrationID))
+            #expect(
+                first.count == 4 && second.count == 3
+                    && (first + second).map(\.registrationID) == all.map(\.registrationID))
         }
     }
 
@@ -156,28 +177,36 @@ struct RegistrationStoreTests {
         try RegistrationRules.validateHandle("https://db5.notify.windows.com/?token=abc", platform: .wns)
         #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle("xyz", platform: .apns) }
         #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle("has space", platform: .fcm) }
-        #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle("https://evil.example/x", platform: .wns) }
+        #expect(throws: ServiceError.self) {
+            try RegistrationRules.validateHandle("https://evil.example/x", platform: .wns)
+        }
         #expect(throws: ServiceError.self) { try RegistrationRules.validateHandle(token, platform: .unspecified) }
         // Web Push: the PushSubscription JSON, endpoint on a browser's push service only.
         let key = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4"
         func subscription(_ endpoint: String, p256dh: String = key, auth: String = "BTBZMqHH6r4Tts7J_aSIgg") -> String {
             #"{"endpoint":"\#(endpoint)","keys":{"p256dh":"\#(p256dh)","auth":"\#(auth)"}}"#
         }
-        try RegistrationRules.validateHandle(subscription("https://fcm.googleapis.com/fcm/send/abc"), platform: .browser)
-        try RegistrationRules.validateHandle(subscription("https://updates.push.services.mozilla.com/wpush/v2/x"), platform: .browser)
+        try RegistrationRules.validateHandle(
+            subscription("https://fcm.googleapis.com/fcm/send/abc"), platform: .browser)
+        try RegistrationRules.validateHandle(
+            subscription("https://updates.push.services.mozilla.com/wpush/v2/x"), platform: .browser)
         for bad in [
             subscription("https://169.254.169.254/latest/meta-data"), subscription("http://fcm.googleapis.com/x"),
-            subscription("https://fcm.googleapis.com.evil.example/x"), subscription("https://fcm.googleapis.com/x", p256dh: "AAAA"),
+            subscription("https://fcm.googleapis.com.evil.example/x"),
+            subscription("https://fcm.googleapis.com/x", p256dh: "AAAA"),
             subscription("https://fcm.googleapis.com/x", auth: "AAAA"), "not json",
         ] {
-            #expect(throws: ServiceError.self, "\(bad)") { try RegistrationRules.validateHandle(bad, platform: .browser) }
+            #expect(throws: ServiceError.self, "\(bad)") {
+                try RegistrationRules.validateHandle(bad, platform: .browser)
+            }
         }
     }
 }
 
 /// Runs `body` with an empty store of `backend`: SQLite in memory, or PostgreSQL in a fresh schema.
 func withRegistrationStore(
-    _ backend: StoreBackend, pendingTTL: Duration = .seconds(24 * 3600), now: @escaping @Sendable () -> Int64 = unixMillis,
+    _ backend: StoreBackend, pendingTTL: Duration = .seconds(24 * 3600),
+    now: @escaping @Sendable () -> Int64 = unixMillis,
     _ body: (any RegistrationStore) async throws -> Void
 ) async throws {
     switch backend {

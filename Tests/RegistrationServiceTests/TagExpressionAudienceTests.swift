@@ -41,23 +41,28 @@ struct TagExpressionAudienceTests {
                 if n % 4 == 1 {
                     // An NH installation: audiences see it as they see registrations.
                     let installation = Installation(
-                        installationID: "inst-\(n)", userID: owner, platform: platform, pushChannel: platform == .fcm ? "fcm-\(n)" : handle,
+                        installationID: "inst-\(n)", userID: owner, platform: platform,
+                        pushChannel: platform == .fcm ? "fcm-\(n)" : handle,
                         tags: tags, pushVariables: [:], templates: [:])
                     try await store.putInstallation(hub: "default", installation)
                     let row = try #require(
-                        try await store.audience(tag: "$InstallationId:{inst-\(n)}", platform: .unspecified, after: "", limit: 2).first)
+                        try await store.audience(
+                            tag: "$InstallationId:{inst-\(n)}", platform: .unspecified, after: "", limit: 2
+                        ).first)
                     devices[row.registrationID] = (platform, Set(installation.audienceTags))
                 } else {
                     let id = try await store.createID(owner: owner, handle: handle)
                     let stored = try await store.upsert(
-                        owner: owner, id: id, platform: platform, handle: platform == .fcm ? "fcm-\(n)" : handle, tags: tags)
+                        owner: owner, id: id, platform: platform, handle: platform == .fcm ? "fcm-\(n)" : handle,
+                        tags: tags)
                     devices[id] = (platform, Set(stored.tags))
                 }
                 // Another hub's device with the same tags: never in the default hub's audience.
                 try await store.putInstallation(
                     hub: "other",
                     Installation(
-                        installationID: "o-\(n)", userID: nil, platform: platform, pushChannel: platform == .fcm ? "fcm-\(n)" : handle,
+                        installationID: "o-\(n)", userID: nil, platform: platform,
+                        pushChannel: platform == .fcm ? "fcm-\(n)" : handle,
                         tags: tags, pushVariables: [:], templates: [:]))
             }
             var checked = 0
@@ -72,7 +77,8 @@ struct TagExpressionAudienceTests {
                     var got: [String] = []
                     var after = ""
                     while true {
-                        let page = try await store.audience(expression: expression, platform: platform, after: after, limit: pageSize)
+                        let page = try await store.audience(
+                            expression: expression, platform: platform, after: after, limit: pageSize)
                         got += page.map(\.registrationID)
                         guard page.count == pageSize, let last = page.last else { break }
                         after = last.registrationID
@@ -82,7 +88,8 @@ struct TagExpressionAudienceTests {
                     let missing = Set(expected).subtracting(got).count
                     try #require(
                         got == expected,
-                        "seed \(seed): \(text) (platform \(platform), pages of \(pageSize)): \(extra) extra, \(missing) missing")
+                        "seed \(seed): \(text) (platform \(platform), pages of \(pageSize)): \(extra) extra, \(missing) missing"
+                    )
                 }
                 checked += 1
             }
@@ -95,11 +102,15 @@ struct TagExpressionAudienceTests {
             for n in 0..<20 {
                 let handle = String(format: "%064x", n + 1)
                 let id = try await store.createID(owner: "alice", handle: handle)
-                _ = try await store.upsert(owner: "alice", id: id, platform: .apns, handle: handle, tags: n % 2 == 0 ? ["news"] : [])
+                _ = try await store.upsert(
+                    owner: "alice", id: id, platform: .apns, handle: handle, tags: n % 2 == 0 ? ["news"] : [])
             }
-            let viaTag = try await store.audience(tag: "news", platform: .apns, after: "", limit: 100).map(\.registrationID)
-            let viaExpression = try await store.audience(expression: TagExpression("news"), platform: .apns, after: "", limit: 100)
-                .map(\.registrationID)
+            let viaTag = try await store.audience(tag: "news", platform: .apns, after: "", limit: 100).map(
+                \.registrationID)
+            let viaExpression = try await store.audience(
+                expression: TagExpression("news"), platform: .apns, after: "", limit: 100
+            )
+            .map(\.registrationID)
             #expect(viaTag.count == 10)
             #expect(viaExpression == viaTag)
         }
@@ -113,7 +124,8 @@ struct TagExpressionAudienceTests {
             for n in 0..<4 {
                 let handle = String(format: "%064x", n + 1)
                 let id = try await store.createID(owner: "alice", handle: handle)
-                _ = try await store.upsert(owner: "alice", id: id, platform: .apns, handle: handle, tags: n % 2 == 0 ? ["news"] : ["x"])
+                _ = try await store.upsert(
+                    owner: "alice", id: id, platform: .apns, handle: handle, tags: n % 2 == 0 ? ["news"] : ["x"])
             }
             for count in [39, 40, 62, 63] {
                 let expression = try TagExpression(String(repeating: "!", count: count) + "news")

@@ -68,7 +68,9 @@ public final class Outbox: OutboxStore {
                 try db.execute(
                     sql: "UPDATE notification SET state = ?, updated_at = ?, finished_at = ? WHERE id = ?",
                     arguments: [state.rawValue, at, none ? at : 0, id])
-                created = try Int64.fetchOne(db, sql: "SELECT created_at FROM notification WHERE id = ?", arguments: [id]) ?? at
+                created =
+                    try Int64.fetchOne(db, sql: "SELECT created_at FROM notification WHERE id = ?", arguments: [id])
+                    ?? at
             } else {
                 try db.execute(
                     sql: """
@@ -76,7 +78,10 @@ public final class Outbox: OutboxStore {
                                                   original_body)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
-                    arguments: [id, sender, targetUser, targetTag, state.rawValue, at, at, hub, none ? at : 0, Data(originalBody)])
+                    arguments: [
+                        id, sender, targetUser, targetTag, state.rawValue, at, at, hub, none ? at : 0,
+                        Data(originalBody),
+                    ])
             }
             guard !none else { return created }
             for payload in payloads {
@@ -87,8 +92,10 @@ public final class Outbox: OutboxStore {
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [
-                        id, payload.platform.rawValue, Data(payload.body), payload.options.pushType, payload.options.priority,
-                        payload.options.contentType, payload.options.expiresAtUnixMs, payload.options.collapseID, payload.variant,
+                        id, payload.platform.rawValue, Data(payload.body), payload.options.pushType,
+                        payload.options.priority,
+                        payload.options.contentType, payload.options.expiresAtUnixMs, payload.options.collapseID,
+                        payload.variant,
                     ])
             }
             let insert = try db.cachedStatement(

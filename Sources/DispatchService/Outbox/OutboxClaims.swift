@@ -88,13 +88,19 @@ extension Outbox {
             if payloads[notificationID] == nil {
                 payloads[notificationID] = try Self.payloads(of: notificationID, db)
                 hubs[notificationID] =
-                    try String.fetchOne(db.cachedStatement(sql: "SELECT hub FROM notification WHERE id = ?"), arguments: [notificationID])
+                    try String.fetchOne(
+                        db.cachedStatement(sql: "SELECT hub FROM notification WHERE id = ?"),
+                        arguments: [notificationID])
                 try db.execute(
                     sql: "UPDATE notification SET state = ?, updated_at = ?, started_at = ? WHERE id = ? AND state = ?",
-                    arguments: [OutcomeState.processing.rawValue, at, at, notificationID, OutcomeState.enqueued.rawValue])
+                    arguments: [
+                        OutcomeState.processing.rawValue, at, at, notificationID, OutcomeState.enqueued.rawValue,
+                    ])
             }
             // Send stores a payload for every platform it targets, in the same transaction.
-            guard let payload = payloads[notificationID]?[OutboxPayload.Key(platform: platform, variant: row[8])] else { continue }
+            guard let payload = payloads[notificationID]?[OutboxPayload.Key(platform: platform, variant: row[8])] else {
+                continue
+            }
             let sequence: Int64 = row[0]
             let attempts: Int = row[6]
             items.append(

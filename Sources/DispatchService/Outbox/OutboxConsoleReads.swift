@@ -10,7 +10,8 @@ extension Outbox {
     public func recentSends(hub: String, before: (createdAt: Int64, id: String), limit: Int) throws -> [String] {
         try db.read { db in
             try String.fetchAll(
-                db, sql: OutboxConsoleSQL.recentSends, arguments: [hub, before.createdAt, before.createdAt, before.id, limit])
+                db, sql: OutboxConsoleSQL.recentSends,
+                arguments: [hub, before.createdAt, before.createdAt, before.id, limit])
         }
     }
 
@@ -29,10 +30,13 @@ extension Outbox {
     public func recentPlatformResults(hub: String, since: Int64, limit: Int) throws -> OutboxPlatformResults {
         try db.read { db in
             var results = OutboxPlatformResults()
-            results.counts = try Row.fetchAll(db, sql: OutboxConsoleSQL.platformCounts, arguments: [hub, since, limit]).map {
-                (Platform(rawValue: $0[0]), $0[1], $0[2], $0[3], $0[4])
-            }
-            results.failures = try Row.fetchAll(db, sql: OutboxConsoleSQL.platformFailures, arguments: [hub, since, limit]).map {
+            results.counts = try Row.fetchAll(db, sql: OutboxConsoleSQL.platformCounts, arguments: [hub, since, limit])
+                .map {
+                    (Platform(rawValue: $0[0]), $0[1], $0[2], $0[3], $0[4])
+                }
+            results.failures = try Row.fetchAll(
+                db, sql: OutboxConsoleSQL.platformFailures, arguments: [hub, since, limit]
+            ).map {
                 (Platform(rawValue: $0[0]), $0[1], $0[2])
             }
             return results
@@ -42,10 +46,13 @@ extension Outbox {
 
 /// The same reads on PostgreSQL.
 extension PostgresOutbox {
-    nonisolated(nonsending) public func recentSends(hub: String, before: (createdAt: Int64, id: String), limit: Int) async throws
+    nonisolated(nonsending) public func recentSends(hub: String, before: (createdAt: Int64, id: String), limit: Int)
+        async throws
         -> [String]
     {
-        try await rows(OutboxConsoleSQL.recentSends, [hub, before.createdAt, before.createdAt, before.id, Int64(limit)]).map {
+        try await rows(
+            OutboxConsoleSQL.recentSends, [hub, before.createdAt, before.createdAt, before.id, Int64(limit)]
+        ).map {
             try $0.decode(String.self)
         }
     }
@@ -67,7 +74,8 @@ extension PostgresOutbox {
     {
         var results = OutboxPlatformResults()
         results.counts = try await rows(OutboxConsoleSQL.platformCounts, [hub, since, Int64(limit)]).map {
-            let (platform, createdAt, success, failure, pending) = try $0.decode((Int32, Int64, Int64, Int64, Int64).self)
+            let (platform, createdAt, success, failure, pending) = try $0.decode(
+                (Int32, Int64, Int64, Int64, Int64).self)
             return (Platform(rawValue: platform), createdAt, success, failure, pending)
         }
         results.failures = try await rows(OutboxConsoleSQL.platformFailures, [hub, since, Int64(limit)]).map {
@@ -78,7 +86,9 @@ extension PostgresOutbox {
     }
 
     /// One of ``OutboxConsoleSQL``'s statements with its values bound in order.
-    private func rows(_ sql: String, _ values: [any PostgresNonThrowingEncodable & Sendable]) async throws -> [PostgresRow] {
+    private func rows(_ sql: String, _ values: [any PostgresNonThrowingEncodable & Sendable]) async throws
+        -> [PostgresRow]
+    {
         var bindings = PostgresBindings(capacity: values.count)
         for value in values { bindings.append(value) }
         return try await db.rows(PostgresQuery(unsafeSQL: OutboxConsoleSQL.postgres(sql), binds: bindings))

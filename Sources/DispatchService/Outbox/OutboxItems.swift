@@ -47,7 +47,10 @@ public struct DeliveryOptions: Sendable, Hashable {
     /// APNs `apns-collapse-id`, FCM `collapse_key`, WNS `X-WNS-Tag`, Web Push `Topic`; empty: none.
     public var collapseID: String
 
-    public init(pushType: String = "", priority: Int32 = 0, contentType: String = "", expiresAtUnixMs: Int64 = 0, collapseID: String = "") {
+    public init(
+        pushType: String = "", priority: Int32 = 0, contentType: String = "", expiresAtUnixMs: Int64 = 0,
+        collapseID: String = ""
+    ) {
         self.pushType = pushType
         self.priority = priority
         self.contentType = contentType

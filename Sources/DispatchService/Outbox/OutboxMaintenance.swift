@@ -34,7 +34,8 @@ extension Outbox {
     public func deleteEverything() throws -> Int64 {
         try TestMode.deleteAll(
             [
-                "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send", "notification",
+                "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send",
+                "notification",
                 "handle_removal",
             ], in: db)
     }
@@ -43,7 +44,8 @@ extension Outbox {
     public func pendingRemovals(limit: Int) throws -> [(id: Int64, platform: Platform, handle: String, since: Int64)] {
         try db.read { db in
             try Row.fetchAll(
-                db, sql: "SELECT id, platform, handle, invalid_since FROM handle_removal ORDER BY id LIMIT ?", arguments: [limit]
+                db, sql: "SELECT id, platform, handle, invalid_since FROM handle_removal ORDER BY id LIMIT ?",
+                arguments: [limit]
             ).map { ($0["id"], Platform(rawValue: $0["platform"]), $0["handle"], $0["invalid_since"]) }
         }
     }
@@ -56,7 +58,10 @@ extension Outbox {
     public func nextDue() throws -> Int64? {
         try db.read { db in
             try Int64.fetchOne(
-                db, sql: "SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0")
+                db,
+                sql:
+                    "SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0"
+            )
         }
     }
 
@@ -64,9 +69,11 @@ extension Outbox {
     public func depth() throws -> OutboxDepth {
         try db.read { db in
             OutboxDepth(
-                pending: try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)") ?? 0,
+                pending: try Int.fetchOne(
+                    db, sql: "SELECT COUNT(*) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)") ?? 0,
                 removals: try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM handle_removal") ?? 0,
-                oldestOpenSend: try Int64.fetchOne(db, sql: "SELECT MIN(created_at) FROM notification WHERE state IN (1, 2)"))
+                oldestOpenSend: try Int64.fetchOne(
+                    db, sql: "SELECT MIN(created_at) FROM notification WHERE state IN (1, 2)"))
         }
     }
 }

@@ -11,11 +11,14 @@ extension Outbox {
     public func outcome(of id: String, requester: String = "", hub: String = "") throws -> Outcome {
         try db.read { db in
             let row = try Self.notification(id, requester: requester, hub: hub, db)
-            let body = try Data.fetchOne(db, sql: "SELECT original_body FROM notification WHERE id = ?", arguments: [id]) ?? Data()
+            let body =
+                try Data.fetchOne(db, sql: "SELECT original_body FROM notification WHERE id = ?", arguments: [id])
+                ?? Data()
             return Outcome(
                 notificationID: id, state: OutcomeState(rawValue: row["state"]),
                 platforms: try platformOutcomes(of: id, db), createdAtUnixMs: row["created_at"], sender: row["sender"],
-                hub: row["hub"], startedAtUnixMs: row["started_at"], finishedAtUnixMs: row["finished_at"], originalBody: [UInt8](body))
+                hub: row["hub"], startedAtUnixMs: row["started_at"], finishedAtUnixMs: row["finished_at"],
+                originalBody: [UInt8](body))
         }
     }
 
@@ -32,7 +35,8 @@ extension Outbox {
     static func notification(_ id: String, requester: String, hub: String = "", _ db: Database) throws -> Row {
         guard
             let row = try Row.fetchOne(
-                db, sql: "SELECT state, created_at, sender, hub, started_at, finished_at FROM notification WHERE id = ?",
+                db,
+                sql: "SELECT state, created_at, sender, hub, started_at, finished_at FROM notification WHERE id = ?",
                 arguments: [id]),
             requester.isEmpty || row["sender"] == requester,
             hub.isEmpty || row["hub"] == hub
@@ -47,7 +51,9 @@ extension Outbox {
     func platformOutcomes(of id: String, _ db: Database) throws -> [PlatformOutcome] {
         let failures = Dictionary(
             grouping: try Row.fetchAll(
-                db, sql: "SELECT platform, reason, count FROM notification_failure WHERE notification_id = ? ORDER BY reason",
+                db,
+                sql:
+                    "SELECT platform, reason, count FROM notification_failure WHERE notification_id = ? ORDER BY reason",
                 arguments: [id]),
             by: { Platform(rawValue: $0["platform"]) })
         return try Row.fetchAll(
@@ -67,9 +73,12 @@ extension Outbox {
     }
 
     /// The deliveries of one notification, in outbox order.
-    func deliveries(of id: String, failedOnly: Bool = false, after: Int64, limit: Int, _ db: Database) throws -> [DeliveryRecord] {
+    func deliveries(of id: String, failedOnly: Bool = false, after: Int64, limit: Int, _ db: Database) throws
+        -> [DeliveryRecord]
+    {
         // A send's failures are few next to its deliveries: filtered on the (notification_id, sequence) index's rows.
-        let failed = failedOnly ? " AND state IN (\(DeliveryState.failed.rawValue), \(DeliveryState.abandoned.rawValue))" : ""
+        let failed =
+            failedOnly ? " AND state IN (\(DeliveryState.failed.rawValue), \(DeliveryState.abandoned.rawValue))" : ""
         return try Row.fetchAll(
             db,
             sql: """
@@ -81,9 +90,11 @@ extension Outbox {
         ).map { row in
             let state = DeliveryState(rawValue: row["state"])
             return DeliveryRecord(
-                sequence: row["sequence"], registrationID: row["registration_id"], platform: Platform(rawValue: row["platform"]),
+                sequence: row["sequence"], registrationID: row["registration_id"],
+                platform: Platform(rawValue: row["platform"]),
                 state: state, attempts: row["attempts"], messageID: row["message_id"], lastStatus: row["last_status"],
-                reason: row["reason"], nextAttemptAtUnixMs: state == .pending ? row["next_attempt_at"] : 0, handle: row["handle"])
+                reason: row["reason"], nextAttemptAtUnixMs: state == .pending ? row["next_attempt_at"] : 0,
+                handle: row["handle"])
         }
     }
 
@@ -102,7 +113,8 @@ extension Outbox {
             let options = DeliveryOptions(
                 pushType: row["push_type"], priority: row["priority"], contentType: row["content_type"],
                 expiresAtUnixMs: row["expires_at_ms"], collapseID: row["collapse_id"])
-            let payload = OutboxPayload(platform: platform, options: options, body: [UInt8](body), variant: row["variant"])
+            let payload = OutboxPayload(
+                platform: platform, options: options, body: [UInt8](body), variant: row["variant"])
             payloads[payload.key] = payload
         }
         return payloads

@@ -25,12 +25,14 @@ extension Outbox {
 
     /// The results of deliveries written to the inbox in their claim's own transaction: delivered,
     /// their attempt counted now (they took no lease); and how many per platform.
-    static func deliveredLocally(_ items: [PushItem], at: Int64) -> (delivered: [Platform: Int], decisions: [Decision]) {
+    static func deliveredLocally(_ items: [PushItem], at: Int64) -> (delivered: [Platform: Int], decisions: [Decision])
+    {
         var delivered: [Platform: Int] = [:]
         let decisions = items.map { item in
             delivered[item.platform, default: 0] += 1
             return Decision(
-                sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .delivered,
+                sequence: item.sequence, notificationID: item.notificationID, platform: item.platform,
+                state: .delivered,
                 status: 200, reason: "", nextAttemptAt: at, removal: nil, countsAttempt: true)
         }
         return (delivered, decisions)
@@ -88,10 +90,12 @@ extension Outbox {
         var delivered: [DeliveredKey: [Int64]] = [:]
         for d in decisions {
             if d.state == .delivered, d.removal == nil, d.reason.isEmpty {
-                delivered[DeliveredKey(status: d.status, countsAttempt: d.countsAttempt), default: []].append(d.sequence)
+                delivered[DeliveredKey(status: d.status, countsAttempt: d.countsAttempt), default: []].append(
+                    d.sequence)
             } else {
                 try update.execute(arguments: [
-                    d.state.rawValue, d.status, d.reason, d.nextAttemptAt, d.removal == nil ? 0 : 1, at, d.countsAttempt ? 1 : 0,
+                    d.state.rawValue, d.status, d.reason, d.nextAttemptAt, d.removal == nil ? 0 : 1, at,
+                    d.countsAttempt ? 1 : 0,
                     d.sequence,
                 ])
             }
@@ -109,7 +113,9 @@ extension Outbox {
                     WHERE sequence IN (SELECT value FROM json_each(?))
                     """)
             for (key, sequences) in delivered {
-                try updateDelivered.execute(arguments: [key.status, at, at, key.countsAttempt ? 1 : 0, Self.jsonList(sequences)])
+                try updateDelivered.execute(arguments: [
+                    key.status, at, at, key.countsAttempt ? 1 : 0, Self.jsonList(sequences),
+                ])
             }
         }
         let counters = try db.cachedStatement(
@@ -143,7 +149,9 @@ extension Outbox {
             let abandoned =
                 try Bool.fetchOne(
                     db.cachedStatement(
-                        sql: "SELECT EXISTS (SELECT 1 FROM notification_failure WHERE notification_id = ? AND reason = 'Abandoned')"),
+                        sql:
+                            "SELECT EXISTS (SELECT 1 FROM notification_failure WHERE notification_id = ? AND reason = 'Abandoned')"
+                    ),
                     arguments: [id]) ?? false
             let state: OutcomeState = abandoned ? .abandoned : .completed
             try db.execute(

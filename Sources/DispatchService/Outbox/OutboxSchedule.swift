@@ -17,7 +17,9 @@ extension Outbox {
         try await db.write { db in
             let pending =
                 try Int.fetchOne(
-                    db, sql: "SELECT COUNT(*) FROM scheduled_send s JOIN notification n ON n.id = s.notification_id WHERE n.hub = ?",
+                    db,
+                    sql:
+                        "SELECT COUNT(*) FROM scheduled_send s JOIN notification n ON n.id = s.notification_id WHERE n.hub = ?",
                     arguments: [hub]) ?? 0
             try Self.checkScheduledRoom(pending: pending, maxPending: maxPending, hub: hub)
             try db.execute(
@@ -25,7 +27,9 @@ extension Outbox {
                     INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, original_body)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
-                arguments: [id, sender, targetUser, targetTag, OutcomeState.scheduled.rawValue, at, at, hub, Data(originalBody)])
+                arguments: [
+                    id, sender, targetUser, targetTag, OutcomeState.scheduled.rawValue, at, at, hub, Data(originalBody),
+                ])
             try db.execute(
                 sql: "INSERT INTO scheduled_send (notification_id, fire_at, request) VALUES (?, ?, ?)",
                 arguments: [id, fireAt, Data(request)])
@@ -52,7 +56,9 @@ extension Outbox {
         try try db.read { db in
             try Row.fetchAll(
                 db.cachedStatement(
-                    sql: "SELECT notification_id, fire_at, request FROM scheduled_send WHERE fire_at <= ? ORDER BY fire_at LIMIT ?"),
+                    sql:
+                        "SELECT notification_id, fire_at, request FROM scheduled_send WHERE fire_at <= ? ORDER BY fire_at LIMIT ?"
+                ),
                 arguments: [at, limit]
             ).map { row in
                 let request: Data = row[2]
@@ -74,7 +80,8 @@ extension Outbox {
                     sql: "UPDATE notification SET state = ?, updated_at = ?, finished_at = ? WHERE id = ?",
                     arguments: [OutcomeState.cancelled.rawValue, at, at, id])
             } else if OutcomeState(rawValue: row["state"]) != .cancelled {
-                throw ServiceError(.failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
+                throw ServiceError(
+                    .failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
             }
         }
         return try outcome(of: id, hub: hub)
@@ -93,7 +100,8 @@ extension Outbox {
                 arguments: [OutcomeState.cancelled.rawValue, at, at, hub])
             let cancelled = Int64(db.changesCount)
             try db.execute(
-                sql: "DELETE FROM scheduled_send WHERE notification_id IN (SELECT id FROM notification WHERE hub = ?)", arguments: [hub])
+                sql: "DELETE FROM scheduled_send WHERE notification_id IN (SELECT id FROM notification WHERE hub = ?)",
+                arguments: [hub])
             return cancelled
         }
     }

@@ -56,7 +56,8 @@ extension Outbox {
                     """)
             for (offset, target) in targets.enumerated() {
                 try insert.execute(arguments: [
-                    id, start + offset, target.registrationID, target.platform.rawValue, target.handle, ids.id(start + offset),
+                    id, start + offset, target.registrationID, target.platform.rawValue, target.handle,
+                    ids.id(start + offset),
                 ])
             }
         }

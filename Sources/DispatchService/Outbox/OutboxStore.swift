@@ -18,7 +18,8 @@ public protocol OutboxStore: Sendable {
     /// `originalBody`: the caller's request body, kept for telemetry (a scheduled send keeps the
     /// one given to ``schedule(id:sender:targetUser:targetTag:hub:fireAt:request:originalBody:maxPending:)``).
     func enqueue(
-        id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Outbox.Target],
+        id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload],
+        targets: [Outbox.Target],
         staged: Outbox.StagedAudience?, retryWindow: Duration, hub: String, scheduled: Bool, originalBody: [UInt8]
     ) async throws -> (state: OutcomeState, created: Int64)?
     /// Appends part of a large audience to the staging table, invisible to workers until the commit.
@@ -167,13 +168,15 @@ enum OutboxConsoleSQL {
 
     /// Minutes from the two per-minute queries' rows.
     static func minutes(
-        counts: [(minute: Int64, sends: Int64, delivered: Int64)], failures: [(minute: Int64, reason: String, count: Int64)]
+        counts: [(minute: Int64, sends: Int64, delivered: Int64)],
+        failures: [(minute: Int64, reason: String, count: Int64)]
     ) -> [SendStatsMinute] {
         let failed = Dictionary(grouping: failures, by: \.minute)
         return counts.map { row in
             SendStatsMinute(
                 startUnixMs: row.minute * 60000, delivered: row.delivered,
-                failures: (failed[row.minute] ?? []).map { FailureCount(reason: $0.reason, count: $0.count) }, sends: row.sends)
+                failures: (failed[row.minute] ?? []).map { FailureCount(reason: $0.reason, count: $0.count) },
+                sends: row.sends)
         }
     }
 }

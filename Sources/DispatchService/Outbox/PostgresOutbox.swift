@@ -35,7 +35,10 @@ public final class PostgresOutbox: OutboxStore {
     /// How long a claim holds its rows before any replica may take them over.
     public let lease: Duration
 
-    public init(db: HeraldPostgres, replica: String, lease: Duration = .seconds(90), now: @escaping @Sendable () -> Int64 = unixMillis)
+    public init(
+        db: HeraldPostgres, replica: String, lease: Duration = .seconds(90),
+        now: @escaping @Sendable () -> Int64 = unixMillis
+    )
         async throws
     {
         precondition(!replica.isEmpty, "a replica needs a name")
@@ -183,12 +186,16 @@ public final class PostgresOutbox: OutboxStore {
                 """,
             ]),
         // The console's reads (issue 18): a hub's recent sends, newest first, and its minutes.
-        PostgresMigration("dispatch-v2-sends-by-hub", ["CREATE INDEX notification_hub_created ON notification (hub, created_at, id)"]),
+        PostgresMigration(
+            "dispatch-v2-sends-by-hub", ["CREATE INDEX notification_hub_created ON notification (hub, created_at, id)"]),
         // The oldest send not finished, for herald_outbox_oldest_age_seconds (1 enqueued, 2 processing).
-        PostgresMigration("dispatch-v3-open-sends", ["CREATE INDEX notification_open ON notification (created_at) WHERE state IN (1, 2)"]),
+        PostgresMigration(
+            "dispatch-v3-open-sends",
+            ["CREATE INDEX notification_open ON notification (created_at) WHERE state IN (1, 2)"]),
         // The caller's request body, for NH telemetry's NotificationBody.
         PostgresMigration(
-            "dispatch-v4-original-body", ["ALTER TABLE notification ADD COLUMN original_body BYTEA NOT NULL DEFAULT ''::bytea"]),
+            "dispatch-v4-original-body",
+            ["ALTER TABLE notification ADD COLUMN original_body BYTEA NOT NULL DEFAULT ''::bytea"]),
     ]
 
     /// Rows one INSERT … unnest carries: large sends go in several statements of one transaction.
@@ -203,7 +210,8 @@ public final class PostgresOutbox: OutboxStore {
     // MARK: sends
 
     nonisolated(nonsending) public func enqueue(
-        id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Outbox.Target],
+        id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload],
+        targets: [Outbox.Target],
         staged: Outbox.StagedAudience?, retryWindow: Duration, hub: String, scheduled: Bool, originalBody: [UInt8] = []
     ) async throws -> (state: OutcomeState, created: Int64)? {
         let at = now()
@@ -257,7 +265,8 @@ public final class PostgresOutbox: OutboxStore {
                            \(giveUp), \(at), 0
                     FROM audience_staging WHERE staging_key = \(staged.key) ORDER BY position
                     """, logger: logger)
-                try await connection.query("DELETE FROM audience_staging WHERE staging_key = \(staged.key)", logger: logger)
+                try await connection.query(
+                    "DELETE FROM audience_staging WHERE staging_key = \(staged.key)", logger: logger)
             }
             let ids = staged?.messageIDs ?? MessageIDs()
             var start = 0
@@ -308,7 +317,9 @@ public final class PostgresOutbox: OutboxStore {
         }
     }
 
-    nonisolated(nonsending) public func stage(_ targets: [Outbox.Target], to staged: inout Outbox.StagedAudience) async throws {
+    nonisolated(nonsending) public func stage(_ targets: [Outbox.Target], to staged: inout Outbox.StagedAudience)
+        async throws
+    {
         guard !targets.isEmpty else { return }
         let start = staged.count
         let ids = staged.messageIDs
@@ -371,7 +382,9 @@ public final class PostgresOutbox: OutboxStore {
 
     /// Due scheduled sends not taken by another replica, each now taken by this one for
     /// ``scheduledTake`` ms (a transient failure makes it due again after that).
-    nonisolated(nonsending) public func dueScheduled(limit: Int) async throws -> [(id: String, fireAt: Int64, request: [UInt8])] {
+    nonisolated(nonsending) public func dueScheduled(limit: Int) async throws -> [(
+        id: String, fireAt: Int64, request: [UInt8]
+    )] {
         let at = now()
         let rows = try await db.rows(
             """
@@ -402,7 +415,8 @@ public final class PostgresOutbox: OutboxStore {
                     WHERE id = \(id)
                     """, logger: logger)
             } else if row.state != .cancelled {
-                throw ServiceError(.failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
+                throw ServiceError(
+                    .failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
             }
         }
         return try await outcome(of: id, requester: "", hub: hub)
@@ -462,15 +476,18 @@ public final class PostgresOutbox: OutboxStore {
         _ id: String, requester: String, hub: String, _ connection: PostgresConnection, logger: Logger
     ) async throws -> NotificationRow {
         let rows = try await connection.query(
-            "SELECT state, created_at, sender, hub, started_at, finished_at FROM notification WHERE id = \(id)", logger: logger
+            "SELECT state, created_at, sender, hub, started_at, finished_at FROM notification WHERE id = \(id)",
+            logger: logger
         ).collect()
         guard let row = rows.first else { throw ServiceError.notFound("notification \(id) not found") }
-        let (state, createdAt, sender, rowHub, startedAt, finishedAt) = try row.decode((Int32, Int64, String, String, Int64, Int64).self)
+        let (state, createdAt, sender, rowHub, startedAt, finishedAt) = try row.decode(
+            (Int32, Int64, String, String, Int64, Int64).self)
         guard requester.isEmpty || sender == requester, hub.isEmpty || rowHub == hub else {
             throw ServiceError.notFound("notification \(id) not found")
         }
         return NotificationRow(
-            state: OutcomeState(rawValue: state), createdAt: createdAt, sender: sender, hub: rowHub, startedAt: startedAt,
+            state: OutcomeState(rawValue: state), createdAt: createdAt, sender: sender, hub: rowHub,
+            startedAt: startedAt,
             finishedAt: finishedAt)
     }
 
@@ -496,13 +513,17 @@ public final class PostgresOutbox: OutboxStore {
                     (Int32, Int64, Int64, Int64, Int64, Int64).self)
                 let platform = Platform(rawValue: raw)
                 return PlatformOutcome(
-                    platform: platform, success: success, failure: failure, pending: pending, failures: failures[platform] ?? [],
+                    platform: platform, success: success, failure: failure, pending: pending,
+                    failures: failures[platform] ?? [],
                     removedHandles: removed, retries: retries)
             }
-            let body = try await connection.query("SELECT original_body FROM notification WHERE id = \(id)", logger: logger)
-                .collect().first?.decode(ByteBuffer.self)
+            let body = try await connection.query(
+                "SELECT original_body FROM notification WHERE id = \(id)", logger: logger
+            )
+            .collect().first?.decode(ByteBuffer.self)
             return Outcome(
-                notificationID: id, state: row.state, platforms: platforms, createdAtUnixMs: row.createdAt, sender: row.sender,
+                notificationID: id, state: row.state, platforms: platforms, createdAtUnixMs: row.createdAt,
+                sender: row.sender,
                 hub: row.hub, startedAtUnixMs: row.startedAt, finishedAtUnixMs: row.finishedAt,
                 originalBody: body.map { Array($0.readableBytesView) } ?? [])
         }
@@ -525,11 +546,14 @@ public final class PostgresOutbox: OutboxStore {
                 ORDER BY sequence LIMIT \(Int64(limit))
                 """, logger: logger
             ).collect().map { row in
-                let (sequence, registrationID, platform, rawState, attempts, messageID, lastStatus, reason, next, handle) =
+                let (
+                    sequence, registrationID, platform, rawState, attempts, messageID, lastStatus, reason, next, handle
+                ) =
                     try row.decode((Int64, String, Int32, Int32, Int32, String, Int32, String, Int64, String).self)
                 let state = DeliveryState(rawValue: rawState)
                 return DeliveryRecord(
-                    sequence: sequence, registrationID: registrationID, platform: Platform(rawValue: platform), state: state,
+                    sequence: sequence, registrationID: registrationID, platform: Platform(rawValue: platform),
+                    state: state,
                     attempts: attempts, messageID: messageID, lastStatus: lastStatus, reason: reason,
                     nextAttemptAtUnixMs: state == .pending ? next : 0, handle: handle)
             }
@@ -562,7 +586,8 @@ public final class PostgresOutbox: OutboxStore {
 
     nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
         try await db.deleteAll([
-            "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send", "notification",
+            "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send",
+            "notification",
             "handle_removal", "audience_staging",
         ])
     }
@@ -570,7 +595,9 @@ public final class PostgresOutbox: OutboxStore {
     nonisolated(nonsending) public func pendingRemovals(limit: Int) async throws -> [(
         id: Int64, platform: Platform, handle: String, since: Int64
     )] {
-        try await db.rows("SELECT id, platform, handle, invalid_since FROM handle_removal ORDER BY id LIMIT \(Int64(limit))").map {
+        try await db.rows(
+            "SELECT id, platform, handle, invalid_since FROM handle_removal ORDER BY id LIMIT \(Int64(limit))"
+        ).map {
             let (id, platform, handle, since) = try $0.decode((Int64, Int32, String, Int64).self)
             return (id, Platform(rawValue: platform), handle, since)
         }
@@ -581,7 +608,8 @@ public final class PostgresOutbox: OutboxStore {
     }
 
     nonisolated(nonsending) public func nextDue() async throws -> Int64? {
-        try await db.rows("SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)").first?
+        try await db.rows("SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)")
+            .first?
             .decode(Int64?.self)
     }
 

@@ -21,7 +21,8 @@ extension PostgresOutbox {
                 RETURNING notification_id, platform
                 """, logger: logger
             ).collect()
-            try await Self.countRetries(try rows.map { try $0.decode((String, Int32).self) }, connection, logger: logger)
+            try await Self.countRetries(
+                try rows.map { try $0.decode((String, Int32).self) }, connection, logger: logger)
             return rows.count
         }
     }
@@ -67,7 +68,8 @@ extension PostgresOutbox {
         let at = now()
         let logger = db.logger
         return try await transactionRetryingConflicts { connection in
-            let items = try await self.take(limit: limit, platforms: platforms, leasing: false, at: at, connection, logger: logger)
+            let items = try await self.take(
+                limit: limit, platforms: platforms, leasing: false, at: at, connection, logger: logger)
             guard !items.isEmpty else { return ([:], []) }
             try await inbox.write(items, on: connection, logger: logger)
             let (delivered, decisions) = Outbox.deliveredLocally(items, at: at)
@@ -113,7 +115,8 @@ extension PostgresOutbox {
         }
         guard !rows.isEmpty else { return [] }
         typealias Claimed = (
-            sequence: Int64, notificationID: String, registrationID: String, platform: Int32, handle: String, messageID: String,
+            sequence: Int64, notificationID: String, registrationID: String, platform: Int32, handle: String,
+            messageID: String,
             attempts: Int32, giveUpAt: Int64, variant: Int32, leasedBy: String, due: Int64
         )
         var claimed: [Claimed] = try rows.map {
@@ -124,7 +127,9 @@ extension PostgresOutbox {
         let ids = Array(Set(claimed.map(\.notificationID)))
         var hubs: [String: String] = [:]
         var enqueued: [String] = []
-        for row in try await connection.query("SELECT id, hub, state FROM notification WHERE id = ANY(\(ids))", logger: logger).collect() {
+        for row in try await connection.query(
+            "SELECT id, hub, state FROM notification WHERE id = ANY(\(ids))", logger: logger
+        ).collect() {
             let (id, hub, state) = try row.decode((String, String, Int32).self)
             hubs[id] = hub
             if state == OutcomeState.enqueued.rawValue { enqueued.append(id) }
@@ -149,18 +154,23 @@ extension PostgresOutbox {
             let payload = OutboxPayload(
                 platform: Platform(rawValue: platform),
                 options: DeliveryOptions(
-                    pushType: pushType, priority: priority, contentType: contentType, expiresAtUnixMs: expires, collapseID: collapseID),
+                    pushType: pushType, priority: priority, contentType: contentType, expiresAtUnixMs: expires,
+                    collapseID: collapseID),
                 body: Array(buffer: body), variant: Int(variant))
             payloads[id, default: [:]][payload.key] = payload
         }
         try await Self.countRetries(
-            claimed.filter { !$0.leasedBy.isEmpty }.map { ($0.notificationID, $0.platform) }, connection, logger: logger)
+            claimed.filter { !$0.leasedBy.isEmpty }.map { ($0.notificationID, $0.platform) }, connection, logger: logger
+        )
         var items: [PushItem] = []
         items.reserveCapacity(claimed.count)
         for row in claimed {
             let platform = Platform(rawValue: row.platform)
             // Send stores a payload for every platform it targets, in the same transaction.
-            guard let payload = payloads[row.notificationID]?[OutboxPayload.Key(platform: platform, variant: Int(row.variant))] else {
+            guard
+                let payload = payloads[row.notificationID]?[
+                    OutboxPayload.Key(platform: platform, variant: Int(row.variant))]
+            else {
                 continue
             }
             items.append(
@@ -187,11 +197,15 @@ extension PostgresOutbox {
         }
     }
 
-    nonisolated(nonsending) public func record(_ decisions: [Outbox.Decision]) async throws -> [(id: String, state: OutcomeState)] {
+    nonisolated(nonsending) public func record(_ decisions: [Outbox.Decision]) async throws -> [(
+        id: String, state: OutcomeState
+    )] {
         guard !decisions.isEmpty else { return [] }
         let at = now()
         let logger = db.logger
-        return try await transactionRetryingConflicts { connection in try await self.apply(decisions, at: at, connection, logger: logger) }
+        return try await transactionRetryingConflicts { connection in
+            try await self.apply(decisions, at: at, connection, logger: logger)
+        }
     }
 
     /// Records `decisions` that still hold (see ``PostgresOutbox``), their counters, handle
@@ -201,7 +215,8 @@ extension PostgresOutbox {
     ) async throws -> [(id: String, state: OutcomeState)] {
         let ids = Array(Set(decisions.map(\.notificationID))).sorted()
         // The sends' rows first, in one order for everyone: recording replicas take turns per send.
-        try await connection.query("SELECT id FROM notification WHERE id = ANY(\(ids)) ORDER BY id FOR UPDATE", logger: logger)
+        try await connection.query(
+            "SELECT id FROM notification WHERE id = ANY(\(ids)) ORDER BY id FOR UPDATE", logger: logger)
         let applied = try await connection.query(
             """
             UPDATE delivery d SET state = u.state, leased_by = '', last_status = u.status, reason = u.reason,
@@ -279,7 +294,9 @@ extension PostgresOutbox {
         while true {
             do {
                 return try await db.transaction(body)
-            } catch let error as PSQLError where attempt < 5 && ["40P01", "40001"].contains(error.serverInfo?[.sqlState] ?? "") {
+            } catch let error as PSQLError
+                where attempt < 5 && ["40P01", "40001"].contains(error.serverInfo?[.sqlState] ?? "")
+            {
                 attempt += 1
                 try await Task.sleep(for: .milliseconds(Int64.random(in: 5...50) * Int64(attempt)))
             }

@@ -23,7 +23,9 @@ struct ConsoleChart {
     var reasonTotals: [[String: Any]] {
         var totals: [String: Int64] = [:]
         for minute in minutes { for failure in minute.failures { totals[failure.reason, default: 0] += failure.count } }
-        return totals.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.map { ["reason": $0.key, "count": $0.value] }
+        return totals.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.map {
+            ["reason": $0.key, "count": $0.value]
+        }
     }
 
     func svg() -> String {
@@ -45,7 +47,8 @@ struct ConsoleChart {
         // Axes and the top value.
         let baseline = 12 + plotHeight
         out += "<line class=\"axis\" x1=\"\(Self.left)\" y1=\"12\" x2=\"\(Self.left)\" y2=\"\(baseline)\"/>"
-        out += "<line class=\"axis\" x1=\"\(Self.left)\" y1=\"\(baseline)\" x2=\"\(Self.width - 8)\" y2=\"\(baseline)\"/>"
+        out +=
+            "<line class=\"axis\" x1=\"\(Self.left)\" y1=\"\(baseline)\" x2=\"\(Self.width - 8)\" y2=\"\(baseline)\"/>"
         out += "<text class=\"label\" x=\"\(Self.left - 4)\" y=\"18\" text-anchor=\"end\">\(Self.number(top))/s</text>"
         out += "<text class=\"label\" x=\"\(Self.left - 4)\" y=\"\(baseline)\" text-anchor=\"end\">0</text>"
         out += "<text class=\"label\" x=\"\(Self.left)\" y=\"\(Self.height - 6)\">−60 min</text>"
@@ -56,14 +59,17 @@ struct ConsoleChart {
             let deliveredHeight = Double(counts.delivered) / 60 / top * plotHeight
             let failedHeight = Double(counts.failed) / 60 / top * plotHeight
             let label = xmlEscaped(
-                "\(ConsolePage.time((firstMinute + Int64(index)) * 60000)): \(counts.delivered) delivered, \(counts.failed) failed")
+                "\(ConsolePage.time((firstMinute + Int64(index)) * 60000)): \(counts.delivered) delivered, \(counts.failed) failed"
+            )
             out += "<g><title>\(label)</title>"
             if counts.delivered > 0 {
-                out += "<rect class=\"delivered\" x=\(Self.attribute(x)) y=\(Self.attribute(baseline - deliveredHeight)) "
+                out +=
+                    "<rect class=\"delivered\" x=\(Self.attribute(x)) y=\(Self.attribute(baseline - deliveredHeight)) "
                 out += "width=\(Self.attribute(bar - 2)) height=\(Self.attribute(max(1, deliveredHeight)))/>"
             }
             if counts.failed > 0 {
-                out += "<rect class=\"failed\" x=\(Self.attribute(x)) y=\(Self.attribute(baseline - deliveredHeight - failedHeight)) "
+                out +=
+                    "<rect class=\"failed\" x=\(Self.attribute(x)) y=\(Self.attribute(baseline - deliveredHeight - failedHeight)) "
                 out += "width=\(Self.attribute(bar - 2)) height=\(Self.attribute(max(1, failedHeight)))/>"
             }
             out += "</g>"

@@ -29,7 +29,8 @@ enum ConsolePage {
 
     /// A page: `name`'s template with `values`, inside the layout (navigation, the sign-out form).
     static func render(
-        _ name: String, title: String, session: ConsoleSession?, values: [String: Any], status: HTTPResponse.Status = .ok,
+        _ name: String, title: String, session: ConsoleSession?, values: [String: Any],
+        status: HTTPResponse.Status = .ok,
         hub: String? = nil
     ) -> Response {
         let content = library.render(present(values), withTemplate: name) ?? ""
@@ -85,14 +86,17 @@ enum ConsolePage {
         var response = Response(status: .seeOther, headers: headers)
         if session {
             response.setCookie(
-                Cookie(name: EdgeRoutes.sessionCookie, value: "", maxAge: 0, path: "/console", httpOnly: true, sameSite: .strict))
+                Cookie(
+                    name: EdgeRoutes.sessionCookie, value: "", maxAge: 0, path: "/console", httpOnly: true,
+                    sameSite: .strict))
         }
         return response
     }
 
     /// A URL path segment for a hub name or an id (hub names are already URL-safe; ids too).
     static func pathComponent(_ text: String) -> String {
-        text.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/?#"))) ?? ""
+        text.addingPercentEncoding(
+            withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/?#"))) ?? ""
     }
 
     /// A query string from pairs, empty values left out.
@@ -119,7 +123,9 @@ enum ConsolePage {
 
     /// A posted form's fields and its uploaded files by field name: a `multipart/form-data` part
     /// with a Content-Type is a file (left out when empty: no file was chosen).
-    static func upload(_ request: Request, _ routes: EdgeRoutes) async throws -> (fields: [String: String], files: [String: UploadedFile]) {
+    static func upload(_ request: Request, _ routes: EdgeRoutes) async throws -> (
+        fields: [String: String], files: [String: UploadedFile]
+    ) {
         guard (request.headers[.contentType] ?? "").lowercased().hasPrefix("multipart/form-data") else {
             let body = try await routes.collect(request, upTo: routes.config.maxBodyBytes)
             return (fields(urlEncoded: String(decoding: body, as: UTF8.self)), [:])
@@ -129,7 +135,9 @@ enum ConsolePage {
         for part in try await multipart(request, routes) {
             guard let name = part.name else { continue }
             if let type = part.headers.first(name: "Content-Type") {
-                if part.body.readableBytes > 0 { files[name] = UploadedFile(bytes: Array(buffer: part.body), type: type) }
+                if part.body.readableBytes > 0 {
+                    files[name] = UploadedFile(bytes: Array(buffer: part.body), type: type)
+                }
             } else {
                 fields[name] = String(buffer: part.body)
             }
@@ -160,7 +168,9 @@ enum ConsolePage {
         let boundary = contentType[range.upperBound...].split(separator: ";").first.map {
             $0.trimmingCharacters(in: CharacterSet(charactersIn: "\" "))
         }
-        guard let boundary, !boundary.isEmpty else { throw EdgeError(.badRequest, "multipart/form-data without a boundary") }
+        guard let boundary, !boundary.isEmpty else {
+            throw EdgeError(.badRequest, "multipart/form-data without a boundary")
+        }
         let body = try await routes.collect(request, upTo: routes.config.maxContentBytes + 64 * 1024)
         var parts: [MultipartPart] = []
         var headers = HTTPHeaders()
@@ -207,13 +217,15 @@ enum ConsolePage {
     /// "2026-11-24 09:32:12Z".
     static func time(_ unixMs: Int64) -> String {
         guard unixMs > 0 else { return "" }
-        return Date(timeIntervalSince1970: Double(unixMs) / 1000).ISO8601Format().replacingOccurrences(of: "T", with: " ")
+        return Date(timeIntervalSince1970: Double(unixMs) / 1000).ISO8601Format().replacingOccurrences(
+            of: "T", with: " ")
     }
 
     /// A body as indented JSON when it is JSON, else as text (WNS XML, raw bytes).
     static func pretty(_ body: [UInt8]) -> String {
         if let object = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed]),
-            let data = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+            let data = try? JSONSerialization.data(
+                withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
         {
             return String(decoding: data, as: UTF8.self)
         }

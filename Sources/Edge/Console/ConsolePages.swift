@@ -24,7 +24,9 @@ extension EdgeRoutes {
             values: ["hubs": rows, "admin": session.admin, "csrf": session.csrf])
     }
 
-    func createHub(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
+    func createHub(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws
+        -> Response
+    {
         let form = try await ConsolePage.form(request, self)
         try Self.requireCSRF(form, session)
         try requireAdmin(session)
@@ -36,13 +38,15 @@ extension EdgeRoutes {
             limit = value
         }
         let hub = try await auth.createHub(
-            CreateHubRequest(name: try Self.text(form["name"] ?? "", "name"), maxInstallations: limit), requestID: context.requestID)
+            CreateHubRequest(name: try Self.text(form["name"] ?? "", "name"), maxInstallations: limit),
+            requestID: context.requestID)
         return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))")
     }
 
     func hubPage(_ context: EdgeRequestContext, _ session: ConsoleSession, hub name: String) async throws -> Response {
         let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
-        let credentials = try await dispatch.getHubCredentials(GetHubCredentialsRequest(hub: hub.id), requestID: context.requestID)
+        let credentials = try await dispatch.getHubCredentials(
+            GetHubCredentialsRequest(hub: hub.id), requestID: context.requestID)
         let platforms: [[String: Any]] = credentials.platforms.map { platform in
             let status: String =
                 switch platform.source {
@@ -79,10 +83,14 @@ extension EdgeRoutes {
 
     // MARK: devices
 
-    func devicesPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub) async throws -> Response
+    func devicesPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub)
+        async throws -> Response
     {
         let query = ConsolePage.query(request)
-        let filter = (user: query["user"] ?? "", tag: query["tag"] ?? "", platform: query["platform"] ?? "", handle: query["handle"] ?? "")
+        let filter = (
+            user: query["user"] ?? "", tag: query["tag"] ?? "", platform: query["platform"] ?? "",
+            handle: query["handle"] ?? ""
+        )
         let page = try await registration.listDevices(
             ListDevicesRequest(
                 hub: hub.id, user: try Self.text(filter.user, "user"), tag: try Self.text(filter.tag, "tag"),
@@ -98,7 +106,9 @@ extension EdgeRoutes {
                 "tags": device.tags.joined(separator: ", "), "updated": ConsolePage.time(device.updatedAtUnixMs),
                 "expired": device.expired,
                 "send": "\(hubPath)/send"
-                    + ConsolePage.query([("target", "device"), ("platform", device.platform.name), ("handle", device.handle)]),
+                    + ConsolePage.query([
+                        ("target", "device"), ("platform", device.platform.name), ("handle", device.handle),
+                    ]),
             ]
         }
         let next =
@@ -106,7 +116,8 @@ extension EdgeRoutes {
             ? ""
             : "\(hubPath)/devices"
                 + ConsolePage.query([
-                    ("user", filter.user), ("tag", filter.tag), ("platform", filter.platform), ("handle", filter.handle),
+                    ("user", filter.user), ("tag", filter.tag), ("platform", filter.platform),
+                    ("handle", filter.handle),
                     ("after", page.nextAfterID),
                 ])
         return ConsolePage.render(
@@ -121,7 +132,9 @@ extension EdgeRoutes {
 
     // MARK: test send
 
-    func testSend(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub) async throws -> Response {
+    func testSend(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub)
+        async throws -> Response
+    {
         let (fields, files) = try await ConsolePage.upload(request, self)
         let file = files["file"]
         try Self.requireCSRF(fields, session)
@@ -136,21 +149,28 @@ extension EdgeRoutes {
             switch form.kind {
             case "secure":
                 try await requireUser(form.user, requestID: requestID)
-                outcome = try await sendSecure(form.text, to: form.user, from: session.user, hub: hub.id, requestID: requestID).outcome
+                outcome = try await sendSecure(
+                    form.text, to: form.user, from: session.user, hub: hub.id, requestID: requestID
+                ).outcome
             case "rich":
                 guard let file else { throw EdgeError(.badRequest, "choose a file to send as rich content") }
                 try await requireUser(form.user, requestID: requestID)
                 outcome = try await sendRich(
-                    file.bytes, contentType: file.type, message: form.message, richType: NativePayloads.richType(contentType: file.type),
+                    file.bytes, contentType: file.type, message: form.message,
+                    richType: NativePayloads.richType(contentType: file.type),
                     to: form.user, from: session.user, hub: hub.id, requestID: requestID
                 ).outcome
             default:
-                outcome = try await send(try form.request(payloads: payloads, hub: hub.id, sender: session.user), requestID: requestID)
+                outcome = try await send(
+                    try form.request(payloads: payloads, hub: hub.id, sender: session.user), requestID: requestID)
             }
-            return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))/sends/\(outcome.notificationID)")
+            return ConsolePage.redirect(
+                "/console/hubs/\(ConsolePage.pathComponent(hub.name))/sends/\(outcome.notificationID)")
         } catch let error as EdgeError where error.status == .badRequest {
-            return renderSend(form, hub: hub.name, session: session, preview: nil, error: error.message, status: .badRequest)
-        } catch let error as ServiceError where [.invalidArgument, .notFound, .failedPrecondition].contains(error.code) {
+            return renderSend(
+                form, hub: hub.name, session: session, preview: nil, error: error.message, status: .badRequest)
+        } catch let error as ServiceError where [.invalidArgument, .notFound, .failedPrecondition].contains(error.code)
+        {
             let status = EdgeError.from(error).status
             return renderSend(form, hub: hub.name, session: session, preview: nil, error: error.message, status: status)
         }
@@ -161,7 +181,8 @@ extension EdgeRoutes {
         status: HTTPResponse.Status = .ok
     ) -> Response {
         var values: [String: Any] = [
-            "csrf": session.csrf, "error": error, "user": form.user, "tag": form.tag, "handle": form.handle, "text": form.text,
+            "csrf": session.csrf, "error": error, "user": form.user, "tag": form.tag, "handle": form.handle,
+            "text": form.text,
             "message": form.message, "properties": form.properties,
             "action": "/console/hubs/\(ConsolePage.pathComponent(hub))/send",
             "platforms": Self.platformOptions(selected: form.platform, any: false),
@@ -171,7 +192,8 @@ extension EdgeRoutes {
             "kinds": Self.options(
                 [
                     "alert": "Alert (text shown as is)", "secure": "Secure (only its id is pushed)",
-                    "rich": "Rich (uploaded file, its id is pushed)", "template": "Template (installation templates, with properties)",
+                    "rich": "Rich (uploaded file, its id is pushed)",
+                    "template": "Template (installation templates, with properties)",
                 ],
                 order: ["alert", "secure", "rich", "template"], selected: form.kind),
         ]
@@ -188,56 +210,70 @@ extension EdgeRoutes {
             values["template"] = form.kind == "template"
             values["stored"] = form.kind == "secure" || form.kind == "rich"
         }
-        return ConsolePage.render("send", title: "Test send on \(hub)", session: session, values: values, status: status, hub: hub)
+        return ConsolePage.render(
+            "send", title: "Test send on \(hub)", session: session, values: values, status: status, hub: hub)
     }
 
     // MARK: outcomes
 
-    func sendsPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub) async throws -> Response {
+    func sendsPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub)
+        async throws -> Response
+    {
         let query = request.uri.queryParameters
         let before = query.get("before").flatMap(Int64.init) ?? 0
         let sends = try await dispatch.listSends(
             ListSendsRequest(
-                hub: hub.id, beforeCreatedAtUnixMs: max(0, before), beforeNotificationID: try Self.text(query.get("before_id") ?? "", "id"),
+                hub: hub.id, beforeCreatedAtUnixMs: max(0, before),
+                beforeNotificationID: try Self.text(query.get("before_id") ?? "", "id"),
                 limit: 25),
             requestID: context.requestID)
-        let stats = try await dispatch.sendStats(SendStatsRequest(hub: hub.id, minutes: 60), requestID: context.requestID)
+        let stats = try await dispatch.sendStats(
+            SendStatsRequest(hub: hub.id, minutes: 60), requestID: context.requestID)
         let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub.name))"
         let rows: [[String: Any]] = sends.sends.map { outcome in
             [
                 "id": outcome.notificationID, "path": "\(hubPath)/sends/\(outcome.notificationID)",
-                "state": OutcomeBody.state(outcome.state), "created": ConsolePage.time(outcome.createdAtUnixMs), "sender": outcome.sender,
+                "state": OutcomeBody.state(outcome.state), "created": ConsolePage.time(outcome.createdAtUnixMs),
+                "sender": outcome.sender,
                 "counts": outcome.platforms.map {
-                    "\($0.platform.name): \($0.success) ok, \($0.failure) failed" + ($0.pending > 0 ? ", \($0.pending) pending" : "")
+                    "\($0.platform.name): \($0.success) ok, \($0.failure) failed"
+                        + ($0.pending > 0 ? ", \($0.pending) pending" : "")
                 }.joined(separator: "; "),
             ]
         }
         var next = ""
         if sends.sends.count == 25, let last = sends.sends.last {
-            next = "\(hubPath)/sends" + ConsolePage.query([("before", String(last.createdAtUnixMs)), ("before_id", last.notificationID)])
+            next =
+                "\(hubPath)/sends"
+                + ConsolePage.query([("before", String(last.createdAtUnixMs)), ("before_id", last.notificationID)])
         }
         let chart = ConsoleChart(minutes: stats.minutes, now: unixMillis())
         return ConsolePage.render(
             "sends", title: "Sends on \(hub)", session: session,
             values: [
-                "sends": rows, "next": next, "chart": chart.svg(), "reasons": chart.reasonTotals, "hasReasons": !chart.reasonTotals.isEmpty,
+                "sends": rows, "next": next, "chart": chart.svg(), "reasons": chart.reasonTotals,
+                "hasReasons": !chart.reasonTotals.isEmpty,
                 "delivered": chart.delivered,
                 "failed": chart.failed, "sendsInHour": chart.sends,
             ],
             hub: hub.name)
     }
 
-    func outcomePage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub) async throws -> Response
+    func outcomePage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub)
+        async throws -> Response
     {
         let id = try Self.text(try context.parameters.require("id"), "id")
-        let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id, hub: hub.id), requestID: context.requestID)
+        let outcome = try await dispatch.getOutcome(
+            GetOutcomeRequest(notificationID: id, hub: hub.id), requestID: context.requestID)
         let after = request.uri.queryParameters.get("after").flatMap(Int64.init) ?? 0
         let deliveries = try await dispatch.listDeliveries(
-            ListDeliveriesRequest(notificationID: id, afterSequence: max(0, after), limit: 100, hub: hub.id), requestID: context.requestID)
+            ListDeliveriesRequest(notificationID: id, afterSequence: max(0, after), limit: 100, hub: hub.id),
+            requestID: context.requestID)
         let live = [.enqueued, .processing, .scheduled].contains(outcome.state)
         let rows: [[String: Any]] = deliveries.deliveries.map { delivery in
             [
-                "sequence": delivery.sequence, "platform": delivery.platform.name, "state": Self.deliveryState(delivery.state),
+                "sequence": delivery.sequence, "platform": delivery.platform.name,
+                "state": Self.deliveryState(delivery.state),
                 "attempts": delivery.attempts, "status": delivery.lastStatus == 0 ? "" : String(delivery.lastStatus),
                 "reason": delivery.reason, "handle": delivery.handle, "messageID": delivery.messageID,
                 "next": delivery.state == .pending ? ConsolePage.time(delivery.nextAttemptAtUnixMs) : "",
@@ -251,7 +287,8 @@ extension EdgeRoutes {
             "outcome", title: "Send \(id)", session: session,
             values: [
                 "id": id, "state": OutcomeBody.state(outcome.state), "live": live, "sender": outcome.sender,
-                "created": ConsolePage.time(outcome.createdAtUnixMs), "started": ConsolePage.time(outcome.startedAtUnixMs),
+                "created": ConsolePage.time(outcome.createdAtUnixMs),
+                "started": ConsolePage.time(outcome.startedAtUnixMs),
                 "finished": ConsolePage.time(outcome.finishedAtUnixMs),
                 "platforms": outcome.platforms.map { platform in
                     [
@@ -272,7 +309,8 @@ extension EdgeRoutes {
         let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id), requestID: context.requestID)
         // The outcome names its hub by id; the console's paths by name.
         let hubs = try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
-        guard let hub = hubs.first(where: { $0.id == outcome.hub }), try await manages(session, hub: hub.name, context) else {
+        guard let hub = hubs.first(where: { $0.id == outcome.hub }), try await manages(session, hub: hub.name, context)
+        else {
             throw EdgeError(.notFound, "notification \(id) not found")
         }
         return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))/sends/\(id)")
@@ -290,7 +328,9 @@ extension EdgeRoutes {
 
     // MARK: inbox
 
-    func inboxPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
+    func inboxPage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws
+        -> Response
+    {
         try requireAdmin(session)
         let before = request.uri.queryParameters.get("before").flatMap(Int64.init) ?? 0
         let entries = try await dispatch.listInbox(
@@ -363,7 +403,8 @@ struct TestSendForm {
         switch target {
         case "user":
             guard Names.isValidUserName(user) else {
-                throw EdgeError(.badRequest, "the user must be a user name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
+                throw EdgeError(
+                    .badRequest, "the user must be a user name: 1 to 64 characters of A-Z a-z 0-9 _ @ # . -")
             }
         case "tag":
             guard kind == "alert" || kind == "template" else {
@@ -371,7 +412,9 @@ struct TestSendForm {
             }
             _ = try TagExpression.validated(tag, field: "tag")
         case "device":
-            guard kind == "alert" else { throw EdgeError(.badRequest, "one device takes an alert; \(kind) needs a user or a tag") }
+            guard kind == "alert" else {
+                throw EdgeError(.badRequest, "one device takes an alert; \(kind) needs a user or a tag")
+            }
             guard !handle.isEmpty else { throw EdgeError(.badRequest, "give the device's handle") }
         default:
             throw EdgeError(.badRequest, "the target must be a user, a tag expression or a device")

@@ -32,14 +32,25 @@ extension EdgeRoutes {
     func addConsoleRoutes(to router: Router<EdgeRequestContext>) {
         let console = router.group("console")
         console.get { _, _ in ConsolePage.redirect("/console/hubs") }
-        console.get("assets/console.css") { _, _ in ConsolePage.asset(ConsoleAssets.css, type: "text/css; charset=utf-8") }
-        console.get("assets/console.js") { _, _ in ConsolePage.asset(ConsoleAssets.js, type: "text/javascript; charset=utf-8") }
+        console.get("assets/console.css") { _, _ in
+            ConsolePage.asset(ConsoleAssets.css, type: "text/css; charset=utf-8")
+        }
+        console.get("assets/console.js") { _, _ in
+            ConsolePage.asset(ConsoleAssets.js, type: "text/javascript; charset=utf-8")
+        }
         console.get("login") { request, _ in signInPage(request) }
-        console.post("login") { request, context in await answer(context, session: nil) { try await signIn(request, context) } }
-        console.post("logout") { request, context in await page(request, context) { try await signOut(request, context, $0) } }
+        console.post("login") { request, context in
+            await answer(context, session: nil) { try await signIn(request, context) }
+        }
+        console.post("logout") { request, context in
+            await page(request, context) { try await signOut(request, context, $0) }
+        }
         console.get("hubs") { request, context in await page(request, context) { try await hubsPage(context, $0) } }
-        console.post("hubs") { request, context in await page(request, context) { try await createHub(request, context, $0) } }
-        console.get("hubs/:hub") { request, context in await managedPage(request, context) { try await hubPage(context, $0, hub: $1.name) }
+        console.post("hubs") { request, context in
+            await page(request, context) { try await createHub(request, context, $0) }
+        }
+        console.get("hubs/:hub") { request, context in
+            await managedPage(request, context) { try await hubPage(context, $0, hub: $1.name) }
         }
         console.get("hubs/:hub/devices") { request, context in
             await managedPage(request, context) { try await devicesPage(request, context, $0, hub: $1) }
@@ -58,17 +69,23 @@ extension EdgeRoutes {
         console.get("hubs/:hub/sends/:id") { request, context in
             await managedPage(request, context) { try await outcomePage(request, context, $0, hub: $1) }
         }
-        console.get("inbox") { request, context in await page(request, context) { try await inboxPage(request, context, $0) } }
-        console.get("sends/:id") { request, context in await page(request, context) { try await findSend(context, $0) } }
+        console.get("inbox") { request, context in
+            await page(request, context) { try await inboxPage(request, context, $0) }
+        }
+        console.get("sends/:id") { request, context in await page(request, context) { try await findSend(context, $0) }
+        }
     }
 
     /// Runs the handler of a signed-in page: the session first (a redirect to sign-in when there is
     /// none, or when it ends during the request).
-    func page(_ request: Request, _ context: EdgeRequestContext, _ body: (ConsoleSession) async throws -> Response) async -> Response {
+    func page(_ request: Request, _ context: EdgeRequestContext, _ body: (ConsoleSession) async throws -> Response)
+        async -> Response
+    {
         let session: ConsoleSession
         do {
             guard let found = try await self.session(request, context) else {
-                return ConsolePage.redirect("/console/login?expired=1", clearing: request.cookies[Self.sessionCookie] != nil)
+                return ConsolePage.redirect(
+                    "/console/login?expired=1", clearing: request.cookies[Self.sessionCookie] != nil)
             }
             session = found
         } catch {
@@ -93,7 +110,9 @@ extension EdgeRoutes {
 
     /// `body`'s answer, or its error as an HTML page with the status the API would answer (never
     /// the API's JSON); a session that ends meanwhile sends the browser to sign in again.
-    func answer(_ context: EdgeRequestContext, session: ConsoleSession?, _ body: () async throws -> Response) async -> Response {
+    func answer(_ context: EdgeRequestContext, session: ConsoleSession?, _ body: () async throws -> Response) async
+        -> Response
+    {
         do {
             return try await body()
         } catch let error as ServiceError where error.code == .unauthenticated && session != nil {
@@ -115,7 +134,9 @@ extension EdgeRoutes {
         }
         return ConsolePage.render(
             "error", title: "\(edgeError.status.code) \(edgeError.status.reasonPhrase)", session: session,
-            values: ["status": edgeError.status.code, "reason": edgeError.status.reasonPhrase, "message": edgeError.message],
+            values: [
+                "status": edgeError.status.code, "reason": edgeError.status.reasonPhrase, "message": edgeError.message,
+            ],
             status: edgeError.status)
     }
 
@@ -123,11 +144,14 @@ extension EdgeRoutes {
 
     /// The signed-in operator from the session cookie, or nil (no cookie, expired or revoked token).
     func session(_ request: Request, _ context: EdgeRequestContext) async throws -> ConsoleSession? {
-        guard let token = request.cookies[Self.sessionCookie]?.value, !token.isEmpty, token.utf8.count <= 512 else { return nil }
+        guard let token = request.cookies[Self.sessionCookie]?.value, !token.isEmpty, token.utf8.count <= 512 else {
+            return nil
+        }
         let principal: AuthenticateResponse
         do {
             principal = try await verdict(
-                AuthenticateRequest(authorization: "Bearer \(token)", hub: Names.defaultHub), requestID: context.requestID)
+                AuthenticateRequest(authorization: "Bearer \(token)", hub: Names.defaultHub),
+                requestID: context.requestID)
         } catch let error as ServiceError where error.code == .unauthenticated {
             return nil
         }
@@ -150,7 +174,9 @@ extension EdgeRoutes {
     }
 
     func requireAdmin(_ session: ConsoleSession) throws {
-        guard session.admin else { throw EdgeError(.forbidden, "this needs the Manage right on the hub default (the stack's admin)") }
+        guard session.admin else {
+            throw EdgeError(.forbidden, "this needs the Manage right on the hub default (the stack's admin)")
+        }
     }
 
     /// 403 unless the form's `_csrf` is the session's token.
@@ -160,7 +186,9 @@ extension EdgeRoutes {
         }
     }
 
-    func signInPage(_ request: Request, message: String? = nil, user: String = "", status: HTTPResponse.Status = .ok) -> Response {
+    func signInPage(_ request: Request, message: String? = nil, user: String = "", status: HTTPResponse.Status = .ok)
+        -> Response
+    {
         // Double-submit: the same random value in a cookie and in the form.
         let nonce = ConsolePage.randomToken()
         var response = ConsolePage.render(
@@ -172,16 +200,19 @@ extension EdgeRoutes {
             status: status)
         response.setCookie(
             Cookie(
-                name: Self.signInCookie, value: nonce, maxAge: 3600, path: "/console", secure: config.httpTLS != nil, httpOnly: true,
+                name: Self.signInCookie, value: nonce, maxAge: 3600, path: "/console", secure: config.httpTLS != nil,
+                httpOnly: true,
                 sameSite: .strict))
         return response
     }
 
     func signIn(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let form = try await ConsolePage.form(request, self)
-        guard let nonce = request.cookies[Self.signInCookie]?.value, let sent = form["_csrf"], ConsolePage.constantTimeEqual(nonce, sent)
+        guard let nonce = request.cookies[Self.signInCookie]?.value, let sent = form["_csrf"],
+            ConsolePage.constantTimeEqual(nonce, sent)
         else {
-            throw EdgeError(.forbidden, "the sign-in form's CSRF token is missing or wrong: reload the page and try again")
+            throw EdgeError(
+                .forbidden, "the sign-in form's CSRF token is missing or wrong: reload the page and try again")
         }
         let user = form["user"] ?? ""
         let password = form["password"] ?? ""
@@ -203,15 +234,18 @@ extension EdgeRoutes {
         guard try await managesAnyHub(session, context) else {
             _ = try? await auth.revokeToken(RevokeTokenRequest(token: issued.token), requestID: context.requestID)
             return signInPage(
-                request, message: "\(issued.user) does not hold the Manage right on any hub: the console is for operators.",
+                request,
+                message: "\(issued.user) does not hold the Manage right on any hub: the console is for operators.",
                 user: user, status: .forbidden)
         }
         var response = ConsolePage.redirect("/console/hubs")
         response.setCookie(
             Cookie(
-                name: Self.sessionCookie, value: issued.token, maxAge: Int(max(0, (issued.expiresAtUnixMs - unixMillis()) / 1000)),
+                name: Self.sessionCookie, value: issued.token,
+                maxAge: Int(max(0, (issued.expiresAtUnixMs - unixMillis()) / 1000)),
                 path: "/console", secure: config.httpTLS != nil, httpOnly: true, sameSite: .strict))
-        response.setCookie(Cookie(name: Self.signInCookie, value: "", maxAge: 0, path: "/console", httpOnly: true, sameSite: .strict))
+        response.setCookie(
+            Cookie(name: Self.signInCookie, value: "", maxAge: 0, path: "/console", httpOnly: true, sameSite: .strict))
         return response
     }
 
@@ -225,7 +259,8 @@ extension EdgeRoutes {
         return false
     }
 
-    func signOut(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
+    func signOut(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response
+    {
         try Self.requireCSRF(try await ConsolePage.form(request, self), session)
         _ = try await auth.revokeToken(RevokeTokenRequest(token: session.token), requestID: context.requestID)
         return ConsolePage.redirect("/console/login", clearing: true)

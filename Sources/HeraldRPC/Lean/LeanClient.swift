@@ -41,7 +41,10 @@ final class LeanClient: Sendable {
         let error: ServiceError
     }
 
-    init(endpoint: RPCEndpoint, tls: NIOSSLContext?, serverName: String? = nil, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes) {
+    init(
+        endpoint: RPCEndpoint, tls: NIOSSLContext?, serverName: String? = nil,
+        maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes
+    ) {
         self.endpoint = endpoint
         self.tls = tls
         self.serverName = serverName
@@ -83,7 +86,9 @@ final class LeanClient: Sendable {
         }
         frame.setInteger(id, at: frame.readerIndex + 6)  // the call id field of the already encoded frame
         let channel = connection.channel
-        let timer = channel.eventLoop.scheduleTask(deadline: .now() + .nanoseconds(max(0, (deadline - .now).wholeNanoseconds))) {
+        let timer = channel.eventLoop.scheduleTask(
+            deadline: .now() + .nanoseconds(max(0, (deadline - .now).wholeNanoseconds))
+        ) {
             calls.fail(id, ServiceError(.deadlineExceeded, "deadline exceeded"))
         }
         defer { timer.cancel() }
@@ -123,18 +128,21 @@ final class LeanClient: Sendable {
         let requestBytes = try head.frame(callID: 1).encoded()
         guard requestBytes.readableBytes - 4 <= maxFrameBytes else {
             throw ServiceError(
-                .resourceExhausted, "request of \(requestBytes.readableBytes) bytes exceeds the frame limit of \(maxFrameBytes)")
+                .resourceExhausted,
+                "request of \(requestBytes.readableBytes) bytes exceeds the frame limit of \(maxFrameBytes)")
         }
         return requestBytes
     }
 
     /// Makes one streaming call; hands each response message to `onMessage`.
     func call(
-        method: String, request: [UInt8], metadata: [LeanMetadataEntry], timeout: Duration, window: UInt32, failFast: Bool = false,
+        method: String, request: [UInt8], metadata: [LeanMetadataEntry], timeout: Duration, window: UInt32,
+        failFast: Bool = false,
         onMessage: ([UInt8]) async throws -> Void
     ) async throws {
         let deadline = ContinuousClock.now + timeout
-        let requestBytes = try encodeRequest(method: method, request: request, metadata: metadata, timeout: timeout, window: window)
+        let requestBytes = try encodeRequest(
+            method: method, request: request, metadata: metadata, timeout: timeout, window: window)
         let connection = try await connection(deadline: deadline, failFast: failFast)
         let (frames, continuation) = AsyncThrowingStream<LeanFrame, any Error>.makeStream()
         guard let id = connection.calls.open(continuation) else {
@@ -143,7 +151,9 @@ final class LeanClient: Sendable {
         defer { connection.calls.remove(id) }
         var out = requestBytes
         out.setInteger(id, at: out.readerIndex + 6)  // the call id field of the already encoded frame
-        let timer = connection.channel.eventLoop.scheduleTask(deadline: .now() + .nanoseconds(max(0, (deadline - .now).wholeNanoseconds))) {
+        let timer = connection.channel.eventLoop.scheduleTask(
+            deadline: .now() + .nanoseconds(max(0, (deadline - .now).wholeNanoseconds))
+        ) {
             continuation.finish(throwing: ServiceError(.deadlineExceeded, "deadline exceeded"))
         }
         defer { timer.cancel() }
@@ -159,7 +169,8 @@ final class LeanClient: Sendable {
                         try await onMessage(Array(frame.payload.readableBytesView))
                         consumed += 1
                         if window > 0, consumed == window / 2 {
-                            connection.channel.writeAndFlush(LeanFrame.window(callID: id, credits: consumed).encoded(), promise: nil)
+                            connection.channel.writeAndFlush(
+                                LeanFrame.window(callID: id, credits: consumed).encoded(), promise: nil)
                             consumed = 0
                         }
                     case .end:
@@ -193,7 +204,8 @@ final class LeanClient: Sendable {
                 if let connection = state.connection, connection.isUsable { return .ready(connection) }
                 if let connecting = state.connecting { return .connecting(connecting) }
                 let task = Task { [endpoint, tls, maxFrameBytes] in
-                    try await LeanConnection.open(endpoint: endpoint, tls: tls, serverName: serverName, maxFrameBytes: maxFrameBytes)
+                    try await LeanConnection.open(
+                        endpoint: endpoint, tls: tls, serverName: serverName, maxFrameBytes: maxFrameBytes)
                 }
                 state.connecting = task
                 return .connecting(task)
@@ -242,18 +254,23 @@ final class LeanConnection: Sendable {
 
     var isUsable: Bool { channel.isActive && calls.acceptsCalls }
 
-    static func open(endpoint: RPCEndpoint, tls: NIOSSLContext?, serverName: String? = nil, maxFrameBytes: Int) async throws
+    static func open(endpoint: RPCEndpoint, tls: NIOSSLContext?, serverName: String? = nil, maxFrameBytes: Int)
+        async throws
         -> LeanConnection
     {
         let calls = LeanCallTable()
         var serverHostname = serverName
-        if serverHostname == nil, case .tcp(let host, _) = endpoint, !RPCEndpoint.isIPLiteral(host) { serverHostname = host }
+        if serverHostname == nil, case .tcp(let host, _) = endpoint, !RPCEndpoint.isIPLiteral(host) {
+            serverHostname = host
+        }
         let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.seconds(2))
             .channelInitializer { [serverHostname] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let operations = channel.pipeline.syncOperations
-                    if let tls { try operations.addHandler(NIOSSLClientHandler(context: tls, serverHostname: serverHostname)) }
+                    if let tls {
+                        try operations.addHandler(NIOSSLClientHandler(context: tls, serverHostname: serverHostname))
+                    }
                     try operations.addHandler(LeanPrefaceWriter())
                     try operations.addHandler(ByteToMessageHandler(LeanFrameDecoder(maxFrameBytes: maxFrameBytes)))
                     try operations.addHandler(LeanClientHandler(calls: calls))
@@ -365,7 +382,8 @@ final class LeanCallTable: Sendable {
 
     /// Ends a unary call with `error` (its deadline, or its task cancelled), unless it has ended.
     func fail(_ id: UInt32, _ error: any Error) {
-        let (armed, idle) = state.withLock { state -> (UnsafeContinuation<UnaryAnswer, any Error>?, (@Sendable () -> Void)?) in
+        let (armed, idle) = state.withLock {
+            state -> (UnsafeContinuation<UnaryAnswer, any Error>?, (@Sendable () -> Void)?) in
             guard case .unary(let continuation, let message, _)? = state.calls[id] else { return (nil, nil) }
             guard let continuation else {
                 state.calls[id] = .unary(nil, message: message, failure: error)

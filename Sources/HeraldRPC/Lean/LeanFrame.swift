@@ -82,7 +82,8 @@ public struct LeanFrame: Sendable, Equatable {
             throw LeanProtocolError("reserved frame flags must be zero")
         }
         let callID = buffer.getInteger(at: start + 2, as: UInt32.self)!
-        let payload = buffer.getSlice(at: start + LeanProtocol.headerBytes, length: Int(length) - LeanProtocol.headerBytes)!
+        let payload = buffer.getSlice(
+            at: start + LeanProtocol.headerBytes, length: Int(length) - LeanProtocol.headerBytes)!
         buffer.moveReaderIndex(forwardBy: 4 + Int(length))
         return LeanFrame(kind, flags: flags, callID: callID, payload: payload)
     }
@@ -116,7 +117,8 @@ public struct LeanFrame: Sendable, Equatable {
         // Strings here are at most 65535 bytes: the message is cut there, longer entries are left out.
         let short = { (text: String) in text.utf8.count <= Int(UInt16.max) }
         try! LeanRequest.writeShortString(String(decoding: message.utf8.prefix(65_000), as: UTF8.self), to: &payload)
-        let entries = metadata.filter { short($0.key) && short($0.value) }.sorted { $0.key < $1.key }.prefix(Int(UInt16.max))
+        let entries = metadata.filter { short($0.key) && short($0.value) }.sorted { $0.key < $1.key }.prefix(
+            Int(UInt16.max))
         payload.writeInteger(UInt16(entries.count))
         for (key, value) in entries {
             try! LeanRequest.writeShortString(key, to: &payload)
@@ -128,14 +130,21 @@ public struct LeanFrame: Sendable, Equatable {
     /// The status of an END or ERROR frame, with an END's trailers.
     public func status() throws -> (code: StatusCode, message: String, metadata: [String: String]) {
         var payload = self.payload
-        guard let raw = payload.readInteger(as: UInt8.self) else { throw LeanProtocolError("status frame without a status") }
+        guard let raw = payload.readInteger(as: UInt8.self) else {
+            throw LeanProtocolError("status frame without a status")
+        }
         let code = StatusCode(rawValue: Int(raw)) ?? .unknown
-        guard flags & Self.endTrailersFlag != 0 else { return (code, payload.readString(length: payload.readableBytes) ?? "", [:]) }
+        guard flags & Self.endTrailersFlag != 0 else {
+            return (code, payload.readString(length: payload.readableBytes) ?? "", [:])
+        }
         let message = try LeanRequest.readShortString(&payload, "END message")
-        guard let count = payload.readInteger(as: UInt16.self) else { throw LeanProtocolError("END trailers without a count") }
+        guard let count = payload.readInteger(as: UInt16.self) else {
+            throw LeanProtocolError("END trailers without a count")
+        }
         var metadata: [String: String] = [:]
         for _ in 0..<count {
-            metadata[try LeanRequest.readShortString(&payload, "trailer key")] = try LeanRequest.readShortString(&payload, "trailer value")
+            metadata[try LeanRequest.readShortString(&payload, "trailer key")] = try LeanRequest.readShortString(
+                &payload, "trailer value")
         }
         return (code, message, metadata)
     }
@@ -149,7 +158,8 @@ public struct LeanFrame: Sendable, Equatable {
 
     /// The credits of a WINDOW frame.
     public func credits() throws -> UInt32 {
-        guard payload.readableBytes == 4, let credits = payload.getInteger(at: payload.readerIndex, as: UInt32.self) else {
+        guard payload.readableBytes == 4, let credits = payload.getInteger(at: payload.readerIndex, as: UInt32.self)
+        else {
             throw LeanProtocolError("WINDOW frame payload must be 4 bytes")
         }
         return credits
@@ -164,7 +174,9 @@ public struct LeanRequest: Sendable, Equatable {
     public var metadata: [LeanMetadataEntry]
     public var message: ByteBuffer
 
-    public init(timeoutMilliseconds: UInt32, window: UInt32, method: String, metadata: [LeanMetadataEntry], message: ByteBuffer) {
+    public init(
+        timeoutMilliseconds: UInt32, window: UInt32, method: String, metadata: [LeanMetadataEntry], message: ByteBuffer
+    ) {
         self.timeoutMilliseconds = timeoutMilliseconds
         self.window = window
         self.method = method
@@ -191,24 +203,31 @@ public struct LeanRequest: Sendable, Equatable {
 
     public static func parse(_ frame: LeanFrame) throws -> LeanRequest {
         var payload = frame.payload
-        guard let timeout = payload.readInteger(as: UInt32.self), let window = payload.readInteger(as: UInt32.self) else {
+        guard let timeout = payload.readInteger(as: UInt32.self), let window = payload.readInteger(as: UInt32.self)
+        else {
             throw LeanProtocolError("REQUEST frame too short")
         }
         let method = try readShortString(&payload, "method")
-        guard let count = payload.readInteger(as: UInt16.self) else { throw LeanProtocolError("REQUEST frame without metadata count") }
+        guard let count = payload.readInteger(as: UInt16.self) else {
+            throw LeanProtocolError("REQUEST frame without metadata count")
+        }
         var metadata: [LeanMetadataEntry] = []
         metadata.reserveCapacity(Int(count))
         for _ in 0..<count {
             metadata.append(
                 LeanMetadataEntry(
-                    key: try readShortString(&payload, "metadata key"), value: try readShortString(&payload, "metadata value")))
+                    key: try readShortString(&payload, "metadata key"),
+                    value: try readShortString(&payload, "metadata value")))
         }
-        return LeanRequest(timeoutMilliseconds: timeout, window: window, method: method, metadata: metadata, message: payload)
+        return LeanRequest(
+            timeoutMilliseconds: timeout, window: window, method: method, metadata: metadata, message: payload)
     }
 
     static func writeShortString(_ string: String, to buffer: inout ByteBuffer) throws {
         let count = string.utf8.count
-        guard count <= UInt16.max else { throw LeanProtocolError("string of \(count) bytes is too long for the request head") }
+        guard count <= UInt16.max else {
+            throw LeanProtocolError("string of \(count) bytes is too long for the request head")
+        }
         buffer.writeInteger(UInt16(count))
         buffer.writeString(string)
     }
@@ -261,7 +280,8 @@ final class LeanFrameDecoder: ByteToMessageDecoder {
                 throw LeanProtocolError("not a Herald lean-protocol peer (bad preface)")
             }
             guard preface[4] == LeanProtocol.version else {
-                throw LeanProtocolError("unsupported protocol version \(preface[4]); this peer speaks \(LeanProtocol.version)")
+                throw LeanProtocolError(
+                    "unsupported protocol version \(preface[4]); this peer speaks \(LeanProtocol.version)")
             }
             prefaceChecked = true
             context.fireUserInboundEventTriggered(LeanPeerPreface(features: preface[5]))

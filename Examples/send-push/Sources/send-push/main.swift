@@ -37,13 +37,17 @@ func payloads(_ message: String) throws -> [NativePayload] {
 do {
     let herald = try HeraldClient(endpoints: .runtimeDirectory(directory, transport: transport), transport: transport)
     let final = try await herald.run { herald in
-        let request = SendRequest(targetUser: user, payloads: try payloads(settings["message"]!), sender: "send-push example")
-        let sent = try await herald.dispatch.send(request, requestID: "send-push-\(UUID().uuidString.prefix(8))", timeout: .seconds(5))
+        let request = SendRequest(
+            targetUser: user, payloads: try payloads(settings["message"]!), sender: "send-push example")
+        let sent = try await herald.dispatch.send(
+            request, requestID: "send-push-\(UUID().uuidString.prefix(8))", timeout: .seconds(5))
         guard var outcome = sent.outcome else { throw ServiceError(.internal, "Send answered without an outcome") }
         print("notification \(outcome.notificationID): \(outcome.state)")
         let deadline = ContinuousClock.now + .seconds(30)
         while outcome.state == .enqueued || outcome.state == .processing {
-            guard ContinuousClock.now < deadline else { throw ServiceError(.deadlineExceeded, "not finished within 30 s") }
+            guard ContinuousClock.now < deadline else {
+                throw ServiceError(.deadlineExceeded, "not finished within 30 s")
+            }
             try await Task.sleep(for: .milliseconds(100))
             outcome = try await herald.dispatch.getOutcome(GetOutcomeRequest(notificationID: outcome.notificationID))
         }
