@@ -141,15 +141,19 @@ struct EdgeErrorMiddleware: RouterMiddleware {
 
     /// The caller's `X-Request-Id` when it is a sane token, else a fresh one.
     static func requestID(_ request: Request) -> String {
-        if let given = request.headers[requestIDField], (1...64).contains(given.utf8.count),
-            given.utf8.allSatisfy({
+        saneToken(request.headers[requestIDField], maxBytes: 64) ?? newRequestID()
+    }
+
+    /// `value` when it is 1 to `maxBytes` of `A-Z a-z 0-9 - _` (plus `alsoAllowed`): a caller's id
+    /// that may go into headers and log lines as it is.
+    static func saneToken(_ value: String?, maxBytes: Int, alsoAllowed: Set<UInt8> = []) -> String? {
+        guard let value, (1...maxBytes).contains(value.utf8.count),
+            value.utf8.allSatisfy({
                 $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") || ($0 >= 0x30 && $0 <= 0x39)
-                    || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7a)
+                    || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7a) || alsoAllowed.contains($0)
             })
-        {
-            return given
-        }
-        return newRequestID()
+        else { return nil }
+        return value
     }
 }
 

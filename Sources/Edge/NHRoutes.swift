@@ -93,19 +93,13 @@ extension EdgeRoutes {
     /// The caller's `TrackingId` when it is a sane token (at most 128 of `A-Z a-z 0-9 - _ . :`;
     /// .NET sends a GUID), else the edge's request id, which the services' logs carry.
     static func trackingID(_ request: Request, _ context: EdgeRequestContext) -> String {
-        guard let given = request.headers[trackingIDHeader], (1...128).contains(given.utf8.count),
-            given.utf8.allSatisfy({ byte in
-                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte | 0x20)
-                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
-                    || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
-                    || byte == UInt8(ascii: ":")
-            })
-        else { return context.requestID }
-        return given
+        EdgeErrorMiddleware.saneToken(
+            request.headers[trackingIDHeader], maxBytes: 128, alsoAllowed: [UInt8(ascii: "."), UInt8(ascii: ":")])
+            ?? context.requestID
     }
 
-    /// The hub named by the path and the rights of the request's SAS token on it; 403 when the
-    /// needed right is missing.
+    /// The hub named by the path and the rights of the request's SAS token on it; 401 (NH's
+    /// "claim(s) are required") when the needed right is missing.
     @discardableResult
     func authorizeSAS(_ request: Request, _ context: EdgeRequestContext, needs right: String) async throws -> String {
         try await authorizeSASAnswer(request, context, needs: right).hub

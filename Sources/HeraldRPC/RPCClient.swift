@@ -67,7 +67,7 @@ public final class RPCClient: Sendable {
         let healthy = Atomic<Bool>(false)
         /// False once a call or check could not reach it (refused, connection lost), true again
         /// once a check gets through. An unhealthy replica that is only slow (its checks timed out
-        /// on a loaded machine) stays reachable, and ``pick(excluding:)`` prefers it to one that is
+        /// on a loaded machine) stays reachable, and ``pick(from:excluding:)`` prefers it to one that is
         /// gone: a call waiting for a vanished replica's connection would wait out its deadline.
         let reachable = Atomic<Bool>(true)
         /// Health checks in a row that got no answer in time.
@@ -204,8 +204,7 @@ public final class RPCClient: Sendable {
     /// The replica for the next call: the next healthy one in turn; when none is, the next that is
     /// still reachable (slow, not gone), else the next of all; never `excluding`, and nil when
     /// there is no other.
-    private func pick(excluding: Replica? = nil) -> Replica? {
-        let replicas = self.replicas
+    private func pick(from replicas: [Replica], excluding: Replica? = nil) -> Replica? {
         if replicas.count <= 1 { return excluding == nil ? replicas.first : nil }
         let start = Int(turn.wrappingAdd(1, ordering: .relaxed).oldValue % UInt(replicas.count))
         var reachable: Replica?
@@ -234,7 +233,9 @@ public final class RPCClient: Sendable {
         let deadline = ContinuousClock.now + timeout
         var failed: Replica?
         while true {
-            guard let replica = pick(excluding: failed) else {
+            // One look at the members per attempt: the pick and failFast see the same replicas.
+            let replicas = self.replicas
+            guard let replica = pick(from: replicas, excluding: failed) else {
                 // Only a client that finds its replicas by name has none: wait for the lookup.
                 if failed == nil, discovery != nil, ContinuousClock.now < deadline {
                     try await Task.sleep(for: .milliseconds(20))
@@ -243,7 +244,6 @@ public final class RPCClient: Sendable {
                 throw ServiceError(.unavailable, "\(socketPath): no replica found")
             }
             let left = failed == nil ? timeout : deadline - .now
-            let replicas = self.replicas
             let failFast = replicas.contains { $0 !== replica && $0.healthy.load(ordering: .relaxed) }
             let error: ServiceError
             do {

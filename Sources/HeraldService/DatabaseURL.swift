@@ -168,7 +168,7 @@ public enum OpenedDatabase: Sendable {
     /// listed before the listeners so that it stops after them.
     public var services: [any Service] {
         switch self {
-        case .sqlite(let pool): [DiskSpaceGauge(databasePath: pool.path)]
+        case .sqlite(let pool): [DiskSpaceGauge.service(databasePath: pool.path)]
         case .postgres(let database): [database]
         }
     }
