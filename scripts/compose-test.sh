@@ -38,15 +38,8 @@ fail() { echo "compose-test: FAILED: $*" >&2; exit 1; }
 scripts/setup.sh --compose
 
 work="$(mktemp -d /tmp/herald-compose-XXXXXX)"
-# crun fails here (cgroup hybrid mode) and podman's default ulimits exceed the sandbox's hard limits.
-cat >"$work/containers.conf" <<'EOF'
-[containers]
-default_ulimits = ["nofile=1024:1024", "nproc=1000:1000"]
-
-[engine]
-runtime = "runc"
-EOF
-export CONTAINERS_CONF="$work/containers.conf"
+# podman's settings (CONTAINERS_CONF) and the HTTP checks, shared with kube-test.sh.
+source scripts/podman-lib.sh
 
 project="herald-ct-$$"
 compose=(docker-compose --project-name "$project" -f docker-compose.yml)
@@ -93,40 +86,8 @@ port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); p
 export HERALD_EDGE_PORT="127.0.0.1:$port"
 url="http://127.0.0.1:$port"
 
-# Polls until a command succeeds or the deadline (seconds) passes.
-wait_for() {
-  local seconds="$1" what="$2"
-  shift 2
-  local deadline=$(( $(date +%s) + seconds ))
-  until "$@" >/dev/null 2>&1; do
-    (( $(date +%s) < deadline )) || fail "$what: not within ${seconds}s"
-    sleep 0.2
-  done
-}
-ready() { [[ "$(curl -s -o /dev/null -w '%{http_code}' "$url/readyz")" == 200 ]]; }
-# HTTP status of a request, body in $work/body.
-http() { curl -s -o "$work/body" -w '%{http_code}' "$@"; }
-expect_status() {
-  local want="$1" what="$2"
-  shift 2
-  local got
-  got="$(http "$@")"
-  [[ "$got" == "$want" ]] || fail "$what: HTTP $got, expected $want: $(head -c 300 "$work/body")"
-}
-json() { python3 -c "import json,sys; d=json.load(open('$work/body')); print($1)"; }
-# The newest inbox entry for a handle, via `herald inbox --json` inside a container (no flags).
-inbox_field() {
-  "${compose[@]}" exec -T dispatch herald inbox --json --limit 1000 >"$work/inbox.json" || return 1
-  python3 - "$1" "$2" "$work/inbox.json" <<'EOF'
-import json, re, sys
-handle, field, path = sys.argv[1], sys.argv[2], sys.argv[3]
-entries = [e for e in json.load(open(path)) if e["handle"] == handle]
-match = entries and re.search(r'"%s":"?([0-9]+)' % field, entries[-1]["payload"])
-if not match:
-    sys.exit(1)
-print(match.group(1))
-EOF
-}
+# `herald inbox --json` inside the dispatch container (no flags), for inbox_field.
+inbox_json() { "${compose[@]}" exec -T dispatch herald inbox --json --limit 1000; }
 
 up_start=$(date +%s)
 "${compose[@]}" up -d >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "docker-compose up"; }
@@ -160,17 +121,7 @@ step "2. herald users add / list through docker-compose exec"
 
 # 3a. The tutorial's secure push: register, send, the device fetches by id; only alice may read it.
 handle="$(printf 'ab%.0s' $(seq 32))"
-expect_status 200 "POST api/register" "${A[@]}" -X POST "$url/api/register?handle=$handle"
-reg="$(json 'd')"
-expect_status 200 "PUT api/register" "${A[@]}" -X PUT "$url/api/register/$reg" -H 'Content-Type: application/json' \
-  -d "{\"Platform\":\"apns\",\"Handle\":\"$handle\",\"Tags\":[\"news\"]}"
-expect_status 200 "POST api/notifications" "${A[@]}" -X POST "$url/api/notifications"
-wait_for 15 "the secure push in herald inbox" inbox_field "$handle" secureId
-secure="$(inbox_field "$handle" secureId)"
-grep -q "Secure confirmation" "$work/inbox.json" && fail "the secure payload crossed the push service"
-expect_status 200 "GET api/notifications/$secure" "${A[@]}" "$url/api/notifications/$secure"
-[[ "$(json 'd["Payload"]')" == "Secure confirmation." ]] || fail "secure payload: $(cat "$work/body")"
-expect_status 404 "bob reads alice's secure payload" -u bob:bob-Pa55word "$url/api/notifications/$secure"
+secure_push_flow "$handle" '["news"]'
 step "3a. secure push: registered, pushed (id only), fetched by alice, 404 for bob"
 
 # 3b. Rich push: upload an image for alice; the push carries its id; the device fetches the bytes.

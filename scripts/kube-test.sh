@@ -31,15 +31,8 @@ fail() { echo "kube-test: FAILED: $*" >&2; exit 1; }
 
 scripts/setup.sh --compose
 work="$(mktemp -d /tmp/herald-kube-XXXXXX)"
-# As compose-test.sh: runc (crun fails here) and ulimits within the sandbox's hard limits.
-cat >"$work/containers.conf" <<'EOF'
-[containers]
-default_ulimits = ["nofile=1024:1024", "nproc=1000:1000"]
-
-[engine]
-runtime = "runc"
-EOF
-export CONTAINERS_CONF="$work/containers.conf"
+# podman's settings (CONTAINERS_CONF) and the HTTP checks, shared with compose-test.sh.
+source scripts/podman-lib.sh
 prefix="herald-kube-$$"
 cleanup() {
   status=$?
@@ -98,16 +91,6 @@ infra="$(podman pod inspect -f '{{.InfraContainerID}}' "$pod")"
 ip="$(podman inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$infra")"
 [[ -n "$ip" ]] || fail "the pod has no IP address"
 url="http://$ip:8080"
-wait_for() {
-  local seconds="$1" what="$2"
-  shift 2
-  local deadline=$(( $(date +%s) + seconds ))
-  until "$@" >/dev/null 2>&1; do
-    (( $(date +%s) < deadline )) || fail "$what: not within ${seconds}s"
-    sleep 0.2
-  done
-}
-ready() { [[ "$(curl -s -o /dev/null -w '%{http_code}' "$url/readyz")" == 200 ]]; }
 wait_for 60 "/readyz of the pod's edge" ready
 step "edge ready at $url"
 
@@ -119,42 +102,13 @@ for service in auth registration payload dispatch edge; do
 done
 step "five containers, UID 10001, read-only roots"
 
-http() { curl -s -o "$work/body" -w '%{http_code}' "$@"; }
-expect_status() {
-  local want="$1" what="$2"
-  shift 2
-  local got
-  got="$(http "$@")"
-  [[ "$got" == "$want" ]] || fail "$what: HTTP $got, expected $want: $(head -c 300 "$work/body")"
-}
-json() { python3 -c "import json,sys; d=json.load(open('$work/body')); print($1)"; }
-inbox_secure_id() {
-  podman exec "$pod-dispatch" herald inbox --json --limit 1000 >"$work/inbox.json" || return 1
-  python3 - "$1" "$work/inbox.json" <<'EOF'
-import json, re, sys
-entries = [e for e in json.load(open(sys.argv[2])) if e["handle"] == sys.argv[1]]
-match = entries and re.search(r'"secureId":"([0-9]+)"', entries[-1]["payload"])
-if not match:
-    sys.exit(1)
-print(match.group(1))
-EOF
-}
+# `herald inbox --json` inside the pod's dispatch container, for inbox_field.
+inbox_json() { podman exec "$pod-dispatch" herald inbox --json --limit 1000; }
 
 printf 'alice-Pa55word\n' | podman exec -i "$pod-auth" herald users add alice | grep -q "user alice created" || fail "herald users add alice"
 printf 'bob-Pa55word\n' | podman exec -i "$pod-auth" herald users add bob >/dev/null || fail "herald users add bob"
-A=(-u alice:alice-Pa55word)
 handle="$(printf 'cd%.0s' $(seq 32))"
-expect_status 200 "POST api/register" "${A[@]}" -X POST "$url/api/register?handle=$handle"
-reg="$(json 'd')"
-expect_status 200 "PUT api/register" "${A[@]}" -X PUT "$url/api/register/$reg" -H 'Content-Type: application/json' \
-  -d "{\"Platform\":\"apns\",\"Handle\":\"$handle\",\"Tags\":[]}"
-expect_status 200 "POST api/notifications" "${A[@]}" -X POST "$url/api/notifications"
-wait_for 15 "the secure push in herald inbox" inbox_secure_id "$handle"
-secure="$(inbox_secure_id "$handle")"
-grep -q "Secure confirmation" "$work/inbox.json" && fail "the secure payload crossed the push service"
-expect_status 200 "GET api/notifications/$secure" "${A[@]}" "$url/api/notifications/$secure"
-[[ "$(json 'd["Payload"]')" == "Secure confirmation." ]] || fail "secure payload: $(cat "$work/body")"
-expect_status 404 "bob reads alice's secure payload" -u bob:bob-Pa55word "$url/api/notifications/$secure"
+secure_push_flow "$handle" '[]'
 step "secure push: registered, the push reached the inbox with the id only, fetched by alice, 404 for bob"
 
 podman kube down "$work/play.yaml" >/dev/null || fail "podman kube down"
