@@ -72,13 +72,26 @@ public final class RPCClient: Sendable {
         let reachable = Atomic<Bool>(true)
         /// Health checks in a row that got no answer in time.
         private let misses = Atomic<Int>(0)
+        /// A call got an answer from it since its last health check. A check that times out then
+        /// says more about this process than about the replica: on a starved machine (CI's test
+        /// process hosts the client, the replicas and sixty other suites) a check can miss its
+        /// 1 s while calls to the same replica come back in milliseconds, and ejecting it on
+        /// that sent nearly every call to its peer (a CI run saw 194 to 6). A replica that is
+        /// frozen answers no call, so two misses still eject it.
+        private let answeredSinceCheck = Atomic<Bool>(false)
 
         init(endpoint: RPCEndpoint, backend: Backend) {
             self.endpoint = endpoint
             self.backend = backend
         }
 
+        /// A call came back from it, with an answer or a service's error.
+        func answered() {
+            if !answeredSinceCheck.load(ordering: .relaxed) { answeredSinceCheck.store(true, ordering: .relaxed) }
+        }
+
         func checked(serving: Bool) {
+            answeredSinceCheck.store(false, ordering: .relaxed)
             misses.store(0, ordering: .relaxed)
             reachable.store(true, ordering: .relaxed)
             healthy.store(serving, ordering: .relaxed)
@@ -86,6 +99,10 @@ public final class RPCClient: Sendable {
 
         func unanswered() {
             reachable.store(true, ordering: .relaxed)
+            if answeredSinceCheck.exchange(false, ordering: .relaxed) {
+                misses.store(0, ordering: .relaxed)
+                return
+            }
             if misses.wrappingAdd(1, ordering: .relaxed).newValue >= 2 { healthy.store(false, ordering: .relaxed) }
         }
 
@@ -247,7 +264,9 @@ public final class RPCClient: Sendable {
             let failFast = replicas.contains { $0 !== replica && $0.healthy.load(ordering: .relaxed) }
             let error: ServiceError
             do {
-                return try await attempt(replica, left, failFast)
+                let result = try await attempt(replica, left, failFast)
+                replica.answered()
+                return result
             } catch let unsent as LeanClient.NotSent {
                 replica.unreachable()
                 error = unsent.error
@@ -263,6 +282,12 @@ public final class RPCClient: Sendable {
                     failed = replica
                     continue
                 }
+            } catch let thrown as ServiceError
+                where ![.unavailable, .deadlineExceeded, .cancelled].contains(thrown.code)
+            {
+                // The service answered, with an error of its own.
+                replica.answered()
+                throw thrown
             }
             throw error
         }

@@ -112,6 +112,7 @@ struct ReplicaClientTests {
                 try await TransportConformanceTests.waitFor { client.replicaHealth.allSatisfy(\.healthy) },
                 "b answers SERVING again")
             let again = try await answers(100)
+            print("replicas, \(transport), b back: 100 calls went \(again)")
             #expect((again["a"] ?? 0) >= 40 && (again["b"] ?? 0) >= 40, "\(again)")
         } catch {
             for replica in started { await replica.stop() }
@@ -167,10 +168,10 @@ struct ReplicaClientTests {
                     client.replicaHealth.count == 2 && client.replicaHealth.allSatisfy(\.healthy)
                 })
             let both = try await answers(200)
-            // Both addresses the name has are used. How evenly is the round robin's business
-            // (spreadAndFailover): under CI's load a health check of one can time out and the
-            // client prefers the other for a while (a run saw 86/14 over 100 calls).
-            #expect((both["a"] ?? 0) >= 10 && (both["b"] ?? 0) >= 10, "\(both)")
+            print("replicas by name, \(transport): 200 calls went \(both)")
+            // Both addresses the name has take turns. A health check that times out while calls to
+            // the same replica come back does not eject it (it did: a loaded CI run saw 194/6).
+            #expect((both["a"] ?? 0) >= 80 && (both["b"] ?? 0) >= 80, "\(both)")
 
             // A failed look-up keeps what is known; an answer without a drops it, though it still runs.
             answer.withLock { $0 = nil }

@@ -259,8 +259,13 @@ struct HostileClientTests {
             }
             let answer = slowBody.readUntilClosed(timeout: .seconds(5))
             #expect(!answer.contains("200 OK"), "\(answer)")
-            // The edge still serves a normal client.
-            #expect(try await live.edge.request("GET", "/healthz").status == 200)
+            // The edge still serves a normal client, on a new connection: the client library's pooled
+            // one from the stack's start-up has been idle past the 1 s header deadline, and a request
+            // sent as the edge closes it meets the close (the keep-alive race of RFC 9112 §9.3.1,
+            // which is the client's to retry; a CI run saw it).
+            let health = try await rawExchange(
+                url, "GET /healthz HTTP/1.1\r\nHost: herald\r\nConnection: close\r\n\r\n")
+            #expect(health.hasPrefix("HTTP/1.1 200"), "\(health.prefix(200))")
         }
     }
 
