@@ -206,7 +206,7 @@ let package = Package(
         .target(
             name: "Edge",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService",
+                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldClient",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 // HTTPS on the edge's own port (http-tls-cert/-key): NH's clients insist on https.
@@ -241,7 +241,7 @@ let package = Package(
         .executableTarget(
             name: "herald",
             dependencies: [
-                "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService",
+                "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService", "HeraldClient",
                 // Only for the migrations each service knows: `herald restore` refuses a backup
                 // a newer Herald made.
                 "AuthService", "RegistrationService", "PayloadService", "DispatchService",
@@ -356,7 +356,10 @@ let package = Package(
                 name: "IntegrationTests",
                 dependencies: [
                     "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService", "Edge", "HeraldTestSupport",
+                    "HeraldClient",
                     .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                    // The erase drill reads every table of the services' schemas.
+                    .product(name: "PostgresNIO", package: "postgres-nio"),
                     .product(name: "GRDB", package: "GRDB.swift"),
                     // The push-service doubles: HTTP/2 over TLS on loopback, checking ES256 signatures.
                     .product(name: "NIOCore", package: "swift-nio"),

@@ -25,6 +25,9 @@ public protocol AccountStore: Sendable {
     nonisolated(nonsending) func setPasswordHash(_ name: String, _ hash: String, revokeTokens: Bool) async throws
         -> User
     nonisolated(nonsending) func deleteUser(_ name: String) async throws
+    /// Erase: the account and every token of `name`, whether or not the account still exists (a
+    /// second erase after a crash); returns how many rows went.
+    nonisolated(nonsending) func eraseUser(_ name: String) async throws -> Int64
     /// Deletes every account and token (ResetForTests).
     nonisolated(nonsending) func deleteEverything() async throws -> Int64
     nonisolated(nonsending) func listUsers() async throws -> [User]
@@ -123,6 +126,15 @@ public final class SQLiteAccountStore: AccountStore {
             try db.execute(sql: "DELETE FROM user WHERE name = ?", arguments: [name])
             guard db.changesCount == 1 else { throw ServiceError.notFound("user \(name) not found") }
             try db.execute(sql: "DELETE FROM token WHERE user = ?", arguments: [name])
+        }
+    }
+
+    public func eraseUser(_ name: String) throws -> Int64 {
+        try db.write { db in
+            try db.execute(sql: "DELETE FROM user WHERE name = ?", arguments: [name])
+            let accounts = db.changesCount
+            try db.execute(sql: "DELETE FROM token WHERE user = ?", arguments: [name])
+            return Int64(accounts + db.changesCount)
         }
     }
 

@@ -96,6 +96,14 @@ public struct AuthHandlers: AuthServiceHandler {
         return DeleteUserResponse()
     }
 
+    public func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse {
+        defer { authenticator.changed() }
+        let removed = try await authenticator.eraseUser(request.user) + (try await hubs.revokeGrants(of: request.user))
+        context.logger.notice(
+            "user erased", metadata: ["herald.user": "\(request.user)", "herald.removed": "\(removed)"])
+        return EraseUserResponse(removed: removed)
+    }
+
     public func listUsers(_ request: ListUsersRequest, context: RPCContext) async throws -> ListUsersResponse {
         ListUsersResponse(users: try await authenticator.store.listUsers())
     }

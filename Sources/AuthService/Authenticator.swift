@@ -233,6 +233,15 @@ public final class Authenticator: Sendable {
         forget(user)
     }
 
+    /// Erase: the account, its tokens, its lockout and its cached credentials; an unknown user
+    /// erases nothing and succeeds. Returns how many rows went.
+    public func eraseUser(_ user: String) async throws -> Int64 {
+        let removed = try await store.eraseUser(user)
+        try await throttle.succeeded(user)
+        forget(user)
+        return removed
+    }
+
     /// Whether `user` can log in: an account (accounts mode) or any valid name (tutorial mode).
     public func userExists(_ user: String) async throws -> Bool {
         guard Names.isValidUserName(user) else {

@@ -67,6 +67,8 @@ public protocol HubStore: Sendable {
     /// Sets a user's rights on a hub; none removes the grant.
     nonisolated(nonsending) func grant(hub: String, user: String, rights: HubRights) async throws
     nonisolated(nonsending) func rights(hub: String, user: String) async throws -> HubRights
+    /// Erase: every grant of `user` on every hub; returns how many.
+    nonisolated(nonsending) func revokeGrants(of user: String) async throws -> Int64
     /// Every hub, key and grant (ResetForTests); the default hub is made again.
     nonisolated(nonsending) func deleteEverything() async throws -> Int64
 }
@@ -391,6 +393,13 @@ public final class SQLiteHubStore: HubStore {
                         "INSERT INTO hub_grant (hub, user, rights) VALUES (?, ?, ?) ON CONFLICT (hub, user) DO UPDATE SET rights = excluded.rights",
                     arguments: [hub, user, rights.rawValue])
             }
+        }
+    }
+
+    public func revokeGrants(of user: String) throws -> Int64 {
+        try db.write { db in
+            try db.execute(sql: "DELETE FROM hub_grant WHERE user = ?", arguments: [user])
+            return Int64(db.changesCount)
         }
     }
 

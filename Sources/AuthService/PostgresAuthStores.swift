@@ -117,6 +117,18 @@ public final class PostgresAccountStore: AccountStore {
         }
     }
 
+    public func eraseUser(_ name: String) async throws -> Int64 {
+        try await db.transaction { connection in
+            let accounts = try await connection.query(
+                "DELETE FROM account WHERE name = \(name) RETURNING name", logger: db.logger
+            ).collect().count
+            let tokens = try await connection.query(
+                "DELETE FROM token WHERE user_name = \(name) RETURNING user_name", logger: db.logger
+            ).collect().count
+            return Int64(accounts + tokens)
+        }
+    }
+
     public func deleteEverything() async throws -> Int64 {
         try await db.deleteAll(["token", "account", "lockout"])
     }
@@ -324,6 +336,10 @@ public final class PostgresHubStore: HubStore {
                 maxInstallations: maxInstallations,
                 hubID: id)
         }
+    }
+
+    public func revokeGrants(of user: String) async throws -> Int64 {
+        Int64(try await db.rows("DELETE FROM hub_grant WHERE user_name = \(user) RETURNING hub").count)
     }
 
     public func grant(hub: String, user: String, rights: HubRights) async throws {

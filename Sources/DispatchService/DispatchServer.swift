@@ -354,6 +354,35 @@ public struct DispatchHandlers: DispatchServiceHandler {
         return DeleteHubSendsResponse(cancelled: cancelled, deleted: Int64(deleted))
     }
 
+    public func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse {
+        guard !request.user.isEmpty, request.user.utf8.count <= 256, request.hub.utf8.count <= 256 else {
+            throw ServiceError.invalidArgument("user must be 1 to 256 bytes, hub at most 256")
+        }
+        let erased = try await outbox.eraseUser(request.user, hub: request.hub)
+        context.logger.notice(
+            "user's sends erased",
+            metadata: [
+                "herald.user": "\(request.user)", "herald.hub": "\(request.hub)", "herald.removed": "\(erased.removed)",
+                "herald.redacted": "\(erased.redacted)",
+            ])
+        return EraseUserResponse(removed: erased.removed, redacted: erased.redacted)
+    }
+
+    public func eraseDevices(_ request: EraseDevicesRequest, context: RPCContext) async throws -> EraseUserResponse {
+        guard request.devices.count <= 1000 else { throw ServiceError.invalidArgument("at most 1,000 devices") }
+        guard request.devices.allSatisfy({ $0.registrationID.utf8.count <= 256 && $0.handle.utf8.count <= 8192 })
+        else {
+            throw ServiceError.invalidArgument("a registration id is over 256 bytes or a handle over 8,192")
+        }
+        let erased = try await outbox.eraseDevices(request.devices)
+        guard erased.inFlight == 0 else {
+            throw ServiceError(
+                .unavailable,
+                "\(erased.inFlight) deliveries to these devices are in flight; erase them again once they are answered")
+        }
+        return EraseUserResponse(removed: erased.removed, redacted: erased.redacted)
+    }
+
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {
         try await outbox.outcome(of: request.notificationID, requester: request.requester, hub: request.hub)
     }

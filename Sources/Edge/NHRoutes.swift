@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import HeraldClient
 import HeraldModel
 import HeraldProto
 import HeraldRPC
@@ -38,6 +39,9 @@ extension EdgeRoutes {
         }
         router.get(":hub/export") { request, context in
             await nh(request, context) { try await exportDevices(request, context) }
+        }
+        router.delete(":hub/users/:user") { request, context in
+            await nh(request, context) { try await eraseHubUser(request, context) }
         }
         router.post(":hub/messages") { request, context in
             await nh(request, context) { try await nhSend(request, context) }
@@ -231,6 +235,24 @@ extension EdgeRoutes {
         return Response(
             status: .ok, headers: [.contentType: "application/x-ndjson"],
             body: ResponseBody(byteBuffer: ByteBuffer(bytes: lines)))
+    }
+
+    /// `DELETE /{hub}/users/{userId}` (Manage): not in NH. Erases every device of the hub whose
+    /// userId or `$UserId:` tag is `userId`, their delivery records and inbox entries, and the
+    /// user's name in the hub's sends; cancels scheduled sends to them alone (``UserErasure``).
+    /// Idempotent; answers 200 with the counts.
+    func eraseHubUser(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: "Manage")
+        let user = try context.parameters.require("user")
+        guard !user.isEmpty, user.utf8.count <= 256 else {
+            throw EdgeError(.badRequest, "userId must be 1 to 256 bytes")
+        }
+        let report = try await UserErasure.run(
+            user: user, hub: hub, auth: auth, registration: registration, payload: payload, dispatch: dispatch,
+            requestID: context.requestID)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return Self.rawJSON(Array(try encoder.encode(report)))
     }
 
     // MARK: sends

@@ -63,6 +63,17 @@ public struct PayloadHandlers: PayloadServiceHandler {
         return DeletePayloadResponse()
     }
 
+    public func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse {
+        let erased = try await store.eraseUser(request.user)
+        context.logger.notice(
+            "user's content erased",
+            metadata: [
+                "herald.user": "\(request.user)", "herald.removed": "\(erased.removed)",
+                "herald.redacted": "\(erased.redacted)",
+            ])
+        return EraseUserResponse(removed: erased.removed, redacted: erased.redacted)
+    }
+
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws
         -> ResetForTestsResponse
     {

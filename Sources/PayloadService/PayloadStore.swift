@@ -26,6 +26,10 @@ public protocol PayloadStore: Sendable {
     /// The compensating step of a refused send: the edge stores, then sends, and deletes when the
     /// send is refused.
     nonisolated(nonsending) func delete(id: Int64, recipient: String) async throws
+    /// Erase: deletes every content addressed to `user`; blanks the sender of content `user` sent
+    /// (it stays its recipients'). Idempotent. A scan of the table: erases are rare, and an index
+    /// on sender would cost every store.
+    nonisolated(nonsending) func eraseUser(_ user: String) async throws -> (removed: Int64, redacted: Int64)
     /// Deletes expired content; returns how many notifications were removed.
     nonisolated(nonsending) func purgeExpired() async throws -> Int
     /// Deletes all content (ResetForTests).
@@ -128,6 +132,24 @@ public final class SQLitePayloadStore: PayloadStore {
     // (in an async function GRDB's async overloads, which hop to its queue, would win).
     nonisolated(nonsending) public func deleteEverything() async throws -> Int64 { try deleteEverythingNow() }
     nonisolated(nonsending) public func purgeExpired() async throws -> Int { try purgeExpiredNow() }
+    nonisolated(nonsending) public func eraseUser(_ user: String) async throws -> (removed: Int64, redacted: Int64) {
+        try eraseNow(user)
+    }
+
+    private func eraseNow(_ user: String) throws -> (removed: Int64, redacted: Int64) {
+        // secure_delete (set on every connection) overwrites what is deleted; the checkpoint
+        // takes the copies out of the WAL too, as purgeExpired does.
+        let erased = try db.write { db in
+            try db.execute(sql: "DELETE FROM payload WHERE recipient = ?", arguments: [user])
+            let removed = Int64(db.changesCount)
+            try db.execute(sql: "UPDATE payload SET sender = '' WHERE sender = ?", arguments: [user])
+            return (removed, Int64(db.changesCount))
+        }
+        if erased.0 + erased.1 > 0, let pool = db as? DatabasePool {
+            try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
+        }
+        return erased
+    }
     nonisolated(nonsending) public func store(_ request: StorePayloadRequest) async throws -> StorePayloadResponse {
         try storeNow(request)
     }

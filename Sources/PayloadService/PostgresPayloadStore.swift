@@ -87,6 +87,18 @@ public final class PostgresPayloadStore: PayloadStore {
         guard !rows.isEmpty else { throw PayloadRules.notFound(id) }
     }
 
+    nonisolated(nonsending) public func eraseUser(_ user: String) async throws -> (removed: Int64, redacted: Int64) {
+        try await db.transaction { connection in
+            let removed = try await connection.query(
+                "DELETE FROM payload WHERE recipient = \(user) RETURNING id", logger: db.logger
+            ).collect().count
+            let redacted = try await connection.query(
+                "UPDATE payload SET sender = '' WHERE sender = \(user) RETURNING id", logger: db.logger
+            ).collect().count
+            return (Int64(removed), Int64(redacted))
+        }
+    }
+
     nonisolated(nonsending) public func purgeExpired() async throws -> Int {
         // In batches, so that a large purge never holds many row locks in one transaction.
         try await db.deleteInBatches(batch: 1000) {

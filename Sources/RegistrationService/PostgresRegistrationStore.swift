@@ -16,7 +16,7 @@ import PostgresNIO
 /// PATCH. The installation limit of a hub is counted in the transaction but not locked across
 /// installations, so replicas racing at the limit may pass it by a few.
 public final class PostgresRegistrationStore: RegistrationStore {
-    private let db: HeraldPostgres
+    let db: HeraldPostgres
     /// How long an id from POST api/register waits for its first PUT, in ms.
     private let pendingTTL: Int64
     private let now: @Sendable () -> Int64

@@ -229,6 +229,37 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         }
     }
 
+    public func listUserDevices(_ request: ListUserDevicesRequest, context: RPCContext) async throws
+        -> ListUserDevicesResponse
+    {
+        try Self.checkErase(user: request.user, hub: request.hub)
+        return ListUserDevicesResponse(
+            devices: try await store.userDevices(user: request.user, hub: request.hub, limit: Int(request.limit)))
+    }
+
+    public func eraseUserDevices(_ request: EraseUserDevicesRequest, context: RPCContext) async throws
+        -> EraseUserResponse
+    {
+        try Self.checkErase(user: request.user, hub: request.hub)
+        guard request.registrationIds.allSatisfy({ $0.utf8.count <= 256 }) else {
+            throw ServiceError.invalidArgument("a registration id is longer than 256 bytes")
+        }
+        let removed = try await store.eraseUserDevices(
+            user: request.user, hub: request.hub, ids: request.registrationIds)
+        context.logger.notice(
+            "user's devices erased",
+            metadata: ["herald.user": "\(request.user)", "herald.hub": "\(request.hub)", "herald.count": "\(removed)"])
+        return EraseUserResponse(removed: removed)
+    }
+
+    /// An erase names one user (never everyone: an empty name would match every device without an
+    /// owner) and at most one hub.
+    static func checkErase(user: String, hub: String) throws {
+        guard !user.isEmpty, user.utf8.count <= 256, hub.utf8.count <= 256 else {
+            throw ServiceError.invalidArgument("user must be 1 to 256 bytes, hub at most 256")
+        }
+    }
+
     public func deleteHubDevices(_ request: DeleteHubDevicesRequest, context: RPCContext) async throws
         -> DeleteHubDevicesResponse
     {

@@ -65,6 +65,11 @@ public protocol RegistrationStore: Sendable {
         hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?,
         after: String, limit: Int
     ) async throws -> [Registration]
+    /// Erase: a page of the user's devices, lowest registration id first (``RegistrationErasure``
+    /// says which are the user's); `hub` empty: every hub.
+    nonisolated(nonsending) func userDevices(user: String, hub: String, limit: Int) async throws -> [UserDevice]
+    /// Erase: deletes those of `ids` still the user's, with their tags and templates.
+    nonisolated(nonsending) func eraseUserDevices(user: String, hub: String, ids: [String]) async throws -> Int64
     /// Deletes every device of a hub, in batches; returns how many.
     nonisolated(nonsending) func deleteHub(_ hub: String) async throws -> Int
     /// Deletes every registration and its tags (ResetForTests).

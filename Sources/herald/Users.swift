@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HeraldClient
 import HeraldModel
 import HeraldProto
 import HeraldRPC
@@ -14,7 +15,7 @@ import HeraldStack
 struct Users: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage the accounts of a running stack (auth-mode accounts).",
-        subcommands: [Add.self, Passwd.self, Delete.self, List.self])
+        subcommands: [Add.self, Passwd.self, Delete.self, Erase.self, List.self])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -59,6 +60,55 @@ struct Users: AsyncParsableCommand {
                 try await AuthServiceClient(client).deleteUser(DeleteUserRequest(user: user))
             }
             print("user \(user) deleted")
+        }
+    }
+
+    struct Erase: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Erase everything Herald holds about a person, across every service.",
+            discussion: """
+                Without --hub: the account and its tokens, its registrations and installations (owned, \
+                with its userId, or tagged username:NAME or $UserId:NAME) in every hub, content addressed \
+                to it, its inbox entries; its handles are blanked in delivery records (counts kept) and \
+                its name in sends; scheduled sends to it alone are cancelled. Content it sent to others \
+                stays theirs, sender blanked. With --hub: that hub's devices and sends whose userId is NAME.
+                Idempotent: run it again after a crash and it finishes the job.
+                """)
+        @OptionGroup var stack: StackOptions
+        @Option(help: "Only this hub's devices and sends with this userId; the account is kept.")
+        var hub: String?
+        @Flag(help: "Print the counts as JSON.") var json = false
+        @Argument var user: String
+
+        func run() async throws {
+            var hubID: String?
+            if let hub { hubID = try await Hubs.identity(hub, stack).id }
+            let report = try await withService(.auth, stack) { auth in
+                try await withService(.registration, stack) { registration in
+                    try await withService(.payload, stack) { payload in
+                        try await withService(.dispatch, stack) { dispatch in
+                            try await UserErasure.run(
+                                user: user, hub: hubID, auth: AuthServiceClient(auth),
+                                registration: RegistrationServiceClient(registration),
+                                payload: PayloadServiceClient(payload), dispatch: DispatchServiceClient(dispatch))
+                        }
+                    }
+                }
+            }
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                print(String(decoding: try encoder.encode(report), as: UTF8.self))
+                return
+            }
+            print(
+                """
+                \(user) erased\(hub.map { " on hub \($0)" } ?? ""): \(report.accountRows) account and token row(s), \
+                \(report.devicesRemoved) device(s), \(report.contentRemoved) stored content(s) \
+                (\(report.contentRedacted) sent to others kept, sender blanked), \(report.deliveryRowsRemoved) inbox and \
+                delivery row(s) removed and \(report.deliveryRowsRedacted) redacted, \(report.sendRowsRemoved) send row(s) \
+                cancelled or emptied and \(report.sendRowsRedacted) redacted
+                """)
         }
     }
 

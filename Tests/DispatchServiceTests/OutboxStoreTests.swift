@@ -111,6 +111,53 @@ struct OutboxStoreTests {
         }
     }
 
+    @Test(
+        "erase: a delivery not yet tried fails as Erased and counts; one in flight is waited for; records keep their counts, blanked",
+        arguments: StoreBackend.available)
+    func eraseDevices(_ backend: StoreBackend) async throws {
+        try await withOutbox(backend) { fixture in
+            let outbox = fixture.outbox
+            // r-0 and r-1 are the user's; r-2 someone else's.
+            try await Self.send(outbox, "n-1", Self.targets(3))
+            let devices = (0..<2).map { UserDevice(registrationID: "r-\($0)", platform: .apns, handle: "rh\($0)") }
+            let inFlight = try await outbox.claim(limit: 1, platforms: [.apns])
+            #expect(inFlight.map(\.registrationID) == ["r-0"])
+            let first = try await outbox.eraseDevices(devices)
+            #expect(first.inFlight == 1 && first.redacted == 1, "r-0's push is in flight: its result is not in yet")
+            // r-1, not tried, failed as Erased and counted; r-0's result comes in, then a second run.
+            #expect(try await outbox.claim(limit: 10, platforms: [.apns]).map(\.registrationID) == ["r-2"])
+            _ = try await outbox.record([Self.delivered(inFlight[0])])
+            let second = try await outbox.eraseDevices(devices)
+            #expect(second.inFlight == 0 && second.redacted == 1)
+            let records = try await outbox.deliveries(
+                of: "n-1", requester: "", hub: "", failedOnly: false, after: 0, limit: 10)
+            #expect(records.map(\.registrationID) == ["", "", "r-2"] && records.map(\.handle) == ["", "", "rh2"])
+            let outcome = try await outbox.outcome(of: "n-1", requester: "", hub: "")
+            #expect(outcome.platforms[0].success == 1 && outcome.platforms[0].failure == 1)
+            #expect(outcome.platforms[0].failures.map(\.reason) == ["Erased"] && outcome.platforms[0].pending == 1)
+            #expect(try await outbox.eraseDevices(devices) == ErasedRows(), "idempotent")
+
+            // Sends: the user's name goes from sender and target; the finished send to them alone
+            // loses its payloads and body; a scheduled one to their tag is cancelled.
+            _ = try await outbox.enqueue(
+                id: "n-2", sender: "s", targetUser: "zed", targetTag: "", payloads: [Self.apns],
+                targets: Self.targets(1, prefix: "z"), staged: nil, retryWindow: .seconds(600), hub: "default",
+                scheduled: false, originalBody: Array("for zed".utf8))
+            _ = try await outbox.record(
+                try await outbox.claim(limit: 10, platforms: [.apns]).filter { $0.notificationID == "n-2" }.map(
+                    Self.delivered))
+            _ = try await outbox.schedule(
+                id: "n-3", sender: "zed", targetUser: "", targetTag: "username:zed", hub: "default",
+                fireAt: unixMillis() + 3_600_000, request: [1], originalBody: Array("later".utf8), maxPending: 100)
+            let sends = try await outbox.eraseUser("zed", hub: "")
+            #expect(sends.removed >= 2, "n-3 cancelled, n-2's payload deleted")
+            #expect(try await outbox.outcome(of: "n-3", requester: "", hub: "").state == .cancelled)
+            let kept = try await outbox.outcome(of: "n-2", requester: "", hub: "")
+            #expect(kept.state == .completed && kept.originalBody.isEmpty && kept.platforms[0].success == 1)
+            #expect(try await outbox.eraseUser("zed", hub: "") == ErasedRows(), "idempotent")
+        }
+    }
+
     @Test("inbox deliveries are claimed, written and recorded in one transaction", arguments: StoreBackend.available)
     func localDeliveries(_ backend: StoreBackend) async throws {
         try await withOutbox(backend) { fixture in

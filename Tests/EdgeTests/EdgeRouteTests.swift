@@ -275,6 +275,23 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func deleteUser(_ request: DeleteUserRequest, options: RPCCallOptions) async throws -> DeleteUserResponse {
         throw Self.unused()
     }
+    /// Auth's, payload's and dispatch's EraseUser alike.
+    func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
+        throw Self.unused()
+    }
+    func eraseDevices(_ request: EraseDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
+        throw Self.unused()
+    }
+    func listUserDevices(_ request: ListUserDevicesRequest, options: RPCCallOptions) async throws
+        -> ListUserDevicesResponse
+    {
+        throw Self.unused()
+    }
+    func eraseUserDevices(_ request: EraseUserDevicesRequest, options: RPCCallOptions) async throws
+        -> EraseUserResponse
+    {
+        throw Self.unused()
+    }
     func listUsers(_ request: ListUsersRequest, options: RPCCallOptions) async throws -> ListUsersResponse {
         throw Self.unused()
     }

@@ -76,6 +76,11 @@ public protocol OutboxStore: Sendable {
     func purge(hub: String) async throws -> Int
     /// ResetForTests: every send, delivery, counter and queued removal.
     func deleteEverything() async throws -> Int64
+    /// Erase, sends: see ``ErasedRows`` and EraseUser in dispatch.proto.
+    func eraseUser(_ user: String, hub: String) async throws -> ErasedRows
+    /// Erase, devices: see EraseDevices in dispatch.proto; ``ErasedRows/inFlight`` counts the
+    /// deliveries still waiting for their result.
+    func eraseDevices(_ devices: [UserDevice]) async throws -> ErasedRows
     func pendingRemovals(limit: Int) async throws -> [(id: Int64, platform: Platform, handle: String, since: Int64)]
     func removalDone(_ id: Int64) async throws
     /// When the earliest pending delivery is due (Unix ms), if any.

@@ -146,3 +146,172 @@ extension ResetForTestsResponse: CBacked {
     }
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__reset_for_tests_response__free_unpacked(p, nil) }
 }
+
+/// Request of each service's part of erasing one person's data (`herald users erase`, and a hub's
+/// DELETE /{hub}/users/{userId}). Every such call is idempotent: a second one after a crash finishes
+/// what the first began.
+public struct EraseUserRequest: HeraldMessage {
+    /// The user: an account name, or an installation's userId on a hub.
+    public var user: String
+    /// A hub id: only that hub's devices and sends. Empty: every hub (the account's erase).
+    public var hub: String
+
+    public init(user: String = "", hub: String = "") {
+        self.user = user
+        self.hub = hub
+    }
+
+    public init() {
+        self.user = ""
+        self.hub = ""
+    }
+
+    public static let protoName = "herald.v1.EraseUserRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension EraseUserRequest: CBacked {
+    typealias CType = Herald__V1__EraseUserRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = CBridge.string(m.user)
+        self.hub = CBridge.string(m.hub)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__erase_user_request__init(p)
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.EraseUserRequest.user")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.EraseUserRequest.hub")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__erase_user_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__erase_user_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__erase_user_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__erase_user_request__free_unpacked(p, nil) }
+}
+
+/// Answer of each service's part of an erase: rows deleted, and rows kept with the user's data
+/// removed from them (counts kept).
+public struct EraseUserResponse: HeraldMessage {
+    public var removed: Int64
+    public var redacted: Int64
+
+    public init(removed: Int64 = 0, redacted: Int64 = 0) {
+        self.removed = removed
+        self.redacted = redacted
+    }
+
+    public init() {
+        self.removed = 0
+        self.redacted = 0
+    }
+
+    public static let protoName = "herald.v1.EraseUserResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension EraseUserResponse: CBacked {
+    typealias CType = Herald__V1__EraseUserResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.removed = m.removed
+        self.redacted = m.redacted
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__erase_user_response__init(p)
+        p.pointee.removed = self.removed
+        p.pointee.redacted = self.redacted
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__erase_user_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__erase_user_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__erase_user_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__erase_user_response__free_unpacked(p, nil) }
+}
+
+/// One device of a user, as registration holds it: what dispatch finds its deliveries by.
+public struct UserDevice: HeraldMessage {
+    public var registrationID: String
+    public var platform: Platform
+    public var handle: String
+
+    public init(registrationID: String = "", platform: Platform = Platform(rawValue: 0), handle: String = "") {
+        self.registrationID = registrationID
+        self.platform = platform
+        self.handle = handle
+    }
+
+    public init() {
+        self.registrationID = ""
+        self.platform = Platform(rawValue: 0)
+        self.handle = ""
+    }
+
+    public static let protoName = "herald.v1.UserDevice"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension UserDevice: CBacked {
+    typealias CType = Herald__V1__UserDevice
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.registrationID = CBridge.string(m.registration_id)
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.handle = CBridge.string(m.handle)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__user_device__init(p)
+        p.pointee.registration_id = try arena.string(self.registrationID, field: "herald.v1.UserDevice.registration_id")
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.handle = try arena.string(self.handle, field: "herald.v1.UserDevice.handle")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__user_device__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__user_device__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__user_device__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__user_device__free_unpacked(p, nil) }
+}

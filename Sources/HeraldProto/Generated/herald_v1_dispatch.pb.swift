@@ -132,6 +132,55 @@ public enum DeliveryState: RawRepresentable, Hashable, Sendable, CustomStringCon
     }
 }
 
+/// Request of EraseDevices: at most 1,000 devices.
+public struct EraseDevicesRequest: HeraldMessage {
+    public var devices: [UserDevice]
+
+    public init(devices: [UserDevice] = []) {
+        self.devices = devices
+    }
+
+    public init() {
+        self.devices = []
+    }
+
+    public static let protoName = "herald.v1.EraseDevicesRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension EraseDevicesRequest: CBacked {
+    typealias CType = Herald__V1__EraseDevicesRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.devices = (0..<m.n_devices).map { UserDevice(_c: m.devices[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__erase_devices_request__init(p)
+        p.pointee.n_devices = self.devices.count
+        p.pointee.devices = arena.array(try self.devices.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__erase_devices_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__erase_devices_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__erase_devices_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__erase_devices_request__free_unpacked(p, nil) }
+}
+
 /// The exact bytes and delivery options for one platform.
 public struct NativePayload: HeraldMessage {
     /// The platform this payload is for.
@@ -2063,7 +2112,19 @@ public enum DispatchServiceMethods {
     /// send already keeps: a send's deliveries count in the minute it was made (not when each was
     /// delivered), so a minute is as cheap to read however large its sends were.
     public static let sendStats = UnaryMethod<SendStatsRequest, SendStatsResponse>(service: serviceName, method: "SendStats")
+    /// Erase, dispatch's part for sends: cancels every scheduled send not made yet whose only target
+    /// is the user (a send to the user, or to the tag username:<user> or $UserId:<user>), and blanks
+    /// the user's name as sender and target of every send kept, with the body NH's telemetry keeps
+    /// of sends to the user alone. Counts stay. Idempotent.
+    public static let eraseUser = UnaryMethod<EraseUserRequest, EraseUserResponse>(service: serviceName, method: "EraseUser")
+    /// Erase, dispatch's part for devices (the caller passes each page registration's
+    /// ListUserDevices gives, before it deletes them): their deliveries not yet attempted fail with
+    /// reason "Erased" (counted as failures); every delivery to them keeps its state and counts with
+    /// its handle and registration id blanked; their inbox entries, staged audience rows and handle
+    /// removals are deleted. Errors: UNAVAILABLE while a delivery to one of them is in flight (its
+    /// result is not in yet): call again in a moment. Idempotent.
+    public static let eraseDevices = UnaryMethod<EraseDevicesRequest, EraseUserResponse>(service: serviceName, method: "EraseDevices")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName, eraseUser.fullName, eraseDevices.fullName]
 }

@@ -453,10 +453,14 @@ public enum PayloadServiceMethods {
     /// the send that was to carry the id is refused, so a refused request leaves nothing behind.
     /// Errors: NOT_FOUND as FetchPayload (unknown id, or `recipient` is not the recipient).
     public static let deletePayload = UnaryMethod<DeletePayloadRequest, DeletePayloadResponse>(service: serviceName, method: "DeletePayload")
+    /// Erase, payload's part: deletes every content addressed to the user, read or not. Content the
+    /// user sent to others stays theirs to read, with its sender blanked (redacted): deleting it would
+    /// erase another person's messages. `hub` is ignored (content belongs to accounts, not hubs).
+    public static let eraseUser = UnaryMethod<EraseUserRequest, EraseUserResponse>(service: serviceName, method: "EraseUser")
     /// Deletes all stored content, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [storePayload.fullName, fetchPayload.fullName, deletePayload.fullName, resetForTests.fullName]
+    public static let allMethodNames: [String] = [storePayload.fullName, fetchPayload.fullName, deletePayload.fullName, eraseUser.fullName, resetForTests.fullName]
 }

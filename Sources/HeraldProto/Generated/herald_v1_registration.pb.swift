@@ -3,6 +3,175 @@
 internal import CHeraldProto
 public import GRPCCore
 
+/// Request of ListUserDevices.
+public struct ListUserDevicesRequest: HeraldMessage {
+    public var user: String
+    /// A hub id; empty: every hub.
+    public var hub: String
+    /// 1 to 1,000.
+    public var limit: Int32
+
+    public init(user: String = "", hub: String = "", limit: Int32 = 0) {
+        self.user = user
+        self.hub = hub
+        self.limit = limit
+    }
+
+    public init() {
+        self.user = ""
+        self.hub = ""
+        self.limit = 0
+    }
+
+    public static let protoName = "herald.v1.ListUserDevicesRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListUserDevicesRequest: CBacked {
+    typealias CType = Herald__V1__ListUserDevicesRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = CBridge.string(m.user)
+        self.hub = CBridge.string(m.hub)
+        self.limit = m.limit
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_user_devices_request__init(p)
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.ListUserDevicesRequest.user")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ListUserDevicesRequest.hub")
+        p.pointee.limit = self.limit
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_user_devices_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_user_devices_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_user_devices_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_user_devices_request__free_unpacked(p, nil) }
+}
+
+/// Answer of ListUserDevices: empty when the user has no device left.
+public struct ListUserDevicesResponse: HeraldMessage {
+    public var devices: [UserDevice]
+
+    public init(devices: [UserDevice] = []) {
+        self.devices = devices
+    }
+
+    public init() {
+        self.devices = []
+    }
+
+    public static let protoName = "herald.v1.ListUserDevicesResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListUserDevicesResponse: CBacked {
+    typealias CType = Herald__V1__ListUserDevicesResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.devices = (0..<m.n_devices).map { UserDevice(_c: m.devices[$0]!) }
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_user_devices_response__init(p)
+        p.pointee.n_devices = self.devices.count
+        p.pointee.devices = arena.array(try self.devices.map { Optional(try $0._toC(arena)) })
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_user_devices_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_user_devices_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_user_devices_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_user_devices_response__free_unpacked(p, nil) }
+}
+
+/// Request of EraseUserDevices: at most 1,000 ids.
+public struct EraseUserDevicesRequest: HeraldMessage {
+    public var user: String
+    /// A hub id; empty: every hub.
+    public var hub: String
+    public var registrationIds: [String]
+
+    public init(user: String = "", hub: String = "", registrationIds: [String] = []) {
+        self.user = user
+        self.hub = hub
+        self.registrationIds = registrationIds
+    }
+
+    public init() {
+        self.user = ""
+        self.hub = ""
+        self.registrationIds = []
+    }
+
+    public static let protoName = "herald.v1.EraseUserDevicesRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension EraseUserDevicesRequest: CBacked {
+    typealias CType = Herald__V1__EraseUserDevicesRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = CBridge.string(m.user)
+        self.hub = CBridge.string(m.hub)
+        self.registrationIds = CBridge.strings(m.n_registration_ids, m.registration_ids)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__erase_user_devices_request__init(p)
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.EraseUserDevicesRequest.user")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.EraseUserDevicesRequest.hub")
+        p.pointee.n_registration_ids = self.registrationIds.count
+        p.pointee.registration_ids = try arena.strings(self.registrationIds, field: "herald.v1.EraseUserDevicesRequest.registration_ids")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__erase_user_devices_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__erase_user_devices_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__erase_user_devices_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__erase_user_devices_request__free_unpacked(p, nil) }
+}
+
 /// One device installation.
 public struct Registration: HeraldMessage {
     /// Opaque id, "r-" followed by lower-case letters and digits.
@@ -1730,7 +1899,15 @@ public enum RegistrationServiceMethods {
     /// tag expression, platform and handle prefix. Keyset-paged, so a page costs the same at any
     /// depth. Errors: INVALID_ARGUMENT for a bad tag expression (its position) or limit.
     public static let listDevices = UnaryMethod<ListDevicesRequest, ListDevicesResponse>(service: serviceName, method: "ListDevices")
+    /// Erase, registration's part, page by page: the user's devices, lowest registration id first:
+    /// tutorial registrations the user owns or tagged username:<user>, installations with userId
+    /// <user> or tagged $UserId:<user>, and those installations' templates. Read-only, so the caller
+    /// can clear dispatch's records of a page before it deletes the page.
+    public static let listUserDevices = UnaryMethod<ListUserDevicesRequest, ListUserDevicesResponse>(service: serviceName, method: "ListUserDevices")
+    /// Deletes those of `registration_ids` that are still the user's (with their tags and
+    /// templates). Idempotent.
+    public static let eraseUserDevices = UnaryMethod<EraseUserDevicesRequest, EraseUserResponse>(service: serviceName, method: "EraseUserDevices")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName, checkHandles.fullName, listDevices.fullName]
+    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName, checkHandles.fullName, listDevices.fullName, listUserDevices.fullName, eraseUserDevices.fullName]
 }

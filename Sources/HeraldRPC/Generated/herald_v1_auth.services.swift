@@ -26,6 +26,9 @@ public protocol AuthServiceHandler: Sendable {
     func deleteUser(_ request: DeleteUserRequest, context: RPCContext) async throws -> DeleteUserResponse
     /// Every account, by name.
     func listUsers(_ request: ListUsersRequest, context: RPCContext) async throws -> ListUsersResponse
+    /// Erase, auth's part: the account, its tokens, its grants on hubs and its login lockouts. Unlike DeleteUser, an
+    /// unknown user succeeds (removed = 0): an erase that crashed after this step runs it again.
+    func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse
     /// Whether content may be stored for this user: an account exists (accounts mode), or the name is
     /// a valid user name (tutorial mode, where every such name can log in). The edge asks before it
     /// stores secure or rich content for someone other than the caller.
@@ -99,6 +102,9 @@ extension AuthServiceHandler {
         table.register(AuthServiceMethods.listUsers) { request, context in
             try await self.listUsers(request, context: context)
         }
+        table.register(AuthServiceMethods.eraseUser) { request, context in
+            try await self.eraseUser(request, context: context)
+        }
         table.register(AuthServiceMethods.userExists) { request, context in
             try await self.userExists(request, context: context)
         }
@@ -164,6 +170,9 @@ public protocol AuthServiceClientProtocol: Sendable {
     func deleteUser(_ request: DeleteUserRequest, options: RPCCallOptions) async throws -> DeleteUserResponse
     /// Every account, by name.
     func listUsers(_ request: ListUsersRequest, options: RPCCallOptions) async throws -> ListUsersResponse
+    /// Erase, auth's part: the account, its tokens, its grants on hubs and its login lockouts. Unlike DeleteUser, an
+    /// unknown user succeeds (removed = 0): an erase that crashed after this step runs it again.
+    func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse
     /// Whether content may be stored for this user: an account exists (accounts mode), or the name is
     /// a valid user name (tutorial mode, where every such name can log in). The edge asks before it
     /// stores secure or rich content for someone other than the caller.
@@ -250,6 +259,11 @@ extension AuthServiceClientProtocol {
         _ request: ListUsersRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> ListUsersResponse {
         try await listUsers(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func eraseUser(
+        _ request: EraseUserRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> EraseUserResponse {
+        try await eraseUser(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
     public func userExists(
         _ request: UserExistsRequest, requestID: String? = nil, timeout: Duration? = nil
@@ -357,6 +371,10 @@ public struct AuthServiceClient: AuthServiceClientProtocol {
 
     public func listUsers(_ request: ListUsersRequest, options: RPCCallOptions) async throws -> ListUsersResponse {
         try await rpc.call(AuthServiceMethods.listUsers, request, options: options)
+    }
+
+    public func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
+        try await rpc.call(AuthServiceMethods.eraseUser, request, options: options)
     }
 
     public func userExists(_ request: UserExistsRequest, options: RPCCallOptions) async throws -> UserExistsResponse {

@@ -47,6 +47,18 @@ public protocol DispatchServiceHandler: Sendable {
     /// send already keeps: a send's deliveries count in the minute it was made (not when each was
     /// delivered), so a minute is as cheap to read however large its sends were.
     func sendStats(_ request: SendStatsRequest, context: RPCContext) async throws -> SendStatsResponse
+    /// Erase, dispatch's part for sends: cancels every scheduled send not made yet whose only target
+    /// is the user (a send to the user, or to the tag username:<user> or $UserId:<user>), and blanks
+    /// the user's name as sender and target of every send kept, with the body NH's telemetry keeps
+    /// of sends to the user alone. Counts stay. Idempotent.
+    func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse
+    /// Erase, dispatch's part for devices (the caller passes each page registration's
+    /// ListUserDevices gives, before it deletes them): their deliveries not yet attempted fail with
+    /// reason "Erased" (counted as failures); every delivery to them keeps its state and counts with
+    /// its handle and registration id blanked; their inbox entries, staged audience rows and handle
+    /// removals are deleted. Errors: UNAVAILABLE while a delivery to one of them is in flight (its
+    /// result is not in yet): call again in a moment. Idempotent.
+    func eraseDevices(_ request: EraseDevicesRequest, context: RPCContext) async throws -> EraseUserResponse
 }
 
 extension DispatchServiceHandler {
@@ -87,6 +99,12 @@ extension DispatchServiceHandler {
         }
         table.register(DispatchServiceMethods.sendStats) { request, context in
             try await self.sendStats(request, context: context)
+        }
+        table.register(DispatchServiceMethods.eraseUser) { request, context in
+            try await self.eraseUser(request, context: context)
+        }
+        table.register(DispatchServiceMethods.eraseDevices) { request, context in
+            try await self.eraseDevices(request, context: context)
         }
     }
 }
@@ -135,6 +153,18 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// send already keeps: a send's deliveries count in the minute it was made (not when each was
     /// delivered), so a minute is as cheap to read however large its sends were.
     func sendStats(_ request: SendStatsRequest, options: RPCCallOptions) async throws -> SendStatsResponse
+    /// Erase, dispatch's part for sends: cancels every scheduled send not made yet whose only target
+    /// is the user (a send to the user, or to the tag username:<user> or $UserId:<user>), and blanks
+    /// the user's name as sender and target of every send kept, with the body NH's telemetry keeps
+    /// of sends to the user alone. Counts stay. Idempotent.
+    func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse
+    /// Erase, dispatch's part for devices (the caller passes each page registration's
+    /// ListUserDevices gives, before it deletes them): their deliveries not yet attempted fail with
+    /// reason "Erased" (counted as failures); every delivery to them keeps its state and counts with
+    /// its handle and registration id blanked; their inbox entries, staged audience rows and handle
+    /// removals are deleted. Errors: UNAVAILABLE while a delivery to one of them is in flight (its
+    /// result is not in yet): call again in a moment. Idempotent.
+    func eraseDevices(_ request: EraseDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse
 }
 
 extension DispatchServiceClientProtocol {
@@ -198,6 +228,16 @@ extension DispatchServiceClientProtocol {
     ) async throws -> SendStatsResponse {
         try await sendStats(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func eraseUser(
+        _ request: EraseUserRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> EraseUserResponse {
+        try await eraseUser(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func eraseDevices(
+        _ request: EraseDevicesRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> EraseUserResponse {
+        try await eraseDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.DispatchService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -255,5 +295,13 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
 
     public func sendStats(_ request: SendStatsRequest, options: RPCCallOptions) async throws -> SendStatsResponse {
         try await rpc.call(DispatchServiceMethods.sendStats, request, options: options)
+    }
+
+    public func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
+        try await rpc.call(DispatchServiceMethods.eraseUser, request, options: options)
+    }
+
+    public func eraseDevices(_ request: EraseDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
+        try await rpc.call(DispatchServiceMethods.eraseDevices, request, options: options)
     }
 }

@@ -16,6 +16,10 @@ public protocol PayloadServiceHandler: Sendable {
     /// the send that was to carry the id is refused, so a refused request leaves nothing behind.
     /// Errors: NOT_FOUND as FetchPayload (unknown id, or `recipient` is not the recipient).
     func deletePayload(_ request: DeletePayloadRequest, context: RPCContext) async throws -> DeletePayloadResponse
+    /// Erase, payload's part: deletes every content addressed to the user, read or not. Content the
+    /// user sent to others stays theirs to read, with its sender blanked (redacted): deleting it would
+    /// erase another person's messages. `hub` is ignored (content belongs to accounts, not hubs).
+    func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse
     /// Deletes all stored content, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
@@ -32,6 +36,9 @@ extension PayloadServiceHandler {
         }
         table.register(PayloadServiceMethods.deletePayload) { request, context in
             try await self.deletePayload(request, context: context)
+        }
+        table.register(PayloadServiceMethods.eraseUser) { request, context in
+            try await self.eraseUser(request, context: context)
         }
         table.register(PayloadServiceMethods.resetForTests) { request, context in
             try await self.resetForTests(request, context: context)
@@ -52,6 +59,10 @@ public protocol PayloadServiceClientProtocol: Sendable {
     /// the send that was to carry the id is refused, so a refused request leaves nothing behind.
     /// Errors: NOT_FOUND as FetchPayload (unknown id, or `recipient` is not the recipient).
     func deletePayload(_ request: DeletePayloadRequest, options: RPCCallOptions) async throws -> DeletePayloadResponse
+    /// Erase, payload's part: deletes every content addressed to the user, read or not. Content the
+    /// user sent to others stays theirs to read, with its sender blanked (redacted): deleting it would
+    /// erase another person's messages. `hub` is ignored (content belongs to accounts, not hubs).
+    func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse
     /// Deletes all stored content, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
@@ -72,6 +83,11 @@ extension PayloadServiceClientProtocol {
         _ request: DeletePayloadRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> DeletePayloadResponse {
         try await deletePayload(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func eraseUser(
+        _ request: EraseUserRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> EraseUserResponse {
+        try await eraseUser(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
     public func resetForTests(
         _ request: ResetForTestsRequest, requestID: String? = nil, timeout: Duration? = nil
@@ -99,6 +115,10 @@ public struct PayloadServiceClient: PayloadServiceClientProtocol {
 
     public func deletePayload(_ request: DeletePayloadRequest, options: RPCCallOptions) async throws -> DeletePayloadResponse {
         try await rpc.call(PayloadServiceMethods.deletePayload, request, options: options)
+    }
+
+    public func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
+        try await rpc.call(PayloadServiceMethods.eraseUser, request, options: options)
     }
 
     public func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {

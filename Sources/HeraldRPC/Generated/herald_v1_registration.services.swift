@@ -60,6 +60,14 @@ public protocol RegistrationServiceHandler: Sendable {
     /// tag expression, platform and handle prefix. Keyset-paged, so a page costs the same at any
     /// depth. Errors: INVALID_ARGUMENT for a bad tag expression (its position) or limit.
     func listDevices(_ request: ListDevicesRequest, context: RPCContext) async throws -> ListDevicesResponse
+    /// Erase, registration's part, page by page: the user's devices, lowest registration id first:
+    /// tutorial registrations the user owns or tagged username:<user>, installations with userId
+    /// <user> or tagged $UserId:<user>, and those installations' templates. Read-only, so the caller
+    /// can clear dispatch's records of a page before it deletes the page.
+    func listUserDevices(_ request: ListUserDevicesRequest, context: RPCContext) async throws -> ListUserDevicesResponse
+    /// Deletes those of `registration_ids` that are still the user's (with their tags and
+    /// templates). Idempotent.
+    func eraseUserDevices(_ request: EraseUserDevicesRequest, context: RPCContext) async throws -> EraseUserResponse
 }
 
 extension RegistrationServiceHandler {
@@ -112,6 +120,12 @@ extension RegistrationServiceHandler {
         }
         table.register(RegistrationServiceMethods.listDevices) { request, context in
             try await self.listDevices(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.listUserDevices) { request, context in
+            try await self.listUserDevices(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.eraseUserDevices) { request, context in
+            try await self.eraseUserDevices(request, context: context)
         }
     }
 }
@@ -179,6 +193,14 @@ public protocol RegistrationServiceClientProtocol: Sendable {
     /// tag expression, platform and handle prefix. Keyset-paged, so a page costs the same at any
     /// depth. Errors: INVALID_ARGUMENT for a bad tag expression (its position) or limit.
     func listDevices(_ request: ListDevicesRequest, options: RPCCallOptions) async throws -> ListDevicesResponse
+    /// Erase, registration's part, page by page: the user's devices, lowest registration id first:
+    /// tutorial registrations the user owns or tagged username:<user>, installations with userId
+    /// <user> or tagged $UserId:<user>, and those installations' templates. Read-only, so the caller
+    /// can clear dispatch's records of a page before it deletes the page.
+    func listUserDevices(_ request: ListUserDevicesRequest, options: RPCCallOptions) async throws -> ListUserDevicesResponse
+    /// Deletes those of `registration_ids` that are still the user's (with their tags and
+    /// templates). Idempotent.
+    func eraseUserDevices(_ request: EraseUserDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse
 }
 
 extension RegistrationServiceClientProtocol {
@@ -264,6 +286,16 @@ extension RegistrationServiceClientProtocol {
     ) async throws -> ListDevicesResponse {
         try await listDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func listUserDevices(
+        _ request: ListUserDevicesRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ListUserDevicesResponse {
+        try await listUserDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func eraseUserDevices(
+        _ request: EraseUserDevicesRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> EraseUserResponse {
+        try await eraseUserDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.RegistrationService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -343,5 +375,13 @@ public struct RegistrationServiceClient: RegistrationServiceClientProtocol {
 
     public func listDevices(_ request: ListDevicesRequest, options: RPCCallOptions) async throws -> ListDevicesResponse {
         try await rpc.call(RegistrationServiceMethods.listDevices, request, options: options)
+    }
+
+    public func listUserDevices(_ request: ListUserDevicesRequest, options: RPCCallOptions) async throws -> ListUserDevicesResponse {
+        try await rpc.call(RegistrationServiceMethods.listUserDevices, request, options: options)
+    }
+
+    public func eraseUserDevices(_ request: EraseUserDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
+        try await rpc.call(RegistrationServiceMethods.eraseUserDevices, request, options: options)
     }
 }

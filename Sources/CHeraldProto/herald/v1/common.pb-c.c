@@ -97,6 +97,141 @@ void   herald__v1__reset_for_tests_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__reset_for_tests_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__erase_user_request__init
+                     (Herald__V1__EraseUserRequest         *message)
+{
+  static const Herald__V1__EraseUserRequest init_value = HERALD__V1__ERASE_USER_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__erase_user_request__get_packed_size
+                     (const Herald__V1__EraseUserRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__erase_user_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__erase_user_request__pack
+                     (const Herald__V1__EraseUserRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__erase_user_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__erase_user_request__pack_to_buffer
+                     (const Herald__V1__EraseUserRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__erase_user_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__EraseUserRequest *
+       herald__v1__erase_user_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__EraseUserRequest *)
+     protobuf_c_message_unpack (&herald__v1__erase_user_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__erase_user_request__free_unpacked
+                     (Herald__V1__EraseUserRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__erase_user_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__erase_user_response__init
+                     (Herald__V1__EraseUserResponse         *message)
+{
+  static const Herald__V1__EraseUserResponse init_value = HERALD__V1__ERASE_USER_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__erase_user_response__get_packed_size
+                     (const Herald__V1__EraseUserResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__erase_user_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__erase_user_response__pack
+                     (const Herald__V1__EraseUserResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__erase_user_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__erase_user_response__pack_to_buffer
+                     (const Herald__V1__EraseUserResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__erase_user_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__EraseUserResponse *
+       herald__v1__erase_user_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__EraseUserResponse *)
+     protobuf_c_message_unpack (&herald__v1__erase_user_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__erase_user_response__free_unpacked
+                     (Herald__V1__EraseUserResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__erase_user_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__user_device__init
+                     (Herald__V1__UserDevice         *message)
+{
+  static const Herald__V1__UserDevice init_value = HERALD__V1__USER_DEVICE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__user_device__get_packed_size
+                     (const Herald__V1__UserDevice *message)
+{
+  assert(message->base.descriptor == &herald__v1__user_device__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__user_device__pack
+                     (const Herald__V1__UserDevice *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__user_device__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__user_device__pack_to_buffer
+                     (const Herald__V1__UserDevice *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__user_device__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__UserDevice *
+       herald__v1__user_device__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__UserDevice *)
+     protobuf_c_message_unpack (&herald__v1__user_device__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__user_device__free_unpacked
+                     (Herald__V1__UserDevice *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__user_device__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 #define herald__v1__reset_for_tests_request__field_descriptors NULL
 #define herald__v1__reset_for_tests_request__field_indices_by_name NULL
 #define herald__v1__reset_for_tests_request__number_ranges NULL
@@ -151,6 +286,172 @@ const ProtobufCMessageDescriptor herald__v1__reset_for_tests_response__descripto
   herald__v1__reset_for_tests_response__field_indices_by_name,
   1,  herald__v1__reset_for_tests_response__number_ranges,
   (ProtobufCMessageInit) herald__v1__reset_for_tests_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__erase_user_request__field_descriptors[2] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__EraseUserRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__EraseUserRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__erase_user_request__field_indices_by_name[] = {
+  1,   /* field[1] = hub */
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__erase_user_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__erase_user_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.EraseUserRequest",
+  "EraseUserRequest",
+  "Herald__V1__EraseUserRequest",
+  "herald.v1",
+  sizeof(Herald__V1__EraseUserRequest),
+  2,
+  herald__v1__erase_user_request__field_descriptors,
+  herald__v1__erase_user_request__field_indices_by_name,
+  1,  herald__v1__erase_user_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__erase_user_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__erase_user_response__field_descriptors[2] =
+{
+  {
+    "removed",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__EraseUserResponse, removed),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "redacted",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__EraseUserResponse, redacted),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__erase_user_response__field_indices_by_name[] = {
+  1,   /* field[1] = redacted */
+  0,   /* field[0] = removed */
+};
+static const ProtobufCIntRange herald__v1__erase_user_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__erase_user_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.EraseUserResponse",
+  "EraseUserResponse",
+  "Herald__V1__EraseUserResponse",
+  "herald.v1",
+  sizeof(Herald__V1__EraseUserResponse),
+  2,
+  herald__v1__erase_user_response__field_descriptors,
+  herald__v1__erase_user_response__field_indices_by_name,
+  1,  herald__v1__erase_user_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__erase_user_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__user_device__field_descriptors[3] =
+{
+  {
+    "registration_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__UserDevice, registration_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "platform",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__UserDevice, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "handle",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__UserDevice, handle),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__user_device__field_indices_by_name[] = {
+  2,   /* field[2] = handle */
+  1,   /* field[1] = platform */
+  0,   /* field[0] = registration_id */
+};
+static const ProtobufCIntRange herald__v1__user_device__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__user_device__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.UserDevice",
+  "UserDevice",
+  "Herald__V1__UserDevice",
+  "herald.v1",
+  sizeof(Herald__V1__UserDevice),
+  3,
+  herald__v1__user_device__field_descriptors,
+  herald__v1__user_device__field_indices_by_name,
+  1,  herald__v1__user_device__number_ranges,
+  (ProtobufCMessageInit) herald__v1__user_device__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCEnumValue herald__v1__platform__enum_values_by_number[5] =

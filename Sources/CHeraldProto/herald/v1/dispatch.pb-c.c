@@ -7,6 +7,51 @@
 #endif
 
 #include "herald/v1/dispatch.pb-c.h"
+void   herald__v1__erase_devices_request__init
+                     (Herald__V1__EraseDevicesRequest         *message)
+{
+  static const Herald__V1__EraseDevicesRequest init_value = HERALD__V1__ERASE_DEVICES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__erase_devices_request__get_packed_size
+                     (const Herald__V1__EraseDevicesRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__erase_devices_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__erase_devices_request__pack
+                     (const Herald__V1__EraseDevicesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__erase_devices_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__erase_devices_request__pack_to_buffer
+                     (const Herald__V1__EraseDevicesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__erase_devices_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__EraseDevicesRequest *
+       herald__v1__erase_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__EraseDevicesRequest *)
+     protobuf_c_message_unpack (&herald__v1__erase_devices_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__erase_devices_request__free_unpacked
+                     (Herald__V1__EraseDevicesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__erase_devices_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__native_payload__init
                      (Herald__V1__NativePayload         *message)
 {
@@ -1267,6 +1312,44 @@ void   herald__v1__send_stats_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__send_stats_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+static const ProtobufCFieldDescriptor herald__v1__erase_devices_request__field_descriptors[1] =
+{
+  {
+    "devices",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__EraseDevicesRequest, n_devices),
+    offsetof(Herald__V1__EraseDevicesRequest, devices),
+    &herald__v1__user_device__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__erase_devices_request__field_indices_by_name[] = {
+  0,   /* field[0] = devices */
+};
+static const ProtobufCIntRange herald__v1__erase_devices_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__erase_devices_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.EraseDevicesRequest",
+  "EraseDevicesRequest",
+  "Herald__V1__EraseDevicesRequest",
+  "herald.v1",
+  sizeof(Herald__V1__EraseDevicesRequest),
+  1,
+  herald__v1__erase_devices_request__field_descriptors,
+  herald__v1__erase_devices_request__field_indices_by_name,
+  1,  herald__v1__erase_devices_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__erase_devices_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor herald__v1__native_payload__field_descriptors[7] =
 {
   {
@@ -3445,7 +3528,7 @@ const ProtobufCEnumDescriptor herald__v1__delivery_state__descriptor =
   herald__v1__delivery_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[12] =
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[14] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
@@ -3459,11 +3542,15 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "DeleteHubSends", &herald__v1__delete_hub_sends_request__descriptor, &herald__v1__delete_hub_sends_response__descriptor },
   { "ListSends", &herald__v1__list_sends_request__descriptor, &herald__v1__list_sends_response__descriptor },
   { "SendStats", &herald__v1__send_stats_request__descriptor, &herald__v1__send_stats_response__descriptor },
+  { "EraseUser", &herald__v1__erase_user_request__descriptor, &herald__v1__erase_user_response__descriptor },
+  { "EraseDevices", &herald__v1__erase_devices_request__descriptor, &herald__v1__erase_user_response__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
   8,        /* CancelScheduled */
   7,        /* DeleteHubCredentials */
   9,        /* DeleteHubSends */
+  13,        /* EraseDevices */
+  12,        /* EraseUser */
   6,        /* GetHubCredentials */
   1,        /* GetOutcome */
   3,        /* ListDeliveries */
@@ -3481,7 +3568,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  12,
+  14,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -3580,6 +3667,22 @@ void herald__v1__dispatch_service__send_stats(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__erase_user(ProtobufCService *service,
+                                              const Herald__V1__EraseUserRequest *input,
+                                              Herald__V1__EraseUserResponse_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__erase_devices(ProtobufCService *service,
+                                                 const Herald__V1__EraseDevicesRequest *input,
+                                                 Herald__V1__EraseUserResponse_Closure closure,
+                                                 void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

@@ -736,17 +736,19 @@ const ProtobufCEnumDescriptor herald__v1__payload_kind__descriptor =
   herald__v1__payload_kind__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__payload_service__method_descriptors[4] =
+static const ProtobufCMethodDescriptor herald__v1__payload_service__method_descriptors[5] =
 {
   { "StorePayload", &herald__v1__store_payload_request__descriptor, &herald__v1__store_payload_response__descriptor },
   { "FetchPayload", &herald__v1__fetch_payload_request__descriptor, &herald__v1__fetch_payload_response__descriptor },
   { "DeletePayload", &herald__v1__delete_payload_request__descriptor, &herald__v1__delete_payload_response__descriptor },
+  { "EraseUser", &herald__v1__erase_user_request__descriptor, &herald__v1__erase_user_response__descriptor },
   { "ResetForTests", &herald__v1__reset_for_tests_request__descriptor, &herald__v1__reset_for_tests_response__descriptor },
 };
 const unsigned herald__v1__payload_service__method_indices_by_name[] = {
   2,        /* DeletePayload */
+  3,        /* EraseUser */
   1,        /* FetchPayload */
-  3,        /* ResetForTests */
+  4,        /* ResetForTests */
   0         /* StorePayload */
 };
 const ProtobufCServiceDescriptor herald__v1__payload_service__descriptor =
@@ -756,7 +758,7 @@ const ProtobufCServiceDescriptor herald__v1__payload_service__descriptor =
   "PayloadService",
   "Herald__V1__PayloadService",
   "herald.v1",
-  4,
+  5,
   herald__v1__payload_service__method_descriptors,
   herald__v1__payload_service__method_indices_by_name
 };
@@ -784,13 +786,21 @@ void herald__v1__payload_service__delete_payload(ProtobufCService *service,
   assert(service->descriptor == &herald__v1__payload_service__descriptor);
   service->invoke(service, 2, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void herald__v1__payload_service__erase_user(ProtobufCService *service,
+                                             const Herald__V1__EraseUserRequest *input,
+                                             Herald__V1__EraseUserResponse_Closure closure,
+                                             void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__payload_service__descriptor);
+  service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void herald__v1__payload_service__reset_for_tests(ProtobufCService *service,
                                                   const Herald__V1__ResetForTestsRequest *input,
                                                   Herald__V1__ResetForTestsResponse_Closure closure,
                                                   void *closure_data)
 {
   assert(service->descriptor == &herald__v1__payload_service__descriptor);
-  service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__payload_service__init (Herald__V1__PayloadService_Service *service,
                                         Herald__V1__PayloadService_ServiceDestroy destroy)

@@ -7,6 +7,141 @@
 #endif
 
 #include "herald/v1/registration.pb-c.h"
+void   herald__v1__list_user_devices_request__init
+                     (Herald__V1__ListUserDevicesRequest         *message)
+{
+  static const Herald__V1__ListUserDevicesRequest init_value = HERALD__V1__LIST_USER_DEVICES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_user_devices_request__get_packed_size
+                     (const Herald__V1__ListUserDevicesRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_user_devices_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_user_devices_request__pack
+                     (const Herald__V1__ListUserDevicesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_user_devices_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_user_devices_request__pack_to_buffer
+                     (const Herald__V1__ListUserDevicesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_user_devices_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListUserDevicesRequest *
+       herald__v1__list_user_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListUserDevicesRequest *)
+     protobuf_c_message_unpack (&herald__v1__list_user_devices_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_user_devices_request__free_unpacked
+                     (Herald__V1__ListUserDevicesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_user_devices_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_user_devices_response__init
+                     (Herald__V1__ListUserDevicesResponse         *message)
+{
+  static const Herald__V1__ListUserDevicesResponse init_value = HERALD__V1__LIST_USER_DEVICES_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_user_devices_response__get_packed_size
+                     (const Herald__V1__ListUserDevicesResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_user_devices_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_user_devices_response__pack
+                     (const Herald__V1__ListUserDevicesResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_user_devices_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_user_devices_response__pack_to_buffer
+                     (const Herald__V1__ListUserDevicesResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_user_devices_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListUserDevicesResponse *
+       herald__v1__list_user_devices_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListUserDevicesResponse *)
+     protobuf_c_message_unpack (&herald__v1__list_user_devices_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_user_devices_response__free_unpacked
+                     (Herald__V1__ListUserDevicesResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_user_devices_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__erase_user_devices_request__init
+                     (Herald__V1__EraseUserDevicesRequest         *message)
+{
+  static const Herald__V1__EraseUserDevicesRequest init_value = HERALD__V1__ERASE_USER_DEVICES_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__erase_user_devices_request__get_packed_size
+                     (const Herald__V1__EraseUserDevicesRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__erase_user_devices_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__erase_user_devices_request__pack
+                     (const Herald__V1__EraseUserDevicesRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__erase_user_devices_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__erase_user_devices_request__pack_to_buffer
+                     (const Herald__V1__EraseUserDevicesRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__erase_user_devices_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__EraseUserDevicesRequest *
+       herald__v1__erase_user_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__EraseUserDevicesRequest *)
+     protobuf_c_message_unpack (&herald__v1__erase_user_devices_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__erase_user_devices_request__free_unpacked
+                     (Herald__V1__EraseUserDevicesRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__erase_user_devices_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__registration__init
                      (Herald__V1__Registration         *message)
 {
@@ -1312,6 +1447,172 @@ void   herald__v1__list_devices_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__list_devices_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+static const ProtobufCFieldDescriptor herald__v1__list_user_devices_request__field_descriptors[3] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListUserDevicesRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListUserDevicesRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListUserDevicesRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_user_devices_request__field_indices_by_name[] = {
+  1,   /* field[1] = hub */
+  2,   /* field[2] = limit */
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__list_user_devices_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_user_devices_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListUserDevicesRequest",
+  "ListUserDevicesRequest",
+  "Herald__V1__ListUserDevicesRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ListUserDevicesRequest),
+  3,
+  herald__v1__list_user_devices_request__field_descriptors,
+  herald__v1__list_user_devices_request__field_indices_by_name,
+  1,  herald__v1__list_user_devices_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_user_devices_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_user_devices_response__field_descriptors[1] =
+{
+  {
+    "devices",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ListUserDevicesResponse, n_devices),
+    offsetof(Herald__V1__ListUserDevicesResponse, devices),
+    &herald__v1__user_device__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_user_devices_response__field_indices_by_name[] = {
+  0,   /* field[0] = devices */
+};
+static const ProtobufCIntRange herald__v1__list_user_devices_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_user_devices_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListUserDevicesResponse",
+  "ListUserDevicesResponse",
+  "Herald__V1__ListUserDevicesResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ListUserDevicesResponse),
+  1,
+  herald__v1__list_user_devices_response__field_descriptors,
+  herald__v1__list_user_devices_response__field_indices_by_name,
+  1,  herald__v1__list_user_devices_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_user_devices_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__erase_user_devices_request__field_descriptors[3] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__EraseUserDevicesRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__EraseUserDevicesRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "registration_ids",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__EraseUserDevicesRequest, n_registration_ids),
+    offsetof(Herald__V1__EraseUserDevicesRequest, registration_ids),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__erase_user_devices_request__field_indices_by_name[] = {
+  1,   /* field[1] = hub */
+  2,   /* field[2] = registration_ids */
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__erase_user_devices_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__erase_user_devices_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.EraseUserDevicesRequest",
+  "EraseUserDevicesRequest",
+  "Herald__V1__EraseUserDevicesRequest",
+  "herald.v1",
+  sizeof(Herald__V1__EraseUserDevicesRequest),
+  3,
+  herald__v1__erase_user_devices_request__field_descriptors,
+  herald__v1__erase_user_devices_request__field_indices_by_name,
+  1,  herald__v1__erase_user_devices_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__erase_user_devices_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[11] =
 {
   {
@@ -2933,7 +3234,7 @@ const ProtobufCMessageDescriptor herald__v1__list_devices_response__descriptor =
   (ProtobufCMessageInit) herald__v1__list_devices_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[16] =
+static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[18] =
 {
   { "CreateRegistrationId", &herald__v1__create_registration_id_request__descriptor, &herald__v1__create_registration_id_response__descriptor },
   { "UpsertRegistration", &herald__v1__upsert_registration_request__descriptor, &herald__v1__upsert_registration_response__descriptor },
@@ -2951,6 +3252,8 @@ static const ProtobufCMethodDescriptor herald__v1__registration_service__method_
   { "DeleteHubDevices", &herald__v1__delete_hub_devices_request__descriptor, &herald__v1__delete_hub_devices_response__descriptor },
   { "CheckHandles", &herald__v1__check_handles_request__descriptor, &herald__v1__check_handles_response__descriptor },
   { "ListDevices", &herald__v1__list_devices_request__descriptor, &herald__v1__list_devices_response__descriptor },
+  { "ListUserDevices", &herald__v1__list_user_devices_request__descriptor, &herald__v1__list_user_devices_response__descriptor },
+  { "EraseUserDevices", &herald__v1__erase_user_devices_request__descriptor, &herald__v1__erase_user_response__descriptor },
 };
 const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   14,        /* CheckHandles */
@@ -2958,11 +3261,13 @@ const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   13,        /* DeleteHubDevices */
   10,        /* DeleteInstallation */
   2,        /* DeleteRegistration */
+  17,        /* EraseUserDevices */
   12,        /* ExportDevices */
   9,        /* GetInstallation */
   15,        /* ListDevices */
   11,        /* ListInstallations */
   3,        /* ListRegistrations */
+  16,        /* ListUserDevices */
   8,        /* PatchInstallation */
   7,        /* PutInstallation */
   5,        /* RemoveHandle */
@@ -2977,7 +3282,7 @@ const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor =
   "RegistrationService",
   "Herald__V1__RegistrationService",
   "herald.v1",
-  16,
+  18,
   herald__v1__registration_service__method_descriptors,
   herald__v1__registration_service__method_indices_by_name
 };
@@ -3108,6 +3413,22 @@ void herald__v1__registration_service__list_devices(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__registration_service__descriptor);
   service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__list_user_devices(ProtobufCService *service,
+                                                         const Herald__V1__ListUserDevicesRequest *input,
+                                                         Herald__V1__ListUserDevicesResponse_Closure closure,
+                                                         void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 16, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__erase_user_devices(ProtobufCService *service,
+                                                          const Herald__V1__EraseUserDevicesRequest *input,
+                                                          Herald__V1__EraseUserResponse_Closure closure,
+                                                          void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 17, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
                                              Herald__V1__RegistrationService_ServiceDestroy destroy)

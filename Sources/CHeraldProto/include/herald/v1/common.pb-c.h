@@ -17,6 +17,9 @@ PROTOBUF_C__BEGIN_DECLS
 
 typedef struct Herald__V1__ResetForTestsRequest Herald__V1__ResetForTestsRequest;
 typedef struct Herald__V1__ResetForTestsResponse Herald__V1__ResetForTestsResponse;
+typedef struct Herald__V1__EraseUserRequest Herald__V1__EraseUserRequest;
+typedef struct Herald__V1__EraseUserResponse Herald__V1__EraseUserResponse;
+typedef struct Herald__V1__UserDevice Herald__V1__UserDevice;
 
 
 /* --- enums --- */
@@ -75,6 +78,58 @@ struct  Herald__V1__ResetForTestsResponse
     , 0 }
 
 
+/*
+ * Request of each service's part of erasing one person's data (`herald users erase`, and a hub's
+ * DELETE /{hub}/users/{userId}). Every such call is idempotent: a second one after a crash finishes
+ * what the first began.
+ */
+struct  Herald__V1__EraseUserRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The user: an account name, or an installation's userId on a hub.
+   */
+  char *user;
+  /*
+   * A hub id: only that hub's devices and sends. Empty: every hub (the account's erase).
+   */
+  char *hub;
+};
+#define HERALD__V1__ERASE_USER_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__erase_user_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Answer of each service's part of an erase: rows deleted, and rows kept with the user's data
+ * removed from them (counts kept).
+ */
+struct  Herald__V1__EraseUserResponse
+{
+  ProtobufCMessage base;
+  int64_t removed;
+  int64_t redacted;
+};
+#define HERALD__V1__ERASE_USER_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__erase_user_response__descriptor) \
+    , 0, 0 }
+
+
+/*
+ * One device of a user, as registration holds it: what dispatch finds its deliveries by.
+ */
+struct  Herald__V1__UserDevice
+{
+  ProtobufCMessage base;
+  char *registration_id;
+  Herald__V1__Platform platform;
+  char *handle;
+};
+#define HERALD__V1__USER_DEVICE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__user_device__descriptor) \
+    , (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string }
+
+
 /* Herald__V1__ResetForTestsRequest methods */
 void   herald__v1__reset_for_tests_request__init
                      (Herald__V1__ResetForTestsRequest         *message);
@@ -113,6 +168,63 @@ Herald__V1__ResetForTestsResponse *
 void   herald__v1__reset_for_tests_response__free_unpacked
                      (Herald__V1__ResetForTestsResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__EraseUserRequest methods */
+void   herald__v1__erase_user_request__init
+                     (Herald__V1__EraseUserRequest         *message);
+size_t herald__v1__erase_user_request__get_packed_size
+                     (const Herald__V1__EraseUserRequest   *message);
+size_t herald__v1__erase_user_request__pack
+                     (const Herald__V1__EraseUserRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__erase_user_request__pack_to_buffer
+                     (const Herald__V1__EraseUserRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__EraseUserRequest *
+       herald__v1__erase_user_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__erase_user_request__free_unpacked
+                     (Herald__V1__EraseUserRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__EraseUserResponse methods */
+void   herald__v1__erase_user_response__init
+                     (Herald__V1__EraseUserResponse         *message);
+size_t herald__v1__erase_user_response__get_packed_size
+                     (const Herald__V1__EraseUserResponse   *message);
+size_t herald__v1__erase_user_response__pack
+                     (const Herald__V1__EraseUserResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__erase_user_response__pack_to_buffer
+                     (const Herald__V1__EraseUserResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__EraseUserResponse *
+       herald__v1__erase_user_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__erase_user_response__free_unpacked
+                     (Herald__V1__EraseUserResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__UserDevice methods */
+void   herald__v1__user_device__init
+                     (Herald__V1__UserDevice         *message);
+size_t herald__v1__user_device__get_packed_size
+                     (const Herald__V1__UserDevice   *message);
+size_t herald__v1__user_device__pack
+                     (const Herald__V1__UserDevice   *message,
+                      uint8_t             *out);
+size_t herald__v1__user_device__pack_to_buffer
+                     (const Herald__V1__UserDevice   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__UserDevice *
+       herald__v1__user_device__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__user_device__free_unpacked
+                     (Herald__V1__UserDevice *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__ResetForTestsRequest_Closure)
@@ -120,6 +232,15 @@ typedef void (*Herald__V1__ResetForTestsRequest_Closure)
                   void *closure_data);
 typedef void (*Herald__V1__ResetForTestsResponse_Closure)
                  (const Herald__V1__ResetForTestsResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__EraseUserRequest_Closure)
+                 (const Herald__V1__EraseUserRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__EraseUserResponse_Closure)
+                 (const Herald__V1__EraseUserResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__UserDevice_Closure)
+                 (const Herald__V1__UserDevice *message,
                   void *closure_data);
 
 /* --- services --- */
@@ -130,6 +251,9 @@ typedef void (*Herald__V1__ResetForTestsResponse_Closure)
 extern const ProtobufCEnumDescriptor    herald__v1__platform__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__reset_for_tests_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__reset_for_tests_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__erase_user_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__erase_user_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__user_device__descriptor;
 
 PROTOBUF_C__END_DECLS
 

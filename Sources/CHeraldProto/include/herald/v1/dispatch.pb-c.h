@@ -16,6 +16,7 @@ PROTOBUF_C__BEGIN_DECLS
 
 #include "herald/v1/common.pb-c.h"
 
+typedef struct Herald__V1__EraseDevicesRequest Herald__V1__EraseDevicesRequest;
 typedef struct Herald__V1__NativePayload Herald__V1__NativePayload;
 typedef struct Herald__V1__SendRequest Herald__V1__SendRequest;
 typedef struct Herald__V1__SendResponse Herald__V1__SendResponse;
@@ -114,6 +115,20 @@ typedef enum _Herald__V1__DeliveryState {
 } Herald__V1__DeliveryState;
 
 /* --- messages --- */
+
+/*
+ * Request of EraseDevices: at most 1,000 devices.
+ */
+struct  Herald__V1__EraseDevicesRequest
+{
+  ProtobufCMessage base;
+  size_t n_devices;
+  Herald__V1__UserDevice **devices;
+};
+#define HERALD__V1__ERASE_DEVICES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__erase_devices_request__descriptor) \
+    , 0,NULL }
+
 
 /*
  * The exact bytes and delivery options for one platform.
@@ -884,6 +899,25 @@ struct  Herald__V1__SendStatsResponse
     , 0,NULL }
 
 
+/* Herald__V1__EraseDevicesRequest methods */
+void   herald__v1__erase_devices_request__init
+                     (Herald__V1__EraseDevicesRequest         *message);
+size_t herald__v1__erase_devices_request__get_packed_size
+                     (const Herald__V1__EraseDevicesRequest   *message);
+size_t herald__v1__erase_devices_request__pack
+                     (const Herald__V1__EraseDevicesRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__erase_devices_request__pack_to_buffer
+                     (const Herald__V1__EraseDevicesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__EraseDevicesRequest *
+       herald__v1__erase_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__erase_devices_request__free_unpacked
+                     (Herald__V1__EraseDevicesRequest *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__NativePayload methods */
 void   herald__v1__native_payload__init
                      (Herald__V1__NativePayload         *message);
@@ -1418,6 +1452,9 @@ void   herald__v1__send_stats_response__free_unpacked
                       ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
+typedef void (*Herald__V1__EraseDevicesRequest_Closure)
+                 (const Herald__V1__EraseDevicesRequest *message,
+                  void *closure_data);
 typedef void (*Herald__V1__NativePayload_Closure)
                  (const Herald__V1__NativePayload *message,
                   void *closure_data);
@@ -1557,6 +1594,14 @@ struct Herald__V1__DispatchService_Service
                      const Herald__V1__SendStatsRequest *input,
                      Herald__V1__SendStatsResponse_Closure closure,
                      void *closure_data);
+  void (*erase_user)(Herald__V1__DispatchService_Service *service,
+                     const Herald__V1__EraseUserRequest *input,
+                     Herald__V1__EraseUserResponse_Closure closure,
+                     void *closure_data);
+  void (*erase_devices)(Herald__V1__DispatchService_Service *service,
+                        const Herald__V1__EraseDevicesRequest *input,
+                        Herald__V1__EraseUserResponse_Closure closure,
+                        void *closure_data);
 };
 typedef void (*Herald__V1__DispatchService_ServiceDestroy)(Herald__V1__DispatchService_Service *);
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
@@ -1576,7 +1621,9 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## cancel_scheduled,\
       function_prefix__ ## delete_hub_sends,\
       function_prefix__ ## list_sends,\
-      function_prefix__ ## send_stats  }
+      function_prefix__ ## send_stats,\
+      function_prefix__ ## erase_user,\
+      function_prefix__ ## erase_devices  }
 void herald__v1__dispatch_service__send(ProtobufCService *service,
                                         const Herald__V1__SendRequest *input,
                                         Herald__V1__SendResponse_Closure closure,
@@ -1625,11 +1672,20 @@ void herald__v1__dispatch_service__send_stats(ProtobufCService *service,
                                               const Herald__V1__SendStatsRequest *input,
                                               Herald__V1__SendStatsResponse_Closure closure,
                                               void *closure_data);
+void herald__v1__dispatch_service__erase_user(ProtobufCService *service,
+                                              const Herald__V1__EraseUserRequest *input,
+                                              Herald__V1__EraseUserResponse_Closure closure,
+                                              void *closure_data);
+void herald__v1__dispatch_service__erase_devices(ProtobufCService *service,
+                                                 const Herald__V1__EraseDevicesRequest *input,
+                                                 Herald__V1__EraseUserResponse_Closure closure,
+                                                 void *closure_data);
 
 /* --- descriptors --- */
 
 extern const ProtobufCEnumDescriptor    herald__v1__outcome_state__descriptor;
 extern const ProtobufCEnumDescriptor    herald__v1__delivery_state__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__erase_devices_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__send_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__send_response__descriptor;

@@ -16,6 +16,9 @@ PROTOBUF_C__BEGIN_DECLS
 
 #include "herald/v1/common.pb-c.h"
 
+typedef struct Herald__V1__ListUserDevicesRequest Herald__V1__ListUserDevicesRequest;
+typedef struct Herald__V1__ListUserDevicesResponse Herald__V1__ListUserDevicesResponse;
+typedef struct Herald__V1__EraseUserDevicesRequest Herald__V1__EraseUserDevicesRequest;
 typedef struct Herald__V1__Registration Herald__V1__Registration;
 typedef struct Herald__V1__CreateRegistrationIdRequest Herald__V1__CreateRegistrationIdRequest;
 typedef struct Herald__V1__CreateRegistrationIdResponse Herald__V1__CreateRegistrationIdResponse;
@@ -51,6 +54,60 @@ typedef struct Herald__V1__ListDevicesResponse Herald__V1__ListDevicesResponse;
 
 
 /* --- messages --- */
+
+/*
+ * Request of ListUserDevices.
+ */
+struct  Herald__V1__ListUserDevicesRequest
+{
+  ProtobufCMessage base;
+  char *user;
+  /*
+   * A hub id; empty: every hub.
+   */
+  char *hub;
+  /*
+   * 1 to 1,000.
+   */
+  int32_t limit;
+};
+#define HERALD__V1__LIST_USER_DEVICES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_user_devices_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * Answer of ListUserDevices: empty when the user has no device left.
+ */
+struct  Herald__V1__ListUserDevicesResponse
+{
+  ProtobufCMessage base;
+  size_t n_devices;
+  Herald__V1__UserDevice **devices;
+};
+#define HERALD__V1__LIST_USER_DEVICES_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_user_devices_response__descriptor) \
+    , 0,NULL }
+
+
+/*
+ * Request of EraseUserDevices: at most 1,000 ids.
+ */
+struct  Herald__V1__EraseUserDevicesRequest
+{
+  ProtobufCMessage base;
+  char *user;
+  /*
+   * A hub id; empty: every hub.
+   */
+  char *hub;
+  size_t n_registration_ids;
+  char **registration_ids;
+};
+#define HERALD__V1__ERASE_USER_DEVICES_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__erase_user_devices_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL }
+
 
 /*
  * One device installation.
@@ -657,6 +714,63 @@ struct  Herald__V1__ListDevicesResponse
     , 0,NULL, (char *)protobuf_c_empty_string }
 
 
+/* Herald__V1__ListUserDevicesRequest methods */
+void   herald__v1__list_user_devices_request__init
+                     (Herald__V1__ListUserDevicesRequest         *message);
+size_t herald__v1__list_user_devices_request__get_packed_size
+                     (const Herald__V1__ListUserDevicesRequest   *message);
+size_t herald__v1__list_user_devices_request__pack
+                     (const Herald__V1__ListUserDevicesRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_user_devices_request__pack_to_buffer
+                     (const Herald__V1__ListUserDevicesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListUserDevicesRequest *
+       herald__v1__list_user_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_user_devices_request__free_unpacked
+                     (Herald__V1__ListUserDevicesRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListUserDevicesResponse methods */
+void   herald__v1__list_user_devices_response__init
+                     (Herald__V1__ListUserDevicesResponse         *message);
+size_t herald__v1__list_user_devices_response__get_packed_size
+                     (const Herald__V1__ListUserDevicesResponse   *message);
+size_t herald__v1__list_user_devices_response__pack
+                     (const Herald__V1__ListUserDevicesResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_user_devices_response__pack_to_buffer
+                     (const Herald__V1__ListUserDevicesResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListUserDevicesResponse *
+       herald__v1__list_user_devices_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_user_devices_response__free_unpacked
+                     (Herald__V1__ListUserDevicesResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__EraseUserDevicesRequest methods */
+void   herald__v1__erase_user_devices_request__init
+                     (Herald__V1__EraseUserDevicesRequest         *message);
+size_t herald__v1__erase_user_devices_request__get_packed_size
+                     (const Herald__V1__EraseUserDevicesRequest   *message);
+size_t herald__v1__erase_user_devices_request__pack
+                     (const Herald__V1__EraseUserDevicesRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__erase_user_devices_request__pack_to_buffer
+                     (const Herald__V1__EraseUserDevicesRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__EraseUserDevicesRequest *
+       herald__v1__erase_user_devices_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__erase_user_devices_request__free_unpacked
+                     (Herald__V1__EraseUserDevicesRequest *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__Registration methods */
 void   herald__v1__registration__init
                      (Herald__V1__Registration         *message);
@@ -1210,6 +1324,15 @@ void   herald__v1__list_devices_response__free_unpacked
                       ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
+typedef void (*Herald__V1__ListUserDevicesRequest_Closure)
+                 (const Herald__V1__ListUserDevicesRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListUserDevicesResponse_Closure)
+                 (const Herald__V1__ListUserDevicesResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__EraseUserDevicesRequest_Closure)
+                 (const Herald__V1__EraseUserDevicesRequest *message,
+                  void *closure_data);
 typedef void (*Herald__V1__Registration_Closure)
                  (const Herald__V1__Registration *message,
                   void *closure_data);
@@ -1368,6 +1491,14 @@ struct Herald__V1__RegistrationService_Service
                        const Herald__V1__ListDevicesRequest *input,
                        Herald__V1__ListDevicesResponse_Closure closure,
                        void *closure_data);
+  void (*list_user_devices)(Herald__V1__RegistrationService_Service *service,
+                            const Herald__V1__ListUserDevicesRequest *input,
+                            Herald__V1__ListUserDevicesResponse_Closure closure,
+                            void *closure_data);
+  void (*erase_user_devices)(Herald__V1__RegistrationService_Service *service,
+                             const Herald__V1__EraseUserDevicesRequest *input,
+                             Herald__V1__EraseUserResponse_Closure closure,
+                             void *closure_data);
 };
 typedef void (*Herald__V1__RegistrationService_ServiceDestroy)(Herald__V1__RegistrationService_Service *);
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
@@ -1391,7 +1522,9 @@ void herald__v1__registration_service__init (Herald__V1__RegistrationService_Ser
       function_prefix__ ## export_devices,\
       function_prefix__ ## delete_hub_devices,\
       function_prefix__ ## check_handles,\
-      function_prefix__ ## list_devices  }
+      function_prefix__ ## list_devices,\
+      function_prefix__ ## list_user_devices,\
+      function_prefix__ ## erase_user_devices  }
 void herald__v1__registration_service__create_registration_id(ProtobufCService *service,
                                                               const Herald__V1__CreateRegistrationIdRequest *input,
                                                               Herald__V1__CreateRegistrationIdResponse_Closure closure,
@@ -1456,9 +1589,20 @@ void herald__v1__registration_service__list_devices(ProtobufCService *service,
                                                     const Herald__V1__ListDevicesRequest *input,
                                                     Herald__V1__ListDevicesResponse_Closure closure,
                                                     void *closure_data);
+void herald__v1__registration_service__list_user_devices(ProtobufCService *service,
+                                                         const Herald__V1__ListUserDevicesRequest *input,
+                                                         Herald__V1__ListUserDevicesResponse_Closure closure,
+                                                         void *closure_data);
+void herald__v1__registration_service__erase_user_devices(ProtobufCService *service,
+                                                          const Herald__V1__EraseUserDevicesRequest *input,
+                                                          Herald__V1__EraseUserResponse_Closure closure,
+                                                          void *closure_data);
 
 /* --- descriptors --- */
 
+extern const ProtobufCMessageDescriptor herald__v1__list_user_devices_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_user_devices_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__erase_user_devices_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__registration__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__create_registration_id_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__create_registration_id_response__descriptor;
