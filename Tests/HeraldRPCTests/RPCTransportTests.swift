@@ -333,6 +333,36 @@ struct TransportConformanceTests {
         }
     }
 
+    @Test(
+        "a server whose task is cancelled (a sibling service failed, no drain) stops with a connection open",
+        arguments: RPCTransport.allCases)
+    func cancelled(_ transport: RPCTransport) async throws {
+        var template = Array("/tmp/herald-rpc-XXXXXX".utf8CString)
+        let dir = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let socket = dir + "/cancel.sock"
+        let table = Self.table()
+        let server: any Service =
+            transport == .lean
+            ? LeanServer(table: table, socketPath: socket, logger: Logger(label: "test"))
+            : try RPCServer(table: table, socketPath: socket, logger: Logger(label: "test"))
+        let running = Task { try await server.run() }
+        let stopped = Atomic<Bool>(false)
+        let watcher = Task {
+            _ = await running.result
+            stopped.store(true, ordering: .relaxed)
+        }
+        try await RPCClient.with(socketPath: socket, transport: transport, timeout: .seconds(20)) { client in
+            _ = try await AuthServiceClient(client).authenticate(AuthenticateRequest(authorization: "x"))
+            running.cancel()
+            #expect(
+                try await Self.waitFor { stopped.load(ordering: .relaxed) },
+                "the server still runs after its cancellation")
+        }
+        // A server that never stops is left behind: the test has failed already.
+        if stopped.load(ordering: .relaxed) { await watcher.value }
+    }
+
     @Test("a slow stream reader holds the lean server back to its window")
     func backPressure() async throws {
         try await Self.withServers(.lean) { client, _ in

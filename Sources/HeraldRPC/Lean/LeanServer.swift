@@ -99,7 +99,13 @@ public final class LeanServer: Service {
         logger.info("listening (lean)", metadata: ["herald.endpoint": "\(endpoint)", "herald.tls": "\(tls != nil)"])
         onListening()
         await withGracefulShutdownHandler {
-            try? await server.closeFuture.get()
+            // A future's get() does not end when the task is cancelled: without the handler, a group
+            // that cancels instead of draining (a sibling service failed) waited here for ever.
+            await withTaskCancellationHandler {
+                try? await server.closeFuture.get()
+            } onCancel: {
+                server.close(promise: nil)
+            }
         } onGracefulShutdown: { [health] in
             health?.beginDraining()
             server.close(promise: nil)
