@@ -28,6 +28,8 @@ public protocol AccountStore: Sendable {
     /// Erase: the account and every token of `name`, whether or not the account still exists (a
     /// second erase after a crash); returns how many rows went.
     nonisolated(nonsending) func eraseUser(_ name: String) async throws -> Int64
+    /// Export: the account (nil when there is none) and how many of its tokens are live.
+    nonisolated(nonsending) func exportUser(_ name: String) async throws -> (user: User?, liveTokens: Int64)
     /// Deletes every account and token (ResetForTests).
     nonisolated(nonsending) func deleteEverything() async throws -> Int64
     nonisolated(nonsending) func listUsers() async throws -> [User]
@@ -135,6 +137,22 @@ public final class SQLiteAccountStore: AccountStore {
             let accounts = db.changesCount
             try db.execute(sql: "DELETE FROM token WHERE user = ?", arguments: [name])
             return Int64(accounts + db.changesCount)
+        }
+    }
+
+    public func exportUser(_ name: String) throws -> (user: User?, liveTokens: Int64) {
+        let now = self.now()
+        return try db.read { db in
+            let user = try Row.fetchOne(
+                db, sql: "SELECT created_at, password_changed_at FROM user WHERE name = ?", arguments: [name]
+            ).map {
+                User(name: name, createdAtUnixMs: $0["created_at"], passwordChangedAtUnixMs: $0["password_changed_at"])
+            }
+            let live =
+                try Int64.fetchOne(
+                    db, sql: "SELECT COUNT(*) FROM token WHERE user = ? AND revoked_at IS NULL AND expires_at > ?",
+                    arguments: [name, now]) ?? 0
+            return (user, live)
         }
     }
 

@@ -104,6 +104,34 @@ public struct AuthHandlers: AuthServiceHandler {
         return EraseUserResponse(removed: removed)
     }
 
+    public func exportUser(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage {
+        try ExportJSON.check(request)
+        struct Account: Encodable {
+            var name: String
+            var createdAt: String
+            var passwordChangedAt: String
+        }
+        struct Grant: Encodable {
+            var hub: String
+            var rights: [String]
+        }
+        struct Item: Encodable {
+            var account: Account?
+            var liveTokens: Int64
+            var grants: [Grant]
+        }
+        let (user, live) = try await authenticator.store.exportUser(request.user)
+        let item = Item(
+            account: user.map {
+                Account(
+                    name: $0.name, createdAt: ExportJSON.time($0.createdAtUnixMs),
+                    passwordChangedAt: ExportJSON.time($0.passwordChangedAtUnixMs))
+            },
+            liveTokens: live,
+            grants: try await hubs.grants(of: request.user).map { Grant(hub: $0.hub, rights: $0.rights.names) })
+        return ExportPage(items: [try ExportJSON.encode(item)])
+    }
+
     public func listUsers(_ request: ListUsersRequest, context: RPCContext) async throws -> ListUsersResponse {
         ListUsersResponse(users: try await authenticator.store.listUsers())
     }

@@ -69,6 +69,8 @@ public protocol HubStore: Sendable {
     nonisolated(nonsending) func rights(hub: String, user: String) async throws -> HubRights
     /// Erase: every grant of `user` on every hub; returns how many.
     nonisolated(nonsending) func revokeGrants(of user: String) async throws -> Int64
+    /// Export: every grant of `user`, by hub name.
+    nonisolated(nonsending) func grants(of user: String) async throws -> [(hub: String, rights: HubRights)]
     /// Every hub, key and grant (ResetForTests); the default hub is made again.
     nonisolated(nonsending) func deleteEverything() async throws -> Int64
 }
@@ -393,6 +395,15 @@ public final class SQLiteHubStore: HubStore {
                         "INSERT INTO hub_grant (hub, user, rights) VALUES (?, ?, ?) ON CONFLICT (hub, user) DO UPDATE SET rights = excluded.rights",
                     arguments: [hub, user, rights.rawValue])
             }
+        }
+    }
+
+    public func grants(of user: String) throws -> [(hub: String, rights: HubRights)] {
+        try db.read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT hub, rights FROM hub_grant WHERE user = ? ORDER BY hub", arguments: [user]
+            )
+            .map { ($0["hub"], HubRights(rawValue: $0["rights"])) }
         }
     }
 

@@ -129,6 +129,21 @@ public final class PostgresAccountStore: AccountStore {
         }
     }
 
+    public func exportUser(_ name: String) async throws -> (user: User?, liveTokens: Int64) {
+        let now = self.now()
+        let user = try await db.rows(
+            "SELECT created_at, password_changed_at FROM account WHERE name = \(name)"
+        ).first.map { row in
+            let (created, changed) = try row.decode((Int64, Int64).self)
+            return User(name: name, createdAtUnixMs: created, passwordChangedAtUnixMs: changed)
+        }
+        let live =
+            try await db.rows(
+                "SELECT COUNT(*) FROM token WHERE user_name = \(name) AND revoked_at IS NULL AND expires_at > \(now)"
+            ).first?.decode(Int64.self) ?? 0
+        return (user, live)
+    }
+
     public func deleteEverything() async throws -> Int64 {
         try await db.deleteAll(["token", "account", "lockout"])
     }
@@ -335,6 +350,13 @@ public final class PostgresHubStore: HubStore {
                 rights: HubRights(rawValue: Int(rights)), primary: primary, secondary: secondary,
                 maxInstallations: maxInstallations,
                 hubID: id)
+        }
+    }
+
+    public func grants(of user: String) async throws -> [(hub: String, rights: HubRights)] {
+        try await db.rows("SELECT hub, rights FROM hub_grant WHERE user_name = \(user) ORDER BY hub").map { row in
+            let (hub, rights) = try row.decode((String, Int32).self)
+            return (hub, HubRights(rawValue: Int(rights)))
         }
     }
 

@@ -383,6 +383,30 @@ public struct DispatchHandlers: DispatchServiceHandler {
         return EraseUserResponse(removed: erased.removed, redacted: erased.redacted)
     }
 
+    public func exportUser(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage {
+        let limit = try ExportJSON.check(request)
+        struct Item: Encodable {
+            var notificationId: String
+            var hub: String
+            var sender: String
+            var targetUser: String
+            var targetTag: String
+            var state: String
+            var createdAt: String
+            var finishedAt: String
+        }
+        let page = try await outbox.exportSends(
+            user: request.user, hub: request.hub, after: request.after, limit: limit)
+        let items = try page.map {
+            try ExportJSON.encode(
+                Item(
+                    notificationId: $0.id, hub: $0.hub, sender: $0.sender, targetUser: $0.targetUser,
+                    targetTag: $0.targetTag, state: "\($0.state)", createdAt: ExportJSON.time($0.createdAt),
+                    finishedAt: ExportJSON.time($0.finishedAt)))
+        }
+        return ExportPage(items: items, next: page.count == limit ? page.last!.id : "")
+    }
+
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {
         try await outbox.outcome(of: request.notificationID, requester: request.requester, hub: request.hub)
     }

@@ -133,8 +133,8 @@ public final class RPCClient: Sendable {
         "GetInstallation",
         "ListInstallations", "ExportDevices", "CheckHandles", "ListDevices",
         "Check", "Watch",
-        // An erase's parts: each one finishes what a first call began.
-        "EraseUser", "ListUserDevices", "EraseUserDevices", "EraseDevices",
+        // An erase's parts (each one finishes what a first call began), and an export's pages.
+        "EraseUser", "ListUserDevices", "EraseUserDevices", "EraseDevices", "ExportUser", "ExportUserDevices",
     ]
 
     public convenience init(socketPath: String, transport: RPCTransport = .lean, defaultTimeout: Duration = .seconds(5))

@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 public import HeraldModel
 import HeraldProto
@@ -72,6 +73,40 @@ public struct PayloadHandlers: PayloadServiceHandler {
                 "herald.redacted": "\(erased.redacted)",
             ])
         return EraseUserResponse(removed: erased.removed, redacted: erased.redacted)
+    }
+
+    public func exportUser(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage {
+        let limit = try ExportJSON.check(request)
+        let after = request.after.isEmpty ? 0 : Int64(request.after)
+        guard let after, after >= 0 else { throw ServiceError.invalidArgument("after must be a content id") }
+        struct Item: Encodable {
+            var id: Int64
+            /// "received": addressed to the user, with its content; "sent": by the user to someone
+            /// else, without it.
+            var direction: String
+            var sender: String?
+            var recipient: String?
+            var kind: String
+            var contentType: String
+            var message: String
+            var richType: String
+            var read: Bool
+            var createdAt: String
+            var expiresAt: String
+            var content: String?
+        }
+        let page = try await store.exportPage(user: request.user, after: after, limit: limit)
+        let items = try page.map { row in
+            let received = row.recipient == request.user
+            return try ExportJSON.encode(
+                Item(
+                    id: row.id, direction: received ? "received" : "sent", sender: received ? row.sender : nil,
+                    recipient: received ? nil : row.recipient, kind: row.kind == .rich ? "rich" : "secure",
+                    contentType: row.contentType, message: row.message, richType: row.richType, read: row.read,
+                    createdAt: ExportJSON.time(row.createdAt), expiresAt: ExportJSON.time(row.expiresAt),
+                    content: received ? Data(row.content).base64EncodedString() : nil))
+        }
+        return ExportPage(items: items, next: page.count == limit ? String(page.last!.id) : "")
     }
 
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws

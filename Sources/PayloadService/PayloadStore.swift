@@ -30,10 +30,27 @@ public protocol PayloadStore: Sendable {
     /// (it stays its recipients'). Idempotent. A scan of the table: erases are rare, and an index
     /// on sender would cost every store.
     nonisolated(nonsending) func eraseUser(_ user: String) async throws -> (removed: Int64, redacted: Int64)
+    /// Export: content addressed to or sent by `user`, by id after `after`.
+    nonisolated(nonsending) func exportPage(user: String, after: Int64, limit: Int) async throws -> [StoredPayload]
     /// Deletes expired content; returns how many notifications were removed.
     nonisolated(nonsending) func purgeExpired() async throws -> Int
     /// Deletes all content (ResetForTests).
     nonisolated(nonsending) func deleteEverything() async throws -> Int64
+}
+
+/// One stored content, whole (an export's row).
+public struct StoredPayload: Sendable {
+    public var id: Int64
+    public var recipient: String
+    public var sender: String
+    public var kind: PayloadKind
+    public var content: [UInt8]
+    public var contentType: String
+    public var message: String
+    public var richType: String
+    public var read: Bool
+    public var createdAt: Int64
+    public var expiresAt: Int64
 }
 
 extension PayloadStore {
@@ -134,6 +151,31 @@ public final class SQLitePayloadStore: PayloadStore {
     nonisolated(nonsending) public func purgeExpired() async throws -> Int { try purgeExpiredNow() }
     nonisolated(nonsending) public func eraseUser(_ user: String) async throws -> (removed: Int64, redacted: Int64) {
         try eraseNow(user)
+    }
+
+    nonisolated(nonsending) public func exportPage(user: String, after: Int64, limit: Int) async throws
+        -> [StoredPayload]
+    {
+        try exportNow(user: user, after: after, limit: limit)
+    }
+
+    private func exportNow(user: String, after: Int64, limit: Int) throws -> [StoredPayload] {
+        try db.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT id, recipient, sender, kind, content, content_type, message, rich_type, read, created_at, expires_at
+                    FROM payload WHERE (recipient = ? OR sender = ?) AND id > ? ORDER BY id LIMIT ?
+                    """,
+                arguments: [user, user, after, limit]
+            ).map {
+                StoredPayload(
+                    id: $0["id"], recipient: $0["recipient"], sender: $0["sender"],
+                    kind: PayloadKind(rawValue: $0["kind"]), content: [UInt8]($0["content"] as Data),
+                    contentType: $0["content_type"], message: $0["message"], richType: $0["rich_type"],
+                    read: $0["read"], createdAt: $0["created_at"], expiresAt: $0["expires_at"])
+            }
+        }
     }
 
     private func eraseNow(_ user: String) throws -> (removed: Int64, redacted: Int64) {

@@ -99,6 +99,26 @@ public final class PostgresPayloadStore: PayloadStore {
         }
     }
 
+    nonisolated(nonsending) public func exportPage(user: String, after: Int64, limit: Int) async throws
+        -> [StoredPayload]
+    {
+        try await db.rows(
+            """
+            SELECT id, recipient, sender, kind, content, content_type, message, rich_type, read, created_at, expires_at
+            FROM payload WHERE (recipient = \(user) OR sender = \(user)) AND id > \(after) ORDER BY id LIMIT \(Int64(limit))
+            """
+        ).map { row in
+            let (id, recipient, sender, kind, content, contentType, message, richType, read, created, expires) =
+                try row.decode(
+                    (Int64, String, String, Int32, ByteBuffer, String, String, String, Bool, Int64, Int64).self)
+            return StoredPayload(
+                id: id, recipient: recipient, sender: sender, kind: PayloadKind(rawValue: kind),
+                content: Array(content.readableBytesView),
+                contentType: contentType, message: message, richType: richType, read: read, createdAt: created,
+                expiresAt: expires)
+        }
+    }
+
     nonisolated(nonsending) public func purgeExpired() async throws -> Int {
         // In batches, so that a large purge never holds many row locks in one transaction.
         try await db.deleteInBatches(batch: 1000) {

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import HeraldModel
 public import HeraldProto
+import NIOCore
 import PostgresNIO
 
 /// Erase, registration's part: which devices are a user's, on both stores.
@@ -24,12 +25,12 @@ enum RegistrationErasure {
 
 extension SQLiteRegistrations {
     /// `r`'s row is the user's (see ``RegistrationErasure``): arguments user, user, tag, tag, hub, hub.
-    private static let isUsers = """
+    static let isUsers = """
         ((r.owner = ? OR r.user_id = ? OR r.id IN (SELECT registration_id FROM registration_tag WHERE tag IN (?, ?)))
          AND (? = '' OR r.hub = ?))
         """
 
-    private static func arguments(_ user: String, _ hub: String) -> StatementArguments {
+    static func arguments(_ user: String, _ hub: String) -> StatementArguments {
         let tags = RegistrationErasure.tags(of: user)
         return [user, user, tags[0], tags[1], hub, hub]
     }
@@ -127,5 +128,89 @@ extension PostgresRegistrationStore {
             RETURNING id
             """)
         return Int64(rows.count)
+    }
+}
+
+/// One of a user's devices, whole: an export's row. `document` is NH's JSON of an installation (or
+/// of one of its templates, with `templateName`); nil for a tutorial registration.
+public struct UserDeviceRecord: Sendable {
+    public var id: String
+    public var hub: String
+    public var platform: Platform
+    public var handle: String
+    public var tags: [String]
+    public var document: [UInt8]?
+    public var templateName: String?
+    public var createdAt: Int64
+    public var updatedAt: Int64
+    public var expired: Bool
+}
+
+extension SQLiteRegistrations {
+    func exportUserDevices(user: String, hub: String, after: String, limit: Int) throws -> [UserDeviceRecord] {
+        try db.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT x.id, x.hub, x.platform, x.handle, x.document, x.template_name, x.created_at, x.updated_at,
+                           x.expired,
+                           (SELECT json_group_array(tag) FROM (
+                                SELECT tag FROM registration_tag t WHERE t.registration_id = x.id ORDER BY tag)) AS tags
+                    FROM registration x
+                    WHERE (x.id IN (SELECT r.id FROM registration r WHERE \(Self.isUsers))
+                           OR x.parent_id IN (SELECT r.id FROM registration r WHERE \(Self.isUsers)))
+                      AND x.id > ?
+                    ORDER BY x.id LIMIT ?
+                    """,
+                arguments: Self.arguments(user, hub) + Self.arguments(user, hub) + [after, limit]
+            ).map { row in
+                let tags = (try? JSONDecoder().decode([String].self, from: Data((row["tags"] as String).utf8))) ?? []
+                return UserDeviceRecord(
+                    id: row["id"], hub: row["hub"], platform: Platform(rawValue: row["platform"]),
+                    handle: row["handle"],
+                    tags: tags, document: (row["document"] as Data?).map { [UInt8]($0) },
+                    templateName: row["template_name"], createdAt: row["created_at"], updatedAt: row["updated_at"],
+                    expired: row["expired"])
+            }
+        }
+    }
+}
+
+extension SQLiteRegistrationStore {
+    nonisolated(nonsending) public func exportUserDevices(user: String, hub: String, after: String, limit: Int)
+        async throws -> [UserDeviceRecord]
+    {
+        try RegistrationErasure.checkPage(limit)
+        return try tables.exportUserDevices(user: user, hub: hub, after: after, limit: limit)
+    }
+}
+
+extension PostgresRegistrationStore {
+    nonisolated(nonsending) public func exportUserDevices(user: String, hub: String, after: String, limit: Int)
+        async throws -> [UserDeviceRecord]
+    {
+        try RegistrationErasure.checkPage(limit)
+        let tags = RegistrationErasure.tags(of: user)
+        let rows = try await db.rows(
+            """
+            WITH users AS (
+                SELECT r.id FROM registration r
+                WHERE (r.owner = \(user) OR r.user_id = \(user)
+                       OR r.id IN (SELECT registration_id FROM registration_tag WHERE tag = ANY(\(tags))))
+                  AND (\(hub) = '' OR r.hub = \(hub)))
+            SELECT x.id, x.hub, x.platform, x.handle, x.document, x.template_name, x.created_at, x.updated_at, x.expired,
+                   coalesce((SELECT array_agg(t.tag ORDER BY t.tag) FROM registration_tag t WHERE t.registration_id = x.id), '{}')
+            FROM registration x
+            WHERE (x.id IN (SELECT id FROM users) OR x.parent_id IN (SELECT id FROM users)) AND x.id > \(after)
+            ORDER BY x.id LIMIT \(Int64(limit))
+            """)
+        return try rows.map { row in
+            let (id, hub, platform, handle, document, templateName, created, updated, expired, tags) = try row.decode(
+                (String, String, Int32, String, ByteBuffer?, String?, Int64, Int64, Int32, [String]).self)
+            return UserDeviceRecord(
+                id: id, hub: hub, platform: Platform(rawValue: platform), handle: handle, tags: tags,
+                document: document.map { Array($0.readableBytesView) }, templateName: templateName, createdAt: created,
+                updatedAt: updated, expired: expired != 0)
+        }
     }
 }

@@ -252,6 +252,36 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         return EraseUserResponse(removed: removed)
     }
 
+    public func exportUserDevices(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage {
+        let limit = try ExportJSON.check(request)
+        struct Item: Encodable {
+            var registrationId: String
+            var hub: String
+            var platform: String
+            var handle: String
+            var tags: [String]
+            var template: String?
+            var expired: Bool
+            var createdAt: String
+            var updatedAt: String
+        }
+        let page = try await store.exportUserDevices(
+            user: request.user, hub: request.hub, after: request.after, limit: limit)
+        let items = try page.map { device in
+            var item = try ExportJSON.encode(
+                Item(
+                    registrationId: device.id, hub: device.hub, platform: device.platform.name,
+                    handle: device.handle, tags: device.tags, template: device.templateName, expired: device.expired,
+                    createdAt: ExportJSON.time(device.createdAt), updatedAt: ExportJSON.time(device.updatedAt)))
+            // An installation's (or template's) NH JSON as it is stored, not re-encoded.
+            if let document = device.document, (try? JSONSerialization.jsonObject(with: Data(document))) != nil {
+                item = Array("{\"nh\":".utf8) + document + [UInt8(ascii: ",")] + item.dropFirst()
+            }
+            return item
+        }
+        return ExportPage(items: items, next: page.count == limit ? page.last!.id : "")
+    }
+
     /// An erase names one user (never everyone: an empty name would match every device without an
     /// owner) and at most one hub.
     static func checkErase(user: String, hub: String) throws {

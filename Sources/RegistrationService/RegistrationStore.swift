@@ -68,6 +68,9 @@ public protocol RegistrationStore: Sendable {
     /// Erase: a page of the user's devices, lowest registration id first (``RegistrationErasure``
     /// says which are the user's); `hub` empty: every hub.
     nonisolated(nonsending) func userDevices(user: String, hub: String, limit: Int) async throws -> [UserDevice]
+    /// Export: the user's devices whole, by registration id after `after`.
+    nonisolated(nonsending) func exportUserDevices(user: String, hub: String, after: String, limit: Int) async throws
+        -> [UserDeviceRecord]
     /// Erase: deletes those of `ids` still the user's, with their tags and templates.
     nonisolated(nonsending) func eraseUserDevices(user: String, hub: String, ids: [String]) async throws -> Int64
     /// Deletes every device of a hub, in batches; returns how many.

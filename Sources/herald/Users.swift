@@ -15,7 +15,7 @@ import HeraldStack
 struct Users: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage the accounts of a running stack (auth-mode accounts).",
-        subcommands: [Add.self, Passwd.self, Delete.self, Erase.self, List.self])
+        subcommands: [Add.self, Passwd.self, Delete.self, Erase.self, Export.self, List.self])
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -83,17 +83,10 @@ struct Users: AsyncParsableCommand {
         func run() async throws {
             var hubID: String?
             if let hub { hubID = try await Hubs.identity(hub, stack).id }
-            let report = try await withService(.auth, stack) { auth in
-                try await withService(.registration, stack) { registration in
-                    try await withService(.payload, stack) { payload in
-                        try await withService(.dispatch, stack) { dispatch in
-                            try await UserErasure.run(
-                                user: user, hub: hubID, auth: AuthServiceClient(auth),
-                                registration: RegistrationServiceClient(registration),
-                                payload: PayloadServiceClient(payload), dispatch: DispatchServiceClient(dispatch))
-                        }
-                    }
-                }
+            let report = try await withEveryService(stack) { auth, registration, payload, dispatch in
+                try await UserErasure.run(
+                    user: user, hub: hubID, auth: auth, registration: registration, payload: payload, dispatch: dispatch
+                )
             }
             if json {
                 let encoder = JSONEncoder()
@@ -109,6 +102,52 @@ struct Users: AsyncParsableCommand {
                 delivery row(s) removed and \(report.deliveryRowsRedacted) redacted, \(report.sendRowsRemoved) send row(s) \
                 cancelled or emptied and \(report.sendRowsRedacted) redacted
                 """)
+        }
+    }
+
+    struct Export: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Write one JSON document of everything Herald holds about a person, from every service.",
+            discussion: """
+                Without --hub: the account (never a password hash or token), its grants, its devices \
+                in every hub, content addressed to it (with the content) or sent by it (without), and \
+                the sends it made or that were addressed to it. With --hub: that hub's devices and \
+                sends whose userId is NAME. Written page by page, in bounded memory.
+                """)
+        @OptionGroup var stack: StackOptions
+        @Option(help: "Only this hub's devices and sends with this userId.")
+        var hub: String?
+        @Option(help: "The file to write (default: standard output).")
+        var out: String?
+        @Option(help: "Items each service hands over per call (1 to 1,000): the memory an export takes.")
+        var pageSize: Int32 = 500
+        @Argument var user: String
+
+        func run() async throws {
+            var hubID: String?
+            if let hub { hubID = try await Hubs.identity(hub, stack).id }
+            let file: FileHandle
+            if let out {
+                guard FileManager.default.createFile(atPath: out, contents: nil) else {
+                    throw CLIError(message: "cannot create \(out)")
+                }
+                file = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
+            } else {
+                file = FileHandle.standardOutput
+            }
+            let counts = try await withEveryService(stack) { auth, registration, payload, dispatch in
+                try await UserExport.run(
+                    user: user, hub: hubID, auth: auth, registration: registration, payload: payload,
+                    dispatch: dispatch,
+                    pageSize: pageSize
+                ) { bytes in try file.write(contentsOf: bytes) }
+            }
+            if let out {
+                try file.close()
+                printError(
+                    "\(user): \(counts.devices) device(s), \(counts.content) content(s), \(counts.sends) send(s) written to \(out)"
+                )
+            }
         }
     }
 
@@ -213,4 +252,23 @@ func readPassword(prompt: String = "Password: ", confirm: Bool = false) throws -
     guard !password.isEmpty else { throw ValidationError("empty password") }
     if confirm, ask("Again: ") != password { throw ValidationError("the passwords differ") }
     return password
+}
+
+/// `body` with a client of each of the four services (an erase or an export calls them all).
+func withEveryService<T: Sendable>(
+    _ stack: StackOptions,
+    _ body: (AuthServiceClient, RegistrationServiceClient, PayloadServiceClient, DispatchServiceClient) async throws ->
+        T
+) async throws -> T {
+    try await withService(.auth, stack) { auth in
+        try await withService(.registration, stack) { registration in
+            try await withService(.payload, stack) { payload in
+                try await withService(.dispatch, stack) { dispatch in
+                    try await body(
+                        AuthServiceClient(auth), RegistrationServiceClient(registration), PayloadServiceClient(payload),
+                        DispatchServiceClient(dispatch))
+                }
+            }
+        }
+    }
 }

@@ -282,6 +282,13 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func eraseDevices(_ request: EraseDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
         throw Self.unused()
     }
+    /// Auth's, payload's and dispatch's ExportUser alike.
+    func exportUser(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage {
+        throw Self.unused()
+    }
+    func exportUserDevices(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage {
+        throw Self.unused()
+    }
     func listUserDevices(_ request: ListUserDevicesRequest, options: RPCCallOptions) async throws
         -> ListUserDevicesResponse
     {

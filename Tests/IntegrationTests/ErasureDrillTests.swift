@@ -211,6 +211,66 @@ struct ErasureDrillTests {
         }
     }
 
+    @Test(
+        "herald users export writes one JSON document of the person's account, devices, content and sends, page by page; nobody else's"
+    )
+    func export() async throws {
+        let y = "yve.export"
+        try await LiveStack.with(auth: .accounts, users: [y, "bob", "sender"]) { live in
+            let edge = live.edge
+            let handles = (0..<3).map { apnsToken(9100 + $0) }
+            for handle in handles { try await live.register(y, handle: handle, tags: ["news"]) }
+            try await live.register("bob", handle: apnsToken(9200), tags: ["news"])
+            let full = try await NHSendTests.defaultHub(live)
+            let sas = NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full)
+            let install = try await edge.request(
+                "PUT", "/default/installations/yve-phone", authorization: sas,
+                body: #"{"installationId":"yve-phone","platform":"fcmv1","pushChannel":"fcm-yve","userId":"\#(y)"}"#)
+            try #require(install.status == 200, "\(install.text)")
+            #expect(
+                [200, 202].contains(
+                    try await edge.request(
+                        "POST", "/v1/notifications?kind=secure&to_user=\(y)", as: "sender", body: "for yve only"
+                    ).status))
+            #expect(
+                [200, 202].contains(
+                    try await edge.request(
+                        "POST", "/v1/notifications?kind=secure&to_user=bob", as: y, body: "bob's to read"
+                    ).status))
+
+            let file = live.configuration.directory + "/export.json"
+            let herald = live.configuration.binDirectory + "/herald"
+            let run = try await runProgram(
+                herald,
+                [
+                    "users", "export", y, "--out", file, "--page-size", "2", "--runtime-dir",
+                    live.configuration.runtimeDirectory,
+                ])
+            try #require(run.status == 0, "herald users export: \(run.error)")
+            #expect(run.error.contains("4 device(s), 2 content(s)"), "\(run.error)")
+            let document = try #require(
+                try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: file))) as? [String: Any])
+            #expect(document["user"] as? String == y)
+            let account = try #require(document["account"] as? [String: Any])
+            #expect((account["account"] as? [String: Any])?["name"] as? String == y)
+            #expect((account["grants"] as? [[String: Any]])?.first?["hub"] as? String == "default")
+            let devices = try #require(document["devices"] as? [[String: Any]])
+            #expect(Set(devices.compactMap { $0["handle"] as? String }) == Set(handles + ["fcm-yve"]))
+            let phone = try #require(devices.first { $0["handle"] as? String == "fcm-yve" })
+            #expect((phone["nh"] as? [String: Any])?["userId"] as? String == y, "the installation's own JSON")
+            let content = try #require(document["content"] as? [[String: Any]])
+            let received = try #require(content.first { $0["direction"] as? String == "received" })
+            #expect(received["content"] as? String == Data("for yve only".utf8).base64EncodedString())
+            let sent = try #require(content.first { $0["direction"] as? String == "sent" })
+            #expect(sent["recipient"] as? String == "bob" && sent["content"] == nil)
+            let sends = try #require(document["sends"] as? [[String: Any]])
+            #expect(sends.count == 2, "the send to yve and yve's to bob")
+            // Nothing of bob's beyond what yve sent him.
+            let text = try String(contentsOfFile: file, encoding: .utf8)
+            #expect(!text.contains(apnsToken(9200)))
+        }
+    }
+
     @Test("DELETE /{hub}/users/{userId} needs Manage, erases that hub's devices with the userId, and nothing else")
     func hubRoute() async throws {
         try await LiveStack.with { live in

@@ -252,3 +252,57 @@ extension PostgresOutbox {
         }
     }
 }
+
+/// One send a user made or that was addressed to them: an export's row.
+public struct SendRecord: Sendable {
+    public var id: String
+    public var hub: String
+    public var sender: String
+    public var targetUser: String
+    public var targetTag: String
+    public var state: OutcomeState
+    public var createdAt: Int64
+    public var finishedAt: Int64
+}
+
+extension Outbox {
+    public func exportSends(user: String, hub: String, after: String, limit: Int) async throws -> [SendRecord] {
+        let tags = OutboxErasure.tags(of: user)
+        return try await db.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT id, hub, sender, target_user, target_tag, state, created_at, finished_at FROM notification
+                    WHERE (sender = ? OR target_user = ? OR target_tag IN (?, ?)) AND (? = '' OR hub = ?) AND id > ?
+                    ORDER BY id LIMIT ?
+                    """,
+                arguments: [user, user, tags[0], tags[1], hub, hub, after, limit]
+            ).map {
+                SendRecord(
+                    id: $0["id"], hub: $0["hub"], sender: $0["sender"], targetUser: $0["target_user"],
+                    targetTag: $0["target_tag"], state: OutcomeState(rawValue: $0["state"]),
+                    createdAt: $0["created_at"], finishedAt: $0["finished_at"])
+            }
+        }
+    }
+}
+
+extension PostgresOutbox {
+    public func exportSends(user: String, hub: String, after: String, limit: Int) async throws -> [SendRecord] {
+        let tags = OutboxErasure.tags(of: user)
+        return try await db.rows(
+            """
+            SELECT id, hub, sender, target_user, target_tag, state, created_at, finished_at FROM notification
+            WHERE (sender = \(user) OR target_user = \(user) OR target_tag = ANY(\(tags))) AND (\(hub) = '' OR hub = \(hub))
+              AND id > \(after)
+            ORDER BY id LIMIT \(Int64(limit))
+            """
+        ).map { row in
+            let (id, hub, sender, targetUser, targetTag, state, created, finished) = try row.decode(
+                (String, String, String, String, String, Int32, Int64, Int64).self)
+            return SendRecord(
+                id: id, hub: hub, sender: sender, targetUser: targetUser, targetTag: targetTag,
+                state: OutcomeState(rawValue: state), createdAt: created, finishedAt: finished)
+        }
+    }
+}

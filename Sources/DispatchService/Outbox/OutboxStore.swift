@@ -81,6 +81,8 @@ public protocol OutboxStore: Sendable {
     /// Erase, devices: see EraseDevices in dispatch.proto; ``ErasedRows/inFlight`` counts the
     /// deliveries still waiting for their result.
     func eraseDevices(_ devices: [UserDevice]) async throws -> ErasedRows
+    /// Export: the sends `user` made or that were addressed to them, by id after `after`.
+    func exportSends(user: String, hub: String, after: String, limit: Int) async throws -> [SendRecord]
     func pendingRemovals(limit: Int) async throws -> [(id: Int64, platform: Platform, handle: String, since: Int64)]
     func removalDone(_ id: Int64) async throws
     /// When the earliest pending delivery is due (Unix ms), if any.

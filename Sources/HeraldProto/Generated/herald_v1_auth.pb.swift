@@ -1955,6 +1955,9 @@ public enum AuthServiceMethods {
     /// Erase, auth's part: the account, its tokens, its grants on hubs and its login lockouts. Unlike DeleteUser, an
     /// unknown user succeeds (removed = 0): an erase that crashed after this step runs it again.
     public static let eraseUser = UnaryMethod<EraseUserRequest, EraseUserResponse>(service: serviceName, method: "EraseUser")
+    /// Export, auth's part: one item, {"account": {...} or null, "liveTokens": n, "grants": [...]}.
+    /// Never a password hash or a token.
+    public static let exportUser = UnaryMethod<ExportUserRequest, ExportPage>(service: serviceName, method: "ExportUser")
     /// Whether content may be stored for this user: an account exists (accounts mode), or the name is
     /// a valid user name (tutorial mode, where every such name can log in). The edge asks before it
     /// stores secure or rich content for someone other than the caller.
@@ -2001,5 +2004,5 @@ public enum AuthServiceMethods {
     public static let setHubLimits = UnaryMethod<SetHubLimitsRequest, Hub>(service: serviceName, method: "SetHubLimits")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, eraseUser.fullName, userExists.fullName, resetForTests.fullName, createHub.fullName, listHubs.fullName, getHub.fullName, deleteHub.fullName, listHubKeys.fullName, setHubKey.fullName, rotateHubKey.fullName, revokeHubKey.fullName, authorizeSas.fullName, grantHubRights.fullName, setHubLimits.fullName]
+    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, eraseUser.fullName, exportUser.fullName, userExists.fullName, resetForTests.fullName, createHub.fullName, listHubs.fullName, getHub.fullName, deleteHub.fullName, listHubKeys.fullName, setHubKey.fullName, rotateHubKey.fullName, revokeHubKey.fullName, authorizeSas.fullName, grantHubRights.fullName, setHubLimits.fullName]
 }

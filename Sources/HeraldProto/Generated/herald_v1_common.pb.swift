@@ -315,3 +315,124 @@ extension UserDevice: CBacked {
     }
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__user_device__free_unpacked(p, nil) }
 }
+
+/// Request of each service's part of exporting one person's data (`herald users export`): a page
+/// after `after` (the `next` of the page before; empty: the first).
+public struct ExportUserRequest: HeraldMessage {
+    public var user: String
+    /// A hub id: only that hub's devices and sends. Empty: every hub.
+    public var hub: String
+    public var after: String
+    /// 1 to 1,000.
+    public var limit: Int32
+
+    public init(user: String = "", hub: String = "", after: String = "", limit: Int32 = 0) {
+        self.user = user
+        self.hub = hub
+        self.after = after
+        self.limit = limit
+    }
+
+    public init() {
+        self.user = ""
+        self.hub = ""
+        self.after = ""
+        self.limit = 0
+    }
+
+    public static let protoName = "herald.v1.ExportUserRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ExportUserRequest: CBacked {
+    typealias CType = Herald__V1__ExportUserRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = CBridge.string(m.user)
+        self.hub = CBridge.string(m.hub)
+        self.after = CBridge.string(m.after)
+        self.limit = m.limit
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__export_user_request__init(p)
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.ExportUserRequest.user")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ExportUserRequest.hub")
+        p.pointee.after = try arena.string(self.after, field: "herald.v1.ExportUserRequest.after")
+        p.pointee.limit = self.limit
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__export_user_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__export_user_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__export_user_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__export_user_request__free_unpacked(p, nil) }
+}
+
+/// One page of an export: each item one JSON object (UTF-8), as the export document holds it.
+/// `next` empty: there is no further page.
+public struct ExportPage: HeraldMessage {
+    public var items: [[UInt8]]
+    public var next: String
+
+    public init(items: [[UInt8]] = [], next: String = "") {
+        self.items = items
+        self.next = next
+    }
+
+    public init() {
+        self.items = []
+        self.next = ""
+    }
+
+    public static let protoName = "herald.v1.ExportPage"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ExportPage: CBacked {
+    typealias CType = Herald__V1__ExportPage
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.items = (0..<m.n_items).map { CBridge.bytes(m.items[$0]) }
+        self.next = CBridge.string(m.next)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__export_page__init(p)
+        p.pointee.n_items = self.items.count
+        p.pointee.items = arena.array(self.items.map { arena.binary($0) })
+        p.pointee.next = try arena.string(self.next, field: "herald.v1.ExportPage.next")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__export_page__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__export_page__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__export_page__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__export_page__free_unpacked(p, nil) }
+}

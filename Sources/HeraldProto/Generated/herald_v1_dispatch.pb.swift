@@ -2124,7 +2124,10 @@ public enum DispatchServiceMethods {
     /// removals are deleted. Errors: UNAVAILABLE while a delivery to one of them is in flight (its
     /// result is not in yet): call again in a moment. Idempotent.
     public static let eraseDevices = UnaryMethod<EraseDevicesRequest, EraseUserResponse>(service: serviceName, method: "EraseDevices")
+    /// Export, dispatch's part, by notification id: the sends the user made or that were addressed to
+    /// them (to the user, or the tag username:<user> or $UserId:<user>), with their state and times.
+    public static let exportUser = UnaryMethod<ExportUserRequest, ExportPage>(service: serviceName, method: "ExportUser")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName, eraseUser.fullName, eraseDevices.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName, eraseUser.fullName, eraseDevices.fullName, exportUser.fullName]
 }

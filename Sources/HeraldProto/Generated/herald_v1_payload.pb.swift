@@ -457,10 +457,13 @@ public enum PayloadServiceMethods {
     /// user sent to others stays theirs to read, with its sender blanked (redacted): deleting it would
     /// erase another person's messages. `hub` is ignored (content belongs to accounts, not hubs).
     public static let eraseUser = UnaryMethod<EraseUserRequest, EraseUserResponse>(service: serviceName, method: "EraseUser")
+    /// Export, payload's part, by id: content addressed to the user (with the content, base64), and
+    /// content the user sent (without it: it is its recipient's to read).
+    public static let exportUser = UnaryMethod<ExportUserRequest, ExportPage>(service: serviceName, method: "ExportUser")
     /// Deletes all stored content, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [storePayload.fullName, fetchPayload.fullName, deletePayload.fullName, eraseUser.fullName, resetForTests.fullName]
+    public static let allMethodNames: [String] = [storePayload.fullName, fetchPayload.fullName, deletePayload.fullName, eraseUser.fullName, exportUser.fullName, resetForTests.fullName]
 }

@@ -1907,7 +1907,10 @@ public enum RegistrationServiceMethods {
     /// Deletes those of `registration_ids` that are still the user's (with their tags and
     /// templates). Idempotent.
     public static let eraseUserDevices = UnaryMethod<EraseUserDevicesRequest, EraseUserResponse>(service: serviceName, method: "EraseUserDevices")
+    /// Export, registration's part, by registration id: the devices ListUserDevices names, each with
+    /// its hub, platform, handle, tags, times and (installations) NH's JSON.
+    public static let exportUserDevices = UnaryMethod<ExportUserRequest, ExportPage>(service: serviceName, method: "ExportUserDevices")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName, checkHandles.fullName, listDevices.fullName, listUserDevices.fullName, eraseUserDevices.fullName]
+    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName, checkHandles.fullName, listDevices.fullName, listUserDevices.fullName, eraseUserDevices.fullName, exportUserDevices.fullName]
 }

@@ -29,6 +29,9 @@ public protocol AuthServiceHandler: Sendable {
     /// Erase, auth's part: the account, its tokens, its grants on hubs and its login lockouts. Unlike DeleteUser, an
     /// unknown user succeeds (removed = 0): an erase that crashed after this step runs it again.
     func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse
+    /// Export, auth's part: one item, {"account": {...} or null, "liveTokens": n, "grants": [...]}.
+    /// Never a password hash or a token.
+    func exportUser(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage
     /// Whether content may be stored for this user: an account exists (accounts mode), or the name is
     /// a valid user name (tutorial mode, where every such name can log in). The edge asks before it
     /// stores secure or rich content for someone other than the caller.
@@ -105,6 +108,9 @@ extension AuthServiceHandler {
         table.register(AuthServiceMethods.eraseUser) { request, context in
             try await self.eraseUser(request, context: context)
         }
+        table.register(AuthServiceMethods.exportUser) { request, context in
+            try await self.exportUser(request, context: context)
+        }
         table.register(AuthServiceMethods.userExists) { request, context in
             try await self.userExists(request, context: context)
         }
@@ -173,6 +179,9 @@ public protocol AuthServiceClientProtocol: Sendable {
     /// Erase, auth's part: the account, its tokens, its grants on hubs and its login lockouts. Unlike DeleteUser, an
     /// unknown user succeeds (removed = 0): an erase that crashed after this step runs it again.
     func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse
+    /// Export, auth's part: one item, {"account": {...} or null, "liveTokens": n, "grants": [...]}.
+    /// Never a password hash or a token.
+    func exportUser(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage
     /// Whether content may be stored for this user: an account exists (accounts mode), or the name is
     /// a valid user name (tutorial mode, where every such name can log in). The edge asks before it
     /// stores secure or rich content for someone other than the caller.
@@ -264,6 +273,11 @@ extension AuthServiceClientProtocol {
         _ request: EraseUserRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> EraseUserResponse {
         try await eraseUser(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func exportUser(
+        _ request: ExportUserRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ExportPage {
+        try await exportUser(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
     public func userExists(
         _ request: UserExistsRequest, requestID: String? = nil, timeout: Duration? = nil
@@ -375,6 +389,10 @@ public struct AuthServiceClient: AuthServiceClientProtocol {
 
     public func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
         try await rpc.call(AuthServiceMethods.eraseUser, request, options: options)
+    }
+
+    public func exportUser(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage {
+        try await rpc.call(AuthServiceMethods.exportUser, request, options: options)
     }
 
     public func userExists(_ request: UserExistsRequest, options: RPCCallOptions) async throws -> UserExistsResponse {

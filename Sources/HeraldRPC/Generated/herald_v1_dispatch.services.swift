@@ -59,6 +59,9 @@ public protocol DispatchServiceHandler: Sendable {
     /// removals are deleted. Errors: UNAVAILABLE while a delivery to one of them is in flight (its
     /// result is not in yet): call again in a moment. Idempotent.
     func eraseDevices(_ request: EraseDevicesRequest, context: RPCContext) async throws -> EraseUserResponse
+    /// Export, dispatch's part, by notification id: the sends the user made or that were addressed to
+    /// them (to the user, or the tag username:<user> or $UserId:<user>), with their state and times.
+    func exportUser(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage
 }
 
 extension DispatchServiceHandler {
@@ -105,6 +108,9 @@ extension DispatchServiceHandler {
         }
         table.register(DispatchServiceMethods.eraseDevices) { request, context in
             try await self.eraseDevices(request, context: context)
+        }
+        table.register(DispatchServiceMethods.exportUser) { request, context in
+            try await self.exportUser(request, context: context)
         }
     }
 }
@@ -165,6 +171,9 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// removals are deleted. Errors: UNAVAILABLE while a delivery to one of them is in flight (its
     /// result is not in yet): call again in a moment. Idempotent.
     func eraseDevices(_ request: EraseDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse
+    /// Export, dispatch's part, by notification id: the sends the user made or that were addressed to
+    /// them (to the user, or the tag username:<user> or $UserId:<user>), with their state and times.
+    func exportUser(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage
 }
 
 extension DispatchServiceClientProtocol {
@@ -238,6 +247,11 @@ extension DispatchServiceClientProtocol {
     ) async throws -> EraseUserResponse {
         try await eraseDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func exportUser(
+        _ request: ExportUserRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ExportPage {
+        try await exportUser(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.DispatchService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -303,5 +317,9 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
 
     public func eraseDevices(_ request: EraseDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
         try await rpc.call(DispatchServiceMethods.eraseDevices, request, options: options)
+    }
+
+    public func exportUser(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage {
+        try await rpc.call(DispatchServiceMethods.exportUser, request, options: options)
     }
 }

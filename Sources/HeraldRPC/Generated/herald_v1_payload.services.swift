@@ -20,6 +20,9 @@ public protocol PayloadServiceHandler: Sendable {
     /// user sent to others stays theirs to read, with its sender blanked (redacted): deleting it would
     /// erase another person's messages. `hub` is ignored (content belongs to accounts, not hubs).
     func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse
+    /// Export, payload's part, by id: content addressed to the user (with the content, base64), and
+    /// content the user sent (without it: it is its recipient's to read).
+    func exportUser(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage
     /// Deletes all stored content, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
@@ -39,6 +42,9 @@ extension PayloadServiceHandler {
         }
         table.register(PayloadServiceMethods.eraseUser) { request, context in
             try await self.eraseUser(request, context: context)
+        }
+        table.register(PayloadServiceMethods.exportUser) { request, context in
+            try await self.exportUser(request, context: context)
         }
         table.register(PayloadServiceMethods.resetForTests) { request, context in
             try await self.resetForTests(request, context: context)
@@ -63,6 +69,9 @@ public protocol PayloadServiceClientProtocol: Sendable {
     /// user sent to others stays theirs to read, with its sender blanked (redacted): deleting it would
     /// erase another person's messages. `hub` is ignored (content belongs to accounts, not hubs).
     func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse
+    /// Export, payload's part, by id: content addressed to the user (with the content, base64), and
+    /// content the user sent (without it: it is its recipient's to read).
+    func exportUser(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage
     /// Deletes all stored content, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
@@ -88,6 +97,11 @@ extension PayloadServiceClientProtocol {
         _ request: EraseUserRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> EraseUserResponse {
         try await eraseUser(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func exportUser(
+        _ request: ExportUserRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ExportPage {
+        try await exportUser(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
     public func resetForTests(
         _ request: ResetForTestsRequest, requestID: String? = nil, timeout: Duration? = nil
@@ -119,6 +133,10 @@ public struct PayloadServiceClient: PayloadServiceClientProtocol {
 
     public func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
         try await rpc.call(PayloadServiceMethods.eraseUser, request, options: options)
+    }
+
+    public func exportUser(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage {
+        try await rpc.call(PayloadServiceMethods.exportUser, request, options: options)
     }
 
     public func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {

@@ -68,6 +68,9 @@ public protocol RegistrationServiceHandler: Sendable {
     /// Deletes those of `registration_ids` that are still the user's (with their tags and
     /// templates). Idempotent.
     func eraseUserDevices(_ request: EraseUserDevicesRequest, context: RPCContext) async throws -> EraseUserResponse
+    /// Export, registration's part, by registration id: the devices ListUserDevices names, each with
+    /// its hub, platform, handle, tags, times and (installations) NH's JSON.
+    func exportUserDevices(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage
 }
 
 extension RegistrationServiceHandler {
@@ -126,6 +129,9 @@ extension RegistrationServiceHandler {
         }
         table.register(RegistrationServiceMethods.eraseUserDevices) { request, context in
             try await self.eraseUserDevices(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.exportUserDevices) { request, context in
+            try await self.exportUserDevices(request, context: context)
         }
     }
 }
@@ -201,6 +207,9 @@ public protocol RegistrationServiceClientProtocol: Sendable {
     /// Deletes those of `registration_ids` that are still the user's (with their tags and
     /// templates). Idempotent.
     func eraseUserDevices(_ request: EraseUserDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse
+    /// Export, registration's part, by registration id: the devices ListUserDevices names, each with
+    /// its hub, platform, handle, tags, times and (installations) NH's JSON.
+    func exportUserDevices(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage
 }
 
 extension RegistrationServiceClientProtocol {
@@ -296,6 +305,11 @@ extension RegistrationServiceClientProtocol {
     ) async throws -> EraseUserResponse {
         try await eraseUserDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func exportUserDevices(
+        _ request: ExportUserRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ExportPage {
+        try await exportUserDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.RegistrationService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -383,5 +397,9 @@ public struct RegistrationServiceClient: RegistrationServiceClientProtocol {
 
     public func eraseUserDevices(_ request: EraseUserDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse {
         try await rpc.call(RegistrationServiceMethods.eraseUserDevices, request, options: options)
+    }
+
+    public func exportUserDevices(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage {
+        try await rpc.call(RegistrationServiceMethods.exportUserDevices, request, options: options)
     }
 }

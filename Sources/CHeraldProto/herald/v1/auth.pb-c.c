@@ -3350,7 +3350,7 @@ const ProtobufCMessageDescriptor herald__v1__set_hub_limits_request__descriptor 
   (ProtobufCMessageInit) herald__v1__set_hub_limits_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[22] =
+static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[23] =
 {
   { "Authenticate", &herald__v1__authenticate_request__descriptor, &herald__v1__authenticate_response__descriptor },
   { "IssueToken", &herald__v1__issue_token_request__descriptor, &herald__v1__issue_token_response__descriptor },
@@ -3361,6 +3361,7 @@ static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descript
   { "DeleteUser", &herald__v1__delete_user_request__descriptor, &herald__v1__delete_user_response__descriptor },
   { "ListUsers", &herald__v1__list_users_request__descriptor, &herald__v1__list_users_response__descriptor },
   { "EraseUser", &herald__v1__erase_user_request__descriptor, &herald__v1__erase_user_response__descriptor },
+  { "ExportUser", &herald__v1__export_user_request__descriptor, &herald__v1__export_page__descriptor },
   { "UserExists", &herald__v1__user_exists_request__descriptor, &herald__v1__user_exists_response__descriptor },
   { "ResetForTests", &herald__v1__reset_for_tests_request__descriptor, &herald__v1__reset_for_tests_response__descriptor },
   { "CreateHub", &herald__v1__create_hub_request__descriptor, &herald__v1__hub__descriptor },
@@ -3377,27 +3378,28 @@ static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descript
 };
 const unsigned herald__v1__auth_service__method_indices_by_name[] = {
   0,        /* Authenticate */
-  19,        /* AuthorizeSas */
-  11,        /* CreateHub */
+  20,        /* AuthorizeSas */
+  12,        /* CreateHub */
   4,        /* CreateUser */
-  14,        /* DeleteHub */
+  15,        /* DeleteHub */
   6,        /* DeleteUser */
   8,        /* EraseUser */
-  13,        /* GetHub */
-  20,        /* GrantHubRights */
+  9,        /* ExportUser */
+  14,        /* GetHub */
+  21,        /* GrantHubRights */
   1,        /* IssueToken */
-  15,        /* ListHubKeys */
-  12,        /* ListHubs */
+  16,        /* ListHubKeys */
+  13,        /* ListHubs */
   7,        /* ListUsers */
-  10,        /* ResetForTests */
-  18,        /* RevokeHubKey */
+  11,        /* ResetForTests */
+  19,        /* RevokeHubKey */
   2,        /* RevokeToken */
   3,        /* RevokeUserTokens */
-  17,        /* RotateHubKey */
-  16,        /* SetHubKey */
-  21,        /* SetHubLimits */
+  18,        /* RotateHubKey */
+  17,        /* SetHubKey */
+  22,        /* SetHubLimits */
   5,        /* SetPassword */
-  9         /* UserExists */
+  10         /* UserExists */
 };
 const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor =
 {
@@ -3406,7 +3408,7 @@ const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor =
   "AuthService",
   "Herald__V1__AuthService",
   "herald.v1",
-  22,
+  23,
   herald__v1__auth_service__method_descriptors,
   herald__v1__auth_service__method_indices_by_name
 };
@@ -3482,13 +3484,21 @@ void herald__v1__auth_service__erase_user(ProtobufCService *service,
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
   service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void herald__v1__auth_service__export_user(ProtobufCService *service,
+                                           const Herald__V1__ExportUserRequest *input,
+                                           Herald__V1__ExportPage_Closure closure,
+                                           void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void herald__v1__auth_service__user_exists(ProtobufCService *service,
                                            const Herald__V1__UserExistsRequest *input,
                                            Herald__V1__UserExistsResponse_Closure closure,
                                            void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__reset_for_tests(ProtobufCService *service,
                                                const Herald__V1__ResetForTestsRequest *input,
@@ -3496,7 +3506,7 @@ void herald__v1__auth_service__reset_for_tests(ProtobufCService *service,
                                                void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__create_hub(ProtobufCService *service,
                                           const Herald__V1__CreateHubRequest *input,
@@ -3504,7 +3514,7 @@ void herald__v1__auth_service__create_hub(ProtobufCService *service,
                                           void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__list_hubs(ProtobufCService *service,
                                          const Herald__V1__ListHubsRequest *input,
@@ -3512,7 +3522,7 @@ void herald__v1__auth_service__list_hubs(ProtobufCService *service,
                                          void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__get_hub(ProtobufCService *service,
                                        const Herald__V1__GetHubRequest *input,
@@ -3520,7 +3530,7 @@ void herald__v1__auth_service__get_hub(ProtobufCService *service,
                                        void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__delete_hub(ProtobufCService *service,
                                           const Herald__V1__DeleteHubRequest *input,
@@ -3528,7 +3538,7 @@ void herald__v1__auth_service__delete_hub(ProtobufCService *service,
                                           void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__list_hub_keys(ProtobufCService *service,
                                              const Herald__V1__ListHubKeysRequest *input,
@@ -3536,7 +3546,7 @@ void herald__v1__auth_service__list_hub_keys(ProtobufCService *service,
                                              void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 16, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__set_hub_key(ProtobufCService *service,
                                            const Herald__V1__SetHubKeyRequest *input,
@@ -3544,7 +3554,7 @@ void herald__v1__auth_service__set_hub_key(ProtobufCService *service,
                                            void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 16, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 17, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__rotate_hub_key(ProtobufCService *service,
                                               const Herald__V1__RotateHubKeyRequest *input,
@@ -3552,7 +3562,7 @@ void herald__v1__auth_service__rotate_hub_key(ProtobufCService *service,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 17, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 18, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__revoke_hub_key(ProtobufCService *service,
                                               const Herald__V1__RevokeHubKeyRequest *input,
@@ -3560,7 +3570,7 @@ void herald__v1__auth_service__revoke_hub_key(ProtobufCService *service,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 18, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 19, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__authorize_sas(ProtobufCService *service,
                                              const Herald__V1__AuthorizeSasRequest *input,
@@ -3568,7 +3578,7 @@ void herald__v1__auth_service__authorize_sas(ProtobufCService *service,
                                              void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 19, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 20, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__grant_hub_rights(ProtobufCService *service,
                                                 const Herald__V1__GrantHubRightsRequest *input,
@@ -3576,7 +3586,7 @@ void herald__v1__auth_service__grant_hub_rights(ProtobufCService *service,
                                                 void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 20, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 21, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__set_hub_limits(ProtobufCService *service,
                                               const Herald__V1__SetHubLimitsRequest *input,
@@ -3584,7 +3594,7 @@ void herald__v1__auth_service__set_hub_limits(ProtobufCService *service,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
-  service->invoke(service, 21, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 22, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
                                      Herald__V1__AuthService_ServiceDestroy destroy)

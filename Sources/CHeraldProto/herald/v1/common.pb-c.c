@@ -232,6 +232,96 @@ void   herald__v1__user_device__free_unpacked
   assert(message->base.descriptor == &herald__v1__user_device__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__export_user_request__init
+                     (Herald__V1__ExportUserRequest         *message)
+{
+  static const Herald__V1__ExportUserRequest init_value = HERALD__V1__EXPORT_USER_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__export_user_request__get_packed_size
+                     (const Herald__V1__ExportUserRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__export_user_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__export_user_request__pack
+                     (const Herald__V1__ExportUserRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__export_user_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__export_user_request__pack_to_buffer
+                     (const Herald__V1__ExportUserRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__export_user_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ExportUserRequest *
+       herald__v1__export_user_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ExportUserRequest *)
+     protobuf_c_message_unpack (&herald__v1__export_user_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__export_user_request__free_unpacked
+                     (Herald__V1__ExportUserRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__export_user_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__export_page__init
+                     (Herald__V1__ExportPage         *message)
+{
+  static const Herald__V1__ExportPage init_value = HERALD__V1__EXPORT_PAGE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__export_page__get_packed_size
+                     (const Herald__V1__ExportPage *message)
+{
+  assert(message->base.descriptor == &herald__v1__export_page__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__export_page__pack
+                     (const Herald__V1__ExportPage *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__export_page__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__export_page__pack_to_buffer
+                     (const Herald__V1__ExportPage *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__export_page__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ExportPage *
+       herald__v1__export_page__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ExportPage *)
+     protobuf_c_message_unpack (&herald__v1__export_page__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__export_page__free_unpacked
+                     (Herald__V1__ExportPage *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__export_page__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 #define herald__v1__reset_for_tests_request__field_descriptors NULL
 #define herald__v1__reset_for_tests_request__field_indices_by_name NULL
 #define herald__v1__reset_for_tests_request__number_ranges NULL
@@ -452,6 +542,134 @@ const ProtobufCMessageDescriptor herald__v1__user_device__descriptor =
   herald__v1__user_device__field_indices_by_name,
   1,  herald__v1__user_device__number_ranges,
   (ProtobufCMessageInit) herald__v1__user_device__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__export_user_request__field_descriptors[4] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportUserRequest, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportUserRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "after",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportUserRequest, after),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportUserRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__export_user_request__field_indices_by_name[] = {
+  2,   /* field[2] = after */
+  1,   /* field[1] = hub */
+  3,   /* field[3] = limit */
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__export_user_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor herald__v1__export_user_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ExportUserRequest",
+  "ExportUserRequest",
+  "Herald__V1__ExportUserRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ExportUserRequest),
+  4,
+  herald__v1__export_user_request__field_descriptors,
+  herald__v1__export_user_request__field_indices_by_name,
+  1,  herald__v1__export_user_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__export_user_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__export_page__field_descriptors[2] =
+{
+  {
+    "items",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_BYTES,
+    offsetof(Herald__V1__ExportPage, n_items),
+    offsetof(Herald__V1__ExportPage, items),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportPage, next),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__export_page__field_indices_by_name[] = {
+  0,   /* field[0] = items */
+  1,   /* field[1] = next */
+};
+static const ProtobufCIntRange herald__v1__export_page__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__export_page__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ExportPage",
+  "ExportPage",
+  "Herald__V1__ExportPage",
+  "herald.v1",
+  sizeof(Herald__V1__ExportPage),
+  2,
+  herald__v1__export_page__field_descriptors,
+  herald__v1__export_page__field_indices_by_name,
+  1,  herald__v1__export_page__number_ranges,
+  (ProtobufCMessageInit) herald__v1__export_page__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCEnumValue herald__v1__platform__enum_values_by_number[5] =

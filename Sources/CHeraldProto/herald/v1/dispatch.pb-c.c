@@ -3528,7 +3528,7 @@ const ProtobufCEnumDescriptor herald__v1__delivery_state__descriptor =
   herald__v1__delivery_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[14] =
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[15] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
@@ -3544,6 +3544,7 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "SendStats", &herald__v1__send_stats_request__descriptor, &herald__v1__send_stats_response__descriptor },
   { "EraseUser", &herald__v1__erase_user_request__descriptor, &herald__v1__erase_user_response__descriptor },
   { "EraseDevices", &herald__v1__erase_devices_request__descriptor, &herald__v1__erase_user_response__descriptor },
+  { "ExportUser", &herald__v1__export_user_request__descriptor, &herald__v1__export_page__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
   8,        /* CancelScheduled */
@@ -3551,6 +3552,7 @@ const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
   9,        /* DeleteHubSends */
   13,        /* EraseDevices */
   12,        /* EraseUser */
+  14,        /* ExportUser */
   6,        /* GetHubCredentials */
   1,        /* GetOutcome */
   3,        /* ListDeliveries */
@@ -3568,7 +3570,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  14,
+  15,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -3683,6 +3685,14 @@ void herald__v1__dispatch_service__erase_devices(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__export_user(ProtobufCService *service,
+                                               const Herald__V1__ExportUserRequest *input,
+                                               Herald__V1__ExportPage_Closure closure,
+                                               void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

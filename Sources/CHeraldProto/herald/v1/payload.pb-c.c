@@ -736,19 +736,21 @@ const ProtobufCEnumDescriptor herald__v1__payload_kind__descriptor =
   herald__v1__payload_kind__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__payload_service__method_descriptors[5] =
+static const ProtobufCMethodDescriptor herald__v1__payload_service__method_descriptors[6] =
 {
   { "StorePayload", &herald__v1__store_payload_request__descriptor, &herald__v1__store_payload_response__descriptor },
   { "FetchPayload", &herald__v1__fetch_payload_request__descriptor, &herald__v1__fetch_payload_response__descriptor },
   { "DeletePayload", &herald__v1__delete_payload_request__descriptor, &herald__v1__delete_payload_response__descriptor },
   { "EraseUser", &herald__v1__erase_user_request__descriptor, &herald__v1__erase_user_response__descriptor },
+  { "ExportUser", &herald__v1__export_user_request__descriptor, &herald__v1__export_page__descriptor },
   { "ResetForTests", &herald__v1__reset_for_tests_request__descriptor, &herald__v1__reset_for_tests_response__descriptor },
 };
 const unsigned herald__v1__payload_service__method_indices_by_name[] = {
   2,        /* DeletePayload */
   3,        /* EraseUser */
+  4,        /* ExportUser */
   1,        /* FetchPayload */
-  4,        /* ResetForTests */
+  5,        /* ResetForTests */
   0         /* StorePayload */
 };
 const ProtobufCServiceDescriptor herald__v1__payload_service__descriptor =
@@ -758,7 +760,7 @@ const ProtobufCServiceDescriptor herald__v1__payload_service__descriptor =
   "PayloadService",
   "Herald__V1__PayloadService",
   "herald.v1",
-  5,
+  6,
   herald__v1__payload_service__method_descriptors,
   herald__v1__payload_service__method_indices_by_name
 };
@@ -794,13 +796,21 @@ void herald__v1__payload_service__erase_user(ProtobufCService *service,
   assert(service->descriptor == &herald__v1__payload_service__descriptor);
   service->invoke(service, 3, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void herald__v1__payload_service__export_user(ProtobufCService *service,
+                                              const Herald__V1__ExportUserRequest *input,
+                                              Herald__V1__ExportPage_Closure closure,
+                                              void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__payload_service__descriptor);
+  service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void herald__v1__payload_service__reset_for_tests(ProtobufCService *service,
                                                   const Herald__V1__ResetForTestsRequest *input,
                                                   Herald__V1__ResetForTestsResponse_Closure closure,
                                                   void *closure_data)
 {
   assert(service->descriptor == &herald__v1__payload_service__descriptor);
-  service->invoke(service, 4, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 5, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__payload_service__init (Herald__V1__PayloadService_Service *service,
                                         Herald__V1__PayloadService_ServiceDestroy destroy)

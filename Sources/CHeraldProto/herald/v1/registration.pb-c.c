@@ -3234,7 +3234,7 @@ const ProtobufCMessageDescriptor herald__v1__list_devices_response__descriptor =
   (ProtobufCMessageInit) herald__v1__list_devices_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[18] =
+static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[19] =
 {
   { "CreateRegistrationId", &herald__v1__create_registration_id_request__descriptor, &herald__v1__create_registration_id_response__descriptor },
   { "UpsertRegistration", &herald__v1__upsert_registration_request__descriptor, &herald__v1__upsert_registration_response__descriptor },
@@ -3254,6 +3254,7 @@ static const ProtobufCMethodDescriptor herald__v1__registration_service__method_
   { "ListDevices", &herald__v1__list_devices_request__descriptor, &herald__v1__list_devices_response__descriptor },
   { "ListUserDevices", &herald__v1__list_user_devices_request__descriptor, &herald__v1__list_user_devices_response__descriptor },
   { "EraseUserDevices", &herald__v1__erase_user_devices_request__descriptor, &herald__v1__erase_user_response__descriptor },
+  { "ExportUserDevices", &herald__v1__export_user_request__descriptor, &herald__v1__export_page__descriptor },
 };
 const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   14,        /* CheckHandles */
@@ -3263,6 +3264,7 @@ const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   2,        /* DeleteRegistration */
   17,        /* EraseUserDevices */
   12,        /* ExportDevices */
+  18,        /* ExportUserDevices */
   9,        /* GetInstallation */
   15,        /* ListDevices */
   11,        /* ListInstallations */
@@ -3282,7 +3284,7 @@ const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor =
   "RegistrationService",
   "Herald__V1__RegistrationService",
   "herald.v1",
-  18,
+  19,
   herald__v1__registration_service__method_descriptors,
   herald__v1__registration_service__method_indices_by_name
 };
@@ -3429,6 +3431,14 @@ void herald__v1__registration_service__erase_user_devices(ProtobufCService *serv
 {
   assert(service->descriptor == &herald__v1__registration_service__descriptor);
   service->invoke(service, 17, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__export_user_devices(ProtobufCService *service,
+                                                           const Herald__V1__ExportUserRequest *input,
+                                                           Herald__V1__ExportPage_Closure closure,
+                                                           void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 18, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
                                              Herald__V1__RegistrationService_ServiceDestroy destroy)

@@ -1530,6 +1530,10 @@ struct Herald__V1__AuthService_Service
                      const Herald__V1__EraseUserRequest *input,
                      Herald__V1__EraseUserResponse_Closure closure,
                      void *closure_data);
+  void (*export_user)(Herald__V1__AuthService_Service *service,
+                      const Herald__V1__ExportUserRequest *input,
+                      Herald__V1__ExportPage_Closure closure,
+                      void *closure_data);
   void (*user_exists)(Herald__V1__AuthService_Service *service,
                       const Herald__V1__UserExistsRequest *input,
                       Herald__V1__UserExistsResponse_Closure closure,
@@ -1599,6 +1603,7 @@ void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
       function_prefix__ ## delete_user,\
       function_prefix__ ## list_users,\
       function_prefix__ ## erase_user,\
+      function_prefix__ ## export_user,\
       function_prefix__ ## user_exists,\
       function_prefix__ ## reset_for_tests,\
       function_prefix__ ## create_hub,\
@@ -1648,6 +1653,10 @@ void herald__v1__auth_service__erase_user(ProtobufCService *service,
                                           const Herald__V1__EraseUserRequest *input,
                                           Herald__V1__EraseUserResponse_Closure closure,
                                           void *closure_data);
+void herald__v1__auth_service__export_user(ProtobufCService *service,
+                                           const Herald__V1__ExportUserRequest *input,
+                                           Herald__V1__ExportPage_Closure closure,
+                                           void *closure_data);
 void herald__v1__auth_service__user_exists(ProtobufCService *service,
                                            const Herald__V1__UserExistsRequest *input,
                                            Herald__V1__UserExistsResponse_Closure closure,

@@ -20,6 +20,8 @@ typedef struct Herald__V1__ResetForTestsResponse Herald__V1__ResetForTestsRespon
 typedef struct Herald__V1__EraseUserRequest Herald__V1__EraseUserRequest;
 typedef struct Herald__V1__EraseUserResponse Herald__V1__EraseUserResponse;
 typedef struct Herald__V1__UserDevice Herald__V1__UserDevice;
+typedef struct Herald__V1__ExportUserRequest Herald__V1__ExportUserRequest;
+typedef struct Herald__V1__ExportPage Herald__V1__ExportPage;
 
 
 /* --- enums --- */
@@ -130,6 +132,45 @@ struct  Herald__V1__UserDevice
     , (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string }
 
 
+/*
+ * Request of each service's part of exporting one person's data (`herald users export`): a page
+ * after `after` (the `next` of the page before; empty: the first).
+ */
+struct  Herald__V1__ExportUserRequest
+{
+  ProtobufCMessage base;
+  char *user;
+  /*
+   * A hub id: only that hub's devices and sends. Empty: every hub.
+   */
+  char *hub;
+  char *after;
+  /*
+   * 1 to 1,000.
+   */
+  int32_t limit;
+};
+#define HERALD__V1__EXPORT_USER_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__export_user_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
+/*
+ * One page of an export: each item one JSON object (UTF-8), as the export document holds it.
+ * `next` empty: there is no further page.
+ */
+struct  Herald__V1__ExportPage
+{
+  ProtobufCMessage base;
+  size_t n_items;
+  ProtobufCBinaryData *items;
+  char *next;
+};
+#define HERALD__V1__EXPORT_PAGE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__export_page__descriptor) \
+    , 0,NULL, (char *)protobuf_c_empty_string }
+
+
 /* Herald__V1__ResetForTestsRequest methods */
 void   herald__v1__reset_for_tests_request__init
                      (Herald__V1__ResetForTestsRequest         *message);
@@ -225,6 +266,44 @@ Herald__V1__UserDevice *
 void   herald__v1__user_device__free_unpacked
                      (Herald__V1__UserDevice *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__ExportUserRequest methods */
+void   herald__v1__export_user_request__init
+                     (Herald__V1__ExportUserRequest         *message);
+size_t herald__v1__export_user_request__get_packed_size
+                     (const Herald__V1__ExportUserRequest   *message);
+size_t herald__v1__export_user_request__pack
+                     (const Herald__V1__ExportUserRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__export_user_request__pack_to_buffer
+                     (const Herald__V1__ExportUserRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ExportUserRequest *
+       herald__v1__export_user_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__export_user_request__free_unpacked
+                     (Herald__V1__ExportUserRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ExportPage methods */
+void   herald__v1__export_page__init
+                     (Herald__V1__ExportPage         *message);
+size_t herald__v1__export_page__get_packed_size
+                     (const Herald__V1__ExportPage   *message);
+size_t herald__v1__export_page__pack
+                     (const Herald__V1__ExportPage   *message,
+                      uint8_t             *out);
+size_t herald__v1__export_page__pack_to_buffer
+                     (const Herald__V1__ExportPage   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ExportPage *
+       herald__v1__export_page__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__export_page__free_unpacked
+                     (Herald__V1__ExportPage *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__ResetForTestsRequest_Closure)
@@ -242,6 +321,12 @@ typedef void (*Herald__V1__EraseUserResponse_Closure)
 typedef void (*Herald__V1__UserDevice_Closure)
                  (const Herald__V1__UserDevice *message,
                   void *closure_data);
+typedef void (*Herald__V1__ExportUserRequest_Closure)
+                 (const Herald__V1__ExportUserRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ExportPage_Closure)
+                 (const Herald__V1__ExportPage *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -254,6 +339,8 @@ extern const ProtobufCMessageDescriptor herald__v1__reset_for_tests_response__de
 extern const ProtobufCMessageDescriptor herald__v1__erase_user_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__erase_user_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__user_device__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__export_user_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__export_page__descriptor;
 
 PROTOBUF_C__END_DECLS
 

@@ -1602,6 +1602,10 @@ struct Herald__V1__DispatchService_Service
                         const Herald__V1__EraseDevicesRequest *input,
                         Herald__V1__EraseUserResponse_Closure closure,
                         void *closure_data);
+  void (*export_user)(Herald__V1__DispatchService_Service *service,
+                      const Herald__V1__ExportUserRequest *input,
+                      Herald__V1__ExportPage_Closure closure,
+                      void *closure_data);
 };
 typedef void (*Herald__V1__DispatchService_ServiceDestroy)(Herald__V1__DispatchService_Service *);
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
@@ -1623,7 +1627,8 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## list_sends,\
       function_prefix__ ## send_stats,\
       function_prefix__ ## erase_user,\
-      function_prefix__ ## erase_devices  }
+      function_prefix__ ## erase_devices,\
+      function_prefix__ ## export_user  }
 void herald__v1__dispatch_service__send(ProtobufCService *service,
                                         const Herald__V1__SendRequest *input,
                                         Herald__V1__SendResponse_Closure closure,
@@ -1680,6 +1685,10 @@ void herald__v1__dispatch_service__erase_devices(ProtobufCService *service,
                                                  const Herald__V1__EraseDevicesRequest *input,
                                                  Herald__V1__EraseUserResponse_Closure closure,
                                                  void *closure_data);
+void herald__v1__dispatch_service__export_user(ProtobufCService *service,
+                                               const Herald__V1__ExportUserRequest *input,
+                                               Herald__V1__ExportPage_Closure closure,
+                                               void *closure_data);
 
 /* --- descriptors --- */
 

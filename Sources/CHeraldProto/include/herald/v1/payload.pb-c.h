@@ -364,6 +364,10 @@ struct Herald__V1__PayloadService_Service
                      const Herald__V1__EraseUserRequest *input,
                      Herald__V1__EraseUserResponse_Closure closure,
                      void *closure_data);
+  void (*export_user)(Herald__V1__PayloadService_Service *service,
+                      const Herald__V1__ExportUserRequest *input,
+                      Herald__V1__ExportPage_Closure closure,
+                      void *closure_data);
   void (*reset_for_tests)(Herald__V1__PayloadService_Service *service,
                           const Herald__V1__ResetForTestsRequest *input,
                           Herald__V1__ResetForTestsResponse_Closure closure,
@@ -380,6 +384,7 @@ void herald__v1__payload_service__init (Herald__V1__PayloadService_Service *serv
       function_prefix__ ## fetch_payload,\
       function_prefix__ ## delete_payload,\
       function_prefix__ ## erase_user,\
+      function_prefix__ ## export_user,\
       function_prefix__ ## reset_for_tests  }
 void herald__v1__payload_service__store_payload(ProtobufCService *service,
                                                 const Herald__V1__StorePayloadRequest *input,
@@ -397,6 +402,10 @@ void herald__v1__payload_service__erase_user(ProtobufCService *service,
                                              const Herald__V1__EraseUserRequest *input,
                                              Herald__V1__EraseUserResponse_Closure closure,
                                              void *closure_data);
+void herald__v1__payload_service__export_user(ProtobufCService *service,
+                                              const Herald__V1__ExportUserRequest *input,
+                                              Herald__V1__ExportPage_Closure closure,
+                                              void *closure_data);
 void herald__v1__payload_service__reset_for_tests(ProtobufCService *service,
                                                   const Herald__V1__ResetForTestsRequest *input,
                                                   Herald__V1__ResetForTestsResponse_Closure closure,

@@ -1499,6 +1499,10 @@ struct Herald__V1__RegistrationService_Service
                              const Herald__V1__EraseUserDevicesRequest *input,
                              Herald__V1__EraseUserResponse_Closure closure,
                              void *closure_data);
+  void (*export_user_devices)(Herald__V1__RegistrationService_Service *service,
+                              const Herald__V1__ExportUserRequest *input,
+                              Herald__V1__ExportPage_Closure closure,
+                              void *closure_data);
 };
 typedef void (*Herald__V1__RegistrationService_ServiceDestroy)(Herald__V1__RegistrationService_Service *);
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
@@ -1524,7 +1528,8 @@ void herald__v1__registration_service__init (Herald__V1__RegistrationService_Ser
       function_prefix__ ## check_handles,\
       function_prefix__ ## list_devices,\
       function_prefix__ ## list_user_devices,\
-      function_prefix__ ## erase_user_devices  }
+      function_prefix__ ## erase_user_devices,\
+      function_prefix__ ## export_user_devices  }
 void herald__v1__registration_service__create_registration_id(ProtobufCService *service,
                                                               const Herald__V1__CreateRegistrationIdRequest *input,
                                                               Herald__V1__CreateRegistrationIdResponse_Closure closure,
@@ -1597,6 +1602,10 @@ void herald__v1__registration_service__erase_user_devices(ProtobufCService *serv
                                                           const Herald__V1__EraseUserDevicesRequest *input,
                                                           Herald__V1__EraseUserResponse_Closure closure,
                                                           void *closure_data);
+void herald__v1__registration_service__export_user_devices(ProtobufCService *service,
+                                                           const Herald__V1__ExportUserRequest *input,
+                                                           Herald__V1__ExportPage_Closure closure,
+                                                           void *closure_data);
 
 /* --- descriptors --- */
 

@@ -1,0 +1,37 @@
+import Foundation
+public import HeraldModel
+public import HeraldProto
+
+/// The items of `herald users export`'s document, as each service writes them: one JSON object per
+/// item, keys sorted, times in ISO 8601 (UTC, milliseconds), bytes in base64; and the checks every
+/// ExportUser page request gets.
+public enum ExportJSON {
+    public static let maxPage: Int32 = 1000
+
+    /// The page size asked for (0: 100); INVALID_ARGUMENT for a missing user or a bound exceeded.
+    @discardableResult
+    public static func check(_ request: ExportUserRequest) throws -> Int {
+        guard !request.user.isEmpty, request.user.utf8.count <= 256, request.hub.utf8.count <= 256,
+            request.after.utf8.count <= 256
+        else {
+            throw ServiceError.invalidArgument("user must be 1 to 256 bytes; hub and after at most 256")
+        }
+        guard (0...maxPage).contains(request.limit) else {
+            throw ServiceError.invalidArgument("limit must be 1 to \(maxPage)")
+        }
+        return request.limit == 0 ? 100 : Int(request.limit)
+    }
+
+    public static func time(_ unixMillis: Int64) -> String {
+        guard unixMillis > 0 else { return "" }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: Date(timeIntervalSince1970: Double(unixMillis) / 1000))
+    }
+
+    public static func encode(_ value: some Encodable) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Array(try encoder.encode(value))
+    }
+}
