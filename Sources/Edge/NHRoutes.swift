@@ -238,7 +238,7 @@ extension EdgeRoutes {
     }
 
     /// `DELETE /{hub}/users/{userId}` (Manage): not in NH. Erases every device of the hub whose
-    /// userId or `$UserId:` tag is `userId`, their delivery records and inbox entries, and the
+    /// userId or `$UserId:{…}` tag is `userId`, their delivery records and inbox entries, and the
     /// user's name in the hub's sends; cancels scheduled sends to them alone (``UserErasure``).
     /// Idempotent; answers 200 with the counts.
     func eraseHubUser(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {

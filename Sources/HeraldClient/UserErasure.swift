@@ -32,7 +32,7 @@ public enum UserErasure {
     }
 
     /// Erases `user`: the account and everything of it when `hub` is nil; else only the devices and
-    /// sends of that hub (a hub id) whose userId or `$UserId:` tag is `user`.
+    /// sends of that hub (a hub id) whose userId or `$UserId:{…}` tag is `user`.
     public static func run(
         user: String, hub: String?, auth: any AuthServiceClientProtocol,
         registration: any RegistrationServiceClientProtocol,

@@ -83,3 +83,10 @@ extension Platform {
         }
     }
 }
+
+extension Names {
+    /// The two system tags that name a user's devices: `username:<user>` (the tutorial's, added by
+    /// the server) and NH's `$UserId:{<user>}` (an installation's userId). An erase and an export
+    /// find a person's devices and sends by them.
+    public static func userSystemTags(of user: String) -> [String] { ["username:\(user)", "$UserId:{\(user)}"] }
+}

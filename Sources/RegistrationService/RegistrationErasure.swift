@@ -14,7 +14,7 @@ enum RegistrationErasure {
     static let maxPage = 1000
 
     /// The two tags that name a user: the tutorial's, added by the server, and NH's.
-    static func tags(of user: String) -> [String] { ["username:\(user)", "$UserId:\(user)"] }
+    static func tags(of user: String) -> [String] { Names.userSystemTags(of: user) }
 
     static func checkPage(_ count: Int) throws {
         guard (1...maxPage).contains(count) else {

@@ -68,7 +68,7 @@ struct Users: AsyncParsableCommand {
             abstract: "Erase everything Herald holds about a person, across every service.",
             discussion: """
                 Without --hub: the account and its tokens, its registrations and installations (owned, \
-                with its userId, or tagged username:NAME or $UserId:NAME) in every hub, content addressed \
+                with its userId, or tagged username:NAME or $UserId:{NAME}) in every hub, content addressed \
                 to it, its inbox entries; its handles are blanked in delivery records (counts kept) and \
                 its name in sends; scheduled sends to it alone are cancelled. Content it sent to others \
                 stays theirs, sender blanked. With --hub: that hub's devices and sends whose userId is NAME.

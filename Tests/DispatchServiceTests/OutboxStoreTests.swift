@@ -149,9 +149,14 @@ struct OutboxStoreTests {
             _ = try await outbox.schedule(
                 id: "n-3", sender: "zed", targetUser: "", targetTag: "username:zed", hub: "default",
                 fireAt: unixMillis() + 3_600_000, request: [1], originalBody: Array("later".utf8), maxPending: 100)
+            // NH's system tag for an installation's userId, as a tag expression names it.
+            _ = try await outbox.schedule(
+                id: "n-4", sender: "sas", targetUser: "", targetTag: "$UserId:{zed}", hub: "default",
+                fireAt: unixMillis() + 3_600_000, request: [1], originalBody: Array("later".utf8), maxPending: 100)
             let sends = try await outbox.eraseUser("zed", hub: "")
-            #expect(sends.removed >= 2, "n-3 cancelled, n-2's payload deleted")
+            #expect(sends.removed >= 3, "n-3 and n-4 cancelled, n-2's payload deleted")
             #expect(try await outbox.outcome(of: "n-3", requester: "", hub: "").state == .cancelled)
+            #expect(try await outbox.outcome(of: "n-4", requester: "", hub: "").state == .cancelled)
             let kept = try await outbox.outcome(of: "n-2", requester: "", hub: "")
             #expect(kept.state == .completed && kept.originalBody.isEmpty && kept.platforms[0].success == 1)
             #expect(try await outbox.eraseUser("zed", hub: "") == ErasedRows(), "idempotent")

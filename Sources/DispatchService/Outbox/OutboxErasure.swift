@@ -36,7 +36,7 @@ enum OutboxErasure {
     static let reason = "Erased"
     static let maxDevices = 1000
 
-    static func tags(of user: String) -> [String] { ["username:\(user)", "$UserId:\(user)"] }
+    static func tags(of user: String) -> [String] { Names.userSystemTags(of: user) }
 
     static func decisions(
         _ rows: [(sequence: Int64, notificationID: String, platform: Platform, attempt: Int)], at: Int64

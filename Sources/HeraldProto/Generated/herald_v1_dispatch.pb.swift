@@ -2113,7 +2113,7 @@ public enum DispatchServiceMethods {
     /// delivered), so a minute is as cheap to read however large its sends were.
     public static let sendStats = UnaryMethod<SendStatsRequest, SendStatsResponse>(service: serviceName, method: "SendStats")
     /// Erase, dispatch's part for sends: cancels every scheduled send not made yet whose only target
-    /// is the user (a send to the user, or to the tag username:<user> or $UserId:<user>), and blanks
+    /// is the user (a send to the user, or to the tag username:<user> or $UserId:{<user>}), and blanks
     /// the user's name as sender and target of every send kept, with the body NH's telemetry keeps
     /// of sends to the user alone. Counts stay. Idempotent.
     public static let eraseUser = UnaryMethod<EraseUserRequest, EraseUserResponse>(service: serviceName, method: "EraseUser")
@@ -2125,7 +2125,7 @@ public enum DispatchServiceMethods {
     /// result is not in yet): call again in a moment. Idempotent.
     public static let eraseDevices = UnaryMethod<EraseDevicesRequest, EraseUserResponse>(service: serviceName, method: "EraseDevices")
     /// Export, dispatch's part, by notification id: the sends the user made or that were addressed to
-    /// them (to the user, or the tag username:<user> or $UserId:<user>), with their state and times.
+    /// them (to the user, or the tag username:<user> or $UserId:{<user>}), with their state and times.
     public static let exportUser = UnaryMethod<ExportUserRequest, ExportPage>(service: serviceName, method: "ExportUser")
 
     /// Every method's full name, "package.Service/Method".

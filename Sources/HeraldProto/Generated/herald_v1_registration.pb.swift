@@ -1901,7 +1901,7 @@ public enum RegistrationServiceMethods {
     public static let listDevices = UnaryMethod<ListDevicesRequest, ListDevicesResponse>(service: serviceName, method: "ListDevices")
     /// Erase, registration's part, page by page: the user's devices, lowest registration id first:
     /// tutorial registrations the user owns or tagged username:<user>, installations with userId
-    /// <user> or tagged $UserId:<user>, and those installations' templates. Read-only, so the caller
+    /// <user> or tagged $UserId:{<user>}, and those installations' templates. Read-only, so the caller
     /// can clear dispatch's records of a page before it deletes the page.
     public static let listUserDevices = UnaryMethod<ListUserDevicesRequest, ListUserDevicesResponse>(service: serviceName, method: "ListUserDevices")
     /// Deletes those of `registration_ids` that are still the user's (with their tags and

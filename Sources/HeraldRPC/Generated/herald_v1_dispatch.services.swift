@@ -48,7 +48,7 @@ public protocol DispatchServiceHandler: Sendable {
     /// delivered), so a minute is as cheap to read however large its sends were.
     func sendStats(_ request: SendStatsRequest, context: RPCContext) async throws -> SendStatsResponse
     /// Erase, dispatch's part for sends: cancels every scheduled send not made yet whose only target
-    /// is the user (a send to the user, or to the tag username:<user> or $UserId:<user>), and blanks
+    /// is the user (a send to the user, or to the tag username:<user> or $UserId:{<user>}), and blanks
     /// the user's name as sender and target of every send kept, with the body NH's telemetry keeps
     /// of sends to the user alone. Counts stay. Idempotent.
     func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse
@@ -60,7 +60,7 @@ public protocol DispatchServiceHandler: Sendable {
     /// result is not in yet): call again in a moment. Idempotent.
     func eraseDevices(_ request: EraseDevicesRequest, context: RPCContext) async throws -> EraseUserResponse
     /// Export, dispatch's part, by notification id: the sends the user made or that were addressed to
-    /// them (to the user, or the tag username:<user> or $UserId:<user>), with their state and times.
+    /// them (to the user, or the tag username:<user> or $UserId:{<user>}), with their state and times.
     func exportUser(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage
 }
 
@@ -160,7 +160,7 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// delivered), so a minute is as cheap to read however large its sends were.
     func sendStats(_ request: SendStatsRequest, options: RPCCallOptions) async throws -> SendStatsResponse
     /// Erase, dispatch's part for sends: cancels every scheduled send not made yet whose only target
-    /// is the user (a send to the user, or to the tag username:<user> or $UserId:<user>), and blanks
+    /// is the user (a send to the user, or to the tag username:<user> or $UserId:{<user>}), and blanks
     /// the user's name as sender and target of every send kept, with the body NH's telemetry keeps
     /// of sends to the user alone. Counts stay. Idempotent.
     func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse
@@ -172,7 +172,7 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// result is not in yet): call again in a moment. Idempotent.
     func eraseDevices(_ request: EraseDevicesRequest, options: RPCCallOptions) async throws -> EraseUserResponse
     /// Export, dispatch's part, by notification id: the sends the user made or that were addressed to
-    /// them (to the user, or the tag username:<user> or $UserId:<user>), with their state and times.
+    /// them (to the user, or the tag username:<user> or $UserId:{<user>}), with their state and times.
     func exportUser(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage
 }
 

@@ -62,7 +62,7 @@ public protocol RegistrationServiceHandler: Sendable {
     func listDevices(_ request: ListDevicesRequest, context: RPCContext) async throws -> ListDevicesResponse
     /// Erase, registration's part, page by page: the user's devices, lowest registration id first:
     /// tutorial registrations the user owns or tagged username:<user>, installations with userId
-    /// <user> or tagged $UserId:<user>, and those installations' templates. Read-only, so the caller
+    /// <user> or tagged $UserId:{<user>}, and those installations' templates. Read-only, so the caller
     /// can clear dispatch's records of a page before it deletes the page.
     func listUserDevices(_ request: ListUserDevicesRequest, context: RPCContext) async throws -> ListUserDevicesResponse
     /// Deletes those of `registration_ids` that are still the user's (with their tags and
@@ -201,7 +201,7 @@ public protocol RegistrationServiceClientProtocol: Sendable {
     func listDevices(_ request: ListDevicesRequest, options: RPCCallOptions) async throws -> ListDevicesResponse
     /// Erase, registration's part, page by page: the user's devices, lowest registration id first:
     /// tutorial registrations the user owns or tagged username:<user>, installations with userId
-    /// <user> or tagged $UserId:<user>, and those installations' templates. Read-only, so the caller
+    /// <user> or tagged $UserId:{<user>}, and those installations' templates. Read-only, so the caller
     /// can clear dispatch's records of a page before it deletes the page.
     func listUserDevices(_ request: ListUserDevicesRequest, options: RPCCallOptions) async throws -> ListUserDevicesResponse
     /// Deletes those of `registration_ids` that are still the user's (with their tags and
