@@ -407,6 +407,56 @@ public struct DispatchHandlers: DispatchServiceHandler {
         return ExportPage(items: items, next: page.count == limit ? page.last!.id : "")
     }
 
+    public func exportDeviceRecords(_ request: ExportDeviceRecordsRequest, context: RPCContext) async throws
+        -> ExportPage
+    {
+        guard (0...ExportJSON.maxPage).contains(request.limit), request.devices.count <= 1000 else {
+            throw ServiceError.invalidArgument("limit must be 1 to \(ExportJSON.maxPage); at most 1,000 devices")
+        }
+        guard request.devices.allSatisfy({ $0.registrationID.utf8.count <= 256 }) else {
+            throw ServiceError.invalidArgument("a registration id is over 256 bytes")
+        }
+        // The cursor is the last sequence of the page before, as text: ExportPage's cursors are strings.
+        guard let after = request.after.isEmpty ? 0 : Int64(request.after), after >= 0 else {
+            throw ServiceError.invalidArgument("after must be the next of a page before")
+        }
+        let limit = request.limit == 0 ? 100 : Int(request.limit)
+        let ids = request.devices.map(\.registrationID)
+        guard !ids.isEmpty else { return ExportPage() }
+        var items: [[UInt8]] = []
+        var last: Int64 = 0
+        switch request.kind {
+        case .deliveries:
+            struct Item: Encodable {
+                var notificationId: String
+                var registrationId: String
+                var platform: String
+                var handle: String
+                var state: String
+                var attempts: Int32
+                var lastStatus: Int32
+                var reason: String
+                var updatedAt: String
+            }
+            let page = try await outbox.exportDeliveries(to: ids, after: after, limit: limit)
+            items = try page.map {
+                try ExportJSON.encode(
+                    Item(
+                        notificationId: $0.notificationID, registrationId: $0.registrationID,
+                        platform: $0.platform.name, handle: $0.handle, state: "\($0.state)", attempts: $0.attempts,
+                        lastStatus: $0.lastStatus, reason: $0.reason, updatedAt: ExportJSON.time($0.updatedAt)))
+            }
+            last = page.last?.sequence ?? 0
+        case .inbox:
+            let page = try await outbox.exportInbox(of: ids, after: after, limit: limit)
+            items = try page.map { try ExportJSON.encode(InboxEntryJSON($0)) }
+            last = page.last?.sequence ?? 0
+        case .unrecognized(let kind):
+            throw ServiceError.invalidArgument("unknown kind \(kind)")
+        }
+        return ExportPage(items: items, next: items.count == limit ? String(last) : "")
+    }
+
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {
         try await outbox.outcome(of: request.notificationID, requester: request.requester, hub: request.hub)
     }

@@ -8,6 +8,8 @@ import Foundation
 /// {"user": …, "hub": … or null, "exportedAt": …,
 ///  "account": {"account": …, "liveTokens": n, "grants": […]} (account exports only),
 ///  "devices": [registration's ExportUserDevices items…],
+///  "deliveries": [dispatch's ExportDeviceRecords items: delivery records to those devices…],
+///  "inbox": [dispatch's ExportDeviceRecords items: inbox entries of those devices…],
 ///  "content": [payload's ExportUser items…] (account exports only),
 ///  "sends": [dispatch's ExportUser items…]}
 /// ```
@@ -17,6 +19,8 @@ public enum UserExport {
     /// How many items of each kind were written.
     public struct Counts: Sendable, Equatable {
         public var devices = 0
+        public var deliveries = 0
+        public var inbox = 0
         public var content = 0
         public var sends = 0
     }
@@ -45,6 +49,29 @@ public enum UserExport {
             request.after = after
             return try await registration.exportUserDevices(request, requestID: requestID)
         }
+        for kind in [ExportDeviceRecordsRequest.Kind.deliveries, .inbox] {
+            let name = kind == .inbox ? "inbox" : "deliveries"
+            // Dispatch knows deliveries by registration id: the devices again, a page at a time,
+            // each page's records paged in turn.
+            var devices = ListUserDevicesRequest(user: user, hub: scope.hub, limit: pageSize)
+            var count = 0
+            try write(Array(",\"\(name)\":[".utf8))
+            while true {
+                let page = try await registration.listUserDevices(devices, requestID: requestID).devices
+                guard let last = page.last else { break }
+                try await items(name, write, count: &count) { after in
+                    try await dispatch.exportDeviceRecords(
+                        ExportDeviceRecordsRequest(kind: kind, devices: page, after: after, limit: pageSize),
+                        requestID: requestID)
+                }
+                guard last.registrationID > devices.after else {
+                    throw ServiceError(.internal, "the device list did not move past \(devices.after)")
+                }
+                devices.after = last.registrationID
+            }
+            try write(Array("]".utf8))
+            if kind == .inbox { counts.inbox = count } else { counts.deliveries = count }
+        }
         if hub == nil {
             counts.content = try await list("content", write) { after in
                 var request = scope
@@ -66,8 +93,17 @@ public enum UserExport {
         _ name: String, _ write: ([UInt8]) throws -> Void, page: (String) async throws -> ExportPage
     ) async throws -> Int {
         try write(Array(",\"\(name)\":[".utf8))
-        var after = ""
         var count = 0
+        try await items(name, write, count: &count, page: page)
+        try write(Array("]".utf8))
+        return count
+    }
+
+    /// The items of every page `page` gives, each after a comma unless it is the list's first.
+    private static func items(
+        _ name: String, _ write: ([UInt8]) throws -> Void, count: inout Int, page: (String) async throws -> ExportPage
+    ) async throws {
+        var after = ""
         repeat {
             let next = try await page(after)
             for item in next.items {
@@ -80,7 +116,5 @@ public enum UserExport {
             }
             after = next.next
         } while !after.isEmpty
-        try write(Array("]".utf8))
-        return count
     }
 }

@@ -135,6 +135,7 @@ public final class RPCClient: Sendable {
         "Check", "Watch",
         // An erase's parts (each one finishes what a first call began), and an export's pages.
         "EraseUser", "ListUserDevices", "EraseUserDevices", "EraseDevices", "ExportUser", "ExportUserDevices",
+        "ExportDeviceRecords",
     ]
 
     public convenience init(socketPath: String, transport: RPCTransport = .lean, defaultTimeout: Duration = .seconds(5))

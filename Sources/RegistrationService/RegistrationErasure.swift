@@ -35,17 +35,18 @@ extension SQLiteRegistrations {
         return [user, user, tags[0], tags[1], hub, hub]
     }
 
-    func userDevices(user: String, hub: String, limit: Int) throws -> [UserDevice] {
+    func userDevices(user: String, hub: String, after: String, limit: Int) throws -> [UserDevice] {
         try db.read { db in
             try Row.fetchAll(
                 db,
                 sql: """
                     SELECT id, platform, handle FROM registration
-                    WHERE id IN (SELECT r.id FROM registration r WHERE \(Self.isUsers))
-                       OR parent_id IN (SELECT r.id FROM registration r WHERE \(Self.isUsers))
+                    WHERE (id IN (SELECT r.id FROM registration r WHERE \(Self.isUsers))
+                           OR parent_id IN (SELECT r.id FROM registration r WHERE \(Self.isUsers)))
+                      AND id > ?
                     ORDER BY id LIMIT ?
                     """,
-                arguments: Self.arguments(user, hub) + Self.arguments(user, hub) + [limit]
+                arguments: Self.arguments(user, hub) + Self.arguments(user, hub) + [after, limit]
             ).map {
                 UserDevice(registrationID: $0["id"], platform: Platform(rawValue: $0["platform"]), handle: $0["handle"])
             }
@@ -70,11 +71,11 @@ extension SQLiteRegistrations {
 }
 
 extension SQLiteRegistrationStore {
-    nonisolated(nonsending) public func userDevices(user: String, hub: String, limit: Int) async throws
-        -> [UserDevice]
+    nonisolated(nonsending) public func userDevices(user: String, hub: String, after: String, limit: Int)
+        async throws -> [UserDevice]
     {
         try RegistrationErasure.checkPage(limit)
-        return try tables.userDevices(user: user, hub: hub, limit: limit)
+        return try tables.userDevices(user: user, hub: hub, after: after, limit: limit)
     }
     nonisolated(nonsending) public func eraseUserDevices(user: String, hub: String, ids: [String]) async throws
         -> Int64
@@ -88,8 +89,8 @@ extension SQLiteRegistrationStore {
 /// The `users` CTE is written in both queries: postgres-nio binds interpolated values in order, so
 /// a shared fragment would have to renumber its parameters by hand.
 extension PostgresRegistrationStore {
-    nonisolated(nonsending) public func userDevices(user: String, hub: String, limit: Int) async throws
-        -> [UserDevice]
+    nonisolated(nonsending) public func userDevices(user: String, hub: String, after: String, limit: Int)
+        async throws -> [UserDevice]
     {
         try RegistrationErasure.checkPage(limit)
         let tags = RegistrationErasure.tags(of: user)
@@ -101,7 +102,7 @@ extension PostgresRegistrationStore {
                        OR r.id IN (SELECT registration_id FROM registration_tag WHERE tag = ANY(\(tags))))
                   AND (\(hub) = '' OR r.hub = \(hub)))
             SELECT id, platform, handle FROM registration
-            WHERE id IN (SELECT id FROM users) OR parent_id IN (SELECT id FROM users)
+            WHERE (id IN (SELECT id FROM users) OR parent_id IN (SELECT id FROM users)) AND id > \(after)
             ORDER BY id LIMIT \(Int64(limit))
             """)
         return try rows.map { row in

@@ -233,8 +233,10 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         -> ListUserDevicesResponse
     {
         try Self.checkErase(user: request.user, hub: request.hub)
+        guard request.after.utf8.count <= 256 else { throw ServiceError.invalidArgument("after is over 256 bytes") }
         return ListUserDevicesResponse(
-            devices: try await store.userDevices(user: request.user, hub: request.hub, limit: Int(request.limit)))
+            devices: try await store.userDevices(
+                user: request.user, hub: request.hub, after: request.after, limit: Int(request.limit)))
     }
 
     public func eraseUserDevices(_ request: EraseUserDevicesRequest, context: RPCContext) async throws

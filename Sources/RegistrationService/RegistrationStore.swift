@@ -65,9 +65,10 @@ public protocol RegistrationStore: Sendable {
         hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?,
         after: String, limit: Int
     ) async throws -> [Registration]
-    /// Erase: a page of the user's devices, lowest registration id first (``RegistrationErasure``
-    /// says which are the user's); `hub` empty: every hub.
-    nonisolated(nonsending) func userDevices(user: String, hub: String, limit: Int) async throws -> [UserDevice]
+    /// Erase and export: a page of the user's devices after registration id `after`, lowest id
+    /// first (``RegistrationErasure`` says which are the user's); `hub` empty: every hub.
+    nonisolated(nonsending) func userDevices(user: String, hub: String, after: String, limit: Int) async throws
+        -> [UserDevice]
     /// Export: the user's devices whole, by registration id after `after`.
     nonisolated(nonsending) func exportUserDevices(user: String, hub: String, after: String, limit: Int) async throws
         -> [UserDeviceRecord]

@@ -22,7 +22,7 @@ struct HeraldBench: AsyncParsableCommand {
         subcommands: [
             AllBench.self, RPCBench.self, EdgeBench.self, FanoutBench.self, NHBench.self, SoakBench.self,
             ServeBench.self, HelloServer.self,
-            APNsDoubleCommand.self, InstructionsBench.self, ReplicasBench.self, ConsoleBench.self,
+            APNsDoubleCommand.self, InstructionsBench.self, ReplicasBench.self, ConsoleBench.self, ExportBench.self,
         ],
         defaultSubcommand: AllBench.self
     )

@@ -368,7 +368,8 @@ struct FanoutScenario {
     }
 
     /// `count` complete registrations of `platform` tagged "fanout", written with herald-registration's schema.
-    func seedRegistrations(_ count: Int, path: String, platform: Platform = .apns) throws {
+    /// `count` registrations tagged "fanout", owned by user0…user999 in turn, or all by `owner`.
+    func seedRegistrations(_ count: Int, path: String, platform: Platform = .apns, owner: String? = nil) throws {
         try makePrivateDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
         let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
         _ = try SQLiteRegistrations(db: pool)
@@ -381,7 +382,7 @@ struct FanoutScenario {
             let tag = try db.makeStatement(sql: "INSERT INTO registration_tag (tag, registration_id) VALUES (?, ?)")
             for index in 0..<count {
                 let id = String(format: "r-bench-%08d", index)
-                let owner = "user\(index % 1000)"
+                let owner = owner ?? "user\(index % 1000)"
                 try registration.execute(arguments: [
                     id, owner, platform.rawValue, String(format: "%064x", index), now, now,
                 ])

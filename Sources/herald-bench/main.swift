@@ -24,6 +24,7 @@ do {
     case let command as InstructionsBench: try await command.execute()
     case let command as ReplicasBench: try await command.execute()
     case let command as ConsoleBench: try await command.execute()
+    case let command as ExportBench: try await command.execute()
     case var command: try command.run()
     }
 } catch {

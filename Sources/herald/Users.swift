@@ -123,6 +123,10 @@ struct Users: AsyncParsableCommand {
         var pageSize: Int32 = 500
         @Argument var user: String
 
+        func validate() throws {
+            guard (1...1000).contains(pageSize) else { throw ValidationError("--page-size must be 1 to 1,000") }
+        }
+
         func run() async throws {
             var hubID: String?
             if let hub { hubID = try await Hubs.identity(hub, stack).id }
@@ -135,18 +139,31 @@ struct Users: AsyncParsableCommand {
             } else {
                 file = FileHandle.standardOutput
             }
+            // Items are small: written in 64 KiB blocks, not one system call each.
+            var buffer: [UInt8] = []
+            buffer.reserveCapacity(1 << 16)
             let counts = try await withEveryService(stack) { auth, registration, payload, dispatch in
                 try await UserExport.run(
                     user: user, hub: hubID, auth: auth, registration: registration, payload: payload,
                     dispatch: dispatch,
                     pageSize: pageSize
-                ) { bytes in try file.write(contentsOf: bytes) }
+                ) { bytes in
+                    buffer += bytes
+                    if buffer.count >= 1 << 16 {
+                        try file.write(contentsOf: buffer)
+                        buffer.removeAll(keepingCapacity: true)
+                    }
+                }
             }
+            try file.write(contentsOf: buffer)
             if let out {
                 try file.close()
                 printError(
-                    "\(user): \(counts.devices) device(s), \(counts.content) content(s), \(counts.sends) send(s) written to \(out)"
-                )
+                    """
+                    \(user): \(counts.devices) device(s), \(counts.deliveries) delivery record(s), \
+                    \(counts.inbox) inbox entr(ies), \(counts.content) content(s), \(counts.sends) send(s) \
+                    written to \(out)
+                    """)
             }
         }
     }

@@ -289,6 +289,11 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func exportUserDevices(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage {
         throw Self.unused()
     }
+    func exportDeviceRecords(_ request: ExportDeviceRecordsRequest, options: RPCCallOptions) async throws
+        -> ExportPage
+    {
+        throw Self.unused()
+    }
     func listUserDevices(_ request: ListUserDevicesRequest, options: RPCCallOptions) async throws
         -> ListUserDevicesResponse
     {

@@ -238,6 +238,10 @@ struct ErasureDrillTests {
                         "POST", "/v1/notifications?kind=secure&to_user=bob", as: y, body: "bob's to read"
                     ).status))
 
+            // The secure push to yve has reached her three phones (the inbox provider records it).
+            let reached = try await live.waitForInbox(count: 3, timeout: .seconds(30)) { handles.contains($0.handle) }
+            try #require(reached.count == 3)
+
             let file = live.configuration.directory + "/export.json"
             let herald = live.configuration.binDirectory + "/herald"
             let run = try await runProgram(
@@ -247,7 +251,9 @@ struct ErasureDrillTests {
                     live.configuration.runtimeDirectory,
                 ])
             try #require(run.status == 0, "herald users export: \(run.error)")
-            #expect(run.error.contains("4 device(s), 2 content(s)"), "\(run.error)")
+            #expect(
+                run.error.contains("4 device(s), 3 delivery record(s), 3 inbox entr(ies), 2 content(s)"), "\(run.error)"
+            )
             let document = try #require(
                 try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: file))) as? [String: Any])
             #expect(document["user"] as? String == y)
@@ -258,6 +264,13 @@ struct ErasureDrillTests {
             #expect(Set(devices.compactMap { $0["handle"] as? String }) == Set(handles + ["fcm-yve"]))
             let phone = try #require(devices.first { $0["handle"] as? String == "fcm-yve" })
             #expect((phone["nh"] as? [String: Any])?["userId"] as? String == y, "the installation's own JSON")
+            // Dispatch's records of her phones, paged two by two over pages of two devices.
+            let deliveries = try #require(document["deliveries"] as? [[String: Any]])
+            #expect(Set(deliveries.compactMap { $0["handle"] as? String }) == Set(handles))
+            #expect(deliveries.allSatisfy { $0["state"] as? String == "DELIVERY_STATE_DELIVERED" }, "\(deliveries)")
+            let inbox = try #require(document["inbox"] as? [[String: Any]])
+            #expect(Set(inbox.compactMap { $0["handle"] as? String }) == Set(handles))
+            #expect(inbox.allSatisfy { ($0["payload"] as? String)?.contains("secureId") == true }, "\(inbox)")
             let content = try #require(document["content"] as? [[String: Any]])
             let received = try #require(content.first { $0["direction"] as? String == "received" })
             #expect(received["content"] as? String == Data("for yve only".utf8).base64EncodedString())

@@ -306,3 +306,100 @@ extension PostgresOutbox {
         }
     }
 }
+
+/// One delivery record to one of a user's devices: an export's row.
+public struct DeviceDelivery: Sendable {
+    public var sequence: Int64
+    public var notificationID: String
+    public var registrationID: String
+    public var platform: Platform
+    public var handle: String
+    public var state: DeliveryState
+    public var attempts: Int32
+    public var lastStatus: Int32
+    public var reason: String
+    public var updatedAt: Int64
+}
+
+/// Export of a device's records. Like an erase, a page of devices scans the delivery table (no
+/// index on registration id); it walks the primary key, so each call stops at `limit` matches.
+extension Outbox {
+    public func exportDeliveries(to ids: [String], after: Int64, limit: Int) async throws -> [DeviceDelivery] {
+        let list = String(decoding: try JSONEncoder().encode(ids), as: UTF8.self)
+        return try await db.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT sequence, notification_id, registration_id, platform, handle, state, attempts, last_status,
+                           reason, updated_at
+                    FROM delivery WHERE registration_id IN (SELECT value FROM json_each(?)) AND sequence > ?
+                    ORDER BY sequence LIMIT ?
+                    """,
+                arguments: [list, after, limit]
+            ).map {
+                DeviceDelivery(
+                    sequence: $0["sequence"], notificationID: $0["notification_id"],
+                    registrationID: $0["registration_id"], platform: Platform(rawValue: $0["platform"]),
+                    handle: $0["handle"], state: DeliveryState(rawValue: $0["state"]), attempts: $0["attempts"],
+                    lastStatus: $0["last_status"], reason: $0["reason"], updatedAt: $0["updated_at"])
+            }
+        }
+    }
+
+    public func exportInbox(of ids: [String], after: Int64, limit: Int) async throws -> [InboxEntry] {
+        let list = String(decoding: try JSONEncoder().encode(ids), as: UTF8.self)
+        return try await db.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM inbox WHERE registration_id IN (SELECT value FROM json_each(?)) AND sequence > ?
+                    ORDER BY sequence LIMIT ?
+                    """,
+                arguments: [list, after, limit]
+            ).map { row in
+                let payload: Data = row["payload"]
+                return InboxEntry(
+                    sequence: row["sequence"], notificationID: row["notification_id"],
+                    registrationID: row["registration_id"], platform: Platform(rawValue: row["platform"]),
+                    handle: row["handle"], headers: InboxProvider.decode(row["headers"]),
+                    payload: [UInt8](payload), recordedAtUnixMs: row["recorded_at"])
+            }
+        }
+    }
+}
+
+extension PostgresOutbox {
+    public func exportDeliveries(to ids: [String], after: Int64, limit: Int) async throws -> [DeviceDelivery] {
+        try await db.rows(
+            """
+            SELECT sequence, notification_id, registration_id, platform, handle, state, attempts, last_status, reason,
+                   updated_at
+            FROM delivery WHERE registration_id = ANY(\(ids)) AND sequence > \(after)
+            ORDER BY sequence LIMIT \(Int64(limit))
+            """
+        ).map { row in
+            let (sequence, notification, registration, platform, handle, state, attempts, status, reason, updated) =
+                try row.decode((Int64, String, String, Int32, String, Int32, Int32, Int32, String, Int64).self)
+            return DeviceDelivery(
+                sequence: sequence, notificationID: notification, registrationID: registration,
+                platform: Platform(rawValue: platform), handle: handle, state: DeliveryState(rawValue: state),
+                attempts: attempts, lastStatus: status, reason: reason, updatedAt: updated)
+        }
+    }
+
+    public func exportInbox(of ids: [String], after: Int64, limit: Int) async throws -> [InboxEntry] {
+        try await db.rows(
+            """
+            SELECT sequence, notification_id, registration_id, platform, handle, headers, payload, recorded_at FROM inbox
+            WHERE registration_id = ANY(\(ids)) AND sequence > \(after) ORDER BY sequence LIMIT \(Int64(limit))
+            """
+        ).map { row in
+            let (sequence, notification, registration, platform, handle, headers, payload, recorded) =
+                try row.decode((Int64, String, String, Int32, String, String, ByteBuffer, Int64).self)
+            return InboxEntry(
+                sequence: sequence, notificationID: notification, registrationID: registration,
+                platform: Platform(rawValue: platform), handle: handle, headers: InboxProvider.decode(headers),
+                payload: Array(buffer: payload), recordedAtUnixMs: recorded)
+        }
+    }
+}

@@ -83,6 +83,10 @@ public protocol OutboxStore: Sendable {
     func eraseDevices(_ devices: [UserDevice]) async throws -> ErasedRows
     /// Export: the sends `user` made or that were addressed to them, by id after `after`.
     func exportSends(user: String, hub: String, after: String, limit: Int) async throws -> [SendRecord]
+    /// Export: the delivery records to the registrations `ids`, by sequence after `after`.
+    func exportDeliveries(to ids: [String], after: Int64, limit: Int) async throws -> [DeviceDelivery]
+    /// Export: the inbox entries of the registrations `ids`, by sequence after `after`.
+    func exportInbox(of ids: [String], after: Int64, limit: Int) async throws -> [InboxEntry]
     func pendingRemovals(limit: Int) async throws -> [(id: Int64, platform: Platform, handle: String, since: Int64)]
     func removalDone(_ id: Int64) async throws
     /// When the earliest pending delivery is due (Unix ms), if any.

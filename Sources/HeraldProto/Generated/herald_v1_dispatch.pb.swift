@@ -132,6 +132,113 @@ public enum DeliveryState: RawRepresentable, Hashable, Sendable, CustomStringCon
     }
 }
 
+/// Request of ExportDeviceRecords: one page of records of at most 1,000 devices.
+public struct ExportDeviceRecordsRequest: HeraldMessage {
+    public var kind: ExportDeviceRecordsRequest.Kind
+    public var devices: [UserDevice]
+    /// The `next` of the page before; empty: the first page.
+    public var after: String
+    /// 1 to 1,000.
+    public var limit: Int32
+
+    public init(kind: ExportDeviceRecordsRequest.Kind = ExportDeviceRecordsRequest.Kind(rawValue: 0), devices: [UserDevice] = [], after: String = "", limit: Int32 = 0) {
+        self.kind = kind
+        self.devices = devices
+        self.after = after
+        self.limit = limit
+    }
+
+    public init() {
+        self.kind = ExportDeviceRecordsRequest.Kind(rawValue: 0)
+        self.devices = []
+        self.after = ""
+        self.limit = 0
+    }
+
+    public static let protoName = "herald.v1.ExportDeviceRecordsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ExportDeviceRecordsRequest: CBacked {
+    typealias CType = Herald__V1__ExportDeviceRecordsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.kind = ExportDeviceRecordsRequest.Kind(rawValue: Int32(truncatingIfNeeded: m.kind.rawValue))
+        self.devices = (0..<m.n_devices).map { UserDevice(_c: m.devices[$0]!) }
+        self.after = CBridge.string(m.after)
+        self.limit = m.limit
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__export_device_records_request__init(p)
+        p.pointee.kind = .init(rawValue: .init(truncatingIfNeeded: self.kind.rawValue))
+        p.pointee.n_devices = self.devices.count
+        p.pointee.devices = arena.array(try self.devices.map { Optional(try $0._toC(arena)) })
+        p.pointee.after = try arena.string(self.after, field: "herald.v1.ExportDeviceRecordsRequest.after")
+        p.pointee.limit = self.limit
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__export_device_records_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__export_device_records_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__export_device_records_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__export_device_records_request__free_unpacked(p, nil) }
+}
+
+extension ExportDeviceRecordsRequest {
+    public enum Kind: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        case deliveries  // = 0
+        case inbox  // = 1
+        /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
+        case unrecognized(Int32)
+
+        public init(rawValue: Int32) {
+            switch rawValue {
+            case 0: self = .deliveries
+            case 1: self = .inbox
+            default: self = .unrecognized(rawValue)
+            }
+        }
+
+        public var rawValue: Int32 {
+            switch self {
+            case .deliveries: 0
+            case .inbox: 1
+            case .unrecognized(let value): value
+            }
+        }
+
+        /// Equal when the numbers are: `.unrecognized(0)` is `.deliveries`.
+        public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
+        public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+
+        /// Every value this build knows, in declaration order.
+        public static let knownValues: [Kind] = [.deliveries, .inbox]
+
+        /// The proto name of the value, or the number for a value this build does not know.
+        public var description: String {
+            switch self {
+            case .deliveries: "DELIVERIES"
+            case .inbox: "INBOX"
+            case .unrecognized(let value): "Kind(\(value))"
+            }
+        }
+    }
+}
+
 /// Request of EraseDevices: at most 1,000 devices.
 public struct EraseDevicesRequest: HeraldMessage {
     public var devices: [UserDevice]
@@ -2127,7 +2234,11 @@ public enum DispatchServiceMethods {
     /// Export, dispatch's part, by notification id: the sends the user made or that were addressed to
     /// them (to the user, or the tag username:<user> or $UserId:{<user>}), with their state and times.
     public static let exportUser = UnaryMethod<ExportUserRequest, ExportPage>(service: serviceName, method: "ExportUser")
+    /// Export, dispatch's part for devices (the caller passes each page registration's
+    /// ListUserDevices gives): the delivery records to them (send, state, attempts, last answer) or
+    /// their inbox entries (headers and body as recorded), oldest first.
+    public static let exportDeviceRecords = UnaryMethod<ExportDeviceRecordsRequest, ExportPage>(service: serviceName, method: "ExportDeviceRecords")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName, eraseUser.fullName, eraseDevices.fullName, exportUser.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName, eraseUser.fullName, eraseDevices.fullName, exportUser.fullName, exportDeviceRecords.fullName]
 }

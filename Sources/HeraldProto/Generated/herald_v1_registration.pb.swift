@@ -10,17 +10,22 @@ public struct ListUserDevicesRequest: HeraldMessage {
     public var hub: String
     /// 1 to 1,000.
     public var limit: Int32
+    /// Only devices whose registration id sorts after this one (the last of the page before; empty:
+    /// from the first). An erase leaves it empty, as it deletes each page before it asks again.
+    public var after: String
 
-    public init(user: String = "", hub: String = "", limit: Int32 = 0) {
+    public init(user: String = "", hub: String = "", limit: Int32 = 0, after: String = "") {
         self.user = user
         self.hub = hub
         self.limit = limit
+        self.after = after
     }
 
     public init() {
         self.user = ""
         self.hub = ""
         self.limit = 0
+        self.after = ""
     }
 
     public static let protoName = "herald.v1.ListUserDevicesRequest"
@@ -42,6 +47,7 @@ extension ListUserDevicesRequest: CBacked {
         self.user = CBridge.string(m.user)
         self.hub = CBridge.string(m.hub)
         self.limit = m.limit
+        self.after = CBridge.string(m.after)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -50,6 +56,7 @@ extension ListUserDevicesRequest: CBacked {
         p.pointee.user = try arena.string(self.user, field: "herald.v1.ListUserDevicesRequest.user")
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ListUserDevicesRequest.hub")
         p.pointee.limit = self.limit
+        p.pointee.after = try arena.string(self.after, field: "herald.v1.ListUserDevicesRequest.after")
         return p
     }
 

@@ -62,6 +62,10 @@ public protocol DispatchServiceHandler: Sendable {
     /// Export, dispatch's part, by notification id: the sends the user made or that were addressed to
     /// them (to the user, or the tag username:<user> or $UserId:{<user>}), with their state and times.
     func exportUser(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage
+    /// Export, dispatch's part for devices (the caller passes each page registration's
+    /// ListUserDevices gives): the delivery records to them (send, state, attempts, last answer) or
+    /// their inbox entries (headers and body as recorded), oldest first.
+    func exportDeviceRecords(_ request: ExportDeviceRecordsRequest, context: RPCContext) async throws -> ExportPage
 }
 
 extension DispatchServiceHandler {
@@ -111,6 +115,9 @@ extension DispatchServiceHandler {
         }
         table.register(DispatchServiceMethods.exportUser) { request, context in
             try await self.exportUser(request, context: context)
+        }
+        table.register(DispatchServiceMethods.exportDeviceRecords) { request, context in
+            try await self.exportDeviceRecords(request, context: context)
         }
     }
 }
@@ -174,6 +181,10 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// Export, dispatch's part, by notification id: the sends the user made or that were addressed to
     /// them (to the user, or the tag username:<user> or $UserId:{<user>}), with their state and times.
     func exportUser(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage
+    /// Export, dispatch's part for devices (the caller passes each page registration's
+    /// ListUserDevices gives): the delivery records to them (send, state, attempts, last answer) or
+    /// their inbox entries (headers and body as recorded), oldest first.
+    func exportDeviceRecords(_ request: ExportDeviceRecordsRequest, options: RPCCallOptions) async throws -> ExportPage
 }
 
 extension DispatchServiceClientProtocol {
@@ -252,6 +263,11 @@ extension DispatchServiceClientProtocol {
     ) async throws -> ExportPage {
         try await exportUser(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func exportDeviceRecords(
+        _ request: ExportDeviceRecordsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ExportPage {
+        try await exportDeviceRecords(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.DispatchService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -321,5 +337,9 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
 
     public func exportUser(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage {
         try await rpc.call(DispatchServiceMethods.exportUser, request, options: options)
+    }
+
+    public func exportDeviceRecords(_ request: ExportDeviceRecordsRequest, options: RPCCallOptions) async throws -> ExportPage {
+        try await rpc.call(DispatchServiceMethods.exportDeviceRecords, request, options: options)
     }
 }

@@ -7,6 +7,51 @@
 #endif
 
 #include "herald/v1/dispatch.pb-c.h"
+void   herald__v1__export_device_records_request__init
+                     (Herald__V1__ExportDeviceRecordsRequest         *message)
+{
+  static const Herald__V1__ExportDeviceRecordsRequest init_value = HERALD__V1__EXPORT_DEVICE_RECORDS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__export_device_records_request__get_packed_size
+                     (const Herald__V1__ExportDeviceRecordsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__export_device_records_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__export_device_records_request__pack
+                     (const Herald__V1__ExportDeviceRecordsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__export_device_records_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__export_device_records_request__pack_to_buffer
+                     (const Herald__V1__ExportDeviceRecordsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__export_device_records_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ExportDeviceRecordsRequest *
+       herald__v1__export_device_records_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ExportDeviceRecordsRequest *)
+     protobuf_c_message_unpack (&herald__v1__export_device_records_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__export_device_records_request__free_unpacked
+                     (Herald__V1__ExportDeviceRecordsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__export_device_records_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__erase_devices_request__init
                      (Herald__V1__EraseDevicesRequest         *message)
 {
@@ -1312,6 +1357,111 @@ void   herald__v1__send_stats_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__send_stats_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+static const ProtobufCEnumValue herald__v1__export_device_records_request__kind__enum_values_by_number[2] =
+{
+  { "DELIVERIES", "HERALD__V1__EXPORT_DEVICE_RECORDS_REQUEST__KIND__DELIVERIES", 0 },
+  { "INBOX", "HERALD__V1__EXPORT_DEVICE_RECORDS_REQUEST__KIND__INBOX", 1 },
+};
+static const ProtobufCIntRange herald__v1__export_device_records_request__kind__value_ranges[] = {
+{0, 0},{0, 2}
+};
+static const ProtobufCEnumValueIndex herald__v1__export_device_records_request__kind__enum_values_by_name[2] =
+{
+  { "DELIVERIES", 0 },
+  { "INBOX", 1 },
+};
+const ProtobufCEnumDescriptor herald__v1__export_device_records_request__kind__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "herald.v1.ExportDeviceRecordsRequest.Kind",
+  "Kind",
+  "Herald__V1__ExportDeviceRecordsRequest__Kind",
+  "herald.v1",
+  2,
+  herald__v1__export_device_records_request__kind__enum_values_by_number,
+  2,
+  herald__v1__export_device_records_request__kind__enum_values_by_name,
+  1,
+  herald__v1__export_device_records_request__kind__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCFieldDescriptor herald__v1__export_device_records_request__field_descriptors[4] =
+{
+  {
+    "kind",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportDeviceRecordsRequest, kind),
+    &herald__v1__export_device_records_request__kind__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "devices",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ExportDeviceRecordsRequest, n_devices),
+    offsetof(Herald__V1__ExportDeviceRecordsRequest, devices),
+    &herald__v1__user_device__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "after",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportDeviceRecordsRequest, after),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportDeviceRecordsRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__export_device_records_request__field_indices_by_name[] = {
+  2,   /* field[2] = after */
+  1,   /* field[1] = devices */
+  0,   /* field[0] = kind */
+  3,   /* field[3] = limit */
+};
+static const ProtobufCIntRange herald__v1__export_device_records_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor herald__v1__export_device_records_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ExportDeviceRecordsRequest",
+  "ExportDeviceRecordsRequest",
+  "Herald__V1__ExportDeviceRecordsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ExportDeviceRecordsRequest),
+  4,
+  herald__v1__export_device_records_request__field_descriptors,
+  herald__v1__export_device_records_request__field_indices_by_name,
+  1,  herald__v1__export_device_records_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__export_device_records_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor herald__v1__erase_devices_request__field_descriptors[1] =
 {
   {
@@ -3528,7 +3678,7 @@ const ProtobufCEnumDescriptor herald__v1__delivery_state__descriptor =
   herald__v1__delivery_state__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[15] =
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[16] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
@@ -3545,6 +3695,7 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "EraseUser", &herald__v1__erase_user_request__descriptor, &herald__v1__erase_user_response__descriptor },
   { "EraseDevices", &herald__v1__erase_devices_request__descriptor, &herald__v1__erase_user_response__descriptor },
   { "ExportUser", &herald__v1__export_user_request__descriptor, &herald__v1__export_page__descriptor },
+  { "ExportDeviceRecords", &herald__v1__export_device_records_request__descriptor, &herald__v1__export_page__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
   8,        /* CancelScheduled */
@@ -3552,6 +3703,7 @@ const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
   9,        /* DeleteHubSends */
   13,        /* EraseDevices */
   12,        /* EraseUser */
+  15,        /* ExportDeviceRecords */
   14,        /* ExportUser */
   6,        /* GetHubCredentials */
   1,        /* GetOutcome */
@@ -3570,7 +3722,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  15,
+  16,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -3693,6 +3845,14 @@ void herald__v1__dispatch_service__export_user(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__export_device_records(ProtobufCService *service,
+                                                         const Herald__V1__ExportDeviceRecordsRequest *input,
+                                                         Herald__V1__ExportPage_Closure closure,
+                                                         void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

@@ -1447,7 +1447,7 @@ void   herald__v1__list_devices_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__list_devices_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
-static const ProtobufCFieldDescriptor herald__v1__list_user_devices_request__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__list_user_devices_request__field_descriptors[4] =
 {
   {
     "user",
@@ -1485,8 +1485,21 @@ static const ProtobufCFieldDescriptor herald__v1__list_user_devices_request__fie
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "after",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListUserDevicesRequest, after),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_user_devices_request__field_indices_by_name[] = {
+  3,   /* field[3] = after */
   1,   /* field[1] = hub */
   2,   /* field[2] = limit */
   0,   /* field[0] = user */
@@ -1494,7 +1507,7 @@ static const unsigned herald__v1__list_user_devices_request__field_indices_by_na
 static const ProtobufCIntRange herald__v1__list_user_devices_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_user_devices_request__descriptor =
 {
@@ -1504,7 +1517,7 @@ const ProtobufCMessageDescriptor herald__v1__list_user_devices_request__descript
   "Herald__V1__ListUserDevicesRequest",
   "herald.v1",
   sizeof(Herald__V1__ListUserDevicesRequest),
-  3,
+  4,
   herald__v1__list_user_devices_request__field_descriptors,
   herald__v1__list_user_devices_request__field_indices_by_name,
   1,  herald__v1__list_user_devices_request__number_ranges,

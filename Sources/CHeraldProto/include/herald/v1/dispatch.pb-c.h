@@ -16,6 +16,7 @@ PROTOBUF_C__BEGIN_DECLS
 
 #include "herald/v1/common.pb-c.h"
 
+typedef struct Herald__V1__ExportDeviceRecordsRequest Herald__V1__ExportDeviceRecordsRequest;
 typedef struct Herald__V1__EraseDevicesRequest Herald__V1__EraseDevicesRequest;
 typedef struct Herald__V1__NativePayload Herald__V1__NativePayload;
 typedef struct Herald__V1__SendRequest Herald__V1__SendRequest;
@@ -49,6 +50,11 @@ typedef struct Herald__V1__SendStatsResponse Herald__V1__SendStatsResponse;
 
 /* --- enums --- */
 
+typedef enum _Herald__V1__ExportDeviceRecordsRequest__Kind {
+  HERALD__V1__EXPORT_DEVICE_RECORDS_REQUEST__KIND__DELIVERIES = 0,
+  HERALD__V1__EXPORT_DEVICE_RECORDS_REQUEST__KIND__INBOX = 1
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__EXPORT_DEVICE_RECORDS_REQUEST__KIND)
+} Herald__V1__ExportDeviceRecordsRequest__Kind;
 /*
  * Lifecycle of a send, as in Notification Hubs' per-message telemetry.
  */
@@ -115,6 +121,29 @@ typedef enum _Herald__V1__DeliveryState {
 } Herald__V1__DeliveryState;
 
 /* --- messages --- */
+
+/*
+ * Request of ExportDeviceRecords: one page of records of at most 1,000 devices.
+ */
+struct  Herald__V1__ExportDeviceRecordsRequest
+{
+  ProtobufCMessage base;
+  Herald__V1__ExportDeviceRecordsRequest__Kind kind;
+  size_t n_devices;
+  Herald__V1__UserDevice **devices;
+  /*
+   * The `next` of the page before; empty: the first page.
+   */
+  char *after;
+  /*
+   * 1 to 1,000.
+   */
+  int32_t limit;
+};
+#define HERALD__V1__EXPORT_DEVICE_RECORDS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__export_device_records_request__descriptor) \
+    , HERALD__V1__EXPORT_DEVICE_RECORDS_REQUEST__KIND__DELIVERIES, 0,NULL, (char *)protobuf_c_empty_string, 0 }
+
 
 /*
  * Request of EraseDevices: at most 1,000 devices.
@@ -899,6 +928,25 @@ struct  Herald__V1__SendStatsResponse
     , 0,NULL }
 
 
+/* Herald__V1__ExportDeviceRecordsRequest methods */
+void   herald__v1__export_device_records_request__init
+                     (Herald__V1__ExportDeviceRecordsRequest         *message);
+size_t herald__v1__export_device_records_request__get_packed_size
+                     (const Herald__V1__ExportDeviceRecordsRequest   *message);
+size_t herald__v1__export_device_records_request__pack
+                     (const Herald__V1__ExportDeviceRecordsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__export_device_records_request__pack_to_buffer
+                     (const Herald__V1__ExportDeviceRecordsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ExportDeviceRecordsRequest *
+       herald__v1__export_device_records_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__export_device_records_request__free_unpacked
+                     (Herald__V1__ExportDeviceRecordsRequest *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__EraseDevicesRequest methods */
 void   herald__v1__erase_devices_request__init
                      (Herald__V1__EraseDevicesRequest         *message);
@@ -1452,6 +1500,9 @@ void   herald__v1__send_stats_response__free_unpacked
                       ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
+typedef void (*Herald__V1__ExportDeviceRecordsRequest_Closure)
+                 (const Herald__V1__ExportDeviceRecordsRequest *message,
+                  void *closure_data);
 typedef void (*Herald__V1__EraseDevicesRequest_Closure)
                  (const Herald__V1__EraseDevicesRequest *message,
                   void *closure_data);
@@ -1606,6 +1657,10 @@ struct Herald__V1__DispatchService_Service
                       const Herald__V1__ExportUserRequest *input,
                       Herald__V1__ExportPage_Closure closure,
                       void *closure_data);
+  void (*export_device_records)(Herald__V1__DispatchService_Service *service,
+                                const Herald__V1__ExportDeviceRecordsRequest *input,
+                                Herald__V1__ExportPage_Closure closure,
+                                void *closure_data);
 };
 typedef void (*Herald__V1__DispatchService_ServiceDestroy)(Herald__V1__DispatchService_Service *);
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
@@ -1628,7 +1683,8 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## send_stats,\
       function_prefix__ ## erase_user,\
       function_prefix__ ## erase_devices,\
-      function_prefix__ ## export_user  }
+      function_prefix__ ## export_user,\
+      function_prefix__ ## export_device_records  }
 void herald__v1__dispatch_service__send(ProtobufCService *service,
                                         const Herald__V1__SendRequest *input,
                                         Herald__V1__SendResponse_Closure closure,
@@ -1689,11 +1745,17 @@ void herald__v1__dispatch_service__export_user(ProtobufCService *service,
                                                const Herald__V1__ExportUserRequest *input,
                                                Herald__V1__ExportPage_Closure closure,
                                                void *closure_data);
+void herald__v1__dispatch_service__export_device_records(ProtobufCService *service,
+                                                         const Herald__V1__ExportDeviceRecordsRequest *input,
+                                                         Herald__V1__ExportPage_Closure closure,
+                                                         void *closure_data);
 
 /* --- descriptors --- */
 
 extern const ProtobufCEnumDescriptor    herald__v1__outcome_state__descriptor;
 extern const ProtobufCEnumDescriptor    herald__v1__delivery_state__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__export_device_records_request__descriptor;
+extern const ProtobufCEnumDescriptor    herald__v1__export_device_records_request__kind__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__erase_devices_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__send_request__descriptor;

@@ -70,10 +70,15 @@ struct  Herald__V1__ListUserDevicesRequest
    * 1 to 1,000.
    */
   int32_t limit;
+  /*
+   * Only devices whose registration id sorts after this one (the last of the page before; empty:
+   * from the first). An erase leaves it empty, as it deletes each page before it asks again.
+   */
+  char *after;
 };
 #define HERALD__V1__LIST_USER_DEVICES_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_user_devices_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
 
 
 /*
