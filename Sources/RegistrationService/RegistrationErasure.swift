@@ -10,6 +10,10 @@ import PostgresNIO
 /// A user's devices: tutorial registrations they own (or tagged `username:<user>`), installations
 /// with their `userId` (or tagged `$UserId:<user>`), and those installations' templates (rows
 /// whose parent is one of them). `hub` empty: every hub.
+///
+/// Found through indexes only: the owner index, and the tag index for the two tags. An installation
+/// with a userId always carries its `$UserId:{…}` tag (``Installation/audienceTags``), so the
+/// unindexed `user_id` column is never tested: that test made every page scan the whole table.
 enum RegistrationErasure {
     static let maxPage = 1000
 
@@ -24,15 +28,15 @@ enum RegistrationErasure {
 }
 
 extension SQLiteRegistrations {
-    /// `r`'s row is the user's (see ``RegistrationErasure``): arguments user, user, tag, tag, hub, hub.
+    /// `r`'s row is the user's (see ``RegistrationErasure``): arguments user, tag, tag, hub, hub.
     static let isUsers = """
-        ((r.owner = ? OR r.user_id = ? OR r.id IN (SELECT registration_id FROM registration_tag WHERE tag IN (?, ?)))
+        ((r.owner = ? OR r.id IN (SELECT registration_id FROM registration_tag WHERE tag IN (?, ?)))
          AND (? = '' OR r.hub = ?))
         """
 
     static func arguments(_ user: String, _ hub: String) -> StatementArguments {
         let tags = RegistrationErasure.tags(of: user)
-        return [user, user, tags[0], tags[1], hub, hub]
+        return [user, tags[0], tags[1], hub, hub]
     }
 
     func userDevices(user: String, hub: String, after: String, limit: Int) throws -> [UserDevice] {
@@ -98,7 +102,7 @@ extension PostgresRegistrationStore {
             """
             WITH users AS (
                 SELECT r.id FROM registration r
-                WHERE (r.owner = \(user) OR r.user_id = \(user)
+                WHERE (r.owner = \(user)
                        OR r.id IN (SELECT registration_id FROM registration_tag WHERE tag = ANY(\(tags))))
                   AND (\(hub) = '' OR r.hub = \(hub)))
             SELECT id, platform, handle FROM registration
@@ -121,7 +125,7 @@ extension PostgresRegistrationStore {
             """
             WITH users AS (
                 SELECT r.id FROM registration r
-                WHERE (r.owner = \(user) OR r.user_id = \(user)
+                WHERE (r.owner = \(user)
                        OR r.id IN (SELECT registration_id FROM registration_tag WHERE tag = ANY(\(tags))))
                   AND (\(hub) = '' OR r.hub = \(hub)))
             DELETE FROM registration
@@ -196,7 +200,7 @@ extension PostgresRegistrationStore {
             """
             WITH users AS (
                 SELECT r.id FROM registration r
-                WHERE (r.owner = \(user) OR r.user_id = \(user)
+                WHERE (r.owner = \(user)
                        OR r.id IN (SELECT registration_id FROM registration_tag WHERE tag = ANY(\(tags))))
                   AND (\(hub) = '' OR r.hub = \(hub)))
             SELECT x.id, x.hub, x.platform, x.handle, x.document, x.template_name, x.created_at, x.updated_at, x.expired,
