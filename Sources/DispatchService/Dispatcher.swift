@@ -131,7 +131,7 @@ public final class Dispatcher: Sendable {
     {
         // Times (TTLs) count from when the send is made.
         let sentAt = unixMillis()
-        let tag = request.targetUser.isEmpty ? request.targetTag : "username:\(request.targetUser)"
+        let tag = request.targetUser.isEmpty ? request.targetTag : Names.userTag(request.targetUser)
 
         // The whole audience is read before anything is committed: a send is all or nothing.
         if request.templateSend {

@@ -85,8 +85,14 @@ extension Platform {
 }
 
 extension Names {
-    /// The two system tags that name a user's devices: `username:<user>` (the tutorial's, added by
-    /// the server) and NH's `$UserId:{<user>}` (an installation's userId). An erase and an export
-    /// find a person's devices and sends by them.
-    public static func userSystemTags(of user: String) -> [String] { ["username:\(user)", "$UserId:{\(user)}"] }
+    /// The tag the server puts on every tutorial registration of `user`, and what a send "to a
+    /// user" targets: the tutorial's `username:<user>`.
+    public static func userTag(_ user: String) -> String { "username:\(user)" }
+
+    /// The system tag NH gives an installation with a `userId`: `$UserId:{<user>}`.
+    public static func installationUserTag(_ user: String) -> String { "$UserId:{\(user)}" }
+
+    /// The two system tags that name a user's devices (``userTag(_:)``, ``installationUserTag(_:)``).
+    /// An erase and an export find a person's devices and sends by them.
+    public static func userSystemTags(of user: String) -> [String] { [userTag(user), installationUserTag(user)] }
 }

@@ -372,7 +372,7 @@ public struct Installation: Sendable, Equatable {
     public var audienceTags: [String] {
         var all = tags
         all.append("$InstallationId:{\(installationID)}")
-        if let userID { all.append("$UserId:{\(userID)}") }
+        if let userID { all.append(Names.installationUserTag(userID)) }
         return all
     }
 

@@ -95,8 +95,8 @@ public enum RegistrationRules {
         }
     }
 
-    /// The tag the server puts on every registration of `owner`.
-    public static func userTag(_ owner: String) -> String { "username:\(owner)" }
+    /// The tag the server puts on every registration of `owner` (``Names/userTag(_:)``).
+    public static func userTag(_ owner: String) -> String { Names.userTag(owner) }
 }
 
 extension UInt8 {

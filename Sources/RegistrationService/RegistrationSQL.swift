@@ -132,7 +132,7 @@ enum RegistrationSQL {
             // "$UserId:"): read from the tag index in id order, not by testing every device.
             q += " AND r.id IN (SELECT u.registration_id FROM registration_tag u WHERE u.tag IN ("
             q +=
-                "\(q.bind(RegistrationRules.userTag(user))), \(q.bind("$UserId:{\(user)}"))) AND u.registration_id > \(q.bind(after)))"
+                "\(q.bind(RegistrationRules.userTag(user))), \(q.bind(Names.installationUserTag(user)))) AND u.registration_id > \(q.bind(after)))"
         }
         if platform != .unspecified { q += " AND r.platform = \(q.bind(Int64(platform.rawValue)))" }
         if let handlePrefix {
