@@ -66,12 +66,14 @@ struct TemplateAudience {
     static func render(
         _ json: String, name: String, platform: Platform, _ properties: PushTemplate.Properties, sentAt: Int64
     ) throws -> OutboxPayload {
-        func refuse(_ message: String) -> ServiceError {
-            ServiceError.invalidArgument("template \(name) (\(platform.name)): \(message)")
+        /// A refusal naming the template; a type of its own, so the catch below does not wrap it twice.
+        struct Refusal: Error { var error: ServiceError }
+        func refuse(_ message: String) -> Refusal {
+            Refusal(error: ServiceError.invalidArgument("template \(name) (\(platform.name)): \(message)"))
         }
         guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any],
             let body = object["body"] as? String
-        else { throw refuse("stored without a body") }
+        else { throw refuse("stored without a body").error }
         var headers: [String: String] = [:]
         do {
             for (key, value) in object["headers"] as? [String: String] ?? [:] {
@@ -123,10 +125,12 @@ struct TemplateAudience {
                 break
             }
             return try PlatformRules.prepare(native, sentAt: sentAt)
+        } catch let refusal as Refusal {
+            throw refusal.error
         } catch let error as PushTemplate.ParseError {
-            throw refuse(error.message)
-        } catch let error as ServiceError where !error.message.hasPrefix("template ") {
-            throw refuse(error.message)
+            throw refuse(error.message).error
+        } catch let error as ServiceError {
+            throw refuse(error.message).error
         }
     }
 

@@ -90,7 +90,11 @@ struct ScheduleTests {
             #expect(
                 refused.payloads.isEmpty && refused.targets.isEmpty && refused.refusedDevices == 2,
                 "\(header): \(value)")
-            #expect(refused.firstRefusal?.message.hasPrefix("template h") == true, "\(header): \(value)")
+            // Named once: a refusal is not wrapped again on its way out.
+            let message = refused.firstRefusal?.message ?? ""
+            #expect(
+                message.hasPrefix("template h (apns): ") && message.ranges(of: "template h").count == 1,
+                "\(header): \(value): \(message)")
         }
         for template in [
             #"{"body":"{}","headers":{"apns-expiration":"253402300799"}}"#,
