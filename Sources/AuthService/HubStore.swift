@@ -4,40 +4,6 @@ public import HeraldModel
 public import HeraldProto
 import HeraldRPC
 
-/// A Notification Hubs access right. Stored as a bit set; shown with NH's names.
-public struct HubRights: OptionSet, Sendable, Hashable {
-    public let rawValue: Int
-    public init(rawValue: Int) { self.rawValue = rawValue }
-
-    public static let listen = HubRights(rawValue: 1)
-    public static let send = HubRights(rawValue: 2)
-    public static let manage = HubRights(rawValue: 4)
-    /// What NH's `DefaultFullSharedAccessSignature` holds.
-    public static let full: HubRights = [.listen, .send, .manage]
-
-    /// Parses NH's names, case-insensitively. Manage brings Listen and Send, as in NH.
-    public init(names: [String]) throws {
-        var rights: HubRights = []
-        for name in names {
-            switch name.lowercased() {
-            case "listen": rights.insert(.listen)
-            case "send": rights.insert(.send)
-            case "manage": rights.formUnion(.full)
-            default: throw ServiceError.invalidArgument("unknown right \(name): use Listen, Send or Manage")
-            }
-        }
-        self = rights
-    }
-
-    public var names: [String] {
-        var names: [String] = []
-        if contains(.listen) { names.append("Listen") }
-        if contains(.manage) { names.append("Manage") }
-        if contains(.send) { names.append("Send") }
-        return names
-    }
-}
-
 /// Hubs, their shared access keys, and the rights Herald users hold on them, beside the accounts:
 /// ``SQLiteHubStore`` or ``PostgresHubStore``.
 ///

@@ -370,7 +370,7 @@ public struct EdgeRoutes: Sendable {
     /// anyone else's and any tag only with Send on the hub (`herald hubs grant default USER Send`).
     static func requireSend(_ principal: AuthenticateResponse, toUser targetUser: String?) throws {
         if let targetUser, targetUser == principal.user { return }
-        guard principal.rights.contains("Send") else {
+        guard HubRights(granted: principal.rights).contains(.send) else {
             throw EdgeError(
                 .forbidden,
                 targetUser == nil

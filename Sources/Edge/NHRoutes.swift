@@ -54,7 +54,7 @@ extension EdgeRoutes {
         }
         router.get(":hub/messages/:id/failures") { request, context in
             await nh(request, context) {
-                let hub = try await authorizeSAS(request, context, needs: "Send")
+                let hub = try await authorizeSAS(request, context, needs: .send)
                 return try await failuresExport(
                     id: try context.parameters.require("id"), hub: hub, requestID: context.requestID)
             }
@@ -105,13 +105,14 @@ extension EdgeRoutes {
     /// The hub named by the path and the rights of the request's SAS token on it; 401 (NH's
     /// "claim(s) are required") when the needed right is missing.
     @discardableResult
-    func authorizeSAS(_ request: Request, _ context: EdgeRequestContext, needs right: String) async throws -> String {
+    func authorizeSAS(_ request: Request, _ context: EdgeRequestContext, needs right: HubRights) async throws -> String
+    {
         try await authorizeSASAnswer(request, context, needs: right).hub
     }
 
     /// ``authorizeSAS(_:_:needs:)`` with herald-auth's whole answer (the hub's limits).
     func authorizeSASAnswer(
-        _ request: Request, _ context: EdgeRequestContext, needs right: String
+        _ request: Request, _ context: EdgeRequestContext, needs right: HubRights
     ) async throws -> (hub: String, answer: AuthorizeSasResponse) {
         let hub = try context.parameters.require("hub")
         guard Names.isValidHubName(hub) else {
@@ -126,11 +127,11 @@ extension EdgeRoutes {
         let answer = try await auth.authorizeSas(
             AuthorizeSasRequest(hub: hub, authorization: header, resource: resource, clientAddress: context.remoteIP),
             requestID: context.requestID)
-        guard answer.rights.contains(right) else {
+        guard HubRights(granted: answer.rights).isSuperset(of: right) else {
             // NH's answer and words for a missing claim.
             throw EdgeError(
                 .unauthorized,
-                "Unauthorized access. '\(right)' claim(s) are required to perform this operation (the key \(answer.keyName) has "
+                "Unauthorized access. '\(right.names.joined(separator: ", "))' claim(s) are required to perform this operation (the key \(answer.keyName) has "
                     + "\(answer.rights.joined(separator: ", ")))")
         }
         // From here on the hub is its immutable id (tenancy); URLs in answers keep the path's name.
@@ -160,7 +161,7 @@ extension EdgeRoutes {
     private func writeInstallation(
         _ request: Request, _ context: EdgeRequestContext, _ call: (String, String, [UInt8], Int64) async throws -> Void
     ) async throws -> Response {
-        let (hub, answer) = try await authorizeSASAnswer(request, context, needs: "Listen")
+        let (hub, answer) = try await authorizeSASAnswer(request, context, needs: .listen)
         let id = try context.parameters.require("id")
         try await call(hub, id, [UInt8](try await collect(request, upTo: config.maxBodyBytes)), answer.maxInstallations)
         return Self.nhEmpty(.ok, contentLocation: Self.contentLocation(request, id: id))
@@ -168,7 +169,7 @@ extension EdgeRoutes {
 
     /// `GET /{hub}/installations/{id}`: the installation's JSON with `Content-Location`, or 404.
     func getInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Listen")
+        let hub = try await authorizeSAS(request, context, needs: .listen)
         let id = try context.parameters.require("id")
         let answer = try await registration.getInstallation(
             GetInstallationRequest(hub: hub, installationID: id), requestID: context.requestID)
@@ -179,7 +180,7 @@ extension EdgeRoutes {
 
     /// `DELETE /{hub}/installations/{id}`: 204 whether or not it existed, as NH.
     func deleteInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Listen")
+        let hub = try await authorizeSAS(request, context, needs: .listen)
         _ = try await registration.deleteInstallation(
             DeleteInstallationRequest(hub: hub, installationID: try context.parameters.require("id")),
             requestID: context.requestID)
@@ -189,7 +190,7 @@ extension EdgeRoutes {
     /// `GET /{hub}/installations?tag=&userId=&platform=&top=&continuationToken=` (Manage): not in NH.
     /// `{"installations":[…],"continuationToken":"…"}`; the token also in `x-ms-continuationtoken`.
     func listInstallations(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Manage")
+        let hub = try await authorizeSAS(request, context, needs: .manage)
         let query = request.uri.queryParameters
         var platform = Platform.unspecified
         if let name = query.get("platform"), !name.isEmpty {
@@ -224,7 +225,7 @@ extension EdgeRoutes {
     /// `GET /{hub}/export` (Manage): every registration and installation of the hub as NDJSON,
     /// streamed in batches as herald-registration reads them.
     func exportDevices(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Manage")
+        let hub = try await authorizeSAS(request, context, needs: .manage)
         let collected = Mutex<[UInt8]>([])
         try await registration.exportDevices(
             ExportDevicesRequest(hub: hub), requestID: context.requestID, timeout: .seconds(600)
@@ -242,7 +243,7 @@ extension EdgeRoutes {
     /// user's name in the hub's sends; cancels scheduled sends to them alone (``UserErasure``).
     /// Idempotent; answers 200 with the counts.
     func eraseHubUser(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Manage")
+        let hub = try await authorizeSAS(request, context, needs: .manage)
         let user = try context.parameters.require("user")
         guard !user.isEmpty, user.utf8.count <= 256 else {
             throw EdgeError(.badRequest, "userId must be 1 to 256 bytes")

@@ -24,7 +24,7 @@ extension EdgeRoutes {
     /// in `ServiceBusNotification-DeviceHandle`; `?test` reaches at most 10 devices and answers
     /// their results. 201 with `Location: …/{hub}/messages/{id}?api-version=…` on every send.
     func nhSend(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Send")
+        let hub = try await authorizeSAS(request, context, needs: .send)
         var send = try await nhSendRequest(request, hub: hub)
         let test = request.uri.queryParameters.get("test").map { $0.lowercased() != "false" } ?? false
         if test { send.maxDevices = Int32(Self.nhTestDevices) }
@@ -42,7 +42,7 @@ extension EdgeRoutes {
     /// 201 with `Location: …/{hub}/schedulednotifications/{id}?api-version=…`; the id's telemetry
     /// says `Scheduled` until then.
     func schedule(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Send")
+        let hub = try await authorizeSAS(request, context, needs: .send)
         guard let text = request.headers[HTTPField.Name("ServiceBusNotification-ScheduleTime")!] else {
             throw EdgeError(
                 .badRequest, "a scheduled send needs ServiceBusNotification-ScheduleTime, e.g. 2030-01-01T08:00:00Z")
@@ -63,7 +63,7 @@ extension EdgeRoutes {
     /// `DELETE /{hub}/schedulednotifications/{id}` (Send): cancels a scheduled send not made yet.
     /// 200 (also when it was cancelled before), 404 for an unknown id, 409 once it was sent.
     func cancelScheduled(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Send")
+        let hub = try await authorizeSAS(request, context, needs: .send)
         let id = try context.parameters.require("id")
         guard id.hasPrefix("n-"), id.utf8.count <= 64 else {
             throw EdgeError(.notFound, "no scheduled notification \(id)")
@@ -80,7 +80,7 @@ extension EdgeRoutes {
     /// `POST /{hub}/messages/$batch?direct` (Send): one notification to up to 1000 handles, as
     /// multipart/mixed with a `notification` part and a `devices` part (a JSON array of handles).
     func sendBatch(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Send")
+        let hub = try await authorizeSAS(request, context, needs: .send)
         guard request.uri.queryParameters.get("direct") != nil else {
             throw EdgeError(.badRequest, "a batch send is a direct send: POST /{hub}/messages/$batch?direct")
         }
@@ -111,7 +111,7 @@ extension EdgeRoutes {
     /// `GET /{hub}/messages/{notificationId}` (Send): the send's `NotificationDetails` as NH's XML,
     /// elements in the order the .NET SDK's DataContract reads them. 404 for another hub's send.
     func notificationDetails(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: "Send")
+        let hub = try await authorizeSAS(request, context, needs: .send)
         let id = try context.parameters.require("id")
         guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no notification \(id)") }
         let outcome = try await dispatch.getOutcome(

@@ -155,7 +155,8 @@ extension EdgeRoutes {
         } catch let error as ServiceError where error.code == .unauthenticated {
             return nil
         }
-        return ConsoleSession(token: token, user: principal.user, admin: principal.rights.contains("Manage"))
+        return ConsoleSession(
+            token: token, user: principal.user, admin: HubRights(granted: principal.rights).contains(.manage))
     }
 
     /// 403 unless the operator holds Manage on `hub` (the stack's admin holds it on every hub).
@@ -170,7 +171,7 @@ extension EdgeRoutes {
         if session.admin { return true }
         let principal = try await verdict(
             AuthenticateRequest(authorization: "Bearer \(session.token)", hub: hub), requestID: context.requestID)
-        return principal.rights.contains("Manage")
+        return HubRights(granted: principal.rights).contains(.manage)
     }
 
     func requireAdmin(_ session: ConsoleSession) throws {
