@@ -17,3 +17,16 @@ struct NamesTests {
         }
     }
 }
+
+@Suite("hub rights as they arrive from auth")
+struct HubRightsTests {
+    @Test("names type once: Manage brings Listen and Send, case does not matter, an unknown name grants nothing")
+    func granted() {
+        #expect(HubRights(granted: ["Manage"]) == .full)
+        #expect(HubRights(granted: ["send"]) == .send)
+        #expect(HubRights(granted: ["Listen", "Admin"]) == .listen)
+        #expect(HubRights(granted: []).isEmpty)
+        #expect(!HubRights(granted: ["Listen", "Send"]).contains(.manage))
+        #expect(HubRights.full.names == ["Listen", "Manage", "Send"])
+    }
+}
