@@ -27,7 +27,8 @@ public struct AuthHandlers: AuthServiceHandler {
     ) {
         self.authenticator = authenticator
         self.hubs = hubs
-        self.sas = SASVerifier(hubs: hubs, throttle: sasThrottle)
+        self.sas = SASVerifier(
+            hubs: hubs, throttle: sasThrottle, reuseFor: .milliseconds(authenticator.verdictTTL))
         self.testMode = testMode
         self.testUser = testUser
     }

@@ -126,7 +126,8 @@ public final class Authenticator: Sendable {
     private let tokenTTL: Int64
     private let cacheTTL: Int64
     /// How long a caller may reuse an Authenticate answer (`cache_until_unix_ms`), in ms; 0: never.
-    private let verdictTTL: Int64
+    /// How long an answer may be reused (ms; 0: never), for Authenticate and AuthorizeSas alike.
+    let verdictTTL: Int64
     /// Called once a change that could turn a verdict is made and before it is answered (a failed
     /// login here; the handlers call it for the rest): bumps `auth.generation`.
     public let changed: @Sendable () -> Void

@@ -34,6 +34,8 @@ public struct SASVerifier: Sendable {
     /// Failed tokens per client address (the edge's peer address).
     public let throttle: LoginThrottle
     private let now: @Sendable () -> Int64
+    /// How long an answer may be reused (`cache_until_unix_ms`), ms; 0: never.
+    private let reuseFor: Int64
 
     /// Longest `Authorization` header taken: a token from any SDK is a few hundred bytes.
     public static let maxHeaderLength = 4096
@@ -46,10 +48,11 @@ public struct SASVerifier: Sendable {
 
     public init(
         hubs: any HubStore, throttle: LoginThrottle = LoginThrottle(freeFailures: 20),
-        now: @escaping @Sendable () -> Int64 = unixMillis
+        reuseFor: Duration = .zero, now: @escaping @Sendable () -> Int64 = unixMillis
     ) {
         self.hubs = hubs
         self.throttle = throttle
+        self.reuseFor = reuseFor.wholeMilliseconds
         self.now = now
     }
 
@@ -69,11 +72,14 @@ public struct SASVerifier: Sendable {
         do {
             let token = try Self.parse(header)
             let key = try await hubs.secrets(hub: hub, name: token.keyName)
-            try Self.verify(token, primary: key?.primary, secondary: key?.secondary, now: now(), resource: resource)
+            let now = self.now()
+            try Self.verify(token, primary: key?.primary, secondary: key?.secondary, now: now, resource: resource)
             guard let key else { throw ServiceError(.internal, "a token verified without a key") }
+            // `parse` bounds `se` to 9999-12-31, so neither product overflows.
             return AuthorizeSasResponse(
                 keyName: token.keyName, rights: key.rights.names, maxInstallations: key.maxInstallations,
-                hubID: key.hubID)
+                hubID: key.hubID, audience: SASAudience.normalized(token.rawResource),
+                cacheUntilUnixMs: reuseFor > 0 ? min(now + reuseFor, token.expiry * 1000) : 0)
         } catch let error as ServiceError where error.code == .unauthenticated {
             let address = "sas/" + String(client.prefix(Self.maxClientLength))
             try await throttle.failed(address)
@@ -108,7 +114,7 @@ public struct SASVerifier: Sendable {
         guard token.expiry * 1000 > now else {
             throw ServiceError.unauthenticated("ExpiredToken: The token is expired (se \(token.expiry)).")
         }
-        guard covers(audience: normalizedAudience(token.rawResource), resource: resource) else {
+        guard SASAudience.covers(SASAudience.normalized(token.rawResource), resource: resource) else {
             throw ServiceError.unauthenticated("40104: Invalid authorization token audience.")
         }
     }
@@ -137,48 +143,11 @@ public struct SASVerifier: Sendable {
     }
 
     /// `sr` decoded, lower-cased, without scheme, query, fragment, default port or trailing `/`.
-    public static func normalizedAudience(_ raw: String) -> String {
-        var text = (raw.removingPercentEncoding ?? raw).lowercased()
-        if let end = text.firstIndex(where: { $0 == "?" || $0 == "#" }) { text = String(text[..<end]) }
-        if let scheme = text.range(of: "://") { text = String(text[scheme.upperBound...]) }
-        return normalizedResource(text)
-    }
+    /// ``SASAudience/normalized(_:)``: what a token's `sr` covers.
+    public static func normalizedAudience(_ raw: String) -> String { SASAudience.normalized(raw) }
 
-    /// "host[:port]/path" lower-cased, without default port or trailing `/`.
-    public static func normalizedResource(_ resource: String) -> String {
-        var text = resource.lowercased()
-        let slash = text.firstIndex(of: "/") ?? text.endIndex
-        var host = String(text[..<slash])
-        for port in [":443", ":80"] where host.hasSuffix(port) { host.removeLast(port.count) }
-        text = host + text[slash...]
-        while text.hasSuffix("/") { text.removeLast() }
-        return text
-    }
-
-    /// Whether a token for `audience` may be used on `resource`: equal, or a prefix at a `/`.
-    ///
-    /// An audience whose host names no port covers that host on any port: the .NET SDK signs `sr`
-    /// through a `UriBuilder` that drops the port of an `http://host:port` endpoint (NH itself is
-    /// always on 443). The host must still match, and an audience with a port only that port.
+    /// ``SASAudience/covers(_:resource:)``.
     public static func covers(audience: String, resource: String) -> Bool {
-        let resource = normalizedResource(resource)
-        func matches(_ resource: String) -> Bool {
-            !audience.isEmpty && (resource == audience || resource.hasPrefix(audience + "/"))
-        }
-        if matches(resource) { return true }
-        guard port(of: audience) == nil, let resourcePort = port(of: resource) else { return false }
-        let slash = resource.firstIndex(of: "/") ?? resource.endIndex
-        var host = String(resource[..<slash])
-        host.removeLast(resourcePort.count + 1)
-        return matches(host + resource[slash...])
-    }
-
-    /// The port of "host[:port]/path" ("[v6]:port" too), nil when it names none.
-    static func port(of resource: String) -> Substring? {
-        let host = resource[..<(resource.firstIndex(of: "/") ?? resource.endIndex)]
-        guard let colon = host.lastIndex(of: ":"), !host[colon...].contains("]") else { return nil }
-        if host.hasPrefix("["), !host[..<colon].hasSuffix("]") { return nil }
-        let port = host[host.index(after: colon)...]
-        return !port.isEmpty && port.allSatisfy(\.isNumber) ? port : nil
+        SASAudience.covers(audience, resource: resource)
     }
 }

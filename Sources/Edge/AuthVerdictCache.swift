@@ -7,7 +7,8 @@ import HeraldService
 import Metrics
 import Synchronization
 
-/// herald-auth's recent Authenticate answers, so that most requests make one RPC, not two.
+/// herald-auth's recent Authenticate and AuthorizeSas answers, so that most requests make one RPC,
+/// not two.
 ///
 /// An answer is reused for the same Authorization value and hub until its `cache_until_unix_ms`
 /// (auth's `verdict-cache-seconds`, never past a token's expiry), and only while every
@@ -20,6 +21,10 @@ import Synchronization
 /// The counters are shared memory, so the cache is on only when every auth replica the edge calls
 /// is a Unix socket (same host) whose directory holds one; over TCP it is off. Keys are SHA-256 of
 /// a per-process secret, the hub and the header, so no password or token is kept in the clear.
+///
+/// An AuthorizeSas answer is reused the same way for the same hub and `Authorization` value, on a
+/// request whose resource its `audience` covers (``SASAudience``): one NH token signs every request
+/// of a back end for its lifetime, and each request names another resource (an installation id).
 public final class AuthVerdictCache: Sendable {
     /// The counter files watched; empty: never cache.
     let paths: [String]
@@ -38,6 +43,7 @@ public final class AuthVerdictCache: Sendable {
         /// When the counter files were last opened or checked, Unix ms; nil: never yet.
         var checkedAt: Int64?
         var entries: [Key: Entry] = [:]
+        var sasEntries: [Key: SASEntry] = [:]
     }
 
     /// A SHA-256 digest as four words: a concrete type, so no generic metadata per look-up.
@@ -50,6 +56,12 @@ public final class AuthVerdictCache: Sendable {
 
     struct Entry {
         var answer: AuthenticateResponse
+        var until: Int64
+        var generation: UInt64
+    }
+
+    struct SASEntry {
+        var answer: AuthorizeSasResponse
         var until: Int64
         var generation: UInt64
     }
@@ -101,10 +113,12 @@ public final class AuthVerdictCache: Sendable {
         }
     }
 
-    func key(_ request: AuthenticateRequest) -> Key {
+    func key(_ request: AuthenticateRequest) -> Key { key(hub: request.hub, header: request.authorization) }
+
+    func key(hub: String, header: String) -> Key {
         var hasher = salted
-        var hub = request.hub
-        var header = request.authorization
+        var hub = hub
+        var header = header
         hub.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
         withUnsafeBytes(of: UInt8(0)) { hasher.update(bufferPointer: $0) }
         header.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
@@ -133,6 +147,43 @@ public final class AuthVerdictCache: Sendable {
         }
     }
 
+    /// What the edge knows before asking auth about a SAS token: auth's answer for this hub and
+    /// header while reusable (the caller still checks that its audience covers the request's
+    /// resource), or the generation to store the next answer under (nil: do not store it).
+    enum SASLookup {
+        case hit(AuthorizeSasResponse)
+        case miss(key: Key, generation: UInt64?)
+    }
+
+    func lookup(_ request: AuthorizeSasRequest) -> SASLookup {
+        guard !paths.isEmpty else { return .miss(key: Key(words: (0, 0, 0, 0)), generation: nil) }
+        let key = key(hub: request.hub, header: request.authorization)
+        let now = self.now()
+        return state.withLock { state in
+            guard let generation = Self.generation(&state, paths: paths, now: now) else {
+                return .miss(key: key, generation: nil)
+            }
+            if let entry = state.sasEntries[key] {
+                if entry.generation == generation, entry.until > now { return .hit(entry.answer) }
+                state.sasEntries[key] = nil
+            }
+            return .miss(key: key, generation: generation)
+        }
+    }
+
+    /// Keeps a SAS `answer`, asked for under `generation`, until its `cache_until_unix_ms`.
+    func store(_ answer: AuthorizeSasResponse, key: Key, generation: UInt64) {
+        let now = self.now()
+        guard answer.cacheUntilUnixMs > now, !answer.audience.isEmpty else { return }
+        state.withLock { state in
+            if state.sasEntries.count >= Self.capacity {
+                state.sasEntries = state.sasEntries.filter { $0.value.until > now && $0.value.generation == generation }
+                if state.sasEntries.count >= Self.capacity { state.sasEntries.removeAll(keepingCapacity: true) }
+            }
+            state.sasEntries[key] = SASEntry(answer: answer, until: answer.cacheUntilUnixMs, generation: generation)
+        }
+    }
+
     /// The sum of the counters, opening them when needed and checking once a second that they are
     /// still the files at their paths; nil while any is missing.
     private static func generation(_ state: inout State, paths: [String], now: Int64) -> UInt64? {
@@ -141,6 +192,7 @@ public final class AuthVerdictCache: Sendable {
             let same = state.counters.map { zip($0, paths).allSatisfy { $0.isStillAt(path: $1) } } ?? false
             if !same {
                 state.entries.removeAll()
+                state.sasEntries.removeAll()
                 let opened = paths.compactMap { try? SharedGeneration(path: $0, writable: false) }
                 state.counters = opened.count == paths.count ? opened : nil
             }

@@ -124,7 +124,7 @@ extension EdgeRoutes {
                 "MissingToken: the request needs Authorization: SharedAccessSignature sr=…&sig=…&se=…&skn=…")
         }
         let resource = (request.head.authority ?? "") + request.uri.path
-        let answer = try await auth.authorizeSas(
+        let answer = try await sasVerdict(
             AuthorizeSasRequest(hub: hub, authorization: header, resource: resource, clientAddress: context.remoteIP),
             requestID: context.requestID)
         guard HubRights(granted: answer.rights).isSuperset(of: right) else {
@@ -136,6 +136,24 @@ extension EdgeRoutes {
         }
         // From here on the hub is its immutable id (tenancy); URLs in answers keep the path's name.
         return (answer.hubID, answer)
+    }
+
+    /// auth's answer to `request`: reused from ``verdicts`` while it holds and its audience covers
+    /// this request's resource, else asked for (and kept when auth allows). A token used on a
+    /// resource it does not cover always reaches auth, which refuses it and counts the failure.
+    func sasVerdict(_ request: AuthorizeSasRequest, requestID: String) async throws -> AuthorizeSasResponse {
+        switch verdicts.lookup(request) {
+        case .hit(let answer) where SASAudience.covers(answer.audience, resource: request.resource):
+            AuthVerdictCache.fromCache.increment()
+            return answer
+        case .hit:
+            return try await auth.authorizeSas(request, requestID: requestID)
+        case .miss(let key, let generation):
+            let answer = try await auth.authorizeSas(request, requestID: requestID)
+            AuthVerdictCache.fromAuth.increment()
+            if let generation { verdicts.store(answer, key: key, generation: generation) }
+            return answer
+        }
     }
 
     // MARK: installations

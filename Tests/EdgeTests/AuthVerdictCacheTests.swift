@@ -59,6 +59,41 @@ struct AuthVerdictCacheTests {
         }
     }
 
+    @Test("a SAS answer is reused for its hub and header until the counter moves; never without an audience or a time")
+    func sas() throws {
+        try Self.withCache { cache, counter, _, _ in
+            func ask(_ request: AuthorizeSasRequest, _ answer: AuthorizeSasResponse) -> Bool {
+                switch cache.lookup(request) {
+                case .hit: return true
+                case .miss(let key, let generation):
+                    if let generation { cache.store(answer, key: key, generation: generation) }
+                    return false
+                }
+            }
+            let token = "SharedAccessSignature sr=h%2Fhub&sig=x&se=2000&skn=k"
+            let first = AuthorizeSasRequest(hub: "hub", authorization: token, resource: "h/hub/installations/1")
+            var other = first
+            other.resource = "h/hub/installations/2"
+            let answer = AuthorizeSasResponse(
+                keyName: "k", rights: ["Listen"], audience: "h/hub", cacheUntilUnixMs: 1_060_000)
+            #expect(!ask(first, answer))
+            #expect(ask(other, answer), "another resource, the same token: the caller checks the audience")
+            #expect(!ask(AuthorizeSasRequest(hub: "hub2", authorization: token), answer))
+            counter.bump()
+            #expect(!ask(first, answer))
+            let unscoped = AuthorizeSasRequest(hub: "hub", authorization: token + "x")
+            var noAudience = answer
+            noAudience.audience = ""
+            #expect(!ask(unscoped, noAudience))
+            #expect(!ask(unscoped, noAudience))
+            var noTime = answer
+            noTime.cacheUntilUnixMs = 0
+            let untimed = AuthorizeSasRequest(hub: "hub", authorization: token + "y")
+            #expect(!ask(untimed, noTime))
+            #expect(!ask(untimed, noTime))
+        }
+    }
+
     @Test("an answer asked for before a bump is never reused, even if stored after it")
     func raceWithARevocation() throws {
         try Self.withCache { cache, counter, _, _ in

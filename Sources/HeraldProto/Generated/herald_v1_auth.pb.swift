@@ -1704,12 +1704,22 @@ public struct AuthorizeSasResponse: HeraldMessage {
     public var maxInstallations: Int64
     /// The hub's immutable id (Hub.id): what the edge passes to registration and dispatch as `hub`.
     public var hubID: String
+    /// What the token covers: its `sr` decoded, lower-cased, without scheme, query, default port or
+    /// trailing "/". With cache_until_unix_ms, a caller may reuse this answer for the same hub and
+    /// Authorization value on any resource this audience covers (equal, or a prefix ending at a "/").
+    public var audience: String
+    /// As AuthenticateResponse's: until when (Unix epoch ms) the answer may be reused while
+    /// `auth.generation` is unchanged (herald-auth bumps it before answering any change of a hub, key or
+    /// grant); never past the token's `se`; 0 when herald-auth's `verdict-cache-seconds` is 0.
+    public var cacheUntilUnixMs: Int64
 
-    public init(keyName: String = "", rights: [String] = [], maxInstallations: Int64 = 0, hubID: String = "") {
+    public init(keyName: String = "", rights: [String] = [], maxInstallations: Int64 = 0, hubID: String = "", audience: String = "", cacheUntilUnixMs: Int64 = 0) {
         self.keyName = keyName
         self.rights = rights
         self.maxInstallations = maxInstallations
         self.hubID = hubID
+        self.audience = audience
+        self.cacheUntilUnixMs = cacheUntilUnixMs
     }
 
     public init() {
@@ -1717,6 +1727,8 @@ public struct AuthorizeSasResponse: HeraldMessage {
         self.rights = []
         self.maxInstallations = 0
         self.hubID = ""
+        self.audience = ""
+        self.cacheUntilUnixMs = 0
     }
 
     public static let protoName = "herald.v1.AuthorizeSasResponse"
@@ -1739,6 +1751,8 @@ extension AuthorizeSasResponse: CBacked {
         self.rights = CBridge.strings(m.n_rights, m.rights)
         self.maxInstallations = m.max_installations
         self.hubID = CBridge.string(m.hub_id)
+        self.audience = CBridge.string(m.audience)
+        self.cacheUntilUnixMs = m.cache_until_unix_ms
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1749,6 +1763,8 @@ extension AuthorizeSasResponse: CBacked {
         p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.AuthorizeSasResponse.rights")
         p.pointee.max_installations = self.maxInstallations
         p.pointee.hub_id = try arena.string(self.hubID, field: "herald.v1.AuthorizeSasResponse.hub_id")
+        p.pointee.audience = try arena.string(self.audience, field: "herald.v1.AuthorizeSasResponse.audience")
+        p.pointee.cache_until_unix_ms = self.cacheUntilUnixMs
         return p
     }
 

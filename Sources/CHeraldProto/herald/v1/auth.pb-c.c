@@ -3120,7 +3120,7 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_request__descriptor =
   (ProtobufCMessageInit) herald__v1__authorize_sas_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[6] =
 {
   {
     "key_name",
@@ -3170,8 +3170,34 @@ static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "audience",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasResponse, audience),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "cache_until_unix_ms",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasResponse, cache_until_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authorize_sas_response__field_indices_by_name[] = {
+  4,   /* field[4] = audience */
+  5,   /* field[5] = cache_until_unix_ms */
   3,   /* field[3] = hub_id */
   0,   /* field[0] = key_name */
   2,   /* field[2] = max_installations */
@@ -3180,7 +3206,7 @@ static const unsigned herald__v1__authorize_sas_response__field_indices_by_name[
 static const ProtobufCIntRange herald__v1__authorize_sas_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor =
 {
@@ -3190,7 +3216,7 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor 
   "Herald__V1__AuthorizeSasResponse",
   "herald.v1",
   sizeof(Herald__V1__AuthorizeSasResponse),
-  4,
+  6,
   herald__v1__authorize_sas_response__field_descriptors,
   herald__v1__authorize_sas_response__field_indices_by_name,
   1,  herald__v1__authorize_sas_response__number_ranges,

@@ -637,10 +637,22 @@ struct  Herald__V1__AuthorizeSasResponse
    * The hub's immutable id (Hub.id): what the edge passes to registration and dispatch as `hub`.
    */
   char *hub_id;
+  /*
+   * What the token covers: its `sr` decoded, lower-cased, without scheme, query, default port or
+   * trailing "/". With cache_until_unix_ms, a caller may reuse this answer for the same hub and
+   * Authorization value on any resource this audience covers (equal, or a prefix ending at a "/").
+   */
+  char *audience;
+  /*
+   * As AuthenticateResponse's: until when (Unix epoch ms) the answer may be reused while
+   * `auth.generation` is unchanged (herald-auth bumps it before answering any change of a hub, key or
+   * grant); never past the token's `se`; 0 when herald-auth's `verdict-cache-seconds` is 0.
+   */
+  int64_t cache_until_unix_ms;
 };
 #define HERALD__V1__AUTHORIZE_SAS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authorize_sas_response__descriptor) \
-    , (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
 
 
 /*
