@@ -260,7 +260,7 @@ public final class PostgresRegistrationStore: RegistrationStore {
     }
 
     nonisolated(nonsending) public func patchInstallation(
-        hub: String, id: String, _ change: @Sendable (inout Installation) throws -> Void
+        hub: String, id: String, _ change: @escaping @Sendable (inout Installation) throws -> Void
     ) async throws -> Installation {
         let now = self.now()
         return try await db.transaction { connection in

@@ -46,7 +46,7 @@ public protocol RegistrationStore: Sendable {
         -> Installation
     /// Reads, patches and writes back in one transaction.
     nonisolated(nonsending) func patchInstallation(
-        hub: String, id: String, _ change: @Sendable (inout Installation) throws -> Void
+        hub: String, id: String, _ change: @escaping @Sendable (inout Installation) throws -> Void
     ) async throws -> Installation
     nonisolated(nonsending) func installation(hub: String, id: String) async throws -> Installation?
     /// Whether one was deleted.
@@ -130,7 +130,8 @@ extension RegistrationStore {
 /// caller's executor (in an async function GRDB's async overloads, which hop to its queue, would win).
 public final class SQLiteRegistrationStore: RegistrationStore {
     public let tables: SQLiteRegistrations
-    /// The tutorial's writes (POST, PUT, DELETE api/register), committed in batches (see GroupCommit).
+    /// The tutorial's writes (POST, PUT, DELETE api/register) and NH's installation writes (PUT,
+    /// PATCH, DELETE), committed in batches (see GroupCommit).
     private let commits: GroupCommit
 
     public init(
@@ -182,18 +183,20 @@ public final class SQLiteRegistrationStore: RegistrationStore {
     )
         async throws -> Installation
     {
-        try tables.putInstallation(hub: hub, installation, maxInstallations: maxInstallations)
+        try await commits.write { [tables] db in
+            try tables.putInstallation(hub: hub, installation, maxInstallations: maxInstallations, in: db)
+        }
     }
     nonisolated(nonsending) public func patchInstallation(
-        hub: String, id: String, _ change: @Sendable (inout Installation) throws -> Void
+        hub: String, id: String, _ change: @escaping @Sendable (inout Installation) throws -> Void
     ) async throws -> Installation {
-        try tables.patchInstallation(hub: hub, id: id, change)
+        try await commits.write { [tables] db in try tables.patchInstallation(hub: hub, id: id, change, in: db) }
     }
     nonisolated(nonsending) public func installation(hub: String, id: String) async throws -> Installation? {
         try tables.installation(hub: hub, id: id)
     }
     nonisolated(nonsending) public func deleteInstallation(hub: String, id: String) async throws -> Bool {
-        try tables.deleteInstallation(hub: hub, id: id)
+        try await commits.write { [tables] db in try tables.deleteInstallation(hub: hub, id: id, in: db) }
     }
     nonisolated(nonsending) public func listInstallations(
         hub: String, expression: TagExpression?, userID: String?, platform: Platform, after: String, limit: Int
