@@ -244,15 +244,32 @@ public struct InboxProvider: PushSender {
                     ? "SELECT * FROM inbox WHERE \(condition)? ORDER BY \(order) LIMIT ?"
                     : "SELECT * FROM inbox WHERE \(condition)? AND handle = ? ORDER BY \(order) LIMIT ?",
                 arguments: handle.isEmpty ? [bound, limit] : [bound, handle, limit]
-            ).map { row in
-                let payload: Data = row["payload"]
-                return InboxEntry(
-                    sequence: row["sequence"], notificationID: row["notification_id"],
-                    registrationID: row["registration_id"], platform: Platform(rawValue: row["platform"]),
-                    handle: row["handle"], headers: Self.decode(row["headers"]),
-                    payload: [UInt8](payload), recordedAtUnixMs: row["recorded_at"])
-            }
+            ).map(Self.entry)
         }
+    }
+
+    /// One row of `SELECT * FROM inbox` on SQLite.
+    static func entry(_ row: Row) -> InboxEntry {
+        let payload: Data = row["payload"]
+        return InboxEntry(
+            sequence: row["sequence"], notificationID: row["notification_id"],
+            registrationID: row["registration_id"], platform: Platform(rawValue: row["platform"]),
+            handle: row["handle"], headers: decode(row["headers"]),
+            payload: [UInt8](payload), recordedAtUnixMs: row["recorded_at"])
+    }
+
+    /// The columns the PostgreSQL ``entry(_:)`` reads, in its order.
+    static let postgresColumns =
+        "sequence, notification_id, registration_id, platform, handle, headers, payload, recorded_at"
+
+    /// One row of ``postgresColumns`` on PostgreSQL.
+    static func entry(_ row: PostgresRow) throws -> InboxEntry {
+        let (sequence, notificationID, registrationID, platform, handle, headers, payload, recordedAt) =
+            try row.decode((Int64, String, String, Int32, String, String, ByteBuffer, Int64).self)
+        return InboxEntry(
+            sequence: sequence, notificationID: notificationID, registrationID: registrationID,
+            platform: Platform(rawValue: platform), handle: handle, headers: decode(headers),
+            payload: Array(buffer: payload), recordedAtUnixMs: recordedAt)
     }
 
     /// ``list(_:limit:handle:)`` on PostgreSQL.
@@ -265,19 +282,10 @@ public struct InboxProvider: PushSender {
         let (condition, order, bound) = page.sql
         let rows = try await db.rows(
             """
-            SELECT sequence, notification_id, registration_id, platform, handle, headers, payload, recorded_at FROM inbox
+            SELECT \(unescaped: Self.postgresColumns) FROM inbox
             WHERE \(unescaped: condition)\(bound) AND (\(handle) = '' OR handle = \(handle)) ORDER BY \(unescaped: order) LIMIT \(Int64(limit))
             """)
-        return try rows.map { row in
-            let (sequence, notificationID, registrationID, platform, handle, headers, payload, recordedAt) =
-                try row.decode(
-                    (Int64, String, String, Int32, String, String, ByteBuffer, Int64).self)
-            return InboxEntry(
-                sequence: sequence, notificationID: notificationID, registrationID: registrationID,
-                platform: Platform(rawValue: platform),
-                handle: handle, headers: Self.decode(headers), payload: Array(buffer: payload),
-                recordedAtUnixMs: recordedAt)
-        }
+        return try rows.map(Self.entry)
     }
 }
 

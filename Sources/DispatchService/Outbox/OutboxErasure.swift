@@ -356,14 +356,7 @@ extension Outbox {
                     ORDER BY sequence LIMIT ?
                     """,
                 arguments: [list, after, limit]
-            ).map { row in
-                let payload: Data = row["payload"]
-                return InboxEntry(
-                    sequence: row["sequence"], notificationID: row["notification_id"],
-                    registrationID: row["registration_id"], platform: Platform(rawValue: row["platform"]),
-                    handle: row["handle"], headers: InboxProvider.decode(row["headers"]),
-                    payload: [UInt8](payload), recordedAtUnixMs: row["recorded_at"])
-            }
+            ).map(InboxProvider.entry)
         }
     }
 }
@@ -390,16 +383,9 @@ extension PostgresOutbox {
     public func exportInbox(of ids: [String], after: Int64, limit: Int) async throws -> [InboxEntry] {
         try await db.rows(
             """
-            SELECT sequence, notification_id, registration_id, platform, handle, headers, payload, recorded_at FROM inbox
+            SELECT \(unescaped: InboxProvider.postgresColumns) FROM inbox
             WHERE registration_id = ANY(\(ids)) AND sequence > \(after) ORDER BY sequence LIMIT \(Int64(limit))
             """
-        ).map { row in
-            let (sequence, notification, registration, platform, handle, headers, payload, recorded) =
-                try row.decode((Int64, String, String, Int32, String, String, ByteBuffer, Int64).self)
-            return InboxEntry(
-                sequence: sequence, notificationID: notification, registrationID: registration,
-                platform: Platform(rawValue: platform), handle: handle, headers: InboxProvider.decode(headers),
-                payload: Array(buffer: payload), recordedAtUnixMs: recorded)
-        }
+        ).map(InboxProvider.entry)
     }
 }
