@@ -410,9 +410,8 @@ public struct DispatchHandlers: DispatchServiceHandler {
     public func exportDeviceRecords(_ request: ExportDeviceRecordsRequest, context: RPCContext) async throws
         -> ExportPage
     {
-        guard (0...ExportJSON.maxPage).contains(request.limit), request.devices.count <= 1000 else {
-            throw ServiceError.invalidArgument("limit must be 1 to \(ExportJSON.maxPage); at most 1,000 devices")
-        }
+        let limit = try ExportJSON.pageSize(request.limit)
+        guard request.devices.count <= 1000 else { throw ServiceError.invalidArgument("at most 1,000 devices") }
         guard request.devices.allSatisfy({ $0.registrationID.utf8.count <= 256 }) else {
             throw ServiceError.invalidArgument("a registration id is over 256 bytes")
         }
@@ -420,7 +419,6 @@ public struct DispatchHandlers: DispatchServiceHandler {
         guard let after = request.after.isEmpty ? 0 : Int64(request.after), after >= 0 else {
             throw ServiceError.invalidArgument("after must be the next of a page before")
         }
-        let limit = request.limit == 0 ? 100 : Int(request.limit)
         let ids = request.devices.map(\.registrationID)
         guard !ids.isEmpty else { return ExportPage() }
         var items: [[UInt8]] = []

@@ -142,18 +142,16 @@ extension EdgeRoutes {
     /// this request's resource, else asked for (and kept when auth allows). A token used on a
     /// resource it does not cover always reaches auth, which refuses it and counts the failure.
     func sasVerdict(_ request: AuthorizeSasRequest, requestID: String) async throws -> AuthorizeSasResponse {
-        switch verdicts.lookup(request) {
-        case .hit(let answer) where SASAudience.covers(answer.audience, resource: request.resource):
+        let lookup = verdicts.lookup(request)
+        if case .hit(let answer) = lookup, SASAudience.covers(answer.audience, resource: request.resource) {
             AuthVerdictCache.fromCache.increment()
             return answer
-        case .hit:
-            return try await auth.authorizeSas(request, requestID: requestID)
-        case .miss(let key, let generation):
-            let answer = try await auth.authorizeSas(request, requestID: requestID)
-            AuthVerdictCache.fromAuth.increment()
-            if let generation { verdicts.store(answer, key: key, generation: generation) }
-            return answer
         }
+        let answer = try await auth.authorizeSas(request, requestID: requestID)
+        AuthVerdictCache.fromAuth.increment()
+        // A kept answer that does not cover this resource stays kept for the resources it does.
+        if case .miss(let key, let generation?) = lookup { verdicts.store(answer, key: key, generation: generation) }
+        return answer
     }
 
     // MARK: installations

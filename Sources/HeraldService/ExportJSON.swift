@@ -16,10 +16,13 @@ public enum ExportJSON {
         else {
             throw ServiceError.invalidArgument("user must be 1 to 256 bytes; hub and after at most 256")
         }
-        guard (0...maxPage).contains(request.limit) else {
-            throw ServiceError.invalidArgument("limit must be 1 to \(maxPage)")
-        }
-        return request.limit == 0 ? 100 : Int(request.limit)
+        return try pageSize(request.limit)
+    }
+
+    /// A page request's `limit` as a size: 0 means 100; INVALID_ARGUMENT outside 0 to ``maxPage``.
+    public static func pageSize(_ limit: Int32) throws -> Int {
+        guard (0...maxPage).contains(limit) else { throw ServiceError.invalidArgument("limit must be 1 to \(maxPage)") }
+        return limit == 0 ? 100 : Int(limit)
     }
 
     public static func time(_ unixMillis: Int64) -> String {
