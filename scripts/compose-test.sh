@@ -51,9 +51,10 @@ cleanup() {
   fi
   [[ -S "$work/podman.sock" ]] && "${compose[@]}" down -v --timeout 5 >/dev/null 2>&1 || true
   # Whatever a failed run left (compose renames a container it failed to recreate).
-  podman rm -f $(podman ps -aq --filter "label=com.docker.compose.project=$project") >/dev/null 2>&1 || true
+  podman rm -f $(podman ps -aq --filter "label=com.docker.compose.project=$project") \
+    $(podman ps -aq --filter "label=com.docker.compose.project=herald-it-$$") >/dev/null 2>&1 || true
   podman volume rm $(podman volume ls -q | grep "^${project}_") >/dev/null 2>&1 || true
-  podman network rm "${project}_default" "herald-it-pc-$$_default" >/dev/null 2>&1 || true
+  podman network rm "${project}_default" "herald-it-$$_default" "herald-it-pc-$$_default" >/dev/null 2>&1 || true
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
@@ -239,8 +240,12 @@ if ! "$venv/bin/python" -c 'import pytest, requests' 2>/dev/null; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check -r Examples/integration-test/requirements.txt
 fi
 unset HERALD_EDGE_PORT
-HERALD_COMPOSE=docker-compose "$venv/bin/python" -m pytest -q -p no:cacheprovider Examples/integration-test
-[[ -z "$(podman ps -aq --filter "label=com.docker.compose.project")" ]] || fail "the pytest project left containers behind"
+# Named, so the check below looks at this project only: another run's containers on the same
+# podman (a run killed before its cleanup) are not this one's to judge.
+project_it="herald-it-$$"
+HERALD_COMPOSE=docker-compose HERALD_COMPOSE_PROJECT="$project_it" \
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider Examples/integration-test
+[[ -z "$(podman ps -aq --filter "label=com.docker.compose.project=$project_it")" ]] || fail "the pytest project left containers behind"
 step "Examples/integration-test passed: docker-compose v1 with docker-compose.test.yml"
 # The same project with a second implementation of the Compose spec, podman-compose (no API
 # socket): the files use nothing only docker-compose v1 understands (services/README.md).
