@@ -15,7 +15,7 @@
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds; the
 #      replicas scenario on the test cluster), and
 #      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
-#   7. every libFuzzer target for 10 s, a smoke run (eleven targets, one per core at a time: keep
+#   7. every libFuzzer target for 5 s, a smoke run (eleven targets, one per core at a time: keep
 #      the whole run under 25 minutes; scripts/fuzz.sh alone runs 20 s each, FUZZ_SECONDS=600 for
 #      a real session)
 #
@@ -82,6 +82,6 @@ soak_start=$(date +%s)
 echo "test.sh: one-minute soak took $(( $(date +%s) - soak_start ))s"
 # Last: the instrumented build recompiles Herald's own modules in .build (see scripts/fuzz.sh).
 fuzz_start=$(date +%s)
-FUZZ_SECONDS=10 scripts/fuzz.sh
+FUZZ_SECONDS=5 scripts/fuzz.sh
 echo "test.sh: libFuzzer targets took $(( $(date +%s) - fuzz_start ))s"
 echo "test.sh: all checks passed in $(( $(date +%s) - start ))s"
