@@ -346,6 +346,10 @@ let package = Package(
                 name: "EdgeTests",
                 dependencies: [
                     "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+                    // NH registrations in-process: the edge over a real RegistrationServer on an
+                    // in-memory SQLite (NHRegistrationRouteTests).
+                    "RegistrationService", .product(name: "GRDB", package: "GRDB.swift"),
+                    .product(name: "Logging", package: "swift-log"),
                     .product(name: "Hummingbird", package: "hummingbird"),
                     .product(name: "HummingbirdTesting", package: "hummingbird"),
                     .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -84,6 +84,7 @@ public struct EdgeRoutes: Sendable {
         addV1Routes(to: router)
         addTestRoutes(to: router)
         addNotificationHubsRoutes(to: router)
+        addNotificationHubsRegistrationRoutes(to: router)
         addConsoleRoutes(to: router)
     }
 

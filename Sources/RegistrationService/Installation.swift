@@ -171,15 +171,20 @@ public struct Installation: Sendable, Equatable {
 
     /// "Entity segments can contain only letters, numbers, periods (.), hyphens (-), and underscores (_)".
     public static func validateID(_ id: String) throws {
-        guard (1...maxIDLength).contains(id.utf8.count),
-            id.utf8.allSatisfy({
-                $0.isLetterOrDigit || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_")
-            })
-        else {
+        guard isEntityID(id) else {
             throw ServiceError.invalidArgument(
                 "installationId must be 1 to \(maxIDLength) letters, digits, periods (.), hyphens (-) and underscores (_)"
             )
         }
+    }
+
+    /// NH's rule for an id in a path (installations, registrations): 1 to 256 letters, digits,
+    /// periods, hyphens and underscores.
+    static func isEntityID(_ id: String) -> Bool {
+        (1...maxIDLength).contains(id.utf8.count)
+            && id.utf8.allSatisfy({
+                $0.isLetterOrDigit || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_")
+            })
     }
 
     /// NH's platform names, in any case. Legacy FCM is refused with the way forward.

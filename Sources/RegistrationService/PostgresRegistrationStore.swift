@@ -71,6 +71,15 @@ public final class PostgresRegistrationStore: RegistrationStore {
                 """,
                 "CREATE INDEX registration_tag_registration ON registration_tag (registration_id)",
             ]),
+        // NH registrations (HubRegistrations.swift says how a row holds one).
+        PostgresMigration(
+            "registration-v2-hub-registrations",
+            [
+                "ALTER TABLE registration ADD COLUMN nh_id TEXT COLLATE \"C\"",
+                "ALTER TABLE registration ADD COLUMN etag BIGINT NOT NULL DEFAULT 0",
+                "ALTER TABLE registration ADD COLUMN nh_document BYTEA",
+                "CREATE UNIQUE INDEX registration_nh ON registration (hub, nh_id) WHERE nh_id IS NOT NULL",
+            ]),
     ]
 
     // MARK: tutorial registrations
@@ -169,13 +178,13 @@ public final class PostgresRegistrationStore: RegistrationStore {
                 """
                 UPDATE registration SET expired = 1
                 WHERE handle = \(handle) AND platform = \(platformValue) AND (\(invalidSince) = 0 OR updated_at <= \(invalidSince))
-                    AND template_name IS NOT NULL AND expired = 0
+                    AND parent_id IS NOT NULL AND expired = 0
                 """, logger: db.logger)
             let deleted = try await connection.query(
                 """
                 DELETE FROM registration
                 WHERE handle = \(handle) AND platform = \(platformValue) AND (\(invalidSince) = 0 OR updated_at <= \(invalidSince))
-                    AND installation_id IS NULL AND template_name IS NULL
+                    AND installation_id IS NULL AND parent_id IS NULL
                 RETURNING id
                 """, logger: db.logger
             ).collect().count
@@ -336,6 +345,106 @@ public final class PostgresRegistrationStore: RegistrationStore {
 
     nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
         try await db.deleteAll(["registration_tag", "registration"])
+    }
+
+    // MARK: NH registrations
+
+    nonisolated(nonsending) public func putHubRegistration(
+        hub: String, _ registration: HubRegistration, ifMatch: Int64, createOnly: Bool, maxRegistrations: Int64
+    ) async throws -> (HubRegistration, created: Bool) {
+        let now = self.now()
+        return try await db.transaction { connection in
+            try await Self.lock(
+                hub: hub, id: "nh\u{1}" + registration.registrationID, on: connection, logger: db.logger)
+            var r = registration
+            let existing = try await connection.query(
+                "SELECT id, etag, created_at FROM registration WHERE hub = \(hub) AND nh_id = \(r.registrationID)",
+                logger: db.logger
+            ).collect().first.map { try $0.decode((String, Int64, Int64).self) }
+            if existing != nil, createOnly {
+                throw ServiceError(.alreadyExists, "registration \(r.registrationID) exists")
+            }
+            try HubRegistrationRules.checkETag(ifMatch, stored: existing?.1)
+            if existing == nil, maxRegistrations > 0 {
+                let count =
+                    try await connection.query(
+                        "SELECT count(*) FROM registration WHERE hub = \(hub) AND nh_id IS NOT NULL", logger: db.logger
+                    ).collect().first?.decode(Int64.self) ?? 0
+                guard count < maxRegistrations else {
+                    throw ServiceError(
+                        .resourceExhausted,
+                        "hub \(hub) holds its limit of \(maxRegistrations) registrations (herald hubs limits \(hub))")
+                }
+            }
+            r.etag = (existing?.1 ?? 0) + 1
+            r.createdAtUnixMs = existing?.2 ?? now
+            r.updatedAtUnixMs = now
+            r.expired = false
+            let stored = ByteBuffer(bytes: try r.serializedBytes() as [UInt8])
+            let document = HubRegistrationRules.document(of: r).map { ByteBuffer(bytes: $0) }
+            let templateName: String? = r.isTemplate ? r.templateName : nil
+            let platform = Int32(r.platform.rawValue)
+            let id = existing?.0 ?? RegistrationSQL.newID(prefix: "n-")
+            if existing != nil {
+                try await connection.query(
+                    """
+                    UPDATE registration SET platform = \(platform), handle = \(r.handle), updated_at = \(now),
+                        document = \(document), expired = 0, template_name = \(templateName), etag = \(r.etag),
+                        nh_document = \(stored)
+                    WHERE id = \(id)
+                    """, logger: db.logger)
+                try await connection.query(
+                    "DELETE FROM registration_tag WHERE registration_id = \(id)", logger: db.logger)
+            } else {
+                try await connection.query(
+                    """
+                    INSERT INTO registration (id, owner, platform, handle, created_at, updated_at, hub, document, expired,
+                        template_name, nh_id, etag, nh_document)
+                    VALUES (\(id), '', \(platform), \(r.handle), \(now), \(now), \(hub), \(document), 0, \(templateName),
+                        \(r.registrationID), \(r.etag), \(stored))
+                    """, logger: db.logger)
+            }
+            try await connection.query(
+                "INSERT INTO registration_tag (tag, registration_id) SELECT unnest(\(r.tags)::text[]), \(id) ON CONFLICT DO NOTHING",
+                logger: db.logger)
+            return (r, existing == nil)
+        }
+    }
+
+    nonisolated(nonsending) public func hubRegistration(hub: String, id: String) async throws -> HubRegistration? {
+        try await db.rows(
+            """
+            SELECT nh_document, etag, created_at, updated_at, expired FROM registration
+            WHERE hub = \(hub) AND nh_id = \(id)
+            """
+        ).first.map(Self.hubRegistration)
+    }
+
+    nonisolated(nonsending) public func deleteHubRegistration(hub: String, id: String, ifMatch: Int64) async throws {
+        try await db.transaction { connection in
+            let etag = try await connection.query(
+                "SELECT etag FROM registration WHERE hub = \(hub) AND nh_id = \(id) FOR UPDATE", logger: db.logger
+            ).collect().first?.decode(Int64.self)
+            guard etag != nil else { throw ServiceError.notFound("Registration not found.") }
+            try HubRegistrationRules.checkETag(ifMatch, stored: etag)
+            try await connection.query(
+                "DELETE FROM registration WHERE hub = \(hub) AND nh_id = \(id)", logger: db.logger)
+        }
+    }
+
+    nonisolated(nonsending) public func listHubRegistrations(
+        hub: String, handle: String?, tag: String?, after: String, limit: Int
+    ) async throws -> [HubRegistration] {
+        let statement = RegistrationSQL.hubRegistrations(
+            .postgres, hub: hub, handle: handle, tag: tag, after: after, limit: limit)
+        return try await db.rows(statement.postgresQuery).map(Self.hubRegistration)
+    }
+
+    private static func hubRegistration(_ row: PostgresRow) throws -> HubRegistration {
+        let (document, etag, createdAt, updatedAt, expired) = try row.decode(
+            (ByteBuffer, Int64, Int64, Int64, Int32).self)
+        return try HubRegistrationRules.stored(
+            Array(buffer: document), etag: etag, createdAt: createdAt, updatedAt: updatedAt, expired: expired != 0)
     }
 
     // MARK: helpers

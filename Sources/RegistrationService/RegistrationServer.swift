@@ -195,6 +195,69 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             continuationToken: more ? Self.base64URLEncode(shown.last?.installationID ?? "") : "")
     }
 
+    // MARK: NH registrations
+
+    public func putHubRegistration(_ request: PutHubRegistrationRequest, context: RPCContext) async throws
+        -> HubRegistrationResponse
+    {
+        guard let registration = request.registration else {
+            throw ServiceError.invalidArgument("registration is required")
+        }
+        guard request.ifMatch >= 0, request.maxRegistrations >= 0 else {
+            throw ServiceError.invalidArgument("if_match and max_registrations must not be negative")
+        }
+        let (stored, created) = try await store.putHubRegistration(
+            hub: Names.hub(request.hub), HubRegistrationRules.validated(registration, hosts: hosts),
+            ifMatch: request.ifMatch, createOnly: request.createOnly, maxRegistrations: request.maxRegistrations)
+        return HubRegistrationResponse(registration: stored, created: created)
+    }
+
+    public func getHubRegistration(_ request: GetHubRegistrationRequest, context: RPCContext) async throws
+        -> HubRegistrationResponse
+    {
+        try HubRegistrationRules.validateID(request.registrationID)
+        guard
+            let registration = try await store.hubRegistration(hub: Names.hub(request.hub), id: request.registrationID)
+        else {
+            throw ServiceError.notFound("Registration not found.")
+        }
+        return HubRegistrationResponse(registration: registration)
+    }
+
+    public func deleteHubRegistration(_ request: DeleteHubRegistrationRequest, context: RPCContext) async throws
+        -> DeleteHubRegistrationResponse
+    {
+        try HubRegistrationRules.validateID(request.registrationID)
+        guard request.ifMatch >= 0 else { throw ServiceError.invalidArgument("if_match must not be negative") }
+        try await store.deleteHubRegistration(
+            hub: Names.hub(request.hub), id: request.registrationID, ifMatch: request.ifMatch)
+        return DeleteHubRegistrationResponse()
+    }
+
+    public func listHubRegistrations(_ request: ListHubRegistrationsRequest, context: RPCContext) async throws
+        -> ListHubRegistrationsResponse
+    {
+        guard (0...HubRegistrationRules.maxPage).contains(Int(request.limit)) else {
+            throw ServiceError.invalidArgument("limit must be 1 to \(HubRegistrationRules.maxPage)")
+        }
+        guard request.handle.isEmpty || request.tag.isEmpty else {
+            throw ServiceError.invalidArgument("a listing is by handle or by tag, not both")
+        }
+        guard request.handle.utf8.count <= 4096, request.after.utf8.count <= HubRegistrationRules.maxIDLength else {
+            throw ServiceError.invalidArgument("handle or after too long")
+        }
+        if !request.tag.isEmpty, !Names.isValidTag(request.tag, maxLength: RegistrationRules.maxTagLength) {
+            throw ServiceError.invalidArgument("tag \"\(request.tag.prefix(130))\" is not a valid tag")
+        }
+        let limit = request.limit == 0 ? HubRegistrationRules.defaultPage : Int(request.limit)
+        let page = try await store.listHubRegistrations(
+            hub: Names.hub(request.hub), handle: request.handle.isEmpty ? nil : request.handle,
+            tag: request.tag.isEmpty ? nil : request.tag, after: request.after, limit: limit + 1)
+        let shown = Array(page.prefix(limit))
+        return ListHubRegistrationsResponse(
+            registrations: shown, nextAfter: page.count > limit ? shown.last?.registrationID ?? "" : "")
+    }
+
     public func listDevices(_ request: ListDevicesRequest, context: RPCContext) async throws -> ListDevicesResponse {
         guard (0...500).contains(request.limit) else { throw ServiceError.invalidArgument("limit must be 1 to 500") }
         let limit = request.limit == 0 ? 50 : Int(request.limit)

@@ -24,8 +24,8 @@ public protocol RegistrationStore: Sendable {
     nonisolated(nonsending) func list(owner: String) async throws -> [Registration]
     /// Push-service feedback: of the devices with `handle` on `platform` not updated after
     /// `invalidSince` (Unix ms; 0: all), installations are kept and marked `pushChannelExpired`
-    /// (NH's behaviour; sends skip them until the channel changes) and tutorial registrations are
-    /// deleted, so the app's next PUT gets 410. Returns how many.
+    /// (NH's behaviour; sends skip them until the channel changes) and tutorial and NH registrations
+    /// are deleted (the tutorial app's next PUT gets 410). Returns how many.
     nonisolated(nonsending) func removeHandle(platform: Platform, handle: String, invalidSince: Int64) async throws
         -> Int
     /// Deletes ids allocated by POST that were never PUT within the pending TTL; returns how many.
@@ -56,6 +56,19 @@ public protocol RegistrationStore: Sendable {
     nonisolated(nonsending) func listInstallations(
         hub: String, expression: TagExpression?, userID: String?, platform: Platform, after: String, limit: Int
     ) async throws -> [Installation]
+    /// NH registrations (``HubRegistrationRules``): creates or replaces `registration` (validated)
+    /// at its id, bumping its ETag; `ifMatch` 0 matches anything, `createOnly` refuses an id in use,
+    /// `maxRegistrations` above 0 bounds how many a hub holds. Returns it and whether it was created.
+    nonisolated(nonsending) func putHubRegistration(
+        hub: String, _ registration: HubRegistration, ifMatch: Int64, createOnly: Bool, maxRegistrations: Int64
+    ) async throws -> (HubRegistration, created: Bool)
+    nonisolated(nonsending) func hubRegistration(hub: String, id: String) async throws -> HubRegistration?
+    /// NOT_FOUND when absent; FAILED_PRECONDITION when `ifMatch` (not 0) is not its ETag.
+    nonisolated(nonsending) func deleteHubRegistration(hub: String, id: String, ifMatch: Int64) async throws
+    /// A page by NH id after `after`: all of the hub's, or those with `handle`, or with `tag`.
+    nonisolated(nonsending) func listHubRegistrations(
+        hub: String, handle: String?, tag: String?, after: String, limit: Int
+    ) async throws -> [HubRegistration]
     /// A page of every device of a hub by registration id, as NDJSON export lines.
     nonisolated(nonsending) func exportPage(hub: String, after: String, limit: Int) async throws
         -> (lines: [UInt8], last: String?, count: Int)
@@ -208,6 +221,28 @@ public final class SQLiteRegistrationStore: RegistrationStore {
         -> (lines: [UInt8], last: String?, count: Int)
     {
         try tables.exportPage(hub: hub, after: after, limit: limit)
+    }
+    nonisolated(nonsending) public func putHubRegistration(
+        hub: String, _ registration: HubRegistration, ifMatch: Int64, createOnly: Bool, maxRegistrations: Int64
+    ) async throws -> (HubRegistration, created: Bool) {
+        try await commits.write { [tables] db in
+            try tables.putHubRegistration(
+                hub: hub, registration, ifMatch: ifMatch, createOnly: createOnly, maxRegistrations: maxRegistrations,
+                in: db)
+        }
+    }
+    nonisolated(nonsending) public func hubRegistration(hub: String, id: String) async throws -> HubRegistration? {
+        try tables.hubRegistration(hub: hub, id: id)
+    }
+    nonisolated(nonsending) public func deleteHubRegistration(hub: String, id: String, ifMatch: Int64) async throws {
+        try await commits.write { [tables] db in
+            try tables.deleteHubRegistration(hub: hub, id: id, ifMatch: ifMatch, in: db)
+        }
+    }
+    nonisolated(nonsending) public func listHubRegistrations(
+        hub: String, handle: String?, tag: String?, after: String, limit: Int
+    ) async throws -> [HubRegistration] {
+        try tables.listHubRegistrations(hub: hub, handle: handle, tag: tag, after: after, limit: limit)
     }
     nonisolated(nonsending) public func devices(
         hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?,

@@ -94,6 +94,7 @@ public final class SQLiteRegistrations: Sendable {
                     now: row["updated_at"], in: db)
             }
         }
+        registerHubRegistrations(&migrator)
         return migrator
     }
 
@@ -119,13 +120,13 @@ public final class SQLiteRegistrations: Sendable {
             try db.execute(
                 sql: """
                     UPDATE registration SET expired = 1
-                    WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?) AND template_name IS NOT NULL AND expired = 0
+                    WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?) AND parent_id IS NOT NULL AND expired = 0
                     """,
                 arguments: [handle, platform.rawValue, invalidSince, invalidSince])
             try db.execute(
                 sql: """
                     DELETE FROM registration WHERE handle = ? AND platform = ? AND (? = 0 OR updated_at <= ?)
-                        AND installation_id IS NULL AND template_name IS NULL
+                        AND installation_id IS NULL AND parent_id IS NULL
                     """,
                 arguments: [handle, platform.rawValue, invalidSince, invalidSince])
             return expired + db.changesCount

@@ -6,6 +6,8 @@ import HeraldProto
 import HeraldRPC
 import Hummingbird
 import HummingbirdTesting
+import Logging
+import RegistrationService
 import Synchronization
 import Testing
 
@@ -220,10 +222,15 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     let sasRights: [String]
     private let seen = Mutex<(ids: [String], deleted: [Int64], resets: Int, inbox: [ListInboxRequest])>(([], [], 0, []))
 
+    /// A real herald-registration (in-memory SQLite) behind the NH registration RPCs, when given.
+    let hubRegistrations: RegistrationHandlers?
+
     init(
         authError: ServiceError? = nil, registrationError: ServiceError? = nil, payloadError: ServiceError? = nil,
-        dispatchError: ServiceError? = nil, healthy: Bool = true, sasRights: [String] = ["Listen"]
+        dispatchError: ServiceError? = nil, healthy: Bool = true, sasRights: [String] = ["Listen"],
+        hubRegistrations: RegistrationHandlers? = nil
     ) {
+        self.hubRegistrations = hubRegistrations
         self.sasRights = sasRights
         self.authError = authError
         self.registrationError = registrationError
@@ -376,6 +383,39 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     {
         throw Self.unused()
     }
+    private func hubRegistrationServer(_ options: RPCCallOptions) throws -> (RegistrationHandlers, RPCContext) {
+        try record(options, registrationError)
+        guard let hubRegistrations else { throw Self.unused() }
+        return (
+            hubRegistrations,
+            RPCContext(requestID: options.requestID ?? "", method: "hub-registration", logger: Logger(label: "test"))
+        )
+    }
+    func putHubRegistration(_ request: PutHubRegistrationRequest, options: RPCCallOptions) async throws
+        -> HubRegistrationResponse
+    {
+        let (server, context) = try hubRegistrationServer(options)
+        return try await server.putHubRegistration(request, context: context)
+    }
+    func getHubRegistration(_ request: GetHubRegistrationRequest, options: RPCCallOptions) async throws
+        -> HubRegistrationResponse
+    {
+        let (server, context) = try hubRegistrationServer(options)
+        return try await server.getHubRegistration(request, context: context)
+    }
+    func deleteHubRegistration(_ request: DeleteHubRegistrationRequest, options: RPCCallOptions) async throws
+        -> DeleteHubRegistrationResponse
+    {
+        let (server, context) = try hubRegistrationServer(options)
+        return try await server.deleteHubRegistration(request, context: context)
+    }
+    func listHubRegistrations(_ request: ListHubRegistrationsRequest, options: RPCCallOptions) async throws
+        -> ListHubRegistrationsResponse
+    {
+        let (server, context) = try hubRegistrationServer(options)
+        return try await server.listHubRegistrations(request, context: context)
+    }
+
     func listDevices(_ request: ListDevicesRequest, options: RPCCallOptions) async throws -> ListDevicesResponse {
         throw Self.unused()
     }

@@ -3,6 +3,587 @@
 internal import CHeraldProto
 public import GRPCCore
 
+/// One NH registration as herald-registration stores it.
+public struct HubRegistration: HeraldMessage {
+    /// NH's id: the caller's (PUT), or the edge's (POST registrationIDs). 1 to 256 of
+    /// `A-Z a-z 0-9 - _ .`.
+    public var registrationID: String
+    public var platform: Platform
+    /// The device handle: APNs token (hex), FCM registration token, WNS channel URI, or for a browser
+    /// the subscription as JSON {"endpoint","keys":{"p256dh","auth"}}.
+    public var handle: String
+    /// Client tags (at most 60, each at most 120 of NH's tag characters).
+    public var tags: [String]
+    /// A template registration: only template sends reach it, rendered with `body_template`.
+    public var isTemplate: Bool
+    public var templateName: String
+    public var bodyTemplate: String
+    /// APNs template headers (ApnsHeaders) or WNS template headers (WnsHeaders), in order.
+    public var headers: [HubRegistrationField]
+    /// APNs template expiry (an expression or a W3C date); empty: none.
+    public var expiry: String
+    /// APNs template priority ("10" or "5"); empty: none.
+    public var priority: String
+    /// NH's PushVariables, kept and returned as given.
+    public var pushVariables: [HubRegistrationField]
+    /// Bumped by every write; NH's ETag.
+    public var etag: Int64
+    public var updatedAtUnixMs: Int64
+    public var createdAtUnixMs: Int64
+    /// Set by push-service feedback only (read-only to callers).
+    public var expired: Bool
+
+    public init(registrationID: String = "", platform: Platform = Platform(rawValue: 0), handle: String = "", tags: [String] = [], isTemplate: Bool = false, templateName: String = "", bodyTemplate: String = "", headers: [HubRegistrationField] = [], expiry: String = "", priority: String = "", pushVariables: [HubRegistrationField] = [], etag: Int64 = 0, updatedAtUnixMs: Int64 = 0, createdAtUnixMs: Int64 = 0, expired: Bool = false) {
+        self.registrationID = registrationID
+        self.platform = platform
+        self.handle = handle
+        self.tags = tags
+        self.isTemplate = isTemplate
+        self.templateName = templateName
+        self.bodyTemplate = bodyTemplate
+        self.headers = headers
+        self.expiry = expiry
+        self.priority = priority
+        self.pushVariables = pushVariables
+        self.etag = etag
+        self.updatedAtUnixMs = updatedAtUnixMs
+        self.createdAtUnixMs = createdAtUnixMs
+        self.expired = expired
+    }
+
+    public init() {
+        self.registrationID = ""
+        self.platform = Platform(rawValue: 0)
+        self.handle = ""
+        self.tags = []
+        self.isTemplate = false
+        self.templateName = ""
+        self.bodyTemplate = ""
+        self.headers = []
+        self.expiry = ""
+        self.priority = ""
+        self.pushVariables = []
+        self.etag = 0
+        self.updatedAtUnixMs = 0
+        self.createdAtUnixMs = 0
+        self.expired = false
+    }
+
+    public static let protoName = "herald.v1.HubRegistration"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension HubRegistration: CBacked {
+    typealias CType = Herald__V1__HubRegistration
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.registrationID = CBridge.string(m.registration_id)
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.handle = CBridge.string(m.handle)
+        self.tags = CBridge.strings(m.n_tags, m.tags)
+        self.isTemplate = m.is_template != 0
+        self.templateName = CBridge.string(m.template_name)
+        self.bodyTemplate = CBridge.string(m.body_template)
+        self.headers = (0..<m.n_headers).map { HubRegistrationField(_c: m.headers[$0]!) }
+        self.expiry = CBridge.string(m.expiry)
+        self.priority = CBridge.string(m.priority)
+        self.pushVariables = (0..<m.n_push_variables).map { HubRegistrationField(_c: m.push_variables[$0]!) }
+        self.etag = m.etag
+        self.updatedAtUnixMs = m.updated_at_unix_ms
+        self.createdAtUnixMs = m.created_at_unix_ms
+        self.expired = m.expired != 0
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub_registration__init(p)
+        p.pointee.registration_id = try arena.string(self.registrationID, field: "herald.v1.HubRegistration.registration_id")
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.handle = try arena.string(self.handle, field: "herald.v1.HubRegistration.handle")
+        p.pointee.n_tags = self.tags.count
+        p.pointee.tags = try arena.strings(self.tags, field: "herald.v1.HubRegistration.tags")
+        p.pointee.is_template = self.isTemplate ? 1 : 0
+        p.pointee.template_name = try arena.string(self.templateName, field: "herald.v1.HubRegistration.template_name")
+        p.pointee.body_template = try arena.string(self.bodyTemplate, field: "herald.v1.HubRegistration.body_template")
+        p.pointee.n_headers = self.headers.count
+        p.pointee.headers = arena.array(try self.headers.map { Optional(try $0._toC(arena)) })
+        p.pointee.expiry = try arena.string(self.expiry, field: "herald.v1.HubRegistration.expiry")
+        p.pointee.priority = try arena.string(self.priority, field: "herald.v1.HubRegistration.priority")
+        p.pointee.n_push_variables = self.pushVariables.count
+        p.pointee.push_variables = arena.array(try self.pushVariables.map { Optional(try $0._toC(arena)) })
+        p.pointee.etag = self.etag
+        p.pointee.updated_at_unix_ms = self.updatedAtUnixMs
+        p.pointee.created_at_unix_ms = self.createdAtUnixMs
+        p.pointee.expired = self.expired ? 1 : 0
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub_registration__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub_registration__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub_registration__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_registration__free_unpacked(p, nil) }
+}
+
+public struct HubRegistrationField: HeraldMessage {
+    public var name: String
+    public var value: String
+
+    public init(name: String = "", value: String = "") {
+        self.name = name
+        self.value = value
+    }
+
+    public init() {
+        self.name = ""
+        self.value = ""
+    }
+
+    public static let protoName = "herald.v1.HubRegistrationField"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension HubRegistrationField: CBacked {
+    typealias CType = Herald__V1__HubRegistrationField
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.name = CBridge.string(m.name)
+        self.value = CBridge.string(m.value)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub_registration_field__init(p)
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.HubRegistrationField.name")
+        p.pointee.value = try arena.string(self.value, field: "herald.v1.HubRegistrationField.value")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub_registration_field__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub_registration_field__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub_registration_field__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_registration_field__free_unpacked(p, nil) }
+}
+
+public struct PutHubRegistrationRequest: HeraldMessage {
+    public var hub: String
+    public var registration: HubRegistration?
+    /// 0: any (or none); else the ETag the stored registration must have.
+    public var ifMatch: Int64
+    /// POST /{hub}/registrations: refuse an id in use.
+    public var createOnly: Bool
+    /// Above 0: creating one more registration in a hub that holds this many is RESOURCE_EXHAUSTED.
+    public var maxRegistrations: Int64
+
+    public init(hub: String = "", registration: HubRegistration? = nil, ifMatch: Int64 = 0, createOnly: Bool = false, maxRegistrations: Int64 = 0) {
+        self.hub = hub
+        self.registration = registration
+        self.ifMatch = ifMatch
+        self.createOnly = createOnly
+        self.maxRegistrations = maxRegistrations
+    }
+
+    public init() {
+        self.hub = ""
+        self.registration = nil
+        self.ifMatch = 0
+        self.createOnly = false
+        self.maxRegistrations = 0
+    }
+
+    public static let protoName = "herald.v1.PutHubRegistrationRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension PutHubRegistrationRequest: CBacked {
+    typealias CType = Herald__V1__PutHubRegistrationRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.registration = m.registration.map { HubRegistration(_c: $0) }
+        self.ifMatch = m.if_match
+        self.createOnly = m.create_only != 0
+        self.maxRegistrations = m.max_registrations
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__put_hub_registration_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.PutHubRegistrationRequest.hub")
+        p.pointee.registration = try self.registration?._toC(arena)
+        p.pointee.if_match = self.ifMatch
+        p.pointee.create_only = self.createOnly ? 1 : 0
+        p.pointee.max_registrations = self.maxRegistrations
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__put_hub_registration_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__put_hub_registration_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__put_hub_registration_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__put_hub_registration_request__free_unpacked(p, nil) }
+}
+
+public struct HubRegistrationResponse: HeraldMessage {
+    public var registration: HubRegistration?
+    /// Whether the call created it (PUT answers 201 then, 200 on a replace).
+    public var created: Bool
+
+    public init(registration: HubRegistration? = nil, created: Bool = false) {
+        self.registration = registration
+        self.created = created
+    }
+
+    public init() {
+        self.registration = nil
+        self.created = false
+    }
+
+    public static let protoName = "herald.v1.HubRegistrationResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension HubRegistrationResponse: CBacked {
+    typealias CType = Herald__V1__HubRegistrationResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.registration = m.registration.map { HubRegistration(_c: $0) }
+        self.created = m.created != 0
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub_registration_response__init(p)
+        p.pointee.registration = try self.registration?._toC(arena)
+        p.pointee.created = self.created ? 1 : 0
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub_registration_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub_registration_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub_registration_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_registration_response__free_unpacked(p, nil) }
+}
+
+public struct GetHubRegistrationRequest: HeraldMessage {
+    public var hub: String
+    public var registrationID: String
+
+    public init(hub: String = "", registrationID: String = "") {
+        self.hub = hub
+        self.registrationID = registrationID
+    }
+
+    public init() {
+        self.hub = ""
+        self.registrationID = ""
+    }
+
+    public static let protoName = "herald.v1.GetHubRegistrationRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension GetHubRegistrationRequest: CBacked {
+    typealias CType = Herald__V1__GetHubRegistrationRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.registrationID = CBridge.string(m.registration_id)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__get_hub_registration_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.GetHubRegistrationRequest.hub")
+        p.pointee.registration_id = try arena.string(self.registrationID, field: "herald.v1.GetHubRegistrationRequest.registration_id")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__get_hub_registration_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__get_hub_registration_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__get_hub_registration_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__get_hub_registration_request__free_unpacked(p, nil) }
+}
+
+public struct DeleteHubRegistrationRequest: HeraldMessage {
+    public var hub: String
+    public var registrationID: String
+    /// 0: any; else the ETag the stored registration must have.
+    public var ifMatch: Int64
+
+    public init(hub: String = "", registrationID: String = "", ifMatch: Int64 = 0) {
+        self.hub = hub
+        self.registrationID = registrationID
+        self.ifMatch = ifMatch
+    }
+
+    public init() {
+        self.hub = ""
+        self.registrationID = ""
+        self.ifMatch = 0
+    }
+
+    public static let protoName = "herald.v1.DeleteHubRegistrationRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteHubRegistrationRequest: CBacked {
+    typealias CType = Herald__V1__DeleteHubRegistrationRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.registrationID = CBridge.string(m.registration_id)
+        self.ifMatch = m.if_match
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_hub_registration_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.DeleteHubRegistrationRequest.hub")
+        p.pointee.registration_id = try arena.string(self.registrationID, field: "herald.v1.DeleteHubRegistrationRequest.registration_id")
+        p.pointee.if_match = self.ifMatch
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_hub_registration_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_hub_registration_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_hub_registration_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_hub_registration_request__free_unpacked(p, nil) }
+}
+
+public struct DeleteHubRegistrationResponse: HeraldMessage {
+    public init() {}
+
+    public static let protoName = "herald.v1.DeleteHubRegistrationResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension DeleteHubRegistrationResponse: CBacked {
+    typealias CType = Herald__V1__DeleteHubRegistrationResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        _ = pointer
+        self.init()
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__delete_hub_registration_response__init(p)
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__delete_hub_registration_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__delete_hub_registration_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__delete_hub_registration_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__delete_hub_registration_response__free_unpacked(p, nil) }
+}
+
+public struct ListHubRegistrationsRequest: HeraldMessage {
+    public var hub: String
+    /// Only registrations with this device handle (NH's $filter on the channel).
+    public var handle: String
+    /// Only registrations with this tag (GET /{hub}/tags/{tag}/registrations).
+    public var tag: String
+    /// Registration ids greater than this (the continuation token).
+    public var after: String
+    /// 1 to 1000; 0: 100.
+    public var limit: Int32
+
+    public init(hub: String = "", handle: String = "", tag: String = "", after: String = "", limit: Int32 = 0) {
+        self.hub = hub
+        self.handle = handle
+        self.tag = tag
+        self.after = after
+        self.limit = limit
+    }
+
+    public init() {
+        self.hub = ""
+        self.handle = ""
+        self.tag = ""
+        self.after = ""
+        self.limit = 0
+    }
+
+    public static let protoName = "herald.v1.ListHubRegistrationsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListHubRegistrationsRequest: CBacked {
+    typealias CType = Herald__V1__ListHubRegistrationsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.handle = CBridge.string(m.handle)
+        self.tag = CBridge.string(m.tag)
+        self.after = CBridge.string(m.after)
+        self.limit = m.limit
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_hub_registrations_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ListHubRegistrationsRequest.hub")
+        p.pointee.handle = try arena.string(self.handle, field: "herald.v1.ListHubRegistrationsRequest.handle")
+        p.pointee.tag = try arena.string(self.tag, field: "herald.v1.ListHubRegistrationsRequest.tag")
+        p.pointee.after = try arena.string(self.after, field: "herald.v1.ListHubRegistrationsRequest.after")
+        p.pointee.limit = self.limit
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_hub_registrations_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_hub_registrations_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_hub_registrations_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_hub_registrations_request__free_unpacked(p, nil) }
+}
+
+public struct ListHubRegistrationsResponse: HeraldMessage {
+    public var registrations: [HubRegistration]
+    /// Empty when this is the last page; else the `after` of the next.
+    public var nextAfter: String
+
+    public init(registrations: [HubRegistration] = [], nextAfter: String = "") {
+        self.registrations = registrations
+        self.nextAfter = nextAfter
+    }
+
+    public init() {
+        self.registrations = []
+        self.nextAfter = ""
+    }
+
+    public static let protoName = "herald.v1.ListHubRegistrationsResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListHubRegistrationsResponse: CBacked {
+    typealias CType = Herald__V1__ListHubRegistrationsResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.registrations = (0..<m.n_registrations).map { HubRegistration(_c: m.registrations[$0]!) }
+        self.nextAfter = CBridge.string(m.next_after)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_hub_registrations_response__init(p)
+        p.pointee.n_registrations = self.registrations.count
+        p.pointee.registrations = arena.array(try self.registrations.map { Optional(try $0._toC(arena)) })
+        p.pointee.next_after = try arena.string(self.nextAfter, field: "herald.v1.ListHubRegistrationsResponse.next_after")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_hub_registrations_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_hub_registrations_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_hub_registrations_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_hub_registrations_response__free_unpacked(p, nil) }
+}
+
 /// Request of ListUserDevices.
 public struct ListUserDevicesRequest: HeraldMessage {
     public var user: String
@@ -1917,7 +2498,24 @@ public enum RegistrationServiceMethods {
     /// Export, registration's part, by registration id: the devices ListUserDevices names, each with
     /// its hub, platform, handle, tags, times and (installations) NH's JSON.
     public static let exportUserDevices = UnaryMethod<ExportUserRequest, ExportPage>(service: serviceName, method: "ExportUserDevices")
+    /// Notification Hubs registrations (NH's Registrations API), per hub: one device handle with its
+    /// tags, native or one template. A registration is a row of the same table as tutorial
+    /// registrations and installations, so every send reaches all three kinds alike, and push-service
+    /// feedback deletes registrations as it deletes the tutorial's. Every write bumps the ETag.
+    /// Creates or replaces the registration at `registration.registration_id`. Errors:
+    /// INVALID_ARGUMENT (the message names the field); ALREADY_EXISTS when `create_only` and the id is
+    /// taken; FAILED_PRECONDITION when `if_match` is set and differs from the stored ETag (NOT_FOUND
+    /// when there is nothing to match).
+    public static let putHubRegistration = UnaryMethod<PutHubRegistrationRequest, HubRegistrationResponse>(service: serviceName, method: "PutHubRegistration")
+    /// Errors: NOT_FOUND.
+    public static let getHubRegistration = UnaryMethod<GetHubRegistrationRequest, HubRegistrationResponse>(service: serviceName, method: "GetHubRegistration")
+    /// Errors: NOT_FOUND; FAILED_PRECONDITION when `if_match` differs from the stored ETag.
+    public static let deleteHubRegistration = UnaryMethod<DeleteHubRegistrationRequest, DeleteHubRegistrationResponse>(service: serviceName, method: "DeleteHubRegistration")
+    /// A page of a hub's registrations in registration id order, all of them or those with one handle
+    /// or one tag; pass `after` back for the next page. Installations are not listed (see
+    /// docs/notification-hubs.md). Errors: INVALID_ARGUMENT.
+    public static let listHubRegistrations = UnaryMethod<ListHubRegistrationsRequest, ListHubRegistrationsResponse>(service: serviceName, method: "ListHubRegistrations")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName, checkHandles.fullName, listDevices.fullName, listUserDevices.fullName, eraseUserDevices.fullName, exportUserDevices.fullName]
+    public static let allMethodNames: [String] = [createRegistrationId.fullName, upsertRegistration.fullName, deleteRegistration.fullName, listRegistrations.fullName, streamAudience.fullName, removeHandle.fullName, resetForTests.fullName, putInstallation.fullName, patchInstallation.fullName, getInstallation.fullName, deleteInstallation.fullName, listInstallations.fullName, exportDevices.fullName, deleteHubDevices.fullName, checkHandles.fullName, listDevices.fullName, listUserDevices.fullName, eraseUserDevices.fullName, exportUserDevices.fullName, putHubRegistration.fullName, getHubRegistration.fullName, deleteHubRegistration.fullName, listHubRegistrations.fullName]
 }

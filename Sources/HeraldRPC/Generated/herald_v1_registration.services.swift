@@ -71,6 +71,23 @@ public protocol RegistrationServiceHandler: Sendable {
     /// Export, registration's part, by registration id: the devices ListUserDevices names, each with
     /// its hub, platform, handle, tags, times and (installations) NH's JSON.
     func exportUserDevices(_ request: ExportUserRequest, context: RPCContext) async throws -> ExportPage
+    /// Notification Hubs registrations (NH's Registrations API), per hub: one device handle with its
+    /// tags, native or one template. A registration is a row of the same table as tutorial
+    /// registrations and installations, so every send reaches all three kinds alike, and push-service
+    /// feedback deletes registrations as it deletes the tutorial's. Every write bumps the ETag.
+    /// Creates or replaces the registration at `registration.registration_id`. Errors:
+    /// INVALID_ARGUMENT (the message names the field); ALREADY_EXISTS when `create_only` and the id is
+    /// taken; FAILED_PRECONDITION when `if_match` is set and differs from the stored ETag (NOT_FOUND
+    /// when there is nothing to match).
+    func putHubRegistration(_ request: PutHubRegistrationRequest, context: RPCContext) async throws -> HubRegistrationResponse
+    /// Errors: NOT_FOUND.
+    func getHubRegistration(_ request: GetHubRegistrationRequest, context: RPCContext) async throws -> HubRegistrationResponse
+    /// Errors: NOT_FOUND; FAILED_PRECONDITION when `if_match` differs from the stored ETag.
+    func deleteHubRegistration(_ request: DeleteHubRegistrationRequest, context: RPCContext) async throws -> DeleteHubRegistrationResponse
+    /// A page of a hub's registrations in registration id order, all of them or those with one handle
+    /// or one tag; pass `after` back for the next page. Installations are not listed (see
+    /// docs/notification-hubs.md). Errors: INVALID_ARGUMENT.
+    func listHubRegistrations(_ request: ListHubRegistrationsRequest, context: RPCContext) async throws -> ListHubRegistrationsResponse
 }
 
 extension RegistrationServiceHandler {
@@ -132,6 +149,18 @@ extension RegistrationServiceHandler {
         }
         table.register(RegistrationServiceMethods.exportUserDevices) { request, context in
             try await self.exportUserDevices(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.putHubRegistration) { request, context in
+            try await self.putHubRegistration(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.getHubRegistration) { request, context in
+            try await self.getHubRegistration(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.deleteHubRegistration) { request, context in
+            try await self.deleteHubRegistration(request, context: context)
+        }
+        table.register(RegistrationServiceMethods.listHubRegistrations) { request, context in
+            try await self.listHubRegistrations(request, context: context)
         }
     }
 }
@@ -210,6 +239,23 @@ public protocol RegistrationServiceClientProtocol: Sendable {
     /// Export, registration's part, by registration id: the devices ListUserDevices names, each with
     /// its hub, platform, handle, tags, times and (installations) NH's JSON.
     func exportUserDevices(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage
+    /// Notification Hubs registrations (NH's Registrations API), per hub: one device handle with its
+    /// tags, native or one template. A registration is a row of the same table as tutorial
+    /// registrations and installations, so every send reaches all three kinds alike, and push-service
+    /// feedback deletes registrations as it deletes the tutorial's. Every write bumps the ETag.
+    /// Creates or replaces the registration at `registration.registration_id`. Errors:
+    /// INVALID_ARGUMENT (the message names the field); ALREADY_EXISTS when `create_only` and the id is
+    /// taken; FAILED_PRECONDITION when `if_match` is set and differs from the stored ETag (NOT_FOUND
+    /// when there is nothing to match).
+    func putHubRegistration(_ request: PutHubRegistrationRequest, options: RPCCallOptions) async throws -> HubRegistrationResponse
+    /// Errors: NOT_FOUND.
+    func getHubRegistration(_ request: GetHubRegistrationRequest, options: RPCCallOptions) async throws -> HubRegistrationResponse
+    /// Errors: NOT_FOUND; FAILED_PRECONDITION when `if_match` differs from the stored ETag.
+    func deleteHubRegistration(_ request: DeleteHubRegistrationRequest, options: RPCCallOptions) async throws -> DeleteHubRegistrationResponse
+    /// A page of a hub's registrations in registration id order, all of them or those with one handle
+    /// or one tag; pass `after` back for the next page. Installations are not listed (see
+    /// docs/notification-hubs.md). Errors: INVALID_ARGUMENT.
+    func listHubRegistrations(_ request: ListHubRegistrationsRequest, options: RPCCallOptions) async throws -> ListHubRegistrationsResponse
 }
 
 extension RegistrationServiceClientProtocol {
@@ -310,6 +356,26 @@ extension RegistrationServiceClientProtocol {
     ) async throws -> ExportPage {
         try await exportUserDevices(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func putHubRegistration(
+        _ request: PutHubRegistrationRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> HubRegistrationResponse {
+        try await putHubRegistration(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func getHubRegistration(
+        _ request: GetHubRegistrationRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> HubRegistrationResponse {
+        try await getHubRegistration(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func deleteHubRegistration(
+        _ request: DeleteHubRegistrationRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> DeleteHubRegistrationResponse {
+        try await deleteHubRegistration(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func listHubRegistrations(
+        _ request: ListHubRegistrationsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ListHubRegistrationsResponse {
+        try await listHubRegistrations(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.RegistrationService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -401,5 +467,21 @@ public struct RegistrationServiceClient: RegistrationServiceClientProtocol {
 
     public func exportUserDevices(_ request: ExportUserRequest, options: RPCCallOptions) async throws -> ExportPage {
         try await rpc.call(RegistrationServiceMethods.exportUserDevices, request, options: options)
+    }
+
+    public func putHubRegistration(_ request: PutHubRegistrationRequest, options: RPCCallOptions) async throws -> HubRegistrationResponse {
+        try await rpc.call(RegistrationServiceMethods.putHubRegistration, request, options: options)
+    }
+
+    public func getHubRegistration(_ request: GetHubRegistrationRequest, options: RPCCallOptions) async throws -> HubRegistrationResponse {
+        try await rpc.call(RegistrationServiceMethods.getHubRegistration, request, options: options)
+    }
+
+    public func deleteHubRegistration(_ request: DeleteHubRegistrationRequest, options: RPCCallOptions) async throws -> DeleteHubRegistrationResponse {
+        try await rpc.call(RegistrationServiceMethods.deleteHubRegistration, request, options: options)
+    }
+
+    public func listHubRegistrations(_ request: ListHubRegistrationsRequest, options: RPCCallOptions) async throws -> ListHubRegistrationsResponse {
+        try await rpc.call(RegistrationServiceMethods.listHubRegistrations, request, options: options)
     }
 }

@@ -7,6 +7,411 @@
 #endif
 
 #include "herald/v1/registration.pb-c.h"
+void   herald__v1__hub_registration__init
+                     (Herald__V1__HubRegistration         *message)
+{
+  static const Herald__V1__HubRegistration init_value = HERALD__V1__HUB_REGISTRATION__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub_registration__get_packed_size
+                     (const Herald__V1__HubRegistration *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub_registration__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub_registration__pack
+                     (const Herald__V1__HubRegistration *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub_registration__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub_registration__pack_to_buffer
+                     (const Herald__V1__HubRegistration *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub_registration__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__HubRegistration *
+       herald__v1__hub_registration__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__HubRegistration *)
+     protobuf_c_message_unpack (&herald__v1__hub_registration__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub_registration__free_unpacked
+                     (Herald__V1__HubRegistration *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub_registration__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__hub_registration_field__init
+                     (Herald__V1__HubRegistrationField         *message)
+{
+  static const Herald__V1__HubRegistrationField init_value = HERALD__V1__HUB_REGISTRATION_FIELD__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub_registration_field__get_packed_size
+                     (const Herald__V1__HubRegistrationField *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub_registration_field__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub_registration_field__pack
+                     (const Herald__V1__HubRegistrationField *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub_registration_field__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub_registration_field__pack_to_buffer
+                     (const Herald__V1__HubRegistrationField *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub_registration_field__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__HubRegistrationField *
+       herald__v1__hub_registration_field__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__HubRegistrationField *)
+     protobuf_c_message_unpack (&herald__v1__hub_registration_field__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub_registration_field__free_unpacked
+                     (Herald__V1__HubRegistrationField *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub_registration_field__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__put_hub_registration_request__init
+                     (Herald__V1__PutHubRegistrationRequest         *message)
+{
+  static const Herald__V1__PutHubRegistrationRequest init_value = HERALD__V1__PUT_HUB_REGISTRATION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__put_hub_registration_request__get_packed_size
+                     (const Herald__V1__PutHubRegistrationRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__put_hub_registration_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__put_hub_registration_request__pack
+                     (const Herald__V1__PutHubRegistrationRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__put_hub_registration_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__put_hub_registration_request__pack_to_buffer
+                     (const Herald__V1__PutHubRegistrationRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__put_hub_registration_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__PutHubRegistrationRequest *
+       herald__v1__put_hub_registration_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__PutHubRegistrationRequest *)
+     protobuf_c_message_unpack (&herald__v1__put_hub_registration_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__put_hub_registration_request__free_unpacked
+                     (Herald__V1__PutHubRegistrationRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__put_hub_registration_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__hub_registration_response__init
+                     (Herald__V1__HubRegistrationResponse         *message)
+{
+  static const Herald__V1__HubRegistrationResponse init_value = HERALD__V1__HUB_REGISTRATION_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub_registration_response__get_packed_size
+                     (const Herald__V1__HubRegistrationResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub_registration_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub_registration_response__pack
+                     (const Herald__V1__HubRegistrationResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub_registration_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub_registration_response__pack_to_buffer
+                     (const Herald__V1__HubRegistrationResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub_registration_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__HubRegistrationResponse *
+       herald__v1__hub_registration_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__HubRegistrationResponse *)
+     protobuf_c_message_unpack (&herald__v1__hub_registration_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub_registration_response__free_unpacked
+                     (Herald__V1__HubRegistrationResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub_registration_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__get_hub_registration_request__init
+                     (Herald__V1__GetHubRegistrationRequest         *message)
+{
+  static const Herald__V1__GetHubRegistrationRequest init_value = HERALD__V1__GET_HUB_REGISTRATION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__get_hub_registration_request__get_packed_size
+                     (const Herald__V1__GetHubRegistrationRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_registration_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__get_hub_registration_request__pack
+                     (const Herald__V1__GetHubRegistrationRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_registration_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__get_hub_registration_request__pack_to_buffer
+                     (const Herald__V1__GetHubRegistrationRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_registration_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__GetHubRegistrationRequest *
+       herald__v1__get_hub_registration_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__GetHubRegistrationRequest *)
+     protobuf_c_message_unpack (&herald__v1__get_hub_registration_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__get_hub_registration_request__free_unpacked
+                     (Herald__V1__GetHubRegistrationRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__get_hub_registration_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_hub_registration_request__init
+                     (Herald__V1__DeleteHubRegistrationRequest         *message)
+{
+  static const Herald__V1__DeleteHubRegistrationRequest init_value = HERALD__V1__DELETE_HUB_REGISTRATION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_hub_registration_request__get_packed_size
+                     (const Herald__V1__DeleteHubRegistrationRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_registration_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_hub_registration_request__pack
+                     (const Herald__V1__DeleteHubRegistrationRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_registration_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_hub_registration_request__pack_to_buffer
+                     (const Herald__V1__DeleteHubRegistrationRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_registration_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteHubRegistrationRequest *
+       herald__v1__delete_hub_registration_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteHubRegistrationRequest *)
+     protobuf_c_message_unpack (&herald__v1__delete_hub_registration_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_hub_registration_request__free_unpacked
+                     (Herald__V1__DeleteHubRegistrationRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_hub_registration_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__delete_hub_registration_response__init
+                     (Herald__V1__DeleteHubRegistrationResponse         *message)
+{
+  static const Herald__V1__DeleteHubRegistrationResponse init_value = HERALD__V1__DELETE_HUB_REGISTRATION_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__delete_hub_registration_response__get_packed_size
+                     (const Herald__V1__DeleteHubRegistrationResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_registration_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__delete_hub_registration_response__pack
+                     (const Herald__V1__DeleteHubRegistrationResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_registration_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__delete_hub_registration_response__pack_to_buffer
+                     (const Herald__V1__DeleteHubRegistrationResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__delete_hub_registration_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__DeleteHubRegistrationResponse *
+       herald__v1__delete_hub_registration_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__DeleteHubRegistrationResponse *)
+     protobuf_c_message_unpack (&herald__v1__delete_hub_registration_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__delete_hub_registration_response__free_unpacked
+                     (Herald__V1__DeleteHubRegistrationResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__delete_hub_registration_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_hub_registrations_request__init
+                     (Herald__V1__ListHubRegistrationsRequest         *message)
+{
+  static const Herald__V1__ListHubRegistrationsRequest init_value = HERALD__V1__LIST_HUB_REGISTRATIONS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_hub_registrations_request__get_packed_size
+                     (const Herald__V1__ListHubRegistrationsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_registrations_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_hub_registrations_request__pack
+                     (const Herald__V1__ListHubRegistrationsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_registrations_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_hub_registrations_request__pack_to_buffer
+                     (const Herald__V1__ListHubRegistrationsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_registrations_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListHubRegistrationsRequest *
+       herald__v1__list_hub_registrations_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListHubRegistrationsRequest *)
+     protobuf_c_message_unpack (&herald__v1__list_hub_registrations_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_hub_registrations_request__free_unpacked
+                     (Herald__V1__ListHubRegistrationsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_hub_registrations_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_hub_registrations_response__init
+                     (Herald__V1__ListHubRegistrationsResponse         *message)
+{
+  static const Herald__V1__ListHubRegistrationsResponse init_value = HERALD__V1__LIST_HUB_REGISTRATIONS_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_hub_registrations_response__get_packed_size
+                     (const Herald__V1__ListHubRegistrationsResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_registrations_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_hub_registrations_response__pack
+                     (const Herald__V1__ListHubRegistrationsResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_registrations_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_hub_registrations_response__pack_to_buffer
+                     (const Herald__V1__ListHubRegistrationsResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_hub_registrations_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListHubRegistrationsResponse *
+       herald__v1__list_hub_registrations_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListHubRegistrationsResponse *)
+     protobuf_c_message_unpack (&herald__v1__list_hub_registrations_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_hub_registrations_response__free_unpacked
+                     (Herald__V1__ListHubRegistrationsResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_hub_registrations_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__list_user_devices_request__init
                      (Herald__V1__ListUserDevicesRequest         *message)
 {
@@ -1447,6 +1852,692 @@ void   herald__v1__list_devices_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__list_devices_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+static const ProtobufCFieldDescriptor herald__v1__hub_registration__field_descriptors[15] =
+{
+  {
+    "registration_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, registration_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "platform",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "handle",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, handle),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "tags",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__HubRegistration, n_tags),
+    offsetof(Herald__V1__HubRegistration, tags),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "is_template",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, is_template),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "template_name",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, template_name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "body_template",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, body_template),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "headers",
+    8,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__HubRegistration, n_headers),
+    offsetof(Herald__V1__HubRegistration, headers),
+    &herald__v1__hub_registration_field__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expiry",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, expiry),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "priority",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, priority),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "push_variables",
+    11,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__HubRegistration, n_push_variables),
+    offsetof(Herald__V1__HubRegistration, push_variables),
+    &herald__v1__hub_registration_field__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "etag",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, etag),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "updated_at_unix_ms",
+    13,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, updated_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "created_at_unix_ms",
+    14,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, created_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expired",
+    15,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistration, expired),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub_registration__field_indices_by_name[] = {
+  6,   /* field[6] = body_template */
+  13,   /* field[13] = created_at_unix_ms */
+  11,   /* field[11] = etag */
+  14,   /* field[14] = expired */
+  8,   /* field[8] = expiry */
+  2,   /* field[2] = handle */
+  7,   /* field[7] = headers */
+  4,   /* field[4] = is_template */
+  1,   /* field[1] = platform */
+  9,   /* field[9] = priority */
+  10,   /* field[10] = push_variables */
+  0,   /* field[0] = registration_id */
+  3,   /* field[3] = tags */
+  5,   /* field[5] = template_name */
+  12,   /* field[12] = updated_at_unix_ms */
+};
+static const ProtobufCIntRange herald__v1__hub_registration__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 15 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub_registration__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.HubRegistration",
+  "HubRegistration",
+  "Herald__V1__HubRegistration",
+  "herald.v1",
+  sizeof(Herald__V1__HubRegistration),
+  15,
+  herald__v1__hub_registration__field_descriptors,
+  herald__v1__hub_registration__field_indices_by_name,
+  1,  herald__v1__hub_registration__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub_registration__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__hub_registration_field__field_descriptors[2] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistrationField, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "value",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistrationField, value),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub_registration_field__field_indices_by_name[] = {
+  0,   /* field[0] = name */
+  1,   /* field[1] = value */
+};
+static const ProtobufCIntRange herald__v1__hub_registration_field__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub_registration_field__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.HubRegistrationField",
+  "HubRegistrationField",
+  "Herald__V1__HubRegistrationField",
+  "herald.v1",
+  sizeof(Herald__V1__HubRegistrationField),
+  2,
+  herald__v1__hub_registration_field__field_descriptors,
+  herald__v1__hub_registration_field__field_indices_by_name,
+  1,  herald__v1__hub_registration_field__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub_registration_field__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__put_hub_registration_request__field_descriptors[5] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutHubRegistrationRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "registration",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutHubRegistrationRequest, registration),
+    &herald__v1__hub_registration__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "if_match",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutHubRegistrationRequest, if_match),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "create_only",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutHubRegistrationRequest, create_only),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "max_registrations",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutHubRegistrationRequest, max_registrations),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__put_hub_registration_request__field_indices_by_name[] = {
+  3,   /* field[3] = create_only */
+  0,   /* field[0] = hub */
+  2,   /* field[2] = if_match */
+  4,   /* field[4] = max_registrations */
+  1,   /* field[1] = registration */
+};
+static const ProtobufCIntRange herald__v1__put_hub_registration_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor herald__v1__put_hub_registration_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.PutHubRegistrationRequest",
+  "PutHubRegistrationRequest",
+  "Herald__V1__PutHubRegistrationRequest",
+  "herald.v1",
+  sizeof(Herald__V1__PutHubRegistrationRequest),
+  5,
+  herald__v1__put_hub_registration_request__field_descriptors,
+  herald__v1__put_hub_registration_request__field_indices_by_name,
+  1,  herald__v1__put_hub_registration_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__put_hub_registration_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__hub_registration_response__field_descriptors[2] =
+{
+  {
+    "registration",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistrationResponse, registration),
+    &herald__v1__hub_registration__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "created",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubRegistrationResponse, created),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub_registration_response__field_indices_by_name[] = {
+  1,   /* field[1] = created */
+  0,   /* field[0] = registration */
+};
+static const ProtobufCIntRange herald__v1__hub_registration_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub_registration_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.HubRegistrationResponse",
+  "HubRegistrationResponse",
+  "Herald__V1__HubRegistrationResponse",
+  "herald.v1",
+  sizeof(Herald__V1__HubRegistrationResponse),
+  2,
+  herald__v1__hub_registration_response__field_descriptors,
+  herald__v1__hub_registration_response__field_indices_by_name,
+  1,  herald__v1__hub_registration_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub_registration_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__get_hub_registration_request__field_descriptors[2] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetHubRegistrationRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "registration_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetHubRegistrationRequest, registration_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__get_hub_registration_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = registration_id */
+};
+static const ProtobufCIntRange herald__v1__get_hub_registration_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__get_hub_registration_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.GetHubRegistrationRequest",
+  "GetHubRegistrationRequest",
+  "Herald__V1__GetHubRegistrationRequest",
+  "herald.v1",
+  sizeof(Herald__V1__GetHubRegistrationRequest),
+  2,
+  herald__v1__get_hub_registration_request__field_descriptors,
+  herald__v1__get_hub_registration_request__field_indices_by_name,
+  1,  herald__v1__get_hub_registration_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__get_hub_registration_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__delete_hub_registration_request__field_descriptors[3] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteHubRegistrationRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "registration_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteHubRegistrationRequest, registration_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "if_match",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeleteHubRegistrationRequest, if_match),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__delete_hub_registration_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  2,   /* field[2] = if_match */
+  1,   /* field[1] = registration_id */
+};
+static const ProtobufCIntRange herald__v1__delete_hub_registration_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__delete_hub_registration_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteHubRegistrationRequest",
+  "DeleteHubRegistrationRequest",
+  "Herald__V1__DeleteHubRegistrationRequest",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteHubRegistrationRequest),
+  3,
+  herald__v1__delete_hub_registration_request__field_descriptors,
+  herald__v1__delete_hub_registration_request__field_indices_by_name,
+  1,  herald__v1__delete_hub_registration_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_hub_registration_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+#define herald__v1__delete_hub_registration_response__field_descriptors NULL
+#define herald__v1__delete_hub_registration_response__field_indices_by_name NULL
+#define herald__v1__delete_hub_registration_response__number_ranges NULL
+const ProtobufCMessageDescriptor herald__v1__delete_hub_registration_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.DeleteHubRegistrationResponse",
+  "DeleteHubRegistrationResponse",
+  "Herald__V1__DeleteHubRegistrationResponse",
+  "herald.v1",
+  sizeof(Herald__V1__DeleteHubRegistrationResponse),
+  0,
+  herald__v1__delete_hub_registration_response__field_descriptors,
+  herald__v1__delete_hub_registration_response__field_indices_by_name,
+  0,  herald__v1__delete_hub_registration_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__delete_hub_registration_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_hub_registrations_request__field_descriptors[5] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListHubRegistrationsRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "handle",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListHubRegistrationsRequest, handle),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "tag",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListHubRegistrationsRequest, tag),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "after",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListHubRegistrationsRequest, after),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListHubRegistrationsRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_hub_registrations_request__field_indices_by_name[] = {
+  3,   /* field[3] = after */
+  1,   /* field[1] = handle */
+  0,   /* field[0] = hub */
+  4,   /* field[4] = limit */
+  2,   /* field[2] = tag */
+};
+static const ProtobufCIntRange herald__v1__list_hub_registrations_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_hub_registrations_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListHubRegistrationsRequest",
+  "ListHubRegistrationsRequest",
+  "Herald__V1__ListHubRegistrationsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ListHubRegistrationsRequest),
+  5,
+  herald__v1__list_hub_registrations_request__field_descriptors,
+  herald__v1__list_hub_registrations_request__field_indices_by_name,
+  1,  herald__v1__list_hub_registrations_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_hub_registrations_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_hub_registrations_response__field_descriptors[2] =
+{
+  {
+    "registrations",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ListHubRegistrationsResponse, n_registrations),
+    offsetof(Herald__V1__ListHubRegistrationsResponse, registrations),
+    &herald__v1__hub_registration__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_after",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListHubRegistrationsResponse, next_after),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_hub_registrations_response__field_indices_by_name[] = {
+  1,   /* field[1] = next_after */
+  0,   /* field[0] = registrations */
+};
+static const ProtobufCIntRange herald__v1__list_hub_registrations_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_hub_registrations_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListHubRegistrationsResponse",
+  "ListHubRegistrationsResponse",
+  "Herald__V1__ListHubRegistrationsResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ListHubRegistrationsResponse),
+  2,
+  herald__v1__list_hub_registrations_response__field_descriptors,
+  herald__v1__list_hub_registrations_response__field_indices_by_name,
+  1,  herald__v1__list_hub_registrations_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_hub_registrations_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor herald__v1__list_user_devices_request__field_descriptors[4] =
 {
   {
@@ -3247,7 +4338,7 @@ const ProtobufCMessageDescriptor herald__v1__list_devices_response__descriptor =
   (ProtobufCMessageInit) herald__v1__list_devices_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[19] =
+static const ProtobufCMethodDescriptor herald__v1__registration_service__method_descriptors[23] =
 {
   { "CreateRegistrationId", &herald__v1__create_registration_id_request__descriptor, &herald__v1__create_registration_id_response__descriptor },
   { "UpsertRegistration", &herald__v1__upsert_registration_request__descriptor, &herald__v1__upsert_registration_response__descriptor },
@@ -3268,22 +4359,30 @@ static const ProtobufCMethodDescriptor herald__v1__registration_service__method_
   { "ListUserDevices", &herald__v1__list_user_devices_request__descriptor, &herald__v1__list_user_devices_response__descriptor },
   { "EraseUserDevices", &herald__v1__erase_user_devices_request__descriptor, &herald__v1__erase_user_response__descriptor },
   { "ExportUserDevices", &herald__v1__export_user_request__descriptor, &herald__v1__export_page__descriptor },
+  { "PutHubRegistration", &herald__v1__put_hub_registration_request__descriptor, &herald__v1__hub_registration_response__descriptor },
+  { "GetHubRegistration", &herald__v1__get_hub_registration_request__descriptor, &herald__v1__hub_registration_response__descriptor },
+  { "DeleteHubRegistration", &herald__v1__delete_hub_registration_request__descriptor, &herald__v1__delete_hub_registration_response__descriptor },
+  { "ListHubRegistrations", &herald__v1__list_hub_registrations_request__descriptor, &herald__v1__list_hub_registrations_response__descriptor },
 };
 const unsigned herald__v1__registration_service__method_indices_by_name[] = {
   14,        /* CheckHandles */
   0,        /* CreateRegistrationId */
   13,        /* DeleteHubDevices */
+  21,        /* DeleteHubRegistration */
   10,        /* DeleteInstallation */
   2,        /* DeleteRegistration */
   17,        /* EraseUserDevices */
   12,        /* ExportDevices */
   18,        /* ExportUserDevices */
+  20,        /* GetHubRegistration */
   9,        /* GetInstallation */
   15,        /* ListDevices */
+  22,        /* ListHubRegistrations */
   11,        /* ListInstallations */
   3,        /* ListRegistrations */
   16,        /* ListUserDevices */
   8,        /* PatchInstallation */
+  19,        /* PutHubRegistration */
   7,        /* PutInstallation */
   5,        /* RemoveHandle */
   6,        /* ResetForTests */
@@ -3297,7 +4396,7 @@ const ProtobufCServiceDescriptor herald__v1__registration_service__descriptor =
   "RegistrationService",
   "Herald__V1__RegistrationService",
   "herald.v1",
-  19,
+  23,
   herald__v1__registration_service__method_descriptors,
   herald__v1__registration_service__method_indices_by_name
 };
@@ -3452,6 +4551,38 @@ void herald__v1__registration_service__export_user_devices(ProtobufCService *ser
 {
   assert(service->descriptor == &herald__v1__registration_service__descriptor);
   service->invoke(service, 18, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__put_hub_registration(ProtobufCService *service,
+                                                            const Herald__V1__PutHubRegistrationRequest *input,
+                                                            Herald__V1__HubRegistrationResponse_Closure closure,
+                                                            void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 19, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__get_hub_registration(ProtobufCService *service,
+                                                            const Herald__V1__GetHubRegistrationRequest *input,
+                                                            Herald__V1__HubRegistrationResponse_Closure closure,
+                                                            void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 20, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__delete_hub_registration(ProtobufCService *service,
+                                                               const Herald__V1__DeleteHubRegistrationRequest *input,
+                                                               Herald__V1__DeleteHubRegistrationResponse_Closure closure,
+                                                               void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 21, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__registration_service__list_hub_registrations(ProtobufCService *service,
+                                                              const Herald__V1__ListHubRegistrationsRequest *input,
+                                                              Herald__V1__ListHubRegistrationsResponse_Closure closure,
+                                                              void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__registration_service__descriptor);
+  service->invoke(service, 22, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
                                              Herald__V1__RegistrationService_ServiceDestroy destroy)

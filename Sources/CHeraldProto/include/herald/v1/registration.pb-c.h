@@ -16,6 +16,15 @@ PROTOBUF_C__BEGIN_DECLS
 
 #include "herald/v1/common.pb-c.h"
 
+typedef struct Herald__V1__HubRegistration Herald__V1__HubRegistration;
+typedef struct Herald__V1__HubRegistrationField Herald__V1__HubRegistrationField;
+typedef struct Herald__V1__PutHubRegistrationRequest Herald__V1__PutHubRegistrationRequest;
+typedef struct Herald__V1__HubRegistrationResponse Herald__V1__HubRegistrationResponse;
+typedef struct Herald__V1__GetHubRegistrationRequest Herald__V1__GetHubRegistrationRequest;
+typedef struct Herald__V1__DeleteHubRegistrationRequest Herald__V1__DeleteHubRegistrationRequest;
+typedef struct Herald__V1__DeleteHubRegistrationResponse Herald__V1__DeleteHubRegistrationResponse;
+typedef struct Herald__V1__ListHubRegistrationsRequest Herald__V1__ListHubRegistrationsRequest;
+typedef struct Herald__V1__ListHubRegistrationsResponse Herald__V1__ListHubRegistrationsResponse;
 typedef struct Herald__V1__ListUserDevicesRequest Herald__V1__ListUserDevicesRequest;
 typedef struct Herald__V1__ListUserDevicesResponse Herald__V1__ListUserDevicesResponse;
 typedef struct Herald__V1__EraseUserDevicesRequest Herald__V1__EraseUserDevicesRequest;
@@ -54,6 +63,192 @@ typedef struct Herald__V1__ListDevicesResponse Herald__V1__ListDevicesResponse;
 
 
 /* --- messages --- */
+
+/*
+ * One NH registration as herald-registration stores it.
+ */
+struct  Herald__V1__HubRegistration
+{
+  ProtobufCMessage base;
+  /*
+   * NH's id: the caller's (PUT), or the edge's (POST registrationIDs). 1 to 256 of
+   * `A-Z a-z 0-9 - _ .`.
+   */
+  char *registration_id;
+  Herald__V1__Platform platform;
+  /*
+   * The device handle: APNs token (hex), FCM registration token, WNS channel URI, or for a browser
+   * the subscription as JSON {"endpoint","keys":{"p256dh","auth"}}.
+   */
+  char *handle;
+  /*
+   * Client tags (at most 60, each at most 120 of NH's tag characters).
+   */
+  size_t n_tags;
+  char **tags;
+  /*
+   * A template registration: only template sends reach it, rendered with `body_template`.
+   */
+  protobuf_c_boolean is_template;
+  char *template_name;
+  char *body_template;
+  /*
+   * APNs template headers (ApnsHeaders) or WNS template headers (WnsHeaders), in order.
+   */
+  size_t n_headers;
+  Herald__V1__HubRegistrationField **headers;
+  /*
+   * APNs template expiry (an expression or a W3C date); empty: none.
+   */
+  char *expiry;
+  /*
+   * APNs template priority ("10" or "5"); empty: none.
+   */
+  char *priority;
+  /*
+   * NH's PushVariables, kept and returned as given.
+   */
+  size_t n_push_variables;
+  Herald__V1__HubRegistrationField **push_variables;
+  /*
+   * Bumped by every write; NH's ETag.
+   */
+  int64_t etag;
+  int64_t updated_at_unix_ms;
+  int64_t created_at_unix_ms;
+  /*
+   * Set by push-service feedback only (read-only to callers).
+   */
+  protobuf_c_boolean expired;
+};
+#define HERALD__V1__HUB_REGISTRATION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_registration__descriptor) \
+    , (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0, 0, 0, 0 }
+
+
+struct  Herald__V1__HubRegistrationField
+{
+  ProtobufCMessage base;
+  char *name;
+  char *value;
+};
+#define HERALD__V1__HUB_REGISTRATION_FIELD__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_registration_field__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+struct  Herald__V1__PutHubRegistrationRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  Herald__V1__HubRegistration *registration;
+  /*
+   * 0: any (or none); else the ETag the stored registration must have.
+   */
+  int64_t if_match;
+  /*
+   * POST /{hub}/registrations: refuse an id in use.
+   */
+  protobuf_c_boolean create_only;
+  /*
+   * Above 0: creating one more registration in a hub that holds this many is RESOURCE_EXHAUSTED.
+   */
+  int64_t max_registrations;
+};
+#define HERALD__V1__PUT_HUB_REGISTRATION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__put_hub_registration_request__descriptor) \
+    , (char *)protobuf_c_empty_string, NULL, 0, 0, 0 }
+
+
+struct  Herald__V1__HubRegistrationResponse
+{
+  ProtobufCMessage base;
+  Herald__V1__HubRegistration *registration;
+  /*
+   * Whether the call created it (PUT answers 201 then, 200 on a replace).
+   */
+  protobuf_c_boolean created;
+};
+#define HERALD__V1__HUB_REGISTRATION_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_registration_response__descriptor) \
+    , NULL, 0 }
+
+
+struct  Herald__V1__GetHubRegistrationRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  char *registration_id;
+};
+#define HERALD__V1__GET_HUB_REGISTRATION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_hub_registration_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+struct  Herald__V1__DeleteHubRegistrationRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  char *registration_id;
+  /*
+   * 0: any; else the ETag the stored registration must have.
+   */
+  int64_t if_match;
+};
+#define HERALD__V1__DELETE_HUB_REGISTRATION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_hub_registration_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
+struct  Herald__V1__DeleteHubRegistrationResponse
+{
+  ProtobufCMessage base;
+};
+#define HERALD__V1__DELETE_HUB_REGISTRATION_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delete_hub_registration_response__descriptor) \
+     }
+
+
+struct  Herald__V1__ListHubRegistrationsRequest
+{
+  ProtobufCMessage base;
+  char *hub;
+  /*
+   * Only registrations with this device handle (NH's $filter on the channel).
+   */
+  char *handle;
+  /*
+   * Only registrations with this tag (GET /{hub}/tags/{tag}/registrations).
+   */
+  char *tag;
+  /*
+   * Registration ids greater than this (the continuation token).
+   */
+  char *after;
+  /*
+   * 1 to 1000; 0: 100.
+   */
+  int32_t limit;
+};
+#define HERALD__V1__LIST_HUB_REGISTRATIONS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_hub_registrations_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+
+
+struct  Herald__V1__ListHubRegistrationsResponse
+{
+  ProtobufCMessage base;
+  size_t n_registrations;
+  Herald__V1__HubRegistration **registrations;
+  /*
+   * Empty when this is the last page; else the `after` of the next.
+   */
+  char *next_after;
+};
+#define HERALD__V1__LIST_HUB_REGISTRATIONS_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_hub_registrations_response__descriptor) \
+    , 0,NULL, (char *)protobuf_c_empty_string }
+
 
 /*
  * Request of ListUserDevices.
@@ -719,6 +914,177 @@ struct  Herald__V1__ListDevicesResponse
     , 0,NULL, (char *)protobuf_c_empty_string }
 
 
+/* Herald__V1__HubRegistration methods */
+void   herald__v1__hub_registration__init
+                     (Herald__V1__HubRegistration         *message);
+size_t herald__v1__hub_registration__get_packed_size
+                     (const Herald__V1__HubRegistration   *message);
+size_t herald__v1__hub_registration__pack
+                     (const Herald__V1__HubRegistration   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub_registration__pack_to_buffer
+                     (const Herald__V1__HubRegistration   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__HubRegistration *
+       herald__v1__hub_registration__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub_registration__free_unpacked
+                     (Herald__V1__HubRegistration *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__HubRegistrationField methods */
+void   herald__v1__hub_registration_field__init
+                     (Herald__V1__HubRegistrationField         *message);
+size_t herald__v1__hub_registration_field__get_packed_size
+                     (const Herald__V1__HubRegistrationField   *message);
+size_t herald__v1__hub_registration_field__pack
+                     (const Herald__V1__HubRegistrationField   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub_registration_field__pack_to_buffer
+                     (const Herald__V1__HubRegistrationField   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__HubRegistrationField *
+       herald__v1__hub_registration_field__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub_registration_field__free_unpacked
+                     (Herald__V1__HubRegistrationField *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__PutHubRegistrationRequest methods */
+void   herald__v1__put_hub_registration_request__init
+                     (Herald__V1__PutHubRegistrationRequest         *message);
+size_t herald__v1__put_hub_registration_request__get_packed_size
+                     (const Herald__V1__PutHubRegistrationRequest   *message);
+size_t herald__v1__put_hub_registration_request__pack
+                     (const Herald__V1__PutHubRegistrationRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__put_hub_registration_request__pack_to_buffer
+                     (const Herald__V1__PutHubRegistrationRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__PutHubRegistrationRequest *
+       herald__v1__put_hub_registration_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__put_hub_registration_request__free_unpacked
+                     (Herald__V1__PutHubRegistrationRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__HubRegistrationResponse methods */
+void   herald__v1__hub_registration_response__init
+                     (Herald__V1__HubRegistrationResponse         *message);
+size_t herald__v1__hub_registration_response__get_packed_size
+                     (const Herald__V1__HubRegistrationResponse   *message);
+size_t herald__v1__hub_registration_response__pack
+                     (const Herald__V1__HubRegistrationResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub_registration_response__pack_to_buffer
+                     (const Herald__V1__HubRegistrationResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__HubRegistrationResponse *
+       herald__v1__hub_registration_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub_registration_response__free_unpacked
+                     (Herald__V1__HubRegistrationResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__GetHubRegistrationRequest methods */
+void   herald__v1__get_hub_registration_request__init
+                     (Herald__V1__GetHubRegistrationRequest         *message);
+size_t herald__v1__get_hub_registration_request__get_packed_size
+                     (const Herald__V1__GetHubRegistrationRequest   *message);
+size_t herald__v1__get_hub_registration_request__pack
+                     (const Herald__V1__GetHubRegistrationRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__get_hub_registration_request__pack_to_buffer
+                     (const Herald__V1__GetHubRegistrationRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__GetHubRegistrationRequest *
+       herald__v1__get_hub_registration_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__get_hub_registration_request__free_unpacked
+                     (Herald__V1__GetHubRegistrationRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteHubRegistrationRequest methods */
+void   herald__v1__delete_hub_registration_request__init
+                     (Herald__V1__DeleteHubRegistrationRequest         *message);
+size_t herald__v1__delete_hub_registration_request__get_packed_size
+                     (const Herald__V1__DeleteHubRegistrationRequest   *message);
+size_t herald__v1__delete_hub_registration_request__pack
+                     (const Herald__V1__DeleteHubRegistrationRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_hub_registration_request__pack_to_buffer
+                     (const Herald__V1__DeleteHubRegistrationRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteHubRegistrationRequest *
+       herald__v1__delete_hub_registration_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_hub_registration_request__free_unpacked
+                     (Herald__V1__DeleteHubRegistrationRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__DeleteHubRegistrationResponse methods */
+void   herald__v1__delete_hub_registration_response__init
+                     (Herald__V1__DeleteHubRegistrationResponse         *message);
+size_t herald__v1__delete_hub_registration_response__get_packed_size
+                     (const Herald__V1__DeleteHubRegistrationResponse   *message);
+size_t herald__v1__delete_hub_registration_response__pack
+                     (const Herald__V1__DeleteHubRegistrationResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__delete_hub_registration_response__pack_to_buffer
+                     (const Herald__V1__DeleteHubRegistrationResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__DeleteHubRegistrationResponse *
+       herald__v1__delete_hub_registration_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__delete_hub_registration_response__free_unpacked
+                     (Herald__V1__DeleteHubRegistrationResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListHubRegistrationsRequest methods */
+void   herald__v1__list_hub_registrations_request__init
+                     (Herald__V1__ListHubRegistrationsRequest         *message);
+size_t herald__v1__list_hub_registrations_request__get_packed_size
+                     (const Herald__V1__ListHubRegistrationsRequest   *message);
+size_t herald__v1__list_hub_registrations_request__pack
+                     (const Herald__V1__ListHubRegistrationsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_hub_registrations_request__pack_to_buffer
+                     (const Herald__V1__ListHubRegistrationsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListHubRegistrationsRequest *
+       herald__v1__list_hub_registrations_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_hub_registrations_request__free_unpacked
+                     (Herald__V1__ListHubRegistrationsRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListHubRegistrationsResponse methods */
+void   herald__v1__list_hub_registrations_response__init
+                     (Herald__V1__ListHubRegistrationsResponse         *message);
+size_t herald__v1__list_hub_registrations_response__get_packed_size
+                     (const Herald__V1__ListHubRegistrationsResponse   *message);
+size_t herald__v1__list_hub_registrations_response__pack
+                     (const Herald__V1__ListHubRegistrationsResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_hub_registrations_response__pack_to_buffer
+                     (const Herald__V1__ListHubRegistrationsResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListHubRegistrationsResponse *
+       herald__v1__list_hub_registrations_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_hub_registrations_response__free_unpacked
+                     (Herald__V1__ListHubRegistrationsResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__ListUserDevicesRequest methods */
 void   herald__v1__list_user_devices_request__init
                      (Herald__V1__ListUserDevicesRequest         *message);
@@ -1329,6 +1695,33 @@ void   herald__v1__list_devices_response__free_unpacked
                       ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
+typedef void (*Herald__V1__HubRegistration_Closure)
+                 (const Herald__V1__HubRegistration *message,
+                  void *closure_data);
+typedef void (*Herald__V1__HubRegistrationField_Closure)
+                 (const Herald__V1__HubRegistrationField *message,
+                  void *closure_data);
+typedef void (*Herald__V1__PutHubRegistrationRequest_Closure)
+                 (const Herald__V1__PutHubRegistrationRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__HubRegistrationResponse_Closure)
+                 (const Herald__V1__HubRegistrationResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__GetHubRegistrationRequest_Closure)
+                 (const Herald__V1__GetHubRegistrationRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeleteHubRegistrationRequest_Closure)
+                 (const Herald__V1__DeleteHubRegistrationRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__DeleteHubRegistrationResponse_Closure)
+                 (const Herald__V1__DeleteHubRegistrationResponse *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListHubRegistrationsRequest_Closure)
+                 (const Herald__V1__ListHubRegistrationsRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListHubRegistrationsResponse_Closure)
+                 (const Herald__V1__ListHubRegistrationsResponse *message,
+                  void *closure_data);
 typedef void (*Herald__V1__ListUserDevicesRequest_Closure)
                  (const Herald__V1__ListUserDevicesRequest *message,
                   void *closure_data);
@@ -1508,6 +1901,22 @@ struct Herald__V1__RegistrationService_Service
                               const Herald__V1__ExportUserRequest *input,
                               Herald__V1__ExportPage_Closure closure,
                               void *closure_data);
+  void (*put_hub_registration)(Herald__V1__RegistrationService_Service *service,
+                               const Herald__V1__PutHubRegistrationRequest *input,
+                               Herald__V1__HubRegistrationResponse_Closure closure,
+                               void *closure_data);
+  void (*get_hub_registration)(Herald__V1__RegistrationService_Service *service,
+                               const Herald__V1__GetHubRegistrationRequest *input,
+                               Herald__V1__HubRegistrationResponse_Closure closure,
+                               void *closure_data);
+  void (*delete_hub_registration)(Herald__V1__RegistrationService_Service *service,
+                                  const Herald__V1__DeleteHubRegistrationRequest *input,
+                                  Herald__V1__DeleteHubRegistrationResponse_Closure closure,
+                                  void *closure_data);
+  void (*list_hub_registrations)(Herald__V1__RegistrationService_Service *service,
+                                 const Herald__V1__ListHubRegistrationsRequest *input,
+                                 Herald__V1__ListHubRegistrationsResponse_Closure closure,
+                                 void *closure_data);
 };
 typedef void (*Herald__V1__RegistrationService_ServiceDestroy)(Herald__V1__RegistrationService_Service *);
 void herald__v1__registration_service__init (Herald__V1__RegistrationService_Service *service,
@@ -1534,7 +1943,11 @@ void herald__v1__registration_service__init (Herald__V1__RegistrationService_Ser
       function_prefix__ ## list_devices,\
       function_prefix__ ## list_user_devices,\
       function_prefix__ ## erase_user_devices,\
-      function_prefix__ ## export_user_devices  }
+      function_prefix__ ## export_user_devices,\
+      function_prefix__ ## put_hub_registration,\
+      function_prefix__ ## get_hub_registration,\
+      function_prefix__ ## delete_hub_registration,\
+      function_prefix__ ## list_hub_registrations  }
 void herald__v1__registration_service__create_registration_id(ProtobufCService *service,
                                                               const Herald__V1__CreateRegistrationIdRequest *input,
                                                               Herald__V1__CreateRegistrationIdResponse_Closure closure,
@@ -1611,9 +2024,34 @@ void herald__v1__registration_service__export_user_devices(ProtobufCService *ser
                                                            const Herald__V1__ExportUserRequest *input,
                                                            Herald__V1__ExportPage_Closure closure,
                                                            void *closure_data);
+void herald__v1__registration_service__put_hub_registration(ProtobufCService *service,
+                                                            const Herald__V1__PutHubRegistrationRequest *input,
+                                                            Herald__V1__HubRegistrationResponse_Closure closure,
+                                                            void *closure_data);
+void herald__v1__registration_service__get_hub_registration(ProtobufCService *service,
+                                                            const Herald__V1__GetHubRegistrationRequest *input,
+                                                            Herald__V1__HubRegistrationResponse_Closure closure,
+                                                            void *closure_data);
+void herald__v1__registration_service__delete_hub_registration(ProtobufCService *service,
+                                                               const Herald__V1__DeleteHubRegistrationRequest *input,
+                                                               Herald__V1__DeleteHubRegistrationResponse_Closure closure,
+                                                               void *closure_data);
+void herald__v1__registration_service__list_hub_registrations(ProtobufCService *service,
+                                                              const Herald__V1__ListHubRegistrationsRequest *input,
+                                                              Herald__V1__ListHubRegistrationsResponse_Closure closure,
+                                                              void *closure_data);
 
 /* --- descriptors --- */
 
+extern const ProtobufCMessageDescriptor herald__v1__hub_registration__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__hub_registration_field__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__put_hub_registration_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__hub_registration_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__get_hub_registration_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_hub_registration_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__delete_hub_registration_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_hub_registrations_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_hub_registrations_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__list_user_devices_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__list_user_devices_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__erase_user_devices_request__descriptor;

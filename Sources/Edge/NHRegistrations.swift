@@ -1,0 +1,183 @@
+import Foundation
+import HTTPTypes
+import HeraldClient
+import HeraldModel
+import HeraldProto
+import HeraldService
+import Hummingbird
+import NIOCore
+
+/// NH's Registrations API on `/{hub}/registrations…` (docs/notification-hubs.md, "Registrations"):
+/// what the .NET SDK's `CreateRegistrationIdAsync`, `CreateOrUpdateRegistrationAsync`,
+/// `GetRegistrationsByChannelAsync`, `GetRegistrationsByTagAsync` and `DeleteRegistrationAsync`
+/// call, with NH's Atom/XML bodies (``NHRegistrationXML``), ETags and continuation tokens.
+/// Listen may create, replace, read and delete one registration and list those of one handle;
+/// listing all of a hub's, or by tag, needs Manage.
+extension EdgeRoutes {
+    func addNotificationHubsRegistrationRoutes(to router: Router<EdgeRequestContext>) {
+        // .NET writes `registrationids`, the REST docs `registrationIDs`.
+        for spelling in ["registrationIDs", "registrationids"] {
+            router.post(":hub/\(spelling)") { request, context in
+                await nh(request, context) { try await createHubRegistrationID(request, context) }
+            }
+        }
+        router.post(":hub/registrations") { request, context in
+            await nh(request, context) { try await writeRegistration(request, context, id: nil) }
+        }
+        router.put(":hub/registrations/:id") { request, context in
+            await nh(request, context) {
+                try await writeRegistration(request, context, id: try context.parameters.require("id"))
+            }
+        }
+        router.get(":hub/registrations/:id") { request, context in
+            await nh(request, context) { try await getRegistration(request, context) }
+        }
+        router.delete(":hub/registrations/:id") { request, context in
+            await nh(request, context) { try await deleteRegistration(request, context) }
+        }
+        router.get(":hub/registrations") { request, context in
+            await nh(request, context) { try await listRegistrations(request, context, tag: nil) }
+        }
+        router.get(":hub/tags/:tag/registrations") { request, context in
+            await nh(request, context) {
+                try await listRegistrations(request, context, tag: try context.parameters.require("tag"))
+            }
+        }
+    }
+
+    /// An id in NH's form (three numbers joined by hyphens), unguessable: 126 random bits.
+    static func newRegistrationID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let a = generator.next() >> 1
+        let b = generator.next() >> 1
+        return "\(a)-\(b)-\(Int.random(in: 1...9, using: &generator))"
+    }
+
+    /// `POST /{hub}/registrationIDs`: 201 with the new id at the end of `Location`; nothing is
+    /// stored until a PUT (NH keeps no state for it either).
+    func createHubRegistrationID(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        try await authorizeSAS(request, context, needs: .listen)
+        var response = Self.nhEmpty(.created)
+        response.headers[.location] =
+            "\(Self.origin(request))/\(Self.pathHub(request))/registrationids/\(Self.newRegistrationID())"
+        return response
+    }
+
+    /// `POST /{hub}/registrations` (create, a new id) and `PUT /{hub}/registrations/{id}` (create
+    /// or replace; with `If-Match`, only over that ETag: 412 otherwise). 200 with the stored entry.
+    func writeRegistration(_ request: Request, _ context: EdgeRequestContext, id: String?) async throws -> Response {
+        let (hub, answer) = try await authorizeSASAnswer(request, context, needs: .listen)
+        var description = try NHRegistrationXML.parse([UInt8](try await collect(request, upTo: config.maxBodyBytes)))
+        description.registrationID = id ?? Self.newRegistrationID()
+        let stored = try await Self.preconditioned {
+            try await registration.putHubRegistration(
+                PutHubRegistrationRequest(
+                    hub: hub, registration: description, ifMatch: try Self.ifMatch(request), createOnly: id == nil,
+                    maxRegistrations: answer.maxInstallations),
+                requestID: context.requestID)
+        }
+        return Self.registrationEntry(stored.registration ?? HubRegistration(), request: request)
+    }
+
+    /// `GET /{hub}/registrations/{id}`: the entry with `ETag`, or 404.
+    func getRegistration(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: .listen)
+        let answer = try await registration.getHubRegistration(
+            GetHubRegistrationRequest(hub: hub, registrationID: try context.parameters.require("id")),
+            requestID: context.requestID)
+        return Self.registrationEntry(answer.registration ?? HubRegistration(), request: request)
+    }
+
+    /// `DELETE /{hub}/registrations/{id}` with `If-Match: *` or an ETag: 200 (what the .NET SDK
+    /// expects), 404 when absent, 412 on a stale ETag.
+    func deleteRegistration(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let hub = try await authorizeSAS(request, context, needs: .listen)
+        let ifMatch = try Self.ifMatch(request)
+        _ = try await Self.preconditioned {
+            try await registration.deleteHubRegistration(
+                DeleteHubRegistrationRequest(
+                    hub: hub, registrationID: try context.parameters.require("id"), ifMatch: ifMatch),
+                requestID: context.requestID)
+        }
+        return Self.nhEmpty(.ok)
+    }
+
+    /// `GET /{hub}/registrations[?$filter=ChannelUri eq '…']` and `GET /{hub}/tags/{tag}/registrations`,
+    /// with `$top` (1 to 1000; 100) and `continuationtoken`: an Atom feed, the next page's token in
+    /// `x-ms-continuationtoken`. A filter by handle needs Listen; the rest Manage.
+    func listRegistrations(_ request: Request, _ context: EdgeRequestContext, tag: String?) async throws -> Response {
+        let query = request.uri.queryParameters
+        let handle = try query.get("$filter").map(Self.channelFilter)
+        let hub = try await authorizeSAS(request, context, needs: handle == nil ? .manage : .listen)
+        var limit: Int32 = 100
+        if let top = query.get("$top") ?? query.get("top") {
+            guard let value = Names.positiveInteger(top), value <= 1000 else {
+                throw EdgeError(.badRequest, "$top must be 1 to 1000")
+            }
+            limit = Int32(value)
+        }
+        let token = query.get("continuationtoken") ?? query.get("ContinuationToken") ?? ""
+        let answer = try await registration.listHubRegistrations(
+            ListHubRegistrationsRequest(
+                hub: hub, handle: handle ?? "", tag: tag ?? "", after: token, limit: limit),
+            requestID: context.requestID)
+        let base = "\(Self.origin(request))/\(Self.pathHub(request))/registrations/"
+        let url = Self.origin(request) + (request.uri.string.hasPrefix("/") ? request.uri.string : "/")
+        let xml = NHRegistrationXML.feed(answer.registrations, url: url, base: base, now: unixMillis())
+        var response = Response(
+            status: .ok, headers: [.contentType: NHRegistrationXML.feedContentType],
+            body: ResponseBody(byteBuffer: ByteBuffer(string: xml)))
+        if !answer.nextAfter.isEmpty {
+            response.headers[HTTPField.Name("x-ms-continuationtoken")!] = answer.nextAfter
+        }
+        return response
+    }
+
+    /// The handle of `$filter`: `<Field> eq '<handle>'` with `''` for a quote. The .NET SDK writes
+    /// `ChannelUri` whatever the platform; the REST docs name each platform's field.
+    static func channelFilter(_ filter: String) throws -> String {
+        guard filter.utf8.count <= 4200,
+            let match = filter.wholeMatch(
+                of:
+                    /\s*(ChannelUri|DeviceToken|FcmV1RegistrationId|GcmRegistrationId|PnsHandle)\s+eq\s+'((?:[^']|'')*)'\s*/
+            )
+        else {
+            throw EdgeError(
+                .badRequest, "$filter is ChannelUri eq '<handle>' (or DeviceToken, FcmV1RegistrationId, PnsHandle)")
+        }
+        return String(match.2).replacingOccurrences(of: "''", with: "'")
+    }
+
+    /// `If-Match`: absent or `*` is 0 (any); else an ETag, quoted, weak or bare.
+    static func ifMatch(_ request: Request) throws -> Int64 {
+        guard var value = request.headers[.ifMatch]?.trimmingCharacters(in: .whitespaces), value != "*" else {
+            return 0
+        }
+        if value.hasPrefix("W/") { value.removeFirst(2) }
+        value = value.trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+        guard let etag = Int64(value), etag > 0 else {
+            throw EdgeError(.preconditionFailed, "If-Match \(value.prefix(40)) is no ETag this registration ever had")
+        }
+        return etag
+    }
+
+    /// A failed ETag check is 412 on these routes (FAILED_PRECONDITION is 400 elsewhere).
+    static func preconditioned<T>(_ call: () async throws -> T) async throws -> T {
+        do {
+            return try await call()
+        } catch let error as ServiceError where error.code == .failedPrecondition {
+            throw EdgeError(.preconditionFailed, error.message)
+        } catch let error as ServiceError where error.code == .alreadyExists {
+            throw EdgeError(.conflict, error.message)
+        }
+    }
+
+    static func registrationEntry(_ r: HubRegistration, request: Request) -> Response {
+        let url = "\(origin(request))/\(pathHub(request))/registrations/\(r.registrationID)"
+        var headers: HTTPFields = [.contentType: NHRegistrationXML.entryContentType, .eTag: "W/\"\(r.etag)\""]
+        headers[.contentLocation] = url
+        return Response(
+            status: .ok, headers: headers,
+            body: ResponseBody(byteBuffer: ByteBuffer(string: NHRegistrationXML.entry(r, url: url))))
+    }
+}
