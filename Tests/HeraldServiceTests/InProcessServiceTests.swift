@@ -27,7 +27,13 @@ struct InProcessServiceTests {
             tasks.addTask { try await group.run() }
             for transport in RPCTransport.allCases {
                 let socket = dir + (transport == .lean ? "/payload.sock" : "/payload.grpc.sock")
-                let fetched = try await RPCClient.with(socketPath: socket, transport: transport, timeout: .seconds(10))
+                // Start-up (migrations, two listeners) under a loaded CI machine once took longer
+                // than the call's deadline: wait for the socket, then call.
+                let deadline = ContinuousClock.now + .seconds(60)
+                while !FileManager.default.fileExists(atPath: socket), ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                let fetched = try await RPCClient.with(socketPath: socket, transport: transport, timeout: .seconds(30))
                 { rpc in
                     let payload = PayloadServiceClient(rpc)
                     let stored = try await payload.storePayload(

@@ -569,3 +569,111 @@ struct NHSendTests {
         }
     }
 }
+
+/// NH's Registrations API through the whole stack: registrations written as the .NET SDK writes
+/// them are devices like installations (native and template sends, dead-handle feedback), and a
+/// client no one here wrote reads and deletes them.
+@Suite("NH registrations through the stack")
+struct NHRegistrationStackTests {
+    static func apple(_ token: String, tags: String, template: String? = nil) -> String {
+        let kind = template == nil ? "AppleRegistrationDescription" : "AppleTemplateRegistrationDescription"
+        var xml =
+            #"<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><\#(kind) xmlns:i="http://www.w3.org/2001/XMLSchema-instance" xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"><RegistrationId i:nil="true"/><Tags>\#(tags)</Tags><DeviceToken>\#(token)</DeviceToken>"#
+        if let template { xml += "<BodyTemplate><![CDATA[\(template)]]></BodyTemplate><Expiry i:nil=\"true\"/>" }
+        return xml + "</\(kind)></content></entry>"
+    }
+
+    @Test(
+        "native and template registrations beside an installation: each send reaches its own kind; APNs' 410 deletes the registration; the Python NH client reads and deletes"
+    )
+    func registrationsAreDevices() async throws {
+        let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
+        try await PushDeliveryTests.withProviders { fixture, live in
+            let keys = try await NotificationHubsTests.hub("reghub", live)
+            let herald = live.configuration.binDirectory + "/herald"
+            let set = try await runProgram(
+                herald,
+                [
+                    "hubs", "credentials", "set", "reghub", "apns", "key=@\(fixture.folder)/apns.p8",
+                    "key-id=\(ProviderFixture.keyID)", "team-id=\(ProviderFixture.teamID)",
+                    "topic=\(ProviderFixture.topic)", "url=\(fixture.double.url)", "--runtime-dir",
+                    live.configuration.runtimeDirectory,
+                ])
+            try #require(set.status == 0, "\(set.error)")
+            let listen = NotificationHubsTests.token(sr: NotificationHubsTests.root(live), keys.listen)
+            let (native, template, installed) = (apnsToken(2001), apnsToken(2002), apnsToken(2003))
+            let created = try await live.edge.request("POST", "/reghub/registrationids", authorization: listen)
+            #expect(created.status == 201)
+            let id = try NHSendTests.id(created.header("Location"))
+            for (path, body) in [
+                ("/reghub/registrations/\(id)", Self.apple(native, tags: "reg")),
+                ("/reghub/registrations/tmpl-1", Self.apple(template, tags: "reg", template: #"{"aps":{"alert":"$(m)"}}"#)),
+            ] {
+                let put = try await live.edge.request(
+                    "PUT", path, authorization: listen, bytes: Data(body.utf8),
+                    contentType: "application/atom+xml;type=entry;charset=utf-8")
+                #expect(put.status == 200, "\(path): \(put.text)")
+            }
+            let put = try await live.edge.request(
+                "PUT", "/reghub/installations/inst", authorization: listen,
+                body: #"{"installationId":"inst","platform":"apns","pushChannel":"\#(installed)","tags":["reg"]}"#)
+            #expect(put.status == 200)
+
+            func send(_ format: String, _ body: String) async throws -> Outcome {
+                let reply = try await NHSendTests.post(
+                    live, "/reghub/messages", keys.full, body: body,
+                    headers: [("ServiceBusNotification-Format", format), ("ServiceBusNotification-Tags", "reg")])
+                #expect(reply.status == 201, "\(reply.text)")
+                return try await NotificationHubsTests.finalOutcome(
+                    live, notification: try NHSendTests.id(reply.header("Location")))
+            }
+            func paths(after count: Int) -> Set<String> {
+                Set(
+                    fixture.double.requests.dropFirst(count).map(\.path).filter {
+                        !PushDeliveryTests.tokenPaths.contains($0)
+                    })
+            }
+            var before = fixture.double.requests.count
+            _ = try await send("apple", #"{"aps":{"alert":"native"}}"#)
+            #expect(paths(after: before) == ["/3/device/\(native)", "/3/device/\(installed)"])
+            before = fixture.double.requests.count
+            _ = try await send("template", #"{"m":"templated"}"#)
+            #expect(paths(after: before) == ["/3/device/\(template)"])
+            #expect(
+                fixture.double.requests.last { $0.path == "/3/device/\(template)" }.map {
+                    String(decoding: $0.body, as: UTF8.self)
+                } == #"{"aps":{"alert":"templated"}}"#)
+
+            // APNs: the native registration's token is dead. Dispatch reports it from a durable
+            // queue: poll until the registration is gone.
+            fixture.queue(
+                native, .json(410, ["reason": "Unregistered", "timestamp": Int64(Date().timeIntervalSince1970 * 1000) + 1000]))
+            _ = try await send("apple", #"{"aps":{"alert":"again"}}"#)
+            var status = 200
+            let deadline = ContinuousClock.now + .seconds(15)
+            while status == 200, ContinuousClock.now < deadline {
+                status = try await live.edge.request("GET", "/reghub/registrations/\(id)", authorization: listen).status
+                if status == 200 { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(status == 404, "the dead registration was not removed")
+
+            let http = { (s: String) in s.replacingOccurrences(of: "Endpoint=sb://", with: "Endpoint=http://") }
+            let result = try await runProgram(
+                python,
+                [
+                    packageRoot.appendingPathComponent("Tests/python/nh_registrations_check.py").path, "reghub",
+                    http(keys.full), http(keys.listen), "tmpl-1",
+                ])
+            try #require(result.status == 0, "nh_registrations_check.py failed: \(result.error)")
+            let out = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+            #expect(out["listed"] as? [String] == ["tmpl-1"], "\(out)")
+            #expect(out["listen_list"] as? Int == 401)
+            let got = try #require(out["get"] as? [String: Any])
+            #expect(got["DeviceToken"] as? String == template)
+            #expect(got["Tags"] as? [String] == ["reg"])
+            #expect(got["etag"] as? String == "W/\"1\"")
+            #expect(out["delete"] as? Int == 200)
+            #expect(out["get_deleted"] as? Int == 404)
+        }
+    }
+}
