@@ -93,12 +93,27 @@ public enum HubRegistrationRules {
         r.isTemplate ? Data(template(of: r).wireJSON.utf8) : nil
     }
 
-    /// A stored registration with its row's columns (the document does not repeat them).
-    static func stored(_ bytes: [UInt8], etag: Int64, createdAt: Int64, updatedAt: Int64, expired: Bool) throws
-        -> HubRegistration
-    {
-        var r = try HubRegistration(serializedBytes: bytes)
-        r.etag = etag
+    /// A stored registration with its row's columns (the document does not repeat them); or an
+    /// installation's row (`nhDocument` nil) as NH shows an installation among registrations: a
+    /// native registration whose id is the installation id, its tags with `$InstallationId:{…}`
+    /// (and `$UserId:{…}`), its ETag the time of its last write.
+    static func stored(
+        nhDocument: [UInt8]?, installation: [UInt8]?, etag: Int64, createdAt: Int64, updatedAt: Int64, expired: Bool
+    ) throws -> HubRegistration {
+        var r: HubRegistration
+        if let nhDocument {
+            r = try HubRegistration(serializedBytes: nhDocument)
+            r.etag = etag
+        } else {
+            let stored = try Installation.stored(installation ?? [])
+            r = HubRegistration(
+                registrationID: stored.installationID, platform: stored.platform, handle: stored.pushChannel,
+                tags: stored.audienceTags)
+            r.pushVariables = stored.pushVariables.keys.sorted().map {
+                HubRegistrationField(name: $0, value: stored.pushVariables[$0]!)
+            }
+            r.etag = updatedAt
+        }
         r.createdAtUnixMs = createdAt
         r.updatedAtUnixMs = updatedAt
         r.expired = expired
@@ -195,27 +210,33 @@ extension SQLiteRegistrations {
         return (r, existing == nil)
     }
 
+    /// The registration with NH id `id`, else the installation with that id (NH lists
+    /// installations among registrations).
     public func hubRegistration(hub: String, id: String) throws -> HubRegistration? {
         try db.read { db in
             try Row.fetchOne(
                 db.cachedStatement(
                     sql: """
-                        SELECT nh_document, etag, created_at, updated_at, expired FROM registration
-                        WHERE hub = ? AND nh_id = ?
+                        SELECT \(RegistrationSQL.hubRegistrationColumns) FROM registration r
+                        WHERE r.hub = ? AND (r.nh_id = ? OR r.installation_id = ?) ORDER BY r.nh_id IS NULL LIMIT 1
                         """),
-                arguments: [hub, id]
+                arguments: [hub, id, id]
             ).map(Self.hubRegistration)
         }
     }
 
+    /// Deletes the registration with NH id `id`, else the installation with that id.
     func deleteHubRegistration(hub: String, id: String, ifMatch: Int64, in db: Database) throws {
-        let etag = try Int64.fetchOne(
-            db.cachedStatement(sql: "SELECT etag FROM registration WHERE hub = ? AND nh_id = ?"), arguments: [hub, id])
-        guard etag != nil else { throw ServiceError.notFound("Registration not found.") }
-        try HubRegistrationRules.checkETag(ifMatch, stored: etag)
-        try db.cachedStatement(sql: "DELETE FROM registration WHERE hub = ? AND nh_id = ?").execute(arguments: [
-            hub, id,
-        ])
+        let row = try Row.fetchOne(
+            db.cachedStatement(
+                sql: """
+                    SELECT id, CASE WHEN nh_id IS NULL THEN updated_at ELSE etag END AS etag FROM registration
+                    WHERE hub = ? AND (nh_id = ? OR installation_id = ?) ORDER BY nh_id IS NULL LIMIT 1
+                    """),
+            arguments: [hub, id, id])
+        guard let row else { throw ServiceError.notFound("Registration not found.") }
+        try HubRegistrationRules.checkETag(ifMatch, stored: row["etag"])
+        try db.cachedStatement(sql: "DELETE FROM registration WHERE id = ?").execute(arguments: [row["id"] as String])
     }
 
     public func listHubRegistrations(hub: String, handle: String?, tag: String?, after: String, limit: Int) throws
@@ -230,26 +251,33 @@ extension SQLiteRegistrations {
 
     private static func hubRegistration(_ row: Row) throws -> HubRegistration {
         try HubRegistrationRules.stored(
-            [UInt8](row["nh_document"] as Data), etag: row["etag"], createdAt: row["created_at"],
-            updatedAt: row["updated_at"], expired: row["expired"])
+            nhDocument: (row["nh_document"] as Data?).map { [UInt8]($0) },
+            installation: (row["document"] as Data?).map { [UInt8]($0) }, etag: row["etag"],
+            createdAt: row["created_at"], updatedAt: row["updated_at"], expired: row["expired"])
     }
 }
 
 extension RegistrationSQL {
-    /// A page of a hub's NH registrations by NH id after `after`: all, those with one handle (the
-    /// handle index), or those with one tag (the tag's index entries).
+    /// What a registration read selects (``HubRegistrationRules/stored(nhDocument:installation:etag:createdAt:updatedAt:expired:)``).
+    static let hubRegistrationColumns =
+        "r.nh_document, CASE WHEN r.nh_id IS NULL THEN r.document END AS document, r.etag, r.created_at, r.updated_at, r.expired"
+
+    /// A page of a hub's NH registrations and installations (NH lists both) by NH id (an
+    /// installation's: its installation id) after `after`: all, those with one handle (the handle
+    /// index), or those with one tag (the tag's index entries).
     static func hubRegistrations(
         _ dialect: SQLStatement.Dialect, hub: String, handle: String?, tag: String?, after: String, limit: Int
     ) -> SQLStatement {
-        var q = SQLStatement(dialect, "SELECT r.nh_document, r.etag, r.created_at, r.updated_at, r.expired FROM ")
+        var q = SQLStatement(dialect, "SELECT \(hubRegistrationColumns) FROM ")
         if let tag {
             q += "registration_tag t JOIN registration r ON r.id = t.registration_id WHERE t.tag = \(q.bind(tag)) AND"
         } else {
             q += "registration r WHERE"
         }
-        q += " r.hub = \(q.bind(hub)) AND r.nh_id IS NOT NULL AND r.nh_id > \(q.bind(after))"
+        q += " r.hub = \(q.bind(hub)) AND (r.nh_id IS NOT NULL OR r.installation_id IS NOT NULL)"
+        q += " AND COALESCE(r.nh_id, r.installation_id) > \(q.bind(after))"
         if let handle { q += " AND r.handle = \(q.bind(handle))" }
-        q += " ORDER BY r.nh_id LIMIT \(q.bind(Int64(limit)))"
+        q += " ORDER BY COALESCE(r.nh_id, r.installation_id) LIMIT \(q.bind(Int64(limit)))"
         return q
     }
 }

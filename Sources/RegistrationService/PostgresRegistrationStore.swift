@@ -413,22 +413,31 @@ public final class PostgresRegistrationStore: RegistrationStore {
 
     nonisolated(nonsending) public func hubRegistration(hub: String, id: String) async throws -> HubRegistration? {
         try await db.rows(
-            """
-            SELECT nh_document, etag, created_at, updated_at, expired FROM registration
-            WHERE hub = \(hub) AND nh_id = \(id)
-            """
+            PostgresQuery(
+                unsafeSQL: """
+                    SELECT \(RegistrationSQL.hubRegistrationColumns) FROM registration r
+                    WHERE r.hub = $1 AND (r.nh_id = $2 OR r.installation_id = $2) ORDER BY r.nh_id IS NULL LIMIT 1
+                    """,
+                binds: {
+                    var binds = PostgresBindings()
+                    binds.append(hub)
+                    binds.append(id)
+                    return binds
+                }())
         ).first.map(Self.hubRegistration)
     }
 
     nonisolated(nonsending) public func deleteHubRegistration(hub: String, id: String, ifMatch: Int64) async throws {
         try await db.transaction { connection in
-            let etag = try await connection.query(
-                "SELECT etag FROM registration WHERE hub = \(hub) AND nh_id = \(id) FOR UPDATE", logger: db.logger
-            ).collect().first?.decode(Int64.self)
-            guard etag != nil else { throw ServiceError.notFound("Registration not found.") }
-            try HubRegistrationRules.checkETag(ifMatch, stored: etag)
-            try await connection.query(
-                "DELETE FROM registration WHERE hub = \(hub) AND nh_id = \(id)", logger: db.logger)
+            let row = try await connection.query(
+                """
+                SELECT id, CASE WHEN nh_id IS NULL THEN updated_at ELSE etag END FROM registration
+                WHERE hub = \(hub) AND (nh_id = \(id) OR installation_id = \(id)) ORDER BY nh_id IS NULL LIMIT 1 FOR UPDATE
+                """, logger: db.logger
+            ).collect().first?.decode((String, Int64).self)
+            guard let row else { throw ServiceError.notFound("Registration not found.") }
+            try HubRegistrationRules.checkETag(ifMatch, stored: row.1)
+            try await connection.query("DELETE FROM registration WHERE id = \(row.0)", logger: db.logger)
         }
     }
 
@@ -441,10 +450,11 @@ public final class PostgresRegistrationStore: RegistrationStore {
     }
 
     private static func hubRegistration(_ row: PostgresRow) throws -> HubRegistration {
-        let (document, etag, createdAt, updatedAt, expired) = try row.decode(
-            (ByteBuffer, Int64, Int64, Int64, Int32).self)
+        let (nhDocument, installation, etag, createdAt, updatedAt, expired) = try row.decode(
+            (ByteBuffer?, ByteBuffer?, Int64, Int64, Int64, Int32).self)
         return try HubRegistrationRules.stored(
-            Array(buffer: document), etag: etag, createdAt: createdAt, updatedAt: updatedAt, expired: expired != 0)
+            nhDocument: nhDocument.map { Array(buffer: $0) }, installation: installation.map { Array(buffer: $0) },
+            etag: etag, createdAt: createdAt, updatedAt: updatedAt, expired: expired != 0)
     }
 
     // MARK: helpers

@@ -607,7 +607,10 @@ struct NHRegistrationStackTests {
             let id = try NHSendTests.id(created.header("Location"))
             for (path, body) in [
                 ("/reghub/registrations/\(id)", Self.apple(native, tags: "reg")),
-                ("/reghub/registrations/tmpl-1", Self.apple(template, tags: "reg", template: #"{"aps":{"alert":"$(m)"}}"#)),
+                (
+                    "/reghub/registrations/tmpl-1",
+                    Self.apple(template, tags: "reg", template: #"{"aps":{"alert":"$(m)"}}"#)
+                ),
             ] {
                 let put = try await live.edge.request(
                     "PUT", path, authorization: listen, bytes: Data(body.utf8),
@@ -647,7 +650,8 @@ struct NHRegistrationStackTests {
             // APNs: the native registration's token is dead. Dispatch reports it from a durable
             // queue: poll until the registration is gone.
             fixture.queue(
-                native, .json(410, ["reason": "Unregistered", "timestamp": Int64(Date().timeIntervalSince1970 * 1000) + 1000]))
+                native,
+                .json(410, ["reason": "Unregistered", "timestamp": Int64(Date().timeIntervalSince1970 * 1000) + 1000]))
             _ = try await send("apple", #"{"aps":{"alert":"again"}}"#)
             var status = 200
             let deadline = ContinuousClock.now + .seconds(15)
@@ -662,18 +666,28 @@ struct NHRegistrationStackTests {
                 python,
                 [
                     packageRoot.appendingPathComponent("Tests/python/nh_registrations_check.py").path, "reghub",
-                    http(keys.full), http(keys.listen), "tmpl-1",
+                    http(keys.full), http(keys.listen), "tmpl-1", "inst",
                 ])
             try #require(result.status == 0, "nh_registrations_check.py failed: \(result.error)")
             let out = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
-            #expect(out["listed"] as? [String] == ["tmpl-1"], "\(out)")
+            // The installation is listed among registrations, as NH lists it.
+            #expect(out["listed"] as? [String] == ["inst", "tmpl-1"], "\(out)")
             #expect(out["listen_list"] as? Int == 401)
-            let got = try #require(out["get"] as? [String: Any])
+            let registration = try #require(out["tmpl-1"] as? [String: Any])
+            let got = try #require(registration["get"] as? [String: Any])
             #expect(got["DeviceToken"] as? String == template)
             #expect(got["Tags"] as? [String] == ["reg"])
             #expect(got["etag"] as? String == "W/\"1\"")
-            #expect(out["delete"] as? Int == 200)
-            #expect(out["get_deleted"] as? Int == 404)
+            let installation = try #require(out["inst"] as? [String: Any])
+            let inst = try #require(installation["get"] as? [String: Any])
+            #expect(inst["DeviceToken"] as? String == installed)
+            #expect(inst["Tags"] as? [String] == ["reg", "$InstallationId:{inst}"])
+            for entry in [registration, installation] {
+                #expect(entry["delete"] as? Int == 200)
+                #expect(entry["get_deleted"] as? Int == 404)
+            }
+            #expect(
+                try await live.edge.request("GET", "/reghub/installations/inst", authorization: listen).status == 404)
         }
     }
 }

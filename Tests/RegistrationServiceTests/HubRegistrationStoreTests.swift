@@ -96,6 +96,24 @@ struct HubRegistrationStoreTests {
             }
             let page = try await store.listHubRegistrations(hub: "h", handle: nil, tag: nil, after: "r1", limit: 2)
             #expect(page.map(\.registrationID) == ["r2", "r3"])
+            // An installation is listed among registrations as NH lists it: a native registration
+            // with its id, its tags plus $InstallationId, its last write as ETag; and read and
+            // deleted through the registration routes.
+            _ = try await store.putInstallation(
+                hub: "h",
+                Installation(
+                    installationID: "r2a", userID: "u", platform: .fcm, pushChannel: "fcm-token", tags: ["even"]))
+            let mixed = try await store.listHubRegistrations(hub: "h", handle: nil, tag: "even", after: "", limit: 10)
+            #expect(mixed.map(\.registrationID) == ["r0", "r2", "r2a", "r4"])
+            let installation = try #require(try await store.hubRegistration(hub: "h", id: "r2a"))
+            #expect(installation.platform == .fcm && installation.handle == "fcm-token" && !installation.isTemplate)
+            #expect(installation.tags == ["even", "$InstallationId:{r2a}", "$UserId:{u}"])
+            #expect(installation.etag == installation.updatedAtUnixMs)
+            await #expect(throws: ServiceError.self) {
+                try await store.deleteHubRegistration(hub: "h", id: "r2a", ifMatch: installation.etag + 1)
+            }
+            try await store.deleteHubRegistration(hub: "h", id: "r2a", ifMatch: installation.etag)
+            #expect(try await store.installation(hub: "h", id: "r2a") == nil)
             let byHandle = try await store.listHubRegistrations(
                 hub: "h", handle: String(repeating: "01", count: 32), tag: nil, after: "", limit: 10)
             #expect(byHandle.map(\.registrationID) == ["r1", "r3"])
