@@ -21,6 +21,18 @@ extension EdgeRoutes {
                 await nh(request, context) { try await createHubRegistrationID(request, context) }
             }
         }
+        // NH's older device SDKs (WindowsAzure.Messaging) write `{hub}/Registrations/…`.
+        router.get(":hub/Registrations") { request, context in
+            await nh(request, context) { try await listRegistrations(request, context, tag: nil) }
+        }
+        router.put(":hub/Registrations/:id") { request, context in
+            await nh(request, context) {
+                try await writeRegistration(request, context, id: try context.parameters.require("id"))
+            }
+        }
+        router.delete(":hub/Registrations/:id") { request, context in
+            await nh(request, context) { try await deleteRegistration(request, context) }
+        }
         router.post(":hub/registrations") { request, context in
             await nh(request, context) { try await writeRegistration(request, context, id: nil) }
         }
@@ -73,7 +85,8 @@ extension EdgeRoutes {
             try await registration.putHubRegistration(
                 PutHubRegistrationRequest(
                     hub: hub, registration: description, ifMatch: try Self.ifMatch(request), createOnly: id == nil,
-                    maxRegistrations: answer.maxInstallations),
+                    maxRegistrations: answer.maxInstallations,
+                    trusted: HubRights(granted: answer.rights).contains(.manage)),
                 requestID: context.requestID)
         }
         return Self.registrationEntry(stored.registration ?? HubRegistration(), request: request)
@@ -134,12 +147,13 @@ extension EdgeRoutes {
     }
 
     /// The handle of `$filter`: `<Field> eq '<handle>'` with `''` for a quote. The .NET SDK writes
-    /// `ChannelUri` whatever the platform; the REST docs name each platform's field.
+    /// `ChannelUri` whatever the platform; the REST docs name each platform's field; Java's
+    /// URLEncoder turns the spaces into `+`, and NH's older device SDKs write `channeluri+eq+'…'`.
     static func channelFilter(_ filter: String) throws -> String {
         guard filter.utf8.count <= 4200,
             let match = filter.wholeMatch(
                 of:
-                    /\s*(ChannelUri|DeviceToken|FcmV1RegistrationId|GcmRegistrationId|PnsHandle)\s+eq\s+'((?:[^']|'')*)'\s*/
+                    /(?i)[\s+]*(ChannelUri|DeviceToken|FcmV1RegistrationId|GcmRegistrationId|PnsHandle)[\s+]+eq[\s+]+'((?:[^']|'')*)'[\s+]*/
             )
         else {
             throw EdgeError(

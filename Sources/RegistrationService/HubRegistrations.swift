@@ -22,9 +22,10 @@ public enum HubRegistrationRules {
     /// platform's rules (a browser's subscription to canonical JSON), tags, and a template's body,
     /// headers, expiry and priority as an installation template's are checked. Server-kept fields
     /// (ETag, times, expired) are cleared.
-    public static func validated(_ registration: HubRegistration, hosts: RegistrationRules.PushHosts) throws
-        -> HubRegistration
-    {
+    /// `trusted`: the caller's key has Manage (a back end), so `username:` tags are its to set.
+    public static func validated(
+        _ registration: HubRegistration, hosts: RegistrationRules.PushHosts, trusted: Bool = false
+    ) throws -> HubRegistration {
         var r = registration
         try validateID(r.registrationID)
         guard [.apns, .fcm, .wns, .browser].contains(r.platform) else {
@@ -36,7 +37,7 @@ public enum HubRegistrationRules {
         }
         guard !r.handle.isEmpty else { throw ServiceError.invalidArgument("the registration needs a device handle") }
         try RegistrationRules.validateHandle(r.handle, platform: r.platform, hosts: hosts)
-        r.tags = try RegistrationRules.validateTags(r.tags)
+        r.tags = try RegistrationRules.validateTags(r.tags, allowUserTags: trusted)
         guard r.pushVariables.count <= 64,
             r.pushVariables.allSatisfy({ $0.name.utf8.count <= 120 && $0.value.utf8.count <= 1024 })
         else {

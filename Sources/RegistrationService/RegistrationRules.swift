@@ -12,8 +12,10 @@ public enum RegistrationRules {
     /// Prefixes only the server may put on a registration.
     public static let reservedTagPrefixes = ["username:", "$"]
 
-    /// Checks client tags and returns them without duplicates, in first-seen order.
-    public static func validateTags(_ tags: [String]) throws -> [String] {
+    /// Checks client tags and returns them without duplicates, in first-seen order. With
+    /// `allowUserTags`, `username:` tags pass (a back end holding a hub's Manage key tags its users'
+    /// devices, as the tutorial's AppBackend does through NH's registrations); `$` never does.
+    public static func validateTags(_ tags: [String], allowUserTags: Bool = false) throws -> [String] {
         guard tags.count <= maxTags else {
             throw ServiceError.invalidArgument("at most \(maxTags) tags are allowed, got \(tags.count)")
         }
@@ -25,7 +27,9 @@ public enum RegistrationRules {
                     "tag \"\(tag.prefix(130))\" is invalid: tags are 1 to \(maxTagLength) characters of A-Z a-z 0-9 _ @ # . : -"
                 )
             }
-            if let prefix = reservedTagPrefixes.first(where: { tag.hasPrefix($0) }) {
+            if let prefix = reservedTagPrefixes.first(where: { tag.hasPrefix($0) }),
+                !(allowUserTags && prefix == "username:")
+            {
                 throw ServiceError.invalidArgument("tag \"\(tag)\" uses the reserved prefix \"\(prefix)\"")
             }
             if seen.insert(tag).inserted { unique.append(tag) }

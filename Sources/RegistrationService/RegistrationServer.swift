@@ -207,7 +207,8 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             throw ServiceError.invalidArgument("if_match and max_registrations must not be negative")
         }
         let (stored, created) = try await store.putHubRegistration(
-            hub: Names.hub(request.hub), HubRegistrationRules.validated(registration, hosts: hosts),
+            hub: Names.hub(request.hub),
+            HubRegistrationRules.validated(registration, hosts: hosts, trusted: request.trusted),
             ifMatch: request.ifMatch, createOnly: request.createOnly, maxRegistrations: request.maxRegistrations)
         return HubRegistrationResponse(registration: stored, created: created)
     }

@@ -12,11 +12,17 @@ import Testing
 @Suite("Notification Hubs API", .serialized, .timeLimit(.minutes(3)))
 struct NotificationHubsTests {
     /// `herald hubs add` and the hub's connection strings from `herald hubs keys`, Endpoint on the live edge.
-    static func hub(_ name: String, _ live: LiveStack) async throws -> (full: String, listen: String) {
+    /// Adds hub `name` (unless `create` is false: "default" always exists) and returns its Full and
+    /// Listen connection strings.
+    static func hub(_ name: String, _ live: LiveStack, create: Bool = true) async throws -> (
+        full: String, listen: String
+    ) {
         let herald = live.configuration.binDirectory + "/herald"
         let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-        let added = try await runProgram(herald, ["hubs", "add", name] + dir)
-        try #require(added.status == 0, "\(added.error)")
+        if create {
+            let added = try await runProgram(herald, ["hubs", "add", name] + dir)
+            try #require(added.status == 0, "\(added.error)")
+        }
         let endpoint = "sb://" + live.edge.base.host! + ":\(live.edge.base.port!)/"
         let keys = try await runProgram(herald, ["hubs", "keys", name, "--endpoint", endpoint] + dir)
         try #require(keys.status == 0, "\(keys.error)")

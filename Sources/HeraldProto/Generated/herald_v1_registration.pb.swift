@@ -12,7 +12,8 @@ public struct HubRegistration: HeraldMessage {
     /// The device handle: APNs token (hex), FCM registration token, WNS channel URI, or for a browser
     /// the subscription as JSON {"endpoint","keys":{"p256dh","auth"}}.
     public var handle: String
-    /// Client tags (at most 60, each at most 120 of NH's tag characters).
+    /// Client tags (at most 60, each at most 120 of NH's tag characters; no `$` prefix, and
+    /// `username:` only from a trusted caller).
     public var tags: [String]
     /// A template registration: only template sends reach it, rendered with `body_template`.
     public var isTemplate: Bool
@@ -197,13 +198,17 @@ public struct PutHubRegistrationRequest: HeraldMessage {
     public var createOnly: Bool
     /// Above 0: creating one more registration in a hub that holds this many is RESOURCE_EXHAUSTED.
     public var maxRegistrations: Int64
+    /// The caller's key has Manage (a back end): `username:` tags are allowed, as the tutorial's
+    /// AppBackend sets them. A Listen key (a device) may not claim a user's tag.
+    public var trusted: Bool
 
-    public init(hub: String = "", registration: HubRegistration? = nil, ifMatch: Int64 = 0, createOnly: Bool = false, maxRegistrations: Int64 = 0) {
+    public init(hub: String = "", registration: HubRegistration? = nil, ifMatch: Int64 = 0, createOnly: Bool = false, maxRegistrations: Int64 = 0, trusted: Bool = false) {
         self.hub = hub
         self.registration = registration
         self.ifMatch = ifMatch
         self.createOnly = createOnly
         self.maxRegistrations = maxRegistrations
+        self.trusted = trusted
     }
 
     public init() {
@@ -212,6 +217,7 @@ public struct PutHubRegistrationRequest: HeraldMessage {
         self.ifMatch = 0
         self.createOnly = false
         self.maxRegistrations = 0
+        self.trusted = false
     }
 
     public static let protoName = "herald.v1.PutHubRegistrationRequest"
@@ -235,6 +241,7 @@ extension PutHubRegistrationRequest: CBacked {
         self.ifMatch = m.if_match
         self.createOnly = m.create_only != 0
         self.maxRegistrations = m.max_registrations
+        self.trusted = m.trusted != 0
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -245,6 +252,7 @@ extension PutHubRegistrationRequest: CBacked {
         p.pointee.if_match = self.ifMatch
         p.pointee.create_only = self.createOnly ? 1 : 0
         p.pointee.max_registrations = self.maxRegistrations
+        p.pointee.trusted = self.trusted ? 1 : 0
         return p
     }
 

@@ -2123,7 +2123,7 @@ const ProtobufCMessageDescriptor herald__v1__hub_registration_field__descriptor 
   (ProtobufCMessageInit) herald__v1__hub_registration_field__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__put_hub_registration_request__field_descriptors[5] =
+static const ProtobufCFieldDescriptor herald__v1__put_hub_registration_request__field_descriptors[6] =
 {
   {
     "hub",
@@ -2185,6 +2185,18 @@ static const ProtobufCFieldDescriptor herald__v1__put_hub_registration_request__
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "trusted",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutHubRegistrationRequest, trusted),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__put_hub_registration_request__field_indices_by_name[] = {
   3,   /* field[3] = create_only */
@@ -2192,11 +2204,12 @@ static const unsigned herald__v1__put_hub_registration_request__field_indices_by
   2,   /* field[2] = if_match */
   4,   /* field[4] = max_registrations */
   1,   /* field[1] = registration */
+  5,   /* field[5] = trusted */
 };
 static const ProtobufCIntRange herald__v1__put_hub_registration_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor herald__v1__put_hub_registration_request__descriptor =
 {
@@ -2206,7 +2219,7 @@ const ProtobufCMessageDescriptor herald__v1__put_hub_registration_request__descr
   "Herald__V1__PutHubRegistrationRequest",
   "herald.v1",
   sizeof(Herald__V1__PutHubRegistrationRequest),
-  5,
+  6,
   herald__v1__put_hub_registration_request__field_descriptors,
   herald__v1__put_hub_registration_request__field_indices_by_name,
   1,  herald__v1__put_hub_registration_request__number_ranges,

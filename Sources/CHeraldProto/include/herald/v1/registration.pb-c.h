@@ -82,7 +82,8 @@ struct  Herald__V1__HubRegistration
    */
   char *handle;
   /*
-   * Client tags (at most 60, each at most 120 of NH's tag characters).
+   * Client tags (at most 60, each at most 120 of NH's tag characters; no `$` prefix, and
+   * `username:` only from a trusted caller).
    */
   size_t n_tags;
   char **tags;
@@ -154,10 +155,15 @@ struct  Herald__V1__PutHubRegistrationRequest
    * Above 0: creating one more registration in a hub that holds this many is RESOURCE_EXHAUSTED.
    */
   int64_t max_registrations;
+  /*
+   * The caller's key has Manage (a back end): `username:` tags are allowed, as the tutorial's
+   * AppBackend sets them. A Listen key (a device) may not claim a user's tag.
+   */
+  protobuf_c_boolean trusted;
 };
 #define HERALD__V1__PUT_HUB_REGISTRATION_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__put_hub_registration_request__descriptor) \
-    , (char *)protobuf_c_empty_string, NULL, 0, 0, 0 }
+    , (char *)protobuf_c_empty_string, NULL, 0, 0, 0, 0 }
 
 
 struct  Herald__V1__HubRegistrationResponse
