@@ -20,7 +20,7 @@ struct NHBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "nh",
         abstract:
-            "NH installation PUT and PATCH through the edge; native, template and batch sends to 100,000 installations."
+            "NH installation PUT and PATCH, registration PUT and query through the edge; native, template and batch sends to 100,000 installations."
     )
     @OptionGroup var options: BenchOptions
 
@@ -106,6 +106,34 @@ struct NHScenario {
             let put = try edge.runWrk(wrk, url: base + "/bench/installations/x", script: putScript, dir: dir)
             let patch = try edge.runWrk(
                 wrk, url: base + "/bench/installations/i00000001?api-version=2020-06", script: patchScript, dir: dir)
+            // NH registrations: a PUT of a new one per request (the .NET SDK's body), and the query the
+            // tutorial's AppBackend makes before each registration (one handle's, $top=100).
+            let registrationScript = dir + "/registration.lua"
+            try """
+            counter = 0
+            request = function()
+              counter = counter + 1
+              local id = "r" .. tostring(math.random(1, 1000000000)) .. "-" .. counter
+              local body = '\(Self.registrationBody(handle: channel))'
+              return wrk.format("PUT", "/bench/registrations/" .. id .. "?api-version=2017-04",
+                {["Content-Type"] = "application/atom+xml;type=entry;charset=utf-8", ["Authorization"] = "\(authorization)"}, body)
+            end
+
+            """.write(toFile: registrationScript, atomically: true, encoding: .utf8)
+            let registrationPut = try edge.runWrk(
+                wrk, url: base + "/bench/registrations/x", script: registrationScript, dir: dir)
+            let queried = String(repeating: "cd", count: 32)
+            try await Self.putRegistration(
+                base: base, authorization: authorization, id: "query-target", handle: queried)
+            let queryScript = dir + "/query.lua"
+            try """
+            wrk.headers["Authorization"] = "\(authorization)"
+
+            """.write(toFile: queryScript, atomically: true, encoding: .utf8)
+            let registrationQuery = try edge.runWrk(
+                wrk,
+                url: base + "/bench/registrations?api-version=2017-04&$filter=ChannelUri+eq+%27\(queried)%27&$top=100",
+                script: queryScript, dir: dir)
 
             // The sends: through the edge like a back end would, each clocked until its outcome is final.
             func timed(_ format: String, tags: String, body: String) async throws -> Double {
@@ -144,7 +172,11 @@ struct NHScenario {
 
             var report = Report()
             let helloName = "Hummingbird hello world"
-            for (name, run) in [("PUT /{hub}/installations/{id}", put), ("PATCH /{hub}/installations/{id}", patch)] {
+            for (name, run) in [
+                ("PUT /{hub}/installations/{id}", put), ("PATCH /{hub}/installations/{id}", patch),
+                ("PUT /{hub}/registrations/{id}", registrationPut),
+                ("GET /{hub}/registrations?$filter=ChannelUri eq", registrationQuery),
+            ] {
                 report.records.append(
                     Record(
                         "nh", "\(name): requests/s", unit: "req/s", value: run.requestsPerSecond, baseline: helloName,
@@ -182,6 +214,8 @@ struct NHScenario {
             for (name, run) in [
                 ("hello world (baseline)", helloRun), ("PUT /{hub}/installations/{id} (new ids)", put),
                 ("PATCH /{hub}/installations/{id}", patch),
+                ("PUT /{hub}/registrations/{id} (new ids, Atom body)", registrationPut),
+                ("GET /{hub}/registrations?$filter=ChannelUri eq '…' (one handle's)", registrationQuery),
             ] {
                 lines.append(
                     "| \(name) | \(format(run.requestsPerSecond)) | \(format(run.p50Millis)) | \(format(run.p99Millis)) | \(String(format: "%.0f%%", 100 * run.requestsPerSecond / helloRun.requestsPerSecond)) |"
@@ -217,6 +251,26 @@ struct NHScenario {
             for: Data("\(sr)\n\(expiry)".utf8), using: SymmetricKey(data: Data(key.utf8)))
         let sig = Data(mac).base64EncodedString().addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
         return "SharedAccessSignature sr=\(sr)&sig=\(sig)&se=\(expiry)&skn=\(keyName)"
+    }
+
+    /// An Apple registration as the .NET SDK's serializer writes it (no quotes of its own: it goes
+    /// into a Lua string).
+    static func registrationBody(handle: String) -> String {
+        #"<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><AppleRegistrationDescription xmlns:i="http://www.w3.org/2001/XMLSchema-instance" xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"><RegistrationId i:nil="true"/><Tags>bench-registration</Tags><DeviceToken>\#(handle)</DeviceToken></AppleRegistrationDescription></content></entry>"#
+    }
+
+    /// `PUT /{hub}/registrations/{id}` of one Apple registration; 200 expected.
+    static func putRegistration(base: String, authorization: String, id: String, handle: String) async throws {
+        var request = HTTPClientRequest(url: base + "/bench/registrations/\(id)?api-version=2017-04")
+        request.method = .PUT
+        request.headers.add(name: "Authorization", value: authorization)
+        request.headers.add(name: "Content-Type", value: "application/atom+xml;type=entry;charset=utf-8")
+        request.body = .bytes(ByteBuffer(string: registrationBody(handle: handle)))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let body = try await response.body.collect(upTo: 1 << 20)
+        guard response.status.code == 200 else {
+            throw BenchError("the registration PUT failed: \(response.status) \(String(buffer: body))")
+        }
     }
 
     /// `POST /{hub}/messages` in `format` to `tags`; the notification id from `Location`.
