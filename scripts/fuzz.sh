@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # libFuzzer over the code that parses what clients send and builds what providers get
 # (Sources/herald-fuzz: proto, lean, json, subscription, payloads, template, and the NH surfaces:
-# sas, installation, nhheaders, batch, tagexpr), under AddressSanitizer.
+# sas, installation, nhheaders, batch, tagexpr, nhregistration), under AddressSanitizer.
 #
 #   scripts/fuzz.sh                         every target for FUZZ_SECONDS (20) each
 #   FUZZ_SECONDS=600 scripts/fuzz.sh json   one target for ten minutes
@@ -28,7 +28,7 @@ for argument in "$@"; do
     *) targets+=("$argument") ;;
   esac
 done
-(( ${#targets[@]} )) || targets=(proto lean json subscription payloads template sas installation nhheaders batch tagexpr)
+(( ${#targets[@]} )) || targets=(proto lean json subscription payloads template sas installation nhheaders batch tagexpr nhregistration)
 
 scripts/setup.sh
 build_start=$SECONDS

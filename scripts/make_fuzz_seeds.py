@@ -21,7 +21,10 @@ sys.path.insert(0, str(root / "Tests" / "python"))
 from lean_client import REQUEST, MESSAGE, END, CANCEL, WINDOW, GOAWAY, ERROR  # noqa: E402
 
 out = root / "Tests" / "FuzzCorpus"
-shutil.rmtree(out, ignore_errors=True)
+# Regenerated from scratch, except the inputs a fuzzing session found and kept (regression-*).
+for seed in out.rglob("*"):
+    if seed.is_file() and not seed.name.startswith("regression-"):
+        seed.unlink()
 
 
 def write(target, name, data):
@@ -77,6 +80,14 @@ requests = [
     registration_pb2.ListRegistrationsRequest(owner="alice"),
     registration_pb2.StreamAudienceRequest(tag="news", platform=2),
     registration_pb2.RemoveHandleRequest(platform=1, handle="ab" * 32, invalid_since_unix_ms=1),
+    registration_pb2.PutHubRegistrationRequest(
+        hub="h", if_match=2, trusted=True,
+        registration=registration_pb2.HubRegistration(
+            registration_id="r1", platform=1, handle="ab" * 32, tags=["news"], is_template=True,
+            body_template='{"aps":{"alert":"$(m)"}}', headers=[registration_pb2.HubRegistrationField(name="apns-priority", value="5")])),
+    registration_pb2.GetHubRegistrationRequest(hub="h", registration_id="r1"),
+    registration_pb2.DeleteHubRegistrationRequest(hub="h", registration_id="r1", if_match=1),
+    registration_pb2.ListHubRegistrationsRequest(hub="h", tag="news", after="r0", limit=10),
 ]
 for index, message in enumerate(requests):
     write("proto", f"{index:02d}-{type(message).__name__}", bytes([index]) + message.SerializeToString())
@@ -185,4 +196,23 @@ write("batch", "dashes", b"multipart/mixed; boundary=" + b"-" * 70 + b"\0" + b"-
 for name, text in {"or": "a || b", "and": "a && !b", "nested": "(a || b) && !(c && d)", "bangs": "!" * 39 + "a",
                    "system": "$UserId:{u} || c"}.items():
     write("tagexpr", name, text)
+# nhregistration: Atom entries as the .NET, JS and Java SDKs write them.
+ns = ('xmlns:i="http://www.w3.org/2001/XMLSchema-instance" '
+      'xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"')
+def entry(kind, fields):
+    return (f'<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><{kind} {ns}>{fields}'
+            f'</{kind}></content></entry>')
+for name, text in {
+    "apple": entry("AppleRegistrationDescription", f'<RegistrationId i:nil="true"/><Tags>a,b</Tags><DeviceToken>{token}</DeviceToken>'),
+    "apple-template": entry("AppleTemplateRegistrationDescription",
+                            f'<Tags>news</Tags><PushVariables>{{"k":"v"}}</PushVariables><DeviceToken>{token}</DeviceToken>'
+                            '<BodyTemplate><![CDATA[{"aps":{"alert":"$(m)"}}]]></BodyTemplate><TemplateName>t</TemplateName>'
+                            '<Expiry>$(e)</Expiry><Priority>5</Priority><ApnsHeaders><ApnsHeader><Header>apns-push-type</Header>'
+                            '<Value>alert</Value></ApnsHeader></ApnsHeaders>'),
+    "fcm": '<?xml version="1.0" encoding="utf-8"?>' + entry("FcmV1RegistrationDescription", "<Tags>x</Tags><FcmV1RegistrationId>tok:en</FcmV1RegistrationId>"),
+    "windows-template": entry("WindowsTemplateRegistrationDescription",
+                              '<ChannelUri>https://db5.notify.windows.com/?token=A</ChannelUri><BodyTemplate><![CDATA[<toast>$(m)</toast>]]>'
+                              '</BodyTemplate><WnsHeaders><WnsHeader><Header>X-WNS-Type</Header><Value>wns/toast</Value></WnsHeader></WnsHeaders>'),
+}.items():
+    write("nhregistration", name, text)
 print(f"wrote {sum(1 for _ in out.rglob('*') if _.is_file())} seeds under {out.relative_to(root)}")

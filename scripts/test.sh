@@ -15,7 +15,7 @@
 #   6. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds; the
 #      replicas scenario on the test cluster), and
 #      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
-#   7. every libFuzzer target for 5 s, a smoke run (eleven targets, one per core at a time: keep
+#   7. every libFuzzer target for 5 s, a smoke run (twelve targets, one per core at a time: keep
 #      the whole run under 25 minutes; scripts/fuzz.sh alone runs 20 s each, FUZZ_SECONDS=600 for
 #      a real session)
 #

@@ -2,19 +2,19 @@ import Foundation
 import HeraldModel
 import HeraldProto
 
-#if canImport(FoundationXML)
-    import FoundationXML
-#endif
-
 /// NH's registration descriptions in Atom/XML, as the SDKs send and read them
 /// (docs/notification-hubs.md, "Registrations"): an `<entry>` whose `<content>` holds one
 /// `…RegistrationDescription` element of NH's namespace, its fields as child elements.
 ///
 /// Reading: the elements may come in any order (the JS SDK writes `TemplateName` before `Expiry`,
-/// .NET the other way); unknown elements are ignored; `i:nil="true"` is an absent value. A DTD is
-/// refused before the parser sees the body, so no entity is ever expanded. Writing follows the
-/// .NET SDK's DataContract order, which its deserializer needs, and NH's own answers byte for byte
-/// in structure (recorded in the .NET SDK's MockData).
+/// .NET the other way); unknown elements are ignored; `i:nil="true"` is an absent value. Writing
+/// follows the .NET SDK's DataContract order, which its deserializer needs, and NH's own answers in
+/// structure (recorded in the .NET SDK's MockData).
+///
+/// Read with ``XMLSubset``, not FoundationXML's XMLParser: fuzzing found two inputs of a dozen bytes
+/// each that crash the process inside FoundationXML on Linux (a processing instruction with no
+/// data: strlen of NULL; an element name that is not UTF-8: a trap), and a crash reachable from
+/// outside takes the edge down for everyone.
 enum NHRegistrationXML {
     static let namespace = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
     static let entryContentType = "application/atom+xml;type=entry;charset=utf-8"
@@ -29,27 +29,15 @@ enum NHRegistrationXML {
 
     /// Parses an entry into a registration (id not set: the path or the edge gives it).
     static func parse(_ body: [UInt8]) throws -> HubRegistration {
-        let text = String(decoding: body, as: UTF8.self)
-        guard !text.contains("<!DOCTYPE"), !text.contains("<!ENTITY") else {
-            throw EdgeError(.badRequest, "a registration description has no DTD")
-        }
         let reader = Reader()
-        let parser = XMLParser(data: Data(body))
-        parser.shouldProcessNamespaces = false
-        parser.shouldResolveExternalEntities = false
-        parser.delegate = reader
-        // FoundationXML on Linux can end a truncated document without an error: the entry must
-        // have closed.
-        guard parser.parse(), reader.failure == nil, reader.complete else {
+        do {
+            try XMLSubset.parse(body, maxElements: maxElements, maxDepth: maxDepth) { event in try reader.take(event) }
+        } catch let error as XMLSubset.Failure {
             throw EdgeError(
-                .badRequest,
-                "the body is not a registration description in Atom XML: "
-                    + (reader.failure ?? parser.parserError.map { "\($0.localizedDescription)" }
-                        ?? "malformed or truncated XML"))
+                .badRequest, "the body is not a registration description in Atom XML: \(error.message)")
         }
         guard let kind = reader.kind else {
-            throw EdgeError(
-                .badRequest, "the entry's content holds no …RegistrationDescription element")
+            throw EdgeError(.badRequest, "the entry's content holds no …RegistrationDescription element")
         }
         return try registration(kind: kind, fields: reader.fields, headers: reader.headers)
     }
@@ -200,17 +188,14 @@ enum NHRegistrationXML {
 
     /// Collects the description's fields: the first element inside `<content>` names the kind; its
     /// children are fields (text and CDATA joined); `ApnsHeaders`/`WnsHeaders` hold header pairs.
-    final class Reader: NSObject, XMLParserDelegate {
+    final class Reader {
         var kind: String?
         var fields: [String: String] = [:]
         var headers: [HubRegistrationField] = []
-        var failure: String?
-        /// Whether the root `<entry>` has ended.
-        var complete = false
         private var path: [String] = []
         private var text = ""
+        private var isNil = false
         private var pending: (header: String?, value: String?) = (nil, nil)
-        private var elements = 0
 
         /// Where an element sits relative to the description: 0 the description, 1 a field, 2 a
         /// header item, 3 its Header/Value.
@@ -219,63 +204,45 @@ enum NHRegistrationXML {
             return path.count - contentAt - 2
         }
 
-        func parser(
-            _ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?, qualifiedName: String?,
-            attributes: [String: String] = [:]
-        ) {
-            elements += 1
-            guard elements <= NHRegistrationXML.maxElements, path.count < NHRegistrationXML.maxDepth else {
-                failure = "more than \(NHRegistrationXML.maxElements) elements or \(NHRegistrationXML.maxDepth) levels"
-                parser.abortParsing()
-                return
-            }
-            let name = elementName.split(separator: ":").last.map(String.init) ?? elementName
-            if path.isEmpty, name != "entry" {
-                failure = "the root element is <\(name)>, not <entry>"
-                parser.abortParsing()
-                return
-            }
-            path.append(name)
-            text = ""
-            if depthBelowKind == 0 {
-                guard kind == nil else {
-                    failure = "the content holds more than one description"
-                    parser.abortParsing()
-                    return
+        func take(_ event: XMLSubset.Event) throws {
+            switch event {
+            case .start(let qualified, let attributes):
+                let name = qualified.split(separator: ":").last.map(String.init) ?? qualified
+                if path.isEmpty, name != "entry" {
+                    throw XMLSubset.Failure(message: "the root element is <\(name)>, not <entry>")
                 }
-                kind = name
-            }
-            if attributes.contains(where: { $0.key.hasSuffix("nil") && $0.value == "true" }) { text = "\u{0}" }
-        }
-
-        func parser(_ parser: XMLParser, foundCharacters string: String) { text += string }
-
-        func parser(_ parser: XMLParser, foundCDATA CDATABlock: Data) {
-            text += String(decoding: CDATABlock, as: UTF8.self)
-        }
-
-        func parser(
-            _ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName: String?
-        ) {
-            let name = path.last ?? elementName
-            switch depthBelowKind {
-            case 1:
-                // A nil field is absent.
-                if text != "\u{0}", fields[name] == nil, !["ApnsHeaders", "WnsHeaders"].contains(name) {
-                    fields[name] = text
+                path.append(name)
+                text = ""
+                if depthBelowKind == 0 {
+                    guard kind == nil else {
+                        throw XMLSubset.Failure(message: "the content holds more than one description")
+                    }
+                    kind = name
                 }
-            case 3:
-                if name == "Header" { pending.header = text } else if name == "Value" { pending.value = text }
-            case 2:
-                if let header = pending.header {
-                    headers.append(HubRegistrationField(name: header, value: pending.value ?? ""))
+                isNil = attributes.contains { $0.name.hasSuffix("nil") && $0.value == "true" }
+            case .text(let value):
+                text += value
+            case .end:
+                let name = path.last ?? ""
+                switch depthBelowKind {
+                case 1:
+                    // A nil field is absent.
+                    if !isNil, fields[name] == nil, !["ApnsHeaders", "WnsHeaders"].contains(name) {
+                        fields[name] = text
+                    }
+                case 3:
+                    if name == "Header" { pending.header = text } else if name == "Value" { pending.value = text }
+                case 2:
+                    if let header = pending.header {
+                        headers.append(HubRegistrationField(name: header, value: pending.value ?? ""))
+                    }
+                    pending = (nil, nil)
+                default: break
                 }
-                pending = (nil, nil)
-            default: break
+                path.removeLast()
+                text = ""
+                isNil = false
             }
-            path.removeLast()
-            text = ""
-            if path.isEmpty { complete = true }
         }
     }
 }

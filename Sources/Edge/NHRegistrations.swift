@@ -150,17 +150,41 @@ extension EdgeRoutes {
     /// `ChannelUri` whatever the platform; the REST docs name each platform's field; Java's
     /// URLEncoder turns the spaces into `+`, and NH's older device SDKs write `channeluri+eq+'…'`.
     static func channelFilter(_ filter: String) throws -> String {
-        guard filter.utf8.count <= 4200,
-            let match = filter.wholeMatch(
-                of:
-                    /(?i)[\s+]*(ChannelUri|DeviceToken|FcmV1RegistrationId|GcmRegistrationId|PnsHandle)[\s+]+eq[\s+]+'((?:[^']|'')*)'[\s+]*/
-            )
-        else {
-            throw EdgeError(
-                .badRequest, "$filter is ChannelUri eq '<handle>' (or DeviceToken, FcmV1RegistrationId, PnsHandle)")
+        // By hand rather than with a Regex: this runs on every by-channel query (the AppBackend
+        // makes one per registration), and Swift's Regex cost more than the rest of the request.
+        let refused = EdgeError(
+            .badRequest, "$filter is ChannelUri eq '<handle>' (or DeviceToken, FcmV1RegistrationId, PnsHandle)")
+        let bytes = Array(filter.utf8)
+        guard bytes.count <= 4200, let open = bytes.firstIndex(of: UInt8(ascii: "'")) else { throw refused }
+        // Before the quote: `<field> eq`, separated by spaces or `+`.
+        let words = bytes[..<open].split { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "+") || $0 == 9 }
+            .map { String(decoding: $0, as: UTF8.self).lowercased() }
+        guard words.count == 2, words[1] == "eq", Self.filterFields.contains(words[0]) else { throw refused }
+        // After it: the handle up to the closing quote (`''` is a quote), then only separators.
+        var handle: [UInt8] = []
+        var index = open + 1
+        while index < bytes.count {
+            if bytes[index] == UInt8(ascii: "'") {
+                if index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "'") {
+                    handle.append(UInt8(ascii: "'"))
+                    index += 2
+                    continue
+                }
+                let rest = bytes[(index + 1)...]
+                guard rest.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "+") || $0 == 9 }) else {
+                    throw refused
+                }
+                return String(decoding: handle, as: UTF8.self)
+            }
+            handle.append(bytes[index])
+            index += 1
         }
-        return String(match.2).replacingOccurrences(of: "''", with: "'")
+        throw refused
     }
+
+    static let filterFields: Set<String> = [
+        "channeluri", "devicetoken", "fcmv1registrationid", "gcmregistrationid", "pnshandle",
+    ]
 
     /// `If-Match`: absent or `*` is 0 (any); else an ETag, quoted, weak or bare.
     static func ifMatch(_ request: Request) throws -> Int64 {

@@ -103,12 +103,14 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     case .nhheaders: FuzzTarget.nhHeaders(bytes)
     case .batch: FuzzTarget.batch(bytes)
     case .tagexpr: FuzzTarget.tagExpression(bytes)
+    case .nhregistration: FuzzTarget.nhRegistration(bytes)
     }
     return 0
 }
 
 enum FuzzTarget: String, CaseIterable {
-    case proto, lean, json, subscription, payloads, template, sas, installation, nhheaders, batch, tagexpr
+    case proto, lean, json, subscription, payloads, template, sas, installation, nhheaders, batch, tagexpr,
+        nhregistration
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["HERALD_FUZZ_TARGET"] ?? ""
@@ -129,7 +131,9 @@ enum FuzzTarget: String, CaseIterable {
         roundTrip(CreateRegistrationIdRequest.self),
         roundTrip(UpsertRegistrationRequest.self), roundTrip(DeleteRegistrationRequest.self),
         roundTrip(ListRegistrationsRequest.self), roundTrip(StreamAudienceRequest.self),
-        roundTrip(RemoveHandleRequest.self),
+        roundTrip(RemoveHandleRequest.self), roundTrip(PutHubRegistrationRequest.self),
+        roundTrip(GetHubRegistrationRequest.self), roundTrip(DeleteHubRegistrationRequest.self),
+        roundTrip(ListHubRegistrationsRequest.self),
     ]
 
     static func proto(_ bytes: [UInt8]) {
@@ -292,6 +296,26 @@ enum FuzzTarget: String, CaseIterable {
         for (name, template) in installation.templates {
             _ = try? TemplateAudience.render(
                 template.wireJSON, name: name, platform: installation.platform, properties, sentAt: 1_700_000_000_000)
+        }
+    }
+
+    /// An NH registration body (Atom XML): refused, or taken; a taken one, once stored, is written
+    /// as well-formed XML that reads back as the same registration.
+    static func nhRegistration(_ bytes: [UInt8]) {
+        guard var parsed = try? NHRegistrationXML.parse(bytes) else { return }
+        parsed.registrationID = "r1"
+        guard let stored = try? HubRegistrationRules.validated(parsed, hosts: hosts, trusted: true) else { return }
+        let entry = NHRegistrationXML.entry(stored, url: "https://h/hub/registrations/r1")
+        let parser = XMLParser(data: Data(entry.utf8))
+        guard parser.parse() else {
+            fatalError("a registration's entry is not well-formed XML: \(parser.parserError.map { "\($0)" } ?? "")")
+        }
+        guard var again = try? NHRegistrationXML.parse(Array(entry.utf8)) else {
+            fatalError("a registration's own entry does not parse")
+        }
+        again.registrationID = "r1"
+        guard let back = try? HubRegistrationRules.validated(again, hosts: hosts, trusted: true), back == stored else {
+            fatalError("a registration reads back different from its entry")
         }
     }
 

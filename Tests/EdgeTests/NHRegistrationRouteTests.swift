@@ -223,8 +223,8 @@ struct NHRegistrationRouteTests {
                 "hex"
             ),
             (
-                "<entry><content><AppleRegistrationDescription><Tags>username:bob</Tags><DeviceToken>\(deviceToken)</DeviceToken></AppleRegistrationDescription></content></entry>",
-                "reserved"
+                "<entry><content><AppleRegistrationDescription><Tags>$InstallationId:bob</Tags><DeviceToken>\(deviceToken)</DeviceToken></AppleRegistrationDescription></content></entry>",
+                "is invalid"
             ),
             (
                 "<entry><content>" + String(repeating: "<a>", count: 20) + String(repeating: "</a>", count: 20)
@@ -243,6 +243,24 @@ struct NHRegistrationRouteTests {
             try await client.execute(uri: "/app1/registrations", method: .get, headers: [.authorization: Self.token]) {
                 response in
                 #expect(!Self.text(response).contains("<entry"))
+            }
+        }
+    }
+
+    @Test("an element name that is not UTF-8 (FoundationXML traps on it) and a declared non-UTF-8 encoding are 400")
+    func notUTF8() async throws {
+        let seed = try Data(
+            contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("FuzzCorpus/nhregistration/regression-invalid-utf8-name"))
+        let declared = #"<?xml version="1.0" encoding="ISO-8859-1"?><entry/>"#
+        try await Self.withStack { client in
+            for body in [ByteBuffer(bytes: seed), ByteBuffer(string: declared)] {
+                try await client.execute(
+                    uri: "/app1/registrations/r1", method: .put, headers: [.authorization: Self.token], body: body
+                ) { response in
+                    #expect(response.status == .badRequest)
+                    #expect(Self.text(response).contains("UTF-8"), "\(Self.text(response))")
+                }
             }
         }
     }
