@@ -22,33 +22,24 @@ extension EdgeRoutes {
             }
         }
         // NH's older device SDKs (WindowsAzure.Messaging) write `{hub}/Registrations/…`.
-        router.get(":hub/Registrations") { request, context in
-            await nh(request, context) { try await listRegistrations(request, context, tag: nil) }
-        }
-        router.put(":hub/Registrations/:id") { request, context in
-            await nh(request, context) {
-                try await writeRegistration(request, context, id: try context.parameters.require("id"))
+        for collection in ["registrations", "Registrations"] {
+            router.post(":hub/\(collection)") { request, context in
+                await nh(request, context) { try await writeRegistration(request, context, id: nil) }
             }
-        }
-        router.delete(":hub/Registrations/:id") { request, context in
-            await nh(request, context) { try await deleteRegistration(request, context) }
-        }
-        router.post(":hub/registrations") { request, context in
-            await nh(request, context) { try await writeRegistration(request, context, id: nil) }
-        }
-        router.put(":hub/registrations/:id") { request, context in
-            await nh(request, context) {
-                try await writeRegistration(request, context, id: try context.parameters.require("id"))
+            router.put(":hub/\(collection)/:id") { request, context in
+                await nh(request, context) {
+                    try await writeRegistration(request, context, id: try context.parameters.require("id"))
+                }
             }
-        }
-        router.get(":hub/registrations/:id") { request, context in
-            await nh(request, context) { try await getRegistration(request, context) }
-        }
-        router.delete(":hub/registrations/:id") { request, context in
-            await nh(request, context) { try await deleteRegistration(request, context) }
-        }
-        router.get(":hub/registrations") { request, context in
-            await nh(request, context) { try await listRegistrations(request, context, tag: nil) }
+            router.get(":hub/\(collection)/:id") { request, context in
+                await nh(request, context) { try await getRegistration(request, context) }
+            }
+            router.delete(":hub/\(collection)/:id") { request, context in
+                await nh(request, context) { try await deleteRegistration(request, context) }
+            }
+            router.get(":hub/\(collection)") { request, context in
+                await nh(request, context) { try await listRegistrations(request, context, tag: nil) }
+            }
         }
         router.get(":hub/tags/:tag/registrations") { request, context in
             await nh(request, context) {
