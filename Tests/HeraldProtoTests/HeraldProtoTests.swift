@@ -116,7 +116,9 @@ struct HeraldProtoTests {
     func methodNames() {
         #expect(PayloadServiceMethods.fetchPayload.fullName == "herald.v1.PayloadService/FetchPayload")
         #expect(HealthMethods.check.fullName == "grpc.health.v1.Health/Check")
-        #expect(RegistrationServiceMethods.allMethodNames.count == 19)
+        #expect(RegistrationServiceMethods.allMethodNames.count == 23)
+        #expect(
+            RegistrationServiceMethods.allMethodNames.contains("herald.v1.RegistrationService/ListHubRegistrations"))
         #expect(RegistrationServiceMethods.allMethodNames.contains("herald.v1.RegistrationService/EraseUserDevices"))
         #expect(DispatchServiceMethods.allMethodNames.contains("herald.v1.DispatchService/EraseDevices"))
         #expect(RegistrationServiceMethods.allMethodNames.contains("herald.v1.RegistrationService/CheckHandles"))
