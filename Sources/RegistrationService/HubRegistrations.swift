@@ -17,6 +17,8 @@ public enum HubRegistrationRules {
     /// A page of a listing when the caller does not say (NH's default `$top` is 100).
     public static let defaultPage = 100
     public static let maxPage = 1000
+    /// About how many bytes of registrations one page holds at most (templates make them large).
+    public static let maxPageBytes = 4 << 20
 
     /// Checks what a caller may store and normalises it: the id, the platform, the handle by the
     /// platform's rules (a browser's subscription to canonical JSON), tags, and a template's body,

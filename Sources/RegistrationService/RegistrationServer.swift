@@ -254,9 +254,19 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         let page = try await store.listHubRegistrations(
             hub: Names.hub(request.hub), handle: request.handle.isEmpty ? nil : request.handle,
             tag: request.tag.isEmpty ? nil : request.tag, after: request.after, limit: limit + 1)
-        let shown = Array(page.prefix(limit))
+        // A page is also cut at about 4 MB: registrations carry templates of up to the edge's
+        // body limit each, and a thousand of them would not fit one RPC message (16 MB).
+        var shown: [HubRegistration] = []
+        var bytes = 0
+        for registration in page.prefix(limit) {
+            let size = registration.bodyTemplate.utf8.count + registration.handle.utf8.count + 1024
+            if !shown.isEmpty, bytes + size > HubRegistrationRules.maxPageBytes { break }
+            shown.append(registration)
+            bytes += size
+        }
+        let more = page.count > shown.count
         return ListHubRegistrationsResponse(
-            registrations: shown, nextAfter: page.count > limit ? shown.last?.registrationID ?? "" : "")
+            registrations: shown, nextAfter: more ? shown.last?.registrationID ?? "" : "")
     }
 
     public func listDevices(_ request: ListDevicesRequest, context: RPCContext) async throws -> ListDevicesResponse {

@@ -265,6 +265,38 @@ struct NHRegistrationRouteTests {
         }
     }
 
+    @Test("a feed of large templates is cut at about 4 MB per page and continues from there")
+    func largePages() async throws {
+        let body = #"{"aps":{"alert":""# + String(repeating: "x", count: 60_000) + #""}}"#
+        try await Self.withStack(rights: ["Listen", "Manage"]) { client in
+            for n in 0..<80 {
+                let entry =
+                    "<entry><content><AppleTemplateRegistrationDescription><Tags>big</Tags><DeviceToken>\(Self.deviceToken)</DeviceToken>"
+                    + "<BodyTemplate><![CDATA[\(body)]]></BodyTemplate></AppleTemplateRegistrationDescription></content></entry>"
+                try await client.execute(
+                    uri: "/app1/registrations/big-\(String(format: "%02d", n))", method: .put,
+                    headers: [.authorization: Self.token], body: ByteBuffer(string: entry)
+                ) { response in #expect(response.status == .ok) }
+            }
+            var seen = 0
+            var pages = 0
+            var continuation = ""
+            repeat {
+                let query = continuation.isEmpty ? "" : "&continuationtoken=\(continuation)"
+                try await client.execute(
+                    uri: "/app1/registrations?$top=1000\(query)", method: .get, headers: [.authorization: Self.token]
+                ) { response in
+                    #expect(response.status == .ok)
+                    #expect(response.body.readableBytes < 6 << 20)
+                    seen += Self.text(response).matches(of: /<RegistrationId>/).count
+                    continuation = response.headers[HTTPField.Name("x-ms-continuationtoken")!] ?? ""
+                }
+                pages += 1
+            } while !continuation.isEmpty && pages < 10
+            #expect(seen == 80 && pages == 2, "\(seen) in \(pages) pages")
+        }
+    }
+
     @Test("If-Match on a missing registration is 404; an If-Match no ETag could be is 412")
     func ifMatchEdges() async throws {
         try await Self.withStack { client in
