@@ -245,7 +245,18 @@ unset HERALD_EDGE_PORT
 project_it="herald-it-$$"
 HERALD_COMPOSE=docker-compose HERALD_COMPOSE_PROJECT="$project_it" \
   "$venv/bin/python" -m pytest -q -p no:cacheprovider Examples/integration-test
-[[ -z "$(podman ps -aq --filter "label=com.docker.compose.project=$project_it")" ]] || fail "the pytest project left containers behind"
+# docker-compose v1's `down` returns when podman has accepted each removal; poll briefly, and name
+# what is left if anything is.
+no_it_containers() { [[ -z "$(podman ps -aq --filter "label=com.docker.compose.project=$project_it")" ]]; }
+if ! no_it_containers; then
+  it_deadline=$(( $(date +%s) + 15 ))
+  until no_it_containers || (( $(date +%s) >= it_deadline )); do sleep 0.5; done
+  no_it_containers || {
+    podman ps -a --filter "label=com.docker.compose.project=$project_it" \
+      --format '{{.Names}} {{.Status}}' >&2
+    fail "the pytest project left containers behind"
+  }
+fi
 step "Examples/integration-test passed: docker-compose v1 with docker-compose.test.yml"
 # The same project with a second implementation of the Compose spec, podman-compose (no API
 # socket): the files use nothing only docker-compose v1 understands (services/README.md).
