@@ -302,7 +302,7 @@ let package = Package(
                 dependencies: [
                     "HeraldService", "HeraldModel", .product(name: "Crypto", package: "swift-crypto"),
                     .product(name: "PostgresNIO", package: "postgres-nio"),
-                    .product(name: "Logging", package: "swift-log"),
+                    .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),
                 ],
                 path: "Tests/HeraldTestSupport", swiftSettings: swiftSettings
             ),

@@ -275,7 +275,8 @@ public enum AuthServer {
         let ledger: any LockoutLedger
         var lockoutPurge: (@Sendable () async throws -> Int)?
         switch database {
-        case .sqlite(let pool):
+        case .sqlite(let sqlite):
+            let pool = sqlite.writer
             store = try SQLiteAccountStore(db: pool)
             hubs = try SQLiteHubStore(db: pool)
             // Lockouts outlive a restart: otherwise one crash of herald-auth resets them all.

@@ -497,7 +497,8 @@ public enum DispatchServer {
         let inbox: InboxProvider
         let credentialStore: HubCredentialStore
         switch database {
-        case .sqlite(let pool):
+        case .sqlite(let sqlite):
+            let pool = sqlite.writer
             inbox = try InboxProvider(db: pool)
             outbox = try Outbox(db: pool)
             credentialStore = HubCredentialStore(db: pool)

@@ -7,10 +7,12 @@ import HeraldRPC
 public enum HeraldDatabase {
     /// Writers wait up to five seconds for the lock instead of failing at once. Open the file with a
     /// `DatabasePool`, which turns on WAL itself so readers never wait for the writer; each store
-    /// applies its own migrations.
+    /// applies its own migrations. GRDB may leave a transaction open between two calls: that is
+    /// how ``SQLiteDatabase`` runs a transaction whose body is async (its gate keeps other writes out).
     public static var configuration: Configuration {
         var configuration = Configuration()
         configuration.busyMode = .timeout(5)
+        configuration.allowsUnsafeTransactions = true
         return configuration
     }
 

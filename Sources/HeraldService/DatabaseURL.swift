@@ -151,24 +151,28 @@ public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// A service's database as `database-url` names it, opened: a SQLite pool on its file, or a
-/// PostgreSQL pool in its schema. Each store type then picks its implementation from the case.
+/// PostgreSQL pool in its schema. A store written over ``SQLDatabase`` takes ``sql``; the stores
+/// not yet written that way pick their implementation from the case.
 public enum OpenedDatabase: Sendable {
-    case sqlite(DatabasePool)
+    case sqlite(SQLiteDatabase)
     case postgres(HeraldPostgres)
 
-    /// The health check that the database takes a write.
-    public var healthCheck: HealthCheck {
+    /// The database as one ``SQLDatabase``, whichever it is.
+    public var sql: any SQLDatabase {
         switch self {
-        case .sqlite(let pool): .database(pool)
-        case .postgres(let database): database.healthCheck
+        case .sqlite(let database): database
+        case .postgres(let database): database.sql
         }
     }
+
+    /// The health check that the database takes a write.
+    public var healthCheck: HealthCheck { sql.healthCheck }
 
     /// What the process must run for it (PostgreSQL's pool; a SQLite file's disk-space gauge),
     /// listed before the listeners so that it stops after them.
     public var services: [any Service] {
         switch self {
-        case .sqlite(let pool): [DiskSpaceGauge.service(databasePath: pool.path)]
+        case .sqlite(let database): [DiskSpaceGauge.service(databasePath: database.path)]
         case .postgres(let database): [database]
         }
     }
@@ -180,7 +184,7 @@ extension ProcessContext {
         -> OpenedDatabase
     {
         switch config.databaseURL {
-        case .sqlite(let path): .sqlite(try DatabasePool(path: path, configuration: configuration))
+        case .sqlite(let path): .sqlite(SQLiteDatabase(try DatabasePool(path: path, configuration: configuration)))
         case .postgres(let location): .postgres(try HeraldPostgres(location, logger: logger))
         }
     }

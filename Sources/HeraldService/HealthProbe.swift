@@ -1,4 +1,3 @@
-public import GRDB
 import HeraldModel
 import HeraldRPC
 public import Logging
@@ -13,20 +12,6 @@ public struct HealthCheck: Sendable {
     public init(_ name: String, _ run: @escaping @Sendable () async throws -> Void) {
         self.name = name
         self.run = run
-    }
-
-    /// The database takes a write: a heartbeat row in a table of its own. Fails while the file or
-    /// its WAL cannot be written (read-only file, full disk, I/O error) or the write lock is held
-    /// past the busy timeout.
-    public static func database(_ db: any DatabaseWriter) -> HealthCheck {
-        HealthCheck("database") {
-            try await db.write { db in
-                try db.execute(
-                    sql: "CREATE TABLE IF NOT EXISTS herald_heartbeat (id INTEGER PRIMARY KEY, at INTEGER NOT NULL)")
-                try db.execute(
-                    sql: "INSERT OR REPLACE INTO herald_heartbeat (id, at) VALUES (1, ?)", arguments: [unixMillis()])
-            }
-        }
     }
 }
 

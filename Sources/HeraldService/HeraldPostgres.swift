@@ -92,7 +92,9 @@ public final class HeraldPostgres: Service, Sendable {
     /// Runs `body` in one transaction (rolled back when it throws).
     /// The body's own error comes out as itself (a NOT_FOUND stays a NOT_FOUND), not wrapped in
     /// postgres-nio's `PostgresTransactionError`, unless the rollback failed too.
-    public func transaction<Result: Sendable>(_ body: (PostgresConnection) async throws -> Result) async throws
+    nonisolated(nonsending) public func transaction<Result: Sendable>(
+        _ body: (PostgresConnection) async throws -> Result
+    ) async throws
         -> Result
     {
         do {

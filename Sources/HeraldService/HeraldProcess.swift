@@ -312,7 +312,7 @@ public enum HeraldProcess {
 public struct RPCServiceParts: Sendable {
     public var table: MethodTable
     public var background: [any Service]
-    /// Conditions health reports on besides listening and peers, e.g. ``HealthCheck/database(_:)``.
+    /// Conditions health reports on besides listening and peers, e.g. ``SQLDatabase/healthCheck``.
     public var healthChecks: [HealthCheck]
 
     public init(table: MethodTable, background: [any Service] = [], healthChecks: [HealthCheck] = []) {

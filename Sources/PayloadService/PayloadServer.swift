@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 public import HeraldModel
 import HeraldProto
 public import HeraldRPC
@@ -36,11 +35,11 @@ public struct PayloadConfig: Sendable {
 
 /// The RPC handlers of herald-payload.
 public struct PayloadHandlers: PayloadServiceHandler {
-    public let store: any PayloadStore
+    public let store: PayloadStore
     /// `test-mode`: whether ResetForTests may run.
     public let testMode: Bool
 
-    public init(store: any PayloadStore, testMode: Bool = false) {
+    public init(store: PayloadStore, testMode: Bool = false) {
         self.store = store
         self.testMode = testMode
     }
@@ -125,14 +124,7 @@ public enum PayloadServer {
         let config = try PayloadConfig(reader: context.reader)
         let rules = PayloadRules(defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
         let database = try context.openDatabase(sqlite: HeraldDatabase.secureDeleteConfiguration)
-        let store: any PayloadStore
-        switch database {
-        case .sqlite(let pool):
-            store = try SQLitePayloadStore(
-                db: pool, defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
-        case .postgres(let postgres):
-            store = try await PostgresPayloadStore(db: postgres, rules: rules)
-        }
+        let store = try await PayloadStore(db: database.sql, rules: rules)
         var table = MethodTable()
         PayloadHandlers(store: store, testMode: context.config.testMode).register(into: &table)
         table.startOnEventLoop(PayloadServiceMethods.fetchPayload)

@@ -1,41 +1,165 @@
 import Foundation
-public import GRDB
 public import HeraldModel
 public import HeraldProto
 public import HeraldRPC
 public import HeraldService
 
-/// Rich and secure content, whichever database holds it: ``SQLitePayloadStore`` (embedded, one
-/// process) or ``PostgresPayloadStore`` (shared by replicas). Both apply the same
-/// ``PayloadRules`` before they write, so a request is refused the same way on either.
+/// Rich and secure content, in whichever database `database-url` names: SQLite (embedded, one
+/// process) or PostgreSQL (shared by replicas), through one ``SQLDatabase``. ``PayloadRules``
+/// checks each request before anything is written, so a request is refused the same way on either.
 ///
-/// The requirements run on the caller's executor (`nonisolated(nonsending)`): FetchPayload starts
-/// on the event loop that read the request, and SQLite's read answers there without a hop.
-public protocol PayloadStore: Sendable {
-    var rules: PayloadRules { get }
-    /// Stores content; the id is allocated atomically and never reused, so an old push can never
-    /// point at newer content.
-    nonisolated(nonsending) func store(_ request: StorePayloadRequest) async throws -> StorePayloadResponse
+/// Ids are allocated by the database (AUTOINCREMENT, an identity column): atomically (the tutorial
+/// used `list.Count`, a race) and never reused, so an old push can never point at newer content.
+/// What SQLite's `secure_delete` (set on the file by ``PayloadServer``) and the log truncation after
+/// each delete do for the files is VACUUM's job on PostgreSQL: deleted rows linger until it runs, so
+/// keep TTLs short and the storage encrypted there.
+public final class PayloadStore: Sendable {
+    private let db: any SQLDatabase
+    public let rules: PayloadRules
+
+    public init(db: any SQLDatabase, rules: PayloadRules = PayloadRules()) async throws {
+        self.db = db
+        self.rules = rules
+        try await db.migrate(Self.schema)
+    }
+
+    /// The schema's history; names are never changed once released.
+    public static let schema = SQLSchema([
+        SQLMigration(
+            postgres: "payload-v1", sqlite: "v1",
+            [
+                """
+                CREATE TABLE payload (
+                    id \(.serialKey),
+                    recipient TEXT NOT NULL,
+                    sender TEXT NOT NULL DEFAULT '',
+                    kind INTEGER NOT NULL,
+                    content \(.bytes) NOT NULL,
+                    content_type TEXT NOT NULL,
+                    message TEXT NOT NULL DEFAULT '',
+                    rich_type TEXT NOT NULL DEFAULT '',
+                    read \(.bool) NOT NULL DEFAULT \(.false),
+                    created_at \(.int64) NOT NULL,
+                    expires_at \(.int64) NOT NULL
+                )
+                """
+            ],
+            // SQLite's first release had no index on expiry; the purge scans its one file.
+            postgresOnly: ["CREATE INDEX payload_expires ON payload (expires_at)"])
+    ])
+
+    public var maxContentBytes: Int { rules.maxContentBytes }
+
+    /// Stores content; answers its id.
+    nonisolated(nonsending) public func store(_ request: StorePayloadRequest) async throws -> StorePayloadResponse {
+        let admitted = try rules.admit(request)
+        let row = try await db.executeReturning(
+            """
+            INSERT INTO payload (recipient, sender, kind, content, content_type, message, rich_type, created_at, expires_at)
+            VALUES (\(request.recipient), \(request.sender), \(Int64(request.kind.rawValue)), \(request.content),
+                    \(admitted.contentType), \(request.message), \(request.richType), \(admitted.createdAt),
+                    \(admitted.expiresAt))
+            RETURNING id
+            """
+        ).first
+        guard let row else { throw ServiceError(.internal, "INSERT … RETURNING id returned no row") }
+        return StorePayloadResponse(id: try row[0], expiresAtUnixMs: admitted.expiresAt)
+    }
+
     /// The content, for its recipient only and before it expires; `read` is the flag as it was.
-    nonisolated(nonsending) func read(id: Int64, requester: String) async throws -> FetchPayloadResponse
+    ///
+    /// On SQLite a WAL read: it never waits for the writer, so the RPC handler runs it on the event
+    /// loop, and leaves the loop for ``markRead(id:)`` when `read` is false.
+    nonisolated(nonsending) public func read(id: Int64, requester: String) async throws -> FetchPayloadResponse {
+        guard !requester.isEmpty else { throw PayloadRules.notFound(id) }
+        let row = try await db.queryFirst(
+            """
+            SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
+            WHERE id = \(id) AND recipient = \(requester) AND expires_at > \(rules.now())
+            """)
+        guard let row else { throw PayloadRules.notFound(id) }
+        return FetchPayloadResponse(
+            id: id, kind: PayloadKind(rawValue: try row[0]), content: try row[1], contentType: try row[2],
+            message: try row[3], richType: try row[4], read: try row[5], createdAtUnixMs: try row[6])
+    }
+
     /// Sets the read flag after a first read. A full disk must not stop the recipient from
     /// reading: the flag is then set on a later read.
-    nonisolated(nonsending) func markRead(id: Int64) async throws
+    nonisolated(nonsending) public func markRead(id: Int64) async throws {
+        do {
+            try await db.execute("UPDATE payload SET read = \(true) WHERE id = \(id) AND read = \(false)")
+        } catch let error as any ServiceErrorConvertible where error.serviceError?.isStorageFull == true {
+        }
+    }
+
     /// Deletes one notification's content for good; NOT_FOUND unless `recipient` is its recipient.
     ///
     /// The compensating step of a refused send: the edge stores, then sends, and deletes when the
     /// send is refused.
-    nonisolated(nonsending) func delete(id: Int64, recipient: String) async throws
+    nonisolated(nonsending) public func delete(id: Int64, recipient: String) async throws {
+        let deleted = try await db.execute("DELETE FROM payload WHERE id = \(id) AND recipient = \(recipient)")
+        // SQLite's `secure_delete` zeroes the freed pages; the WAL's copy goes at the next purge's truncation.
+        guard deleted > 0 else { throw PayloadRules.notFound(id) }
+    }
+
     /// Erase: deletes every content addressed to `user`; blanks the sender of content `user` sent
     /// (it stays its recipients'). Idempotent. A scan of the table: erases are rare, and an index
     /// on sender would cost every store.
-    nonisolated(nonsending) func eraseUser(_ user: String) async throws -> (removed: Int64, redacted: Int64)
+    nonisolated(nonsending) public func eraseUser(_ user: String) async throws -> (removed: Int64, redacted: Int64) {
+        let erased = try await db.transaction { session in
+            let removed = try await session.execute("DELETE FROM payload WHERE recipient = \(user)")
+            let redacted = try await session.execute("UPDATE payload SET sender = '' WHERE sender = \(user)")
+            return (Int64(removed), Int64(redacted))
+        }
+        if erased.0 + erased.1 > 0 { try await db.truncateLog() }
+        return erased
+    }
+
     /// Export: content addressed to or sent by `user`, by id after `after`.
-    nonisolated(nonsending) func exportPage(user: String, after: Int64, limit: Int) async throws -> [StoredPayload]
-    /// Deletes expired content; returns how many notifications were removed.
-    nonisolated(nonsending) func purgeExpired() async throws -> Int
+    nonisolated(nonsending) public func exportPage(user: String, after: Int64, limit: Int) async throws
+        -> [StoredPayload]
+    {
+        try await db.query(
+            """
+            SELECT id, recipient, sender, kind, content, content_type, message, rich_type, read, created_at, expires_at
+            FROM payload WHERE (recipient = \(user) OR sender = \(user)) AND id > \(after) ORDER BY id LIMIT \(limit)
+            """
+        ) { row in
+            StoredPayload(
+                id: try row[0], recipient: try row[1], sender: try row[2], kind: PayloadKind(rawValue: try row[3]),
+                content: try row[4], contentType: try row[5], message: try row[6], richType: try row[7],
+                read: try row[8], createdAt: try row[9], expiresAt: try row[10])
+        }
+    }
+
+    /// Deletes expired content, a thousand rows a statement; answers how many were removed. It is
+    /// 404 from the moment it expires either way.
+    nonisolated(nonsending) public func purgeExpired() async throws -> Int {
+        let now = rules.now()
+        let purged = try await db.deleteInBatches(batch: 1000) {
+            """
+            DELETE FROM payload WHERE id IN (
+                SELECT id FROM payload WHERE expires_at <= \(now) LIMIT 1000 \(.skipLocked))
+            """
+        }
+        if purged > 0 { try await db.truncateLog() }
+        return purged
+    }
+
     /// Deletes all content (ResetForTests).
-    nonisolated(nonsending) func deleteEverything() async throws -> Int64
+    nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
+        try await db.deleteAll(["payload"])
+    }
+
+    /// Hands content to its recipient and marks it read; `read` in the answer is the flag as it was.
+    ///
+    /// Reads first and writes only on the first read, so later fetches never wait for a writer.
+    /// Two first reads racing both answer "unread", which is true for both: neither saw it read.
+    nonisolated(nonsending) public func fetch(id: Int64, requester: String) async throws -> FetchPayloadResponse {
+        let answer = try await read(id: id, requester: requester)
+        if !answer.read { try await markRead(id: id) }
+        return answer
+    }
 }
 
 /// One stored content, whole (an export's row).
@@ -51,20 +175,6 @@ public struct StoredPayload: Sendable {
     public var read: Bool
     public var createdAt: Int64
     public var expiresAt: Int64
-}
-
-extension PayloadStore {
-    public var maxContentBytes: Int { rules.maxContentBytes }
-
-    /// Hands content to its recipient and marks it read; `read` in the answer is the flag as it was.
-    ///
-    /// Reads first and writes only on the first read, so later fetches never wait for a writer.
-    /// Two first reads racing both answer "unread", which is true for both: neither saw it read.
-    nonisolated(nonsending) public func fetch(id: Int64, requester: String) async throws -> FetchPayloadResponse {
-        let answer = try await read(id: id, requester: requester)
-        if !answer.read { try await markRead(id: id) }
-        return answer
-    }
 }
 
 /// What content may be stored, and until when: the checks every ``PayloadStore`` runs first.
@@ -126,184 +236,4 @@ public struct PayloadRules: Sendable {
     }
 
     static func notFound(_ id: Int64) -> ServiceError { .notFound("notification \(id) not found") }
-}
-
-/// Rich and secure content in SQLite.
-///
-/// Ids come from an AUTOINCREMENT key: allocated atomically by SQLite (the tutorial used
-/// `list.Count`, a race) and never reused.
-public final class SQLitePayloadStore: PayloadStore {
-    private let db: any DatabaseWriter
-    public let rules: PayloadRules
-
-    public init(
-        db: any DatabaseWriter, defaultTTL: Duration = .seconds(7 * 24 * 3600), maxContentBytes: Int = 5 << 20,
-        now: @escaping @Sendable () -> Int64 = unixMillis
-    ) throws {
-        self.db = db
-        self.rules = PayloadRules(defaultTTL: defaultTTL, maxContentBytes: maxContentBytes, now: now)
-        try HeraldDatabase.migrate(Self.migrator, db)
-    }
-
-    // The protocol's requirements run the synchronous GRDB calls below on the caller's executor
-    // (in an async function GRDB's async overloads, which hop to its queue, would win).
-    nonisolated(nonsending) public func deleteEverything() async throws -> Int64 { try deleteEverythingNow() }
-    nonisolated(nonsending) public func purgeExpired() async throws -> Int { try purgeExpiredNow() }
-    nonisolated(nonsending) public func eraseUser(_ user: String) async throws -> (removed: Int64, redacted: Int64) {
-        try eraseNow(user)
-    }
-
-    nonisolated(nonsending) public func exportPage(user: String, after: Int64, limit: Int) async throws
-        -> [StoredPayload]
-    {
-        try exportNow(user: user, after: after, limit: limit)
-    }
-
-    private func exportNow(user: String, after: Int64, limit: Int) throws -> [StoredPayload] {
-        try db.read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT id, recipient, sender, kind, content, content_type, message, rich_type, read, created_at, expires_at
-                    FROM payload WHERE (recipient = ? OR sender = ?) AND id > ? ORDER BY id LIMIT ?
-                    """,
-                arguments: [user, user, after, limit]
-            ).map {
-                StoredPayload(
-                    id: $0["id"], recipient: $0["recipient"], sender: $0["sender"],
-                    kind: PayloadKind(rawValue: $0["kind"]), content: [UInt8]($0["content"] as Data),
-                    contentType: $0["content_type"], message: $0["message"], richType: $0["rich_type"],
-                    read: $0["read"], createdAt: $0["created_at"], expiresAt: $0["expires_at"])
-            }
-        }
-    }
-
-    private func eraseNow(_ user: String) throws -> (removed: Int64, redacted: Int64) {
-        // secure_delete (set on every connection) overwrites what is deleted; the checkpoint
-        // takes the copies out of the WAL too, as purgeExpired does.
-        let erased = try db.write { db in
-            try db.execute(sql: "DELETE FROM payload WHERE recipient = ?", arguments: [user])
-            let removed = Int64(db.changesCount)
-            try db.execute(sql: "UPDATE payload SET sender = '' WHERE sender = ?", arguments: [user])
-            return (removed, Int64(db.changesCount))
-        }
-        if erased.0 + erased.1 > 0, let pool = db as? DatabasePool {
-            try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
-        }
-        return erased
-    }
-    nonisolated(nonsending) public func store(_ request: StorePayloadRequest) async throws -> StorePayloadResponse {
-        try storeNow(request)
-    }
-    nonisolated(nonsending) public func delete(id: Int64, recipient: String) async throws {
-        try deleteNow(id: id, recipient: recipient)
-    }
-    nonisolated(nonsending) public func read(id: Int64, requester: String) async throws -> FetchPayloadResponse {
-        try readNow(id: id, requester: requester)
-    }
-    nonisolated(nonsending) public func markRead(id: Int64) async throws { try markReadNow(id: id) }
-
-    public static var migrator: DatabaseMigrator {
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in
-            try db.execute(
-                sql: """
-                    CREATE TABLE payload (
-                        id INTEGER PRIMARY KEY AUTOINCREMENT,
-                        recipient TEXT NOT NULL,
-                        sender TEXT NOT NULL DEFAULT '',
-                        kind INTEGER NOT NULL,
-                        content BLOB NOT NULL,
-                        content_type TEXT NOT NULL,
-                        message TEXT NOT NULL DEFAULT '',
-                        rich_type TEXT NOT NULL DEFAULT '',
-                        read INTEGER NOT NULL DEFAULT 0,
-                        created_at INTEGER NOT NULL,
-                        expires_at INTEGER NOT NULL
-                    );
-                    """)
-        }
-        return migrator
-    }
-
-    private func deleteEverythingNow() throws -> Int64 {
-        try TestMode.deleteAll(["payload"], in: db)
-    }
-
-    /// The database is opened with `secure_delete` (see ``PayloadServer``), so SQLite overwrites the
-    /// freed pages with zeros, and the WAL is checkpointed and truncated afterwards: expired content
-    /// leaves no copy in either file.
-    private func purgeExpiredNow() throws -> Int {
-        let purged = try db.write { db in
-            try db.execute(sql: "DELETE FROM payload WHERE expires_at <= ?", arguments: [rules.now()])
-            return db.changesCount
-        }
-        if purged > 0, let pool = db as? DatabasePool {
-            try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
-        }
-        return purged
-    }
-
-    private func storeNow(_ request: StorePayloadRequest) throws -> StorePayloadResponse {
-        let admitted = try rules.admit(request)
-        let id = try db.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO payload (recipient, sender, kind, content, content_type, message, rich_type,
-                                         created_at, expires_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [
-                    request.recipient, request.sender, request.kind.rawValue, Data(request.content),
-                    admitted.contentType,
-                    request.message, request.richType, admitted.createdAt, admitted.expiresAt,
-                ])
-            return db.lastInsertedRowID
-        }
-        return StorePayloadResponse(id: id, expiresAtUnixMs: admitted.expiresAt)
-    }
-
-    /// `secure_delete` zeroes the freed pages; the WAL copy goes at the next checkpoint, which the
-    /// purge truncates.
-    private func deleteNow(id: Int64, recipient: String) throws {
-        let deleted = try db.write { db in
-            try db.execute(sql: "DELETE FROM payload WHERE id = ? AND recipient = ?", arguments: [id, recipient])
-            return db.changesCount
-        }
-        guard deleted > 0 else { throw PayloadRules.notFound(id) }
-    }
-
-    /// A WAL read: never waits for the writer, so the RPC handler runs it on the event loop, and
-    /// leaves the loop for ``markRead(id:)`` when `read` is false.
-    private func readNow(id: Int64, requester: String) throws -> FetchPayloadResponse {
-        let notFound = PayloadRules.notFound(id)
-        guard !requester.isEmpty else { throw notFound }
-        // Cached statements: preparing one costs more than running it (GRDB's authorizer sees every
-        // column). One SELECT is its own read transaction, so `unsafeRead` spares GRDB's
-        // BEGIN/COMMIT (a third of this read's instructions). Columns by position: by name, GRDB
-        // lowercases every column name on each lookup.
-        let row = try db.unsafeRead { db in
-            try Row.fetchOne(
-                db.cachedStatement(
-                    sql: """
-                        SELECT kind, content, content_type, message, rich_type, read, created_at FROM payload
-                        WHERE id = ? AND recipient = ? AND expires_at > ?
-                        """),
-                arguments: [id, requester, rules.now()])
-        }
-        guard let row else { throw notFound }
-        let content: Data = row[1]
-        return FetchPayloadResponse(
-            id: id, kind: PayloadKind(rawValue: row[0]), content: [UInt8](content),
-            contentType: row[2], message: row[3], richType: row[4], read: row[5], createdAtUnixMs: row[6])
-    }
-
-    private func markReadNow(id: Int64) throws {
-        do {
-            try db.write { db in
-                try db.cachedStatement(sql: "UPDATE payload SET read = 1 WHERE id = ?").execute(arguments: [id])
-            }
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
-        }
-    }
 }

@@ -440,7 +440,7 @@ public enum RegistrationServer {
         let database = try context.openDatabase()
         let store: any RegistrationStore
         switch database {
-        case .sqlite(let pool): store = try SQLiteRegistrationStore(db: pool, pendingTTL: config.pendingTTL)
+        case .sqlite(let sqlite): store = try SQLiteRegistrationStore(db: sqlite.writer, pendingTTL: config.pendingTTL)
         case .postgres(let postgres):
             store = try await PostgresRegistrationStore(db: postgres, pendingTTL: config.pendingTTL)
         }

@@ -74,7 +74,7 @@ struct Restore: AsyncParsableCommand {
         [
             "auth": SQLiteAccountStore.migrator.migrations,
             "registration": SQLiteRegistrations.migrator.migrations,
-            "payload": SQLitePayloadStore.migrator.migrations,
+            "payload": PayloadStore.schema.sqliteMigrationNames,
             "dispatch": DispatchDatabase.migrations,
         ]
     }

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import HeraldModel
 public import HeraldService
 import Logging
@@ -33,6 +34,17 @@ public enum TestDatabases {
     /// A schema-name prefix no other test uses.
     public static func freshPrefix() -> String {
         "t" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+    }
+
+    /// Runs `body` with an empty database of `backend`: SQLite in memory, or PostgreSQL in a fresh
+    /// schema (dropped afterwards).
+    public static func withDatabase<T: Sendable>(
+        _ backend: StoreBackend, service: String, _ body: (any SQLDatabase) async throws -> T
+    ) async throws -> T {
+        switch backend {
+        case .sqlite: try await body(SQLiteDatabase(try DatabaseQueue(configuration: HeraldDatabase.configuration)))
+        case .postgres: try await withPostgres(service: service) { try await body($0.sql) }
+        }
     }
 
     /// Runs `body` with a database in a fresh schema, then drops the schema.

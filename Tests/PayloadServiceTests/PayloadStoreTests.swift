@@ -11,17 +11,11 @@ import Testing
 /// Runs `body` with an empty store of `backend`: SQLite in memory, or PostgreSQL in a fresh schema.
 func withPayloadStore(
     _ backend: StoreBackend, defaultTTL: Duration = .seconds(7 * 24 * 3600), maxContentBytes: Int = 5 << 20,
-    now: @escaping @Sendable () -> Int64 = unixMillis, _ body: (any PayloadStore) async throws -> Void
+    now: @escaping @Sendable () -> Int64 = unixMillis, _ body: (PayloadStore) async throws -> Void
 ) async throws {
-    switch backend {
-    case .sqlite:
-        try await body(
-            SQLitePayloadStore(db: DatabaseQueue(), defaultTTL: defaultTTL, maxContentBytes: maxContentBytes, now: now))
-    case .postgres:
-        try await TestDatabases.withPostgres(service: "payload") { db in
-            let rules = PayloadRules(defaultTTL: defaultTTL, maxContentBytes: maxContentBytes, now: now)
-            try await body(PostgresPayloadStore(db: db, rules: rules))
-        }
+    let rules = PayloadRules(defaultTTL: defaultTTL, maxContentBytes: maxContentBytes, now: now)
+    try await TestDatabases.withDatabase(backend, service: "payload") { db in
+        try await body(PayloadStore(db: db, rules: rules))
     }
 }
 
@@ -104,7 +98,8 @@ struct PayloadStoreTests {
         defer { try? FileManager.default.removeItem(at: folder) }
         let path = folder.appendingPathComponent("payload.sqlite").path
         let pool = try DatabasePool(path: path, configuration: HeraldDatabase.secureDeleteConfiguration)
-        let store = try SQLitePayloadStore(db: pool, defaultTTL: .seconds(60), now: clock.function)
+        let store = try await PayloadStore(
+            db: SQLiteDatabase(pool), rules: PayloadRules(defaultTTL: .seconds(60), now: clock.function))
         let marker = Array("MARKER-\(UUID().uuidString)".utf8)
         let doomed = try await store.store(
             StorePayloadRequest(recipient: "alice", kind: .rich, content: marker + Array(repeating: 7, count: 10_000)))

@@ -1,0 +1,119 @@
+import Logging
+import NIOCore
+import PostgresNIO
+
+/// A service's PostgreSQL schema (postgres-nio's pool, ``HeraldPostgres``) as an ``SQLDatabase``.
+///
+/// Statements go unprepared (one round trip: parse, bind and execute together); values are always
+/// bound, never spliced.
+public struct PostgresSQLDatabase: SQLDatabase {
+    public let postgres: HeraldPostgres
+    public var dialect: SQLDialect { .postgres }
+
+    public init(_ postgres: HeraldPostgres) { self.postgres = postgres }
+
+    nonisolated(nonsending) public func query(_ sql: SQLQuery) async throws -> [SQLRow] {
+        try await Self.rows(try await postgres.client.query(Self.query(sql), logger: postgres.logger))
+    }
+
+    @discardableResult
+    nonisolated(nonsending) public func execute(_ sql: SQLQuery) async throws -> Int {
+        let query = Self.query(sql)
+        return try await postgres.client.withConnection { connection in
+            try await Self.execute(query, on: connection, logger: postgres.logger)
+        }
+    }
+
+    nonisolated(nonsending) public func executeReturning(_ sql: SQLQuery) async throws -> [SQLRow] {
+        try await query(sql)
+    }
+
+    nonisolated(nonsending) public func transaction<Result: Sendable>(
+        _ body: (any SQLSession) async throws -> Result
+    ) async throws -> Result {
+        try await postgres.transaction { connection in
+            try await body(Session(connection: connection, logger: postgres.logger))
+        }
+    }
+
+    public func migrate(_ schema: SQLSchema) async throws {
+        try await postgres.migrate(
+            [.heartbeat]
+                + schema.migrations.compactMap { migration in
+                    migration.postgresName.map { PostgresMigration($0, migration.statements(for: .postgres)) }
+                })
+    }
+
+    nonisolated(nonsending) public func truncateLog() async throws {}
+
+    public var healthCheck: HealthCheck { postgres.healthCheck }
+
+    private struct Session: SQLSession {
+        let connection: PostgresConnection
+        let logger: Logger
+        var dialect: SQLDialect { .postgres }
+
+        nonisolated(nonsending) func query(_ sql: SQLQuery) async throws -> [SQLRow] {
+            try await PostgresSQLDatabase.rows(
+                try await connection.query(PostgresSQLDatabase.query(sql), logger: logger))
+        }
+
+        @discardableResult
+        nonisolated(nonsending) func execute(_ sql: SQLQuery) async throws -> Int {
+            try await PostgresSQLDatabase.execute(PostgresSQLDatabase.query(sql), on: connection, logger: logger)
+        }
+
+        nonisolated(nonsending) func executeReturning(_ sql: SQLQuery) async throws -> [SQLRow] {
+            try await query(sql)
+        }
+    }
+
+    static func query(_ sql: SQLQuery) -> PostgresQuery {
+        let (text, values) = sql.render(.postgres)
+        var bindings = PostgresBindings(capacity: values.count)
+        for value in values {
+            switch value {
+            case .null: bindings.appendNull()
+            case .integer(let integer): bindings.append(integer)
+            case .text(let text): bindings.append(text)
+            case .bytes(let bytes): bindings.append(ByteBuffer(bytes: bytes))
+            case .bool(let bool): bindings.append(bool)
+            }
+        }
+        return PostgresQuery(unsafeSQL: text, binds: bindings)
+    }
+
+    /// The command tag's row count: what an UPDATE or DELETE changed, without `RETURNING` rows.
+    static func execute(_ query: PostgresQuery, on connection: PostgresConnection, logger: Logger) async throws -> Int {
+        try await connection.query(query, logger: logger).get().metadata.rows ?? 0
+    }
+
+    static func rows(_ sequence: PostgresRowSequence) async throws -> [SQLRow] {
+        var rows: [SQLRow] = []
+        for try await row in sequence {
+            rows.append(SQLRow(try row.map(SQLValue.init)))
+        }
+        return rows
+    }
+}
+
+extension SQLValue {
+    /// The column types Herald's schemas use; any other is read as text.
+    init(_ cell: PostgresCell) throws {
+        guard cell.bytes != nil else {
+            self = .null
+            return
+        }
+        switch cell.dataType {
+        case .int2, .int4, .int8: self = .integer(try cell.decode(Int64.self))
+        case .bool: self = .bool(try cell.decode(Bool.self))
+        case .bytea: self = .bytes(Array(try cell.decode(ByteBuffer.self).readableBytesView))
+        default: self = .text(try cell.decode(String.self))
+        }
+    }
+}
+
+extension HeraldPostgres {
+    /// This schema as an ``SQLDatabase``, for stores written once for both databases.
+    public var sql: PostgresSQLDatabase { PostgresSQLDatabase(self) }
+}

@@ -1,0 +1,247 @@
+public import Foundation
+
+/// The two SQL dialects a store's statements are written for once: SQLite (GRDB on the system
+/// libsqlite3) and PostgreSQL (postgres-nio).
+public enum SQLDialect: Sendable {
+    case sqlite
+    case postgres
+}
+
+/// A value bound to a placeholder, or read from a column.
+///
+/// The few types Herald's schemas use: 64-bit integers (ids, Unix milliseconds, counts), text,
+/// bytes, booleans. SQLite stores a boolean as the integer 0 or 1; PostgreSQL as BOOLEAN.
+public enum SQLValue: Sendable, Hashable {
+    case null
+    case integer(Int64)
+    case text(String)
+    case bytes([UInt8])
+    case bool(Bool)
+}
+
+/// A Swift value that can be bound into a statement.
+public protocol SQLBindable: Sendable {
+    var sqlValue: SQLValue { get }
+}
+
+extension Int64: SQLBindable { public var sqlValue: SQLValue { .integer(self) } }
+extension Int: SQLBindable { public var sqlValue: SQLValue { .integer(Int64(self)) } }
+extension Int32: SQLBindable { public var sqlValue: SQLValue { .integer(Int64(self)) } }
+extension String: SQLBindable { public var sqlValue: SQLValue { .text(self) } }
+extension Bool: SQLBindable { public var sqlValue: SQLValue { .bool(self) } }
+extension Array: SQLBindable where Element == UInt8 { public var sqlValue: SQLValue { .bytes(self) } }
+extension Data: SQLBindable { public var sqlValue: SQLValue { .bytes([UInt8](self)) } }
+extension Optional: SQLBindable where Wrapped: SQLBindable {
+    public var sqlValue: SQLValue { self?.sqlValue ?? .null }
+}
+
+/// Text that differs between the dialects: column types, key generation, locking clauses.
+///
+/// Only what the schemas and queries need; everything else is written once, in the SQL both
+/// dialects share (UPSERT with `ON CONFLICT`, `RETURNING`, multi-row `VALUES`).
+public struct SQLFragment: Sendable, Hashable {
+    public let sqlite: String
+    public let postgres: String
+
+    public init(sqlite: String, postgres: String) {
+        self.sqlite = sqlite
+        self.postgres = postgres
+    }
+
+    public func text(for dialect: SQLDialect) -> String { dialect == .sqlite ? sqlite : postgres }
+
+    /// A 64-bit integer column.
+    public static let int64 = SQLFragment(sqlite: "INTEGER", postgres: "BIGINT")
+    /// A byte string column.
+    public static let bytes = SQLFragment(sqlite: "BLOB", postgres: "BYTEA")
+    /// A boolean column (0/1 in SQLite).
+    public static let bool = SQLFragment(sqlite: "INTEGER", postgres: "BOOLEAN")
+    public static let `true` = SQLFragment(sqlite: "1", postgres: "true")
+    public static let `false` = SQLFragment(sqlite: "0", postgres: "false")
+    /// A 64-bit key allocated by the database, atomically and never reused (SQLite's AUTOINCREMENT
+    /// keeps a deleted row's id from coming back; PostgreSQL's identity is a sequence).
+    public static let serialKey = SQLFragment(
+        sqlite: "INTEGER PRIMARY KEY AUTOINCREMENT", postgres: "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
+    /// After a `SELECT … LIMIT n` that picks rows to change: on PostgreSQL, rows another replica is
+    /// changing are skipped rather than waited for; SQLite has one writer, so there is nothing to skip.
+    public static let skipLocked = SQLFragment(sqlite: "", postgres: "FOR UPDATE SKIP LOCKED")
+}
+
+/// One statement with its bound values, written once for both dialects by interpolation:
+///
+///     "SELECT content FROM payload WHERE id = \(id) AND recipient = \(user)"
+///
+/// Every interpolated value becomes a placeholder (`?` in SQLite, `$1…` in PostgreSQL), so no
+/// value from outside is ever spliced into the text. `\(raw:)` splices text the code itself
+/// wrote (a table name from a list in the store), and `\(fragment)` a ``SQLFragment``.
+public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
+    enum Piece: Sendable {
+        case text(String)
+        case value(SQLValue)
+        case fragment(SQLFragment)
+    }
+
+    var pieces: [Piece]
+
+    public init(stringLiteral value: String) { pieces = [.text(value)] }
+
+    public init(stringInterpolation: StringInterpolation) { pieces = stringInterpolation.pieces }
+
+    /// Text the code wrote, never a value from outside.
+    public init(raw: String) { pieces = [.text(raw)] }
+
+    public struct StringInterpolation: StringInterpolationProtocol {
+        var pieces: [Piece] = []
+
+        public init(literalCapacity: Int, interpolationCount: Int) {
+            pieces.reserveCapacity(2 * interpolationCount + 1)
+        }
+
+        public mutating func appendLiteral(_ literal: String) {
+            if !literal.isEmpty { pieces.append(.text(literal)) }
+        }
+
+        public mutating func appendInterpolation(_ value: some SQLBindable) { pieces.append(.value(value.sqlValue)) }
+
+        public mutating func appendInterpolation(_ fragment: SQLFragment) { pieces.append(.fragment(fragment)) }
+
+        /// Another statement's text and values, in place (a shared condition, say).
+        public mutating func appendInterpolation(_ sql: SQLQuery) { pieces.append(contentsOf: sql.pieces) }
+
+        /// Text the code itself wrote: a table or column name from the store's own lists.
+        public mutating func appendInterpolation(raw text: String) { pieces.append(.text(text)) }
+
+        /// A comma-separated list of placeholders, one per value (`IN (\(list: ids))`).
+        public mutating func appendInterpolation(list values: [some SQLBindable]) {
+            for (index, value) in values.enumerated() {
+                if index > 0 { pieces.append(.text(", ")) }
+                pieces.append(.value(value.sqlValue))
+            }
+        }
+    }
+
+    /// The statement's text in `dialect`, and its values in placeholder order.
+    public func render(_ dialect: SQLDialect) -> (text: String, values: [SQLValue]) {
+        var text = ""
+        var values: [SQLValue] = []
+        for piece in pieces {
+            switch piece {
+            case .text(let literal): text += literal
+            case .fragment(let fragment): text += fragment.text(for: dialect)
+            case .value(let value):
+                values.append(value)
+                switch dialect {
+                case .sqlite: text += "?"
+                case .postgres: text += "$\(values.count)"
+                }
+            }
+        }
+        return (text, values)
+    }
+}
+
+/// One row of a result, its columns by position.
+///
+/// By position, not by name: both drivers answer columns in the order the SELECT lists them, and a
+/// lookup by name costs more than the read (GRDB lowercases every name on each lookup).
+public struct SQLRow: Sendable {
+    public let values: [SQLValue]
+
+    public init(_ values: [SQLValue]) { self.values = values }
+
+    /// The column at `index`, as `T`; an error (never a trap) when it is missing or of another type.
+    public subscript<T: SQLDecodable>(_ index: Int) -> T {
+        get throws {
+            guard values.indices.contains(index) else {
+                throw SQLDecodingError(message: "no column \(index) in a row of \(values.count)")
+            }
+            return try T(sqlValue: values[index])
+        }
+    }
+}
+
+/// A Swift value read from a column.
+public protocol SQLDecodable {
+    init(sqlValue: SQLValue) throws
+}
+
+/// A column did not hold what the store expected: a schema the code does not match.
+public struct SQLDecodingError: Error, CustomStringConvertible {
+    public let message: String
+    public var description: String { message }
+
+    static func mismatch(_ value: SQLValue, _ type: Any.Type) -> SQLDecodingError {
+        SQLDecodingError(message: "cannot read \(value) as \(type)")
+    }
+}
+
+extension Int64: SQLDecodable {
+    public init(sqlValue: SQLValue) throws {
+        switch sqlValue {
+        case .integer(let value): self = value
+        case .bool(let value): self = value ? 1 : 0
+        default: throw SQLDecodingError.mismatch(sqlValue, Int64.self)
+        }
+    }
+}
+
+extension Int: SQLDecodable {
+    public init(sqlValue: SQLValue) throws {
+        let wide = try Int64(sqlValue: sqlValue)
+        guard let value = Int(exactly: wide) else { throw SQLDecodingError.mismatch(sqlValue, Int.self) }
+        self = value
+    }
+}
+
+extension Int32: SQLDecodable {
+    public init(sqlValue: SQLValue) throws {
+        let wide = try Int64(sqlValue: sqlValue)
+        guard let value = Int32(exactly: wide) else { throw SQLDecodingError.mismatch(sqlValue, Int32.self) }
+        self = value
+    }
+}
+
+extension Bool: SQLDecodable {
+    public init(sqlValue: SQLValue) throws {
+        switch sqlValue {
+        case .bool(let value): self = value
+        case .integer(let value): self = value != 0
+        default: throw SQLDecodingError.mismatch(sqlValue, Bool.self)
+        }
+    }
+}
+
+extension String: SQLDecodable {
+    public init(sqlValue: SQLValue) throws {
+        switch sqlValue {
+        case .text(let value): self = value
+        // SQLite hands back whatever was stored; a TEXT column written as bytes is still its text.
+        case .bytes(let bytes): self = String(decoding: bytes, as: UTF8.self)
+        default: throw SQLDecodingError.mismatch(sqlValue, String.self)
+        }
+    }
+}
+
+extension Array: SQLDecodable where Element == UInt8 {
+    public init(sqlValue: SQLValue) throws {
+        switch sqlValue {
+        case .bytes(let bytes): self = bytes
+        case .text(let text): self = Array(text.utf8)
+        default: throw SQLDecodingError.mismatch(sqlValue, [UInt8].self)
+        }
+    }
+}
+
+extension Data: SQLDecodable {
+    public init(sqlValue: SQLValue) throws { self = Data(try [UInt8](sqlValue: sqlValue)) }
+}
+
+extension Optional: SQLDecodable where Wrapped: SQLDecodable {
+    public init(sqlValue: SQLValue) throws {
+        if case .null = sqlValue {
+            self = .none
+        } else {
+            self = try Wrapped(sqlValue: sqlValue)
+        }
+    }
+}
