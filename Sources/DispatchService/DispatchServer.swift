@@ -236,8 +236,10 @@ public struct DispatchHandlers: DispatchServiceHandler {
         }
         let settings = Dictionary(request.settings.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 })
         let credentials = try PlatformCredentials.parse(platform: request.platform, settings: settings)
-        try await senders.set(hub: request.hub, credentials)
-        try await store.set(hub: request.hub, platform: request.platform, settings: settings)
+        // Checked first, stored, then in place: a refresh reading the store meanwhile cannot undo it.
+        let sender = try await senders.prepare(hub: request.hub, credentials)
+        let updatedAt = try await store.set(hub: request.hub, platform: request.platform, settings: settings)
+        senders.install(hub: request.hub, credentials, sender, updatedAt: updatedAt, changedHere: true)
         context.logger.notice(
             "hub credentials set",
             metadata: [
@@ -531,7 +533,7 @@ public enum DispatchServer {
         let hubSenders = HubSenders(
             defaults: senders, inbox: inbox, client: client, timeout: config.pushTimeout,
             recordOnly: config.provider == .inbox)
-        await hubSenders.load(try await credentialStore.all(), logger: context.logger)
+        try await hubSenders.load(from: credentialStore, logger: context.logger)
         let recorded = [Platform.apns, .fcm, .wns, .browser].filter { !real.contains($0) }.map(\.name)
         context.logger.notice(
             "push providers",
@@ -579,7 +581,7 @@ public enum DispatchServer {
                 },
                 // Credentials set through another replica reach this one within the interval.
                 Periodic("hub credentials refresh", every: config.credentialsRefresh, logger: context.logger) {
-                    await hubSenders.load(try await credentialStore.all(), logger: context.logger)
+                    try await hubSenders.load(from: credentialStore, logger: context.logger)
                 },
             ]
         }

@@ -142,7 +142,9 @@ public struct HubCredentialStore: Sendable {
 
     public init(postgres: HeraldPostgres) { storage = .postgres(postgres) }
 
-    public func set(hub: String, platform: Platform, settings: [String: String]) async throws {
+    /// Stores a hub's platform credentials; answers their `updated_at`.
+    @discardableResult
+    public func set(hub: String, platform: Platform, settings: [String: String]) async throws -> Int64 {
         let json = String(
             decoding: try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]), as: UTF8.self)
         let at = unixMillis()
@@ -163,6 +165,7 @@ public struct HubCredentialStore: Sendable {
                 ON CONFLICT (hub, platform) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at
                 """)
         }
+        return at
     }
 
     /// Deletes one platform's credentials, or all of a hub's (`platform` unspecified); returns how many.
@@ -223,6 +226,8 @@ public final class HubSenders: Sendable {
     public let defaults: [Platform: any PushSender]
     public let inbox: InboxProvider
     private let hubs = Mutex<[String: [Platform: (sender: any PushSender, summary: String, updatedAt: Int64)]]>([:])
+    /// When an RPC to this replica last set or removed each `hub/platform` (see ``load(_:readSince:logger:)``).
+    private let changes = Mutex<[String: ContinuousClock.Instant]>([:])
     private let client: PushClient?
     private let timeout: Duration
     /// `provider` inbox: hubs' credentials are checked and kept, and every push still goes to the inbox.
@@ -248,6 +253,12 @@ public final class HubSenders: Sendable {
 
     /// Builds the sender (checking the keys) and puts it in place.
     public func set(hub: String, _ credentials: PlatformCredentials, updatedAt: Int64 = unixMillis()) async throws {
+        install(hub: hub, credentials, try await prepare(hub: hub, credentials), updatedAt: updatedAt)
+    }
+
+    /// Builds the sender for `credentials`, checking the keys; ``install(hub:_:_:updatedAt:changedHere:)``
+    /// puts it in place. Apart, so that an RPC can store the credentials between the two.
+    public func prepare(hub: String, _ credentials: PlatformCredentials) async throws -> any PushSender {
         guard hub != Names.defaultHub else {
             throw ServiceError.failedPrecondition(
                 "the hub default uses the deployment's own credentials (herald-dispatch's settings); set them there")
@@ -256,8 +267,17 @@ public final class HubSenders: Sendable {
             throw ServiceError(.unimplemented, "no push client: hub credentials are not served here")
         }
         let made = try await credentials.makeSender(client: client, timeout: timeout)
-        let sender: any PushSender = recordOnly ? inbox : made
+        return recordOnly ? inbox : made
+    }
+
+    /// Puts a prepared sender in place. `changedHere`: an RPC to this replica set it, after storing
+    /// it, so a ``load(_:readSince:logger:)`` of a snapshot read before now must not undo it.
+    public func install(
+        hub: String, _ credentials: PlatformCredentials, _ sender: any PushSender, updatedAt: Int64,
+        changedHere: Bool = false
+    ) {
         hubs.withLock { $0[hub, default: [:]][credentials.platform] = (sender, credentials.summary, updatedAt) }
+        if changedHere { noteChange(hub: hub, platforms: [credentials.platform]) }
     }
 
     /// Brings the hubs' senders in line with `stored` (``HubCredentialStore/all()``): new or
@@ -265,14 +285,24 @@ public final class HubSenders: Sendable {
     /// call it at start and then periodically, to pick up credentials set through another replica.
     /// A hub's bad credentials do not stop the other hubs' deliveries: they are logged, and that
     /// hub's pushes fail with NoCredentials.
+    ///
+    /// `started`: when the snapshot's read began. A hub's platform that an RPC to this replica set
+    /// or removed since then is left as that RPC left it: the snapshot may predate its write, and
+    /// would otherwise undo it until the next refresh (a send in between went to the wrong sender).
     public func load(
-        _ stored: [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)], logger: Logger
+        _ stored: [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)],
+        readSince started: ContinuousClock.Instant, logger: Logger
     ) async {
+        let changedSince = changes.withLock { changes in
+            changes = changes.filter { $0.value >= started }
+            return Set(changes.keys)
+        }
         let current = hubs.withLock { hubs in
             Set(hubs.flatMap { hub, platforms in platforms.map { "\(hub)/\($0.key.rawValue)/\($0.value.updatedAt)" } })
         }
         for credentials in stored {
-            guard !current.contains("\(credentials.hub)/\(credentials.platform.rawValue)/\(credentials.updatedAt)")
+            guard !current.contains("\(credentials.hub)/\(credentials.platform.rawValue)/\(credentials.updatedAt)"),
+                !changedSince.contains("\(credentials.hub)/\(credentials.platform.rawValue)")
             else { continue }
             do {
                 try await set(
@@ -288,19 +318,34 @@ public final class HubSenders: Sendable {
                     ])
             }
         }
-        let storedPlatforms = Set(stored.map { "\($0.hub)/\($0.platform.rawValue)" })
+        let kept = Set(stored.map { "\($0.hub)/\($0.platform.rawValue)" }).union(changedSince)
         hubs.withLock { hubs in
             for (hub, platforms) in hubs {
-                for platform in platforms.keys where !storedPlatforms.contains("\(hub)/\(platform.rawValue)") {
+                for platform in platforms.keys where !kept.contains("\(hub)/\(platform.rawValue)") {
                     hubs[hub]?[platform] = nil
                 }
             }
         }
     }
 
+    /// Reads the store and ``load(_:readSince:logger:)``s what it holds.
+    public func load(from store: HubCredentialStore, logger: Logger) async throws {
+        let started = ContinuousClock.now
+        await load(try await store.all(), readSince: started, logger: logger)
+    }
+
+    /// Removes a hub's platform (all of them: `.unspecified`), after the store has deleted it.
     public func remove(hub: String, platform: Platform) {
         hubs.withLock { hubs in
             if platform == .unspecified { hubs[hub] = nil } else { hubs[hub]?[platform] = nil }
+        }
+        noteChange(hub: hub, platforms: platform == .unspecified ? [.apns, .fcm, .wns, .browser] : [platform])
+    }
+
+    private func noteChange(hub: String, platforms: [Platform]) {
+        let now = ContinuousClock.now
+        changes.withLock { changes in
+            for platform in platforms { changes["\(hub)/\(platform.rawValue)"] = now }
         }
     }
 
