@@ -14,7 +14,7 @@ public import HeraldService
 public struct AuthHandlers: AuthServiceHandler {
     public let authenticator: Authenticator
     /// Hubs, their keys and the Herald users' grants.
-    public let hubs: any HubStore
+    public let hubs: HubStore
     public let sas: SASVerifier
     /// `test-mode`: whether ResetForTests may run.
     public let testMode: Bool
@@ -22,7 +22,7 @@ public struct AuthHandlers: AuthServiceHandler {
     public let testUser: (name: String, password: String)?
 
     public init(
-        authenticator: Authenticator, hubs: any HubStore, sasThrottle: LoginThrottle = LoginThrottle(freeFailures: 20),
+        authenticator: Authenticator, hubs: HubStore, sasThrottle: LoginThrottle = LoginThrottle(freeFailures: 20),
         testMode: Bool = false, testUser: (name: String, password: String)? = nil
     ) {
         self.authenticator = authenticator
@@ -144,7 +144,7 @@ public struct AuthHandlers: AuthServiceHandler {
     /// The test stack's known user: its account, and Send and Manage on the hub default, so that a
     /// test may send to any user or tag as a back end would.
     static func prepare(
-        _ testUser: (name: String, password: String), _ authenticator: Authenticator, _ hubs: any HubStore
+        _ testUser: (name: String, password: String), _ authenticator: Authenticator, _ hubs: HubStore
     ) async throws {
         try await authenticator.ensureUser(testUser.name, password: testUser.password)
         try await hubs.grant(hub: Names.defaultHub, user: testUser.name, rights: .full)
@@ -270,26 +270,20 @@ public enum AuthServer {
             )
         }
         let database = try context.openDatabase()
-        let store: any AccountStore
-        let hubs: any HubStore
+        let store = try await AccountStore(db: database.sql)
+        let hubs = try await HubStore(db: database.sql)
         let ledger: any LockoutLedger
-        var lockoutPurge: (@Sendable () async throws -> Int)?
-        switch database {
-        case .sqlite(let sqlite):
-            let pool = sqlite.writer
-            store = try SQLiteAccountStore(db: pool)
-            hubs = try SQLiteHubStore(db: pool)
-            // Lockouts outlive a restart: otherwise one crash of herald-auth resets them all.
-            let kept = try SQLiteLockoutLedger(db: pool)
-            ledger = kept
-            lockoutPurge = { try await kept.purge(now: unixMillis(), window: LockoutPolicy.defaultWindow) }
-        case .postgres(let postgres):
+        let lockoutPurge: @Sendable () async throws -> Int
+        if store.isShared {
             // Lockouts live in the database: failures spread over replicas add up.
-            store = try await PostgresAccountStore(db: postgres)
-            hubs = try await PostgresHubStore(db: postgres)
-            let shared = PostgresLockoutLedger(db: postgres)
+            let shared = SharedLockoutLedger(db: database.sql)
             ledger = shared
             lockoutPurge = { try await shared.purge(now: unixMillis(), window: LockoutPolicy.defaultWindow) }
+        } else {
+            // Lockouts outlive a restart: otherwise one crash of herald-auth resets them all.
+            let kept = try await KeptLockoutLedger(db: database.sql)
+            ledger = kept
+            lockoutPurge = { try await kept.purge(now: unixMillis(), window: LockoutPolicy.defaultWindow) }
         }
         // The generation counter herald-edge watches, beside each of our sockets (see SharedGeneration).
         let generations = try Set(
@@ -334,7 +328,7 @@ public enum AuthServer {
         let purge = Periodic("token purge", every: .seconds(3600), logger: context.logger) {
             let purged = try await store.purgeTokens(grace: 24 * 3600 * 1000)
             if purged > 0 { context.logger.info("purged expired tokens", metadata: ["herald.count": "\(purged)"]) }
-            _ = try await purgeLockouts?()
+            _ = try await purgeLockouts()
         }
         return RPCServiceParts(
             table: table, background: database.services + [purge], healthChecks: [database.healthCheck])

@@ -117,7 +117,7 @@ public struct AuthConfig: Sendable {
 /// say what is wrong, never with what.
 public final class Authenticator: Sendable {
     public let mode: AuthMode
-    public let store: any AccountStore
+    public let store: AccountStore
     public let hasher: PasswordHasher
     public let throttle: LoginThrottle
     /// Bounds the hashes waiting and the failed logins per minute across every name.
@@ -144,7 +144,7 @@ public final class Authenticator: Sendable {
     private let decoyHash: String
 
     public init(
-        mode: AuthMode, store: any AccountStore, hasher: PasswordHasher = PasswordHasher(),
+        mode: AuthMode, store: AccountStore, hasher: PasswordHasher = PasswordHasher(),
         throttle: LoginThrottle = LoginThrottle(),
         gate: LoginGate = LoginGate(maxPending: 8, failureBudgetPerMinute: 600),
         tokenTTL: Duration = .seconds(3600), credentialCache: Duration = .seconds(60), verdictCache: Duration = .zero,

@@ -1,4 +1,3 @@
-import GRDB
 import HeraldModel
 import HeraldRPC
 import HeraldService
@@ -10,7 +9,7 @@ import Synchronization
 ///
 /// Counts per user name, known or not, so the answer does not reveal which names exist. The counts
 /// live in a ``LockoutLedger``: in memory for one process, written through to herald-auth's SQLite
-/// file so that a restart keeps them (``SQLiteLockoutLedger``), or in the database that auth
+/// file so that a restart keeps them (``KeptLockoutLedger``), or in the database that auth
 /// replicas share, so that failures spread over replicas add up and a lockout
 /// holds whichever replica a request reaches. The trade-off is the usual one: someone who knows a
 /// user name can lock that user out for a while, but cannot guess their password faster than one
@@ -142,43 +141,95 @@ public final class MemoryLockoutLedger: LockoutLedger {
     }
 }
 
-/// herald-auth's lockouts on SQLite: answered from memory, every change written through to the
-/// `lockout` table, and read back at start, so that restarting herald-auth (or crashing it) no
-/// longer wipes the lockouts a password guesser has earned. A successful login costs a write only
-/// when its name had failures. Writes are bounded by the failed-login budget.
-public final class SQLiteLockoutLedger: LockoutLedger {
-    private let db: any DatabaseWriter
-    private let memory = MemoryLockoutLedger()
+/// The `lockout` table (``AuthSchema``): one row per name with failures, written through by
+/// ``KeptLockoutLedger`` or used directly by ``SharedLockoutLedger``.
+struct LockoutTable: Sendable {
+    let db: any SQLDatabase
 
-    /// Reads back the entries that still lock or still count (`window`, in ms).
-    public init(db: any DatabaseWriter, now: Int64 = unixMillis(), window: Int64 = LockoutPolicy.defaultWindow) throws {
-        self.db = db
-        let rows = try db.read { db in
-            try Row.fetchAll(
-                db,
-                sql:
-                    "SELECT name, failures, last_failure, locked_until FROM lockout WHERE locked_until > ? OR last_failure > ?",
-                arguments: [now, now - window])
-        }
-        for row in rows {
-            memory.restore(
-                row["name"],
-                MemoryLockoutLedger.Entry(
-                    failures: row["failures"], lastFailure: row["last_failure"], lockedUntil: row["locked_until"]))
+    /// The entries that still lock or still count (`window`, in ms).
+    nonisolated(nonsending) func active(now: Int64, window: Int64) async throws
+        -> [(name: String, entry: MemoryLockoutLedger.Entry)]
+    {
+        try await db.query(
+            """
+            SELECT name, failures, last_failure, locked_until FROM lockout
+            WHERE locked_until > \(now) OR last_failure > \(now - window)
+            """
+        ) { row in
+            (
+                try row[0],
+                MemoryLockoutLedger.Entry(failures: try row[1], lastFailure: try row[2], lockedUntil: try row[3])
+            )
         }
     }
 
-    static func migrate(_ migrator: inout DatabaseMigrator) {
-        migrator.registerMigration("lockout") { db in
-            try db.execute(
-                sql: """
-                    CREATE TABLE lockout (
-                        name TEXT PRIMARY KEY NOT NULL, failures INTEGER NOT NULL, last_failure INTEGER NOT NULL,
-                        locked_until INTEGER NOT NULL
-                    ) WITHOUT ROWID;
-                    CREATE INDEX lockout_last_failure ON lockout(last_failure);
-                    """)
+    nonisolated(nonsending) func lockedUntil(_ name: String) async throws -> Int64 {
+        try await db.queryFirst("SELECT locked_until FROM lockout WHERE name = \(name)").map { try $0[0] } ?? 0
+    }
+
+    nonisolated(nonsending) func put(_ name: String, _ entry: MemoryLockoutLedger.Entry) async throws {
+        try await db.execute(
+            """
+            INSERT INTO lockout (name, failures, last_failure, locked_until)
+            VALUES (\(name), \(entry.failures), \(entry.lastFailure), \(entry.lockedUntil))
+            ON CONFLICT (name) DO UPDATE SET failures = excluded.failures, last_failure = excluded.last_failure,
+                locked_until = excluded.locked_until
+            """)
+    }
+
+    /// Counts a failure in the table itself, for processes that share it: the row is made first
+    /// and then read for update, so two replicas' failures for one name queue on it and both count.
+    nonisolated(nonsending) func recordFailure(_ name: String, now: Int64, policy: LockoutPolicy) async throws {
+        try await db.transaction { session in
+            try await session.execute(
+                """
+                INSERT INTO lockout (name, failures, last_failure, locked_until) VALUES (\(name), 0, \(now), 0)
+                ON CONFLICT (name) DO NOTHING
+                """)
+            guard
+                let row = try await session.queryFirst(
+                    "SELECT failures, last_failure, locked_until FROM lockout WHERE name = \(name) \(.forUpdate)")
+            else { return }
+            let (failures, lastFailure, lockedUntil): (Int, Int64, Int64) = (try row[0], try row[1], try row[2])
+            let count = (now - lastFailure > policy.window ? 0 : failures) + 1
+            let until = max(lockedUntil, policy.lockedUntil(failures: count, now: now))
+            try await session.execute(
+                """
+                UPDATE lockout SET failures = \(Int64(clamping: count)), last_failure = \(now), locked_until = \(until)
+                WHERE name = \(name)
+                """)
         }
+    }
+
+    nonisolated(nonsending) func delete(_ name: String) async throws {
+        try await db.execute("DELETE FROM lockout WHERE name = \(name)")
+    }
+
+    nonisolated(nonsending) func deleteAll() async throws {
+        try await db.execute("DELETE FROM lockout")
+    }
+
+    /// Deletes rows that lock nothing and whose failures are forgotten; returns how many.
+    nonisolated(nonsending) func purge(now: Int64, window: Int64) async throws -> Int {
+        try await db.execute("DELETE FROM lockout WHERE locked_until < \(now) AND last_failure < \(now - window)")
+    }
+}
+
+/// One auth process's lockouts (SQLite): answered from memory, every change written through to the
+/// `lockout` table, and read back at start, so that restarting herald-auth (or crashing it) no
+/// longer wipes the lockouts a password guesser has earned. A successful login costs a write only
+/// when its name had failures. Writes are bounded by the failed-login budget.
+public final class KeptLockoutLedger: LockoutLedger {
+    private let table: LockoutTable
+    private let memory = MemoryLockoutLedger()
+
+    /// Reads back the entries that still lock or still count (`window`, in ms). The schema must
+    /// have been migrated (``AccountStore``).
+    public init(db: any SQLDatabase, now: Int64 = unixMillis(), window: Int64 = LockoutPolicy.defaultWindow)
+        async throws
+    {
+        table = LockoutTable(db: db)
+        for (name, entry) in try await table.active(now: now, window: window) { memory.restore(name, entry) }
     }
 
     public func lockedUntil(_ name: String) -> Int64 {
@@ -186,31 +237,54 @@ public final class SQLiteLockoutLedger: LockoutLedger {
     }
 
     public func recordFailure(_ name: String, now: Int64, policy: LockoutPolicy) async throws {
-        let entry = memory.record(name, now: now, policy: policy)
-        try await db.write { db in
-            try db.execute(
-                sql: "INSERT OR REPLACE INTO lockout (name, failures, last_failure, locked_until) VALUES (?, ?, ?, ?)",
-                arguments: [name, entry.failures, entry.lastFailure, entry.lockedUntil])
-        }
+        try await table.put(name, memory.record(name, now: now, policy: policy))
     }
 
     public func clear(_ name: String) async throws {
         guard memory.remove(name) else { return }
-        try await db.write { db in try db.execute(sql: "DELETE FROM lockout WHERE name = ?", arguments: [name]) }
+        try await table.delete(name)
     }
 
     public func clearAll() async throws {
         memory.clearAll()
-        try await db.write { db in try db.execute(sql: "DELETE FROM lockout") }
+        try await table.deleteAll()
     }
 
     /// Deletes rows that lock nothing and whose failures are forgotten; returns how many.
     public func purge(now: Int64, window: Int64) async throws -> Int {
-        try await db.write { db in
-            try db.execute(
-                sql: "DELETE FROM lockout WHERE locked_until < ? AND last_failure < ?", arguments: [now, now - window])
-            return db.changesCount
-        }
+        try await table.purge(now: now, window: window)
+    }
+}
+
+/// Lockouts of auth replicas that share one database (PostgreSQL): counted in the table, so that
+/// failures spread over replicas add up and a lockout holds on every replica.
+public final class SharedLockoutLedger: LockoutLedger {
+    private let table: LockoutTable
+
+    /// The schema must have been migrated (``AccountStore``).
+    public init(db: any SQLDatabase) {
+        table = LockoutTable(db: db)
+    }
+
+    public func lockedUntil(_ name: String) async throws -> Int64 {
+        try await table.lockedUntil(name)
+    }
+
+    public func recordFailure(_ name: String, now: Int64, policy: LockoutPolicy) async throws {
+        try await table.recordFailure(name, now: now, policy: policy)
+    }
+
+    public func clear(_ name: String) async throws {
+        try await table.delete(name)
+    }
+
+    public func clearAll() async throws {
+        try await table.deleteAll()
+    }
+
+    /// Deletes rows that lock nothing and whose failures are forgotten; returns how many.
+    public func purge(now: Int64, window: Int64) async throws -> Int {
+        try await table.purge(now: now, window: window)
     }
 }
 

@@ -30,7 +30,7 @@ import HeraldRPC
 ///   ``maxKeyNameLength`` (NH's own limit); the failure ledger is keyed by address, never by a
 ///   name the caller chose, and ``MemoryLockoutLedger`` bounds its entries.
 public struct SASVerifier: Sendable {
-    public let hubs: any HubStore
+    public let hubs: HubStore
     /// Failed tokens per client address (the edge's peer address).
     public let throttle: LoginThrottle
     private let now: @Sendable () -> Int64
@@ -47,7 +47,7 @@ public struct SASVerifier: Sendable {
     private static let decoy = SymmetricKey(size: .bits256)
 
     public init(
-        hubs: any HubStore, throttle: LoginThrottle = LoginThrottle(freeFailures: 20),
+        hubs: HubStore, throttle: LoginThrottle = LoginThrottle(freeFailures: 20),
         reuseFor: Duration = .zero, now: @escaping @Sendable () -> Int64 = unixMillis
     ) {
         self.hubs = hubs

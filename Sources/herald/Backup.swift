@@ -72,7 +72,7 @@ struct Restore: AsyncParsableCommand {
     /// Per service, the migrations this build applies.
     var knownMigrations: [String: [String]] {
         [
-            "auth": SQLiteAccountStore.migrator.migrations,
+            "auth": AuthSchema.schema.sqliteMigrationNames,
             "registration": SQLiteRegistrations.migrator.migrations,
             "payload": PayloadStore.schema.sqliteMigrationNames,
             "dispatch": DispatchDatabase.migrations,

@@ -13,10 +13,11 @@ import Testing
 struct AuthTests {
     static func basic(_ credentials: String) -> String { "Basic " + Data(credentials.utf8).base64EncodedString() }
 
-    static func make(_ mode: AuthMode, clock: ManualClock = ManualClock(), cacheSeconds: Int64 = 60) throws
+    static func make(_ mode: AuthMode, clock: ManualClock = ManualClock(), cacheSeconds: Int64 = 60) async throws
         -> Authenticator
     {
-        let store = try SQLiteAccountStore(db: DatabaseQueue(), now: clock.function)
+        let store = try await AccountStore(
+            db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)), now: clock.function)
         return try Authenticator(
             mode: mode, store: store, hasher: PasswordHasher(logN: 10),
             throttle: LoginThrottle(freeFailures: 3, lockout: .seconds(30), now: clock.function),
@@ -39,7 +40,7 @@ struct AuthTests {
 
     @Test("tutorial mode accepts user == password and nothing else")
     func tutorialAuth() async throws {
-        let auth = try Self.make(.tutorial)
+        let auth = try await Self.make(.tutorial)
         let alice = try await auth.authenticate(Self.basic("alice:alice"))
         #expect(alice.user == "alice" && alice.scheme == "basic")
         let bob = try await auth.authenticate("basic  " + Data("bob:bob".utf8).base64EncodedString())
@@ -54,7 +55,7 @@ struct AuthTests {
 
     @Test("accounts: the right password only, unknown users refused the same way")
     func accounts() async throws {
-        let auth = try Self.make(.accounts, cacheSeconds: 0)
+        let auth = try await Self.make(.accounts, cacheSeconds: 0)
         _ = try await auth.createUser("alice", password: "correct horse")
         #expect(try await auth.authenticate(Self.basic("alice:correct horse")).user == "alice")
         #expect(await Self.code { try await auth.authenticate(Self.basic("alice:alice")) } == .unauthenticated)
@@ -77,7 +78,7 @@ struct AuthTests {
 
     @Test("a password change forgets cached credentials at once")
     func cacheForgets() async throws {
-        let auth = try Self.make(.accounts, cacheSeconds: 600)
+        let auth = try await Self.make(.accounts, cacheSeconds: 600)
         _ = try await auth.createUser("carol", password: "first password")
         #expect(try await auth.authenticate(Self.basic("carol:first password")).user == "carol")
         #expect(try await auth.authenticate(Self.basic("carol:first password")).user == "carol")  // cached
@@ -88,7 +89,7 @@ struct AuthTests {
     @Test("repeated failures lock a user name out, growing, and the lock lifts")
     func lockout() async throws {
         let clock = ManualClock()
-        let auth = try Self.make(.accounts, clock: clock)
+        let auth = try await Self.make(.accounts, clock: clock)
         _ = try await auth.createUser("dave", password: "the password")
         for _ in 0..<3 {
             #expect(await Self.code { try await auth.authenticate(Self.basic("dave:guess")) } == .unauthenticated)
@@ -112,7 +113,7 @@ struct AuthTests {
     @Test("bearer tokens: issued for Basic, expire, revocable, stored hashed")
     func tokens() async throws {
         let clock = ManualClock()
-        let auth = try Self.make(.accounts, clock: clock)
+        let auth = try await Self.make(.accounts, clock: clock)
         _ = try await auth.createUser("erin", password: "erin's password")
         let issued = try await auth.issueToken(Self.basic("erin:erin's password"))
         #expect(issued.user == "erin")

@@ -19,18 +19,20 @@ struct LoginGateTests {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("lockout-\(UUID().uuidString).sqlite")
             .path
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let first = try DatabaseQueue(path: path)
-        try SQLiteAccountStore.migrator.migrate(first)
+        let first = try DatabaseQueue(path: path, configuration: HeraldDatabase.configuration)
+        _ = try await AccountStore(db: SQLiteDatabase(first))
         let before = LoginThrottle(
-            freeFailures: 3, ledger: try SQLiteLockoutLedger(db: first, now: clock.now), now: clock.function)
+            freeFailures: 3, ledger: try await KeptLockoutLedger(db: SQLiteDatabase(first), now: clock.now),
+            now: clock.function)
         for _ in 0..<3 { try await before.failed("alice") }
         await #expect(throws: ServiceError.self) { try await before.check("alice") }
         try first.close()
 
         // "Restart": a new connection and ledger, as a new herald-auth process would open.
-        let second = try DatabaseQueue(path: path)
+        let second = try DatabaseQueue(path: path, configuration: HeraldDatabase.configuration)
         let after = LoginThrottle(
-            freeFailures: 3, ledger: try SQLiteLockoutLedger(db: second, now: clock.now), now: clock.function)
+            freeFailures: 3, ledger: try await KeptLockoutLedger(db: SQLiteDatabase(second), now: clock.now),
+            now: clock.function)
         let refused = await #expect(throws: ServiceError.self) { try await after.check("alice") }
         #expect(refused?.code == .resourceExhausted)
         try await after.check("bob")
@@ -147,7 +149,8 @@ struct LoginGateTests {
 
     @Test("a spray of logins with unknown names is refused at once past the bound; a cached login still works")
     func spray() async throws {
-        let store = try SQLiteAccountStore(db: DatabaseQueue())
+        let store = try await AccountStore(
+            db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
         let auth = try Authenticator(
             mode: .accounts, store: store, hasher: PasswordHasher(logN: 14),
             gate: LoginGate(maxPending: 2, failureBudgetPerMinute: 1000))

@@ -4,6 +4,7 @@ import GRDB
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldService
 import HeraldTestSupport
 import Testing
 
@@ -16,20 +17,20 @@ struct SASTests {
 
     struct Fixture {
         let clock: ManualClock
-        let hubs: SQLiteHubStore
+        let hubs: HubStore
         let sas: SASVerifier
         let full: HubKey
         let listen: HubKey
     }
 
-    static func fixture(freeFailures: Int = 3) throws -> Fixture {
+    /// Over `db`, or a SQLite database in memory.
+    static func fixture(freeFailures: Int = 3, db: (any SQLDatabase)? = nil) async throws -> Fixture {
         let clock = ManualClock()
-        let db = try DatabaseQueue()
-        try SQLiteAccountStore.migrator.migrate(db)
-        let hubs = try SQLiteHubStore(db: db, now: clock.function)
-        _ = try hubs.createHub("app1")
-        _ = try hubs.createHub("app2")
-        let keys = try hubs.keys(of: "app1")
+        let db = try db ?? SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration))
+        let hubs = try await HubStore(db: db, now: clock.function)
+        _ = try await hubs.createHub("app1")
+        _ = try await hubs.createHub("app2")
+        let keys = try await hubs.keys(of: "app1")
         return Fixture(
             clock: clock, hubs: hubs,
             sas: SASVerifier(
@@ -74,7 +75,7 @@ struct SASTests {
 
     @Test("every SDK's sr spelling, parameter order and escape case is accepted", arguments: 0..<variants.count)
     func variant(_ index: Int) async throws {
-        let f = try Self.fixture()
+        let f = try await Self.fixture()
         let v = Self.variants[index]
         let se = f.clock.now / 1000 + 600
         let answer = try await f.sas.authorize(
@@ -99,7 +100,7 @@ struct SASTests {
 
     @Test("bad signature, expiry, another hub's audience or key, a prefix not at a slash: 401 with NH's words")
     func refusals() async throws {
-        let f = try Self.fixture(freeFailures: 100)
+        let f = try await Self.fixture(freeFailures: 100)
         let se = f.clock.now / 1000 + 600
         let root = Self.encode("https://\(Self.host)/", lower: false)
         func check(
@@ -164,7 +165,7 @@ struct SASTests {
         "a correctly signed token is always served; an address past its free failures gets 429 for its failures, not for its good tokens"
     )
     func throttled() async throws {
-        let f = try Self.fixture()
+        let f = try await Self.fixture()
         let se = f.clock.now / 1000 + 3600
         let root = Self.encode("https://\(Self.host)/", lower: false)
         var forged = f.full
@@ -189,7 +190,7 @@ struct SASTests {
 
     @Test("unknown hub, unknown key and wrong signature are one answer; key names and headers are bounded")
     func noEnumeration() async throws {
-        let f = try Self.fixture(freeFailures: 1000)
+        let f = try await Self.fixture(freeFailures: 1000)
         let se = f.clock.now / 1000 + 600
         let root = Self.encode("https://\(Self.host)/", lower: false)
         var forged = f.full
@@ -229,14 +230,14 @@ struct SASTests {
 
     @Test("rotation ends the old secret at once and keeps the other; revoking a key ends its tokens")
     func rotateAndRevoke() async throws {
-        let f = try Self.fixture()
+        let f = try await Self.fixture()
         let se = f.clock.now / 1000 + 600
         let root = Self.encode("https://\(Self.host)/", lower: false)
         let old = Self.token(sr: root, key: f.full, se: se)
         var secondary = f.full
         secondary.primaryKey = f.full.secondaryKey
         let viaSecondary = Self.token(sr: root, key: secondary, se: se)
-        let rotated = try f.hubs.rotateKey(hub: "app1", name: f.full.name, secondary: false)
+        let rotated = try await f.hubs.rotateKey(hub: "app1", name: f.full.name, secondary: false)
         #expect(rotated.primaryKey != f.full.primaryKey && rotated.secondaryKey == f.full.secondaryKey)
         #expect(
             await Self.failure { try await f.sas.authorize(hub: "app1", header: old, resource: Self.host + Self.path) }?
@@ -245,7 +246,7 @@ struct SASTests {
         await #expect(throws: Never.self) {
             try await f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path)
         }
-        try f.hubs.revokeKey(hub: "app1", name: f.full.name)
+        try await f.hubs.revokeKey(hub: "app1", name: f.full.name)
         #expect(
             await Self.failure {
                 try await f.sas.authorize(hub: "app1", header: viaSecondary, resource: Self.host + Self.path)
@@ -253,89 +254,124 @@ struct SASTests {
                 == .unauthenticated)
     }
 
-    @Test("hubs: default always exists and cannot go; names are checked; keys and grants belong to one hub")
-    func hubs() async throws {
-        let f = try Self.fixture()
-        #expect(try f.hubs.listHubs().map(\.name) == ["app1", "app2", "default"])
-        #expect(try f.hubs.hub("app1").keys.allSatisfy { $0.primaryKey.isEmpty && $0.secondaryKey.isEmpty })
-        #expect(f.full.primaryKey.count == 44 && f.full.primaryKey != f.full.secondaryKey)
-        #expect(await Self.failure { try f.hubs.deleteHub("default") }?.code == .failedPrecondition)
-        #expect(await Self.failure { try f.hubs.createHub("app1") }?.code == .alreadyExists)
-        for bad in ["", "-x", "a/b", "api", "v1", String(repeating: "a", count: 51)] {
-            #expect(await Self.failure { try f.hubs.createHub(bad) }?.code == .invalidArgument, "\(bad)")
+    @Test(
+        "hubs: default always exists and cannot go; names are checked; keys and grants belong to one hub",
+        arguments: StoreBackend.available)
+    func hubs(_ backend: StoreBackend) async throws {
+        try await TestDatabases.withDatabase(backend, service: "auth") { db in
+            let f = try await Self.fixture(db: db)
+            #expect(try await f.hubs.listHubs().map(\.name) == ["app1", "app2", "default"])
+            #expect(try await f.hubs.hub("app1").keys.allSatisfy { $0.primaryKey.isEmpty && $0.secondaryKey.isEmpty })
+            #expect(f.full.primaryKey.count == 44 && f.full.primaryKey != f.full.secondaryKey)
+            #expect(await Self.failure { try await f.hubs.deleteHub("default") }?.code == .failedPrecondition)
+            #expect(await Self.failure { try await f.hubs.createHub("app1") }?.code == .alreadyExists)
+            for bad in ["", "-x", "a/b", "api", "v1", String(repeating: "a", count: 51)] {
+                #expect(await Self.failure { try await f.hubs.createHub(bad) }?.code == .invalidArgument, "\(bad)")
+            }
+            let key = try await f.hubs.setKey(hub: "app1", name: "backend", rights: try HubRights(names: ["send"]))
+            #expect(key.rights == ["Send"] && !key.primaryKey.isEmpty)
+            #expect(
+                try await f.hubs.setKey(hub: "app1", name: "backend", rights: try HubRights(names: ["Manage"])).rights
+                    == [
+                        "Listen", "Manage", "Send",
+                    ])
+            #expect(await Self.failure { try HubRights(names: ["Admin"]) }?.code == .invalidArgument)
+            try await f.hubs.grant(hub: "app1", user: "alice", rights: .send)
+            #expect(try await f.hubs.rights(hub: "app1", user: "alice") == .send)
+            #expect(try await f.hubs.rights(hub: "app2", user: "alice") == [])
+            // Limits: stored, changed, answered with every authorization.
+            #expect(try await f.hubs.createHub("limited", maxInstallations: 5).maxInstallations == 5)
+            #expect(try await f.hubs.setLimits(hub: "limited", maxInstallations: 7).maxInstallations == 7)
+            #expect(
+                await Self.failure { try await f.hubs.setLimits(hub: "limited", maxInstallations: -1) }?.code
+                    == .invalidArgument)
+            #expect(
+                await Self.failure { try await f.hubs.setLimits(hub: "nope", maxInstallations: 1) }?.code == .notFound)
+            let limitedFull = try #require(
+                try await f.hubs.keys(of: "limited").first { $0.name == HubRules.fullKeyName })
+            let answer = try await f.sas.authorize(
+                hub: "limited",
+                header: Self.token(
+                    sr: Self.encode("https://\(Self.host)/", lower: false), key: limitedFull,
+                    se: f.clock.now / 1000 + 60),
+                resource: Self.host + "/limited/installations/x")
+            #expect(answer.maxInstallations == 7)
+            try await f.hubs.deleteHub("app1")
+            #expect(await Self.failure { try await f.hubs.keys(of: "app1") }?.code == .notFound)
+            #expect(try await f.hubs.rights(hub: "app1", user: "alice") == [])
         }
-        let key = try f.hubs.setKey(hub: "app1", name: "backend", rights: try HubRights(names: ["send"]))
-        #expect(key.rights == ["Send"] && !key.primaryKey.isEmpty)
-        #expect(
-            try f.hubs.setKey(hub: "app1", name: "backend", rights: try HubRights(names: ["Manage"])).rights == [
-                "Listen", "Manage", "Send",
-            ])
-        #expect(await Self.failure { try HubRights(names: ["Admin"]) }?.code == .invalidArgument)
-        try f.hubs.grant(hub: "app1", user: "alice", rights: .send)
-        #expect(try f.hubs.rights(hub: "app1", user: "alice") == .send)
-        #expect(try f.hubs.rights(hub: "app2", user: "alice") == [])
-        // Limits: stored, changed, answered with every authorization.
-        #expect(try f.hubs.createHub("limited", maxInstallations: 5).maxInstallations == 5)
-        #expect(try f.hubs.setLimits(hub: "limited", maxInstallations: 7).maxInstallations == 7)
-        #expect(
-            await Self.failure { try f.hubs.setLimits(hub: "limited", maxInstallations: -1) }?.code == .invalidArgument)
-        #expect(await Self.failure { try f.hubs.setLimits(hub: "nope", maxInstallations: 1) }?.code == .notFound)
-        let limitedFull = try #require(try f.hubs.keys(of: "limited").first { $0.name == HubRules.fullKeyName })
-        let answer = try await f.sas.authorize(
-            hub: "limited",
-            header: Self.token(
-                sr: Self.encode("https://\(Self.host)/", lower: false), key: limitedFull, se: f.clock.now / 1000 + 60),
-            resource: Self.host + "/limited/installations/x")
-        #expect(answer.maxInstallations == 7)
-        try f.hubs.deleteHub("app1")
-        #expect(await Self.failure { try f.hubs.keys(of: "app1") }?.code == .notFound)
-        #expect(try f.hubs.rights(hub: "app1", user: "alice") == [])
     }
 
-    @Test("hub names are found regardless of case and unique regardless of case; a hub made again gets a new id")
-    func hubIdentity() async throws {
-        let f = try Self.fixture()
-        #expect(try f.hubs.hub("default").id == "default")
-        let made = try f.hubs.createHub("ProbeHub", maxInstallations: 0)
-        #expect(made.name == "ProbeHub" && made.id.count == 17 && made.id.hasPrefix("h"))
-        #expect(try f.hubs.resolve("probehub") == HubIdentity(name: "ProbeHub", id: made.id))
-        #expect(try f.hubs.resolve("PROBEHUB")?.id == made.id)
-        #expect(try f.hubs.hub("probeHUB").name == "ProbeHub")
-        #expect(try f.hubs.resolve("nope") == nil)
-        #expect(await Self.failure { try f.hubs.createHub("probehub") }?.code == .alreadyExists)
-        // A token for the path's spelling of the name is checked against the hub's keys, and the
-        // answer carries the hub's id, which is what the edge passes on.
-        let full = try #require(try f.hubs.keys(of: "ProbeHub").first { $0.name == HubRules.fullKeyName })
-        let answer = try await f.sas.authorize(
-            hub: "PROBEHUB",
-            header: Self.token(
-                sr: Self.encode("https://\(Self.host)/", lower: false), key: full, se: f.clock.now / 1000 + 60),
-            resource: Self.host + "/PROBEHUB/installations/x")
-        #expect(answer.hubID == made.id)
-        // Deleted and made again under the same name: a new id, so nothing of the old one is seen.
-        try f.hubs.deleteHub("ProbeHub")
-        let again = try f.hubs.createHub("probehub", maxInstallations: 0)
-        #expect(again.id != made.id)
+    @Test(
+        "hub names are found regardless of case and unique regardless of case; a hub made again gets a new id",
+        arguments: StoreBackend.available)
+    func hubIdentity(_ backend: StoreBackend) async throws {
+        try await TestDatabases.withDatabase(backend, service: "auth") { db in
+            let f = try await Self.fixture(db: db)
+            #expect(try await f.hubs.hub("default").id == "default")
+            let made = try await f.hubs.createHub("ProbeHub", maxInstallations: 0)
+            #expect(made.name == "ProbeHub" && made.id.count == 17 && made.id.hasPrefix("h"))
+            #expect(try await f.hubs.resolve("probehub") == HubIdentity(name: "ProbeHub", id: made.id))
+            #expect(try await f.hubs.resolve("PROBEHUB")?.id == made.id)
+            #expect(try await f.hubs.hub("probeHUB").name == "ProbeHub")
+            #expect(try await f.hubs.resolve("nope") == nil)
+            #expect(await Self.failure { try await f.hubs.createHub("probehub") }?.code == .alreadyExists)
+            // A token for the path's spelling of the name is checked against the hub's keys, and the
+            // answer carries the hub's id, which is what the edge passes on.
+            let full = try #require(try await f.hubs.keys(of: "ProbeHub").first { $0.name == HubRules.fullKeyName })
+            let answer = try await f.sas.authorize(
+                hub: "PROBEHUB",
+                header: Self.token(
+                    sr: Self.encode("https://\(Self.host)/", lower: false), key: full, se: f.clock.now / 1000 + 60),
+                resource: Self.host + "/PROBEHUB/installations/x")
+            #expect(answer.hubID == made.id)
+            // Deleted and made again under the same name: a new id, so nothing of the old one is seen.
+            try await f.hubs.deleteHub("ProbeHub")
+            let again = try await f.hubs.createHub("probehub", maxInstallations: 0)
+            #expect(again.id != made.id)
+        }
     }
 
     @Test(
         "hubs made before ids existed keep their name as id; two that differ only by case stay reachable by exact name")
     func hubIdentityMigration() async throws {
-        let db = try DatabaseQueue()
-        var migrator = SQLiteAccountStore.migrator
+        let db = try DatabaseQueue(configuration: HeraldDatabase.configuration)
         // The schema as it was before v4-hub-id, with two hubs that differ only by case.
-        try migrator.migrate(db, upTo: "v3-hub-limits")
+        try SQLiteDatabase.migrator(for: AuthSchema.schema).migrate(db, upTo: "v3-hub-limits")
         try await db.write { db in
             for name in ["Tenant", "tenant"] {
                 try db.execute(sql: "INSERT INTO hub (name, created_at) VALUES (?, 0)", arguments: [name])
             }
         }
-        migrator = SQLiteAccountStore.migrator
-        try migrator.migrate(db)
-        let hubs = try SQLiteHubStore(db: db)
-        #expect(try hubs.resolve("Tenant") == HubIdentity(name: "Tenant", id: "Tenant"))
-        #expect(try hubs.resolve("tenant") == HubIdentity(name: "tenant", id: "tenant"))
-        #expect(try hubs.resolve("TENANT") != nil)
-        #expect(try hubs.hub("default").id == "default")
+        let hubs = try await HubStore(db: SQLiteDatabase(db))
+        #expect(try await hubs.resolve("Tenant") == HubIdentity(name: "Tenant", id: "Tenant"))
+        #expect(try await hubs.resolve("tenant") == HubIdentity(name: "tenant", id: "tenant"))
+        #expect(try await hubs.resolve("TENANT") != nil)
+        #expect(try await hubs.hub("default").id == "default")
+    }
+
+    @Test("SQLite's v5-account keeps every account, token and grant written under the old names")
+    func accountNamesMigration() async throws {
+        let db = try DatabaseQueue(configuration: HeraldDatabase.configuration)
+        try SQLiteDatabase.migrator(for: AuthSchema.schema).migrate(db, upTo: "lockout")
+        let hash = Data(repeating: 7, count: 32)
+        try await db.write { db in
+            try db.execute(
+                sql:
+                    "INSERT INTO user (name, password_hash, created_at, password_changed_at) VALUES ('alice', 'h', 1, 2)"
+            )
+            try db.execute(
+                sql: "INSERT INTO token (hash, user, created_at, expires_at) VALUES (?, 'alice', 1, ?)",
+                arguments: [hash, Int64.max])
+            try db.execute(sql: "INSERT INTO hub (name, id, created_at) VALUES ('shop', 'shop', 0)")
+            try db.execute(sql: "INSERT INTO hub_grant (hub, user, rights) VALUES ('shop', 'alice', 2)")
+        }
+        let sql = SQLiteDatabase(db)
+        let accounts = try await AccountStore(db: sql)
+        let hubs = try await HubStore(db: sql)
+        #expect(try await accounts.passwordHash(of: "alice") == "h")
+        #expect(try await accounts.tokenUser(hash: hash)?.user == "alice")
+        #expect(try await hubs.rights(hub: "shop", user: "alice") == HubRights(rawValue: 2))
+        #expect(try await hubs.resolve("SHOP")?.id == "shop")
     }
 }

@@ -14,7 +14,7 @@ import Testing
 struct SharedAuthTests {
     struct Replica {
         let auth: Authenticator
-        let hubs: any HubStore
+        let hubs: HubStore
         let sas: SASVerifier
     }
 
@@ -25,15 +25,15 @@ struct SharedAuthTests {
             guard case .postgres(let location) = try DatabaseURL(url, service: "auth") else { return }
             let second = try HeraldPostgres(location, logger: Logger(label: "replica-2"), maximumConnections: 4)
             func replica(_ db: HeraldPostgres) async throws -> Replica {
-                let ledger = PostgresLockoutLedger(db: db)
+                let ledger = SharedLockoutLedger(db: db.sql)
                 let auth = try Authenticator(
-                    mode: .accounts, store: try await PostgresAccountStore(db: db), hasher: PasswordHasher(logN: 10),
+                    mode: .accounts, store: try await AccountStore(db: db.sql), hasher: PasswordHasher(logN: 10),
                     throttle: LoginThrottle(freeFailures: 5, lockout: .seconds(30), ledger: ledger),
                     // One hashing pool for every test here (see AuthTests.make).
                     gate: LoginGate(maxPending: 8, failureBudgetPerMinute: 600, maxWaitMilliseconds: 600_000),
                     tokenTTL: .seconds(600),
                     credentialCache: .seconds(60))
-                let hubs = try await PostgresHubStore(db: db)
+                let hubs = try await HubStore(db: db.sql)
                 return Replica(
                     auth: auth, hubs: hubs,
                     sas: SASVerifier(hubs: hubs, throttle: LoginThrottle(freeFailures: 3, ledger: ledger)))

@@ -65,6 +65,11 @@ public struct SQLFragment: Sendable, Hashable {
     /// After a `SELECT … LIMIT n` that picks rows to change: on PostgreSQL, rows another replica is
     /// changing are skipped rather than waited for; SQLite has one writer, so there is nothing to skip.
     public static let skipLocked = SQLFragment(sqlite: "", postgres: "FOR UPDATE SKIP LOCKED")
+    /// After a `SELECT` in a transaction: the rows read are held until the commit (PostgreSQL);
+    /// SQLite's transaction holds the whole file's write lock already.
+    public static let forUpdate = SQLFragment(sqlite: "", postgres: "FOR UPDATE")
+    /// As ``forUpdate``, for rows that must not change or go while the transaction runs.
+    public static let forShare = SQLFragment(sqlite: "", postgres: "FOR SHARE")
 }
 
 /// One statement with its bound values, written once for both dialects by interpolation:

@@ -82,6 +82,15 @@ public final class SQLiteDatabase: SQLDatabase {
     }
 
     public func migrate(_ schema: SQLSchema) async throws {
+        var sharing = DatabaseMigrator()
+        for name in schema.sharingSQLite { sharing.registerMigration(name) { _ in } }
+        await gate.acquire()
+        defer { gate.release() }
+        try HeraldDatabase.migrate(Self.migrator(for: schema), writer, sharing: [sharing])
+    }
+
+    /// `schema`'s SQLite history as GRDB's migrator (tests migrate part of the way with it).
+    public static func migrator(for schema: SQLSchema) -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
         for migration in schema.migrations {
             guard let name = migration.sqliteName else { continue }
@@ -90,11 +99,7 @@ public final class SQLiteDatabase: SQLDatabase {
                 for statement in statements { try db.execute(sql: statement) }
             }
         }
-        var sharing = DatabaseMigrator()
-        for name in schema.sharingSQLite { sharing.registerMigration(name) { _ in } }
-        await gate.acquire()
-        defer { gate.release() }
-        try HeraldDatabase.migrate(migrator, writer, sharing: [sharing])
+        return migrator
     }
 
     nonisolated(nonsending) public func truncateLog() async throws {
