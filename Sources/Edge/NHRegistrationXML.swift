@@ -25,7 +25,7 @@ enum NHRegistrationXML {
     static let maxDepth = 8
 
     /// The description kinds Herald serves: element name prefix → platform.
-    static let kinds: [String: Platform] = ["Apple": .apns, "FcmV1": .fcm, "Windows": .wns, "Browser": .browser]
+    static let kinds = Dictionary(uniqueKeysWithValues: NHPlatformNames.all.map { ($0.description, $0.platform) })
 
     /// Parses an entry into a registration (id not set: the path or the edge gives it).
     static func parse(_ body: [UInt8]) throws -> HubRegistration {

@@ -277,13 +277,10 @@ extension EdgeRoutes {
     // MARK: helpers
 
     static func nhPlatform(_ name: String) throws -> Platform {
-        switch name.lowercased() {
-        case "apns": .apns
-        case "fcmv1": .fcm
-        case "wns": .wns
-        case "browser": .browser
-        default: throw EdgeError(.badRequest, "platform must be apns, fcmv1, wns or browser")
+        guard let platform = NHPlatformNames.installation(name) else {
+            throw EdgeError(.badRequest, "platform must be apns, fcmv1, wns or browser")
         }
+        return platform
     }
 
     /// NH answers `application/xml` even with no body; the SDKs read only the status.

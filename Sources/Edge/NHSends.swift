@@ -276,8 +276,8 @@ extension EdgeRoutes {
         func header(_ name: String) -> String? { headers[HTTPField.Name(name)!] }
         let format = header("ServiceBusNotification-Format") ?? ""
         var payload = NativePayload(body: [UInt8](body))
-        switch format.lowercased() {
-        case "apple":
+        switch NHPlatformNames.format(format) {
+        case .apns:
             payload.platform = .apns
             payload.pushType = header("apns-push-type") ?? APNsPushType.inferred(payload.body)
             if let priority = header("apns-priority") ?? header("X-Apns-Priority") {
@@ -300,7 +300,7 @@ extension EdgeRoutes {
                 payload.ttlSeconds = ttl(untilUnixSeconds: seconds)
             }
             payload.collapseID = header("apns-collapse-id") ?? ""
-        case "fcmv1":
+        case .fcm:
             payload.platform = .fcm
             // NH takes FCM v1's {"message":{…}}; dispatch adds the token itself.
             guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
@@ -308,7 +308,7 @@ extension EdgeRoutes {
             else { throw EdgeError(.badRequest, #"an fcmv1 body is FCM v1's {"message":{…}}"#) }
             payload.body = Array(
                 try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
-        case "windows":
+        case .wns:
             payload.platform = .wns
             guard let type = header("X-WNS-Type"),
                 ["wns/toast", "wns/tile", "wns/badge", "wns/raw"].contains(type.lowercased())
@@ -324,8 +324,17 @@ extension EdgeRoutes {
                 }
                 payload.ttlSeconds = seconds
             }
-        case "browser":
+        case .browser:
             payload.platform = .browser
+        default:
+            try refuseFormat(format)
+        }
+        return payload
+    }
+
+    /// Why a `ServiceBusNotification-Format` that names no platform Herald sends to is refused.
+    private static func refuseFormat(_ format: String) throws -> Never {
+        switch format.lowercased() {
         case "windowsphone":
             throw EdgeError(
                 .badRequest, "windowsphone (MPNS) is retired: Microsoft shut MPNS down; send windows (WNS) instead")
@@ -339,7 +348,6 @@ extension EdgeRoutes {
                 .badRequest,
                 "ServiceBusNotification-Format \(format) is not supported: use apple, fcmv1, windows or browser")
         }
-        return payload
     }
 
     /// A template send's body: a JSON object of properties. NH documents string values; numbers are
@@ -377,15 +385,7 @@ enum NHTelemetry {
         #"xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance""#
 
     /// NH's name for a platform, as in `TargetPlatforms` and `ApplicationPlatform`.
-    static func platformName(_ platform: Platform) -> String {
-        switch platform {
-        case .apns: "apple"
-        case .fcm: "fcmv1"
-        case .wns: "windows"
-        case .browser: "browser"
-        default: "unknown"
-        }
-    }
+    static func platformName(_ platform: Platform) -> String { NHPlatformNames.of(platform)?.format ?? "unknown" }
 
     /// The outcome-counts element of a platform, in the .NET SDK's order (Apns, Wns, FcmV1; Browser
     /// as the JS SDK names it, last).

@@ -189,11 +189,8 @@ public struct Installation: Sendable, Equatable {
 
     /// NH's platform names, in any case. Legacy FCM is refused with the way forward.
     public static func platform(_ name: String) throws -> Platform {
+        if let platform = NHPlatformNames.installation(name) { return platform }
         switch name.lowercased() {
-        case "apns": return .apns
-        case "fcmv1": return .fcm
-        case "wns": return .wns
-        case "browser": return .browser
         case "gcm", "fcm":
             throw ServiceError.invalidArgument(
                 "platform \(name) is FCM's legacy API, retired by Google in 2024: use fcmv1 (the pushChannel stays the same FCM token)"
@@ -208,13 +205,7 @@ public struct Installation: Sendable, Equatable {
 
     /// NH's names on the wire.
     public static func platformName(_ platform: Platform) -> String {
-        switch platform {
-        case .apns: "apns"
-        case .fcm: "fcmv1"
-        case .wns: "wns"
-        case .browser: "browser"
-        default: "unknown"
-        }
+        NHPlatformNames.of(platform)?.installation ?? "unknown"
     }
 
     static func pushChannel(_ value: Any, platform: Platform) throws -> String {
