@@ -503,12 +503,12 @@ public enum DispatchServer {
             let pool = sqlite.writer
             inbox = try InboxProvider(db: pool)
             outbox = try Outbox(db: pool)
-            credentialStore = HubCredentialStore(db: pool)
+            credentialStore = HubCredentialStore(db: sqlite)
         case .postgres(let postgres):
             let replica = config.replicaID ?? "\(ProcessInfo.processInfo.hostName):\(context.config.runtimeDir)"
             outbox = try await PostgresOutbox(db: postgres, replica: replica, lease: config.lease)
             inbox = InboxProvider(postgres: postgres)
-            credentialStore = HubCredentialStore(postgres: postgres)
+            credentialStore = HubCredentialStore(db: postgres.sql)
             context.logger.notice(
                 "outbox in PostgreSQL",
                 metadata: [

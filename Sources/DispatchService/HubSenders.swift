@@ -130,17 +130,11 @@ public enum PlatformCredentials: Sendable {
 /// Hubs' credentials in dispatch's database: settings as JSON, secrets included (the SQLite file
 /// is the service's own, 0600; on PostgreSQL, its schema), never sent back by an RPC.
 public struct HubCredentialStore: Sendable {
-    private enum Storage {
-        case sqlite(any DatabaseWriter)
-        /// The table comes with ``PostgresOutbox/migrations``.
-        case postgres(HeraldPostgres)
-    }
+    /// The table comes with the outbox's migrations (``Outbox``, ``PostgresOutbox``); every write
+    /// here is one statement, so it may share the SQLite file with a store that writes through GRDB.
+    private let db: any SQLDatabase
 
-    private let storage: Storage
-
-    public init(db: any DatabaseWriter) { storage = .sqlite(db) }
-
-    public init(postgres: HeraldPostgres) { storage = .postgres(postgres) }
+    public init(db: any SQLDatabase) { self.db = db }
 
     /// Stores a hub's platform credentials; answers their `updated_at`.
     @discardableResult
@@ -148,70 +142,31 @@ public struct HubCredentialStore: Sendable {
         let json = String(
             decoding: try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]), as: UTF8.self)
         let at = unixMillis()
-        switch storage {
-        case .sqlite(let db):
-            try await db.write { db in
-                try db.execute(
-                    sql: """
-                        INSERT INTO hub_credential (hub, platform, settings, updated_at) VALUES (?, ?, ?, ?)
-                        ON CONFLICT (hub, platform) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at
-                        """,
-                    arguments: [hub, platform.rawValue, json, at])
-            }
-        case .postgres(let db):
-            try await db.query(
-                """
-                INSERT INTO hub_credential (hub, platform, settings, updated_at) VALUES (\(hub), \(platform.rawValue), \(json), \(at))
-                ON CONFLICT (hub, platform) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at
-                """)
-        }
+        try await db.execute(
+            """
+            INSERT INTO hub_credential (hub, platform, settings, updated_at) VALUES (\(hub), \(platform.rawValue), \(json), \(at))
+            ON CONFLICT (hub, platform) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at
+            """)
         return at
     }
 
     /// Deletes one platform's credentials, or all of a hub's (`platform` unspecified); returns how many.
     public func delete(hub: String, platform: Platform) async throws -> Int {
-        switch storage {
-        case .sqlite(let db):
-            return try await db.write { db in
-                if platform == .unspecified {
-                    try db.execute(sql: "DELETE FROM hub_credential WHERE hub = ?", arguments: [hub])
-                } else {
-                    try db.execute(
-                        sql: "DELETE FROM hub_credential WHERE hub = ? AND platform = ?",
-                        arguments: [hub, platform.rawValue])
-                }
-                return db.changesCount
-            }
-        case .postgres(let db):
-            let all = platform == .unspecified
-            return try await db.rows(
-                "DELETE FROM hub_credential WHERE hub = \(hub) AND (\(all) OR platform = \(platform.rawValue)) RETURNING 1"
-            ).count
-        }
+        try await db.execute(
+            platform == .unspecified
+                ? "DELETE FROM hub_credential WHERE hub = \(hub)"
+                : "DELETE FROM hub_credential WHERE hub = \(hub) AND platform = \(platform.rawValue)")
     }
 
     public func all() async throws -> [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)]
     {
-        @Sendable func settings(_ text: String) -> [String: String] {
-            (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: String] ?? [:]
-        }
-        switch storage {
-        case .sqlite(let db):
-            return try await db.read { db in
-                try Row.fetchAll(
-                    db, sql: "SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform"
-                ).map {
-                    row in
-                    (row["hub"], Platform(rawValue: row["platform"]), settings(row["settings"]), row["updated_at"])
-                }
-            }
-        case .postgres(let db):
-            return try await db.rows(
-                "SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform"
-            ).map { row in
-                let (hub, platform, text, updatedAt) = try row.decode((String, Int32, String, Int64).self)
-                return (hub, Platform(rawValue: platform), settings(text), updatedAt)
-            }
+        try await db.query("SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform") {
+            row in
+            let text: String = try row[2]
+            return (
+                try row[0], Platform(rawValue: try row[1]),
+                (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: String] ?? [:], try row[3]
+            )
         }
     }
 }

@@ -460,18 +460,28 @@ struct OutboxStoreTests {
         }
     }
 
-    @Test("PostgreSQL: hubs' credentials are shared through the database")
-    func credentials() async throws {
-        guard StoreBackend.available.contains(.postgres) else { return }
-        try await TestDatabases.withPostgres(service: "dispatch") { db in
-            _ = try await PostgresOutbox(db: db, replica: "a")
-            let store = HubCredentialStore(postgres: db)
+    @Test(
+        "hubs' credentials are stored, listed and deleted (on PostgreSQL, shared through the database)",
+        arguments: StoreBackend.available)
+    func credentials(_ backend: StoreBackend) async throws {
+        func check(_ store: HubCredentialStore) async throws {
             try await store.set(hub: "h1", platform: .fcm, settings: ["project": "p"])
             try await store.set(hub: "h1", platform: .apns, settings: ["key": "k"])
             #expect(try await store.all().map(\.settings) == [["key": "k"], ["project": "p"]])
             #expect(try await store.delete(hub: "h1", platform: .fcm) == 1)
             #expect(try await store.delete(hub: "h1", platform: .unspecified) == 1)
             #expect(try await store.all().isEmpty)
+        }
+        switch backend {
+        case .sqlite:
+            let queue = try DatabaseQueue(configuration: HeraldDatabase.configuration)
+            _ = try Outbox(db: queue)
+            try await check(HubCredentialStore(db: SQLiteDatabase(queue)))
+        case .postgres:
+            try await TestDatabases.withPostgres(service: "dispatch") { db in
+                _ = try await PostgresOutbox(db: db, replica: "a")
+                try await check(HubCredentialStore(db: db.sql))
+            }
         }
     }
 }
