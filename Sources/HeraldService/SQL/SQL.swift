@@ -79,69 +79,96 @@ public struct SQLFragment: Sendable, Hashable {
 /// Every interpolated value becomes a placeholder (`?` in SQLite, `$1…` in PostgreSQL), so no
 /// value from outside is ever spliced into the text. `\(raw:)` splices text the code itself
 /// wrote (a table name from a list in the store), and `\(fragment)` a ``SQLFragment``.
+///
+/// The text is kept as SQLite reads it while it is built, so a SQLite statement without fragments
+/// costs no rendering (this is on FetchPayload's path); PostgreSQL's `$n` are numbered at
+/// ``render(_:)``. Literal text must not hold a `?` of its own: both dialects would read it as a
+/// placeholder.
 public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
-    enum Piece: Sendable {
-        case text(String)
-        case value(SQLValue)
-        case fragment(SQLFragment)
+    /// SQLite's text: `?` per value, ``fragmentMark`` per fragment.
+    var text: String
+    var values: [SQLValue]
+    var fragments: [SQLFragment]
+
+    static let fragmentMark: UInt8 = 0x01
+
+    public init(stringLiteral value: String) {
+        text = value
+        values = []
+        fragments = []
     }
 
-    var pieces: [Piece]
-
-    public init(stringLiteral value: String) { pieces = [.text(value)] }
-
-    public init(stringInterpolation: StringInterpolation) { pieces = stringInterpolation.pieces }
+    public init(stringInterpolation: StringInterpolation) {
+        text = stringInterpolation.text
+        values = stringInterpolation.values
+        fragments = stringInterpolation.fragments
+    }
 
     /// Text the code wrote, never a value from outside.
-    public init(raw: String) { pieces = [.text(raw)] }
+    public init(raw: String) { self.init(stringLiteral: raw) }
 
     public struct StringInterpolation: StringInterpolationProtocol {
-        var pieces: [Piece] = []
+        var text = ""
+        var values: [SQLValue] = []
+        var fragments: [SQLFragment] = []
 
         public init(literalCapacity: Int, interpolationCount: Int) {
-            pieces.reserveCapacity(2 * interpolationCount + 1)
+            text.reserveCapacity(literalCapacity + 2 * interpolationCount)
+            values.reserveCapacity(interpolationCount)
         }
 
-        public mutating func appendLiteral(_ literal: String) {
-            if !literal.isEmpty { pieces.append(.text(literal)) }
+        public mutating func appendLiteral(_ literal: String) { text += literal }
+
+        public mutating func appendInterpolation(_ value: some SQLBindable) {
+            text += "?"
+            values.append(value.sqlValue)
         }
 
-        public mutating func appendInterpolation(_ value: some SQLBindable) { pieces.append(.value(value.sqlValue)) }
-
-        public mutating func appendInterpolation(_ fragment: SQLFragment) { pieces.append(.fragment(fragment)) }
+        public mutating func appendInterpolation(_ fragment: SQLFragment) {
+            text.unicodeScalars.append(Unicode.Scalar(SQLQuery.fragmentMark))
+            fragments.append(fragment)
+        }
 
         /// Another statement's text and values, in place (a shared condition, say).
-        public mutating func appendInterpolation(_ sql: SQLQuery) { pieces.append(contentsOf: sql.pieces) }
+        public mutating func appendInterpolation(_ sql: SQLQuery) {
+            text += sql.text
+            values += sql.values
+            fragments += sql.fragments
+        }
 
         /// Text the code itself wrote: a table or column name from the store's own lists.
-        public mutating func appendInterpolation(raw text: String) { pieces.append(.text(text)) }
+        public mutating func appendInterpolation(raw text: String) { self.text += text }
 
         /// A comma-separated list of placeholders, one per value (`IN (\(list: ids))`).
         public mutating func appendInterpolation(list values: [some SQLBindable]) {
             for (index, value) in values.enumerated() {
-                if index > 0 { pieces.append(.text(", ")) }
-                pieces.append(.value(value.sqlValue))
+                text += index > 0 ? ", ?" : "?"
+                self.values.append(value.sqlValue)
             }
         }
     }
 
     /// The statement's text in `dialect`, and its values in placeholder order.
     public func render(_ dialect: SQLDialect) -> (text: String, values: [SQLValue]) {
-        var text = ""
-        var values: [SQLValue] = []
-        for piece in pieces {
-            switch piece {
-            case .text(let literal): text += literal
-            case .fragment(let fragment): text += fragment.text(for: dialect)
-            case .value(let value):
-                values.append(value)
-                switch dialect {
-                case .sqlite: text += "?"
-                case .postgres: text += "$\(values.count)"
-                }
+        if dialect == .sqlite, fragments.isEmpty { return (text, values) }
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count + 3 * values.count + 24 * fragments.count)
+        var placeholder = 0
+        var fragment = 0
+        // Both marks are ASCII, so a byte of a multi-byte character is never taken for one.
+        for byte in text.utf8 {
+            if byte == UInt8(ascii: "?"), dialect == .postgres {
+                placeholder += 1
+                out.append(UInt8(ascii: "$"))
+                out.append(contentsOf: String(placeholder).utf8)
+            } else if byte == Self.fragmentMark {
+                out.append(contentsOf: fragments[fragment].text(for: dialect).utf8)
+                fragment += 1
+            } else {
+                out.append(byte)
             }
         }
-        return (text, values)
+        return (String(decoding: out, as: UTF8.self), values)
     }
 }
 
@@ -155,6 +182,7 @@ public struct SQLRow: Sendable {
     public init(_ values: [SQLValue]) { self.values = values }
 
     /// The column at `index`, as `T`; an error (never a trap) when it is missing or of another type.
+    @inlinable
     public subscript<T: SQLDecodable>(_ index: Int) -> T {
         get throws {
             guard values.indices.contains(index) else {
@@ -173,14 +201,19 @@ public protocol SQLDecodable {
 /// A column did not hold what the store expected: a schema the code does not match.
 public struct SQLDecodingError: Error, CustomStringConvertible {
     public let message: String
+
+    @usableFromInline
+    init(message: String) { self.message = message }
     public var description: String { message }
 
+    @usableFromInline
     static func mismatch(_ value: SQLValue, _ type: Any.Type) -> SQLDecodingError {
         SQLDecodingError(message: "cannot read \(value) as \(type)")
     }
 }
 
 extension Int64: SQLDecodable {
+    @inlinable
     public init(sqlValue: SQLValue) throws {
         switch sqlValue {
         case .integer(let value): self = value
@@ -191,6 +224,7 @@ extension Int64: SQLDecodable {
 }
 
 extension Int: SQLDecodable {
+    @inlinable
     public init(sqlValue: SQLValue) throws {
         let wide = try Int64(sqlValue: sqlValue)
         guard let value = Int(exactly: wide) else { throw SQLDecodingError.mismatch(sqlValue, Int.self) }
@@ -199,6 +233,7 @@ extension Int: SQLDecodable {
 }
 
 extension Int32: SQLDecodable {
+    @inlinable
     public init(sqlValue: SQLValue) throws {
         let wide = try Int64(sqlValue: sqlValue)
         guard let value = Int32(exactly: wide) else { throw SQLDecodingError.mismatch(sqlValue, Int32.self) }
@@ -207,6 +242,7 @@ extension Int32: SQLDecodable {
 }
 
 extension Bool: SQLDecodable {
+    @inlinable
     public init(sqlValue: SQLValue) throws {
         switch sqlValue {
         case .bool(let value): self = value
@@ -217,6 +253,7 @@ extension Bool: SQLDecodable {
 }
 
 extension String: SQLDecodable {
+    @inlinable
     public init(sqlValue: SQLValue) throws {
         switch sqlValue {
         case .text(let value): self = value
@@ -228,6 +265,7 @@ extension String: SQLDecodable {
 }
 
 extension Array: SQLDecodable where Element == UInt8 {
+    @inlinable
     public init(sqlValue: SQLValue) throws {
         switch sqlValue {
         case .bytes(let bytes): self = bytes
@@ -238,10 +276,12 @@ extension Array: SQLDecodable where Element == UInt8 {
 }
 
 extension Data: SQLDecodable {
+    @inlinable
     public init(sqlValue: SQLValue) throws { self = Data(try [UInt8](sqlValue: sqlValue)) }
 }
 
 extension Optional: SQLDecodable where Wrapped: SQLDecodable {
+    @inlinable
     public init(sqlValue: SQLValue) throws {
         if case .null = sqlValue {
             self = .none
