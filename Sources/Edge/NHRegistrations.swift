@@ -13,8 +13,8 @@ import NIOCore
 /// call, with NH's Atom/XML bodies (``NHRegistrationXML``), ETags and continuation tokens.
 /// Listen may create, replace, read and delete one registration and list those of one handle;
 /// listing all of a hub's, or by tag, needs Manage.
-extension EdgeRoutes {
-    func addNotificationHubsRegistrationRoutes(to router: Router<EdgeRequestContext>) {
+extension NotificationHubsRoutes {
+    func addRegistrationRoutes(to router: Router<EdgeRequestContext>) {
         // .NET writes `registrationids`, the REST docs `registrationIDs`.
         for spelling in ["registrationIDs", "registrationids"] {
             router.post(":hub/\(spelling)") { request, context in
@@ -70,7 +70,8 @@ extension EdgeRoutes {
     /// or replace; with `If-Match`, only over that ETag: 412 otherwise). 200 with the stored entry.
     func writeRegistration(_ request: Request, _ context: EdgeRequestContext, id: String?) async throws -> Response {
         let (hub, answer) = try await authorizeSASAnswer(request, context, needs: .listen)
-        var description = try NHRegistrationXML.parse([UInt8](try await collect(request, upTo: config.maxBodyBytes)))
+        var description = try NHRegistrationXML.parse(
+            [UInt8](try await EdgeHTTP.collect(request, upTo: config.maxBodyBytes)))
         description.registrationID = id ?? Self.newRegistrationID()
         let stored = try await Self.preconditioned {
             try await registration.putHubRegistration(

@@ -20,8 +20,18 @@ import Synchronization
 /// 429 with `Retry-After` for throttling. Every answer carries `TrackingId` (the caller's, as .NET
 /// sends one per request, else Herald's request id) and `x-ms-correlation-request-id`, which the JS
 /// SDK reads. `api-version` and `x-ms-version` are accepted and not required.
-extension EdgeRoutes {
-    func addNotificationHubsRoutes(to router: Router<EdgeRequestContext>) {
+struct NotificationHubsRoutes: Sendable {
+    let auth: any AuthServiceClientProtocol
+    /// auth's SAS verdicts reused while they hold (see ``AuthVerdictCache``).
+    let verdicts: AuthVerdictCache
+    let registration: any RegistrationServiceClientProtocol
+    /// For erasing a user of the hub, which reaches every service.
+    let payload: any PayloadServiceClientProtocol
+    let dispatch: any DispatchServiceClientProtocol
+    let failures: DeliveryFailures
+    let config: EdgeConfig
+
+    func add(to router: Router<EdgeRequestContext>) {
         router.put(":hub/installations/:id") { request, context in
             await nh(request, context) { try await putInstallation(request, context) }
         }
@@ -55,7 +65,7 @@ extension EdgeRoutes {
         router.get(":hub/messages/:id/failures") { request, context in
             await nh(request, context) {
                 let hub = try await authorizeSAS(request, context, needs: .send)
-                return try await failuresExport(
+                return try await failures.export(
                     id: try context.parameters.require("id"), hub: hub, requestID: context.requestID)
             }
         }
@@ -65,6 +75,7 @@ extension EdgeRoutes {
         router.delete(":hub/schedulednotifications/:id") { request, context in
             await nh(request, context) { try await cancelScheduled(request, context) }
         }
+        addRegistrationRoutes(to: router)
     }
 
     /// Runs an NH route and answers its errors in NH's XML, through the edge's one status mapping;
@@ -179,7 +190,8 @@ extension EdgeRoutes {
     ) async throws -> Response {
         let (hub, answer) = try await authorizeSASAnswer(request, context, needs: .listen)
         let id = try context.parameters.require("id")
-        try await call(hub, id, [UInt8](try await collect(request, upTo: config.maxBodyBytes)), answer.maxInstallations)
+        try await call(
+            hub, id, [UInt8](try await EdgeHTTP.collect(request, upTo: config.maxBodyBytes)), answer.maxInstallations)
         return Self.nhEmpty(.ok, contentLocation: Self.contentLocation(request, id: id))
     }
 

@@ -11,7 +11,7 @@ import NIOCore
 /// (docs/notification-hubs.md, "Sends" and "Telemetry"). Every variant is one `Send` to herald-dispatch, the engine the
 /// tutorial's and `/v1` sends use too; what differs is only how the target and the payload are read
 /// from NH's headers.
-extension EdgeRoutes {
+extension NotificationHubsRoutes {
     /// NH refuses a send request over 64 KB with 413, whatever a push service's own limit.
     static let nhMaxRequestBytes = 64 << 10
     /// Handles one batch send may name (NH's limit; herald-dispatch holds it too).
@@ -125,43 +125,6 @@ extension EdgeRoutes {
             body: ResponseBody(byteBuffer: ByteBuffer(string: xml)))
     }
 
-    /// `GET /{hub}/messages/{id}/failures` and `GET /v1/notifications/{id}/failures`: every
-    /// delivery of a send that failed for good, one JSON object per line (NDJSON), in outbox order:
-    /// `{"attempts","handle","messageId","platform","reason","registrationId","state","status"}`.
-    /// NH's telemetry points at it as `PnsErrorDetailsUri` (NH's own is a blob of the same facts).
-    func failuresExport(id: String, requester: String = "", hub: String = "", requestID: String) async throws
-        -> Response
-    {
-        guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no notification \(id)") }
-        var out: [UInt8] = []
-        var after: Int64 = 0
-        while true {
-            let page = try await dispatch.listDeliveries(
-                ListDeliveriesRequest(
-                    notificationID: id, requester: requester, afterSequence: after, limit: 1000, hub: hub,
-                    failedOnly: true),
-                requestID: requestID
-            ).deliveries
-            for delivery in page {
-                let line: [String: Any] = [
-                    "registrationId": delivery.registrationID, "platform": delivery.platform.name,
-                    "handle": delivery.handle,
-                    "state": delivery.state == .abandoned ? "Abandoned" : "Failed", "reason": delivery.reason,
-                    "status": Int(delivery.lastStatus), "attempts": Int(delivery.attempts),
-                    "messageId": delivery.messageID,
-                ]
-                out += try JSONSerialization.data(
-                    withJSONObject: line, options: [.sortedKeys, .withoutEscapingSlashes])
-                out.append(UInt8(ascii: "\n"))
-            }
-            guard page.count == 1000, let last = page.last else { break }
-            after = last.sequence
-        }
-        return Response(
-            status: .ok, headers: [.contentType: "application/x-ndjson", .cacheControl: "no-store"],
-            body: ResponseBody(byteBuffer: ByteBuffer(bytes: out)))
-    }
-
     // MARK: parts
 
     /// The send an NH request asks for: its payload (``nhPayload(_:body:)``) and target: `?direct`
@@ -209,7 +172,7 @@ extension EdgeRoutes {
         let limit = limit == Self.nhMaxRequestBytes ? min(config.maxBodyBytes, limit) : limit
         let body: Data
         do {
-            body = try await collect(request, upTo: limit)
+            body = try await EdgeHTTP.collect(request, upTo: limit)
         } catch let error as EdgeError where error.status == .contentTooLarge {
             throw EdgeError(.contentTooLarge, "The message size cannot be over \(limit / 1024) Kb")
         }

@@ -11,8 +11,14 @@ import Hummingbird
 /// a test pointed at a real deployment fails loudly instead of reading its pushes or wiping it.
 /// No credentials are asked: a test stack holds nothing worth protecting, and tests in any language
 /// can call these with a bare HTTP client.
-extension EdgeRoutes {
-    func addTestRoutes(to router: Router<EdgeRequestContext>) {
+struct TestRoutes: Sendable {
+    let auth: any AuthServiceClientProtocol
+    let registration: any RegistrationServiceClientProtocol
+    let payload: any PayloadServiceClientProtocol
+    let dispatch: any DispatchServiceClientProtocol
+    let config: EdgeConfig
+
+    func add(to router: Router<EdgeRequestContext>) {
         router.get("v1/test/inbox") { request, context in try await testInbox(request, context) }
         router.post("v1/test/reset") { _, context in try await testReset(context) }
     }
@@ -48,10 +54,10 @@ extension EdgeRoutes {
         }
         let entries = try await dispatch.listInbox(
             ListInboxRequest(
-                afterSequence: after, limit: limit, handle: try Self.text(query.get("handle") ?? "", "handle")),
+                afterSequence: after, limit: limit, handle: try EdgeHTTP.text(query.get("handle") ?? "", "handle")),
             requestID: context.requestID
         ).entries
-        return try Self.json(TestInboxBody(entries: entries.map(InboxEntryJSON.init)))
+        return try EdgeHTTP.json(TestInboxBody(entries: entries.map(InboxEntryJSON.init)))
     }
 
     /// `POST /v1/test/reset`: every service deletes what it owns (ResetForTests), herald-auth creates
@@ -64,7 +70,7 @@ extension EdgeRoutes {
         let registration = try await registration.resetForTests(ResetForTestsRequest(), requestID: id).deleted
         let payload = try await payload.resetForTests(ResetForTestsRequest(), requestID: id).deleted
         let auth = try await auth.resetForTests(ResetForTestsRequest(), requestID: id).deleted
-        return try Self.json([
+        return try EdgeHTTP.json([
             "deleted": ["auth": auth, "registration": registration, "payload": payload, "dispatch": dispatch]
         ])
     }

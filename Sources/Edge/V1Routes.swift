@@ -9,13 +9,21 @@ public import Hummingbird
 ///
 /// JSON here is camelCase (the `api/*` routes keep the tutorial's PascalCase); errors are the same
 /// `{"error","message"}` bodies.
-extension EdgeRoutes {
-    func addV1Routes(to router: Router<EdgeRequestContext>) {
+struct V1Routes: Sendable {
+    let users: UserAuthentication
+    let auth: any AuthServiceClientProtocol
+    let content: ContentPush
+    let dispatch: any DispatchServiceClientProtocol
+    let failures: DeliveryFailures
+    let config: EdgeConfig
+
+    func add(to router: Router<EdgeRequestContext>) {
         router.post("v1/notifications") { request, context in try await upload(request, context) }
         router.get("v1/notifications/:id/failures") { request, context in
-            let (user, requestID) = try await authenticate(request, context)
-            return try await failuresExport(
-                id: try Self.text(try context.parameters.require("id"), "id"), requester: user, requestID: requestID)
+            let (user, requestID) = try await users.authenticate(request, context)
+            return try await failures.export(
+                id: try EdgeHTTP.text(try context.parameters.require("id"), "id"), requester: user, requestID: requestID
+            )
         }
         router.get("v1/notifications/:id/outcome") { request, context in
             try await outcome(request, context, id: context.parameters.require("id"))
@@ -35,7 +43,7 @@ extension EdgeRoutes {
     /// 202 with `{"notificationId","payloadId"?,"state","outcome"}` and `Location` of the outcome.
     /// Content over `max-content-bytes` is 413 and nothing is stored.
     func upload(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let principal = try await principal(request, context)
+        let principal = try await users.principal(request, context)
         let (user, requestID) = (principal.user, context.requestID)
         let query = request.uri.queryParameters
         let kind = query.get("kind") ?? ""
@@ -59,8 +67,8 @@ extension EdgeRoutes {
             }
             ttl = value
         }
-        let message = try Self.text(query.get("message") ?? "", "message")
-        try Self.requireSend(principal, toUser: toUser.isEmpty ? nil : toUser)
+        let message = try EdgeHTTP.text(query.get("message") ?? "", "message")
+        try UserAuthentication.requireSend(principal, toUser: toUser.isEmpty ? nil : toUser)
 
         let payloadID: Int64?
         let outcome: Outcome
@@ -71,80 +79,75 @@ extension EdgeRoutes {
                     .badRequest,
                     "\(kind) content is readable by its recipient only: give to_user (to_tag is for kind=alert)")
             }
-            let body = try await collect(request, upTo: config.maxContentBytes)
+            let body = try await EdgeHTTP.collect(request, upTo: config.maxContentBytes)
             guard !body.isEmpty else { throw EdgeError(.badRequest, "the body is the content to send; it is empty") }
-            try await requireUser(toUser, requestID: requestID)
+            try await users.requireUser(toUser, requestID: requestID)
             if kind == "rich" {
                 let contentType = request.headers[.contentType] ?? "application/octet-stream"
-                let richType = try Self.text(
+                let richType = try EdgeHTTP.text(
                     query.get("rich_type") ?? NativePayloads.richType(contentType: contentType), "rich_type")
-                (payloadID, outcome) = try await sendRich(
-                    [UInt8](body), contentType: try Self.text(contentType, "Content-Type"), message: message,
+                (payloadID, outcome) = try await content.sendRich(
+                    [UInt8](body), contentType: try EdgeHTTP.text(contentType, "Content-Type"), message: message,
                     richType: richType,
                     to: toUser, from: user, ttlSeconds: ttl, requestID: requestID)
             } else {
                 guard let text = String(data: body, encoding: .utf8) else {
                     throw EdgeError(.badRequest, "secure content must be UTF-8 text")
                 }
-                (payloadID, outcome) = try await sendSecure(
-                    try Self.text(text, "body"), to: toUser, from: user, ttlSeconds: ttl, requestID: requestID)
+                (payloadID, outcome) = try await content.sendSecure(
+                    try EdgeHTTP.text(text, "body"), to: toUser, from: user, ttlSeconds: ttl, requestID: requestID)
             }
         case "alert":
-            let body = try await collect(request, upTo: config.maxBodyBytes)
+            let body = try await EdgeHTTP.collect(request, upTo: config.maxBodyBytes)
             guard let text = String(data: body, encoding: .utf8), !text.isEmpty else {
                 throw EdgeError(.badRequest, "the body is the alert text (UTF-8); it is empty")
             }
             payloadID = nil
-            outcome = try await send(
+            outcome = try await content.send(
                 SendRequest(
-                    targetUser: toUser, targetTag: toTag, payloads: NativePayloads.alert(try Self.text(text, "body")),
+                    targetUser: toUser, targetTag: toTag,
+                    payloads: NativePayloads.alert(try EdgeHTTP.text(text, "body")),
                     sender: user),
                 requestID: requestID)
         default:
             throw EdgeError(.badRequest, "kind must be rich, secure or alert")
         }
-        var response = try Self.json(
+        var response = try EdgeHTTP.json(
             AcceptedBody(
                 notificationId: outcome.notificationID, payloadId: payloadID, state: OutcomeBody.state(outcome.state),
-                outcome: Self.outcomePath(outcome.notificationID)),
+                outcome: EdgeHTTP.outcomePath(outcome.notificationID)),
             status: .accepted)
-        response.headers[.location] = Self.outcomePath(outcome.notificationID)
+        response.headers[.location] = EdgeHTTP.outcomePath(outcome.notificationID)
         return response
-    }
-
-    /// 404 unless content may be stored for `user` (an account in accounts mode): content for
-    /// nobody would sit in the database until it expires.
-    func requireUser(_ user: String, requestID: String) async throws {
-        let answer = try await auth.userExists(UserExistsRequest(user: user), requestID: requestID)
-        guard answer.exists else { throw EdgeError(.notFound, "user \(user) not found") }
     }
 
     /// `GET /v1/notifications/{id}/outcome`: where a send stands; its sender only (404 for others).
     func outcome(_ request: Request, _ context: EdgeRequestContext, id: String) async throws -> Response {
-        let (user, requestID) = try await authenticate(request, context)
+        let (user, requestID) = try await users.authenticate(request, context)
         let outcome = try await dispatch.getOutcome(
-            GetOutcomeRequest(notificationID: try Self.text(id, "id"), requester: user),
+            GetOutcomeRequest(notificationID: try EdgeHTTP.text(id, "id"), requester: user),
             requestID: requestID)
-        return try Self.json(OutcomeBody(outcome))
+        return try EdgeHTTP.json(OutcomeBody(outcome))
     }
 
     /// `POST /v1/auth/token` with Basic credentials: `{"access_token","token_type":"Bearer","expires_in","user"}`
     /// (OAuth 2.0's names, RFC 6749 §5.1).
     func issueToken(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let requestID = context.requestID
-        let header = try Self.authorization(request, missing: "missing Authorization header: send Basic credentials")
+        let header = try EdgeHTTP.authorization(
+            request, missing: "missing Authorization header: send Basic credentials")
         let issued = try await auth.issueToken(
             IssueTokenRequest(authorization: header, clientAddress: context.remoteIP), requestID: requestID)
         let expiresIn = max(0, (issued.expiresAtUnixMs - unixMillis()) / 1000)
-        var response = try Self.json(TokenBody(accessToken: issued.token, expiresIn: expiresIn, user: issued.user))
+        var response = try EdgeHTTP.json(TokenBody(accessToken: issued.token, expiresIn: expiresIn, user: issued.user))
         response.headers[.cacheControl] = "no-store"
         return response
     }
 
     /// `DELETE /v1/auth/token` with `Authorization: Bearer <token>`: revokes that token. 204.
     func revokeToken(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let (_, requestID) = try await authenticate(request, context)
-        let header = try Self.authorization(request)
+        let (_, requestID) = try await users.authenticate(request, context)
+        let header = try EdgeHTTP.authorization(request)
         guard header.lowercased().hasPrefix("bearer ") else {
             throw EdgeError(.badRequest, "send the token to revoke as Authorization: Bearer <token>")
         }

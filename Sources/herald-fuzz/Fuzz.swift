@@ -178,7 +178,7 @@ enum FuzzTarget: String, CaseIterable {
     static func json(_ bytes: [UInt8]) {
         let data = Data(bytes)
         _ = try? RegistrationBody.parse(data)
-        _ = try? EdgeRoutes.messageText(data)
+        _ = try? EdgeHTTP.messageText(data)
     }
 
     static func subscription(_ bytes: [UInt8]) {
@@ -331,12 +331,12 @@ enum FuzzTarget: String, CaseIterable {
                     name: name, value: String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)))
         }
         let body = Data((parts.count > 1 ? parts[1] : "").utf8)
-        if let payload = try? EdgeRoutes.nhPayload(fields, body: body) {
+        if let payload = try? NotificationHubsRoutes.nhPayload(fields, body: body) {
             guard (0...PushLimits.maxTTLSeconds).contains(payload.ttlSeconds) else {
                 fatalError("an NH send got ttl \(payload.ttlSeconds) s")
             }
             _ = try? PlatformRules.prepare(payload, sentAt: 1_700_000_000_000)
-            _ = try? EdgeRoutes.directHandle(fields, platform: payload.platform)
+            _ = try? NotificationHubsRoutes.directHandle(fields, platform: payload.platform)
         }
     }
 

@@ -17,13 +17,13 @@ struct EdgeHardeningTests {
             "text/html", "text/html; charset=utf-8", "image/svg+xml", "application/xhtml+xml", "application/pdf",
             "text/plain", "TEXT/HTML",
         ] {
-            let headers = EdgeRoutes.contentHeaders(type)
+            let headers = TutorialRoutes.contentHeaders(type)
             #expect(headers[.xContentTypeOptions] == "nosniff")
             #expect(headers[.contentDisposition] == "attachment", "\(type)")
             #expect(headers[.contentSecurityPolicy]?.contains("sandbox") == true)
         }
         for type in ["image/png", "image/jpeg", "audio/mpeg", "video/mp4", "IMAGE/PNG; q=1"] {
-            let headers = EdgeRoutes.contentHeaders(type)
+            let headers = TutorialRoutes.contentHeaders(type)
             #expect(headers[.xContentTypeOptions] == "nosniff")
             #expect(headers[.contentDisposition] == nil, "\(type)")
         }

@@ -134,17 +134,17 @@ struct NHFormatTests {
             HTTPField.Name("ServiceBusNotification-Format")!: "windows", HTTPField.Name("X-WNS-Type")!: "wns/raw",
             HTTPField.Name("X-WNS-TTL")!: "60", .contentType: "application/octet-stream",
         ]
-        let wns = try EdgeRoutes.nhPayload(headers, body: Data("raw".utf8))
+        let wns = try NotificationHubsRoutes.nhPayload(headers, body: Data("raw".utf8))
         #expect(
             wns.platform == .wns && wns.pushType == "wns/raw" && wns.ttlSeconds == 60
                 && wns.contentType == "application/octet-stream")
         headers = [HTTPField.Name("ServiceBusNotification-Format")!: "Apple", HTTPField.Name("apns-priority")!: "7"]
-        #expect(throws: EdgeError.self) { try EdgeRoutes.nhPayload(headers, body: Data("{}".utf8)) }
+        #expect(throws: EdgeError.self) { try NotificationHubsRoutes.nhPayload(headers, body: Data("{}".utf8)) }
         headers = [
             HTTPField.Name("ServiceBusNotification-Format")!: "apple",
             HTTPField.Name("ServiceBusNotification-Apns-Expiry")!: "2999-01-01T00:00:00Z",
         ]
-        let apple = try EdgeRoutes.nhPayload(headers, body: Data(#"{"aps":{"alert":"x"}}"#.utf8))
+        let apple = try NotificationHubsRoutes.nhPayload(headers, body: Data(#"{"aps":{"alert":"x"}}"#.utf8))
         #expect(apple.pushType == "alert" && apple.ttlSeconds > 0)
         // Numbers from outside are read once, bounded; nothing after them can trap.
         let format = HTTPField.Name("ServiceBusNotification-Format")!
@@ -152,28 +152,33 @@ struct NHFormatTests {
             "-9223372036854775808", "9223372036854775807", "9223372036854775808", "253402300800", "-1", "1e9",
         ] {
             let expiration: HTTPFields = [format: "apple", HTTPField.Name("apns-expiration")!: value]
-            #expect(throws: EdgeError.self, "\(value)") { try EdgeRoutes.nhPayload(expiration, body: Data("{}".utf8)) }
+            #expect(throws: EdgeError.self, "\(value)") {
+                try NotificationHubsRoutes.nhPayload(expiration, body: Data("{}".utf8))
+            }
             let ttl: HTTPFields = [
                 format: "windows", HTTPField.Name("X-WNS-Type")!: "wns/raw", HTTPField.Name("X-WNS-TTL")!: value,
             ]
-            #expect(throws: EdgeError.self, "\(value)") { try EdgeRoutes.nhPayload(ttl, body: Data("raw".utf8)) }
+            #expect(throws: EdgeError.self, "\(value)") {
+                try NotificationHubsRoutes.nhPayload(ttl, body: Data("raw".utf8))
+            }
         }
         // The latest expiry there is means the longest Herald keeps a push.
         for (name, value) in [
             ("apns-expiration", "253402300799"), ("ServiceBusNotification-Apns-Expiry", "9999-12-31T23:59:59Z"),
         ] {
-            let far = try EdgeRoutes.nhPayload([format: "apple", HTTPField.Name(name)!: value], body: Data("{}".utf8))
+            let far = try NotificationHubsRoutes.nhPayload(
+                [format: "apple", HTTPField.Name(name)!: value], body: Data("{}".utf8))
             #expect(far.ttlSeconds == PushLimits.maxTTLSeconds, "\(name)")
         }
         headers = [
             HTTPField.Name("ServiceBusNotification-Format")!: "browser",
             HTTPField.Name("ServiceBusNotification-DeviceHandle")!: "https://e",
         ]
-        #expect(throws: EdgeError.self) { try EdgeRoutes.directHandle(headers, platform: .browser) }
+        #expect(throws: EdgeError.self) { try NotificationHubsRoutes.directHandle(headers, platform: .browser) }
         headers[HTTPField.Name("P256DH")!] = "p"
         headers[HTTPField.Name("Auth")!] = "a"
         #expect(
-            try EdgeRoutes.directHandle(headers, platform: .browser)
+            try NotificationHubsRoutes.directHandle(headers, platform: .browser)
                 == #"{"endpoint":"https://e","keys":{"auth":"a","p256dh":"p"}}"#)
     }
 }

@@ -87,7 +87,7 @@ enum ConsolePage {
         if session {
             response.setCookie(
                 Cookie(
-                    name: EdgeRoutes.sessionCookie, value: "", maxAge: 0, path: "/console", httpOnly: true,
+                    name: ConsoleRoutes.sessionCookie, value: "", maxAge: 0, path: "/console", httpOnly: true,
                     sameSite: .strict))
         }
         return response
@@ -117,22 +117,22 @@ enum ConsolePage {
 
     /// A posted form's fields: `application/x-www-form-urlencoded`, or the text fields of
     /// `multipart/form-data` (see ``upload(_:_:)`` for its files).
-    static func form(_ request: Request, _ routes: EdgeRoutes) async throws -> [String: String] {
-        try await upload(request, routes).fields
+    static func form(_ request: Request, _ config: EdgeConfig) async throws -> [String: String] {
+        try await upload(request, config).fields
     }
 
     /// A posted form's fields and its uploaded files by field name: a `multipart/form-data` part
     /// with a Content-Type is a file (left out when empty: no file was chosen).
-    static func upload(_ request: Request, _ routes: EdgeRoutes) async throws -> (
+    static func upload(_ request: Request, _ config: EdgeConfig) async throws -> (
         fields: [String: String], files: [String: UploadedFile]
     ) {
         guard (request.headers[.contentType] ?? "").lowercased().hasPrefix("multipart/form-data") else {
-            let body = try await routes.collect(request, upTo: routes.config.maxBodyBytes)
+            let body = try await EdgeHTTP.collect(request, upTo: config.maxBodyBytes)
             return (fields(urlEncoded: String(decoding: body, as: UTF8.self)), [:])
         }
         var fields: [String: String] = [:]
         var files: [String: UploadedFile] = [:]
-        for part in try await multipart(request, routes) {
+        for part in try await multipart(request, config) {
             guard let name = part.name else { continue }
             if let type = part.headers.first(name: "Content-Type") {
                 if part.body.readableBytes > 0 {
@@ -160,7 +160,7 @@ enum ConsolePage {
 
     /// Every part of a `multipart/form-data` body (a file's part has its Content-Type header),
     /// the body at most `max-content-bytes` plus room for the form's other fields.
-    static func multipart(_ request: Request, _ routes: EdgeRoutes) async throws -> [MultipartPart] {
+    static func multipart(_ request: Request, _ config: EdgeConfig) async throws -> [MultipartPart] {
         let contentType = request.headers[.contentType] ?? ""
         guard let range = contentType.range(of: "boundary=") else {
             throw EdgeError(.badRequest, "multipart/form-data without a boundary")
@@ -171,7 +171,7 @@ enum ConsolePage {
         guard let boundary, !boundary.isEmpty else {
             throw EdgeError(.badRequest, "multipart/form-data without a boundary")
         }
-        let body = try await routes.collect(request, upTo: routes.config.maxContentBytes + 64 * 1024)
+        let body = try await EdgeHTTP.collect(request, upTo: config.maxContentBytes + 64 * 1024)
         var parts: [MultipartPart] = []
         var headers = HTTPHeaders()
         var partBody = ByteBuffer()

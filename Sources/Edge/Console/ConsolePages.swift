@@ -6,7 +6,7 @@ import Hummingbird
 
 /// The console's pages: each reads what it shows through the services' RPCs and renders one
 /// template. Nothing here is stored by the edge.
-extension EdgeRoutes {
+extension ConsoleRoutes {
     // MARK: hubs
 
     func hubsPage(_ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
@@ -27,7 +27,7 @@ extension EdgeRoutes {
     func createHub(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws
         -> Response
     {
-        let form = try await ConsolePage.form(request, self)
+        let form = try await ConsolePage.form(request, config)
         try Self.requireCSRF(form, session)
         try requireAdmin(session)
         var limit: Int64 = 0
@@ -38,7 +38,7 @@ extension EdgeRoutes {
             limit = value
         }
         let hub = try await auth.createHub(
-            CreateHubRequest(name: try Self.text(form["name"] ?? "", "name"), maxInstallations: limit),
+            CreateHubRequest(name: try EdgeHTTP.text(form["name"] ?? "", "name"), maxInstallations: limit),
             requestID: context.requestID)
         return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))")
     }
@@ -93,9 +93,9 @@ extension EdgeRoutes {
         )
         let page = try await registration.listDevices(
             ListDevicesRequest(
-                hub: hub.id, user: try Self.text(filter.user, "user"), tag: try Self.text(filter.tag, "tag"),
-                platform: try Self.platform(filter.platform), handlePrefix: try Self.text(filter.handle, "handle"),
-                afterID: try Self.text(query["after"] ?? "", "after"), limit: 50),
+                hub: hub.id, user: try EdgeHTTP.text(filter.user, "user"), tag: try EdgeHTTP.text(filter.tag, "tag"),
+                platform: try Self.platform(filter.platform), handlePrefix: try EdgeHTTP.text(filter.handle, "handle"),
+                afterID: try EdgeHTTP.text(query["after"] ?? "", "after"), limit: 50),
             requestID: context.requestID)
         let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub.name))"
         let devices: [[String: Any]] = page.devices.map { device in
@@ -135,7 +135,7 @@ extension EdgeRoutes {
     func testSend(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub)
         async throws -> Response
     {
-        let (fields, files) = try await ConsolePage.upload(request, self)
+        let (fields, files) = try await ConsolePage.upload(request, config)
         let file = files["file"]
         try Self.requireCSRF(fields, session)
         let form = TestSendForm(fields)
@@ -148,20 +148,20 @@ extension EdgeRoutes {
             let outcome: Outcome
             switch form.kind {
             case "secure":
-                try await requireUser(form.user, requestID: requestID)
-                outcome = try await sendSecure(
+                try await users.requireUser(form.user, requestID: requestID)
+                outcome = try await content.sendSecure(
                     form.text, to: form.user, from: session.user, hub: hub.id, requestID: requestID
                 ).outcome
             case "rich":
                 guard let file else { throw EdgeError(.badRequest, "choose a file to send as rich content") }
-                try await requireUser(form.user, requestID: requestID)
-                outcome = try await sendRich(
+                try await users.requireUser(form.user, requestID: requestID)
+                outcome = try await content.sendRich(
                     file.bytes, contentType: file.type, message: form.message,
                     richType: NativePayloads.richType(contentType: file.type),
                     to: form.user, from: session.user, hub: hub.id, requestID: requestID
                 ).outcome
             default:
-                outcome = try await send(
+                outcome = try await content.send(
                     try form.request(payloads: payloads, hub: hub.id, sender: session.user), requestID: requestID)
             }
             return ConsolePage.redirect(
@@ -224,7 +224,7 @@ extension EdgeRoutes {
         let sends = try await dispatch.listSends(
             ListSendsRequest(
                 hub: hub.id, beforeCreatedAtUnixMs: max(0, before),
-                beforeNotificationID: try Self.text(query.get("before_id") ?? "", "id"),
+                beforeNotificationID: try EdgeHTTP.text(query.get("before_id") ?? "", "id"),
                 limit: 25),
             requestID: context.requestID)
         let stats = try await dispatch.sendStats(
@@ -262,7 +262,7 @@ extension EdgeRoutes {
     func outcomePage(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub)
         async throws -> Response
     {
-        let id = try Self.text(try context.parameters.require("id"), "id")
+        let id = try EdgeHTTP.text(try context.parameters.require("id"), "id")
         let outcome = try await dispatch.getOutcome(
             GetOutcomeRequest(notificationID: id, hub: hub.id), requestID: context.requestID)
         let after = request.uri.queryParameters.get("after").flatMap(Int64.init) ?? 0
@@ -305,7 +305,7 @@ extension EdgeRoutes {
     /// `/console/sends/{id}`: a send found by id alone (the inbox knows no hub), redirected to its
     /// hub's page for an operator who manages that hub; 404 otherwise, as for an unknown id.
     func findSend(_ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
-        let id = try Self.text(try context.parameters.require("id"), "id")
+        let id = try EdgeHTTP.text(try context.parameters.require("id"), "id")
         let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id), requestID: context.requestID)
         // The outcome names its hub by id; the console's paths by name.
         let hubs = try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
@@ -398,7 +398,7 @@ struct TestSendForm {
     /// the payload service assigns when it is sent). Throws 400 for what cannot be sent.
     func payloads(content: ConsolePage.UploadedFile?, previewID: Int64) throws -> [NativePayload] {
         for (value, name) in [(user, "user"), (tag, "tag"), (handle, "handle"), (text, "text"), (message, "message")] {
-            _ = try EdgeRoutes.text(value, name)
+            _ = try EdgeHTTP.text(value, name)
         }
         switch target {
         case "user":
@@ -424,7 +424,7 @@ struct TestSendForm {
             guard !text.isEmpty else { throw EdgeError(.badRequest, "the alert's text is empty") }
             let all = NativePayloads.alert(text)
             if target == "device" {
-                let platform = try EdgeRoutes.platform(platform)
+                let platform = try ConsoleRoutes.platform(platform)
                 return all.filter { $0.platform == platform }
             }
             return all

@@ -25,11 +25,18 @@ import NIOCore
 ///
 /// The routes are separate from the API's (a `/console` prefix in the same router), so the API
 /// routes pay nothing for them: not a middleware, not a lookup.
-extension EdgeRoutes {
+struct ConsoleRoutes: Sendable {
+    let users: UserAuthentication
+    let auth: any AuthServiceClientProtocol
+    let registration: any RegistrationServiceClientProtocol
+    let dispatch: any DispatchServiceClientProtocol
+    let content: ContentPush
+    let config: EdgeConfig
+
     static let sessionCookie = "herald_session"
     static let signInCookie = "herald_signin"
 
-    func addConsoleRoutes(to router: Router<EdgeRequestContext>) {
+    func add(to router: Router<EdgeRequestContext>) {
         let console = router.group("console")
         console.get { _, _ in ConsolePage.redirect("/console/hubs") }
         console.get("assets/console.css") { _, _ in
@@ -149,7 +156,7 @@ extension EdgeRoutes {
         }
         let principal: AuthenticateResponse
         do {
-            principal = try await verdict(
+            principal = try await users.verdict(
                 AuthenticateRequest(authorization: "Bearer \(token)", hub: Names.defaultHub),
                 requestID: context.requestID)
         } catch let error as ServiceError where error.code == .unauthenticated {
@@ -169,7 +176,7 @@ extension EdgeRoutes {
 
     func manages(_ session: ConsoleSession, hub: String, _ context: EdgeRequestContext) async throws -> Bool {
         if session.admin { return true }
-        let principal = try await verdict(
+        let principal = try await users.verdict(
             AuthenticateRequest(authorization: "Bearer \(session.token)", hub: hub), requestID: context.requestID)
         return HubRights(granted: principal.rights).contains(.manage)
     }
@@ -208,7 +215,7 @@ extension EdgeRoutes {
     }
 
     func signIn(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let form = try await ConsolePage.form(request, self)
+        let form = try await ConsolePage.form(request, config)
         guard let nonce = request.cookies[Self.signInCookie]?.value, let sent = form["_csrf"],
             ConsolePage.constantTimeEqual(nonce, sent)
         else {
@@ -224,7 +231,7 @@ extension EdgeRoutes {
         let issued: IssueTokenResponse
         do {
             issued = try await auth.issueToken(
-                IssueTokenRequest(authorization: try Self.text(basic, "password"), clientAddress: context.remoteIP),
+                IssueTokenRequest(authorization: try EdgeHTTP.text(basic, "password"), clientAddress: context.remoteIP),
                 requestID: context.requestID)
         } catch let error as ServiceError where error.code == .unauthenticated {
             return signInPage(request, message: "Wrong user name or password.", user: user, status: .unauthorized)
@@ -262,7 +269,7 @@ extension EdgeRoutes {
 
     func signOut(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response
     {
-        try Self.requireCSRF(try await ConsolePage.form(request, self), session)
+        try Self.requireCSRF(try await ConsolePage.form(request, config), session)
         _ = try await auth.revokeToken(RevokeTokenRequest(token: session.token), requestID: context.requestID)
         return ConsolePage.redirect("/console/login", clearing: true)
     }
