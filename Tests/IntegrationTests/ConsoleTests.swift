@@ -309,10 +309,17 @@ struct ConsoleTests {
             let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
             #expect(try await runProgram(herald, ["hubs", "grant", "default", "admin", "Manage"] + dir).status == 0)
             let browser = Browser(live)
+            let signingIn = ContinuousClock.now
             let signedIn = try await browser.signIn("admin", EdgeClient.password(of: "admin", in: .accounts))
             let cookie = signedIn.header("Set-Cookie") ?? ""
             #expect(cookie.contains("Max-Age=1") || cookie.contains("Max-Age=2"), "\(cookie)")
-            #expect(try await browser.get("/console/hubs").status == 200)
+            // Signed in until the token's two seconds are up. On a loaded machine the first page can
+            // come after them (a fresh-clone CI's PostgreSQL pass saw it): sent to sign in then is
+            // the expiry itself, not an early end.
+            let first = try await browser.get("/console/hubs").status
+            #expect(
+                first == 200 || (first == 303 && ContinuousClock.now - signingIn >= .seconds(2)),
+                "\(first) within the session's two seconds")
             // A browser drops the cookie then; a client that keeps it is refused all the same.
             let deadline = ContinuousClock.now + .seconds(15)
             var page = try await browser.get("/console/hubs")
