@@ -257,7 +257,7 @@ public final class HubSenders: Sendable {
         }
         for credentials in stored {
             guard !current.contains("\(credentials.hub)/\(credentials.platform.rawValue)/\(credentials.updatedAt)"),
-                !changedSince.contains("\(credentials.hub)/\(credentials.platform.rawValue)")
+                !changedSince.contains(Self.key(credentials.hub, credentials.platform))
             else { continue }
             do {
                 try await set(
@@ -273,10 +273,10 @@ public final class HubSenders: Sendable {
                     ])
             }
         }
-        let kept = Set(stored.map { "\($0.hub)/\($0.platform.rawValue)" }).union(changedSince)
+        let kept = Set(stored.map { Self.key($0.hub, $0.platform) }).union(changedSince)
         hubs.withLock { hubs in
             for (hub, platforms) in hubs {
-                for platform in platforms.keys where !kept.contains("\(hub)/\(platform.rawValue)") {
+                for platform in platforms.keys where !kept.contains(Self.key(hub, platform)) {
                     hubs[hub]?[platform] = nil
                 }
             }
@@ -297,10 +297,13 @@ public final class HubSenders: Sendable {
         noteChange(hub: hub, platforms: platform == .unspecified ? [.apns, .fcm, .wns, .browser] : [platform])
     }
 
+    /// A hub's platform, as ``load(_:readSince:logger:)`` and the change times name it.
+    private static func key(_ hub: String, _ platform: Platform) -> String { "\(hub)/\(platform.rawValue)" }
+
     private func noteChange(hub: String, platforms: [Platform]) {
         let now = ContinuousClock.now
         changes.withLock { changes in
-            for platform in platforms { changes["\(hub)/\(platform.rawValue)"] = now }
+            for platform in platforms { changes[Self.key(hub, platform)] = now }
         }
     }
 

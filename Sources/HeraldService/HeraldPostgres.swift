@@ -190,17 +190,7 @@ public final class HeraldPostgres: Service, Sendable {
 
     /// Deletes every row of `tables` in one transaction (ResetForTests); ids keep counting up.
     public func deleteAll(_ tables: [String]) async throws -> Int64 {
-        try await transaction { connection in
-            var deleted: Int64 = 0
-            for table in tables {
-                let rows = try await connection.query(
-                    PostgresQuery(
-                        unsafeSQL: "WITH gone AS (DELETE FROM \(table) RETURNING 1) SELECT count(*) FROM gone"),
-                    logger: logger)
-                for try await count in rows.decode(Int64.self) { deleted += count }
-            }
-            return deleted
-        }
+        try await sql.deleteAll(tables)
     }
 
     /// The health check: the database takes a write (a heartbeat row per schema).
