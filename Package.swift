@@ -83,6 +83,11 @@ let package = Package(
         // send's file upload (multipart/form-data), which Hummingbird does not parse itself.
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
         .package(url: "https://github.com/vapor/multipart-kit.git", from: "4.7.1"),
+        // Tracing (issue 36): the Tracer API Hummingbird already records its spans through, and W3C
+        // `traceparent`/`tracestate` parsing. The OTLP exporter is Herald's own (docs/operations.md
+        // says why not swift-otel).
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
+        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
     ],
     targets: [
         // protobuf-c runtime from Debian's libprotobuf-c-dev.
@@ -124,6 +129,8 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -144,6 +151,7 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -200,6 +208,7 @@ let package = Package(
                 .product(name: "JWTKit", package: "jwt-kit"),
                 // ECDH, HKDF and AES-GCM for Web Push's aes128gcm encoding.
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -317,6 +326,8 @@ let package = Package(
                     .product(name: "NIOCore", package: "swift-nio"),
                     .product(name: "NIOEmbedded", package: "swift-nio"),
                     .product(name: "NIOPosix", package: "swift-nio"),
+                    .product(name: "Tracing", package: "swift-distributed-tracing"),
+                    .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
                 ],
                 swiftSettings: swiftSettings
             ),

@@ -32,11 +32,14 @@ struct GRPCBinding: RegistrableRPCService {
                     requestID = value
                     break
                 }
+                var traced: (parent: String?, state: String?) = (nil, nil)
+                if HeraldTracing.isOn {
+                    traced.parent = request.metadata[stringValues: traceParentKey].first { _ in true }
+                    traced.state = request.metadata[stringValues: traceStateKey].first { _ in true }
+                }
                 let context = RPCContext(
-                    requestID: requestID ?? newRequestID(),
-                    method: name,
-                    logger: logger
-                )
+                    requestID: requestID ?? newRequestID(), method: name, logger: logger, traceParent: traced.parent,
+                    traceState: traced.state)
                 let input = try await Self.singleMessage(request.messages)
                 switch handler {
                 case .unary(let handle):
@@ -123,6 +126,9 @@ final class DrainFlag: Sendable {
 
 /// Metadata key of the request id propagated across services.
 let requestIDKey = "x-request-id"
+/// W3C trace context, in the metadata of both transports (docs/rpc-protocol.md).
+let traceParentKey = "traceparent"
+let traceStateKey = "tracestate"
 
 /// A fresh request id: 16 hex characters.
 public func newRequestID() -> String {

@@ -2,6 +2,7 @@ import HeraldModel
 public import HeraldProto
 public import Logging
 import NIOPosix
+import Tracing
 
 /// What a handler knows about the call it serves.
 public struct RPCContext: Sendable {
@@ -10,12 +11,43 @@ public struct RPCContext: Sendable {
     public var requestID: String
     /// The full method name, "package.Service/Method".
     public var method: String
+    /// The caller's W3C trace context (metadata `traceparent`/`tracestate`); read only when tracing is on.
+    public var traceParent: String?
+    public var traceState: String?
     private let baseLogger: Logger
 
-    public init(requestID: String, method: String, logger: Logger) {
+    public init(
+        requestID: String, method: String, logger: Logger, traceParent: String? = nil, traceState: String? = nil
+    ) {
         self.requestID = requestID
         self.method = method
         self.baseLogger = logger
+        self.traceParent = traceParent
+        self.traceState = traceState
+    }
+
+    /// Runs a handler in a server span that continues the caller's trace (or starts one) when
+    /// tracing is on; as it is when off. A failed call's span carries its status code. Health
+    /// checks are never traced: every probe would be a trace of its own.
+    func traced<T>(_ body: () async throws -> T) async throws -> T {
+        guard let tracer = HeraldTracing.tracer, !HeraldTracing.isHealthCheck(method) else { return try await body() }
+        var parent = InstrumentationContext.current ?? .topLevel
+        if let traceParent, let trace = HeraldTracing.parse(traceparent: traceParent, tracestate: traceState) {
+            parent.traceContext = trace
+        }
+        return try await tracer.withSpan(method, context: parent, ofKind: .server) { span in
+            span.attributes["rpc.system"] = "grpc"
+            span.attributes["rpc.method"] = method
+            span.attributes["herald.request_id"] = requestID
+            do {
+                return try await body()
+            } catch {
+                let code = ServiceError.from(error).error.code
+                span.attributes["rpc.grpc.status_code"] = Int64(code.rawValue)
+                span.setStatus(SpanStatus(code: .error, message: "\(code)"))
+                throw error
+            }
+        }
     }
 
     /// Records a finished call: its metrics always, and one debug line (method, request id, status,
@@ -99,8 +131,10 @@ public struct MethodTable: Sendable {
             return .unary { bytes, context in
                 let start = ContinuousClock.now
                 do {
-                    let response: [UInt8] = try await handler(try Self.decode(Request.self, bytes), context)
-                        .serializedBytes()
+                    let response: [UInt8] = try await context.traced {
+                        try await handler(try Self.decode(Request.self, bytes), context)
+                    }
+                    .serializedBytes()
                     context.served(start: start, status: .ok, metrics: metrics)
                     return response
                 } catch {
@@ -122,7 +156,7 @@ public struct MethodTable: Sendable {
                 let start = ContinuousClock.now
                 do {
                     let request = try Self.decode(Request.self, bytes)
-                    try await handler(request, context, ResponseStream(sendBytes: send))
+                    try await context.traced { try await handler(request, context, ResponseStream(sendBytes: send)) }
                     context.served(start: start, status: .ok, metrics: metrics)
                 } catch {
                     context.served(start: start, status: ServiceError.from(error).error.code, metrics: metrics)

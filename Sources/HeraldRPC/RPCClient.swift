@@ -6,6 +6,7 @@ public import HeraldProto
 import NIOSSL
 public import ServiceLifecycle
 import Synchronization
+import Tracing
 
 /// Which transport a client speaks.
 public enum RPCTransport: String, CaseIterable, Sendable {
@@ -302,10 +303,30 @@ public final class RPCClient: Sendable {
         _ method: UnaryMethod<Request, Response>, _ request: Request, options: RPCCallOptions
     ) async throws -> Response {
         let bytes = try encode(request)
-        return try await withReplica(method: method.method, timeout: options.timeout ?? defaultTimeout) {
-            replica, timeout, failFast in
-            try await call(
-                method, bytes, requestID: options.requestID, timeout: timeout, failFast: failFast, on: replica.backend)
+        return try await Self.clientSpan(method.fullName) {
+            try await withReplica(method: method.method, timeout: options.timeout ?? defaultTimeout) {
+                replica, timeout, failFast in
+                try await call(
+                    method, bytes, requestID: options.requestID, timeout: timeout, failFast: failFast,
+                    on: replica.backend)
+            }
+        }
+    }
+
+    /// Runs a call in a client span when tracing is on (its context is what the metadata carries).
+    private static func clientSpan<T>(_ method: String, _ body: () async throws -> T) async throws -> T {
+        guard HeraldTracing.isOn, !HeraldTracing.isHealthCheck(method) else { return try await body() }
+        return try await HeraldTracing.span(method, ofKind: .client) { span in
+            span?.attributes["rpc.system"] = "grpc"
+            span?.attributes["rpc.method"] = method
+            do {
+                return try await body()
+            } catch {
+                let code = ServiceError.from(error).error.code
+                span?.attributes["rpc.grpc.status_code"] = Int64(code.rawValue)
+                span?.setStatus(SpanStatus(code: .error, message: "\(code)"))
+                throw error
+            }
         }
     }
 
@@ -348,29 +369,31 @@ public final class RPCClient: Sendable {
             started.store(true, ordering: .relaxed)
             try await onMessage(message)
         }
-        try await withReplica(
-            method: method.method, timeout: options.timeout ?? defaultTimeout,
-            retry: { !started.load(ordering: .relaxed) }
-        ) { replica, timeout, failFast in
-            switch replica.backend {
-            case .lean(let lean):
-                try await lean.call(
-                    method: method.fullName, request: bytes, metadata: Self.leanMetadata(requestID),
-                    timeout: timeout, window: LeanClient.streamWindow, failFast: failFast
-                ) { bytes in try await onMessage(try decode(Response.self, bytes)) }
-            case .grpc(let grpc):
-                do {
-                    try await grpc.serverStreaming(
-                        request: ClientRequest(message: bytes, metadata: Self.metadata(requestID)),
-                        descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
-                        serializer: RawBytesCoder(),
-                        deserializer: HeraldDeserializer<Response>(),
-                        options: callOptions(timeout, failFast: failFast)
-                    ) { response in
-                        for try await message in response.messages { try await onMessage(message) }
+        try await Self.clientSpan(method.fullName) {
+            try await withReplica(
+                method: method.method, timeout: options.timeout ?? defaultTimeout,
+                retry: { !started.load(ordering: .relaxed) }
+            ) { replica, timeout, failFast in
+                switch replica.backend {
+                case .lean(let lean):
+                    try await lean.call(
+                        method: method.fullName, request: bytes, metadata: Self.leanMetadata(requestID),
+                        timeout: timeout, window: LeanClient.streamWindow, failFast: failFast
+                    ) { bytes in try await onMessage(try decode(Response.self, bytes)) }
+                case .grpc(let grpc):
+                    do {
+                        try await grpc.serverStreaming(
+                            request: ClientRequest(message: bytes, metadata: Self.metadata(requestID)),
+                            descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
+                            serializer: RawBytesCoder(),
+                            deserializer: HeraldDeserializer<Response>(),
+                            options: callOptions(timeout, failFast: failFast)
+                        ) { response in
+                            for try await message in response.messages { try await onMessage(message) }
+                        }
+                    } catch let error as RPCError {
+                        throw Self.serviceError(error)
                     }
-                } catch let error as RPCError {
-                    throw Self.serviceError(error)
                 }
             }
         }
@@ -535,11 +558,20 @@ public final class RPCClient: Sendable {
     private static func metadata(_ requestID: String?) -> Metadata {
         var metadata: Metadata = [:]
         if let requestID { metadata.addString(requestID, forKey: requestIDKey) }
+        if let trace = HeraldTracing.currentHeaders {
+            metadata.addString(trace.traceparent, forKey: traceParentKey)
+            if let state = trace.tracestate { metadata.addString(state, forKey: traceStateKey) }
+        }
         return metadata
     }
 
     private static func leanMetadata(_ requestID: String?) -> [LeanMetadataEntry] {
-        requestID.map { [LeanMetadataEntry(key: requestIDKey, value: $0)] } ?? []
+        var entries = requestID.map { [LeanMetadataEntry(key: requestIDKey, value: $0)] } ?? []
+        if let trace = HeraldTracing.currentHeaders {
+            entries.append(LeanMetadataEntry(key: traceParentKey, value: trace.traceparent))
+            if let state = trace.tracestate { entries.append(LeanMetadataEntry(key: traceStateKey, value: state)) }
+        }
+        return entries
     }
 }
 

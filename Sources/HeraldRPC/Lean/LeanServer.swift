@@ -273,7 +273,11 @@ final class LeanServerHandler: ChannelInboundHandler {
             return end(.unimplemented, "method \(request.method) is not implemented by this server")
         }
         let requestID = request.metadata.first { $0.key == requestIDKey }?.value ?? newRequestID()
-        let rpcContext = RPCContext(requestID: requestID, method: request.method, logger: logger)
+        var rpcContext = RPCContext(requestID: requestID, method: request.method, logger: logger)
+        if HeraldTracing.isOn {
+            rpcContext.traceParent = request.metadata.first { $0.key == traceParentKey }?.value
+            rpcContext.traceState = request.metadata.first { $0.key == traceStateKey }?.value
+        }
         let call = LeanServerCall(window: request.window)
         calls[id] = call
         let input = Array(request.message.readableBytesView)

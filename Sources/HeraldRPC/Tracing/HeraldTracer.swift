@@ -1,0 +1,287 @@
+import Synchronization
+public import Tracing
+public import W3CTraceContext
+
+/// The W3C trace context of the span a task is in: carried in `InstrumentationContext` so that
+/// every RPC, log line and span started below it joins the same trace.
+enum TraceContextKey: InstrumentationContextKey {
+    typealias Value = TraceContext
+    static let nameOverride: String? = "traceparent"
+}
+
+/// The span object itself, for code that adds to the current span (``HeraldTracing/annotate(_:)``).
+enum ActiveSpanKey: InstrumentationContextKey {
+    typealias Value = HeraldSpan
+}
+
+extension InstrumentationContext {
+    /// The trace and span this context is in, if any.
+    public var traceContext: TraceContext? {
+        get { self[TraceContextKey.self] }
+        set { self[TraceContextKey.self] = newValue }
+    }
+}
+
+/// Which new traces are recorded (`OTEL_TRACES_SAMPLER`). A span with a parent follows its
+/// parent's sampled flag in the `parentbased_*` samplers (the default), so a trace is whole or absent.
+public enum TraceSampler: Sendable, Equatable {
+    case always
+    case never
+    /// A trace id's lower 8 bytes, read as a number, below `ratio × 2⁶⁴`: every service takes the
+    /// same decision for the same trace without asking each other.
+    case ratio(Double)
+
+    func samples(_ traceID: TraceID) -> Bool {
+        switch self {
+        case .always: return true
+        case .never: return false
+        case .ratio(let ratio):
+            guard ratio < 1 else { return true }
+            guard ratio > 0 else { return false }
+            // The trace id's bytes 8…15 as a big-endian number (W3C's "random" part).
+            let b = traceID.bytes
+            let low = [b.8, b.9, b.10, b.11, b.12, b.13, b.14, b.15].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            return Double(low) < ratio * 18_446_744_073_709_551_616.0
+        }
+    }
+}
+
+/// Herald's tracer: W3C trace context in and out, spans handed to an exporter when they end.
+///
+/// Hummingbird's `TracingMiddleware` and Herald's own RPC layer start spans through the
+/// swift-distributed-tracing API (`InstrumentationSystem`), so either side of a call can be a
+/// different Tracer implementation and still join the trace: the only contract is `traceparent`.
+public final class HeraldTracer: Tracer, Sendable {
+    public typealias Span = HeraldSpan
+
+    /// `service.name` and the other resource attributes of every span.
+    public let resource: [(String, String)]
+    let sampler: TraceSampler
+    let parentBased: Bool
+    let sink: @Sendable (FinishedSpan) -> Void
+
+    /// `sink` receives each recorded span once it ends (the exporter's queue, or a test's list).
+    public init(
+        resource: [(String, String)], sampler: TraceSampler = .always, parentBased: Bool = true,
+        sink: @escaping @Sendable (FinishedSpan) -> Void
+    ) {
+        self.resource = resource
+        self.sampler = sampler
+        self.parentBased = parentBased
+        self.sink = sink
+    }
+
+    public func startSpan<Instant: TracerInstant>(
+        _ operationName: String, context: @autoclosure () -> InstrumentationContext, ofKind kind: SpanKind,
+        at instant: @autoclosure () -> Instant, function: String, file fileID: String, line: UInt
+    ) -> HeraldSpan {
+        var context = context()
+        let parent = context.traceContext
+        let traceID = parent?.traceID ?? TraceID.random()
+        let sampled =
+            if let parent, parentBased { parent.flags.contains(.sampled) } else { sampler.samples(traceID) }
+        let own = TraceContext(
+            traceID: traceID, spanID: SpanID.random(), flags: sampled ? .sampled : [],
+            state: parent?.state ?? TraceState())
+        context.traceContext = own
+        let span = HeraldSpan(
+            name: operationName, context: context, identity: own, parent: parent?.spanID, kind: kind,
+            start: instant().nanosecondsSinceEpoch, recording: sampled, sink: sink)
+        if sampled { context[ActiveSpanKey.self] = span }
+        span.setContext(context)
+        return span
+    }
+
+    public func activeSpan(identifiedBy context: InstrumentationContext) -> HeraldSpan? {
+        context[ActiveSpanKey.self]
+    }
+
+    public func forceFlush() {}
+
+    public func extract<Carrier, Extract: Extractor>(
+        _ carrier: Carrier, into context: inout InstrumentationContext, using extractor: Extract
+    ) where Extract.Carrier == Carrier {
+        guard let parent = extractor.extract(key: "traceparent", from: carrier),
+            let trace = HeraldTracing.parse(
+                traceparent: parent, tracestate: extractor.extract(key: "tracestate", from: carrier))
+        else { return }
+        context.traceContext = trace
+    }
+
+    public func inject<Carrier, Inject: Injector>(
+        _ context: InstrumentationContext, into carrier: inout Carrier, using injector: Inject
+    ) where Inject.Carrier == Carrier {
+        guard let trace = context.traceContext else { return }
+        injector.inject(trace.traceParentHeaderValue, forKey: "traceparent", into: &carrier)
+        if let state = trace.traceStateHeaderValue { injector.inject(state, forKey: "tracestate", into: &carrier) }
+    }
+}
+
+/// A span as the exporter sees it once it has ended.
+public struct FinishedSpan: Sendable {
+    public var name: String
+    public var trace: TraceContext
+    public var parentSpanID: SpanID?
+    public var kind: SpanKind
+    public var startNanos: UInt64
+    public var endNanos: UInt64
+    public var attributes: SpanAttributes
+    public var status: SpanStatus?
+    public var events: [SpanEvent]
+    public var links: [(trace: TraceContext, attributes: SpanAttributes)]
+}
+
+/// One span of ``HeraldTracer``. Mutations are locked: a span may be touched from several tasks
+/// (a route's handler and the response writer that ends it).
+public final class HeraldSpan: Tracing.Span, Sendable {
+    private struct State {
+        var name: String
+        var context: InstrumentationContext
+        var attributes = SpanAttributes()
+        var status: SpanStatus?
+        var events: [SpanEvent] = []
+        var links: [(trace: TraceContext, attributes: SpanAttributes)] = []
+        var ended = false
+    }
+
+    public let identity: TraceContext
+    let parent: SpanID?
+    let kind: SpanKind
+    let start: UInt64
+    public let isRecording: Bool
+    private let sink: @Sendable (FinishedSpan) -> Void
+    private let state: Mutex<State>
+
+    init(
+        name: String, context: InstrumentationContext, identity: TraceContext, parent: SpanID?, kind: SpanKind,
+        start: UInt64, recording: Bool, sink: @escaping @Sendable (FinishedSpan) -> Void
+    ) {
+        self.identity = identity
+        self.parent = parent
+        self.kind = kind
+        self.start = start
+        self.isRecording = recording
+        self.sink = sink
+        state = Mutex(State(name: name, context: context))
+    }
+
+    fileprivate func setContext(_ context: InstrumentationContext) { state.withLock { $0.context = context } }
+
+    public var context: InstrumentationContext { state.withLock { $0.context } }
+
+    public var operationName: String {
+        get { state.withLock { $0.name } }
+        set { state.withLock { $0.name = newValue } }
+    }
+
+    public var attributes: SpanAttributes {
+        get { state.withLock { $0.attributes } }
+        set {
+            guard isRecording else { return }
+            state.withLock { $0.attributes = newValue }
+        }
+    }
+
+    public func setStatus(_ status: SpanStatus) {
+        guard isRecording else { return }
+        state.withLock { $0.status = status }
+    }
+
+    public func addEvent(_ event: SpanEvent) {
+        guard isRecording else { return }
+        state.withLock { if $0.events.count < 32 { $0.events.append(event) } }
+    }
+
+    public func recordError<Instant: TracerInstant>(
+        _ error: any Error, attributes: SpanAttributes, at instant: @autoclosure () -> Instant
+    ) {
+        guard isRecording else { return }
+        var attributes = attributes
+        attributes["exception.type"] = "\(type(of: error))"
+        attributes["exception.message"] = "\(error)"
+        addEvent(SpanEvent(name: "exception", at: instant(), attributes: attributes))
+    }
+
+    public func addLink(_ link: SpanLink) {
+        guard isRecording, let trace = link.context.traceContext else { return }
+        state.withLock { if $0.links.count < 128 { $0.links.append((trace, link.attributes)) } }
+    }
+
+    public func end<Instant: TracerInstant>(at instant: @autoclosure () -> Instant) {
+        let finished = state.withLock { state -> FinishedSpan? in
+            guard !state.ended else { return nil }
+            state.ended = true
+            // The context holds this span (ActiveSpanKey): dropped here so the two do not keep each other.
+            state.context[ActiveSpanKey.self] = nil
+            guard isRecording else { return nil }
+            return FinishedSpan(
+                name: state.name, trace: identity, parentSpanID: parent, kind: kind, startNanos: start,
+                endNanos: instant().nanosecondsSinceEpoch, attributes: state.attributes, status: state.status,
+                events: state.events, links: state.links)
+        }
+        if let finished { sink(finished) }
+    }
+}
+
+/// Process-wide tracing: off (the default) until ``HeraldTracing/install(_:)`` in `main`.
+public enum HeraldTracing {
+    /// The installed tracer; nil when tracing is off. Written once, by `main` before any task
+    /// starts (like `InstrumentationSystem.bootstrap` itself), read without a lock after.
+    nonisolated(unsafe) public private(set) static var tracer: HeraldTracer?
+
+    /// True when spans are recorded: the one check the hot paths make when tracing is off.
+    @inlinable public static var isOn: Bool { tracer != nil }
+
+    /// Makes `tracer` the process's tracer (and swift-distributed-tracing's, so Hummingbird's
+    /// middleware uses it). Call once, before any task starts.
+    public static func install(_ tracer: HeraldTracer) {
+        Self.tracer = tracer
+        InstrumentationSystem.bootstrap(tracer)
+    }
+
+    /// A `traceparent` (and `tracestate`) as a trace context; nil when malformed (a bad header
+    /// starts a new trace rather than failing a request). Bounded: W3C's lengths only.
+    public static func parse(traceparent: String, tracestate: String?) -> TraceContext? {
+        guard traceparent.utf8.count == 55 else { return nil }
+        let state = tracestate.flatMap { $0.utf8.count <= 512 ? $0 : nil }
+        return (try? TraceContext(traceParentHeaderValue: traceparent, traceStateHeaderValue: state))
+            ?? (try? TraceContext(traceParentHeaderValue: traceparent))
+    }
+
+    /// The current task's trace context as `traceparent`/`tracestate` values, for RPC metadata.
+    public static var currentHeaders: (traceparent: String, tracestate: String?)? {
+        guard isOn, let trace = InstrumentationContext.current?.traceContext else { return nil }
+        return (trace.traceParentHeaderValue, trace.traceStateHeaderValue)
+    }
+
+    /// Runs `body` in a span when tracing is on (the span is nil when off).
+    @inlinable public static func span<T>(
+        _ name: String, ofKind kind: SpanKind = .internal, context: InstrumentationContext? = nil,
+        _ body: (HeraldSpan?) async throws -> T
+    ) async rethrows -> T {
+        guard let tracer else { return try await body(nil) }
+        return try await tracer.withSpan(
+            name, context: context ?? InstrumentationContext.current ?? .topLevel, ofKind: kind
+        ) { span in try await body(span) }
+    }
+
+    /// grpc.health.v1's methods: probes, not requests, and never traced.
+    static func isHealthCheck(_ method: String) -> Bool { method.hasPrefix("grpc.health.v1.") }
+
+    /// Adds attributes to the task's current span (no-op when tracing is off or nothing is traced).
+    public static func annotate(_ update: (inout SpanAttributes) -> Void) {
+        guard isOn, let span = InstrumentationContext.current?[ActiveSpanKey.self] else { return }
+        var attributes = span.attributes
+        update(&attributes)
+        span.attributes = attributes
+    }
+
+    /// A context whose parent is `traceparent` (as stored with an outbox send), for spans started
+    /// later by background work on that send's behalf.
+    public static func context(traceparent: String) -> InstrumentationContext? {
+        guard let trace = parse(traceparent: traceparent, tracestate: nil) else { return nil }
+        var context = InstrumentationContext.topLevel
+        context.traceContext = trace
+        return context
+    }
+}

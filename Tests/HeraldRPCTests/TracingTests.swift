@@ -1,0 +1,166 @@
+import HeraldModel
+import Synchronization
+import Testing
+import Tracing
+import W3CTraceContext
+
+@testable import HeraldRPC
+
+/// The tracer, the W3C propagation and the OTel settings, without a process or a collector
+/// (IntegrationTests.TracingTests runs them across the real stack into an OTLP receiver).
+@Suite("tracing")
+struct TracerTests {
+    final class Collected: Sendable {
+        let spans = Mutex<[FinishedSpan]>([])
+        var all: [FinishedSpan] { spans.withLock { $0 } }
+    }
+
+    static func tracer(
+        _ sampler: TraceSampler = .always, parentBased: Bool = true
+    ) -> (HeraldTracer, Collected) {
+        let collected = Collected()
+        let tracer = HeraldTracer(resource: [("service.name", "t")], sampler: sampler, parentBased: parentBased) {
+            span in collected.spans.withLock { $0.append(span) }
+        }
+        return (tracer, collected)
+    }
+
+    struct DictionaryCarrier: Extractor, Injector {
+        func extract(key: String, from carrier: [String: String]) -> String? { carrier[key] }
+        func inject(_ value: String, forKey key: String, into carrier: inout [String: String]) { carrier[key] = value }
+    }
+
+    @Test("a child span shares its parent's trace and names it; spans reach the sink only when they end")
+    func parentAndChild() async throws {
+        let (tracer, collected) = Self.tracer()
+        let parent = tracer.startSpan("parent", context: .topLevel, ofKind: .server, at: DefaultTracerClock.now)
+        let child = tracer.startSpan("child", context: parent.context, ofKind: .client, at: DefaultTracerClock.now)
+        child.attributes["n"] = 3
+        child.end()
+        #expect(collected.all.map(\.name) == ["child"])
+        parent.end()
+        parent.end()  // a second end is ignored
+        let spans = collected.all
+        #expect(spans.map(\.name) == ["child", "parent"])
+        #expect(spans[0].trace.traceID == spans[1].trace.traceID)
+        #expect(spans[0].parentSpanID == spans[1].trace.spanID)
+        #expect(spans[1].parentSpanID == nil)
+        #expect(spans[0].attributes["n"]?.toSpanAttribute() == .int64(3))
+    }
+
+    @Test("traceparent in, traceparent out: the caller's trace id and sampled flag are kept; junk starts a new trace")
+    func propagation() {
+        let (tracer, collected) = Self.tracer(.never)
+        var context = InstrumentationContext.topLevel
+        tracer.extract(
+            ["traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "v=1"],
+            into: &context, using: DictionaryCarrier())
+        let span = tracer.startSpan("s", context: context, ofKind: .server, at: DefaultTracerClock.now)
+        var carrier: [String: String] = [:]
+        tracer.inject(span.context, into: &carrier, using: DictionaryCarrier())
+        let sent = carrier["traceparent"] ?? ""
+        #expect(sent.hasPrefix("00-4bf92f3577b34da6a3ce929d0e0e4736-") && sent.hasSuffix("-01"))
+        #expect(!sent.contains("00f067aa0ba902b7"), "a new span id")
+        #expect(carrier["tracestate"] == "v=1")
+        span.end()
+        // Sampled by the parent though the sampler says never (parent-based).
+        #expect(collected.all.first?.parentSpanID.map { "\($0)" } == "00f067aa0ba902b7")
+
+        for junk in [
+            "", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "zz-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01", String(repeating: "0", count: 10_000),
+        ] {
+            var fresh = InstrumentationContext.topLevel
+            tracer.extract(["traceparent": junk], into: &fresh, using: DictionaryCarrier())
+            #expect(fresh.traceContext == nil, "\(junk.prefix(60))")
+        }
+    }
+
+    @Test("samplers: never records nothing; a ratio decides the same way for the same trace id in every process")
+    func sampling() {
+        let (never, none) = Self.tracer(.never)
+        never.startSpan("x", context: .topLevel, ofKind: .internal, at: DefaultTracerClock.now).end()
+        #expect(none.all.isEmpty)
+        let (half, some) = Self.tracer(.ratio(0.5))
+        for _ in 0..<400 {
+            half.startSpan("x", context: .topLevel, ofKind: .internal, at: DefaultTracerClock.now).end()
+        }
+        #expect((100...300).contains(some.all.count), "\(some.all.count) of 400 at 0.5")
+        let id = TraceID.random()
+        #expect(TraceSampler.ratio(0.3).samples(id) == TraceSampler.ratio(0.3).samples(id))
+    }
+
+    @Test("OTEL_* settings: off unless asked, the spec's defaults, and a clear error for what Herald cannot do")
+    func configuration() throws {
+        #expect(try TracingConfiguration(environment: [:], defaultServiceName: "herald-x") == nil)
+        #expect(
+            try TracingConfiguration(
+                environment: ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_SDK_DISABLED": "true"],
+                defaultServiceName: "x") == nil)
+        #expect(
+            try TracingConfiguration(
+                environment: ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_TRACES_EXPORTER": "none"],
+                defaultServiceName: "x") == nil)
+        let defaults = try #require(
+            try TracingConfiguration(environment: ["OTEL_TRACES_EXPORTER": "otlp"], defaultServiceName: "herald-x"))
+        #expect(defaults.host == "localhost" && defaults.port == 4317 && !defaults.useTLS)
+        #expect(defaults.serviceName == "herald-x" && defaults.sampler == .always && defaults.parentBased)
+        #expect(defaults.scheduleDelay == .milliseconds(5000) && defaults.maxQueueSize == 2048)
+        let set = try #require(
+            try TracingConfiguration(
+                environment: [
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://collector.example:4318",
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": "http://ignored:1",
+                    "OTEL_EXPORTER_OTLP_HEADERS": "api-key=a%20b, x=1",
+                    "OTEL_SERVICE_NAME": "edge-eu", "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod",
+                    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25",
+                ], defaultServiceName: "herald-edge"))
+        #expect(set.host == "collector.example" && set.port == 4318 && set.useTLS)
+        #expect(set.headers == ["api-key": "a b", "x": "1"])
+        #expect(set.resourceAttributes.map(\.0) == ["service.name", "deployment.environment"])
+        #expect(set.resourceAttributes.first?.1 == "edge-eu")
+        #expect(set.sampler == .ratio(0.25) && set.parentBased)
+        for bad in [
+            ["OTEL_TRACES_EXPORTER": "zipkin"],
+            ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"],
+            ["OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"],
+            ["OTEL_TRACES_EXPORTER": "otlp", "OTEL_BSP_SCHEDULE_DELAY": "-5"],
+            ["OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "sometimes"],
+        ] {
+            #expect(throws: ConfigError.self, "\(bad)") {
+                try TracingConfiguration(environment: bad, defaultServiceName: "x")
+            }
+        }
+    }
+
+    @Test("the OTLP encoding: a span's ids, times, kind and attributes at OTLP's field numbers")
+    func encoding() {
+        let (tracer, collected) = Self.tracer()
+        let span = tracer.startSpan(
+            "push", context: .topLevel, ofKind: .client, at: DefaultTracerClock.Instant(nanosecondsSinceEpoch: 1000))
+        span.attributes["s"] = "v"
+        span.attributes["i"] = 300
+        span.end(at: DefaultTracerClock.Instant(nanosecondsSinceEpoch: 2000))
+        let finished = collected.all[0]
+        var writer = ProtoWriter()
+        OTLPTraceEncoding.encode(finished, into: &writer)
+        let bytes = writer.bytes
+        // trace_id: field 1, length 16, then the id's bytes.
+        #expect(Array(bytes.prefix(2)) == [0x0A, 16])
+        #expect(Array(bytes[2..<18]) == OTLPTraceEncoding.bytes(finished.trace.traceID))
+        #expect(Array(bytes[18..<20]) == [0x12, 8])  // span_id
+        // kind = 3 (client), start 1000 as fixed64 (field 7, wire type 1).
+        #expect(bytes.contains(subsequence: [0x30, 3]))
+        #expect(bytes.contains(subsequence: [0x39, 0xE8, 0x03, 0, 0, 0, 0, 0, 0]))
+        // The int attribute 300 as a varint (AnyValue.int_value = 3).
+        #expect(bytes.contains(subsequence: [0x18, 0xAC, 0x02]))
+    }
+}
+
+extension Array where Element == UInt8 {
+    func contains(subsequence: [UInt8]) -> Bool {
+        guard subsequence.count <= count else { return false }
+        return (0...(count - subsequence.count)).contains { Array(self[$0..<($0 + subsequence.count)]) == subsequence }
+    }
+}
