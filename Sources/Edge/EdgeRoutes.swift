@@ -59,6 +59,11 @@ public struct EdgeRoutes: Sendable {
     }
 
     public func add(to router: Router<EdgeRequestContext>) {
+        // A span per request when tracing is on (W3C traceparent honoured); the device handle in the
+        // tutorial's `?handle=` stays out of the trace.
+        if HeraldTracing.isOn {
+            router.add(middleware: TracingMiddleware(redactingQueryParameters: ["handle"]))
+        }
         router.add(middleware: EdgeErrorMiddleware())
         let users = UserAuthentication(auth: auth, verdicts: verdicts)
         let content = ContentPush(payload: payload, dispatch: dispatch)

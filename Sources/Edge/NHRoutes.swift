@@ -82,6 +82,8 @@ struct NotificationHubsRoutes: Sendable {
     /// every answer gets the request's tracking id (``trackingID(_:_:)``).
     func nh(_ request: Request, _ context: EdgeRequestContext, _ body: () async throws -> Response) async -> Response {
         let tracking = Self.trackingID(request, context)
+        // NH's tracking id is a correlation attribute of the request's span, never its trace id.
+        HeraldTracing.annotate { $0["nh.tracking_id"] = tracking }
         var response: Response
         do {
             response = try await body()

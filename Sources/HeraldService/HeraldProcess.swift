@@ -7,6 +7,7 @@ import NIOCore
 import NIOPosix
 public import ServiceLifecycle
 import Synchronization
+import Tracing
 public import UnixSignals
 
 #if canImport(Glibc)
@@ -121,7 +122,8 @@ public enum HeraldProcess {
     private static func makeServiceGroup(
         _ definition: ServiceDefinition, config: RuntimeConfig, reader: ConfigReader, logger: Logger,
         shutdownSignals: [UnixSignal],
-        watchdog: ExitWatchdog?
+        watchdog: ExitWatchdog?,
+        background: [any Service] = []
     ) async throws -> ServiceGroup {
         let name = definition.name
         let peers = definition.peers
@@ -142,7 +144,8 @@ public enum HeraldProcess {
                     host: listen.host, port: listen.port, urlFile: "\(config.runtimeDir)/\(name).metrics.url",
                     logger: logger))
         }
-        let services: [any Service] = peers.map { clients[$0]! } + own
+        // The exporter first, so it stops last and sends the spans of the drain.
+        let services: [any Service] = background + peers.map { clients[$0]! } + own
         return ServiceGroup(
             configuration: .init(
                 services: services.map { .init(service: ReportedService($0, logger: logger, watchdog: watchdog)) },
@@ -167,8 +170,21 @@ public enum HeraldProcess {
         do {
             let reader = try ConfigReader.fromProcess()
             let config = try definition.runtimeConfig(reader)
-            let logger = try bootstrapLogging(service: name, config: config)
+            // OpenTelemetry's own variables (OTEL_*), not Herald settings: read before logging,
+            // whose lines then carry trace_id and span_id.
+            let tracing = try TracingConfiguration(
+                environment: ProcessInfo.processInfo.environment, defaultServiceName: "herald-\(name)")
+            let logger = try bootstrapLogging(service: name, config: config, tracing: tracing != nil)
             HeraldMetrics.bootstrap()
+            let exporter = tracing.map { OTLPExporter(configuration: $0, logger: logger) }
+            if let exporter {
+                HeraldTracing.install(exporter.makeTracer())
+                logger.info(
+                    "tracing on",
+                    metadata: [
+                        "herald.otlp_endpoint": "\(exporter.configuration.host):\(exporter.configuration.port)"
+                    ])
+            }
             if try reader.bool("check-health") {
                 guard let own = config.ownSocket else { throw ConfigError("no socket to check: both are off") }
                 exit(await checkHealth(socketPath: own.path, transport: own.transport) ? 0 : 1)
@@ -177,7 +193,7 @@ public enum HeraldProcess {
             umask(0o027)
             let group = try await makeServiceGroup(
                 definition, config: config, reader: reader, logger: logger, shutdownSignals: [.sigterm, .sigint],
-                watchdog: ExitWatchdog(drainTimeout: config.drainTimeout))
+                watchdog: ExitWatchdog(drainTimeout: config.drainTimeout), background: exporter.map { [$0] } ?? [])
             try await group.run()
             logger.info("stopped")
             exit(0)
@@ -191,23 +207,31 @@ public enum HeraldProcess {
     }
 
     /// Points swift-log at standard error, as text or JSON lines (`log-format`), at `log-level`.
-    private static func bootstrapLogging(service name: String, config: RuntimeConfig) throws -> Logger {
+    /// With `tracing`, every line logged inside a traced task carries `trace_id` and `span_id`.
+    private static func bootstrapLogging(service name: String, config: RuntimeConfig, tracing: Bool) throws -> Logger {
         guard let level = Logger.Level(rawValue: config.logLevel) else {
             throw ConfigError("log-level must be one of trace|debug|info|notice|warning|error|critical")
         }
         let format = config.logFormat
-        LoggingSystem.bootstrap { label in
-            switch format {
-            case .text:
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
-            case .json:
-                var handler = JSONLogHandler(label: label)
-                handler.logLevel = level
-                return handler
-            }
-        }
+        let provider: Logger.MetadataProvider? =
+            tracing
+            ? Logger.MetadataProvider {
+                guard let trace = InstrumentationContext.current?.traceContext else { return [:] }
+                return ["trace_id": "\(trace.traceID)", "span_id": "\(trace.spanID)"]
+            } : nil
+        LoggingSystem.bootstrap(
+            { label, provider in
+                switch format {
+                case .text:
+                    var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
+                    handler.logLevel = level
+                    return handler
+                case .json:
+                    var handler = JSONLogHandler(label: label, metadataProvider: provider)
+                    handler.logLevel = level
+                    return handler
+                }
+            }, metadataProvider: provider)
         return Logger(label: "herald-\(name)")
     }
 

@@ -13,11 +13,13 @@ import Synchronization
 public struct JSONLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
     public var logLevel: Logger.Level = .info
+    public var metadataProvider: Logger.MetadataProvider?
     private let label: String
     private static let lock = Mutex(())
 
-    public init(label: String) {
+    public init(label: String, metadataProvider: Logger.MetadataProvider? = nil) {
         self.label = label
+        self.metadataProvider = metadataProvider
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -33,6 +35,7 @@ public struct JSONLogHandler: LogHandler {
             "message": "\(event.message)",
         ]
         var merged = metadata
+        if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
         if let extra = event.metadata { merged.merge(extra) { _, new in new } }
         for (key, value) in merged where object[key] == nil { object[key] = Self.plain(value) }
         guard

@@ -41,6 +41,8 @@ public struct StackConfiguration: Sendable {
     public var extraArguments: [String: [String]] = [:]
     /// A command to run a service under, per service (e.g. "edge": ["valgrind", "--tool=callgrind"]).
     public var launchers: [String: [String]] = [:]
+    /// Environment variables for every service besides this process's own (e.g. OTEL_* for tracing).
+    public var environment: [String: String] = [:]
 
     public init(directory: String, binDirectory: String? = nil) {
         self.directory = URL(fileURLWithPath: directory).standardizedFileURL.path
@@ -258,6 +260,9 @@ public actor Stack {
         } else {
             process.executableURL = URL(fileURLWithPath: executable)
             process.arguments = arguments(for: service)
+        }
+        if !c.environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(c.environment) { $1 }
         }
         if c.captureLogs {
             let path = "\(c.logDirectory)/\(service).log"
