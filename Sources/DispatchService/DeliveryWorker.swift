@@ -7,6 +7,7 @@ public import Logging
 import Metrics
 public import ServiceLifecycle
 import Synchronization
+public import Tracing
 
 /// How retries are spaced: exponential backoff with jitter, never sooner than the push service's
 /// `Retry-After`, given up at the delivery's retry window or expiry.
@@ -89,7 +90,7 @@ struct HubPlatform: Hashable {
 /// `workers` batches are in flight at once. Dead handles are reported to herald-registration
 /// from a durable queue, so feedback survives a restart too.
 public final class DeliveryWorker: Service, Sendable {
-    private let outbox: any OutboxStore
+    let outbox: any OutboxStore
     /// Each hub's sender per platform; which platforms are recorded locally (the inbox, in the
     /// claim's own transaction) and which are claimed with a lease follows it as hubs' credentials change.
     private let senders: HubSenders
@@ -151,14 +152,16 @@ public final class DeliveryWorker: Service, Sendable {
                         if !deliveredLocally { await wakeup.wait(upTo: .seconds(1)) }
                         continue
                     }
+                    let claimStart = HeraldTracing.isOn ? DefaultTracerClock.now : nil
                     guard let items = await claimRemoteBatch() else { continue }
+                    let claim = claimStart.map { ($0, DefaultTracerClock.now) }
                     if !items.isEmpty {
                         running.withLock { $0 += 1 }
                         if tracksLeases {
                             inFlight.withLock { held in for item in items { held[item.sequence] = item.attempt } }
                         }
                         group.addTask {
-                            await self.deliver(items)
+                            await self.deliver(items, claim: claim)
                             if tracksLeases {
                                 self.inFlight.withLock { held in for item in items { held[item.sequence] = nil } }
                             }
@@ -246,24 +249,34 @@ public final class DeliveryWorker: Service, Sendable {
     }
 
     /// One claimed batch: sends each platform's share, then records every result in one transaction.
-    func deliver(_ items: [PushItem]) async {
+    /// `claim`: when the batch's claim began and ended, for its traced sends' spans.
+    func deliver(_ items: [PushItem], claim: (DefaultTracerClock.Instant, DefaultTracerClock.Instant)? = nil) async {
         // One share per hub and platform: each hub's pushes go out with its own credentials only.
         var shares: [HubPlatform: [PushItem]] = [:]
         for item in items { shares[HubPlatform(hub: item.hub, platform: item.platform), default: []].append(item) }
+        let traced = HeraldTracing.isOn ? await traceContexts(of: items) : [:]
         let decisions = await withTaskGroup(of: [Outbox.Decision].self) { group in
             for (key, share) in shares {
                 group.addTask {
-                    guard let sender = self.senders.sender(hub: key.hub, platform: key.platform) else {
-                        return self.decideAll(
-                            share, Array(repeating: .failed(status: 0, reason: "NoCredentials"), count: share.count))
+                    let start = DefaultTracerClock.now
+                    let results: [PushResult]
+                    if let sender = self.senders.sender(hub: key.hub, platform: key.platform) {
+                        results = await sender.send(share)
+                    } else {
+                        results = Array(repeating: .failed(status: 0, reason: "NoCredentials"), count: share.count)
                     }
-                    return self.decideAll(share, await sender.send(share))
+                    if !traced.isEmpty {
+                        self.recordSpans(
+                            share, results, key: key, sent: (start, DefaultTracerClock.now), traced: traced)
+                    }
+                    return self.decideAll(share, results)
                 }
             }
             var all: [Outbox.Decision] = []
             for await part in group { all.append(contentsOf: part) }
             return all
         }
+        if let claim, !traced.isEmpty { recordClaimSpans(items, claim: claim, traced: traced) }
         do {
             let finished = try await outbox.record(decisions)
             for (_, state) in finished { DispatchMetrics.sendFinished(state) }

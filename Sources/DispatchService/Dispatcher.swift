@@ -219,13 +219,17 @@ public final class Dispatcher: Sendable {
         if request.maxDevices > 0, stagedCount + audience.count > request.maxDevices {
             audience.removeLast(stagedCount + audience.count - Int(request.maxDevices))
         }
-        guard
-            let (state, created) = try await outbox.enqueue(
+        // The span whose traceparent the send stores: its deliveries' spans hang below it.
+        let enqueued = try await HeraldTracing.span("outbox.enqueue") { span in
+            span?.attributes["herald.notification_id"] = id
+            span?.attributes["herald.deliveries"] = stagedCount + audience.count
+            return try await outbox.enqueue(
                 id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
                 payloads: payloads, targets: audience, staged: staged, retryWindow: retryWindow,
                 hub: Names.hub(request.hub),
                 scheduled: scheduled, originalBody: request.originalBody)
-        else {
+        }
+        guard let (state, created) = enqueued else {
             logger.info("scheduled send not made: it was cancelled")
             return nil
         }

@@ -107,17 +107,21 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         var after = ""
         while true {
             try Task.checkCancellation()
-            let page =
-                if let expression {
-                    try await store.audience(
-                        expression: expression, platform: request.platform, hub: hub, templates: request.templates,
-                        after: after,
-                        limit: Self.audienceBatchSize)
-                } else {
-                    try await store.audience(
-                        broadcast: hub, platform: request.platform, templates: request.templates, after: after,
-                        limit: Self.audienceBatchSize)
-                }
+            let page = try await HeraldTracing.span("audience.page") { span in
+                let page =
+                    if let expression {
+                        try await store.audience(
+                            expression: expression, platform: request.platform, hub: hub,
+                            templates: request.templates, after: after, limit: Self.audienceBatchSize)
+                    } else {
+                        try await store.audience(
+                            broadcast: hub, platform: request.platform, templates: request.templates, after: after,
+                            limit: Self.audienceBatchSize)
+                    }
+                span?.attributes["herald.hub"] = hub
+                span?.attributes["herald.devices"] = page.count
+                return page
+            }
             guard let last = page.last else { return }
             try await responses.send(AudienceBatch(registrations: page))
             if page.count < Self.audienceBatchSize { return }

@@ -60,6 +60,7 @@ public final class Outbox: OutboxStore {
         let stagedCount = staged?.count ?? 0
         let none = targets.isEmpty && stagedCount == 0
         let state: OutcomeState = none ? .noTargetFound : .enqueued
+        let traceParent = Self.currentTraceParent
         let created: Int64? = try await db.write { db in
             var created = at
             if scheduled {
@@ -75,12 +76,12 @@ public final class Outbox: OutboxStore {
                 try db.execute(
                     sql: """
                         INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at,
-                                                  original_body)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                                  original_body, trace_parent)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [
                         id, sender, targetUser, targetTag, state.rawValue, at, at, hub, none ? at : 0,
-                        Data(originalBody),
+                        Data(originalBody), traceParent,
                     ])
             }
             guard !none else { return created }

@@ -1,5 +1,6 @@
 import GRDB
 public import HeraldProto
+import HeraldRPC
 import HeraldService
 
 /// Purging old sends, the dead-handle queue, and the queue's depth for metrics.
@@ -64,6 +65,21 @@ extension Outbox {
             )
         }
     }
+
+    public func traceParents(of ids: [String]) throws -> [String: String] {
+        try db.read { db in
+            var parents: [String: String] = [:]
+            let marks = Array(repeating: "?", count: ids.count).joined(separator: ",")
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT id, trace_parent FROM notification WHERE id IN (\(marks)) AND trace_parent <> ''",
+                arguments: StatementArguments(ids))
+            for row in rows { parents[row[0]] = row[1] as String }
+            return parents
+        }
+    }
+
+    /// The traceparent a send made now stores: the current span's, '' when not traced.
+    static var currentTraceParent: String { HeraldTracing.currentHeaders?.traceparent ?? "" }
 
     /// Deliveries not finished yet, and handle removals not confirmed yet (for metrics).
     public func depth() throws -> OutboxDepth {

@@ -14,6 +14,7 @@ extension Outbox {
         originalBody: [UInt8] = [], maxPending: Int = .max
     ) async throws -> Int64 {
         let at = now()
+        let traceParent = Self.currentTraceParent
         try await db.write { db in
             let pending =
                 try Int.fetchOne(
@@ -24,11 +25,13 @@ extension Outbox {
             try Self.checkScheduledRoom(pending: pending, maxPending: maxPending, hub: hub)
             try db.execute(
                 sql: """
-                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, original_body)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, original_body,
+                                              trace_parent)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
                     id, sender, targetUser, targetTag, OutcomeState.scheduled.rawValue, at, at, hub, Data(originalBody),
+                    traceParent,
                 ])
             try db.execute(
                 sql: "INSERT INTO scheduled_send (notification_id, fire_at, request) VALUES (?, ?, ?)",

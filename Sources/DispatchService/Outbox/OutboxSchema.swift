@@ -192,6 +192,11 @@ extension Outbox {
             // The caller's request body, for NH telemetry's NotificationBody.
             try db.execute(sql: "ALTER TABLE notification ADD COLUMN original_body BLOB NOT NULL DEFAULT x''")
         }
+        migrator.registerMigration("outbox-v11-trace-parent") { db in
+            // The W3C traceparent of the span that made the send ('' when not traced): its
+            // deliveries' spans join that trace, however much later and on whichever replica.
+            try db.execute(sql: "ALTER TABLE notification ADD COLUMN trace_parent TEXT NOT NULL DEFAULT ''")
+        }
         return migrator
     }
 }

@@ -92,6 +92,8 @@ public protocol OutboxStore: Sendable {
     /// When the earliest pending delivery is due (Unix ms), if any.
     func nextDue() async throws -> Int64?
     func depth() async throws -> OutboxDepth
+    /// The stored traceparent of each of the sends `ids` that was traced (only read when tracing is on).
+    func traceParents(of ids: [String]) async throws -> [String: String]
 
     /// ListSends: ids of `hub`'s sends made before `before` (created_at, id), newest first.
     func recentSends(hub: String, before: (createdAt: Int64, id: String), limit: Int) async throws -> [String]

@@ -196,6 +196,9 @@ public final class PostgresOutbox: OutboxStore {
         PostgresMigration(
             "dispatch-v4-original-body",
             ["ALTER TABLE notification ADD COLUMN original_body BYTEA NOT NULL DEFAULT ''::bytea"]),
+        // The traceparent of the span that made the send (Outbox's outbox-v11-trace-parent).
+        PostgresMigration(
+            "dispatch-v5-trace-parent", ["ALTER TABLE notification ADD COLUMN trace_parent TEXT NOT NULL DEFAULT ''"]),
     ]
 
     /// Rows one INSERT … unnest carries: large sends go in several statements of one transaction.
@@ -220,6 +223,7 @@ public final class PostgresOutbox: OutboxStore {
         let none = targets.isEmpty && stagedCount == 0
         let state: OutcomeState = none ? .noTargetFound : .enqueued
         let finishedAt: Int64 = none ? at : 0
+        let traceParent = Outbox.currentTraceParent
         let logger = db.logger
         let created: Int64? = try await db.transaction { connection in
             var created = at
@@ -239,9 +243,9 @@ public final class PostgresOutbox: OutboxStore {
                 try await connection.query(
                     """
                     INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at,
-                                              original_body)
+                                              original_body, trace_parent)
                     VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(state.rawValue), \(at), \(at), \(hub), \(finishedAt),
-                            \(ByteBuffer(bytes: originalBody)))
+                            \(ByteBuffer(bytes: originalBody)), \(traceParent))
                     """, logger: logger)
             }
             guard !none else { return created }
@@ -357,6 +361,7 @@ public final class PostgresOutbox: OutboxStore {
         originalBody: [UInt8] = [], maxPending: Int = .max
     ) async throws -> Int64 {
         let at = now()
+        let traceParent = Outbox.currentTraceParent
         let logger = db.logger
         try await db.transaction { connection in
             // Counted inside the insert's transaction; concurrent schedules on two replicas may
@@ -369,9 +374,10 @@ public final class PostgresOutbox: OutboxStore {
             try Outbox.checkScheduledRoom(pending: Int(pending), maxPending: maxPending, hub: hub)
             try await connection.query(
                 """
-                INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, original_body)
+                INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, original_body,
+                                          trace_parent)
                 VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(OutcomeState.scheduled.rawValue), \(at), \(at), \(hub),
-                        \(ByteBuffer(bytes: originalBody)))
+                        \(ByteBuffer(bytes: originalBody)), \(traceParent))
                 """, logger: logger)
             try await connection.query(
                 "INSERT INTO scheduled_send (notification_id, fire_at, request) VALUES (\(id), \(fireAt), \(ByteBuffer(bytes: request)))",
@@ -611,6 +617,17 @@ public final class PostgresOutbox: OutboxStore {
         try await db.rows("SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)")
             .first?
             .decode(Int64?.self)
+    }
+
+    nonisolated(nonsending) public func traceParents(of ids: [String]) async throws -> [String: String] {
+        var parents: [String: String] = [:]
+        for row in try await db.rows(
+            "SELECT id, trace_parent FROM notification WHERE id = ANY(\(ids)::text[]) AND trace_parent <> ''")
+        {
+            let (id, parent) = try row.decode((String, String).self)
+            parents[id] = parent
+        }
+        return parents
     }
 
     nonisolated(nonsending) public func depth() async throws -> OutboxDepth {

@@ -1,0 +1,94 @@
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import Tracing
+
+/// A send's deliveries in its trace, without a span per delivery: a send to 100,000 devices would
+/// otherwise be a 100,000-span trace, and the tracing would cost more than the pushes.
+///
+/// Each claimed batch adds, under the span that made the send (its traceparent is stored with the
+/// send), one `outbox.claim` span and one `push <platform>` span per hub and platform, with the
+/// batch's counts; below that, a span per push request for the first
+/// ``DeliveryWorker/sampledDeliverySpans`` deliveries of the send in the batch and for each failed
+/// one up to the same bound, with its status and reason. A push's span covers its batch's time
+/// on the wire: a batch's requests go out together on shared HTTP/2 connections.
+extension DeliveryWorker {
+    /// Per-push spans per send and batch, besides the batch span's counts.
+    static let sampledDeliverySpans = 8
+
+    /// The trace contexts of the traced sends among `items` (one read per batch, only when tracing is on).
+    func traceContexts(of items: [PushItem]) async -> [String: InstrumentationContext] {
+        let ids = Array(Set(items.map(\.notificationID)))
+        guard let parents = try? await outbox.traceParents(of: ids) else { return [:] }
+        return parents.compactMapValues { HeraldTracing.context(traceparent: $0) }
+    }
+
+    func recordClaimSpans(
+        _ items: [PushItem], claim: (DefaultTracerClock.Instant, DefaultTracerClock.Instant),
+        traced: [String: InstrumentationContext]
+    ) {
+        guard let tracer = HeraldTracing.tracer else { return }
+        var counts: [String: Int] = [:]
+        for item in items where traced[item.notificationID] != nil { counts[item.notificationID, default: 0] += 1 }
+        for (id, count) in counts {
+            let span = tracer.startSpan("outbox.claim", context: traced[id]!, ofKind: .internal, at: claim.0)
+            span.attributes["herald.notification_id"] = id
+            span.attributes["herald.deliveries"] = count
+            span.attributes["herald.batch_size"] = items.count
+            span.end(at: claim.1)
+        }
+    }
+
+    func recordSpans(
+        _ share: [PushItem], _ results: [PushResult], key: HubPlatform,
+        sent: (DefaultTracerClock.Instant, DefaultTracerClock.Instant), traced: [String: InstrumentationContext]
+    ) {
+        guard let tracer = HeraldTracing.tracer else { return }
+        var bySend: [String: [(PushItem, PushResult)]] = [:]
+        for (item, result) in zip(share, results) where traced[item.notificationID] != nil {
+            bySend[item.notificationID, default: []].append((item, result))
+        }
+        for (id, deliveries) in bySend {
+            let batch = tracer.startSpan(
+                "push \(key.platform.name)", context: traced[id]!, ofKind: .client, at: sent.0)
+            var delivered = 0
+            var sampled = 0
+            var failedSampled = 0
+            for (item, result) in deliveries {
+                let (status, reason, ok) = Self.describe(result)
+                if ok { delivered += 1 }
+                let sample = ok ? sampled < Self.sampledDeliverySpans : failedSampled < Self.sampledDeliverySpans
+                guard sample else { continue }
+                if ok { sampled += 1 } else { failedSampled += 1 }
+                let push = tracer.startSpan(
+                    "\(key.platform.name) request", context: batch.context, ofKind: .client, at: sent.0)
+                push.attributes["http.response.status_code"] = status
+                push.attributes["herald.reason"] = reason
+                push.attributes["herald.message_id"] = item.messageID
+                push.attributes["herald.attempt"] = item.attempt
+                if !ok { push.setStatus(SpanStatus(code: .error, message: reason)) }
+                push.end(at: sent.1)
+            }
+            batch.attributes["herald.notification_id"] = id
+            batch.attributes["herald.hub"] = key.hub
+            batch.attributes["herald.platform"] = key.platform.name
+            batch.attributes["herald.deliveries"] = deliveries.count
+            batch.attributes["herald.delivered"] = delivered
+            batch.attributes["herald.not_delivered"] = deliveries.count - delivered
+            if delivered < deliveries.count {
+                batch.setStatus(SpanStatus(code: .error, message: "\(deliveries.count - delivered) not delivered"))
+            }
+            batch.end(at: sent.1)
+        }
+    }
+
+    /// A result's HTTP status, reason, and whether it was delivered.
+    static func describe(_ result: PushResult) -> (Int, String, Bool) {
+        switch result {
+        case .delivered(let status): (Int(status), "", true)
+        case .failed(let status, let reason): (Int(status), reason, false)
+        case .unregistered(let status, let reason, _): (Int(status), reason, false)
+        case .retry(let status, let reason, _): (Int(status), reason, false)
+        }
+    }
+}
