@@ -8,7 +8,8 @@
 #                             openssl (the tests' CA), postgresql (the throw-away cluster the tests
 #                             run every store against: scripts/postgres.sh), chromium and a font
 #                             (the console's browser test, scripts/console-test.sh), prometheus (its
-#                             promtool checks and unit-tests services/prometheus' rules)
+#                             promtool checks and unit-tests services/prometheus' rules),
+#                             opentelemetry-proto (the OTLP receiver TracingTests collects spans with)
 #   scripts/setup.sh --bench  also wrk (the edge scenario's load generator), h2load from nghttp2-client
 #                             (the APNs double's capacity), openssl (the double's certificate) and
 #                             valgrind (instruction counts), postgresql (the replicas scenario's
@@ -48,11 +49,12 @@ if (( ${#missing[@]} )); then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [[ "${1:-}" == "--test" ]] && ! { python3 -c 'import grpc, grpc_tools, kubernetes_validate, jwt, py_vapid, http_ece, yaml, azure_notification_hub, notificationhubs_rest_python' 2>/dev/null && command -v kubernetes-validate >/dev/null; }; then
-  echo "setup: installing grpcio, grpcio-tools, kubernetes-validate, PyJWT, py-vapid, http-ece, PyYAML, azure-notification-hub-unofficial and notificationhubs-rest-python from PyPI"
+if [[ "${1:-}" == "--test" ]] && ! { python3 -c 'import grpc, grpc_tools, kubernetes_validate, jwt, py_vapid, http_ece, yaml, azure_notification_hub, notificationhubs_rest_python, opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc' 2>/dev/null && command -v kubernetes-validate >/dev/null; }; then
+  echo "setup: installing grpcio, grpcio-tools, kubernetes-validate, PyJWT, py-vapid, http-ece, PyYAML, azure-notification-hub-unofficial, notificationhubs-rest-python and opentelemetry-proto from PyPI"
   pip_args=(install --quiet --disable-pip-version-check "grpcio==1.85.1" "grpcio-tools==1.85.1" "kubernetes-validate==1.37.0"
     "PyJWT[crypto]==2.15.1" "py-vapid==1.9.6" "http-ece==1.2.1" "PyYAML==6.0.3"
-    "azure-notification-hub-unofficial==0.1.0" "httpx==0.28.1" "notificationhubs-rest-python==1.0.3")
+    "azure-notification-hub-unofficial==0.1.0" "httpx==0.28.1" "notificationhubs-rest-python==1.0.3"
+    "opentelemetry-proto==1.45.2")
   # Debian's own python refuses global installs (PEP 668) unless told otherwise.
   python3 -m pip "${pip_args[@]}" 2>/dev/null || python3 -m pip "${pip_args[@]}" --break-system-packages
 fi

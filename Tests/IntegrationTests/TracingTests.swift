@@ -1,0 +1,274 @@
+import Foundation
+import HeraldRPC
+import HeraldStack
+import Testing
+
+/// Distributed tracing across the five real executables, collected by an OTLP receiver no one here
+/// wrote the decoding of (`Tests/python/otlp_receiver.py`: opentelemetry-proto's classes and grpcio).
+@Suite("distributed tracing over OTLP", .serialized, .timeLimit(.minutes(4)))
+struct TracingTests {
+    /// The OTLP receiver as a child process, and the spans it has written so far.
+    final class Receiver {
+        let process = Process()
+        let spansPath: String
+        let port: Int
+
+        init(folder: String) async throws {
+            let python = try #require(which("python3"), "python3 is required (scripts/setup.sh --test installs it)")
+            let portPath = folder + "/otlp.port"
+            spansPath = folder + "/spans.jsonl"
+            process.executableURL = URL(fileURLWithPath: python)
+            process.arguments = [
+                packageRoot.appendingPathComponent("Tests/python/otlp_receiver.py").path, portPath, spansPath,
+            ]
+            process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+            try process.run()
+            let deadline = ContinuousClock.now + .seconds(30)
+            while true {
+                if let text = try? String(contentsOfFile: portPath, encoding: .utf8), let port = Int(text) {
+                    self.port = port
+                    break
+                }
+                guard process.isRunning else { throw StackError(description: "otlp_receiver.py exited at start") }
+                try #require(ContinuousClock.now < deadline, "the OTLP receiver did not start in 30 s")
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+
+        /// SIGKILL, not SIGTERM: a child of the test runner inherits its threads' blocked signals.
+        func stop() {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+        }
+
+        func spans() -> [Span] {
+            guard let text = try? String(contentsOfFile: spansPath, encoding: .utf8) else { return [] }
+            return text.split(separator: "\n").compactMap { line in
+                guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                    return nil
+                }
+                return Span(object)
+            }
+        }
+
+        /// Polls until `done` holds for the spans of `trace`, or 30 s have passed.
+        func waitForTrace(_ trace: String, until done: ([Span]) -> Bool) async throws -> [Span] {
+            let deadline = ContinuousClock.now + .seconds(30)
+            while true {
+                let spans = spans().filter { $0.traceID == trace }
+                if done(spans) || ContinuousClock.now >= deadline { return spans }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+    }
+
+    struct Span: CustomStringConvertible {
+        var service: String
+        var name: String
+        var traceID: String
+        var spanID: String
+        var parentSpanID: String
+        var kind: Int
+        var attributes: [String: Any]
+        var status: Int
+
+        init?(_ object: [String: Any]) {
+            guard let service = object["service"] as? String, let name = object["name"] as? String,
+                let traceID = object["trace_id"] as? String, let spanID = object["span_id"] as? String
+            else { return nil }
+            self.service = service
+            self.name = name
+            self.traceID = traceID
+            self.spanID = spanID
+            parentSpanID = object["parent_span_id"] as? String ?? ""
+            kind = object["kind"] as? Int ?? 0
+            attributes = object["attributes"] as? [String: Any] ?? [:]
+            status = object["status"] as? Int ?? 0
+        }
+
+        var description: String { "\(service) \(name) \(spanID)←\(parentSpanID)" }
+    }
+
+    /// A stack exporting to a fresh receiver (`tracing`: the OTEL_* variables besides the endpoint),
+    /// every platform sent to the APNs/FCM/WNS/Web Push doubles, auth verdicts never cached (so
+    /// each request's trace shows auth's check).
+    static func withTracedStack(
+        tracing: [String: String] = [:], transport: RPCTransport = .lean,
+        _ body: (Receiver, ProviderFixture, LiveStack) async throws -> Void
+    ) async throws {
+        let folder = try LiveStack.makeDirectory()
+        let receiver = try await Receiver(folder: folder)
+        defer { receiver.stop() }
+        let fixture = try await ProviderFixture.start(in: folder)
+        defer { Task { await fixture.stop() } }
+        try await LiveStack.with(directory: folder + "/stack") { configuration in
+            fixture.configure(&configuration)
+            configuration.rpcTransport = transport
+            configuration.extraArguments["auth", default: []] += ["--verdict-cache-seconds", "0"]
+            configuration.environment = [
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)",
+                "OTEL_BSP_SCHEDULE_DELAY": "100",
+                "OTEL_EXPORTER_OTLP_HEADERS": "x-test-header=herald",
+            ].merging(tracing) { $1 }
+        } _: { live in
+            try await body(receiver, fixture, live)
+        }
+    }
+
+    /// Every span's parent is in the trace, except the root's (the caller's span when it sent a
+    /// traceparent): one tree, with nothing dangling.
+    static func checkTree(_ spans: [Span], root: String) {
+        let ids = Set(spans.map(\.spanID))
+        for span in spans where span.parentSpanID != root {
+            #expect(ids.contains(span.parentSpanID), "\(span) has a parent outside the trace: \(spans)")
+        }
+        #expect(spans.filter { $0.parentSpanID == root }.count == 1, "one root: \(spans)")
+    }
+
+    /// The chain of services from `span` up to the root.
+    static func ancestry(_ span: Span, in spans: [Span]) -> [String] {
+        var chain = [span.service]
+        var current = span
+        while let parent = spans.first(where: { $0.spanID == current.parentSpanID }), chain.count < 64 {
+            chain.append(parent.service)
+            current = parent
+        }
+        return chain
+    }
+
+    @Test(
+        "a tutorial secure push is one trace: the caller's traceparent → edge → auth → registration, payload → dispatch → APNs"
+    )
+    func tutorialSecurePush() async throws {
+        try await Self.withTracedStack { receiver, fixture, live in
+            let token = apnsToken(7001)
+            let created = try await live.edge.request("POST", "/api/register?handle=\(token)", as: "alice")
+            let id = try #require(
+                try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
+            let put = try await live.edge.request(
+                "PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(token)","Tags":[]}"#)
+            #expect(put.status == 200)
+
+            // The caller's own trace: Herald's spans must join it.
+            let trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+            let callerSpan = "00f067aa0ba902b7"
+            let sent = try await live.edge.request(
+                "POST", "/api/notifications", authorization: EdgeClient.basic("alice"), bytes: nil,
+                contentType: "application/json", headers: [("traceparent", "00-\(trace)-\(callerSpan)-01")])
+            #expect(sent.status == 200, "\(sent.text)")
+
+            let spans = try await receiver.waitForTrace(trace) { spans in
+                spans.contains { $0.name == "apns request" } && spans.contains { $0.name == "outbox.claim" }
+            }
+            let services = Set(spans.map(\.service))
+            #expect(
+                services.isSuperset(of: [
+                    "herald-edge", "herald-auth", "herald-registration", "herald-payload", "herald-dispatch",
+                ]), "services in the trace: \(services)")
+            Self.checkTree(spans, root: callerSpan)
+            let edge = try #require(spans.first { $0.parentSpanID == callerSpan }, "\(spans)")
+            #expect(edge.service == "herald-edge" && edge.kind == 2, "\(edge)")
+            #expect(edge.attributes["http.route"] as? String == "/api/notifications", "\(edge.attributes)")
+            #expect(edge.attributes["http.response.status_code"] as? Int == 200, "\(edge.attributes)")
+
+            // Each RPC is a client span in the caller and a server span in the callee, child of it.
+            let authServer = try #require(
+                spans.first { $0.service == "herald-auth" && $0.name == "herald.v1.AuthService/Authenticate" })
+            let authClient = try #require(spans.first { $0.spanID == authServer.parentSpanID })
+            #expect(authClient.service == "herald-edge" && authClient.kind == 3 && authServer.kind == 2)
+
+            // The push to the APNs double, its status, below the dispatch span that made the send.
+            let push = try #require(spans.first { $0.name == "apns request" })
+            #expect(push.attributes["http.response.status_code"] as? Int == 200, "\(push.attributes)")
+            #expect(
+                Self.ancestry(push, in: spans).starts(with: [
+                    "herald-dispatch", "herald-dispatch", "herald-dispatch", "herald-dispatch",
+                ]), "\(Self.ancestry(push, in: spans))")
+            #expect(Self.ancestry(push, in: spans).last == "herald-edge")
+            #expect(spans.contains { $0.service == "herald-registration" && $0.name == "audience.page" })
+            #expect(fixture.double.requests.contains { $0.path == "/3/device/\(token)" })
+            // The exporter sends OTEL_EXPORTER_OTLP_HEADERS with each export.
+            let raw = try String(contentsOfFile: receiver.spansPath, encoding: .utf8)
+            #expect(raw.contains(#""x-test-header": "herald""#))
+        }
+    }
+
+    @Test(
+        "an NH template send over gRPC between the services is one trace, its TrackingId an attribute of the edge's span"
+    )
+    func nhTemplateSend() async throws {
+        try await Self.withTracedStack(transport: .grpc) { receiver, fixture, live in
+            let full = try await NHSendTests.defaultHub(live)
+            let auth = NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full)
+            let template = #"{\"aps\":{\"alert\":\"$(headline)\"}}"#
+            let put = try await live.edge.request(
+                "PUT", "/default/installations/traced-1", authorization: auth,
+                body:
+                    #"{"installationId":"traced-1","platform":"apns","pushChannel":"\#(apnsToken(7101))","tags":["news"],"templates":{"t":{"body":"\#(template)","tags":["lang_en"]}}}"#
+            )
+            #expect(put.status == 200, "\(put.text)")
+            let send = try await NHSendTests.post(
+                live, "/default/messages", full, body: #"{"headline":"traced"}"#,
+                headers: [
+                    ("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-Tags", "lang_en"),
+                    ("TrackingId", "nh-track-42"),
+                ])
+            #expect(send.status == 201, "\(send.text)")
+
+            // No traceparent: the edge starts the trace. Find it by the tracking id.
+            var edge: Span?
+            let deadline = ContinuousClock.now + .seconds(30)
+            while edge == nil, ContinuousClock.now < deadline {
+                edge = receiver.spans().first { $0.attributes["nh.tracking_id"] as? String == "nh-track-42" }
+                if edge == nil { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            let root = try #require(edge, "no edge span with the TrackingId")
+            #expect(root.parentSpanID.isEmpty && root.service == "herald-edge")
+            let spans = try await receiver.waitForTrace(root.traceID) { spans in
+                spans.contains { $0.name == "apns request" }
+            }
+            Self.checkTree(spans, root: "")
+            let services = Set(spans.map(\.service))
+            #expect(
+                services.isSuperset(of: ["herald-edge", "herald-auth", "herald-registration", "herald-dispatch"]),
+                "\(services)")
+            #expect(spans.contains { $0.name == "herald.v1.AuthService/AuthorizeSas" && $0.service == "herald-auth" })
+            let push = try #require(spans.first { $0.name == "apns request" })
+            #expect(push.attributes["http.response.status_code"] as? Int == 200)
+            #expect(Self.ancestry(push, in: spans).last == "herald-edge")
+            #expect(
+                fixture.double.requests.first { $0.path == "/3/device/\(apnsToken(7101))" }.map {
+                    String(decoding: $0.body, as: UTF8.self)
+                } == #"{"aps":{"alert":"traced"}}"#)
+        }
+    }
+
+    @Test("with OTEL_TRACES_EXPORTER=none the receiver gets nothing, even with an endpoint and a caller's traceparent")
+    func offSendsNothing() async throws {
+        let folder = try LiveStack.makeDirectory()
+        let receiver = try await Receiver(folder: folder)
+        defer { receiver.stop() }
+        try await LiveStack.with(directory: folder + "/stack") { configuration in
+            configuration.environment = [
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)", "OTEL_TRACES_EXPORTER": "none",
+                "OTEL_BSP_SCHEDULE_DELAY": "100",
+            ]
+        } _: { live in
+            let token = apnsToken(7201)
+            let created = try await live.edge.request("POST", "/api/register?handle=\(token)", as: "alice")
+            let id = try #require(
+                try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
+            let put = try await live.edge.request(
+                "PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(token)","Tags":[]}"#)
+            #expect(put.status == 200)
+            let sent = try await live.edge.request(
+                "POST", "/api/notifications", authorization: EdgeClient.basic("alice"), bytes: nil,
+                contentType: "application/json",
+                headers: [("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")])
+            #expect(sent.status == 200)
+            _ = try await live.waitForInbox { $0.handle == token }
+        }
+        // The stack has stopped: an exporter would have flushed by now.
+        #expect(receiver.spans().isEmpty)
+    }
+}
