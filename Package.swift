@@ -351,6 +351,7 @@ let package = Package(
                     // HTTP2PoolTests' loopback HTTP/2 server.
                     .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                     .product(name: "NIOPosix", package: "swift-nio"),
+                    .product(name: "Tracing", package: "swift-distributed-tracing"),
                 ]),
             // The edge's routes in-process over fake service clients (HummingbirdTesting's `.router`).
             .testTarget(

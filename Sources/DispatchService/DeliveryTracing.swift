@@ -8,13 +8,17 @@ import Tracing
 ///
 /// Each claimed batch adds, under the span that made the send (its traceparent is stored with the
 /// send), one `outbox.claim` span and one `push <platform>` span per hub and platform, with the
-/// batch's counts; below that, a span per push request for the first
-/// ``DeliveryWorker/sampledDeliverySpans`` deliveries of the send in the batch and for each failed
-/// one up to the same bound, with its status and reason. A push's span covers its batch's time
-/// on the wire: a batch's requests go out together on shared HTTP/2 connections.
+/// batch's counts; below that, a span per push request for the send's first
+/// ``DeliveryWorker/sampledDeliverySpans`` delivered pushes (per dispatch process) and for up to as
+/// many failed ones per batch, with its status and reason. A send to 100,000 devices in batches of
+/// 500 is then about 400 batch spans and a few dozen request spans. A push's span covers its
+/// batch's time on the wire: a batch's requests go out together on shared HTTP/2 connections.
 extension DeliveryWorker {
-    /// Per-push spans per send and batch, besides the batch span's counts.
+    /// Request spans of delivered pushes per send, and of failed ones per send and batch.
     static let sampledDeliverySpans = 8
+    /// Sends whose sampled count is remembered; beyond it the memory starts again (a send then
+    /// gets a few more request spans, nothing worse).
+    static let sampledSendsKept = 4096
 
     /// The trace contexts of the traced sends among `items` (one read per batch, only when tracing is on).
     func traceContexts(of items: [PushItem]) async -> [String: InstrumentationContext] {
@@ -25,9 +29,9 @@ extension DeliveryWorker {
 
     func recordClaimSpans(
         _ items: [PushItem], claim: (DefaultTracerClock.Instant, DefaultTracerClock.Instant),
-        traced: [String: InstrumentationContext]
+        traced: [String: InstrumentationContext], tracer: HeraldTracer? = HeraldTracing.tracer
     ) {
-        guard let tracer = HeraldTracing.tracer else { return }
+        guard let tracer else { return }
         var counts: [String: Int] = [:]
         for item in items where traced[item.notificationID] != nil { counts[item.notificationID, default: 0] += 1 }
         for (id, count) in counts {
@@ -41,9 +45,10 @@ extension DeliveryWorker {
 
     func recordSpans(
         _ share: [PushItem], _ results: [PushResult], key: HubPlatform,
-        sent: (DefaultTracerClock.Instant, DefaultTracerClock.Instant), traced: [String: InstrumentationContext]
+        sent: (DefaultTracerClock.Instant, DefaultTracerClock.Instant), traced: [String: InstrumentationContext],
+        tracer: HeraldTracer? = HeraldTracing.tracer
     ) {
-        guard let tracer = HeraldTracing.tracer else { return }
+        guard let tracer else { return }
         var bySend: [String: [(PushItem, PushResult)]] = [:]
         for (item, result) in zip(share, results) where traced[item.notificationID] != nil {
             bySend[item.notificationID, default: []].append((item, result))
@@ -52,14 +57,24 @@ extension DeliveryWorker {
             let batch = tracer.startSpan(
                 "push \(key.platform.name)", context: traced[id]!, ofKind: .client, at: sent.0)
             var delivered = 0
-            var sampled = 0
             var failedSampled = 0
+            var okSpans = sampledDeliveries.withLock { counts -> Int in
+                if counts.count >= Self.sampledSendsKept, counts[id] == nil { counts.removeAll() }
+                let allowed = max(0, Self.sampledDeliverySpans - counts[id, default: 0])
+                let oks = deliveries.lazy.filter { Self.describe($0.1).2 }.count
+                counts[id, default: 0] += min(allowed, oks)
+                return allowed
+            }
             for (item, result) in deliveries {
                 let (status, reason, ok) = Self.describe(result)
                 if ok { delivered += 1 }
-                let sample = ok ? sampled < Self.sampledDeliverySpans : failedSampled < Self.sampledDeliverySpans
-                guard sample else { continue }
-                if ok { sampled += 1 } else { failedSampled += 1 }
+                if ok {
+                    guard okSpans > 0 else { continue }
+                    okSpans -= 1
+                } else {
+                    guard failedSampled < Self.sampledDeliverySpans else { continue }
+                    failedSampled += 1
+                }
                 let push = tracer.startSpan(
                     "\(key.platform.name) request", context: batch.context, ofKind: .client, at: sent.0)
                 push.attributes["http.response.status_code"] = status

@@ -108,6 +108,8 @@ public final class DeliveryWorker: Service, Sendable {
     /// Claimed deliveries not recorded yet (sequence → the attempt their claim counted), whose
     /// leases are renewed while they are in flight (PostgreSQL; see ``OutboxStore/renewLeases(_:)``).
     private let inFlight = Mutex<[Int64: Int]>([:])
+    /// Delivered pushes given a span of their own so far, per traced send (DeliveryTracing.swift).
+    let sampledDeliveries = Mutex<[String: Int]>([:])
 
     public init(
         outbox: any OutboxStore, senders: HubSenders, registrations: any RegistrationServiceClientProtocol,

@@ -8,7 +8,9 @@ import HeraldService
 import HeraldTestSupport
 import JWTKit
 import Logging
+import Synchronization
 import Testing
+import Tracing
 
 @testable import DispatchService
 
@@ -308,5 +310,51 @@ struct DeliveryTests {
             String(decoding: FCMSender.message(item, now: 1_000_000), as: UTF8.self)
                 == #"{"message":{"token":"tok\"en","android":{"ttl":"60s","collapse_key":"score"},"data":{"b":"2","a":"1"}}}"#
         )
+    }
+}
+
+/// A traced send's deliveries as spans: batch spans with counts, and request spans only for a few.
+@Suite("delivery spans")
+struct DeliverySpanTests {
+    @Test(
+        "per batch a push span with counts; request spans for the send's first 8 delivered pushes and 8 failed per batch"
+    )
+    func bounded() async throws {
+        let spans = Mutex<[FinishedSpan]>([])
+        let tracer = HeraldTracer(resource: []) { span in spans.withLock { $0.append(span) } }
+        let parent = tracer.startSpan(
+            "outbox.enqueue", context: .topLevel, ofKind: .internal, at: DefaultTracerClock.now)
+        let worker = DeliveryWorker(
+            outbox: try DeliveryTests.outbox(now: { 0 }),
+            senders: HubSenders(
+                defaults: [:], inbox: try InboxProvider(db: try DatabaseQueue()), client: nil, timeout: .seconds(1)),
+            registrations: RegistrationServiceClient(try RPCClient(socketPath: "/nonexistent")),
+            policy: RetryPolicy(), logger: Logger(label: "test"))
+        let items = (0..<30).map {
+            PushItem(
+                sequence: Int64($0), notificationID: "n-1", registrationID: "r-\($0)", platform: .apns, handle: "h",
+                messageID: "m-\($0)", attempt: 1, giveUpAt: 0, payload: DeliveryTests.payload())
+        }
+        let results: [PushResult] = (0..<30).map {
+            $0 < 20 ? .delivered(status: 200) : .failed(status: 400, reason: "BadTopic")
+        }
+        let now = DefaultTracerClock.now
+        for _ in 0..<2 {
+            worker.recordSpans(
+                items, results, key: HubPlatform(hub: "default", platform: .apns), sent: (now, now),
+                traced: ["n-1": parent.context], tracer: tracer)
+        }
+        let all = spans.withLock { $0 }
+        let batches = all.filter { $0.name == "push apns" }
+        #expect(batches.count == 2)
+        #expect(batches.allSatisfy { $0.parentSpanID == parent.identity.spanID })
+        #expect(batches.first?.attributes["herald.delivered"]?.toSpanAttribute() == .int64(20))
+        #expect(batches.first?.attributes["herald.not_delivered"]?.toSpanAttribute() == .int64(10))
+        let requests = all.filter { $0.name == "apns request" }
+        // 8 delivered in the first batch, none in the second; 8 failed in each.
+        #expect(requests.filter { $0.status == nil }.count == 8)
+        #expect(requests.filter { $0.status?.code == .error }.count == 16)
+        let batchIDs = batches.map { "\($0.trace.spanID)" }
+        #expect(requests.allSatisfy { request in batchIDs.contains(request.parentSpanID.map { "\($0)" } ?? "") })
     }
 }
