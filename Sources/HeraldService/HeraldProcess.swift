@@ -81,6 +81,10 @@ public struct ServiceDefinition: Sendable {
                 "  --\(key.padding(toLength: width, withPad: " ", startingAt: 0))  \(ConfigReader.environmentName(key))"
             )
         }
+        lines += [
+            "", "Tracing: off unless OpenTelemetry's variables turn it on (OTEL_EXPORTER_OTLP_ENDPOINT,",
+            "OTEL_TRACES_EXPORTER, OTEL_TRACES_SAMPLER…): docs/operations.md#tracing.",
+        ]
         return lines.joined(separator: "\n")
     }
 

@@ -413,13 +413,21 @@ struct ServiceHelpTests {
         for service in Stack.services {
             let help = try await runProgram("\(bin)/herald-\(service)", ["--help"])
             #expect(help.status == 0, "herald-\(service): \(help.error)")
-            for line in ["USAGE: herald-\(service)", "--rpc-timeout-ms", "HERALD_RPC_TIMEOUT_MS", "--log-level"] {
+            for line in [
+                "USAGE: herald-\(service)", "--rpc-timeout-ms", "HERALD_RPC_TIMEOUT_MS", "--log-level",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ] {
                 #expect(help.output.contains(line), "herald-\(service) --help lacks \(line)")
             }
             let typo = try await runProgram("\(bin)/herald-\(service)", ["--log-levle", "debug"])
             #expect(
                 typo.status == 2 && typo.error.contains("unknown setting --log-levle (--help lists the settings)"),
                 "\(typo.error)")
+            // An OTEL_* value Herald cannot honour stops the start with its name, never tracing silently off.
+            let otel = try await runProgram(
+                "\(bin)/herald-\(service)", ["--runtime-dir", "/nonexistent/herald-help"],
+                environment: ["OTEL_TRACES_SAMPLER": "sometimes", "OTEL_TRACES_EXPORTER": "otlp"])
+            #expect(otel.status == 2 && otel.error.contains("OTEL_TRACES_SAMPLER"), "\(otel.error)")
         }
         let edge = try await runProgram("\(bin)/herald-edge", ["--help"])
         #expect(edge.output.contains("--nh-test-send-wait-ms") && edge.output.contains("--registration-address"))
