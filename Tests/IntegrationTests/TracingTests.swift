@@ -142,12 +142,7 @@ struct TracingTests {
     func tutorialSecurePush() async throws {
         try await Self.withTracedStack { receiver, fixture, live in
             let token = apnsToken(7001)
-            let created = try await live.edge.request("POST", "/api/register?handle=\(token)", as: "alice")
-            let id = try #require(
-                try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
-            let put = try await live.edge.request(
-                "PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(token)","Tags":[]}"#)
-            #expect(put.status == 200)
+            _ = try await live.register("alice", handle: token)
 
             // The caller's own trace: Herald's spans must join it.
             let trace = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -255,12 +250,7 @@ struct TracingTests {
             ]
         } _: { live in
             let token = apnsToken(7201)
-            let created = try await live.edge.request("POST", "/api/register?handle=\(token)", as: "alice")
-            let id = try #require(
-                try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
-            let put = try await live.edge.request(
-                "PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"apns","Handle":"\#(token)","Tags":[]}"#)
-            #expect(put.status == 200)
+            _ = try await live.register("alice", handle: token)
             let sent = try await live.edge.request(
                 "POST", "/api/notifications", authorization: EdgeClient.basic("alice"), bytes: nil,
                 contentType: "application/json",
