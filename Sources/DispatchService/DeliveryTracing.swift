@@ -49,9 +49,10 @@ extension DeliveryWorker {
         tracer: HeraldTracer? = HeraldTracing.tracer
     ) {
         guard let tracer else { return }
-        var bySend: [String: [(PushItem, PushResult)]] = [:]
+        var bySend: [String: [(item: PushItem, status: Int, reason: String, ok: Bool)]] = [:]
         for (item, result) in zip(share, results) where traced[item.notificationID] != nil {
-            bySend[item.notificationID, default: []].append((item, result))
+            let (status, reason, ok) = Self.describe(result)
+            bySend[item.notificationID, default: []].append((item, status, reason, ok))
         }
         for (id, deliveries) in bySend {
             let batch = tracer.startSpan(
@@ -61,12 +62,11 @@ extension DeliveryWorker {
             var okSpans = sampledDeliveries.withLock { counts -> Int in
                 if counts.count >= Self.sampledSendsKept, counts[id] == nil { counts.removeAll() }
                 let allowed = max(0, Self.sampledDeliverySpans - counts[id, default: 0])
-                let oks = deliveries.lazy.filter { Self.describe($0.1).2 }.count
+                let oks = deliveries.lazy.filter(\.ok).count
                 counts[id, default: 0] += min(allowed, oks)
                 return allowed
             }
-            for (item, result) in deliveries {
-                let (status, reason, ok) = Self.describe(result)
+            for (item, status, reason, ok) in deliveries {
                 if ok { delivered += 1 }
                 if ok {
                     guard okSpans > 0 else { continue }

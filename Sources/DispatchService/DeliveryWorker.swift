@@ -260,14 +260,15 @@ public final class DeliveryWorker: Service, Sendable {
         let decisions = await withTaskGroup(of: [Outbox.Decision].self) { group in
             for (key, share) in shares {
                 group.addTask {
-                    let start = DefaultTracerClock.now
+                    // Read only for a traced send's spans: no clock on the untraced path.
+                    let start = traced.isEmpty ? nil : DefaultTracerClock.now
                     let results: [PushResult]
                     if let sender = self.senders.sender(hub: key.hub, platform: key.platform) {
                         results = await sender.send(share)
                     } else {
                         results = Array(repeating: .failed(status: 0, reason: "NoCredentials"), count: share.count)
                     }
-                    if !traced.isEmpty {
+                    if let start {
                         self.recordSpans(
                             share, results, key: key, sent: (start, DefaultTracerClock.now), traced: traced)
                     }

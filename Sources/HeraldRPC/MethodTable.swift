@@ -36,17 +36,8 @@ public struct RPCContext: Sendable {
             parent.traceContext = trace
         }
         return try await tracer.withSpan(method, context: parent, ofKind: .server) { span in
-            span.attributes["rpc.system"] = "grpc"
-            span.attributes["rpc.method"] = method
             span.attributes["herald.request_id"] = requestID
-            do {
-                return try await body()
-            } catch {
-                let code = ServiceError.from(error).error.code
-                span.attributes["rpc.grpc.status_code"] = Int64(code.rawValue)
-                span.setStatus(SpanStatus(code: .error, message: "\(code)"))
-                throw error
-            }
+            return try await HeraldTracing.rpc(span, method: method, body)
         }
     }
 

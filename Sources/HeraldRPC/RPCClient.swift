@@ -315,18 +315,9 @@ public final class RPCClient: Sendable {
 
     /// Runs a call in a client span when tracing is on (its context is what the metadata carries).
     private static func clientSpan<T>(_ method: String, _ body: () async throws -> T) async throws -> T {
-        guard HeraldTracing.isOn, !HeraldTracing.isHealthCheck(method) else { return try await body() }
-        return try await HeraldTracing.span(method, ofKind: .client) { span in
-            span?.attributes["rpc.system"] = "grpc"
-            span?.attributes["rpc.method"] = method
-            do {
-                return try await body()
-            } catch {
-                let code = ServiceError.from(error).error.code
-                span?.attributes["rpc.grpc.status_code"] = Int64(code.rawValue)
-                span?.setStatus(SpanStatus(code: .error, message: "\(code)"))
-                throw error
-            }
+        guard let tracer = HeraldTracing.tracer, !HeraldTracing.isHealthCheck(method) else { return try await body() }
+        return try await tracer.withSpan(method, ofKind: .client) { span in
+            try await HeraldTracing.rpc(span, method: method, body)
         }
     }
 

@@ -125,6 +125,9 @@ struct TracerTests {
             ["OTEL_TRACES_EXPORTER": "zipkin"],
             ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"],
             ["OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"],
+            ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:99999"],
+            ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:\(Int64.max)"],
+            ["OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", "OTEL_BSP_MAX_QUEUE_SIZE": "\(Int64.min)"],
             ["OTEL_TRACES_EXPORTER": "otlp", "OTEL_BSP_SCHEDULE_DELAY": "-5"],
             ["OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "sometimes"],
         ] {

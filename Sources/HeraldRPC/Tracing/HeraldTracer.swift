@@ -1,3 +1,4 @@
+import HeraldModel
 import Synchronization
 public import Tracing
 public import W3CTraceContext
@@ -101,9 +102,9 @@ public final class HeraldTracer: Tracer, Sendable {
     public func extract<Carrier, Extract: Extractor>(
         _ carrier: Carrier, into context: inout InstrumentationContext, using extractor: Extract
     ) where Extract.Carrier == Carrier {
-        guard let parent = extractor.extract(key: "traceparent", from: carrier),
+        guard let parent = extractor.extract(key: traceParentKey, from: carrier),
             let trace = HeraldTracing.parse(
-                traceparent: parent, tracestate: extractor.extract(key: "tracestate", from: carrier))
+                traceparent: parent, tracestate: extractor.extract(key: traceStateKey, from: carrier))
         else { return }
         context.traceContext = trace
     }
@@ -112,8 +113,8 @@ public final class HeraldTracer: Tracer, Sendable {
         _ context: InstrumentationContext, into carrier: inout Carrier, using injector: Inject
     ) where Inject.Carrier == Carrier {
         guard let trace = context.traceContext else { return }
-        injector.inject(trace.traceParentHeaderValue, forKey: "traceparent", into: &carrier)
-        if let state = trace.traceStateHeaderValue { injector.inject(state, forKey: "tracestate", into: &carrier) }
+        injector.inject(trace.traceParentHeaderValue, forKey: traceParentKey, into: &carrier)
+        if let state = trace.traceStateHeaderValue { injector.inject(state, forKey: traceStateKey, into: &carrier) }
     }
 }
 
@@ -267,6 +268,20 @@ public enum HeraldTracing {
 
     /// grpc.health.v1's methods: probes, not requests, and never traced.
     static func isHealthCheck(_ method: String) -> Bool { method.hasPrefix("grpc.health.v1.") }
+
+    /// The body of an RPC's span, client or server side: the method, and on failure its status code.
+    static func rpc<T>(_ span: HeraldSpan, method: String, _ body: () async throws -> T) async throws -> T {
+        span.attributes["rpc.system"] = "grpc"
+        span.attributes["rpc.method"] = method
+        do {
+            return try await body()
+        } catch {
+            let code = ServiceError.from(error).error.code
+            span.attributes["rpc.grpc.status_code"] = Int64(code.rawValue)
+            span.setStatus(SpanStatus(code: .error, message: "\(code)"))
+            throw error
+        }
+    }
 
     /// Adds attributes to the task's current span (no-op when tracing is off or nothing is traced).
     public static func annotate(_ update: (inout SpanAttributes) -> Void) {

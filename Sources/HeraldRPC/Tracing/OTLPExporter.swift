@@ -61,6 +61,9 @@ public struct TracingConfiguration: Sendable, Equatable {
         else { throw ConfigError("OTLP endpoint \(url) is not an http:// or https:// URL with a host") }
         self.host = host
         port = parts.port ?? 4317
+        guard (1...65535).contains(port) else {
+            throw ConfigError("OTLP endpoint \(url): port \(port) is out of range")
+        }
         useTLS = scheme == "https"
         headers = Self.pairs(traces("HEADERS"))
         timeout = .milliseconds(try number("OTEL_EXPORTER_OTLP_TIMEOUT", default: 10_000, range: 1...600_000))
