@@ -266,6 +266,8 @@ let package = Package(
             name: "herald-bench",
             dependencies: [
                 "HeraldRPC", "HeraldModel", "HeraldService", "HeraldStack", "RegistrationService",
+                // The template loop counts dispatch's rendering (package access).
+                "DispatchService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -5,11 +5,11 @@ public import HeraldProto
 /// A template send's audience as it streams in: installation templates, each rendered once per
 /// distinct (platform, template) with the send's properties, and every device given the variant
 /// of its rendering. 100,000 installations with four locale templates are four renderings.
-struct TemplateAudience {
+package struct TemplateAudience {
     let properties: PushTemplate.Properties
     let sentAt: Int64
-    private(set) var payloads: [OutboxPayload] = []
-    private(set) var targets: [Outbox.Target] = []
+    package private(set) var payloads: [OutboxPayload] = []
+    package private(set) var targets: [Outbox.Target] = []
     /// Variant of each distinct template seen, by platform and the template's JSON.
     private var variants: [Platform: [String: Int]] = [:]
     /// Templates that cannot be rendered for this send (a header computed out of range, a push over
@@ -20,12 +20,12 @@ struct TemplateAudience {
     private(set) var refusedDevices = 0
     private(set) var firstRefusal: ServiceError?
 
-    init(properties: PushTemplate.Properties, sentAt: Int64) {
+    package init(properties: PushTemplate.Properties, sentAt: Int64) {
         self.properties = properties
         self.sentAt = sentAt
     }
 
-    mutating func add(_ registrations: [Registration]) throws {
+    package mutating func add(_ registrations: [Registration]) throws {
         for registration in registrations {
             let variant: Int
             if let known = variants[registration.platform]?[registration.templateJson] {
@@ -63,7 +63,7 @@ struct TemplateAudience {
     /// values expressions too) and expiry as the push's options. NH refuses APNs headers in
     /// templates; Herald takes them (apns-push-type, apns-priority, apns-collapse-id,
     /// apns-expiration), as NH's users ask.
-    static func render(
+    package static func render(
         _ json: String, name: String, platform: Platform, _ properties: PushTemplate.Properties, sentAt: Int64
     ) throws -> OutboxPayload {
         /// A refusal naming the template; a type of its own, so the catch below does not wrap it twice.

@@ -21,13 +21,15 @@ import NIOCore
 /// zeroes their counters, the calls are made one at a time, and `callgrind_control -d` dumps what
 /// they cost. Counted: an edge `GET api/notifications/{id}` in herald-edge, herald-auth and
 /// herald-payload (the whole server side of the request), an edge `PUT api/register/{id}` in
-/// herald-edge, herald-auth and herald-registration, and a lean `FetchPayload` in herald-payload;
-/// next to a Hummingbird hello-world GET and a lean echo RPC (`herald-bench serve`), counted the same way.
+/// herald-edge, herald-auth and herald-registration, an NH `PUT /{hub}/installations/{id}` in the
+/// same three, and a lean `FetchPayload` in herald-payload; next to a Hummingbird hello-world GET
+/// and a lean echo RPC (`herald-bench serve`), counted the same way. Then a template send's CPU
+/// steps in herald-dispatch next to a native send's (``TemplateCounts``).
 struct InstructionsBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "instructions",
         abstract:
-            "Instructions per edge GET, edge PUT and FetchPayload (callgrind), next to hello world and a lean echo.")
+            "Instructions per edge GET, edge PUT, NH installation PUT, FetchPayload and template render (callgrind).")
     @OptionGroup var options: BenchOptions
 
     func run() async throws { try await execute() }
@@ -85,6 +87,7 @@ struct InstructionsScenario {
         try await stack.start()
         let get: [Double]
         let put: [Double]
+        let nhPut: [Double]
         let fetch: Double
         do {
             let pids = try await counted.asyncMap { service -> Int32 in
@@ -118,6 +121,32 @@ struct InstructionsScenario {
             put = try await counter.measureEach([pids[2], pids[0], pids[3]], calls: calls) {
                 try await Self.put(putURL, body: body, authorization: authorization)
             }
+            // NH PUT /{hub}/installations/{id} as `herald-bench nh`'s wrk run sends it: a new
+            // installation per request, signed with the hub's full-access key (edge, auth, registration).
+            try await RPCClient.with(socketPath: configuration.socketPath("auth")) { client in
+                _ = try await AuthServiceClient(client).createHub(CreateHubRequest(name: "bench"))
+            }
+            let secret = try await RPCClient.with(socketPath: configuration.socketPath("auth")) { client in
+                try await AuthServiceClient(client).listHubKeys(ListHubKeysRequest(hub: "bench")).keys.first {
+                    $0.name == "DefaultFullSharedAccessSignature"
+                }?.primaryKey
+            }
+            guard let secret else { throw BenchError("the bench hub has no DefaultFullSharedAccessSignature key") }
+            let base = await stack.edgeURL
+            let sas = NHScenario.token(audience: base + "/", keyName: "DefaultFullSharedAccessSignature", key: secret)
+            var installations = 0
+            func putInstallation() async throws {
+                installations += 1
+                let id = "bench-\(installations)"
+                let body =
+                    #"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(handle)","tags":["news","sports"],"userId":"bench"}"#
+                try await Self.put(
+                    base + "/bench/installations/\(id)?api-version=2020-06", body: body, authorization: sas)
+            }
+            for _ in 0..<warmUp { try await putInstallation() }
+            nhPut = try await counter.measureEach([pids[2], pids[0], pids[3]], calls: calls) {
+                try await putInstallation()
+            }
             fetch = try await RPCClient.with(socketPath: configuration.leanSocketPath("payload"), timeout: .seconds(60))
             { client in
                 let payload = PayloadServiceClient(client)
@@ -133,7 +162,10 @@ struct InstructionsScenario {
             throw error
         }
 
+        let templates = try TemplateCounts(counter: counter, bin: bin, quick: options.quick)
+
         let getTotal = get.reduce(0, +)
+        let nhPutTotal = nhPut.reduce(0, +)
         let putTotal = put.reduce(0, +)
         var report = Report()
         func record(_ figure: String, _ value: Double, against baseline: (name: String, value: Double)) {
@@ -149,7 +181,17 @@ struct InstructionsScenario {
         record("edge PUT api/register/{id}: instructions (edge + auth + registration)", putTotal, against: helloWorld)
         record("edge PUT api/register/{id}: instructions in herald-edge", put[0], against: helloWorld)
         record(
+            "NH PUT /{hub}/installations/{id}: instructions (edge + auth + registration)", nhPutTotal,
+            against: helloWorld)
+        record("NH PUT /{hub}/installations/{id}: instructions in herald-edge", nhPut[0], against: helloWorld)
+        record(
             "lean FetchPayload: instructions in herald-payload", fetch, against: (name: "lean echo RPC", value: echo))
+        record(
+            "template render (herald-dispatch, one locale template)", templates.render,
+            against: (name: "native payload prepared", value: templates.nativeRender))
+        record(
+            "template send: instructions per device in herald-dispatch's audience step", templates.device,
+            against: (name: "native send's target per device", value: templates.nativeDevice))
         func k(_ x: Double) -> String { String(format: "%.0f k", x / 1000) }
         report.tables = [
             """
@@ -159,7 +201,17 @@ struct InstructionsScenario {
             |---|---:|---:|---:|---:|---|---:|
             | edge GET api/notifications/{id} | \(k(get[2])) | \(k(get[0])) | \(k(get[1])) | \(k(getTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", getTotal / helloGET)) |
             | edge PUT api/register/{id} | \(k(put[0])) | \(k(put[1])) | \(k(put[2])) | \(k(putTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", putTotal / helloGET)) |
+            | NH PUT /{hub}/installations/{id} | \(k(nhPut[0])) | \(k(nhPut[1])) | \(k(nhPut[2])) | \(k(nhPutTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", nhPutTotal / helloGET)) |
             | lean FetchPayload | | | \(k(fetch)) | \(k(fetch)) | lean echo \(k(echo)) | \(String(format: "%.1f×", fetch / echo)) |
+
+            herald-dispatch's CPU work of a template send, without its I/O (`herald-bench template-loop`, whole runs under callgrind, differences of two):
+
+            | step | template send | native send | ratio |
+            |---|---:|---:|---:|
+            | one rendering (a template's JSON read, its body and headers rendered, the payload checked) vs a native payload checked | \(k(templates.render)) | \(k(templates.nativeRender)) | \(String(format: "%.1f×", templates.render / templates.nativeRender)) |
+            | per device of the audience (the row as decoded, its template looked up, a target made) | \(String(format: "%.0f", templates.device)) | \(String(format: "%.0f", templates.nativeDevice)) | \(String(format: "%.2f×", templates.device / templates.nativeDevice)) |
+
+            A template send's audience step costs \(String(format: "%.0f", templates.device - templates.nativeDevice)) instructions per device more than a native send's; its renderings are made once per distinct template of a send (four in `herald-bench nh`).
             """
         ]
         return report
@@ -182,6 +234,38 @@ struct InstructionsScenario {
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
         _ = try await response.body.collect(upTo: 1 << 20)
         guard response.status.code == 200 else { throw BenchError("GET \(url): \(response.status.code)") }
+    }
+}
+
+/// Instructions of a template send's CPU steps in herald-dispatch, next to a native send's: each the
+/// difference of two whole runs of `herald-bench template-loop` under callgrind, so start-up and
+/// exit cancel out.
+struct TemplateCounts {
+    var render: Double
+    var nativeRender: Double
+    /// Per device.
+    var device: Double
+    var nativeDevice: Double
+
+    init(counter: Callgrind, bin: String, quick: Bool) throws {
+        let renders = quick ? 50 : 400
+        let devices = quick ? 5_000 : 50_000
+        func count(native: Bool) throws -> (render: Double, device: Double) {
+            func run(_ renders: Int, _ devices: Int) throws -> Double {
+                try counter.total(
+                    bin + "/herald-bench",
+                    ["template-loop", "--renders", String(renders), "--devices", String(devices)]
+                        + (native ? ["--native"] : []))
+            }
+            // Warmed by a first rendering and a first page in all three runs.
+            let base = try run(1, 1000)
+            return (
+                (try run(1 + renders, 1000) - base) / Double(renders),
+                (try run(1, 1000 + devices) - base) / Double(devices)
+            )
+        }
+        (render, device) = try count(native: false)
+        (nativeRender, nativeDevice) = try count(native: true)
     }
 }
 
@@ -266,13 +350,31 @@ struct Callgrind {
                 try? FileManager.default.removeItem(atPath: "\(keep)/\(file)")
                 try FileManager.default.copyItem(atPath: "\(dir)/\(file)", toPath: "\(keep)/\(file)")
             }
-            let text = try String(contentsOfFile: "\(dir)/\(file)", encoding: .utf8)
-            guard let summary = text.firstMatch(of: /\nsummary: (\d+)/).flatMap({ Double($0.1) }) else {
-                throw BenchError("no summary in \(file)")
-            }
-            counts.append(summary / Double(calls))
+            counts.append(try Self.summary("\(dir)/\(file)") / Double(calls))
         }
         return counts
+    }
+
+    /// Instructions of a whole run of `executable` with `arguments`, start and exit included.
+    func total(_ executable: String, _ arguments: [String]) throws -> Double {
+        let out = "\(dir)/callgrind.total"
+        try? FileManager.default.removeItem(atPath: out)
+        _ = try runProcess(
+            "/usr/bin/env",
+            [
+                "LD_PRELOAD=\(shim)", valgrind, "--tool=callgrind", "--callgrind-out-file=\(out)",
+                "--log-file=\(dir)/valgrind.total.log", executable,
+            ] + arguments, quiet: true)
+        return try Self.summary(out)
+    }
+
+    /// The instruction count a callgrind dump's summary line gives.
+    static func summary(_ path: String) throws -> Double {
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        guard let summary = text.firstMatch(of: /\nsummary: (\d+)/).flatMap({ Double($0.1) }) else {
+            throw BenchError("no summary in \(path)")
+        }
+        return summary
     }
 }
 

@@ -37,6 +37,14 @@ public final class Outbox: OutboxStore {
         public var handle: String
         /// The payload variant it gets (template sends; 0 otherwise).
         public var variant: Int = 0
+
+        /// For herald-bench's template loop, which makes a native send's targets.
+        package init(registrationID: String, platform: Platform, handle: String, variant: Int = 0) {
+            self.registrationID = registrationID
+            self.platform = platform
+            self.handle = handle
+            self.variant = variant
+        }
     }
 
     /// Commits a send: the notification (ENQUEUED, or NO_TARGET_FOUND without targets), its
