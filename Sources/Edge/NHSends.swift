@@ -357,20 +357,18 @@ enum NHTelemetry {
         (.browser, "BrowserOutcomeCounts"),
     ]
 
-    /// NH's outcome name for a provider's failure reason (docs/notification-hubs.md, "Telemetry").
-    static func outcomeName(_ reason: String) -> String {
-        switch reason {
-        case "Abandoned": "AbandonedNotificationMessages"
-        case "NoCredentials", "InvalidProviderToken", "ExpiredProviderToken", "MissingProviderToken", "BadCertificate",
-            "THIRD_PARTY_AUTH_ERROR", "HTTP 401", "HTTP 403":
-            "InvalidCredentials"
-        case "Unregistered", "UNREGISTERED", "ExpiredToken", "HTTP 404", "HTTP 410": "ExpiredChannel"
-        case "BadDeviceToken", "DeviceTokenNotForTopic", "INVALID_ARGUMENT", "SENDER_ID_MISMATCH", "BadTopic":
-            "WrongToken"
-        case "PayloadTooLarge", "HTTP 413": "InvalidNotificationSize"
-        case "TooManyRequests", "QUOTA_EXCEEDED", "HTTP 429": "Throttled"
-        case "InternalServerError", "ServiceUnavailable", "Shutdown", "UNAVAILABLE", "INTERNAL": "PnsServerError"
-        default: reason.hasPrefix("HTTP 5") ? "PnsServerError" : "UnknownError"
+    /// NH's outcome name for a class of failure (docs/notification-hubs.md, "Telemetry"); herald-dispatch
+    /// classifies the providers' reasons (``FailureClass/init(reason:)``).
+    static func outcomeName(_ failure: FailureClass) -> String {
+        switch failure {
+        case .abandoned: "AbandonedNotificationMessages"
+        case .invalidCredentials: "InvalidCredentials"
+        case .expiredChannel: "ExpiredChannel"
+        case .wrongToken: "WrongToken"
+        case .payloadTooLarge: "InvalidNotificationSize"
+        case .throttled: "Throttled"
+        case .providerError: "PnsServerError"
+        default: "UnknownError"
         }
     }
 
@@ -405,7 +403,7 @@ enum NHTelemetry {
             var outcomes: [(String, Int64)] = []
             if counts.success > 0 { outcomes.append(("Success", counts.success)) }
             var failures: [String: Int64] = [:]
-            for failure in counts.failures { failures[outcomeName(failure.reason), default: 0] += failure.count }
+            for failure in counts.failures { failures[outcomeName(failure.failureClass), default: 0] += failure.count }
             outcomes += failures.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
             xml += "<\(element)>"
             for (name, count) in outcomes { xml += "<Outcome><Name>\(name)</Name><Count>\(count)</Count></Outcome>" }
@@ -425,8 +423,7 @@ enum NHTelemetry {
             let outcome: String =
                 switch delivery.state {
                 case .delivered: "The Notification was successfully sent to the Push Notification System"
-                case .failed
-                where outcomeName(delivery.reason) == "ExpiredChannel" || outcomeName(delivery.reason) == "WrongToken":
+                case .failed where delivery.failureClass == .expiredChannel || delivery.failureClass == .wrongToken:
                     "The Push Notification System handle for the registration is invalid"
                 case .failed, .abandoned: "The Push Notification System refused the notification: \(delivery.reason)"
                 default: "The notification is still being delivered"

@@ -9,6 +9,24 @@ import Testing
 
 @Suite("dispatch rules")
 struct RuleTests {
+    @Test("Each provider's failure reasons are classified by dispatch, whatever their spelling")
+    func failureClasses() {
+        let expected: [(String, FailureClass)] = [
+            ("Abandoned", .abandoned), ("NoCredentials", .invalidCredentials),
+            ("InvalidProviderToken", .invalidCredentials), ("THIRD_PARTY_AUTH_ERROR", .invalidCredentials),
+            ("HTTP 401", .invalidCredentials), ("Unregistered", .expiredChannel), ("UNREGISTERED", .expiredChannel),
+            ("HTTP 410", .expiredChannel), ("BadDeviceToken", .wrongToken), ("SENDER_ID_MISMATCH", .wrongToken),
+            ("PayloadTooLarge", .payloadTooLarge), ("HTTP 413", .payloadTooLarge), ("TooManyRequests", .throttled),
+            ("QUOTA_EXCEEDED", .throttled), ("ServiceUnavailable", .providerError), ("HTTP 503", .providerError),
+            ("UNAVAILABLE", .providerError), ("something new", .unknown), ("", .unknown), ("Erased", .unknown),
+        ]
+        for (reason, failure) in expected { #expect(FailureClass(reason: reason) == failure, "\(reason)") }
+        #expect(FailureClass(state: .delivered, reason: "") == .unspecified)
+        #expect(FailureClass(state: .pending, reason: "HTTP 503") == .unspecified)
+        #expect(FailureClass(state: .abandoned, reason: "HTTP 503") == .abandoned)
+        #expect(FailureClass(state: .failed, reason: "BadDeviceToken") == .wrongToken)
+    }
+
     @Test("APNs background pushes get priority 5; oversized and inconsistent payloads are refused")
     func platformRules() throws {
         let background = try PlatformRules.prepare(NativePayload(platform: .apns, body: [1], pushType: "background"))

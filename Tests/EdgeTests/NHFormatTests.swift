@@ -100,8 +100,9 @@ struct NHFormatTests {
     func telemetry() {
         var apns = PlatformOutcome(platform: .apns, success: 3, failure: 3)
         apns.failures = [
-            FailureCount(reason: "BadDeviceToken", count: 1), FailureCount(reason: "Unregistered", count: 1),
-            FailureCount(reason: "HTTP 410", count: 1),
+            FailureCount(reason: "BadDeviceToken", count: 1, failureClass: .wrongToken),
+            FailureCount(reason: "Unregistered", count: 1, failureClass: .expiredChannel),
+            FailureCount(reason: "HTTP 410", count: 1, failureClass: .expiredChannel),
         ]
         let fcm = PlatformOutcome(platform: .fcm, success: 1)
         let outcome = Outcome(
@@ -122,10 +123,15 @@ struct NHFormatTests {
         #expect(
             enqueued.contains("<State>Enqueued</State>") && !enqueued.contains("StartTime")
                 && !enqueued.contains("EndTime"))
-        #expect(NHTelemetry.outcomeName("Abandoned") == "AbandonedNotificationMessages")
-        #expect(NHTelemetry.outcomeName("HTTP 503") == "PnsServerError")
-        #expect(NHTelemetry.outcomeName("NoCredentials") == "InvalidCredentials")
-        #expect(NHTelemetry.outcomeName("something new") == "UnknownError")
+        // The edge names dispatch's classes; it never reads a provider's reason.
+        let names: [(FailureClass, String)] = [
+            (.abandoned, "AbandonedNotificationMessages"), (.invalidCredentials, "InvalidCredentials"),
+            (.expiredChannel, "ExpiredChannel"), (.wrongToken, "WrongToken"),
+            (.payloadTooLarge, "InvalidNotificationSize"), (.throttled, "Throttled"),
+            (.providerError, "PnsServerError"), (.unknown, "UnknownError"), (.unspecified, "UnknownError"),
+        ]
+        for (failure, name) in names { #expect(NHTelemetry.outcomeName(failure) == name) }
+        #expect(Set(names.map(\.0)) == Set(FailureClass.knownValues))
     }
 
     @Test("NH's platform headers become the native payload's options; wrong values are 400")

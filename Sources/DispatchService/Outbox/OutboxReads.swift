@@ -67,7 +67,9 @@ extension Outbox {
             let platform = Platform(rawValue: row["platform"])
             return PlatformOutcome(
                 platform: platform, success: row["success"], failure: row["failure"], pending: row["pending"],
-                failures: (failures[platform] ?? []).map { FailureCount(reason: $0["reason"], count: $0["count"]) },
+                failures: (failures[platform] ?? []).map {
+                    FailureCount(classifying: $0["reason"], count: $0["count"])
+                },
                 removedHandles: row["removed"], retries: row["retries"])
         }
     }
@@ -94,7 +96,7 @@ extension Outbox {
                 platform: Platform(rawValue: row["platform"]),
                 state: state, attempts: row["attempts"], messageID: row["message_id"], lastStatus: row["last_status"],
                 reason: row["reason"], nextAttemptAtUnixMs: state == .pending ? row["next_attempt_at"] : 0,
-                handle: row["handle"])
+                handle: row["handle"], failureClass: FailureClass(state: state, reason: row["reason"]))
         }
     }
 

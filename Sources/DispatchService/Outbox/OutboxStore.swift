@@ -188,7 +188,7 @@ enum OutboxConsoleSQL {
         return counts.map { row in
             SendStatsMinute(
                 startUnixMs: row.minute * 60000, delivered: row.delivered,
-                failures: (failed[row.minute] ?? []).map { FailureCount(reason: $0.reason, count: $0.count) },
+                failures: (failed[row.minute] ?? []).map { FailureCount(classifying: $0.reason, count: $0.count) },
                 sends: row.sends)
         }
     }

@@ -507,7 +507,8 @@ public final class PostgresOutbox: OutboxStore {
                 logger: logger
             ).collect() {
                 let (platform, reason, count) = try failure.decode((Int32, String, Int64).self)
-                failures[Platform(rawValue: platform), default: []].append(FailureCount(reason: reason, count: count))
+                failures[Platform(rawValue: platform), default: []].append(
+                    FailureCount(classifying: reason, count: count))
             }
             let platforms = try await connection.query(
                 """
@@ -561,7 +562,8 @@ public final class PostgresOutbox: OutboxStore {
                     sequence: sequence, registrationID: registrationID, platform: Platform(rawValue: platform),
                     state: state,
                     attempts: attempts, messageID: messageID, lastStatus: lastStatus, reason: reason,
-                    nextAttemptAtUnixMs: state == .pending ? next : 0, handle: handle)
+                    nextAttemptAtUnixMs: state == .pending ? next : 0, handle: handle,
+                    failureClass: FailureClass(state: state, reason: reason))
             }
         }
     }

@@ -75,6 +75,85 @@ public enum OutcomeState: RawRepresentable, Hashable, Sendable, CustomStringConv
     }
 }
 
+/// What kind of failure a push service's reason is. herald-dispatch, which knows each provider's
+/// codes ("BadDeviceToken", "UNREGISTERED", "HTTP 410"…), classifies them, so callers (the edge's
+/// NH outcomes) never read a provider's spelling.
+public enum FailureClass: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    /// Not a failure.
+    case unspecified  // = 0
+    /// A reason no class covers.
+    case unknown  // = 1
+    /// The push service refused Herald's credentials (or the hub has none): no device is at fault.
+    case invalidCredentials  // = 2
+    /// The handle is no longer valid (the app was removed, the token expired).
+    case expiredChannel  // = 3
+    /// The handle was never valid for these credentials (malformed, another app's or sender's).
+    case wrongToken  // = 4
+    /// The payload is over the push service's size limit.
+    case payloadTooLarge  // = 5
+    /// The push service asked Herald to slow down until the retry window ran out.
+    case throttled  // = 6
+    /// The push service failed (5xx, unavailable, shutting down).
+    case providerError  // = 7
+    /// Still failing when the retry window ran out (reason "Abandoned").
+    case abandoned  // = 8
+    /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
+    case unrecognized(Int32)
+
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .unknown
+        case 2: self = .invalidCredentials
+        case 3: self = .expiredChannel
+        case 4: self = .wrongToken
+        case 5: self = .payloadTooLarge
+        case 6: self = .throttled
+        case 7: self = .providerError
+        case 8: self = .abandoned
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .unknown: 1
+        case .invalidCredentials: 2
+        case .expiredChannel: 3
+        case .wrongToken: 4
+        case .payloadTooLarge: 5
+        case .throttled: 6
+        case .providerError: 7
+        case .abandoned: 8
+        case .unrecognized(let value): value
+        }
+    }
+
+    /// Equal when the numbers are: `.unrecognized(0)` is `.unspecified`.
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+
+    /// Every value this build knows, in declaration order.
+    public static let knownValues: [FailureClass] = [.unspecified, .unknown, .invalidCredentials, .expiredChannel, .wrongToken, .payloadTooLarge, .throttled, .providerError, .abandoned]
+
+    /// The proto name of the value, or the number for a value this build does not know.
+    public var description: String {
+        switch self {
+        case .unspecified: "FAILURE_CLASS_UNSPECIFIED"
+        case .unknown: "FAILURE_CLASS_UNKNOWN"
+        case .invalidCredentials: "FAILURE_CLASS_INVALID_CREDENTIALS"
+        case .expiredChannel: "FAILURE_CLASS_EXPIRED_CHANNEL"
+        case .wrongToken: "FAILURE_CLASS_WRONG_TOKEN"
+        case .payloadTooLarge: "FAILURE_CLASS_PAYLOAD_TOO_LARGE"
+        case .throttled: "FAILURE_CLASS_THROTTLED"
+        case .providerError: "FAILURE_CLASS_PROVIDER_ERROR"
+        case .abandoned: "FAILURE_CLASS_ABANDONED"
+        case .unrecognized(let value): "FailureClass(\(value))"
+        }
+    }
+}
+
 /// Where one outbox entry stands.
 public enum DeliveryState: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     /// Not set.
@@ -654,15 +733,19 @@ public struct FailureCount: HeraldMessage {
     public var reason: String
     /// How many.
     public var count: Int64
+    /// What kind of failure `reason` is.
+    public var failureClass: FailureClass
 
-    public init(reason: String = "", count: Int64 = 0) {
+    public init(reason: String = "", count: Int64 = 0, failureClass: FailureClass = FailureClass(rawValue: 0)) {
         self.reason = reason
         self.count = count
+        self.failureClass = failureClass
     }
 
     public init() {
         self.reason = ""
         self.count = 0
+        self.failureClass = FailureClass(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.FailureCount"
@@ -683,6 +766,7 @@ extension FailureCount: CBacked {
         let m = pointer.pointee
         self.reason = CBridge.string(m.reason)
         self.count = m.count
+        self.failureClass = FailureClass(rawValue: Int32(truncatingIfNeeded: m.failure_class.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -690,6 +774,7 @@ extension FailureCount: CBacked {
         herald__v1__failure_count__init(p)
         p.pointee.reason = try arena.string(self.reason, field: "herald.v1.FailureCount.reason")
         p.pointee.count = self.count
+        p.pointee.failure_class = .init(rawValue: .init(truncatingIfNeeded: self.failureClass.rawValue))
         return p
     }
 
@@ -726,8 +811,10 @@ public struct DeliveryRecord: HeraldMessage {
     public var nextAttemptAtUnixMs: Int64
     /// The push handle it was addressed to.
     public var handle: String
+    /// What kind of failure `reason` is; unspecified unless failed or abandoned.
+    public var failureClass: FailureClass
 
-    public init(sequence: Int64 = 0, registrationID: String = "", platform: Platform = Platform(rawValue: 0), state: DeliveryState = DeliveryState(rawValue: 0), attempts: Int32 = 0, messageID: String = "", lastStatus: Int32 = 0, reason: String = "", nextAttemptAtUnixMs: Int64 = 0, handle: String = "") {
+    public init(sequence: Int64 = 0, registrationID: String = "", platform: Platform = Platform(rawValue: 0), state: DeliveryState = DeliveryState(rawValue: 0), attempts: Int32 = 0, messageID: String = "", lastStatus: Int32 = 0, reason: String = "", nextAttemptAtUnixMs: Int64 = 0, handle: String = "", failureClass: FailureClass = FailureClass(rawValue: 0)) {
         self.sequence = sequence
         self.registrationID = registrationID
         self.platform = platform
@@ -738,6 +825,7 @@ public struct DeliveryRecord: HeraldMessage {
         self.reason = reason
         self.nextAttemptAtUnixMs = nextAttemptAtUnixMs
         self.handle = handle
+        self.failureClass = failureClass
     }
 
     public init() {
@@ -751,6 +839,7 @@ public struct DeliveryRecord: HeraldMessage {
         self.reason = ""
         self.nextAttemptAtUnixMs = 0
         self.handle = ""
+        self.failureClass = FailureClass(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.DeliveryRecord"
@@ -779,6 +868,7 @@ extension DeliveryRecord: CBacked {
         self.reason = CBridge.string(m.reason)
         self.nextAttemptAtUnixMs = m.next_attempt_at_unix_ms
         self.handle = CBridge.string(m.handle)
+        self.failureClass = FailureClass(rawValue: Int32(truncatingIfNeeded: m.failure_class.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -794,6 +884,7 @@ extension DeliveryRecord: CBacked {
         p.pointee.reason = try arena.string(self.reason, field: "herald.v1.DeliveryRecord.reason")
         p.pointee.next_attempt_at_unix_ms = self.nextAttemptAtUnixMs
         p.pointee.handle = try arena.string(self.handle, field: "herald.v1.DeliveryRecord.handle")
+        p.pointee.failure_class = .init(rawValue: .init(truncatingIfNeeded: self.failureClass.rawValue))
         return p
     }
 

@@ -1951,7 +1951,7 @@ const ProtobufCMessageDescriptor herald__v1__platform_outcome__descriptor =
   (ProtobufCMessageInit) herald__v1__platform_outcome__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__failure_count__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__failure_count__field_descriptors[3] =
 {
   {
     "reason",
@@ -1977,15 +1977,28 @@ static const ProtobufCFieldDescriptor herald__v1__failure_count__field_descripto
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "failure_class",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__FailureCount, failure_class),
+    &herald__v1__failure_class__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__failure_count__field_indices_by_name[] = {
   1,   /* field[1] = count */
+  2,   /* field[2] = failure_class */
   0,   /* field[0] = reason */
 };
 static const ProtobufCIntRange herald__v1__failure_count__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor herald__v1__failure_count__descriptor =
 {
@@ -1995,14 +2008,14 @@ const ProtobufCMessageDescriptor herald__v1__failure_count__descriptor =
   "Herald__V1__FailureCount",
   "herald.v1",
   sizeof(Herald__V1__FailureCount),
-  2,
+  3,
   herald__v1__failure_count__field_descriptors,
   herald__v1__failure_count__field_indices_by_name,
   1,  herald__v1__failure_count__number_ranges,
   (ProtobufCMessageInit) herald__v1__failure_count__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__delivery_record__field_descriptors[10] =
+static const ProtobufCFieldDescriptor herald__v1__delivery_record__field_descriptors[11] =
 {
   {
     "sequence",
@@ -2124,9 +2137,22 @@ static const ProtobufCFieldDescriptor herald__v1__delivery_record__field_descrip
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "failure_class",
+    11,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__DeliveryRecord, failure_class),
+    &herald__v1__failure_class__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__delivery_record__field_indices_by_name[] = {
   4,   /* field[4] = attempts */
+  10,   /* field[10] = failure_class */
   9,   /* field[9] = handle */
   6,   /* field[6] = last_status */
   5,   /* field[5] = message_id */
@@ -2140,7 +2166,7 @@ static const unsigned herald__v1__delivery_record__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__delivery_record__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 10 }
+  { 0, 11 }
 };
 const ProtobufCMessageDescriptor herald__v1__delivery_record__descriptor =
 {
@@ -2150,7 +2176,7 @@ const ProtobufCMessageDescriptor herald__v1__delivery_record__descriptor =
   "Herald__V1__DeliveryRecord",
   "herald.v1",
   sizeof(Herald__V1__DeliveryRecord),
-  10,
+  11,
   herald__v1__delivery_record__field_descriptors,
   herald__v1__delivery_record__field_indices_by_name,
   1,  herald__v1__delivery_record__number_ranges,
@@ -3642,6 +3668,48 @@ const ProtobufCEnumDescriptor herald__v1__outcome_state__descriptor =
   herald__v1__outcome_state__enum_values_by_name,
   1,
   herald__v1__outcome_state__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue herald__v1__failure_class__enum_values_by_number[9] =
+{
+  { "FAILURE_CLASS_UNSPECIFIED", "HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_UNSPECIFIED", 0 },
+  { "FAILURE_CLASS_UNKNOWN", "HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_UNKNOWN", 1 },
+  { "FAILURE_CLASS_INVALID_CREDENTIALS", "HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_INVALID_CREDENTIALS", 2 },
+  { "FAILURE_CLASS_EXPIRED_CHANNEL", "HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_EXPIRED_CHANNEL", 3 },
+  { "FAILURE_CLASS_WRONG_TOKEN", "HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_WRONG_TOKEN", 4 },
+  { "FAILURE_CLASS_PAYLOAD_TOO_LARGE", "HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_PAYLOAD_TOO_LARGE", 5 },
+  { "FAILURE_CLASS_THROTTLED", "HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_THROTTLED", 6 },
+  { "FAILURE_CLASS_PROVIDER_ERROR", "HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_PROVIDER_ERROR", 7 },
+  { "FAILURE_CLASS_ABANDONED", "HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_ABANDONED", 8 },
+};
+static const ProtobufCIntRange herald__v1__failure_class__value_ranges[] = {
+{0, 0},{0, 9}
+};
+static const ProtobufCEnumValueIndex herald__v1__failure_class__enum_values_by_name[9] =
+{
+  { "FAILURE_CLASS_ABANDONED", 8 },
+  { "FAILURE_CLASS_EXPIRED_CHANNEL", 3 },
+  { "FAILURE_CLASS_INVALID_CREDENTIALS", 2 },
+  { "FAILURE_CLASS_PAYLOAD_TOO_LARGE", 5 },
+  { "FAILURE_CLASS_PROVIDER_ERROR", 7 },
+  { "FAILURE_CLASS_THROTTLED", 6 },
+  { "FAILURE_CLASS_UNKNOWN", 1 },
+  { "FAILURE_CLASS_UNSPECIFIED", 0 },
+  { "FAILURE_CLASS_WRONG_TOKEN", 4 },
+};
+const ProtobufCEnumDescriptor herald__v1__failure_class__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "herald.v1.FailureClass",
+  "FailureClass",
+  "Herald__V1__FailureClass",
+  "herald.v1",
+  9,
+  herald__v1__failure_class__enum_values_by_number,
+  9,
+  herald__v1__failure_class__enum_values_by_name,
+  1,
+  herald__v1__failure_class__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCEnumValue herald__v1__delivery_state__enum_values_by_number[5] =

@@ -94,6 +94,50 @@ typedef enum _Herald__V1__OutcomeState {
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__OUTCOME_STATE)
 } Herald__V1__OutcomeState;
 /*
+ * What kind of failure a push service's reason is. herald-dispatch, which knows each provider's
+ * codes ("BadDeviceToken", "UNREGISTERED", "HTTP 410"…), classifies them, so callers (the edge's
+ * NH outcomes) never read a provider's spelling.
+ */
+typedef enum _Herald__V1__FailureClass {
+  /*
+   * Not a failure.
+   */
+  HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_UNSPECIFIED = 0,
+  /*
+   * A reason no class covers.
+   */
+  HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_UNKNOWN = 1,
+  /*
+   * The push service refused Herald's credentials (or the hub has none): no device is at fault.
+   */
+  HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_INVALID_CREDENTIALS = 2,
+  /*
+   * The handle is no longer valid (the app was removed, the token expired).
+   */
+  HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_EXPIRED_CHANNEL = 3,
+  /*
+   * The handle was never valid for these credentials (malformed, another app's or sender's).
+   */
+  HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_WRONG_TOKEN = 4,
+  /*
+   * The payload is over the push service's size limit.
+   */
+  HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_PAYLOAD_TOO_LARGE = 5,
+  /*
+   * The push service asked Herald to slow down until the retry window ran out.
+   */
+  HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_THROTTLED = 6,
+  /*
+   * The push service failed (5xx, unavailable, shutting down).
+   */
+  HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_PROVIDER_ERROR = 7,
+  /*
+   * Still failing when the retry window ran out (reason "Abandoned").
+   */
+  HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_ABANDONED = 8
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__FAILURE_CLASS)
+} Herald__V1__FailureClass;
+/*
  * Where one outbox entry stands.
  */
 typedef enum _Herald__V1__DeliveryState {
@@ -353,10 +397,14 @@ struct  Herald__V1__FailureCount
    * How many.
    */
   int64_t count;
+  /*
+   * What kind of failure `reason` is.
+   */
+  Herald__V1__FailureClass failure_class;
 };
 #define HERALD__V1__FAILURE_COUNT__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__failure_count__descriptor) \
-    , (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, 0, HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_UNSPECIFIED }
 
 
 /*
@@ -406,10 +454,14 @@ struct  Herald__V1__DeliveryRecord
    * The push handle it was addressed to.
    */
   char *handle;
+  /*
+   * What kind of failure `reason` is; unspecified unless failed or abandoned.
+   */
+  Herald__V1__FailureClass failure_class;
 };
 #define HERALD__V1__DELIVERY_RECORD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__delivery_record__descriptor) \
-    , 0, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_UNSPECIFIED, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
+    , 0, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_UNSPECIFIED, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, HERALD__V1__FAILURE_CLASS__FAILURE_CLASS_UNSPECIFIED }
 
 
 /*
@@ -1753,6 +1805,7 @@ void herald__v1__dispatch_service__export_device_records(ProtobufCService *servi
 /* --- descriptors --- */
 
 extern const ProtobufCEnumDescriptor    herald__v1__outcome_state__descriptor;
+extern const ProtobufCEnumDescriptor    herald__v1__failure_class__descriptor;
 extern const ProtobufCEnumDescriptor    herald__v1__delivery_state__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__export_device_records_request__descriptor;
 extern const ProtobufCEnumDescriptor    herald__v1__export_device_records_request__kind__descriptor;
