@@ -313,15 +313,15 @@ public final class HubSenders: Sendable {
             if hub == Names.defaultHub {
                 let inboxOnly = defaults[platform] is InboxProvider
                 return HubPlatformCredentials(
-                    platform: platform, source: inboxOnly ? "inbox" : "deployment", summary: "")
+                    platform: platform, source: inboxOnly ? .inbox : .deployment, summary: "")
             }
             if let own = hubs.withLock({ $0[hub]?[platform] }) {
                 return HubPlatformCredentials(
-                    platform: platform, source: recordOnly ? "inbox" : "hub", summary: own.summary,
+                    platform: platform, source: recordOnly ? .inbox : .hub, summary: own.summary,
                     updatedAtUnixMs: own.updatedAt)
             }
             return HubPlatformCredentials(
-                platform: platform, source: defaults[platform] is InboxProvider ? "inbox" : "missing", summary: "")
+                platform: platform, source: defaults[platform] is InboxProvider ? .inbox : .missing, summary: "")
         }
     }
 

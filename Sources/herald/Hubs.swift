@@ -177,11 +177,21 @@ struct Hubs: AsyncParsableCommand {
                 Self.print(answer, hub: hub.name)
             }
 
+            /// What delivers a platform, in one word: hub, deployment, inbox or missing.
+            static func word(_ source: CredentialSource) -> String {
+                switch source {
+                case .hub: "hub"
+                case .deployment: "deployment"
+                case .inbox: "inbox"
+                default: "missing"
+                }
+            }
+
             static func print(_ answer: HubCredentialsResponse, hub: String) {
                 Swift.print("hub \(hub)")
                 for platform in answer.platforms {
                     Swift.print(
-                        "  \(platform.platform.name)\t\(platform.source)\(platform.summary.isEmpty ? "" : "\t" + platform.summary)"
+                        "  \(platform.platform.name)\t\(word(platform.source))\(platform.summary.isEmpty ? "" : "\t" + platform.summary)"
                     )
                 }
             }

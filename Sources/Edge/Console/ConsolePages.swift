@@ -51,8 +51,8 @@ extension ConsoleRoutes {
             let status: String =
                 switch platform.source {
                 case _ where platform.failing: "failing"
-                case "hub", "deployment": "set"
-                case "inbox": "inbox"
+                case .hub, .deployment: "set"
+                case .inbox: "inbox"
                 default: "missing"
                 }
             return [
@@ -72,11 +72,11 @@ extension ConsoleRoutes {
             hub: hub.name)
     }
 
-    private static func sourceText(_ source: String) -> String {
+    private static func sourceText(_ source: CredentialSource) -> String {
         switch source {
-        case "hub": "the hub's own credentials"
-        case "deployment": "herald-dispatch's settings"
-        case "inbox": "recorded in the inbox, not sent"
+        case .hub: "the hub's own credentials"
+        case .deployment: "herald-dispatch's settings"
+        case .inbox: "recorded in the inbox, not sent"
         default: "none: deliveries fail with NoCredentials"
         }
     }

@@ -211,6 +211,63 @@ public enum DeliveryState: RawRepresentable, Hashable, Sendable, CustomStringCon
     }
 }
 
+/// What delivers one platform of a hub.
+public enum CredentialSource: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    /// Not set.
+    case unspecified  // = 0
+    /// The hub's own credentials (SetHubCredentials).
+    case hub  // = 1
+    /// herald-dispatch's own settings (the hub "default" only).
+    case deployment  // = 2
+    /// Recorded in herald-dispatch's inbox, not sent.
+    case inbox  // = 3
+    /// Nothing: deliveries fail with NoCredentials.
+    case missing  // = 4
+    /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
+    case unrecognized(Int32)
+
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .hub
+        case 2: self = .deployment
+        case 3: self = .inbox
+        case 4: self = .missing
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .hub: 1
+        case .deployment: 2
+        case .inbox: 3
+        case .missing: 4
+        case .unrecognized(let value): value
+        }
+    }
+
+    /// Equal when the numbers are: `.unrecognized(0)` is `.unspecified`.
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+
+    /// Every value this build knows, in declaration order.
+    public static let knownValues: [CredentialSource] = [.unspecified, .hub, .deployment, .inbox, .missing]
+
+    /// The proto name of the value, or the number for a value this build does not know.
+    public var description: String {
+        switch self {
+        case .unspecified: "CREDENTIAL_SOURCE_UNSPECIFIED"
+        case .hub: "CREDENTIAL_SOURCE_HUB"
+        case .deployment: "CREDENTIAL_SOURCE_DEPLOYMENT"
+        case .inbox: "CREDENTIAL_SOURCE_INBOX"
+        case .missing: "CREDENTIAL_SOURCE_MISSING"
+        case .unrecognized(let value): "CredentialSource(\(value))"
+        }
+    }
+}
+
 /// Request of ExportDeviceRecords: one page of records of at most 1,000 devices.
 public struct ExportDeviceRecordsRequest: HeraldMessage {
     public var kind: ExportDeviceRecordsRequest.Kind
@@ -1836,9 +1893,8 @@ extension DeleteHubCredentialsRequest: CBacked {
 /// How one platform of a hub is delivered.
 public struct HubPlatformCredentials: HeraldMessage {
     public var platform: Platform
-    /// "hub" (its own credentials), "deployment" (the hub default's settings), "inbox" (recorded,
-    /// not sent), or "missing" (deliveries fail with NoCredentials).
-    public var source: String
+    /// What delivers the platform.
+    public var source: CredentialSource
     /// Identifiers of the credentials (key id, team, topic, project…), never a secret.
     public var summary: String
     public var updatedAtUnixMs: Int64
@@ -1851,7 +1907,7 @@ public struct HubPlatformCredentials: HeraldMessage {
     /// credentials (or the push service) are failing now, not just some devices.
     public var failing: Bool
 
-    public init(platform: Platform = Platform(rawValue: 0), source: String = "", summary: String = "", updatedAtUnixMs: Int64 = 0, lastError: String = "", lastErrorAtUnixMs: Int64 = 0, failing: Bool = false) {
+    public init(platform: Platform = Platform(rawValue: 0), source: CredentialSource = CredentialSource(rawValue: 0), summary: String = "", updatedAtUnixMs: Int64 = 0, lastError: String = "", lastErrorAtUnixMs: Int64 = 0, failing: Bool = false) {
         self.platform = platform
         self.source = source
         self.summary = summary
@@ -1863,7 +1919,7 @@ public struct HubPlatformCredentials: HeraldMessage {
 
     public init() {
         self.platform = Platform(rawValue: 0)
-        self.source = ""
+        self.source = CredentialSource(rawValue: 0)
         self.summary = ""
         self.updatedAtUnixMs = 0
         self.lastError = ""
@@ -1888,7 +1944,7 @@ extension HubPlatformCredentials: CBacked {
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
-        self.source = CBridge.string(m.source)
+        self.source = CredentialSource(rawValue: Int32(truncatingIfNeeded: m.source.rawValue))
         self.summary = CBridge.string(m.summary)
         self.updatedAtUnixMs = m.updated_at_unix_ms
         self.lastError = CBridge.string(m.last_error)
@@ -1900,7 +1956,7 @@ extension HubPlatformCredentials: CBacked {
         let p = arena.allocate(CType.self)
         herald__v1__hub_platform_credentials__init(p)
         p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
-        p.pointee.source = try arena.string(self.source, field: "herald.v1.HubPlatformCredentials.source")
+        p.pointee.source = .init(rawValue: .init(truncatingIfNeeded: self.source.rawValue))
         p.pointee.summary = try arena.string(self.summary, field: "herald.v1.HubPlatformCredentials.summary")
         p.pointee.updated_at_unix_ms = self.updatedAtUnixMs
         p.pointee.last_error = try arena.string(self.lastError, field: "herald.v1.HubPlatformCredentials.last_error")

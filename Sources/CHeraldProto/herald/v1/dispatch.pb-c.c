@@ -3197,18 +3197,6 @@ static const ProtobufCFieldDescriptor herald__v1__hub_platform_credentials__fiel
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
-    "source",
-    2,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_STRING,
-    0,   /* quantifier_offset */
-    offsetof(Herald__V1__HubPlatformCredentials, source),
-    NULL,
-    &protobuf_c_empty_string,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
     "summary",
     3,
     PROTOBUF_C_LABEL_NONE,
@@ -3268,19 +3256,32 @@ static const ProtobufCFieldDescriptor herald__v1__hub_platform_credentials__fiel
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "source",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPlatformCredentials, source),
+    &herald__v1__credential_source__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__hub_platform_credentials__field_indices_by_name[] = {
-  6,   /* field[6] = failing */
-  4,   /* field[4] = last_error */
-  5,   /* field[5] = last_error_at_unix_ms */
+  5,   /* field[5] = failing */
+  3,   /* field[3] = last_error */
+  4,   /* field[4] = last_error_at_unix_ms */
   0,   /* field[0] = platform */
-  1,   /* field[1] = source */
-  2,   /* field[2] = summary */
-  3,   /* field[3] = updated_at_unix_ms */
+  6,   /* field[6] = source */
+  1,   /* field[1] = summary */
+  2,   /* field[2] = updated_at_unix_ms */
 };
-static const ProtobufCIntRange herald__v1__hub_platform_credentials__number_ranges[1 + 1] =
+static const ProtobufCIntRange herald__v1__hub_platform_credentials__number_ranges[2 + 1] =
 {
   { 1, 0 },
+  { 3, 1 },
   { 0, 7 }
 };
 const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descriptor =
@@ -3294,7 +3295,7 @@ const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descripto
   7,
   herald__v1__hub_platform_credentials__field_descriptors,
   herald__v1__hub_platform_credentials__field_indices_by_name,
-  1,  herald__v1__hub_platform_credentials__number_ranges,
+  2,  herald__v1__hub_platform_credentials__number_ranges,
   (ProtobufCMessageInit) herald__v1__hub_platform_credentials__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -3744,6 +3745,40 @@ const ProtobufCEnumDescriptor herald__v1__delivery_state__descriptor =
   herald__v1__delivery_state__enum_values_by_name,
   1,
   herald__v1__delivery_state__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue herald__v1__credential_source__enum_values_by_number[5] =
+{
+  { "CREDENTIAL_SOURCE_UNSPECIFIED", "HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_UNSPECIFIED", 0 },
+  { "CREDENTIAL_SOURCE_HUB", "HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_HUB", 1 },
+  { "CREDENTIAL_SOURCE_DEPLOYMENT", "HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_DEPLOYMENT", 2 },
+  { "CREDENTIAL_SOURCE_INBOX", "HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_INBOX", 3 },
+  { "CREDENTIAL_SOURCE_MISSING", "HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_MISSING", 4 },
+};
+static const ProtobufCIntRange herald__v1__credential_source__value_ranges[] = {
+{0, 0},{0, 5}
+};
+static const ProtobufCEnumValueIndex herald__v1__credential_source__enum_values_by_name[5] =
+{
+  { "CREDENTIAL_SOURCE_DEPLOYMENT", 2 },
+  { "CREDENTIAL_SOURCE_HUB", 1 },
+  { "CREDENTIAL_SOURCE_INBOX", 3 },
+  { "CREDENTIAL_SOURCE_MISSING", 4 },
+  { "CREDENTIAL_SOURCE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor herald__v1__credential_source__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "herald.v1.CredentialSource",
+  "CredentialSource",
+  "Herald__V1__CredentialSource",
+  "herald.v1",
+  5,
+  herald__v1__credential_source__enum_values_by_number,
+  5,
+  herald__v1__credential_source__enum_values_by_name,
+  1,
+  herald__v1__credential_source__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[16] =

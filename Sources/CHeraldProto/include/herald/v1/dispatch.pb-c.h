@@ -163,6 +163,32 @@ typedef enum _Herald__V1__DeliveryState {
   HERALD__V1__DELIVERY_STATE__DELIVERY_STATE_ABANDONED = 4
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__DELIVERY_STATE)
 } Herald__V1__DeliveryState;
+/*
+ * What delivers one platform of a hub.
+ */
+typedef enum _Herald__V1__CredentialSource {
+  /*
+   * Not set.
+   */
+  HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_UNSPECIFIED = 0,
+  /*
+   * The hub's own credentials (SetHubCredentials).
+   */
+  HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_HUB = 1,
+  /*
+   * herald-dispatch's own settings (the hub "default" only).
+   */
+  HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_DEPLOYMENT = 2,
+  /*
+   * Recorded in herald-dispatch's inbox, not sent.
+   */
+  HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_INBOX = 3,
+  /*
+   * Nothing: deliveries fail with NoCredentials.
+   */
+  HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_MISSING = 4
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__CREDENTIAL_SOURCE)
+} Herald__V1__CredentialSource;
 
 /* --- messages --- */
 
@@ -830,10 +856,9 @@ struct  Herald__V1__HubPlatformCredentials
   ProtobufCMessage base;
   Herald__V1__Platform platform;
   /*
-   * "hub" (its own credentials), "deployment" (the hub default's settings), "inbox" (recorded,
-   * not sent), or "missing" (deliveries fail with NoCredentials).
+   * What delivers the platform.
    */
-  char *source;
+  Herald__V1__CredentialSource source;
   /*
    * Identifiers of the credentials (key id, team, topic, project…), never a secret.
    */
@@ -854,7 +879,7 @@ struct  Herald__V1__HubPlatformCredentials
 };
 #define HERALD__V1__HUB_PLATFORM_CREDENTIALS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_platform_credentials__descriptor) \
-    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0 }
+    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0 }
 
 
 /*
@@ -1807,6 +1832,7 @@ void herald__v1__dispatch_service__export_device_records(ProtobufCService *servi
 extern const ProtobufCEnumDescriptor    herald__v1__outcome_state__descriptor;
 extern const ProtobufCEnumDescriptor    herald__v1__failure_class__descriptor;
 extern const ProtobufCEnumDescriptor    herald__v1__delivery_state__descriptor;
+extern const ProtobufCEnumDescriptor    herald__v1__credential_source__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__export_device_records_request__descriptor;
 extern const ProtobufCEnumDescriptor    herald__v1__export_device_records_request__kind__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__erase_devices_request__descriptor;
