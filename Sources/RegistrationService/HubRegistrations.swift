@@ -1,6 +1,5 @@
 import Foundation
-import GRDB
-public import HeraldModel
+import HeraldModel
 public import HeraldProto
 import HeraldRPC
 import HeraldService
@@ -135,152 +134,99 @@ public enum HubRegistrationRules {
     }
 }
 
-extension SQLiteRegistrations {
-    static func registerHubRegistrations(_ migrator: inout DatabaseMigrator) {
-        migrator.registerMigration("v5-hub-registrations") { db in
-            try db.execute(
-                sql: """
-                    ALTER TABLE registration ADD COLUMN nh_id TEXT;
-                    ALTER TABLE registration ADD COLUMN etag INTEGER NOT NULL DEFAULT 0;
-                    ALTER TABLE registration ADD COLUMN nh_document BLOB;
-                    CREATE UNIQUE INDEX registration_nh ON registration(hub, nh_id) WHERE nh_id IS NOT NULL;
-                    """)
-        }
-    }
-
-    /// Creates or replaces, in the caller's transaction.
-    func putHubRegistration(
-        hub: String, _ registration: HubRegistration, ifMatch: Int64, createOnly: Bool, maxRegistrations: Int64,
-        in db: Database
-    ) throws -> (HubRegistration, created: Bool) {
-        var r = registration
-        let existing = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT id, etag, created_at FROM registration WHERE hub = ? AND nh_id = ?"),
-            arguments: [hub, r.registrationID])
-        if existing != nil, createOnly {
-            throw ServiceError(.alreadyExists, "registration \(r.registrationID) exists")
-        }
-        try HubRegistrationRules.checkETag(ifMatch, stored: existing?["etag"])
-        if existing == nil, maxRegistrations > 0 {
-            let count =
-                try Int64.fetchOne(
-                    db.cachedStatement(sql: "SELECT COUNT(*) FROM registration WHERE hub = ? AND nh_id IS NOT NULL"),
-                    arguments: [hub]) ?? 0
-            guard count < maxRegistrations else {
-                throw ServiceError(
-                    .resourceExhausted,
-                    "hub \(hub) holds its limit of \(maxRegistrations) registrations (herald hubs limits \(hub))")
+extension SQLRegistrationStore {
+    /// Creates or replaces `registration` (validated) at its id, bumping its ETag.
+    nonisolated(nonsending) public func putHubRegistration(
+        hub: String, _ registration: HubRegistration, ifMatch: Int64, createOnly: Bool, maxRegistrations: Int64
+    ) async throws -> (HubRegistration, created: Bool) {
+        let now = self.now()
+        return try await db.groupWrite { session in
+            try await Self.lock("nh\u{1}\(hub)\u{1}\(registration.registrationID)", in: session)
+            var r = registration
+            let existing = try await session.queryFirst(
+                "SELECT id, etag, created_at FROM registration WHERE hub = \(hub) AND nh_id = \(r.registrationID)")
+            if existing != nil, createOnly {
+                throw ServiceError(.alreadyExists, "registration \(r.registrationID) exists")
             }
-        }
-        let now = now()
-        r.etag = (existing?["etag"] as Int64? ?? 0) + 1
-        r.createdAtUnixMs = existing?["created_at"] ?? now
-        r.updatedAtUnixMs = now
-        r.expired = false
-        let stored = Data(try r.serializedBytes() as [UInt8])
-        let templateName: String? = r.isTemplate ? r.templateName : nil
-        let id: String
-        if let existing {
-            id = existing["id"]
-            try db.cachedStatement(
-                sql: """
-                    UPDATE registration SET platform = ?, handle = ?, updated_at = ?, document = ?, expired = 0,
-                        template_name = ?, etag = ?, nh_document = ? WHERE id = ?
+            let storedETag: Int64? = try existing?[1]
+            try HubRegistrationRules.checkETag(ifMatch, stored: storedETag)
+            if existing == nil, maxRegistrations > 0 {
+                let count: Int64 =
+                    try await session.queryFirst(
+                        "SELECT COUNT(*) FROM registration WHERE hub = \(hub) AND nh_id IS NOT NULL")?[0] ?? 0
+                try RegistrationRules.checkRoom(count: count, limit: maxRegistrations, of: "registrations", hub: hub)
+            }
+            r.etag = (storedETag ?? 0) + 1
+            r.createdAtUnixMs = try existing?[2] ?? now
+            r.updatedAtUnixMs = now
+            r.expired = false
+            let stored: [UInt8] = try r.serializedBytes()
+            let document = HubRegistrationRules.document(of: r)
+            let templateName: String? = r.isTemplate ? r.templateName : nil
+            let platform = Int64(r.platform.rawValue)
+            let id: String = try existing?[0] ?? RegistrationSQL.newID(prefix: "n-")
+            if existing != nil {
+                try await session.execute(
                     """
-            ).execute(arguments: [
-                r.platform.rawValue, r.handle, now, HubRegistrationRules.document(of: r), templateName, r.etag, stored,
-                id,
-            ])
-            try db.cachedStatement(sql: "DELETE FROM registration_tag WHERE registration_id = ?").execute(arguments: [
-                id
-            ])
-        } else {
-            id = RegistrationSQL.newID(prefix: "n-")
-            try db.cachedStatement(
-                sql: """
+                    UPDATE registration SET platform = \(platform), handle = \(r.handle), updated_at = \(now),
+                        document = \(document), expired = 0, template_name = \(templateName), etag = \(r.etag),
+                        nh_document = \(stored)
+                    WHERE id = \(id)
+                    """)
+                try await session.execute("DELETE FROM registration_tag WHERE registration_id = \(id)")
+            } else {
+                try await session.execute(
+                    """
                     INSERT INTO registration (id, owner, platform, handle, created_at, updated_at, hub, document, expired,
                         template_name, nh_id, etag, nh_document)
-                    VALUES (?, '', ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
-                    """
-            ).execute(arguments: [
-                id, r.platform.rawValue, r.handle, now, now, hub, HubRegistrationRules.document(of: r), templateName,
-                r.registrationID, r.etag, stored,
-            ])
+                    VALUES (\(id), '', \(platform), \(r.handle), \(now), \(now), \(hub), \(document), 0, \(templateName),
+                        \(r.registrationID), \(r.etag), \(stored))
+                    """)
+            }
+            if let insert = RegistrationSQL.insertTags(r.tags, of: id) { try await session.execute(insert) }
+            return (r, existing == nil)
         }
-        let tag = try db.cachedStatement(
-            sql: "INSERT OR IGNORE INTO registration_tag (tag, registration_id) VALUES (?, ?)")
-        for value in r.tags { try tag.execute(arguments: [value, id]) }
-        return (r, existing == nil)
     }
 
     /// The registration with NH id `id`, else the installation with that id (NH lists
     /// installations among registrations).
-    public func hubRegistration(hub: String, id: String) throws -> HubRegistration? {
-        try db.read { db in
-            try Row.fetchOne(
-                db.cachedStatement(
-                    sql: """
-                        SELECT \(RegistrationSQL.hubRegistrationColumns) FROM registration r
-                        WHERE r.hub = ? AND (r.nh_id = ? OR r.installation_id = ?) ORDER BY r.nh_id IS NULL LIMIT 1
-                        """),
-                arguments: [hub, id, id]
-            ).map(Self.hubRegistration)
-        }
+    nonisolated(nonsending) public func hubRegistration(hub: String, id: String) async throws -> HubRegistration? {
+        try await db.queryFirst(
+            """
+            SELECT \(raw: RegistrationSQL.hubRegistrationColumns) FROM registration r
+            WHERE r.hub = \(hub) AND (r.nh_id = \(id) OR r.installation_id = \(id)) ORDER BY r.nh_id IS NULL LIMIT 1
+            """
+        ).map(Self.hubRegistration)
     }
 
     /// Deletes the registration with NH id `id`, else the installation with that id.
-    func deleteHubRegistration(hub: String, id: String, ifMatch: Int64, in db: Database) throws {
-        let row = try Row.fetchOne(
-            db.cachedStatement(
-                sql: """
-                    SELECT id, CASE WHEN nh_id IS NULL THEN updated_at ELSE etag END AS etag FROM registration
-                    WHERE hub = ? AND (nh_id = ? OR installation_id = ?) ORDER BY nh_id IS NULL LIMIT 1
-                    """),
-            arguments: [hub, id, id])
-        guard let row else { throw ServiceError.notFound("Registration not found.") }
-        try HubRegistrationRules.checkETag(ifMatch, stored: row["etag"])
-        try db.cachedStatement(sql: "DELETE FROM registration WHERE id = ?").execute(arguments: [row["id"] as String])
-    }
-
-    public func listHubRegistrations(hub: String, handle: String?, tag: String?, after: String, limit: Int) throws
-        -> [HubRegistration]
-    {
-        let q = RegistrationSQL.hubRegistrations(
-            .sqlite, hub: hub, handle: handle, tag: tag, after: after, limit: limit)
-        return try db.read { db in
-            try Row.fetchAll(db, sql: q.text, arguments: q.sqliteArguments).map(Self.hubRegistration)
+    nonisolated(nonsending) public func deleteHubRegistration(hub: String, id: String, ifMatch: Int64) async throws {
+        try await db.groupWrite { session in
+            let row = try await session.queryFirst(
+                """
+                SELECT id, CASE WHEN nh_id IS NULL THEN updated_at ELSE etag END FROM registration
+                WHERE hub = \(hub) AND (nh_id = \(id) OR installation_id = \(id)) ORDER BY nh_id IS NULL LIMIT 1
+                \(SQLFragment.forUpdate)
+                """)
+            guard let row else { throw ServiceError.notFound("Registration not found.") }
+            try HubRegistrationRules.checkETag(ifMatch, stored: try row[1])
+            let rowID: String = try row[0]
+            try await session.execute("DELETE FROM registration WHERE id = \(rowID)")
         }
     }
 
-    private static func hubRegistration(_ row: Row) throws -> HubRegistration {
+    nonisolated(nonsending) public func listHubRegistrations(
+        hub: String, handle: String?, tag: String?, after: String, limit: Int
+    ) async throws -> [HubRegistration] {
+        try await db.query(
+            RegistrationSQL.hubRegistrations(hub: hub, handle: handle, tag: tag, after: after, limit: limit),
+            Self.hubRegistration)
+    }
+
+    /// A row of ``RegistrationSQL/hubRegistrationColumns``.
+    private static func hubRegistration(_ row: SQLRow) throws -> HubRegistration {
         try HubRegistrationRules.stored(
-            nhDocument: (row["nh_document"] as Data?).map { [UInt8]($0) },
-            installation: (row["document"] as Data?).map { [UInt8]($0) }, etag: row["etag"],
-            createdAt: row["created_at"], updatedAt: row["updated_at"], expired: row["expired"])
-    }
-}
-
-extension RegistrationSQL {
-    /// What a registration read selects (``HubRegistrationRules/stored(nhDocument:installation:etag:createdAt:updatedAt:expired:)``).
-    static let hubRegistrationColumns =
-        "r.nh_document, CASE WHEN r.nh_id IS NULL THEN r.document END AS document, r.etag, r.created_at, r.updated_at, r.expired"
-
-    /// A page of a hub's NH registrations and installations (NH lists both) by NH id (an
-    /// installation's: its installation id) after `after`: all, those with one handle (the handle
-    /// index), or those with one tag (the tag's index entries).
-    static func hubRegistrations(
-        _ dialect: SQLStatement.Dialect, hub: String, handle: String?, tag: String?, after: String, limit: Int
-    ) -> SQLStatement {
-        var q = SQLStatement(dialect, "SELECT \(hubRegistrationColumns) FROM ")
-        if let tag {
-            q += "registration_tag t JOIN registration r ON r.id = t.registration_id WHERE t.tag = \(q.bind(tag)) AND"
-        } else {
-            q += "registration r WHERE"
-        }
-        q += " r.hub = \(q.bind(hub)) AND (r.nh_id IS NOT NULL OR r.installation_id IS NOT NULL)"
-        q += " AND COALESCE(r.nh_id, r.installation_id) > \(q.bind(after))"
-        if let handle { q += " AND r.handle = \(q.bind(handle))" }
-        q += " ORDER BY COALESCE(r.nh_id, r.installation_id) LIMIT \(q.bind(Int64(limit)))"
-        return q
+            nhDocument: try row[0], installation: try row[1], etag: try row[2], createdAt: try row[3],
+            updatedAt: try row[4], expired: try row[5])
     }
 }

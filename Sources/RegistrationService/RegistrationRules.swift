@@ -101,6 +101,21 @@ public enum RegistrationRules {
 
     /// The tag the server puts on every registration of `owner` (``Names/userTag(_:)``).
     public static func userTag(_ owner: String) -> String { Names.userTag(owner) }
+
+    /// A hub holding `count` of what it may hold `limit` of (installations, NH registrations) takes
+    /// one more only below the limit; a limit of 0 is none.
+    static func checkRoom(count: Int64, limit: Int64, of what: String, hub: String) throws {
+        guard limit > 0, count >= limit else { return }
+        throw ServiceError(
+            .resourceExhausted, "hub \(hub) holds its limit of \(limit) \(what) (herald hubs limits \(hub))")
+    }
+
+    /// NH's `pushChannelExpired` after a write: it is read-only, so it stays while the channel
+    /// stays (push-service feedback set it) and clears when the channel changes.
+    static func channelExpired(stored: (channel: String, expired: Bool)?, writing channel: String) -> Bool {
+        guard let stored else { return false }
+        return stored.channel == channel && stored.expired
+    }
 }
 
 extension UInt8 {

@@ -1,152 +1,145 @@
 import Foundation
-import GRDB
-public import HeraldModel
-public import HeraldProto
+import HeraldModel
+import HeraldProto
+import HeraldService
 
-/// A statement built once for both stores: SQLite numbers its parameters `?`, PostgreSQL `$1…`;
-/// the rest of the audience and listing queries is the same SQL on both (the tables have the same
-/// columns, `expired` an integer on both).
-struct SQLStatement {
-    enum Dialect { case sqlite, postgres }
-    enum Value {
-        case text(String)
-        case integer(Int64)
-    }
-
-    let dialect: Dialect
-    var text = ""
-    var values: [Value] = []
-
-    init(_ dialect: Dialect, _ text: String = "") {
-        self.dialect = dialect
-        self.text = text
-    }
-
-    /// Appends a parameter's value and returns its placeholder.
-    mutating func bind(_ value: Value) -> String {
-        values.append(value)
-        return dialect == .sqlite ? "?" : "$\(values.count)"
-    }
-
-    mutating func bind(_ text: String) -> String { bind(.text(text)) }
-    mutating func bind(_ number: Int64) -> String { bind(.integer(number)) }
-
-    static func += (statement: inout SQLStatement, text: String) { statement.text += text }
-}
-
-/// The registration queries whose shape depends on the request: audiences and installation lists.
+/// The registration queries whose shape depends on the request: audiences, device and installation
+/// lists, NH registration feeds. Written once for both databases (the tables have the same columns
+/// on both, `expired` an integer on both); where the dialects differ, the difference is a
+/// ``SQLFragment``.
 enum RegistrationSQL {
+    /// A row's tags, sorted, joined by newlines (no tag holds one: ``RegistrationRules``); NULL when
+    /// it has none. `alias` names the row.
+    static func tags(of alias: String) -> SQLFragment {
+        SQLFragment(
+            sqlite:
+                "(SELECT group_concat(tag, char(10)) FROM (SELECT t.tag FROM registration_tag t WHERE t.registration_id = \(alias).id ORDER BY t.tag))",
+            postgres:
+                "(SELECT string_agg(t.tag, chr(10) ORDER BY t.tag) FROM registration_tag t WHERE t.registration_id = \(alias).id)"
+        )
+    }
+
+    /// A tags column as ``tags(of:)`` reads it.
+    static func tagList(_ value: String?) -> [String] {
+        value.map { $0.split(separator: "\n").map(String.init) } ?? []
+    }
+
+    /// The order rows were made in (SQLite's rowid, PostgreSQL's identity column).
+    static let insertionOrder = SQLFragment(sqlite: "rowid", postgres: "seq")
+
     /// One page of an audience: registrations after `after` by id, read from `driver`'s entries in
     /// the (tag, registration_id) key when given (its own order: no sort), else from every
     /// registration of the hub, filtered by `expression` (evaluated in SQL, each tag an index
     /// look-up) when given. Devices, or (a template send) installation templates: never both.
     static func audience(
-        _ dialect: SQLStatement.Dialect, driver: String?, expression: TagExpression.Node?, platform: Platform,
-        hub: String,
-        templates: Bool, after: String, limit: Int
-    ) -> SQLStatement {
-        var q = SQLStatement(
-            dialect, "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.hub, r.installation_id")
-        q += templates ? ", r.template_name, r.document" : ""
+        driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool,
+        after: String, limit: Int
+    ) -> SQLQuery {
+        var q: SQLQuery = "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.hub, r.installation_id"
+        if templates { q += ", r.template_name, r.document" }
         let order = from(driver: driver, after: after, into: &q)
-        q += " AND r.platform != 0 AND r.hub = \(q.bind(hub)) AND r.expired = 0"
+        q += " AND r.platform != 0 AND r.hub = \(hub) AND r.expired = 0"
         q += templates ? " AND r.template_name IS NOT NULL" : " AND r.template_name IS NULL"
-        if platform != .unspecified { q += " AND r.platform = \(q.bind(Int64(platform.rawValue)))" }
-        if let expression { q += " AND (\(condition(expression, into: &q)))" }
-        q += " ORDER BY \(order) LIMIT \(q.bind(Int64(limit)))"
+        if platform != .unspecified { q += " AND r.platform = \(Int64(platform.rawValue))" }
+        if let expression { q += " AND (\(condition(expression)))" }
+        q += " ORDER BY \(raw: order) LIMIT \(Int64(limit))"
         return q
     }
 
     /// ` FROM …` of a page of registrations after `after` by id: read from `driver`'s entries in
     /// the (tag, registration_id) key when given (its own order: no sort), else from every
     /// registration. Ends inside the WHERE clause; returns the column to order by.
-    private static func from(driver: String?, after: String, into q: inout SQLStatement) -> String {
+    private static func from(driver: String?, after: String, into q: inout SQLQuery) -> String {
         guard let driver else {
-            q += " FROM registration r WHERE r.id > \(q.bind(after))"
+            q += " FROM registration r WHERE r.id > \(after)"
             return "r.id"
         }
-        q += " FROM registration_tag d JOIN registration r ON r.id = d.registration_id WHERE d.tag = \(q.bind(driver))"
+        q += " FROM registration_tag d JOIN registration r ON r.id = d.registration_id WHERE d.tag = \(driver)"
         // The same bound on r.id (equal to d.registration_id): PostgreSQL then starts both sides
         // of its merge join at the page instead of reading the hub's registrations from the
         // first one on every page (50,000 devices: 4 ms a page, not 0.6).
-        q += " AND d.registration_id > \(q.bind(after)) AND r.id > \(q.bind(after))"
+        q += " AND d.registration_id > \(after) AND r.id > \(after)"
         return "d.registration_id"
-    }
-
-    /// The driver and condition of a tag expression's audience: a one-tag ``TagExpression/cover``
-    /// (`a`, `a && !b`, `a && (b || c)`) drives the page from that tag's index entries; otherwise
-    /// (`a || b`, `!a`) every registration after `after` is tested.
-    static func audience(
-        _ dialect: SQLStatement.Dialect, expression: TagExpression, platform: Platform, hub: String, templates: Bool,
-        after: String,
-        limit: Int
-    ) -> SQLStatement {
-        if case .tag(let tag) = expression.root {
-            return audience(
-                dialect, driver: tag, expression: nil, platform: platform, hub: hub, templates: templates, after: after,
-                limit: limit)
-        }
-        let cover = expression.cover
-        return audience(
-            dialect, driver: cover?.count == 1 ? cover?.first : nil, expression: expression.root, platform: platform,
-            hub: hub,
-            templates: templates, after: after, limit: limit)
     }
 
     /// A page of a hub's installations by installation id after `after`, filtered by a tag
     /// expression, user id and platform.
     static func installations(
-        _ dialect: SQLStatement.Dialect, hub: String, expression: TagExpression?, userID: String?, platform: Platform,
-        after: String,
-        limit: Int
-    ) -> SQLStatement {
-        var q = SQLStatement(dialect, "SELECT r.document, r.expired, r.updated_at FROM registration r WHERE r.hub = ")
-        q += q.bind(hub)
-        q += " AND r.installation_id IS NOT NULL AND r.installation_id > \(q.bind(after))"
-        if let userID { q += " AND r.user_id = \(q.bind(userID))" }
-        if platform != .unspecified { q += " AND r.platform = \(q.bind(Int64(platform.rawValue)))" }
-        if let expression { q += " AND (\(condition(expression.root, into: &q)))" }
-        q += " ORDER BY r.installation_id LIMIT \(q.bind(Int64(limit)))"
+        hub: String, expression: TagExpression?, userID: String?, platform: Platform, after: String, limit: Int
+    ) -> SQLQuery {
+        var q: SQLQuery = "SELECT r.document, r.expired, r.updated_at FROM registration r WHERE r.hub = \(hub)"
+        q += " AND r.installation_id IS NOT NULL AND r.installation_id > \(after)"
+        if let userID { q += " AND r.user_id = \(userID)" }
+        if platform != .unspecified { q += " AND r.platform = \(Int64(platform.rawValue))" }
+        if let expression { q += " AND (\(condition(expression.root)))" }
+        q += " ORDER BY r.installation_id LIMIT \(Int64(limit))"
         return q
     }
 
     /// One page of a hub's devices for ListDevices: registrations and installations (never their
-    /// templates) after `after` by id, with their tags (SQLite: joined by newlines; PostgreSQL: an
-    /// array) and `expired`. A tag expression with a one-tag cover drives the page from that tag's
-    /// index entries, as audiences do, so a rare tag does not test every device of the hub.
+    /// templates) after `after` by id, with their tags and `expired`. A tag expression with a
+    /// one-tag cover drives the page from that tag's index entries, as audiences do, so a rare tag
+    /// does not test every device of the hub.
     static func devices(
-        _ dialect: SQLStatement.Dialect, hub: String, user: String?, expression: TagExpression?, platform: Platform,
+        _ dialect: SQLDialect, hub: String, user: String?, expression: TagExpression?, platform: Platform,
         handlePrefix: String?, after: String, limit: Int
-    ) -> SQLStatement {
-        var q = SQLStatement(
-            dialect, "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.installation_id, r.expired, ")
-        q +=
-            dialect == .sqlite
-            ? "(SELECT group_concat(tag, char(10)) FROM (SELECT t.tag FROM registration_tag t WHERE t.registration_id = r.id ORDER BY t.tag))"
-            : "coalesce((SELECT array_agg(t.tag ORDER BY t.tag) FROM registration_tag t WHERE t.registration_id = r.id), '{}')"
+    ) -> SQLQuery {
+        var q: SQLQuery =
+            "SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.installation_id, r.expired, \(tags(of: "r"))"
         let cover = expression?.cover
         let order = from(driver: cover?.count == 1 ? cover?.first : nil, after: after, into: &q)
-        q += " AND r.hub = \(q.bind(hub)) AND r.platform != 0 AND r.template_name IS NULL"
+        q += " AND r.hub = \(hub) AND r.platform != 0 AND r.template_name IS NULL"
         if let user {
             // A user's devices carry their system tag (registrations "username:", installations
             // "$UserId:"): read from the tag index in id order, not by testing every device.
             q += " AND r.id IN (SELECT u.registration_id FROM registration_tag u WHERE u.tag IN ("
-            q +=
-                "\(q.bind(RegistrationRules.userTag(user))), \(q.bind(Names.installationUserTag(user)))) AND u.registration_id > \(q.bind(after)))"
+            q += "\(list: Names.userSystemTags(of: user))) AND u.registration_id > \(after))"
         }
-        if platform != .unspecified { q += " AND r.platform = \(q.bind(Int64(platform.rawValue)))" }
+        if platform != .unspecified { q += " AND r.platform = \(Int64(platform.rawValue))" }
         if let handlePrefix {
             // substr counts characters (code points) on both databases. On SQLite (byte order) a
             // range on the handle index finds the few candidates first; PostgreSQL's handle index
             // follows the database's collation, where such a range is not a prefix.
             if dialect == .sqlite {
-                q += " AND r.handle >= \(q.bind(handlePrefix)) AND r.handle < \(q.bind(handlePrefix + "\u{10FFFF}"))"
+                q += " AND r.handle >= \(handlePrefix) AND r.handle < \(handlePrefix + "\u{10FFFF}")"
             }
             q +=
-                " AND substr(r.handle, 1, CAST(\(q.bind(Int64(handlePrefix.unicodeScalars.count))) AS INTEGER)) = \(q.bind(handlePrefix))"
+                " AND substr(r.handle, 1, CAST(\(Int64(handlePrefix.unicodeScalars.count)) AS INTEGER)) = \(handlePrefix)"
         }
-        if let expression { q += " AND (\(condition(expression.root, into: &q)))" }
-        q += " ORDER BY \(order) LIMIT \(q.bind(Int64(limit)))"
+        if let expression { q += " AND (\(condition(expression.root)))" }
+        q += " ORDER BY \(raw: order) LIMIT \(Int64(limit))"
+        return q
+    }
+
+    /// What a registration read selects (``HubRegistrationRules/stored(nhDocument:installation:etag:createdAt:updatedAt:expired:)``).
+    static let hubRegistrationColumns =
+        "r.nh_document, CASE WHEN r.nh_id IS NULL THEN r.document END AS document, r.etag, r.created_at, r.updated_at, r.expired"
+
+    /// A page of a hub's NH registrations and installations (NH lists both) by NH id (an
+    /// installation's: its installation id) after `after`: all, those with one handle (the handle
+    /// index), or those with one tag (the tag's index entries).
+    static func hubRegistrations(hub: String, handle: String?, tag: String?, after: String, limit: Int) -> SQLQuery {
+        var q: SQLQuery = "SELECT \(raw: hubRegistrationColumns) FROM "
+        if let tag {
+            q += "registration_tag t JOIN registration r ON r.id = t.registration_id WHERE t.tag = \(tag) AND"
+        } else {
+            q += "registration r WHERE"
+        }
+        q += " r.hub = \(hub) AND (r.nh_id IS NOT NULL OR r.installation_id IS NOT NULL)"
+        q += " AND COALESCE(r.nh_id, r.installation_id) > \(after)"
+        if let handle { q += " AND r.handle = \(handle)" }
+        q += " ORDER BY COALESCE(r.nh_id, r.installation_id) LIMIT \(Int64(limit))"
+        return q
+    }
+
+    /// Adds `tags` to row `id`, in one statement; nil when there are none. A tag given twice is kept once.
+    static func insertTags(_ tags: [String], of id: String) -> SQLQuery? {
+        guard !tags.isEmpty else { return nil }
+        var q: SQLQuery = "INSERT INTO registration_tag (tag, registration_id) VALUES "
+        for (index, tag) in tags.enumerated() {
+            q += index == 0 ? "(\(tag), \(id))" as SQLQuery : ", (\(tag), \(id))"
+        }
+        q += " ON CONFLICT DO NOTHING"
         return q
     }
 
@@ -182,31 +175,21 @@ enum RegistrationSQL {
     }
 
     /// A tag expression as an SQL condition on `r.id`: each tag an `EXISTS` on the (tag,
-    /// registration_id) primary key, tags bound as parameters of `statement`.
-    static func condition(_ node: TagExpression.Node, into statement: inout SQLStatement) -> String {
+    /// registration_id) primary key, tags bound as parameters.
+    static func condition(_ node: TagExpression.Node) -> SQLQuery {
         switch node {
         case .tag(let tag):
-            return
-                "EXISTS (SELECT 1 FROM registration_tag t WHERE t.tag = \(statement.bind(tag)) AND t.registration_id = r.id)"
+            return "EXISTS (SELECT 1 FROM registration_tag t WHERE t.tag = \(tag) AND t.registration_id = r.id)"
         case .not(let inner):
-            return "NOT (\(condition(inner, into: &statement)))"
+            return "NOT (\(condition(inner)))"
         case .and(let nodes), .or(let nodes):
-            var parts: [String] = []
-            for node in nodes { parts.append("(\(condition(node, into: &statement)))") }
-            if case .and = node { return parts.joined(separator: " AND ") }
-            return parts.joined(separator: " OR ")
+            let separator: SQLQuery = if case .and = node { " AND " } else { " OR " }
+            var q: SQLQuery = ""
+            for (index, node) in nodes.enumerated() {
+                if index > 0 { q += separator }
+                q += "(\(condition(node)))"
+            }
+            return q
         }
-    }
-}
-
-extension SQLStatement {
-    var sqliteArguments: StatementArguments {
-        StatementArguments(
-            values.map { value -> any DatabaseValueConvertible in
-                switch value {
-                case .text(let text): text
-                case .integer(let number): number
-                }
-            })
     }
 }

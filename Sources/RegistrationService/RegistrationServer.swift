@@ -442,12 +442,7 @@ public enum RegistrationServer {
         context -> RPCServiceParts in
         let config = try RegistrationConfig(reader: context.reader)
         let database = try context.openDatabase()
-        let store: any RegistrationStore
-        switch database {
-        case .sqlite(let sqlite): store = try SQLiteRegistrationStore(db: sqlite.writer, pendingTTL: config.pendingTTL)
-        case .postgres(let postgres):
-            store = try await PostgresRegistrationStore(db: postgres, pendingTTL: config.pendingTTL)
-        }
+        let store = try await SQLRegistrationStore(db: database.sql, pendingTTL: config.pendingTTL)
         var table = MethodTable()
         RegistrationHandlers(store: store, hosts: config.hosts, testMode: context.config.testMode).register(
             into: &table)

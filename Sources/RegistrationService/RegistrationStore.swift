@@ -1,14 +1,13 @@
 import Foundation
-public import GRDB
 public import HeraldModel
 public import HeraldProto
 import HeraldRPC
 public import HeraldService
 
-/// Registrations and NH installations, whichever database holds them: ``SQLiteRegistrationStore``
-/// (embedded, one process) or ``PostgresRegistrationStore`` (shared by replicas). Every call that
-/// names an id also names its owner (or hub), so another user's registration is indistinguishable
-/// from a missing one.
+/// Registrations and NH installations: ``SQLRegistrationStore`` over whichever database holds them
+/// (SQLite, embedded, one process; PostgreSQL, shared by replicas), or a test's fake. Every call
+/// that names an id also names its owner (or hub), so another user's registration is
+/// indistinguishable from a missing one.
 public protocol RegistrationStore: Sendable {
     /// POST api/register: the owner's first registration for `handle` (its duplicates deleted), or a
     /// new id.
@@ -139,121 +138,220 @@ extension RegistrationStore {
     }
 }
 
-/// The ``RegistrationStore`` over SQLite: ``SQLiteRegistrations``' synchronous calls, run on the
-/// caller's executor (in an async function GRDB's async overloads, which hop to its queue, would win).
-public final class SQLiteRegistrationStore: RegistrationStore {
-    public let tables: SQLiteRegistrations
-    /// The tutorial's writes (POST, PUT, DELETE api/register) and NH's installation writes (PUT,
-    /// PATCH, DELETE), committed in batches (see GroupCommit).
-    private let commits: GroupCommit
+/// The ``RegistrationStore`` over one ``SQLDatabase``: the same statements on SQLite and
+/// PostgreSQL, the rules (``RegistrationRules``, ``HubRegistrationRules``, ``InstallationRows``)
+/// outside it.
+///
+/// Writes that answer a device (the tutorial's POST, PUT and DELETE api/register; NH's installation
+/// and registration writes) go through ``SQLDatabase/groupWrite(_:)``: on SQLite, concurrent ones
+/// commit together. Where SQLite's single writer serialises two replicas' writes, a PostgreSQL
+/// transaction takes an advisory lock on what it changes: the (owner, handle) of a POST, the (hub,
+/// installation id) of a PUT or PATCH, the (hub, NH id) of a registration. A hub's installation
+/// limit is counted in the transaction but not locked across installations, so replicas racing at
+/// the limit may pass it by a few.
+public final class SQLRegistrationStore: RegistrationStore {
+    let db: any SQLDatabase
+    /// How long an id from POST api/register waits for its first PUT before it is gone (410), in ms.
+    private let pendingTTL: Int64
+    /// Unix epoch milliseconds; injected by tests that check expiry without waiting.
+    let now: @Sendable () -> Int64
 
     public init(
-        db: any DatabaseWriter, pendingTTL: Duration = .seconds(24 * 3600),
+        db: any SQLDatabase, pendingTTL: Duration = .seconds(24 * 3600),
         now: @escaping @Sendable () -> Int64 = unixMillis
-    ) throws {
-        tables = try SQLiteRegistrations(db: db, pendingTTL: pendingTTL, now: now)
-        commits = GroupCommit(db)
+    ) async throws {
+        self.db = db
+        self.pendingTTL = pendingTTL.wholeMilliseconds
+        self.now = now
+        try await db.migrate(RegistrationSchema.schema)
     }
 
-    nonisolated(nonsending) public func createID(owner: String, handle: String) async throws -> String {
-        try await commits.write { [tables] db in try tables.createID(owner: owner, handle: handle, in: db) }
+    /// On PostgreSQL, holds `key` until the transaction ends, so replicas' writers of the same thing
+    /// take turns; SQLite's one writer already does.
+    static func lock(_ key: String, in session: any SQLSession) async throws {
+        guard session.dialect == .postgres else { return }
+        try await session.execute("SELECT pg_advisory_xact_lock(hashtext(\(key)))")
     }
-    nonisolated(nonsending) public func upsert(
-        owner: String, id: String, platform: Platform, handle: String, tags: [String]
-    )
-        async throws -> Registration
-    {
-        try await commits.write { [tables] db in
-            try tables.upsert(owner: owner, id: id, platform: platform, handle: handle, tags: tags, in: db)
+
+    // MARK: tutorial registrations
+
+    nonisolated(nonsending) public func createID(owner: String, handle: String) async throws -> String {
+        let now = self.now()
+        return try await db.groupWrite { session in
+            if !handle.isEmpty {
+                try await Self.lock("\(owner)\u{1}\(handle)", in: session)
+                let ids: [String] = try await session.query(
+                    """
+                    SELECT id FROM registration WHERE owner = \(owner) AND handle = \(handle)
+                    ORDER BY created_at, \(RegistrationSQL.insertionOrder)
+                    """
+                ).map { try $0[0] }
+                if let first = ids.first {
+                    if ids.count > 1 {
+                        try await session.execute(
+                            "DELETE FROM registration WHERE id IN (\(list: Array(ids.dropFirst())))")
+                    }
+                    return first
+                }
+            }
+            let id = RegistrationSQL.newID()
+            try await session.execute(
+                "INSERT INTO registration (id, owner, created_at, updated_at) VALUES (\(id), \(owner), \(now), \(now))")
+            return id
         }
     }
+
+    nonisolated(nonsending) public func upsert(
+        owner: String, id: String, platform: Platform, handle: String, tags: [String]
+    ) async throws -> Registration {
+        let now = self.now()
+        let allTags = tags + [RegistrationRules.userTag(owner)]
+        let cutoff = now - pendingTTL
+        try await db.groupWrite { session in
+            // A pending id (never PUT: platform 0) only within its TTL.
+            let updated = try await session.execute(
+                """
+                UPDATE registration SET platform = \(Int64(platform.rawValue)), handle = \(handle), updated_at = \(now)
+                WHERE id = \(id) AND owner = \(owner) AND (platform != 0 OR created_at > \(cutoff))
+                """)
+            guard updated == 1 else { throw ServiceError.notFound("registration \(id) not found") }
+            try await session.execute("DELETE FROM registration_tag WHERE registration_id = \(id)")
+            if let insert = RegistrationSQL.insertTags(allTags, of: id) { try await session.execute(insert) }
+        }
+        return Registration(
+            registrationID: id, owner: owner, platform: platform, handle: handle, tags: allTags, updatedAtUnixMs: now)
+    }
+
     nonisolated(nonsending) public func delete(owner: String, id: String) async throws {
-        try await commits.write { [tables] db in try tables.delete(owner: owner, id: id, in: db) }
+        let deleted = try await db.groupWrite { session in
+            try await session.execute("DELETE FROM registration WHERE id = \(id) AND owner = \(owner)")
+        }
+        guard deleted == 1 else { throw ServiceError.notFound("registration \(id) not found") }
     }
+
     nonisolated(nonsending) public func list(owner: String) async throws -> [Registration] {
-        try tables.list(owner: owner)
+        try await db.query(
+            """
+            SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.hub, r.installation_id, \(RegistrationSQL.tags(of: "r"))
+            FROM registration r WHERE r.owner = \(owner) ORDER BY r.created_at, r.\(RegistrationSQL.insertionOrder)
+            """
+        ) { row in
+            var registration = try Self.registration(row)
+            registration.tags = RegistrationSQL.tagList(try row[7])
+            return registration
+        }
     }
+
     nonisolated(nonsending) public func removeHandle(platform: Platform, handle: String, invalidSince: Int64)
         async throws -> Int
     {
-        try tables.removeHandle(platform: platform, handle: handle, invalidSince: invalidSince)
+        let platform = Int64(platform.rawValue)
+        let matches: SQLQuery =
+            "handle = \(handle) AND platform = \(platform) AND (\(invalidSince) = 0 OR updated_at <= \(invalidSince))"
+        return try await db.transaction { session in
+            // Installations expire (their templates go quiet with them, counted once, with the
+            // installation): sends skip them until the channel changes, as NH does. Tutorial and
+            // NH registrations are deleted, so the app's next PUT gets 410.
+            let expired = try await session.execute(
+                "UPDATE registration SET expired = 1 WHERE \(matches) AND installation_id IS NOT NULL AND expired = 0")
+            try await session.execute(
+                "UPDATE registration SET expired = 1 WHERE \(matches) AND parent_id IS NOT NULL AND expired = 0")
+            let deleted = try await session.execute(
+                "DELETE FROM registration WHERE \(matches) AND installation_id IS NULL AND parent_id IS NULL")
+            return expired + deleted
+        }
     }
-    nonisolated(nonsending) public func purgePending() async throws -> Int { try tables.purgePending() }
+
+    nonisolated(nonsending) public func purgePending() async throws -> Int {
+        try await db.execute(
+            "DELETE FROM registration WHERE platform = \(Int64(Platform.unspecified.rawValue)) AND created_at <= \(now() - pendingTTL)"
+        )
+    }
+
     nonisolated(nonsending) public func audience(
         driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool,
         after: String, limit: Int
     ) async throws -> [Registration] {
-        try tables.audience(
+        try await db.query(
             RegistrationSQL.audience(
-                .sqlite, driver: driver, expression: expression, platform: platform, hub: hub, templates: templates,
-                after: after,
-                limit: limit),
-            templates: templates)
-    }
-    @discardableResult
-    nonisolated(nonsending) public func putInstallation(
-        hub: String, _ installation: Installation, maxInstallations: Int64
-    )
-        async throws -> Installation
-    {
-        try await commits.write { [tables] db in
-            try tables.putInstallation(hub: hub, installation, maxInstallations: maxInstallations, in: db)
+                driver: driver, expression: expression, platform: platform, hub: hub, templates: templates,
+                after: after, limit: limit)
+        ) { row in
+            var registration = try Self.registration(row)
+            if templates {
+                registration.templateName = try row[7] ?? ""
+                registration.templateJson = try row[8] ?? ""
+            }
+            return registration
         }
     }
-    nonisolated(nonsending) public func patchInstallation(
-        hub: String, id: String, _ change: @escaping @Sendable (inout Installation) throws -> Void
-    ) async throws -> Installation {
-        try await commits.write { [tables] db in try tables.patchInstallation(hub: hub, id: id, change, in: db) }
-    }
-    nonisolated(nonsending) public func installation(hub: String, id: String) async throws -> Installation? {
-        try tables.installation(hub: hub, id: id)
-    }
-    nonisolated(nonsending) public func deleteInstallation(hub: String, id: String) async throws -> Bool {
-        try await commits.write { [tables] db in try tables.deleteInstallation(hub: hub, id: id, in: db) }
-    }
-    nonisolated(nonsending) public func listInstallations(
-        hub: String, expression: TagExpression?, userID: String?, platform: Platform, after: String, limit: Int
-    ) async throws -> [Installation] {
-        try tables.listInstallations(
-            hub: hub, expression: expression, userID: userID, platform: platform, after: after, limit: limit)
-    }
-    nonisolated(nonsending) public func exportPage(hub: String, after: String, limit: Int) async throws
-        -> (lines: [UInt8], last: String?, count: Int)
-    {
-        try tables.exportPage(hub: hub, after: after, limit: limit)
-    }
-    nonisolated(nonsending) public func putHubRegistration(
-        hub: String, _ registration: HubRegistration, ifMatch: Int64, createOnly: Bool, maxRegistrations: Int64
-    ) async throws -> (HubRegistration, created: Bool) {
-        try await commits.write { [tables] db in
-            try tables.putHubRegistration(
-                hub: hub, registration, ifMatch: ifMatch, createOnly: createOnly, maxRegistrations: maxRegistrations,
-                in: db)
-        }
-    }
-    nonisolated(nonsending) public func hubRegistration(hub: String, id: String) async throws -> HubRegistration? {
-        try tables.hubRegistration(hub: hub, id: id)
-    }
-    nonisolated(nonsending) public func deleteHubRegistration(hub: String, id: String, ifMatch: Int64) async throws {
-        try await commits.write { [tables] db in
-            try tables.deleteHubRegistration(hub: hub, id: id, ifMatch: ifMatch, in: db)
-        }
-    }
-    nonisolated(nonsending) public func listHubRegistrations(
-        hub: String, handle: String?, tag: String?, after: String, limit: Int
-    ) async throws -> [HubRegistration] {
-        try tables.listHubRegistrations(hub: hub, handle: handle, tag: tag, after: after, limit: limit)
-    }
+
     nonisolated(nonsending) public func devices(
         hub: String, user: String?, expression: TagExpression?, platform: Platform, handlePrefix: String?,
         after: String, limit: Int
     ) async throws -> [Registration] {
-        try tables.devices(
+        try await db.query(
             RegistrationSQL.devices(
-                .sqlite, hub: hub, user: user, expression: expression, platform: platform, handlePrefix: handlePrefix,
-                after: after,
-                limit: limit))
+                db.dialect, hub: hub, user: user, expression: expression, platform: platform,
+                handlePrefix: handlePrefix, after: after, limit: limit)
+        ) { row in
+            var registration = Registration(
+                registrationID: try row[0], owner: try row[1], platform: Platform(rawValue: try row[2]),
+                handle: try row[3], tags: RegistrationSQL.tagList(try row[7]), updatedAtUnixMs: try row[4],
+                hub: hub, installationID: try row[5] ?? "")
+            registration.expired = try row[6]
+            return registration
+        }
     }
-    nonisolated(nonsending) public func deleteHub(_ hub: String) async throws -> Int { try tables.deleteHub(hub) }
-    nonisolated(nonsending) public func deleteEverything() async throws -> Int64 { try tables.deleteEverything() }
+
+    /// A row of `SELECT id, owner, platform, handle, updated_at, hub, installation_id …`.
+    static func registration(_ row: SQLRow) throws -> Registration {
+        Registration(
+            registrationID: try row[0], owner: try row[1], platform: Platform(rawValue: try row[2]),
+            handle: try row[3], tags: [], updatedAtUnixMs: try row[4], hub: try row[5],
+            installationID: try row[6] ?? "")
+    }
+
+    nonisolated(nonsending) public func exportPage(hub: String, after: String, limit: Int) async throws
+        -> (lines: [UInt8], last: String?, count: Int)
+    {
+        let rows = try await db.query(
+            """
+            SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.document, r.expired, \(RegistrationSQL.tags(of: "r"))
+            FROM registration r
+            WHERE r.hub = \(hub) AND r.id > \(after) AND r.platform != 0 AND r.template_name IS NULL
+            ORDER BY r.id LIMIT \(Int64(limit))
+            """)
+        var out: [UInt8] = []
+        var last: String?
+        for row in rows {
+            let id: String = try row[0]
+            if let document: [UInt8] = try row[5] {
+                var installation = try Installation.stored(document)
+                installation.pushChannelExpired = try row[6]
+                installation.lastUpdate = try row[4]
+                out += try RegistrationSQL.exportLine(installation)
+            } else {
+                out += try RegistrationSQL.exportLine(
+                    Registration(
+                        registrationID: id, owner: try row[1], platform: Platform(rawValue: try row[2]),
+                        handle: try row[3], tags: RegistrationSQL.tagList(try row[7]), updatedAtUnixMs: try row[4]))
+            }
+            last = id
+        }
+        return (out, last, rows.count)
+    }
+
+    nonisolated(nonsending) public func deleteHub(_ hub: String) async throws -> Int {
+        try await db.deleteInBatches(batch: 10000) {
+            """
+            DELETE FROM registration WHERE id IN (
+                SELECT id FROM registration WHERE hub = \(hub) LIMIT 10000 \(SQLFragment.skipLocked))
+            """
+        }
+    }
+
+    nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
+        try await db.deleteAll(["registration_tag", "registration"])
+    }
 }

@@ -347,7 +347,7 @@ struct NHScenario {
     func seedInstallations(_ count: Int, hub: String, path: String) throws {
         try makePrivateDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
         let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
-        _ = try SQLiteRegistrations(db: pool)
+        try SQLiteDatabase.migrator(for: RegistrationSchema.schema).migrate(pool)
         let now = unixMillis()
         try pool.write { db in
             let registration = try db.makeStatement(
@@ -370,8 +370,11 @@ struct NHScenario {
                     Data(try installation.json()),
                 ])
                 for name in installation.audienceTags { try tag.execute(arguments: [name, id]) }
-                try SQLiteRegistrations.writeTemplates(
-                    of: installation, parentID: id, hub: hub, expired: false, now: now, in: db)
+                for statement in InstallationRows.templates(
+                    of: installation, parentID: id, hub: hub, expired: false, now: now)
+                {
+                    try SQLiteDatabase.execute(db, statement)
+                }
             }
         }
         try pool.close()

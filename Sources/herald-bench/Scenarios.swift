@@ -372,7 +372,7 @@ struct FanoutScenario {
     func seedRegistrations(_ count: Int, path: String, platform: Platform = .apns, owner: String? = nil) throws {
         try makePrivateDirectory(URL(fileURLWithPath: path).deletingLastPathComponent().path)
         let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
-        _ = try SQLiteRegistrations(db: pool)
+        try SQLiteDatabase.migrator(for: RegistrationSchema.schema).migrate(pool)
         let now = unixMillis()
         try pool.write { db in
             let registration = try db.makeStatement(

@@ -348,9 +348,10 @@ enum FuzzTarget: String, CaseIterable {
 
     /// Devices with every subset of four tags, in one in-memory registration store.
     static let alphabet = ["a", "b", "c", "d"]
-    static let audienceStore: (store: SQLiteRegistrationStore, tags: [String: Set<String>]) = {
+    static let audienceStore: (store: SQLRegistrationStore, tags: [String: Set<String>]) = {
         blocking {
-            let store = try! SQLiteRegistrationStore(db: DatabaseQueue())
+            let store = try! await SQLRegistrationStore(
+                db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
             var tags: [String: Set<String>] = [:]
             for mask in 0..<16 {
                 let chosen = alphabet.enumerated().filter { mask & (1 << $0.offset) != 0 }.map(\.element)

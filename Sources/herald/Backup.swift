@@ -73,7 +73,7 @@ struct Restore: AsyncParsableCommand {
     var knownMigrations: [String: [String]] {
         [
             "auth": AuthSchema.schema.sqliteMigrationNames,
-            "registration": SQLiteRegistrations.migrator.migrations,
+            "registration": RegistrationSchema.schema.sqliteMigrationNames,
             "payload": PayloadStore.schema.sqliteMigrationNames,
             "dispatch": DispatchDatabase.migrations,
         ]

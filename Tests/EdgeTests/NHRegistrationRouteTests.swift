@@ -4,6 +4,7 @@ import GRDB
 import HTTPTypes
 import HeraldModel
 import HeraldProto
+import HeraldService
 import Hummingbird
 import HummingbirdTesting
 import RegistrationService
@@ -35,7 +36,8 @@ struct NHRegistrationRouteTests {
     )
         async throws
     {
-        let store = try SQLiteRegistrationStore(db: DatabaseQueue())
+        let store = try await SQLRegistrationStore(
+            db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
         let services = FakeServices(sasRights: rights, hubRegistrations: RegistrationHandlers(store: store))
         try await EdgeRouteTests.withEdge(services, body)
     }

@@ -6,7 +6,7 @@ import Testing
 
 @testable import HeraldService
 
-/// GroupCommit over a real WAL database file: batching, per-write rollback, nothing answered early.
+/// SQLiteDatabase.groupWrite over a real WAL database file: batching, per-write rollback, nothing answered early.
 @Suite("group commit")
 struct GroupCommitTests {
     /// Counts the commits of a database.
@@ -41,17 +41,19 @@ struct GroupCommitTests {
     @Test("writes that arrive while a batch is written commit together; one that throws is rolled back alone")
     func batches() async throws {
         try await Self.withPool { pool, commits in
-            let group = GroupCommit(pool)
+            let group = SQLiteDatabase(pool)
             let others = 99
             let started = Flag()
             try await withThrowingTaskGroup(of: (Int, Result<Int, any Error>).self) { tasks in
                 // The first write holds its batch until the 99 others wait for the next.
                 tasks.addTask {
-                    let first = try await group.write { db in
-                        try db.execute(sql: "INSERT INTO t VALUES (0, 'first')")
+                    let first = try await group.groupWrite { session in
+                        try await session.execute("INSERT INTO t VALUES (0, 'first')")
                         started.set()
                         let deadline = ContinuousClock.now + .seconds(30)
-                        while group.pendingCount < others, ContinuousClock.now < deadline { usleep(1000) }
+                        while group.pendingGroupWrites < others, ContinuousClock.now < deadline {
+                            try await Task.sleep(for: .milliseconds(1))
+                        }
                         return 0
                     }
                     return (0, .success(first))
@@ -64,8 +66,8 @@ struct GroupCommitTests {
                             return (
                                 k,
                                 .success(
-                                    try await group.write { db in
-                                        try db.execute(sql: "INSERT INTO t VALUES (?, 'v')", arguments: [k])
+                                    try await group.groupWrite { session in
+                                        try await session.execute("INSERT INTO t VALUES (\(k), 'v')")
                                         // Write 50 fails after its insert: the insert must not survive.
                                         if k == 50 { throw ServiceError.invalidArgument("fifty") }
                                         return k
@@ -92,7 +94,7 @@ struct GroupCommitTests {
     @Test("a batch that cannot commit fails every write in it, and none is kept")
     func commitFails() async throws {
         try await Self.withPool { pool, _ in
-            let group = GroupCommit(pool)
+            let group = SQLiteDatabase(pool)
             // A deferred foreign-key violation is only found at COMMIT.
             try await pool.write { db in
                 try db.execute(
@@ -102,12 +104,12 @@ struct GroupCommitTests {
                         """)
             }
             await #expect(throws: (any Error).self) {
-                try await group.write { db in try db.execute(sql: "INSERT INTO child VALUES (1, 42)") }
+                try await group.groupWrite { session in try await session.execute("INSERT INTO child VALUES (1, 42)") }
             }
             let children = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM child") }
             #expect(children == 0)
             // The next batch works.
-            try await group.write { db in try db.execute(sql: "INSERT INTO t VALUES (7, 'after')") }
+            try await group.groupWrite { session in try await session.execute("INSERT INTO t VALUES (7, 'after')") }
             #expect(try await pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM t") } == 1)
         }
     }

@@ -5,8 +5,9 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldTestSupport
-import RegistrationService
 import Testing
+
+@testable import RegistrationService
 
 @Suite("registration store")
 struct RegistrationStoreTests {
@@ -159,6 +160,19 @@ struct RegistrationStoreTests {
         }
     }
 
+    @Test("a hub's limits and the channel-expired mark are rules outside the store")
+    func rules() throws {
+        try RegistrationRules.checkRoom(count: 9, limit: 10, of: "installations", hub: "h")
+        try RegistrationRules.checkRoom(count: 1_000, limit: 0, of: "installations", hub: "h")
+        #expect(throws: ServiceError.self) {
+            try RegistrationRules.checkRoom(count: 10, limit: 10, of: "installations", hub: "h")
+        }
+        #expect(!RegistrationRules.channelExpired(stored: nil, writing: "a"))
+        #expect(RegistrationRules.channelExpired(stored: ("a", true), writing: "a"))
+        #expect(!RegistrationRules.channelExpired(stored: ("a", true), writing: "b"))
+        #expect(!RegistrationRules.channelExpired(stored: ("a", false), writing: "a"))
+    }
+
     @Test("tags are validated and reserved prefixes refused")
     func tagRules() throws {
         #expect(try RegistrationRules.validateTags(["a", "b:c", "a"]) == ["a", "b:c"])
@@ -201,6 +215,33 @@ struct RegistrationStoreTests {
             }
         }
     }
+
+    @Test("a SQLite file from before installation templates had rows gets its templates' rows when the store opens it")
+    func templateRowsMigration() async throws {
+        let queue = try DatabaseQueue(configuration: HeraldDatabase.configuration)
+        try SQLiteDatabase.migrator(for: RegistrationSchema.schema).migrate(queue, upTo: "v3-hubs-installations")
+        let installation = try InstallationTests.parse(
+            #"{"installationId":"old","platform":"apns","pushChannel":"\#(token)","tags":["news"],"templates":{"fr":{"body":"{\"aps\":{\"alert\":\"$(title)\"}}","tags":["lang_fr"]}}}"#,
+            id: "old")
+        try await queue.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO registration (id, owner, platform, handle, created_at, updated_at, hub, installation_id, document)
+                    VALUES ('i-old', '', ?, ?, 1, 1, 'default', 'old', ?)
+                    """,
+                arguments: [Platform.apns.rawValue, token, Data(try installation.json())])
+            try db.execute(sql: "INSERT INTO registration_tag VALUES ('news', 'i-old')")
+        }
+        let store = try await SQLRegistrationStore(db: SQLiteDatabase(queue))
+        let templates = try await store.audience(
+            expression: TagExpression("lang_fr && news"), platform: .apns, templates: true, after: "", limit: 10)
+        #expect(templates.map(\.templateName) == ["fr"])
+        #expect(templates.first?.handle == token && templates.first?.templateJson.contains("$(title)") == true)
+        // Opening it again changes nothing: the step ran once.
+        _ = try await SQLRegistrationStore(db: SQLiteDatabase(queue))
+        #expect(
+            try await store.audience(tag: "lang_fr", platform: .apns, templates: true, after: "", limit: 10).count == 1)
+    }
 }
 
 /// Runs `body` with an empty store of `backend`: SQLite in memory, or PostgreSQL in a fresh schema.
@@ -209,12 +250,7 @@ func withRegistrationStore(
     now: @escaping @Sendable () -> Int64 = unixMillis,
     _ body: (any RegistrationStore) async throws -> Void
 ) async throws {
-    switch backend {
-    case .sqlite:
-        try await body(SQLiteRegistrationStore(db: DatabaseQueue(), pendingTTL: pendingTTL, now: now))
-    case .postgres:
-        try await TestDatabases.withPostgres(service: "registration") { db in
-            try await body(PostgresRegistrationStore(db: db, pendingTTL: pendingTTL, now: now))
-        }
+    try await TestDatabases.withDatabase(backend, service: "registration") { db in
+        try await body(SQLRegistrationStore(db: db, pendingTTL: pendingTTL, now: now))
     }
 }

@@ -124,6 +124,12 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
             values.append(value.sqlValue)
         }
 
+        /// A value that may be missing: NULL when nil.
+        public mutating func appendInterpolation<Value: SQLBindable>(_ value: Value?) {
+            text += "?"
+            values.append(value.sqlValue)
+        }
+
         public mutating func appendInterpolation(_ fragment: SQLFragment) {
             text.unicodeScalars.append(Unicode.Scalar(SQLQuery.fragmentMark))
             fragments.append(fragment)
@@ -146,6 +152,14 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
                 self.values.append(value.sqlValue)
             }
         }
+    }
+
+    /// Appends `other`'s text and values: a statement whose shape depends on the request, built
+    /// piece by piece.
+    public static func += (query: inout SQLQuery, other: SQLQuery) {
+        query.text += other.text
+        query.values += other.values
+        query.fragments += other.fragments
     }
 
     /// The statement's text in `dialect`, and its values in placeholder order.

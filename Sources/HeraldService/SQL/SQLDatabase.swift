@@ -23,6 +23,14 @@ public protocol SQLDatabase: SQLSession {
     nonisolated(nonsending) func transaction<Result: Sendable>(
         _ body: (any SQLSession) async throws -> Result
     ) async throws -> Result
+    /// Runs `body` as a write transaction that may be shared with other callers' writes: on SQLite,
+    /// the writes that arrive while one batch is written commit together in the next (one WAL sync
+    /// for all of them; see ``SQLiteDatabase``), each in a savepoint of its own, so one that throws
+    /// is rolled back alone and none is answered before its batch has committed. On PostgreSQL,
+    /// whose writers do not wait for one another, it is ``transaction(_:)``.
+    nonisolated(nonsending) func groupWrite<Result: Sendable>(
+        _ body: @escaping @Sendable (any SQLSession) async throws -> Result
+    ) async throws -> Result
     /// Brings the schema up to `schema`'s migrations; refuses a database a newer Herald migrated.
     func migrate(_ schema: SQLSchema) async throws
     /// After deleting content that must not outlive its deletion: SQLite's write-ahead log is
@@ -34,6 +42,12 @@ public protocol SQLDatabase: SQLSession {
 }
 
 extension SQLDatabase {
+    nonisolated(nonsending) public func groupWrite<Result: Sendable>(
+        _ body: @escaping @Sendable (any SQLSession) async throws -> Result
+    ) async throws -> Result {
+        try await transaction { session in try await body(session) }
+    }
+
     /// The rows of `sql`, each decoded by `decode`.
     nonisolated(nonsending) public func query<T>(_ sql: SQLQuery, _ decode: (SQLRow) throws -> T) async throws -> [T] {
         try await query(sql).map(decode)
@@ -70,6 +84,13 @@ extension SQLSession {
     }
 }
 
+/// Statements run inside a migration step, synchronously (SQLite's migrator runs each step as one
+/// synchronous transaction).
+public protocol SQLMigrationSession {
+    func query(_ sql: SQLQuery) throws -> [SQLRow]
+    func execute(_ sql: SQLQuery) throws
+}
+
 /// One step of a schema's history.
 ///
 /// Written once for both dialects (types through ``SQLFragment``). Its names are those each
@@ -85,16 +106,21 @@ public struct SQLMigration: Sendable {
     /// Statements only SQLite runs (e.g. rebuilding a table, which PostgreSQL alters in place).
     public let sqliteOnly: [SQLQuery]
     public let postgresOnly: [SQLQuery]
+    /// Rows a SQLite step rewrites in Swift after its statements, in the same transaction (data
+    /// that SQL alone cannot derive, e.g. rows read out of a stored JSON document).
+    public let sqliteData: (@Sendable (any SQLMigrationSession) throws -> Void)?
 
     public init(
         postgres postgresName: String?, sqlite sqliteName: String?, _ statements: [SQLQuery],
-        sqliteOnly: [SQLQuery] = [], postgresOnly: [SQLQuery] = []
+        sqliteOnly: [SQLQuery] = [], postgresOnly: [SQLQuery] = [],
+        sqliteData: (@Sendable (any SQLMigrationSession) throws -> Void)? = nil
     ) {
         self.postgresName = postgresName
         self.sqliteName = sqliteName
         self.statements = statements
         self.sqliteOnly = sqliteOnly
         self.postgresOnly = postgresOnly
+        self.sqliteData = sqliteData
     }
 
     /// The statements `dialect` runs for this step, in order.

@@ -19,13 +19,15 @@ import Synchronization
 /// tests' in-memory databases) reads go through the gate too.
 public final class SQLiteDatabase: SQLDatabase {
     public let writer: any DatabaseWriter
-    private let gate = WriterGate()
+    let gate = WriterGate()
+    /// Writes waiting for their group commit (``groupWrite(_:)``).
+    let commits = GroupCommitQueue()
     private let readersApart: Bool
     public var dialect: SQLDialect { .sqlite }
 
     /// The task running a transaction on this database, so that a statement sent to the database
     /// instead of the transaction's session is an error rather than a deadlock on the gate.
-    @TaskLocal private static var transactionOwner: ObjectIdentifier?
+    @TaskLocal static var transactionOwner: ObjectIdentifier?
 
     public init(_ writer: any DatabaseWriter) {
         precondition(
@@ -95,8 +97,10 @@ public final class SQLiteDatabase: SQLDatabase {
         for migration in schema.migrations {
             guard let name = migration.sqliteName else { continue }
             let statements = migration.statements(for: .sqlite)
+            let data = migration.sqliteData
             migrator.registerMigration(name) { db in
                 for statement in statements { try db.execute(sql: statement) }
+                try data?(MigrationSession(db: db))
             }
         }
         return migrator
@@ -122,8 +126,15 @@ public final class SQLiteDatabase: SQLDatabase {
         }
     }
 
+    /// A migration step's statements, in GRDB's migration transaction.
+    private struct MigrationSession: SQLMigrationSession {
+        let db: Database
+        func query(_ sql: SQLQuery) throws -> [SQLRow] { try SQLiteDatabase.rows(db, sql) }
+        func execute(_ sql: SQLQuery) throws { _ = try SQLiteDatabase.execute(db, sql) }
+    }
+
     /// A transaction's statements: on the writer, which the transaction holds.
-    private struct Session: SQLSession {
+    struct Session: SQLSession {
         let database: SQLiteDatabase
         var dialect: SQLDialect { .sqlite }
 
@@ -144,7 +155,7 @@ public final class SQLiteDatabase: SQLDatabase {
     // The synchronous GRDB calls live in synchronous functions: in an async one, GRDB's async
     // overloads (which hop to its queue) would be chosen.
 
-    private func checkOutsideTransaction() throws {
+    func checkOutsideTransaction() throws {
         if Self.transactionOwner == ObjectIdentifier(self) {
             throw ServiceError(.internal, "a statement was sent to the database inside its own transaction")
         }
@@ -155,7 +166,7 @@ public final class SQLiteDatabase: SQLDatabase {
         try writer.unsafeRead { db in try Self.rows(db, sql) }
     }
 
-    private func onWriter<T>(_ body: (Database) throws -> T) throws -> T {
+    func onWriter<T>(_ body: (Database) throws -> T) throws -> T {
         try writer.writeWithoutTransaction(body)
     }
 
@@ -174,7 +185,10 @@ public final class SQLiteDatabase: SQLDatabase {
         return rows
     }
 
-    static func execute(_ db: Database, _ sql: SQLQuery) throws -> Int {
+    /// Runs `sql` in GRDB's `db` (a tool that writes a file directly, as herald-bench seeds one);
+    /// answers the rows changed.
+    @discardableResult
+    public static func execute(_ db: Database, _ sql: SQLQuery) throws -> Int {
         let (text, values) = sql.render(.sqlite)
         try db.cachedStatement(sql: text).execute(arguments: arguments(values))
         return db.changesCount
