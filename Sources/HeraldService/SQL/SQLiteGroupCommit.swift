@@ -36,7 +36,7 @@ extension SQLiteDatabase {
         var ran = 0
         var failure: (any Error)?
         do {
-            try onWriter { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+            try onWriter { db in try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute() }
             try await Self.$transactionOwner.withValue(ObjectIdentifier(self)) {
                 let session = Session(database: self)
                 // A write alone needs no savepoint: if it throws, its transaction is rolled back.
@@ -62,7 +62,7 @@ extension SQLiteDatabase {
                     throw DatabaseError(resultCode: .SQLITE_ABORT, message: "batch rolled back")
                 }
             }
-            try onWriter { db in try db.execute(sql: "COMMIT") }
+            try onWriter { db in try db.cachedStatement(sql: "COMMIT").execute() }
         } catch {
             // The lone write's own error is its answer; anything else fails the whole batch.
             if !(error is GroupCommitQueue.WriteFailed) { failure = error }
@@ -125,65 +125,74 @@ final class GroupCommitQueue: Sendable {
 
 /// One caller's write in a group commit: its result once it ran, and its answer once its batch
 /// committed or failed.
-final class GroupCommitSlot<Result: Sendable>: Sendable {
-    private enum State {
-        case waiting(ran: Swift.Result<Result, any Error>?, caller: CheckedContinuation<Result, any Error>?)
-        case answered(Swift.Result<Result, any Error>)
-    }
-
-    private let state = Mutex<State>(.waiting(ran: nil, caller: nil))
+///
+/// Generic over the write's result, but its state is not: `groupWrite` runs unspecialised in the
+/// store's module, where every use of a generic type (a `Result<Value, Error>`, a
+/// `CheckedContinuation<Value, Error>`) costs a metadata look-up; these were a sixth of a
+/// registration write's instructions.
+final class GroupCommitSlot<Value: Sendable>: @unchecked Sendable {
+    /// Written by ``run(_:_:)`` before ``state`` records that it ran; read after the answer, which
+    /// ``state``'s lock orders after it.
+    private var result: Value?
+    private let state = Mutex(GroupCommitSlotState())
 
     /// Runs `body`; answers whether it threw.
-    func run(_ body: @Sendable (any SQLSession) async throws -> Result, _ session: any SQLSession) async -> Bool {
-        let result: Swift.Result<Result, any Error>
+    func run(_ body: @Sendable (any SQLSession) async throws -> Value, _ session: any SQLSession) async -> Bool {
         do {
-            result = .success(try await body(session))
+            result = try await body(session)
+            state.withLock { $0.ran = true }
+            return false
         } catch {
-            result = .failure(error)
+            state.withLock {
+                $0.ran = true
+                $0.failure = error
+            }
+            return true
         }
-        state.withLock { state in
-            if case .waiting(_, let caller) = state { state = .waiting(ran: result, caller: caller) }
-        }
-        if case .failure = result { return true }
-        return false
     }
 
     /// The batch is over: committed (`batchError` nil) or not. A write that threw answers its own
     /// error either way; one that succeeded answers the batch's error if it did not commit.
     func finish(_ batchError: (any Error)?) {
-        let answer: (CheckedContinuation<Result, any Error>?, Swift.Result<Result, any Error>)? = state.withLock {
-            state in
-            guard case .waiting(let ran, let caller) = state else { return nil }
-            let result: Swift.Result<Result, any Error> =
-                switch (ran, batchError) {
-                case (.failure(let error)?, _): .failure(error)
-                case (_, let error?): .failure(error)
-                case (.success(let value)?, nil): .success(value)
-                case (nil, nil): .failure(DatabaseError(resultCode: .SQLITE_ABORT, message: "write never ran"))
-                }
-            state = .answered(result)
-            return (caller, result)
+        let resume: (UnsafeContinuation<Void, any Error>, (any Error)?)? = state.withLock { state in
+            guard !state.answered else { return nil }
+            let error: (any Error)? =
+                state.failure ?? batchError
+                ?? (state.ran ? nil : DatabaseError(resultCode: .SQLITE_ABORT, message: "write never ran"))
+            state.answered = true
+            state.error = error
+            return state.caller.map { ($0, error) }
         }
-        if let (caller, result) = answer { caller?.resume(with: result) }
+        guard let (caller, error) = resume else { return }
+        if let error { caller.resume(throwing: error) } else { caller.resume() }
     }
 
-    /// Waits for the answer (the batch's writer has it at once).
-    func value() async throws -> Result {
-        let answered: Swift.Result<Result, any Error>? = state.withLock { state in
-            if case .answered(let result) = state { return result }
-            return nil
-        }
-        if let answered { return try answered.get() }
-        return try await withCheckedThrowingContinuation { (caller: CheckedContinuation<Result, any Error>) in
-            let answered: Swift.Result<Result, any Error>? = state.withLock { state in
-                switch state {
-                case .answered(let result): return result
-                case .waiting(let ran, _):
-                    state = .waiting(ran: ran, caller: caller)
-                    return nil
+    /// Waits for the answer (the batch's writer has it at once), then answers the value.
+    func value() async throws -> Value {
+        let answered: (done: Bool, error: (any Error)?) = state.withLock { ($0.answered, $0.error) }
+        if !answered.done {
+            try await withUnsafeThrowingContinuation { (caller: UnsafeContinuation<Void, any Error>) in
+                let now: (done: Bool, error: (any Error)?) = state.withLock { state in
+                    if !state.answered { state.caller = caller }
+                    return (state.answered, state.error)
                 }
+                guard now.done else { return }
+                if let error = now.error { caller.resume(throwing: error) } else { caller.resume() }
             }
-            if let answered { caller.resume(with: answered) }
+        } else if let error = answered.error {
+            throw error
         }
+        guard let result else { throw DatabaseError(resultCode: .SQLITE_ABORT, message: "write never ran") }
+        return result
     }
+}
+
+/// A ``GroupCommitSlot``'s state, of no generic type.
+struct GroupCommitSlotState {
+    var ran = false
+    var failure: (any Error)?
+    var answered = false
+    /// The answer: nil for success.
+    var error: (any Error)?
+    var caller: UnsafeContinuation<Void, any Error>?
 }
