@@ -141,7 +141,9 @@ extension SQLRegistrationStore {
     ) async throws -> (HubRegistration, created: Bool) {
         let now = self.now()
         return try await db.groupWrite { session in
-            try await Self.lock("nh\u{1}\(hub)\u{1}\(registration.registrationID)", in: session)
+            // The key replicas of the last release take too (an installation's, "nh" before the id).
+            try await Self.lock(
+                InstallationRows.lockKey(hub: hub, id: "nh\u{1}" + registration.registrationID), in: session)
             var r = registration
             let existing = try await session.queryFirst(
                 "SELECT id, etag, created_at FROM registration WHERE hub = \(hub) AND nh_id = \(r.registrationID)")
