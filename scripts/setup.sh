@@ -11,7 +11,8 @@
 #                             promtool checks and unit-tests services/prometheus' rules),
 #                             opentelemetry-proto (the OTLP receiver TracingTests collects spans with)
 #   scripts/setup.sh --bench  also wrk (the edge scenario's load generator), h2load from nghttp2-client
-#                             (the APNs double's capacity), openssl (the double's certificate) and
+#                             (the APNs double's capacity), nghttpd from nghttp2-server (an HTTP/2
+#                             server no one here wrote, for the APNs fan-out), openssl (the double's certificate) and
 #                             valgrind (instruction counts), postgresql (the replicas scenario's
 #                             throw-away cluster); --test installs them too
 #   scripts/setup.sh --compose  only what scripts/compose-test.sh and kube-test.sh need: podman, runc
@@ -32,7 +33,7 @@ if [[ "${1:-}" == "--test" ]]; then
   python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
 fi
 if [[ "${1:-}" == "--test" || "${1:-}" == "--bench" ]]; then
-  packages+=(wrk nghttp2-client openssl valgrind postgresql)
+  packages+=(wrk nghttp2-client nghttp2-server openssl valgrind postgresql)
 fi
 
 missing=()

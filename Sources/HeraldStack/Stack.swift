@@ -345,7 +345,7 @@ public actor Stack {
     /// Taken below Linux's ephemeral range (32768–60999 by default), not from `bind(0)`: a port the
     /// kernel picks is one it also gives to outgoing connections, and in CI one did, between this
     /// check and the service's bind (herald-dispatch failed to start in the TLS-over-TCP test).
-    static func freePort() throws -> Int {
+    package static func freePort() throws -> Int {
         for _ in 0..<1000 {
             let port = Int.random(in: 20000..<32768)
             guard handedOut.withLock({ $0.insert(port).inserted }), canBind(port) else { continue }

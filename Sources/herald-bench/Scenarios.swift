@@ -51,7 +51,9 @@ struct BenchOptions: ParsableArguments {
 struct AllBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "all",
-        abstract: "Run every scenario: rpc, edge, fanout (inbox, APNs, FCM), memory, nh, instructions.")
+        abstract:
+            "Run every scenario: rpc, edge, fanout (inbox, APNs to the double and to nghttpd, FCM), memory, nh, instructions."
+    )
     @OptionGroup var options: BenchOptions
 
     func run() async throws { try await execute() }
@@ -63,6 +65,7 @@ struct AllBench: AsyncParsableCommand {
         report.add(try await EdgeScenario(options: options).run())
         report.add(try await FanoutScenario(options: options).run())
         report.add(try await APNsFanoutScenario(options: options).run())
+        report.add(try await APNsFanoutScenario(options: options, nghttpd: true).run())
         report.add(try await APNsFanoutScenario(options: options, platform: .fcm).run())
         report.add(try await NHScenario(options: options).run())
         report.add(try await InstructionsScenario(options: options).run())
@@ -71,7 +74,11 @@ struct AllBench: AsyncParsableCommand {
         print(report.summary())
         print("\nall scenarios in \((ContinuousClock.now - started).wholeMilliseconds / 1000) s")
         try options.finish(
-            report, scenarios: ["rpc", "edge", "fanout", "fanout-apns", "fanout-fcm", "memory", "nh", "instructions"])
+            report,
+            scenarios: [
+                "rpc", "edge", "fanout", "fanout-apns", "fanout-apns-nghttpd", "fanout-fcm", "memory", "nh",
+                "instructions",
+            ])
     }
 }
 
@@ -250,7 +257,10 @@ struct FanoutBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fanout", abstract: "One send to 100,000 registrations; deliveries/s and each service's memory.")
     @OptionGroup var options: BenchOptions
-    @Option(help: "inbox (the embedded provider), apns or fcm (the real sender, to a double in its own process).")
+    @Option(
+        help:
+            "inbox (the embedded provider), apns or fcm (the real sender, to a double in its own process), apns-nghttpd (the APNs sender to nghttpd)."
+    )
     var provider = "inbox"
 
     func run() async throws { try await execute() }
@@ -260,10 +270,13 @@ struct FanoutBench: AsyncParsableCommand {
         case "inbox":
             try options.show(try await FanoutScenario(options: options).run(), scenarios: ["fanout", "memory"])
         case "apns": try options.show(try await APNsFanoutScenario(options: options).run(), scenarios: ["fanout-apns"])
+        case "apns-nghttpd":
+            try options.show(
+                try await APNsFanoutScenario(options: options, nghttpd: true).run(), scenarios: ["fanout-apns-nghttpd"])
         case "fcm":
             try options.show(
                 try await APNsFanoutScenario(options: options, platform: .fcm).run(), scenarios: ["fanout-fcm"])
-        default: throw ValidationError("--provider must be inbox, apns or fcm")
+        default: throw ValidationError("--provider must be inbox, apns, apns-nghttpd or fcm")
         }
     }
 }
