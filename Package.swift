@@ -293,8 +293,8 @@ let package = Package(
                 .executableTarget(
                     name: "herald-fuzz",
                     dependencies: [
-                        "HeraldProto", "HeraldModel", "HeraldRPC", "Edge", "AuthService", "RegistrationService",
-                        "DispatchService",
+                        "HeraldProto", "HeraldModel", "HeraldRPC", "HeraldService", "Edge", "AuthService",
+                        "RegistrationService", "DispatchService",
                         .product(name: "NIOCore", package: "swift-nio"), .product(name: "GRDB", package: "GRDB.swift"),
                         .product(name: "HTTPTypes", package: "swift-http-types"),
                     ],

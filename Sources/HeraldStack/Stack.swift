@@ -355,7 +355,16 @@ public actor Stack {
     }
 
     /// Whether a listener could bind 127.0.0.1:`port` now.
-    private static func canBind(_ port: Int) -> Bool {
+    private static func canBind(_ port: Int) -> Bool { onLoopback(port) { bind($0, $1, $2) } }
+
+    /// Whether something accepts TCP connections on 127.0.0.1:`port` now (a server that names no
+    /// file to wait for, as herald-bench's nghttpd).
+    package static func isListening(_ port: Int) -> Bool { onLoopback(port) { connect($0, $1, $2) } }
+
+    /// `call` (bind or connect) on a new TCP socket with 127.0.0.1:`port`; the socket is closed after.
+    private static func onLoopback(
+        _ port: Int, _ call: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32
+    ) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }
@@ -365,7 +374,7 @@ public actor Stack {
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         let length = socklen_t(MemoryLayout<sockaddr_in>.size)
         return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call(fd, $0, length) }
         } == 0
     }
 

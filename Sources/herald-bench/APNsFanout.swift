@@ -225,7 +225,7 @@ struct APNsDoubleProcess {
         let url = "https://127.0.0.1:\(port)"
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline, process.isRunning {
-            if canConnect(port: port) {
+            if Stack.isListening(port) {
                 return APNsDoubleProcess(
                     process: process, url: url, stats: "", key: key,
                     dispatchArguments: apnsArguments(folder: folder, url: url))
@@ -366,19 +366,4 @@ struct APNsDoubleProcess {
             requests: requests, seconds: finished.2 == "ms" ? took / 1000 : took, rate: rate,
             doubleCPUMicros: cpu * 1e6 / Double(requests))
     }
-}
-
-/// Whether something accepts TCP connections on 127.0.0.1:`port` now.
-private func canConnect(port: Int) -> Bool {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return false }
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
-    let length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    return withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, length) }
-    } == 0
 }

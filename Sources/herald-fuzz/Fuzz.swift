@@ -26,6 +26,7 @@ import GRDB
 import HTTPTypes
 import HeraldModel
 import HeraldProto
+import HeraldService
 import NIOCore
 import RegistrationService
 import Synchronization
