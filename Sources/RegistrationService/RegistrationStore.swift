@@ -317,11 +317,13 @@ public final class SQLRegistrationStore: RegistrationStore {
     {
         let rows = try await db.query(
             """
-            SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.document, r.expired, \(RegistrationSQL.tags(of: "r"))
+            SELECT r.id, r.owner, r.platform, r.handle, r.updated_at, r.document, r.expired,
+                   CASE WHEN r.document IS NULL THEN \(RegistrationSQL.tags(of: "r")) END
             FROM registration r
             WHERE r.hub = \(hub) AND r.id > \(after) AND r.platform != 0 AND r.template_name IS NULL
             ORDER BY r.id LIMIT \(Int64(limit))
             """)
+        // An installation's line is its document; only a registration's reads its tags.
         var out: [UInt8] = []
         var last: String?
         for row in rows {

@@ -160,6 +160,17 @@ struct RegistrationStoreTests {
         }
     }
 
+    @Test("a hub's export: a registration's line carries its tags", arguments: StoreBackend.available)
+    func exportTags(_ backend: StoreBackend) async throws {
+        try await withRegistrationStore(backend) { store in
+            let id = try await store.createID(owner: "alice", handle: token)
+            _ = try await store.upsert(owner: "alice", id: id, platform: .apns, handle: token, tags: ["news"])
+            let page = try await store.exportPage(hub: "default", after: "", limit: 10)
+            let line = String(decoding: page.lines, as: UTF8.self)
+            #expect(page.count == 1 && line.contains(#""tags":["news","username:alice"]"#), "\(line)")
+        }
+    }
+
     @Test("a hub's limits and the channel-expired mark are rules outside the store")
     func rules() throws {
         try RegistrationRules.checkRoom(count: 9, limit: 10, of: "installations", hub: "h")

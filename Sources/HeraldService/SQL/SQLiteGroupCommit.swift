@@ -49,13 +49,14 @@ extension SQLiteDatabase {
                     // An error that ends the whole transaction (a full disk, say) ends the batch:
                     // writes after it would otherwise run, and commit, outside it.
                     guard try onWriter({ $0.isInsideTransaction }) else { break }
-                    try onWriter { db in try db.execute(sql: "SAVEPOINT herald_write") }
+                    // Cached, as BEGIN and COMMIT are: a batch of n writes runs these 2n times.
+                    try onWriter { db in try db.cachedStatement(sql: "SAVEPOINT herald_write").execute() }
                     let failed = await write.run(session)
                     ran += 1
                     try onWriter { db in
                         guard db.isInsideTransaction else { return }
-                        if failed { try db.execute(sql: "ROLLBACK TO SAVEPOINT herald_write") }
-                        try db.execute(sql: "RELEASE SAVEPOINT herald_write")
+                        if failed { try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT herald_write").execute() }
+                        try db.cachedStatement(sql: "RELEASE SAVEPOINT herald_write").execute()
                     }
                 }
                 guard try onWriter({ $0.isInsideTransaction }) else {
