@@ -175,7 +175,6 @@ extension SQLRegistrationStore {
                         nh_document = \(stored)
                     WHERE id = \(id)
                     """)
-                try await session.execute("DELETE FROM registration_tag WHERE registration_id = \(id)")
             } else {
                 try await session.execute(
                     """
@@ -185,7 +184,7 @@ extension SQLRegistrationStore {
                         \(r.registrationID), \(r.etag), \(stored))
                     """)
             }
-            if let insert = RegistrationSQL.insertTags(r.tags, of: id) { try await session.execute(insert) }
+            try await Self.setTags(r.tags, of: id, new: existing == nil, in: session)
             return (r, existing == nil)
         }
     }

@@ -99,11 +99,8 @@ extension SQLRegistrationStore {
                     user_id = \(installation.userID), document = \(document), expired = \(expired)
                 WHERE id = \(id)
                 """)
-            try await session.execute("DELETE FROM registration_tag WHERE registration_id = \(id)")
         }
-        if let insert = RegistrationSQL.insertTags(installation.audienceTags, of: id) {
-            try await session.execute(insert)
-        }
+        try await Self.setTags(installation.audienceTags, of: id, new: existing == nil, in: session)
         for statement in InstallationRows.templates(
             of: installation, parentID: id, hub: hub, expired: installation.pushChannelExpired, now: now)
         {

@@ -173,6 +173,12 @@ public final class SQLRegistrationStore: RegistrationStore {
         try await session.execute("SELECT pg_advisory_xact_lock(hashtext(\(key)))")
     }
 
+    /// Sets row `id`'s tags to `tags`, its old ones deleted first unless the row was just made.
+    static func setTags(_ tags: [String], of id: String, new: Bool, in session: any SQLSession) async throws {
+        if !new { try await session.execute("DELETE FROM registration_tag WHERE registration_id = \(id)") }
+        if let insert = RegistrationSQL.insertTags(tags, of: id) { try await session.execute(insert) }
+    }
+
     // MARK: tutorial registrations
 
     nonisolated(nonsending) public func createID(owner: String, handle: String) async throws -> String {
@@ -215,8 +221,7 @@ public final class SQLRegistrationStore: RegistrationStore {
                 WHERE id = \(id) AND owner = \(owner) AND (platform != 0 OR created_at > \(cutoff))
                 """)
             guard updated == 1 else { throw ServiceError.notFound("registration \(id) not found") }
-            try await session.execute("DELETE FROM registration_tag WHERE registration_id = \(id)")
-            if let insert = RegistrationSQL.insertTags(allTags, of: id) { try await session.execute(insert) }
+            try await Self.setTags(allTags, of: id, new: false, in: session)
         }
         return Registration(
             registrationID: id, owner: owner, platform: platform, handle: handle, tags: allTags, updatedAtUnixMs: now)
