@@ -441,7 +441,9 @@ struct OutboxStoreTests {
         }
     }
 
-    @Test("PostgreSQL: a due scheduled send is handed to one replica at a time")
+    @Test(
+        "PostgreSQL: a due scheduled send is handed to one replica at a time; a restarted replica takes its own back at once"
+    )
     func scheduledOnce() async throws {
         guard StoreBackend.available.contains(.postgres) else { return }
         let clock = ManualClock()
@@ -457,6 +459,17 @@ struct OutboxStoreTests {
             // a failed transiently and never made it: after the take runs out, another replica may.
             clock.advance(seconds: 31)
             #expect(try await b.dueScheduled(limit: 10).map(\.id) == ["n-d"])
+
+            // a takes another and dies: its restart makes it at once, b still waits for the take to end.
+            _ = try await a.schedule(
+                id: "n-e", sender: "s", targetUser: "u", targetTag: "", hub: "default", fireAt: clock.now,
+                request: try SendRequest(targetUser: "u").serializedBytes(), originalBody: [], maxPending: 10)
+            #expect(try await a.dueScheduled(limit: 10).map(\.id) == ["n-e"])
+            let restarted = try await make("replica-a")
+            #expect(try await b.dueScheduled(limit: 10).isEmpty)
+            _ = try await restarted.recoverLeases()
+            #expect(try await restarted.dueScheduled(limit: 10).map(\.id) == ["n-e"])
+            #expect(try await b.dueScheduled(limit: 10).isEmpty)
         }
     }
 

@@ -24,8 +24,10 @@ import PostgresNIO
 /// - **A send finishes once.** Recording locks the send's notification row first (in id order),
 ///   so replicas finishing the last deliveries of one send take turns, and exactly one sees
 ///   nothing pending.
-/// - **Scheduled sends** are taken by one replica at a time (`taken_until`); the commit deletes
-///   the scheduled row in its own transaction, so a send is made once however replicas race.
+/// - **Scheduled sends** are taken by one replica at a time (`taken_until`, `taken_by`); the
+///   commit deletes the scheduled row in its own transaction, so a send is made once however
+///   replicas race. A replica that restarts takes back its own takes at once, as its leases
+///   (without it, a send it had taken when it died fired ``scheduledTake`` late).
 public final class PostgresOutbox: OutboxStore {
     let db: HeraldPostgres
     /// Unix epoch milliseconds; injected by tests.
@@ -199,6 +201,10 @@ public final class PostgresOutbox: OutboxStore {
         // The traceparent of the span that made the send (Outbox's outbox-v11-trace-parent).
         PostgresMigration(
             "dispatch-v5-trace-parent", ["ALTER TABLE notification ADD COLUMN trace_parent TEXT NOT NULL DEFAULT ''"]),
+        // The replica that took a due scheduled send, so its restart takes it back (recoverLeases).
+        PostgresMigration(
+            "dispatch-v6-scheduled-taken-by",
+            ["ALTER TABLE scheduled_send ADD COLUMN taken_by TEXT NOT NULL DEFAULT ''"]),
     ]
 
     /// Rows one INSERT … unnest carries: large sends go in several statements of one transaction.
@@ -394,7 +400,7 @@ public final class PostgresOutbox: OutboxStore {
         let at = now()
         let rows = try await db.rows(
             """
-            UPDATE scheduled_send s SET taken_until = \(at + Self.scheduledTake)
+            UPDATE scheduled_send s SET taken_until = \(at + Self.scheduledTake), taken_by = \(replica)
             FROM (SELECT notification_id FROM scheduled_send WHERE fire_at <= \(at) AND taken_until <= \(at)
                   ORDER BY fire_at LIMIT \(Int64(limit)) FOR UPDATE SKIP LOCKED) due
             WHERE s.notification_id = due.notification_id

@@ -23,6 +23,10 @@ extension PostgresOutbox {
             ).collect()
             try await Self.countRetries(
                 try rows.map { try $0.decode((String, Int32).self) }, connection, logger: logger)
+            // Scheduled sends this replica had taken and not made: due again now, not when the take ends.
+            try await connection.query(
+                "UPDATE scheduled_send SET taken_until = 0, taken_by = '' WHERE taken_by = \(self.replica)",
+                logger: logger)
             return rows.count
         }
     }
