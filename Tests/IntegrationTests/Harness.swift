@@ -226,6 +226,14 @@ struct EdgeClient: Sendable {
     }
 }
 
+extension Trait where Self == ConditionTrait {
+    /// For a stack test whose subject has no store (a transport, the edge's drain): it runs in the
+    /// SQLite pass only, so CI's PostgreSQL pass spends its cores on what PostgreSQL changes.
+    static var storeIndependent: Self {
+        .enabled(if: LiveStack.defaultDatabase == .sqlite, "does not depend on the store: runs in the SQLite pass")
+    }
+}
+
 extension Duration {
     /// The deadline of the tests' own RPCs (reading the inbox, outcomes, creating users): a CI
     /// machine runs many stacks on two cores, and a 5 s read there can miss its deadline with the

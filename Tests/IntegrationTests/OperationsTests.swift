@@ -208,7 +208,9 @@ struct OperationsTests {
         }
     }
 
-    @Test("SIGTERM during 200 in-flight requests: the edge completes them all and exits 0 within its drain timeout")
+    @Test(
+        "SIGTERM during 200 in-flight requests: the edge completes them all and exits 0 within its drain timeout",
+        .storeIndependent)
     func drainUnderLoad() async throws {
         try await LiveStack.with(
             auth: .accounts, users: ["ivan"],

@@ -40,7 +40,7 @@ struct TLSStackTests {
 
     @Test(
         "a TLS-over-TCP stack passes the same secure-push sequence, with peers listed by address or named dns:///localhost:port",
-        arguments: RPCTransport.allCases, [false, true])
+        .storeIndependent, arguments: RPCTransport.allCases, [false, true])
     func secureSequenceOverTLS(_ transport: RPCTransport, byName: Bool) async throws {
         let directory = try LiveStack.makeDirectory()
         let certificates = directory + "/tls"
