@@ -11,6 +11,10 @@
 #   scripts/bench.sh replicas [--database postgres://…]   fan-out with 1–3 dispatch replicas on PostgreSQL
 #                                        next to SQLite's one, and the edge on both (a throw-away cluster
 #                                        from scripts/postgres.sh when no --database is given)
+#   scripts/bench.sh peers [--rounds 2]  Herald against django-push-notifications (registration upserts,
+#                                        on SQLite and on a throw-away PostgreSQL cluster) and aioapns
+#                                        (APNs sends to the same double); the Python side from PyPI
+#                                        (scripts/peers/requirements.txt) in .build/peers-venv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --bench
@@ -18,7 +22,7 @@ swift build -c release
 bin="$(swift build -c release --show-bin-path)"
 case "${1:-}" in
   rpc|edge|fanout|soak|instructions|console|all) exec "$bin/herald-bench" "$@" ;;
-  replicas)
+  replicas|peers)
     if [[ " $* " == *" --database "* ]]; then exec "$bin/herald-bench" "$@"; fi
     pg_dir=$(mktemp -d /tmp/herald-bench-pg-XXXXXX)
     trap 'scripts/postgres.sh stop "$pg_dir"' EXIT

@@ -14,7 +14,8 @@
 #                             (the APNs double's capacity), nghttpd from nghttp2-server (an HTTP/2
 #                             server no one here wrote, for the APNs fan-out), openssl (the double's certificate) and
 #                             valgrind (instruction counts), postgresql (the replicas scenario's
-#                             throw-away cluster); --test installs them too
+#                             throw-away cluster), python3-venv (`herald-bench peers`' Python side);
+#                             --test installs them too
 #   scripts/setup.sh --compose  only what scripts/compose-test.sh and kube-test.sh need: podman, runc
 #                             (crun fails here), catatonit (the pause process of `podman kube play`'s
 #                             pods), docker-compose (v1) and podman-compose, debootstrap (the base
@@ -33,7 +34,8 @@ if [[ "${1:-}" == "--test" ]]; then
   python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
 fi
 if [[ "${1:-}" == "--test" || "${1:-}" == "--bench" ]]; then
-  packages+=(wrk nghttp2-client nghttp2-server openssl valgrind postgresql)
+  packages+=(wrk nghttp2-client nghttp2-server openssl valgrind postgresql python3-venv)
+  command -v python3 >/dev/null 2>&1 || packages+=(python3)
 fi
 
 missing=()

@@ -291,7 +291,8 @@ struct APNsDoubleProcess {
         throw BenchError("the APNs double did not start")
     }
 
-    /// SIGTERM, then SIGKILL after 2 s: nghttpd does not stop on SIGTERM.
+    /// SIGTERM, then SIGKILL after 2 s: nghttpd inherits the signal mask of the thread that
+    /// spawned it, with SIGTERM blocked (see ``PeerSide/django(_:dir:_:)``), so it never sees it.
     func stop() {
         process.terminate()
         let deadline = ContinuousClock.now + .seconds(2)

@@ -128,7 +128,54 @@ struct EdgeScenario {
             hello.process.waitUntilExit()
         }
         let helloRun = try runWrk(wrk, url: hello.url + "/hello", script: nil, dir: dir)
+        let (measured, put) = try await routes(wrk, dir: dir, get: true)
+        guard let get = measured else { throw BenchError("GET api/notifications/{id} was not measured") }
 
+        var report = Report()
+        let helloName = "Hummingbird hello world"
+        for (name, run, target) in [
+            ("GET api/notifications/{id}", get, "≥ 40% of hello world"),
+            ("PUT api/register/{id}", put, nil as String?),
+        ] {
+            report.records.append(
+                Record(
+                    "edge", "\(name): requests/s", unit: "req/s", value: run.requestsPerSecond, baseline: helloName,
+                    baselineValue: helloRun.requestsPerSecond, better: "higher", target: target))
+            report.records.append(
+                Record(
+                    "edge", "\(name): p99 latency", unit: "ms", value: run.p99Millis, baseline: helloName,
+                    baselineValue: helloRun.p99Millis, better: "lower"))
+        }
+        var lines = [
+            "## edge: HTTP through the whole stack, wrk -c\(connections), \(options.wrkSeconds) s per route (tutorial auth: user == password; every service on \(database == nil ? "SQLite" : "PostgreSQL"))",
+            "",
+            "| route | requests/s | p50 ms | p99 ms | % of hello world |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for (name, run) in [
+            ("hello world (baseline)", helloRun), ("GET api/notifications/{id}", get),
+            ("PUT api/register/{id}", put),
+        ] {
+            lines.append(
+                "| \(name) | \(format(run.requestsPerSecond)) | \(format(run.p50Millis)) | \(format(run.p99Millis)) | \(String(format: "%.0f%%", 100 * run.requestsPerSecond / helloRun.requestsPerSecond)) |"
+            )
+        }
+        report.tables = [lines.joined(separator: "\n")]
+        return report
+    }
+
+    /// `PUT api/register/{id}` alone, as `herald-bench peers` compares it.
+    func putRun() async throws -> WrkRun {
+        guard let wrk = which("wrk") else {
+            throw BenchError("wrk is missing: apt-get install -y wrk (scripts/setup.sh --bench does it)")
+        }
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        return try await routes(wrk, dir: dir, get: false).put
+    }
+
+    /// A stack with one device and one stored secure payload; wrk on GET (when `get`) and PUT.
+    private func routes(_ wrk: String, dir: String, get measureGet: Bool) async throws -> (get: WrkRun?, put: WrkRun) {
         var configuration = StackConfiguration.bench(dir: dir)
         if let database {
             // A fresh start: the schemas are dropped, so each run measures the same table sizes.
@@ -168,41 +215,12 @@ struct EdgeScenario {
             wrk.headers["Authorization"] = "\(authorization)"
 
             """.write(toFile: putScript, atomically: true, encoding: .utf8)
-            let get = try runWrk(wrk, url: base + "/api/notifications/\(payloadID)", script: getScript, dir: dir)
+            let get =
+                measureGet
+                ? try runWrk(wrk, url: base + "/api/notifications/\(payloadID)", script: getScript, dir: dir) : nil
             let put = try runWrk(wrk, url: base + "/api/register/\(registrationID)", script: putScript, dir: dir)
             await stack.stop()
-
-            var report = Report()
-            let helloName = "Hummingbird hello world"
-            for (name, run, target) in [
-                ("GET api/notifications/{id}", get, "≥ 40% of hello world"),
-                ("PUT api/register/{id}", put, nil as String?),
-            ] {
-                report.records.append(
-                    Record(
-                        "edge", "\(name): requests/s", unit: "req/s", value: run.requestsPerSecond, baseline: helloName,
-                        baselineValue: helloRun.requestsPerSecond, better: "higher", target: target))
-                report.records.append(
-                    Record(
-                        "edge", "\(name): p99 latency", unit: "ms", value: run.p99Millis, baseline: helloName,
-                        baselineValue: helloRun.p99Millis, better: "lower"))
-            }
-            var lines = [
-                "## edge: HTTP through the whole stack, wrk -c\(connections), \(options.wrkSeconds) s per route (tutorial auth: user == password; every service on \(database == nil ? "SQLite" : "PostgreSQL"))",
-                "",
-                "| route | requests/s | p50 ms | p99 ms | % of hello world |",
-                "|---|---:|---:|---:|---:|",
-            ]
-            for (name, run) in [
-                ("hello world (baseline)", helloRun), ("GET api/notifications/{id}", get),
-                ("PUT api/register/{id}", put),
-            ] {
-                lines.append(
-                    "| \(name) | \(format(run.requestsPerSecond)) | \(format(run.p50Millis)) | \(format(run.p99Millis)) | \(String(format: "%.0f%%", 100 * run.requestsPerSecond / helloRun.requestsPerSecond)) |"
-                )
-            }
-            report.tables = [lines.joined(separator: "\n")]
-            return report
+            return (get, put)
         } catch {
             await stack.stop()
             throw error
