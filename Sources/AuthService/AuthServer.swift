@@ -51,7 +51,7 @@ public struct AuthHandlers: AuthServiceHandler {
         let hub =
             request.hub == Names.defaultHub ? request.hub : try await hubs.resolve(request.hub)?.name ?? request.hub
         let granted = try await hubs.rights(hub: hub, user: answer.user)
-        answer.rights = (authenticator.mode == .tutorial ? granted.union([.listen, .send]) : granted).names
+        answer.hubRights = authenticator.mode == .tutorial ? granted.union([.listen, .send]) : granted
         return answer
     }
 
@@ -189,7 +189,7 @@ public struct AuthHandlers: AuthServiceHandler {
     public func setHubKey(_ request: SetHubKeyRequest, context: RPCContext) async throws -> HubKey {
         defer { authenticator.changed() }
         let key = try await hubs.setKey(
-            hub: try await stored(request.hub), name: request.name, rights: try HubRights(names: request.rights))
+            hub: try await stored(request.hub), name: request.name, rights: try request.requestedRights())
         context.logger.notice(
             "hub key set",
             metadata: [
@@ -240,7 +240,7 @@ public struct AuthHandlers: AuthServiceHandler {
         -> GrantHubRightsResponse
     {
         defer { authenticator.changed() }
-        let rights = try HubRights(names: request.rights)
+        let rights = try request.requestedRights()
         guard try await authenticator.store.userExists(request.user) || authenticator.mode == .tutorial else {
             throw ServiceError.notFound("user \(request.user) not found")
         }
@@ -250,7 +250,9 @@ public struct AuthHandlers: AuthServiceHandler {
             metadata: [
                 "herald.hub": "\(request.hub)", "herald.user": "\(request.user)", "herald.rights": "\(rights.names)",
             ])
-        return GrantHubRightsResponse(rights: rights.names)
+        var answer = GrantHubRightsResponse()
+        answer.hubRights = rights
+        return answer
     }
 }
 

@@ -229,10 +229,11 @@ public final class HubStore: Sendable {
         try await db.query(
             "SELECT name, rights, primary_key, secondary_key, created_at FROM hub_key WHERE hub = \(hub) ORDER BY name"
         ) { row in
-            HubKey(
-                name: try row[0], rights: HubRights(rawValue: try row[1]).names,
-                primaryKey: secrets ? try row[2] : "", secondaryKey: secrets ? try row[3] : "",
+            var key = HubKey(
+                name: try row[0], primaryKey: secrets ? try row[2] : "", secondaryKey: secrets ? try row[3] : "",
                 createdAtUnixMs: try row[4])
+            key.hubRights = HubRights(rawValue: try row[1])
+            return key
         }
     }
 

@@ -76,10 +76,12 @@ public struct SASVerifier: Sendable {
             try Self.verify(token, primary: key?.primary, secondary: key?.secondary, now: now, resource: resource)
             guard let key else { throw ServiceError(.internal, "a token verified without a key") }
             // `parse` bounds `se` to 9999-12-31, so neither product overflows.
-            return AuthorizeSasResponse(
-                keyName: token.keyName, rights: key.rights.names, maxInstallations: key.maxInstallations,
-                hubID: key.hubID, audience: SASAudience.normalized(token.rawResource),
+            var answer = AuthorizeSasResponse(
+                keyName: token.keyName, maxInstallations: key.maxInstallations, hubID: key.hubID,
+                audience: SASAudience.normalized(token.rawResource),
                 cacheUntilUnixMs: reuseFor > 0 ? min(now + reuseFor, token.expiry * 1000) : 0)
+            answer.hubRights = key.rights
+            return answer
         } catch let error as ServiceError where error.code == .unauthenticated {
             let address = "sas/" + String(client.prefix(Self.maxClientLength))
             try await throttle.failed(address)

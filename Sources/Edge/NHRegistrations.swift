@@ -78,7 +78,7 @@ extension NotificationHubsRoutes {
                 PutHubRegistrationRequest(
                     hub: hub, registration: description, ifMatch: try Self.ifMatch(request), createOnly: id == nil,
                     maxRegistrations: answer.maxInstallations,
-                    trusted: HubRights(granted: answer.rights).contains(.manage)),
+                    trusted: answer.hubRights.contains(.manage)),
                 requestID: context.requestID)
         }
         return Self.registrationEntry(stored.registration ?? HubRegistration(), request: request)

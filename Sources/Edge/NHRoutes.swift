@@ -140,12 +140,12 @@ struct NotificationHubsRoutes: Sendable {
         let answer = try await sasVerdict(
             AuthorizeSasRequest(hub: hub, authorization: header, resource: resource, clientAddress: context.remoteIP),
             requestID: context.requestID)
-        guard HubRights(granted: answer.rights).isSuperset(of: right) else {
+        guard answer.hubRights.isSuperset(of: right) else {
             // NH's answer and words for a missing claim.
             throw EdgeError(
                 .unauthorized,
                 "Unauthorized access. '\(right.names.joined(separator: ", "))' claim(s) are required to perform this operation (the key \(answer.keyName) has "
-                    + "\(answer.rights.joined(separator: ", ")))")
+                    + "\(answer.hubRights.names.joined(separator: ", ")))")
         }
         // From here on the hub is its immutable id (tenancy); URLs in answers keep the path's name.
         return (answer.hubID, answer)

@@ -124,7 +124,7 @@ struct UserAuthentication: Sendable {
     /// anyone else's and any tag only with Send on the hub (`herald hubs grant default USER Send`).
     static func requireSend(_ principal: AuthenticateResponse, toUser targetUser: String?) throws {
         if let targetUser, targetUser == principal.user { return }
-        guard HubRights(granted: principal.rights).contains(.send) else {
+        guard principal.hubRights.contains(.send) else {
             throw EdgeError(
                 .forbidden,
                 targetUser == nil

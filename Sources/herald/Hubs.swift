@@ -63,7 +63,7 @@ struct Hubs: AsyncParsableCommand {
             }
             print("hub \(hub.name)\tcreated \(List.date(hub.createdAtUnixMs))")
             print("  max installations \(hub.maxInstallations == 0 ? "unlimited" : String(hub.maxInstallations))")
-            for key in hub.keys { print("  key \(key.name)\t\(key.rights.joined(separator: ","))") }
+            for key in hub.keys { print("  key \(key.name)\t\(key.hubRights.names.joined(separator: ","))") }
         }
     }
 
@@ -249,7 +249,7 @@ struct Hubs: AsyncParsableCommand {
                 try await AuthServiceClient(client).listHubKeys(ListHubKeysRequest(hub: name)).keys
             }
             for key in keys {
-                print("\(key.name) (\(key.rights.joined(separator: ",")))")
+                print("\(key.name) (\(key.hubRights.names.joined(separator: ",")))")
                 print("  " + Self.connectionString(endpoint: endpoint, key: key, secondary: secondary))
             }
         }
@@ -277,10 +277,11 @@ struct Hubs: AsyncParsableCommand {
 
             func run() async throws {
                 let key = try await withService(.auth, stack) { client in
-                    try await AuthServiceClient(client).setHubKey(
-                        SetHubKeyRequest(hub: hub, name: name, rights: rights))
+                    var request = SetHubKeyRequest(hub: hub, name: name)
+                    request.hubRights = try HubRights(names: rights)
+                    return try await AuthServiceClient(client).setHubKey(request)
                 }
-                print("key \(key.name) of \(hub): \(key.rights.joined(separator: ","))")
+                print("key \(key.name) of \(hub): \(key.hubRights.names.joined(separator: ","))")
             }
         }
 
@@ -331,11 +332,12 @@ struct Hubs: AsyncParsableCommand {
 
         func run() async throws {
             let granted = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).grantHubRights(
-                    GrantHubRightsRequest(hub: hub, user: user, rights: rights)
-                ).rights
+                var request = GrantHubRightsRequest(hub: hub, user: user)
+                request.hubRights = try HubRights(names: rights)
+                return try await AuthServiceClient(client).grantHubRights(request).hubRights
             }
-            print("\(user) on \(hub): \(granted.isEmpty ? "no rights" : granted.joined(separator: ","))")
+            let names = granted.names
+            print("\(user) on \(hub): \(names.isEmpty ? "no rights" : names.joined(separator: ","))")
         }
     }
 }

@@ -99,7 +99,7 @@ struct SharedAuthTests {
             _ = try await a.hubs.createHub("app1", maxInstallations: 5)
             await #expect(throws: ServiceError.self) { try await b.hubs.createHub("app1", maxInstallations: 0) }
             let key = try await b.hubs.setKey(hub: "app1", name: "backend", rights: [.send])
-            #expect(key.rights == ["Send"] && !key.primaryKey.isEmpty)
+            #expect(key.rights == [.send] && !key.primaryKey.isEmpty)
             let secrets = try #require(try await a.hubs.secrets(hub: "app1", name: "backend"))
             #expect(secrets.primary == key.primaryKey && secrets.maxInstallations == 5 && secrets.rights == [.send])
             let rotated = try await a.hubs.rotateKey(hub: "app1", name: "backend", secondary: true)

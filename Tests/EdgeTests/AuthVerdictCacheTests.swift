@@ -75,7 +75,7 @@ struct AuthVerdictCacheTests {
             var other = first
             other.resource = "h/hub/installations/2"
             let answer = AuthorizeSasResponse(
-                keyName: "k", rights: ["Listen"], audience: "h/hub", cacheUntilUnixMs: 1_060_000)
+                keyName: "k", rights: [.listen], audience: "h/hub", cacheUntilUnixMs: 1_060_000)
             #expect(!ask(first, answer))
             #expect(ask(other, answer), "another resource, the same token: the caller checks the audience")
             #expect(!ask(AuthorizeSasRequest(hub: "hub2", authorization: token), answer))

@@ -219,7 +219,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     let dispatchError: ServiceError?
     let healthy: Bool
     /// What AuthorizeSas answers.
-    let sasRights: [String]
+    let sasRights: [HubRight]
     private let seen = Mutex<(ids: [String], deleted: [Int64], resets: Int, inbox: [ListInboxRequest])>(([], [], 0, []))
 
     /// A real herald-registration (in-memory SQLite) behind the NH registration RPCs, when given.
@@ -227,7 +227,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
 
     init(
         authError: ServiceError? = nil, registrationError: ServiceError? = nil, payloadError: ServiceError? = nil,
-        dispatchError: ServiceError? = nil, healthy: Bool = true, sasRights: [String] = ["Listen"],
+        dispatchError: ServiceError? = nil, healthy: Bool = true, sasRights: [HubRight] = [.listen],
         hubRegistrations: RegistrationHandlers? = nil
     ) {
         self.hubRegistrations = hubRegistrations
@@ -260,7 +260,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     // auth
     func authenticate(_ request: AuthenticateRequest, options: RPCCallOptions) async throws -> AuthenticateResponse {
         try record(options, authError)
-        return AuthenticateResponse(user: "alice", scheme: "basic", rights: ["Listen", "Send"])
+        return AuthenticateResponse(user: "alice", scheme: "basic", rights: [.listen, .send])
     }
     func issueToken(_ request: IssueTokenRequest, options: RPCCallOptions) async throws -> IssueTokenResponse {
         throw Self.unused()

@@ -32,7 +32,7 @@ struct NHRegistrationRouteTests {
         """#
 
     static func withStack(
-        rights: [String] = ["Listen"], _ body: @Sendable (any TestClientProtocol) async throws -> Void
+        rights: [HubRight] = [.listen], _ body: @Sendable (any TestClientProtocol) async throws -> Void
     )
         async throws
     {
@@ -172,7 +172,7 @@ struct NHRegistrationRouteTests {
                 #expect(Self.text(response).contains("'Manage' claim(s) are required"))
             }
         }
-        try await Self.withStack(rights: ["Listen", "Manage"]) { client in
+        try await Self.withStack(rights: [.listen, .manage]) { client in
             for n in 0..<3 {
                 let token = String(repeating: "0\(n)", count: 32)
                 try await client.execute(
@@ -234,7 +234,7 @@ struct NHRegistrationRouteTests {
             ),
         ])
     func hostileBodies(body: String, words: String) async throws {
-        try await Self.withStack(rights: ["Listen", "Manage"]) { client in
+        try await Self.withStack(rights: [.listen, .manage]) { client in
             try await client.execute(
                 uri: "/app1/registrations/r1", method: .put, headers: [.authorization: Self.token],
                 body: ByteBuffer(string: body)
@@ -270,7 +270,7 @@ struct NHRegistrationRouteTests {
     @Test("a feed of large templates is cut at about 4 MB per page and continues from there")
     func largePages() async throws {
         let body = #"{"aps":{"alert":""# + String(repeating: "x", count: 60_000) + #""}}"#
-        try await Self.withStack(rights: ["Listen", "Manage"]) { client in
+        try await Self.withStack(rights: [.listen, .manage]) { client in
             for n in 0..<80 {
                 let entry =
                     "<entry><content><AppleTemplateRegistrationDescription><Tags>big</Tags><DeviceToken>\(Self.deviceToken)</DeviceToken>"

@@ -50,7 +50,7 @@ struct NHRouteTests {
         "a key without the route's right is NH's 401 naming the claim and the key's rights",
         arguments: [("/app1/installations", HTTPRequest.Method.get, "Manage"), ("/app1/users/u1", .delete, "Manage")])
     func missingClaim(uri: String, method: HTTPRequest.Method, claim: String) async throws {
-        try await EdgeRouteTests.withEdge(FakeServices(sasRights: ["Listen"])) { client in
+        try await EdgeRouteTests.withEdge(FakeServices(sasRights: [.listen])) { client in
             try await client.execute(uri: uri, method: method, headers: [.authorization: Self.token]) { response in
                 #expect(response.status == .unauthorized)
                 let text = Self.body(response)
@@ -61,7 +61,7 @@ struct NHRouteTests {
 
     @Test("PUT of an installation with Listen: 200, empty, Content-Location naming it")
     func putInstallation() async throws {
-        try await EdgeRouteTests.withEdge(FakeServices(sasRights: ["Listen"])) { client in
+        try await EdgeRouteTests.withEdge(FakeServices(sasRights: [.listen])) { client in
             try await client.execute(
                 uri: "/app1/installations/i1?api-version=2020-06", method: .put, headers: [.authorization: Self.token],
                 body: ByteBuffer(string: Self.installation)

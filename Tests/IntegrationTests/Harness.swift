@@ -101,7 +101,7 @@ struct LiveStack {
             let auth = AuthServiceClient(client)
             _ = try await auth.createUser(CreateUserRequest(user: user, password: password))
             if send {
-                _ = try await auth.grantHubRights(GrantHubRightsRequest(hub: "default", user: user, rights: ["Send"]))
+                _ = try await auth.grantHubRights(GrantHubRightsRequest(hub: "default", user: user, rights: [.send]))
             }
         }
     }

@@ -66,7 +66,7 @@ extension ConsoleRoutes {
             "hub", title: "Hub \(hub.name)", session: session,
             values: [
                 "name": hub.name, "created": ConsolePage.time(hub.createdAtUnixMs), "platforms": platforms,
-                "keys": hub.keys.map { ["name": $0.name, "rights": $0.rights.joined(separator: ", ")] },
+                "keys": hub.keys.map { ["name": $0.name, "rights": $0.hubRights.names.joined(separator: ", ")] },
                 "limit": hub.maxInstallations > 0 ? String(hub.maxInstallations) : "none",
             ],
             hub: hub.name)

@@ -163,7 +163,7 @@ struct ConsoleRoutes: Sendable {
             return nil
         }
         return ConsoleSession(
-            token: token, user: principal.user, admin: HubRights(granted: principal.rights).contains(.manage))
+            token: token, user: principal.user, admin: principal.hubRights.contains(.manage))
     }
 
     /// 403 unless the operator holds Manage on `hub` (the stack's admin holds it on every hub).
@@ -178,7 +178,7 @@ struct ConsoleRoutes: Sendable {
         if session.admin { return true }
         let principal = try await users.verdict(
             AuthenticateRequest(authorization: "Bearer \(session.token)", hub: hub), requestID: context.requestID)
-        return HubRights(granted: principal.rights).contains(.manage)
+        return principal.hubRights.contains(.manage)
     }
 
     func requireAdmin(_ session: ConsoleSession) throws {

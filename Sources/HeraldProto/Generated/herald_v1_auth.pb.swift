@@ -3,6 +3,58 @@
 internal import CHeraldProto
 public import GRPCCore
 
+/// A right on a hub, as Notification Hubs names its access rules' rights.
+public enum HubRight: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    /// Not set; never granted.
+    case unspecified  // = 0
+    /// Register devices (NH's Listen).
+    case listen  // = 1
+    /// Send to any device of the hub.
+    case send  // = 2
+    /// Read and change the hub's devices; brings Listen and Send.
+    case manage  // = 3
+    /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
+    case unrecognized(Int32)
+
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .listen
+        case 2: self = .send
+        case 3: self = .manage
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .listen: 1
+        case .send: 2
+        case .manage: 3
+        case .unrecognized(let value): value
+        }
+    }
+
+    /// Equal when the numbers are: `.unrecognized(0)` is `.unspecified`.
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+
+    /// Every value this build knows, in declaration order.
+    public static let knownValues: [HubRight] = [.unspecified, .listen, .send, .manage]
+
+    /// The proto name of the value, or the number for a value this build does not know.
+    public var description: String {
+        switch self {
+        case .unspecified: "HUB_RIGHT_UNSPECIFIED"
+        case .listen: "HUB_RIGHT_LISTEN"
+        case .send: "HUB_RIGHT_SEND"
+        case .manage: "HUB_RIGHT_MANAGE"
+        case .unrecognized(let value): "HubRight(\(value))"
+        }
+    }
+}
+
 /// Credentials as the device sent them.
 public struct AuthenticateRequest: HeraldMessage {
     /// The raw Authorization header value, e.g. "Basic YWxpY2U6YWxpY2U=". Never logged.
@@ -74,10 +126,14 @@ public struct AuthenticateResponse: HeraldMessage {
     public var user: String
     /// The scheme that authenticated the caller, lower case: "basic" or "bearer".
     public var scheme: String
-    /// The user's rights on `hub` of the request ("Listen", "Send", "Manage"), as granted by
-    /// GrantHubRights; empty when none, or when the request named no hub. In tutorial mode everyone has Listen and Send (the tutorial
+    /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+    /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+    /// only when `rights` is empty. To be reserved once no such peer is left.
+    public var legacyRights: [String]
+    /// The user's rights on `hub` of the request, as granted by GrantHubRights; empty when none, or
+    /// when the request named no hub. In tutorial mode everyone has Listen and Send (the tutorial
     /// lets any user notify any user). Without Send the edge lets a user send to their own devices only.
-    public var rights: [String]
+    public var rights: [HubRight]
     /// Until when (Unix epoch ms) a caller may reuse this answer for the same Authorization value and
     /// hub without asking again; 0: ask every time. herald-edge reuses it only while the generation
     /// counter herald-auth keeps beside its sockets (`auth.generation`) is unchanged: herald-auth bumps
@@ -86,9 +142,10 @@ public struct AuthenticateResponse: HeraldMessage {
     /// bearer token's expiry; 0 when herald-auth's `verdict-cache-seconds` is 0.
     public var cacheUntilUnixMs: Int64
 
-    public init(user: String = "", scheme: String = "", rights: [String] = [], cacheUntilUnixMs: Int64 = 0) {
+    public init(user: String = "", scheme: String = "", legacyRights: [String] = [], rights: [HubRight] = [], cacheUntilUnixMs: Int64 = 0) {
         self.user = user
         self.scheme = scheme
+        self.legacyRights = legacyRights
         self.rights = rights
         self.cacheUntilUnixMs = cacheUntilUnixMs
     }
@@ -96,6 +153,7 @@ public struct AuthenticateResponse: HeraldMessage {
     public init() {
         self.user = ""
         self.scheme = ""
+        self.legacyRights = []
         self.rights = []
         self.cacheUntilUnixMs = 0
     }
@@ -118,7 +176,8 @@ extension AuthenticateResponse: CBacked {
         let m = pointer.pointee
         self.user = CBridge.string(m.user)
         self.scheme = CBridge.string(m.scheme)
-        self.rights = CBridge.strings(m.n_rights, m.rights)
+        self.legacyRights = CBridge.strings(m.n_legacy_rights, m.legacy_rights)
+        self.rights = (0..<m.n_rights).map { HubRight(rawValue: Int32(truncatingIfNeeded: m.rights[$0].rawValue)) }
         self.cacheUntilUnixMs = m.cache_until_unix_ms
     }
 
@@ -127,8 +186,10 @@ extension AuthenticateResponse: CBacked {
         herald__v1__authenticate_response__init(p)
         p.pointee.user = try arena.string(self.user, field: "herald.v1.AuthenticateResponse.user")
         p.pointee.scheme = try arena.string(self.scheme, field: "herald.v1.AuthenticateResponse.scheme")
+        p.pointee.n_legacy_rights = self.legacyRights.count
+        p.pointee.legacy_rights = try arena.strings(self.legacyRights, field: "herald.v1.AuthenticateResponse.legacy_rights")
         p.pointee.n_rights = self.rights.count
-        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.AuthenticateResponse.rights")
+        p.pointee.rights = arena.array(self.rights.map { .init(rawValue: .init(truncatingIfNeeded: $0.rawValue)) })
         p.pointee.cache_until_unix_ms = self.cacheUntilUnixMs
         return p
     }
@@ -1024,17 +1085,21 @@ extension Hub: CBacked {
 public struct HubKey: HeraldMessage {
     /// 1 to 256 characters of a-z A-Z 0-9 . - _
     public var name: String
-    /// Any of "Listen", "Send", "Manage" (Manage implies the others in NH; Herald stores what is given
-    /// and adds Listen and Send to Manage).
-    public var rights: [String]
+    /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+    /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+    /// only when `rights` is empty. To be reserved once no such peer is left.
+    public var legacyRights: [String]
+    /// Manage implies the others in NH; Herald stores what is given and adds Listen and Send to Manage.
+    public var rights: [HubRight]
     /// 44-character base64 secrets (256 random bits), used as written (not decoded) as HMAC keys.
     /// Empty except in ListHubKeys, SetHubKey and RotateHubKey answers.
     public var primaryKey: String
     public var secondaryKey: String
     public var createdAtUnixMs: Int64
 
-    public init(name: String = "", rights: [String] = [], primaryKey: String = "", secondaryKey: String = "", createdAtUnixMs: Int64 = 0) {
+    public init(name: String = "", legacyRights: [String] = [], rights: [HubRight] = [], primaryKey: String = "", secondaryKey: String = "", createdAtUnixMs: Int64 = 0) {
         self.name = name
+        self.legacyRights = legacyRights
         self.rights = rights
         self.primaryKey = primaryKey
         self.secondaryKey = secondaryKey
@@ -1043,6 +1108,7 @@ public struct HubKey: HeraldMessage {
 
     public init() {
         self.name = ""
+        self.legacyRights = []
         self.rights = []
         self.primaryKey = ""
         self.secondaryKey = ""
@@ -1066,7 +1132,8 @@ extension HubKey: CBacked {
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.name = CBridge.string(m.name)
-        self.rights = CBridge.strings(m.n_rights, m.rights)
+        self.legacyRights = CBridge.strings(m.n_legacy_rights, m.legacy_rights)
+        self.rights = (0..<m.n_rights).map { HubRight(rawValue: Int32(truncatingIfNeeded: m.rights[$0].rawValue)) }
         self.primaryKey = CBridge.string(m.primary_key)
         self.secondaryKey = CBridge.string(m.secondary_key)
         self.createdAtUnixMs = m.created_at_unix_ms
@@ -1076,8 +1143,10 @@ extension HubKey: CBacked {
         let p = arena.allocate(CType.self)
         herald__v1__hub_key__init(p)
         p.pointee.name = try arena.string(self.name, field: "herald.v1.HubKey.name")
+        p.pointee.n_legacy_rights = self.legacyRights.count
+        p.pointee.legacy_rights = try arena.strings(self.legacyRights, field: "herald.v1.HubKey.legacy_rights")
         p.pointee.n_rights = self.rights.count
-        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.HubKey.rights")
+        p.pointee.rights = arena.array(self.rights.map { .init(rawValue: .init(truncatingIfNeeded: $0.rawValue)) })
         p.pointee.primary_key = try arena.string(self.primaryKey, field: "herald.v1.HubKey.primary_key")
         p.pointee.secondary_key = try arena.string(self.secondaryKey, field: "herald.v1.HubKey.secondary_key")
         p.pointee.created_at_unix_ms = self.createdAtUnixMs
@@ -1418,18 +1487,24 @@ extension ListHubKeysResponse: CBacked {
 public struct SetHubKeyRequest: HeraldMessage {
     public var hub: String
     public var name: String
-    /// At least one of "Listen", "Send", "Manage" (case-insensitive).
-    public var rights: [String]
+    /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+    /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+    /// only when `rights` is empty. To be reserved once no such peer is left.
+    public var legacyRights: [String]
+    /// At least one right.
+    public var rights: [HubRight]
 
-    public init(hub: String = "", name: String = "", rights: [String] = []) {
+    public init(hub: String = "", name: String = "", legacyRights: [String] = [], rights: [HubRight] = []) {
         self.hub = hub
         self.name = name
+        self.legacyRights = legacyRights
         self.rights = rights
     }
 
     public init() {
         self.hub = ""
         self.name = ""
+        self.legacyRights = []
         self.rights = []
     }
 
@@ -1451,7 +1526,8 @@ extension SetHubKeyRequest: CBacked {
         let m = pointer.pointee
         self.hub = CBridge.string(m.hub)
         self.name = CBridge.string(m.name)
-        self.rights = CBridge.strings(m.n_rights, m.rights)
+        self.legacyRights = CBridge.strings(m.n_legacy_rights, m.legacy_rights)
+        self.rights = (0..<m.n_rights).map { HubRight(rawValue: Int32(truncatingIfNeeded: m.rights[$0].rawValue)) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1459,8 +1535,10 @@ extension SetHubKeyRequest: CBacked {
         herald__v1__set_hub_key_request__init(p)
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.SetHubKeyRequest.hub")
         p.pointee.name = try arena.string(self.name, field: "herald.v1.SetHubKeyRequest.name")
+        p.pointee.n_legacy_rights = self.legacyRights.count
+        p.pointee.legacy_rights = try arena.strings(self.legacyRights, field: "herald.v1.SetHubKeyRequest.legacy_rights")
         p.pointee.n_rights = self.rights.count
-        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.SetHubKeyRequest.rights")
+        p.pointee.rights = arena.array(self.rights.map { .init(rawValue: .init(truncatingIfNeeded: $0.rawValue)) })
         return p
     }
 
@@ -1698,8 +1776,12 @@ extension AuthorizeSasRequest: CBacked {
 public struct AuthorizeSasResponse: HeraldMessage {
     /// The key (skn) that signed the token.
     public var keyName: String
-    /// Its rights: "Listen", "Send", "Manage".
-    public var rights: [String]
+    /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+    /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+    /// only when `rights` is empty. To be reserved once no such peer is left.
+    public var legacyRights: [String]
+    /// Its rights.
+    public var rights: [HubRight]
     /// The hub's installation limit (0: none), for the edge to pass on with installation writes.
     public var maxInstallations: Int64
     /// The hub's immutable id (Hub.id): what the edge passes to registration and dispatch as `hub`.
@@ -1713,8 +1795,9 @@ public struct AuthorizeSasResponse: HeraldMessage {
     /// grant); never past the token's `se`; 0 when herald-auth's `verdict-cache-seconds` is 0.
     public var cacheUntilUnixMs: Int64
 
-    public init(keyName: String = "", rights: [String] = [], maxInstallations: Int64 = 0, hubID: String = "", audience: String = "", cacheUntilUnixMs: Int64 = 0) {
+    public init(keyName: String = "", legacyRights: [String] = [], rights: [HubRight] = [], maxInstallations: Int64 = 0, hubID: String = "", audience: String = "", cacheUntilUnixMs: Int64 = 0) {
         self.keyName = keyName
+        self.legacyRights = legacyRights
         self.rights = rights
         self.maxInstallations = maxInstallations
         self.hubID = hubID
@@ -1724,6 +1807,7 @@ public struct AuthorizeSasResponse: HeraldMessage {
 
     public init() {
         self.keyName = ""
+        self.legacyRights = []
         self.rights = []
         self.maxInstallations = 0
         self.hubID = ""
@@ -1748,7 +1832,8 @@ extension AuthorizeSasResponse: CBacked {
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.keyName = CBridge.string(m.key_name)
-        self.rights = CBridge.strings(m.n_rights, m.rights)
+        self.legacyRights = CBridge.strings(m.n_legacy_rights, m.legacy_rights)
+        self.rights = (0..<m.n_rights).map { HubRight(rawValue: Int32(truncatingIfNeeded: m.rights[$0].rawValue)) }
         self.maxInstallations = m.max_installations
         self.hubID = CBridge.string(m.hub_id)
         self.audience = CBridge.string(m.audience)
@@ -1759,8 +1844,10 @@ extension AuthorizeSasResponse: CBacked {
         let p = arena.allocate(CType.self)
         herald__v1__authorize_sas_response__init(p)
         p.pointee.key_name = try arena.string(self.keyName, field: "herald.v1.AuthorizeSasResponse.key_name")
+        p.pointee.n_legacy_rights = self.legacyRights.count
+        p.pointee.legacy_rights = try arena.strings(self.legacyRights, field: "herald.v1.AuthorizeSasResponse.legacy_rights")
         p.pointee.n_rights = self.rights.count
-        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.AuthorizeSasResponse.rights")
+        p.pointee.rights = arena.array(self.rights.map { .init(rawValue: .init(truncatingIfNeeded: $0.rawValue)) })
         p.pointee.max_installations = self.maxInstallations
         p.pointee.hub_id = try arena.string(self.hubID, field: "herald.v1.AuthorizeSasResponse.hub_id")
         p.pointee.audience = try arena.string(self.audience, field: "herald.v1.AuthorizeSasResponse.audience")
@@ -1782,18 +1869,24 @@ extension AuthorizeSasResponse: CBacked {
 public struct GrantHubRightsRequest: HeraldMessage {
     public var hub: String
     public var user: String
-    /// "Listen", "Send", "Manage"; empty removes the grant.
-    public var rights: [String]
+    /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+    /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+    /// only when `rights` is empty. To be reserved once no such peer is left.
+    public var legacyRights: [String]
+    /// Empty removes the grant.
+    public var rights: [HubRight]
 
-    public init(hub: String = "", user: String = "", rights: [String] = []) {
+    public init(hub: String = "", user: String = "", legacyRights: [String] = [], rights: [HubRight] = []) {
         self.hub = hub
         self.user = user
+        self.legacyRights = legacyRights
         self.rights = rights
     }
 
     public init() {
         self.hub = ""
         self.user = ""
+        self.legacyRights = []
         self.rights = []
     }
 
@@ -1815,7 +1908,8 @@ extension GrantHubRightsRequest: CBacked {
         let m = pointer.pointee
         self.hub = CBridge.string(m.hub)
         self.user = CBridge.string(m.user)
-        self.rights = CBridge.strings(m.n_rights, m.rights)
+        self.legacyRights = CBridge.strings(m.n_legacy_rights, m.legacy_rights)
+        self.rights = (0..<m.n_rights).map { HubRight(rawValue: Int32(truncatingIfNeeded: m.rights[$0].rawValue)) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1823,8 +1917,10 @@ extension GrantHubRightsRequest: CBacked {
         herald__v1__grant_hub_rights_request__init(p)
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.GrantHubRightsRequest.hub")
         p.pointee.user = try arena.string(self.user, field: "herald.v1.GrantHubRightsRequest.user")
+        p.pointee.n_legacy_rights = self.legacyRights.count
+        p.pointee.legacy_rights = try arena.strings(self.legacyRights, field: "herald.v1.GrantHubRightsRequest.legacy_rights")
         p.pointee.n_rights = self.rights.count
-        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.GrantHubRightsRequest.rights")
+        p.pointee.rights = arena.array(self.rights.map { .init(rawValue: .init(truncatingIfNeeded: $0.rawValue)) })
         return p
     }
 
@@ -1840,13 +1936,20 @@ extension GrantHubRightsRequest: CBacked {
 
 /// Answer of GrantHubRights.
 public struct GrantHubRightsResponse: HeraldMessage {
-    public var rights: [String]
+    /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+    /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+    /// only when `rights` is empty. To be reserved once no such peer is left.
+    public var legacyRights: [String]
+    /// What the user now holds (Manage brings Listen and Send).
+    public var rights: [HubRight]
 
-    public init(rights: [String] = []) {
+    public init(legacyRights: [String] = [], rights: [HubRight] = []) {
+        self.legacyRights = legacyRights
         self.rights = rights
     }
 
     public init() {
+        self.legacyRights = []
         self.rights = []
     }
 
@@ -1866,14 +1969,17 @@ extension GrantHubRightsResponse: CBacked {
 
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
-        self.rights = CBridge.strings(m.n_rights, m.rights)
+        self.legacyRights = CBridge.strings(m.n_legacy_rights, m.legacy_rights)
+        self.rights = (0..<m.n_rights).map { HubRight(rawValue: Int32(truncatingIfNeeded: m.rights[$0].rawValue)) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
         let p = arena.allocate(CType.self)
         herald__v1__grant_hub_rights_response__init(p)
+        p.pointee.n_legacy_rights = self.legacyRights.count
+        p.pointee.legacy_rights = try arena.strings(self.legacyRights, field: "herald.v1.GrantHubRightsResponse.legacy_rights")
         p.pointee.n_rights = self.rights.count
-        p.pointee.rights = try arena.strings(self.rights, field: "herald.v1.GrantHubRightsResponse.rights")
+        p.pointee.rights = arena.array(self.rights.map { .init(rawValue: .init(truncatingIfNeeded: $0.rawValue)) })
         return p
     }
 

@@ -1691,7 +1691,7 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_request__descriptor =
   (ProtobufCMessageInit) herald__v1__authenticate_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_descriptors[5] =
 {
   {
     "user",
@@ -1718,12 +1718,12 @@ static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_d
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
-    "rights",
+    "legacy_rights",
     3,
     PROTOBUF_C_LABEL_REPEATED,
     PROTOBUF_C_TYPE_STRING,
-    offsetof(Herald__V1__AuthenticateResponse, n_rights),
-    offsetof(Herald__V1__AuthenticateResponse, rights),
+    offsetof(Herald__V1__AuthenticateResponse, n_legacy_rights),
+    offsetof(Herald__V1__AuthenticateResponse, legacy_rights),
     NULL,
     &protobuf_c_empty_string,
     0,             /* flags */
@@ -1741,17 +1741,30 @@ static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "rights",
+    5,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Herald__V1__AuthenticateResponse, n_rights),
+    offsetof(Herald__V1__AuthenticateResponse, rights),
+    &herald__v1__hub_right__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authenticate_response__field_indices_by_name[] = {
   3,   /* field[3] = cache_until_unix_ms */
-  2,   /* field[2] = rights */
+  2,   /* field[2] = legacy_rights */
+  4,   /* field[4] = rights */
   1,   /* field[1] = scheme */
   0,   /* field[0] = user */
 };
 static const ProtobufCIntRange herald__v1__authenticate_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor =
 {
@@ -1761,7 +1774,7 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor =
   "Herald__V1__AuthenticateResponse",
   "herald.v1",
   sizeof(Herald__V1__AuthenticateResponse),
-  4,
+  5,
   herald__v1__authenticate_response__field_descriptors,
   herald__v1__authenticate_response__field_indices_by_name,
   1,  herald__v1__authenticate_response__number_ranges,
@@ -2530,7 +2543,7 @@ const ProtobufCMessageDescriptor herald__v1__hub__descriptor =
   (ProtobufCMessageInit) herald__v1__hub__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__hub_key__field_descriptors[5] =
+static const ProtobufCFieldDescriptor herald__v1__hub_key__field_descriptors[6] =
 {
   {
     "name",
@@ -2545,12 +2558,12 @@ static const ProtobufCFieldDescriptor herald__v1__hub_key__field_descriptors[5] 
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
-    "rights",
+    "legacy_rights",
     2,
     PROTOBUF_C_LABEL_REPEATED,
     PROTOBUF_C_TYPE_STRING,
-    offsetof(Herald__V1__HubKey, n_rights),
-    offsetof(Herald__V1__HubKey, rights),
+    offsetof(Herald__V1__HubKey, n_legacy_rights),
+    offsetof(Herald__V1__HubKey, legacy_rights),
     NULL,
     &protobuf_c_empty_string,
     0,             /* flags */
@@ -2592,18 +2605,31 @@ static const ProtobufCFieldDescriptor herald__v1__hub_key__field_descriptors[5] 
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "rights",
+    6,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Herald__V1__HubKey, n_rights),
+    offsetof(Herald__V1__HubKey, rights),
+    &herald__v1__hub_right__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__hub_key__field_indices_by_name[] = {
   4,   /* field[4] = created_at_unix_ms */
+  1,   /* field[1] = legacy_rights */
   0,   /* field[0] = name */
   2,   /* field[2] = primary_key */
-  1,   /* field[1] = rights */
+  5,   /* field[5] = rights */
   3,   /* field[3] = secondary_key */
 };
 static const ProtobufCIntRange herald__v1__hub_key__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor herald__v1__hub_key__descriptor =
 {
@@ -2613,7 +2639,7 @@ const ProtobufCMessageDescriptor herald__v1__hub_key__descriptor =
   "Herald__V1__HubKey",
   "herald.v1",
   sizeof(Herald__V1__HubKey),
-  5,
+  6,
   herald__v1__hub_key__field_descriptors,
   herald__v1__hub_key__field_indices_by_name,
   1,  herald__v1__hub_key__number_ranges,
@@ -2846,7 +2872,7 @@ const ProtobufCMessageDescriptor herald__v1__list_hub_keys_response__descriptor 
   (ProtobufCMessageInit) herald__v1__list_hub_keys_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__set_hub_key_request__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__set_hub_key_request__field_descriptors[4] =
 {
   {
     "hub",
@@ -2873,27 +2899,40 @@ static const ProtobufCFieldDescriptor herald__v1__set_hub_key_request__field_des
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
-    "rights",
+    "legacy_rights",
     3,
     PROTOBUF_C_LABEL_REPEATED,
     PROTOBUF_C_TYPE_STRING,
-    offsetof(Herald__V1__SetHubKeyRequest, n_rights),
-    offsetof(Herald__V1__SetHubKeyRequest, rights),
+    offsetof(Herald__V1__SetHubKeyRequest, n_legacy_rights),
+    offsetof(Herald__V1__SetHubKeyRequest, legacy_rights),
     NULL,
     &protobuf_c_empty_string,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "rights",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Herald__V1__SetHubKeyRequest, n_rights),
+    offsetof(Herald__V1__SetHubKeyRequest, rights),
+    &herald__v1__hub_right__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__set_hub_key_request__field_indices_by_name[] = {
   0,   /* field[0] = hub */
+  2,   /* field[2] = legacy_rights */
   1,   /* field[1] = name */
-  2,   /* field[2] = rights */
+  3,   /* field[3] = rights */
 };
 static const ProtobufCIntRange herald__v1__set_hub_key_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__set_hub_key_request__descriptor =
 {
@@ -2903,7 +2942,7 @@ const ProtobufCMessageDescriptor herald__v1__set_hub_key_request__descriptor =
   "Herald__V1__SetHubKeyRequest",
   "herald.v1",
   sizeof(Herald__V1__SetHubKeyRequest),
-  3,
+  4,
   herald__v1__set_hub_key_request__field_descriptors,
   herald__v1__set_hub_key_request__field_indices_by_name,
   1,  herald__v1__set_hub_key_request__number_ranges,
@@ -3120,7 +3159,7 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_request__descriptor =
   (ProtobufCMessageInit) herald__v1__authorize_sas_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[6] =
+static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[7] =
 {
   {
     "key_name",
@@ -3135,12 +3174,12 @@ static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
-    "rights",
+    "legacy_rights",
     2,
     PROTOBUF_C_LABEL_REPEATED,
     PROTOBUF_C_TYPE_STRING,
-    offsetof(Herald__V1__AuthorizeSasResponse, n_rights),
-    offsetof(Herald__V1__AuthorizeSasResponse, rights),
+    offsetof(Herald__V1__AuthorizeSasResponse, n_legacy_rights),
+    offsetof(Herald__V1__AuthorizeSasResponse, legacy_rights),
     NULL,
     &protobuf_c_empty_string,
     0,             /* flags */
@@ -3194,19 +3233,32 @@ static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "rights",
+    7,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Herald__V1__AuthorizeSasResponse, n_rights),
+    offsetof(Herald__V1__AuthorizeSasResponse, rights),
+    &herald__v1__hub_right__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authorize_sas_response__field_indices_by_name[] = {
   4,   /* field[4] = audience */
   5,   /* field[5] = cache_until_unix_ms */
   3,   /* field[3] = hub_id */
   0,   /* field[0] = key_name */
+  1,   /* field[1] = legacy_rights */
   2,   /* field[2] = max_installations */
-  1,   /* field[1] = rights */
+  6,   /* field[6] = rights */
 };
 static const ProtobufCIntRange herald__v1__authorize_sas_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor =
 {
@@ -3216,14 +3268,14 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor 
   "Herald__V1__AuthorizeSasResponse",
   "herald.v1",
   sizeof(Herald__V1__AuthorizeSasResponse),
-  6,
+  7,
   herald__v1__authorize_sas_response__field_descriptors,
   herald__v1__authorize_sas_response__field_indices_by_name,
   1,  herald__v1__authorize_sas_response__number_ranges,
   (ProtobufCMessageInit) herald__v1__authorize_sas_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__grant_hub_rights_request__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__grant_hub_rights_request__field_descriptors[4] =
 {
   {
     "hub",
@@ -3250,27 +3302,40 @@ static const ProtobufCFieldDescriptor herald__v1__grant_hub_rights_request__fiel
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
-    "rights",
+    "legacy_rights",
     3,
     PROTOBUF_C_LABEL_REPEATED,
     PROTOBUF_C_TYPE_STRING,
-    offsetof(Herald__V1__GrantHubRightsRequest, n_rights),
-    offsetof(Herald__V1__GrantHubRightsRequest, rights),
+    offsetof(Herald__V1__GrantHubRightsRequest, n_legacy_rights),
+    offsetof(Herald__V1__GrantHubRightsRequest, legacy_rights),
     NULL,
     &protobuf_c_empty_string,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "rights",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Herald__V1__GrantHubRightsRequest, n_rights),
+    offsetof(Herald__V1__GrantHubRightsRequest, rights),
+    &herald__v1__hub_right__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__grant_hub_rights_request__field_indices_by_name[] = {
   0,   /* field[0] = hub */
-  2,   /* field[2] = rights */
+  2,   /* field[2] = legacy_rights */
+  3,   /* field[3] = rights */
   1,   /* field[1] = user */
 };
 static const ProtobufCIntRange herald__v1__grant_hub_rights_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_request__descriptor =
 {
@@ -3280,35 +3345,48 @@ const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_request__descripto
   "Herald__V1__GrantHubRightsRequest",
   "herald.v1",
   sizeof(Herald__V1__GrantHubRightsRequest),
-  3,
+  4,
   herald__v1__grant_hub_rights_request__field_descriptors,
   herald__v1__grant_hub_rights_request__field_indices_by_name,
   1,  herald__v1__grant_hub_rights_request__number_ranges,
   (ProtobufCMessageInit) herald__v1__grant_hub_rights_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__grant_hub_rights_response__field_descriptors[1] =
+static const ProtobufCFieldDescriptor herald__v1__grant_hub_rights_response__field_descriptors[2] =
 {
   {
-    "rights",
+    "legacy_rights",
     1,
     PROTOBUF_C_LABEL_REPEATED,
     PROTOBUF_C_TYPE_STRING,
-    offsetof(Herald__V1__GrantHubRightsResponse, n_rights),
-    offsetof(Herald__V1__GrantHubRightsResponse, rights),
+    offsetof(Herald__V1__GrantHubRightsResponse, n_legacy_rights),
+    offsetof(Herald__V1__GrantHubRightsResponse, legacy_rights),
     NULL,
     &protobuf_c_empty_string,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "rights",
+    2,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_ENUM,
+    offsetof(Herald__V1__GrantHubRightsResponse, n_rights),
+    offsetof(Herald__V1__GrantHubRightsResponse, rights),
+    &herald__v1__hub_right__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__grant_hub_rights_response__field_indices_by_name[] = {
-  0,   /* field[0] = rights */
+  0,   /* field[0] = legacy_rights */
+  1,   /* field[1] = rights */
 };
 static const ProtobufCIntRange herald__v1__grant_hub_rights_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_response__descriptor =
 {
@@ -3318,7 +3396,7 @@ const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_response__descript
   "Herald__V1__GrantHubRightsResponse",
   "herald.v1",
   sizeof(Herald__V1__GrantHubRightsResponse),
-  1,
+  2,
   herald__v1__grant_hub_rights_response__field_descriptors,
   herald__v1__grant_hub_rights_response__field_indices_by_name,
   1,  herald__v1__grant_hub_rights_response__number_ranges,
@@ -3375,6 +3453,38 @@ const ProtobufCMessageDescriptor herald__v1__set_hub_limits_request__descriptor 
   1,  herald__v1__set_hub_limits_request__number_ranges,
   (ProtobufCMessageInit) herald__v1__set_hub_limits_request__init,
   NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCEnumValue herald__v1__hub_right__enum_values_by_number[4] =
+{
+  { "HUB_RIGHT_UNSPECIFIED", "HERALD__V1__HUB_RIGHT__HUB_RIGHT_UNSPECIFIED", 0 },
+  { "HUB_RIGHT_LISTEN", "HERALD__V1__HUB_RIGHT__HUB_RIGHT_LISTEN", 1 },
+  { "HUB_RIGHT_SEND", "HERALD__V1__HUB_RIGHT__HUB_RIGHT_SEND", 2 },
+  { "HUB_RIGHT_MANAGE", "HERALD__V1__HUB_RIGHT__HUB_RIGHT_MANAGE", 3 },
+};
+static const ProtobufCIntRange herald__v1__hub_right__value_ranges[] = {
+{0, 0},{0, 4}
+};
+static const ProtobufCEnumValueIndex herald__v1__hub_right__enum_values_by_name[4] =
+{
+  { "HUB_RIGHT_LISTEN", 1 },
+  { "HUB_RIGHT_MANAGE", 3 },
+  { "HUB_RIGHT_SEND", 2 },
+  { "HUB_RIGHT_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor herald__v1__hub_right__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "herald.v1.HubRight",
+  "HubRight",
+  "Herald__V1__HubRight",
+  "herald.v1",
+  4,
+  herald__v1__hub_right__enum_values_by_number,
+  4,
+  herald__v1__hub_right__enum_values_by_name,
+  1,
+  herald__v1__hub_right__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[23] =
 {

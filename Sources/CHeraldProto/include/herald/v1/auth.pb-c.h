@@ -56,6 +56,28 @@ typedef struct Herald__V1__SetHubLimitsRequest Herald__V1__SetHubLimitsRequest;
 
 /* --- enums --- */
 
+/*
+ * A right on a hub, as Notification Hubs names its access rules' rights.
+ */
+typedef enum _Herald__V1__HubRight {
+  /*
+   * Not set; never granted.
+   */
+  HERALD__V1__HUB_RIGHT__HUB_RIGHT_UNSPECIFIED = 0,
+  /*
+   * Register devices (NH's Listen).
+   */
+  HERALD__V1__HUB_RIGHT__HUB_RIGHT_LISTEN = 1,
+  /*
+   * Send to any device of the hub.
+   */
+  HERALD__V1__HUB_RIGHT__HUB_RIGHT_SEND = 2,
+  /*
+   * Read and change the hub's devices; brings Listen and Send.
+   */
+  HERALD__V1__HUB_RIGHT__HUB_RIGHT_MANAGE = 3
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__HUB_RIGHT)
+} Herald__V1__HubRight;
 
 /* --- messages --- */
 
@@ -102,12 +124,19 @@ struct  Herald__V1__AuthenticateResponse
    */
   char *scheme;
   /*
-   * The user's rights on `hub` of the request ("Listen", "Send", "Manage"), as granted by
-   * GrantHubRights; empty when none, or when the request named no hub. In tutorial mode everyone has Listen and Send (the tutorial
+   * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+   * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+   * only when `rights` is empty. To be reserved once no such peer is left.
+   */
+  size_t n_legacy_rights;
+  char **legacy_rights;
+  /*
+   * The user's rights on `hub` of the request, as granted by GrantHubRights; empty when none, or
+   * when the request named no hub. In tutorial mode everyone has Listen and Send (the tutorial
    * lets any user notify any user). Without Send the edge lets a user send to their own devices only.
    */
   size_t n_rights;
-  char **rights;
+  Herald__V1__HubRight *rights;
   /*
    * Until when (Unix epoch ms) a caller may reuse this answer for the same Authorization value and
    * hub without asking again; 0: ask every time. herald-edge reuses it only while the generation
@@ -120,7 +149,7 @@ struct  Herald__V1__AuthenticateResponse
 };
 #define HERALD__V1__AUTHENTICATE_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authenticate_response__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0,NULL, 0 }
 
 
 /*
@@ -412,11 +441,17 @@ struct  Herald__V1__HubKey
    */
   char *name;
   /*
-   * Any of "Listen", "Send", "Manage" (Manage implies the others in NH; Herald stores what is given
-   * and adds Listen and Send to Manage).
+   * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+   * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+   * only when `rights` is empty. To be reserved once no such peer is left.
+   */
+  size_t n_legacy_rights;
+  char **legacy_rights;
+  /*
+   * Manage implies the others in NH; Herald stores what is given and adds Listen and Send to Manage.
    */
   size_t n_rights;
-  char **rights;
+  Herald__V1__HubRight *rights;
   /*
    * 44-character base64 secrets (256 random bits), used as written (not decoded) as HMAC keys.
    * Empty except in ListHubKeys, SetHubKey and RotateHubKey answers.
@@ -427,7 +462,7 @@ struct  Herald__V1__HubKey
 };
 #define HERALD__V1__HUB_KEY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_key__descriptor) \
-    , (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, 0,NULL, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
 
 
 /*
@@ -530,14 +565,21 @@ struct  Herald__V1__SetHubKeyRequest
   char *hub;
   char *name;
   /*
-   * At least one of "Listen", "Send", "Manage" (case-insensitive).
+   * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+   * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+   * only when `rights` is empty. To be reserved once no such peer is left.
+   */
+  size_t n_legacy_rights;
+  char **legacy_rights;
+  /*
+   * At least one right.
    */
   size_t n_rights;
-  char **rights;
+  Herald__V1__HubRight *rights;
 };
 #define HERALD__V1__SET_HUB_KEY_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__set_hub_key_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0,NULL }
 
 
 /*
@@ -625,10 +667,17 @@ struct  Herald__V1__AuthorizeSasResponse
    */
   char *key_name;
   /*
-   * Its rights: "Listen", "Send", "Manage".
+   * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+   * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+   * only when `rights` is empty. To be reserved once no such peer is left.
+   */
+  size_t n_legacy_rights;
+  char **legacy_rights;
+  /*
+   * Its rights.
    */
   size_t n_rights;
-  char **rights;
+  Herald__V1__HubRight *rights;
   /*
    * The hub's installation limit (0: none), for the edge to pass on with installation writes.
    */
@@ -652,7 +701,7 @@ struct  Herald__V1__AuthorizeSasResponse
 };
 #define HERALD__V1__AUTHORIZE_SAS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authorize_sas_response__descriptor) \
-    , (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, 0,NULL, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
 
 
 /*
@@ -664,14 +713,21 @@ struct  Herald__V1__GrantHubRightsRequest
   char *hub;
   char *user;
   /*
-   * "Listen", "Send", "Manage"; empty removes the grant.
+   * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+   * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+   * only when `rights` is empty. To be reserved once no such peer is left.
+   */
+  size_t n_legacy_rights;
+  char **legacy_rights;
+  /*
+   * Empty removes the grant.
    */
   size_t n_rights;
-  char **rights;
+  Herald__V1__HubRight *rights;
 };
 #define HERALD__V1__GRANT_HUB_RIGHTS_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__grant_hub_rights_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0,NULL }
 
 
 /*
@@ -680,12 +736,22 @@ struct  Herald__V1__GrantHubRightsRequest
 struct  Herald__V1__GrantHubRightsResponse
 {
   ProtobufCMessage base;
+  /*
+   * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
+   * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
+   * only when `rights` is empty. To be reserved once no such peer is left.
+   */
+  size_t n_legacy_rights;
+  char **legacy_rights;
+  /*
+   * What the user now holds (Manage brings Listen and Send).
+   */
   size_t n_rights;
-  char **rights;
+  Herald__V1__HubRight *rights;
 };
 #define HERALD__V1__GRANT_HUB_RIGHTS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__grant_hub_rights_response__descriptor) \
-    , 0,NULL }
+    , 0,NULL, 0,NULL }
 
 
 /*
@@ -1724,6 +1790,7 @@ void herald__v1__auth_service__set_hub_limits(ProtobufCService *service,
 
 /* --- descriptors --- */
 
+extern const ProtobufCEnumDescriptor    herald__v1__hub_right__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__authenticate_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__issue_token_request__descriptor;
