@@ -152,20 +152,22 @@ public struct InboxProvider: PushSender {
             """, logger: logger)
     }
 
-    /// Each item with its headers as JSON and its body. A batch shares one payload per platform:
-    /// its headers and body are encoded once, not per row. (A payload is fixed per notification
-    /// and platform, so that pair identifies it.)
+    /// Each item with its headers as JSON and its body. A batch shares one payload per platform
+    /// and variant: its headers and body are encoded once, not per row. (A payload is fixed per
+    /// notification, platform and variant, so that triple identifies it; a template send's
+    /// devices alternate between its variants, one rendering per distinct template.)
     static func encoded(_ items: [PushItem]) -> [(item: PushItem, shared: (headers: String, body: Data))] {
-        var encoded: [Platform: (notificationID: String, headers: String, body: Data)] = [:]
+        var encoded: [OutboxPayload.Key: (notificationID: String, headers: String, body: Data)] = [:]
         return items.map { item in
-            if let cached = encoded[item.platform], cached.notificationID == item.notificationID {
+            let key = item.payload.key
+            if let cached = encoded[key], cached.notificationID == item.notificationID {
                 return (item, (cached.headers, cached.body))
             }
             let shared = (
                 notificationID: item.notificationID, headers: Self.encode(Self.headers(item.payload)),
                 body: Data(item.payload.body)
             )
-            encoded[item.platform] = shared
+            encoded[key] = shared
             return (item, (shared.headers, shared.body))
         }
     }

@@ -267,6 +267,20 @@ struct DeliveryTests {
         try await client.shutdown()
     }
 
+    @Test("the inbox records each device's own variant of a template send, however the batch mixes them")
+    func inboxVariants() {
+        func item(_ n: Int, variant: Int) -> PushItem {
+            PushItem(
+                sequence: Int64(n), notificationID: "n-t", registrationID: "r\(n)", platform: .apns,
+                handle: "h\(n)", messageID: "m\(n)", attempt: 1, giveUpAt: 0,
+                payload: OutboxPayload(platform: .apns, body: Array("variant \(variant)".utf8), variant: variant))
+        }
+        // Installation n has template n % 4, so a claimed batch alternates variants.
+        let items = (0..<8).map { item($0, variant: $0 % 4) }
+        let bodies = InboxProvider.encoded(items).map { String(decoding: $0.shared.body, as: UTF8.self) }
+        #expect(bodies == (0..<8).map { "variant \($0 % 4)" })
+    }
+
     @Test("message ids are distinct version-4 UUIDs")
     func messageIDs() {
         let first = MessageIDs()
