@@ -136,20 +136,35 @@ struct NHScenario {
                 script: queryScript, dir: dir)
 
             // The sends: through the edge like a back end would, each clocked until its outcome is final.
-            func timed(_ format: String, tags: String, body: String) async throws -> Double {
+            // Seconds until the outcome is final, and until 201 (the audience read, the outbox
+            // committed); the CPU seconds herald-dispatch and herald-registration spent on the send.
+            var cpu: [String: (dispatch: Double, registration: Double)] = [:]
+            func processCPU() async throws -> (dispatch: Double, registration: Double) {
+                guard let dispatch = await stack.pid(of: "dispatch"),
+                    let registration = await stack.pid(of: "registration")
+                else { throw BenchError("a service is not running") }
+                return (try RPCScenario.cpuSeconds(pid: dispatch), try RPCScenario.cpuSeconds(pid: registration))
+            }
+            func timed(_ format: String, tags: String, body: String) async throws -> (Double, accepted: Double) {
+                let before = try await processCPU()
                 let started = ContinuousClock.now
                 let id = try await Self.send(
                     base: base, authorization: authorization, format: format, tags: tags, body: body)
+                let accepted = (ContinuousClock.now - started).seconds
                 let outcome = try await Self.finalOutcome(id, socket: configuration.socketPath("dispatch"))
                 let delivered = outcome.platforms.reduce(0) { $0 + $1.success }
                 // The PUTs' new installations carry no "all", and the PATCH keeps i00000001's: exactly the seeded ones match.
                 guard delivered == count else {
                     throw BenchError("the \(format) send delivered \(delivered) of \(count)")
                 }
-                return (ContinuousClock.now - started).seconds
+                let elapsed = (ContinuousClock.now - started).seconds
+                let after = try await processCPU()
+                cpu[format] = (after.dispatch - before.dispatch, after.registration - before.registration)
+                return (elapsed, accepted)
             }
-            let seconds = try await timed("apple", tags: Self.expression, body: #"{"aps":{"alert":"expression"}}"#)
-            let templateSeconds = try await timed(
+            let (seconds, secondsAccepted) = try await timed(
+                "apple", tags: Self.expression, body: #"{"aps":{"alert":"expression"}}"#)
+            let (templateSeconds, templateAccepted) = try await timed(
                 "template", tags: "all", body: #"{"title":"Storm warning","title_fr":"Alerte tempête","count":"3"}"#)
             // Direct batches of 1,000 handles: the request until 201 (committed), and one batch until delivered.
             let batches = options.quick ? 5 : 20
@@ -223,11 +238,11 @@ struct NHScenario {
             }
             lines += [
                 "",
-                "| send through POST /{hub}/messages, inbox provider | deliveries | seconds | deliveries/s |",
-                "|---|---:|---:|---:|",
-                "| `\(Self.expression)` over \(count) installations (of \(count) + the PUTs' in the hub) | \(count) | \(String(format: "%.2f", seconds)) | \(format(rate)) |",
-                "| template send to `all`, one of 4 locale templates per installation (4 renderings) | \(count) | \(String(format: "%.2f", templateSeconds)) | \(format(templateRate)) |",
-                "| baseline: the same rows inserted in-process | \(count) | \(String(format: "%.2f", Double(count) / floor)) | \(format(floor)) |",
+                "| send through POST /{hub}/messages, inbox provider | deliveries | seconds | deliveries/s | of which until 201 (audience read, outbox committed), s | CPU s: dispatch, registration |",
+                "|---|---:|---:|---:|---:|---:|",
+                "| `\(Self.expression)` over \(count) installations (of \(count) + the PUTs' in the hub) | \(count) | \(String(format: "%.2f", seconds)) | \(format(rate)) | \(String(format: "%.2f", secondsAccepted)) | \(String(format: "%.2f, %.2f", cpu["apple"]?.dispatch ?? 0, cpu["apple"]?.registration ?? 0)) |",
+                "| template send to `all`, one of 4 locale templates per installation (4 renderings) | \(count) | \(String(format: "%.2f", templateSeconds)) | \(format(templateRate)) | \(String(format: "%.2f", templateAccepted)) | \(String(format: "%.2f, %.2f", cpu["template"]?.dispatch ?? 0, cpu["template"]?.registration ?? 0)) |",
+                "| baseline: the same rows inserted in-process | \(count) | \(String(format: "%.2f", Double(count) / floor)) | \(format(floor)) | | |",
                 "",
                 "| direct batch send, POST /{hub}/messages/$batch?direct, 1,000 APNs handles | ms |",
                 "|---|---:|",
