@@ -135,17 +135,16 @@ struct NHScenario {
                 url: base + "/bench/registrations?api-version=2017-04&$filter=ChannelUri+eq+%27\(queried)%27&$top=100",
                 script: queryScript, dir: dir)
 
-            // The sends: through the edge like a back end would, each clocked until its outcome is final.
-            // Seconds until the outcome is final, and until 201 (the audience read, the outbox
-            // committed); the CPU seconds herald-dispatch and herald-registration spent on the send.
-            var cpu: [String: (dispatch: Double, registration: Double)] = [:]
+            // The sends: through the edge like a back end would, each clocked until its outcome is
+            // final and until 201 (the audience read, the outbox committed), with the CPU seconds
+            // herald-dispatch and herald-registration spent on it.
             func processCPU() async throws -> (dispatch: Double, registration: Double) {
                 guard let dispatch = await stack.pid(of: "dispatch"),
                     let registration = await stack.pid(of: "registration")
                 else { throw BenchError("a service is not running") }
                 return (try RPCScenario.cpuSeconds(pid: dispatch), try RPCScenario.cpuSeconds(pid: registration))
             }
-            func timed(_ format: String, tags: String, body: String) async throws -> (Double, accepted: Double) {
+            func timed(_ format: String, tags: String, body: String) async throws -> SendTiming {
                 let before = try await processCPU()
                 let started = ContinuousClock.now
                 let id = try await Self.send(
@@ -159,12 +158,13 @@ struct NHScenario {
                 }
                 let elapsed = (ContinuousClock.now - started).seconds
                 let after = try await processCPU()
-                cpu[format] = (after.dispatch - before.dispatch, after.registration - before.registration)
-                return (elapsed, accepted)
+                return SendTiming(
+                    seconds: elapsed, accepted: accepted, dispatchCPU: after.dispatch - before.dispatch,
+                    registrationCPU: after.registration - before.registration)
             }
-            let (seconds, secondsAccepted) = try await timed(
-                "apple", tags: Self.expression, body: #"{"aps":{"alert":"expression"}}"#)
-            let (templateSeconds, templateAccepted) = try await timed(
+            let native = try await timed("apple", tags: Self.expression, body: #"{"aps":{"alert":"expression"}}"#)
+            let seconds = native.seconds
+            let template = try await timed(
                 "template", tags: "all", body: #"{"title":"Storm warning","title_fr":"Alerte tempête","count":"3"}"#)
             // Direct batches of 1,000 handles: the request until 201 (committed), and one batch until delivered.
             let batches = options.quick ? 5 : 20
@@ -202,7 +202,7 @@ struct NHScenario {
                         baselineValue: helloRun.p99Millis, better: "lower"))
             }
             let rate = Double(count) / seconds
-            let templateRate = Double(count) / templateSeconds
+            let templateRate = Double(count) / template.seconds
             report.records.append(
                 Record(
                     "nh", "send to \"\(Self.expression)\" over \(count) installations: deliveries/s", unit: "/s",
@@ -240,8 +240,8 @@ struct NHScenario {
                 "",
                 "| send through POST /{hub}/messages, inbox provider | deliveries | seconds | deliveries/s | of which until 201 (audience read, outbox committed), s | CPU s: dispatch, registration |",
                 "|---|---:|---:|---:|---:|---:|",
-                "| `\(Self.expression)` over \(count) installations (of \(count) + the PUTs' in the hub) | \(count) | \(String(format: "%.2f", seconds)) | \(format(rate)) | \(String(format: "%.2f", secondsAccepted)) | \(String(format: "%.2f, %.2f", cpu["apple"]?.dispatch ?? 0, cpu["apple"]?.registration ?? 0)) |",
-                "| template send to `all`, one of 4 locale templates per installation (4 renderings) | \(count) | \(String(format: "%.2f", templateSeconds)) | \(format(templateRate)) | \(String(format: "%.2f", templateAccepted)) | \(String(format: "%.2f, %.2f", cpu["template"]?.dispatch ?? 0, cpu["template"]?.registration ?? 0)) |",
+                "| `\(Self.expression)` over \(count) installations (of \(count) + the PUTs' in the hub) | \(count) | \(native.row(rate: rate)) |",
+                "| template send to `all`, one of 4 locale templates per installation (4 renderings) | \(count) | \(template.row(rate: templateRate)) |",
                 "| baseline: the same rows inserted in-process | \(count) | \(String(format: "%.2f", Double(count) / floor)) | \(format(floor)) | | |",
                 "",
                 "| direct batch send, POST /{hub}/messages/$batch?direct, 1,000 APNs handles | ms |",
@@ -393,5 +393,20 @@ struct NHScenario {
             }
         }
         try pool.close()
+    }
+}
+
+/// One send of the nh scenario: seconds until its outcome was final and until 201, and the CPU
+/// seconds herald-dispatch and herald-registration spent meanwhile.
+struct SendTiming {
+    var seconds: Double
+    var accepted: Double
+    var dispatchCPU: Double
+    var registrationCPU: Double
+
+    /// The table's cells after the deliveries column.
+    func row(rate: Double) -> String {
+        String(format: "%.2f | ", seconds) + format(rate)
+            + String(format: " | %.2f | %.2f, %.2f", accepted, dispatchCPU, registrationCPU)
     }
 }

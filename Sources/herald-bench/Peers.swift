@@ -181,7 +181,7 @@ struct PeerSide {
                 [try psqlURL(setup.database), "-qAtc", "DROP SCHEMA IF EXISTS dpn CASCADE; CREATE SCHEMA dpn"],
                 quiet: true)
         }
-        try run(bin + "/django-admin", ["migrate", "-v0"], environment: environment)
+        _ = try runProcess(bin + "/django-admin", ["migrate", "-v0"], environment: environment)
         let port = try Stack.freePort()
         let gunicorn = Process()
         // A child of this process starts with nearly every signal blocked (the mask of the thread
@@ -210,18 +210,6 @@ struct PeerSide {
             try await Task.sleep(for: .milliseconds(50))
         }
         return try body("http://127.0.0.1:\(port)")
-    }
-
-    func run(_ executable: String, _ arguments: [String], environment: [String: String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.environment = environment
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw BenchError("\(executable) \(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
-        }
     }
 
     // MARK: APNs sends

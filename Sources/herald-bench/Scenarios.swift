@@ -571,11 +571,15 @@ func which(_ name: String) -> String? {
 }
 
 /// Runs a program to completion; its standard output, or an error with its standard error.
-/// `quiet`: its standard error goes nowhere (openssl's chatter).
-func runProcess(_ executable: String, _ arguments: [String], quiet: Bool = false) throws -> String {
+/// `quiet`: its standard error goes nowhere (openssl's chatter). `environment`: instead of this
+/// process's.
+func runProcess(
+    _ executable: String, _ arguments: [String], quiet: Bool = false, environment: [String: String]? = nil
+) throws -> String {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
+    if let environment { process.environment = environment }
     if quiet { process.standardError = FileHandle.nullDevice }
     let out = Pipe()
     process.standardOutput = out

@@ -56,5 +56,7 @@ else:
             "HOST": _query.get("host", [_url.hostname or ""])[0],
             "PORT": _query.get("port", [str(_url.port or "")])[0],
             "CONN_MAX_AGE": None,
+            # Its own schema, which herald-bench empties before each run.
+            "OPTIONS": {"options": "-c search_path=dpn"},
         }
     }
