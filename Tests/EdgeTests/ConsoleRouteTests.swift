@@ -7,8 +7,9 @@ import Hummingbird
 import HummingbirdTesting
 import Testing
 
-/// The console's routes in-process over fake services: what holds before any service is asked for
-/// a hub (ConsoleTests drives the whole console in chromium against a real stack).
+/// The console's routes in-process over fake services: the sign-in, and every page as the
+/// services' answers render it (ConsoleTests drives the whole console in chromium against a real
+/// stack).
 @Suite("console routes over fake services")
 struct ConsoleRouteTests {
     @Test("the sign-in page sets its double-submit cookie under a strict CSP; the assets are served from here")
@@ -47,5 +48,89 @@ struct ConsoleRouteTests {
         }
         // No credentials were tried: the forged form never reached herald-auth.
         #expect(services.requestIDs.isEmpty)
+    }
+
+    /// An operator's page: the admin's session cookie (the fake grants Manage to any token).
+    static func page(_ client: any TestClientProtocol, _ uri: String) async throws -> String {
+        try await client.execute(uri: uri, method: .get, headers: [.cookie: "herald_session=t-admin"]) { response in
+            #expect(response.status == .ok, "\(uri): \(response.status) \(String(buffer: response.body))")
+            #expect(response.headers[.contentSecurityPolicy] != nil)
+            return String(buffer: response.body)
+        }
+    }
+
+    /// The text of every `<td>` in `html`, in order (the tables' cells).
+    static func cells(_ html: String) -> [String] {
+        html.components(separatedBy: "<td").dropFirst().map { cell in
+            let inner = cell.drop { $0 != ">" }.dropFirst()
+            return String(inner.prefix { $0 != "<" })
+        }
+    }
+
+    @Test("every page of a hub renders what the services answer, each page's own values in their places")
+    func pages() async throws {
+        let services = FakeServices(userRights: [.listen, .send, .manage])
+        try await EdgeRouteTests.withEdge(services) { client in
+            let hubs = try await Self.page(client, "/console/hubs")
+            #expect(hubs.contains(#"<a href="/console/hubs/default">default</a>"#), "\(hubs)")
+            #expect(hubs.contains("Create a hub"), "the admin's form")
+            #expect(hubs.contains(#"<span class="who">alice</span>"#))
+
+            let hub = try await Self.page(client, "/console/hubs/default")
+            #expect(hub.contains(#"<span class="badge failing">failing</span>"#), "\(hub)")
+            #expect(hub.contains("<code>InvalidProviderToken</code>"))
+            #expect(hub.contains("(set 2023-11-14 22:13:20Z)"), "the APNs row's set time")
+            // FCM's row: no error, no set time.
+            #expect(hub.contains("<td>none</td>"))
+            #expect(hub.components(separatedBy: "(set ").count == 2)
+            #expect(hub.contains("<code>DefaultFullSharedAccessSignature</code>: Listen, Manage, Send"))
+
+            let devices = try await Self.page(client, "/console/hubs/default/devices?handle=zz")
+            #expect(devices.contains("<code>r-1</code>") && devices.contains("<code>r-2</code>"), "\(devices)")
+            // r-2 has no handle yet: its cell is empty, not the search's "zz".
+            #expect(devices.components(separatedBy: #"<code>zz</code>"#).count == 1, "\(devices)")
+            #expect(devices.contains(#"id="handle" name="handle" value="zz""#))
+            #expect(!devices.contains("First page"), "no first-page link on the first page")
+
+            let sends = try await Self.page(client, "/console/hubs/default/sends")
+            #expect(sends.contains("2 sends, 120 delivered, 3 failed"), "\(sends)")
+            #expect(sends.contains("<code>BadDeviceToken</code>: 3"))
+            #expect(sends.contains("<svg class=\"chart\""))
+            #expect(sends.contains("apns: 2 ok, 1 failed"))
+
+            let outcome = try await Self.page(client, "/console/hubs/default/sends/n-1")
+            #expect(outcome.contains("More deliveries"), "a full page links to the next")
+            let cells = Self.cells(outcome)
+            // The deliveries table: 9 cells a row after the per-platform table's 6 (its first column is a <th>).
+            let delivered = Array(cells[6..<15])
+            #expect(delivered[0] == "1" && delivered[2] == "Delivered", "\(delivered)")
+            #expect(delivered[8] == "", "a delivered row has no next attempt, not the page's link: \(delivered)")
+            let pending = Array(cells[15..<24])
+            #expect(pending[2] == "Pending" && pending[8].hasPrefix("2023-11-14"), "\(pending)")
+            #expect(!outcome.contains("Started "), "no start time: no sentence")
+
+            let send = try await Self.page(client, "/console/hubs/default/send")
+            #expect(send.contains(#"<option value="user" selected>"#), "\(send)")
+            #expect(!send.contains(#"class="error""#))
+
+            let inbox = try await Self.page(client, "/console/inbox")
+            #expect(inbox.contains("apns-push-type: alert"), "\(inbox)")
+            #expect(!inbox.contains("Older entries"))
+        }
+    }
+
+    @Test("a service's refusal is the error page with its status, inside the layout")
+    func errorPage() async throws {
+        let services = FakeServices(userRights: [.listen, .send, .manage])
+        try await EdgeRouteTests.withEdge(services) { client in
+            try await client.execute(
+                uri: "/console/hubs/nowhere", method: .get, headers: [.cookie: "herald_session=t-admin"]
+            ) { response in
+                #expect(response.status == .notFound)
+                let body = String(buffer: response.body)
+                #expect(body.contains("<h1>404 Not Found</h1>") && body.contains("hub nowhere not found"), "\(body)")
+                #expect(body.contains(#"<span class="who">alice</span>"#))
+            }
+        }
     }
 }

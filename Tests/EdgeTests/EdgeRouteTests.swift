@@ -220,6 +220,8 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     let healthy: Bool
     /// What AuthorizeSas answers.
     let sasRights: [HubRight]
+    /// What Authenticate grants (the console's admin holds Manage).
+    let userRights: [HubRight]
     private let seen = Mutex<(ids: [String], deleted: [Int64], resets: Int, inbox: [ListInboxRequest])>(([], [], 0, []))
 
     /// A real herald-registration (in-memory SQLite) behind the NH registration RPCs, when given.
@@ -228,8 +230,9 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     init(
         authError: ServiceError? = nil, registrationError: ServiceError? = nil, payloadError: ServiceError? = nil,
         dispatchError: ServiceError? = nil, healthy: Bool = true, sasRights: [HubRight] = [.listen],
-        hubRegistrations: RegistrationHandlers? = nil
+        userRights: [HubRight] = [.listen, .send], hubRegistrations: RegistrationHandlers? = nil
     ) {
+        self.userRights = userRights
         self.hubRegistrations = hubRegistrations
         self.sasRights = sasRights
         self.authError = authError
@@ -260,7 +263,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     // auth
     func authenticate(_ request: AuthenticateRequest, options: RPCCallOptions) async throws -> AuthenticateResponse {
         try record(options, authError)
-        return AuthenticateResponse(user: "alice", scheme: "basic", rights: [.listen, .send])
+        return AuthenticateResponse(user: "alice", scheme: "basic", rights: userRights)
     }
     func issueToken(_ request: IssueTokenRequest, options: RPCCallOptions) async throws -> IssueTokenResponse {
         throw Self.unused()
@@ -320,10 +323,19 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     }
 
     func createHub(_ request: CreateHubRequest, options: RPCCallOptions) async throws -> Hub { throw Self.unused() }
+    /// One hub, "default", with one key: what the console's pages read.
+    static let hub = Hub(
+        name: "default", createdAtUnixMs: 1_700_000_000_000,
+        keys: [HubKey(name: "DefaultFullSharedAccessSignature", rights: [.listen, .send, .manage])], id: "h-1")
     func listHubs(_ request: ListHubsRequest, options: RPCCallOptions) async throws -> ListHubsResponse {
-        throw Self.unused()
+        try record(options, authError)
+        return ListHubsResponse(hubs: [Self.hub])
     }
-    func getHub(_ request: GetHubRequest, options: RPCCallOptions) async throws -> Hub { throw Self.unused() }
+    func getHub(_ request: GetHubRequest, options: RPCCallOptions) async throws -> Hub {
+        try record(options, authError)
+        guard request.name == Self.hub.name else { throw ServiceError(.notFound, "hub \(request.name) not found") }
+        return Self.hub
+    }
     func deleteHub(_ request: DeleteHubRequest, options: RPCCallOptions) async throws -> DeleteHubResponse {
         throw Self.unused()
     }
@@ -416,8 +428,15 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         return try await server.listHubRegistrations(request, context: context)
     }
 
+    /// One filled registration and one id allocated but not yet filled (no platform, no handle).
     func listDevices(_ request: ListDevicesRequest, options: RPCCallOptions) async throws -> ListDevicesResponse {
-        throw Self.unused()
+        try record(options, registrationError)
+        return ListDevicesResponse(devices: [
+            Registration(
+                registrationID: "r-1", owner: "alice", platform: .apns, handle: "ab12", tags: ["username:alice"],
+                updatedAtUnixMs: 1_700_000_000_000, hub: request.hub),
+            Registration(registrationID: "r-2", owner: "alice", hub: request.hub),
+        ])
     }
     func exportDevices(
         _ request: ExportDevicesRequest, options: RPCCallOptions,
@@ -504,20 +523,50 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
                 recordedAtUnixMs: 1)
         ])
     }
+    /// A full page (`limit` rows, so the page links to the next): the first delivered, the rest pending.
     func listDeliveries(
         _ request: ListDeliveriesRequest, options: RPCCallOptions
-    ) async throws -> ListDeliveriesResponse { throw Self.unused() }
+    ) async throws -> ListDeliveriesResponse {
+        try record(options, dispatchError)
+        return ListDeliveriesResponse(
+            deliveries: (1...max(1, Int64(request.limit))).map { sequence in
+                DeliveryRecord(
+                    sequence: request.afterSequence + sequence, registrationID: "r-1", platform: .apns,
+                    state: sequence == 1 ? .delivered : .pending, attempts: 1, messageID: "m-\(sequence)",
+                    lastStatus: sequence == 1 ? 200 : 503, nextAttemptAtUnixMs: sequence == 1 ? 0 : 1_700_000_060_000,
+                    handle: "ab12")
+            })
+    }
     func setHubCredentials(
         _ request: SetHubCredentialsRequest, options: RPCCallOptions
     ) async throws -> HubCredentialsResponse { throw Self.unused() }
     func getHubCredentials(
         _ request: GetHubCredentialsRequest, options: RPCCallOptions
-    ) async throws -> HubCredentialsResponse { throw Self.unused() }
+    ) async throws -> HubCredentialsResponse {
+        try record(options, dispatchError)
+        return HubCredentialsResponse(
+            hub: request.hub,
+            platforms: [
+                HubPlatformCredentials(
+                    platform: .apns, source: .hub, summary: "team T, key K", updatedAtUnixMs: 1_700_000_000_000,
+                    lastError: "InvalidProviderToken", lastErrorAtUnixMs: 1_700_000_001_000, failing: true),
+                HubPlatformCredentials(platform: .fcm, source: .inbox),
+            ])
+    }
     func listSends(_ request: ListSendsRequest, options: RPCCallOptions) async throws -> ListSendsResponse {
-        throw Self.unused()
+        try record(options, dispatchError)
+        return ListSendsResponse(sends: [
+            try await getOutcome(GetOutcomeRequest(notificationID: "n-1"), options: options)
+        ])
     }
     func sendStats(_ request: SendStatsRequest, options: RPCCallOptions) async throws -> SendStatsResponse {
-        throw Self.unused()
+        try record(options, dispatchError)
+        let minute = unixMillis() / 60_000 * 60_000
+        return SendStatsResponse(minutes: [
+            SendStatsMinute(
+                startUnixMs: minute, delivered: 120, failures: [FailureCount(reason: "BadDeviceToken", count: 3)],
+                sends: 2)
+        ])
     }
     func deleteHubCredentials(
         _ request: DeleteHubCredentialsRequest, options: RPCCallOptions

@@ -20,11 +20,11 @@ struct ConsoleChart {
     var sends: Int64 { minutes.reduce(0) { $0 + $1.sends } }
 
     /// Failures by reason over the hour, most first.
-    var reasonTotals: [[String: Any]] {
+    var reasonTotals: [ConsoleView.Sends.Reason] {
         var totals: [String: Int64] = [:]
         for minute in minutes { for failure in minute.failures { totals[failure.reason, default: 0] += failure.count } }
         return totals.sorted { $0.value != $1.value ? $0.value > $1.value : $0.key < $1.key }.map {
-            ["reason": $0.key, "count": $0.value]
+            ConsoleView.Sends.Reason(reason: $0.key, count: $0.value)
         }
     }
 

@@ -27,35 +27,18 @@ enum ConsolePage {
         return library
     }()
 
-    /// A page: `name`'s template with `values`, inside the layout (navigation, the sign-out form).
+    /// A page: `name`'s template with `view` (one of ``ConsoleView``'s structs), inside the layout
+    /// (navigation, the sign-out form).
     static func render(
-        _ name: String, title: String, session: ConsoleSession?, values: [String: Any],
+        _ name: String, title: String, session: ConsoleSession?, view: Any,
         status: HTTPResponse.Status = .ok,
         hub: String? = nil
     ) -> Response {
-        let content = library.render(present(values), withTemplate: name) ?? ""
-        var layout: [String: Any] = ["title": title, "content": content]
-        if let session {
-            layout["session"] = ["user": session.user, "csrf": session.csrf, "admin": session.admin]
-        }
-        if let hub {
-            let escaped = pathComponent(hub)
-            layout["hub"] = ["name": hub, "path": "/console/hubs/\(escaped)"]
-        }
-        return html(library.render(present(layout), withTemplate: "layout") ?? "", status: status)
-    }
-
-    /// `values` without its empty strings, at every depth: Mustache renders a section for any
-    /// string, so `{{#error}}…{{/error}}` needs a missing key, not "".
-    static func present(_ values: [String: Any]) -> [String: Any] {
-        values.compactMapValues { value -> Any? in
-            switch value {
-            case let text as String: text.isEmpty ? nil : text
-            case let nested as [String: Any]: present(nested)
-            case let rows as [[String: Any]]: rows.map(present)
-            default: value
-            }
-        }
+        let layout = ConsoleView.Layout(
+            title: title, content: library.render(view, withTemplate: name) ?? "",
+            session: session.map { ConsoleView.Session(user: $0.user, csrf: $0.csrf, admin: $0.admin) },
+            hub: hub.map { ConsoleView.HubLink(name: $0, path: "/console/hubs/\(pathComponent($0))") })
+        return html(library.render(layout, withTemplate: "layout") ?? "", status: status)
     }
 
     static func html(_ text: String, status: HTTPResponse.Status = .ok) -> Response {

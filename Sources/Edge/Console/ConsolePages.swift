@@ -10,18 +10,18 @@ extension ConsoleRoutes {
     // MARK: hubs
 
     func hubsPage(_ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
-        var rows: [[String: Any]] = []
+        var rows: [ConsoleView.Hubs.Row] = []
         for hub in try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
         where try await manages(session, hub: hub.name, context) {
-            rows.append([
-                "name": hub.name, "path": "/console/hubs/\(ConsolePage.pathComponent(hub.name))",
-                "created": ConsolePage.time(hub.createdAtUnixMs), "keys": hub.keys.map(\.name).joined(separator: ", "),
-                "limit": hub.maxInstallations > 0 ? String(hub.maxInstallations) : "none",
-            ])
+            rows.append(
+                ConsoleView.Hubs.Row(
+                    name: hub.name, path: "/console/hubs/\(ConsolePage.pathComponent(hub.name))",
+                    created: ConsolePage.time(hub.createdAtUnixMs), keys: hub.keys.map(\.name).joined(separator: ", "),
+                    limit: Self.limitText(hub.maxInstallations)))
         }
         return ConsolePage.render(
             "hubs", title: "Hubs", session: session,
-            values: ["hubs": rows, "admin": session.admin, "csrf": session.csrf])
+            view: ConsoleView.Hubs(hubs: rows, admin: session.admin, csrf: session.csrf))
     }
 
     func createHub(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws
@@ -47,7 +47,7 @@ extension ConsoleRoutes {
         let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
         let credentials = try await dispatch.getHubCredentials(
             GetHubCredentialsRequest(hub: hub.id), requestID: context.requestID)
-        let platforms: [[String: Any]] = credentials.platforms.map { platform in
+        let platforms = credentials.platforms.map { platform in
             let status: String =
                 switch platform.source {
                 case _ where platform.failing: "failing"
@@ -55,21 +55,25 @@ extension ConsoleRoutes {
                 case .inbox: "inbox"
                 default: "missing"
                 }
-            return [
-                "platform": platform.platform.name, "status": status,
-                "source": Self.sourceText(platform.source), "summary": platform.summary,
-                "updated": ConsolePage.time(platform.updatedAtUnixMs), "lastError": platform.lastError,
-                "lastErrorAt": ConsolePage.time(platform.lastErrorAtUnixMs),
-            ]
+            return ConsoleView.Hub.Platform(
+                platform: platform.platform.name, status: status,
+                source: Self.sourceText(platform.source), summary: platform.summary,
+                updated: ConsolePage.time(platform.updatedAtUnixMs).nonEmpty, lastError: platform.lastError.nonEmpty,
+                lastErrorAt: ConsolePage.time(platform.lastErrorAtUnixMs))
         }
         return ConsolePage.render(
             "hub", title: "Hub \(hub.name)", session: session,
-            values: [
-                "name": hub.name, "created": ConsolePage.time(hub.createdAtUnixMs), "platforms": platforms,
-                "keys": hub.keys.map { ["name": $0.name, "rights": $0.hubRights.names.joined(separator: ", ")] },
-                "limit": hub.maxInstallations > 0 ? String(hub.maxInstallations) : "none",
-            ],
+            view: ConsoleView.Hub(
+                name: hub.name, created: ConsolePage.time(hub.createdAtUnixMs), platforms: platforms,
+                keys: hub.keys.map {
+                    ConsoleView.Hub.Key(name: $0.name, rights: $0.hubRights.names.joined(separator: ", "))
+                },
+                limit: Self.limitText(hub.maxInstallations)),
             hub: hub.name)
+    }
+
+    private static func limitText(_ limit: Int64) -> String {
+        limit > 0 ? String(limit) : "none"
     }
 
     private static func sourceText(_ source: CredentialSource) -> String {
@@ -98,18 +102,17 @@ extension ConsoleRoutes {
                 afterID: try EdgeHTTP.text(query["after"] ?? "", "after"), limit: 50),
             requestID: context.requestID)
         let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub.name))"
-        let devices: [[String: Any]] = page.devices.map { device in
-            [
-                "id": device.installationID.isEmpty ? device.registrationID : device.installationID,
-                "kind": device.installationID.isEmpty ? "registration" : "installation",
-                "owner": device.owner, "platform": device.platform.name, "handle": device.handle,
-                "tags": device.tags.joined(separator: ", "), "updated": ConsolePage.time(device.updatedAtUnixMs),
-                "expired": device.expired,
-                "send": "\(hubPath)/send"
+        let devices = page.devices.map { device in
+            ConsoleView.Devices.Row(
+                id: device.installationID.isEmpty ? device.registrationID : device.installationID,
+                kind: device.installationID.isEmpty ? "registration" : "installation",
+                owner: device.owner, platform: device.platform.name, handle: device.handle,
+                tags: device.tags.joined(separator: ", "), updated: ConsolePage.time(device.updatedAtUnixMs),
+                expired: device.expired,
+                send: "\(hubPath)/send"
                     + ConsolePage.query([
                         ("target", "device"), ("platform", device.platform.name), ("handle", device.handle),
-                    ]),
-            ]
+                    ]))
         }
         let next =
             page.nextAfterID.isEmpty
@@ -122,11 +125,10 @@ extension ConsoleRoutes {
                 ])
         return ConsolePage.render(
             "devices", title: "Devices of \(hub)", session: session,
-            values: [
-                "devices": devices, "next": next, "user": filter.user, "tag": filter.tag, "handle": filter.handle,
-                "platforms": Self.platformOptions(selected: filter.platform, any: true), "path": "\(hubPath)/devices",
-                "first": query["after"] != nil ? "\(hubPath)/devices" : "",
-            ],
+            view: ConsoleView.Devices(
+                devices: devices, next: next.nonEmpty, user: filter.user, tag: filter.tag, handle: filter.handle,
+                platforms: Self.platformOptions(selected: filter.platform, any: true), path: "\(hubPath)/devices",
+                first: query["after"] != nil ? "\(hubPath)/devices" : nil),
             hub: hub.name)
     }
 
@@ -180,38 +182,35 @@ extension ConsoleRoutes {
         _ form: TestSendForm, hub: String, session: ConsoleSession, preview: [NativePayload]?, error: String = "",
         status: HTTPResponse.Status = .ok
     ) -> Response {
-        var values: [String: Any] = [
-            "csrf": session.csrf, "error": error, "user": form.user, "tag": form.tag, "handle": form.handle,
-            "text": form.text,
-            "message": form.message, "properties": form.properties,
-            "action": "/console/hubs/\(ConsolePage.pathComponent(hub))/send",
-            "platforms": Self.platformOptions(selected: form.platform, any: false),
-            "targets": Self.options(
+        var view = ConsoleView.Send(
+            csrf: session.csrf, error: error.nonEmpty, user: form.user, tag: form.tag, handle: form.handle,
+            text: form.text, message: form.message, properties: form.properties,
+            action: "/console/hubs/\(ConsolePage.pathComponent(hub))/send",
+            platforms: Self.platformOptions(selected: form.platform, any: false),
+            targets: Self.options(
                 ["user": "A user's devices", "tag": "A tag expression", "device": "One device (handle)"],
                 order: ["user", "tag", "device"], selected: form.target),
-            "kinds": Self.options(
+            kinds: Self.options(
                 [
                     "alert": "Alert (text shown as is)", "secure": "Secure (only its id is pushed)",
                     "rich": "Rich (uploaded file, its id is pushed)",
                     "template": "Template (installation templates, with properties)",
                 ],
-                order: ["alert", "secure", "rich", "template"], selected: form.kind),
-        ]
+                order: ["alert", "secure", "rich", "template"], selected: form.kind))
         if let preview {
-            values["previewed"] = true
-            values["preview"] = preview.map { payload in
-                [
-                    "platform": payload.platform.name, "pushType": payload.pushType.isEmpty ? "none" : payload.pushType,
-                    "priority": payload.priority == 0 ? "default" : String(payload.priority),
-                    "contentType": payload.contentType.isEmpty ? "the platform's default" : payload.contentType,
-                    "body": ConsolePage.pretty(payload.body),
-                ] as [String: Any]
+            view.previewed = true
+            view.preview = preview.map { payload in
+                ConsoleView.Send.Preview(
+                    platform: payload.platform.name, pushType: payload.pushType.isEmpty ? "none" : payload.pushType,
+                    priority: payload.priority == 0 ? "default" : String(payload.priority),
+                    contentType: payload.contentType.isEmpty ? "the platform's default" : payload.contentType,
+                    body: ConsolePage.pretty(payload.body))
             }
-            values["template"] = form.kind == "template"
-            values["stored"] = form.kind == "secure" || form.kind == "rich"
+            view.template = form.kind == "template"
+            view.stored = form.kind == "secure" || form.kind == "rich"
         }
         return ConsolePage.render(
-            "send", title: "Test send on \(hub)", session: session, values: values, status: status, hub: hub)
+            "send", title: "Test send on \(hub)", session: session, view: view, status: status, hub: hub)
     }
 
     // MARK: outcomes
@@ -230,16 +229,15 @@ extension ConsoleRoutes {
         let stats = try await dispatch.sendStats(
             SendStatsRequest(hub: hub.id, minutes: 60), requestID: context.requestID)
         let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub.name))"
-        let rows: [[String: Any]] = sends.sends.map { outcome in
-            [
-                "id": outcome.notificationID, "path": "\(hubPath)/sends/\(outcome.notificationID)",
-                "state": OutcomeBody.state(outcome.state), "created": ConsolePage.time(outcome.createdAtUnixMs),
-                "sender": outcome.sender,
-                "counts": outcome.platforms.map {
+        let rows = sends.sends.map { outcome in
+            ConsoleView.Sends.Row(
+                id: outcome.notificationID, path: "\(hubPath)/sends/\(outcome.notificationID)",
+                state: OutcomeBody.state(outcome.state), created: ConsolePage.time(outcome.createdAtUnixMs),
+                sender: outcome.sender,
+                counts: outcome.platforms.map {
                     "\($0.platform.name): \($0.success) ok, \($0.failure) failed"
                         + ($0.pending > 0 ? ", \($0.pending) pending" : "")
-                }.joined(separator: "; "),
-            ]
+                }.joined(separator: "; "))
         }
         var next = ""
         if sends.sends.count == 25, let last = sends.sends.last {
@@ -248,14 +246,12 @@ extension ConsoleRoutes {
                 + ConsolePage.query([("before", String(last.createdAtUnixMs)), ("before_id", last.notificationID)])
         }
         let chart = ConsoleChart(minutes: stats.minutes, now: unixMillis())
+        let reasons = chart.reasonTotals
         return ConsolePage.render(
             "sends", title: "Sends on \(hub)", session: session,
-            values: [
-                "sends": rows, "next": next, "chart": chart.svg(), "reasons": chart.reasonTotals,
-                "hasReasons": !chart.reasonTotals.isEmpty,
-                "delivered": chart.delivered,
-                "failed": chart.failed, "sendsInHour": chart.sends,
-            ],
+            view: ConsoleView.Sends(
+                sends: rows, next: next.nonEmpty, chart: chart.svg(), reasons: reasons, hasReasons: !reasons.isEmpty,
+                delivered: chart.delivered, failed: chart.failed, sendsInHour: chart.sends),
             hub: hub.name)
     }
 
@@ -270,14 +266,13 @@ extension ConsoleRoutes {
             ListDeliveriesRequest(notificationID: id, afterSequence: max(0, after), limit: 100, hub: hub.id),
             requestID: context.requestID)
         let live = [.enqueued, .processing, .scheduled].contains(outcome.state)
-        let rows: [[String: Any]] = deliveries.deliveries.map { delivery in
-            [
-                "sequence": delivery.sequence, "platform": delivery.platform.name,
-                "state": Self.deliveryState(delivery.state),
-                "attempts": delivery.attempts, "status": delivery.lastStatus == 0 ? "" : String(delivery.lastStatus),
-                "reason": delivery.reason, "handle": delivery.handle, "messageID": delivery.messageID,
-                "next": delivery.state == .pending ? ConsolePage.time(delivery.nextAttemptAtUnixMs) : "",
-            ]
+        let rows = deliveries.deliveries.map { delivery in
+            ConsoleView.Outcome.Delivery(
+                sequence: delivery.sequence, platform: delivery.platform.name,
+                state: Self.deliveryState(delivery.state),
+                attempts: Int64(delivery.attempts), status: delivery.lastStatus == 0 ? "" : String(delivery.lastStatus),
+                reason: delivery.reason, handle: delivery.handle, messageID: delivery.messageID,
+                next: delivery.state == .pending ? ConsolePage.time(delivery.nextAttemptAtUnixMs) : "")
         }
         var next = ""
         if deliveries.deliveries.count == 100, let last = deliveries.deliveries.last {
@@ -285,20 +280,18 @@ extension ConsoleRoutes {
         }
         return ConsolePage.render(
             "outcome", title: "Send \(id)", session: session,
-            values: [
-                "id": id, "state": OutcomeBody.state(outcome.state), "live": live, "sender": outcome.sender,
-                "created": ConsolePage.time(outcome.createdAtUnixMs),
-                "started": ConsolePage.time(outcome.startedAtUnixMs),
-                "finished": ConsolePage.time(outcome.finishedAtUnixMs),
-                "platforms": outcome.platforms.map { platform in
-                    [
-                        "platform": platform.platform.name, "success": platform.success, "failure": platform.failure,
-                        "pending": platform.pending, "removed": platform.removedHandles, "retries": platform.retries,
-                        "failures": platform.failures.map { "\($0.reason): \($0.count)" }.joined(separator: ", "),
-                    ] as [String: Any]
+            view: ConsoleView.Outcome(
+                id: id, state: OutcomeBody.state(outcome.state), live: live, sender: outcome.sender,
+                created: ConsolePage.time(outcome.createdAtUnixMs),
+                started: ConsolePage.time(outcome.startedAtUnixMs).nonEmpty,
+                finished: ConsolePage.time(outcome.finishedAtUnixMs).nonEmpty,
+                platforms: outcome.platforms.map { platform in
+                    ConsoleView.Outcome.Platform(
+                        platform: platform.platform.name, success: platform.success, failure: platform.failure,
+                        pending: platform.pending, removed: platform.removedHandles, retries: platform.retries,
+                        failures: platform.failures.map { "\($0.reason): \($0.count)" }.joined(separator: ", "))
                 },
-                "deliveries": rows, "next": next,
-            ],
+                deliveries: rows, next: next.nonEmpty),
             hub: hub.name)
     }
 
@@ -336,16 +329,16 @@ extension ConsoleRoutes {
         let entries = try await dispatch.listInbox(
             ListInboxRequest(limit: 25, newestFirst: true, beforeSequence: max(0, before)), requestID: context.requestID
         ).entries
-        let rows: [[String: Any]] = entries.map { entry in
-            [
-                "sequence": entry.sequence, "notificationID": entry.notificationID, "platform": entry.platform.name,
-                "handle": entry.handle, "recorded": ConsolePage.time(entry.recordedAtUnixMs),
-                "headers": entry.headers.map { "\($0.name): \($0.value)" }.joined(separator: "\n"),
-                "payload": ConsolePage.pretty(entry.payload),
-            ]
+        let rows = entries.map { entry in
+            ConsoleView.Inbox.Entry(
+                sequence: entry.sequence, notificationID: entry.notificationID, platform: entry.platform.name,
+                handle: entry.handle, recorded: ConsolePage.time(entry.recordedAtUnixMs),
+                headers: entry.headers.map { "\($0.name): \($0.value)" }.joined(separator: "\n"),
+                payload: ConsolePage.pretty(entry.payload))
         }
-        let next = entries.count == 25 ? "/console/inbox?before=\(entries.last?.sequence ?? 0)" : ""
-        return ConsolePage.render("inbox", title: "Inbox", session: session, values: ["entries": rows, "next": next])
+        let next = entries.count == 25 ? "/console/inbox?before=\(entries.last?.sequence ?? 0)" : nil
+        return ConsolePage.render(
+            "inbox", title: "Inbox", session: session, view: ConsoleView.Inbox(entries: rows, next: next))
     }
 
     // MARK: helpers
@@ -355,14 +348,14 @@ extension ConsoleRoutes {
         name.isEmpty ? .unspecified : try RegistrationBody.platform(name, field: "platform")
     }
 
-    static func platformOptions(selected: String, any: Bool) -> [[String: Any]] {
+    static func platformOptions(selected: String, any: Bool) -> [ConsoleView.Option] {
         var names = [("apns", "APNs"), ("fcm", "FCM"), ("wns", "WNS"), ("browser", "Web Push")]
         if any { names.insert(("", "any"), at: 0) }
-        return names.map { ["value": $0.0, "label": $0.1, "selected": $0.0 == selected] }
+        return names.map { ConsoleView.Option(value: $0.0, label: $0.1, selected: $0.0 == selected) }
     }
 
-    static func options(_ labels: [String: String], order: [String], selected: String) -> [[String: Any]] {
-        order.map { ["value": $0, "label": labels[$0] ?? $0, "selected": $0 == selected] }
+    static func options(_ labels: [String: String], order: [String], selected: String) -> [ConsoleView.Option] {
+        order.map { ConsoleView.Option(value: $0, label: labels[$0] ?? $0, selected: $0 == selected) }
     }
 }
 

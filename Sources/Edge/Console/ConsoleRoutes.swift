@@ -141,9 +141,8 @@ struct ConsoleRoutes: Sendable {
         }
         return ConsolePage.render(
             "error", title: "\(edgeError.status.code) \(edgeError.status.reasonPhrase)", session: session,
-            values: [
-                "status": edgeError.status.code, "reason": edgeError.status.reasonPhrase, "message": edgeError.message,
-            ],
+            view: ConsoleView.Error(
+                status: edgeError.status.code, reason: edgeError.status.reasonPhrase, message: edgeError.message),
             status: edgeError.status)
     }
 
@@ -201,10 +200,9 @@ struct ConsoleRoutes: Sendable {
         let nonce = ConsolePage.randomToken()
         var response = ConsolePage.render(
             "login", title: "Sign in", session: nil,
-            values: [
-                "csrf": nonce, "message": message ?? "", "user": user,
-                "expired": message == nil && request.uri.queryParameters.get("expired") != nil,
-            ],
+            view: ConsoleView.Login(
+                csrf: nonce, message: message?.nonEmpty, user: user,
+                expired: message == nil && request.uri.queryParameters.get("expired") != nil),
             status: status)
         response.setCookie(
             Cookie(
