@@ -139,25 +139,29 @@ public final class Dispatcher: Sendable {
                 TemplateAudience(
                     properties: PushTemplate.Properties(request.templateProperties.map { ($0.name, $0.value) }),
                     sentAt: sentAt))
-            try await registrations.streamAudience(
+            return try await streamAndCommit(
+                request, id: id, scheduled: scheduled,
                 StreamAudienceRequest(tag: tag, hub: request.hub, broadcast: request.broadcast, templates: true),
-                requestID: requestID,
-                timeout: audienceTimeout
-            ) { batch in
-                try rendering.withLock { try $0.add(batch.registrations) }
-            }
-            let (payloads, targets, left, refusal) = rendering.withLock {
-                ($0.payloads, $0.targets, $0.refusedDevices, $0.firstRefusal)
-            }
-            if let refusal {
-                // Nothing renders: the sender hears why (400). Some do: they are sent, the rest logged.
-                if payloads.isEmpty { throw refusal }
-                logger.warning(
-                    "template send: devices whose template cannot be rendered are left out",
-                    metadata: ["herald.devices_left_out": "\(left)", "herald.reason": "\(refusal.message)"])
-            }
-            return try await commit(
-                request, id: id, scheduled: scheduled, payloads: payloads, targets: targets, logger: logger)
+                requestID: requestID, logger: logger,
+                targets: { batch in
+                    try rendering.withLock { audience in
+                        try audience.add(batch.registrations)
+                        return audience.takeTargets()
+                    }
+                },
+                payloads: {
+                    let (payloads, left, refusal) = rendering.withLock {
+                        ($0.payloads, $0.refusedDevices, $0.firstRefusal)
+                    }
+                    if let refusal {
+                        // Nothing renders: the sender hears why (400). Some do: they are sent, the rest logged.
+                        if payloads.isEmpty { throw refusal }
+                        logger.warning(
+                            "template send: devices whose template cannot be rendered are left out",
+                            metadata: ["herald.devices_left_out": "\(left)", "herald.reason": "\(refusal.message)"])
+                    }
+                    return payloads
+                })
         }
         let prepared = try Self.prepare(request.payloads, sentAt: sentAt)
         let onlyPlatform = prepared.count == 1 ? prepared.keys.first! : Platform.unspecified
@@ -173,22 +177,38 @@ public final class Dispatcher: Sendable {
                 request, id: id, scheduled: scheduled, payloads: Array(prepared.values), targets: targets,
                 logger: logger)
         }
-        // A large audience spills to the outbox's staging table as it arrives (Outbox.stage), so
-        // memory stays flat whatever its size; the commit takes the staged rows with the rest.
-        let audience = Mutex(
-            SpillingAudience(notificationID: id, maxDevices: Int(request.maxDevices), threshold: audienceMemoryRows))
-        do {
-            try await registrations.streamAudience(
-                StreamAudienceRequest(tag: tag, platform: onlyPlatform, hub: request.hub, broadcast: request.broadcast),
-                requestID: requestID,
-                timeout: audienceTimeout
-            ) { [prepared, outbox] batch in
-                let found = batch.registrations.compactMap { registration -> Outbox.Target? in
+        return try await streamAndCommit(
+            request, id: id, scheduled: scheduled,
+            StreamAudienceRequest(tag: tag, platform: onlyPlatform, hub: request.hub, broadcast: request.broadcast),
+            requestID: requestID, logger: logger,
+            targets: { batch in
+                batch.registrations.compactMap { registration -> Outbox.Target? in
                     guard prepared[registration.platform] != nil else { return nil }
                     return Outbox.Target(
                         registrationID: registration.registrationID, platform: registration.platform,
                         handle: registration.handle)
                 }
+            },
+            payloads: { Array(prepared.values) })
+    }
+
+    /// Streams an audience, turning each batch into `targets`, and commits the send with
+    /// `payloads` (read once the stream is over; what it throws stops the send).
+    ///
+    /// A large audience spills to the outbox's staging table as it arrives (Outbox.stage), so
+    /// memory stays flat whatever its size, for a native send and a template send alike; the
+    /// commit takes the staged rows with the rest, and a send that fails discards them.
+    private func streamAndCommit(
+        _ request: SendRequest, id: String, scheduled: Bool, _ stream: StreamAudienceRequest, requestID: String,
+        logger: Logger, targets: @escaping @Sendable (AudienceBatch) throws -> [Outbox.Target],
+        payloads: () throws -> [OutboxPayload]
+    ) async throws -> Outcome? {
+        let audience = Mutex(
+            SpillingAudience(notificationID: id, maxDevices: Int(request.maxDevices), threshold: audienceMemoryRows))
+        do {
+            try await registrations.streamAudience(stream, requestID: requestID, timeout: audienceTimeout) {
+                [outbox] batch in
+                let found = try targets(batch)
                 // Batches arrive one at a time (each waits for the last to be handled), so the
                 // staged part is read and written back without a race.
                 guard let spill = audience.withLock({ $0.add(found) }) else { return }
@@ -196,9 +216,10 @@ public final class Dispatcher: Sendable {
                 try await outbox.stage(spill, to: &staged)
                 audience.withLock { $0.staged = staged }
             }
+            let payloads = try payloads()
             let (targets, staged) = audience.withLock { ($0.buffer, $0.staged) }
             let outcome = try await commit(
-                request, id: id, scheduled: scheduled, payloads: Array(prepared.values), targets: targets,
+                request, id: id, scheduled: scheduled, payloads: payloads, targets: targets,
                 staged: staged.count > 0 ? staged : nil, logger: logger)
             if outcome == nil, staged.count > 0 { await outbox.discardStaged(staged) }
             return outcome

@@ -59,6 +59,13 @@ package struct TemplateAudience {
         }
     }
 
+    /// The targets added since the last call, handed over (to stage or to commit): the audience
+    /// keeps only its variants, so a large template send holds no more devices than a native one.
+    package mutating func takeTargets() -> [Outbox.Target] {
+        defer { targets = [] }
+        return targets
+    }
+
     /// One template rendered for `platform`: its body, and its headers (names case-insensitive,
     /// values expressions too) and expiry as the push's options. NH refuses APNs headers in
     /// templates; Herald takes them (apns-push-type, apns-priority, apns-collapse-id,

@@ -241,22 +241,32 @@ struct OutboxStoreTests {
     }
 
     @Test(
-        "a staged audience joins its send at the commit; discarding one staging leaves another's rows",
+        "a staged audience joins its send at the commit, each row with its payload variant; discarding one staging leaves another's rows",
         arguments: StoreBackend.available)
     func staging(_ backend: StoreBackend) async throws {
         try await withOutbox(backend) { fixture in
             let outbox = fixture.outbox
+            // A template send's audience: two variants, alternating.
+            var targets = Self.targets(4)
+            for index in targets.indices { targets[index].variant = index % 2 }
             var staged = Outbox.StagedAudience(notificationID: "n-s")
-            try await outbox.stage(Self.targets(4), to: &staged)
+            try await outbox.stage(targets, to: &staged)
             var other = Outbox.StagedAudience(notificationID: "n-t")
             try await outbox.stage(Self.targets(2, prefix: "o"), to: &other)
             await outbox.discardStaged(other)
+            var second = Self.apns
+            second.variant = 1
+            second.body = Array(#"{"aps":{"alert":"variant 1"}}"#.utf8)
+            var last = Self.targets(1, prefix: "m")
+            last[0].variant = 1
             _ = try await outbox.enqueue(
-                id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.apns],
-                targets: Self.targets(1, prefix: "m"),
-                staged: staged, retryWindow: .seconds(60), hub: "default", scheduled: false, originalBody: [])
+                id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.apns, second],
+                targets: last, staged: staged, retryWindow: .seconds(60), hub: "default", scheduled: false,
+                originalBody: [])
             let items = try await outbox.claim(limit: 100, platforms: [.apns])
             #expect(items.map(\.registrationID) == ["r-0", "r-1", "r-2", "r-3", "m-0"])
+            #expect(items.map(\.payload.variant) == [0, 1, 0, 1, 1])
+            #expect(items.map(\.payload.body) == [0, 1, 0, 1, 1].map { $0 == 0 ? Self.apns.body : second.body })
             #expect(Set(items.map { $0.messageID.prefix(19) }).count == 1 && Set(items.map(\.messageID)).count == 5)
         }
     }

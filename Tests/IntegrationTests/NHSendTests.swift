@@ -340,7 +340,9 @@ struct NHSendTests {
         "template sends: each installation template matched on its own tags, rendered once per distinct template, per platform"
     )
     func templates() async throws {
-        try await PushDeliveryTests.withProviders { fixture, live in
+        // With audience-memory-rows 2, the audience is staged in the outbox as it streams in (as a
+        // large one is): each staged device keeps its own rendering.
+        try await PushDeliveryTests.withProviders(extra: ["--audience-memory-rows", "2"]) { fixture, live in
             let full = try await Self.defaultHub(live)
             let auth = NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full)
             let en = ##"{\"aps\":{\"alert\":\"{'Breaking: ' + $(headline)}\",\"badge\":\"#(count)\"}}"##

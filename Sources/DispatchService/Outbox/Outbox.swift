@@ -119,7 +119,7 @@ public final class Outbox: OutboxStore {
                     sql: """
                         INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
                                               next_attempt_at, give_up_at, updated_at, variant)
-                        SELECT notification_id, registration_id, platform, handle, message_id, ?, ?, ?, ?, 0
+                        SELECT notification_id, registration_id, platform, handle, message_id, ?, ?, ?, ?, variant
                         FROM audience_staging WHERE notification_id = ? ORDER BY position
                         """,
                     arguments: [DeliveryState.pending.rawValue, at, giveUp, at, id])

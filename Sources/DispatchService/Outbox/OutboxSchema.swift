@@ -197,6 +197,10 @@ extension Outbox {
             // deliveries' spans join that trace, however much later and on whichever replica.
             try db.execute(sql: "ALTER TABLE notification ADD COLUMN trace_parent TEXT NOT NULL DEFAULT ''")
         }
+        migrator.registerMigration("outbox-v12-staging-variant") { db in
+            // A template send's audience spills too: each staged row keeps its payload variant.
+            try db.execute(sql: "ALTER TABLE audience_staging ADD COLUMN variant INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 }

@@ -51,13 +51,13 @@ extension Outbox {
         try await db.write { db in
             let insert = try db.cachedStatement(
                 sql: """
-                    INSERT INTO audience_staging (notification_id, position, registration_id, platform, handle, message_id)
-                    VALUES (?, ?, ?, ?, ?, ?)
+                    INSERT INTO audience_staging (notification_id, position, registration_id, platform, handle, message_id, variant)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
                     """)
             for (offset, target) in targets.enumerated() {
                 try insert.execute(arguments: [
                     id, start + offset, target.registrationID, target.platform.rawValue, target.handle,
-                    ids.id(start + offset),
+                    ids.id(start + offset), target.variant,
                 ])
             }
         }

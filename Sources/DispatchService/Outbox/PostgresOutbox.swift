@@ -205,6 +205,11 @@ public final class PostgresOutbox: OutboxStore {
         PostgresMigration(
             "dispatch-v6-scheduled-taken-by",
             ["ALTER TABLE scheduled_send ADD COLUMN taken_by TEXT NOT NULL DEFAULT ''"]),
+        // A template send's audience spills too: each staged row keeps its payload variant
+        // (Outbox's outbox-v12-staging-variant).
+        PostgresMigration(
+            "dispatch-v7-staging-variant",
+            ["ALTER TABLE audience_staging ADD COLUMN variant INTEGER NOT NULL DEFAULT 0"]),
     ]
 
     /// Rows one INSERT … unnest carries: large sends go in several statements of one transaction.
@@ -272,7 +277,7 @@ public final class PostgresOutbox: OutboxStore {
                     INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
                                           next_attempt_at, give_up_at, updated_at, variant)
                     SELECT \(id), registration_id, platform, handle, message_id, \(DeliveryState.pending.rawValue), \(at),
-                           \(giveUp), \(at), 0
+                           \(giveUp), \(at), variant
                     FROM audience_staging WHERE staging_key = \(staged.key) ORDER BY position
                     """, logger: logger)
                 try await connection.query(
@@ -340,11 +345,13 @@ public final class PostgresOutbox: OutboxStore {
             let positions = chunk.indices.map { Int32(start + $0) }
             try await db.query(
                 """
-                INSERT INTO audience_staging (staging_key, position, registration_id, platform, handle, message_id, staged_at)
-                SELECT \(staged.key), t.position, t.registration_id, t.platform, t.handle, t.message_id, \(at)
+                INSERT INTO audience_staging (staging_key, position, registration_id, platform, handle, message_id, staged_at,
+                                              variant)
+                SELECT \(staged.key), t.position, t.registration_id, t.platform, t.handle, t.message_id, \(at), t.variant
                 FROM unnest(\(positions)::int[], \(chunk.map(\.registrationID))::text[], \(chunk.map(\.platform.rawValue))::int[],
-                            \(chunk.map(\.handle))::text[], \(positions.map { ids.id(Int($0)) })::text[])
-                     AS t(position, registration_id, platform, handle, message_id)
+                            \(chunk.map(\.handle))::text[], \(positions.map { ids.id(Int($0)) })::text[],
+                            \(chunk.map { Int32($0.variant) })::int[])
+                     AS t(position, registration_id, platform, handle, message_id, variant)
                 """)
             offset += Self.insertChunk
         }
