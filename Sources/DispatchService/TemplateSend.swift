@@ -67,9 +67,9 @@ package struct TemplateAudience {
     }
 
     /// One template rendered for `platform`: its body, and its headers (names case-insensitive,
-    /// values expressions too) and expiry as the push's options. NH refuses APNs headers in
-    /// templates; Herald takes them (apns-push-type, apns-priority, apns-collapse-id,
-    /// apns-expiration), as NH's users ask.
+    /// values expressions too) and expiry as the push's options, by the rules of a direct send's
+    /// headers (``NHHeaders``). NH refuses APNs headers in templates; Herald takes them
+    /// (apns-push-type, apns-priority, apns-collapse-id, apns-expiration), as NH's users ask.
     package static func render(
         _ json: String, name: String, platform: Platform, _ properties: PushTemplate.Properties, sentAt: Int64
     ) throws -> OutboxPayload {
@@ -88,38 +88,23 @@ package struct TemplateAudience {
             }
             let rendered = Array(try PushTemplate(body).render(properties).utf8)
             var native = NativePayload(platform: platform, body: rendered)
+            let header: NHHeaders.Lookup = { headers[$0] }
             switch platform {
             case .apns:
-                native.pushType = headers["apns-push-type"] ?? APNsPushType.inferred(rendered)
-                if let priority = headers["apns-priority"] {
-                    guard let value = Int32(priority) else { throw refuse("apns-priority must be 5 or 10") }
-                    native.priority = value
-                }
-                native.collapseID = headers["apns-collapse-id"] ?? ""
-                if let expiration = headers["apns-expiration"] {
-                    guard let seconds = TimeValue.unixSeconds(expiration) else {
-                        throw refuse("apns-expiration is a UNIX time in seconds, 0 to \(TimeValue.maxUnixSeconds)")
-                    }
-                    native.ttlSeconds = TimeValue.secondsUntil(
-                        unixSeconds: seconds, nowMillis: sentAt, cap: PushLimits.maxTTLSeconds)
-                } else if let expiry = object["expiry"] as? String, !expiry.isEmpty {
+                // The template's expiry stands in for apns-expiration, as ServiceBusNotification-Apns-Expiry
+                // does for a direct send.
+                if try !NHHeaders.applyAPNs(header, to: &native, nowMillis: sentAt),
+                    let expiry = object["expiry"] as? String, !expiry.isEmpty
+                {
                     guard
-                        let seconds = NHTime.parse(try PushTemplate.renderValue(expiry, properties)).flatMap(
-                            TimeValue.unixSeconds)
+                        let ttl = NHHeaders.ttl(
+                            w3cDate: try PushTemplate.renderValue(expiry, properties), nowMillis: sentAt)
                     else { throw refuse("expiry is not a W3C date") }
-                    native.ttlSeconds = TimeValue.secondsUntil(
-                        unixSeconds: seconds, nowMillis: sentAt, cap: PushLimits.maxTTLSeconds)
+                    native.ttlSeconds = ttl
                 }
             case .wns:
-                let type = headers["x-wns-type"]?.lowercased() ?? Self.inferredWNSType(rendered)
-                native.pushType = type
-                native.contentType = type == "wns/raw" ? "application/octet-stream" : "text/xml"
-                if let ttl = headers["x-wns-ttl"] {
-                    guard let seconds = TimeValue.seconds(ttl, max: PushLimits.maxTTLSeconds) else {
-                        throw refuse("X-WNS-TTL is a number of seconds, 1 to \(PushLimits.maxTTLSeconds)")
-                    }
-                    native.ttlSeconds = seconds
-                }
+                try NHHeaders.applyWNS(header, to: &native, inferredType: { Self.inferredWNSType(rendered) })
+                native.contentType = native.pushType == "wns/raw" ? "application/octet-stream" : "text/xml"
             case .fcm:
                 // An fcmv1 template is FCM v1's {"message":{…}}, as a native send; dispatch adds the token.
                 if let wrapped = try? JSONSerialization.jsonObject(with: Data(rendered)) as? [String: Any],

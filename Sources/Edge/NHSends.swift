@@ -232,37 +232,32 @@ extension NotificationHubsRoutes {
         return String(decoding: json, as: UTF8.self)
     }
 
-    /// The native payload of an NH send: `ServiceBusNotification-Format` and the platform headers
-    /// NH passes on (`apns-*`, `X-WNS-*`). Herald sets `apns-id` itself (one id per delivery, kept
-    /// across retries) and the topic from the hub's credentials, so those two are not taken.
+    /// The native payload of an NH send: `ServiceBusNotification-Format`, and the platform headers
+    /// NH passes on as ``NHHeaders`` reads them (the same rules as an installation template's).
     static func nhPayload(_ headers: HTTPFields, body: Data) throws -> NativePayload {
+        do {
+            return try nhPayload(headers, body: body, nowMillis: unixMillis())
+        } catch let error as ServiceError {
+            throw EdgeError(.badRequest, error.message)
+        }
+    }
+
+    private static func nhPayload(_ headers: HTTPFields, body: Data, nowMillis: Int64) throws -> NativePayload {
         func header(_ name: String) -> String? { headers[HTTPField.Name(name)!] }
         let format = header("ServiceBusNotification-Format") ?? ""
         var payload = NativePayload(body: [UInt8](body))
         switch NHPlatformNames.format(format) {
         case .apns:
             payload.platform = .apns
-            payload.pushType = header("apns-push-type") ?? APNsPushType.inferred(payload.body)
-            if let priority = header("apns-priority") ?? header("X-Apns-Priority") {
-                guard let value = Int32(priority), value == 5 || value == 10 else {
-                    throw EdgeError(.badRequest, "apns-priority must be 5 or 10")
-                }
-                payload.priority = value
-            }
-            if let expiration = header("apns-expiration") {
-                guard let seconds = TimeValue.unixSeconds(expiration) else {
-                    throw EdgeError(
-                        .badRequest, "apns-expiration is a UNIX time in seconds, 0 to \(TimeValue.maxUnixSeconds)")
-                }
-                payload.ttlSeconds = ttl(untilUnixSeconds: seconds)
-            } else if let expiry = header("ServiceBusNotification-Apns-Expiry") {
-                guard let seconds = NHTime.parse(expiry).flatMap(TimeValue.unixSeconds) else {
+            if try !NHHeaders.applyAPNs(header, to: &payload, nowMillis: nowMillis),
+                let expiry = header("ServiceBusNotification-Apns-Expiry")
+            {
+                guard let ttl = NHHeaders.ttl(w3cDate: expiry, nowMillis: nowMillis) else {
                     throw EdgeError(
                         .badRequest, "ServiceBusNotification-Apns-Expiry is a W3C date, e.g. 2030-01-01T00:00:00Z")
                 }
-                payload.ttlSeconds = ttl(untilUnixSeconds: seconds)
+                payload.ttlSeconds = ttl
             }
-            payload.collapseID = header("apns-collapse-id") ?? ""
         case .fcm:
             payload.platform = .fcm
             // NH takes FCM v1's {"message":{…}}; dispatch adds the token itself.
@@ -273,20 +268,8 @@ extension NotificationHubsRoutes {
                 try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
         case .wns:
             payload.platform = .wns
-            guard let type = header("X-WNS-Type"),
-                ["wns/toast", "wns/tile", "wns/badge", "wns/raw"].contains(type.lowercased())
-            else {
-                throw EdgeError(
-                    .badRequest, "a windows send needs X-WNS-Type: wns/toast, wns/tile, wns/badge or wns/raw")
-            }
-            payload.pushType = type.lowercased()
+            try NHHeaders.applyWNS(header, to: &payload)
             payload.contentType = headers[.contentType] ?? ""
-            if let ttl = header("X-WNS-TTL") {
-                guard let seconds = TimeValue.seconds(ttl, max: PushLimits.maxTTLSeconds) else {
-                    throw EdgeError(.badRequest, "X-WNS-TTL is a number of seconds, 1 to \(PushLimits.maxTTLSeconds)")
-                }
-                payload.ttlSeconds = seconds
-            }
         case .browser:
             payload.platform = .browser
         default:
@@ -336,9 +319,6 @@ extension NotificationHubsRoutes {
 
     /// Seconds from now until `unixSeconds`; at least 1 (APNs' 0, "do not store", is the nearest
     /// Herald can say: its 0 means the provider's default).
-    static func ttl(untilUnixSeconds unixSeconds: Int64) -> Int64 {
-        TimeValue.secondsUntil(unixSeconds: unixSeconds, nowMillis: unixMillis(), cap: PushLimits.maxTTLSeconds)
-    }
 }
 
 /// NH's XML answers about sends: `NotificationDetails` (telemetry) and a test send's

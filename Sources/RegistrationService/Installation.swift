@@ -47,17 +47,9 @@ public struct Installation: Sendable, Equatable {
             // computed from the send's properties is checked at each send, where a template that
             // cannot be rendered leaves its own devices out of that send and nothing else.
             for (key, value) in headers where !Self.isExpression(value) {
-                let valid: Bool =
-                    switch key.lowercased() {
-                    case "apns-priority": Int32(value) != nil
-                    case "apns-expiration": TimeValue.unixSeconds(value) != nil
-                    case "x-wns-ttl": TimeValue.seconds(value, max: PushLimits.maxTTLSeconds) != nil
-                    default: true
-                    }
-                guard valid else {
+                guard NHHeaders.accepts(key.lowercased(), value) else {
                     throw ServiceError.invalidArgument(
-                        "template \(name) header \(key): \(value.prefix(40)) is out of range (apns-priority: a number; "
-                            + "apns-expiration: UNIX seconds 0 to \(TimeValue.maxUnixSeconds); X-WNS-TTL: 1 to \(PushLimits.maxTTLSeconds) seconds)"
+                        "template \(name) header \(key): \(value.prefix(40)) is out of range (\(NHHeaders.acceptedValues))"
                     )
                 }
             }

@@ -113,4 +113,31 @@ struct ScheduleTests {
         try tooBig.add([registrations[0]])
         #expect(tooBig.payloads.isEmpty && tooBig.refusedDevices == 1 && tooBig.firstRefusal != nil)
     }
+
+    @Test("a template's platform headers follow a direct send's rules (NHHeaders): the same accepted, the same refused")
+    func templateHeaders() throws {
+        func render(_ platform: Platform, body: String, headers: String) throws -> OutboxPayload {
+            try TemplateAudience.render(
+                #"{"body":"\#(body)","headers":{\#(headers)}}"#, name: "t", platform: platform,
+                PushTemplate.Properties([]), sentAt: 1_000_000)
+        }
+        let apns = #"{\"aps\":{\"alert\":\"x\"}}"#
+        // NH's older spelling of the priority, as a direct send takes it.
+        #expect(try render(.apns, body: apns, headers: #""X-Apns-Priority":"5""#).options.priority == 5)
+        // A priority APNs does not know is refused with the direct send's words.
+        #expect {
+            try render(.apns, body: apns, headers: #""apns-priority":"7""#)
+        } throws: { error in
+            (error as? ServiceError)?.message == "template t (apns): apns-priority must be 5 or 10"
+        }
+        // WNS: a type outside NH's four is refused as a direct send's is; without one, the body says.
+        #expect {
+            try render(.wns, body: "<toast/>", headers: #""X-WNS-Type":"wns/foo""#)
+        } throws: { error in
+            (error as? ServiceError)?.message.contains("X-WNS-Type: wns/toast, wns/tile, wns/badge or wns/raw") == true
+        }
+        let inferred = try render(.wns, body: "<tile><visual/></tile>", headers: #""X-WNS-TTL":"60""#)
+        #expect(inferred.options.pushType == "wns/tile" && inferred.options.contentType == "text/xml")
+        #expect(inferred.options.expiresAtUnixMs == 1_000_000 + 60_000)
+    }
 }

@@ -177,6 +177,10 @@ struct InstallationTests {
         for bad in [
             #"[{"op":"replace","path":"/templates/tmpl/body","value":"\#(broken)"}]"#,
             #"[{"op":"add","path":"/templates/tmpl/headers","value":{"apns-expiration":"$(x"}}]"#,
+            // Plain values a send would refuse (NHHeaders' rules, shared with direct sends).
+            #"[{"op":"add","path":"/templates/tmpl/headers","value":{"apns-priority":"7"}}]"#,
+            #"[{"op":"add","path":"/templates/tmpl/headers","value":{"X-Apns-Priority":"1"}}]"#,
+            #"[{"op":"add","path":"/templates/tmpl/headers","value":{"X-WNS-Type":"wns/foo"}}]"#,
             #"[{"op":"add","path":"/templates/tmpl/expiry","value":"{$(x"}]"#,
             #"[{"op":"add","path":"/templates/other","value":{"body":"\#(broken)"}}]"#,
         ] {
