@@ -138,13 +138,13 @@ struct NHScenario {
             // The sends: through the edge like a back end would, each clocked until its outcome is
             // final and until 201 (the audience read, the outbox committed), with the CPU seconds
             // herald-dispatch and herald-registration spent on it.
-            func processCPU() async throws -> (dispatch: Double, registration: Double, written: Double) {
+            func processCounters() async throws -> (dispatch: Double, registration: Double, written: Double) {
                 guard let dispatch = await stack.pid(of: "dispatch"),
                     let registration = await stack.pid(of: "registration")
                 else { throw BenchError("a service is not running") }
                 return (
                     try RPCScenario.cpuSeconds(pid: dispatch), try RPCScenario.cpuSeconds(pid: registration),
-                    Self.bytesWritten(pid: dispatch)
+                    try Self.bytesWritten(pid: dispatch)
                 )
             }
             func timed(_ format: String, tags: String, body: String) async throws -> SendTiming {
@@ -155,7 +155,7 @@ struct NHScenario {
                     path: configuration.dataDirectory + "/dispatch.sqlite", configuration: HeraldDatabase.configuration)
                 try await inbox.write { try $0.execute(sql: "DELETE FROM inbox") }
                 try inbox.close()
-                let before = try await processCPU()
+                let before = try await processCounters()
                 let started = ContinuousClock.now
                 let id = try await Self.send(
                     base: base, authorization: authorization, format: format, tags: tags, body: body)
@@ -167,7 +167,7 @@ struct NHScenario {
                     throw BenchError("the \(format) send delivered \(delivered) of \(count)")
                 }
                 let elapsed = (ContinuousClock.now - started).seconds
-                let after = try await processCPU()
+                let after = try await processCounters()
                 return SendTiming(
                     seconds: elapsed, accepted: accepted, dispatchCPU: after.dispatch - before.dispatch,
                     registrationCPU: after.registration - before.registration,
@@ -374,12 +374,11 @@ struct NHScenario {
     }
 
     /// Bytes `pid` has caused to be written to storage (`write_bytes` of `/proc/<pid>/io`).
-    static func bytesWritten(pid: Int32) -> Double {
-        let text = (try? String(contentsOfFile: "/proc/\(pid)/io", encoding: .utf8)) ?? ""
-        for line in text.split(separator: "\n") where line.hasPrefix("write_bytes:") {
-            return Double(line.dropFirst("write_bytes:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+    static func bytesWritten(pid: Int32) throws -> Double {
+        guard let bytes = try procFields(pid, "io")["write_bytes"] else {
+            throw BenchError("no write_bytes for \(pid)")
         }
-        return 0
+        return bytes
     }
 
     /// The four locale templates; installation n has template n % 4, tagged with its locale.

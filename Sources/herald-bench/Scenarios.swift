@@ -536,14 +536,27 @@ func temporaryDirectory() throws -> String {
     return String(cString: path)
 }
 
+/// The numbers of `/proc/<pid>/<file>` by name, for the files written as `Name:  value [kB]` lines
+/// (status, io, smaps_rollup), read once.
+func procFields(_ pid: Int32, _ file: String) throws -> [String: Double] {
+    let text = try String(contentsOfFile: "/proc/\(pid)/\(file)", encoding: .utf8)
+    var fields: [String: Double] = [:]
+    for line in text.split(separator: "\n") {
+        guard let colon = line.firstIndex(of: ":"),
+            let value = line[line.index(after: colon)...].split(whereSeparator: \.isWhitespace).first.flatMap({
+                Double($0)
+            })
+        else { continue }
+        fields[String(line[..<colon])] = value
+    }
+    return fields
+}
+
 /// Resident set size of a process, in MB (VmRSS from /proc); with `peak`, the most it has had (VmHWM).
 func residentMegabytes(_ pid: Int32?, peak: Bool = false) throws -> Double {
     guard let pid else { throw BenchError("a service is not running") }
-    let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
     let field = peak ? "VmHWM" : "VmRSS"
-    guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }),
-        let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Double($0) })
-    else { throw BenchError("no \(field) for \(pid)") }
+    guard let kilobytes = try procFields(pid, "status")[field] else { throw BenchError("no \(field) for \(pid)") }
     return kilobytes / 1024
 }
 
@@ -554,14 +567,8 @@ struct Memory {
 
     static func read(_ pid: Int32?) throws -> Memory {
         guard let pid else { throw BenchError("a service is not running") }
-        let text = try String(contentsOfFile: "/proc/\(pid)/smaps_rollup", encoding: .utf8)
-        func field(_ name: String) -> Double {
-            for line in text.split(separator: "\n") where line.hasPrefix(name + ":") {
-                return Double(line.split(separator: " ").dropFirst().first ?? "0").map { $0 / 1024 } ?? 0
-            }
-            return 0
-        }
-        return Memory(pss: field("Pss"), anonymous: field("Pss_Anon"))
+        let fields = try procFields(pid, "smaps_rollup")
+        return Memory(pss: (fields["Pss"] ?? 0) / 1024, anonymous: (fields["Pss_Anon"] ?? 0) / 1024)
     }
 }
 
