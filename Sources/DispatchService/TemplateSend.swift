@@ -103,8 +103,8 @@ package struct TemplateAudience {
                     native.ttlSeconds = ttl
                 }
             case .wns:
+                // The content type follows the type: PlatformRules' default for WNS.
                 try NHHeaders.applyWNS(header, to: &native, inferredType: { Self.inferredWNSType(rendered) })
-                native.contentType = native.pushType == "wns/raw" ? "application/octet-stream" : "text/xml"
             case .fcm:
                 // An fcmv1 template is FCM v1's {"message":{…}}, as a native send; dispatch adds the token.
                 if let wrapped = try? JSONSerialization.jsonObject(with: Data(rendered)) as? [String: Any],

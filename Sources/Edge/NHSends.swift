@@ -316,9 +316,6 @@ extension NotificationHubsRoutes {
             }
         }
     }
-
-    /// Seconds from now until `unixSeconds`; at least 1 (APNs' 0, "do not store", is the nearest
-    /// Herald can say: its 0 means the provider's default).
 }
 
 /// NH's XML answers about sends: `NotificationDetails` (telemetry) and a test send's

@@ -86,7 +86,9 @@ public enum NHHeaders {
         NHTime.parse(w3cDate).flatMap(TimeValue.unixSeconds).map { ttl(untilUnixSeconds: $0, nowMillis: nowMillis) }
     }
 
-    /// Seconds from `nowMillis` until `unixSeconds`, at least 1 and at most Herald's longest TTL.
+    /// Seconds from `nowMillis` until `unixSeconds`, at least 1 and at most Herald's longest TTL
+    /// (APNs' 0, "do not store", becomes 1: the nearest Herald can say, its 0 meaning the
+    /// provider's default).
     public static func ttl(untilUnixSeconds unixSeconds: Int64, nowMillis: Int64) -> Int64 {
         TimeValue.secondsUntil(unixSeconds: unixSeconds, nowMillis: nowMillis, cap: PushLimits.maxTTLSeconds)
     }
