@@ -22,6 +22,9 @@ struct FaultDrillTests {
         case status(Int, retryAfter: String?, notification: String?)
         /// No HTTP answer at all: connection refused or reset (only when the edge itself is killed).
         case transport(String)
+        /// No answer within the client's deadline (never allowed): the request's `X-Request-Id`,
+        /// and when it was sent, to find it in the edge's log.
+        case hang(requestID: String, sent: ContinuousClock.Instant)
     }
 
     /// The services the drill kills. The edge has no database, so its case is the same in both
@@ -82,6 +85,14 @@ struct FaultDrillTests {
                     if let notification { accepted.append(notification) }
                 case .transport(let error):
                     #expect(service == "edge", "no HTTP answer: \(error)")
+                case .hang(let requestID, let sent):
+                    // What the stack logged of it tells a stall of this process from one of Herald.
+                    let logged = live.logs().split(separator: "\n").filter { $0.contains(requestID) }
+                    Issue.record(
+                        """
+                        \(requestID): no answer within 15 s; sent \(sent - killedAt) after the kill; \
+                        the stack logged: \(logged.isEmpty ? "nothing" : logged.joined(separator: " | "))
+                        """)
                 }
             }
             #expect(accepted.count >= total / 3)
@@ -94,23 +105,26 @@ struct FaultDrillTests {
     /// user outside the audience, so the audience stays fixed), in turn.
     static func operation(_ n: Int, edge: EdgeClient, retryTransport: Bool) async throws -> [Answer] {
         var answers: [Answer] = []
+        let id = "drill-\(n)"
         let deadline = ContinuousClock.now + .seconds(15)
         while true {
             let answer: Answer
             switch n % 3 {
             case 0:
-                answer = await request(edge, "POST", "/api/notifications?pns=apns&to_tag=drill", body: "\"drill \(n)\"")
+                answer = await request(
+                    edge, "POST", "/api/notifications?pns=apns&to_tag=drill", body: "\"drill \(n)\"", id: id)
             case 1:
-                answer = await request(edge, "POST", "/v1/notifications?kind=secure&to_user=drill", body: "secret \(n)")
+                answer = await request(
+                    edge, "POST", "/v1/notifications?kind=secure&to_user=drill", body: "secret \(n)", id: id)
             default:
-                let created = await request(edge, "POST", "/api/register?handle=x", user: "other", body: nil)
-                guard case .status(200, _, _) = created, case .status(_, _, let id?) = created else {
+                let created = await request(edge, "POST", "/api/register?handle=x", user: "other", body: nil, id: id)
+                guard case .status(200, _, _) = created, case .status(_, _, let registration?) = created else {
                     answer = created
                     break
                 }
                 answer = await request(
-                    edge, "PUT", "/api/register/\(id)", user: "other",
-                    body: #"{"Platform":"fcm","Handle":"fcm-drill-\#(n)","Tags":[]}"#)
+                    edge, "PUT", "/api/register/\(registration)", user: "other",
+                    body: #"{"Platform":"fcm","Handle":"fcm-drill-\#(n)","Tags":[]}"#, id: id + "-put")
             }
             answers.append(answer)
             // A client whose connection the dying edge refused or reset tries again, as every client does.
@@ -121,12 +135,15 @@ struct FaultDrillTests {
 
     /// One request as `user` (password = name, tutorial mode) with a 15 s deadline; the
     /// notification id of an accepted send (or the id `POST api/register` answered).
-    static func request(_ edge: EdgeClient, _ method: String, _ path: String, user: String = "sender", body: String?)
-        async -> Answer
-    {
+    static func request(
+        _ edge: EdgeClient, _ method: String, _ path: String, user: String = "sender", body: String?, id: String? = nil
+    ) async -> Answer {
+        let sent = ContinuousClock.now
         do {
             let reply = try await edge.request(
-                method, path, authorization: EdgeClient.basic(user), body: body, timeout: .seconds(15))
+                method, path, authorization: EdgeClient.basic(user), bytes: body.map { Data($0.utf8) },
+                contentType: "application/json", headers: id.map { [("X-Request-Id", $0)] } ?? [],
+                timeout: .seconds(15))
             var notification: String?
             if let location = reply.header("Location"),
                 let match = location.firstMatch(of: /notifications\/([^\/]+)\/outcome/)
@@ -137,7 +154,7 @@ struct FaultDrillTests {
             }
             return .status(reply.status, retryAfter: reply.header("Retry-After"), notification: notification)
         } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout {
-            return .status(0, retryAfter: nil, notification: nil)  // a hang past the deadline: never allowed
+            return .hang(requestID: id ?? "", sent: sent)
         } catch {
             return .transport("\(error)")
         }
@@ -205,7 +222,8 @@ struct FaultDrillTests {
         } catch {
             // This poll only observes. Twice in CI the edge logged its answer within
             // milliseconds and this process read it only after 15 s, while in-process RPC
-            // load tests ran beside the drill: the test process stalled, not Herald. And a
+            // load tests held the event loops this client then shared (see `testHTTPClient`):
+            // the test process stalled, not Herald. And a
             // keep-alive connection idle since the traffic can be closed by the edge
             // (header-timeout, 30 s) just as the pool hands it to this poll, which then
             // gets remoteConnectionClosed, or NIO's "I/O on closed channel" when the close
@@ -227,6 +245,7 @@ struct FaultDrillTests {
             switch answer {
             case .status(let code, _, _): counts["\(code)", default: 0] += 1
             case .transport: counts["no answer", default: 0] += 1
+            case .hang: counts["0", default: 0] += 1
             }
         }
         return counts.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")

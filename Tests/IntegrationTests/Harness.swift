@@ -7,6 +7,7 @@ import HeraldService
 import HeraldStack
 import HeraldTestSupport
 import NIOCore
+import NIOPosix
 import Testing
 
 /// The repository root, for scripts and files the tests use.
@@ -29,6 +30,10 @@ struct LiveStack {
     /// Starts the stack in `directory` (a new one by default), runs `body`, and stops the stack.
     /// When `body` fails, every service's log is printed to help whoever reads the failure.
     ///
+    /// A folder made here is removed when `body` returns (a full run starts about 500 stacks of a
+    /// few MB each, and /tmp filled up with them) and kept when it throws;
+    /// `HERALD_TEST_KEEP_STACKS=1` keeps every one, to read the logs of an `#expect` that failed.
+    ///
     /// `auth` picks herald-auth's mode; in `accounts` mode each of `users` is created first with
     /// the password ``EdgeClient/password(of:in:)`` gives (and a cheap hash cost, for speed).
     ///
@@ -45,6 +50,7 @@ struct LiveStack {
         configure: (inout StackConfiguration) -> Void = { _ in },
         _ body: (LiveStack) async throws -> Void
     ) async throws {
+        let made = directory == nil && ProcessInfo.processInfo.environment["HERALD_TEST_KEEP_STACKS"] != "1"
         var configuration = StackConfiguration(directory: try directory ?? makeDirectory())
         configuration.httpPort = 0
         configuration.captureLogs = true
@@ -70,6 +76,7 @@ struct LiveStack {
             }
             try await body(live)
             await stack.stop()
+            if made { try? FileManager.default.removeItem(atPath: configuration.directory) }
         } catch {
             await stack.stop()
             printLogs(configuration)
@@ -154,6 +161,17 @@ struct LiveStack {
     }
 }
 
+/// The integration tests' HTTP client, on event loops of its own.
+///
+/// `HTTPClient.shared` runs on NIO's singleton loops, which every server and client in this
+/// process shares: the push doubles, and the in-process RPC transport tests when both suites run
+/// in one process. A gRPC stream of 100,000 records held a loop for a second at a time there (a
+/// debug build on two busy cores), and the kill -9 drill counted four answers that the edge had
+/// logged within 50 ms as hangs of 15 s: their responses sat unread on the held loop. A device's
+/// client does not share its I/O threads with the test's other servers; neither does this one.
+let testHTTPClient = HTTPClient(
+    eventLoopGroup: MultiThreadedEventLoopGroup(numberOfThreads: 2), configuration: .singletonConfiguration)
+
 /// HTTP the way the tutorial's iOS client speaks it: Basic auth, JSON bodies, status codes.
 struct EdgeClient: Sendable {
     let base: URL
@@ -206,7 +224,7 @@ struct EdgeClient: Sendable {
             request.headers.add(name: "Content-Type", value: contentType)
             request.body = .bytes(ByteBuffer(bytes: bytes))
         }
-        let response = try await HTTPClient.shared.execute(request, timeout: timeout)
+        let response = try await testHTTPClient.execute(request, timeout: timeout)
         let bytes = try await response.body.collect(upTo: 64 << 20)
         var headers: [String: String] = [:]
         for header in response.headers { headers[header.name] = header.value }
