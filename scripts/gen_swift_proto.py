@@ -83,6 +83,23 @@ def escape_ident(name):
     return f"`{name}`" if name in SWIFT_KEYWORDS else name
 
 
+# protoc-c names a C struct member after its field, lower-cased, with "_" appended when that is a
+# C++ keyword (protobuf-c's c_helpers.cc, FieldName): a field `template` is the member `template_`.
+CPP_KEYWORDS = set("""
+and and_eq asm auto bitand bitor bool break case catch char class compl const const_cast continue
+default delete do double dynamic_cast else enum explicit extern false float for friend goto if
+inline int long mutable namespace new not not_eq operator or or_eq private protected public
+register reinterpret_cast return short signed sizeof static static_cast struct switch template this
+throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
+xor_eq
+""".split())
+
+
+def c_member(field_name):
+    name = field_name.lower()
+    return name + "_" if name in CPP_KEYWORDS else name
+
+
 def doc(comments, indent):
     text = (comments or "").strip("\n")
     if not text.strip():
@@ -212,7 +229,7 @@ class Generator:
         else:
             swift_type = swift
         return dict(kind=kind, repeated=repeated, swift=swift, swift_type=swift_type, default=default,
-                    name=escape_ident(lower_camel(fd.name)), c=fd.name)
+                    name=escape_ident(lower_camel(fd.name)), c=c_member(fd.name), proto=fd.name)
 
     def decode_line(self, f):
         n, c, sw = f["name"], f["c"], f["swift"]
@@ -238,7 +255,7 @@ class Generator:
 
     def encode_lines(self, f, owner):
         n, c = f["name"], f["c"]
-        field = f'"{owner}.{f["c"]}"'
+        field = f'"{owner}.{f["proto"]}"'
         if f["repeated"]:
             conv = {
                 "string": f"try arena.strings(self.{n}, field: {field})",

@@ -10,12 +10,13 @@ package struct TemplateAudience {
     let sentAt: Int64
     package private(set) var payloads: [OutboxPayload] = []
     package private(set) var targets: [Outbox.Target] = []
-    /// Variant of each distinct template seen, by platform and the template's JSON.
-    private var variants: [Platform: [String: Int]] = [:]
+    /// Variant of each distinct template seen, by platform and the template (its name left out:
+    /// two installations' equal templates render once).
+    private var variants: [Platform: [InstallationTemplate: Int]] = [:]
     /// Templates that cannot be rendered for this send (a header computed out of range, a push over
     /// the platform's size): their devices are left out, not the whole send. One installation's
     /// template, written with the Listen key every app ships, must not stop a hub's broadcast.
-    private var refused: [Platform: Set<String>] = [:]
+    private var refused: [Platform: Set<InstallationTemplate>] = [:]
     /// Devices left out, and why the first template was refused.
     private(set) var refusedDevices = 0
     private(set) var firstRefusal: ServiceError?
@@ -27,10 +28,13 @@ package struct TemplateAudience {
 
     package mutating func add(_ registrations: [Registration]) throws {
         for registration in registrations {
+            var key = registration.template ?? InstallationTemplate()
+            let name = key.name
+            key.name = ""
             let variant: Int
-            if let known = variants[registration.platform]?[registration.templateJson] {
+            if let known = variants[registration.platform]?[key] {
                 variant = known
-            } else if refused[registration.platform]?.contains(registration.templateJson) == true {
+            } else if refused[registration.platform]?.contains(key) == true {
                 refusedDevices += 1
                 continue
             } else {
@@ -38,18 +42,16 @@ package struct TemplateAudience {
                 var payload: OutboxPayload
                 do {
                     payload = try Self.render(
-                        registration.templateJson, name: registration.templateName, platform: registration.platform,
-                        properties,
-                        sentAt: sentAt)
+                        key, name: name, platform: registration.platform, properties, sentAt: sentAt)
                 } catch let error as ServiceError {
-                    refused[registration.platform, default: []].insert(registration.templateJson)
+                    refused[registration.platform, default: []].insert(key)
                     refusedDevices += 1
                     firstRefusal = firstRefusal ?? error
                     continue
                 }
                 payload.variant = variant
                 payloads.append(payload)
-                variants[registration.platform, default: [:]][registration.templateJson] = variant
+                variants[registration.platform, default: [:]][key] = variant
             }
             targets.append(
                 Outbox.Target(
@@ -71,34 +73,31 @@ package struct TemplateAudience {
     /// headers (``NHHeaders``). NH refuses APNs headers in templates; Herald takes them
     /// (apns-push-type, apns-priority, apns-collapse-id, apns-expiration), as NH's users ask.
     package static func render(
-        _ json: String, name: String, platform: Platform, _ properties: PushTemplate.Properties, sentAt: Int64
+        _ template: InstallationTemplate, name: String, platform: Platform, _ properties: PushTemplate.Properties,
+        sentAt: Int64
     ) throws -> OutboxPayload {
         /// A refusal naming the template; a type of its own, so the catch below does not wrap it twice.
         struct Refusal: Error { var error: ServiceError }
         func refuse(_ message: String) -> Refusal {
             Refusal(error: ServiceError.invalidArgument("template \(name) (\(platform.name)): \(message)"))
         }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any],
-            let body = object["body"] as? String
-        else { throw refuse("stored without a body").error }
+        guard !template.body.isEmpty else { throw refuse("stored without a body").error }
         var headers: [String: String] = [:]
         do {
-            for (key, value) in object["headers"] as? [String: String] ?? [:] {
-                headers[key.lowercased()] = try PushTemplate.renderValue(value, properties)
+            for header in template.headers {
+                headers[header.name.lowercased()] = try PushTemplate.renderValue(header.value, properties)
             }
-            let rendered = Array(try PushTemplate(body).render(properties).utf8)
+            let rendered = Array(try PushTemplate(template.body).render(properties).utf8)
             var native = NativePayload(platform: platform, body: rendered)
             let header: NHHeaders.Lookup = { headers[$0] }
             switch platform {
             case .apns:
                 // The template's expiry stands in for apns-expiration, as ServiceBusNotification-Apns-Expiry
                 // does for a direct send.
-                if try !NHHeaders.applyAPNs(header, to: &native, nowMillis: sentAt),
-                    let expiry = object["expiry"] as? String, !expiry.isEmpty
-                {
+                if try !NHHeaders.applyAPNs(header, to: &native, nowMillis: sentAt), !template.expiry.isEmpty {
                     guard
                         let ttl = NHHeaders.ttl(
-                            w3cDate: try PushTemplate.renderValue(expiry, properties), nowMillis: sentAt)
+                            w3cDate: try PushTemplate.renderValue(template.expiry, properties), nowMillis: sentAt)
                     else { throw refuse("expiry is not a W3C date") }
                     native.ttlSeconds = ttl
                 }

@@ -72,6 +72,20 @@ public struct Installation: Sendable, Equatable {
                 separator: ",")
             return out + "}}"
         }
+
+        /// The template as StreamAudience hands it to a send, from the JSON its row keeps
+        /// (``wireJSON``, which a template registration's row keeps too); `name` left empty.
+        /// A row that is not such JSON gives an empty body, which the send refuses for that
+        /// template's devices alone: one bad row must not fail a hub's whole broadcast.
+        public static func message(wireJSON json: String) -> InstallationTemplate {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any],
+                let body = object["body"] as? String
+            else { return InstallationTemplate() }
+            let headers = (object["headers"] as? [String: String] ?? [:]).sorted { $0.key < $1.key }
+            return InstallationTemplate(
+                body: body, headers: headers.map { HubRegistrationField(name: $0.key, value: $0.value) },
+                expiry: object["expiry"] as? String ?? "")
+        }
     }
 
     public var installationID: String

@@ -277,15 +277,25 @@ public final class SQLRegistrationStore: RegistrationStore {
         driver: String?, expression: TagExpression.Node?, platform: Platform, hub: String, templates: Bool,
         after: String, limit: Int
     ) async throws -> [Registration] {
-        try await db.query(
+        // A page's rows share a few templates (one per locale, say): each distinct one is parsed once.
+        var parsed: [String: InstallationTemplate] = [:]
+        return try await db.query(
             RegistrationSQL.audience(
                 driver: driver, expression: expression, platform: platform, hub: hub, templates: templates,
                 after: after, limit: limit)
         ) { row in
             var registration = try Self.registration(row)
             if templates {
-                registration.templateName = try row[7] ?? ""
-                registration.templateJson = try row[8] ?? ""
+                let json: String = try row[8] ?? ""
+                var template: InstallationTemplate
+                if let known = parsed[json] {
+                    template = known
+                } else {
+                    template = Installation.Template.message(wireJSON: json)
+                    parsed[json] = template
+                }
+                template.name = try row[7] ?? ""
+                registration.template = template
             }
             return registration
         }

@@ -23,7 +23,7 @@ struct TemplateLoop: ParsableCommand {
 
     func run() throws {
         let properties = PushTemplate.Properties([("title", "Storm warning"), ("title_fr", "Alerte tempête")])
-        let templates = NHScenario.locales.map { $0.template.wireJSON }
+        let templates = NHScenario.locales.map { Installation.Template.message(wireJSON: $0.template.wireJSON) }
         let native = NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"Breaking: Storm warning"}}"#.utf8))
         var sink = 0
         for _ in 0..<renders {
@@ -43,8 +43,8 @@ struct TemplateLoop: ParsableCommand {
             let page = (made..<min(made + 1000, devices)).map { index in
                 Registration(
                     registrationID: "t-bench-\(index)", platform: .apns, handle: String(repeating: "ab", count: 32),
-                    hub: "bench", templateName: NHScenario.locales[index % 4].name,
-                    templateJson: String(decoding: Array(templates[index % 4].utf8), as: UTF8.self))
+                    hub: "bench",
+                    template: Self.decoded(templates[index % 4], name: NHScenario.locales[index % 4].name))
             }
             if self.native {
                 for registration in page {
@@ -60,5 +60,15 @@ struct TemplateLoop: ParsableCommand {
         }
         sink &+= audience.targets.count + targets.count
         print(sink)
+    }
+
+    /// `template` named `name`, with strings of its own, as each row decoded from registration's
+    /// stream has (equal strings that share storage compare without reading their bytes).
+    static func decoded(_ template: InstallationTemplate, name: String) -> InstallationTemplate {
+        func own(_ text: String) -> String { String(decoding: Array(text.utf8), as: UTF8.self) }
+        return InstallationTemplate(
+            name: own(name), body: own(template.body),
+            headers: template.headers.map { HubRegistrationField(name: own($0.name), value: own($0.value)) },
+            expiry: own(template.expiry))
     }
 }

@@ -296,7 +296,8 @@ enum FuzzTarget: String, CaseIterable {
         let properties = PushTemplate.Properties(["m", "msg", "message", "x", "exp", "p"].map { ($0, value) })
         for (name, template) in installation.templates {
             _ = try? TemplateAudience.render(
-                template.wireJSON, name: name, platform: installation.platform, properties, sentAt: 1_700_000_000_000)
+                Installation.Template.message(wireJSON: template.wireJSON), name: name,
+                platform: installation.platform, properties, sentAt: 1_700_000_000_000)
         }
     }
 

@@ -63,8 +63,8 @@ struct ScheduleTests {
         let registrations = (0..<1000).map { n in
             let locale = locales[n % 4]
             return Registration(
-                registrationID: "t-\(n)", platform: .apns, handle: String(format: "%064x", n), templateName: locale,
-                templateJson: #"{"body":"{\"aps\":{\"alert\":\"{'\#(locale): ' + $(m)}\"}}","headers":{}}"#)
+                registrationID: "t-\(n)", platform: .apns, handle: String(format: "%064x", n),
+                template: InstallationTemplate(name: locale, body: #"{"aps":{"alert":"{'\#(locale): ' + $(m)}"}}"#))
         }
         try audience.add(Array(registrations[..<500]))
         try audience.add(Array(registrations[500...]))
@@ -81,8 +81,10 @@ struct ScheduleTests {
             ("apns-expiration", "$(m)"), ("apns-priority", "99999999999"),
         ] {
             let hostile = Registration(
-                registrationID: "h", platform: .apns, handle: String(format: "%064x", 1), templateName: "h",
-                templateJson: #"{"body":"{\"aps\":{\"alert\":\"x\"}}","headers":{"\#(header)":"\#(value)"}}"#)
+                registrationID: "h", platform: .apns, handle: String(format: "%064x", 1),
+                template: InstallationTemplate(
+                    name: "h", body: #"{"aps":{"alert":"x"}}"#,
+                    headers: [HubRegistrationField(name: header, value: value)]))
             var refused = TemplateAudience(
                 properties: PushTemplate.Properties([("m", "-9223372036854775808")]), sentAt: Int64.max)
             try refused.add([hostile, hostile])
@@ -97,14 +99,14 @@ struct ScheduleTests {
                 "\(header): \(value): \(message)")
         }
         for template in [
-            #"{"body":"{}","headers":{"apns-expiration":"253402300799"}}"#,
-            #"{"body":"{}","expiry":"9999-12-31T23:59:59Z"}"#,
+            InstallationTemplate(
+                name: "f", body: "{}", headers: [HubRegistrationField(name: "apns-expiration", value: "253402300799")]),
+            InstallationTemplate(name: "f", body: "{}", expiry: "9999-12-31T23:59:59Z"),
         ] {
             var far = TemplateAudience(properties: PushTemplate.Properties([]), sentAt: 1_000)
             try far.add([
                 Registration(
-                    registrationID: "f", platform: .apns, handle: String(format: "%064x", 2), templateName: "f",
-                    templateJson: template)
+                    registrationID: "f", platform: .apns, handle: String(format: "%064x", 2), template: template)
             ])
             #expect(far.payloads.first?.options.expiresAtUnixMs ?? 0 != 0, "\(template)")
         }
@@ -116,27 +118,28 @@ struct ScheduleTests {
 
     @Test("a template's platform headers follow a direct send's rules (NHHeaders): the same accepted, the same refused")
     func templateHeaders() throws {
-        func render(_ platform: Platform, body: String, headers: String) throws -> OutboxPayload {
+        func render(_ platform: Platform, body: String, headers: [String: String]) throws -> OutboxPayload {
             try TemplateAudience.render(
-                #"{"body":"\#(body)","headers":{\#(headers)}}"#, name: "t", platform: platform,
-                PushTemplate.Properties([]), sentAt: 1_000_000)
+                InstallationTemplate(
+                    body: body, headers: headers.map { HubRegistrationField(name: $0.key, value: $0.value) }),
+                name: "t", platform: platform, PushTemplate.Properties([]), sentAt: 1_000_000)
         }
-        let apns = #"{\"aps\":{\"alert\":\"x\"}}"#
+        let apns = #"{"aps":{"alert":"x"}}"#
         // NH's older spelling of the priority, as a direct send takes it.
-        #expect(try render(.apns, body: apns, headers: #""X-Apns-Priority":"5""#).options.priority == 5)
+        #expect(try render(.apns, body: apns, headers: ["X-Apns-Priority": "5"]).options.priority == 5)
         // A priority APNs does not know is refused with the direct send's words.
         #expect {
-            try render(.apns, body: apns, headers: #""apns-priority":"7""#)
+            try render(.apns, body: apns, headers: ["apns-priority": "7"])
         } throws: { error in
             (error as? ServiceError)?.message == "template t (apns): apns-priority must be 5 or 10"
         }
         // WNS: a type outside NH's four is refused as a direct send's is; without one, the body says.
         #expect {
-            try render(.wns, body: "<toast/>", headers: #""X-WNS-Type":"wns/foo""#)
+            try render(.wns, body: "<toast/>", headers: ["X-WNS-Type": "wns/foo"])
         } throws: { error in
             (error as? ServiceError)?.message.contains("X-WNS-Type: wns/toast, wns/tile, wns/badge or wns/raw") == true
         }
-        let inferred = try render(.wns, body: "<tile><visual/></tile>", headers: #""X-WNS-TTL":"60""#)
+        let inferred = try render(.wns, body: "<tile><visual/></tile>", headers: ["X-WNS-TTL": "60"])
         #expect(inferred.options.pushType == "wns/tile" && inferred.options.contentType == "text/xml")
         #expect(inferred.options.expiresAtUnixMs == 1_000_000 + 60_000)
     }

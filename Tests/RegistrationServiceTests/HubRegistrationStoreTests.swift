@@ -76,7 +76,9 @@ struct HubRegistrationStoreTests {
                 tag: "news", platform: .unspecified, hub: "h", templates: true, after: "", limit: 10)
             #expect(templates.count == 1)
             // The Priority became the template's apns-priority, as dispatch reads it.
-            #expect(templates.first?.templateJson.contains(#""apns-priority":"5""#) == true, "\(templates)")
+            #expect(
+                templates.first?.template?.headers == [HubRegistrationField(name: "apns-priority", value: "5")],
+                "\(templates)")
             #expect(try await store.audience(broadcast: "h", platform: .apns, after: "", limit: 10).count == 1)
             #expect(try await store.removeHandle(platform: .apns, handle: Self.token, invalidSince: 0) == 2)
             #expect(try await store.hubRegistration(hub: "h", id: "n1") == nil)

@@ -246,8 +246,8 @@ struct RegistrationStoreTests {
         let store = try await SQLRegistrationStore(db: SQLiteDatabase(queue))
         let templates = try await store.audience(
             expression: TagExpression("lang_fr && news"), platform: .apns, templates: true, after: "", limit: 10)
-        #expect(templates.map(\.templateName) == ["fr"])
-        #expect(templates.first?.handle == token && templates.first?.templateJson.contains("$(title)") == true)
+        #expect(templates.map { $0.template?.name } == ["fr"])
+        #expect(templates.first?.handle == token && templates.first?.template?.body.contains("$(title)") == true)
         // Opening it again changes nothing: the step ran once.
         _ = try await SQLRegistrationStore(db: SQLiteDatabase(queue))
         #expect(

@@ -189,6 +189,76 @@ extension HubRegistrationField: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_registration_field__free_unpacked(p, nil) }
 }
 
+/// A template as a template send renders it: NH's installation template, or a template
+/// registration. Its body and values are unrendered: expressions such as $(title) or
+/// {'Hi ' + $(name)} are filled with each send's properties.
+public struct InstallationTemplate: HeraldMessage {
+    /// The template's name in its installation (or the registration's template name); for messages.
+    public var name: String
+    /// The push's body, as the platform takes it (JSON for APNs and FCM, XML or raw for WNS).
+    public var body: String
+    /// Headers (names as written, values plain or expressions), sorted by name.
+    public var headers: [HubRegistrationField]
+    /// APNs: the push's expiry, a W3C date or an expression; empty: none.
+    public var expiry: String
+
+    public init(name: String = "", body: String = "", headers: [HubRegistrationField] = [], expiry: String = "") {
+        self.name = name
+        self.body = body
+        self.headers = headers
+        self.expiry = expiry
+    }
+
+    public init() {
+        self.name = ""
+        self.body = ""
+        self.headers = []
+        self.expiry = ""
+    }
+
+    public static let protoName = "herald.v1.InstallationTemplate"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension InstallationTemplate: CBacked {
+    typealias CType = Herald__V1__InstallationTemplate
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.name = CBridge.string(m.name)
+        self.body = CBridge.string(m.body)
+        self.headers = (0..<m.n_headers).map { HubRegistrationField(_c: m.headers[$0]!) }
+        self.expiry = CBridge.string(m.expiry)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__installation_template__init(p)
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.InstallationTemplate.name")
+        p.pointee.body = try arena.string(self.body, field: "herald.v1.InstallationTemplate.body")
+        p.pointee.n_headers = self.headers.count
+        p.pointee.headers = arena.array(try self.headers.map { Optional(try $0._toC(arena)) })
+        p.pointee.expiry = try arena.string(self.expiry, field: "herald.v1.InstallationTemplate.expiry")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__installation_template__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__installation_template__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__installation_template__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__installation_template__free_unpacked(p, nil) }
+}
+
 public struct PutHubRegistrationRequest: HeraldMessage {
     public var hub: String
     public var registration: HubRegistration?
@@ -788,15 +858,14 @@ public struct Registration: HeraldMessage {
     public var hub: String
     /// Set when the device is an NH installation.
     public var installationID: String
-    /// Set in StreamAudience answers with `templates`: the installation template's name, and the
-    /// template as JSON {"body":…,"headers":{…},"expiry":…} (body and values unrendered).
-    public var templateName: String
-    public var templateJson: String
+    /// Set in StreamAudience answers with `templates`: the installation template (or NH template
+    /// registration) this row stands for, unrendered.
+    public var template: InstallationTemplate?
     /// ListDevices: the push service reported the handle dead (an installation kept with NH's
     /// pushChannelExpired; sends skip it until its channel changes).
     public var expired: Bool
 
-    public init(registrationID: String = "", owner: String = "", platform: Platform = Platform(rawValue: 0), handle: String = "", tags: [String] = [], updatedAtUnixMs: Int64 = 0, hub: String = "", installationID: String = "", templateName: String = "", templateJson: String = "", expired: Bool = false) {
+    public init(registrationID: String = "", owner: String = "", platform: Platform = Platform(rawValue: 0), handle: String = "", tags: [String] = [], updatedAtUnixMs: Int64 = 0, hub: String = "", installationID: String = "", template: InstallationTemplate? = nil, expired: Bool = false) {
         self.registrationID = registrationID
         self.owner = owner
         self.platform = platform
@@ -805,8 +874,7 @@ public struct Registration: HeraldMessage {
         self.updatedAtUnixMs = updatedAtUnixMs
         self.hub = hub
         self.installationID = installationID
-        self.templateName = templateName
-        self.templateJson = templateJson
+        self.template = template
         self.expired = expired
     }
 
@@ -819,8 +887,7 @@ public struct Registration: HeraldMessage {
         self.updatedAtUnixMs = 0
         self.hub = ""
         self.installationID = ""
-        self.templateName = ""
-        self.templateJson = ""
+        self.template = nil
         self.expired = false
     }
 
@@ -848,8 +915,7 @@ extension Registration: CBacked {
         self.updatedAtUnixMs = m.updated_at_unix_ms
         self.hub = CBridge.string(m.hub)
         self.installationID = CBridge.string(m.installation_id)
-        self.templateName = CBridge.string(m.template_name)
-        self.templateJson = CBridge.string(m.template_json)
+        self.template = m.template_.map { InstallationTemplate(_c: $0) }
         self.expired = m.expired != 0
     }
 
@@ -865,8 +931,7 @@ extension Registration: CBacked {
         p.pointee.updated_at_unix_ms = self.updatedAtUnixMs
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.Registration.hub")
         p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.Registration.installation_id")
-        p.pointee.template_name = try arena.string(self.templateName, field: "herald.v1.Registration.template_name")
-        p.pointee.template_json = try arena.string(self.templateJson, field: "herald.v1.Registration.template_json")
+        p.pointee.template_ = try self.template?._toC(arena)
         p.pointee.expired = self.expired ? 1 : 0
         return p
     }
@@ -1315,7 +1380,7 @@ public struct StreamAudienceRequest: HeraldMessage {
     public var broadcast: Bool
     /// Resolve installation templates instead of devices (NH's template send): each installation
     /// template is matched on its own, with the installation's tags plus the template's tags and
-    /// name, and answered with template_name and template_json set.
+    /// name, and answered with `template` set.
     public var templates: Bool
 
     public init(tag: String = "", platform: Platform = Platform(rawValue: 0), hub: String = "", broadcast: Bool = false, templates: Bool = false) {

@@ -97,6 +97,51 @@ void   herald__v1__hub_registration_field__free_unpacked
   assert(message->base.descriptor == &herald__v1__hub_registration_field__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__installation_template__init
+                     (Herald__V1__InstallationTemplate         *message)
+{
+  static const Herald__V1__InstallationTemplate init_value = HERALD__V1__INSTALLATION_TEMPLATE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__installation_template__get_packed_size
+                     (const Herald__V1__InstallationTemplate *message)
+{
+  assert(message->base.descriptor == &herald__v1__installation_template__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__installation_template__pack
+                     (const Herald__V1__InstallationTemplate *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__installation_template__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__installation_template__pack_to_buffer
+                     (const Herald__V1__InstallationTemplate *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__installation_template__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__InstallationTemplate *
+       herald__v1__installation_template__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__InstallationTemplate *)
+     protobuf_c_message_unpack (&herald__v1__installation_template__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__installation_template__free_unpacked
+                     (Herald__V1__InstallationTemplate *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__installation_template__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__put_hub_registration_request__init
                      (Herald__V1__PutHubRegistrationRequest         *message)
 {
@@ -2123,6 +2168,83 @@ const ProtobufCMessageDescriptor herald__v1__hub_registration_field__descriptor 
   (ProtobufCMessageInit) herald__v1__hub_registration_field__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor herald__v1__installation_template__field_descriptors[4] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__InstallationTemplate, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "body",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__InstallationTemplate, body),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "headers",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__InstallationTemplate, n_headers),
+    offsetof(Herald__V1__InstallationTemplate, headers),
+    &herald__v1__hub_registration_field__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expiry",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__InstallationTemplate, expiry),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__installation_template__field_indices_by_name[] = {
+  1,   /* field[1] = body */
+  3,   /* field[3] = expiry */
+  2,   /* field[2] = headers */
+  0,   /* field[0] = name */
+};
+static const ProtobufCIntRange herald__v1__installation_template__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor herald__v1__installation_template__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.InstallationTemplate",
+  "InstallationTemplate",
+  "Herald__V1__InstallationTemplate",
+  "herald.v1",
+  sizeof(Herald__V1__InstallationTemplate),
+  4,
+  herald__v1__installation_template__field_descriptors,
+  herald__v1__installation_template__field_indices_by_name,
+  1,  herald__v1__installation_template__number_ranges,
+  (ProtobufCMessageInit) herald__v1__installation_template__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor herald__v1__put_hub_registration_request__field_descriptors[6] =
 {
   {
@@ -2730,7 +2852,7 @@ const ProtobufCMessageDescriptor herald__v1__erase_user_devices_request__descrip
   (ProtobufCMessageInit) herald__v1__erase_user_devices_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[11] =
+static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptors[10] =
 {
   {
     "registration_id",
@@ -2829,30 +2951,6 @@ static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptor
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
-    "template_name",
-    9,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_STRING,
-    0,   /* quantifier_offset */
-    offsetof(Herald__V1__Registration, template_name),
-    NULL,
-    &protobuf_c_empty_string,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
-    "template_json",
-    10,
-    PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_STRING,
-    0,   /* quantifier_offset */
-    offsetof(Herald__V1__Registration, template_json),
-    NULL,
-    &protobuf_c_empty_string,
-    0,             /* flags */
-    0,NULL,NULL    /* reserved1,reserved2, etc */
-  },
-  {
     "expired",
     11,
     PROTOBUF_C_LABEL_NONE,
@@ -2864,9 +2962,21 @@ static const ProtobufCFieldDescriptor herald__v1__registration__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "template",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Registration, template_),
+    &herald__v1__installation_template__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__registration__field_indices_by_name[] = {
-  10,   /* field[10] = expired */
+  8,   /* field[8] = expired */
   3,   /* field[3] = handle */
   6,   /* field[6] = hub */
   7,   /* field[7] = installation_id */
@@ -2874,14 +2984,14 @@ static const unsigned herald__v1__registration__field_indices_by_name[] = {
   2,   /* field[2] = platform */
   0,   /* field[0] = registration_id */
   4,   /* field[4] = tags */
-  9,   /* field[9] = template_json */
-  8,   /* field[8] = template_name */
+  9,   /* field[9] = template */
   5,   /* field[5] = updated_at_unix_ms */
 };
-static const ProtobufCIntRange herald__v1__registration__number_ranges[1 + 1] =
+static const ProtobufCIntRange herald__v1__registration__number_ranges[2 + 1] =
 {
   { 1, 0 },
-  { 0, 11 }
+  { 11, 8 },
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor herald__v1__registration__descriptor =
 {
@@ -2891,10 +3001,10 @@ const ProtobufCMessageDescriptor herald__v1__registration__descriptor =
   "Herald__V1__Registration",
   "herald.v1",
   sizeof(Herald__V1__Registration),
-  11,
+  10,
   herald__v1__registration__field_descriptors,
   herald__v1__registration__field_indices_by_name,
-  1,  herald__v1__registration__number_ranges,
+  2,  herald__v1__registration__number_ranges,
   (ProtobufCMessageInit) herald__v1__registration__init,
   NULL,NULL,NULL    /* reserved[123] */
 };

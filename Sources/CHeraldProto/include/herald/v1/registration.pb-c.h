@@ -18,6 +18,7 @@ PROTOBUF_C__BEGIN_DECLS
 
 typedef struct Herald__V1__HubRegistration Herald__V1__HubRegistration;
 typedef struct Herald__V1__HubRegistrationField Herald__V1__HubRegistrationField;
+typedef struct Herald__V1__InstallationTemplate Herald__V1__InstallationTemplate;
 typedef struct Herald__V1__PutHubRegistrationRequest Herald__V1__PutHubRegistrationRequest;
 typedef struct Herald__V1__HubRegistrationResponse Herald__V1__HubRegistrationResponse;
 typedef struct Herald__V1__GetHubRegistrationRequest Herald__V1__GetHubRegistrationRequest;
@@ -136,6 +137,37 @@ struct  Herald__V1__HubRegistrationField
 #define HERALD__V1__HUB_REGISTRATION_FIELD__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_registration_field__descriptor) \
     , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * A template as a template send renders it: NH's installation template, or a template
+ * registration. Its body and values are unrendered: expressions such as $(title) or
+ * {'Hi ' + $(name)} are filled with each send's properties.
+ */
+struct  Herald__V1__InstallationTemplate
+{
+  ProtobufCMessage base;
+  /*
+   * The template's name in its installation (or the registration's template name); for messages.
+   */
+  char *name;
+  /*
+   * The push's body, as the platform takes it (JSON for APNs and FCM, XML or raw for WNS).
+   */
+  char *body;
+  /*
+   * Headers (names as written, values plain or expressions), sorted by name.
+   */
+  size_t n_headers;
+  Herald__V1__HubRegistrationField **headers;
+  /*
+   * APNs: the push's expiry, a W3C date or an expression; empty: none.
+   */
+  char *expiry;
+};
+#define HERALD__V1__INSTALLATION_TEMPLATE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__installation_template__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string }
 
 
 struct  Herald__V1__PutHubRegistrationRequest
@@ -357,11 +389,10 @@ struct  Herald__V1__Registration
    */
   char *installation_id;
   /*
-   * Set in StreamAudience answers with `templates`: the installation template's name, and the
-   * template as JSON {"body":…,"headers":{…},"expiry":…} (body and values unrendered).
+   * Set in StreamAudience answers with `templates`: the installation template (or NH template
+   * registration) this row stands for, unrendered.
    */
-  char *template_name;
-  char *template_json;
+  Herald__V1__InstallationTemplate *template_;
   /*
    * ListDevices: the push service reported the handle dead (an installation kept with NH's
    * pushChannelExpired; sends skip it until its channel changes).
@@ -370,7 +401,7 @@ struct  Herald__V1__Registration
 };
 #define HERALD__V1__REGISTRATION__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__registration__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, 0 }
 
 
 /*
@@ -550,7 +581,7 @@ struct  Herald__V1__StreamAudienceRequest
   /*
    * Resolve installation templates instead of devices (NH's template send): each installation
    * template is matched on its own, with the installation's tags plus the template's tags and
-   * name, and answered with template_name and template_json set.
+   * name, and answered with `template` set.
    */
   protobuf_c_boolean templates;
 };
@@ -957,6 +988,25 @@ Herald__V1__HubRegistrationField *
                       const uint8_t       *data);
 void   herald__v1__hub_registration_field__free_unpacked
                      (Herald__V1__HubRegistrationField *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__InstallationTemplate methods */
+void   herald__v1__installation_template__init
+                     (Herald__V1__InstallationTemplate         *message);
+size_t herald__v1__installation_template__get_packed_size
+                     (const Herald__V1__InstallationTemplate   *message);
+size_t herald__v1__installation_template__pack
+                     (const Herald__V1__InstallationTemplate   *message,
+                      uint8_t             *out);
+size_t herald__v1__installation_template__pack_to_buffer
+                     (const Herald__V1__InstallationTemplate   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__InstallationTemplate *
+       herald__v1__installation_template__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__installation_template__free_unpacked
+                     (Herald__V1__InstallationTemplate *message,
                       ProtobufCAllocator *allocator);
 /* Herald__V1__PutHubRegistrationRequest methods */
 void   herald__v1__put_hub_registration_request__init
@@ -1707,6 +1757,9 @@ typedef void (*Herald__V1__HubRegistration_Closure)
 typedef void (*Herald__V1__HubRegistrationField_Closure)
                  (const Herald__V1__HubRegistrationField *message,
                   void *closure_data);
+typedef void (*Herald__V1__InstallationTemplate_Closure)
+                 (const Herald__V1__InstallationTemplate *message,
+                  void *closure_data);
 typedef void (*Herald__V1__PutHubRegistrationRequest_Closure)
                  (const Herald__V1__PutHubRegistrationRequest *message,
                   void *closure_data);
@@ -2051,6 +2104,7 @@ void herald__v1__registration_service__list_hub_registrations(ProtobufCService *
 
 extern const ProtobufCMessageDescriptor herald__v1__hub_registration__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__hub_registration_field__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__installation_template__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__put_hub_registration_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__hub_registration_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__get_hub_registration_request__descriptor;
