@@ -234,16 +234,16 @@ public struct DispatchHandlers: DispatchServiceHandler {
         guard Names.isValidHubName(request.hub) else {
             throw ServiceError.invalidArgument("hub must be \(Names.hubNameRule)")
         }
-        let settings = Dictionary(request.settings.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 })
-        let credentials = try PlatformCredentials.parse(platform: request.platform, settings: settings)
+        let (platform, settings) = try request.namedSettings()
+        let credentials = try PlatformCredentials.parse(platform: platform, settings: settings)
         // Checked first, stored, then in place: a refresh reading the store meanwhile cannot undo it.
         let sender = try await senders.prepare(hub: request.hub, credentials)
-        let updatedAt = try await store.set(hub: request.hub, platform: request.platform, settings: settings)
+        let updatedAt = try await store.set(hub: request.hub, platform: platform, settings: settings)
         senders.install(hub: request.hub, credentials, sender, updatedAt: updatedAt, changedHere: true)
         context.logger.notice(
             "hub credentials set",
             metadata: [
-                "herald.hub": "\(request.hub)", "herald.platform": "\(request.platform.name)",
+                "herald.hub": "\(request.hub)", "herald.platform": "\(platform.name)",
                 "herald.credentials": "\(credentials.summary)",
             ])
         return HubCredentialsResponse(hub: request.hub, platforms: senders.status(hub: request.hub))

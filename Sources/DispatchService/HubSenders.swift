@@ -26,17 +26,10 @@ public enum PlatformCredentials: Sendable {
         }
     }
 
-    /// The settings a hub's credentials are given as, per platform; secrets are the files' contents.
-    public static let settingNames: [Platform: (required: [String], optional: [String])] = [
-        .apns: (["key", "key-id", "team-id", "topic"], ["environment", "url"]),
-        .fcm: (["service-account"], ["url", "token-url"]),
-        .wns: (["client-id", "client-secret"], ["token-url"]),
-        .browser: (["vapid-key", "subject"], []),
-    ]
-
-    /// Parses a hub's settings; INVALID_ARGUMENT names the setting, never a secret's content.
+    /// Parses a hub's settings (named as ``SetHubCredentialsRequest/settingNames`` says; secrets
+    /// are the files' contents); INVALID_ARGUMENT names the setting, never a secret's content.
     public static func parse(platform: Platform, settings: [String: String]) throws -> PlatformCredentials {
-        guard let names = settingNames[platform] else {
+        guard let names = SetHubCredentialsRequest.settingNames[platform] else {
             throw ServiceError.invalidArgument("platform must be apns, fcm, wns or browser")
         }
         for name in settings.keys where !names.required.contains(name) && !names.optional.contains(name) {

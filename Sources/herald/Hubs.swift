@@ -139,7 +139,7 @@ struct Hubs: AsyncParsableCommand {
 
             func run() async throws {
                 let platform = try Hubs.platform(self.platform)
-                var parsed: [Setting] = []
+                var parsed: [String: String] = [:]
                 for setting in settings {
                     guard let equals = setting.firstIndex(of: "=") else {
                         throw ValidationError("\(setting): settings are NAME=VALUE or NAME=@FILE")
@@ -152,12 +152,17 @@ struct Hubs: AsyncParsableCommand {
                         }
                         value = String(decoding: data, as: UTF8.self)
                     }
-                    parsed.append(Setting(name: name, value: value))
+                    parsed[name] = value
                 }
                 let hub = try await Hubs.identity(self.hub, stack)
+                let request: SetHubCredentialsRequest
+                do {
+                    request = try SetHubCredentialsRequest(hub: hub.id, platform: platform, settings: parsed)
+                } catch let error as ServiceError {
+                    throw ValidationError(error.message)
+                }
                 let answer = try await withService(.dispatch, stack) { client in
-                    try await DispatchServiceClient(client).setHubCredentials(
-                        SetHubCredentialsRequest(hub: hub.id, platform: platform, settings: parsed))
+                    try await DispatchServiceClient(client).setHubCredentials(request)
                 }
                 Show.print(answer, hub: hub.name)
             }

@@ -1726,25 +1726,29 @@ extension Setting: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__setting__free_unpacked(p, nil) }
 }
 
-/// Request of SetHubCredentials. Settings per platform (secrets as the files' contents):
-/// apns: key (the .p8 PEM), key-id, team-id, topic, optional environment (production|sandbox), url;
-/// fcm: service-account (the JSON), optional url, token-url; wns: client-id, client-secret, optional
-/// token-url; browser: vapid-key (PEM), subject (mailto: or https:).
+/// Request of SetHubCredentials: exactly one platform's credentials (INVALID_ARGUMENT otherwise).
+/// Secrets are the files' contents.
 public struct SetHubCredentialsRequest: HeraldMessage {
     public var hub: String
-    public var platform: Platform
-    public var settings: [Setting]
+    public var apns: ApnsCredentials?
+    public var fcm: FcmCredentials?
+    public var wns: WnsCredentials?
+    public var browser: BrowserCredentials?
 
-    public init(hub: String = "", platform: Platform = Platform(rawValue: 0), settings: [Setting] = []) {
+    public init(hub: String = "", apns: ApnsCredentials? = nil, fcm: FcmCredentials? = nil, wns: WnsCredentials? = nil, browser: BrowserCredentials? = nil) {
         self.hub = hub
-        self.platform = platform
-        self.settings = settings
+        self.apns = apns
+        self.fcm = fcm
+        self.wns = wns
+        self.browser = browser
     }
 
     public init() {
         self.hub = ""
-        self.platform = Platform(rawValue: 0)
-        self.settings = []
+        self.apns = nil
+        self.fcm = nil
+        self.wns = nil
+        self.browser = nil
     }
 
     public static let protoName = "herald.v1.SetHubCredentialsRequest"
@@ -1764,17 +1768,20 @@ extension SetHubCredentialsRequest: CBacked {
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.hub = CBridge.string(m.hub)
-        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
-        self.settings = (0..<m.n_settings).map { Setting(_c: m.settings[$0]!) }
+        self.apns = m.apns.map { ApnsCredentials(_c: $0) }
+        self.fcm = m.fcm.map { FcmCredentials(_c: $0) }
+        self.wns = m.wns.map { WnsCredentials(_c: $0) }
+        self.browser = m.browser.map { BrowserCredentials(_c: $0) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
         let p = arena.allocate(CType.self)
         herald__v1__set_hub_credentials_request__init(p)
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.SetHubCredentialsRequest.hub")
-        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
-        p.pointee.n_settings = self.settings.count
-        p.pointee.settings = arena.array(try self.settings.map { Optional(try $0._toC(arena)) })
+        p.pointee.apns = try self.apns?._toC(arena)
+        p.pointee.fcm = try self.fcm?._toC(arena)
+        p.pointee.wns = try self.wns?._toC(arena)
+        p.pointee.browser = try self.browser?._toC(arena)
         return p
     }
 
@@ -1786,6 +1793,258 @@ extension SetHubCredentialsRequest: CBacked {
         herald__v1__set_hub_credentials_request__unpack(nil, count, data)
     }
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__set_hub_credentials_request__free_unpacked(p, nil) }
+}
+
+/// APNs token-based authentication.
+public struct ApnsCredentials: HeraldMessage {
+    /// The signing key: the .p8 file's PEM (ES256).
+    public var key: String
+    /// The key's id (10 characters) and the developer team's id.
+    public var keyID: String
+    public var teamID: String
+    /// The app's bundle id (apns-topic).
+    public var topic: String
+    /// "production" (the default when empty) or "sandbox".
+    public var environment: String
+    /// Another APNs base URL (a test double); empty: the environment's.
+    public var url: String
+
+    public init(key: String = "", keyID: String = "", teamID: String = "", topic: String = "", environment: String = "", url: String = "") {
+        self.key = key
+        self.keyID = keyID
+        self.teamID = teamID
+        self.topic = topic
+        self.environment = environment
+        self.url = url
+    }
+
+    public init() {
+        self.key = ""
+        self.keyID = ""
+        self.teamID = ""
+        self.topic = ""
+        self.environment = ""
+        self.url = ""
+    }
+
+    public static let protoName = "herald.v1.ApnsCredentials"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ApnsCredentials: CBacked {
+    typealias CType = Herald__V1__ApnsCredentials
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.key = CBridge.string(m.key)
+        self.keyID = CBridge.string(m.key_id)
+        self.teamID = CBridge.string(m.team_id)
+        self.topic = CBridge.string(m.topic)
+        self.environment = CBridge.string(m.environment)
+        self.url = CBridge.string(m.url)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__apns_credentials__init(p)
+        p.pointee.key = try arena.string(self.key, field: "herald.v1.ApnsCredentials.key")
+        p.pointee.key_id = try arena.string(self.keyID, field: "herald.v1.ApnsCredentials.key_id")
+        p.pointee.team_id = try arena.string(self.teamID, field: "herald.v1.ApnsCredentials.team_id")
+        p.pointee.topic = try arena.string(self.topic, field: "herald.v1.ApnsCredentials.topic")
+        p.pointee.environment = try arena.string(self.environment, field: "herald.v1.ApnsCredentials.environment")
+        p.pointee.url = try arena.string(self.url, field: "herald.v1.ApnsCredentials.url")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__apns_credentials__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__apns_credentials__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__apns_credentials__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__apns_credentials__free_unpacked(p, nil) }
+}
+
+/// FCM HTTP v1.
+public struct FcmCredentials: HeraldMessage {
+    /// The service account's JSON file (project_id, client_email, private_key).
+    public var serviceAccount: String
+    /// Another send endpoint or OAuth token endpoint (a test double); empty: Google's.
+    public var url: String
+    public var tokenUrl: String
+
+    public init(serviceAccount: String = "", url: String = "", tokenUrl: String = "") {
+        self.serviceAccount = serviceAccount
+        self.url = url
+        self.tokenUrl = tokenUrl
+    }
+
+    public init() {
+        self.serviceAccount = ""
+        self.url = ""
+        self.tokenUrl = ""
+    }
+
+    public static let protoName = "herald.v1.FcmCredentials"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension FcmCredentials: CBacked {
+    typealias CType = Herald__V1__FcmCredentials
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.serviceAccount = CBridge.string(m.service_account)
+        self.url = CBridge.string(m.url)
+        self.tokenUrl = CBridge.string(m.token_url)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__fcm_credentials__init(p)
+        p.pointee.service_account = try arena.string(self.serviceAccount, field: "herald.v1.FcmCredentials.service_account")
+        p.pointee.url = try arena.string(self.url, field: "herald.v1.FcmCredentials.url")
+        p.pointee.token_url = try arena.string(self.tokenUrl, field: "herald.v1.FcmCredentials.token_url")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__fcm_credentials__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__fcm_credentials__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__fcm_credentials__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__fcm_credentials__free_unpacked(p, nil) }
+}
+
+/// WNS.
+public struct WnsCredentials: HeraldMessage {
+    public var clientID: String
+    public var clientSecret: String
+    /// Another OAuth token endpoint (a test double); empty: Microsoft's.
+    public var tokenUrl: String
+
+    public init(clientID: String = "", clientSecret: String = "", tokenUrl: String = "") {
+        self.clientID = clientID
+        self.clientSecret = clientSecret
+        self.tokenUrl = tokenUrl
+    }
+
+    public init() {
+        self.clientID = ""
+        self.clientSecret = ""
+        self.tokenUrl = ""
+    }
+
+    public static let protoName = "herald.v1.WnsCredentials"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension WnsCredentials: CBacked {
+    typealias CType = Herald__V1__WnsCredentials
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.clientID = CBridge.string(m.client_id)
+        self.clientSecret = CBridge.string(m.client_secret)
+        self.tokenUrl = CBridge.string(m.token_url)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__wns_credentials__init(p)
+        p.pointee.client_id = try arena.string(self.clientID, field: "herald.v1.WnsCredentials.client_id")
+        p.pointee.client_secret = try arena.string(self.clientSecret, field: "herald.v1.WnsCredentials.client_secret")
+        p.pointee.token_url = try arena.string(self.tokenUrl, field: "herald.v1.WnsCredentials.token_url")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__wns_credentials__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__wns_credentials__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__wns_credentials__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__wns_credentials__free_unpacked(p, nil) }
+}
+
+/// Web Push (VAPID, RFC 8292).
+public struct BrowserCredentials: HeraldMessage {
+    /// The VAPID key: an EC P-256 private key in PEM.
+    public var vapidKey: String
+    /// The contact the push services see: mailto: or https:.
+    public var subject: String
+
+    public init(vapidKey: String = "", subject: String = "") {
+        self.vapidKey = vapidKey
+        self.subject = subject
+    }
+
+    public init() {
+        self.vapidKey = ""
+        self.subject = ""
+    }
+
+    public static let protoName = "herald.v1.BrowserCredentials"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension BrowserCredentials: CBacked {
+    typealias CType = Herald__V1__BrowserCredentials
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.vapidKey = CBridge.string(m.vapid_key)
+        self.subject = CBridge.string(m.subject)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__browser_credentials__init(p)
+        p.pointee.vapid_key = try arena.string(self.vapidKey, field: "herald.v1.BrowserCredentials.vapid_key")
+        p.pointee.subject = try arena.string(self.subject, field: "herald.v1.BrowserCredentials.subject")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__browser_credentials__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__browser_credentials__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__browser_credentials__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__browser_credentials__free_unpacked(p, nil) }
 }
 
 /// Request of GetHubCredentials.

@@ -952,6 +952,186 @@ void   herald__v1__set_hub_credentials_request__free_unpacked
   assert(message->base.descriptor == &herald__v1__set_hub_credentials_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__apns_credentials__init
+                     (Herald__V1__ApnsCredentials         *message)
+{
+  static const Herald__V1__ApnsCredentials init_value = HERALD__V1__APNS_CREDENTIALS__INIT;
+  *message = init_value;
+}
+size_t herald__v1__apns_credentials__get_packed_size
+                     (const Herald__V1__ApnsCredentials *message)
+{
+  assert(message->base.descriptor == &herald__v1__apns_credentials__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__apns_credentials__pack
+                     (const Herald__V1__ApnsCredentials *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__apns_credentials__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__apns_credentials__pack_to_buffer
+                     (const Herald__V1__ApnsCredentials *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__apns_credentials__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ApnsCredentials *
+       herald__v1__apns_credentials__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ApnsCredentials *)
+     protobuf_c_message_unpack (&herald__v1__apns_credentials__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__apns_credentials__free_unpacked
+                     (Herald__V1__ApnsCredentials *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__apns_credentials__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__fcm_credentials__init
+                     (Herald__V1__FcmCredentials         *message)
+{
+  static const Herald__V1__FcmCredentials init_value = HERALD__V1__FCM_CREDENTIALS__INIT;
+  *message = init_value;
+}
+size_t herald__v1__fcm_credentials__get_packed_size
+                     (const Herald__V1__FcmCredentials *message)
+{
+  assert(message->base.descriptor == &herald__v1__fcm_credentials__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__fcm_credentials__pack
+                     (const Herald__V1__FcmCredentials *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__fcm_credentials__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__fcm_credentials__pack_to_buffer
+                     (const Herald__V1__FcmCredentials *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__fcm_credentials__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__FcmCredentials *
+       herald__v1__fcm_credentials__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__FcmCredentials *)
+     protobuf_c_message_unpack (&herald__v1__fcm_credentials__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__fcm_credentials__free_unpacked
+                     (Herald__V1__FcmCredentials *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__fcm_credentials__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__wns_credentials__init
+                     (Herald__V1__WnsCredentials         *message)
+{
+  static const Herald__V1__WnsCredentials init_value = HERALD__V1__WNS_CREDENTIALS__INIT;
+  *message = init_value;
+}
+size_t herald__v1__wns_credentials__get_packed_size
+                     (const Herald__V1__WnsCredentials *message)
+{
+  assert(message->base.descriptor == &herald__v1__wns_credentials__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__wns_credentials__pack
+                     (const Herald__V1__WnsCredentials *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__wns_credentials__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__wns_credentials__pack_to_buffer
+                     (const Herald__V1__WnsCredentials *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__wns_credentials__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__WnsCredentials *
+       herald__v1__wns_credentials__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__WnsCredentials *)
+     protobuf_c_message_unpack (&herald__v1__wns_credentials__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__wns_credentials__free_unpacked
+                     (Herald__V1__WnsCredentials *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__wns_credentials__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__browser_credentials__init
+                     (Herald__V1__BrowserCredentials         *message)
+{
+  static const Herald__V1__BrowserCredentials init_value = HERALD__V1__BROWSER_CREDENTIALS__INIT;
+  *message = init_value;
+}
+size_t herald__v1__browser_credentials__get_packed_size
+                     (const Herald__V1__BrowserCredentials *message)
+{
+  assert(message->base.descriptor == &herald__v1__browser_credentials__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__browser_credentials__pack
+                     (const Herald__V1__BrowserCredentials *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__browser_credentials__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__browser_credentials__pack_to_buffer
+                     (const Herald__V1__BrowserCredentials *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__browser_credentials__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__BrowserCredentials *
+       herald__v1__browser_credentials__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__BrowserCredentials *)
+     protobuf_c_message_unpack (&herald__v1__browser_credentials__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__browser_credentials__free_unpacked
+                     (Herald__V1__BrowserCredentials *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__browser_credentials__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__get_hub_credentials_request__init
                      (Herald__V1__GetHubCredentialsRequest         *message)
 {
@@ -3029,7 +3209,7 @@ const ProtobufCMessageDescriptor herald__v1__setting__descriptor =
   (ProtobufCMessageInit) herald__v1__setting__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__set_hub_credentials_request__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__set_hub_credentials_request__field_descriptors[5] =
 {
   {
     "hub",
@@ -3044,39 +3224,66 @@ static const ProtobufCFieldDescriptor herald__v1__set_hub_credentials_request__f
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
-    "platform",
-    2,
+    "apns",
+    4,
     PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_ENUM,
+    PROTOBUF_C_TYPE_MESSAGE,
     0,   /* quantifier_offset */
-    offsetof(Herald__V1__SetHubCredentialsRequest, platform),
-    &herald__v1__platform__descriptor,
+    offsetof(Herald__V1__SetHubCredentialsRequest, apns),
+    &herald__v1__apns_credentials__descriptor,
     NULL,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
-    "settings",
-    3,
-    PROTOBUF_C_LABEL_REPEATED,
+    "fcm",
+    5,
+    PROTOBUF_C_LABEL_NONE,
     PROTOBUF_C_TYPE_MESSAGE,
-    offsetof(Herald__V1__SetHubCredentialsRequest, n_settings),
-    offsetof(Herald__V1__SetHubCredentialsRequest, settings),
-    &herald__v1__setting__descriptor,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubCredentialsRequest, fcm),
+    &herald__v1__fcm_credentials__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "wns",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubCredentialsRequest, wns),
+    &herald__v1__wns_credentials__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "browser",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubCredentialsRequest, browser),
+    &herald__v1__browser_credentials__descriptor,
     NULL,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
 };
 static const unsigned herald__v1__set_hub_credentials_request__field_indices_by_name[] = {
+  1,   /* field[1] = apns */
+  4,   /* field[4] = browser */
+  2,   /* field[2] = fcm */
   0,   /* field[0] = hub */
-  1,   /* field[1] = platform */
-  2,   /* field[2] = settings */
+  3,   /* field[3] = wns */
 };
-static const ProtobufCIntRange herald__v1__set_hub_credentials_request__number_ranges[1 + 1] =
+static const ProtobufCIntRange herald__v1__set_hub_credentials_request__number_ranges[2 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 4, 1 },
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__set_hub_credentials_request__descriptor =
 {
@@ -3086,11 +3293,293 @@ const ProtobufCMessageDescriptor herald__v1__set_hub_credentials_request__descri
   "Herald__V1__SetHubCredentialsRequest",
   "herald.v1",
   sizeof(Herald__V1__SetHubCredentialsRequest),
-  3,
+  5,
   herald__v1__set_hub_credentials_request__field_descriptors,
   herald__v1__set_hub_credentials_request__field_indices_by_name,
-  1,  herald__v1__set_hub_credentials_request__number_ranges,
+  2,  herald__v1__set_hub_credentials_request__number_ranges,
   (ProtobufCMessageInit) herald__v1__set_hub_credentials_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__apns_credentials__field_descriptors[6] =
+{
+  {
+    "key",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ApnsCredentials, key),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "key_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ApnsCredentials, key_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "team_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ApnsCredentials, team_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "topic",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ApnsCredentials, topic),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "environment",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ApnsCredentials, environment),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "url",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ApnsCredentials, url),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__apns_credentials__field_indices_by_name[] = {
+  4,   /* field[4] = environment */
+  0,   /* field[0] = key */
+  1,   /* field[1] = key_id */
+  2,   /* field[2] = team_id */
+  3,   /* field[3] = topic */
+  5,   /* field[5] = url */
+};
+static const ProtobufCIntRange herald__v1__apns_credentials__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor herald__v1__apns_credentials__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ApnsCredentials",
+  "ApnsCredentials",
+  "Herald__V1__ApnsCredentials",
+  "herald.v1",
+  sizeof(Herald__V1__ApnsCredentials),
+  6,
+  herald__v1__apns_credentials__field_descriptors,
+  herald__v1__apns_credentials__field_indices_by_name,
+  1,  herald__v1__apns_credentials__number_ranges,
+  (ProtobufCMessageInit) herald__v1__apns_credentials__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__fcm_credentials__field_descriptors[3] =
+{
+  {
+    "service_account",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__FcmCredentials, service_account),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "url",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__FcmCredentials, url),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "token_url",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__FcmCredentials, token_url),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__fcm_credentials__field_indices_by_name[] = {
+  0,   /* field[0] = service_account */
+  2,   /* field[2] = token_url */
+  1,   /* field[1] = url */
+};
+static const ProtobufCIntRange herald__v1__fcm_credentials__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__fcm_credentials__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.FcmCredentials",
+  "FcmCredentials",
+  "Herald__V1__FcmCredentials",
+  "herald.v1",
+  sizeof(Herald__V1__FcmCredentials),
+  3,
+  herald__v1__fcm_credentials__field_descriptors,
+  herald__v1__fcm_credentials__field_indices_by_name,
+  1,  herald__v1__fcm_credentials__number_ranges,
+  (ProtobufCMessageInit) herald__v1__fcm_credentials__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__wns_credentials__field_descriptors[3] =
+{
+  {
+    "client_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__WnsCredentials, client_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "client_secret",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__WnsCredentials, client_secret),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "token_url",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__WnsCredentials, token_url),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__wns_credentials__field_indices_by_name[] = {
+  0,   /* field[0] = client_id */
+  1,   /* field[1] = client_secret */
+  2,   /* field[2] = token_url */
+};
+static const ProtobufCIntRange herald__v1__wns_credentials__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__wns_credentials__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.WnsCredentials",
+  "WnsCredentials",
+  "Herald__V1__WnsCredentials",
+  "herald.v1",
+  sizeof(Herald__V1__WnsCredentials),
+  3,
+  herald__v1__wns_credentials__field_descriptors,
+  herald__v1__wns_credentials__field_indices_by_name,
+  1,  herald__v1__wns_credentials__number_ranges,
+  (ProtobufCMessageInit) herald__v1__wns_credentials__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__browser_credentials__field_descriptors[2] =
+{
+  {
+    "vapid_key",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__BrowserCredentials, vapid_key),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "subject",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__BrowserCredentials, subject),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__browser_credentials__field_indices_by_name[] = {
+  1,   /* field[1] = subject */
+  0,   /* field[0] = vapid_key */
+};
+static const ProtobufCIntRange herald__v1__browser_credentials__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__browser_credentials__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.BrowserCredentials",
+  "BrowserCredentials",
+  "Herald__V1__BrowserCredentials",
+  "herald.v1",
+  sizeof(Herald__V1__BrowserCredentials),
+  2,
+  herald__v1__browser_credentials__field_descriptors,
+  herald__v1__browser_credentials__field_indices_by_name,
+  1,  herald__v1__browser_credentials__number_ranges,
+  (ProtobufCMessageInit) herald__v1__browser_credentials__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor herald__v1__get_hub_credentials_request__field_descriptors[1] =

@@ -37,6 +37,10 @@ typedef struct Herald__V1__ListInboxRequest Herald__V1__ListInboxRequest;
 typedef struct Herald__V1__ListInboxResponse Herald__V1__ListInboxResponse;
 typedef struct Herald__V1__Setting Herald__V1__Setting;
 typedef struct Herald__V1__SetHubCredentialsRequest Herald__V1__SetHubCredentialsRequest;
+typedef struct Herald__V1__ApnsCredentials Herald__V1__ApnsCredentials;
+typedef struct Herald__V1__FcmCredentials Herald__V1__FcmCredentials;
+typedef struct Herald__V1__WnsCredentials Herald__V1__WnsCredentials;
+typedef struct Herald__V1__BrowserCredentials Herald__V1__BrowserCredentials;
 typedef struct Herald__V1__GetHubCredentialsRequest Herald__V1__GetHubCredentialsRequest;
 typedef struct Herald__V1__DeleteHubCredentialsRequest Herald__V1__DeleteHubCredentialsRequest;
 typedef struct Herald__V1__HubPlatformCredentials Herald__V1__HubPlatformCredentials;
@@ -800,22 +804,113 @@ struct  Herald__V1__Setting
 
 
 /*
- * Request of SetHubCredentials. Settings per platform (secrets as the files' contents):
- * apns: key (the .p8 PEM), key-id, team-id, topic, optional environment (production|sandbox), url;
- * fcm: service-account (the JSON), optional url, token-url; wns: client-id, client-secret, optional
- * token-url; browser: vapid-key (PEM), subject (mailto: or https:).
+ * Request of SetHubCredentials: exactly one platform's credentials (INVALID_ARGUMENT otherwise).
+ * Secrets are the files' contents.
  */
 struct  Herald__V1__SetHubCredentialsRequest
 {
   ProtobufCMessage base;
   char *hub;
-  Herald__V1__Platform platform;
-  size_t n_settings;
-  Herald__V1__Setting **settings;
+  Herald__V1__ApnsCredentials *apns;
+  Herald__V1__FcmCredentials *fcm;
+  Herald__V1__WnsCredentials *wns;
+  Herald__V1__BrowserCredentials *browser;
 };
 #define HERALD__V1__SET_HUB_CREDENTIALS_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__set_hub_credentials_request__descriptor) \
-    , (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, 0,NULL }
+    , (char *)protobuf_c_empty_string, NULL, NULL, NULL, NULL }
+
+
+/*
+ * APNs token-based authentication.
+ */
+struct  Herald__V1__ApnsCredentials
+{
+  ProtobufCMessage base;
+  /*
+   * The signing key: the .p8 file's PEM (ES256).
+   */
+  char *key;
+  /*
+   * The key's id (10 characters) and the developer team's id.
+   */
+  char *key_id;
+  char *team_id;
+  /*
+   * The app's bundle id (apns-topic).
+   */
+  char *topic;
+  /*
+   * "production" (the default when empty) or "sandbox".
+   */
+  char *environment;
+  /*
+   * Another APNs base URL (a test double); empty: the environment's.
+   */
+  char *url;
+};
+#define HERALD__V1__APNS_CREDENTIALS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__apns_credentials__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * FCM HTTP v1.
+ */
+struct  Herald__V1__FcmCredentials
+{
+  ProtobufCMessage base;
+  /*
+   * The service account's JSON file (project_id, client_email, private_key).
+   */
+  char *service_account;
+  /*
+   * Another send endpoint or OAuth token endpoint (a test double); empty: Google's.
+   */
+  char *url;
+  char *token_url;
+};
+#define HERALD__V1__FCM_CREDENTIALS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__fcm_credentials__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * WNS.
+ */
+struct  Herald__V1__WnsCredentials
+{
+  ProtobufCMessage base;
+  char *client_id;
+  char *client_secret;
+  /*
+   * Another OAuth token endpoint (a test double); empty: Microsoft's.
+   */
+  char *token_url;
+};
+#define HERALD__V1__WNS_CREDENTIALS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__wns_credentials__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Web Push (VAPID, RFC 8292).
+ */
+struct  Herald__V1__BrowserCredentials
+{
+  ProtobufCMessage base;
+  /*
+   * The VAPID key: an EC P-256 private key in PEM.
+   */
+  char *vapid_key;
+  /*
+   * The contact the push services see: mailto: or https:.
+   */
+  char *subject;
+};
+#define HERALD__V1__BROWSER_CREDENTIALS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__browser_credentials__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -1404,6 +1499,82 @@ Herald__V1__SetHubCredentialsRequest *
 void   herald__v1__set_hub_credentials_request__free_unpacked
                      (Herald__V1__SetHubCredentialsRequest *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__ApnsCredentials methods */
+void   herald__v1__apns_credentials__init
+                     (Herald__V1__ApnsCredentials         *message);
+size_t herald__v1__apns_credentials__get_packed_size
+                     (const Herald__V1__ApnsCredentials   *message);
+size_t herald__v1__apns_credentials__pack
+                     (const Herald__V1__ApnsCredentials   *message,
+                      uint8_t             *out);
+size_t herald__v1__apns_credentials__pack_to_buffer
+                     (const Herald__V1__ApnsCredentials   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ApnsCredentials *
+       herald__v1__apns_credentials__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__apns_credentials__free_unpacked
+                     (Herald__V1__ApnsCredentials *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__FcmCredentials methods */
+void   herald__v1__fcm_credentials__init
+                     (Herald__V1__FcmCredentials         *message);
+size_t herald__v1__fcm_credentials__get_packed_size
+                     (const Herald__V1__FcmCredentials   *message);
+size_t herald__v1__fcm_credentials__pack
+                     (const Herald__V1__FcmCredentials   *message,
+                      uint8_t             *out);
+size_t herald__v1__fcm_credentials__pack_to_buffer
+                     (const Herald__V1__FcmCredentials   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__FcmCredentials *
+       herald__v1__fcm_credentials__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__fcm_credentials__free_unpacked
+                     (Herald__V1__FcmCredentials *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__WnsCredentials methods */
+void   herald__v1__wns_credentials__init
+                     (Herald__V1__WnsCredentials         *message);
+size_t herald__v1__wns_credentials__get_packed_size
+                     (const Herald__V1__WnsCredentials   *message);
+size_t herald__v1__wns_credentials__pack
+                     (const Herald__V1__WnsCredentials   *message,
+                      uint8_t             *out);
+size_t herald__v1__wns_credentials__pack_to_buffer
+                     (const Herald__V1__WnsCredentials   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__WnsCredentials *
+       herald__v1__wns_credentials__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__wns_credentials__free_unpacked
+                     (Herald__V1__WnsCredentials *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__BrowserCredentials methods */
+void   herald__v1__browser_credentials__init
+                     (Herald__V1__BrowserCredentials         *message);
+size_t herald__v1__browser_credentials__get_packed_size
+                     (const Herald__V1__BrowserCredentials   *message);
+size_t herald__v1__browser_credentials__pack
+                     (const Herald__V1__BrowserCredentials   *message,
+                      uint8_t             *out);
+size_t herald__v1__browser_credentials__pack_to_buffer
+                     (const Herald__V1__BrowserCredentials   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__BrowserCredentials *
+       herald__v1__browser_credentials__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__browser_credentials__free_unpacked
+                     (Herald__V1__BrowserCredentials *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__GetHubCredentialsRequest methods */
 void   herald__v1__get_hub_credentials_request__init
                      (Herald__V1__GetHubCredentialsRequest         *message);
@@ -1640,6 +1811,18 @@ typedef void (*Herald__V1__Setting_Closure)
 typedef void (*Herald__V1__SetHubCredentialsRequest_Closure)
                  (const Herald__V1__SetHubCredentialsRequest *message,
                   void *closure_data);
+typedef void (*Herald__V1__ApnsCredentials_Closure)
+                 (const Herald__V1__ApnsCredentials *message,
+                  void *closure_data);
+typedef void (*Herald__V1__FcmCredentials_Closure)
+                 (const Herald__V1__FcmCredentials *message,
+                  void *closure_data);
+typedef void (*Herald__V1__WnsCredentials_Closure)
+                 (const Herald__V1__WnsCredentials *message,
+                  void *closure_data);
+typedef void (*Herald__V1__BrowserCredentials_Closure)
+                 (const Herald__V1__BrowserCredentials *message,
+                  void *closure_data);
 typedef void (*Herald__V1__GetHubCredentialsRequest_Closure)
                  (const Herald__V1__GetHubCredentialsRequest *message,
                   void *closure_data);
@@ -1855,6 +2038,10 @@ extern const ProtobufCMessageDescriptor herald__v1__list_inbox_request__descript
 extern const ProtobufCMessageDescriptor herald__v1__list_inbox_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__setting__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__set_hub_credentials_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__apns_credentials__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__fcm_credentials__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__wns_credentials__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__browser_credentials__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__get_hub_credentials_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__delete_hub_credentials_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descriptor;

@@ -1,0 +1,77 @@
+public import HeraldProto
+
+/// A hub's push credentials as named settings, and the typed request that carries them.
+///
+/// The CLI takes credentials as `NAME=VALUE` words and herald-dispatch keeps them as named settings
+/// (JSON in its `hub_credential` table); SetHubCredentials carries them typed, one message per
+/// platform. This is the one table between the names and the fields.
+extension SetHubCredentialsRequest {
+    /// Each platform's setting names: the required ones, then the optional ones.
+    public static let settingNames: [Platform: (required: [String], optional: [String])] = [
+        .apns: (["key", "key-id", "team-id", "topic"], ["environment", "url"]),
+        .fcm: (["service-account"], ["url", "token-url"]),
+        .wns: (["client-id", "client-secret"], ["token-url"]),
+        .browser: (["vapid-key", "subject"], []),
+    ]
+
+    /// The request setting `platform`'s credentials from named settings. INVALID_ARGUMENT names an
+    /// unknown setting (whether the required ones are there is herald-dispatch's check, as for a
+    /// request from any other client).
+    public init(hub: String, platform: Platform, settings: [String: String]) throws {
+        guard let names = Self.settingNames[platform] else {
+            throw ServiceError.invalidArgument("platform must be apns, fcm, wns or browser")
+        }
+        for name in settings.keys.sorted() where !names.required.contains(name) && !names.optional.contains(name) {
+            throw ServiceError.invalidArgument(
+                "unknown \(platform.name) setting \(name): use \((names.required + names.optional).joined(separator: ", "))"
+            )
+        }
+        let value = { (name: String) in settings[name] ?? "" }
+        self.init(hub: hub)
+        switch platform {
+        case .apns:
+            apns = ApnsCredentials(
+                key: value("key"), keyID: value("key-id"), teamID: value("team-id"), topic: value("topic"),
+                environment: value("environment"), url: value("url"))
+        case .fcm:
+            fcm = FcmCredentials(serviceAccount: value("service-account"), url: value("url"), tokenUrl: value("token-url"))
+        case .wns:
+            wns = WnsCredentials(
+                clientID: value("client-id"), clientSecret: value("client-secret"), tokenUrl: value("token-url"))
+        default:
+            browser = BrowserCredentials(vapidKey: value("vapid-key"), subject: value("subject"))
+        }
+    }
+
+    /// The platform whose credentials the request sets, and them as named settings (empty fields
+    /// left out). INVALID_ARGUMENT unless exactly one platform's credentials are set.
+    public func namedSettings() throws -> (platform: Platform, settings: [String: String]) {
+        var found: [(Platform, [(String, String)])] = []
+        if let apns {
+            found.append(
+                (
+                    .apns,
+                    [
+                        ("key", apns.key), ("key-id", apns.keyID), ("team-id", apns.teamID), ("topic", apns.topic),
+                        ("environment", apns.environment), ("url", apns.url),
+                    ]
+                ))
+        }
+        if let fcm {
+            found.append(
+                (.fcm, [("service-account", fcm.serviceAccount), ("url", fcm.url), ("token-url", fcm.tokenUrl)]))
+        }
+        if let wns {
+            found.append(
+                (.wns, [("client-id", wns.clientID), ("client-secret", wns.clientSecret), ("token-url", wns.tokenUrl)]))
+        }
+        if let browser {
+            found.append((.browser, [("vapid-key", browser.vapidKey), ("subject", browser.subject)]))
+        }
+        guard found.count == 1, let (platform, fields) = found.first else {
+            throw ServiceError.invalidArgument(
+                "set exactly one platform's credentials (apns, fcm, wns or browser); \(found.count) are set")
+        }
+        return (platform, Dictionary(uniqueKeysWithValues: fields.filter { !$0.1.isEmpty }))
+    }
+}
