@@ -34,7 +34,8 @@ extension SetHubCredentialsRequest {
                 key: value("key"), keyID: value("key-id"), teamID: value("team-id"), topic: value("topic"),
                 environment: value("environment"), url: value("url"))
         case .fcm:
-            fcm = FcmCredentials(serviceAccount: value("service-account"), url: value("url"), tokenUrl: value("token-url"))
+            fcm = FcmCredentials(
+                serviceAccount: value("service-account"), url: value("url"), tokenUrl: value("token-url"))
         case .wns:
             wns = WnsCredentials(
                 clientID: value("client-id"), clientSecret: value("client-secret"), tokenUrl: value("token-url"))
