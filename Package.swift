@@ -31,6 +31,7 @@ func serviceTests(_ library: String, extra: [Target.Dependency] = []) -> Target 
         name: "\(library)Tests",
         dependencies: [
             .target(name: library), "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+            "NotificationHubs",
             .product(name: "GRDB", package: "GRDB.swift"),
         ] + extra,
         swiftSettings: swiftSettings
@@ -115,6 +116,15 @@ let package = Package(
             dependencies: ["HeraldProto"],
             swiftSettings: swiftSettings
         ),
+        // Notification Hubs' wire formats, in one place: installation JSON and JSON-Patch, the
+        // registrations' Atom XML (a bounded XML reader of its own), the template language, platform
+        // headers as delivery options, platform names, SAS audiences, NH's time formats, batch bodies.
+        // No I/O: the edge, registration, dispatch and auth use it.
+        .target(
+            name: "NotificationHubs",
+            dependencies: ["HeraldModel", "HeraldProto", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
         // RPC: the method table, both transports' clients and servers, the typed services generated
         // from proto/, TLS, peer policy, grpc.health.v1.
         .target(
@@ -168,7 +178,7 @@ let package = Package(
         .target(
             name: "AuthService",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService",
+                "HeraldRPC", "HeraldModel", "HeraldService", "NotificationHubs",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
@@ -180,7 +190,8 @@ let package = Package(
         .target(
             name: "RegistrationService",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", .product(name: "GRDB", package: "GRDB.swift"),
+                "HeraldRPC", "HeraldModel", "HeraldService", "NotificationHubs",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
@@ -196,7 +207,7 @@ let package = Package(
         .target(
             name: "DispatchService",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService",
+                "HeraldRPC", "HeraldModel", "HeraldService", "NotificationHubs",
                 .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Metrics", package: "swift-metrics"),
                 // Outbound HTTP/1.1 or 2 to FCM, WNS, Web Push and OAuth token endpoints.
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -215,7 +226,7 @@ let package = Package(
         .target(
             name: "Edge",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldClient",
+                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldClient", "NotificationHubs",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 // HTTPS on the edge's own port (http-tls-cert/-key): NH's clients insist on https.
@@ -265,7 +276,7 @@ let package = Package(
         .executableTarget(
             name: "herald-bench",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldStack", "RegistrationService",
+                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldStack", "RegistrationService", "NotificationHubs",
                 // The template loop counts dispatch's rendering (package access).
                 "DispatchService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -294,7 +305,7 @@ let package = Package(
                     name: "herald-fuzz",
                     dependencies: [
                         "HeraldProto", "HeraldModel", "HeraldRPC", "HeraldService", "Edge", "AuthService",
-                        "RegistrationService", "DispatchService",
+                        "RegistrationService", "DispatchService", "NotificationHubs",
                         .product(name: "NIOCore", package: "swift-nio"), .product(name: "GRDB", package: "GRDB.swift"),
                         .product(name: "HTTPTypes", package: "swift-http-types"),
                     ],
@@ -319,6 +330,9 @@ let package = Package(
             ),
             .testTarget(
                 name: "HeraldModelTests", dependencies: ["HeraldModel", "HeraldTestSupport"],
+                swiftSettings: swiftSettings),
+            .testTarget(
+                name: "NotificationHubsTests", dependencies: ["NotificationHubs", "HeraldModel", "HeraldProto"],
                 swiftSettings: swiftSettings),
             .testTarget(
                 name: "HeraldRPCTests",
@@ -359,7 +373,7 @@ let package = Package(
             .testTarget(
                 name: "EdgeTests",
                 dependencies: [
-                    "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+                    "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "NotificationHubs",
                     // NH registrations in-process: the edge over a real RegistrationServer on an
                     // in-memory SQLite (NHRegistrationRouteTests).
                     "RegistrationService", .product(name: "GRDB", package: "GRDB.swift"),
@@ -374,7 +388,7 @@ let package = Package(
                 name: "IntegrationTests",
                 dependencies: [
                     "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService", "Edge", "HeraldTestSupport",
-                    "HeraldClient",
+                    "HeraldClient", "NotificationHubs",
                     .product(name: "AsyncHTTPClient", package: "async-http-client"),
                     // The erase drill reads every table of the services' schemas.
                     .product(name: "PostgresNIO", package: "postgres-nio"),

@@ -5,6 +5,7 @@ public import HeraldRPC
 public import HeraldService
 import Logging
 import Metrics
+import NotificationHubs
 import Synchronization
 
 /// Resolves a send's audience through one StreamAudience call and commits the send with one

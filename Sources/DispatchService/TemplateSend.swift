@@ -1,6 +1,7 @@
 import Foundation
 import HeraldModel
 public import HeraldProto
+import NotificationHubs
 
 /// A template send's audience as it streams in: installation templates, each rendered once per
 /// distinct (platform, template) with the send's properties, and every device given the variant

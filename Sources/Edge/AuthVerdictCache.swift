@@ -5,6 +5,7 @@ public import HeraldProto
 public import HeraldRPC
 import HeraldService
 import Metrics
+import NotificationHubs
 import Synchronization
 
 /// herald-auth's recent Authenticate and AuthorizeSas answers, so that most requests make one RPC,

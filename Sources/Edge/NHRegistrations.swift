@@ -6,6 +6,7 @@ import HeraldProto
 import HeraldService
 import Hummingbird
 import NIOCore
+import NotificationHubs
 
 /// NH's Registrations API on `/{hub}/registrations…` (docs/notification-hubs.md, "Registrations"):
 /// what the .NET SDK's `CreateRegistrationIdAsync`, `CreateOrUpdateRegistrationAsync`,

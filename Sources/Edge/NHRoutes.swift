@@ -7,6 +7,7 @@ import HeraldRPC
 import HeraldService
 import Hummingbird
 import NIOCore
+import NotificationHubs
 import Synchronization
 
 /// Azure Notification Hubs' data plane on `/{hub}/…`, so NH's own SDKs work against Herald

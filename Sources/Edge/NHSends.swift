@@ -6,6 +6,7 @@ import HeraldRPC
 import HeraldService
 import Hummingbird
 import NIOCore
+import NotificationHubs
 
 /// Notification Hubs' sends and per-message telemetry on `/{hub}/messages…`
 /// (docs/notification-hubs.md, "Sends" and "Telemetry"). Every variant is one `Send` to herald-dispatch, the engine the

@@ -26,7 +26,7 @@ extension Duration {
 /// each of them `Int64.min`, `Int64.max` and spellings that overflow.
 public enum TimeValue {
     /// The latest instant Herald takes: 9999-12-31T23:59:59Z, the last a four-digit year names
-    /// (``NHTime`` reads no more). In milliseconds it is still far inside `Int64`.
+    /// (NotificationHubs' `NHTime` reads no more). In milliseconds it is still far inside `Int64`.
     public static let maxUnixSeconds: Int64 = 253_402_300_799
 
     /// A UNIX time in seconds: ASCII digits only (no sign, no space, no exponent), at most

@@ -3,6 +3,7 @@ import HeraldModel
 public import HeraldProto
 import HeraldRPC
 import HeraldService
+import NotificationHubs
 
 /// NH registrations (the Registrations API) in the registration table: one row each (id "n-…", no
 /// owner, `nh_id` the NH registration id, unique per hub), so the audience queries that serve

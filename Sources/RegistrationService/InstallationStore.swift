@@ -3,6 +3,7 @@ public import HeraldModel
 public import HeraldProto
 import HeraldRPC
 public import HeraldService
+import NotificationHubs
 
 /// NH installations in the registration table (one row each, id "i-…", no owner), their NH JSON in
 /// `document`, their tags plus the system tags `$InstallationId:{id}` and `$UserId:{id}` in

@@ -2,6 +2,7 @@ import Foundation
 import HeraldModel
 public import HeraldProto
 import HeraldService
+import NotificationHubs
 
 /// Erase, registration's part: which devices are a user's, on both stores.
 ///

@@ -2,6 +2,7 @@ import Foundation
 import HeraldModel
 import HeraldProto
 import HeraldService
+import NotificationHubs
 
 /// The registration queries whose shape depends on the request: audiences, device and installation
 /// lists, NH registration feeds. Written once for both databases (the tables have the same columns

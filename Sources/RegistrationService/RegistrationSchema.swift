@@ -1,5 +1,6 @@
 import Foundation
 public import HeraldService
+import NotificationHubs
 
 /// herald-registration's schema, both databases' histories in one list (names are never changed
 /// once released). The tables end up with the same columns on both: `registration` (tutorial

@@ -3,6 +3,7 @@ public import HeraldModel
 public import HeraldProto
 import HeraldRPC
 public import HeraldService
+import NotificationHubs
 
 /// Registrations and NH installations: ``SQLRegistrationStore`` over whichever database holds them
 /// (SQLite, embedded, one process; PostgreSQL, shared by replicas), or a test's fake. Every call

@@ -9,6 +9,7 @@ import HeraldRPC
 import HeraldService
 import HeraldStack
 import NIOCore
+import NotificationHubs
 import RegistrationService
 import Synchronization
 

@@ -3,6 +3,7 @@ import DispatchService
 import HeraldModel
 import HeraldProto
 import HeraldService
+import NotificationHubs
 import RegistrationService
 
 /// `herald-bench template-loop` (hidden): the CPU work of a template send without its I/O, for

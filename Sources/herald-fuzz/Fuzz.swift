@@ -28,6 +28,7 @@ import HeraldModel
 import HeraldProto
 import HeraldService
 import NIOCore
+import NotificationHubs
 import RegistrationService
 import Synchronization
 
@@ -244,18 +245,18 @@ enum FuzzTarget: String, CaseIterable {
 
     static func sas(_ bytes: [UInt8]) {
         let header = String(decoding: bytes, as: UTF8.self)
-        _ = SASVerifier.normalizedAudience(header)
-        _ = SASVerifier.covers(audience: header.lowercased(), resource: header)
-        guard let token = try? SASVerifier.parse(header) else { return }
+        _ = SASAudience.normalized(header)
+        _ = SASAudience.covers(header.lowercased(), resource: header)
+        guard let token = try? SharedAccessSignature.parse(header) else { return }
         guard token.expiry >= 0, token.expiry <= TimeValue.maxUnixSeconds,
-            token.keyName.utf8.count <= SASVerifier.maxKeyNameLength
+            token.keyName.utf8.count <= SharedAccessSignature.maxKeyNameLength
         else {
             fatalError(
                 "parse let through a token out of bounds: se \(token.expiry), skn of \(token.keyName.utf8.count) bytes")
         }
         for now in [Int64.min, 0, 1_700_000_000_000, Int64.max] {
             for key in [nil, "k1"] as [String?] {
-                if (try? SASVerifier.verify(
+                if (try? SharedAccessSignature.verify(
                     token, primary: key, secondary: key, now: now, resource: "h/hub/installations/x")) != nil
                 {
                     fatalError("a token the fuzzer made verified")

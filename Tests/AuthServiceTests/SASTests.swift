@@ -6,6 +6,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldTestSupport
+import NotificationHubs
 import Testing
 
 /// NH's SharedAccessSignature as each SDK makes it (docs/notification-hubs.md, "SAS tokens"), checked by
@@ -151,14 +152,14 @@ struct SASTests {
     )
     func portlessAudience() {
         #expect(
-            SASVerifier.covers(audience: "herald.example/app1", resource: "herald.example:8443/app1/installations/x"))
-        #expect(SASVerifier.covers(audience: "herald.example", resource: "herald.example:8080/app1"))
-        #expect(!SASVerifier.covers(audience: "herald.example:9443/app1", resource: "herald.example:8443/app1"))
-        #expect(!SASVerifier.covers(audience: "herald.exam", resource: "herald.example:8443/app1"))
-        #expect(!SASVerifier.covers(audience: "herald.example/app", resource: "herald.example:8443/app1"))
-        #expect(SASVerifier.covers(audience: "[::1]/app1", resource: "[::1]:8080/app1/messages"))
-        #expect(!SASVerifier.covers(audience: "[::1]:9/app1", resource: "[::1]:8080/app1/messages"))
-        #expect(!SASVerifier.covers(audience: "[::1]", resource: "[::2]:8080/app1"))
+            SASAudience.covers("herald.example/app1", resource: "herald.example:8443/app1/installations/x"))
+        #expect(SASAudience.covers("herald.example", resource: "herald.example:8080/app1"))
+        #expect(!SASAudience.covers("herald.example:9443/app1", resource: "herald.example:8443/app1"))
+        #expect(!SASAudience.covers("herald.exam", resource: "herald.example:8443/app1"))
+        #expect(!SASAudience.covers("herald.example/app", resource: "herald.example:8443/app1"))
+        #expect(SASAudience.covers("[::1]/app1", resource: "[::1]:8080/app1/messages"))
+        #expect(!SASAudience.covers("[::1]:9/app1", resource: "[::1]:8080/app1/messages"))
+        #expect(!SASAudience.covers("[::1]", resource: "[::2]:8080/app1"))
     }
 
     @Test(
@@ -215,13 +216,13 @@ struct SASTests {
             Set(answers.map { $0?.message ?? "none" }) == ["InvalidSignature: The token has an invalid signature."],
             "\(answers)")
         var long = f.full
-        long.name = String(repeating: "k", count: SASVerifier.maxKeyNameLength + 1)
+        long.name = String(repeating: "k", count: SharedAccessSignature.maxKeyNameLength + 1)
         let tooLong = await Self.failure {
             try await f.sas.authorize(
                 hub: "app1", header: Self.token(sr: root, key: long, se: se), resource: Self.host + Self.path)
         }
         #expect(tooLong?.message.contains("MalformedToken") == true)
-        let padded = "SharedAccessSignature " + String(repeating: "x", count: SASVerifier.maxHeaderLength)
+        let padded = "SharedAccessSignature " + String(repeating: "x", count: SharedAccessSignature.maxHeaderLength)
         #expect(
             await Self.failure { try await f.sas.authorize(hub: "app1", header: padded, resource: Self.host) }?.message
                 .contains(

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import HeraldModel
 import HeraldProto
+import NotificationHubs
 import Testing
 
 @testable import Edge
@@ -67,27 +68,29 @@ struct NHFormatTests {
                 }
             }
         }
-        #expect(throws: EdgeError.self) {
+        #expect(throws: ServiceError.self) {
             try NHBatch.parse(contentType: "application/json", body: body("b", devices: "[]"))
         }
-        let missing = #expect(throws: EdgeError.self) {
+        let missing = #expect(throws: ServiceError.self) {
             try NHBatch.parse(
                 contentType: "multipart/mixed; boundary=b",
                 body: Array("--b\r\nContent-Disposition: inline; name=notification\r\n\r\n{}\r\n--b--".utf8))
         }
         #expect(missing?.message == "Could not find a part of the multipart content supplied")
-        #expect(throws: EdgeError.self) {
+        // NH's 400: invalid arguments answer 400 through the edge's one mapping.
+        #expect(missing.map { EdgeError.from($0).status } == .badRequest)
+        #expect(throws: ServiceError.self) {
             try NHBatch.parse(contentType: "multipart/mixed; boundary=b", body: body("b", devices: "not a list"))
         }
         // A boundary is at most 70 characters (RFC 2046); the search for one is linear in the body
         // (a 2,500-dash boundary over 120 KB of dashes once took 20 s).
         let dashes = Array(repeating: UInt8(ascii: "-"), count: 120_000)
-        let long = #expect(throws: EdgeError.self) {
+        let long = #expect(throws: ServiceError.self) {
             try NHBatch.parse(
                 contentType: "multipart/mixed; boundary=" + String(repeating: "-", count: 2500), body: dashes)
         }
         #expect(long?.message.contains("70 characters") == true)
-        #expect(throws: EdgeError.self) {
+        #expect(throws: ServiceError.self) {
             try NHBatch.parse(
                 contentType: "multipart/mixed; boundary=" + String(repeating: "-", count: 70), body: dashes)
         }

@@ -6,6 +6,7 @@ import HeraldProto
 import HeraldRPC
 import Hummingbird
 import HummingbirdTesting
+import NotificationHubs
 import Testing
 
 /// NH's routes in-process over fake services (issue 33's pyramid): what the edge itself decides, from

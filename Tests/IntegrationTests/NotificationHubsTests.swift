@@ -5,6 +5,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldStack
 import HeraldTestSupport
+import NotificationHubs
 import Testing
 
 /// Herald's Notification Hubs API driven the way NH's clients drive it: PyPI's

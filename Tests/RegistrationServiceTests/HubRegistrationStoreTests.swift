@@ -2,6 +2,7 @@ import Foundation
 import HeraldModel
 import HeraldProto
 import HeraldTestSupport
+import NotificationHubs
 import RegistrationService
 import Testing
 

@@ -4,6 +4,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldTestSupport
+import NotificationHubs
 import RegistrationService
 import Testing
 

@@ -5,6 +5,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldTestSupport
+import NotificationHubs
 import Testing
 
 @testable import RegistrationService

@@ -2,6 +2,7 @@ import GRDB
 import HeraldModel
 import HeraldProto
 import HeraldTestSupport
+import NotificationHubs
 import RegistrationService
 import Testing
 

@@ -1,8 +1,5 @@
 import Foundation
-import HeraldModel
 public import HeraldProto
-import HeraldRPC
-import HeraldService
 
 /// What a registration may contain. Closes the tutorial's hole where a device could add the tag
 /// `username:victim` and receive the victim's pushes.
@@ -104,7 +101,7 @@ public enum RegistrationRules {
 
     /// A hub holding `count` of what it may hold `limit` of (installations, NH registrations) takes
     /// one more only below the limit; a limit of 0 is none.
-    static func checkRoom(count: Int64, limit: Int64, of what: String, hub: String) throws {
+    package static func checkRoom(count: Int64, limit: Int64, of what: String, hub: String) throws {
         guard limit > 0, count >= limit else { return }
         throw ServiceError(
             .resourceExhausted, "hub \(hub) holds its limit of \(limit) \(what) (herald hubs limits \(hub))")
@@ -112,7 +109,7 @@ public enum RegistrationRules {
 
     /// NH's `pushChannelExpired` after a write: it is read-only, so it stays while the channel
     /// stays (push-service feedback set it) and clears when the channel changes.
-    static func channelExpired(stored: (channel: String, expired: Bool)?, writing channel: String) -> Bool {
+    package static func channelExpired(stored: (channel: String, expired: Bool)?, writing channel: String) -> Bool {
         guard let stored else { return false }
         return stored.channel == channel && stored.expired
     }

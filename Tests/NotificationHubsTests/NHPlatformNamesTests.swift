@@ -1,5 +1,6 @@
 import HeraldModel
 import HeraldProto
+import NotificationHubs
 import Testing
 
 @Suite("NH platform names")

@@ -1,6 +1,5 @@
 import Foundation
 public import HeraldModel
-import HeraldRPC
 
 /// NH's JSON-Patch subset for installations (docs/notification-hubs.md, "Installations"): `add`, `remove` and `replace` on
 /// `/pushChannel`, `/userId`, `/platform`, `/tags`, `/tags/{tag}`, `/pushVariables[/{name}]` and

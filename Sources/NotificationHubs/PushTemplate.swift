@@ -1,4 +1,5 @@
 import Foundation
+import HeraldModel
 
 /// A Notification Hubs template (docs/notification-hubs.md, "Templates"): a JSON or XML body whose string values (JSON) or
 /// attribute values and text (XML) may be expressions over a send's properties.
@@ -38,7 +39,7 @@ public struct PushTemplate: Sendable {
     public struct ParseError: Error, Sendable, CustomStringConvertible {
         public var message: String
         public var description: String { message }
-        init(_ message: String) { self.message = message }
+        package init(_ message: String) { self.message = message }
     }
 
     /// Property names: NH's rule.
@@ -97,7 +98,7 @@ public struct PushTemplate: Sendable {
     }
 
     /// NH's number test for `#()`: `(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
-    static func looksNumeric(_ value: String) -> Bool {
+    package static func looksNumeric(_ value: String) -> Bool {
         var bytes = value.utf8[...]
         func digits() -> Int {
             let count = bytes.prefix { $0 >= 0x30 && $0 <= 0x39 }.count
@@ -288,7 +289,7 @@ public struct PushTemplate: Sendable {
         byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D
     }
 
-    static func xmlUnescaped(_ text: String) -> String {
+    package static func xmlUnescaped(_ text: String) -> String {
         guard text.contains("&") else { return text }
         var out = text
         for (entity, value) in [("&lt;", "<"), ("&gt;", ">"), ("&quot;", "\""), ("&apos;", "'"), ("&amp;", "&")] {
@@ -300,21 +301,21 @@ public struct PushTemplate: Sendable {
 
 /// One template expression: a function of one property, or a `{…}` concatenation.
 struct Expression: Sendable {
-    static let starters: Set<Character> = ["$", ".", "%", "#", "{"]
+    package static let starters: Set<Character> = ["$", ".", "%", "#", "{"]
 
-    enum Term: Sendable {
+    package enum Term: Sendable {
         case literal(String)
         case function(kind: Character, property: String, defaultValue: String?, length: Int?)
     }
 
-    let terms: [Term]
+    package let terms: [Term]
     /// A lone `#(p)`: a JSON number when the value looks like one.
-    var isNumeric: Bool {
+    package var isNumeric: Bool {
         if terms.count == 1, case .function("#", _, _, _) = terms[0] { return true }
         return false
     }
 
-    static func parse(_ text: String) throws(PushTemplate.ParseError) -> Expression {
+    package static func parse(_ text: String) throws(PushTemplate.ParseError) -> Expression {
         var scanner = Scanner(Array(text.unicodeScalars), text: text)
         scanner.skipSpace()
         if scanner.peek == "{" {
@@ -344,7 +345,7 @@ struct Expression: Sendable {
         return Expression(terms: [term])
     }
 
-    func evaluate(_ properties: PushTemplate.Properties) -> String {
+    package func evaluate(_ properties: PushTemplate.Properties) -> String {
         var out = ""
         for term in terms {
             switch term {
@@ -368,15 +369,15 @@ struct Expression: Sendable {
     }
 
     /// RFC 3986's unreserved characters: everything else is percent-encoded by `%()`.
-    static let unreserved = CharacterSet(
+    package static let unreserved = CharacterSet(
         charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
-    struct Scanner {
+    package struct Scanner {
         let scalars: [Unicode.Scalar]
         let text: String
         var index = 0
 
-        init(_ scalars: [Unicode.Scalar], text: String) {
+        package init(_ scalars: [Unicode.Scalar], text: String) {
             self.scalars = scalars
             self.text = text
         }
@@ -388,7 +389,7 @@ struct Expression: Sendable {
             while let c = peek, c == " " || c == "\t" || c == "\n" || c == "\r" { index += 1 }
         }
 
-        func error(_ message: String) -> PushTemplate.ParseError {
+        package func error(_ message: String) -> PushTemplate.ParseError {
             PushTemplate.ParseError("template expression \"\(text.prefix(80))\", at character \(index + 1): \(message)")
         }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldModel
 
 /// The times NH's clients send (`ServiceBusNotification-ScheduleTime`,
 /// `ServiceBusNotification-Apns-Expiry`), read leniently (docs/notification-hubs.md lists them):

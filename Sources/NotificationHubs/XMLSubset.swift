@@ -8,18 +8,18 @@ import Foundation
 /// for inputs fuzzing found in seconds (see ``NHRegistrationXML``). It is linear in the input: every
 /// byte is looked at a bounded number of times, and it stops at `maxElements` elements and
 /// `maxDepth` levels.
-enum XMLSubset {
-    enum Event {
+package enum XMLSubset {
+    package enum Event {
         case start(String, [(name: String, value: String)])
         case text(String)
         case end(String)
     }
 
-    struct Failure: Error {
+    package struct Failure: Error {
         var message: String
     }
 
-    static func parse(
+    package static func parse(
         _ bytes: [UInt8], maxElements: Int, maxDepth: Int, _ handle: (Event) throws -> Void
     ) throws {
         guard String(validating: bytes, as: UTF8.self) != nil else {
@@ -121,7 +121,7 @@ enum XMLSubset {
     }
 
     /// `encoding="…"` of an XML declaration's body.
-    static func declaredEncoding(_ body: ArraySlice<UInt8>) -> String? {
+    package static func declaredEncoding(_ body: ArraySlice<UInt8>) -> String? {
         let text = String(decoding: body, as: UTF8.self)
         guard let range = text.range(of: "encoding") else { return nil }
         let rest = text[range.upperBound...].drop { $0 == " " || $0 == "=" || $0 == "\t" }
@@ -129,10 +129,10 @@ enum XMLSubset {
         return String(rest.dropFirst().prefix { $0 != quote })
     }
 
-    static func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+    package static func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
 
     /// Text with its references replaced: `&lt; &gt; &amp; &quot; &apos; &#N; &#xN;`.
-    static func unescape(_ text: ArraySlice<UInt8>) throws -> String {
+    package static func unescape(_ text: ArraySlice<UInt8>) throws -> String {
         guard text.contains(UInt8(ascii: "&")) else { return String(decoding: text, as: UTF8.self) }
         var out: [UInt8] = []
         out.reserveCapacity(text.count)
@@ -173,7 +173,7 @@ enum XMLSubset {
         return String(decoding: out, as: UTF8.self)
     }
 
-    struct Cursor {
+    package struct Cursor {
         let bytes: [UInt8]
         var index = 0
 

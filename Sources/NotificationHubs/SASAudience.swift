@@ -1,4 +1,5 @@
 import Foundation
+import HeraldModel
 
 /// Which requests a Notification Hubs SharedAccessSignature may be used for, from its `sr`: the one
 /// rule herald-auth applies when it verifies a token and herald-edge when it reuses auth's answer

@@ -1,6 +1,6 @@
 import Testing
 
-@testable import Edge
+@testable import NotificationHubs
 
 /// The XML reader NH's registration bodies go through (FoundationXML's crashed on hostile input).
 @Suite("XML subset reader")

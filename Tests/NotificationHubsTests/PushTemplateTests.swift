@@ -1,5 +1,6 @@
 import Foundation
 import HeraldModel
+import NotificationHubs
 import Testing
 
 @Suite("NH templates")

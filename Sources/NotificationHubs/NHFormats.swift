@@ -1,4 +1,5 @@
 import Foundation
+import HeraldModel
 
 /// A direct batch send's body (`POST /{hub}/messages/$batch?direct`): multipart/mixed with a
 /// `notification` part and a `devices` part, in every spelling the SDKs and docs use
@@ -6,26 +7,27 @@ import Foundation
 ///
 /// Parsed here rather than with a multipart library: the body is at most 64 KB and two parts, and
 /// the leniency NH's clients need (boundary parameter, quoting, part names) is most of the work.
-enum NHBatch {
-    struct Parts {
-        var notification: [UInt8]
-        var notificationContentType: String?
-        var devices: [String]
+package enum NHBatch {
+    package struct Parts {
+        package var notification: [UInt8]
+        package var notificationContentType: String?
+        package var devices: [String]
     }
 
-    static let missingPart = EdgeError(.badRequest, "Could not find a part of the multipart content supplied")
+    package static let missingPart = ServiceError.invalidArgument(
+        "Could not find a part of the multipart content supplied")
 
-    static func parse(contentType: String, body: [UInt8]) throws -> Parts {
+    package static func parse(contentType: String, body: [UInt8]) throws -> Parts {
         guard contentType.lowercased().hasPrefix("multipart/"),
             let match = contentType.firstMatch(of: /(?i)boundary\s*=\s*(?:"([^"]+)"|([^;\s]+))/),
             let boundary = match.1 ?? match.2
         else {
-            throw EdgeError(
-                .badRequest, #"a batch send is multipart/mixed; boundary="…" with a notification and a devices part"#)
+            throw ServiceError.invalidArgument(
+                #"a batch send is multipart/mixed; boundary="…" with a notification and a devices part"#)
         }
         // RFC 2046 §5.1.1: 1 to 70 characters. A longer one is only a way to make the search slow.
         guard boundary.utf8.count <= 70 else {
-            throw EdgeError(.badRequest, "a multipart boundary is at most 70 characters")
+            throw ServiceError.invalidArgument("a multipart boundary is at most 70 characters")
         }
         let delimiter = Array(("--" + boundary).utf8)
         var notification: (body: [UInt8], type: String?)?
@@ -42,20 +44,21 @@ enum NHBatch {
             }
         }
         guard let notification, let devices else { throw missingPart }
-        guard !devices.isEmpty else { throw EdgeError(.badRequest, "the devices part lists no device handle") }
+        guard !devices.isEmpty else { throw ServiceError.invalidArgument("the devices part lists no device handle") }
         return Parts(notification: notification.body, notificationContentType: notification.type, devices: devices)
     }
 
     /// The devices part: a JSON array of strings; the docs' `['a','b']` is read too.
-    static func handles(_ content: [UInt8]) throws -> [String] {
+    package static func handles(_ content: [UInt8]) throws -> [String] {
         if let list = try? JSONSerialization.jsonObject(with: Data(content)) as? [String] { return list }
         let requoted = String(decoding: content, as: UTF8.self).replacingOccurrences(of: "'", with: "\"")
         if let list = try? JSONSerialization.jsonObject(with: Data(requoted.utf8)) as? [String] { return list }
-        throw EdgeError(.badRequest, #"the devices part is a JSON array of device handles: ["handle1","handle2"]"#)
+        throw ServiceError.invalidArgument(
+            #"the devices part is a JSON array of device handles: ["handle1","handle2"]"#)
     }
 
     /// The parts between delimiters (the preamble and the epilogue dropped).
-    static func split(_ body: [UInt8], by delimiter: [UInt8]) -> [ArraySlice<UInt8>] {
+    package static func split(_ body: [UInt8], by delimiter: [UInt8]) -> [ArraySlice<UInt8>] {
         let starts = delimiterStarts(body, delimiter)
         guard starts.count >= 2 else { return [] }
         var parts: [ArraySlice<UInt8>] = []
@@ -71,7 +74,7 @@ enum NHBatch {
     }
 
     /// A part's headers (lower-case names) and content; headers end at the first empty line.
-    static func headersAndContent(_ part: ArraySlice<UInt8>) -> ([String: String], [UInt8]) {
+    package static func headersAndContent(_ part: ArraySlice<UInt8>) -> ([String: String], [UInt8]) {
         let bytes = Array(part)
         var headers: [String: String] = [:]
         var line = 0
@@ -109,7 +112,7 @@ enum NHBatch {
     /// (at most 72 bytes) only on a line at least that long. The byte-by-byte search at every
     /// position it replaces took the body's length times the boundary's (20 s for a 120 KB body of
     /// dashes and a 2,500-character boundary, before boundaries were bounded).
-    static func delimiterStarts(_ body: [UInt8], _ delimiter: [UInt8]) -> [Int] {
+    package static func delimiterStarts(_ body: [UInt8], _ delimiter: [UInt8]) -> [Int] {
         guard !delimiter.isEmpty else { return [] }
         var starts: [Int] = []
         var line = 0

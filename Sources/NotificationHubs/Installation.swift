@@ -1,7 +1,6 @@
 import Foundation
 public import HeraldModel
 public import HeraldProto
-import HeraldRPC
 
 /// A Notification Hubs installation: NH's JSON in and out, validated with Herald's rules.
 ///
@@ -29,7 +28,7 @@ public struct Installation: Sendable, Equatable {
         /// than at every send: a body and expressions that parse, and valid tags. A patch of one
         /// part (`/templates/{name}/body`) once skipped this and stored a template that broke
         /// every read and send of the hub.
-        func validate(name: String) throws {
+        package func validate(name: String) throws {
             guard !body.isEmpty else { throw ServiceError.invalidArgument("template \(name) needs a body") }
             do {
                 _ = try PushTemplate(body)
@@ -58,7 +57,7 @@ public struct Installation: Sendable, Equatable {
 
         /// Whether a header value is an expression (NH's rule: its first character is `$ . % # {`),
         /// whose value depends on the send's properties.
-        static func isExpression(_ value: String) -> Bool {
+        package static func isExpression(_ value: String) -> Bool {
             value.first.map { "$.%#{".contains($0) } ?? false
         }
 
@@ -132,7 +131,9 @@ public struct Installation: Sendable, Equatable {
     /// `hosts` nil: a stored installation, validated as a whole when it was written; read back
     /// without checking its handle or its templates again, so that a row no PUT would take today
     /// still reads, lists and exports.
-    static func parse(_ object: [String: Any], id: String, hosts: RegistrationRules.PushHosts?) throws -> Installation {
+    package static func parse(_ object: [String: Any], id: String, hosts: RegistrationRules.PushHosts?) throws
+        -> Installation
+    {
         try validateID(id)
         guard let bodyID = object["installationId"] as? String else {
             throw ServiceError.invalidArgument("installationId is required")
@@ -186,7 +187,7 @@ public struct Installation: Sendable, Equatable {
 
     /// NH's rule for an id in a path (installations, registrations): 1 to 256 letters, digits,
     /// periods, hyphens and underscores.
-    static func isEntityID(_ id: String) -> Bool {
+    package static func isEntityID(_ id: String) -> Bool {
         (1...maxIDLength).contains(id.utf8.count)
             && id.utf8.allSatisfy({
                 $0.isLetterOrDigit || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_")
@@ -214,7 +215,7 @@ public struct Installation: Sendable, Equatable {
         NHPlatformNames.of(platform)?.installation ?? "unknown"
     }
 
-    static func pushChannel(_ value: Any, platform: Platform) throws -> String {
+    package static func pushChannel(_ value: Any, platform: Platform) throws -> String {
         if platform == .browser {
             var object = value as? [String: Any]
             if object == nil, let text = value as? String {
@@ -240,7 +241,7 @@ public struct Installation: Sendable, Equatable {
         return text
     }
 
-    static func userID(_ value: Any?) throws -> String? {
+    package static func userID(_ value: Any?) throws -> String? {
         guard let value, !(value is NSNull) else { return nil }
         guard let text = value as? String else { throw ServiceError.invalidArgument("userId must be a string") }
         if text.isEmpty { return nil }
@@ -252,7 +253,7 @@ public struct Installation: Sendable, Equatable {
         return text
     }
 
-    static func tags(_ value: Any?) throws -> [String] {
+    package static func tags(_ value: Any?) throws -> [String] {
         guard let value, !(value is NSNull) else { return [] }
         guard let tags = value as? [Any] else { throw ServiceError.invalidArgument("tags must be an array of strings") }
         return try RegistrationRules.validateTags(
@@ -264,7 +265,7 @@ public struct Installation: Sendable, Equatable {
             })
     }
 
-    static func stringMap(_ value: Any?, _ field: String) throws -> [String: String] {
+    package static func stringMap(_ value: Any?, _ field: String) throws -> [String: String] {
         guard let value, !(value is NSNull) else { return [:] }
         guard let object = value as? [String: Any] else {
             throw ServiceError.invalidArgument("\(field) must be an object of strings")
@@ -277,7 +278,7 @@ public struct Installation: Sendable, Equatable {
         }
     }
 
-    static func templates(_ value: Any?) throws -> [String: Template] {
+    package static func templates(_ value: Any?) throws -> [String: Template] {
         guard let value, !(value is NSNull) else { return [:] }
         guard let object = value as? [String: Any] else {
             throw ServiceError.invalidArgument("templates must be an object")
@@ -287,7 +288,7 @@ public struct Installation: Sendable, Equatable {
         return templates
     }
 
-    static func template(name: String, _ value: Any) throws -> Template {
+    package static func template(name: String, _ value: Any) throws -> Template {
         guard Names.isValidTag(name) else {
             throw ServiceError.invalidArgument(
                 "template name \(name) must be a valid tag (it becomes one): A-Z a-z 0-9 _ @ # . : -")
@@ -308,7 +309,7 @@ public struct Installation: Sendable, Equatable {
     }
 
     /// A JSON value, or a string holding one (the SDKs send every patch value as a string).
-    static func jsonValue(_ value: Any) -> Any {
+    package static func jsonValue(_ value: Any) -> Any {
         if let text = value as? String, let first = text.first, first == "{" || first == "[",
             let parsed = try? JSONSerialization.jsonObject(with: Data(text.utf8))
         {
@@ -378,13 +379,13 @@ public struct Installation: Sendable, Equatable {
         return all
     }
 
-    static func w3c(_ millis: Int64) -> String {
+    package static func w3c(_ millis: Int64) -> String {
         // A format style, not an ISO8601DateFormatter: making one of those costs more than the rest of a PATCH.
         Date(timeIntervalSince1970: Double(millis) / 1000).formatted(
             Date.ISO8601FormatStyle(includingFractionalSeconds: true))
     }
 
-    static func canonicalJSON(_ object: [String: Any]) throws -> String {
+    package static func canonicalJSON(_ object: [String: Any]) throws -> String {
         String(
             decoding: try JSONSerialization.data(
                 withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)

@@ -15,38 +15,39 @@ import HeraldProto
 /// each that crash the process inside FoundationXML on Linux (a processing instruction with no
 /// data: strlen of NULL; an element name that is not UTF-8: a trap), and a crash reachable from
 /// outside takes the edge down for everyone.
-enum NHRegistrationXML {
-    static let namespace = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
-    static let entryContentType = "application/atom+xml;type=entry;charset=utf-8"
-    static let feedContentType = "application/atom+xml;type=feed;charset=utf-8"
+package enum NHRegistrationXML {
+    package static let namespace = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
+    package static let entryContentType = "application/atom+xml;type=entry;charset=utf-8"
+    package static let feedContentType = "application/atom+xml;type=feed;charset=utf-8"
     /// What NH answers for a registration that never expires.
-    static let neverExpires = "9999-12-31T23:59:59.999Z"
-    static let maxElements = 512
-    static let maxDepth = 8
+    package static let neverExpires = "9999-12-31T23:59:59.999Z"
+    package static let maxElements = 512
+    package static let maxDepth = 8
 
     /// The description kinds Herald serves: element name prefix → platform.
-    static let kinds = Dictionary(uniqueKeysWithValues: NHPlatformNames.all.map { ($0.description, $0.platform) })
+    package static let kinds = Dictionary(
+        uniqueKeysWithValues: NHPlatformNames.all.map { ($0.description, $0.platform) })
 
     /// Parses an entry into a registration (id not set: the path or the edge gives it).
-    static func parse(_ body: [UInt8]) throws -> HubRegistration {
+    package static func parse(_ body: [UInt8]) throws -> HubRegistration {
         let reader = Reader()
         do {
             try XMLSubset.parse(body, maxElements: maxElements, maxDepth: maxDepth) { event in try reader.take(event) }
         } catch let error as XMLSubset.Failure {
-            throw EdgeError(
-                .badRequest, "the body is not a registration description in Atom XML: \(error.message)")
+            throw ServiceError.invalidArgument(
+                "the body is not a registration description in Atom XML: \(error.message)")
         }
         guard let kind = reader.kind else {
-            throw EdgeError(.badRequest, "the entry's content holds no …RegistrationDescription element")
+            throw ServiceError.invalidArgument("the entry's content holds no …RegistrationDescription element")
         }
         return try registration(kind: kind, fields: reader.fields, headers: reader.headers)
     }
 
-    static func registration(kind: String, fields: [String: String], headers: [HubRegistrationField]) throws
+    package static func registration(kind: String, fields: [String: String], headers: [HubRegistrationField]) throws
         -> HubRegistration
     {
         guard kind.hasSuffix("RegistrationDescription") else {
-            throw EdgeError(.badRequest, "\(kind) is not a registration description")
+            throw ServiceError.invalidArgument("\(kind) is not a registration description")
         }
         var stem = String(kind.dropLast("RegistrationDescription".count))
         let isTemplate = stem.hasSuffix("Template")
@@ -54,13 +55,11 @@ enum NHRegistrationXML {
         guard let platform = kinds[stem] else {
             switch stem {
             case "Gcm", "Fcm":
-                throw EdgeError(
-                    .badRequest,
+                throw ServiceError.invalidArgument(
                     "\(kind) is FCM's legacy API, retired by Google in 2024: use FcmV1RegistrationDescription (the token stays the same)"
                 )
             default:
-                throw EdgeError(
-                    .badRequest,
+                throw ServiceError.invalidArgument(
                     "\(kind) is not supported by Herald: use Apple, FcmV1, Windows or Browser (native or template)")
             }
         }
@@ -68,7 +67,7 @@ enum NHRegistrationXML {
         r.platform = platform
         func required(_ name: String) throws -> String {
             guard let value = fields[name], !value.isEmpty else {
-                throw EdgeError(.badRequest, "\(kind) needs \(name)")
+                throw ServiceError.invalidArgument("\(kind) needs \(name)")
             }
             return value
         }
@@ -88,7 +87,7 @@ enum NHRegistrationXML {
         if let variables = fields["PushVariables"], !variables.isEmpty {
             guard let object = try? JSONSerialization.jsonObject(with: Data(variables.utf8)) as? [String: String]
             else {
-                throw EdgeError(.badRequest, #"PushVariables is a JSON object of strings: {"name":"value"}"#)
+                throw ServiceError.invalidArgument(#"PushVariables is a JSON object of strings: {"name":"value"}"#)
             }
             r.pushVariables = object.keys.sorted().map { HubRegistrationField(name: $0, value: object[$0]!) }
         }
@@ -104,7 +103,7 @@ enum NHRegistrationXML {
     }
 
     /// One registration as NH's `<entry>`; `url` is the registration's own address.
-    static func entry(_ r: HubRegistration, url: String, root: Bool = true) -> String {
+    package static func entry(_ r: HubRegistration, url: String, root: Bool = true) -> String {
         let updated = w3c(r.updatedAtUnixMs)
         let etag = xmlEscaped("W/\"\(r.etag)\"")
         var xml = "<entry a:etag=\"\(etag)\""
@@ -118,7 +117,7 @@ enum NHRegistrationXML {
     }
 
     /// A page of registrations as NH's `<feed>`.
-    static func feed(_ registrations: [HubRegistration], url: String, base: String, now: Int64) -> String {
+    package static func feed(_ registrations: [HubRegistration], url: String, base: String, now: Int64) -> String {
         var xml = "<feed xmlns=\"http://www.w3.org/2005/Atom\"><title type=\"text\">Registrations</title>"
         xml +=
             "<id>\(xmlEscaped(url))</id><updated>\(w3c(now))</updated><link rel=\"self\" href=\"\(xmlEscaped(url))\"/>"
@@ -127,7 +126,7 @@ enum NHRegistrationXML {
     }
 
     /// The `…RegistrationDescription` element, fields in the .NET SDK's DataContract order.
-    static func description(_ r: HubRegistration) -> String {
+    package static func description(_ r: HubRegistration) -> String {
         let stem = kinds.first { $0.value == r.platform }?.key ?? "Apple"
         let name = stem + (r.isTemplate ? "Template" : "") + "RegistrationDescription"
         var xml = "<\(name) xmlns=\"\(namespace)\" xmlns:i=\"http://www.w3.org/2001/XMLSchema-instance\">"
@@ -182,13 +181,13 @@ enum NHRegistrationXML {
         return xml + "</\(name)>"
     }
 
-    static func w3c(_ millis: Int64) -> String {
+    package static func w3c(_ millis: Int64) -> String {
         Date(timeIntervalSince1970: Double(millis) / 1000).formatted(Date.ISO8601FormatStyle())
     }
 
     /// Collects the description's fields: the first element inside `<content>` names the kind; its
     /// children are fields (text and CDATA joined); `ApnsHeaders`/`WnsHeaders` hold header pairs.
-    final class Reader {
+    package final class Reader {
         var kind: String?
         var fields: [String: String] = [:]
         var headers: [HubRegistrationField] = []

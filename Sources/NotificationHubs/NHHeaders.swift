@@ -1,3 +1,4 @@
+import HeraldModel
 public import HeraldProto
 
 /// How Notification Hubs' platform headers become a push's delivery options: one rule set for a
@@ -31,7 +32,7 @@ public enum NHHeaders {
         + "X-WNS-TTL: 1 to \(PushLimits.maxTTLSeconds) seconds; X-WNS-Type: wns/toast, wns/tile, wns/badge or wns/raw"
 
     /// APNs' two priorities.
-    static func priority(_ value: String) -> Int32? {
+    package static func priority(_ value: String) -> Int32? {
         Int32(value).flatMap { $0 == 5 || $0 == 10 ? $0 : nil }
     }
 

@@ -1,3 +1,4 @@
+import HeraldModel
 public import HeraldProto
 
 /// Notification Hubs' names for the platforms Herald sends to. NH spells a platform differently

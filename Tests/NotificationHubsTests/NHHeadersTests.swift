@@ -1,5 +1,6 @@
 import HeraldModel
 import HeraldProto
+import NotificationHubs
 import Testing
 
 /// NH's platform headers as delivery options: the rules a direct send and a template share.
