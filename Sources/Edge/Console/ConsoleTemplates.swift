@@ -1,4 +1,3 @@
-
 /// The console's Mustache templates. They live in the binary, not in files beside it, so that an
 /// edge deployed as one executable (the image, `herald up`) serves its console without a resource
 /// folder to copy. `{{x}}` escapes HTML; `{{{x}}}` is used only for markup the edge made itself
