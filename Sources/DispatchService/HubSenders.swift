@@ -29,14 +29,7 @@ public enum PlatformCredentials: Sendable {
     /// Parses a hub's settings (named as ``SetHubCredentialsRequest/settingNames`` says; secrets
     /// are the files' contents); INVALID_ARGUMENT names the setting, never a secret's content.
     public static func parse(platform: Platform, settings: [String: String]) throws -> PlatformCredentials {
-        guard let names = SetHubCredentialsRequest.settingNames[platform] else {
-            throw ServiceError.invalidArgument("platform must be apns, fcm, wns or browser")
-        }
-        for name in settings.keys where !names.required.contains(name) && !names.optional.contains(name) {
-            throw ServiceError.invalidArgument(
-                "unknown \(platform.name) setting \(name): use \((names.required + names.optional).joined(separator: ", "))"
-            )
-        }
+        let names = try SetHubCredentialsRequest.settingNames(of: platform, checking: settings)
         for name in names.required where (settings[name] ?? "").isEmpty {
             throw ServiceError.invalidArgument(
                 "\(platform.name) credentials need \(names.required.joined(separator: ", ")); \(name) is missing")

@@ -14,11 +14,12 @@ extension SetHubCredentialsRequest {
         .browser: (["vapid-key", "subject"], []),
     ]
 
-    /// The request setting `platform`'s credentials from named settings. INVALID_ARGUMENT names an
-    /// unknown setting (whether the required ones are there is herald-dispatch's check, as for a
-    /// request from any other client).
-    public init(hub: String, platform: Platform, settings: [String: String]) throws {
-        guard let names = Self.settingNames[platform] else {
+    /// `platform`'s setting names, once every name in `settings` is one of them: INVALID_ARGUMENT
+    /// for a platform without credentials, and for an unknown setting (naming it, never a value).
+    public static func settingNames(of platform: Platform, checking settings: [String: String]) throws -> (
+        required: [String], optional: [String]
+    ) {
+        guard let names = settingNames[platform] else {
             throw ServiceError.invalidArgument("platform must be apns, fcm, wns or browser")
         }
         for name in settings.keys.sorted() where !names.required.contains(name) && !names.optional.contains(name) {
@@ -26,6 +27,14 @@ extension SetHubCredentialsRequest {
                 "unknown \(platform.name) setting \(name): use \((names.required + names.optional).joined(separator: ", "))"
             )
         }
+        return names
+    }
+
+    /// The request setting `platform`'s credentials from named settings. INVALID_ARGUMENT names an
+    /// unknown setting (whether the required ones are there is herald-dispatch's check, as for a
+    /// request from any other client).
+    public init(hub: String, platform: Platform, settings: [String: String]) throws {
+        _ = try Self.settingNames(of: platform, checking: settings)
         let value = { (name: String) in settings[name] ?? "" }
         self.init(hub: hub)
         switch platform {

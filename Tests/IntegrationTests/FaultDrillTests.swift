@@ -141,9 +141,8 @@ struct FaultDrillTests {
         let sent = ContinuousClock.now
         do {
             let reply = try await edge.request(
-                method, path, authorization: EdgeClient.basic(user), bytes: body.map { Data($0.utf8) },
-                contentType: "application/json", headers: id.map { [("X-Request-Id", $0)] } ?? [],
-                timeout: .seconds(15))
+                method, path, authorization: EdgeClient.basic(user), body: body,
+                headers: id.map { [("X-Request-Id", $0)] } ?? [], timeout: .seconds(15))
             var notification: String?
             if let location = reply.header("Location"),
                 let match = location.firstMatch(of: /notifications\/([^\/]+)\/outcome/)

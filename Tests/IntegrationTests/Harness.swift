@@ -204,12 +204,11 @@ struct EdgeClient: Sendable {
 
     func request(
         _ method: String, _ path: String, authorization: String? = nil, body: String? = nil,
-        timeout: TimeAmount = .seconds(30)
+        headers extra: [(String, String)] = [], timeout: TimeAmount = .seconds(30)
     ) async throws -> Reply {
         try await request(
             method, path, authorization: authorization, bytes: body.map { Data($0.utf8) },
-            contentType: "application/json",
-            timeout: timeout)
+            contentType: "application/json", headers: extra, timeout: timeout)
     }
 
     func request(
