@@ -534,7 +534,7 @@ public enum DispatchServer {
             defaults: senders, inbox: inbox, client: client, timeout: config.pushTimeout,
             recordOnly: config.provider == .inbox)
         try await hubSenders.load(from: credentialStore, logger: context.logger)
-        let recorded = [Platform.apns, .fcm, .wns, .browser].filter { !real.contains($0) }.map(\.name)
+        let recorded = Platform.delivered.filter { !real.contains($0) }.map(\.name)
         context.logger.notice(
             "push providers",
             metadata: [

@@ -295,7 +295,7 @@ public final class HubSenders: Sendable {
 
     /// What a hub's platforms are delivered with, for GetHubCredentials.
     public func status(hub: String) -> [HubPlatformCredentials] {
-        [Platform.apns, .fcm, .wns, .browser].map { platform in
+        Platform.delivered.map { platform in
             if hub == Names.defaultHub {
                 let inboxOnly = defaults[platform] is InboxProvider
                 return HubPlatformCredentials(
@@ -317,7 +317,7 @@ public final class HubSenders: Sendable {
         let own = recordOnly ? [] : hubs.withLock { Set($0.values.flatMap(\.keys)) }
         var local: [Platform] = []
         var remote: [Platform] = []
-        for platform in [Platform.apns, .fcm, .wns, .browser] {
+        for platform in Platform.delivered {
             if defaults[platform] is InboxProvider, !own.contains(platform) {
                 local.append(platform)
             } else {

@@ -110,3 +110,8 @@ public enum PlatformRules {
         payload.contentType.isEmpty ? fallback : payload.contentType
     }
 }
+
+extension Platform {
+    /// The platforms herald-dispatch delivers to, each through its own sender or the inbox.
+    static let delivered: [Platform] = [.apns, .fcm, .wns, .browser]
+}

@@ -112,6 +112,43 @@ struct OutboxStoreTests {
     }
 
     @Test(
+        "a claim takes the oldest due first across its platforms, and one platform's backlog does not hide another's rows",
+        arguments: StoreBackend.available)
+    func claimAcrossPlatforms(_ backend: StoreBackend) async throws {
+        let start = unixMillis() - 10_000
+        let clock = Mutex(start)
+        try await withOutbox(backend, now: { clock.withLock { $0 } }) { fixture in
+            let outbox = fixture.outbox
+            try await Self.send(outbox, "n-old", Self.targets(2, .fcm, prefix: "old"), payloads: [Self.fcm])
+            clock.withLock { $0 += 1000 }
+            try await Self.send(outbox, "n-apns", Self.targets(30, prefix: "a"), payloads: [Self.apns])
+            clock.withLock { $0 += 1000 }
+            try await Self.send(outbox, "n-fcm", Self.targets(3, .fcm, prefix: "f"), payloads: [Self.fcm])
+            clock.withLock { $0 += 1000 }
+            #expect(try await outbox.nextDue() == start, "the earliest of every platform's")
+            // FCM's claim, behind 30 due APNs rows: FCM's own, oldest first.
+            let fcm = try await outbox.claim(limit: 4, platforms: [.fcm])
+            #expect(fcm.map(\.registrationID) == ["old-0", "old-1", "f-0", "f-1"])
+            // Across platforms: the oldest due first (then by sequence), at most `limit`.
+            let first = try await outbox.claim(limit: 12, platforms: [.fcm, .apns])
+            #expect(first.map(\.registrationID) == (0..<12).map { "a-\($0)" })
+            let rest = try await outbox.claim(limit: 100, platforms: [.fcm, .apns])
+            #expect(rest.map(\.registrationID) == (12..<30).map { "a-\($0)" } + ["f-2"])
+        }
+    }
+
+    @Test("SQLite: a claim reads one ordered range of delivery_due per platform: no scan, no sort")
+    func claimPlan() throws {
+        let db = try DatabaseQueue()
+        _ = try Outbox(db: db)
+        let plan = try db.read { db in
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + Outbox.dueOfPlatform, arguments: [1, 0, 10])
+                .map { $0["detail"] as String }
+        }
+        #expect(plan == ["SEARCH delivery USING INDEX delivery_due (platform=? AND next_attempt_at<?)"])
+    }
+
+    @Test(
         "erase: a delivery not yet tried fails as Erased and counts; one in flight is waited for; records keep their counts, blanked",
         arguments: StoreBackend.available)
     func eraseDevices(_ backend: StoreBackend) async throws {

@@ -64,19 +64,31 @@ extension Outbox {
         }
     }
 
-    /// Due deliveries of `platforms`, oldest first; with `lease`, each is leased and its attempt counted.
+    /// One platform's due deliveries, oldest first: one ordered range of `delivery_due`
+    /// (platform, next_attempt_at, sequence), however many rows other platforms have due.
+    static let dueOfPlatform = """
+        SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at, variant,
+               next_attempt_at
+        FROM delivery WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0 AND platform = ? AND next_attempt_at <= ?
+        ORDER BY next_attempt_at, sequence LIMIT ?
+        """
+
+    /// Due deliveries of `platforms`, oldest first across them; with `lease`, each is leased and
+    /// its attempt counted.
     func due(limit: Int, platforms: [Platform], lease: Bool, at: Int64, _ db: Database) throws -> [PushItem] {
-        guard !platforms.isEmpty else { return [] }
-        let list = platforms.map { String($0.rawValue) }.sorted().joined(separator: ",")
-        let rows = try Row.fetchAll(
-            db.cachedStatement(
-                sql: """
-                    SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at, variant
-                    FROM delivery WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0 AND next_attempt_at <= ? AND platform IN (\(list))
-                    ORDER BY next_attempt_at, sequence LIMIT ?
-                    """),
-            arguments: [at, limit])
-        guard !rows.isEmpty else { return [] }
+        guard !platforms.isEmpty, limit > 0 else { return [] }
+        // Up to `limit` of each platform, then the oldest `limit` of them all: the order a single
+        // query over every platform would give, without reading other platforms' rows.
+        let statement = try db.cachedStatement(sql: Self.dueOfPlatform)
+        let ranges = try platforms.map { try Row.fetchAll(statement, arguments: [$0.rawValue, at, limit]) }
+            .filter { !$0.isEmpty }
+        guard var rows = ranges.first else { return [] }
+        if ranges.count > 1 {
+            rows = ranges.flatMap { $0 }
+                .map { (due: $0[9] as Int64, sequence: $0[0] as Int64, row: $0) }
+                .sorted { ($0.due, $0.sequence) < ($1.due, $1.sequence) }
+                .prefix(limit).map(\.row)
+        }
         var payloads: [String: [OutboxPayload.Key: OutboxPayload]] = [:]
         var hubs: [String: String] = [:]
         var items: [PushItem] = []

@@ -55,14 +55,16 @@ extension Outbox {
         try db.write { db in try db.execute(sql: "DELETE FROM handle_removal WHERE id = ?", arguments: [id]) }
     }
 
-    /// When the earliest pending, unleased delivery is due (Unix ms), if any.
+    /// When the earliest pending, unleased delivery is due (Unix ms), if any: the least of each
+    /// platform's first entry in `delivery_due` (one look-up each, never a scan).
     public func nextDue() throws -> Int64? {
         try db.read { db in
-            try Int64.fetchOne(
-                db,
-                sql:
-                    "SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0"
-            )
+            let statement = try db.cachedStatement(
+                sql: """
+                    SELECT MIN(next_attempt_at) FROM delivery
+                    WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0 AND platform = ?
+                    """)
+            return try Platform.delivered.compactMap { try Int64.fetchOne(statement, arguments: [$0.rawValue]) }.min()
         }
     }
 

@@ -201,6 +201,16 @@ extension Outbox {
             // A template send's audience spills too: each staged row keeps its payload variant.
             try db.execute(sql: "ALTER TABLE audience_staging ADD COLUMN variant INTEGER NOT NULL DEFAULT 0")
         }
+        migrator.registerMigration("outbox-v13-due-by-platform") { db in
+            // A claim names its platforms (the inbox's, or the senders'): keyed by next_attempt_at
+            // alone, a claim for the inbox walked every due APNs row of a backlog to find none of
+            // its own, once per batch. Keyed by platform first, each platform is one ordered range.
+            try db.execute(
+                sql: """
+                    DROP INDEX delivery_due;
+                    CREATE INDEX delivery_due ON delivery(platform, next_attempt_at) WHERE state = 1 AND leased = 0;
+                    """)
+        }
         return migrator
     }
 }

@@ -210,6 +210,14 @@ public final class PostgresOutbox: OutboxStore {
         PostgresMigration(
             "dispatch-v7-staging-variant",
             ["ALTER TABLE audience_staging ADD COLUMN variant INTEGER NOT NULL DEFAULT 0"]),
+        // A claim names its platforms: each is one ordered range, however many rows other
+        // platforms have due (Outbox's outbox-v13-due-by-platform).
+        PostgresMigration(
+            "dispatch-v8-due-by-platform",
+            [
+                "DROP INDEX delivery_due",
+                "CREATE INDEX delivery_due ON delivery (platform, next_attempt_at, sequence) WHERE state = 1",
+            ]),
     ]
 
     /// Rows one INSERT … unnest carries: large sends go in several statements of one transaction.
@@ -628,10 +636,19 @@ public final class PostgresOutbox: OutboxStore {
         try await db.query("DELETE FROM handle_removal WHERE id = \(id)")
     }
 
+    /// The least of each platform's first entry in `delivery_due` (one look-up each, never a scan).
     nonisolated(nonsending) public func nextDue() async throws -> Int64? {
-        try await db.rows("SELECT MIN(next_attempt_at) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)")
-            .first?
-            .decode(Int64?.self)
+        let platforms = Platform.delivered.map(\.rawValue)
+        return try await db.rows(
+            """
+            SELECT MIN(first) FROM unnest(\(platforms)::integer[]) AS p(platform)
+            CROSS JOIN LATERAL (
+                SELECT MIN(next_attempt_at) AS first FROM delivery
+                WHERE state = \(DeliveryState.pending.rawValue) AND platform = p.platform) AS due
+            """
+        )
+        .first?
+        .decode(Int64?.self)
     }
 
     nonisolated(nonsending) public func traceParents(of ids: [String]) async throws -> [String: String] {

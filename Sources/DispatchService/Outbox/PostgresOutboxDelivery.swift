@@ -83,7 +83,10 @@ extension PostgresOutbox {
 
     /// Due deliveries of `platforms`, oldest first, locked for this transaction and skipped by
     /// everyone else's; with `leasing`, each is leased to this replica and its attempt counted.
-    /// Rows whose lease had expired count as retried.
+    /// Rows whose lease had expired count as retried. Each platform is read as one ordered range
+    /// of `delivery_due` (up to `limit` rows of each, then the oldest `limit`): a claim for the
+    /// inbox's platforms does not walk a backlog of APNs rows. The rows read but not taken stay
+    /// locked only until this transaction ends.
     func take(
         limit: Int, platforms: [Platform], leasing: Bool, at: Int64, _ connection: PostgresConnection, logger: Logger
     ) async throws -> [PushItem] {
@@ -95,10 +98,13 @@ extension PostgresOutbox {
             rows = try await connection.query(
                 """
                 WITH due AS (
-                    SELECT sequence, leased_by, next_attempt_at FROM delivery
-                    WHERE state = \(pending) AND next_attempt_at <= \(at) AND platform = ANY(\(platformValues))
-                    ORDER BY next_attempt_at, sequence LIMIT \(Int64(limit))
-                    FOR UPDATE SKIP LOCKED)
+                    SELECT d.sequence, d.leased_by, d.next_attempt_at FROM unnest(\(platformValues)::integer[]) AS p(platform)
+                    CROSS JOIN LATERAL (
+                        SELECT sequence, leased_by, next_attempt_at FROM delivery
+                        WHERE state = \(pending) AND platform = p.platform AND next_attempt_at <= \(at)
+                        ORDER BY next_attempt_at, sequence LIMIT \(Int64(limit))
+                        FOR UPDATE SKIP LOCKED) AS d
+                    ORDER BY d.next_attempt_at, d.sequence LIMIT \(Int64(limit)))
                 UPDATE delivery d SET leased_by = \(replica), attempts = d.attempts + 1, updated_at = \(at),
                                       next_attempt_at = \(until)
                 FROM due WHERE d.sequence = due.sequence
@@ -109,11 +115,15 @@ extension PostgresOutbox {
         } else {
             rows = try await connection.query(
                 """
-                SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at, variant,
-                       leased_by, next_attempt_at
-                FROM delivery WHERE state = \(pending) AND next_attempt_at <= \(at) AND platform = ANY(\(platformValues))
-                ORDER BY next_attempt_at, sequence LIMIT \(Int64(limit))
-                FOR UPDATE SKIP LOCKED
+                SELECT d.sequence, d.notification_id, d.registration_id, d.platform, d.handle, d.message_id, d.attempts,
+                       d.give_up_at, d.variant, d.leased_by, d.next_attempt_at
+                FROM unnest(\(platformValues)::integer[]) AS p(platform)
+                CROSS JOIN LATERAL (
+                    SELECT * FROM delivery
+                    WHERE state = \(pending) AND platform = p.platform AND next_attempt_at <= \(at)
+                    ORDER BY next_attempt_at, sequence LIMIT \(Int64(limit))
+                    FOR UPDATE SKIP LOCKED) AS d
+                ORDER BY d.next_attempt_at, d.sequence LIMIT \(Int64(limit))
                 """, logger: logger
             ).collect()
         }
