@@ -87,8 +87,16 @@ extension Outbox {
     public func depth() throws -> OutboxDepth {
         try db.read { db in
             OutboxDepth(
+                // The open sends' counters (open sends from `notification_open`), not COUNT(*) over
+                // `delivery`: no index holds every pending row (`delivery_due` leaves out leased
+                // ones), and a scan of a table that keeps days of finished deliveries, every
+                // second, grows with the retention.
                 pending: try Int.fetchOne(
-                    db, sql: "SELECT COUNT(*) FROM delivery WHERE state = \(DeliveryState.pending.rawValue)") ?? 0,
+                    db,
+                    sql: """
+                        SELECT COALESCE(SUM(pending), 0) FROM notification_platform
+                        WHERE notification_id IN (SELECT id FROM notification WHERE state IN (\(Outbox.unfinishedStates)))
+                        """) ?? 0,
                 removals: try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM handle_removal") ?? 0,
                 oldestOpenSend: try Int64.fetchOne(
                     db, sql: "SELECT MIN(created_at) FROM notification WHERE state IN (1, 2)"))
