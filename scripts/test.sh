@@ -111,18 +111,18 @@ echo "test.sh: compose test took $(( $(date +%s) - compose_start ))s"
 kube_start=$(date +%s)
 scripts/kube-test.sh
 echo "test.sh: podman kube play test took $(( $(date +%s) - kube_start ))s"
-fuzz_status=0
-wait "$fuzz_pid" || fuzz_status=$?
+# Waits for a job started beside the container tests, prints its log, and stops here if it failed.
+finish_beside() { # name pid log start
+  local status=0
+  wait "$2" || status=$?
+  cat "$3"
+  (( status == 0 )) || { echo "test.sh: $1 failed (exit $status)" >&2; exit 1; }
+  echo "test.sh: $1 took $(( $(date +%s) - $4 ))s (beside the container tests)"
+}
+finish_beside "libFuzzer targets" "$fuzz_pid" "$fuzz_log" "$fuzz_start"
 fuzz_pid=""
-cat "$fuzz_log"
-(( fuzz_status == 0 )) || { echo "test.sh: libFuzzer targets failed (exit $fuzz_status)" >&2; exit 1; }
-echo "test.sh: libFuzzer targets took $(( $(date +%s) - fuzz_start ))s (beside the container tests)"
-soak_status=0
-wait "$soak_pid" || soak_status=$?
+finish_beside "one-minute soak" "$soak_pid" "$soak_log" "$soak_start"
 soak_pid=""
-cat "$soak_log"
-(( soak_status == 0 )) || { echo "test.sh: the soak failed (exit $soak_status)" >&2; exit 1; }
-echo "test.sh: one-minute soak took $(( $(date +%s) - soak_start ))s (beside the container tests)"
 bench_start=$(date +%s)
 "$(swift build --show-bin-path)/herald-bench" all --quick --json .build/bench-quick.json
 # Issue 17's figures: fan-out with 1-3 dispatch replicas on the test cluster next to SQLite's one.
