@@ -15,11 +15,10 @@
 #      services/k8s/herald.yaml with podman kube play (scripts/kube-test.sh)
 #   6. every libFuzzer target for 5 s, a smoke run (twelve targets, one per core at a time: keep
 #      the whole run under 25 minutes; scripts/fuzz.sh alone runs 20 s each, FUZZ_SECONDS=600 for
-#      a real session), and a one-minute soak (herald-bench soak: RSS per service under steady
-#      traffic, no failed request, no restart), both in the background while the compose and kube
-#      tests wait on containers
+#      a real session), in the background while the compose and kube tests wait on containers
 #   7. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds; the
-#      replicas scenario on the test cluster)
+#      replicas scenario on the test cluster), and
+#      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
 #
 #   scripts/test.sh --fast   for development: build, then every test except the ones that start the
 #                            real executables (IntegrationTests); no PostgreSQL, containers or fuzzing
@@ -52,9 +51,7 @@ export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push
 echo "test.sh: Examples/send-push built in $(( $(date +%s) - example_start ))s"
 pg_dir=$(mktemp -d /tmp/herald-pg-XXXXXX)
 fuzz_pid=""
-soak_pid=""
-trap '[[ -n "$fuzz_pid" ]] && kill -- -"$fuzz_pid" 2>/dev/null; [[ -n "$soak_pid" ]] && kill -- -"$soak_pid" 2>/dev/null
-  scripts/postgres.sh stop "$pg_dir"' EXIT
+trap '[[ -n "$fuzz_pid" ]] && kill -- -"$fuzz_pid" 2>/dev/null; scripts/postgres.sh stop "$pg_dir"' EXIT
 pg_start=$(date +%s)
 export HERALD_TEST_POSTGRES_URL=$(scripts/postgres.sh start "$pg_dir")
 echo "test.sh: PostgreSQL test cluster up in $(( $(date +%s) - pg_start ))s at $HERALD_TEST_POSTGRES_URL"
@@ -96,12 +93,6 @@ fuzz_log=.build/fuzz-smoke.log
 # In its own process group (setsid), so that a failure below stops its build and fuzzers too.
 FUZZ_SECONDS=5 setsid scripts/fuzz.sh >"$fuzz_log" 2>&1 &
 fuzz_pid=$!
-# The soak beside them too: it fails only on a failed request or a restarted service (a late answer
-# makes it skip ahead, never burst), at 200 requests/s. It runs the debug binaries tested above.
-soak_start=$(date +%s)
-soak_log=.build/soak.log
-setsid "$(swift build --show-bin-path)/herald-bench" soak --quick --minutes 1 >"$soak_log" 2>&1 &
-soak_pid=$!
 # The containers: services/Dockerfile's image from the binaries just built, docker-compose.yml run
 # under podman with docker-compose, and Examples/integration-test with docker-compose.test.yml.
 compose_start=$(date +%s)
@@ -111,21 +102,18 @@ echo "test.sh: compose test took $(( $(date +%s) - compose_start ))s"
 kube_start=$(date +%s)
 scripts/kube-test.sh
 echo "test.sh: podman kube play test took $(( $(date +%s) - kube_start ))s"
-# Waits for a job started beside the container tests, prints its log, and stops here if it failed.
-finish_beside() { # name pid log start
-  local status=0
-  wait "$2" || status=$?
-  cat "$3"
-  (( status == 0 )) || { echo "test.sh: $1 failed (exit $status)" >&2; exit 1; }
-  echo "test.sh: $1 took $(( $(date +%s) - $4 ))s (beside the container tests)"
-}
-finish_beside "libFuzzer targets" "$fuzz_pid" "$fuzz_log" "$fuzz_start"
+fuzz_status=0
+wait "$fuzz_pid" || fuzz_status=$?
 fuzz_pid=""
-finish_beside "one-minute soak" "$soak_pid" "$soak_log" "$soak_start"
-soak_pid=""
+cat "$fuzz_log"
+(( fuzz_status == 0 )) || { echo "test.sh: libFuzzer targets failed (exit $fuzz_status)" >&2; exit 1; }
+echo "test.sh: libFuzzer targets took $(( $(date +%s) - fuzz_start ))s (beside the container tests)"
 bench_start=$(date +%s)
 "$(swift build --show-bin-path)/herald-bench" all --quick --json .build/bench-quick.json
 # Issue 17's figures: fan-out with 1-3 dispatch replicas on the test cluster next to SQLite's one.
 "$(swift build --show-bin-path)/herald-bench" replicas --quick --database "$HERALD_TEST_POSTGRES_URL"
 echo "test.sh: benchmark quick run took $(( $(date +%s) - bench_start ))s"
+soak_start=$(date +%s)
+"$(swift build --show-bin-path)/herald-bench" soak --quick --minutes 1
+echo "test.sh: one-minute soak took $(( $(date +%s) - soak_start ))s"
 echo "test.sh: all checks passed in $(( $(date +%s) - start ))s"
