@@ -280,7 +280,7 @@ public final class HubSenders: Sendable {
         hubs.withLock { hubs in
             if platform == .unspecified { hubs[hub] = nil } else { hubs[hub]?[platform] = nil }
         }
-        noteChange(hub: hub, platforms: platform == .unspecified ? [.apns, .fcm, .wns, .browser] : [platform])
+        noteChange(hub: hub, platforms: platform == .unspecified ? Platform.delivered : [platform])
     }
 
     /// A hub's platform, as ``load(_:readSince:logger:)`` and the change times name it.

@@ -110,8 +110,3 @@ public enum PlatformRules {
         payload.contentType.isEmpty ? fallback : payload.contentType
     }
 }
-
-extension Platform {
-    /// The platforms herald-dispatch delivers to, each through its own sender or the inbox.
-    static let delivered: [Platform] = [.apns, .fcm, .wns, .browser]
-}

@@ -42,7 +42,7 @@ public enum NativePayloads {
 
     /// A visible alert with `text`: "Notify users" sends "From <sender>: <message>" this way.
     /// Browsers get `{"message":…}` for their service worker to show.
-    public static func alert(_ text: String, platforms: [Platform] = [.apns, .fcm, .wns, .browser]) -> [NativePayload] {
+    public static func alert(_ text: String, platforms: [Platform] = Platform.delivered) -> [NativePayload] {
         platforms.map { platform in
             switch platform {
             case .apns:

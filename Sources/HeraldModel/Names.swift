@@ -96,3 +96,9 @@ extension Names {
     /// An erase and an export find a person's devices and sends by them.
     public static func userSystemTags(of user: String) -> [String] { [userTag(user), installationUserTag(user)] }
 }
+
+extension Platform {
+    /// The platforms Herald delivers to (each through its own sender, or the inbox), in the order
+    /// its listings use.
+    public static let delivered: [Platform] = [.apns, .fcm, .wns, .browser]
+}

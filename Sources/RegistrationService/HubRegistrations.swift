@@ -30,7 +30,7 @@ public enum HubRegistrationRules {
     ) throws -> HubRegistration {
         var r = registration
         try validateID(r.registrationID)
-        guard [.apns, .fcm, .wns, .browser].contains(r.platform) else {
+        guard Platform.delivered.contains(r.platform) else {
             throw ServiceError.invalidArgument(
                 "platform: NH registrations here are Apple, FcmV1, Windows or Browser (native or template)")
         }
