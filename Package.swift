@@ -357,7 +357,7 @@ let package = Package(
                 ],
                 swiftSettings: swiftSettings
             ),
-            serviceTests("AuthService"),
+            serviceTests("AuthService", extra: [.product(name: "NIOPosix", package: "swift-nio")]),
             serviceTests("RegistrationService"),
             serviceTests("PayloadService"),
             serviceTests(

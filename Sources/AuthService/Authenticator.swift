@@ -29,7 +29,9 @@ import Synchronization
 /// - `max-pending-logins` (`HERALD_MAX_PENDING_LOGINS`, 8): password hashes running or waiting at
 ///   once; more are refused at once with 429 and `Retry-After` (see ``LoginGate``).
 /// - `max-login-wait-ms` (`HERALD_MAX_LOGIN_WAIT_MS`, 2000): fewer may wait when the hashes
-///   measured so far say they would not finish within this long (keep it under the edge's RPC deadline).
+///   measured so far say they would not finish within this long, and a login is answered within
+///   this and one second more (429 when its hash has not finished by then). Keep the sum under
+///   the edge's RPC deadline (`rpc-timeout-ms`, 5000).
 /// - `failed-login-budget` (`HERALD_FAILED_LOGIN_BUDGET`, 600): failed logins per minute across all
 ///   user names before logins that need a hash are refused for a while (see ``LoginGate``).
 /// - `test-user`, `test-password` (`HERALD_TEST_USER`, `HERALD_TEST_PASSWORD`): with `test-mode`
@@ -267,12 +269,11 @@ public final class Authenticator: Sendable {
         let valid: Bool
         switch mode {
         case .tutorial:
-            valid = user == password
+            valid = try await settle(user, valid: user == password)
         case .accounts:
             let key = Data(HMAC<SHA256>.authenticationCode(for: Data("\(user)\u{0}\(password)".utf8), using: cacheKey))
-            let now = self.now()
             var cached = false
-            if cacheTTL > 0, let hit = cache.withLock({ $0[key] }), hit.user == user, hit.expires > now {
+            if cacheTTL > 0, let hit = cache.withLock({ $0[key] }), hit.user == user, hit.expires > now() {
                 if store.isShared {
                     cached = try await store.passwordHash(of: user) == hit.hash
                 } else {
@@ -280,54 +281,72 @@ public final class Authenticator: Sendable {
                 }
             }
             if cached {
-                valid = true
+                valid = try await settle(user, valid: true)
             } else {
                 // The slot first, then the stored hash: under a spray the read waits in the gate's
                 // bound too (on PostgreSQL it is a round trip), and counts toward its wait.
                 let ticket = try gate.enter(from: source)
-                let stored: String?
-                do {
-                    stored = try await store.passwordHash(of: user)
-                } catch {
-                    gate.leave(ticket, failed: false)
-                    throw error
-                }
-                let encoded = stored ?? decoyHash
-                let matches: Bool
-                let hashDuration: Duration
-                do {
-                    (matches, hashDuration) = try await hashingPool.runIfActive { [hasher, gate] in
-                        try gate.starting(ticket)
-                        let started = ContinuousClock.now
-                        return (hasher.verify(password, against: encoded), ContinuousClock.now - started)
-                    }
-                } catch {
-                    gate.leave(ticket, failed: false)
-                    throw error
-                }
-                valid = matches && stored != nil
-                gate.leave(ticket, failed: !valid, hashDuration: hashDuration)
-                if valid, cacheTTL > 0 {
-                    cache.withLock { entries in
-                        if entries.count > 10_000 { entries = entries.filter { $0.value.expires > now } }
-                        entries[key] = (user, now + cacheTTL, encoded)
-                    }
-                }
-                if valid, hasher.needsRehash(encoded) {
-                    // Parameters were raised since this hash was made: upgrade it now that we know the password.
-                    if let upgraded = try? await hashingPool.runIfActive({ [hasher] in try hasher.hash(password) }) {
-                        _ = try? await store.setPasswordHash(user, upgraded, revokeTokens: false)
-                    }
-                }
+                // The verdict is reached in a task of its own, which gives the slot back and counts
+                // the failure or success whatever becomes of this call; the caller is answered by
+                // the gate's deadline at the latest (429 then, never the edge's 503).
+                let verdict = Task { try await self.verify(user, password, key: key, ticket: ticket) }
+                valid = try await LoginGate.value(of: verdict, by: gate.answerDeadline(ticket))
             }
         }
-        guard valid else {
+        guard valid else { throw ServiceError.unauthenticated("wrong user name or password") }
+    }
+
+    /// Hashes `password` against `user`'s stored hash (or the decoy) in `ticket`'s slot, then
+    /// settles the verdict: the slot given back, a success remembered under `key`, the throttle told.
+    private func verify(_ user: String, _ password: String, key: Data, ticket: LoginGate.Ticket) async throws -> Bool {
+        let stored: String?
+        do {
+            stored = try await store.passwordHash(of: user)
+        } catch {
+            gate.leave(ticket, failed: false)
+            throw error
+        }
+        let encoded = stored ?? decoyHash
+        let matches: Bool
+        let hashDuration: Duration
+        do {
+            (matches, hashDuration) = try await hashingPool.runIfActive { [hasher, gate] in
+                try gate.starting(ticket)
+                let started = ContinuousClock.now
+                return (hasher.verify(password, against: encoded), ContinuousClock.now - started)
+            }
+        } catch {
+            gate.leave(ticket, failed: false)
+            throw error
+        }
+        let valid = matches && stored != nil
+        gate.leave(ticket, failed: !valid, hashDuration: hashDuration)
+        if valid, cacheTTL > 0 {
+            let now = self.now()
+            cache.withLock { entries in
+                if entries.count > 10_000 { entries = entries.filter { $0.value.expires > now } }
+                entries[key] = (user, now + cacheTTL, encoded)
+            }
+        }
+        if valid, hasher.needsRehash(encoded) {
+            // Parameters were raised since this hash was made: upgrade it now that we know the password.
+            if let upgraded = try? await hashingPool.runIfActive({ [hasher] in try hasher.hash(password) }) {
+                _ = try? await store.setPasswordHash(user, upgraded, revokeTokens: false)
+            }
+        }
+        return try await settle(user, valid: valid)
+    }
+
+    /// Tells the throttle of a verdict; returns it.
+    private func settle(_ user: String, valid: Bool) async throws -> Bool {
+        if valid {
+            try await throttle.succeeded(user)
+        } else {
             // Counted toward a lockout, which must also stop the edge reusing this user's verdicts.
             defer { changed() }
             try await throttle.failed(user)
-            throw ServiceError.unauthenticated("wrong user name or password")
         }
-        try await throttle.succeeded(user)
+        return valid
     }
 
     /// Creates `user` with `password`, or sets the password of the existing account.

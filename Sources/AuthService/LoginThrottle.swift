@@ -298,7 +298,10 @@ public final class SharedLockoutLedger: LockoutLedger {
 ///   each hash takes longer, queues fewer); the next is refused at once with RESOURCE_EXHAUSTED
 ///   "… retry after 1 s" (429 with `Retry-After` at the edge). A login admitted but still waiting
 ///   for a thread when `maxWait` has passed (the machine slowed down after it was admitted) is
-///   refused the same way when its turn comes, instead of answering after the caller's deadline;
+///   refused the same way when its turn comes, instead of answering after the caller's deadline.
+///   And an admitted login is answered within `maxAnswer` (`maxWait` and a second) whatever its
+///   hash does: past it, the same refusal, while the hash finishes on its own and its verdict
+///   still counts (``value(of:by:)``);
 /// - a global budget of `failureBudget` failed logins per minute, across every name (a token
 ///   bucket); while it is spent, logins that need a hash are refused until it refills. Cached
 ///   credentials and bearer tokens need no hash and keep working;
@@ -315,6 +318,9 @@ public final class LoginGate: Sendable {
     public let failureBudget: Int
     /// Longest a login may expect to wait for its hash, in milliseconds.
     public let maxWait: Double
+    /// Longest from admission to answer, in milliseconds: `maxWait` and one second for the hash
+    /// itself unless set (see ``answerDeadline(_:)``).
+    public let maxAnswer: Double
     /// Hashing threads (the pool's size).
     public let threads: Int
     /// Most source addresses tracked at once.
@@ -360,11 +366,13 @@ public final class LoginGate: Sendable {
 
     public init(
         maxPending: Int, failureBudgetPerMinute: Int, maxWaitMilliseconds: Int = 2000,
-        threads: Int = System.coreCount, maxSources: Int = 10_000, now: @escaping @Sendable () -> Int64 = unixMillis
+        maxAnswerMilliseconds: Int? = nil, threads: Int = System.coreCount, maxSources: Int = 10_000,
+        now: @escaping @Sendable () -> Int64 = unixMillis
     ) {
         self.maxPending = max(1, maxPending)
         self.failureBudget = max(1, failureBudgetPerMinute)
         self.maxWait = Double(max(1, maxWaitMilliseconds))
+        self.maxAnswer = Double(max(1, maxAnswerMilliseconds ?? max(1, maxWaitMilliseconds) + 1000))
         self.threads = max(1, threads)
         self.maxSources = max(1, maxSources)
         self.now = now
@@ -470,6 +478,41 @@ public final class LoginGate: Sendable {
         return source
     }
 
+    /// When a login admitted by `ticket` is answered at the latest (`maxAnswer` after admission).
+    /// Past it the caller gets the full gate's refusal (429) while the hash, which cannot be
+    /// stopped partway, goes on holding its slot; its verdict still counts.
+    public func answerDeadline(_ ticket: Ticket) -> ContinuousClock.Instant {
+        ticket.admitted + .milliseconds(Int64(maxAnswer))
+    }
+
+    /// Logins holding a slot now (running or waiting for their hash).
+    public var pending: Int { state.withLock { $0.pending } }
+
+    /// `verdict`'s value, or the full gate's refusal once `deadline` passes first (`verdict` goes on).
+    ///
+    /// Why: on a machine slowed down after a login was admitted, its hash can take longer than the
+    /// caller waits; the edge would then answer 503 after its RPC deadline, counted as an outage,
+    /// for what is a busy gate. Awaiting `Task.value` cannot be cancelled, so the two are raced
+    /// through one continuation rather than a task group (which would wait for the hash).
+    public static func value<T: Sendable>(
+        of verdict: Task<T, any Error>, by deadline: ContinuousClock.Instant
+    ) async throws -> T {
+        let waiter = Waiter<T>()
+        return try await withCheckedThrowingContinuation { continuation in
+            waiter.continuation.withLock { $0 = continuation }
+            let timer = Task {
+                // Cancelled: the verdict came first.
+                guard (try? await Task.sleep(until: deadline)) != nil else { return }
+                waiter.resume(with: .failure(busy))
+            }
+            Task {
+                let result = await verdict.result
+                waiter.resume(with: result)
+                timer.cancel()
+            }
+        }
+    }
+
     /// The refusal of a full gate, and of a login that waited too long for its thread.
     static let busy = ServiceError.resourceExhausted(
         "too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
@@ -486,4 +529,11 @@ public final class LoginGate: Sendable {
         state.hashMillis = state.hashMillis == 0 ? millis : state.hashMillis * 0.8 + millis * 0.2
     }
 
+}
+
+/// A continuation resumed once, by whichever of ``LoginGate/value(of:by:)``'s two tasks comes first.
+private final class Waiter<T: Sendable>: Sendable {
+    let continuation = Mutex<CheckedContinuation<T, any Error>?>(nil)
+
+    func resume(with result: Result<T, any Error>) { continuation.withLock { $0.take() }?.resume(with: result) }
 }

@@ -6,6 +6,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldTestSupport
+import NIOPosix
 import Testing
 
 /// Inputs that once broke a service (issue 12), at the unit that now refuses them: login gate.
@@ -147,13 +148,52 @@ struct LoginGateTests {
         gate.leave(ticket, failed: false)
     }
 
+    @Test(
+        "a login whose hash outlasts the answer bound is 429 by then; the hash goes on, and its verdict counts",
+        .timeLimit(.minutes(1)))
+    func loginAnsweredByItsBound() async throws {
+        let pool = NIOThreadPool(numberOfThreads: 1)
+        pool.start()
+        let store = try await AccountStore(
+            db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
+        let gate = LoginGate(
+            maxPending: 8, failureBudgetPerMinute: 1000, maxWaitMilliseconds: 600_000, maxAnswerMilliseconds: 100)
+        let auth = try Authenticator(
+            mode: .accounts, store: store, hasher: PasswordHasher(logN: 10),
+            throttle: LoginThrottle(freeFailures: 1, lockout: .seconds(30)), gate: gate, hashingPool: pool)
+        _ = try await auth.createUser("alice", password: "right horse")
+        _ = try await auth.createUser("bob", password: "right horse")
+        // The pool's one thread held, as a machine that slowed down holds it: no hash can finish.
+        let held = DispatchSemaphore(value: 0)
+        pool.submit { _ in held.wait() }
+        let busy = ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+        await #expect(throws: busy) { try await auth.authenticate(AuthTests.basic("alice:right horse")) }
+        await #expect(throws: busy) { try await auth.authenticate(AuthTests.basic("bob:wrong")) }
+        #expect(gate.pending == 2)
+        held.signal()
+        let deadline = ContinuousClock.now + .seconds(30)
+        while gate.pending > 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(gate.pending == 0, "the hashes went on after their callers were answered")
+        // Alice's verdict was remembered: her retry needs no hash (the thread is held again).
+        pool.submit { _ in held.wait() }
+        #expect(try await auth.authenticate(AuthTests.basic("alice:right horse")).user == "alice")
+        held.signal()
+        // Bob's failure was counted: with one free failure, he is locked out.
+        let locked = await #expect(throws: ServiceError.self) {
+            try await auth.authenticate(AuthTests.basic("bob:right horse"))
+        }
+        #expect(locked?.message.contains("too many failed logins for this user") == true)
+        try await pool.shutdownGracefully()
+    }
+
     @Test("a spray of logins with unknown names is refused at once past the bound; a cached login still works")
     func spray() async throws {
         let store = try await AccountStore(
             db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
         let auth = try Authenticator(
             mode: .accounts, store: store, hasher: PasswordHasher(logN: 14),
-            gate: LoginGate(maxPending: 2, failureBudgetPerMinute: 1000))
+            // The tests of this process share one hashing pool (see AuthTests.make): no answer bound.
+            gate: LoginGate(maxPending: 2, failureBudgetPerMinute: 1000, maxWaitMilliseconds: 600_000))
         _ = try await auth.createUser("alice", password: "correct horse")
         let alice = AuthTests.basic("alice:correct horse")
         _ = try await auth.authenticate(alice)  // now cached
