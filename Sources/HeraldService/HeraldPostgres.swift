@@ -4,6 +4,7 @@ public import Logging
 import NIOSSL
 public import PostgresNIO
 public import ServiceLifecycle
+import Synchronization
 
 /// One service's PostgreSQL database: a connection pool whose every connection works in the
 /// service's own schema, and the versioned migrations of that schema.
@@ -22,7 +23,15 @@ public final class HeraldPostgres: Service, Sendable {
     public let logger = Logger(label: "herald.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
     private let serviceLogger: Logger
 
-    public init(_ location: DatabaseURL.PostgresLocation, logger: Logger, maximumConnections: Int = 10) throws {
+    /// How long ``migrate(_:timeout:)`` waits for a first connection by default.
+    public let connectWait: Duration
+
+    /// `connectWait`: 30 s suits a service starting; a test process that sets up dozens of schemas
+    /// at once on a two-core machine has seen a first connection take 26 s, and waits longer.
+    public init(
+        _ location: DatabaseURL.PostgresLocation, logger: Logger, maximumConnections: Int = 10,
+        connectWait: Duration = .seconds(30)
+    ) throws {
         var configuration: PostgresClient.Configuration
         switch location.address {
         case .tcp(let host, let port):
@@ -53,6 +62,7 @@ public final class HeraldPostgres: Service, Sendable {
         self.schema = location.schema
         self.location = location
         self.serviceLogger = logger
+        self.connectWait = connectWait
         self.runner = Task { await client.run() }
     }
 
@@ -112,27 +122,41 @@ public final class HeraldPostgres: Service, Sendable {
     /// on the schema, so the second finds the first's work done. A database that has a migration
     /// this binary does not know was migrated by a newer Herald: refused, with its names, rather
     /// than served with a schema this code does not understand.
-    public func migrate(_ migrations: [PostgresMigration], timeout: Duration = .seconds(30)) async throws {
-        // The pool retries a server that does not answer; start-up should say so instead of hanging.
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await self.migrateNow(migrations) }
+    ///
+    /// `timeout` (``connectWait`` unless given) bounds getting a connection, not the migrations:
+    /// the pool retries a server that does not answer, and start-up should say so instead of
+    /// hanging; but once connected, an index built over a large table, or another replica's turn,
+    /// takes what it takes.
+    public func migrate(_ migrations: [PostgresMigration], timeout: Duration? = nil) async throws {
+        let timeout = timeout ?? connectWait
+        let connected = ConnectedFlag()
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                try await self.migrateNow(migrations) { connected.value.store(true, ordering: .releasing) }
+                return true
+            }
             group.addTask {
                 try await Task.sleep(for: timeout)
-                throw ConfigError(
-                    "\(DatabaseURL.postgres(self.location)) did not answer within \(timeout): is the server up and the URL right?"
-                )
+                guard connected.value.load(ordering: .acquiring) else {
+                    throw ConfigError(
+                        "\(DatabaseURL.postgres(self.location)) did not answer within \(timeout): is the server up and the URL right?"
+                    )
+                }
+                return false
             }
             defer { group.cancelAll() }
-            try await group.next()
+            // The migrations' end, or the timer's error; a timer that finds a connection steps aside.
+            while let migrated = try await group.next(), !migrated {}
         }
     }
 
-    private func migrateNow(_ migrations: [PostgresMigration]) async throws {
+    private func migrateNow(_ migrations: [PostgresMigration], connected: @Sendable () -> Void) async throws {
         let names = migrations.map(\.name)
         precondition(Set(names).count == names.count, "duplicate migration names")
         let schema = self.schema
         let lockKey = "herald:\(schema)"
         try await client.withConnection { connection in
+            connected()
             _ = try await connection.query("SELECT pg_advisory_lock(hashtext(\(lockKey)))", logger: serviceLogger)
             do {
                 _ = try await connection.query(
@@ -250,4 +274,9 @@ extension PSQLError: ServiceErrorConvertible {
         guard let info = serverInfo else { return "\(code)" }
         return "\(info[.severity] ?? "ERROR") \(info[.sqlState] ?? ""): \(info[.message] ?? "")"
     }
+}
+
+/// Set once ``HeraldPostgres/migrate(_:timeout:)`` holds a connection.
+private final class ConnectedFlag: Sendable {
+    let value = Atomic<Bool>(false)
 }

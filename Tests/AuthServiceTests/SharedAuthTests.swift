@@ -23,7 +23,8 @@ struct SharedAuthTests {
         try await TestDatabases.withPostgres(service: "auth") { first in
             let url = try #require(TestDatabases.postgresURL) + "&schema=\(first.schema)"
             guard case .postgres(let location) = try DatabaseURL(url, service: "auth") else { return }
-            let second = try HeraldPostgres(location, logger: Logger(label: "replica-2"), maximumConnections: 4)
+            let second = try HeraldPostgres(
+                location, logger: Logger(label: "replica-2"), maximumConnections: 4, connectWait: .seconds(300))
             func replica(_ db: HeraldPostgres) async throws -> Replica {
                 let ledger = SharedLockoutLedger(db: db.sql)
                 let auth = try Authenticator(

@@ -86,7 +86,8 @@ struct DatabaseSetupTests {
                 PostgresMigration("v2", ["CREATE TABLE b (id BIGINT)", "INSERT INTO b VALUES (1)"]),
             ]
             let replicas = try (0..<4).map { _ in
-                try HeraldPostgres(location, logger: .init(label: "test"), maximumConnections: 2)
+                try HeraldPostgres(
+                    location, logger: .init(label: "test"), maximumConnections: 2, connectWait: .seconds(300))
             }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for replica in replicas { group.addTask { try await replica.migrate(steps) } }
@@ -98,6 +99,18 @@ struct DatabaseSetupTests {
                 try await db.migrate(Array(steps.prefix(2)))
             } throws: { "\($0)".contains("(v2)") && "\($0)".contains("newer") }
             try await db.healthCheck.run()
+        }
+    }
+
+    @Test(
+        "PostgreSQL: the timeout bounds the first connection, not the migrations, which take what they take",
+        .enabled(if: TestDatabases.postgresURL != nil, "needs HERALD_TEST_POSTGRES_URL"))
+    func postgresSlowMigration() async throws {
+        try await TestDatabases.withPostgres(service: "slow") { db in
+            try await db.migrate(
+                [.heartbeat, PostgresMigration("slow", ["SELECT pg_sleep(1.5)", "CREATE TABLE done (id BIGINT)"])],
+                timeout: .milliseconds(500))
+            #expect(try await db.rows("SELECT count(*) FROM done").first?.decode(Int64.self) == 0)
         }
     }
 

@@ -54,7 +54,10 @@ public enum TestDatabases {
         guard let url = freshPostgresURL(service: service),
             case .postgres(let location) = try DatabaseURL(url, service: service)
         else { throw ConfigError("HERALD_TEST_POSTGRES_URL is not set") }
-        let database = try HeraldPostgres(location, logger: Logger(label: "test-postgres"), maximumConnections: 4)
+        // The unit tests set up dozens of schemas at once beside the integration tests' stacks: a
+        // first connection took 26 s in such a run (the pool retrying connects that timed out).
+        let database = try HeraldPostgres(
+            location, logger: Logger(label: "test-postgres"), maximumConnections: 4, connectWait: .seconds(300))
         do {
             let result = try await body(database)
             try await database.query(PostgresQuery(unsafeSQL: "DROP SCHEMA IF EXISTS \(location.schema) CASCADE"))
