@@ -62,20 +62,30 @@ echo "test.sh: PostgreSQL test cluster up in $(( $(date +%s) - pg_start ))s at $
 # 50 ms as hangs of 15 s (CI, twice). The kernel shares the cores between processes fairly.
 # Run as the test binary itself: two `swift test` at once wait on each other's lock of .build.
 tests="$(swift build --show-bin-path)/heraldPackageTests.xctest"
+# A failed run's own lines, last: CI keeps the head and the tail of a long log, and the middle,
+# where a failure usually scrolls past, is what it drops.
+failure_digest() {
+  echo "test.sh: what failed, from $*:" >&2
+  sed 's/\x1b\[[0-9;]*m//g' "$@" | grep -E '✘|recorded an issue|Caught error' | cut -c1-400 | head -n 60 >&2 || true
+}
 first_start=$(date +%s)
 unit_log=.build/unit-tests.log
+integration_log=.build/integration-tests.log
 "$tests" --testing-library swift-testing --skip IntegrationTests >"$unit_log" 2>&1 &
 unit_pid=$!
 integration_status=0
-"$tests" --testing-library swift-testing --filter IntegrationTests || integration_status=$?
+"$tests" --testing-library swift-testing --filter IntegrationTests 2>&1 | tee "$integration_log" || integration_status=$?
 unit_status=0
 wait "$unit_pid" || unit_status=$?
 cat "$unit_log"
+(( unit_status == 0 && integration_status == 0 )) || failure_digest "$unit_log" "$integration_log"
 (( unit_status == 0 )) || { echo "test.sh: unit and in-process tests failed (exit $unit_status)" >&2; exit 1; }
 (( integration_status == 0 )) || { echo "test.sh: integration tests failed (exit $integration_status)" >&2; exit 1; }
 echo "test.sh: unit and integration tests (SQLite) took $(( $(date +%s) - first_start ))s"
 pg_suite_start=$(date +%s)
-HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter IntegrationTests
+pg_log=.build/integration-tests-postgres.log
+HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter IntegrationTests 2>&1 \
+  | tee "$pg_log" || { failure_digest "$pg_log"; echo "test.sh: integration tests on PostgreSQL failed" >&2; exit 1; }
 echo "test.sh: integration suite on PostgreSQL took $(( $(date +%s) - pg_suite_start ))s"
 st_start=$(date +%s)
 scripts/schemathesis.sh
