@@ -261,7 +261,7 @@ final class DrillCounter: Sendable {
 @Suite(
     "disk full drill", .serialized, .timeLimit(.minutes(5)), .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
 struct DiskFullTests {
-    @Test("disk full: writes 507 with a message, reads keep working, nothing corrupt after space returns")
+    @Test("disk full: writes 507 with a message, reads keep working, nothing corrupt after space returns", .sqliteStack)
     func diskFull() async throws {
         let directory = try LiveStack.makeDirectory()
         let data = directory + "/data"

@@ -50,7 +50,7 @@ struct HostileClientTests {
         }
     }
 
-    @Test("a rich push that dispatch refuses leaves no content behind", arguments: AuthModeCase.allCases)
+    @Test("a rich push that dispatch refuses leaves no content behind", .sqliteStack, arguments: AuthModeCase.allCases)
     func refusedRichPush(_ auth: AuthModeCase) async throws {
         try await LiveStack.with(auth: auth, users: ["alice", "bob"], database: .sqlite) { live in
             // Over APNs' 4096 bytes once the message is in the push: dispatch answers INVALID_ARGUMENT.
@@ -72,7 +72,7 @@ struct HostileClientTests {
         }
     }
 
-    @Test("secure and rich content for a user that does not exist is 404 and not stored")
+    @Test("secure and rich content for a user that does not exist is 404 and not stored", .sqliteStack)
     func unknownRecipient() async throws {
         try await LiveStack.with(auth: .accounts, users: ["alice"], database: .sqlite) { live in
             for kind in ["secure", "rich"] {
@@ -88,7 +88,7 @@ struct HostileClientTests {
 
     @Test(
         "a password spray is answered at once: 401 or 429 with Retry-After, never 503; the real user gets in",
-        .enabled(if: LiveStack.defaultDatabase == .sqlite, "its stack is on SQLite in either pass: run once"))
+        .sqliteStack)
     func passwordSpray() async throws {
         // On SQLite: what this proves is that the gate keeps hashes from queueing past the edge's
         // deadline. On PostgreSQL the lockout ledger's round trips stand outside the gate, and on a
@@ -132,7 +132,7 @@ struct HostileClientTests {
 
     @Test(
         "a spray from one address leaves room for another: users logging in from a second address get in",
-        .enabled(if: LiveStack.defaultDatabase == .sqlite, "its stack is on SQLite in either pass: run once"))
+        .sqliteStack)
     func sprayShare() async throws {
         // On SQLite, as the burst test above and for the same reason: the share per address is the
         // gate's, in memory; on PostgreSQL the lockout ledger's round trips stand outside the gate,

@@ -249,6 +249,12 @@ extension Trait where Self == ConditionTrait {
     static var storeIndependent: Self {
         .enabled(if: LiveStack.defaultDatabase == .sqlite, "does not depend on the store: runs in the SQLite pass")
     }
+
+    /// For a stack test pinned to SQLite (`database: .sqlite`): both passes would run the same
+    /// thing, so it runs in the SQLite pass only.
+    static var sqliteStack: Self {
+        .enabled(if: LiveStack.defaultDatabase == .sqlite, "its stack is on SQLite in either pass: run once")
+    }
 }
 
 extension Duration {

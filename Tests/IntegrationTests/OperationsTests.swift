@@ -32,7 +32,8 @@ struct OperationsTests {
     }
 
     @Test(
-        "health goes NOT_SERVING when the database cannot be written or a dependency stops, and back; /readyz follows")
+        "health goes NOT_SERVING when the database cannot be written or a dependency stops, and back; /readyz follows",
+        .sqliteStack)
     func healthFollowsDependencies() async throws {
         // SQLite files made unwritable by hand: this drill is about the embedded store.
         try await LiveStack.with(

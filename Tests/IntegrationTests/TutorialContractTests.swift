@@ -201,7 +201,9 @@ struct TutorialContractTests {
         }
     }
 
-    @Test("a 2 MiB PNG round-trips through POST /v1/notifications; over the limit is 413 and stores nothing")
+    @Test(
+        "a 2 MiB PNG round-trips through POST /v1/notifications; over the limit is 413 and stores nothing", .sqliteStack
+    )
     func upload() async throws {
         try await LiveStack.with(users: ["dana"], database: .sqlite) { live in
             let token = apnsToken(15)
@@ -251,7 +253,7 @@ struct TutorialContractTests {
         }
     }
 
-    @Test("an expired rich payload is 404 and its bytes are gone from the database")
+    @Test("an expired rich payload is 404 and its bytes are gone from the database", .sqliteStack)
     func expiry() async throws {
         try await LiveStack.with(
             database: .sqlite, configure: { $0.extraArguments["payload"] = ["--purge-interval-seconds", "1"] }
