@@ -115,7 +115,10 @@ struct TransportConformanceTests {
         let lean = LeanServer(table: table, socketPath: dir + "/test.sock", logger: logger, health: health)
         let grpc = try RPCServer(table: table, socketPath: dir + "/test.grpc.sock", logger: logger, health: health)
         let socket = dir + (transport == .lean ? "/test.sock" : "/test.grpc.sock")
-        let client = try RPCClient(socketPath: socket, transport: transport, defaultTimeout: .seconds(20))
+        // Calls that should succeed get a minute: in CI's first pass this process starts beside the
+        // integration tests' ~150 service processes, and was starved for ~17 s at the start (a call
+        // at 20 s missed its deadline). Tests of deadlines pass their own.
+        let client = try RPCClient(socketPath: socket, transport: transport, defaultTimeout: .seconds(60))
         let group = ServiceGroup(
             configuration: .init(
                 services: [.init(service: client), .init(service: lean), .init(service: grpc)], logger: logger))
@@ -134,7 +137,7 @@ struct TransportConformanceTests {
         #expect(!FileManager.default.fileExists(atPath: dir + "/test.grpc.sock"), "gRPC socket removed on shutdown")
     }
 
-    static func waitFor(_ condition: () -> Bool, timeout: Duration = .seconds(10)) async throws -> Bool {
+    static func waitFor(_ condition: () -> Bool, timeout: Duration = .seconds(30)) async throws -> Bool {
         let deadline = ContinuousClock.now + timeout
         while !condition() {
             if ContinuousClock.now > deadline { return false }

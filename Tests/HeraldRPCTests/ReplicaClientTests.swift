@@ -73,10 +73,10 @@ extension TransportConformanceTests {
             let a = try TestReplica("a", number: 1, directory: dir)
             var b = try TestReplica("b", number: 2, directory: dir)
             var started = [a, b]
-            // 20 s as the transport tests: CI runs this beside the 1,000-call tests on two cores.
+            // A minute, as the transport tests: CI runs this beside the integration tests on two cores.
             let client = try RPCClient(
                 endpoints: [.unix(a.socket(transport)), .unix(b.socket(transport))], transport: transport, tls: nil,
-                defaultTimeout: .seconds(20), healthInterval: .milliseconds(100))
+                defaultTimeout: .seconds(60), healthInterval: .milliseconds(100))
             let running = Task { try await client.run() }
             defer {
                 client.close()
@@ -142,7 +142,7 @@ extension TransportConformanceTests {
                 return answer.withLock { $0 }
             }
             let client = try RPCClient(
-                endpoints: [], transport: transport, tls: nil, defaultTimeout: .seconds(20),
+                endpoints: [], transport: transport, tls: nil, defaultTimeout: .seconds(60),
                 healthInterval: .milliseconds(100),
                 discovery: discovery)
             #expect(client.socketPath == "dns:///herald-test:1")
