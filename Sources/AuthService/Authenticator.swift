@@ -289,8 +289,9 @@ public final class Authenticator: Sendable {
                 // The verdict is reached in a task of its own, which gives the slot back and counts
                 // the failure or success whatever becomes of this call; the caller is answered by
                 // the gate's deadline at the latest (429 then, never the edge's 503).
-                let verdict = Task { try await self.verify(user, password, key: key, ticket: ticket) }
-                valid = try await LoginGate.value(of: verdict, by: gate.answerDeadline(ticket))
+                valid = try await LoginGate.answer(by: gate.answerDeadline(ticket)) {
+                    try await self.verify(user, password, key: key, ticket: ticket)
+                }
             }
         }
         guard valid else { throw ServiceError.unauthenticated("wrong user name or password") }

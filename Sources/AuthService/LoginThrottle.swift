@@ -301,7 +301,7 @@ public final class SharedLockoutLedger: LockoutLedger {
 ///   refused the same way when its turn comes, instead of answering after the caller's deadline.
 ///   And an admitted login is answered within `maxAnswer` (`maxWait` and a second) whatever its
 ///   hash does: past it, the same refusal, while the hash finishes on its own and its verdict
-///   still counts (``value(of:by:)``);
+///   still counts (``answer(by:_:)``);
 /// - a global budget of `failureBudget` failed logins per minute, across every name (a token
 ///   bucket); while it is spent, logins that need a hash are refused until it refills. Cached
 ///   credentials and bearer tokens need no hash and keep working;
@@ -372,7 +372,7 @@ public final class LoginGate: Sendable {
         self.maxPending = max(1, maxPending)
         self.failureBudget = max(1, failureBudgetPerMinute)
         self.maxWait = Double(max(1, maxWaitMilliseconds))
-        self.maxAnswer = Double(max(1, maxAnswerMilliseconds ?? max(1, maxWaitMilliseconds) + 1000))
+        self.maxAnswer = maxAnswerMilliseconds.map { Double(max(1, $0)) } ?? maxWait + 1000
         self.threads = max(1, threads)
         self.maxSources = max(1, maxSources)
         self.now = now
@@ -488,14 +488,15 @@ public final class LoginGate: Sendable {
     /// Logins holding a slot now (running or waiting for their hash).
     public var pending: Int { state.withLock { $0.pending } }
 
-    /// `verdict`'s value, or the full gate's refusal once `deadline` passes first (`verdict` goes on).
+    /// Runs `verdict` in a task of its own and answers with its value, or with the full gate's
+    /// refusal once `deadline` passes first (`verdict` then goes on to its end).
     ///
     /// Why: on a machine slowed down after a login was admitted, its hash can take longer than the
     /// caller waits; the edge would then answer 503 after its RPC deadline, counted as an outage,
-    /// for what is a busy gate. Awaiting `Task.value` cannot be cancelled, so the two are raced
-    /// through one continuation rather than a task group (which would wait for the hash).
-    public static func value<T: Sendable>(
-        of verdict: Task<T, any Error>, by deadline: ContinuousClock.Instant
+    /// for what is a busy gate. A hash cannot be stopped partway, so the two are raced through one
+    /// continuation rather than a task group (which would wait for the hash).
+    public static func answer<T: Sendable>(
+        by deadline: ContinuousClock.Instant, _ verdict: @escaping @Sendable () async throws -> T
     ) async throws -> T {
         let waiter = Waiter<T>()
         return try await withCheckedThrowingContinuation { continuation in
@@ -506,7 +507,8 @@ public final class LoginGate: Sendable {
                 waiter.resume(with: .failure(busy))
             }
             Task {
-                let result = await verdict.result
+                let result: Result<T, any Error>
+                do { result = .success(try await verdict()) } catch { result = .failure(error) }
                 waiter.resume(with: result)
                 timer.cancel()
             }
@@ -531,7 +533,7 @@ public final class LoginGate: Sendable {
 
 }
 
-/// A continuation resumed once, by whichever of ``LoginGate/value(of:by:)``'s two tasks comes first.
+/// A continuation resumed once, by whichever of ``LoginGate/answer(by:_:)``'s two tasks comes first.
 private final class Waiter<T: Sendable>: Sendable {
     let continuation = Mutex<CheckedContinuation<T, any Error>?>(nil)
 

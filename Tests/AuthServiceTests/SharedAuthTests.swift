@@ -24,7 +24,8 @@ struct SharedAuthTests {
             let url = try #require(TestDatabases.postgresURL) + "&schema=\(first.schema)"
             guard case .postgres(let location) = try DatabaseURL(url, service: "auth") else { return }
             let second = try HeraldPostgres(
-                location, logger: Logger(label: "replica-2"), maximumConnections: 4, connectWait: .seconds(300))
+                location, logger: Logger(label: "replica-2"), maximumConnections: 4,
+                connectWait: TestDatabases.connectWait)
             func replica(_ db: HeraldPostgres) async throws -> Replica {
                 let ledger = SharedLockoutLedger(db: db.sql)
                 let auth = try Authenticator(

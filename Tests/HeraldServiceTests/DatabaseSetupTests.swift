@@ -87,7 +87,8 @@ struct DatabaseSetupTests {
             ]
             let replicas = try (0..<4).map { _ in
                 try HeraldPostgres(
-                    location, logger: .init(label: "test"), maximumConnections: 2, connectWait: .seconds(300))
+                    location, logger: .init(label: "test"), maximumConnections: 2,
+                    connectWait: TestDatabases.connectWait)
             }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for replica in replicas { group.addTask { try await replica.migrate(steps) } }

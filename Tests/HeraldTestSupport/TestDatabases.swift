@@ -25,6 +25,11 @@ public enum TestDatabases {
         return url
     }
 
+    /// How long a test's pool waits for its first connection (``HeraldPostgres/connectWait``): the
+    /// unit tests set up dozens of schemas at once beside the integration tests' stacks, and a first
+    /// connection took 26 s in such a run (the pool retrying connects that timed out).
+    public static let connectWait = Duration.seconds(300)
+
     /// A database URL whose schema no other test uses: `t<random>_<service>`.
     public static func freshPostgresURL(service: String, prefix: String = freshPrefix()) -> String? {
         guard let base = postgresURL else { return nil }
@@ -54,10 +59,8 @@ public enum TestDatabases {
         guard let url = freshPostgresURL(service: service),
             case .postgres(let location) = try DatabaseURL(url, service: service)
         else { throw ConfigError("HERALD_TEST_POSTGRES_URL is not set") }
-        // The unit tests set up dozens of schemas at once beside the integration tests' stacks: a
-        // first connection took 26 s in such a run (the pool retrying connects that timed out).
         let database = try HeraldPostgres(
-            location, logger: Logger(label: "test-postgres"), maximumConnections: 4, connectWait: .seconds(300))
+            location, logger: Logger(label: "test-postgres"), maximumConnections: 4, connectWait: connectWait)
         do {
             let result = try await body(database)
             try await database.query(PostgresQuery(unsafeSQL: "DROP SCHEMA IF EXISTS \(location.schema) CASCADE"))
