@@ -296,12 +296,14 @@ public final class SharedLockoutLedger: LockoutLedger {
 /// - at most `maxPending` hashes run or wait at once, and no more than would finish within
 ///   `maxWait` at the hash time measured so far on `threads` threads (so a loaded machine, where
 ///   each hash takes longer, queues fewer); the next is refused at once with RESOURCE_EXHAUSTED
-///   "… retry after 1 s" (429 with `Retry-After` at the edge). A login admitted but still waiting
-///   for a thread when `maxWait` has passed (the machine slowed down after it was admitted) is
-///   refused the same way when its turn comes, instead of answering after the caller's deadline.
+///   "too many logins in progress; retry after 1 s" (429 with `Retry-After` at the edge). A login
+///   admitted but still waiting for a thread when `maxWait` has passed (the machine slowed down
+///   after it was admitted) is refused when its turn comes ("login waited too long for its turn"),
+///   instead of answering after the caller's deadline.
 ///   And an admitted login is answered within `maxAnswer` (`maxWait` and a second) whatever its
-///   hash does: past it, the same refusal, while the hash finishes on its own and its verdict
-///   still counts (``answer(by:_:)``);
+///   hash does: past it, RESOURCE_EXHAUSTED "login still being checked; retry after 1 s", while the
+///   hash finishes on its own and its verdict still counts, so a right password's retry is served
+///   from the cache (``answer(by:_:)``);
 /// - a global budget of `failureBudget` failed logins per minute, across every name (a token
 ///   bucket); while it is spent, logins that need a hash are refused until it refills. Cached
 ///   credentials and bearer tokens need no hash and keep working;
@@ -430,7 +432,7 @@ public final class LoginGate: Sendable {
     /// that waited for its thread longer than `maxWait`, whose caller is likely about to give up.
     /// The slot is still the caller's to give back.
     public func starting(_ ticket: Ticket) throws {
-        guard ContinuousClock.now - ticket.admitted <= .milliseconds(Int64(maxWait)) else { throw Self.busy }
+        guard ContinuousClock.now - ticket.admitted <= .milliseconds(Int64(maxWait)) else { throw Self.late }
     }
 
     /// Gives the slot back; a failed login spends one unit of the global budget and of its
@@ -479,7 +481,7 @@ public final class LoginGate: Sendable {
     }
 
     /// When a login admitted by `ticket` is answered at the latest (`maxAnswer` after admission).
-    /// Past it the caller gets the full gate's refusal (429) while the hash, which cannot be
+    /// Past it the caller gets ``stillChecking`` (429) while the hash, which cannot be
     /// stopped partway, goes on holding its slot; its verdict still counts.
     public func answerDeadline(_ ticket: Ticket) -> ContinuousClock.Instant {
         ticket.admitted + .milliseconds(Int64(maxAnswer))
@@ -488,8 +490,8 @@ public final class LoginGate: Sendable {
     /// Logins holding a slot now (running or waiting for their hash).
     public var pending: Int { state.withLock { $0.pending } }
 
-    /// Runs `verdict` in a task of its own and answers with its value, or with the full gate's
-    /// refusal once `deadline` passes first (`verdict` then goes on to its end).
+    /// Runs `verdict` in a task of its own and answers with its value, or with ``stillChecking``
+    /// once `deadline` passes first (`verdict` then goes on to its end).
     ///
     /// Why: on a machine slowed down after a login was admitted, its hash can take longer than the
     /// caller waits; the edge would then answer 503 after its RPC deadline, counted as an outage,
@@ -504,7 +506,7 @@ public final class LoginGate: Sendable {
             let timer = Task {
                 // Cancelled: the verdict came first.
                 guard (try? await Task.sleep(until: deadline)) != nil else { return }
-                waiter.resume(with: .failure(busy))
+                waiter.resume(with: .failure(stillChecking))
             }
             Task {
                 let result: Result<T, any Error>
@@ -515,9 +517,21 @@ public final class LoginGate: Sendable {
         }
     }
 
-    /// The refusal of a full gate, and of a login that waited too long for its thread.
+    /// The refusal of a full gate.
     static let busy = ServiceError.resourceExhausted(
         "too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+
+    /// The refusal of a login admitted but left waiting for its thread past `maxWait`. Each of the
+    /// three refusals says which bound it met, so an operator (or a test of the share per source)
+    /// can tell a full gate from a machine slower than the gate's estimate.
+    static let late = ServiceError.resourceExhausted(
+        "login waited too long for its turn; retry after 1 s", retryAfterSeconds: 1)
+
+    /// The answer to an admitted login whose hash outlasts `maxAnswer`: its verdict is on the way,
+    /// and a right password's retry will need no hash. It says nothing about the name, whose hash
+    /// (real or decoy) costs the same.
+    static let stillChecking = ServiceError.resourceExhausted(
+        "login still being checked; retry after 1 s", retryAfterSeconds: 1)
 
     private static func budgetSpent(missing: Double, perMinute: Double, _ scope: String) -> ServiceError {
         let wait = Int64((missing * 60_000 / perMinute).rounded(.up))

@@ -141,7 +141,8 @@ struct LoginGateTests {
         try gate.starting(ticket)
         try await Task.sleep(for: .milliseconds(80))
         #expect(
-            throws: ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+            throws: ServiceError.resourceExhausted(
+                "login waited too long for its turn; retry after 1 s", retryAfterSeconds: 1)
         ) {
             try gate.starting(ticket)
         }
@@ -166,7 +167,7 @@ struct LoginGateTests {
         // The pool's one thread held, as a machine that slowed down holds it: no hash can finish.
         let held = DispatchSemaphore(value: 0)
         pool.submit { _ in held.wait() }
-        let busy = ServiceError.resourceExhausted("too many logins in progress; retry after 1 s", retryAfterSeconds: 1)
+        let busy = ServiceError.resourceExhausted("login still being checked; retry after 1 s", retryAfterSeconds: 1)
         await #expect(throws: busy) { try await auth.authenticate(AuthTests.basic("alice:right horse")) }
         await #expect(throws: busy) { try await auth.authenticate(AuthTests.basic("bob:wrong")) }
         #expect(gate.pending == 2)

@@ -181,34 +181,39 @@ struct HostileClientTests {
                 try await Task.sleep(for: .milliseconds(20))
             }
             #expect(counters.refused.load(ordering: .relaxed) >= 8, "the spray never filled the gate")
-            // Each user, from 127.0.0.2, while the spray goes on: in at once. Under a machine
+            // Each user, from 127.0.0.2, while the spray goes on: let in at once. Under a machine
             // that slows down meanwhile, the gate shrinks under the slots the sprayer already holds,
-            // so a user may need another try after Retry-After; without the share per address the
-            // sprayer holds every slot and no user gets in at the first try.
+            // so a user may be refused at the door and need another try after Retry-After; and one
+            // let in may still be answered 429 when the machine is slower than the gate's estimate
+            // ("waited too long for its turn", "still being checked"). Without the share per
+            // address the sprayer holds every slot: no user is let in at the first try.
             var inAt: [String: Int] = [:]
+            var admittedFirst: [String] = []
             for user in users {
                 let header = EdgeClient.basic(user, EdgeClient.password(of: user, in: .accounts))
                 for attempt in 1...4 {
                     let answer = try await Self.rawLogin(live, header: header, from: "127.0.0.2")
+                    let turnedAway = answer.contains("too many logins in progress")
+                    if attempt == 1, !turnedAway { admittedFirst.append(user) }
                     if answer.hasPrefix("HTTP/1.1 200") {
                         inAt[user] = attempt
                         break
                     }
-                    #expect(answer.hasPrefix("HTTP/1.1 429"), "\(answer.prefix(200))")
+                    #expect(answer.hasPrefix("HTTP/1.1 429"), "\(answer.prefix(300))")
                     try await Task.sleep(for: .seconds(1))
                 }
             }
             counters.stop.store(true, ordering: .relaxed)
             let statuses = try await spray.value
             print(
-                "spray share: \(statuses.count) spray logins (\(statuses.filter { $0 == 429 }.count) refused), in at try \(inAt)"
+                "spray share: \(statuses.count) spray logins (\(statuses.filter { $0 == 429 }.count) refused), in at try \(inAt), let in at the first try: \(admittedFirst)"
             )
             // The sprayer's own answers: refused or failed, never a 500. (A 503 with Retry-After is
             // tolerated here: "never 503" is the burst test's promise above; this one's is that the
             // users get in.)
             #expect(statuses.allSatisfy { [401, 429, 503].contains($0) }, "\(Set(statuses))")
             #expect(inAt.count == users.count, "\(inAt)")
-            #expect(inAt.values.contains(1), "\(inAt)")
+            #expect(!admittedFirst.isEmpty, "no user was let in at the first try: \(inAt)")
         }
     }
 
