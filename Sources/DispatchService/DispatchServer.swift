@@ -500,9 +500,8 @@ public enum DispatchServer {
         let credentialStore: HubCredentialStore
         switch database {
         case .sqlite(let sqlite):
-            let pool = sqlite.writer
-            inbox = try InboxProvider(db: pool)
-            outbox = try Outbox(db: pool)
+            inbox = try InboxProvider(db: sqlite)
+            outbox = try Outbox(db: sqlite)
             credentialStore = HubCredentialStore(db: sqlite)
         case .postgres(let postgres):
             let replica = config.replicaID ?? "\(ProcessInfo.processInfo.hostName):\(context.config.runtimeDir)"

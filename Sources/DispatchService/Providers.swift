@@ -61,24 +61,27 @@ public struct InboxProvider: PushSender {
         case postgres(HeraldPostgres)
     }
 
+    /// For the writes that join the outbox's transactions.
     private let storage: Storage
+    /// For the rest, written once for both databases (single statements: see ``OutboxStore``).
+    private let sql: any SQLDatabase
 
-    public init(db: any DatabaseWriter) throws {
-        storage = .sqlite(db)
-        try HeraldDatabase.migrate(Self.migrator, db, sharing: [Outbox.migrator])
+    /// `db` is the outbox's (``Outbox/init(db:now:)``).
+    public init(db: SQLiteDatabase) throws {
+        storage = .sqlite(db.writer)
+        sql = db
+        try HeraldDatabase.migrate(Self.migrator, db.writer, sharing: [Outbox.migrator])
     }
 
     /// The inbox of a PostgreSQL outbox (made first: its migrations create the table).
     public init(postgres: HeraldPostgres) {
         storage = .postgres(postgres)
+        sql = postgres.sql
     }
 
     /// Forgets everything recorded (ResetForTests).
     public func deleteEverything() async throws -> Int64 {
-        switch storage {
-        case .sqlite(let db): try TestMode.deleteAll(["inbox"], in: db)
-        case .postgres(let db): try await db.deleteAll(["inbox"])
-        }
+        Int64(try await sql.execute("DELETE FROM inbox"))
     }
 
     static var migrator: DatabaseMigrator {
@@ -194,23 +197,11 @@ public struct InboxProvider: PushSender {
         return pairs.compactMap { $0.count == 2 ? Header(name: $0[0], value: $0[1]) : nil }
     }
 
-    /// Deletes pushes recorded before `before` (Unix ms), 10,000 per transaction; returns how many.
+    /// Deletes pushes recorded before `before` (Unix ms), 10,000 per statement; returns how many.
     @discardableResult
     public func purge(before: Int64) async throws -> Int {
-        switch storage {
-        case .sqlite(let db):
-            return try HeraldDatabase.deleteInBatches(
-                db, batch: 10000,
-                sql:
-                    "DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < ? LIMIT 10000)",
-                arguments: [before])
-        case .postgres(let db):
-            return try await db.deleteInBatches(batch: 10000) {
-                """
-                DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < \(before) LIMIT 10000)
-                RETURNING 1
-                """
-            }
+        try await sql.deleteInBatches(batch: 10000) {
+            "DELETE FROM inbox WHERE sequence IN (SELECT sequence FROM inbox WHERE recorded_at < \(before) LIMIT 10000)"
         }
     }
 
@@ -236,58 +227,27 @@ public struct InboxProvider: PushSender {
     }
 
     /// Recorded pushes, one page from either end; only those to `handle` when it is not empty.
-    public func list(_ page: Page, limit: Int, handle: String = "") async throws -> [InboxEntry] {
-        guard case .sqlite(let db) = storage else { return try await list(page, limit: limit, handle: handle, storage) }
-        let (condition, order, bound) = page.sql
-        return try await db.read { db in
-            try Row.fetchAll(
-                db,
-                sql: handle.isEmpty
-                    ? "SELECT * FROM inbox WHERE \(condition)? ORDER BY \(order) LIMIT ?"
-                    : "SELECT * FROM inbox WHERE \(condition)? AND handle = ? ORDER BY \(order) LIMIT ?",
-                arguments: handle.isEmpty ? [bound, limit] : [bound, handle, limit]
-            ).map(Self.entry)
-        }
-    }
-
-    /// One row of `SELECT * FROM inbox` on SQLite.
-    static func entry(_ row: Row) -> InboxEntry {
-        let payload: Data = row["payload"]
-        return InboxEntry(
-            sequence: row["sequence"], notificationID: row["notification_id"],
-            registrationID: row["registration_id"], platform: Platform(rawValue: row["platform"]),
-            handle: row["handle"], headers: decode(row["headers"]),
-            payload: [UInt8](payload), recordedAtUnixMs: row["recorded_at"])
-    }
-
-    /// The columns the PostgreSQL ``entry(_:)`` reads, in its order.
-    static let postgresColumns =
-        "sequence, notification_id, registration_id, platform, handle, headers, payload, recorded_at"
-
-    /// One row of ``postgresColumns`` on PostgreSQL.
-    static func entry(_ row: PostgresRow) throws -> InboxEntry {
-        let (sequence, notificationID, registrationID, platform, handle, headers, payload, recordedAt) =
-            try row.decode((Int64, String, String, Int32, String, String, ByteBuffer, Int64).self)
-        return InboxEntry(
-            sequence: sequence, notificationID: notificationID, registrationID: registrationID,
-            platform: Platform(rawValue: platform), handle: handle, headers: decode(headers),
-            payload: Array(buffer: payload), recordedAtUnixMs: recordedAt)
-    }
-
-    /// ``list(_:limit:handle:)`` on PostgreSQL.
     ///
-    /// Replicas write concurrently, so a sequence can commit after a higher one: a poller that
-    /// follows `after` may step over a push committed late. The inbox is for development and tests,
-    /// which read it after the send's outcome completed.
-    private func list(_ page: Page, limit: Int, handle: String, _ storage: Storage) async throws -> [InboxEntry] {
-        guard case .postgres(let db) = storage else { return [] }
+    /// On PostgreSQL, replicas write concurrently, so a sequence can commit after a higher one: a
+    /// poller that follows `after` may step over a push committed late. The inbox is for
+    /// development and tests, which read it after the send's outcome completed.
+    public func list(_ page: Page, limit: Int, handle: String = "") async throws -> [InboxEntry] {
         let (condition, order, bound) = page.sql
-        let rows = try await db.rows(
-            """
-            SELECT \(unescaped: Self.postgresColumns) FROM inbox
-            WHERE \(unescaped: condition)\(bound) AND (\(handle) = '' OR handle = \(handle)) ORDER BY \(unescaped: order) LIMIT \(Int64(limit))
-            """)
-        return try rows.map(Self.entry)
+        var query: SQLQuery = "SELECT \(raw: Self.columns) FROM inbox WHERE \(raw: condition)\(bound)"
+        if !handle.isEmpty { query += " AND handle = \(handle)" }
+        query += " ORDER BY \(raw: order) LIMIT \(Int64(limit))"
+        return try await sql.query(query, Self.entry)
+    }
+
+    /// The columns ``entry(_:)`` reads, in its order.
+    static let columns = "sequence, notification_id, registration_id, platform, handle, headers, payload, recorded_at"
+
+    /// One row of ``columns``.
+    static func entry(_ row: SQLRow) throws -> InboxEntry {
+        InboxEntry(
+            sequence: try row[0], notificationID: try row[1], registrationID: try row[2],
+            platform: Platform(rawValue: try row[3]), handle: try row[4], headers: decode(try row[5]),
+            payload: try row[6], recordedAtUnixMs: try row[7])
     }
 }
 

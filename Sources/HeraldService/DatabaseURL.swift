@@ -152,7 +152,7 @@ public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
 
 /// A service's database as `database-url` names it, opened: a SQLite pool on its file, or a
 /// PostgreSQL pool in its schema. A store written over ``SQLDatabase`` takes ``sql``; dispatch's
-/// outbox and inbox, not yet written that way, pick their implementation from the case.
+/// outbox, whose transactions are not yet written that way, picks its class from the case.
 public enum OpenedDatabase: Sendable {
     case sqlite(SQLiteDatabase)
     case postgres(HeraldPostgres)

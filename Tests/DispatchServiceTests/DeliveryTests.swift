@@ -79,7 +79,7 @@ struct DeliveryTests {
     }
 
     static func outbox(now: @escaping @Sendable () -> Int64 = unixMillis) throws -> Outbox {
-        try Outbox(db: try DatabaseQueue(), now: now)
+        try Outbox(db: .inMemory(), now: now)
     }
 
     static func payload() -> OutboxPayload {
@@ -89,7 +89,7 @@ struct DeliveryTests {
 
     @Test("payloads stored before delivery options were columns read back with the same options, expiry in ms")
     func deliveryOptionsMigration() throws {
-        let db = try DatabaseQueue()
+        let db = try DatabaseQueue(configuration: HeraldDatabase.configuration)
         try Outbox.migrator.migrate(db, upTo: "outbox-v1")
         try db.write { db in
             try db.execute(sql: "INSERT INTO notification VALUES ('n', 's', 'u', '', 1, 0, 0)")
@@ -108,7 +108,7 @@ struct DeliveryTests {
                     arguments: [platform.rawValue, headers, expires])
             }
         }
-        let outbox = try Outbox(db: db)
+        let outbox = try Outbox(db: SQLiteDatabase(db))
         let payloads = try outbox.read { try Outbox.payloads(of: "n", $0) }
         #expect(
             payloads[.native(.apns)]?.options
@@ -166,7 +166,7 @@ struct DeliveryTests {
         #expect(Set(items.map(\.messageID)).count == 7)
         // One send's ids differ in their low bits only: the staged and in-memory parts share them.
         #expect(Set(items.map { $0.messageID.prefix(19) }).count == 1)
-        let outcome = try outbox.outcome(of: "n-s")
+        let outcome = try await outbox.outcome(of: "n-s")
         #expect(outcome.platforms.map(\.pending).reduce(0, +) == 7)
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM audience_staging") } == 0)
 
@@ -178,7 +178,7 @@ struct DeliveryTests {
         try await outbox.stage(targets, to: &orphan)
         #expect(try outbox.deleteAbandonedStaging() == 7)
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM audience_staging") } == 0)
-        #expect(throws: ServiceError.self) { try outbox.outcome(of: "n-f") }
+        await #expect(throws: ServiceError.self) { try await outbox.outcome(of: "n-f") }
     }
 
     @Test("a streaming audience spills at the threshold and keeps only the first max_devices")
@@ -206,7 +206,7 @@ struct DeliveryTests {
         let worker = DeliveryWorker(
             outbox: outbox,
             senders: HubSenders(
-                defaults: [:], inbox: try InboxProvider(db: try DatabaseQueue()), client: nil, timeout: .seconds(1)),
+                defaults: [:], inbox: try InboxProvider(db: .inMemory()), client: nil, timeout: .seconds(1)),
             registrations: RegistrationServiceClient(try RPCClient(socketPath: "/nonexistent")),
             policy: RetryPolicy(base: .seconds(4)),
             logger: Logger(label: "test"))
@@ -227,16 +227,16 @@ struct DeliveryTests {
                 items[0], .retry(status: 503, reason: "ServiceUnavailable", after: .seconds(30)), now: now + 5000)
         ])
         #expect(finished.map(\.state) == [.abandoned])
-        let outcome = try #require(try outbox.outcome(of: "n-2").platforms.first)
+        let outcome = try #require(try await outbox.outcome(of: "n-2").platforms.first)
         #expect(outcome.success == 1 && outcome.failure == 3 && outcome.pending == 0)
         #expect(outcome.removedHandles == 1 && outcome.retries == 1)
         #expect(outcome.failures.map(\.reason) == ["Abandoned", "BadTopic", "Unregistered"])
-        #expect(try outbox.pendingRemovals(limit: 10).map(\.handle) == ["h1"])
+        #expect(try await outbox.pendingRemovals(limit: 10).map(\.handle) == ["h1"])
 
         // Retention: a finished send goes with its deliveries and counters; nothing else does.
-        #expect(try outbox.purge(before: now) == 0)
-        #expect(try outbox.purge(before: now + 10_000) == 1)
-        #expect(throws: ServiceError.self) { try outbox.outcome(of: "n-2") }
+        #expect(try await outbox.purge(before: now) == 0)
+        #expect(try await outbox.purge(before: now + 10_000) == 1)
+        await #expect(throws: ServiceError.self) { try await outbox.outcome(of: "n-2") }
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM delivery") } == 0)
     }
 
@@ -251,7 +251,7 @@ struct DeliveryTests {
             reader: ConfigReader(arguments: [
                 "--apns-key-file", path, "--apns-key-id", "K", "--apns-team-id", "T", "--apns-topic", "x",
             ]))
-        let inbox = try InboxProvider(db: try DatabaseQueue())
+        let inbox = try InboxProvider(db: .inMemory())
         let client = PushHTTP.makeClient(extraCAFile: nil)
         await #expect {
             _ = try await config.senders(inbox: inbox, client: client)
@@ -341,7 +341,7 @@ struct DeliverySpanTests {
         let worker = DeliveryWorker(
             outbox: try DeliveryTests.outbox(now: { 0 }),
             senders: HubSenders(
-                defaults: [:], inbox: try InboxProvider(db: try DatabaseQueue()), client: nil, timeout: .seconds(1)),
+                defaults: [:], inbox: try InboxProvider(db: .inMemory()), client: nil, timeout: .seconds(1)),
             registrations: RegistrationServiceClient(try RPCClient(socketPath: "/nonexistent")),
             policy: RetryPolicy(), logger: Logger(label: "test"))
         let items = (0..<30).map {

@@ -18,7 +18,7 @@ struct HubSendersTests {
 
     static func withSenders(_ body: (HubSenders) async throws -> Void) async throws {
         let client = PushHTTP.makeClient(extraCAFile: nil)
-        let inbox = try InboxProvider(db: try DatabaseQueue())
+        let inbox = try InboxProvider(db: .inMemory())
         let senders = HubSenders(defaults: [.wns: inbox], inbox: inbox, client: client, timeout: .seconds(1))
         do {
             try await body(senders)

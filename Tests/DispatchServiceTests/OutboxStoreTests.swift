@@ -18,13 +18,20 @@ struct OutboxFixture {
     let replica: (@Sendable (String) async throws -> PostgresOutbox)?
 }
 
+extension SQLiteDatabase {
+    /// A database in memory, configured as the services' files are.
+    static func inMemory() throws -> SQLiteDatabase {
+        SQLiteDatabase(try DatabaseQueue(configuration: HeraldDatabase.configuration))
+    }
+}
+
 func withOutbox(
     _ backend: StoreBackend, lease: Duration = .seconds(90), now: @escaping @Sendable () -> Int64 = unixMillis,
     _ body: (OutboxFixture) async throws -> Void
 ) async throws {
     switch backend {
     case .sqlite:
-        let db = try DatabaseQueue()
+        let db = try SQLiteDatabase.inMemory()
         try await body(
             OutboxFixture(outbox: try Outbox(db: db, now: now), inbox: try InboxProvider(db: db), replica: nil))
     case .postgres:
@@ -140,9 +147,9 @@ struct OutboxStoreTests {
 
     @Test("SQLite: a claim reads one ordered range of delivery_due per platform: no scan, no sort")
     func claimPlan() throws {
-        let db = try DatabaseQueue()
+        let db = try SQLiteDatabase.inMemory()
         _ = try Outbox(db: db)
-        let plan = try db.read { db in
+        let plan = try db.writer.read { db in
             try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + Outbox.dueOfPlatform, arguments: [1, 0, 10])
                 .map { $0["detail"] as String }
         }
@@ -226,6 +233,48 @@ struct OutboxStoreTests {
                 try await fixture.outbox.deliverLocally(limit: 100, platforms: [.apns, .fcm], inbox: fixture.inbox)
                     .delivered.isEmpty)
             #expect(try await fixture.inbox.deleteEverything() == 4)
+        }
+    }
+
+    @Test(
+        "exports: a user's sends, their devices' deliveries and inbox entries, paged; trace parents; the dead-handle queue",
+        arguments: StoreBackend.available)
+    func exports(_ backend: StoreBackend) async throws {
+        try await withOutbox(backend) { fixture in
+            let outbox = fixture.outbox
+            try await Self.send(outbox, "n-1", Self.targets(2) + Self.targets(1, .fcm, prefix: "f"))
+            _ = try await outbox.enqueue(
+                id: "n-2", sender: "alice", targetUser: "", targetTag: "username:bob", payloads: [Self.apns],
+                targets: Self.targets(1, prefix: "b"), staged: nil, retryWindow: .seconds(600), hub: "h2",
+                scheduled: false, originalBody: [])
+            _ = try await outbox.deliverLocally(limit: 100, platforms: [.apns, .fcm], inbox: fixture.inbox)
+            // Sends by sender, by target user or by the user's own tag; by hub when one is named; by id.
+            #expect(try await outbox.exportSends(user: "alice", hub: "", after: "", limit: 10).map(\.id) == ["n-2"])
+            #expect(try await outbox.exportSends(user: "bob", hub: "", after: "", limit: 10).map(\.id) == ["n-2"])
+            #expect(try await outbox.exportSends(user: "bob", hub: "default", after: "", limit: 10).isEmpty)
+            #expect(try await outbox.exportSends(user: "u", hub: "", after: "", limit: 10).map(\.id) == ["n-1"])
+            #expect(try await outbox.exportSends(user: "u", hub: "", after: "n-1", limit: 10).isEmpty)
+            let sent = try #require(try await outbox.exportSends(user: "s", hub: "default", after: "", limit: 1).first)
+            #expect(sent.id == "n-1" && sent.state == .completed && sent.targetUser == "u" && sent.finishedAt > 0)
+            // Deliveries and inbox entries of some devices, paged by sequence.
+            let deliveries = try await outbox.exportDeliveries(to: ["r-1", "f-0", "b-0"], after: 0, limit: 2)
+            #expect(deliveries.map(\.registrationID) == ["r-1", "f-0"])
+            #expect(deliveries.allSatisfy { $0.state == .delivered && $0.attempts == 1 })
+            let rest = try await outbox.exportDeliveries(
+                to: ["r-1", "f-0", "b-0"], after: deliveries[1].sequence, limit: 2)
+            #expect(rest.map(\.registrationID) == ["b-0"] && rest[0].handle == "bh0")
+            #expect(try await outbox.exportDeliveries(to: [], after: 0, limit: 10).isEmpty)
+            let entries = try await outbox.exportInbox(of: ["r-0", "f-0"], after: 0, limit: 10)
+            #expect(entries.map(\.handle) == ["rh0", "fh0"] && entries[1].payload == Self.fcm.body)
+            #expect(try await outbox.exportInbox(of: ["r-0", "f-0"], after: entries[0].sequence, limit: 10).count == 1)
+            #expect(try await outbox.exportInbox(of: [], after: 0, limit: 10).isEmpty)
+            // No send here was traced.
+            #expect(try await outbox.traceParents(of: ["n-1", "n-2"]).isEmpty)
+            #expect(try await outbox.traceParents(of: []).isEmpty)
+            #expect(try await outbox.pendingRemovals(limit: 10).isEmpty)
+            // The inbox's retention: everything recorded before now + 1 s goes.
+            #expect(try await fixture.inbox.purge(before: unixMillis() + 1000) == 4)
+            #expect(try await fixture.inbox.list(after: 0, limit: 10).isEmpty)
         }
     }
 
@@ -535,9 +584,9 @@ struct OutboxStoreTests {
         }
         switch backend {
         case .sqlite:
-            let queue = try DatabaseQueue(configuration: HeraldDatabase.configuration)
-            _ = try Outbox(db: queue)
-            try await check(HubCredentialStore(db: SQLiteDatabase(queue)))
+            let sqlite = try SQLiteDatabase.inMemory()
+            _ = try Outbox(db: sqlite)
+            try await check(HubCredentialStore(db: sqlite))
         case .postgres:
             try await TestDatabases.withPostgres(service: "dispatch") { db in
                 _ = try await PostgresOutbox(db: db, replica: "a")

@@ -24,11 +24,11 @@ struct ScheduleTests {
     @Test("a scheduled send is made once: a second enqueue of it, or one after a cancel, writes nothing")
     func once() async throws {
         let clock = Mutex<Int64>(1_000)
-        let outbox = try Outbox(db: try DatabaseQueue(), now: { clock.withLock { $0 } })
+        let outbox = try Outbox(db: .inMemory(), now: { clock.withLock { $0 } })
         try await schedule(outbox, "n-a", at: 5_000)
         try await schedule(outbox, "n-b", at: 6_000)
         #expect(try outbox.dueScheduled(limit: 10).isEmpty)
-        #expect(try outbox.outcome(of: "n-a").state == .scheduled)
+        #expect(try await outbox.outcome(of: "n-a").state == .scheduled)
         clock.withLock { $0 = 5_500 }
         #expect(try outbox.dueScheduled(limit: 10).map(\.id) == ["n-a"])
 
@@ -40,7 +40,7 @@ struct ScheduleTests {
             id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
             retryWindow: .seconds(60), scheduled: true)
         #expect(again == nil)
-        #expect(try outbox.deliveries(of: "n-a", after: 0, limit: 10).count == 1)
+        #expect(try await outbox.deliveries(of: "n-a", after: 0, limit: 10).count == 1)
         await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a") }
 
         let cancelled = try await outbox.cancelScheduled("n-b")
@@ -52,7 +52,7 @@ struct ScheduleTests {
             id: "n-b", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
             retryWindow: .seconds(60), scheduled: true)
         #expect(late == nil)
-        #expect(try outbox.outcome(of: "n-b").state == .cancelled)
+        #expect(try await outbox.outcome(of: "n-b").state == .cancelled)
         await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-b", hub: "other") }
         await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-none") }
     }

@@ -2,7 +2,7 @@ import Foundation
 public import GRDB
 import HeraldModel
 public import HeraldProto
-import HeraldService
+public import HeraldService
 
 /// Dispatch's durable outbox in SQLite: one row per (notification, registration). Send commits the
 /// notification, its payloads and every delivery row in one transaction before it answers, so an
@@ -13,14 +13,19 @@ import HeraldService
 /// One herald-dispatch process owns a database (leases are not shared between processes):
 /// ``PostgresOutbox`` is the outbox replicas share.
 public final class Outbox: OutboxStore {
+    /// GRDB's writer, for the transactions not yet written over ``sql`` (see ``OutboxStore``).
     let db: any DatabaseWriter
+    public let sql: any SQLDatabase
     /// Unix epoch milliseconds; injected by tests.
     let now: @Sendable () -> Int64
 
-    public init(db: any DatabaseWriter, now: @escaping @Sendable () -> Int64 = unixMillis) throws {
-        self.db = db
+    /// `db` is the one object every write to the file goes through (``SQLiteDatabase``): the inbox
+    /// and hubs' credentials share it.
+    public init(db: SQLiteDatabase, now: @escaping @Sendable () -> Int64 = unixMillis) throws {
+        self.db = db.writer
+        self.sql = db
         self.now = now
-        try HeraldDatabase.migrate(Self.migrator, db, sharing: [InboxProvider.migrator])
+        try HeraldDatabase.migrate(Self.migrator, db.writer, sharing: [InboxProvider.migrator])
     }
 
     /// OutcomeState numbers for SQL (`state IN (…)`): a send that is still going, and one that is over.

@@ -3,33 +3,8 @@ public import HeraldProto
 import HeraldRPC
 import HeraldService
 
-/// Purging old sends, the dead-handle queue, and the queue's depth for metrics.
+/// The SQLite outbox's reset, and the queue's depth for metrics (purges are ``OutboxStore``'s).
 extension Outbox {
-    /// Deletes finished sends last changed before `before` (Unix ms): the notification, and by
-    /// cascade its payloads, deliveries and counters. A hundred sends per transaction, so a purge
-    /// of large sends never holds the writer long. Returns how many sends.
-    @discardableResult
-    public func purge(before: Int64) throws -> Int {
-        try HeraldDatabase.deleteInBatches(
-            db, batch: 100,
-            sql: """
-                DELETE FROM notification WHERE id IN (
-                    SELECT id FROM notification WHERE state IN (\(Outbox.finishedStates)) AND updated_at < ? LIMIT 100)
-                """,
-            arguments: [before])
-    }
-
-    /// Deletes every finished send of `hub` with its payloads, deliveries and counters.
-    public func purge(hub: String) throws -> Int {
-        try HeraldDatabase.deleteInBatches(
-            db, batch: 100,
-            sql: """
-                DELETE FROM notification WHERE id IN (
-                    SELECT id FROM notification WHERE state IN (\(Outbox.finishedStates)) AND hub = ? LIMIT 100)
-                """,
-            arguments: [hub])
-    }
-
     /// Deletes every send with its payloads, deliveries and counters, and the dead-handle queue
     /// (ResetForTests). A delivery a worker holds at that moment records its result into nothing.
     public func deleteEverything() throws -> Int64 {
@@ -39,20 +14,6 @@ extension Outbox {
                 "notification",
                 "handle_removal",
             ], in: db)
-    }
-
-    /// Dead handles registration has not confirmed deleting yet, oldest first.
-    public func pendingRemovals(limit: Int) throws -> [(id: Int64, platform: Platform, handle: String, since: Int64)] {
-        try db.read { db in
-            try Row.fetchAll(
-                db, sql: "SELECT id, platform, handle, invalid_since FROM handle_removal ORDER BY id LIMIT ?",
-                arguments: [limit]
-            ).map { ($0["id"], Platform(rawValue: $0["platform"]), $0["handle"], $0["invalid_since"]) }
-        }
-    }
-
-    public func removalDone(_ id: Int64) throws {
-        try db.write { db in try db.execute(sql: "DELETE FROM handle_removal WHERE id = ?", arguments: [id]) }
     }
 
     /// When the earliest pending, unleased delivery is due (Unix ms), if any: the least of each
@@ -65,18 +26,6 @@ extension Outbox {
                     WHERE state = \(DeliveryState.pending.rawValue) AND leased = 0 AND platform = ?
                     """)
             return try Platform.delivered.compactMap { try Int64.fetchOne(statement, arguments: [$0.rawValue]) }.min()
-        }
-    }
-
-    public func traceParents(of ids: [String]) throws -> [String: String] {
-        try db.read { db in
-            var parents: [String: String] = [:]
-            let marks = Array(repeating: "?", count: ids.count).joined(separator: ",")
-            let rows = try Row.fetchAll(
-                db, sql: "SELECT id, trace_parent FROM notification WHERE id IN (\(marks)) AND trace_parent <> ''",
-                arguments: StatementArguments(ids))
-            for row in rows { parents[row[0]] = row[1] as String }
-            return parents
         }
     }
 

@@ -87,7 +87,7 @@ extension Outbox {
                     .failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
             }
         }
-        return try outcome(of: id, hub: hub)
+        return try await outcome(of: id, hub: hub)
     }
 
     /// Cancels every scheduled send of `hub` not made yet (a deleted hub's); returns how many.

@@ -1,5 +1,6 @@
 public import HeraldModel
 public import HeraldProto
+public import HeraldService
 
 /// Dispatch's durable outbox, whichever database holds it: ``Outbox`` (SQLite, one process) or
 /// ``PostgresOutbox`` (PostgreSQL, shared by replicas of herald-dispatch).
@@ -10,9 +11,15 @@ public import HeraldProto
 /// (its process died) comes back: SQLite makes its leases due again when the one process restarts
 /// (``recoverLeases()``); PostgreSQL leases expire, so any replica takes them over.
 ///
+/// What both do the same way is written once, over ``sql`` (``OutboxStore``'s extension in
+/// OutboxQueries.swift: reads, exports, purges); each class keeps its transactions.
+///
 /// The value types (``Outbox/Target``, ``Outbox/Decision``, ``Outbox/StagedAudience``) are shared
 /// and live on ``Outbox``.
 public protocol OutboxStore: Sendable {
+    /// The database, for what is written once for both.
+    var sql: any SQLDatabase { get }
+
     /// Commits a send, all or nothing; nil when `scheduled` and the scheduled send is gone
     /// (cancelled, or made already, by this process or another).
     /// `originalBody`: the caller's request body, kept for telemetry (a scheduled send keeps the
@@ -133,63 +140,5 @@ public struct OutboxPlatformResults: Sendable {
             if count.success == 0, count.failure > 0 { answer[count.platform]?.failing = true }
         }
         return answer
-    }
-}
-
-/// The SQL of the console's reads, the same on both databases but for placeholders: `?` here,
-/// numbered by ``postgres(_:)``.
-enum OutboxConsoleSQL {
-    static let recentSends = """
-        SELECT id FROM notification WHERE hub = ? AND (created_at < ? OR (created_at = ? AND id < ?))
-        ORDER BY created_at DESC, id DESC LIMIT ?
-        """
-    static let minuteCounts = """
-        SELECT n.created_at / 60000 AS minute, count(DISTINCT n.id), CAST(coalesce(sum(p.success), 0) AS BIGINT)
-        FROM notification n LEFT JOIN notification_platform p ON p.notification_id = n.id
-        WHERE n.hub = ? AND n.created_at >= ? GROUP BY minute ORDER BY minute
-        """
-    static let minuteFailures = """
-        SELECT n.created_at / 60000 AS minute, f.reason, CAST(sum(f.count) AS BIGINT)
-        FROM notification n JOIN notification_failure f ON f.notification_id = n.id
-        WHERE n.hub = ? AND n.created_at >= ? GROUP BY minute, f.reason ORDER BY minute, f.reason
-        """
-    static let platformCounts = """
-        SELECT p.platform, n.created_at, p.success, p.failure, p.pending
-        FROM notification n JOIN notification_platform p ON p.notification_id = n.id
-        WHERE n.hub = ? AND n.created_at >= ? ORDER BY n.created_at DESC, n.id DESC LIMIT ?
-        """
-    static let platformFailures = """
-        SELECT f.platform, n.created_at, f.reason
-        FROM notification n JOIN notification_failure f ON f.notification_id = n.id
-        WHERE n.hub = ? AND n.created_at >= ? ORDER BY n.created_at DESC, n.id DESC LIMIT ?
-        """
-
-    /// `?` placeholders as PostgreSQL's `$1…`.
-    static func postgres(_ sql: String) -> String {
-        var out = ""
-        var number = 0
-        for character in sql {
-            if character == "?" {
-                number += 1
-                out += "$\(number)"
-            } else {
-                out.append(character)
-            }
-        }
-        return out
-    }
-
-    /// Minutes from the two per-minute queries' rows.
-    static func minutes(
-        counts: [(minute: Int64, sends: Int64, delivered: Int64)],
-        failures: [(minute: Int64, reason: String, count: Int64)]
-    ) -> [SendStatsMinute] {
-        let failed = Dictionary(grouping: failures, by: \.minute)
-        return counts.map { row in
-            SendStatsMinute(
-                startUnixMs: row.minute * 60000, delivered: row.delivered,
-                failures: (failed[row.minute] ?? []).map { FailureCount(classifying: $0.reason, count: $0.count) },
-                sends: row.sends)
-        }
     }
 }

@@ -36,6 +36,7 @@ public final class PostgresOutbox: OutboxStore {
     public let replica: String
     /// How long a claim holds its rows before any replica may take them over.
     public let lease: Duration
+    public var sql: any SQLDatabase { db.sql }
 
     public init(
         db: HeraldPostgres, replica: String, lease: Duration = .seconds(90),
@@ -429,18 +430,14 @@ public final class PostgresOutbox: OutboxStore {
 
     nonisolated(nonsending) public func cancelScheduled(_ id: String, hub: String) async throws -> Outcome {
         let at = now()
-        let logger = db.logger
-        try await db.transaction { connection in
-            let row = try await Self.notification(id, requester: "", hub: hub, connection, logger: logger)
-            let deleted = try await connection.query(
-                "DELETE FROM scheduled_send WHERE notification_id = \(id) RETURNING 1", logger: logger
-            ).collect()
-            if deleted.count == 1 {
-                try await connection.query(
+        try await sql.transaction { session in
+            let row = try await OutboxQueries.notification(id, requester: "", hub: hub, withBody: false, session)
+            if try await session.execute("DELETE FROM scheduled_send WHERE notification_id = \(id)") == 1 {
+                try await session.execute(
                     """
                     UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
                     WHERE id = \(id)
-                    """, logger: logger)
+                    """)
             } else if row.state != .cancelled {
                 throw ServiceError(
                     .failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
@@ -487,131 +484,7 @@ public final class PostgresOutbox: OutboxStore {
         }
     }
 
-    // MARK: reads
-
-    struct NotificationRow {
-        var state: OutcomeState
-        var createdAt: Int64
-        var sender: String
-        var hub: String
-        var startedAt: Int64
-        var finishedAt: Int64
-    }
-
-    /// Send `id` as ``Outbox``'s reads see it: NOT_FOUND for another requester's or hub's.
-    static func notification(
-        _ id: String, requester: String, hub: String, _ connection: PostgresConnection, logger: Logger
-    ) async throws -> NotificationRow {
-        let rows = try await connection.query(
-            "SELECT state, created_at, sender, hub, started_at, finished_at FROM notification WHERE id = \(id)",
-            logger: logger
-        ).collect()
-        guard let row = rows.first else { throw ServiceError.notFound("notification \(id) not found") }
-        let (state, createdAt, sender, rowHub, startedAt, finishedAt) = try row.decode(
-            (Int32, Int64, String, String, Int64, Int64).self)
-        guard requester.isEmpty || sender == requester, hub.isEmpty || rowHub == hub else {
-            throw ServiceError.notFound("notification \(id) not found")
-        }
-        return NotificationRow(
-            state: OutcomeState(rawValue: state), createdAt: createdAt, sender: sender, hub: rowHub,
-            startedAt: startedAt,
-            finishedAt: finishedAt)
-    }
-
-    nonisolated(nonsending) public func outcome(of id: String, requester: String, hub: String) async throws -> Outcome {
-        let logger = db.logger
-        return try await db.client.withConnection { connection in
-            let row = try await Self.notification(id, requester: requester, hub: hub, connection, logger: logger)
-            var failures: [Platform: [FailureCount]] = [:]
-            for failure in try await connection.query(
-                "SELECT platform, reason, count FROM notification_failure WHERE notification_id = \(id) ORDER BY reason",
-                logger: logger
-            ).collect() {
-                let (platform, reason, count) = try failure.decode((Int32, String, Int64).self)
-                failures[Platform(rawValue: platform), default: []].append(
-                    FailureCount(classifying: reason, count: count))
-            }
-            let platforms = try await connection.query(
-                """
-                SELECT platform, success, failure, pending, removed, retries FROM notification_platform
-                WHERE notification_id = \(id) ORDER BY platform
-                """, logger: logger
-            ).collect().map { counters in
-                let (raw, success, failure, pending, removed, retries) = try counters.decode(
-                    (Int32, Int64, Int64, Int64, Int64, Int64).self)
-                let platform = Platform(rawValue: raw)
-                return PlatformOutcome(
-                    platform: platform, success: success, failure: failure, pending: pending,
-                    failures: failures[platform] ?? [],
-                    removedHandles: removed, retries: retries)
-            }
-            let body = try await connection.query(
-                "SELECT original_body FROM notification WHERE id = \(id)", logger: logger
-            )
-            .collect().first?.decode(ByteBuffer.self)
-            return Outcome(
-                notificationID: id, state: row.state, platforms: platforms, createdAtUnixMs: row.createdAt,
-                sender: row.sender,
-                hub: row.hub, startedAtUnixMs: row.startedAt, finishedAtUnixMs: row.finishedAt,
-                originalBody: body.map { Array($0.readableBytesView) } ?? [])
-        }
-    }
-
-    nonisolated(nonsending) public func deliveries(
-        of id: String, requester: String, hub: String, failedOnly: Bool, after: Int64, limit: Int
-    ) async throws -> [DeliveryRecord] {
-        let logger = db.logger
-        let states: [Int32] =
-            failedOnly
-            ? [DeliveryState.failed.rawValue, DeliveryState.abandoned.rawValue]
-            : [DeliveryState.pending, .delivered, .failed, .abandoned].map(\.rawValue)
-        return try await db.client.withConnection { connection in
-            _ = try await Self.notification(id, requester: requester, hub: hub, connection, logger: logger)
-            return try await connection.query(
-                """
-                SELECT sequence, registration_id, platform, state, attempts, message_id, last_status, reason, next_attempt_at, handle
-                FROM delivery WHERE notification_id = \(id) AND sequence > \(after) AND state = ANY(\(states))
-                ORDER BY sequence LIMIT \(Int64(limit))
-                """, logger: logger
-            ).collect().map { row in
-                let (
-                    sequence, registrationID, platform, rawState, attempts, messageID, lastStatus, reason, next, handle
-                ) =
-                    try row.decode((Int64, String, Int32, Int32, Int32, String, Int32, String, Int64, String).self)
-                let state = DeliveryState(rawValue: rawState)
-                return DeliveryRecord(
-                    sequence: sequence, registrationID: registrationID, platform: Platform(rawValue: platform),
-                    state: state,
-                    attempts: attempts, messageID: messageID, lastStatus: lastStatus, reason: reason,
-                    nextAttemptAtUnixMs: state == .pending ? next : 0, handle: handle,
-                    failureClass: FailureClass(state: state, reason: reason))
-            }
-        }
-    }
-
     // MARK: maintenance
-
-    nonisolated(nonsending) public func purge(before: Int64) async throws -> Int {
-        let finished = Outbox.finishedStateValues
-        return try await db.deleteInBatches(batch: 100) {
-            """
-            DELETE FROM notification WHERE id IN (
-                SELECT id FROM notification WHERE state = ANY(\(finished)) AND updated_at < \(before) LIMIT 100)
-            RETURNING 1
-            """
-        }
-    }
-
-    nonisolated(nonsending) public func purge(hub: String) async throws -> Int {
-        let finished = Outbox.finishedStateValues
-        return try await db.deleteInBatches(batch: 100) {
-            """
-            DELETE FROM notification WHERE id IN (
-                SELECT id FROM notification WHERE state = ANY(\(finished)) AND hub = \(hub) LIMIT 100)
-            RETURNING 1
-            """
-        }
-    }
 
     nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
         try await db.deleteAll([
@@ -619,21 +492,6 @@ public final class PostgresOutbox: OutboxStore {
             "notification",
             "handle_removal", "audience_staging",
         ])
-    }
-
-    nonisolated(nonsending) public func pendingRemovals(limit: Int) async throws -> [(
-        id: Int64, platform: Platform, handle: String, since: Int64
-    )] {
-        try await db.rows(
-            "SELECT id, platform, handle, invalid_since FROM handle_removal ORDER BY id LIMIT \(Int64(limit))"
-        ).map {
-            let (id, platform, handle, since) = try $0.decode((Int64, Int32, String, Int64).self)
-            return (id, Platform(rawValue: platform), handle, since)
-        }
-    }
-
-    nonisolated(nonsending) public func removalDone(_ id: Int64) async throws {
-        try await db.query("DELETE FROM handle_removal WHERE id = \(id)")
     }
 
     /// The least of each platform's first entry in `delivery_due` (one look-up each, never a scan).
@@ -649,17 +507,6 @@ public final class PostgresOutbox: OutboxStore {
         )
         .first?
         .decode(Int64?.self)
-    }
-
-    nonisolated(nonsending) public func traceParents(of ids: [String]) async throws -> [String: String] {
-        var parents: [String: String] = [:]
-        for row in try await db.rows(
-            "SELECT id, trace_parent FROM notification WHERE id = ANY(\(ids)::text[]) AND trace_parent <> ''")
-        {
-            let (id, parent) = try row.decode((String, String).self)
-            parents[id] = parent
-        }
-        return parents
     }
 
     nonisolated(nonsending) public func depth() async throws -> OutboxDepth {
