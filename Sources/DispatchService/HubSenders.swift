@@ -116,8 +116,8 @@ public enum PlatformCredentials: Sendable {
 /// Hubs' credentials in dispatch's database: settings as JSON, secrets included (the SQLite file
 /// is the service's own, 0600; on PostgreSQL, its schema), never sent back by an RPC.
 public struct HubCredentialStore: Sendable {
-    /// The table comes with the outbox's migrations (``Outbox``, ``PostgresOutbox``); every write
-    /// here is one statement, so it may share the SQLite file with a store that writes through GRDB.
+    /// The table comes with the outbox's migrations (``Outbox``, ``PostgresOutbox``); on SQLite,
+    /// `db` is the outbox's own ``SQLiteDatabase``, through which every write to the file goes.
     private let db: any SQLDatabase
 
     public init(db: any SQLDatabase) { self.db = db }

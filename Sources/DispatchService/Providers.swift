@@ -56,7 +56,8 @@ extension SingleRequestSender {
 /// records each batch in one transaction: delivered exactly once.
 public struct InboxProvider: PushSender {
     private enum Storage {
-        case sqlite(any DatabaseWriter)
+        /// Writes through ``SQLiteDatabase/write(_:)``, taking turns with the outbox's.
+        case sqlite(SQLiteDatabase)
         /// The table comes with ``PostgresOutbox/migrations``.
         case postgres(HeraldPostgres)
     }
@@ -68,7 +69,7 @@ public struct InboxProvider: PushSender {
 
     /// `db` is the outbox's (``Outbox/init(db:now:)``).
     public init(db: SQLiteDatabase) throws {
-        storage = .sqlite(db.writer)
+        storage = .sqlite(db)
         sql = db
         try HeraldDatabase.migrate(Self.migrator, db.writer, sharing: [Outbox.migrator])
     }

@@ -135,7 +135,7 @@ struct DeliveryTests {
         #expect(first.count == 3 && first.allSatisfy { $0.attempt == 1 })
         #expect(try await outbox.claim(limit: 10, platforms: [.apns]).isEmpty)  // leased: not handed out twice
         // The process dies here. The next one starts:
-        #expect(try outbox.recoverLeases() == 3)
+        #expect(try await outbox.recoverLeases() == 3)
         let again = try await outbox.claim(limit: 10, platforms: [.apns])
         #expect(again.map(\.messageID) == first.map(\.messageID))
         #expect(again.allSatisfy { $0.attempt == 2 })
@@ -176,7 +176,7 @@ struct DeliveryTests {
         await outbox.discardStaged("n-f")
         var orphan = Outbox.StagedAudience(notificationID: "n-o")
         try await outbox.stage(targets, to: &orphan)
-        #expect(try outbox.deleteAbandonedStaging() == 7)
+        #expect(try await outbox.deleteAbandonedStaging() == 7)
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM audience_staging") } == 0)
         await #expect(throws: ServiceError.self) { try await outbox.outcome(of: "n-f") }
     }

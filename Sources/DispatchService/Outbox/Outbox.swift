@@ -13,17 +13,18 @@ public import HeraldService
 /// One herald-dispatch process owns a database (leases are not shared between processes):
 /// ``PostgresOutbox`` is the outbox replicas share.
 public final class Outbox: OutboxStore {
-    /// GRDB's writer, for the transactions not yet written over ``sql`` (see ``OutboxStore``).
+    /// GRDB's writer, for reads inside the transactions not yet written over ``sql``.
     let db: any DatabaseWriter
-    public let sql: any SQLDatabase
-    /// Unix epoch milliseconds; injected by tests.
-    let now: @Sendable () -> Int64
+    /// Those transactions' way in: ``SQLiteDatabase/write(_:)``, which takes turns with ``sql``'s.
+    let sqlite: SQLiteDatabase
+    public var sql: any SQLDatabase { sqlite }
+    public let now: @Sendable () -> Int64
 
     /// `db` is the one object every write to the file goes through (``SQLiteDatabase``): the inbox
     /// and hubs' credentials share it.
     public init(db: SQLiteDatabase, now: @escaping @Sendable () -> Int64 = unixMillis) throws {
         self.db = db.writer
-        self.sql = db
+        self.sqlite = db
         self.now = now
         try HeraldDatabase.migrate(Self.migrator, db.writer, sharing: [InboxProvider.migrator])
     }
@@ -74,7 +75,7 @@ public final class Outbox: OutboxStore {
         let none = targets.isEmpty && stagedCount == 0
         let state: OutcomeState = none ? .noTargetFound : .enqueued
         let traceParent = Self.currentTraceParent
-        let created: Int64? = try await db.write { db in
+        let created: Int64? = try await sqlite.write { db in
             var created = at
             if scheduled {
                 try db.execute(sql: "DELETE FROM scheduled_send WHERE notification_id = ?", arguments: [id])

@@ -19,8 +19,8 @@ extension Outbox {
     /// Makes every delivery leased by a previous process due now (its attempt was counted, so it
     /// shows as retried). Call once at start-up, before any worker runs.
     @discardableResult
-    public func recoverLeases() throws -> Int {
-        try db.write { db in
+    public func recoverLeases() async throws -> Int {
+        try await sqlite.write { [now] db in
             try db.execute(
                 sql: """
                     UPDATE notification_platform SET retries = retries + (
@@ -45,7 +45,8 @@ extension Outbox {
     /// one transaction.
     public func claim(limit: Int, platforms: [Platform]) async throws -> [PushItem] {
         let at = now()
-        return try await db.write { db in try self.due(limit: limit, platforms: platforms, lease: true, at: at, db) }
+        return try await sqlite.write { db in try self.due(limit: limit, platforms: platforms, lease: true, at: at, db)
+        }
     }
 
     /// Delivers up to `limit` due deliveries of `platforms` to the inbox, which is in this same
@@ -55,7 +56,7 @@ extension Outbox {
         limit: Int, platforms: [Platform], inbox: InboxProvider
     ) async throws -> (delivered: [Platform: Int], finished: [(id: String, state: OutcomeState)]) {
         let at = now()
-        return try await db.write { db in
+        return try await sqlite.write { db in
             let items = try self.due(limit: limit, platforms: platforms, lease: false, at: at, db)
             guard !items.isEmpty else { return ([:], []) }
             try inbox.write(items, in: db)

@@ -57,7 +57,7 @@ extension Outbox {
         let tags = OutboxErasure.tags(of: user)
         let targets: StatementArguments = [user, tags[0], tags[1], hub, hub]
         let toUser = "(target_user = ? OR target_tag IN (?, ?)) AND (? = '' OR hub = ?)"
-        return try await db.write { db in
+        return try await sqlite.write { db in
             var erased = ErasedRows()
             try db.execute(
                 sql: """
@@ -103,7 +103,7 @@ extension Outbox {
             decoding: try JSONEncoder().encode(devices.map(\.handle).filter { !$0.isEmpty }), as: UTF8.self)
         let ofDevices = "registration_id IN (SELECT value FROM json_each(?))"
         let pending = DeliveryState.pending.rawValue
-        return try await db.write { db in
+        return try await sqlite.write { db in
             var erased = ErasedRows()
             // Not leased: no worker holds it, and none can claim it before this transaction ends.
             let rows = try Row.fetchAll(

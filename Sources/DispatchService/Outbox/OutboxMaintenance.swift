@@ -3,19 +3,8 @@ public import HeraldProto
 import HeraldRPC
 import HeraldService
 
-/// The SQLite outbox's reset, and the queue's depth for metrics (purges are ``OutboxStore``'s).
+/// The SQLite outbox's next due delivery and the queue's depth for metrics.
 extension Outbox {
-    /// Deletes every send with its payloads, deliveries and counters, and the dead-handle queue
-    /// (ResetForTests). A delivery a worker holds at that moment records its result into nothing.
-    public func deleteEverything() throws -> Int64 {
-        try TestMode.deleteAll(
-            [
-                "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send",
-                "notification",
-                "handle_removal",
-            ], in: db)
-    }
-
     /// When the earliest pending, unleased delivery is due (Unix ms), if any: the least of each
     /// platform's first entry in `delivery_due` (one look-up each, never a scan).
     public func nextDue() throws -> Int64? {

@@ -4,14 +4,13 @@ public import HeraldProto
 public import HeraldService
 
 /// What the outbox does the same way on both databases, written once over ``OutboxStore/sql``:
-/// reads (outcomes, delivery records, the console's, exports, trace parents) and writes of one
-/// statement each (purges, the dead-handle queue).
+/// reads (outcomes, delivery records, the console's, exports, trace parents), scheduled sends
+/// (storing, cancelling, abandoning), purges, the dead-handle queue and the reset.
 ///
-/// Why only these yet: on SQLite the outbox's transactions (sends, claims, results, scheduled
-/// sends, erasure) still run as GRDB's own `write`, and a transaction of the seam beside them on
-/// the same writer connection would interleave with theirs. A read takes a reader connection and
-/// a single statement is its own transaction, so both are safe beside them (as
-/// ``HubCredentialStore``'s writes are).
+/// What each store keeps is what differs: sends, claims, results and erasure (on PostgreSQL,
+/// replicas' leases, `SKIP LOCKED` and retried conflicts; on SQLite, GRDB closures of cached
+/// statements, the hot path's). On SQLite those run through ``SQLiteDatabase/write(_:)``, which
+/// takes turns with the seam's transactions on the one writer connection.
 ///
 /// The reads of one answer are separate statements, not one snapshot: a send's row is read
 /// before its counters, so a send read as finished has final counters.
@@ -134,7 +133,114 @@ extension OutboxStore {
         return results
     }
 
+    // MARK: scheduled sends (which are due is each store's: PostgreSQL's replicas take them in turn)
+
+    /// Stores a send to be made at `fireAt` (Unix ms): its notification (SCHEDULED) and the
+    /// request, in one transaction, before Send answers; refused when `hub` already has
+    /// `maxPending` waiting (a Send key must not be able to fill the disk). The count is read in
+    /// the insert's transaction; on PostgreSQL concurrent schedules on two replicas may each see
+    /// room for one more, so the bound holds within the replicas' count.
+    nonisolated(nonsending) public func schedule(
+        id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8],
+        originalBody: [UInt8] = [], maxPending: Int = .max
+    ) async throws -> Int64 {
+        let at = now()
+        let traceParent = Outbox.currentTraceParent
+        try await sql.transaction { session in
+            let pending: Int64 =
+                try await session.queryFirst(
+                    """
+                    SELECT COUNT(*) FROM scheduled_send s JOIN notification n ON n.id = s.notification_id
+                    WHERE n.hub = \(hub)
+                    """)?[0] ?? 0
+            try Outbox.checkScheduledRoom(pending: Int(pending), maxPending: maxPending, hub: hub)
+            try await session.execute(
+                """
+                INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, original_body,
+                                          trace_parent)
+                VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(OutcomeState.scheduled.rawValue), \(at), \(at), \(hub),
+                        \(originalBody), \(traceParent))
+                """)
+            try await session.execute(
+                "INSERT INTO scheduled_send (notification_id, fire_at, request) VALUES (\(id), \(fireAt), \(request))")
+        }
+        return at
+    }
+
+    /// Cancels a scheduled send not made yet (its outcome becomes CANCELLED); the same answer when
+    /// it was cancelled before. NOT_FOUND for an unknown id (or another hub's, with `hub`);
+    /// FAILED_PRECONDITION once it was made. Whoever deletes the scheduled row (this, or the send
+    /// being made) decides: a send is made or cancelled, never both.
+    nonisolated(nonsending) public func cancelScheduled(_ id: String, hub: String = "") async throws -> Outcome {
+        let at = now()
+        try await sql.transaction { session in
+            let row = try await OutboxQueries.notification(id, requester: "", hub: hub, withBody: false, session)
+            if try await session.execute("DELETE FROM scheduled_send WHERE notification_id = \(id)") == 1 {
+                try await session.execute(
+                    """
+                    UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
+                    WHERE id = \(id)
+                    """)
+            } else if row.state != .cancelled {
+                throw ServiceError(
+                    .failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
+            }
+        }
+        return try await outcome(of: id, requester: "", hub: hub)
+    }
+
+    /// Cancels every scheduled send of `hub` not made yet (a deleted hub's); returns how many.
+    /// The scheduled rows go first, as when a send is made, so two transactions on the same sends
+    /// lock them in the same order.
+    nonisolated(nonsending) public func cancelScheduled(hub: String) async throws -> Int64 {
+        let at = now()
+        return try await sql.transaction { session in
+            let ids: [String] = try await session.executeReturning(
+                """
+                DELETE FROM scheduled_send WHERE notification_id IN (SELECT id FROM notification WHERE hub = \(hub))
+                RETURNING notification_id
+                """
+            ).map { try $0[0] }
+            var start = 0
+            while start < ids.count {
+                let chunk = Array(ids[start..<min(start + 1000, ids.count)])
+                try await session.execute(
+                    """
+                    UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
+                    WHERE id IN (\(list: chunk))
+                    """)
+                start += chunk.count
+            }
+            return Int64(ids.count)
+        }
+    }
+
+    /// Gives up a scheduled send whose stored request cannot be made (ABANDONED); nothing is sent.
+    nonisolated(nonsending) public func abandonScheduled(_ id: String) async throws {
+        let at = now()
+        try await sql.transaction { session in
+            guard try await session.execute("DELETE FROM scheduled_send WHERE notification_id = \(id)") == 1 else {
+                return
+            }
+            try await session.execute(
+                """
+                UPDATE notification SET state = \(OutcomeState.abandoned.rawValue), updated_at = \(at), finished_at = \(at)
+                WHERE id = \(id)
+                """)
+        }
+    }
+
     // MARK: maintenance
+
+    /// Deletes every send with its payloads, deliveries and counters, the dead-handle queue and
+    /// staged audiences (ResetForTests). A delivery a worker holds at that moment records its
+    /// result into nothing.
+    nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
+        try await sql.deleteAll([
+            "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send",
+            "notification", "handle_removal", "audience_staging",
+        ])
+    }
 
     /// Deletes finished sends last changed before `before` (Unix ms): the notification, and by
     /// cascade its payloads, deliveries and counters. A hundred sends per statement, so a purge of

@@ -75,7 +75,7 @@ extension Outbox {
     @discardableResult
     public func record(_ decisions: [Decision]) async throws -> [(id: String, state: OutcomeState)] {
         let at = now()
-        return try await db.write { db in try self.apply(decisions, at: at, db) }
+        return try await sqlite.write { db in try self.apply(decisions, at: at, db) }
     }
 
     func apply(_ decisions: [Decision], at: Int64, _ db: Database) throws -> [(id: String, state: OutcomeState)] {

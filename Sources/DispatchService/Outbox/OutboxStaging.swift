@@ -48,7 +48,7 @@ extension Outbox {
         let id = staged.notificationID
         let start = staged.count
         let ids = staged.messageIDs
-        try await db.write { db in
+        try await sqlite.write { db in
             let insert = try db.cachedStatement(
                 sql: """
                     INSERT INTO audience_staging (notification_id, position, registration_id, platform, handle, message_id, variant)
@@ -69,15 +69,15 @@ extension Outbox {
     public func discardStaged(_ staged: StagedAudience) async { await discardStaged(staged.notificationID) }
 
     public func discardStaged(_ notificationID: String) async {
-        _ = try? await db.write { db in
+        _ = try? await sqlite.write { db in
             try db.execute(sql: "DELETE FROM audience_staging WHERE notification_id = ?", arguments: [notificationID])
         }
     }
 
     /// Rows of sends that never committed (their process stopped mid-send). Call once at start-up.
     @discardableResult
-    public func deleteAbandonedStaging() throws -> Int {
-        try db.write { db in
+    public func deleteAbandonedStaging() async throws -> Int {
+        try await sqlite.write { db in
             try db.execute(sql: "DELETE FROM audience_staging")
             return db.changesCount
         }

@@ -19,6 +19,8 @@ public import HeraldService
 public protocol OutboxStore: Sendable {
     /// The database, for what is written once for both.
     var sql: any SQLDatabase { get }
+    /// Unix epoch milliseconds; injected by tests.
+    var now: @Sendable () -> Int64 { get }
 
     /// Commits a send, all or nothing; nil when `scheduled` and the scheduled send is gone
     /// (cancelled, or made already, by this process or another).

@@ -30,8 +30,7 @@ import PostgresNIO
 ///   (without it, a send it had taken when it died fired ``scheduledTake`` late).
 public final class PostgresOutbox: OutboxStore {
     let db: HeraldPostgres
-    /// Unix epoch milliseconds; injected by tests.
-    let now: @Sendable () -> Int64
+    public let now: @Sendable () -> Int64
     /// This replica's name in `leased_by`: stable across its restarts, distinct from its peers'.
     public let replica: String
     /// How long a claim holds its rows before any replica may take them over.
@@ -378,36 +377,6 @@ public final class PostgresOutbox: OutboxStore {
 
     // MARK: scheduled sends
 
-    nonisolated(nonsending) public func schedule(
-        id: String, sender: String, targetUser: String, targetTag: String, hub: String, fireAt: Int64, request: [UInt8],
-        originalBody: [UInt8] = [], maxPending: Int = .max
-    ) async throws -> Int64 {
-        let at = now()
-        let traceParent = Outbox.currentTraceParent
-        let logger = db.logger
-        try await db.transaction { connection in
-            // Counted inside the insert's transaction; concurrent schedules on two replicas may
-            // each see room for one more, so the bound holds within the replicas' count.
-            let pending =
-                try await connection.query(
-                    "SELECT COUNT(*) FROM scheduled_send s JOIN notification n ON n.id = s.notification_id WHERE n.hub = \(hub)",
-                    logger: logger
-                ).collect().first?.decode(Int64.self) ?? 0
-            try Outbox.checkScheduledRoom(pending: Int(pending), maxPending: maxPending, hub: hub)
-            try await connection.query(
-                """
-                INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, original_body,
-                                          trace_parent)
-                VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(OutcomeState.scheduled.rawValue), \(at), \(at), \(hub),
-                        \(ByteBuffer(bytes: originalBody)), \(traceParent))
-                """, logger: logger)
-            try await connection.query(
-                "INSERT INTO scheduled_send (notification_id, fire_at, request) VALUES (\(id), \(fireAt), \(ByteBuffer(bytes: request)))",
-                logger: logger)
-        }
-        return at
-    }
-
     /// Due scheduled sends not taken by another replica, each now taken by this one for
     /// ``scheduledTake`` ms (a transient failure makes it due again after that).
     nonisolated(nonsending) public func dueScheduled(limit: Int) async throws -> [(
@@ -428,71 +397,7 @@ public final class PostgresOutbox: OutboxStore {
         }.sorted { $0.fireAt < $1.fireAt }
     }
 
-    nonisolated(nonsending) public func cancelScheduled(_ id: String, hub: String) async throws -> Outcome {
-        let at = now()
-        try await sql.transaction { session in
-            let row = try await OutboxQueries.notification(id, requester: "", hub: hub, withBody: false, session)
-            if try await session.execute("DELETE FROM scheduled_send WHERE notification_id = \(id)") == 1 {
-                try await session.execute(
-                    """
-                    UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
-                    WHERE id = \(id)
-                    """)
-            } else if row.state != .cancelled {
-                throw ServiceError(
-                    .failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
-            }
-        }
-        return try await outcome(of: id, requester: "", hub: hub)
-    }
-
-    nonisolated(nonsending) public func cancelScheduled(hub: String) async throws -> Int64 {
-        let at = now()
-        let logger = db.logger
-        return try await db.transaction { connection in
-            let rows = try await connection.query(
-                """
-                DELETE FROM scheduled_send s USING notification n
-                WHERE n.id = s.notification_id AND n.hub = \(hub) RETURNING s.notification_id
-                """, logger: logger
-            ).collect()
-            let ids = try rows.map { try $0.decode(String.self) }
-            if !ids.isEmpty {
-                try await connection.query(
-                    """
-                    UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
-                    WHERE id = ANY(\(ids))
-                    """, logger: logger)
-            }
-            return Int64(ids.count)
-        }
-    }
-
-    nonisolated(nonsending) public func abandonScheduled(_ id: String) async throws {
-        let at = now()
-        let logger = db.logger
-        try await db.transaction { connection in
-            let deleted = try await connection.query(
-                "DELETE FROM scheduled_send WHERE notification_id = \(id) RETURNING 1", logger: logger
-            ).collect()
-            guard deleted.count == 1 else { return }
-            try await connection.query(
-                """
-                UPDATE notification SET state = \(OutcomeState.abandoned.rawValue), updated_at = \(at), finished_at = \(at)
-                WHERE id = \(id)
-                """, logger: logger)
-        }
-    }
-
     // MARK: maintenance
-
-    nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
-        try await db.deleteAll([
-            "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send",
-            "notification",
-            "handle_removal", "audience_staging",
-        ])
-    }
 
     /// The least of each platform's first entry in `delivery_due` (one look-up each, never a scan).
     nonisolated(nonsending) public func nextDue() async throws -> Int64? {
