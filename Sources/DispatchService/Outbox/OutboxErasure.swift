@@ -52,49 +52,6 @@ enum OutboxErasure {
 }
 
 extension Outbox {
-    public func eraseUser(_ user: String, hub: String) async throws -> ErasedRows {
-        let at = now()
-        let tags = OutboxErasure.tags(of: user)
-        let targets: StatementArguments = [user, tags[0], tags[1], hub, hub]
-        let toUser = "(target_user = ? OR target_tag IN (?, ?)) AND (? = '' OR hub = ?)"
-        return try await sqlite.write { db in
-            var erased = ErasedRows()
-            try db.execute(
-                sql: """
-                    UPDATE notification SET state = ?, updated_at = ?, finished_at = ?
-                    WHERE id IN (SELECT notification_id FROM scheduled_send) AND \(toUser)
-                    """,
-                arguments: [OutcomeState.cancelled.rawValue, at, at] + targets)
-            erased.removed += Int64(db.changesCount)
-            try db.execute(
-                sql: """
-                    DELETE FROM scheduled_send WHERE notification_id IN (
-                        SELECT id FROM notification WHERE state = \(OutcomeState.cancelled.rawValue) AND \(toUser))
-                    """, arguments: targets)
-            try db.execute(
-                sql: """
-                    DELETE FROM outbox_payload WHERE notification_id IN (
-                        SELECT id FROM notification WHERE state IN (\(Outbox.finishedStates)) AND \(toUser))
-                    """, arguments: targets)
-            erased.removed += Int64(db.changesCount)
-            try db.execute(
-                sql: """
-                    UPDATE notification SET original_body = x'', target_user = '', target_tag = ''
-                    WHERE state IN (\(Outbox.finishedStates)) AND \(toUser)
-                    """, arguments: targets)
-            erased.redacted += Int64(db.changesCount)
-            try db.execute(
-                sql: "UPDATE notification SET target_user = '' WHERE target_user = ? AND (? = '' OR hub = ?)",
-                arguments: [user, hub, hub])
-            erased.redacted += Int64(db.changesCount)
-            try db.execute(
-                sql: "UPDATE notification SET sender = '' WHERE sender = ? AND (? = '' OR hub = ?)",
-                arguments: [user, hub, hub])
-            erased.redacted += Int64(db.changesCount)
-            return erased
-        }
-    }
-
     public func eraseDevices(_ devices: [UserDevice]) async throws -> ErasedRows {
         guard !devices.isEmpty else { return ErasedRows() }
         let at = now()
@@ -140,66 +97,6 @@ extension Outbox {
 }
 
 extension PostgresOutbox {
-    public func eraseUser(_ user: String, hub: String) async throws -> ErasedRows {
-        let at = now()
-        let tags = OutboxErasure.tags(of: user)
-        let logger = db.logger
-        let cancelled = OutcomeState.cancelled.rawValue
-        let finished = Outbox.finishedStateValues
-        return try await transactionRetryingConflicts { connection in
-            var erased = ErasedRows()
-            let scheduled = try await connection.query(
-                """
-                DELETE FROM scheduled_send WHERE notification_id IN (
-                    SELECT id FROM notification
-                    WHERE (target_user = \(user) OR target_tag = ANY(\(tags))) AND (\(hub) = '' OR hub = \(hub)))
-                RETURNING notification_id
-                """, logger: logger
-            ).collect()
-            let ids = try scheduled.map { try $0.decode(String.self) }
-            if !ids.isEmpty {
-                try await connection.query(
-                    """
-                    UPDATE notification SET state = \(cancelled), updated_at = \(at), finished_at = \(at)
-                    WHERE id = ANY(\(ids))
-                    """, logger: logger)
-            }
-            erased.removed += Int64(ids.count)
-            erased.removed += Int64(
-                try await connection.query(
-                    """
-                    DELETE FROM outbox_payload WHERE notification_id IN (
-                        SELECT id FROM notification
-                        WHERE state = ANY(\(finished)) AND (target_user = \(user) OR target_tag = ANY(\(tags)))
-                          AND (\(hub) = '' OR hub = \(hub)))
-                    RETURNING notification_id
-                    """, logger: logger
-                ).collect().count)
-            erased.redacted += Int64(
-                try await connection.query(
-                    """
-                    UPDATE notification SET original_body = ''::bytea, target_user = '', target_tag = ''
-                    WHERE state = ANY(\(finished)) AND (target_user = \(user) OR target_tag = ANY(\(tags)))
-                      AND (\(hub) = '' OR hub = \(hub))
-                    RETURNING id
-                    """, logger: logger
-                ).collect().count)
-            erased.redacted += Int64(
-                try await connection.query(
-                    """
-                    UPDATE notification SET target_user = '' WHERE target_user = \(user) AND (\(hub) = '' OR hub = \(hub))
-                    RETURNING id
-                    """, logger: logger
-                ).collect().count)
-            erased.redacted += Int64(
-                try await connection.query(
-                    "UPDATE notification SET sender = '' WHERE sender = \(user) AND (\(hub) = '' OR hub = \(hub)) RETURNING id",
-                    logger: logger
-                ).collect().count)
-            return erased
-        }
-    }
-
     public func eraseDevices(_ devices: [UserDevice]) async throws -> ErasedRows {
         guard !devices.isEmpty else { return ErasedRows() }
         let at = now()

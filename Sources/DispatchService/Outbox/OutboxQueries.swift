@@ -5,9 +5,11 @@ public import HeraldService
 
 /// What the outbox does the same way on both databases, written once over ``OutboxStore/sql``:
 /// reads (outcomes, delivery records, the console's, exports, trace parents), scheduled sends
-/// (storing, cancelling, abandoning), purges, the dead-handle queue and the reset.
+/// (storing, cancelling, abandoning), erasing a user's sends, purges, the dead-handle queue and
+/// the reset.
 ///
-/// What each store keeps is what differs: sends, claims, results and erasure (on PostgreSQL,
+/// What each store keeps is what differs: sends, claims, results and erasing devices (whose
+/// deliveries are recorded as results) (on PostgreSQL,
 /// replicas' leases, `SKIP LOCKED` and retried conflicts; on SQLite, GRDB closures of cached
 /// statements, the hot path's). On SQLite those run through ``SQLiteDatabase/write(_:)``, which
 /// takes turns with the seam's transactions on the one writer connection.
@@ -190,28 +192,10 @@ extension OutboxStore {
     }
 
     /// Cancels every scheduled send of `hub` not made yet (a deleted hub's); returns how many.
-    /// The scheduled rows go first, as when a send is made, so two transactions on the same sends
-    /// lock them in the same order.
     nonisolated(nonsending) public func cancelScheduled(hub: String) async throws -> Int64 {
         let at = now()
         return try await sql.transaction { session in
-            let ids: [String] = try await session.executeReturning(
-                """
-                DELETE FROM scheduled_send WHERE notification_id IN (SELECT id FROM notification WHERE hub = \(hub))
-                RETURNING notification_id
-                """
-            ).map { try $0[0] }
-            var start = 0
-            while start < ids.count {
-                let chunk = Array(ids[start..<min(start + 1000, ids.count)])
-                try await session.execute(
-                    """
-                    UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
-                    WHERE id IN (\(list: chunk))
-                    """)
-                start += chunk.count
-            }
-            return Int64(ids.count)
+            try await OutboxQueries.cancelScheduled(where: "hub = \(hub)", at: at, session)
         }
     }
 
@@ -227,6 +211,41 @@ extension OutboxStore {
                 UPDATE notification SET state = \(OutcomeState.abandoned.rawValue), updated_at = \(at), finished_at = \(at)
                 WHERE id = \(id)
                 """)
+        }
+    }
+
+    // MARK: erasure (see EraseUser in dispatch.proto; ``ErasedRows``)
+
+    /// Erase, the user's sends: a scheduled send whose only target is the user is cancelled; the
+    /// user's name goes from every send as sender and as target; a finished send to the user
+    /// alone loses its payloads and the body NH's telemetry keeps.
+    nonisolated(nonsending) public func eraseUser(_ user: String, hub: String) async throws -> ErasedRows {
+        let at = now()
+        let ofHub: SQLQuery = "(\(hub) = '' OR hub = \(hub))"
+        let toUser: SQLQuery =
+            "(target_user = \(user) OR target_tag IN (\(list: OutboxErasure.tags(of: user)))) AND \(ofHub)"
+        let finished = Outbox.finishedStateValues
+        return try await sql.transactionRetryingConflicts { session in
+            var erased = ErasedRows()
+            erased.removed += try await OutboxQueries.cancelScheduled(where: toUser, at: at, session)
+            erased.removed += Int64(
+                try await session.execute(
+                    """
+                    DELETE FROM outbox_payload WHERE notification_id IN (
+                        SELECT id FROM notification WHERE state IN (\(list: finished)) AND \(toUser))
+                    """))
+            erased.redacted += Int64(
+                try await session.execute(
+                    """
+                    UPDATE notification SET original_body = \([UInt8]()), target_user = '', target_tag = ''
+                    WHERE state IN (\(list: finished)) AND \(toUser)
+                    """))
+            erased.redacted += Int64(
+                try await session.execute(
+                    "UPDATE notification SET target_user = '' WHERE target_user = \(user) AND \(ofHub)"))
+            erased.redacted += Int64(
+                try await session.execute("UPDATE notification SET sender = '' WHERE sender = \(user) AND \(ofHub)"))
+            return erased
         }
     }
 
@@ -345,6 +364,31 @@ extension OutboxStore {
 }
 
 enum OutboxQueries {
+    /// Cancels the scheduled sends among the notifications `condition` picks; returns how many.
+    /// The scheduled rows go first, as when a send is made, so two transactions on the same sends
+    /// lock them in the same order.
+    static func cancelScheduled(where condition: SQLQuery, at: Int64, _ session: some SQLSession) async throws
+        -> Int64
+    {
+        let ids: [String] = try await session.executeReturning(
+            """
+            DELETE FROM scheduled_send WHERE notification_id IN (SELECT id FROM notification WHERE \(condition))
+            RETURNING notification_id
+            """
+        ).map { try $0[0] }
+        var start = 0
+        while start < ids.count {
+            let chunk = Array(ids[start..<min(start + 1000, ids.count)])
+            try await session.execute(
+                """
+                UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
+                WHERE id IN (\(list: chunk))
+                """)
+            start += chunk.count
+        }
+        return Int64(ids.count)
+    }
+
     struct NotificationRow {
         var state: OutcomeState
         var createdAt: Int64

@@ -308,9 +308,7 @@ extension PostgresOutbox {
         while true {
             do {
                 return try await db.transaction(body)
-            } catch let error as PSQLError
-                where attempt < 5 && ["40P01", "40001"].contains(error.serverInfo?[.sqlState] ?? "")
-            {
+            } catch  where attempt < 5 && PostgresSQLDatabase.isConflict(error) {
                 attempt += 1
                 try await Task.sleep(for: .milliseconds(Int64.random(in: 5...50) * Int64(attempt)))
             }

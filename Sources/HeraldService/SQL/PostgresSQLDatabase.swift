@@ -48,6 +48,14 @@ public struct PostgresSQLDatabase: SQLDatabase {
 
     public var healthCheck: HealthCheck { postgres.healthCheck }
 
+    /// A deadlock (40P01) or a serialization failure (40001).
+    public func isConflict(_ error: any Error) -> Bool { Self.isConflict(error) }
+
+    public static func isConflict(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError else { return false }
+        return ["40P01", "40001"].contains(error.serverInfo?[.sqlState] ?? "")
+    }
+
     private struct Session: SQLSession {
         let connection: PostgresConnection
         let logger: Logger

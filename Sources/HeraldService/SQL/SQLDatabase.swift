@@ -39,9 +39,33 @@ public protocol SQLDatabase: SQLSession {
     nonisolated(nonsending) func truncateLog() async throws
     /// The health check: the database takes a write.
     var healthCheck: HealthCheck { get }
+    /// Whether `error` is the database aborting a transaction so that another can go on (a
+    /// deadlock, a serialization failure): running it again resolves it. SQLite's one writer never
+    /// does that.
+    func isConflict(_ error: any Error) -> Bool
 }
 
 extension SQLDatabase {
+    public func isConflict(_ error: any Error) -> Bool { false }
+
+    /// ``transaction(_:)``, run again (up to 5 times, after a short random wait growing with each
+    /// try) when the database aborted it as a conflict (``isConflict(_:)``): on PostgreSQL,
+    /// replicas whose writes cross on the same rows, where the database picks one to retry rather
+    /// than letting both wait forever.
+    nonisolated(nonsending) public func transactionRetryingConflicts<Result: Sendable>(
+        _ body: (any SQLSession) async throws -> Result
+    ) async throws -> Result {
+        var attempt = 0
+        while true {
+            do {
+                return try await transaction(body)
+            } catch  where attempt < 5 && isConflict(error) {
+                attempt += 1
+                try await Task.sleep(for: .milliseconds(Int64.random(in: 5...50) * Int64(attempt)))
+            }
+        }
+    }
+
     nonisolated(nonsending) public func groupWrite<Result: Sendable>(
         _ body: @escaping @Sendable (any SQLSession) async throws -> Result
     ) async throws -> Result {
