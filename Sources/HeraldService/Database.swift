@@ -42,22 +42,6 @@ public enum HeraldDatabase {
         }
         try migrator.migrate(db)
     }
-
-    /// Runs `sql`, a DELETE of at most `batch` rows (its `LIMIT`), one transaction at a time until
-    /// a run deletes fewer: a large purge never holds the writer long. Returns the rows deleted.
-    public static func deleteInBatches(
-        _ db: any DatabaseWriter, batch: Int, sql: String, arguments: StatementArguments
-    ) throws -> Int {
-        var total = 0
-        while true {
-            let deleted = try db.write { db in
-                try db.execute(sql: sql, arguments: arguments)
-                return db.changesCount
-            }
-            total += deleted
-            if deleted < batch { return total }
-        }
-    }
 }
 
 /// A full disk refuses writes with SQLITE_FULL: the caller gets ``ServiceError/storageFull`` (the

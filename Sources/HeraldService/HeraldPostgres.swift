@@ -199,24 +199,6 @@ public final class HeraldPostgres: Service, Sendable {
         }
     }
 
-    /// Runs the DELETE `query` makes, one of at most `batch` rows (its `LIMIT`, with `RETURNING`),
-    /// one statement at a time until a run deletes fewer: a large purge never holds many row
-    /// locks at once. Returns the rows deleted. (``HeraldDatabase/deleteInBatches(_:batch:sql:arguments:)``
-    /// is the same for SQLite.)
-    public func deleteInBatches(batch: Int, _ query: () -> PostgresQuery) async throws -> Int {
-        var total = 0
-        while true {
-            let deleted = try await rows(query()).count
-            total += deleted
-            if deleted < batch { return total }
-        }
-    }
-
-    /// Deletes every row of `tables` in one transaction (ResetForTests); ids keep counting up.
-    public func deleteAll(_ tables: [String]) async throws -> Int64 {
-        try await sql.deleteAll(tables)
-    }
-
     /// The health check: the database takes a write (a heartbeat row per schema).
     public var healthCheck: HealthCheck {
         HealthCheck("database") { [self] in

@@ -1,4 +1,3 @@
-public import GRDB
 public import HeraldModel
 
 /// What `test-mode` unlocks: each service's ResetForTests, and the edge's `/v1/test/*` routes.
@@ -12,20 +11,6 @@ public enum TestMode {
             throw ServiceError.failedPrecondition(
                 "ResetForTests needs herald-\(service.rawValue) to run with test-mode on (HERALD_TEST_MODE=true); it is off"
             )
-        }
-    }
-
-    /// Deletes every row of `tables` in one transaction, children before parents as listed, and
-    /// answers how many went. Row ids keep counting up, so an id from before the reset never names
-    /// a row made after it.
-    public static func deleteAll(_ tables: [String], in db: any DatabaseWriter) throws -> Int64 {
-        try db.write { db in
-            var deleted: Int64 = 0
-            for table in tables {
-                try db.execute(sql: "DELETE FROM \(table)")
-                deleted += Int64(db.changesCount)
-            }
-            return deleted
         }
     }
 }

@@ -18,13 +18,6 @@ struct OutboxFixture {
     let replica: (@Sendable (String) async throws -> PostgresOutbox)?
 }
 
-extension SQLiteDatabase {
-    /// A database in memory, configured as the services' files are.
-    static func inMemory() throws -> SQLiteDatabase {
-        SQLiteDatabase(try DatabaseQueue(configuration: HeraldDatabase.configuration))
-    }
-}
-
 func withOutbox(
     _ backend: StoreBackend, lease: Duration = .seconds(90), now: @escaping @Sendable () -> Int64 = unixMillis,
     _ body: (OutboxFixture) async throws -> Void

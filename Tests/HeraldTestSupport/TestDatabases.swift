@@ -47,7 +47,7 @@ public enum TestDatabases {
         _ backend: StoreBackend, service: String, _ body: (any SQLDatabase) async throws -> T
     ) async throws -> T {
         switch backend {
-        case .sqlite: try await body(SQLiteDatabase(try DatabaseQueue(configuration: HeraldDatabase.configuration)))
+        case .sqlite: try await body(try SQLiteDatabase.inMemory())
         case .postgres: try await withPostgres(service: service) { try await body($0.sql) }
         }
     }
@@ -69,5 +69,12 @@ public enum TestDatabases {
             try? await database.query(PostgresQuery(unsafeSQL: "DROP SCHEMA IF EXISTS \(location.schema) CASCADE"))
             throw error
         }
+    }
+}
+
+extension SQLiteDatabase {
+    /// A database in memory, configured as the services' files are.
+    public static func inMemory() throws -> SQLiteDatabase {
+        SQLiteDatabase(try DatabaseQueue(configuration: HeraldDatabase.configuration))
     }
 }

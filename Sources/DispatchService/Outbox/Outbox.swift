@@ -31,7 +31,6 @@ public final class Outbox: OutboxStore {
 
     /// OutcomeState numbers for SQL (`state IN (…)`): a send that is still going, and one that is over.
     static let unfinishedStates = unfinishedStateValues.map { String($0) }.joined(separator: ", ")
-    static let finishedStates = finishedStateValues.map { String($0) }.joined(separator: ", ")
     static let unfinishedStateValues = [OutcomeState.enqueued, .processing].map(\.rawValue)
     static let finishedStateValues = [OutcomeState.completed, .abandoned, .noTargetFound, .cancelled].map(\.rawValue)
 

@@ -45,7 +45,8 @@ extension Outbox {
     /// one transaction.
     public func claim(limit: Int, platforms: [Platform]) async throws -> [PushItem] {
         let at = now()
-        return try await sqlite.write { db in try self.due(limit: limit, platforms: platforms, lease: true, at: at, db)
+        return try await sqlite.write { db in
+            try self.due(limit: limit, platforms: platforms, lease: true, at: at, db)
         }
     }
 

@@ -8,11 +8,11 @@ public import HeraldService
 /// (storing, cancelling, abandoning), erasing a user's sends, purges, the dead-handle queue and
 /// the reset.
 ///
-/// What each store keeps is what differs: sends, claims, results and erasing devices (whose
-/// deliveries are recorded as results) (on PostgreSQL,
-/// replicas' leases, `SKIP LOCKED` and retried conflicts; on SQLite, GRDB closures of cached
-/// statements, the hot path's). On SQLite those run through ``SQLiteDatabase/write(_:)``, which
-/// takes turns with the seam's transactions on the one writer connection.
+/// What each store keeps is what differs: sends, staging, claims, results, and erasing devices
+/// (their deliveries are recorded as results). On PostgreSQL that is replicas' leases, `SKIP
+/// LOCKED` and retried conflicts; on SQLite, the hot path's GRDB closures of cached statements,
+/// run through ``SQLiteDatabase/write(_:)``, which takes turns with the seam's transactions on the
+/// one writer connection.
 ///
 /// The reads of one answer are separate statements, not one snapshot: a send's row is read
 /// before its counters, so a send read as finished has final counters.
@@ -177,13 +177,7 @@ extension OutboxStore {
         let at = now()
         try await sql.transaction { session in
             let row = try await OutboxQueries.notification(id, requester: "", hub: hub, withBody: false, session)
-            if try await session.execute("DELETE FROM scheduled_send WHERE notification_id = \(id)") == 1 {
-                try await session.execute(
-                    """
-                    UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
-                    WHERE id = \(id)
-                    """)
-            } else if row.state != .cancelled {
+            if try await !OutboxQueries.endScheduled(id, as: .cancelled, at: at, session), row.state != .cancelled {
                 throw ServiceError(
                     .failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
             }
@@ -203,14 +197,7 @@ extension OutboxStore {
     nonisolated(nonsending) public func abandonScheduled(_ id: String) async throws {
         let at = now()
         try await sql.transaction { session in
-            guard try await session.execute("DELETE FROM scheduled_send WHERE notification_id = \(id)") == 1 else {
-                return
-            }
-            try await session.execute(
-                """
-                UPDATE notification SET state = \(OutcomeState.abandoned.rawValue), updated_at = \(at), finished_at = \(at)
-                WHERE id = \(id)
-                """)
+            _ = try await OutboxQueries.endScheduled(id, as: .abandoned, at: at, session)
         }
     }
 
@@ -261,29 +248,17 @@ extension OutboxStore {
         ])
     }
 
-    /// Deletes finished sends last changed before `before` (Unix ms): the notification, and by
-    /// cascade its payloads, deliveries and counters. A hundred sends per statement, so a purge of
-    /// large sends never holds the writer (or many row locks) long. Returns how many sends.
+    /// Deletes finished sends last changed before `before` (Unix ms) with their payloads,
+    /// deliveries and counters; returns how many sends.
     @discardableResult
     nonisolated(nonsending) public func purge(before: Int64) async throws -> Int {
-        try await sql.deleteInBatches(batch: 100) {
-            """
-            DELETE FROM notification WHERE id IN (
-                SELECT id FROM notification WHERE state IN (\(list: Outbox.finishedStateValues)) AND updated_at < \(before)
-                LIMIT 100)
-            """
-        }
+        try await OutboxQueries.purgeFinished(where: "updated_at < \(before)", sql)
     }
 
     /// Deletes every finished send of `hub` (a deleted hub's) with its payloads, deliveries and counters.
     @discardableResult
     nonisolated(nonsending) public func purge(hub: String) async throws -> Int {
-        try await sql.deleteInBatches(batch: 100) {
-            """
-            DELETE FROM notification WHERE id IN (
-                SELECT id FROM notification WHERE state IN (\(list: Outbox.finishedStateValues)) AND hub = \(hub) LIMIT 100)
-            """
-        }
+        try await OutboxQueries.purgeFinished(where: "hub = \(hub)", sql)
     }
 
     /// Dead handles registration has not confirmed deleting yet, oldest first.
@@ -364,6 +339,33 @@ extension OutboxStore {
 }
 
 enum OutboxQueries {
+    /// Deletes scheduled send `id`'s row and, when there was one, finishes its notification as
+    /// `state` now; whether there was one. Whoever deletes that row (this, or the send being made)
+    /// decides what becomes of the send.
+    static func endScheduled(_ id: String, as state: OutcomeState, at: Int64, _ session: some SQLSession)
+        async throws -> Bool
+    {
+        guard try await session.execute("DELETE FROM scheduled_send WHERE notification_id = \(id)") == 1 else {
+            return false
+        }
+        try await session.execute(
+            "UPDATE notification SET state = \(state.rawValue), updated_at = \(at), finished_at = \(at) WHERE id = \(id)"
+        )
+        return true
+    }
+
+    /// Deletes the finished sends `condition` picks, with (by cascade) their payloads, deliveries
+    /// and counters: a hundred per statement, so a purge of large sends never holds the writer (or
+    /// many row locks) long. Returns how many sends.
+    static func purgeFinished(where condition: SQLQuery, _ sql: any SQLDatabase) async throws -> Int {
+        try await sql.deleteInBatches(batch: 100) {
+            """
+            DELETE FROM notification WHERE id IN (
+                SELECT id FROM notification WHERE state IN (\(list: Outbox.finishedStateValues)) AND \(condition) LIMIT 100)
+            """
+        }
+    }
+
     /// Cancels the scheduled sends among the notifications `condition` picks; returns how many.
     /// The scheduled rows go first, as when a send is made, so two transactions on the same sends
     /// lock them in the same order.

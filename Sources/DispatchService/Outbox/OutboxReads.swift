@@ -3,21 +3,9 @@ import GRDB
 import HeraldModel
 public import HeraldProto
 
-/// Reads inside the SQLite outbox's own transactions (the rest are ``OutboxStore``'s, over its `sql`).
+/// Reads of the SQLite outbox's own: inside its transactions, and for tests (the rest are
+/// ``OutboxStore``'s, over its `sql`).
 extension Outbox {
-    /// Send `id` in a GRDB transaction, with ``OutboxQueries/notification(_:requester:hub:withBody:_:)``'s visibility.
-    static func notification(_ id: String, requester: String, hub: String = "", _ db: Database) throws -> Row {
-        guard
-            let row = try Row.fetchOne(
-                db,
-                sql: "SELECT state, created_at, sender, hub, started_at, finished_at FROM notification WHERE id = ?",
-                arguments: [id]),
-            requester.isEmpty || row["sender"] == requester,
-            hub.isEmpty || row["hub"] == hub
-        else { throw ServiceError.notFound("notification \(id) not found") }
-        return row
-    }
-
     /// A read on the outbox's database (tests).
     func read<T>(_ body: (Database) throws -> T) throws -> T { try db.read(body) }
 

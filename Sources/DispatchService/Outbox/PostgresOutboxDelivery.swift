@@ -304,14 +304,6 @@ extension PostgresOutbox {
     /// deadlock or a serialization failure: replicas' claims and results may cross on the same
     /// rows, and the database picks one to retry rather than letting both wait forever.
     func transactionRetryingConflicts<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        var attempt = 0
-        while true {
-            do {
-                return try await db.transaction(body)
-            } catch  where attempt < 5 && PostgresSQLDatabase.isConflict(error) {
-                attempt += 1
-                try await Task.sleep(for: .milliseconds(Int64.random(in: 5...50) * Int64(attempt)))
-            }
-        }
+        try await retryingConflicts(where: PostgresSQLDatabase.isConflict) { try await db.transaction(body) }
     }
 }
