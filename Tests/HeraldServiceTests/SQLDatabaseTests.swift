@@ -84,6 +84,54 @@ struct SQLDatabaseTests {
         }
     }
 
+    @Test(
+        "rows go in and update as a batch, in order, past a PostgreSQL chunk; anyOf matches a list of any length, empty included",
+        arguments: StoreBackend.available)
+    func rowSources(_ backend: StoreBackend) async throws {
+        try await TestDatabases.withDatabase(backend, service: "sqlseam") { db in
+            try await db.migrate(Self.schema)
+            let count = SQLRowSource.chunk + 7
+            let names = (0..<count).map { $0 == 3 ? "it's \"quoted\"\\\n\u{1}" : "r\($0)" }
+            let rows = SQLRowSource(count: count)
+                .integers("n", (0..<count).map { Int64($0) * 10 })
+                .texts("name", names)
+                .bytes("data", (0..<count).map { [UInt8(truncatingIfNeeded: $0), 0] })
+                .bools("flag", (0..<count).map { $0.isMultiple(of: 2) })
+            let inserted = try await db.executeReturning(
+                "INSERT INTO t (n, name, data, flag) SELECT u.n, u.name, u.data, u.flag FROM \(rows: rows) ORDER BY u.ordinal RETURNING id"
+            )
+            #expect(inserted.count == count)
+            let read = try await db.query("SELECT n, name, data, flag FROM t ORDER BY id")
+            #expect(try read.map { try $0[0] as Int64 } == (0..<count).map { Int64($0) * 10 })
+            #expect(try read.map { try $0[1] as String } == names)
+            #expect(try read[count - 1][2] as [UInt8] == [UInt8(truncatingIfNeeded: count - 1), 0])
+            #expect(try read[1][3] as Bool == false && read[2][3] as Bool == true)
+
+            // An update from rows answers, through RETURNING, only the rows it matched.
+            let changes = SQLRowSource(count: 3).integers("n", [10, 20, 999]).texts("name", ["a", "b", "c"])
+            let changed = try await db.transaction { session in
+                try await session.executeReturning(
+                    "UPDATE t SET name = u.name FROM \(rows: changes) WHERE t.n = u.n RETURNING t.n"
+                ).map { try $0[0] as Int64 }
+            }
+            #expect(Set(changed) == [10, 20])
+            #expect(
+                try await db.query("SELECT name FROM t WHERE n \(anyOf: [10, 20] as [Int64]) ORDER BY n").map {
+                    try $0[0] as String
+                } == ["a", "b"])
+            #expect(
+                try await db.query("SELECT n FROM t WHERE name \(anyOf: [names[3], "b", "none"])").map {
+                    try $0[0] as Int64
+                }.sorted() == [20, 30])
+            #expect(try await db.query("SELECT n FROM t WHERE n \(anyOf: [] as [Int64])").isEmpty)
+            // A batch of no rows runs nothing.
+            #expect(
+                try await db.execute(
+                    "INSERT INTO t (n, name, flag) SELECT u.n, 'x', \(true) FROM \(rows: SQLRowSource(count: 0).integers("n", []))"
+                ) == 0)
+        }
+    }
+
     @Test("SQLite: concurrent read-modify-write transactions never lose an update")
     func serialised() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("herald-sql-\(UUID().uuidString)")

@@ -13,11 +13,14 @@ public struct PostgresSQLDatabase: SQLDatabase {
     public init(_ postgres: HeraldPostgres) { self.postgres = postgres }
 
     nonisolated(nonsending) public func query(_ sql: SQLQuery) async throws -> [SQLRow] {
-        try await Self.rows(try await postgres.client.query(Self.query(sql), logger: postgres.logger))
+        // A statement over rows may take several runs: one transaction, all or nothing.
+        if sql.rows != nil { return try await transaction { try await $0.query(sql) } }
+        return try await Self.rows(try await postgres.client.query(Self.query(sql), logger: postgres.logger))
     }
 
     @discardableResult
     nonisolated(nonsending) public func execute(_ sql: SQLQuery) async throws -> Int {
+        if sql.rows != nil { return try await transaction { try await $0.execute(sql) } }
         let query = Self.query(sql)
         return try await postgres.client.withConnection { connection in
             try await Self.execute(query, on: connection, logger: postgres.logger)
@@ -62,13 +65,20 @@ public struct PostgresSQLDatabase: SQLDatabase {
         var dialect: SQLDialect { .postgres }
 
         nonisolated(nonsending) func query(_ sql: SQLQuery) async throws -> [SQLRow] {
-            try await PostgresSQLDatabase.rows(
-                try await connection.query(PostgresSQLDatabase.query(sql), logger: logger))
+            var rows: [SQLRow] = []
+            for query in PostgresSQLDatabase.queries(sql) {
+                rows += try await PostgresSQLDatabase.rows(try await connection.query(query, logger: logger))
+            }
+            return rows
         }
 
         @discardableResult
         nonisolated(nonsending) func execute(_ sql: SQLQuery) async throws -> Int {
-            try await PostgresSQLDatabase.execute(PostgresSQLDatabase.query(sql), on: connection, logger: logger)
+            var changed = 0
+            for query in PostgresSQLDatabase.queries(sql) {
+                changed += try await PostgresSQLDatabase.execute(query, on: connection, logger: logger)
+            }
+            return changed
         }
 
         nonisolated(nonsending) func executeReturning(_ sql: SQLQuery) async throws -> [SQLRow] {
@@ -78,6 +88,16 @@ public struct PostgresSQLDatabase: SQLDatabase {
 
     static func query(_ sql: SQLQuery) -> PostgresQuery {
         let (text, values) = sql.render(.postgres)
+        return query(text, values)
+    }
+
+    /// The statements `sql` runs as: one, or one per chunk of its rows (``SQLRowSource``).
+    static func queries(_ sql: SQLQuery) -> [PostgresQuery] {
+        let runs = sql.runs(.postgres)
+        return (0..<runs.count).map { query(runs.text, runs.values($0)) }
+    }
+
+    static func query(_ text: String, _ values: [SQLValue]) -> PostgresQuery {
         var bindings = PostgresBindings(capacity: values.count)
         for value in values {
             switch value {
@@ -86,6 +106,10 @@ public struct PostgresSQLDatabase: SQLDatabase {
             case .text(let text): bindings.append(text)
             case .bytes(let bytes): bindings.append(ByteBuffer(bytes: bytes))
             case .bool(let bool): bindings.append(bool)
+            case .integers(let integers): bindings.append(integers)
+            case .texts(let texts): bindings.append(texts)
+            case .bools(let bools): bindings.append(bools)
+            case .byteStrings(let strings): bindings.append(strings.map { ByteBuffer(bytes: $0) })
             }
         }
         return PostgresQuery(unsafeSQL: text, binds: bindings)

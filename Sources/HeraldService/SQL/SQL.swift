@@ -17,6 +17,12 @@ public enum SQLValue: Sendable, Hashable {
     case text(String)
     case bytes([UInt8])
     case bool(Bool)
+    /// A list bound as one value: a PostgreSQL array, a JSON array in SQLite (``SQLQuery/StringInterpolation/appendInterpolation(anyOf:)-(_:[Int64])``),
+    /// or one column of a ``SQLRowSource``. Never read from a column.
+    case integers([Int64])
+    case texts([String])
+    case bools([Bool])
+    case byteStrings([[UInt8]])
 }
 
 /// A Swift value that can be bound into a statement.
@@ -89,8 +95,12 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
     var text: String
     var values: [SQLValue]
     var fragments: [SQLFragment]
+    /// The rows the statement runs over (``SQLRowSource``), if any, and how many values precede
+    /// their mark.
+    var rows: (source: SQLRowSource, valuesBefore: Int)?
 
     static let fragmentMark: UInt8 = 0x01
+    static let rowsMark: UInt8 = 0x02
 
     public init(stringLiteral value: String) {
         text = value
@@ -102,6 +112,7 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
         text = stringInterpolation.text
         values = stringInterpolation.values
         fragments = stringInterpolation.fragments
+        rows = stringInterpolation.rows
     }
 
     /// Text the code wrote, never a value from outside.
@@ -111,6 +122,7 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
         var text = ""
         var values: [SQLValue] = []
         var fragments: [SQLFragment] = []
+        var rows: (source: SQLRowSource, valuesBefore: Int)?
 
         public init(literalCapacity: Int, interpolationCount: Int) {
             text.reserveCapacity(literalCapacity + 2 * interpolationCount)
@@ -137,9 +149,36 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
 
         /// Another statement's text and values, in place (a shared condition, say).
         public mutating func appendInterpolation(_ sql: SQLQuery) {
+            precondition(sql.rows == nil, "a statement over rows cannot be part of another")
             text += sql.text
             values += sql.values
             fragments += sql.fragments
+        }
+
+        /// `IN` the list `values`, bound as one value whatever its length: SQLite reads a JSON
+        /// array with `json_each`, PostgreSQL an array with `= ANY`. So a batch's statement has
+        /// one text (compiled once, cached) for any number of rows. Written `column \(anyOf: ids)`.
+        public mutating func appendInterpolation(anyOf values: [Int64]) {
+            appendAnyOf(.integers(values))
+        }
+
+        public mutating func appendInterpolation(anyOf values: [String]) {
+            appendAnyOf(.texts(values))
+        }
+
+        private mutating func appendAnyOf(_ list: SQLValue) {
+            appendInterpolation(SQLFragment(sqlite: "IN (SELECT value FROM json_each(", postgres: "= ANY("))
+            text += "?"
+            values.append(list)
+            appendInterpolation(SQLFragment(sqlite: "))", postgres: ")"))
+        }
+
+        /// The table `u` of `source`'s rows, in a `FROM`: the statement runs over every row (see
+        /// ``SQLRowSource``). One per statement.
+        public mutating func appendInterpolation(rows source: SQLRowSource) {
+            precondition(rows == nil, "one row source per statement")
+            rows = (source, values.count)
+            text.unicodeScalars.append(Unicode.Scalar(SQLQuery.rowsMark))
         }
 
         /// Text the code itself wrote: a table or column name from the store's own lists.
@@ -157,6 +196,7 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
     /// Appends `other`'s text and values: a statement whose shape depends on the request, built
     /// piece by piece.
     public static func += (query: inout SQLQuery, other: SQLQuery) {
+        precondition(query.rows == nil && other.rows == nil, "a statement over rows is written whole")
         query.text += other.text
         query.values += other.values
         query.fragments += other.fragments
@@ -164,7 +204,12 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
 
     /// The statement's text in `dialect`, and its values in placeholder order.
     public func render(_ dialect: SQLDialect) -> (text: String, values: [SQLValue]) {
-        if dialect == .sqlite, fragments.isEmpty { return (text, values) }
+        precondition(rows == nil, "a statement over rows runs through its session (runs(_:))")
+        return renderText(dialect)
+    }
+
+    private func renderText(_ dialect: SQLDialect, rowsText: String = "") -> (text: String, values: [SQLValue]) {
+        if dialect == .sqlite, fragments.isEmpty, rows == nil { return (text, values) }
         var out: [UInt8] = []
         out.reserveCapacity(text.utf8.count + 3 * values.count + 24 * fragments.count)
         var placeholder = 0
@@ -178,12 +223,54 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
             } else if byte == Self.fragmentMark {
                 out.append(contentsOf: fragments[fragment].text(for: dialect).utf8)
                 fragment += 1
+            } else if byte == Self.rowsMark {
+                for byte in rowsText.utf8 {
+                    if byte == UInt8(ascii: "?"), dialect == .postgres {
+                        placeholder += 1
+                        out.append(UInt8(ascii: "$"))
+                        out.append(contentsOf: String(placeholder).utf8)
+                    } else {
+                        out.append(byte)
+                    }
+                }
             } else {
                 out.append(byte)
             }
         }
         return (String(decoding: out, as: UTF8.self), values)
     }
+
+    /// A statement over rows (``SQLRowSource``) as `dialect` runs it: one text, run `count` times,
+    /// each run with `values(run)`. SQLite runs it once per row (one cached statement, in the
+    /// writer's own thread: cheaper than parsing a large statement); PostgreSQL once per
+    /// ``SQLRowSource/chunk`` rows, each column bound as an array (one round trip per chunk).
+    /// A statement without rows runs once.
+    public func runs(_ dialect: SQLDialect) -> SQLRuns {
+        guard let (source, before) = rows else {
+            let (text, values) = renderText(dialect)
+            return SQLRuns(text: text, count: 1) { _ in values }
+        }
+        let (text, values) = renderText(dialect, rowsText: source.tableText(dialect))
+        let head = Array(values[..<before])
+        let tail = Array(values[before...])
+        switch dialect {
+        case .sqlite:
+            return SQLRuns(text: text, count: source.count) { row in head + source.row(row) + tail }
+        case .postgres:
+            let chunks = (source.count + SQLRowSource.chunk - 1) / SQLRowSource.chunk
+            return SQLRuns(text: text, count: chunks) { chunk in
+                let start = chunk * SQLRowSource.chunk
+                return head + source.arrays(start..<min(start + SQLRowSource.chunk, source.count)) + tail
+            }
+        }
+    }
+}
+
+/// A statement as a dialect runs it: see ``SQLQuery/runs(_:)``.
+public struct SQLRuns {
+    public let text: String
+    public let count: Int
+    public let values: (Int) -> [SQLValue]
 }
 
 /// One row of a result, its columns by position.

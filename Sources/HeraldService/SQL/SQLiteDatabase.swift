@@ -41,6 +41,8 @@ public final class SQLiteDatabase: SQLDatabase {
     public var path: String { writer.path }
 
     nonisolated(nonsending) public func query(_ sql: SQLQuery) async throws -> [SQLRow] {
+        // A statement over rows runs once per row: one transaction, all or nothing.
+        if sql.rows != nil { return try await transaction { try await $0.query(sql) } }
         if readersApart { return try read(sql) }
         try checkOutsideTransaction()
         await gate.acquire()
@@ -50,6 +52,7 @@ public final class SQLiteDatabase: SQLDatabase {
 
     @discardableResult
     nonisolated(nonsending) public func execute(_ sql: SQLQuery) async throws -> Int {
+        if sql.rows != nil { return try await transaction { try await $0.execute(sql) } }
         try checkOutsideTransaction()
         await gate.acquire()
         defer { gate.release() }
@@ -57,6 +60,7 @@ public final class SQLiteDatabase: SQLDatabase {
     }
 
     nonisolated(nonsending) public func executeReturning(_ sql: SQLQuery) async throws -> [SQLRow] {
+        if sql.rows != nil { return try await transaction { try await $0.query(sql) } }
         try checkOutsideTransaction()
         await gate.acquire()
         defer { gate.release() }
@@ -188,13 +192,17 @@ public final class SQLiteDatabase: SQLDatabase {
         _ = try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
     }
 
-    /// Cached statements: preparing one costs more than running it.
+    /// Cached statements: preparing one costs more than running it. A statement over rows runs
+    /// once per row (``SQLQuery/runs(_:)``), its rows answered in order.
     static func rows(_ db: Database, _ sql: SQLQuery) throws -> [SQLRow] {
-        let (text, values) = sql.render(.sqlite)
-        let cursor = try Row.fetchCursor(db.cachedStatement(sql: text), arguments: arguments(values))
+        let runs = sql.runs(.sqlite)
+        let statement = try db.cachedStatement(sql: runs.text)
         var rows: [SQLRow] = []
-        while let row = try cursor.next() {
-            rows.append(SQLRow(row.databaseValues.map(SQLValue.init)))
+        for run in 0..<runs.count {
+            let cursor = try Row.fetchCursor(statement, arguments: arguments(runs.values(run)))
+            while let row = try cursor.next() {
+                rows.append(SQLRow(row.databaseValues.map(SQLValue.init)))
+            }
         }
         return rows
     }
@@ -203,9 +211,14 @@ public final class SQLiteDatabase: SQLDatabase {
     /// answers the rows changed.
     @discardableResult
     public static func execute(_ db: Database, _ sql: SQLQuery) throws -> Int {
-        let (text, values) = sql.render(.sqlite)
-        try db.cachedStatement(sql: text).execute(arguments: arguments(values))
-        return db.changesCount
+        let runs = sql.runs(.sqlite)
+        let statement = try db.cachedStatement(sql: runs.text)
+        var changed = 0
+        for run in 0..<runs.count {
+            try statement.execute(arguments: arguments(runs.values(run)))
+            changed += db.changesCount
+        }
+        return changed
     }
 
     /// Existentials, not `DatabaseValue`s: GRDB's initializer from a sequence of a concrete type
@@ -220,8 +233,35 @@ public final class SQLiteDatabase: SQLDatabase {
                 case .text(let text): text
                 case .bytes(let bytes): Data(bytes)
                 case .bool(let bool): bool ? 1 : 0
+                // A list (`anyOf:`) is read back with json_each.
+                case .integers(let integers): jsonArray(integers.lazy.map { String($0) })
+                case .texts(let texts): jsonArray(texts.lazy.map(jsonString))
+                case .bools(let bools): jsonArray(bools.lazy.map { $0 ? "1" : "0" })
+                case .byteStrings: preconditionFailure("SQLite binds a row source's bytes row by row")
                 }
             })
+    }
+
+    private static func jsonArray(_ elements: some Sequence<String>) -> String {
+        "[" + elements.joined(separator: ",") + "]"
+    }
+
+    /// `text` as a JSON string: quotes, backslashes and control characters escaped.
+    static func jsonString(_ text: String) -> String {
+        var out = "\""
+        out.reserveCapacity(text.utf8.count + 2)
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case _ where scalar.value < 0x20:
+                out +=
+                    "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
+                    + String(scalar.value, radix: 16)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
     }
 }
 
