@@ -1,13 +1,13 @@
 import Foundation
-public import HeraldModel
-public import HeraldProto
+import HeraldModel
+import HeraldProto
 public import HeraldRPC
-public import HeraldService
+import HeraldService
 public import Logging
 import Metrics
 public import ServiceLifecycle
 import Synchronization
-public import Tracing
+import Tracing
 
 /// How retries are spaced: exponential backoff with jitter, never sooner than the push service's
 /// `Retry-After`, given up at the delivery's retry window or expiry.
@@ -90,7 +90,7 @@ struct HubPlatform: Hashable {
 /// `workers` batches are in flight at once. Dead handles are reported to herald-registration
 /// from a durable queue, so feedback survives a restart too.
 public final class DeliveryWorker: Service, Sendable {
-    let outbox: any OutboxStore
+    let outbox: Outbox
     /// Each hub's sender per platform; which platforms are recorded locally (the inbox, in the
     /// claim's own transaction) and which are claimed with a lease follows it as hubs' credentials change.
     private let senders: HubSenders
@@ -106,13 +106,13 @@ public final class DeliveryWorker: Service, Sendable {
     /// Graceful shutdown began: claim nothing more.
     private let stopping = Mutex(false)
     /// Claimed deliveries not recorded yet (sequence → the attempt their claim counted), whose
-    /// leases are renewed while they are in flight (PostgreSQL; see ``OutboxStore/renewLeases(_:)``).
+    /// leases are renewed while they are in flight (see ``Outbox/renewLeases(_:)``).
     private let inFlight = Mutex<[Int64: Int]>([:])
     /// Delivered pushes given a span of their own so far, per traced send (DeliveryTracing.swift).
     let sampledDeliveries = Mutex<[String: Int]>([:])
 
     public init(
-        outbox: any OutboxStore, senders: HubSenders, registrations: any RegistrationServiceClientProtocol,
+        outbox: Outbox, senders: HubSenders, registrations: any RegistrationServiceClientProtocol,
         policy: RetryPolicy,
         batchSize: Int = 500,
         workers: Int = 4, logger: Logger

@@ -27,9 +27,9 @@ import ServiceLifecycle
 ///   with RESOURCE_EXHAUSTED (429) until one is made or cancelled. Each keeps its request (up to
 ///   64 KB of body) until it fires, so the bound is what a Send key can make dispatch store.
 ///
-/// Replicas (with `database-url postgres://…`; see ``PostgresOutbox``):
+/// Leases, and replicas (with `database-url postgres://…`; see ``Outbox``):
 /// - `lease-seconds` (90, at least 3): how long a claim holds its deliveries before another replica
-///   may take them over. A live replica renews the leases of its batches in flight every third of
+///   (or, on SQLite, the same process) may take them over. A live replica renews the leases of its batches in flight every third of
 ///   it, so only a replica that died or stalled that long loses them; a shorter lease hands a dead
 ///   replica's work over sooner, at the cost of a renewal query per third.
 /// - `replica-id` (host name and runtime folder): this replica's name on its leases. Stable across
@@ -207,7 +207,7 @@ struct PushClientShutdown: Service {
 /// The RPC handlers of herald-dispatch.
 public struct DispatchHandlers: DispatchServiceHandler {
     public let dispatcher: Dispatcher
-    public let outbox: any OutboxStore
+    public let outbox: Outbox
     public let inbox: InboxProvider
     public let hubSenders: HubSenders?
     public let credentials: HubCredentialStore?
@@ -215,7 +215,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
     public let testMode: Bool
 
     public init(
-        dispatcher: Dispatcher, outbox: any OutboxStore, inbox: InboxProvider, hubSenders: HubSenders? = nil,
+        dispatcher: Dispatcher, outbox: Outbox, inbox: InboxProvider, hubSenders: HubSenders? = nil,
         credentials: HubCredentialStore? = nil,
         testMode: Bool = false
     ) {
@@ -495,17 +495,17 @@ public enum DispatchServer {
         context -> RPCServiceParts in
         let config = try DispatchConfig(reader: context.reader)
         let database = try context.openDatabase()
-        let outbox: any OutboxStore
+        let outbox: Outbox
         let inbox: InboxProvider
         let credentialStore: HubCredentialStore
         switch database {
         case .sqlite(let sqlite):
             inbox = try InboxProvider(db: sqlite)
-            outbox = try Outbox(db: sqlite)
+            outbox = try Outbox(db: sqlite, lease: config.lease)
             credentialStore = HubCredentialStore(db: sqlite)
         case .postgres(let postgres):
             let replica = config.replicaID ?? "\(ProcessInfo.processInfo.hostName):\(context.config.runtimeDir)"
-            outbox = try await PostgresOutbox(db: postgres, replica: replica, lease: config.lease)
+            outbox = try await Outbox(postgres: postgres, replica: replica, lease: config.lease)
             inbox = InboxProvider(postgres: postgres)
             credentialStore = HubCredentialStore(db: postgres.sql)
             context.logger.notice(
@@ -571,12 +571,12 @@ public enum DispatchServer {
         }
         var background: [any Service] =
             database.services + [PushClientShutdown(client: client), worker, purge, scheduler]
-        if let shared = outbox as? PostgresOutbox {
+        if outbox.sharedByReplicas {
             background += [
                 // A send committed by any replica wakes this one's worker at once (LISTEN/NOTIFY),
                 // rather than at its next poll; listening again a second after the connection fails.
                 Periodic("listening for sends", every: .seconds(1), logger: context.logger) {
-                    try await shared.listenForSends { worker.wake() }
+                    try await outbox.listenForSends { worker.wake() }
                 },
                 // Credentials set through another replica reach this one within the interval.
                 Periodic("hub credentials refresh", every: config.credentialsRefresh, logger: context.logger) {

@@ -1,8 +1,8 @@
 import Foundation
-public import HeraldModel
+import HeraldModel
 public import HeraldProto
 public import HeraldRPC
-public import HeraldService
+import HeraldService
 import Logging
 import Metrics
 import NotificationHubs
@@ -11,7 +11,7 @@ import Synchronization
 /// Resolves a send's audience through one StreamAudience call and commits the send with one
 /// outbox delivery per device (``Outbox``) before answering; ``DeliveryWorker`` delivers them.
 public final class Dispatcher: Sendable {
-    private let outbox: any OutboxStore
+    private let outbox: Outbox
     private let registrations: any RegistrationServiceClientProtocol
     /// Deliveries still failing this long after the send are abandoned.
     private let retryWindow: Duration
@@ -25,7 +25,7 @@ public final class Dispatcher: Sendable {
     private let maxScheduledPerHub: Int
 
     public init(
-        outbox: any OutboxStore, registrations: any RegistrationServiceClientProtocol,
+        outbox: Outbox, registrations: any RegistrationServiceClientProtocol,
         retryWindow: Duration = .seconds(1800),
         audienceTimeout: Duration = .seconds(600), audienceMemoryRows: Int = Outbox.StagedAudience.spillThreshold,
         maxScheduledPerHub: Int = DispatchConfig.defaultMaxScheduledPerHub,

@@ -1,6 +1,6 @@
 import AsyncHTTPClient
 import Foundation
-public import GRDB
+import GRDB
 public import HeraldModel
 public import HeraldProto
 import HeraldRPC
@@ -116,7 +116,7 @@ public enum PlatformCredentials: Sendable {
 /// Hubs' credentials in dispatch's database: settings as JSON, secrets included (the SQLite file
 /// is the service's own, 0600; on PostgreSQL, its schema), never sent back by an RPC.
 public struct HubCredentialStore: Sendable {
-    /// The table comes with the outbox's migrations (``Outbox``, ``PostgresOutbox``); on SQLite,
+    /// The table comes with the outbox's migrations (``Outbox``); on SQLite,
     /// `db` is the outbox's own ``SQLiteDatabase``, through which every write to the file goes.
     private let db: any SQLDatabase
 

@@ -1,12 +1,12 @@
 import Foundation
-public import GRDB
+import GRDB
 import HeraldModel
 public import HeraldProto
 import HeraldRPC
 public import HeraldService
-public import Logging
+import Logging
 import NIOCore
-public import PostgresNIO
+import PostgresNIO
 
 /// Where deliveries of one platform go: ``APNsSender``, ``FCMSender``, ``WNSSender``,
 /// ``WebPushSender``, or ``InboxProvider`` when no credentials are configured.
@@ -55,57 +55,23 @@ extension SingleRequestSender {
 /// Its table lives in dispatch's own database, beside the outbox, so the worker claims, writes and
 /// records each batch in one transaction: delivered exactly once.
 public struct InboxProvider: PushSender {
-    private enum Storage {
-        /// Writes through ``SQLiteDatabase/write(_:)``, taking turns with the outbox's.
-        case sqlite(SQLiteDatabase)
-        /// The table comes with ``PostgresOutbox/migrations``.
-        case postgres(HeraldPostgres)
-    }
-
-    /// For the writes that join the outbox's transactions.
-    private let storage: Storage
-    /// For the rest, written once for both databases (single statements: see ``OutboxStore``).
+    /// The outbox's database: written once for both (see ``Outbox``).
     private let sql: any SQLDatabase
 
-    /// `db` is the outbox's (``Outbox/init(db:now:)``).
+    /// `db` is the outbox's (``Outbox/init(db:replica:lease:now:)``).
     public init(db: SQLiteDatabase) throws {
-        storage = .sqlite(db)
         sql = db
-        try HeraldDatabase.migrate(Self.migrator, db.writer, sharing: [Outbox.migrator])
+        try DispatchSchema.migrate(db)
     }
 
     /// The inbox of a PostgreSQL outbox (made first: its migrations create the table).
     public init(postgres: HeraldPostgres) {
-        storage = .postgres(postgres)
         sql = postgres.sql
     }
 
     /// Forgets everything recorded (ResetForTests).
     public func deleteEverything() async throws -> Int64 {
         Int64(try await sql.execute("DELETE FROM inbox"))
-    }
-
-    static var migrator: DatabaseMigrator {
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("inbox-v1") { db in
-            try db.execute(
-                sql: """
-                    CREATE TABLE inbox (
-                        sequence INTEGER PRIMARY KEY AUTOINCREMENT,
-                        notification_id TEXT NOT NULL,
-                        registration_id TEXT NOT NULL,
-                        platform INTEGER NOT NULL,
-                        handle TEXT NOT NULL,
-                        headers TEXT NOT NULL,
-                        payload BLOB NOT NULL,
-                        recorded_at INTEGER NOT NULL
-                    );
-                    """)
-        }
-        migrator.registerMigration("inbox-v2-handle-index") { db in
-            try db.execute(sql: "CREATE INDEX inbox_handle ON inbox(handle, sequence)")
-        }
-        return migrator
     }
 
     public func send(_ items: [PushItem]) async -> [PushResult] {
@@ -118,42 +84,25 @@ public struct InboxProvider: PushSender {
     }
 
     private func record(_ items: [PushItem]) async throws {
-        switch storage {
-        case .sqlite(let db): try await db.write { db in try write(items, in: db) }
-        case .postgres(let db):
-            try await db.transaction { connection in try await write(items, on: connection, logger: db.logger) }
-        }
+        try await sql.transaction { session in try await write(items, in: session) }
     }
 
-    /// Records `items` in the outbox's own SQLite transaction.
-    public func write(_ items: [PushItem], in db: Database) throws {
-        let now = unixMillis()
-        let insert = try db.cachedStatement(
-            sql: """
-                INSERT INTO inbox (notification_id, registration_id, platform, handle, headers, payload, recorded_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
-                """)
-        for (item, shared) in Self.encoded(items) {
-            try insert.execute(arguments: [
-                item.notificationID, item.registrationID, item.platform.rawValue, item.handle, shared.headers,
-                shared.body, now,
-            ])
-        }
-    }
-
-    /// Records `items` in the outbox's own PostgreSQL transaction, in one statement.
-    public func write(_ items: [PushItem], on connection: PostgresConnection, logger: Logger) async throws {
+    /// Records `items` in the outbox's own transaction (the claim's: exactly once).
+    public func write(_ items: [PushItem], in session: any SQLSession) async throws {
         let rows = Self.encoded(items)
-        try await connection.query(
+        let source = SQLRowSource(count: rows.count)
+            .texts("notification_id", rows.map(\.item.notificationID))
+            .texts("registration_id", rows.map(\.item.registrationID))
+            .integers("platform", rows.map { Int64($0.item.platform.rawValue) })
+            .texts("handle", rows.map(\.item.handle))
+            .texts("headers", rows.map(\.shared.headers))
+            .bytes("payload", rows.map { [UInt8]($0.shared.body) })
+        try await session.execute(
             """
             INSERT INTO inbox (notification_id, registration_id, platform, handle, headers, payload, recorded_at)
-            SELECT t.notification_id, t.registration_id, t.platform, t.handle, t.headers, t.payload, \(unixMillis())
-            FROM unnest(\(rows.map(\.item.notificationID))::text[], \(rows.map(\.item.registrationID))::text[],
-                        \(rows.map(\.item.platform.rawValue))::int[], \(rows.map(\.item.handle))::text[],
-                        \(rows.map(\.shared.headers))::text[], \(rows.map { ByteBuffer(data: $0.shared.body) })::bytea[])
-                 WITH ORDINALITY AS t(notification_id, registration_id, platform, handle, headers, payload, n)
-            ORDER BY t.n
-            """, logger: logger)
+            SELECT u.notification_id, u.registration_id, u.platform, u.handle, u.headers, u.payload, \(unixMillis())
+            FROM \(rows: source) ORDER BY u.ordinal
+            """)
     }
 
     /// Each item with its headers as JSON and its body. A batch shares one payload per platform
@@ -255,5 +204,5 @@ public struct InboxProvider: PushSender {
 /// Dispatch's SQLite database as a whole: the outbox and the inbox share one file.
 public enum DispatchDatabase {
     /// Every migration this build can apply to it (what `herald restore` checks a backup against).
-    public static var migrations: [String] { Outbox.migrator.migrations + InboxProvider.migrator.migrations }
+    public static var migrations: [String] { DispatchSchema.schema.sqliteMigrationNames }
 }

@@ -1,6 +1,6 @@
 import Foundation
 import HeraldModel
-public import HeraldProto
+import HeraldProto
 import NotificationHubs
 
 /// A template send's audience as it streams in: installation templates, each rendered once per

@@ -5,7 +5,7 @@ import HeraldModel
 public import HeraldProto
 import HeraldRPC
 import HeraldService
-public import JWTKit
+import JWTKit
 import NIOCore
 
 /// RFC 8291 message encryption with the `aes128gcm` content coding (RFC 8188), one record.

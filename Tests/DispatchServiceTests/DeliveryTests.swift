@@ -88,10 +88,10 @@ struct DeliveryTests {
     }
 
     @Test("payloads stored before delivery options were columns read back with the same options, expiry in ms")
-    func deliveryOptionsMigration() throws {
+    func deliveryOptionsMigration() async throws {
         let db = try DatabaseQueue(configuration: HeraldDatabase.configuration)
-        try Outbox.migrator.migrate(db, upTo: "outbox-v1")
-        try db.write { db in
+        try SQLiteDatabase.migrator(for: DispatchSchema.schema).migrate(db, upTo: "outbox-v1")
+        try await db.write { db in
             try db.execute(sql: "INSERT INTO notification VALUES ('n', 's', 'u', '', 1, 0, 0)")
             for (platform, headers, expires) in [
                 (
@@ -109,7 +109,7 @@ struct DeliveryTests {
             }
         }
         let outbox = try Outbox(db: SQLiteDatabase(db))
-        let payloads = try outbox.read { try Outbox.payloads(of: "n", $0) }
+        let payloads = try await outbox.sql.transaction { try await Outbox.payloads(of: ["n"], $0) }["n"] ?? [:]
         #expect(
             payloads[.native(.apns)]?.options
                 == DeliveryOptions(
@@ -139,6 +139,38 @@ struct DeliveryTests {
         let again = try await outbox.claim(limit: 10, platforms: [.apns])
         #expect(again.map(\.messageID) == first.map(\.messageID))
         #expect(again.allSatisfy { $0.attempt == 2 })
+    }
+
+    @Test(
+        "a file leased before leases expired (outbox-v14): its leases come back at start-up, its staging is made anew")
+    func expiringLeasesMigration() async throws {
+        let queue = try DatabaseQueue(configuration: HeraldDatabase.configuration)
+        try SQLiteDatabase.migrator(for: DispatchSchema.schema).migrate(queue, upTo: "outbox-v13-due-by-platform")
+        try await queue.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub)
+                    VALUES ('n', 's', 'u', '', 2, 0, 0, 'default');
+                    INSERT INTO outbox_payload (notification_id, platform, body, collapse_id, expires_at_ms)
+                    VALUES ('n', 1, x'7b7d', '', 0);
+                    INSERT INTO notification_platform (notification_id, platform, success, failure, pending) VALUES ('n', 1, 0, 0, 2);
+                    INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state, leased,
+                                          attempts, next_attempt_at, give_up_at, updated_at)
+                    VALUES ('n', 'r-0', 1, 'h0', 'm-0', 1, 1, 1, 0, 9999999999999, 0),
+                           ('n', 'r-1', 1, 'h1', 'm-1', 1, 0, 0, 0, 9999999999999, 0);
+                    INSERT INTO audience_staging (notification_id, position, registration_id, platform, handle, message_id)
+                    VALUES ('x', 0, 'r-9', 1, 'h9', 'm-9');
+                    """)
+        }
+        let outbox = try Outbox(db: SQLiteDatabase(queue))
+        #expect(try await outbox.recoverLeases() == 1)
+        let items = try await outbox.claim(limit: 10, platforms: [.apns])
+        // The recovered lease is due from now: after the row that was due all along.
+        #expect(items.map(\.messageID) == ["m-1", "m-0"])
+        #expect(items.map(\.attempt) == [1, 2])
+        #expect(try await outbox.outcome(of: "n").platforms.first?.retries == 1)
+        #expect(try await queue.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM audience_staging") } == 0)
+        #expect(try await outbox.deleteAbandonedStaging() == 0)
     }
 
     @Test(
@@ -173,7 +205,7 @@ struct DeliveryTests {
         // A send that fails before its commit: discarded now, or deleted at the next start.
         var failed = Outbox.StagedAudience(notificationID: "n-f")
         try await outbox.stage(targets, to: &failed)
-        await outbox.discardStaged("n-f")
+        await outbox.discardStaged(failed)
         var orphan = Outbox.StagedAudience(notificationID: "n-o")
         try await outbox.stage(targets, to: &orphan)
         #expect(try await outbox.deleteAbandonedStaging() == 7)

@@ -27,10 +27,10 @@ struct ScheduleTests {
         let outbox = try Outbox(db: .inMemory(), now: { clock.withLock { $0 } })
         try await schedule(outbox, "n-a", at: 5_000)
         try await schedule(outbox, "n-b", at: 6_000)
-        #expect(try outbox.dueScheduled(limit: 10).isEmpty)
+        #expect(try await outbox.dueScheduled(limit: 10).isEmpty)
         #expect(try await outbox.outcome(of: "n-a").state == .scheduled)
         clock.withLock { $0 = 5_500 }
-        #expect(try outbox.dueScheduled(limit: 10).map(\.id) == ["n-a"])
+        #expect(try await outbox.dueScheduled(limit: 10).map(\.id) == ["n-a"])
 
         let made = try await outbox.enqueue(
             id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
@@ -47,7 +47,7 @@ struct ScheduleTests {
         #expect(cancelled.state == .cancelled && cancelled.finishedAtUnixMs == 5_500)
         #expect(try await outbox.cancelScheduled("n-b").state == .cancelled)
         clock.withLock { $0 = 7_000 }
-        #expect(try outbox.dueScheduled(limit: 10).isEmpty)
+        #expect(try await outbox.dueScheduled(limit: 10).isEmpty)
         let late = try await outbox.enqueue(
             id: "n-b", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
             retryWindow: .seconds(60), scheduled: true)

@@ -1,36 +1,89 @@
 import Foundation
-public import GRDB
+import GRDB
 import HeraldModel
 public import HeraldProto
 public import HeraldService
 
-/// Dispatch's durable outbox in SQLite: one row per (notification, registration). Send commits the
-/// notification, its payloads and every delivery row in one transaction before it answers, so an
-/// acknowledged send survives a crash. Workers claim due rows (counting the attempt and taking a
-/// lease in the same transaction), deliver, and record the result; after a restart, leased rows
-/// are due again at once, their attempt count showing they were retried.
+/// Dispatch's durable outbox: one row per (notification, registration), in SQLite (one process,
+/// the embedded default) or PostgreSQL (shared by any number of herald-dispatch replicas). The same
+/// code runs on both, over ``sql``: the transactions in OutboxTransactions.swift, the reads,
+/// exports and purges in OutboxQueries.swift. What differs between the databases is behind the
+/// SQL seam, in each schema's history, and in ``sharedByReplicas``.
 ///
-/// One herald-dispatch process owns a database (leases are not shared between processes):
-/// ``PostgresOutbox`` is the outbox replicas share.
-public final class Outbox: OutboxStore {
-    /// GRDB's writer, for reads inside the transactions not yet written over ``sql``.
-    let db: any DatabaseWriter
-    /// Those transactions' way in: ``SQLiteDatabase/write(_:)``, which takes turns with ``sql``'s.
-    let sqlite: SQLiteDatabase
-    public var sql: any SQLDatabase { sqlite }
+/// The promises:
+/// - **An acknowledged send is committed whole** (the notification, its payloads and every
+///   delivery row, in one transaction) before Send answers, so it survives a crash.
+/// - **Claims** count the attempt and take a lease in the same transaction; on PostgreSQL with
+///   `FOR UPDATE SKIP LOCKED`, so two replicas never take the same row and never wait for each
+///   other. A claimed delivery keeps its message id on every attempt.
+/// - **Leases expire.** A claim moves the row's `next_attempt_at` to the end of its lease and
+///   names its holder in `leased_by`: a row whose holder died or stalled is due again when the
+///   lease runs out, to whoever claims next, its attempt counted again (so it shows as retried).
+///   A live holder renews what it has in flight; a restart takes its own leases back at once
+///   (``recoverLeases()``).
+/// - **A result counts once.** Recording a claim's result updates the row only while it is still
+///   pending at the attempt that claim counted: the results of a holder whose lease was taken
+///   over are dropped (its push may then arrive twice, with the same message id, and the row
+///   shows two attempts), so counters always add up to the audience.
+/// - **A send finishes once.** Recording locks the send's notification row first (in id order),
+///   so replicas finishing the last deliveries of one send take turns, and exactly one sees
+///   nothing pending.
+/// - **Scheduled sends** are taken by one process at a time (`taken_until`, `taken_by`); the
+///   commit deletes the scheduled row in its own transaction, so a send is made once however
+///   replicas race or crash. A restart takes back its own takes at once, as its leases.
+public final class Outbox: Sendable {
+    public let sql: any SQLDatabase
+    /// The SQLite file, for tests' reads; nil on PostgreSQL.
+    let sqlite: SQLiteDatabase?
+    /// The PostgreSQL schema, for LISTEN/NOTIFY between replicas; nil on SQLite.
+    let postgres: HeraldPostgres?
+    /// Unix epoch milliseconds; injected by tests.
     public let now: @Sendable () -> Int64
+    /// This process's name in `leased_by`: stable across its restarts, distinct from its peers'.
+    public let replica: String
+    /// How long a claim holds its rows before anyone may take them over.
+    public let lease: Duration
 
     /// `db` is the one object every write to the file goes through (``SQLiteDatabase``): the inbox
-    /// and hubs' credentials share it.
-    public init(db: SQLiteDatabase, now: @escaping @Sendable () -> Int64 = unixMillis) throws {
-        self.db = db.writer
-        self.sqlite = db
+    /// and hubs' credentials share it. One process owns the file.
+    public init(
+        db: SQLiteDatabase, replica: String = "local", lease: Duration = .seconds(90),
+        now: @escaping @Sendable () -> Int64 = unixMillis
+    ) throws {
+        precondition(!replica.isEmpty, "leases need a holder's name")
+        sql = db
+        sqlite = db
+        postgres = nil
+        self.replica = replica
+        self.lease = lease
         self.now = now
-        try HeraldDatabase.migrate(Self.migrator, db.writer, sharing: [InboxProvider.migrator])
+        try DispatchSchema.migrate(db)
     }
 
+    /// The outbox in `postgres`'s schema, shared with the replicas named otherwise than `replica`.
+    public init(
+        postgres: HeraldPostgres, replica: String, lease: Duration = .seconds(90),
+        now: @escaping @Sendable () -> Int64 = unixMillis
+    ) async throws {
+        precondition(!replica.isEmpty, "a replica needs a name")
+        sql = postgres.sql
+        sqlite = nil
+        self.postgres = postgres
+        self.replica = replica
+        self.lease = lease
+        self.now = now
+        try await postgres.sql.migrate(DispatchSchema.schema)
+    }
+
+    /// Whether other processes share the database (PostgreSQL's replicas): then a restart takes
+    /// back only its own leases, and staged rows are abandoned only when old. A SQLite file has
+    /// one process: every lease is its own.
+    public var sharedByReplicas: Bool { postgres != nil }
+
+    /// Run in a send's commit to wake the other replicas (``listenForSends(_:)``); nil without them.
+    var sendCommittedNotice: SQLQuery? { postgres.map { _ in "SELECT pg_notify(\(sendsChannel), '')" } }
+
     /// OutcomeState numbers for SQL (`state IN (…)`): a send that is still going, and one that is over.
-    static let unfinishedStates = unfinishedStateValues.map { String($0) }.joined(separator: ", ")
     static let unfinishedStateValues = [OutcomeState.enqueued, .processing].map(\.rawValue)
     static let finishedStateValues = [OutcomeState.completed, .abandoned, .noTargetFound, .cancelled].map(\.rawValue)
 
@@ -50,104 +103,5 @@ public final class Outbox: OutboxStore {
             self.handle = handle
             self.variant = variant
         }
-    }
-
-    /// Commits a send: the notification (ENQUEUED, or NO_TARGET_FOUND without targets), its
-    /// payloads, and one pending delivery per target, all or nothing.
-    ///
-    /// With `scheduled`, the notification was stored by ``schedule(id:sender:targetUser:targetTag:hub:fireAt:request:)``
-    /// and is made now: its scheduled row is deleted in the same transaction, and when there is
-    /// none (cancelled, or already made) nothing is written and nil is returned. So a scheduled
-    /// send is made once, whatever crashes in between.
-    ///
-    /// With `staged`, the audience's first targets were staged (``stage(_:to:)``) and `targets` are
-    /// the rest: the staged rows become deliveries in the same transaction, before `targets`.
-    @discardableResult
-    public func enqueue(
-        id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload], targets: [Target],
-        staged: StagedAudience? = nil, retryWindow: Duration, hub: String = Names.defaultHub, scheduled: Bool = false,
-        originalBody: [UInt8] = []
-    ) async throws -> (state: OutcomeState, created: Int64)? {
-        let at = now()
-        let giveUp = at + retryWindow.wholeMilliseconds
-        let stagedCount = staged?.count ?? 0
-        let none = targets.isEmpty && stagedCount == 0
-        let state: OutcomeState = none ? .noTargetFound : .enqueued
-        let traceParent = Self.currentTraceParent
-        let created: Int64? = try await sqlite.write { db in
-            var created = at
-            if scheduled {
-                try db.execute(sql: "DELETE FROM scheduled_send WHERE notification_id = ?", arguments: [id])
-                guard db.changesCount == 1 else { return nil }
-                try db.execute(
-                    sql: "UPDATE notification SET state = ?, updated_at = ?, finished_at = ? WHERE id = ?",
-                    arguments: [state.rawValue, at, none ? at : 0, id])
-                created =
-                    try Int64.fetchOne(db, sql: "SELECT created_at FROM notification WHERE id = ?", arguments: [id])
-                    ?? at
-            } else {
-                try db.execute(
-                    sql: """
-                        INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub, finished_at,
-                                                  original_body, trace_parent)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """,
-                    arguments: [
-                        id, sender, targetUser, targetTag, state.rawValue, at, at, hub, none ? at : 0,
-                        Data(originalBody), traceParent,
-                    ])
-            }
-            guard !none else { return created }
-            for payload in payloads {
-                try db.execute(
-                    sql: """
-                        INSERT INTO outbox_payload (notification_id, platform, body, push_type, priority, content_type,
-                                                    expires_at_ms, collapse_id, variant)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """,
-                    arguments: [
-                        id, payload.platform.rawValue, Data(payload.body), payload.options.pushType,
-                        payload.options.priority,
-                        payload.options.contentType, payload.options.expiresAtUnixMs, payload.options.collapseID,
-                        payload.variant,
-                    ])
-            }
-            let insert = try db.cachedStatement(
-                sql: """
-                    INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
-                                          next_attempt_at, give_up_at, updated_at, variant)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """)
-            var perPlatform: [Platform: Int] = staged?.perPlatform ?? [:]
-            if stagedCount > 0 {
-                try db.execute(
-                    sql: """
-                        INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
-                                              next_attempt_at, give_up_at, updated_at, variant)
-                        SELECT notification_id, registration_id, platform, handle, message_id, ?, ?, ?, ?, variant
-                        FROM audience_staging WHERE notification_id = ? ORDER BY position
-                        """,
-                    arguments: [DeliveryState.pending.rawValue, at, giveUp, at, id])
-                try db.execute(sql: "DELETE FROM audience_staging WHERE notification_id = ?", arguments: [id])
-            }
-            let ids = staged?.messageIDs ?? MessageIDs()
-            for (index, target) in targets.enumerated() {
-                try insert.execute(arguments: [
-                    id, target.registrationID, target.platform.rawValue, target.handle, ids.id(stagedCount + index),
-                    DeliveryState.pending.rawValue, at, giveUp, at, target.variant,
-                ])
-                perPlatform[target.platform, default: 0] += 1
-            }
-            for (platform, count) in perPlatform {
-                try db.execute(
-                    sql: """
-                        INSERT INTO notification_platform (notification_id, platform, success, failure, pending)
-                        VALUES (?, ?, 0, 0, ?)
-                        """,
-                    arguments: [id, platform.rawValue, count])
-            }
-            return created
-        }
-        return created.map { (state, $0) }
     }
 }

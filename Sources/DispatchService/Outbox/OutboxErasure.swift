@@ -1,8 +1,6 @@
 import Foundation
-import GRDB
-public import HeraldModel
+import HeraldModel
 public import HeraldProto
-import PostgresNIO
 
 /// Erase, dispatch's part, on both stores (see EraseUser and EraseDevices in dispatch.proto).
 ///
@@ -47,105 +45,6 @@ enum OutboxErasure {
             Outbox.Decision(
                 sequence: $0.sequence, notificationID: $0.notificationID, platform: $0.platform, state: .failed,
                 status: 0, reason: reason, nextAttemptAt: at, removal: nil, attempt: $0.attempt)
-        }
-    }
-}
-
-extension Outbox {
-    public func eraseDevices(_ devices: [UserDevice]) async throws -> ErasedRows {
-        guard !devices.isEmpty else { return ErasedRows() }
-        let at = now()
-        let ids = String(decoding: try JSONEncoder().encode(devices.map(\.registrationID)), as: UTF8.self)
-        let handles = String(
-            decoding: try JSONEncoder().encode(devices.map(\.handle).filter { !$0.isEmpty }), as: UTF8.self)
-        let ofDevices = "registration_id IN (SELECT value FROM json_each(?))"
-        let pending = DeliveryState.pending.rawValue
-        return try await sqlite.write { db in
-            var erased = ErasedRows()
-            // Not leased: no worker holds it, and none can claim it before this transaction ends.
-            let rows = try Row.fetchAll(
-                db,
-                sql:
-                    "SELECT sequence, notification_id, platform FROM delivery WHERE \(ofDevices) AND state = ? AND leased = 0",
-                arguments: [ids, pending]
-            ).map {
-                (
-                    sequence: $0["sequence"] as Int64, notificationID: $0["notification_id"] as String,
-                    platform: Platform(rawValue: $0["platform"]), attempt: 0
-                )
-            }
-            _ = try self.apply(OutboxErasure.decisions(rows, at: at), at: at, db)
-            erased.inFlight =
-                try Int64.fetchOne(
-                    db, sql: "SELECT COUNT(*) FROM delivery WHERE \(ofDevices) AND state = ?",
-                    arguments: [ids, pending]) ?? 0
-            try db.execute(
-                sql: "UPDATE delivery SET registration_id = '', handle = '' WHERE \(ofDevices) AND state <> ?",
-                arguments: [ids, pending])
-            erased.redacted += Int64(db.changesCount)
-            for table in ["inbox", "audience_staging"] {
-                try db.execute(sql: "DELETE FROM \(table) WHERE \(ofDevices)", arguments: [ids])
-                erased.removed += Int64(db.changesCount)
-            }
-            try db.execute(
-                sql: "DELETE FROM handle_removal WHERE handle IN (SELECT value FROM json_each(?))", arguments: [handles]
-            )
-            erased.removed += Int64(db.changesCount)
-            return erased
-        }
-    }
-}
-
-extension PostgresOutbox {
-    public func eraseDevices(_ devices: [UserDevice]) async throws -> ErasedRows {
-        guard !devices.isEmpty else { return ErasedRows() }
-        let at = now()
-        let ids = devices.map(\.registrationID)
-        let handles = devices.map(\.handle).filter { !$0.isEmpty }
-        let pending = DeliveryState.pending.rawValue
-        let logger = db.logger
-        return try await transactionRetryingConflicts { connection in
-            var erased = ErasedRows()
-            // Not leased, or its lease ran out: no replica holds it; locked here, none claims it.
-            let rows = try await connection.query(
-                """
-                SELECT sequence, notification_id, platform, attempts FROM delivery
-                WHERE registration_id = ANY(\(ids)) AND state = \(pending) AND (leased_by = '' OR next_attempt_at <= \(at))
-                ORDER BY sequence FOR UPDATE SKIP LOCKED
-                """, logger: logger
-            ).collect()
-            var due: [(sequence: Int64, notificationID: String, platform: Platform, attempt: Int)] = []
-            for row in rows {
-                let (sequence, notification, platform, attempts) = try row.decode((Int64, String, Int32, Int32).self)
-                due.append((sequence, notification, Platform(rawValue: platform), Int(attempts)))
-            }
-            _ = try await self.apply(OutboxErasure.decisions(due, at: at), at: at, connection, logger: logger)
-            erased.inFlight =
-                try await connection.query(
-                    "SELECT COUNT(*) FROM delivery WHERE registration_id = ANY(\(ids)) AND state = \(pending)",
-                    logger: logger
-                ).collect().first?.decode(Int64.self) ?? 0
-            erased.redacted += Int64(
-                try await connection.query(
-                    """
-                    UPDATE delivery SET registration_id = '', handle = ''
-                    WHERE registration_id = ANY(\(ids)) AND state <> \(pending) RETURNING sequence
-                    """, logger: logger
-                ).collect().count)
-            erased.removed += Int64(
-                try await connection.query(
-                    "DELETE FROM inbox WHERE registration_id = ANY(\(ids)) RETURNING sequence", logger: logger
-                ).collect().count)
-            erased.removed += Int64(
-                try await connection.query(
-                    "DELETE FROM audience_staging WHERE registration_id = ANY(\(ids)) RETURNING position",
-                    logger: logger
-                ).collect().count)
-            erased.removed += Int64(
-                try await connection.query(
-                    "DELETE FROM handle_removal WHERE handle = ANY(\(handles)) RETURNING id", logger: logger
-                ).collect().count)
-            return erased
         }
     }
 }

@@ -1,22 +1,16 @@
 import Foundation
-public import HeraldModel
+import HeraldModel
 public import HeraldProto
-public import HeraldService
+import HeraldService
 
-/// What the outbox does the same way on both databases, written once over ``OutboxStore/sql``:
-/// reads (outcomes, delivery records, the console's, exports, trace parents), scheduled sends
-/// (storing, cancelling, abandoning), erasing a user's sends, purges, the dead-handle queue and
-/// the reset.
-///
-/// What each store keeps is what differs: sends, staging, claims, results, and erasing devices
-/// (their deliveries are recorded as results). On PostgreSQL that is replicas' leases, `SKIP
-/// LOCKED` and retried conflicts; on SQLite, the hot path's GRDB closures of cached statements,
-/// run through ``SQLiteDatabase/write(_:)``, which takes turns with the seam's transactions on the
-/// one writer connection.
+/// The outbox's reads (outcomes, delivery records, the console's, exports, trace parents),
+/// scheduled sends (storing, cancelling, abandoning), erasing a user's sends, purges, the
+/// dead-handle queue and the reset, for both databases. Its transactions are in
+/// OutboxTransactions.swift.
 ///
 /// The reads of one answer are separate statements, not one snapshot: a send's row is read
 /// before its counters, so a send read as finished has final counters.
-extension OutboxStore {
+extension Outbox {
     /// The outcome of send `id`; with a `requester`, only if they sent it, with a `hub`, only if
     /// it was sent on that hub (NOT_FOUND otherwise, as for an unknown id, so ids of other users'
     /// and other hubs' sends cannot be probed).
@@ -78,6 +72,7 @@ extension OutboxStore {
 
     // MARK: the console's reads (issue 18): each a range of the (hub, created_at, id) index, never a scan of `delivery`
 
+    /// ListSends: ids of `hub`'s sends made before `before` (created_at, id), newest first.
     nonisolated(nonsending) public func recentSends(
         hub: String, before: (createdAt: Int64, id: String), limit: Int
     ) async throws -> [String] {
@@ -90,6 +85,7 @@ extension OutboxStore {
         ) { try $0[0] }
     }
 
+    /// SendStats: per minute since `since` (Unix ms), the sends made, their deliveries and failures by reason.
     nonisolated(nonsending) public func sendStats(hub: String, since: Int64) async throws -> [SendStatsMinute] {
         let counts: [(minute: Int64, sends: Int64, delivered: Int64)] = try await sql.query(
             """
@@ -114,6 +110,9 @@ extension OutboxStore {
         }
     }
 
+    /// The per-platform counters of `hub`'s sends made since `since`, newest first (at most
+    /// `limit` rows), and the failure reasons of those sends, newest first: what the credentials
+    /// status reads its last error from.
     nonisolated(nonsending) public func recentPlatformResults(hub: String, since: Int64, limit: Int) async throws
         -> OutboxPlatformResults
     {
@@ -274,6 +273,7 @@ extension OutboxStore {
         try await sql.execute("DELETE FROM handle_removal WHERE id = \(id)")
     }
 
+    /// The stored traceparent of each of the sends `ids` that was traced (only read when tracing is on).
     nonisolated(nonsending) public func traceParents(of ids: [String]) async throws -> [String: String] {
         guard !ids.isEmpty else { return [:] }
         var parents: [String: String] = [:]
@@ -288,6 +288,7 @@ extension OutboxStore {
 
     // MARK: exports (see ExportUser in dispatch.proto)
 
+    /// Export: the sends `user` made or that were addressed to them, by id after `after`.
     nonisolated(nonsending) public func exportSends(user: String, hub: String, after: String, limit: Int) async throws
         -> [SendRecord]
     {
@@ -326,6 +327,7 @@ extension OutboxStore {
         }
     }
 
+    /// Export: the inbox entries of the registrations `ids`, by sequence after `after`.
     nonisolated(nonsending) public func exportInbox(of ids: [String], after: Int64, limit: Int) async throws
         -> [InboxEntry]
     {

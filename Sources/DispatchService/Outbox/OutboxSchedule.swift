@@ -1,10 +1,8 @@
-import Foundation
-import GRDB
 import HeraldModel
-public import HeraldProto
+import HeraldProto
 
-/// Scheduled sends on SQLite: which are due (one process: no replica takes them). Storing,
-/// cancelling and abandoning them are ``OutboxStore``'s, for both databases.
+/// Scheduled sends' rule and constants; storing, taking, cancelling and abandoning them are
+/// ``Outbox``'s, for both databases.
 extension Outbox {
     /// The rule both stores apply before storing a scheduled send.
     static func checkScheduledRoom(pending: Int, maxPending: Int, hub: String) throws {
@@ -15,24 +13,7 @@ extension Outbox {
         }
     }
 
-    /// Scheduled sends due now, earliest first.
-    public func dueScheduled(limit: Int) throws -> [(id: String, fireAt: Int64, request: [UInt8])] {
-        try dueScheduled(limit: limit, at: now())
-    }
-
-    /// Scheduled sends due at `at` (Unix ms), earliest first.
-    public func dueScheduled(limit: Int, at: Int64) throws -> [(id: String, fireAt: Int64, request: [UInt8])] {
-        try db.read { db in
-            try Row.fetchAll(
-                db.cachedStatement(
-                    sql:
-                        "SELECT notification_id, fire_at, request FROM scheduled_send WHERE fire_at <= ? ORDER BY fire_at LIMIT ?"
-                ),
-                arguments: [at, limit]
-            ).map { row in
-                let request: Data = row[2]
-                return (row[0], row[1], [UInt8](request))
-            }
-        }
-    }
+    /// How long a process's take of a due scheduled send keeps the others (and its own next tick)
+    /// off it: a send whose making failed for a moment is tried again after that.
+    static let scheduledTake: Int64 = 30_000
 }

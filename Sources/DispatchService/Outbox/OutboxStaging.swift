@@ -1,8 +1,8 @@
 import Foundation
-import GRDB
 import HeraldModel
 public import HeraldProto
 import HeraldRPC
+import HeraldService
 
 /// A large audience spilled to disk while it streams in.
 ///
@@ -12,8 +12,29 @@ import HeraldRPC
 /// targets (``Outbox/StagedAudience/spillThreshold`` by default), the audience goes in chunks to
 /// `audience_staging`, which no worker reads; the commit (``Outbox/enqueue(id:sender:targetUser:targetTag:payloads:targets:staged:retryWindow:hub:scheduled:)``)
 /// moves it into `delivery` with one `INSERT … SELECT` in the same transaction as the rest. A send
-/// that fails discards its rows; rows left by a process that died mid-send are deleted at start.
+/// that fails discards its rows; rows left by a process that died mid-send are deleted at start
+/// (``Outbox/deleteAbandonedStaging()``).
 extension Outbox {
+    /// Staged rows older than this belong to no send in progress (the replica staging them died).
+    static let stagingAge: Int64 = 3_600_000
+
+    /// `state = \(pendingState)`: written in the text, not bound, where a statement must use
+    /// `delivery_due`: SQLite's planner takes a partial index only for a condition it can read.
+    static let pendingState = SQLQuery(raw: String(DeliveryState.pending.rawValue))
+
+    /// One platform's due deliveries, oldest first: one ordered range of `delivery_due`
+    /// (platform, next_attempt_at, sequence), however many rows other platforms have due. On
+    /// PostgreSQL, rows another replica is claiming are skipped.
+    static func dueOfPlatform(_ platform: Platform, at: Int64, limit: Int) -> SQLQuery {
+        """
+        SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at,
+               variant, leased_by, next_attempt_at
+        FROM delivery
+        WHERE state = \(pendingState) AND platform = \(platform.rawValue) AND next_attempt_at <= \(at)
+        ORDER BY next_attempt_at, sequence LIMIT \(limit) \(SQLFragment.skipLocked)
+        """
+    }
+
     /// The part of one send's audience staged so far.
     public struct StagedAudience: Sendable {
         /// Targets held in memory before a chunk is written, unless configured.
@@ -27,8 +48,8 @@ extension Outbox {
         /// The send's message ids, by position: staged rows and the in-memory rest number on
         /// from one another, as if they had never been apart.
         let messageIDs = MessageIDs()
-        /// Names this staging attempt's rows on PostgreSQL, where two replicas may race to make
-        /// one scheduled send (SQLite's one process keys them by `notificationID`).
+        /// Names this staging attempt's rows: two replicas may race to make one scheduled send,
+        /// and neither may mix or delete the other's rows.
         public let key: String
 
         public init(notificationID: String) {
@@ -39,47 +60,6 @@ extension Outbox {
         mutating func record(_ targets: [Target]) {
             count += targets.count
             for target in targets { perPlatform[target.platform, default: 0] += 1 }
-        }
-    }
-
-    /// Appends `targets` to `staged`'s rows, in one transaction.
-    public func stage(_ targets: [Target], to staged: inout StagedAudience) async throws {
-        guard !targets.isEmpty else { return }
-        let id = staged.notificationID
-        let start = staged.count
-        let ids = staged.messageIDs
-        try await sqlite.write { db in
-            let insert = try db.cachedStatement(
-                sql: """
-                    INSERT INTO audience_staging (notification_id, position, registration_id, platform, handle, message_id, variant)
-                    VALUES (?, ?, ?, ?, ?, ?, ?)
-                    """)
-            for (offset, target) in targets.enumerated() {
-                try insert.execute(arguments: [
-                    id, start + offset, target.registrationID, target.platform.rawValue, target.handle,
-                    ids.id(start + offset), target.variant,
-                ])
-            }
-        }
-        staged.record(targets)
-    }
-
-    /// Deletes a send's staged rows (it failed before its commit). Best effort: rows it leaves are
-    /// deleted at the next start.
-    public func discardStaged(_ staged: StagedAudience) async { await discardStaged(staged.notificationID) }
-
-    public func discardStaged(_ notificationID: String) async {
-        _ = try? await sqlite.write { db in
-            try db.execute(sql: "DELETE FROM audience_staging WHERE notification_id = ?", arguments: [notificationID])
-        }
-    }
-
-    /// Rows of sends that never committed (their process stopped mid-send). Call once at start-up.
-    @discardableResult
-    public func deleteAbandonedStaging() async throws -> Int {
-        try await sqlite.write { db in
-            try db.execute(sql: "DELETE FROM audience_staging")
-            return db.changesCount
         }
     }
 }

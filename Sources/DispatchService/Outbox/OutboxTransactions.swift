@@ -1,0 +1,593 @@
+import Foundation
+import HeraldModel
+public import HeraldProto
+import HeraldRPC
+import HeraldService
+
+/// The outbox's transactions, written once for both databases over ``Outbox/sql``: sends,
+/// their staged audiences, claims and leases, results, and erasing devices.
+///
+/// **Leases** are the same on both. A claim counts the delivery's attempt, names this process in
+/// `leased_by` and moves `next_attempt_at` to the end of its ``Outbox/lease``: the row stays
+/// in `delivery_due`, due again when the lease runs out, so a claim whose process died comes back
+/// to whoever claims next with its message id and its attempt counted (it shows as retried). The
+/// worker renews what it holds every ``Outbox/leaseRenewalInterval``, and a restart takes its
+/// own leases back at once (``Outbox/recoverLeases()``).
+///
+/// **A result counts once**: it updates its row only while the row is still pending at the attempt
+/// its claim counted, so a result whose lease was taken over is dropped and the counters add up
+/// to the audience. **A send finishes once**: recording locks the sends' rows first, in id order.
+///
+/// What differs between the databases stays behind the seam (``SQLFragment/skipLocked``,
+/// ``SQLFragment/forUpdate``, row sources, `anyOf:`) or in two properties: whether replicas share
+/// the database (``Outbox/sharedByReplicas``), and what a committed send tells them
+/// (``Outbox/sendCommittedNotice``).
+extension Outbox {
+    /// A third of the lease: two renewals may be missed (a stalled database, a busy machine)
+    /// before a live process loses what it holds.
+    public var leaseRenewalInterval: Duration? { lease / 3 }
+
+    /// Whose leases a restart takes back: on PostgreSQL this replica's own (the others' are theirs
+    /// until they expire); on SQLite every one, the file having one process.
+    private func mine(_ column: String) -> SQLQuery {
+        sharedByReplicas ? "\(raw: column) = \(replica)" : "\(raw: column) <> ''"
+    }
+
+    // MARK: sends
+
+    /// Commits a send: the notification (ENQUEUED, or NO_TARGET_FOUND without targets), its
+    /// payloads, and one pending delivery per target, all or nothing.
+    ///
+    /// With `scheduled`, the notification was stored by ``schedule(id:sender:targetUser:targetTag:hub:fireAt:request:originalBody:maxPending:)``
+    /// and is made now: its scheduled row is deleted in the same transaction, and when there is
+    /// none (cancelled, or already made, by this process or another) nothing is written and nil
+    /// is returned. So a scheduled send is made once, whatever crashes in between.
+    ///
+    /// With `staged`, the audience's first targets were staged (``stage(_:to:)``) and `targets` are
+    /// the rest: the staged rows become deliveries in the same transaction, before `targets`.
+    @discardableResult
+    public func enqueue(
+        id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload],
+        targets: [Outbox.Target], staged: Outbox.StagedAudience? = nil, retryWindow: Duration,
+        hub: String = Names.defaultHub, scheduled: Bool = false, originalBody: [UInt8] = []
+    ) async throws -> (state: OutcomeState, created: Int64)? {
+        let at = now()
+        let giveUp = at + retryWindow.wholeMilliseconds
+        let stagedCount = staged?.count ?? 0
+        let none = targets.isEmpty && stagedCount == 0
+        let state: OutcomeState = none ? .noTargetFound : .enqueued
+        let finishedAt: Int64 = none ? at : 0
+        let traceParent = Self.currentTraceParent
+        let pending = DeliveryState.pending.rawValue
+        let notice = sendCommittedNotice
+        let created: Int64? = try await sql.transaction { session in
+            var created = at
+            if scheduled {
+                guard try await session.execute("DELETE FROM scheduled_send WHERE notification_id = \(id)") == 1 else {
+                    return nil
+                }
+                created =
+                    try await session.executeReturning(
+                        """
+                        UPDATE notification SET state = \(state.rawValue), updated_at = \(at), finished_at = \(finishedAt)
+                        WHERE id = \(id) RETURNING created_at
+                        """
+                    ).first?[0] ?? at
+            } else {
+                try await session.execute(
+                    """
+                    INSERT INTO notification (id, sender, target_user, target_tag, state, created_at, updated_at, hub,
+                                              finished_at, original_body, trace_parent)
+                    VALUES (\(id), \(sender), \(targetUser), \(targetTag), \(state.rawValue), \(at), \(at), \(hub),
+                            \(finishedAt), \(originalBody), \(traceParent))
+                    """)
+            }
+            guard !none else { return created }
+            for payload in payloads {
+                try await session.execute(
+                    """
+                    INSERT INTO outbox_payload (notification_id, platform, variant, body, collapse_id, push_type, priority,
+                                                content_type, expires_at_ms)
+                    VALUES (\(id), \(payload.platform.rawValue), \(payload.variant), \(payload.body),
+                            \(payload.options.collapseID), \(payload.options.pushType), \(payload.options.priority),
+                            \(payload.options.contentType), \(payload.options.expiresAtUnixMs))
+                    """)
+            }
+            var perPlatform: [Platform: Int] = staged?.perPlatform ?? [:]
+            if let staged, stagedCount > 0 {
+                try await session.execute(
+                    """
+                    INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
+                                          next_attempt_at, give_up_at, updated_at, variant)
+                    SELECT \(id), registration_id, platform, handle, message_id, \(pending), \(at), \(giveUp), \(at), variant
+                    FROM audience_staging WHERE staging_key = \(staged.key) ORDER BY position
+                    """)
+                try await session.execute("DELETE FROM audience_staging WHERE staging_key = \(staged.key)")
+            }
+            let messageIDs = staged?.messageIDs ?? MessageIDs()
+            let rows = SQLRowSource(count: targets.count)
+                .texts("registration_id", targets.map(\.registrationID))
+                .integers("platform", targets.map { Int64($0.platform.rawValue) })
+                .texts("handle", targets.map(\.handle))
+                .texts("message_id", targets.indices.map { messageIDs.id(stagedCount + $0) })
+                .integers("variant", targets.map { Int64($0.variant) })
+            try await session.execute(
+                """
+                INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
+                                      next_attempt_at, give_up_at, updated_at, variant)
+                SELECT \(id), u.registration_id, u.platform, u.handle, u.message_id, \(pending), \(at), \(giveUp), \(at),
+                       u.variant
+                FROM \(rows: rows) ORDER BY u.ordinal
+                """)
+            for target in targets { perPlatform[target.platform, default: 0] += 1 }
+            for (platform, count) in perPlatform.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                try await session.execute(
+                    """
+                    INSERT INTO notification_platform (notification_id, platform, success, failure, pending)
+                    VALUES (\(id), \(platform.rawValue), 0, 0, \(count))
+                    """)
+            }
+            if let notice { try await session.execute(notice) }
+            return created
+        }
+        return created.map { (state, $0) }
+    }
+
+    /// Appends `targets` to `staged`'s rows, in one transaction.
+    public func stage(_ targets: [Outbox.Target], to staged: inout Outbox.StagedAudience) async throws {
+        guard !targets.isEmpty else { return }
+        let start = staged.count
+        let messageIDs = staged.messageIDs
+        let rows = SQLRowSource(count: targets.count)
+            .integers("position", targets.indices.map { Int64(start + $0) })
+            .texts("registration_id", targets.map(\.registrationID))
+            .integers("platform", targets.map { Int64($0.platform.rawValue) })
+            .texts("handle", targets.map(\.handle))
+            .texts("message_id", targets.indices.map { messageIDs.id(start + $0) })
+            .integers("variant", targets.map { Int64($0.variant) })
+        try await sql.execute(
+            """
+            INSERT INTO audience_staging (staging_key, position, registration_id, platform, handle, message_id, staged_at,
+                                          variant)
+            SELECT \(staged.key), u.position, u.registration_id, u.platform, u.handle, u.message_id, \(now()), u.variant
+            FROM \(rows: rows)
+            """)
+        staged.record(targets)
+    }
+
+    /// Deletes a send's staged rows (it failed before its commit). Best effort: rows it leaves are
+    /// deleted at a later start.
+    public func discardStaged(_ staged: Outbox.StagedAudience) async {
+        _ = try? await sql.execute("DELETE FROM audience_staging WHERE staging_key = \(staged.key)")
+    }
+
+    /// Deletes staged rows no send will commit any more (their process stopped mid-send); called
+    /// once at start-up. On PostgreSQL, only rows staged over ``Outbox/stagingAge`` ago: the
+    /// others may belong to a peer's send in progress.
+    @discardableResult
+    public func deleteAbandonedStaging() async throws -> Int {
+        let before = sharedByReplicas ? now() - Outbox.stagingAge : Int64.max
+        return try await sql.execute("DELETE FROM audience_staging WHERE staged_at < \(before)")
+    }
+
+    // MARK: scheduled sends
+
+    /// Due scheduled sends not taken by another process, earliest first, each now taken by this
+    /// one for ``Outbox/scheduledTake`` ms: a send whose making failed for a moment (a peer
+    /// down) is due again after that, and a tick never gets the same sends back at once.
+    public func dueScheduled(limit: Int) async throws -> [(id: String, fireAt: Int64, request: [UInt8])] {
+        let at = now()
+        return try await sql.transactionRetryingConflicts { session in
+            try await session.executeReturning(
+                """
+                UPDATE scheduled_send SET taken_until = \(at + Outbox.scheduledTake), taken_by = \(self.replica)
+                WHERE notification_id IN (
+                    SELECT notification_id FROM scheduled_send WHERE fire_at <= \(at) AND taken_until <= \(at)
+                    ORDER BY fire_at LIMIT \(limit) \(SQLFragment.skipLocked))
+                RETURNING notification_id, fire_at, request
+                """
+            ).map { (id: try $0[0] as String, fireAt: try $0[1] as Int64, request: try $0[2] as [UInt8]) }
+                .sorted { $0.fireAt < $1.fireAt }
+        }
+    }
+
+    // MARK: claims and leases
+
+    /// The traceparent a send made now stores: the current span's, '' when not traced.
+    static var currentTraceParent: String { HeraldTracing.currentHeaders?.traceparent ?? "" }
+
+    /// When the earliest pending delivery is due (Unix ms; a leased one when its lease ends), if
+    /// any: the least of each platform's first entry in `delivery_due` (one look-up each, never a
+    /// scan).
+    public func nextDue() async throws -> Int64? {
+        var first: Int64?
+        for platform in Platform.delivered {
+            let row = try await sql.queryFirst(
+                """
+                SELECT MIN(next_attempt_at) FROM delivery
+                WHERE state = \(Outbox.pendingState) AND platform = \(platform.rawValue)
+                """)
+            if let row, let due = try row[0] as Int64? { first = min(first ?? due, due) }
+        }
+        return first
+    }
+
+    /// Deliveries not finished yet, and handle removals not confirmed yet (for metrics), sampled
+    /// each second. Pending deliveries are the open sends' counters (open sends from
+    /// `notification_open`), not a count of `delivery`'s pending rows, which grows with a backlog.
+    public func depth() async throws -> OutboxDepth {
+        guard
+            let row = try await sql.queryFirst(
+                """
+                SELECT (SELECT CAST(COALESCE(SUM(pending), 0) AS BIGINT) FROM notification_platform
+                        WHERE notification_id IN (SELECT id FROM notification WHERE state IN (1, 2))),
+                       (SELECT COUNT(*) FROM handle_removal),
+                       (SELECT MIN(created_at) FROM notification WHERE state IN (1, 2))
+                """)
+        else { return OutboxDepth(pending: 0, removals: 0, oldestOpenSend: nil) }
+        return OutboxDepth(pending: try row[0], removals: try row[1], oldestOpenSend: try row[2])
+    }
+
+    /// Takes back the leases a previous run of this process left (due now, their attempt already
+    /// counted, so they show as retried), and the scheduled sends it had taken and not made (due
+    /// again now, not when the take ends). Call once at start-up, before any worker runs.
+    @discardableResult
+    public func recoverLeases() async throws -> Int {
+        let at = now()
+        let leases = mine("leased_by")
+        let takes = mine("taken_by")
+        return try await sql.transactionRetryingConflicts { session in
+            let rows = try await session.executeReturning(
+                """
+                UPDATE delivery SET leased_by = '', next_attempt_at = \(at)
+                WHERE state = \(DeliveryState.pending.rawValue) AND \(leases)
+                RETURNING notification_id, platform
+                """)
+            try await Self.countRetries(
+                try rows.map { (try $0[0] as String, Platform(rawValue: try $0[1])) }, session)
+            try await session.execute("UPDATE scheduled_send SET taken_until = 0, taken_by = '' WHERE \(takes)")
+            return rows.count
+        }
+    }
+
+    /// Claims up to `limit` due deliveries of `platforms`: counts their attempt and leases them, in
+    /// one transaction.
+    public func claim(limit: Int, platforms: [Platform]) async throws -> [PushItem] {
+        let at = now()
+        return try await sql.transactionRetryingConflicts { session in
+            try await self.take(limit: limit, platforms: platforms, leasing: true, at: at, session)
+        }
+    }
+
+    /// Rows this process still holds at the attempt its claim counted get a full lease from now.
+    /// On PostgreSQL rows being recorded (locked) are skipped rather than waited for, so a renewal
+    /// never blocks or deadlocks with this replica's own results; rows another replica took over,
+    /// or already recorded, do not match.
+    public func renewLeases(_ held: [(sequence: Int64, attempt: Int)]) async throws -> Int {
+        guard !held.isEmpty else { return 0 }
+        let until = now() + lease.wholeMilliseconds
+        var attempts: [Int64: Int] = [:]
+        for (sequence, attempt) in held { attempts[sequence] = attempt }
+        return try await sql.transactionRetryingConflicts { session in
+            let renewable = try await session.query(
+                """
+                SELECT sequence, attempts FROM delivery
+                WHERE sequence \(anyOf: held.map(\.sequence)) AND state = \(DeliveryState.pending.rawValue)
+                  AND leased_by = \(self.replica)
+                \(SQLFragment.skipLocked)
+                """
+            ).filter { row in attempts[try row[0]] == (try row[1] as Int) }.map { try $0[0] as Int64 }
+            guard !renewable.isEmpty else { return 0 }
+            return try await session.execute(
+                "UPDATE delivery SET next_attempt_at = \(until) WHERE sequence \(anyOf: renewable)")
+        }
+    }
+
+    /// Claims, records in `inbox` and records as delivered up to `limit` due deliveries of
+    /// `platforms`, in one transaction: exactly once, with no lease. Returns how many, per
+    /// platform, and the notifications this finished.
+    public func deliverLocally(
+        limit: Int, platforms: [Platform], inbox: InboxProvider
+    ) async throws -> (delivered: [Platform: Int], finished: [(id: String, state: OutcomeState)]) {
+        let at = now()
+        return try await sql.transactionRetryingConflicts { session in
+            let items = try await self.take(limit: limit, platforms: platforms, leasing: false, at: at, session)
+            guard !items.isEmpty else { return ([:], []) }
+            try await inbox.write(items, in: session)
+            let (delivered, decisions) = Outbox.deliveredLocally(items, at: at)
+            return (delivered, try await self.apply(decisions, at: at, session))
+        }
+    }
+
+    /// Due deliveries of `platforms`, oldest first across them; with `leasing`, each is leased and
+    /// its attempt counted. Each platform is read as one ordered range of `delivery_due`
+    /// (platform, next_attempt_at, sequence), up to `limit` rows of each, then the oldest `limit`
+    /// of them all: a claim for the inbox's platforms does not walk a backlog of APNs rows. On
+    /// PostgreSQL the rows are locked for this transaction and skipped by everyone else's; rows
+    /// read but not taken stay locked only until it ends. Rows whose lease had run out count as
+    /// retried.
+    func take(
+        limit: Int, platforms: [Platform], leasing: Bool, at: Int64, _ session: any SQLSession
+    ) async throws -> [PushItem] {
+        guard !platforms.isEmpty, limit > 0 else { return [] }
+        typealias Claimed = (
+            sequence: Int64, notificationID: String, registrationID: String, platform: Platform, handle: String,
+            messageID: String, attempts: Int, giveUpAt: Int64, variant: Int, leasedBy: String, due: Int64
+        )
+        var claimed: [Claimed] = []
+        var ranges = 0
+        for platform in platforms {
+            let rows = try await session.query(Outbox.dueOfPlatform(platform, at: at, limit: limit))
+            if !rows.isEmpty { ranges += 1 }
+            for row in rows {
+                claimed.append(
+                    (
+                        try row[0], try row[1], try row[2], Platform(rawValue: try row[3]), try row[4], try row[5],
+                        try row[6], try row[7], try row[8], try row[9], try row[10]
+                    ))
+            }
+        }
+        guard !claimed.isEmpty else { return [] }
+        if ranges > 1 {
+            claimed = Array(claimed.sorted { ($0.due, $0.sequence) < ($1.due, $1.sequence) }.prefix(limit))
+        }
+        if leasing {
+            // One statement for the whole batch: a statement per row cost as much as the row's own update.
+            try await session.execute(
+                """
+                UPDATE delivery SET leased_by = \(replica), attempts = attempts + 1, updated_at = \(at),
+                                    next_attempt_at = \(at + lease.wholeMilliseconds)
+                WHERE sequence \(anyOf: claimed.map(\.sequence))
+                """)
+        }
+        let ids = Array(Set(claimed.map(\.notificationID))).sorted()
+        var hubs: [String: String] = [:]
+        var enqueued: [String] = []
+        for row in try await session.query("SELECT id, hub, state FROM notification WHERE id \(anyOf: ids)") {
+            let id: String = try row[0]
+            hubs[id] = try row[1]
+            if try row[2] as Int32 == OutcomeState.enqueued.rawValue { enqueued.append(id) }
+        }
+        if !enqueued.isEmpty {
+            // Only the first claim of a send changes its row (the others read it processing).
+            try await session.execute(
+                """
+                UPDATE notification SET state = \(OutcomeState.processing.rawValue), updated_at = \(at), started_at = \(at)
+                WHERE id \(anyOf: enqueued) AND state = \(OutcomeState.enqueued.rawValue)
+                """)
+        }
+        let payloads = try await Self.payloads(of: ids, session)
+        try await Self.countRetries(
+            claimed.filter { !$0.leasedBy.isEmpty }.map { ($0.notificationID, $0.platform) }, session)
+        var items: [PushItem] = []
+        items.reserveCapacity(claimed.count)
+        for row in claimed {
+            // Send stores a payload for every platform it targets, in the same transaction.
+            guard
+                let payload = payloads[row.notificationID]?[
+                    OutboxPayload.Key(platform: row.platform, variant: row.variant)]
+            else { continue }
+            items.append(
+                PushItem(
+                    sequence: row.sequence, notificationID: row.notificationID, registrationID: row.registrationID,
+                    platform: row.platform, handle: row.handle, messageID: row.messageID, attempt: row.attempts + 1,
+                    giveUpAt: row.giveUpAt, payload: payload, hub: hubs[row.notificationID] ?? Names.defaultHub))
+        }
+        return items
+    }
+
+    /// The payloads of sends `ids`, by send and then by platform and variant.
+    static func payloads(of ids: [String], _ session: any SQLSession) async throws
+        -> [String: [OutboxPayload.Key: OutboxPayload]]
+    {
+        var payloads: [String: [OutboxPayload.Key: OutboxPayload]] = [:]
+        for row in try await session.query(
+            """
+            SELECT notification_id, platform, variant, body, push_type, priority, content_type, expires_at_ms, collapse_id
+            FROM outbox_payload WHERE notification_id \(anyOf: ids)
+            """)
+        {
+            let payload = OutboxPayload(
+                platform: Platform(rawValue: try row[1]),
+                options: DeliveryOptions(
+                    pushType: try row[4], priority: try row[5], contentType: try row[6], expiresAtUnixMs: try row[7],
+                    collapseID: try row[8]),
+                body: try row[3], variant: try row[2])
+            payloads[try row[0] as String, default: [:]][payload.key] = payload
+        }
+        return payloads
+    }
+
+    /// Adds taken-over leases to their send's `retries` counters, in one order for everyone.
+    static func countRetries(_ rows: [(String, Platform)], _ session: any SQLSession) async throws {
+        var counts: [String: [Int32: Int64]] = [:]
+        for (id, platform) in rows { counts[id, default: [:]][platform.rawValue, default: 0] += 1 }
+        for (id, platforms) in counts.sorted(by: { $0.key < $1.key }) {
+            for (platform, count) in platforms.sorted(by: { $0.key < $1.key }) {
+                try await session.execute(
+                    """
+                    UPDATE notification_platform SET retries = retries + \(count)
+                    WHERE notification_id = \(id) AND platform = \(platform)
+                    """)
+            }
+        }
+    }
+
+    // MARK: results
+
+    /// Records a batch's results; returns the notifications this finished.
+    @discardableResult
+    public func record(_ decisions: [Outbox.Decision]) async throws -> [(id: String, state: OutcomeState)] {
+        guard !decisions.isEmpty else { return [] }
+        let at = now()
+        return try await sql.transactionRetryingConflicts { session in
+            try await self.apply(decisions, at: at, session)
+        }
+    }
+
+    /// Records `decisions` that still hold (see above), their counters, handle removals, and the
+    /// sends this finished, with their final state.
+    func apply(
+        _ decisions: [Outbox.Decision], at: Int64, _ session: any SQLSession
+    ) async throws -> [(id: String, state: OutcomeState)] {
+        guard !decisions.isEmpty else { return [] }
+        let pending = DeliveryState.pending.rawValue
+        let ids = Array(Set(decisions.map(\.notificationID))).sorted()
+        // The sends' rows first, in one order for everyone: recording replicas take turns per send.
+        if session.dialect == .postgres {
+            _ = try await session.query(
+                "SELECT id FROM notification WHERE id \(anyOf: ids) ORDER BY id \(SQLFragment.forUpdate)")
+        }
+        var holds = Set<Int64>()
+        // Most of a batch is delivered alike: those rows take one statement per (status, attempt
+        // counted now, attempt claimed); the rest go as rows, one run each on SQLite.
+        var alike: [Outbox.DeliveredKey: [Int64]] = [:]
+        var others: [Outbox.Decision] = []
+        for d in decisions {
+            if d.state == .delivered, d.removal == nil, d.reason.isEmpty {
+                alike[
+                    Outbox.DeliveredKey(status: d.status, countsAttempt: d.countsAttempt, attempt: d.attempt),
+                    default: []
+                ]
+                .append(d.sequence)
+            } else {
+                others.append(d)
+            }
+        }
+        for (key, sequences) in alike.sorted(by: { $0.value[0] < $1.value[0] }) {
+            for row in try await session.executeReturning(
+                """
+                UPDATE delivery SET state = \(DeliveryState.delivered.rawValue), leased_by = '', last_status = \(key.status),
+                       reason = '', next_attempt_at = \(at), handle_removed = \(false), updated_at = \(at),
+                       attempts = attempts + \(key.countsAttempt ? 1 : 0)
+                WHERE sequence \(anyOf: sequences) AND state = \(pending) AND (\(key.attempt) = 0 OR attempts = \(key.attempt))
+                RETURNING sequence
+                """)
+            {
+                holds.insert(try row[0])
+            }
+        }
+        if !others.isEmpty {
+            let rows = SQLRowSource(count: others.count)
+                .integers("sequence", others.map(\.sequence))
+                .integers("attempt", others.map { Int64($0.attempt) })
+                .integers("state", others.map { Int64($0.state.rawValue) })
+                .integers("status", others.map { Int64($0.status) })
+                .texts("reason", others.map(\.reason))
+                .integers("next_attempt_at", others.map(\.nextAttemptAt))
+                .bools("removed", others.map { $0.removal != nil })
+                .integers("counts", others.map { $0.countsAttempt ? 1 : 0 })
+            for row in try await session.executeReturning(
+                """
+                UPDATE delivery SET state = u.state, leased_by = '', last_status = u.status, reason = u.reason,
+                       next_attempt_at = u.next_attempt_at, handle_removed = u.removed, updated_at = \(at),
+                       attempts = delivery.attempts + u.counts
+                FROM \(rows: rows)
+                WHERE delivery.sequence = u.sequence AND delivery.state = \(pending)
+                  AND (u.attempt = 0 OR delivery.attempts = u.attempt)
+                RETURNING delivery.sequence
+                """)
+            {
+                holds.insert(try row[0])
+            }
+        }
+        let held = decisions.filter { holds.contains($0.sequence) }
+        let removals = held.compactMap(\.removal)
+        if !removals.isEmpty {
+            let rows = SQLRowSource(count: removals.count)
+                .integers("platform", removals.map { Int64($0.platform.rawValue) })
+                .texts("handle", removals.map(\.handle))
+                .integers("since", removals.map(\.since))
+            try await session.execute(
+                """
+                INSERT INTO handle_removal (platform, handle, invalid_since, created_at)
+                SELECT u.platform, u.handle, u.since, \(at) FROM \(rows: rows) ORDER BY u.ordinal
+                """)
+        }
+        let deltas = Outbox.Delta.of(held)
+        var finished: [(String, OutcomeState)] = []
+        for id in ids {
+            guard let platforms = deltas[id] else { continue }
+            for (platform, delta) in platforms.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+                try await session.execute(
+                    """
+                    UPDATE notification_platform
+                    SET success = success + \(delta.success), failure = failure + \(delta.failure),
+                        pending = pending + \(delta.pending), removed = removed + \(delta.removed),
+                        retries = retries + \(delta.retries)
+                    WHERE notification_id = \(id) AND platform = \(platform.rawValue)
+                    """)
+                for (reason, count) in delta.failures.sorted(by: { $0.key < $1.key }) {
+                    try await session.execute(
+                        """
+                        INSERT INTO notification_failure (notification_id, platform, reason, count)
+                        VALUES (\(id), \(platform.rawValue), \(reason), \(count))
+                        ON CONFLICT (notification_id, platform, reason) DO UPDATE SET count = notification_failure.count + excluded.count
+                        """)
+                }
+            }
+            guard platforms.values.contains(where: { $0.pending != 0 }) else { continue }
+            guard
+                let open = try await session.queryFirst(
+                    """
+                    SELECT CAST(COALESCE(SUM(pending), 0) AS BIGINT),
+                           EXISTS (SELECT 1 FROM notification_failure WHERE notification_id = \(id) AND reason = 'Abandoned')
+                    FROM notification_platform WHERE notification_id = \(id)
+                    """), try open[0] as Int64 == 0
+            else { continue }
+            let state: OutcomeState = try open[1] as Bool ? .abandoned : .completed
+            let changed = try await session.execute(
+                """
+                UPDATE notification SET state = \(state.rawValue), updated_at = \(at), finished_at = \(at),
+                                        started_at = CASE started_at WHEN 0 THEN \(at) ELSE started_at END
+                WHERE id = \(id) AND state \(anyOf: Outbox.unfinishedStateValues.map(Int64.init))
+                """)
+            if changed == 1 { finished.append((id, state)) }
+        }
+        return finished
+    }
+
+    // MARK: erasure
+
+    /// Erase, devices: see ``ErasedRows`` and EraseDevices in dispatch.proto.
+    public func eraseDevices(_ devices: [UserDevice]) async throws -> ErasedRows {
+        guard !devices.isEmpty else { return ErasedRows() }
+        let at = now()
+        let ids = devices.map(\.registrationID)
+        let handles = devices.map(\.handle).filter { !$0.isEmpty }
+        let pending = DeliveryState.pending.rawValue
+        return try await sql.transactionRetryingConflicts { session in
+            var erased = ErasedRows()
+            // Not leased, or its lease ran out: no process holds it; locked here, none claims it.
+            let due = try await session.query(
+                """
+                SELECT sequence, notification_id, platform, attempts FROM delivery
+                WHERE registration_id \(anyOf: ids) AND state = \(pending) AND (leased_by = '' OR next_attempt_at <= \(at))
+                ORDER BY sequence \(SQLFragment.skipLocked)
+                """
+            ).map { row in
+                (
+                    sequence: try row[0] as Int64, notificationID: try row[1] as String,
+                    platform: Platform(rawValue: try row[2]), attempt: try row[3] as Int
+                )
+            }
+            _ = try await self.apply(OutboxErasure.decisions(due, at: at), at: at, session)
+            erased.inFlight =
+                try await session.queryFirst(
+                    "SELECT COUNT(*) FROM delivery WHERE registration_id \(anyOf: ids) AND state = \(pending)")?[0] ?? 0
+            erased.redacted += Int64(
+                try await session.execute(
+                    """
+                    UPDATE delivery SET registration_id = '', handle = ''
+                    WHERE registration_id \(anyOf: ids) AND state <> \(pending)
+                    """))
+            for table in ["inbox", "audience_staging"] {
+                erased.removed += Int64(
+                    try await session.execute("DELETE FROM \(raw: table) WHERE registration_id \(anyOf: ids)"))
+            }
+            erased.removed += Int64(
+                try await session.execute("DELETE FROM handle_removal WHERE handle \(anyOf: handles)"))
+            return erased
+        }
+    }
+}
