@@ -88,19 +88,6 @@ public final class SQLiteDatabase: SQLDatabase {
         }
     }
 
-    /// Runs `body` as one GRDB write transaction, inside the gate: for a store whose hottest
-    /// transactions stay GRDB closures (dispatch's outbox: its cached statements run in one
-    /// synchronous call on GRDB's writer queue), so that they and this object's transactions on
-    /// the same file take turns instead of interleaving on the writer connection.
-    nonisolated(nonsending) public func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T)
-        async throws -> T
-    {
-        try checkOutsideTransaction()
-        await gate.acquire()
-        defer { gate.release() }
-        return try await writer.write(body)
-    }
-
     public func migrate(_ schema: SQLSchema) async throws {
         var sharing = DatabaseMigrator()
         for name in schema.sharingSQLite { sharing.registerMigration(name) { _ in } }
