@@ -104,13 +104,7 @@ extension Outbox {
                     """)
                 try await session.execute("DELETE FROM audience_staging WHERE staging_key = \(staged.key)")
             }
-            let messageIDs = staged?.messageIDs ?? MessageIDs()
-            let rows = SQLRowSource(count: targets.count)
-                .texts("registration_id", targets.map(\.registrationID))
-                .integers("platform", targets.map { Int64($0.platform.rawValue) })
-                .texts("handle", targets.map(\.handle))
-                .texts("message_id", targets.indices.map { messageIDs.id(stagedCount + $0) })
-                .integers("variant", targets.map { Int64($0.variant) })
+            let rows = Self.rows(of: targets, from: stagedCount, messageIDs: staged?.messageIDs ?? MessageIDs())
             try await session.execute(
                 """
                 INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
@@ -133,18 +127,22 @@ extension Outbox {
         return created.map { (state, $0) }
     }
 
-    /// Appends `targets` to `staged`'s rows, in one transaction.
-    public func stage(_ targets: [Outbox.Target], to staged: inout Outbox.StagedAudience) async throws {
-        guard !targets.isEmpty else { return }
-        let start = staged.count
-        let messageIDs = staged.messageIDs
-        let rows = SQLRowSource(count: targets.count)
+    /// `targets` as rows, numbered from `start` in the send's audience (`position`), each with the
+    /// message id of its position.
+    static func rows(of targets: [Outbox.Target], from start: Int, messageIDs: MessageIDs) -> SQLRowSource {
+        SQLRowSource(count: targets.count)
             .integers("position", targets.indices.map { Int64(start + $0) })
             .texts("registration_id", targets.map(\.registrationID))
             .integers("platform", targets.map { Int64($0.platform.rawValue) })
             .texts("handle", targets.map(\.handle))
             .texts("message_id", targets.indices.map { messageIDs.id(start + $0) })
             .integers("variant", targets.map { Int64($0.variant) })
+    }
+
+    /// Appends `targets` to `staged`'s rows, in one transaction.
+    public func stage(_ targets: [Outbox.Target], to staged: inout Outbox.StagedAudience) async throws {
+        guard !targets.isEmpty else { return }
+        let rows = Self.rows(of: targets, from: staged.count, messageIDs: staged.messageIDs)
         try await sql.execute(
             """
             INSERT INTO audience_staging (staging_key, position, registration_id, platform, handle, message_id, staged_at,
