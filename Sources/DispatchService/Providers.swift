@@ -89,14 +89,14 @@ public struct InboxProvider: PushSender {
 
     /// Records `items` in the outbox's own transaction (the claim's: exactly once).
     public func write(_ items: [PushItem], in session: any SQLSession) async throws {
-        let rows = Self.encoded(items)
-        let source = SQLRowSource(count: rows.count)
-            .texts("notification_id", rows.map(\.item.notificationID))
-            .texts("registration_id", rows.map(\.item.registrationID))
-            .integers("platform", rows.map { Int64($0.item.platform.rawValue) })
-            .texts("handle", rows.map(\.item.handle))
-            .texts("headers", rows.map(\.shared.headers))
-            .bytes("payload", rows.map { [UInt8]($0.shared.body) })
+        let source = SQLRowSource(count: items.count)
+            .texts("notification_id", items.map(\.notificationID))
+            .texts("registration_id", items.map(\.registrationID))
+            .integers("platform", items.map { Int64($0.platform.rawValue) })
+            .texts("handle", items.map(\.handle))
+            .texts("headers", Self.headers(of: items))
+            // The claim made one payload per send, platform and variant: the rows share its bytes.
+            .bytes("payload", items.map(\.payload.body))
         try await session.execute(
             """
             INSERT INTO inbox (notification_id, registration_id, platform, handle, headers, payload, recorded_at)
@@ -105,23 +105,18 @@ public struct InboxProvider: PushSender {
             """)
     }
 
-    /// Each item with its headers as JSON and its body. A batch shares one payload per platform
-    /// and variant: its headers and body are encoded once, not per row. (A payload is fixed per
-    /// notification, platform and variant, so that triple identifies it; a template send's
-    /// devices alternate between its variants, one rendering per distinct template.)
-    static func encoded(_ items: [PushItem]) -> [(item: PushItem, shared: (headers: String, body: Data))] {
-        var encoded: [OutboxPayload.Key: (notificationID: String, headers: String, body: Data)] = [:]
+    /// Each item's headers as JSON. A batch shares one payload per platform and variant: its
+    /// headers are encoded once, not per row. (A payload is fixed per notification, platform and
+    /// variant, so that triple identifies it; a template send's devices alternate between its
+    /// variants, one rendering per distinct template.)
+    static func headers(of items: [PushItem]) -> [String] {
+        var encoded: [OutboxPayload.Key: (notificationID: String, headers: String)] = [:]
         return items.map { item in
             let key = item.payload.key
-            if let cached = encoded[key], cached.notificationID == item.notificationID {
-                return (item, (cached.headers, cached.body))
-            }
-            let shared = (
-                notificationID: item.notificationID, headers: Self.encode(Self.headers(item.payload)),
-                body: Data(item.payload.body)
-            )
-            encoded[key] = shared
-            return (item, (shared.headers, shared.body))
+            if let cached = encoded[key], cached.notificationID == item.notificationID { return cached.headers }
+            let headers = Self.encode(Self.headers(item.payload))
+            encoded[key] = (item.notificationID, headers)
+            return headers
         }
     }
 

@@ -300,7 +300,7 @@ struct DeliveryTests {
     }
 
     @Test("the inbox records each device's own variant of a template send, however the batch mixes them")
-    func inboxVariants() {
+    func inboxVariants() async throws {
         func item(_ n: Int, variant: Int) -> PushItem {
             PushItem(
                 sequence: Int64(n), notificationID: "n-t", registrationID: "r\(n)", platform: .apns,
@@ -309,7 +309,9 @@ struct DeliveryTests {
         }
         // Installation n has template n % 4, so a claimed batch alternates variants.
         let items = (0..<8).map { item($0, variant: $0 % 4) }
-        let bodies = InboxProvider.encoded(items).map { String(decoding: $0.shared.body, as: UTF8.self) }
+        let inbox = try InboxProvider(db: .inMemory())
+        #expect(await inbox.send(items) == Array(repeating: .delivered(status: 200), count: 8))
+        let bodies = try await inbox.list(after: 0, limit: 10).map { String(decoding: $0.payload, as: UTF8.self) }
         #expect(bodies == (0..<8).map { "variant \($0 % 4)" })
     }
 

@@ -23,6 +23,9 @@ public struct SQLRowSource: Sendable {
     private(set) var names: [String] = []
     private(set) var columns: [Column] = []
 
+    /// The number of placeholders `u` has: one per column, and the ordinal.
+    var width: Int { columns.count + 1 }
+
     enum Column: Sendable {
         case integers([Int64])
         case texts([String])

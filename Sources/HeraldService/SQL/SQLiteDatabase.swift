@@ -179,57 +179,19 @@ public final class SQLiteDatabase: SQLDatabase {
         _ = try pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
     }
 
-    /// Cached statements: preparing one costs more than running it. A statement over rows runs
-    /// once per row (``SQLQuery/runs(_:)``), its rows answered in order.
+    /// Every row `sql` answers (see ``SQLiteCalls``).
     static func rows(_ db: Database, _ sql: SQLQuery) throws -> [SQLRow] {
-        let runs = sql.runs(.sqlite)
-        let statement = try db.cachedStatement(sql: runs.text)
-        var rows: [SQLRow] = []
-        for run in 0..<runs.count {
-            let cursor = try Row.fetchCursor(statement, arguments: arguments(runs.values(run)))
-            while let row = try cursor.next() {
-                rows.append(SQLRow(row.databaseValues.map(SQLValue.init)))
-            }
-        }
-        return rows
+        try SQLiteCalls.run(db, sql, answering: true).rows
     }
 
     /// Runs `sql` in GRDB's `db` (a tool that writes a file directly, as herald-bench seeds one);
     /// answers the rows changed.
     @discardableResult
     public static func execute(_ db: Database, _ sql: SQLQuery) throws -> Int {
-        let runs = sql.runs(.sqlite)
-        let statement = try db.cachedStatement(sql: runs.text)
-        var changed = 0
-        for run in 0..<runs.count {
-            try statement.execute(arguments: arguments(runs.values(run)))
-            changed += db.changesCount
-        }
-        return changed
+        try SQLiteCalls.run(db, sql, answering: false).changes
     }
 
-    /// Existentials, not `DatabaseValue`s: GRDB's initializer from a sequence of a concrete type
-    /// reads each value through a key path, unspecialised, which cost a fifth of a registration
-    /// write's instructions.
-    private static func arguments(_ values: [SQLValue]) -> StatementArguments {
-        StatementArguments(
-            values.map { value -> (any DatabaseValueConvertible)? in
-                switch value {
-                case .null: nil
-                case .integer(let integer): integer
-                case .text(let text): text
-                case .bytes(let bytes): Data(bytes)
-                case .bool(let bool): bool ? 1 : 0
-                // A list (`anyOf:`) is read back with json_each.
-                case .integers(let integers): jsonArray(integers.lazy.map { String($0) })
-                case .texts(let texts): jsonArray(texts.lazy.map(jsonString))
-                case .bools(let bools): jsonArray(bools.lazy.map { $0 ? "1" : "0" })
-                case .byteStrings: preconditionFailure("SQLite binds a row source's bytes row by row")
-                }
-            })
-    }
-
-    private static func jsonArray(_ elements: some Sequence<String>) -> String {
+    static func jsonArray(_ elements: some Sequence<String>) -> String {
         "[" + elements.joined(separator: ",") + "]"
     }
 
@@ -249,18 +211,6 @@ public final class SQLiteDatabase: SQLDatabase {
             }
         }
         return out + "\""
-    }
-}
-
-extension SQLValue {
-    init(_ value: DatabaseValue) {
-        switch value.storage {
-        case .null: self = .null
-        case .int64(let integer): self = .integer(integer)
-        case .double(let double): self = Int64(exactly: double).map(SQLValue.integer) ?? .text("\(double)")
-        case .string(let text): self = .text(text)
-        case .blob(let data): self = .bytes([UInt8](data))
-        }
     }
 }
 
