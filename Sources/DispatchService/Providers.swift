@@ -101,7 +101,7 @@ public struct InboxProvider: PushSender {
             """
             INSERT INTO inbox (notification_id, registration_id, platform, handle, headers, payload, recorded_at)
             SELECT u.notification_id, u.registration_id, u.platform, u.handle, u.headers, u.payload, \(unixMillis())
-            FROM \(rows: source) ORDER BY u.ordinal
+            FROM \(rows: source) \(SQLRowSource.inOrder)
             """)
     }
 

@@ -98,7 +98,7 @@ struct SQLDatabaseTests {
                 .bytes("data", (0..<count).map { [UInt8(truncatingIfNeeded: $0), 0] })
                 .bools("flag", (0..<count).map { $0.isMultiple(of: 2) })
             let inserted = try await db.executeReturning(
-                "INSERT INTO t (n, name, data, flag) SELECT u.n, u.name, u.data, u.flag FROM \(rows: rows) ORDER BY u.ordinal RETURNING id"
+                "INSERT INTO t (n, name, data, flag) SELECT u.n, u.name, u.data, u.flag FROM \(rows: rows) \(SQLRowSource.inOrder) RETURNING id"
             )
             #expect(inserted.count == count)
             let read = try await db.query("SELECT n, name, data, flag FROM t ORDER BY id")

@@ -111,7 +111,7 @@ extension Outbox {
                                       next_attempt_at, give_up_at, updated_at, variant)
                 SELECT \(id), u.registration_id, u.platform, u.handle, u.message_id, \(pending), \(at), \(giveUp), \(at),
                        u.variant
-                FROM \(rows: rows) ORDER BY u.ordinal
+                FROM \(rows: rows) \(SQLRowSource.inOrder)
                 """)
             for target in targets { perPlatform[target.platform, default: 0] += 1 }
             for (platform, count) in perPlatform.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
@@ -175,6 +175,11 @@ extension Outbox {
     /// down) is due again after that, and a tick never gets the same sends back at once.
     public func dueScheduled(limit: Int) async throws -> [(id: String, fireAt: Int64, request: [UInt8])] {
         let at = now()
+        // Asked four times a second, and nearly always nothing is due: a read first (on SQLite, a
+        // reader connection), so a tick takes no write lock from the sends and results.
+        let due = try await sql.queryFirst(
+            "SELECT 1 FROM scheduled_send WHERE fire_at <= \(at) AND taken_until <= \(at) LIMIT 1")
+        guard due != nil else { return [] }
         return try await sql.transactionRetryingConflicts { session in
             try await session.executeReturning(
                 """
@@ -453,17 +458,25 @@ extension Outbox {
             }
         }
         for (key, sequences) in alike.sorted(by: { $0.value[0] < $1.value[0] }) {
-            for row in try await session.executeReturning(
-                """
+            var update: SQLQuery = """
                 UPDATE delivery SET state = \(DeliveryState.delivered.rawValue), leased_by = '', last_status = \(key.status),
                        reason = '', next_attempt_at = \(at), handle_removed = \(false), updated_at = \(at),
                        attempts = attempts + \(key.countsAttempt ? 1 : 0)
                 WHERE sequence \(anyOf: sequences) AND state = \(pending) AND (\(key.attempt) = 0 OR attempts = \(key.attempt))
-                RETURNING sequence
-                """)
-            {
-                holds.insert(try row[0])
+                """
+            guard key.attempt == 0 else {
+                update += " RETURNING sequence"
+                for row in try await session.executeReturning(update) { holds.insert(try row[0]) }
+                continue
             }
+            // No claim to check (the rows were taken in this same transaction: local deliveries,
+            // an erase): every one holds, and RETURNING would only cost a row read back per delivery.
+            let changed = try await session.execute(update)
+            guard changed == sequences.count else {
+                throw ServiceError(
+                    .aborted, "\(sequences.count - changed) deliveries changed under their own transaction")
+            }
+            holds.formUnion(sequences)
         }
         if !others.isEmpty {
             let rows = SQLRowSource(count: others.count)
@@ -499,7 +512,7 @@ extension Outbox {
             try await session.execute(
                 """
                 INSERT INTO handle_removal (platform, handle, invalid_since, created_at)
-                SELECT u.platform, u.handle, u.since, \(at) FROM \(rows: rows) ORDER BY u.ordinal
+                SELECT u.platform, u.handle, u.since, \(at) FROM \(rows: rows) \(SQLRowSource.inOrder)
                 """)
         }
         let deltas = Outbox.Delta.of(held)

@@ -267,7 +267,9 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
 
     /// SQLite's text, the values before and after the row source's, and the row source: what
     /// ``SQLiteDatabase`` binds once, rebinding only the source's columns for each row.
-    func sqliteStatement() -> (text: String, head: ArraySlice<SQLValue>, tail: ArraySlice<SQLValue>, rows: SQLRowSource?) {
+    func sqliteStatement() -> (
+        text: String, head: ArraySlice<SQLValue>, tail: ArraySlice<SQLValue>, rows: SQLRowSource?
+    ) {
         guard let (source, before) = rows else { return (renderText(.sqlite).text, values[...], [], nil) }
         let text = renderText(.sqlite, rowsText: source.tableText(.sqlite)).text
         return (text, values[..<before], values[before...], source)

@@ -7,7 +7,7 @@
 ///     try await session.execute(
 ///         """
 ///         INSERT INTO delivery (notification_id, registration_id, platform)
-///         SELECT \(id), u.registration_id, u.platform FROM \(rows: source) ORDER BY u.ordinal
+///         SELECT \(id), u.registration_id, u.platform FROM \(rows: source) \(SQLRowSource.inOrder)
 ///         """)
 ///
 /// `u.ordinal` numbers the rows from 1, in order. SQLite runs the statement once per row, `u` being
@@ -18,6 +18,11 @@
 public struct SQLRowSource: Sendable {
     /// Rows per PostgreSQL statement: a large batch goes in several statements of its transaction.
     public static let chunk = 5000
+
+    /// After `FROM \(rows: …)` in an INSERT that must keep the rows' order (ids follow it):
+    /// `ORDER BY u.ordinal` on PostgreSQL; nothing on SQLite, whose every run is one row (an
+    /// ORDER BY there would open a sorter for each).
+    public static let inOrder = SQLFragment(sqlite: "", postgres: "ORDER BY u.ordinal")
 
     public let count: Int
     private(set) var names: [String] = []

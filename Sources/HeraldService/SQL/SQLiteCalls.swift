@@ -51,11 +51,23 @@ enum SQLiteCalls {
             return (rows, changes)
         }
         for row in 0..<source.count {
-            var column = rowsAt
-            for value in source.row(row) {
-                try bind(value, at: column, handle, db, text)
-                column += 1
+            // Straight from the columns: no array of values per row.
+            var index = rowsAt
+            for column in source.columns {
+                let code: Int32
+                switch column {
+                case .integers(let values): code = sqlite3_bind_int64(handle, index, values[row])
+                case .bools(let values): code = sqlite3_bind_int64(handle, index, values[row] ? 1 : 0)
+                case .texts(let values):
+                    var string = values[row]
+                    code = bindText(&string, index, handle)
+                case .bytes(let values): code = bindBlob(values[row], index, handle)
+                }
+                guard code == SQLITE_OK else { throw error(code, connection, text) }
+                index += 1
             }
+            let code = sqlite3_bind_int64(handle, index, Int64(row + 1))
+            guard code == SQLITE_OK else { throw error(code, connection, text) }
             try step()
         }
         return (rows, changes)
@@ -73,11 +85,7 @@ enum SQLiteCalls {
         case .integer(let integer): code = sqlite3_bind_int64(handle, index, integer)
         case .bool(let bool): code = sqlite3_bind_int64(handle, index, bool ? 1 : 0)
         case .text(var string): code = bindText(&string, index, handle)
-        case .bytes(let bytes):
-            code = bytes.withUnsafeBytes { buffer in
-                guard let base = buffer.baseAddress, !buffer.isEmpty else { return sqlite3_bind_zeroblob(handle, index, 0) }
-                return sqlite3_bind_blob(handle, index, base, Int32(buffer.count), transient)
-            }
+        case .bytes(let bytes): code = bindBlob(bytes, index, handle)
         // A list (`anyOf:`) is read back with json_each.
         case .integers(let integers):
             var json = SQLiteDatabase.jsonArray(integers.lazy.map { String($0) })
@@ -93,10 +101,20 @@ enum SQLiteCalls {
         guard code == SQLITE_OK else { throw error(code, db.sqliteConnection, text) }
     }
 
+    private static func bindBlob(_ bytes: [UInt8], _ index: Int32, _ handle: OpaquePointer) -> Int32 {
+        bytes.withUnsafeBytes { buffer in
+            // An empty blob from a null pointer would be bound as NULL.
+            guard let base = buffer.baseAddress, !buffer.isEmpty else { return sqlite3_bind_zeroblob(handle, index, 0) }
+            return sqlite3_bind_blob(handle, index, base, Int32(buffer.count), transient)
+        }
+    }
+
     private static func bindText(_ string: inout String, _ index: Int32, _ handle: OpaquePointer) -> Int32 {
         string.withUTF8 { buffer in
             // An empty text from a null pointer would be bound as NULL.
-            guard let base = buffer.baseAddress, !buffer.isEmpty else { return sqlite3_bind_text(handle, index, "", 0, transient) }
+            guard let base = buffer.baseAddress, !buffer.isEmpty else {
+                return sqlite3_bind_text(handle, index, "", 0, transient)
+            }
             return base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
                 sqlite3_bind_text(handle, index, $0, Int32(buffer.count), transient)
             }
