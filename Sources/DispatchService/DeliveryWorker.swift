@@ -135,15 +135,13 @@ public final class DeliveryWorker: Service, Sendable {
             logger.notice(
                 "resuming deliveries a previous process had started", metadata: ["herald.count": "\(recovered)"])
         }
-        let renewer = outbox.leaseRenewalInterval.map { interval in Task { await self.renewLeases(every: interval) } }
+        let renewer = Task { await self.renewLeases(every: outbox.leaseRenewalInterval) }
         // Its own task: a backlog keeps the loop below busy, and that is when the gauges matter.
         let sampler = Task { await self.sampleQueues(every: .seconds(1)) }
         defer {
-            renewer?.cancel()
+            renewer.cancel()
             sampler.cancel()
         }
-        // Only a store whose leases expire needs to know what is in flight (SQLite's hot path skips it).
-        let tracksLeases = renewer != nil
         // On graceful shutdown: claim nothing more, and let the batches in flight record their results.
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
@@ -159,14 +157,10 @@ public final class DeliveryWorker: Service, Sendable {
                     let claim = claimStart.map { ($0, DefaultTracerClock.now) }
                     if !items.isEmpty {
                         running.withLock { $0 += 1 }
-                        if tracksLeases {
-                            inFlight.withLock { held in for item in items { held[item.sequence] = item.attempt } }
-                        }
+                        inFlight.withLock { held in for item in items { held[item.sequence] = item.attempt } }
                         group.addTask {
                             await self.deliver(items, claim: claim)
-                            if tracksLeases {
-                                self.inFlight.withLock { held in for item in items { held[item.sequence] = nil } }
-                            }
+                            self.inFlight.withLock { held in for item in items { held[item.sequence] = nil } }
                             self.running.withLock { $0 -= 1 }
                             self.wakeup.signal()
                         }

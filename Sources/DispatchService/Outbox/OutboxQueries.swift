@@ -380,16 +380,12 @@ enum OutboxQueries {
             RETURNING notification_id
             """
         ).map { try $0[0] }
-        var start = 0
-        while start < ids.count {
-            let chunk = Array(ids[start..<min(start + 1000, ids.count)])
-            try await session.execute(
-                """
-                UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
-                WHERE id IN (\(list: chunk))
-                """)
-            start += chunk.count
-        }
+        guard !ids.isEmpty else { return 0 }
+        try await session.execute(
+            """
+            UPDATE notification SET state = \(OutcomeState.cancelled.rawValue), updated_at = \(at), finished_at = \(at)
+            WHERE id \(anyOf: ids)
+            """)
         return Int64(ids.count)
     }
 

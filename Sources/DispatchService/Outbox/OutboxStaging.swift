@@ -18,23 +18,6 @@ extension Outbox {
     /// Staged rows older than this belong to no send in progress (the replica staging them died).
     static let stagingAge: Int64 = 3_600_000
 
-    /// `state = \(pendingState)`: written in the text, not bound, where a statement must use
-    /// `delivery_due`: SQLite's planner takes a partial index only for a condition it can read.
-    static let pendingState = SQLQuery(raw: String(DeliveryState.pending.rawValue))
-
-    /// One platform's due deliveries, oldest first: one ordered range of `delivery_due`
-    /// (platform, next_attempt_at, sequence), however many rows other platforms have due. On
-    /// PostgreSQL, rows another replica is claiming are skipped.
-    static func dueOfPlatform(_ platform: Platform, at: Int64, limit: Int) -> SQLQuery {
-        """
-        SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at,
-               variant, leased_by, next_attempt_at
-        FROM delivery
-        WHERE state = \(pendingState) AND platform = \(platform.rawValue) AND next_attempt_at <= \(at)
-        ORDER BY next_attempt_at, sequence LIMIT \(limit) \(SQLFragment.skipLocked)
-        """
-    }
-
     /// The part of one send's audience staged so far.
     public struct StagedAudience: Sendable {
         /// Targets held in memory before a chunk is written, unless configured.

@@ -25,7 +25,7 @@ import HeraldService
 extension Outbox {
     /// A third of the lease: two renewals may be missed (a stalled database, a busy machine)
     /// before a live process loses what it holds.
-    public var leaseRenewalInterval: Duration? { lease / 3 }
+    public var leaseRenewalInterval: Duration { lease / 3 }
 
     /// Whose leases a restart takes back: on PostgreSQL this replica's own (the others' are theirs
     /// until they expire); on SQLite every one, the file having one process.
@@ -399,6 +399,23 @@ extension Outbox {
             payloads[try row[0] as String, default: [:]][payload.key] = payload
         }
         return payloads
+    }
+
+    /// `state = \(pendingState)`: written in the text, not bound, where a statement must use
+    /// `delivery_due`: SQLite's planner takes a partial index only for a condition it can read.
+    static let pendingState = SQLQuery(raw: String(DeliveryState.pending.rawValue))
+
+    /// One platform's due deliveries, oldest first: one ordered range of `delivery_due`
+    /// (platform, next_attempt_at, sequence), however many rows other platforms have due. On
+    /// PostgreSQL, rows another replica is claiming are skipped.
+    static func dueOfPlatform(_ platform: Platform, at: Int64, limit: Int) -> SQLQuery {
+        """
+        SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at,
+               variant, leased_by, next_attempt_at
+        FROM delivery
+        WHERE state = \(pendingState) AND platform = \(platform.rawValue) AND next_attempt_at <= \(at)
+        ORDER BY next_attempt_at, sequence LIMIT \(limit) \(SQLFragment.skipLocked)
+        """
     }
 
     /// Adds taken-over leases to their send's `retries` counters, in one order for everyone.

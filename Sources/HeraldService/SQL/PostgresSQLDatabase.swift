@@ -93,8 +93,8 @@ public struct PostgresSQLDatabase: SQLDatabase {
 
     /// The statements `sql` runs as: one, or one per chunk of its rows (``SQLRowSource``).
     static func queries(_ sql: SQLQuery) -> [PostgresQuery] {
-        let runs = sql.runs(.postgres)
-        return (0..<runs.count).map { query(runs.text, runs.values($0)) }
+        let (text, runs) = sql.postgresRuns()
+        return runs.map { query(text, $0) }
     }
 
     static func query(_ text: String, _ values: [SQLValue]) -> PostgresQuery {

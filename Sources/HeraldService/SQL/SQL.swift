@@ -204,7 +204,7 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
 
     /// The statement's text in `dialect`, and its values in placeholder order.
     public func render(_ dialect: SQLDialect) -> (text: String, values: [SQLValue]) {
-        precondition(rows == nil, "a statement over rows runs through its session (runs(_:))")
+        precondition(rows == nil, "a statement over rows runs through its session")
         return renderText(dialect)
     }
 
@@ -240,29 +240,22 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
         return (String(decoding: out, as: UTF8.self), values)
     }
 
-    /// A statement over rows (``SQLRowSource``) as `dialect` runs it: one text, run `count` times,
-    /// each run with `values(run)`. SQLite runs it once per row (one cached statement, in the
-    /// writer's own thread: cheaper than parsing a large statement); PostgreSQL once per
-    /// ``SQLRowSource/chunk`` rows, each column bound as an array (one round trip per chunk).
-    /// A statement without rows runs once.
-    public func runs(_ dialect: SQLDialect) -> SQLRuns {
+    /// The statement as PostgreSQL runs it: one text, and the values of each run. A statement
+    /// over rows (``SQLRowSource``) runs once per ``SQLRowSource/chunk`` rows, each column bound
+    /// as an array (one round trip per chunk); one without rows runs once. (SQLite binds a
+    /// statement over rows once per row: ``sqliteStatement()``.)
+    func postgresRuns() -> (text: String, values: [[SQLValue]]) {
         guard let (source, before) = rows else {
-            let (text, values) = renderText(dialect)
-            return SQLRuns(text: text, count: 1) { _ in values }
+            let (text, values) = renderText(.postgres)
+            return (text, [values])
         }
-        let (text, values) = renderText(dialect, rowsText: source.tableText(dialect))
-        let head = Array(values[..<before])
-        let tail = Array(values[before...])
-        switch dialect {
-        case .sqlite:
-            return SQLRuns(text: text, count: source.count) { row in head + source.row(row) + tail }
-        case .postgres:
-            let chunks = (source.count + SQLRowSource.chunk - 1) / SQLRowSource.chunk
-            return SQLRuns(text: text, count: chunks) { chunk in
-                let start = chunk * SQLRowSource.chunk
-                return head + source.arrays(start..<min(start + SQLRowSource.chunk, source.count)) + tail
-            }
+        let (text, values) = renderText(.postgres, rowsText: source.tableText(.postgres))
+        let head = values[..<before]
+        let tail = values[before...]
+        let runs = stride(from: 0, to: source.count, by: SQLRowSource.chunk).map { start in
+            Array(head) + source.arrays(start..<min(start + SQLRowSource.chunk, source.count)) + tail
         }
+        return (text, runs)
     }
 
     /// SQLite's text, the values before and after the row source's, and the row source: what
@@ -274,13 +267,6 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
         let text = renderText(.sqlite, rowsText: source.tableText(.sqlite)).text
         return (text, values[..<before], values[before...], source)
     }
-}
-
-/// A statement as a dialect runs it: see ``SQLQuery/runs(_:)``.
-public struct SQLRuns {
-    public let text: String
-    public let count: Int
-    public let values: (Int) -> [SQLValue]
 }
 
 /// One row of a result, its columns by position.

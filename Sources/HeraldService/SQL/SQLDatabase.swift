@@ -48,12 +48,22 @@ public protocol SQLDatabase: SQLSession {
 extension SQLDatabase {
     public func isConflict(_ error: any Error) -> Bool { false }
 
-    /// ``transaction(_:)``, run again when the database aborted it as a conflict
-    /// (``isConflict(_:)``; see ``retryingConflicts(where:_:)``).
+    /// ``transaction(_:)``, run again (up to 5 times, after a short random wait growing with each
+    /// try) when the database aborted it as a conflict (``isConflict(_:)``): on PostgreSQL,
+    /// replicas whose writes cross on the same rows, where the database aborts one (a deadlock, a
+    /// serialization failure) rather than letting both wait forever.
     nonisolated(nonsending) public func transactionRetryingConflicts<Result: Sendable>(
         _ body: (any SQLSession) async throws -> Result
     ) async throws -> Result {
-        try await retryingConflicts(where: isConflict) { try await transaction(body) }
+        var attempt = 0
+        while true {
+            do {
+                return try await transaction(body)
+            } catch  where attempt < 5 && isConflict(error) {
+                attempt += 1
+                try await Task.sleep(for: .milliseconds(Int64.random(in: 5...50) * Int64(attempt)))
+            }
+        }
     }
 
     nonisolated(nonsending) public func groupWrite<Result: Sendable>(
@@ -158,23 +168,4 @@ public struct SQLSchema: Sendable {
 
     /// The identifiers SQLite's history has, in order (a backup's manifest lists them).
     public var sqliteMigrationNames: [String] { migrations.compactMap(\.sqliteName) }
-}
-
-/// Runs `transaction` again (up to 5 times, after a short random wait growing with each try) when
-/// it fails with an error `isConflict` names: on PostgreSQL, replicas whose writes cross on the
-/// same rows, where the database aborts one (a deadlock, a serialization failure) rather than
-/// letting both wait forever. For stores that run their transactions on the driver's own
-/// connection as well as through ``SQLDatabase``.
-nonisolated(nonsending) public func retryingConflicts<Result>(
-    where isConflict: (any Error) -> Bool, _ transaction: () async throws -> Result
-) async throws -> Result {
-    var attempt = 0
-    while true {
-        do {
-            return try await transaction()
-        } catch  where attempt < 5 && isConflict(error) {
-            attempt += 1
-            try await Task.sleep(for: .milliseconds(Int64.random(in: 5...50) * Int64(attempt)))
-        }
-    }
 }

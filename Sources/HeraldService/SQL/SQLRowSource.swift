@@ -55,15 +55,6 @@ public struct SQLRowSource: Sendable {
             }
         }
 
-        func value(_ row: Int) -> SQLValue {
-            switch self {
-            case .integers(let values): .integer(values[row])
-            case .texts(let values): .text(values[row])
-            case .bools(let values): .bool(values[row])
-            case .bytes(let values): .bytes(values[row])
-            }
-        }
-
         func array(_ rows: Range<Int>) -> SQLValue {
             switch self {
             case .integers(let values): .integers(Array(values[rows]))
@@ -89,7 +80,8 @@ public struct SQLRowSource: Sendable {
         return copy
     }
 
-    /// The text `u` stands for; its `?` are the values of ``row(_:)`` (SQLite) or ``arrays(_:)``.
+    /// The text `u` stands for; its `?` are one row's columns and ordinal (SQLite, bound by
+    /// `SQLiteCalls`) or ``arrays(_:)`` (PostgreSQL).
     func tableText(_ dialect: SQLDialect) -> String {
         switch dialect {
         case .sqlite:
@@ -99,8 +91,6 @@ public struct SQLRowSource: Sendable {
                 + (names + ["ordinal"]).joined(separator: ", ") + ")"
         }
     }
-
-    func row(_ row: Int) -> [SQLValue] { columns.map { $0.value(row) } + [.integer(Int64(row + 1))] }
 
     /// PostgreSQL's ordinality counts from 1 in each chunk: `ORDER BY u.ordinal` orders within a run,
     /// and runs go in order.

@@ -1,5 +1,6 @@
 import GRDB
 import GRDBSQLite
+import HeraldModel
 
 /// Runs one ``SQLQuery`` on GRDB's connection through SQLite's own calls: the statement comes
 /// from GRDB's cache (compiled once), its values are bound with `sqlite3_bind_*` and its rows read
@@ -88,17 +89,21 @@ enum SQLiteCalls {
         case .bytes(let bytes): code = bindBlob(bytes, index, handle)
         // A list (`anyOf:`) is read back with json_each.
         case .integers(let integers):
-            var json = SQLiteDatabase.jsonArray(integers.lazy.map { String($0) })
+            var json = jsonArray(integers.lazy.map { String($0) })
             code = bindText(&json, index, handle)
         case .texts(let texts):
-            var json = SQLiteDatabase.jsonArray(texts.lazy.map(SQLiteDatabase.jsonString))
+            var json = jsonArray(texts.lazy.map(jsonStringLiteral))
             code = bindText(&json, index, handle)
         case .bools(let bools):
-            var json = SQLiteDatabase.jsonArray(bools.lazy.map { $0 ? "1" : "0" })
+            var json = jsonArray(bools.lazy.map { $0 ? "1" : "0" })
             code = bindText(&json, index, handle)
         case .byteStrings: preconditionFailure("SQLite binds a row source's bytes row by row")
         }
         guard code == SQLITE_OK else { throw error(code, db.sqliteConnection, text) }
+    }
+
+    private static func jsonArray(_ elements: some Sequence<String>) -> String {
+        "[" + elements.joined(separator: ",") + "]"
     }
 
     private static func bindBlob(_ bytes: [UInt8], _ index: Int32, _ handle: OpaquePointer) -> Int32 {

@@ -190,28 +190,6 @@ public final class SQLiteDatabase: SQLDatabase {
     public static func execute(_ db: Database, _ sql: SQLQuery) throws -> Int {
         try SQLiteCalls.run(db, sql, answering: false).changes
     }
-
-    static func jsonArray(_ elements: some Sequence<String>) -> String {
-        "[" + elements.joined(separator: ",") + "]"
-    }
-
-    /// `text` as a JSON string: quotes, backslashes and control characters escaped.
-    static func jsonString(_ text: String) -> String {
-        var out = "\""
-        out.reserveCapacity(text.utf8.count + 2)
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case _ where scalar.value < 0x20:
-                out +=
-                    "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
-                    + String(scalar.value, radix: 16)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
 }
 
 /// One holder at a time, the rest waiting in order without a thread. Not cancellable: a wait
