@@ -98,6 +98,12 @@ public final class DeliveryWorker: Service, Sendable {
     private let policy: RetryPolicy
     private let batchSize: Int
     private let workers: Int
+    private let pushTimeout: Duration
+    /// How many batches may be in flight now: one at first, one more after each batch answered
+    /// within a quarter of the push timeout, up to `workers`; halved when a batch's pushes time
+    /// out. A provider (or a machine) that answers slower than the timeout allows is given fewer
+    /// pushes at once, rather than more of them queued to time out and go out again.
+    private let window: Mutex<Int>
     private let logger: Logger
     private let wakeup = Wakeup()
     private let removing = Mutex(false)
@@ -105,9 +111,9 @@ public final class DeliveryWorker: Service, Sendable {
     private let running = Mutex(0)
     /// Graceful shutdown began: claim nothing more.
     private let stopping = Mutex(false)
-    /// Claimed deliveries not recorded yet (sequence → the attempt their claim counted), whose
-    /// leases are renewed while they are in flight (see ``Outbox/renewLeases(_:)``).
-    private let inFlight = Mutex<[Int64: Int]>([:])
+    /// The leases of the batches claimed and not recorded yet (lease id → when it ends, Unix ms,
+    /// as last written), renewed while they are in flight (see ``Outbox/renewLeases(_:)``).
+    private let inFlight = Mutex<[Int64: Int64]>([:])
     /// Delivered pushes given a span of their own so far, per traced send (DeliveryTracing.swift).
     let sampledDeliveries = Mutex<[String: Int]>([:])
 
@@ -115,7 +121,7 @@ public final class DeliveryWorker: Service, Sendable {
         outbox: Outbox, senders: HubSenders, registrations: any RegistrationServiceClientProtocol,
         policy: RetryPolicy,
         batchSize: Int = 500,
-        workers: Int = 4, logger: Logger
+        workers: Int = 4, pushTimeout: Duration = .seconds(30), logger: Logger
     ) {
         self.outbox = outbox
         self.senders = senders
@@ -123,6 +129,8 @@ public final class DeliveryWorker: Service, Sendable {
         self.policy = policy
         self.batchSize = batchSize
         self.workers = workers
+        self.pushTimeout = pushTimeout
+        self.window = Mutex(1)
         self.logger = logger
     }
 
@@ -147,20 +155,26 @@ public final class DeliveryWorker: Service, Sendable {
             await withDiscardingTaskGroup { group in
                 while !Task.isCancelled, !stopping.withLock({ $0 }) {
                     let deliveredLocally = await deliverLocalBatch()
-                    guard running.withLock({ $0 }) < workers else {
+                    guard running.withLock({ $0 }) < window.withLock({ $0 }) else {
                         // Every batch slot is busy; a finishing batch signals.
                         if !deliveredLocally { await wakeup.wait(upTo: .seconds(1)) }
                         continue
                     }
                     let claimStart = HeraldTracing.isOn ? DefaultTracerClock.now : nil
-                    guard let items = await claimRemoteBatch() else { continue }
+                    guard let batch = await claimRemoteBatch() else { continue }
+                    if batch.takenOver > 0 {
+                        DispatchMetrics.takeovers(count: batch.takenOver)
+                        logger.notice(
+                            "took over deliveries whose lease had ended",
+                            metadata: ["herald.count": "\(batch.takenOver)"])
+                    }
                     let claim = claimStart.map { ($0, DefaultTracerClock.now) }
-                    if !items.isEmpty {
+                    if !batch.items.isEmpty {
                         running.withLock { $0 += 1 }
-                        inFlight.withLock { held in for item in items { held[item.sequence] = item.attempt } }
+                        inFlight.withLock { $0[batch.lease] = batch.leaseEnds }
                         group.addTask {
-                            await self.deliver(items, claim: claim)
-                            self.inFlight.withLock { held in for item in items { held[item.sequence] = nil } }
+                            await self.deliver(batch, claim: claim)
+                            self.inFlight.withLock { $0[batch.lease] = nil }
                             self.running.withLock { $0 -= 1 }
                             self.wakeup.signal()
                         }
@@ -176,18 +190,30 @@ public final class DeliveryWorker: Service, Sendable {
         }
     }
 
-    /// Extends the leases of the deliveries in flight every `interval`, until cancelled. A failed
-    /// renewal is only logged: the next one tries again, and a lease that does run out is taken
-    /// over by another replica as if this one had died (its results are then dropped).
+    /// Extends the leases of the batches in flight every `interval`, until cancelled: one small
+    /// row per batch. A failed renewal is only logged: the next one tries again, and a lease that
+    /// does run out is taken over by another replica as if this one had died (its results are
+    /// then dropped, and what it had not pushed yet it does not push: ``deliver(_:claim:)``).
     private func renewLeases(every interval: Duration) async {
         while !Task.isCancelled {
             do { try await Task.sleep(for: interval) } catch { return }
-            let held = inFlight.withLock { $0.map { (sequence: $0.key, attempt: $0.value) } }
+            let held = inFlight.withLock { Array($0.keys) }
             guard !held.isEmpty else { continue }
+            let started = outbox.now()
             do {
-                let renewed = try await outbox.renewLeases(held)
-                logger.debug(
-                    "renewed leases", metadata: ["herald.count": "\(renewed)", "herald.held": "\(held.count)"])
+                let (renewed, until) = try await outbox.renewLeases(held)
+                inFlight.withLock { leases in
+                    for id in renewed where leases[id] != nil { leases[id] = until }
+                }
+                let late = held.filter { !renewed.contains($0) }
+                if !late.isEmpty, inFlight.withLock({ leases in late.contains { leases[$0] != nil } }) {
+                    logger.warning("leases in flight were gone", metadata: ["herald.count": "\(late.count)"])
+                }
+                if outbox.now() - started > outbox.lease.wholeMilliseconds / 3 {
+                    logger.warning(
+                        "renewing leases took a third of their length",
+                        metadata: ["herald.milliseconds": "\(outbox.now() - started)"])
+                }
             } catch {
                 logger.warning("cannot renew leases", metadata: ["herald.error": "\(error)"])
             }
@@ -215,11 +241,11 @@ public final class DeliveryWorker: Service, Sendable {
 
     /// Claims due deliveries of the remote platforms (with a lease); nil after a database error
     /// (logged, and waited on for a second).
-    private func claimRemoteBatch() async -> [PushItem]? {
+    private func claimRemoteBatch() async -> Outbox.ClaimedBatch? {
         let remotePlatforms = senders.split.remote
-        guard !remotePlatforms.isEmpty else { return [] }
+        guard !remotePlatforms.isEmpty else { return Outbox.ClaimedBatch(items: [], lease: 0, leaseEnds: 0) }
         do {
-            return try await outbox.claim(limit: batchSize, platforms: remotePlatforms)
+            return try await outbox.claimBatch(limit: batchSize, platforms: remotePlatforms)
         } catch {
             logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
             await wakeup.wait(upTo: .seconds(1))
@@ -244,13 +270,47 @@ public final class DeliveryWorker: Service, Sendable {
         if wait > .zero { await wakeup.wait(upTo: wait) }
     }
 
-    /// One claimed batch: sends each platform's share, then records every result in one transaction.
-    /// `claim`: when the batch's claim began and ended, for its traced sends' spans.
-    func deliver(_ items: [PushItem], claim: (DefaultTracerClock.Instant, DefaultTracerClock.Instant)? = nil) async {
+    /// One claimed batch: sends each platform's share, then records every result in one transaction
+    /// and ends the batch's lease. `claim`: when the batch's claim began and ended, for its traced
+    /// sends' spans.
+    ///
+    /// A batch whose lease may have ended before its pushes go out (the process was stopped or
+    /// starved between the claim and here) first renews it and keeps only the deliveries it still
+    /// holds: what another replica took over in the meantime is that replica's to push, not this
+    /// one's too.
+    func deliver(
+        _ batch: Outbox.ClaimedBatch, claim: (DefaultTracerClock.Instant, DefaultTracerClock.Instant)? = nil
+    ) async {
+        var items = batch.items
+        let leaseEnds = inFlight.withLock { $0[batch.lease] } ?? batch.leaseEnds
+        if batch.lease != 0, leaseEnds - outbox.now() < outbox.lease.wholeMilliseconds / 3 {
+            do {
+                let (held, until) = try await outbox.confirmLease(batch.lease, sequences: items.map(\.sequence))
+                inFlight.withLock { if $0[batch.lease] != nil { $0[batch.lease] = until } }
+                let lost = items.count - held.count
+                if lost > 0 {
+                    items.removeAll { !held.contains($0.sequence) }
+                    DispatchMetrics.leasesLost(count: lost)
+                    logger.warning(
+                        "not pushing deliveries another replica took over", metadata: ["herald.count": "\(lost)"])
+                }
+            } catch {
+                // Unknown: pushed as claimed. A result whose lease was taken over is dropped.
+                logger.warning("cannot confirm a batch's lease", metadata: ["herald.error": "\(error)"])
+            }
+        }
+        await deliver(items, lease: batch.lease, claim: claim)
+    }
+
+    /// ``deliver(_:claim:)``'s pushes and results, for `items` still held under `lease`.
+    private func deliver(
+        _ items: [PushItem], lease: Int64, claim: (DefaultTracerClock.Instant, DefaultTracerClock.Instant)?
+    ) async {
         // One share per hub and platform: each hub's pushes go out with its own credentials only.
         var shares: [HubPlatform: [PushItem]] = [:]
         for item in items { shares[HubPlatform(hub: item.hub, platform: item.platform), default: []].append(item) }
         let traced = HeraldTracing.isOn ? await traceContexts(of: items) : [:]
+        let pushStart = ContinuousClock.now
         let decisions = await withTaskGroup(of: [Outbox.Decision].self) { group in
             for (key, share) in shares {
                 group.addTask {
@@ -273,9 +333,11 @@ public final class DeliveryWorker: Service, Sendable {
             for await part in group { all.append(contentsOf: part) }
             return all
         }
+        adjustWindow(
+            timedOut: decisions.contains { $0.reason == PushHTTP.timeoutReason }, took: ContinuousClock.now - pushStart)
         if let claim, !traced.isEmpty { recordClaimSpans(items, claim: claim, traced: traced) }
         do {
-            let finished = try await outbox.record(decisions)
+            let finished = try await outbox.record(decisions, lease: lease)
             for (_, state) in finished { DispatchMetrics.sendFinished(state) }
         } catch {
             // The leases stay: a restart (recoverLeases) makes these deliveries due again, and on
@@ -283,6 +345,25 @@ public final class DeliveryWorker: Service, Sendable {
             logger.error("cannot record delivery results", metadata: ["herald.error": "\(error)"])
         }
         if decisions.contains(where: { $0.removal != nil }) { await flushRemovals() }
+    }
+
+    /// Halves the batches allowed in flight after pushes timed out; adds one back after a batch
+    /// answered within a quarter of the push timeout.
+    private func adjustWindow(timedOut: Bool, took: Duration) {
+        let (before, after) = window.withLock { window -> (Int, Int) in
+            let before = window
+            if timedOut {
+                window = max(1, window / 2)
+            } else if took < pushTimeout / 4 {
+                window = min(workers, window + 1)
+            }
+            return (before, window)
+        }
+        if after < before {
+            logger.notice(
+                "pushes timed out: fewer batches in flight",
+                metadata: ["herald.batches": "\(after)", "herald.before": "\(before)"])
+        }
     }
 
     /// ``decide(_:_:now:)`` for a share, with one metrics update per outcome rather than per

@@ -28,6 +28,19 @@ enum DispatchMetrics {
         Counter(label: "herald_removed_handles_total", dimensions: [("platform", platform.name)]).increment()
     }
 
+    /// `herald_outbox_leases_lost_total`: deliveries this replica claimed and did not push because
+    /// its lease on them had ended and another replica had taken them over (a stalled replica, or
+    /// renewals that failed or came late). Such deliveries are pushed once, by the taker.
+    static func leasesLost(count: Int) {
+        Counter(label: "herald_outbox_leases_lost_total").increment(by: count)
+    }
+
+    /// `herald_outbox_takeovers_total`: deliveries this replica claimed after another holder's
+    /// lease on them had ended (a replica that died or stalled, or this one's own restart).
+    static func takeovers(count: Int) {
+        Counter(label: "herald_outbox_takeovers_total").increment(by: count)
+    }
+
     /// `herald_outbox_pending`, `herald_handle_removals_pending`: the queues' depth, and
     /// `herald_outbox_oldest_age_seconds`: how long ago the oldest send still enqueued or
     /// processing was made (0 when none is); sampled each second. A backlog that drains keeps the

@@ -544,7 +544,8 @@ public enum DispatchServer {
             outbox: outbox, senders: hubSenders,
             registrations: RegistrationServiceClient(context.client(.registration)),
             policy: config.retryPolicy,
-            batchSize: config.batchSize, workers: config.workers, logger: context.logger)
+            batchSize: config.batchSize, workers: config.workers, pushTimeout: config.pushTimeout,
+            logger: context.logger)
         let dispatcher = Dispatcher(
             outbox: outbox, registrations: RegistrationServiceClient(context.client(.registration)),
             retryWindow: config.retryWindow,

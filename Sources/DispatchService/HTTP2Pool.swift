@@ -415,7 +415,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         var abandoned = false
         for (index, id) in batch.streams.enumerated() where batch.answers[index] == nil {
             if exchanges.removeValue(forKey: id) != nil { abandoned = true }
-            batch.complete(index, .failed(reason: "Timeout"))
+            batch.complete(index, .failed(reason: PushHTTP.timeoutReason))
         }
         guard abandoned else { return }
         retiring = true

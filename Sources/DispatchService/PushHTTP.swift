@@ -11,6 +11,9 @@ import NIOSSL
 public enum PushHTTP {
     /// The clients every sender shares. `extraCAFile`: a PEM bundle trusted besides the system
     /// roots (the tests' CA).
+    /// The reason of a push that got no answer within the push timeout (both HTTP clients).
+    public static let timeoutReason = "Timeout"
+
     public static func makeClient(extraCAFile: String?, connectTimeout: Duration = .seconds(10)) -> PushClient {
         var tls = TLSConfiguration.makeClientConfiguration()
         if let extraCAFile { tls.additionalTrustRoots = [.file(extraCAFile)] }
@@ -53,7 +56,7 @@ public enum PushHTTP {
         } catch let error as HTTPClientError
             where error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout
         {
-            return .failure(TransportFailure(reason: "Timeout"))
+            return .failure(TransportFailure(reason: timeoutReason))
         } catch {
             return .failure(TransportFailure(reason: "ConnectionError"))
         }

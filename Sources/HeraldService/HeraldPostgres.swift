@@ -28,9 +28,11 @@ public final class HeraldPostgres: Service, Sendable {
 
     /// `connectWait`: 30 s suits a service starting; a test process that sets up dozens of schemas
     /// at once on a two-core machine has seen a first connection take 26 s, and waits longer.
+    /// `eventLoopGroup`: where the connections run; NIO's shared one unless a caller needs its
+    /// queries answered apart from the process's other network work.
     public init(
         _ location: DatabaseURL.PostgresLocation, logger: Logger, maximumConnections: Int = 10,
-        connectWait: Duration = .seconds(30)
+        connectWait: Duration = .seconds(30), eventLoopGroup: (any EventLoopGroup)? = nil
     ) throws {
         var configuration: PostgresClient.Configuration
         switch location.address {
@@ -57,7 +59,9 @@ public final class HeraldPostgres: Service, Sendable {
         ]
         configuration.options.maximumConnections = maximumConnections
         configuration.options.connectTimeout = .seconds(5)
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        let client = PostgresClient(
+            configuration: configuration, eventLoopGroup: eventLoopGroup ?? PostgresClient.defaultEventLoopGroup,
+            backgroundLogger: logger)
         self.client = client
         self.schema = location.schema
         self.location = location

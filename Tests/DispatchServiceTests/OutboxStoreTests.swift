@@ -449,25 +449,56 @@ struct OutboxStoreTests {
         }
     }
 
-    @Test("PostgreSQL: a lease renewed while its batch is in flight is not taken over; once renewals stop, it is")
+    @Test(
+        "PostgreSQL: a batch's lease renewed while it is in flight is not taken over; once renewals stop, it is, and its first holder pushes none of it"
+    )
     func leaseRenewal() async throws {
         guard StoreBackend.available.contains(.postgres) else { return }
         let clock = ManualClock()
-        try await Self.withClaimedByA("n-l", clock: clock) { a, b, first in
-            #expect(a.leaseRenewalInterval == .seconds(10))
-            let held = first.map { (sequence: $0.sequence, attempt: $0.attempt) }
+        try await withOutbox(.postgres, lease: .seconds(30), now: clock.function) { fixture in
+            let a = fixture.outbox
+            let make = try #require(fixture.replica)
+            let b = try await make("replica-b")
+            try await Self.send(a, "n-l", Self.targets(3), payloads: [Self.apns])
+            let batch = try await a.claimBatch(limit: 10, platforms: [.apns])
+            #expect(batch.items.count == 3 && batch.lease != 0 && batch.leaseEnds == clock.now + 30_000)
+            #expect(a.leaseRenewalInterval == .seconds(5))
             clock.advance(seconds: 20)
-            #expect(try await a.renewLeases(held) == 3)
-            clock.advance(seconds: 20)  // past the first lease, inside the renewed one
+            #expect(try await a.renewLeases([batch.lease]).renewed == [batch.lease])
+            clock.advance(seconds: 20)  // past the claim's lease end, inside the renewed lease
             #expect(try await b.claim(limit: 10, platforms: [.apns]).isEmpty)
-            #expect(try await b.renewLeases(held) == 0)  // not b's to renew
+            #expect(try await b.renewLeases([batch.lease]).renewed.isEmpty)  // not b's to renew
+            // The rows were moved on to the renewed lease's end: still a's, not due before it.
+            #expect(try await b.nextDue() == clock.now + 10_000)
             clock.advance(seconds: 11)  // a stopped renewing: like a replica that died
-            let second = try await b.claim(limit: 10, platforms: [.apns])
-            #expect(second.map(\.messageID) == first.map(\.messageID))
-            #expect(try await a.renewLeases(held) == 0)  // taken over: a's claim no longer holds
-            #expect(try await b.record(second.map(Self.delivered)).map(\.state) == [.completed])
-            // Recorded already.
-            #expect(try await b.renewLeases(second.map { (sequence: $0.sequence, attempt: $0.attempt) }) == 0)
+            let second = try await b.claimBatch(limit: 10, platforms: [.apns])
+            #expect(second.items.map(\.messageID) == batch.items.map(\.messageID))
+            #expect(second.items.allSatisfy { $0.attempt == 2 })
+            // a wakes up before pushing: it holds none of its batch any more.
+            #expect(try await a.confirmLease(batch.lease, sequences: batch.items.map(\.sequence)).held.isEmpty)
+            #expect(
+                try await b.record(second.items.map(Self.delivered), lease: second.lease).map(\.state) == [.completed])
+            #expect(try await b.renewLeases([second.lease]).renewed.isEmpty)  // recorded: its lease ended
+        }
+    }
+
+    @Test("a batch whose lease ended unnoticed is renewed when nobody took it over: its holder still pushes all of it")
+    func lateRenewalKeepsWhatNobodyTook() async throws {
+        let clock = ManualClock()
+        for backend in StoreBackend.available {
+            try await withOutbox(backend, lease: .seconds(30), now: clock.function) { fixture in
+                let a = fixture.outbox
+                try await Self.send(a, "n-late", Self.targets(2), payloads: [Self.apns])
+                let batch = try await a.claimBatch(limit: 10, platforms: [.apns])
+                clock.advance(seconds: 40)  // the holder was stalled past its lease; no one claimed meanwhile
+                let (held, until) = try await a.confirmLease(batch.lease, sequences: batch.items.map(\.sequence))
+                #expect(held == Set(batch.items.map(\.sequence)) && until == clock.now + 30_000)
+                // Renewed: a claim now moves the rows on instead of taking them.
+                #expect(try await a.claim(limit: 10, platforms: [.apns]).isEmpty)
+                #expect(
+                    try await a.record(batch.items.map(Self.delivered), lease: batch.lease).map(\.state) == [.completed]
+                )
+            }
         }
     }
 

@@ -22,44 +22,117 @@ let replicaDrillEnabled = TestDatabases.postgresURL != nil && LiveStack.defaultD
 @Suite("dispatch replicas on PostgreSQL", .serialized, .timeLimit(.minutes(10)), .enabled(if: replicaDrillEnabled))
 struct ReplicaDrillTests {
     static let devices = 20_000
+    /// Each replica's settings in the drills: leases short enough for a drill (renewed every
+    /// 0.83 s by live replicas); a push that takes 10 s is retried. Each exports its metrics,
+    /// which say how many deliveries it took over and how many of its pushes timed out.
+    static let replicaSettings = [
+        "--push-timeout-ms", "10000", "--lease-seconds", "5", "--delivery-batch", "200", "--delivery-workers", "4",
+        "--metrics-listen", "127.0.0.1:0",
+    ]
+    /// What one replica can hold at once: `delivery-workers` batches of `delivery-batch`.
+    static let heldByOneReplica = 4 * 200
 
     @Test(
-        "drill: 3 dispatch replicas, 20,000 devices at a 5 ms APNs; kill -9 one and SIGSTOP one for 10 s mid-send: every device gets its push, duplicates only where a lease expired, counts add up"
+        "drill: 3 dispatch replicas, 20,000 devices at a 5 ms APNs; kill -9 one and SIGSTOP one for 10 s mid-send: every device gets its push, takeovers and duplicates only for what those two held, counts add up"
     )
     func drill() async throws {
+        try await Self.withReplicas { live, fixture, replicas, prefix in
+            let handles = try await Self.seed(prefix: prefix, devices: Self.devices)
+            let (id, started) = try await Self.send(live)
+            // Mid-send: one replica dies, another freezes for 10 s (its leases expire after 5).
+            _ = try await fixture.double.waitFor(2000, timeout: .seconds(60)) { $0.path.hasPrefix("/3/device/") }
+            let seenAtDrill = fixture.double.requests.count
+            kill(replicas.pid(0), SIGKILL)
+            kill(replicas.pid(1), SIGSTOP)
+            print(
+                "replica drill: replica 1 killed, replica 2 stopped after \(seenAtDrill) pushes, \(ContinuousClock.now - started)"
+            )
+            #expect(seenAtDrill < Self.devices, "every push arrived before the drill; it proved nothing")
+            try await Task.sleep(for: .seconds(10))  // the drill's freeze, not a wait for anything
+            kill(replicas.pid(1), SIGCONT)
+            let tally = try await Self.finish(
+                live, id: id, started: started, handles: handles, fixture: fixture, replicas: replicas, skip: [0])
+            // Only what the killed and the frozen replica held can have been taken over; and a
+            // delivery went out twice only if it was taken over or its push timed out.
+            #expect(tally.takenOver > 0, "no lease was taken over: the killed and frozen replicas held nothing")
+            #expect(
+                tally.takenOver <= 2 * Self.heldByOneReplica,
+                "\(tally.takenOver) deliveries taken over: more than the killed and the frozen replica could hold")
+            #expect(
+                tally.repeated <= tally.takenOver + tally.timedOut,
+                "\(tally.repeated) pushes arrived twice, \(tally.takenOver) taken over, \(tally.timedOut) timed out")
+        }
+    }
+
+    @Test(
+        "drill: 3 dispatch replicas, one throttled to a quarter of a core (SIGSTOP 150 ms, SIGCONT 50 ms) for the whole send: it loses no lease, nothing is taken over, counts add up"
+    )
+    func throttled() async throws {
+        try await Self.withReplicas { live, fixture, replicas, prefix in
+            let handles = try await Self.seed(prefix: prefix, devices: 8_000)
+            let slow = replicas.pid(1)
+            let throttle = Task.detached {
+                while !Task.isCancelled {
+                    kill(slow, SIGSTOP)
+                    try? await Task.sleep(for: .milliseconds(150))
+                    kill(slow, SIGCONT)
+                    try? await Task.sleep(for: .milliseconds(50))
+                }
+                kill(slow, SIGCONT)
+            }
+            let (id, started) = try await Self.send(live)
+            let tally: DrillTally
+            do {
+                tally = try await Self.finish(
+                    live, id: id, started: started, handles: handles, fixture: fixture, replicas: replicas, skip: [],
+                    whenFinal: { throttle.cancel() })
+            } catch {
+                throttle.cancel()
+                throw error
+            }
+            #expect(tally.takenOver == 0, "\(tally.takenOver) deliveries taken over from live replicas")
+            #expect(tally.pushedBy[2] ?? 0 > 0, "the throttled replica pushed nothing: the drill proved nothing")
+            #expect(
+                tally.repeated <= tally.timedOut,
+                "\(tally.repeated) pushes arrived twice with no lease taken over, \(tally.timedOut) timed out")
+        }
+    }
+
+    /// A stack on PostgreSQL with a provider double (APNs answering in 5 ms) and two more dispatch
+    /// replicas beside its own, all with ``replicaSettings``.
+    static func withReplicas(
+        _ body: (LiveStack, ProviderFixture, Replicas, _ prefix: String) async throws -> Void
+    ) async throws {
         let folder = try LiveStack.makeDirectory()
         let fixture = try await ProviderFixture.start(in: folder)
         defer { Task { await fixture.stop() } }
         fixture.apnsDelay.withLock { $0 = .milliseconds(5) }
         let prefix = TestDatabases.freshPrefix()
-        // Leases short enough for a drill (renewed every 1.7 s by live replicas); a push that takes
-        // 10 s is retried.
-        let replicaSettings = ["--push-timeout-ms", "10000", "--lease-seconds", "5", "--delivery-batch", "200"]
         try await LiveStack.with(directory: folder + "/stack", database: .postgres, schemaPrefix: prefix) {
             configuration in
             fixture.configure(&configuration)
-            configuration.extraArguments["dispatch", default: []] += replicaSettings
+            configuration.extraArguments["dispatch", default: []] += Self.replicaSettings
         } _: { live in
-            try await Self.run(live, fixture: fixture, folder: folder, prefix: prefix, replicaSettings: replicaSettings)
+            // Two more replicas on the same outbox, each with its own socket folder (so its own replica id).
+            let replicas = Replicas(stack: live.configuration.runtimeDirectory)
+            defer { replicas.stopAll() }
+            for index in 1...2 {
+                let directory = "\(folder)/replica-\(index)"
+                replicas.add(
+                    try await Self.startReplica(
+                        directory: directory, live: live, prefix: prefix, fixture: fixture, extra: Self.replicaSettings),
+                    directory: directory)
+            }
+            try await body(live, fixture, replicas, prefix)
         }
     }
 
-    static func run(
-        _ live: LiveStack, fixture: ProviderFixture, folder: String, prefix: String, replicaSettings: [String]
-    ) async throws {
-        let handles = try await Self.seed(prefix: prefix)
-        // Two more replicas on the same outbox, each with its own socket folder (so its own replica id).
-        let replicas = Replicas()
-        defer { replicas.stopAll() }
-        for index in 1...2 {
-            replicas.add(
-                try await Self.startReplica(
-                    index, live: live, folder: folder, prefix: prefix, fixture: fixture, extra: replicaSettings))
-        }
-        let dispatch = live.configuration.socketPath("dispatch")
+    /// One send to every device tagged `drill`; its id and when it was asked for.
+    static func send(_ live: LiveStack) async throws -> (id: String, started: ContinuousClock.Instant) {
         let started = ContinuousClock.now
         let outcome = try await RPCClient.with(
-            socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(60)
+            socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport,
+            timeout: .seconds(60)
         ) {
             try await DispatchServiceClient($0).send(
                 SendRequest(
@@ -69,22 +142,33 @@ struct ReplicaDrillTests {
             ).outcome
         }
         let id = try #require(outcome?.notificationID)
-        print("replica drill: \(Self.devices) deliveries committed after \(ContinuousClock.now - started)")
+        print("replica drill: deliveries committed after \(ContinuousClock.now - started)")
+        return (id, started)
+    }
 
-        // Mid-send: one replica dies, another freezes for 10 s (its leases expire after 5).
-        _ = try await fixture.double.waitFor(2000, timeout: .seconds(60)) { $0.path.hasPrefix("/3/device/") }
-        let seenAtDrill = fixture.double.requests.count
-        kill(replicas.pid(0), SIGKILL)
-        kill(replicas.pid(1), SIGSTOP)
-        print(
-            "replica drill: replica 1 killed, replica 2 stopped after \(seenAtDrill) pushes, \(ContinuousClock.now - started)"
-        )
-        #expect(seenAtDrill < Self.devices, "every push arrived before the drill; it proved nothing")
-        try await Task.sleep(for: .seconds(10))  // the drill's freeze, not a wait for anything
-        kill(replicas.pid(1), SIGCONT)
+    /// What a drill's send came to, from the outbox, the double and the replicas' metrics.
+    struct DrillTally {
+        /// apns-ids the double saw more than once.
+        var repeated = 0
+        /// Deliveries claimed after another holder's lease ended (`herald_outbox_takeovers_total`).
+        var takenOver = 0
+        /// Pushes that got no answer within the push timeout, to be retried.
+        var timedOut = 0
+        /// Deliveries each process pushed (0: the stack's own dispatch; 1, 2: the replicas).
+        var pushedBy: [Int: Int] = [:]
+    }
 
-        // Then the outcome: polled until final. CI runs other drills beside this one on two cores,
-        // so one poll may go unanswered in time; the next one asks again (the 180 s bound holds).
+    /// Polls the send's outcome until it is final (180 s at most), then checks that every device
+    /// got its push, that the outbox's records match what APNs saw, and that every apns-id seen
+    /// more than once belongs to a delivery with at least as many attempts; and sums the metrics
+    /// of every process but those in `skip` (killed). `whenFinal` runs once the outcome is final.
+    static func finish(
+        _ live: LiveStack, id: String, started: ContinuousClock.Instant, handles: Set<String>,
+        fixture: ProviderFixture, replicas: Replicas, skip: Set<Int>, whenFinal: () -> Void = {}
+    ) async throws -> DrillTally {
+        let dispatch = live.configuration.socketPath("dispatch")
+        // CI runs other drills beside this one on two cores, so one poll may go unanswered in
+        // time; the next one asks again (the 180 s bound holds).
         var final = Outcome()
         let deadline = ContinuousClock.now + .seconds(180)
         repeat {
@@ -100,10 +184,11 @@ struct ReplicaDrillTests {
             if final.state == .completed || final.state == .abandoned { break }
             try await Task.sleep(for: .milliseconds(250))
         } while ContinuousClock.now < deadline
+        whenFinal()
         print("replica drill: \(final.state) after \(ContinuousClock.now - started)")
         #expect(final.state == .completed)
         let counts = try #require(final.platforms.first)
-        #expect(counts.success == Int64(Self.devices) && counts.failure == 0 && counts.pending == 0, "\(counts)")
+        #expect(counts.success == Int64(handles.count) && counts.failure == 0 && counts.pending == 0, "\(counts)")
 
         // The outbox's records against what APNs saw, by message id.
         let records = try await RPCClient.with(
@@ -121,7 +206,7 @@ struct ReplicaDrillTests {
                 after = last.sequence
             }
         }
-        #expect(records.count == Self.devices)
+        #expect(records.count == handles.count)
         var seen: [String: Int] = [:]
         var devicesReached = Set<String>()
         for request in fixture.double.requests where request.path.hasPrefix("/3/device/") {
@@ -132,13 +217,24 @@ struct ReplicaDrillTests {
         #expect(Set(seen.keys) == Set(records.keys), "apns-ids APNs saw differ from the outbox's")
         let repeated = seen.filter { $0.value > 1 }
         let unexplained = repeated.filter { (records[$0.key]?.attempts ?? 0) < max(2, Int32($0.value)) }
-        #expect(unexplained.isEmpty, "\(unexplained.count) pushes arrived twice without a taken-over lease")
+        #expect(unexplained.isEmpty, "\(unexplained.count) pushes arrived twice without a second attempt")
         let retried = records.values.filter { $0.attempts > 1 }.count
-        #expect(retried > 0, "no lease was taken over: the killed and frozen replicas held nothing")
         #expect(counts.retries >= Int64(retried))
+
+        var tally = DrillTally(repeated: repeated.count)
+        for (index, directory) in replicas.metricsDirectories.enumerated() where !skip.contains(index - 1) {
+            let text = try await ReplicaDrillTests.metricsClient(directory: directory, service: "dispatch")
+                .request("GET", "metrics").text
+            tally.takenOver += Int(OperationsTests.value(text, "herald_outbox_takeovers_total", []))
+            tally.timedOut += Int(
+                OperationsTests.value(text, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"retry\""]))
+            tally.pushedBy[index] = Int(
+                OperationsTests.value(text, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"delivered\""]))
+        }
         print(
-            "replica drill: \(repeated.count) pushes arrived twice (same apns-id), \(retried) deliveries taken over after their lease expired"
+            "replica drill: \(repeated.count) pushes arrived twice (same apns-id); \(tally.takenOver) deliveries taken over after their lease ended, \(tally.timedOut) pushes timed out (\(retried) deliveries with more than one attempt); pushed by each live process: \(tally.pushedBy.sorted { $0.key < $1.key }.map(\.value))"
         )
+        return tally
     }
 
     @Test("the edge spreads calls over two herald-registration replicas, and keeps answering when one is killed")
@@ -265,7 +361,7 @@ struct ReplicaDrillTests {
 
     /// Seeds `devices` APNs registrations tagged `drill` straight into herald-registration's
     /// schema (through the edge it would take minutes); returns their handles.
-    static func seed(prefix: String) async throws -> Set<String> {
+    static func seed(prefix: String, devices: Int) async throws -> Set<String> {
         let url = try #require(TestDatabases.freshPostgresURL(service: "registration", prefix: prefix))
         guard case .postgres(let location) = try DatabaseURL(url, service: "registration") else {
             throw ConfigError("not postgres")
@@ -288,14 +384,14 @@ struct ReplicaDrillTests {
             })
     }
 
-    /// Another herald-dispatch on the stack's outbox and registration service, in its own folder.
+    /// Another herald-dispatch on the stack's outbox and registration service, in `directory`.
     static func startReplica(
-        _ index: Int, live: LiveStack, folder: String, prefix: String, fixture: ProviderFixture, extra: [String]
+        directory: String, live: LiveStack, prefix: String, fixture: ProviderFixture, extra: [String]
     ) async throws -> Process {
         let databaseURL = try #require(TestDatabases.freshPostgresURL(service: "dispatch", prefix: prefix))
         let configuration = live.configuration
         return try await startProcess(
-            "dispatch", directory: "\(folder)/replica-\(index)", live: live,
+            "dispatch", directory: directory, live: live,
             arguments: [
                 "--registration-socket", configuration.leanSocketPath("registration"),
                 "--registration-grpc-socket", configuration.grpcSocketPath("registration"),
@@ -343,8 +439,17 @@ struct ReplicaDrillTests {
 /// The extra replicas' processes, stopped (and thawed first) however the drill ends.
 final class Replicas: Sendable {
     private let processes = Mutex<[Process]>([])
+    /// Where each process writes its metrics URL: the stack's own dispatch first, then each replica's.
+    private let directories: Mutex<[String]>
 
-    func add(_ process: Process) { processes.withLock { $0.append(process) } }
+    init(stack: String) { directories = Mutex([stack]) }
+
+    func add(_ process: Process, directory: String) {
+        processes.withLock { $0.append(process) }
+        directories.withLock { $0.append(directory) }
+    }
+
+    var metricsDirectories: [String] { directories.withLock { $0 } }
 
     func pid(_ index: Int) -> pid_t { processes.withLock { $0[index].processIdentifier } }
 

@@ -3,6 +3,8 @@ import GRDB
 import HeraldModel
 public import HeraldProto
 public import HeraldService
+import Logging
+import NIOPosix
 
 /// Dispatch's durable outbox: one row per (notification, registration), in SQLite (one process,
 /// the embedded default) or PostgreSQL (shared by any number of herald-dispatch replicas). The same
@@ -43,6 +45,10 @@ public final class Outbox: Sendable {
     public let replica: String
     /// How long a claim holds its rows before anyone may take them over.
     public let lease: Duration
+    /// Where leases are renewed: on PostgreSQL a connection of their own, so that a renewal never
+    /// waits for the pool behind the deliveries it protects (results queued on a large send's
+    /// row, claims, reads); on SQLite the file's one writer.
+    let leaseSQL: any SQLDatabase
 
     /// `db` is the one object every write to the file goes through (``SQLiteDatabase``): the inbox
     /// and hubs' credentials share it. One process owns the file.
@@ -52,6 +58,7 @@ public final class Outbox: Sendable {
     ) throws {
         precondition(!replica.isEmpty, "leases need a holder's name")
         sql = db
+        leaseSQL = db
         sqlite = db
         postgres = nil
         self.replica = replica
@@ -67,6 +74,10 @@ public final class Outbox: Sendable {
     ) async throws {
         precondition(!replica.isEmpty, "a replica needs a name")
         sql = postgres.sql
+        leaseSQL = try HeraldPostgres(
+            postgres.location, logger: Logger(label: "herald.dispatch.leases"), maximumConnections: 1,
+            eventLoopGroup: Self.leaseLoop
+        ).sql
         sqlite = nil
         self.postgres = postgres
         self.replica = replica
@@ -74,6 +85,10 @@ public final class Outbox: Sendable {
         self.now = now
         try await postgres.sql.migrate(DispatchSchema.schema)
     }
+
+    /// The thread lease renewals' connection runs on: the shared event loops also carry every
+    /// push's HTTP/2 frames, and a renewal answered behind a busy loop came seconds late.
+    static let leaseLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
 
     /// Whether other processes share the database (PostgreSQL's replicas): then a restart takes
     /// back only its own leases, and staged rows are abandoned only when old. A SQLite file has

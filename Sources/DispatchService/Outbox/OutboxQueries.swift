@@ -251,7 +251,10 @@ extension Outbox {
     /// deliveries and counters; returns how many sends.
     @discardableResult
     nonisolated(nonsending) public func purge(before: Int64) async throws -> Int {
-        try await OutboxQueries.purgeFinished(where: "updated_at < \(before)", sql)
+        // Leases that ended before `before`: a batch's holder deletes its lease when it records,
+        // a restart deletes its own; this is what a replica that never came back left.
+        try await sql.execute("DELETE FROM delivery_lease WHERE expires_at < \(before)")
+        return try await OutboxQueries.purgeFinished(where: "updated_at < \(before)", sql)
     }
 
     /// Deletes every finished send of `hub` (a deleted hub's) with its payloads, deliveries and counters.

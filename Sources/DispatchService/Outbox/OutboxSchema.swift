@@ -453,6 +453,32 @@ public enum DispatchSchema {
                 "DROP INDEX delivery_due",
                 "CREATE INDEX delivery_due ON delivery (platform, next_attempt_at, sequence) WHERE state = 1",
             ]),
+        // A lease per claimed batch (issue 52): renewing a batch rewrites its one `delivery_lease`
+        // row, not each of its deliveries (and their `delivery_due` entries). A delivery's
+        // `next_attempt_at` is still its claim's first lease end; past it, the delivery is taken
+        // over only if its batch's lease has ended too. Rows leased before this step have no
+        // lease row, so they are taken over when their `next_attempt_at` passes, as before.
+        SQLMigration(
+            postgres: "dispatch-v9-batch-leases", sqlite: "outbox-v15-batch-leases",
+            ["ALTER TABLE delivery ADD COLUMN lease_id BIGINT NOT NULL DEFAULT 0"],
+            sqliteOnly: [
+                """
+                CREATE TABLE delivery_lease (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    holder TEXT NOT NULL,
+                    expires_at INTEGER NOT NULL
+                )
+                """
+            ],
+            postgresOnly: [
+                """
+                CREATE TABLE delivery_lease (
+                    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    holder TEXT NOT NULL,
+                    expires_at BIGINT NOT NULL
+                )
+                """
+            ]),
     ])
 
     /// Brings a SQLite file to ``schema`` (synchronously: ``Outbox/init(db:replica:lease:now:)``

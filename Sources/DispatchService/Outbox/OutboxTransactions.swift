@@ -7,12 +7,16 @@ import HeraldService
 /// The outbox's transactions, written once for both databases over ``Outbox/sql``: sends,
 /// their staged audiences, claims and leases, results, and erasing devices.
 ///
-/// **Leases** are the same on both. A claim counts the delivery's attempt, names this process in
-/// `leased_by` and moves `next_attempt_at` to the end of its ``Outbox/lease``: the row stays
-/// in `delivery_due`, due again when the lease runs out, so a claim whose process died comes back
-/// to whoever claims next with its message id and its attempt counted (it shows as retried). The
-/// worker renews what it holds every ``Outbox/leaseRenewalInterval``, and a restart takes its
-/// own leases back at once (``Outbox/recoverLeases()``).
+/// **Leases** are the same on both, one per claimed batch: a claim writes a `delivery_lease` row
+/// (its holder and when it ends), counts each delivery's attempt, names this process in
+/// `leased_by`, points `lease_id` at that row and moves `next_attempt_at` to the lease's first
+/// end. The row stays in `delivery_due`: when `next_attempt_at` passes, the next claim takes it
+/// over if its batch's lease has ended too (with its message id, its attempt counted again, so
+/// it shows as retried), and otherwise moves it on to the lease's current end. So a renewal
+/// rewrites one small row per batch, never the batch's deliveries: renewing stays cheap when the
+/// machine is busy, which is when it matters (issue 52). The worker renews what it holds every
+/// ``Outbox/leaseRenewalInterval``, and a restart takes its own leases back at once
+/// (``Outbox/recoverLeases()``).
 ///
 /// **A result counts once**: it updates its row only while the row is still pending at the attempt
 /// its claim counted, so a result whose lease was taken over is dropped and the counters add up
@@ -23,9 +27,10 @@ import HeraldService
 /// the database (``Outbox/sharedByReplicas``), and what a committed send tells them
 /// (``Outbox/sendCommittedNotice``).
 extension Outbox {
-    /// A third of the lease: two renewals may be missed (a stalled database, a busy machine)
-    /// before a live process loses what it holds.
-    public var leaseRenewalInterval: Duration { lease / 3 }
+    /// A sixth of the lease: a renewal is one small row per batch in flight, and five in a row
+    /// may be late or fail (a stalled database, a busy machine) before a live process loses what
+    /// it holds.
+    public var leaseRenewalInterval: Duration { lease / 6 }
 
     /// Whose leases a restart takes back: on PostgreSQL this replica's own (the others' are theirs
     /// until they expire); on SQLite every one, the file having one process.
@@ -239,13 +244,15 @@ extension Outbox {
         let at = now()
         let leases = mine("leased_by")
         let takes = mine("taken_by")
+        let holders = mine("holder")
         return try await sql.transactionRetryingConflicts { session in
             let rows = try await session.executeReturning(
                 """
-                UPDATE delivery SET leased_by = '', next_attempt_at = \(at)
+                UPDATE delivery SET leased_by = '', lease_id = 0, next_attempt_at = \(at)
                 WHERE state = \(DeliveryState.pending.rawValue) AND \(leases)
                 RETURNING notification_id, platform
                 """)
+            try await session.execute("DELETE FROM delivery_lease WHERE \(holders)")
             try await Self.countRetries(
                 try rows.map { (try $0[0] as String, Platform(rawValue: try $0[1])) }, session)
             try await session.execute("UPDATE scheduled_send SET taken_until = 0, taken_by = '' WHERE \(takes)")
@@ -253,36 +260,64 @@ extension Outbox {
         }
     }
 
+    /// A claimed batch: its deliveries and the lease that holds them.
+    public struct ClaimedBatch: Sendable {
+        public var items: [PushItem]
+        /// The batch's `delivery_lease` row; 0 when nothing was claimed.
+        public var lease: Int64
+        /// When the lease ends unless renewed, Unix ms, by this process's clock.
+        public var leaseEnds: Int64
+        /// How many of `items` another holder's lease had held until it ended.
+        public var takenOver = 0
+    }
+
     /// Claims up to `limit` due deliveries of `platforms`: counts their attempt and leases them, in
     /// one transaction.
     public func claim(limit: Int, platforms: [Platform]) async throws -> [PushItem] {
+        try await claimBatch(limit: limit, platforms: platforms).items
+    }
+
+    /// ``claim(limit:platforms:)`` with the batch's lease, for the worker that renews it.
+    public func claimBatch(limit: Int, platforms: [Platform]) async throws -> ClaimedBatch {
         let at = now()
         return try await sql.transactionRetryingConflicts { session in
             try await self.take(limit: limit, platforms: platforms, leasing: true, at: at, session)
         }
     }
 
-    /// Rows this process still holds at the attempt its claim counted get a full lease from now.
-    /// On PostgreSQL rows being recorded (locked) are skipped rather than waited for, so a renewal
-    /// never blocks or deadlocks with this replica's own results; rows another replica took over,
-    /// or already recorded, do not match.
-    public func renewLeases(_ held: [(sequence: Int64, attempt: Int)]) async throws -> Int {
-        guard !held.isEmpty else { return 0 }
+    /// Gives leases `ids` of this process a full ``lease`` from now: one row per batch, however
+    /// many deliveries it holds. Returns the ids renewed and their new end (Unix ms); an id not
+    /// returned was recorded, or taken back by a restart. A lease that had already ended is
+    /// renewed too: what no other replica took over yet stays this process's, and what was taken
+    /// over points at the taker's lease, which this does not touch.
+    public func renewLeases(_ ids: [Int64]) async throws -> (renewed: Set<Int64>, until: Int64) {
+        guard !ids.isEmpty else { return ([], 0) }
         let until = now() + lease.wholeMilliseconds
-        var attempts: [Int64: Int] = [:]
-        for (sequence, attempt) in held { attempts[sequence] = attempt }
-        return try await sql.transactionRetryingConflicts { session in
-            let renewable = try await session.query(
+        let rows = try await leaseSQL.executeReturning(
+            """
+            UPDATE delivery_lease SET expires_at = \(until)
+            WHERE id \(anyOf: ids) AND holder = \(replica) RETURNING id
+            """)
+        return (Set(try rows.map { try $0[0] as Int64 }), until)
+    }
+
+    /// Renews lease `id` and returns which of `sequences` it still holds: for a batch whose lease
+    /// may have ended before its pushes went out, so that what another replica took over is not
+    /// pushed twice.
+    public func confirmLease(_ id: Int64, sequences: [Int64]) async throws -> (held: Set<Int64>, until: Int64) {
+        let until = now() + lease.wholeMilliseconds
+        return try await leaseSQL.transactionRetryingConflicts { session in
+            guard
+                try await session.execute(
+                    "UPDATE delivery_lease SET expires_at = \(until) WHERE id = \(id) AND holder = \(self.replica)")
+                    == 1
+            else { return ([], until) }
+            let rows = try await session.query(
                 """
-                SELECT sequence, attempts FROM delivery
-                WHERE sequence \(anyOf: held.map(\.sequence)) AND state = \(DeliveryState.pending.rawValue)
-                  AND leased_by = \(self.replica)
-                \(SQLFragment.skipLocked)
-                """
-            ).filter { row in attempts[try row[0]] == (try row[1] as Int) }.map { try $0[0] as Int64 }
-            guard !renewable.isEmpty else { return 0 }
-            return try await session.execute(
-                "UPDATE delivery SET next_attempt_at = \(until) WHERE sequence \(anyOf: renewable)")
+                SELECT sequence FROM delivery
+                WHERE sequence \(anyOf: sequences) AND lease_id = \(id) AND state = \(DeliveryState.pending.rawValue)
+                """)
+            return (Set(try rows.map { try $0[0] as Int64 }), until)
         }
     }
 
@@ -294,7 +329,7 @@ extension Outbox {
     ) async throws -> (delivered: [Platform: Int], finished: [(id: String, state: OutcomeState)]) {
         let at = now()
         return try await sql.transactionRetryingConflicts { session in
-            let items = try await self.take(limit: limit, platforms: platforms, leasing: false, at: at, session)
+            let items = try await self.take(limit: limit, platforms: platforms, leasing: false, at: at, session).items
             guard !items.isEmpty else { return ([:], []) }
             try await inbox.write(items, in: session)
             let (delivered, decisions) = Outbox.deliveredLocally(items, at: at)
@@ -307,15 +342,18 @@ extension Outbox {
     /// (platform, next_attempt_at, sequence), up to `limit` rows of each, then the oldest `limit`
     /// of them all: a claim for the inbox's platforms does not walk a backlog of APNs rows. On
     /// PostgreSQL the rows are locked for this transaction and skipped by everyone else's; rows
-    /// read but not taken stay locked only until it ends. Rows whose lease had run out count as
-    /// retried.
+    /// read but not taken stay locked only until it ends. Rows whose batch's lease had run out
+    /// count as retried; rows whose batch's lease was renewed are not taken but moved on to its
+    /// end. The lease starts when the rows are written, after the reads: a claim slowed by a busy
+    /// machine does not hand its worker a lease already half gone.
     func take(
         limit: Int, platforms: [Platform], leasing: Bool, at: Int64, _ session: any SQLSession
-    ) async throws -> [PushItem] {
-        guard !platforms.isEmpty, limit > 0 else { return [] }
+    ) async throws -> ClaimedBatch {
+        guard !platforms.isEmpty, limit > 0 else { return ClaimedBatch(items: [], lease: 0, leaseEnds: 0) }
         typealias Claimed = (
             sequence: Int64, notificationID: String, registrationID: String, platform: Platform, handle: String,
-            messageID: String, attempts: Int, giveUpAt: Int64, variant: Int, leasedBy: String, due: Int64
+            messageID: String, attempts: Int, giveUpAt: Int64, variant: Int, leasedBy: String, due: Int64,
+            leaseID: Int64
         )
         var claimed: [Claimed] = []
         var ranges = 0
@@ -326,22 +364,33 @@ extension Outbox {
                 claimed.append(
                     (
                         try row[0], try row[1], try row[2], Platform(rawValue: try row[3]), try row[4], try row[5],
-                        try row[6], try row[7], try row[8], try row[9], try row[10]
+                        try row[6], try row[7], try row[8], try row[9], try row[10], try row[11]
                     ))
             }
         }
-        guard !claimed.isEmpty else { return [] }
+        let empty = ClaimedBatch(items: [], lease: 0, leaseEnds: 0)
+        guard !claimed.isEmpty else { return empty }
         if ranges > 1 {
             claimed = Array(claimed.sorted { ($0.due, $0.sequence) < ($1.due, $1.sequence) }.prefix(limit))
         }
-        if leasing {
-            // One statement for the whole batch: a statement per row cost as much as the row's own update.
-            try await session.execute(
-                """
-                UPDATE delivery SET leased_by = \(replica), attempts = attempts + 1, updated_at = \(at),
-                                    next_attempt_at = \(at + lease.wholeMilliseconds)
-                WHERE sequence \(anyOf: claimed.map(\.sequence))
-                """)
+        let leaseIDs = Set(claimed.lazy.filter { $0.leaseID != 0 }.map(\.leaseID))
+        if !leaseIDs.isEmpty {
+            // Past their first lease end: still held where their batch's lease was renewed. Those
+            // are moved on to its end (locked here, so no claim takes them meanwhile).
+            let live = Set(
+                try await session.query(
+                    "SELECT id FROM delivery_lease WHERE id \(anyOf: Array(leaseIDs)) AND expires_at > \(at)"
+                ).map { try $0[0] as Int64 })
+            let held = claimed.filter { live.contains($0.leaseID) }
+            if !held.isEmpty {
+                try await session.execute(
+                    """
+                    UPDATE delivery SET next_attempt_at = l.expires_at FROM delivery_lease l
+                    WHERE delivery.sequence \(anyOf: held.map(\.sequence)) AND l.id = delivery.lease_id
+                    """)
+                claimed.removeAll { live.contains($0.leaseID) }
+                guard !claimed.isEmpty else { return empty }
+            }
         }
         let ids = Array(Set(claimed.map(\.notificationID))).sorted()
         var hubs: [String: String] = [:]
@@ -362,6 +411,23 @@ extension Outbox {
         let payloads = try await Self.payloads(of: ids, session)
         try await Self.countRetries(
             claimed.filter { !$0.leasedBy.isEmpty }.map { ($0.notificationID, $0.platform) }, session)
+        var leaseID: Int64 = 0
+        var leaseEnds: Int64 = 0
+        if leasing {
+            // The lease's clock starts now, after the reads and the waits above.
+            leaseEnds = now() + lease.wholeMilliseconds
+            leaseID =
+                try await session.executeReturning(
+                    "INSERT INTO delivery_lease (holder, expires_at) VALUES (\(replica), \(leaseEnds)) RETURNING id"
+                ).first?[0] ?? 0
+            // One statement for the whole batch: a statement per row cost as much as the row's own update.
+            try await session.execute(
+                """
+                UPDATE delivery SET leased_by = \(replica), lease_id = \(leaseID), attempts = attempts + 1,
+                                    updated_at = \(at), next_attempt_at = \(leaseEnds)
+                WHERE sequence \(anyOf: claimed.map(\.sequence))
+                """)
+        }
         var items: [PushItem] = []
         items.reserveCapacity(claimed.count)
         for row in claimed {
@@ -376,7 +442,8 @@ extension Outbox {
                     platform: row.platform, handle: row.handle, messageID: row.messageID, attempt: row.attempts + 1,
                     giveUpAt: row.giveUpAt, payload: payload, hub: hubs[row.notificationID] ?? Names.defaultHub))
         }
-        return items
+        return ClaimedBatch(
+            items: items, lease: leaseID, leaseEnds: leaseEnds, takenOver: claimed.count { !$0.leasedBy.isEmpty })
     }
 
     /// The payloads of sends `ids`, by send and then by platform and variant.
@@ -411,7 +478,7 @@ extension Outbox {
     static func dueOfPlatform(_ platform: Platform, at: Int64, limit: Int) -> SQLQuery {
         """
         SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at,
-               variant, leased_by, next_attempt_at
+               variant, leased_by, next_attempt_at, lease_id
         FROM delivery
         WHERE state = \(pendingState) AND platform = \(platform.rawValue) AND next_attempt_at <= \(at)
         ORDER BY next_attempt_at, sequence LIMIT \(limit) \(SQLFragment.skipLocked)
@@ -435,13 +502,18 @@ extension Outbox {
 
     // MARK: results
 
-    /// Records a batch's results; returns the notifications this finished.
+    /// Records a batch's results, and ends its `lease` (0: none); returns the notifications this
+    /// finished.
     @discardableResult
-    public func record(_ decisions: [Outbox.Decision]) async throws -> [(id: String, state: OutcomeState)] {
-        guard !decisions.isEmpty else { return [] }
+    public func record(_ decisions: [Outbox.Decision], lease: Int64 = 0) async throws -> [(
+        id: String, state: OutcomeState
+    )] {
+        guard !decisions.isEmpty || lease != 0 else { return [] }
         let at = now()
         return try await sql.transactionRetryingConflicts { session in
-            try await self.apply(decisions, at: at, session)
+            let finished = try await self.apply(decisions, at: at, session)
+            if lease != 0 { try await session.execute("DELETE FROM delivery_lease WHERE id = \(lease)") }
+            return finished
         }
     }
 
@@ -476,7 +548,7 @@ extension Outbox {
         }
         for (key, sequences) in alike.sorted(by: { $0.value[0] < $1.value[0] }) {
             var update: SQLQuery = """
-                UPDATE delivery SET state = \(DeliveryState.delivered.rawValue), leased_by = '', last_status = \(key.status),
+                UPDATE delivery SET state = \(DeliveryState.delivered.rawValue), leased_by = '', lease_id = 0, last_status = \(key.status),
                        reason = '', next_attempt_at = \(at), handle_removed = \(false), updated_at = \(at),
                        attempts = attempts + \(key.countsAttempt ? 1 : 0)
                 WHERE sequence \(anyOf: sequences) AND state = \(pending) AND (\(key.attempt) = 0 OR attempts = \(key.attempt))
@@ -507,7 +579,7 @@ extension Outbox {
                 .integers("counts", others.map { $0.countsAttempt ? 1 : 0 })
             for row in try await session.executeReturning(
                 """
-                UPDATE delivery SET state = u.state, leased_by = '', last_status = u.status, reason = u.reason,
+                UPDATE delivery SET state = u.state, leased_by = '', lease_id = 0, last_status = u.status, reason = u.reason,
                        next_attempt_at = u.next_attempt_at, handle_removed = u.removed, updated_at = \(at),
                        attempts = delivery.attempts + u.counts
                 FROM \(rows: rows)
@@ -586,11 +658,13 @@ extension Outbox {
         let pending = DeliveryState.pending.rawValue
         return try await sql.transactionRetryingConflicts { session in
             var erased = ErasedRows()
-            // Not leased, or its lease ran out: no process holds it; locked here, none claims it.
+            // Not leased, or its batch's lease ran out: no process holds it; locked here, none claims it.
             let due = try await session.query(
                 """
                 SELECT sequence, notification_id, platform, attempts FROM delivery
-                WHERE registration_id \(anyOf: ids) AND state = \(pending) AND (leased_by = '' OR next_attempt_at <= \(at))
+                WHERE registration_id \(anyOf: ids) AND state = \(pending)
+                  AND (leased_by = '' OR (next_attempt_at <= \(at) AND NOT EXISTS (
+                       SELECT 1 FROM delivery_lease l WHERE l.id = delivery.lease_id AND l.expires_at > \(at))))
                 ORDER BY sequence \(SQLFragment.skipLocked)
                 """
             ).map { row in
