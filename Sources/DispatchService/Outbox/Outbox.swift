@@ -18,11 +18,12 @@ import NIOPosix
 /// - **Claims** count the attempt and take a lease in the same transaction; on PostgreSQL with
 ///   `FOR UPDATE SKIP LOCKED`, so two replicas never take the same row and never wait for each
 ///   other. A claimed delivery keeps its message id on every attempt.
-/// - **Leases expire.** A claim moves the row's `next_attempt_at` to the end of its lease and
-///   names its holder in `leased_by`: a row whose holder died or stalled is due again when the
-///   lease runs out, to whoever claims next, its attempt counted again (so it shows as retried).
-///   A live holder renews what it has in flight; a restart takes its own leases back at once
-///   (``recoverLeases()``).
+/// - **Leases expire.** A claim holds its batch under one lease (a `delivery_lease` row), moves
+///   each row's `next_attempt_at` to the lease's end and names its holder in `leased_by`: a row
+///   whose holder died or stalled is due again when the lease runs out, to whoever claims next,
+///   its attempt counted again (so it shows as retried). A live holder renews the lease of each
+///   batch it has in flight (one row, on a connection and thread of its own on PostgreSQL); a
+///   restart takes its own leases back at once (``recoverLeases()``).
 /// - **A result counts once.** Recording a claim's result updates the row only while it is still
 ///   pending at the attempt that claim counted: the results of a holder whose lease was taken
 ///   over are dropped (its push may then arrive twice, with the same message id, and the row
