@@ -50,6 +50,31 @@ struct ConsoleRouteTests {
         #expect(services.requestIDs.isEmpty)
     }
 
+    @Test(
+        "a form body or query with raw spaces, < > and quotes is read, not a crash: each answers, the edge keeps serving (issue 47)"
+    )
+    func rawCharactersInForms() async throws {
+        let services = FakeServices(userRights: [.listen, .send, .manage])
+        try await EdgeRouteTests.withEdge(services) { client in
+            // As curl --data-binary sends it: the edge died here on URLComponents' trapping setter.
+            for body in ["user=a b&password=c d", #"user=<a>&password="x"%zz&=&&k"#, "user=%E2%82%AC+x&password=%"] {
+                try await client.execute(
+                    uri: "/console/login", method: .post,
+                    headers: [.contentType: "application/x-www-form-urlencoded"], body: ByteBuffer(string: body)
+                ) { response in
+                    #expect(response.status == .forbidden, "\(body): \(response.status)")  // no CSRF cookie
+                }
+            }
+            try await client.execute(
+                uri: #"/console/hubs/default/devices?tag=a<b>&user="x" y"#, method: .get,
+                headers: [.cookie: "herald_session=t-admin"]
+            ) { response in
+                #expect(response.status.code < 500, "\(response.status) \(String(buffer: response.body))")
+            }
+            _ = try await Self.page(client, "/console/hubs")
+        }
+    }
+
     /// An operator's page: the admin's session cookie (the fake grants Manage to any token).
     static func page(_ client: any TestClientProtocol, _ uri: String) async throws -> String {
         try await client.execute(uri: uri, method: .get, headers: [.cookie: "herald_session=t-admin"]) { response in

@@ -132,13 +132,26 @@ enum ConsolePage {
     static func query(_ request: Request) -> [String: String] { fields(urlEncoded: request.uri.query ?? "") }
 
     /// `application/x-www-form-urlencoded` fields; the last of a repeated name wins.
+    ///
+    /// Parsed here rather than through `URLComponents`, whose `percentEncodedQuery` setter traps on
+    /// any character a URL may not hold (a raw space, `<`, `"`), which any client can send
+    /// (issue 47: one unauthenticated `POST /console/login` killed the edge). Hummingbird's
+    /// `URLEncodedFormDecoder` decodes into `Decodable` types; the console reads loose fields. A
+    /// `+` is a space; a bad `%` escape leaves the text as it came. The text is already bounded
+    /// (the body by `max-body-bytes`, the query by the HTTP server).
     static func fields(urlEncoded text: String) -> [String: String] {
-        var components = URLComponents()
-        // A form encodes a space as "+"; URLComponents decodes only "%20".
-        components.percentEncodedQuery = text.replacingOccurrences(of: "+", with: "%20")
         var fields: [String: String] = [:]
-        for item in components.queryItems ?? [] { fields[item.name] = item.value ?? "" }
+        for pair in text.split(separator: "&", omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            fields[formDecoded(parts[0])] = parts.count > 1 ? formDecoded(parts[1]) : ""
+        }
         return fields
+    }
+
+    /// One name or value of a form: `+` as a space, then `%XX` escapes.
+    private static func formDecoded(_ text: Substring) -> String {
+        let spaced = text.replacingOccurrences(of: "+", with: " ")
+        return spaced.removingPercentEncoding ?? spaced
     }
 
     /// Every part of a `multipart/form-data` body (a file's part has its Content-Type header),
