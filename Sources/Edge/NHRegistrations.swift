@@ -167,6 +167,11 @@ extension NotificationHubsRoutes {
                 guard rest.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "+") || $0 == 9 }) else {
                     throw refused
                 }
+                // No device has an empty handle, and herald-registration reads an empty one as no
+                // filter at all: a Listen key read the hub's whole feed with `eq ''` (issue 47).
+                guard handle.contains(where: { $0 != UInt8(ascii: " ") && $0 != 9 }) else {
+                    throw EdgeError(.badRequest, "$filter's handle is empty")
+                }
                 return String(decoding: handle, as: UTF8.self)
             }
             handle.append(bytes[index])

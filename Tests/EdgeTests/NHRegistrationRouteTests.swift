@@ -206,6 +206,32 @@ struct NHRegistrationRouteTests {
     }
 
     @Test(
+        "a Listen key's filter by an empty or blank handle is 400, not the hub's whole feed (issue 47, finding 2)"
+    )
+    func emptyHandleFilter() async throws {
+        try await Self.withStack { client in
+            for n in 0..<2 {
+                try await client.execute(
+                    uri: "/app1/registrations/reg-\(n)", method: .put, headers: [.authorization: Self.token],
+                    body: ByteBuffer(
+                        string: Self.dotnetApple(tags: "even", token: String(repeating: "0\(n)", count: 32)))
+                ) { response in #expect(response.status == .ok) }
+            }
+            for filter in ["ChannelUri eq ''", "ChannelUri eq '   '", "DeviceToken+eq+''"] {
+                let encoded = filter.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+                for path in ["/app1/registrations", "/app1/tags/even/registrations"] {
+                    try await client.execute(
+                        uri: "\(path)?$filter=\(encoded)", method: .get, headers: [.authorization: Self.token]
+                    ) { response in
+                        #expect(response.status == .badRequest, "\(path) \(filter): \(response.status)")
+                        #expect(!Self.text(response).contains("<RegistrationId>"), "\(path) \(filter) read the feed")
+                    }
+                }
+            }
+        }
+    }
+
+    @Test(
         "hostile or unsupported bodies are 400 with NH's XML naming the problem; nothing is stored",
         arguments: [
             (#"<!DOCTYPE x [<!ENTITY a "aaaa">]><entry/>"#, "DTD"),
