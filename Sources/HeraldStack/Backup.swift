@@ -156,6 +156,9 @@ public enum StackBackup {
             )
         }
         let files = FileManager.default
+        // Regular files only: a link in the backup would be copied as a link, and the restored
+        // service would write into the backup folder (or wherever the link points; issue 47).
+        for database in manifest.databases { try requireRegularFile("\(source)/\(database.file)") }
         try files.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
         var replaced: String?
         let stamp = ISO8601DateFormatter().string(from: Date()).replacingOccurrences(of: ":", with: "")
@@ -173,6 +176,13 @@ public enum StackBackup {
             let partial = "\(dataDirectory)/\(database.file).restoring"
             try? files.removeItem(atPath: partial)
             try files.copyItem(atPath: "\(source)/\(database.file)", toPath: partial)
+            try requireRegularFile(partial)
+            // What was written, not only what was read: the copy is the file the manifest describes.
+            let written = try digest(partial)
+            guard written.bytes == database.bytes, written.sha256 == database.sha256 else {
+                try? files.removeItem(atPath: partial)
+                throw BackupError("the copy of \(database.file) is not the file the manifest describes")
+            }
             try sync(partial)
             try files.moveItem(atPath: partial, toPath: "\(dataDirectory)/\(database.file)")
         }
@@ -181,6 +191,14 @@ public enum StackBackup {
     }
 
     // MARK: helpers
+
+    /// Throws unless `path` is a regular file itself (not a link, device or folder in its place).
+    static func requireRegularFile(_ path: String) throws {
+        let type = try? FileManager.default.attributesOfItem(atPath: path)[.type] as? FileAttributeType
+        guard type == .typeRegular else {
+            throw BackupError("\(path) is not a regular file (\(type.map { "\($0.rawValue)" } ?? "missing")): refused")
+        }
+    }
 
     /// The services' files are opened as they open them (busy timeout), never created.
     private static var sourceConfiguration: Configuration {

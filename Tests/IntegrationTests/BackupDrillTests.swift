@@ -121,7 +121,9 @@ struct BackupDrillTests {
         #expect(again.output.contains("replaced-"), "\(again.output)")
     }
 
-    @Test("restore refuses a running stack, a file that differs from its manifest, and a backup a newer Herald made")
+    @Test(
+        "restore refuses a running stack, a file that differs from its manifest, a database that is a link, and a backup a newer Herald made"
+    )
     func restoreRefuses() async throws {
         let backup = try LiveStack.makeDirectory() + "/backup"
         let herald = StackConfiguration(directory: "/tmp").binDirectory + "/herald"
@@ -149,6 +151,20 @@ struct BackupDrillTests {
         #expect(
             refused.status != 0 && refused.error.contains("not the file the manifest describes"), "\(refused.error)")
         #expect(!FileManager.default.fileExists(atPath: target + "/data/payload.sqlite"))
+
+        // A database that is a link (to a copy whose size and hash match): refused, nothing
+        // restored, no link left in the data folder (issue 47, finding 4).
+        let linked = try LiveStack.makeDirectory() + "/linked"
+        try FileManager.default.copyItem(atPath: backup, toPath: linked)
+        try FileManager.default.moveItem(
+            atPath: linked + "/registration.sqlite", toPath: linked + "/../registration-elsewhere.sqlite")
+        try FileManager.default.createSymbolicLink(
+            atPath: linked + "/registration.sqlite", withDestinationPath: linked + "/../registration-elsewhere.sqlite")
+        let linkRefused = try await runProgram(herald, ["restore", "--dir", target, linked])
+        #expect(linkRefused.status != 0 && linkRefused.error.contains("not a regular file"), "\(linkRefused.error)")
+        #expect(
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: target + "/data/registration.sqlite")) == nil)
+        #expect(!FileManager.default.fileExists(atPath: target + "/data/registration.sqlite"))
 
         // A migration this Herald does not know, with a manifest that matches it: refused.
         let newer = try LiveStack.makeDirectory() + "/newer"
