@@ -10,13 +10,14 @@ import PostgresNIO
 import Synchronization
 import Testing
 
-/// The drill runs in the PostgreSQL pass of the integration suite only.
+/// The drills run on PostgreSQL stacks only (`scripts/test.sh` runs them on their own, after the
+/// PostgreSQL pass of the integration suite).
 let replicaDrillEnabled = TestDatabases.postgresURL != nil && LiveStack.defaultDatabase == .postgres
 
 /// herald-dispatch replicas sharing one PostgreSQL outbox, drilled with real processes: one is
 /// killed, one is frozen, and the send still reaches every device with its counts right.
 ///
-/// Runs in the PostgreSQL pass of the integration suite (`HERALD_TEST_STACK_DATABASE=postgres`).
+/// Runs with `HERALD_TEST_STACK_DATABASE=postgres`, on its own (`scripts/test.sh`).
 /// Its time limit is a backstop against a hang: the 20,000-device drill took 263 s of an earlier
 /// limit of 300 in a slow CI run.
 @Suite("dispatch replicas on PostgreSQL", .serialized, .timeLimit(.minutes(10)), .enabled(if: replicaDrillEnabled))
@@ -167,8 +168,8 @@ struct ReplicaDrillTests {
         fixture: ProviderFixture, replicas: Replicas, skip: Set<Int>, whenFinal: () -> Void = {}
     ) async throws -> DrillTally {
         let dispatch = live.configuration.socketPath("dispatch")
-        // CI runs other drills beside this one on two cores, so one poll may go unanswered in
-        // time; the next one asks again (the 180 s bound holds).
+        // On a busy machine one poll may go unanswered in time; the next one asks again (the
+        // 180 s bound holds).
         var final = Outcome()
         let deadline = ContinuousClock.now + .seconds(180)
         repeat {
