@@ -191,7 +191,9 @@ struct HostileClientTests {
             var admittedFirst: [String] = []
             for user in users {
                 let header = EdgeClient.basic(user, EdgeClient.password(of: user, in: .accounts))
-                for attempt in 1...4 {
+                // Eight tries: in two fresh-clone runs of `.ci/run` on 2 cores, users let in at
+                // the first try were answered 429 until their 3rd-4th, and once past the 4th.
+                for attempt in 1...8 {
                     let answer = try await Self.rawLogin(live, header: header, from: "127.0.0.2")
                     let turnedAway = answer.contains("too many logins in progress")
                     if attempt == 1, !turnedAway { admittedFirst.append(user) }
