@@ -209,10 +209,10 @@ public final class DeliveryWorker: Service, Sendable {
                 if !late.isEmpty, inFlight.withLock({ leases in late.contains { leases[$0] != nil } }) {
                     logger.warning("leases in flight were gone", metadata: ["herald.count": "\(late.count)"])
                 }
-                if outbox.now() - started > outbox.lease.wholeMilliseconds / 3 {
+                let took = outbox.now() - started
+                if took > outbox.lease.wholeMilliseconds / 3 {
                     logger.warning(
-                        "renewing leases took a third of their length",
-                        metadata: ["herald.milliseconds": "\(outbox.now() - started)"])
+                        "renewing leases took a third of their length", metadata: ["herald.milliseconds": "\(took)"])
                 }
             } catch {
                 logger.warning("cannot renew leases", metadata: ["herald.error": "\(error)"])
@@ -243,7 +243,7 @@ public final class DeliveryWorker: Service, Sendable {
     /// (logged, and waited on for a second).
     private func claimRemoteBatch() async -> Outbox.ClaimedBatch? {
         let remotePlatforms = senders.split.remote
-        guard !remotePlatforms.isEmpty else { return Outbox.ClaimedBatch(items: [], lease: 0, leaseEnds: 0) }
+        guard !remotePlatforms.isEmpty else { return .none }
         do {
             return try await outbox.claimBatch(limit: batchSize, platforms: remotePlatforms)
         } catch {

@@ -269,6 +269,9 @@ extension Outbox {
         public var leaseEnds: Int64
         /// How many of `items` another holder's lease had held until it ended.
         public var takenOver = 0
+
+        /// Nothing claimed.
+        public static let none = ClaimedBatch(items: [], lease: 0, leaseEnds: 0)
     }
 
     /// Claims up to `limit` due deliveries of `platforms`: counts their attempt and leases them, in
@@ -293,12 +296,15 @@ extension Outbox {
     public func renewLeases(_ ids: [Int64]) async throws -> (renewed: Set<Int64>, until: Int64) {
         guard !ids.isEmpty else { return ([], 0) }
         let until = now() + lease.wholeMilliseconds
-        let rows = try await leaseSQL.executeReturning(
-            """
-            UPDATE delivery_lease SET expires_at = \(until)
-            WHERE id \(anyOf: ids) AND holder = \(replica) RETURNING id
-            """)
+        var statement = renewal(of: ids, until: until)
+        statement += " RETURNING id"
+        let rows = try await leaseSQL.executeReturning(statement)
         return (Set(try rows.map { try $0[0] as Int64 }), until)
+    }
+
+    /// The statement that moves this process's leases `ids` to `until`.
+    private func renewal(of ids: [Int64], until: Int64) -> SQLQuery {
+        "UPDATE delivery_lease SET expires_at = \(until) WHERE id \(anyOf: ids) AND holder = \(replica)"
     }
 
     /// Renews lease `id` and returns which of `sequences` it still holds: for a batch whose lease
@@ -307,11 +313,7 @@ extension Outbox {
     public func confirmLease(_ id: Int64, sequences: [Int64]) async throws -> (held: Set<Int64>, until: Int64) {
         let until = now() + lease.wholeMilliseconds
         return try await leaseSQL.transactionRetryingConflicts { session in
-            guard
-                try await session.execute(
-                    "UPDATE delivery_lease SET expires_at = \(until) WHERE id = \(id) AND holder = \(self.replica)")
-                    == 1
-            else { return ([], until) }
+            guard try await session.execute(self.renewal(of: [id], until: until)) == 1 else { return ([], until) }
             let rows = try await session.query(
                 """
                 SELECT sequence FROM delivery
@@ -349,7 +351,7 @@ extension Outbox {
     func take(
         limit: Int, platforms: [Platform], leasing: Bool, at: Int64, _ session: any SQLSession
     ) async throws -> ClaimedBatch {
-        guard !platforms.isEmpty, limit > 0 else { return ClaimedBatch(items: [], lease: 0, leaseEnds: 0) }
+        guard !platforms.isEmpty, limit > 0 else { return .none }
         typealias Claimed = (
             sequence: Int64, notificationID: String, registrationID: String, platform: Platform, handle: String,
             messageID: String, attempts: Int, giveUpAt: Int64, variant: Int, leasedBy: String, due: Int64,
@@ -368,8 +370,7 @@ extension Outbox {
                     ))
             }
         }
-        let empty = ClaimedBatch(items: [], lease: 0, leaseEnds: 0)
-        guard !claimed.isEmpty else { return empty }
+        guard !claimed.isEmpty else { return .none }
         if ranges > 1 {
             claimed = Array(claimed.sorted { ($0.due, $0.sequence) < ($1.due, $1.sequence) }.prefix(limit))
         }
@@ -389,7 +390,7 @@ extension Outbox {
                     WHERE delivery.sequence \(anyOf: held.map(\.sequence)) AND l.id = delivery.lease_id
                     """)
                 claimed.removeAll { live.contains($0.leaseID) }
-                guard !claimed.isEmpty else { return empty }
+                guard !claimed.isEmpty else { return .none }
             }
         }
         let ids = Array(Set(claimed.map(\.notificationID))).sorted()
@@ -409,8 +410,8 @@ extension Outbox {
                 """)
         }
         let payloads = try await Self.payloads(of: ids, session)
-        try await Self.countRetries(
-            claimed.filter { !$0.leasedBy.isEmpty }.map { ($0.notificationID, $0.platform) }, session)
+        let takenOver = claimed.filter { !$0.leasedBy.isEmpty }
+        try await Self.countRetries(takenOver.map { ($0.notificationID, $0.platform) }, session)
         var leaseID: Int64 = 0
         var leaseEnds: Int64 = 0
         if leasing {
@@ -442,8 +443,7 @@ extension Outbox {
                     platform: row.platform, handle: row.handle, messageID: row.messageID, attempt: row.attempts + 1,
                     giveUpAt: row.giveUpAt, payload: payload, hub: hubs[row.notificationID] ?? Names.defaultHub))
         }
-        return ClaimedBatch(
-            items: items, lease: leaseID, leaseEnds: leaseEnds, takenOver: claimed.count { !$0.leasedBy.isEmpty })
+        return ClaimedBatch(items: items, lease: leaseID, leaseEnds: leaseEnds, takenOver: takenOver.count)
     }
 
     /// The payloads of sends `ids`, by send and then by platform and variant.
