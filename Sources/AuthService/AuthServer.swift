@@ -294,7 +294,10 @@ public enum AuthServer {
         ).map { path in
             try FileManager.default.createDirectory(
                 atPath: URL(fileURLWithPath: path).deletingLastPathComponent().path, withIntermediateDirectories: true)
-            return try SharedGeneration(path: path, writable: true)!
+            guard let generation = try SharedGeneration(path: path, writable: true) else {
+                throw ConfigError("cannot map the generation counter \(path)")
+            }
+            return generation
         }
         let bumpGenerations: @Sendable () -> Void = { for generation in generations { generation.bump() } }
         // A restart may follow a restored or edited database: verdicts from before it are void.

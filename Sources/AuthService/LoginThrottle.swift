@@ -403,8 +403,7 @@ public final class LoginGate: Sendable {
             guard state.pending < capacity else { return .failure(Self.busy) }
             // An address is at most 45 characters (IPv6 with IPv4 inside); a longer one is not the edge's.
             let key = source.isEmpty || source.utf8.count > 64 ? "" : track(source, in: &state, now)
-            if !key.isEmpty {
-                var entry = state.sources[key]!
+            if !key.isEmpty, var entry = state.sources[key] {
                 entry.budget.refill(now, capacity: sourceBudget)
                 if entry.budget.tokens < 1 {
                     state.sources[key] = entry

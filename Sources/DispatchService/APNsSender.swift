@@ -120,24 +120,28 @@ public struct APNsSender: PushSender {
         var requests: [HTTP2Request] = []
         requests.reserveCapacity(items.count)
         // A batch's items share a few payloads (one per send and platform, or per rendered template).
-        var shared: (notificationID: String, key: OutboxPayload.Key, headers: HPACKHeaders, body: ByteBuffer)?
+        var last: (notificationID: String, key: OutboxPayload.Key, headers: HPACKHeaders, body: ByteBuffer)?
         for item in items {
-            if shared == nil || shared!.notificationID != item.notificationID || shared!.key != item.payload.key {
+            let shared: (notificationID: String, key: OutboxPayload.Key, headers: HPACKHeaders, body: ByteBuffer)
+            if let last, last.notificationID == item.notificationID, last.key == item.payload.key {
+                shared = last
+            } else {
                 shared = (
                     item.notificationID, item.payload.key, payloadHeaders(item.payload.options, jwt: jwt),
                     ByteBuffer(bytes: item.payload.body)
                 )
+                last = shared
             }
             var headers = HPACKHeaders()
-            headers.reserveCapacity(shared!.headers.count + 5)
+            headers.reserveCapacity(shared.headers.count + 5)
             headers.add(name: ":method", value: "POST")
             headers.add(name: ":scheme", value: pool.scheme)
             headers.add(name: ":authority", value: pool.authority)
             // Different for every push: literals, so they do not push the token out of HPACK's table.
             headers.add(name: ":path", value: "/3/device/" + item.handle, indexing: .nonIndexable)
             headers.add(name: "apns-id", value: item.messageID, indexing: .nonIndexable)
-            headers.add(contentsOf: shared!.headers)
-            requests.append(HTTP2Request(headers: headers, body: shared!.body))
+            headers.add(contentsOf: shared.headers)
+            requests.append(HTTP2Request(headers: headers, body: shared.body))
         }
         let results = PushHTTP.results(await pool.send(requests, timeout: timeout), classify: Self.classify)
         if results.contains(where: { if case .retry(403, "ExpiredProviderToken", _) = $0 { true } else { false } }) {

@@ -35,7 +35,8 @@ extension DeliveryWorker {
         var counts: [String: Int] = [:]
         for item in items where traced[item.notificationID] != nil { counts[item.notificationID, default: 0] += 1 }
         for (id, count) in counts {
-            let span = tracer.startSpan("outbox.claim", context: traced[id]!, ofKind: .internal, at: claim.0)
+            guard let context = traced[id] else { continue }
+            let span = tracer.startSpan("outbox.claim", context: context, ofKind: .internal, at: claim.0)
             span.attributes["herald.notification_id"] = id
             span.attributes["herald.deliveries"] = count
             span.attributes["herald.batch_size"] = items.count
@@ -55,8 +56,8 @@ extension DeliveryWorker {
             bySend[item.notificationID, default: []].append((item, status, reason, ok))
         }
         for (id, deliveries) in bySend {
-            let batch = tracer.startSpan(
-                "push \(key.platform.name)", context: traced[id]!, ofKind: .client, at: sent.0)
+            guard let context = traced[id] else { continue }
+            let batch = tracer.startSpan("push \(key.platform.name)", context: context, ofKind: .client, at: sent.0)
             var delivered = 0
             var failedSampled = 0
             var okSpans = sampledDeliveries.withLock { counts -> Int in

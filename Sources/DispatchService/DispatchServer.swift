@@ -29,9 +29,10 @@ import ServiceLifecycle
 ///
 /// Leases, and replicas (with `database-url postgres://…`; see ``Outbox``):
 /// - `lease-seconds` (90, at least 3): how long a claim holds its deliveries before another replica
-///   (or, on SQLite, the same process) may take them over. A live replica renews the leases of its batches in flight every third of
-///   it, so only a replica that died or stalled that long loses them; a shorter lease hands a dead
-///   replica's work over sooner, at the cost of a renewal query per third.
+///   (or, on SQLite, the same process) may take them over. A live replica renews the leases of its
+///   batches in flight every sixth of it (one small row per batch), so only a replica that died or
+///   stalled that long loses them; a shorter lease hands a dead replica's work over sooner, at the
+///   cost of a renewal query per sixth.
 /// - `replica-id` (host name and runtime folder): this replica's name on its leases. Stable across
 ///   its restarts, so a restarted replica takes its own leases back at once; distinct from every
 ///   other replica's, or one's restart takes over the other's live work (sent twice, counted once).
@@ -406,7 +407,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
                     targetTag: $0.targetTag, state: "\($0.state)", createdAt: ExportJSON.time($0.createdAt),
                     finishedAt: ExportJSON.time($0.finishedAt)))
         }
-        return ExportPage(items: items, next: page.count == limit ? page.last!.id : "")
+        return ExportPage(items: items, next: page.count == limit ? page.last?.id ?? "" : "")
     }
 
     public func exportDeviceRecords(_ request: ExportDeviceRecordsRequest, context: RPCContext) async throws

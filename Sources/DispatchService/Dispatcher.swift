@@ -73,7 +73,12 @@ public final class Dispatcher: Sendable {
 
         let now = unixMillis()
         guard request.scheduledAtUnixMs > now else {
-            return try await make(request, id: id, scheduled: false, requestID: context.requestID, logger: logger)!
+            // Not scheduled: make returns nil only for a scheduled send someone else made or cancelled.
+            guard
+                let made = try await make(
+                    request, id: id, scheduled: false, requestID: context.requestID, logger: logger)
+            else { throw ServiceError(.internal, "send \(id) was not made") }
+            return made
         }
         guard request.scheduledAtUnixMs <= now + Self.maxScheduleAhead.wholeMilliseconds else {
             throw ServiceError.invalidArgument("a send can be scheduled at most 7 days ahead")
@@ -165,7 +170,7 @@ public final class Dispatcher: Sendable {
                 })
         }
         let prepared = try Self.prepare(request.payloads, sentAt: sentAt)
-        let onlyPlatform = prepared.count == 1 ? prepared.keys.first! : Platform.unspecified
+        let onlyPlatform = prepared.count == 1 ? prepared.keys.first ?? .unspecified : Platform.unspecified
         if !request.deviceHandles.isEmpty {
             try await checkHandles(request, requestID: requestID)
             // The same handle twice is one device (Notification Hubs delivers at most once per handle).

@@ -122,6 +122,8 @@ public final class HTTP2Pool: Sendable {
         case use(HTTP2Connection)
         case wait(EventLoopFuture<HTTP2Connection>)
         case opened(EventLoopFuture<HTTP2Connection>, slot: Int)
+        /// No slot at all (never: a pool has at least one).
+        case none
     }
 
     /// A connection for the next batch: the first open one that is not busy; else one being
@@ -145,7 +147,7 @@ public final class HTTP2Pool: Sendable {
                 switch slot {
                 case .ready(let connection) where connection.isUsable:
                     if connection.inFlight < Self.busy { return .use(connection) }
-                    if least == nil || connection.inFlight < least!.inFlight { least = connection }
+                    if connection.inFlight < least?.inFlight ?? Int.max { least = connection }
                 case .connecting(let future):
                     if pending == nil { pending = future }
                 case .ready, .empty:
@@ -158,13 +160,16 @@ public final class HTTP2Pool: Sendable {
                 state[free] = .connecting(future)
                 return .opened(future, slot: free)
             }
-            return .use(least!)
+            // Every slot is open and usable here (any other would be pending or free): least is set.
+            return least.map(Choice.use) ?? .none
         }
         switch choice {
         case .use(let connection):
             return connection
         case .wait(let future):
             return try await future.get()
+        case .none:
+            throw HTTP2PoolError("the pool has no connection slots")
         case .opened(let future, let index):
             // Registered outside the lock: a callback may run at once.
             future.whenComplete { result in
@@ -322,7 +327,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
             remaining -= 1
             if remaining == 0 {
                 deadline?.cancel()
-                promise.succeed(answers.map { $0! })
+                promise.succeed(answers.compactMap { $0 })
             }
         }
     }
@@ -461,16 +466,16 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         let id = Int32(Int(frame.streamID))
         switch frame.payload {
         case .headers(let block):
-            guard exchanges[id] != nil else { return }
-            if exchanges[id]!.status == nil {
+            guard let exchange = exchanges[id] else { return }
+            if exchange.status == nil {
                 guard let status = block.headers.first(name: ":status").flatMap({ Int($0) }) else {
                     finish(id, .failed(reason: "ConnectionError"))
                     return
                 }
                 // 1xx: an interim answer; the final one follows.
                 if status < 200 { return }
-                exchanges[id]!.status = status
-                exchanges[id]!.headers = block.headers
+                exchanges[id]?.status = status
+                exchanges[id]?.headers = block.headers
             }
             if block.endStream { finishAnswered(id) }
         case .data(let data):
@@ -485,13 +490,14 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
             }
             guard exchanges[id] != nil else { return }
             if case .byteBuffer(var bytes) = data.data {
-                let room = Self.maxBody - (exchanges[id]!.body?.readableBytes ?? 0)
+                // In place (optional chaining): a copy of the exchange would make the append copy the body.
+                let room = Self.maxBody - (exchanges[id]?.body?.readableBytes ?? 0)
                 if room > 0 {
-                    if bytes.readableBytes > room { bytes = bytes.getSlice(at: bytes.readerIndex, length: room)! }
-                    if exchanges[id]!.body == nil {
-                        exchanges[id]!.body = bytes
+                    if bytes.readableBytes > room { bytes.moveWriterIndex(to: bytes.readerIndex + room) }
+                    if exchanges[id]?.body == nil {
+                        exchanges[id]?.body = bytes
                     } else {
-                        exchanges[id]!.body!.writeImmutableBuffer(bytes)
+                        exchanges[id]?.body?.writeImmutableBuffer(bytes)
                     }
                 }
             }

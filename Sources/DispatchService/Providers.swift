@@ -133,8 +133,10 @@ public struct InboxProvider: PushSender {
 
     /// The `headers` column: a JSON list of `[name, value]` pairs.
     static func encode(_ headers: [Header]) -> String {
-        let data = try! JSONSerialization.data(withJSONObject: headers.map { [$0.name, $0.value] })
-        return String(decoding: data, as: UTF8.self)
+        "["
+            + headers.map { "[" + jsonStringLiteral($0.name) + "," + jsonStringLiteral($0.value) + "]" }.joined(
+                separator: ",")
+            + "]"
     }
 
     static func decode(_ json: String) -> [Header] {

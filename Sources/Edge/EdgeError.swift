@@ -60,7 +60,7 @@ public struct EdgeError: Error, Sendable {
     func headerFields(requestID: String) -> HTTPFields {
         var headers = self.headers
         headers[.contentType] = "application/json; charset=utf-8"
-        headers[requestIDField] = requestID
+        headers[.requestID] = requestID
         return headers
     }
 
@@ -75,8 +75,6 @@ public struct EdgeError: Error, Sendable {
             of: "-", with: "_")
     }
 }
-
-let requestIDField = HTTPField.Name("X-Request-Id")!
 
 /// The edge's request context: Hummingbird's own storage plus the request id, made once per request
 /// by ``EdgeErrorMiddleware`` (the caller's `X-Request-Id` when sane, else a fresh one) and read by
@@ -112,7 +110,7 @@ struct EdgeErrorMiddleware: RouterMiddleware {
         let response: Response
         do {
             var answer = try await next(request, context)
-            answer.headers[requestIDField] = requestID
+            answer.headers[.requestID] = requestID
             response = answer
         } catch {
             let edgeError: EdgeError
@@ -141,7 +139,7 @@ struct EdgeErrorMiddleware: RouterMiddleware {
 
     /// The caller's `X-Request-Id` when it is a sane token, else a fresh one.
     static func requestID(_ request: Request) -> String {
-        saneToken(request.headers[requestIDField], maxBytes: 64) ?? newRequestID()
+        saneToken(request.headers[.requestID], maxBytes: 64) ?? newRequestID()
     }
 
     /// `value` when it is 1 to `maxBytes` of `A-Z a-z 0-9 - _` (plus `alsoAllowed`): a caller's id

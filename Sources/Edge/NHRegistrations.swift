@@ -134,7 +134,7 @@ extension NotificationHubsRoutes {
             status: .ok, headers: [.contentType: NHRegistrationXML.feedContentType],
             body: ResponseBody(byteBuffer: ByteBuffer(string: xml)))
         if !answer.nextAfter.isEmpty {
-            response.headers[HTTPField.Name("x-ms-continuationtoken")!] = answer.nextAfter
+            response.headers[.continuationToken] = answer.nextAfter
         }
         return response
     }

@@ -100,19 +100,16 @@ struct NotificationHubsRoutes: Sendable {
             }
             response = NHError(edgeError).response(trackingID: tracking)
         }
-        response.headers[Self.trackingIDHeader] = tracking
-        response.headers[Self.correlationIDHeader] = tracking
+        response.headers[.trackingID] = tracking
+        response.headers[.correlationID] = tracking
         return response
     }
-
-    static let trackingIDHeader = HTTPField.Name("TrackingId")!
-    static let correlationIDHeader = HTTPField.Name("x-ms-correlation-request-id")!
 
     /// The caller's `TrackingId` when it is a sane token (at most 128 of `A-Z a-z 0-9 - _ . :`;
     /// .NET sends a GUID), else the edge's request id, which the services' logs carry.
     static func trackingID(_ request: Request, _ context: EdgeRequestContext) -> String {
         EdgeErrorMiddleware.saneToken(
-            request.headers[trackingIDHeader], maxBytes: 128, alsoAllowed: [UInt8(ascii: "."), UInt8(ascii: ":")])
+            request.headers[.trackingID], maxBytes: 128, alsoAllowed: [UInt8(ascii: "."), UInt8(ascii: ":")])
             ?? context.requestID
     }
 
@@ -248,7 +245,7 @@ struct NotificationHubsRoutes: Sendable {
         body += Array("],\"continuationToken\":\(jsonStringLiteral(answer.continuationToken))}".utf8)
         var response = Self.rawJSON(body)
         if !answer.continuationToken.isEmpty {
-            response.headers[HTTPField.Name("x-ms-continuationtoken")!] = answer.continuationToken
+            response.headers[.continuationToken] = answer.continuationToken
         }
         return response
     }

@@ -44,7 +44,7 @@ extension NotificationHubsRoutes {
     /// says `Scheduled` until then.
     func schedule(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let hub = try await authorizeSAS(request, context, needs: .send)
-        guard let text = request.headers[HTTPField.Name("ServiceBusNotification-ScheduleTime")!] else {
+        guard let text = request.headers[.nhScheduleTime] else {
             throw EdgeError(
                 .badRequest, "a scheduled send needs ServiceBusNotification-ScheduleTime, e.g. 2030-01-01T08:00:00Z")
         }
@@ -133,7 +133,7 @@ extension NotificationHubsRoutes {
     private func nhSendRequest(_ request: Request, hub: String) async throws -> SendRequest {
         let body = try await nhBody(request)
         var send = SendRequest(sender: Names.nhSender, hub: hub, originalBody: [UInt8](body))
-        let format = request.headers[HTTPField.Name("ServiceBusNotification-Format")!] ?? ""
+        let format = request.headers[.nhFormat] ?? ""
         let direct = request.uri.queryParameters.get("direct") != nil
         if format.isEmpty, direct {
             throw EdgeError(
@@ -152,7 +152,7 @@ extension NotificationHubsRoutes {
                 throw EdgeError(.badRequest, "a template send goes to installations' templates; it cannot be direct")
             }
             send.deviceHandles = [try Self.directHandle(request.headers, platform: send.payloads[0].platform)]
-        } else if let tags = request.headers[HTTPField.Name("ServiceBusNotification-Tags")!], !tags.isEmpty {
+        } else if let tags = request.headers[.nhTags], !tags.isEmpty {
             send.targetTag = tags
         } else {
             send.broadcast = true
@@ -219,11 +219,11 @@ extension NotificationHubsRoutes {
     /// The push handle of a direct send: `ServiceBusNotification-DeviceHandle`; for Web Push the
     /// endpoint there and the keys in `P256DH` and `Auth`, as the JS SDK sends them.
     static func directHandle(_ headers: HTTPFields, platform: Platform) throws -> String {
-        guard let handle = headers[HTTPField.Name("ServiceBusNotification-DeviceHandle")!], !handle.isEmpty else {
+        guard let handle = headers[.nhDeviceHandle], !handle.isEmpty else {
             throw EdgeError(.badRequest, "a direct send needs ServiceBusNotification-DeviceHandle")
         }
         guard platform == .browser else { return handle }
-        guard let p256dh = headers[HTTPField.Name("P256DH")!], let auth = headers[HTTPField.Name("Auth")!] else {
+        guard let p256dh = headers[.webPushP256DH], let auth = headers[.webPushAuth] else {
             throw EdgeError(
                 .badRequest, "a direct browser send needs the subscription's keys in the P256DH and Auth headers")
         }
@@ -244,7 +244,7 @@ extension NotificationHubsRoutes {
     }
 
     private static func nhPayload(_ headers: HTTPFields, body: Data, nowMillis: Int64) throws -> NativePayload {
-        func header(_ name: String) -> String? { headers[HTTPField.Name(name)!] }
+        func header(_ name: String) -> String? { HTTPField.Name(name).flatMap { headers[$0] } }
         let format = header("ServiceBusNotification-Format") ?? ""
         var payload = NativePayload(body: [UInt8](body))
         switch NHPlatformNames.format(format) {

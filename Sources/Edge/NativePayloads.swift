@@ -78,7 +78,7 @@ public enum NativePayloads {
 /// bytes are `services/edge/herald.png` (a unit test checks they match).
 public enum DefaultRichImage {
     public static let contentType = "image/png"
-    public static let bytes: [UInt8] = Array(Data(base64Encoded: base64)!)
+    public static let bytes: [UInt8] = Data(base64Encoded: base64).map(Array.init) ?? []
     static let base64 =
         "iVBORw0KGgoAAAANSUhEUgAAAEAAAABACAYAAACqaXHeAAAA2UlEQVR42u3bwQ2DMAwFUA5ds/t3i3aBCtHGSWz8LHEF/SdEAtjHodSyej0f7ytHu8C3AokKXQ5jdvC0EKuDp4LYHX4bQpbgWyCyhl+CkD38VIQq4acgVAsfilA1fBhCa4Dq4YcQ/r3YWa08xzBCa4CR2y0rwE8IrQFGHziZAS4hAOgMELHmZgc4RQAAoDFA1L67AsBXBAALACIKAAAAAABYBgHk3Q16FwAAoC6Ab4IAAPgxAsDPUQAaJLTIANAmp1FSq6xmae3yBiaMzBiaMjZncNLorLp3fQD8JpY1MDaVTQAAAABJRU5ErkJggg=="
 }

@@ -127,9 +127,10 @@ struct UserAuthentication: Sendable {
         guard principal.hubRights.contains(.send) else {
             throw EdgeError(
                 .forbidden,
-                targetUser == nil
-                    ? "sending to a tag needs the Send right on the hub (herald hubs grant default \(principal.user) Send)"
-                    : "\(principal.user) may send to their own devices only; sending to \(targetUser!) needs the Send right on the hub"
+                targetUser.map {
+                    "\(principal.user) may send to their own devices only; sending to \($0) needs the Send right on the hub"
+                }
+                    ?? "sending to a tag needs the Send right on the hub (herald hubs grant default \(principal.user) Send)"
             )
         }
     }

@@ -30,12 +30,16 @@ final class CArena {
     private var allocations: [UnsafeMutableRawPointer] = []
 
     deinit {
-        for pointer in allocations { free(pointer) }
+        for pointer in allocations { pointer.deallocate() }
     }
 
     /// Zeroed storage for `count` values of `T`.
     func allocate<T>(_ type: T.Type, count: Int = 1) -> UnsafeMutablePointer<T> {
-        let raw = calloc(max(count, 1), MemoryLayout<T>.stride)!
+        // Swift's allocator rather than calloc: it has no nil to unwrap (it stops the process
+        // itself when memory runs out, as every other allocation here would).
+        let bytes = max(count, 1) * MemoryLayout<T>.stride
+        let raw = UnsafeMutableRawPointer.allocate(byteCount: bytes, alignment: MemoryLayout<T>.alignment)
+        raw.initializeMemory(as: UInt8.self, repeating: 0, count: bytes)
         allocations.append(raw)
         return raw.bindMemory(to: T.self, capacity: max(count, 1))
     }
@@ -107,9 +111,9 @@ enum CBridge {
         var bytes = Bytes(repeating: 0, count: size)
         if size > 0 {
             let written = bytes.withUnsafeMutableBytes { raw in
-                M._pack(c, raw.baseAddress!.assumingMemoryBound(to: UInt8.self))
+                raw.baseAddress.map { M._pack(c, $0.assumingMemoryBound(to: UInt8.self)) } ?? 0
             }
-            precondition(written == size, "protobuf-c packed \(written) of \(size) bytes")
+            guard written == size else { throw ProtoError.packedSize(written: written, expected: size) }
         }
         withExtendedLifetime(arena) {}
         return bytes

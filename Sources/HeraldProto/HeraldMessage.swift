@@ -23,11 +23,14 @@ public enum ProtoError: Error, Hashable, CustomStringConvertible {
     /// A string field holds a NUL character: protobuf-c strings are C strings and would be cut there,
     /// so Herald refuses to send them rather than silently lose data.
     case embeddedNUL(field: String)
+    /// protobuf-c packed another number of bytes than it had sized (a bug, reported, not trapped).
+    case packedSize(written: Int, expected: Int)
 
     public var description: String {
         switch self {
         case .malformed(let name): "malformed \(name) message"
         case .embeddedNUL(let field): "string field \(field) contains a NUL character"
+        case .packedSize(let written, let expected): "protobuf-c packed \(written) of \(expected) bytes"
         }
     }
 }

@@ -16,7 +16,8 @@ struct GRPCBinding: RegistrableRPCService {
 
     func registerMethods<Transport: ServerTransport>(with router: inout RPCRouter<Transport>) {
         for (name, handler) in table.handlers {
-            let slash = name.lastIndex(of: "/")!
+            // Every name in a method table is `package.Service/Method` (MethodTable checks).
+            guard let slash = name.lastIndex(of: "/") else { continue }
             let descriptor = MethodDescriptor(
                 fullyQualifiedService: String(name[..<slash]),
                 method: String(name[name.index(after: slash)...])

@@ -204,7 +204,8 @@ public final class RPCClient: Sendable {
                 } else {
                     target = .dns(host: host, port: port)
                 }
-                security = tls!.grpcClientSecurity()
+                guard let tls else { throw ConfigError("a TCP client needs TLS settings") }
+                security = tls.grpcClientSecurity()
             }
             let http2 = try HTTP2ClientTransport.Posix(
                 target: target,

@@ -149,7 +149,7 @@ public enum HeraldProcess {
                     logger: logger))
         }
         // The exporter first, so it stops last and sends the spans of the drain.
-        let services: [any Service] = background + peers.map { clients[$0]! } + own
+        let services: [any Service] = background + peers.compactMap { clients[$0] } + own
         return ServiceGroup(
             configuration: .init(
                 services: services.map { .init(service: ReportedService($0, logger: logger, watchdog: watchdog)) },
@@ -271,8 +271,7 @@ public enum HeraldProcess {
         }
         // Conditions checked every health-interval: the database takes a write, peers answer SERVING.
         var checks = parts.healthChecks
-        for peer in context.clients.keys.sorted() {
-            let rpc = context.clients[peer]!
+        for (peer, rpc) in context.clients.sorted(by: { $0.key < $1.key }) {
             let client = HealthClient(rpc)
             checks.append(
                 HealthCheck("peer:\(peer)") {

@@ -67,8 +67,10 @@ public struct Installation: Sendable, Equatable {
             var out = "{\"body\":" + jsonStringLiteral(body)
             if let expiry { out += ",\"expiry\":" + jsonStringLiteral(expiry) }
             out += ",\"headers\":{"
-            out += headers.keys.sorted().map { jsonStringLiteral($0) + ":" + jsonStringLiteral(headers[$0]!) }.joined(
-                separator: ",")
+            out += headers.sorted { $0.key < $1.key }.map {
+                jsonStringLiteral($0.key) + ":" + jsonStringLiteral($0.value)
+            }
+            .joined(separator: ",")
             return out + "}}"
         }
 
@@ -347,8 +349,7 @@ public struct Installation: Sendable, Equatable {
         if !pushVariables.isEmpty { out += ",\"pushVariables\":" + Self.object(pushVariables) }
         if !templates.isEmpty {
             out += ",\"templates\":{"
-            for (index, name) in templates.keys.sorted().enumerated() {
-                let template = templates[name]!
+            for (index, (name, template)) in templates.sorted(by: { $0.key < $1.key }).enumerated() {
                 if index > 0 { out += "," }
                 out += jsonStringLiteral(name) + ":{\"body\":" + jsonStringLiteral(template.body)
                 if !template.headers.isEmpty { out += ",\"headers\":" + Self.object(template.headers) }
@@ -367,8 +368,8 @@ public struct Installation: Sendable, Equatable {
 
     private static func object(_ values: [String: String]) -> String {
         "{"
-            + values.keys.sorted().map { jsonStringLiteral($0) + ":" + jsonStringLiteral(values[$0]!) }.joined(
-                separator: ",") + "}"
+            + values.sorted { $0.key < $1.key }.map { jsonStringLiteral($0.key) + ":" + jsonStringLiteral($0.value) }
+            .joined(separator: ",") + "}"
     }
 
     /// The tags a send matches: the installation's own plus NH's system tags.

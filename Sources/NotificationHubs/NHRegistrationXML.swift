@@ -89,7 +89,9 @@ package enum NHRegistrationXML {
             else {
                 throw ServiceError.invalidArgument(#"PushVariables is a JSON object of strings: {"name":"value"}"#)
             }
-            r.pushVariables = object.keys.sorted().map { HubRegistrationField(name: $0, value: object[$0]!) }
+            r.pushVariables = object.sorted { $0.key < $1.key }.map {
+                HubRegistrationField(name: $0.key, value: $0.value)
+            }
         }
         if isTemplate {
             r.isTemplate = true

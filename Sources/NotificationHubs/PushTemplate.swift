@@ -278,8 +278,8 @@ public struct PushTemplate: Sendable {
                 if !selfClosing { open.append(name) }
             }
         }
-        guard open.isEmpty else {
-            throw ParseError("the template body is not well-formed XML: <\(open.last!)> is not closed")
+        if let unclosed = open.last {
+            throw ParseError("the template body is not well-formed XML: <\(unclosed)> is not closed")
         }
         pieces.append(.literal(String(decoding: bytes[literalStart...], as: UTF8.self)))
         return pieces

@@ -105,7 +105,7 @@ public struct PayloadHandlers: PayloadServiceHandler {
                     createdAt: ExportJSON.time(row.createdAt), expiresAt: ExportJSON.time(row.expiresAt),
                     content: received ? Data(row.content).base64EncodedString() : nil))
         }
-        return ExportPage(items: items, next: page.count == limit ? String(page.last!.id) : "")
+        return ExportPage(items: items, next: page.count == limit ? page.last.map { String($0.id) } ?? "" : "")
     }
 
     public func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws

@@ -112,8 +112,8 @@ public enum HubRegistrationRules {
             r = HubRegistration(
                 registrationID: stored.installationID, platform: stored.platform, handle: stored.pushChannel,
                 tags: stored.audienceTags)
-            r.pushVariables = stored.pushVariables.keys.sorted().map {
-                HubRegistrationField(name: $0, value: stored.pushVariables[$0]!)
+            r.pushVariables = stored.pushVariables.sorted { $0.key < $1.key }.map {
+                HubRegistrationField(name: $0.key, value: $0.value)
             }
             r.etag = updatedAt
         }

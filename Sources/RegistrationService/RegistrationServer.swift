@@ -360,7 +360,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             }
             return item
         }
-        return ExportPage(items: items, next: page.count == limit ? page.last!.id : "")
+        return ExportPage(items: items, next: page.count == limit ? page.last?.id ?? "" : "")
     }
 
     /// An erase names one user (never everyone: an empty name would match every device without an

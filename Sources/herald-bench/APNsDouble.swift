@@ -72,7 +72,8 @@ struct APNsDoubleCommand: AsyncParsableCommand {
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
-        try "https://127.0.0.1:\(channel.localAddress!.port!)".write(toFile: urlFile, atomically: true, encoding: .utf8)
+        guard let port = channel.localAddress?.port else { throw BenchError("the APNs double has no port") }
+        try "https://127.0.0.1:\(port)".write(toFile: urlFile, atomically: true, encoding: .utf8)
         while true {
             let line =
                 "\(counters.delivered.load(ordering: .relaxed)) \(counters.refused.load(ordering: .relaxed)) "

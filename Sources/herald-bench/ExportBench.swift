@@ -91,7 +91,7 @@ struct ExportScenario {
 
             | seconds | document | items/s | exporter peak RSS | registration RSS before → after | dispatch RSS before → after |
             |---:|---:|---:|---:|---:|---:|
-            | \(String(format: "%.2f", run.seconds)) | \(format(Double(bytes) / 1_048_576)) MB | \(format(Double(3 * devices) / run.seconds)) | \(format(run.peakMB)) MB | \(format(before["registration"]!)) → \(format(after["registration"]!)) MB | \(format(before["dispatch"]!)) → \(format(after["dispatch"]!)) MB |
+            | \(String(format: "%.2f", run.seconds)) | \(format(Double(bytes) / 1_048_576)) MB | \(format(Double(3 * devices) / run.seconds)) | \(format(run.peakMB)) MB | \(format(before["registration", default: 0])) → \(format(after["registration", default: 0])) MB | \(format(before["dispatch", default: 0])) → \(format(after["dispatch", default: 0])) MB |
             """
         ]
         return report

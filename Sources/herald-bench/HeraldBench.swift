@@ -124,7 +124,8 @@ struct RPCScenario {
 
     func run() async throws -> Report {
         var template = Array("/tmp/herald-bench-XXXXXX".utf8CString)
-        let dir = String(cString: mkdtemp(&template)!)
+        guard let made = mkdtemp(&template) else { throw BenchError("cannot make a folder under /tmp") }
+        let dir = String(cString: made)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let binDirectory = Stack.defaultBinDirectory()
         let server = Process()
@@ -343,8 +344,12 @@ struct RPCScenario {
     static func cpuSeconds(pid: Int32) throws -> Double {
         let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
         // Fields after the parenthesised command name; utime and stime are the 14th and 15th fields.
-        let fields = stat[stat.index(after: stat.lastIndex(of: ")")!)...].split(separator: " ")
-        let ticks = Double(fields[11])! + Double(fields[12])!
+        guard let close = stat.lastIndex(of: ")") else { throw BenchError("/proc/\(pid)/stat has no command name") }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else {
+            throw BenchError("/proc/\(pid)/stat has no CPU times")
+        }
+        let ticks = user + system
         return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 

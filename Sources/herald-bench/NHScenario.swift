@@ -75,10 +75,12 @@ struct NHScenario {
             let base = await stack.edgeURL
             let secret = try await RPCClient.with(socketPath: configuration.socketPath("auth")) { client in
                 let auth = AuthServiceClient(client)
-                return try await auth.listHubKeys(ListHubKeysRequest(hub: "bench")).keys.first {
-                    $0.name == "DefaultFullSharedAccessSignature"
-                }!
-                .primaryKey
+                guard
+                    let key = try await auth.listHubKeys(ListHubKeysRequest(hub: "bench")).keys.first(where: {
+                        $0.name == "DefaultFullSharedAccessSignature"
+                    })
+                else { throw BenchError("hub bench has no DefaultFullSharedAccessSignature key") }
+                return key.primaryKey
             }
             let authorization = Self.token(
                 audience: base + "/", keyName: "DefaultFullSharedAccessSignature", key: secret)
@@ -276,7 +278,7 @@ struct NHScenario {
         let expiry = Int(Date().timeIntervalSince1970) + 3600
         let mac = HMAC<SHA256>.authenticationCode(
             for: Data("\(sr)\n\(expiry)".utf8), using: SymmetricKey(data: Data(key.utf8)))
-        let sig = Data(mac).base64EncodedString().addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let sig = Data(mac).base64EncodedString().addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
         return "SharedAccessSignature sr=\(sr)&sig=\(sig)&se=\(expiry)&skn=\(keyName)"
     }
 

@@ -129,12 +129,17 @@ struct PeerSide {
             }
         }
 
-        func best(_ runs: [String: [EdgeScenario.WrkRun]]) -> (String, EdgeScenario.WrkRun) {
-            runs.map { ($0.key, $0.value.max { $0.requestsPerSecond < $1.requestsPerSecond }!) }
-                .max { $0.1.requestsPerSecond < $1.1.requestsPerSecond }!
+        func best(_ runs: [String: [EdgeScenario.WrkRun]]) throws -> (String, EdgeScenario.WrkRun) {
+            let tops = runs.compactMap { name, list in
+                list.max { $0.requestsPerSecond < $1.requestsPerSecond }.map { (name, $0) }
+            }
+            guard let top = tops.max(by: { $0.1.requestsPerSecond < $1.1.requestsPerSecond }) else {
+                throw BenchError("no wrk run gave figures")
+            }
+            return top
         }
-        let (heraldName, heraldBest) = best(herald)
-        let (peerName, peerBest) = best(peer)
+        let (heraldName, heraldBest) = try best(herald)
+        let (peerName, peerBest) = try best(peer)
         var report = Report()
         report.records.append(
             Record(
@@ -152,7 +157,7 @@ struct PeerSide {
         ]
         for (side, runs) in [("Herald", herald), ("django-push-notifications", peer)] {
             for (name, list) in runs.sorted(by: { $0.key < $1.key }) {
-                let top = list.max { $0.requestsPerSecond < $1.requestsPerSecond }!
+                guard let top = list.max(by: { $0.requestsPerSecond < $1.requestsPerSecond }) else { continue }
                 lines.append(
                     "| \(side) | \(name) | \(list.map { format($0.requestsPerSecond) }.joined(separator: ", ")) | \(format(top.p50Millis)) | \(format(top.p99Millis)) |"
                 )
@@ -229,8 +234,8 @@ struct PeerSide {
             peer.append(sent)
             print("peers: round \(round), aioapns: \(format(sent.rate))/s, \(format(sent.cpu)) µs CPU per push")
         }
-        let heraldBest = herald.max { $0.rate < $1.rate }!
-        let peerBest = peer.max { $0.rate < $1.rate }!
+        guard let heraldBest = herald.max(by: { $0.rate < $1.rate }), let peerBest = peer.max(by: { $0.rate < $1.rate })
+        else { throw BenchError("no round gave figures") }
         var report = Report()
         report.records.append(
             Record(

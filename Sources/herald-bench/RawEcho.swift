@@ -54,7 +54,9 @@ enum RawEcho {
         _ = request.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         var got = 0
         while got < request.count {
-            let n = reply.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, request.count - got) }
+            let n = reply.withUnsafeMutableBytes { raw in
+                raw.baseAddress.map { read(fd, $0 + got, request.count - got) } ?? 0
+            }
             if n <= 0 { return }
             got += n
         }

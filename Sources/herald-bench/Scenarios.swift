@@ -354,12 +354,13 @@ struct FanoutScenario {
             for service in Stack.services {
                 report.records.append(
                     Record(
-                        "memory", "herald-\(service) idle RSS", unit: "MB", value: idle[service]!,
+                        "memory", "herald-\(service) idle RSS", unit: "MB", value: idle[service, default: 0],
                         baseline: "hello world idle",
                         baselineValue: helloRSS, better: "lower", target: "≤ 30 MB"))
                 report.records.append(
                     Record(
-                        "memory", "herald-\(service) RSS after the fan-out", unit: "MB", value: after[service]!,
+                        "memory", "herald-\(service) RSS after the fan-out", unit: "MB",
+                        value: after[service, default: 0],
                         baseline: "hello world idle", baselineValue: helloRSS, better: "lower"))
             }
             var memory = [
@@ -372,9 +373,9 @@ struct FanoutScenario {
                 "|---|---:|---:|---:|---:|",
             ]
             for service in Stack.services {
-                let detail = idleDetail[service]!
+                guard let detail = idleDetail[service] else { continue }
                 memory.append(
-                    "| herald-\(service) | \(format(idle[service]!)) | \(format(detail.pss)) | \(format(detail.anonymous)) | \(format(after[service]!)) |"
+                    "| herald-\(service) | \(format(idle[service, default: 0])) | \(format(detail.pss)) | \(format(detail.anonymous)) | \(format(after[service, default: 0])) |"
                 )
             }
             report.tables = [

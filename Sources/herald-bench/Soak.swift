@@ -125,7 +125,8 @@ struct SoakScenario {
             for service in Self.services { rss[service] = try residentMegabytes(await stack.pid(of: service)) }
             let minute = (ContinuousClock.now - start).seconds / 60
             samples.append((minute, rss))
-            let line = Self.services.map { "\($0) \(String(format: "%.1f", rss[$0]!))" }.joined(separator: ", ")
+            let line = Self.services.map { "\($0) \(String(format: "%.1f", rss[$0, default: 0]))" }.joined(
+                separator: ", ")
             print(
                 "soak \(String(format: "%5.1f", minute)) min, \(tally.done.load(ordering: .relaxed)) requests: RSS MB \(line)"
             )
@@ -159,8 +160,8 @@ struct SoakScenario {
             "|---|---:|---:|---:|",
         ]
         for service in Self.services {
-            let before = warm.rss[service]!
-            let after = last.rss[service]!
+            let before = warm.rss[service, default: 0]
+            let after = last.rss[service, default: 0]
             lines.append(
                 "| \(service) | \(format(before)) | \(format(after)) | \(String(format: "%+.1f%%", (after / before - 1) * 100)) |"
             )
@@ -172,7 +173,9 @@ struct SoakScenario {
         }
         lines += ["", "samples (minute: RSS MB auth/registration/payload/dispatch/edge):"]
         for s in samples {
-            lines.append("- \(format(s.minute)): " + Self.services.map { format(s.rss[$0]!) }.joined(separator: " / "))
+            lines.append(
+                "- \(format(s.minute)): " + Self.services.map { format(s.rss[$0, default: 0]) }.joined(separator: " / ")
+            )
         }
         report.tables = [lines.joined(separator: "\n")]
         return report

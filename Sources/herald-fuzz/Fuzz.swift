@@ -353,17 +353,22 @@ enum FuzzTarget: String, CaseIterable {
     static let alphabet = ["a", "b", "c", "d"]
     static let audienceStore: (store: SQLRegistrationStore, tags: [String: Set<String>]) = {
         blocking {
-            let store = try! await SQLRegistrationStore(
-                db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
-            var tags: [String: Set<String>] = [:]
-            for mask in 0..<16 {
-                let chosen = alphabet.enumerated().filter { mask & (1 << $0.offset) != 0 }.map(\.element)
-                let handle = String(format: "%064x", mask + 1)
-                let id = try! await store.createID(owner: "u", handle: handle)
-                try! await store.upsert(owner: "u", id: id, platform: .apns, handle: handle, tags: chosen)
-                tags[id] = Set(chosen + ["username:u"])
+            // The harness's own set-up: a failure here is the harness's, so it stops the run.
+            do {
+                let store = try await SQLRegistrationStore(
+                    db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
+                var tags: [String: Set<String>] = [:]
+                for mask in 0..<16 {
+                    let chosen = alphabet.enumerated().filter { mask & (1 << $0.offset) != 0 }.map(\.element)
+                    let handle = String(format: "%064x", mask + 1)
+                    let id = try await store.createID(owner: "u", handle: handle)
+                    try await store.upsert(owner: "u", id: id, platform: .apns, handle: handle, tags: chosen)
+                    tags[id] = Set(chosen + ["username:u"])
+                }
+                return (store, tags)
+            } catch {
+                fatalError("fuzz harness: cannot build the audience store: \(error)")
             }
-            return (store, tags)
         }
     }()
 
@@ -402,7 +407,8 @@ enum FuzzTarget: String, CaseIterable {
             done.signal()
         }
         done.wait()
-        return box.withLock { $0! }
+        guard let value = box.withLock({ $0 }) else { fatalError("fuzz harness: the task signalled without a value") }
+        return value
     }
 
     /// Whether `text` is one of the string values anywhere in `object` (alert text or "From …" forms).

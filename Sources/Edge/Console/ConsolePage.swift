@@ -49,9 +49,9 @@ enum ConsolePage {
 
     static let securityHeaders: HTTPFields = [
         .contentSecurityPolicy: contentSecurityPolicy,
-        .init("X-Content-Type-Options")!: "nosniff",
-        .init("Referrer-Policy")!: "no-referrer",
-        .init("X-Frame-Options")!: "DENY",
+        .contentTypeOptions: "nosniff",
+        .referrerPolicy: "no-referrer",
+        .frameOptions: "DENY",
         .cacheControl: "no-store",
     ]
 

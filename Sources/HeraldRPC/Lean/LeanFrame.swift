@@ -75,15 +75,17 @@ public struct LeanFrame: Sendable, Equatable {
         }
         guard buffer.readableBytes >= 4 + Int(length) else { return nil }
         let start = buffer.readerIndex + 4
-        let rawKind = buffer.getInteger(at: start, as: UInt8.self)!
+        // Present: the length was checked against the readable bytes above.
+        guard let rawKind = buffer.getInteger(at: start, as: UInt8.self),
+            let flags = buffer.getInteger(at: start + 1, as: UInt8.self),
+            let callID = buffer.getInteger(at: start + 2, as: UInt32.self),
+            let payload = buffer.getSlice(
+                at: start + LeanProtocol.headerBytes, length: Int(length) - LeanProtocol.headerBytes)
+        else { throw LeanProtocolError("frame of \(length) bytes is shorter than its header") }
         guard let kind = Kind(rawValue: rawKind) else { throw LeanProtocolError("unknown frame type \(rawKind)") }
-        let flags = buffer.getInteger(at: start + 1, as: UInt8.self)!
         guard flags == 0 || (kind == .end && flags == endTrailersFlag) else {
             throw LeanProtocolError("reserved frame flags must be zero")
         }
-        let callID = buffer.getInteger(at: start + 2, as: UInt32.self)!
-        let payload = buffer.getSlice(
-            at: start + LeanProtocol.headerBytes, length: Int(length) - LeanProtocol.headerBytes)!
         buffer.moveReaderIndex(forwardBy: 4 + Int(length))
         return LeanFrame(kind, flags: flags, callID: callID, payload: payload)
     }
@@ -116,13 +118,19 @@ public struct LeanFrame: Sendable, Equatable {
         }
         // Strings here are at most 65535 bytes: the message is cut there, longer entries are left out.
         let short = { (text: String) in text.utf8.count <= Int(UInt16.max) }
-        try! LeanRequest.writeShortString(String(decoding: message.utf8.prefix(65_000), as: UTF8.self), to: &payload)
+        func writeShort(_ text: String) {
+            payload.writeInteger(UInt16(clamping: text.utf8.count))
+            payload.writeString(text)
+        }
+        // Cut at 65,000 bytes: a split character decodes as one U+FFFD (3 bytes), still short.
+        let cut = String(decoding: message.utf8.prefix(65_000), as: UTF8.self)
+        writeShort(short(cut) ? cut : "")
         let entries = metadata.filter { short($0.key) && short($0.value) }.sorted { $0.key < $1.key }.prefix(
             Int(UInt16.max))
         payload.writeInteger(UInt16(entries.count))
         for (key, value) in entries {
-            try! LeanRequest.writeShortString(key, to: &payload)
-            try! LeanRequest.writeShortString(value, to: &payload)
+            writeShort(key)
+            writeShort(value)
         }
         return LeanFrame(kind, flags: endTrailersFlag, callID: callID, payload: payload)
     }

@@ -18,7 +18,7 @@ while let key = arguments.popFirst() {
     settings[String(key.dropFirst(2))] = value
 }
 guard let directory = settings["runtime-dir"], let user = settings["user"],
-    let transport = RPCTransport(rawValue: settings["transport"]!)
+    let transport = RPCTransport(rawValue: settings["transport", default: "lean"])
 else {
     FileHandle.standardError.write(Data("send-push: --runtime-dir and --user are required\n".utf8))
     exit(2)
@@ -38,7 +38,8 @@ do {
     let herald = try HeraldClient(endpoints: .runtimeDirectory(directory, transport: transport), transport: transport)
     let final = try await herald.run { herald in
         let request = SendRequest(
-            targetUser: user, payloads: try payloads(settings["message"]!), sender: "send-push example")
+            targetUser: user, payloads: try payloads(settings["message", default: "Hello from another service"]),
+            sender: "send-push example")
         let sent = try await herald.dispatch.send(
             request, requestID: "send-push-\(UUID().uuidString.prefix(8))", timeout: .seconds(5))
         guard var outcome = sent.outcome else { throw ServiceError(.internal, "Send answered without an outcome") }
