@@ -20,6 +20,48 @@ public enum HubRegistrationRules {
     /// About how many bytes of registrations one page holds at most (templates make them large).
     public static let maxPageBytes = 4 << 20
 
+    /// Where a registrations feed page starts: after the entry with NH id `key` in row `row`.
+    ///
+    /// A registration and an installation may share an id (they are separate namespaces in NH),
+    /// so an id alone does not say where a page ended (issue 47, finding 3): the continuation
+    /// token is `<NH id>~<row id>`, and a page starts after that pair in (NH id, row id) order.
+    /// `~` is in neither (NH ids are letters, digits, `.`, `-`, `_`; row ids are Herald's). A
+    /// token without `~` (an NH id, as Herald wrote them before) starts after every entry with
+    /// that id.
+    public struct FeedCursor: Sendable, Equatable {
+        public var key: String
+        /// Empty for the first page, and in a token from before rows were named.
+        public var row: String
+
+        public static let start = FeedCursor(key: "", row: "")
+
+        public init(key: String, row: String = "") {
+            self.key = key
+            self.row = row
+        }
+
+        /// A caller's continuation token; INVALID_ARGUMENT when it is not one Herald wrote.
+        public init(token: String) throws {
+            let refused = ServiceError.invalidArgument("the continuation token is not one this hub's listing gave")
+            guard token.utf8.count <= maxIDLength + 1 + 64 else { throw refused }
+            let parts = token.split(separator: "~", maxSplits: 2, omittingEmptySubsequences: false)
+            switch parts.count {
+            case 1:
+                guard token.utf8.count <= maxIDLength else { throw refused }
+                self.init(key: token)
+            case 2:
+                guard parts[0].utf8.count <= maxIDLength, !parts[1].isEmpty, parts[1].utf8.count <= 64 else {
+                    throw refused
+                }
+                self.init(key: String(parts[0]), row: String(parts[1]))
+            default:
+                throw refused
+            }
+        }
+
+        public var token: String { row.isEmpty ? key : key + "~" + row }
+    }
+
     /// Checks what a caller may store and normalises it: the id, the platform, the handle by the
     /// platform's rules (a browser's subscription to canonical JSON), tags, and a template's body,
     /// headers, expiry and priority as an installation template's are checked. Server-kept fields
@@ -218,11 +260,16 @@ extension SQLRegistrationStore {
     }
 
     nonisolated(nonsending) public func listHubRegistrations(
-        hub: String, handle: String?, tag: String?, after: String, limit: Int
-    ) async throws -> [HubRegistration] {
+        hub: String, handle: String?, tag: String?, after: HubRegistrationRules.FeedCursor, limit: Int
+    ) async throws -> [(registration: HubRegistration, cursor: HubRegistrationRules.FeedCursor)] {
         try await db.query(
-            RegistrationSQL.hubRegistrations(hub: hub, handle: handle, tag: tag, after: after, limit: limit),
-            Self.hubRegistration)
+            RegistrationSQL.hubRegistrations(hub: hub, handle: handle, tag: tag, after: after, limit: limit)
+        ) { row in
+            (
+                registration: try Self.hubRegistration(row),
+                cursor: HubRegistrationRules.FeedCursor(key: try row[7], row: try row[6])
+            )
+        }
     }
 
     /// A row of ``RegistrationSQL/hubRegistrationColumns``.

@@ -117,19 +117,29 @@ enum RegistrationSQL {
         "r.nh_document, CASE WHEN r.nh_id IS NULL THEN r.document END AS document, r.etag, r.created_at, r.updated_at, r.expired"
 
     /// A page of a hub's NH registrations and installations (NH lists both) by NH id (an
-    /// installation's: its installation id) after `after`: all, those with one handle (the handle
-    /// index), or those with one tag (the tag's index entries).
-    static func hubRegistrations(hub: String, handle: String?, tag: String?, after: String, limit: Int) -> SQLQuery {
-        var q: SQLQuery = "SELECT \(raw: hubRegistrationColumns) FROM "
+    /// installation's: its installation id) and row id, after `after`: all, those with one handle
+    /// (the handle index), or those with one tag (the tag's index entries). Columns:
+    /// ``hubRegistrationColumns``, then the row id and the NH id (the entry's cursor).
+    static func hubRegistrations(
+        hub: String, handle: String?, tag: String?, after: HubRegistrationRules.FeedCursor, limit: Int
+    ) -> SQLQuery {
+        var q: SQLQuery = "SELECT \(raw: hubRegistrationColumns), r.id, COALESCE(r.nh_id, r.installation_id) FROM "
         if let tag {
             q += "registration_tag t JOIN registration r ON r.id = t.registration_id WHERE t.tag = \(tag) AND"
         } else {
             q += "registration r WHERE"
         }
         q += " r.hub = \(hub) AND (r.nh_id IS NOT NULL OR r.installation_id IS NOT NULL)"
-        q += " AND COALESCE(r.nh_id, r.installation_id) > \(after)"
+        if after.row.isEmpty {
+            q += " AND COALESCE(r.nh_id, r.installation_id) > \(after.key)"
+        } else {
+            q += """
+                 AND (COALESCE(r.nh_id, r.installation_id) > \(after.key)
+                      OR (COALESCE(r.nh_id, r.installation_id) = \(after.key) AND r.id > \(after.row)))
+                """
+        }
         if let handle { q += " AND r.handle = \(handle)" }
-        q += " ORDER BY COALESCE(r.nh_id, r.installation_id) LIMIT \(Int64(limit))"
+        q += " ORDER BY COALESCE(r.nh_id, r.installation_id), r.id LIMIT \(Int64(limit))"
         return q
     }
 

@@ -249,29 +249,29 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         guard request.handle.isEmpty || request.tag.isEmpty else {
             throw ServiceError.invalidArgument("a listing is by handle or by tag, not both")
         }
-        guard request.handle.utf8.count <= 4096, request.after.utf8.count <= HubRegistrationRules.maxIDLength else {
-            throw ServiceError.invalidArgument("handle or after too long")
-        }
+        guard request.handle.utf8.count <= 4096 else { throw ServiceError.invalidArgument("handle too long") }
+        let after = try HubRegistrationRules.FeedCursor(token: request.after)
         if !request.tag.isEmpty, !Names.isValidTag(request.tag, maxLength: RegistrationRules.maxTagLength) {
             throw ServiceError.invalidArgument("tag \"\(request.tag.prefix(130))\" is not a valid tag")
         }
         let limit = request.limit == 0 ? HubRegistrationRules.defaultPage : Int(request.limit)
         let page = try await store.listHubRegistrations(
             hub: Names.hub(request.hub), handle: request.handle.isEmpty ? nil : request.handle,
-            tag: request.tag.isEmpty ? nil : request.tag, after: request.after, limit: limit + 1)
+            tag: request.tag.isEmpty ? nil : request.tag, after: after, limit: limit + 1)
         // A page is also cut at about 4 MB: registrations carry templates of up to the edge's
         // body limit each, and a thousand of them would not fit one RPC message (16 MB).
         var shown: [HubRegistration] = []
+        var last = after
         var bytes = 0
-        for registration in page.prefix(limit) {
+        for (registration, cursor) in page.prefix(limit) {
             let size = registration.bodyTemplate.utf8.count + registration.handle.utf8.count + 1024
             if !shown.isEmpty, bytes + size > HubRegistrationRules.maxPageBytes { break }
             shown.append(registration)
+            last = cursor
             bytes += size
         }
         let more = page.count > shown.count
-        return ListHubRegistrationsResponse(
-            registrations: shown, nextAfter: more ? shown.last?.registrationID ?? "" : "")
+        return ListHubRegistrationsResponse(registrations: shown, nextAfter: more ? last.token : "")
     }
 
     public func listDevices(_ request: ListDevicesRequest, context: RPCContext) async throws -> ListDevicesResponse {

@@ -65,10 +65,11 @@ public protocol RegistrationStore: Sendable {
     nonisolated(nonsending) func hubRegistration(hub: String, id: String) async throws -> HubRegistration?
     /// NOT_FOUND when absent; FAILED_PRECONDITION when `ifMatch` (not 0) is not its ETag.
     nonisolated(nonsending) func deleteHubRegistration(hub: String, id: String, ifMatch: Int64) async throws
-    /// A page by NH id after `after`: all of the hub's, or those with `handle`, or with `tag`.
+    /// A page by NH id and row after `after`: all of the hub's, or those with `handle`, or with
+    /// `tag`; each entry with the cursor a page after it starts from.
     nonisolated(nonsending) func listHubRegistrations(
-        hub: String, handle: String?, tag: String?, after: String, limit: Int
-    ) async throws -> [HubRegistration]
+        hub: String, handle: String?, tag: String?, after: HubRegistrationRules.FeedCursor, limit: Int
+    ) async throws -> [(registration: HubRegistration, cursor: HubRegistrationRules.FeedCursor)]
     /// A page of every device of a hub by registration id, as NDJSON export lines.
     nonisolated(nonsending) func exportPage(hub: String, after: String, limit: Int) async throws
         -> (lines: [UInt8], last: String?, count: Int)

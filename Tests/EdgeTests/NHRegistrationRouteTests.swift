@@ -7,6 +7,7 @@ import HeraldProto
 import HeraldService
 import Hummingbird
 import HummingbirdTesting
+import NotificationHubs
 import RegistrationService
 import Testing
 
@@ -201,6 +202,59 @@ struct NHRegistrationRouteTests {
                     Self.text(response).matches(of: /<RegistrationId>([^<]+)</).map { String($0.1) } == [
                         "reg-0", "reg-2",
                     ])
+            }
+        }
+    }
+
+    @Test(
+        "a registration and an installation with one id are both listed once, whatever $top is (issue 47, finding 3)"
+    )
+    func pagingAcrossSharedIDs() async throws {
+        let store = try await SQLRegistrationStore(
+            db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
+        // The fake auth answers no hub id, so the edge reads the default hub's (tenancy by id).
+        for n in 0..<4 {
+            _ = try await store.putHubRegistration(
+                hub: Names.defaultHub,
+                HubRegistration(
+                    registrationID: "id-\(n)", platform: .apns, handle: String(repeating: "0\(n)", count: 32)),
+                ifMatch: 0, createOnly: false, maxRegistrations: 0)
+            // Installations id-1 and id-2 share their ids with registrations.
+            if n == 1 || n == 2 {
+                _ = try await store.putInstallation(
+                    hub: Names.defaultHub,
+                    Installation(installationID: "id-\(n)", userID: "u", platform: .fcm, pushChannel: "fcm-\(n)"))
+            }
+        }
+        let services = FakeServices(
+            sasRights: [.listen, .manage], hubRegistrations: RegistrationHandlers(store: store))
+        try await EdgeRouteTests.withEdge(services) { client in
+            for top in [1, 2, 3, 1000] {
+                var seen: [String] = []
+                var continuation = ""
+                for _ in 0..<10 {
+                    let query = continuation.isEmpty ? "" : "&continuationtoken=\(continuation)"
+                    try await client.execute(
+                        uri: "/app1/registrations?$top=\(top)\(query)", method: .get,
+                        headers: [.authorization: Self.token]
+                    ) { response in
+                        #expect(response.status == .ok)
+                        seen += Self.text(response).matches(of: /<(DeviceToken|FcmV1RegistrationId)>([^<]+)</).map {
+                            String($0.2)
+                        }
+                        continuation = response.headers[HTTPField.Name("x-ms-continuationtoken")!] ?? ""
+                    }
+                    if continuation.isEmpty { break }
+                }
+                #expect(seen.count == 6, "$top=\(top): \(seen)")
+                #expect(Set(seen).count == 6, "$top=\(top): \(seen)")
+            }
+            // A token Herald did not write is 400, not a page from somewhere.
+            for bad in ["a~b~c", "a~", String(repeating: "x", count: 400)] {
+                try await client.execute(
+                    uri: "/app1/registrations?continuationtoken=\(bad)", method: .get,
+                    headers: [.authorization: Self.token]
+                ) { response in #expect(response.status == .badRequest, "\(bad.prefix(20))") }
             }
         }
     }

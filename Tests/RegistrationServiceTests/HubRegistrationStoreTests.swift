@@ -97,8 +97,9 @@ struct HubRegistrationStoreTests {
                         "r\(n)", handle: String(repeating: "0\(n % 2)", count: 32), tags: [n % 2 == 0 ? "even" : "odd"]),
                     ifMatch: 0, createOnly: false, maxRegistrations: 0)
             }
-            let page = try await store.listHubRegistrations(hub: "h", handle: nil, tag: nil, after: "r1", limit: 2)
-            #expect(page.map(\.registrationID) == ["r2", "r3"])
+            let page = try await store.listHubRegistrations(
+                hub: "h", handle: nil, tag: nil, after: .init(key: "r1"), limit: 2)
+            #expect(page.map(\.registration.registrationID) == ["r2", "r3"])
             // An installation is listed among registrations as NH lists it: a native registration
             // with its id, its tags plus $InstallationId, its last write as ETag; and read and
             // deleted through the registration routes.
@@ -106,8 +107,9 @@ struct HubRegistrationStoreTests {
                 hub: "h",
                 Installation(
                     installationID: "r2a", userID: "u", platform: .fcm, pushChannel: "fcm-token", tags: ["even"]))
-            let mixed = try await store.listHubRegistrations(hub: "h", handle: nil, tag: "even", after: "", limit: 10)
-            #expect(mixed.map(\.registrationID) == ["r0", "r2", "r2a", "r4"])
+            let mixed = try await store.listHubRegistrations(
+                hub: "h", handle: nil, tag: "even", after: .start, limit: 10)
+            #expect(mixed.map(\.registration.registrationID) == ["r0", "r2", "r2a", "r4"])
             let installation = try #require(try await store.hubRegistration(hub: "h", id: "r2a"))
             #expect(installation.platform == .fcm && installation.handle == "fcm-token" && !installation.isTemplate)
             #expect(installation.tags == ["even", "$InstallationId:{r2a}", "$UserId:{u}"])
@@ -118,10 +120,11 @@ struct HubRegistrationStoreTests {
             try await store.deleteHubRegistration(hub: "h", id: "r2a", ifMatch: installation.etag)
             #expect(try await store.installation(hub: "h", id: "r2a") == nil)
             let byHandle = try await store.listHubRegistrations(
-                hub: "h", handle: String(repeating: "01", count: 32), tag: nil, after: "", limit: 10)
-            #expect(byHandle.map(\.registrationID) == ["r1", "r3"])
-            let byTag = try await store.listHubRegistrations(hub: "h", handle: nil, tag: "even", after: "", limit: 10)
-            #expect(byTag.map(\.registrationID) == ["r0", "r2", "r4"])
+                hub: "h", handle: String(repeating: "01", count: 32), tag: nil, after: .start, limit: 10)
+            #expect(byHandle.map(\.registration.registrationID) == ["r1", "r3"])
+            let byTag = try await store.listHubRegistrations(
+                hub: "h", handle: nil, tag: "even", after: .start, limit: 10)
+            #expect(byTag.map(\.registration.registrationID) == ["r0", "r2", "r4"])
         }
     }
 

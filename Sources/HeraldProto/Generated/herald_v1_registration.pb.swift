@@ -543,7 +543,9 @@ public struct ListHubRegistrationsRequest: HeraldMessage {
     public var handle: String
     /// Only registrations with this tag (GET /{hub}/tags/{tag}/registrations).
     public var tag: String
-    /// Registration ids greater than this (the continuation token).
+    /// The continuation token of the previous page (its next_after): the page starts after it.
+    /// A token is `<NH id>~<row id>` (a registration and an installation may share an NH id);
+    /// an NH id alone, as older tokens were, starts after every entry with that id.
     public var after: String
     /// 1 to 1000; 0: 100.
     public var limit: Int32

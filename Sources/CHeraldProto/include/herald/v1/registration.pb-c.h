@@ -260,7 +260,9 @@ struct  Herald__V1__ListHubRegistrationsRequest
    */
   char *tag;
   /*
-   * Registration ids greater than this (the continuation token).
+   * The continuation token of the previous page (its next_after): the page starts after it.
+   * A token is `<NH id>~<row id>` (a registration and an installation may share an NH id);
+   * an NH id alone, as older tokens were, starts after every entry with that id.
    */
   char *after;
   /*
