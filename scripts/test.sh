@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Command 2: everything CI checks, from a clean clone.
 #   1. install missing packages   2. generated code matches proto/ and docs/openapi.yaml, and the
-#      Swift follows .swift-format (scripts/format.sh --check); promtool checks and unit-tests
+#      Swift follows .swift-format (scripts/format.sh --check: no force unwrap or try! in Sources/),
+#      every trapping call left in Sources/ says why it cannot fire (scripts/trap-check.sh); promtool checks and unit-tests
 #      services/prometheus' alert rules   3. build,
 #      and build Examples/send-push (a separate package using the HeraldClient product)
 #   4. every test (one of them runs the example against a live stack), with a throw-away PostgreSQL
@@ -36,6 +37,7 @@ fi
 scripts/setup.sh --test
 scripts/generate-proto.sh --check
 scripts/format.sh --check
+scripts/trap-check.sh >/dev/null
 # The alert rules: valid, and each alert fires (and stays quiet) as its unit tests say.
 # MonitoringTests checks every metric name they and the dashboard use against a live stack.
 promtool check rules services/prometheus/herald.rules.yml

@@ -121,7 +121,7 @@ public final class AuthVerdictCache: Sendable {
         var hub = hub
         var header = header
         hub.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
-        withUnsafeBytes(of: UInt8(0)) { hasher.update(bufferPointer: $0) }
+        withUnsafeBytes(of: UInt8.zero) { hasher.update(bufferPointer: $0) }
         header.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
         return hasher.finalize().withUnsafeBytes { digest in
             Key(

@@ -120,7 +120,7 @@ extension NotificationHubsRoutes {
             guard let value = Names.positiveInteger(top), value <= 1000 else {
                 throw EdgeError(.badRequest, "$top must be 1 to 1000")
             }
-            limit = Int32(value)
+            limit = Int32(clamping: value)
         }
         let token = query.get("continuationtoken") ?? query.get("ContinuationToken") ?? ""
         let answer = try await registration.listHubRegistrations(

@@ -229,7 +229,7 @@ struct NotificationHubsRoutes: Sendable {
             guard let value = Names.positiveInteger(top), value <= 1000 else {
                 throw EdgeError(.badRequest, "top must be 1 to 1000")
             }
-            limit = Int32(value)
+            limit = Int32(clamping: value)
         }
         let answer = try await registration.listInstallations(
             ListInstallationsRequest(

@@ -28,7 +28,7 @@ extension NotificationHubsRoutes {
         let hub = try await authorizeSAS(request, context, needs: .send)
         var send = try await nhSendRequest(request, hub: hub)
         let test = request.uri.queryParameters.get("test").map { $0.lowercased() != "false" } ?? false
-        if test { send.maxDevices = Int32(Self.nhTestDevices) }
+        if test { send.maxDevices = Int32(clamping: Self.nhTestDevices) }
         let outcome = try await sendAnswer(send, context)
         var response = Self.nhEmpty(.created)
         if test {
@@ -195,7 +195,8 @@ extension NotificationHubsRoutes {
             outcome.state == .noTargetFound
             ? []
             : try await dispatch.listDeliveries(
-                ListDeliveriesRequest(notificationID: sent.notificationID, limit: Int32(Self.nhTestDevices), hub: hub),
+                ListDeliveriesRequest(
+                    notificationID: sent.notificationID, limit: Int32(clamping: Self.nhTestDevices), hub: hub),
                 requestID: context.requestID
             ).deliveries
         return Response(

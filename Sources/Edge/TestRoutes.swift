@@ -50,7 +50,7 @@ struct TestRoutes: Sendable {
             guard let value = Names.positiveInteger(text), value <= 1000 else {
                 throw EdgeError(.badRequest, "limit must be 1 to 1000")
             }
-            limit = Int32(value)
+            limit = Int32(clamping: value)
         }
         let entries = try await dispatch.listInbox(
             ListInboxRequest(

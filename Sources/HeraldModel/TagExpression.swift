@@ -259,7 +259,9 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
                 throw error("the only tags starting with $ are $InstallationId:{…} and $UserId:{…}", at: start)
             }
             var end = start
-            while end < scalars.count, scalars[end].isASCII, Names.isTagByte(UInt8(scalars[end].value)) { end += 1 }
+            while end < scalars.count, scalars[end].isASCII,
+                Names.isTagByte(UInt8(truncatingIfNeeded: scalars[end].value))
+            { end += 1 }
             guard end > start else {
                 let found = scalars[start]
                 throw error(
@@ -273,7 +275,7 @@ public struct TagExpression: Sendable, Hashable, CustomStringConvertible {
         }
 
         static func isSystemIDScalar(_ scalar: Unicode.Scalar) -> Bool {
-            scalar.isASCII && (Names.isTagByte(UInt8(scalar.value)) || scalar == "=")
+            scalar.isASCII && (Names.isTagByte(UInt8(truncatingIfNeeded: scalar.value)) || scalar == "=")
         }
     }
 }

@@ -168,11 +168,13 @@ public struct MethodTable: Sendable {
     /// leaves the loop (``RPCContext/offEventLoop(_:)``, or work handed to a thread pool), or the
     /// connection's other calls wait with it.
     public mutating func startOnEventLoop<Request, Response>(_ method: UnaryMethod<Request, Response>) {
+        // trap-ok: a lookup of a method Herald declares in code, at start.
         precondition(handlers[method.fullName] != nil, "\(method.fullName) is not registered")
         eventLoopMethods.insert(method.fullName)
     }
 
     private mutating func insert(_ name: String, service: String, _ make: () -> Handler) {
+        // trap-ok: registration happens once at start, from code.
         precondition(handlers[name] == nil, "\(name) registered twice")
         handlers[name] = make()
         if !services.contains(service) { services.append(service) }

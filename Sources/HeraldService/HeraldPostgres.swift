@@ -156,6 +156,7 @@ public final class HeraldPostgres: Service, Sendable {
 
     private func migrateNow(_ migrations: [PostgresMigration], connected: @Sendable () -> Void) async throws {
         let names = migrations.map(\.name)
+        // trap-ok: migrations are a list in code, checked at start.
         precondition(Set(names).count == names.count, "duplicate migration names")
         let schema = self.schema
         let lockKey = "herald:\(schema)"

@@ -24,6 +24,7 @@ public struct ProcessContext: Sendable {
 
     /// The connection to a peer of the service (``ServiceName/peers``).
     public func client(_ peer: ServiceName) -> RPCClient {
+        // trap-ok: peers are declared in code; a unit test starts each service with them.
         guard let client = clients[peer.rawValue] else { preconditionFailure("\(peer) is not a peer of this service") }
         return client
     }

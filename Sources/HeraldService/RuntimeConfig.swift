@@ -183,6 +183,7 @@ public struct RuntimeConfig: Sendable {
 
     /// The sockets of a peer's replicas, for ``rpcTransport``.
     public func socketPaths(of peer: String) -> [String] {
+        // trap-ok: peers are declared in code; a unit test starts each service with them.
         guard let paths = peerSockets[peer] else { preconditionFailure("\(peer) is not a declared peer of \(service)") }
         return paths
     }

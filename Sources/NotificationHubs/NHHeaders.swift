@@ -33,6 +33,7 @@ public enum NHHeaders {
 
     /// APNs' two priorities.
     package static func priority(_ value: String) -> Int32? {
+        // trap-ok: a String parse, nil when out of range.
         Int32(value).flatMap { $0 == 5 || $0 == 10 ? $0 : nil }
     }
 

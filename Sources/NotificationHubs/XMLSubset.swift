@@ -156,10 +156,11 @@ package enum XMLSubset {
             case "quot": scalar = "\""
             case "apos": scalar = "'"
             default:
+                // trap-ok: String parses, nil when out of range; Unicode.Scalar's init is failable too.
                 if name.hasPrefix("#x") || name.hasPrefix("#X") {
                     scalar = UInt32(name.dropFirst(2), radix: 16).flatMap(Unicode.Scalar.init)
                 } else if name.hasPrefix("#") {
-                    scalar = UInt32(name.dropFirst(), radix: 10).flatMap(Unicode.Scalar.init)
+                    scalar = UInt32(name.dropFirst(), radix: 10).flatMap(Unicode.Scalar.init)  // trap-ok: as above
                 } else {
                     scalar = nil
                 }

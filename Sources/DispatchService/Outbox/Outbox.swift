@@ -57,7 +57,7 @@ public final class Outbox: Sendable {
         db: SQLiteDatabase, replica: String = "local", lease: Duration = .seconds(90),
         now: @escaping @Sendable () -> Int64 = unixMillis
     ) throws {
-        precondition(!replica.isEmpty, "leases need a holder's name")
+        guard !replica.isEmpty else { throw ConfigError("leases need a holder's name") }
         sql = db
         leaseSQL = db
         sqlite = db
@@ -73,7 +73,7 @@ public final class Outbox: Sendable {
         postgres: HeraldPostgres, replica: String, lease: Duration = .seconds(90),
         now: @escaping @Sendable () -> Int64 = unixMillis
     ) async throws {
-        precondition(!replica.isEmpty, "a replica needs a name")
+        guard !replica.isEmpty else { throw ConfigError("a replica needs a name") }
         sql = postgres.sql
         leaseSQL = try HeraldPostgres(
             postgres.location, logger: Logger(label: "herald.dispatch.leases"), maximumConnections: 1,

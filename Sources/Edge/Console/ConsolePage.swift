@@ -21,6 +21,7 @@ enum ConsolePage {
             do {
                 try library.register(text, named: name)
             } catch {
+                // trap-ok: the templates are compiled in; a unit test renders each, and this runs once at start.
                 preconditionFailure("console template \(name) does not parse: \(error)")
             }
         }

@@ -16,6 +16,7 @@ final class CreditGate: Sendable {
 
     /// `window` > 0 (a call with window 0 gets no gate: it is not flow-controlled).
     init(window: UInt32) {
+        // trap-ok: Herald code makes gates with its own window settings, checked when they are read.
         precondition(window > 0, "a window of 0 means no flow control; make no gate for it")
         state = Mutex(State(credits: UInt64(window)))
     }

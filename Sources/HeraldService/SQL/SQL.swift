@@ -149,6 +149,7 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
 
         /// Another statement's text and values, in place (a shared condition, say).
         public mutating func appendInterpolation(_ sql: SQLQuery) {
+            // trap-ok: how statements are composed is Herald code, never input.
             precondition(sql.rows == nil, "a statement over rows cannot be part of another")
             text += sql.text
             values += sql.values
@@ -176,6 +177,7 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
         /// The table `u` of `source`'s rows, in a `FROM`: the statement runs over every row (see
         /// ``SQLRowSource``). One per statement.
         public mutating func appendInterpolation(rows source: SQLRowSource) {
+            // trap-ok: how statements are composed is Herald code, never input.
             precondition(rows == nil, "one row source per statement")
             rows = (source, values.count)
             text.unicodeScalars.append(Unicode.Scalar(SQLQuery.rowsMark))
@@ -196,6 +198,7 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
     /// Appends `other`'s text and values: a statement whose shape depends on the request, built
     /// piece by piece.
     public static func += (query: inout SQLQuery, other: SQLQuery) {
+        // trap-ok: how statements are composed is Herald code, never input.
         precondition(query.rows == nil && other.rows == nil, "a statement over rows is written whole")
         query.text += other.text
         query.values += other.values
@@ -204,6 +207,7 @@ public struct SQLQuery: Sendable, ExpressibleByStringInterpolation {
 
     /// The statement's text in `dialect`, and its values in placeholder order.
     public func render(_ dialect: SQLDialect) -> (text: String, values: [SQLValue]) {
+        // trap-ok: how statements are composed is Herald code, never input.
         precondition(rows == nil, "a statement over rows runs through its session")
         return renderText(dialect)
     }

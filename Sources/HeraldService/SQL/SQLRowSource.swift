@@ -73,6 +73,7 @@ public struct SQLRowSource: Sendable {
     public func bytes(_ name: String, _ values: [[UInt8]]) -> SQLRowSource { adding(name, .bytes(values)) }
 
     private func adding(_ name: String, _ column: Column) -> SQLRowSource {
+        // trap-ok: columns are built from one array of rows by Herald code.
         precondition(column.count == count, "column \(name) has \(column.count) values for \(count) rows")
         var copy = self
         copy.names.append(name)

@@ -97,6 +97,7 @@ enum SQLiteCalls {
         case .bools(let bools):
             var json = jsonArray(bools.lazy.map { $0 ? "1" : "0" })
             code = bindText(&json, index, handle)
+        // trap-ok: the SQLite session binds byte rows one by one before reaching here.
         case .byteStrings: preconditionFailure("SQLite binds a row source's bytes row by row")
         }
         guard code == SQLITE_OK else { throw error(code, db.sqliteConnection, text) }

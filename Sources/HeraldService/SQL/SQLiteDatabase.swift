@@ -30,6 +30,7 @@ public final class SQLiteDatabase: SQLDatabase {
     @TaskLocal static var transactionOwner: ObjectIdentifier?
 
     public init(_ writer: any DatabaseWriter) {
+        // trap-ok: the configuration is Herald code (HeraldDatabase.configuration).
         precondition(
             writer.configuration.allowsUnsafeTransactions,
             "SQLiteDatabase needs Configuration.allowsUnsafeTransactions (HeraldDatabase.configuration sets it)")
