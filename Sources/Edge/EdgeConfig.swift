@@ -30,6 +30,11 @@ public import HeraldService
 /// - `nh-test-send-wait-ms` (`HERALD_NH_TEST_SEND_WAIT_MS`, 10000): how long an NH test send
 ///   (`POST /{hub}/messages?test`) waits for its deliveries before it answers with what it has
 ///   (a device not yet done is "still being delivered"). 0 answers at once.
+/// - `trusted-proxies` (`HERALD_TRUSTED_PROXIES`, none): CIDRs (or addresses) of the proxies in
+///   front of the edge, e.g. `10.0.0.0/8`. A request from one of them is taken to come from the
+///   right-most address in `Forwarded` (else `X-Forwarded-For`) that is not one of them; that is
+///   the address every per-address bound, log line and trace uses (see ``TrustedProxies``).
+///   None: the TCP peer is the client and those headers are not read.
 /// - `test-mode` (`HERALD_TEST_MODE`, off; a ``RuntimeConfig`` key every service reads): serve
 ///   `GET /v1/test/inbox` and `POST /v1/test/reset` (see `TestRoutes.swift`). Test stacks only.
 ///
@@ -38,7 +43,7 @@ public struct EdgeConfig: Sendable {
     public static let keys: Set<String> = [
         "http-host", "http-port", "profile", "max-body-bytes", "max-content-bytes", "rich-image", "rich-message",
         "header-timeout-seconds", "body-timeout-seconds", "drain-idle-grace-ms", "http-tls-cert", "http-tls-key",
-        "nh-test-send-wait-ms",
+        "nh-test-send-wait-ms", "trusted-proxies",
     ]
     public var host: String
     public var port: Int
@@ -52,6 +57,8 @@ public struct EdgeConfig: Sendable {
     public var bodyTimeout: Duration
     public var drainIdleGrace: Duration
     public var nhTestSendWait: Duration
+    /// Whose forwarding headers name the client (`trusted-proxies`).
+    public var trustedProxies: TrustedProxies
     public var testMode: Bool
     /// PEM certificate chain and key of the HTTPS listener; nil: plain HTTP.
     public var httpTLS: (certificate: String, key: String)?
@@ -82,6 +89,7 @@ public struct EdgeConfig: Sendable {
         }
         nhTestSendWait = .milliseconds(testSendMilliseconds)
         testMode = try reader.bool("test-mode")
+        trustedProxies = try TrustedProxies(reader.string("trusted-proxies", default: ""))
         let tlsCertificate = reader.string("http-tls-cert", default: "")
         let tlsKey = reader.string("http-tls-key", default: "")
         guard tlsCertificate.isEmpty == tlsKey.isEmpty else {

@@ -82,8 +82,10 @@ public struct EdgeError: Error, Sendable {
 public struct EdgeRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     public var requestID = ""
-    /// The peer's IP address (empty for Unix sockets); herald-auth throttles failed SAS tokens per
-    /// key and address, so a stranger cannot lock a public key name out for everyone.
+    /// The client's IP address (empty for Unix sockets): the TCP peer's, or behind a trusted proxy
+    /// the one its forwarding headers name (``TrustedProxies``, set by ``EdgeErrorMiddleware``).
+    /// herald-auth shares logins out and throttles failed SAS tokens per key and address by it, so
+    /// a stranger cannot lock a public key name out for everyone.
     public var remoteIP: String
 
     public init(source: ApplicationRequestContextSource) {
@@ -96,12 +98,21 @@ public struct EdgeRequestContext: RequestContext {
 ///
 /// Unexpected errors become 500 with a generic message; their detail goes to the log only.
 struct EdgeErrorMiddleware: RouterMiddleware {
+    var trustedProxies = TrustedProxies.none
+
     func handle(
         _ request: Request, context: EdgeRequestContext, next: (Request, EdgeRequestContext) async throws -> Response
     ) async throws -> Response {
         let requestID = Self.requestID(request)
         var context = context
         context.requestID = requestID
+        if !trustedProxies.isEmpty {
+            context.remoteIP = trustedProxies.client(peer: context.remoteIP, headers: request.headers)
+        }
+        if HeraldTracing.isOn {
+            let client = context.remoteIP
+            HeraldTracing.annotate { $0["client.address"] = client }
+        }
         let start = ContinuousClock.now
         // The request id goes with each line rather than on the logger: setting logger metadata
         // re-renders it at once (swift-log's StreamLogHandler), ~20k instructions per request
@@ -133,7 +144,10 @@ struct EdgeErrorMiddleware: RouterMiddleware {
         HTTPMetrics.record(route: route, method: request.method, status: response.status.code, elapsed: elapsed)
         logger.info(
             "\(request.method) \(request.uri.path) \(response.status.code)",
-            metadata: ["herald.duration_ms": "\(elapsed.wholeMilliseconds)", "herald.request_id": "\(requestID)"])
+            metadata: [
+                "herald.duration_ms": "\(elapsed.wholeMilliseconds)", "herald.request_id": "\(requestID)",
+                "herald.client_address": "\(context.remoteIP)",
+            ])
         return response
     }
 

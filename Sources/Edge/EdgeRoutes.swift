@@ -64,7 +64,7 @@ public struct EdgeRoutes: Sendable {
         if HeraldTracing.isOn {
             router.add(middleware: TracingMiddleware(redactingQueryParameters: ["handle"]))
         }
-        router.add(middleware: EdgeErrorMiddleware())
+        router.add(middleware: EdgeErrorMiddleware(trustedProxies: config.trustedProxies))
         let users = UserAuthentication(auth: auth, verdicts: verdicts)
         let content = ContentPush(payload: payload, dispatch: dispatch)
         let failures = DeliveryFailures(dispatch: dispatch)

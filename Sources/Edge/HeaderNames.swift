@@ -20,11 +20,13 @@ extension HTTPField.Name {
     static let contentTypeOptions = named("X-Content-Type-Options")
     static let referrerPolicy = named("Referrer-Policy")
     static let frameOptions = named("X-Frame-Options")
+    static let forwarded = named("Forwarded")
+    static let xForwardedFor = named("X-Forwarded-For")
 
     /// Every name above, for the test that checks them.
     static let heraldNamed: [HTTPField.Name] = [
         requestID, trackingID, correlationID, continuationToken, nhFormat, nhTags, nhScheduleTime, nhDeviceHandle,
-        webPushP256DH, webPushAuth, contentTypeOptions, referrerPolicy, frameOptions,
+        webPushP256DH, webPushAuth, contentTypeOptions, referrerPolicy, frameOptions, forwarded, xForwardedFor,
     ]
 
     static let invalidName = "X-Herald-Invalid-Name"

@@ -132,8 +132,14 @@ struct HostileClientTests {
 
     @Test(
         "a spray from one address leaves room for another: users logging in from a second address get in",
-        .sqliteStack)
-    func sprayShare() async throws {
+        .sqliteStack,
+        arguments: [false, true])
+    func sprayShare(throughProxy: Bool) async throws {
+        // throughProxy: sprayer and users reach the edge from one address, a proxy's (127.0.0.1),
+        // which names each client in X-Forwarded-For; the edge trusts it (trusted-proxies), so the
+        // share holds by the addresses it names (issue 47, finding 5). Without the setting, every
+        // client would be the proxy: one share for all, and the users turned away with the sprayer.
+        let sprayHeaders = throughProxy ? [("X-Forwarded-For", "203.0.113.66")] : []
         // On SQLite, as the burst test above and for the same reason: the share per address is the
         // gate's, in memory; on PostgreSQL the lockout ledger's round trips stand outside the gate,
         // and a loaded PostgreSQL pass once made a user's login from the second address miss the
@@ -141,7 +147,10 @@ struct HostileClientTests {
         let users = ["alice", "bob", "carol"]
         try await LiveStack.with(
             auth: .accounts, users: users, database: .sqlite,
-            configure: { $0.extraArguments["auth"] = ["--password-hash-log-n", "15"] }
+            configure: {
+                $0.extraArguments["auth"] = ["--password-hash-log-n", "15"]
+                if throughProxy { $0.extraArguments["edge", default: []] += ["--trusted-proxies", "127.0.0.1/32"] }
+            }
         ) { live in
             let edge = live.edge
             final class Counters: Sendable {
@@ -163,7 +172,8 @@ struct HostileClientTests {
                                 index += 1
                                 let reply = try await edge.request(
                                     "POST", "/api/register",
-                                    authorization: EdgeClient.basic("spray\(client)-\(index)", "guess"))
+                                    authorization: EdgeClient.basic("spray\(client)-\(index)", "guess"),
+                                    headers: sprayHeaders)
                                 statuses.append(reply.status)
                                 if reply.status == 429 {
                                     counters.refused.add(1, ordering: .relaxed)
@@ -194,7 +204,11 @@ struct HostileClientTests {
                 // Eight tries: in two fresh-clone runs of `.ci/run` on 2 cores, users let in at
                 // the first try were answered 429 until their 3rd-4th, and once past the 4th.
                 for attempt in 1...8 {
-                    let answer = try await Self.rawLogin(live, header: header, from: "127.0.0.2")
+                    let answer =
+                        throughProxy
+                        ? try await Self.rawLogin(
+                            live, header: header, from: "127.0.0.1", extra: "X-Forwarded-For: 198.51.100.7\r\n")
+                        : try await Self.rawLogin(live, header: header, from: "127.0.0.2")
                     let turnedAway = answer.contains("too many logins in progress")
                     if attempt == 1, !turnedAway { admittedFirst.append(user) }
                     if answer.hasPrefix("HTTP/1.1 200") {
@@ -208,7 +222,7 @@ struct HostileClientTests {
             counters.stop.store(true, ordering: .relaxed)
             let statuses = try await spray.value
             print(
-                "spray share: \(statuses.count) spray logins (\(statuses.filter { $0 == 429 }.count) refused), in at try \(inAt), let in at the first try: \(admittedFirst)"
+                "spray share\(throughProxy ? " through a proxy" : ""): \(statuses.count) spray logins (\(statuses.filter { $0 == 429 }.count) refused), in at try \(inAt), let in at the first try: \(admittedFirst)"
             )
             // The sprayer's own answers: refused or failed, never a 500. (A 503 with Retry-After is
             // tolerated here: "never 503" is the burst test's promise above; this one's is that the
@@ -220,10 +234,12 @@ struct HostileClientTests {
     }
 
     /// `POST /api/register` with `header` from the local address `source`; the whole answer.
-    static func rawLogin(_ live: LiveStack, header: String, from source: String) async throws -> String {
+    static func rawLogin(_ live: LiveStack, header: String, from source: String, extra: String = "") async throws
+        -> String
+    {
         try await rawExchange(
             live.edge.base.absoluteString,
-            "POST /api/register HTTP/1.1\r\nHost: herald\r\nAuthorization: \(header)\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            "POST /api/register HTTP/1.1\r\nHost: herald\r\nAuthorization: \(header)\r\n\(extra)Content-Length: 0\r\nConnection: close\r\n\r\n",
             from: source)
     }
 

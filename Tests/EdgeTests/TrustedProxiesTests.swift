@@ -1,0 +1,75 @@
+import HTTPTypes
+import HeraldModel
+import Testing
+
+@testable import Edge
+
+@Suite("trusted proxies")
+struct TrustedProxiesTests {
+    static let proxies = (try? TrustedProxies("10.0.0.0/8, fd00::/8 192.168.1.1")) ?? .none
+
+    static func headers(_ fields: [(String, String)]) -> HTTPFields {
+        var headers = HTTPFields()
+        for (name, value) in fields {
+            if let name = HTTPField.Name(name) { headers.append(HTTPField(name: name, value: value)) }
+        }
+        return headers
+    }
+
+    @Test("the client is the right-most hop that is not a trusted proxy; what a client writes to its left is not read")
+    func rightMostUntrusted() {
+        let xff = Self.headers([("X-Forwarded-For", "6.6.6.6, 203.0.113.7, 10.1.2.3")])
+        #expect(Self.proxies.client(peer: "10.0.0.1", headers: xff) == "203.0.113.7")
+        // Two fields are one list, in order.
+        let split = Self.headers([("X-Forwarded-For", "6.6.6.6"), ("X-Forwarded-For", "203.0.113.8, 192.168.1.1")])
+        #expect(Self.proxies.client(peer: "10.0.0.1", headers: split) == "203.0.113.8")
+        // IPv6 proxies, an IPv4-mapped peer.
+        #expect(Self.proxies.client(peer: "fd00::5", headers: xff) == "203.0.113.7")
+        #expect(Self.proxies.client(peer: "::ffff:10.0.0.9", headers: xff) == "203.0.113.7")
+    }
+
+    @Test("a peer that is not trusted, or no proxies set: the peer, whatever it sends")
+    func untrustedPeer() {
+        let xff = Self.headers([("X-Forwarded-For", "203.0.113.7"), ("Forwarded", "for=198.51.100.1")])
+        #expect(Self.proxies.client(peer: "198.51.100.200", headers: xff) == "198.51.100.200")
+        #expect(TrustedProxies.none.client(peer: "10.0.0.1", headers: xff) == "10.0.0.1")
+        #expect(Self.proxies.client(peer: "", headers: xff) == "")
+    }
+
+    @Test("Forwarded's for= (quoted, bracketed IPv6, with ports) before X-Forwarded-For")
+    func forwarded() {
+        let headers = Self.headers([
+            (
+                "Forwarded",
+                #"for=192.0.2.43;proto=https, for="[2001:db8:cafe::17]:4711";by=10.0.0.1, for="10.0.0.2:80""#
+            ),
+            ("X-Forwarded-For", "198.51.100.1"),
+        ])
+        #expect(Self.proxies.client(peer: "10.0.0.1", headers: headers) == "2001:db8:cafe::17")
+        let obfuscated = Self.headers([("Forwarded", "for=_hidden, for=10.0.0.3")])
+        // Not an address: the last proxy that wrote a hop is the best the edge knows.
+        #expect(Self.proxies.client(peer: "10.0.0.1", headers: obfuscated) == "10.0.0.3")
+    }
+
+    @Test("garbage, empty or endless chains never go left of what the trusted proxies wrote")
+    func hostileChains() {
+        for value in ["", "not-an-ip", " , ,", "unknown, 10.0.0.4", String(repeating: "10.0.0.1,", count: 5000)] {
+            let answer = Self.proxies.client(peer: "10.0.0.1", headers: Self.headers([("X-Forwarded-For", value)]))
+            #expect(answer.hasPrefix("10."), "\(value.prefix(40)): \(answer)")
+        }
+        // Every hop trusted: the left-most one read.
+        let all = Self.headers([("X-Forwarded-For", "10.0.0.7, 10.0.0.8")])
+        #expect(Self.proxies.client(peer: "10.0.0.1", headers: all) == "10.0.0.7")
+    }
+
+    @Test("the setting: CIDRs and addresses; a bad one is a configuration error")
+    func setting() throws {
+        #expect(try TrustedProxies("").isEmpty)
+        #expect(try TrustedProxies("127.0.0.1/32,::1").networks.count == 2)
+        for bad in ["10.0.0.0/33", "fd00::/129", "10.0.0.0/-1", "proxy.example", "10.0.0.0/8/8", "/8"] {
+            #expect(throws: ConfigError.self, "\(bad)") { try TrustedProxies(bad) }
+        }
+        let config = try EdgeConfig(reader: ConfigReader(arguments: ["--trusted-proxies", "10.0.0.0/8"]))
+        #expect(config.trustedProxies == (try TrustedProxies("10.0.0.0/8")))
+    }
+}
