@@ -243,7 +243,7 @@ public final class DeliveryWorker: Service, Sendable {
     /// (logged, and waited on for a second).
     private func claimRemoteBatch() async -> Outbox.ClaimedBatch? {
         let remotePlatforms = senders.split.remote
-        guard !remotePlatforms.isEmpty else { return .none }
+        guard !remotePlatforms.isEmpty else { return .empty }
         do {
             return try await outbox.claimBatch(limit: batchSize, platforms: remotePlatforms)
         } catch {

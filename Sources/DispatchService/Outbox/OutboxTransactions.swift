@@ -271,7 +271,7 @@ extension Outbox {
         public var takenOver = 0
 
         /// Nothing claimed.
-        public static let none = ClaimedBatch(items: [], lease: 0, leaseEnds: 0)
+        public static let empty = ClaimedBatch(items: [], lease: 0, leaseEnds: 0)
     }
 
     /// Claims up to `limit` due deliveries of `platforms`: counts their attempt and leases them, in
@@ -351,7 +351,7 @@ extension Outbox {
     func take(
         limit: Int, platforms: [Platform], leasing: Bool, at: Int64, _ session: any SQLSession
     ) async throws -> ClaimedBatch {
-        guard !platforms.isEmpty, limit > 0 else { return .none }
+        guard !platforms.isEmpty, limit > 0 else { return .empty }
         typealias Claimed = (
             sequence: Int64, notificationID: String, registrationID: String, platform: Platform, handle: String,
             messageID: String, attempts: Int, giveUpAt: Int64, variant: Int, leasedBy: String, due: Int64,
@@ -370,7 +370,7 @@ extension Outbox {
                     ))
             }
         }
-        guard !claimed.isEmpty else { return .none }
+        guard !claimed.isEmpty else { return .empty }
         if ranges > 1 {
             claimed = Array(claimed.sorted { ($0.due, $0.sequence) < ($1.due, $1.sequence) }.prefix(limit))
         }
@@ -390,7 +390,7 @@ extension Outbox {
                     WHERE delivery.sequence \(anyOf: held.map(\.sequence)) AND l.id = delivery.lease_id
                     """)
                 claimed.removeAll { live.contains($0.leaseID) }
-                guard !claimed.isEmpty else { return .none }
+                guard !claimed.isEmpty else { return .empty }
             }
         }
         let ids = Array(Set(claimed.map(\.notificationID))).sorted()
