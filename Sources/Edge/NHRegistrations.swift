@@ -114,7 +114,7 @@ extension NotificationHubsRoutes {
     func listRegistrations(_ request: Request, _ context: EdgeRequestContext, tag: String?) async throws -> Response {
         let query = request.uri.queryParameters
         let handle = try query.get("$filter").map(Self.channelFilter)
-        let hub = try await authorizeSAS(request, context, needs: handle == nil ? .manage : .listen)
+        let (hub, verdict) = try await authorizeSASAnswer(request, context, needs: handle == nil ? .manage : .listen)
         var limit: Int32 = 100
         if let top = query.get("$top") ?? query.get("top") {
             guard let value = Names.positiveInteger(top), value <= 1000 else {
@@ -125,7 +125,8 @@ extension NotificationHubsRoutes {
         let token = query.get("continuationtoken") ?? query.get("ContinuationToken") ?? ""
         let answer = try await registration.listHubRegistrations(
             ListHubRegistrationsRequest(
-                hub: hub, handle: handle ?? "", tag: tag ?? "", after: token, limit: limit),
+                hub: hub, handle: handle ?? "", tag: tag ?? "", after: token, limit: limit,
+                scope: Self.readScope(verdict.hubRights, handle: handle)),
             requestID: context.requestID)
         let base = "\(Self.origin(request))/\(Self.pathHub(request))/registrations/"
         let url = Self.origin(request) + (request.uri.string.hasPrefix("/") ? request.uri.string : "/")

@@ -121,6 +121,15 @@ struct NotificationHubsRoutes: Sendable {
         try await authorizeSASAnswer(request, context, needs: right).hub
     }
 
+    /// The scope of a read by a key with `rights` (as herald-auth verified them, not as the route
+    /// asked for them): the whole hub for Manage; else, for a read by one handle, that handle;
+    /// else none, which every hub-wide read refuses where the data is read.
+    static func readScope(_ rights: HubRights, handle: String?) -> ReadScope {
+        if rights.contains(.manage) { return .hub }
+        if let handle, !handle.isEmpty { return .handle }
+        return .unspecified
+    }
+
     /// ``authorizeSAS(_:_:needs:)`` with herald-auth's whole answer (the hub's limits).
     func authorizeSASAnswer(
         _ request: Request, _ context: EdgeRequestContext, needs right: HubRights
@@ -218,7 +227,7 @@ struct NotificationHubsRoutes: Sendable {
     /// `GET /{hub}/installations?tag=&userId=&platform=&top=&continuationToken=` (Manage): not in NH.
     /// `{"installations":[…],"continuationToken":"…"}`; the token also in `x-ms-continuationtoken`.
     func listInstallations(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: .manage)
+        let (hub, verdict) = try await authorizeSASAnswer(request, context, needs: .manage)
         let query = request.uri.queryParameters
         var platform = Platform.unspecified
         if let name = query.get("platform"), !name.isEmpty {
@@ -235,7 +244,8 @@ struct NotificationHubsRoutes: Sendable {
             ListInstallationsRequest(
                 hub: hub, tag: query.get("tag") ?? "", userID: query.get("userId") ?? query.get("userID") ?? "",
                 platform: platform,
-                continuationToken: query.get("continuationToken") ?? query.get("ContinuationToken") ?? "", limit: limit),
+                continuationToken: query.get("continuationToken") ?? query.get("ContinuationToken") ?? "", limit: limit,
+                scope: Self.readScope(verdict.hubRights, handle: nil)),
             requestID: context.requestID)
         var body: [UInt8] = Array(#"{"installations":["#.utf8)
         for (index, installation) in answer.installations.enumerated() {

@@ -179,6 +179,10 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public func listInstallations(
         _ request: ListInstallationsRequest, context: RPCContext
     ) async throws -> ListInstallationsResponse {
+        // Checked here, where the installations are read, whatever the edge decided (issue 47).
+        guard request.scope == .hub else {
+            throw ServiceError(.permissionDenied, "listing a hub's installations needs READ_SCOPE_HUB")
+        }
         guard (0...1000).contains(request.limit) else { throw ServiceError.invalidArgument("limit must be 1 to 1000") }
         let limit = request.limit == 0 ? 100 : Int(request.limit)
         var after = ""
@@ -250,6 +254,13 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             throw ServiceError.invalidArgument("a listing is by handle or by tag, not both")
         }
         guard request.handle.utf8.count <= 4096 else { throw ServiceError.invalidArgument("handle too long") }
+        // Checked here, where the registrations are read, whatever the edge decided (issue 47).
+        switch request.scope {
+        case .hub: break
+        case .handle where !request.handle.isEmpty: break
+        case .handle: throw ServiceError(.permissionDenied, "a READ_SCOPE_HANDLE listing needs its handle")
+        default: throw ServiceError(.permissionDenied, "listing registrations needs a scope: one handle or the hub")
+        }
         let after = try HubRegistrationRules.FeedCursor(token: request.after)
         if !request.tag.isEmpty, !Names.isValidTag(request.tag, maxLength: RegistrationRules.maxTagLength) {
             throw ServiceError.invalidArgument("tag \"\(request.tag.prefix(130))\" is not a valid tag")

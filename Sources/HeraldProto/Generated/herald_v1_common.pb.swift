@@ -60,6 +60,56 @@ public enum Platform: RawRepresentable, Hashable, Sendable, CustomStringConverti
     }
 }
 
+/// How wide a read the caller's verified credentials allow, set by herald-edge from the key or
+/// user it verified and checked again by the service that reads the data (issue 47): a mistake at
+/// the edge cannot widen a read, because a read wider than its scope is refused where it is read.
+public enum ReadScope: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    /// Not set: every hub-wide read refuses it (PERMISSION_DENIED).
+    case unspecified  // = 0
+    /// One device handle (a Listen key's registration lookup by channel): the request's handle must be
+    /// that handle, not empty.
+    case handle  // = 1
+    /// The whole hub (a Manage key; an operator or the command-line tool over the service's socket).
+    case hub  // = 2
+    /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
+    case unrecognized(Int32)
+
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .handle
+        case 2: self = .hub
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .handle: 1
+        case .hub: 2
+        case .unrecognized(let value): value
+        }
+    }
+
+    /// Equal when the numbers are: `.unrecognized(0)` is `.unspecified`.
+    public static func == (lhs: Self, rhs: Self) -> Bool { lhs.rawValue == rhs.rawValue }
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+
+    /// Every value this build knows, in declaration order.
+    public static let knownValues: [ReadScope] = [.unspecified, .handle, .hub]
+
+    /// The proto name of the value, or the number for a value this build does not know.
+    public var description: String {
+        switch self {
+        case .unspecified: "READ_SCOPE_UNSPECIFIED"
+        case .handle: "READ_SCOPE_HANDLE"
+        case .hub: "READ_SCOPE_HUB"
+        case .unrecognized(let value): "ReadScope(\(value))"
+        }
+    }
+}
+
 /// Request of each service's ResetForTests.
 public struct ResetForTestsRequest: HeraldMessage {
     public init() {}

@@ -549,13 +549,17 @@ public struct ListHubRegistrationsRequest: HeraldMessage {
     public var after: String
     /// 1 to 1000; 0: 100.
     public var limit: Int32
+    /// READ_SCOPE_HANDLE (with `handle` set, not empty) or READ_SCOPE_HUB; anything else is
+    /// PERMISSION_DENIED.
+    public var scope: ReadScope
 
-    public init(hub: String = "", handle: String = "", tag: String = "", after: String = "", limit: Int32 = 0) {
+    public init(hub: String = "", handle: String = "", tag: String = "", after: String = "", limit: Int32 = 0, scope: ReadScope = ReadScope(rawValue: 0)) {
         self.hub = hub
         self.handle = handle
         self.tag = tag
         self.after = after
         self.limit = limit
+        self.scope = scope
     }
 
     public init() {
@@ -564,6 +568,7 @@ public struct ListHubRegistrationsRequest: HeraldMessage {
         self.tag = ""
         self.after = ""
         self.limit = 0
+        self.scope = ReadScope(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.ListHubRegistrationsRequest"
@@ -587,6 +592,7 @@ extension ListHubRegistrationsRequest: CBacked {
         self.tag = CBridge.string(m.tag)
         self.after = CBridge.string(m.after)
         self.limit = m.limit
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -597,6 +603,7 @@ extension ListHubRegistrationsRequest: CBacked {
         p.pointee.tag = try arena.string(self.tag, field: "herald.v1.ListHubRegistrationsRequest.tag")
         p.pointee.after = try arena.string(self.after, field: "herald.v1.ListHubRegistrationsRequest.after")
         p.pointee.limit = self.limit
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
         return p
     }
 
@@ -1949,14 +1956,17 @@ public struct ListInstallationsRequest: HeraldMessage {
     public var continuationToken: String
     /// 1 to 1000; 0 means 100.
     public var limit: Int32
+    /// READ_SCOPE_HUB, or PERMISSION_DENIED: the listing reads the whole hub.
+    public var scope: ReadScope
 
-    public init(hub: String = "", tag: String = "", userID: String = "", platform: Platform = Platform(rawValue: 0), continuationToken: String = "", limit: Int32 = 0) {
+    public init(hub: String = "", tag: String = "", userID: String = "", platform: Platform = Platform(rawValue: 0), continuationToken: String = "", limit: Int32 = 0, scope: ReadScope = ReadScope(rawValue: 0)) {
         self.hub = hub
         self.tag = tag
         self.userID = userID
         self.platform = platform
         self.continuationToken = continuationToken
         self.limit = limit
+        self.scope = scope
     }
 
     public init() {
@@ -1966,6 +1976,7 @@ public struct ListInstallationsRequest: HeraldMessage {
         self.platform = Platform(rawValue: 0)
         self.continuationToken = ""
         self.limit = 0
+        self.scope = ReadScope(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.ListInstallationsRequest"
@@ -1990,6 +2001,7 @@ extension ListInstallationsRequest: CBacked {
         self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
         self.continuationToken = CBridge.string(m.continuation_token)
         self.limit = m.limit
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -2001,6 +2013,7 @@ extension ListInstallationsRequest: CBacked {
         p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
         p.pointee.continuation_token = try arena.string(self.continuationToken, field: "herald.v1.ListInstallationsRequest.continuation_token")
         p.pointee.limit = self.limit
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
         return p
     }
 

@@ -706,3 +706,33 @@ const ProtobufCEnumDescriptor herald__v1__platform__descriptor =
   herald__v1__platform__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
+static const ProtobufCEnumValue herald__v1__read_scope__enum_values_by_number[3] =
+{
+  { "READ_SCOPE_UNSPECIFIED", "HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED", 0 },
+  { "READ_SCOPE_HANDLE", "HERALD__V1__READ_SCOPE__READ_SCOPE_HANDLE", 1 },
+  { "READ_SCOPE_HUB", "HERALD__V1__READ_SCOPE__READ_SCOPE_HUB", 2 },
+};
+static const ProtobufCIntRange herald__v1__read_scope__value_ranges[] = {
+{0, 0},{0, 3}
+};
+static const ProtobufCEnumValueIndex herald__v1__read_scope__enum_values_by_name[3] =
+{
+  { "READ_SCOPE_HANDLE", 1 },
+  { "READ_SCOPE_HUB", 2 },
+  { "READ_SCOPE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor herald__v1__read_scope__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "herald.v1.ReadScope",
+  "ReadScope",
+  "Herald__V1__ReadScope",
+  "herald.v1",
+  3,
+  herald__v1__read_scope__enum_values_by_number,
+  3,
+  herald__v1__read_scope__enum_values_by_name,
+  1,
+  herald__v1__read_scope__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};

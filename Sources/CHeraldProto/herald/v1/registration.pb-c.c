@@ -2532,7 +2532,7 @@ const ProtobufCMessageDescriptor herald__v1__delete_hub_registration_response__d
   (ProtobufCMessageInit) herald__v1__delete_hub_registration_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__list_hub_registrations_request__field_descriptors[5] =
+static const ProtobufCFieldDescriptor herald__v1__list_hub_registrations_request__field_descriptors[6] =
 {
   {
     "hub",
@@ -2594,18 +2594,31 @@ static const ProtobufCFieldDescriptor herald__v1__list_hub_registrations_request
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "scope",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListHubRegistrationsRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_hub_registrations_request__field_indices_by_name[] = {
   3,   /* field[3] = after */
   1,   /* field[1] = handle */
   0,   /* field[0] = hub */
   4,   /* field[4] = limit */
+  5,   /* field[5] = scope */
   2,   /* field[2] = tag */
 };
 static const ProtobufCIntRange herald__v1__list_hub_registrations_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_hub_registrations_request__descriptor =
 {
@@ -2615,7 +2628,7 @@ const ProtobufCMessageDescriptor herald__v1__list_hub_registrations_request__des
   "Herald__V1__ListHubRegistrationsRequest",
   "herald.v1",
   sizeof(Herald__V1__ListHubRegistrationsRequest),
-  5,
+  6,
   herald__v1__list_hub_registrations_request__field_descriptors,
   herald__v1__list_hub_registrations_request__field_indices_by_name,
   1,  herald__v1__list_hub_registrations_request__number_ranges,
@@ -3919,7 +3932,7 @@ const ProtobufCMessageDescriptor herald__v1__delete_installation_response__descr
   (ProtobufCMessageInit) herald__v1__delete_installation_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__list_installations_request__field_descriptors[6] =
+static const ProtobufCFieldDescriptor herald__v1__list_installations_request__field_descriptors[7] =
 {
   {
     "hub",
@@ -3993,19 +4006,32 @@ static const ProtobufCFieldDescriptor herald__v1__list_installations_request__fi
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "scope",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListInstallationsRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_installations_request__field_indices_by_name[] = {
   4,   /* field[4] = continuation_token */
   0,   /* field[0] = hub */
   5,   /* field[5] = limit */
   3,   /* field[3] = platform */
+  6,   /* field[6] = scope */
   1,   /* field[1] = tag */
   2,   /* field[2] = user_id */
 };
 static const ProtobufCIntRange herald__v1__list_installations_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_installations_request__descriptor =
 {
@@ -4015,7 +4041,7 @@ const ProtobufCMessageDescriptor herald__v1__list_installations_request__descrip
   "Herald__V1__ListInstallationsRequest",
   "herald.v1",
   sizeof(Herald__V1__ListInstallationsRequest),
-  6,
+  7,
   herald__v1__list_installations_request__field_descriptors,
   herald__v1__list_installations_request__field_indices_by_name,
   1,  herald__v1__list_installations_request__number_ranges,

@@ -52,6 +52,27 @@ typedef enum _Herald__V1__Platform {
   HERALD__V1__PLATFORM__PLATFORM_BROWSER = 4
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__PLATFORM)
 } Herald__V1__Platform;
+/*
+ * How wide a read the caller's verified credentials allow, set by herald-edge from the key or
+ * user it verified and checked again by the service that reads the data (issue 47): a mistake at
+ * the edge cannot widen a read, because a read wider than its scope is refused where it is read.
+ */
+typedef enum _Herald__V1__ReadScope {
+  /*
+   * Not set: every hub-wide read refuses it (PERMISSION_DENIED).
+   */
+  HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED = 0,
+  /*
+   * One device handle (a Listen key's registration lookup by channel): the request's handle must be
+   * that handle, not empty.
+   */
+  HERALD__V1__READ_SCOPE__READ_SCOPE_HANDLE = 1,
+  /*
+   * The whole hub (a Manage key; an operator or the command-line tool over the service's socket).
+   */
+  HERALD__V1__READ_SCOPE__READ_SCOPE_HUB = 2
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__READ_SCOPE)
+} Herald__V1__ReadScope;
 
 /* --- messages --- */
 
@@ -334,6 +355,7 @@ typedef void (*Herald__V1__ExportPage_Closure)
 /* --- descriptors --- */
 
 extern const ProtobufCEnumDescriptor    herald__v1__platform__descriptor;
+extern const ProtobufCEnumDescriptor    herald__v1__read_scope__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__reset_for_tests_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__reset_for_tests_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__erase_user_request__descriptor;

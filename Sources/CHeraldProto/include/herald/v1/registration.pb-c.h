@@ -269,10 +269,15 @@ struct  Herald__V1__ListHubRegistrationsRequest
    * 1 to 1000; 0: 100.
    */
   int32_t limit;
+  /*
+   * READ_SCOPE_HANDLE (with `handle` set, not empty) or READ_SCOPE_HUB; anything else is
+   * PERMISSION_DENIED.
+   */
+  Herald__V1__ReadScope scope;
 };
 #define HERALD__V1__LIST_HUB_REGISTRATIONS_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_hub_registrations_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
 
 
 struct  Herald__V1__ListHubRegistrationsResponse
@@ -779,10 +784,14 @@ struct  Herald__V1__ListInstallationsRequest
    * 1 to 1000; 0 means 100.
    */
   int32_t limit;
+  /*
+   * READ_SCOPE_HUB, or PERMISSION_DENIED: the listing reads the whole hub.
+   */
+  Herald__V1__ReadScope scope;
 };
 #define HERALD__V1__LIST_INSTALLATIONS_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_installations_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
 
 
 /*
