@@ -110,11 +110,14 @@ extension NotificationHubsRoutes {
 
     /// `GET /{hub}/registrations[?$filter=ChannelUri eq '…']` and `GET /{hub}/tags/{tag}/registrations`,
     /// with `$top` (1 to 1000; 100) and `continuationtoken`: an Atom feed, the next page's token in
-    /// `x-ms-continuationtoken`. A filter by handle needs Listen; the rest Manage.
+    /// `x-ms-continuationtoken`. A hub's feed filtered by one handle needs Listen; the rest Manage.
     func listRegistrations(_ request: Request, _ context: EdgeRequestContext, tag: String?) async throws -> Response {
         let query = request.uri.queryParameters
         let handle = try query.get("$filter").map(Self.channelFilter)
-        let (hub, verdict) = try await authorizeSASAnswer(request, context, needs: handle == nil ? .manage : .listen)
+        // A tag's feed is the tag's whole audience: Manage, with or without a filter (which
+        // herald-registration refuses beside a tag anyway).
+        let (hub, verdict) = try await authorizeSASAnswer(
+            request, context, needs: handle == nil || tag != nil ? .manage : .listen)
         var limit: Int32 = 100
         if let top = query.get("$top") ?? query.get("top") {
             guard let value = Names.positiveInteger(top), value <= 1000 else {

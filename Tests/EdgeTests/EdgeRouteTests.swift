@@ -226,12 +226,17 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
 
     /// A real herald-registration (in-memory SQLite) behind the NH registration RPCs, when given.
     let hubRegistrations: RegistrationHandlers?
+    /// What AuthorizeSas answers for a request, when given (instead of `sasRights`): the rights, or
+    /// a thrown refusal (RouteRightsTests' keys).
+    let sasVerdict: (@Sendable (AuthorizeSasRequest) throws -> [HubRight])?
 
     init(
         authError: ServiceError? = nil, registrationError: ServiceError? = nil, payloadError: ServiceError? = nil,
         dispatchError: ServiceError? = nil, healthy: Bool = true, sasRights: [HubRight] = [.listen],
-        userRights: [HubRight] = [.listen, .send], hubRegistrations: RegistrationHandlers? = nil
+        userRights: [HubRight] = [.listen, .send], hubRegistrations: RegistrationHandlers? = nil,
+        sasVerdict: (@Sendable (AuthorizeSasRequest) throws -> [HubRight])? = nil
     ) {
+        self.sasVerdict = sasVerdict
         self.userRights = userRights
         self.hubRegistrations = hubRegistrations
         self.sasRights = sasRights
@@ -351,6 +356,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     }
     func authorizeSas(_ request: AuthorizeSasRequest, options: RPCCallOptions) async throws -> AuthorizeSasResponse {
         try record(options, authError)
+        if let sasVerdict { return AuthorizeSasResponse(keyName: "key", rights: try sasVerdict(request)) }
         return AuthorizeSasResponse(keyName: "DefaultListenSharedAccessSignature", rights: sasRights)
     }
     func grantHubRights(_ request: GrantHubRightsRequest, options: RPCCallOptions) async throws
