@@ -162,6 +162,13 @@ struct CrashRecoveryTests {
 
     static func scenario(_ fixture: ProviderFixture, _ live: LiveStack, sends: Int, devices: Int) async throws {
         fixture.apnsDelay.withLock { $0 = .milliseconds(15) }
+        // Past 1,500 pushes, APNs stops answering until the kill: the kill lands with pushes in
+        // flight however long the sends take. (Deliveries keep pace with sends on a loaded
+        // machine: on one CI run 9,980 of the 10,000 had arrived when the sends were done.)
+        let stall = Task {
+            _ = try await fixture.double.waitFor(1500, timeout: .seconds(900)) { $0.path.hasPrefix("/3/device/") }
+            fixture.apnsDelay.withLock { $0 = .seconds(300) }
+        }
         let tokens = (0..<devices).map { apnsToken(700 + $0) }
         var handleOf: [String: String] = [:]
         for token in tokens { handleOf[try await live.register("ivan", platform: "apns", handle: token)] = token }
@@ -203,6 +210,8 @@ struct CrashRecoveryTests {
         let seenAtKill = fixture.double.requests.count
         kill(pid, SIGKILL)
         print("crash test: killed after \(ContinuousClock.now - started)")
+        stall.cancel()
+        _ = await stall.result
         fixture.apnsDelay.withLock { $0 = .zero }  // the rest may go fast
         #expect(seenAtKill < sends * devices, "every push arrived before the kill; the test proved nothing")
 
