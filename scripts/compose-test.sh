@@ -175,7 +175,7 @@ step "5. a missing APNs key file: dispatch exits 2 and its log names apns-key-fi
 [[ -z "$(podman ps -aq --filter "label=com.docker.compose.project=$project")" ]] || fail "containers left after down"
 "${compose[@]}" up -d >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "docker-compose up again"; }
 wait_for 60 "/readyz after down + up" ready
-expect_status 200 "alice's registration after down + up" "${A[@]}" -X PUT "$url/api/register/$reg" -H 'Content-Type: application/json' \
+expect_login_status 200 "alice's registration after down + up" "${A[@]}" -X PUT "$url/api/register/$reg" -H 'Content-Type: application/json' \
   -d "{\"Platform\":\"apns\",\"Handle\":\"$handle\",\"Tags\":[\"news\"]}"
 expect_status 200 "the secure payload after down + up" "${A[@]}" "$url/api/notifications/$secure"
 expect_status 200 "the rich payload after down + up" "${A[@]}" "$url/api/notifications/$rich"
@@ -210,7 +210,7 @@ running="$("${compose_pg[@]}" ps --services --filter status=running | sort | tr 
 printf 'carol-Pa55word\n' | "${compose_pg[@]}" exec -T auth herald users add carol | grep -q "user carol created" || fail "herald users add carol"
 C=(-u carol:carol-Pa55word)
 handle="$(printf 'cd%.0s' $(seq 32))"
-expect_status 200 "POST api/register at the second edge" "${C[@]}" -X POST "$url2/api/register?handle=$handle"
+expect_login_status 200 "POST api/register at the second edge" "${C[@]}" -X POST "$url2/api/register?handle=$handle"
 reg="$(json 'd')"
 expect_status 200 "PUT api/register at the second edge" "${C[@]}" -X PUT "$url2/api/register/$reg" -H 'Content-Type: application/json' \
   -d "{\"Platform\":\"apns\",\"Handle\":\"$handle\",\"Tags\":[]}"
@@ -223,7 +223,7 @@ step "8a. docker-compose.postgres.yml up in $(( $(date +%s) - up_start ))s: regi
 podman kill "$("${compose_pg[@]}" ps -q registration)" >/dev/null
 for n in 1 2 3 4 5 6; do
   edge_url="$url"; (( n % 2 )) && edge_url="$url2"
-  expect_status 200 "POST api/register ($n) with a registration replica killed" "${C[@]}" -X POST "$edge_url/api/register?handle=$handle"
+  expect_login_status 200 "POST api/register ($n) with a registration replica killed" "${C[@]}" -X POST "$edge_url/api/register?handle=$handle"
   expect_status 200 "PUT api/register ($n) with a registration replica killed" "${C[@]}" -X PUT "$edge_url/api/register/$(json 'd')" \
     -H 'Content-Type: application/json' -d "{\"Platform\":\"apns\",\"Handle\":\"$handle\",\"Tags\":[\"n$n\"]}"
 done
