@@ -25,7 +25,7 @@ wait_for() {
 }
 ready() { [[ "$(curl -s -o /dev/null -w '%{http_code}' "$url/readyz")" == 200 ]]; }
 # HTTP status of a request, body in $work/body.
-http() { curl -s -o "$work/body" -w '%{http_code}' "$@"; }
+http() { curl -s -o "$work/body" -D "$work/headers" -w '%{http_code}' "$@"; }
 expect_status() {
   local want="$1" what="$2"
   shift 2
@@ -43,7 +43,7 @@ expect_login_status() {
   shift 2
   local got tries=0 after
   while true; do
-    got="$(curl -s -o "$work/body" -D "$work/headers" -w '%{http_code}' "$@")"
+    got="$(http "$@")"
     [[ "$got" == 429 && $tries -lt 10 ]] || break
     tries=$((tries + 1))
     after="$(tr -d '\r' <"$work/headers" | awk 'tolower($1) == "retry-after:" { print $2 }')"

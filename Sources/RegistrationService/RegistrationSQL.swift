@@ -123,7 +123,8 @@ enum RegistrationSQL {
     static func hubRegistrations(
         hub: String, handle: String?, tag: String?, after: HubRegistrationRules.FeedCursor, limit: Int
     ) -> SQLQuery {
-        var q: SQLQuery = "SELECT \(raw: hubRegistrationColumns), r.id, COALESCE(r.nh_id, r.installation_id) FROM "
+        let key = "COALESCE(r.nh_id, r.installation_id)"
+        var q: SQLQuery = "SELECT \(raw: hubRegistrationColumns), r.id, \(raw: key) FROM "
         if let tag {
             q += "registration_tag t JOIN registration r ON r.id = t.registration_id WHERE t.tag = \(tag) AND"
         } else {
@@ -131,15 +132,14 @@ enum RegistrationSQL {
         }
         q += " r.hub = \(hub) AND (r.nh_id IS NOT NULL OR r.installation_id IS NOT NULL)"
         if after.row.isEmpty {
-            q += " AND COALESCE(r.nh_id, r.installation_id) > \(after.key)"
+            q += " AND \(raw: key) > \(after.key)"
         } else {
             q += """
-                 AND (COALESCE(r.nh_id, r.installation_id) > \(after.key)
-                      OR (COALESCE(r.nh_id, r.installation_id) = \(after.key) AND r.id > \(after.row)))
+                 AND (\(raw: key) > \(after.key) OR (\(raw: key) = \(after.key) AND r.id > \(after.row)))
                 """
         }
         if let handle { q += " AND r.handle = \(handle)" }
-        q += " ORDER BY COALESCE(r.nh_id, r.installation_id), r.id LIMIT \(Int64(limit))"
+        q += " ORDER BY \(raw: key), r.id LIMIT \(Int64(limit))"
         return q
     }
 

@@ -117,20 +117,16 @@ public struct LeanFrame: Sendable, Equatable {
             return LeanFrame(kind, callID: callID, payload: payload)
         }
         // Strings here are at most 65535 bytes: the message is cut there, longer entries are left out.
-        let short = { (text: String) in text.utf8.count <= Int(UInt16.max) }
-        func writeShort(_ text: String) {
-            payload.writeInteger(UInt16(clamping: text.utf8.count))
-            payload.writeString(text)
-        }
+        let short = LeanRequest.isShortString
         // Cut at 65,000 bytes: a split character decodes as one U+FFFD (3 bytes), still short.
         let cut = String(decoding: message.utf8.prefix(65_000), as: UTF8.self)
-        writeShort(short(cut) ? cut : "")
+        LeanRequest.writeShortString(fitting: short(cut) ? cut : "", to: &payload)
         let entries = metadata.filter { short($0.key) && short($0.value) }.sorted { $0.key < $1.key }.prefix(
             Int(UInt16.max))
         payload.writeInteger(UInt16(entries.count))
         for (key, value) in entries {
-            writeShort(key)
-            writeShort(value)
+            LeanRequest.writeShortString(fitting: key, to: &payload)
+            LeanRequest.writeShortString(fitting: value, to: &payload)
         }
         return LeanFrame(kind, flags: endTrailersFlag, callID: callID, payload: payload)
     }
@@ -231,12 +227,19 @@ public struct LeanRequest: Sendable, Equatable {
             timeoutMilliseconds: timeout, window: window, method: method, metadata: metadata, message: payload)
     }
 
+    /// Whether `string` fits a short string's 16-bit length.
+    static func isShortString(_ string: String) -> Bool { string.utf8.count <= Int(UInt16.max) }
+
     static func writeShortString(_ string: String, to buffer: inout ByteBuffer) throws {
-        let count = string.utf8.count
-        guard count <= UInt16.max else {
-            throw LeanProtocolError("string of \(count) bytes is too long for the request head")
+        guard isShortString(string) else {
+            throw LeanProtocolError("string of \(string.utf8.count) bytes is too long for the request head")
         }
-        buffer.writeInteger(UInt16(count))
+        writeShortString(fitting: string, to: &buffer)
+    }
+
+    /// Writes `string`, which the caller made sure ``isShortString(_:)``.
+    static func writeShortString(fitting string: String, to buffer: inout ByteBuffer) {
+        buffer.writeInteger(UInt16(truncatingIfNeeded: string.utf8.count))
         buffer.writeString(string)
     }
 
