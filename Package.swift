@@ -305,9 +305,12 @@ let package = Package(
                     name: "herald-fuzz",
                     dependencies: [
                         "HeraldProto", "HeraldModel", "HeraldRPC", "HeraldService", "Edge", "AuthService",
-                        "RegistrationService", "DispatchService", "NotificationHubs",
-                        .product(name: "NIOCore", package: "swift-nio"), .product(name: "GRDB", package: "GRDB.swift"),
+                        "RegistrationService", "DispatchService", "NotificationHubs", "EdgeTestSupport",
+                        .product(name: "NIOCore", package: "swift-nio"),
+                        .product(name: "NIOEmbedded", package: "swift-nio"),
+                        .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Logging", package: "swift-log"),
                         .product(name: "HTTPTypes", package: "swift-http-types"),
+                        .product(name: "Hummingbird", package: "hummingbird"),
                     ],
                     swiftSettings: swiftSettings + [.unsafeFlags(["-parse-as-library"])],
                     linkerSettings: [.unsafeFlags(["-sanitize=fuzzer,address"])]
@@ -369,10 +372,20 @@ let package = Package(
                     .product(name: "NIOPosix", package: "swift-nio"),
                     .product(name: "Tracing", package: "swift-distributed-tracing"),
                 ]),
+            // The four services' clients faked (EdgeTests, and herald-fuzz's router target).
+            .target(
+                name: "EdgeTestSupport",
+                dependencies: [
+                    "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "RegistrationService",
+                    .product(name: "Logging", package: "swift-log"),
+                ],
+                path: "Tests/EdgeTestSupport", swiftSettings: swiftSettings
+            ),
             // The edge's routes in-process over fake service clients (HummingbirdTesting's `.router`).
             .testTarget(
                 name: "EdgeTests",
                 dependencies: [
+                    "EdgeTestSupport",
                     "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "NotificationHubs",
                     // NH registrations in-process: the edge over a real RegistrationServer on an
                     // in-memory SQLite (NHRegistrationRouteTests).

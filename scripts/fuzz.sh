@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # libFuzzer over the code that parses what clients send and builds what providers get
 # (Sources/herald-fuzz: proto, lean, json, subscription, payloads, template, and the NH surfaces:
-# sas, installation, nhheaders, batch, tagexpr, nhregistration), under AddressSanitizer.
+# sas, installation, nhheaders, batch, tagexpr, nhregistration) and the edge's whole router (router),
+# under AddressSanitizer.
 #
 #   scripts/fuzz.sh                         every target for FUZZ_SECONDS (20) each
 #   FUZZ_SECONDS=600 scripts/fuzz.sh json   one target for ten minutes
@@ -28,7 +29,7 @@ for argument in "$@"; do
     *) targets+=("$argument") ;;
   esac
 done
-(( ${#targets[@]} )) || targets=(proto lean json subscription payloads template sas installation nhheaders batch tagexpr nhregistration)
+(( ${#targets[@]} )) || targets=(proto lean json subscription payloads template sas installation nhheaders batch tagexpr nhregistration router)
 
 scripts/setup.sh
 build_start=$SECONDS

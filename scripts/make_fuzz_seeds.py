@@ -215,4 +215,99 @@ for name, text in {
                               '</BodyTemplate><WnsHeaders><WnsHeader><Header>X-WNS-Type</Header><Value>wns/toast</Value></WnsHeader></WnsHeaders>'),
 }.items():
     write("nhregistration", name, text)
+
+# router: one HTTP request per route of the edge (Sources/herald-fuzz/RouterFuzz.swift), as text:
+# "METHOD target", header lines, an empty line, the body. Credentials the fake services accept:
+# any Basic or Bearer (alice), any SAS token (Listen, Send, Manage), the console session "s1" with
+# its CSRF token. EdgeTests' FuzzSeedTests fails when a route of the router has no seed here.
+import base64  # noqa: E402
+import hashlib  # noqa: E402
+
+basic = "Authorization: Basic YWxpY2U6YWxpY2U="
+sas = ("Authorization: SharedAccessSignature sr=http%3a%2f%2flocalhost%2fapp1&sig=c2ln&se=4102444800"
+       "&skn=DefaultFullSharedAccessSignature")
+session = "s1"
+csrf = base64.urlsafe_b64encode(hashlib.sha256(f"herald-console-csrf\0{session}".encode()).digest()).decode().rstrip("=")
+console = f"Cookie: herald_session={session}"
+form = "Content-Type: application/x-www-form-urlencoded"
+xml = "Content-Type: application/atom+xml;type=entry;charset=utf-8"
+jsonct = "Content-Type: application/json"
+apple = entry("AppleRegistrationDescription", f"<Tags>a,b</Tags><DeviceToken>{token}</DeviceToken>")
+installation = json.dumps({"installationId": "i1", "platform": "apns", "pushChannel": token, "tags": ["a"],
+                           "templates": {"t": {"body": '{"aps":{"alert":"$(m)"}}', "tags": ["x"]}}})
+routes = {
+    "healthz": ("GET /healthz", [], ""),
+    "readyz": ("GET /readyz", [], ""),
+    "openapi": ("GET /openapi.json", [], ""),
+    "metrics": ("GET /metrics", [], ""),
+    "register-new": ("POST /api/register?handle=abc", [basic], ""),
+    "register-put": ("PUT /api/register/r1", [basic, jsonct], json.dumps({"Platform": "apns", "Handle": token, "Tags": ["a"]})),
+    "register-delete": ("DELETE /api/register/r1", [basic], ""),
+    "notify": ("POST /api/notifications?pns=apns&to_tag=alice", [basic, jsonct], json.dumps("hello")),
+    "notification-get": ("GET /api/notifications/7", [basic], ""),
+    "v1-send": ("POST /v1/notifications?kind=rich&to_user=bob&message=hi&rich_type=img&ttl_seconds=60",
+                [basic, "Content-Type: image/png"], "\x89PNG"),
+    "v1-outcome": ("GET /v1/notifications/7/outcome", [basic], ""),
+    "v1-failures": ("GET /v1/notifications/7/failures?limit=10&after=3", [basic], ""),
+    "v1-token": ("POST /v1/auth/token", [basic], ""),
+    "v1-token-delete": ("DELETE /v1/auth/token", ["Authorization: Bearer abc"], ""),
+    "test-inbox": ("GET /v1/test/inbox?user=alice&limit=5", [], ""),
+    "test-reset": ("POST /v1/test/reset", [], ""),
+    "nh-registrationids": ("POST /app1/registrationIDs?api-version=2015-01", [sas], ""),
+    "nh-registrationids-lower": ("POST /app1/registrationids?api-version=2015-01", [sas], ""),
+    "nh-registration-create": ("POST /app1/registrations?api-version=2015-01", [sas, xml], apple),
+    "nh-registration-create-upper": ("POST /app1/Registrations?api-version=2015-01", [sas, xml], apple),
+    "nh-registration-put": ("PUT /app1/registrations/r1?api-version=2015-01", [sas, xml, 'If-Match: "*"'], apple),
+    "nh-registration-put-upper": ("PUT /app1/Registrations/r1?api-version=2015-01", [sas, xml], apple),
+    "nh-registration-get": ("GET /app1/registrations/r1?api-version=2015-01", [sas], ""),
+    "nh-registration-get-upper": ("GET /app1/Registrations/r1?api-version=2015-01", [sas], ""),
+    "nh-registration-delete": ("DELETE /app1/registrations/r1?api-version=2015-01", [sas, 'If-Match: *'], ""),
+    "nh-registration-delete-upper": ("DELETE /app1/Registrations/r1?api-version=2015-01", [sas], ""),
+    "nh-registrations-feed": ("GET /app1/registrations?api-version=2015-01&$top=2&ContinuationToken=r1~3", [sas], ""),
+    "nh-registrations-feed-upper": ("GET /app1/Registrations?$filter=ChannelUri%20eq%20'abc'", [sas], ""),
+    "nh-registrations-feed-wide": ("GET /app1/registrations?$filter=ChannelUri%20eq%20''&$top=-1", [sas], ""),
+    "nh-tag-feed": ("GET /app1/tags/news/registrations?$top=1&ContinuationToken=zz~-9", [sas], ""),
+    "nh-installation-put": ("PUT /app1/installations/i1?api-version=2015-01", [sas, jsonct], installation),
+    "nh-installation-patch": ("PATCH /app1/installations/i1?api-version=2015-01", [sas, "Content-Type: application/json-patch+json"],
+                              json.dumps([{"op": "add", "path": "/tags", "value": "b"},
+                                          {"op": "replace", "path": "/templates/t/body", "value": "{}"}])),
+    "nh-installation-get": ("GET /app1/installations/i1", [sas], ""),
+    "nh-installation-delete": ("DELETE /app1/installations/i1", [sas], ""),
+    "nh-installations": ("GET /app1/installations?tag=a&$top=5", [sas], ""),
+    "nh-export": ("GET /app1/export?after=x", [sas], ""),
+    "nh-user-delete": ("DELETE /app1/users/u1", [sas], ""),
+    "nh-send": ("POST /app1/messages?direct&api-version=2015-01",
+                [sas, "ServiceBusNotification-Format: apple", "ServiceBusNotification-Tags: a || b",
+                 "ServiceBusNotification-DeviceHandle: " + token, "apns-priority: 10", jsonct],
+                '{"aps":{"alert":"hi"}}'),
+    "nh-send-template": ("POST /app1/messages", [sas, "ServiceBusNotification-Format: template", jsonct], '{"m":"hi"}'),
+    "nh-batch": ("POST /app1/messages/$batch?direct", [sas, "ServiceBusNotification-Format: apple",
+                                                       'Content-Type: multipart/mixed; boundary="b"'], batch),
+    "nh-message": ("GET /app1/messages/7", [sas], ""),
+    "nh-message-failures": ("GET /app1/messages/7/failures?$top=3", [sas], ""),
+    "nh-scheduled": ("POST /app1/schedulednotifications", [sas, "ServiceBusNotification-Format: gcm",
+                                                           "ServiceBusNotification-ScheduleTime: 2030-01-01T00:00:00Z", jsonct],
+                     '{"message":{"notification":{"title":"x"}}}'),
+    "nh-scheduled-delete": ("DELETE /app1/schedulednotifications/7", [sas], ""),
+    "console": ("GET /console", [], ""),
+    "console-css": ("GET /console/assets/console.css", [], ""),
+    "console-js": ("GET /console/assets/console.js", [], ""),
+    "console-login-page": ("GET /console/login?expired=1", [], ""),
+    "console-login": ("POST /console/login", [form, "Cookie: herald_signin=n1"], "user=a b&password=c d&_csrf=n1"),
+    "console-logout": ("POST /console/logout", [console, form], f"_csrf={csrf}"),
+    "console-hubs": ("GET /console/hubs", [console], ""),
+    "console-hub-create": ("POST /console/hubs", [console, form], f"_csrf={csrf}&name=app2"),
+    "console-hub": ("GET /console/hubs/app1", [console], ""),
+    "console-devices": ("GET /console/hubs/app1/devices?tag=a<b>&user=\"x\"&after=3", [console], ""),
+    "console-send-form": ("GET /console/hubs/app1/send", [console], ""),
+    "console-send": ("POST /console/hubs/app1/send", [console, form],
+                     f"_csrf={csrf}&message=hi%20there&user=bob&tag=&handle=&platform=apns"),
+    "console-sends": ("GET /console/hubs/app1/sends?before=9", [console], ""),
+    "console-hub-send": ("GET /console/hubs/app1/sends/7", [console], ""),
+    "console-inbox": ("GET /console/inbox?user=alice", [console], ""),
+    "console-send-detail": ("GET /console/sends/7", [console], ""),
+}
+for name, (line, headers, body) in routes.items():
+    write("router", name, "\r\n".join([line, *headers, "", body]))
+
 print(f"wrote {sum(1 for _ in out.rglob('*') if _.is_file())} seeds under {out.relative_to(root)}")

@@ -18,6 +18,8 @@
 //   batch         a $batch Content-Type, NUL, a body: the multipart parser
 //   tagexpr       a tag expression: its canonical text parses to the same tree, and SQLite's
 //                 audience for it equals the in-memory evaluation over a fixed set of devices
+//   router        one HTTP request through the edge's whole router over fake services
+//                 (RouterFuzz.swift): no trap, and no answer 500
 //
 // Any property that does not hold traps, which libFuzzer reports as a crash with the input saved.
 import AuthService
@@ -106,13 +108,14 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     case .batch: FuzzTarget.batch(bytes)
     case .tagexpr: FuzzTarget.tagExpression(bytes)
     case .nhregistration: FuzzTarget.nhRegistration(bytes)
+    case .router: FuzzTarget.router(bytes)
     }
     return 0
 }
 
 enum FuzzTarget: String, CaseIterable {
     case proto, lean, json, subscription, payloads, template, sas, installation, nhheaders, batch, tagexpr,
-        nhregistration
+        nhregistration, router
 
     static let current: FuzzTarget = {
         let name = ProcessInfo.processInfo.environment["HERALD_FUZZ_TARGET"] ?? ""

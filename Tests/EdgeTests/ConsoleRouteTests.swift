@@ -7,6 +7,8 @@ import Hummingbird
 import HummingbirdTesting
 import Testing
 
+@testable import EdgeTestSupport
+
 /// The console's routes in-process over fake services: the sign-in, and every page as the
 /// services' answers render it (ConsoleTests drives the whole console in chromium against a real
 /// stack).

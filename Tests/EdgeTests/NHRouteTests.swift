@@ -9,6 +9,8 @@ import HummingbirdTesting
 import NotificationHubs
 import Testing
 
+@testable import EdgeTestSupport
+
 /// NH's routes in-process over fake services (issue 33's pyramid): what the edge itself decides, from
 /// the SAS header to NH's XML errors, without a process. NotificationHubsTests and NHConformanceTests
 /// drive the same routes through a live stack.

@@ -1,0 +1,138 @@
+// The `router` target: the edge's whole router in-process, every route with its middleware, over
+// the fake service clients EdgeTests uses and a real herald-registration on in-memory SQLite (the
+// NH registration and installation RPCs). An input is one HTTP request as text, as the seeds in
+// Tests/FuzzCorpus/router are written (one per route, scripts/make_fuzz_seeds.py):
+//
+//     METHOD /path?query
+//     Name: value            (up to 64 header lines; cookies, credentials, content types)
+//                            (an empty line)
+//     body bytes
+//
+// The properties: nothing traps, and no request makes the edge answer 500 (an error no route
+// expected, which EdgeErrorMiddleware hides behind a generic message). Every answer's body is
+// written out, so streamed pages (the console, exports) run too.
+import Foundation
+import GRDB
+import HTTPTypes
+import HeraldModel
+import HeraldService
+import Hummingbird
+import Logging
+import NIOCore
+import NIOEmbedded
+import RegistrationService
+
+@testable import Edge
+@testable import EdgeTestSupport
+
+extension FuzzTarget {
+    struct RouterHarness: Sendable {
+        let responder: RouterResponder<EdgeRequestContext>
+        let store: SQLRegistrationStore
+        let logger: Logger
+    }
+
+    /// Built once: the router over fakes that grant every right (so inputs reach the handlers'
+    /// parsers), in test mode so the test routes are served too.
+    static let routerHarness: RouterHarness = blocking {
+        do {
+            let store = try await SQLRegistrationStore(
+                db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
+            let services = FakeServices(
+                sasRights: [.listen, .send, .manage], userRights: [.listen, .send, .manage],
+                hubRegistrations: RegistrationHandlers(store: store))
+            let config = try EdgeConfig(reader: ConfigReader(arguments: ["--test-mode", "true"]))
+            let routes = EdgeRoutes(
+                auth: services, registration: services, payload: services, dispatch: services,
+                health: ["auth": services, "registration": services, "payload": services, "dispatch": services],
+                config: config)
+            let router = Router(context: EdgeRequestContext.self)
+            routes.add(to: router)
+            return RouterHarness(
+                responder: router.buildResponder(), store: store,
+                logger: Logger(label: "herald-fuzz") { _ in SwiftLogNoOpLogHandler() })
+        } catch {
+            fatalError("fuzz harness: cannot build the router: \(error)")
+        }
+    }
+
+    static func router(_ bytes: [UInt8]) {
+        guard let (head, body) = FuzzHTTPRequest.parse(bytes) else { return }
+        let harness = routerHarness
+        let outcome: String? = blocking {
+            let request = Request(head: head, body: RequestBody(buffer: ByteBuffer(bytes: body)))
+            let channel = EmbeddedChannel()
+            // Closed at the end: an open EmbeddedChannel and its pipeline hold each other.
+            defer { _ = try? channel.finish() }
+            let context = EdgeRequestContext(
+                source: ApplicationRequestContextSource(channel: channel, logger: harness.logger))
+            let answer: String?
+            do {
+                let response = try await harness.responder.respond(to: request, context: context)
+                try await response.body.write(DiscardingBodyWriter())
+                answer = response.status == .internalServerError ? "answered 500" : nil
+            } catch let error as any HTTPResponseError {
+                answer = error.status == .internalServerError ? "threw an HTTP 500: \(error)" : nil
+            } catch {
+                answer = "threw \(type(of: error)): \(error)"
+            }
+            // Each input starts from an empty registration store, so the corpus stays replayable.
+            _ = try? await harness.store.deleteEverything()
+            return answer
+        }
+        if let outcome { fatalError("\(head.method) \(head.path ?? ""): the edge \(outcome)") }
+    }
+}
+
+/// Writes a response body nowhere (the fuzzer looks at statuses; the writing runs the streams).
+struct DiscardingBodyWriter: ResponseBodyWriter {
+    mutating func write(_ buffer: ByteBuffer) async throws {}
+    consuming func finish(_ trailingHeaders: HTTPFields?) async throws {}
+}
+
+/// An HTTP request written as text, with what NIO's HTTP/1 parser would refuse left out: a
+/// request line of a method token and a target of visible characters, header lines whose names
+/// are tokens, then the body.
+enum FuzzHTTPRequest {
+    static func parse(_ bytes: [UInt8]) -> (HTTPRequest, [UInt8])? {
+        var lines: [ArraySlice<UInt8>] = []
+        var start = 0
+        var bodyStart = bytes.count
+        var index = 0
+        while index < bytes.count, lines.count <= 65 {
+            if bytes[index] == UInt8(ascii: "\n") {
+                var line = bytes[start..<index]
+                if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
+                if line.isEmpty && !lines.isEmpty {
+                    bodyStart = index + 1
+                    break
+                }
+                lines.append(line)
+                start = index + 1
+            }
+            index += 1
+        }
+        if bodyStart == bytes.count, start < bytes.count, lines.count <= 65 {
+            lines.append(bytes[start...])  // no empty line: the last line is a header, no body
+        }
+        guard let requestLine = lines.first,
+            let space = requestLine.firstIndex(of: UInt8(ascii: " "))
+        else { return nil }
+        let target = requestLine[(space + 1)...]
+        guard let method = HTTPRequest.Method(String(decoding: requestLine[..<space], as: UTF8.self)),
+            target.first == UInt8(ascii: "/"), target.allSatisfy({ $0 > 0x20 && $0 != 0x7F })
+        else { return nil }
+        var fields = HTTPFields()
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")),
+                let name = HTTPField.Name(String(decoding: line[..<colon], as: UTF8.self))
+            else { continue }
+            let value = String(decoding: line[(colon + 1)...], as: UTF8.self).trimmingCharacters(in: .whitespaces)
+            fields.append(HTTPField(name: name, value: value))
+        }
+        let head = HTTPRequest(
+            method: method, scheme: "http", authority: "localhost",
+            path: String(decoding: target, as: UTF8.self), headerFields: fields)
+        return (head, Array(bytes[min(bodyStart, bytes.count)...]))
+    }
+}
