@@ -11,6 +11,8 @@ import NotificationHubs
 import RegistrationService
 import Testing
 
+@testable import EdgeTestSupport
+
 /// NH's Registrations API in-process: the edge's routes over a real herald-registration on an
 /// in-memory SQLite, with bodies as the .NET and JS SDKs write them and answers checked the way
 /// they read them (docs/notification-hubs.md, "Registrations").
@@ -212,17 +214,17 @@ struct NHRegistrationRouteTests {
     func pagingAcrossSharedIDs() async throws {
         let store = try await SQLRegistrationStore(
             db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
-        // The fake auth answers no hub id, so the edge reads the default hub's (tenancy by id).
+        // The fake auth answers the path's hub as its id (tenancy by id).
         for n in 0..<4 {
             _ = try await store.putHubRegistration(
-                hub: Names.defaultHub,
+                hub: "app1",
                 HubRegistration(
                     registrationID: "id-\(n)", platform: .apns, handle: String(repeating: "0\(n)", count: 32)),
                 ifMatch: 0, createOnly: false, maxRegistrations: 0)
             // Installations id-1 and id-2 share their ids with registrations.
             if n == 1 || n == 2 {
                 _ = try await store.putInstallation(
-                    hub: Names.defaultHub,
+                    hub: "app1",
                     Installation(installationID: "id-\(n)", userID: "u", platform: .fcm, pushChannel: "fcm-\(n)"))
             }
         }

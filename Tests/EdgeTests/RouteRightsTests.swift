@@ -10,6 +10,7 @@ import RegistrationService
 import Testing
 
 @testable import Edge
+@testable import EdgeTestSupport
 
 /// The rights table (``RouteRights``) against the router and against what the routes do.
 @Suite("the rights table")
@@ -42,106 +43,252 @@ struct RouteRightsTests {
         #expect(text.contains(RouteRights.markdown), "docs/security.md should hold:\n\(RouteRights.markdown)")
     }
 
-    /// The keys a caller of the NH API may hold.
-    enum Key: String, CaseIterable, CustomStringConvertible {
+    /// Who calls: nobody, a forged credential, each kind of hub key, and Herald users with each
+    /// kind of right (the columns of the matrix).
+    enum Caller: String, CaseIterable, CustomStringConvertible {
         case none, badSignature, listen, send, full, otherHubsFull
+        case userWithoutRights, userWithSend, userManagingAnotherHub, userWithManage
         var description: String { rawValue }
 
-        /// What herald-auth verifies it to hold; nil: refused (no header, a bad signature, a key of another hub).
-        var rights: HubRights? {
+        /// The rights herald-auth verifies a SAS token of this caller to hold on `app1`; nil:
+        /// refused (no header, a bad signature, another hub's key, not a SAS token at all).
+        var keyRights: HubRights? {
             switch self {
-            case .none, .badSignature, .otherHubsFull: nil
             case .listen: .listen
             case .send: .send
             case .full: [.listen, .send, .manage]
+            default: nil
             }
         }
 
-        var header: String? {
-            self == .none
-                ? nil
-                : "SharedAccessSignature sr=http%3a%2f%2flocalhost%2fapp1&sig=c2lnbmF0dXJl&se=4102444800&skn=\(rawValue)"
+        var isHeraldUser: Bool {
+            [.userWithoutRights, .userWithSend, .userManagingAnotherHub, .userWithManage].contains(self)
+        }
+
+        /// The user's rights on `hub`, as herald-auth answers (`userWithManage` is the stack's admin:
+        /// Manage on the hub `default`, so on every hub).
+        func userRights(hub: String) -> [HubRight] {
+            switch self {
+            case .userWithSend: [.listen, .send]
+            case .userManagingAnotherHub: hub == "app2" ? [.listen, .send, .manage] : []
+            case .userWithManage: [.listen, .send, .manage]
+            default: []
+            }
+        }
+
+        /// The credentials this caller sends to `row`.
+        func headers(_ row: RouteRights.Row) -> HTTPFields {
+            var fields = HTTPFields()
+            let console: Bool
+            if case .console = row.needs { console = true } else { console = false }
+            switch self {
+            case .none: break
+            case .badSignature:
+                if console {
+                    fields[.cookie] = "herald_session=forged"
+                } else if case .user = row.needs {
+                    fields[.authorization] = "Basic " + Data("userWithManage:wrong".utf8).base64EncodedString()
+                } else {
+                    fields[.authorization] = RouteRightsTests.sas(self)
+                }
+            case .listen, .send, .full, .otherHubsFull:
+                fields[.authorization] = RouteRightsTests.sas(self)
+            case .userWithoutRights, .userWithSend, .userManagingAnotherHub, .userWithManage:
+                if console {
+                    fields[.cookie] = "herald_session=\(rawValue)"
+                } else if row.route == "DELETE /v1/auth/token" {
+                    fields[.authorization] = "Bearer \(rawValue)"
+                } else {
+                    fields[.authorization] = "Basic " + Data("\(rawValue):pw".utf8).base64EncodedString()
+                }
+            }
+            return fields
         }
     }
 
-    /// herald-auth's verdict on a key, as the fake answers it.
-    static func verdict(_ request: AuthorizeSasRequest) throws -> [HubRight] {
+    static func sas(_ caller: Caller) -> String {
+        "SharedAccessSignature sr=http%3a%2f%2flocalhost%2fapp1&sig=c2lnbmF0dXJl&se=4102444800&skn=\(caller.rawValue)"
+    }
+
+    /// herald-auth's verdict on a SAS token, as the fake answers it (the key's name says who it is).
+    static func sasVerdict(_ request: AuthorizeSasRequest) throws -> [HubRight] {
         let name = request.authorization.components(separatedBy: "skn=").last ?? ""
-        guard let key = Key(rawValue: name), let rights = key.rights else {
+        guard let caller = Caller(rawValue: name), let rights = caller.keyRights else {
             throw ServiceError(.unauthenticated, "InvalidSignature")
         }
         return [HubRight.listen, .send, .manage].filter { rights.contains(HubRights([$0])) }
     }
 
-    static let nhRows = RouteRights.table.filter {
-        switch $0.needs {
-        case .key, .manageOrOneHandle: true
-        default: false
+    /// herald-auth's verdict on a Herald user (Basic `<caller>:pw`, or Bearer `<caller>`, the token
+    /// the fake issues), as the fake answers it; SAS tokens and wrong passwords are refused.
+    static func userVerdict(_ request: AuthenticateRequest) throws -> AuthenticateResponse {
+        let header = request.authorization
+        var name: String?
+        if header.hasPrefix("Basic "), let decoded = Data(base64Encoded: String(header.dropFirst(6))) {
+            let pair = String(decoding: decoded, as: UTF8.self).split(separator: ":", maxSplits: 1)
+            if pair.count == 2, pair[1] == "pw" { name = String(pair[0]) }
+        } else if header.hasPrefix("Bearer ") {
+            name = String(header.dropFirst(7))
+        }
+        guard let name, let caller = Caller(rawValue: name), caller.isHeraldUser else {
+            throw ServiceError(.unauthenticated, "wrong user name or password")
+        }
+        return AuthenticateResponse(user: name, scheme: "basic", rights: caller.userRights(hub: request.hub))
+    }
+
+    /// Whether the rights table lets `caller` through `row` (nil: the table's words are new to this test).
+    static func allowed(_ row: RouteRights.Row, _ caller: Caller) -> Bool? {
+        switch row.needs {
+        case .anyone, .testMode: return true
+        case .key(let needs): return caller.keyRights?.isSuperset(of: needs) ?? false
+        case .manageOrOneHandle: return caller.keyRights?.contains(.manage) ?? false
+        case .user(let what):
+            guard caller.isHeraldUser else { return false }
+            // The matrix's sends go to another user (bob).
+            return what == RouteRights.ownDevicesOrSend
+                ? caller.userRights(hub: Names.defaultHub).contains(.send) : true
+        case .console(let what):
+            guard caller.isHeraldUser else { return false }
+            switch what {
+            case "any session", "the hubs it holds Manage on": return true
+            case "an administrator", "an administrator, on a stack without push credentials", "Manage on the hub",
+                "Manage on the send's hub":
+                return caller == .userWithManage
+            default: return nil
+            }
         }
     }
 
     static func uri(_ row: RouteRights.Row, query: String = "") -> String {
-        row.path.replacingOccurrences(of: "{hub}", with: "app1").replacingOccurrences(of: "{id}", with: "r1")
+        // The console's pages are of a hub the fake holds ("default"); the NH API's of app1.
+        let hub: String
+        if case .console = row.needs { hub = "default" } else { hub = "app1" }
+        var uri = row.path.replacingOccurrences(of: "{hub}", with: hub).replacingOccurrences(of: "{id}", with: "7")
             .replacingOccurrences(of: "{tag}", with: "news").replacingOccurrences(of: "{user}", with: "u1")
-            + query
+        switch row.route {
+        case "POST /api/notifications": uri += "?pns=apns&to_tag=bob"
+        case "POST /v1/notifications": uri += "?kind=alert&to_user=bob&message=hi"
+        default: break
+        }
+        return uri + query
     }
 
-    /// The status of `row` called with `key` (and `query`).
-    static func status(_ client: any TestClientProtocol, _ row: RouteRights.Row, _ key: Key, query: String = "")
-        async throws -> HTTPResponse.Status
+    /// A body the route takes, when it takes one: forms carry the session's CSRF token.
+    static func body(_ row: RouteRights.Row, _ caller: Caller) -> (String, String)? {
+        switch row.route {
+        case "POST /console/login":
+            return ("application/x-www-form-urlencoded", "user=userWithManage&password=pw&_csrf=n1")
+        case "PUT /api/register/{id}":
+            return ("application/json", #"{"Platform":"apns","Handle":"\#(String(repeating: "ab", count: 32))"}"#)
+        case "POST /api/notifications": return ("application/json", #""hi""#)
+        default: break
+        }
+        if case .console = row.needs, row.method == "POST" {
+            let csrf = ConsoleSession(token: caller.rawValue, user: caller.rawValue, admin: false).csrf
+            return ("application/x-www-form-urlencoded", "_csrf=\(csrf)&name=app3&message=hi&user=bob")
+        }
+        return ["POST", "PUT", "PATCH"].contains(row.method) ? ("application/xml", "{}") : nil
+    }
+
+    /// Whether the answer refuses the caller: 401, 403; on the console also its way back to the
+    /// sign-in page (`/console/login?expired=1`; signing out leads to plain `/console/login`) and
+    /// 404 for what another hub holds (a send's page does not say that the send exists).
+    static func refused(_ row: RouteRights.Row, _ response: TestResponse) -> Bool {
+        if [.unauthorized, .forbidden].contains(response.status) { return true }
+        if case .console = row.needs {
+            if response.status == .notFound { return true }
+            if response.status == .seeOther {
+                return response.headers[.location]?.hasPrefix("/console/login?") ?? false
+            }
+        }
+        return false
+    }
+
+    static func call(_ client: any TestClientProtocol, _ row: RouteRights.Row, _ caller: Caller, query: String = "")
+        async throws -> TestResponse
     {
-        var headers: HTTPFields = [.contentType: "application/xml"]
-        if let header = key.header { headers[.authorization] = header }
+        var headers = caller.headers(row)
+        var body: ByteBuffer?
+        if let (type, text) = Self.body(row, caller) {
+            headers[.contentType] = type
+            body = ByteBuffer(string: text)
+        }
+        if row.route == "POST /console/login" { headers[.cookie] = "herald_signin=n1" }
         let method = try #require(HTTPRequest.Method(row.method))
-        let body = ["POST", "PUT", "PATCH"].contains(row.method) ? ByteBuffer(string: "{}") : nil
         return try await client.execute(uri: uri(row, query: query), method: method, headers: headers, body: body) {
-            $0.status
+            $0
         }
     }
 
     @Test(
-        "each Notification Hubs route lets through exactly the keys its row names (none, a bad signature, Listen, Send, Full, another hub's)",
-        arguments: nhRows.map(\.route))
-    func keys(route: String) async throws {
+        "each route lets through exactly the callers its row names: no credential, a bad signature, Listen, Send, Full, another hub's key, Herald users without rights, with Send, with Manage on another hub, with Manage",
+        arguments: RouteRights.table.map(\.route))
+    func matrix(route: String) async throws {
         let row = try #require(RouteRights.table.first { $0.route == route })
         let store = try await SQLRegistrationStore(
             db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
-        let services = FakeServices(hubRegistrations: RegistrationHandlers(store: store), sasVerdict: Self.verdict)
-        try await EdgeRouteTests.withEdge(services) { client in
-            for key in Key.allCases {
-                let held = key.rights
-                switch row.needs {
-                case .key(let needs):
-                    let status = try await Self.status(client, row, key)
-                    let allowed = held.map { $0.isSuperset(of: needs) } ?? false
-                    #expect(
-                        allowed == ![.unauthorized, .forbidden].contains(status),
-                        "\(route) with \(key): \(status.code)")
-                case .manageOrOneHandle:
-                    // The whole feed: Manage only.
-                    let whole = try await Self.status(client, row, key)
-                    #expect(
-                        (held?.contains(.manage) ?? false) == (whole == .ok), "\(route) with \(key): \(whole.code)")
-                    // One handle: Listen suffices.
-                    let one = try await Self.status(
-                        client, row, key,
-                        query: "?$filter=" + "ChannelUri eq 'abcd'".addingPercentEncoding(
-                            withAllowedCharacters: .alphanumerics)!)
-                    #expect(
-                        (held?.contains(.listen) ?? false) == (one == .ok),
-                        "\(route) by handle with \(key): \(one.code)")
-                    // Parameters that would widen it are never a read.
-                    for filter in ["ChannelUri eq ''", "ChannelUri eq ' '", "ChannelUri eq '*'", "*"] {
-                        let widened = try await Self.status(
-                            client, row, key,
-                            query: "?$filter=" + filter.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)
-                        if held?.contains(.manage) != true {
-                            #expect(widened != .ok || filter.contains("'*'"), "\(route) $filter=\(filter) with \(key)")
-                        }
+        let services = FakeServices(
+            hubRegistrations: RegistrationHandlers(store: store), sasVerdict: Self.sasVerdict,
+            userVerdict: Self.userVerdict)
+        try await EdgeRouteTests.withEdge(services, testMode: true) { client in
+            for caller in Caller.allCases {
+                let expected = try #require(Self.allowed(row, caller), "no expectation for \(route)'s words")
+                let response = try await Self.call(client, row, caller)
+                #expect(
+                    expected == !Self.refused(row, response),
+                    "\(route) with \(caller): \(response.status.code) \(String(buffer: response.body).prefix(200))")
+                guard row.needs == .manageOrOneHandle else { continue }
+                // One handle: Listen suffices.
+                let one = try await Self.call(
+                    client, row, caller, query: "?$filter=" + Self.encoded("ChannelUri eq 'abcd'"))
+                #expect(
+                    (caller.keyRights?.contains(.listen) ?? false) == !Self.refused(row, one),
+                    "\(route) by handle with \(caller): \(one.status.code)")
+                // Parameters that would widen it are never a read without Manage.
+                for filter in ["ChannelUri eq ''", "ChannelUri eq ' '", "ChannelUri eq '*'", "*"] {
+                    let widened = try await Self.call(client, row, caller, query: "?$filter=" + Self.encoded(filter))
+                    if caller.keyRights?.contains(.manage) != true {
+                        #expect(
+                            widened.status != .ok || filter.contains("'*'"), "\(route) $filter=\(filter) with \(caller)"
+                        )
                     }
-                default:
-                    Issue.record("\(route) is not an NH row")
                 }
+            }
+        }
+    }
+
+    static func encoded(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+    }
+
+    @Test("a paging token from another hub's feed reads nothing of that hub")
+    func pagingTokenFromAnotherHub() async throws {
+        let store = try await SQLRegistrationStore(
+            db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
+        let services = FakeServices(hubRegistrations: RegistrationHandlers(store: store), sasVerdict: Self.sasVerdict)
+        try await EdgeRouteTests.withEdge(services) { client in
+            var headers: HTTPFields = [.authorization: Self.sas(.full), .contentType: "application/atom+xml"]
+            for (hub, token) in [("app2", "a1"), ("app2", "a2"), ("app2", "a3"), ("app1", "b1")] {
+                let entry = """
+                    <entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml">\
+                    <AppleRegistrationDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect">\
+                    <Tags>t</Tags><DeviceToken>\(String(repeating: token, count: 32))</DeviceToken>\
+                    </AppleRegistrationDescription></content></entry>
+                    """
+                try await client.execute(
+                    uri: "/\(hub)/registrations", method: .post, headers: headers, body: ByteBuffer(string: entry)
+                ) { #expect($0.status == .ok, "\(String(buffer: $0.body))") }
+            }
+            headers[.contentType] = nil
+            let paging = try await client.execute(uri: "/app2/registrations?$top=1", method: .get, headers: headers) {
+                $0.headers[HTTPField.Name("x-ms-continuationtoken")!] ?? ""
+            }
+            #expect(!paging.isEmpty)
+            for uri in ["/app1/registrations", "/app1/tags/t/registrations"] {
+                let body = try await client.execute(
+                    uri: "\(uri)?ContinuationToken=\(Self.encoded(paging))", method: .get, headers: headers
+                ) { String(buffer: $0.body) }
+                #expect(!body.contains("a1a1") && !body.contains("a2a2") && !body.contains("a3a3"), "\(uri): \(body)")
             }
         }
     }
