@@ -269,6 +269,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     public func listSends(_ request: ListSendsRequest, context: RPCContext) async throws -> ListSendsResponse {
+        try request.scope.requireHub("listing a hub's sends")
         guard (0...200).contains(request.limit), request.beforeCreatedAtUnixMs >= 0 else {
             throw ServiceError.invalidArgument("limit must be 1 to 200 and before_created_at_unix_ms not negative")
         }
@@ -289,6 +290,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     public func sendStats(_ request: SendStatsRequest, context: RPCContext) async throws -> SendStatsResponse {
+        try request.scope.requireHub("a hub's send figures")
         guard (0...1440).contains(request.minutes) else {
             throw ServiceError.invalidArgument("minutes must be 1 to 1440")
         }

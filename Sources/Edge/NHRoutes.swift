@@ -263,10 +263,11 @@ struct NotificationHubsRoutes: Sendable {
     /// `GET /{hub}/export` (Manage): every registration and installation of the hub as NDJSON,
     /// streamed in batches as herald-registration reads them.
     func exportDevices(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: .manage)
+        let (hub, answer) = try await authorizeSASAnswer(request, context, needs: .manage)
         let collected = Mutex<[UInt8]>([])
         try await registration.exportDevices(
-            ExportDevicesRequest(hub: hub), requestID: context.requestID, timeout: .seconds(600)
+            ExportDevicesRequest(hub: hub, scope: Self.readScope(answer.hubRights, handle: nil)),
+            requestID: context.requestID, timeout: .seconds(600)
         ) {
             batch in collected.withLock { $0 += batch.ndjson }
         }

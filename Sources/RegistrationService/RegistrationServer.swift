@@ -179,10 +179,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public func listInstallations(
         _ request: ListInstallationsRequest, context: RPCContext
     ) async throws -> ListInstallationsResponse {
-        // Checked here, where the installations are read, whatever the edge decided (issue 47).
-        guard request.scope == .hub else {
-            throw ServiceError(.permissionDenied, "listing a hub's installations needs READ_SCOPE_HUB")
-        }
+        try request.scope.requireHub("listing a hub's installations")
         guard (0...1000).contains(request.limit) else { throw ServiceError.invalidArgument("limit must be 1 to 1000") }
         let limit = request.limit == 0 ? 100 : Int(request.limit)
         var after = ""
@@ -286,6 +283,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     }
 
     public func listDevices(_ request: ListDevicesRequest, context: RPCContext) async throws -> ListDevicesResponse {
+        try request.scope.requireHub("listing a hub's devices")
         guard (0...500).contains(request.limit) else { throw ServiceError.invalidArgument("limit must be 1 to 500") }
         let limit = request.limit == 0 ? 50 : Int(request.limit)
         guard request.handlePrefix.utf8.count <= 4096, request.user.utf8.count <= 256, request.afterID.utf8.count <= 256
@@ -308,6 +306,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public func exportDevices(
         _ request: ExportDevicesRequest, context: RPCContext, responses: ResponseStream<ExportBatch>
     ) async throws {
+        try request.scope.requireHub("exporting a hub's devices")
         var after = ""
         while true {
             try Task.checkCancellation()

@@ -42,20 +42,24 @@ struct ConsoleScenario {
         do {
             let last = String(format: "r-bench-%08d", devices - 60)
             let queries: [(String, ListDevicesRequest)] = [
-                ("first page, no filter", ListDevicesRequest(limit: 50)),
-                ("a page at the end (after id \(last))", ListDevicesRequest(afterID: last, limit: 50)),
-                ("one user's devices", ListDevicesRequest(user: "user7", limit: 50)),
-                ("a tag every device carries", ListDevicesRequest(tag: "fanout", limit: 50)),
+                ("first page, no filter", ListDevicesRequest(limit: 50, scope: .hub)),
+                ("a page at the end (after id \(last))", ListDevicesRequest(afterID: last, limit: 50, scope: .hub)),
+                ("one user's devices", ListDevicesRequest(user: "user7", limit: 50, scope: .hub)),
+                ("a tag every device carries", ListDevicesRequest(tag: "fanout", limit: 50, scope: .hub)),
                 (
                     "two users' tags (||: every device tested)",
-                    ListDevicesRequest(tag: "username:user7 || username:user8", limit: 50)
+                    ListDevicesRequest(tag: "username:user7 || username:user8", limit: 50, scope: .hub)
                 ),
-                ("a tag no device carries", ListDevicesRequest(tag: "nobody", limit: 50)),
+                ("a tag no device carries", ListDevicesRequest(tag: "nobody", limit: 50, scope: .hub)),
                 (
                     "16 handles by a 63-digit prefix",
-                    ListDevicesRequest(handlePrefix: String(String(format: "%064x", devices / 2).prefix(63)), limit: 50)
+                    ListDevicesRequest(
+                        handlePrefix: String(String(format: "%064x", devices / 2).prefix(63)), limit: 50, scope: .hub)
                 ),
-                ("a platform no device is on (every device tested)", ListDevicesRequest(platform: .wns, limit: 50)),
+                (
+                    "a platform no device is on (every device tested)",
+                    ListDevicesRequest(platform: .wns, limit: 50, scope: .hub)
+                ),
             ]
             let calls = options.quick ? 3 : 7
             var rows: [(String, Double, Int)] = []

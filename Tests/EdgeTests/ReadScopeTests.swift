@@ -1,13 +1,13 @@
 import GRDB
 import HeraldModel
 import HeraldProto
-import HeraldRPC
 import HeraldService
 import Logging
 import RegistrationService
 import Testing
 
 @testable import Edge
+@testable import HeraldRPC
 
 /// A read's scope is checked where the data is read (issue 47): herald-registration refuses a
 /// hub-wide listing unless the request carries a scope that allows it, whatever the edge decided.
@@ -42,6 +42,28 @@ struct ReadScopeTests {
             try await handlers.listInstallations(ListInstallationsRequest(hub: "h"), context: Self.context)
         }
         _ = try await handlers.listInstallations(ListInstallationsRequest(hub: "h", scope: .hub), context: Self.context)
+        // The console's device list and the NH export read the whole hub too.
+        for scope in [ReadScope.unspecified, .handle, .unrecognized(9)] {
+            await #expect(throws: ServiceError.self) {
+                try await handlers.listDevices(ListDevicesRequest(hub: "h", scope: scope), context: Self.context)
+            }
+            await #expect(throws: ServiceError.self) {
+                try await handlers.exportDevices(
+                    ExportDevicesRequest(hub: "h", scope: scope), context: Self.context,
+                    responses: ResponseStream { _ in Issue.record("an unscoped export sent a batch") })
+            }
+        }
+        _ = try await handlers.listDevices(ListDevicesRequest(hub: "h", scope: .hub), context: Self.context)
+        try await handlers.exportDevices(
+            ExportDevicesRequest(hub: "h", scope: .hub), context: Self.context, responses: ResponseStream { _ in })
+    }
+
+    @Test("ReadScope.requireHub lets READ_SCOPE_HUB through, and nothing else")
+    func requireHub() throws {
+        try ReadScope.hub.requireHub("a read")
+        for scope in [ReadScope.unspecified, .handle, .unrecognized(7)] {
+            #expect(throws: ServiceError.self) { try scope.requireHub("a read") }
+        }
     }
 
     @Test("the edge sets the scope from the rights auth verified: Manage reads the hub, Listen one handle at most")

@@ -95,10 +95,10 @@ def main():
                     stub.StreamAudience(reg_pb2.StreamAudienceRequest(tag="sports"), timeout=5)
                     for r in batch.registrations]
         result["audience"] = audience
-        devices = stub.ListDevices(reg_pb2.ListDevicesRequest(user="carol", tag="sports", handle_prefix="fcm-"), timeout=5)
+        devices = stub.ListDevices(reg_pb2.ListDevicesRequest(user="carol", tag="sports", handle_prefix="fcm-", scope=common_pb2.READ_SCOPE_HUB), timeout=5)
         result["devices"] = [sorted(d.tags) for d in devices.devices]
         try:
-            stub.ListDevices(reg_pb2.ListDevicesRequest(tag="a &&"), timeout=5)
+            stub.ListDevices(reg_pb2.ListDevicesRequest(tag="a &&", scope=common_pb2.READ_SCOPE_HUB), timeout=5)
             result["devices_bad_tag"] = "OK"
         except grpc.RpcError as e:
             result["devices_bad_tag"] = e.code().name
@@ -138,10 +138,16 @@ def main():
         inbox = stub.ListInbox(dispatch_pb2.ListInboxRequest(limit=1000), timeout=5)
         result["inbox_payloads"] = [e.payload.decode() for e in inbox.entries if e.handle == "fcm-token-1"]
         # The console's reads.
-        sends = stub.ListSends(dispatch_pb2.ListSendsRequest(limit=5), timeout=5)
+        sends = stub.ListSends(dispatch_pb2.ListSendsRequest(limit=5, scope=common_pb2.READ_SCOPE_HUB), timeout=5)
         result["sends"] = [s.notification_id == sent.outcome.notification_id for s in sends.sends]
-        stats = stub.SendStats(dispatch_pb2.SendStatsRequest(minutes=60), timeout=5)
+        stats = stub.SendStats(dispatch_pb2.SendStatsRequest(minutes=60, scope=common_pb2.READ_SCOPE_HUB), timeout=5)
         result["stats_delivered"] = sum(m.delivered for m in stats.minutes)
+        # A hub-wide read without READ_SCOPE_HUB is refused by the service that holds the data.
+        try:
+            stub.ListSends(dispatch_pb2.ListSendsRequest(limit=5), timeout=5)
+            result["sends_unscoped"] = "OK"
+        except grpc.RpcError as e:
+            result["sends_unscoped"] = e.code().name
         newest = stub.ListInbox(dispatch_pb2.ListInboxRequest(limit=1, newest_first=True), timeout=5)
         result["inbox_newest"] = newest.entries[0].sequence == max(e.sequence for e in inbox.entries)
         try:

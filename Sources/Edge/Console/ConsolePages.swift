@@ -99,7 +99,7 @@ extension ConsoleRoutes {
             ListDevicesRequest(
                 hub: hub.id, user: try EdgeHTTP.text(filter.user, "user"), tag: try EdgeHTTP.text(filter.tag, "tag"),
                 platform: try Self.platform(filter.platform), handlePrefix: try EdgeHTTP.text(filter.handle, "handle"),
-                afterID: try EdgeHTTP.text(query["after"] ?? "", "after"), limit: 50),
+                afterID: try EdgeHTTP.text(query["after"] ?? "", "after"), limit: 50, scope: .hub),
             requestID: context.requestID)
         let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub.name))"
         let devices = page.devices.map { device in
@@ -224,10 +224,10 @@ extension ConsoleRoutes {
             ListSendsRequest(
                 hub: hub.id, beforeCreatedAtUnixMs: max(0, before),
                 beforeNotificationID: try EdgeHTTP.text(query.get("before_id") ?? "", "id"),
-                limit: 25),
+                limit: 25, scope: .hub),
             requestID: context.requestID)
         let stats = try await dispatch.sendStats(
-            SendStatsRequest(hub: hub.id, minutes: 60), requestID: context.requestID)
+            SendStatsRequest(hub: hub.id, minutes: 60, scope: .hub), requestID: context.requestID)
         let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub.name))"
         let rows = sends.sends.map { outcome in
             ConsoleView.Sends.Row(

@@ -2297,12 +2297,15 @@ public struct ListSendsRequest: HeraldMessage {
     public var beforeNotificationID: String
     /// 1 to 200; 0 means 25.
     public var limit: Int32
+    /// READ_SCOPE_HUB, or PERMISSION_DENIED: the listing reads the whole hub's sends (an operator's).
+    public var scope: ReadScope
 
-    public init(hub: String = "", beforeCreatedAtUnixMs: Int64 = 0, beforeNotificationID: String = "", limit: Int32 = 0) {
+    public init(hub: String = "", beforeCreatedAtUnixMs: Int64 = 0, beforeNotificationID: String = "", limit: Int32 = 0, scope: ReadScope = ReadScope(rawValue: 0)) {
         self.hub = hub
         self.beforeCreatedAtUnixMs = beforeCreatedAtUnixMs
         self.beforeNotificationID = beforeNotificationID
         self.limit = limit
+        self.scope = scope
     }
 
     public init() {
@@ -2310,6 +2313,7 @@ public struct ListSendsRequest: HeraldMessage {
         self.beforeCreatedAtUnixMs = 0
         self.beforeNotificationID = ""
         self.limit = 0
+        self.scope = ReadScope(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.ListSendsRequest"
@@ -2332,6 +2336,7 @@ extension ListSendsRequest: CBacked {
         self.beforeCreatedAtUnixMs = m.before_created_at_unix_ms
         self.beforeNotificationID = CBridge.string(m.before_notification_id)
         self.limit = m.limit
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -2341,6 +2346,7 @@ extension ListSendsRequest: CBacked {
         p.pointee.before_created_at_unix_ms = self.beforeCreatedAtUnixMs
         p.pointee.before_notification_id = try arena.string(self.beforeNotificationID, field: "herald.v1.ListSendsRequest.before_notification_id")
         p.pointee.limit = self.limit
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
         return p
     }
 
@@ -2410,15 +2416,19 @@ public struct SendStatsRequest: HeraldMessage {
     public var hub: String
     /// The window, counted back from now: 1 to 1440 minutes; 0 means 60.
     public var minutes: Int32
+    /// READ_SCOPE_HUB, or PERMISSION_DENIED: the figures are the whole hub's (an operator's).
+    public var scope: ReadScope
 
-    public init(hub: String = "", minutes: Int32 = 0) {
+    public init(hub: String = "", minutes: Int32 = 0, scope: ReadScope = ReadScope(rawValue: 0)) {
         self.hub = hub
         self.minutes = minutes
+        self.scope = scope
     }
 
     public init() {
         self.hub = ""
         self.minutes = 0
+        self.scope = ReadScope(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.SendStatsRequest"
@@ -2439,6 +2449,7 @@ extension SendStatsRequest: CBacked {
         let m = pointer.pointee
         self.hub = CBridge.string(m.hub)
         self.minutes = m.minutes
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -2446,6 +2457,7 @@ extension SendStatsRequest: CBacked {
         herald__v1__send_stats_request__init(p)
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.SendStatsRequest.hub")
         p.pointee.minutes = self.minutes
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
         return p
     }
 

@@ -2086,13 +2086,17 @@ extension ListInstallationsResponse: CBacked {
 /// Request of ExportDevices.
 public struct ExportDevicesRequest: HeraldMessage {
     public var hub: String
+    /// READ_SCOPE_HUB, or PERMISSION_DENIED: the export reads the whole hub.
+    public var scope: ReadScope
 
-    public init(hub: String = "") {
+    public init(hub: String = "", scope: ReadScope = ReadScope(rawValue: 0)) {
         self.hub = hub
+        self.scope = scope
     }
 
     public init() {
         self.hub = ""
+        self.scope = ReadScope(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.ExportDevicesRequest"
@@ -2112,12 +2116,14 @@ extension ExportDevicesRequest: CBacked {
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.hub = CBridge.string(m.hub)
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
         let p = arena.allocate(CType.self)
         herald__v1__export_devices_request__init(p)
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ExportDevicesRequest.hub")
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
         return p
     }
 
@@ -2387,8 +2393,10 @@ public struct ListDevicesRequest: HeraldMessage {
     public var afterID: String
     /// 1 to 500; 0 means 50.
     public var limit: Int32
+    /// READ_SCOPE_HUB, or PERMISSION_DENIED: the listing reads the whole hub (an operator's).
+    public var scope: ReadScope
 
-    public init(hub: String = "", user: String = "", tag: String = "", platform: Platform = Platform(rawValue: 0), handlePrefix: String = "", afterID: String = "", limit: Int32 = 0) {
+    public init(hub: String = "", user: String = "", tag: String = "", platform: Platform = Platform(rawValue: 0), handlePrefix: String = "", afterID: String = "", limit: Int32 = 0, scope: ReadScope = ReadScope(rawValue: 0)) {
         self.hub = hub
         self.user = user
         self.tag = tag
@@ -2396,6 +2404,7 @@ public struct ListDevicesRequest: HeraldMessage {
         self.handlePrefix = handlePrefix
         self.afterID = afterID
         self.limit = limit
+        self.scope = scope
     }
 
     public init() {
@@ -2406,6 +2415,7 @@ public struct ListDevicesRequest: HeraldMessage {
         self.handlePrefix = ""
         self.afterID = ""
         self.limit = 0
+        self.scope = ReadScope(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.ListDevicesRequest"
@@ -2431,6 +2441,7 @@ extension ListDevicesRequest: CBacked {
         self.handlePrefix = CBridge.string(m.handle_prefix)
         self.afterID = CBridge.string(m.after_id)
         self.limit = m.limit
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -2443,6 +2454,7 @@ extension ListDevicesRequest: CBacked {
         p.pointee.handle_prefix = try arena.string(self.handlePrefix, field: "herald.v1.ListDevicesRequest.handle_prefix")
         p.pointee.after_id = try arena.string(self.afterID, field: "herald.v1.ListDevicesRequest.after_id")
         p.pointee.limit = self.limit
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
         return p
     }
 

@@ -3839,7 +3839,7 @@ const ProtobufCMessageDescriptor herald__v1__hub_credentials_response__descripto
   (ProtobufCMessageInit) herald__v1__hub_credentials_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__list_sends_request__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__list_sends_request__field_descriptors[5] =
 {
   {
     "hub",
@@ -3889,17 +3889,30 @@ static const ProtobufCFieldDescriptor herald__v1__list_sends_request__field_desc
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "scope",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListSendsRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_sends_request__field_indices_by_name[] = {
   1,   /* field[1] = before_created_at_unix_ms */
   2,   /* field[2] = before_notification_id */
   0,   /* field[0] = hub */
   3,   /* field[3] = limit */
+  4,   /* field[4] = scope */
 };
 static const ProtobufCIntRange herald__v1__list_sends_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_sends_request__descriptor =
 {
@@ -3909,7 +3922,7 @@ const ProtobufCMessageDescriptor herald__v1__list_sends_request__descriptor =
   "Herald__V1__ListSendsRequest",
   "herald.v1",
   sizeof(Herald__V1__ListSendsRequest),
-  4,
+  5,
   herald__v1__list_sends_request__field_descriptors,
   herald__v1__list_sends_request__field_indices_by_name,
   1,  herald__v1__list_sends_request__number_ranges,
@@ -3954,7 +3967,7 @@ const ProtobufCMessageDescriptor herald__v1__list_sends_response__descriptor =
   (ProtobufCMessageInit) herald__v1__list_sends_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__send_stats_request__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__send_stats_request__field_descriptors[3] =
 {
   {
     "hub",
@@ -3980,15 +3993,28 @@ static const ProtobufCFieldDescriptor herald__v1__send_stats_request__field_desc
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "scope",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendStatsRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__send_stats_request__field_indices_by_name[] = {
   0,   /* field[0] = hub */
   1,   /* field[1] = minutes */
+  2,   /* field[2] = scope */
 };
 static const ProtobufCIntRange herald__v1__send_stats_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor herald__v1__send_stats_request__descriptor =
 {
@@ -3998,7 +4024,7 @@ const ProtobufCMessageDescriptor herald__v1__send_stats_request__descriptor =
   "Herald__V1__SendStatsRequest",
   "herald.v1",
   sizeof(Herald__V1__SendStatsRequest),
-  2,
+  3,
   herald__v1__send_stats_request__field_descriptors,
   herald__v1__send_stats_request__field_indices_by_name,
   1,  herald__v1__send_stats_request__number_ranges,

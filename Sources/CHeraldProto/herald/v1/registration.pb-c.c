@@ -4099,7 +4099,7 @@ const ProtobufCMessageDescriptor herald__v1__list_installations_response__descri
   (ProtobufCMessageInit) herald__v1__list_installations_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__export_devices_request__field_descriptors[1] =
+static const ProtobufCFieldDescriptor herald__v1__export_devices_request__field_descriptors[2] =
 {
   {
     "hub",
@@ -4113,14 +4113,27 @@ static const ProtobufCFieldDescriptor herald__v1__export_devices_request__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "scope",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ExportDevicesRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__export_devices_request__field_indices_by_name[] = {
   0,   /* field[0] = hub */
+  1,   /* field[1] = scope */
 };
 static const ProtobufCIntRange herald__v1__export_devices_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor herald__v1__export_devices_request__descriptor =
 {
@@ -4130,7 +4143,7 @@ const ProtobufCMessageDescriptor herald__v1__export_devices_request__descriptor 
   "Herald__V1__ExportDevicesRequest",
   "herald.v1",
   sizeof(Herald__V1__ExportDevicesRequest),
-  1,
+  2,
   herald__v1__export_devices_request__field_descriptors,
   herald__v1__export_devices_request__field_indices_by_name,
   1,  herald__v1__export_devices_request__number_ranges,
@@ -4320,7 +4333,7 @@ const ProtobufCMessageDescriptor herald__v1__check_handles_response__descriptor 
   (ProtobufCMessageInit) herald__v1__check_handles_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__list_devices_request__field_descriptors[7] =
+static const ProtobufCFieldDescriptor herald__v1__list_devices_request__field_descriptors[8] =
 {
   {
     "hub",
@@ -4406,6 +4419,18 @@ static const ProtobufCFieldDescriptor herald__v1__list_devices_request__field_de
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "scope",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDevicesRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_devices_request__field_indices_by_name[] = {
   5,   /* field[5] = after_id */
@@ -4413,13 +4438,14 @@ static const unsigned herald__v1__list_devices_request__field_indices_by_name[] 
   0,   /* field[0] = hub */
   6,   /* field[6] = limit */
   3,   /* field[3] = platform */
+  7,   /* field[7] = scope */
   2,   /* field[2] = tag */
   1,   /* field[1] = user */
 };
 static const ProtobufCIntRange herald__v1__list_devices_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_devices_request__descriptor =
 {
@@ -4429,7 +4455,7 @@ const ProtobufCMessageDescriptor herald__v1__list_devices_request__descriptor =
   "Herald__V1__ListDevicesRequest",
   "herald.v1",
   sizeof(Herald__V1__ListDevicesRequest),
-  7,
+  8,
   herald__v1__list_devices_request__field_descriptors,
   herald__v1__list_devices_request__field_indices_by_name,
   1,  herald__v1__list_devices_request__number_ranges,

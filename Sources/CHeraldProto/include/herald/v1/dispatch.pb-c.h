@@ -1011,10 +1011,14 @@ struct  Herald__V1__ListSendsRequest
    * 1 to 200; 0 means 25.
    */
   int32_t limit;
+  /*
+   * READ_SCOPE_HUB, or PERMISSION_DENIED: the listing reads the whole hub's sends (an operator's).
+   */
+  Herald__V1__ReadScope scope;
 };
 #define HERALD__V1__LIST_SENDS_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_sends_request__descriptor) \
-    , (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
 
 
 /*
@@ -1048,10 +1052,14 @@ struct  Herald__V1__SendStatsRequest
    * The window, counted back from now: 1 to 1440 minutes; 0 means 60.
    */
   int32_t minutes;
+  /*
+   * READ_SCOPE_HUB, or PERMISSION_DENIED: the figures are the whole hub's (an operator's).
+   */
+  Herald__V1__ReadScope scope;
 };
 #define HERALD__V1__SEND_STATS_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__send_stats_request__descriptor) \
-    , (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, 0, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
 
 
 /*

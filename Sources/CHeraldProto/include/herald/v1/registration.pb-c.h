@@ -822,10 +822,14 @@ struct  Herald__V1__ExportDevicesRequest
 {
   ProtobufCMessage base;
   char *hub;
+  /*
+   * READ_SCOPE_HUB, or PERMISSION_DENIED: the export reads the whole hub.
+   */
+  Herald__V1__ReadScope scope;
 };
 #define HERALD__V1__EXPORT_DEVICES_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__export_devices_request__descriptor) \
-    , (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
 
 
 /*
@@ -935,10 +939,14 @@ struct  Herald__V1__ListDevicesRequest
    * 1 to 500; 0 means 50.
    */
   int32_t limit;
+  /*
+   * READ_SCOPE_HUB, or PERMISSION_DENIED: the listing reads the whole hub (an operator's).
+   */
+  Herald__V1__ReadScope scope;
 };
 #define HERALD__V1__LIST_DEVICES_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_devices_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
 
 
 /*
