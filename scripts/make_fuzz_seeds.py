@@ -302,6 +302,8 @@ routes = {
     "console-send-form": ("GET /console/hubs/app1/send", [console], ""),
     "console-send": ("POST /console/hubs/app1/send", [console, form],
                      f"_csrf={csrf}&message=hi%20there&user=bob&tag=&handle=&platform=apns"),
+    "console-send-preview": ("POST /console/hubs/app1/send", [console, form],
+                             f"_csrf={csrf}&target=tag&tag=news&kind=template&platform=apns&text=1&action=preview"),
     "console-sends": ("GET /console/hubs/app1/sends?before=9", [console], ""),
     "console-hub-send": ("GET /console/hubs/app1/sends/7", [console], ""),
     "console-inbox": ("GET /console/inbox?user=alice", [console], ""),

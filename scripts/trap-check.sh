@@ -6,7 +6,9 @@
 # the two lines above it:
 #   everywhere in Sources/ (not Generated/, not the herald-bench and herald-fuzz tools):
 #     fatalError, precondition, preconditionFailure, assert, assertionFailure, unsafelyUnwrapped,
-#     and Foundation setters that trap on bad characters (URLComponents' percentEncoded* setters)
+#     Foundation setters that trap on bad characters (URLComponents' percentEncoded* setters), and
+#     JSONSerialization's writer (`withJSONObject`, which traps on a top-level fragment: use
+#     HeraldModel's jsonData, the one justified use)
 #   where outside input is parsed (Edge, NotificationHubs, HeraldModel): conversions to a narrower
 #     integer (Int32(x), UInt16(x), …) other than clamping:, exactly:, truncatingIfNeeded:,
 #     bitPattern: and ascii: (a String parse is failable and fine: say so)
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 mapfile -t everywhere < <(git ls-files --cached --others --exclude-standard 'Sources/*.swift' \
   | grep -v '/Generated/' | grep -v '^Sources/herald-bench/' | grep -v '^Sources/herald-fuzz/')
 mapfile -t parsers < <(printf '%s\n' "${everywhere[@]}" | grep -E '^Sources/(Edge|NotificationHubs|HeraldModel)/')
-traps='(^|[^A-Za-z0-9_.])(fatalError|precondition|preconditionFailure|assert|assertionFailure)\(|\.unsafelyUnwrapped|\.percentEncoded(Query|Path|Host|Fragment|User|Password|QueryItems)[[:space:]]*='
+traps='(^|[^A-Za-z0-9_.])(fatalError|precondition|preconditionFailure|assert|assertionFailure)\(|\.unsafelyUnwrapped|\.percentEncoded(Query|Path|Host|Fragment|User|Password|QueryItems)[[:space:]]*=|withJSONObject:'
 narrowing='(^|[^A-Za-z0-9_])U?Int(8|16|32)\((?!(clamping|exactly|truncatingIfNeeded|bitPattern|ascii):)'
 scan() {  # scan PCRE FILES...: one line per match, ok (justified) or FAIL
   local pattern=$1; shift

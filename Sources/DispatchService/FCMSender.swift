@@ -164,7 +164,7 @@ public struct FCMSender: PushSender {
         message["android"] = android
         message["token"] = item.handle
         return Array(
-            (try? JSONSerialization.data(withJSONObject: ["message": message], options: [.sortedKeys])) ?? Data())
+            (try? jsonData(["message": message], options: [.sortedKeys])) ?? Data())
     }
 
     public func send(_ items: [PushItem]) async -> [PushResult] {

@@ -126,7 +126,7 @@ public struct HubCredentialStore: Sendable {
     @discardableResult
     public func set(hub: String, platform: Platform, settings: [String: String]) async throws -> Int64 {
         let json = String(
-            decoding: try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]), as: UTF8.self)
+            decoding: try jsonData(settings, options: [.sortedKeys]), as: UTF8.self)
         let at = unixMillis()
         try await db.execute(
             """

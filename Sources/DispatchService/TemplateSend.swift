@@ -111,7 +111,7 @@ package struct TemplateAudience {
                     let message = wrapped["message"] as? [String: Any]
                 {
                     native.body = Array(
-                        try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
+                        try jsonData(message, options: [.withoutEscapingSlashes]))
                 }
             default:
                 break

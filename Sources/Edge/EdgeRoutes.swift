@@ -165,7 +165,7 @@ struct RegistrationBody {
         case let subscription as [String: Any]:
             // A browser may send its PushSubscription as an object rather than a JSON string.
             handle = String(
-                decoding: try JSONSerialization.data(withJSONObject: subscription, options: [.sortedKeys]),
+                decoding: try jsonData(subscription, options: [.sortedKeys]),
                 as: UTF8.self)
         default: throw EdgeError(.badRequest, "Handle is required")
         }

@@ -229,8 +229,7 @@ extension NotificationHubsRoutes {
                 .badRequest, "a direct browser send needs the subscription's keys in the P256DH and Auth headers")
         }
         let subscription: [String: Any] = ["endpoint": handle, "keys": ["p256dh": p256dh, "auth": auth]]
-        let json = try JSONSerialization.data(
-            withJSONObject: subscription, options: [.sortedKeys, .withoutEscapingSlashes])
+        let json = try jsonData(subscription, options: [.sortedKeys, .withoutEscapingSlashes])
         return String(decoding: json, as: UTF8.self)
     }
 
@@ -267,7 +266,7 @@ extension NotificationHubsRoutes {
                 let message = object["message"] as? [String: Any]
             else { throw EdgeError(.badRequest, #"an fcmv1 body is FCM v1's {"message":{…}}"#) }
             payload.body = Array(
-                try JSONSerialization.data(withJSONObject: message, options: [.withoutEscapingSlashes]))
+                try jsonData(message, options: [.withoutEscapingSlashes]))
         case .wns:
             payload.platform = .wns
             try NHHeaders.applyWNS(header, to: &payload)

@@ -257,8 +257,7 @@ struct DeliveryFailures: Sendable {
                     "status": Int(delivery.lastStatus), "attempts": Int(delivery.attempts),
                     "messageId": delivery.messageID,
                 ]
-                out += try JSONSerialization.data(
-                    withJSONObject: line, options: [.sortedKeys, .withoutEscapingSlashes])
+                out += try jsonData(line, options: [.sortedKeys, .withoutEscapingSlashes])
                 out.append(UInt8(ascii: "\n"))
             }
             guard page.count == 1000, let last = page.last else { break }

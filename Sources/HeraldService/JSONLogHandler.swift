@@ -39,8 +39,7 @@ public struct JSONLogHandler: LogHandler {
         if let extra = event.metadata { merged.merge(extra) { _, new in new } }
         for (key, value) in merged where object[key] == nil { object[key] = Self.plain(value) }
         guard
-            var line = try? JSONSerialization.data(
-                withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+            var line = try? jsonData(object, options: [.sortedKeys, .withoutEscapingSlashes])
         else { return }
         line.append(UInt8(ascii: "\n"))
         Self.lock.withLock { _ in FileHandle.standardError.write(line) }

@@ -388,8 +388,7 @@ public struct Installation: Sendable, Equatable {
 
     package static func canonicalJSON(_ object: [String: Any]) throws -> String {
         String(
-            decoding: try JSONSerialization.data(
-                withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
+            decoding: try jsonData(object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
     }
 }
 

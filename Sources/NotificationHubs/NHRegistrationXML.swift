@@ -80,7 +80,7 @@ package enum NHRegistrationXML {
                 "endpoint": try required("Endpoint"),
                 "keys": ["p256dh": try required("P256DH"), "auth": try required("Auth")],
             ]
-            r.handle = String(decoding: try JSONSerialization.data(withJSONObject: subscription), as: UTF8.self)
+            r.handle = String(decoding: try jsonData(subscription), as: UTF8.self)
         }
         r.tags = (fields["Tags"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty }

@@ -180,7 +180,7 @@ enum RegistrationSQL {
     }
 
     private static func line(_ object: [String: Any]) throws -> [UInt8] {
-        try Array(JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) + [
+        try Array(jsonData(object, options: [.sortedKeys, .withoutEscapingSlashes])) + [
             UInt8(ascii: "\n")
         ]
     }

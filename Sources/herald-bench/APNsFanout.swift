@@ -272,7 +272,7 @@ struct APNsDoubleProcess {
                         "private_key": try String(contentsOfFile: "\(folder)/fcm.key", encoding: .utf8),
                         "client_email": "bench@\(project).iam.gserviceaccount.com", "token_uri": "\(url)/token",
                     ]
-                    try JSONSerialization.data(withJSONObject: account).write(
+                    try jsonData(account).write(
                         to: URL(fileURLWithPath: "\(folder)/service-account.json"))
                     fcmArguments = [
                         "--push-ca-file", "\(folder)/ca.pem", "--fcm-service-account-file",

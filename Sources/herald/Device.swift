@@ -72,7 +72,7 @@ struct Device: AsyncParsableCommand {
                 throw CLIError(message: "POST api/register: \(created.status) \(created.text)")
             }
             registrationID = created.text.trimmingCharacters(in: CharacterSet(charactersIn: "\"\n "))
-            let body = try JSONSerialization.data(withJSONObject: ["Platform": platform, "Handle": handle, "Tags": tag])
+            let body = try jsonData(["Platform": platform, "Handle": handle, "Tags": tag])
             let put = try await send(
                 http, "PUT", base + "/api/register/\(registrationID)", authorization: bearer, body: body)
             if put.status == 200 { break }

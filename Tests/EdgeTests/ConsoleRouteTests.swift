@@ -1,4 +1,3 @@
-import Edge
 import Foundation
 import HTTPTypes
 import HeraldModel
@@ -7,6 +6,7 @@ import Hummingbird
 import HummingbirdTesting
 import Testing
 
+@testable import Edge
 @testable import EdgeTestSupport
 
 /// The console's routes in-process over fake services: the sign-in, and every page as the
@@ -75,6 +75,35 @@ struct ConsoleRouteTests {
             }
             _ = try await Self.page(client, "/console/hubs")
         }
+    }
+
+    @Test(
+        "a preview of a body that is a bare JSON value (1, \"x\", null) shows it, not a crash (issue 47, found by schemathesis)"
+    )
+    func previewOfAJSONFragment() async throws {
+        let services = FakeServices(userRights: [.listen, .send, .manage])
+        let csrf = ConsoleSession(token: "t-admin", user: "alice", admin: true).csrf
+        try await EdgeRouteTests.withEdge(services) { client in
+            for text in ["1", "%22x%22", "null", "true", "-0.5e3"] {
+                let body = "_csrf=\(csrf)&target=tag&tag=news&kind=template&platform=apns&text=\(text)&action=preview"
+                try await client.execute(
+                    uri: "/console/hubs/default/send", method: .post,
+                    headers: [.cookie: "herald_session=t-admin", .contentType: "application/x-www-form-urlencoded"],
+                    body: ByteBuffer(string: body)
+                ) { response in
+                    #expect(response.status.code < 500, "\(text): \(response.status) \(String(buffer: response.body))")
+                }
+            }
+            _ = try await Self.page(client, "/console/hubs")
+        }
+    }
+
+    @Test("jsonData writes a bare value as itself and refuses what JSON cannot hold, where Foundation's writer traps")
+    func jsonWriter() throws {
+        #expect(String(decoding: try jsonData(NSNumber(value: 1)), as: UTF8.self) == "1")
+        #expect(String(decoding: try jsonData("x"), as: UTF8.self) == #""x""#)
+        #expect(throws: (any Error).self) { try jsonData(["a": Double.nan]) }
+        #expect(throws: (any Error).self) { try jsonData([Date()]) }
     }
 
     /// An operator's page: the admin's session cookie (the fake grants Manage to any token).

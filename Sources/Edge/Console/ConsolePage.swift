@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import HeraldModel
 import Hummingbird
 import MultipartKit
 import Mustache
@@ -221,8 +222,7 @@ enum ConsolePage {
     /// A body as indented JSON when it is JSON, else as text (WNS XML, raw bytes).
     static func pretty(_ body: [UInt8]) -> String {
         if let object = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed]),
-            let data = try? JSONSerialization.data(
-                withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+            let data = try? jsonData(object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
         {
             return String(decoding: data, as: UTF8.self)
         }
