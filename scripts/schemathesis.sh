@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Drives a live stack with schemathesis (PyPI), generating requests from the edge's own
 # /openapi.json: every operation, in both auth modes. The NH operations are signed with a real
-# hub's Listen and Full keys (Tests/python/schemathesis_sas_hooks.py), the others sent with Basic. Fails on any 5xx, any status, header,
+# hub's Listen and Full keys (Tests/python/schemathesis_sas_hooks.py), the console's with a signed-in session
+# and its CSRF token, the others sent with Basic. Fails on any 5xx, any status, header,
 # content type or body the document does not declare, and any service restart in the stack's log.
 #
 #   scripts/schemathesis.sh                 CI's bounded run (SCHEMATHESIS_MAX_EXAMPLES=100 per operation)
@@ -41,6 +42,8 @@ run_mode() {
     password="schemathesis-$RANDOM-$RANDOM"
     printf '%s\n' "$password" | "$bin/herald" users add "$user" --dir "$dir" >/dev/null
   fi
+  # The console's pages need an operator: Manage on the hub default (Tests/python/schemathesis_sas_hooks.py signs in).
+  "$bin/herald" hubs grant default "$user" Manage --dir "$dir" >/dev/null
   # Something to find: a registration and a secure payload of the user's own.
   curl -fsS -X POST -u "$user:$password" "$url/v1/notifications?kind=secure&to_user=$user" --data-binary 'seed' >/dev/null
   # A hub whose two default keys sign the NH operations' tokens (Tests/python/schemathesis_sas_hooks.py),
@@ -72,6 +75,13 @@ run_mode() {
   echo "schemathesis.sh: NH operations on sthub answered ${nh:-nothing}"
   if ! grep -qE '\[Edge\] [A-Z]* /sthub/[^ ]* 20[0-9]' "$dir/logs/edge.log"; then
     echo "schemathesis.sh: no NH operation got past authentication ($mode)"
+    status=1
+  fi
+  # And that the session got the console's operations past sign-in.
+  console=$(grep -ho '\[Edge\] [A-Z]* /console/[^ ]* [0-9][0-9][0-9]' "$dir/logs/edge.log" | awk '{print $NF}' | sort | uniq -c | awk '{printf "%s x%s, ", $2, $1}')
+  echo "schemathesis.sh: console operations answered ${console:-nothing}"
+  if ! grep -qE '\[Edge\] GET /console/hubs/sthub[^ ]* 200' "$dir/logs/edge.log"; then
+    echo "schemathesis.sh: no console page of sthub got past sign-in ($mode)"
     status=1
   fi
   kill -TERM "$stack"

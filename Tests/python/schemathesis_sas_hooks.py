@@ -10,16 +10,22 @@ scripts/schemathesis.sh creates a hub and passes its two default keys in the env
 The NH operations (/{hub}/...) get a SharedAccessSignature signed here as NH's SDKs sign it
 (HMAC-SHA256 over "<url-encoded sr>\\n<expiry>" keyed by the key's UTF-8 bytes), alternating the
 Listen and the Full key, so generated bodies, headers and queries reach the handlers rather than
-stopping at 401; every other operation gets Basic credentials.
+stopping at 401. The console's operations (/console/...) get a session cookie (the user signs in
+through the console's own form; schemathesis.sh grants it Manage) and their forms the session's
+CSRF token; the sign-in form its double-submit cookie; sign-out a session of its own each time.
+Every other operation gets Basic credentials.
 """
 import base64
 import hashlib
 import hmac
 import itertools
 import os
+import secrets
+import threading
 import time
 import urllib.parse
 
+import requests
 import schemathesis
 
 BASE = os.environ["HERALD_ST_URL"].rstrip("/") + "/"
@@ -38,16 +44,65 @@ def sas_token(key_name: str, key: str) -> str:
     return f"SharedAccessSignature sr={resource}&sig={signature}&se={expiry}&skn={key_name}"
 
 
+def console_session() -> str:
+    """Signs in through the console's form, as a browser does; the session token."""
+    user, password = os.environ["HERALD_ST_BASIC"].split(":", 1)
+    for _ in range(30):
+        browser = requests.Session()
+        browser.get(BASE + "console/login", timeout=30)
+        nonce = browser.cookies.get("herald_signin")
+        answer = browser.post(BASE + "console/login", data={"user": user, "password": password, "_csrf": nonce},
+                              allow_redirects=False, timeout=30)
+        token = answer.cookies.get("herald_session")
+        if answer.status_code == 303 and token:
+            return token
+        if answer.status_code != 429:
+            raise RuntimeError(f"console sign-in failed: {answer.status_code} {answer.text[:300]}")
+        time.sleep(int(answer.headers.get("Retry-After", "1")))
+    raise RuntimeError("console sign-in: still 429 after 30 tries")
+
+
+def csrf_of(token: str) -> str:
+    """The CSRF token of a session's forms (ConsoleSession.csrf)."""
+    digest = hashlib.sha256(b"herald-console-csrf\0" + token.encode()).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+_shared = {}
+_lock = threading.Lock()
+
+
+def shared_session() -> str:
+    with _lock:
+        if "token" not in _shared:
+            _shared["token"] = console_session()
+        return _shared["token"]
+
+
 @schemathesis.auth(refresh_interval=None)
 class HeraldAuth:
     def get(self, case, context):
-        if case.operation.path.startswith("/{hub}"):
+        path = case.operation.path
+        if path.startswith("/{hub}"):
             name, key = KEYS[next(_turn) % len(KEYS)]
             return sas_token(name, key)
+        if path == "/console/login":
+            return ("herald_signin", secrets.token_urlsafe(16))
+        if path == "/console/logout":
+            # Signing out revokes the session: never the one every other page uses.
+            return ("herald_session", console_session())
+        if path.startswith("/console"):
+            return ("herald_session", shared_session())
         return BASIC
 
     def set(self, case, data, context):
         case.headers = dict(case.headers or {})
+        if isinstance(data, tuple):
+            cookie, value = data
+            case.headers["Cookie"] = f"{cookie}={value}"
+            if isinstance(case.body, dict):
+                case.body["_csrf"] = value if cookie == "herald_signin" else csrf_of(value)
+            return
         case.headers["Authorization"] = data
 
 
