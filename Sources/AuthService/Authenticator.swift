@@ -142,8 +142,6 @@ public final class Authenticator: Sendable {
     /// only while the stored hash is still the one verified (one indexed read, no scrypt).
     private let cache = Mutex<[Data: (user: String, expires: Int64, hash: String)]>([:])
     private let cacheKey = SymmetricKey(size: .bits256)
-    /// A hash to verify against for unknown users, so they take as long as known ones (accounts mode).
-    private let decoyHash: String
 
     public init(
         mode: AuthMode, store: AccountStore, hasher: PasswordHasher = PasswordHasher(),
@@ -164,12 +162,14 @@ public final class Authenticator: Sendable {
         self.changed = changed
         self.hashingPool = hashingPool
         self.now = now
-        // Made at start, not on first use: a first unknown-user login paying two hashes would stand out.
-        // Tutorial mode never hashes a password.
-        let started = ContinuousClock.now
-        self.decoyHash = mode == .accounts ? try hasher.hash(randomHex(words: 2)) : ""
-        // The first logins then queue by a measured hash time, not an unbounded guess.
-        if mode == .accounts { gate.record(hashDuration: ContinuousClock.now - started) }
+        // One hash at start, measured: the first logins then queue by a measured hash time, not an
+        // unbounded guess, and a login with a name that does not exist waits as long as a hash
+        // takes from the first (LoginGate.decoyDelay). Tutorial mode never hashes a password.
+        if mode == .accounts {
+            let started = ContinuousClock.now
+            _ = try hasher.hash(randomHex(words: 2))
+            gate.record(hashDuration: ContinuousClock.now - started)
+        }
     }
 
     /// The principal named by `header`, or UNAUTHENTICATED saying what is wrong; `source` is the
@@ -282,32 +282,34 @@ public final class Authenticator: Sendable {
             }
             if cached {
                 valid = try await settle(user, valid: true)
-            } else {
-                // The slot first, then the stored hash: under a spray the read waits in the gate's
-                // bound too (on PostgreSQL it is a round trip), and counts toward its wait.
+            } else if let stored = try await store.passwordHash(of: user) {
                 let ticket = try gate.enter(from: source)
                 // The verdict is reached in a task of its own, which gives the slot back and counts
                 // the failure or success whatever becomes of this call; the caller is answered by
                 // the gate's deadline at the latest (429 then, never the edge's 503).
                 valid = try await LoginGate.answer(by: gate.answerDeadline(ticket)) {
-                    try await self.verify(user, password, key: key, ticket: ticket)
+                    try await self.verify(user, password, stored: stored, key: key, ticket: ticket)
                 }
+            } else {
+                // No such name: no hash, no slot, no share of the failed-login budget, so a spray
+                // of made-up names cannot keep real users out, even from their own address. It is
+                // answered as a wrong password is: the gate's refusals as they stand now, else
+                // 401 after as long as a hash takes (LoginGate.admits, decoyDelay).
+                try gate.admits(from: source)
+                let delay = gate.decoyDelay()
+                try await Task.sleep(for: min(delay, .milliseconds(Int64(gate.maxAnswer))))
+                if delay > .milliseconds(Int64(gate.maxAnswer)) { throw LoginGate.stillChecking }
+                valid = try await settle(user, valid: false)
             }
         }
         guard valid else { throw ServiceError.unauthenticated("wrong user name or password") }
     }
 
-    /// Hashes `password` against `user`'s stored hash (or the decoy) in `ticket`'s slot, then
-    /// settles the verdict: the slot given back, a success remembered under `key`, the throttle told.
-    private func verify(_ user: String, _ password: String, key: Data, ticket: LoginGate.Ticket) async throws -> Bool {
-        let stored: String?
-        do {
-            stored = try await store.passwordHash(of: user)
-        } catch {
-            gate.leave(ticket, failed: false)
-            throw error
-        }
-        let encoded = stored ?? decoyHash
+    /// Hashes `password` against `user`'s stored hash in `ticket`'s slot, then settles the
+    /// verdict: the slot given back, a success remembered under `key`, the throttle told.
+    private func verify(_ user: String, _ password: String, stored encoded: String, key: Data, ticket: LoginGate.Ticket)
+        async throws -> Bool
+    {
         let matches: Bool
         let hashDuration: Duration
         do {
@@ -320,7 +322,7 @@ public final class Authenticator: Sendable {
             gate.leave(ticket, failed: false)
             throw error
         }
-        let valid = matches && stored != nil
+        let valid = matches
         gate.leave(ticket, failed: !valid, hashDuration: hashDuration)
         if valid, cacheTTL > 0 {
             let now = self.now()

@@ -314,7 +314,11 @@ public final class SharedLockoutLedger: LockoutLedger {
 ///   `maxSources` addresses are tracked; past that, idle ones are forgotten, and a newcomer that
 ///   still finds no room is counted with the unnamed source.
 ///
-/// None of these depends on the user name, so neither status nor timing tells whether it exists.
+/// A name that does not exist takes no slot and spends no budget: it meets the refusals a real
+/// name would meet at that moment (``admits(from:)``), else is answered 401 after as long as a
+/// hash takes (``decoyDelay()``). So a spray of made-up names, from an address real users share
+/// (a NAT, a campus), costs no hashing and cannot keep them out; and neither status nor timing
+/// tells whether a name exists. What the gate bounds is the guessing that could succeed.
 public final class LoginGate: Sendable {
     public let maxPending: Int
     public let failureBudget: Int
@@ -427,6 +431,43 @@ public final class LoginGate: Sendable {
         }
     }
 
+    /// Throws what ``enter(from:)`` would refuse a login from `source` with now, without taking a
+    /// slot or tracking the source: the answer to a name that does not exist, which needs no hash
+    /// but must meet the same refusals as one that does (else the status would tell them apart).
+    public func admits(from source: String = "") throws {
+        let now = self.now()
+        let refusal: ServiceError? = state.withLock { state in
+            var budget = state.budget
+            budget.refill(now, capacity: Double(failureBudget))
+            if budget.tokens < 1 {
+                return Self.budgetSpent(missing: 1 - budget.tokens, perMinute: Double(failureBudget), "on this server")
+            }
+            let fit =
+                state.hashMillis > 0 ? max(threads, Int(min(maxWait / state.hashMillis, 1e6)) * threads) : maxPending
+            let capacity = min(maxPending, fit)
+            guard state.pending < capacity else { return Self.busy }
+            guard !source.isEmpty, source.utf8.count <= 64, let entry = state.sources[source] else { return nil }
+            var bucket = entry.budget
+            bucket.refill(now, capacity: sourceBudget)
+            if bucket.tokens < 1 {
+                return Self.budgetSpent(missing: 1 - bucket.tokens, perMinute: sourceBudget, "from this address")
+            }
+            return entry.pending < max(1, capacity / 2) ? nil : Self.busy
+        }
+        if let refusal { throw refusal }
+    }
+
+    /// How long a login whose name does not exist waits before its 401: as long as a hash takes
+    /// now (the measured average, and the wait for a thread behind the hashes in progress), give
+    /// or take 15%, so that timing does not tell the names apart either. Past `maxAnswer`, the
+    /// caller gets ``stillChecking`` as an admitted login would.
+    public func decoyDelay() -> Duration {
+        let (hashMillis, pending) = state.withLock { ($0.hashMillis, $0.pending) }
+        let base = hashMillis > 0 ? hashMillis : 50
+        let wait = base * (1 + Double(pending) / Double(threads)) * Double.random(in: 0.85...1.15)
+        return .milliseconds(Int64(min(wait, maxAnswer + 1)))
+    }
+
     /// Called on the hashing thread just before the hash: refuses (as a full gate does) a login
     /// that waited for its thread longer than `maxWait`, whose caller is likely about to give up.
     /// The slot is still the caller's to give back.
@@ -453,7 +494,7 @@ public final class LoginGate: Sendable {
         }
     }
 
-    /// Feeds one measured hash into the wait estimate (also the decoy hash made at start).
+    /// Feeds one measured hash into the wait estimate (also the hash measured at start).
     public func record(hashDuration: Duration) {
         state.withLock { Self.record(hashDuration, in: &$0) }
     }
@@ -528,7 +569,7 @@ public final class LoginGate: Sendable {
 
     /// The answer to an admitted login whose hash outlasts `maxAnswer`: its verdict is on the way,
     /// and a right password's retry will need no hash. It says nothing about the name, whose hash
-    /// (real or decoy) costs the same.
+    /// (or a made-up name's wait) lasts the same.
     static let stillChecking = ServiceError.resourceExhausted(
         "login still being checked; retry after 1 s", retryAfterSeconds: 1)
 

@@ -187,29 +187,59 @@ struct LoginGateTests {
         try await pool.shutdownGracefully()
     }
 
-    @Test("a spray of logins with unknown names is refused at once past the bound; a cached login still works")
-    func spray() async throws {
+    @Test(
+        "a spray of made-up names from a user's own address costs no hash, slot or budget: the user's first login gets in; the names are answered 401 as wrong passwords are (issue 47)"
+    )
+    func sprayOfUnknownNames() async throws {
         let store = try await AccountStore(
             db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
         let auth = try Authenticator(
             mode: .accounts, store: store, hasher: PasswordHasher(logN: 14),
-            // The tests of this process share one hashing pool (see AuthTests.make): no answer bound.
-            gate: LoginGate(maxPending: 2, failureBudgetPerMinute: 1000, maxWaitMilliseconds: 600_000))
+            // Two slots and a budget of 4 failures a minute (2 per address): before, the spray's first
+            // failures spent the address's share and every login from it was refused.
+            gate: LoginGate(maxPending: 2, failureBudgetPerMinute: 4, maxWaitMilliseconds: 600_000),
+            credentialCache: .zero)
         _ = try await auth.createUser("alice", password: "correct horse")
-        let alice = AuthTests.basic("alice:correct horse")
-        _ = try await auth.authenticate(alice)  // now cached
+        let address = "198.51.100.7"
         let codes = await withTaskGroup(of: StatusCode?.self) { group in
             for index in 0..<50 {
                 group.addTask {
                     await AuthTests.code {
-                        try await auth.authenticate(AuthTests.basic("spray\(index):guess-\(index)"))
+                        try await auth.authenticate(AuthTests.basic("spray\(index):guess-\(index)"), from: address)
                     }
                 }
             }
             return await group.reduce(into: [StatusCode?]()) { $0.append($1) }
         }
-        #expect(codes.allSatisfy { $0 == .unauthenticated || $0 == .resourceExhausted })
-        #expect(codes.filter { $0 == .resourceExhausted }.count >= 40)
-        #expect(try await auth.authenticate(alice).user == "alice")
+        #expect(codes.allSatisfy { $0 == .unauthenticated }, "\(codes)")
+        #expect(auth.gate.pending == 0)
+        // The user, from the same address, right after: in at the first try.
+        let alice = AuthTests.basic("alice:correct horse")
+        #expect(try await auth.authenticate(alice, from: address).user == "alice")
+        // Wrong passwords for a real name still spend the address's share (2): then every login from
+        // it is refused alike, a made-up name's as a real one's, so the status tells nothing.
+        for _ in 0..<2 {
+            #expect(
+                await AuthTests.code { try await auth.authenticate(AuthTests.basic("alice:wrong"), from: address) }
+                    == .unauthenticated)
+        }
+        let real = await AuthTests.code { try await auth.authenticate(alice, from: address) }
+        let madeUp = await AuthTests.code { try await auth.authenticate(AuthTests.basic("nobody:x"), from: address) }
+        #expect(
+            real == .resourceExhausted && madeUp == .resourceExhausted,
+            "\(String(describing: real)) \(String(describing: madeUp))")
+    }
+
+    @Test("a made-up name waits about as long as a hash takes now, and longer behind hashes in progress")
+    func decoyDelay() {
+        let gate = LoginGate(maxPending: 8, failureBudgetPerMinute: 600, threads: 2)
+        gate.record(hashDuration: .milliseconds(100))
+        let idle = gate.decoyDelay()
+        #expect(idle >= .milliseconds(85) && idle <= .milliseconds(115), "\(idle)")
+        let tickets = (0..<4).compactMap { _ in try? gate.enter() }
+        #expect(tickets.count == 4)
+        let busy = gate.decoyDelay()
+        #expect(busy >= .milliseconds(255) && busy <= .milliseconds(345), "4 hashes on 2 threads ahead: \(busy)")
+        for ticket in tickets { gate.leave(ticket, failed: false) }
     }
 }

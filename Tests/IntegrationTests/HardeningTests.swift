@@ -104,11 +104,14 @@ struct HostileClientTests {
             }
         ) { live in
             let edge = live.edge
+            // Wrong passwords for names that exist: made-up names take no hash and no slot (issue 47).
+            for index in 0..<50 { try await live.addUser("victim\(index)", password: "secret-\(index)", send: false) }
             let statuses = try await withThrowingTaskGroup(of: (Int, String?).self) { group in
                 for index in 0..<50 {
                     group.addTask {
                         let reply = try await edge.request(
-                            "POST", "/api/register", authorization: EdgeClient.basic("spray\(index)", "guess-\(index)"))
+                            "POST", "/api/register", authorization: EdgeClient.basic("victim\(index)", "guess-\(index)")
+                        )
                         return (reply.status, reply.header("Retry-After"))
                     }
                 }
@@ -130,15 +133,29 @@ struct HostileClientTests {
         }
     }
 
+    /// Where the sprayer and the users of ``sprayShare(_:)`` log in from, and with what names.
+    enum SprayCase: String, CaseIterable, CustomTestStringConvertible {
+        /// Wrong passwords for real names from 127.0.0.1; the users from 127.0.0.2.
+        case otherAddress
+        /// The same through a trusted proxy: both from 127.0.0.1, named apart in X-Forwarded-For.
+        case throughProxy
+        /// Made-up names and the users from one address (a NAT, a campus): made-up names take no
+        /// slot and no budget, so the users are let in at the first try.
+        case madeUpNamesSameAddress
+        var testDescription: String { rawValue }
+    }
+
     @Test(
-        "a spray from one address leaves room for another: users logging in from a second address get in",
+        "a spray from one address leaves room for another, and a spray of made-up names leaves room for its own address's users",
         .sqliteStack,
-        arguments: [false, true])
-    func sprayShare(throughProxy: Bool) async throws {
+        arguments: SprayCase.allCases)
+    func sprayShare(_ sprayCase: SprayCase) async throws {
         // throughProxy: sprayer and users reach the edge from one address, a proxy's (127.0.0.1),
         // which names each client in X-Forwarded-For; the edge trusts it (trusted-proxies), so the
         // share holds by the addresses it names (issue 47, finding 5). Without the setting, every
         // client would be the proxy: one share for all, and the users turned away with the sprayer.
+        let throughProxy = sprayCase == .throughProxy
+        let madeUp = sprayCase == .madeUpNamesSameAddress
         let sprayHeaders = throughProxy ? [("X-Forwarded-For", "203.0.113.66")] : []
         // On SQLite, as the burst test above and for the same reason: the share per address is the
         // gate's, in memory; on PostgreSQL the lockout ledger's round trips stand outside the gate,
@@ -148,14 +165,21 @@ struct HostileClientTests {
         try await LiveStack.with(
             auth: .accounts, users: users, database: .sqlite,
             configure: {
-                $0.extraArguments["auth"] = ["--password-hash-log-n", "15"]
+                // No lockouts: the sprayer's wrong passwords for 16 real names keep hashing.
+                $0.extraArguments["auth"] = ["--password-hash-log-n", "15", "--max-failed-logins", "1000"]
                 if throughProxy { $0.extraArguments["edge", default: []] += ["--trusted-proxies", "127.0.0.1/32"] }
             }
         ) { live in
             let edge = live.edge
+            if !madeUp {
+                for index in 0..<16 {
+                    try await live.addUser("victim\(index)", password: "secret-password", send: false)
+                }
+            }
             final class Counters: Sendable {
                 let stop = Atomic<Bool>(false)
                 let refused = Atomic<Int>(0)
+                let sent = Atomic<Int>(0)
             }
             let counters = Counters()
             // 8 clients on 127.0.0.1 send logins with unknown names until told to stop, each trying
@@ -170,11 +194,12 @@ struct HostileClientTests {
                             var index = 0
                             while !counters.stop.load(ordering: .relaxed) {
                                 index += 1
+                                let name = madeUp ? "spray\(client)-\(index)" : "victim\((client + index) % 16)"
                                 let reply = try await edge.request(
-                                    "POST", "/api/register",
-                                    authorization: EdgeClient.basic("spray\(client)-\(index)", "guess"),
+                                    "POST", "/api/register", authorization: EdgeClient.basic(name, "guess"),
                                     headers: sprayHeaders)
                                 statuses.append(reply.status)
+                                counters.sent.add(1, ordering: .relaxed)
                                 if reply.status == 429 {
                                     counters.refused.add(1, ordering: .relaxed)
                                     try await Task.sleep(for: .milliseconds(20))
@@ -187,10 +212,18 @@ struct HostileClientTests {
                 }
             }
             let deadline = ContinuousClock.now + .seconds(20)
-            while counters.refused.load(ordering: .relaxed) < 8, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(20))
+            if madeUp {
+                // Made-up names are never refused for room: wait until the spray is well under way.
+                while counters.sent.load(ordering: .relaxed) < 80, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                #expect(counters.sent.load(ordering: .relaxed) >= 80, "the spray never got going")
+            } else {
+                while counters.refused.load(ordering: .relaxed) < 8, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                #expect(counters.refused.load(ordering: .relaxed) >= 8, "the spray never filled the gate")
             }
-            #expect(counters.refused.load(ordering: .relaxed) >= 8, "the spray never filled the gate")
             // Each user, from 127.0.0.2, while the spray goes on: let in at once. Under a machine
             // that slows down meanwhile, the gate shrinks under the slots the sprayer already holds,
             // so a user may be refused at the door and need another try after Retry-After; and one
@@ -205,10 +238,13 @@ struct HostileClientTests {
                 // the first try were answered 429 until their 3rd-4th, and once past the 4th.
                 for attempt in 1...8 {
                     let answer =
-                        throughProxy
-                        ? try await Self.rawLogin(
-                            live, header: header, from: "127.0.0.1", extra: "X-Forwarded-For: 198.51.100.7\r\n")
-                        : try await Self.rawLogin(live, header: header, from: "127.0.0.2")
+                        switch sprayCase {
+                        case .throughProxy:
+                            try await Self.rawLogin(
+                                live, header: header, from: "127.0.0.1", extra: "X-Forwarded-For: 198.51.100.7\r\n")
+                        case .otherAddress: try await Self.rawLogin(live, header: header, from: "127.0.0.2")
+                        case .madeUpNamesSameAddress: try await Self.rawLogin(live, header: header, from: "127.0.0.1")
+                        }
                     let turnedAway = answer.contains("too many logins in progress")
                     if attempt == 1, !turnedAway { admittedFirst.append(user) }
                     if answer.hasPrefix("HTTP/1.1 200") {
@@ -222,7 +258,7 @@ struct HostileClientTests {
             counters.stop.store(true, ordering: .relaxed)
             let statuses = try await spray.value
             print(
-                "spray share\(throughProxy ? " through a proxy" : ""): \(statuses.count) spray logins (\(statuses.filter { $0 == 429 }.count) refused), in at try \(inAt), let in at the first try: \(admittedFirst)"
+                "spray share (\(sprayCase)): \(statuses.count) spray logins (\(statuses.filter { $0 == 429 }.count) refused), in at try \(inAt), let in at the first try: \(admittedFirst)"
             )
             // The sprayer's own answers: refused or failed, never a 500. (A 503 with Retry-After is
             // tolerated here: "never 503" is the burst test's promise above; this one's is that the
@@ -230,6 +266,11 @@ struct HostileClientTests {
             #expect(statuses.allSatisfy { [401, 429, 503].contains($0) }, "\(Set(statuses))")
             #expect(inAt.count == users.count, "\(inAt)")
             #expect(!admittedFirst.isEmpty, "no user was let in at the first try: \(inAt)")
+            if madeUp {
+                // Made-up names hold no slot: every user is let in at the door, and none is ever refused for it.
+                #expect(admittedFirst.count == users.count, "\(admittedFirst)")
+                #expect(!statuses.contains(429), "a made-up name was refused: \(statuses.filter { $0 == 429 }.count)")
+            }
         }
     }
 
