@@ -378,6 +378,7 @@ let package = Package(
                 dependencies: [
                     "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "RegistrationService",
                     .product(name: "Logging", package: "swift-log"),
+                    .product(name: "Hummingbird", package: "hummingbird"),
                 ],
                 path: "Tests/EdgeTestSupport", swiftSettings: swiftSettings
             ),

@@ -41,13 +41,7 @@ extension FuzzTarget {
             let services = FakeServices(
                 sasRights: [.listen, .send, .manage], userRights: [.listen, .send, .manage],
                 hubRegistrations: RegistrationHandlers(store: store))
-            let config = try EdgeConfig(reader: ConfigReader(arguments: ["--test-mode", "true"]))
-            let routes = EdgeRoutes(
-                auth: services, registration: services, payload: services, dispatch: services,
-                health: ["auth": services, "registration": services, "payload": services, "dispatch": services],
-                config: config)
-            let router = Router(context: EdgeRequestContext.self)
-            routes.add(to: router)
+            let router = try services.router(testMode: true)
             return RouterHarness(
                 responder: router.buildResponder(), store: store,
                 logger: Logger(label: "herald-fuzz") { _ in SwiftLogNoOpLogHandler() })

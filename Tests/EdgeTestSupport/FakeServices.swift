@@ -3,6 +3,7 @@ import Foundation
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import Hummingbird
 import Logging
 import RegistrationService
 import Synchronization
@@ -50,6 +51,19 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         self.payloadError = payloadError
         self.dispatchError = dispatchError
         self.healthy = healthy
+    }
+
+    /// The edge's whole router over these fakes, every route with its middleware, as herald-edge
+    /// builds it (EdgeTests' in-process client, the rights table's enumeration, herald-fuzz).
+    func router(profile: String = "rich", testMode: Bool = false) throws -> Router<EdgeRequestContext> {
+        let config = try EdgeConfig(
+            reader: ConfigReader(arguments: ["--profile", profile, "--test-mode", "\(testMode)"]))
+        let routes = EdgeRoutes(
+            auth: self, registration: self, payload: self, dispatch: self,
+            health: ["auth": self, "registration": self, "payload": self, "dispatch": self], config: config)
+        let router = Router(context: EdgeRequestContext.self)
+        routes.add(to: router)
+        return router
     }
 
     var requestIDs: [String] { seen.withLock { $0.ids } }

@@ -25,14 +25,7 @@ struct EdgeRouteTests {
         _ services: FakeServices = FakeServices(), profile: String = "rich", testMode: Bool = false,
         _ body: @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
-        let config = try EdgeConfig(
-            reader: ConfigReader(arguments: ["--profile", profile, "--test-mode", "\(testMode)"]))
-        let routes = EdgeRoutes(
-            auth: services, registration: services, payload: services, dispatch: services,
-            health: ["auth": services, "registration": services, "payload": services, "dispatch": services],
-            config: config)
-        let router = Router(context: EdgeRequestContext.self)
-        routes.add(to: router)
+        let router = try services.router(profile: profile, testMode: testMode)
         try await Application(router: router).test(.router) { client in try await body(client) }
     }
 

@@ -16,14 +16,7 @@ import Testing
 @Suite("the rights table")
 struct RouteRightsTests {
     static func router() throws -> Router<EdgeRequestContext> {
-        let services = FakeServices()
-        let config = try EdgeConfig(reader: ConfigReader(arguments: ["--test-mode", "true"]))
-        let routes = EdgeRoutes(
-            auth: services, registration: services, payload: services, dispatch: services,
-            health: ["auth": services], config: config)
-        let router = Router(context: EdgeRequestContext.self)
-        routes.add(to: router)
-        return router
+        try FakeServices().router(testMode: true)
     }
 
     @Test("every route the edge serves has its row in the rights table, and every row its route")
