@@ -294,11 +294,8 @@ public final class Authenticator: Sendable {
                 // No such name: no hash, no slot, no share of the failed-login budget, so a spray
                 // of made-up names cannot keep real users out, even from their own address. It is
                 // answered as a wrong password is: the gate's refusals as they stand now, else
-                // 401 after as long as a hash takes (LoginGate.admits, decoyDelay).
-                try gate.admits(from: source)
-                let delay = gate.decoyDelay()
-                try await Task.sleep(for: min(delay, .milliseconds(Int64(gate.maxAnswer))))
-                if delay > .milliseconds(Int64(gate.maxAnswer)) { throw LoginGate.stillChecking }
+                // 401 after as long as a hash takes (LoginGate.withoutHash).
+                try await gate.withoutHash(from: source)
                 valid = try await settle(user, valid: false)
             }
         }

@@ -315,8 +315,8 @@ public final class SharedLockoutLedger: LockoutLedger {
 ///   still finds no room is counted with the unnamed source.
 ///
 /// A name that does not exist takes no slot and spends no budget: it meets the refusals a real
-/// name would meet at that moment (``admits(from:)``), else is answered 401 after as long as a
-/// hash takes (``decoyDelay()``). So a spray of made-up names, from an address real users share
+/// name would meet at that moment, else is answered 401 after as long as a hash takes
+/// (``withoutHash(from:)``). So a spray of made-up names, from an address real users share
 /// (a NAT, a campus), costs no hashing and cannot keep them out; and neither status nor timing
 /// tells whether a name exists. What the gate bounds is the guessing that could succeed.
 public final class LoginGate: Sendable {
@@ -394,33 +394,14 @@ public final class LoginGate: Sendable {
     public func enter(from source: String = "") throws -> Ticket {
         let now = self.now()
         let admitted: Result<String, ServiceError> = state.withLock { state in
-            state.budget.refill(now, capacity: Double(failureBudget))
-            if state.budget.tokens < 1 {
-                return .failure(
-                    Self.budgetSpent(
-                        missing: 1 - state.budget.tokens, perMinute: Double(failureBudget), "on this server"))
-            }
-            // How many may run or wait at once and still all finish within maxWait.
-            let fit =
-                state.hashMillis > 0 ? max(threads, Int(min(maxWait / state.hashMillis, 1e6)) * threads) : maxPending
-            let capacity = min(maxPending, fit)
-            guard state.pending < capacity else { return .failure(Self.busy) }
-            // An address is at most 45 characters (IPv6 with IPv4 inside); a longer one is not the edge's.
-            let key = source.isEmpty || source.utf8.count > 64 ? "" : track(source, in: &state, now)
+            let (refusal, capacity) = serverCheck(&state, now)
+            if let refusal { return .failure(refusal) }
+            let key = Self.isShared(source) ? track(source, in: &state, now) : ""
             if !key.isEmpty, var entry = state.sources[key] {
-                entry.budget.refill(now, capacity: sourceBudget)
-                if entry.budget.tokens < 1 {
-                    state.sources[key] = entry
-                    return .failure(
-                        Self.budgetSpent(missing: 1 - entry.budget.tokens, perMinute: sourceBudget, "from this address")
-                    )
-                }
-                guard entry.pending < max(1, capacity / 2) else {
-                    state.sources[key] = entry
-                    return .failure(Self.busy)
-                }
-                entry.pending += 1
+                let refusal = sourceRefusal(&entry, capacity: capacity, now)
+                if refusal == nil { entry.pending += 1 }
                 state.sources[key] = entry
+                if let refusal { return .failure(refusal) }
             }
             state.pending += 1
             return .success(key)
@@ -431,41 +412,63 @@ public final class LoginGate: Sendable {
         }
     }
 
-    /// Throws what ``enter(from:)`` would refuse a login from `source` with now, without taking a
-    /// slot or tracking the source: the answer to a name that does not exist, which needs no hash
-    /// but must meet the same refusals as one that does (else the status would tell them apart).
-    public func admits(from source: String = "") throws {
+    /// A login that needs no hash (its name does not exist) meets what a hashed one would meet
+    /// now: the refusals ``enter(from:)`` would give it, without a slot taken or the source
+    /// tracked, else as long a wait (``decoyDelay()``), and past `maxAnswer` ``stillChecking``.
+    /// Else its status or its timing would tell the names apart.
+    public func withoutHash(from source: String = "") async throws {
         let now = self.now()
         let refusal: ServiceError? = state.withLock { state in
-            var budget = state.budget
-            budget.refill(now, capacity: Double(failureBudget))
-            if budget.tokens < 1 {
-                return Self.budgetSpent(missing: 1 - budget.tokens, perMinute: Double(failureBudget), "on this server")
-            }
-            let fit =
-                state.hashMillis > 0 ? max(threads, Int(min(maxWait / state.hashMillis, 1e6)) * threads) : maxPending
-            let capacity = min(maxPending, fit)
-            guard state.pending < capacity else { return Self.busy }
-            guard !source.isEmpty, source.utf8.count <= 64, let entry = state.sources[source] else { return nil }
-            var bucket = entry.budget
-            bucket.refill(now, capacity: sourceBudget)
-            if bucket.tokens < 1 {
-                return Self.budgetSpent(missing: 1 - bucket.tokens, perMinute: sourceBudget, "from this address")
-            }
-            return entry.pending < max(1, capacity / 2) ? nil : Self.busy
+            let (refusal, capacity) = serverCheck(&state, now)
+            if let refusal { return refusal }
+            guard Self.isShared(source), var entry = state.sources[source] else { return nil }
+            return sourceRefusal(&entry, capacity: capacity, now)
         }
         if let refusal { throw refusal }
+        let delay = decoyDelay()
+        let bound = Duration.milliseconds(Int64(maxAnswer))
+        try await Task.sleep(for: min(delay, bound))
+        if delay > bound { throw Self.stillChecking }
     }
 
     /// How long a login whose name does not exist waits before its 401: as long as a hash takes
     /// now (the measured average, and the wait for a thread behind the hashes in progress), give
-    /// or take 15%, so that timing does not tell the names apart either. Past `maxAnswer`, the
-    /// caller gets ``stillChecking`` as an admitted login would.
+    /// or take 15%, so that timing does not tell the names apart either; at most just past
+    /// `maxAnswer`.
     public func decoyDelay() -> Duration {
         let (hashMillis, pending) = state.withLock { ($0.hashMillis, $0.pending) }
         let base = hashMillis > 0 ? hashMillis : 50
         let wait = base * (1 + Double(pending) / Double(threads)) * Double.random(in: 0.85...1.15)
         return .milliseconds(Int64(min(wait, maxAnswer + 1)))
+    }
+
+    /// Whether logins from `source` are shared out per address: the edge's callers. The empty
+    /// address is a trusted caller of auth's socket; an address is at most 45 characters (IPv6
+    /// with IPv4 inside), so a longer one is not the edge's.
+    private static func isShared(_ source: String) -> Bool { !source.isEmpty && source.utf8.count <= 64 }
+
+    /// The whole server's refusal of a login now (its failed-login budget, then room), or nil;
+    /// and how many may run or wait at once and still all finish within `maxWait`.
+    private func serverCheck(_ state: inout State, _ now: Int64) -> (refusal: ServiceError?, capacity: Int) {
+        state.budget.refill(now, capacity: Double(failureBudget))
+        if state.budget.tokens < 1 {
+            let spent = Self.budgetSpent(
+                missing: 1 - state.budget.tokens, perMinute: Double(failureBudget), "on this server")
+            return (spent, 0)
+        }
+        let fit =
+            state.hashMillis > 0 ? max(threads, Int(min(maxWait / state.hashMillis, 1e6)) * threads) : maxPending
+        let capacity = min(maxPending, fit)
+        return (state.pending < capacity ? nil : Self.busy, capacity)
+    }
+
+    /// One address's refusal of a login now (its half of the budget, then of the room), or nil.
+    private func sourceRefusal(_ entry: inout Source, capacity: Int, _ now: Int64) -> ServiceError? {
+        entry.budget.refill(now, capacity: sourceBudget)
+        if entry.budget.tokens < 1 {
+            return Self.budgetSpent(missing: 1 - entry.budget.tokens, perMinute: sourceBudget, "from this address")
+        }
+        return entry.pending < max(1, capacity / 2) ? nil : Self.busy
     }
 
     /// Called on the hashing thread just before the hash: refuses (as a full gate does) a login
