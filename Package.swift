@@ -379,6 +379,7 @@ let package = Package(
                     "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "RegistrationService",
                     .product(name: "Logging", package: "swift-log"),
                     .product(name: "Hummingbird", package: "hummingbird"),
+                    .product(name: "HTTPTypes", package: "swift-http-types"),
                 ],
                 path: "Tests/EdgeTestSupport", swiftSettings: swiftSettings
             ),

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 
+@testable import EdgeTestSupport
+
 /// herald-fuzz's `router` target starts from one seed per route (Tests/FuzzCorpus/router, written
 /// by scripts/make_fuzz_seeds.py): a route without a seed is fuzzed only by chance.
 @Suite("the router fuzzer's seeds")
@@ -8,14 +10,13 @@ struct FuzzSeedTests {
     static let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("FuzzCorpus/router")
 
-    /// "GET /app1/registrations?x" → ("GET", ["app1", "registrations"]).
+    /// A seed's method and path segments, read as herald-fuzz reads it: "GET /app1/registrations?x"
+    /// → ("GET", ["app1", "registrations"]); nil when the fuzzer would drop it.
     static func requestLine(_ seed: Data) -> (method: String, segments: [Substring])? {
-        guard let line = String(decoding: seed, as: UTF8.self).split(separator: "\r\n").first,
-            let space = line.firstIndex(of: " ")
-        else { return nil }
-        let path = line[line.index(after: space)...].prefix { $0 != "?" }
+        guard let (head, _) = FuzzHTTPRequest.parse([UInt8](seed)), let target = head.path else { return nil }
+        let path = target.prefix { $0 != "?" }
         return (
-            String(line[..<space]), path.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map { $0 }
+            head.method.rawValue, path.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map { $0 }
         )
     }
 
@@ -34,7 +35,7 @@ struct FuzzSeedTests {
     func everyRouteHasASeed() throws {
         let files = try FileManager.default.contentsOfDirectory(at: Self.corpus, includingPropertiesForKeys: nil)
         let seeds = try files.compactMap { Self.requestLine(try Data(contentsOf: $0)) }
-        #expect(seeds.count == files.count, "a seed without a request line")
+        #expect(seeds.count == files.count, "a seed the fuzzer cannot read as a request")
         let routes = try RouteRightsTests.router().routes.map(\.description)
         let unseeded = routes.filter { route in !seeds.contains { Self.serves(route, $0) } }
         #expect(unseeded == [], "routes without a seed: add them to scripts/make_fuzz_seeds.py")
