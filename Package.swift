@@ -11,6 +11,11 @@ import PackageDescription
 /// usual. Only `swift build --product herald-fuzz` links in that mode; the normal build never sees it.
 let fuzzing = Context.environment["HERALD_FUZZ"] != nil
 
+/// `HERALD_BENCH=1` (set by scripts/bench.sh, and by scripts/test.sh's full run, which runs the quick
+/// benchmark): the `herald-bench` executable exists. Without it a build never compiles its 3,700
+/// lines (as Hummingbird keeps its benchmarks out of the package's own build).
+let benchmarks = Context.environment["HERALD_BENCH"] != nil
+
 let swiftSettings: [SwiftSetting] =
     [.enableUpcomingFeature("ExistentialAny")] + (fuzzing ? [.unsafeFlags(["-sanitize=fuzzer,address"])] : [])
 
@@ -38,6 +43,49 @@ func serviceTests(_ library: String, extra: [Target.Dependency] = []) -> Target 
     )
 }
 
+/// Benchmarks that print figures (never run as tests): scripts/bench.sh; only with `HERALD_BENCH`.
+let benchTarget: Target = .executableTarget(
+    name: "herald-bench",
+    dependencies: [
+        "HeraldRPC", "HeraldModel", "HeraldService", "HeraldStack", "RegistrationService", "NotificationHubs",
+        // The template loop counts dispatch's rendering (package access).
+        "DispatchService",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        .product(name: "GRDB", package: "GRDB.swift"),
+        // The edge scenario's baseline: a hello-world route on the same HTTP server.
+        .product(name: "Hummingbird", package: "hummingbird"),
+        // The soak scenario's HTTP client (already built for `herald device`).
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        // The nh scenario signs its SAS token (HMAC-SHA256); the APNs double checks ES256.
+        .product(name: "Crypto", package: "swift-crypto"),
+        // The APNs double (fanout --provider apns): HTTP/2 over TLS on NIO.
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+        .product(name: "NIOHPACK", package: "swift-nio-http2"),
+    ],
+    swiftSettings: swiftSettings
+)
+
+/// What the two whole-stack test targets use.
+let stackTestDependencies: [Target.Dependency] = [
+    "StackTestSupport", "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "Edge",
+    "HeraldTestSupport", "HeraldClient", "NotificationHubs",
+    .product(name: "AsyncHTTPClient", package: "async-http-client"),
+    // The erase drill reads every table of the services' schemas.
+    .product(name: "PostgresNIO", package: "postgres-nio"),
+    .product(name: "GRDB", package: "GRDB.swift"),
+    .product(name: "Logging", package: "swift-log"),
+    .product(name: "NIOCore", package: "swift-nio"),
+    .product(name: "NIOPosix", package: "swift-nio"),
+    .product(name: "NIOHTTP1", package: "swift-nio"),
+    .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+    .product(name: "NIOSSL", package: "swift-nio-ssl"),
+    .product(name: "Crypto", package: "swift-crypto"),
+]
+
 let package = Package(
     name: "herald",
     platforms: [.macOS(.v15)],
@@ -48,11 +96,10 @@ let package = Package(
         .executable(name: "herald-payload", targets: ["herald-payload"]),
         .executable(name: "herald-dispatch", targets: ["herald-dispatch"]),
         .executable(name: "herald-edge", targets: ["herald-edge"]),
-        .executable(name: "herald-bench", targets: ["herald-bench"]),
         // For other teams' Swift services: `import HeraldClient`, typed clients of every RPC
         // (Examples/send-push shows one).
         .library(name: "HeraldClient", targets: ["HeraldClient"]),
-    ],
+    ] + (benchmarks ? [.executable(name: "herald-bench", targets: ["herald-bench"])] : []),
     dependencies: [
         .package(url: "https://github.com/grpc/grpc-swift-2.git", from: "2.4.3"),
         .package(url: "https://github.com/grpc/grpc-swift-nio-transport.git", from: "2.9.2"),
@@ -272,32 +319,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // Benchmarks that print figures (never run as tests): scripts/bench.sh.
-        .executableTarget(
-            name: "herald-bench",
-            dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldStack", "RegistrationService", "NotificationHubs",
-                // The template loop counts dispatch's rendering (package access).
-                "DispatchService",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "GRDB", package: "GRDB.swift"),
-                // The edge scenario's baseline: a hello-world route on the same HTTP server.
-                .product(name: "Hummingbird", package: "hummingbird"),
-                // The soak scenario's HTTP client (already built for `herald device`).
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                // The nh scenario signs its SAS token (HMAC-SHA256); the APNs double checks ES256.
-                .product(name: "Crypto", package: "swift-crypto"),
-                // The APNs double (fanout --provider apns): HTTP/2 over TLS on NIO.
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-                .product(name: "NIOHPACK", package: "swift-nio-http2"),
-            ],
-            swiftSettings: swiftSettings
-        ),
     ]
+        + (benchmarks ? [benchTarget] : [])
         + (fuzzing
             ? [
                 // libFuzzer targets (scripts/fuzz.sh); no `main`: libFuzzer's own drives LLVMFuzzerTestOneInput.
@@ -399,15 +422,16 @@ let package = Package(
                 ],
                 swiftSettings: swiftSettings
             ),
-            .testTarget(
-                name: "IntegrationTests",
+            // The whole stack in a test: LiveStack runs the five services in this process
+            // (InProcessStack) or as the executables (Stack); the push-service doubles; fixtures.
+            .target(
+                name: "StackTestSupport",
                 dependencies: [
-                    "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldService", "Edge", "HeraldTestSupport",
-                    "HeraldClient", "NotificationHubs",
+                    "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldTestSupport",
+                    "AuthService", "RegistrationService", "PayloadService", "DispatchService", "Edge",
                     .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                    // The erase drill reads every table of the services' schemas.
-                    .product(name: "PostgresNIO", package: "postgres-nio"),
-                    .product(name: "GRDB", package: "GRDB.swift"),
+                    .product(name: "Logging", package: "swift-log"),
+                    .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                     // The push-service doubles: HTTP/2 over TLS on loopback, checking ES256 signatures.
                     .product(name: "NIOCore", package: "swift-nio"),
                     .product(name: "NIOPosix", package: "swift-nio"),
@@ -416,6 +440,21 @@ let package = Package(
                     .product(name: "NIOSSL", package: "swift-nio-ssl"),
                     .product(name: "Crypto", package: "swift-crypto"),
                 ],
+                path: "Tests/StackTestSupport", swiftSettings: swiftSettings
+            ),
+            // The whole stack in one test process: the tutorial contract, NH, the console,
+            // hardening, erasure and export, push delivery to the doubles.
+            .testTarget(
+                name: "StackTests",
+                dependencies: stackTestDependencies,
+                swiftSettings: swiftSettings
+            ),
+            // What needs the services as processes: kill -9 and SIGSTOP drills, the supervisor,
+            // backup/restore, replicas, tracing, metrics, TLS between services, clients in other
+            // languages and the executables' command lines.
+            .testTarget(
+                name: "ProcessTests",
+                dependencies: stackTestDependencies,
                 swiftSettings: swiftSettings
             ),
         ]

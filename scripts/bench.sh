@@ -17,6 +17,8 @@
 #                                        (scripts/peers/requirements.txt) in .build/peers-venv
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# herald-bench is in the package only on request (Package.swift's `benchmarks`).
+export HERALD_BENCH=1
 scripts/setup.sh --bench
 swift build -c release
 bin="$(swift build -c release --show-bin-path)"

@@ -7,9 +7,9 @@
 #      and build Examples/send-push (a separate package using the HeraldClient product)
 #   4. every test (one of them runs the example against a live stack), with a throw-away PostgreSQL
 #      cluster (scripts/postgres.sh) for the tests that run each store on both backends: the unit
-#      and in-process tests in one process, beside the integration tests in another; then the
-#      integration suite again with every store that has a PostgreSQL form on PostgreSQL, and the
-#      dispatch replica drills alone after it
+#      tests and the whole stack in-process (StackTests) in one process, beside ProcessTests (what
+#      needs the executables) in another; then StackTests and ProcessTests again with every store
+#      that has a PostgreSQL form on PostgreSQL, and the dispatch replica drills alone after it
 #   5. schemathesis against a live stack (scripts/schemathesis.sh), the web console in Debian's
 #      chromium driven by playwright (scripts/console-test.sh; screenshots in
 #      .build/console-screenshots/), then the image and
@@ -22,19 +22,22 @@
 #      replicas scenario on the test cluster), and
 #      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
 #
-#   scripts/test.sh --fast   for development: build, then every test except the ones that start the
-#                            real executables (IntegrationTests); no PostgreSQL, containers or fuzzing
+#   scripts/test.sh --fast   for development: build, then the unit tests and the whole stack
+#                            in-process (StackTests); no ProcessTests, PostgreSQL, containers or fuzzing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 if [[ "${1:-}" == "--fast" ]]; then
   scripts/setup.sh
   swift build --build-tests
-  swift test --skip-build --skip IntegrationTests
+  swift test --skip-build --skip ProcessTests
   echo "test.sh --fast: passed in $(( $(date +%s) - start ))s"
   exit 0
 fi
 scripts/setup.sh --test
+# The full run ends with the benchmark's quick run and the soak: herald-bench is built with the rest
+# (Package.swift leaves it out unless asked, so `--fast` and a plain `swift build` skip it).
+export HERALD_BENCH=1
 scripts/generate-proto.sh --check
 scripts/format.sh --check
 scripts/trap-check.sh >/dev/null
@@ -58,9 +61,9 @@ trap '[[ -n "$fuzz_pid" ]] && kill -- -"$fuzz_pid" 2>/dev/null; scripts/postgres
 pg_start=$(date +%s)
 export HERALD_TEST_POSTGRES_URL=$(scripts/postgres.sh start "$pg_dir")
 echo "test.sh: PostgreSQL test cluster up in $(( $(date +%s) - pg_start ))s at $HERALD_TEST_POSTGRES_URL"
-# The unit and in-process tests run in a process of their own, beside the integration tests. In one
+# The unit tests and StackTests run in a process of their own, beside ProcessTests. In one
 # process they share NIO's singleton event loops and one cooperative thread pool (a thread per
-# core) with the integration tests' clients: an in-process gRPC stream of 100,000 records held a
+# core) with ProcessTests' clients: an in-process gRPC stream of 100,000 records held a
 # loop for a second at a time, and the kill -9 drill counted answers the edge had logged within
 # 50 ms as hangs of 15 s (CI, twice). The kernel shares the cores between processes fairly.
 # Run as the test binary itself: two `swift test` at once wait on each other's lock of .build.
@@ -73,24 +76,24 @@ failure_digest() {
 }
 first_start=$(date +%s)
 unit_log=.build/unit-tests.log
-integration_log=.build/integration-tests.log
-"$tests" --testing-library swift-testing --skip IntegrationTests >"$unit_log" 2>&1 &
+process_log=.build/process-tests.log
+"$tests" --testing-library swift-testing --skip ProcessTests >"$unit_log" 2>&1 &
 unit_pid=$!
-integration_status=0
-"$tests" --testing-library swift-testing --filter IntegrationTests 2>&1 | tee "$integration_log" || integration_status=$?
+process_status=0
+"$tests" --testing-library swift-testing --filter ProcessTests 2>&1 | tee "$process_log" || process_status=$?
 unit_status=0
 wait "$unit_pid" || unit_status=$?
 cat "$unit_log"
-(( unit_status == 0 && integration_status == 0 )) || failure_digest "$unit_log" "$integration_log"
-(( unit_status == 0 )) || { echo "test.sh: unit and in-process tests failed (exit $unit_status)" >&2; exit 1; }
-(( integration_status == 0 )) || { echo "test.sh: integration tests failed (exit $integration_status)" >&2; exit 1; }
-echo "test.sh: unit and integration tests (SQLite) took $(( $(date +%s) - first_start ))s"
+(( unit_status == 0 && process_status == 0 )) || failure_digest "$unit_log" "$process_log"
+(( unit_status == 0 )) || { echo "test.sh: unit tests and StackTests failed (exit $unit_status)" >&2; exit 1; }
+(( process_status == 0 )) || { echo "test.sh: ProcessTests failed (exit $process_status)" >&2; exit 1; }
+echo "test.sh: unit, stack and process tests (SQLite) took $(( $(date +%s) - first_start ))s"
 pg_suite_start=$(date +%s)
-pg_log=.build/integration-tests-postgres.log
-HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter IntegrationTests \
+pg_log=.build/stack-tests-postgres.log
+HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter 'StackTests|ProcessTests' \
   --skip ReplicaDrillTests 2>&1 \
-  | tee "$pg_log" || { failure_digest "$pg_log"; echo "test.sh: integration tests on PostgreSQL failed" >&2; exit 1; }
-echo "test.sh: integration suite on PostgreSQL took $(( $(date +%s) - pg_suite_start ))s"
+  | tee "$pg_log" || { failure_digest "$pg_log"; echo "test.sh: stack tests on PostgreSQL failed" >&2; exit 1; }
+echo "test.sh: stack and process tests on PostgreSQL took $(( $(date +%s) - pg_suite_start ))s"
 # The replica drills on their own: three dispatch processes pushing 20,000 deliveries, killed,
 # frozen and throttled. Beside the rest of the pass (a dozen five-process stacks at once, a load of
 # 14 on two cores) a debug build could not push them within the drill's 180 s, whatever dispatch

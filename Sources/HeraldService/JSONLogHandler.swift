@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import HeraldModel
 import HeraldRPC
 public import Logging
@@ -15,11 +15,15 @@ public struct JSONLogHandler: LogHandler {
     public var logLevel: Logger.Level = .info
     public var metadataProvider: Logger.MetadataProvider?
     private let label: String
+    private let output: FileHandle
     private static let lock = Mutex(())
 
-    public init(label: String, metadataProvider: Logger.MetadataProvider? = nil) {
+    /// Lines go to `output`: standard error in a process, a service's own file in a test's
+    /// in-process stack.
+    public init(label: String, metadataProvider: Logger.MetadataProvider? = nil, output: FileHandle = .standardError) {
         self.label = label
         self.metadataProvider = metadataProvider
+        self.output = output
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -42,7 +46,7 @@ public struct JSONLogHandler: LogHandler {
             var line = try? jsonData(object, options: [.sortedKeys, .withoutEscapingSlashes])
         else { return }
         line.append(UInt8(ascii: "\n"))
-        Self.lock.withLock { _ in FileHandle.standardError.write(line) }
+        Self.lock.withLock { _ in output.write(line) }
     }
 
     private static func plain(_ value: Logger.MetadataValue) -> Any {

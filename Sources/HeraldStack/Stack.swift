@@ -69,6 +69,60 @@ public struct StackConfiguration: Sendable {
     public func leanSocketPath(_ service: String) -> String { "\(runtimeDirectory)/\(service).sock" }
     /// The standard gRPC socket of a service.
     public func grpcSocketPath(_ service: String) -> String { "\(runtimeDirectory)/\(service).grpc.sock" }
+
+    /// The command line of `service` in this stack: the one ``Stack`` starts its executable with,
+    /// and the one an in-process stack builds its service from. `tcpPorts` are the loopback ports
+    /// (lean, gRPC) of each RPC service when ``tls`` is set; `httpPort`, the edge's once it has one.
+    package func arguments(
+        for service: String, tcpPorts: [String: (lean: Int, grpc: Int)] = [:], httpPort: Int? = nil
+    ) -> [String] {
+        let c = self
+        var arguments = [
+            "--runtime-dir", c.runtimeDirectory, "--data-dir", c.dataDirectory, "--log-level", c.logLevel,
+            "--rpc-transport", c.rpcTransport.rawValue,
+        ]
+        switch service {
+        case ServiceName.auth.rawValue: arguments += ["--auth-mode", c.authMode.rawValue]
+        default: break
+        }
+        if let tls = c.tls {
+            arguments += [
+                "--tls-cert", tls.certificate, "--tls-key", tls.key, "--tls-ca", tls.ca, "--tls-require-client-cert",
+            ]
+            if let ports = tcpPorts[service] {
+                arguments += [
+                    "--listen-tcp", "127.0.0.1:\(ports.lean)", "--grpc-listen-tcp", "127.0.0.1:\(ports.grpc)",
+                ]
+            }
+            let host = c.peersByName ? "dns:///localhost" : "127.0.0.1"
+            for peer in (ServiceName(rawValue: service)?.peers ?? []).map(\.rawValue) {
+                guard let ports = tcpPorts[peer] else { continue }
+                // The peer's socket is pointed nowhere: the call can only go over TCP.
+                switch c.rpcTransport {
+                case .lean:
+                    arguments += [
+                        "--\(peer)-address", "\(host):\(ports.lean)", "--\(peer)-socket",
+                        "\(c.runtimeDirectory)/none-\(peer).sock",
+                    ]
+                case .grpc:
+                    arguments += [
+                        "--\(peer)-grpc-address", "\(host):\(ports.grpc)", "--\(peer)-grpc-socket",
+                        "\(c.runtimeDirectory)/none-\(peer).sock",
+                    ]
+                }
+            }
+        }
+        switch service {
+        case ServiceName.edge.rawValue:
+            arguments += [
+                "--http-host", c.httpHost, "--http-port", String(httpPort ?? c.httpPort), "--profile",
+                c.profile.rawValue,
+            ]
+        default: break
+        }
+        if let url = c.databaseURL, Stack.postgresServices.contains(service) { arguments += ["--database-url", url] }
+        return arguments + (c.extraArguments[service] ?? [])
+    }
 }
 
 /// PEM files for a stack whose services talk TCP + TLS: one certificate (valid for 127.0.0.1)
@@ -199,52 +253,7 @@ public actor Stack {
     // MARK: children
 
     private func arguments(for service: String) -> [String] {
-        let c = configuration
-        var arguments = [
-            "--runtime-dir", c.runtimeDirectory, "--data-dir", c.dataDirectory, "--log-level", c.logLevel,
-            "--rpc-transport", c.rpcTransport.rawValue,
-        ]
-        switch service {
-        case ServiceName.auth.rawValue: arguments += ["--auth-mode", c.authMode.rawValue]
-        default: break
-        }
-        if let tls = c.tls {
-            arguments += [
-                "--tls-cert", tls.certificate, "--tls-key", tls.key, "--tls-ca", tls.ca, "--tls-require-client-cert",
-            ]
-            if let ports = tcpPorts[service] {
-                arguments += [
-                    "--listen-tcp", "127.0.0.1:\(ports.lean)", "--grpc-listen-tcp", "127.0.0.1:\(ports.grpc)",
-                ]
-            }
-            let host = c.peersByName ? "dns:///localhost" : "127.0.0.1"
-            for peer in (ServiceName(rawValue: service)?.peers ?? []).map(\.rawValue) {
-                guard let ports = tcpPorts[peer] else { continue }
-                // The peer's socket is pointed nowhere: the call can only go over TCP.
-                switch c.rpcTransport {
-                case .lean:
-                    arguments += [
-                        "--\(peer)-address", "\(host):\(ports.lean)", "--\(peer)-socket",
-                        "\(c.runtimeDirectory)/none-\(peer).sock",
-                    ]
-                case .grpc:
-                    arguments += [
-                        "--\(peer)-grpc-address", "\(host):\(ports.grpc)", "--\(peer)-grpc-socket",
-                        "\(c.runtimeDirectory)/none-\(peer).sock",
-                    ]
-                }
-            }
-        }
-        switch service {
-        case ServiceName.edge.rawValue:
-            arguments += [
-                "--http-host", c.httpHost, "--http-port", String(boundHTTPPort ?? c.httpPort), "--profile",
-                c.profile.rawValue,
-            ]
-        default: break
-        }
-        if let url = c.databaseURL, Self.postgresServices.contains(service) { arguments += ["--database-url", url] }
-        return arguments + (c.extraArguments[service] ?? [])
+        configuration.arguments(for: service, tcpPorts: tcpPorts, httpPort: boundHTTPPort)
     }
 
     private func spawn(_ service: String) throws {
@@ -321,13 +330,19 @@ public actor Stack {
                     description: "herald-\(service) exited with status \(process.terminationStatus) during start-up"
                         + (configuration.captureLogs ? "; see \(configuration.logDirectory)/\(service).log" : ""))
             }
-            if try await isReady(service) { return }
+            if await isReady(service) { return }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw StackError(description: "herald-\(service) was not ready within \(configuration.startTimeout)")
     }
 
-    private func isReady(_ service: String) async throws -> Bool {
+    private func isReady(_ service: String) async -> Bool {
+        await Self.isReady(service, in: configuration)
+    }
+
+    /// Whether `service` of the stack `configuration` describes is up: an RPC service answers
+    /// SERVING on its socket, the edge has written `edge.url`.
+    package static func isReady(_ service: String, in configuration: StackConfiguration) async -> Bool {
         if service == ServiceName.edge.rawValue {
             return FileManager.default.fileExists(atPath: configuration.runtimeDirectory + "/edge.url")
         }
@@ -382,7 +397,7 @@ public actor Stack {
     public func waitUntilHealthy(_ service: String, timeout: Duration = .seconds(30)) async throws {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            if children[service]?.isRunning == true, try await isReady(service) { return }
+            if children[service]?.isRunning == true, await isReady(service) { return }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw StackError(description: "herald-\(service) did not become healthy within \(timeout)")

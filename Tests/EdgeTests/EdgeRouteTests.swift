@@ -15,7 +15,7 @@ import Testing
 
 /// The edge's routes in-process (HummingbirdTesting's `.router`) over fake service clients: every
 /// status mapping and the request id, without starting a process. The full-stack suites in
-/// IntegrationTests cover the flows.
+/// StackTests cover the flows.
 @Suite("edge routes over fake services")
 struct EdgeRouteTests {
     static let alice = "Basic " + Data("alice:alice".utf8).base64EncodedString()

@@ -7,7 +7,7 @@ import W3CTraceContext
 @testable import HeraldRPC
 
 /// The tracer, the W3C propagation and the OTel settings, without a process or a collector
-/// (IntegrationTests.TracingTests runs them across the real stack into an OTLP receiver).
+/// (ProcessTests.TracingTests runs them across the real stack into an OTLP receiver).
 @Suite("tracing")
 struct TracerTests {
     final class Collected: Sendable {

@@ -1,13 +1,13 @@
-import Crypto
-import Foundation
-import HeraldModel
-import HeraldProto
-import HeraldRPC
-import HeraldService
-import HeraldStack
-import NIOCore
-import Synchronization
-import Testing
+package import Crypto
+package import Foundation
+package import HeraldModel
+package import HeraldProto
+package import HeraldRPC
+package import HeraldService
+package import HeraldStack
+package import NIOCore
+package import Synchronization
+package import Testing
 
 /// Everything the push-service doubles and herald-dispatch need to talk to each other: a test CA
 /// and a loopback certificate, an APNs .p8 key, an FCM service account (RSA key), WNS client
@@ -22,31 +22,31 @@ import Testing
 ///
 /// `script` lets a test queue answers per device (APNs token, FCM token, WNS or push path);
 /// with nothing queued, a request that passes every rule is accepted.
-final class ProviderFixture: Sendable {
-    static let keyID = "KEY1234567"
-    static let teamID = "TEAM123456"
-    static let topic = "com.example.herald"
-    static let project = "herald-test"
-    static let clientEmail = "herald@herald-test.iam.gserviceaccount.com"
-    static let wnsClientID = "ms-app://s-1-15-2-herald"
-    static let wnsSecret = "wns-secret-Qx7"
-    static let fcmAccessToken = "ya29.fcm-access-token-1"
-    static let wnsAccessToken = "EgAcAQMAAAAEgAAAC-wns-access-1"
+package final class ProviderFixture: Sendable {
+    package static let keyID = "KEY1234567"
+    package static let teamID = "TEAM123456"
+    package static let topic = "com.example.herald"
+    package static let project = "herald-test"
+    package static let clientEmail = "herald@herald-test.iam.gserviceaccount.com"
+    package static let wnsClientID = "ms-app://s-1-15-2-herald"
+    package static let wnsSecret = "wns-secret-Qx7"
+    package static let fcmAccessToken = "ya29.fcm-access-token-1"
+    package static let wnsAccessToken = "EgAcAQMAAAAEgAAAC-wns-access-1"
 
-    let folder: String
-    let tls: StackTLS
-    let apnsKey: P256.Signing.PrivateKey
-    let vapidKey: P256.Signing.PrivateKey
-    let rsaKeyFile: String
-    let double: PushDouble
+    package let folder: String
+    package let tls: StackTLS
+    package let apnsKey: P256.Signing.PrivateKey
+    package let vapidKey: P256.Signing.PrivateKey
+    package let rsaKeyFile: String
+    package let double: PushDouble
     /// Queued answers per device key.
-    let script = Mutex<[String: [PushDouble.Reply]]>([:])
+    package let script = Mutex<[String: [PushDouble.Reply]]>([:])
     /// Rule violations the double found (each also answered with the provider's error).
-    let violations = Mutex<[String]>([])
+    package let violations = Mutex<[String]>([])
     /// How long APNs takes to answer an accepted push (a slow service keeps streams in flight).
-    let apnsDelay = Mutex<TimeAmount>(.zero)
+    package let apnsDelay = Mutex<TimeAmount>(.zero)
     /// More APNs keys the double accepts, by key id: other hubs' credentials, each with its team and topic.
-    let extraAPNsKeys = Mutex<[String: (key: P256.Signing.PublicKey, team: String, topic: String)]>([:])
+    package let extraAPNsKeys = Mutex<[String: (key: P256.Signing.PublicKey, team: String, topic: String)]>([:])
     /// Provider tokens whose ES256 signature checked out, by token and key, with the claims the
     /// rules read. Herald's sender reuses one token for every push (as APNs asks), and checking the
     /// signature of each push again in a debug build made the double, not Herald, the bottleneck
@@ -67,8 +67,8 @@ final class ProviderFixture: Sendable {
         self.double = double
     }
 
-    static func start(in folder: String) async throws -> ProviderFixture {
-        let tls = try await TLSStackTests.makeCertificates(in: folder)
+    package static func start(in folder: String) async throws -> ProviderFixture {
+        let tls = try await StackFixture.makeCertificates(in: folder)
         let apnsKey = P256.Signing.PrivateKey()
         let vapidKey = P256.Signing.PrivateKey()
         let openssl = try #require(which("openssl"))
@@ -87,7 +87,7 @@ final class ProviderFixture: Sendable {
         return fixture
     }
 
-    func stop() async { await double.stop() }
+    package func stop() async { await double.stop() }
 
     private func writeFiles() throws {
         try apnsKey.pemRepresentation.write(toFile: "\(folder)/apns.p8", atomically: true, encoding: .utf8)
@@ -107,7 +107,7 @@ final class ProviderFixture: Sendable {
     }
 
     /// herald-dispatch's settings for every provider, pointed at the double.
-    func dispatchArguments(retryBaseMs: Int = 200) -> [String] {
+    package func dispatchArguments(retryBaseMs: Int = 200) -> [String] {
         [
             "--push-ca-file", tls.ca, "--retry-base-ms", String(retryBaseMs),
             "--apns-key-file", "\(folder)/apns.p8", "--apns-key-id", Self.keyID, "--apns-team-id", Self.teamID,
@@ -119,7 +119,7 @@ final class ProviderFixture: Sendable {
         ]
     }
 
-    func configure(_ configuration: inout StackConfiguration, retryBaseMs: Int = 200) {
+    package func configure(_ configuration: inout StackConfiguration, retryBaseMs: Int = 200) {
         configuration.extraArguments["dispatch", default: []] += dispatchArguments(retryBaseMs: retryBaseMs)
         configuration.extraArguments["registration", default: []] += [
             "--wns-channel-hosts", "127.0.0.1", "--webpush-endpoint-hosts", "127.0.0.1",
@@ -127,7 +127,7 @@ final class ProviderFixture: Sendable {
     }
 
     /// Also serves the edge over HTTPS with the doubles' certificate (NH's clients build https:// URLs).
-    func configureHTTPSEdge(_ configuration: inout StackConfiguration) {
+    package func configureHTTPSEdge(_ configuration: inout StackConfiguration) {
         configure(&configuration)
         configuration.extraArguments["edge", default: []] += [
             "--http-tls-cert", tls.certificate, "--http-tls-key", tls.key,
@@ -135,7 +135,7 @@ final class ProviderFixture: Sendable {
     }
 
     /// Queues `replies` for the device `key` (answered in order, then the default).
-    func queue(_ key: String, _ replies: PushDouble.Reply...) {
+    package func queue(_ key: String, _ replies: PushDouble.Reply...) {
         script.withLock { $0[key, default: []] += replies }
     }
 
@@ -152,7 +152,7 @@ final class ProviderFixture: Sendable {
 
     // MARK: the providers' rules
 
-    func respond(_ request: PushDouble.Request) -> PushDouble.Reply {
+    package func respond(_ request: PushDouble.Request) -> PushDouble.Reply {
         guard request.method == "POST" else { return .json(405, ["reason": "MethodNotAllowed"]) }
         let path = request.path
         if path.hasPrefix("/3/device/") { return apns(request, token: String(path.dropFirst("/3/device/".count))) }
@@ -223,7 +223,7 @@ final class ProviderFixture: Sendable {
     }
 
     /// The `kid` of a JWT's header, read before its signature is checked (to pick the key to check it with).
-    static func unverifiedKeyID(_ jwt: String) -> String? {
+    package static func unverifiedKeyID(_ jwt: String) -> String? {
         guard var part = jwt.split(separator: ".").first.map(String.init) else { return nil }
         part = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while part.count % 4 != 0 { part += "=" }
@@ -344,17 +344,19 @@ final class ProviderFixture: Sendable {
     }
 }
 
-final class FixtureBox: Sendable {
-    let fixture = Mutex<ProviderFixture?>(nil)
+package final class FixtureBox: Sendable {
+    package let fixture = Mutex<ProviderFixture?>(nil)
 }
 
 /// A browser's push subscription: its ECDH key pair and auth secret, and the handle Herald stores.
-struct BrowserSubscription {
-    let key = P256.KeyAgreement.PrivateKey()
-    let auth: [UInt8] = (0..<16).map { _ in UInt8.random(in: 0...255) }
-    let endpoint: String
+package struct BrowserSubscription {
+    package let key = P256.KeyAgreement.PrivateKey()
+    package let auth: [UInt8] = (0..<16).map { _ in UInt8.random(in: 0...255) }
+    package let endpoint: String
 
-    var handle: String {
+    package init(endpoint: String) { self.endpoint = endpoint }
+
+    package var handle: String {
         let json: [String: Any] = [
             "endpoint": endpoint,
             "keys": ["p256dh": Base64URL.encode(key.publicKey.x963Representation), "auth": Base64URL.encode(auth)],

@@ -5,6 +5,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import StackTestSupport
 import Synchronization
 import Testing
 
@@ -37,6 +38,7 @@ struct OperationsTests {
     func healthFollowsDependencies() async throws {
         // SQLite files made unwritable by hand: this drill is about the embedded store.
         try await LiveStack.with(
+            runner: .processes,
             database: .sqlite,
             configure: { configuration in
                 for service in Stack.rpcServices {
@@ -61,7 +63,7 @@ struct OperationsTests {
             #expect(try await eventually { try await readiness(live).status == 200 })
 
             // A dependency stops answering: dispatch (which calls registration) follows it.
-            let registration = try #require(await live.stack.pid(of: "registration"))
+            let registration = try #require(try await live.stack.pid(of: "registration"))
             kill(registration, SIGSTOP)
             defer { kill(registration, SIGCONT) }
             #expect(await eventually { await !healthy(live, "dispatch") })
@@ -78,12 +80,15 @@ struct OperationsTests {
 
     @Test("with log-format json every log line is JSON, and one request id shows in edge, auth, payload and dispatch")
     func requestIDAcrossServices() async throws {
-        try await LiveStack.with(configure: { configuration in
-            configuration.logLevel = "debug"
-            for service in Stack.services {
-                configuration.extraArguments[service, default: []] += ["--log-format", "json"]
+        try await LiveStack.with(
+            runner: .processes,
+            configure: { configuration in
+                configuration.logLevel = "debug"
+                for service in Stack.services {
+                    configuration.extraArguments[service, default: []] += ["--log-format", "json"]
+                }
             }
-        }) { live in
+        ) { live in
             let token = apnsToken(30)
             try await live.register("gina", handle: token)
             let requestID = "it-trace-" + UUID().uuidString.prefix(8).lowercased()
@@ -123,11 +128,14 @@ struct OperationsTests {
 
     @Test("metrics: /metrics on the edge and metrics-listen on a service show the named series after traffic")
     func metrics() async throws {
-        try await LiveStack.with(configure: { configuration in
-            for service in ["payload", "dispatch"] {
-                configuration.extraArguments[service, default: []] += ["--metrics-listen", "127.0.0.1:0"]
+        try await LiveStack.with(
+            runner: .processes,
+            configure: { configuration in
+                for service in ["payload", "dispatch"] {
+                    configuration.extraArguments[service, default: []] += ["--metrics-listen", "127.0.0.1:0"]
+                }
             }
-        }) { live in
+        ) { live in
             let token = apnsToken(31)
             try await live.register("hana", handle: token)
             #expect(try await live.edge.request("POST", "/api/notifications", as: "hana").status == 200)
@@ -137,12 +145,15 @@ struct OperationsTests {
             #expect(edge.status == 200)
             #expect(edge.header("Content-Type")?.hasPrefix("text/plain; version=0.0.4") == true)
             #expect(
-                Self.value(edge.text, "herald_http_requests_total", ["route=\"/api/notifications\"", "status=\"200\""])
+                StackFixture.value(
+                    edge.text, "herald_http_requests_total", ["route=\"/api/notifications\"", "status=\"200\""])
                     >= 1)
             #expect(
-                Self.value(edge.text, "herald_http_request_duration_seconds_count", ["route=\"/api/register\""]) >= 1)
+                StackFixture.value(edge.text, "herald_http_request_duration_seconds_count", ["route=\"/api/register\""])
+                    >= 1)
             #expect(
-                Self.value(edge.text, "herald_http_requests_total", ["route=\"/api/register/{id}\"", "status=\"200\""])
+                StackFixture.value(
+                    edge.text, "herald_http_requests_total", ["route=\"/api/register/{id}\"", "status=\"200\""])
                     >= 1)
 
             func scrape(_ service: String) async throws -> String {
@@ -154,37 +165,30 @@ struct OperationsTests {
             }
             let payload = try await scrape("payload")
             #expect(
-                Self.value(payload, "herald_rpc_requests_total", ["PayloadService/StorePayload", "status=\"OK\""]) == 1)
-            #expect(Self.value(payload, "herald_rpc_duration_seconds_count", ["PayloadService/StorePayload"]) == 1)
+                StackFixture.value(
+                    payload, "herald_rpc_requests_total", ["PayloadService/StorePayload", "status=\"OK\""]) == 1)
+            #expect(
+                StackFixture.value(payload, "herald_rpc_duration_seconds_count", ["PayloadService/StorePayload"]) == 1)
             // The inbox row is written before the worker records the result: poll for the counters.
             var dispatch = try await scrape("dispatch")
             let deadline = ContinuousClock.now + .seconds(10)
-            while Self.value(dispatch, "herald_sends_total", ["COMPLETED"]) < 1, ContinuousClock.now < deadline {
+            while StackFixture.value(dispatch, "herald_sends_total", ["COMPLETED"]) < 1, ContinuousClock.now < deadline
+            {
                 try await Task.sleep(for: .milliseconds(50))
                 dispatch = try await scrape("dispatch")
             }
-            #expect(Self.value(dispatch, "herald_sends_total", ["COMPLETED"]) == 1)
+            #expect(StackFixture.value(dispatch, "herald_sends_total", ["COMPLETED"]) == 1)
             #expect(
-                Self.value(dispatch, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"delivered\""]) == 1)
+                StackFixture.value(dispatch, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"delivered\""])
+                    == 1)
         }
-    }
-
-    /// The value of the first sample of `name` whose labels contain each of `labels`; 0 when absent.
-    static func value(_ text: String, _ name: String, _ labels: [String]) -> Double {
-        for line in text.split(separator: "\n") where line.hasPrefix(name + "{") || line.hasPrefix(name + " ") {
-            guard labels.allSatisfy({ line.contains($0) }),
-                let number = line.split(separator: " ").last.flatMap({ Double($0) })
-            else { continue }
-            return number
-        }
-        return 0
     }
 
     @Test("a caller with a foreign UID is refused by SO_PEERCRED even when the socket's mode lets it in")
     func foreignPeerRefused() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"), "setpriv (util-linux) is needed")
         try #require(getuid() == 0, "the test switches to another user, which needs root")
-        try await LiveStack.with { live in
+        try await LiveStack.with(runner: .processes) { live in
             let configuration = live.configuration
             // Open the file-system layer wide, so only the peer-credential check stands in the way.
             for folder in [configuration.directory, configuration.runtimeDirectory] { chmod(folder, 0o755) }
@@ -214,6 +218,7 @@ struct OperationsTests {
         .storeIndependent)
     func drainUnderLoad() async throws {
         try await LiveStack.with(
+            runner: .processes,
             auth: .accounts, users: ["ivan"],
             configure: { configuration in
                 // Every request pays a real (cheap) scrypt hash on auth's two hashing threads, so 200
@@ -236,7 +241,7 @@ struct OperationsTests {
                 idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 256)
             let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
             do {
-                let edgePID = try #require(await live.stack.pid(of: "edge"))
+                let edgePID = try #require(try await live.stack.pid(of: "edge"))
                 let url = live.edge.base.absoluteString + "/api/register"
                 let authorization = EdgeClient.basic("ivan", EdgeClient.password(of: "ivan", in: .accounts))
                 let terminated = Signalled()
@@ -260,7 +265,7 @@ struct OperationsTests {
                         let read = try await eventually(.seconds(60)) {
                             scrapes += 1
                             let text = try await live.edge.request("GET", "/metrics").text
-                            return Self.value(text, "herald_http_request_heads_total", []) - scrapes >= 200
+                            return StackFixture.value(text, "herald_http_request_heads_total", []) - scrapes >= 200
                         }
                         try #require(read, "the edge did not read 200 request heads within 60 s")
                         terminated.mark()
@@ -278,9 +283,11 @@ struct OperationsTests {
                 #expect(afterSignal > 0, "no request was still in flight at SIGTERM, so the drain was not tested")
                 print("drain under load: \(afterSignal) of 200 requests completed after SIGTERM")
 
-                let exited = await eventually(.seconds(100)) { await !live.stack.exitStatuses(of: "edge").isEmpty }
+                let exited = try await eventually(.seconds(100)) {
+                    try await live.stack.exitStatuses(of: "edge").isEmpty == false
+                }
                 #expect(exited)
-                #expect(await live.stack.exitStatuses(of: "edge").first == 0)
+                #expect(try await live.stack.exitStatuses(of: "edge").first == 0)
                 let drained = ContinuousClock.now - (terminated.at ?? .now)
                 #expect(drained < .seconds(90), "the edge took \(drained) to exit")
                 print("drain under load: the edge exited \(drained) after SIGTERM")
@@ -332,12 +339,15 @@ struct OperationsTests {
         "SIGTERM: a request sent on an open connection once the drain began is answered with Connection: close; an idle connection closes having lost nothing; new connections are refused"
     )
     func drainPromise() async throws {
-        try await LiveStack.with(configure: { configuration in
-            configuration.extraArguments["edge", default: []] += [
-                "--drain-idle-grace-ms", "5000", "--drain-timeout-ms", "20000",
-            ]
-        }) { live in
-            let edgePID = try #require(await live.stack.pid(of: "edge"))
+        try await LiveStack.with(
+            runner: .processes,
+            configure: { configuration in
+                configuration.extraArguments["edge", default: []] += [
+                    "--drain-idle-grace-ms", "5000", "--drain-timeout-ms", "20000",
+                ]
+            }
+        ) { live in
+            let edgePID = try #require(try await live.stack.pid(of: "edge"))
             let base = live.edge.base.absoluteString
             // Scrapes on connections of their own, so the gauge counts only this test's connections
             // besides the scrape itself (no pooled client connection opens in between).
@@ -345,7 +355,7 @@ struct OperationsTests {
                 let scrape = try RawConnection(url: base)
                 try scrape.send("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 let text = await offPool { scrape.read(timeout: .seconds(10)).text }
-                return Self.value(text, "herald_http_connections", [])
+                return StackFixture.value(text, "herald_http_connections", [])
             }
             let baseline = try await openConnections()
             // Idle from the start: never sends a byte.
@@ -379,8 +389,9 @@ struct OperationsTests {
             let silent = await offPool { idle.read(timeout: .seconds(15)) }
             #expect(silent.closed && silent.text.isEmpty, "the idle connection got \(silent)")
 
-            #expect(await eventually(.seconds(30)) { await !live.stack.exitStatuses(of: "edge").isEmpty })
-            let status = await live.stack.exitStatuses(of: "edge").first
+            #expect(
+                try await eventually(.seconds(30)) { try await live.stack.exitStatuses(of: "edge").isEmpty == false })
+            let status = try await live.stack.exitStatuses(of: "edge").first
             #expect(status == 0)
             if status != 0 {
                 print(
@@ -388,14 +399,6 @@ struct OperationsTests {
                         ?? "no edge log")
             }
         }
-    }
-}
-
-/// Runs blocking socket reads on a thread of their own, never on the cooperative pool (see
-/// ``runProgram(_:_:input:environment:)``).
-func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { continuation in
-        Thread { continuation.resume(returning: body()) }.start()
     }
 }
 

@@ -1,27 +1,66 @@
-import AsyncHTTPClient
-import Foundation
-import HeraldModel
-import HeraldProto
-import HeraldRPC
-import HeraldService
-import HeraldStack
-import HeraldTestSupport
-import NIOCore
-import NIOPosix
-import Testing
+package import AsyncHTTPClient
+package import Foundation
+package import HeraldModel
+package import HeraldProto
+package import HeraldRPC
+package import HeraldService
+package import HeraldStack
+package import HeraldTestSupport
+package import NIOCore
+package import NIOPosix
+package import Testing
 
 /// The repository root, for scripts and files the tests use.
-let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+package let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent()
 
-/// A running stack of the real executables in a temporary folder, and an HTTP client of its edge.
-struct LiveStack {
-    let stack: Stack
-    let edge: EdgeClient
-    var configuration: StackConfiguration { stack.configuration }
+/// A running stack in a temporary folder, and an HTTP client of its edge: the five services in this
+/// process (``InProcessStack``, the default) or as the real executables (``Stack``, for what needs a
+/// process: kill -9, SIGSTOP, restarts, a process's memory, metrics or environment).
+package struct LiveStack {
+    /// How the services run.
+    package enum Runner: Sendable {
+        /// In this test process, each service's `ServiceGroup` over real sockets and databases.
+        case inProcess
+        /// As child processes, supervised by ``Stack`` as `herald up` runs them.
+        case processes
+    }
+
+    private enum Running {
+        case inProcess(InProcessStack)
+        case processes(Stack)
+    }
+
+    private let running: Running
+    package let edge: EdgeClient
+    package let configuration: StackConfiguration
+
+    /// The supervisor of the child processes; throws for an in-process stack.
+    package var stack: Stack {
+        get throws {
+            guard case .processes(let stack) = running else {
+                throw StackError(
+                    description: "this test needs the services as processes: LiveStack.with(runner: .processes)")
+            }
+            return stack
+        }
+    }
+
+    /// The services that have stopped since the stack started: a process that exited (and was
+    /// restarted), or an in-process service whose group ended. Empty while nothing has fallen over.
+    package func stopped() async -> [String] {
+        var stopped: [String] = []
+        for service in Stack.services {
+            switch running {
+            case .processes(let stack): if await !stack.exitStatuses(of: service).isEmpty { stopped.append(service) }
+            case .inProcess(let stack): if await !stack.isRunning(service) { stopped.append(service) }
+            }
+        }
+        return stopped
+    }
 
     /// A fresh folder under /tmp (short, so socket paths stay under the 108-byte limit).
-    static func makeDirectory() throws -> String {
+    package static func makeDirectory() throws -> String {
         var template = Array("/tmp/herald-it-XXXXXX".utf8CString)
         guard let path = mkdtemp(&template) else { throw StackError(description: "mkdtemp failed") }
         return String(cString: path)
@@ -41,7 +80,8 @@ struct LiveStack {
     /// keeps it in schema `<schemaPrefix>_<service>` of the test cluster (`HERALD_TEST_POSTGRES_URL`);
     /// pass the same prefix to find the same data again. `HERALD_TEST_STACK_DATABASE=postgres`
     /// makes PostgreSQL every stack's default, to run the whole suite on it.
-    static func with(
+    package static func with(
+        runner: Runner = .inProcess,
         directory: String? = nil,
         auth: AuthModeCase = .tutorial,
         users: [String] = [],
@@ -67,28 +107,48 @@ struct LiveStack {
                 configuration.extraArguments[service, default: []] += ["--database-url", url]
             }
         }
-        let stack = Stack(configuration: configuration)
+        let running: Running
+        switch runner {
+        case .inProcess: running = .inProcess(InProcessStack(configuration: configuration))
+        case .processes: running = .processes(Stack(configuration: configuration))
+        }
+        func stop() async {
+            switch running {
+            case .inProcess(let stack): await stack.stop()
+            case .processes(let stack): await stack.stop()
+            }
+        }
         do {
-            try await stack.start()
-            let live = LiveStack(stack: stack, edge: EdgeClient(base: URL(string: await stack.edgeURL)!, auth: auth))
+            let edgeURL: String
+            switch running {
+            case .inProcess(let stack):
+                try await stack.start()
+                edgeURL = await stack.edgeURL
+            case .processes(let stack):
+                try await stack.start()
+                edgeURL = await stack.edgeURL
+            }
+            let live = LiveStack(
+                running: running, edge: EdgeClient(base: URL(string: edgeURL)!, auth: auth),
+                configuration: configuration)
             if auth == .accounts {
                 for user in users { try await live.addUser(user, password: EdgeClient.password(of: user, in: auth)) }
             }
             try await body(live)
-            await stack.stop()
+            await stop()
             if made { try? FileManager.default.removeItem(atPath: configuration.directory) }
         } catch {
-            await stack.stop()
+            await stop()
             printLogs(configuration)
             throw error
         }
     }
 
-    static var defaultDatabase: StoreBackend {
+    package static var defaultDatabase: StoreBackend {
         ProcessInfo.processInfo.environment["HERALD_TEST_STACK_DATABASE"] == "postgres" ? .postgres : .sqlite
     }
 
-    static func printLogs(_ configuration: StackConfiguration) {
+    package static func printLogs(_ configuration: StackConfiguration) {
         for service in Stack.services {
             let path = "\(configuration.logDirectory)/\(service).log"
             guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
@@ -101,7 +161,7 @@ struct LiveStack {
     /// Creates an account through herald-auth's RPC; with `send`, grants it Send on the default hub,
     /// so that it may send to other users and tags as the tutorial's users do (RolesTests check the
     /// refusal without it).
-    func addUser(_ user: String, password: String, send: Bool = true) async throws {
+    package func addUser(_ user: String, password: String, send: Bool = true) async throws {
         _ = try await RPCClient.with(
             socketPath: configuration.socketPath("auth"), transport: configuration.rpcTransport, timeout: .testRPC
         ) { client in
@@ -115,7 +175,8 @@ struct LiveStack {
 
     /// Registers a device for `user` the way the iOS client does; returns the registration id.
     @discardableResult
-    func register(_ user: String, platform: String = "apns", handle: String, tags: [String] = []) async throws -> String
+    package func register(_ user: String, platform: String = "apns", handle: String, tags: [String] = []) async throws
+        -> String
     {
         let created = try await edge.request(
             "POST",
@@ -132,7 +193,7 @@ struct LiveStack {
     }
 
     /// Every service's log so far, concatenated.
-    func logs() -> String {
+    package func logs() -> String {
         Stack.services.compactMap {
             try? String(contentsOfFile: "\(configuration.logDirectory)/\($0).log", encoding: .utf8)
         }
@@ -140,7 +201,7 @@ struct LiveStack {
     }
 
     /// Everything the inbox provider has recorded.
-    func inbox() async throws -> [InboxEntry] {
+    package func inbox() async throws -> [InboxEntry] {
         try await RPCClient.with(
             socketPath: configuration.socketPath("dispatch"), transport: configuration.rpcTransport, timeout: .testRPC
         ) { client in
@@ -149,7 +210,8 @@ struct LiveStack {
     }
 
     /// Polls the inbox until `count` entries match, or fails after `timeout`.
-    func waitForInbox(count: Int = 1, timeout: Duration = .seconds(10), where match: (InboxEntry) -> Bool) async throws
+    package func waitForInbox(count: Int = 1, timeout: Duration = .seconds(10), where match: (InboxEntry) -> Bool)
+        async throws
         -> [InboxEntry]
     {
         let deadline = ContinuousClock.now + timeout
@@ -169,40 +231,52 @@ struct LiveStack {
 /// debug build on two busy cores), and the kill -9 drill counted four answers that the edge had
 /// logged within 50 ms as hangs of 15 s: their responses sat unread on the held loop. A device's
 /// client does not share its I/O threads with the test's other servers; neither does this one.
-let testHTTPClient = HTTPClient(
+package let testHTTPClient = HTTPClient(
     eventLoopGroup: MultiThreadedEventLoopGroup(numberOfThreads: 2), configuration: .singletonConfiguration)
 
 /// HTTP the way the tutorial's iOS client speaks it: Basic auth, JSON bodies, status codes.
-struct EdgeClient: Sendable {
-    let base: URL
-    var auth: AuthModeCase = .tutorial
+package struct EdgeClient: Sendable {
+    package let base: URL
+    package var auth: AuthModeCase = .tutorial
+
+    package init(base: URL, auth: AuthModeCase = .tutorial) {
+        self.base = base
+        self.auth = auth
+    }
 
     /// A user's password in the tests: the user name in tutorial mode (the tutorial's rule), a
     /// longer one in accounts mode.
-    static func password(of user: String, in mode: AuthModeCase) -> String {
+    package static func password(of user: String, in mode: AuthModeCase) -> String {
         mode == .tutorial ? user : "pw-\(user)-Zq9!"
     }
 
-    struct Reply {
-        var status: Int
-        var headers: [String: String]
-        var body: Data
-        var text: String { String(decoding: body, as: UTF8.self) }
+    package struct Reply {
+        package var status: Int
+        package var headers: [String: String]
+        package var body: Data
 
-        func json() throws -> [String: Any] {
+        package init(status: Int, headers: [String: String], body: Data) {
+            self.status = status
+            self.headers = headers
+            self.body = body
+        }
+
+        package var text: String { String(decoding: body, as: UTF8.self) }
+
+        package func json() throws -> [String: Any] {
             try #require(try JSONSerialization.jsonObject(with: body) as? [String: Any], "not a JSON object: \(text)")
         }
 
-        func header(_ name: String) -> String? {
+        package func header(_ name: String) -> String? {
             headers.first { $0.key.lowercased() == name.lowercased() }?.value
         }
     }
 
-    static func basic(_ user: String, _ password: String? = nil) -> String {
+    package static func basic(_ user: String, _ password: String? = nil) -> String {
         "Basic " + Data("\(user):\(password ?? user)".utf8).base64EncodedString()
     }
 
-    func request(
+    package func request(
         _ method: String, _ path: String, authorization: String? = nil, body: String? = nil,
         headers extra: [(String, String)] = [], timeout: TimeAmount = .seconds(30)
     ) async throws -> Reply {
@@ -211,7 +285,7 @@ struct EdgeClient: Sendable {
             contentType: "application/json", headers: extra, timeout: timeout)
     }
 
-    func request(
+    package func request(
         _ method: String, _ path: String, authorization: String?, bytes: Data?, contentType: String,
         headers extra: [(String, String)] = [], timeout: TimeAmount = .seconds(30)
     ) async throws -> Reply {
@@ -231,12 +305,12 @@ struct EdgeClient: Sendable {
     }
 
     /// As user `user`, with the password the tests give them in this auth mode.
-    func request(_ method: String, _ path: String, as user: String, body: String? = nil) async throws -> Reply {
+    package func request(_ method: String, _ path: String, as user: String, body: String? = nil) async throws -> Reply {
         try await request(method, path, authorization: Self.basic(user, Self.password(of: user, in: auth)), body: body)
     }
 
     /// As user `user`, uploading `bytes` of `contentType`.
-    func upload(_ path: String, as user: String, bytes: Data, contentType: String) async throws -> Reply {
+    package func upload(_ path: String, as user: String, bytes: Data, contentType: String) async throws -> Reply {
         try await request(
             "POST", path, authorization: Self.basic(user, Self.password(of: user, in: auth)), bytes: bytes,
             contentType: contentType)
@@ -246,13 +320,13 @@ struct EdgeClient: Sendable {
 extension Trait where Self == ConditionTrait {
     /// For a stack test whose subject has no store (a transport, the edge's drain): it runs in the
     /// SQLite pass only, so CI's PostgreSQL pass spends its cores on what PostgreSQL changes.
-    static var storeIndependent: Self {
+    package static var storeIndependent: Self {
         .enabled(if: LiveStack.defaultDatabase == .sqlite, "does not depend on the store: runs in the SQLite pass")
     }
 
     /// For a stack test pinned to SQLite (`database: .sqlite`): both passes would run the same
     /// thing, so it runs in the SQLite pass only.
-    static var sqliteStack: Self {
+    package static var sqliteStack: Self {
         .enabled(if: LiveStack.defaultDatabase == .sqlite, "its stack is on SQLite in either pass: run once")
     }
 }
@@ -261,13 +335,13 @@ extension Duration {
     /// The deadline of the tests' own RPCs (reading the inbox, outcomes, creating users): a CI
     /// machine runs many stacks on two cores, and a 5 s read there can miss its deadline with the
     /// service healthy. The services' own deadlines are what the drills measure, not these.
-    static let testRPC = Duration.seconds(30)
+    package static let testRPC = Duration.seconds(30)
 }
 
 /// The auth modes the contract tests run in.
-enum AuthModeCase: String, CaseIterable, Sendable, CustomTestStringConvertible {
+package enum AuthModeCase: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case tutorial, accounts
-    var testDescription: String { rawValue }
+    package var testDescription: String { rawValue }
 }
 
 /// Runs a program to completion and returns its exit status and output; `input` is its standard input.
@@ -276,7 +350,7 @@ enum AuthModeCase: String, CaseIterable, Sendable, CustomTestStringConvertible {
 /// per core (two in CI), and a test blocking one while a python client or openssl runs stalls every
 /// other test's async code, long enough for their HTTP deadlines to fire on answers that had
 /// already arrived (the cause of the fault drill's rare `deadlineExceeded`).
-func runProgram(
+package func runProgram(
     _ executable: String, _ arguments: [String], input: String? = nil, environment: [String: String] = [:]
 ) async throws -> (status: Int32, output: String, error: String) {
     try await withCheckedThrowingContinuation { continuation in
@@ -289,7 +363,7 @@ func runProgram(
 
 /// ``runProgram(_:_:input:environment:)`` on the caller's thread: only for quick commands in a
 /// `defer`, where nothing may be awaited.
-func runProgramBlocking(
+package func runProgramBlocking(
     _ executable: String, _ arguments: [String], input: String? = nil, environment: [String: String] = [:]
 ) throws -> (status: Int32, output: String, error: String) {
     let process = Process()
@@ -316,12 +390,21 @@ func runProgramBlocking(
 }
 
 /// The first program called `name` on PATH.
-func which(_ name: String) -> String? {
+package func which(_ name: String) -> String? {
     let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
     return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
 }
 
 /// A well-formed fake APNs device token (64 hex digits).
-func apnsToken(_ seed: Int) -> String {
+package func apnsToken(_ seed: Int) -> String {
     (0..<32).map { i in String(format: "%02x", (seed &* 31 &+ i) & 0xff) }.joined()
+}
+
+extension Sequence {
+    /// `transform` applied in order, awaiting each.
+    package func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var out: [T] = []
+        for element in self { out.append(try await transform(element)) }
+        return out
+    }
 }

@@ -1,53 +1,64 @@
-import Crypto
-import Foundation
-import HeraldModel
-import HeraldRPC
-import HeraldService
-import NIOCore
-import NIOHTTP1
-import NIOHTTP2
-import NIOPosix
-import NIOSSL
-import Synchronization
-import Testing
+package import Crypto
+package import Foundation
+package import HeraldModel
+package import HeraldRPC
+package import HeraldService
+package import NIOCore
+package import NIOHTTP1
+package import NIOHTTP2
+package import NIOPosix
+package import NIOSSL
+package import Synchronization
+package import Testing
 
 /// A push service on loopback: HTTP/2 over TLS (certificate from the tests' own CA), recording
 /// every request and answering what `respond` decides. The APNs, FCM, WNS, OAuth and Web Push
 /// doubles are this server with their providers' rules in `respond` (see ``PushRules``); Herald's
 /// senders reach it through their overridable base URLs and `push-ca-file`.
-final class PushDouble: Sendable {
-    struct Request: Sendable {
-        var method: String
-        var path: String
+package final class PushDouble: Sendable {
+    package struct Request: Sendable {
+        package var method: String
+        package var path: String
         /// Lower-case names.
-        var headers: [(String, String)]
-        var body: [UInt8]
-        var at: ContinuousClock.Instant
-        var wallClock: Date
+        package var headers: [(String, String)]
+        package var body: [UInt8]
+        package var at: ContinuousClock.Instant
+        package var wallClock: Date
 
-        func header(_ name: String) -> String? { headers.first { $0.0 == name }?.1 }
+        package func header(_ name: String) -> String? { headers.first { $0.0 == name }?.1 }
     }
 
-    struct Reply: Sendable {
-        var status: Int
-        var headers: [(String, String)] = []
-        var body: [UInt8] = []
+    package struct Reply: Sendable {
+        package var status: Int
+        package var headers: [(String, String)] = []
+        package var body: [UInt8] = []
         /// After answering, send GOAWAY and close the connection (APNs does this on maintenance).
-        var goAway = false
+        package var goAway = false
         /// Answer this much later (the stream stays open meanwhile, like a slow service).
-        var delay: TimeAmount = .zero
+        package var delay: TimeAmount = .zero
 
-        static func json(_ status: Int, _ object: [String: Any], headers: [(String, String)] = []) -> Reply {
+        package init(
+            status: Int, headers: [(String, String)] = [], body: [UInt8] = [], goAway: Bool = false,
+            delay: TimeAmount = .zero
+        ) {
+            self.status = status
+            self.headers = headers
+            self.body = body
+            self.goAway = goAway
+            self.delay = delay
+        }
+
+        package static func json(_ status: Int, _ object: [String: Any], headers: [(String, String)] = []) -> Reply {
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
             return Reply(status: status, headers: [("content-type", "application/json")] + headers, body: Array(data))
         }
     }
 
-    let port: Int
+    package let port: Int
     private let channel: any Channel
     private let recorded = Mutex<[Request]>([])
     /// TLS connections accepted so far (HTTP/2 multiplexes every stream of a client over one).
-    var connections: Int { holder.connections.withLock { $0 } }
+    package var connections: Int { holder.connections.withLock { $0 } }
     private let holder: DoubleHolder
 
     private init(port: Int, channel: any Channel, holder: DoubleHolder) {
@@ -56,15 +67,15 @@ final class PushDouble: Sendable {
         self.holder = holder
     }
 
-    var url: String { "https://127.0.0.1:\(port)" }
+    package var url: String { "https://127.0.0.1:\(port)" }
 
-    var requests: [Request] { recorded.withLock { $0 } }
+    package var requests: [Request] { recorded.withLock { $0 } }
 
     fileprivate func record(_ request: Request) { recorded.withLock { $0.append(request) } }
 
     /// Starts a double with the certificate and key of `tls` (PEM files) on a free loopback port;
     /// with `http1`, one that offers only HTTP/1.1 in ALPN (a proxy in front of FCM, say).
-    static func start(
+    package static func start(
         certificate: String, key: String, http1: Bool = false, respond: @escaping @Sendable (Request) -> Reply
     ) async throws -> PushDouble {
         var configuration = TLSConfiguration.makeServerConfiguration(
@@ -101,12 +112,14 @@ final class PushDouble: Sendable {
         return double
     }
 
-    func stop() async {
+    package func stop() async {
         try? await channel.close()
     }
 
     /// Polls until `count` requests match `filter`, or the deadline passes; returns the matches.
-    func waitFor(_ count: Int, timeout: Duration = .seconds(20), where filter: (Request) -> Bool = { _ in true })
+    package func waitFor(
+        _ count: Int, timeout: Duration = .seconds(20), where filter: (Request) -> Bool = { _ in true }
+    )
         async throws -> [Request]
     {
         let deadline = ContinuousClock.now + timeout
@@ -119,9 +132,9 @@ final class PushDouble: Sendable {
 }
 
 /// Lets the stream handlers reach the double created after the server bound.
-final class DoubleHolder: Sendable {
-    let double = Mutex<PushDouble?>(nil)
-    let connections = Mutex(0)
+package final class DoubleHolder: Sendable {
+    package let double = Mutex<PushDouble?>(nil)
+    package let connections = Mutex(0)
 }
 
 /// One HTTP/2 stream, seen as HTTP/1-style parts: collects the request, records it, answers.
@@ -195,13 +208,13 @@ private final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
 }
 
 /// Checks of what the senders send, shared by the doubles.
-enum PushRules {
-    struct Refusal: Error {
-        var reason: String
+package enum PushRules {
+    package struct Refusal: Error {
+        package var reason: String
     }
 
     /// Verifies an ES256 JWT with `key` and returns its header and claims, or why it is refused.
-    static func verifyES256(_ jwt: String, key: P256.Signing.PublicKey) -> Result<
+    package static func verifyES256(_ jwt: String, key: P256.Signing.PublicKey) -> Result<
         (header: [String: Any], claims: [String: Any]), Refusal
     > {
         let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)

@@ -7,6 +7,7 @@ import HeraldStack
 import HeraldTestSupport
 import Logging
 import PostgresNIO
+import StackTestSupport
 import Synchronization
 import Testing
 
@@ -109,7 +110,9 @@ struct ReplicaDrillTests {
         defer { Task { await fixture.stop() } }
         fixture.apnsDelay.withLock { $0 = .milliseconds(5) }
         let prefix = TestDatabases.freshPrefix()
-        try await LiveStack.with(directory: folder + "/stack", database: .postgres, schemaPrefix: prefix) {
+        try await LiveStack.with(
+            runner: .processes, directory: folder + "/stack", database: .postgres, schemaPrefix: prefix
+        ) {
             configuration in
             fixture.configure(&configuration)
             configuration.extraArguments["dispatch", default: []] += Self.replicaSettings
@@ -226,11 +229,11 @@ struct ReplicaDrillTests {
         for (index, directory) in replicas.metricsDirectories.enumerated() where !skip.contains(index - 1) {
             let text = try await ReplicaDrillTests.metricsClient(directory: directory, service: "dispatch")
                 .request("GET", "metrics").text
-            tally.takenOver += Int(OperationsTests.value(text, "herald_outbox_takeovers_total", []))
+            tally.takenOver += Int(StackFixture.value(text, "herald_outbox_takeovers_total", []))
             tally.timedOut += Int(
-                OperationsTests.value(text, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"retry\""]))
+                StackFixture.value(text, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"retry\""]))
             tally.pushedBy[index] = Int(
-                OperationsTests.value(text, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"delivered\""]))
+                StackFixture.value(text, "herald_deliveries_total", ["platform=\"apns\"", "outcome=\"delivered\""]))
         }
         print(
             "replica drill: \(repeated.count) pushes arrived twice (same apns-id); \(tally.takenOver) deliveries taken over after their lease ended, \(tally.timedOut) pushes timed out (\(retried) deliveries with more than one attempt); pushed by each live process: \(tally.pushedBy.sorted { $0.key < $1.key }.map(\.value))"
@@ -243,7 +246,9 @@ struct ReplicaDrillTests {
         let folder = try LiveStack.makeDirectory()
         let prefix = TestDatabases.freshPrefix()
         let second = "\(folder)/registration-2"
-        try await LiveStack.with(directory: folder + "/stack", database: .postgres, schemaPrefix: prefix) {
+        try await LiveStack.with(
+            runner: .processes, directory: folder + "/stack", database: .postgres, schemaPrefix: prefix
+        ) {
             configuration in
             configuration.extraArguments["edge", default: []] += [
                 "--registration-socket", "\(configuration.leanSocketPath("registration")),\(second)/registration.sock",
@@ -260,7 +265,7 @@ struct ReplicaDrillTests {
             defer { if replica.isRunning { replica.terminate() } }
             let metrics = try await Self.metricsClient(directory: second, service: "registration")
             func upsertsAtSecond() async throws -> Double {
-                OperationsTests.value(
+                StackFixture.value(
                     try await metrics.request("GET", "metrics").text, "herald_rpc_requests_total",
                     ["RegistrationService/UpsertRegistration", "status=\"OK\""])
             }
@@ -296,6 +301,7 @@ struct ReplicaDrillTests {
         let prefix = TestDatabases.freshPrefix()
         let second = "\(folder)/auth-2"
         try await LiveStack.with(
+            runner: .processes,
             directory: folder + "/stack", auth: .accounts, users: ["dora"], database: .postgres, schemaPrefix: prefix
         ) {
             configuration in

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldStack
+import StackTestSupport
 import Testing
 
 /// services/prometheus: the alert rules and the Grafana dashboard ask only for series Herald
@@ -55,9 +56,10 @@ struct MonitoringTests {
         let directory = try LiveStack.makeDirectory()
         let certificates = directory + "/tls"
         try FileManager.default.createDirectory(atPath: certificates, withIntermediateDirectories: true)
-        let tls = try await TLSStackTests.makeCertificates(in: certificates)
+        let tls = try await StackFixture.makeCertificates(in: certificates)
         let services = ["auth", "registration", "payload", "dispatch"]
         try await LiveStack.with(
+            runner: .processes,
             directory: directory,
             configure: { configuration in
                 configuration.tls = tls
@@ -66,7 +68,7 @@ struct MonitoringTests {
                 }
             }
         ) { live in
-            try await SecurePushTests.secureSequence(live)
+            try await StackFixture.secureSequence(live)
             func scrape(_ service: String) async throws -> String {
                 let file = "\(live.configuration.runtimeDirectory)/\(service).metrics.url"
                 let url = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(

@@ -1,4 +1,5 @@
 import Foundation
+import StackTestSupport
 import Testing
 
 /// NH's Registrations API as three SDKs call it, replayed as HTTP against a live stack: the
@@ -16,11 +17,11 @@ struct NHRegistrationReplayTests {
 
     static func withHub(_ body: (LiveStack, _ full: String, _ listen: String) async throws -> Void) async throws {
         try await LiveStack.with { live in
-            let keys = try await NotificationHubsTests.hub("default", live, create: false)
-            let root = NotificationHubsTests.root(live)
+            let keys = try await NHFixture.hub("default", live, create: false)
+            let root = NHFixture.root(live)
             try await body(
-                live, NotificationHubsTests.token(sr: root, keys.full),
-                NotificationHubsTests.token(sr: root, keys.listen))
+                live, NHFixture.token(sr: root, keys.full),
+                NHFixture.token(sr: root, keys.listen))
         }
     }
 
@@ -123,9 +124,9 @@ struct NHRegistrationReplayTests {
             // The template send reaches it, rendered.
             let send = try await live.edge.request(
                 "POST", "/default/messages?api-version=2020-06",
-                authorization: NotificationHubsTests.token(
-                    sr: NotificationHubsTests.root(live),
-                    try await NotificationHubsTests.hub("default", live, create: false).full),
+                authorization: NHFixture.token(
+                    sr: NHFixture.root(live),
+                    try await NHFixture.hub("default", live, create: false).full),
                 bytes: Data(#"{"m":"templated"}"#.utf8), contentType: "application/json;charset=utf-8",
                 headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-Tags", "sport")])
             #expect(send.status == 201, "\(send.text)")

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldStack
+import StackTestSupport
 import Testing
 
 /// Herald's RPCs and deploy files, checked with tools that are not Herald's own.
@@ -23,7 +24,7 @@ struct ExternalClientTests {
 
     @Test("Python grpcio calls every service over unix: sockets with stubs generated from proto/")
     func pythonGrpcio() async throws {
-        try await LiveStack.with { live in
+        try await LiveStack.with(runner: .processes) { live in
             let answers = try await Self.pythonCheck("grpc_check.py", live)
             #expect(
                 answers["health"] as? [String: String]
@@ -56,7 +57,7 @@ struct ExternalClientTests {
 
     @Test("a Python client with only protobuf and sockets calls every service over the lean protocol")
     func pythonLeanClient() async throws {
-        try await LiveStack.with { live in
+        try await LiveStack.with(runner: .processes) { live in
             let answers = try await Self.pythonCheck("lean_check.py", live)
             #expect(
                 answers["health"] as? [String: String]
@@ -134,7 +135,7 @@ struct PublishedClientTests {
         .enabled(if: binary != nil, "set HERALD_EXAMPLE_SEND_PUSH (scripts/test.sh builds Examples/send-push)"))
     func examplePackageSendsAPush() async throws {
         let binary = try #require(Self.binary)
-        try await LiveStack.with { live in
+        try await LiveStack.with(runner: .processes) { live in
             _ = try await live.register("dora", platform: "apns", handle: String(repeating: "d0", count: 32))
             _ = try await live.register("dora", platform: "fcm", handle: "fcm-dora")
             for transport in ["lean", "grpc"] {

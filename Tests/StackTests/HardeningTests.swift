@@ -5,6 +5,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import StackTestSupport
 import Synchronization
 import Testing
 
@@ -12,7 +13,7 @@ import Testing
     import Glibc
 #endif
 
-/// The requests that once broke the stack (issue 12), against the five real executables.
+/// The requests that once broke the stack (issue 12), against the five real services (in-process: StackTestSupport).
 @Suite("hostile clients end to end", .serialized, .timeLimit(.minutes(5)))
 struct HostileClientTests {
     @Test("a huge ttl_seconds is 400 and herald-payload stays up", arguments: AuthModeCase.allCases)
@@ -29,7 +30,7 @@ struct HostileClientTests {
                 "/v1/notifications?kind=secure&to_user=bob&ttl_seconds=31536000", as: "alice", bytes: Data("s".utf8),
                 contentType: "text/plain")
             #expect(fine.status == 202, "\(fine.text)")
-            #expect(await live.stack.restartCount(of: "payload") == 0)
+            #expect(await live.stopped().isEmpty, "a service fell over")
         }
     }
 
@@ -180,6 +181,8 @@ struct HostileClientTests {
                 let stop = Atomic<Bool>(false)
                 let refused = Atomic<Int>(0)
                 let sent = Atomic<Int>(0)
+                /// Refusals of the spray for want of a slot ("too many logins in progress").
+                let refusedForRoom = Atomic<Int>(0)
             }
             let counters = Counters()
             // 8 clients on 127.0.0.1 send logins with unknown names until told to stop, each trying
@@ -202,6 +205,9 @@ struct HostileClientTests {
                                 counters.sent.add(1, ordering: .relaxed)
                                 if reply.status == 429 {
                                     counters.refused.add(1, ordering: .relaxed)
+                                    if reply.text.contains("too many logins in progress") {
+                                        counters.refusedForRoom.add(1, ordering: .relaxed)
+                                    }
                                     try await Task.sleep(for: .milliseconds(20))
                                 }
                             }
@@ -267,9 +273,14 @@ struct HostileClientTests {
             #expect(inAt.count == users.count, "\(inAt)")
             #expect(!admittedFirst.isEmpty, "no user was let in at the first try: \(inAt)")
             if madeUp {
-                // Made-up names hold no slot: every user is let in at the door, and none is ever refused for it.
+                // Made-up names hold no slot: every user is let in at the door, and no made-up name
+                // is ever refused for want of one. (One may still be answered 429 "still being
+                // checked", as a real name would be at that moment: on a loaded machine a hash takes
+                // longer than the edge's answer bound, and the decoy's wait follows it.)
                 #expect(admittedFirst.count == users.count, "\(admittedFirst)")
-                #expect(!statuses.contains(429), "a made-up name was refused: \(statuses.filter { $0 == 429 }.count)")
+                #expect(
+                    counters.refusedForRoom.load(ordering: .relaxed) == 0,
+                    "made-up names refused for want of a slot: \(counters.refusedForRoom.load(ordering: .relaxed))")
             }
         }
     }
@@ -436,116 +447,5 @@ func rawExchange(_ url: String, _ request: String, from source: String? = nil) a
                     return connection.readUntilClosed(timeout: .seconds(30))
                 })
         }.start()
-    }
-}
-
-/// A plain TCP connection for what an HTTP client library will not send: partial requests,
-/// half-closes, malformed heads.
-final class RawConnection: @unchecked Sendable {
-    let fd: Int32
-
-    /// `source`: the local address to connect from (any of 127.0.0.0/8 reaches the edge on
-    /// loopback), so that a test can be two clients.
-    init(url: String, source: String? = nil) throws {
-        let address = try #require(URL(string: url.trimmingCharacters(in: .whitespacesAndNewlines)))
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        if let source {
-            var local = sockaddr_in()
-            local.sin_family = sa_family_t(AF_INET)
-            local.sin_addr.s_addr = inet_addr(source)
-            let bound = withUnsafePointer(to: &local) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                }
-            }
-            guard bound == 0 else { throw StackError(description: "bind \(source) failed: errno \(errno)") }
-        }
-        var sin = sockaddr_in()
-        sin.sin_family = sa_family_t(AF_INET)
-        sin.sin_port = in_port_t(UInt16(try #require(address.port)).bigEndian)
-        sin.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let result = withUnsafePointer(to: &sin) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard result == 0 else { throw StackError(description: "connect failed: errno \(errno)") }
-    }
-
-    deinit { close(fd) }
-
-    func send(_ text: String) throws {
-        let bytes = Array(text.utf8)
-        var sent = 0
-        while sent < bytes.count {
-            let n = bytes[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard n > 0 else { throw StackError(description: "send failed: errno \(errno)") }
-            sent += n
-        }
-    }
-
-    func shutdownWrite() { _ = shutdown(fd, Int32(SHUT_WR)) }
-
-    /// Whether the peer has closed (a read would return end of file or an error), without waiting.
-    func isClosed() -> Bool {
-        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        guard poll(&poller, 1, 0) > 0 else { return false }
-        var byte: UInt8 = 0
-        return recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) <= 0
-    }
-
-    /// Everything the peer sends until it closes, or until `timeout` (then what came so far);
-    /// `closed` says which.
-    func read(timeout: Duration) -> (text: String, closed: Bool) {
-        let deadline = ContinuousClock.now + timeout
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while ContinuousClock.now < deadline {
-            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let left = deadline - ContinuousClock.now
-            guard
-                poll(
-                    &poller, 1,
-                    Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)))
-                    > 0
-            else {
-                continue
-            }
-            let n = recv(fd, &buffer, buffer.count, 0)
-            if n <= 0 { return (String(decoding: received, as: UTF8.self), true) }
-            received += buffer[0..<n]
-        }
-        return (String(decoding: received, as: UTF8.self), false)
-    }
-
-    /// One whole answer on a connection that stays open: its head, then `Content-Length` bytes of
-    /// body (an answer without one ends with its head). What came so far at `timeout`.
-    func readResponse(timeout: Duration) -> String {
-        let deadline = ContinuousClock.now + timeout
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while ContinuousClock.now < deadline {
-            let text = String(decoding: received, as: UTF8.self)
-            if let end = text.range(of: "\r\n\r\n") {
-                let head = text[..<end.lowerBound].lowercased()
-                let length =
-                    head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
-                    .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
-                if text.utf8.count - text[..<end.upperBound].utf8.count >= length { return text }
-            }
-            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&poller, 1, 100) > 0 else { continue }
-            let n = recv(fd, &buffer, buffer.count, 0)
-            if n <= 0 { break }
-            received += buffer[0..<n]
-        }
-        return String(decoding: received, as: UTF8.self)
-    }
-
-    /// What the peer sent before closing; fails the test when it has not closed by `timeout`.
-    func readUntilClosed(timeout: Duration, sourceLocation: SourceLocation = #_sourceLocation) -> String {
-        let answer = read(timeout: timeout)
-        #expect(answer.closed, "the connection is still open after \(timeout)", sourceLocation: sourceLocation)
-        return answer.text
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import HeraldStack
 import HeraldTestSupport
+import StackTestSupport
 import Synchronization
 import Testing
 
@@ -33,8 +34,8 @@ struct BackupDrillTests {
         var backupStarted = ContinuousClock.now
         let herald = StackConfiguration(directory: "/tmp").binDirectory + "/herald"
 
-        try await LiveStack.with(auth: .tutorial, database: .sqlite) { live in
-            for index in 0..<FaultDrillTests.audience {
+        try await LiveStack.with(runner: .processes, auth: .tutorial, database: .sqlite) { live in
+            for index in 0..<StackFixture.audience {
                 try await live.register("drill", handle: apnsToken(900 + index))
             }
             let edge = live.edge
@@ -93,7 +94,7 @@ struct BackupDrillTests {
         }
         try registrations.close()
 
-        try await LiveStack.with(directory: fresh, auth: .tutorial) { live in
+        try await LiveStack.with(runner: .processes, directory: fresh, auth: .tutorial) { live in
             // Every send acknowledged before the backup is known to the restored stack.
             var missing: [String] = []
             for ack in before {
@@ -108,11 +109,11 @@ struct BackupDrillTests {
             let sent = try await live.edge.request(
                 "POST", "/api/notifications?pns=apns&to_tag=drill", as: "sender", body: "\"after restore\"")
             #expect(sent.status == 200, "\(sent.text)")
-            let entries = try await live.waitForInbox(count: FaultDrillTests.audience, timeout: .seconds(60)) {
+            let entries = try await live.waitForInbox(count: StackFixture.audience, timeout: .seconds(60)) {
                 String(decoding: $0.payload, as: UTF8.self).contains("after restore")
             }
-            #expect(Set(entries.map(\.handle)) == Set((0..<FaultDrillTests.audience).map { apnsToken(900 + $0) }))
-            try await SecurePushTests.secureSequence(live)
+            #expect(Set(entries.map(\.handle)) == Set((0..<StackFixture.audience).map { apnsToken(900 + $0) }))
+            try await StackFixture.secureSequence(live)
         }
 
         // A second restore of the same backup into the now used folder keeps what was there aside.
@@ -127,7 +128,7 @@ struct BackupDrillTests {
     func restoreRefuses() async throws {
         let backup = try LiveStack.makeDirectory() + "/backup"
         let herald = StackConfiguration(directory: "/tmp").binDirectory + "/herald"
-        try await LiveStack.with(auth: .tutorial, database: .sqlite) { live in
+        try await LiveStack.with(runner: .processes, auth: .tutorial, database: .sqlite) { live in
             try await live.register("alice", handle: apnsToken(1))
             let made = try await runProgram(herald, ["backup", "--dir", live.configuration.directory, backup])
             try #require(made.status == 0, "\(made.error)")
@@ -237,7 +238,8 @@ struct PostgresBackupTests {
         let prefix = TestDatabases.freshPrefix()
         let dump = try LiveStack.makeDirectory() + "/herald.dump"
         var notification = ""
-        try await LiveStack.with(auth: .tutorial, database: .postgres, schemaPrefix: prefix) { live in
+        try await LiveStack.with(runner: .processes, auth: .tutorial, database: .postgres, schemaPrefix: prefix) {
+            live in
             try await live.register("alice", handle: apnsToken(7))
             let sent = try await live.edge.request(
                 "POST", "/v1/notifications?kind=secure&to_user=alice", as: "bob", body: "kept")
@@ -262,7 +264,8 @@ struct PostgresBackupTests {
             try Self.program("pg_restore"), ["--exit-on-error", "--dbname=\(url)", dump])
         try #require(restored.status == 0, "pg_restore: \(restored.error)")
 
-        try await LiveStack.with(auth: .tutorial, database: .postgres, schemaPrefix: prefix) { live in
+        try await LiveStack.with(runner: .processes, auth: .tutorial, database: .postgres, schemaPrefix: prefix) {
+            live in
             let outcome = try await live.edge.request("GET", "/v1/notifications/\(notification)/outcome", as: "bob")
             #expect(outcome.status == 200, "\(outcome.text)")
             let sent = try await live.edge.request(

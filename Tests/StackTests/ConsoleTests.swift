@@ -6,6 +6,7 @@ import HeraldProto
 import HeraldRPC
 import NIOCore
 import NIOSSL
+import StackTestSupport
 import Testing
 
 /// The web console over plain HTTP against the real stack (the browser's view is
@@ -215,10 +216,10 @@ struct ConsoleTests {
             #expect(try await runProgram(herald, ["hubs", "grant", "default", "ops", "Manage"] + dir).status == 0)
             let markup = "\"><script>alert(1)</script>"
             // A stranger's installation (NH's Listen key is in every app) with markup wherever it is taken.
-            let full = try await NHSendTests.defaultHub(live)
+            let full = try await NHFixture.defaultHub(live)
             let written = try await live.edge.request(
                 "PUT", "/default/installations/x1",
-                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full),
+                authorization: NHFixture.token(sr: NHFixture.root(live), full),
                 body: try String(
                     decoding: JSONSerialization.data(withJSONObject: [
                         "installationId": "x1", "platform": "apns", "pushChannel": apnsToken(4242), "userId": markup,
@@ -337,7 +338,7 @@ struct ConsoleTests {
         "devices searched and paged, a test send through the APNs sender followed to Completed, and a hub whose APNs key is refused shown failing with the push service's reason"
     )
     func pages() async throws {
-        try await PushDeliveryTests.withProviders { fixture, live in
+        try await StackFixture.withProviders { fixture, live in
             let herald = live.configuration.binDirectory + "/herald"
             let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
             #expect(try await runProgram(herald, ["hubs", "grant", "default", "ops", "Manage"] + dir).status == 0)

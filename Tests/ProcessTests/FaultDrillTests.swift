@@ -7,14 +7,13 @@ import HeraldRPC
 import HeraldService
 import HeraldStack
 import NIOCore
+import StackTestSupport
 import Synchronization
 import Testing
 
 /// Fault drills: `kill -9` of each service in turn under load, and a full disk.
 @Suite("fault drills", .serialized, .timeLimit(.minutes(10)))
 struct FaultDrillTests {
-    /// The devices every send reaches: an outcome must count exactly this many successes.
-    static let audience = 3
 
     /// What one request of the drill's traffic came back as.
     enum Answer: Sendable {
@@ -37,8 +36,8 @@ struct FaultDrillTests {
         "kill -9 during 2,000 sends and registrations: every request answered (2xx, or 503 with Retry-After), recovery within 10 s, no acknowledged send lost",
         arguments: Self.drilled)
     func killUnderLoad(_ service: String) async throws {
-        try await LiveStack.with(auth: .tutorial) { live in
-            for index in 0..<Self.audience { try await live.register("drill", handle: apnsToken(900 + index)) }
+        try await LiveStack.with(runner: .processes, auth: .tutorial) { live in
+            for index in 0..<StackFixture.audience { try await live.register("drill", handle: apnsToken(900 + index)) }
             let edge = live.edge
             let completed = DrillCounter()
             let total = 2000
@@ -67,7 +66,7 @@ struct FaultDrillTests {
             while completed.value.load(ordering: .relaxed) < killAt, ContinuousClock.now < wait {
                 try await Task.sleep(for: .milliseconds(10))
             }
-            let pid = try #require(await live.stack.pid(of: service))
+            let pid = try #require(try await live.stack.pid(of: service))
             let killedAt = ContinuousClock.now
             kill(pid, SIGKILL)
             // Recovery: the first request after the kill that needs the killed service succeeds.
@@ -75,7 +74,7 @@ struct FaultDrillTests {
             let answers = try await traffic.value
             print("fault drill \(service): recovered after \(recovered); \(Self.summary(answers))")
             #expect(recovered < .seconds(10), "herald-\(service) took \(recovered) to recover")
-            #expect(await live.stack.restartCount(of: service) == 1)
+            #expect(try await live.stack.restartCount(of: service) == 1)
 
             var accepted: [String] = []
             for answer in answers {
@@ -96,13 +95,13 @@ struct FaultDrillTests {
                 }
             }
             #expect(accepted.count >= total / 3)
-            // Every acknowledged send reaches its whole audience.
+            // Every acknowledged send reaches its whole StackFixture.audience.
             try await Self.expectDelivered(accepted, edge: edge)
         }
     }
 
     /// One step of the traffic: a notify-users send, a secure send, or a registration (of a
-    /// user outside the audience, so the audience stays fixed), in turn.
+    /// user outside the StackFixture.audience, so the StackFixture.audience stays fixed), in turn.
     static func operation(_ n: Int, edge: EdgeClient, retryTransport: Bool) async throws -> [Answer] {
         var answers: [Answer] = []
         let id = "drill-\(n)"
@@ -181,7 +180,7 @@ struct FaultDrillTests {
         return ContinuousClock.now - killedAt
     }
 
-    /// Polls each outcome until it is Completed with the whole audience delivered: 16 polls in
+    /// Polls each outcome until it is Completed with the whole StackFixture.audience delivered: 16 polls in
     /// flight, so reading 1,300 outcomes takes a second, not the 13 s one at a time took.
     static func expectDelivered(_ notifications: [String], edge: EdgeClient) async throws {
         let deadline = ContinuousClock.now + .seconds(120)
@@ -200,7 +199,7 @@ struct FaultDrillTests {
             for (id, text, success) in polled {
                 last[id] = text
                 guard let success else { continue }
-                #expect(success == audience, "\(id): \(text)")
+                #expect(success == StackFixture.audience, "\(id): \(text)")
                 completed.insert(id)
             }
             pending.removeAll { completed.contains($0) }
@@ -270,7 +269,7 @@ struct DiskFullTests {
         try #require(mounted.status == 0, "mount: \(mounted.error)")
         defer { _ = try? runProgramBlocking("/bin/umount", ["-l", data]) }
 
-        try await LiveStack.with(directory: directory, auth: .tutorial, database: .sqlite) { live in
+        try await LiveStack.with(runner: .processes, directory: directory, auth: .tutorial, database: .sqlite) { live in
             let edge = live.edge
             let token = apnsToken(990)
             try await live.register("alice", handle: token)
@@ -316,7 +315,7 @@ struct DiskFullTests {
             let id = try #require(try after.json()["payloadId"] as? Int)
             #expect(try await edge.request("GET", "/api/notifications/\(id)", as: "alice").text.contains("after"))
             for service in ["auth", "registration", "payload", "dispatch"] {
-                #expect(await live.stack.restartCount(of: service) == 0, "\(service) restarted")
+                #expect(try await live.stack.restartCount(of: service) == 0, "\(service) restarted")
             }
         }
         // Nothing corrupt: every database passes SQLite's integrity check.

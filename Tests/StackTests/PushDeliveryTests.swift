@@ -5,33 +5,14 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import StackTestSupport
 import Testing
 
 /// herald-dispatch delivering to loopback doubles of APNs, FCM (with Google's token endpoint),
 /// WNS (with its token endpoint) and a Web Push service, over HTTP/2 + TLS from a test CA. Only
-/// the push services are doubles; every Herald service is the real executable.
+/// the push services are doubles; every Herald service is the real one, in the test process.
 @Suite("push delivery to the provider doubles", .serialized, .timeLimit(.minutes(5)))
 struct PushDeliveryTests {
-    static let tokenPaths: Set<String> = ["/token", "/wns-token"]
-
-    /// A stack whose dispatch sends every platform to `fixture`'s double.
-    static func withProviders(
-        logLevel: String = "info", retryBaseMs: Int = 200, extra: [String] = [], edge: [String] = [],
-        _ body: (ProviderFixture, LiveStack) async throws -> Void
-    ) async throws {
-        let folder = try LiveStack.makeDirectory()
-        let fixture = try await ProviderFixture.start(in: folder)
-        defer { Task { await fixture.stop() } }
-        try await LiveStack.with(directory: folder + "/stack") { configuration in
-            configuration.logLevel = logLevel
-            fixture.configure(&configuration, retryBaseMs: retryBaseMs)
-            configuration.extraArguments["dispatch", default: []] += extra
-            configuration.extraArguments["edge", default: []] += edge
-        } _: { live in
-            try await body(fixture, live)
-            #expect(fixture.violations.withLock { $0 } == [], "the doubles found rule violations")
-        }
-    }
 
     /// Polls a send's outcome at the edge until it is final (or the deadline passes).
     static func finalOutcome(_ live: LiveStack, _ path: String, as user: String, timeout: Duration = .seconds(30))
@@ -61,16 +42,6 @@ struct PushDeliveryTests {
         (outcome["platforms"] as? [[String: Any]] ?? []).first { $0["platform"] as? String == name } ?? [:]
     }
 
-    static func deliveries(_ live: LiveStack, _ id: String) async throws -> [DeliveryRecord] {
-        try await RPCClient.with(
-            socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport,
-            timeout: .testRPC
-        ) {
-            try await DispatchServiceClient($0).listDeliveries(ListDeliveriesRequest(notificationID: id, limit: 1000))
-                .deliveries
-        }
-    }
-
     static func registrations(_ live: LiveStack, of owner: String) async throws -> [Registration] {
         try await RPCClient.with(
             socketPath: live.configuration.socketPath("registration"), transport: live.configuration.rpcTransport,
@@ -95,7 +66,7 @@ struct PushDeliveryTests {
 
     @Test("alert and background pushes reach APNs, FCM, WNS and Web Push with exactly the right headers and bytes")
     func rightHeadersAndBytes() async throws {
-        try await Self.withProviders(logLevel: "trace") { fixture, live in
+        try await StackFixture.withProviders(logLevel: "trace") { fixture, live in
             let url = fixture.double.url
             let token = apnsToken(501)
             let browser = BrowserSubscription(endpoint: "\(url)/push/alice-1")
@@ -107,7 +78,7 @@ struct PushDeliveryTests {
             // 1. An alert from bob.
             let text = #"Hi <&> "there" / ünïcode"#
             let sent = try await Self.alert(live, text, to: "alice", as: "bob")
-            let pushes = try await fixture.double.waitFor(4) { !Self.tokenPaths.contains($0.path) }
+            let pushes = try await fixture.double.waitFor(4) { !StackFixture.tokenPaths.contains($0.path) }
             try #require(pushes.count == 4, "pushes: \(pushes.map(\.path))")
             let expected = Dictionary(uniqueKeysWithValues: NativePayloads.alert(text).map { ($0.platform, $0.body) })
 
@@ -118,7 +89,7 @@ struct PushDeliveryTests {
             #expect(apns.header("apns-expiration") == nil && apns.header("apns-collapse-id") == nil)
             #expect(apns.header("content-type") == "application/json")
             #expect(apns.body == expected[.apns])
-            let records = try await Self.deliveries(live, sent.id)
+            let records = try await StackFixture.deliveries(live, sent.id)
             #expect(apns.header("apns-id") == records.first { $0.platform == .apns }?.messageID)
 
             let fcm = try #require(pushes.first { $0.path.hasSuffix("/messages:send") })
@@ -149,7 +120,7 @@ struct PushDeliveryTests {
                 "/v1/notifications?kind=secure&to_user=alice", as: "alice", bytes: Data(secret.utf8),
                 contentType: "text/plain")
             try #require(secure.status == 202, "secure: \(secure.status) \(secure.text)")
-            let background = try await fixture.double.waitFor(8) { !Self.tokenPaths.contains($0.path) }
+            let background = try await fixture.double.waitFor(8) { !StackFixture.tokenPaths.contains($0.path) }
             try #require(background.count == 8)
             let second = Array(background.dropFirst(4))
             let silent = try #require(second.first { $0.path.hasPrefix("/3/device/") })
@@ -210,13 +181,13 @@ struct PushDeliveryTests {
 
     @Test("an audience staged in chunks (audience-memory-rows 2) reaches every device once, with one apns-id each")
     func stagedAudience() async throws {
-        try await Self.withProviders(extra: ["--audience-memory-rows", "2"]) { fixture, live in
+        try await StackFixture.withProviders(extra: ["--audience-memory-rows", "2"]) { fixture, live in
             let tokens = (0..<7).map { apnsToken(700 + $0) }
             for token in tokens { try await live.register("staged", platform: "apns", handle: token) }
             let sent = try await Self.alert(live, "to seven", to: "staged", as: "staged")
             let pushes = try await fixture.double.waitFor(7) { $0.path.hasPrefix("/3/device/") }
             #expect(Set(pushes.map(\.path)) == Set(tokens.map { "/3/device/\($0)" }) && pushes.count == 7)
-            let records = try await Self.deliveries(live, sent.id)
+            let records = try await StackFixture.deliveries(live, sent.id)
             #expect(
                 Set(pushes.compactMap { $0.header("apns-id") }) == Set(records.map(\.messageID)) && records.count == 7)
             let outcome = try await Self.finalOutcome(live, sent.path, as: "staged")
@@ -227,7 +198,7 @@ struct PushDeliveryTests {
 
     @Test("a dead handle on any provider deletes the registration; its owner's next PUT gets 410")
     func deadHandles() async throws {
-        try await Self.withProviders { fixture, live in
+        try await StackFixture.withProviders { fixture, live in
             let url = fixture.double.url
             let token = apnsToken(502)
             let browser = BrowserSubscription(endpoint: "\(url)/push/carol-1")
@@ -285,7 +256,7 @@ struct PushDeliveryTests {
 
     @Test("429 and 503 are retried no sooner than Retry-After with the same apns-id; a permanent 400 is not retried")
     func retries() async throws {
-        try await Self.withProviders(retryBaseMs: 100) { fixture, live in
+        try await StackFixture.withProviders(retryBaseMs: 100) { fixture, live in
             let busy = apnsToken(503)
             let down = apnsToken(504)
             let refused = apnsToken(505)
@@ -335,7 +306,7 @@ struct PushDeliveryTests {
             // A 500 without Retry-After: retried after the backoff (100 ms base here, jitter ≥ ½).
             let wnsTries = attempts { $0.path == "/wns/erin-1" }
             #expect(wnsTries.count == 2 && wnsTries[1].at - wnsTries[0].at >= .milliseconds(50))
-            let records = try await Self.deliveries(live, sent.id)
+            let records = try await StackFixture.deliveries(live, sent.id)
             #expect(records.first { $0.reason == "BadExpirationDate" }?.attempts == 1)
             #expect(records.first { $0.reason == "BadExpirationDate" }?.state == .failed)
 
@@ -355,7 +326,7 @@ struct PushDeliveryTests {
 
     @Test("a TTL and a collapse id reach each provider in its own header")
     func ttlAndCollapse() async throws {
-        try await Self.withProviders { fixture, live in
+        try await StackFixture.withProviders { fixture, live in
             let url = fixture.double.url
             let token = apnsToken(520)
             try await live.register("kim", platform: "apns", handle: token)
@@ -387,7 +358,7 @@ struct PushDeliveryTests {
                         ], sender: "lee"))
             }.outcome
             #expect(sent?.state == .enqueued && sent?.platforms.map(\.pending) == [1, 1, 1, 1])
-            let pushes = try await fixture.double.waitFor(4) { !Self.tokenPaths.contains($0.path) }
+            let pushes = try await fixture.double.waitFor(4) { !StackFixture.tokenPaths.contains($0.path) }
             // What is left of the 600 s when a push leaves: at most the time the test saw pass (a
             // loaded machine took 4 s from Send to the FCM request), and never more than 600.
             let elapsed = Int64(Date().timeIntervalSince1970) - before
@@ -478,7 +449,7 @@ struct PushDeliveryTests {
 
     @Test("after GOAWAY the sender opens a new connection and every push still arrives")
     func goAway() async throws {
-        try await Self.withProviders { fixture, live in
+        try await StackFixture.withProviders { fixture, live in
             let tokens = (0..<6).map { apnsToken(600 + $0) }
             for token in tokens { try await live.register("gina", platform: "apns", handle: token) }
             // A first send opens one HTTP/2 connection for all its streams.

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldProto
+import StackTestSupport
 import Testing
 
 /// Notification Hubs' sends on `/{hub}/messages…` through the real stack to the APNs double: the
@@ -7,44 +8,17 @@ import Testing
 /// telemetry, checked at the double and in NH's XML.
 @Suite("Notification Hubs sends", .serialized, .timeLimit(.minutes(3)))
 struct NHSendTests {
-    /// The default hub's full-rights connection string (the deployment's credentials deliver it).
-    static func defaultHub(_ live: LiveStack) async throws -> String {
-        let herald = live.configuration.binDirectory + "/herald"
-        let endpoint = "sb://" + live.edge.base.host! + ":\(live.edge.base.port!)/"
-        let keys = try await runProgram(
-            herald,
-            ["hubs", "keys", "default", "--endpoint", endpoint, "--runtime-dir", live.configuration.runtimeDirectory])
-        try #require(keys.status == 0, "\(keys.error)")
-        return try #require(
-            keys.output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
-                .first { $0.hasPrefix("Endpoint=") && $0.contains("DefaultFullSharedAccessSignature") })
-    }
-
-    static func post(
-        _ live: LiveStack, _ path: String, _ connection: String, body: String,
-        contentType: String = "application/json;charset=utf-8",
-        headers: [(String, String)]
-    ) async throws -> EdgeClient.Reply {
-        try await live.edge.request(
-            "POST", path, authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), connection),
-            bytes: Data(body.utf8), contentType: contentType, headers: headers)
-    }
-
-    static func id(_ location: String?) throws -> String {
-        let location = try #require(location)
-        return String(location.split(separator: "/").last!.split(separator: "?").first!)
-    }
 
     @Test(
         "native apple send with NH's apns-* headers: they reach APNs as given; 201 + Location; telemetry XML in the .NET order"
     )
     func nativeHeadersAndTelemetry() async throws {
-        try await PushDeliveryTests.withProviders { fixture, live in
-            let full = try await Self.defaultHub(live)
+        try await StackFixture.withProviders { fixture, live in
+            let full = try await NHFixture.defaultHub(live)
             for n in 0..<3 { try await live.register("nh-user", handle: apnsToken(700 + n), tags: ["nhsend"]) }
             fixture.queue(apnsToken(702), .json(400, ["reason": "BadDeviceToken"]))
             let expiration = Int64(Date().timeIntervalSince1970) + 3600
-            let send = try await Self.post(
+            let send = try await NHFixture.post(
                 live, "/default/messages?api-version=2015-04", full, body: #"{"aps":{"content-available":1},"k":"v"}"#,
                 headers: [
                     ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "nhsend"),
@@ -57,8 +31,8 @@ struct NHSendTests {
             #expect(
                 location.hasPrefix("\(live.edge.base.absoluteString)/default/messages/n-")
                     && location.hasSuffix("?api-version=2015-04"))
-            let id = try Self.id(location)
-            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: id)
+            let id = try NHFixture.id(location)
+            let outcome = try await NHFixture.finalOutcome(live, notification: id)
             #expect(outcome.state == .completed && outcome.platforms.first?.success == 2, "\(outcome)")
 
             let pushes = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
@@ -74,7 +48,7 @@ struct NHSendTests {
 
             let details = try await live.edge.request(
                 "GET", "/default/messages/\(id)?api-version=2016-07",
-                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full))
+                authorization: NHFixture.token(sr: NHFixture.root(live), full))
             #expect(details.status == 200, "\(details.text)")
             #expect(details.header("Content-Type")?.hasPrefix("application/xml") == true)
             let xml = details.text
@@ -96,7 +70,7 @@ struct NHSendTests {
             // PnsErrorDetailsUri: the per-device failures, NDJSON.
             let failures = try await live.edge.request(
                 "GET", "/default/messages/\(id)/failures",
-                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full))
+                authorization: NHFixture.token(sr: NHFixture.root(live), full))
             #expect(failures.status == 200, "\(failures.text)")
             #expect(
                 failures.text.contains(#""handle":"\#(apnsToken(702))""#)
@@ -104,10 +78,10 @@ struct NHSendTests {
             #expect(failures.text.split(separator: "\n").count == 1, "\(failures.text)")
 
             // Another hub's key does not see this hub's send.
-            let other = try await NotificationHubsTests.hub("otherhub", live).full
+            let other = try await NHFixture.hub("otherhub", live).full
             let hidden = try await live.edge.request(
                 "GET", "/otherhub/messages/\(id)",
-                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), other))
+                authorization: NHFixture.token(sr: NHFixture.root(live), other))
             #expect(hidden.status == 404, "\(hidden.text)")
         }
     }
@@ -116,20 +90,20 @@ struct NHSendTests {
         "direct and batch direct sends reach unregistered handles; bad handles, retired formats and oversize bodies are refused"
     )
     func directAndBatch() async throws {
-        try await PushDeliveryTests.withProviders { fixture, live in
-            let full = try await Self.defaultHub(live)
-            let direct = try await Self.post(
+        try await StackFixture.withProviders { fixture, live in
+            let full = try await NHFixture.defaultHub(live)
+            let direct = try await NHFixture.post(
                 live, "/default/messages?direct&api-version=2015-04", full, body: #"{"aps":{"alert":"direct"}}"#,
                 headers: [
                     ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-DeviceHandle", apnsToken(801)),
                 ])
             #expect(direct.status == 201, "\(direct.text)")
-            let outcome = try await NotificationHubsTests.finalOutcome(
-                live, notification: try Self.id(direct.header("Location")))
+            let outcome = try await NHFixture.finalOutcome(
+                live, notification: try NHFixture.id(direct.header("Location")))
             #expect(outcome.state == .completed && outcome.platforms.first?.success == 1, "\(outcome)")
             #expect(fixture.double.requests.contains { $0.path == "/3/device/\(apnsToken(801))" })
 
-            let bad = try await Self.post(
+            let bad = try await NHFixture.post(
                 live, "/default/messages?direct", full, body: #"{"aps":{"alert":"x"}}"#,
                 headers: [
                     ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-DeviceHandle", "not-hex"),
@@ -146,7 +120,7 @@ struct NHSendTests {
                 "Content-Disposition: inline; name=devices",
                 "", "[" + handles.map { "'\($0)'" }.joined(separator: ",") + "]", "--\(boundary)--", "",
             ].joined(separator: "\r\n")
-            let batch = try await Self.post(
+            let batch = try await NHFixture.post(
                 live, "/default/messages/$batch?direct&api-version=2015-08", full, body: multipart,
                 contentType: #"multipart/mixed; boundary = "\#(boundary)""#,
                 headers: [("ServiceBusNotification-Format", "apple")])
@@ -160,29 +134,29 @@ struct NHSendTests {
             #expect(
                 URL(string: batchLocation)?.pathComponents.count == 4 && batchLocation.contains("/messages/n-"),
                 "\(batchLocation)")
-            let batchOutcome = try await NotificationHubsTests.finalOutcome(
-                live, notification: try Self.id(batch.header("Location")))
+            let batchOutcome = try await NHFixture.finalOutcome(
+                live, notification: try NHFixture.id(batch.header("Location")))
             #expect(batchOutcome.platforms.first?.success == 3, "\(batchOutcome)")
             for handle in handles {
                 let push = fixture.double.requests.first { $0.path == "/3/device/\(handle)" }
                 #expect(push.map { String(decoding: $0.body, as: UTF8.self) } == #"{"aps":{"alert":"batch"}}"#)
             }
-            let noDevices = try await Self.post(
+            let noDevices = try await NHFixture.post(
                 live, "/default/messages/$batch?direct", full,
                 body: "--b\r\nContent-Disposition: inline; name=notification\r\n\r\n{}\r\n--b--\r\n",
                 contentType: "multipart/mixed; boundary=b", headers: [("ServiceBusNotification-Format", "apple")])
             #expect(noDevices.status == 400 && noDevices.text.contains("Could not find a part"), "\(noDevices.text)")
 
             for (format, expected) in [("windowsphone", "retired"), ("gcm", "fcmv1"), ("baidu", "not supported")] {
-                let refused = try await Self.post(
+                let refused = try await NHFixture.post(
                     live, "/default/messages", full, body: "{}", headers: [("ServiceBusNotification-Format", format)])
                 #expect(refused.status == 400 && refused.text.contains(expected), "\(format): \(refused.text)")
             }
-            let windows = try await Self.post(
+            let windows = try await NHFixture.post(
                 live, "/default/messages", full, body: "<toast/>", contentType: "application/xml",
                 headers: [("ServiceBusNotification-Format", "windows")])
             #expect(windows.status == 400 && windows.text.contains("X-WNS-Type"), "\(windows.text)")
-            let large = try await Self.post(
+            let large = try await NHFixture.post(
                 live, "/default/messages", full, body: String(repeating: "x", count: 65 * 1024),
                 headers: [("ServiceBusNotification-Format", "apple")])
             #expect(large.status == 413 && large.text.contains("64 Kb"), "\(large.status) \(large.text)")
@@ -191,11 +165,11 @@ struct NHSendTests {
 
     @Test("test send: at most 10 devices, answered with NH's NotificationOutcome and each device's result")
     func testSend() async throws {
-        try await PushDeliveryTests.withProviders { fixture, live in
-            let full = try await Self.defaultHub(live)
+        try await StackFixture.withProviders { fixture, live in
+            let full = try await NHFixture.defaultHub(live)
             for n in 0..<12 { try await live.register("tester", handle: apnsToken(900 + n), tags: ["qa"]) }
             fixture.queue(apnsToken(900), .json(400, ["reason": "BadDeviceToken"]))
-            let send = try await Self.post(
+            let send = try await NHFixture.post(
                 live, "/default/messages?test&api-version=2015-04", full, body: #"{"aps":{"alert":"test"}}"#,
                 headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "qa")])
             #expect(send.status == 201, "\(send.text)")
@@ -209,7 +183,7 @@ struct NHSendTests {
             #expect(xml.contains("The Notification was successfully sent to the Push Notification System"))
             #expect(fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }.count == 10)
 
-            let none = try await Self.post(
+            let none = try await NHFixture.post(
                 live, "/default/messages?test", full, body: #"{"aps":{"alert":"test"}}"#,
                 headers: [
                     ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "nobody-has-this"),
@@ -226,14 +200,14 @@ struct NHSendTests {
     )
     func testSendWait() async throws {
         // Later flags win: this stack's edge waits 300 ms, and the APNs double answers after 5 s.
-        try await PushDeliveryTests.withProviders(edge: ["--nh-test-send-wait-ms", "300"]) { fixture, live in
-            let full = try await Self.defaultHub(live)
+        try await StackFixture.withProviders(edge: ["--nh-test-send-wait-ms", "300"]) { fixture, live in
+            let full = try await NHFixture.defaultHub(live)
             let slow = apnsToken(990)
             try await live.register("slow", handle: slow, tags: ["slow"])
             var late = PushDouble.Reply(status: 200)
             late.delay = .seconds(5)
             fixture.queue(slow, late)
-            let send = try await Self.post(
+            let send = try await NHFixture.post(
                 live, "/default/messages?test", full, body: #"{"aps":{"alert":"test"}}"#,
                 headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "slow")])
             #expect(send.status == 201, "\(send.text)")
@@ -249,9 +223,9 @@ struct NHSendTests {
         "scheduled sends: every ScheduleTime spelling, Location, telemetry Scheduled, cancel is 200 and final, 7 days at most"
     )
     func scheduled() async throws {
-        try await PushDeliveryTests.withProviders { fixture, live in
-            let full = try await Self.defaultHub(live)
-            let auth = { NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full) }
+        try await StackFixture.withProviders { fixture, live in
+            let full = try await NHFixture.defaultHub(live)
+            let auth = { NHFixture.token(sr: NHFixture.root(live), full) }
             let (kept, dropped) = (apnsToken(960), apnsToken(961))
             try await live.register("s1", handle: kept, tags: ["keep"])
             try await live.register("s2", handle: dropped, tags: ["drop"])
@@ -266,7 +240,7 @@ struct NHSendTests {
             // Eight seconds ahead: the GET and the cancel below must come before it is due, and a
             // loaded CI machine (fresh-clone run W, PostgreSQL pass) took more than two.
             let soon = Date().addingTimeInterval(8)
-            let drop = try await Self.post(
+            let drop = try await NHFixture.post(
                 live, "/default/schedulednotifications/?api-version=2020-06", full,
                 body: #"{"aps":{"alert":"dropped"}}"#,
                 headers: [
@@ -278,7 +252,7 @@ struct NHSendTests {
             #expect(
                 dropLocation.contains("/default/schedulednotifications/n-")
                     && dropLocation.hasSuffix("?api-version=2020-06"))
-            let dropID = try Self.id(dropLocation)
+            let dropID = try NHFixture.id(dropLocation)
             let details = try await live.edge.request("GET", "/default/messages/\(dropID)", authorization: auth())
             #expect(details.text.contains("<State>Scheduled</State>"), "\(details.text)")
             let cancel = try await live.edge.request(
@@ -294,15 +268,15 @@ struct NHSendTests {
 
             // .NET's "s" format (UTC, no zone), rounded up to the next second.
             let later = Date(timeIntervalSince1970: (soon.timeIntervalSince1970 + 1).rounded(.up))
-            let keep = try await Self.post(
+            let keep = try await NHFixture.post(
                 live, "/default/schedulednotifications?api-version=2020-06", full, body: #"{"aps":{"alert":"kept"}}"#,
                 headers: [
                     ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "keep"),
                     ("ServiceBusNotification-ScheduleTime", iso(later, "yyyy-MM-dd'T'HH:mm:ss")),
                 ])
             #expect(keep.status == 201, "\(keep.text)")
-            let keepID = try Self.id(keep.header("Location"))
-            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: keepID)
+            let keepID = try NHFixture.id(keep.header("Location"))
+            let outcome = try await NHFixture.finalOutcome(live, notification: keepID)
             #expect(outcome.state == .completed && outcome.platforms.first?.success == 1, "\(outcome)")
             let arrived = try #require(fixture.double.requests.first { $0.path == "/3/device/\(kept)" })
             #expect(
@@ -322,14 +296,14 @@ struct NHSendTests {
                 (iso(Date().addingTimeInterval(8 * 86400), "yyyy-MM-dd'T'HH:mm:ss"), "7 days"),
                 ("next tuesday", "ISO 8601"),
             ] {
-                let refused = try await Self.post(
+                let refused = try await NHFixture.post(
                     live, "/default/schedulednotifications", full, body: #"{"aps":{"alert":"x"}}"#,
                     headers: [
                         ("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-ScheduleTime", time),
                     ])
                 #expect(refused.status == 400 && refused.text.contains(expected), "\(time): \(refused.text)")
             }
-            let missing = try await Self.post(
+            let missing = try await NHFixture.post(
                 live, "/default/schedulednotifications", full, body: #"{"aps":{"alert":"x"}}"#,
                 headers: [("ServiceBusNotification-Format", "apple")])
             #expect(missing.status == 400 && missing.text.contains("ScheduleTime"), "\(missing.text)")
@@ -342,9 +316,9 @@ struct NHSendTests {
     func templates() async throws {
         // With audience-memory-rows 2, the audience is staged in the outbox as it streams in (as a
         // large one is): each staged device keeps its own rendering.
-        try await PushDeliveryTests.withProviders(extra: ["--audience-memory-rows", "2"]) { fixture, live in
-            let full = try await Self.defaultHub(live)
-            let auth = NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full)
+        try await StackFixture.withProviders(extra: ["--audience-memory-rows", "2"]) { fixture, live in
+            let full = try await NHFixture.defaultHub(live)
+            let auth = NHFixture.token(sr: NHFixture.root(live), full)
             let en = ##"{\"aps\":{\"alert\":\"{'Breaking: ' + $(headline)}\",\"badge\":\"#(count)\"}}"##
             let fr = #"{\"aps\":{\"alert\":\"{'Dernière : ' + $(headline_fr:{sans titre})}\"}}"#
             let toast =
@@ -381,15 +355,15 @@ struct NHSendTests {
             )
             #expect(bad.status == 400 && bad.text.contains("template x body"), "\(bad.text)")
 
-            let send = try await Self.post(
+            let send = try await NHFixture.post(
                 live, "/default/messages", full, body: #"{"headline":"Storm <warning>","count":"3"}"#,
                 headers: [
                     ("ServiceBusNotification-Format", "template"),
                     ("ServiceBusNotification-Tags", "lang_en || lang_fr"),
                 ])
             #expect(send.status == 201, "\(send.text)")
-            let outcome = try await NotificationHubsTests.finalOutcome(
-                live, notification: try Self.id(send.header("Location")))
+            let outcome = try await NHFixture.finalOutcome(
+                live, notification: try NHFixture.id(send.header("Location")))
             #expect(outcome.state == .completed, "\(outcome)")
             #expect(outcome.platforms.map(\.success).reduce(0, +) == 4, "\(outcome)")
             func body(_ path: String) -> String? {
@@ -407,16 +381,16 @@ struct NHSendTests {
             #expect(
                 fixture.double.requests.first { $0.path == "/3/device/\(apnsToken(1001))" }?.header("apns-priority")
                     == "5")
-            #expect(try await PushDeliveryTests.deliveries(live, outcome.notificationID).count == 4)
+            #expect(try await StackFixture.deliveries(live, outcome.notificationID).count == 4)
 
             // The template's name is one of its tags: a send to "fr" reaches the fr template only.
             let before = fixture.double.requests.count
-            let fr2 = try await Self.post(
+            let fr2 = try await NHFixture.post(
                 live, "/default/messages", full, body: #"{"headline_fr":"Orage"}"#,
                 headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-Tags", "fr")])
-            _ = try await NotificationHubsTests.finalOutcome(live, notification: try Self.id(fr2.header("Location")))
+            _ = try await NHFixture.finalOutcome(live, notification: try NHFixture.id(fr2.header("Location")))
             let after = fixture.double.requests.dropFirst(before).filter {
-                !PushDeliveryTests.tokenPaths.contains($0.path)
+                !StackFixture.tokenPaths.contains($0.path)
             }
             #expect(after.map(\.path) == ["/3/device/\(apnsToken(1003))"], "\(after.map(\.path))")
             #expect(
@@ -426,14 +400,14 @@ struct NHSendTests {
             for (properties, expected) in [
                 ("[1,2]", "JSON object of properties"), (#"{"a":{"b":1}}"#, "must be a string"),
             ] {
-                let refused = try await Self.post(
+                let refused = try await NHFixture.post(
                     live, "/default/messages", full, body: properties,
                     headers: [("ServiceBusNotification-Format", "template")])
                 #expect(refused.status == 400 && refused.text.contains(expected), "\(refused.text)")
             }
             // Properties that make every rendering too large for APNs: 400 naming the template (when
             // some render, the others' devices are left out instead: NHHostileTests).
-            let huge = try await Self.post(
+            let huge = try await NHFixture.post(
                 live, "/default/messages", full, body: #"{"headline_fr":"\#(String(repeating: "x", count: 5000))"}"#,
                 headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-Tags", "lang_fr")])
             #expect(huge.status == 400 && huge.text.contains("template fr"), "\(huge.status) \(huge.text)")
@@ -445,8 +419,8 @@ struct NHSendTests {
     )
     func unofficialPythonClientSends() async throws {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
-        try await PushDeliveryTests.withProviders { fixture, live in
-            let full = try await Self.defaultHub(live).replacingOccurrences(
+        try await StackFixture.withProviders { fixture, live in
+            let full = try await NHFixture.defaultHub(live).replacingOccurrences(
                 of: "Endpoint=sb://", with: "Endpoint=http://")
             let apns = apnsToken(1100)
             let browser = BrowserSubscription(endpoint: "\(fixture.double.url)/push/py-1")
@@ -460,7 +434,7 @@ struct NHSendTests {
             try #require(result.status == 0, "nh_sends_check.py failed: \(result.error)")
             let out = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
             for id in ["windows_id", "browser_id", "apple_id", "fcm_id", "template_id", "scheduled_id"] {
-                let outcome = try await NotificationHubsTests.finalOutcome(
+                let outcome = try await NHFixture.finalOutcome(
                     live, notification: try #require(out[id] as? String))
                 #expect(
                     outcome.state == .completed && outcome.platforms.map(\.success).reduce(0, +) >= 1,
@@ -522,7 +496,7 @@ struct NHSendTests {
             fixture.configureHTTPSEdge(&configuration)
         } _: { live in
             #expect(live.edge.base.scheme == "https")
-            let full = try await Self.defaultHub(live)
+            let full = try await NHFixture.defaultHub(live)
             let (tagged, direct) = (apnsToken(1200), apnsToken(1201))
             let result = try await runProgram(
                 python,
@@ -590,8 +564,8 @@ struct NHRegistrationStackTests {
     )
     func registrationsAreDevices() async throws {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
-        try await PushDeliveryTests.withProviders { fixture, live in
-            let keys = try await NotificationHubsTests.hub("reghub", live)
+        try await StackFixture.withProviders { fixture, live in
+            let keys = try await NHFixture.hub("reghub", live)
             let herald = live.configuration.binDirectory + "/herald"
             let set = try await runProgram(
                 herald,
@@ -602,11 +576,11 @@ struct NHRegistrationStackTests {
                     live.configuration.runtimeDirectory,
                 ])
             try #require(set.status == 0, "\(set.error)")
-            let listen = NotificationHubsTests.token(sr: NotificationHubsTests.root(live), keys.listen)
+            let listen = NHFixture.token(sr: NHFixture.root(live), keys.listen)
             let (native, template, installed) = (apnsToken(2001), apnsToken(2002), apnsToken(2003))
             let created = try await live.edge.request("POST", "/reghub/registrationids", authorization: listen)
             #expect(created.status == 201)
-            let id = try NHSendTests.id(created.header("Location"))
+            let id = try NHFixture.id(created.header("Location"))
             for (path, body) in [
                 ("/reghub/registrations/\(id)", Self.apple(native, tags: "reg")),
                 (
@@ -625,17 +599,17 @@ struct NHRegistrationStackTests {
             #expect(put.status == 200)
 
             func send(_ format: String, _ body: String) async throws -> Outcome {
-                let reply = try await NHSendTests.post(
+                let reply = try await NHFixture.post(
                     live, "/reghub/messages", keys.full, body: body,
                     headers: [("ServiceBusNotification-Format", format), ("ServiceBusNotification-Tags", "reg")])
                 #expect(reply.status == 201, "\(reply.text)")
-                return try await NotificationHubsTests.finalOutcome(
-                    live, notification: try NHSendTests.id(reply.header("Location")))
+                return try await NHFixture.finalOutcome(
+                    live, notification: try NHFixture.id(reply.header("Location")))
             }
             func paths(after count: Int) -> Set<String> {
                 Set(
                     fixture.double.requests.dropFirst(count).map(\.path).filter {
-                        !PushDeliveryTests.tokenPaths.contains($0)
+                        !StackFixture.tokenPaths.contains($0)
                     })
             }
             var before = fixture.double.requests.count

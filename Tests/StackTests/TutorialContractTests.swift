@@ -7,9 +7,11 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import StackTestSupport
 import Testing
 
-/// The rest of the tutorial contract against the five real executables: rich push, notify users,
+/// The rest of the tutorial contract against the five real services (in this process:
+/// StackTestSupport's InProcessStack): rich push, notify users,
 /// the modern upload route, and the tutorial's holes closed. Each flow runs in both auth modes.
 @Suite("tutorial contract end to end", .serialized, .timeLimit(.minutes(5)))
 struct TutorialContractTests {

@@ -4,52 +4,36 @@ import HeraldProto
 import HeraldRPC
 import HeraldStack
 import HeraldTestSupport
+import StackTestSupport
 import Testing
-
-extension Sequence {
-    /// `transform` applied in order, awaiting each.
-    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
-        var out: [T] = []
-        for element in self { out.append(try await transform(element)) }
-        return out
-    }
-}
 
 /// Issue 32's findings, replayed from outside the way an attacker holding the Listen key (it is in
 /// every shipped app) or no key at all would: each one failed before its fix.
 @Suite("NH API against a hostile client", .serialized, .timeLimit(.minutes(3)))
 struct NHHostileTests {
-    /// Resident set size of a process in MB, from /proc.
-    static func rss(_ pid: Int32) -> Double {
-        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
-        return Double(line.split(separator: " ").dropFirst().first ?? "0").map { $0 / 1024 } ?? 0
-    }
 
     @Test("a Listen-signed token with se = Int64.max is refused, and herald-auth stays up")
     func expiryOverflow() async throws {
         try await LiveStack.with { live in
-            let keys = try await NotificationHubsTests.hub("probe", live)
-            let root = NotificationHubsTests.root(live)
-            let authPID = await live.stack.pid(of: "auth")
-            let (name, key) = NotificationHubsTests.secret(keys.listen)
+            let keys = try await NHFixture.hub("probe", live)
+            let root = NHFixture.root(live)
+            let (name, key) = NHFixture.secret(keys.listen)
             for expiry in ["9223372036854775807", "-9223372036854775808", "99999999999999999999"] {
                 let signature = SASTokens.encode(SASTokens.signature(root, expiry, key: key), lower: false)
                 let token = "SharedAccessSignature sr=\(root)&sig=\(signature)&se=\(expiry)&skn=\(name)"
                 let reply = try await live.edge.request("GET", "/probe/installations/x", authorization: token)
                 #expect(reply.status == 401, "se=\(expiry): \(reply.status) \(reply.text)")
             }
-            #expect(await live.stack.pid(of: "auth") == authPID)
-            #expect(await live.stack.exitStatuses(of: "auth").isEmpty)
+            #expect(await live.stopped().isEmpty, "herald-auth fell over")
         }
     }
 
     @Test("forged tokens naming the Full key do not lock out its correctly signed tokens from the same address")
     func forgedTokensDoNotLockOut() async throws {
         try await LiveStack.with { live in
-            let keys = try await NotificationHubsTests.hub("probe", live)
-            let root = NotificationHubsTests.root(live)
-            let (name, _) = NotificationHubsTests.secret(keys.full)
+            let keys = try await NHFixture.hub("probe", live)
+            let root = NHFixture.root(live)
+            let (name, _) = NHFixture.secret(keys.full)
             let forged = SASTokens.token(
                 sr: root, keyName: name, key: "guess", expiry: Int64(Date().timeIntervalSince1970) + 600)
             var statuses: [Int] = []
@@ -59,7 +43,7 @@ struct NHHostileTests {
             }
             #expect(Set(statuses).isSubset(of: [401, 429]) && statuses.contains(429), "\(statuses)")
             let good = try await live.edge.request(
-                "GET", "/probe/installations/x", authorization: NotificationHubsTests.token(sr: root, keys.full))
+                "GET", "/probe/installations/x", authorization: NHFixture.token(sr: root, keys.full))
             #expect(good.status == 404, "a valid token after forged ones: \(good.status) \(good.text)")
         }
     }
@@ -67,9 +51,9 @@ struct NHHostileTests {
     @Test("an unknown hub, an unknown key and a wrong signature get the same 401")
     func noEnumeration() async throws {
         try await LiveStack.with { live in
-            let keys = try await NotificationHubsTests.hub("probe", live)
-            let root = NotificationHubsTests.root(live)
-            let (name, key) = NotificationHubsTests.secret(keys.full)
+            let keys = try await NHFixture.hub("probe", live)
+            let root = NHFixture.root(live)
+            let (name, key) = NHFixture.secret(keys.full)
             let expiry = Int64(Date().timeIntervalSince1970) + 600
             var details: Set<String> = []
             for (hub, keyName, secret) in [("probe", name, "wrong"), ("probe", "NoSuchKey", key), ("nohub", name, key)]
@@ -91,9 +75,9 @@ struct NHHostileTests {
         try await LiveStack.with { live in
             let herald = live.configuration.binDirectory + "/herald"
             let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            let root = NotificationHubsTests.root(live)
-            let old = try await NotificationHubsTests.hub("tenant1", live)
-            let oldAuth = NotificationHubsTests.token(sr: root, old.full)
+            let root = NHFixture.root(live)
+            let old = try await NHFixture.hub("tenant1", live)
+            let oldAuth = NHFixture.token(sr: root, old.full)
             // The old tenant: a device, a send (its telemetry) and a send scheduled an hour ahead.
             let device =
                 #"{"installationId":"dev-old","platform":"apns","pushChannel":"\#(apnsToken(901))","tags":["t"]}"#
@@ -101,29 +85,29 @@ struct NHHostileTests {
                 try await live.edge.request(
                     "PUT", "/tenant1/installations/dev-old", authorization: oldAuth, body: device
                 ).status == 200)
-            let sent = try await NHSendTests.post(
+            let sent = try await NHFixture.post(
                 live, "/tenant1/messages", old.full, body: #"{"aps":{"alert":"old"}}"#,
                 headers: [("ServiceBusNotification-Format", "apple")])
             #expect(sent.status == 201, "\(sent.text)")
-            let sentID = try NHSendTests.id(sent.header("Location"))
+            let sentID = try NHFixture.id(sent.header("Location"))
             let formatter = ISO8601DateFormatter()
-            let scheduled = try await NHSendTests.post(
+            let scheduled = try await NHFixture.post(
                 live, "/tenant1/schedulednotifications", old.full, body: #"{"aps":{"alert":"later"}}"#,
                 headers: [
                     ("ServiceBusNotification-Format", "apple"),
                     ("ServiceBusNotification-ScheduleTime", formatter.string(from: Date().addingTimeInterval(3600))),
                 ])
             #expect(scheduled.status == 201, "\(scheduled.text)")
-            let scheduledID = try NHSendTests.id(scheduled.header("Location"))
+            let scheduledID = try NHFixture.id(scheduled.header("Location"))
 
             // Names regardless of case: the path may spell it as it likes; a second hub may not.
-            let mixed = NotificationHubsTests.token(sr: root, old.full)
+            let mixed = NHFixture.token(sr: root, old.full)
             #expect(
                 try await live.edge.request("GET", "/TENANT1/installations/dev-old", authorization: mixed).status == 200
             )
             #expect(try await runProgram(herald, ["hubs", "add", "Tenant1"] + dir).status != 0)
 
-            #expect(try await NotificationHubsTests.finalOutcome(live, notification: sentID).state == .completed)
+            #expect(try await NHFixture.finalOutcome(live, notification: sentID).state == .completed)
             let deleted = try await runProgram(herald, ["hubs", "delete", "TENANT1"] + dir)
             #expect(deleted.status == 0, "\(deleted.error)")
             #expect(
@@ -133,8 +117,8 @@ struct NHHostileTests {
                 try await live.edge.request("GET", "/tenant1/installations/dev-old", authorization: oldAuth).status
                     == 401)
 
-            let again = try await NotificationHubsTests.hub("Tenant1", live)
-            let newAuth = NotificationHubsTests.token(sr: root, again.full)
+            let again = try await NHFixture.hub("Tenant1", live)
+            let newAuth = NHFixture.token(sr: root, again.full)
             #expect(again.full != old.full)
             for path in [
                 "/tenant1/installations/dev-old", "/tenant1/messages/\(sentID)", "/tenant1/messages/\(scheduledID)",
@@ -163,11 +147,10 @@ struct NHHostileTests {
     func hostileSends() async throws {
         try await LiveStack.with(configure: { $0.extraArguments["dispatch"] = ["--max-scheduled-per-hub", "3"] }) {
             live in
-            let keys = try await NotificationHubsTests.hub("probe", live)
-            let root = NotificationHubsTests.root(live)
-            let listen = NotificationHubsTests.token(sr: root, keys.listen)
-            let full = NotificationHubsTests.token(sr: root, keys.full)
-            let pids = await Stack.services.asyncMap { await live.stack.pid(of: $0) }
+            let keys = try await NHFixture.hub("probe", live)
+            let root = NHFixture.root(live)
+            let listen = NHFixture.token(sr: root, keys.listen)
+            let full = NHFixture.token(sr: root, keys.full)
             func put(_ id: String, _ handle: String, templates: String) async throws -> EdgeClient.Reply {
                 try await live.edge.request(
                     "PUT", "/probe/installations/\(id)", authorization: listen,
@@ -189,14 +172,14 @@ struct NHHostileTests {
                 ).status == 200)
             #expect(try await put("good", apnsToken(803), templates: good).status == 200)
             let properties = #"{"msg":"still here","exp":"-9223372036854775808"}"#
-            let now = try await NHSendTests.post(
+            let now = try await NHFixture.post(
                 live, "/probe/messages", keys.full, body: properties,
                 headers: [("ServiceBusNotification-Format", "template")])
             #expect(now.status == 201, "\(now.text)")
             #expect(try await live.waitForInbox { $0.handle == apnsToken(803) }.count == 1)
             // The same as a scheduled send (it once crash-looped dispatch at every start).
             let soon = ISO8601DateFormatter().string(from: Date().addingTimeInterval(2))
-            let later = try await NHSendTests.post(
+            let later = try await NHFixture.post(
                 live, "/probe/schedulednotifications", keys.full, body: properties,
                 headers: [("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-ScheduleTime", soon)])
             #expect(later.status == 201, "\(later.text)")
@@ -245,7 +228,7 @@ struct NHHostileTests {
             // 10. Scheduled sends waiting per hub are bounded (3 here; 1000 by default).
             var statuses: [Int] = []
             for _ in 0..<4 {
-                let reply = try await NHSendTests.post(
+                let reply = try await NHFixture.post(
                     live, "/probe/schedulednotifications", keys.full, body: #"{"aps":{"alert":"x"}}"#,
                     headers: [
                         ("ServiceBusNotification-Format", "apple"),
@@ -259,19 +242,19 @@ struct NHHostileTests {
             #expect(statuses == [201, 201, 201, 429], "\(statuses)")
 
             // No service restarted on the way.
-            #expect(await Stack.services.asyncMap { await live.stack.pid(of: $0) } == pids)
+            #expect(await live.stopped().isEmpty)
         }
     }
 
     @Test("a Herald user named sas does not read the outcome of NH sends")
     func userNamedSAS() async throws {
         try await LiveStack.with(auth: .accounts, users: ["sas"]) { live in
-            let full = try await NHSendTests.defaultHub(live)
-            let send = try await NHSendTests.post(
+            let full = try await NHFixture.defaultHub(live)
+            let send = try await NHFixture.post(
                 live, "/default/messages", full, body: #"{"aps":{"alert":"x"}}"#,
                 headers: [("ServiceBusNotification-Format", "apple")])
             #expect(send.status == 201, "\(send.text)")
-            let id = try NHSendTests.id(send.header("Location"))
+            let id = try NHFixture.id(send.header("Location"))
             for path in ["/v1/notifications/\(id)/outcome", "/v1/notifications/\(id)/failures"] {
                 let reply = try await live.edge.request("GET", path, as: "sas")
                 #expect(reply.status == 404, "\(path): \(reply.status) \(reply.text)")
@@ -279,39 +262,4 @@ struct NHHostileTests {
         }
     }
 
-    @Test("600 tokens with 60 KB key names do not grow herald-auth")
-    func longKeyNamesDoNotGrowAuth() async throws {
-        try await LiveStack.with { live in
-            _ = try await NotificationHubsTests.hub("probe", live)
-            let pid = try #require(await live.stack.pid(of: "auth"))
-            let root = NotificationHubsTests.root(live)
-            let expiry = Int64(Date().timeIntervalSince1970) + 600
-            // Warm up the paths first, so the baseline includes what any traffic allocates once.
-            for n in 0..<50 {
-                let token = SASTokens.token(sr: root, keyName: "k\(n)", key: "x", expiry: expiry)
-                _ = try await live.edge.request("GET", "/probe/installations/x", authorization: token)
-            }
-            let before = Self.rss(pid)
-            // 600 (36 MB of key names, which the old ledger kept whole) in 8 streams: the issue's
-            // 1,500 one by one outlasted the suite's time limit on CI's loaded machine.
-            try await withThrowingTaskGroup(of: Int.self) { group in
-                for stream in 0..<8 {
-                    group.addTask {
-                        var last = 0
-                        for n in stride(from: stream, to: 600, by: 8) {
-                            let name = String(repeating: "k", count: 60_000) + "\(n)"
-                            let token = SASTokens.token(sr: root, keyName: name, key: "x", expiry: expiry)
-                            last = try await live.edge.request("GET", "/probe/installations/x", authorization: token)
-                                .status
-                        }
-                        return last
-                    }
-                }
-                for try await status in group { #expect([401, 429].contains(status), "\(status)") }
-            }
-            let after = Self.rss(pid)
-            print("herald-auth RSS: \(before) MB before, \(after) MB after 600 tokens with 60 KB key names")
-            #expect(after - before < 10, "herald-auth grew from \(before) to \(after) MB")
-        }
-    }
 }

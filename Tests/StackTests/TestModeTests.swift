@@ -3,6 +3,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldStack
+import StackTestSupport
 import Testing
 
 /// `test-mode`, what docker-compose.test.yml turns on for other teams' integration tests: a known

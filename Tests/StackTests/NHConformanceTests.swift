@@ -1,6 +1,7 @@
 import Foundation
 import HeraldModel
 import HeraldProto
+import StackTestSupport
 import Testing
 
 /// Where Herald answered differently from Notification Hubs (a conformance probe written from
@@ -12,12 +13,12 @@ struct NHConformanceTests {
     )
     func headersAndRights() async throws {
         try await LiveStack.with { live in
-            let keys = try await NotificationHubsTests.hub("conf", live)
+            let keys = try await NHFixture.hub("conf", live)
             let hostName = live.edge.base.host!
             let host = "\(hostName):\(live.edge.base.port!)"
-            let root = NotificationHubsTests.encode("http://\(host)/", lower: false)
-            let full = NotificationHubsTests.token(sr: root, keys.full)
-            let listen = NotificationHubsTests.token(sr: root, keys.listen)
+            let root = NHFixture.encode("http://\(host)/", lower: false)
+            let full = NHFixture.token(sr: root, keys.full)
+            let listen = NHFixture.token(sr: root, keys.listen)
             func call(
                 _ method: String, _ target: String, _ authorization: String?, body: String? = nil,
                 headers: [(String, String)] = []
@@ -32,13 +33,13 @@ struct NHConformanceTests {
                 #"{"installationId":"dev-1","platform":"apns","pushChannel":"\#(apnsToken(1201))","tags":["conf"]}"#
 
             // The .NET SDK on an http endpoint with a port signs sr without it (UriBuilder drops it).
-            let dotnet = NotificationHubsTests.token(
-                sr: NotificationHubsTests.encode("http://\(hostName)\(path)/".lowercased(), lower: true), keys.full)
+            let dotnet = NHFixture.token(
+                sr: NHFixture.encode("http://\(hostName)\(path)/".lowercased(), lower: true), keys.full)
             let put = try await call("PUT", path + "?api-version=2020-06", dotnet, body: installation)
             #expect(put.status == 200, "\(put.text)")
             // …but a token for another port, or another host, is still not for this one.
             for other in ["http://\(hostName):1\(path)/", "http://other.example\(path)/"] {
-                let token = NotificationHubsTests.token(sr: NotificationHubsTests.encode(other, lower: true), keys.full)
+                let token = NHFixture.token(sr: NHFixture.encode(other, lower: true), keys.full)
                 #expect(try await call("GET", path, token).status == 401, "\(other)")
             }
 
@@ -81,10 +82,10 @@ struct NHConformanceTests {
         "a template send without ServiceBusNotification-Format; telemetry with NotificationBody; Apns-Expiry in the docs' W3C and the .NET forms"
     )
     func sends() async throws {
-        try await PushDeliveryTests.withProviders { fixture, live in
-            let full = try await NHSendTests.defaultHub(live)
+        try await StackFixture.withProviders { fixture, live in
+            let full = try await NHFixture.defaultHub(live)
             func post(_ target: String, body: String, headers: [(String, String)]) async throws -> EdgeClient.Reply {
-                try await NHSendTests.post(live, target, full, body: body, headers: headers)
+                try await NHFixture.post(live, target, full, body: body, headers: headers)
             }
             let handle = apnsToken(1211)
             let template = #"{\"aps\":{\"alert\":\"$(msg)\"}}"#
@@ -92,7 +93,7 @@ struct NHConformanceTests {
                 #"{"installationId":"t-1","platform":"apns","pushChannel":"\#(handle)","tags":["conf"],"templates":{"t":{"body":"\#(template)"}}}"#
             let put = try await live.edge.request(
                 "PUT", "/default/installations/t-1",
-                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full),
+                authorization: NHFixture.token(sr: NHFixture.root(live), full),
                 bytes: Data(installation.utf8), contentType: "application/json")
             #expect(put.status == 200, "\(put.text)")
 
@@ -101,8 +102,8 @@ struct NHConformanceTests {
             let sent = try await post(
                 "/default/messages", body: properties, headers: [("ServiceBusNotification-Tags", "conf")])
             #expect(sent.status == 201, "\(sent.text)")
-            let id = try NHSendTests.id(sent.header("Location"))
-            let outcome = try await NotificationHubsTests.finalOutcome(live, notification: id)
+            let id = try NHFixture.id(sent.header("Location"))
+            let outcome = try await NHFixture.finalOutcome(live, notification: id)
             #expect(outcome.state == .completed, "\(outcome)")
             let push = fixture.double.requests.first { $0.path == "/3/device/\(handle)" }
             #expect(
@@ -112,7 +113,7 @@ struct NHConformanceTests {
             // Telemetry carries the body as sent, XML-escaped, between EndTime and TargetPlatforms.
             let details = try await live.edge.request(
                 "GET", "/default/messages/\(id)?api-version=2016-07",
-                authorization: NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full))
+                authorization: NHFixture.token(sr: NHFixture.root(live), full))
             #expect(details.status == 200)
             let escaped = xmlEscaped(properties, quotes: false)
             #expect(details.text.contains("<NotificationBody>\(escaped)</NotificationBody>"), "\(details.text)")
@@ -144,8 +145,8 @@ struct NHConformanceTests {
                         ("ServiceBusNotification-Apns-Expiry", expiry),
                     ])
                 #expect(direct.status == 201, "\(expiry): \(direct.text)")
-                _ = try await NotificationHubsTests.finalOutcome(
-                    live, notification: try NHSendTests.id(direct.header("Location")))
+                _ = try await NHFixture.finalOutcome(
+                    live, notification: try NHFixture.id(direct.header("Location")))
                 let pushed = fixture.double.requests.first { $0.path == "/3/device/\(device)" }
                 // Herald keeps the expiry as a time to live from the send: a second either way.
                 let expiration = pushed?.header("apns-expiration").flatMap { Int64($0) }

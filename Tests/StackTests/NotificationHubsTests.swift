@@ -6,55 +6,13 @@ import HeraldRPC
 import HeraldStack
 import HeraldTestSupport
 import NotificationHubs
+import StackTestSupport
 import Testing
 
 /// Herald's Notification Hubs API driven the way NH's clients drive it: PyPI's
 /// azure-notification-hub-unofficial, and raw HTTP with each SDK's SAS spelling.
 @Suite("Notification Hubs API", .serialized, .timeLimit(.minutes(3)))
 struct NotificationHubsTests {
-    /// `herald hubs add` and the hub's connection strings from `herald hubs keys`, Endpoint on the live edge.
-    /// Adds hub `name` (unless `create` is false: "default" always exists) and returns its Full and
-    /// Listen connection strings.
-    static func hub(_ name: String, _ live: LiveStack, create: Bool = true) async throws -> (
-        full: String, listen: String
-    ) {
-        let herald = live.configuration.binDirectory + "/herald"
-        let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-        if create {
-            let added = try await runProgram(herald, ["hubs", "add", name] + dir)
-            try #require(added.status == 0, "\(added.error)")
-        }
-        let endpoint = "sb://" + live.edge.base.host! + ":\(live.edge.base.port!)/"
-        let keys = try await runProgram(herald, ["hubs", "keys", name, "--endpoint", endpoint] + dir)
-        try #require(keys.status == 0, "\(keys.error)")
-        let strings = keys.output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter {
-            $0.hasPrefix("Endpoint=")
-        }
-        let full = try #require(strings.first { $0.contains("SharedAccessKeyName=DefaultFullSharedAccessSignature;") })
-        let listen = try #require(
-            strings.first { $0.contains("SharedAccessKeyName=DefaultListenSharedAccessSignature;") })
-        #expect(full.hasPrefix("Endpoint=\(endpoint);"))
-        return (full, listen)
-    }
-
-    static func secret(_ connectionString: String) -> (name: String, key: String) {
-        var fields: [String: String] = [:]
-        for part in connectionString.split(separator: ";") {
-            guard let equals = part.firstIndex(of: "=") else { continue }
-            fields[String(part[..<equals])] = String(part[part.index(after: equals)...])
-        }
-        return (fields["SharedAccessKeyName"]!, fields["SharedAccessKey"]!)
-    }
-
-    static func encode(_ text: String, lower: Bool) -> String { SASTokens.encode(text, lower: lower) }
-
-    /// A token with `sr` exactly as given, signed with the connection string's key.
-    static func token(sr: String, _ connectionString: String, expiry: Int64 = Int64(Date().timeIntervalSince1970) + 600)
-        -> String
-    {
-        let (name, key) = secret(connectionString)
-        return SASTokens.token(sr: sr, keyName: name, key: key, expiry: expiry)
-    }
 
     @Test(
         "azure-notification-hub-unofficial creates, patches, reads and deletes installations; Listen cannot send or query"
@@ -62,7 +20,7 @@ struct NotificationHubsTests {
     func unofficialPythonClient() async throws {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
         try await LiveStack.with { live in
-            let keys = try await Self.hub("pyhub", live)
+            let keys = try await NHFixture.hub("pyhub", live)
             let http = { (s: String) in s.replacingOccurrences(of: "Endpoint=sb://", with: "Endpoint=http://") }
             let result = try await runProgram(
                 python,
@@ -106,8 +64,8 @@ struct NotificationHubsTests {
     )
     func rawHTTP() async throws {
         try await LiveStack.with { live in
-            let a = try await Self.hub("huba", live)
-            let b = try await Self.hub("hubb", live)
+            let a = try await NHFixture.hub("huba", live)
+            let b = try await NHFixture.hub("hubb", live)
             let host = "\(live.edge.base.host!):\(live.edge.base.port!)"
             let path = "/huba/installations/raw-1"
             let body = #"{"installationId":"raw-1","platform":"fcmV1","pushChannel":"fcm-token-1","tags":["x"]}"#
@@ -119,18 +77,19 @@ struct NotificationHubsTests {
                     method, target, authorization: authorization, bytes: body.map { Data($0.utf8) }, contentType: type)
             }
             // Each SDK's sr (docs/notification-hubs.md, "SAS tokens"), one PUT each.
-            let dotnet = Self.token(sr: Self.encode("http://\(host)\(path)/".lowercased(), lower: true), a.full)
-            let java = Self.token(
-                sr: Self.encode("http://\(host)\(path)?api-version=2020-06", lower: true).lowercased(), a.full)
-            let go = Self.token(sr: Self.encode("https://\(host)", lower: false), a.full)
+            let dotnet = NHFixture.token(
+                sr: NHFixture.encode("http://\(host)\(path)/".lowercased(), lower: true), a.full)
+            let java = NHFixture.token(
+                sr: NHFixture.encode("http://\(host)\(path)?api-version=2020-06", lower: true).lowercased(), a.full)
+            let go = NHFixture.token(sr: NHFixture.encode("https://\(host)", lower: false), a.full)
             for (client, token) in [(".NET", dotnet), ("Java", java), ("Go", go)] {
                 let put = try await call("PUT", path + "?api-version=2020-06", token, body: body)
                 #expect(put.status == 200, "\(client): \(put.text)")
                 #expect(put.header("Content-Location") == "http://\(host)\(path)", "\(client)")
             }
-            let root = Self.encode("http://\(host)/", lower: false)
-            let full = Self.token(sr: root, a.full)
-            let listen = Self.token(sr: root, a.listen)
+            let root = NHFixture.encode("http://\(host)/", lower: false)
+            let full = NHFixture.token(sr: root, a.full)
+            let listen = NHFixture.token(sr: root, a.listen)
             let get = try await call("GET", path, listen)
             #expect(get.status == 200 && get.text.contains(#""platform":"fcmv1""#), "\(get.text)")
             // PATCH: both content types; 200 as every SDK checks.
@@ -157,9 +116,11 @@ struct NotificationHubsTests {
             }
             expectXML(try await call("GET", "/huba/installations/nope", listen), 404, "Installation not found")
             expectXML(try await call("GET", path, nil), 401, "MissingToken")
-            expectXML(try await call("GET", path, Self.token(sr: root, a.full, expiry: 1_000_000)), 401, "ExpiredToken")
             expectXML(
-                try await call("GET", path, Self.token(sr: Self.encode("http://\(host)/hubb", lower: false), a.full)),
+                try await call("GET", path, NHFixture.token(sr: root, a.full, expiry: 1_000_000)), 401, "ExpiredToken")
+            expectXML(
+                try await call(
+                    "GET", path, NHFixture.token(sr: NHFixture.encode("http://\(host)/hubb", lower: false), a.full)),
                 401, "audience")
             expectXML(try await call("PUT", path, listen, body: "{not json"), 400, "JSON")
             expectXML(
@@ -169,7 +130,7 @@ struct NotificationHubsTests {
             expectXML(try await call("GET", "/huba/export", listen), 401, "'Manage' claim(s) are required")
             // Hub A's keys on hub B: the same key names, other secrets.
             expectXML(try await call("GET", "/hubb/installations/raw-1", full), 401, "InvalidSignature")
-            let bFull = Self.token(sr: root, b.full)
+            let bFull = NHFixture.token(sr: root, b.full)
             expectXML(try await call("GET", "/hubb/installations/raw-1", bFull), 404, "Installation not found")
             #expect(try await call("GET", path, bFull).status == 401)
             // The query and the export: Manage.
@@ -199,10 +160,10 @@ struct NotificationHubsTests {
             #expect(try await call("PUT", path, full, body: body).status == 200)
             // Throttling: repeated bad signatures for one key get 429 with Retry-After, never 403.
             var forged = a.full
-            forged = forged.replacingOccurrences(of: Self.secret(a.full).key, with: "guessed-key")
+            forged = forged.replacingOccurrences(of: NHFixture.secret(a.full).key, with: "guessed-key")
             var last: EdgeClient.Reply?
             for _ in 0..<25 {
-                last = try await call("GET", path, Self.token(sr: root, forged))
+                last = try await call("GET", path, NHFixture.token(sr: root, forged))
                 if last?.status == 429 { break }
             }
             let throttled = try #require(last)
@@ -215,7 +176,7 @@ struct NotificationHubsTests {
         "two hubs with their own APNs keys in one stack: each hub's send reaches only its devices, signed with its own key and topic"
     )
     func twoHubsTwoKeys() async throws {
-        try await PushDeliveryTests.withProviders { fixture, live in
+        try await StackFixture.withProviders { fixture, live in
             let herald = live.configuration.binDirectory + "/herald"
             let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
             // Two more APNs keys, one per hub, each with its own team and topic; the double accepts all three.
@@ -231,7 +192,7 @@ struct NotificationHubsTests {
             }
             var connection: [String: String] = [:]
             for hub in ["huba", "hubb"] {
-                connection[hub] = try await Self.hub(hub, live).full
+                connection[hub] = try await NHFixture.hub(hub, live).full
                 let meta = keys[hub]!
                 let set = try await runProgram(
                     herald,
@@ -267,7 +228,7 @@ struct NotificationHubsTests {
                 for (n, token) in list.enumerated() {
                     let put = try await live.edge.request(
                         "PUT", "/\(hub)/installations/d\(n)",
-                        authorization: Self.token(sr: Self.root(live), connection[hub]!),
+                        authorization: NHFixture.token(sr: NHFixture.root(live), connection[hub]!),
                         body: #"{"installationId":"d\#(n)","platform":"apns","pushChannel":"\#(token)","tags":["t"]}"#)
                     #expect(put.status == 200, "\(put.text)")
                 }
@@ -278,7 +239,7 @@ struct NotificationHubsTests {
             for hub in ["huba", "hubb"] {
                 let send = try await live.edge.request(
                     "POST", "/\(hub)/messages?api-version=2020-06",
-                    authorization: Self.token(sr: Self.root(live), connection[hub]!),
+                    authorization: NHFixture.token(sr: NHFixture.root(live), connection[hub]!),
                     bytes: Data(#"{"aps":{"alert":"to \#(hub)"}}"#.utf8), contentType: "application/json;charset=utf-8",
                     headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "t")])
                 #expect(send.status == 201, "\(send.text)")
@@ -290,7 +251,7 @@ struct NotificationHubsTests {
             }
             // Both sends finished (outcomes from herald-dispatch), then what reached APNs is checked whole.
             for (hub, id) in sends {
-                let outcome = try await Self.finalOutcome(live, notification: id)
+                let outcome = try await NHFixture.finalOutcome(live, notification: id)
                 #expect(outcome.state == .completed && outcome.platforms.first?.success == 2, "\(hub): \(outcome)")
             }
             let apns = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
@@ -313,8 +274,8 @@ struct NotificationHubsTests {
         "APNs says a channel is dead: the installation is kept with pushChannelExpired, the next send skips it, a new channel clears it"
     )
     func feedbackMarksExpired() async throws {
-        try await PushDeliveryTests.withProviders { fixture, live in
-            let full = try await Self.hub("feedback", live).full
+        try await StackFixture.withProviders { fixture, live in
+            let full = try await NHFixture.hub("feedback", live).full
             let herald = live.configuration.binDirectory + "/herald"
             let set = try await runProgram(
                 herald,
@@ -326,7 +287,7 @@ struct NotificationHubsTests {
                     live.configuration.runtimeDirectory,
                 ])
             try #require(set.status == 0, "\(set.error)")
-            let auth = Self.token(sr: Self.root(live), full)
+            let auth = NHFixture.token(sr: NHFixture.root(live), full)
             let (dead, alive) = (apnsToken(301), apnsToken(302))
             for (id, token) in [("dead", dead), ("alive", alive)] {
                 let put = try await live.edge.request(
@@ -355,7 +316,7 @@ struct NotificationHubsTests {
             #expect(expired)
             let before = fixture.double.requests.count
             let second = try await send()
-            let outcome = try await Self.finalOutcome(live, notification: try #require(second.header("Location")))
+            let outcome = try await NHFixture.finalOutcome(live, notification: try #require(second.header("Location")))
             #expect(outcome.platforms.first?.success == 1, "\(outcome)")
             let after = fixture.double.requests.dropFirst(before)
             #expect(after.count == 1 && after.first?.path == "/3/device/\(alive)", "\(after.map(\.path))")
@@ -370,72 +331,4 @@ struct NotificationHubsTests {
         }
     }
 
-    /// Polls herald-dispatch until the send (an id, or a Location ending in one) is final.
-    static func finalOutcome(_ live: LiveStack, notification: String) async throws -> Outcome {
-        let id = String(notification.split(separator: "/").last!.split(separator: "?").first!)
-        return try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .seconds(30)) {
-            client in
-            let deadline = ContinuousClock.now + .seconds(20)
-            var outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
-            while [.enqueued, .processing, .scheduled].contains(outcome.state), ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(50))
-                outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
-            }
-            return outcome
-        }
-    }
-
-    @Test(
-        "the edge reuses auth's answer for a SAS token on what its sr covers, until a key changes: a rotated or narrowed key holds from the next request"
-    )
-    func sasVerdictCache() async throws {
-        // Set explicitly so that the PostgreSQL pass (default 0 there) runs it too: the stack is on one host.
-        try await LiveStack.with(configure: { $0.extraArguments["auth"] = ["--verdict-cache-seconds", "60"] }) {
-            live in
-            let edge = live.edge
-            let hub = try await Self.hub("cachedhub", live)
-            let herald = live.configuration.binDirectory + "/herald"
-            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            func verdicts(_ source: String) async throws -> Double {
-                OperationsTests.value(
-                    try await edge.request("GET", "/metrics").text, "herald_edge_auth_verdicts_total",
-                    ["source=\"\(source)\""])
-            }
-            func put(_ id: String, _ token: String) async throws -> Int {
-                try await edge.request(
-                    "PUT", "/cachedhub/installations/\(id)", authorization: token,
-                    body: #"{"installationId":"\#(id)","platform":"fcmv1","pushChannel":"fcm-\#(id)"}"#
-                ).status
-            }
-            let hubToken = Self.token(sr: Self.root(live) + "cachedhub", hub.full)
-            // One token, five resources: auth is asked once.
-            let (cachedBefore, askedBefore) = (try await verdicts("cache"), try await verdicts("auth"))
-            for index in 0..<5 { #expect(try await put("i\(index)", hubToken) == 200) }
-            #expect(try await verdicts("cache") - cachedBefore == 4)
-            #expect(try await verdicts("auth") - askedBefore == 1)
-
-            // A token for one installation only: its reused answer covers that one, never another.
-            let narrow = Self.token(sr: Self.root(live) + "cachedhub/installations/i1", hub.full)
-            #expect(try await put("i1", narrow) == 200)
-            #expect(try await put("i1", narrow) == 200)
-            #expect(try await put("i2", narrow) == 401)
-
-            // Narrowing the key to Listen: the cached Manage answer is gone with the next request.
-            #expect(try await edge.request("GET", "/cachedhub/installations", authorization: hubToken).status == 200)
-            let listen = try await runProgram(
-                herald, ["hubs", "key", "set", "cachedhub", "DefaultFullSharedAccessSignature", "Listen"] + dir)
-            try #require(listen.status == 0, "\(listen.error)")
-            #expect(try await edge.request("GET", "/cachedhub/installations", authorization: hubToken).status == 401)
-            #expect(try await put("i3", hubToken) == 200, "Listen may still write an installation")
-            // Rotating the secret the token was signed with: refused at once.
-            let rotated = try await runProgram(
-                herald, ["hubs", "key", "rotate", "cachedhub", "DefaultFullSharedAccessSignature", "primary"] + dir)
-            try #require(rotated.status == 0, "\(rotated.error)")
-            #expect(try await put("i4", hubToken) == 401)
-        }
-    }
-
-    static func root(_ live: LiveStack) -> String {
-        encode("http://\(live.edge.base.host!):\(live.edge.base.port!)/", lower: false)
-    }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldRPC
 import HeraldStack
+import StackTestSupport
 import Testing
 
 /// Distributed tracing across the five real executables, collected by an OTLP receiver no one here
@@ -101,7 +102,7 @@ struct TracingTests {
         defer { receiver.stop() }
         let fixture = try await ProviderFixture.start(in: folder)
         defer { Task { await fixture.stop() } }
-        try await LiveStack.with(directory: folder + "/stack") { configuration in
+        try await LiveStack.with(runner: .processes, directory: folder + "/stack") { configuration in
             fixture.configure(&configuration)
             configuration.rpcTransport = transport
             configuration.extraArguments["auth", default: []] += ["--verdict-cache-seconds", "0"]
@@ -193,8 +194,8 @@ struct TracingTests {
     )
     func nhTemplateSend() async throws {
         try await Self.withTracedStack(transport: .grpc) { receiver, fixture, live in
-            let full = try await NHSendTests.defaultHub(live)
-            let auth = NotificationHubsTests.token(sr: NotificationHubsTests.root(live), full)
+            let full = try await NHFixture.defaultHub(live)
+            let auth = NHFixture.token(sr: NHFixture.root(live), full)
             let template = #"{\"aps\":{\"alert\":\"$(headline)\"}}"#
             let put = try await live.edge.request(
                 "PUT", "/default/installations/traced-1", authorization: auth,
@@ -202,7 +203,7 @@ struct TracingTests {
                     #"{"installationId":"traced-1","platform":"apns","pushChannel":"\#(apnsToken(7101))","tags":["news"],"templates":{"t":{"body":"\#(template)","tags":["lang_en"]}}}"#
             )
             #expect(put.status == 200, "\(put.text)")
-            let send = try await NHSendTests.post(
+            let send = try await NHFixture.post(
                 live, "/default/messages", full, body: #"{"headline":"traced"}"#,
                 headers: [
                     ("ServiceBusNotification-Format", "template"), ("ServiceBusNotification-Tags", "lang_en"),
@@ -243,7 +244,7 @@ struct TracingTests {
         let folder = try LiveStack.makeDirectory()
         let receiver = try await Receiver(folder: folder)
         defer { receiver.stop() }
-        try await LiveStack.with(directory: folder + "/stack") { configuration in
+        try await LiveStack.with(runner: .processes, directory: folder + "/stack") { configuration in
             configuration.environment = [
                 "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)", "OTEL_TRACES_EXPORTER": "none",
                 "OTEL_BSP_SCHEDULE_DELAY": "100",

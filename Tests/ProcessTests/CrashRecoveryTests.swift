@@ -5,6 +5,7 @@ import HeraldRPC
 import HeraldService
 import HeraldStack
 import NIOCore
+import StackTestSupport
 import Testing
 
 /// kill -9 of herald-dispatch in the middle of delivering: nothing acknowledged is lost, and
@@ -26,7 +27,9 @@ struct CrashRecoveryTests {
         // pushes are in flight. Four batches at a time, not one: after the kill the other 8,500
         // deliveries go 20 at a time, and one batch after another (a claim, 20 pushes, a record)
         // took 220 s of the 240 the test allows when the PostgreSQL pass loaded the machine.
-        try await PushDeliveryTests.withProviders(extra: ["--delivery-batch", "20", "--delivery-workers", "4"]) {
+        try await StackFixture.withProviders(
+            runner: .processes, extra: ["--delivery-batch", "20", "--delivery-workers", "4"]
+        ) {
             fixture, live in
             try await Self.scenario(fixture, live, sends: sends, devices: devices)
         }
@@ -36,7 +39,7 @@ struct CrashRecoveryTests {
         "1,000 sends scheduled 10–25 s ahead, 100 cancelled, kill -9 dispatch midway: each fires exactly once, cancelled ones never"
     )
     func scheduledSurviveKill() async throws {
-        try await PushDeliveryTests.withProviders { fixture, live in
+        try await StackFixture.withProviders(runner: .processes) { fixture, live in
             let token = apnsToken(950)
             try await live.register("sched", platform: "apns", handle: token)
             let dispatch = live.configuration.socketPath("dispatch")
@@ -95,7 +98,7 @@ struct CrashRecoveryTests {
                     })
             }
             _ = try await fixture.double.waitFor(300, timeout: .seconds(30)) { $0.path == "/3/device/\(token)" }
-            let pid = try #require(await live.stack.pid(of: "dispatch"))
+            let pid = try #require(try await live.stack.pid(of: "dispatch"))
             kill(pid, SIGKILL)
             let killedAt = Int64(Date().timeIntervalSince1970 * 1000)
             let firedAtKill = fired().count
@@ -113,7 +116,7 @@ struct CrashRecoveryTests {
                 }
                 return all
             }
-            #expect(await live.stack.restartCount(of: "dispatch") == 1)
+            #expect(try await live.stack.restartCount(of: "dispatch") == 1)
             let arrived = fired()
             #expect(arrived[-1] == nil, "a push the drill did not send")
             for n in 0..<sends {
@@ -205,7 +208,7 @@ struct CrashRecoveryTests {
         print("crash test: \(sends) sends acknowledged after \(ContinuousClock.now - started)")
 
         // Every send is acknowledged (committed). Kill dispatch while deliveries are under way.
-        let pid = try #require(await live.stack.pid(of: "dispatch"))
+        let pid = try #require(try await live.stack.pid(of: "dispatch"))
         _ = try await fixture.double.waitFor(1500) { $0.path.hasPrefix("/3/device/") }
         let seenAtKill = fixture.double.requests.count
         kill(pid, SIGKILL)
@@ -217,11 +220,11 @@ struct CrashRecoveryTests {
 
         // The stack restarts it; the new process resumes the outbox.
         let restartDeadline = ContinuousClock.now + .seconds(30)
-        while await live.stack.restartCount(of: "dispatch") < 1, ContinuousClock.now < restartDeadline {
+        while try await live.stack.restartCount(of: "dispatch") < 1, ContinuousClock.now < restartDeadline {
             try await Task.sleep(for: .milliseconds(20))
         }
         try await live.stack.waitUntilHealthy("dispatch")
-        #expect(await live.stack.exitStatuses(of: "dispatch").contains(SIGKILL))
+        #expect(try await live.stack.exitStatuses(of: "dispatch").contains(SIGKILL))
 
         // Wait until APNs has seen every delivery (cheap, in-process), then for every outcome to be final.
         let allSeen = ContinuousClock.now + .seconds(120)

@@ -5,9 +5,11 @@ import HeraldRPC
 import HeraldService
 import HeraldStack
 import HeraldTestSupport
+import StackTestSupport
 import Testing
 
-/// The tutorial's secure push, replayed over HTTP against the five real executables. The services
+/// The tutorial's secure push, replayed over HTTP against the five real services (in this process:
+/// StackTestSupport's InProcessStack). The services
 /// talk to each other over the lean protocol and, in a second run of each flow, over gRPC; the
 /// contract's sequence and status codes also run in both auth modes.
 @Suite("secure push end to end", .serialized, .timeLimit(.minutes(3)))
@@ -18,66 +20,8 @@ struct SecurePushTests {
     func tutorialSequence(_ transport: RPCTransport, _ auth: AuthModeCase) async throws {
         try await LiveStack.with(auth: auth, users: ["alice", "bob"], configure: { $0.rpcTransport = transport }) {
             live in
-            try await Self.secureSequence(live)
+            try await StackFixture.secureSequence(live)
         }
-    }
-
-    /// The iOS client's secure-push sequence against a running stack (users alice and bob).
-    static func secureSequence(_ live: LiveStack) async throws {
-        let edge = live.edge
-        let token = apnsToken(1)
-
-        // Register as the iOS client does: POST for an id, then PUT the installation.
-        let created = try await edge.request("POST", "/api/register?handle=\(token)", as: "alice")
-        #expect(created.status == 200)
-        let id = try #require(
-            try JSONSerialization.jsonObject(with: created.body, options: .fragmentsAllowed) as? String)
-        #expect(id.hasPrefix("r-"))
-        let put = try await edge.request(
-            "PUT", "/api/register/\(id)", as: "alice",
-            body: #"{"Platform":"apns","Handle":"\#(token)","Tags":["news"]}"#)
-        #expect(put.status == 200)
-        #expect(put.body.isEmpty)
-
-        // Send: the push carries only the id.
-        let sent = try await edge.request("POST", "/api/notifications", as: "alice")
-        #expect(sent.status == 200)
-        let entries = try await live.waitForInbox { $0.handle == token }
-        try #require(entries.count == 1)
-        let push = entries[0]
-        let text = String(decoding: push.payload, as: UTF8.self)
-        let secureID = try #require(text.firstMatch(of: /"secureId":"(\d+)"/)?.1).description
-        #expect(text == #"{"aps":{"content-available":1},"secureId":"\#(secureID)"}"#)
-        #expect(!text.contains("Secure confirmation"))
-        #expect(push.platform == .apns)
-        #expect(push.registrationID == id)
-        #expect(push.headers.contains(Header(name: "apns-push-type", value: "background")))
-        #expect(push.headers.contains(Header(name: "apns-priority", value: "5")))
-
-        // The device fetches the payload: unread the first time, read after.
-        let first = try await edge.request("GET", "/api/notifications/\(secureID)", as: "alice")
-        #expect(first.status == 200)
-        #expect(first.header("Content-Type")?.hasPrefix("application/json") == true)
-        let body = try first.json()
-        #expect(body["Id"] as? Int == Int(secureID))
-        #expect(body["Payload"] as? String == "Secure confirmation.")
-        #expect(body["Read"] as? Bool == false)
-        let second = try await edge.request("GET", "/api/notifications/\(secureID)", as: "alice")
-        #expect(try second.json()["Read"] as? Bool == true)
-
-        // Only the recipient, and only with credentials.
-        let bob = try await edge.request("GET", "/api/notifications/\(secureID)", as: "bob")
-        #expect(bob.status == 404)
-        let anonymous = try await edge.request("GET", "/api/notifications/\(secureID)")
-        #expect(anonymous.status == 401)
-        #expect(anonymous.header("WWW-Authenticate") == #"Basic realm="herald""#)
-        #expect(try anonymous.json()["error"] as? String == "unauthorized")
-
-        // An unknown platform is a 400 with a JSON error naming the accepted ones.
-        let unknown = try await edge.request(
-            "PUT", "/api/register/\(id)", as: "alice", body: #"{"Platform":"blackberry","Handle":"x"}"#)
-        #expect(unknown.status == 400)
-        #expect((try unknown.json()["message"] as? String)?.contains("apns") == true)
     }
 
     @Test(
@@ -179,21 +123,6 @@ struct SecurePushTests {
             #expect(put.status == 200)
             // And the inbox kept what it recorded.
             #expect(try await live.inbox().contains { $0.handle == token })
-        }
-    }
-
-    @Test("a service that dies is restarted by the supervisor, and the flow goes on", arguments: RPCTransport.allCases)
-    func supervisorRestartsChildren(_ transport: RPCTransport) async throws {
-        try await LiveStack.with(configure: { $0.rpcTransport = transport }) { live in
-            let pid = try #require(await live.stack.pid(of: "payload"))
-            kill(pid, SIGKILL)
-            let deadline = ContinuousClock.now + .seconds(30)
-            while await live.stack.restartCount(of: "payload") == 0, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(50))
-            }
-            #expect(await live.stack.restartCount(of: "payload") == 1)
-            try await live.stack.waitUntilHealthy("payload")
-            #expect(try await live.edge.request("POST", "/api/notifications", as: "erin").status == 200)
         }
     }
 
