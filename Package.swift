@@ -36,6 +36,7 @@ func serviceTests(_ library: String, extra: [Target.Dependency] = []) -> Target 
         name: "\(library)Tests",
         dependencies: [
             .target(name: library), "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+            "HeraldSQL",
             "NotificationHubs",
             .product(name: "GRDB", package: "GRDB.swift"),
         ] + extra,
@@ -47,7 +48,8 @@ func serviceTests(_ library: String, extra: [Target.Dependency] = []) -> Target 
 let benchTarget: Target = .executableTarget(
     name: "herald-bench",
     dependencies: [
-        "HeraldRPC", "HeraldModel", "HeraldService", "HeraldStack", "RegistrationService", "NotificationHubs",
+        "HeraldRPC", "HeraldModel", "HeraldService", "HeraldSQL", "HeraldStack", "RegistrationService",
+        "NotificationHubs",
         // The template loop counts dispatch's rendering (package access).
         "DispatchService",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -71,7 +73,7 @@ let benchTarget: Target = .executableTarget(
 
 /// What the two whole-stack test targets use.
 let stackTestDependencies: [Target.Dependency] = [
-    "StackTestSupport", "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "Edge",
+    "StackTestSupport", "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL", "Edge",
     "HeraldTestSupport", "HeraldClient", "NotificationHubs",
     .product(name: "AsyncHTTPClient", package: "async-http-client"),
     // The erase drill reads every table of the services' schemas.
@@ -193,21 +195,36 @@ let package = Package(
         ),
         // A service process: start-up (ServiceDefinition, HeraldProcess), RuntimeConfig, logging and
         // metrics bootstrap, health probes, periodic jobs, the database helpers.
+        // The SQL seam: statements written once for SQLite (GRDB) and PostgreSQL (postgres-nio),
+        // migrations, database URLs. No process, RPC or metrics code: a store and its tests need
+        // only this and HeraldModel.
+        .target(
+            name: "HeraldSQL",
+            dependencies: [
+                "HeraldModel",
+                .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "HeraldService",
             dependencies: [
-                "HeraldModel", "HeraldRPC", "HeraldProto",
+                "HeraldModel", "HeraldRPC", "HeraldProto", "HeraldSQL",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                // `ProcessContext.openDatabase` opens a SQLite file with GRDB's pool.
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: swiftSettings
@@ -225,7 +242,7 @@ let package = Package(
         .target(
             name: "AuthService",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", "NotificationHubs",
+                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldSQL", "NotificationHubs",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
@@ -237,7 +254,7 @@ let package = Package(
         .target(
             name: "RegistrationService",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", "NotificationHubs",
+                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldSQL", "NotificationHubs",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOCore", package: "swift-nio"),
             ],
@@ -246,7 +263,7 @@ let package = Package(
         .target(
             name: "PayloadService",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", .product(name: "GRDB", package: "GRDB.swift"),
+                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldSQL", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
@@ -254,7 +271,7 @@ let package = Package(
         .target(
             name: "DispatchService",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", "NotificationHubs",
+                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldSQL", "NotificationHubs",
                 .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Metrics", package: "swift-metrics"),
                 // Outbound HTTP/1.1 or 2 to FCM, WNS, Web Push and OAuth token endpoints.
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -296,7 +313,7 @@ let package = Package(
         .target(
             name: "HeraldStack",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", .product(name: "GRDB", package: "GRDB.swift"),
+                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldSQL", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings),
@@ -327,7 +344,7 @@ let package = Package(
                 .executableTarget(
                     name: "herald-fuzz",
                     dependencies: [
-                        "HeraldProto", "HeraldModel", "HeraldRPC", "HeraldService", "Edge", "AuthService",
+                        "HeraldProto", "HeraldModel", "HeraldRPC", "HeraldService", "HeraldSQL", "Edge", "AuthService",
                         "RegistrationService", "DispatchService", "NotificationHubs", "EdgeTestSupport",
                         .product(name: "NIOCore", package: "swift-nio"),
                         .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -348,7 +365,7 @@ let package = Package(
             .target(
                 name: "HeraldTestSupport",
                 dependencies: [
-                    "HeraldService", "HeraldModel", .product(name: "Crypto", package: "swift-crypto"),
+                    "HeraldSQL", "HeraldModel", .product(name: "Crypto", package: "swift-crypto"),
                     .product(name: "PostgresNIO", package: "postgres-nio"),
                     .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),
                 ],
@@ -363,7 +380,7 @@ let package = Package(
             .testTarget(
                 name: "HeraldRPCTests",
                 dependencies: [
-                    "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldTestSupport",
+                    "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL", "HeraldTestSupport",
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                     .product(name: "NIOCore", package: "swift-nio"),
                     .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -373,10 +390,21 @@ let package = Package(
                 ],
                 swiftSettings: swiftSettings
             ),
+            // The SQL seam on both stores, without the process module.
+            .testTarget(
+                name: "HeraldSQLTests",
+                dependencies: [
+                    "HeraldSQL", "HeraldModel", "HeraldRPC", "HeraldTestSupport",
+                    .product(name: "GRDB", package: "GRDB.swift"),
+                    .product(name: "PostgresNIO", package: "postgres-nio"),
+                ],
+                swiftSettings: swiftSettings
+            ),
             .testTarget(
                 name: "HeraldServiceTests",
                 dependencies: [
-                    "HeraldService", "HeraldRPC", "HeraldModel", "HeraldProto", "PayloadService", "HeraldTestSupport",
+                    "HeraldService", "HeraldSQL", "HeraldRPC", "HeraldModel", "HeraldProto", "PayloadService",
+                    "HeraldTestSupport",
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                     .product(name: "GRDB", package: "GRDB.swift"),
                     .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -411,7 +439,7 @@ let package = Package(
                 name: "EdgeTests",
                 dependencies: [
                     "EdgeTestSupport",
-                    "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "NotificationHubs",
+                    "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL", "NotificationHubs",
                     // NH registrations in-process: the edge over a real RegistrationServer on an
                     // in-memory SQLite (NHRegistrationRouteTests).
                     "RegistrationService", .product(name: "GRDB", package: "GRDB.swift"),
@@ -427,7 +455,8 @@ let package = Package(
             .target(
                 name: "StackTestSupport",
                 dependencies: [
-                    "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldTestSupport",
+                    "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL",
+                    "HeraldTestSupport",
                     "AuthService", "RegistrationService", "PayloadService", "DispatchService", "Edge",
                     .product(name: "AsyncHTTPClient", package: "async-http-client"),
                     .product(name: "Logging", package: "swift-log"),

@@ -1,7 +1,8 @@
 import Foundation
 public import HeraldModel
 public import HeraldProto
-public import HeraldService
+public import HeraldSQL
+import HeraldService
 
 /// herald-auth's schema, for both databases: accounts, tokens, hubs, keys, grants and lockouts.
 ///

@@ -1,6 +1,6 @@
 import Foundation
 import GRDB
-public import HeraldModel
+import HeraldModel
 public import HeraldProto
 public import HeraldRPC
 public import HeraldService

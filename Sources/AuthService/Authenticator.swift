@@ -2,8 +2,8 @@ import Crypto
 import Foundation
 public import HeraldModel
 public import HeraldProto
-public import HeraldRPC
-public import HeraldService
+import HeraldRPC
+import HeraldService
 import Logging
 import NIOPosix
 import Synchronization

@@ -1,7 +1,8 @@
 import Foundation
 public import HeraldModel
 public import HeraldProto
-public import HeraldService
+public import HeraldSQL
+import HeraldService
 
 /// Hubs, their shared access keys, and the rights Herald users hold on them, beside the accounts
 /// (``AuthSchema``), in whichever database `database-url` names.

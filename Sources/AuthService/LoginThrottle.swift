@@ -1,5 +1,6 @@
 import HeraldModel
 import HeraldRPC
+import HeraldSQL
 import HeraldService
 import NIOCore
 import Synchronization

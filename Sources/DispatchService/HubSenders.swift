@@ -4,7 +4,8 @@ import GRDB
 public import HeraldModel
 public import HeraldProto
 import HeraldRPC
-public import HeraldService
+public import HeraldSQL
+import HeraldService
 public import Logging
 import PostgresNIO
 import Synchronization

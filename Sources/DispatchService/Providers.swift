@@ -3,7 +3,8 @@ import GRDB
 import HeraldModel
 public import HeraldProto
 import HeraldRPC
-public import HeraldService
+public import HeraldSQL
+import HeraldService
 import Logging
 import NIOCore
 import PostgresNIO

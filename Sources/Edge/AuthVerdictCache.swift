@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 public import HeraldModel
-public import HeraldProto
+import HeraldProto
 public import HeraldRPC
 import HeraldService
 import Metrics

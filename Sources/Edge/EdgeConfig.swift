@@ -1,7 +1,7 @@
 import Foundation
 public import HeraldModel
-public import HeraldRPC
-public import HeraldService
+import HeraldRPC
+import HeraldService
 
 /// Settings of herald-edge, besides ``RuntimeConfig``'s.
 ///

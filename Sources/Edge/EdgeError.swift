@@ -1,8 +1,8 @@
 import Foundation
 public import HTTPTypes
 public import HeraldModel
-public import HeraldRPC
-public import HeraldService
+import HeraldRPC
+import HeraldService
 import Hummingbird
 import Metrics
 

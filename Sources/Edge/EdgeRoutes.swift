@@ -1,9 +1,9 @@
 import Foundation
-public import HTTPTypes
-public import HeraldModel
-public import HeraldProto
+import HTTPTypes
+import HeraldModel
+import HeraldProto
 public import HeraldRPC
-public import HeraldService
+import HeraldService
 public import Hummingbird
 import Logging
 import NIOCore

@@ -1,6 +1,6 @@
 import Foundation
-public import HeraldModel
-public import HeraldRPC
+import HeraldModel
+import HeraldRPC
 public import HeraldService
 import Hummingbird
 import HummingbirdCore

@@ -1,4 +1,4 @@
-public import HTTPTypes
+import HTTPTypes
 
 /// The header names the edge spells out that HTTPTypes has no constant for.
 ///

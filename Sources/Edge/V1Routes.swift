@@ -1,9 +1,9 @@
 import Foundation
 import HeraldModel
-public import HeraldProto
+import HeraldProto
 import HeraldRPC
 import HeraldService
-public import Hummingbird
+import Hummingbird
 
 /// Herald's own API beside the tutorial's: uploads with real content, outcomes, bearer tokens.
 ///

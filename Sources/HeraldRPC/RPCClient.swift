@@ -2,7 +2,7 @@ import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2Posix
 import HeraldModel
-public import HeraldProto
+import HeraldProto
 import NIOSSL
 public import ServiceLifecycle
 import Synchronization

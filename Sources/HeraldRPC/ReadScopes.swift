@@ -1,4 +1,4 @@
-public import HeraldModel
+import HeraldModel
 public import HeraldProto
 
 extension ReadScope {

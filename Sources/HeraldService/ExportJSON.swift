@@ -1,5 +1,5 @@
 import Foundation
-public import HeraldModel
+import HeraldModel
 public import HeraldProto
 
 /// The items of `herald users export`'s document, as each service writes them: one JSON object per

@@ -3,18 +3,6 @@ import HeraldRPC
 public import Logging
 public import ServiceLifecycle
 
-/// One condition a service's health depends on, checked by ``HealthProbe``: it passes when `run`
-/// returns and fails when it throws (the error is logged).
-public struct HealthCheck: Sendable {
-    public let name: String
-    public let run: @Sendable () async throws -> Void
-
-    public init(_ name: String, _ run: @escaping @Sendable () async throws -> Void) {
-        self.name = name
-        self.run = run
-    }
-}
-
 /// Re-checks a service's ``HealthCheck``s every `interval` and sets its health conditions: a
 /// failing check makes the service NOT_SERVING (grpc.health.v1, so load balancers and
 /// `--check-health` see it) until it passes again. Logs each change once, not each tick.

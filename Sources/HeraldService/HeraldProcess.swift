@@ -2,6 +2,7 @@ import Foundation
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldSQL
 public import Logging
 import NIOCore
 import NIOPosix

@@ -1,6 +1,7 @@
 import Foundation
 public import HeraldModel
 public import HeraldRPC
+import HeraldSQL
 
 /// Settings every Herald process shares. Keys (environment variable `HERALD_<KEY>`), with defaults:
 ///

@@ -1,7 +1,7 @@
 import Foundation
 public import HeraldModel
 public import HeraldRPC
-public import HeraldService
+import HeraldService
 public import Logging
 import Synchronization
 

@@ -2,6 +2,7 @@ import Foundation
 public import HeraldModel
 import HeraldProto
 public import HeraldRPC
+import HeraldSQL
 public import HeraldService
 
 /// Settings of herald-payload, besides ``RuntimeConfig``'s.

@@ -1,8 +1,9 @@
 import Foundation
 public import HeraldModel
 public import HeraldProto
-public import HeraldRPC
-public import HeraldService
+import HeraldRPC
+public import HeraldSQL
+import HeraldService
 
 /// Rich and secure content, in whichever database `database-url` names: SQLite (embedded, one
 /// process) or PostgreSQL (shared by replicas), through one ``SQLDatabase``. ``PayloadRules``

@@ -2,7 +2,8 @@ import Foundation
 public import HeraldModel
 public import HeraldProto
 import HeraldRPC
-public import HeraldService
+public import HeraldSQL
+import HeraldService
 import NotificationHubs
 
 /// NH installations in the registration table (one row each, id "i-…", no owner), their NH JSON in

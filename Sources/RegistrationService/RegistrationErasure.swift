@@ -1,6 +1,7 @@
 import Foundation
 import HeraldModel
 public import HeraldProto
+import HeraldSQL
 import HeraldService
 import NotificationHubs
 

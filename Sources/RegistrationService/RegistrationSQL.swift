@@ -1,6 +1,7 @@
 import Foundation
 import HeraldModel
 import HeraldProto
+import HeraldSQL
 import HeraldService
 import NotificationHubs
 

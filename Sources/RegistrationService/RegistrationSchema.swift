@@ -1,5 +1,6 @@
 import Foundation
-public import HeraldService
+public import HeraldSQL
+import HeraldService
 import NotificationHubs
 
 /// herald-registration's schema, both databases' histories in one list (names are never changed

@@ -2,7 +2,8 @@ import Foundation
 public import HeraldModel
 public import HeraldProto
 import HeraldRPC
-public import HeraldService
+public import HeraldSQL
+import HeraldService
 import NotificationHubs
 
 /// Registrations and NH installations: ``SQLRegistrationStore`` over whichever database holds them

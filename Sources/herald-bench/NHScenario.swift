@@ -6,6 +6,7 @@ import GRDB
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldSQL
 import HeraldService
 import HeraldStack
 import NIOCore

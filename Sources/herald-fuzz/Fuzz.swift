@@ -28,6 +28,7 @@ import GRDB
 import HTTPTypes
 import HeraldModel
 import HeraldProto
+import HeraldSQL
 import HeraldService
 import NIOCore
 import NotificationHubs

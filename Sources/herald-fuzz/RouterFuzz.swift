@@ -15,6 +15,7 @@
 import Foundation
 import GRDB
 import HTTPTypes
+import HeraldSQL
 import HeraldService
 import Hummingbird
 import Logging

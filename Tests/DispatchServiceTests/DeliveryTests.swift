@@ -4,6 +4,7 @@ import GRDB
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldSQL
 import HeraldService
 import HeraldTestSupport
 import JWTKit

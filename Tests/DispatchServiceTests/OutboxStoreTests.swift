@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import HeraldModel
 import HeraldProto
+import HeraldSQL
 import HeraldService
 import HeraldTestSupport
 import Logging

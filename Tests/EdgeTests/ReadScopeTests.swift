@@ -1,6 +1,7 @@
 import GRDB
 import HeraldModel
 import HeraldProto
+import HeraldSQL
 import HeraldService
 import Logging
 import RegistrationService

@@ -3,6 +3,7 @@ import GRDB
 import HTTPTypes
 import HeraldModel
 import HeraldProto
+import HeraldSQL
 import HeraldService
 import Hummingbird
 import HummingbirdTesting

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import HeraldModel
+import HeraldSQL
 import HeraldService
 import HeraldTestSupport
 import PostgresNIO

@@ -1,7 +1,7 @@
 import Foundation
 import GRDB
 import HeraldModel
-public import HeraldService
+public import HeraldSQL
 import Logging
 import PostgresNIO
 

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import HeraldClient
+import HeraldSQL
 import HeraldService
 import HeraldStack
 import HeraldTestSupport

@@ -2,6 +2,7 @@ import Foundation
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldSQL
 import HeraldService
 import HeraldStack
 import HeraldTestSupport

@@ -2,7 +2,8 @@ import Foundation
 import GRDB
 import HeraldModel
 public import HeraldProto
-public import HeraldService
+public import HeraldSQL
+import HeraldService
 import Logging
 import NIOPosix
 

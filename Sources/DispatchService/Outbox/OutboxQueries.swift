@@ -1,6 +1,7 @@
 import Foundation
 import HeraldModel
 public import HeraldProto
+import HeraldSQL
 import HeraldService
 
 /// The outbox's reads (outcomes, delivery records, the console's, exports, trace parents),

@@ -2,6 +2,7 @@ import Foundation
 import HeraldModel
 public import HeraldProto
 import HeraldRPC
+import HeraldSQL
 import HeraldService
 
 /// The outbox's transactions, written once for both databases over ``Outbox/sql``: sends,

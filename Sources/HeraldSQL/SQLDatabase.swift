@@ -1,3 +1,5 @@
+public import HeraldModel
+
 /// Something that runs statements: a database, or one transaction on it.
 ///
 /// The requirements run on the caller's executor (`nonisolated(nonsending)`): SQLite answers there,

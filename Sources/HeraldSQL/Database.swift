@@ -1,7 +1,6 @@
 import Foundation
 public import GRDB
 public import HeraldModel
-import HeraldRPC
 
 /// How every Herald service opens its own SQLite database.
 public enum HeraldDatabase {

@@ -1,3 +1,4 @@
+public import HeraldModel
 import Logging
 import NIOCore
 import PostgresNIO

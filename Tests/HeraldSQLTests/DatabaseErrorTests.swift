@@ -1,7 +1,6 @@
 import GRDB
 import HeraldModel
 import HeraldRPC
-import HeraldService
 import Testing
 
 @Suite("database errors")

@@ -4,7 +4,7 @@ import HeraldModel
 import Synchronization
 import Testing
 
-@testable import HeraldService
+@testable import HeraldSQL
 
 /// SQLiteDatabase.groupWrite over a real WAL database file: batching, per-write rollback, nothing answered early.
 @Suite("group commit")

@@ -1,7 +1,7 @@
 import Foundation
-public import GRDB
+import GRDB
 public import HeraldModel
-public import ServiceLifecycle
+import ServiceLifecycle
 
 /// Where a service keeps its data: the `database-url` setting.
 ///
@@ -168,24 +168,4 @@ public enum OpenedDatabase: Sendable {
     /// The health check that the database takes a write.
     public var healthCheck: HealthCheck { sql.healthCheck }
 
-    /// What the process must run for it (PostgreSQL's pool; a SQLite file's disk-space gauge),
-    /// listed before the listeners so that it stops after them.
-    public var services: [any Service] {
-        switch self {
-        case .sqlite(let database): [DiskSpaceGauge.service(databasePath: database.path)]
-        case .postgres(let database): [database]
-        }
-    }
-}
-
-extension ProcessContext {
-    /// Opens this service's database (`database-url`); `sqlite` configures a SQLite file.
-    public func openDatabase(sqlite configuration: Configuration = HeraldDatabase.configuration) throws
-        -> OpenedDatabase
-    {
-        switch config.databaseURL {
-        case .sqlite(let path): .sqlite(SQLiteDatabase(try DatabasePool(path: path, configuration: configuration)))
-        case .postgres(let location): .postgres(try HeraldPostgres(location, logger: logger))
-        }
-    }
 }

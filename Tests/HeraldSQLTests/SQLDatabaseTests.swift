@@ -1,7 +1,7 @@
 import Foundation
 import GRDB
 import HeraldModel
-import HeraldService
+import HeraldSQL
 import HeraldTestSupport
 import Testing
 
