@@ -128,7 +128,7 @@ public struct AuthenticateResponse: HeraldMessage {
     public var scheme: String
     /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
     /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-    /// only when `rights` is empty. To be reserved once no such peer is left.
+    /// only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
     public var legacyRights: [String]
     /// The user's rights on `hub` of the request, as granted by GrantHubRights; empty when none, or
     /// when the request named no hub. In tutorial mode everyone has Listen and Send (the tutorial
@@ -1087,7 +1087,7 @@ public struct HubKey: HeraldMessage {
     public var name: String
     /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
     /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-    /// only when `rights` is empty. To be reserved once no such peer is left.
+    /// only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
     public var legacyRights: [String]
     /// Manage implies the others in NH; Herald stores what is given and adds Listen and Send to Manage.
     public var rights: [HubRight]
@@ -1489,7 +1489,7 @@ public struct SetHubKeyRequest: HeraldMessage {
     public var name: String
     /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
     /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-    /// only when `rights` is empty. To be reserved once no such peer is left.
+    /// only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
     public var legacyRights: [String]
     /// At least one right.
     public var rights: [HubRight]
@@ -1778,7 +1778,7 @@ public struct AuthorizeSasResponse: HeraldMessage {
     public var keyName: String
     /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
     /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-    /// only when `rights` is empty. To be reserved once no such peer is left.
+    /// only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
     public var legacyRights: [String]
     /// Its rights.
     public var rights: [HubRight]
@@ -1871,7 +1871,7 @@ public struct GrantHubRightsRequest: HeraldMessage {
     public var user: String
     /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
     /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-    /// only when `rights` is empty. To be reserved once no such peer is left.
+    /// only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
     public var legacyRights: [String]
     /// Empty removes the grant.
     public var rights: [HubRight]
@@ -1938,7 +1938,7 @@ extension GrantHubRightsRequest: CBacked {
 public struct GrantHubRightsResponse: HeraldMessage {
     /// The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
     /// them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-    /// only when `rights` is empty. To be reserved once no such peer is left.
+    /// only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
     public var legacyRights: [String]
     /// What the user now holds (Manage brings Listen and Send).
     public var rights: [HubRight]

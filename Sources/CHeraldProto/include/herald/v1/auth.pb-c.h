@@ -126,7 +126,7 @@ struct  Herald__V1__AuthenticateResponse
   /*
    * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
    * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-   * only when `rights` is empty. To be reserved once no such peer is left.
+   * only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
    */
   size_t n_legacy_rights;
   char **legacy_rights;
@@ -443,7 +443,7 @@ struct  Herald__V1__HubKey
   /*
    * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
    * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-   * only when `rights` is empty. To be reserved once no such peer is left.
+   * only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
    */
   size_t n_legacy_rights;
   char **legacy_rights;
@@ -567,7 +567,7 @@ struct  Herald__V1__SetHubKeyRequest
   /*
    * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
    * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-   * only when `rights` is empty. To be reserved once no such peer is left.
+   * only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
    */
   size_t n_legacy_rights;
   char **legacy_rights;
@@ -669,7 +669,7 @@ struct  Herald__V1__AuthorizeSasResponse
   /*
    * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
    * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-   * only when `rights` is empty. To be reserved once no such peer is left.
+   * only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
    */
   size_t n_legacy_rights;
   char **legacy_rights;
@@ -715,7 +715,7 @@ struct  Herald__V1__GrantHubRightsRequest
   /*
    * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
    * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-   * only when `rights` is empty. To be reserved once no such peer is left.
+   * only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
    */
   size_t n_legacy_rights;
   char **legacy_rights;
@@ -739,7 +739,7 @@ struct  Herald__V1__GrantHubRightsResponse
   /*
    * The rights as text ("Listen", "Send", "Manage"), as releases before `rights` wrote and read
    * them: written beside `rights` so an older peer keeps working through a rolling upgrade, read
-   * only when `rights` is empty. To be reserved once no such peer is left.
+   * only when `rights` is empty. Reserved from 2027-03-01 (proto/README.md#deprecated-fields).
    */
   size_t n_legacy_rights;
   char **legacy_rights;
