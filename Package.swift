@@ -35,7 +35,8 @@ func serviceTests(_ library: String, extra: [Target.Dependency] = []) -> Target 
     .testTarget(
         name: "\(library)Tests",
         dependencies: [
-            .target(name: library), "HeraldTestSupport", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService",
+            .target(name: library), "HeraldTestSupport", "HeraldRPC", "HeraldTelemetry", "HeraldModel", "HeraldProto",
+            "HeraldService",
             "HeraldSQL",
             "NotificationHubs",
             .product(name: "GRDB", package: "GRDB.swift"),
@@ -176,10 +177,26 @@ let package = Package(
         ),
         // RPC: the method table, both transports' clients and servers, the typed services generated
         // from proto/, TLS, peer policy, grpc.health.v1.
+        // Tracing: Herald's swift-distributed-tracing tracer (W3C trace context, sampling) and its
+        // OTLP/gRPC exporter; the transports carry its context, the services open its spans.
+        .target(
+            name: "HeraldTelemetry",
+            dependencies: [
+                "HeraldModel",
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "HeraldRPC",
             dependencies: [
-                "HeraldProto", "HeraldModel",
+                "HeraldProto", "HeraldModel", "HeraldTelemetry",
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -193,8 +210,6 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // A service process: start-up (ServiceDefinition, HeraldProcess), RuntimeConfig, logging and
-        // metrics bootstrap, health probes, periodic jobs, the database helpers.
         // The SQL seam: statements written once for SQLite (GRDB) and PostgreSQL (postgres-nio),
         // migrations, database URLs. No process, RPC or metrics code: a store and its tests need
         // only this and HeraldModel.
@@ -211,10 +226,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // A service process: start-up (ServiceDefinition, HeraldProcess), RuntimeConfig, logging and
+        // metrics bootstrap, health probes, periodic jobs, opening its database.
         .target(
             name: "HeraldService",
             dependencies: [
-                "HeraldModel", "HeraldRPC", "HeraldProto", "HeraldSQL",
+                "HeraldModel", "HeraldRPC", "HeraldTelemetry", "HeraldProto", "HeraldSQL",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -254,7 +271,7 @@ let package = Package(
         .target(
             name: "RegistrationService",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldSQL", "NotificationHubs",
+                "HeraldRPC", "HeraldTelemetry", "HeraldModel", "HeraldService", "HeraldSQL", "NotificationHubs",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "NIOCore", package: "swift-nio"),
             ],
@@ -271,7 +288,7 @@ let package = Package(
         .target(
             name: "DispatchService",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldSQL", "NotificationHubs",
+                "HeraldRPC", "HeraldTelemetry", "HeraldModel", "HeraldService", "HeraldSQL", "NotificationHubs",
                 .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Metrics", package: "swift-metrics"),
                 // Outbound HTTP/1.1 or 2 to FCM, WNS, Web Push and OAuth token endpoints.
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -290,7 +307,7 @@ let package = Package(
         .target(
             name: "Edge",
             dependencies: [
-                "HeraldRPC", "HeraldModel", "HeraldService", "HeraldClient", "NotificationHubs",
+                "HeraldRPC", "HeraldTelemetry", "HeraldModel", "HeraldService", "HeraldClient", "NotificationHubs",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 // HTTPS on the edge's own port (http-tls-cert/-key): NH's clients insist on https.
@@ -380,7 +397,8 @@ let package = Package(
             .testTarget(
                 name: "HeraldRPCTests",
                 dependencies: [
-                    "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL", "HeraldTestSupport",
+                    "HeraldRPC", "HeraldTelemetry", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL",
+                    "HeraldTestSupport",
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                     .product(name: "NIOCore", package: "swift-nio"),
                     .product(name: "NIOEmbedded", package: "swift-nio"),

@@ -3,6 +3,7 @@ import HeraldModel
 import HeraldProto
 public import HeraldRPC
 import HeraldService
+import HeraldTelemetry
 public import Logging
 import Metrics
 public import ServiceLifecycle

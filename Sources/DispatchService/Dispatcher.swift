@@ -3,6 +3,7 @@ import HeraldModel
 public import HeraldProto
 public import HeraldRPC
 import HeraldService
+import HeraldTelemetry
 import Logging
 import Metrics
 import NotificationHubs

@@ -3,6 +3,7 @@ public import HTTPTypes
 public import HeraldModel
 import HeraldRPC
 import HeraldService
+import HeraldTelemetry
 import Hummingbird
 import Metrics
 

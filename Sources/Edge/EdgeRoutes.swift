@@ -4,6 +4,7 @@ import HeraldModel
 import HeraldProto
 public import HeraldRPC
 import HeraldService
+import HeraldTelemetry
 public import Hummingbird
 import Logging
 import NIOCore

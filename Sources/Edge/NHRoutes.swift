@@ -5,6 +5,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldService
+import HeraldTelemetry
 import Hummingbird
 import NIOCore
 import NotificationHubs

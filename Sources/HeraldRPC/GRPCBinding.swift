@@ -1,6 +1,7 @@
 import Foundation
 import GRPCCore
 import HeraldModel
+import HeraldTelemetry
 import Logging
 import Synchronization
 
@@ -127,9 +128,6 @@ final class DrainFlag: Sendable {
 
 /// Metadata key of the request id propagated across services.
 let requestIDKey = "x-request-id"
-/// W3C trace context, in the metadata of both transports (docs/rpc-protocol.md).
-let traceParentKey = "traceparent"
-let traceStateKey = "tracestate"
 
 /// A fresh request id: 16 hex characters.
 public func newRequestID() -> String {
@@ -143,17 +141,6 @@ public func randomHex(words: Int) -> String {
         let hex = String(generator.next() as UInt64, radix: 16)
         return String(repeating: "0", count: 16 - hex.count) + hex
     }.joined()
-}
-
-/// Passes message bytes through untouched: the method table encodes and decodes.
-struct RawBytesCoder: MessageSerializer, MessageDeserializer {
-    func serialize<Bytes: GRPCContiguousBytes>(_ message: [UInt8]) throws -> Bytes {
-        Bytes(message)
-    }
-
-    func deserialize<Bytes: GRPCContiguousBytes>(_ serializedMessageBytes: Bytes) throws -> [UInt8] {
-        serializedMessageBytes.withUnsafeBytes { Array($0) }
-    }
 }
 
 extension StatusCode {

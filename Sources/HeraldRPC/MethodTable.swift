@@ -1,5 +1,6 @@
 import HeraldModel
 public import HeraldProto
+import HeraldTelemetry
 public import Logging
 import NIOPosix
 import Tracing

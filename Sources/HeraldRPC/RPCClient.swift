@@ -3,6 +3,7 @@ import GRPCCore
 import GRPCNIOTransportHTTP2Posix
 import HeraldModel
 import HeraldProto
+import HeraldTelemetry
 import NIOSSL
 public import ServiceLifecycle
 import Synchronization

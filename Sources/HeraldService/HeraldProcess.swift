@@ -3,6 +3,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldSQL
+import HeraldTelemetry
 public import Logging
 import NIOCore
 import NIOPosix

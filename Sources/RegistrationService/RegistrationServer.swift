@@ -4,6 +4,7 @@ public import HeraldModel
 import HeraldProto
 public import HeraldRPC
 public import HeraldService
+import HeraldTelemetry
 import NotificationHubs
 
 /// The RPC handlers of herald-registration over a ``RegistrationStore``.

@@ -6,6 +6,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldSQL
 import HeraldService
+import HeraldTelemetry
 import HeraldTestSupport
 import JWTKit
 import Logging

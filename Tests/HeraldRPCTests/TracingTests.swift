@@ -5,6 +5,7 @@ import Tracing
 import W3CTraceContext
 
 @testable import HeraldRPC
+@testable import HeraldTelemetry
 
 /// The tracer, the W3C propagation and the OTel settings, without a process or a collector
 /// (ProcessTests.TracingTests runs them across the real stack into an OTLP receiver).

@@ -4,6 +4,7 @@ public import HeraldProto
 import HeraldRPC
 import HeraldSQL
 import HeraldService
+import HeraldTelemetry
 
 /// The outbox's transactions, written once for both databases over ``Outbox/sql``: sends,
 /// their staged audiences, claims and leases, results, and erasing devices.

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldModel
+import HeraldTelemetry
 public import Logging
 import NIOCore
 import NIOPosix

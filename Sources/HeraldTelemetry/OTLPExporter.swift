@@ -1,5 +1,5 @@
 import Foundation
-import GRPCCore
+package import GRPCCore
 import GRPCNIOTransportHTTP2Posix
 import HeraldModel
 public import Logging

@@ -3,6 +3,10 @@ import Synchronization
 public import Tracing
 public import W3CTraceContext
 
+/// W3C trace context, in the metadata of both transports (docs/rpc-protocol.md).
+package let traceParentKey = "traceparent"
+package let traceStateKey = "tracestate"
+
 /// The W3C trace context of the span a task is in: carried in `InstrumentationContext` so that
 /// every RPC, log line and span started below it joins the same trace.
 enum TraceContextKey: InstrumentationContextKey {
@@ -267,22 +271,6 @@ public enum HeraldTracing {
     }
 
     /// grpc.health.v1's methods: probes, not requests, and never traced.
-    static func isHealthCheck(_ method: String) -> Bool { method.hasPrefix("grpc.health.v1.") }
-
-    /// The body of an RPC's span, client or server side: the method, and on failure its status code.
-    static func rpc<T>(_ span: HeraldSpan, method: String, _ body: () async throws -> T) async throws -> T {
-        span.attributes["rpc.system"] = "grpc"
-        span.attributes["rpc.method"] = method
-        do {
-            return try await body()
-        } catch {
-            let code = ServiceError.from(error).error.code
-            span.attributes["rpc.grpc.status_code"] = Int64(code.rawValue)
-            span.setStatus(SpanStatus(code: .error, message: "\(code)"))
-            throw error
-        }
-    }
-
     /// Adds attributes to the task's current span (no-op when tracing is off or nothing is traced).
     public static func annotate(_ update: (inout SpanAttributes) -> Void) {
         guard isOn, let span = InstrumentationContext.current?[ActiveSpanKey.self] else { return }
