@@ -4,6 +4,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import Hummingbird
+import NotificationHubs
 
 /// Herald's own API beside the tutorial's: uploads with real content, outcomes, bearer tokens.
 ///
@@ -203,19 +204,7 @@ struct OutcomeBody: Encodable {
         }
     }
 
-    static func state(_ state: OutcomeState) -> String {
-        switch state {
-        case .enqueued: "Enqueued"
-        case .processing: "Processing"
-        case .completed: "Completed"
-        case .abandoned: "Abandoned"
-        case .noTargetFound: "NoTargetFound"
-        case .scheduled: "Scheduled"
-        // The .NET SDK's spelling (NH's docs say Canceled, which .NET reads as Unknown).
-        case .cancelled: "Cancelled"
-        case .unspecified, .unrecognized: "Unknown"
-        }
-    }
+    static func state(_ state: OutcomeState) -> String { NHTelemetry.state(state) }
 }
 
 /// `POST /v1/auth/token`: OAuth 2.0's field names (RFC 6749 §5.1).

@@ -34,50 +34,52 @@ struct NotificationHubsRoutes: Sendable {
     let config: EdgeConfig
 
     func add(to router: Router<EdgeRequestContext>) {
-        router.put(":hub/installations/:id") { request, context in
+        // Every NH route is under its hub: `/{hub}/…`.
+        let hub = router.group(":hub")
+        hub.put("installations/:id") { request, context in
             await nh(request, context) { try await putInstallation(request, context) }
         }
-        router.patch(":hub/installations/:id") { request, context in
+        hub.patch("installations/:id") { request, context in
             await nh(request, context) { try await patchInstallation(request, context) }
         }
-        router.get(":hub/installations/:id") { request, context in
+        hub.get("installations/:id") { request, context in
             await nh(request, context) { try await getInstallation(request, context) }
         }
-        router.delete(":hub/installations/:id") { request, context in
+        hub.delete("installations/:id") { request, context in
             await nh(request, context) { try await deleteInstallation(request, context) }
         }
-        router.get(":hub/installations") { request, context in
+        hub.get("installations") { request, context in
             await nh(request, context) { try await listInstallations(request, context) }
         }
-        router.get(":hub/export") { request, context in
+        hub.get("export") { request, context in
             await nh(request, context) { try await exportDevices(request, context) }
         }
-        router.delete(":hub/users/:user") { request, context in
+        hub.delete("users/:user") { request, context in
             await nh(request, context) { try await eraseHubUser(request, context) }
         }
-        router.post(":hub/messages") { request, context in
+        hub.post("messages") { request, context in
             await nh(request, context) { try await nhSend(request, context) }
         }
-        router.post(":hub/messages/$batch") { request, context in
+        hub.post("messages/$batch") { request, context in
             await nh(request, context) { try await sendBatch(request, context) }
         }
-        router.get(":hub/messages/:id") { request, context in
+        hub.get("messages/:id") { request, context in
             await nh(request, context) { try await notificationDetails(request, context) }
         }
-        router.get(":hub/messages/:id/failures") { request, context in
+        hub.get("messages/:id/failures") { request, context in
             await nh(request, context) {
                 let hub = try await authorizeSAS(request, context, needs: .send)
                 return try await failures.export(
                     id: try context.parameters.require("id"), hub: hub, requestID: context.requestID)
             }
         }
-        router.post(":hub/schedulednotifications") { request, context in
+        hub.post("schedulednotifications") { request, context in
             await nh(request, context) { try await schedule(request, context) }
         }
-        router.delete(":hub/schedulednotifications/:id") { request, context in
+        hub.delete("schedulednotifications/:id") { request, context in
             await nh(request, context) { try await cancelScheduled(request, context) }
         }
-        addRegistrationRoutes(to: router)
+        addRegistrationRoutes(to: hub)
     }
 
     /// Runs an NH route and answers its errors in NH's XML, through the edge's one status mapping;
@@ -347,10 +349,7 @@ struct NHError {
         var headers = error.headers
         headers[.wwwAuthenticate] = nil
         headers[.contentType] = "application/xml; charset=utf-8"
-        let stamp = Date().formatted(Date.ISO8601FormatStyle())
-        // Element text: quotes stay as they are (NH's "'Send' claim(s) are required").
-        let detail = xmlEscaped("\(error.message).TrackingId:\(trackingID),TimeStamp:\(stamp)", quotes: false)
-        let xml = "<Error><Code>\(error.status.code)</Code><Detail>\(detail)</Detail></Error>"
+        let xml = NHErrorXML.body(status: error.status.code, message: error.message, trackingID: trackingID)
         return Response(status: error.status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: xml)))
     }
 }

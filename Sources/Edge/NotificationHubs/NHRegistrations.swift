@@ -15,34 +15,34 @@ import NotificationHubs
 /// Listen may create, replace, read and delete one registration and list those of one handle;
 /// listing all of a hub's, or by tag, needs Manage.
 extension NotificationHubsRoutes {
-    func addRegistrationRoutes(to router: Router<EdgeRequestContext>) {
+    func addRegistrationRoutes(to router: RouterGroup<EdgeRequestContext>) {
         // .NET writes `registrationids`, the REST docs `registrationIDs`.
         for spelling in ["registrationIDs", "registrationids"] {
-            router.post(":hub/\(spelling)") { request, context in
+            router.post("\(spelling)") { request, context in
                 await nh(request, context) { try await createHubRegistrationID(request, context) }
             }
         }
         // NH's older device SDKs (WindowsAzure.Messaging) write `{hub}/Registrations/…`.
         for collection in ["registrations", "Registrations"] {
-            router.post(":hub/\(collection)") { request, context in
+            router.post("\(collection)") { request, context in
                 await nh(request, context) { try await writeRegistration(request, context, id: nil) }
             }
-            router.put(":hub/\(collection)/:id") { request, context in
+            router.put("\(collection)/:id") { request, context in
                 await nh(request, context) {
                     try await writeRegistration(request, context, id: try context.parameters.require("id"))
                 }
             }
-            router.get(":hub/\(collection)/:id") { request, context in
+            router.get("\(collection)/:id") { request, context in
                 await nh(request, context) { try await getRegistration(request, context) }
             }
-            router.delete(":hub/\(collection)/:id") { request, context in
+            router.delete("\(collection)/:id") { request, context in
                 await nh(request, context) { try await deleteRegistration(request, context) }
             }
-            router.get(":hub/\(collection)") { request, context in
+            router.get("\(collection)") { request, context in
                 await nh(request, context) { try await listRegistrations(request, context, tag: nil) }
             }
         }
-        router.get(":hub/tags/:tag/registrations") { request, context in
+        router.get("tags/:tag/registrations") { request, context in
             await nh(request, context) {
                 try await listRegistrations(request, context, tag: try context.parameters.require("tag"))
             }
