@@ -4,6 +4,9 @@ import HeraldModel
 public import HeraldProto
 public import HeraldRPC
 public import HeraldService
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
 
 /// The RPC handlers of herald-auth.
 ///
@@ -307,6 +310,12 @@ public enum AuthServer {
         case .sqlite: verdictCache = config.verdictCache ?? .seconds(60)
         case .postgres: verdictCache = config.verdictCache ?? .zero
         }
+        // Password hashes run on a pool of this service's own (a thread per core, as NIO's
+        // singleton pool would be in herald-auth's process), stopped after the listeners: where
+        // several stacks share one process (a test's in-process stacks), one stack's hashes never
+        // wait on another's, and the gate's measured hash time stays this service's.
+        let hashingPool = NIOThreadPool(numberOfThreads: System.coreCount)
+        hashingPool.start()
         let authenticator = try Authenticator(
             mode: config.mode, store: store, hasher: PasswordHasher(logN: config.passwordHashLogN),
             throttle: LoginThrottle(freeFailures: config.maxFailedLogins, lockout: config.lockout, ledger: ledger),
@@ -314,7 +323,7 @@ public enum AuthServer {
                 maxPending: config.maxPendingLogins, failureBudgetPerMinute: config.failedLoginBudget,
                 maxWaitMilliseconds: config.maxLoginWaitMilliseconds),
             tokenTTL: config.tokenTTL, credentialCache: config.credentialCache, verdictCache: verdictCache,
-            changed: bumpGenerations)
+            changed: bumpGenerations, hashingPool: hashingPool)
         if let testUser = config.testUser {
             try await AuthHandlers.prepare(testUser, authenticator, hubs)
             context.logger.warning(
@@ -336,6 +345,17 @@ public enum AuthServer {
             _ = try await purgeLockouts()
         }
         return RPCServiceParts(
-            table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
+            table: table, background: [ThreadPoolService(pool: hashingPool)] + database.services + [purge],
+            healthChecks: [database.healthCheck])
+    }
+}
+
+/// Runs until the group shuts down, then stops `pool` once the work on it has finished.
+struct ThreadPoolService: Service {
+    let pool: NIOThreadPool
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        try await pool.shutdownGracefully()
     }
 }
