@@ -125,3 +125,21 @@ package final class RawConnection: @unchecked Sendable {
         return answer.text
     }
 }
+
+/// Sends `request` on a new connection (from the local address `source`, if given) and returns
+/// everything the server answers until it closes, on a thread of its own. A server may answer and
+/// close before the whole request is sent (a body it refuses early): what could not be sent is
+/// dropped and the answer still read, where AsyncHTTPClient traps ("Waiting for response data must
+/// start after request head was sent").
+package func rawExchange(_ url: String, _ request: String, from source: String? = nil) async throws -> String {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread {
+            continuation.resume(
+                with: Result {
+                    let connection = try RawConnection(url: url, source: source)
+                    try? connection.send(request)
+                    return connection.readUntilClosed(timeout: .seconds(30))
+                })
+        }.start()
+    }
+}
