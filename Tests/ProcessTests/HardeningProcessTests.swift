@@ -110,8 +110,6 @@ struct HardeningProcessTests {
                 let stop = Atomic<Bool>(false)
                 let refused = Atomic<Int>(0)
                 let sent = Atomic<Int>(0)
-                /// Refusals of the spray for want of a slot ("too many logins in progress").
-                let refusedForRoom = Atomic<Int>(0)
             }
             let counters = Counters()
             // 8 clients on 127.0.0.1 send logins with unknown names until told to stop, each trying
@@ -134,9 +132,6 @@ struct HardeningProcessTests {
                                 counters.sent.add(1, ordering: .relaxed)
                                 if reply.status == 429 {
                                     counters.refused.add(1, ordering: .relaxed)
-                                    if reply.text.contains("too many logins in progress") {
-                                        counters.refusedForRoom.add(1, ordering: .relaxed)
-                                    }
                                     try await Task.sleep(for: .milliseconds(20))
                                 }
                             }
@@ -202,14 +197,13 @@ struct HardeningProcessTests {
             #expect(inAt.count == users.count, "\(inAt)")
             #expect(!admittedFirst.isEmpty, "no user was let in at the first try: \(inAt)")
             if madeUp {
-                // Made-up names hold no slot: every user is let in at the door, and no made-up name
-                // is ever refused for want of one. (One may still be answered 429 "still being
-                // checked", as a real name would be at that moment: on a loaded machine a hash takes
-                // longer than the edge's answer bound, and the decoy's wait follows it.)
+                // Made-up names hold no slot: every user is let in at the door. A made-up name is
+                // still refused whenever a real name would be at that moment (LoginGate.withoutHash:
+                // the same refusals, so the answer does not tell names apart); on a loaded machine
+                // the gate's room shrinks to the users' own hashes, and a made-up name meeting it
+                // full is told "too many logins in progress" as a real one would be (98 of 201 in
+                // a run beside the other test process).
                 #expect(admittedFirst.count == users.count, "\(admittedFirst)")
-                #expect(
-                    counters.refusedForRoom.load(ordering: .relaxed) == 0,
-                    "made-up names refused for want of a slot: \(counters.refusedForRoom.load(ordering: .relaxed))")
             }
         }
     }
