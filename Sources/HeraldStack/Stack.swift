@@ -70,6 +70,18 @@ public struct StackConfiguration: Sendable {
     /// The standard gRPC socket of a service.
     public func grpcSocketPath(_ service: String) -> String { "\(runtimeDirectory)/\(service).grpc.sock" }
 
+    /// `<logDirectory>/<service>.log`, created if missing, open for appending: where a service's
+    /// output goes, as a process (``captureLogs``) or in a test's in-process stack.
+    package func openLog(_ service: String) throws -> FileHandle {
+        let path = "\(logDirectory)/\(service).log"
+        if !FileManager.default.fileExists(atPath: path) {
+            _ = FileManager.default.createFile(atPath: path, contents: nil)
+        }
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        log.seekToEndOfFile()
+        return log
+    }
+
     /// The command line of `service` in this stack: the one ``Stack`` starts its executable with,
     /// and the one an in-process stack builds its service from. `tcpPorts` are the loopback ports
     /// (lean, gRPC) of each RPC service when ``tls`` is set; `httpPort`, the edge's once it has one.
@@ -274,12 +286,7 @@ public actor Stack {
             process.environment = ProcessInfo.processInfo.environment.merging(c.environment) { $1 }
         }
         if c.captureLogs {
-            let path = "\(c.logDirectory)/\(service).log"
-            if !FileManager.default.fileExists(atPath: path) {
-                _ = FileManager.default.createFile(atPath: path, contents: nil)
-            }
-            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-            log.seekToEndOfFile()
+            let log = try c.openLog(service)
             process.standardOutput = log
             process.standardError = log
         }

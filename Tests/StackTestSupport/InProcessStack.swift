@@ -75,7 +75,7 @@ package actor InProcessStack {
         // The settings a process would read from its environment (HERALD_*); OTEL_* needs a process.
         let environment = configuration.environment.filter { $0.key.hasPrefix("HERALD_") }
         let reader = try ConfigReader(arguments: arguments, environment: environment)
-        let logger = try serviceLogger(service.rawValue, reader: reader)
+        let logger = try serviceLogger(service, reader: reader)
         let group = try await HeraldProcess.makeServiceGroup(Self.definition(service), reader: reader, logger: logger)
         let ended = self.ended
         let name = service.rawValue
@@ -92,17 +92,17 @@ package actor InProcessStack {
     }
 
     /// A logger writing the service's lines to `<logDirectory>/<service>.log`, in its `log-format`
-    /// at its `log-level`, as the process's standard error would be captured.
-    private func serviceLogger(_ service: String, reader: ConfigReader) throws -> Logger {
-        let path = "\(configuration.logDirectory)/\(service).log"
-        if !FileManager.default.fileExists(atPath: path) {
-            _ = FileManager.default.createFile(atPath: path, contents: nil)
+    /// at its `log-level` as the executable reads them, as the process's standard error would be
+    /// captured.
+    private func serviceLogger(_ service: ServiceName, reader: ConfigReader) throws -> Logger {
+        let config = try RuntimeConfig(
+            service: service.rawValue, peers: Self.definition(service).peers, reader: reader)
+        guard let level = Logger.Level(rawValue: config.logLevel) else {
+            throw ConfigError("log-level must be one of trace|debug|info|notice|warning|error|critical")
         }
-        let file = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-        file.seekToEndOfFile()
-        let level = Logger.Level(rawValue: reader.string("log-level", default: "info")) ?? .info
-        let json = reader.string("log-format") == "json"
-        return Logger(label: "herald-\(service)") { label in
+        let file = try configuration.openLog(service.rawValue)
+        let json = config.logFormat == .json
+        return Logger(label: "herald-\(service.rawValue)") { label in
             var handler: any LogHandler =
                 json ? JSONLogHandler(label: label, output: file) : TextFileLogHandler(label: label, output: file)
             handler.logLevel = level
