@@ -11,7 +11,8 @@ import Testing
 /// memory or metrics).
 @Suite("NH API against a hostile client: as processes", .serialized, .timeLimit(.minutes(3)))
 struct NHHostileProcessTests {
-    @Test("600 tokens with 60 KB key names do not grow herald-auth")
+    // What could grow is herald-auth's verdict cache and the gate's ledger, in memory on either store.
+    @Test("600 tokens with 60 KB key names do not grow herald-auth", .storeIndependent)
     func longKeyNamesDoNotGrowAuth() async throws {
         try await LiveStack.with(runner: .processes) { live in
             _ = try await NHFixture.hub("probe", live)

@@ -78,7 +78,9 @@ struct OperationsTests {
         ["auth": "SERVING", "registration": "SERVING", "payload": payload, "dispatch": "SERVING"]
     }
 
-    @Test("with log-format json every log line is JSON, and one request id shows in edge, auth, payload and dispatch")
+    @Test(
+        "with log-format json every log line is JSON, and one request id shows in edge, auth, payload and dispatch",
+        .storeIndependent)
     func requestIDAcrossServices() async throws {
         try await LiveStack.with(
             runner: .processes,
@@ -184,7 +186,9 @@ struct OperationsTests {
         }
     }
 
-    @Test("a caller with a foreign UID is refused by SO_PEERCRED even when the socket's mode lets it in")
+    @Test(
+        "a caller with a foreign UID is refused by SO_PEERCRED even when the socket's mode lets it in",
+        .storeIndependent)
     func foreignPeerRefused() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"), "setpriv (util-linux) is needed")
         try #require(getuid() == 0, "the test switches to another user, which needs root")

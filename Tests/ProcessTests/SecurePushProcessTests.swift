@@ -12,7 +12,9 @@ import Testing
 /// memory or metrics).
 @Suite("secure push end to end: as processes", .serialized, .timeLimit(.minutes(3)))
 struct SecurePushProcessTests {
-    @Test("a service that dies is restarted by the supervisor, and the flow goes on", arguments: RPCTransport.allCases)
+    @Test(
+        "a service that dies is restarted by the supervisor, and the flow goes on", .storeIndependent,
+        arguments: RPCTransport.allCases)
     func supervisorRestartsChildren(_ transport: RPCTransport) async throws {
         try await LiveStack.with(runner: .processes, configure: { $0.rpcTransport = transport }) { live in
             let pid = try #require(try await live.stack.pid(of: "payload"))
@@ -28,8 +30,8 @@ struct SecurePushProcessTests {
     }
 
     @Test(
-        "restarting the stack keeps registrations and payloads", arguments: RPCTransport.allCases,
-        StoreBackend.available)
+        "restarting the stack keeps registrations and payloads", .everyBackendItself,
+        arguments: RPCTransport.allCases, StoreBackend.available)
     func restartKeepsData(_ transport: RPCTransport, _ database: StoreBackend) async throws {
         let directory = try LiveStack.makeDirectory()
         let prefix = TestDatabases.freshPrefix()

@@ -329,6 +329,12 @@ extension Trait where Self == ConditionTrait {
     package static var sqliteStack: Self {
         .enabled(if: LiveStack.defaultDatabase == .sqlite, "its stack is on SQLite in either pass: run once")
     }
+
+    /// For a stack test that runs on each backend itself (`arguments: StoreBackend.available`): the
+    /// PostgreSQL pass would run the same cases again, so it runs in the SQLite pass only.
+    package static var everyBackendItself: Self {
+        .enabled(if: LiveStack.defaultDatabase == .sqlite, "runs on each backend itself: run once")
+    }
 }
 
 extension Duration {
