@@ -33,9 +33,11 @@ done
 
 scripts/setup.sh
 build_start=$SECONDS
-HERALD_FUZZ=1 swift build --product herald-fuzz
+# FUZZ_DEBUG_INFO=none (scripts/test.sh): as the build before it, or every dependency is compiled again.
+debug_info="${FUZZ_DEBUG_INFO:-dwarf}"
+HERALD_FUZZ=1 swift build --product herald-fuzz -debug-info-format "$debug_info"
 echo "fuzz.sh: instrumented build took $((SECONDS - build_start)) s"
-fuzzer="$(HERALD_FUZZ=1 swift build --show-bin-path)/herald-fuzz"
+fuzzer="$(HERALD_FUZZ=1 swift build -debug-info-format "$debug_info" --show-bin-path)/herald-fuzz"
 mkdir -p .build/fuzz-artifacts
 
 # One target: its run, then a summary line; the whole log when it fails.

@@ -15,18 +15,34 @@
 #      .build/console-screenshots/), then the image and
 #      docker-compose.yml run for real with podman (scripts/compose-test.sh), and
 #      services/k8s/herald.yaml with podman kube play (scripts/kube-test.sh)
-#   6. every libFuzzer target for 5 s, a smoke run (twelve targets, one per core at a time: keep
+#   6. every libFuzzer target for 5 s, a smoke run (thirteen targets, one per core at a time: keep
 #      the whole run under 25 minutes; scripts/fuzz.sh alone runs 20 s each, FUZZ_SECONDS=600 for
-#      a real session), in the background while the compose and kube tests wait on containers
-#   7. the benchmark's quick run (every scenario runs and yields numbers; no time thresholds; the
-#      replicas scenario on the test cluster), and
-#      a one-minute soak (herald-bench soak: RSS per service under steady traffic, no failed request)
+#      a real session), and the benchmark's instruction counts (callgrind), in the background while
+#      the compose and kube tests wait on containers
+#   7. the benchmark's other scenarios, quick (every scenario runs and yields numbers; no time
+#      thresholds; the replicas scenario on the test cluster), and a 30-second soak
+#      (herald-bench soak: RSS per service under steady traffic, no failed request)
+#   Each step prints its seconds and how busy the cores were (`took`); the build has no debug
+#   information (-debug-info-format none), a crash still names its functions.
 #
 #   scripts/test.sh --fast   for development: build, then the unit tests and the whole stack
 #                            in-process (StackTests); no ProcessTests, PostgreSQL, containers or fuzzing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+# Where CI's time goes: each step's seconds, and how busy the two cores were meanwhile (what a
+# step run beside it could still use). `mark` before a step, `took WHAT "$mark"` after it.
+mark() {
+  local busy total
+  read -r busy total < <(awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat)
+  echo "$(date +%s) $busy $total"
+}
+took() {
+  local t0 b0 a0 t1 b1 a1
+  read -r t0 b0 a0 <<<"$2"
+  read -r t1 b1 a1 <<<"$(mark)"
+  echo "test.sh: $1 took $((t1 - t0))s (CPU $(( (b1 - b0) * 100 / (a1 - a0 > 0 ? a1 - a0 : 1) ))% busy)"
+}
 if [[ "${1:-}" == "--fast" ]]; then
   scripts/setup.sh
   swift build --build-tests
@@ -45,36 +61,41 @@ scripts/trap-check.sh >/dev/null
 # MonitoringTests checks every metric name they and the dashboard use against a live stack.
 promtool check rules services/prometheus/herald.rules.yml
 promtool test rules services/prometheus/herald.rules.test.yml
-swift build --build-tests
-echo "test.sh: build finished after $(( $(date +%s) - start ))s"
+build=$(mark)
+# No debug information: CI reads a failure from the test's own message and a crash's symbol names,
+# not from a debugger, and without DWARF every module compiles and every binary links faster.
+swift build --build-tests -debug-info-format none
+took "the build" "$build"
 # Another team's view: Examples/send-push adds the HeraldClient product from its own Package.swift;
 # PublishedClientTests runs it against a live stack.
 # Built in the same scratch folder: the dependencies' objects are reused (seconds, not minutes), and
 # herald-* binaries the tests run are left as they are.
-example_start=$(date +%s)
-swift build --package-path Examples/send-push --scratch-path .build
-export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push --scratch-path .build --show-bin-path)/send-push"
-echo "test.sh: Examples/send-push built in $(( $(date +%s) - example_start ))s"
+example=$(mark)
+swift build --package-path Examples/send-push --scratch-path .build -debug-info-format none
+export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push --scratch-path .build -debug-info-format none --show-bin-path)/send-push"
+took "building Examples/send-push" "$example"
 pg_dir=$(mktemp -d /tmp/herald-pg-XXXXXX)
 fuzz_pid=""
-trap '[[ -n "$fuzz_pid" ]] && kill -- -"$fuzz_pid" 2>/dev/null; scripts/postgres.sh stop "$pg_dir"' EXIT
-pg_start=$(date +%s)
+instructions_pid=""
+trap '[[ -n "$fuzz_pid" ]] && kill -- -"$fuzz_pid" 2>/dev/null; [[ -n "$instructions_pid" ]] && kill -- -"$instructions_pid" 2>/dev/null; scripts/postgres.sh stop "$pg_dir"' EXIT
+pg=$(mark)
 export HERALD_TEST_POSTGRES_URL=$(scripts/postgres.sh start "$pg_dir")
-echo "test.sh: PostgreSQL test cluster up in $(( $(date +%s) - pg_start ))s at $HERALD_TEST_POSTGRES_URL"
+took "starting the PostgreSQL test cluster (at $HERALD_TEST_POSTGRES_URL)" "$pg"
 # The unit tests and StackTests run in a process of their own, beside ProcessTests. In one
 # process they share NIO's singleton event loops and one cooperative thread pool (a thread per
 # core) with ProcessTests' clients: an in-process gRPC stream of 100,000 records held a
 # loop for a second at a time, and the kill -9 drill counted answers the edge had logged within
 # 50 ms as hangs of 15 s (CI, twice). The kernel shares the cores between processes fairly.
 # Run as the test binary itself: two `swift test` at once wait on each other's lock of .build.
-tests="$(swift build --show-bin-path)/heraldPackageTests.xctest"
+bin="$(swift build --show-bin-path)"
+tests="$bin/heraldPackageTests.xctest"
 # A failed run's own lines, last: CI keeps the head and the tail of a long log, and the middle,
 # where a failure usually scrolls past, is what it drops.
 failure_digest() {
   echo "test.sh: what failed, from $*:" >&2
   sed 's/\x1b\[[0-9;]*m//g' "$@" | grep -E '✘|recorded an issue|Caught error' | cut -c1-400 | head -n 60 >&2 || true
 }
-first_start=$(date +%s)
+first=$(mark)
 unit_log=.build/unit-tests.log
 process_log=.build/process-tests.log
 "$tests" --testing-library swift-testing --skip ProcessTests >"$unit_log" 2>&1 &
@@ -87,69 +108,79 @@ cat "$unit_log"
 (( unit_status == 0 && process_status == 0 )) || failure_digest "$unit_log" "$process_log"
 (( unit_status == 0 )) || { echo "test.sh: unit tests and StackTests failed (exit $unit_status)" >&2; exit 1; }
 (( process_status == 0 )) || { echo "test.sh: ProcessTests failed (exit $process_status)" >&2; exit 1; }
-echo "test.sh: unit, stack and process tests (SQLite) took $(( $(date +%s) - first_start ))s"
+took "unit, stack and process tests (SQLite)" "$first"
 # StackTests, then ProcessTests, on PostgreSQL: one after the other. In one process (or two at
 # once) every in-process stack's connection pools and handlers share two event-loop threads with
 # the other suite's clients, beside a dozen PostgreSQL backends on two cores, and the edge answered
 # 503 after its deadline (fresh-clone CI of f286f3a); each alone passes with room to spare.
-pg_suite_start=$(date +%s)
+pg_suite=$(mark)
 pg_log=.build/stack-tests-postgres.log
 HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter StackTests \
   --skip ProcessTests 2>&1 \
   | tee "$pg_log" || { failure_digest "$pg_log"; echo "test.sh: StackTests on PostgreSQL failed" >&2; exit 1; }
-echo "test.sh: StackTests on PostgreSQL took $(( $(date +%s) - pg_suite_start ))s"
-pg_suite_start=$(date +%s)
+took "StackTests on PostgreSQL" "$pg_suite"
+pg_suite=$(mark)
 pg_log=.build/process-tests-postgres.log
 HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter ProcessTests \
   --skip ReplicaDrillTests 2>&1 \
   | tee "$pg_log" || { failure_digest "$pg_log"; echo "test.sh: ProcessTests on PostgreSQL failed" >&2; exit 1; }
-echo "test.sh: ProcessTests on PostgreSQL took $(( $(date +%s) - pg_suite_start ))s"
-# The replica drills on their own: three dispatch processes pushing 20,000 deliveries, killed,
+took "ProcessTests on PostgreSQL" "$pg_suite"
+# The replica drills on their own: three dispatch processes pushing 10,000 deliveries, killed,
 # frozen and throttled. Beside the rest of the pass (a dozen five-process stacks at once, a load of
 # 14 on two cores) a debug build could not push them within the drill's 180 s, whatever dispatch
 # did; what load does to a replica's leases is the throttled drill's and docs/scaling.md's.
-drills_start=$(date +%s)
+drills=$(mark)
 drills_log=.build/replica-drills.log
 HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter ReplicaDrillTests 2>&1 \
   | tee "$drills_log" || { failure_digest "$drills_log"; echo "test.sh: replica drills failed" >&2; exit 1; }
-echo "test.sh: replica drills on PostgreSQL took $(( $(date +%s) - drills_start ))s"
-st_start=$(date +%s)
+took "the replica drills on PostgreSQL" "$drills"
+st=$(mark)
 scripts/schemathesis.sh
-echo "test.sh: schemathesis took $(( $(date +%s) - st_start ))s"
-console_start=$(date +%s)
+took "schemathesis" "$st"
+console=$(mark)
 scripts/console-test.sh
-echo "test.sh: console browser test took $(( $(date +%s) - console_start ))s"
-# The fuzz smoke run beside the container tests, which mostly wait on podman: it times nothing (a
-# crash, a leak or a broken property fails it), and nothing else checks a time while it runs. Its
-# instrumented build recompiles Herald's own modules in .build but relinks only herald-fuzz, so the
-# debug executables the container image, the benchmark and the soak use are the ones tested above
-# (and `swift build --show-bin-path` does not wait for its build).
-fuzz_start=$(date +%s)
+took "the console browser test" "$console"
+# Beside the container tests, which mostly wait on podman: the fuzz smoke run and the benchmark's
+# instruction counts. Neither times anything (a crash, a leak or a broken property fails the
+# fuzzers; callgrind counts instructions, which do not move with the machine's load), and nothing
+# else checks a time while they run. The fuzzers' instrumented build recompiles Herald's own modules
+# in .build but relinks only herald-fuzz, so the debug executables the container image, the
+# benchmark and the soak use are the ones tested above (and `swift build --show-bin-path` does not
+# wait for its build); the counts run copies of those executables, made before it starts.
+beside=$(mark)
 fuzz_log=.build/fuzz-smoke.log
-# In its own process group (setsid), so that a failure below stops its build and fuzzers too.
-FUZZ_SECONDS=5 setsid scripts/fuzz.sh >"$fuzz_log" 2>&1 &
+instructions_log=.build/bench-instructions.log
+# In their own process group (setsid), so that a failure below stops the build and fuzzers too.
+FUZZ_SECONDS=5 FUZZ_DEBUG_INFO=none setsid scripts/fuzz.sh >"$fuzz_log" 2>&1 &
 fuzz_pid=$!
+setsid "$bin/herald-bench" instructions --quick --json .build/bench-instructions.json >"$instructions_log" 2>&1 &
+instructions_pid=$!
 # The containers: services/Dockerfile's image from the binaries just built, docker-compose.yml run
 # under podman with docker-compose, and Examples/integration-test with docker-compose.test.yml.
-compose_start=$(date +%s)
+compose=$(mark)
 scripts/compose-test.sh
-echo "test.sh: compose test took $(( $(date +%s) - compose_start ))s"
+took "the compose test" "$compose"
 # The Kubernetes manifest run by podman kube play, from the image compose-test.sh built.
-kube_start=$(date +%s)
+kube=$(mark)
 scripts/kube-test.sh
-echo "test.sh: podman kube play test took $(( $(date +%s) - kube_start ))s"
+took "the podman kube play test" "$kube"
 fuzz_status=0
 wait "$fuzz_pid" || fuzz_status=$?
 fuzz_pid=""
 cat "$fuzz_log"
 (( fuzz_status == 0 )) || { echo "test.sh: libFuzzer targets failed (exit $fuzz_status)" >&2; exit 1; }
-echo "test.sh: libFuzzer targets took $(( $(date +%s) - fuzz_start ))s (beside the container tests)"
-bench_start=$(date +%s)
-"$(swift build --show-bin-path)/herald-bench" all --quick --json .build/bench-quick.json
+instructions_status=0
+wait "$instructions_pid" || instructions_status=$?
+instructions_pid=""
+cat "$instructions_log"
+(( instructions_status == 0 )) || { echo "test.sh: herald-bench instructions failed" >&2; exit 1; }
+took "the container tests, with the libFuzzer targets and the instruction counts beside them," "$beside"
+bench=$(mark)
+"$bin/herald-bench" all --quick --skip instructions --json .build/bench-quick.json
 # Issue 17's figures: fan-out with 1-3 dispatch replicas on the test cluster next to SQLite's one.
-"$(swift build --show-bin-path)/herald-bench" replicas --quick --database "$HERALD_TEST_POSTGRES_URL"
-echo "test.sh: benchmark quick run took $(( $(date +%s) - bench_start ))s"
-soak_start=$(date +%s)
-"$(swift build --show-bin-path)/herald-bench" soak --quick --minutes 1
-echo "test.sh: one-minute soak took $(( $(date +%s) - soak_start ))s"
+"$bin/herald-bench" replicas --quick --database "$HERALD_TEST_POSTGRES_URL"
+took "the benchmark's quick run" "$bench"
+soak=$(mark)
+"$bin/herald-bench" soak --quick --minutes 0.5
+took "a 30-second soak" "$soak"
 echo "test.sh: all checks passed in $(( $(date +%s) - start ))s"
