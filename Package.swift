@@ -52,7 +52,7 @@ let benchTarget: Target = .executableTarget(
         "HeraldRPC", "HeraldModel", "HeraldService", "HeraldSQL", "HeraldStack", "RegistrationService",
         "NotificationHubs",
         // The template loop counts dispatch's rendering (package access).
-        "DispatchService",
+        "DispatchService", "PushProviders",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         .product(name: "GRDB", package: "GRDB.swift"),
@@ -75,7 +75,7 @@ let benchTarget: Target = .executableTarget(
 /// What the two whole-stack test targets use.
 let stackTestDependencies: [Target.Dependency] = [
     "StackTestSupport", "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL", "Edge",
-    "HeraldTestSupport", "HeraldClient", "NotificationHubs",
+    "HeraldTestSupport", "HeraldClient", "NotificationHubs", "PushProviders",
     .product(name: "AsyncHTTPClient", package: "async-http-client"),
     // The erase drill reads every table of the services' schemas.
     .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -287,13 +287,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The push services' senders (APNs, FCM v1, WNS, Web Push), their HTTP/2 pool and HTTP
+        // clients, and each provider's payload rules: what a delivery is and how it goes out. No
+        // outbox, database or RPC: herald-dispatch's service owns those.
         .target(
-            name: "DispatchService",
+            name: "PushProviders",
             dependencies: [
-                "HeraldRPC", "HeraldTelemetry", "HeraldModel", "HeraldService", "HeraldSQL", "NotificationHubs",
-                .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Metrics", package: "swift-metrics"),
+                "HeraldModel", "HeraldProto",
                 // Outbound HTTP/1.1 or 2 to FCM, WNS, Web Push and OAuth token endpoints.
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 // The lean APNs path: HTTP/2 frames on a few pooled connections (HTTP2Pool).
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
@@ -302,6 +307,18 @@ let package = Package(
                 .product(name: "JWTKit", package: "jwt-kit"),
                 // ECDH, HKDF and AES-GCM for Web Push's aes128gcm encoding.
                 .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "DispatchService",
+            dependencies: [
+                "HeraldRPC", "HeraldTelemetry", "HeraldModel", "HeraldService", "HeraldSQL", "NotificationHubs",
+                "PushProviders",
+                .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Metrics", package: "swift-metrics"),
+                // Credentials from the hub's settings become senders' HTTP clients (HubSenders).
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: swiftSettings
@@ -364,7 +381,8 @@ let package = Package(
                     name: "herald-fuzz",
                     dependencies: [
                         "HeraldProto", "HeraldModel", "HeraldRPC", "HeraldService", "HeraldSQL", "Edge", "AuthService",
-                        "RegistrationService", "DispatchService", "NotificationHubs", "EdgeTestSupport",
+                        "RegistrationService", "DispatchService", "PushProviders", "NotificationHubs",
+                        "EdgeTestSupport",
                         .product(name: "NIOCore", package: "swift-nio"),
                         .product(name: "NIOEmbedded", package: "swift-nio"),
                         .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Logging", package: "swift-log"),
@@ -436,13 +454,21 @@ let package = Package(
             serviceTests("PayloadService"),
             serviceTests(
                 "DispatchService",
-                extra: [
+                extra: ["PushProviders", .product(name: "Tracing", package: "swift-distributed-tracing")]),
+            // The senders, the HTTP/2 pool (over a loopback HTTP/2 server) and the providers' rules,
+            // without dispatch's outbox or process.
+            .testTarget(
+                name: "PushProvidersTests",
+                dependencies: [
+                    "PushProviders", "HeraldModel", "HeraldProto", "HeraldTestSupport",
                     .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
-                    // HTTP2PoolTests' loopback HTTP/2 server.
-                    .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                    .product(name: "NIOCore", package: "swift-nio"),
                     .product(name: "NIOPosix", package: "swift-nio"),
-                    .product(name: "Tracing", package: "swift-distributed-tracing"),
-                ]),
+                    .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                    .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                ],
+                swiftSettings: swiftSettings
+            ),
             // The four services' clients faked (EdgeTests, and herald-fuzz's router target).
             .target(
                 name: "EdgeTestSupport",
@@ -478,6 +504,7 @@ let package = Package(
                     "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL",
                     "HeraldTestSupport",
                     "AuthService", "RegistrationService", "PayloadService", "DispatchService", "Edge",
+                    "PushProviders",
                     .product(name: "AsyncHTTPClient", package: "async-http-client"),
                     .product(name: "Logging", package: "swift-log"),
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -2,6 +2,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldTelemetry
+import PushProviders
 import Tracing
 
 /// A send's deliveries in its trace, without a span per delivery: a send to 100,000 devices would

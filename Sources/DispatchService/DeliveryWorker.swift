@@ -6,6 +6,7 @@ import HeraldService
 import HeraldTelemetry
 public import Logging
 import Metrics
+import PushProviders
 public import ServiceLifecycle
 import Synchronization
 import Tracing

@@ -5,6 +5,7 @@ public import HeraldModel
 import HeraldProto
 public import HeraldRPC
 public import HeraldService
+public import PushProviders
 import ServiceLifecycle
 
 /// Settings of herald-dispatch, besides ``RuntimeConfig``'s (environment variable `HERALD_<KEY>`).

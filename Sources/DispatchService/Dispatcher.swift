@@ -7,6 +7,7 @@ import HeraldTelemetry
 import Logging
 import Metrics
 import NotificationHubs
+import PushProviders
 import Synchronization
 
 /// Resolves a send's audience through one StreamAudience call and commits the send with one

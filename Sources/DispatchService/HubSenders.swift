@@ -8,6 +8,7 @@ public import HeraldSQL
 import HeraldService
 public import Logging
 import PostgresNIO
+public import PushProviders
 import Synchronization
 
 /// One platform's push credentials: the deployment's own (settings and files, for the hub

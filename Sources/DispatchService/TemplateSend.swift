@@ -2,6 +2,7 @@ import Foundation
 import HeraldModel
 import HeraldProto
 import NotificationHubs
+import PushProviders
 
 /// A template send's audience as it streams in: installation templates, each rendered once per
 /// distinct (platform, template) with the send's properties, and every device given the variant

@@ -4,6 +4,7 @@ import HeraldModel
 import HeraldProto
 import HeraldService
 import NotificationHubs
+import PushProviders
 import RegistrationService
 
 /// `herald-bench template-loop` (hidden): the CPU work of a template send without its I/O, for

@@ -32,6 +32,7 @@ import HeraldSQL
 import HeraldService
 import NIOCore
 import NotificationHubs
+import PushProviders
 import RegistrationService
 import Synchronization
 

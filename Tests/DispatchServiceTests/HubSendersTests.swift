@@ -3,6 +3,7 @@ import GRDB
 import HeraldModel
 import HeraldProto
 import Logging
+import PushProviders
 import Testing
 
 /// Hubs' senders as replicas refresh them from the shared store, beside the RPCs that change them.

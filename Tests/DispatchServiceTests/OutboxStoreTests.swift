@@ -6,6 +6,7 @@ import HeraldSQL
 import HeraldService
 import HeraldTestSupport
 import Logging
+import PushProviders
 import Synchronization
 import Testing
 

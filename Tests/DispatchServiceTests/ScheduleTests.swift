@@ -4,6 +4,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import NotificationHubs
+import PushProviders
 import Synchronization
 import Testing
 

@@ -6,6 +6,7 @@ package import HeraldRPC
 package import HeraldService
 package import HeraldStack
 package import NIOCore
+import PushProviders
 package import Synchronization
 package import Testing
 

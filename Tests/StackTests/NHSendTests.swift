@@ -1,5 +1,6 @@
 import Foundation
 import HeraldProto
+import PushProviders
 import StackTestSupport
 import Testing
 

@@ -3,6 +3,7 @@ import HeraldModel
 public import HeraldProto
 import HeraldSQL
 import HeraldService
+import PushProviders
 
 /// The outbox's reads (outcomes, delivery records, the console's, exports, trace parents),
 /// scheduled sends (storing, cancelling, abandoning), erasing a user's sends, purges, the

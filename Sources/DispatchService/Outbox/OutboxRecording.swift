@@ -1,5 +1,6 @@
 import HeraldModel
 public import HeraldProto
+import PushProviders
 
 /// Recording what the worker decided for each delivery, and the counters an outcome is read from.
 extension Outbox {

@@ -5,6 +5,7 @@ import HeraldRPC
 import HeraldSQL
 import HeraldService
 import HeraldTelemetry
+public import PushProviders
 
 /// The outbox's transactions, written once for both databases over ``Outbox/sql``: sends,
 /// their staged audiences, claims and leases, results, and erasing devices.

@@ -1,8 +1,6 @@
 import Foundation
 import HeraldModel
 public import HeraldProto
-import HeraldRPC
-import HeraldService
 
 /// Each provider's rules for a native payload: size limit, allowed push types, and the headers that
 /// go with it. Checked once per send, before any device is looked up.

@@ -2,8 +2,6 @@ public import AsyncHTTPClient
 import Foundation
 import HeraldModel
 public import HeraldProto
-import HeraldRPC
-import HeraldService
 import NIOCore
 
 /// WNS's OAuth client-credentials token (package SID and secret from the Partner Center).

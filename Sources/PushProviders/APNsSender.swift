@@ -1,8 +1,6 @@
 import Foundation
 import HeraldModel
 public import HeraldProto
-import HeraldRPC
-import HeraldService
 import JWTKit
 import NIOCore
 import NIOHPACK

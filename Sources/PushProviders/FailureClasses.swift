@@ -36,7 +36,7 @@ extension FailureClass {
 
 extension FailureCount {
     /// `count` failures for `reason`, with its class.
-    init(classifying reason: String, count: Int64) {
+    package init(classifying reason: String, count: Int64) {
         self.init(reason: reason, count: count, failureClass: FailureClass(reason: reason))
     }
 }

@@ -2,8 +2,6 @@ public import AsyncHTTPClient
 import Foundation
 import HeraldModel
 public import HeraldProto
-import HeraldRPC
-import HeraldService
 import JWTKit
 import NIOCore
 import NIOHPACK

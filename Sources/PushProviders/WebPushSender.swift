@@ -3,8 +3,6 @@ import Crypto
 import Foundation
 import HeraldModel
 public import HeraldProto
-import HeraldRPC
-import HeraldService
 import JWTKit
 import NIOCore
 

@@ -1,14 +1,11 @@
-import DispatchService
 import Foundation
-import GRDB
 import HeraldModel
 import HeraldProto
-import HeraldRPC
-import HeraldService
+import PushProviders
 import Testing
 
-@Suite("dispatch rules")
-struct RuleTests {
+@Suite("provider rules: payloads and failure classes")
+struct PlatformRulesTests {
     @Test("Each provider's failure reasons are classified by dispatch, whatever their spelling")
     func failureClasses() {
         let expected: [(String, FailureClass)] = [

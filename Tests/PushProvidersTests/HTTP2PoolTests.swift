@@ -6,7 +6,7 @@ import NIOPosix
 import Synchronization
 import Testing
 
-@testable import DispatchService
+@testable import PushProviders
 
 #if canImport(Glibc)
     import Glibc
