@@ -337,14 +337,10 @@ public actor Stack {
                     description: "herald-\(service) exited with status \(process.terminationStatus) during start-up"
                         + (configuration.captureLogs ? "; see \(configuration.logDirectory)/\(service).log" : ""))
             }
-            if await isReady(service) { return }
+            if await Self.isReady(service, in: configuration) { return }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw StackError(description: "herald-\(service) was not ready within \(configuration.startTimeout)")
-    }
-
-    private func isReady(_ service: String) async -> Bool {
-        await Self.isReady(service, in: configuration)
     }
 
     /// Whether `service` of the stack `configuration` describes is up: an RPC service answers
@@ -404,7 +400,7 @@ public actor Stack {
     public func waitUntilHealthy(_ service: String, timeout: Duration = .seconds(30)) async throws {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            if children[service]?.isRunning == true, await isReady(service) { return }
+            if children[service]?.isRunning == true, await Self.isReady(service, in: configuration) { return }
             try await Task.sleep(for: .milliseconds(50))
         }
         throw StackError(description: "herald-\(service) did not become healthy within \(timeout)")

@@ -280,7 +280,7 @@ struct TutorialContractTests {
             while ContinuousClock.now < deadline {
                 status = try await live.edge.request("GET", "/api/notifications/\(id)", as: "erin").status
                 rows = try payloadRows(live)
-                inFiles = try ["", "-wal"].contains { suffix in
+                inFiles = ["", "-wal"].contains { suffix in
                     let url = URL(fileURLWithPath: live.configuration.dataDirectory + "/payload.sqlite" + suffix)
                     return ((try? Data(contentsOf: url)) ?? Data()).firstRange(of: marker) != nil
                 }

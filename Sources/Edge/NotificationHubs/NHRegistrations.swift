@@ -18,13 +18,13 @@ extension NotificationHubsRoutes {
     func addRegistrationRoutes(to router: RouterGroup<EdgeRequestContext>) {
         // .NET writes `registrationids`, the REST docs `registrationIDs`.
         for spelling in ["registrationIDs", "registrationids"] {
-            router.post("\(spelling)") { request, context in
+            router.post(RouterPath(spelling)) { request, context in
                 await nh(request, context) { try await createHubRegistrationID(request, context) }
             }
         }
         // NH's older device SDKs (WindowsAzure.Messaging) write `{hub}/Registrations/…`.
         for collection in ["registrations", "Registrations"] {
-            router.post("\(collection)") { request, context in
+            router.post(RouterPath(collection)) { request, context in
                 await nh(request, context) { try await writeRegistration(request, context, id: nil) }
             }
             router.put("\(collection)/:id") { request, context in
@@ -38,7 +38,7 @@ extension NotificationHubsRoutes {
             router.delete("\(collection)/:id") { request, context in
                 await nh(request, context) { try await deleteRegistration(request, context) }
             }
-            router.get("\(collection)") { request, context in
+            router.get(RouterPath(collection)) { request, context in
                 await nh(request, context) { try await listRegistrations(request, context, tag: nil) }
             }
         }
