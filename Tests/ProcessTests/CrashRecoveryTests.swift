@@ -111,11 +111,20 @@ struct CrashRecoveryTests {
             while fired().count < sends - cancelled.count, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(100))
             }
+            // Then for every outcome to be final: dispatch records a push's answer after the double
+            // has seen it, and on a loaded machine (scheduled sends firing 5 s late) 46 of them
+            // were still being recorded when read at once (CI of 6a7459a).
+            let settled = ContinuousClock.now + .seconds(60)
             let outcomes = try await RPCClient.with(socketPath: dispatch, timeout: .seconds(30)) { client in
                 var all: [Int: Outcome] = [:]
-                for (n, id) in ids {
-                    all[n] = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
-                }
+                repeat {
+                    for (n, id) in ids where all[n].map({ $0.state != .completed && $0.state != .cancelled }) ?? true {
+                        all[n] = try await DispatchServiceClient(client).getOutcome(
+                            GetOutcomeRequest(notificationID: id))
+                    }
+                    if all.values.allSatisfy({ $0.state == .completed || $0.state == .cancelled }) { break }
+                    try await Task.sleep(for: .milliseconds(200))
+                } while ContinuousClock.now < settled
                 return all
             }
             #expect(try await live.stack.restartCount(of: "dispatch") == 1)
