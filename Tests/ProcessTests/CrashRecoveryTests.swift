@@ -114,19 +114,8 @@ struct CrashRecoveryTests {
             // Then for every outcome to be final: dispatch records a push's answer after the double
             // has seen it, and on a loaded machine (scheduled sends firing 5 s late) 46 of them
             // were still being recorded when read at once (CI of 6a7459a).
-            let settled = ContinuousClock.now + .seconds(60)
-            let outcomes = try await RPCClient.with(socketPath: dispatch, timeout: .seconds(30)) { client in
-                var all: [Int: Outcome] = [:]
-                repeat {
-                    for (n, id) in ids where all[n].map({ $0.state != .completed && $0.state != .cancelled }) ?? true {
-                        all[n] = try await DispatchServiceClient(client).getOutcome(
-                            GetOutcomeRequest(notificationID: id))
-                    }
-                    if all.values.allSatisfy({ $0.state == .completed || $0.state == .cancelled }) { break }
-                    try await Task.sleep(for: .milliseconds(200))
-                } while ContinuousClock.now < settled
-                return all
-            }
+            let byID = try await Self.finalOutcomes(Array(ids.values), live, within: .seconds(60))
+            let outcomes = ids.compactMapValues { byID[$0] }
             #expect(try await live.stack.restartCount(of: "dispatch") == 1)
             let arrived = fired()
             #expect(arrived[-1] == nil, "a push the drill did not send")
@@ -172,6 +161,30 @@ struct CrashRecoveryTests {
             }
             return try await group.reduce(into: []) { $0 += $1 }
         }
+    }
+
+    /// Each send's outcome by id, polled until every one is final (Completed or Cancelled) or
+    /// `within` runs out: the last answer for each, final or not. Read 16 at a time, and each poll
+    /// reads only those not final yet: one at a time, 1,000 reads took seconds a poll on a loaded
+    /// CI machine.
+    static func finalOutcomes(_ ids: [String], _ live: LiveStack, within: Duration) async throws -> [String: Outcome] {
+        var latest: [String: Outcome] = [:]
+        func isFinal(_ id: String) -> Bool { [.completed, .cancelled].contains(latest[id]?.state) }
+        let deadline = ContinuousClock.now + within
+        try await RPCClient.with(
+            socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport,
+            timeout: .testRPC
+        ) { client in
+            repeat {
+                let read = try await Self.inLanes(ids.filter { !isFinal($0) }) { id in
+                    try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+                }
+                for outcome in read { latest[outcome.notificationID] = outcome }
+                if ids.allSatisfy(isFinal) { break }
+                try await Task.sleep(for: .milliseconds(200))
+            } while ContinuousClock.now < deadline
+        }
+        return latest
     }
 
     static func scenario(_ fixture: ProviderFixture, _ live: LiveStack, sends: Int, devices: Int) async throws {
@@ -245,23 +258,7 @@ struct CrashRecoveryTests {
         {
             try await Task.sleep(for: .milliseconds(100))
         }
-        // Outcomes are read 16 at a time, and each poll reads only those not yet final: one at a
-        // time, 1,000 reads took seconds a poll on a loaded CI machine.
-        var final: [String: Outcome] = [:]
-        let deadline = ContinuousClock.now + .seconds(120)
-        try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .testRPC) {
-            client in
-            repeat {
-                let pending = ids.filter { final[$0] == nil }
-                let read = try await Self.inLanes(pending) { id in
-                    try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
-                }
-                for outcome in read where outcome.state == .completed { final[outcome.notificationID] = outcome }
-                if final.count == ids.count { break }
-                try await Task.sleep(for: .milliseconds(200))
-            } while ContinuousClock.now < deadline
-        }
-        let outcomes = Array(final.values)
+        let outcomes = Array(try await Self.finalOutcomes(ids, live, within: .seconds(120)).values)
         let total = fixture.double.requests.count
         print("crash test: all final after \(ContinuousClock.now - started), \(total) requests")
         #expect(outcomes.filter { $0.state == .completed }.count == sends)
