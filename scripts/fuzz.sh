@@ -33,8 +33,9 @@ done
 
 scripts/setup.sh
 build_start=$SECONDS
-# FUZZ_DEBUG_INFO=none (scripts/test.sh): as the build before it, or every dependency is compiled again.
-debug_info="${FUZZ_DEBUG_INFO:-dwarf}"
+# HERALD_DEBUG_INFO (scripts/test.sh exports none): as the build before it, or every dependency is
+# compiled again.
+debug_info="${HERALD_DEBUG_INFO:-dwarf}"
 HERALD_FUZZ=1 swift build --product herald-fuzz -debug-info-format "$debug_info"
 echo "fuzz.sh: instrumented build took $((SECONDS - build_start)) s"
 fuzzer="$(HERALD_FUZZ=1 swift build -debug-info-format "$debug_info" --show-bin-path)/herald-fuzz"

@@ -63,16 +63,19 @@ promtool check rules services/prometheus/herald.rules.yml
 promtool test rules services/prometheus/herald.rules.test.yml
 build=$(mark)
 # No debug information: CI reads a failure from the test's own message and a crash's symbol names,
-# not from a debugger, and without DWARF every module compiles and every binary links faster.
-swift build --build-tests -debug-info-format none
+# not from a debugger, and without DWARF every module compiles and every binary links faster. Every
+# build of the run uses it (the example's, and fuzz.sh's, which reads HERALD_DEBUG_INFO): one built
+# with other flags would compile every dependency again.
+export HERALD_DEBUG_INFO=none
+swift build --build-tests -debug-info-format "$HERALD_DEBUG_INFO"
 took "the build" "$build"
 # Another team's view: Examples/send-push adds the HeraldClient product from its own Package.swift;
 # PublishedClientTests runs it against a live stack.
 # Built in the same scratch folder: the dependencies' objects are reused (seconds, not minutes), and
 # herald-* binaries the tests run are left as they are.
 example=$(mark)
-swift build --package-path Examples/send-push --scratch-path .build -debug-info-format none
-export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push --scratch-path .build -debug-info-format none --show-bin-path)/send-push"
+swift build --package-path Examples/send-push --scratch-path .build -debug-info-format "$HERALD_DEBUG_INFO"
+export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push --scratch-path .build -debug-info-format "$HERALD_DEBUG_INFO" --show-bin-path)/send-push"
 took "building Examples/send-push" "$example"
 pg_dir=$(mktemp -d /tmp/herald-pg-XXXXXX)
 fuzz_pid=""
@@ -151,7 +154,7 @@ beside=$(mark)
 fuzz_log=.build/fuzz-smoke.log
 instructions_log=.build/bench-instructions.log
 # In their own process group (setsid), so that a failure below stops the build and fuzzers too.
-FUZZ_SECONDS=5 FUZZ_DEBUG_INFO=none setsid scripts/fuzz.sh >"$fuzz_log" 2>&1 &
+FUZZ_SECONDS=5 setsid scripts/fuzz.sh >"$fuzz_log" 2>&1 &
 fuzz_pid=$!
 setsid "$bin/herald-bench" instructions --quick --json .build/bench-instructions.json >"$instructions_log" 2>&1 &
 instructions_pid=$!
