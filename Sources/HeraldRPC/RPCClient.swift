@@ -4,6 +4,7 @@ import GRPCNIOTransportHTTP2Posix
 import HeraldModel
 import HeraldProto
 import HeraldTelemetry
+public import NIOPosix
 import NIOSSL
 public import ServiceLifecycle
 import Synchronization
@@ -119,6 +120,7 @@ public final class RPCClient: Sendable {
     private var replicas: [Replica] { members.withLock { $0.replicas } }
     private let discovery: RPCDiscovery?
     private let tls: TLSFiles?
+    private let eventLoopGroup: MultiThreadedEventLoopGroup
     /// Round-robin position.
     private let turn = Atomic<UInt>(0)
     /// The gRPC clients whose connection loops ``runConnections()`` must run, as replicas come;
@@ -140,10 +142,13 @@ public final class RPCClient: Sendable {
         "ExportDeviceRecords",
     ]
 
-    public convenience init(socketPath: String, transport: RPCTransport = .lean, defaultTimeout: Duration = .seconds(5))
-        throws
-    {
-        try self.init(endpoint: .unix(socketPath), transport: transport, tls: nil, defaultTimeout: defaultTimeout)
+    public convenience init(
+        socketPath: String, transport: RPCTransport = .lean, defaultTimeout: Duration = .seconds(5),
+        eventLoopGroup: MultiThreadedEventLoopGroup = .singleton
+    ) throws {
+        try self.init(
+            endpoints: [.unix(socketPath)], transport: transport, tls: nil, defaultTimeout: defaultTimeout,
+            eventLoopGroup: eventLoopGroup)
     }
 
     /// A client of a service at `endpoint`; on TCP, `tls` (required there) says whom to trust and
@@ -155,11 +160,13 @@ public final class RPCClient: Sendable {
     }
 
     /// A client of a service's replicas at `endpoints` (at least one), or, with `discovery`, at
-    /// the addresses it finds (then `endpoints` is not used).
+    /// the addresses it finds (then `endpoints` is not used). Its connections run on
+    /// `eventLoopGroup`: NIO's shared loops unless the caller gives it loops of its own.
     public init(
         endpoints: [RPCEndpoint], transport: RPCTransport = .lean, tls: TLSFiles?,
         defaultTimeout: Duration = .seconds(5),
-        healthInterval: Duration = .seconds(2), discovery: RPCDiscovery? = nil
+        healthInterval: Duration = .seconds(2), discovery: RPCDiscovery? = nil,
+        eventLoopGroup: MultiThreadedEventLoopGroup = .singleton
     ) throws {
         guard !endpoints.isEmpty || discovery != nil else { throw ConfigError("a client needs at least one endpoint") }
         self.socketPath = discovery?.description ?? endpoints.map(\.description).joined(separator: ",")
@@ -168,18 +175,23 @@ public final class RPCClient: Sendable {
         self.healthInterval = healthInterval
         self.discovery = discovery
         self.tls = tls
+        self.eventLoopGroup = eventLoopGroup
         let replicas =
             discovery != nil
             ? []
             : try endpoints.map {
-                Replica(endpoint: $0, backend: try Self.backend(endpoint: $0, transport: transport, tls: tls))
+                Replica(
+                    endpoint: $0,
+                    backend: try Self.backend(
+                        endpoint: $0, transport: transport, tls: tls, eventLoopGroup: eventLoopGroup))
             }
         members = Mutex((replicas, false))
         for replica in replicas { if case .grpc(let grpc) = replica.backend { toRun.continuation.yield(grpc) } }
     }
 
     private static func backend(
-        endpoint: RPCEndpoint, transport: RPCTransport, tls: TLSFiles?, serverName: String? = nil
+        endpoint: RPCEndpoint, transport: RPCTransport, tls: TLSFiles?, serverName: String? = nil,
+        eventLoopGroup: MultiThreadedEventLoopGroup
     ) throws -> Backend {
         if case .tcp = endpoint, tls == nil { throw ConfigError("a TCP client needs TLS settings") }
         switch transport {
@@ -188,7 +200,8 @@ public final class RPCClient: Sendable {
                 if case .tcp = endpoint { return try tls?.clientContext() }
                 return nil
             }()
-            return .lean(LeanClient(endpoint: endpoint, tls: context, serverName: serverName))
+            return .lean(
+                LeanClient(endpoint: endpoint, tls: context, serverName: serverName, eventLoopGroup: eventLoopGroup))
         case .grpc:
             let target: any ResolvableTarget
             let security: HTTP2ClientTransport.Posix.TransportSecurity
@@ -218,7 +231,8 @@ public final class RPCClient: Sendable {
                     config.backoff.max = .seconds(1)
                     // An address found by name: TLS checks the certificate against the name.
                     if let serverName { config.http2.authority = serverName }
-                }
+                },
+                eventLoopGroup: eventLoopGroup
             )
             return .grpc(GRPCClient(transport: http2))
         }
@@ -445,7 +459,9 @@ public final class RPCClient: Sendable {
         let known = Set(replicas.map(\.endpoint))
         // Made outside the lock: a TLS context reads its files.
         let new = found.filter { !known.contains($0) }.compactMap { endpoint in
-            (try? Self.backend(endpoint: endpoint, transport: transport, tls: tls, serverName: serverName))
+            (try? Self.backend(
+                endpoint: endpoint, transport: transport, tls: tls, serverName: serverName,
+                eventLoopGroup: eventLoopGroup))
                 .map { Replica(endpoint: endpoint, backend: $0) }
         }
         let wanted = Set(found)

@@ -4,6 +4,7 @@ import GRPCNIOTransportCore
 import GRPCNIOTransportHTTP2Posix
 import HeraldModel
 public import Logging
+public import NIOPosix
 public import ServiceLifecycle
 
 #if canImport(Glibc)
@@ -26,17 +27,19 @@ public final class RPCServer: Service {
     /// at once (grpc-swift has no per-connection hook that could answer a status instead).
     public convenience init(
         table: MethodTable, socketPath: String, logger: Logger, health: HealthReporter? = nil, peers: PeerPolicy? = nil,
-        onListening: @escaping @Sendable () -> Void = {}
+        eventLoopGroup: MultiThreadedEventLoopGroup = .singleton, onListening: @escaping @Sendable () -> Void = {}
     ) throws {
         try self.init(
             table: table, endpoint: .unix(socketPath), tls: nil, logger: logger, health: health, peers: peers,
-            onListening: onListening)
+            eventLoopGroup: eventLoopGroup, onListening: onListening)
     }
 
     /// On TCP, `tls` (required there) gives the server's identity and, optionally, the client CA.
+    /// Connections run on `eventLoopGroup` (as ``LeanServer``'s).
     public init(
         table: MethodTable, endpoint: RPCEndpoint, tls: TLSFiles?, logger: Logger, health: HealthReporter? = nil,
-        peers: PeerPolicy? = nil, onListening: @escaping @Sendable () -> Void = {}
+        peers: PeerPolicy? = nil, eventLoopGroup: MultiThreadedEventLoopGroup = .singleton,
+        onListening: @escaping @Sendable () -> Void = {}
     ) throws {
         self.health = health
         self.endpoint = endpoint
@@ -71,7 +74,8 @@ public final class RPCServer: Service {
                         }
                     }
                 }
-            }
+            },
+            eventLoopGroup: eventLoopGroup
         )
         self.server = GRPCServer(
             transport: transport, services: [GRPCBinding(table: table, logger: logger, draining: draining)])

@@ -93,6 +93,12 @@ struct TransportConformanceTests {
 
     /// Serves the table on `test.sock` (lean) and `test.grpc.sock` (gRPC), then runs `body` with a
     /// client of `transport`.
+    /// The loops these servers and clients run on, apart from NIO's shared ones. The in-process
+    /// stack tests run in this process on the shared loops, and a gRPC stream of 100,000 records
+    /// keeps both of them busy for its whole 30 s under load: an NH client's requests to that stack
+    /// waited out their RPC deadlines (503) or its own 30-s timeout until the stream ended.
+    static let loops = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+
     static func withServers(
         _ transport: RPCTransport, health: HealthReporter = HealthReporter(),
         _ body: (RPCClient, String) async throws -> Void
@@ -112,13 +118,16 @@ struct TransportConformanceTests {
         health.register(into: &table)
         for service in table.services + [""] { health.set(service, .serving) }
         let logger = Logger(label: "test")
-        let lean = LeanServer(table: table, socketPath: dir + "/test.sock", logger: logger, health: health)
-        let grpc = try RPCServer(table: table, socketPath: dir + "/test.grpc.sock", logger: logger, health: health)
+        let lean = LeanServer(
+            table: table, socketPath: dir + "/test.sock", logger: logger, health: health, eventLoopGroup: loops)
+        let grpc = try RPCServer(
+            table: table, socketPath: dir + "/test.grpc.sock", logger: logger, health: health, eventLoopGroup: loops)
         let socket = dir + (transport == .lean ? "/test.sock" : "/test.grpc.sock")
         // Calls that should succeed get a minute: in CI's first pass this process starts beside the
         // integration tests' ~150 service processes, and was starved for ~17 s at the start (a call
         // at 20 s missed its deadline). Tests of deadlines pass their own.
-        let client = try RPCClient(socketPath: socket, transport: transport, defaultTimeout: .seconds(60))
+        let client = try RPCClient(
+            socketPath: socket, transport: transport, defaultTimeout: .seconds(60), eventLoopGroup: loops)
         let group = ServiceGroup(
             configuration: .init(
                 services: [.init(service: client), .init(service: lean), .init(service: grpc)], logger: logger))

@@ -451,10 +451,10 @@ struct NHSendTests {
             #expect(bodies.contains(#"{"aps":{"alert":"News: from python","badge":2}}"#), "\(bodies)")
             #expect(bodies.contains(#"{"aps": {"alert": "scheduled"}}"#), "\(bodies)")
             #expect(!bodies.contains { $0.contains("cancelled") }, "the cancelled send was sent")
-            // The FCM send is delivered on its own batch: under load it can come after the
-            // scheduled APNs push waited for above, so it is waited for too.
-            _ = try await fixture.double.waitFor(1, timeout: .seconds(20)) {
-                $0.path.hasSuffix("/messages:send") && String(decoding: $0.body, as: UTF8.self).contains("rest fcm")
+            // The FCM sends (native and template) go in their own batches: under load they can come
+            // after the scheduled APNs push waited for above, so they are waited for too.
+            _ = try await fixture.double.waitFor(2, timeout: .seconds(20)) {
+                $0.path.hasSuffix("/messages:send") && String(decoding: $0.body, as: UTF8.self).contains("fcm-py-1")
             }
             let toFCM = fixture.double.requests.filter { $0.path.hasSuffix("/messages:send") }.map {
                 String(decoding: $0.body, as: UTF8.self)

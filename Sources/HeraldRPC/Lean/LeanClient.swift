@@ -35,6 +35,8 @@ final class LeanClient: Sendable {
     /// The name TLS checks the server's certificate against (and sends as SNI) when `endpoint` is
     /// an address resolved from it; nil: the endpoint's own host.
     let serverName: String?
+    /// The loops its connection runs on.
+    let eventLoopGroup: MultiThreadedEventLoopGroup
 
     /// A call that never left: this replica could not be reached. Any call may be tried elsewhere.
     struct NotSent: Error {
@@ -43,8 +45,9 @@ final class LeanClient: Sendable {
 
     init(
         endpoint: RPCEndpoint, tls: NIOSSLContext?, serverName: String? = nil,
-        maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes
+        maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes, eventLoopGroup: MultiThreadedEventLoopGroup = .singleton
     ) {
+        self.eventLoopGroup = eventLoopGroup
         self.endpoint = endpoint
         self.tls = tls
         self.serverName = serverName
@@ -203,9 +206,10 @@ final class LeanClient: Sendable {
                 if state.closed { throw ServiceError(.unavailable, "client of \(socketPath) is closed") }
                 if let connection = state.connection, connection.isUsable { return .ready(connection) }
                 if let connecting = state.connecting { return .connecting(connecting) }
-                let task = Task { [endpoint, tls, maxFrameBytes] in
+                let task = Task { [endpoint, tls, maxFrameBytes, eventLoopGroup] in
                     try await LeanConnection.open(
-                        endpoint: endpoint, tls: tls, serverName: serverName, maxFrameBytes: maxFrameBytes)
+                        endpoint: endpoint, tls: tls, serverName: serverName, maxFrameBytes: maxFrameBytes,
+                        eventLoopGroup: eventLoopGroup)
                 }
                 state.connecting = task
                 return .connecting(task)
@@ -254,16 +258,16 @@ final class LeanConnection: Sendable {
 
     var isUsable: Bool { channel.isActive && calls.acceptsCalls }
 
-    static func open(endpoint: RPCEndpoint, tls: NIOSSLContext?, serverName: String? = nil, maxFrameBytes: Int)
-        async throws
-        -> LeanConnection
-    {
+    static func open(
+        endpoint: RPCEndpoint, tls: NIOSSLContext?, serverName: String? = nil, maxFrameBytes: Int,
+        eventLoopGroup: MultiThreadedEventLoopGroup
+    ) async throws -> LeanConnection {
         let calls = LeanCallTable()
         var serverHostname = serverName
         if serverHostname == nil, case .tcp(let host, _) = endpoint, !RPCEndpoint.isIPLiteral(host) {
             serverHostname = host
         }
-        let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let bootstrap = ClientBootstrap(group: eventLoopGroup)
             .connectTimeout(.seconds(2))
             .channelInitializer { [serverHostname] channel in
                 channel.eventLoop.makeCompletedFuture {

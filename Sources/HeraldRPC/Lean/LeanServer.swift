@@ -3,7 +3,7 @@ import HeraldModel
 import HeraldTelemetry
 public import Logging
 import NIOCore
-import NIOPosix
+public import NIOPosix
 import NIOSSL
 public import ServiceLifecycle
 import Synchronization
@@ -27,27 +27,32 @@ public final class LeanServer: Service {
     private let peers: PeerPolicy?
     private let endpoint: RPCEndpoint
     private let tls: NIOSSLContext?
+    private let eventLoopGroup: MultiThreadedEventLoopGroup
 
     /// With `peers`, a connection from a process the policy does not allow is kept open but every
     /// call on it ends PERMISSION_DENIED (and the refusal is logged once per connection).
     public convenience init(
         table: MethodTable, socketPath: String, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes,
         logger: Logger, health: HealthReporter? = nil, peers: PeerPolicy? = nil,
+        eventLoopGroup: MultiThreadedEventLoopGroup = .singleton,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
         self.init(
             table: table, endpoint: .unix(socketPath), tls: nil, maxFrameBytes: maxFrameBytes, logger: logger,
-            health: health,
-            peers: peers, onListening: onListening)
+            health: health, peers: peers, eventLoopGroup: eventLoopGroup, onListening: onListening)
     }
 
     /// On TCP, `tls` wraps every connection (peer credentials only apply to Unix sockets).
+    /// `eventLoopGroup` is where its connections run: NIO's shared loops unless a caller that
+    /// shares a process with other busy servers (a test) gives it loops of its own.
     public init(
         table: MethodTable, endpoint: RPCEndpoint, tls: NIOSSLContext?,
         maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes,
         logger: Logger, health: HealthReporter? = nil, peers: PeerPolicy? = nil,
+        eventLoopGroup: MultiThreadedEventLoopGroup = .singleton,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
+        self.eventLoopGroup = eventLoopGroup
         self.endpoint = endpoint
         self.tls = tls
         self.peers = peers
@@ -66,7 +71,7 @@ public final class LeanServer: Service {
         let isUnix = endpoint.unixPath != nil
         let peers = isUnix ? self.peers : nil
         let tls = self.tls
-        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let bootstrap = ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: isUnix ? 0 : 1)
             .childChannelInitializer { channel in
