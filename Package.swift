@@ -379,16 +379,7 @@ let package = Package(
                 // libFuzzer targets (scripts/fuzz.sh); no `main`: libFuzzer's own drives LLVMFuzzerTestOneInput.
                 .executableTarget(
                     name: "herald-fuzz",
-                    dependencies: [
-                        "HeraldProto", "HeraldModel", "HeraldRPC", "HeraldService", "HeraldSQL", "Edge", "AuthService",
-                        "RegistrationService", "DispatchService", "PushProviders", "NotificationHubs",
-                        "EdgeTestSupport",
-                        .product(name: "NIOCore", package: "swift-nio"),
-                        .product(name: "NIOEmbedded", package: "swift-nio"),
-                        .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Logging", package: "swift-log"),
-                        .product(name: "HTTPTypes", package: "swift-http-types"),
-                        .product(name: "Hummingbird", package: "hummingbird"),
-                    ],
+                    dependencies: ["FuzzTargets"],
                     swiftSettings: swiftSettings + [.unsafeFlags(["-parse-as-library"])],
                     linkerSettings: [.unsafeFlags(["-sanitize=fuzzer,address"])]
                 )
@@ -469,7 +460,26 @@ let package = Package(
                 ],
                 swiftSettings: swiftSettings
             ),
-            // The four services' clients faked (EdgeTests, and herald-fuzz's router target).
+            // The fuzz targets (what each checks: FuzzTargets.swift), for herald-fuzz's libFuzzer
+            // driver and for FuzzCorpusTests, which replays every seed in the ordinary test run.
+            .target(
+                name: "FuzzTargets",
+                dependencies: [
+                    "HeraldProto", "HeraldModel", "HeraldRPC", "HeraldService", "HeraldSQL", "Edge", "AuthService",
+                    "RegistrationService", "DispatchService", "PushProviders", "NotificationHubs",
+                    "EdgeTestSupport",
+                    .product(name: "NIOCore", package: "swift-nio"),
+                    .product(name: "NIOEmbedded", package: "swift-nio"),
+                    .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Logging", package: "swift-log"),
+                    .product(name: "HTTPTypes", package: "swift-http-types"),
+                    .product(name: "Hummingbird", package: "hummingbird"),
+                ],
+                path: "Tests/FuzzTargets", swiftSettings: swiftSettings
+            ),
+            .testTarget(
+                name: "FuzzCorpusTests", dependencies: ["FuzzTargets"], swiftSettings: swiftSettings
+            ),
+            // The four services' clients faked (EdgeTests, and the fuzz router target).
             .target(
                 name: "EdgeTestSupport",
                 dependencies: [

@@ -147,12 +147,12 @@ struct SecureBody: Encodable {
 
 /// The body of `PUT api/register/{id}`. Property names match case-insensitively, as ASP.NET's
 /// model binding did for the tutorial's clients.
-struct RegistrationBody {
+package struct RegistrationBody {
     var platform: Platform
     var handle: String
     var tags: [String]
 
-    static func parse(_ data: Data) throws -> RegistrationBody {
+    package static func parse(_ data: Data) throws -> RegistrationBody {
         guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
             throw EdgeError(.badRequest, #"body must be a JSON object {"Platform": …, "Handle": …, "Tags": […]}"#)
         }

@@ -9,7 +9,7 @@ import NIOCore
 
 /// The HTTP pieces every group of the edge's routes shares: bodies read within a limit, JSON
 /// answers, the checks on text that crosses into protobuf-c.
-enum EdgeHTTP {
+package enum EdgeHTTP {
     /// The request's Authorization value: 401 when it is missing, or malformed by a NUL (it crosses
     /// into protobuf-c as a C string), never a 400.
     static func authorization(_ request: Request, missing: String = "missing Authorization header") throws -> String {
@@ -39,7 +39,7 @@ enum EdgeHTTP {
 
     /// The message of a notify-users body: a JSON string. The tutorial's Android client wraps the
     /// text in quotes without escaping it, so a quoted body that is not valid JSON is taken as is.
-    static func messageText(_ body: Data) throws -> String {
+    package static func messageText(_ body: Data) throws -> String {
         if let text = try? JSONSerialization.jsonObject(with: body, options: .fragmentsAllowed) as? String {
             return text
         }

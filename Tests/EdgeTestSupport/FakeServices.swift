@@ -422,3 +422,15 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         onMessage: @escaping @Sendable (HealthCheckResponse) async throws -> Void
     ) async throws { throw Self.unused() }
 }
+
+/// The edge's whole router in test mode over ``FakeServices`` that grant every right, with
+/// `registrations` answering the NH registration and installation RPCs: the fuzz router target's
+/// harness.
+package enum PermissiveRouter {
+    package static func make(registrations: RegistrationHandlers) throws -> Router<EdgeRequestContext> {
+        try FakeServices(
+            sasRights: [.listen, .send, .manage], userRights: [.listen, .send, .manage],
+            hubRegistrations: registrations
+        ).router(testMode: true)
+    }
+}

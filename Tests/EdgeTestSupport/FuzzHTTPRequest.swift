@@ -5,8 +5,8 @@ import HTTPTypes
 /// request line of a method token and a target of visible characters, header lines whose names
 /// are tokens, then the body. herald-fuzz's `router` target reads its inputs with it, and
 /// EdgeTests' FuzzSeedTests its seeds, so that every seed is one the fuzzer takes.
-enum FuzzHTTPRequest {
-    static func parse(_ bytes: [UInt8]) -> (HTTPRequest, [UInt8])? {
+package enum FuzzHTTPRequest {
+    package static func parse(_ bytes: [UInt8]) -> (HTTPRequest, [UInt8])? {
         var lines: [ArraySlice<UInt8>] = []
         var start = 0
         var bodyStart = bytes.count

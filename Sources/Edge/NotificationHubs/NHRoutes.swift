@@ -22,7 +22,7 @@ import Synchronization
 /// 429 with `Retry-After` for throttling. Every answer carries `TrackingId` (the caller's, as .NET
 /// sends one per request, else Herald's request id) and `x-ms-correlation-request-id`, which the JS
 /// SDK reads. `api-version` and `x-ms-version` are accepted and not required.
-struct NotificationHubsRoutes: Sendable {
+package struct NotificationHubsRoutes: Sendable {
     let auth: any AuthServiceClientProtocol
     /// auth's SAS verdicts reused while they hold (see ``AuthVerdictCache``).
     let verdicts: AuthVerdictCache

@@ -219,7 +219,7 @@ extension NotificationHubsRoutes {
 
     /// The push handle of a direct send: `ServiceBusNotification-DeviceHandle`; for Web Push the
     /// endpoint there and the keys in `P256DH` and `Auth`, as the JS SDK sends them.
-    static func directHandle(_ headers: HTTPFields, platform: Platform) throws -> String {
+    package static func directHandle(_ headers: HTTPFields, platform: Platform) throws -> String {
         guard let handle = headers[.nhDeviceHandle], !handle.isEmpty else {
             throw EdgeError(.badRequest, "a direct send needs ServiceBusNotification-DeviceHandle")
         }
@@ -235,7 +235,7 @@ extension NotificationHubsRoutes {
 
     /// The native payload of an NH send: `ServiceBusNotification-Format`, and the platform headers
     /// NH passes on as ``NHHeaders`` reads them (the same rules as an installation template's).
-    static func nhPayload(_ headers: HTTPFields, body: Data) throws -> NativePayload {
+    package static func nhPayload(_ headers: HTTPFields, body: Data) throws -> NativePayload {
         do {
             return try NHSendPayload.native(
                 header: { HTTPField.Name($0).flatMap { headers[$0] } }, body: [UInt8](body), nowMillis: unixMillis())

@@ -334,7 +334,7 @@ final class LeanPrefaceWriter: ChannelInboundHandler {
 extension LeanFrame {
     /// The frame as bytes ready for the socket. Frames are encoded by whoever sends them (often a
     /// handler's task, off the event loop), so the pipeline needs no encoder.
-    func encoded() -> ByteBuffer {
+    package func encoded() -> ByteBuffer {
         var buffer = ByteBuffer()
         buffer.reserveCapacity(wireBytes)
         write(to: &buffer)

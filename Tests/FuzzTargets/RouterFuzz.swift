@@ -1,3 +1,5 @@
+import Edge
+import EdgeTestSupport
 // The `router` target: the edge's whole router in-process, every route with its middleware, over
 // the fake service clients EdgeTests uses and a real herald-registration on in-memory SQLite (the
 // NH registration and installation RPCs). An input is one HTTP request as text, as the seeds in
@@ -23,9 +25,6 @@ import NIOCore
 import NIOEmbedded
 import RegistrationService
 
-@testable import Edge
-@testable import EdgeTestSupport
-
 extension FuzzTarget {
     struct RouterHarness: Sendable {
         let responder: RouterResponder<EdgeRequestContext>
@@ -39,10 +38,7 @@ extension FuzzTarget {
         do {
             let store = try await SQLRegistrationStore(
                 db: SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration)))
-            let services = FakeServices(
-                sasRights: [.listen, .send, .manage], userRights: [.listen, .send, .manage],
-                hubRegistrations: RegistrationHandlers(store: store))
-            let router = try services.router(testMode: true)
+            let router = try PermissiveRouter.make(registrations: RegistrationHandlers(store: store))
             return RouterHarness(
                 responder: router.buildResponder(), store: store,
                 logger: Logger(label: "herald-fuzz") { _ in SwiftLogNoOpLogHandler() })
