@@ -33,17 +33,18 @@ struct FaultDrillTests {
         ["auth", "registration", "payload", "dispatch"] + (LiveStack.defaultDatabase == .sqlite ? ["edge"] : [])
 
     @Test(
-        "kill -9 during 1,000 sends and registrations: every request answered (2xx, or 503 with Retry-After), recovery within 10 s, no acknowledged send lost",
+        "kill -9 during 500 sends and registrations: every request answered (2xx, or 503 with Retry-After), recovery within 10 s, no acknowledged send lost",
         arguments: Self.drilled)
     func killUnderLoad(_ service: String) async throws {
         try await LiveStack.with(runner: .processes, auth: .tutorial) { live in
             for index in 0..<StackFixture.audience { try await live.register("drill", handle: apnsToken(900 + index)) }
             let edge = live.edge
             let completed = DrillCounter()
-            // 700 requests after the kill cover the restart (0.1 s) and the recovery (under 10 s) many
-            // times over: 2,000 made each case 66 s of the PostgreSQL pass's critical path.
-            let total = 1000
-            let killAt = 300
+            // 300 requests after the kill cover the restart (0.1 s) and the recovery many times over:
+            // each case recovered within a second in fresh-clone CI, while the 700 it then sent took
+            // a minute of the suite's 151 s, the PostgreSQL ProcessTests pass's critical path.
+            let total = 500
+            let killAt = 200
 
             let traffic = Task { [service] in
                 try await withThrowingTaskGroup(of: [Answer].self) { group in
