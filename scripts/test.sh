@@ -10,8 +10,8 @@
 #      tests and the whole stack in-process (StackTests) in one process, beside ProcessTests (what
 #      needs the executables) in another; then StackTests and ProcessTests again with every store
 #      that has a PostgreSQL form on PostgreSQL, and the dispatch replica drills alone after it
-#   5. schemathesis against a live stack (scripts/schemathesis.sh) and, beside it, the web console
-#      in Debian's chromium driven by playwright (scripts/console-test.sh; screenshots in
+#   5. schemathesis against a live stack (scripts/schemathesis.sh), the web console in Debian's
+#      chromium driven by playwright (scripts/console-test.sh; screenshots in
 #      .build/console-screenshots/), then the image and
 #      docker-compose.yml run for real with podman (scripts/compose-test.sh), and
 #      services/k8s/herald.yaml with podman kube play (scripts/kube-test.sh)
@@ -137,20 +137,13 @@ drills_log=.build/replica-drills.log
 HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter ReplicaDrillTests 2>&1 \
   | tee "$drills_log" || { failure_digest "$drills_log"; echo "test.sh: replica drills failed" >&2; exit 1; }
 took "the replica drills on PostgreSQL" "$drills"
-# schemathesis and the console's browser test at once, each against stacks of its own: neither
-# times anything, and alone they kept the cores 78% and 59% busy (77 s and 35 s, one after the other).
 st=$(mark)
-console_log=.build/console-test.log
-scripts/console-test.sh >"$console_log" 2>&1 &
-console_pid=$!
-st_status=0
-scripts/schemathesis.sh || st_status=$?
-console_status=0
-wait "$console_pid" || console_status=$?
-cat "$console_log"
-(( st_status == 0 )) || { echo "test.sh: schemathesis failed" >&2; exit 1; }
-(( console_status == 0 )) || { echo "test.sh: the console browser test failed" >&2; exit 1; }
-took "schemathesis, with the console browser test beside it," "$st"
+scripts/schemathesis.sh
+took "schemathesis" "$st"
+# (Run beside schemathesis, the console's test gained nothing: 119 s for both, against 77 and 35.)
+console=$(mark)
+scripts/console-test.sh
+took "the console browser test" "$console"
 # Beside the container tests, which mostly wait on podman: the benchmark's instruction counts. They
 # time nothing (callgrind counts instructions, which do not move with the machine's load), and
 # nothing else checks a time while they run; they run copies of the executables, made before
