@@ -132,7 +132,7 @@ public final class Dispatcher: Sendable {
     /// Failures a scheduled send is retried after (at the next tick): a peer down or slow.
     static let transient: Set<StatusCode> = [.unavailable, .deadlineExceeded, .resourceExhausted, .aborted, .cancelled]
 
-    /// Resolves the audience and commits the send (``Outbox/enqueue(id:sender:targetUser:targetTag:payloads:targets:retryWindow:hub:scheduled:)``).
+    /// Resolves the audience and commits the send (``Outbox/enqueue(id:sender:targetUser:targetTag:payloads:targets:staged:retryWindow:hub:lane:scheduled:originalBody:)``).
     /// nil when a scheduled send was cancelled (or made) meanwhile.
     private func make(_ request: SendRequest, id: String, scheduled: Bool, requestID: String, logger: Logger)
         async throws -> Outcome?
@@ -255,7 +255,7 @@ public final class Dispatcher: Sendable {
             return try await outbox.enqueue(
                 id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
                 payloads: payloads, targets: audience, staged: staged, retryWindow: retryWindow,
-                hub: Names.hub(request.hub),
+                hub: Names.hub(request.hub), lane: DeliveryLane.of(request, devices: stagedCount + audience.count),
                 scheduled: scheduled, originalBody: request.originalBody)
         }
         guard let (state, created) = enqueued else {

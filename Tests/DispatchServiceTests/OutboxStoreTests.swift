@@ -141,19 +141,6 @@ struct OutboxStoreTests {
         }
     }
 
-    @Test("SQLite: a claim reads one ordered range of delivery_due per platform: no scan, no sort")
-    func claimPlan() throws {
-        let db = try SQLiteDatabase.inMemory()
-        _ = try Outbox(db: db)
-        let plan = try db.writer.read { db in
-            let (text, values) = Outbox.dueOfPlatform(.apns, at: 0, limit: 10).render(.sqlite)
-            #expect(values.count == 3, "the pending state is in the text, where the planner sees it")
-            return try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + text, arguments: [1, 0, 10])
-                .map { $0["detail"] as String }
-        }
-        #expect(plan == ["SEARCH delivery USING INDEX delivery_due (platform=? AND next_attempt_at<?)"])
-    }
-
     @Test(
         "erase: a delivery not yet tried fails as Erased and counts; one in flight is waited for; records keep their counts, blanked",
         arguments: StoreBackend.available)

@@ -6,6 +6,7 @@ public import HeraldSQL
 import HeraldService
 import Logging
 import NIOPosix
+import Synchronization
 
 /// Dispatch's durable outbox: one row per (notification, registration), in SQLite (one process,
 /// the embedded default) or PostgreSQL (shared by any number of herald-dispatch replicas). The same
@@ -51,6 +52,8 @@ public final class Outbox: Sendable {
     /// waits for the pool behind the deliveries it protects (results queued on a large send's
     /// row, claims, reads); on SQLite the file's one writer.
     let leaseSQL: any SQLDatabase
+    /// The hub the last claim's fair share ended with (``FairClaims``): the next starts after it.
+    let claimCursor = Mutex("")
 
     /// `db` is the one object every write to the file goes through (``SQLiteDatabase``): the inbox
     /// and hubs' credentials share it. One process owns the file.

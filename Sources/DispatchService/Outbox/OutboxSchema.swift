@@ -480,6 +480,33 @@ public enum DispatchSchema {
                 )
                 """
             ]),
+        // Fair claims (issue 49): each delivery names its send's hub and lane (0 a one-person
+        // send, 1 the rest), and `delivery_due` is keyed by them, so a claim reads each hub's
+        // lanes as ordered ranges of their own: a hub's broadcast backlog no longer stands in front
+        // of another hub's rows, nor of its own one-person sends. Pending rows take their send's
+        // hub; finished rows keep 'default' (nothing claims them again).
+        SQLMigration(
+            postgres: "dispatch-v10-fair-claims", sqlite: "outbox-v16-fair-claims", [],
+            sqliteOnly: [
+                """
+                ALTER TABLE delivery ADD COLUMN hub TEXT NOT NULL DEFAULT 'default';
+                ALTER TABLE delivery ADD COLUMN lane INTEGER NOT NULL DEFAULT 1;
+                UPDATE delivery SET hub = (SELECT n.hub FROM notification n WHERE n.id = delivery.notification_id)
+                WHERE state = 1;
+                DROP INDEX delivery_due;
+                CREATE INDEX delivery_due ON delivery(platform, hub, lane, next_attempt_at, sequence) WHERE state = 1;
+                """
+            ],
+            postgresOnly: [
+                #"ALTER TABLE delivery ADD COLUMN hub TEXT COLLATE "C" NOT NULL DEFAULT 'default'"#,
+                "ALTER TABLE delivery ADD COLUMN lane INTEGER NOT NULL DEFAULT 1",
+                """
+                UPDATE delivery SET hub = n.hub FROM notification n
+                WHERE n.id = delivery.notification_id AND delivery.state = 1
+                """,
+                "DROP INDEX delivery_due",
+                "CREATE INDEX delivery_due ON delivery (platform, hub, lane, next_attempt_at, sequence) WHERE state = 1",
+            ]),
     ])
 
     /// Brings a SQLite file to ``schema`` (synchronously: ``Outbox/init(db:replica:lease:now:)``

@@ -57,7 +57,8 @@ extension Outbox {
     public func enqueue(
         id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload],
         targets: [Outbox.Target], staged: Outbox.StagedAudience? = nil, retryWindow: Duration,
-        hub: String = Names.defaultHub, scheduled: Bool = false, originalBody: [UInt8] = []
+        hub: String = Names.defaultHub, lane: DeliveryLane = .bulk, scheduled: Bool = false,
+        originalBody: [UInt8] = []
     ) async throws -> (state: OutcomeState, created: Int64)? {
         let at = now()
         let giveUp = at + retryWindow.wholeMilliseconds
@@ -106,8 +107,9 @@ extension Outbox {
                 try await session.execute(
                     """
                     INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
-                                          next_attempt_at, give_up_at, updated_at, variant)
-                    SELECT \(id), registration_id, platform, handle, message_id, \(pending), \(at), \(giveUp), \(at), variant
+                                          next_attempt_at, give_up_at, updated_at, variant, hub, lane)
+                    SELECT \(id), registration_id, platform, handle, message_id, \(pending), \(at), \(giveUp), \(at), variant,
+                           \(hub), \(lane.rawValue)
                     FROM audience_staging WHERE staging_key = \(staged.key) ORDER BY position
                     """)
                 try await session.execute("DELETE FROM audience_staging WHERE staging_key = \(staged.key)")
@@ -116,9 +118,9 @@ extension Outbox {
             try await session.execute(
                 """
                 INSERT INTO delivery (notification_id, registration_id, platform, handle, message_id, state,
-                                      next_attempt_at, give_up_at, updated_at, variant)
+                                      next_attempt_at, give_up_at, updated_at, variant, hub, lane)
                 SELECT \(id), u.registration_id, u.platform, u.handle, u.message_id, \(pending), \(at), \(giveUp), \(at),
-                       u.variant
+                       u.variant, \(hub), \(lane.rawValue)
                 FROM \(rows: rows) \(SQLRowSource.inOrder)
                 """)
             for target in targets { perPlatform[target.platform, default: 0] += 1 }
@@ -206,22 +208,6 @@ extension Outbox {
 
     /// The traceparent a send made now stores: the current span's, '' when not traced.
     static var currentTraceParent: String { HeraldTracing.currentHeaders?.traceparent ?? "" }
-
-    /// When the earliest pending delivery is due (Unix ms; a leased one when its lease ends), if
-    /// any: the least of each platform's first entry in `delivery_due` (one look-up each, never a
-    /// scan).
-    public func nextDue() async throws -> Int64? {
-        var first: Int64?
-        for platform in Platform.delivered {
-            let row = try await sql.queryFirst(
-                """
-                SELECT MIN(next_attempt_at) FROM delivery
-                WHERE state = \(Outbox.pendingState) AND platform = \(platform.rawValue)
-                """)
-            if let row, let due = try row[0] as Int64? { first = min(first ?? due, due) }
-        }
-        return first
-    }
 
     /// Deliveries not finished yet, and handle removals not confirmed yet (for metrics), sampled
     /// each second. Pending deliveries are the open sends' counters (open sends from
@@ -342,41 +328,57 @@ extension Outbox {
         }
     }
 
-    /// Due deliveries of `platforms`, oldest first across them; with `leasing`, each is leased and
-    /// its attempt counted. Each platform is read as one ordered range of `delivery_due`
-    /// (platform, next_attempt_at, sequence), up to `limit` rows of each, then the oldest `limit`
-    /// of them all: a claim for the inbox's platforms does not walk a backlog of APNs rows. On
-    /// PostgreSQL the rows are locked for this transaction and skipped by everyone else's; rows
-    /// read but not taken stay locked only until it ends. Rows whose batch's lease had run out
-    /// count as retried; rows whose batch's lease was renewed are not taken but moved on to its
-    /// end. The lease starts when the rows are written, after the reads: a claim slowed by a busy
-    /// machine does not hand its worker a lease already half gone.
+    /// Due deliveries of `platforms`, shared fairly among hubs (``FairClaims``): each hub's
+    /// personal lane first, then its bulk lane, oldest first across the platforms within a lane;
+    /// with `leasing`, each is leased and its attempt counted. Each lane of each hub is read as one
+    /// ordered range of `delivery_due` (platform, hub, lane, next_attempt_at, sequence): a claim
+    /// for the inbox's platforms does not walk a backlog of APNs rows, nor one hub's claim another
+    /// hub's backlog. On PostgreSQL the rows are locked for this transaction and skipped by
+    /// everyone else's; rows read but not taken stay locked only until it ends. Rows whose batch's
+    /// lease had run out count as retried; rows whose batch's lease was renewed are not taken but
+    /// moved on to its end. The lease starts when the rows are written, after the reads: a claim
+    /// slowed by a busy machine does not hand its worker a lease already half gone.
     func take(
         limit: Int, platforms: [Platform], leasing: Bool, at: Int64, _ session: any SQLSession
     ) async throws -> ClaimedBatch {
         guard !platforms.isEmpty, limit > 0 else { return .empty }
-        typealias Claimed = (
-            sequence: Int64, notificationID: String, registrationID: String, platform: Platform, handle: String,
-            messageID: String, attempts: Int, giveUpAt: Int64, variant: Int, leasedBy: String, due: Int64,
-            leaseID: Int64
-        )
-        var claimed: [Claimed] = []
-        var ranges = 0
-        for platform in platforms {
-            let rows = try await session.query(Outbox.dueOfPlatform(platform, at: at, limit: limit))
-            if !rows.isEmpty { ranges += 1 }
-            for row in rows {
-                claimed.append(
-                    (
-                        try row[0], try row[1], try row[2], Platform(rawValue: try row[3]), try row[4], try row[5],
-                        try row[6], try row[7], try row[8], try row[9], try row[10], try row[11]
-                    ))
+        let cursor = claimCursor.withLock { $0 }
+        let pendingByPlatform = try await hubsWithPending(platforms, after: cursor, session)
+        let active = pendingByPlatform.values.reduce(into: Set<String>()) { $0.formUnion($1) }
+        let served = FairClaims.order(active, after: cursor)
+        guard !served.isEmpty else { return .empty }
+        claimCursor.withLock { $0 = FairClaims.cursor(serving: served, of: active.count) }
+        // A hub's first `count` due rows: its personal lane, then its bulk lane.
+        func rows(of hub: String, count: Int) async throws -> [Claimed] {
+            var rows: [Claimed] = []
+            for lane in [DeliveryLane.personal, .bulk] where rows.count < count {
+                var laneRows: [Claimed] = []
+                var ranges = 0
+                for platform in platforms where pendingByPlatform[platform]?.contains(hub) == true {
+                    let found = try await session.query(
+                        Self.due(platform, hub: hub, lane: lane, at: at, limit: count - rows.count))
+                    if !found.isEmpty { ranges += 1 }
+                    laneRows += try found.map(Self.claimed)
+                }
+                if ranges > 1 { laneRows.sort { ($0.due, $0.sequence) < ($1.due, $1.sequence) } }
+                rows += laneRows.prefix(count - rows.count)
             }
+            return rows
+        }
+        var claimed: [Claimed] = []
+        let share = max(1, limit / served.count)
+        var more: [String] = []
+        for hub in served where claimed.count < limit {
+            let found = try await rows(of: hub, count: min(share, limit - claimed.count))
+            if found.count == share { more.append(hub) }
+            claimed += found
+        }
+        // What the others left goes to the hubs that had more, in the same order (their first
+        // rows, read again, are skipped: within this transaction they are still due).
+        for hub in more where claimed.count < limit {
+            claimed += try await rows(of: hub, count: share + limit - claimed.count).dropFirst(share)
         }
         guard !claimed.isEmpty else { return .empty }
-        if ranges > 1 {
-            claimed = Array(claimed.sorted { ($0.due, $0.sequence) < ($1.due, $1.sequence) }.prefix(limit))
-        }
         let leaseIDs = Set(claimed.lazy.filter { $0.leaseID != 0 }.map(\.leaseID))
         if !leaseIDs.isEmpty {
             // Past their first lease end: still held where their batch's lease was renewed. Those
@@ -474,19 +476,6 @@ extension Outbox {
     /// `state = \(pendingState)`: written in the text, not bound, where a statement must use
     /// `delivery_due`: SQLite's planner takes a partial index only for a condition it can read.
     static let pendingState = SQLQuery(raw: String(DeliveryState.pending.rawValue))
-
-    /// One platform's due deliveries, oldest first: one ordered range of `delivery_due`
-    /// (platform, next_attempt_at, sequence), however many rows other platforms have due. On
-    /// PostgreSQL, rows another replica is claiming are skipped.
-    static func dueOfPlatform(_ platform: Platform, at: Int64, limit: Int) -> SQLQuery {
-        """
-        SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at,
-               variant, leased_by, next_attempt_at, lease_id
-        FROM delivery
-        WHERE state = \(pendingState) AND platform = \(platform.rawValue) AND next_attempt_at <= \(at)
-        ORDER BY next_attempt_at, sequence LIMIT \(limit) \(SQLFragment.skipLocked)
-        """
-    }
 
     /// Adds taken-over leases to their send's `retries` counters, in one order for everyone.
     static func countRetries(_ rows: [(String, Platform)], _ session: any SQLSession) async throws {

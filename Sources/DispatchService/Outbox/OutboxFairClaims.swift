@@ -1,0 +1,157 @@
+import HeraldModel
+public import HeraldProto
+import HeraldSQL
+import HeraldService
+
+/// The lane a send's deliveries wait in, within their hub (`delivery.lane`).
+public enum DeliveryLane: Int32, Sendable {
+    /// A send to one person: a user (`to_user`, the tutorials' secure and rich pushes), one
+    /// device (a direct send to one handle) or one installation or user tag (`username:…`,
+    /// `$UserId:{…}`, `$InstallationId:{…}`). Claimed ahead of the hub's other rows.
+    case personal = 0
+    /// Everything else: tags, broadcasts, direct sends to many handles.
+    case bulk = 1
+
+    /// A one-person send to more devices than this is not one person's (a shared test account,
+    /// a tag misused as a segment): it waits in the bulk lane.
+    public static let personalDevices = 100
+
+    /// The lane of `request`'s send to `devices` devices.
+    public static func of(_ request: SendRequest, devices: Int) -> DeliveryLane {
+        guard devices <= personalDevices, !request.broadcast else { return .bulk }
+        if !request.targetUser.isEmpty { return .personal }
+        if !request.deviceHandles.isEmpty { return request.deviceHandles.count == 1 ? .personal : .bulk }
+        return isPersonalTag(request.targetTag) ? .personal : .bulk
+    }
+
+    /// One tag, no expression, naming one person or installation.
+    static func isPersonalTag(_ tag: String) -> Bool {
+        guard !tag.contains(where: { "&|!() ".contains($0) }) else { return false }
+        return ["username:", "$UserId:", "$InstallationId:"].contains { tag.hasPrefix($0) && tag.count > $0.count }
+    }
+}
+
+/// How a claim shares its rows among hubs (issue 49).
+///
+/// A claim serves at most ``maxHubs`` hubs with due rows, in name order starting after the hub the
+/// previous claim ended with (so with more hubs than that, each is served within a few claims),
+/// and gives each an equal share of its `limit`: what a hub does not use goes to the hubs that had
+/// more, in the same order. Within a hub, its personal lane first, then its bulk lane; within a
+/// lane, the oldest due first across the claim's platforms. So a hub's broadcast of a million
+/// devices takes at most its share of each claim while another hub has anything due, and its own
+/// one-person sends go before it: nothing waits for a backlog that is not its own, and nothing
+/// starves (each hub with due rows gets at least one row of every claim it is part of).
+enum FairClaims {
+    /// Most hubs one claim serves: each costs two short index reads per platform.
+    static let maxHubs = 16
+
+    /// The hubs a claim serves, from each platform's hubs with pending rows (sorted by name):
+    /// those after `cursor` first, then from the start, at most ``maxHubs``.
+    static func order(_ hubs: Set<String>, after cursor: String) -> [String] {
+        let sorted = hubs.sorted()
+        let after = sorted.filter { $0 > cursor }
+        return Array((after + sorted.filter { $0 <= cursor }).prefix(maxHubs))
+    }
+
+    /// Where the next claim starts: after the last hub served when some were left out, else after
+    /// the first (so the first place, which gets what others leave, goes round).
+    static func cursor(serving hubs: [String], of active: Int) -> String {
+        (active > hubs.count ? hubs.last : hubs.first) ?? ""
+    }
+}
+
+extension Outbox {
+    /// Up to `limit` hubs with pending deliveries of `platform` whose names sort after `after`, in
+    /// name order: a loose scan of `delivery_due`, one index look-up per hub, however many rows
+    /// each has (a recursive query; both databases run it as it is written).
+    static func hubsWithPending(_ platform: Platform, after: String, limit: Int) -> SQLQuery {
+        """
+        WITH RECURSIVE active(hub, n) AS (
+            SELECT (SELECT MIN(hub) FROM delivery
+                    WHERE state = \(pendingState) AND platform = \(platform.rawValue) AND hub > \(after)), 1
+            UNION ALL
+            SELECT (SELECT MIN(hub) FROM delivery
+                    WHERE state = \(pendingState) AND platform = \(platform.rawValue) AND hub > active.hub), n + 1
+            FROM active WHERE active.hub IS NOT NULL AND n < \(raw: String(max(1, limit)))
+        )
+        SELECT hub FROM active WHERE hub IS NOT NULL
+        """
+    }
+
+    /// One lane of one hub's due deliveries of `platform`, oldest first: one ordered range of
+    /// `delivery_due` (platform, hub, lane, next_attempt_at, sequence). On PostgreSQL, rows another
+    /// replica is claiming are skipped.
+    static func due(_ platform: Platform, hub: String, lane: DeliveryLane, at: Int64, limit: Int) -> SQLQuery {
+        """
+        SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at,
+               variant, leased_by, next_attempt_at, lease_id
+        FROM delivery
+        WHERE state = \(pendingState) AND platform = \(platform.rawValue) AND hub = \(hub)
+          AND lane = \(lane.rawValue) AND next_attempt_at <= \(at)
+        ORDER BY next_attempt_at, sequence LIMIT \(limit) \(SQLFragment.skipLocked)
+        """
+    }
+
+    /// Each of `platforms`' hubs with pending deliveries, as ``FairClaims/order(_:after:)`` needs
+    /// them: those after `cursor` and, when there are not more than ``FairClaims/maxHubs`` of
+    /// those, those from the start; at most one more than a claim serves of each.
+    func hubsWithPending(_ platforms: [Platform], after cursor: String, _ session: any SQLSession) async throws
+        -> [Platform: Set<String>]
+    {
+        var hubs: [Platform: Set<String>] = [:]
+        for platform in platforms {
+            // One more than a claim serves: then the claim knows some were left out.
+            let enough = FairClaims.maxHubs + 1
+            var found = try await session.query(Self.hubsWithPending(platform, after: cursor, limit: enough)).map {
+                try $0[0] as String
+            }
+            if found.count < enough, !cursor.isEmpty {
+                found += try await session.query(Self.hubsWithPending(platform, after: "", limit: enough))
+                    .map { try $0[0] as String }.filter { $0 <= cursor }
+            }
+            if !found.isEmpty { hubs[platform] = Set(found) }
+        }
+        return hubs
+    }
+
+    /// When the earliest pending delivery is due (Unix ms; a leased one when its lease ends), if
+    /// any: the least first entry of each lane of each hub in `delivery_due`, one look-up each,
+    /// never a scan. Past 64 hubs on a platform, the rest are not looked at: the worker waits at
+    /// most a second whatever this says.
+    public func nextDue() async throws -> Int64? {
+        var first: Int64?
+        for platform in Platform.delivered {
+            let hubs = try await sql.query(Self.hubsWithPending(platform, after: "", limit: 64)).map {
+                try $0[0] as String
+            }
+            for hub in hubs {
+                for lane in [DeliveryLane.personal, .bulk] {
+                    let row = try await sql.queryFirst(
+                        """
+                        SELECT MIN(next_attempt_at) FROM delivery
+                        WHERE state = \(Outbox.pendingState) AND platform = \(platform.rawValue) AND hub = \(hub)
+                          AND lane = \(lane.rawValue)
+                        """)
+                    if let row, let due = try row[0] as Int64? { first = min(first ?? due, due) }
+                }
+            }
+        }
+        return first
+    }
+}
+
+extension Outbox {
+    /// A due delivery as ``due(_:hub:lane:at:limit:)`` reads it.
+    typealias Claimed = (
+        sequence: Int64, notificationID: String, registrationID: String, platform: Platform, handle: String,
+        messageID: String, attempts: Int, giveUpAt: Int64, variant: Int, leasedBy: String, due: Int64,
+        leaseID: Int64
+    )
+
+    static func claimed(_ row: SQLRow) throws -> Claimed {
+        (
+            try row[0], try row[1], try row[2], Platform(rawValue: try row[3]), try row[4], try row[5],
+            try row[6], try row[7], try row[8], try row[9], try row[10], try row[11]
+        )
+    }
+}
