@@ -36,6 +36,10 @@ struct FairClaimTests {
             try await Self.send(outbox, "a-secure", hub: "a", 1, lane: .personal)
             let items = try await outbox.claim(limit: 100, platforms: [.apns])
             #expect(items.count == 100, "what b leaves goes to a")
+            #expect(Set(items.map(\.sequence)).count == 100, "a's second look goes on where its share stopped")
+            #expect(
+                items.filter { $0.notificationID == "a-broadcast" }.map(\.registrationID)
+                    == (0..<98).map { "a-broadcast-\($0)" }, "a's broadcast in order, none skipped")
             #expect(items.contains { $0.notificationID == "b-alert" }, "b's send, made after a's 2,000 rows")
             let ofA = items.filter { $0.hub == "a" }
             #expect(ofA.first?.notificationID == "a-secure", "a's one-person send before a's broadcast")
@@ -89,6 +93,13 @@ struct FairClaimTests {
             let (due, values) = Outbox.due(.apns, hub: "a", lane: .bulk, at: 0, limit: 10).render(.sqlite)
             #expect(values.count == 5, "the pending state is in the text, where the planner sees it")
             let (hubs, hubValues) = Outbox.hubsWithPending(.apns, after: "", limit: 16).render(.sqlite)
+            let (onward, _) = Outbox.due(.apns, hub: "a", lane: .bulk, at: 0, limit: 10, after: (0, 0)).render(.sqlite)
+            #expect(
+                try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + onward, arguments: [1, "a", 1, 0, 0, 0, 10])
+                    .map { $0["detail"] as String }.allSatisfy {
+                        !$0.contains("TEMP B-TREE") && $0.contains("delivery_due")
+                    },
+                "a second look goes on along the index, in its order")
             return (
                 try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + due, arguments: [1, "a", 1, 0, 10])
                     .map { $0["detail"] as String },

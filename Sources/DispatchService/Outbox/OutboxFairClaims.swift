@@ -81,15 +81,21 @@ extension Outbox {
     /// One lane of one hub's due deliveries of `platform`, oldest first: one ordered range of
     /// `delivery_due` (platform, hub, lane, next_attempt_at, sequence). On PostgreSQL, rows another
     /// replica is claiming are skipped.
-    static func due(_ platform: Platform, hub: String, lane: DeliveryLane, at: Int64, limit: Int) -> SQLQuery {
-        """
-        SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at,
-               variant, leased_by, next_attempt_at, lease_id
-        FROM delivery
-        WHERE state = \(pendingState) AND platform = \(platform.rawValue) AND hub = \(hub)
-          AND lane = \(lane.rawValue) AND next_attempt_at <= \(at)
-        ORDER BY next_attempt_at, sequence LIMIT \(limit) \(SQLFragment.skipLocked)
-        """
+    /// With `after`, only the rows past that one in the range's order (a claim's second look at a
+    /// hub goes on where its first stopped instead of reading those rows again).
+    static func due(
+        _ platform: Platform, hub: String, lane: DeliveryLane, at: Int64, limit: Int,
+        after: (due: Int64, sequence: Int64)? = nil
+    ) -> SQLQuery {
+        let past: SQLQuery = after.map { "AND (next_attempt_at, sequence) > (\($0.due), \($0.sequence))" } ?? ""
+        return """
+            SELECT sequence, notification_id, registration_id, platform, handle, message_id, attempts, give_up_at,
+                   variant, leased_by, next_attempt_at, lease_id
+            FROM delivery
+            WHERE state = \(pendingState) AND platform = \(platform.rawValue) AND hub = \(hub)
+              AND lane = \(lane.rawValue) AND next_attempt_at <= \(at) \(past)
+            ORDER BY next_attempt_at, sequence LIMIT \(limit) \(SQLFragment.skipLocked)
+            """
     }
 
     /// Each of `platforms`' hubs with pending deliveries, as ``FairClaims/order(_:after:)`` needs

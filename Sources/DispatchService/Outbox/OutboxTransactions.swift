@@ -348,35 +348,42 @@ extension Outbox {
         let served = FairClaims.order(active, after: cursor)
         guard !served.isEmpty else { return .empty }
         claimCursor.withLock { $0 = FairClaims.cursor(serving: served, of: active.count) }
-        // A hub's first `count` due rows: its personal lane, then its bulk lane.
-        func rows(of hub: String, count: Int) async throws -> [Claimed] {
+        // A hub's next `count` due rows after `mark` (the last row taken from it, with its lane):
+        // its personal lane, then its bulk lane.
+        typealias Mark = (lane: DeliveryLane, due: Int64, sequence: Int64)
+        func rows(of hub: String, count: Int, after mark: Mark?) async throws -> (rows: [Claimed], mark: Mark?) {
             var rows: [Claimed] = []
-            for lane in [DeliveryLane.personal, .bulk] where rows.count < count {
+            var last = mark
+            for lane in [DeliveryLane.personal, .bulk]
+            where rows.count < count && lane.rawValue >= (mark?.lane.rawValue ?? 0) {
+                let after = mark.flatMap { $0.lane == lane ? ($0.due, $0.sequence) : nil }
                 var laneRows: [Claimed] = []
                 var ranges = 0
                 for platform in platforms where pendingByPlatform[platform]?.contains(hub) == true {
                     let found = try await session.query(
-                        Self.due(platform, hub: hub, lane: lane, at: at, limit: count - rows.count))
+                        Self.due(platform, hub: hub, lane: lane, at: at, limit: count - rows.count, after: after))
                     if !found.isEmpty { ranges += 1 }
                     laneRows += try found.map(Self.claimed)
                 }
                 if ranges > 1 { laneRows.sort { ($0.due, $0.sequence) < ($1.due, $1.sequence) } }
-                rows += laneRows.prefix(count - rows.count)
+                let taken = laneRows.prefix(count - rows.count)
+                if let final = taken.last { last = (lane, final.due, final.sequence) }
+                rows += taken
             }
-            return rows
+            return (rows, last)
         }
         var claimed: [Claimed] = []
         let share = max(1, limit / served.count)
-        var more: [String] = []
+        var more: [(hub: String, mark: Mark?)] = []
         for hub in served where claimed.count < limit {
-            let found = try await rows(of: hub, count: min(share, limit - claimed.count))
-            if found.count == share { more.append(hub) }
-            claimed += found
+            let found = try await rows(of: hub, count: min(share, limit - claimed.count), after: nil)
+            if found.rows.count == share { more.append((hub, found.mark)) }
+            claimed += found.rows
         }
-        // What the others left goes to the hubs that had more, in the same order (their first
-        // rows, read again, are skipped: within this transaction they are still due).
-        for hub in more where claimed.count < limit {
-            claimed += try await rows(of: hub, count: share + limit - claimed.count).dropFirst(share)
+        // What the others left goes to the hubs that had more, in the same order, from where
+        // their share stopped.
+        for (hub, mark) in more where claimed.count < limit {
+            claimed += try await rows(of: hub, count: limit - claimed.count, after: mark).rows
         }
         guard !claimed.isEmpty else { return .empty }
         let leaseIDs = Set(claimed.lazy.filter { $0.leaseID != 0 }.map(\.leaseID))
