@@ -23,7 +23,7 @@ struct HeraldBench: AsyncParsableCommand {
             AllBench.self, RPCBench.self, EdgeBench.self, FanoutBench.self, NHBench.self, SoakBench.self,
             ServeBench.self, HelloServer.self,
             APNsDoubleCommand.self, InstructionsBench.self, ReplicasBench.self, ConsoleBench.self, ExportBench.self,
-            TemplateLoop.self, PeersBench.self,
+            TemplateLoop.self, PeersBench.self, TenantsBench.self,
         ],
         defaultSubcommand: AllBench.self
     )

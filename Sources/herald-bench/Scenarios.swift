@@ -75,6 +75,7 @@ struct AllBench: AsyncParsableCommand {
             (["fanout-apns-nghttpd"], { try await APNsFanoutScenario(options: options, nghttpd: true).run() }),
             (["fanout-fcm"], { try await APNsFanoutScenario(options: options, platform: .fcm).run() }),
             (["nh"], { try await NHScenario(options: options).run() }),
+            (["tenants"], { try await TenantsScenario(options: options).run() }),
             (["instructions"], { try await InstructionsScenario(options: options).run() }),
         ]
         let known = Set(scenarios.flatMap(\.names))

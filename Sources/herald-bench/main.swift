@@ -26,6 +26,7 @@ do {
     case let command as ConsoleBench: try await command.execute()
     case let command as ExportBench: try await command.execute()
     case let command as PeersBench: try await command.execute()
+    case let command as TenantsBench: try await command.execute()
     case var command: try command.run()
     }
 } catch {

@@ -1,0 +1,197 @@
+import ArgumentParser
+import Foundation
+import GRDB
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import HeraldSQL
+import HeraldService
+import HeraldStack
+
+/// `herald-bench tenants` (issue 49): the hub `default` broadcasts to every seeded device while
+/// hub `b` sends a one-person alert every 100 ms and `default` itself a one-person (secure) push
+/// every second. Figures: p50 and p99 from each small send's commit (when Send answers) to its
+/// delivery (its inbox row, written when the delivery is claimed), and the broadcast's deliveries/s. `--services-bin`
+/// runs the services of another build (an earlier commit's, for a before/after table) under this
+/// herald-bench.
+struct TenantsBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tenants",
+        abstract: "A broadcast beside other hubs' and its own one-person sends: their latency, its throughput.")
+    @OptionGroup var options: BenchOptions
+    @Option(help: "Run the services from this folder (another build's); herald-bench's own folder by default.")
+    var servicesBin: String?
+
+    func run() async throws { try await execute() }
+
+    func execute() async throws {
+        try options.show(
+            try await TenantsScenario(options: options, servicesBin: servicesBin).run(), scenarios: ["tenants"])
+    }
+}
+
+struct TenantsScenario {
+    var options: BenchOptions
+    var servicesBin: String?
+
+    /// One small send: what it was, and when dispatch committed it (Unix ms, the clock the inbox's
+    /// `recorded_at` reads, on the same machine), which is when Send answers.
+    struct Small {
+        var id: String
+        var secure: Bool
+        var committedAt: Int64
+    }
+
+    func run() async throws -> Report {
+        let count = options.fanoutSize
+        let dir = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var configuration = StackConfiguration.bench(dir: dir)
+        if let servicesBin { configuration.binDirectory = servicesBin }
+        let registrations = configuration.dataDirectory + "/registration.sqlite"
+        try FanoutScenario(options: options).seedRegistrations(count, path: registrations)
+        try Self.seedPeople(path: registrations)
+
+        let stack = Stack(configuration: configuration)
+        try await stack.start()
+        let run: (broadcast: Outcome, started: Int64, small: [Small])
+        do {
+            run = try await Self.traffic(socket: configuration.socketPath("dispatch"))
+            await stack.stop()
+        } catch {
+            await stack.stop()
+            throw error
+        }
+        let delivered = run.broadcast.platforms.reduce(0) { $0 + Int($1.success) }
+        guard delivered == count else { throw BenchError("the broadcast delivered \(delivered) of \(count)") }
+        let recorded = try Self.deliveredAt(
+            run.small.map(\.id), path: configuration.dataDirectory + "/dispatch.sqlite")
+        func latencies(secure: Bool) throws -> [Double] {
+            try run.small.filter { $0.secure == secure }.map { small in
+                guard let at = recorded[small.id] else { throw BenchError("send \(small.id) was never delivered") }
+                // At least 1 ms: the inbox's clock reads milliseconds.
+                return Double(max(1, at - small.committedAt))
+            }.sorted()
+        }
+        let alerts = try latencies(secure: false)
+        let secure = try latencies(secure: true)
+        let seconds = Double(run.broadcast.finishedAtUnixMs - run.started) / 1000
+        let rate = Double(count) / max(seconds, 0.001)
+        let label = servicesBin.map { "services from \($0)" } ?? "this build"
+        var report = Report()
+        for (name, values) in [("hub b's one-person alerts", alerts), ("hub default's own one-person pushes", secure)] {
+            report.records.append(
+                Record(
+                    "tenants", "\(name), answer to delivery: p99", unit: "ms", value: percentile(values, 0.99),
+                    baseline: "p50", baselineValue: percentile(values, 0.5), better: "lower", target: "≤ 250 ms"))
+        }
+        report.records.append(
+            Record(
+                "tenants", "the broadcast to \(count) devices beside them: deliveries/s", unit: "/s", value: rate,
+                baseline: "hub b's alerts sent meanwhile", baselineValue: Double(alerts.count), better: "higher"))
+        report.tables = [
+            """
+            ## tenants: hub default broadcasts to \(count) devices (inbox) while hub b sends a one-person alert every 100 ms and default one every second (\(label))
+
+            | sends | count | p50 ms | p99 ms | max ms |
+            |---|---:|---:|---:|---:|
+            | hub b's alerts (to_user, one device) | \(alerts.count) | \(format(percentile(alerts, 0.5))) | \(format(percentile(alerts, 0.99))) | \(format(alerts.last ?? 0)) |
+            | hub default's secure pushes (to_user, one device) | \(secure.count) | \(format(percentile(secure, 0.5))) | \(format(percentile(secure, 0.99))) | \(format(secure.last ?? 0)) |
+            | the broadcast: deliveries/s, Send to Completed | \(count) | \(format(rate)) | | |
+
+            Latency: from the send's commit (Send answers right after) to its delivery's inbox row (written in the transaction that claims it).
+            """
+        ]
+        return report
+    }
+
+    /// bob in hub `b` and alice in `default`, one device each, besides the broadcast's devices.
+    static func seedPeople(path: String) throws {
+        let pool = try DatabasePool(path: path, configuration: HeraldDatabase.configuration)
+        let now = unixMillis()
+        try pool.write { db in
+            for (id, owner, hub) in [("r-bob", "bob", "b"), ("r-alice", "alice", "default")] {
+                try db.execute(
+                    sql: """
+                        INSERT INTO registration (id, owner, platform, handle, created_at, updated_at, hub)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [id, owner, Platform.apns.rawValue, String(repeating: "cd", count: 32), now, now, hub])
+                try db.execute(
+                    sql: "INSERT INTO registration_tag (tag, registration_id) VALUES (?, ?)",
+                    arguments: [Names.userTag(owner), id])
+            }
+        }
+        try pool.close()
+    }
+
+    /// The broadcast, and the small sends until it completes and a second after; then waits for
+    /// the small sends' outcomes.
+    static func traffic(socket: String) async throws -> (broadcast: Outcome, started: Int64, small: [Small]) {
+        try await RPCClient.with(socketPath: socket, timeout: .seconds(3600)) { client in
+            let dispatch = DispatchServiceClient(client)
+            let payload = NativePayload(
+                platform: .apns, body: Array(#"{"aps":{"alert":"tenants"}}"#.utf8), pushType: "alert")
+            func send(_ edit: (inout SendRequest) -> Void) async throws -> Outcome {
+                var request = SendRequest()
+                request.payloads = [payload]
+                request.sender = "bench"
+                edit(&request)
+                return try await dispatch.send(request).outcome ?? Outcome()
+            }
+            let started = unixMillis()
+            var broadcast = try await send { $0.targetTag = "fanout" }
+            var small: [Small] = []
+            var tick = 0
+            var over: Int64?
+            let next = ContinuousClock.now
+            while over.map({ unixMillis() < $0 + 1000 }) ?? true {
+                let alert = try await send {
+                    $0.targetUser = "bob"
+                    $0.hub = "b"
+                }
+                small.append(Small(id: alert.notificationID, secure: false, committedAt: alert.createdAtUnixMs))
+                if tick % 10 == 0 {
+                    let secure = try await send { $0.targetUser = "alice" }
+                    small.append(Small(id: secure.notificationID, secure: true, committedAt: secure.createdAtUnixMs))
+                }
+                tick += 1
+                if over == nil {
+                    broadcast =
+                        try await dispatch.getOutcome(GetOutcomeRequest(notificationID: broadcast.notificationID))
+                    if broadcast.state != .enqueued, broadcast.state != .processing { over = unixMillis() }
+                }
+                try await Task.sleep(until: next + .milliseconds(100 * tick))
+            }
+            for send in small {
+                let deadline = ContinuousClock.now + .seconds(30)
+                while ContinuousClock.now < deadline {
+                    let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: send.id))
+                    if outcome.state != .enqueued, outcome.state != .processing { break }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+            }
+            return (broadcast, started, small)
+        }
+    }
+
+    /// The `q` quantile of `sorted` (nearest rank); 0 when empty.
+    func percentile(_ sorted: [Double], _ q: Double) -> Double {
+        sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * q))]
+    }
+
+    /// When each of `ids` was first recorded in the inbox (Unix ms).
+    static func deliveredAt(_ ids: [String], path: String) throws -> [String: Int64] {
+        let queue = try DatabaseQueue(path: path)
+        defer { try? queue.close() }
+        return try queue.read { db in
+            var answer: [String: Int64] = [:]
+            for row in try Row.fetchAll(
+                db, sql: "SELECT notification_id, MIN(recorded_at) FROM inbox GROUP BY notification_id")
+            where ids.contains(row[0]) {
+                answer[row[0]] = row[1]
+            }
+            return answer
+        }
+    }
+}
