@@ -99,6 +99,11 @@ package struct LiveStack {
         // Tests that read a test send's results need them all; on a loaded 2-core machine one
         // push can take longer than the 10 s a production edge waits.
         configuration.extraArguments["edge"] = ["--nh-test-send-wait-ms", "90000"]
+        // A guard against a service that never comes up, not a measure of how fast one does: in
+        // the first minute of CI's SQLite pass every suite of both test processes starts at once,
+        // and an in-process herald-auth took 30 s to listen and its health checks 30 s more to
+        // be answered (fresh-clone CI of bed3807); 60 s made that a failure.
+        configuration.startTimeout = .seconds(150)
         configure(&configuration)
         if database == .postgres {
             for service in Stack.postgresServices {
