@@ -259,6 +259,7 @@ public final class DeliveryWorker: Service, Sendable {
     private func sampleQueues(every interval: Duration) async {
         while !Task.isCancelled {
             if let depth = try? await outbox.depth() { DispatchMetrics.queueDepth(depth, now: unixMillis()) }
+            if let queues = try? await outbox.hubQueues() { DispatchMetrics.hubQueues(queues) }
             do { try await Task.sleep(for: interval) } catch { return }
         }
     }

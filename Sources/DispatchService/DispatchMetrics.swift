@@ -1,6 +1,7 @@
 import HeraldModel
 import HeraldProto
 import Metrics
+import Synchronization
 
 /// Every metric herald-dispatch reports, in one place: names, labels and what each counts.
 /// (RPC metrics come from the method table; HTTP ones from the edge.)
@@ -50,5 +51,31 @@ enum DispatchMetrics {
         Gauge(label: "herald_handle_removals_pending").record(depth.removals)
         let age = depth.oldestOpenSend.map { max(0, Double(now - $0) / 1000) } ?? 0
         Gauge(label: "herald_outbox_oldest_age_seconds").record(age)
+    }
+
+    /// Hubs the per-hub gauges have named: one whose queue empties reads 0, not its last value.
+    private static let namedHubs = Mutex<Set<String>>([])
+
+    /// `herald_outbox_hub_pending{hub}` and `herald_outbox_hub_oldest_due_seconds{hub}` (hub ids,
+    /// at most ``Outbox/metricHubs``): each hub's deliveries not finished, and how long its oldest
+    /// due delivery has waited for a claim (0 when none is due); sampled each second. Fair claims
+    /// keep the second low for every hub however large another's backlog; one that climbs says the
+    /// hub's share is not enough, or dispatch stopped claiming. The hub `default` is always named.
+    static func hubQueues(_ queues: [HubQueue]) {
+        var current = Dictionary(queues.map { ($0.hub, $0) }, uniquingKeysWith: { first, _ in first })
+        if current[Names.defaultHub] == nil {
+            current[Names.defaultHub] = HubQueue(hub: Names.defaultHub, pending: 0, oldestDue: 0)
+        }
+        let emptied = namedHubs.withLock { named -> Set<String> in
+            let gone = named.subtracting(current.keys)
+            named = Set(current.keys)
+            return gone
+        }
+        for hub in emptied { current[hub] = HubQueue(hub: hub, pending: 0, oldestDue: 0) }
+        for queue in current.values {
+            Gauge(label: "herald_outbox_hub_pending", dimensions: [("hub", queue.hub)]).record(queue.pending)
+            Gauge(label: "herald_outbox_hub_oldest_due_seconds", dimensions: [("hub", queue.hub)])
+                .record(Double(queue.oldestDue) / 1000)
+        }
     }
 }

@@ -5,6 +5,7 @@ import HeraldSQL
 import HeraldService
 import HeraldTestSupport
 import PushProviders
+import Synchronization
 import Testing
 
 @testable import DispatchService
@@ -82,6 +83,33 @@ struct FairClaimTests {
             }
             #expect(served == Set(hubs), "40 hubs, 16 a claim: all within 3 claims")
             #expect(try await outbox.nextDue() != nil)
+        }
+    }
+
+    @Test(
+        "each hub's queue for the metrics: pending deliveries, and how long its oldest due one has waited",
+        arguments: StoreBackend.available)
+    func hubQueues(_ backend: StoreBackend) async throws {
+        let start = unixMillis() - 60_000
+        let clock = Mutex(start)
+        try await withOutbox(backend, now: { clock.withLock { $0 } }) { fixture in
+            let outbox = fixture.outbox
+            #expect(try await outbox.hubQueues().isEmpty)
+            try await Self.send(outbox, "a-1", hub: "a", 30)
+            clock.withLock { $0 += 2000 }
+            try await Self.send(outbox, "b-1", hub: "b", 5, lane: .personal, platform: .fcm)
+            clock.withLock { $0 += 3000 }
+            #expect(
+                try await outbox.hubQueues()
+                    == [
+                        HubQueue(hub: "a", pending: 30, oldestDue: 5000),
+                        HubQueue(hub: "b", pending: 5, oldestDue: 3000),
+                    ])
+            // Claimed (leased): pending still, but nothing of b's is due until its lease ends.
+            _ = try await outbox.claim(limit: 100, platforms: [.apns, .fcm])
+            #expect(
+                try await outbox.hubQueues()
+                    == [HubQueue(hub: "a", pending: 30, oldestDue: 0), HubQueue(hub: "b", pending: 5, oldestDue: 0)])
         }
     }
 

@@ -161,3 +161,59 @@ extension Outbox {
         )
     }
 }
+
+/// One hub's queue, as the metrics sample it each second (issue 49).
+public struct HubQueue: Sendable, Equatable {
+    /// The hub's id (herald-auth's `Hub.id`).
+    public var hub: String
+    /// Deliveries of its open sends not finished yet (its sends' counters).
+    public var pending: Int64
+    /// How long its oldest due delivery has been due, in milliseconds: 0 when none is.
+    public var oldestDue: Int64
+}
+
+extension Outbox {
+    /// Most hubs the per-hub gauges name: label values are hub ids, which operators make, and a
+    /// deployment with more has the first by id.
+    public static let metricHubs = 64
+
+    /// Each hub's queue: its open sends' pending counters (from `notification_open`), and the
+    /// first entry of each lane of each platform in `delivery_due` (one look-up each): never a
+    /// count of a backlog's rows. Sorted by hub.
+    public func hubQueues() async throws -> [HubQueue] {
+        let at = now()
+        var queues: [String: HubQueue] = [:]
+        for row in try await sql.query(
+            """
+            SELECT n.hub, CAST(COALESCE(SUM(p.pending), 0) AS BIGINT)
+            FROM notification n JOIN notification_platform p ON p.notification_id = n.id
+            WHERE n.state IN (1, 2) GROUP BY n.hub ORDER BY n.hub LIMIT \(raw: String(Self.metricHubs))
+            """)
+        {
+            let hub: String = try row[0]
+            queues[hub] = HubQueue(hub: hub, pending: try row[1], oldestDue: 0)
+        }
+        for platform in Platform.delivered {
+            let hubs = try await sql.query(Self.hubsWithPending(platform, after: "", limit: Self.metricHubs)).map {
+                try $0[0] as String
+            }
+            for hub in hubs {
+                for lane in [DeliveryLane.personal, .bulk] {
+                    guard
+                        let row = try await sql.queryFirst(
+                            """
+                            SELECT MIN(next_attempt_at) FROM delivery
+                            WHERE state = \(Outbox.pendingState) AND platform = \(platform.rawValue) AND hub = \(hub)
+                              AND lane = \(lane.rawValue)
+                            """),
+                        let due = try row[0] as Int64?, due <= at
+                    else { continue }
+                    var queue = queues[hub] ?? HubQueue(hub: hub, pending: 0, oldestDue: 0)
+                    queue.oldestDue = max(queue.oldestDue, at - due)
+                    queues[hub] = queue
+                }
+            }
+        }
+        return Array(queues.values.sorted { $0.hub < $1.hub }.prefix(Self.metricHubs))
+    }
+}
