@@ -54,9 +54,12 @@ enum FairClaims {
     }
 
     /// Where the next claim starts: after the last hub served when some were left out, else after
-    /// the first (so the first place, which gets what others leave, goes round).
+    /// the first (so the first place, which gets what others leave, goes round); from the start
+    /// when one hub was all there was, so that the next claim finds its hubs in one read per
+    /// platform instead of two (the look after the cursor, then the one from the start).
     static func cursor(serving hubs: [String], of active: Int) -> String {
-        (active > hubs.count ? hubs.last : hubs.first) ?? ""
+        guard active > 1 else { return "" }
+        return (active > hubs.count ? hubs.last : hubs.first) ?? ""
     }
 }
 
@@ -121,13 +124,19 @@ extension Outbox {
     }
 
     /// When the earliest pending delivery is due (Unix ms; a leased one when its lease ends), if
-    /// any: the least first entry of each lane of each hub in `delivery_due`, one look-up each,
-    /// never a scan. Past 64 hubs on a platform, the rest are not looked at: the worker waits at
-    /// most a second whatever this says.
+    /// any: the least of ``earliestDue()``. Past 64 hubs on a platform, the rest are not looked
+    /// at: the worker waits at most a second whatever this says.
     public func nextDue() async throws -> Int64? {
-        var first: Int64?
+        try await earliestDue().values.min()
+    }
+
+    /// Each hub's earliest pending delivery (Unix ms; a leased one when its lease ends): the
+    /// least first entry of each lane of each platform in `delivery_due`, one look-up each, never a
+    /// scan; at most ``metricHubs`` hubs of each platform.
+    func earliestDue() async throws -> [String: Int64] {
+        var first: [String: Int64] = [:]
         for platform in Platform.delivered {
-            let hubs = try await sql.query(Self.hubsWithPending(platform, after: "", limit: 64)).map {
+            let hubs = try await sql.query(Self.hubsWithPending(platform, after: "", limit: Self.metricHubs)).map {
                 try $0[0] as String
             }
             for hub in hubs {
@@ -138,7 +147,7 @@ extension Outbox {
                         WHERE state = \(Outbox.pendingState) AND platform = \(platform.rawValue) AND hub = \(hub)
                           AND lane = \(lane.rawValue)
                         """)
-                    if let row, let due = try row[0] as Int64? { first = min(first ?? due, due) }
+                    if let row, let due = try row[0] as Int64? { first[hub] = min(first[hub] ?? due, due) }
                 }
             }
         }
@@ -177,9 +186,8 @@ extension Outbox {
     /// deployment with more has the first by id.
     public static let metricHubs = 64
 
-    /// Each hub's queue: its open sends' pending counters (from `notification_open`), and the
-    /// first entry of each lane of each platform in `delivery_due` (one look-up each): never a
-    /// count of a backlog's rows. Sorted by hub.
+    /// Each hub's queue: its open sends' pending counters (from `notification_open`), and its
+    /// ``earliestDue()``: never a count of a backlog's rows. Sorted by hub.
     public func hubQueues() async throws -> [HubQueue] {
         let at = now()
         var queues: [String: HubQueue] = [:]
@@ -193,26 +201,10 @@ extension Outbox {
             let hub: String = try row[0]
             queues[hub] = HubQueue(hub: hub, pending: try row[1], oldestDue: 0)
         }
-        for platform in Platform.delivered {
-            let hubs = try await sql.query(Self.hubsWithPending(platform, after: "", limit: Self.metricHubs)).map {
-                try $0[0] as String
-            }
-            for hub in hubs {
-                for lane in [DeliveryLane.personal, .bulk] {
-                    guard
-                        let row = try await sql.queryFirst(
-                            """
-                            SELECT MIN(next_attempt_at) FROM delivery
-                            WHERE state = \(Outbox.pendingState) AND platform = \(platform.rawValue) AND hub = \(hub)
-                              AND lane = \(lane.rawValue)
-                            """),
-                        let due = try row[0] as Int64?, due <= at
-                    else { continue }
-                    var queue = queues[hub] ?? HubQueue(hub: hub, pending: 0, oldestDue: 0)
-                    queue.oldestDue = max(queue.oldestDue, at - due)
-                    queues[hub] = queue
-                }
-            }
+        for (hub, due) in try await earliestDue() where due <= at {
+            var queue = queues[hub] ?? HubQueue(hub: hub, pending: 0, oldestDue: 0)
+            queue.oldestDue = at - due
+            queues[hub] = queue
         }
         return Array(queues.values.sorted { $0.hub < $1.hub }.prefix(Self.metricHubs))
     }
