@@ -120,6 +120,13 @@ public enum AuthSchema {
                 "DROP INDEX hub_name_nocase",
                 "CREATE INDEX hub_name_lower ON hub (lower(name))",
             ]),
+        // A hub's API request rate at the edge (issue 49): `requests_per_second` with a burst.
+        SQLMigration(
+            postgres: "auth-v3-request-rate", sqlite: "v6-request-rate",
+            [
+                "ALTER TABLE hub ADD COLUMN requests_per_second BIGINT NOT NULL DEFAULT 0",
+                "ALTER TABLE hub ADD COLUMN request_burst BIGINT NOT NULL DEFAULT 0",
+            ]),
     ])
 }
 

@@ -49,10 +49,16 @@ public struct AuthHandlers: AuthServiceHandler {
 
     public func authenticate(_ request: AuthenticateRequest, context: RPCContext) async throws -> AuthenticateResponse {
         var answer = try await authenticator.authenticate(request.authorization, from: request.clientAddress)
+        // The request rate the edge enforces: the named hub's, or the default's (the tutorial's
+        // and /v1's routes), which is also every answer without a hub.
+        let hub =
+            request.hub.isEmpty || request.hub == Names.defaultHub
+            ? Names.defaultHub : try await hubs.resolve(request.hub)?.name ?? request.hub
+        let rate = try await hubs.requestRate(hub: hub)
+        answer.requestsPerSecond = rate.perSecond
+        answer.requestBurst = rate.burst
         guard !request.hub.isEmpty else { return answer }
         // Tutorial mode keeps "Notify users": anyone may notify anyone.
-        let hub =
-            request.hub == Names.defaultHub ? request.hub : try await hubs.resolve(request.hub)?.name ?? request.hub
         let granted = try await hubs.rights(hub: hub, user: answer.user)
         answer.hubRights = authenticator.mode == .tutorial ? granted.union([.listen, .send]) : granted
         return answer
@@ -226,10 +232,15 @@ public struct AuthHandlers: AuthServiceHandler {
     public func setHubLimits(_ request: SetHubLimitsRequest, context: RPCContext) async throws -> Hub {
         defer { authenticator.changed() }
         let hub = try await hubs.setLimits(
-            hub: try await stored(request.hub), maxInstallations: request.maxInstallations)
+            hub: try await stored(request.hub), maxInstallations: request.maxInstallations,
+            requestsPerSecond: request.requestsPerSecond, requestBurst: request.requestBurst)
         context.logger.notice(
             "hub limits set",
-            metadata: ["herald.hub": "\(request.hub)", "herald.max_installations": "\(request.maxInstallations)"])
+            metadata: [
+                "herald.hub": "\(request.hub)", "herald.max_installations": "\(request.maxInstallations)",
+                "herald.requests_per_second": "\(request.requestsPerSecond)",
+                "herald.request_burst": "\(request.requestBurst)",
+            ])
         return hub
     }
 

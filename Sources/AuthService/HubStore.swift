@@ -77,11 +77,12 @@ public final class HubStore: Sendable {
     nonisolated(nonsending) public func hub(_ name: String) async throws -> Hub {
         guard let found = try await resolve(name),
             let row = try await db.queryFirst(
-                "SELECT created_at, max_installations FROM hub WHERE name = \(found.name)")
+                "SELECT created_at, max_installations, requests_per_second, request_burst FROM hub WHERE name = \(found.name)"
+            )
         else { throw HubRules.notFound(name) }
         return Hub(
             name: found.name, createdAtUnixMs: try row[0], keys: try await keys(of: found.name, secrets: false),
-            maxInstallations: try row[1], id: found.id)
+            maxInstallations: try row[1], id: found.id, requestsPerSecond: try row[2], requestBurst: try row[3])
     }
 
     nonisolated(nonsending) public func listHubs() async throws -> [Hub] {
@@ -92,13 +93,34 @@ public final class HubStore: Sendable {
         return hubs
     }
 
-    nonisolated(nonsending) public func setLimits(hub: String, maxInstallations: Int64) async throws -> Hub {
-        guard maxInstallations >= 0 else {
-            throw ServiceError.invalidArgument("max_installations must not be negative")
+    /// Sets every limit of `hub` herald-auth keeps (0: none).
+    nonisolated(nonsending) public func setLimits(
+        hub: String, maxInstallations: Int64, requestsPerSecond: Int64 = 0, requestBurst: Int64 = 0
+    ) async throws -> Hub {
+        guard maxInstallations >= 0, requestsPerSecond >= 0, requestBurst >= 0 else {
+            throw ServiceError.invalidArgument(
+                "max_installations, requests_per_second and request_burst must not be negative (0: no limit)")
         }
-        guard try await db.execute("UPDATE hub SET max_installations = \(maxInstallations) WHERE name = \(hub)") > 0
+        guard requestsPerSecond <= RequestRate.maxPerSecond, requestBurst <= RequestRate.maxPerSecond else {
+            throw ServiceError.invalidArgument(
+                "requests_per_second and request_burst must be at most \(RequestRate.maxPerSecond)")
+        }
+        guard
+            try await db.execute(
+                """
+                UPDATE hub SET max_installations = \(maxInstallations), requests_per_second = \(requestsPerSecond),
+                               request_burst = \(requestBurst)
+                WHERE name = \(hub)
+                """) > 0
         else { throw ServiceError.notFound("hub \(hub) not found") }
         return try await self.hub(hub)
+    }
+
+    /// The request rate of the hub stored as `name` (none when there is no such hub).
+    nonisolated(nonsending) public func requestRate(hub name: String) async throws -> RequestRate {
+        try await db.queryFirst("SELECT requests_per_second, request_burst FROM hub WHERE name = \(name)").map {
+            RequestRate(perSecond: try $0[0], burst: try $0[1])
+        } ?? RequestRate()
     }
 
     nonisolated(nonsending) public func hubExists(_ name: String) async throws -> Bool {
@@ -159,7 +181,8 @@ public final class HubStore: Sendable {
     nonisolated(nonsending) public func secrets(hub: String, name: String) async throws -> HubSecrets? {
         try await db.queryFirst(
             """
-            SELECT k.rights, k.primary_key, k.secondary_key, h.max_installations, h.id
+            SELECT k.rights, k.primary_key, k.secondary_key, h.max_installations, h.id, h.requests_per_second,
+                   h.request_burst
             FROM hub_key k JOIN hub h ON h.name = k.hub
             WHERE k.hub = (SELECT name FROM hub WHERE lower(name) = lower(\(hub)) ORDER BY name = \(hub) DESC LIMIT 1)
             AND k.name = \(name)
@@ -167,7 +190,8 @@ public final class HubStore: Sendable {
         ).map { row in
             HubSecrets(
                 rights: HubRights(rawValue: try row[0]), primary: try row[1], secondary: try row[2],
-                maxInstallations: try row[3], hubID: try row[4])
+                maxInstallations: try row[3], hubID: try row[4],
+                rate: RequestRate(perSecond: try row[5], burst: try row[6]))
         }
     }
 
@@ -257,6 +281,7 @@ public struct HubSecrets: Sendable {
     public var maxInstallations: Int64
     /// The hub's immutable id (``HubIdentity/id``).
     public var hubID: String
+    public var rate: RequestRate
 }
 
 /// A hub as stored: its name as created and its immutable id.

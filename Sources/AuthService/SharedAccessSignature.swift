@@ -69,6 +69,8 @@ public struct SASVerifier: Sendable {
                 audience: SASAudience.normalized(token.rawResource),
                 cacheUntilUnixMs: reuseFor > 0 ? min(now + reuseFor, token.expiry * 1000) : 0)
             answer.hubRights = key.rights
+            answer.requestsPerSecond = key.rate.perSecond
+            answer.requestBurst = key.rate.burst
             return answer
         } catch let error as ServiceError where error.code == .unauthenticated {
             let address = "sas/" + String(client.prefix(Self.maxClientLength))

@@ -35,6 +35,9 @@ import HeraldService
 ///   right-most address in `Forwarded` (else `X-Forwarded-For`) that is not one of them; that is
 ///   the address every per-address bound, log line and trace uses (see ``TrustedProxies``).
 ///   None: the TCP peer is the client and those headers are not read.
+/// - `hub-rate-share` (`HERALD_HUB_RATE_SHARE`, 1): how many edge replicas share each hub's request
+///   rate (`herald hubs limits --requests-per-second`): each enforces that fraction of it, with no
+///   state shared between them (see ``HubRateLimiter``). Set it to the number of edge replicas.
 /// - `test-mode` (`HERALD_TEST_MODE`, off; a ``RuntimeConfig`` key every service reads): serve
 ///   `GET /v1/test/inbox` and `POST /v1/test/reset` (see `TestRoutes.swift`). Test stacks only.
 ///
@@ -43,7 +46,7 @@ public struct EdgeConfig: Sendable {
     public static let keys: Set<String> = [
         "http-host", "http-port", "profile", "max-body-bytes", "max-content-bytes", "rich-image", "rich-message",
         "header-timeout-seconds", "body-timeout-seconds", "drain-idle-grace-ms", "http-tls-cert", "http-tls-key",
-        "nh-test-send-wait-ms", "trusted-proxies",
+        "nh-test-send-wait-ms", "trusted-proxies", "hub-rate-share",
     ]
     public var host: String
     public var port: Int
@@ -60,6 +63,8 @@ public struct EdgeConfig: Sendable {
     /// Whose forwarding headers name the client (`trusted-proxies`).
     public var trustedProxies: TrustedProxies
     public var testMode: Bool
+    /// Edge replicas sharing each hub's request rate (`hub-rate-share`).
+    public var hubRateShare: Int
     /// PEM certificate chain and key of the HTTPS listener; nil: plain HTTP.
     public var httpTLS: (certificate: String, key: String)?
 
@@ -89,6 +94,8 @@ public struct EdgeConfig: Sendable {
         }
         nhTestSendWait = .milliseconds(testSendMilliseconds)
         testMode = try reader.bool("test-mode")
+        hubRateShare = try reader.int("hub-rate-share", default: 1)
+        guard (1...1000).contains(hubRateShare) else { throw ConfigError("hub-rate-share must be 1...1000") }
         trustedProxies = try TrustedProxies(reader.string("trusted-proxies", default: ""))
         let tlsCertificate = reader.string("http-tls-cert", default: "")
         let tlsKey = reader.string("http-tls-key", default: "")

@@ -66,7 +66,8 @@ public struct EdgeRoutes: Sendable {
             router.add(middleware: TracingMiddleware(redactingQueryParameters: ["handle"]))
         }
         router.add(middleware: EdgeErrorMiddleware(trustedProxies: config.trustedProxies))
-        let users = UserAuthentication(auth: auth, verdicts: verdicts)
+        let rates = HubRateLimiter(share: config.hubRateShare)
+        let users = UserAuthentication(auth: auth, verdicts: verdicts, rates: rates)
         let content = ContentPush(payload: payload, dispatch: dispatch)
         let failures = DeliveryFailures(dispatch: dispatch)
         OperationsRoutes(health: health).add(to: router)
@@ -77,8 +78,8 @@ public struct EdgeRoutes: Sendable {
         TestRoutes(auth: auth, registration: registration, payload: payload, dispatch: dispatch, config: config)
             .add(to: router)
         NotificationHubsRoutes(
-            auth: auth, verdicts: verdicts, registration: registration, payload: payload, dispatch: dispatch,
-            failures: failures, config: config
+            auth: auth, verdicts: verdicts, rates: rates, registration: registration, payload: payload,
+            dispatch: dispatch, failures: failures, config: config
         ).add(to: router)
         ConsoleRoutes(
             users: users, auth: auth, registration: registration, dispatch: dispatch, content: content, config: config

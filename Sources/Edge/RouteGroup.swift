@@ -76,6 +76,9 @@ struct UserAuthentication: Sendable {
     let auth: any AuthServiceClientProtocol
     /// auth's answers reused while they hold (see ``AuthVerdictCache``); `.off` over fakes.
     let verdicts: AuthVerdictCache
+    /// The hub default's request rate, which the tutorial's and /v1's routes share (the console's
+    /// are not counted: an operator must be able to raise a limit while it throttles).
+    var rates = HubRateLimiter()
 
     /// 404 unless content may be stored for `user` (an account in accounts mode): content for
     /// nobody would sit in the database until it expires.
@@ -92,17 +95,26 @@ struct UserAuthentication: Sendable {
         let principal = try await verdict(
             AuthenticateRequest(authorization: try EdgeHTTP.authorization(request), clientAddress: context.remoteIP),
             requestID: context.requestID)
+        try admit(principal)
         return (principal.user, context.requestID)
     }
 
     /// The caller and their rights on the default hub (the tutorial's and /v1's), for the routes
     /// that send; the others ask for the user only, which spares herald-auth a read.
     func principal(_ request: Request, _ context: EdgeRequestContext) async throws -> AuthenticateResponse {
-        try await verdict(
+        let principal = try await verdict(
             AuthenticateRequest(
                 authorization: try EdgeHTTP.authorization(request), hub: Names.defaultHub,
                 clientAddress: context.remoteIP),
             requestID: context.requestID)
+        try admit(principal)
+        return principal
+    }
+
+    /// 429 with `Retry-After` when the hub default's request rate is spent.
+    private func admit(_ answer: AuthenticateResponse) throws {
+        try rates.admit(
+            hub: Names.defaultHub, rate: RequestRate(perSecond: answer.requestsPerSecond, burst: answer.requestBurst))
     }
 
     /// auth's answer to `request`: reused from ``verdicts`` while it holds, else asked for (and

@@ -11,3 +11,19 @@ public enum PushLimits {
     /// expiry further ahead (`apns-expiration`, a template's `expiry`) is read as this.
     public static let maxTTLSeconds: Int64 = 28 * 86400
 }
+
+/// A hub's API request rate (issue 49), as herald-auth stores it and the edge enforces it: a
+/// token bucket of `burst` requests (one second's worth when 0), refilled at `perSecond`.
+public struct RequestRate: Sendable, Equatable {
+    /// The largest rate and burst one may set: a million requests a second is past what one edge
+    /// serves, and keeps the bucket's arithmetic far from overflow.
+    public static let maxPerSecond: Int64 = 1_000_000
+    /// 0: no limit.
+    public var perSecond: Int64
+    public var burst: Int64
+
+    public init(perSecond: Int64 = 0, burst: Int64 = 0) {
+        self.perSecond = perSecond
+        self.burst = burst
+    }
+}

@@ -26,6 +26,8 @@ package struct NotificationHubsRoutes: Sendable {
     let auth: any AuthServiceClientProtocol
     /// auth's SAS verdicts reused while they hold (see ``AuthVerdictCache``).
     let verdicts: AuthVerdictCache
+    /// Each hub's request rate (429 with `Retry-After` beyond it).
+    let rates: HubRateLimiter
     let registration: any RegistrationServiceClientProtocol
     /// For erasing a user of the hub, which reaches every service.
     let payload: any PayloadServiceClientProtocol
@@ -157,6 +159,8 @@ package struct NotificationHubsRoutes: Sendable {
                 "Unauthorized access. '\(right.names.joined(separator: ", "))' claim(s) are required to perform this operation (the key \(answer.keyName) has "
                     + "\(answer.hubRights.names.joined(separator: ", ")))")
         }
+        try rates.admit(
+            hub: answer.hubID, rate: RequestRate(perSecond: answer.requestsPerSecond, burst: answer.requestBurst))
         // From here on the hub is its immutable id (tenancy); URLs in answers keep the path's name.
         return (answer.hubID, answer)
     }

@@ -141,13 +141,19 @@ public struct AuthenticateResponse: HeraldMessage {
     /// grant, a failed login), so a revocation is never answered before it holds. Never later than a
     /// bearer token's expiry; 0 when herald-auth's `verdict-cache-seconds` is 0.
     public var cacheUntilUnixMs: Int64
+    /// The request rate (Hub.requests_per_second, Hub.request_burst) of the request's hub, or of the
+    /// hub "default" when it named none (the tutorial's and /v1's routes), for the edge to enforce.
+    public var requestsPerSecond: Int64
+    public var requestBurst: Int64
 
-    public init(user: String = "", scheme: String = "", legacyRights: [String] = [], rights: [HubRight] = [], cacheUntilUnixMs: Int64 = 0) {
+    public init(user: String = "", scheme: String = "", legacyRights: [String] = [], rights: [HubRight] = [], cacheUntilUnixMs: Int64 = 0, requestsPerSecond: Int64 = 0, requestBurst: Int64 = 0) {
         self.user = user
         self.scheme = scheme
         self.legacyRights = legacyRights
         self.rights = rights
         self.cacheUntilUnixMs = cacheUntilUnixMs
+        self.requestsPerSecond = requestsPerSecond
+        self.requestBurst = requestBurst
     }
 
     public init() {
@@ -156,6 +162,8 @@ public struct AuthenticateResponse: HeraldMessage {
         self.legacyRights = []
         self.rights = []
         self.cacheUntilUnixMs = 0
+        self.requestsPerSecond = 0
+        self.requestBurst = 0
     }
 
     public static let protoName = "herald.v1.AuthenticateResponse"
@@ -179,6 +187,8 @@ extension AuthenticateResponse: CBacked {
         self.legacyRights = CBridge.strings(m.n_legacy_rights, m.legacy_rights)
         self.rights = (0..<m.n_rights).map { HubRight(rawValue: Int32(truncatingIfNeeded: m.rights[$0].rawValue)) }
         self.cacheUntilUnixMs = m.cache_until_unix_ms
+        self.requestsPerSecond = m.requests_per_second
+        self.requestBurst = m.request_burst
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -191,6 +201,8 @@ extension AuthenticateResponse: CBacked {
         p.pointee.n_rights = self.rights.count
         p.pointee.rights = arena.array(self.rights.map { .init(rawValue: .init(truncatingIfNeeded: $0.rawValue)) })
         p.pointee.cache_until_unix_ms = self.cacheUntilUnixMs
+        p.pointee.requests_per_second = self.requestsPerSecond
+        p.pointee.request_burst = self.requestBurst
         return p
     }
 
@@ -1019,13 +1031,20 @@ public struct Hub: HeraldMessage {
     /// again under a deleted hub's name gets a new id and sees nothing of the old one's. "default"
     /// for the hub default; a hub made before ids existed keeps its name as its id.
     public var id: String
+    /// API requests per second the edge serves for this hub (a token bucket per hub, each edge
+    /// replica holding its share: its `hub-rate-share`); beyond it, 429 with Retry-After. 0: no limit.
+    public var requestsPerSecond: Int64
+    /// How many requests may come at once above the rate (the bucket's size); 0: one second's worth.
+    public var requestBurst: Int64
 
-    public init(name: String = "", createdAtUnixMs: Int64 = 0, keys: [HubKey] = [], maxInstallations: Int64 = 0, id: String = "") {
+    public init(name: String = "", createdAtUnixMs: Int64 = 0, keys: [HubKey] = [], maxInstallations: Int64 = 0, id: String = "", requestsPerSecond: Int64 = 0, requestBurst: Int64 = 0) {
         self.name = name
         self.createdAtUnixMs = createdAtUnixMs
         self.keys = keys
         self.maxInstallations = maxInstallations
         self.id = id
+        self.requestsPerSecond = requestsPerSecond
+        self.requestBurst = requestBurst
     }
 
     public init() {
@@ -1034,6 +1053,8 @@ public struct Hub: HeraldMessage {
         self.keys = []
         self.maxInstallations = 0
         self.id = ""
+        self.requestsPerSecond = 0
+        self.requestBurst = 0
     }
 
     public static let protoName = "herald.v1.Hub"
@@ -1057,6 +1078,8 @@ extension Hub: CBacked {
         self.keys = (0..<m.n_keys).map { HubKey(_c: m.keys[$0]!) }
         self.maxInstallations = m.max_installations
         self.id = CBridge.string(m.id)
+        self.requestsPerSecond = m.requests_per_second
+        self.requestBurst = m.request_burst
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1068,6 +1091,8 @@ extension Hub: CBacked {
         p.pointee.keys = arena.array(try self.keys.map { Optional(try $0._toC(arena)) })
         p.pointee.max_installations = self.maxInstallations
         p.pointee.id = try arena.string(self.id, field: "herald.v1.Hub.id")
+        p.pointee.requests_per_second = self.requestsPerSecond
+        p.pointee.request_burst = self.requestBurst
         return p
     }
 
@@ -1794,8 +1819,11 @@ public struct AuthorizeSasResponse: HeraldMessage {
     /// `auth.generation` is unchanged (herald-auth bumps it before answering any change of a hub, key or
     /// grant); never past the token's `se`; 0 when herald-auth's `verdict-cache-seconds` is 0.
     public var cacheUntilUnixMs: Int64
+    /// The hub's request rate (Hub.requests_per_second, Hub.request_burst), for the edge to enforce.
+    public var requestsPerSecond: Int64
+    public var requestBurst: Int64
 
-    public init(keyName: String = "", legacyRights: [String] = [], rights: [HubRight] = [], maxInstallations: Int64 = 0, hubID: String = "", audience: String = "", cacheUntilUnixMs: Int64 = 0) {
+    public init(keyName: String = "", legacyRights: [String] = [], rights: [HubRight] = [], maxInstallations: Int64 = 0, hubID: String = "", audience: String = "", cacheUntilUnixMs: Int64 = 0, requestsPerSecond: Int64 = 0, requestBurst: Int64 = 0) {
         self.keyName = keyName
         self.legacyRights = legacyRights
         self.rights = rights
@@ -1803,6 +1831,8 @@ public struct AuthorizeSasResponse: HeraldMessage {
         self.hubID = hubID
         self.audience = audience
         self.cacheUntilUnixMs = cacheUntilUnixMs
+        self.requestsPerSecond = requestsPerSecond
+        self.requestBurst = requestBurst
     }
 
     public init() {
@@ -1813,6 +1843,8 @@ public struct AuthorizeSasResponse: HeraldMessage {
         self.hubID = ""
         self.audience = ""
         self.cacheUntilUnixMs = 0
+        self.requestsPerSecond = 0
+        self.requestBurst = 0
     }
 
     public static let protoName = "herald.v1.AuthorizeSasResponse"
@@ -1838,6 +1870,8 @@ extension AuthorizeSasResponse: CBacked {
         self.hubID = CBridge.string(m.hub_id)
         self.audience = CBridge.string(m.audience)
         self.cacheUntilUnixMs = m.cache_until_unix_ms
+        self.requestsPerSecond = m.requests_per_second
+        self.requestBurst = m.request_burst
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1852,6 +1886,8 @@ extension AuthorizeSasResponse: CBacked {
         p.pointee.hub_id = try arena.string(self.hubID, field: "herald.v1.AuthorizeSasResponse.hub_id")
         p.pointee.audience = try arena.string(self.audience, field: "herald.v1.AuthorizeSasResponse.audience")
         p.pointee.cache_until_unix_ms = self.cacheUntilUnixMs
+        p.pointee.requests_per_second = self.requestsPerSecond
+        p.pointee.request_burst = self.requestBurst
         return p
     }
 
@@ -1993,20 +2029,28 @@ extension GrantHubRightsResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__grant_hub_rights_response__free_unpacked(p, nil) }
 }
 
-/// Request of SetHubLimits.
+/// Request of SetHubLimits: sets every limit herald-auth keeps (the CLI reads the hub first and
+/// changes only the options given). 0: no limit. Push quotas are herald-dispatch's
+/// (SetHubPushLimits).
 public struct SetHubLimitsRequest: HeraldMessage {
     public var hub: String
-    /// 0: no limit.
     public var maxInstallations: Int64
+    /// As Hub.requests_per_second and Hub.request_burst.
+    public var requestsPerSecond: Int64
+    public var requestBurst: Int64
 
-    public init(hub: String = "", maxInstallations: Int64 = 0) {
+    public init(hub: String = "", maxInstallations: Int64 = 0, requestsPerSecond: Int64 = 0, requestBurst: Int64 = 0) {
         self.hub = hub
         self.maxInstallations = maxInstallations
+        self.requestsPerSecond = requestsPerSecond
+        self.requestBurst = requestBurst
     }
 
     public init() {
         self.hub = ""
         self.maxInstallations = 0
+        self.requestsPerSecond = 0
+        self.requestBurst = 0
     }
 
     public static let protoName = "herald.v1.SetHubLimitsRequest"
@@ -2027,6 +2071,8 @@ extension SetHubLimitsRequest: CBacked {
         let m = pointer.pointee
         self.hub = CBridge.string(m.hub)
         self.maxInstallations = m.max_installations
+        self.requestsPerSecond = m.requests_per_second
+        self.requestBurst = m.request_burst
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -2034,6 +2080,8 @@ extension SetHubLimitsRequest: CBacked {
         herald__v1__set_hub_limits_request__init(p)
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.SetHubLimitsRequest.hub")
         p.pointee.max_installations = self.maxInstallations
+        p.pointee.requests_per_second = self.requestsPerSecond
+        p.pointee.request_burst = self.requestBurst
         return p
     }
 

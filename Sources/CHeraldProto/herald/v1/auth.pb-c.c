@@ -1691,7 +1691,7 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_request__descriptor =
   (ProtobufCMessageInit) herald__v1__authenticate_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_descriptors[5] =
+static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_descriptors[7] =
 {
   {
     "user",
@@ -1753,10 +1753,36 @@ static const ProtobufCFieldDescriptor herald__v1__authenticate_response__field_d
     0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "requests_per_second",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthenticateResponse, requests_per_second),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "request_burst",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthenticateResponse, request_burst),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authenticate_response__field_indices_by_name[] = {
   3,   /* field[3] = cache_until_unix_ms */
   2,   /* field[2] = legacy_rights */
+  6,   /* field[6] = request_burst */
+  5,   /* field[5] = requests_per_second */
   4,   /* field[4] = rights */
   1,   /* field[1] = scheme */
   0,   /* field[0] = user */
@@ -1764,7 +1790,7 @@ static const unsigned herald__v1__authenticate_response__field_indices_by_name[]
 static const ProtobufCIntRange herald__v1__authenticate_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor =
 {
@@ -1774,7 +1800,7 @@ const ProtobufCMessageDescriptor herald__v1__authenticate_response__descriptor =
   "Herald__V1__AuthenticateResponse",
   "herald.v1",
   sizeof(Herald__V1__AuthenticateResponse),
-  5,
+  7,
   herald__v1__authenticate_response__field_descriptors,
   herald__v1__authenticate_response__field_indices_by_name,
   1,  herald__v1__authenticate_response__number_ranges,
@@ -2453,7 +2479,7 @@ const ProtobufCMessageDescriptor herald__v1__create_hub_request__descriptor =
   (ProtobufCMessageInit) herald__v1__create_hub_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__hub__field_descriptors[5] =
+static const ProtobufCFieldDescriptor herald__v1__hub__field_descriptors[7] =
 {
   {
     "name",
@@ -2515,6 +2541,30 @@ static const ProtobufCFieldDescriptor herald__v1__hub__field_descriptors[5] =
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "requests_per_second",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Hub, requests_per_second),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "request_burst",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Hub, request_burst),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__hub__field_indices_by_name[] = {
   1,   /* field[1] = created_at_unix_ms */
@@ -2522,11 +2572,13 @@ static const unsigned herald__v1__hub__field_indices_by_name[] = {
   2,   /* field[2] = keys */
   3,   /* field[3] = max_installations */
   0,   /* field[0] = name */
+  6,   /* field[6] = request_burst */
+  5,   /* field[5] = requests_per_second */
 };
 static const ProtobufCIntRange herald__v1__hub__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor herald__v1__hub__descriptor =
 {
@@ -2536,7 +2588,7 @@ const ProtobufCMessageDescriptor herald__v1__hub__descriptor =
   "Herald__V1__Hub",
   "herald.v1",
   sizeof(Herald__V1__Hub),
-  5,
+  7,
   herald__v1__hub__field_descriptors,
   herald__v1__hub__field_indices_by_name,
   1,  herald__v1__hub__number_ranges,
@@ -3159,7 +3211,7 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_request__descriptor =
   (ProtobufCMessageInit) herald__v1__authorize_sas_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[7] =
+static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_descriptors[9] =
 {
   {
     "key_name",
@@ -3245,6 +3297,30 @@ static const ProtobufCFieldDescriptor herald__v1__authorize_sas_response__field_
     0 | PROTOBUF_C_FIELD_FLAG_PACKED,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "requests_per_second",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasResponse, requests_per_second),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "request_burst",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuthorizeSasResponse, request_burst),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__authorize_sas_response__field_indices_by_name[] = {
   4,   /* field[4] = audience */
@@ -3253,12 +3329,14 @@ static const unsigned herald__v1__authorize_sas_response__field_indices_by_name[
   0,   /* field[0] = key_name */
   1,   /* field[1] = legacy_rights */
   2,   /* field[2] = max_installations */
+  8,   /* field[8] = request_burst */
+  7,   /* field[7] = requests_per_second */
   6,   /* field[6] = rights */
 };
 static const ProtobufCIntRange herald__v1__authorize_sas_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 7 }
+  { 0, 9 }
 };
 const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor =
 {
@@ -3268,7 +3346,7 @@ const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__descriptor 
   "Herald__V1__AuthorizeSasResponse",
   "herald.v1",
   sizeof(Herald__V1__AuthorizeSasResponse),
-  7,
+  9,
   herald__v1__authorize_sas_response__field_descriptors,
   herald__v1__authorize_sas_response__field_indices_by_name,
   1,  herald__v1__authorize_sas_response__number_ranges,
@@ -3403,7 +3481,7 @@ const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_response__descript
   (ProtobufCMessageInit) herald__v1__grant_hub_rights_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__set_hub_limits_request__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__set_hub_limits_request__field_descriptors[4] =
 {
   {
     "hub",
@@ -3429,15 +3507,41 @@ static const ProtobufCFieldDescriptor herald__v1__set_hub_limits_request__field_
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "requests_per_second",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubLimitsRequest, requests_per_second),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "request_burst",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SetHubLimitsRequest, request_burst),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__set_hub_limits_request__field_indices_by_name[] = {
   0,   /* field[0] = hub */
   1,   /* field[1] = max_installations */
+  3,   /* field[3] = request_burst */
+  2,   /* field[2] = requests_per_second */
 };
 static const ProtobufCIntRange herald__v1__set_hub_limits_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__set_hub_limits_request__descriptor =
 {
@@ -3447,7 +3551,7 @@ const ProtobufCMessageDescriptor herald__v1__set_hub_limits_request__descriptor 
   "Herald__V1__SetHubLimitsRequest",
   "herald.v1",
   sizeof(Herald__V1__SetHubLimitsRequest),
-  2,
+  4,
   herald__v1__set_hub_limits_request__field_descriptors,
   herald__v1__set_hub_limits_request__field_indices_by_name,
   1,  herald__v1__set_hub_limits_request__number_ranges,

@@ -146,10 +146,16 @@ struct  Herald__V1__AuthenticateResponse
    * bearer token's expiry; 0 when herald-auth's `verdict-cache-seconds` is 0.
    */
   int64_t cache_until_unix_ms;
+  /*
+   * The request rate (Hub.requests_per_second, Hub.request_burst) of the request's hub, or of the
+   * hub "default" when it named none (the tutorial's and /v1's routes), for the edge to enforce.
+   */
+  int64_t requests_per_second;
+  int64_t request_burst;
 };
 #define HERALD__V1__AUTHENTICATE_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authenticate_response__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0,NULL, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, 0,NULL, 0, 0, 0 }
 
 
 /*
@@ -424,10 +430,19 @@ struct  Herald__V1__Hub
    * for the hub default; a hub made before ids existed keeps its name as its id.
    */
   char *id;
+  /*
+   * API requests per second the edge serves for this hub (a token bucket per hub, each edge
+   * replica holding its share: its `hub-rate-share`); beyond it, 429 with Retry-After. 0: no limit.
+   */
+  int64_t requests_per_second;
+  /*
+   * How many requests may come at once above the rate (the bucket's size); 0: one second's worth.
+   */
+  int64_t request_burst;
 };
 #define HERALD__V1__HUB__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub__descriptor) \
-    , (char *)protobuf_c_empty_string, 0, 0,NULL, 0, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, 0, 0,NULL, 0, (char *)protobuf_c_empty_string, 0, 0 }
 
 
 /*
@@ -698,10 +713,15 @@ struct  Herald__V1__AuthorizeSasResponse
    * grant); never past the token's `se`; 0 when herald-auth's `verdict-cache-seconds` is 0.
    */
   int64_t cache_until_unix_ms;
+  /*
+   * The hub's request rate (Hub.requests_per_second, Hub.request_burst), for the edge to enforce.
+   */
+  int64_t requests_per_second;
+  int64_t request_burst;
 };
 #define HERALD__V1__AUTHORIZE_SAS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__authorize_sas_response__descriptor) \
-    , (char *)protobuf_c_empty_string, 0,NULL, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, 0,NULL, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, 0 }
 
 
 /*
@@ -755,20 +775,24 @@ struct  Herald__V1__GrantHubRightsResponse
 
 
 /*
- * Request of SetHubLimits.
+ * Request of SetHubLimits: sets every limit herald-auth keeps (the CLI reads the hub first and
+ * changes only the options given). 0: no limit. Push quotas are herald-dispatch's
+ * (SetHubPushLimits).
  */
 struct  Herald__V1__SetHubLimitsRequest
 {
   ProtobufCMessage base;
   char *hub;
-  /*
-   * 0: no limit.
-   */
   int64_t max_installations;
+  /*
+   * As Hub.requests_per_second and Hub.request_burst.
+   */
+  int64_t requests_per_second;
+  int64_t request_burst;
 };
 #define HERALD__V1__SET_HUB_LIMITS_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__set_hub_limits_request__descriptor) \
-    , (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, 0, 0, 0 }
 
 
 /* Herald__V1__AuthenticateRequest methods */
