@@ -87,10 +87,24 @@ struct HubPlatform: Hashable {
     var platform: Platform
 }
 
+/// What one hub holds of the delivery worker: batches in flight with its deliveries, how many it
+/// may have (its window), and its deliveries in flight.
+struct HubLoad {
+    var batches = 0
+    var window = 1
+    var items = 0
+}
+
 /// Delivers the outbox: claims due deliveries in batches, hands each platform's share to its
-/// sender, and records what happened (delivered, retry at, failed, handle dead, abandoned). Up to
-/// `workers` batches are in flight at once. Dead handles are reported to herald-registration
-/// from a durable queue, so feedback survives a restart too.
+/// sender, and records what happened (delivered, retry at, failed, handle dead, abandoned).
+///
+/// Each hub may have up to `workers` batches in flight (its window, which grows from one and
+/// shrinks when its pushes time out), and all hubs together twice that: so a single hub has the
+/// whole sender as before, and a hub whose provider answers slowly holds at most half of it
+/// while the others' deliveries are claimed in batches of their own. A hub's
+/// `max_concurrent_pushes` (``Outbox/setPushLimits(_:hub:)``) caps its deliveries in flight
+/// besides. Dead handles are reported to herald-registration from a durable queue, so feedback
+/// survives a restart too.
 public final class DeliveryWorker: Service, Sendable {
     let outbox: Outbox
     /// Each hub's sender per platform; which platforms are recorded locally (the inbox, in the
@@ -101,11 +115,14 @@ public final class DeliveryWorker: Service, Sendable {
     private let batchSize: Int
     private let workers: Int
     private let pushTimeout: Duration
-    /// How many batches may be in flight now: one at first, one more after each batch answered
-    /// within a quarter of the push timeout, up to `workers`; halved when a batch's pushes time
-    /// out. A provider (or a machine) that answers slower than the timeout allows is given fewer
-    /// pushes at once, rather than more of them queued to time out and go out again.
-    private let window: Mutex<Int>
+    /// Per hub, how many batches it may have in flight: one at first, one more after each of its
+    /// batches answered within a quarter of the push timeout, up to `workers`; halved when its
+    /// pushes time out. A provider (or a machine) that answers slower than the timeout allows is
+    /// given fewer pushes at once, rather than more of them queued to time out and go out again.
+    /// Entries are hubs with deliveries (operator-created): bounded.
+    private let load = Mutex<[String: HubLoad]>([:])
+    /// Hubs' `max_concurrent_pushes` that are set, read back every few seconds.
+    private let concurrency = Mutex<[String: Int]>([:])
     private let logger: Logger
     private let wakeup = Wakeup()
     private let removing = Mutex(false)
@@ -132,7 +149,6 @@ public final class DeliveryWorker: Service, Sendable {
         self.batchSize = batchSize
         self.workers = workers
         self.pushTimeout = pushTimeout
-        self.window = Mutex(1)
         self.logger = logger
     }
 
@@ -157,13 +173,14 @@ public final class DeliveryWorker: Service, Sendable {
             await withDiscardingTaskGroup { group in
                 while !Task.isCancelled, !stopping.withLock({ $0 }) {
                     let deliveredLocally = await deliverLocalBatch()
-                    guard running.withLock({ $0 }) < window.withLock({ $0 }) else {
+                    guard running.withLock({ $0 }) < 2 * workers else {
                         // Every batch slot is busy; a finishing batch signals.
                         if !deliveredLocally { await wakeup.wait(upTo: .seconds(1)) }
                         continue
                     }
+                    let room = hubRoom()
                     let claimStart = HeraldTracing.isOn ? DefaultTracerClock.now : nil
-                    guard let batch = await claimRemoteBatch() else { continue }
+                    guard let batch = await claimRemoteBatch(room: room) else { continue }
                     if batch.takenOver > 0 {
                         DispatchMetrics.takeovers(count: batch.takenOver)
                         logger.notice(
@@ -174,8 +191,21 @@ public final class DeliveryWorker: Service, Sendable {
                     if !batch.items.isEmpty {
                         running.withLock { $0 += 1 }
                         inFlight.withLock { $0[batch.lease] = batch.leaseEnds }
+                        let held = Self.itemsPerHub(batch.items)
+                        load.withLock { load in
+                            for (hub, count) in held {
+                                load[hub, default: HubLoad()].batches += 1
+                                load[hub, default: HubLoad()].items += count
+                            }
+                        }
                         group.addTask {
                             await self.deliver(batch, claim: claim)
+                            self.load.withLock { load in
+                                for (hub, count) in held {
+                                    load[hub]?.batches -= 1
+                                    load[hub]?.items -= count
+                                }
+                            }
                             self.inFlight.withLock { $0[batch.lease] = nil }
                             self.running.withLock { $0 -= 1 }
                             self.wakeup.signal()
@@ -183,6 +213,12 @@ public final class DeliveryWorker: Service, Sendable {
                         continue
                     }
                     if deliveredLocally { continue }
+                    if room.values.contains(0) {
+                        // Hubs held back by their window or cap may have rows due now, which
+                        // idle() would not wait for: a finishing batch (or a new send) signals.
+                        await wakeup.wait(upTo: .seconds(1))
+                        continue
+                    }
                     await idle()
                 }
             }
@@ -241,13 +277,32 @@ public final class DeliveryWorker: Service, Sendable {
         }
     }
 
+    /// How many deliveries of each hub the next claim may take: none of a hub with its window's
+    /// batches in flight, at most what its `max_concurrent_pushes` leaves; unnamed hubs as many
+    /// as the claim holds.
+    func hubRoom() -> [String: Int] {
+        let caps = concurrency.withLock { $0 }
+        return load.withLock { load in
+            var room: [String: Int] = [:]
+            for (hub, held) in load where held.batches >= min(held.window, workers) { room[hub] = 0 }
+            for (hub, cap) in caps where room[hub] == nil { room[hub] = max(0, cap - (load[hub]?.items ?? 0)) }
+            return room
+        }
+    }
+
+    static func itemsPerHub(_ items: [PushItem]) -> [String: Int] {
+        var counts: [String: Int] = [:]
+        for item in items { counts[item.hub, default: 0] += 1 }
+        return counts
+    }
+
     /// Claims due deliveries of the remote platforms (with a lease); nil after a database error
     /// (logged, and waited on for a second).
-    private func claimRemoteBatch() async -> Outbox.ClaimedBatch? {
+    private func claimRemoteBatch(room: [String: Int]) async -> Outbox.ClaimedBatch? {
         let remotePlatforms = senders.split.remote
         guard !remotePlatforms.isEmpty else { return .empty }
         do {
-            return try await outbox.claimBatch(limit: batchSize, platforms: remotePlatforms)
+            return try await outbox.claimBatch(limit: batchSize, platforms: remotePlatforms, room: room)
         } catch {
             logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
             await wakeup.wait(upTo: .seconds(1))
@@ -256,10 +311,14 @@ public final class DeliveryWorker: Service, Sendable {
     }
 
     /// Records the queues' depth and the oldest open send's age every `interval`, until cancelled.
+    /// Hubs' concurrency caps are read back every fifth time (set through any replica).
     private func sampleQueues(every interval: Duration) async {
+        var round = 0
         while !Task.isCancelled {
             if let depth = try? await outbox.depth() { DispatchMetrics.queueDepth(depth, now: unixMillis()) }
             if let queues = try? await outbox.hubQueues() { DispatchMetrics.hubQueues(queues) }
+            if round % 5 == 0, let caps = try? await outbox.concurrencyLimits() { concurrency.withLock { $0 = caps } }
+            round &+= 1
             do { try await Task.sleep(for: interval) } catch { return }
         }
     }
@@ -314,7 +373,9 @@ public final class DeliveryWorker: Service, Sendable {
         for item in items { shares[HubPlatform(hub: item.hub, platform: item.platform), default: []].append(item) }
         let traced = HeraldTracing.isOn ? await traceContexts(of: items) : [:]
         let pushStart = ContinuousClock.now
-        let decisions = await withTaskGroup(of: [Outbox.Decision].self) { group in
+        // Each hub's window follows its own shares: how long they took, whether any timed out.
+        var answered: [String: (took: Duration, timedOut: Bool)] = [:]
+        let decisions = await withTaskGroup(of: (String, [Outbox.Decision]).self) { group in
             for (key, share) in shares {
                 group.addTask {
                     // Read only for a traced send's spans: no clock on the untraced path.
@@ -329,15 +390,19 @@ public final class DeliveryWorker: Service, Sendable {
                         self.recordSpans(
                             share, results, key: key, sent: (start, DefaultTracerClock.now), traced: traced)
                     }
-                    return self.decideAll(share, results)
+                    return (key.hub, self.decideAll(share, results))
                 }
             }
             var all: [Outbox.Decision] = []
-            for await part in group { all.append(contentsOf: part) }
+            for await (hub, part) in group {
+                let timedOut = part.contains { $0.reason == PushHTTP.timeoutReason }
+                let took = ContinuousClock.now - pushStart
+                answered[hub] = (took, timedOut || answered[hub]?.timedOut == true)
+                all.append(contentsOf: part)
+            }
             return all
         }
-        adjustWindow(
-            timedOut: decisions.contains { $0.reason == PushHTTP.timeoutReason }, took: ContinuousClock.now - pushStart)
+        for (hub, answer) in answered { adjustWindow(hub: hub, timedOut: answer.timedOut, took: answer.took) }
         if let claim, !traced.isEmpty { recordClaimSpans(items, claim: claim, traced: traced) }
         do {
             let finished = try await outbox.record(decisions, lease: lease)
@@ -350,22 +415,24 @@ public final class DeliveryWorker: Service, Sendable {
         if decisions.contains(where: { $0.removal != nil }) { await flushRemovals() }
     }
 
-    /// Halves the batches allowed in flight after pushes timed out; adds one back after a batch
-    /// answered within a quarter of the push timeout.
-    private func adjustWindow(timedOut: Bool, took: Duration) {
-        let (before, after) = window.withLock { window -> (Int, Int) in
-            let before = window
+    /// Halves the batches `hub` may have in flight after its pushes timed out; adds one back after
+    /// a batch with its pushes answered within a quarter of the push timeout.
+    private func adjustWindow(hub: String, timedOut: Bool, took: Duration) {
+        let (before, after) = load.withLock { load -> (Int, Int) in
+            var held = load[hub] ?? HubLoad()
+            let before = held.window
             if timedOut {
-                window = max(1, window / 2)
+                held.window = max(1, held.window / 2)
             } else if took < pushTimeout / 4 {
-                window = min(workers, window + 1)
+                held.window = min(workers, held.window + 1)
             }
-            return (before, window)
+            load[hub] = held
+            return (before, held.window)
         }
         if after < before {
             logger.notice(
                 "pushes timed out: fewer batches in flight",
-                metadata: ["herald.batches": "\(after)", "herald.before": "\(before)"])
+                metadata: ["herald.hub": "\(hub)", "herald.batches": "\(after)", "herald.before": "\(before)"])
         }
     }
 

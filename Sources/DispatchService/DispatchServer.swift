@@ -309,6 +309,32 @@ public struct DispatchHandlers: DispatchServiceHandler {
         return HubCredentialsResponse(hub: request.hub, platforms: senders.status(hub: request.hub))
     }
 
+    public func setHubPushLimits(_ request: HubPushLimits, context: RPCContext) async throws -> HubPushLimits {
+        guard !request.hub.isEmpty else { throw ServiceError.invalidArgument("hub is required") }
+        let limits = HubPushLimit(
+            perDay: request.pushesPerDay, perMonth: request.pushesPerMonth, maxConcurrent: request.maxConcurrentPushes)
+        try await outbox.setPushLimits(limits, hub: request.hub)
+        context.logger.notice(
+            "hub push limits set",
+            metadata: [
+                "herald.hub": "\(request.hub)", "herald.pushes_per_day": "\(limits.perDay)",
+                "herald.pushes_per_month": "\(limits.perMonth)", "herald.max_concurrent": "\(limits.maxConcurrent)",
+            ])
+        return try await getHubPushLimits(GetHubPushLimitsRequest(hub: request.hub), context: context)
+    }
+
+    public func getHubPushLimits(_ request: GetHubPushLimitsRequest, context: RPCContext) async throws
+        -> HubPushLimits
+    {
+        guard !request.hub.isEmpty, request.hub.utf8.count <= 256 else {
+            throw ServiceError.invalidArgument("hub must be 1 to 256 bytes")
+        }
+        let (limits, today, month) = try await outbox.pushLimits(hub: request.hub)
+        return HubPushLimits(
+            hub: request.hub, pushesPerDay: limits.perDay, pushesPerMonth: limits.perMonth,
+            maxConcurrentPushes: limits.maxConcurrent, pushesToday: today, pushesThisMonth: month)
+    }
+
     private func requireHubs() throws -> (HubSenders, HubCredentialStore) {
         guard let hubSenders, let credentials else {
             throw ServiceError(.unimplemented, "hub credentials are not served here")
@@ -352,6 +378,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
         }
         let cancelled = try await outbox.cancelScheduled(hub: request.hub)
         let deleted = try await outbox.purge(hub: request.hub)
+        try await outbox.deletePushLimits(hub: request.hub)
         context.logger.notice(
             "a deleted hub's sends removed",
             metadata: [
@@ -564,6 +591,7 @@ public enum DispatchServer {
             let before = unixMillis() - config.retention.wholeMilliseconds
             let sends = try await outbox.purge(before: before)
             let recorded = try await inbox.purge(before: before)
+            try await outbox.purgeUsage(before: before)
             if sends + recorded > 0 {
                 context.logger.info(
                     "purged old sends", metadata: ["herald.sends": "\(sends)", "herald.inbox": "\(recorded)"])

@@ -99,8 +99,8 @@ public final class Dispatcher: Sendable {
     }
 
     /// Makes the scheduled sends that are due, earliest first (the scheduler's tick). A send whose
-    /// stored request can no longer be made (its payload or target refused, or any failure that
-    /// is not ``transient``) is abandoned; a transient one (herald-registration unreachable) leaves
+    /// stored request can no longer be made (its payload or target refused, its hub's quota spent,
+    /// or any failure that is not ``transient``) is abandoned; a transient one (herald-registration unreachable) leaves
     /// it due for the next tick.
     public func fireDueScheduled(logger: Logger) async throws {
         while true {
@@ -115,9 +115,10 @@ public final class Dispatcher: Sendable {
                     {
                         DispatchMetrics.scheduledFired(lateness: .milliseconds(max(0, unixMillis() - fireAt)))
                     }
-                } catch let error as ServiceError where !Self.transient.contains(error.code) {
+                } catch let error as ServiceError where !Self.transient.contains(error.code) || error.isQuotaExceeded {
                     // Abandoned rather than retried: a send that fails this way every tick would
-                    // hold up every scheduled send due after it.
+                    // hold up every scheduled send due after it. A spent quota too: NH drops
+                    // what is over it, and the next day's quota is not this send's.
                     logger.warning("scheduled send abandoned", metadata: ["herald.error": "\(error.message)"])
                     try await outbox.abandonScheduled(id)
                 } catch is ProtoError {

@@ -31,6 +31,7 @@ public struct EdgeError: Error, Sendable {
             return EdgeError(
                 .init(code: 507, reasonPhrase: "Insufficient Storage"), error.message, headers: [.retryAfter: "30"])
         }
+        if error.isQuotaExceeded { return EdgeError(.forbidden, error.message) }
         return switch error.code {
         case .unauthenticated: .unauthorized(error.message)
         case .invalidArgument, .outOfRange, .failedPrecondition: EdgeError(.badRequest, error.message)

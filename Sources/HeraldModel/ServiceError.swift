@@ -72,6 +72,15 @@ public struct ServiceError: Error, Sendable, Hashable, CustomStringConvertible {
         .init(.resourceExhausted, message, metadata: ["retry-after": String(seconds)])
     }
 
+    /// RESOURCE_EXHAUSTED for a quota spent (a hub's pushes a day or a month): waiting a moment
+    /// does not help, so the edge answers 403 (Notification Hubs' `QuotaExceeded`), not 429.
+    public static func quotaExceeded(_ message: String) -> Self {
+        .init(.resourceExhausted, message, metadata: ["herald-reason": "quota-exceeded"])
+    }
+
+    /// Whether this is ``quotaExceeded(_:)``.
+    public var isQuotaExceeded: Bool { code == .resourceExhausted && metadata["herald-reason"] == "quota-exceeded" }
+
     /// When the caller may try again, in seconds, if the service said.
     public var retryAfterSeconds: Int? { metadata["retry-after"].flatMap { Int($0) }.flatMap { $0 >= 0 ? $0 : nil } }
 

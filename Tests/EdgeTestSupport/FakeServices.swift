@@ -412,6 +412,12 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     func deleteHubCredentials(
         _ request: DeleteHubCredentialsRequest, options: RPCCallOptions
     ) async throws -> HubCredentialsResponse { throw Self.unused() }
+    func setHubPushLimits(_ request: HubPushLimits, options: RPCCallOptions) async throws -> HubPushLimits {
+        throw Self.unused()
+    }
+    func getHubPushLimits(_ request: GetHubPushLimitsRequest, options: RPCCallOptions) async throws -> HubPushLimits {
+        throw Self.unused()
+    }
 
     // grpc.health.v1
     func check(_ request: HealthCheckRequest, options: RPCCallOptions) async throws -> HealthCheckResponse {

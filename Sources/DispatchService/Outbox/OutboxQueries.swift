@@ -240,12 +240,12 @@ extension Outbox {
     // MARK: maintenance
 
     /// Deletes every send with its payloads, deliveries and counters, the dead-handle queue and
-    /// staged audiences (ResetForTests). A delivery a worker holds at that moment records its
+    /// staged audiences, and hubs' push limits and counters (ResetForTests). A delivery a worker holds at that moment records its
     /// result into nothing.
     nonisolated(nonsending) public func deleteEverything() async throws -> Int64 {
         try await sql.deleteAll([
             "delivery", "notification_failure", "notification_platform", "outbox_payload", "scheduled_send",
-            "notification", "handle_removal", "audience_staging",
+            "notification", "handle_removal", "audience_staging", "hub_push_limit", "hub_usage",
         ])
     }
 

@@ -507,6 +507,7 @@ public enum DispatchSchema {
                 "DROP INDEX delivery_due",
                 "CREATE INDEX delivery_due ON delivery (platform, hub, lane, next_attempt_at, sequence) WHERE state = 1",
             ]),
+        pushLimits,
     ])
 
     /// Brings a SQLite file to ``schema`` (synchronously: ``Outbox/init(db:replica:lease:now:)``

@@ -92,6 +92,7 @@ extension Outbox {
                     """)
             }
             guard !none else { return created }
+            try await Self.countPushes(stagedCount + targets.count, hub: hub, at: at, session)
             for payload in payloads {
                 try await session.execute(
                     """
@@ -269,11 +270,12 @@ extension Outbox {
         try await claimBatch(limit: limit, platforms: platforms).items
     }
 
-    /// ``claim(limit:platforms:)`` with the batch's lease, for the worker that renews it.
-    public func claimBatch(limit: Int, platforms: [Platform]) async throws -> ClaimedBatch {
+    /// ``claim(limit:platforms:)`` with the batch's lease, for the worker that renews it. `room`:
+    /// at most this many rows of each hub it names (0: none; the delivery worker's per-hub caps).
+    public func claimBatch(limit: Int, platforms: [Platform], room: [String: Int] = [:]) async throws -> ClaimedBatch {
         let at = now()
         return try await sql.transactionRetryingConflicts { session in
-            try await self.take(limit: limit, platforms: platforms, leasing: true, at: at, session)
+            try await self.take(limit: limit, platforms: platforms, leasing: true, at: at, room: room, session)
         }
     }
 
@@ -338,13 +340,19 @@ extension Outbox {
     /// lease had run out count as retried; rows whose batch's lease was renewed are not taken but
     /// moved on to its end. The lease starts when the rows are written, after the reads: a claim
     /// slowed by a busy machine does not hand its worker a lease already half gone.
+    ///
+    /// `room` caps the rows taken of the hubs it names (a hub with 0 is left out, as if it had
+    /// none due): the delivery worker's way to keep one hub from holding more of its batches, or
+    /// of its provider requests, than its share.
     func take(
-        limit: Int, platforms: [Platform], leasing: Bool, at: Int64, _ session: any SQLSession
+        limit: Int, platforms: [Platform], leasing: Bool, at: Int64, room: [String: Int] = [:],
+        _ session: any SQLSession
     ) async throws -> ClaimedBatch {
         guard !platforms.isEmpty, limit > 0 else { return .empty }
         let cursor = claimCursor.withLock { $0 }
         let pendingByPlatform = try await hubsWithPending(platforms, after: cursor, session)
         let active = pendingByPlatform.values.reduce(into: Set<String>()) { $0.formUnion($1) }
+            .filter { (room[$0] ?? 1) > 0 }
         let served = FairClaims.order(active, after: cursor)
         guard !served.isEmpty else { return .empty }
         claimCursor.withLock { $0 = FairClaims.cursor(serving: served, of: active.count) }
@@ -374,16 +382,18 @@ extension Outbox {
         }
         var claimed: [Claimed] = []
         let share = max(1, limit / served.count)
-        var more: [(hub: String, mark: Mark?)] = []
+        var more: [(hub: String, mark: Mark?, room: Int)] = []
         for hub in served where claimed.count < limit {
-            let found = try await rows(of: hub, count: min(share, limit - claimed.count), after: nil)
-            if found.rows.count == share { more.append((hub, found.mark)) }
+            let room = room[hub] ?? Int.max
+            let count = min(share, limit - claimed.count, room)
+            let found = try await rows(of: hub, count: count, after: nil)
+            if found.rows.count == count, count < room { more.append((hub, found.mark, room - count)) }
             claimed += found.rows
         }
         // What the others left goes to the hubs that had more, in the same order, from where
         // their share stopped.
-        for (hub, mark) in more where claimed.count < limit {
-            claimed += try await rows(of: hub, count: limit - claimed.count, after: mark).rows
+        for (hub, mark, room) in more where claimed.count < limit {
+            claimed += try await rows(of: hub, count: min(room, limit - claimed.count), after: mark).rows
         }
         guard !claimed.isEmpty else { return .empty }
         let leaseIDs = Set(claimed.lazy.filter { $0.leaseID != 0 }.map(\.leaseID))

@@ -2095,6 +2095,142 @@ extension GetHubCredentialsRequest: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__get_hub_credentials_request__free_unpacked(p, nil) }
 }
 
+/// A hub's push limits and their use. A push is one delivery: a send to 1,000 devices is 1,000
+/// pushes, counted when the send is committed (as Notification Hubs counts its tiers' pushes). A
+/// send that would take the hub past a quota is refused whole (RESOURCE_EXHAUSTED with the reason
+/// "QuotaExceeded"; 403 at the edge, as NH) and nothing of it is sent. Counting starts when a
+/// quota is set: a hub without one costs its sends nothing. Days and months are UTC. On PostgreSQL
+/// the counters are rows every replica updates in the send's own transaction, so a quota holds
+/// across replicas exactly.
+public struct HubPushLimits: HeraldMessage {
+    /// The hub's id (required).
+    public var hub: String
+    /// Pushes a UTC day; 0: no limit.
+    public var pushesPerDay: Int64
+    /// Pushes a UTC month; 0: no limit.
+    public var pushesPerMonth: Int64
+    /// Provider requests of this hub in flight at once, on each dispatch replica (so the hub's total
+    /// is this times the replicas); 0: the default, which lets one hub hold at most the share of
+    /// batches `workers` allows and never the whole sender. A hub whose provider answers slowly holds
+    /// only its own share, and the others' deliveries go on.
+    public var maxConcurrentPushes: Int64
+    /// Answers only: pushes counted today and this month (0 while no quota is set).
+    public var pushesToday: Int64
+    public var pushesThisMonth: Int64
+
+    public init(hub: String = "", pushesPerDay: Int64 = 0, pushesPerMonth: Int64 = 0, maxConcurrentPushes: Int64 = 0, pushesToday: Int64 = 0, pushesThisMonth: Int64 = 0) {
+        self.hub = hub
+        self.pushesPerDay = pushesPerDay
+        self.pushesPerMonth = pushesPerMonth
+        self.maxConcurrentPushes = maxConcurrentPushes
+        self.pushesToday = pushesToday
+        self.pushesThisMonth = pushesThisMonth
+    }
+
+    public init() {
+        self.hub = ""
+        self.pushesPerDay = 0
+        self.pushesPerMonth = 0
+        self.maxConcurrentPushes = 0
+        self.pushesToday = 0
+        self.pushesThisMonth = 0
+    }
+
+    public static let protoName = "herald.v1.HubPushLimits"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension HubPushLimits: CBacked {
+    typealias CType = Herald__V1__HubPushLimits
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.pushesPerDay = m.pushes_per_day
+        self.pushesPerMonth = m.pushes_per_month
+        self.maxConcurrentPushes = m.max_concurrent_pushes
+        self.pushesToday = m.pushes_today
+        self.pushesThisMonth = m.pushes_this_month
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub_push_limits__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.HubPushLimits.hub")
+        p.pointee.pushes_per_day = self.pushesPerDay
+        p.pointee.pushes_per_month = self.pushesPerMonth
+        p.pointee.max_concurrent_pushes = self.maxConcurrentPushes
+        p.pointee.pushes_today = self.pushesToday
+        p.pointee.pushes_this_month = self.pushesThisMonth
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub_push_limits__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub_push_limits__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub_push_limits__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_push_limits__free_unpacked(p, nil) }
+}
+
+/// Request of GetHubPushLimits.
+public struct GetHubPushLimitsRequest: HeraldMessage {
+    /// The hub's id.
+    public var hub: String
+
+    public init(hub: String = "") {
+        self.hub = hub
+    }
+
+    public init() {
+        self.hub = ""
+    }
+
+    public static let protoName = "herald.v1.GetHubPushLimitsRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension GetHubPushLimitsRequest: CBacked {
+    typealias CType = Herald__V1__GetHubPushLimitsRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__get_hub_push_limits_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.GetHubPushLimitsRequest.hub")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__get_hub_push_limits_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__get_hub_push_limits_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__get_hub_push_limits_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__get_hub_push_limits_request__free_unpacked(p, nil) }
+}
+
 /// Request of DeleteHubCredentials.
 public struct DeleteHubCredentialsRequest: HeraldMessage {
     public var hub: String
@@ -2621,14 +2757,20 @@ public enum DispatchServiceMethods {
     /// Removes one platform's credentials, or all of a hub's (platform unspecified; the CLI does it
     /// when a hub is deleted).
     public static let deleteHubCredentials = UnaryMethod<DeleteHubCredentialsRequest, HubCredentialsResponse>(service: serviceName, method: "DeleteHubCredentials")
+    /// Sets a hub's push limits (every field; 0: no limit), which herald-dispatch keeps and enforces
+    /// itself, whoever calls Send. Answers them with the hub's use so far. Errors: INVALID_ARGUMENT
+    /// for a negative limit.
+    public static let setHubPushLimits = UnaryMethod<HubPushLimits, HubPushLimits>(service: serviceName, method: "SetHubPushLimits")
+    /// A hub's push limits and its use of them so far (all 0 for a hub never limited).
+    public static let getHubPushLimits = UnaryMethod<GetHubPushLimitsRequest, HubPushLimits>(service: serviceName, method: "GetHubPushLimits")
     /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     public static let cancelScheduled = UnaryMethod<CancelScheduledRequest, Outcome>(service: serviceName, method: "CancelScheduled")
     /// What a deleted hub owned (the CLI calls it when a hub is deleted): cancels every scheduled send
     /// not made yet, so nothing the hub scheduled is sent afterwards, and deletes its finished sends
-    /// with their deliveries and counters. A send still being delivered finishes and is purged with
-    /// the outbox's retention. Idempotent; answers how many sends it cancelled and deleted.
+    /// with their deliveries and counters, and its push limits and their counters. A send still being
+    /// delivered finishes and is purged with the outbox's retention. Idempotent; answers how many sends it cancelled and deleted.
     public static let deleteHubSends = UnaryMethod<DeleteHubSendsRequest, DeleteHubSendsResponse>(service: serviceName, method: "DeleteHubSends")
     /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
     /// paged by (created_at, notification id).
@@ -2658,5 +2800,5 @@ public enum DispatchServiceMethods {
     public static let exportDeviceRecords = UnaryMethod<ExportDeviceRecordsRequest, ExportPage>(service: serviceName, method: "ExportDeviceRecords")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName, eraseUser.fullName, eraseDevices.fullName, exportUser.fullName, exportDeviceRecords.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, setHubPushLimits.fullName, getHubPushLimits.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName, eraseUser.fullName, eraseDevices.fullName, exportUser.fullName, exportDeviceRecords.fullName]
 }

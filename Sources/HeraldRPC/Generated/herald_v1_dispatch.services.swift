@@ -31,14 +31,20 @@ public protocol DispatchServiceHandler: Sendable {
     /// Removes one platform's credentials, or all of a hub's (platform unspecified; the CLI does it
     /// when a hub is deleted).
     func deleteHubCredentials(_ request: DeleteHubCredentialsRequest, context: RPCContext) async throws -> HubCredentialsResponse
+    /// Sets a hub's push limits (every field; 0: no limit), which herald-dispatch keeps and enforces
+    /// itself, whoever calls Send. Answers them with the hub's use so far. Errors: INVALID_ARGUMENT
+    /// for a negative limit.
+    func setHubPushLimits(_ request: HubPushLimits, context: RPCContext) async throws -> HubPushLimits
+    /// A hub's push limits and its use of them so far (all 0 for a hub never limited).
+    func getHubPushLimits(_ request: GetHubPushLimitsRequest, context: RPCContext) async throws -> HubPushLimits
     /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     func cancelScheduled(_ request: CancelScheduledRequest, context: RPCContext) async throws -> Outcome
     /// What a deleted hub owned (the CLI calls it when a hub is deleted): cancels every scheduled send
     /// not made yet, so nothing the hub scheduled is sent afterwards, and deletes its finished sends
-    /// with their deliveries and counters. A send still being delivered finishes and is purged with
-    /// the outbox's retention. Idempotent; answers how many sends it cancelled and deleted.
+    /// with their deliveries and counters, and its push limits and their counters. A send still being
+    /// delivered finishes and is purged with the outbox's retention. Idempotent; answers how many sends it cancelled and deleted.
     func deleteHubSends(_ request: DeleteHubSendsRequest, context: RPCContext) async throws -> DeleteHubSendsResponse
     /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
     /// paged by (created_at, notification id).
@@ -95,6 +101,12 @@ extension DispatchServiceHandler {
         table.register(DispatchServiceMethods.deleteHubCredentials) { request, context in
             try await self.deleteHubCredentials(request, context: context)
         }
+        table.register(DispatchServiceMethods.setHubPushLimits) { request, context in
+            try await self.setHubPushLimits(request, context: context)
+        }
+        table.register(DispatchServiceMethods.getHubPushLimits) { request, context in
+            try await self.getHubPushLimits(request, context: context)
+        }
         table.register(DispatchServiceMethods.cancelScheduled) { request, context in
             try await self.cancelScheduled(request, context: context)
         }
@@ -150,14 +162,20 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// Removes one platform's credentials, or all of a hub's (platform unspecified; the CLI does it
     /// when a hub is deleted).
     func deleteHubCredentials(_ request: DeleteHubCredentialsRequest, options: RPCCallOptions) async throws -> HubCredentialsResponse
+    /// Sets a hub's push limits (every field; 0: no limit), which herald-dispatch keeps and enforces
+    /// itself, whoever calls Send. Answers them with the hub's use so far. Errors: INVALID_ARGUMENT
+    /// for a negative limit.
+    func setHubPushLimits(_ request: HubPushLimits, options: RPCCallOptions) async throws -> HubPushLimits
+    /// A hub's push limits and its use of them so far (all 0 for a hub never limited).
+    func getHubPushLimits(_ request: GetHubPushLimitsRequest, options: RPCCallOptions) async throws -> HubPushLimits
     /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
     func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome
     /// What a deleted hub owned (the CLI calls it when a hub is deleted): cancels every scheduled send
     /// not made yet, so nothing the hub scheduled is sent afterwards, and deletes its finished sends
-    /// with their deliveries and counters. A send still being delivered finishes and is purged with
-    /// the outbox's retention. Idempotent; answers how many sends it cancelled and deleted.
+    /// with their deliveries and counters, and its push limits and their counters. A send still being
+    /// delivered finishes and is purged with the outbox's retention. Idempotent; answers how many sends it cancelled and deleted.
     func deleteHubSends(_ request: DeleteHubSendsRequest, options: RPCCallOptions) async throws -> DeleteHubSendsResponse
     /// Recent sends of a hub, newest first, with their outcomes (the web console's list). Keyset
     /// paged by (created_at, notification id).
@@ -227,6 +245,16 @@ extension DispatchServiceClientProtocol {
         _ request: DeleteHubCredentialsRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> HubCredentialsResponse {
         try await deleteHubCredentials(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func setHubPushLimits(
+        _ request: HubPushLimits, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> HubPushLimits {
+        try await setHubPushLimits(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func getHubPushLimits(
+        _ request: GetHubPushLimitsRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> HubPushLimits {
+        try await getHubPushLimits(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
     public func cancelScheduled(
         _ request: CancelScheduledRequest, requestID: String? = nil, timeout: Duration? = nil
@@ -309,6 +337,14 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
 
     public func deleteHubCredentials(_ request: DeleteHubCredentialsRequest, options: RPCCallOptions) async throws -> HubCredentialsResponse {
         try await rpc.call(DispatchServiceMethods.deleteHubCredentials, request, options: options)
+    }
+
+    public func setHubPushLimits(_ request: HubPushLimits, options: RPCCallOptions) async throws -> HubPushLimits {
+        try await rpc.call(DispatchServiceMethods.setHubPushLimits, request, options: options)
+    }
+
+    public func getHubPushLimits(_ request: GetHubPushLimitsRequest, options: RPCCallOptions) async throws -> HubPushLimits {
+        try await rpc.call(DispatchServiceMethods.getHubPushLimits, request, options: options)
     }
 
     public func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome {

@@ -1177,6 +1177,96 @@ void   herald__v1__get_hub_credentials_request__free_unpacked
   assert(message->base.descriptor == &herald__v1__get_hub_credentials_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__hub_push_limits__init
+                     (Herald__V1__HubPushLimits         *message)
+{
+  static const Herald__V1__HubPushLimits init_value = HERALD__V1__HUB_PUSH_LIMITS__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub_push_limits__get_packed_size
+                     (const Herald__V1__HubPushLimits *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub_push_limits__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub_push_limits__pack
+                     (const Herald__V1__HubPushLimits *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub_push_limits__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub_push_limits__pack_to_buffer
+                     (const Herald__V1__HubPushLimits *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub_push_limits__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__HubPushLimits *
+       herald__v1__hub_push_limits__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__HubPushLimits *)
+     protobuf_c_message_unpack (&herald__v1__hub_push_limits__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub_push_limits__free_unpacked
+                     (Herald__V1__HubPushLimits *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub_push_limits__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__get_hub_push_limits_request__init
+                     (Herald__V1__GetHubPushLimitsRequest         *message)
+{
+  static const Herald__V1__GetHubPushLimitsRequest init_value = HERALD__V1__GET_HUB_PUSH_LIMITS_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__get_hub_push_limits_request__get_packed_size
+                     (const Herald__V1__GetHubPushLimitsRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_push_limits_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__get_hub_push_limits_request__pack
+                     (const Herald__V1__GetHubPushLimitsRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_push_limits_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__get_hub_push_limits_request__pack_to_buffer
+                     (const Herald__V1__GetHubPushLimitsRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_push_limits_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__GetHubPushLimitsRequest *
+       herald__v1__get_hub_push_limits_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__GetHubPushLimitsRequest *)
+     protobuf_c_message_unpack (&herald__v1__get_hub_push_limits_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__get_hub_push_limits_request__free_unpacked
+                     (Herald__V1__GetHubPushLimitsRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__get_hub_push_limits_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__delete_hub_credentials_request__init
                      (Herald__V1__DeleteHubCredentialsRequest         *message)
 {
@@ -3620,6 +3710,147 @@ const ProtobufCMessageDescriptor herald__v1__get_hub_credentials_request__descri
   (ProtobufCMessageInit) herald__v1__get_hub_credentials_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor herald__v1__hub_push_limits__field_descriptors[6] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPushLimits, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "pushes_per_day",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPushLimits, pushes_per_day),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "pushes_per_month",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPushLimits, pushes_per_month),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "max_concurrent_pushes",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPushLimits, max_concurrent_pushes),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "pushes_today",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPushLimits, pushes_today),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "pushes_this_month",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPushLimits, pushes_this_month),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub_push_limits__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  3,   /* field[3] = max_concurrent_pushes */
+  1,   /* field[1] = pushes_per_day */
+  2,   /* field[2] = pushes_per_month */
+  5,   /* field[5] = pushes_this_month */
+  4,   /* field[4] = pushes_today */
+};
+static const ProtobufCIntRange herald__v1__hub_push_limits__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub_push_limits__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.HubPushLimits",
+  "HubPushLimits",
+  "Herald__V1__HubPushLimits",
+  "herald.v1",
+  sizeof(Herald__V1__HubPushLimits),
+  6,
+  herald__v1__hub_push_limits__field_descriptors,
+  herald__v1__hub_push_limits__field_indices_by_name,
+  1,  herald__v1__hub_push_limits__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub_push_limits__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__get_hub_push_limits_request__field_descriptors[1] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetHubPushLimitsRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__get_hub_push_limits_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+};
+static const ProtobufCIntRange herald__v1__get_hub_push_limits_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor herald__v1__get_hub_push_limits_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.GetHubPushLimitsRequest",
+  "GetHubPushLimitsRequest",
+  "Herald__V1__GetHubPushLimitsRequest",
+  "herald.v1",
+  sizeof(Herald__V1__GetHubPushLimitsRequest),
+  1,
+  herald__v1__get_hub_push_limits_request__field_descriptors,
+  herald__v1__get_hub_push_limits_request__field_indices_by_name,
+  1,  herald__v1__get_hub_push_limits_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__get_hub_push_limits_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCFieldDescriptor herald__v1__delete_hub_credentials_request__field_descriptors[2] =
 {
   {
@@ -4296,7 +4527,7 @@ const ProtobufCEnumDescriptor herald__v1__credential_source__descriptor =
   herald__v1__credential_source__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[16] =
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[18] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
@@ -4306,6 +4537,8 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "SetHubCredentials", &herald__v1__set_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "GetHubCredentials", &herald__v1__get_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "DeleteHubCredentials", &herald__v1__delete_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
+  { "SetHubPushLimits", &herald__v1__hub_push_limits__descriptor, &herald__v1__hub_push_limits__descriptor },
+  { "GetHubPushLimits", &herald__v1__get_hub_push_limits_request__descriptor, &herald__v1__hub_push_limits__descriptor },
   { "CancelScheduled", &herald__v1__cancel_scheduled_request__descriptor, &herald__v1__outcome__descriptor },
   { "DeleteHubSends", &herald__v1__delete_hub_sends_request__descriptor, &herald__v1__delete_hub_sends_response__descriptor },
   { "ListSends", &herald__v1__list_sends_request__descriptor, &herald__v1__list_sends_response__descriptor },
@@ -4316,22 +4549,24 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "ExportDeviceRecords", &herald__v1__export_device_records_request__descriptor, &herald__v1__export_page__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
-  8,        /* CancelScheduled */
+  10,        /* CancelScheduled */
   7,        /* DeleteHubCredentials */
-  9,        /* DeleteHubSends */
-  13,        /* EraseDevices */
-  12,        /* EraseUser */
-  15,        /* ExportDeviceRecords */
-  14,        /* ExportUser */
+  11,        /* DeleteHubSends */
+  15,        /* EraseDevices */
+  14,        /* EraseUser */
+  17,        /* ExportDeviceRecords */
+  16,        /* ExportUser */
   6,        /* GetHubCredentials */
+  9,        /* GetHubPushLimits */
   1,        /* GetOutcome */
   3,        /* ListDeliveries */
   2,        /* ListInbox */
-  10,        /* ListSends */
+  12,        /* ListSends */
   4,        /* ResetForTests */
   0,        /* Send */
-  11,        /* SendStats */
-  5         /* SetHubCredentials */
+  13,        /* SendStats */
+  5,        /* SetHubCredentials */
+  8         /* SetHubPushLimits */
 };
 const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
 {
@@ -4340,7 +4575,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  16,
+  18,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -4408,13 +4643,29 @@ void herald__v1__dispatch_service__delete_hub_credentials(ProtobufCService *serv
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 7, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void herald__v1__dispatch_service__set_hub_push_limits(ProtobufCService *service,
+                                                       const Herald__V1__HubPushLimits *input,
+                                                       Herald__V1__HubPushLimits_Closure closure,
+                                                       void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__dispatch_service__get_hub_push_limits(ProtobufCService *service,
+                                                       const Herald__V1__GetHubPushLimitsRequest *input,
+                                                       Herald__V1__HubPushLimits_Closure closure,
+                                                       void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
                                                     const Herald__V1__CancelScheduledRequest *input,
                                                     Herald__V1__Outcome_Closure closure,
                                                     void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 8, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__delete_hub_sends(ProtobufCService *service,
                                                     const Herald__V1__DeleteHubSendsRequest *input,
@@ -4422,7 +4673,7 @@ void herald__v1__dispatch_service__delete_hub_sends(ProtobufCService *service,
                                                     void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__list_sends(ProtobufCService *service,
                                               const Herald__V1__ListSendsRequest *input,
@@ -4430,7 +4681,7 @@ void herald__v1__dispatch_service__list_sends(ProtobufCService *service,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__send_stats(ProtobufCService *service,
                                               const Herald__V1__SendStatsRequest *input,
@@ -4438,7 +4689,7 @@ void herald__v1__dispatch_service__send_stats(ProtobufCService *service,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__erase_user(ProtobufCService *service,
                                               const Herald__V1__EraseUserRequest *input,
@@ -4446,7 +4697,7 @@ void herald__v1__dispatch_service__erase_user(ProtobufCService *service,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__erase_devices(ProtobufCService *service,
                                                  const Herald__V1__EraseDevicesRequest *input,
@@ -4454,7 +4705,7 @@ void herald__v1__dispatch_service__erase_devices(ProtobufCService *service,
                                                  void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__export_user(ProtobufCService *service,
                                                const Herald__V1__ExportUserRequest *input,
@@ -4462,7 +4713,7 @@ void herald__v1__dispatch_service__export_user(ProtobufCService *service,
                                                void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 16, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__export_device_records(ProtobufCService *service,
                                                          const Herald__V1__ExportDeviceRecordsRequest *input,
@@ -4470,7 +4721,7 @@ void herald__v1__dispatch_service__export_device_records(ProtobufCService *servi
                                                          void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 17, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

@@ -42,6 +42,8 @@ typedef struct Herald__V1__FcmCredentials Herald__V1__FcmCredentials;
 typedef struct Herald__V1__WnsCredentials Herald__V1__WnsCredentials;
 typedef struct Herald__V1__BrowserCredentials Herald__V1__BrowserCredentials;
 typedef struct Herald__V1__GetHubCredentialsRequest Herald__V1__GetHubCredentialsRequest;
+typedef struct Herald__V1__HubPushLimits Herald__V1__HubPushLimits;
+typedef struct Herald__V1__GetHubPushLimitsRequest Herald__V1__GetHubPushLimitsRequest;
 typedef struct Herald__V1__DeleteHubCredentialsRequest Herald__V1__DeleteHubCredentialsRequest;
 typedef struct Herald__V1__HubPlatformCredentials Herald__V1__HubPlatformCredentials;
 typedef struct Herald__V1__HubCredentialsResponse Herald__V1__HubCredentialsResponse;
@@ -927,6 +929,64 @@ struct  Herald__V1__GetHubCredentialsRequest
 
 
 /*
+ * A hub's push limits and their use. A push is one delivery: a send to 1,000 devices is 1,000
+ * pushes, counted when the send is committed (as Notification Hubs counts its tiers' pushes). A
+ * send that would take the hub past a quota is refused whole (RESOURCE_EXHAUSTED with the reason
+ * "QuotaExceeded"; 403 at the edge, as NH) and nothing of it is sent. Counting starts when a
+ * quota is set: a hub without one costs its sends nothing. Days and months are UTC. On PostgreSQL
+ * the counters are rows every replica updates in the send's own transaction, so a quota holds
+ * across replicas exactly.
+ */
+struct  Herald__V1__HubPushLimits
+{
+  ProtobufCMessage base;
+  /*
+   * The hub's id (required).
+   */
+  char *hub;
+  /*
+   * Pushes a UTC day; 0: no limit.
+   */
+  int64_t pushes_per_day;
+  /*
+   * Pushes a UTC month; 0: no limit.
+   */
+  int64_t pushes_per_month;
+  /*
+   * Provider requests of this hub in flight at once, on each dispatch replica (so the hub's total
+   * is this times the replicas); 0: the default, which lets one hub hold at most the share of
+   * batches `workers` allows and never the whole sender. A hub whose provider answers slowly holds
+   * only its own share, and the others' deliveries go on.
+   */
+  int64_t max_concurrent_pushes;
+  /*
+   * Answers only: pushes counted today and this month (0 while no quota is set).
+   */
+  int64_t pushes_today;
+  int64_t pushes_this_month;
+};
+#define HERALD__V1__HUB_PUSH_LIMITS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_push_limits__descriptor) \
+    , (char *)protobuf_c_empty_string, 0, 0, 0, 0, 0 }
+
+
+/*
+ * Request of GetHubPushLimits.
+ */
+struct  Herald__V1__GetHubPushLimitsRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The hub's id.
+   */
+  char *hub;
+};
+#define HERALD__V1__GET_HUB_PUSH_LIMITS_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_hub_push_limits_request__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
+/*
  * Request of DeleteHubCredentials.
  */
 struct  Herald__V1__DeleteHubCredentialsRequest
@@ -1602,6 +1662,44 @@ Herald__V1__GetHubCredentialsRequest *
 void   herald__v1__get_hub_credentials_request__free_unpacked
                      (Herald__V1__GetHubCredentialsRequest *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__HubPushLimits methods */
+void   herald__v1__hub_push_limits__init
+                     (Herald__V1__HubPushLimits         *message);
+size_t herald__v1__hub_push_limits__get_packed_size
+                     (const Herald__V1__HubPushLimits   *message);
+size_t herald__v1__hub_push_limits__pack
+                     (const Herald__V1__HubPushLimits   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub_push_limits__pack_to_buffer
+                     (const Herald__V1__HubPushLimits   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__HubPushLimits *
+       herald__v1__hub_push_limits__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub_push_limits__free_unpacked
+                     (Herald__V1__HubPushLimits *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__GetHubPushLimitsRequest methods */
+void   herald__v1__get_hub_push_limits_request__init
+                     (Herald__V1__GetHubPushLimitsRequest         *message);
+size_t herald__v1__get_hub_push_limits_request__get_packed_size
+                     (const Herald__V1__GetHubPushLimitsRequest   *message);
+size_t herald__v1__get_hub_push_limits_request__pack
+                     (const Herald__V1__GetHubPushLimitsRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__get_hub_push_limits_request__pack_to_buffer
+                     (const Herald__V1__GetHubPushLimitsRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__GetHubPushLimitsRequest *
+       herald__v1__get_hub_push_limits_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__get_hub_push_limits_request__free_unpacked
+                     (Herald__V1__GetHubPushLimitsRequest *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__DeleteHubCredentialsRequest methods */
 void   herald__v1__delete_hub_credentials_request__init
                      (Herald__V1__DeleteHubCredentialsRequest         *message);
@@ -1834,6 +1932,12 @@ typedef void (*Herald__V1__BrowserCredentials_Closure)
 typedef void (*Herald__V1__GetHubCredentialsRequest_Closure)
                  (const Herald__V1__GetHubCredentialsRequest *message,
                   void *closure_data);
+typedef void (*Herald__V1__HubPushLimits_Closure)
+                 (const Herald__V1__HubPushLimits *message,
+                  void *closure_data);
+typedef void (*Herald__V1__GetHubPushLimitsRequest_Closure)
+                 (const Herald__V1__GetHubPushLimitsRequest *message,
+                  void *closure_data);
 typedef void (*Herald__V1__DeleteHubCredentialsRequest_Closure)
                  (const Herald__V1__DeleteHubCredentialsRequest *message,
                   void *closure_data);
@@ -1897,6 +2001,14 @@ struct Herald__V1__DispatchService_Service
                                  const Herald__V1__DeleteHubCredentialsRequest *input,
                                  Herald__V1__HubCredentialsResponse_Closure closure,
                                  void *closure_data);
+  void (*set_hub_push_limits)(Herald__V1__DispatchService_Service *service,
+                              const Herald__V1__HubPushLimits *input,
+                              Herald__V1__HubPushLimits_Closure closure,
+                              void *closure_data);
+  void (*get_hub_push_limits)(Herald__V1__DispatchService_Service *service,
+                              const Herald__V1__GetHubPushLimitsRequest *input,
+                              Herald__V1__HubPushLimits_Closure closure,
+                              void *closure_data);
   void (*cancel_scheduled)(Herald__V1__DispatchService_Service *service,
                            const Herald__V1__CancelScheduledRequest *input,
                            Herald__V1__Outcome_Closure closure,
@@ -1945,6 +2057,8 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## set_hub_credentials,\
       function_prefix__ ## get_hub_credentials,\
       function_prefix__ ## delete_hub_credentials,\
+      function_prefix__ ## set_hub_push_limits,\
+      function_prefix__ ## get_hub_push_limits,\
       function_prefix__ ## cancel_scheduled,\
       function_prefix__ ## delete_hub_sends,\
       function_prefix__ ## list_sends,\
@@ -1985,6 +2099,14 @@ void herald__v1__dispatch_service__delete_hub_credentials(ProtobufCService *serv
                                                           const Herald__V1__DeleteHubCredentialsRequest *input,
                                                           Herald__V1__HubCredentialsResponse_Closure closure,
                                                           void *closure_data);
+void herald__v1__dispatch_service__set_hub_push_limits(ProtobufCService *service,
+                                                       const Herald__V1__HubPushLimits *input,
+                                                       Herald__V1__HubPushLimits_Closure closure,
+                                                       void *closure_data);
+void herald__v1__dispatch_service__get_hub_push_limits(ProtobufCService *service,
+                                                       const Herald__V1__GetHubPushLimitsRequest *input,
+                                                       Herald__V1__HubPushLimits_Closure closure,
+                                                       void *closure_data);
 void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
                                                     const Herald__V1__CancelScheduledRequest *input,
                                                     Herald__V1__Outcome_Closure closure,
@@ -2051,6 +2173,8 @@ extern const ProtobufCMessageDescriptor herald__v1__fcm_credentials__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__wns_credentials__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__browser_credentials__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__get_hub_credentials_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__hub_push_limits__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__get_hub_push_limits_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__delete_hub_credentials_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__hub_credentials_response__descriptor;
