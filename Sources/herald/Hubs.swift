@@ -61,8 +61,11 @@ struct Hubs: AsyncParsableCommand {
             let hub = try await withService(.auth, stack) { client in
                 try await AuthServiceClient(client).getHub(GetHubRequest(name: name))
             }
+            let pushes = try await withService(.dispatch, stack) { client in
+                try await DispatchServiceClient(client).getHubPushLimits(GetHubPushLimitsRequest(hub: hub.id))
+            }
             print("hub \(hub.name)\tcreated \(List.date(hub.createdAtUnixMs))")
-            print("  max installations \(hub.maxInstallations == 0 ? "unlimited" : String(hub.maxInstallations))")
+            for line in Limits.describe(hub, pushes) { print("  \(line)") }
             for key in hub.keys { print("  key \(key.name)\t\(key.hubRights.names.joined(separator: ","))") }
         }
     }
@@ -98,20 +101,67 @@ struct Hubs: AsyncParsableCommand {
     }
 
     struct Limits: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Change a hub's limits.")
+        static let configuration = CommandConfiguration(
+            abstract: "Show or change a hub's limits; options not given stay as they are (0: no limit).",
+            discussion: """
+                herald-auth keeps the installation limit and the request rate (the edge answers 429 with
+                Retry-After beyond it); herald-dispatch keeps the push quotas (a send that would pass one
+                is refused whole, 403 QuotaExceeded at the edge) and the concurrency cap.
+                """)
         @OptionGroup var stack: StackOptions
         @Argument var name: String
-        @Option(help: "At most this many installations (0: no limit); existing ones stay.")
-        var maxInstallations: Int64
+        @Option(help: "At most this many installations; existing ones stay.")
+        var maxInstallations: Int64?
+        @Option(help: "API requests a second, on all edges together (each enforces its hub-rate-share).")
+        var requestsPerSecond: Int64?
+        @Option(help: "Requests at once above the rate (0: one second's worth).")
+        var requestBurst: Int64?
+        @Option(help: "Pushes (deliveries) a UTC day.")
+        var pushesPerDay: Int64?
+        @Option(help: "Pushes (deliveries) a UTC month.")
+        var pushesPerMonth: Int64?
+        @Option(help: "Provider requests in flight at once, per dispatch replica (0: half the sender at most).")
+        var maxConcurrentPushes: Int64?
 
         func run() async throws {
-            let hub = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).setHubLimits(
-                    SetHubLimitsRequest(hub: name, maxInstallations: maxInstallations))
+            let current = try await withService(.auth, stack) { client in
+                try await AuthServiceClient(client).getHub(GetHubRequest(name: name))
             }
-            print(
-                "hub \(hub.name): max installations \(hub.maxInstallations == 0 ? "unlimited" : String(hub.maxInstallations))"
-            )
+            var hub = current
+            if maxInstallations != nil || requestsPerSecond != nil || requestBurst != nil {
+                hub = try await withService(.auth, stack) { client in
+                    try await AuthServiceClient(client).setHubLimits(
+                        SetHubLimitsRequest(
+                            hub: current.name, maxInstallations: maxInstallations ?? current.maxInstallations,
+                            requestsPerSecond: requestsPerSecond ?? current.requestsPerSecond,
+                            requestBurst: requestBurst ?? current.requestBurst))
+                }
+            }
+            let pushes = try await withService(.dispatch, stack) { client in
+                let dispatch = DispatchServiceClient(client)
+                let now = try await dispatch.getHubPushLimits(GetHubPushLimitsRequest(hub: current.id))
+                guard pushesPerDay != nil || pushesPerMonth != nil || maxConcurrentPushes != nil else { return now }
+                return try await dispatch.setHubPushLimits(
+                    HubPushLimits(
+                        hub: current.id, pushesPerDay: pushesPerDay ?? now.pushesPerDay,
+                        pushesPerMonth: pushesPerMonth ?? now.pushesPerMonth,
+                        maxConcurrentPushes: maxConcurrentPushes ?? now.maxConcurrentPushes))
+            }
+            print("hub \(hub.name):")
+            for line in Self.describe(hub, pushes) { print("  \(line)") }
+        }
+
+        static func describe(_ hub: Hub, _ pushes: HubPushLimits) -> [String] {
+            func limit(_ value: Int64) -> String { value == 0 ? "unlimited" : String(value) }
+            return [
+                "max installations \(limit(hub.maxInstallations))",
+                "requests per second \(limit(hub.requestsPerSecond)), burst "
+                    + (hub.requestBurst == 0 ? "one second's worth" : String(hub.requestBurst)),
+                "pushes per day \(limit(pushes.pushesPerDay)) (\(pushes.pushesToday) today), "
+                    + "per month \(limit(pushes.pushesPerMonth)) (\(pushes.pushesThisMonth) this month)",
+                "concurrent pushes per dispatch replica "
+                    + (pushes.maxConcurrentPushes == 0 ? "default" : String(pushes.maxConcurrentPushes)),
+            ]
         }
     }
 

@@ -71,6 +71,13 @@ package enum NHFixture {
         }
     }
 
+    /// herald-dispatch's outcome of the send now, without waiting.
+    package static func outcome(_ live: LiveStack, notification id: String) async throws -> Outcome {
+        try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .seconds(30)) {
+            try await DispatchServiceClient($0).getOutcome(GetOutcomeRequest(notificationID: id))
+        }
+    }
+
     package static func root(_ live: LiveStack) -> String {
         encode("http://\(live.edge.base.host!):\(live.edge.base.port!)/", lower: false)
     }

@@ -46,6 +46,8 @@ package final class ProviderFixture: Sendable {
     package let violations = Mutex<[String]>([])
     /// How long APNs takes to answer an accepted push (a slow service keeps streams in flight).
     package let apnsDelay = Mutex<TimeAmount>(.zero)
+    /// The same for one topic (one hub's app): its provider slow, the others' not.
+    package let apnsTopicDelay = Mutex<[String: TimeAmount]>([:])
     /// More APNs keys the double accepts, by key id: other hubs' credentials, each with its team and topic.
     package let extraAPNsKeys = Mutex<[String: (key: P256.Signing.PublicKey, team: String, topic: String)]>([:])
     /// Provider tokens whose ES256 signature checked out, by token and key, with the claims the
@@ -220,7 +222,8 @@ package final class ProviderFixture: Sendable {
             return refuse(400, "PayloadEmpty")
         }
         if let scripted = next(token) { return scripted }
-        return PushDouble.Reply(status: 200, headers: [("apns-id", id)], delay: apnsDelay.withLock { $0 })
+        let delay = apnsTopicDelay.withLock { $0[expected.topic] } ?? apnsDelay.withLock { $0 }
+        return PushDouble.Reply(status: 200, headers: [("apns-id", id)], delay: delay)
     }
 
     /// The `kid` of a JWT's header, read before its signature is checked (to pick the key to check it with).

@@ -1,0 +1,205 @@
+import Crypto
+import Foundation
+import HeraldProto
+import NIOCore
+import StackTestSupport
+import Testing
+
+/// Issue 49 on the whole stack: a hub over its request rate is throttled while another is served,
+/// a hub over its quota sends nothing, and a hub whose provider answers slowly does not hold up
+/// another hub's deliveries.
+@Suite("tenants: request rates, push quotas, a slow provider", .serialized, .timeLimit(.minutes(3)))
+struct TenantLimitTests {
+    static func herald(_ live: LiveStack, _ arguments: [String]) async throws -> (
+        status: Int32, output: String, error: String
+    ) {
+        try await runProgram(
+            live.configuration.binDirectory + "/herald",
+            arguments + ["--runtime-dir", live.configuration.runtimeDirectory])
+    }
+
+    @Test(
+        "a hub over its request rate gets 429 with Retry-After (NH's XML; JSON on Herald's routes) and another hub is served"
+    )
+    func requestRate() async throws {
+        try await LiveStack.with { live in
+            let busy = try await NHFixture.hub("busy", live).full
+            let calm = try await NHFixture.hub("calm", live).full
+            let limits = try await Self.herald(
+                live, ["hubs", "limits", "busy", "--requests-per-second", "1", "--request-burst", "3"])
+            #expect(limits.status == 0 && limits.output.contains("requests per second 1, burst 3"), "\(limits)")
+            let root = NHFixture.root(live)
+            func get(_ hub: String, _ connection: String) async throws -> EdgeClient.Reply {
+                try await live.edge.request(
+                    "GET", "/\(hub)/installations/nobody?api-version=2020-06",
+                    authorization: NHFixture.token(sr: root, connection))
+            }
+            // Ten requests at once-ish: the burst of 3 (and a token a second) is answered, the rest are 429.
+            var statuses: [Int] = []
+            var throttled: EdgeClient.Reply?
+            for _ in 0..<10 {
+                let reply = try await get("busy", busy)
+                statuses.append(reply.status)
+                if reply.status == 429 { throttled = reply }
+                // The other hub is served all along.
+                #expect(try await get("calm", calm).status == 404)
+            }
+            #expect(statuses.prefix(3) == [404, 404, 404], "\(statuses)")
+            let refused = try #require(throttled, "\(statuses)")
+            #expect(Int(refused.header("Retry-After") ?? "") ?? 0 >= 1)
+            #expect(refused.header("Content-Type")?.hasPrefix("application/xml") == true)
+            #expect(
+                refused.text.contains("<Code>429</Code>") && refused.text.contains("request rate"), "\(refused.text)")
+            // A token that does not verify is not counted against the hub, and is refused as before.
+            let forged = NHFixture.token(sr: root, busy.replacingOccurrences(of: NHFixture.secret(busy).key, with: "x"))
+            let stranger = try await live.edge.request(
+                "GET", "/busy/installations/nobody", authorization: forged)
+            #expect(stranger.status == 401, "\(stranger.text)")
+
+            // Herald's own routes share the hub default's rate: JSON, with Retry-After.
+            let defaults = try await Self.herald(
+                live, ["hubs", "limits", "default", "--requests-per-second", "1", "--request-burst", "2"])
+            #expect(defaults.status == 0, "\(defaults)")
+            var json: EdgeClient.Reply?
+            for _ in 0..<10 {
+                let reply = try await live.edge.request("POST", "/api/register?handle=\(apnsToken(5))", as: "alice")
+                if reply.status == 429 {
+                    json = reply
+                    break
+                }
+                #expect(reply.status == 200, "\(reply.text)")
+            }
+            let limited = try #require(json)
+            #expect(Int(limited.header("Retry-After") ?? "") ?? 0 >= 1)
+            #expect(try limited.json()["error"] as? String == "too_many_requests", "\(limited.text)")
+            // NH's routes of another hub are not the default's.
+            #expect(try await get("calm", calm).status == 404)
+            // Raising the limit holds at the next request (the verdict cache's generation).
+            #expect(
+                try await Self.herald(live, ["hubs", "limits", "default", "--requests-per-second", "0"]).status == 0)
+            #expect(
+                try await live.edge.request("POST", "/api/register?handle=\(apnsToken(5))", as: "alice").status == 200)
+        }
+    }
+
+    @Test("a hub over its push quota gets 403 QuotaExceeded and sends nothing; its other sends and other hubs go on")
+    func quota() async throws {
+        try await StackFixture.withProviders { fixture, live in
+            let full = try await NHFixture.hub("metered", live).full
+            let set = try await Self.herald(
+                live,
+                [
+                    "hubs", "credentials", "set", "metered", "apns", "key=@\(fixture.folder)/apns.p8",
+                    "key-id=\(ProviderFixture.keyID)", "team-id=\(ProviderFixture.teamID)",
+                    "topic=\(ProviderFixture.topic)", "url=\(fixture.double.url)",
+                ])
+            try #require(set.status == 0, "\(set.error)")
+            let limits = try await Self.herald(live, ["hubs", "limits", "metered", "--pushes-per-month", "2"])
+            #expect(limits.status == 0 && limits.output.contains("per month 2 (0 this month)"), "\(limits)")
+            let auth = NHFixture.token(sr: NHFixture.root(live), full)
+            for n in 0..<3 {
+                let put = try await live.edge.request(
+                    "PUT", "/metered/installations/d\(n)", authorization: auth,
+                    body:
+                        #"{"installationId":"d\#(n)","platform":"apns","pushChannel":"\#(apnsToken(300 + n))","tags":["all"]}"#
+                )
+                #expect(put.status == 200, "\(put.text)")
+            }
+            func send(_ tags: String) async throws -> EdgeClient.Reply {
+                try await live.edge.request(
+                    "POST", "/metered/messages?api-version=2020-06", authorization: auth,
+                    bytes: Data(#"{"aps":{"alert":"hi"}}"#.utf8), contentType: "application/json;charset=utf-8",
+                    headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", tags)])
+            }
+            let over = try await send("all")
+            #expect(over.status == 403, "\(over.text)")
+            #expect(
+                over.text.contains("QuotaExceeded") && over.header("Content-Type")?.hasPrefix("application/xml") == true
+            )
+            let one = try await send("$InstallationId:{d0}")
+            #expect(one.status == 201, "\(one.text)")
+            let outcome = try await NHFixture.finalOutcome(live, notification: try NHFixture.id(one.header("Location")))
+            #expect(outcome.state == .completed && outcome.platforms.first?.success == 1, "\(outcome)")
+            // Only that one push reached APNs: nothing of the refused send.
+            let pushes = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
+            #expect(pushes.map(\.path) == ["/3/device/\(apnsToken(300))"], "\(pushes.map(\.path))")
+            let shown = try await Self.herald(live, ["hubs", "limits", "metered"])
+            #expect(shown.output.contains("per month 2 (1 this month)"), "\(shown.output)")
+
+            // Herald's routes: the hub default's day quota, 403 in JSON.
+            #expect(try await Self.herald(live, ["hubs", "limits", "default", "--pushes-per-day", "1"]).status == 0)
+            try await live.register("alice", handle: apnsToken(401), tags: ["fans"])
+            try await live.register("bob", handle: apnsToken(402), tags: ["fans"])
+            let alert = try await live.edge.upload(
+                "/v1/notifications?kind=alert&to_tag=fans", as: "alice", bytes: Data("Goal!".utf8),
+                contentType: "text/plain")
+            #expect(alert.status == 403 && alert.text.contains("QuotaExceeded"), "\(alert.text)")
+            #expect(try alert.json()["error"] as? String == "forbidden")
+            let own = try await live.edge.upload(
+                "/v1/notifications?kind=alert&to_user=alice", as: "alice", bytes: Data("1".utf8),
+                contentType: "text/plain")
+            #expect(own.status == 202, "\(own.text)")
+        }
+    }
+
+    @Test("a hub whose provider answers slowly does not hold up another hub's deliveries")
+    func slowProvider() async throws {
+        try await StackFixture.withProviders { fixture, live in
+            // Hub "slow" has its own APNs key and topic, which the double answers after 8 s; hub
+            // "quick" uses the fixture's, answered at once.
+            let key = P256.Signing.PrivateKey()
+            try key.pemRepresentation.write(toFile: "\(fixture.folder)/slow.p8", atomically: true, encoding: .utf8)
+            fixture.extraAPNsKeys.withLock { $0["KEYSSSSSSS"] = (key.publicKey, "TEAMSSSSSS", "com.example.slow") }
+            fixture.apnsTopicDelay.withLock { $0["com.example.slow"] = .seconds(8) }
+            var connection: [String: String] = [:]
+            for (hub, keyFile, kid, team, topic) in [
+                ("slow", "slow.p8", "KEYSSSSSSS", "TEAMSSSSSS", "com.example.slow"),
+                ("quick", "apns.p8", ProviderFixture.keyID, ProviderFixture.teamID, ProviderFixture.topic),
+            ] {
+                connection[hub] = try await NHFixture.hub(hub, live).full
+                let set = try await Self.herald(
+                    live,
+                    [
+                        "hubs", "credentials", "set", hub, "apns", "key=@\(fixture.folder)/\(keyFile)", "key-id=\(kid)",
+                        "team-id=\(team)", "topic=\(topic)", "url=\(fixture.double.url)",
+                    ])
+                try #require(set.status == 0, "\(set.error)")
+            }
+            func install(_ hub: String, _ id: String, _ token: String) async throws {
+                let put = try await live.edge.request(
+                    "PUT", "/\(hub)/installations/\(id)",
+                    authorization: NHFixture.token(sr: NHFixture.root(live), connection[hub]!),
+                    body: #"{"installationId":"\#(id)","platform":"apns","pushChannel":"\#(token)","tags":["t"]}"#)
+                #expect(put.status == 200, "\(put.text)")
+            }
+            for n in 0..<20 { try await install("slow", "s\(n)", apnsToken(500 + n)) }
+            try await install("quick", "q0", apnsToken(600))
+            func send(_ hub: String) async throws -> String {
+                let sent = try await live.edge.request(
+                    "POST", "/\(hub)/messages?api-version=2020-06",
+                    authorization: NHFixture.token(sr: NHFixture.root(live), connection[hub]!),
+                    bytes: Data(#"{"aps":{"alert":"to \#(hub)"}}"#.utf8), contentType: "application/json;charset=utf-8",
+                    headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "t")])
+                #expect(sent.status == 201, "\(sent.text)")
+                return try NHFixture.id(sent.header("Location"))
+            }
+            let slowSend = try await send("slow")
+            // The slow hub's pushes are at APNs, unanswered: its batch is in flight.
+            let held = try await fixture.double.waitFor(20) { $0.header("apns-topic") == "com.example.slow" }
+            #expect(held.count == 20)
+            let quickSend = try await send("quick")
+            let quick = try await fixture.double.waitFor(1, timeout: .seconds(7)) {
+                $0.path == "/3/device/\(apnsToken(600))"
+            }
+            // Ordering, not timing: the quick hub's push went out while every one of the slow hub's
+            // was still waiting for its answer (before this issue it waited for them: one batch in flight).
+            let slowOutcome = try await NHFixture.outcome(live, notification: slowSend)
+            #expect(quick.count == 1, "the quick hub's push did not go out while the slow hub's were in flight")
+            #expect(slowOutcome.platforms.first?.success ?? 0 == 0, "\(slowOutcome)")
+            let quickOutcome = try await NHFixture.finalOutcome(live, notification: quickSend)
+            #expect(quickOutcome.state == .completed && quickOutcome.platforms.first?.success == 1, "\(quickOutcome)")
+            let slowFinal = try await NHFixture.finalOutcome(live, notification: slowSend)
+            #expect(slowFinal.state == .completed && slowFinal.platforms.first?.success == 20, "\(slowFinal)")
+        }
+    }
+}
