@@ -153,7 +153,14 @@ public final class DeliveryWorker: Service, Sendable {
     }
 
     /// A send was committed: look for due deliveries now rather than at the next poll.
-    public func wake() { wakeup.signal() }
+    public func wake() {
+        committed.add(1, ordering: .relaxed)
+        wakeup.signal()
+    }
+
+    /// Sends committed through ``wake()`` so far: a claim that found nothing of the hubs not held
+    /// back is not made again until one is (or a second has passed: retries come due on their own).
+    private let committed = Atomic(0)
 
     public func run() async throws {
         let recovered = try await outbox.recoverLeases()
@@ -171,6 +178,8 @@ public final class DeliveryWorker: Service, Sendable {
         // On graceful shutdown: claim nothing more, and let the batches in flight record their results.
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
+                // The hubs held back when a claim last found nothing of the others (see below).
+                var heldBack: (hubs: Set<String>, sends: Int, at: ContinuousClock.Instant)?
                 while !Task.isCancelled, !stopping.withLock({ $0 }) {
                     let deliveredLocally = await deliverLocalBatch()
                     guard running.withLock({ $0 }) < 2 * workers else {
@@ -179,6 +188,17 @@ public final class DeliveryWorker: Service, Sendable {
                         continue
                     }
                     let room = hubRoom()
+                    let held = Set(room.lazy.filter { $0.value == 0 }.map(\.key))
+                    if let last = heldBack, !held.isEmpty, last.hubs == held,
+                        last.sends == committed.load(ordering: .relaxed), ContinuousClock.now - last.at < .seconds(1)
+                    {
+                        // The same hubs held back as when the last claim found nothing else, and
+                        // no send since: that claim would find nothing again. A finishing batch
+                        // (which gives its hubs room) or a new send signals.
+                        await wakeup.wait(upTo: .seconds(1))
+                        continue
+                    }
+                    let sends = committed.load(ordering: .relaxed)
                     let claimStart = HeraldTracing.isOn ? DefaultTracerClock.now : nil
                     guard let batch = await claimRemoteBatch(room: room) else { continue }
                     if batch.takenOver > 0 {
@@ -191,9 +211,9 @@ public final class DeliveryWorker: Service, Sendable {
                     if !batch.items.isEmpty {
                         running.withLock { $0 += 1 }
                         inFlight.withLock { $0[batch.lease] = batch.leaseEnds }
-                        let held = Self.itemsPerHub(batch.items)
+                        let perHub = Self.itemsPerHub(batch.items)
                         load.withLock { load in
-                            for (hub, count) in held {
+                            for (hub, count) in perHub {
                                 load[hub, default: HubLoad()].batches += 1
                                 load[hub, default: HubLoad()].items += count
                             }
@@ -201,7 +221,7 @@ public final class DeliveryWorker: Service, Sendable {
                         group.addTask {
                             await self.deliver(batch, claim: claim)
                             self.load.withLock { load in
-                                for (hub, count) in held {
+                                for (hub, count) in perHub {
                                     load[hub]?.batches -= 1
                                     load[hub]?.items -= count
                                 }
@@ -213,9 +233,10 @@ public final class DeliveryWorker: Service, Sendable {
                         continue
                     }
                     if deliveredLocally { continue }
-                    if room.values.contains(0) {
+                    if !held.isEmpty {
                         // Hubs held back by their window or cap may have rows due now, which
                         // idle() would not wait for: a finishing batch (or a new send) signals.
+                        heldBack = (held, sends, ContinuousClock.now)
                         await wakeup.wait(upTo: .seconds(1))
                         continue
                     }
