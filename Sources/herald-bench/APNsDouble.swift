@@ -36,6 +36,9 @@ struct APNsDoubleCommand: AsyncParsableCommand {
     @Option var threads = 1
     @Option(help: "Also serve FCM HTTP v1 for this project (and its OAuth token endpoint, /token).") var fcmProject:
         String?
+    @Option(help: "A device token whose pushes' arrival times (apns-id and Unix ms) go to --watch-file.")
+    var watchDevice: String?
+    @Option var watchFile: String?
 
     func run() async throws { try await execute() }
 
@@ -49,7 +52,7 @@ struct APNsDoubleCommand: AsyncParsableCommand {
             publicKey: try P256.Signing.PublicKey(
                 pemRepresentation: String(contentsOfFile: jwtPublicKey, encoding: .utf8)),
             keyID: keyID, teamID: teamID, topic: topic, fcmPath: fcmProject.map { "/v1/projects/\($0)/messages:send" })
-        let counters = APNsDoubleCounters()
+        let counters = APNsDoubleCounters(watch: watchDevice)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
@@ -79,6 +82,10 @@ struct APNsDoubleCommand: AsyncParsableCommand {
                 "\(counters.delivered.load(ordering: .relaxed)) \(counters.refused.load(ordering: .relaxed)) "
                 + "\(counters.verifications.load(ordering: .relaxed)) \(counters.connections.load(ordering: .relaxed))\n"
             try? line.write(toFile: statsFile, atomically: true, encoding: .utf8)
+            if let watchFile {
+                let lines = counters.watched.withLock { $0 }
+                try? lines.map { $0 + "\n" }.joined().write(toFile: watchFile, atomically: true, encoding: .utf8)
+            }
             try await Task.sleep(for: .milliseconds(50))
         }
     }
@@ -105,6 +112,11 @@ final class APNsDoubleCounters: Sendable {
     let refused = Atomic(0)
     let verifications = Atomic(0)
     let connections = Atomic(0)
+    /// The watched device's pushes: "apns-id unix-ms" per line, as they arrived.
+    let watched = Mutex<[String]>([])
+    let watch: String?
+
+    init(watch: String? = nil) { self.watch = watch }
 }
 
 /// The provider token's check, as APNs makes it.
@@ -264,6 +276,10 @@ final class APNsDoubleHandler: ChannelInboundHandler {
         guard topic == rules.topic else { return .apns(400, "BadTopic", apnsID) }
         guard type == "alert" || type == "background" else { return .apns(400, "InvalidPushType", apnsID) }
         guard apnsID.utf8.count == 36 else { return .apns(400, "BadMessageId", apnsID) }
+        if let watch = counters.watch, path.hasSuffix(watch) {
+            let at = Int64(Date().timeIntervalSince1970 * 1000)
+            counters.watched.withLock { $0.append("\(apnsID.lowercased()) \(at)") }
+        }
         return .apns(200, "", apnsID)
     }
 

@@ -236,7 +236,9 @@ struct APNsDoubleProcess {
         throw BenchError("nghttpd did not start on port \(port)")
     }
 
-    static func start(dir: String, fcm: Bool = false) async throws -> APNsDoubleProcess {
+    /// `watch`: a device token whose pushes' arrival times the double writes to `<folder>/watched`
+    /// (``watched()``).
+    static func start(dir: String, fcm: Bool = false, watch: String? = nil) async throws -> APNsDoubleProcess {
         guard let openssl = which("openssl") else {
             throw BenchError("openssl is missing (scripts/setup.sh --bench installs it)")
         }
@@ -254,6 +256,7 @@ struct APNsDoubleProcess {
                 urlFile, "--stats-file",
                 stats,
             ] + (fcm ? ["--fcm-project", project] : [])
+            + (watch.map { ["--watch-device", $0, "--watch-file", "\(folder)/watched"] } ?? [])
         try process.run()
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
@@ -289,6 +292,20 @@ struct APNsDoubleProcess {
         }
         process.terminate()
         throw BenchError("the APNs double did not start")
+    }
+
+    /// When each push to the watched device arrived (Unix ms), by apns-id (lower case); the file
+    /// is rewritten every 50 ms, so wait that long after the last push.
+    func watched() -> [String: Int64] {
+        let file = URL(fileURLWithPath: stats).deletingLastPathComponent().path + "/watched"
+        var arrivals: [String: Int64] = [:]
+        for line in ((try? String(contentsOfFile: file, encoding: .utf8)) ?? "").split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            if parts.count == 2, let at = Int64(parts[1]) {
+                arrivals[String(parts[0])] = arrivals[String(parts[0])] ?? at
+            }
+        }
+        return arrivals
     }
 
     /// SIGTERM, then SIGKILL after 2 s: nghttpd inherits the signal mask of the thread that

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Crypto
 import Foundation
 import GRDB
 import HeraldModel
@@ -13,7 +14,11 @@ import HeraldStack
 /// every second. Figures: p50 and p99 from each small send's commit (when Send answers) to its
 /// delivery (its inbox row, written when the delivery is claimed), and the broadcast's deliveries/s. `--services-bin`
 /// runs the services of another build (an earlier commit's, for a before/after table) under this
-/// herald-bench.
+/// herald-bench. `--provider apns` sends everything to the APNs double instead (hub `b` with
+/// credentials of its own for the same double), and the latency runs to the push's arrival at
+/// the double (which notes when each push to the small sends' device came, by apns-id).
+/// `--database postgres://… --replicas N` runs it on PostgreSQL with N dispatch replicas sharing
+/// the outbox (with the APNs double: a replica's inbox is not read here).
 struct TenantsBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tenants",
@@ -21,18 +26,35 @@ struct TenantsBench: AsyncParsableCommand {
     @OptionGroup var options: BenchOptions
     @Option(help: "Run the services from this folder (another build's); herald-bench's own folder by default.")
     var servicesBin: String?
+    @Option(help: "inbox (the default) or apns (the APNs double, in a process of its own).")
+    var provider: String = "inbox"
+    @Option(
+        help: "postgres://… (scripts/postgres.sh start DIR): run on PostgreSQL; its herald_* schemas are emptied first."
+    )
+    var database: String?
+    @Option(help: "herald-dispatch replicas on PostgreSQL.")
+    var replicas = 2
 
     func run() async throws { try await execute() }
 
     func execute() async throws {
+        guard ["inbox", "apns"].contains(provider) else { throw BenchError("--provider is inbox or apns") }
+        guard database == nil || provider == "apns" else { throw BenchError("--database needs --provider apns") }
         try options.show(
-            try await TenantsScenario(options: options, servicesBin: servicesBin).run(), scenarios: ["tenants"])
+            try await TenantsScenario(
+                options: options, servicesBin: servicesBin, apns: provider == "apns", database: database,
+                replicas: max(1, replicas)
+            ).run(),
+            scenarios: ["tenants"])
     }
 }
 
 struct TenantsScenario {
     var options: BenchOptions
     var servicesBin: String?
+    var apns = false
+    var database: String? = nil
+    var replicas = 1
 
     /// One small send: what it was, and when dispatch committed it (Unix ms, the clock the inbox's
     /// `recorded_at` reads, on the same machine), which is when Send answers.
@@ -48,15 +70,54 @@ struct TenantsScenario {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         var configuration = StackConfiguration.bench(dir: dir)
         if let servicesBin { configuration.binDirectory = servicesBin }
-        let registrations = configuration.dataDirectory + "/registration.sqlite"
-        try FanoutScenario(options: options).seedRegistrations(count, path: registrations)
-        try Self.seedPeople(path: registrations)
+        if let database {
+            try resetPostgres(database)
+            configuration.databaseURL = database
+        } else {
+            let registrations = configuration.dataDirectory + "/registration.sqlite"
+            try FanoutScenario(options: options).seedRegistrations(count, path: registrations)
+            try Self.seedPeople(path: registrations)
+        }
+        let double = apns ? try await APNsDoubleProcess.start(dir: dir, watch: Self.personalHandle) : nil
+        defer { double?.stop() }
+        if let double { configuration.extraArguments["dispatch", default: []] += double.dispatchArguments }
 
         let stack = Stack(configuration: configuration)
         try await stack.start()
-        let run: (broadcast: Outcome, started: Int64, small: [Small])
+        let run: (broadcast: Outcome, started: Int64, small: [Small], finished: [String: Int64])
+        var messageIDs: [String: String] = [:]
+        var extra: [Process] = []
+        defer { for process in extra where process.isRunning { process.terminate() } }
         do {
+            if let database, let double {
+                try Self.seedPostgres(database, count: count)
+                let replicas = ReplicasScenario(
+                    options: options, database: database, devices: count, replicas: replicas)
+                for index in 1..<replicas.replicas {
+                    extra.append(
+                        try await replicas.startReplica(
+                            index, configuration: configuration, dir: dir, database: database, double: double))
+                }
+            }
+            if let double {
+                // Hub b's own credentials: the same double, key and topic (the double knows one).
+                try await RPCClient.with(socketPath: configuration.socketPath("dispatch"), timeout: .seconds(30)) {
+                    var request = SetHubCredentialsRequest(hub: "b")
+                    request.apns = ApnsCredentials(
+                        key: double.key.pemRepresentation, keyID: APNsDoubleProcess.keyID,
+                        teamID: APNsDoubleProcess.teamID, topic: APNsDoubleProcess.topic, url: double.url)
+                    _ = try await DispatchServiceClient($0).setHubCredentials(request)
+                }
+            }
             run = try await Self.traffic(socket: configuration.socketPath("dispatch"))
+            if double != nil {
+                messageIDs = try await Self.messageIDs(
+                    of: run.small.map(\.id), socket: configuration.socketPath("dispatch"))
+            }
+            for process in extra {
+                process.terminate()
+                process.waitUntilExit()
+            }
             await stack.stop()
         } catch {
             await stack.stop()
@@ -64,8 +125,16 @@ struct TenantsScenario {
         }
         let delivered = run.broadcast.platforms.reduce(0) { $0 + Int($1.success) }
         guard delivered == count else { throw BenchError("the broadcast delivered \(delivered) of \(count)") }
-        let recorded = try Self.deliveredAt(
-            run.small.map(\.id), path: configuration.dataDirectory + "/dispatch.sqlite")
+        // With the double: when each small send's push reached it (its apns-id is the delivery's
+        // message id); with the inbox: its inbox row.
+        var recorded: [String: Int64] = [:]
+        if let double {
+            try await Task.sleep(for: .milliseconds(200))
+            let arrivals = double.watched()
+            for (id, message) in messageIDs { recorded[id] = arrivals[message.lowercased()] }
+        } else {
+            recorded = try Self.deliveredAt(run.small.map(\.id), path: configuration.dataDirectory + "/dispatch.sqlite")
+        }
         func latencies(secure: Bool) throws -> [Double] {
             try run.small.filter { $0.secure == secure }.map { small in
                 guard let at = recorded[small.id] else { throw BenchError("send \(small.id) was never delivered") }
@@ -77,7 +146,9 @@ struct TenantsScenario {
         let secure = try latencies(secure: true)
         let seconds = Double(run.broadcast.finishedAtUnixMs - run.started) / 1000
         let rate = Double(count) / max(seconds, 0.001)
-        let label = servicesBin.map { "services from \($0)" } ?? "this build"
+        let label =
+            (servicesBin.map { "services from \($0)" } ?? "this build")
+            + (database == nil ? ", SQLite" : ", PostgreSQL with \(replicas) dispatch replica(s)")
         var report = Report()
         for (name, values) in [("hub b's one-person alerts", alerts), ("hub default's own one-person pushes", secure)] {
             report.records.append(
@@ -91,7 +162,7 @@ struct TenantsScenario {
                 baseline: "hub b's alerts sent meanwhile", baselineValue: Double(alerts.count), better: "higher"))
         report.tables = [
             """
-            ## tenants: hub default broadcasts to \(count) devices (inbox) while hub b sends a one-person alert every 100 ms and default one every second (\(label))
+            ## tenants: hub default broadcasts to \(count) devices (\(apns ? "the APNs double" : "inbox")) while hub b sends a one-person alert every 100 ms and default one every second (\(label))
 
             | sends | count | p50 ms | p99 ms | max ms |
             |---|---:|---:|---:|---:|
@@ -99,10 +170,50 @@ struct TenantsScenario {
             | hub default's secure pushes (to_user, one device) | \(secure.count) | \(format(percentile(secure, 0.5))) | \(format(percentile(secure, 0.99))) | \(format(secure.last ?? 0)) |
             | the broadcast: deliveries/s, Send to Completed | \(count) | \(format(rate)) | | |
 
-            Latency: from the send's commit (Send answers right after) to its delivery's inbox row (written in the transaction that claims it).
+            Latency: from the send's commit (Send answers right after) to \(apns ? "its push's arrival at the APNs double" : "its delivery's inbox row (written in the transaction that claims it)").
             """
         ]
         return report
+    }
+
+    /// ``FanoutScenario/seedRegistrations(_:path:platform:owner:)`` and ``seedPeople(path:)`` on PostgreSQL.
+    static func seedPostgres(_ database: String, count: Int) throws {
+        let bob = String(repeating: "cd", count: 32)
+        _ = try runProcess(
+            "/usr/bin/psql",
+            [
+                try psqlURL(database), "-qAtc",
+                """
+                INSERT INTO herald_registration.registration (id, owner, platform, handle, created_at, updated_at)
+                SELECT 'r-bench-' || lpad(g::text, 8, '0'), 'user' || (g % 1000), \(Platform.apns.rawValue),
+                       lpad(to_hex(g), 64, '0'), 1, 1 FROM generate_series(0, \(count - 1)) g;
+                INSERT INTO herald_registration.registration_tag (tag, registration_id)
+                SELECT 'fanout', 'r-bench-' || lpad(g::text, 8, '0') FROM generate_series(0, \(count - 1)) g;
+                INSERT INTO herald_registration.registration (id, owner, platform, handle, created_at, updated_at, hub)
+                VALUES ('r-bob', 'bob', \(Platform.apns.rawValue), '\(bob)', 1, 1, 'b'),
+                       ('r-alice', 'alice', \(Platform.apns.rawValue), '\(bob)', 1, 1, 'default');
+                INSERT INTO herald_registration.registration_tag (tag, registration_id)
+                VALUES ('\(Names.userTag("bob"))', 'r-bob'), ('\(Names.userTag("alice"))', 'r-alice');
+                ANALYZE herald_registration.registration, herald_registration.registration_tag;
+                """,
+            ])
+    }
+
+    /// bob's and alice's device (one handle: the double watches it).
+    static let personalHandle = String(repeating: "cd", count: 32)
+
+    /// Each send's delivery's message id (one device each).
+    static func messageIDs(of ids: [String], socket: String) async throws -> [String: String] {
+        try await RPCClient.with(socketPath: socket, timeout: .seconds(60)) { client in
+            var answer: [String: String] = [:]
+            for id in ids {
+                let deliveries = try await DispatchServiceClient(client).listDeliveries(
+                    ListDeliveriesRequest(notificationID: id, limit: 10)
+                ).deliveries
+                if let first = deliveries.first { answer[id] = first.messageID }
+            }
+            return answer
+        }
     }
 
     /// bob in hub `b` and alice in `default`, one device each, besides the broadcast's devices.
@@ -127,7 +238,9 @@ struct TenantsScenario {
 
     /// The broadcast, and the small sends until it completes and a second after; then waits for
     /// the small sends' outcomes.
-    static func traffic(socket: String) async throws -> (broadcast: Outcome, started: Int64, small: [Small]) {
+    static func traffic(socket: String) async throws -> (
+        broadcast: Outcome, started: Int64, small: [Small], finished: [String: Int64]
+    ) {
         try await RPCClient.with(socketPath: socket, timeout: .seconds(3600)) { client in
             let dispatch = DispatchServiceClient(client)
             let payload = NativePayload(
@@ -163,15 +276,19 @@ struct TenantsScenario {
                 }
                 try await Task.sleep(until: next + .milliseconds(100 * tick))
             }
+            var finished: [String: Int64] = [:]
             for send in small {
                 let deadline = ContinuousClock.now + .seconds(30)
                 while ContinuousClock.now < deadline {
                     let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: send.id))
-                    if outcome.state != .enqueued, outcome.state != .processing { break }
+                    if outcome.state != .enqueued, outcome.state != .processing {
+                        if outcome.state == .completed { finished[send.id] = outcome.finishedAtUnixMs }
+                        break
+                    }
                     try await Task.sleep(for: .milliseconds(20))
                 }
             }
-            return (broadcast, started, small)
+            return (broadcast, started, small, finished)
         }
     }
 
