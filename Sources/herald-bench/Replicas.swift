@@ -116,19 +116,7 @@ struct ReplicasScenario {
         var extra: [Process] = []
         do {
             if let database {
-                _ = try runProcess(
-                    "/usr/bin/psql",
-                    [
-                        try psqlURL(database), "-qAtc",
-                        """
-                        INSERT INTO herald_registration.registration (id, owner, platform, handle, created_at, updated_at)
-                        SELECT 'r-bench-' || lpad(g::text, 8, '0'), 'user' || (g % 1000), \(Platform.apns.rawValue),
-                               lpad(to_hex(g), 64, '0'), 1, 1 FROM generate_series(0, \(devices - 1)) g;
-                        INSERT INTO herald_registration.registration_tag (tag, registration_id)
-                        SELECT 'fanout', 'r-bench-' || lpad(g::text, 8, '0') FROM generate_series(0, \(devices - 1)) g;
-                        ANALYZE herald_registration.registration, herald_registration.registration_tag;
-                        """,
-                    ])
+                try seedPostgresFanout(database, count: devices)
                 for index in 1..<max(1, replicas) {
                     extra.append(
                         try await startReplica(
@@ -206,6 +194,25 @@ struct ReplicasScenario {
         }
         return total
     }
+}
+
+/// `count` APNs registrations tagged `fanout` in PostgreSQL (as ``FanoutScenario`` seeds SQLite's
+/// file), then `more` SQL, in one psql call.
+func seedPostgresFanout(_ database: String, count: Int, more: String = "") throws {
+    _ = try runProcess(
+        "/usr/bin/psql",
+        [
+            try psqlURL(database), "-qAtc",
+            """
+            INSERT INTO herald_registration.registration (id, owner, platform, handle, created_at, updated_at)
+            SELECT 'r-bench-' || lpad(g::text, 8, '0'), 'user' || (g % 1000), \(Platform.apns.rawValue),
+                   lpad(to_hex(g), 64, '0'), 1, 1 FROM generate_series(0, \(count - 1)) g;
+            INSERT INTO herald_registration.registration_tag (tag, registration_id)
+            SELECT 'fanout', 'r-bench-' || lpad(g::text, 8, '0') FROM generate_series(0, \(count - 1)) g;
+            \(more)
+            ANALYZE herald_registration.registration, herald_registration.registration_tag;
+            """,
+        ])
 }
 
 /// `url` as psql takes it: without Herald's own `schema` parameter.

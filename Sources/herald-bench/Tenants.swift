@@ -178,25 +178,15 @@ struct TenantsScenario {
 
     /// ``FanoutScenario/seedRegistrations(_:path:platform:owner:)`` and ``seedPeople(path:)`` on PostgreSQL.
     static func seedPostgres(_ database: String, count: Int) throws {
-        let bob = String(repeating: "cd", count: 32)
-        _ = try runProcess(
-            "/usr/bin/psql",
-            [
-                try psqlURL(database), "-qAtc",
-                """
-                INSERT INTO herald_registration.registration (id, owner, platform, handle, created_at, updated_at)
-                SELECT 'r-bench-' || lpad(g::text, 8, '0'), 'user' || (g % 1000), \(Platform.apns.rawValue),
-                       lpad(to_hex(g), 64, '0'), 1, 1 FROM generate_series(0, \(count - 1)) g;
-                INSERT INTO herald_registration.registration_tag (tag, registration_id)
-                SELECT 'fanout', 'r-bench-' || lpad(g::text, 8, '0') FROM generate_series(0, \(count - 1)) g;
+        try seedPostgresFanout(
+            database, count: count,
+            more: """
                 INSERT INTO herald_registration.registration (id, owner, platform, handle, created_at, updated_at, hub)
-                VALUES ('r-bob', 'bob', \(Platform.apns.rawValue), '\(bob)', 1, 1, 'b'),
-                       ('r-alice', 'alice', \(Platform.apns.rawValue), '\(bob)', 1, 1, 'default');
+                VALUES ('r-bob', 'bob', \(Platform.apns.rawValue), '\(personalHandle)', 1, 1, 'b'),
+                       ('r-alice', 'alice', \(Platform.apns.rawValue), '\(personalHandle)', 1, 1, 'default');
                 INSERT INTO herald_registration.registration_tag (tag, registration_id)
                 VALUES ('\(Names.userTag("bob"))', 'r-bob'), ('\(Names.userTag("alice"))', 'r-alice');
-                ANALYZE herald_registration.registration, herald_registration.registration_tag;
-                """,
-            ])
+                """)
     }
 
     /// bob's and alice's device (one handle: the double watches it).
@@ -227,7 +217,7 @@ struct TenantsScenario {
                         INSERT INTO registration (id, owner, platform, handle, created_at, updated_at, hub)
                         VALUES (?, ?, ?, ?, ?, ?, ?)
                         """,
-                    arguments: [id, owner, Platform.apns.rawValue, String(repeating: "cd", count: 32), now, now, hub])
+                    arguments: [id, owner, Platform.apns.rawValue, personalHandle, now, now, hub])
                 try db.execute(
                     sql: "INSERT INTO registration_tag (tag, registration_id) VALUES (?, ?)",
                     arguments: [Names.userTag(owner), id])
