@@ -54,12 +54,13 @@ public struct AuthHandlers: AuthServiceHandler {
         let hub =
             request.hub.isEmpty || request.hub == Names.defaultHub
             ? Names.defaultHub : try await hubs.resolve(request.hub)?.name ?? request.hub
-        let rate = try await hubs.requestRate(hub: hub)
+        // With a hub named, the user's rights on it too, in the same read.
+        let (rate, granted) = try await hubs.requestRate(
+            hub: hub, rightsOf: request.hub.isEmpty ? nil : answer.user)
         answer.requestsPerSecond = rate.perSecond
         answer.requestBurst = rate.burst
         guard !request.hub.isEmpty else { return answer }
         // Tutorial mode keeps "Notify users": anyone may notify anyone.
-        let granted = try await hubs.rights(hub: hub, user: answer.user)
         answer.hubRights = authenticator.mode == .tutorial ? granted.union([.listen, .send]) : granted
         return answer
     }

@@ -116,11 +116,19 @@ public final class HubStore: Sendable {
         return try await self.hub(hub)
     }
 
-    /// The request rate of the hub stored as `name` (none when there is no such hub).
-    nonisolated(nonsending) public func requestRate(hub name: String) async throws -> RequestRate {
-        try await db.queryFirst("SELECT requests_per_second, request_burst FROM hub WHERE name = \(name)").map {
-            RequestRate(perSecond: try $0[0], burst: try $0[1])
-        } ?? RequestRate()
+    /// The request rate of the hub stored as `name` and, with `user`, that user's rights on it
+    /// (``rights(hub:user:)``), in one read: what every Authenticate answers. None of either when
+    /// there is no such hub.
+    nonisolated(nonsending) public func requestRate(hub name: String, rightsOf user: String?) async throws -> (
+        rate: RequestRate, rights: HubRights
+    ) {
+        let grant: SQLQuery =
+            user.map { "(SELECT rights FROM hub_grant WHERE hub = \(name) AND user_name = \($0))" } ?? "NULL"
+        return try await db.queryFirst(
+            "SELECT requests_per_second, request_burst, COALESCE(\(grant), 0) FROM hub WHERE name = \(name)"
+        ).map {
+            (RequestRate(perSecond: try $0[0], burst: try $0[1]), HubRights(rawValue: try $0[2]))
+        } ?? (RequestRate(), [])
     }
 
     nonisolated(nonsending) public func hubExists(_ name: String) async throws -> Bool {

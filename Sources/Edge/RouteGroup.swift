@@ -78,7 +78,7 @@ struct UserAuthentication: Sendable {
     let verdicts: AuthVerdictCache
     /// The hub default's request rate, which the tutorial's and /v1's routes share (the console's
     /// are not counted: an operator must be able to raise a limit while it throttles).
-    var rates = HubRateLimiter()
+    let rates: HubRateLimiter
 
     /// 404 unless content may be stored for `user` (an account in accounts mode): content for
     /// nobody would sit in the database until it expires.
@@ -100,7 +100,7 @@ struct UserAuthentication: Sendable {
     }
 
     /// The caller and their rights on the default hub (the tutorial's and /v1's), for the routes
-    /// that send; the others ask for the user only, which spares herald-auth a read.
+    /// that send; the others ask for the user only, which spares herald-auth the grant's look-up.
     func principal(_ request: Request, _ context: EdgeRequestContext) async throws -> AuthenticateResponse {
         let principal = try await verdict(
             AuthenticateRequest(
