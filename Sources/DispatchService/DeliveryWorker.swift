@@ -305,7 +305,7 @@ public final class DeliveryWorker: Service, Sendable {
         let caps = concurrency.withLock { $0 }
         return load.withLock { load in
             var room: [String: Int] = [:]
-            for (hub, held) in load where held.batches >= min(held.window, workers) { room[hub] = 0 }
+            for (hub, held) in load where held.batches >= held.window { room[hub] = 0 }
             for (hub, cap) in caps where room[hub] == nil { room[hub] = max(0, cap - (load[hub]?.items ?? 0)) }
             return room
         }

@@ -310,7 +310,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     public func setHubPushLimits(_ request: HubPushLimits, context: RPCContext) async throws -> HubPushLimits {
-        guard !request.hub.isEmpty else { throw ServiceError.invalidArgument("hub is required") }
+        // Outbox.setPushLimits checks the hub and the limits.
         let limits = HubPushLimit(
             perDay: request.pushesPerDay, perMonth: request.pushesPerMonth, maxConcurrent: request.maxConcurrentPushes)
         try await outbox.setPushLimits(limits, hub: request.hub)

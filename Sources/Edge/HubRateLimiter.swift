@@ -38,8 +38,8 @@ public final class HubRateLimiter: Sendable {
     func take(hub: String, rate: RequestRate) -> Int? {
         guard rate.perSecond > 0 else { return nil }
         let perSecond = max(1, Double(min(rate.perSecond, RequestRate.maxPerSecond)) / Double(share))
-        let burst = rate.burst > 0 ? min(rate.burst, RequestRate.maxPerSecond) : rate.perSecond
-        let size = max(1, Double(min(burst, RequestRate.maxPerSecond)) / Double(share))
+        let burst = min(rate.burst > 0 ? rate.burst : rate.perSecond, RequestRate.maxPerSecond)
+        let size = max(1, Double(burst) / Double(share))
         let now = clock()
         return buckets.withLock { buckets -> Int? in
             if buckets.count >= Self.capacity, buckets[hub] == nil { buckets.removeAll(keepingCapacity: true) }
