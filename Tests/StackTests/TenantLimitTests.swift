@@ -116,9 +116,8 @@ struct TenantLimitTests {
                 #expect(put.status == 200, "\(put.text)")
             }
             func send(_ tags: String) async throws -> EdgeClient.Reply {
-                try await live.edge.request(
-                    "POST", "/metered/messages?api-version=2020-06", authorization: auth,
-                    bytes: Data(#"{"aps":{"alert":"hi"}}"#.utf8), contentType: "application/json;charset=utf-8",
+                try await NHFixture.post(
+                    live, "/metered/messages?api-version=2020-06", full, body: #"{"aps":{"alert":"hi"}}"#,
                     headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", tags)])
             }
             let over = try await send("all")
@@ -189,10 +188,9 @@ struct TenantLimitTests {
                 try await group.waitForAll()
             }
             func send(_ hub: String) async throws -> String {
-                let sent = try await live.edge.request(
-                    "POST", "/\(hub)/messages?api-version=2020-06",
-                    authorization: NHFixture.token(sr: NHFixture.root(live), connection[hub]!),
-                    bytes: Data(#"{"aps":{"alert":"to \#(hub)"}}"#.utf8), contentType: "application/json;charset=utf-8",
+                let sent = try await NHFixture.post(
+                    live, "/\(hub)/messages?api-version=2020-06", connections[hub]!,
+                    body: #"{"aps":{"alert":"to \#(hub)"}}"#,
                     headers: [("ServiceBusNotification-Format", "apple"), ("ServiceBusNotification-Tags", "t")])
                 #expect(sent.status == 201, "\(sent.text)")
                 return try NHFixture.id(sent.header("Location"))
