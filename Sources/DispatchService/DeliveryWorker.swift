@@ -332,13 +332,13 @@ public final class DeliveryWorker: Service, Sendable {
     }
 
     /// Records the queues' depth and the oldest open send's age every `interval`, until cancelled.
-    /// Hubs' concurrency caps are read back every fifth time (set through any replica).
+    /// Hubs' concurrency caps and weights are read back every fifth time (set through any replica).
     private func sampleQueues(every interval: Duration) async {
         var round = 0
         while !Task.isCancelled {
             if let depth = try? await outbox.depth() { DispatchMetrics.queueDepth(depth, now: unixMillis()) }
             if let queues = try? await outbox.hubQueues() { DispatchMetrics.hubQueues(queues) }
-            if round % 5 == 0, let caps = try? await outbox.concurrencyLimits() { concurrency.withLock { $0 = caps } }
+            if round % 5 == 0, let caps = try? await outbox.reloadClaimLimits() { concurrency.withLock { $0 = caps } }
             round &+= 1
             do { try await Task.sleep(for: interval) } catch { return }
         }

@@ -312,13 +312,15 @@ public struct DispatchHandlers: DispatchServiceHandler {
     public func setHubPushLimits(_ request: HubPushLimits, context: RPCContext) async throws -> HubPushLimits {
         // Outbox.setPushLimits checks the hub and the limits.
         let limits = HubPushLimit(
-            perDay: request.pushesPerDay, perMonth: request.pushesPerMonth, maxConcurrent: request.maxConcurrentPushes)
+            perDay: request.pushesPerDay, perMonth: request.pushesPerMonth, maxConcurrent: request.maxConcurrentPushes,
+            weight: request.weight)
         try await outbox.setPushLimits(limits, hub: request.hub)
         context.logger.notice(
             "hub push limits set",
             metadata: [
                 "herald.hub": "\(request.hub)", "herald.pushes_per_day": "\(limits.perDay)",
                 "herald.pushes_per_month": "\(limits.perMonth)", "herald.max_concurrent": "\(limits.maxConcurrent)",
+                "herald.weight": "\(limits.weight)",
             ])
         return try await getHubPushLimits(GetHubPushLimitsRequest(hub: request.hub), context: context)
     }
@@ -332,7 +334,17 @@ public struct DispatchHandlers: DispatchServiceHandler {
         let (limits, today, month) = try await outbox.pushLimits(hub: request.hub)
         return HubPushLimits(
             hub: request.hub, pushesPerDay: limits.perDay, pushesPerMonth: limits.perMonth,
-            maxConcurrentPushes: limits.maxConcurrent, pushesToday: today, pushesThisMonth: month)
+            maxConcurrentPushes: limits.maxConcurrent, pushesToday: today, pushesThisMonth: month,
+            weight: limits.weight)
+    }
+
+    public func getHubQueue(_ request: GetHubQueueRequest, context: RPCContext) async throws -> HubQueueStatus {
+        try request.scope.requireHub("a hub's queue")
+        guard !request.hub.isEmpty, request.hub.utf8.count <= 256 else {
+            throw ServiceError.invalidArgument("hub must be 1 to 256 bytes")
+        }
+        let queue = try await outbox.hubQueue(hub: request.hub)
+        return HubQueueStatus(pending: queue.pending, oldestDueMs: queue.oldestDue)
     }
 
     private func requireHubs() throws -> (HubSenders, HubCredentialStore) {

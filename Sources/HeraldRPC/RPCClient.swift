@@ -132,7 +132,7 @@ public final class RPCClient: Sendable {
     public static let idempotentMethods: Set<String> = [
         "Authenticate", "AuthorizeSas", "UserExists", "ListUsers", "ListHubs", "GetHub", "ListHubKeys",
         "GetOutcome", "ListInbox", "ListDeliveries", "GetHubCredentials", "ListSends", "SendStats",
-        "FetchPayload",
+        "GetHubPushLimits", "GetHubQueue", "FetchPayload",
         "UpsertRegistration", "ListRegistrations", "StreamAudience", "RemoveHandle", "PutInstallation",
         "GetInstallation",
         "ListInstallations", "ExportDevices", "CheckHandles", "ListDevices",

@@ -106,7 +106,8 @@ struct Hubs: AsyncParsableCommand {
             discussion: """
                 herald-auth keeps the installation limit and the request rate (the edge answers 429 with
                 Retry-After beyond it); herald-dispatch keeps the push quotas (a send that would pass one
-                is refused whole, 403 QuotaExceeded at the edge) and the concurrency cap.
+                is refused whole, 403 QuotaExceeded at the edge), the concurrency cap and the weight (the
+                hub's share of each delivery claim against other hubs with pushes due).
                 """)
         @OptionGroup var stack: StackOptions
         @Argument var name: String
@@ -122,6 +123,8 @@ struct Hubs: AsyncParsableCommand {
         var pushesPerMonth: Int64?
         @Option(help: "Provider requests in flight at once, per dispatch replica (0: half the sender at most).")
         var maxConcurrentPushes: Int64?
+        @Option(help: "Share of each delivery claim against other busy hubs, 1 to 100 (0 or 1: an equal share).")
+        var weight: Int64?
 
         func run() async throws {
             let current = try await withService(.auth, stack) { client in
@@ -140,12 +143,14 @@ struct Hubs: AsyncParsableCommand {
             let pushes = try await withService(.dispatch, stack) { client in
                 let dispatch = DispatchServiceClient(client)
                 let now = try await dispatch.getHubPushLimits(GetHubPushLimitsRequest(hub: current.id))
-                guard pushesPerDay != nil || pushesPerMonth != nil || maxConcurrentPushes != nil else { return now }
+                guard pushesPerDay != nil || pushesPerMonth != nil || maxConcurrentPushes != nil || weight != nil
+                else { return now }
                 return try await dispatch.setHubPushLimits(
                     HubPushLimits(
                         hub: current.id, pushesPerDay: pushesPerDay ?? now.pushesPerDay,
                         pushesPerMonth: pushesPerMonth ?? now.pushesPerMonth,
-                        maxConcurrentPushes: maxConcurrentPushes ?? now.maxConcurrentPushes))
+                        maxConcurrentPushes: maxConcurrentPushes ?? now.maxConcurrentPushes,
+                        weight: weight ?? now.weight))
             }
             print("hub \(hub.name):")
             for line in Self.describe(hub, pushes) { print("  \(line)") }
@@ -161,6 +166,7 @@ struct Hubs: AsyncParsableCommand {
                     + "per month \(limit(pushes.pushesPerMonth)) (\(pushes.pushesThisMonth) this month)",
                 "concurrent pushes per dispatch replica "
                     + (pushes.maxConcurrentPushes == 0 ? "default" : String(pushes.maxConcurrentPushes)),
+                "weight " + (pushes.weight <= 1 ? "1 (default)" : String(pushes.weight)),
             ]
         }
     }

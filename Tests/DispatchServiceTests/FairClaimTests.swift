@@ -68,6 +68,60 @@ struct FairClaimTests {
     }
 
     @Test(
+        "a hub's weight sets its share of each claim; what it leaves goes to the others; it reaches other replicas",
+        arguments: StoreBackend.available)
+    func weights(_ backend: StoreBackend) async throws {
+        try await withOutbox(backend) { fixture in
+            let outbox = fixture.outbox
+            try await Self.send(outbox, "a-1", hub: "a", 1000)
+            try await Self.send(outbox, "b-1", hub: "b", 1000)
+            try await Self.send(outbox, "c-1", hub: "c", 10)
+            try await outbox.setPushLimits(HubPushLimit(weight: 3), hub: "a")
+            var items = try await outbox.claim(limit: 100, platforms: [.apns])
+            // a 3/5, b 1/5, c 1/5 of 100; c has 10, and its other 10 go to a and b by weight: 8 and 2
+            // (7.5 and 2.5, the rounding's row to the first).
+            #expect(Self.count(items, hub: "a") == 68 && Self.count(items, hub: "b") == 22)
+            #expect(Self.count(items, hub: "c") == 10)
+            items = try await outbox.claim(limit: 100, platforms: [.apns])
+            #expect(Self.count(items, hub: "a") == 75 && Self.count(items, hub: "b") == 25, "3:1 once c is done")
+            #expect(try await outbox.pushLimits(hub: "a").limits.weight == 3)
+
+            // Weight 1 is the default: no row is kept for it.
+            try await outbox.setPushLimits(HubPushLimit(weight: 1), hub: "a")
+            #expect(try await outbox.pushLimits(hub: "a").limits == HubPushLimit())
+            items = try await outbox.claim(limit: 100, platforms: [.apns])
+            #expect(Self.count(items, hub: "a") == 50 && Self.count(items, hub: "b") == 50)
+            await #expect(throws: ServiceError.self) {
+                try await outbox.setPushLimits(HubPushLimit(weight: 101), hub: "a")
+            }
+            await #expect(throws: ServiceError.self) {
+                try await outbox.setPushLimits(HubPushLimit(weight: -1), hub: "a")
+            }
+
+            // Set through another process (another replica, or before a restart): read back with the caps.
+            try await outbox.sql.execute(
+                "INSERT INTO hub_push_limit (hub, pushes_per_day, pushes_per_month, max_concurrent, weight) VALUES ('b', 0, 0, 0, 4)"
+            )
+            #expect(try await outbox.reloadClaimLimits().isEmpty, "no concurrency cap set")
+            items = try await outbox.claim(limit: 100, platforms: [.apns])
+            // 1:4 of 100 with c's 1/6 left over (16.7 each way): a 17 + 4, b 67 + 12.
+            #expect(Self.count(items, hub: "a") == 21 && Self.count(items, hub: "b") == 79)
+        }
+    }
+
+    @Test("shares: in proportion to weights, at least one row each, no overflow")
+    func shares() {
+        #expect(FairClaims.shares(of: ["a", "b"], limit: 100, weights: [:]) == [50, 50])
+        #expect(FairClaims.shares(of: ["a", "b"], limit: 100, weights: ["b": 100]) == [1, 99])
+        #expect(FairClaims.shares(of: ["a", "b"], limit: 3, weights: ["a": 100]) == [3, 1], "at least one each")
+        #expect(FairClaims.shares(of: ["a", "b", "c"], limit: 100, weights: [:]) == [34, 33, 33], "adds up")
+        #expect(FairClaims.shares(of: ["a"], limit: .max, weights: ["a": 100]) == [1 << 40])
+        #expect(FairClaims.shares(of: ["a", "b"], limit: 10, weights: ["a": -5, "b": .max]) == [1, 9])
+        #expect(FairClaims.shares(of: ["a", "b"], limit: -3, weights: [:]) == [1, 1])
+        #expect(FairClaims.shares(of: [], limit: 10, weights: [:]) == [])
+    }
+
+    @Test(
         "with more hubs than a claim serves, each is served within a few claims: none starves",
         arguments: StoreBackend.available)
     func noStarvation(_ backend: StoreBackend) async throws {
@@ -105,11 +159,15 @@ struct FairClaimTests {
                         HubQueue(hub: "a", pending: 30, oldestDue: 5000),
                         HubQueue(hub: "b", pending: 5, oldestDue: 3000),
                     ])
+            // One hub's, as GetHubQueue reads it for the console.
+            #expect(try await outbox.hubQueue(hub: "b") == HubQueue(hub: "b", pending: 5, oldestDue: 3000))
+            #expect(try await outbox.hubQueue(hub: "c") == HubQueue(hub: "c", pending: 0, oldestDue: 0))
             // Claimed (leased): pending still, but nothing of b's is due until its lease ends.
             _ = try await outbox.claim(limit: 100, platforms: [.apns, .fcm])
             #expect(
                 try await outbox.hubQueues()
                     == [HubQueue(hub: "a", pending: 30, oldestDue: 0), HubQueue(hub: "b", pending: 5, oldestDue: 0)])
+            #expect(try await outbox.hubQueue(hub: "a") == HubQueue(hub: "a", pending: 30, oldestDue: 0))
         }
     }
 

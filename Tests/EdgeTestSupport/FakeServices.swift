@@ -416,7 +416,12 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         throw Self.unused()
     }
     func getHubPushLimits(_ request: GetHubPushLimitsRequest, options: RPCCallOptions) async throws -> HubPushLimits {
-        throw Self.unused()
+        HubPushLimits(
+            hub: request.hub, pushesPerMonth: 1_000_000, pushesToday: 1200, pushesThisMonth: 45_000, weight: 2)
+    }
+    func getHubQueue(_ request: GetHubQueueRequest, options: RPCCallOptions) async throws -> HubQueueStatus {
+        try request.scope.requireHub("a hub's queue")
+        return HubQueueStatus(pending: 1500, oldestDueMs: 2500)
     }
 
     // grpc.health.v1

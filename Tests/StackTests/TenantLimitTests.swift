@@ -134,6 +134,12 @@ struct TenantLimitTests {
             #expect(pushes.map(\.path) == ["/3/device/\(apnsToken(300))"], "\(pushes.map(\.path))")
             let shown = try await Self.herald(live, ["hubs", "limits", "metered"])
             #expect(shown.output.contains("per month 2 (1 this month)"), "\(shown.output)")
+            // A weight changes only the weight; the quota stays.
+            let weighted = try await Self.herald(live, ["hubs", "limits", "metered", "--weight", "3"])
+            #expect(
+                weighted.output.contains("weight 3") && weighted.output.contains("per month 2 (1 this month)"),
+                "\(weighted.output)")
+            #expect(try await Self.herald(live, ["hubs", "limits", "metered", "--weight", "101"]).status != 0)
 
             // Herald's routes: the hub default's day quota, 403 in JSON.
             #expect(try await Self.herald(live, ["hubs", "limits", "default", "--pushes-per-day", "1"]).status == 0)

@@ -142,6 +142,13 @@ def main():
         result["sends"] = [s.notification_id == sent.outcome.notification_id for s in sends.sends]
         stats = stub.SendStats(dispatch_pb2.SendStatsRequest(minutes=60, scope=common_pb2.READ_SCOPE_HUB), timeout=5)
         result["stats_delivered"] = sum(m.delivered for m in stats.minutes)
+        queue = stub.GetHubQueue(dispatch_pb2.GetHubQueueRequest(hub="default", scope=common_pb2.READ_SCOPE_HUB), timeout=5)
+        result["queue_pending"] = queue.pending
+        try:
+            stub.GetHubQueue(dispatch_pb2.GetHubQueueRequest(hub="default"), timeout=5)
+            result["queue_unscoped"] = "OK"
+        except grpc.RpcError as e:
+            result["queue_unscoped"] = e.code().name
         # A hub-wide read without READ_SCOPE_HUB is refused by the service that holds the data.
         try:
             stub.ListSends(dispatch_pb2.ListSendsRequest(limit=5), timeout=5)

@@ -54,6 +54,9 @@ public final class Outbox: Sendable {
     let leaseSQL: any SQLDatabase
     /// The hub the last claim's fair share ended with (``FairClaims``): the next starts after it.
     let claimCursor = Mutex("")
+    /// Hubs' claim weights that are set (``HubPushLimit/weight``): read back by the delivery
+    /// worker every few seconds, and at once when set through this process.
+    let claimWeights = Mutex<[String: Int]>([:])
 
     /// `db` is the one object every write to the file goes through (``SQLiteDatabase``): the inbox
     /// and hubs' credentials share it. One process owns the file.

@@ -35,8 +35,9 @@ public enum DeliveryLane: Int32, Sendable {
 ///
 /// A claim serves at most ``maxHubs`` hubs with due rows, in name order starting after the hub the
 /// previous claim ended with (so with more hubs than that, each is served within a few claims),
-/// and gives each an equal share of its `limit`: what a hub does not use goes to the hubs that had
-/// more, in the same order. Within a hub, its personal lane first, then its bulk lane; within a
+/// and gives each a share of its `limit` in proportion to its weight (equal shares by default;
+/// ``HubPushLimit/weight``): what a hub does not use goes to the hubs that had more, again by
+/// weight. Within a hub, its personal lane first, then its bulk lane; within a
 /// lane, the oldest due first across the claim's platforms. So a hub's broadcast of a million
 /// devices takes at most its share of each claim while another hub has anything due, and its own
 /// one-person sends go before it: nothing waits for a backlog that is not its own, and nothing
@@ -51,6 +52,25 @@ enum FairClaims {
         let sorted = hubs.sorted()
         let after = sorted.filter { $0 > cursor }
         return Array((after + sorted.filter { $0 <= cursor }).prefix(maxHubs))
+    }
+
+    /// Each of `hubs`' share of a claim of `limit` rows: in proportion to its weight (1 when
+    /// `weights` does not name it; at most ``HubPushLimit/maxWeight``), what rounding leaves one
+    /// row each in order, at least one row each. They add up to `limit` when it is at least the
+    /// number of hubs.
+    static func shares(of hubs: [String], limit: Int, weights: [String: Int]) -> [Int] {
+        guard !hubs.isEmpty else { return [] }
+        let weightOf = { (hub: String) in min(max(weights[hub] ?? 1, 1), Int(HubPushLimit.maxWeight)) }
+        // Claims are batches of thousands of rows: a limit past 2^40 is one that cannot be filled.
+        let limit = min(max(limit, 0), 1 << 40)
+        let total = hubs.reduce(0) { $0 + weightOf($1) }
+        var shares = hubs.map { limit * weightOf($0) / total }
+        var left = limit - shares.reduce(0, +)
+        for index in shares.indices where left > 0 {
+            shares[index] += 1
+            left -= 1
+        }
+        return shares.map { max(1, $0) }
     }
 
     /// Where the next claim starts: after the last hub served when some were left out, else after
@@ -140,16 +160,23 @@ extension Outbox {
                 try $0[0] as String
             }
             for hub in hubs {
-                for lane in [DeliveryLane.personal, .bulk] {
-                    let row = try await sql.queryFirst(
-                        """
-                        SELECT MIN(next_attempt_at) FROM delivery
-                        WHERE state = \(Outbox.pendingState) AND platform = \(platform.rawValue) AND hub = \(hub)
-                          AND lane = \(lane.rawValue)
-                        """)
-                    if let row, let due = try row[0] as Int64? { first[hub] = min(first[hub] ?? due, due) }
-                }
+                if let due = try await earliestDue(platform, hub: hub) { first[hub] = min(first[hub] ?? due, due) }
             }
+        }
+        return first
+    }
+
+    /// `hub`'s earliest pending delivery of `platform`: the first entry of each lane's range.
+    private func earliestDue(_ platform: Platform, hub: String) async throws -> Int64? {
+        var first: Int64?
+        for lane in [DeliveryLane.personal, .bulk] {
+            let row = try await sql.queryFirst(
+                """
+                SELECT MIN(next_attempt_at) FROM delivery
+                WHERE state = \(Outbox.pendingState) AND platform = \(platform.rawValue) AND hub = \(hub)
+                  AND lane = \(lane.rawValue)
+                """)
+            if let row, let due = try row[0] as Int64? { first = min(first ?? due, due) }
         }
         return first
     }
@@ -207,5 +234,23 @@ extension Outbox {
             queues[hub] = queue
         }
         return Array(queues.values.sorted { $0.hub < $1.hub }.prefix(Self.metricHubs))
+    }
+
+    /// One hub's queue (GetHubQueue), read as ``hubQueues()`` reads each: whatever the number of hubs.
+    public func hubQueue(hub: String) async throws -> HubQueue {
+        let at = now()
+        let pending: Int64 =
+            try await sql.queryFirst(
+                """
+                SELECT CAST(COALESCE(SUM(p.pending), 0) AS BIGINT)
+                FROM notification n JOIN notification_platform p ON p.notification_id = n.id
+                WHERE n.state IN (1, 2) AND n.hub = \(hub)
+                """
+            ).map { try $0[0] } ?? 0
+        var first: Int64?
+        for platform in Platform.delivered {
+            if let due = try await earliestDue(platform, hub: hub) { first = min(first ?? due, due) }
+        }
+        return HubQueue(hub: hub, pending: pending, oldestDue: first.map { $0 <= at ? at - $0 : 0 } ?? 0)
     }
 }

@@ -10,11 +10,18 @@ public struct HubPushLimit: Sendable, Equatable {
     public var perDay: Int64 = 0
     public var perMonth: Int64 = 0
     public var maxConcurrent: Int64 = 0
+    /// The hub's share of each claim relative to the other hubs with due deliveries
+    /// (``FairClaims``): 1 to ``maxWeight``; 0 is the default, 1.
+    public var weight: Int64 = 0
 
-    public init(perDay: Int64 = 0, perMonth: Int64 = 0, maxConcurrent: Int64 = 0) {
+    /// The largest weight: one hub may take at most this many times another's share.
+    public static let maxWeight: Int64 = 100
+
+    public init(perDay: Int64 = 0, perMonth: Int64 = 0, maxConcurrent: Int64 = 0, weight: Int64 = 0) {
         self.perDay = perDay
         self.perMonth = perMonth
         self.maxConcurrent = maxConcurrent
+        self.weight = weight
     }
 
     /// A quota is set: sends of the hub are counted.
@@ -45,8 +52,16 @@ extension Outbox {
         guard limits.perDay >= 0, limits.perMonth >= 0, limits.maxConcurrent >= 0 else {
             throw ServiceError.invalidArgument("push limits must not be negative (0: no limit)")
         }
+        guard (0...HubPushLimit.maxWeight).contains(limits.weight) else {
+            throw ServiceError.invalidArgument("weight must be 1 to \(HubPushLimit.maxWeight) (0: the default, 1)")
+        }
         guard !hub.isEmpty, hub.utf8.count <= 256 else {
             throw ServiceError.invalidArgument("hub must be 1 to 256 bytes")
+        }
+        var limits = limits
+        if limits.weight == 1 { limits.weight = 0 }
+        defer {
+            claimWeights.withLock { $0[hub] = limits.weight > 1 ? Int(limits.weight) : nil }
         }
         if limits == HubPushLimit() {
             try await sql.execute("DELETE FROM hub_push_limit WHERE hub = \(hub)")
@@ -54,10 +69,11 @@ extension Outbox {
         }
         try await sql.execute(
             """
-            INSERT INTO hub_push_limit (hub, pushes_per_day, pushes_per_month, max_concurrent)
-            VALUES (\(hub), \(limits.perDay), \(limits.perMonth), \(limits.maxConcurrent))
+            INSERT INTO hub_push_limit (hub, pushes_per_day, pushes_per_month, max_concurrent, weight)
+            VALUES (\(hub), \(limits.perDay), \(limits.perMonth), \(limits.maxConcurrent), \(limits.weight))
             ON CONFLICT (hub) DO UPDATE SET pushes_per_day = excluded.pushes_per_day,
-                pushes_per_month = excluded.pushes_per_month, max_concurrent = excluded.max_concurrent
+                pushes_per_month = excluded.pushes_per_month, max_concurrent = excluded.max_concurrent,
+                weight = excluded.weight
             """)
     }
 
@@ -74,17 +90,27 @@ extension Outbox {
         return (limits, used[day] ?? 0, used[month] ?? 0)
     }
 
-    /// Every hub's concurrency limit that is set (the delivery worker reads them every few seconds).
-    public func concurrencyLimits() async throws -> [String: Int] {
+    /// Every hub's concurrency limit that is set; the weights that are set are kept for the
+    /// claims. The delivery worker reads them every few seconds (set through any replica).
+    public func reloadClaimLimits() async throws -> [String: Int] {
         var limits: [String: Int] = [:]
-        for row in try await sql.query("SELECT hub, max_concurrent FROM hub_push_limit WHERE max_concurrent > 0") {
-            limits[try row[0]] = Int(clamping: try row[1] as Int64)
+        var weights: [String: Int] = [:]
+        for row in try await sql.query(
+            "SELECT hub, max_concurrent, weight FROM hub_push_limit WHERE max_concurrent > 0 OR weight > 1")
+        {
+            let hub: String = try row[0]
+            let cap: Int64 = try row[1]
+            let weight: Int64 = try row[2]
+            if cap > 0 { limits[hub] = Int(clamping: cap) }
+            if weight > 1 { weights[hub] = Int(min(weight, HubPushLimit.maxWeight)) }
         }
+        claimWeights.withLock { $0 = weights }
         return limits
     }
 
     /// A deleted hub's limits and counters.
     public func deletePushLimits(hub: String) async throws {
+        claimWeights.withLock { $0[hub] = nil }
         try await sql.execute("DELETE FROM hub_push_limit WHERE hub = \(hub)")
         try await sql.execute("DELETE FROM hub_usage WHERE hub = \(hub)")
     }
@@ -100,8 +126,8 @@ extension Outbox {
 
     static func pushLimits(hub: String, _ session: any SQLSession) async throws -> HubPushLimit? {
         try await session.queryFirst(
-            "SELECT pushes_per_day, pushes_per_month, max_concurrent FROM hub_push_limit WHERE hub = \(hub)"
-        ).map { HubPushLimit(perDay: try $0[0], perMonth: try $0[1], maxConcurrent: try $0[2]) }
+            "SELECT pushes_per_day, pushes_per_month, max_concurrent, weight FROM hub_push_limit WHERE hub = \(hub)"
+        ).map { HubPushLimit(perDay: try $0[0], perMonth: try $0[1], maxConcurrent: try $0[2], weight: try $0[3]) }
     }
 
     /// Counts `pushes` deliveries of `hub` in its day's and month's counters, in the send's own
@@ -148,4 +174,9 @@ extension DispatchSchema {
                 hub TEXT NOT NULL, period TEXT NOT NULL, pushes BIGINT NOT NULL, PRIMARY KEY (hub, period))
             """,
         ])
+
+    /// A hub's weight in the claims (issue 49): 0 is the default, 1.
+    static let hubWeight = SQLMigration(
+        postgres: "dispatch-v12-hub-weight", sqlite: "outbox-v18-hub-weight",
+        ["ALTER TABLE hub_push_limit ADD COLUMN weight BIGINT NOT NULL DEFAULT 0"])
 }

@@ -508,6 +508,7 @@ public enum DispatchSchema {
                 "CREATE INDEX delivery_due ON delivery (platform, hub, lane, next_attempt_at, sequence) WHERE state = 1",
             ]),
         pushLimits,
+        hubWeight,
     ])
 
     /// Brings a SQLite file to ``schema`` (synchronously: ``Outbox/init(db:replica:lease:now:)``

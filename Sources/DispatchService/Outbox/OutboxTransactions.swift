@@ -381,19 +381,23 @@ extension Outbox {
             return (rows, last)
         }
         var claimed: [Claimed] = []
-        let share = max(1, limit / served.count)
+        let weights = claimWeights.withLock { $0 }
+        let shares = FairClaims.shares(of: served, limit: limit, weights: weights)
         var more: [(hub: String, mark: Mark?, room: Int)] = []
-        for hub in served where claimed.count < limit {
+        for (hub, share) in zip(served, shares) where claimed.count < limit {
             let room = room[hub] ?? Int.max
             let count = min(share, limit - claimed.count, room)
             let found = try await rows(of: hub, count: count, after: nil)
             if found.rows.count == count, count < room { more.append((hub, found.mark, room - count)) }
             claimed += found.rows
         }
-        // What the others left goes to the hubs that had more, in the same order, from where
-        // their share stopped.
-        for (hub, mark, room) in more where claimed.count < limit {
-            claimed += try await rows(of: hub, count: min(room, limit - claimed.count), after: mark).rows
+        // What the others left goes to the hubs that had more, by weight again, from where their
+        // share stopped (what a hub cannot use of that waits for the next claim).
+        if claimed.count < limit, !more.isEmpty {
+            let extra = FairClaims.shares(of: more.map(\.hub), limit: limit - claimed.count, weights: weights)
+            for ((hub, mark, room), share) in zip(more, extra) where claimed.count < limit {
+                claimed += try await rows(of: hub, count: min(room, share, limit - claimed.count), after: mark).rows
+            }
         }
         guard !claimed.isEmpty else { return .empty }
         let leaseIDs = Set(claimed.lazy.filter { $0.leaseID != 0 }.map(\.leaseID))

@@ -2117,14 +2117,20 @@ public struct HubPushLimits: HeraldMessage {
     /// Answers only: pushes counted today and this month (0 while no quota is set).
     public var pushesToday: Int64
     public var pushesThisMonth: Int64
+    /// The hub's weight in the delivery worker's claims: while several hubs have deliveries due,
+    /// each gets a share of every claim in proportion to its weight (1 to 100; 0: the default, 1).
+    /// A hub with weight 4 beside one with weight 1 gets four fifths of each claim while both have
+    /// due rows; what one does not use goes to the others, so a weight never holds capacity idle.
+    public var weight: Int64
 
-    public init(hub: String = "", pushesPerDay: Int64 = 0, pushesPerMonth: Int64 = 0, maxConcurrentPushes: Int64 = 0, pushesToday: Int64 = 0, pushesThisMonth: Int64 = 0) {
+    public init(hub: String = "", pushesPerDay: Int64 = 0, pushesPerMonth: Int64 = 0, maxConcurrentPushes: Int64 = 0, pushesToday: Int64 = 0, pushesThisMonth: Int64 = 0, weight: Int64 = 0) {
         self.hub = hub
         self.pushesPerDay = pushesPerDay
         self.pushesPerMonth = pushesPerMonth
         self.maxConcurrentPushes = maxConcurrentPushes
         self.pushesToday = pushesToday
         self.pushesThisMonth = pushesThisMonth
+        self.weight = weight
     }
 
     public init() {
@@ -2134,6 +2140,7 @@ public struct HubPushLimits: HeraldMessage {
         self.maxConcurrentPushes = 0
         self.pushesToday = 0
         self.pushesThisMonth = 0
+        self.weight = 0
     }
 
     public static let protoName = "herald.v1.HubPushLimits"
@@ -2158,6 +2165,7 @@ extension HubPushLimits: CBacked {
         self.maxConcurrentPushes = m.max_concurrent_pushes
         self.pushesToday = m.pushes_today
         self.pushesThisMonth = m.pushes_this_month
+        self.weight = m.weight
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -2169,6 +2177,7 @@ extension HubPushLimits: CBacked {
         p.pointee.max_concurrent_pushes = self.maxConcurrentPushes
         p.pointee.pushes_today = self.pushesToday
         p.pointee.pushes_this_month = self.pushesThisMonth
+        p.pointee.weight = self.weight
         return p
     }
 
@@ -2229,6 +2238,116 @@ extension GetHubPushLimitsRequest: CBacked {
         herald__v1__get_hub_push_limits_request__unpack(nil, count, data)
     }
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__get_hub_push_limits_request__free_unpacked(p, nil) }
+}
+
+/// Request of GetHubQueue.
+public struct GetHubQueueRequest: HeraldMessage {
+    /// The hub's id (required).
+    public var hub: String
+    /// READ_SCOPE_HUB, or PERMISSION_DENIED: the figures are the whole hub's (an operator's).
+    public var scope: ReadScope
+
+    public init(hub: String = "", scope: ReadScope = ReadScope(rawValue: 0)) {
+        self.hub = hub
+        self.scope = scope
+    }
+
+    public init() {
+        self.hub = ""
+        self.scope = ReadScope(rawValue: 0)
+    }
+
+    public static let protoName = "herald.v1.GetHubQueueRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension GetHubQueueRequest: CBacked {
+    typealias CType = Herald__V1__GetHubQueueRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.hub = CBridge.string(m.hub)
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__get_hub_queue_request__init(p)
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.GetHubQueueRequest.hub")
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__get_hub_queue_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__get_hub_queue_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__get_hub_queue_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__get_hub_queue_request__free_unpacked(p, nil) }
+}
+
+/// Answer of GetHubQueue.
+public struct HubQueueStatus: HeraldMessage {
+    /// Deliveries of the hub's open sends (made or sending) not finished yet.
+    public var pending: Int64
+    /// How long the hub's oldest due delivery has waited, in milliseconds: 0 when none is due.
+    public var oldestDueMs: Int64
+
+    public init(pending: Int64 = 0, oldestDueMs: Int64 = 0) {
+        self.pending = pending
+        self.oldestDueMs = oldestDueMs
+    }
+
+    public init() {
+        self.pending = 0
+        self.oldestDueMs = 0
+    }
+
+    public static let protoName = "herald.v1.HubQueueStatus"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension HubQueueStatus: CBacked {
+    typealias CType = Herald__V1__HubQueueStatus
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.pending = m.pending
+        self.oldestDueMs = m.oldest_due_ms
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub_queue_status__init(p)
+        p.pointee.pending = self.pending
+        p.pointee.oldest_due_ms = self.oldestDueMs
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub_queue_status__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub_queue_status__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub_queue_status__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_queue_status__free_unpacked(p, nil) }
 }
 
 /// Request of DeleteHubCredentials.
@@ -2763,6 +2882,11 @@ public enum DispatchServiceMethods {
     public static let setHubPushLimits = UnaryMethod<HubPushLimits, HubPushLimits>(service: serviceName, method: "SetHubPushLimits")
     /// A hub's push limits and its use of them so far (all 0 for a hub never limited).
     public static let getHubPushLimits = UnaryMethod<GetHubPushLimitsRequest, HubPushLimits>(service: serviceName, method: "GetHubPushLimits")
+    /// A hub's queue, as herald_outbox_hub_pending and
+    /// herald_outbox_hub_oldest_due_seconds show it: deliveries of its open sends not finished yet,
+    /// and how long its oldest due delivery has waited (read from index entries, never a count of a
+    /// backlog's rows). Errors: PERMISSION_DENIED unless `scope` is READ_SCOPE_HUB.
+    public static let getHubQueue = UnaryMethod<GetHubQueueRequest, HubQueueStatus>(service: serviceName, method: "GetHubQueue")
     /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
@@ -2800,5 +2924,5 @@ public enum DispatchServiceMethods {
     public static let exportDeviceRecords = UnaryMethod<ExportDeviceRecordsRequest, ExportPage>(service: serviceName, method: "ExportDeviceRecords")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, setHubPushLimits.fullName, getHubPushLimits.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName, eraseUser.fullName, eraseDevices.fullName, exportUser.fullName, exportDeviceRecords.fullName]
+    public static let allMethodNames: [String] = [send.fullName, getOutcome.fullName, listInbox.fullName, listDeliveries.fullName, resetForTests.fullName, setHubCredentials.fullName, getHubCredentials.fullName, deleteHubCredentials.fullName, setHubPushLimits.fullName, getHubPushLimits.fullName, getHubQueue.fullName, cancelScheduled.fullName, deleteHubSends.fullName, listSends.fullName, sendStats.fullName, eraseUser.fullName, eraseDevices.fullName, exportUser.fullName, exportDeviceRecords.fullName]
 }

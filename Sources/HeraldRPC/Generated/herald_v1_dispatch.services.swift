@@ -37,6 +37,11 @@ public protocol DispatchServiceHandler: Sendable {
     func setHubPushLimits(_ request: HubPushLimits, context: RPCContext) async throws -> HubPushLimits
     /// A hub's push limits and its use of them so far (all 0 for a hub never limited).
     func getHubPushLimits(_ request: GetHubPushLimitsRequest, context: RPCContext) async throws -> HubPushLimits
+    /// A hub's queue, as herald_outbox_hub_pending and
+    /// herald_outbox_hub_oldest_due_seconds show it: deliveries of its open sends not finished yet,
+    /// and how long its oldest due delivery has waited (read from index entries, never a count of a
+    /// backlog's rows). Errors: PERMISSION_DENIED unless `scope` is READ_SCOPE_HUB.
+    func getHubQueue(_ request: GetHubQueueRequest, context: RPCContext) async throws -> HubQueueStatus
     /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
@@ -107,6 +112,9 @@ extension DispatchServiceHandler {
         table.register(DispatchServiceMethods.getHubPushLimits) { request, context in
             try await self.getHubPushLimits(request, context: context)
         }
+        table.register(DispatchServiceMethods.getHubQueue) { request, context in
+            try await self.getHubQueue(request, context: context)
+        }
         table.register(DispatchServiceMethods.cancelScheduled) { request, context in
             try await self.cancelScheduled(request, context: context)
         }
@@ -168,6 +176,11 @@ public protocol DispatchServiceClientProtocol: Sendable {
     func setHubPushLimits(_ request: HubPushLimits, options: RPCCallOptions) async throws -> HubPushLimits
     /// A hub's push limits and its use of them so far (all 0 for a hub never limited).
     func getHubPushLimits(_ request: GetHubPushLimitsRequest, options: RPCCallOptions) async throws -> HubPushLimits
+    /// A hub's queue, as herald_outbox_hub_pending and
+    /// herald_outbox_hub_oldest_due_seconds show it: deliveries of its open sends not finished yet,
+    /// and how long its oldest due delivery has waited (read from index entries, never a count of a
+    /// backlog's rows). Errors: PERMISSION_DENIED unless `scope` is READ_SCOPE_HUB.
+    func getHubQueue(_ request: GetHubQueueRequest, options: RPCCallOptions) async throws -> HubQueueStatus
     /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
     /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
@@ -255,6 +268,11 @@ extension DispatchServiceClientProtocol {
         _ request: GetHubPushLimitsRequest, requestID: String? = nil, timeout: Duration? = nil
     ) async throws -> HubPushLimits {
         try await getHubPushLimits(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func getHubQueue(
+        _ request: GetHubQueueRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> HubQueueStatus {
+        try await getHubQueue(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
     public func cancelScheduled(
         _ request: CancelScheduledRequest, requestID: String? = nil, timeout: Duration? = nil
@@ -345,6 +363,10 @@ public struct DispatchServiceClient: DispatchServiceClientProtocol {
 
     public func getHubPushLimits(_ request: GetHubPushLimitsRequest, options: RPCCallOptions) async throws -> HubPushLimits {
         try await rpc.call(DispatchServiceMethods.getHubPushLimits, request, options: options)
+    }
+
+    public func getHubQueue(_ request: GetHubQueueRequest, options: RPCCallOptions) async throws -> HubQueueStatus {
+        try await rpc.call(DispatchServiceMethods.getHubQueue, request, options: options)
     }
 
     public func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome {

@@ -1267,6 +1267,96 @@ void   herald__v1__get_hub_push_limits_request__free_unpacked
   assert(message->base.descriptor == &herald__v1__get_hub_push_limits_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__get_hub_queue_request__init
+                     (Herald__V1__GetHubQueueRequest         *message)
+{
+  static const Herald__V1__GetHubQueueRequest init_value = HERALD__V1__GET_HUB_QUEUE_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__get_hub_queue_request__get_packed_size
+                     (const Herald__V1__GetHubQueueRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_queue_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__get_hub_queue_request__pack
+                     (const Herald__V1__GetHubQueueRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_queue_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__get_hub_queue_request__pack_to_buffer
+                     (const Herald__V1__GetHubQueueRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__get_hub_queue_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__GetHubQueueRequest *
+       herald__v1__get_hub_queue_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__GetHubQueueRequest *)
+     protobuf_c_message_unpack (&herald__v1__get_hub_queue_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__get_hub_queue_request__free_unpacked
+                     (Herald__V1__GetHubQueueRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__get_hub_queue_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__hub_queue_status__init
+                     (Herald__V1__HubQueueStatus         *message)
+{
+  static const Herald__V1__HubQueueStatus init_value = HERALD__V1__HUB_QUEUE_STATUS__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub_queue_status__get_packed_size
+                     (const Herald__V1__HubQueueStatus *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub_queue_status__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub_queue_status__pack
+                     (const Herald__V1__HubQueueStatus *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub_queue_status__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub_queue_status__pack_to_buffer
+                     (const Herald__V1__HubQueueStatus *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub_queue_status__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__HubQueueStatus *
+       herald__v1__hub_queue_status__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__HubQueueStatus *)
+     protobuf_c_message_unpack (&herald__v1__hub_queue_status__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub_queue_status__free_unpacked
+                     (Herald__V1__HubQueueStatus *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub_queue_status__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__delete_hub_credentials_request__init
                      (Herald__V1__DeleteHubCredentialsRequest         *message)
 {
@@ -3710,7 +3800,7 @@ const ProtobufCMessageDescriptor herald__v1__get_hub_credentials_request__descri
   (ProtobufCMessageInit) herald__v1__get_hub_credentials_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__hub_push_limits__field_descriptors[6] =
+static const ProtobufCFieldDescriptor herald__v1__hub_push_limits__field_descriptors[7] =
 {
   {
     "hub",
@@ -3784,6 +3874,18 @@ static const ProtobufCFieldDescriptor herald__v1__hub_push_limits__field_descrip
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "weight",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPushLimits, weight),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__hub_push_limits__field_indices_by_name[] = {
   0,   /* field[0] = hub */
@@ -3792,11 +3894,12 @@ static const unsigned herald__v1__hub_push_limits__field_indices_by_name[] = {
   2,   /* field[2] = pushes_per_month */
   5,   /* field[5] = pushes_this_month */
   4,   /* field[4] = pushes_today */
+  6,   /* field[6] = weight */
 };
 static const ProtobufCIntRange herald__v1__hub_push_limits__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor herald__v1__hub_push_limits__descriptor =
 {
@@ -3806,7 +3909,7 @@ const ProtobufCMessageDescriptor herald__v1__hub_push_limits__descriptor =
   "Herald__V1__HubPushLimits",
   "herald.v1",
   sizeof(Herald__V1__HubPushLimits),
-  6,
+  7,
   herald__v1__hub_push_limits__field_descriptors,
   herald__v1__hub_push_limits__field_indices_by_name,
   1,  herald__v1__hub_push_limits__number_ranges,
@@ -3849,6 +3952,108 @@ const ProtobufCMessageDescriptor herald__v1__get_hub_push_limits_request__descri
   herald__v1__get_hub_push_limits_request__field_indices_by_name,
   1,  herald__v1__get_hub_push_limits_request__number_ranges,
   (ProtobufCMessageInit) herald__v1__get_hub_push_limits_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__get_hub_queue_request__field_descriptors[2] =
+{
+  {
+    "hub",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetHubQueueRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "scope",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetHubQueueRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__get_hub_queue_request__field_indices_by_name[] = {
+  0,   /* field[0] = hub */
+  1,   /* field[1] = scope */
+};
+static const ProtobufCIntRange herald__v1__get_hub_queue_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__get_hub_queue_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.GetHubQueueRequest",
+  "GetHubQueueRequest",
+  "Herald__V1__GetHubQueueRequest",
+  "herald.v1",
+  sizeof(Herald__V1__GetHubQueueRequest),
+  2,
+  herald__v1__get_hub_queue_request__field_descriptors,
+  herald__v1__get_hub_queue_request__field_indices_by_name,
+  1,  herald__v1__get_hub_queue_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__get_hub_queue_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__hub_queue_status__field_descriptors[2] =
+{
+  {
+    "pending",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubQueueStatus, pending),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "oldest_due_ms",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubQueueStatus, oldest_due_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub_queue_status__field_indices_by_name[] = {
+  1,   /* field[1] = oldest_due_ms */
+  0,   /* field[0] = pending */
+};
+static const ProtobufCIntRange herald__v1__hub_queue_status__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub_queue_status__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.HubQueueStatus",
+  "HubQueueStatus",
+  "Herald__V1__HubQueueStatus",
+  "herald.v1",
+  sizeof(Herald__V1__HubQueueStatus),
+  2,
+  herald__v1__hub_queue_status__field_descriptors,
+  herald__v1__hub_queue_status__field_indices_by_name,
+  1,  herald__v1__hub_queue_status__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub_queue_status__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor herald__v1__delete_hub_credentials_request__field_descriptors[2] =
@@ -4527,7 +4732,7 @@ const ProtobufCEnumDescriptor herald__v1__credential_source__descriptor =
   herald__v1__credential_source__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[18] =
+static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_descriptors[19] =
 {
   { "Send", &herald__v1__send_request__descriptor, &herald__v1__send_response__descriptor },
   { "GetOutcome", &herald__v1__get_outcome_request__descriptor, &herald__v1__outcome__descriptor },
@@ -4539,6 +4744,7 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "DeleteHubCredentials", &herald__v1__delete_hub_credentials_request__descriptor, &herald__v1__hub_credentials_response__descriptor },
   { "SetHubPushLimits", &herald__v1__hub_push_limits__descriptor, &herald__v1__hub_push_limits__descriptor },
   { "GetHubPushLimits", &herald__v1__get_hub_push_limits_request__descriptor, &herald__v1__hub_push_limits__descriptor },
+  { "GetHubQueue", &herald__v1__get_hub_queue_request__descriptor, &herald__v1__hub_queue_status__descriptor },
   { "CancelScheduled", &herald__v1__cancel_scheduled_request__descriptor, &herald__v1__outcome__descriptor },
   { "DeleteHubSends", &herald__v1__delete_hub_sends_request__descriptor, &herald__v1__delete_hub_sends_response__descriptor },
   { "ListSends", &herald__v1__list_sends_request__descriptor, &herald__v1__list_sends_response__descriptor },
@@ -4549,22 +4755,23 @@ static const ProtobufCMethodDescriptor herald__v1__dispatch_service__method_desc
   { "ExportDeviceRecords", &herald__v1__export_device_records_request__descriptor, &herald__v1__export_page__descriptor },
 };
 const unsigned herald__v1__dispatch_service__method_indices_by_name[] = {
-  10,        /* CancelScheduled */
+  11,        /* CancelScheduled */
   7,        /* DeleteHubCredentials */
-  11,        /* DeleteHubSends */
-  15,        /* EraseDevices */
-  14,        /* EraseUser */
-  17,        /* ExportDeviceRecords */
-  16,        /* ExportUser */
+  12,        /* DeleteHubSends */
+  16,        /* EraseDevices */
+  15,        /* EraseUser */
+  18,        /* ExportDeviceRecords */
+  17,        /* ExportUser */
   6,        /* GetHubCredentials */
   9,        /* GetHubPushLimits */
+  10,        /* GetHubQueue */
   1,        /* GetOutcome */
   3,        /* ListDeliveries */
   2,        /* ListInbox */
-  12,        /* ListSends */
+  13,        /* ListSends */
   4,        /* ResetForTests */
   0,        /* Send */
-  13,        /* SendStats */
+  14,        /* SendStats */
   5,        /* SetHubCredentials */
   8         /* SetHubPushLimits */
 };
@@ -4575,7 +4782,7 @@ const ProtobufCServiceDescriptor herald__v1__dispatch_service__descriptor =
   "DispatchService",
   "Herald__V1__DispatchService",
   "herald.v1",
-  18,
+  19,
   herald__v1__dispatch_service__method_descriptors,
   herald__v1__dispatch_service__method_indices_by_name
 };
@@ -4659,13 +4866,21 @@ void herald__v1__dispatch_service__get_hub_push_limits(ProtobufCService *service
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
   service->invoke(service, 9, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
+void herald__v1__dispatch_service__get_hub_queue(ProtobufCService *service,
+                                                 const Herald__V1__GetHubQueueRequest *input,
+                                                 Herald__V1__HubQueueStatus_Closure closure,
+                                                 void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
+  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
 void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
                                                     const Herald__V1__CancelScheduledRequest *input,
                                                     Herald__V1__Outcome_Closure closure,
                                                     void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 10, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__delete_hub_sends(ProtobufCService *service,
                                                     const Herald__V1__DeleteHubSendsRequest *input,
@@ -4673,7 +4888,7 @@ void herald__v1__dispatch_service__delete_hub_sends(ProtobufCService *service,
                                                     void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 11, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__list_sends(ProtobufCService *service,
                                               const Herald__V1__ListSendsRequest *input,
@@ -4681,7 +4896,7 @@ void herald__v1__dispatch_service__list_sends(ProtobufCService *service,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 12, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__send_stats(ProtobufCService *service,
                                               const Herald__V1__SendStatsRequest *input,
@@ -4689,7 +4904,7 @@ void herald__v1__dispatch_service__send_stats(ProtobufCService *service,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 13, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__erase_user(ProtobufCService *service,
                                               const Herald__V1__EraseUserRequest *input,
@@ -4697,7 +4912,7 @@ void herald__v1__dispatch_service__erase_user(ProtobufCService *service,
                                               void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 14, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__erase_devices(ProtobufCService *service,
                                                  const Herald__V1__EraseDevicesRequest *input,
@@ -4705,7 +4920,7 @@ void herald__v1__dispatch_service__erase_devices(ProtobufCService *service,
                                                  void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 15, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 16, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__export_user(ProtobufCService *service,
                                                const Herald__V1__ExportUserRequest *input,
@@ -4713,7 +4928,7 @@ void herald__v1__dispatch_service__export_user(ProtobufCService *service,
                                                void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 16, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 17, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__export_device_records(ProtobufCService *service,
                                                          const Herald__V1__ExportDeviceRecordsRequest *input,
@@ -4721,7 +4936,7 @@ void herald__v1__dispatch_service__export_device_records(ProtobufCService *servi
                                                          void *closure_data)
 {
   assert(service->descriptor == &herald__v1__dispatch_service__descriptor);
-  service->invoke(service, 17, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+  service->invoke(service, 18, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *service,
                                          Herald__V1__DispatchService_ServiceDestroy destroy)

@@ -44,6 +44,8 @@ typedef struct Herald__V1__BrowserCredentials Herald__V1__BrowserCredentials;
 typedef struct Herald__V1__GetHubCredentialsRequest Herald__V1__GetHubCredentialsRequest;
 typedef struct Herald__V1__HubPushLimits Herald__V1__HubPushLimits;
 typedef struct Herald__V1__GetHubPushLimitsRequest Herald__V1__GetHubPushLimitsRequest;
+typedef struct Herald__V1__GetHubQueueRequest Herald__V1__GetHubQueueRequest;
+typedef struct Herald__V1__HubQueueStatus Herald__V1__HubQueueStatus;
 typedef struct Herald__V1__DeleteHubCredentialsRequest Herald__V1__DeleteHubCredentialsRequest;
 typedef struct Herald__V1__HubPlatformCredentials Herald__V1__HubPlatformCredentials;
 typedef struct Herald__V1__HubCredentialsResponse Herald__V1__HubCredentialsResponse;
@@ -964,10 +966,17 @@ struct  Herald__V1__HubPushLimits
    */
   int64_t pushes_today;
   int64_t pushes_this_month;
+  /*
+   * The hub's weight in the delivery worker's claims: while several hubs have deliveries due,
+   * each gets a share of every claim in proportion to its weight (1 to 100; 0: the default, 1).
+   * A hub with weight 4 beside one with weight 1 gets four fifths of each claim while both have
+   * due rows; what one does not use goes to the others, so a weight never holds capacity idle.
+   */
+  int64_t weight;
 };
 #define HERALD__V1__HUB_PUSH_LIMITS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_push_limits__descriptor) \
-    , (char *)protobuf_c_empty_string, 0, 0, 0, 0, 0 }
+    , (char *)protobuf_c_empty_string, 0, 0, 0, 0, 0, 0 }
 
 
 /*
@@ -984,6 +993,46 @@ struct  Herald__V1__GetHubPushLimitsRequest
 #define HERALD__V1__GET_HUB_PUSH_LIMITS_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_hub_push_limits_request__descriptor) \
     , (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of GetHubQueue.
+ */
+struct  Herald__V1__GetHubQueueRequest
+{
+  ProtobufCMessage base;
+  /*
+   * The hub's id (required).
+   */
+  char *hub;
+  /*
+   * READ_SCOPE_HUB, or PERMISSION_DENIED: the figures are the whole hub's (an operator's).
+   */
+  Herald__V1__ReadScope scope;
+};
+#define HERALD__V1__GET_HUB_QUEUE_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_hub_queue_request__descriptor) \
+    , (char *)protobuf_c_empty_string, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
+
+
+/*
+ * Answer of GetHubQueue.
+ */
+struct  Herald__V1__HubQueueStatus
+{
+  ProtobufCMessage base;
+  /*
+   * Deliveries of the hub's open sends (made or sending) not finished yet.
+   */
+  int64_t pending;
+  /*
+   * How long the hub's oldest due delivery has waited, in milliseconds: 0 when none is due.
+   */
+  int64_t oldest_due_ms;
+};
+#define HERALD__V1__HUB_QUEUE_STATUS__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_queue_status__descriptor) \
+    , 0, 0 }
 
 
 /*
@@ -1700,6 +1749,44 @@ Herald__V1__GetHubPushLimitsRequest *
 void   herald__v1__get_hub_push_limits_request__free_unpacked
                      (Herald__V1__GetHubPushLimitsRequest *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__GetHubQueueRequest methods */
+void   herald__v1__get_hub_queue_request__init
+                     (Herald__V1__GetHubQueueRequest         *message);
+size_t herald__v1__get_hub_queue_request__get_packed_size
+                     (const Herald__V1__GetHubQueueRequest   *message);
+size_t herald__v1__get_hub_queue_request__pack
+                     (const Herald__V1__GetHubQueueRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__get_hub_queue_request__pack_to_buffer
+                     (const Herald__V1__GetHubQueueRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__GetHubQueueRequest *
+       herald__v1__get_hub_queue_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__get_hub_queue_request__free_unpacked
+                     (Herald__V1__GetHubQueueRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__HubQueueStatus methods */
+void   herald__v1__hub_queue_status__init
+                     (Herald__V1__HubQueueStatus         *message);
+size_t herald__v1__hub_queue_status__get_packed_size
+                     (const Herald__V1__HubQueueStatus   *message);
+size_t herald__v1__hub_queue_status__pack
+                     (const Herald__V1__HubQueueStatus   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub_queue_status__pack_to_buffer
+                     (const Herald__V1__HubQueueStatus   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__HubQueueStatus *
+       herald__v1__hub_queue_status__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub_queue_status__free_unpacked
+                     (Herald__V1__HubQueueStatus *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__DeleteHubCredentialsRequest methods */
 void   herald__v1__delete_hub_credentials_request__init
                      (Herald__V1__DeleteHubCredentialsRequest         *message);
@@ -1938,6 +2025,12 @@ typedef void (*Herald__V1__HubPushLimits_Closure)
 typedef void (*Herald__V1__GetHubPushLimitsRequest_Closure)
                  (const Herald__V1__GetHubPushLimitsRequest *message,
                   void *closure_data);
+typedef void (*Herald__V1__GetHubQueueRequest_Closure)
+                 (const Herald__V1__GetHubQueueRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__HubQueueStatus_Closure)
+                 (const Herald__V1__HubQueueStatus *message,
+                  void *closure_data);
 typedef void (*Herald__V1__DeleteHubCredentialsRequest_Closure)
                  (const Herald__V1__DeleteHubCredentialsRequest *message,
                   void *closure_data);
@@ -2009,6 +2102,10 @@ struct Herald__V1__DispatchService_Service
                               const Herald__V1__GetHubPushLimitsRequest *input,
                               Herald__V1__HubPushLimits_Closure closure,
                               void *closure_data);
+  void (*get_hub_queue)(Herald__V1__DispatchService_Service *service,
+                        const Herald__V1__GetHubQueueRequest *input,
+                        Herald__V1__HubQueueStatus_Closure closure,
+                        void *closure_data);
   void (*cancel_scheduled)(Herald__V1__DispatchService_Service *service,
                            const Herald__V1__CancelScheduledRequest *input,
                            Herald__V1__Outcome_Closure closure,
@@ -2059,6 +2156,7 @@ void herald__v1__dispatch_service__init (Herald__V1__DispatchService_Service *se
       function_prefix__ ## delete_hub_credentials,\
       function_prefix__ ## set_hub_push_limits,\
       function_prefix__ ## get_hub_push_limits,\
+      function_prefix__ ## get_hub_queue,\
       function_prefix__ ## cancel_scheduled,\
       function_prefix__ ## delete_hub_sends,\
       function_prefix__ ## list_sends,\
@@ -2107,6 +2205,10 @@ void herald__v1__dispatch_service__get_hub_push_limits(ProtobufCService *service
                                                        const Herald__V1__GetHubPushLimitsRequest *input,
                                                        Herald__V1__HubPushLimits_Closure closure,
                                                        void *closure_data);
+void herald__v1__dispatch_service__get_hub_queue(ProtobufCService *service,
+                                                 const Herald__V1__GetHubQueueRequest *input,
+                                                 Herald__V1__HubQueueStatus_Closure closure,
+                                                 void *closure_data);
 void herald__v1__dispatch_service__cancel_scheduled(ProtobufCService *service,
                                                     const Herald__V1__CancelScheduledRequest *input,
                                                     Herald__V1__Outcome_Closure closure,
@@ -2175,6 +2277,8 @@ extern const ProtobufCMessageDescriptor herald__v1__browser_credentials__descrip
 extern const ProtobufCMessageDescriptor herald__v1__get_hub_credentials_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__hub_push_limits__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__get_hub_push_limits_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__get_hub_queue_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__hub_queue_status__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__delete_hub_credentials_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__hub_credentials_response__descriptor;
