@@ -26,6 +26,8 @@ public final class HubRateLimiter: Sendable {
     struct Bucket {
         var tokens: Double
         var at: ContinuousClock.Instant
+        /// Requests refused since the bucket was made (the console shows it).
+        var refused: Int64 = 0
     }
 
     public init(share: Int = 1, clock: @escaping @Sendable () -> ContinuousClock.Instant = { .now }) {
@@ -50,12 +52,19 @@ public final class HubRateLimiter: Sendable {
             bucket.at = now
             defer { buckets[hub] = bucket }
             guard bucket.tokens >= 1 else {
+                bucket.refused &+= 1
                 let wait = ((1 - bucket.tokens) / perSecond).rounded(.up)
                 return Int(min(max(wait, 1), 3600))
             }
             bucket.tokens -= 1
             return nil
         }
+    }
+
+    /// Requests of `hub` (its id) this edge refused for its rate since it started (the console's
+    /// figure; the metric is `herald_edge_throttled_requests_total`).
+    func refused(hub: String) -> Int64 {
+        buckets.withLock { $0[hub]?.refused ?? 0 }
     }
 
     /// 429 with `Retry-After` unless `hub` (its id) may make one more request at `rate`.

@@ -140,6 +140,14 @@ struct ConsoleRouteTests {
             #expect(hub.contains("<td>none</td>"))
             #expect(hub.components(separatedBy: "(set ").count == 2)
             #expect(hub.contains("<code>DefaultFullSharedAccessSignature</code>: Listen, Manage, Send"))
+            // The queue and the limits (issue 49), as herald-dispatch answers them.
+            #expect(hub.contains(#"<th scope="row">Deliveries waiting</th><td>1500</td>"#), "\(hub)")
+            #expect(hub.contains(#"<th scope="row">Oldest due delivery has waited</th><td>2 s</td>"#))
+            #expect(hub.contains("(this edge, since it started)</th><td>0</td>"))
+            #expect(
+                hub.contains(#"<th scope="row">Pushes a month (UTC)</th><td>1000000</td><td>45000 this month</td>"#))
+            #expect(hub.contains(#"<th scope="row">Pushes a day (UTC)</th><td>none</td><td>1200 today</td>"#))
+            #expect(hub.contains(#"<th scope="row">Weight in delivery claims</th><td>2</td>"#))
 
             let devices = try await Self.page(client, "/console/hubs/default/devices?handle=zz")
             #expect(devices.contains("<code>r-1</code>") && devices.contains("<code>r-2</code>"), "\(devices)")
@@ -173,6 +181,17 @@ struct ConsoleRouteTests {
             #expect(inbox.contains("apns-push-type: alert"), "\(inbox)")
             #expect(!inbox.contains("Older entries"))
         }
+    }
+
+    @Test("the hub page's waits in words")
+    func durations() {
+        #expect(ConsoleRoutes.durationText(milliseconds: 0) == "none")
+        #expect(ConsoleRoutes.durationText(milliseconds: -5) == "none")
+        #expect(ConsoleRoutes.durationText(milliseconds: 850) == "850 ms")
+        #expect(ConsoleRoutes.durationText(milliseconds: 59_999) == "59 s")
+        #expect(ConsoleRoutes.durationText(milliseconds: 200_000) == "3 min 20 s")
+        #expect(ConsoleRoutes.durationText(milliseconds: 7_500_000) == "2 h 5 min")
+        #expect(ConsoleRoutes.durationText(milliseconds: .max).hasSuffix(" min"))
     }
 
     @Test("a service's refusal is the error page with its status, inside the layout")

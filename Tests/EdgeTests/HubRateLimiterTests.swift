@@ -27,6 +27,8 @@ struct HubRateLimiterTests {
         clock.advance(.seconds(60))
         for _ in 0..<5 { #expect(limiter.take(hub: "a", rate: rate) == nil) }
         #expect(limiter.take(hub: "a", rate: rate) != nil, "the bucket holds the burst, no more")
+        #expect(limiter.refused(hub: "a") == 3 && limiter.refused(hub: "b") == 0, "the console's count")
+        #expect(limiter.refused(hub: "unknown") == 0)
     }
 
     @Test("a slow rate's Retry-After says how long; a burst of 0 is one second's worth")

@@ -176,6 +176,20 @@ struct ConsoleTests {
             let hub = try await browser.get("/console/hubs/app-one")
             #expect(hub.status == 200 && hub.text.contains("DefaultFullSharedAccessSignature"))
             #expect(!hub.text.contains("PRIVATE KEY") && !hub.text.contains("SharedAccessKey="), "a secret on the page")
+            // Its queue and limits, read from herald-dispatch and herald-auth (issue 49).
+            #expect(hub.text.contains(#"<th scope="row">Deliveries waiting</th><td>0</td>"#), "\(hub.text)")
+            #expect(hub.text.contains(#"<th scope="row">Oldest due delivery has waited</th><td>none</td>"#))
+            let limits = [
+                "hubs", "limits", "app-one", "--pushes-per-month", "1000", "--weight", "3", "--requests-per-second",
+                "50",
+            ]
+            #expect(try await runProgram(herald, limits + dir).status == 0)
+            let limited = try await browser.get("/console/hubs/app-one")
+            #expect(
+                limited.text.contains(#"<th scope="row">Pushes a month (UTC)</th><td>1000</td><td>0 this month</td>"#),
+                "\(limited.text)")
+            #expect(limited.text.contains(#"<th scope="row">Weight in delivery claims</th><td>3</td>"#))
+            #expect(limited.text.contains(#"<th scope="row">API requests a second</th><td>50</td>"#))
 
             // Manage on one hub only: that hub's pages, not the others', not the inbox.
             #expect(try await runProgram(herald, ["hubs", "grant", "app-one", "alice", "Manage"] + dir).status == 0)

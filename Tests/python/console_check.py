@@ -154,6 +154,8 @@ def main():
 
         # Devices of the hub default: alice's appears after she registers it.
         page.goto(URL + "/console/hubs/default")
+        expect(page.get_by_role("table", name="The hub's deliveries now")).to_contain_text("Deliveries waiting")
+        expect(page.get_by_role("table", name="What the hub may use")).to_contain_text("Weight in delivery claims")
         shot(page, "hub", "desktop")
         page.goto(URL + "/console/hubs/default/devices?user=alice")
         expect(page.locator("table.devices")).to_contain_text("No device matches")

@@ -61,6 +61,10 @@ extension ConsoleRoutes {
                 updated: ConsolePage.time(platform.updatedAtUnixMs).nonEmpty, lastError: platform.lastError.nonEmpty,
                 lastErrorAt: ConsolePage.time(platform.lastErrorAtUnixMs))
         }
+        let pushes = try await dispatch.getHubPushLimits(
+            GetHubPushLimitsRequest(hub: hub.id), requestID: context.requestID)
+        let queue = try await dispatch.getHubQueue(
+            GetHubQueueRequest(hub: hub.id, scope: .hub), requestID: context.requestID)
         return ConsolePage.render(
             "hub", title: "Hub \(hub.name)", session: session,
             view: ConsoleView.Hub(
@@ -68,8 +72,44 @@ extension ConsoleRoutes {
                 keys: hub.keys.map {
                     ConsoleView.Hub.Key(name: $0.name, rights: $0.hubRights.names.joined(separator: ", "))
                 },
-                limit: Self.limitText(hub.maxInstallations)),
+                limit: Self.limitText(hub.maxInstallations), pending: String(queue.pending),
+                oldestDue: Self.durationText(milliseconds: queue.oldestDueMs),
+                refused: String(users.rates.refused(hub: hub.id)), limits: Self.limits(hub, pushes)),
             hub: hub.name)
+    }
+
+    /// The hub page's limits table: herald-auth's and herald-dispatch's, as `herald hubs limits` shows them.
+    static func limits(_ hub: Hub, _ pushes: HubPushLimits) -> [ConsoleView.Hub.Limit] {
+        typealias Limit = ConsoleView.Hub.Limit
+        func value(_ limit: Int64, none: String = "none") -> String { limit > 0 ? String(limit) : none }
+        return [
+            Limit(name: "Installations", value: value(hub.maxInstallations), used: ""),
+            Limit(
+                name: "API requests a second",
+                value: value(hub.requestsPerSecond)
+                    + (hub.requestsPerSecond > 0 && hub.requestBurst > 0 ? " (burst \(hub.requestBurst))" : ""),
+                used: ""),
+            Limit(name: "Pushes a day (UTC)", value: value(pushes.pushesPerDay), used: "\(pushes.pushesToday) today"),
+            Limit(
+                name: "Pushes a month (UTC)", value: value(pushes.pushesPerMonth),
+                used: "\(pushes.pushesThisMonth) this month"),
+            Limit(
+                name: "Provider requests at once, per dispatch replica",
+                value: value(pushes.maxConcurrentPushes, none: "default"), used: ""),
+            Limit(
+                name: "Weight in delivery claims", value: pushes.weight > 1 ? String(pushes.weight) : "1 (default)",
+                used: ""),
+        ]
+    }
+
+    /// A wait in words: "none", "850 ms", "12 s", "3 min 20 s", "2 h 5 min".
+    static func durationText(milliseconds: Int64) -> String {
+        guard milliseconds > 0 else { return "none" }
+        if milliseconds < 1000 { return "\(milliseconds) ms" }
+        let seconds = milliseconds / 1000
+        if seconds < 60 { return "\(seconds) s" }
+        if seconds < 3600 { return "\(seconds / 60) min \(seconds % 60) s" }
+        return "\(seconds / 3600) h \((seconds % 3600) / 60) min"
     }
 
     private static func limitText(_ limit: Int64) -> String {

@@ -115,6 +115,29 @@ enum ConsoleTemplates {
         send to it failed on every device.</p>
         <h2>Keys</h2>
         <ul>{{#keys}}<li><code>{{name}}</code>: {{rights}}</li>{{/keys}}</ul>
+        <h2>Queue</h2>
+        <div class="scroll" tabindex="0" role="region" aria-label="Queue table">
+        <table>
+          <caption>The hub's deliveries now</caption>
+          <tbody>
+          <tr><th scope="row">Deliveries waiting</th><td>{{pending}}</td></tr>
+          <tr><th scope="row">Oldest due delivery has waited</th><td>{{oldestDue}}</td></tr>
+          <tr><th scope="row">Requests refused for the request rate (this edge, since it started)</th><td>{{refused}}</td></tr>
+          </tbody>
+        </table>
+        </div>
+        <h2>Limits</h2>
+        <div class="scroll" tabindex="0" role="region" aria-label="Limits table">
+        <table>
+          <caption>What the hub may use</caption>
+          <thead><tr><th scope="col">Limit</th><th scope="col">Value</th><th scope="col">Used</th></tr></thead>
+          <tbody>
+          {{#limits}}<tr><th scope="row">{{name}}</th><td>{{value}}</td><td>{{used}}</td></tr>{{/limits}}
+          </tbody>
+        </table>
+        </div>
+        <p class="hint">Set with <code>herald hubs limits</code>. Beyond the request rate the API answers 429 with
+        <code>Retry-After</code>; a send that would pass a push quota is refused whole (403 <code>QuotaExceeded</code>).</p>
         """#
 
     static let devices = #"""

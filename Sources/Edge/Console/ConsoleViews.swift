@@ -73,11 +73,23 @@ enum ConsoleView {
             var name: String
             var rights: String
         }
+        struct Limit {
+            var name: String
+            var value: String
+            var used: String
+        }
         var name: String
         var created: String
         var platforms: [Platform]
         var keys: [Key]
         var limit: String
+        /// Deliveries of its open sends not finished yet.
+        var pending: String
+        /// How long its oldest due delivery has waited.
+        var oldestDue: String
+        /// Requests this edge refused for the hub's rate.
+        var refused: String
+        var limits: [Limit]
     }
 
     struct Devices {
