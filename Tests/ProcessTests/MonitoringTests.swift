@@ -69,6 +69,14 @@ struct MonitoringTests {
             }
         ) { live in
             try await StackFixture.secureSequence(live)
+            // Requests past the hub's rate, so that the edge's throttled counter has a series.
+            try await live.setRequestRate(hub: "default", perSecond: 1, burst: 1)
+            var refused = 0
+            for _ in 0..<4 {
+                let reply = try await live.edge.request("GET", "/api/notifications/999", as: "alice")
+                if reply.status == 429 { refused += 1 }
+            }
+            #expect(refused >= 2, "four requests at once against a burst of one")
             func scrape(_ service: String) async throws -> String {
                 let file = "\(live.configuration.runtimeDirectory)/\(service).metrics.url"
                 let url = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(

@@ -178,6 +178,16 @@ package struct LiveStack {
         }
     }
 
+    /// Sets `hub`'s API request rate through herald-auth's RPC (its other limits: none).
+    package func setRequestRate(hub: String, perSecond: Int64, burst: Int64) async throws {
+        _ = try await RPCClient.with(
+            socketPath: configuration.socketPath("auth"), transport: configuration.rpcTransport, timeout: .testRPC
+        ) { client in
+            try await AuthServiceClient(client).setHubLimits(
+                SetHubLimitsRequest(hub: hub, requestsPerSecond: perSecond, requestBurst: burst))
+        }
+    }
+
     /// Registers a device for `user` the way the iOS client does; returns the registration id.
     @discardableResult
     package func register(_ user: String, platform: String = "apns", handle: String, tags: [String] = []) async throws
