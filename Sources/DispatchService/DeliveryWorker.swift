@@ -187,8 +187,8 @@ public final class DeliveryWorker: Service, Sendable {
                         if !deliveredLocally { await wakeup.wait(upTo: .seconds(1)) }
                         continue
                     }
-                    let room = hubRoom()
-                    let held = Set(room.lazy.filter { $0.value == 0 }.map(\.key))
+                    let (room, personalOnly) = hubRoom()
+                    let held = Set(room.lazy.filter { $0.value == 0 }.map(\.key)).union(personalOnly)
                     if let last = heldBack, !held.isEmpty, last.hubs == held,
                         last.sends == committed.load(ordering: .relaxed), ContinuousClock.now - last.at < .seconds(1)
                     {
@@ -200,7 +200,7 @@ public final class DeliveryWorker: Service, Sendable {
                     }
                     let sends = committed.load(ordering: .relaxed)
                     let claimStart = HeraldTracing.isOn ? DefaultTracerClock.now : nil
-                    guard let batch = await claimRemoteBatch(room: room) else { continue }
+                    guard let batch = await claimRemoteBatch(room: room, personalOnly: personalOnly) else { continue }
                     if batch.takenOver > 0 {
                         DispatchMetrics.takeovers(count: batch.takenOver)
                         logger.notice(
@@ -298,16 +298,26 @@ public final class DeliveryWorker: Service, Sendable {
         }
     }
 
-    /// How many deliveries of each hub the next claim may take: none of a hub with its window's
-    /// batches in flight, at most what its `max_concurrent_pushes` leaves; unnamed hubs as many
-    /// as the claim holds.
-    func hubRoom() -> [String: Int] {
+    /// How many deliveries of each hub the next claim may take: at most what its
+    /// `max_concurrent_pushes` leaves; of a hub with its window's batches in flight, only its
+    /// personal lane (`personalOnly`, up to one batch more than its window, so that its
+    /// one-person sends do not wait for its broadcast's batches), and none past that; unnamed
+    /// hubs as many as the claim holds.
+    func hubRoom() -> (room: [String: Int], personalOnly: Set<String>) {
         let caps = concurrency.withLock { $0 }
         return load.withLock { load in
             var room: [String: Int] = [:]
-            for (hub, held) in load where held.batches >= held.window { room[hub] = 0 }
-            for (hub, cap) in caps where room[hub] == nil { room[hub] = max(0, cap - (load[hub]?.items ?? 0)) }
-            return room
+            var personalOnly = Set<String>()
+            for (hub, cap) in caps { room[hub] = max(0, cap - (load[hub]?.items ?? 0)) }
+            for (hub, held) in load where held.batches >= held.window {
+                if held.batches == held.window, room[hub] != 0 {
+                    personalOnly.insert(hub)
+                    room[hub] = min(room[hub] ?? .max, DeliveryLane.personalDevices)
+                } else {
+                    room[hub] = 0
+                }
+            }
+            return (room, personalOnly)
         }
     }
 
@@ -319,11 +329,12 @@ public final class DeliveryWorker: Service, Sendable {
 
     /// Claims due deliveries of the remote platforms (with a lease); nil after a database error
     /// (logged, and waited on for a second).
-    private func claimRemoteBatch(room: [String: Int]) async -> Outbox.ClaimedBatch? {
+    private func claimRemoteBatch(room: [String: Int], personalOnly: Set<String>) async -> Outbox.ClaimedBatch? {
         let remotePlatforms = senders.split.remote
         guard !remotePlatforms.isEmpty else { return .empty }
         do {
-            return try await outbox.claimBatch(limit: batchSize, platforms: remotePlatforms, room: room)
+            return try await outbox.claimBatch(
+                limit: batchSize, platforms: remotePlatforms, room: room, personalOnly: personalOnly)
         } catch {
             logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
             await wakeup.wait(upTo: .seconds(1))

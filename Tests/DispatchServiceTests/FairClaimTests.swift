@@ -109,6 +109,31 @@ struct FairClaimTests {
         }
     }
 
+    @Test(
+        "a hub at its window still has its one-person sends claimed, and nothing of its broadcast",
+        arguments: StoreBackend.available)
+    func personalOnly(_ backend: StoreBackend) async throws {
+        try await withOutbox(backend) { fixture in
+            let outbox = fixture.outbox
+            try await Self.send(outbox, "a-broadcast", hub: "a", 1000)
+            try await Self.send(outbox, "b-1", hub: "b", 1000)
+            var items = try await outbox.claimBatch(
+                limit: 100, platforms: [.apns], room: ["a": 100], personalOnly: ["a"]
+            ).items
+            #expect(Self.count(items, hub: "a") == 0 && Self.count(items, hub: "b") == 100, "no personal row of a yet")
+            try await Self.send(outbox, "a-secure", hub: "a", 2, lane: .personal)
+            items = try await outbox.claimBatch(limit: 100, platforms: [.apns], room: ["a": 100], personalOnly: ["a"])
+                .items
+            #expect(items.filter { $0.hub == "a" }.map(\.notificationID) == ["a-secure", "a-secure"])
+            #expect(Self.count(items, hub: "b") == 98)
+            // Its room still holds: 1 row of the personal lane.
+            try await Self.send(outbox, "a-secure-2", hub: "a", 3, lane: .personal)
+            items = try await outbox.claimBatch(limit: 100, platforms: [.apns], room: ["a": 1], personalOnly: ["a"])
+                .items
+            #expect(items.filter { $0.hub == "a" }.map(\.notificationID) == ["a-secure-2"])
+        }
+    }
+
     @Test("shares: in proportion to weights, at least one row each, no overflow")
     func shares() {
         #expect(FairClaims.shares(of: ["a", "b"], limit: 100, weights: [:]) == [50, 50])

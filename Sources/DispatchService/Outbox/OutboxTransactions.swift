@@ -271,11 +271,16 @@ extension Outbox {
     }
 
     /// ``claim(limit:platforms:)`` with the batch's lease, for the worker that renews it. `room`:
-    /// at most this many rows of each hub it names (0: none; the delivery worker's per-hub caps).
-    public func claimBatch(limit: Int, platforms: [Platform], room: [String: Int] = [:]) async throws -> ClaimedBatch {
+    /// at most this many rows of each hub it names (0: none; the delivery worker's per-hub caps);
+    /// `personalOnly`: hubs of which only the personal lane is read.
+    public func claimBatch(
+        limit: Int, platforms: [Platform], room: [String: Int] = [:], personalOnly: Set<String> = []
+    ) async throws -> ClaimedBatch {
         let at = now()
         return try await sql.transactionRetryingConflicts { session in
-            try await self.take(limit: limit, platforms: platforms, leasing: true, at: at, room: room, session)
+            try await self.take(
+                limit: limit, platforms: platforms, leasing: true, at: at, room: room, personalOnly: personalOnly,
+                session)
         }
     }
 
@@ -343,10 +348,12 @@ extension Outbox {
     ///
     /// `room` caps the rows taken of the hubs it names (a hub with 0 is left out, as if it had
     /// none due): the delivery worker's way to keep one hub from holding more of its batches, or
-    /// of its provider requests, than its share.
+    /// of its provider requests, than its share. Of the hubs in `personalOnly`, only their
+    /// personal lane is read: a hub at its window of batches still has its one-person sends
+    /// claimed, instead of waiting for one of its broadcast's batches to finish.
     func take(
         limit: Int, platforms: [Platform], leasing: Bool, at: Int64, room: [String: Int] = [:],
-        _ session: any SQLSession
+        personalOnly: Set<String> = [], _ session: any SQLSession
     ) async throws -> ClaimedBatch {
         guard !platforms.isEmpty, limit > 0 else { return .empty }
         let cursor = claimCursor.withLock { $0 }
@@ -362,8 +369,8 @@ extension Outbox {
         func rows(of hub: String, count: Int, after mark: Mark?) async throws -> (rows: [Claimed], mark: Mark?) {
             var rows: [Claimed] = []
             var last = mark
-            for lane in [DeliveryLane.personal, .bulk]
-            where rows.count < count && lane.rawValue >= (mark?.lane.rawValue ?? 0) {
+            let lanes: [DeliveryLane] = personalOnly.contains(hub) ? [.personal] : [.personal, .bulk]
+            for lane in lanes where rows.count < count && lane.rawValue >= (mark?.lane.rawValue ?? 0) {
                 let after = mark.flatMap { $0.lane == lane ? ($0.due, $0.sequence) : nil }
                 var laneRows: [Claimed] = []
                 var ranges = 0
