@@ -79,6 +79,13 @@ run_mode() {
     echo "schemathesis.sh: no NH operation got past authentication ($mode)"
     status=1
   fi
+  # That Basic got the hub management operations past the Manage check, on their own hub.
+  hubs=$(grep -ho '\[Edge\] [A-Z]* /v1/hubs[^ ]* [0-9][0-9][0-9]' "$dir/logs/edge.log" | awk '{print $NF}' | sort | uniq -c | awk '{printf "%s x%s, ", $2, $1}')
+  echo "schemathesis.sh: hub management operations answered ${hubs:-nothing}"
+  if ! grep -qE '\[Edge\] (PUT|PATCH) /v1/hubs/stmanaged/[^ ]* 20[0-9]' "$dir/logs/edge.log"; then
+    echo "schemathesis.sh: no hub management change got past the Manage check ($mode)"
+    status=1
+  fi
   # And that the session got the console's operations past sign-in.
   console=$(grep -ho '\[Edge\] [A-Z]* /console/[^ ]* [0-9][0-9][0-9]' "$dir/logs/edge.log" | awk '{print $NF}' | sort | uniq -c | awk '{printf "%s x%s, ", $2, $1}')
   echo "schemathesis.sh: console operations answered ${console:-nothing}"

@@ -75,6 +75,8 @@ public struct EdgeRoutes: Sendable {
             .add(to: router)
         V1Routes(users: users, auth: auth, content: content, dispatch: dispatch, failures: failures, config: config)
             .add(to: router)
+        HubRoutes(users: users, auth: auth, registration: registration, dispatch: dispatch, config: config)
+            .add(to: router)
         TestRoutes(auth: auth, registration: registration, payload: payload, dispatch: dispatch, config: config)
             .add(to: router)
         NotificationHubsRoutes(

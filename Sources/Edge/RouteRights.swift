@@ -17,10 +17,22 @@ public enum RouteRights {
         case key(HubRights)
         /// Manage; or Listen when `$filter` names one device handle (that handle's entries only).
         case manageOrOneHandle
+        /// A Herald user (Basic or Bearer) with Manage: where, the case says.
+        case manage(Managed)
         /// A console session; the text says on what.
         case console(String)
         /// Only on a stack started with `test-mode` (404 otherwise); no credentials.
         case testMode
+    }
+
+    /// Where a management route needs Manage (`/v1/hubs…`, issue 50).
+    public enum Managed: Sendable, Equatable {
+        /// Any Herald user, who is answered only the hubs they hold Manage on.
+        case theirHubs
+        /// Manage on the hub default (the stack's administrator).
+        case defaultHub
+        /// Manage on the hub the path names, or on the hub default.
+        case pathHub
     }
 
     public struct Row: Sendable {
@@ -58,6 +70,19 @@ public enum RouteRights {
         Row("GET", "/v1/notifications/{id}/failures", .user("their own sends")),
         Row("POST", "/v1/auth/token", .user("Basic credentials")),
         Row("DELETE", "/v1/auth/token", .user("the Bearer token itself")),
+        // Hubs over HTTP (issue 50): Manage on the hub default for everything, on a hub for that hub.
+        Row("GET", "/v1/hubs", .manage(.theirHubs)),
+        Row("POST", "/v1/hubs", .manage(.defaultHub)),
+        Row("GET", "/v1/hubs/{hub}", .manage(.pathHub)),
+        Row("DELETE", "/v1/hubs/{hub}", .manage(.pathHub)),
+        Row("PUT", "/v1/hubs/{hub}/keys/{key}", .manage(.pathHub)),
+        Row("POST", "/v1/hubs/{hub}/keys/{key}/rotate", .manage(.pathHub)),
+        Row("DELETE", "/v1/hubs/{hub}/keys/{key}", .manage(.pathHub)),
+        Row("GET", "/v1/hubs/{hub}/credentials", .manage(.pathHub)),
+        Row("PUT", "/v1/hubs/{hub}/credentials/{platform}", .manage(.pathHub)),
+        Row("DELETE", "/v1/hubs/{hub}/credentials/{platform}", .manage(.pathHub)),
+        Row("GET", "/v1/hubs/{hub}/limits", .manage(.pathHub)),
+        Row("PATCH", "/v1/hubs/{hub}/limits", .manage(.pathHub)),
         Row("GET", "/v1/test/inbox", .testMode),
         Row("POST", "/v1/test/reset", .testMode),
         // Notification Hubs: registrations.
@@ -116,6 +141,10 @@ public enum RouteRights {
         case .key(let rights): "a SAS token with \(rights.names.joined(separator: ", "))"
         case .manageOrOneHandle:
             "a SAS token with Manage; or with Listen and `$filter` by one device handle (that handle's entries only)"
+        case .manage(.theirHubs):
+            "a Herald user: the hubs they hold Manage on (every hub with Manage on the hub default)"
+        case .manage(.defaultHub): "a Herald user with Manage on the hub default"
+        case .manage(.pathHub): "a Herald user with Manage on the hub, or on the hub default"
         case .console(let what): "a console session: \(what)"
         case .testMode: "anyone, on a stack in test mode (404 otherwise)"
         }

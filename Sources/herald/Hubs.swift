@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HeraldClient
 import HeraldModel
 import HeraldProto
 import HeraldRPC
@@ -79,24 +80,13 @@ struct Hubs: AsyncParsableCommand {
         @Argument var name: String
 
         func run() async throws {
-            // The id first: registration and dispatch keep the hub's data under it, and a hub made
-            // again under this name gets a new one, so what follows cleans up, it does not guard.
-            let hub = try await Hubs.identity(name, stack)
-            _ = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).deleteHub(DeleteHubRequest(name: hub.name))
-            }
-            let sends = try await withService(.dispatch, stack) { client in
-                let dispatch = DispatchServiceClient(client)
-                _ = try await dispatch.deleteHubCredentials(DeleteHubCredentialsRequest(hub: hub.id))
-                return try await dispatch.deleteHubSends(DeleteHubSendsRequest(hub: hub.id))
-            }
-            let devices = try await withService(.registration, stack) { client in
-                try await RegistrationServiceClient(client).deleteHubDevices(DeleteHubDevicesRequest(hub: hub.id))
-                    .deleted
+            let (hub, deleted) = try await withEveryService(stack) { auth, registration, _, dispatch in
+                try await HubAdministration.delete(
+                    name: name, auth: auth, registration: registration, dispatch: dispatch)
             }
             print(
-                "hub \(hub.name) deleted with its keys, credentials, \(devices) device(s) and \(sends.deleted) send(s), "
-                    + "\(sends.cancelled) of them scheduled and now cancelled")
+                "hub \(hub.name) deleted with its keys, credentials, \(deleted.devices) device(s) and "
+                    + "\(deleted.sends) send(s), \(deleted.cancelledSends) of them scheduled and now cancelled")
         }
     }
 
@@ -127,30 +117,16 @@ struct Hubs: AsyncParsableCommand {
         var weight: Int64?
 
         func run() async throws {
-            let current = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).getHub(GetHubRequest(name: name))
-            }
-            var hub = current
-            if maxInstallations != nil || requestsPerSecond != nil || requestBurst != nil {
-                hub = try await withService(.auth, stack) { client in
-                    try await AuthServiceClient(client).setHubLimits(
-                        SetHubLimitsRequest(
-                            hub: current.name, maxInstallations: maxInstallations ?? current.maxInstallations,
-                            requestsPerSecond: requestsPerSecond ?? current.requestsPerSecond,
-                            requestBurst: requestBurst ?? current.requestBurst))
+            let changes = HubAdministration.Limits(
+                maxInstallations: maxInstallations, requestsPerSecond: requestsPerSecond, requestBurst: requestBurst,
+                pushesPerDay: pushesPerDay, pushesPerMonth: pushesPerMonth, maxConcurrentPushes: maxConcurrentPushes,
+                weight: weight)
+            let (hub, pushes) = try await withService(.auth, stack) { auth in
+                try await withService(.dispatch, stack) { dispatch in
+                    try await HubAdministration.limits(
+                        name: name, changing: changes, auth: AuthServiceClient(auth),
+                        dispatch: DispatchServiceClient(dispatch))
                 }
-            }
-            let pushes = try await withService(.dispatch, stack) { client in
-                let dispatch = DispatchServiceClient(client)
-                let now = try await dispatch.getHubPushLimits(GetHubPushLimitsRequest(hub: current.id))
-                guard pushesPerDay != nil || pushesPerMonth != nil || maxConcurrentPushes != nil || weight != nil
-                else { return now }
-                return try await dispatch.setHubPushLimits(
-                    HubPushLimits(
-                        hub: current.id, pushesPerDay: pushesPerDay ?? now.pushesPerDay,
-                        pushesPerMonth: pushesPerMonth ?? now.pushesPerMonth,
-                        maxConcurrentPushes: maxConcurrentPushes ?? now.maxConcurrentPushes,
-                        weight: weight ?? now.weight))
             }
             print("hub \(hub.name):")
             for line in Self.describe(hub, pushes) { print("  \(line)") }
@@ -311,14 +287,9 @@ struct Hubs: AsyncParsableCommand {
             }
             for key in keys {
                 print("\(key.name) (\(key.hubRights.names.joined(separator: ",")))")
-                print("  " + Self.connectionString(endpoint: endpoint, key: key, secondary: secondary))
+                print(
+                    "  " + HubAdministration.connectionString(endpoint: endpoint, key: key, secondary: secondary))
             }
-        }
-
-        static func connectionString(endpoint: String, key: HubKey, secondary: Bool) -> String {
-            let base = endpoint.hasSuffix("/") ? endpoint : endpoint + "/"
-            return
-                "Endpoint=\(base);SharedAccessKeyName=\(key.name);SharedAccessKey=\(secondary ? key.secondaryKey : key.primaryKey)"
         }
     }
 

@@ -80,7 +80,7 @@ struct RouteRightsTests {
             case .badSignature:
                 if console {
                     fields[.cookie] = "herald_session=forged"
-                } else if case .user = row.needs {
+                } else if row.needsUser {
                     fields[.authorization] = "Basic " + Data("userWithManage:wrong".utf8).base64EncodedString()
                 } else {
                     fields[.authorization] = RouteRightsTests.sas(self)
@@ -141,6 +141,10 @@ struct RouteRightsTests {
             // The matrix's sends go to another user (bob).
             return what == RouteRights.ownDevicesOrSend
                 ? caller.userRights(hub: Names.defaultHub).contains(.send) : true
+        case .manage(let managed):
+            guard caller.isHeraldUser else { return false }
+            // The path names app1, which userManagingAnotherHub does not manage (app2).
+            return managed == .theirHubs ? true : caller == .userWithManage
         case .console(let what):
             guard caller.isHeraldUser else { return false }
             switch what {
@@ -284,6 +288,16 @@ struct RouteRightsTests {
                 ) { String(buffer: $0.body) }
                 #expect(!body.contains("a1a1") && !body.contains("a2a2") && !body.contains("a3a3"), "\(uri): \(body)")
             }
+        }
+    }
+}
+
+extension RouteRights.Row {
+    /// The route takes a Herald user's credentials (Basic or Bearer).
+    var needsUser: Bool {
+        switch needs {
+        case .user, .manage: true
+        default: false
         }
     }
 }

@@ -51,7 +51,8 @@ struct ExternalClientTests {
             #expect(answers["devices_bad_tag"] as? String == "INVALID_ARGUMENT")
             #expect(answers["sends"] as? [Bool] == [true] && answers["stats_delivered"] as? Int == 1)
             #expect(answers["sends_unscoped"] as? String == "PERMISSION_DENIED")
-            #expect(answers["queue_pending"] as? Int == 0 && answers["queue_unscoped"] as? String == "PERMISSION_DENIED")
+            #expect(
+                answers["queue_pending"] as? Int == 0 && answers["queue_unscoped"] as? String == "PERMISSION_DENIED")
             #expect(answers["inbox_newest"] as? Bool == true)
         }
     }

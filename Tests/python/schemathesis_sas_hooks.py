@@ -13,7 +13,8 @@ Listen and the Full key, so generated bodies, headers and queries reach the hand
 stopping at 401. The console's operations (/console/...) get a session cookie (the user signs in
 through the console's own form; schemathesis.sh grants it Manage) and their forms the session's
 CSRF token; the sign-in form its double-submit cookie; sign-out a session of its own each time.
-Every other operation gets Basic credentials.
+Every other operation gets Basic credentials; the hub management operations (/v1/hubs/{hub}/...)
+act on a hub of their own (MANAGED_HUB), made again before each.
 """
 import base64
 import hashlib
@@ -106,9 +107,26 @@ class HeraldAuth:
         case.headers["Authorization"] = data
 
 
+# The hub the management operations (/v1/hubs/{hub}/...) act on: never the one whose keys sign the
+# NH operations (a generated DELETE would take them away for the rest of the run). Made again
+# before each of those operations, since one of them deletes it.
+MANAGED_HUB = "stmanaged"
+
+
 @schemathesis.hook
 def map_path_parameters(context, path_parameters):
-    # The hub the keys belong to: a generated name would only ever meet 401.
+    # The hub the keys belong to: a generated name would only ever meet 401 (or 403).
     if path_parameters and "hub" in path_parameters:
-        path_parameters["hub"] = HUB
+        operation = getattr(context, "operation", None)
+        managed = operation is not None and operation.path.startswith("/v1/hubs/")
+        path_parameters["hub"] = MANAGED_HUB if managed else HUB
     return path_parameters
+
+
+@schemathesis.hook
+def before_call(context, case, **kwargs):
+    if case.operation.path.startswith("/v1/hubs/{hub}"):
+        made = requests.post(BASE + "v1/hubs", json={"name": MANAGED_HUB}, headers={"Authorization": BASIC},
+                             timeout=30)
+        if made.status_code not in (201, 409):
+            raise RuntimeError(f"making {MANAGED_HUB}: {made.status_code} {made.text[:300]}")

@@ -1,0 +1,98 @@
+/// What administering a hub asks of more than one service, written once for `herald hubs` and the
+/// edge's `/v1/hubs` (issue 50): deleting a hub, and its limits, which herald-auth (installations,
+/// request rate) and herald-dispatch (pushes, concurrency, weight) keep apart.
+///
+/// Callers check who may do it; these only call the RPCs, in an order that a second run after a
+/// crash finishes.
+public enum HubAdministration {
+    /// What deleting a hub removed besides its keys.
+    public struct Deleted: Sendable, Equatable {
+        public var devices: Int64
+        public var sends: Int64
+        public var cancelledSends: Int64
+    }
+
+    /// Deletes hub `name`: its keys and grants first (nothing can call it any more), then its push
+    /// credentials, sends and devices, which the other services keep under its id. A hub made
+    /// again under the same name gets a new id, so what follows the first step cleans up after
+    /// this hub only. Errors: NOT_FOUND; FAILED_PRECONDITION for the hub default.
+    public static func delete(
+        name: String, auth: any AuthServiceClientProtocol, registration: any RegistrationServiceClientProtocol,
+        dispatch: any DispatchServiceClientProtocol, requestID: String? = nil
+    ) async throws -> (hub: Hub, deleted: Deleted) {
+        let hub = try await auth.getHub(GetHubRequest(name: name), requestID: requestID)
+        _ = try await auth.deleteHub(DeleteHubRequest(name: hub.name), requestID: requestID)
+        _ = try await dispatch.deleteHubCredentials(DeleteHubCredentialsRequest(hub: hub.id), requestID: requestID)
+        let sends = try await dispatch.deleteHubSends(DeleteHubSendsRequest(hub: hub.id), requestID: requestID)
+        let devices = try await registration.deleteHubDevices(
+            DeleteHubDevicesRequest(hub: hub.id), requestID: requestID)
+        return (hub, Deleted(devices: devices.deleted, sends: sends.deleted, cancelledSends: sends.cancelled))
+    }
+
+    /// A hub's limits, each nil when unchanged (a change) or 0 for none.
+    public struct Limits: Sendable, Equatable {
+        public var maxInstallations: Int64?
+        public var requestsPerSecond: Int64?
+        public var requestBurst: Int64?
+        public var pushesPerDay: Int64?
+        public var pushesPerMonth: Int64?
+        public var maxConcurrentPushes: Int64?
+        public var weight: Int64?
+
+        public init(
+            maxInstallations: Int64? = nil, requestsPerSecond: Int64? = nil, requestBurst: Int64? = nil,
+            pushesPerDay: Int64? = nil, pushesPerMonth: Int64? = nil, maxConcurrentPushes: Int64? = nil,
+            weight: Int64? = nil
+        ) {
+            self.maxInstallations = maxInstallations
+            self.requestsPerSecond = requestsPerSecond
+            self.requestBurst = requestBurst
+            self.pushesPerDay = pushesPerDay
+            self.pushesPerMonth = pushesPerMonth
+            self.maxConcurrentPushes = maxConcurrentPushes
+            self.weight = weight
+        }
+
+        var changesAuth: Bool { maxInstallations != nil || requestsPerSecond != nil || requestBurst != nil }
+        var changesDispatch: Bool {
+            pushesPerDay != nil || pushesPerMonth != nil || maxConcurrentPushes != nil || weight != nil
+        }
+    }
+
+    /// Hub `name` and its push limits with their use so far; with `changes`, those set first
+    /// (the others stay as they are: each service's limits are read, changed and written whole).
+    /// Errors: NOT_FOUND; INVALID_ARGUMENT for a limit out of range (nothing of dispatch's is
+    /// changed when auth's are refused).
+    public static func limits(
+        name: String, changing changes: Limits = Limits(), auth: any AuthServiceClientProtocol,
+        dispatch: any DispatchServiceClientProtocol, requestID: String? = nil
+    ) async throws -> (hub: Hub, pushes: HubPushLimits) {
+        var hub = try await auth.getHub(GetHubRequest(name: name), requestID: requestID)
+        if changes.changesAuth {
+            hub = try await auth.setHubLimits(
+                SetHubLimitsRequest(
+                    hub: hub.name, maxInstallations: changes.maxInstallations ?? hub.maxInstallations,
+                    requestsPerSecond: changes.requestsPerSecond ?? hub.requestsPerSecond,
+                    requestBurst: changes.requestBurst ?? hub.requestBurst),
+                requestID: requestID)
+        }
+        let now = try await dispatch.getHubPushLimits(GetHubPushLimitsRequest(hub: hub.id), requestID: requestID)
+        guard changes.changesDispatch else { return (hub, now) }
+        let pushes = try await dispatch.setHubPushLimits(
+            HubPushLimits(
+                hub: hub.id, pushesPerDay: changes.pushesPerDay ?? now.pushesPerDay,
+                pushesPerMonth: changes.pushesPerMonth ?? now.pushesPerMonth,
+                maxConcurrentPushes: changes.maxConcurrentPushes ?? now.maxConcurrentPushes,
+                weight: changes.weight ?? now.weight),
+            requestID: requestID)
+        return (hub, pushes)
+    }
+
+    /// A key as a Notification Hubs connection string: `endpoint` is the edge's address as clients
+    /// reach it (`sb://host/` or `https://host/`, a trailing slash added when missing).
+    public static func connectionString(endpoint: String, key: HubKey, secondary: Bool = false) -> String {
+        let base = endpoint.hasSuffix("/") ? endpoint : endpoint + "/"
+        return
+            "Endpoint=\(base);SharedAccessKeyName=\(key.name);SharedAccessKey=\(secondary ? key.secondaryKey : key.primaryKey)"
+    }
+}
