@@ -48,6 +48,10 @@ package final class ProviderFixture: Sendable {
     package let apnsDelay = Mutex<TimeAmount>(.zero)
     /// The same for one topic (one hub's app): its provider slow, the others' not.
     package let apnsTopicDelay = Mutex<[String: TimeAmount]>([:])
+    /// The VAPID public key each Web Push subscription was made with (the browser's
+    /// `applicationServerKey`), by its endpoint's path; the push service refuses any other. A
+    /// subscription not named here was made with the deployment's key (``vapidKey``).
+    package let subscriptionKeys = Mutex<[String: P256.Signing.PublicKey]>([:])
     /// More APNs keys the double accepts, by key id: other hubs' credentials, each with its team and topic.
     package let extraAPNsKeys = Mutex<[String: (key: P256.Signing.PublicKey, team: String, topic: String)]>([:])
     /// Provider tokens whose ES256 signature checked out, by token and key, with the claims the
@@ -332,7 +336,9 @@ package final class ProviderFixture: Sendable {
         }
         guard let k = parameters["k"], let t = parameters["t"], let raw = Base64URL.decode(k),
             let key = try? P256.Signing.PublicKey(x963Representation: raw),
-            raw == Array(vapidKey.publicKey.x963Representation)
+            raw
+                == Array(
+                    (subscriptionKeys.withLock { $0[request.path] } ?? vapidKey.publicKey).x963Representation)
         else { return refuse(401, "VAPID k") }
         switch PushRules.verifyES256(t, key: key) {
         case .failure(let why): return refuse(403, "VAPID \(why.reason)")

@@ -1,3 +1,4 @@
+import Crypto
 import Edge
 import Foundation
 import HeraldModel
@@ -62,6 +63,65 @@ struct PushDeliveryTests {
         try #require(reply.status == 202, "alert: \(reply.status) \(reply.text)")
         let path = try #require(reply.header("Location"))
         return (path, try #require(try reply.json()["notificationId"] as? String))
+    }
+
+    @Test(
+        "two hubs send Web Push with their own VAPID keys (the deployment's is the hub default's), each verified by py-vapid"
+    )
+    func vapidPerHub() async throws {
+        try await StackFixture.withProviders { fixture, live in
+            let url = fixture.double.url
+            let alice = BrowserSubscription(endpoint: "\(url)/push/alice-web")
+            try await live.register("alice", platform: "browser", handle: alice.handle)
+            _ = try await Self.alert(live, "from the hub default", to: "alice", as: "bob")
+
+            // A second hub with a VAPID key of its own, set with the CLI.
+            let full = try await NHFixture.hub("web2", live).full
+            let key = P256.Signing.PrivateKey()
+            let keyFile = "\(fixture.folder)/web2-vapid.pem"
+            try key.pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
+            let set = try await runProgram(
+                live.configuration.binDirectory + "/herald",
+                [
+                    "hubs", "credentials", "set", "web2", "browser", "vapid-key=@\(keyFile)",
+                    "subject=mailto:web2@example.com", "--runtime-dir", live.configuration.runtimeDirectory,
+                ])
+            try #require(set.status == 0, "\(set.error)")
+            let carol = BrowserSubscription(endpoint: "\(url)/push/web2-1")
+            // The browser subscribed with web2's key: the push service takes no other.
+            fixture.subscriptionKeys.withLock { $0["/push/web2-1"] = key.publicKey }
+            let put = try await live.edge.request(
+                "PUT", "/web2/installations/w1?api-version=2020-06",
+                authorization: NHFixture.token(sr: NHFixture.root(live), full),
+                body: #"{"installationId":"w1","platform":"browser","pushChannel":\#(carol.handle)}"#)
+            try #require(put.status == 200, "\(put.text)")
+            let sent = try await NHFixture.post(
+                live, "/web2/messages?api-version=2020-06", full, body: #"{"title":"from web2"}"#,
+                headers: [
+                    ("ServiceBusNotification-Format", "browser"),
+                    ("ServiceBusNotification-Tags", "$InstallationId:{w1}"),
+                ])
+            #expect(sent.status == 201, "\(sent.text)")
+
+            let pushes = try await fixture.double.waitFor(2) { ["/push/alice-web", "/push/web2-1"].contains($0.path) }
+            try #require(pushes.count == 2, "\(fixture.double.requests.map(\.path))")
+            let check: [[String: Any]] = try pushes.map { push in
+                let own = push.path == "/push/web2-1"
+                return [
+                    "name": own ? "hub web2" : "hub default",
+                    "authorization": try #require(push.header("authorization")),
+                    "public_key": own ? key.publicKey.pemRepresentation : fixture.vapidKey.publicKey.pemRepresentation,
+                ]
+            }
+            let input = "\(fixture.folder)/vapid.json"
+            try JSONSerialization.data(withJSONObject: check).write(to: URL(fileURLWithPath: input))
+            let python = try #require(which("python3"))
+            let verified = try await runProgram(python, [packageRoot.path + "/Tests/python/verify_vapid.py", input])
+            #expect(verified.status == 0, "verify_vapid.py: \(verified.output) \(verified.error)")
+            #expect(
+                verified.output.contains("py-vapid: hub web2 ok")
+                    && verified.output.contains("py-vapid: hub default ok"))
+        }
     }
 
     @Test("alert and background pushes reach APNs, FCM, WNS and Web Push with exactly the right headers and bytes")
