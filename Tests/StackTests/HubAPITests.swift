@@ -177,4 +177,37 @@ struct HubAPITests {
             #expect(shown.output.contains("weight 4") && shown.output.contains("pushes per day 10"), "\(shown.output)")
         }
     }
+
+    @Test(
+        "a Python script provisions a hub, its keys and APNs credentials only over HTTP and sends through it with the PyPI NH client"
+    )
+    func provisionedFromPython() async throws {
+        let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
+        try await StackFixture.withProviders(edge: ["--test-mode", "true"]) { fixture, live in
+            let herald = live.configuration.binDirectory + "/herald"
+            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
+            #expect(try await runProgram(herald, ["hubs", "grant", "default", "ops", "Manage"] + dir).status == 0)
+            let token = apnsToken(1500)
+            let result = try await runProgram(
+                python,
+                [
+                    packageRoot.appendingPathComponent("Tests/python/nh_provision_check.py").path,
+                    live.edge.base.absoluteString, "ops:ops", "\(fixture.folder)/apns.p8", ProviderFixture.keyID,
+                    ProviderFixture.teamID, ProviderFixture.topic, fixture.double.url, token,
+                ])
+            try #require(result.status == 0, "nh_provision_check.py failed: \(result.error)")
+            let out = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+            let created = try #require(out["created"] as? [String: Any])
+            #expect(
+                created["location"] as? String == "/v1/hubs/provisioned" && created["secret_shown"] as? Bool == true)
+            #expect(out["secret_read_back"] as? Bool == false && out["credentials_leak"] as? Bool == false)
+            #expect(out["apns_source"] as? String == "hub")
+            let limits = try #require(out["limits"] as? [String: Any])
+            #expect(limits["pushesThisMonth"] as? Int == 1 && limits["pushesPerMonth"] as? Int == 100, "\(limits)")
+            // The push went to the double with the credentials set over HTTP (its topic and key).
+            let pushes = try await fixture.double.waitFor(1) { $0.path == "/3/device/\(token)" }
+            #expect(
+                pushes.first?.header("apns-topic") == ProviderFixture.topic, "\(fixture.double.requests.map(\.path))")
+        }
+    }
 }
