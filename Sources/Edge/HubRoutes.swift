@@ -275,13 +275,10 @@ struct HubRoutes: Sendable {
     }
 
     static func platform(_ context: EdgeRequestContext) throws -> Platform {
-        switch try context.parameters.require("platform").lowercased() {
-        case "apns": .apns
-        case "fcm", "fcmv1": .fcm
-        case "wns": .wns
-        case "browser", "webpush": .browser
-        default: throw EdgeError(.badRequest, "platform must be apns, fcm, wns or browser")
+        guard let platform = SetHubCredentialsRequest.platform(named: try context.parameters.require("platform")) else {
+            throw EdgeError(.badRequest, "platform must be apns, fcm, wns or browser")
         }
+        return platform
     }
 
     /// A body of JSON `T`, within the edge's body limit: 400 naming what is wrong.
@@ -442,13 +439,7 @@ struct CredentialBody: Encodable {
 
     init(_ platform: HubPlatformCredentials) {
         self.platform = platform.platform.name
-        source =
-            switch platform.source {
-            case .hub: "hub"
-            case .deployment: "deployment"
-            case .inbox: "inbox"
-            default: "missing"
-            }
+        source = platform.source.word
         summary = platform.summary
         updatedAtUnixMs = platform.updatedAtUnixMs > 0 ? platform.updatedAtUnixMs : nil
         failing = platform.failing

@@ -14,6 +14,18 @@ extension SetHubCredentialsRequest {
         .browser: (["vapid-key", "subject"], []),
     ]
 
+    /// The platform a hub's credentials are set for, by the name the CLI and `/v1/hubs` take
+    /// (apns, fcm or fcmv1, wns, browser or webpush; any case); nil for another.
+    public static func platform(named name: String) -> Platform? {
+        switch name.lowercased() {
+        case "apns": .apns
+        case "fcm", "fcmv1": .fcm
+        case "wns": .wns
+        case "browser", "webpush": .browser
+        default: nil
+        }
+    }
+
     /// `platform`'s setting names, once every name in `settings` is one of them: INVALID_ARGUMENT
     /// for a platform without credentials, and for an unknown setting (naming it, never a value).
     public static func settingNames(of platform: Platform, checking settings: [String: String]) throws -> (
@@ -83,5 +95,18 @@ extension SetHubCredentialsRequest {
                 "set exactly one platform's credentials (apns, fcm, wns or browser); \(found.count) are set")
         }
         return (platform, Dictionary(uniqueKeysWithValues: fields.filter { !$0.1.isEmpty }))
+    }
+}
+
+extension CredentialSource {
+    /// What delivers a platform, in one word (the CLI's and `/v1/hubs`' answers): hub,
+    /// deployment, inbox or missing.
+    public var word: String {
+        switch self {
+        case .hub: "hub"
+        case .deployment: "deployment"
+        case .inbox: "inbox"
+        default: "missing"
+        }
     }
 }

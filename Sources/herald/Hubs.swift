@@ -214,21 +214,11 @@ struct Hubs: AsyncParsableCommand {
                 Self.print(answer, hub: hub.name)
             }
 
-            /// What delivers a platform, in one word: hub, deployment, inbox or missing.
-            static func word(_ source: CredentialSource) -> String {
-                switch source {
-                case .hub: "hub"
-                case .deployment: "deployment"
-                case .inbox: "inbox"
-                default: "missing"
-                }
-            }
-
             static func print(_ answer: HubCredentialsResponse, hub: String) {
                 Swift.print("hub \(hub)")
                 for platform in answer.platforms {
                     Swift.print(
-                        "  \(platform.platform.name)\t\(word(platform.source))\(platform.summary.isEmpty ? "" : "\t" + platform.summary)"
+                        "  \(platform.platform.name)\t\(platform.source.word)\(platform.summary.isEmpty ? "" : "\t" + platform.summary)"
                     )
                 }
             }
@@ -262,13 +252,10 @@ struct Hubs: AsyncParsableCommand {
     }
 
     static func platform(_ name: String) throws -> Platform {
-        switch name.lowercased() {
-        case "apns": .apns
-        case "fcm", "fcmv1": .fcm
-        case "wns": .wns
-        case "browser", "webpush": .browser
-        default: throw ValidationError("platform must be apns, fcm, wns or browser")
+        guard let platform = SetHubCredentialsRequest.platform(named: name) else {
+            throw ValidationError("platform must be apns, fcm, wns or browser")
         }
+        return platform
     }
 
     struct Keys: AsyncParsableCommand {
