@@ -163,6 +163,7 @@ struct RouteRightsTests {
         if case .console = row.needs { hub = "default" } else { hub = "app1" }
         var uri = row.path.replacingOccurrences(of: "{hub}", with: hub).replacingOccurrences(of: "{id}", with: "7")
             .replacingOccurrences(of: "{tag}", with: "news").replacingOccurrences(of: "{user}", with: "u1")
+            .replacingOccurrences(of: "{key}", with: "k1").replacingOccurrences(of: "{platform}", with: "apns")
         switch row.route {
         case "POST /api/notifications": uri += "?pns=apns&to_tag=bob"
         case "POST /v1/notifications": uri += "?kind=alert&to_user=bob&message=hi"

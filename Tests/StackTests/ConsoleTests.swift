@@ -222,6 +222,91 @@ struct ConsoleTests {
         }
     }
 
+    @Test(
+        "round 2: keys made, rotated and revoked; credentials set and deleted; a device and a hub deleted; each form needs its CSRF token"
+    )
+    func manageHub() async throws {
+        try await LiveStack.with(auth: .accounts, users: ["admin", "alice"]) { live in
+            let herald = live.configuration.binDirectory + "/herald"
+            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
+            #expect(try await runProgram(herald, ["hubs", "grant", "default", "admin", "Manage"] + dir).status == 0)
+            let browser = Browser(live)
+            #expect(try await browser.signIn("admin", EdgeClient.password(of: "admin", in: .accounts)).status == 303)
+            let csrf = try Browser.csrf(try await browser.get("/console/hubs"))
+            #expect(try await browser.post("/console/hubs", ["name": "app-two", "_csrf": csrf]).status == 303)
+            let hubPath = "/console/hubs/app-two"
+            let page = try await browser.get(hubPath)
+            #expect(page.text.contains("Delete hub app-two") && page.text.contains("Set browser credentials"))
+            #expect(!(try await browser.get("/console/hubs/default")).text.contains("Delete hub default"))
+
+            // Keys: made with the rights checked (secrets shown once), not without the token, not twice.
+            #expect(try await browser.post("\(hubPath)/keys", ["name": "Forged", "send": "on"]).status == 403)
+            let made = try await browser.post("\(hubPath)/keys", ["name": "Backend", "send": "on", "_csrf": csrf])
+            #expect(made.status == 200 && made.header("Cache-Control") == "no-store", "\(made.text)")
+            let first = try #require(made.text.firstMatch(of: /SharedAccessKeyName=Backend;SharedAccessKey=([^<\s]+)/))
+            #expect(made.text.contains("Backend</code> of hub app-two (Send)"))
+            #expect(
+                try await browser.post("\(hubPath)/keys", ["name": "Backend", "send": "on", "_csrf": csrf]).status
+                    == 409)
+            #expect(try await browser.post("\(hubPath)/keys", ["name": "Empty", "_csrf": csrf]).status == 400)
+            let rotated = try await browser.post(
+                "\(hubPath)/keys/Backend/rotate", ["which": "primary", "_csrf": csrf])
+            let second = try #require(
+                rotated.text.firstMatch(of: /SharedAccessKeyName=Backend;SharedAccessKey=([^<\s]+)/))
+            #expect(rotated.status == 200 && second.1 != first.1, "a new primary secret")
+            #expect(try await browser.post("\(hubPath)/keys/Backend/revoke", ["_csrf": "wrong"]).status == 403)
+            #expect(try await browser.post("\(hubPath)/keys/Backend/revoke", ["_csrf": csrf]).status == 303)
+            var hub = try await browser.get(hubPath)
+            #expect(!hub.text.contains("<code>Backend</code>") && !hub.text.contains("<code>Forged</code>"))
+
+            // Credentials: set from the form (a key that does not parse is refused), never shown, deleted.
+            let vapid = P256.Signing.PrivateKey().pemRepresentation
+            let bad = try await browser.postMultipart(
+                "\(hubPath)/credentials/browser",
+                ["_csrf": csrf, "vapid-key": "nope", "subject": "mailto:ops@example.com"])
+            #expect(bad.status == 400, "\(bad.text)")
+            let aimed = try await browser.postMultipart(
+                "\(hubPath)/credentials/fcm", ["_csrf": csrf, "service-account": "{}", "url": "http://10.0.0.1/"])
+            #expect(aimed.status == 400 && aimed.text.contains("test double"), "\(aimed.text)")
+            let set = try await browser.postMultipart(
+                "\(hubPath)/credentials/browser",
+                ["_csrf": csrf, "vapid-key": vapid, "subject": "mailto:ops@example.com"])
+            #expect(set.status == 303 && set.header("Location") == hubPath, "\(set.text)")
+            hub = try await browser.get(hubPath)
+            #expect(hub.text.contains("the hub&#39;s own credentials") && !hub.text.contains("PRIVATE KEY"))
+            #expect(hub.text.contains("Delete browser credentials"))
+            #expect(try await browser.post("\(hubPath)/credentials/browser/delete", ["_csrf": csrf]).status == 303)
+            #expect(!(try await browser.get(hubPath)).text.contains("the hub&#39;s own credentials"))
+
+            // A device of the hub default, deleted from its devices page.
+            let handle = apnsToken(901)
+            let id = try await live.register("alice", handle: handle)
+            #expect((try await browser.get("/console/hubs/default/devices?handle=\(handle)")).text.contains(id))
+            let devices = try await browser.get("/console/hubs/default/devices?handle=\(handle)")
+            #expect(devices.text.contains(#"name="owner" value="alice""#), "\(devices.text)")
+            // Another owner named in the form deletes nothing; a hub other than the default has no such devices.
+            _ = try await browser.post(
+                "/console/hubs/default/registrations/\(id)/delete", ["_csrf": csrf, "owner": "mallory"])
+            #expect((try await browser.get("/console/hubs/default/devices?handle=\(handle)")).text.contains(id))
+            #expect(
+                try await browser.post("\(hubPath)/registrations/\(id)/delete", ["_csrf": csrf, "owner": "alice"])
+                    .status == 400)
+            let deleted = try await browser.post(
+                "/console/hubs/default/registrations/\(id)/delete", ["_csrf": csrf, "owner": "alice"])
+            #expect(deleted.status == 303 && deleted.header("Location") == "/console/hubs/default/devices")
+            #expect(!(try await browser.get("/console/hubs/default/devices?handle=\(handle)")).text.contains(id))
+
+            // The hub: only with its name typed again; never the hub default.
+            #expect(try await browser.post("\(hubPath)/delete", ["confirm": "app-tw", "_csrf": csrf]).status == 400)
+            #expect(
+                try await browser.post("/console/hubs/default/delete", ["confirm": "default", "_csrf": csrf]).status
+                    == 400)
+            let gone = try await browser.post("\(hubPath)/delete", ["confirm": "app-two", "_csrf": csrf])
+            #expect(gone.status == 303 && gone.header("Location") == "/console/hubs")
+            #expect(try await browser.get(hubPath).status == 404)
+        }
+    }
+
     @Test("what strangers write reaches the console escaped; hostile paths, cookies and forms get a page, never a 500")
     func hostileInput() async throws {
         try await LiveStack.with(auth: .accounts, users: ["ops"]) { live in

@@ -152,6 +152,51 @@ def main():
         page.goto(URL + "/console/hubs")
         expect(page.get_by_role("link", name="console-demo")).to_be_visible()
 
+        # Round 2 (issue 50): keys made, rotated and revoked; credentials uploaded and deleted.
+        page.goto(URL + "/console/hubs/console-demo")
+        page.get_by_label("New key's name").fill("Backend")
+        page.get_by_label("Send", exact=True).check()
+        page.get_by_role("button", name="Create key").click()
+        expect(page.get_by_role("heading", name="Key Backend")).to_be_visible()
+        first = page.get_by_label("Primary").input_value()
+        check(first.startswith("Endpoint=sb://") and "SharedAccessKeyName=Backend;" in first, f"connection string {first}")
+        shot(page, "secret", "desktop")
+        page.get_by_role("link", name="Back to hub console-demo").click()
+        page.get_by_role("button", name="Rotate the primary secret of Backend").click()
+        second = page.get_by_label("Primary").input_value()
+        check(second != first and "SharedAccessKeyName=Backend;" in second, "rotating kept the primary secret")
+        page.goto(URL + "/console/hubs/console-demo")
+        expect(page.locator("ul.keys")).to_contain_text("Backend")
+        page.get_by_role("button", name="Revoke Backend").click()
+        expect(page).to_have_url(URL + "/console/hubs/console-demo")
+        expect(page.locator("ul.keys")).not_to_contain_text("Backend")
+
+        vapid = subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"],
+                               capture_output=True, check=True).stdout
+        page.get_by_text("Set browser credentials").click()
+        page.get_by_label("VAPID key (EC P-256, .pem)").set_input_files(
+            {"name": "vapid.pem", "mimeType": "application/x-pem-file", "buffer": vapid})
+        page.get_by_label("Subject").fill("mailto:ops@example.com")
+        page.get_by_role("button", name="Save browser credentials").click()
+        expect(page).to_have_url(URL + "/console/hubs/console-demo")
+        browser_row = page.locator("table").first.locator("tbody tr").filter(has=page.locator("th", has_text="browser"))
+        expect(browser_row).to_contain_text("the hub's own credentials")
+        check("PRIVATE KEY" not in page.content(), "the VAPID key is on the page")
+        shot(page, "hub-credentials", "desktop")
+        page.get_by_text("Set browser credentials").click()
+        page.get_by_role("button", name="Delete browser credentials").click()
+        expect(browser_row).not_to_contain_text("the hub's own credentials")
+
+        # Deleting the hub takes its name typed again.
+        page.get_by_label(re.compile("Type the hub's name")).fill("console-dem")
+        page.get_by_role("button", name="Delete hub console-demo").click()
+        expect(page.locator("main")).to_contain_text("type the hub's name, console-demo, to delete it")
+        page.goto(URL + "/console/hubs/console-demo")
+        page.get_by_label(re.compile("Type the hub's name")).fill("console-demo")
+        page.get_by_role("button", name="Delete hub console-demo").click()
+        expect(page).to_have_url(URL + "/console/hubs")
+        expect(page.get_by_role("link", name="console-demo")).to_have_count(0)
+
         # Devices of the hub default: alice's appears after she registers it.
         page.goto(URL + "/console/hubs/default")
         expect(page.get_by_role("table", name="The hub's deliveries now")).to_contain_text("Deliveries waiting")
@@ -169,6 +214,17 @@ def main():
         page.get_by_role("button", name="Search").click()
         expect(page.locator("table.devices")).to_contain_text(registration)
         shot(page, "devices", "desktop")
+
+        # A device deleted from the console (a second one of alice's, so the sends below keep theirs).
+        spare = "b2" * 32
+        status, body = api("POST", "/api/register?handle=" + spare, ALICE)
+        api("PUT", "/api/register/" + json.loads(body), ALICE, json.dumps({"Platform": "apns", "Handle": spare}).encode())
+        page.goto(URL + "/console/hubs/default/devices?handle=" + spare)
+        expect(page.locator("table.devices")).to_contain_text(spare)
+        page.get_by_role("button", name="Delete registration " + json.loads(body)).click()
+        expect(page).to_have_url(URL + "/console/hubs/default/devices")
+        page.goto(URL + "/console/hubs/default/devices?handle=" + spare)
+        expect(page.locator("table.devices")).to_contain_text("No device matches")
 
         # Test send: preview the native payloads, send, follow the outcome to Completed.
         page.goto(URL + "/console/hubs/default/send")

@@ -37,6 +37,10 @@ enum ConsoleAssets {
         input, select, textarea, button { font: inherit; padding: 6px 8px; border: 1px solid #8c959f; border-radius: 4px; background: #fff; color: var(--fg); }
         button { cursor: pointer; background: #fff; } button.primary, .card > button { background: var(--accent); color: #fff; border-color: var(--accent); }
         .buttons { display: flex; gap: 8px; flex-wrap: wrap; }
+        button.danger, .card > button.danger { background: #fff; color: var(--bad); border-color: var(--bad); }
+        form.inline { display: inline; margin: 0 0 0 6px; } ul.keys li { margin-bottom: 6px; }
+        details.card { margin-bottom: 8px; } details.card summary { cursor: pointer; font-weight: 600; }
+        fieldset label { font-weight: 400; }
         .filters { display: flex; flex-wrap: wrap; gap: 8px 12px; align-items: end; margin-bottom: 12px; }
         .filters div { display: grid; gap: 2px; }
         .error { color: var(--bad); font-weight: 600; } .notice { color: var(--warn); font-weight: 600; }

@@ -47,6 +47,7 @@ extension ConsoleRoutes {
         let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
         let credentials = try await dispatch.getHubCredentials(
             GetHubCredentialsRequest(hub: hub.id), requestID: context.requestID)
+        let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub.name))"
         let platforms = credentials.platforms.map { platform in
             let status: String =
                 switch platform.source {
@@ -59,7 +60,10 @@ extension ConsoleRoutes {
                 platform: platform.platform.name, status: status,
                 source: Self.sourceText(platform.source), summary: platform.summary,
                 updated: ConsolePage.time(platform.updatedAtUnixMs).nonEmpty, lastError: platform.lastError.nonEmpty,
-                lastErrorAt: ConsolePage.time(platform.lastErrorAtUnixMs))
+                lastErrorAt: ConsolePage.time(platform.lastErrorAtUnixMs),
+                setAction: "\(hubPath)/credentials/\(platform.platform.name)",
+                fields: Self.credentialFields(platform.platform),
+                deleteAction: platform.source == .hub ? "\(hubPath)/credentials/\(platform.platform.name)/delete" : nil)
         }
         let pushes = try await dispatch.getHubPushLimits(
             GetHubPushLimitsRequest(hub: hub.id), requestID: context.requestID)
@@ -68,9 +72,13 @@ extension ConsoleRoutes {
         return ConsolePage.render(
             "hub", title: "Hub \(hub.name)", session: session,
             view: ConsoleView.Hub(
+                path: hubPath, csrf: session.csrf, deletable: hub.id != Names.defaultHub,
                 name: hub.name, created: ConsolePage.time(hub.createdAtUnixMs), platforms: platforms,
                 keys: hub.keys.map {
-                    ConsoleView.Hub.Key(name: $0.name, rights: $0.hubRights.names.joined(separator: ", "))
+                    let keyPath = "\(hubPath)/keys/\(ConsolePage.pathComponent($0.name))"
+                    return ConsoleView.Hub.Key(
+                        name: $0.name, rights: $0.hubRights.names.joined(separator: ", "), rotate: "\(keyPath)/rotate",
+                        revoke: "\(keyPath)/revoke")
                 },
                 limit: Self.limitText(hub.maxInstallations), pending: String(queue.pending),
                 oldestDue: Self.durationText(milliseconds: queue.oldestDueMs),
@@ -143,16 +151,19 @@ extension ConsoleRoutes {
             requestID: context.requestID)
         let hubPath = "/console/hubs/\(ConsolePage.pathComponent(hub.name))"
         let devices = page.devices.map { device in
-            ConsoleView.Devices.Row(
-                id: device.installationID.isEmpty ? device.registrationID : device.installationID,
-                kind: device.installationID.isEmpty ? "registration" : "installation",
+            let id = device.installationID.isEmpty ? device.registrationID : device.installationID
+            let kind = device.installationID.isEmpty ? "registration" : "installation"
+            return ConsoleView.Devices.Row(
+                id: id, kind: kind,
                 owner: device.owner, platform: device.platform.name, handle: device.handle,
                 tags: device.tags.joined(separator: ", "), updated: ConsolePage.time(device.updatedAtUnixMs),
                 expired: device.expired,
                 send: "\(hubPath)/send"
                     + ConsolePage.query([
                         ("target", "device"), ("platform", device.platform.name), ("handle", device.handle),
-                    ]))
+                    ]),
+                delete: "\(hubPath)/\(kind)s/\(ConsolePage.pathComponent(id))/delete",
+                deleteOwner: device.owner.isEmpty ? nil : device.owner)
         }
         let next =
             page.nextAfterID.isEmpty
@@ -166,7 +177,8 @@ extension ConsoleRoutes {
         return ConsolePage.render(
             "devices", title: "Devices of \(hub)", session: session,
             view: ConsoleView.Devices(
-                devices: devices, next: next.nonEmpty, user: filter.user, tag: filter.tag, handle: filter.handle,
+                devices: devices, csrf: session.csrf, next: next.nonEmpty, user: filter.user, tag: filter.tag,
+                handle: filter.handle,
                 platforms: Self.platformOptions(selected: filter.platform, any: true), path: "\(hubPath)/devices",
                 first: query["after"] != nil ? "\(hubPath)/devices" : nil),
             hub: hub.name)

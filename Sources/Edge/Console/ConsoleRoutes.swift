@@ -76,6 +76,7 @@ struct ConsoleRoutes: Sendable {
         console.get("hubs/:hub/sends/:id") { request, context in
             await managedPage(request, context) { try await outcomePage(request, context, $0, hub: $1) }
         }
+        addActions(to: console)
         console.get("inbox") { request, context in
             await page(request, context) { try await inboxPage(request, context, $0) }
         }

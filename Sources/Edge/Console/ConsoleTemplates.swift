@@ -5,7 +5,7 @@
 enum ConsoleTemplates {
     static let all: [String: String] = [
         "layout": layout, "login": login, "error": error, "hubs": hubs, "hub": hub, "devices": devices, "send": send,
-        "sends": sends, "outcome": outcome, "inbox": inbox,
+        "sends": sends, "outcome": outcome, "inbox": inbox, "secret": secret,
     ]
 
     static let layout = #"""
@@ -111,10 +111,43 @@ enum ConsoleTemplates {
           </tbody>
         </table>
         </div>
-        <p class="hint">Set with <code>herald hubs credentials set</code>; a platform is <em>failing</em> when the hub's latest
-        send to it failed on every device.</p>
+        <p class="hint">A platform is <em>failing</em> when the hub's latest send to it failed on every device. Secrets are
+        checked when set and never shown again.</p>
+        {{#platforms}}
+        <details class="card">
+          <summary>Set {{platform}} credentials</summary>
+          <form method="post" action="{{setAction}}" enctype="multipart/form-data">
+            <input type="hidden" name="_csrf" value="{{csrf}}">
+            {{#fields}}<label for="{{id}}">{{label}}</label>
+            <input id="{{id}}" name="{{name}}" type="{{type}}"{{#accept}} accept="{{accept}}"{{/accept}}{{#placeholder}} placeholder="{{placeholder}}"{{/placeholder}}{{#required}} required{{/required}}>
+            {{/fields}}<button type="submit">Save {{platform}} credentials</button>
+          </form>
+          {{#deleteAction}}<form method="post" action="{{deleteAction}}">
+            <input type="hidden" name="_csrf" value="{{csrf}}">
+            <button type="submit" class="danger">Delete {{platform}} credentials</button>
+          </form>{{/deleteAction}}
+        </details>
+        {{/platforms}}
         <h2>Keys</h2>
-        <ul>{{#keys}}<li><code>{{name}}</code>: {{rights}}</li>{{/keys}}</ul>
+        <ul class="keys">{{#keys}}<li><code>{{name}}</code>: {{rights}}
+          <form class="inline" method="post" action="{{rotate}}"><input type="hidden" name="_csrf" value="{{csrf}}"><input type="hidden" name="which" value="primary">
+            <button type="submit" aria-label="Rotate the primary secret of {{name}}">Rotate primary</button></form>
+          <form class="inline" method="post" action="{{rotate}}"><input type="hidden" name="_csrf" value="{{csrf}}"><input type="hidden" name="which" value="secondary">
+            <button type="submit" aria-label="Rotate the secondary secret of {{name}}">Rotate secondary</button></form>
+          <form class="inline" method="post" action="{{revoke}}"><input type="hidden" name="_csrf" value="{{csrf}}">
+            <button type="submit" class="danger" aria-label="Revoke {{name}}">Revoke</button></form>
+        </li>{{/keys}}</ul>
+        <form class="card" method="post" action="{{path}}/keys">
+          <input type="hidden" name="_csrf" value="{{csrf}}">
+          <label for="key-name">New key's name</label>
+          <input id="key-name" name="name" required pattern="[A-Za-z0-9._\-]{1,256}">
+          <fieldset><legend>Rights</legend>
+            <label><input type="checkbox" name="listen" value="on" checked> Listen</label>
+            <label><input type="checkbox" name="send" value="on"> Send</label>
+            <label><input type="checkbox" name="manage" value="on"> Manage</label>
+          </fieldset>
+          <button type="submit">Create key</button>
+        </form>
         <h2>Queue</h2>
         <div class="scroll" tabindex="0" role="region" aria-label="Queue table">
         <table>
@@ -138,6 +171,25 @@ enum ConsoleTemplates {
         </div>
         <p class="hint">Set with <code>herald hubs limits</code>. Beyond the request rate the API answers 429 with
         <code>Retry-After</code>; a send that would pass a push quota is refused whole (403 <code>QuotaExceeded</code>).</p>
+        {{#deletable}}
+        <h2>Delete the hub</h2>
+        <form class="card" method="post" action="{{path}}/delete">
+          <input type="hidden" name="_csrf" value="{{csrf}}">
+          <label for="confirm">Type the hub's name, {{name}}, to delete it with its keys, credentials, devices and sends</label>
+          <input id="confirm" name="confirm" autocomplete="off" required>
+          <button type="submit" class="danger">Delete hub {{name}}</button>
+        </form>
+        {{/deletable}}
+        """#
+
+    static let secret = #"""
+        <p class="notice" role="status">The key <code>{{name}}</code> of hub {{hub}} ({{rights}}): its secrets as connection strings,
+        shown this once. Copy them now; the console cannot show them again.</p>
+        <label for="primary">Primary</label>
+        <textarea id="primary" readonly rows="3">{{primary}}</textarea>
+        <label for="secondary">Secondary</label>
+        <textarea id="secondary" readonly rows="3">{{secondary}}</textarea>
+        <p><a href="{{path}}">Back to hub {{hub}}</a></p>
         """#
 
     static let devices = #"""
@@ -157,7 +209,9 @@ enum ConsoleTemplates {
           <tbody>
           {{#devices}}<tr{{#expired}} class="expired"{{/expired}}><td><code>{{id}}</code></td><td>{{kind}}</td><td>{{owner}}</td><td>{{platform}}</td>
             <td class="handle"><code>{{handle}}</code>{{#expired}} <span class="badge failing">expired</span>{{/expired}}</td><td>{{tags}}</td><td>{{updated}}</td>
-            <td><a href="{{send}}">Test send</a></td></tr>{{/devices}}
+            <td><a href="{{send}}">Test send</a>
+              <form class="inline" method="post" action="{{delete}}"><input type="hidden" name="_csrf" value="{{csrf}}">{{#deleteOwner}}<input type="hidden" name="owner" value="{{deleteOwner}}">{{/deleteOwner}}
+                <button type="submit" class="danger" aria-label="Delete {{kind}} {{id}}">Delete</button></form></td></tr>{{/devices}}
           {{^devices}}<tr><td colspan="8">No device matches.</td></tr>{{/devices}}
           </tbody>
         </table>

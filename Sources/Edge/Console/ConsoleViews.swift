@@ -60,6 +60,17 @@ enum ConsoleView {
     }
 
     struct Hub {
+        /// One input of a platform's credentials form: its setting's name (the CLI's).
+        struct Field {
+            var id: String
+            var name: String
+            var label: String
+            /// text, password or file.
+            var type: String
+            var accept: String?
+            var placeholder: String?
+            var required: Bool
+        }
         struct Platform {
             var platform: String
             var status: String
@@ -68,11 +79,23 @@ enum ConsoleView {
             var updated: String?
             var lastError: String?
             var lastErrorAt: String
+            /// Where its form posts, and its inputs.
+            var setAction: String
+            var fields: [Field]
+            /// Where deleting the hub's own credentials posts; nil when it has none.
+            var deleteAction: String?
         }
         struct Key {
             var name: String
             var rights: String
+            var rotate: String
+            var revoke: String
         }
+        /// The hub's console path, and the session's CSRF token for its forms.
+        var path: String
+        var csrf: String
+        /// Every hub but the default may be deleted.
+        var deletable: Bool
         struct Limit {
             var name: String
             var value: String
@@ -92,6 +115,16 @@ enum ConsoleView {
         var limits: [Limit]
     }
 
+    /// A key's secrets, shown once after it was made or rotated.
+    struct Secret {
+        var hub: String
+        var path: String
+        var name: String
+        var rights: String
+        var primary: String
+        var secondary: String
+    }
+
     struct Devices {
         struct Row {
             var id: String
@@ -103,8 +136,12 @@ enum ConsoleView {
             var updated: String
             var expired: Bool
             var send: String
+            /// Where deleting it posts, and its owner for a tutorial registration (nil otherwise).
+            var delete: String
+            var deleteOwner: String?
         }
         var devices: [Row]
+        var csrf: String
         var next: String?
         var user: String
         var tag: String
