@@ -111,6 +111,13 @@ class HeraldAuth:
 # NH operations (a generated DELETE would take them away for the rest of the run). Made again
 # before each of those operations, since one of them deletes it.
 MANAGED_HUB = "stmanaged"
+# The console's forms that delete a hub or take a key away act on it too.
+MANAGED_CONSOLE = ("/console/hubs/{hub}/delete", "/console/hubs/{hub}/keys/{key}/revoke",
+                   "/console/hubs/{hub}/keys/{key}/rotate")
+
+
+def acts_on_managed_hub(path):
+    return path.startswith("/v1/hubs/") or path in MANAGED_CONSOLE
 
 
 @schemathesis.hook
@@ -118,14 +125,14 @@ def map_path_parameters(context, path_parameters):
     # The hub the keys belong to: a generated name would only ever meet 401 (or 403).
     if path_parameters and "hub" in path_parameters:
         operation = getattr(context, "operation", None)
-        managed = operation is not None and operation.path.startswith("/v1/hubs/")
+        managed = operation is not None and acts_on_managed_hub(operation.path)
         path_parameters["hub"] = MANAGED_HUB if managed else HUB
     return path_parameters
 
 
 @schemathesis.hook
 def before_call(context, case, **kwargs):
-    if case.operation.path.startswith("/v1/hubs/{hub}"):
+    if acts_on_managed_hub(case.operation.path):
         made = requests.post(BASE + "v1/hubs", json={"name": MANAGED_HUB}, headers={"Authorization": BASIC},
                              timeout=30)
         if made.status_code not in (201, 409):
