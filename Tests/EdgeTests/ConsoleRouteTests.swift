@@ -148,6 +148,17 @@ struct ConsoleRouteTests {
                 hub.contains(#"<th scope="row">Pushes a month (UTC)</th><td>1000000</td><td>45000 this month</td>"#))
             #expect(hub.contains(#"<th scope="row">Pushes a day (UTC)</th><td>none</td><td>1200 today</td>"#))
             #expect(hub.contains(#"<th scope="row">Weight in delivery claims</th><td>2</td>"#))
+            // Round 2's forms (issue 50): one per platform the services answer, with the setting
+            // names the CLI takes; rotate and revoke per key; the apns credentials of the hub's own
+            // may be deleted, fcm's (the inbox's) not.
+            for platform in ["apns", "fcm"] {
+                #expect(
+                    hub.contains(
+                        #"action="/console/hubs/default/credentials/\#(platform)" enctype="multipart/form-data""#))
+            }
+            #expect(hub.contains(#"name="key-id" type="text""#) && hub.contains(#"name="service-account" type="file""#))
+            #expect(hub.contains(#"action="/console/hubs/default/keys/DefaultFullSharedAccessSignature/rotate""#))
+            #expect(hub.contains("Delete apns credentials") && !hub.contains("Delete fcm credentials"))
 
             let devices = try await Self.page(client, "/console/hubs/default/devices?handle=zz")
             #expect(devices.contains("<code>r-1</code>") && devices.contains("<code>r-2</code>"), "\(devices)")

@@ -1,15 +1,15 @@
-package import AuthService
-package import DispatchService
-package import Edge
-package import Foundation
-package import HeraldModel
-package import HeraldService
+internal import AuthService
+internal import DispatchService
+internal import Edge
+internal import Foundation
+internal import HeraldModel
+internal import HeraldService
 package import HeraldStack
-package import Logging
-package import PayloadService
-package import RegistrationService
-package import ServiceLifecycle
-package import Synchronization
+internal import Logging
+internal import PayloadService
+internal import RegistrationService
+internal import ServiceLifecycle
+internal import Synchronization
 
 /// The whole stack in this process: the five services' ``ServiceDefinition``s, each built from the
 /// command line ``Stack`` would start its executable with, each run as its own `ServiceGroup`, over
