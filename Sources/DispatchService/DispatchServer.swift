@@ -328,9 +328,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
     public func getHubPushLimits(_ request: GetHubPushLimitsRequest, context: RPCContext) async throws
         -> HubPushLimits
     {
-        guard !request.hub.isEmpty, request.hub.utf8.count <= 256 else {
-            throw ServiceError.invalidArgument("hub must be 1 to 256 bytes")
-        }
+        try Outbox.checkHub(request.hub)
         let (limits, today, month) = try await outbox.pushLimits(hub: request.hub)
         return HubPushLimits(
             hub: request.hub, pushesPerDay: limits.perDay, pushesPerMonth: limits.perMonth,
@@ -340,9 +338,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
 
     public func getHubQueue(_ request: GetHubQueueRequest, context: RPCContext) async throws -> HubQueueStatus {
         try request.scope.requireHub("a hub's queue")
-        guard !request.hub.isEmpty, request.hub.utf8.count <= 256 else {
-            throw ServiceError.invalidArgument("hub must be 1 to 256 bytes")
-        }
+        try Outbox.checkHub(request.hub)
         let queue = try await outbox.hubQueue(hub: request.hub)
         return HubQueueStatus(pending: queue.pending, oldestDueMs: queue.oldestDue)
     }

@@ -31,13 +31,14 @@ struct HubRoutes: Sendable {
         router.get("v1/hubs") { request, context in try await list(request, context) }
         router.post("v1/hubs") { request, context in try await create(request, context) }
         router.get("v1/hubs/:hub") { request, context in
-            let hub = try await managed(request, context)
-            return try EdgeHTTP.json(try await detail(hub, context))
+            let (hub, pushes) = try await HubAdministration.limits(
+                of: try await managed(request, context), auth: auth, dispatch: dispatch, requestID: context.requestID)
+            return try EdgeHTTP.json(try await detail(hub, pushes, context))
         }
         router.delete("v1/hubs/:hub") { request, context in
             let hub = try await managed(request, context)
-            let (_, deleted) = try await HubAdministration.delete(
-                name: hub.name, auth: auth, registration: registration, dispatch: dispatch,
+            let deleted = try await HubAdministration.delete(
+                name: hub.name, id: hub.id, auth: auth, registration: registration, dispatch: dispatch,
                 requestID: context.requestID)
             return try EdgeHTTP.json(
                 DeletedBody(
@@ -79,9 +80,8 @@ struct HubRoutes: Sendable {
             return try EdgeHTTP.json(CredentialsBody(answer))
         }
         router.get("v1/hubs/:hub/limits") { request, context in
-            let hub = try await managed(request, context)
             let (changed, pushes) = try await HubAdministration.limits(
-                name: hub.name, auth: auth, dispatch: dispatch, requestID: context.requestID)
+                of: try await managed(request, context), auth: auth, dispatch: dispatch, requestID: context.requestID)
             return try EdgeHTTP.json(LimitsBody(changed, pushes))
         }
         router.patch("v1/hubs/:hub/limits") { request, context in try await setLimits(request, context) }
@@ -148,27 +148,24 @@ struct HubRoutes: Sendable {
         let hub = try await auth.createHub(
             CreateHubRequest(name: name, maxInstallations: body.limits?.maxInstallations ?? 0),
             requestID: context.requestID)
-        if let limits = body.limits {
-            _ = try await HubAdministration.limits(
-                name: hub.name, changing: limits.changes, auth: auth, dispatch: dispatch, requestID: context.requestID)
-        }
+        let (limited, pushes) = try await HubAdministration.limits(
+            of: hub, changing: body.limits?.changes ?? HubAdministration.Limits(), auth: auth, dispatch: dispatch,
+            requestID: context.requestID)
         let keys = try await auth.listHubKeys(ListHubKeysRequest(hub: hub.name), requestID: context.requestID).keys
-        var created = try await detail(hub, context)
+        var created = try await detail(limited, pushes, context)
         created.keys = keys.map { KeyBody($0, endpoint: Self.endpoint(request)) }
         var response = try Self.secret(created, status: .created)
         response.headers[.location] = "/v1/hubs/\(Self.pathComponent(hub.name))"
         return response
     }
 
-    /// A hub with its keys (no secrets), limits and credentials' status.
-    func detail(_ hub: Hub, _ context: EdgeRequestContext) async throws -> HubDetailBody {
-        let (current, pushes) = try await HubAdministration.limits(
-            name: hub.name, auth: auth, dispatch: dispatch, requestID: context.requestID)
+    /// A hub with its keys (no secrets), its limits and its credentials' status (read here).
+    func detail(_ hub: Hub, _ pushes: HubPushLimits, _ context: EdgeRequestContext) async throws -> HubDetailBody {
         let credentials = try await dispatch.getHubCredentials(
             GetHubCredentialsRequest(hub: hub.id), requestID: context.requestID)
         return HubDetailBody(
-            name: current.name, id: current.id, createdAtUnixMs: current.createdAtUnixMs,
-            keys: current.keys.map { KeyBody($0, endpoint: nil) }, limits: LimitsBody(current, pushes),
+            name: hub.name, id: hub.id, createdAtUnixMs: hub.createdAtUnixMs,
+            keys: hub.keys.map { KeyBody($0, endpoint: nil) }, limits: LimitsBody(hub, pushes),
             credentials: CredentialsBody(credentials).platforms)
     }
 
@@ -260,7 +257,7 @@ struct HubRoutes: Sendable {
         let hub = try await managed(request, context)
         let body: LimitsChangeBody = try await Self.decode(request, config)
         let (changed, pushes) = try await HubAdministration.limits(
-            name: hub.name, changing: body.changes, auth: auth, dispatch: dispatch, requestID: context.requestID)
+            of: hub, changing: body.changes, auth: auth, dispatch: dispatch, requestID: context.requestID)
         return try EdgeHTTP.json(LimitsBody(changed, pushes))
     }
 
@@ -274,6 +271,7 @@ struct HubRoutes: Sendable {
         try EdgeHTTP.text(try context.parameters.require("key"), "key")
     }
 
+    /// The credentials platform the path names (the console's forms read it here too).
     static func platform(_ context: EdgeRequestContext) throws -> Platform {
         guard let platform = SetHubCredentialsRequest.platform(named: try context.parameters.require("platform")) else {
             throw EdgeError(.badRequest, "platform must be apns, fcm, wns or browser")

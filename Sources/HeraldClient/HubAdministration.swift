@@ -21,12 +21,24 @@ public enum HubAdministration {
         dispatch: any DispatchServiceClientProtocol, requestID: String? = nil
     ) async throws -> (hub: Hub, deleted: Deleted) {
         let hub = try await auth.getHub(GetHubRequest(name: name), requestID: requestID)
-        _ = try await auth.deleteHub(DeleteHubRequest(name: hub.name), requestID: requestID)
-        _ = try await dispatch.deleteHubCredentials(DeleteHubCredentialsRequest(hub: hub.id), requestID: requestID)
-        let sends = try await dispatch.deleteHubSends(DeleteHubSendsRequest(hub: hub.id), requestID: requestID)
-        let devices = try await registration.deleteHubDevices(
-            DeleteHubDevicesRequest(hub: hub.id), requestID: requestID)
-        return (hub, Deleted(devices: devices.deleted, sends: sends.deleted, cancelledSends: sends.cancelled))
+        let deleted = try await delete(
+            name: hub.name, id: hub.id, auth: auth, registration: registration, dispatch: dispatch,
+            requestID: requestID)
+        return (hub, deleted)
+    }
+
+    /// ``delete(name:auth:registration:dispatch:requestID:)`` of a hub the caller has just read
+    /// (its stored name and its id).
+    public static func delete(
+        name: String, id: String, auth: any AuthServiceClientProtocol,
+        registration: any RegistrationServiceClientProtocol, dispatch: any DispatchServiceClientProtocol,
+        requestID: String? = nil
+    ) async throws -> Deleted {
+        _ = try await auth.deleteHub(DeleteHubRequest(name: name), requestID: requestID)
+        _ = try await dispatch.deleteHubCredentials(DeleteHubCredentialsRequest(hub: id), requestID: requestID)
+        let sends = try await dispatch.deleteHubSends(DeleteHubSendsRequest(hub: id), requestID: requestID)
+        let devices = try await registration.deleteHubDevices(DeleteHubDevicesRequest(hub: id), requestID: requestID)
+        return Deleted(devices: devices.deleted, sends: sends.deleted, cancelledSends: sends.cancelled)
     }
 
     /// A hub's limits, each nil when unchanged (a change) or 0 for none.
@@ -67,7 +79,18 @@ public enum HubAdministration {
         name: String, changing changes: Limits = Limits(), auth: any AuthServiceClientProtocol,
         dispatch: any DispatchServiceClientProtocol, requestID: String? = nil
     ) async throws -> (hub: Hub, pushes: HubPushLimits) {
-        var hub = try await auth.getHub(GetHubRequest(name: name), requestID: requestID)
+        try await limits(
+            of: try await auth.getHub(GetHubRequest(name: name), requestID: requestID), changing: changes, auth: auth,
+            dispatch: dispatch, requestID: requestID)
+    }
+
+    /// ``limits(name:changing:auth:dispatch:requestID:)`` of a hub the caller has just read: the
+    /// limits of auth's it does not change are `hub`'s.
+    public static func limits(
+        of hub: Hub, changing changes: Limits = Limits(), auth: any AuthServiceClientProtocol,
+        dispatch: any DispatchServiceClientProtocol, requestID: String? = nil
+    ) async throws -> (hub: Hub, pushes: HubPushLimits) {
+        var hub = hub
         if changes.changesAuth {
             hub = try await auth.setHubLimits(
                 SetHubLimitsRequest(

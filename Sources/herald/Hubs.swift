@@ -59,12 +59,7 @@ struct Hubs: AsyncParsableCommand {
         @Argument var name: String
 
         func run() async throws {
-            let hub = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).getHub(GetHubRequest(name: name))
-            }
-            let pushes = try await withService(.dispatch, stack) { client in
-                try await DispatchServiceClient(client).getHubPushLimits(GetHubPushLimitsRequest(hub: hub.id))
-            }
+            let (hub, pushes) = try await Limits.read(name, stack)
             print("hub \(hub.name)\tcreated \(List.date(hub.createdAtUnixMs))")
             for line in Limits.describe(hub, pushes) { print("  \(line)") }
             for key in hub.keys { print("  key \(key.name)\t\(key.hubRights.names.joined(separator: ","))") }
@@ -121,15 +116,23 @@ struct Hubs: AsyncParsableCommand {
                 maxInstallations: maxInstallations, requestsPerSecond: requestsPerSecond, requestBurst: requestBurst,
                 pushesPerDay: pushesPerDay, pushesPerMonth: pushesPerMonth, maxConcurrentPushes: maxConcurrentPushes,
                 weight: weight)
-            let (hub, pushes) = try await withService(.auth, stack) { auth in
+            let (hub, pushes) = try await Self.read(name, stack, changing: changes)
+            print("hub \(hub.name):")
+            for line in Self.describe(hub, pushes) { print("  \(line)") }
+        }
+
+        /// Hub `name` and its push limits, with `changes` made first.
+        static func read(
+            _ name: String, _ stack: StackOptions,
+            changing changes: HubAdministration.Limits = HubAdministration.Limits()
+        ) async throws -> (hub: Hub, pushes: HubPushLimits) {
+            try await withService(.auth, stack) { auth in
                 try await withService(.dispatch, stack) { dispatch in
                     try await HubAdministration.limits(
                         name: name, changing: changes, auth: AuthServiceClient(auth),
                         dispatch: DispatchServiceClient(dispatch))
                 }
             }
-            print("hub \(hub.name):")
-            for line in Self.describe(hub, pushes) { print("  \(line)") }
         }
 
         static func describe(_ hub: Hub, _ pushes: HubPushLimits) -> [String] {

@@ -55,16 +55,12 @@ extension Outbox {
         guard (0...HubPushLimit.maxWeight).contains(limits.weight) else {
             throw ServiceError.invalidArgument("weight must be 1 to \(HubPushLimit.maxWeight) (0: the default, 1)")
         }
-        guard !hub.isEmpty, hub.utf8.count <= 256 else {
-            throw ServiceError.invalidArgument("hub must be 1 to 256 bytes")
-        }
+        try Self.checkHub(hub)
         var limits = limits
         if limits.weight == 1 { limits.weight = 0 }
-        defer {
-            claimWeights.withLock { $0[hub] = limits.weight > 1 ? Int(limits.weight) : nil }
-        }
         if limits == HubPushLimit() {
             try await sql.execute("DELETE FROM hub_push_limit WHERE hub = \(hub)")
+            claimWeights.withLock { $0[hub] = nil }
             return
         }
         try await sql.execute(
@@ -75,6 +71,15 @@ extension Outbox {
                 pushes_per_month = excluded.pushes_per_month, max_concurrent = excluded.max_concurrent,
                 weight = excluded.weight
             """)
+        // This replica's claims use the weight at once; the others read it back within seconds.
+        claimWeights.withLock { $0[hub] = limits.weight > 1 ? Int(limits.weight) : nil }
+    }
+
+    /// INVALID_ARGUMENT unless `hub` is a hub id as herald-auth makes them: 1 to 256 bytes.
+    public static func checkHub(_ hub: String) throws {
+        guard !hub.isEmpty, hub.utf8.count <= 256 else {
+            throw ServiceError.invalidArgument("hub must be 1 to 256 bytes")
+        }
     }
 
     /// `hub`'s push limits (none: all 0) and its pushes counted today and this month.
@@ -102,7 +107,8 @@ extension Outbox {
             let cap: Int64 = try row[1]
             let weight: Int64 = try row[2]
             if cap > 0 { limits[hub] = Int(clamping: cap) }
-            if weight > 1 { weights[hub] = Int(min(weight, HubPushLimit.maxWeight)) }
+            // FairClaims.shares bounds each weight where it is used.
+            if weight > 1 { weights[hub] = Int(clamping: weight) }
         }
         claimWeights.withLock { $0 = weights }
         return limits

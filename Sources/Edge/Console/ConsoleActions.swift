@@ -19,7 +19,7 @@ extension ConsoleRoutes {
             await managedPage(request, context) { session, hub in
                 try Self.requireCSRF(try await ConsolePage.form(request, config), session)
                 _ = try await dispatch.deleteHubCredentials(
-                    DeleteHubCredentialsRequest(hub: hub.id, platform: try Self.credentialPlatform(context)),
+                    DeleteHubCredentialsRequest(hub: hub.id, platform: try HubRoutes.platform(context)),
                     requestID: context.requestID)
                 return ConsolePage.redirect(Self.path(hub))
             }
@@ -61,7 +61,7 @@ extension ConsoleRoutes {
                     throw EdgeError(.badRequest, "type the hub's name, \(hub.name), to delete it")
                 }
                 _ = try await HubAdministration.delete(
-                    name: hub.name, auth: auth, registration: registration, dispatch: dispatch,
+                    name: hub.name, id: hub.id, auth: auth, registration: registration, dispatch: dispatch,
                     requestID: context.requestID)
                 return ConsolePage.redirect("/console/hubs")
             }
@@ -113,13 +113,6 @@ extension ConsoleRoutes {
 
     static func path(_ hub: ConsoleHub) -> String { "/console/hubs/\(ConsolePage.pathComponent(hub.name))" }
 
-    static func credentialPlatform(_ context: EdgeRequestContext) throws -> Platform {
-        guard let platform = SetHubCredentialsRequest.platform(named: try context.parameters.require("platform")) else {
-            throw EdgeError(.badRequest, "platform must be apns, fcm, wns or browser")
-        }
-        return platform
-    }
-
     /// The inputs of a platform's credentials form, named as the CLI names the settings; the
     /// secret files are uploads. A test double's address (`url`) is not among them: the CLI, or
     /// `/v1/hubs` on an edge in test-mode, sets it.
@@ -158,7 +151,7 @@ extension ConsoleRoutes {
     {
         let (fields, files) = try await ConsolePage.upload(request, config)
         try Self.requireCSRF(fields, session)
-        let platform = try Self.credentialPlatform(context)
+        let platform = try HubRoutes.platform(context)
         var settings: [String: String] = [:]
         for (name, value) in fields where name != "_csrf" && !value.isEmpty {
             settings[name] = try EdgeHTTP.text(value, name)
