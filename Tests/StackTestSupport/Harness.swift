@@ -178,6 +178,12 @@ package struct LiveStack {
         }
     }
 
+    /// `herald ARGUMENTS` against this stack's sockets (the CLI an operator runs beside it).
+    package func herald(_ arguments: [String]) async throws -> (status: Int32, output: String, error: String) {
+        try await runProgram(
+            configuration.binDirectory + "/herald", arguments + ["--runtime-dir", configuration.runtimeDirectory])
+    }
+
     /// Sets `hub`'s API request rate through herald-auth's RPC (its other limits: none).
     package func setRequestRate(hub: String, perSecond: Int64, burst: Int64) async throws {
         _ = try await RPCClient.with(

@@ -120,9 +120,7 @@ struct ConsoleTests {
     )
     func sessions() async throws {
         try await LiveStack.with(auth: .accounts, users: ["admin", "alice"]) { live in
-            let herald = live.configuration.binDirectory + "/herald"
-            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            #expect(try await runProgram(herald, ["hubs", "grant", "default", "admin", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "default", "admin", "Manage"]).status == 0)
             let adminPassword = EdgeClient.password(of: "admin", in: .accounts)
             let browser = Browser(live)
 
@@ -183,7 +181,7 @@ struct ConsoleTests {
                 "hubs", "limits", "app-one", "--pushes-per-month", "1000", "--weight", "3", "--requests-per-second",
                 "50",
             ]
-            #expect(try await runProgram(herald, limits + dir).status == 0)
+            #expect(try await live.herald(limits).status == 0)
             let limited = try await browser.get("/console/hubs/app-one")
             #expect(
                 limited.text.contains(#"<th scope="row">Pushes a month (UTC)</th><td>1000</td><td>0 this month</td>"#),
@@ -192,7 +190,7 @@ struct ConsoleTests {
             #expect(limited.text.contains(#"<th scope="row">API requests a second</th><td>50</td>"#))
 
             // Manage on one hub only: that hub's pages, not the others', not the inbox.
-            #expect(try await runProgram(herald, ["hubs", "grant", "app-one", "alice", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "app-one", "alice", "Manage"]).status == 0)
             let other = Browser(live)
             #expect(try await other.signIn("alice", EdgeClient.password(of: "alice", in: .accounts)).status == 303)
             let aliceHubs = try await other.get("/console/hubs")
@@ -206,7 +204,7 @@ struct ConsoleTests {
                     == 403)
 
             // Revoking the user's tokens ends the session at once.
-            #expect(try await runProgram(herald, ["tokens", "revoke", "alice"] + dir).status == 0)
+            #expect(try await live.herald(["tokens", "revoke", "alice"]).status == 0)
             let revoked = try await other.get("/console/hubs/app-one")
             #expect(revoked.status == 303 && revoked.header("Location") == "/console/login?expired=1")
 
@@ -227,9 +225,7 @@ struct ConsoleTests {
     )
     func manageHub() async throws {
         try await LiveStack.with(auth: .accounts, users: ["admin", "alice"]) { live in
-            let herald = live.configuration.binDirectory + "/herald"
-            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            #expect(try await runProgram(herald, ["hubs", "grant", "default", "admin", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "default", "admin", "Manage"]).status == 0)
             let browser = Browser(live)
             #expect(try await browser.signIn("admin", EdgeClient.password(of: "admin", in: .accounts)).status == 303)
             let csrf = try Browser.csrf(try await browser.get("/console/hubs"))
@@ -310,9 +306,7 @@ struct ConsoleTests {
     @Test("what strangers write reaches the console escaped; hostile paths, cookies and forms get a page, never a 500")
     func hostileInput() async throws {
         try await LiveStack.with(auth: .accounts, users: ["ops"]) { live in
-            let herald = live.configuration.binDirectory + "/herald"
-            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            #expect(try await runProgram(herald, ["hubs", "grant", "default", "ops", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "default", "ops", "Manage"]).status == 0)
             let markup = "\"><script>alert(1)</script>"
             // A stranger's installation (NH's Listen key is in every app) with markup wherever it is taken.
             let full = try await NHFixture.defaultHub(live)
@@ -405,9 +399,7 @@ struct ConsoleTests {
             auth: .accounts, users: ["admin"],
             configure: { $0.extraArguments["auth", default: []] += ["--token-ttl-seconds", "2"] }
         ) { live in
-            let herald = live.configuration.binDirectory + "/herald"
-            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            #expect(try await runProgram(herald, ["hubs", "grant", "default", "admin", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "default", "admin", "Manage"]).status == 0)
             let browser = Browser(live)
             let signingIn = ContinuousClock.now
             let signedIn = try await browser.signIn("admin", EdgeClient.password(of: "admin", in: .accounts))
@@ -440,7 +432,7 @@ struct ConsoleTests {
         try await StackFixture.withProviders { fixture, live in
             let herald = live.configuration.binDirectory + "/herald"
             let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            #expect(try await runProgram(herald, ["hubs", "grant", "default", "ops", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "default", "ops", "Manage"]).status == 0)
             let browser = Browser(live)
             #expect(try await browser.signIn("ops", "ops").status == 303)
 
@@ -550,7 +542,7 @@ struct ConsoleTests {
             #expect(bad.status == 400 && bad.text.contains("readable by its recipient only"))
 
             // A hub whose APNs key the push service does not know: failing, with APNs's reason.
-            #expect(try await runProgram(herald, ["hubs", "add", "broken"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "add", "broken"]).status == 0)
             try P256.Signing.PrivateKey().pemRepresentation.write(
                 toFile: "\(fixture.folder)/unknown.p8", atomically: true, encoding: .utf8)
             let set = try await runProgram(

@@ -15,9 +15,7 @@ struct HubAPITests {
     )
     func hubs() async throws {
         try await LiveStack.with(auth: .accounts, users: ["admin", "alice"]) { live in
-            let herald = live.configuration.binDirectory + "/herald"
-            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            #expect(try await runProgram(herald, ["hubs", "grant", "default", "admin", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "default", "admin", "Manage"]).status == 0)
             let edge = live.edge
 
             // Without Manage: no hub listed, none made, none read, whether it exists or not.
@@ -52,7 +50,7 @@ struct HubAPITests {
             #expect(try await edge.request("GET", "/v1/hubs/nowhere", as: "admin").status == 404)
 
             // Manage on app-one: that hub's routes, not another's, not making hubs.
-            #expect(try await runProgram(herald, ["hubs", "grant", "app-one", "alice", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "app-one", "alice", "Manage"]).status == 0)
             let listed = try Self.json(try await edge.request("GET", "/v1/hubs", as: "alice"))
             #expect((listed["hubs"] as? [[String: Any]])?.compactMap { $0["name"] as? String } == ["app-one"])
             #expect(try await edge.request("GET", "/v1/hubs/app-one", as: "alice").status == 200)
@@ -70,9 +68,7 @@ struct HubAPITests {
     @Test("a key made over HTTP signs NH requests; rotating its secret and revoking it stop the old tokens at once")
     func keys() async throws {
         try await LiveStack.with(auth: .accounts, users: ["admin"]) { live in
-            let herald = live.configuration.binDirectory + "/herald"
-            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            #expect(try await runProgram(herald, ["hubs", "grant", "default", "admin", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "default", "admin", "Manage"]).status == 0)
             let edge = live.edge
             #expect(try await edge.request("POST", "/v1/hubs", as: "admin", body: #"{"name":"keyed"}"#).status == 201)
             let made = try await edge.request(
@@ -117,9 +113,7 @@ struct HubAPITests {
     @Test("credentials are set and deleted over HTTP, never read back; limits change field by field")
     func credentialsAndLimits() async throws {
         try await LiveStack.with(auth: .accounts, users: ["admin"]) { live in
-            let herald = live.configuration.binDirectory + "/herald"
-            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            #expect(try await runProgram(herald, ["hubs", "grant", "default", "admin", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "default", "admin", "Manage"]).status == 0)
             let edge = live.edge
             #expect(try await edge.request("POST", "/v1/hubs", as: "admin", body: #"{"name":"web"}"#).status == 201)
             let vapid = P256.Signing.PrivateKey().pemRepresentation
@@ -173,7 +167,7 @@ struct HubAPITests {
             let now = try Self.json(try await edge.request("GET", "/v1/hubs/web/limits", as: "admin"))
             #expect(now["weight"] as? Int == 4 && now["pushesPerDay"] as? Int == 10, "\(now)")
             // The CLI reads the same.
-            let shown = try await runProgram(herald, ["hubs", "limits", "web"] + dir)
+            let shown = try await live.herald(["hubs", "limits", "web"])
             #expect(shown.output.contains("weight 4") && shown.output.contains("pushes per day 10"), "\(shown.output)")
         }
     }
@@ -184,9 +178,7 @@ struct HubAPITests {
     func provisionedFromPython() async throws {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
         try await StackFixture.withProviders(edge: ["--test-mode", "true"]) { fixture, live in
-            let herald = live.configuration.binDirectory + "/herald"
-            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
-            #expect(try await runProgram(herald, ["hubs", "grant", "default", "ops", "Manage"] + dir).status == 0)
+            #expect(try await live.herald(["hubs", "grant", "default", "ops", "Manage"]).status == 0)
             let token = apnsToken(1500)
             let result = try await runProgram(
                 python,

@@ -80,12 +80,10 @@ struct PushDeliveryTests {
             let key = P256.Signing.PrivateKey()
             let keyFile = "\(fixture.folder)/web2-vapid.pem"
             try key.pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
-            let set = try await runProgram(
-                live.configuration.binDirectory + "/herald",
-                [
-                    "hubs", "credentials", "set", "web2", "browser", "vapid-key=@\(keyFile)",
-                    "subject=mailto:web2@example.com", "--runtime-dir", live.configuration.runtimeDirectory,
-                ])
+            let set = try await live.herald([
+                "hubs", "credentials", "set", "web2", "browser", "vapid-key=@\(keyFile)",
+                "subject=mailto:web2@example.com",
+            ])
             try #require(set.status == 0, "\(set.error)")
             let carol = BrowserSubscription(endpoint: "\(url)/push/web2-1")
             // The browser subscribed with web2's key: the push service takes no other.

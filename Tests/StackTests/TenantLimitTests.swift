@@ -10,14 +10,6 @@ import Testing
 /// another hub's deliveries.
 @Suite("tenants: request rates, push quotas, a slow provider", .serialized, .timeLimit(.minutes(3)))
 struct TenantLimitTests {
-    static func herald(_ live: LiveStack, _ arguments: [String]) async throws -> (
-        status: Int32, output: String, error: String
-    ) {
-        try await runProgram(
-            live.configuration.binDirectory + "/herald",
-            arguments + ["--runtime-dir", live.configuration.runtimeDirectory])
-    }
-
     @Test(
         "a hub over its request rate gets 429 with Retry-After (NH's XML; JSON on Herald's routes) and another hub is served"
     )
@@ -25,8 +17,9 @@ struct TenantLimitTests {
         try await LiveStack.with { live in
             let busy = try await NHFixture.hub("busy", live).full
             let calm = try await NHFixture.hub("calm", live).full
-            let limits = try await Self.herald(
-                live, ["hubs", "limits", "busy", "--requests-per-second", "1", "--request-burst", "3"])
+            let limits = try await live.herald([
+                "hubs", "limits", "busy", "--requests-per-second", "1", "--request-burst", "3",
+            ])
             #expect(limits.status == 0 && limits.output.contains("requests per second 1, burst 3"), "\(limits)")
             let root = NHFixture.root(live)
             func get(_ hub: String, _ connection: String) async throws -> EdgeClient.Reply {
@@ -64,8 +57,9 @@ struct TenantLimitTests {
             #expect(stranger.status == 401, "\(stranger.text)")
 
             // Herald's own routes share the hub default's rate: JSON, with Retry-After.
-            let defaults = try await Self.herald(
-                live, ["hubs", "limits", "default", "--requests-per-second", "1", "--request-burst", "2"])
+            let defaults = try await live.herald([
+                "hubs", "limits", "default", "--requests-per-second", "1", "--request-burst", "2",
+            ])
             #expect(defaults.status == 0, "\(defaults)")
             let registers = try await withThrowingTaskGroup(of: EdgeClient.Reply.self) { group in
                 for _ in 0..<40 {
@@ -86,7 +80,7 @@ struct TenantLimitTests {
             #expect(try await get("calm", calm).status == 404)
             // Raising the limit holds at the next request (the verdict cache's generation).
             #expect(
-                try await Self.herald(live, ["hubs", "limits", "default", "--requests-per-second", "0"]).status == 0)
+                try await live.herald(["hubs", "limits", "default", "--requests-per-second", "0"]).status == 0)
             #expect(
                 try await live.edge.request("POST", "/api/register?handle=\(apnsToken(5))", as: "alice").status == 200)
         }
@@ -96,15 +90,13 @@ struct TenantLimitTests {
     func quota() async throws {
         try await StackFixture.withProviders { fixture, live in
             let full = try await NHFixture.hub("metered", live).full
-            let set = try await Self.herald(
-                live,
-                [
-                    "hubs", "credentials", "set", "metered", "apns", "key=@\(fixture.folder)/apns.p8",
-                    "key-id=\(ProviderFixture.keyID)", "team-id=\(ProviderFixture.teamID)",
-                    "topic=\(ProviderFixture.topic)", "url=\(fixture.double.url)",
-                ])
+            let set = try await live.herald([
+                "hubs", "credentials", "set", "metered", "apns", "key=@\(fixture.folder)/apns.p8",
+                "key-id=\(ProviderFixture.keyID)", "team-id=\(ProviderFixture.teamID)",
+                "topic=\(ProviderFixture.topic)", "url=\(fixture.double.url)",
+            ])
             try #require(set.status == 0, "\(set.error)")
-            let limits = try await Self.herald(live, ["hubs", "limits", "metered", "--pushes-per-month", "2"])
+            let limits = try await live.herald(["hubs", "limits", "metered", "--pushes-per-month", "2"])
             #expect(limits.status == 0 && limits.output.contains("per month 2 (0 this month)"), "\(limits)")
             let auth = NHFixture.token(sr: NHFixture.root(live), full)
             for n in 0..<3 {
@@ -132,17 +124,17 @@ struct TenantLimitTests {
             // Only that one push reached APNs: nothing of the refused send.
             let pushes = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
             #expect(pushes.map(\.path) == ["/3/device/\(apnsToken(300))"], "\(pushes.map(\.path))")
-            let shown = try await Self.herald(live, ["hubs", "limits", "metered"])
+            let shown = try await live.herald(["hubs", "limits", "metered"])
             #expect(shown.output.contains("per month 2 (1 this month)"), "\(shown.output)")
             // A weight changes only the weight; the quota stays.
-            let weighted = try await Self.herald(live, ["hubs", "limits", "metered", "--weight", "3"])
+            let weighted = try await live.herald(["hubs", "limits", "metered", "--weight", "3"])
             #expect(
                 weighted.output.contains("weight 3") && weighted.output.contains("per month 2 (1 this month)"),
                 "\(weighted.output)")
-            #expect(try await Self.herald(live, ["hubs", "limits", "metered", "--weight", "101"]).status != 0)
+            #expect(try await live.herald(["hubs", "limits", "metered", "--weight", "101"]).status != 0)
 
             // Herald's routes: the hub default's day quota, 403 in JSON.
-            #expect(try await Self.herald(live, ["hubs", "limits", "default", "--pushes-per-day", "1"]).status == 0)
+            #expect(try await live.herald(["hubs", "limits", "default", "--pushes-per-day", "1"]).status == 0)
             try await live.register("alice", handle: apnsToken(401), tags: ["fans"])
             try await live.register("bob", handle: apnsToken(402), tags: ["fans"])
             let alert = try await live.edge.upload(
@@ -172,12 +164,10 @@ struct TenantLimitTests {
                 ("quick", "apns.p8", ProviderFixture.keyID, ProviderFixture.teamID, ProviderFixture.topic),
             ] {
                 connection[hub] = try await NHFixture.hub(hub, live).full
-                let set = try await Self.herald(
-                    live,
-                    [
-                        "hubs", "credentials", "set", hub, "apns", "key=@\(fixture.folder)/\(keyFile)", "key-id=\(kid)",
-                        "team-id=\(team)", "topic=\(topic)", "url=\(fixture.double.url)",
-                    ])
+                let set = try await live.herald([
+                    "hubs", "credentials", "set", hub, "apns", "key=@\(fixture.folder)/\(keyFile)", "key-id=\(kid)",
+                    "team-id=\(team)", "topic=\(topic)", "url=\(fixture.double.url)",
+                ])
                 try #require(set.status == 0, "\(set.error)")
             }
             let connections = connection
