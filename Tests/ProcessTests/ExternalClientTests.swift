@@ -1,5 +1,6 @@
 import Foundation
 import HeraldStack
+import HeraldTestSupport
 import StackTestSupport
 import Testing
 

@@ -5,6 +5,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import HeraldTestSupport
 import StackTestSupport
 import Synchronization
 import Testing

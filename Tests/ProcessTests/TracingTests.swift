@@ -1,6 +1,7 @@
 import Foundation
 import HeraldRPC
 import HeraldStack
+import HeraldTestSupport
 import StackTestSupport
 import Testing
 

@@ -5,6 +5,7 @@ package import HeraldProto
 package import HeraldRPC
 package import HeraldService
 package import HeraldStack
+package import HeraldTestSupport
 package import NIOCore
 import PushProviders
 package import Synchronization

@@ -1,5 +1,6 @@
 package import Foundation
 package import HeraldStack
+package import HeraldTestSupport
 package import NIOCore
 package import Testing
 

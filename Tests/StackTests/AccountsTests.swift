@@ -4,6 +4,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import HeraldTestSupport
 import StackTestSupport
 import Testing
 

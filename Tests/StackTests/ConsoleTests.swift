@@ -4,6 +4,7 @@ import Foundation
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldTestSupport
 import NIOCore
 import NIOSSL
 import StackTestSupport

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldProto
+import HeraldTestSupport
 import PushProviders
 import StackTestSupport
 import Testing

@@ -3,6 +3,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldStack
+import HeraldTestSupport
 import StackTestSupport
 import Testing
 
