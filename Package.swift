@@ -126,6 +126,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
         // JOSE for the push senders: ES256 (APNs provider tokens, VAPID) and RS256 (FCM's OAuth grant).
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
+        // X.509 parsing: an APNs certificate's subject (its topic). Already in the graph through jwt-kit.
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
         // HTTP/2 framing for the loopback push-service doubles in the tests (already in the graph).
         .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
         // PostgreSQL, the store replicas share (`database-url postgres://…`); SQLite stays the default.
@@ -305,6 +307,7 @@ let package = Package(
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "X509", package: "swift-certificates"),
                 // ECDH, HKDF and AES-GCM for Web Push's aes128gcm encoding.
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -445,7 +448,11 @@ let package = Package(
             serviceTests("PayloadService"),
             serviceTests(
                 "DispatchService",
-                extra: ["PushProviders", .product(name: "Tracing", package: "swift-distributed-tracing")]),
+                extra: [
+                    "PushProviders", .product(name: "Tracing", package: "swift-distributed-tracing"),
+                    .product(name: "MetricsTestKit", package: "swift-metrics"),
+                    .product(name: "Crypto", package: "swift-crypto"),
+                ]),
             // The senders, the HTTP/2 pool (over a loopback HTTP/2 server) and the providers' rules,
             // without dispatch's outbox or process.
             .testTarget(
@@ -453,6 +460,7 @@ let package = Package(
                 dependencies: [
                     "PushProviders", "HeraldModel", "HeraldProto", "HeraldTestSupport",
                     .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
+                    .product(name: "NIOSSL", package: "swift-nio-ssl"),
                     .product(name: "NIOCore", package: "swift-nio"),
                     .product(name: "NIOPosix", package: "swift-nio"),
                     .product(name: "NIOHTTP2", package: "swift-nio-http2"),

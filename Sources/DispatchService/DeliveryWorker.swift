@@ -418,6 +418,7 @@ public final class DeliveryWorker: Service, Sendable {
                     } else {
                         results = Array(repeating: .failed(status: 0, reason: "NoCredentials"), count: share.count)
                     }
+                    self.senders.note(hub: key.hub, platform: key.platform, results)
                     if let start {
                         self.recordSpans(
                             share, results, key: key, sent: (start, DefaultTracerClock.now), traced: traced)

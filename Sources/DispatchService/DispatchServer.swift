@@ -42,7 +42,10 @@ import ServiceLifecycle
 ///
 /// Credentials (secrets only ever from files, never on the command line):
 /// - APNs: `apns-key-file` (.p8), `apns-key-id`, `apns-team-id`, `apns-topic` (bundle id),
-///   `apns-environment` (`production` or `sandbox`), `apns-url` (overrides the environment's URL).
+///   `apns-environment` (`production` or `sandbox`), `apns-url` (overrides the environment's URL);
+///   or, for certificate-based auth instead of the key, `apns-certificate-file` (.p12, or PEM with
+///   the certificate and its key) and `apns-certificate-password-file` (the topic defaults to the
+///   certificate's).
 /// - FCM: `fcm-service-account-file` (service-account JSON), `fcm-url`, `fcm-token-url` (override the
 ///   production URL and the account's `token_uri`).
 /// - WNS: `wns-client-id` (package SID), `wns-client-secret-file`, `wns-token-url`.
@@ -56,6 +59,7 @@ public struct DispatchConfig: Sendable {
         "replica-id",
         "credentials-refresh-seconds", "max-scheduled-per-hub",
         "apns-key-file", "apns-key-id", "apns-team-id", "apns-topic", "apns-environment", "apns-url",
+        "apns-certificate-file", "apns-certificate-password-file",
         "fcm-service-account-file", "fcm-url", "fcm-token-url",
         "wns-client-id", "wns-client-secret-file", "wns-token-url",
         "webpush-vapid-key-file", "webpush-subject",
@@ -115,15 +119,36 @@ public struct DispatchConfig: Sendable {
         credentialsRefresh = .seconds(refresh)
         pushCAFile = reader.string("push-ca-file")
 
+        let environment: APNsEnvironment = try reader.choice("apns-environment", default: .production)
+        let apnsURL =
+            reader.string("apns-url")
+            ?? (environment == .production ? APNsCredentials.production : APNsCredentials.sandbox)
         if let keyFile = reader.string("apns-key-file") {
+            guard reader.string("apns-certificate-file") == nil else {
+                throw ConfigError(
+                    "set apns-key-file (token auth) or apns-certificate-file (certificate auth), not both")
+            }
             guard let keyID = reader.string("apns-key-id"), let teamID = reader.string("apns-team-id"),
                 let topic = reader.string("apns-topic")
             else { throw ConfigError("apns-key-file needs apns-key-id, apns-team-id and apns-topic") }
-            let environment: APNsEnvironment = try reader.choice("apns-environment", default: .production)
             apns = APNsCredentials(
-                keyPEM: try Self.secret(keyFile, "apns-key-file"), keyID: keyID, teamID: teamID, topic: topic,
-                baseURL: reader.string("apns-url")
-                    ?? (environment == .production ? APNsCredentials.production : APNsCredentials.sandbox))
+                auth: .token(keyPEM: try Self.secret(keyFile, "apns-key-file"), keyID: keyID, teamID: teamID),
+                topic: topic, baseURL: apnsURL)
+        } else if let certificateFile = reader.string("apns-certificate-file") {
+            guard let file = FileManager.default.contents(atPath: certificateFile) else {
+                throw ConfigError("apns-certificate-file: cannot read \(certificateFile)")
+            }
+            let password = try reader.string("apns-certificate-password-file").map {
+                try Self.secret($0, "apns-certificate-password-file").trimmingCharacters(in: .newlines)
+            }
+            let certificate: APNsCertificate
+            do { certificate = try APNsCertificate(file: Array(file), password: password ?? "") } catch {
+                throw ConfigError("apns-certificate-file: \(error)")
+            }
+            guard let topic = reader.string("apns-topic") ?? certificate.topic else {
+                throw ConfigError("apns-certificate-file's certificate names no topic (no subject UID): set apns-topic")
+            }
+            apns = APNsCredentials(auth: .certificate(certificate), topic: topic, baseURL: apnsURL)
         }
         if let accountFile = reader.string("fcm-service-account-file") {
             let account = try FCMServiceAccount(
@@ -238,6 +263,12 @@ public struct DispatchHandlers: DispatchServiceHandler {
         }
         let (platform, settings) = try request.namedSettings()
         let credentials = try PlatformCredentials.parse(platform: platform, settings: settings)
+        // A certificate already ended would only fail its pushes: refused while the old credentials
+        // still stand. (One stored that ends later is loaded all the same; its pushes wait.)
+        if let ends = credentials.expiresAtUnixMs, ends <= unixMillis() {
+            throw ServiceError.invalidArgument(
+                "the APNs certificate ended on \(PlatformCredentials.day(ends / 1000)): export a current one")
+        }
         // Checked first, stored, then in place: a refresh reading the store meanwhile cannot undo it.
         let sender = try await senders.prepare(hub: request.hub, credentials)
         let updatedAt = try await store.set(hub: request.hub, platform: platform, settings: settings)
@@ -261,10 +292,20 @@ public struct DispatchHandlers: DispatchServiceHandler {
             .health()
         var platforms = senders.status(hub: hub)
         for index in platforms.indices {
-            guard let seen = health[platforms[index].platform] else { continue }
-            platforms[index].lastError = seen.lastError
-            platforms[index].lastErrorAtUnixMs = seen.at
-            platforms[index].failing = seen.failing
+            let platform = platforms[index].platform
+            if let seen = health[platform] {
+                platforms[index].lastError = seen.lastError
+                platforms[index].lastErrorAtUnixMs = seen.at
+                platforms[index].failing = seen.failing
+            }
+            // Pushes waiting for a retry with nothing delivered since: failing now, for this reason.
+            if let retried = senders.retried(hub: hub, platform: platform),
+                retried.at >= platforms[index].lastErrorAtUnixMs
+            {
+                platforms[index].lastError = retried.reason
+                platforms[index].lastErrorAtUnixMs = retried.at
+                platforms[index].failing = true
+            }
         }
         return HubCredentialsResponse(hub: hub, platforms: platforms)
     }

@@ -7,6 +7,7 @@ import HeraldRPC
 public import HeraldSQL
 import HeraldService
 public import Logging
+public import Metrics
 import PostgresNIO
 public import PushProviders
 import Synchronization
@@ -31,10 +32,21 @@ public enum PlatformCredentials: Sendable {
     /// Parses a hub's settings (named as ``SetHubCredentialsRequest/settingNames`` says; secrets
     /// are the files' contents); INVALID_ARGUMENT names the setting, never a secret's content.
     public static func parse(platform: Platform, settings: [String: String]) throws -> PlatformCredentials {
-        let names = try SetHubCredentialsRequest.settingNames(of: platform, checking: settings)
+        var names = try SetHubCredentialsRequest.settingNames(of: platform, checking: settings)
+        let certificateText = platform == .apns ? settings["certificate"] ?? "" : ""
+        if !certificateText.isEmpty {
+            for name in ["key", "key-id", "team-id"] where !(settings[name] ?? "").isEmpty {
+                throw ServiceError.invalidArgument(
+                    "apns credentials take key, key-id and team-id (token auth) or certificate (certificate auth), not both; \(name) is set"
+                )
+            }
+            names = SetHubCredentialsRequest.apnsCertificateNames
+        }
         for name in names.required where (settings[name] ?? "").isEmpty {
             throw ServiceError.invalidArgument(
-                "\(platform.name) credentials need \(names.required.joined(separator: ", ")); \(name) is missing")
+                platform == .apns
+                    ? "apns credentials need key, key-id, team-id and topic (token auth) or certificate (certificate auth); \(name) is missing"
+                    : "\(platform.name) credentials need \(names.required.joined(separator: ", ")); \(name) is missing")
         }
         let value = { (name: String) in settings[name] ?? "" }
         switch platform {
@@ -43,11 +55,25 @@ public enum PlatformCredentials: Sendable {
             guard environment == "production" || environment == "sandbox" else {
                 throw ServiceError.invalidArgument("environment must be production or sandbox")
             }
-            return .apns(
-                APNsCredentials(
-                    keyPEM: value("key"), keyID: value("key-id"), teamID: value("team-id"), topic: value("topic"),
-                    baseURL: settings["url"]
-                        ?? (environment == "production" ? APNsCredentials.production : APNsCredentials.sandbox)))
+            let url =
+                settings["url"] ?? (environment == "production" ? APNsCredentials.production : APNsCredentials.sandbox)
+            guard !certificateText.isEmpty else {
+                return .apns(
+                    APNsCredentials(
+                        auth: .token(keyPEM: value("key"), keyID: value("key-id"), teamID: value("team-id")),
+                        topic: value("topic"), baseURL: url))
+            }
+            guard let file = Data(base64Encoded: certificateText, options: .ignoreUnknownCharacters) else {
+                throw ServiceError.invalidArgument("certificate must be the .p12 or PEM file in base64")
+            }
+            let certificate: APNsCertificate
+            do { certificate = try APNsCertificate(file: Array(file), password: value("certificate-password")) } catch {
+                throw ServiceError.invalidArgument("certificate: \(error)")
+            }
+            guard let topic = settings["topic"] ?? certificate.topic, !topic.isEmpty else {
+                throw ServiceError.invalidArgument("the certificate names no topic (no subject UID): set topic")
+            }
+            return .apns(APNsCredentials(auth: .certificate(certificate), topic: topic, baseURL: url))
         case .fcm:
             let account: FCMServiceAccount
             do { account = try FCMServiceAccount(json: Array(value("service-account").utf8)) } catch {
@@ -75,9 +101,11 @@ public enum PlatformCredentials: Sendable {
         }
         switch self {
         case .apns(let credentials):
-            let token = try await checked("the APNs key is not a P-256 private key in PEM (the .p8 file)") {
-                try await APNsProviderToken(
-                    keyPEM: credentials.keyPEM, keyID: credentials.keyID, teamID: credentials.teamID)
+            var token: APNsProviderToken?
+            if case .token(let keyPEM, let keyID, let teamID) = credentials.auth {
+                token = try await checked("the APNs key is not a P-256 private key in PEM (the .p8 file)") {
+                    try await APNsProviderToken(keyPEM: keyPEM, keyID: keyID, teamID: teamID)
+                }
             }
             return try await checked("the APNs url is not an https://host[:port] URL") {
                 try APNsSender(credentials: credentials, client: client, token: token, timeout: timeout)
@@ -104,10 +132,30 @@ public enum PlatformCredentials: Sendable {
         }
     }
 
+    /// When the credentials stop working, Unix ms (an APNs certificate's end); nil if they do not end.
+    public var expiresAtUnixMs: Int64? {
+        guard case .apns(let credentials) = self, let certificate = credentials.certificate else { return nil }
+        return min(certificate.notValidAfter, Int64.max / 1000) * 1000
+    }
+
+    /// `seconds` (Unix) as a UTC date, yyyy-mm-dd.
+    static func day(_ seconds: Int64) -> String {
+        var time = time_t(seconds)
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        return String(format: "%04d-%02d-%02d", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday))
+    }
+
     /// What `herald hubs credentials show` prints: identifiers, never a secret.
     public var summary: String {
         switch self {
-        case .apns(let c): "key id \(c.keyID), team \(c.teamID), topic \(c.topic), \(c.baseURL)"
+        case .apns(let c):
+            switch c.auth {
+            case .token(_, let keyID, let teamID): "key id \(keyID), team \(teamID), topic \(c.topic), \(c.baseURL)"
+            case .certificate(let certificate):
+                "certificate \(certificate.commonName.isEmpty ? "(no common name)" : certificate.commonName), "
+                    + "topic \(c.topic), \(c.baseURL)"
+            }
         case .fcm(let account, let url, _): "project \(account.projectID), \(account.clientEmail), \(url)"
         case .wns(let clientID, _, let tokenURL): "client \(clientID), \(tokenURL)"
         case .webPush(_, let subject): "VAPID subject \(subject)"
@@ -168,23 +216,42 @@ public struct HubCredentialStore: Sendable {
 public final class HubSenders: Sendable {
     public let defaults: [Platform: any PushSender]
     public let inbox: InboxProvider
-    private let hubs = Mutex<[String: [Platform: (sender: any PushSender, summary: String, updatedAt: Int64)]]>([:])
+    private let hubs = Mutex<[String: [Platform: Installed]]>([:])
     /// When an RPC to this replica last set or removed each `hub/platform` (see ``load(_:readSince:logger:)``).
     private let changes = Mutex<[String: ContinuousClock.Instant]>([:])
     private let client: PushClient?
     private let timeout: Duration
     /// `provider` inbox: hubs' credentials are checked and kept, and every push still goes to the inbox.
     private let recordOnly: Bool
+    /// Where the certificates' ends are recorded (``CertificateExpiryGauge``).
+    private let metrics: any MetricsFactory
+    /// Why each hub's platform was last retried on this replica with nothing delivered (a
+    /// certificate APNs refused, a service that cannot be reached), and when: the outbox keeps a
+    /// send's final failures, but a push waiting for its next attempt is not one, and its cause is
+    /// what an operator needs to see now. Cleared by the next share that delivers.
+    private let retrying = Mutex<[HubPlatform: (reason: String, at: Int64)]>([:])
+
+    /// A hub's sender of one platform, with what its status shows.
+    private struct Installed {
+        var sender: any PushSender
+        var summary: String
+        var updatedAt: Int64
+        var expiresAt: Int64?
+    }
 
     public init(
         defaults: [Platform: any PushSender], inbox: InboxProvider, client: PushClient?, timeout: Duration,
-        recordOnly: Bool = false
+        recordOnly: Bool = false, metrics: any MetricsFactory = MetricsSystem.factory
     ) {
         self.defaults = defaults
         self.inbox = inbox
         self.client = client
         self.timeout = timeout
         self.recordOnly = recordOnly
+        self.metrics = metrics
+        if let certificate = (defaults[.apns] as? APNsSender)?.credentials.certificate {
+            CertificateExpiryGauge.set(hub: Names.defaultHub, certificate, metrics)
+        }
     }
 
     /// nil: no sender (the delivery fails with NoCredentials).
@@ -219,7 +286,12 @@ public final class HubSenders: Sendable {
         hub: String, _ credentials: PlatformCredentials, _ sender: any PushSender, updatedAt: Int64,
         changedHere: Bool = false
     ) {
-        hubs.withLock { $0[hub, default: [:]][credentials.platform] = (sender, credentials.summary, updatedAt) }
+        hubs.withLock {
+            $0[hub, default: [:]][credentials.platform] = Installed(
+                sender: sender, summary: credentials.summary, updatedAt: updatedAt,
+                expiresAt: credentials.expiresAtUnixMs)
+        }
+        if case .apns(let apns) = credentials { CertificateExpiryGauge.set(hub: hub, apns.certificate, metrics) }
         if changedHere { noteChange(hub: hub, platforms: [credentials.platform]) }
     }
 
@@ -262,13 +334,17 @@ public final class HubSenders: Sendable {
             }
         }
         let kept = Set(stored.map { Self.key($0.hub, $0.platform) }).union(changedSince)
-        hubs.withLock { hubs in
+        let removedAPNs = hubs.withLock { hubs in
+            var removedAPNs: [String] = []
             for (hub, platforms) in hubs {
                 for platform in platforms.keys where !kept.contains(Self.key(hub, platform)) {
                     hubs[hub]?[platform] = nil
+                    if platform == .apns { removedAPNs.append(hub) }
                 }
             }
+            return removedAPNs
         }
+        for hub in removedAPNs { CertificateExpiryGauge.set(hub: hub, nil, metrics) }
     }
 
     /// Reads the store and ``load(_:readSince:logger:)``s what it holds.
@@ -282,6 +358,7 @@ public final class HubSenders: Sendable {
         hubs.withLock { hubs in
             if platform == .unspecified { hubs[hub] = nil } else { hubs[hub]?[platform] = nil }
         }
+        if platform == .unspecified || platform == .apns { CertificateExpiryGauge.set(hub: hub, nil, metrics) }
         noteChange(hub: hub, platforms: platform == .unspecified ? Platform.delivered : [platform])
     }
 
@@ -295,18 +372,43 @@ public final class HubSenders: Sendable {
         }
     }
 
+    /// Notes a share's results (one hub, one platform) for ``retried(hub:platform:)``.
+    func note(hub: String, platform: Platform, _ results: [PushResult]) {
+        var reason: String?
+        for result in results {
+            switch result {
+            case .delivered:
+                retrying.withLock { _ = $0.removeValue(forKey: HubPlatform(hub: hub, platform: platform)) }
+                return
+            case .retry(_, let why, _) where reason == nil: reason = why
+            default: break
+            }
+        }
+        guard let reason else { return }
+        let at = unixMillis()
+        retrying.withLock { $0[HubPlatform(hub: hub, platform: platform)] = (reason, at) }
+    }
+
+    /// Why the hub's platform was last retried with nothing delivered, and when (Unix ms); nil
+    /// when its latest share delivered or none was retried.
+    public func retried(hub: String, platform: Platform) -> (reason: String, at: Int64)? {
+        retrying.withLock { $0[HubPlatform(hub: hub, platform: platform)] }
+    }
+
     /// What a hub's platforms are delivered with, for GetHubCredentials.
     public func status(hub: String) -> [HubPlatformCredentials] {
         Platform.delivered.map { platform in
             if hub == Names.defaultHub {
                 let inboxOnly = defaults[platform] is InboxProvider
+                let certificate = (defaults[platform] as? APNsSender)?.credentials.certificate
                 return HubPlatformCredentials(
-                    platform: platform, source: inboxOnly ? .inbox : .deployment, summary: "")
+                    platform: platform, source: inboxOnly ? .inbox : .deployment, summary: "",
+                    expiresAtUnixMs: certificate.map { min($0.notValidAfter, Int64.max / 1000) * 1000 } ?? 0)
             }
             if let own = hubs.withLock({ $0[hub]?[platform] }) {
                 return HubPlatformCredentials(
                     platform: platform, source: recordOnly ? .inbox : .hub, summary: own.summary,
-                    updatedAtUnixMs: own.updatedAt)
+                    updatedAtUnixMs: own.updatedAt, expiresAtUnixMs: own.expiresAt ?? 0)
             }
             return HubPlatformCredentials(
                 platform: platform, source: defaults[platform] is InboxProvider ? .inbox : .missing, summary: "")
@@ -327,5 +429,19 @@ public final class HubSenders: Sendable {
             }
         }
         return (local, remote)
+    }
+}
+
+/// `herald_tls_certificate_expiry_timestamp_seconds{use="apns",hub}`: when a hub's APNs
+/// certificate ends (Unix seconds), beside the RPC and HTTP certificates' series, so the same
+/// alert rules (`HeraldCertificateExpiry`, `HeraldCertificateExpired`) cover it. Set when a
+/// certificate is put in place (at start, by an RPC, or by a refresh from the store) and removed
+/// when the hub's APNs credentials are deleted or replaced by a token key.
+enum CertificateExpiryGauge {
+    static let label = "herald_tls_certificate_expiry_timestamp_seconds"
+
+    static func set(hub: String, _ certificate: APNsCertificate?, _ factory: any MetricsFactory) {
+        let gauge = Gauge(label: label, dimensions: [("use", "apns"), ("hub", hub)], factory: factory)
+        if let certificate { gauge.record(Double(certificate.notValidAfter)) } else { gauge.destroy() }
     }
 }

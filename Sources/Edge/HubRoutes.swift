@@ -196,7 +196,8 @@ struct HubRoutes: Sendable {
     // MARK: credentials
 
     /// `PUT /v1/hubs/{hub}/credentials/{platform}` with the platform's settings as JSON strings:
-    /// apns `key` (the .p8's PEM), `keyId`, `teamId`, `topic`, `environment`?; fcm
+    /// apns `key` (the .p8's PEM), `keyId`, `teamId`, `topic`, `environment`?, or `certificate`
+    /// (the .p12 or PEM file in base64), `certificatePassword`?, `topic`?, `environment`?; fcm
     /// `serviceAccount` (the JSON file's text); wns `clientId`, `clientSecret`; browser `vapidKey`
     /// (PEM), `subject`. Checked by herald-dispatch now; 200 with every platform's status.
     func setCredentials(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
@@ -431,6 +432,8 @@ struct CredentialBody: Encodable {
     var source: String
     var summary: String
     var updatedAtUnixMs: Int64?
+    /// When an APNs certificate ends.
+    var expiresAtUnixMs: Int64?
     var failing: Bool
     var lastError: String?
     var lastErrorAtUnixMs: Int64?
@@ -440,6 +443,7 @@ struct CredentialBody: Encodable {
         source = platform.source.word
         summary = platform.summary
         updatedAtUnixMs = platform.updatedAtUnixMs > 0 ? platform.updatedAtUnixMs : nil
+        expiresAtUnixMs = platform.expiresAtUnixMs > 0 ? platform.expiresAtUnixMs : nil
         failing = platform.failing
         lastError = platform.lastError.isEmpty ? nil : platform.lastError
         lastErrorAtUnixMs = platform.lastErrorAtUnixMs > 0 ? platform.lastErrorAtUnixMs : nil

@@ -1,18 +1,25 @@
+import Foundation
 public import HeraldProto
 
 /// A hub's push credentials as named settings, and the typed request that carries them.
 ///
 /// The CLI takes credentials as `NAME=VALUE` words and herald-dispatch keeps them as named settings
 /// (JSON in its `hub_credential` table); SetHubCredentials carries them typed, one message per
-/// platform. This is the one table between the names and the fields.
+/// platform. This is the one table between the names and the fields. Every setting is text: the
+/// APNs `certificate` (a binary .p12) is its file in base64, as NH's management API takes it.
 extension SetHubCredentialsRequest {
     /// Each platform's setting names: the required ones, then the optional ones.
     public static let settingNames: [Platform: (required: [String], optional: [String])] = [
-        .apns: (["key", "key-id", "team-id", "topic"], ["environment", "url"]),
+        // Token auth; certificate auth instead takes `certificate` (see ``apnsCertificateNames``).
+        .apns: (["key", "key-id", "team-id", "topic"], ["environment", "url", "certificate", "certificate-password"]),
         .fcm: (["service-account"], ["url", "token-url"]),
         .wns: (["client-id", "client-secret"], ["token-url"]),
         .browser: (["vapid-key", "subject"], []),
     ]
+
+    /// The APNs settings of certificate-based auth: the required one, and those it takes besides
+    /// `environment` and `url` (the topic defaults to the certificate's).
+    public static let apnsCertificateNames = (required: ["certificate"], optional: ["certificate-password", "topic"])
 
     /// The platform a hub's credentials are set for, by the name the CLI and `/v1/hubs` take
     /// (apns, fcm or fcmv1, wns, browser or webpush; any case); nil for another.
@@ -51,9 +58,17 @@ extension SetHubCredentialsRequest {
         self.init(hub: hub)
         switch platform {
         case .apns:
+            var certificate: [UInt8] = []
+            if let text = settings["certificate"], !text.isEmpty {
+                guard let data = Data(base64Encoded: text, options: .ignoreUnknownCharacters) else {
+                    throw ServiceError.invalidArgument("certificate must be the .p12 or PEM file in base64")
+                }
+                certificate = Array(data)
+            }
             apns = ApnsCredentials(
                 key: value("key"), keyID: value("key-id"), teamID: value("team-id"), topic: value("topic"),
-                environment: value("environment"), url: value("url"))
+                environment: value("environment"), url: value("url"), certificate: certificate,
+                certificatePassword: value("certificate-password"))
         case .fcm:
             fcm = FcmCredentials(
                 serviceAccount: value("service-account"), url: value("url"), tokenUrl: value("token-url"))
@@ -76,6 +91,8 @@ extension SetHubCredentialsRequest {
                     [
                         ("key", apns.key), ("key-id", apns.keyID), ("team-id", apns.teamID), ("topic", apns.topic),
                         ("environment", apns.environment), ("url", apns.url),
+                        ("certificate", Data(apns.certificate).base64EncodedString()),
+                        ("certificate-password", apns.certificatePassword),
                     ]
                 ))
         }

@@ -6,27 +6,37 @@ import NIOCore
 import NIOHPACK
 import NIOHTTP1
 
-/// APNs provider-token settings (token-based auth, a `.p8` key from Apple's developer account).
+/// APNs settings: how the provider authenticates (a token key or a certificate), the topic and
+/// the service's URL.
 public struct APNsCredentials: Sendable {
     public static let production = "https://api.push.apple.com"
     public static let sandbox = "https://api.sandbox.push.apple.com"
-    /// The `.p8` key (PKCS#8 PEM, P-256).
-    public var keyPEM: String
-    /// The key's 10-character id (`kid`).
-    public var keyID: String
-    /// The developer team id (`iss`).
-    public var teamID: String
+
+    /// How APNs knows the provider.
+    public enum Auth: Sendable {
+        /// Token-based: the `.p8` key (PKCS#8 PEM, P-256), its 10-character id (`kid`) and the
+        /// developer team id (`iss`) sign a provider token every request carries.
+        case token(keyPEM: String, keyID: String, teamID: String)
+        /// Certificate-based: the connection presents the certificate (TLS client auth).
+        case certificate(APNsCertificate)
+    }
+
+    public var auth: Auth
     /// The app's bundle id (`apns-topic`).
     public var topic: String
     /// ``production``, ``sandbox``, or a test double's URL.
     public var baseURL: String
 
-    public init(keyPEM: String, keyID: String, teamID: String, topic: String, baseURL: String) {
-        self.keyPEM = keyPEM
-        self.keyID = keyID
-        self.teamID = teamID
+    public init(auth: Auth, topic: String, baseURL: String) {
+        self.auth = auth
         self.topic = topic
         self.baseURL = baseURL
+    }
+
+    /// The certificate, with certificate-based auth.
+    public var certificate: APNsCertificate? {
+        if case .certificate(let certificate) = auth { return certificate }
+        return nil
     }
 }
 
@@ -80,24 +90,37 @@ public actor APNsProviderToken {
     }
 }
 
-/// Sends to APNs over HTTP/2: `POST /3/device/<token>` with the provider token, `apns-topic`,
+/// Sends to APNs over HTTP/2: `POST /3/device/<token>` with the provider token (token-based
+/// auth; with a certificate, the connection carries the authentication), `apns-topic`,
 /// `apns-push-type`, `apns-priority`, `apns-id` (the delivery's message id, the same on every
 /// retry), `apns-expiration` and `apns-collapse-id`.
 ///
 /// A batch goes out whole on one of a few connections (``HTTP2Pool``): one provider-token lookup,
 /// one set of headers and one body buffer per payload, one deadline. APNs lets a connection carry
 /// many concurrent streams (it advertises how many); streams beyond that wait in NIO's buffer.
+///
+/// A certificate that has ended is not presented: its batches are retried as
+/// `CertificateExpired` (kept until their retry window ends, so a certificate replaced in time
+/// delivers them), and one APNs refuses in the handshake as `CertificateRejected`.
 public struct APNsSender: PushSender {
     public let credentials: APNsCredentials
     public let pool: HTTP2Pool
-    public let token: APNsProviderToken
+    /// The provider token, with token-based auth; nil with a certificate.
+    public let token: APNsProviderToken?
     public let timeout: Duration
+    private let now: @Sendable () -> Int64
 
-    public init(credentials: APNsCredentials, client: PushClient, token: APNsProviderToken, timeout: Duration) throws {
+    /// Token-based auth (`credentials.auth` is `.token`, signed by `token`) or certificate-based
+    /// (`token` nil: the pool presents the certificate). `now`: Unix seconds (tests inject it).
+    public init(
+        credentials: APNsCredentials, client: PushClient, token: APNsProviderToken?, timeout: Duration,
+        now: @escaping @Sendable () -> Int64 = { unixSeconds() }
+    ) throws {
         self.credentials = credentials
-        pool = try client.pool(url: credentials.baseURL)
+        pool = try client.pool(url: credentials.baseURL, presenting: credentials.certificate)
         self.token = token
         self.timeout = timeout
+        self.now = now
     }
 
     /// The headers that follow from a push's options (the inbox records the same ones).
@@ -111,9 +134,14 @@ public struct APNsSender: PushSender {
 
     public func send(_ items: [PushItem]) async -> [PushResult] {
         guard !items.isEmpty else { return [] }
-        let jwt: String
-        do { jwt = try await token.token() } catch {
-            return Array(repeating: .failed(status: 0, reason: "ProviderTokenUnavailable"), count: items.count)
+        if let certificate = credentials.certificate, certificate.expired(at: now()) {
+            return Array(repeating: .retry(status: 0, reason: Self.certificateExpired, after: nil), count: items.count)
+        }
+        var jwt: String?
+        if let token {
+            do { jwt = try await token.token() } catch {
+                return Array(repeating: .failed(status: 0, reason: "ProviderTokenUnavailable"), count: items.count)
+            }
         }
         var requests: [HTTP2Request] = []
         requests.reserveCapacity(items.count)
@@ -142,16 +170,22 @@ public struct APNsSender: PushSender {
             requests.append(HTTP2Request(headers: headers, body: shared.body))
         }
         let results = PushHTTP.results(await pool.send(requests, timeout: timeout), classify: Self.classify)
-        if results.contains(where: { if case .retry(403, "ExpiredProviderToken", _) = $0 { true } else { false } }) {
+        if let token, let jwt,
+            results.contains(where: { if case .retry(403, "ExpiredProviderToken", _) = $0 { true } else { false } })
+        {
             await token.refused(jwt)
         }
         return results
     }
 
-    /// The headers every push of one payload carries (`jwt`: the provider token).
-    private func payloadHeaders(_ options: DeliveryOptions, jwt: String) -> HPACKHeaders {
+    /// The reason of a batch not sent because the certificate has ended.
+    public static let certificateExpired = "CertificateExpired"
+
+    /// The headers every push of one payload carries (`jwt`: the provider token; nil with a
+    /// certificate).
+    private func payloadHeaders(_ options: DeliveryOptions, jwt: String?) -> HPACKHeaders {
         var headers = HPACKHeaders()
-        headers.add(name: "authorization", value: "bearer \(jwt)")
+        if let jwt { headers.add(name: "authorization", value: "bearer \(jwt)") }
         headers.add(name: "apns-topic", value: credentials.topic)
         for header in Self.headers(for: options) { headers.add(name: header.name, value: header.value) }
         // Without a TTL the header is left out: APNs then stores the push and retries it itself

@@ -91,6 +91,7 @@ public final class HTTP2Pool: Sendable {
     /// the outbox would have to retry.
     public func send(_ requests: [HTTP2Request], timeout: Duration) async -> [HTTP2Answer] {
         guard !requests.isEmpty else { return [] }
+        var reason = "ConnectionError"
         for _ in 0..<Self.attempts {
             let connection: HTTP2Connection
             do { connection = try await self.connection() } catch {
@@ -98,13 +99,34 @@ public final class HTTP2Pool: Sendable {
                     refusedHTTP2.store(true, ordering: .relaxed)
                     return Array(repeating: .failed(reason: Self.noHTTP2), count: requests.count)
                 }
+                reason = Self.reason(for: error)
                 break
             }
             if let answers = await connection.send(requests, timeout: .nanoseconds(timeout.wholeNanoseconds)) {
                 return answers
             }
         }
-        return Array(repeating: .failed(reason: "ConnectionError"), count: requests.count)
+        return Array(repeating: .failed(reason: reason), count: requests.count)
+    }
+
+    /// The reason of every answer of a batch whose connection the service closed with a TLS alert
+    /// about the client's certificate (APNs refusing a provider certificate: unknown, revoked,
+    /// ended, or none sent where one is required).
+    public static let certificateRejected = "CertificateRejected"
+
+    /// Why a connection failed, as the answers of its requests say it: ``certificateRejected`` for
+    /// the peer's alert about the certificate this side presented (BoringSSL names the alert it
+    /// received `…ALERT_BAD_CERTIFICATE`, `…ALERT_CERTIFICATE_REQUIRED`, `…ALERT_UNKNOWN_CA`…);
+    /// anything else, our own refusal of the service's certificate included, `ConnectionError`.
+    static func reason(for error: any Error) -> String {
+        let text = String(describing: error).uppercased()
+        let alerts = [
+            "ALERT_BAD_CERTIFICATE", "ALERT_CERTIFICATE_REQUIRED", "ALERT_CERTIFICATE_EXPIRED",
+            "ALERT_CERTIFICATE_REVOKED", "ALERT_CERTIFICATE_UNKNOWN", "ALERT_UNKNOWN_CA",
+            "ALERT_UNSUPPORTED_CERTIFICATE",
+            "ALERT_ACCESS_DENIED", "ALERT_HANDSHAKE_FAILURE",
+        ]
+        return alerts.contains { text.contains($0) } ? certificateRejected : "ConnectionError"
     }
 
     /// Connections a batch is offered before it fails as `ConnectionError` without being written.
@@ -291,6 +313,8 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     private var context: ChannelHandlerContext?
     private var nextStreamID: Int32 = 1
     private var exchanges: [Int32: Exchange] = [:]
+    /// The reason of the requests the connection's loss fails (see `errorCaught`).
+    private var closeReason = "ConnectionError"
     /// Bytes of DATA received since the connection window was last given back.
     private var unacknowledged = 0
     /// A batch went unanswered by its deadline: no new batch comes here, and the connection
@@ -533,6 +557,9 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
             finish(Int32(Int(error.streamID)), .failed(reason: "StreamReset"))
             return
         }
+        // TLS 1.3 lets the client finish its handshake before the service checks the client's
+        // certificate: the refusal arrives as an error after `ready`, and fails what was sent.
+        closeReason = HTTP2Pool.reason(for: error)
         ready.fail(error)
         context.close(promise: nil)
     }
@@ -540,7 +567,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     func channelInactive(context: ChannelHandlerContext) {
         usable.store(false, ordering: .relaxed)
         ready.fail(HTTP2PoolError("connection closed"))
-        for id in Array(exchanges.keys) { finish(id, .failed(reason: "ConnectionError")) }
+        for id in Array(exchanges.keys) { finish(id, .failed(reason: closeReason)) }
         context.fireChannelInactive()
     }
 
@@ -551,7 +578,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         // debug builds; the CI's crash drill met it as dispatch's SIGILL). A promise already
         // completed ignores this.
         ready.fail(HTTP2PoolError("connection closed"))
-        for id in Array(exchanges.keys) { finish(id, .failed(reason: "ConnectionError")) }
+        for id in Array(exchanges.keys) { finish(id, .failed(reason: closeReason)) }
     }
 }
 

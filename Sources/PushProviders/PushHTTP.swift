@@ -27,7 +27,7 @@ public enum PushHTTP {
         h2.applicationProtocols = ["h2", "http/1.1"]
         return PushClient(
             http: HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration),
-            h2: Result { try NIOSSLContext(configuration: h2) }, connectTimeout: connectTimeout)
+            h2: h2, connectTimeout: connectTimeout)
     }
 
     /// One exchange's answer: status, headers and up to 64 KiB of body (push services answer small).
@@ -135,17 +135,25 @@ public final class PushClient: Sendable {
     /// The HTTP/2 pools' TLS context (same trust roots, ALPN h2); an unreadable CA file fails here,
     /// when a pool is made, rather than at start.
     private let h2: Result<NIOSSLContext, any Error>
+    /// What `h2` was made from: a pool presenting a client certificate gets its own context.
+    private let h2Configuration: TLSConfiguration
     private let connectTimeout: Duration
 
-    init(http: HTTPClient, h2: Result<NIOSSLContext, any Error>, connectTimeout: Duration) {
+    init(http: HTTPClient, h2: TLSConfiguration, connectTimeout: Duration) {
         self.http = http
-        self.h2 = h2
+        self.h2 = Result { try NIOSSLContext(configuration: h2) }
+        h2Configuration = h2
         self.connectTimeout = connectTimeout
     }
 
-    /// A pool of `connections` HTTP/2 connections to `url`'s origin.
-    public func pool(url: String, connections: Int = 2) throws -> HTTP2Pool {
-        try HTTP2Pool(url: url, tls: try h2.get(), connections: connections, connectTimeout: connectTimeout)
+    /// A pool of `connections` HTTP/2 connections to `url`'s origin; `presenting`: the client
+    /// certificate its connections authenticate with (APNs' certificate-based auth).
+    public func pool(url: String, connections: Int = 2, presenting certificate: APNsCertificate? = nil) throws
+        -> HTTP2Pool
+    {
+        let tls = try certificate.map { try NIOSSLContext(configuration: $0.presented(in: h2Configuration)) }
+        return try HTTP2Pool(
+            url: url, tls: try tls ?? h2.get(), connections: connections, connectTimeout: connectTimeout)
     }
 
     public func shutdown() async throws { try await http.shutdown() }

@@ -161,6 +161,8 @@ struct Hubs: AsyncParsableCommand {
                 discussion: """
                     Settings are NAME=VALUE, or NAME=@FILE to read the value from a file:
                       apns:    key=@AuthKey.p8 key-id=… team-id=… topic=<bundle id> [environment=production|sandbox] [url=…]
+                               or certificate=@cert.p12 [certificate-password=@password.txt] [topic=…] [environment=…]
+                               (a .p12, or PEM with the certificate and its key; the topic defaults to the certificate's)
                       fcm:     service-account=@service-account.json [url=…] [token-url=…]
                       wns:     client-id=… client-secret=@secret.txt [token-url=…]
                       browser: vapid-key=@vapid.pem subject=mailto:ops@example.com
@@ -185,7 +187,12 @@ struct Hubs: AsyncParsableCommand {
                         guard let data = FileManager.default.contents(atPath: String(value.dropFirst())) else {
                             throw ValidationError("\(name): cannot read \(value.dropFirst())")
                         }
-                        value = String(decoding: data, as: UTF8.self)
+                        // A certificate is a binary .p12 (or PEM): the setting carries the file in base64.
+                        value =
+                            name == "certificate"
+                            ? data.base64EncodedString()
+                            : String(decoding: data, as: UTF8.self).trimmingCharacters(
+                                in: name == "certificate-password" ? .newlines : [])
                     }
                     parsed[name] = value
                 }
@@ -220,8 +227,13 @@ struct Hubs: AsyncParsableCommand {
             static func print(_ answer: HubCredentialsResponse, hub: String) {
                 Swift.print("hub \(hub)")
                 for platform in answer.platforms {
+                    let ends =
+                        platform.expiresAtUnixMs > 0
+                        ? "\tends "
+                            + Date(timeIntervalSince1970: Double(platform.expiresAtUnixMs) / 1000).ISO8601Format()
+                        : ""
                     Swift.print(
-                        "  \(platform.platform.name)\t\(platform.source.word)\(platform.summary.isEmpty ? "" : "\t" + platform.summary)"
+                        "  \(platform.platform.name)\t\(platform.source.word)\(platform.summary.isEmpty ? "" : "\t" + platform.summary)\(ends)"
                     )
                 }
             }

@@ -1,8 +1,12 @@
+import Crypto
 import DispatchService
+import Foundation
 import GRDB
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import Logging
+import MetricsTestKit
 import PushProviders
 import Testing
 
@@ -56,5 +60,52 @@ struct HubSendersTests {
             #expect(
                 senders.sender(hub: "shop", platform: .wns) is InboxProvider, "the refresh brought back removed keys")
         }
+    }
+
+    @Test(
+        "an APNs certificate's end is a gauge from when it is put in place (by an RPC or a refresh) until a key replaces it or it is deleted"
+    )
+    func certificateExpiryGauge() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("gauge-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let made = try await APNsTestCertificates.make(in: folder)
+        let metrics = TestMetrics()
+        let client = PushHTTP.makeClient(extraCAFile: nil)
+        defer { Task { try? await client.shutdown() } }
+        let inbox = try InboxProvider(db: .inMemory())
+        let senders = HubSenders(
+            defaults: [.apns: inbox], inbox: inbox, client: client, timeout: .seconds(1), metrics: metrics)
+        let label = "herald_tls_certificate_expiry_timestamp_seconds"
+        func end(_ hub: String) -> Double? {
+            (try? metrics.expectGauge(label, [("use", "apns"), ("hub", hub)]))?.lastValue
+        }
+        let certificate = [
+            "certificate": Data(made.p12).base64EncodedString(), "certificate-password": APNsTestCertificates.password,
+            "url": "https://127.0.0.1:1",
+        ]
+        let key = [
+            "key": P256.Signing.PrivateKey().pemRepresentation, "key-id": "KEY1234567", "team-id": "TEAM123456",
+            "topic": "com.example.app", "url": "https://127.0.0.1:1",
+        ]
+        // By an RPC.
+        try await senders.set(hub: "shop", try PlatformCredentials.parse(platform: .apns, settings: certificate))
+        #expect(end("shop") == Double(made.notValidAfter))
+        #expect(
+            senders.status(hub: "shop").first { $0.platform == .apns }?.expiresAtUnixMs == made.notValidAfter * 1000)
+        // A key in its place: no end.
+        try await senders.set(hub: "shop", try PlatformCredentials.parse(platform: .apns, settings: key))
+        #expect(end("shop") == nil)
+        #expect(senders.status(hub: "shop").first { $0.platform == .apns }?.expiresAtUnixMs == 0)
+        // By a refresh from the store, and gone when the store no longer has it.
+        let logger = Logger(label: "test")
+        await senders.load([("mall", .apns, certificate, 5)], readSince: ContinuousClock.now, logger: logger)
+        #expect(end("mall") == Double(made.notValidAfter))
+        await senders.load([], readSince: ContinuousClock.now, logger: logger)
+        #expect(end("mall") == nil)
+        // Deleted by an RPC.
+        try await senders.set(hub: "shop", try PlatformCredentials.parse(platform: .apns, settings: certificate))
+        #expect(end("shop") != nil)
+        senders.remove(hub: "shop", platform: .apns)
+        #expect(end("shop") == nil)
     }
 }

@@ -10,6 +10,8 @@ struct HubCredentialSettingsTests {
     func roundTrip() throws {
         let cases: [(Platform, [String: String])] = [
             (.apns, ["key": "PEM", "key-id": "K1", "team-id": "T1", "topic": "com.example", "environment": "sandbox"]),
+            // A certificate: the file's bytes typed, base64 in the settings.
+            (.apns, ["certificate": "MIIBAAECAwQ=", "certificate-password": "pw", "environment": "sandbox"]),
             (.fcm, ["service-account": "{}", "token-url": "http://127.0.0.1:1/token"]),
             (.wns, ["client-id": "c", "client-secret": "s"]),
             (.browser, ["vapid-key": "PEM", "subject": "mailto:ops@example.com"]),
@@ -27,6 +29,9 @@ struct HubCredentialSettingsTests {
             #expect(try decoded.namedSettings().settings == settings)
         }
         #expect(try SetHubCredentialsRequest(hub: "h", platform: .apns, settings: ["key-id": "K"]).apns?.keyID == "K")
+        #expect(
+            try SetHubCredentialsRequest(hub: "h", platform: .apns, settings: ["certificate": "MIIBAAECAwQ="]).apns?
+                .certificate == [0x30, 0x82, 0x01, 0x00, 0x01, 0x02, 0x03, 0x04])
     }
 
     @Test("an unknown setting, an unknown platform, and none or two platforms' credentials are refused")
@@ -35,7 +40,13 @@ struct HubCredentialSettingsTests {
             try SetHubCredentialsRequest(hub: "h", platform: .apns, settings: ["key": "k", "team": "T"])
         } throws: { error in
             (error as? ServiceError)?.message
-                == "unknown apns setting team: use key, key-id, team-id, topic, environment, url"
+                == "unknown apns setting team: use key, key-id, team-id, topic, environment, url, certificate, certificate-password"
+        }
+        // A certificate is carried as base64 text in the settings: anything else is refused.
+        #expect {
+            try SetHubCredentialsRequest(hub: "h", platform: .apns, settings: ["certificate": "not base64!"])
+        } throws: { error in
+            (error as? ServiceError)?.message.contains("base64") == true
         }
         #expect(throws: ServiceError.self) {
             try SetHubCredentialsRequest(hub: "h", platform: .unspecified, settings: [:])

@@ -74,14 +74,21 @@ package final class PushDouble: Sendable {
     fileprivate func record(_ request: Request) { recorded.withLock { $0.append(request) } }
 
     /// Starts a double with the certificate and key of `tls` (PEM files) on a free loopback port;
-    /// with `http1`, one that offers only HTTP/1.1 in ALPN (a proxy in front of FCM, say).
+    /// with `http1`, one that offers only HTTP/1.1 in ALPN (a proxy in front of FCM, say); with
+    /// `clientCA`, one that, as APNs with certificate-based auth, completes only handshakes that
+    /// present a client certificate from that CA (PEM file).
     package static func start(
-        certificate: String, key: String, http1: Bool = false, respond: @escaping @Sendable (Request) -> Reply
+        certificate: String, key: String, http1: Bool = false, clientCA: String? = nil,
+        respond: @escaping @Sendable (Request) -> Reply
     ) async throws -> PushDouble {
         var configuration = TLSConfiguration.makeServerConfiguration(
             certificateChain: try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) },
             privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem)))
         configuration.applicationProtocols = http1 ? ["http/1.1"] : ["h2"]
+        if let clientCA {
+            configuration.certificateVerification = .noHostnameVerification
+            configuration.trustRoots = .file(clientCA)
+        }
         let context = try NIOSSLContext(configuration: configuration)
         let holder = DoubleHolder()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)

@@ -81,6 +81,20 @@ def nh(method, path, headers=None, body=b""):
         return response.status, dict(response.headers)
 
 
+def apns_certificate(topic, password):
+    """A self-signed APNs-style certificate (the bundle id as the subject's UID) as a .p12, by openssl."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        key, cert, p12 = (os.path.join(folder, name) for name in ("key.pem", "cert.pem", "push.p12"))
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", key, "-out", cert, "-days", "30",
+                        "-subj", f"/UID={topic}/CN=Apple Push Services: {topic}"], capture_output=True, check=True)
+        subprocess.run(["openssl", "pkcs12", "-export", "-inkey", key, "-in", cert, "-passout", f"pass:{password}",
+                        "-out", p12], capture_output=True, check=True)
+        with open(p12, "rb") as file:
+            return file.read()
+
+
 def shot(page, name, width):
     page.screenshot(path=os.path.join(SHOTS, f"{name}-{width}.png"), full_page=True)
     # axe-core's WCAG rules on the page as shown (evaluated through the driver, not a page script).
@@ -186,6 +200,24 @@ def main():
         page.get_by_text("Set browser credentials").click()
         page.get_by_role("button", name="Delete browser credentials").click()
         expect(browser_row).not_to_contain_text("the hub's own credentials")
+
+        # An APNs certificate (.p12 with a password), as a hub moved from NH has: its topic and
+        # end read from the certificate, shown; the password never on the page.
+        p12 = apns_certificate("com.example.console", "p12 password")
+        page.get_by_text("Set apns credentials").click()
+        page.get_by_label(re.compile("Or a certificate")).set_input_files(
+            {"name": "push.p12", "mimeType": "application/x-pkcs12", "buffer": p12})
+        page.get_by_label("Certificate password").fill("p12 password")
+        page.get_by_role("button", name="Save apns credentials").click()
+        expect(page).to_have_url(URL + "/console/hubs/console-demo")
+        apns_row = page.locator("table").first.locator("tbody tr").filter(has=page.locator("th", has_text="apns"))
+        expect(apns_row).to_contain_text("topic com.example.console")
+        expect(apns_row).to_contain_text("ends ")
+        check("p12 password" not in page.content(), "the certificate's password is on the page")
+        shot(page, "hub-certificate", "desktop")
+        page.get_by_text("Set apns credentials").click()
+        page.get_by_role("button", name="Delete apns credentials").click()
+        expect(apns_row).not_to_contain_text("com.example.console")
 
         # Deleting the hub takes its name typed again.
         page.get_by_label(re.compile("Type the hub's name")).fill("console-dem")

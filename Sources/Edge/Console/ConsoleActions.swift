@@ -129,9 +129,18 @@ extension ConsoleRoutes {
         }
         switch platform {
         case .apns:
+            // Token auth (key, key id, team id, topic) or certificate auth (certificate, its
+            // password; the topic defaults to the certificate's): dispatch says what is missing.
             return [
-                field("key", "Signing key (.p8)", type: "file", accept: ".p8,.pem"), field("key-id", "Key id"),
-                field("team-id", "Team id"), field("topic", "Topic (the app's bundle id)"),
+                field("key", "Signing key (.p8), for token auth", type: "file", accept: ".p8,.pem", required: false),
+                field("key-id", "Key id", required: false), field("team-id", "Team id", required: false),
+                field(
+                    "certificate", "Or a certificate (.p12, or PEM with its key), for certificate auth", type: "file",
+                    accept: ".p12,.pfx,.pem", required: false),
+                field("certificate-password", "Certificate password", type: "password", required: false),
+                field(
+                    "topic", "Topic (the app's bundle id)", placeholder: "the certificate's, with a certificate",
+                    required: false),
                 field("environment", "Environment", placeholder: "production or sandbox", required: false),
             ]
         case .fcm: return [field("service-account", "Service account (.json)", type: "file", accept: ".json")]
@@ -156,8 +165,12 @@ extension ConsoleRoutes {
         for (name, value) in fields where name != "_csrf" && !value.isEmpty {
             settings[name] = try EdgeHTTP.text(value, name)
         }
-        for (name, file) in files {
-            settings[name] = try EdgeHTTP.text(String(decoding: file.bytes, as: UTF8.self), name)
+        for (name, file) in files where !file.bytes.isEmpty {
+            // A certificate is a binary .p12 (or PEM): the setting carries the file in base64.
+            settings[name] =
+                name == "certificate"
+                ? Data(file.bytes).base64EncodedString()
+                : try EdgeHTTP.text(String(decoding: file.bytes, as: UTF8.self), name)
         }
         guard settings["url"] == nil, settings["token-url"] == nil else {
             throw EdgeError(.badRequest, "a test double's address is set with the CLI, not the console")

@@ -59,7 +59,10 @@ extension ConsoleRoutes {
             return ConsoleView.Hub.Platform(
                 platform: platform.platform.name, status: status,
                 source: Self.sourceText(platform.source), summary: platform.summary,
-                updated: ConsolePage.time(platform.updatedAtUnixMs).nonEmpty, lastError: platform.lastError.nonEmpty,
+                updated: ConsolePage.time(platform.updatedAtUnixMs).nonEmpty,
+                expires: ConsolePage.time(platform.expiresAtUnixMs).nonEmpty,
+                expiresSoon: platform.expiresAtUnixMs > 0 && platform.expiresAtUnixMs - unixMillis() < 14 * 86_400_000,
+                lastError: platform.lastError.nonEmpty,
                 lastErrorAt: ConsolePage.time(platform.lastErrorAtUnixMs),
                 setAction: "\(hubPath)/credentials/\(platform.platform.name)",
                 fields: Self.credentialFields(platform.platform),

@@ -106,13 +106,15 @@ enum ConsoleTemplates {
             <th scope="col">Last push-service error</th></tr></thead>
           <tbody>
           {{#platforms}}<tr><th scope="row">{{platform}}</th><td><span class="badge {{status}}">{{status}}</span></td><td>{{source}}</td>
-            <td>{{summary}}{{#updated}} <small>(set {{updated}})</small>{{/updated}}</td>
+            <td>{{summary}}{{#updated}} <small>(set {{updated}})</small>{{/updated}}{{#expires}}
+              <small>{{#expiresSoon}}<strong>ends {{expires}}</strong>{{/expiresSoon}}{{^expiresSoon}}ends {{expires}}{{/expiresSoon}}</small>{{/expires}}</td>
             <td>{{#lastError}}<code>{{lastError}}</code> <small>{{lastErrorAt}}</small>{{/lastError}}{{^lastError}}none{{/lastError}}</td></tr>{{/platforms}}
           </tbody>
         </table>
         </div>
         <p class="hint">A platform is <em>failing</em> when the hub's latest send to it failed on every device. Secrets are
-        checked when set and never shown again.</p>
+        checked when set and never shown again. APNs takes a signing key (.p8, token auth) or a certificate (.p12 or PEM,
+        certificate auth); a certificate's end is in bold from 14 days before.</p>
         {{#platforms}}
         <details class="card">
           <summary>Set {{platform}} credentials</summary>

@@ -77,6 +77,10 @@ enum ConsoleView {
             var source: String
             var summary: String
             var updated: String?
+            /// When the credentials end (an APNs certificate), and whether they have ended or end
+            /// within 14 days (the expiry alert's window).
+            var expires: String?
+            var expiresSoon: Bool
             var lastError: String?
             var lastErrorAt: String
             /// Where its form posts, and its inputs.

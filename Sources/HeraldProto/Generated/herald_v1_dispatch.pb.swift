@@ -1795,27 +1795,37 @@ extension SetHubCredentialsRequest: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__set_hub_credentials_request__free_unpacked(p, nil) }
 }
 
-/// APNs token-based authentication.
+/// APNs credentials: token-based authentication (key, key_id, team_id) or certificate-based
+/// (certificate and its password), never both (INVALID_ARGUMENT).
 public struct ApnsCredentials: HeraldMessage {
     /// The signing key: the .p8 file's PEM (ES256).
     public var key: String
     /// The key's id (10 characters) and the developer team's id.
     public var keyID: String
     public var teamID: String
-    /// The app's bundle id (apns-topic).
+    /// The app's bundle id (apns-topic). Required with a key; with a certificate, empty means the
+    /// topic the certificate names (its subject's UID), as APNs derives it.
     public var topic: String
     /// "production" (the default when empty) or "sandbox".
     public var environment: String
     /// Another APNs base URL (a test double); empty: the environment's.
     public var url: String
+    /// The provider certificate and its private key: the .p12 file (PKCS#12) as exported from the
+    /// Keychain, or PEM (the certificate chain and the key in one file), at most 64 KiB. A
+    /// certificate that has already ended, or a key that is not the certificate's, is refused.
+    public var certificate: [UInt8]
+    /// The .p12's password (or the PEM key's passphrase); empty when it has none.
+    public var certificatePassword: String
 
-    public init(key: String = "", keyID: String = "", teamID: String = "", topic: String = "", environment: String = "", url: String = "") {
+    public init(key: String = "", keyID: String = "", teamID: String = "", topic: String = "", environment: String = "", url: String = "", certificate: [UInt8] = [], certificatePassword: String = "") {
         self.key = key
         self.keyID = keyID
         self.teamID = teamID
         self.topic = topic
         self.environment = environment
         self.url = url
+        self.certificate = certificate
+        self.certificatePassword = certificatePassword
     }
 
     public init() {
@@ -1825,6 +1835,8 @@ public struct ApnsCredentials: HeraldMessage {
         self.topic = ""
         self.environment = ""
         self.url = ""
+        self.certificate = []
+        self.certificatePassword = ""
     }
 
     public static let protoName = "herald.v1.ApnsCredentials"
@@ -1849,6 +1861,8 @@ extension ApnsCredentials: CBacked {
         self.topic = CBridge.string(m.topic)
         self.environment = CBridge.string(m.environment)
         self.url = CBridge.string(m.url)
+        self.certificate = CBridge.bytes(m.certificate)
+        self.certificatePassword = CBridge.string(m.certificate_password)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1860,6 +1874,8 @@ extension ApnsCredentials: CBacked {
         p.pointee.topic = try arena.string(self.topic, field: "herald.v1.ApnsCredentials.topic")
         p.pointee.environment = try arena.string(self.environment, field: "herald.v1.ApnsCredentials.environment")
         p.pointee.url = try arena.string(self.url, field: "herald.v1.ApnsCredentials.url")
+        p.pointee.certificate = arena.binary(self.certificate)
+        p.pointee.certificate_password = try arena.string(self.certificatePassword, field: "herald.v1.ApnsCredentials.certificate_password")
         return p
     }
 
@@ -2414,14 +2430,20 @@ public struct HubPlatformCredentials: HeraldMessage {
     public var updatedAtUnixMs: Int64
     /// The most recent failure reason the push service gave for this hub and platform (e.g.
     /// "InvalidProviderToken", "NoCredentials"), and when that send was made; empty and 0 when
-    /// none of the hub's recent sends on this platform failed.
+    /// none of the hub's recent sends on this platform failed. A push waiting for a retry counts
+    /// too, with the time of its attempt ("CertificateRejected": APNs refused the certificate in
+    /// the handshake; "CertificateExpired": the certificate has ended), as this replica saw it.
     public var lastError: String
     public var lastErrorAtUnixMs: Int64
-    /// Whether the hub's latest send that reached this platform failed on every device: the
-    /// credentials (or the push service) are failing now, not just some devices.
+    /// Whether the hub's latest send that reached this platform failed on every device, or its
+    /// latest attempts were all retried with nothing delivered since: the credentials (or the push
+    /// service) are failing now, not just some devices.
     public var failing: Bool
+    /// When the credentials stop working: an APNs certificate's end (Unix epoch ms); 0 for
+    /// credentials that do not end.
+    public var expiresAtUnixMs: Int64
 
-    public init(platform: Platform = Platform(rawValue: 0), source: CredentialSource = CredentialSource(rawValue: 0), summary: String = "", updatedAtUnixMs: Int64 = 0, lastError: String = "", lastErrorAtUnixMs: Int64 = 0, failing: Bool = false) {
+    public init(platform: Platform = Platform(rawValue: 0), source: CredentialSource = CredentialSource(rawValue: 0), summary: String = "", updatedAtUnixMs: Int64 = 0, lastError: String = "", lastErrorAtUnixMs: Int64 = 0, failing: Bool = false, expiresAtUnixMs: Int64 = 0) {
         self.platform = platform
         self.source = source
         self.summary = summary
@@ -2429,6 +2451,7 @@ public struct HubPlatformCredentials: HeraldMessage {
         self.lastError = lastError
         self.lastErrorAtUnixMs = lastErrorAtUnixMs
         self.failing = failing
+        self.expiresAtUnixMs = expiresAtUnixMs
     }
 
     public init() {
@@ -2439,6 +2462,7 @@ public struct HubPlatformCredentials: HeraldMessage {
         self.lastError = ""
         self.lastErrorAtUnixMs = 0
         self.failing = false
+        self.expiresAtUnixMs = 0
     }
 
     public static let protoName = "herald.v1.HubPlatformCredentials"
@@ -2464,6 +2488,7 @@ extension HubPlatformCredentials: CBacked {
         self.lastError = CBridge.string(m.last_error)
         self.lastErrorAtUnixMs = m.last_error_at_unix_ms
         self.failing = m.failing != 0
+        self.expiresAtUnixMs = m.expires_at_unix_ms
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -2476,6 +2501,7 @@ extension HubPlatformCredentials: CBacked {
         p.pointee.last_error = try arena.string(self.lastError, field: "herald.v1.HubPlatformCredentials.last_error")
         p.pointee.last_error_at_unix_ms = self.lastErrorAtUnixMs
         p.pointee.failing = self.failing ? 1 : 0
+        p.pointee.expires_at_unix_ms = self.expiresAtUnixMs
         return p
     }
 

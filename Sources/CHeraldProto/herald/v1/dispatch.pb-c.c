@@ -3480,7 +3480,7 @@ const ProtobufCMessageDescriptor herald__v1__set_hub_credentials_request__descri
   (ProtobufCMessageInit) herald__v1__set_hub_credentials_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__apns_credentials__field_descriptors[6] =
+static const ProtobufCFieldDescriptor herald__v1__apns_credentials__field_descriptors[8] =
 {
   {
     "key",
@@ -3554,8 +3554,34 @@ static const ProtobufCFieldDescriptor herald__v1__apns_credentials__field_descri
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "certificate",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BYTES,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ApnsCredentials, certificate),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "certificate_password",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ApnsCredentials, certificate_password),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__apns_credentials__field_indices_by_name[] = {
+  6,   /* field[6] = certificate */
+  7,   /* field[7] = certificate_password */
   4,   /* field[4] = environment */
   0,   /* field[0] = key */
   1,   /* field[1] = key_id */
@@ -3566,7 +3592,7 @@ static const unsigned herald__v1__apns_credentials__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__apns_credentials__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor herald__v1__apns_credentials__descriptor =
 {
@@ -3576,7 +3602,7 @@ const ProtobufCMessageDescriptor herald__v1__apns_credentials__descriptor =
   "Herald__V1__ApnsCredentials",
   "herald.v1",
   sizeof(Herald__V1__ApnsCredentials),
-  6,
+  8,
   herald__v1__apns_credentials__field_descriptors,
   herald__v1__apns_credentials__field_indices_by_name,
   1,  herald__v1__apns_credentials__number_ranges,
@@ -4107,7 +4133,7 @@ const ProtobufCMessageDescriptor herald__v1__delete_hub_credentials_request__des
   (ProtobufCMessageInit) herald__v1__delete_hub_credentials_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__hub_platform_credentials__field_descriptors[7] =
+static const ProtobufCFieldDescriptor herald__v1__hub_platform_credentials__field_descriptors[8] =
 {
   {
     "platform",
@@ -4193,8 +4219,21 @@ static const ProtobufCFieldDescriptor herald__v1__hub_platform_credentials__fiel
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "expires_at_unix_ms",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubPlatformCredentials, expires_at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__hub_platform_credentials__field_indices_by_name[] = {
+  7,   /* field[7] = expires_at_unix_ms */
   5,   /* field[5] = failing */
   3,   /* field[3] = last_error */
   4,   /* field[4] = last_error_at_unix_ms */
@@ -4207,7 +4246,7 @@ static const ProtobufCIntRange herald__v1__hub_platform_credentials__number_rang
 {
   { 1, 0 },
   { 3, 1 },
-  { 0, 7 }
+  { 0, 8 }
 };
 const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descriptor =
 {
@@ -4217,7 +4256,7 @@ const ProtobufCMessageDescriptor herald__v1__hub_platform_credentials__descripto
   "Herald__V1__HubPlatformCredentials",
   "herald.v1",
   sizeof(Herald__V1__HubPlatformCredentials),
-  7,
+  8,
   herald__v1__hub_platform_credentials__field_descriptors,
   herald__v1__hub_platform_credentials__field_indices_by_name,
   2,  herald__v1__hub_platform_credentials__number_ranges,

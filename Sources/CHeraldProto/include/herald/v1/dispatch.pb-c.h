@@ -826,7 +826,8 @@ struct  Herald__V1__SetHubCredentialsRequest
 
 
 /*
- * APNs token-based authentication.
+ * APNs credentials: token-based authentication (key, key_id, team_id) or certificate-based
+ * (certificate and its password), never both (INVALID_ARGUMENT).
  */
 struct  Herald__V1__ApnsCredentials
 {
@@ -841,7 +842,8 @@ struct  Herald__V1__ApnsCredentials
   char *key_id;
   char *team_id;
   /*
-   * The app's bundle id (apns-topic).
+   * The app's bundle id (apns-topic). Required with a key; with a certificate, empty means the
+   * topic the certificate names (its subject's UID), as APNs derives it.
    */
   char *topic;
   /*
@@ -852,10 +854,20 @@ struct  Herald__V1__ApnsCredentials
    * Another APNs base URL (a test double); empty: the environment's.
    */
   char *url;
+  /*
+   * The provider certificate and its private key: the .p12 file (PKCS#12) as exported from the
+   * Keychain, or PEM (the certificate chain and the key in one file), at most 64 KiB. A
+   * certificate that has already ended, or a key that is not the certificate's, is refused.
+   */
+  ProtobufCBinaryData certificate;
+  /*
+   * The .p12's password (or the PEM key's passphrase); empty when it has none.
+   */
+  char *certificate_password;
 };
 #define HERALD__V1__APNS_CREDENTIALS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__apns_credentials__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -1071,19 +1083,27 @@ struct  Herald__V1__HubPlatformCredentials
   /*
    * The most recent failure reason the push service gave for this hub and platform (e.g.
    * "InvalidProviderToken", "NoCredentials"), and when that send was made; empty and 0 when
-   * none of the hub's recent sends on this platform failed.
+   * none of the hub's recent sends on this platform failed. A push waiting for a retry counts
+   * too, with the time of its attempt ("CertificateRejected": APNs refused the certificate in
+   * the handshake; "CertificateExpired": the certificate has ended), as this replica saw it.
    */
   char *last_error;
   int64_t last_error_at_unix_ms;
   /*
-   * Whether the hub's latest send that reached this platform failed on every device: the
-   * credentials (or the push service) are failing now, not just some devices.
+   * Whether the hub's latest send that reached this platform failed on every device, or its
+   * latest attempts were all retried with nothing delivered since: the credentials (or the push
+   * service) are failing now, not just some devices.
    */
   protobuf_c_boolean failing;
+  /*
+   * When the credentials stop working: an APNs certificate's end (Unix epoch ms); 0 for
+   * credentials that do not end.
+   */
+  int64_t expires_at_unix_ms;
 };
 #define HERALD__V1__HUB_PLATFORM_CREDENTIALS__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_platform_credentials__descriptor) \
-    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0 }
+    , HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, HERALD__V1__CREDENTIAL_SOURCE__CREDENTIAL_SOURCE_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, 0, 0, 0 }
 
 
 /*
