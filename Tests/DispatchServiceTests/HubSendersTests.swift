@@ -4,6 +4,7 @@ import Foundation
 import GRDB
 import HeraldModel
 import HeraldProto
+import HeraldService
 import HeraldTestSupport
 import Logging
 import MetricsTestKit
@@ -107,5 +108,50 @@ struct HubSendersTests {
         #expect(end("shop") != nil)
         senders.remove(hub: "shop", platform: .apns)
         #expect(end("shop") == nil)
+    }
+
+    @Test(
+        "the deployment's APNs certificate comes from apns-certificate-file and its password file; its topic is the certificate's; a key and a certificate at once is an error"
+    )
+    func deploymentCertificate() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("deploy-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let made = try await APNsTestCertificates.make(in: folder)
+        try "\(APNsTestCertificates.password)\n".write(toFile: "\(folder)/password", atomically: true, encoding: .utf8)
+        let arguments = [
+            "--apns-certificate-file", "\(folder)/provider.p12", "--apns-certificate-password-file",
+            "\(folder)/password",
+            "--apns-environment", "sandbox",
+        ]
+        let config = try DispatchConfig(reader: ConfigReader(arguments: arguments))
+        let apns = try #require(config.apns)
+        #expect(apns.topic == APNsTestCertificates.topic && apns.baseURL == APNsCredentials.sandbox)
+        #expect(apns.certificate?.notValidAfter == made.notValidAfter)
+
+        let metrics = TestMetrics()
+        let client = PushHTTP.makeClient(extraCAFile: nil)
+        defer { Task { try? await client.shutdown() } }
+        let inbox = try InboxProvider(db: .inMemory())
+        let made2 = try await config.senders(inbox: inbox, client: client)
+        #expect(made2.real == [.apns])
+        let senders = HubSenders(
+            defaults: made2.senders, inbox: inbox, client: client, timeout: .seconds(1), metrics: metrics)
+        #expect(
+            try metrics.expectGauge(
+                "herald_tls_certificate_expiry_timestamp_seconds", [("use", "apns"), ("hub", "default")]
+            ).lastValue == Double(made.notValidAfter))
+        #expect(
+            senders.status(hub: "default").first { $0.platform == .apns }?.expiresAtUnixMs == made.notValidAfter * 1000)
+
+        #expect(throws: ConfigError.self) {
+            _ = try DispatchConfig(
+                reader: ConfigReader(arguments: arguments + ["--apns-key-file", "\(folder)/provider.key"]))
+        }
+        #expect {
+            _ = try DispatchConfig(
+                reader: ConfigReader(arguments: ["--apns-certificate-file", "\(folder)/provider.p12"]))
+        } throws: { error in
+            "\(error)".contains("password") && "\(error)".contains("apns-certificate-file")
+        }
     }
 }
