@@ -46,6 +46,8 @@ public final class HTTP2Pool: Sendable {
     private let host: String
     private let port: Int
     private let tls: NIOSSLContext?
+    /// Whether `tls` presents a client certificate (APNs' certificate-based auth).
+    private let presentsCertificate: Bool
     private let group: any EventLoopGroup
     private let connectTimeout: TimeAmount
     private let slots: Mutex<[Slot]>
@@ -64,9 +66,12 @@ public final class HTTP2Pool: Sendable {
     }
 
     /// `url`: `https://host[:port]` (or `http://` for a cleartext HTTP/2 double). `tls`: the client
-    /// context (ALPN must offer h2).
-    public init(url: String, tls: NIOSSLContext?, connections: Int = 2, connectTimeout: Duration = .seconds(10)) throws
-    {
+    /// context (ALPN must offer h2); `presentsCertificate`: whether it presents a client certificate.
+    public init(
+        url: String, tls: NIOSSLContext?, presentsCertificate: Bool = false, connections: Int = 2,
+        connectTimeout: Duration = .seconds(10)
+    ) throws {
+        self.presentsCertificate = presentsCertificate
         guard let parsed = Self.parse(url) else { throw HTTP2PoolError("not an http(s)://host[:port] URL") }
         (scheme, host, port) = parsed
         let defaultPort = scheme == "https" ? 443 : 80
@@ -119,6 +124,7 @@ public final class HTTP2Pool: Sendable {
     /// received `…ALERT_BAD_CERTIFICATE`, `…ALERT_CERTIFICATE_REQUIRED`, `…ALERT_UNKNOWN_CA`…);
     /// anything else, our own refusal of the service's certificate included, `ConnectionError`.
     static func reason(for error: any Error) -> String {
+        if let reason = (error as? HTTP2PoolError)?.reason { return reason }
         let text = String(describing: error).uppercased()
         let alerts = [
             "ALERT_BAD_CERTIFICATE", "ALERT_CERTIFICATE_REQUIRED", "ALERT_CERTIFICATE_EXPIRED",
@@ -209,6 +215,7 @@ public final class HTTP2Pool: Sendable {
 
     private func connect() -> EventLoopFuture<HTTP2Connection> {
         let tls = self.tls
+        let presentsCertificate = self.presentsCertificate
         let host = self.host
         // SNI never carries an IP address; NIOSSL then checks the certificate against the peer's IP.
         let sniName: String? = (try? SocketAddress(ipAddress: host, port: 0)) == nil ? host : nil
@@ -219,7 +226,8 @@ public final class HTTP2Pool: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let coalescer = FlushCoalescer()
                     let connection = HTTP2Connection(
-                        eventLoop: channel.eventLoop, waitsForALPN: tls != nil, coalescer: coalescer)
+                        eventLoop: channel.eventLoop, waitsForALPN: tls != nil, coalescer: coalescer,
+                        presentsCertificate: tls != nil && presentsCertificate)
                     let pipeline = channel.pipeline.syncOperations
                     if let tls {
                         try pipeline.addHandler(try NIOSSLClientHandler(context: tls, serverHostname: sniName))
@@ -281,9 +289,12 @@ public struct HTTP2PoolError: Error, CustomStringConvertible {
     public var description: String
     /// The service answered TLS without h2 in ALPN.
     var noHTTP2 = false
-    init(_ description: String, noHTTP2: Bool = false) {
+    /// The reason the requests fail with, when it is not `ConnectionError`.
+    var reason: String?
+    init(_ description: String, noHTTP2: Bool = false, reason: String? = nil) {
         self.description = description
         self.noHTTP2 = noHTTP2
+        self.reason = reason
     }
 }
 
@@ -313,8 +324,13 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     private var context: ChannelHandlerContext?
     private var nextStreamID: Int32 = 1
     private var exchanges: [Int32: Exchange] = [:]
-    /// The reason of the requests the connection's loss fails (see `errorCaught`).
+    /// The reason of the requests the connection's loss fails (see `errorCaught`, `lossReason`).
     private var closeReason = "ConnectionError"
+    /// Whether the connection presents a client certificate, and whether the service has sent
+    /// anything on it yet (its SETTINGS come first, once the handshake is complete on its side).
+    private let presentsCertificate: Bool
+    private var serviceSpoke = false
+    private var handshaken = false
     /// Bytes of DATA received since the connection window was last given back.
     private var unacknowledged = 0
     /// A batch went unanswered by its deadline: no new batch comes here, and the connection
@@ -356,7 +372,8 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         }
     }
 
-    init(eventLoop: any EventLoop, waitsForALPN: Bool, coalescer: FlushCoalescer) {
+    init(eventLoop: any EventLoop, waitsForALPN: Bool, coalescer: FlushCoalescer, presentsCertificate: Bool = false) {
+        self.presentsCertificate = presentsCertificate
         self.eventLoop = eventLoop
         ready = eventLoop.makePromise()
         self.waitsForALPN = waitsForALPN
@@ -486,6 +503,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        serviceSpoke = true
         let frame = unwrapInboundIn(data)
         let id = Int32(Int(frame.streamID))
         switch frame.payload {
@@ -540,6 +558,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let event = event as? TLSUserEvent, case .handshakeCompleted(let negotiated) = event {
+            handshaken = true
             if negotiated == "h2" {
                 ready.succeed()
             } else {
@@ -560,15 +579,28 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         // TLS 1.3 lets the client finish its handshake before the service checks the client's
         // certificate: the refusal arrives as an error after `ready`, and fails what was sent.
         closeReason = HTTP2Pool.reason(for: error)
-        ready.fail(error)
+        ready.fail(HTTP2PoolError(String(describing: error), reason: lossReason))
         context.close(promise: nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         usable.store(false, ordering: .relaxed)
-        ready.fail(HTTP2PoolError("connection closed"))
-        for id in Array(exchanges.keys) { finish(id, .failed(reason: closeReason)) }
+        let reason = lossReason
+        ready.fail(HTTP2PoolError("connection closed", reason: reason))
+        for id in Array(exchanges.keys) { finish(id, .failed(reason: reason)) }
         context.fireChannelInactive()
+    }
+
+    /// Why the requests on a lost connection failed. TLS 1.3 lets the client finish its handshake
+    /// before the service checks the client's certificate; the service's alert then races the
+    /// close (a reset can discard it unread). A connection that presented a certificate and was
+    /// closed before the service sent a single frame (its SETTINGS come at once after the
+    /// handshake) was refused for that certificate, alert read or not.
+    private var lossReason: String {
+        if closeReason == "ConnectionError", presentsCertificate, handshaken, !serviceSpoke {
+            return HTTP2Pool.certificateRejected
+        }
+        return closeReason
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -577,8 +609,9 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         // channelInactive: `ready` must still end (NIO traps on a promise left pending at deinit in
         // debug builds; the CI's crash drill met it as dispatch's SIGILL). A promise already
         // completed ignores this.
-        ready.fail(HTTP2PoolError("connection closed"))
-        for id in Array(exchanges.keys) { finish(id, .failed(reason: closeReason)) }
+        let reason = lossReason
+        ready.fail(HTTP2PoolError("connection closed", reason: reason))
+        for id in Array(exchanges.keys) { finish(id, .failed(reason: reason)) }
     }
 }
 

@@ -153,7 +153,8 @@ public final class PushClient: Sendable {
     {
         let tls = try certificate.map { try NIOSSLContext(configuration: $0.presented(in: h2Configuration)) }
         return try HTTP2Pool(
-            url: url, tls: try tls ?? h2.get(), connections: connections, connectTimeout: connectTimeout)
+            url: url, tls: try tls ?? h2.get(), presentsCertificate: certificate != nil, connections: connections,
+            connectTimeout: connectTimeout)
     }
 
     public func shutdown() async throws { try await http.shutdown() }

@@ -93,8 +93,11 @@ struct APNsCertificateTests {
             #expect(status.expiresAtUnixMs == made.notValidAfter * 1000)
             #expect(status.lastError.isEmpty && !status.failing)
 
-            // A token-auth hub presents no certificate: nghttpd ends the handshake, the failure
-            // says so, and the delivery waits for a retry instead of being dropped.
+            // A token-auth hub presents no certificate: nghttpd ends the connection, the hub shows
+            // as failing, and the delivery waits for a retry instead of being dropped. (Whether
+            // nghttpd's alert is read before its close is TLS 1.3's race: CertificateRejected or
+            // ConnectionError. A hub presenting a certificate is told CertificateRejected either
+            // way: wrongEndedAndSwitched.)
             let tokenFull = try await NHFixture.hub("tokens", live).full
             let tokenSet = try await live.herald([
                 "hubs", "credentials", "set", "tokens", "apns", "key=@\(fixture.folder)/apns.p8",
@@ -104,8 +107,9 @@ struct APNsCertificateTests {
             try #require(tokenSet.status == 0, "\(tokenSet.error)")
             let refused = try await Self.send(
                 live, hub: "tokens", tokenFull, installation: "t1", token: apnsToken(2002))
-            let failing = try await Self.waitForStatus(live, hub: "tokens") { $0.lastError == "CertificateRejected" }
-            #expect(failing.lastError == "CertificateRejected", "\(failing)")
+            let failing = try await Self.waitForStatus(live, hub: "tokens") { $0.failing }
+            #expect(
+                failing.failing && ["CertificateRejected", "ConnectionError"].contains(failing.lastError), "\(failing)")
             let waiting = try await NHFixture.outcome(live, notification: refused)
             #expect(waiting.platforms.first?.pending == 1, "\(waiting)")
         }
