@@ -125,5 +125,10 @@ public enum RegistrationSchema {
                 "ALTER TABLE registration ADD COLUMN nh_document \(.bytes)",
                 "CREATE UNIQUE INDEX registration_nh ON registration (hub, nh_id) WHERE nh_id IS NOT NULL",
             ]),
+        // A page of a person's own rows in id order (issue 51): an export or erase reads the next
+        // `limit` of them, not all of them for every page (RegistrationErasure.pageIDs).
+        SQLMigration(
+            postgres: "registration-v3-owner-id", sqlite: "v6-owner-id",
+            ["CREATE INDEX registration_owner_id ON registration (owner, id)"]),
     ])
 }
