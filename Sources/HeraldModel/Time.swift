@@ -77,3 +77,36 @@ public enum TimeValue {
         return Int64(text)
     }
 }
+
+/// `unixMillis` as ISO 8601 in UTC: `2026-11-28T20:33:23.123Z`, or `2026-11-28T20:33:23Z` without
+/// `fractional`. Exact: made from the integer milliseconds (a `Date` of them is a Double, and a
+/// format style read .122 for .123 for about half of all instants), and cheap (no formatter made,
+/// no `String(format:)`). Instants before 1970 read as 1970; after 9999, as 9999-12-31T23:59:59.999.
+public func iso8601(unixMillis: Int64, fractional: Bool = true) -> String {
+    let millis = max(0, min(unixMillis, TimeValue.maxUnixSeconds * 1000 + 999))
+    var seconds = time_t(millis / 1000)
+    var parts = tm()
+    gmtime_r(&seconds, &parts)
+    var bytes: [UInt8] = []
+    bytes.reserveCapacity(24)
+    func append(_ value: Int, digits: Int, then separator: UInt8?) {
+        var divisor = 1
+        for _ in 1..<digits { divisor *= 10 }
+        var rest = value
+        while divisor > 0 {
+            bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: rest / divisor % 10))
+            rest %= divisor
+            divisor /= 10
+        }
+        if let separator { bytes.append(separator) }
+    }
+    append(Int(parts.tm_year) + 1900, digits: 4, then: UInt8(ascii: "-"))
+    append(Int(parts.tm_mon) + 1, digits: 2, then: UInt8(ascii: "-"))
+    append(Int(parts.tm_mday), digits: 2, then: UInt8(ascii: "T"))
+    append(Int(parts.tm_hour), digits: 2, then: UInt8(ascii: ":"))
+    append(Int(parts.tm_min), digits: 2, then: UInt8(ascii: ":"))
+    append(Int(parts.tm_sec), digits: 2, then: fractional ? UInt8(ascii: ".") : nil)
+    if fractional { append(Int(millis % 1000), digits: 3, then: nil) }
+    bytes.append(UInt8(ascii: "Z"))
+    return String(decoding: bytes, as: UTF8.self)
+}

@@ -25,18 +25,9 @@ public enum ExportJSON {
         return limit == 0 ? 100 : Int(limit)
     }
 
-    /// `2026-11-28T21:28:15.123Z`, from the milliseconds exactly (a `Date` of them, a Double,
-    /// can read .122 for .123 to a format style, which truncates). Not an `ISO8601DateFormatter`
-    /// made per call: making one cost more than the rest of an item, and an export writes several
-    /// per device.
+    /// `2026-11-28T21:28:15.123Z` (``iso8601(unixMillis:fractional:)``); empty for none.
     public static func time(_ unixMillis: Int64) -> String {
-        guard unixMillis > 0 else { return "" }
-        var seconds = time_t(unixMillis / 1000)
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        return String(
-            format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1,
-            Int(parts.tm_mday), Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(unixMillis % 1000))
+        unixMillis > 0 ? iso8601(unixMillis: unixMillis) : ""
     }
 
     public static func encode(_ value: some Encodable) throws -> [UInt8] {

@@ -380,11 +380,8 @@ public struct Installation: Sendable, Equatable {
         return all
     }
 
-    package static func w3c(_ millis: Int64) -> String {
-        // A format style, not an ISO8601DateFormatter: making one of those costs more than the rest of a PATCH.
-        Date(timeIntervalSince1970: Double(millis) / 1000).formatted(
-            Date.ISO8601FormatStyle(includingFractionalSeconds: true))
-    }
+    /// NH's `lastUpdate`, with milliseconds, exact (``iso8601(unixMillis:fractional:)``).
+    package static func w3c(_ millis: Int64) -> String { iso8601(unixMillis: millis) }
 
     package static func canonicalJSON(_ object: [String: Any]) throws -> String {
         String(

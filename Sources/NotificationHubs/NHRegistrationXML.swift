@@ -183,9 +183,7 @@ package enum NHRegistrationXML {
         return xml + "</\(name)>"
     }
 
-    package static func w3c(_ millis: Int64) -> String {
-        Date(timeIntervalSince1970: Double(millis) / 1000).formatted(Date.ISO8601FormatStyle())
-    }
+    package static func w3c(_ millis: Int64) -> String { iso8601(unixMillis: millis, fractional: false) }
 
     /// Collects the description's fields: the first element inside `<content>` names the kind; its
     /// children are fields (text and CDATA joined); `ApnsHeaders`/`WnsHeaders` hold header pairs.

@@ -51,3 +51,26 @@ struct TimeValueTests {
         }
     }
 }
+
+@Suite("ISO 8601 from Unix milliseconds")
+struct ISO8601Tests {
+    @Test("every millisecond of a second reads as itself; with and without fractions; clamped at the ends")
+    func exact() {
+        let second: Int64 = 1_795_898_003_000
+        for offset in Int64(0)..<1000 {
+            #expect(
+                iso8601(unixMillis: second + offset) == "2026-11-28T20:33:23.\(String(format: "%03d", Int(offset)))Z")
+        }
+        #expect(iso8601(unixMillis: second + 999, fractional: false) == "2026-11-28T20:33:23Z")
+        #expect(iso8601(unixMillis: 0) == "1970-01-01T00:00:00.000Z")
+        #expect(iso8601(unixMillis: -5) == "1970-01-01T00:00:00.000Z")
+        #expect(iso8601(unixMillis: .max) == "9999-12-31T23:59:59.999Z")
+        // The seconds agree with Foundation's own formatter across the years.
+        let formatter = ISO8601DateFormatter()
+        for seconds in stride(from: Int64(0), to: TimeValue.maxUnixSeconds, by: 86_399_997) {
+            #expect(
+                iso8601(unixMillis: seconds * 1000, fractional: false)
+                    == formatter.string(from: Date(timeIntervalSince1970: Double(seconds))))
+        }
+    }
+}
