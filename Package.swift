@@ -68,6 +68,10 @@ let benchTarget: Target = .executableTarget(
         .product(name: "NIOSSL", package: "swift-nio-ssl"),
         .product(name: "NIOHTTP2", package: "swift-nio-http2"),
         .product(name: "NIOHPACK", package: "swift-nio-http2"),
+        // The edge scenario's tracing rows: an OTLP/gRPC collector that discards what it gets.
+        "HeraldTelemetry",
+        .product(name: "GRPCCore", package: "grpc-swift-2"),
+        .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
     ],
     swiftSettings: swiftSettings
 )

@@ -142,6 +142,17 @@ struct EdgeScenario {
         let helloRun = try runWrk(wrk, url: hello.url + "/hello", script: nil, dir: dir)
         let (measured, put) = try await routes(wrk, dir: dir, get: true)
         guard let get = measured else { throw BenchError("GET api/notifications/{id} was not measured") }
+        // The same routes with tracing on: 1% of traces sampled, and every trace sampled and
+        // exported, to a collector in this process (issue 51: what tracing costs stays measured).
+        var traced: [(label: String, get: WrkRun, put: WrkRun, exports: Int)] = []
+        for (label, ratio) in [("tracing 1%", 0.01), ("tracing 100%, exported", 1.0)] {
+            let run = try await OTLPSink.serving { sink, port in
+                let (get, put) = try await routes(wrk, dir: dir, get: true, tracing: (ratio, port))
+                return (get, put, sink.exports.load(ordering: .relaxed))
+            }
+            guard let get = run.0 else { throw BenchError("GET with \(label) was not measured") }
+            traced.append((label, get, run.1, run.2))
+        }
 
         var report = Report()
         let helloName = "Hummingbird hello world"
@@ -158,6 +169,18 @@ struct EdgeScenario {
                     "edge", "\(name): p99 latency", unit: "ms", value: run.p99Millis, baseline: helloName,
                     baselineValue: helloRun.p99Millis, better: "lower"))
         }
+        for run in traced {
+            for (name, measured, off, target) in [
+                ("GET api/notifications/{id}", run.get, get, run.label == "tracing 1%" ? "≤ 3% below tracing off" : "≤ 25% below tracing off"),
+                ("PUT api/register/{id}", run.put, put, run.label == "tracing 1%" ? "≤ 3% below tracing off" : "≤ 25% below tracing off"),
+            ] {
+                report.records.append(
+                    Record(
+                        "edge", "\(name), \(run.label): requests/s", unit: "req/s", value: measured.requestsPerSecond,
+                        baseline: "\(name), tracing off", baselineValue: off.requestsPerSecond, better: "higher",
+                        target: target))
+            }
+        }
         var lines = [
             "## edge: HTTP through the whole stack, wrk -c\(connections), \(options.wrkSeconds) s per route (tutorial auth: user == password; every service on \(database == nil ? "SQLite" : "PostgreSQL"))",
             "",
@@ -171,6 +194,22 @@ struct EdgeScenario {
             lines.append(
                 "| \(name) | \(format(run.requestsPerSecond)) | \(format(run.p50Millis)) | \(format(run.p99Millis)) | \(String(format: "%.0f%%", 100 * run.requestsPerSecond / helloRun.requestsPerSecond)) |"
             )
+        }
+        lines += [
+            "",
+            "Tracing on (every service; `OTEL_TRACES_SAMPLER=parentbased_traceidratio`, spans exported over OTLP/gRPC to a collector that discards them):",
+            "",
+            "| route | tracing | requests/s | p99 ms | against tracing off | exports received |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for run in traced {
+            for (name, measured, off) in [
+                ("GET api/notifications/{id}", run.get, get), ("PUT api/register/{id}", run.put, put),
+            ] {
+                lines.append(
+                    "| \(name) | \(run.label) | \(format(measured.requestsPerSecond)) | \(format(measured.p99Millis)) | \(String(format: "%+.0f%%", 100 * (measured.requestsPerSecond / off.requestsPerSecond - 1))) | \(run.exports) |"
+                )
+            }
         }
         report.tables = [lines.joined(separator: "\n")]
         return report
@@ -187,8 +226,18 @@ struct EdgeScenario {
     }
 
     /// A stack with one device and one stored secure payload; wrk on GET (when `get`) and PUT.
-    private func routes(_ wrk: String, dir: String, get measureGet: Bool) async throws -> (get: WrkRun?, put: WrkRun) {
+    /// `tracing`: every service traces, sampling that ratio of new traces, and exports to the
+    /// OTLP collector on that loopback port.
+    private func routes(_ wrk: String, dir: String, get measureGet: Bool, tracing: (ratio: Double, port: Int)? = nil)
+        async throws -> (get: WrkRun?, put: WrkRun)
+    {
         var configuration = StackConfiguration.bench(dir: dir)
+        if let tracing {
+            configuration.environment = [
+                "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(tracing.port)",
+                "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "\(tracing.ratio)",
+            ]
+        }
         if let database {
             // A fresh start: the schemas are dropped, so each run measures the same table sizes.
             try resetPostgres(database)
