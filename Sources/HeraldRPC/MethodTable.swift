@@ -37,7 +37,7 @@ public struct RPCContext: Sendable {
             parent.traceContext = trace
         }
         return try await tracer.withSpan(method, context: parent, ofKind: .server) { span in
-            span.attributes["herald.request_id"] = requestID
+            if span.isRecording { span.attributes["herald.request_id"] = requestID }
             return try await HeraldTracing.rpc(span, method: method, body)
         }
     }

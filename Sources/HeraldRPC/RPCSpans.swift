@@ -9,6 +9,8 @@ extension HeraldTracing {
 
     /// The body of an RPC's span, client or server side: the method, and on failure its status code.
     static func rpc<T>(_ span: HeraldSpan, method: String, _ body: () async throws -> T) async throws -> T {
+        // A span that records nothing gets no attributes (each is a copy of the set under its lock).
+        guard span.isRecording else { return try await body() }
         span.attributes["rpc.system"] = "grpc"
         span.attributes["rpc.method"] = method
         do {

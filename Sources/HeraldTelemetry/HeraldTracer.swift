@@ -82,6 +82,14 @@ public final class HeraldTracer: Tracer, Sendable {
     ) -> HeraldSpan {
         var context = context()
         let parent = context.traceContext
+        // A span under a parent that was not sampled records nothing and names nothing: it passes
+        // the parent's context on as it arrived (no span id drawn, no context rebuilt), as OTel's
+        // non-recording spans do. Only a trace's first span draws ids and takes the decision.
+        if let parent, parentBased, !parent.flags.contains(.sampled) {
+            return HeraldSpan(
+                name: operationName, context: context, identity: parent, parent: parent.spanID, kind: kind, start: 0,
+                recording: false, sink: sink)
+        }
         let traceID = parent?.traceID ?? TraceID.random()
         let sampled =
             if let parent, parentBased { parent.flags.contains(.sampled) } else { sampler.samples(traceID) }
@@ -89,10 +97,15 @@ public final class HeraldTracer: Tracer, Sendable {
             traceID: traceID, spanID: SpanID.random(), flags: sampled ? .sampled : [],
             state: parent?.state ?? TraceState())
         context.traceContext = own
+        guard sampled else {
+            return HeraldSpan(
+                name: operationName, context: context, identity: own, parent: parent?.spanID, kind: kind, start: 0,
+                recording: false, sink: sink)
+        }
         let span = HeraldSpan(
             name: operationName, context: context, identity: own, parent: parent?.spanID, kind: kind,
-            start: instant().nanosecondsSinceEpoch, recording: sampled, sink: sink)
-        if sampled { context[ActiveSpanKey.self] = span }
+            start: instant().nanosecondsSinceEpoch, recording: true, sink: sink)
+        context[ActiveSpanKey.self] = span
         span.setContext(context)
         return span
     }
@@ -180,7 +193,9 @@ public final class HeraldSpan: Tracing.Span, Sendable {
     }
 
     public var attributes: SpanAttributes {
-        get { state.withLock { $0.attributes } }
+        // A span that records nothing has none: no lock, no copy (Hummingbird's middleware sets a
+        // few on every request's span).
+        get { isRecording ? state.withLock { $0.attributes } : SpanAttributes() }
         set {
             guard isRecording else { return }
             state.withLock { $0.attributes = newValue }
@@ -213,6 +228,8 @@ public final class HeraldSpan: Tracing.Span, Sendable {
     }
 
     public func end<Instant: TracerInstant>(at instant: @autoclosure () -> Instant) {
+        // Nothing to hand over, and no ActiveSpanKey was set in its context.
+        guard isRecording else { return }
         let finished = state.withLock { state -> FinishedSpan? in
             guard !state.ended else { return nil }
             state.ended = true

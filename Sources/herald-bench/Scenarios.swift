@@ -171,8 +171,14 @@ struct EdgeScenario {
         }
         for run in traced {
             for (name, measured, off, target) in [
-                ("GET api/notifications/{id}", run.get, get, run.label == "tracing 1%" ? "≤ 3% below tracing off" : "≤ 25% below tracing off"),
-                ("PUT api/register/{id}", run.put, put, run.label == "tracing 1%" ? "≤ 3% below tracing off" : "≤ 25% below tracing off"),
+                (
+                    "GET api/notifications/{id}", run.get, get,
+                    run.label == "tracing 1%" ? "≤ 3% below tracing off" : "≤ 25% below tracing off"
+                ),
+                (
+                    "PUT api/register/{id}", run.put, put,
+                    run.label == "tracing 1%" ? "≤ 3% below tracing off" : "≤ 25% below tracing off"
+                ),
             ] {
                 report.records.append(
                     Record(

@@ -92,6 +92,34 @@ struct TracerTests {
         #expect(TraceSampler.ratio(0.3).samples(id) == TraceSampler.ratio(0.3).samples(id))
     }
 
+    @Test(
+        "under an unsampled parent a span records nothing, takes no attributes and passes the parent's context on as it arrived"
+    )
+    func unsampledPassesThrough() throws {
+        let (tracer, sink) = Self.tracer(.always)
+        let parent = try #require(
+            HeraldTracing.parse(traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", tracestate: nil)
+        )
+        var context = InstrumentationContext.topLevel
+        context.traceContext = parent
+        let span = tracer.startSpan("child", context: context, ofKind: .client, at: DefaultTracerClock.now)
+        #expect(!span.isRecording)
+        #expect(span.context.traceContext == parent, "the child's context is the parent's, not a new span id")
+        span.attributes["rpc.method"] = "x"
+        #expect(span.attributes.isEmpty)
+        span.end()
+        #expect(sink.all.isEmpty)
+        // A sampled parent still gets a child of its own.
+        var sampled = InstrumentationContext.topLevel
+        sampled.traceContext = try #require(
+            HeraldTracing.parse(traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", tracestate: nil)
+        )
+        let child = tracer.startSpan("child", context: sampled, ofKind: .client, at: DefaultTracerClock.now)
+        #expect(child.isRecording && child.context.traceContext?.spanID != parent.spanID)
+        child.end()
+        #expect(sink.all.count == 1)
+    }
+
     @Test("OTEL_* settings: off unless asked, the spec's defaults, and a clear error for what Herald cannot do")
     func configuration() throws {
         #expect(try TracingConfiguration(environment: [:], defaultServiceName: "herald-x") == nil)
