@@ -267,7 +267,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
         // still stand. (One stored that ends later is loaded all the same; its pushes wait.)
         if let ends = credentials.expiresAtUnixMs, ends <= unixMillis() {
             throw ServiceError.invalidArgument(
-                "the APNs certificate ended on \(PlatformCredentials.day(ends / 1000)): export a current one")
+                "the APNs certificate ended on \(iso8601(unixMillis: ends).prefix(10)): export a current one")
         }
         // Checked first, stored, then in place: a refresh reading the store meanwhile cannot undo it.
         let sender = try await senders.prepare(hub: request.hub, credentials)

@@ -63,11 +63,9 @@ public enum PlatformCredentials: Sendable {
                         auth: .token(keyPEM: value("key"), keyID: value("key-id"), teamID: value("team-id")),
                         topic: value("topic"), baseURL: url))
             }
-            guard let file = Data(base64Encoded: certificateText, options: .ignoreUnknownCharacters) else {
-                throw ServiceError.invalidArgument("certificate must be the .p12 or PEM file in base64")
-            }
+            let file = try SetHubCredentialsRequest.certificateFile(base64: certificateText)
             let certificate: APNsCertificate
-            do { certificate = try APNsCertificate(file: Array(file), password: value("certificate-password")) } catch {
+            do { certificate = try APNsCertificate(file: file, password: value("certificate-password")) } catch {
                 throw ServiceError.invalidArgument("certificate: \(error)")
             }
             guard let topic = settings["topic"] ?? certificate.topic, !topic.isEmpty else {
@@ -134,16 +132,8 @@ public enum PlatformCredentials: Sendable {
 
     /// When the credentials stop working, Unix ms (an APNs certificate's end); nil if they do not end.
     public var expiresAtUnixMs: Int64? {
-        guard case .apns(let credentials) = self, let certificate = credentials.certificate else { return nil }
-        return min(certificate.notValidAfter, Int64.max / 1000) * 1000
-    }
-
-    /// `seconds` (Unix) as a UTC date, yyyy-mm-dd.
-    static func day(_ seconds: Int64) -> String {
-        var time = time_t(seconds)
-        var parts = tm()
-        gmtime_r(&time, &parts)
-        return String(format: "%04d-%02d-%02d", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday))
+        guard case .apns(let credentials) = self else { return nil }
+        return credentials.certificate?.notValidAfterUnixMs
     }
 
     /// What `herald hubs credentials show` prints: identifiers, never a secret.
@@ -403,7 +393,7 @@ public final class HubSenders: Sendable {
                 let certificate = (defaults[platform] as? APNsSender)?.credentials.certificate
                 return HubPlatformCredentials(
                     platform: platform, source: inboxOnly ? .inbox : .deployment, summary: "",
-                    expiresAtUnixMs: certificate.map { min($0.notValidAfter, Int64.max / 1000) * 1000 } ?? 0)
+                    expiresAtUnixMs: certificate?.notValidAfterUnixMs ?? 0)
             }
             if let own = hubs.withLock({ $0[hub]?[platform] }) {
                 return HubPlatformCredentials(
@@ -438,10 +428,9 @@ public final class HubSenders: Sendable {
 /// certificate is put in place (at start, by an RPC, or by a refresh from the store) and removed
 /// when the hub's APNs credentials are deleted or replaced by a token key.
 enum CertificateExpiryGauge {
-    static let label = "herald_tls_certificate_expiry_timestamp_seconds"
-
     static func set(hub: String, _ certificate: APNsCertificate?, _ factory: any MetricsFactory) {
-        let gauge = Gauge(label: label, dimensions: [("use", "apns"), ("hub", hub)], factory: factory)
+        let gauge = Gauge(
+            label: CertificateExpiry.label, dimensions: [("use", "apns"), ("hub", hub)], factory: factory)
         if let certificate { gauge.record(Double(certificate.notValidAfter)) } else { gauge.destroy() }
     }
 }

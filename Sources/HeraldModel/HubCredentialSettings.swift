@@ -21,6 +21,15 @@ extension SetHubCredentialsRequest {
     /// `environment` and `url` (the topic defaults to the certificate's).
     public static let apnsCertificateNames = (required: ["certificate"], optional: ["certificate-password", "topic"])
 
+    /// The APNs `certificate` setting's file: the setting is the file in base64 (empty: none).
+    /// INVALID_ARGUMENT for text that is not base64.
+    public static func certificateFile(base64 text: String) throws -> [UInt8] {
+        guard let data = Data(base64Encoded: text, options: .ignoreUnknownCharacters) else {
+            throw ServiceError.invalidArgument("certificate must be the .p12 or PEM file in base64")
+        }
+        return Array(data)
+    }
+
     /// The platform a hub's credentials are set for, by the name the CLI and `/v1/hubs` take
     /// (apns, fcm or fcmv1, wns, browser or webpush; any case); nil for another.
     public static func platform(named name: String) -> Platform? {
@@ -58,13 +67,7 @@ extension SetHubCredentialsRequest {
         self.init(hub: hub)
         switch platform {
         case .apns:
-            var certificate: [UInt8] = []
-            if let text = settings["certificate"], !text.isEmpty {
-                guard let data = Data(base64Encoded: text, options: .ignoreUnknownCharacters) else {
-                    throw ServiceError.invalidArgument("certificate must be the .p12 or PEM file in base64")
-                }
-                certificate = Array(data)
-            }
+            let certificate = try settings["certificate"].map(Self.certificateFile(base64:)) ?? []
             apns = ApnsCredentials(
                 key: value("key"), keyID: value("key-id"), teamID: value("team-id"), topic: value("topic"),
                 environment: value("environment"), url: value("url"), certificate: certificate,

@@ -8,9 +8,12 @@ public import NIOSSL
 /// stops being valid (Unix seconds), so an alert can fire weeks before it does. `use`: `rpc` (its
 /// RPC listeners), `rpc-client` (the one it presents as a caller), `http` (the edge's HTTPS).
 public enum CertificateExpiry {
+    /// The gauge's name; herald-dispatch records hubs' APNs certificates under it too.
+    public static let label = "herald_tls_certificate_expiry_timestamp_seconds"
+
     public static func record(_ chain: [NIOSSLCertificate], use: String) {
         guard let leaf = chain.first else { return }
-        Gauge(label: "herald_tls_certificate_expiry_timestamp_seconds", dimensions: [("use", use)]).record(
+        Gauge(label: label, dimensions: [("use", use)]).record(
             Double(leaf.notValidAfter))
     }
 

@@ -84,6 +84,9 @@ public struct APNsCertificate: Sendable {
         init(_ description: String) { self.description = description }
     }
 
+    /// ``notValidAfter`` in Unix milliseconds, as the RPCs carry times.
+    public var notValidAfterUnixMs: Int64 { min(notValidAfter, Int64.max / 1000) * 1000 }
+
     /// Whether the certificate has ended at `now` (Unix seconds).
     public func expired(at now: Int64) -> Bool { now >= notValidAfter }
 

@@ -49,7 +49,7 @@ struct Hubs: AsyncParsableCommand {
         }
 
         static func date(_ millis: Int64) -> String {
-            ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(millis) / 1000))
+            iso8601(unixMillis: millis, fractional: false)
         }
     }
 
@@ -229,8 +229,7 @@ struct Hubs: AsyncParsableCommand {
                 for platform in answer.platforms {
                     let ends =
                         platform.expiresAtUnixMs > 0
-                        ? "\tends "
-                            + Date(timeIntervalSince1970: Double(platform.expiresAtUnixMs) / 1000).ISO8601Format()
+                        ? "\tends " + iso8601(unixMillis: platform.expiresAtUnixMs, fractional: false)
                         : ""
                     Swift.print(
                         "  \(platform.platform.name)\t\(platform.source.word)\(platform.summary.isEmpty ? "" : "\t" + platform.summary)\(ends)"
