@@ -69,6 +69,7 @@ struct HubSendersTests {
     func certificateExpiryGauge() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("gauge-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
         let made = try await APNsTestCertificates.make(in: folder)
         let metrics = TestMetrics()
         let client = PushHTTP.makeClient(extraCAFile: nil)
@@ -116,6 +117,7 @@ struct HubSendersTests {
     func deploymentCertificate() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("deploy-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
         let made = try await APNsTestCertificates.make(in: folder)
         try "\(APNsTestCertificates.password)\n".write(toFile: "\(folder)/password", atomically: true, encoding: .utf8)
         let arguments = [

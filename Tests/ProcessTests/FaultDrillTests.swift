@@ -266,67 +266,69 @@ final class DrillCounter: Sendable {
 struct DiskFullTests {
     @Test("disk full: writes 507 with a message, reads keep working, nothing corrupt after space returns", .sqliteStack)
     func diskFull() async throws {
-        let directory = try LiveStack.makeDirectory()
-        let data = directory + "/data"
-        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
-        let mounted = try await runProgram("/bin/mount", ["-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", data])
-        try #require(mounted.status == 0, "mount: \(mounted.error)")
-        defer { _ = try? runProgramBlocking("/bin/umount", ["-l", data]) }
+        try await LiveStack.withDirectory { directory in
+            let data = directory + "/data"
+            try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+            let mounted = try await runProgram("/bin/mount", ["-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", data])
+            try #require(mounted.status == 0, "mount: \(mounted.error)")
+            defer { _ = try? runProgramBlocking("/bin/umount", ["-l", data]) }
 
-        try await LiveStack.with(runner: .processes, directory: directory, auth: .tutorial, database: .sqlite) { live in
-            let edge = live.edge
-            let token = apnsToken(990)
-            try await live.register("alice", handle: token)
-            // Stored before the disk fills: one already read, one not yet.
-            let read = try #require(try await Self.secure(edge, "read before")["payloadId"] as? Int)
-            #expect(try await edge.request("GET", "/api/notifications/\(read)", as: "alice").status == 200)
-            let unread = try #require(try await Self.secure(edge, "unread before")["payloadId"] as? Int)
-            let registrationID = try await edge.request("POST", "/api/register", as: "bob").text.trimmingCharacters(
-                in: CharacterSet(charactersIn: "\""))
+            try await LiveStack.with(runner: .processes, directory: directory, auth: .tutorial, database: .sqlite) {
+                live in
+                let edge = live.edge
+                let token = apnsToken(990)
+                try await live.register("alice", handle: token)
+                // Stored before the disk fills: one already read, one not yet.
+                let read = try #require(try await Self.secure(edge, "read before")["payloadId"] as? Int)
+                #expect(try await edge.request("GET", "/api/notifications/\(read)", as: "alice").status == 200)
+                let unread = try #require(try await Self.secure(edge, "unread before")["payloadId"] as? Int)
+                let registrationID = try await edge.request("POST", "/api/register", as: "bob").text.trimmingCharacters(
+                    in: CharacterSet(charactersIn: "\""))
 
-            // Fill every byte that is left.
-            let filler = data + "/filler"
-            _ = try await runProgram("/bin/dd", ["if=/dev/zero", "of=\(filler)", "bs=64k"])
-            let full = try await edge.upload(
-                "/v1/notifications?kind=secure&to_user=alice", as: "alice",
-                bytes: Data(String(repeating: "x", count: 200_000).utf8),
-                contentType: "text/plain")
-            #expect(full.status == 507, "\(full.status) \(full.text)")
-            #expect((try? full.json()["message"] as? String)??.contains("storage full") == true, "\(full.text)")
-            #expect(full.header("Retry-After") != nil)
-            let put = try await edge.request(
-                "PUT", "/api/register/\(registrationID)", as: "bob",
-                body:
-                    #"{"Platform":"fcm","Handle":"fcm-disk-full-\#(String(repeating: "t", count: 3000))","Tags":["t\#(String(repeating: "a", count: 100))"]}"#
-            )
-            #expect([200, 507].contains(put.status), "\(put.status) \(put.text)")
-            // Reads: content stored earlier, read or not; logins.
-            let again = try await edge.request("GET", "/api/notifications/\(read)", as: "alice")
-            #expect(again.status == 200 && again.text.contains("read before"), "\(again.status) \(again.text)")
-            let first = try await edge.request("GET", "/api/notifications/\(unread)", as: "alice")
-            #expect(first.status == 200 && first.text.contains("unread before"), "\(first.status) \(first.text)")
-            #expect(try await edge.request("GET", "/healthz").status == 200)
+                // Fill every byte that is left.
+                let filler = data + "/filler"
+                _ = try await runProgram("/bin/dd", ["if=/dev/zero", "of=\(filler)", "bs=64k"])
+                let full = try await edge.upload(
+                    "/v1/notifications?kind=secure&to_user=alice", as: "alice",
+                    bytes: Data(String(repeating: "x", count: 200_000).utf8),
+                    contentType: "text/plain")
+                #expect(full.status == 507, "\(full.status) \(full.text)")
+                #expect((try? full.json()["message"] as? String)??.contains("storage full") == true, "\(full.text)")
+                #expect(full.header("Retry-After") != nil)
+                let put = try await edge.request(
+                    "PUT", "/api/register/\(registrationID)", as: "bob",
+                    body:
+                        #"{"Platform":"fcm","Handle":"fcm-disk-full-\#(String(repeating: "t", count: 3000))","Tags":["t\#(String(repeating: "a", count: 100))"]}"#
+                )
+                #expect([200, 507].contains(put.status), "\(put.status) \(put.text)")
+                // Reads: content stored earlier, read or not; logins.
+                let again = try await edge.request("GET", "/api/notifications/\(read)", as: "alice")
+                #expect(again.status == 200 && again.text.contains("read before"), "\(again.status) \(again.text)")
+                let first = try await edge.request("GET", "/api/notifications/\(unread)", as: "alice")
+                #expect(first.status == 200 && first.text.contains("unread before"), "\(first.status) \(first.text)")
+                #expect(try await edge.request("GET", "/healthz").status == 200)
 
-            // Space returns: writes work again without a restart.
-            try FileManager.default.removeItem(atPath: filler)
-            let deadline = ContinuousClock.now + .seconds(10)
-            var after = try await Self.secureReply(edge, "after")
-            while after.status != 202, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(100))
-                after = try await Self.secureReply(edge, "after")
+                // Space returns: writes work again without a restart.
+                try FileManager.default.removeItem(atPath: filler)
+                let deadline = ContinuousClock.now + .seconds(10)
+                var after = try await Self.secureReply(edge, "after")
+                while after.status != 202, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(100))
+                    after = try await Self.secureReply(edge, "after")
+                }
+                #expect(after.status == 202, "\(after.text)")
+                let id = try #require(try after.json()["payloadId"] as? Int)
+                #expect(try await edge.request("GET", "/api/notifications/\(id)", as: "alice").text.contains("after"))
+                for service in ["auth", "registration", "payload", "dispatch"] {
+                    #expect(try await live.stack.restartCount(of: service) == 0, "\(service) restarted")
+                }
             }
-            #expect(after.status == 202, "\(after.text)")
-            let id = try #require(try after.json()["payloadId"] as? Int)
-            #expect(try await edge.request("GET", "/api/notifications/\(id)", as: "alice").text.contains("after"))
-            for service in ["auth", "registration", "payload", "dispatch"] {
-                #expect(try await live.stack.restartCount(of: service) == 0, "\(service) restarted")
+            // Nothing corrupt: every database passes SQLite's integrity check.
+            for name in ["auth", "registration", "payload", "dispatch"] {
+                let db = try DatabaseQueue(path: "\(data)/\(name).sqlite")
+                let check = try await db.read { try String.fetchAll($0, sql: "PRAGMA integrity_check") }
+                #expect(check == ["ok"], "\(name): \(check)")
             }
-        }
-        // Nothing corrupt: every database passes SQLite's integrity check.
-        for name in ["auth", "registration", "payload", "dispatch"] {
-            let db = try DatabaseQueue(path: "\(data)/\(name).sqlite")
-            let check = try await db.read { try String.fetchAll($0, sql: "PRAGMA integrity_check") }
-            #expect(check == ["ok"], "\(name): \(check)")
         }
     }
 

@@ -53,52 +53,55 @@ struct MonitoringTests {
         #expect(fromDashboard.recorded.isSubset(of: defined), "recording rules the dashboard uses but no rule defines")
         #expect(fromRules.recorded == defined)
 
-        let directory = try LiveStack.makeDirectory()
-        let certificates = directory + "/tls"
-        try FileManager.default.createDirectory(atPath: certificates, withIntermediateDirectories: true)
-        let tls = try await StackFixture.makeCertificates(in: certificates)
-        let services = ["auth", "registration", "payload", "dispatch"]
-        try await LiveStack.with(
-            runner: .processes,
-            directory: directory,
-            configure: { configuration in
-                configuration.tls = tls
-                for service in services {
-                    configuration.extraArguments[service, default: []] += ["--metrics-listen", "127.0.0.1:0"]
+        try await LiveStack.withDirectory { directory in
+            let certificates = directory + "/tls"
+            try FileManager.default.createDirectory(atPath: certificates, withIntermediateDirectories: true)
+            let tls = try await StackFixture.makeCertificates(in: certificates)
+            let services = ["auth", "registration", "payload", "dispatch"]
+            try await LiveStack.with(
+                runner: .processes,
+                directory: directory,
+                configure: { configuration in
+                    configuration.tls = tls
+                    for service in services {
+                        configuration.extraArguments[service, default: []] += ["--metrics-listen", "127.0.0.1:0"]
+                    }
                 }
+            ) { live in
+                try await StackFixture.secureSequence(live)
+                // Requests past the hub's rate, so that the edge's throttled counter has a series.
+                try await live.setRequestRate(hub: "default", perSecond: 1, burst: 1)
+                var refused = 0
+                for _ in 0..<4 {
+                    let reply = try await live.edge.request("GET", "/api/notifications/999", as: "alice")
+                    if reply.status == 429 { refused += 1 }
+                }
+                #expect(refused >= 2, "four requests at once against a burst of one")
+                func scrape(_ service: String) async throws -> String {
+                    let file = "\(live.configuration.runtimeDirectory)/\(service).metrics.url"
+                    let url = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(
+                        in: .whitespacesAndNewlines)
+                    return try await EdgeClient(base: URL(string: url)!.deletingLastPathComponent()).request(
+                        "GET", "metrics"
+                    ).text
+                }
+                // The send's counters are written after the inbox row the sequence waited for: poll.
+                var exported = Set<String>()
+                let needed = fromRules.metrics.union(fromDashboard.metrics)
+                let deadline = ContinuousClock.now + .seconds(30)
+                repeat {
+                    exported = Self.sampleNames(try await live.edge.request("GET", "/metrics").text)
+                    for service in services { exported.formUnion(Self.sampleNames(try await scrape(service))) }
+                    if needed.isSubset(of: exported) { break }
+                    try await Task.sleep(for: .milliseconds(200))
+                } while ContinuousClock.now < deadline
+                #expect(
+                    needed.subtracting(exported).isEmpty,
+                    "used by the rules or the dashboard, exported by no service: \(needed.subtracting(exported).sorted())"
+                )
+                print(
+                    "monitoring: \(needed.count) series used, all exported: \(needed.sorted().joined(separator: ", "))")
             }
-        ) { live in
-            try await StackFixture.secureSequence(live)
-            // Requests past the hub's rate, so that the edge's throttled counter has a series.
-            try await live.setRequestRate(hub: "default", perSecond: 1, burst: 1)
-            var refused = 0
-            for _ in 0..<4 {
-                let reply = try await live.edge.request("GET", "/api/notifications/999", as: "alice")
-                if reply.status == 429 { refused += 1 }
-            }
-            #expect(refused >= 2, "four requests at once against a burst of one")
-            func scrape(_ service: String) async throws -> String {
-                let file = "\(live.configuration.runtimeDirectory)/\(service).metrics.url"
-                let url = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(
-                    in: .whitespacesAndNewlines)
-                return try await EdgeClient(base: URL(string: url)!.deletingLastPathComponent()).request(
-                    "GET", "metrics"
-                ).text
-            }
-            // The send's counters are written after the inbox row the sequence waited for: poll.
-            var exported = Set<String>()
-            let needed = fromRules.metrics.union(fromDashboard.metrics)
-            let deadline = ContinuousClock.now + .seconds(30)
-            repeat {
-                exported = Self.sampleNames(try await live.edge.request("GET", "/metrics").text)
-                for service in services { exported.formUnion(Self.sampleNames(try await scrape(service))) }
-                if needed.isSubset(of: exported) { break }
-                try await Task.sleep(for: .milliseconds(200))
-            } while ContinuousClock.now < deadline
-            #expect(
-                needed.subtracting(exported).isEmpty,
-                "used by the rules or the dashboard, exported by no service: \(needed.subtracting(exported).sorted())")
-            print("monitoring: \(needed.count) series used, all exported: \(needed.sorted().joined(separator: ", "))")
         }
     }
 }

@@ -109,29 +109,31 @@ struct ReplicaDrillTests {
     static func withReplicas(
         _ body: (LiveStack, ProviderFixture, Replicas, _ prefix: String) async throws -> Void
     ) async throws {
-        let folder = try LiveStack.makeDirectory()
-        let fixture = try await ProviderFixture.start(in: folder)
-        defer { Task { await fixture.stop() } }
-        fixture.apnsDelay.withLock { $0 = .milliseconds(5) }
-        let prefix = TestDatabases.freshPrefix()
-        try await LiveStack.with(
-            runner: .processes, directory: folder + "/stack", database: .postgres, schemaPrefix: prefix
-        ) {
-            configuration in
-            fixture.configure(&configuration)
-            configuration.extraArguments["dispatch", default: []] += Self.replicaSettings
-        } _: { live in
-            // Two more replicas on the same outbox, each with its own socket folder (so its own replica id).
-            let replicas = Replicas(stack: live.configuration.runtimeDirectory)
-            defer { replicas.stopAll() }
-            for index in 1...2 {
-                let directory = "\(folder)/replica-\(index)"
-                replicas.add(
-                    try await Self.startReplica(
-                        directory: directory, live: live, prefix: prefix, fixture: fixture, extra: Self.replicaSettings),
-                    directory: directory)
+        try await LiveStack.withDirectory { folder in
+            let fixture = try await ProviderFixture.start(in: folder)
+            defer { Task { await fixture.stop() } }
+            fixture.apnsDelay.withLock { $0 = .milliseconds(5) }
+            let prefix = TestDatabases.freshPrefix()
+            try await LiveStack.with(
+                runner: .processes, directory: folder + "/stack", database: .postgres, schemaPrefix: prefix
+            ) {
+                configuration in
+                fixture.configure(&configuration)
+                configuration.extraArguments["dispatch", default: []] += Self.replicaSettings
+            } _: { live in
+                // Two more replicas on the same outbox, each with its own socket folder (so its own replica id).
+                let replicas = Replicas(stack: live.configuration.runtimeDirectory)
+                defer { replicas.stopAll() }
+                for index in 1...2 {
+                    let directory = "\(folder)/replica-\(index)"
+                    replicas.add(
+                        try await Self.startReplica(
+                            directory: directory, live: live, prefix: prefix, fixture: fixture,
+                            extra: Self.replicaSettings),
+                        directory: directory)
+                }
+                try await body(live, fixture, replicas, prefix)
             }
-            try await body(live, fixture, replicas, prefix)
         }
     }
 
@@ -247,113 +249,120 @@ struct ReplicaDrillTests {
 
     @Test("the edge spreads calls over two herald-registration replicas, and keeps answering when one is killed")
     func edgeOverReplicas() async throws {
-        let folder = try LiveStack.makeDirectory()
-        let prefix = TestDatabases.freshPrefix()
-        let second = "\(folder)/registration-2"
-        try await LiveStack.with(
-            runner: .processes, directory: folder + "/stack", database: .postgres, schemaPrefix: prefix
-        ) {
-            configuration in
-            configuration.extraArguments["edge", default: []] += [
-                "--registration-socket", "\(configuration.leanSocketPath("registration")),\(second)/registration.sock",
-                "--health-interval-ms", "200",
-            ]
-        } _: { live in
-            let replica = try await Self.startProcess(
-                "registration", directory: second, live: live,
-                arguments: [
-                    "--database-url",
-                    try #require(TestDatabases.freshPostgresURL(service: "registration", prefix: prefix)),
-                    "--metrics-listen", "127.0.0.1:0",
-                ])
-            defer { if replica.isRunning { replica.terminate() } }
-            let metrics = try await Self.metricsClient(directory: second, service: "registration")
-            func upsertsAtSecond() async throws -> Double {
-                StackFixture.value(
-                    try await metrics.request("GET", "metrics").text, "herald_rpc_requests_total",
-                    ["RegistrationService/UpsertRegistration", "status=\"OK\""])
-            }
-            // Registrations through the edge until the second replica has served some (it is
-            // used once the edge's health check has seen it), 200 at the most.
-            var registered = 0
-            while try await upsertsAtSecond() == 0, registered < 200 {
-                try await live.register("lb-\(registered % 5)", handle: apnsToken(3000 + registered))
-                registered += 1
-            }
-            let atSecond = try await upsertsAtSecond()
-            #expect(atSecond > 0, "the second replica served no registration in \(registered)")
-            // Both keep serving: 40 more go to each in turn.
-            for n in 0..<40 { try await live.register("lb-\(n % 5)", handle: apnsToken(4000 + n)) }
-            #expect(try await upsertsAtSecond() >= atSecond + 10, "calls did not take turns")
+        try await LiveStack.withDirectory { folder in
+            let prefix = TestDatabases.freshPrefix()
+            let second = "\(folder)/registration-2"
+            try await LiveStack.with(
+                runner: .processes, directory: folder + "/stack", database: .postgres, schemaPrefix: prefix
+            ) {
+                configuration in
+                configuration.extraArguments["edge", default: []] += [
+                    "--registration-socket",
+                    "\(configuration.leanSocketPath("registration")),\(second)/registration.sock",
+                    "--health-interval-ms", "200",
+                ]
+            } _: { live in
+                let replica = try await Self.startProcess(
+                    "registration", directory: second, live: live,
+                    arguments: [
+                        "--database-url",
+                        try #require(TestDatabases.freshPostgresURL(service: "registration", prefix: prefix)),
+                        "--metrics-listen", "127.0.0.1:0",
+                    ])
+                defer { if replica.isRunning { replica.terminate() } }
+                let metrics = try await Self.metricsClient(directory: second, service: "registration")
+                func upsertsAtSecond() async throws -> Double {
+                    StackFixture.value(
+                        try await metrics.request("GET", "metrics").text, "herald_rpc_requests_total",
+                        ["RegistrationService/UpsertRegistration", "status=\"OK\""])
+                }
+                // Registrations through the edge until the second replica has served some (it is
+                // used once the edge's health check has seen it), 200 at the most.
+                var registered = 0
+                while try await upsertsAtSecond() == 0, registered < 200 {
+                    try await live.register("lb-\(registered % 5)", handle: apnsToken(3000 + registered))
+                    registered += 1
+                }
+                let atSecond = try await upsertsAtSecond()
+                #expect(atSecond > 0, "the second replica served no registration in \(registered)")
+                // Both keep serving: 40 more go to each in turn.
+                for n in 0..<40 { try await live.register("lb-\(n % 5)", handle: apnsToken(4000 + n)) }
+                #expect(try await upsertsAtSecond() >= atSecond + 10, "calls did not take turns")
 
-            kill(replica.processIdentifier, SIGKILL)
-            // Every request keeps succeeding: calls that cannot reach it go to the first replica.
-            for n in 0..<40 {
-                let id = try await live.register("lb-\(n % 5)", handle: apnsToken(5000 + n))
-                let deleted = try await live.edge.request("DELETE", "/api/register/\(id)", as: "lb-\(n % 5)")
-                #expect(deleted.status == 200, "DELETE api/register: \(deleted.status) \(deleted.text)")
+                kill(replica.processIdentifier, SIGKILL)
+                // Every request keeps succeeding: calls that cannot reach it go to the first replica.
+                for n in 0..<40 {
+                    let id = try await live.register("lb-\(n % 5)", handle: apnsToken(5000 + n))
+                    let deleted = try await live.edge.request("DELETE", "/api/register/\(id)", as: "lb-\(n % 5)")
+                    #expect(deleted.status == 200, "DELETE api/register: \(deleted.status) \(deleted.text)")
+                }
+                print(
+                    "edge over replicas: \(registered) registrations before the second replica served one; \(Int(atSecond)) upserts there"
+                )
             }
-            print(
-                "edge over replicas: \(registered) registrations before the second replica served one; \(Int(atSecond)) upserts there"
-            )
         }
     }
 
     @Test("five failed logins spread over two herald-auth processes lock the account out on both (429 at the edge)")
     func lockoutOverAuthReplicas() async throws {
-        let folder = try LiveStack.makeDirectory()
-        let prefix = TestDatabases.freshPrefix()
-        let second = "\(folder)/auth-2"
-        try await LiveStack.with(
-            runner: .processes,
-            directory: folder + "/stack", auth: .accounts, users: ["dora"], database: .postgres, schemaPrefix: prefix
-        ) {
-            configuration in
-            configuration.extraArguments["edge", default: []] += [
-                "--auth-socket", "\(configuration.leanSocketPath("auth")),\(second)/auth.sock", "--health-interval-ms",
-                "200",
-            ]
-        } _: { live in
-            let replica = try await Self.startProcess(
-                "auth", directory: second, live: live,
-                arguments: [
-                    "--auth-mode", "accounts", "--password-hash-log-n", "10", "--metrics-listen", "127.0.0.1:0",
-                    "--database-url", try #require(TestDatabases.freshPostgresURL(service: "auth", prefix: prefix)),
-                ])
-            defer { if replica.isRunning { replica.terminate() } }
-            let metrics = try await Self.metricsClient(directory: second, service: "auth")
-            // Every status's line: the failures count under UNAUTHENTICATED.
-            func authenticationsAtSecond() async throws -> Double {
-                try await metrics.request("GET", "metrics").text.split(separator: "\n")
-                    .filter { $0.hasPrefix("herald_rpc_requests_total{") && $0.contains("AuthService/Authenticate") }
-                    .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +)
-            }
-            // Right passwords until the edge uses the second replica (its health check has seen it).
-            var calls = 0
-            while try await authenticationsAtSecond() == 0, calls < 200 {
-                let reply = try await live.edge.request("GET", "/api/notifications/1", as: "dora")
-                #expect(reply.status == 404, "GET as dora: \(reply.status) \(reply.text)")
-                calls += 1
-            }
-            let before = try await authenticationsAtSecond()
-            try #require(before > 0, "the second auth replica served no call in \(calls)")
-            // Five wrong passwords, taking turns over the two replicas.
-            for attempt in 0..<5 {
-                let reply = try await live.edge.request(
-                    "GET", "/api/notifications/1", authorization: EdgeClient.basic("dora", "wrong \(attempt)"))
-                #expect(reply.status == 401, "wrong password \(attempt): \(reply.status) \(reply.text)")
-            }
-            // Turns alternate, so each replica got some of the five (1 to 4 at the second).
-            let failuresAtSecond = try await authenticationsAtSecond() - before
-            #expect(
-                (1...4).contains(failuresAtSecond),
-                "\(failuresAtSecond) of the 5 failures at the second replica: not both")
-            // Locked out on both: the right password is refused with 429 whichever replica answers.
-            for _ in 0..<4 {
-                let reply = try await live.edge.request("GET", "/api/notifications/1", as: "dora")
+        try await LiveStack.withDirectory { folder in
+            let prefix = TestDatabases.freshPrefix()
+            let second = "\(folder)/auth-2"
+            try await LiveStack.with(
+                runner: .processes,
+                directory: folder + "/stack", auth: .accounts, users: ["dora"], database: .postgres,
+                schemaPrefix: prefix
+            ) {
+                configuration in
+                configuration.extraArguments["edge", default: []] += [
+                    "--auth-socket", "\(configuration.leanSocketPath("auth")),\(second)/auth.sock",
+                    "--health-interval-ms",
+                    "200",
+                ]
+            } _: { live in
+                let replica = try await Self.startProcess(
+                    "auth", directory: second, live: live,
+                    arguments: [
+                        "--auth-mode", "accounts", "--password-hash-log-n", "10", "--metrics-listen", "127.0.0.1:0",
+                        "--database-url", try #require(TestDatabases.freshPostgresURL(service: "auth", prefix: prefix)),
+                    ])
+                defer { if replica.isRunning { replica.terminate() } }
+                let metrics = try await Self.metricsClient(directory: second, service: "auth")
+                // Every status's line: the failures count under UNAUTHENTICATED.
+                func authenticationsAtSecond() async throws -> Double {
+                    try await metrics.request("GET", "metrics").text.split(separator: "\n")
+                        .filter {
+                            $0.hasPrefix("herald_rpc_requests_total{") && $0.contains("AuthService/Authenticate")
+                        }
+                        .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0, +)
+                }
+                // Right passwords until the edge uses the second replica (its health check has seen it).
+                var calls = 0
+                while try await authenticationsAtSecond() == 0, calls < 200 {
+                    let reply = try await live.edge.request("GET", "/api/notifications/1", as: "dora")
+                    #expect(reply.status == 404, "GET as dora: \(reply.status) \(reply.text)")
+                    calls += 1
+                }
+                let before = try await authenticationsAtSecond()
+                try #require(before > 0, "the second auth replica served no call in \(calls)")
+                // Five wrong passwords, taking turns over the two replicas.
+                for attempt in 0..<5 {
+                    let reply = try await live.edge.request(
+                        "GET", "/api/notifications/1", authorization: EdgeClient.basic("dora", "wrong \(attempt)"))
+                    #expect(reply.status == 401, "wrong password \(attempt): \(reply.status) \(reply.text)")
+                }
+                // Turns alternate, so each replica got some of the five (1 to 4 at the second).
+                let failuresAtSecond = try await authenticationsAtSecond() - before
                 #expect(
-                    reply.status == 429 && reply.header("Retry-After") != nil,
-                    "after 5 failures: \(reply.status) \(reply.text)")
+                    (1...4).contains(failuresAtSecond),
+                    "\(failuresAtSecond) of the 5 failures at the second replica: not both")
+                // Locked out on both: the right password is refused with 429 whichever replica answers.
+                for _ in 0..<4 {
+                    let reply = try await live.edge.request("GET", "/api/notifications/1", as: "dora")
+                    #expect(
+                        reply.status == 429 && reply.header("Retry-After") != nil,
+                        "after 5 failures: \(reply.status) \(reply.text)")
+                }
             }
         }
     }

@@ -33,51 +33,54 @@ struct SecurePushProcessTests {
         "restarting the stack keeps registrations and payloads", .everyBackendItself,
         arguments: RPCTransport.allCases, StoreBackend.available)
     func restartKeepsData(_ transport: RPCTransport, _ database: StoreBackend) async throws {
-        let directory = try LiveStack.makeDirectory()
-        let prefix = TestDatabases.freshPrefix()
-        let token = apnsToken(3)
-        var registrationID = ""
-        var secureID = ""
-        try await LiveStack.with(
-            runner: .processes, directory: directory, database: database, schemaPrefix: prefix,
-            configure: { $0.rpcTransport = transport }
-        ) {
-            live in
-            registrationID = try #require(
-                try JSONSerialization.jsonObject(
-                    with: try await live.edge.request("POST", "/api/register?handle=\(token)", as: "dana").body,
-                    options: .fragmentsAllowed) as? String)
-            let put = try await live.edge.request(
-                "PUT", "/api/register/\(registrationID)", as: "dana", body: #"{"Platform":"apns","Handle":"\#(token)"}"#
-            )
-            #expect(put.status == 200)
-            #expect(try await live.edge.request("POST", "/api/notifications", as: "dana").status == 200)
-            let push = try #require(try await live.waitForInbox { $0.handle == token }.first)
-            secureID = try #require(
-                String(decoding: push.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1
-            )
-            .description
-        }
-        try await LiveStack.with(
-            runner: .processes, directory: directory, database: database, schemaPrefix: prefix,
-            configure: { $0.rpcTransport = transport }
-        ) {
-            live in
-            // The payload survived, still unread.
-            let fetched = try await live.edge.request("GET", "/api/notifications/\(secureID)", as: "dana")
-            #expect(fetched.status == 200)
-            #expect(try fetched.json()["Read"] as? Bool == false)
-            // The registration survived: same id for the handle, and it can still be updated.
-            let again = try await live.edge.request("POST", "/api/register?handle=\(token)", as: "dana")
-            #expect(
-                try JSONSerialization.jsonObject(with: again.body, options: .fragmentsAllowed) as? String
-                    == registrationID)
-            let put = try await live.edge.request(
-                "PUT", "/api/register/\(registrationID)", as: "dana", body: #"{"Platform":"apns","Handle":"\#(token)"}"#
-            )
-            #expect(put.status == 200)
-            // And the inbox kept what it recorded.
-            #expect(try await live.inbox().contains { $0.handle == token })
+        try await LiveStack.withDirectory { directory in
+            let prefix = TestDatabases.freshPrefix()
+            let token = apnsToken(3)
+            var registrationID = ""
+            var secureID = ""
+            try await LiveStack.with(
+                runner: .processes, directory: directory, database: database, schemaPrefix: prefix,
+                configure: { $0.rpcTransport = transport }
+            ) {
+                live in
+                registrationID = try #require(
+                    try JSONSerialization.jsonObject(
+                        with: try await live.edge.request("POST", "/api/register?handle=\(token)", as: "dana").body,
+                        options: .fragmentsAllowed) as? String)
+                let put = try await live.edge.request(
+                    "PUT", "/api/register/\(registrationID)", as: "dana",
+                    body: #"{"Platform":"apns","Handle":"\#(token)"}"#
+                )
+                #expect(put.status == 200)
+                #expect(try await live.edge.request("POST", "/api/notifications", as: "dana").status == 200)
+                let push = try #require(try await live.waitForInbox { $0.handle == token }.first)
+                secureID = try #require(
+                    String(decoding: push.payload, as: UTF8.self).firstMatch(of: /"secureId":"(\d+)"/)?.1
+                )
+                .description
+            }
+            try await LiveStack.with(
+                runner: .processes, directory: directory, database: database, schemaPrefix: prefix,
+                configure: { $0.rpcTransport = transport }
+            ) {
+                live in
+                // The payload survived, still unread.
+                let fetched = try await live.edge.request("GET", "/api/notifications/\(secureID)", as: "dana")
+                #expect(fetched.status == 200)
+                #expect(try fetched.json()["Read"] as? Bool == false)
+                // The registration survived: same id for the handle, and it can still be updated.
+                let again = try await live.edge.request("POST", "/api/register?handle=\(token)", as: "dana")
+                #expect(
+                    try JSONSerialization.jsonObject(with: again.body, options: .fragmentsAllowed) as? String
+                        == registrationID)
+                let put = try await live.edge.request(
+                    "PUT", "/api/register/\(registrationID)", as: "dana",
+                    body: #"{"Platform":"apns","Handle":"\#(token)"}"#
+                )
+                #expect(put.status == 200)
+                // And the inbox kept what it recorded.
+                #expect(try await live.inbox().contains { $0.handle == token })
+            }
         }
     }
 }

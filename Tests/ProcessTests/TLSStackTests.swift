@@ -15,22 +15,24 @@ struct TLSStackTests {
         "a TLS-over-TCP stack passes the same secure-push sequence, with peers listed by address or named dns:///localhost:port",
         .storeIndependent, arguments: RPCTransport.allCases, [false, true])
     func secureSequenceOverTLS(_ transport: RPCTransport, byName: Bool) async throws {
-        let directory = try LiveStack.makeDirectory()
-        let certificates = directory + "/tls"
-        try FileManager.default.createDirectory(atPath: certificates, withIntermediateDirectories: true)
-        let tls = try await StackFixture.makeCertificates(in: certificates)
-        try await LiveStack.with(
-            runner: .processes,
-            directory: directory,
-            configure: {
-                $0.tls = tls
-                $0.rpcTransport = transport
-                $0.peersByName = byName
+        try await LiveStack.withDirectory { directory in
+            let certificates = directory + "/tls"
+            try FileManager.default.createDirectory(atPath: certificates, withIntermediateDirectories: true)
+            let tls = try await StackFixture.makeCertificates(in: certificates)
+            try await LiveStack.with(
+                runner: .processes,
+                directory: directory,
+                configure: {
+                    $0.tls = tls
+                    $0.rpcTransport = transport
+                    $0.peersByName = byName
+                }
+            ) { live in
+                try await StackFixture.secureSequence(live)
+                let edgeLog = try String(
+                    contentsOfFile: "\(live.configuration.logDirectory)/payload.log", encoding: .utf8)
+                #expect(edgeLog.contains("herald.tls=true") || transport == .grpc, "payload did not listen with TLS")
             }
-        ) { live in
-            try await StackFixture.secureSequence(live)
-            let edgeLog = try String(contentsOfFile: "\(live.configuration.logDirectory)/payload.log", encoding: .utf8)
-            #expect(edgeLog.contains("herald.tls=true") || transport == .grpc, "payload did not listen with TLS")
         }
     }
 }

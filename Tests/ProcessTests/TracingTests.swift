@@ -98,22 +98,23 @@ struct TracingTests {
         tracing: [String: String] = [:], transport: RPCTransport = .lean,
         _ body: (Receiver, ProviderFixture, LiveStack) async throws -> Void
     ) async throws {
-        let folder = try LiveStack.makeDirectory()
-        let receiver = try await Receiver(folder: folder)
-        defer { receiver.stop() }
-        let fixture = try await ProviderFixture.start(in: folder)
-        defer { Task { await fixture.stop() } }
-        try await LiveStack.with(runner: .processes, directory: folder + "/stack") { configuration in
-            fixture.configure(&configuration)
-            configuration.rpcTransport = transport
-            configuration.extraArguments["auth", default: []] += ["--verdict-cache-seconds", "0"]
-            configuration.environment = [
-                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)",
-                "OTEL_BSP_SCHEDULE_DELAY": "100",
-                "OTEL_EXPORTER_OTLP_HEADERS": "x-test-header=herald",
-            ].merging(tracing) { $1 }
-        } _: { live in
-            try await body(receiver, fixture, live)
+        try await LiveStack.withDirectory { folder in
+            let receiver = try await Receiver(folder: folder)
+            defer { receiver.stop() }
+            let fixture = try await ProviderFixture.start(in: folder)
+            defer { Task { await fixture.stop() } }
+            try await LiveStack.with(runner: .processes, directory: folder + "/stack") { configuration in
+                fixture.configure(&configuration)
+                configuration.rpcTransport = transport
+                configuration.extraArguments["auth", default: []] += ["--verdict-cache-seconds", "0"]
+                configuration.environment = [
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)",
+                    "OTEL_BSP_SCHEDULE_DELAY": "100",
+                    "OTEL_EXPORTER_OTLP_HEADERS": "x-test-header=herald",
+                ].merging(tracing) { $1 }
+            } _: { live in
+                try await body(receiver, fixture, live)
+            }
         }
     }
 
@@ -242,25 +243,26 @@ struct TracingTests {
 
     @Test("with OTEL_TRACES_EXPORTER=none the receiver gets nothing, even with an endpoint and a caller's traceparent")
     func offSendsNothing() async throws {
-        let folder = try LiveStack.makeDirectory()
-        let receiver = try await Receiver(folder: folder)
-        defer { receiver.stop() }
-        try await LiveStack.with(runner: .processes, directory: folder + "/stack") { configuration in
-            configuration.environment = [
-                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)", "OTEL_TRACES_EXPORTER": "none",
-                "OTEL_BSP_SCHEDULE_DELAY": "100",
-            ]
-        } _: { live in
-            let token = apnsToken(7201)
-            _ = try await live.register("alice", handle: token)
-            let sent = try await live.edge.request(
-                "POST", "/api/notifications", authorization: EdgeClient.basic("alice"), bytes: nil,
-                contentType: "application/json",
-                headers: [("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")])
-            #expect(sent.status == 200)
-            _ = try await live.waitForInbox { $0.handle == token }
+        try await LiveStack.withDirectory { folder in
+            let receiver = try await Receiver(folder: folder)
+            defer { receiver.stop() }
+            try await LiveStack.with(runner: .processes, directory: folder + "/stack") { configuration in
+                configuration.environment = [
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)", "OTEL_TRACES_EXPORTER": "none",
+                    "OTEL_BSP_SCHEDULE_DELAY": "100",
+                ]
+            } _: { live in
+                let token = apnsToken(7201)
+                _ = try await live.register("alice", handle: token)
+                let sent = try await live.edge.request(
+                    "POST", "/api/notifications", authorization: EdgeClient.basic("alice"), bytes: nil,
+                    contentType: "application/json",
+                    headers: [("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")])
+                #expect(sent.status == 200)
+                _ = try await live.waitForInbox { $0.handle == token }
+            }
+            // The stack has stopped: an exporter would have flushed by now.
+            #expect(receiver.spans().isEmpty)
         }
-        // The stack has stopped: an exporter would have flushed by now.
-        #expect(receiver.spans().isEmpty)
     }
 }

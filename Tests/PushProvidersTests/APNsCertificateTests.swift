@@ -22,6 +22,7 @@ struct APNsCertificateTests {
     @Test("a .p12 exported with its password and a PEM file give the same certificate, topic and end")
     func readsP12AndPEM() async throws {
         let made = try await Self.certificates()
+        defer { try? FileManager.default.removeItem(atPath: made.folder) }
         let fromP12 = try APNsCertificate(file: made.p12, password: APNsTestCertificates.password)
         #expect(fromP12.topic == APNsTestCertificates.topic)
         #expect(fromP12.commonName == "Apple Push Services: \(APNsTestCertificates.topic)")
@@ -39,6 +40,7 @@ struct APNsCertificateTests {
     @Test("a wrong password, a file that is no certificate, a PEM without its key or with another key are refused")
     func refusals() async throws {
         let made = try await Self.certificates()
+        defer { try? FileManager.default.removeItem(atPath: made.folder) }
         func problem(_ file: [UInt8], _ password: String) -> String? {
             do {
                 _ = try APNsCertificate(file: file, password: password)
@@ -63,6 +65,7 @@ struct APNsCertificateTests {
     @Test("an ended certificate is read, and its batches are retried as CertificateExpired without a connection")
     func expiredCertificateRetries() async throws {
         let made = try await Self.certificates()
+        defer { try? FileManager.default.removeItem(atPath: made.folder) }
         let certificate = try APNsCertificate(file: made.expiredP12, password: APNsTestCertificates.password)
         #expect(certificate.expired(at: unixSeconds()))
         let client = PushHTTP.makeClient(extraCAFile: made.ca, connectTimeout: .milliseconds(200))

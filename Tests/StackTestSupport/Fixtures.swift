@@ -122,17 +122,18 @@ package enum StackFixture {
         logLevel: String = "info", retryBaseMs: Int = 200, extra: [String] = [], edge: [String] = [],
         _ body: (ProviderFixture, LiveStack) async throws -> Void
     ) async throws {
-        let folder = try LiveStack.makeDirectory()
-        let fixture = try await ProviderFixture.start(in: folder)
-        defer { Task { await fixture.stop() } }
-        try await LiveStack.with(runner: runner, directory: folder + "/stack") { configuration in
-            configuration.logLevel = logLevel
-            fixture.configure(&configuration, retryBaseMs: retryBaseMs)
-            configuration.extraArguments["dispatch", default: []] += extra
-            configuration.extraArguments["edge", default: []] += edge
-        } _: { live in
-            try await body(fixture, live)
-            #expect(fixture.violations.withLock { $0 } == [], "the doubles found rule violations")
+        try await LiveStack.withDirectory { folder in
+            let fixture = try await ProviderFixture.start(in: folder)
+            defer { Task { await fixture.stop() } }
+            try await LiveStack.with(runner: runner, directory: folder + "/stack") { configuration in
+                configuration.logLevel = logLevel
+                fixture.configure(&configuration, retryBaseMs: retryBaseMs)
+                configuration.extraArguments["dispatch", default: []] += extra
+                configuration.extraArguments["edge", default: []] += edge
+            } _: { live in
+                try await body(fixture, live)
+                #expect(fixture.violations.withLock { $0 } == [], "the doubles found rule violations")
+            }
         }
     }
 

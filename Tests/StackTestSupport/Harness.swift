@@ -66,6 +66,19 @@ package struct LiveStack {
         return String(cString: path)
     }
 
+    /// A fresh folder (``makeDirectory()``) for `body`: removed when `body` returns, kept when it
+    /// throws or with `HERALD_TEST_KEEP_STACKS=1`, as ``with(runner:directory:auth:users:database:schemaPrefix:configure:_:)``
+    /// treats the folder it makes. For a test that keeps more than its stack in the folder (the
+    /// push doubles' certificates, a backup), and passes the stack a folder inside it.
+    package static func withDirectory<T>(_ body: (String) async throws -> T) async throws -> T {
+        let folder = try makeDirectory()
+        let result = try await body(folder)
+        if ProcessInfo.processInfo.environment["HERALD_TEST_KEEP_STACKS"] != "1" {
+            try? FileManager.default.removeItem(atPath: folder)
+        }
+        return result
+    }
+
     /// Starts the stack in `directory` (a new one by default), runs `body`, and stops the stack.
     /// When `body` fails, every service's log is printed to help whoever reads the failure.
     ///

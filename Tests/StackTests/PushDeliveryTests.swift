@@ -472,37 +472,40 @@ struct PushDeliveryTests {
         "FCM through a URL that offers only HTTP/1.1: the sender falls back to a request per device and every push arrives"
     )
     func fcmOverHTTP1() async throws {
-        let folder = try LiveStack.makeDirectory()
-        let fixture = try await ProviderFixture.start(in: folder)
-        let http1 = try await PushDouble.start(certificate: fixture.tls.certificate, key: fixture.tls.key, http1: true)
-        {
-            fixture.respond($0)
-        }
-        defer {
-            Task {
-                await fixture.stop()
-                await http1.stop()
+        try await LiveStack.withDirectory { folder in
+            let fixture = try await ProviderFixture.start(in: folder)
+            let http1 = try await PushDouble.start(
+                certificate: fixture.tls.certificate, key: fixture.tls.key, http1: true
+            ) {
+                fixture.respond($0)
             }
-        }
-        try await LiveStack.with(directory: folder + "/stack") { configuration in
-            fixture.configure(&configuration)
-            var arguments = configuration.extraArguments["dispatch"] ?? []
-            if let index = arguments.firstIndex(of: "--fcm-url") { arguments[index + 1] = http1.url }
-            configuration.extraArguments["dispatch"] = arguments
-        } _: { live in
-            for index in 0..<3 { try await live.register("olga", platform: "fcm", handle: "fcm-olga-\(index)") }
-            let sent = try await Self.alert(live, "over HTTP/1.1", to: "olga", as: "pat")
-            #expect(
-                Self.platform(try await Self.finalOutcome(live, sent.path, as: "pat"), "fcm")["success"] as? Int == 3)
-            let pushes = http1.requests.filter { $0.path.hasSuffix("/messages:send") }
-            #expect(
-                Set(
-                    pushes.compactMap { request in
-                        ((try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any])
-                            .flatMap { ($0["message"] as? [String: Any])?["token"] as? String }
-                    }) == ["fcm-olga-0", "fcm-olga-1", "fcm-olga-2"])
-            #expect(fixture.double.requests.filter { $0.path.hasSuffix("/messages:send") }.isEmpty)
-            #expect(fixture.violations.withLock { $0 } == [], "the doubles found rule violations")
+            defer {
+                Task {
+                    await fixture.stop()
+                    await http1.stop()
+                }
+            }
+            try await LiveStack.with(directory: folder + "/stack") { configuration in
+                fixture.configure(&configuration)
+                var arguments = configuration.extraArguments["dispatch"] ?? []
+                if let index = arguments.firstIndex(of: "--fcm-url") { arguments[index + 1] = http1.url }
+                configuration.extraArguments["dispatch"] = arguments
+            } _: { live in
+                for index in 0..<3 { try await live.register("olga", platform: "fcm", handle: "fcm-olga-\(index)") }
+                let sent = try await Self.alert(live, "over HTTP/1.1", to: "olga", as: "pat")
+                #expect(
+                    Self.platform(try await Self.finalOutcome(live, sent.path, as: "pat"), "fcm")["success"] as? Int
+                        == 3)
+                let pushes = http1.requests.filter { $0.path.hasSuffix("/messages:send") }
+                #expect(
+                    Set(
+                        pushes.compactMap { request in
+                            ((try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any])
+                                .flatMap { ($0["message"] as? [String: Any])?["token"] as? String }
+                        }) == ["fcm-olga-0", "fcm-olga-1", "fcm-olga-2"])
+                #expect(fixture.double.requests.filter { $0.path.hasSuffix("/messages:send") }.isEmpty)
+                #expect(fixture.violations.withLock { $0 } == [], "the doubles found rule violations")
+            }
         }
     }
 

@@ -6,13 +6,15 @@ contract as well as the servers. Usage: grpc_check.py RUNTIME_DIR PROTO_DIR. Pri
 with what each call answered; exits 1 when a call fails unexpectedly. The Swift integration test runs
 it against a live stack and checks the answers.
 """
+import atexit
 import base64
 import importlib
 import importlib.util
 import json
-import time
+import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import grpc
@@ -32,6 +34,7 @@ def generate(proto_dir, out_dir):
 def main():
     runtime_dir, proto_dir = sys.argv[1], sys.argv[2]
     out = tempfile.mkdtemp(prefix="herald-py-")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     generate(proto_dir, out)
     # The generated grpc/health/v1 package would shadow grpcio's own "grpc" package: load the
     # message module from its file and call Check through a plain channel method.

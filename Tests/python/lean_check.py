@@ -2,10 +2,12 @@
 """Calls Herald's services over the lean protocol with lean_client.py. Usage: lean_check.py RUNTIME_DIR
 PROTO_DIR. Message classes are generated from proto/ (python_out only: the stock protobuf runtime
 is all they need). Prints one JSON object with the answers."""
+import atexit
 import base64
 import importlib
 import importlib.util
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +21,7 @@ from lean_client import LeanClient, LeanError  # noqa: E402
 def main():
     runtime_dir, proto_dir = sys.argv[1], sys.argv[2]
     out = tempfile.mkdtemp(prefix="herald-lean-")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     protos = [str(p.relative_to(proto_dir)) for p in sorted(Path(proto_dir).rglob("*.proto"))]
     if protoc.main(["protoc", f"-I{proto_dir}", f"--python_out={out}", *protos]) != 0:
         sys.exit("protoc failed")
