@@ -112,6 +112,15 @@ package struct LiveStack {
         // Tests that read a test send's results need them all; on a loaded 2-core machine one
         // push can take longer than the 10 s a production edge waits.
         configuration.extraArguments["edge"] = ["--nh-test-send-wait-ms", "90000"]
+        if runner == .inProcess {
+            // An in-process stack shares its test process's two cores with every other suite (the
+            // RPC suite's 100,000-record stream and 1,000 concurrent calls among them): a call can
+            // wait seconds for a thread, and the 5 s default made a register answer 503 in the
+            // fresh-clone CI of c312030. No in-process test is about that deadline.
+            for service in Stack.services {
+                configuration.extraArguments[service, default: []] += ["--rpc-timeout-ms", "30000"]
+            }
+        }
         // A guard against a service that never comes up, not a measure of how fast one does: in
         // the first minute of CI's SQLite pass every suite of both test processes starts at once,
         // and an in-process herald-auth took 30 s to listen and its health checks 30 s more to
