@@ -182,6 +182,23 @@ public final class SQLRegistrationStore: RegistrationStore {
         if let insert = RegistrationSQL.insertTags(tags, of: id) { try await session.execute(insert) }
     }
 
+    /// Makes `id`'s tags `tags` writing only the difference: a write that keeps a row's tags (an
+    /// app that PUTs its installation at every launch) writes no tag row.
+    static func replaceTags(_ tags: [String], of id: String, in session: any SQLSession) async throws {
+        let stored = Set(
+            try await session.query("SELECT tag FROM registration_tag WHERE registration_id = \(id)").map {
+                try $0[0] as String
+            })
+        let gone = stored.subtracting(tags).sorted()
+        if !gone.isEmpty {
+            try await session.execute(
+                "DELETE FROM registration_tag WHERE registration_id = \(id) AND tag IN (\(list: gone))")
+        }
+        if let insert = RegistrationSQL.insertTags(tags.filter { !stored.contains($0) }, of: id) {
+            try await session.execute(insert)
+        }
+    }
+
     // MARK: tutorial registrations
 
     nonisolated(nonsending) public func createID(owner: String, handle: String) async throws -> String {

@@ -5,8 +5,9 @@ import HeraldProto
 import HeraldRPC
 import HeraldTestSupport
 import NotificationHubs
-import RegistrationService
 import Testing
+
+@testable import RegistrationService
 
 /// NH installations in the store (their JSON and JSON-Patch: NotificationHubsTests.InstallationFormatTests).
 @Suite("installations")
@@ -83,6 +84,71 @@ struct InstallationTests {
                 String(decoding: export.lines, as: UTF8.self).split(separator: "\n").allSatisfy {
                     $0.contains(#""kind":"installation""#)
                 })
+        }
+    }
+
+    @Test(
+        "a write changes only what changed: a kept template keeps its row and id, tags follow by difference, a dropped template's row goes, a new one gets one",
+        arguments: StoreBackend.available)
+    func rewrite(_ backend: StoreBackend) async throws {
+        try await withRegistrationStore(backend) { store in
+            let sql = try #require(store as? SQLRegistrationStore).db
+            func installation(tags: String, templates: String) throws -> Installation {
+                try Self.parse(
+                    #"{"installationId":"d1","platform":"apns","pushChannel":"\#(Self.token)","tags":[\#(tags)],"templates":{\#(templates)}}"#,
+                    id: "d1")
+            }
+            /// Each row of hub h by its template name ("" for the installation's own): id and tags.
+            func rows() async throws -> [String: (id: String, tags: Set<String>)] {
+                var rows: [String: (id: String, tags: Set<String>)] = [:]
+                for row in try await sql.query(
+                    """
+                    SELECT r.id, COALESCE(r.template_name, ''), t.tag FROM registration r
+                    LEFT JOIN registration_tag t ON t.registration_id = r.id WHERE r.hub = 'h'
+                    """)
+                {
+                    let name: String = try row[1]
+                    let id: String = try row[0]
+                    var entry = rows[name] ?? (id, [])
+                    if let tag: String = try row[2] { entry.tags.insert(tag) }
+                    rows[name] = entry
+                }
+                return rows
+            }
+            let body = #""body":"{\"aps\":{\"alert\":\"$(m)\"}}""#
+            let first = try installation(
+                tags: #""a","b""#, templates: #""t1":{\#(body),"tags":["x"]},"t2":{\#(body)}"#)
+            try await store.putInstallation(hub: "h", first)
+            let before = try await rows()
+            #expect(Set(before.keys) == ["", "t1", "t2"])
+            #expect(before["t1"]?.tags == Set(first.audienceTags + (first.templates["t1"]?.tags ?? [])))
+
+            // Tags changed, t2 dropped, t3 new, t1 kept.
+            let second = try installation(
+                tags: #""b","c""#, templates: #""t1":{\#(body),"tags":["x"]},"t3":{\#(body),"tags":["y"]}"#)
+            try await store.putInstallation(hub: "h", second)
+            let after = try await rows()
+            #expect(Set(after.keys) == ["", "t1", "t3"])
+            #expect(after[""]?.id == before[""]?.id && after["t1"]?.id == before["t1"]?.id)
+            #expect(after[""]?.tags == Set(second.audienceTags))
+            #expect(after["t1"]?.tags == Set(second.audienceTags + (second.templates["t1"]?.tags ?? [])))
+            #expect(after["t3"]?.tags == Set(second.audienceTags + (second.templates["t3"]?.tags ?? [])))
+            #expect(after["t3"]?.tags.contains("y") == true && after["t1"]?.tags.contains("c") == true)
+            #expect(
+                try await sql.query("SELECT 1 FROM registration_tag WHERE registration_id = \(before["t2"]?.id ?? "")")
+                    .isEmpty)
+
+            // A patch through the store, as NH's PATCH: the same again, the channel too.
+            let patched = try await store.patchInstallation(hub: "h", id: "d1") {
+                $0.pushChannel = String(repeating: "cd", count: 32)
+            }
+            #expect(patched.pushChannel == String(repeating: "cd", count: 32))
+            let handles = try await sql.query("SELECT DISTINCT handle FROM registration WHERE hub = 'h'") {
+                try $0[0] as String
+            }
+            #expect(
+                handles == [String(repeating: "cd", count: 32)], "the template rows follow the installation's channel")
+            #expect(try await rows()["t1"]?.id == before["t1"]?.id)
         }
     }
 
