@@ -39,7 +39,12 @@ package final class Nghttpd: Sendable {
         throw StackError(description: "nghttpd did not start on port \(port)")
     }
 
+    /// SIGKILL, not SIGTERM: a test process whose ServiceGroup handles SIGTERM ignores it at the
+    /// system level, and children inherit an ignored signal across exec, so nghttpd outlived
+    /// every test run that started one.
     package func stop() {
-        if process.isRunning { process.terminate() }
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
     }
 }
