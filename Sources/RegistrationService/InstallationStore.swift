@@ -102,31 +102,27 @@ extension SQLRegistrationStore {
                 WHERE id = \(id)
                 """)
         }
-        if existing == nil {
-            try await Self.setTags(installation.audienceTags, of: id, new: true, in: session)
-            for statement in InstallationRows.templates(
-                of: installation, parentID: id, hub: hub, expired: installation.pushChannelExpired, now: now)
-            {
-                try await session.execute(statement)
-            }
-        } else {
-            try await Self.replaceTags(installation.audienceTags, of: id, in: session)
-            try await Self.updateTemplates(of: installation, parentID: id, hub: hub, now: now, in: session)
-        }
+        try await Self.setTags(installation.audienceTags, of: id, new: existing == nil, in: session)
+        try await Self.setTemplates(
+            of: installation, parentID: id, hub: hub, new: existing == nil, now: now, in: session)
         return installation
     }
 
-    /// An existing installation's template rows made to match `installation`, writing only what
-    /// changed: a template it keeps keeps its row (and id), updated in place, with only the tags
-    /// that changed written; one it dropped loses its row; a new one gets a row. Before, every
-    /// write deleted and inserted them all: half the cost of a PATCH of an installation with one
-    /// template (issue 51).
-    private static func updateTemplates(
-        of installation: Installation, parentID: String, hub: String, now: Int64, in session: any SQLSession
+    /// An installation's template rows made to match `installation`, writing only what changed: a
+    /// template it keeps keeps its row (and id), updated in place, with only the tags that changed
+    /// written; one it dropped loses its row; a new one gets a row. Before, every write deleted and
+    /// inserted them all: half the cost of a PATCH of an installation with one template (issue 51).
+    private static func setTemplates(
+        of installation: Installation, parentID: String, hub: String, new: Bool, now: Int64,
+        in session: any SQLSession
     ) async throws {
         var rows: [String: String] = [:]
-        for row in try await session.query("SELECT template_name, id FROM registration WHERE parent_id = \(parentID)") {
-            rows[try row[0]] = try row[1]
+        if !new {
+            for row in try await session.query(
+                "SELECT template_name, id FROM registration WHERE parent_id = \(parentID)")
+            {
+                rows[try row[0]] = try row[1]
+            }
         }
         let dropped = rows.filter { installation.templates[$0.key] == nil }.map(\.value).sorted()
         if !dropped.isEmpty { try await session.execute("DELETE FROM registration WHERE id IN (\(list: dropped))") }
@@ -148,7 +144,7 @@ extension SQLRegistrationStore {
                     document = \(Array(template.wireJSON.utf8)), expired = \(expired)
                 WHERE id = \(id)
                 """)
-            try await Self.replaceTags(installation.audienceTags + template.tags, of: id, in: session)
+            try await Self.setTags(installation.audienceTags + template.tags, of: id, new: false, in: session)
         }
     }
 

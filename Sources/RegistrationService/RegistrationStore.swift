@@ -176,23 +176,21 @@ public final class SQLRegistrationStore: RegistrationStore {
         try await session.execute("SELECT pg_advisory_xact_lock(hashtext(\(key)))")
     }
 
-    /// Sets row `id`'s tags to `tags`, its old ones deleted first unless the row was just made.
+    /// Sets row `id`'s tags to `tags`. A row just made gets them inserted; an existing row's are
+    /// written by difference, so a write that keeps its tags (an app that PUTs its installation or
+    /// registration at every launch) writes no tag row.
     static func setTags(_ tags: [String], of id: String, new: Bool, in session: any SQLSession) async throws {
-        if !new { try await session.execute("DELETE FROM registration_tag WHERE registration_id = \(id)") }
-        if let insert = RegistrationSQL.insertTags(tags, of: id) { try await session.execute(insert) }
-    }
-
-    /// Makes `id`'s tags `tags` writing only the difference: a write that keeps a row's tags (an
-    /// app that PUTs its installation at every launch) writes no tag row.
-    static func replaceTags(_ tags: [String], of id: String, in session: any SQLSession) async throws {
-        let stored = Set(
-            try await session.query("SELECT tag FROM registration_tag WHERE registration_id = \(id)").map {
-                try $0[0] as String
-            })
-        let gone = stored.subtracting(tags).sorted()
-        if !gone.isEmpty {
-            try await session.execute(
-                "DELETE FROM registration_tag WHERE registration_id = \(id) AND tag IN (\(list: gone))")
+        var stored = Set<String>()
+        if !new {
+            stored = Set(
+                try await session.query("SELECT tag FROM registration_tag WHERE registration_id = \(id)").map {
+                    try $0[0] as String
+                })
+            let gone = stored.subtracting(tags).sorted()
+            if !gone.isEmpty {
+                try await session.execute(
+                    "DELETE FROM registration_tag WHERE registration_id = \(id) AND tag IN (\(list: gone))")
+            }
         }
         if let insert = RegistrationSQL.insertTags(tags.filter { !stored.contains($0) }, of: id) {
             try await session.execute(insert)
