@@ -116,10 +116,12 @@ package enum NHFixture {
 package enum StackFixture {
     package static let tokenPaths: Set<String> = ["/token", "/wns-token"]
 
-    /// A stack whose dispatch sends every platform to `fixture`'s double.
+    /// A stack whose dispatch sends every platform to `fixture`'s double; with `httpsEdge`, its
+    /// edge serves HTTPS with the doubles' certificate.
     package static func withProviders(
         runner: LiveStack.Runner = .inProcess,
         logLevel: String = "info", retryBaseMs: Int = 200, extra: [String] = [], edge: [String] = [],
+        httpsEdge: Bool = false,
         _ body: (ProviderFixture, LiveStack) async throws -> Void
     ) async throws {
         try await LiveStack.withDirectory { folder in
@@ -128,6 +130,7 @@ package enum StackFixture {
             try await LiveStack.with(runner: runner, directory: folder + "/stack") { configuration in
                 configuration.logLevel = logLevel
                 fixture.configure(&configuration, retryBaseMs: retryBaseMs)
+                if httpsEdge { fixture.configureHTTPSEdge(&configuration) }
                 configuration.extraArguments["dispatch", default: []] += extra
                 configuration.extraArguments["edge", default: []] += edge
             } _: { live in

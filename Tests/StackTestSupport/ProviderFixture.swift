@@ -134,9 +134,8 @@ package final class ProviderFixture: Sendable {
         ]
     }
 
-    /// Also serves the edge over HTTPS with the doubles' certificate (NH's clients build https:// URLs).
+    /// Serves the edge over HTTPS with the doubles' certificate (NH's clients build https:// URLs).
     package func configureHTTPSEdge(_ configuration: inout StackConfiguration) {
-        configure(&configuration)
         configuration.extraArguments["edge", default: []] += [
             "--http-tls-cert", tls.certificate, "--http-tls-key", tls.key,
         ]

@@ -363,36 +363,30 @@ struct ConsoleTests {
 
     @Test("over HTTPS the session cookie is also Secure")
     func secureCookie() async throws {
-        try await LiveStack.withDirectory { folder in
-            let fixture = try await ProviderFixture.start(in: folder)
-            defer { Task { await fixture.stop() } }
-            try await LiveStack.with(directory: folder + "/stack") { configuration in
-                fixture.configureHTTPSEdge(&configuration)
-            } _: { live in
-                #expect(live.edge.base.scheme == "https")
-                let herald = live.configuration.binDirectory + "/herald"
-                #expect(
-                    try await runProgram(
-                        herald,
-                        [
-                            "hubs", "grant", "default", "ops", "Manage", "--runtime-dir",
-                            live.configuration.runtimeDirectory,
-                        ]
-                    )
-                    .status == 0)
-                let browser = Browser(live, ca: fixture.tls.ca)
-                let login = try await browser.get("/console/login")
-                #expect(login.header("Set-Cookie")?.contains("; Secure") == true, "\(login.headers)")
-                let signedIn = try await browser.post(
-                    "/console/login", ["user": "ops", "password": "ops", "_csrf": try Browser.csrf(login)])
-                let cookie = try #require(
-                    signedIn.header("Set-Cookie")?.split(separator: "\n").first { $0.hasPrefix("herald_session=") })
-                #expect(
-                    cookie.contains("; Secure") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
-                    "\(cookie)")
-                #expect(try await browser.get("/console/hubs").status == 200)
-                try await browser.close()
-            }
+        try await StackFixture.withProviders(httpsEdge: true) { fixture, live in
+            #expect(live.edge.base.scheme == "https")
+            let herald = live.configuration.binDirectory + "/herald"
+            #expect(
+                try await runProgram(
+                    herald,
+                    [
+                        "hubs", "grant", "default", "ops", "Manage", "--runtime-dir",
+                        live.configuration.runtimeDirectory,
+                    ]
+                )
+                .status == 0)
+            let browser = Browser(live, ca: fixture.tls.ca)
+            let login = try await browser.get("/console/login")
+            #expect(login.header("Set-Cookie")?.contains("; Secure") == true, "\(login.headers)")
+            let signedIn = try await browser.post(
+                "/console/login", ["user": "ops", "password": "ops", "_csrf": try Browser.csrf(login)])
+            let cookie = try #require(
+                signedIn.header("Set-Cookie")?.split(separator: "\n").first { $0.hasPrefix("herald_session=") })
+            #expect(
+                cookie.contains("; Secure") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+                "\(cookie)")
+            #expect(try await browser.get("/console/hubs").status == 200)
+            try await browser.close()
         }
     }
 

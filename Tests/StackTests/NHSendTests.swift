@@ -490,63 +490,57 @@ struct NHSendTests {
     )
     func restPythonSample() async throws {
         let python = try #require(which("python3"), "python3 is required (scripts/test.sh installs it)")
-        try await LiveStack.withDirectory { folder in
-            let fixture = try await ProviderFixture.start(in: folder)
-            defer { Task { await fixture.stop() } }
-            try await LiveStack.with(directory: folder + "/stack") { configuration in
-                // The sample builds https:// URLs from the connection string whatever it says.
-                fixture.configureHTTPSEdge(&configuration)
-            } _: { live in
-                #expect(live.edge.base.scheme == "https")
-                let full = try await NHFixture.defaultHub(live)
-                let (tagged, direct) = (apnsToken(1200), apnsToken(1201))
-                let result = try await runProgram(
-                    python,
-                    [
-                        packageRoot.appendingPathComponent("Tests/python/nh_rest_sample_check.py").path, "default",
-                        full,
-                        tagged, direct,
-                        "fcm-rest-1",
-                    ],
-                    environment: ["REQUESTS_CA_BUNDLE": fixture.tls.ca])
-                try #require(result.status == 0, "nh_rest_sample_check.py failed: \(result.error)")
-                let out = try #require(
-                    try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
-                for send in ["apple", "direct", "template", "scheduled", "fcmv1"] {
-                    #expect(out[send] as? Int == 201, "\(send): \(out)")
-                }
-                // The sample's quoted 'T' (a known bug of it), taken as sent.
-                #expect((out["scheduled_header"] as? String)?.contains("'T'") == true)
-                #expect((out["gcm"] as? String)?.contains("400") == true, "\(out)")
-                let test = try #require(out["test_send"] as? String)
-                #expect(test.contains("<NotificationOutcome") && test.contains("<Success>1</Success>"), "\(test)")
-
-                // What arrived: byte for byte as the sample wrote it (json.dumps' spaces), the template rendered.
-                _ = try await fixture.double.waitFor(1, timeout: .seconds(20)) {
-                    String(decoding: $0.body, as: UTF8.self).contains("rest scheduled")
-                }
-                let apns = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
-                func bodies(_ token: String) -> [String] {
-                    apns.filter { $0.path == "/3/device/\(token)" }.map { String(decoding: $0.body, as: UTF8.self) }
-                }
-                #expect(
-                    Set(bodies(tagged)).isSuperset(of: [
-                        #"{"aps": {"alert": "rest apple"}}"#, #"{"aps":{"alert":"rest template"}}"#,
-                        #"{"aps": {"alert": "rest scheduled"}}"#,
-                        #"{"aps": {"alert": "rest test"}}"#,
-                    ]), "\(bodies(tagged))")
-                #expect(bodies(direct) == [#"{"aps": {"alert": "rest direct"}}"#])
-                // The FCM send is delivered on its own batch: under load it can come after the
-                // scheduled APNs push waited for above, so it is waited for too.
-                _ = try await fixture.double.waitFor(1, timeout: .seconds(20)) {
-                    $0.path.hasSuffix("/messages:send") && String(decoding: $0.body, as: UTF8.self).contains("rest fcm")
-                }
-                let toFCM = fixture.double.requests.filter { $0.path.hasSuffix("/messages:send") }.map {
-                    String(decoding: $0.body, as: UTF8.self)
-                }
-                #expect(toFCM.contains(#"{"message":{"token":"fcm-rest-1","data":{"k":"rest fcm"}}}"#), "\(toFCM)")
-                #expect(fixture.violations.withLock { $0 } == [], "the doubles found rule violations")
+        // The sample builds https:// URLs from the connection string whatever it says.
+        try await StackFixture.withProviders(httpsEdge: true) { fixture, live in
+            #expect(live.edge.base.scheme == "https")
+            let full = try await NHFixture.defaultHub(live)
+            let (tagged, direct) = (apnsToken(1200), apnsToken(1201))
+            let result = try await runProgram(
+                python,
+                [
+                    packageRoot.appendingPathComponent("Tests/python/nh_rest_sample_check.py").path, "default",
+                    full,
+                    tagged, direct,
+                    "fcm-rest-1",
+                ],
+                environment: ["REQUESTS_CA_BUNDLE": fixture.tls.ca])
+            try #require(result.status == 0, "nh_rest_sample_check.py failed: \(result.error)")
+            let out = try #require(
+                try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+            for send in ["apple", "direct", "template", "scheduled", "fcmv1"] {
+                #expect(out[send] as? Int == 201, "\(send): \(out)")
             }
+            // The sample's quoted 'T' (a known bug of it), taken as sent.
+            #expect((out["scheduled_header"] as? String)?.contains("'T'") == true)
+            #expect((out["gcm"] as? String)?.contains("400") == true, "\(out)")
+            let test = try #require(out["test_send"] as? String)
+            #expect(test.contains("<NotificationOutcome") && test.contains("<Success>1</Success>"), "\(test)")
+
+            // What arrived: byte for byte as the sample wrote it (json.dumps' spaces), the template rendered.
+            _ = try await fixture.double.waitFor(1, timeout: .seconds(20)) {
+                String(decoding: $0.body, as: UTF8.self).contains("rest scheduled")
+            }
+            let apns = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
+            func bodies(_ token: String) -> [String] {
+                apns.filter { $0.path == "/3/device/\(token)" }.map { String(decoding: $0.body, as: UTF8.self) }
+            }
+            #expect(
+                Set(bodies(tagged)).isSuperset(of: [
+                    #"{"aps": {"alert": "rest apple"}}"#, #"{"aps":{"alert":"rest template"}}"#,
+                    #"{"aps": {"alert": "rest scheduled"}}"#,
+                    #"{"aps": {"alert": "rest test"}}"#,
+                ]), "\(bodies(tagged))")
+            #expect(bodies(direct) == [#"{"aps": {"alert": "rest direct"}}"#])
+            // The FCM send is delivered on its own batch: under load it can come after the
+            // scheduled APNs push waited for above, so it is waited for too.
+            _ = try await fixture.double.waitFor(1, timeout: .seconds(20)) {
+                $0.path.hasSuffix("/messages:send") && String(decoding: $0.body, as: UTF8.self).contains("rest fcm")
+            }
+            let toFCM = fixture.double.requests.filter { $0.path.hasSuffix("/messages:send") }.map {
+                String(decoding: $0.body, as: UTF8.self)
+            }
+            #expect(toFCM.contains(#"{"message":{"token":"fcm-rest-1","data":{"k":"rest fcm"}}}"#), "\(toFCM)")
+            // withProviders checks the doubles found no rule violations.
         }
     }
 }
