@@ -111,10 +111,8 @@ public enum NHTelemetry {
         }
     }
 
-    public static func time(_ unixMs: Int64) -> String {
-        Date(timeIntervalSince1970: Double(unixMs) / 1000).formatted(
-            Date.ISO8601FormatStyle(includingFractionalSeconds: true))
-    }
+    /// NH's times with milliseconds, exact (``iso8601(unixMillis:fractional:)``).
+    public static func time(_ unixMs: Int64) -> String { iso8601(unixMillis: unixMs) }
 
     /// `GET /{hub}/messages/{id}`'s body.
     public static func details(_ outcome: Outcome, location: String, failures: String? = nil) -> String {

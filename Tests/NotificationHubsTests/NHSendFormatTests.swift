@@ -36,6 +36,11 @@ struct NHSendFormatTests {
             xml.contains(
                 "<EnqueueTime>2024-01-01T08:00:00.000Z</EnqueueTime><StartTime>2024-01-01T08:00:00.250Z</StartTime>"))
         #expect(xml.contains("<TargetPlatforms>apple,fcmv1</TargetPlatforms>"))
+        // Every millisecond as it is: through a Double and a format style, about half read one less.
+        let wrong = (0..<1000).filter {
+            !NHTelemetry.time(1_704_096_000_000 + Int64($0)).hasSuffix(".\(String(1000 + $0).dropFirst())Z")
+        }
+        #expect(wrong.isEmpty, "\(wrong.count) of 1,000 milliseconds misread, first \(wrong.prefix(3))")
         #expect(xml.contains("&amp;x=&lt;</Location>"))
         #expect(
             xml.contains(
