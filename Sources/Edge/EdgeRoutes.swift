@@ -62,8 +62,8 @@ public struct EdgeRoutes: Sendable {
     public func add(to router: Router<EdgeRequestContext>) {
         // A span per request when tracing is on (W3C traceparent honoured); the device handle in the
         // tutorial's `?handle=` stays out of the trace.
-        if HeraldTracing.isOn {
-            router.add(middleware: TracingMiddleware(redactingQueryParameters: ["handle"]))
+        if let tracer = HeraldTracing.tracer {
+            router.add(middleware: EdgeTracingMiddleware(tracer: tracer))
         }
         router.add(middleware: EdgeErrorMiddleware(trustedProxies: config.trustedProxies))
         let rates = HubRateLimiter(share: config.hubRateShare)

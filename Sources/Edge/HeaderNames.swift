@@ -22,11 +22,14 @@ extension HTTPField.Name {
     static let frameOptions = named("X-Frame-Options")
     static let forwarded = named("Forwarded")
     static let xForwardedFor = named("X-Forwarded-For")
+    static let traceParent = named("traceparent")
+    static let traceState = named("tracestate")
 
     /// Every name above, for the test that checks them.
     static let heraldNamed: [HTTPField.Name] = [
         requestID, trackingID, correlationID, continuationToken, nhFormat, nhTags, nhScheduleTime, nhDeviceHandle,
         webPushP256DH, webPushAuth, contentTypeOptions, referrerPolicy, frameOptions, forwarded, xForwardedFor,
+        traceParent, traceState,
     ]
 
     static let invalidName = "X-Herald-Invalid-Name"

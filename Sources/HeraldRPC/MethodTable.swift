@@ -32,13 +32,15 @@ public struct RPCContext: Sendable {
     /// checks are never traced: every probe would be a trace of its own.
     func traced<T>(_ body: () async throws -> T) async throws -> T {
         guard let tracer = HeraldTracing.tracer, !HeraldTracing.isHealthCheck(method) else { return try await body() }
-        var parent = InstrumentationContext.current ?? .topLevel
-        if let traceParent, let trace = HeraldTracing.parse(traceparent: traceParent, tracestate: traceState) {
-            parent.traceContext = trace
-        }
-        return try await tracer.withSpan(method, context: parent, ofKind: .server) { span in
-            if span.isRecording { span.attributes["herald.request_id"] = requestID }
-            return try await HeraldTracing.rpc(span, method: method, body)
+        let entering = tracer.entering(
+            traceparent: traceParent, tracestate: traceState, in: InstrumentationContext.current ?? .topLevel)
+        return try await HeraldTracing.run(entering) { parent in
+            try await tracer.withSpan(method, context: parent, ofKind: .server) { span in
+                if span.isRecording { span.attributes["herald.request_id"] = requestID }
+                return try await HeraldTracing.rpc(span, method: method, body)
+            }
+        } passOn: {
+            try await body()
         }
     }
 

@@ -329,9 +329,11 @@ public final class RPCClient: Sendable {
         }
     }
 
-    /// Runs a call in a client span when tracing is on (its context is what the metadata carries).
+    /// Runs a call in a client span when tracing is on (its context is what the metadata carries);
+    /// in a trace passed on unsampled, no span: the metadata carries the caller's context as it is.
     private static func clientSpan<T>(_ method: String, _ body: () async throws -> T) async throws -> T {
-        guard let tracer = HeraldTracing.tracer, !HeraldTracing.isHealthCheck(method) else { return try await body() }
+        guard let tracer = HeraldTracing.tracer, !HeraldTracing.isHealthCheck(method), !HeraldTracing.passesOn()
+        else { return try await body() }
         return try await tracer.withSpan(method, ofKind: .client) { span in
             try await HeraldTracing.rpc(span, method: method, body)
         }

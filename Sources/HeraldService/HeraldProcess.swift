@@ -214,7 +214,8 @@ public enum HeraldProcess {
     }
 
     /// Points swift-log at standard error, as text or JSON lines (`log-format`), at `log-level`.
-    /// With `tracing`, every line logged inside a traced task carries `trace_id` and `span_id`.
+    /// With `tracing`, every line logged inside a traced task carries `trace_id` and `span_id` (only
+    /// `trace_id` in a trace passed on unsampled: this process has no span of it).
     private static func bootstrapLogging(service name: String, config: RuntimeConfig, tracing: Bool) throws -> Logger {
         guard let level = Logger.Level(rawValue: config.logLevel) else {
             throw ConfigError("log-level must be one of trace|debug|info|notice|warning|error|critical")
@@ -223,6 +224,7 @@ public enum HeraldProcess {
         let provider: Logger.MetadataProvider? =
             tracing
             ? Logger.MetadataProvider {
+                if let passed = HeraldTracing.passedOn { return ["trace_id": "\(passed.traceID)"] }
                 guard let trace = InstrumentationContext.current?.traceContext else { return [:] }
                 return ["trace_id": "\(trace.traceID)", "span_id": "\(trace.spanID)"]
             } : nil

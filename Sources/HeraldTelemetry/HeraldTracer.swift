@@ -19,6 +19,26 @@ enum ActiveSpanKey: InstrumentationContextKey {
     typealias Value = HeraldSpan
 }
 
+/// A trace this process passes on without recording it (not sampled, parent-based sampling): its
+/// `traceparent` and `tracestate` as they arrived, or as written once for a new root. It lives in a
+/// task-local of its own (``HeraldTracing/passedOn``), not in `InstrumentationContext`: a request
+/// whose trace is not sampled then costs no context dictionary, span object, lock or attribute,
+/// and each RPC below sends the texts as they are (``HeraldTracing/currentHeaders``).
+public struct PassedOnTrace: Sendable, Equatable {
+    public let traceparent: String
+    public let tracestate: String?
+
+    /// The trace id's 32 hex digits (for log lines).
+    public var traceID: Substring { traceparent.dropFirst(3).prefix(32) }
+}
+
+/// A new trace's id, drawn and decided (sampled) before its first span is started by code that
+/// does not know about it (Hummingbird's `TracingMiddleware`): that span takes this id, so its
+/// decision is the one already taken (``HeraldTracer/entering(traceparent:tracestate:in:)``).
+enum DecidedRootKey: InstrumentationContextKey {
+    typealias Value = TraceID
+}
+
 extension InstrumentationContext {
     /// The trace and span this context is in, if any.
     public var traceContext: TraceContext? {
@@ -82,6 +102,8 @@ public final class HeraldTracer: Tracer, Sendable {
     ) -> HeraldSpan {
         var context = context()
         let parent = context.traceContext
+        let decidedRoot = context[DecidedRootKey.self]
+        if decidedRoot != nil { context[DecidedRootKey.self] = nil }
         // A span under a parent that was not sampled records nothing and names nothing: it passes
         // the parent's context on as it arrived (no span id drawn, no context rebuilt), as OTel's
         // non-recording spans do. Only a trace's first span draws ids and takes the decision.
@@ -90,9 +112,13 @@ public final class HeraldTracer: Tracer, Sendable {
                 name: operationName, context: context, identity: parent, parent: parent.spanID, kind: kind, start: 0,
                 recording: false, sink: sink)
         }
-        let traceID = parent?.traceID ?? TraceID.random()
+        let traceID = parent?.traceID ?? decidedRoot ?? TraceID.random()
         let sampled =
-            if let parent, parentBased { parent.flags.contains(.sampled) } else { sampler.samples(traceID) }
+            if let parent, parentBased {
+                parent.flags.contains(.sampled)
+            } else {
+                (parent == nil && decidedRoot != nil) || sampler.samples(traceID)
+            }
         let own = TraceContext(
             traceID: traceID, spanID: SpanID.random(), flags: sampled ? .sampled : [],
             state: parent?.state ?? TraceState())
@@ -108,6 +134,49 @@ public final class HeraldTracer: Tracer, Sendable {
         context[ActiveSpanKey.self] = span
         span.setContext(context)
         return span
+    }
+
+    /// How a call entering this process (an HTTP request, an RPC) is traced.
+    public enum Entering: Sendable {
+        /// Spans are recorded: start the call's span in this context (a sampled caller's trace
+        /// context, or a new trace's id already decided for the span to take).
+        case record(InstrumentationContext)
+        /// The trace is not sampled: no span; run the call with ``HeraldTracing/passedOn`` bound
+        /// to this, so what it calls joins the same unsampled trace instead of starting its own.
+        case passOn(PassedOnTrace)
+    }
+
+    /// The one sampling decision for a call entering this process, taken before any span exists.
+    /// With a parent-based sampler (the default) a trace that is not sampled, the caller's or a new
+    /// one the sampler declines, is passed on and costs next to nothing, as OTel's non-recording
+    /// spans do. With a sampler that is not parent-based, every call takes the span path and
+    /// ``startSpan(_:context:ofKind:at:function:file:line:)`` decides.
+    public func entering(traceparent: String?, tracestate: String?, in base: InstrumentationContext) -> Entering {
+        // The common case first, without building a TraceContext: an unsampled caller's trace.
+        if parentBased, tracestate == nil, let traceparent, HeraldTracing.sampledFlag(of: traceparent) == false {
+            return .passOn(PassedOnTrace(traceparent: traceparent, tracestate: nil))
+        }
+        var context = base
+        let parent = traceparent.flatMap { HeraldTracing.parse(traceparent: $0, tracestate: tracestate) }
+        guard parentBased else {
+            if let parent { context.traceContext = parent }
+            return .record(context)
+        }
+        if let traceparent, let parent {
+            guard parent.flags.contains(.sampled) else {
+                return .passOn(
+                    PassedOnTrace(traceparent: traceparent, tracestate: parent.state.isEmpty ? nil : tracestate))
+            }
+            context.traceContext = parent
+            return .record(context)
+        }
+        let traceID = TraceID.random()
+        guard sampler.samples(traceID) else {
+            let root = TraceContext(traceID: traceID, spanID: SpanID.random(), flags: [], state: TraceState())
+            return .passOn(PassedOnTrace(traceparent: HeraldTracing.traceparent(root), tracestate: nil))
+        }
+        context[DecidedRootKey.self] = traceID
+        return .record(context)
     }
 
     public func activeSpan(identifiedBy context: InstrumentationContext) -> HeraldSpan? {
@@ -130,7 +199,7 @@ public final class HeraldTracer: Tracer, Sendable {
         _ context: InstrumentationContext, into carrier: inout Carrier, using injector: Inject
     ) where Inject.Carrier == Carrier {
         guard let trace = context.traceContext else { return }
-        injector.inject(trace.traceParentHeaderValue, forKey: traceParentKey, into: &carrier)
+        injector.inject(HeraldTracing.traceparent(trace), forKey: traceParentKey, into: &carrier)
         if let state = trace.traceStateHeaderValue { injector.inject(state, forKey: traceStateKey, into: &carrier) }
     }
 }
@@ -270,10 +339,108 @@ public enum HeraldTracing {
             ?? (try? TraceContext(traceParentHeaderValue: traceparent))
     }
 
-    /// The current task's trace context as `traceparent`/`tracestate` values, for RPC metadata.
+    /// The trace the current task passes on without recording (``HeraldTracer/Entering/passOn(_:)``).
+    @TaskLocal public static var passedOn: PassedOnTrace?
+
+    /// The current task's trace as `traceparent`/`tracestate` values, for RPC metadata: a trace
+    /// passed on goes on as it arrived.
     public static var currentHeaders: (traceparent: String, tracestate: String?)? {
-        guard isOn, let trace = InstrumentationContext.current?.traceContext else { return nil }
-        return (trace.traceParentHeaderValue, trace.traceStateHeaderValue)
+        guard isOn else { return nil }
+        if let passed = passedOn { return (passed.traceparent, passed.tracestate) }
+        guard let trace = InstrumentationContext.current?.traceContext else { return nil }
+        return (traceparent(trace), trace.traceStateHeaderValue)
+    }
+
+    /// The current task's `traceparent` when its trace is sampled (what later work on its behalf,
+    /// such as an outbox send's deliveries, records spans under), else nil.
+    public static var currentSampledTraceParent: String? {
+        guard isOn, passedOn == nil, let trace = InstrumentationContext.current?.traceContext,
+            trace.flags.contains(.sampled)
+        else { return nil }
+        return traceparent(trace)
+    }
+
+    /// True when a span started now, in `context` (the task's own when nil), would record nothing:
+    /// the task passes its trace on, or the context's trace is not sampled (parent-based). Callers
+    /// skip starting one.
+    public static func passesOn(_ context: InstrumentationContext? = nil) -> Bool {
+        guard let tracer, tracer.parentBased else { return false }
+        if context == nil, passedOn != nil { return true }
+        guard let trace = (context ?? InstrumentationContext.current)?.traceContext else { return false }
+        return !trace.flags.contains(.sampled)
+    }
+
+    /// Runs `body` as a call entering this process, traced as `entering` says: in `span` when
+    /// recorded, else with its trace passed on and no span.
+    @inlinable public static func run<T>(
+        _ entering: HeraldTracer.Entering, span: (InstrumentationContext) async throws -> T,
+        passOn body: () async throws -> T
+    ) async throws -> T {
+        switch entering {
+        case .record(let context):
+            return try await InstrumentationContext.$current.withValue(context) { try await span(context) }
+        case .passOn(let trace): return try await $passedOn.withValue(trace) { try await body() }
+        }
+    }
+
+    /// Whether a version-00 `traceparent` is sampled, read in place; nil when it is not one
+    /// W3CTraceContext would read (length, dashes, lowercase hex, ids not all zero). ~10× cheaper
+    /// than building the TraceContext, which the trace passed on does not need.
+    static func sampledFlag(of traceparent: String) -> Bool? {
+        func hex(_ byte: UInt8) -> UInt8? {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): byte &- UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): byte &- UInt8(ascii: "a") &+ 10
+            default: nil
+            }
+        }
+        let read = traceparent.utf8.withContiguousStorageIfAvailable { text -> Bool? in
+            guard text.count == 55, text[0] == UInt8(ascii: "0"), text[1] == UInt8(ascii: "0") else { return nil }
+            guard text[2] == UInt8(ascii: "-"), text[35] == UInt8(ascii: "-"), text[52] == UInt8(ascii: "-") else {
+                return nil
+            }
+            var traceBits: UInt8 = 0
+            var spanBits: UInt8 = 0
+            for at in 3..<35 {
+                guard let digit = hex(text[at]) else { return nil }
+                traceBits |= digit
+            }
+            for at in 36..<52 {
+                guard let digit = hex(text[at]) else { return nil }
+                spanBits |= digit
+            }
+            guard traceBits != 0, spanBits != 0, hex(text[53]) != nil, let low = hex(text[54]) else { return nil }
+            return low & 1 == 1
+        }
+        return read ?? nil
+    }
+
+    /// `trace` as a `traceparent` value (`00-<trace id>-<span id>-<flags>`), written byte by byte:
+    /// W3CTraceContext's `traceParentHeaderValue` goes through string interpolation, ~6k
+    /// instructions a call.
+    static func traceparent(_ trace: TraceContext) -> String {
+        let digits: StaticString = "0123456789abcdef"
+        return String(unsafeUninitializedCapacity: 55) { out in
+            digits.withUTF8Buffer { hex in
+                var at = 0
+                func put(_ byte: UInt8) {
+                    out[at] = hex[Int(byte >> 4)]
+                    out[at + 1] = hex[Int(byte & 0x0f)]
+                    at += 2
+                }
+                put(0)
+                out[at] = UInt8(ascii: "-")
+                at += 1
+                withUnsafeBytes(of: trace.traceID.bytes) { for byte in $0 { put(byte) } }
+                out[at] = UInt8(ascii: "-")
+                at += 1
+                withUnsafeBytes(of: trace.spanID.bytes) { for byte in $0 { put(byte) } }
+                out[at] = UInt8(ascii: "-")
+                at += 1
+                put(trace.flags.rawValue)
+            }
+            return 55
+        }
     }
 
     /// Runs `body` in a span when tracing is on (the span is nil when off).
@@ -281,7 +448,7 @@ public enum HeraldTracing {
         _ name: String, ofKind kind: SpanKind = .internal, context: InstrumentationContext? = nil,
         _ body: (HeraldSpan?) async throws -> T
     ) async rethrows -> T {
-        guard let tracer else { return try await body(nil) }
+        guard let tracer, !passesOn(context) else { return try await body(nil) }
         return try await tracer.withSpan(
             name, context: context ?? InstrumentationContext.current ?? .topLevel, ofKind: kind
         ) { span in try await body(span) }

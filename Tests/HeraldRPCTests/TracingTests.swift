@@ -196,3 +196,101 @@ extension Array where Element == UInt8 {
         return (0...(count - subsequence.count)).contains { Array(self[$0..<($0 + subsequence.count)]) == subsequence }
     }
 }
+
+/// A call entering a process (``HeraldTracer/entering(traceparent:tracestate:in:)``): the one
+/// sampling decision, and a trace passed on unsampled without a span.
+@Suite("tracing: calls entering a process")
+struct EnteringTests {
+    static func passedOn(_ entering: HeraldTracer.Entering) -> PassedOnTrace? {
+        if case .passOn(let trace) = entering { return trace }
+        return nil
+    }
+
+    static func recorded(_ entering: HeraldTracer.Entering) -> InstrumentationContext? {
+        if case .record(let context) = entering { return context }
+        return nil
+    }
+
+    @Test("a caller's unsampled trace goes on as it arrived: no span, the same traceparent and tracestate")
+    func unsampledCaller() async throws {
+        let (tracer, sink) = TracerTests.tracer(.always)
+        let arrived = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+        let passed = try #require(
+            Self.passedOn(tracer.entering(traceparent: arrived, tracestate: "v=1", in: .topLevel)))
+        #expect(passed == PassedOnTrace(traceparent: arrived, tracestate: "v=1"))
+        #expect(passed.traceID == "4bf92f3577b34da6a3ce929d0e0e4736")
+        #expect(sink.all.isEmpty)
+    }
+
+    @Test("a new trace is decided once: the span started under the decision takes its trace id, or none is recorded")
+    func newTraces() throws {
+        let (tracer, sink) = TracerTests.tracer(.ratio(0.5))
+        var recorded = 0
+        for _ in 0..<200 {
+            let entering = tracer.entering(traceparent: nil, tracestate: nil, in: .topLevel)
+            if let context = Self.recorded(entering) {
+                recorded += 1
+                let span = tracer.startSpan("edge", context: context, ofKind: .server, at: DefaultTracerClock.now)
+                #expect(span.isRecording)
+                #expect(context.traceContext == nil && span.identity.traceID == context[DecidedRootKey.self])
+                #expect(span.context[DecidedRootKey.self] == nil, "the decided id is used once")
+                #expect(TraceSampler.ratio(0.5).samples(span.identity.traceID))
+                span.end()
+            } else {
+                let passed = try #require(Self.passedOn(entering))
+                let root = try #require(HeraldTracing.parse(traceparent: passed.traceparent, tracestate: nil))
+                #expect(!root.flags.contains(.sampled) && !TraceSampler.ratio(0.5).samples(root.traceID))
+            }
+        }
+        #expect(sink.all.count == recorded)
+        #expect((50...150).contains(recorded), "\(recorded) of 200 at 0.5")
+    }
+
+    @Test("a sampled caller's trace is recorded; a sampler that is not parent-based leaves the decision to the span")
+    func sampledCaller() throws {
+        let sampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        let context = try #require(
+            Self.recorded(TracerTests.tracer(.never).0.entering(traceparent: sampled, tracestate: nil, in: .topLevel)))
+        #expect(context.traceContext?.spanID.description == "00f067aa0ba902b7")
+        let (own, sink) = TracerTests.tracer(.never, parentBased: false)
+        let declined = try #require(Self.recorded(own.entering(traceparent: sampled, tracestate: nil, in: .topLevel)))
+        let span = own.startSpan("s", context: declined, ofKind: .server, at: DefaultTracerClock.now)
+        #expect(!span.isRecording && span.context.traceContext?.flags.contains(.sampled) == false)
+        #expect(span.context.traceContext?.traceID == context.traceContext?.traceID)
+        span.end()
+        #expect(sink.all.isEmpty)
+    }
+
+    @Test("the sampled flag read in place agrees with W3CTraceContext, junk included")
+    func sampledFlagInPlace() {
+        let id = "4bf92f3577b34da6a3ce929d0e0e4736"
+        let span = "00f067aa0ba902b7"
+        var texts = ["00", "01", "02", "03", "ff", "0g", "1-"].map { "00-\(id)-\(span)-\($0)" }
+        texts += [
+            "", "00-\(id)-\(span)", "01-\(id)-\(span)-00", "00-\(id.uppercased())-\(span)-00",
+            "00-\(String(repeating: "0", count: 32))-\(span)-00", "00-\(id)-0000000000000000-00",
+            "00_\(id)-\(span)-00", "00-\(id)-\(span)-00-", String(repeating: "0", count: 55),
+            "00-\(id.dropLast())é-\(span)-00",
+        ]
+        for _ in 0..<50 {
+            let flags: TraceFlags = Bool.random() ? .sampled : []
+            texts.append(
+                TraceContext(traceID: .random(), spanID: .random(), flags: flags, state: TraceState())
+                    .traceParentHeaderValue)
+        }
+        for text in texts {
+            let w3c = HeraldTracing.parse(traceparent: text, tracestate: nil)
+            #expect(HeraldTracing.sampledFlag(of: text) == w3c.map { $0.flags.contains(.sampled) }, "\(text)")
+        }
+    }
+
+    @Test("traceparent written byte by byte reads as W3CTraceContext writes it")
+    func traceparentText() {
+        for flags: TraceFlags in [[], .sampled] {
+            for _ in 0..<50 {
+                let trace = TraceContext(traceID: .random(), spanID: .random(), flags: flags, state: TraceState())
+                #expect(HeraldTracing.traceparent(trace) == trace.traceParentHeaderValue)
+            }
+        }
+    }
+}

@@ -241,6 +241,62 @@ struct TracingTests {
         }
     }
 
+    @Test(
+        "sampling half the traces: each request's trace is whole or absent, and a caller's unsampled trace records nothing"
+    )
+    func sampledTracesAreWhole() async throws {
+        let tracing = ["OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5"]
+        try await Self.withTracedStack(tracing: tracing) { receiver, fixture, live in
+            let token = apnsToken(7301)
+            _ = try await live.register("alice", handle: token)
+            let unsampled = "5bf92f3577b34da6a3ce929d0e0e4736"
+            let sends = 16
+            for n in 0...sends {
+                // The last send comes with a caller's trace that is not sampled.
+                let headers = n == sends ? [("traceparent", "00-\(unsampled)-00f067aa0ba902b7-00")] : []
+                let sent = try await live.edge.request(
+                    "POST", "/api/notifications", authorization: EdgeClient.basic("alice"), bytes: nil,
+                    contentType: "application/json", headers: headers)
+                #expect(sent.status == 200, "\(sent.text)")
+            }
+            let pushed = ContinuousClock.now + .seconds(30)
+            while fixture.double.requests.filter({ $0.path == "/3/device/\(token)" }).count < sends + 1 {
+                try #require(ContinuousClock.now < pushed, "not every push reached the APNs double in 30 s")
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            // Whole: each recorded trace ends in its push's span, under one edge span at the root.
+            var traces: [String: [Span]] = [:]
+            let deadline = ContinuousClock.now + .seconds(30)
+            while true {
+                traces = Dictionary(grouping: receiver.spans(), by: \.traceID)
+                // Each trace's edge span has arrived, and each send's trace has its push.
+                let complete = traces.values.allSatisfy { spans in
+                    let edge = spans.first { $0.parentSpanID.isEmpty && $0.service == "herald-edge" }
+                    guard let edge else { return false }
+                    return edge.attributes["http.route"] as? String != "/api/notifications"
+                        || spans.contains { $0.name == "apns request" }
+                }
+                if complete || ContinuousClock.now >= deadline { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            // The registration before the sends is a trace of its own too (if sampled).
+            let pushes = traces.values.filter { spans in spans.contains { $0.name == "apns request" } }
+            #expect((1..<sends).contains(pushes.count), "\(pushes.count) of \(sends) traces recorded at 0.5")
+            for spans in traces.values {
+                Self.checkTree(spans, root: "")
+                let root = spans.first { $0.parentSpanID.isEmpty }
+                #expect(root?.service == "herald-edge", "a trace not started by the edge: \(spans)")
+            }
+            for spans in pushes {
+                #expect(
+                    Set(spans.map(\.service)).isSuperset(of: [
+                        "herald-edge", "herald-auth", "herald-registration", "herald-payload", "herald-dispatch",
+                    ]), "\(spans)")
+            }
+            #expect(traces[unsampled] == nil, "the caller's unsampled trace was recorded")
+        }
+    }
+
     @Test("with OTEL_TRACES_EXPORTER=none the receiver gets nothing, even with an endpoint and a caller's traceparent")
     func offSendsNothing() async throws {
         try await LiveStack.withDirectory { folder in

@@ -207,8 +207,9 @@ extension Outbox {
 
     // MARK: claims and leases
 
-    /// The traceparent a send made now stores: the current span's, '' when not traced.
-    static var currentTraceParent: String { HeraldTracing.currentHeaders?.traceparent ?? "" }
+    /// The traceparent a send made now stores: the current span's, '' when not traced or not
+    /// sampled (its deliveries would record nothing under it).
+    static var currentTraceParent: String { HeraldTracing.currentSampledTraceParent ?? "" }
 
     /// Deliveries not finished yet, and handle removals not confirmed yet (for metrics), sampled
     /// each second. Pending deliveries are the open sends' counters (open sends from

@@ -1,0 +1,36 @@
+import HTTPTypes
+import HeraldTelemetry
+import Hummingbird
+import Tracing
+
+/// A span per request when tracing is on, and nothing to pay for a request whose trace is not
+/// sampled.
+///
+/// Hummingbird's `TracingMiddleware` starts a span for every request and computes its attributes
+/// (method, path, query, user agent, peer address) before it knows whether the span records:
+/// `updateAttributes` is an extension on `Span`, which a tracer cannot skip. At 1% sampling that
+/// was about a quarter of the extra instructions of an edge GET, for spans thrown away (callgrind,
+/// docs/performance.md). So the sampling decision is taken here first
+/// (``HeraldTracer/entering(traceparent:tracestate:in:)``):
+/// - a sampled request goes through Hummingbird's middleware, which records its span as before
+///   (a new trace's span takes the trace id decided here);
+/// - any other gets no span, only its trace passed on (the caller's `traceparent` as it arrived,
+///   or a new unsampled root's) for the RPCs below to send, so no service starts a trace of its own.
+struct EdgeTracingMiddleware: RouterMiddleware {
+    let tracer: HeraldTracer
+    /// The device handle in the tutorial's `?handle=` stays out of the trace.
+    let recorded = TracingMiddleware<EdgeRequestContext>(redactingQueryParameters: ["handle"])
+
+    func handle(
+        _ request: Request, context: EdgeRequestContext, next: (Request, EdgeRequestContext) async throws -> Response
+    ) async throws -> Response {
+        let entering = tracer.entering(
+            traceparent: request.headers[.traceParent], tracestate: request.headers[.traceState],
+            in: InstrumentationContext.current ?? .topLevel)
+        return try await HeraldTracing.run(entering) { _ in
+            try await recorded.handle(request, context: context, next: next)
+        } passOn: {
+            try await next(request, context)
+        }
+    }
+}
