@@ -96,31 +96,10 @@ struct InstructionsScenario {
                 }
                 return pid
             }
-            let payloadID = try await RPCClient.with(socketPath: configuration.socketPath("payload")) { client in
-                try await PayloadServiceClient(client).storePayload(
-                    StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8))
-                ).id
-            }
-            let url = await stack.edgeURL + "/api/notifications/\(payloadID)"
-            let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
-            for _ in 0..<warmUp { try await Self.get(url, authorization: authorization) }
-            get = try await counter.measureEach(Array(pids[0..<3]), calls: calls) {
-                try await Self.get(url, authorization: authorization)
-            }
-            // PUT api/register/{id} as the bench's wrk run sends it: edge, auth and registration.
+            let tutorial = try await tutorialCounts(stack, configuration, pids: pids, counter: counter)
+            (get, put) = (tutorial.get, tutorial.put)
+            let payloadID = tutorial.payloadID
             let handle = String(repeating: "ab", count: 32)
-            let registrationID = try await RPCClient.with(socketPath: configuration.socketPath("registration")) {
-                client in
-                try await RegistrationServiceClient(client).createRegistrationId(
-                    CreateRegistrationIdRequest(owner: "bench", handle: handle)
-                ).registrationID
-            }
-            let putURL = await stack.edgeURL + "/api/register/\(registrationID)"
-            let body = #"{"Platform":"apns","Handle":"\#(handle)","Tags":["news"]}"#
-            for _ in 0..<warmUp { try await Self.put(putURL, body: body, authorization: authorization) }
-            put = try await counter.measureEach([pids[2], pids[0], pids[3]], calls: calls) {
-                try await Self.put(putURL, body: body, authorization: authorization)
-            }
             // NH PUT /{hub}/installations/{id} as `herald-bench nh`'s wrk run sends it: a new
             // installation per request, signed with the hub's full-access key (edge, auth, registration).
             try await RPCClient.with(socketPath: configuration.socketPath("auth")) { client in
@@ -162,6 +141,40 @@ struct InstructionsScenario {
             throw error
         }
 
+        // The same two requests with tracing on and no trace sampled (`parentbased_traceidratio`
+        // at 0, exporting to a collector in this process): what tracing costs the 99% of requests
+        // a 1% sampler leaves out (issue 51). Requests/s cannot show a few percent on a shared
+        // machine; instructions can. Not in the quick run: a second stack under callgrind.
+        var unsampled: (get: [Double], put: [Double])?
+        if !options.quick {
+            unsampled = try await OTLPSink.serving { _, port in
+                var traced = StackConfiguration.bench(dir: dir + "/traced")
+                traced.binDirectory = bin
+                traced.startTimeout = .seconds(300)
+                traced.environment = [
+                    "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(port)",
+                    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0",
+                ]
+                for service in counted { traced.launchers[service] = counter.launcher(service) }
+                let stack = Stack(configuration: traced)
+                try await stack.start()
+                do {
+                    let pids = try await counted.asyncMap { service -> Int32 in
+                        guard let pid = await stack.pid(of: service) else {
+                            throw BenchError("herald-\(service) is not running")
+                        }
+                        return pid
+                    }
+                    let counts = try await tutorialCounts(stack, traced, pids: pids, counter: counter)
+                    await stack.stop()
+                    return (counts.get, counts.put)
+                } catch {
+                    await stack.stop()
+                    throw error
+                }
+            }
+        }
+
         let templates = try TemplateCounts(counter: counter, bin: bin, quick: options.quick)
 
         let getTotal = get.reduce(0, +)
@@ -177,9 +190,17 @@ struct InstructionsScenario {
         }
         let helloWorld = (name: "Hummingbird hello world GET", value: helloGET)
         record("edge GET api/notifications/{id}: instructions (edge + auth + payload)", getTotal, against: helloWorld)
-        record("edge GET api/notifications/{id}: instructions in herald-edge", get[2], against: helloWorld)
+        record("edge GET api/notifications/{id}: instructions in herald-edge", get[0], against: helloWorld)
         record("edge PUT api/register/{id}: instructions (edge + auth + registration)", putTotal, against: helloWorld)
         record("edge PUT api/register/{id}: instructions in herald-edge", put[0], against: helloWorld)
+        if let unsampled {
+            record(
+                "edge GET api/notifications/{id}, tracing on, not sampled: instructions (edge + auth + payload)",
+                unsampled.get.reduce(0, +), against: (name: "the same, tracing off", value: getTotal))
+            record(
+                "edge PUT api/register/{id}, tracing on, not sampled: instructions (edge + auth + registration)",
+                unsampled.put.reduce(0, +), against: (name: "the same, tracing off", value: putTotal))
+        }
         record(
             "NH PUT /{hub}/installations/{id}: instructions (edge + auth + registration)", nhPutTotal,
             against: helloWorld)
@@ -193,16 +214,29 @@ struct InstructionsScenario {
             "template send: instructions per device in herald-dispatch's audience step", templates.device,
             against: (name: "native send's target per device", value: templates.nativeDevice))
         func k(_ x: Double) -> String { String(format: "%.0f k", x / 1000) }
+        var unsampledRows = ""
+        if let unsampled {
+            let traced = [
+                ("edge GET api/notifications/{id}", unsampled.get, getTotal),
+                ("edge PUT api/register/{id}", unsampled.put, putTotal),
+            ]
+            unsampledRows = traced.map { name, counts, off in
+                let total = counts.reduce(0, +)
+                return
+                    "| \(name), tracing on, no trace sampled | \(k(counts[0])) | \(k(counts[1])) | \(k(counts[2])) | \(k(total)) | tracing off \(k(off)) | \(String(format: "%+.1f%%", 100 * (total / off - 1))) |"
+            }.joined(separator: "\n")
+        }
         report.tables = [
             """
             ## instructions: counted by callgrind in the serving processes, \(calls) calls one at a time after \(warmUp) to warm up
 
             | request | herald-edge | herald-auth | herald-payload or -registration | total | baseline | ratio |
             |---|---:|---:|---:|---:|---|---:|
-            | edge GET api/notifications/{id} | \(k(get[2])) | \(k(get[0])) | \(k(get[1])) | \(k(getTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", getTotal / helloGET)) |
+            | edge GET api/notifications/{id} | \(k(get[0])) | \(k(get[1])) | \(k(get[2])) | \(k(getTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", getTotal / helloGET)) |
             | edge PUT api/register/{id} | \(k(put[0])) | \(k(put[1])) | \(k(put[2])) | \(k(putTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", putTotal / helloGET)) |
             | NH PUT /{hub}/installations/{id} | \(k(nhPut[0])) | \(k(nhPut[1])) | \(k(nhPut[2])) | \(k(nhPutTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", nhPutTotal / helloGET)) |
             | lean FetchPayload | | | \(k(fetch)) | \(k(fetch)) | lean echo \(k(echo)) | \(String(format: "%.1f×", fetch / echo)) |
+            \(unsampledRows)
 
             herald-dispatch's CPU work of a template send, without its I/O (`herald-bench template-loop`, whole runs under callgrind, differences of two):
 
@@ -215,6 +249,38 @@ struct InstructionsScenario {
             """
         ]
         return report
+    }
+
+    /// An edge GET api/notifications/{id} (edge, auth, payload) and PUT api/register/{id} (edge,
+    /// auth, registration), counted per process as the edge bench's wrk runs send them; `pids` are
+    /// auth's, payload's, edge's and registration's. Counts in the order edge, auth, then the third.
+    private func tutorialCounts(
+        _ stack: Stack, _ configuration: StackConfiguration, pids: [Int32], counter: Callgrind
+    ) async throws -> (get: [Double], put: [Double], payloadID: Int64) {
+        let payloadID = try await RPCClient.with(socketPath: configuration.socketPath("payload")) { client in
+            try await PayloadServiceClient(client).storePayload(
+                StorePayloadRequest(recipient: "bench", kind: .secure, content: Array("Secure confirmation.".utf8))
+            ).id
+        }
+        let url = await stack.edgeURL + "/api/notifications/\(payloadID)"
+        let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
+        for _ in 0..<warmUp { try await Self.get(url, authorization: authorization) }
+        let get = try await counter.measureEach([pids[2], pids[0], pids[1]], calls: calls) {
+            try await Self.get(url, authorization: authorization)
+        }
+        let handle = String(repeating: "ab", count: 32)
+        let registrationID = try await RPCClient.with(socketPath: configuration.socketPath("registration")) { client in
+            try await RegistrationServiceClient(client).createRegistrationId(
+                CreateRegistrationIdRequest(owner: "bench", handle: handle)
+            ).registrationID
+        }
+        let putURL = await stack.edgeURL + "/api/register/\(registrationID)"
+        let body = #"{"Platform":"apns","Handle":"\#(handle)","Tags":["news"]}"#
+        for _ in 0..<warmUp { try await Self.put(putURL, body: body, authorization: authorization) }
+        let put = try await counter.measureEach([pids[2], pids[0], pids[3]], calls: calls) {
+            try await Self.put(putURL, body: body, authorization: authorization)
+        }
+        return (get, put, payloadID)
     }
 
     static func put(_ url: String, body: String, authorization: String) async throws {
