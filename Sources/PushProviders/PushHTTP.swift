@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOSSL
+import Synchronization
 
 /// The outbound HTTP client every sender shares: AsyncHTTPClient over SwiftNIO, HTTP/2 when the
 /// service offers it in ALPN (APNs requires it; one connection per host carries many concurrent
@@ -132,18 +133,28 @@ public enum PushHTTP {
 /// HTTP/2 pools (``HTTP2Pool``) that carry APNs' batches. Shut down once, when the process stops.
 public final class PushClient: Sendable {
     public let http: HTTPClient
-    /// The HTTP/2 pools' TLS context (same trust roots, ALPN h2); an unreadable CA file fails here,
-    /// when a pool is made, rather than at start.
-    private let h2: Result<NIOSSLContext, any Error>
-    /// What `h2` was made from: a pool presenting a client certificate gets its own context.
+    /// The HTTP/2 pools' TLS context (same trust roots, ALPN h2), made when the first pool is: it
+    /// holds the system's trust roots parsed, about 1.5 MB that a dispatch with no APNs hub (the
+    /// inbox provider, FCM or WNS only) never needs. An unreadable CA file fails then too, when a
+    /// pool is made, rather than at start.
+    private let h2Context = Mutex<Result<NIOSSLContext, any Error>?>(nil)
+    /// What the context is made from: a pool presenting a client certificate gets its own.
     private let h2Configuration: TLSConfiguration
     private let connectTimeout: Duration
 
     init(http: HTTPClient, h2: TLSConfiguration, connectTimeout: Duration) {
         self.http = http
-        self.h2 = Result { try NIOSSLContext(configuration: h2) }
         h2Configuration = h2
         self.connectTimeout = connectTimeout
+    }
+
+    private var h2: Result<NIOSSLContext, any Error> {
+        h2Context.withLock { context in
+            if let context { return context }
+            let made = Result { try NIOSSLContext(configuration: h2Configuration) }
+            context = made
+            return made
+        }
     }
 
     /// A pool of `connections` HTTP/2 connections to `url`'s origin; `presenting`: the client
