@@ -1,13 +1,16 @@
 import Tracing
 import W3CTraceContext
 
-/// Protobuf's wire format, written forward: enough for OTLP's trace messages.
+/// Protobuf's wire format, written forward into one buffer: enough for OTLP's trace messages.
 ///
 /// Herald's own messages are protobuf-c (proto/), but OTLP's are not Herald's contract, and
 /// building protobuf-c's nested C structs for a batch of spans from Swift needs an allocation per
 /// span, attribute and value. This writer is the whole encoder; `OTLPTraceEncodingTests` and the
 /// tracing integration test decode its output with the OpenTelemetry project's own Python
 /// classes (PyPI opentelemetry-proto).
+///
+/// A nested message is written in place, its length filled in once known: no buffer of its own
+/// and no copy per message, key or value (that was most of an export's cost, callgrind).
 struct ProtoWriter {
     var bytes: [UInt8] = []
 
@@ -22,15 +25,22 @@ struct ProtoWriter {
 
     mutating func tag(_ field: Int, _ wireType: UInt64) { varint(UInt64(field) << 3 | wireType) }
 
-    mutating func bytesField(_ field: Int, _ value: [UInt8]) {
+    mutating func bytesField(_ field: Int, _ value: UnsafeRawBufferPointer) {
         tag(field, 2)
         varint(UInt64(value.count))
         bytes.append(contentsOf: value)
     }
 
+    /// A string field; an empty one is left out (proto3's default).
     mutating func string(_ field: Int, _ value: String) {
         guard !value.isEmpty else { return }
-        bytesField(field, Array(value.utf8))
+        stringValue(field, value)
+    }
+
+    /// A string field, written even when empty (a oneof member: AnyValue.string_value).
+    mutating func stringValue(_ field: Int, _ value: String) {
+        var value = value
+        value.withUTF8 { bytesField(field, UnsafeRawBufferPointer($0)) }
     }
 
     mutating func fixed64(_ field: Int, _ value: UInt64) {
@@ -49,11 +59,25 @@ struct ProtoWriter {
         varint(value)
     }
 
-    /// A nested message: built in its own writer, then length-prefixed.
+    /// A nested message, built in place behind a one-byte length; a message of 128 bytes or more
+    /// moves its bytes up to make room for the longer varint.
     mutating func message(_ field: Int, _ build: (inout ProtoWriter) -> Void) {
-        var inner = ProtoWriter()
-        build(&inner)
-        bytesField(field, inner.bytes)
+        tag(field, 2)
+        let at = bytes.count
+        bytes.append(0)
+        build(&self)
+        var length = bytes.count - at - 1
+        guard length >= 0x80 else {
+            bytes[at] = UInt8(length)
+            return
+        }
+        var prefix: [UInt8] = []
+        while length >= 0x80 {
+            prefix.append(UInt8(truncatingIfNeeded: length) | 0x80)
+            length >>= 7
+        }
+        prefix.append(UInt8(length))
+        bytes.replaceSubrange(at..<(at + 1), with: prefix)
     }
 }
 
@@ -85,10 +109,10 @@ enum OTLPTraceEncoding {
     }
 
     static func encode(_ span: FinishedSpan, into writer: inout ProtoWriter) {
-        writer.bytesField(1, bytes(span.trace.traceID))  // trace_id
-        writer.bytesField(2, bytes(span.trace.spanID))  // span_id
-        writer.string(3, span.trace.traceStateHeaderValue ?? "")  // trace_state
-        if let parent = span.parentSpanID { writer.bytesField(4, bytes(parent)) }  // parent_span_id
+        id(&writer, 1, span.trace.traceID)  // trace_id
+        id(&writer, 2, span.trace.spanID)  // span_id
+        if !span.trace.state.isEmpty { writer.string(3, span.trace.traceStateHeaderValue ?? "") }  // trace_state
+        if let parent = span.parentSpanID { id(&writer, 4, parent) }  // parent_span_id
         writer.string(5, span.name)  // name
         writer.uint(6, kind(span.kind))  // kind
         writer.fixed64(7, span.startNanos)  // start_time_unix_nano
@@ -103,8 +127,8 @@ enum OTLPTraceEncoding {
         }
         for link in span.links {  // links = 13: trace_id = 1, span_id = 2, trace_state = 3, attributes = 4
             writer.message(13) { message in
-                message.bytesField(1, bytes(link.trace.traceID))
-                message.bytesField(2, bytes(link.trace.spanID))
+                id(&message, 1, link.trace.traceID)
+                id(&message, 2, link.trace.spanID)
                 message.string(3, link.trace.traceStateHeaderValue ?? "")
                 attributes(link.attributes, field: 4, into: &message)
             }
@@ -132,10 +156,8 @@ enum OTLPTraceEncoding {
     /// Each attribute as a KeyValue in repeated field `field`. (SpanAttributes is not a Sequence:
     /// its own `forEach` is the only way through it.)
     static func attributes(_ attributes: SpanAttributes, field: Int, into writer: inout ProtoWriter) {
-        var pairs: [(String, SpanAttribute)] = []
         // swift-format-ignore: ReplaceForEachWithForLoop
-        attributes.forEach { pairs.append(($0, $1)) }
-        for (key, value) in pairs { writer.message(field) { keyValue(&$0, key, value) } }
+        attributes.forEach { key, value in writer.message(field) { keyValue(&$0, key, value) } }
     }
 
     /// KeyValue: key = 1, value = 2 (AnyValue: string 1, bool 2, int 3, double 4, array 5).
@@ -149,7 +171,7 @@ enum OTLPTraceEncoding {
             writer.message(5) { list in for value in values { list.message(1) { anyValue(&$0, value) } } }
         }
         switch value {
-        case .string(let text): writer.bytesField(1, Array(text.utf8))
+        case .string(let text): writer.stringValue(1, text)
         case .bool(let flag):
             writer.tag(2, 0)
             writer.varint(flag ? 1 : 0)
@@ -165,12 +187,19 @@ enum OTLPTraceEncoding {
         case .int64Array(let numbers): array(numbers.map { .int64($0) })
         case .doubleArray(let numbers): array(numbers.map { .double($0) })
         case .boolArray(let flags): array(flags.map { .bool($0) })
-        case .stringConvertible(let value): writer.bytesField(1, Array(value.description.utf8))
+        case .stringConvertible(let value): writer.stringValue(1, value.description)
         case .stringConvertibleArray(let values): array(values.map { .string($0.description) })
-        default: writer.bytesField(1, Array("\(value)".utf8))
+        default: writer.stringValue(1, "\(value)")
         }
     }
 
     static func bytes(_ id: TraceID) -> [UInt8] { withUnsafeBytes(of: id.bytes) { Array($0) } }
-    static func bytes(_ id: SpanID) -> [UInt8] { withUnsafeBytes(of: id.bytes) { Array($0) } }
+
+    static func id(_ writer: inout ProtoWriter, _ field: Int, _ id: TraceID) {
+        withUnsafeBytes(of: id.bytes) { writer.bytesField(field, $0) }
+    }
+
+    static func id(_ writer: inout ProtoWriter, _ field: Int, _ id: SpanID) {
+        withUnsafeBytes(of: id.bytes) { writer.bytesField(field, $0) }
+    }
 }

@@ -190,6 +190,32 @@ struct TracerTests {
     }
 }
 
+@Suite("tracing: the protobuf writer")
+struct ProtoWriterTests {
+    @Test("a nested message's length is a varint in front of it, one byte or more, nested or not")
+    func nestedLengths() {
+        for size in [0, 1, 127, 128, 300, 16_384] {
+            var writer = ProtoWriter()
+            writer.message(2) { outer in
+                outer.message(1) { inner in inner.stringValue(1, String(repeating: "a", count: size)) }
+            }
+            // Hand-written: field 1 (string) in field 1 (message) in field 2 (message).
+            func varint(_ value: Int) -> [UInt8] {
+                var value = value
+                var out: [UInt8] = []
+                while value >= 0x80 {
+                    out.append(UInt8(value & 0x7F) | 0x80)
+                    value >>= 7
+                }
+                return out + [UInt8(value)]
+            }
+            let string = [0x0A] + varint(size) + Array(repeating: UInt8(ascii: "a"), count: size)
+            let inner = [0x0A] + varint(string.count) + string
+            #expect(writer.bytes == [0x12] + varint(inner.count) + inner, "\(size)")
+        }
+    }
+}
+
 extension Array where Element == UInt8 {
     func contains(subsequence: [UInt8]) -> Bool {
         guard subsequence.count <= count else { return false }
