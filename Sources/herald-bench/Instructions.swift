@@ -90,12 +90,7 @@ struct InstructionsScenario {
         let nhPut: [Double]
         let fetch: Double
         do {
-            let pids = try await counted.asyncMap { service -> Int32 in
-                guard let pid = await stack.pid(of: service) else {
-                    throw BenchError("herald-\(service) is not running")
-                }
-                return pid
-            }
+            let pids = try await Self.pids(of: counted, in: stack)
             let tutorial = try await tutorialCounts(stack, configuration, pids: pids, counter: counter)
             (get, put) = (tutorial.get, tutorial.put)
             let payloadID = tutorial.payloadID
@@ -159,12 +154,7 @@ struct InstructionsScenario {
                 let stack = Stack(configuration: traced)
                 try await stack.start()
                 do {
-                    let pids = try await counted.asyncMap { service -> Int32 in
-                        guard let pid = await stack.pid(of: service) else {
-                            throw BenchError("herald-\(service) is not running")
-                        }
-                        return pid
-                    }
+                    let pids = try await Self.pids(of: counted, in: stack)
                     let counts = try await tutorialCounts(stack, traced, pids: pids, counter: counter)
                     await stack.stop()
                     return (counts.get, counts.put)
@@ -249,6 +239,14 @@ struct InstructionsScenario {
             """
         ]
         return report
+    }
+
+    /// The process ids of `services` in `stack`, in that order.
+    private static func pids(of services: [String], in stack: Stack) async throws -> [Int32] {
+        try await services.asyncMap { service -> Int32 in
+            guard let pid = await stack.pid(of: service) else { throw BenchError("herald-\(service) is not running") }
+            return pid
+        }
     }
 
     /// An edge GET api/notifications/{id} (edge, auth, payload) and PUT api/register/{id} (edge,
