@@ -310,6 +310,21 @@ struct EnteringTests {
         }
     }
 
+    @Test("trace and span ids from the fast generator: distinct, never zero, evenly split by the ratio sampler")
+    func ids() {
+        var generator = TraceIDGenerator()
+        var seen = Set<TraceID>()
+        var sampled = 0
+        for _ in 0..<10_000 {
+            let id = TraceID.random(using: &generator)
+            seen.insert(id)
+            if TraceSampler.ratio(0.25).samples(id) { sampled += 1 }
+            #expect(SpanID.random(using: &generator) != SpanID(bytes: (0, 0, 0, 0, 0, 0, 0, 0)))
+        }
+        #expect(seen.count == 10_000)
+        #expect((2_200...2_800).contains(sampled), "\(sampled) of 10,000 at 0.25")
+    }
+
     @Test("traceparent written byte by byte reads as W3CTraceContext writes it")
     func traceparentText() {
         for flags: TraceFlags in [[], .sampled] {
