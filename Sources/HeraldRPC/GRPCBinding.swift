@@ -129,9 +129,10 @@ final class DrainFlag: Sendable {
 /// Metadata key of the request id propagated across services.
 let requestIDKey = "x-request-id"
 
-/// A fresh request id: 16 hex characters.
+/// A fresh request id: 16 hex characters, unique, not secret (``FastRandom``: no system call).
 public func newRequestID() -> String {
-    randomHex(words: 1)
+    var random = FastRandom()
+    return random.hex()
 }
 
 /// `words` × 64 random bits as lower-case hex, 16 characters a word (ids that must not be guessed).

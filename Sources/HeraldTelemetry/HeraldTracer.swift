@@ -71,23 +71,6 @@ public enum TraceSampler: Sendable, Equatable {
     }
 }
 
-/// Where trace and span ids come from: SplitMix64 over one atomic counter, seeded once from the
-/// system's generator. `SystemRandomNumberGenerator` is a `getrandom` system call per 8 bytes,
-/// three per new trace: about as much as the rest of an unsampled trace's cost (issue 51). Ids
-/// must be unique and evenly spread (the ratio sampler reads their low half), not secret: OTel's
-/// SDKs draw them from a fast generator too.
-struct TraceIDGenerator: RandomNumberGenerator {
-    private static let state = Atomic<UInt64>(UInt64.random(in: .min ... .max))
-
-    mutating func next() -> UInt64 {
-        var z = Self.state.wrappingAdd(0x9E37_79B9_7F4A_7C15, ordering: .relaxed).newValue
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        // Never 0: a span id of eight zero bytes is invalid (W3C), so none can be drawn.
-        return max(z ^ (z >> 31), 1)
-    }
-}
-
 /// Herald's tracer: W3C trace context in and out, spans handed to an exporter when they end.
 ///
 /// Hummingbird's `TracingMiddleware` and Herald's own RPC layer start spans through the
@@ -129,7 +112,7 @@ public final class HeraldTracer: Tracer, Sendable {
                 name: operationName, context: context, identity: parent, parent: parent.spanID, kind: kind, start: 0,
                 recording: false, sink: sink)
         }
-        var ids = TraceIDGenerator()
+        var ids = FastRandom()
         let traceID = parent?.traceID ?? decidedRoot ?? TraceID.random(using: &ids)
         let sampled =
             if let parent, parentBased {
@@ -188,7 +171,7 @@ public final class HeraldTracer: Tracer, Sendable {
             context.traceContext = parent
             return .record(context)
         }
-        var ids = TraceIDGenerator()
+        var ids = FastRandom()
         let traceID = TraceID.random(using: &ids)
         guard sampler.samples(traceID) else {
             let root = TraceContext(

@@ -312,7 +312,7 @@ struct EnteringTests {
 
     @Test("trace and span ids from the fast generator: distinct, never zero, evenly split by the ratio sampler")
     func ids() {
-        var generator = TraceIDGenerator()
+        var generator = FastRandom()
         var seen = Set<TraceID>()
         var sampled = 0
         for _ in 0..<10_000 {
@@ -323,6 +323,9 @@ struct EnteringTests {
         }
         #expect(seen.count == 10_000)
         #expect((2_200...2_800).contains(sampled), "\(sampled) of 10,000 at 0.25")
+        let hex = generator.hex()
+        #expect(hex.utf8.count == 16 && hex.utf8.allSatisfy { "0123456789abcdef".utf8.contains($0) }, "\(hex)")
+        #expect(Set((0..<1000).map { _ in newRequestID() }).count == 1000)
     }
 
     @Test("traceparent written byte by byte reads as W3CTraceContext writes it")
