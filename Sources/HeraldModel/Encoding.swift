@@ -8,8 +8,18 @@ import Foundation
 /// dynamic casts per call, on paths that build JSON for every request.
 public func jsonStringLiteral(_ value: String) -> String {
     let utf8 = value.utf8
-    // The common case: nothing to escape.
-    if !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+    // The common case: nothing to escape. Read from the string's own buffer: a generic walk of
+    // the UTF-8 view costs about ten times as much a byte, 10k instructions of an NH PUT.
+    func needsEscaping(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        for byte in bytes where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+            return true
+        }
+        return false
+    }
+    let escapes =
+        utf8.withContiguousStorageIfAvailable(needsEscaping)
+        ?? utf8.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
+    if !escapes {
         return "\"" + value + "\""
     }
     var out: [UInt8] = [UInt8(ascii: "\"")]
