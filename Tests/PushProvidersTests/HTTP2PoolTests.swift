@@ -234,3 +234,15 @@ final class SilentHTTP2Server: Sendable {
         }
     }
 }
+
+@Suite("the push client's TLS context")
+struct PushClientTLSTests {
+    @Test("made when the first pool is: a client with an unreadable CA file starts, and each pool it makes fails")
+    func unreadableCAFile() async throws {
+        let client = PushHTTP.makeClient(extraCAFile: "/nonexistent/herald-ca.pem")
+        for _ in 0..<2 {
+            #expect(throws: (any Error).self) { try client.pool(url: "https://127.0.0.1:1") }
+        }
+        try await client.shutdown()
+    }
+}
