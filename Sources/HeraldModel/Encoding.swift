@@ -1,5 +1,12 @@
 import Foundation
 
+/// The lower-case hex digit of `value`'s low four bits: ids (request, trace, span and message ids)
+/// and `\u00XX` escapes written byte by byte on hot paths, without a table or a formatter.
+@inlinable public func lowerHexDigit(_ value: UInt64) -> UInt8 {
+    let nibble = UInt8(truncatingIfNeeded: value & 0xF)
+    return nibble < 10 ? UInt8(ascii: "0") &+ nibble : UInt8(ascii: "a") &+ (nibble &- 10)
+}
+
 /// `value` as a JSON string literal, quotes included, for splicing into JSON built as text (the
 /// edge's native payloads, FCM's message envelope). Slashes are left alone.
 ///
@@ -24,7 +31,6 @@ public func jsonStringLiteral(_ value: String) -> String {
     }
     var out: [UInt8] = [UInt8(ascii: "\"")]
     out.reserveCapacity(utf8.count + 16)
-    let hex = Array("0123456789abcdef".utf8)
     for byte in utf8 {
         switch byte {
         case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
@@ -34,7 +40,7 @@ public func jsonStringLiteral(_ value: String) -> String {
         case 0x0A: out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
         case 0x0D: out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
         case 0x09: out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
-        case 0..<0x20: out += Array("\\u00".utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+        case 0..<0x20: out += Array("\\u00".utf8) + [lowerHexDigit(UInt64(byte >> 4)), lowerHexDigit(UInt64(byte))]
         default: out.append(byte)
         }
     }

@@ -19,12 +19,9 @@ public struct FastRandom: RandomNumberGenerator {
 
     /// 64 random bits as 16 lower-case hex digits.
     public mutating func hex() -> String {
-        let digits: StaticString = "0123456789abcdef"
         let value = next()
         return String(unsafeUninitializedCapacity: 16) { out in
-            digits.withUTF8Buffer { hex in
-                for at in 0..<16 { out[at] = hex[Int(truncatingIfNeeded: value >> (60 - 4 * UInt64(at)) & 0xF)] }
-            }
+            for at in 0..<16 { out[at] = lowerHexDigit(value >> (60 - 4 * UInt64(at))) }
             return 16
         }
     }

@@ -422,26 +422,23 @@ public enum HeraldTracing {
     /// W3CTraceContext's `traceParentHeaderValue` goes through string interpolation, ~6k
     /// instructions a call.
     static func traceparent(_ trace: TraceContext) -> String {
-        let digits: StaticString = "0123456789abcdef"
-        return String(unsafeUninitializedCapacity: 55) { out in
-            digits.withUTF8Buffer { hex in
-                var at = 0
-                func put(_ byte: UInt8) {
-                    out[at] = hex[Int(byte >> 4)]
-                    out[at + 1] = hex[Int(byte & 0x0f)]
-                    at += 2
-                }
-                put(0)
-                out[at] = UInt8(ascii: "-")
-                at += 1
-                withUnsafeBytes(of: trace.traceID.bytes) { for byte in $0 { put(byte) } }
-                out[at] = UInt8(ascii: "-")
-                at += 1
-                withUnsafeBytes(of: trace.spanID.bytes) { for byte in $0 { put(byte) } }
-                out[at] = UInt8(ascii: "-")
-                at += 1
-                put(trace.flags.rawValue)
+        String(unsafeUninitializedCapacity: 55) { out in
+            var at = 0
+            func put(_ byte: UInt8) {
+                out[at] = lowerHexDigit(UInt64(byte >> 4))
+                out[at + 1] = lowerHexDigit(UInt64(byte))
+                at += 2
             }
+            put(0)
+            out[at] = UInt8(ascii: "-")
+            at += 1
+            withUnsafeBytes(of: trace.traceID.bytes) { for byte in $0 { put(byte) } }
+            out[at] = UInt8(ascii: "-")
+            at += 1
+            withUnsafeBytes(of: trace.spanID.bytes) { for byte in $0 { put(byte) } }
+            out[at] = UInt8(ascii: "-")
+            at += 1
+            put(trace.flags.rawValue)
             return 55
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldModel
 
 /// The message ids of one send's deliveries: version-4 UUIDs from 122 random bits drawn once per
 /// send, the low word XOR-ed with the delivery's index. Unique within the send by construction and
@@ -23,10 +24,8 @@ struct MessageIDs {
         for position in 0..<32 {
             if position == 8 || position == 12 || position == 16 || position == 20 { out.append(UInt8(ascii: "-")) }
             let word = position < 16 ? high : low
-            out.append(Self.digits[Int((word >> UInt64(60 - 4 * (position % 16))) & 0xF)])
+            out.append(lowerHexDigit(word >> UInt64(60 - 4 * (position % 16))))
         }
         return String(decoding: out, as: UTF8.self)
     }
-
-    private static let digits = Array("0123456789abcdef".utf8)
 }
