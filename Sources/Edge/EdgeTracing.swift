@@ -27,8 +27,11 @@ struct EdgeTracingMiddleware: RouterMiddleware {
         let entering = tracer.entering(
             traceparent: request.headers[.traceParent], tracestate: request.headers[.traceState],
             in: InstrumentationContext.current ?? .topLevel)
-        return try await HeraldTracing.run(entering) { _ in
-            try await recorded.handle(request, context: context, next: next)
+        return try await HeraldTracing.run(entering) { trace in
+            // Hummingbird's middleware starts its span in the task's current context.
+            try await InstrumentationContext.$current.withValue(trace) {
+                try await recorded.handle(request, context: context, next: next)
+            }
         } passOn: {
             try await next(request, context)
         }

@@ -373,15 +373,14 @@ public enum HeraldTracing {
         return !trace.flags.contains(.sampled)
     }
 
-    /// Runs `body` as a call entering this process, traced as `entering` says: in `span` when
-    /// recorded, else with its trace passed on and no span.
+    /// Runs a call entering this process as `entering` says: `span`, given the context to start the
+    /// call's span in, when recorded; else `body` with its trace passed on and no span.
     @inlinable public static func run<T>(
         _ entering: HeraldTracer.Entering, span: (InstrumentationContext) async throws -> T,
         passOn body: () async throws -> T
     ) async throws -> T {
         switch entering {
-        case .record(let context):
-            return try await InstrumentationContext.$current.withValue(context) { try await span(context) }
+        case .record(let context): return try await span(context)
         case .passOn(let trace): return try await $passedOn.withValue(trace) { try await body() }
         }
     }
