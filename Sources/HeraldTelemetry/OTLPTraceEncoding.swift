@@ -66,18 +66,14 @@ struct ProtoWriter {
         let at = bytes.count
         bytes.append(0)
         build(&self)
-        var length = bytes.count - at - 1
+        let length = bytes.count - at - 1
         guard length >= 0x80 else {
             bytes[at] = UInt8(length)
             return
         }
-        var prefix: [UInt8] = []
-        while length >= 0x80 {
-            prefix.append(UInt8(truncatingIfNeeded: length) | 0x80)
-            length >>= 7
-        }
-        prefix.append(UInt8(length))
-        bytes.replaceSubrange(at..<(at + 1), with: prefix)
+        var prefix = ProtoWriter()
+        prefix.varint(UInt64(length))
+        bytes.replaceSubrange(at..<(at + 1), with: prefix.bytes)
     }
 }
 
@@ -111,7 +107,7 @@ enum OTLPTraceEncoding {
     static func encode(_ span: FinishedSpan, into writer: inout ProtoWriter) {
         id(&writer, 1, span.trace.traceID)  // trace_id
         id(&writer, 2, span.trace.spanID)  // span_id
-        if !span.trace.state.isEmpty { writer.string(3, span.trace.traceStateHeaderValue ?? "") }  // trace_state
+        writer.string(3, span.trace.traceStateHeaderValue ?? "")  // trace_state
         if let parent = span.parentSpanID { id(&writer, 4, parent) }  // parent_span_id
         writer.string(5, span.name)  // name
         writer.uint(6, kind(span.kind))  // kind
