@@ -242,7 +242,7 @@ struct InstructionsScenario {
     }
 
     /// The process ids of `services` in `stack`, in that order.
-    private static func pids(of services: [String], in stack: Stack) async throws -> [Int32] {
+    static func pids(of services: [String], in stack: Stack) async throws -> [Int32] {
         try await services.asyncMap { service -> Int32 in
             guard let pid = await stack.pid(of: service) else { throw BenchError("herald-\(service) is not running") }
             return pid

@@ -85,6 +85,8 @@ struct TenantsScenario {
         let stack = Stack(configuration: configuration)
         try await stack.start()
         let run: (broadcast: Outcome, started: Int64, small: [Small], finished: [String: Int64])
+        // CPU seconds during the traffic: each dispatch process, then the double's.
+        var cpu: [Double] = []
         var messageIDs: [String: String] = [:]
         var extra: [Process] = []
         defer { for process in extra where process.isRunning { process.terminate() } }
@@ -109,7 +111,14 @@ struct TenantsScenario {
                     _ = try await DispatchServiceClient($0).setHubCredentials(request)
                 }
             }
+            // CPU per delivery is steadier than deliveries/s on a shared machine: what dispatch
+            // (every replica) and the double spent while the traffic ran.
+            var measured = try await InstructionsScenario.pids(of: ["dispatch"], in: stack)
+            measured += extra.map(\.processIdentifier)
+            if let double { measured.append(double.process.processIdentifier) }
+            let before = try measured.map { try RPCScenario.cpuSeconds(pid: $0) }
             run = try await Self.traffic(socket: configuration.socketPath("dispatch"))
+            cpu = try zip(measured, before).map { try RPCScenario.cpuSeconds(pid: $0) - $1 }
             if double != nil {
                 messageIDs = try await Self.messageIDs(
                     of: run.small.map(\.id), socket: configuration.socketPath("dispatch"))
@@ -146,9 +155,15 @@ struct TenantsScenario {
         let secure = try latencies(secure: true)
         let seconds = Double(run.broadcast.finishedAtUnixMs - run.started) / 1000
         let rate = Double(count) / max(seconds, 0.001)
+        // Its two phases: staging the audience (until a worker first took one of its deliveries),
+        // then pushing.
+        let staging = Double(run.broadcast.startedAtUnixMs - run.started) / 1000
+        let pushing = Double(run.broadcast.finishedAtUnixMs - run.broadcast.startedAtUnixMs) / 1000
         let label =
             (servicesBin.map { "services from \($0)" } ?? "this build")
             + (database == nil ? ", SQLite" : ", PostgreSQL with \(replicas) dispatch replica(s)")
+        let dispatchCPU = cpu.dropLast(apns ? 1 : 0).map { format(1e6 * $0 / Double(count)) + " µs" }
+            .joined(separator: " + ")
         var report = Report()
         for (name, values) in [("hub b's one-person alerts", alerts), ("hub default's own one-person pushes", secure)] {
             report.records.append(
@@ -169,6 +184,10 @@ struct TenantsScenario {
             | hub b's alerts (to_user, one device) | \(alerts.count) | \(format(percentile(alerts, 0.5))) | \(format(percentile(alerts, 0.99))) | \(format(alerts.last ?? 0)) |
             | hub default's secure pushes (to_user, one device) | \(secure.count) | \(format(percentile(secure, 0.5))) | \(format(percentile(secure, 0.99))) | \(format(secure.last ?? 0)) |
             | the broadcast: deliveries/s, Send to Completed | \(count) | \(format(rate)) | | |
+
+            The broadcast's audience was staged in \(format(staging)) s; its pushes then took \(format(pushing)) s (\(format(Double(count) / max(pushing, 0.001)))/s).
+
+            CPU per delivery of the broadcast while all of it ran: dispatch \(dispatchCPU)\(apns ? ", the APNs double \(format(1e6 * (cpu.last ?? 0) / Double(count))) µs" : "") (CPU seconds from `/proc`, between the broadcast's Send and its small sends' end, over the broadcast's devices).
 
             Latency: from the send's commit (Send answers right after) to \(apns ? "its push's arrival at the APNs double" : "its delivery's inbox row (written in the transaction that claims it)").
             """
