@@ -493,7 +493,9 @@ public struct DispatchHandlers: DispatchServiceHandler {
         -> ExportPage
     {
         let limit = try ExportJSON.pageSize(request.limit)
-        guard request.devices.count <= 1000 else { throw ServiceError.invalidArgument("at most 1,000 devices") }
+        guard request.devices.count <= ExportLimits.devicesPerCall else {
+            throw ServiceError.invalidArgument("at most \(ExportLimits.devicesPerCall) devices")
+        }
         guard request.devices.allSatisfy({ $0.registrationID.utf8.count <= 256 }) else {
             throw ServiceError.invalidArgument("a registration id is over 256 bytes")
         }

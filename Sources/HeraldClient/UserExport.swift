@@ -29,7 +29,7 @@ public enum UserExport {
         user: String, hub: String?, auth: any AuthServiceClientProtocol,
         registration: any RegistrationServiceClientProtocol,
         payload: any PayloadServiceClientProtocol, dispatch: any DispatchServiceClientProtocol, pageSize: Int32 = 500,
-        requestID: String? = nil, write: ([UInt8]) throws -> Void
+        devicesPerCall: Int = ExportLimits.devicesPerCall, requestID: String? = nil, write: ([UInt8]) throws -> Void
     ) async throws -> Counts {
         var counts = Counts()
         let scope = ExportUserRequest(user: user, hub: hub ?? "", limit: pageSize)
@@ -51,23 +51,34 @@ public enum UserExport {
         }
         for kind in [ExportDeviceRecordsRequest.Kind.deliveries, .inbox] {
             let name = kind == .inbox ? "inbox" : "deliveries"
-            // Dispatch knows deliveries by registration id: the devices again, a page at a time,
-            // each page's records paged in turn.
+            // Dispatch knows deliveries by registration id: the devices again, as many pages as
+            // make up `devicesPerCall` (each call scans dispatch's records once), each such
+            // group's records paged in turn.
             var devices = ListUserDevicesRequest(user: user, hub: scope.hub, limit: pageSize)
             var count = 0
             try write(Array(",\"\(name)\":[".utf8))
-            while true {
-                let page = try await registration.listUserDevices(devices, requestID: requestID).devices
-                guard let last = page.last else { break }
+            var listed = false
+            while !listed {
+                var group: [UserDevice] = []
+                while group.isEmpty || group.count + Int(pageSize) <= devicesPerCall {
+                    let page = try await registration.listUserDevices(devices, requestID: requestID).devices
+                    guard let last = page.last else {
+                        listed = true
+                        break
+                    }
+                    guard last.registrationID > devices.after else {
+                        throw ServiceError(.internal, "the device list did not move past \(devices.after)")
+                    }
+                    devices.after = last.registrationID
+                    // Dispatch reads only the registration id.
+                    group += page.map { UserDevice(registrationID: $0.registrationID) }
+                }
+                guard !group.isEmpty else { break }
                 try await items(name, write, count: &count) { after in
                     try await dispatch.exportDeviceRecords(
-                        ExportDeviceRecordsRequest(kind: kind, devices: page, after: after, limit: pageSize),
+                        ExportDeviceRecordsRequest(kind: kind, devices: group, after: after, limit: pageSize),
                         requestID: requestID)
                 }
-                guard last.registrationID > devices.after else {
-                    throw ServiceError(.internal, "the device list did not move past \(devices.after)")
-                }
-                devices.after = last.registrationID
             }
             try write(Array("]".utf8))
             if kind == .inbox { counts.inbox = count } else { counts.deliveries = count }

@@ -27,3 +27,14 @@ public struct RequestRate: Sendable, Equatable {
         self.burst = burst
     }
 }
+
+/// Bounds on a person's data export (`herald users export`) that herald-dispatch and the CLI share.
+public enum ExportLimits {
+    /// The most devices one ExportDeviceRecords names. Dispatch finds their records by scanning its
+    /// tables (no index on registration id, which every send would pay for), once per call: the
+    /// more devices a call names, the fewer scans an export takes (100,000 devices: 20, not 200
+    /// with pages of 500). But every page of their records names them all again, so past a few
+    /// thousand a call costs more than the scans it saves (docs/operations.md has the figures).
+    /// Only registration ids are sent, at most 256 bytes each: 1.3 MB at most.
+    public static let devicesPerCall = 5_000
+}

@@ -253,6 +253,14 @@ struct OutboxStoreTests {
             #expect(entries.map(\.handle) == ["rh0", "fh0"] && entries[1].payload == Self.fcm.body)
             #expect(try await outbox.exportInbox(of: ["r-0", "f-0"], after: entries[0].sequence, limit: 10).count == 1)
             #expect(try await outbox.exportInbox(of: [], after: 0, limit: 10).isEmpty)
+            // As many devices as one ExportDeviceRecords may name (one bound array, whatever their
+            // number): those with records found among the others.
+            let many = (0..<ExportLimits.devicesPerCall - 2).map { "x-\($0)" } + ["b-0", "r-0"]
+            #expect(
+                try await outbox.exportDeliveries(to: many, after: 0, limit: 10).map(\.registrationID) == [
+                    "r-0", "b-0",
+                ])
+            #expect(try await outbox.exportInbox(of: many, after: 0, limit: 10).map(\.handle) == ["rh0", "bh0"])
             // No send here was traced.
             #expect(try await outbox.traceParents(of: ["n-1", "n-2"]).isEmpty)
             #expect(try await outbox.traceParents(of: []).isEmpty)

@@ -311,8 +311,10 @@ extension Outbox {
         }
     }
 
-    /// Export of a device's records. Like an erase, a page of devices scans the delivery table (no
-    /// index on registration id); it walks the primary key, so each call stops at `limit` matches.
+    /// Export of devices' records. Like an erase, each call scans the delivery table (no index on
+    /// registration id): it walks the primary key and stops at `limit` matches. `ids` go as one
+    /// bound array, so a call may name thousands of devices, and an export scans the table once
+    /// per `ExportDeviceRecords`' 10,000 devices, not once per page of them.
     nonisolated(nonsending) public func exportDeliveries(to ids: [String], after: Int64, limit: Int) async throws
         -> [DeviceDelivery]
     {
@@ -321,7 +323,7 @@ extension Outbox {
             """
             SELECT sequence, notification_id, registration_id, platform, handle, state, attempts, last_status, reason,
                    updated_at
-            FROM delivery WHERE registration_id IN (\(list: ids)) AND sequence > \(after)
+            FROM delivery WHERE registration_id \(anyOf: ids) AND sequence > \(after)
             ORDER BY sequence LIMIT \(Int64(limit))
             """
         ) {
@@ -340,7 +342,7 @@ extension Outbox {
         return try await sql.query(
             """
             SELECT \(raw: InboxProvider.columns) FROM inbox
-            WHERE registration_id IN (\(list: ids)) AND sequence > \(after) ORDER BY sequence LIMIT \(Int64(limit))
+            WHERE registration_id \(anyOf: ids) AND sequence > \(after) ORDER BY sequence LIMIT \(Int64(limit))
             """, InboxProvider.entry)
     }
 }

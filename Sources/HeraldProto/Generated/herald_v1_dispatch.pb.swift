@@ -268,7 +268,9 @@ public enum CredentialSource: RawRepresentable, Hashable, Sendable, CustomString
     }
 }
 
-/// Request of ExportDeviceRecords: one page of records of at most 1,000 devices.
+/// Request of ExportDeviceRecords: one page of records of at most 5,000 devices. Only their
+/// registration ids are read (`herald users export` sends no handle). Each call scans dispatch's
+/// records, so a caller names as many devices per call as it can.
 public struct ExportDeviceRecordsRequest: HeraldMessage {
     public var kind: ExportDeviceRecordsRequest.Kind
     public var devices: [UserDevice]

@@ -201,7 +201,9 @@ typedef enum _Herald__V1__CredentialSource {
 /* --- messages --- */
 
 /*
- * Request of ExportDeviceRecords: one page of records of at most 1,000 devices.
+ * Request of ExportDeviceRecords: one page of records of at most 5,000 devices. Only their
+ * registration ids are read (`herald users export` sends no handle). Each call scans dispatch's
+ * records, so a caller names as many devices per call as it can.
  */
 struct  Herald__V1__ExportDeviceRecordsRequest
 {
