@@ -407,7 +407,7 @@ let package = Package(
                 path: "Tests/HeraldTestSupport", swiftSettings: swiftSettings
             ),
             .testTarget(
-                name: "HeraldModelTests", dependencies: ["HeraldModel", "HeraldTestSupport"],
+                name: "HeraldModelTests", dependencies: ["HeraldModel", "HeraldProto", "HeraldTestSupport"],
                 swiftSettings: swiftSettings),
             .testTarget(
                 name: "NotificationHubsTests", dependencies: ["NotificationHubs", "HeraldModel", "HeraldProto"],

@@ -509,34 +509,33 @@ public struct DispatchHandlers: DispatchServiceHandler {
         var last: Int64 = 0
         switch request.kind {
         case .deliveries:
-            struct Item: Encodable {
-                var notificationId: String
-                var registrationId: String
-                var platform: String
-                var handle: String
-                var state: String
-                var attempts: Int32
-                var lastStatus: Int32
-                var reason: String
-                var updatedAt: String
-            }
             let page = try await outbox.exportDeliveries(to: ids, after: after, limit: limit)
-            items = try page.map {
-                try ExportJSON.encode(
-                    Item(
-                        notificationId: $0.notificationID, registrationId: $0.registrationID,
-                        platform: $0.platform.name, handle: $0.handle, state: "\($0.state)", attempts: $0.attempts,
-                        lastStatus: $0.lastStatus, reason: $0.reason, updatedAt: ExportJSON.time($0.updatedAt)))
-            }
+            items = page.map(Self.exportItem)
             last = page.last?.sequence ?? 0
         case .inbox:
             let page = try await outbox.exportInbox(of: ids, after: after, limit: limit)
-            items = try page.map { try ExportJSON.encode(InboxEntryJSON($0)) }
+            items = page.map { InboxEntryJSON($0).sortedJSON }
             last = page.last?.sequence ?? 0
         case .unrecognized(let kind):
             throw ServiceError.invalidArgument("unknown kind \(kind)")
         }
         return ExportPage(items: items, next: items.count == limit ? String(last) : "")
+    }
+
+    /// A delivery record of an export: its members sorted by name, as every export item's are
+    /// (written by ``JSONObjectWriter``: an export writes one per delivery).
+    static func exportItem(_ delivery: DeviceDelivery) -> [UInt8] {
+        var item = JSONObjectWriter()
+        item.member("attempts", Int64(delivery.attempts))
+        item.member("handle", delivery.handle)
+        item.member("lastStatus", Int64(delivery.lastStatus))
+        item.member("notificationId", delivery.notificationID)
+        item.member("platform", delivery.platform.name)
+        item.member("reason", delivery.reason)
+        item.member("registrationId", delivery.registrationID)
+        item.member("state", "\(delivery.state)")
+        item.member("updatedAt", ExportJSON.time(delivery.updatedAt))
+        return item.finished
     }
 
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {

@@ -26,4 +26,20 @@ public struct InboxEntryJSON: Encodable, Sendable {
         payloadBase64 = Data(entry.payload).base64EncodedString()
         recordedAtUnixMs = entry.recordedAtUnixMs
     }
+
+    /// The entry as `JSONEncoder` writes it with `.sortedKeys` and `.withoutEscapingSlashes`, at a
+    /// fraction of the cost (``JSONObjectWriter``): an export writes one per inbox entry.
+    public var sortedJSON: [UInt8] {
+        var writer = JSONObjectWriter()
+        writer.member("handle", handle)
+        writer.member("headers", headers)
+        writer.member("notificationId", notificationId)
+        writer.member("payload", payload)
+        writer.member("payloadBase64", payloadBase64)
+        writer.member("platform", platform)
+        writer.member("recordedAtUnixMs", recordedAtUnixMs)
+        writer.member("registrationId", registrationId)
+        writer.member("sequence", sequence)
+        return writer.finished
+    }
 }

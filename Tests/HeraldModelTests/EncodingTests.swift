@@ -1,5 +1,6 @@
 import Foundation
 import HeraldModel
+import HeraldProto
 import HeraldTestSupport
 import Testing
 
@@ -36,5 +37,34 @@ struct EncodingTests {
                 as? String
             #expect(back == text)
         }
+    }
+}
+
+@Suite("JSON objects written a member at a time")
+struct JSONObjectWriterTests {
+    static func encoder(_ value: some Encodable) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Array(try encoder.encode(value))
+    }
+
+    @Test("an inbox entry: byte for byte what JSONEncoder writes with sorted keys, hard strings included")
+    func inboxEntry() throws {
+        var rng = SeededGenerator(state: 20_261_129)
+        let alphabet: [Character] = ["\"", "\\", "/", "\n", "\t", "\u{1}", "é", "😀", "a", " ", "{", ":"]
+        func text() -> String {
+            String((0..<Int.random(in: 0...12, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! })
+        }
+        for round in 0..<200 {
+            var headers: [Header] = []
+            for _ in 0..<Int.random(in: 0...3, using: &rng) { headers.append(Header(name: text(), value: text())) }
+            let entry = InboxEntry(
+                sequence: Int64(round), notificationID: text(), registrationID: text(), platform: .apns,
+                handle: text(), headers: headers, payload: Array(text().utf8),
+                recordedAtUnixMs: Int64(round) * 1_000_003)
+            let json = InboxEntryJSON(entry)
+            #expect(json.sortedJSON == (try Self.encoder(json)), "\(entry)")
+        }
+        #expect(JSONObjectWriter().finished == Array("{}".utf8))
     }
 }
