@@ -19,7 +19,7 @@ public func jsonData(_ object: Any, options: JSONSerialization.WritingOptions = 
 /// herald-dispatch's CPU in an export. Here each member is copied once. Members go out in the
 /// order they are written: a caller writes them sorted, as `JSONEncoder`'s `.sortedKeys` would.
 public struct JSONObjectWriter: Sendable {
-    public private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
+    private var bytes: [UInt8] = [UInt8(ascii: "{")]
 
     public init() {}
 
