@@ -89,6 +89,29 @@ struct ErasureDrillTests {
             // Nothing of bob's beyond what yve sent him.
             let text = try String(contentsOfFile: file, encoding: .utf8)
             #expect(!text.contains(apnsToken(9200)))
+
+            // Dispatch takes as many devices a call as the CLI gathers, and refuses more.
+            let ids = deliveries.compactMap { $0["registrationId"] as? String }
+            try #require(ids.count == 3)
+            try await RPCClient.with(
+                socketPath: live.configuration.socketPath("dispatch"), transport: .lean, timeout: .testRPC
+            ) { client in
+                let dispatch = DispatchServiceClient(client)
+                var request = ExportDeviceRecordsRequest(kind: .deliveries, limit: 10)
+                request.devices =
+                    (0..<ExportLimits.devicesPerCall - ids.count).map { UserDevice(registrationID: "nobody-\($0)") }
+                    + ids.map { UserDevice(registrationID: $0) }
+                let found = try await dispatch.exportDeviceRecords(request).items
+                #expect(found.count == 3)
+                request.devices.append(UserDevice(registrationID: "one-too-many"))
+                let refused = await #expect(throws: ServiceError.self) {
+                    try await dispatch.exportDeviceRecords(request)
+                }
+                #expect(refused?.code == .invalidArgument)
+                #expect(
+                    refused?.message.contains("\(ExportLimits.devicesPerCall)") == true,
+                    "\(String(describing: refused))")
+            }
         }
     }
 
