@@ -29,7 +29,7 @@ public enum UserExport {
         user: String, hub: String?, auth: any AuthServiceClientProtocol,
         registration: any RegistrationServiceClientProtocol,
         payload: any PayloadServiceClientProtocol, dispatch: any DispatchServiceClientProtocol, pageSize: Int32 = 500,
-        devicesPerCall: Int = ExportLimits.devicesPerCall, requestID: String? = nil, write: ([UInt8]) throws -> Void
+        requestID: String? = nil, write: ([UInt8]) throws -> Void
     ) async throws -> Counts {
         var counts = Counts()
         let scope = ExportUserRequest(user: user, hub: hub ?? "", limit: pageSize)
@@ -52,7 +52,7 @@ public enum UserExport {
         for kind in [ExportDeviceRecordsRequest.Kind.deliveries, .inbox] {
             let name = kind == .inbox ? "inbox" : "deliveries"
             // Dispatch knows deliveries by registration id: the devices again, as many pages as
-            // make up `devicesPerCall` (each call scans dispatch's records once), each such
+            // make up `ExportLimits.devicesPerCall` (each call scans dispatch's records once), each such
             // group's records paged in turn.
             var devices = ListUserDevicesRequest(user: user, hub: scope.hub, limit: pageSize)
             var count = 0
@@ -60,7 +60,7 @@ public enum UserExport {
             var listed = false
             while !listed {
                 var group: [UserDevice] = []
-                while group.isEmpty || group.count + Int(pageSize) <= devicesPerCall {
+                while group.isEmpty || group.count + Int(pageSize) <= ExportLimits.devicesPerCall {
                     let page = try await registration.listUserDevices(devices, requestID: requestID).devices
                     guard let last = page.last else {
                         listed = true

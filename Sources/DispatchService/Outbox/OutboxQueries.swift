@@ -313,8 +313,8 @@ extension Outbox {
 
     /// Export of devices' records. Like an erase, each call scans the delivery table (no index on
     /// registration id): it walks the primary key and stops at `limit` matches. `ids` go as one
-    /// bound array, so a call may name thousands of devices, and an export scans the table once
-    /// per `ExportDeviceRecords`' 10,000 devices, not once per page of them.
+    /// bound array, so a call may name thousands of devices, and an export scans the table once per
+    /// group of `ExportLimits.devicesPerCall` devices, not once per page of them.
     nonisolated(nonsending) public func exportDeliveries(to ids: [String], after: Int64, limit: Int) async throws
         -> [DeviceDelivery]
     {
