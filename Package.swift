@@ -53,6 +53,8 @@ let benchTarget: Target = .executableTarget(
         "NotificationHubs",
         // The template loop counts dispatch's rendering (package access).
         "DispatchService", "PushProviders",
+        // The APNs double answers by the rules the tests' double does.
+        "ProviderDoubles",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         .product(name: "GRDB", package: "GRDB.swift"),
@@ -79,7 +81,7 @@ let benchTarget: Target = .executableTarget(
 /// What the two whole-stack test targets use.
 let stackTestDependencies: [Target.Dependency] = [
     "StackTestSupport", "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL", "Edge",
-    "HeraldTestSupport", "HeraldClient", "NotificationHubs", "PushProviders",
+    "HeraldTestSupport", "HeraldClient", "NotificationHubs", "PushProviders", "ProviderDoubles",
     .product(name: "AsyncHTTPClient", package: "async-http-client"),
     // The erase drill reads every table of the services' schemas.
     .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -317,6 +319,14 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // What the push services' doubles hold Herald's senders to (APNs' request rules, ES256
+        // tokens), written once for the tests' double and herald-bench's; not a product, and not
+        // built on Herald's own encoders, so a double does not agree with a sender by sharing its code.
+        .target(
+            name: "ProviderDoubles",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "DispatchService",
             dependencies: [
@@ -463,6 +473,8 @@ let package = Package(
                 name: "PushProvidersTests",
                 dependencies: [
                     "PushProviders", "HeraldModel", "HeraldProto", "HeraldTestSupport",
+                    // Herald's APNs requests against the rules the doubles answer by.
+                    "ProviderDoubles",
                     .product(name: "Crypto", package: "swift-crypto"), .product(name: "JWTKit", package: "jwt-kit"),
                     .product(name: "NIOSSL", package: "swift-nio-ssl"),
                     .product(name: "NIOCore", package: "swift-nio"),
@@ -526,7 +538,7 @@ let package = Package(
                     "HeraldStack", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL",
                     "HeraldTestSupport",
                     "AuthService", "RegistrationService", "PayloadService", "DispatchService", "Edge",
-                    "PushProviders",
+                    "PushProviders", "ProviderDoubles",
                     .product(name: "AsyncHTTPClient", package: "async-http-client"),
                     .product(name: "Logging", package: "swift-log"),
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

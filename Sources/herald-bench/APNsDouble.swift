@@ -6,17 +6,19 @@ import NIOHPACK
 import NIOHTTP2
 import NIOPosix
 import NIOSSL
+import ProviderDoubles
 import Synchronization
 
 /// `herald-bench apns-double`: APNs on loopback (and FCM HTTP v1 with `--fcm-project`), in a
 /// process of its own so that its CPU is not Herald's, for `fanout --provider apns|fcm`.
 ///
 /// HTTP/2 over TLS (ALPN h2), SETTINGS_MAX_CONCURRENT_STREAMS 1000 as APNs advertises. It holds
-/// every request to APNs' rules that cost nothing per request: the provider token's ES256
-/// signature, `kid`, `iss` and age are checked once per connection (and again whenever a
-/// connection's token changes, as APNs caches a verified token), then the device token's form
-/// (64 hex digits), `apns-topic`, `apns-push-type` and `apns-id` on every request; it answers 200
-/// with the `apns-id`, or APNs' status and reason. For FCM it hands out an access token at `/token`
+/// every request to the APNs rules the tests' double answers by (ProviderDoubles' `APNsRules`)
+/// that cost nothing per request: the provider token's ES256 signature, `kid`, `iss` and age are
+/// checked once per connection (and again whenever a connection's token changes, as APNs caches a
+/// verified token), then the device token's form (64 hex digits), `apns-topic`,
+/// `apns-push-type`, `apns-priority`, `apns-id` and the payload's size on every request (not the
+/// payload's JSON); it answers 200 with the `apns-id`, or APNs' status and reason. For FCM it hands out an access token at `/token`
 /// (counted as a token check) and accepts sends to the project that carry it. Frames are handled on the connection (no stream
 /// channels), and answers are flushed once per read, so one event-loop thread serves well over
 /// 100k requests/s (`herald-bench fanout --provider apns` measures it with h2load).
@@ -49,9 +51,11 @@ struct APNsDoubleCommand: AsyncParsableCommand {
         tls.applicationProtocols = ["h2"]
         let context = try NIOSSLContext(configuration: tls)
         let rules = APNsDoubleRules(
-            publicKey: try P256.Signing.PublicKey(
-                pemRepresentation: String(contentsOfFile: jwtPublicKey, encoding: .utf8)),
-            keyID: keyID, teamID: teamID, topic: topic, fcmPath: fcmProject.map { "/v1/projects/\($0)/messages:send" })
+            provider: APNsRules.Provider(
+                key: try P256.Signing.PublicKey(
+                    pemRepresentation: String(contentsOfFile: jwtPublicKey, encoding: .utf8)),
+                keyID: keyID, teamID: teamID, topic: topic),
+            fcmPath: fcmProject.map { "/v1/projects/\($0)/messages:send" })
         let counters = APNsDoubleCounters(watch: watchDevice)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
         let channel = try await ServerBootstrap(group: group)
@@ -119,40 +123,23 @@ final class APNsDoubleCounters: Sendable {
     init(watch: String? = nil) { self.watch = watch }
 }
 
-/// The provider token's check, as APNs makes it.
+/// What the double holds requests to: APNs' rules (ProviderDoubles' ``APNsRules``, which the tests'
+/// double answers by too) for one provider, and FCM's access token when FCM is served.
 struct APNsDoubleRules: Sendable {
-    var publicKey: P256.Signing.PublicKey
-    var keyID: String
-    var teamID: String
-    var topic: String
+    var provider: APNsRules.Provider
     /// FCM's send path, when FCM is served too.
     var fcmPath: String?
     /// The access token the double's `/token` hands out, and FCM sends must carry.
     static let fcmAccessToken = "bench-fcm-access-token"
 
-    /// nil when the token is good; otherwise APNs' reason.
-    func check(jwt: String) -> String? {
-        let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let headerData = Self.base64URL(parts[0]), let claimsData = Self.base64URL(parts[1]),
-            let signatureData = Self.base64URL(parts[2]),
-            let header = (try? JSONSerialization.jsonObject(with: headerData)) as? [String: Any],
-            let claims = (try? JSONSerialization.jsonObject(with: claimsData)) as? [String: Any],
-            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureData)
-        else { return "InvalidProviderToken" }
-        guard header["alg"] as? String == "ES256", header["kid"] as? String == keyID,
-            claims["iss"] as? String == teamID,
-            publicKey.isValidSignature(signature, for: Data("\(parts[0]).\(parts[1])".utf8))
-        else { return "InvalidProviderToken" }
-        guard let iat = (claims["iat"] as? NSNumber)?.doubleValue, abs(Date().timeIntervalSince1970 - iat) < 3600 else {
-            return "ExpiredProviderToken"
+    /// nil when the token is good; otherwise APNs' refusal. Its claims are checked with its
+    /// signature, once per token a connection sends.
+    func check(jwt: String) -> APNsRules.Refusal? {
+        switch APNsRules.verify(providerToken: jwt, key: provider.key) {
+        case .failure(let refusal): return refusal
+        case .success(let token):
+            return APNsRules.check(token, for: provider, now: Date().timeIntervalSince1970)
         }
-        return nil
-    }
-
-    static func base64URL(_ text: Substring) -> Data? {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        return Data(base64Encoded: base64)
     }
 }
 
@@ -176,9 +163,10 @@ final class APNsDoubleHandler: ChannelInboundHandler {
         var body: String?
         var push = true
 
-        static func apns(_ status: Int, _ reason: String, _ apnsID: String) -> Reply {
+        static func apns(_ apnsID: String, refused refusal: APNsRules.Refusal? = nil) -> Reply {
             Reply(
-                status: status, headers: [("apns-id", apnsID)], body: status == 200 ? nil : #"{"reason":"\#(reason)"}"#)
+                status: refusal?.status ?? 200, headers: [("apns-id", apnsID)],
+                body: refusal.map { #"{"reason":"\#($0.reason)"}"# })
         }
 
         static func fcm(_ status: Int, _ error: String) -> Reply {
@@ -213,8 +201,8 @@ final class APNsDoubleHandler: ChannelInboundHandler {
                 unacknowledged = 0
             }
             if body.endStream, var answer = open.removeValue(forKey: frame.streamID) {
-                if body.data.readableBytes > 4096, answer.push {
-                    answer = Reply(status: 413, body: #"{"reason":"PayloadTooLarge"}"#)
+                if answer.push, let refusal = APNsRules.checkPayloadSize(body.data.readableBytes) {
+                    answer = Reply(status: refusal.status, body: #"{"reason":"\#(refusal.reason)"}"#)
                 }
                 reply(context, frame.streamID, answer)
             }
@@ -236,6 +224,7 @@ final class APNsDoubleHandler: ChannelInboundHandler {
         var topic = ""
         var type = ""
         var apnsID = ""
+        var priority = ""
         for (name, value, _) in headers {
             switch name {
             case ":path": path = value
@@ -243,6 +232,7 @@ final class APNsDoubleHandler: ChannelInboundHandler {
             case "apns-topic": topic = value
             case "apns-push-type": type = value
             case "apns-id": apnsID = value
+            case "apns-priority": priority = value
             default: break
             }
         }
@@ -263,28 +253,27 @@ final class APNsDoubleHandler: ChannelInboundHandler {
                 return Reply(status: 200, body: #"{"name":"\#(path.dropLast(5))/\#(sent)"}"#)
             }
         }
-        let device = path.utf8.dropFirst(10)
-        guard path.hasPrefix("/3/device/"), device.count == 64, device.allSatisfy({ Self.isHex($0) }) else {
-            return .apns(400, "BadDeviceToken", apnsID)
+        // APNs' rules in their order; the token's signature once per token a connection sends.
+        let token: Substring
+        switch (APNsRules.deviceToken(path: path), APNsRules.providerToken(authorization: authorization)) {
+        case (.failure(let refusal), _), (_, .failure(let refusal)): return .apns(apnsID, refused: refusal)
+        case (.success, .success(let jwt)): token = jwt
         }
-        guard authorization.hasPrefix("bearer ") else { return .apns(403, "MissingProviderToken", apnsID) }
         if authorization != verified {
             counters.verifications.add(1, ordering: .relaxed)
-            if let problem = rules.check(jwt: String(authorization.dropFirst(7))) { return .apns(403, problem, apnsID) }
+            if let refusal = rules.check(jwt: String(token)) { return .apns(apnsID, refused: refusal) }
             verified = authorization
         }
-        guard topic == rules.topic else { return .apns(400, "BadTopic", apnsID) }
-        guard type == "alert" || type == "background" else { return .apns(400, "InvalidPushType", apnsID) }
-        guard apnsID.utf8.count == 36 else { return .apns(400, "BadMessageId", apnsID) }
+        if let refusal = APNsRules.checkHeaders(
+            topic: topic, pushType: type, priority: priority, apnsID: apnsID, for: rules.provider)
+        {
+            return .apns(apnsID, refused: refusal)
+        }
         if let watch = counters.watch, path.hasSuffix(watch) {
             let at = Int64(Date().timeIntervalSince1970 * 1000)
             counters.watched.withLock { $0.append("\(apnsID.lowercased()) \(at)") }
         }
-        return .apns(200, "", apnsID)
-    }
-
-    private static func isHex(_ byte: UInt8) -> Bool {
-        (byte >= 48 && byte <= 57) || (byte >= 97 && byte <= 102) || (byte >= 65 && byte <= 70)
+        return .apns(apnsID)
     }
 
     private func reply(_ context: ChannelHandlerContext, _ stream: HTTP2StreamID, _ answer: Reply) {

@@ -368,7 +368,7 @@ struct APNsDoubleProcess {
             try #"{"aps":{"alert":"fan-out"}}"#.write(toFile: body, atomically: true, encoding: .utf8)
             arguments = [
                 "-H", "authorization: bearer \(try jwt())", "-H", "apns-topic: \(Self.topic)", "-H",
-                "apns-push-type: alert", "-H",
+                "apns-push-type: alert", "-H", "apns-priority: 10", "-H",
                 "apns-id: 6c1c7a4e-5b7e-4d4c-9a43-2f3f0c0e1d2b", "-d", body,
                 "\(url)/3/device/\(String(repeating: "ab", count: 32))",
             ]

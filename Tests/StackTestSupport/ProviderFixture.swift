@@ -7,6 +7,7 @@ package import HeraldService
 package import HeraldStack
 package import HeraldTestSupport
 package import NIOCore
+import ProviderDoubles
 import PushProviders
 package import Synchronization
 package import Testing
@@ -60,7 +61,7 @@ package final class ProviderFixture: Sendable {
     /// signature of each push again in a debug build made the double, not Herald, the bottleneck
     /// of the fan-out drills (their pushes timed out in the double's queue). The claims are still
     /// checked on every push; a token signed by another key is checked afresh.
-    private let verifiedTokens = Mutex<[String: (kid: String?, iss: String?, iat: Double?)]>([:])
+    private let verifiedTokens = Mutex<[String: APNsRules.ProviderToken]>([:])
 
     private init(
         folder: String, tls: StackTLS, apnsKey: P256.Signing.PrivateKey, vapidKey: P256.Signing.PrivateKey,
@@ -162,7 +163,7 @@ package final class ProviderFixture: Sendable {
     package func respond(_ request: PushDouble.Request) -> PushDouble.Reply {
         guard request.method == "POST" else { return .json(405, ["reason": "MethodNotAllowed"]) }
         let path = request.path
-        if path.hasPrefix("/3/device/") { return apns(request, token: String(path.dropFirst("/3/device/".count))) }
+        if path.hasPrefix("/3/device/") { return apns(request) }
         if path == "/token" { return googleToken(request) }
         if path == "/v1/projects/\(Self.project)/messages:send" { return fcm(request) }
         if path == "/wns-token" { return wnsToken(request) }
@@ -172,30 +173,37 @@ package final class ProviderFixture: Sendable {
         return PushDouble.Reply(status: 404)
     }
 
-    private func apns(_ request: PushDouble.Request, token: String) -> PushDouble.Reply {
-        func refuse(_ status: Int, _ reason: String) -> PushDouble.Reply {
-            violation("APNs \(reason)")
-            return .json(status, ["reason": reason])
+    /// APNs: ``APNsRules`` (shared with herald-bench's double), then the test's script and delay.
+    private func apns(_ request: PushDouble.Request) -> PushDouble.Reply {
+        func refuse(_ refusal: APNsRules.Refusal) -> PushDouble.Reply {
+            violation("APNs \(refusal.reason)")
+            return .json(refusal.status, ["reason": refusal.reason])
         }
-        guard token.count == 64, token.allSatisfy(\.isHexDigit) else { return refuse(400, "BadDeviceToken") }
-        guard let authorization = request.header("authorization"), authorization.hasPrefix("bearer ") else {
-            return refuse(403, "MissingProviderToken")
+        let device = APNsRules.deviceToken(path: request.path)
+        let bearer = APNsRules.providerToken(authorization: request.header("authorization"))
+        let token: Substring
+        let jwt: String
+        switch (device, bearer) {
+        case (.failure(let refusal), _), (_, .failure(let refusal)): return refuse(refusal)
+        case (.success(let device), .success(let bearer)): (token, jwt) = (device, String(bearer))
         }
         // The key, team and topic the token's key id names: the fixture's own, or one registered for another hub.
-        let jwt = String(authorization.dropFirst(7))
-        let kid = Self.unverifiedKeyID(jwt)
-        let expected =
-            kid.flatMap { kid in extraAPNsKeys.withLock { $0[kid] } } ?? (apnsKey.publicKey, Self.teamID, Self.topic)
-        let expectedKeyID = kid.flatMap { kid in extraAPNsKeys.withLock { $0[kid] } } != nil ? kid! : Self.keyID
-        let cacheKey = jwt + "|" + expected.key.rawRepresentation.base64EncodedString()
-        var verified = verifiedTokens.withLock { $0[cacheKey] }
-        if verified == nil {
-            switch PushRules.verifyES256(jwt, key: expected.key) {
-            case .failure: return refuse(403, "InvalidProviderToken")
-            case .success(let (header, claims)):
-                let checked = (
-                    header["kid"] as? String, claims["iss"] as? String, (claims["iat"] as? NSNumber)?.doubleValue
-                )
+        let kid = ES256JWT.unverifiedKeyID(jwt)
+        let provider =
+            kid.flatMap { kid in
+                extraAPNsKeys.withLock { $0[kid] }.map {
+                    APNsRules.Provider(key: $0.key, keyID: kid, teamID: $0.team, topic: $0.topic)
+                }
+            }
+            ?? APNsRules.Provider(key: apnsKey.publicKey, keyID: Self.keyID, teamID: Self.teamID, topic: Self.topic)
+        let cacheKey = jwt + "|" + provider.key.rawRepresentation.base64EncodedString()
+        let verified: APNsRules.ProviderToken
+        if let cached = verifiedTokens.withLock({ $0[cacheKey] }) {
+            verified = cached
+        } else {
+            switch APNsRules.verify(providerToken: jwt, key: provider.key) {
+            case .failure(let refusal): return refuse(refusal)
+            case .success(let checked):
                 verifiedTokens.withLock { cache in
                     if cache.count >= 256 { cache.removeAll() }
                     cache[cacheKey] = checked
@@ -203,44 +211,19 @@ package final class ProviderFixture: Sendable {
                 verified = checked
             }
         }
-        guard let verified, verified.kid == expectedKeyID, verified.iss == expected.team else {
-            return refuse(403, "InvalidProviderToken")
+        if let refusal = APNsRules.check(verified, for: provider, now: Date().timeIntervalSince1970) {
+            return refuse(refusal)
         }
-        guard let iat = verified.iat, abs(Date().timeIntervalSince1970 - iat) < 3600 else {
-            return refuse(403, "ExpiredProviderToken")
+        if let refusal = APNsRules.checkHeaders(
+            topic: request.header("apns-topic"), pushType: request.header("apns-push-type"),
+            priority: request.header("apns-priority"), apnsID: request.header("apns-id"), for: provider)
+            ?? APNsRules.checkPayload(request.body)
+        {
+            return refuse(refusal)
         }
-        guard request.header("apns-topic") == expected.topic else { return refuse(400, "BadTopic") }
-        let type = request.header("apns-push-type")
-        guard type == "alert" || type == "background" else { return refuse(400, "InvalidPushType") }
-        let priority = request.header("apns-priority")
-        guard priority == "10" || priority == "5", !(type == "background" && priority != "5") else {
-            return refuse(400, "BadPriority")
-        }
-        guard let id = request.header("apns-id"), UUID(uuidString: id) != nil, id.count == 36 else {
-            return refuse(400, "BadMessageId")
-        }
-        guard request.body.count <= 4096 else { return refuse(413, "PayloadTooLarge") }
-        guard let json = (try? JSONSerialization.jsonObject(with: Data(request.body))) as? [String: Any],
-            json["aps"] != nil
-        else {
-            return refuse(400, "PayloadEmpty")
-        }
-        if let scripted = next(token) { return scripted }
-        let delay = apnsTopicDelay.withLock { $0[expected.topic] } ?? apnsDelay.withLock { $0 }
-        return PushDouble.Reply(status: 200, headers: [("apns-id", id)], delay: delay)
-    }
-
-    /// The `kid` of a JWT's header, read before its signature is checked (to pick the key to check it with).
-    package static func unverifiedKeyID(_ jwt: String) -> String? {
-        guard var part = jwt.split(separator: ".").first.map(String.init) else { return nil }
-        part = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while part.count % 4 != 0 { part += "=" }
-        guard let data = Data(base64Encoded: part),
-            let header = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-        else {
-            return nil
-        }
-        return header["kid"] as? String
+        if let scripted = next(String(token)) { return scripted }
+        let delay = apnsTopicDelay.withLock { $0[provider.topic] } ?? apnsDelay.withLock { $0 }
+        return PushDouble.Reply(status: 200, headers: [("apns-id", request.header("apns-id") ?? "")], delay: delay)
     }
 
     private static func form(_ body: [UInt8]) -> [String: String] {
@@ -340,9 +323,10 @@ package final class ProviderFixture: Sendable {
                 == Array(
                     (subscriptionKeys.withLock { $0[request.path] } ?? vapidKey.publicKey).x963Representation)
         else { return refuse(401, "VAPID k") }
-        switch PushRules.verifyES256(t, key: key) {
+        switch ES256JWT.verify(t, key: key) {
         case .failure(let why): return refuse(403, "VAPID \(why.reason)")
-        case .success(let (_, claims)):
+        case .success(let verified):
+            let claims = verified.claims
             guard claims["aud"] as? String == double.url, let exp = (claims["exp"] as? NSNumber)?.doubleValue,
                 exp > Date().timeIntervalSince1970, exp <= Date().timeIntervalSince1970 + 86400,
                 (claims["sub"] as? String)?.hasPrefix("mailto:") == true

@@ -1,4 +1,3 @@
-package import Crypto
 package import Foundation
 package import HeraldModel
 package import HeraldRPC
@@ -13,8 +12,9 @@ package import Testing
 
 /// A push service on loopback: HTTP/2 over TLS (certificate from the tests' own CA), recording
 /// every request and answering what `respond` decides. The APNs, FCM, WNS, OAuth and Web Push
-/// doubles are this server with their providers' rules in `respond` (see ``PushRules``); Herald's
-/// senders reach it through their overridable base URLs and `push-ca-file`.
+/// doubles are this server with their providers' rules in `respond` (``ProviderFixture``; APNs'
+/// rules are ProviderDoubles', which herald-bench's APNs double answers by too); Herald's senders
+/// reach it through their overridable base URLs and `push-ca-file`.
 package final class PushDouble: Sendable {
     package struct Request: Sendable {
         package var method: String
@@ -211,30 +211,5 @@ private final class StreamHandler: ChannelInboundHandler, @unchecked Sendable {
                 parent.eventLoop.scheduleTask(in: .milliseconds(50)) { parent.close(promise: nil) }
             }
         }
-    }
-}
-
-/// Checks of what the senders send, shared by the doubles.
-package enum PushRules {
-    package struct Refusal: Error {
-        package var reason: String
-    }
-
-    /// Verifies an ES256 JWT with `key` and returns its header and claims, or why it is refused.
-    package static func verifyES256(_ jwt: String, key: P256.Signing.PublicKey) -> Result<
-        (header: [String: Any], claims: [String: Any]), Refusal
-    > {
-        let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let headerBytes = Base64URL.decode(String(parts[0])),
-            let claimBytes = Base64URL.decode(String(parts[1])),
-            let signature = Base64URL.decode(String(parts[2])),
-            let header = (try? JSONSerialization.jsonObject(with: Data(headerBytes))) as? [String: Any],
-            let claims = (try? JSONSerialization.jsonObject(with: Data(claimBytes))) as? [String: Any]
-        else { return .failure(Refusal(reason: "MalformedToken")) }
-        guard header["alg"] as? String == "ES256" else { return .failure(Refusal(reason: "UnsupportedAlgorithm")) }
-        guard let parsed = try? P256.Signing.ECDSASignature(rawRepresentation: signature),
-            key.isValidSignature(parsed, for: Array("\(parts[0]).\(parts[1])".utf8))
-        else { return .failure(Refusal(reason: "BadSignature")) }
-        return .success((header, claims))
     }
 }

@@ -6,6 +6,7 @@ import HeraldRPC
 import HeraldStack
 import HeraldTestSupport
 import NotificationHubs
+import ProviderDoubles
 import StackTestSupport
 import Testing
 
@@ -263,7 +264,7 @@ struct NotificationHubsTests {
                 let body = String(decoding: request.body, as: UTF8.self)
                 #expect(body.contains("to \(hub)"), "\(token) got \(body)")
                 #expect(
-                    ProviderFixture.unverifiedKeyID(String(request.header("authorization")!.dropFirst(7)))
+                    ES256JWT.unverifiedKeyID(String(request.header("authorization")!.dropFirst(7)))
                         == keys[hub]!.kid)
                 #expect(request.header("apns-topic") == keys[hub]!.topic)
             }
