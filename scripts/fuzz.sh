@@ -33,8 +33,8 @@ done
 
 scripts/setup.sh
 build_start=$SECONDS
-# HERALD_DEBUG_INFO (scripts/test.sh exports none): as the build before it, or every dependency is
-# compiled again.
+# HERALD_DEBUG_INFO: dwarf by default; none builds faster. As the build before it, or every
+# dependency is compiled again (`swift build`'s default is dwarf).
 debug_info="${HERALD_DEBUG_INFO:-dwarf}"
 HERALD_FUZZ=1 swift build --product herald-fuzz -debug-info-format "$debug_info"
 echo "fuzz.sh: instrumented build took $((SECONDS - build_start)) s"
