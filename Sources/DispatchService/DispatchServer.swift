@@ -261,8 +261,8 @@ public struct DispatchHandlers: DispatchServiceHandler {
         guard Names.isValidHubName(request.hub) else {
             throw ServiceError.invalidArgument("hub must be \(Names.hubNameRule)")
         }
-        let (platform, settings) = try request.namedSettings()
-        let credentials = try PlatformCredentials.parse(platform: platform, settings: settings)
+        let credentials = try PlatformCredentials.parse(request)
+        let platform = credentials.platform
         // A certificate already ended would only fail its pushes: refused while the old credentials
         // still stand. (One stored that ends later is loaded all the same; its pushes wait.)
         if let ends = credentials.expiresAtUnixMs, ends <= unixMillis() {
@@ -271,7 +271,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
         }
         // Checked first, stored, then in place: a refresh reading the store meanwhile cannot undo it.
         let sender = try await senders.prepare(hub: request.hub, credentials)
-        let updatedAt = try await store.set(hub: request.hub, platform: platform, settings: settings)
+        let updatedAt = try await store.set(request)
         senders.install(hub: request.hub, credentials, sender, updatedAt: updatedAt, changedHere: true)
         context.logger.notice(
             "hub credentials set",

@@ -29,6 +29,14 @@ public enum PlatformCredentials: Sendable {
         }
     }
 
+    /// Parses the credentials a SetHubCredentials request sets (or a row of ``HubCredentialStore``
+    /// holds): checked by the one table of setting names, so the CLI's `NAME=VALUE` words and the
+    /// RPC's fields meet the same rules and errors.
+    public static func parse(_ request: SetHubCredentialsRequest) throws -> PlatformCredentials {
+        let (platform, settings) = try request.namedSettings()
+        return try parse(platform: platform, settings: settings)
+    }
+
     /// Parses a hub's settings (named as ``SetHubCredentialsRequest/settingNames`` says; secrets
     /// are the files' contents); INVALID_ARGUMENT names the setting, never a secret's content.
     public static func parse(platform: Platform, settings: [String: String]) throws -> PlatformCredentials {
@@ -153,8 +161,34 @@ public enum PlatformCredentials: Sendable {
     }
 }
 
-/// Hubs' credentials in dispatch's database: settings as JSON, secrets included (the SQLite file
-/// is the service's own, 0600; on PostgreSQL, its schema), never sent back by an RPC.
+/// One platform's credentials of a hub, as ``HubCredentialStore`` holds them.
+public struct StoredCredentials: Sendable {
+    public var hub: String
+    public var platform: Platform
+    /// The request that would set them (its one platform's message), or why the row cannot be
+    /// read (never a secret's content).
+    public var request: Result<SetHubCredentialsRequest, ServiceError>
+    public var updatedAt: Int64
+
+    public init(
+        hub: String, platform: Platform, request: Result<SetHubCredentialsRequest, ServiceError>, updatedAt: Int64
+    ) {
+        self.hub = hub
+        self.platform = platform
+        self.request = request
+        self.updatedAt = updatedAt
+    }
+}
+
+/// Hubs' credentials in dispatch's database, secrets included (the SQLite file is the service's
+/// own, 0600; on PostgreSQL, its schema), never sent back by an RPC.
+///
+/// Each row holds its platform's message as SetHubCredentials carries it (`ApnsCredentials`,
+/// `FcmCredentials`, `WnsCredentials` or `BrowserCredentials`, protobuf bytes in `credentials`):
+/// what was set is what is read back, with no second spelling in between. Rows stored before
+/// (`settings`, a JSON object of named settings) are rewritten so by ``convertNamedSettings()``,
+/// which every ``all()`` runs first; `settings` is then '' and is dropped from 2027-03-01
+/// (docs/operations.md).
 public struct HubCredentialStore: Sendable {
     /// The table comes with the outbox's migrations (``Outbox``); on SQLite,
     /// `db` is the outbox's own ``SQLiteDatabase``, through which every write to the file goes.
@@ -162,16 +196,18 @@ public struct HubCredentialStore: Sendable {
 
     public init(db: any SQLDatabase) { self.db = db }
 
-    /// Stores a hub's platform credentials; answers their `updated_at`.
+    /// Stores `request`'s credentials (exactly one platform's; INVALID_ARGUMENT otherwise) for its
+    /// hub; answers their `updated_at`.
     @discardableResult
-    public func set(hub: String, platform: Platform, settings: [String: String]) async throws -> Int64 {
-        let json = String(
-            decoding: try jsonData(settings, options: [.sortedKeys]), as: UTF8.self)
+    public func set(_ request: SetHubCredentialsRequest) async throws -> Int64 {
+        let (platform, bytes) = try Self.message(of: request)
         let at = unixMillis()
         try await db.execute(
             """
-            INSERT INTO hub_credential (hub, platform, settings, updated_at) VALUES (\(hub), \(platform.rawValue), \(json), \(at))
-            ON CONFLICT (hub, platform) DO UPDATE SET settings = excluded.settings, updated_at = excluded.updated_at
+            INSERT INTO hub_credential (hub, platform, settings, credentials, updated_at)
+            VALUES (\(request.hub), \(platform.rawValue), '', \(bytes), \(at))
+            ON CONFLICT (hub, platform) DO UPDATE
+            SET settings = '', credentials = excluded.credentials, updated_at = excluded.updated_at
             """)
         return at
     }
@@ -184,16 +220,79 @@ public struct HubCredentialStore: Sendable {
                 : "DELETE FROM hub_credential WHERE hub = \(hub) AND platform = \(platform.rawValue)")
     }
 
-    public func all() async throws -> [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)]
-    {
-        try await db.query("SELECT hub, platform, settings, updated_at FROM hub_credential ORDER BY hub, platform") {
-            row in
-            let text: String = try row[2]
-            return (
-                try row[0], Platform(rawValue: try row[1]),
-                (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: String] ?? [:], try row[3]
-            )
+    /// Every hub's credentials. A row that cannot be read (named settings that do not parse, a
+    /// platform this version does not know, bytes protobuf-c rejects) is there with why: the
+    /// caller logs it and goes on, as one hub's bad row must not stop the others.
+    public func all() async throws -> [StoredCredentials] {
+        try await convertNamedSettings()
+        let rows = try await db.query(
+            "SELECT hub, platform, credentials, updated_at FROM hub_credential ORDER BY hub, platform"
+        ) { row -> (String, Int32, [UInt8]?, Int64) in (try row[0], try row[1], try row[2], try row[3]) }
+        return rows.map { hub, platform, bytes, updatedAt in
+            let platform = Platform(rawValue: platform)
+            let request: Result<SetHubCredentialsRequest, ServiceError>
+            if let bytes {
+                do { request = .success(try Self.request(hub: hub, platform: platform, message: bytes)) } catch {
+                    request = .failure(.failedPrecondition("stored credentials unreadable: \(error)"))
+                }
+            } else {
+                request = .failure(.failedPrecondition("stored settings (JSON, from before outbox-v19) do not parse"))
+            }
+            return StoredCredentials(hub: hub, platform: platform, request: request, updatedAt: updatedAt)
         }
+    }
+
+    /// Rewrites rows that still hold named settings (stored before `outbox-v19`/`dispatch-v13`, or
+    /// by an older replica during a rolling upgrade) as their platform's message; returns how many.
+    /// A row changed meanwhile (another `updated_at`) is left to that change; settings that no
+    /// longer parse are left as they are (and so not loaded), as they were not loaded before.
+    @discardableResult
+    public func convertNamedSettings() async throws -> Int {
+        let old = try await db.query(
+            "SELECT hub, platform, settings, updated_at FROM hub_credential WHERE credentials IS NULL"
+        ) { row -> (String, Int32, String, Int64) in (try row[0], try row[1], try row[2], try row[3]) }
+        var converted = 0
+        for (hub, platform, text, updatedAt) in old {
+            guard
+                let settings = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: String],
+                let request = try? SetHubCredentialsRequest(
+                    hub: hub, platform: Platform(rawValue: platform), settings: settings),
+                let (_, bytes) = try? Self.message(of: request)
+            else { continue }
+            converted += try await db.execute(
+                """
+                UPDATE hub_credential SET credentials = \(bytes), settings = ''
+                WHERE hub = \(hub) AND platform = \(platform) AND updated_at = \(updatedAt) AND credentials IS NULL
+                """)
+        }
+        return converted
+    }
+
+    /// The platform `request` sets and its message's bytes; INVALID_ARGUMENT unless exactly one.
+    static func message(of request: SetHubCredentialsRequest) throws -> (Platform, [UInt8]) {
+        let platform = try request.platform()
+        let bytes: [UInt8]? =
+            switch platform {
+            case .apns: try request.apns?.serializedBytes()
+            case .fcm: try request.fcm?.serializedBytes()
+            case .wns: try request.wns?.serializedBytes()
+            default: try request.browser?.serializedBytes()
+            }
+        guard let bytes else { throw ServiceError.invalidArgument("no credentials for \(platform.name)") }
+        return (platform, bytes)
+    }
+
+    /// A row's message as the request that would set it.
+    static func request(hub: String, platform: Platform, message: [UInt8]) throws -> SetHubCredentialsRequest {
+        var request = SetHubCredentialsRequest(hub: hub)
+        switch platform {
+        case .apns: request.apns = try ApnsCredentials(serializedBytes: message)
+        case .fcm: request.fcm = try FcmCredentials(serializedBytes: message)
+        case .wns: request.wns = try WnsCredentials(serializedBytes: message)
+        case .browser: request.browser = try BrowserCredentials(serializedBytes: message)
+        default: throw ServiceError.invalidArgument("no credentials for platform \(platform.rawValue)")
+        }
+        return request
     }
 }
 
@@ -294,10 +393,7 @@ public final class HubSenders: Sendable {
     /// `started`: when the snapshot's read began. A hub's platform that an RPC to this replica set
     /// or removed since then is left as that RPC left it: the snapshot may predate its write, and
     /// would otherwise undo it until the next refresh (a send in between went to the wrong sender).
-    public func load(
-        _ stored: [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)],
-        readSince started: ContinuousClock.Instant, logger: Logger
-    ) async {
+    public func load(_ stored: [StoredCredentials], readSince started: ContinuousClock.Instant, logger: Logger) async {
         let changedSince = changes.withLock { changes in
             changes = changes.filter { $0.value >= started }
             return Set(changes.keys)
@@ -311,8 +407,7 @@ public final class HubSenders: Sendable {
             else { continue }
             do {
                 try await set(
-                    hub: credentials.hub,
-                    try PlatformCredentials.parse(platform: credentials.platform, settings: credentials.settings),
+                    hub: credentials.hub, try PlatformCredentials.parse(credentials.request.get()),
                     updatedAt: credentials.updatedAt)
             } catch {
                 logger.error(

@@ -83,36 +83,37 @@ extension SetHubCredentialsRequest {
         }
     }
 
+    /// The one platform whose credentials the request sets; INVALID_ARGUMENT unless exactly one.
+    public func platform() throws -> Platform {
+        let set = [(apns != nil, Platform.apns), (fcm != nil, .fcm), (wns != nil, .wns), (browser != nil, .browser)]
+            .filter(\.0)
+        guard set.count == 1, let (_, platform) = set.first else {
+            throw ServiceError.invalidArgument(
+                "set exactly one platform's credentials (apns, fcm, wns or browser); \(set.count) are set")
+        }
+        return platform
+    }
+
     /// The platform whose credentials the request sets, and them as named settings (empty fields
     /// left out). INVALID_ARGUMENT unless exactly one platform's credentials are set.
     public func namedSettings() throws -> (platform: Platform, settings: [String: String]) {
-        var found: [(Platform, [(String, String)])] = []
+        let platform = try platform()
+        let fields: [(String, String)]
         if let apns {
-            found.append(
-                (
-                    .apns,
-                    [
-                        ("key", apns.key), ("key-id", apns.keyID), ("team-id", apns.teamID), ("topic", apns.topic),
-                        ("environment", apns.environment), ("url", apns.url),
-                        ("certificate", Data(apns.certificate).base64EncodedString()),
-                        ("certificate-password", apns.certificatePassword),
-                    ]
-                ))
-        }
-        if let fcm {
-            found.append(
-                (.fcm, [("service-account", fcm.serviceAccount), ("url", fcm.url), ("token-url", fcm.tokenUrl)]))
-        }
-        if let wns {
-            found.append(
-                (.wns, [("client-id", wns.clientID), ("client-secret", wns.clientSecret), ("token-url", wns.tokenUrl)]))
-        }
-        if let browser {
-            found.append((.browser, [("vapid-key", browser.vapidKey), ("subject", browser.subject)]))
-        }
-        guard found.count == 1, let (platform, fields) = found.first else {
-            throw ServiceError.invalidArgument(
-                "set exactly one platform's credentials (apns, fcm, wns or browser); \(found.count) are set")
+            fields = [
+                ("key", apns.key), ("key-id", apns.keyID), ("team-id", apns.teamID), ("topic", apns.topic),
+                ("environment", apns.environment), ("url", apns.url),
+                ("certificate", Data(apns.certificate).base64EncodedString()),
+                ("certificate-password", apns.certificatePassword),
+            ]
+        } else if let fcm {
+            fields = [("service-account", fcm.serviceAccount), ("url", fcm.url), ("token-url", fcm.tokenUrl)]
+        } else if let wns {
+            fields = [("client-id", wns.clientID), ("client-secret", wns.clientSecret), ("token-url", wns.tokenUrl)]
+        } else if let browser {
+            fields = [("vapid-key", browser.vapidKey), ("subject", browser.subject)]
+        } else {
+            fields = []
         }
         return (platform, Dictionary(uniqueKeysWithValues: fields.filter { !$0.1.isEmpty }))
     }

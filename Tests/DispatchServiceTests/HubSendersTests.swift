@@ -16,10 +16,14 @@ import Testing
 struct HubSendersTests {
     static let wns = PlatformCredentials.wns(clientID: "c", clientSecret: "s", tokenURL: "https://127.0.0.1:1/token")
 
-    static func stored(_ hub: String, updatedAt: Int64)
-        -> [(hub: String, platform: Platform, settings: [String: String], updatedAt: Int64)]
-    {
-        [(hub, .wns, ["client-id": "c", "client-secret": "s", "token-url": "https://127.0.0.1:1/token"], updatedAt)]
+    static func stored(_ hub: String, updatedAt: Int64) throws -> [StoredCredentials] {
+        let settings = ["client-id": "c", "client-secret": "s", "token-url": "https://127.0.0.1:1/token"]
+        return [
+            StoredCredentials(
+                hub: hub, platform: .wns,
+                request: .success(try SetHubCredentialsRequest(hub: hub, platform: .wns, settings: settings)),
+                updatedAt: updatedAt)
+        ]
     }
 
     static func withSenders(_ body: (HubSenders) async throws -> Void) async throws {
@@ -53,11 +57,11 @@ struct HubSendersTests {
             #expect(senders.sender(hub: "shop", platform: .wns) is InboxProvider)
 
             // Removed by an RPC while a refresh read a snapshot that still had the row.
-            await senders.load(Self.stored("shop", updatedAt: 8), readSince: ContinuousClock.now, logger: logger)
+            await senders.load(try Self.stored("shop", updatedAt: 8), readSince: ContinuousClock.now, logger: logger)
             #expect(senders.sender(hub: "shop", platform: .wns) is WNSSender)
             let readStartedAgain = ContinuousClock.now
             senders.remove(hub: "shop", platform: .unspecified)
-            await senders.load(Self.stored("shop", updatedAt: 9), readSince: readStartedAgain, logger: logger)
+            await senders.load(try Self.stored("shop", updatedAt: 9), readSince: readStartedAgain, logger: logger)
             #expect(
                 senders.sender(hub: "shop", platform: .wns) is InboxProvider, "the refresh brought back removed keys")
         }
@@ -100,7 +104,11 @@ struct HubSendersTests {
         #expect(senders.status(hub: "shop").first { $0.platform == .apns }?.expiresAtUnixMs == 0)
         // By a refresh from the store, and gone when the store no longer has it.
         let logger = Logger(label: "test")
-        await senders.load([("mall", .apns, certificate, 5)], readSince: ContinuousClock.now, logger: logger)
+        let mall = try SetHubCredentialsRequest(hub: "mall", platform: .apns, settings: certificate)
+        await senders.load(
+            [StoredCredentials(hub: "mall", platform: .apns, request: .success(mall), updatedAt: 5)],
+            readSince: ContinuousClock.now,
+            logger: logger)
         #expect(end("mall") == Double(made.notValidAfter))
         await senders.load([], readSince: ContinuousClock.now, logger: logger)
         #expect(end("mall") == nil)

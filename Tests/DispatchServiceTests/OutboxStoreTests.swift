@@ -593,29 +593,4 @@ struct OutboxStoreTests {
             #expect(try await b.dueScheduled(limit: 10).isEmpty)
         }
     }
-
-    @Test(
-        "hubs' credentials are stored, listed and deleted (on PostgreSQL, shared through the database)",
-        arguments: StoreBackend.available)
-    func credentials(_ backend: StoreBackend) async throws {
-        func check(_ store: HubCredentialStore) async throws {
-            try await store.set(hub: "h1", platform: .fcm, settings: ["project": "p"])
-            try await store.set(hub: "h1", platform: .apns, settings: ["key": "k"])
-            #expect(try await store.all().map(\.settings) == [["key": "k"], ["project": "p"]])
-            #expect(try await store.delete(hub: "h1", platform: .fcm) == 1)
-            #expect(try await store.delete(hub: "h1", platform: .unspecified) == 1)
-            #expect(try await store.all().isEmpty)
-        }
-        switch backend {
-        case .sqlite:
-            let sqlite = try SQLiteDatabase.inMemory()
-            _ = try Outbox(db: sqlite)
-            try await check(HubCredentialStore(db: sqlite))
-        case .postgres:
-            try await TestDatabases.withPostgres(service: "dispatch") { db in
-                _ = try await Outbox(postgres: db, replica: "a")
-                try await check(HubCredentialStore(db: db.sql))
-            }
-        }
-    }
 }

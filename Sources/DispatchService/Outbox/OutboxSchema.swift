@@ -509,6 +509,12 @@ public enum DispatchSchema {
             ]),
         pushLimits,
         hubWeight,
+        // Hubs' push credentials as SetHubCredentials carries them, one platform's message per row
+        // (issue 48), not a JSON object of named settings: HubCredentialStore converts the rows
+        // stored before on its next read; `settings` is '' after that, and is dropped from 2027-03-01.
+        SQLMigration(
+            postgres: "dispatch-v13-typed-credentials", sqlite: "outbox-v19-typed-credentials",
+            ["ALTER TABLE hub_credential ADD COLUMN credentials \(.bytes)"]),
     ])
 
     /// Brings a SQLite file to ``schema`` (synchronously: ``Outbox/init(db:replica:lease:now:)``
