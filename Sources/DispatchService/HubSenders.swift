@@ -185,10 +185,10 @@ public struct StoredCredentials: Sendable {
 ///
 /// Each row holds its platform's message as SetHubCredentials carries it (`ApnsCredentials`,
 /// `FcmCredentials`, `WnsCredentials` or `BrowserCredentials`, protobuf bytes in `credentials`):
-/// what was set is what is read back, with no second spelling in between. Rows stored before
-/// (`settings`, a JSON object of named settings) are rewritten so by ``convertNamedSettings()``,
-/// which every ``all()`` runs first; `settings` is then '' and is dropped from 2027-03-01
-/// (docs/operations.md).
+/// what was set is what is read back, with no second spelling in between. Rows with named settings
+/// (`settings`, a JSON object: stored before, or by an older replica during a rolling upgrade) are
+/// rewritten so by ``convertNamedSettings()``, which every ``all()`` runs first; `settings` is then
+/// '' and is dropped from 2027-03-01 (services/dispatch/README.md).
 public struct HubCredentialStore: Sendable {
     /// The table comes with the outbox's migrations (``Outbox``); on SQLite,
     /// `db` is the outbox's own ``SQLiteDatabase``, through which every write to the file goes.
@@ -226,33 +226,37 @@ public struct HubCredentialStore: Sendable {
     public func all() async throws -> [StoredCredentials] {
         try await convertNamedSettings()
         let rows = try await db.query(
-            "SELECT hub, platform, credentials, updated_at FROM hub_credential ORDER BY hub, platform"
-        ) { row -> (String, Int32, [UInt8]?, Int64) in (try row[0], try row[1], try row[2], try row[3]) }
-        return rows.map { hub, platform, bytes, updatedAt in
+            "SELECT hub, platform, settings, credentials, updated_at FROM hub_credential ORDER BY hub, platform"
+        ) { row -> (String, Int32, String, [UInt8]?, Int64) in
+            (try row[0], try row[1], try row[2], try row[3], try row[4])
+        }
+        return rows.map { hub, platform, settings, bytes, updatedAt in
             let platform = Platform(rawValue: platform)
             let request: Result<SetHubCredentialsRequest, ServiceError>
-            if let bytes {
+            if settings.isEmpty, let bytes {
                 do { request = .success(try Self.request(hub: hub, platform: platform, message: bytes)) } catch {
                     request = .failure(.failedPrecondition("stored credentials unreadable: \(error)"))
                 }
             } else {
-                request = .failure(.failedPrecondition("stored settings (JSON, from before outbox-v19) do not parse"))
+                // Named settings the conversion could not read (a message left beside them is older).
+                request = .failure(.failedPrecondition("stored named settings do not parse"))
             }
             return StoredCredentials(hub: hub, platform: platform, request: request, updatedAt: updatedAt)
         }
     }
 
-    /// Rewrites rows that still hold named settings (stored before `outbox-v19`/`dispatch-v13`, or
-    /// by an older replica during a rolling upgrade) as their platform's message; returns how many.
-    /// A row changed meanwhile (another `updated_at`) is left to that change; settings that no
-    /// longer parse are left as they are (and so not loaded), as they were not loaded before.
+    /// Rewrites rows that hold named settings (stored before `outbox-v19`/`dispatch-v13`, or by an
+    /// older replica during a rolling upgrade, which writes `settings` and leaves `credentials` as
+    /// it was) as their platform's message; returns how many. A row changed meanwhile (another
+    /// `updated_at`) is left to that change; settings that do not parse are left as they are, and
+    /// ``all()`` lists them as unreadable, as they were not loaded before either.
     @discardableResult
     public func convertNamedSettings() async throws -> Int {
-        let old = try await db.query(
-            "SELECT hub, platform, settings, updated_at FROM hub_credential WHERE credentials IS NULL"
+        let named = try await db.query(
+            "SELECT hub, platform, settings, updated_at FROM hub_credential WHERE settings <> ''"
         ) { row -> (String, Int32, String, Int64) in (try row[0], try row[1], try row[2], try row[3]) }
         var converted = 0
-        for (hub, platform, text, updatedAt) in old {
+        for (hub, platform, text, updatedAt) in named {
             guard
                 let settings = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: String],
                 let request = try? SetHubCredentialsRequest(
@@ -262,7 +266,7 @@ public struct HubCredentialStore: Sendable {
             converted += try await db.execute(
                 """
                 UPDATE hub_credential SET credentials = \(bytes), settings = ''
-                WHERE hub = \(hub) AND platform = \(platform) AND updated_at = \(updatedAt) AND credentials IS NULL
+                WHERE hub = \(hub) AND platform = \(platform) AND updated_at = \(updatedAt) AND settings <> ''
                 """)
         }
         return converted

@@ -94,7 +94,7 @@ struct HubCredentialStoreTests {
     }
 
     @Test(
-        "rows stored as named settings (before outbox-v19 / dispatch-v13) are rewritten as their message on the next read; unreadable ones are listed with why and left as they are",
+        "rows holding named settings (stored before outbox-v19 / dispatch-v13, or by an older replica) are rewritten as their message on the next read; unreadable ones are listed with why and left as they are",
         arguments: StoreBackend.available)
     func namedSettingsConverted(_ backend: StoreBackend) async throws {
         try await Self.withStore(backend) { store, db in
@@ -121,13 +121,24 @@ struct HubCredentialStoreTests {
                     == SetHubCredentialsRequest(hub: "old", platform: .wns, settings: Self.wnsSettings))
             // Kept its time (a replica that loaded it before sees no change), and converted once.
             #expect(old.updatedAt == 7)
-            let rows = try await db.query("SELECT hub, settings FROM hub_credential WHERE credentials IS NOT NULL") {
+            let rows = try await db.query("SELECT hub, settings FROM hub_credential WHERE settings = ''") {
                 row -> [String] in [try row[0], try row[1]]
             }
             #expect(rows == [["old", ""]])
             #expect(try await store.convertNamedSettings() == 0)
+            // An older replica (rolling upgrade) sets them again as it writes: named settings, a
+            // new time, and the message it does not know left as it was. Its write is what counts.
+            var newer = Self.wnsSettings
+            newer["client-secret"] = "rotated"
+            let newerJSON = String(
+                decoding: try JSONSerialization.data(withJSONObject: newer, options: [.sortedKeys]), as: UTF8.self)
+            try await db.execute(
+                "UPDATE hub_credential SET settings = \(newerJSON), updated_at = 12 WHERE hub = 'old'")
+            let reread = try #require(try await store.all().first { $0.hub == "old" })
+            #expect(try reread.request.get().wns?.clientSecret == "rotated")
+            #expect(reread.updatedAt == 12)
             // The unreadable rows are still there, as they were: nothing is lost by reading them.
-            let left = try await db.query("SELECT hub FROM hub_credential WHERE credentials IS NULL ORDER BY hub") {
+            let left = try await db.query("SELECT hub FROM hub_credential WHERE settings <> '' ORDER BY hub") {
                 row -> String in try row[0]
             }
             #expect(left == ["broken", "unknown-name"])
