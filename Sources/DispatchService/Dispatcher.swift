@@ -52,6 +52,7 @@ public final class Dispatcher: Sendable {
                 "set exactly one of target_user, target_tag, broadcast and device_handles")
         }
         guard request.maxDevices >= 0 else { throw ServiceError.invalidArgument("max_devices must not be negative") }
+        _ = try request.storedSender()
         guard request.originalBody.count <= Self.maxOriginalBody else {
             throw ServiceError.invalidArgument(
                 "original_body is \(request.originalBody.count) bytes; at most \(Self.maxOriginalBody)")
@@ -86,16 +87,18 @@ public final class Dispatcher: Sendable {
             throw ServiceError.invalidArgument("a send can be scheduled at most 7 days ahead")
         }
         if direct { try await checkHandles(request, requestID: context.requestID) }
+        let sender = try request.storedSender()
         let created = try await outbox.schedule(
-            id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
+            id: id, sender: sender, targetUser: request.targetUser, targetTag: request.targetTag,
             hub: Names.hub(request.hub),
             fireAt: request.scheduledAtUnixMs, request: try request.serializedBytes(),
             originalBody: request.originalBody,
             maxPending: maxScheduledPerHub)
         logger.info("scheduled", metadata: ["herald.fire_at_unix_ms": "\(request.scheduledAtUnixMs)"])
         return Outcome(
-            notificationID: id, state: .scheduled, createdAtUnixMs: created, sender: request.sender,
-            hub: Names.hub(request.hub))
+            notificationID: id, state: .scheduled, createdAtUnixMs: created,
+            sender: Principal.legacySender(stored: sender), hub: Names.hub(request.hub),
+            principal: Principal(stored: sender))
     }
 
     /// Makes the scheduled sends that are due, earliest first (the scheduler's tick). A send whose
@@ -249,12 +252,13 @@ public final class Dispatcher: Sendable {
         if request.maxDevices > 0, stagedCount + audience.count > request.maxDevices {
             audience.removeLast(stagedCount + audience.count - Int(request.maxDevices))
         }
+        let sender = try request.storedSender()
         // The span whose traceparent the send stores: its deliveries' spans hang below it.
         let enqueued = try await HeraldTracing.span("outbox.enqueue") { span in
             span?.attributes["herald.notification_id"] = id
             span?.attributes["herald.deliveries"] = stagedCount + audience.count
             return try await outbox.enqueue(
-                id: id, sender: request.sender, targetUser: request.targetUser, targetTag: request.targetTag,
+                id: id, sender: sender, targetUser: request.targetUser, targetTag: request.targetTag,
                 payloads: payloads, targets: audience, staged: staged, retryWindow: retryWindow,
                 hub: Names.hub(request.hub), lane: DeliveryLane.of(request, devices: stagedCount + audience.count),
                 scheduled: scheduled, originalBody: request.originalBody)
@@ -280,8 +284,9 @@ public final class Dispatcher: Sendable {
         return Outcome(
             notificationID: id, state: state,
             platforms: counts.values.sorted { $0.platform.rawValue < $1.platform.rawValue },
-            createdAtUnixMs: created, sender: request.sender, hub: Names.hub(request.hub),
-            finishedAtUnixMs: audience.isEmpty && stagedCount == 0 ? unixMillis() : 0)
+            createdAtUnixMs: created, sender: Principal.legacySender(stored: sender), hub: Names.hub(request.hub),
+            finishedAtUnixMs: audience.isEmpty && stagedCount == 0 ? unixMillis() : 0,
+            principal: Principal(stored: sender))
     }
 
     /// A direct send's handles, held by herald-registration to the rules (and allowed push hosts)

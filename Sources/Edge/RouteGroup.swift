@@ -167,7 +167,8 @@ struct ContentPush: Sendable {
             requestID: requestID)
         let outcome = try await sendOrForget(
             SendRequest(
-                targetUser: recipient, payloads: NativePayloads.secure(id: stored.id), sender: sender, hub: hub),
+                targetUser: recipient, payloads: NativePayloads.secure(id: stored.id), hub: hub,
+                principal: Principal(user: sender)),
             stored: stored.id, recipient: recipient, requestID: requestID)
         return (stored.id, outcome)
     }
@@ -187,7 +188,7 @@ struct ContentPush: Sendable {
             SendRequest(
                 targetUser: recipient,
                 payloads: NativePayloads.rich(id: stored.id, message: message, richType: richType),
-                sender: sender, hub: hub),
+                hub: hub, principal: Principal(user: sender)),
             stored: stored.id, recipient: recipient, requestID: requestID)
         return (stored.id, outcome)
     }

@@ -113,7 +113,7 @@ struct TutorialRoutes: Sendable {
                 targetUser: target,
                 payloads: NativePayloads.alert(
                     try EdgeHTTP.text("From \(sender): \(message)", "message"), platforms: [platform]),
-                sender: sender),
+                principal: Principal(user: sender)),
             requestID: requestID)
         var response = Response(status: .ok)
         response.headers[.location] = EdgeHTTP.outcomePath(outcome.notificationID)

@@ -108,7 +108,7 @@ struct V1Routes: Sendable {
                 SendRequest(
                     targetUser: toUser, targetTag: toTag,
                     payloads: NativePayloads.alert(try EdgeHTTP.text(text, "body")),
-                    sender: user),
+                    principal: Principal(user: user)),
                 requestID: requestID)
         default:
             throw EdgeError(.badRequest, "kind must be rich, secure or alert")

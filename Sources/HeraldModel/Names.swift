@@ -5,8 +5,9 @@ public import HeraldProto
 /// User names become the tag `username:<user>`, so they use the tag alphabet without `:`.
 public enum Names {
     /// 1 to 64 characters of `A-Z a-z 0-9 _ @ # . -`.
-    /// The sender recorded for a send made with an NH key: `$` is in no user name, so no Herald
-    /// user reads it as their own (a user named `sas` once read every NH send's outcome).
+    /// The deprecated `sender` of a send made with a hub's key (`SendRequest.principal` replaces
+    /// it; read and written until 2027-03-01): `$` is in no user name, so no Herald user reads it
+    /// as their own (a user named `sas` once read every NH send's outcome).
     public static let nhSender = "$sas"
 
     public static func isValidUserName(_ user: String) -> Bool {
@@ -101,4 +102,16 @@ extension Platform {
     /// The platforms Herald delivers to (each through its own sender, or the inbox), in the order
     /// its listings use.
     public static let delivered: [Platform] = [.apns, .fcm, .wns, .browser]
+}
+
+extension Outcome {
+    /// Who sent it, for people (the console, `herald outcome`): the user's name, or `key <name>`
+    /// for a hub's key; the deprecated `sender` for a send stored before its key's name was.
+    public var senderName: String {
+        if let principal {
+            if !principal.user.isEmpty { return principal.user }
+            if !principal.hubKey.isEmpty { return "key \(principal.hubKey)" }
+        }
+        return sender
+    }
 }

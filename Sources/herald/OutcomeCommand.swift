@@ -19,7 +19,7 @@ struct OutcomeCommand: AsyncParsableCommand {
         let outcome = try await withService(.dispatch, stack) { client in
             try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
         }
-        print("\(outcome.notificationID)  \(outcome.state)  sent by \(outcome.sender)")
+        print("\(outcome.notificationID)  \(outcome.state)  sent by \(outcome.senderName)")
         for platform in outcome.platforms {
             var line =
                 "  \(platform.platform.name): \(platform.success) delivered, \(platform.failure) failed, \(platform.pending) pending"

@@ -1,5 +1,7 @@
 import Foundation
+import HeraldModel
 import HeraldProto
+import HeraldRPC
 import HeraldTestSupport
 import PushProviders
 import StackTestSupport
@@ -10,6 +12,58 @@ import Testing
 /// telemetry, checked at the double and in NH's XML.
 @Suite("Notification Hubs sends", .serialized, .timeLimit(.minutes(3)))
 struct NHSendTests {
+
+    @Test(
+        "a send's principal over the RPC: a user's send is theirs to read, a key's is named and no user's, the deprecated sender still read, both at once refused"
+    )
+    func principals() async throws {
+        try await LiveStack.with { live in
+            try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .testRPC) {
+                client in
+                let dispatch = DispatchServiceClient(client)
+                func send(_ principal: Principal?, sender: String = "") async throws -> Outcome {
+                    try #require(
+                        try await dispatch.send(
+                            SendRequest(
+                                targetUser: "nobody",
+                                payloads: [NativePayload(platform: .apns, body: Array(#"{"aps":{"alert":"x"}}"#.utf8))],
+                                sender: sender, principal: principal)
+                        ).outcome)
+                }
+                let byUser = try await send(Principal(user: "lee"))
+                #expect(byUser.principal == Principal(user: "lee") && byUser.sender == "lee")
+                let read = try await dispatch.getOutcome(
+                    GetOutcomeRequest(notificationID: byUser.notificationID, requester: "lee"))
+                #expect(read.principal == Principal(user: "lee"))
+
+                let key = Principal(hubKey: "DefaultFullSharedAccessSignature")
+                let byKey = try await send(key)
+                #expect(byKey.principal == key && byKey.sender == "$sas")
+                #expect(
+                    try await dispatch.getOutcome(GetOutcomeRequest(notificationID: byKey.notificationID)).principal
+                        == key)
+                // No user reads a key's send as their own, whatever their name.
+                for requester in ["lee", "sas", "$sas", "key", "DefaultFullSharedAccessSignature"] {
+                    let refused = await #expect(throws: ServiceError.self) {
+                        try await dispatch.getOutcome(
+                            GetOutcomeRequest(notificationID: byKey.notificationID, requester: requester))
+                    }
+                    #expect(refused?.code == .notFound, "\(requester)")
+                }
+
+                // A caller from before `principal` (until 2027-03-01).
+                let legacyUser = try await send(nil, sender: "lee")
+                #expect(legacyUser.principal == Principal(user: "lee") && legacyUser.sender == "lee")
+                let legacyKey = try await send(nil, sender: "$sas")
+                #expect(legacyKey.principal == Principal() && legacyKey.sender == "$sas")
+
+                let both = await #expect(throws: ServiceError.self) {
+                    try await send(Principal(user: "lee", hubKey: "DefaultFullSharedAccessSignature"))
+                }
+                #expect(both?.code == .invalidArgument && both?.message.contains("not both") == true)
+            }
+        }
+    }
 
     @Test(
         "native apple send with NH's apns-* headers: they reach APNs as given; 201 + Location; telemetry XML in the .NET order"
@@ -36,6 +90,8 @@ struct NHSendTests {
             let id = try NHFixture.id(location)
             let outcome = try await NHFixture.finalOutcome(live, notification: id)
             #expect(outcome.state == .completed && outcome.platforms.first?.success == 2, "\(outcome)")
+            // Sent by the key that signed the request, by its name (the deprecated sender still says $sas).
+            #expect(outcome.principal == Principal(hubKey: NHFixture.secret(full).name) && outcome.sender == "$sas")
 
             let pushes = fixture.double.requests.filter { $0.path.hasPrefix("/3/device/") }
             #expect(pushes.count == 3)

@@ -40,8 +40,8 @@ extension Outbox {
         }
         return Outcome(
             notificationID: id, state: row.state, platforms: platforms, createdAtUnixMs: row.createdAt,
-            sender: row.sender, hub: row.hub, startedAtUnixMs: row.startedAt, finishedAtUnixMs: row.finishedAt,
-            originalBody: row.originalBody)
+            sender: Principal.legacySender(stored: row.sender), hub: row.hub, startedAtUnixMs: row.startedAt,
+            finishedAtUnixMs: row.finishedAt, originalBody: row.originalBody, principal: Principal(stored: row.sender))
     }
 
     /// The outbox entries of send `id`, in outbox order, with the same visibility as

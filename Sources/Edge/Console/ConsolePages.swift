@@ -288,7 +288,7 @@ extension ConsoleRoutes {
             ConsoleView.Sends.Row(
                 id: outcome.notificationID, path: "\(hubPath)/sends/\(outcome.notificationID)",
                 state: OutcomeBody.state(outcome.state), created: ConsolePage.time(outcome.createdAtUnixMs),
-                sender: outcome.sender,
+                sender: outcome.senderName,
                 counts: outcome.platforms.map {
                     "\($0.platform.name): \($0.success) ok, \($0.failure) failed"
                         + ($0.pending > 0 ? ", \($0.pending) pending" : "")
@@ -336,7 +336,7 @@ extension ConsoleRoutes {
         return ConsolePage.render(
             "outcome", title: "Send \(id)", session: session,
             view: ConsoleView.Outcome(
-                id: id, state: OutcomeBody.state(outcome.state), live: live, sender: outcome.sender,
+                id: id, state: OutcomeBody.state(outcome.state), live: live, sender: outcome.senderName,
                 created: ConsolePage.time(outcome.createdAtUnixMs),
                 started: ConsolePage.time(outcome.startedAtUnixMs).nonEmpty,
                 finished: ConsolePage.time(outcome.finishedAtUnixMs).nonEmpty,
@@ -504,7 +504,7 @@ struct TestSendForm {
 
     /// Dispatch's request for an alert or a template send.
     func request(payloads: [NativePayload], hub: String, sender: String) throws -> SendRequest {
-        var request = SendRequest(payloads: payloads, sender: sender, hub: hub)
+        var request = SendRequest(payloads: payloads, hub: hub, principal: Principal(user: sender))
         switch target {
         case "user": request.targetUser = user
         case "tag": request.targetTag = tag

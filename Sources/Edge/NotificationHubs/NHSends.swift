@@ -25,8 +25,8 @@ extension NotificationHubsRoutes {
     /// in `ServiceBusNotification-DeviceHandle`; `?test` reaches at most 10 devices and answers
     /// their results. 201 with `Location: …/{hub}/messages/{id}?api-version=…` on every send.
     func nhSend(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: .send)
-        var send = try await nhSendRequest(request, hub: hub)
+        let (hub, answer) = try await authorizeSASAnswer(request, context, needs: .send)
+        var send = try await nhSendRequest(request, hub: hub, key: answer.keyName)
         let test = request.uri.queryParameters.get("test").map { $0.lowercased() != "false" } ?? false
         if test { send.maxDevices = Int32(clamping: Self.nhTestDevices) }
         let outcome = try await sendAnswer(send, context)
@@ -43,7 +43,7 @@ extension NotificationHubsRoutes {
     /// 201 with `Location: …/{hub}/schedulednotifications/{id}?api-version=…`; the id's telemetry
     /// says `Scheduled` until then.
     func schedule(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: .send)
+        let (hub, answer) = try await authorizeSASAnswer(request, context, needs: .send)
         guard let text = request.headers[.nhScheduleTime] else {
             throw EdgeError(
                 .badRequest, "a scheduled send needs ServiceBusNotification-ScheduleTime, e.g. 2030-01-01T08:00:00Z")
@@ -52,7 +52,7 @@ extension NotificationHubsRoutes {
             throw EdgeError(
                 .badRequest, "ServiceBusNotification-ScheduleTime \(text.prefix(64)) is not an ISO 8601 time")
         }
-        var send = try await nhSendRequest(request, hub: hub)
+        var send = try await nhSendRequest(request, hub: hub, key: answer.keyName)
         send.scheduledAtUnixMs = time
         let outcome = try await sendAnswer(send, context)
         var response = Self.nhEmpty(.created)
@@ -81,7 +81,7 @@ extension NotificationHubsRoutes {
     /// `POST /{hub}/messages/$batch?direct` (Send): one notification to up to 1000 handles, as
     /// multipart/mixed with a `notification` part and a `devices` part (a JSON array of handles).
     func sendBatch(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await authorizeSAS(request, context, needs: .send)
+        let (hub, answer) = try await authorizeSASAnswer(request, context, needs: .send)
         guard request.uri.queryParameters.get("direct") != nil else {
             throw EdgeError(.badRequest, "a batch send is a direct send: POST /{hub}/messages/$batch?direct")
         }
@@ -97,8 +97,8 @@ extension NotificationHubsRoutes {
         let payload = try Self.nhPayload(headers, body: Data(parts.notification))
         let outcome = try await sendAnswer(
             SendRequest(
-                payloads: [payload], sender: Names.nhSender, hub: hub, deviceHandles: parts.devices,
-                originalBody: parts.notification),
+                payloads: [payload], hub: hub, deviceHandles: parts.devices, originalBody: parts.notification,
+                principal: Principal(hubKey: answer.keyName)),
             context)
         var response = Self.nhEmpty(.created)
         // NH's recorded answer is `…/messages/$batch/{id}`, which breaks the JS SDK (it takes path
@@ -129,10 +129,11 @@ extension NotificationHubsRoutes {
     // MARK: parts
 
     /// The send an NH request asks for: its payload (``nhPayload(_:body:)``) and target: `?direct`
-    /// with the device handle, `ServiceBusNotification-Tags`, or every device of the hub.
-    private func nhSendRequest(_ request: Request, hub: String) async throws -> SendRequest {
+    /// with the device handle, `ServiceBusNotification-Tags`, or every device of the hub; sent by
+    /// the hub's `key` (the SAS token's key name).
+    private func nhSendRequest(_ request: Request, hub: String, key: String) async throws -> SendRequest {
         let body = try await nhBody(request)
-        var send = SendRequest(sender: Names.nhSender, hub: hub, originalBody: [UInt8](body))
+        var send = SendRequest(hub: hub, originalBody: [UInt8](body), principal: Principal(hubKey: key))
         let format = request.headers[.nhFormat] ?? ""
         let direct = request.uri.queryParameters.get("direct") != nil
         if format.isEmpty, direct {

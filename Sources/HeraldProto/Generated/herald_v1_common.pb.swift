@@ -110,6 +110,64 @@ public enum ReadScope: RawRepresentable, Hashable, Sendable, CustomStringConvert
     }
 }
 
+/// Who a request acts for, as the caller authenticated it: a signed-in user, or a hub's shared
+/// access key (a Notification Hubs SAS token). Exactly one field is set; a service refuses both
+/// with INVALID_ARGUMENT. (A message with a check rather than a oneof: Herald's Swift generator
+/// reads no oneof, proto/README.md.)
+public struct Principal: HeraldMessage {
+    /// The user's name.
+    public var user: String
+    /// The key's name (e.g. DefaultFullSharedAccessSignature), on the request's hub.
+    public var hubKey: String
+
+    public init(user: String = "", hubKey: String = "") {
+        self.user = user
+        self.hubKey = hubKey
+    }
+
+    public init() {
+        self.user = ""
+        self.hubKey = ""
+    }
+
+    public static let protoName = "herald.v1.Principal"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension Principal: CBacked {
+    typealias CType = Herald__V1__Principal
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.user = CBridge.string(m.user)
+        self.hubKey = CBridge.string(m.hub_key)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__principal__init(p)
+        p.pointee.user = try arena.string(self.user, field: "herald.v1.Principal.user")
+        p.pointee.hub_key = try arena.string(self.hubKey, field: "herald.v1.Principal.hub_key")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__principal__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__principal__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__principal__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__principal__free_unpacked(p, nil) }
+}
+
 /// Request of each service's ResetForTests.
 public struct ResetForTestsRequest: HeraldMessage {
     public init() {}

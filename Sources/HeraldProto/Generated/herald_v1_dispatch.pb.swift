@@ -527,7 +527,8 @@ public struct SendRequest: HeraldMessage {
     public var targetTag: String
     /// At most one payload per platform; devices on other platforms are skipped.
     public var payloads: [NativePayload]
-    /// The authenticated sender, for audit and logs.
+    /// Deprecated: `principal`. The sending user's name, or "$sas" for a hub's key; read only when
+    /// `principal` is unset, until 2027-03-01 (proto/README.md).
     public var sender: String
     /// The hub whose devices and credentials to use; empty means "default".
     public var hub: String
@@ -558,8 +559,11 @@ public struct SendRequest: HeraldMessage {
     /// in Outcome.original_body: Notification Hubs' telemetry shows it as NotificationBody. At most
     /// 64 KiB (INVALID_ARGUMENT beyond); empty when the caller keeps none.
     public var originalBody: [UInt8]
+    /// Who sends it, as the caller authenticated it (for audit, logs and Outcome.principal): a user,
+    /// whose own sends GetOutcome's `requester` may read, or a hub's key (Notification Hubs' sends).
+    public var principal: Principal?
 
-    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false, deviceHandles: [String] = [], maxDevices: Int32 = 0, scheduledAtUnixMs: Int64 = 0, templateSend: Bool = false, templateProperties: [Setting] = [], originalBody: [UInt8] = []) {
+    public init(targetUser: String = "", targetTag: String = "", payloads: [NativePayload] = [], sender: String = "", hub: String = "", broadcast: Bool = false, deviceHandles: [String] = [], maxDevices: Int32 = 0, scheduledAtUnixMs: Int64 = 0, templateSend: Bool = false, templateProperties: [Setting] = [], originalBody: [UInt8] = [], principal: Principal? = nil) {
         self.targetUser = targetUser
         self.targetTag = targetTag
         self.payloads = payloads
@@ -572,6 +576,7 @@ public struct SendRequest: HeraldMessage {
         self.templateSend = templateSend
         self.templateProperties = templateProperties
         self.originalBody = originalBody
+        self.principal = principal
     }
 
     public init() {
@@ -587,6 +592,7 @@ public struct SendRequest: HeraldMessage {
         self.templateSend = false
         self.templateProperties = []
         self.originalBody = []
+        self.principal = nil
     }
 
     public static let protoName = "herald.v1.SendRequest"
@@ -617,6 +623,7 @@ extension SendRequest: CBacked {
         self.templateSend = m.template_send != 0
         self.templateProperties = (0..<m.n_template_properties).map { Setting(_c: m.template_properties[$0]!) }
         self.originalBody = CBridge.bytes(m.original_body)
+        self.principal = m.principal.map { Principal(_c: $0) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -637,6 +644,7 @@ extension SendRequest: CBacked {
         p.pointee.n_template_properties = self.templateProperties.count
         p.pointee.template_properties = arena.array(try self.templateProperties.map { Optional(try $0._toC(arena)) })
         p.pointee.original_body = arena.binary(self.originalBody)
+        p.pointee.principal = try self.principal?._toC(arena)
         return p
     }
 
@@ -1096,7 +1104,8 @@ public struct Outcome: HeraldMessage {
     public var platforms: [PlatformOutcome]
     /// When Send accepted it, Unix epoch milliseconds.
     public var createdAtUnixMs: Int64
-    /// Who sent it (SendRequest.sender).
+    /// Deprecated: `principal`. The sending user's name, or "$sas" for a hub's key; written until
+    /// 2027-03-01 (proto/README.md).
     public var sender: String
     /// The hub it was sent on.
     public var hub: String
@@ -1107,8 +1116,11 @@ public struct Outcome: HeraldMessage {
     public var finishedAtUnixMs: Int64
     /// SendRequest.original_body; set in GetOutcome's answer only (Send and the lists leave it empty).
     public var originalBody: [UInt8]
+    /// Who sent it (SendRequest.principal). A hub key's name is empty for a send stored before
+    /// Herald recorded it.
+    public var principal: Principal?
 
-    public init(notificationID: String = "", state: OutcomeState = OutcomeState(rawValue: 0), platforms: [PlatformOutcome] = [], createdAtUnixMs: Int64 = 0, sender: String = "", hub: String = "", startedAtUnixMs: Int64 = 0, finishedAtUnixMs: Int64 = 0, originalBody: [UInt8] = []) {
+    public init(notificationID: String = "", state: OutcomeState = OutcomeState(rawValue: 0), platforms: [PlatformOutcome] = [], createdAtUnixMs: Int64 = 0, sender: String = "", hub: String = "", startedAtUnixMs: Int64 = 0, finishedAtUnixMs: Int64 = 0, originalBody: [UInt8] = [], principal: Principal? = nil) {
         self.notificationID = notificationID
         self.state = state
         self.platforms = platforms
@@ -1118,6 +1130,7 @@ public struct Outcome: HeraldMessage {
         self.startedAtUnixMs = startedAtUnixMs
         self.finishedAtUnixMs = finishedAtUnixMs
         self.originalBody = originalBody
+        self.principal = principal
     }
 
     public init() {
@@ -1130,6 +1143,7 @@ public struct Outcome: HeraldMessage {
         self.startedAtUnixMs = 0
         self.finishedAtUnixMs = 0
         self.originalBody = []
+        self.principal = nil
     }
 
     public static let protoName = "herald.v1.Outcome"
@@ -1157,6 +1171,7 @@ extension Outcome: CBacked {
         self.startedAtUnixMs = m.started_at_unix_ms
         self.finishedAtUnixMs = m.finished_at_unix_ms
         self.originalBody = CBridge.bytes(m.original_body)
+        self.principal = m.principal.map { Principal(_c: $0) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1172,6 +1187,7 @@ extension Outcome: CBacked {
         p.pointee.started_at_unix_ms = self.startedAtUnixMs
         p.pointee.finished_at_unix_ms = self.finishedAtUnixMs
         p.pointee.original_body = arena.binary(self.originalBody)
+        p.pointee.principal = try self.principal?._toC(arena)
         return p
     }
 

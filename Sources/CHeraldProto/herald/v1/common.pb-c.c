@@ -7,6 +7,51 @@
 #endif
 
 #include "herald/v1/common.pb-c.h"
+void   herald__v1__principal__init
+                     (Herald__V1__Principal         *message)
+{
+  static const Herald__V1__Principal init_value = HERALD__V1__PRINCIPAL__INIT;
+  *message = init_value;
+}
+size_t herald__v1__principal__get_packed_size
+                     (const Herald__V1__Principal *message)
+{
+  assert(message->base.descriptor == &herald__v1__principal__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__principal__pack
+                     (const Herald__V1__Principal *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__principal__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__principal__pack_to_buffer
+                     (const Herald__V1__Principal *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__principal__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__Principal *
+       herald__v1__principal__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__Principal *)
+     protobuf_c_message_unpack (&herald__v1__principal__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__principal__free_unpacked
+                     (Herald__V1__Principal *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__principal__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__reset_for_tests_request__init
                      (Herald__V1__ResetForTestsRequest         *message)
 {
@@ -322,6 +367,57 @@ void   herald__v1__export_page__free_unpacked
   assert(message->base.descriptor == &herald__v1__export_page__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+static const ProtobufCFieldDescriptor herald__v1__principal__field_descriptors[2] =
+{
+  {
+    "user",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Principal, user),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub_key",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Principal, hub_key),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__principal__field_indices_by_name[] = {
+  1,   /* field[1] = hub_key */
+  0,   /* field[0] = user */
+};
+static const ProtobufCIntRange herald__v1__principal__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor herald__v1__principal__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.Principal",
+  "Principal",
+  "Herald__V1__Principal",
+  "herald.v1",
+  sizeof(Herald__V1__Principal),
+  2,
+  herald__v1__principal__field_descriptors,
+  herald__v1__principal__field_indices_by_name,
+  1,  herald__v1__principal__number_ranges,
+  (ProtobufCMessageInit) herald__v1__principal__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 #define herald__v1__reset_for_tests_request__field_descriptors NULL
 #define herald__v1__reset_for_tests_request__field_indices_by_name NULL
 #define herald__v1__reset_for_tests_request__number_ranges NULL

@@ -1976,7 +1976,7 @@ const ProtobufCMessageDescriptor herald__v1__native_payload__descriptor =
   (ProtobufCMessageInit) herald__v1__native_payload__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[12] =
+static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptors[13] =
 {
   {
     "target_user",
@@ -2122,6 +2122,18 @@ static const ProtobufCFieldDescriptor herald__v1__send_request__field_descriptor
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "principal",
+    13,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__SendRequest, principal),
+    &herald__v1__principal__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__send_request__field_indices_by_name[] = {
   5,   /* field[5] = broadcast */
@@ -2130,6 +2142,7 @@ static const unsigned herald__v1__send_request__field_indices_by_name[] = {
   7,   /* field[7] = max_devices */
   11,   /* field[11] = original_body */
   2,   /* field[2] = payloads */
+  12,   /* field[12] = principal */
   8,   /* field[8] = scheduled_at_unix_ms */
   3,   /* field[3] = sender */
   1,   /* field[1] = target_tag */
@@ -2140,7 +2153,7 @@ static const unsigned herald__v1__send_request__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__send_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 12 }
+  { 0, 13 }
 };
 const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
 {
@@ -2150,7 +2163,7 @@ const ProtobufCMessageDescriptor herald__v1__send_request__descriptor =
   "Herald__V1__SendRequest",
   "herald.v1",
   sizeof(Herald__V1__SendRequest),
-  12,
+  13,
   herald__v1__send_request__field_descriptors,
   herald__v1__send_request__field_indices_by_name,
   1,  herald__v1__send_request__number_ranges,
@@ -2684,7 +2697,7 @@ const ProtobufCMessageDescriptor herald__v1__list_deliveries_response__descripto
   (ProtobufCMessageInit) herald__v1__list_deliveries_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[9] =
+static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[10] =
 {
   {
     "notification_id",
@@ -2794,6 +2807,18 @@ static const ProtobufCFieldDescriptor herald__v1__outcome__field_descriptors[9] 
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "principal",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__Outcome, principal),
+    &herald__v1__principal__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__outcome__field_indices_by_name[] = {
   3,   /* field[3] = created_at_unix_ms */
@@ -2802,6 +2827,7 @@ static const unsigned herald__v1__outcome__field_indices_by_name[] = {
   0,   /* field[0] = notification_id */
   8,   /* field[8] = original_body */
   2,   /* field[2] = platforms */
+  9,   /* field[9] = principal */
   4,   /* field[4] = sender */
   6,   /* field[6] = started_at_unix_ms */
   1,   /* field[1] = state */
@@ -2809,7 +2835,7 @@ static const unsigned herald__v1__outcome__field_indices_by_name[] = {
 static const ProtobufCIntRange herald__v1__outcome__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 9 }
+  { 0, 10 }
 };
 const ProtobufCMessageDescriptor herald__v1__outcome__descriptor =
 {
@@ -2819,7 +2845,7 @@ const ProtobufCMessageDescriptor herald__v1__outcome__descriptor =
   "Herald__V1__Outcome",
   "herald.v1",
   sizeof(Herald__V1__Outcome),
-  9,
+  10,
   herald__v1__outcome__field_descriptors,
   herald__v1__outcome__field_indices_by_name,
   1,  herald__v1__outcome__number_ranges,

@@ -15,6 +15,7 @@ PROTOBUF_C__BEGIN_DECLS
 #endif
 
 
+typedef struct Herald__V1__Principal Herald__V1__Principal;
 typedef struct Herald__V1__ResetForTestsRequest Herald__V1__ResetForTestsRequest;
 typedef struct Herald__V1__ResetForTestsResponse Herald__V1__ResetForTestsResponse;
 typedef struct Herald__V1__EraseUserRequest Herald__V1__EraseUserRequest;
@@ -75,6 +76,29 @@ typedef enum _Herald__V1__ReadScope {
 } Herald__V1__ReadScope;
 
 /* --- messages --- */
+
+/*
+ * Who a request acts for, as the caller authenticated it: a signed-in user, or a hub's shared
+ * access key (a Notification Hubs SAS token). Exactly one field is set; a service refuses both
+ * with INVALID_ARGUMENT. (A message with a check rather than a oneof: Herald's Swift generator
+ * reads no oneof, proto/README.md.)
+ */
+struct  Herald__V1__Principal
+{
+  ProtobufCMessage base;
+  /*
+   * The user's name.
+   */
+  char *user;
+  /*
+   * The key's name (e.g. DefaultFullSharedAccessSignature), on the request's hub.
+   */
+  char *hub_key;
+};
+#define HERALD__V1__PRINCIPAL__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__principal__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
 
 /*
  * Request of each service's ResetForTests.
@@ -192,6 +216,25 @@ struct  Herald__V1__ExportPage
     , 0,NULL, (char *)protobuf_c_empty_string }
 
 
+/* Herald__V1__Principal methods */
+void   herald__v1__principal__init
+                     (Herald__V1__Principal         *message);
+size_t herald__v1__principal__get_packed_size
+                     (const Herald__V1__Principal   *message);
+size_t herald__v1__principal__pack
+                     (const Herald__V1__Principal   *message,
+                      uint8_t             *out);
+size_t herald__v1__principal__pack_to_buffer
+                     (const Herald__V1__Principal   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__Principal *
+       herald__v1__principal__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__principal__free_unpacked
+                     (Herald__V1__Principal *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__ResetForTestsRequest methods */
 void   herald__v1__reset_for_tests_request__init
                      (Herald__V1__ResetForTestsRequest         *message);
@@ -327,6 +370,9 @@ void   herald__v1__export_page__free_unpacked
                       ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
+typedef void (*Herald__V1__Principal_Closure)
+                 (const Herald__V1__Principal *message,
+                  void *closure_data);
 typedef void (*Herald__V1__ResetForTestsRequest_Closure)
                  (const Herald__V1__ResetForTestsRequest *message,
                   void *closure_data);
@@ -356,6 +402,7 @@ typedef void (*Herald__V1__ExportPage_Closure)
 
 extern const ProtobufCEnumDescriptor    herald__v1__platform__descriptor;
 extern const ProtobufCEnumDescriptor    herald__v1__read_scope__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__principal__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__reset_for_tests_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__reset_for_tests_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__erase_user_request__descriptor;

@@ -307,7 +307,8 @@ struct  Herald__V1__SendRequest
   size_t n_payloads;
   Herald__V1__NativePayload **payloads;
   /*
-   * The authenticated sender, for audit and logs.
+   * Deprecated: `principal`. The sending user's name, or "$sas" for a hub's key; read only when
+   * `principal` is unset, until 2027-03-01 (proto/README.md).
    */
   char *sender;
   /*
@@ -355,10 +356,15 @@ struct  Herald__V1__SendRequest
    * 64 KiB (INVALID_ARGUMENT beyond); empty when the caller keeps none.
    */
   ProtobufCBinaryData original_body;
+  /*
+   * Who sends it, as the caller authenticated it (for audit, logs and Outcome.principal): a user,
+   * whose own sends GetOutcome's `requester` may read, or a hub's key (Notification Hubs' sends).
+   */
+  Herald__V1__Principal *principal;
 };
 #define HERALD__V1__SEND_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__send_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0,NULL, 0, 0, 0, 0,NULL, {0,NULL} }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0,NULL, 0, 0, 0, 0,NULL, {0,NULL}, NULL }
 
 
 /*
@@ -577,7 +583,8 @@ struct  Herald__V1__Outcome
    */
   int64_t created_at_unix_ms;
   /*
-   * Who sent it (SendRequest.sender).
+   * Deprecated: `principal`. The sending user's name, or "$sas" for a hub's key; written until
+   * 2027-03-01 (proto/README.md).
    */
   char *sender;
   /*
@@ -597,10 +604,15 @@ struct  Herald__V1__Outcome
    * SendRequest.original_body; set in GetOutcome's answer only (Send and the lists leave it empty).
    */
   ProtobufCBinaryData original_body;
+  /*
+   * Who sent it (SendRequest.principal). A hub key's name is empty for a send stored before
+   * Herald recorded it.
+   */
+  Herald__V1__Principal *principal;
 };
 #define HERALD__V1__OUTCOME__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__outcome__descriptor) \
-    , (char *)protobuf_c_empty_string, HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, {0,NULL} }
+    , (char *)protobuf_c_empty_string, HERALD__V1__OUTCOME_STATE__OUTCOME_STATE_UNSPECIFIED, 0,NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, {0,NULL}, NULL }
 
 
 /*
