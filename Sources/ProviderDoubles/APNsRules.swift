@@ -122,7 +122,8 @@ public enum APNsRules {
         return nil
     }
 
-    /// 8-4-4-4-12 hex digits, either case (what `UUID(uuidString:)` reads), checked in place.
+    /// 8-4-4-4-12 hex digits, either case: a UUID's canonical text, checked in place. (Not
+    /// Foundation's `UUID(uuidString:)`, which on Linux also reads a space or a dash for a digit.)
     static func isUUID(_ text: String) -> Bool {
         var at = 0
         for byte in text.utf8 {
