@@ -16,17 +16,7 @@ struct HubCredentialStoreTests {
     static func withStore(
         _ backend: StoreBackend, _ body: (HubCredentialStore, any SQLDatabase) async throws -> Void
     ) async throws {
-        switch backend {
-        case .sqlite:
-            let db = try SQLiteDatabase.inMemory()
-            _ = try Outbox(db: db)
-            try await body(HubCredentialStore(db: db), db)
-        case .postgres:
-            try await TestDatabases.withPostgres(service: "dispatch") { db in
-                _ = try await Outbox(postgres: db, replica: "a")
-                try await body(HubCredentialStore(db: db.sql), db.sql)
-            }
-        }
+        try await withOutbox(backend) { fixture in try await body(HubCredentialStore(db: fixture.db), fixture.db) }
     }
 
     static let apns = try! SetHubCredentialsRequest(

@@ -18,6 +18,8 @@ struct OutboxFixture {
     let outbox: Outbox
     let inbox: InboxProvider
     let replica: (@Sendable (String) async throws -> Outbox)?
+    /// The migrated database itself (hubs' credentials share it; rows written by hand).
+    let db: any SQLDatabase
 }
 
 func withOutbox(
@@ -29,14 +31,16 @@ func withOutbox(
         let db = try SQLiteDatabase.inMemory()
         try await body(
             OutboxFixture(
-                outbox: try Outbox(db: db, lease: lease, now: now), inbox: try InboxProvider(db: db), replica: nil))
+                outbox: try Outbox(db: db, lease: lease, now: now), inbox: try InboxProvider(db: db), replica: nil,
+                db: db))
     case .postgres:
         try await TestDatabases.withPostgres(service: "dispatch") { db in
             let make: @Sendable (String) async throws -> Outbox = { name in
                 try await Outbox(postgres: db, replica: name, lease: lease, now: now)
             }
             try await body(
-                OutboxFixture(outbox: try await make("replica-a"), inbox: InboxProvider(postgres: db), replica: make))
+                OutboxFixture(
+                    outbox: try await make("replica-a"), inbox: InboxProvider(postgres: db), replica: make, db: db.sql))
         }
     }
 }
