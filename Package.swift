@@ -423,6 +423,15 @@ let package = Package(
                 name: "NotificationHubsTests", dependencies: ["NotificationHubs", "HeraldModel", "HeraldProto"],
                 swiftSettings: swiftSettings),
             .testTarget(
+                name: "HeraldTelemetryTests",
+                dependencies: [
+                    "HeraldTelemetry", "HeraldModel", "HeraldTestSupport",
+                    .product(name: "Tracing", package: "swift-distributed-tracing"),
+                    .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+                ],
+                swiftSettings: swiftSettings
+            ),
+            .testTarget(
                 name: "HeraldRPCTests",
                 dependencies: [
                     "HeraldRPC", "HeraldTelemetry", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL",

@@ -69,14 +69,22 @@ public struct TracingConfiguration: Sendable, Equatable {
         timeout = .milliseconds(try number("OTEL_EXPORTER_OTLP_TIMEOUT", default: 10_000, range: 1...600_000))
         serviceName = value("OTEL_SERVICE_NAME") ?? defaultServiceName
         resource = Self.pairs(value("OTEL_RESOURCE_ATTRIBUTES"))
-        let argument = value("OTEL_TRACES_SAMPLER_ARG").flatMap(Double.init) ?? 1
+        // The ratio samplers' argument (the specification's default: 1). Read only by them, and
+        // refused rather than read as 1 when it is not a ratio: a typo must not sample everything.
+        func ratio() throws -> Double {
+            guard let text = value("OTEL_TRACES_SAMPLER_ARG") else { return 1 }
+            guard let ratio = Double(text), (0...1).contains(ratio) else {
+                throw ConfigError("OTEL_TRACES_SAMPLER_ARG=\(text) is not a ratio from 0 to 1")
+            }
+            return ratio
+        }
         switch value("OTEL_TRACES_SAMPLER")?.lowercased() ?? "parentbased_always_on" {
         case "always_on": (sampler, parentBased) = (.always, false)
         case "always_off": (sampler, parentBased) = (.never, false)
-        case "traceidratio": (sampler, parentBased) = (.ratio(argument), false)
+        case "traceidratio": (sampler, parentBased) = (.ratio(try ratio()), false)
         case "parentbased_always_on": (sampler, parentBased) = (.always, true)
         case "parentbased_always_off": (sampler, parentBased) = (.never, true)
-        case "parentbased_traceidratio": (sampler, parentBased) = (.ratio(argument), true)
+        case "parentbased_traceidratio": (sampler, parentBased) = (.ratio(try ratio()), true)
         case let other: throw ConfigError("OTEL_TRACES_SAMPLER=\(other) is not one Herald knows")
         }
         scheduleDelay = .milliseconds(try number("OTEL_BSP_SCHEDULE_DELAY", default: 5000, range: 1...600_000))
