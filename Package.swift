@@ -490,6 +490,7 @@ let package = Package(
                     .product(name: "NIOPosix", package: "swift-nio"),
                     .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                     .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                    .product(name: "NIOHTTP1", package: "swift-nio"),
                 ],
                 swiftSettings: swiftSettings
             ),

@@ -207,12 +207,25 @@ public struct APNsSender: PushSender {
             return .unregistered(status: 400, reason: reason, since: 0)
         case (410, _):
             // Unregistered / ExpiredToken: `timestamp` (ms) is when the token stopped being valid.
-            let since = (answer.json?["timestamp"] as? NSNumber)?.int64Value ?? 0
-            return .unregistered(status: 410, reason: reason, since: since)
+            return .unregistered(status: 410, reason: reason, since: invalidSince(answer.json?["timestamp"]))
         case (403, "ExpiredProviderToken"):
             return .retry(status: 403, reason: reason, after: nil)
         default:
             return PushHTTP.generic(answer, reason: reason)
         }
+    }
+
+    /// Latest `timestamp` taken: 2100-01-01 in Unix ms.
+    static let latestTimestamp: Double = 4_102_444_800_000
+
+    /// A 410's `timestamp` as registration's `invalid_since_unix_ms`: a whole number of
+    /// milliseconds from 1970 to 2100, else 0 (unknown: every registration of the token goes).
+    /// `NSNumber.int64Value` wrapped 1e300 or 2⁶³ to a negative time, before which no registration
+    /// was ever updated, so a dead token was kept and pushed to forever.
+    static func invalidSince(_ timestamp: Any?) -> Int64 {
+        guard let number = timestamp as? NSNumber else { return 0 }
+        let value = number.doubleValue
+        guard value >= 0, value <= latestTimestamp, value == value.rounded(.towardZero) else { return 0 }
+        return Int64(value)
     }
 }
