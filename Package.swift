@@ -463,6 +463,11 @@ let package = Package(
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                     .product(name: "GRDB", package: "GRDB.swift"),
                     .product(name: "PostgresNIO", package: "postgres-nio"),
+                    .product(name: "Metrics", package: "swift-metrics"),
+                    .product(name: "NIOCore", package: "swift-nio"),
+                    .product(name: "NIOEmbedded", package: "swift-nio"),
+                    .product(name: "NIOHTTP1", package: "swift-nio"),
+                    .product(name: "NIOPosix", package: "swift-nio"),
                 ],
                 swiftSettings: swiftSettings
             ),

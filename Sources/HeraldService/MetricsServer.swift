@@ -55,8 +55,8 @@ public struct MetricsServer: Service {
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.pipeline.configureHTTPServerPipeline().flatMap {
-                    channel.pipeline.addHandler(MetricsHTTPHandler())
+                channel.eventLoop.makeCompletedFuture {
+                    try MetricsHTTPHandler.configure(channel.pipeline.syncOperations)
                 }
             }
             .bind(host: host, port: port).get()
@@ -69,11 +69,32 @@ public struct MetricsServer: Service {
     }
 }
 
-/// Answers `GET /metrics` with the registry's text, anything else with 404.
+/// Answers `GET /metrics` with the registry's text, anything else with 404; closes on an error.
 final class MetricsHTTPHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
     private var path = ""
+
+    /// A connection that sends nothing for this long is closed: a scraper asks every 15 to 60 s,
+    /// and connections left open by anything else must not pile up.
+    static let idleTimeout = TimeAmount.minutes(2)
+
+    /// A connection's pipeline: NIO's HTTP/1 server handlers, the idle timer, this handler.
+    static func configure(_ pipeline: ChannelPipeline.SynchronousOperations, idleTimeout: TimeAmount = idleTimeout)
+        throws
+    {
+        try pipeline.configureHTTPServerPipeline()
+        try pipeline.addHandler(IdleStateHandler(allTimeout: idleTimeout))
+        try pipeline.addHandler(MetricsHTTPHandler())
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent {
+            context.close(promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
@@ -95,5 +116,11 @@ final class MetricsHTTPHandler: ChannelInboundHandler, @unchecked Sendable {
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
             context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         }
+    }
+
+    /// A request NIO's parser refused has had its 400 (`configureHTTPServerPipeline`'s error
+    /// handler); the connection then closes rather than stay open with a parser that reads nothing.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
     }
 }
