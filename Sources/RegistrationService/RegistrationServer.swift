@@ -185,7 +185,11 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         let limit = request.limit == 0 ? 100 : Int(request.limit)
         var after = ""
         if !request.continuationToken.isEmpty {
-            guard let decoded = Self.base64URLDecode(request.continuationToken) else {
+            guard request.continuationToken.utf8.count <= 1024,
+                let decoded = Base64URL.decode(request.continuationToken).flatMap({
+                    String(validating: $0, as: UTF8.self)
+                })
+            else {
                 throw ServiceError.invalidArgument("continuationToken is not one this service gave")
             }
             after = decoded
@@ -199,7 +203,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         let shown = page.prefix(limit)
         return ListInstallationsResponse(
             installations: try shown.map { try $0.json() },
-            continuationToken: more ? Self.base64URLEncode(shown.last?.installationID ?? "") : "")
+            continuationToken: more ? Base64URL.encode((shown.last?.installationID ?? "").utf8) : "")
     }
 
     // MARK: NH registrations
@@ -393,19 +397,6 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         context.logger.notice(
             "hub devices deleted", metadata: ["herald.hub": "\(request.hub)", "herald.count": "\(deleted)"])
         return DeleteHubDevicesResponse(deleted: Int64(deleted))
-    }
-
-    static func base64URLEncode(_ text: String) -> String {
-        Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(
-            of: "/", with: "_"
-        )
-        .replacingOccurrences(of: "=", with: "")
-    }
-
-    static func base64URLDecode(_ token: String) -> String? {
-        var text = token.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while text.count % 4 != 0 { text += "=" }
-        return Data(base64Encoded: text).flatMap { String(data: $0, encoding: .utf8) }
     }
 
     private static func requireOwner(_ owner: String) throws {

@@ -1,0 +1,344 @@
+import Foundation
+import HeraldModel
+import HeraldProto
+import HeraldRPC
+import HeraldTestSupport
+import Logging
+import NotificationHubs
+import Testing
+
+@testable import RegistrationService
+
+/// herald-registration's RPC handlers, called as the method table calls them: what any gRPC
+/// client may send (bounds, ids, pages, tokens), answered with a status and a message, never more
+/// rows than asked. Who may read what is EdgeTests.ReadScopeTests'; the store's rules are the
+/// store tests'.
+@Suite("registration handlers")
+struct RegistrationHandlersTests {
+    static let context = RPCContext(requestID: "handlers", method: "test", logger: Logger(label: "test"))
+    static let hosts = RegistrationRules.PushHosts(wns: ["notify.windows.com"], webPush: ["fcm.googleapis.com"])
+
+    static func token(_ n: Int) -> String { String(format: "%064x", n) }
+
+    static func installation(_ id: String, token: Int = 1, user: String? = nil, tags: [String] = []) -> [UInt8] {
+        var object: [String: Any] = ["installationId": id, "platform": "apns", "pushChannel": Self.token(token)]
+        if let user { object["userId"] = user }
+        if !tags.isEmpty { object["tags"] = tags }
+        return [UInt8]((try? jsonData(object)) ?? Data())
+    }
+
+    /// The handlers over a fresh SQLite store.
+    static func withHandlers(testMode: Bool = false, _ body: (RegistrationHandlers) async throws -> Void)
+        async throws
+    {
+        try await withRegistrationStore(.sqlite) { store in
+            try await body(RegistrationHandlers(store: store, hosts: hosts, testMode: testMode))
+        }
+    }
+
+    /// The code of the ServiceError `call` throws, nil when it succeeds.
+    static func code(_ call: () async throws -> some Any) async -> StatusCode? {
+        do {
+            _ = try await call()
+            return nil
+        } catch let error as ServiceError {
+            return error.code
+        } catch {
+            return .unknown
+        }
+    }
+
+    @Test("installations list a page at a time: the token goes on where the page ended; a forged one is refused")
+    func installationPages() async throws {
+        try await Self.withHandlers { handlers in
+            for n in 0..<7 {
+                _ = try await handlers.putInstallation(
+                    PutInstallationRequest(
+                        hub: "h", installationID: "i\(n)", json: Self.installation("i\(n)", token: n)),
+                    context: Self.context)
+            }
+            var seen: [String] = []
+            var token = ""
+            var pages = 0
+            repeat {
+                let page = try await handlers.listInstallations(
+                    ListInstallationsRequest(hub: "h", continuationToken: token, limit: 3, scope: .hub),
+                    context: Self.context)
+                seen += try page.installations.map { bytes in
+                    let object = try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
+                    return object?["installationId"] as? String ?? "?"
+                }
+                token = page.continuationToken
+                pages += 1
+            } while !token.isEmpty && pages < 10
+            #expect(seen == (0..<7).map { "i\($0)" } && pages == 3)
+            for forged in ["%%%", "a", String(repeating: "A", count: 5)] {
+                #expect(
+                    await Self.code {
+                        try await handlers.listInstallations(
+                            ListInstallationsRequest(hub: "h", continuationToken: forged, scope: .hub),
+                            context: Self.context)
+                    } == .invalidArgument, "\(forged)")
+            }
+            for limit: Int32 in [-1, 1001] {
+                #expect(
+                    await Self.code {
+                        try await handlers.listInstallations(
+                            ListInstallationsRequest(hub: "h", limit: limit, scope: .hub), context: Self.context)
+                    } == .invalidArgument)
+            }
+            // Another hub's installations are another listing.
+            let other = try await handlers.listInstallations(
+                ListInstallationsRequest(hub: "other", scope: .hub), context: Self.context)
+            #expect(other.installations.isEmpty && other.continuationToken.isEmpty)
+        }
+    }
+
+    @Test("a PUT: the body names the path's id, the hub's limit holds for new ids and not for replacements")
+    func installationLimits() async throws {
+        try await Self.withHandlers { handlers in
+            func put(_ id: String, body: String? = nil, max: Int64 = 2) async -> StatusCode? {
+                await Self.code {
+                    try await handlers.putInstallation(
+                        PutInstallationRequest(
+                            hub: "h", installationID: id, json: Self.installation(body ?? id), maxInstallations: max),
+                        context: Self.context)
+                }
+            }
+            #expect(await put("a") == nil)
+            #expect(await put("b") == nil)
+            #expect(await put("c") == .resourceExhausted)
+            #expect(await put("a") == nil, "replacing one at the limit")
+            #expect(await put("d", body: "e") == .invalidArgument)
+            #expect(await put("d", max: -1) == .invalidArgument)
+            #expect(await put(String(repeating: "x", count: Installation.maxIDLength + 1)) == .invalidArgument)
+            #expect(await put("c", max: 0) == nil, "0 is no limit")
+            for id in ["", String(repeating: "x", count: Installation.maxIDLength + 1)] {
+                #expect(
+                    await Self.code {
+                        try await handlers.getInstallation(
+                            GetInstallationRequest(hub: "h", installationID: id), context: Self.context)
+                    } == .invalidArgument)
+            }
+            #expect(
+                await Self.code {
+                    try await handlers.getInstallation(
+                        GetInstallationRequest(hub: "h", installationID: "zz"), context: Self.context)
+                } == .notFound)
+            let absent = try await handlers.deleteInstallation(
+                DeleteInstallationRequest(hub: "h", installationID: "zz"), context: Self.context)
+            #expect(!absent.deleted)
+            let present = try await handlers.deleteInstallation(
+                DeleteInstallationRequest(hub: "h", installationID: "a"), context: Self.context)
+            #expect(present.deleted)
+        }
+    }
+
+    @Test(
+        "a PATCH of an unknown installation is NOT_FOUND; one that is not a patch is INVALID_ARGUMENT and changes nothing"
+    )
+    func patches() async throws {
+        try await Self.withHandlers { handlers in
+            _ = try await handlers.putInstallation(
+                PutInstallationRequest(hub: "h", installationID: "p", json: Self.installation("p", tags: ["a"])),
+                context: Self.context)
+            func patch(_ id: String, _ text: String) async -> StatusCode? {
+                await Self.code {
+                    try await handlers.patchInstallation(
+                        PatchInstallationRequest(hub: "h", installationID: id, patch: Array(text.utf8)),
+                        context: Self.context)
+                }
+            }
+            #expect(await patch("nope", #"[{"op":"add","path":"/tags","value":"b"}]"#) == .notFound)
+            for bad in [
+                "", "{}", #"[{"op":"move","path":"/tags"}]"#, #"[{"op":"add","path":"/installationId","value":"x"}]"#,
+                #"[{"op":"add","path":"/tags","value":"b"},{"op":"add","path":"/tags","value":"bad tag!"}]"#,
+            ] {
+                #expect(await patch("p", bad) == .invalidArgument, "\(bad)")
+            }
+            let stored = try await handlers.getInstallation(
+                GetInstallationRequest(hub: "h", installationID: "p"), context: Self.context)
+            let object = try JSONSerialization.jsonObject(with: Data(stored.json)) as? [String: Any]
+            #expect(object?["tags"] as? [String] == ["a"], "a refused patch left the installation as it was")
+            #expect(await patch("p", #"[{"op":"add","path":"/tags","value":"b"}]"#) == nil)
+        }
+    }
+
+    @Test("handles checked for a direct send: at most 1,000, each by its platform's rules, the first bad one named")
+    func checkHandles() async throws {
+        try await Self.withHandlers { handlers in
+            _ = try await handlers.checkHandles(
+                CheckHandlesRequest(platform: .apns, handles: (0..<1000).map(Self.token)), context: Self.context)
+            #expect(
+                await Self.code {
+                    try await handlers.checkHandles(
+                        CheckHandlesRequest(platform: .apns, handles: (0..<1001).map(Self.token)), context: Self.context
+                    )
+                } == .invalidArgument)
+            do {
+                _ = try await handlers.checkHandles(
+                    CheckHandlesRequest(
+                        platform: .wns,
+                        handles: ["https://x.notify.windows.com/?token=a", "https://evil.example/?token=a"]),
+                    context: Self.context)
+                Issue.record("a WNS channel on another host was taken")
+            } catch let error as ServiceError {
+                #expect(error.code == .invalidArgument && error.message.hasPrefix("device handle 2:"), "\(error)")
+            }
+            #expect(
+                await Self.code {
+                    try await handlers.checkHandles(
+                        CheckHandlesRequest(platform: .apns, handles: [String(repeating: "a", count: 4097)]),
+                        context: Self.context)
+                } == .invalidArgument)
+        }
+    }
+
+    @Test("tutorial calls name their owner; a handle is bounded; a dead handle's removal needs platform and handle")
+    func tutorialCalls() async throws {
+        try await Self.withHandlers { handlers in
+            #expect(
+                await Self.code {
+                    try await handlers.createRegistrationId(CreateRegistrationIdRequest(), context: Self.context)
+                } == .invalidArgument)
+            #expect(
+                await Self.code {
+                    try await handlers.createRegistrationId(
+                        CreateRegistrationIdRequest(owner: "u", handle: String(repeating: "a", count: 4097)),
+                        context: Self.context)
+                } == .invalidArgument)
+            for request in [
+                ListRegistrationsRequest(), ListRegistrationsRequest(owner: ""),
+            ] {
+                #expect(
+                    await Self.code { try await handlers.listRegistrations(request, context: Self.context) }
+                        == .invalidArgument)
+            }
+            #expect(
+                await Self.code {
+                    try await handlers.deleteRegistration(DeleteRegistrationRequest(), context: Self.context)
+                }
+                    == .invalidArgument)
+            for request in [
+                RemoveHandleRequest(handle: Self.token(1)), RemoveHandleRequest(platform: .apns),
+            ] {
+                #expect(
+                    await Self.code { try await handlers.removeHandle(request, context: Self.context) }
+                        == .invalidArgument)
+            }
+            let id = try await handlers.createRegistrationId(
+                CreateRegistrationIdRequest(owner: "u", handle: Self.token(9)), context: Self.context
+            ).registrationID
+            _ = try await handlers.upsertRegistration(
+                UpsertRegistrationRequest(owner: "u", registrationID: id, platform: .apns, handle: Self.token(9)),
+                context: Self.context)
+            #expect(
+                try await handlers.removeHandle(
+                    RemoveHandleRequest(platform: .apns, handle: Self.token(9)), context: Self.context
+                ).removed == 1)
+        }
+    }
+
+    @Test(
+        "erase and export name one user and at most one hub, with bounded ids; the default hub is never deleted whole")
+    func eraseBounds() async throws {
+        try await Self.withHandlers { handlers in
+            for (user, hub) in [
+                ("", "h"), (String(repeating: "u", count: 257), "h"), ("u", String(repeating: "h", count: 257)),
+            ] {
+                #expect(
+                    await Self.code {
+                        try await handlers.listUserDevices(
+                            ListUserDevicesRequest(user: user, hub: hub, limit: 10), context: Self.context)
+                    } == .invalidArgument)
+                #expect(
+                    await Self.code {
+                        try await handlers.eraseUserDevices(
+                            EraseUserDevicesRequest(user: user, hub: hub), context: Self.context)
+                    } == .invalidArgument)
+            }
+            #expect(
+                await Self.code {
+                    try await handlers.eraseUserDevices(
+                        EraseUserDevicesRequest(user: "u", registrationIds: [String(repeating: "r", count: 257)]),
+                        context: Self.context)
+                } == .invalidArgument)
+            #expect(
+                await Self.code {
+                    try await handlers.listUserDevices(
+                        ListUserDevicesRequest(user: "u", limit: 10, after: String(repeating: "a", count: 257)),
+                        context: Self.context)
+                } == .invalidArgument)
+            for limit: Int32 in [-1, 100_000] {
+                #expect(
+                    await Self.code {
+                        try await handlers.exportUserDevices(
+                            ExportUserRequest(user: "u", limit: limit), context: Self.context)
+                    } == .invalidArgument)
+            }
+            for hub in ["", Names.defaultHub] {
+                #expect(
+                    await Self.code {
+                        try await handlers.deleteHubDevices(DeleteHubDevicesRequest(hub: hub), context: Self.context)
+                    } == .failedPrecondition)
+            }
+            _ = try await handlers.putInstallation(
+                PutInstallationRequest(hub: "gone", installationID: "g", json: Self.installation("g")),
+                context: Self.context)
+            #expect(
+                try await handlers.deleteHubDevices(DeleteHubDevicesRequest(hub: "gone"), context: Self.context).deleted
+                    == 1)
+        }
+    }
+
+    @Test(
+        "the console's device list: its limit, its filters' sizes and a tag expression that does not parse are refused")
+    func deviceListBounds() async throws {
+        try await Self.withHandlers { handlers in
+            for request in [
+                ListDevicesRequest(hub: "h", limit: 501, scope: .hub),
+                ListDevicesRequest(hub: "h", limit: -1, scope: .hub),
+                ListDevicesRequest(hub: "h", user: String(repeating: "u", count: 257), scope: .hub),
+                ListDevicesRequest(hub: "h", handlePrefix: String(repeating: "a", count: 4097), scope: .hub),
+                ListDevicesRequest(hub: "h", afterID: String(repeating: "a", count: 257), scope: .hub),
+                ListDevicesRequest(hub: "h", tag: "a && (b", scope: .hub),
+            ] {
+                #expect(
+                    await Self.code { try await handlers.listDevices(request, context: Self.context) }
+                        == .invalidArgument)
+            }
+            for n in 0..<3 {
+                _ = try await handlers.putInstallation(
+                    PutInstallationRequest(
+                        hub: "h", installationID: "d\(n)",
+                        json: Self.installation("d\(n)", token: n, tags: ["t\(n % 2)"])),
+                    context: Self.context)
+            }
+            let first = try await handlers.listDevices(
+                ListDevicesRequest(hub: "h", limit: 2, scope: .hub), context: Self.context)
+            #expect(first.devices.count == 2 && !first.nextAfterID.isEmpty)
+            #expect(first.devices.allSatisfy { $0.hub == "h" })
+            let rest = try await handlers.listDevices(
+                ListDevicesRequest(hub: "h", afterID: first.nextAfterID, limit: 2, scope: .hub), context: Self.context)
+            #expect(rest.devices.count == 1 && rest.nextAfterID.isEmpty)
+            let tagged = try await handlers.listDevices(
+                ListDevicesRequest(hub: "h", tag: "t0", scope: .hub), context: Self.context)
+            #expect(tagged.devices.count == 2)
+        }
+    }
+
+    @Test("ResetForTests runs only in test mode")
+    func reset() async throws {
+        try await Self.withHandlers(testMode: false) { handlers in
+            #expect(
+                await Self.code { try await handlers.resetForTests(ResetForTestsRequest(), context: Self.context) }
+                    == .failedPrecondition)
+        }
+        try await Self.withHandlers(testMode: true) { handlers in
+            _ = try await handlers.putInstallation(
+                PutInstallationRequest(hub: "h", installationID: "r", json: Self.installation("r")),
+                context: Self.context)
+            #expect(try await handlers.resetForTests(ResetForTestsRequest(), context: Self.context).deleted >= 1)
+        }
+    }
+}
