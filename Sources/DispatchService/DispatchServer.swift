@@ -437,9 +437,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     public func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse {
-        guard !request.user.isEmpty, request.user.utf8.count <= 256, request.hub.utf8.count <= 256 else {
-            throw ServiceError.invalidArgument("user must be 1 to 256 bytes, hub at most 256")
-        }
+        try ExportJSON.checkErase(user: request.user, hub: request.hub)
         let erased = try await outbox.eraseUser(request.user, hub: request.hub)
         context.logger.notice(
             "user's sends erased",

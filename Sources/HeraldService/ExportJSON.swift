@@ -4,9 +4,18 @@ public import HeraldProto
 
 /// The items of `herald users export`'s document, as each service writes them: one JSON object per
 /// item, keys sorted, times in ISO 8601 (UTC, milliseconds), bytes in base64; and the checks every
-/// ExportUser page request gets.
+/// ExportUser page request and every erase gets.
 public enum ExportJSON {
     public static let maxPage: Int32 = 1000
+
+    /// What every service checks of an erase (EraseUser, ListUserDevices, EraseUserDevices): it names
+    /// one user, never everyone (an empty name would match every row that has none), and at most
+    /// one hub. INVALID_ARGUMENT otherwise.
+    public static func checkErase(user: String, hub: String) throws {
+        guard !user.isEmpty, user.utf8.count <= 256, hub.utf8.count <= 256 else {
+            throw ServiceError.invalidArgument("user must be 1 to 256 bytes, hub at most 256")
+        }
+    }
 
     /// The page size asked for (0: 100); INVALID_ARGUMENT for a missing user or a bound exceeded.
     @discardableResult

@@ -326,7 +326,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public func listUserDevices(_ request: ListUserDevicesRequest, context: RPCContext) async throws
         -> ListUserDevicesResponse
     {
-        try Self.checkErase(user: request.user, hub: request.hub)
+        try ExportJSON.checkErase(user: request.user, hub: request.hub)
         guard request.after.utf8.count <= 256 else { throw ServiceError.invalidArgument("after is over 256 bytes") }
         return ListUserDevicesResponse(
             devices: try await store.userDevices(
@@ -336,7 +336,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public func eraseUserDevices(_ request: EraseUserDevicesRequest, context: RPCContext) async throws
         -> EraseUserResponse
     {
-        try Self.checkErase(user: request.user, hub: request.hub)
+        try ExportJSON.checkErase(user: request.user, hub: request.hub)
         guard request.registrationIds.allSatisfy({ $0.utf8.count <= 256 }) else {
             throw ServiceError.invalidArgument("a registration id is longer than 256 bytes")
         }
@@ -376,14 +376,6 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             return item
         }
         return ExportPage(items: items, next: page.count == limit ? page.last?.id ?? "" : "")
-    }
-
-    /// An erase names one user (never everyone: an empty name would match every device without an
-    /// owner) and at most one hub.
-    static func checkErase(user: String, hub: String) throws {
-        guard !user.isEmpty, user.utf8.count <= 256, hub.utf8.count <= 256 else {
-            throw ServiceError.invalidArgument("user must be 1 to 256 bytes, hub at most 256")
-        }
     }
 
     public func deleteHubDevices(_ request: DeleteHubDevicesRequest, context: RPCContext) async throws

@@ -2124,6 +2124,7 @@ public enum AuthServiceMethods {
     public static let listUsers = UnaryMethod<ListUsersRequest, ListUsersResponse>(service: serviceName, method: "ListUsers")
     /// Erase, auth's part: the account, its tokens, its grants on hubs and its login lockouts. Unlike DeleteUser, an
     /// unknown user succeeds (removed = 0): an erase that crashed after this step runs it again.
+    /// Errors: INVALID_ARGUMENT when user is empty or over 256 bytes, or hub over 256.
     public static let eraseUser = UnaryMethod<EraseUserRequest, EraseUserResponse>(service: serviceName, method: "EraseUser")
     /// Export, auth's part: one item, {"account": {...} or null, "liveTokens": n, "grants": [...]}.
     /// Never a password hash or a token.

@@ -456,6 +456,7 @@ public enum PayloadServiceMethods {
     /// Erase, payload's part: deletes every content addressed to the user, read or not. Content the
     /// user sent to others stays theirs to read, with its sender blanked (redacted): deleting it would
     /// erase another person's messages. `hub` is ignored (content belongs to accounts, not hubs).
+    /// Errors: INVALID_ARGUMENT when user is empty or over 256 bytes, or hub over 256.
     public static let eraseUser = UnaryMethod<EraseUserRequest, EraseUserResponse>(service: serviceName, method: "EraseUser")
     /// Export, payload's part, by id: content addressed to the user (with the content, base64), and
     /// content the user sent (without it: it is its recipient's to read).

@@ -28,6 +28,7 @@ public protocol AuthServiceHandler: Sendable {
     func listUsers(_ request: ListUsersRequest, context: RPCContext) async throws -> ListUsersResponse
     /// Erase, auth's part: the account, its tokens, its grants on hubs and its login lockouts. Unlike DeleteUser, an
     /// unknown user succeeds (removed = 0): an erase that crashed after this step runs it again.
+    /// Errors: INVALID_ARGUMENT when user is empty or over 256 bytes, or hub over 256.
     func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse
     /// Export, auth's part: one item, {"account": {...} or null, "liveTokens": n, "grants": [...]}.
     /// Never a password hash or a token.
@@ -178,6 +179,7 @@ public protocol AuthServiceClientProtocol: Sendable {
     func listUsers(_ request: ListUsersRequest, options: RPCCallOptions) async throws -> ListUsersResponse
     /// Erase, auth's part: the account, its tokens, its grants on hubs and its login lockouts. Unlike DeleteUser, an
     /// unknown user succeeds (removed = 0): an erase that crashed after this step runs it again.
+    /// Errors: INVALID_ARGUMENT when user is empty or over 256 bytes, or hub over 256.
     func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse
     /// Export, auth's part: one item, {"account": {...} or null, "liveTokens": n, "grants": [...]}.
     /// Never a password hash or a token.

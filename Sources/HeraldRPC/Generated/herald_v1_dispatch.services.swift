@@ -61,7 +61,8 @@ public protocol DispatchServiceHandler: Sendable {
     /// Erase, dispatch's part for sends: cancels every scheduled send not made yet whose only target
     /// is the user (a send to the user, or to the tag username:<user> or $UserId:{<user>}), and blanks
     /// the user's name as sender and target of every send kept, with the body NH's telemetry keeps
-    /// of sends to the user alone. Counts stay. Idempotent.
+    /// of sends to the user alone. Counts stay. Idempotent. Errors: INVALID_ARGUMENT when user is
+    /// empty or over 256 bytes, or hub over 256.
     func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse
     /// Erase, dispatch's part for devices (the caller passes each page registration's
     /// ListUserDevices gives, before it deletes them): their deliveries not yet attempted fail with
@@ -200,7 +201,8 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// Erase, dispatch's part for sends: cancels every scheduled send not made yet whose only target
     /// is the user (a send to the user, or to the tag username:<user> or $UserId:{<user>}), and blanks
     /// the user's name as sender and target of every send kept, with the body NH's telemetry keeps
-    /// of sends to the user alone. Counts stay. Idempotent.
+    /// of sends to the user alone. Counts stay. Idempotent. Errors: INVALID_ARGUMENT when user is
+    /// empty or over 256 bytes, or hub over 256.
     func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse
     /// Erase, dispatch's part for devices (the caller passes each page registration's
     /// ListUserDevices gives, before it deletes them): their deliveries not yet attempted fail with

@@ -19,6 +19,7 @@ public protocol PayloadServiceHandler: Sendable {
     /// Erase, payload's part: deletes every content addressed to the user, read or not. Content the
     /// user sent to others stays theirs to read, with its sender blanked (redacted): deleting it would
     /// erase another person's messages. `hub` is ignored (content belongs to accounts, not hubs).
+    /// Errors: INVALID_ARGUMENT when user is empty or over 256 bytes, or hub over 256.
     func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse
     /// Export, payload's part, by id: content addressed to the user (with the content, base64), and
     /// content the user sent (without it: it is its recipient's to read).
@@ -68,6 +69,7 @@ public protocol PayloadServiceClientProtocol: Sendable {
     /// Erase, payload's part: deletes every content addressed to the user, read or not. Content the
     /// user sent to others stays theirs to read, with its sender blanked (redacted): deleting it would
     /// erase another person's messages. `hub` is ignored (content belongs to accounts, not hubs).
+    /// Errors: INVALID_ARGUMENT when user is empty or over 256 bytes, or hub over 256.
     func eraseUser(_ request: EraseUserRequest, options: RPCCallOptions) async throws -> EraseUserResponse
     /// Export, payload's part, by id: content addressed to the user (with the content, base64), and
     /// content the user sent (without it: it is its recipient's to read).
