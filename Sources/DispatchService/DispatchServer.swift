@@ -325,7 +325,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
             hub: hub, before: before, limit: request.limit == 0 ? 25 : Int(request.limit))
         {
             // Purged between the two reads: left out.
-            guard let outcome = try? await outbox.outcome(of: id, requester: "", hub: hub) else { continue }
+            guard let outcome = try? await outbox.outcome(of: id, scope: .hub(hub)) else { continue }
             sends.append(outcome)
         }
         return ListSendsResponse(sends: sends)
@@ -412,7 +412,8 @@ public struct DispatchHandlers: DispatchServiceHandler {
 
     public func cancelScheduled(_ request: CancelScheduledRequest, context: RPCContext) async throws -> Outcome {
         guard !request.notificationID.isEmpty else { throw ServiceError.invalidArgument("notification_id is required") }
-        let outcome = try await outbox.cancelScheduled(request.notificationID, hub: request.hub)
+        let outcome = try await outbox.cancelScheduled(
+            request.notificationID, scope: SendScope(requester: "", hub: request.hub, scope: request.scope))
         context.logger.info(
             "scheduled send cancelled", metadata: ["herald.notification_id": "\(request.notificationID)"])
         return outcome
@@ -537,7 +538,9 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {
-        try await outbox.outcome(of: request.notificationID, requester: request.requester, hub: request.hub)
+        try await outbox.outcome(
+            of: request.notificationID,
+            scope: SendScope(requester: request.requester, hub: request.hub, scope: request.scope))
     }
 
     public func listDeliveries(_ request: ListDeliveriesRequest, context: RPCContext) async throws
@@ -546,7 +549,8 @@ public struct DispatchHandlers: DispatchServiceHandler {
         let limit = try Self.pageSize(request.limit, after: request.afterSequence)
         return ListDeliveriesResponse(
             deliveries: try await outbox.deliveries(
-                of: request.notificationID, requester: request.requester, hub: request.hub,
+                of: request.notificationID,
+                scope: SendScope(requester: request.requester, hub: request.hub, scope: request.scope),
                 failedOnly: request.failedOnly,
                 after: request.afterSequence, limit: limit))
     }

@@ -249,7 +249,8 @@ struct DeliveryFailures: Sendable {
     /// delivery of a send that failed for good, one JSON object per line (NDJSON), in outbox order:
     /// `{"attempts","handle","messageId","platform","reason","registrationId","state","status"}`.
     /// NH's telemetry points at it as `PnsErrorDetailsUri` (NH's own is a blob of the same facts).
-    func export(id: String, requester: String = "", hub: String = "", requestID: String) async throws
+    /// Whose send it is: the signed-in `requester`'s, or one on `hub` (dispatch refuses neither).
+    func export(id: String, requester: String, hub: String, requestID: String) async throws
         -> Response
     {
         guard id.hasPrefix("n-"), id.utf8.count <= 64 else { throw EdgeError(.notFound, "no notification \(id)") }

@@ -23,7 +23,8 @@ struct V1Routes: Sendable {
         router.get("v1/notifications/:id/failures") { request, context in
             let (user, requestID) = try await users.authenticate(request, context)
             return try await failures.export(
-                id: try EdgeHTTP.text(try context.parameters.require("id"), "id"), requester: user, requestID: requestID
+                id: try EdgeHTTP.text(try context.parameters.require("id"), "id"), requester: user, hub: "",
+                requestID: requestID
             )
         }
         router.get("v1/notifications/:id/outcome") { request, context in

@@ -136,7 +136,7 @@ struct FanoutRun {
             while let current = outcome, current.state == .enqueued || current.state == .processing {
                 try await Task.sleep(for: .milliseconds(20))
                 outcome = try await DispatchServiceClient(client).getOutcome(
-                    GetOutcomeRequest(notificationID: current.notificationID))
+                    GetOutcomeRequest(notificationID: current.notificationID, scope: .all))
             }
             return outcome
         }

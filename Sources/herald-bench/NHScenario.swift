@@ -347,10 +347,12 @@ struct NHScenario {
     /// Polls herald-dispatch until the send is final.
     static func finalOutcome(_ id: String, socket: String) async throws -> Outcome {
         try await RPCClient.with(socketPath: socket, timeout: .seconds(3600)) { client in
-            var outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+            var outcome = try await DispatchServiceClient(client).getOutcome(
+                GetOutcomeRequest(notificationID: id, scope: .all))
             while outcome.state == .enqueued || outcome.state == .processing {
                 try await Task.sleep(for: .milliseconds(20))
-                outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+                outcome = try await DispatchServiceClient(client).getOutcome(
+                    GetOutcomeRequest(notificationID: id, scope: .all))
             }
             return outcome
         }

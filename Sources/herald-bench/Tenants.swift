@@ -217,7 +217,7 @@ struct TenantsScenario {
             var answer: [String: String] = [:]
             for id in ids {
                 let deliveries = try await DispatchServiceClient(client).listDeliveries(
-                    ListDeliveriesRequest(notificationID: id, limit: 10)
+                    ListDeliveriesRequest(notificationID: id, limit: 10, scope: .all)
                 ).deliveries
                 if let first = deliveries.first { answer[id] = first.messageID }
             }
@@ -280,7 +280,8 @@ struct TenantsScenario {
                 tick += 1
                 if over == nil {
                     broadcast =
-                        try await dispatch.getOutcome(GetOutcomeRequest(notificationID: broadcast.notificationID))
+                        try await dispatch.getOutcome(
+                            GetOutcomeRequest(notificationID: broadcast.notificationID, scope: .all))
                     if broadcast.state != .enqueued, broadcast.state != .processing { over = unixMillis() }
                 }
                 try await Task.sleep(until: next + .milliseconds(100 * tick))
@@ -289,7 +290,7 @@ struct TenantsScenario {
             for send in small {
                 let deadline = ContinuousClock.now + .seconds(30)
                 while ContinuousClock.now < deadline {
-                    let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: send.id))
+                    let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: send.id, scope: .all))
                     if outcome.state != .enqueued, outcome.state != .processing {
                         if outcome.state == .completed { finished[send.id] = outcome.finishedAtUnixMs }
                         break

@@ -17,7 +17,7 @@ struct OutcomeCommand: AsyncParsableCommand {
 
     func run() async throws {
         let outcome = try await withService(.dispatch, stack) { client in
-            try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+            try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id, scope: .all))
         }
         print("\(outcome.notificationID)  \(outcome.state)  sent by \(outcome.senderName)")
         for platform in outcome.platforms {
@@ -34,7 +34,7 @@ struct OutcomeCommand: AsyncParsableCommand {
         while true {
             let page = try await withService(.dispatch, stack) { client in
                 try await DispatchServiceClient(client).listDeliveries(
-                    ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000))
+                    ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000, scope: .all))
             }.deliveries
             for d in page {
                 print(

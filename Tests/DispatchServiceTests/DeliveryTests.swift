@@ -131,7 +131,7 @@ struct DeliveryTests {
         // The recovered lease is due from now: after the row that was due all along.
         #expect(items.map(\.messageID) == ["m-1", "m-0"])
         #expect(items.map(\.attempt) == [1, 2])
-        #expect(try await outbox.outcome(of: "n").platforms.first?.retries == 1)
+        #expect(try await outbox.outcome(of: "n", scope: .everyHub).platforms.first?.retries == 1)
         #expect(try await queue.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM audience_staging") } == 0)
         #expect(try await outbox.deleteAbandonedStaging() == 0)
     }
@@ -161,7 +161,7 @@ struct DeliveryTests {
         #expect(Set(items.map(\.messageID)).count == 7)
         // One send's ids differ in their low bits only: the staged and in-memory parts share them.
         #expect(Set(items.map { $0.messageID.prefix(19) }).count == 1)
-        let outcome = try await outbox.outcome(of: "n-s")
+        let outcome = try await outbox.outcome(of: "n-s", scope: .everyHub)
         #expect(outcome.platforms.map(\.pending).reduce(0, +) == 7)
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM audience_staging") } == 0)
 
@@ -173,7 +173,7 @@ struct DeliveryTests {
         try await outbox.stage(targets, to: &orphan)
         #expect(try await outbox.deleteAbandonedStaging() == 7)
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM audience_staging") } == 0)
-        await #expect(throws: ServiceError.self) { try await outbox.outcome(of: "n-f") }
+        await #expect(throws: ServiceError.self) { try await outbox.outcome(of: "n-f", scope: .everyHub) }
     }
 
     @Test("a streaming audience spills at the threshold and keeps only the first max_devices")
@@ -222,7 +222,7 @@ struct DeliveryTests {
                 items[0], .retry(status: 503, reason: "ServiceUnavailable", after: .seconds(30)), now: now + 5000)
         ])
         #expect(finished.map(\.state) == [.abandoned])
-        let outcome = try #require(try await outbox.outcome(of: "n-2").platforms.first)
+        let outcome = try #require(try await outbox.outcome(of: "n-2", scope: .everyHub).platforms.first)
         #expect(outcome.success == 1 && outcome.failure == 3 && outcome.pending == 0)
         #expect(outcome.removedHandles == 1 && outcome.retries == 1)
         #expect(outcome.failures.map(\.reason) == ["Abandoned", "BadTopic", "Unregistered"])
@@ -231,7 +231,7 @@ struct DeliveryTests {
         // Retention: a finished send goes with its deliveries and counters; nothing else does.
         #expect(try await outbox.purge(before: now) == 0)
         #expect(try await outbox.purge(before: now + 10_000) == 1)
-        await #expect(throws: ServiceError.self) { try await outbox.outcome(of: "n-2") }
+        await #expect(throws: ServiceError.self) { try await outbox.outcome(of: "n-2", scope: .everyHub) }
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM delivery") } == 0)
     }
 

@@ -80,7 +80,7 @@ struct OutboxStoreTests {
         try await withOutbox(backend) { fixture in
             let outbox = fixture.outbox
             try await Self.send(outbox, "n-1", Self.targets(3) + Self.targets(2, .fcm, prefix: "f"))
-            let outcome = try await outbox.outcome(of: "n-1", requester: "", hub: "")
+            let outcome = try await outbox.outcome(of: "n-1", scope: .everyHub)
             #expect(outcome.state == .enqueued && outcome.platforms.map(\.pending) == [3, 2])
             #expect(outcome.originalBody == Array("body of n-1".utf8), "kept for NH telemetry's NotificationBody")
             // The metrics' sample: 5 deliveries waiting, the send open since it was made.
@@ -91,7 +91,7 @@ struct OutboxStoreTests {
             #expect(items.allSatisfy { $0.attempt == 1 } && Set(items.map(\.messageID)).count == 5)
             #expect(items[3].payload == Self.fcm && items[0].payload == Self.apns)
             #expect(try await outbox.claim(limit: 10, platforms: [.apns, .fcm]).isEmpty)  // leased
-            #expect(try await outbox.outcome(of: "n-1", requester: "", hub: "").state == .processing)
+            #expect(try await outbox.outcome(of: "n-1", scope: .everyHub).state == .processing)
 
             var failed = Self.delivered(items[4])
             failed.state = .failed
@@ -102,16 +102,16 @@ struct OutboxStoreTests {
             #expect(try await outbox.depth().pending == 1, "one delivery still leased")
             let finished = try await outbox.record([failed])
             #expect(finished.map(\.id) == ["n-1"] && finished.map(\.state) == [.completed])
-            let done = try await outbox.outcome(of: "n-1", requester: "", hub: "")
+            let done = try await outbox.outcome(of: "n-1", scope: .everyHub)
             #expect(done.state == .completed && done.finishedAtUnixMs > 0)
             #expect(done.platforms.map(\.success) == [3, 1] && done.platforms.map(\.failure) == [0, 1])
             #expect(done.platforms[1].failures.map(\.reason) == ["BadToken"] && done.platforms[1].removedHandles == 1)
             #expect(try await outbox.pendingRemovals(limit: 10).map(\.handle) == ["fh1"])
             let records = try await outbox.deliveries(
-                of: "n-1", requester: "", hub: "", failedOnly: true, after: 0, limit: 10)
+                of: "n-1", scope: .everyHub, failedOnly: true, after: 0, limit: 10)
             #expect(records.map(\.registrationID) == ["f-1"] && records.first?.attempts == 1)
             await #expect(throws: ServiceError.self) {
-                try await outbox.outcome(of: "n-1", requester: "mallory", hub: "")
+                try await outbox.outcome(of: "n-1", scope: .sender("mallory", hub: ""))
             }
             let finishedDepth = try await outbox.depth()
             #expect(finishedDepth.pending == 0 && finishedDepth.oldestOpenSend == nil)
@@ -164,9 +164,9 @@ struct OutboxStoreTests {
             let second = try await outbox.eraseDevices(devices)
             #expect(second.inFlight == 0 && second.redacted == 1)
             let records = try await outbox.deliveries(
-                of: "n-1", requester: "", hub: "", failedOnly: false, after: 0, limit: 10)
+                of: "n-1", scope: .everyHub, failedOnly: false, after: 0, limit: 10)
             #expect(records.map(\.registrationID) == ["", "", "r-2"] && records.map(\.handle) == ["", "", "rh2"])
-            let outcome = try await outbox.outcome(of: "n-1", requester: "", hub: "")
+            let outcome = try await outbox.outcome(of: "n-1", scope: .everyHub)
             #expect(outcome.platforms[0].success == 1 && outcome.platforms[0].failure == 1)
             #expect(outcome.platforms[0].failures.map(\.reason) == ["Erased"] && outcome.platforms[0].pending == 1)
             #expect(try await outbox.eraseDevices(devices) == ErasedRows(), "idempotent")
@@ -189,9 +189,9 @@ struct OutboxStoreTests {
                 fireAt: unixMillis() + 3_600_000, request: [1], originalBody: Array("later".utf8), maxPending: 100)
             let sends = try await outbox.eraseUser("zed", hub: "")
             #expect(sends.removed >= 3, "n-3 and n-4 cancelled, n-2's payload deleted")
-            #expect(try await outbox.outcome(of: "n-3", requester: "", hub: "").state == .cancelled)
-            #expect(try await outbox.outcome(of: "n-4", requester: "", hub: "").state == .cancelled)
-            let kept = try await outbox.outcome(of: "n-2", requester: "", hub: "")
+            #expect(try await outbox.outcome(of: "n-3", scope: .everyHub).state == .cancelled)
+            #expect(try await outbox.outcome(of: "n-4", scope: .everyHub).state == .cancelled)
+            let kept = try await outbox.outcome(of: "n-2", scope: .everyHub)
             #expect(kept.state == .completed && kept.originalBody.isEmpty && kept.platforms[0].success == 1)
             #expect(try await outbox.eraseUser("zed", hub: "") == ErasedRows(), "idempotent")
         }
@@ -377,10 +377,12 @@ struct OutboxStoreTests {
             }
             // The body given when it was scheduled stays; making it does not replace it.
             #expect(
-                try await outbox.outcome(of: "n-a", requester: "", hub: "").originalBody == Array("scheduled body".utf8)
+                try await outbox.outcome(of: "n-a", scope: .everyHub).originalBody == Array("scheduled body".utf8)
             )
-            await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a", hub: "") }
-            await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-none", hub: "") }
+            await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a", scope: .everyHub) }
+            await #expect(throws: ServiceError.self) {
+                _ = try await outbox.cancelScheduled("n-none", scope: .everyHub)
+            }
         }
     }
 
@@ -402,7 +404,7 @@ struct OutboxStoreTests {
             let refused = await #expect(throws: ServiceError.self) { try await schedule("n-3", hub: "busy") }
             #expect(refused?.code == .resourceExhausted, "\(String(describing: refused))")
             try await schedule("n-other", hub: "quiet")
-            _ = try await outbox.cancelScheduled("n-0", hub: "busy")
+            _ = try await outbox.cancelScheduled("n-0", scope: .hub("busy"))
             try await schedule("n-4", hub: "busy")
         }
     }
@@ -439,13 +441,13 @@ struct OutboxStoreTests {
             #expect(second.map(\.messageID) == first.map(\.messageID) && second.allSatisfy { $0.attempt == 2 })
             // a wakes up and records: too late, its claim was taken over.
             #expect(try await a.record(first.map(Self.delivered)).isEmpty)
-            var outcome = try await a.outcome(of: "n-x", requester: "", hub: "")
+            var outcome = try await a.outcome(of: "n-x", scope: .everyHub)
             #expect(outcome.platforms.first?.success == 0 && outcome.platforms.first?.retries == 3)
             #expect(try await b.record(second.map(Self.delivered)).map(\.state) == [.completed])
-            outcome = try await a.outcome(of: "n-x", requester: "", hub: "")
+            outcome = try await a.outcome(of: "n-x", scope: .everyHub)
             #expect(outcome.platforms.first?.success == 3 && outcome.platforms.first?.pending == 0)
             let records = try await a.deliveries(
-                of: "n-x", requester: "", hub: "", failedOnly: false, after: 0, limit: 10)
+                of: "n-x", scope: .everyHub, failedOnly: false, after: 0, limit: 10)
             #expect(records.allSatisfy { $0.attempts == 2 && $0.state == .delivered })
         }
     }
@@ -518,7 +520,7 @@ struct OutboxStoreTests {
             #expect(try await restarted.recoverLeases() == 3)
             let again = try await restarted.claim(limit: 10, platforms: [.apns])
             #expect(again.map(\.messageID) == mine.map(\.messageID) && again.allSatisfy { $0.attempt == 2 })
-            #expect(try await restarted.outcome(of: "n-r", requester: "", hub: "").platforms.first?.retries == 3)
+            #expect(try await restarted.outcome(of: "n-r", scope: .everyHub).platforms.first?.retries == 3)
         }
     }
 
@@ -559,7 +561,7 @@ struct OutboxStoreTests {
             }
             #expect(sequences.count == count && Set(sequences).count == count)
             #expect(finished == [.completed])
-            let outcome = try await replicas[1].outcome(of: "n-c", requester: "", hub: "")
+            let outcome = try await replicas[1].outcome(of: "n-c", scope: .everyHub)
             #expect(outcome.state == .completed)
             #expect(outcome.platforms.map(\.success) == [Int64(count / 2), Int64(count / 2)])
             #expect(outcome.platforms.allSatisfy { $0.pending == 0 && $0.retries == 0 })

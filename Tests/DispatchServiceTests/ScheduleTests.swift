@@ -29,7 +29,7 @@ struct ScheduleTests {
         try await schedule(outbox, "n-a", at: 5_000)
         try await schedule(outbox, "n-b", at: 6_000)
         #expect(try await outbox.dueScheduled(limit: 10).isEmpty)
-        #expect(try await outbox.outcome(of: "n-a").state == .scheduled)
+        #expect(try await outbox.outcome(of: "n-a", scope: .everyHub).state == .scheduled)
         clock.withLock { $0 = 5_500 }
         #expect(try await outbox.dueScheduled(limit: 10).map(\.id) == ["n-a"])
 
@@ -41,21 +41,21 @@ struct ScheduleTests {
             id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
             retryWindow: .seconds(60), scheduled: true)
         #expect(again == nil)
-        #expect(try await outbox.deliveries(of: "n-a", after: 0, limit: 10).count == 1)
-        await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a") }
+        #expect(try await outbox.deliveries(of: "n-a", scope: .everyHub, after: 0, limit: 10).count == 1)
+        await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a", scope: .everyHub) }
 
-        let cancelled = try await outbox.cancelScheduled("n-b")
+        let cancelled = try await outbox.cancelScheduled("n-b", scope: .everyHub)
         #expect(cancelled.state == .cancelled && cancelled.finishedAtUnixMs == 5_500)
-        #expect(try await outbox.cancelScheduled("n-b").state == .cancelled)
+        #expect(try await outbox.cancelScheduled("n-b", scope: .everyHub).state == .cancelled)
         clock.withLock { $0 = 7_000 }
         #expect(try await outbox.dueScheduled(limit: 10).isEmpty)
         let late = try await outbox.enqueue(
             id: "n-b", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
             retryWindow: .seconds(60), scheduled: true)
         #expect(late == nil)
-        #expect(try await outbox.outcome(of: "n-b").state == .cancelled)
-        await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-b", hub: "other") }
-        await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-none") }
+        #expect(try await outbox.outcome(of: "n-b", scope: .everyHub).state == .cancelled)
+        await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-b", scope: .hub("other")) }
+        await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-none", scope: .everyHub) }
     }
 
     @Test("a template send renders once per distinct (platform, template): 1,000 devices, 4 locales, 4 payloads")

@@ -83,7 +83,7 @@ struct CrashRecoveryTests {
             try await RPCClient.with(socketPath: dispatch, timeout: .testRPC) { client in
                 for n in cancelled.sorted() {
                     let outcome = try await DispatchServiceClient(client).cancelScheduled(
-                        CancelScheduledRequest(notificationID: ids[n]!))
+                        CancelScheduledRequest(notificationID: ids[n]!, scope: .all))
                     #expect(outcome.state == .cancelled)
                 }
             }
@@ -177,7 +177,8 @@ struct CrashRecoveryTests {
         ) { client in
             repeat {
                 let read = try await Self.inLanes(ids.filter { !isFinal($0) }) { id in
-                    try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+                    try await DispatchServiceClient(client).getOutcome(
+                        GetOutcomeRequest(notificationID: id, scope: .all))
                 }
                 for outcome in read { latest[outcome.notificationID] = outcome }
                 if ids.allSatisfy(isFinal) { break }
@@ -270,7 +271,8 @@ struct CrashRecoveryTests {
         try await RPCClient.with(socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .testRPC) {
             client in
             let pages = try await Self.inLanes(ids) { id in
-                try await DispatchServiceClient(client).listDeliveries(ListDeliveriesRequest(notificationID: id))
+                try await DispatchServiceClient(client).listDeliveries(
+                    ListDeliveriesRequest(notificationID: id, scope: .all))
             }
             for record in pages.flatMap(\.deliveries) { records[record.messageID] = record }
         }

@@ -44,6 +44,7 @@ struct ExternalClientTests {
             #expect((answers["payload"] as? [String: Any])?["content"] as? String == "from python")
             #expect(answers["payload_foreign"] as? String == "NOT_FOUND")
             #expect(answers["send_state"] as? String == "OUTCOME_STATE_ENQUEUED")
+            #expect(answers["outcome_unscoped"] as? String == "PERMISSION_DENIED")
             #expect(answers["final_state"] as? String == "OUTCOME_STATE_COMPLETED")
             #expect(answers["delivered"] as? Int == 1)
             #expect(answers["inbox_payloads"] as? [String] == [#"{"data":{"hello":"python"}}"#])

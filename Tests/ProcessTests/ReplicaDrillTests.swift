@@ -186,7 +186,7 @@ struct ReplicaDrillTests {
                 final = try await RPCClient.with(
                     socketPath: dispatch, transport: live.configuration.rpcTransport, timeout: .seconds(30)
                 ) {
-                    try await DispatchServiceClient($0).getOutcome(GetOutcomeRequest(notificationID: id))
+                    try await DispatchServiceClient($0).getOutcome(GetOutcomeRequest(notificationID: id, scope: .all))
                 }
             } catch let error as ServiceError where error.code == .deadlineExceeded || error.code == .unavailable {
                 print("replica drill: an outcome poll got \(error.code); polling again")
@@ -209,7 +209,7 @@ struct ReplicaDrillTests {
             var after: Int64 = 0
             while true {
                 let page = try await DispatchServiceClient(client).listDeliveries(
-                    ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000)
+                    ListDeliveriesRequest(notificationID: id, afterSequence: after, limit: 1000, scope: .all)
                 ).deliveries
                 for record in page { records[record.messageID] = record }
                 guard let last = page.last else { return records }

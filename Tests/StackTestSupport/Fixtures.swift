@@ -62,10 +62,12 @@ package enum NHFixture {
         return try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .seconds(30)) {
             client in
             let deadline = ContinuousClock.now + .seconds(20)
-            var outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+            var outcome = try await DispatchServiceClient(client).getOutcome(
+                GetOutcomeRequest(notificationID: id, scope: .all))
             while [.enqueued, .processing, .scheduled].contains(outcome.state), ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(50))
-                outcome = try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+                outcome = try await DispatchServiceClient(client).getOutcome(
+                    GetOutcomeRequest(notificationID: id, scope: .all))
             }
             return outcome
         }
@@ -74,7 +76,7 @@ package enum NHFixture {
     /// herald-dispatch's outcome of the send now, without waiting.
     package static func outcome(_ live: LiveStack, notification id: String) async throws -> Outcome {
         try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .seconds(30)) {
-            try await DispatchServiceClient($0).getOutcome(GetOutcomeRequest(notificationID: id))
+            try await DispatchServiceClient($0).getOutcome(GetOutcomeRequest(notificationID: id, scope: .all))
         }
     }
 
@@ -145,8 +147,10 @@ package enum StackFixture {
             socketPath: live.configuration.socketPath("dispatch"), transport: live.configuration.rpcTransport,
             timeout: .testRPC
         ) {
-            try await DispatchServiceClient($0).listDeliveries(ListDeliveriesRequest(notificationID: id, limit: 1000))
-                .deliveries
+            try await DispatchServiceClient($0).listDeliveries(
+                ListDeliveriesRequest(notificationID: id, limit: 1000, scope: .all)
+            )
+            .deliveries
         }
     }
 

@@ -133,7 +133,8 @@ struct NHHostileTests {
                 let gone = await #expect(throws: ServiceError.self) {
                     try await RPCClient.with(socketPath: live.configuration.socketPath("dispatch"), timeout: .testRPC) {
                         client in
-                        try await DispatchServiceClient(client).getOutcome(GetOutcomeRequest(notificationID: id))
+                        try await DispatchServiceClient(client).getOutcome(
+                            GetOutcomeRequest(notificationID: id, scope: .all))
                     }
                 }
                 #expect(gone?.code == .notFound)

@@ -40,8 +40,27 @@ struct NHSendTests {
                 let byKey = try await send(key)
                 #expect(byKey.principal == key && byKey.sender == "$sas")
                 #expect(
-                    try await dispatch.getOutcome(GetOutcomeRequest(notificationID: byKey.notificationID)).principal
+                    try await dispatch.getOutcome(GetOutcomeRequest(notificationID: byKey.notificationID, scope: .all))
+                        .principal
                         == key)
+                // A read that names no requester and no hub is an operator's: it must say so.
+                for scope in [ReadScope.unspecified, .hub] {
+                    let unnamed = await #expect(throws: ServiceError.self) {
+                        try await dispatch.getOutcome(
+                            GetOutcomeRequest(notificationID: byKey.notificationID, scope: scope))
+                    }
+                    #expect(unnamed?.code == .permissionDenied, "\(scope)")
+                    let deliveries = await #expect(throws: ServiceError.self) {
+                        try await dispatch.listDeliveries(
+                            ListDeliveriesRequest(notificationID: byKey.notificationID, scope: scope))
+                    }
+                    #expect(deliveries?.code == .permissionDenied, "\(scope)")
+                    let cancel = await #expect(throws: ServiceError.self) {
+                        try await dispatch.cancelScheduled(
+                            CancelScheduledRequest(notificationID: byKey.notificationID, scope: scope))
+                    }
+                    #expect(cancel?.code == .permissionDenied, "\(scope)")
+                }
                 // No user reads a key's send as their own, whatever their name.
                 for requester in ["lee", "sas", "$sas", "key", "DefaultFullSharedAccessSignature"] {
                     let refused = await #expect(throws: ServiceError.self) {

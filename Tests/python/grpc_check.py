@@ -129,10 +129,17 @@ def main():
         sent = stub.Send(dispatch_pb2.SendRequest(target_user="carol", payloads=[dispatch_pb2.NativePayload(
             platform=common_pb2.PLATFORM_FCM, body=b'{"data":{"hello":"python"}}')]), timeout=10)
         result["send_state"] = dispatch_pb2.OutcomeState.Name(sent.outcome.state)
+        # A read of one send names whose it is, or says it is an operator's (READ_SCOPE_ALL).
+        try:
+            stub.GetOutcome(dispatch_pb2.GetOutcomeRequest(notification_id=sent.outcome.notification_id), timeout=5)
+            result["outcome_unscoped"] = "OK"
+        except grpc.RpcError as e:
+            result["outcome_unscoped"] = e.code().name
         # Send commits the outbox and returns; delivery follows. Poll the outcome with a deadline.
         deadline = time.monotonic() + 10
         while True:
-            outcome = stub.GetOutcome(dispatch_pb2.GetOutcomeRequest(notification_id=sent.outcome.notification_id), timeout=5)
+            outcome = stub.GetOutcome(dispatch_pb2.GetOutcomeRequest(
+                notification_id=sent.outcome.notification_id, scope=common_pb2.READ_SCOPE_ALL), timeout=5)
             if outcome.state == dispatch_pb2.OUTCOME_STATE_COMPLETED or time.monotonic() > deadline:
                 break
             time.sleep(0.02)

@@ -13,13 +13,10 @@ import PushProviders
 /// The reads of one answer are separate statements, not one snapshot: a send's row is read
 /// before its counters, so a send read as finished has final counters.
 extension Outbox {
-    /// The outcome of send `id`; with a `requester`, only if they sent it, with a `hub`, only if
-    /// it was sent on that hub (NOT_FOUND otherwise, as for an unknown id, so ids of other users'
-    /// and other hubs' sends cannot be probed).
-    nonisolated(nonsending) public func outcome(of id: String, requester: String = "", hub: String = "")
-        async throws -> Outcome
-    {
-        let row = try await OutboxQueries.notification(id, requester: requester, hub: hub, withBody: true, sql)
+    /// The outcome of send `id`, when `scope` admits it (NOT_FOUND otherwise, as for an unknown
+    /// id, so ids of other users' and other hubs' sends cannot be probed).
+    nonisolated(nonsending) public func outcome(of id: String, scope: SendScope) async throws -> Outcome {
+        let row = try await OutboxQueries.notification(id, scope: scope, withBody: true, sql)
         var failures: [Platform: [FailureCount]] = [:]
         for failure in try await sql.query(
             "SELECT platform, reason, count FROM notification_failure WHERE notification_id = \(id) ORDER BY reason")
@@ -45,11 +42,11 @@ extension Outbox {
     }
 
     /// The outbox entries of send `id`, in outbox order, with the same visibility as
-    /// ``outcome(of:requester:hub:)``.
+    /// ``outcome(of:scope:)``.
     nonisolated(nonsending) public func deliveries(
-        of id: String, requester: String = "", hub: String = "", failedOnly: Bool = false, after: Int64, limit: Int
+        of id: String, scope: SendScope, failedOnly: Bool = false, after: Int64, limit: Int
     ) async throws -> [DeliveryRecord] {
-        _ = try await OutboxQueries.notification(id, requester: requester, hub: hub, withBody: false, sql)
+        _ = try await OutboxQueries.notification(id, scope: scope, withBody: false, sql)
         var query: SQLQuery = """
             SELECT sequence, registration_id, platform, state, attempts, message_id, last_status, reason, next_attempt_at,
                    handle
@@ -174,16 +171,16 @@ extension Outbox {
     /// it was cancelled before. NOT_FOUND for an unknown id (or another hub's, with `hub`);
     /// FAILED_PRECONDITION once it was made. Whoever deletes the scheduled row (this, or the send
     /// being made) decides: a send is made or cancelled, never both.
-    nonisolated(nonsending) public func cancelScheduled(_ id: String, hub: String = "") async throws -> Outcome {
+    nonisolated(nonsending) public func cancelScheduled(_ id: String, scope: SendScope) async throws -> Outcome {
         let at = now()
         try await sql.transaction { session in
-            let row = try await OutboxQueries.notification(id, requester: "", hub: hub, withBody: false, session)
+            let row = try await OutboxQueries.notification(id, scope: scope, withBody: false, session)
             if try await !OutboxQueries.endScheduled(id, as: .cancelled, at: at, session), row.state != .cancelled {
                 throw ServiceError(
                     .failedPrecondition, "notification \(id) was already sent; only a scheduled send can be cancelled")
             }
         }
-        return try await outcome(of: id, requester: "", hub: hub)
+        return try await outcome(of: id, scope: scope)
     }
 
     /// Cancels every scheduled send of `hub` not made yet (a deleted hub's); returns how many.
@@ -406,9 +403,9 @@ enum OutboxQueries {
         var originalBody: [UInt8]
     }
 
-    /// Send `id` as the reads see it: NOT_FOUND for another requester's or hub's, as for an unknown id.
+    /// Send `id` as the reads see it: NOT_FOUND when `scope` does not admit it, as for an unknown id.
     static func notification(
-        _ id: String, requester: String, hub: String, withBody: Bool, _ sql: some SQLSession
+        _ id: String, scope: SendScope, withBody: Bool, _ sql: some SQLSession
     ) async throws -> NotificationRow {
         let body: SQLQuery = withBody ? "original_body" : "''"
         guard
@@ -419,7 +416,7 @@ enum OutboxQueries {
         let found = NotificationRow(
             state: OutcomeState(rawValue: try row[0]), createdAt: try row[1], sender: try row[2], hub: try row[3],
             startedAt: try row[4], finishedAt: try row[5], originalBody: try row[6])
-        guard requester.isEmpty || found.sender == requester, hub.isEmpty || found.hub == hub else {
+        guard scope.admits(sender: found.sender, hub: found.hub) else {
             throw ServiceError.notFound("notification \(id) not found")
         }
         return found

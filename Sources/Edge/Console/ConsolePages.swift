@@ -354,7 +354,9 @@ extension ConsoleRoutes {
     /// hub's page for an operator who manages that hub; 404 otherwise, as for an unknown id.
     func findSend(_ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
         let id = try EdgeHTTP.text(try context.parameters.require("id"), "id")
-        let outcome = try await dispatch.getOutcome(GetOutcomeRequest(notificationID: id), requestID: context.requestID)
+        // Any hub's send (READ_SCOPE_ALL), shown only to an operator who manages its hub.
+        let outcome = try await dispatch.getOutcome(
+            GetOutcomeRequest(notificationID: id, scope: .all), requestID: context.requestID)
         // The outcome names its hub by id; the console's paths by name.
         let hubs = try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
         guard let hub = hubs.first(where: { $0.id == outcome.hub }), try await manages(session, hub: hub.name, context)

@@ -72,7 +72,7 @@ package struct NotificationHubsRoutes: Sendable {
             await nh(request, context) {
                 let hub = try await authorizeSAS(request, context, needs: .send)
                 return try await failures.export(
-                    id: try context.parameters.require("id"), hub: hub, requestID: context.requestID)
+                    id: try context.parameters.require("id"), requester: "", hub: hub, requestID: context.requestID)
             }
         }
         hub.post("schedulednotifications") { request, context in

@@ -71,6 +71,11 @@ public enum ReadScope: RawRepresentable, Hashable, Sendable, CustomStringConvert
     case handle  // = 1
     /// The whole hub (a Manage key; an operator or the command-line tool over the service's socket).
     case hub  // = 2
+    /// Any hub: an operator over the service's socket (`herald outcome`, the console's search for a
+    /// send by id, which then checks the operator manages its hub). Only the requests that name one
+    /// send (GetOutcome, ListDeliveries, CancelScheduled) take it, and only when they name neither a
+    /// requester nor a hub; a hub-wide listing still needs READ_SCOPE_HUB.
+    case all  // = 3
     /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
     case unrecognized(Int32)
 
@@ -79,6 +84,7 @@ public enum ReadScope: RawRepresentable, Hashable, Sendable, CustomStringConvert
         case 0: self = .unspecified
         case 1: self = .handle
         case 2: self = .hub
+        case 3: self = .all
         default: self = .unrecognized(rawValue)
         }
     }
@@ -88,6 +94,7 @@ public enum ReadScope: RawRepresentable, Hashable, Sendable, CustomStringConvert
         case .unspecified: 0
         case .handle: 1
         case .hub: 2
+        case .all: 3
         case .unrecognized(let value): value
         }
     }
@@ -97,7 +104,7 @@ public enum ReadScope: RawRepresentable, Hashable, Sendable, CustomStringConvert
     public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 
     /// Every value this build knows, in declaration order.
-    public static let knownValues: [ReadScope] = [.unspecified, .handle, .hub]
+    public static let knownValues: [ReadScope] = [.unspecified, .handle, .hub, .all]
 
     /// The proto name of the value, or the number for a value this build does not know.
     public var description: String {
@@ -105,6 +112,7 @@ public enum ReadScope: RawRepresentable, Hashable, Sendable, CustomStringConvert
         case .unspecified: "READ_SCOPE_UNSPECIFIED"
         case .handle: "READ_SCOPE_HANDLE"
         case .hub: "READ_SCOPE_HUB"
+        case .all: "READ_SCOPE_ALL"
         case .unrecognized(let value): "ReadScope(\(value))"
         }
     }

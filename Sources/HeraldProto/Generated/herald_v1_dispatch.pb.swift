@@ -979,14 +979,17 @@ public struct ListDeliveriesRequest: HeraldMessage {
     public var hub: String
     /// Only deliveries that failed for good (FAILED and ABANDONED): the per-device failures export.
     public var failedOnly: Bool
+    /// As in GetOutcomeRequest.
+    public var scope: ReadScope
 
-    public init(notificationID: String = "", requester: String = "", afterSequence: Int64 = 0, limit: Int32 = 0, hub: String = "", failedOnly: Bool = false) {
+    public init(notificationID: String = "", requester: String = "", afterSequence: Int64 = 0, limit: Int32 = 0, hub: String = "", failedOnly: Bool = false, scope: ReadScope = ReadScope(rawValue: 0)) {
         self.notificationID = notificationID
         self.requester = requester
         self.afterSequence = afterSequence
         self.limit = limit
         self.hub = hub
         self.failedOnly = failedOnly
+        self.scope = scope
     }
 
     public init() {
@@ -996,6 +999,7 @@ public struct ListDeliveriesRequest: HeraldMessage {
         self.limit = 0
         self.hub = ""
         self.failedOnly = false
+        self.scope = ReadScope(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.ListDeliveriesRequest"
@@ -1020,6 +1024,7 @@ extension ListDeliveriesRequest: CBacked {
         self.limit = m.limit
         self.hub = CBridge.string(m.hub)
         self.failedOnly = m.failed_only != 0
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1031,6 +1036,7 @@ extension ListDeliveriesRequest: CBacked {
         p.pointee.limit = self.limit
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.ListDeliveriesRequest.hub")
         p.pointee.failed_only = self.failedOnly ? 1 : 0
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
         return p
     }
 
@@ -1207,15 +1213,19 @@ public struct CancelScheduledRequest: HeraldMessage {
     public var notificationID: String
     /// When set, only a send on this hub is found.
     public var hub: String
+    /// READ_SCOPE_ALL to cancel a send of any hub (`hub` empty); ignored when `hub` is set.
+    public var scope: ReadScope
 
-    public init(notificationID: String = "", hub: String = "") {
+    public init(notificationID: String = "", hub: String = "", scope: ReadScope = ReadScope(rawValue: 0)) {
         self.notificationID = notificationID
         self.hub = hub
+        self.scope = scope
     }
 
     public init() {
         self.notificationID = ""
         self.hub = ""
+        self.scope = ReadScope(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.CancelScheduledRequest"
@@ -1236,6 +1246,7 @@ extension CancelScheduledRequest: CBacked {
         let m = pointer.pointee
         self.notificationID = CBridge.string(m.notification_id)
         self.hub = CBridge.string(m.hub)
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1243,6 +1254,7 @@ extension CancelScheduledRequest: CBacked {
         herald__v1__cancel_scheduled_request__init(p)
         p.pointee.notification_id = try arena.string(self.notificationID, field: "herald.v1.CancelScheduledRequest.notification_id")
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.CancelScheduledRequest.hub")
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
         return p
     }
 
@@ -1368,17 +1380,23 @@ public struct GetOutcomeRequest: HeraldMessage {
     public var requester: String
     /// When set, only a send on this hub is found (a hub's keys see its own sends only).
     public var hub: String
+    /// READ_SCOPE_ALL to read a send of any hub by any sender (neither `requester` nor `hub` set:
+    /// an operator's read); ignored when either is set. Checked where the send is read, so a caller
+    /// that forgets to name whose send it reads gets PERMISSION_DENIED, not every hub's sends.
+    public var scope: ReadScope
 
-    public init(notificationID: String = "", requester: String = "", hub: String = "") {
+    public init(notificationID: String = "", requester: String = "", hub: String = "", scope: ReadScope = ReadScope(rawValue: 0)) {
         self.notificationID = notificationID
         self.requester = requester
         self.hub = hub
+        self.scope = scope
     }
 
     public init() {
         self.notificationID = ""
         self.requester = ""
         self.hub = ""
+        self.scope = ReadScope(rawValue: 0)
     }
 
     public static let protoName = "herald.v1.GetOutcomeRequest"
@@ -1400,6 +1418,7 @@ extension GetOutcomeRequest: CBacked {
         self.notificationID = CBridge.string(m.notification_id)
         self.requester = CBridge.string(m.requester)
         self.hub = CBridge.string(m.hub)
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1408,6 +1427,7 @@ extension GetOutcomeRequest: CBacked {
         p.pointee.notification_id = try arena.string(self.notificationID, field: "herald.v1.GetOutcomeRequest.notification_id")
         p.pointee.requester = try arena.string(self.requester, field: "herald.v1.GetOutcomeRequest.requester")
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.GetOutcomeRequest.hub")
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
         return p
     }
 
@@ -2901,12 +2921,13 @@ public enum DispatchServiceMethods {
     /// a platform appears twice, or when a payload is over its provider's size limit.
     public static let send = UnaryMethod<SendRequest, SendResponse>(service: serviceName, method: "Send")
     /// The outcome of one send. Errors: NOT_FOUND for an unknown notification id, or one another
-    /// sender sent when `requester` is set.
+    /// sender sent when `requester` is set (another hub's when `hub` is); PERMISSION_DENIED when
+    /// neither is set and `scope` is not READ_SCOPE_ALL.
     public static let getOutcome = UnaryMethod<GetOutcomeRequest, Outcome>(service: serviceName, method: "GetOutcome")
     /// What the built-in inbox provider recorded, oldest first.
     public static let listInbox = UnaryMethod<ListInboxRequest, ListInboxResponse>(service: serviceName, method: "ListInbox")
     /// The outbox entries of one send: state, attempts and the message id every attempt reused.
-    /// Errors: NOT_FOUND as for GetOutcome.
+    /// Errors: NOT_FOUND and PERMISSION_DENIED as for GetOutcome.
     public static let listDeliveries = UnaryMethod<ListDeliveriesRequest, ListDeliveriesResponse>(service: serviceName, method: "ListDeliveries")
     /// Deletes every send, its outbox entries, outcomes and handle removals, the inbox and hubs' credentials, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
@@ -2933,7 +2954,8 @@ public enum DispatchServiceMethods {
     public static let getHubQueue = UnaryMethod<GetHubQueueRequest, HubQueueStatus>(service: serviceName, method: "GetHubQueue")
     /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
-    /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
+    /// unknown id (or another hub's, when `hub` is set); PERMISSION_DENIED when `hub` is not set and
+    /// `scope` is not READ_SCOPE_ALL; FAILED_PRECONDITION when it was already sent.
     public static let cancelScheduled = UnaryMethod<CancelScheduledRequest, Outcome>(service: serviceName, method: "CancelScheduled")
     /// What a deleted hub owned (the CLI calls it when a hub is deleted): cancels every scheduled send
     /// not made yet, so nothing the hub scheduled is sent afterwards, and deletes its finished sends

@@ -12,12 +12,13 @@ public protocol DispatchServiceHandler: Sendable {
     /// a platform appears twice, or when a payload is over its provider's size limit.
     func send(_ request: SendRequest, context: RPCContext) async throws -> SendResponse
     /// The outcome of one send. Errors: NOT_FOUND for an unknown notification id, or one another
-    /// sender sent when `requester` is set.
+    /// sender sent when `requester` is set (another hub's when `hub` is); PERMISSION_DENIED when
+    /// neither is set and `scope` is not READ_SCOPE_ALL.
     func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome
     /// What the built-in inbox provider recorded, oldest first.
     func listInbox(_ request: ListInboxRequest, context: RPCContext) async throws -> ListInboxResponse
     /// The outbox entries of one send: state, attempts and the message id every attempt reused.
-    /// Errors: NOT_FOUND as for GetOutcome.
+    /// Errors: NOT_FOUND and PERMISSION_DENIED as for GetOutcome.
     func listDeliveries(_ request: ListDeliveriesRequest, context: RPCContext) async throws -> ListDeliveriesResponse
     /// Deletes every send, its outbox entries, outcomes and handle removals, the inbox and hubs' credentials, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
@@ -44,7 +45,8 @@ public protocol DispatchServiceHandler: Sendable {
     func getHubQueue(_ request: GetHubQueueRequest, context: RPCContext) async throws -> HubQueueStatus
     /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
-    /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
+    /// unknown id (or another hub's, when `hub` is set); PERMISSION_DENIED when `hub` is not set and
+    /// `scope` is not READ_SCOPE_ALL; FAILED_PRECONDITION when it was already sent.
     func cancelScheduled(_ request: CancelScheduledRequest, context: RPCContext) async throws -> Outcome
     /// What a deleted hub owned (the CLI calls it when a hub is deleted): cancels every scheduled send
     /// not made yet, so nothing the hub scheduled is sent afterwards, and deletes its finished sends
@@ -152,12 +154,13 @@ public protocol DispatchServiceClientProtocol: Sendable {
     /// a platform appears twice, or when a payload is over its provider's size limit.
     func send(_ request: SendRequest, options: RPCCallOptions) async throws -> SendResponse
     /// The outcome of one send. Errors: NOT_FOUND for an unknown notification id, or one another
-    /// sender sent when `requester` is set.
+    /// sender sent when `requester` is set (another hub's when `hub` is); PERMISSION_DENIED when
+    /// neither is set and `scope` is not READ_SCOPE_ALL.
     func getOutcome(_ request: GetOutcomeRequest, options: RPCCallOptions) async throws -> Outcome
     /// What the built-in inbox provider recorded, oldest first.
     func listInbox(_ request: ListInboxRequest, options: RPCCallOptions) async throws -> ListInboxResponse
     /// The outbox entries of one send: state, attempts and the message id every attempt reused.
-    /// Errors: NOT_FOUND as for GetOutcome.
+    /// Errors: NOT_FOUND and PERMISSION_DENIED as for GetOutcome.
     func listDeliveries(_ request: ListDeliveriesRequest, options: RPCCallOptions) async throws -> ListDeliveriesResponse
     /// Deletes every send, its outbox entries, outcomes and handle removals, the inbox and hubs' credentials, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
@@ -184,7 +187,8 @@ public protocol DispatchServiceClientProtocol: Sendable {
     func getHubQueue(_ request: GetHubQueueRequest, options: RPCCallOptions) async throws -> HubQueueStatus
     /// Cancels a scheduled send that has not been made yet: its outcome becomes CANCELLED and it is
     /// never sent. Cancelling one already cancelled answers the same. Errors: NOT_FOUND for an
-    /// unknown id (or another hub's, when `hub` is set); FAILED_PRECONDITION when it was already sent.
+    /// unknown id (or another hub's, when `hub` is set); PERMISSION_DENIED when `hub` is not set and
+    /// `scope` is not READ_SCOPE_ALL; FAILED_PRECONDITION when it was already sent.
     func cancelScheduled(_ request: CancelScheduledRequest, options: RPCCallOptions) async throws -> Outcome
     /// What a deleted hub owned (the CLI calls it when a hub is deleted): cancels every scheduled send
     /// not made yet, so nothing the hub scheduled is sent afterwards, and deletes its finished sends

@@ -50,7 +50,9 @@ do {
                 throw ServiceError(.deadlineExceeded, "not finished within 30 s")
             }
             try await Task.sleep(for: .milliseconds(100))
-            outcome = try await herald.dispatch.getOutcome(GetOutcomeRequest(notificationID: outcome.notificationID))
+            // An operator's read: this service sent as no user (`READ_SCOPE_ALL`, proto/README.md).
+            outcome = try await herald.dispatch.getOutcome(
+                GetOutcomeRequest(notificationID: outcome.notificationID, scope: .all))
         }
         return outcome
     }

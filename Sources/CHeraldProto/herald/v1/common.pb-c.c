@@ -802,17 +802,19 @@ const ProtobufCEnumDescriptor herald__v1__platform__descriptor =
   herald__v1__platform__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue herald__v1__read_scope__enum_values_by_number[3] =
+static const ProtobufCEnumValue herald__v1__read_scope__enum_values_by_number[4] =
 {
   { "READ_SCOPE_UNSPECIFIED", "HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED", 0 },
   { "READ_SCOPE_HANDLE", "HERALD__V1__READ_SCOPE__READ_SCOPE_HANDLE", 1 },
   { "READ_SCOPE_HUB", "HERALD__V1__READ_SCOPE__READ_SCOPE_HUB", 2 },
+  { "READ_SCOPE_ALL", "HERALD__V1__READ_SCOPE__READ_SCOPE_ALL", 3 },
 };
 static const ProtobufCIntRange herald__v1__read_scope__value_ranges[] = {
-{0, 0},{0, 3}
+{0, 0},{0, 4}
 };
-static const ProtobufCEnumValueIndex herald__v1__read_scope__enum_values_by_name[3] =
+static const ProtobufCEnumValueIndex herald__v1__read_scope__enum_values_by_name[4] =
 {
+  { "READ_SCOPE_ALL", 3 },
   { "READ_SCOPE_HANDLE", 1 },
   { "READ_SCOPE_HUB", 2 },
   { "READ_SCOPE_UNSPECIFIED", 0 },
@@ -824,9 +826,9 @@ const ProtobufCEnumDescriptor herald__v1__read_scope__descriptor =
   "ReadScope",
   "Herald__V1__ReadScope",
   "herald.v1",
-  3,
+  4,
   herald__v1__read_scope__enum_values_by_number,
-  3,
+  4,
   herald__v1__read_scope__enum_values_by_name,
   1,
   herald__v1__read_scope__value_ranges,

@@ -2556,7 +2556,7 @@ const ProtobufCMessageDescriptor herald__v1__delivery_record__descriptor =
   (ProtobufCMessageInit) herald__v1__delivery_record__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__list_deliveries_request__field_descriptors[6] =
+static const ProtobufCFieldDescriptor herald__v1__list_deliveries_request__field_descriptors[7] =
 {
   {
     "notification_id",
@@ -2630,6 +2630,18 @@ static const ProtobufCFieldDescriptor herald__v1__list_deliveries_request__field
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "scope",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListDeliveriesRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_deliveries_request__field_indices_by_name[] = {
   2,   /* field[2] = after_sequence */
@@ -2638,11 +2650,12 @@ static const unsigned herald__v1__list_deliveries_request__field_indices_by_name
   3,   /* field[3] = limit */
   0,   /* field[0] = notification_id */
   1,   /* field[1] = requester */
+  6,   /* field[6] = scope */
 };
 static const ProtobufCIntRange herald__v1__list_deliveries_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__descriptor =
 {
@@ -2652,7 +2665,7 @@ const ProtobufCMessageDescriptor herald__v1__list_deliveries_request__descriptor
   "Herald__V1__ListDeliveriesRequest",
   "herald.v1",
   sizeof(Herald__V1__ListDeliveriesRequest),
-  6,
+  7,
   herald__v1__list_deliveries_request__field_descriptors,
   herald__v1__list_deliveries_request__field_indices_by_name,
   1,  herald__v1__list_deliveries_request__number_ranges,
@@ -2852,7 +2865,7 @@ const ProtobufCMessageDescriptor herald__v1__outcome__descriptor =
   (ProtobufCMessageInit) herald__v1__outcome__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__cancel_scheduled_request__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__cancel_scheduled_request__field_descriptors[3] =
 {
   {
     "notification_id",
@@ -2878,15 +2891,28 @@ static const ProtobufCFieldDescriptor herald__v1__cancel_scheduled_request__fiel
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "scope",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__CancelScheduledRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__cancel_scheduled_request__field_indices_by_name[] = {
   1,   /* field[1] = hub */
   0,   /* field[0] = notification_id */
+  2,   /* field[2] = scope */
 };
 static const ProtobufCIntRange herald__v1__cancel_scheduled_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor herald__v1__cancel_scheduled_request__descriptor =
 {
@@ -2896,7 +2922,7 @@ const ProtobufCMessageDescriptor herald__v1__cancel_scheduled_request__descripto
   "Herald__V1__CancelScheduledRequest",
   "herald.v1",
   sizeof(Herald__V1__CancelScheduledRequest),
-  2,
+  3,
   herald__v1__cancel_scheduled_request__field_descriptors,
   herald__v1__cancel_scheduled_request__field_indices_by_name,
   1,  herald__v1__cancel_scheduled_request__number_ranges,
@@ -2992,7 +3018,7 @@ const ProtobufCMessageDescriptor herald__v1__delete_hub_sends_response__descript
   (ProtobufCMessageInit) herald__v1__delete_hub_sends_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[4] =
 {
   {
     "notification_id",
@@ -3030,16 +3056,29 @@ static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "scope",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__GetOutcomeRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__get_outcome_request__field_indices_by_name[] = {
   2,   /* field[2] = hub */
   0,   /* field[0] = notification_id */
   1,   /* field[1] = requester */
+  3,   /* field[3] = scope */
 };
 static const ProtobufCIntRange herald__v1__get_outcome_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor =
 {
@@ -3049,7 +3088,7 @@ const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor =
   "Herald__V1__GetOutcomeRequest",
   "herald.v1",
   sizeof(Herald__V1__GetOutcomeRequest),
-  3,
+  4,
   herald__v1__get_outcome_request__field_descriptors,
   herald__v1__get_outcome_request__field_indices_by_name,
   1,  herald__v1__get_outcome_request__number_ranges,

@@ -71,7 +71,14 @@ typedef enum _Herald__V1__ReadScope {
   /*
    * The whole hub (a Manage key; an operator or the command-line tool over the service's socket).
    */
-  HERALD__V1__READ_SCOPE__READ_SCOPE_HUB = 2
+  HERALD__V1__READ_SCOPE__READ_SCOPE_HUB = 2,
+  /*
+   * Any hub: an operator over the service's socket (`herald outcome`, the console's search for a
+   * send by id, which then checks the operator manages its hub). Only the requests that name one
+   * send (GetOutcome, ListDeliveries, CancelScheduled) take it, and only when they name neither a
+   * requester nor a hub; a hub-wide listing still needs READ_SCOPE_HUB.
+   */
+  HERALD__V1__READ_SCOPE__READ_SCOPE_ALL = 3
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__READ_SCOPE)
 } Herald__V1__ReadScope;
 

@@ -536,10 +536,14 @@ struct  Herald__V1__ListDeliveriesRequest
    * Only deliveries that failed for good (FAILED and ABANDONED): the per-device failures export.
    */
   protobuf_c_boolean failed_only;
+  /*
+   * As in GetOutcomeRequest.
+   */
+  Herald__V1__ReadScope scope;
 };
 #define HERALD__V1__LIST_DELIVERIES_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_deliveries_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string, 0, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
 
 
 /*
@@ -629,10 +633,14 @@ struct  Herald__V1__CancelScheduledRequest
    * When set, only a send on this hub is found.
    */
   char *hub;
+  /*
+   * READ_SCOPE_ALL to cancel a send of any hub (`hub` empty); ignored when `hub` is set.
+   */
+  Herald__V1__ReadScope scope;
 };
 #define HERALD__V1__CANCEL_SCHEDULED_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__cancel_scheduled_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
 
 
 /*
@@ -689,10 +697,16 @@ struct  Herald__V1__GetOutcomeRequest
    * When set, only a send on this hub is found (a hub's keys see its own sends only).
    */
   char *hub;
+  /*
+   * READ_SCOPE_ALL to read a send of any hub by any sender (neither `requester` nor `hub` set:
+   * an operator's read); ignored when either is set. Checked where the send is read, so a caller
+   * that forgets to name whose send it reads gets PERMISSION_DENIED, not every hub's sends.
+   */
+  Herald__V1__ReadScope scope;
 };
 #define HERALD__V1__GET_OUTCOME_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_outcome_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
 
 
 /*
