@@ -103,8 +103,11 @@ public struct EdgeConfig: Sendable {
             throw ConfigError("http-tls-cert and http-tls-key go together")
         }
         httpTLS = tlsCertificate.isEmpty ? nil : (tlsCertificate, tlsKey)
-        guard maxBodyBytes > 0, maxContentBytes > 0 else {
-            throw ConfigError("max-body-bytes and max-content-bytes must be positive")
+        // A body crosses an RPC whole (a template, a rich content): more than a message holds would
+        // only be read into memory to be refused by the service behind.
+        let largest = RPCLimits.maxMessageBytes - 4096
+        guard (1...largest).contains(maxBodyBytes), (1...largest).contains(maxContentBytes) else {
+            throw ConfigError("max-body-bytes and max-content-bytes must be 1...\(largest) (the RPC message limit)")
         }
         let imagePath = reader.string("rich-image", default: "")
         if imagePath.isEmpty {
