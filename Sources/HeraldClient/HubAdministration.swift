@@ -29,16 +29,48 @@ public enum HubAdministration {
 
     /// ``delete(name:auth:registration:dispatch:requestID:)`` of a hub the caller has just read
     /// (its stored name and its id).
+    ///
+    /// Once auth has deleted the hub, its name no longer leads to its id; so when a later step
+    /// fails (a service restarting, say), the error names the id and the command that finishes the
+    /// deletion, ``finishDelete(id:registration:dispatch:requestID:)``. Without it the hub's
+    /// devices and sends would stay for good, under an id nothing could name again.
     public static func delete(
         name: String, id: String, auth: any AuthServiceClientProtocol,
         registration: any RegistrationServiceClientProtocol, dispatch: any DispatchServiceClientProtocol,
         requestID: String? = nil
     ) async throws -> Deleted {
         _ = try await auth.deleteHub(DeleteHubRequest(name: name), requestID: requestID)
+        do {
+            return try await finishDelete(id: id, registration: registration, dispatch: dispatch, requestID: requestID)
+        } catch let error as ServiceError {
+            throw unfinished(name: name, id: id, error)
+        }
+    }
+
+    /// The steps of a hub's deletion after auth's, by the hub's id: its push credentials, sends
+    /// and devices. Each is idempotent, so this finishes a deletion that stopped half-way, and
+    /// finds nothing to do for one that did not. Errors: FAILED_PRECONDITION for the hub default.
+    public static func finishDelete(
+        id: String, registration: any RegistrationServiceClientProtocol, dispatch: any DispatchServiceClientProtocol,
+        requestID: String? = nil
+    ) async throws -> Deleted {
+        guard !id.isEmpty, id != Names.defaultHub else {
+            throw ServiceError.failedPrecondition("the hub default's devices and sends are not deleted whole")
+        }
         _ = try await dispatch.deleteHubCredentials(DeleteHubCredentialsRequest(hub: id), requestID: requestID)
         let sends = try await dispatch.deleteHubSends(DeleteHubSendsRequest(hub: id), requestID: requestID)
         let devices = try await registration.deleteHubDevices(DeleteHubDevicesRequest(hub: id), requestID: requestID)
         return Deleted(devices: devices.deleted, sends: sends.deleted, cancelledSends: sends.cancelled)
+    }
+
+    /// The error of a deletion that stopped after auth's step: the cause, the hub's id, and how to
+    /// finish.
+    static func unfinished(name: String, id: String, _ error: ServiceError) -> ServiceError {
+        var unfinished = error
+        unfinished.message =
+            "hub \(name) (id \(id)) is deleted and its keys are gone, but not yet its credentials, sends and devices "
+            + "(\(error.message)); finish with: herald hubs delete --id \(id)"
+        return unfinished
     }
 
     /// A hub's limits, each nil when unchanged (a change) or 0 for none.

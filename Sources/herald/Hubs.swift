@@ -72,15 +72,40 @@ struct Hubs: AsyncParsableCommand {
                 "Delete a hub: its keys first (nothing can call it any more), then its push credentials, sends and devices."
         )
         @OptionGroup var stack: StackOptions
-        @Argument var name: String
+        @Argument(help: "The hub's name.")
+        var name: String?
+        @Option(
+            help: """
+                Finish a deletion that stopped after the hub's keys were deleted: its credentials, sends and \
+                devices, by the id the failed deletion printed.
+                """)
+        var id: String?
+
+        func validate() throws {
+            guard (name == nil) != (id == nil) else {
+                throw ValidationError("give the hub's name, or --id to finish a deletion that stopped half-way")
+            }
+        }
 
         func run() async throws {
-            let (hub, deleted) = try await withEveryService(stack) { auth, registration, _, dispatch in
-                try await HubAdministration.delete(
-                    name: name, auth: auth, registration: registration, dispatch: dispatch)
+            let deleted: HubAdministration.Deleted
+            let what: String
+            if let id {
+                deleted = try await withEveryService(stack) { _, registration, _, dispatch in
+                    try await HubAdministration.finishDelete(id: id, registration: registration, dispatch: dispatch)
+                }
+                what = "hub id \(id): credentials"
+            } else {
+                let name = name ?? ""
+                let hub: Hub
+                (hub, deleted) = try await withEveryService(stack) { auth, registration, _, dispatch in
+                    try await HubAdministration.delete(
+                        name: name, auth: auth, registration: registration, dispatch: dispatch)
+                }
+                what = "hub \(hub.name) deleted with its keys, credentials"
             }
             print(
-                "hub \(hub.name) deleted with its keys, credentials, \(deleted.devices) device(s) and "
+                "\(what), \(deleted.devices) device(s) and "
                     + "\(deleted.sends) send(s), \(deleted.cancelledSends) of them scheduled and now cancelled")
         }
     }

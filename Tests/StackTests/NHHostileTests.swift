@@ -1,4 +1,5 @@
 import Foundation
+import HeraldClient
 import HeraldModel
 import HeraldProto
 import HeraldRPC
@@ -139,6 +140,56 @@ struct NHHostileTests {
                 }
                 #expect(gone?.code == .notFound)
             }
+        }
+    }
+
+    @Test(
+        "a hub deletion that stops after auth's step names the hub's id and the command; herald hubs delete --id finishes it"
+    )
+    func unfinishedHubDeletion() async throws {
+        try await LiveStack.with { live in
+            let herald = live.configuration.binDirectory + "/herald"
+            let dir = ["--runtime-dir", live.configuration.runtimeDirectory]
+            let keys = try await NHFixture.hub("Gone1", live)
+            let device =
+                #"{"installationId":"dev-gone","platform":"apns","pushChannel":"\#(apnsToken(911))","tags":["t"]}"#
+            #expect(
+                try await live.edge.request(
+                    "PUT", "/gone1/installations/dev-gone",
+                    authorization: NHFixture.token(sr: NHFixture.root(live), keys.full), body: device
+                ).status == 200)
+            let socket = { (service: String) in live.configuration.socketPath(service) }
+            let (hub, failure) = try await RPCClient.with(socketPath: socket("auth"), timeout: .testRPC) { authRPC in
+                try await RPCClient.with(socketPath: socket("registration"), timeout: .testRPC) { registrationRPC in
+                    // Dispatch "restarting": its socket is not there.
+                    try await RPCClient.with(
+                        socketPath: live.configuration.runtimeDirectory + "/gone.sock", timeout: .seconds(2)
+                    ) {
+                        downRPC in
+                        let auth = AuthServiceClient(authRPC)
+                        let hub = try await auth.getHub(GetHubRequest(name: "gone1"))
+                        let failure = await #expect(throws: ServiceError.self) {
+                            try await HubAdministration.delete(
+                                name: hub.name, id: hub.id, auth: auth,
+                                registration: RegistrationServiceClient(registrationRPC),
+                                dispatch: DispatchServiceClient(downRPC))
+                        }
+                        return (hub, failure)
+                    }
+                }
+            }
+            #expect(
+                failure?.code == .unavailable || failure?.code == .deadlineExceeded, "\(String(describing: failure))")
+            #expect(failure?.message.contains("finish with: herald hubs delete --id \(hub.id)") == true)
+            // The hub is gone from auth (its name leads nowhere), its device is not, yet.
+            #expect(try await runProgram(herald, ["hubs", "delete", "Gone1"] + dir).status != 0)
+            let finished = try await runProgram(herald, ["hubs", "delete", "--id", hub.id] + dir)
+            #expect(finished.status == 0, "\(finished.error)")
+            #expect(finished.output.contains("hub id \(hub.id): credentials, 1 device(s)"), "\(finished.output)")
+            let again = try await runProgram(herald, ["hubs", "delete", "--id", hub.id] + dir)
+            #expect(again.output.contains("0 device(s) and 0 send(s)"), "a second run finds nothing: \(again.output)")
+            #expect(try await runProgram(herald, ["hubs", "delete", "--id", "default"] + dir).status != 0)
+            #expect(try await runProgram(herald, ["hubs", "delete"] + dir).status != 0)
         }
     }
 
