@@ -422,6 +422,10 @@ let package = Package(
             .testTarget(
                 name: "NotificationHubsTests", dependencies: ["NotificationHubs", "HeraldModel", "HeraldProto"],
                 swiftSettings: swiftSettings),
+            // herald up's supervisor without its processes.
+            .testTarget(
+                name: "HeraldStackTests", dependencies: ["HeraldStack", "HeraldModel", "HeraldRPC"],
+                swiftSettings: swiftSettings),
             .testTarget(
                 name: "HeraldTelemetryTests",
                 dependencies: [

@@ -304,19 +304,6 @@ struct OperationsTests {
         }
     }
 
-    @Test("herald up's restart backoff grows with crashes in a row and starts again after a healthy run")
-    func restartBackoffResets() {
-        var crashes = 0
-        for _ in 0..<12 { crashes = Stack.crashesInARow(previous: crashes, ranFor: .seconds(2)) }
-        #expect(crashes == 12)
-        #expect(Stack.restartDelay(afterCrashes: crashes) == .seconds(10))
-        crashes = Stack.crashesInARow(previous: crashes, ranFor: Stack.healthyRun)
-        #expect(crashes == 1)
-        #expect(Stack.restartDelay(afterCrashes: crashes) == .milliseconds(100))
-        #expect(Stack.restartDelay(afterCrashes: 2) == .milliseconds(200))
-        #expect(Stack.crashesInARow(previous: 3, ranFor: nil) == 4)
-    }
-
     @Test("a service that cannot start logs its cause at error level and exits 1, never by a signal")
     func startupFailureIsReported() async throws {
         var template = Array("/tmp/herald-start-XXXXXX".utf8CString)
