@@ -108,7 +108,7 @@ public struct AuthHandlers: AuthServiceHandler {
     }
 
     public func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse {
-        try ExportJSON.checkErase(user: request.user, hub: request.hub)
+        try ExportJSON.checkPerson(user: request.user, hub: request.hub)
         defer { authenticator.changed() }
         let removed = try await authenticator.eraseUser(request.user) + (try await hubs.revokeGrants(of: request.user))
         context.logger.notice(

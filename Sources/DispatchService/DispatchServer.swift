@@ -438,7 +438,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
     }
 
     public func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse {
-        try ExportJSON.checkErase(user: request.user, hub: request.hub)
+        try ExportJSON.checkPerson(user: request.user, hub: request.hub)
         let erased = try await outbox.eraseUser(request.user, hub: request.hub)
         context.logger.notice(
             "user's sends erased",

@@ -8,10 +8,10 @@ public import HeraldProto
 public enum ExportJSON {
     public static let maxPage: Int32 = 1000
 
-    /// What every service checks of an erase (EraseUser, ListUserDevices, EraseUserDevices): it names
+    /// What every service checks of a request about one person (an erase, an export): it names
     /// one user, never everyone (an empty name would match every row that has none), and at most
     /// one hub. INVALID_ARGUMENT otherwise.
-    public static func checkErase(user: String, hub: String) throws {
+    public static func checkPerson(user: String, hub: String) throws {
         guard !user.isEmpty, user.utf8.count <= 256, hub.utf8.count <= 256 else {
             throw ServiceError.invalidArgument("user must be 1 to 256 bytes, hub at most 256")
         }
@@ -20,11 +20,8 @@ public enum ExportJSON {
     /// The page size asked for (0: 100); INVALID_ARGUMENT for a missing user or a bound exceeded.
     @discardableResult
     public static func check(_ request: ExportUserRequest) throws -> Int {
-        guard !request.user.isEmpty, request.user.utf8.count <= 256, request.hub.utf8.count <= 256,
-            request.after.utf8.count <= 256
-        else {
-            throw ServiceError.invalidArgument("user must be 1 to 256 bytes; hub and after at most 256")
-        }
+        try checkPerson(user: request.user, hub: request.hub)
+        guard request.after.utf8.count <= 256 else { throw ServiceError.invalidArgument("after is over 256 bytes") }
         return try pageSize(request.limit)
     }
 

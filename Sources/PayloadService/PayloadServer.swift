@@ -65,7 +65,7 @@ public struct PayloadHandlers: PayloadServiceHandler {
     }
 
     public func eraseUser(_ request: EraseUserRequest, context: RPCContext) async throws -> EraseUserResponse {
-        try ExportJSON.checkErase(user: request.user, hub: request.hub)
+        try ExportJSON.checkPerson(user: request.user, hub: request.hub)
         let erased = try await store.eraseUser(request.user)
         context.logger.notice(
             "user's content erased",

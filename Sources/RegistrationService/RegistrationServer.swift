@@ -326,7 +326,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public func listUserDevices(_ request: ListUserDevicesRequest, context: RPCContext) async throws
         -> ListUserDevicesResponse
     {
-        try ExportJSON.checkErase(user: request.user, hub: request.hub)
+        try ExportJSON.checkPerson(user: request.user, hub: request.hub)
         guard request.after.utf8.count <= 256 else { throw ServiceError.invalidArgument("after is over 256 bytes") }
         return ListUserDevicesResponse(
             devices: try await store.userDevices(
@@ -336,7 +336,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public func eraseUserDevices(_ request: EraseUserDevicesRequest, context: RPCContext) async throws
         -> EraseUserResponse
     {
-        try ExportJSON.checkErase(user: request.user, hub: request.hub)
+        try ExportJSON.checkPerson(user: request.user, hub: request.hub)
         guard request.registrationIds.allSatisfy({ $0.utf8.count <= 256 }) else {
             throw ServiceError.invalidArgument("a registration id is longer than 256 bytes")
         }

@@ -68,13 +68,3 @@ struct ConfigReaderTests {
         #expect(throws: ConfigError.self) { try config(["--registration-address", "10.0.0.1:7001,nope"]) }
     }
 }
-
-@Suite("export items")
-struct ExportJSONTests {
-    @Test("times are ISO 8601 in UTC with milliseconds; none is empty")
-    func times() {
-        #expect(ExportJSON.time(1_795_898_003_123) == "2026-11-28T20:33:23.123Z")
-        #expect(ExportJSON.time(1_795_898_003_000) == "2026-11-28T20:33:23.000Z")
-        #expect(ExportJSON.time(0).isEmpty)
-    }
-}
