@@ -28,17 +28,6 @@ struct AuthTests {
             tokenTTL: .seconds(600), credentialCache: .seconds(cacheSeconds), now: clock.function)
     }
 
-    static func code(_ body: () async throws -> Any) async -> StatusCode? {
-        do {
-            _ = try await body()
-            return nil
-        } catch let error as ServiceError {
-            return error.code
-        } catch {
-            return .unknown
-        }
-    }
-
     @Test("tutorial mode accepts user == password and nothing else")
     func tutorialAuth() async throws {
         let auth = try await Self.make(.tutorial)
@@ -50,7 +39,7 @@ struct AuthTests {
             "", "Basic", "Basic !!!", Self.basic("alice:bob"), Self.basic("alice"), Self.basic(":"),
             Self.basic("a b:a b"), Self.basic("username:x:username:x"), "Bearer abc", "Digest x",
         ] {
-            #expect(await Self.code { try await auth.authenticate(bad) } == .unauthenticated, "\(bad)")
+            #expect(await statusCode { try await auth.authenticate(bad) } == .unauthenticated, "\(bad)")
         }
     }
 
@@ -59,21 +48,22 @@ struct AuthTests {
         let auth = try await Self.make(.accounts, cacheSeconds: 0)
         _ = try await auth.createUser("alice", password: "correct horse")
         #expect(try await auth.authenticate(Self.basic("alice:correct horse")).user == "alice")
-        #expect(await Self.code { try await auth.authenticate(Self.basic("alice:alice")) } == .unauthenticated)
+        #expect(await statusCode { try await auth.authenticate(Self.basic("alice:alice")) } == .unauthenticated)
         #expect(
-            await Self.code { try await auth.authenticate(Self.basic("mallory:correct horse")) } == .unauthenticated)
-        #expect(await Self.code { try await auth.createUser("alice", password: "another one") } == .alreadyExists)
-        #expect(await Self.code { try await auth.createUser("bob", password: "short") } == .invalidArgument)
-        #expect(await Self.code { try await auth.createUser("b b", password: "long enough") } == .invalidArgument)
+            await statusCode { try await auth.authenticate(Self.basic("mallory:correct horse")) } == .unauthenticated)
+        #expect(await statusCode { try await auth.createUser("alice", password: "another one") } == .alreadyExists)
+        #expect(await statusCode { try await auth.createUser("bob", password: "short") } == .invalidArgument)
+        #expect(await statusCode { try await auth.createUser("b b", password: "long enough") } == .invalidArgument)
         let stored = try #require(try await auth.store.passwordHash(of: "alice"))
         #expect(stored.hasPrefix("$scrypt$ln=10,r=8,p=1$"))
         #expect(!stored.contains("correct horse"))
 
         _ = try await auth.setPassword("alice", password: "battery staple")
-        #expect(await Self.code { try await auth.authenticate(Self.basic("alice:correct horse")) } == .unauthenticated)
+        #expect(await statusCode { try await auth.authenticate(Self.basic("alice:correct horse")) } == .unauthenticated)
         #expect(try await auth.authenticate(Self.basic("alice:battery staple")).user == "alice")
         try await auth.deleteUser("alice")
-        #expect(await Self.code { try await auth.authenticate(Self.basic("alice:battery staple")) } == .unauthenticated)
+        #expect(
+            await statusCode { try await auth.authenticate(Self.basic("alice:battery staple")) } == .unauthenticated)
         #expect(try await auth.store.listUsers().isEmpty)
     }
 
@@ -84,7 +74,8 @@ struct AuthTests {
         #expect(try await auth.authenticate(Self.basic("carol:first password")).user == "carol")
         #expect(try await auth.authenticate(Self.basic("carol:first password")).user == "carol")  // cached
         _ = try await auth.setPassword("carol", password: "second password")
-        #expect(await Self.code { try await auth.authenticate(Self.basic("carol:first password")) } == .unauthenticated)
+        #expect(
+            await statusCode { try await auth.authenticate(Self.basic("carol:first password")) } == .unauthenticated)
     }
 
     @Test("repeated failures lock a user name out, growing, and the lock lifts")
@@ -93,22 +84,22 @@ struct AuthTests {
         let auth = try await Self.make(.accounts, clock: clock)
         _ = try await auth.createUser("dave", password: "the password")
         for _ in 0..<3 {
-            #expect(await Self.code { try await auth.authenticate(Self.basic("dave:guess")) } == .unauthenticated)
+            #expect(await statusCode { try await auth.authenticate(Self.basic("dave:guess")) } == .unauthenticated)
         }
         // Locked: even the right password is refused, without a hash being computed.
-        #expect(await Self.code { try await auth.authenticate(Self.basic("dave:the password")) } == .resourceExhausted)
+        #expect(await statusCode { try await auth.authenticate(Self.basic("dave:the password")) } == .resourceExhausted)
         clock.advance(seconds: 31)
-        #expect(await Self.code { try await auth.authenticate(Self.basic("dave:guess")) } == .unauthenticated)
+        #expect(await statusCode { try await auth.authenticate(Self.basic("dave:guess")) } == .unauthenticated)
         clock.advance(seconds: 31)  // the second lock is 60 s
-        #expect(await Self.code { try await auth.authenticate(Self.basic("dave:the password")) } == .resourceExhausted)
+        #expect(await statusCode { try await auth.authenticate(Self.basic("dave:the password")) } == .resourceExhausted)
         clock.advance(seconds: 30)
         #expect(try await auth.authenticate(Self.basic("dave:the password")).user == "dave")
         // Success resets the count.
-        #expect(await Self.code { try await auth.authenticate(Self.basic("dave:guess")) } == .unauthenticated)
+        #expect(await statusCode { try await auth.authenticate(Self.basic("dave:guess")) } == .unauthenticated)
         #expect(try await auth.authenticate(Self.basic("dave:the password")).user == "dave")
         // Unknown names are throttled the same way (no hint that they do not exist).
-        for _ in 0..<3 { _ = await Self.code { try await auth.authenticate(Self.basic("nobody:x")) } }
-        #expect(await Self.code { try await auth.authenticate(Self.basic("nobody:x")) } == .resourceExhausted)
+        for _ in 0..<3 { _ = await statusCode { try await auth.authenticate(Self.basic("nobody:x")) } }
+        #expect(await statusCode { try await auth.authenticate(Self.basic("nobody:x")) } == .resourceExhausted)
     }
 
     @Test("bearer tokens: issued for Basic, expire, revocable, stored hashed")
@@ -122,24 +113,24 @@ struct AuthTests {
         #expect(issued.expiresAtUnixMs == clock.now + 600_000)
         let principal = try await auth.authenticate("Bearer \(issued.token)")
         #expect(principal.user == "erin" && principal.scheme == "bearer")
-        #expect(await Self.code { try await auth.issueToken("Bearer \(issued.token)") } == .unauthenticated)
-        #expect(await Self.code { try await auth.issueToken(Self.basic("erin:wrong password")) } == .unauthenticated)
+        #expect(await statusCode { try await auth.issueToken("Bearer \(issued.token)") } == .unauthenticated)
+        #expect(await statusCode { try await auth.issueToken(Self.basic("erin:wrong password")) } == .unauthenticated)
 
         clock.advance(seconds: 601)
-        #expect(await Self.code { try await auth.authenticate("Bearer \(issued.token)") } == .unauthenticated)
+        #expect(await statusCode { try await auth.authenticate("Bearer \(issued.token)") } == .unauthenticated)
 
         let second = try await auth.issueToken(Self.basic("erin:erin's password"))
         #expect(try await auth.revokeToken(second.token) == 1)
-        #expect(await Self.code { try await auth.authenticate("Bearer \(second.token)") } == .unauthenticated)
+        #expect(await statusCode { try await auth.authenticate("Bearer \(second.token)") } == .unauthenticated)
 
         let third = try await auth.issueToken(Self.basic("erin:erin's password"))
         _ = try await auth.setPassword("erin", password: "a new password")
-        #expect(await Self.code { try await auth.authenticate("Bearer \(third.token)") } == .unauthenticated)
+        #expect(await statusCode { try await auth.authenticate("Bearer \(third.token)") } == .unauthenticated)
 
         let fourth = try await auth.issueToken(Self.basic("erin:a new password"))
         #expect(try await auth.revokeTokens(of: "erin") == 1)
-        #expect(await Self.code { try await auth.authenticate("Bearer \(fourth.token)") } == .unauthenticated)
-        #expect(await Self.code { try await auth.revokeTokens(of: "nobody") } == .notFound)
+        #expect(await statusCode { try await auth.authenticate("Bearer \(fourth.token)") } == .unauthenticated)
+        #expect(await statusCode { try await auth.revokeTokens(of: "nobody") } == .notFound)
     }
 
     @Test("password hashes: salted, self-describing, malformed ones never match")

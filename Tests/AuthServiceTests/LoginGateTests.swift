@@ -205,7 +205,7 @@ struct LoginGateTests {
         let codes = await withTaskGroup(of: StatusCode?.self) { group in
             for index in 0..<50 {
                 group.addTask {
-                    await AuthTests.code {
+                    await statusCode {
                         try await auth.authenticate(AuthTests.basic("spray\(index):guess-\(index)"), from: address)
                     }
                 }
@@ -221,11 +221,11 @@ struct LoginGateTests {
         // it is refused alike, a made-up name's as a real one's, so the status tells nothing.
         for _ in 0..<2 {
             #expect(
-                await AuthTests.code { try await auth.authenticate(AuthTests.basic("alice:wrong"), from: address) }
+                await statusCode { try await auth.authenticate(AuthTests.basic("alice:wrong"), from: address) }
                     == .unauthenticated)
         }
-        let real = await AuthTests.code { try await auth.authenticate(alice, from: address) }
-        let madeUp = await AuthTests.code { try await auth.authenticate(AuthTests.basic("nobody:x"), from: address) }
+        let real = await statusCode { try await auth.authenticate(alice, from: address) }
+        let madeUp = await statusCode { try await auth.authenticate(AuthTests.basic("nobody:x"), from: address) }
         #expect(
             real == .resourceExhausted && madeUp == .resourceExhausted,
             "\(String(describing: real)) \(String(describing: madeUp))")

@@ -42,17 +42,6 @@ struct DispatchHandlersTests {
         }
     }
 
-    static func code(_ call: () async throws -> some Any) async -> StatusCode? {
-        do {
-            _ = try await call()
-            return nil
-        } catch let error as ServiceError {
-            return error.code
-        } catch {
-            return .unknown
-        }
-    }
-
     @Test("hub-wide reads need READ_SCOPE_HUB; their limits and cursors are bounded")
     func hubReads() async throws {
         try await Self.withHandlers { f in
@@ -60,24 +49,24 @@ struct DispatchHandlersTests {
             let c = Self.context
             for scope in [ReadScope.unspecified, .handle, .all] {
                 #expect(
-                    await Self.code { try await h.listSends(ListSendsRequest(hub: "h", scope: scope), context: c) }
+                    await statusCode { try await h.listSends(ListSendsRequest(hub: "h", scope: scope), context: c) }
                         == .permissionDenied)
                 #expect(
-                    await Self.code { try await h.sendStats(SendStatsRequest(hub: "h", scope: scope), context: c) }
+                    await statusCode { try await h.sendStats(SendStatsRequest(hub: "h", scope: scope), context: c) }
                         == .permissionDenied)
                 #expect(
-                    await Self.code { try await h.getHubQueue(GetHubQueueRequest(hub: "h", scope: scope), context: c) }
+                    await statusCode { try await h.getHubQueue(GetHubQueueRequest(hub: "h", scope: scope), context: c) }
                         == .permissionDenied)
             }
             for request in [
                 ListSendsRequest(hub: "h", limit: 201, scope: .hub), ListSendsRequest(hub: "h", limit: -1, scope: .hub),
                 ListSendsRequest(hub: "h", beforeCreatedAtUnixMs: -5, scope: .hub),
             ] {
-                #expect(await Self.code { try await h.listSends(request, context: c) } == .invalidArgument)
+                #expect(await statusCode { try await h.listSends(request, context: c) } == .invalidArgument)
             }
             for minutes: Int32 in [-1, 1441] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await h.sendStats(SendStatsRequest(hub: "h", minutes: minutes, scope: .hub), context: c)
                     }
                         == .invalidArgument)
@@ -88,7 +77,7 @@ struct DispatchHandlersTests {
             let queue = try await h.getHubQueue(GetHubQueueRequest(hub: "h", scope: .hub), context: c)
             #expect(queue.pending == 0 && queue.oldestDueMs == 0)
             #expect(
-                await Self.code {
+                await statusCode {
                     try await h.getHubQueue(
                         GetHubQueueRequest(hub: String(repeating: "h", count: 257), scope: .hub), context: c)
                 } == .invalidArgument)
@@ -106,25 +95,25 @@ struct DispatchHandlersTests {
                 ListDeliveriesRequest(notificationID: "n-1", limit: -1, scope: .all),
                 ListDeliveriesRequest(notificationID: "n-1", afterSequence: -1, scope: .all),
             ] {
-                #expect(await Self.code { try await h.listDeliveries(request, context: c) } == .invalidArgument)
+                #expect(await statusCode { try await h.listDeliveries(request, context: c) } == .invalidArgument)
             }
             #expect(
-                await Self.code {
+                await statusCode {
                     try await h.listDeliveries(ListDeliveriesRequest(notificationID: "n-none", scope: .all), context: c)
                 } == .notFound)
             for request in [
                 ListInboxRequest(limit: -1), ListInboxRequest(afterSequence: -1),
                 ListInboxRequest(newestFirst: true, beforeSequence: -1),
             ] {
-                #expect(await Self.code { try await h.listInbox(request, context: c) } == .invalidArgument)
+                #expect(await statusCode { try await h.listInbox(request, context: c) } == .invalidArgument)
             }
             let inbox = try await h.listInbox(ListInboxRequest(limit: 100_000), context: c)
             #expect(inbox.entries.isEmpty)
             #expect(
-                await Self.code { try await h.cancelScheduled(CancelScheduledRequest(scope: .all), context: c) }
+                await statusCode { try await h.cancelScheduled(CancelScheduledRequest(scope: .all), context: c) }
                     == .invalidArgument)
             #expect(
-                await Self.code {
+                await statusCode {
                     try await h.cancelScheduled(CancelScheduledRequest(notificationID: "n-none", hub: "h"), context: c)
                 } == .notFound)
         }
@@ -141,7 +130,7 @@ struct DispatchHandlersTests {
                 HubPushLimits(hub: "h", weight: -1), HubPushLimits(hub: "h", weight: Int64.max),
             ] {
                 #expect(
-                    await Self.code { try await h.setHubPushLimits(limits, context: c) } == .invalidArgument,
+                    await statusCode { try await h.setHubPushLimits(limits, context: c) } == .invalidArgument,
                     "\(limits)")
             }
             let set = try await h.setHubPushLimits(
@@ -153,7 +142,7 @@ struct DispatchHandlersTests {
             let read = try await h.getHubPushLimits(GetHubPushLimitsRequest(hub: "h"), context: c)
             #expect(read == set)
             #expect(
-                await Self.code { try await h.getHubPushLimits(GetHubPushLimitsRequest(hub: ""), context: c) }
+                await statusCode { try await h.getHubPushLimits(GetHubPushLimitsRequest(hub: ""), context: c) }
                     == .invalidArgument)
         }
     }
@@ -170,7 +159,7 @@ struct DispatchHandlersTests {
                 try SetHubCredentialsRequest(hub: "bad hub!", platform: .wns, settings: wns),
                 SetHubCredentialsRequest(hub: "h"),
             ] {
-                #expect(await Self.code { try await h.setHubCredentials(request, context: c) } == .invalidArgument)
+                #expect(await statusCode { try await h.setHubCredentials(request, context: c) } == .invalidArgument)
             }
             let before = try await h.getHubCredentials(GetHubCredentialsRequest(hub: "h"), context: c)
             #expect(before.platforms.allSatisfy { $0.source != .hub })
@@ -193,18 +182,18 @@ struct DispatchHandlersTests {
                 EraseUserRequest(user: ""), EraseUserRequest(user: String(repeating: "u", count: 257)),
                 EraseUserRequest(user: "u", hub: String(repeating: "h", count: 257)),
             ] {
-                #expect(await Self.code { try await h.eraseUser(request, context: c) } == .invalidArgument)
+                #expect(await statusCode { try await h.eraseUser(request, context: c) } == .invalidArgument)
             }
             let many = (0...1000).map { UserDevice(registrationID: "r\($0)", platform: .apns, handle: "t") }
             #expect(
-                await Self.code { try await h.eraseDevices(EraseDevicesRequest(devices: many), context: c) }
+                await statusCode { try await h.eraseDevices(EraseDevicesRequest(devices: many), context: c) }
                     == .invalidArgument)
             for device in [
                 UserDevice(registrationID: String(repeating: "r", count: 257), platform: .apns, handle: "t"),
                 UserDevice(registrationID: "r", platform: .apns, handle: String(repeating: "t", count: 8193)),
             ] {
                 #expect(
-                    await Self.code { try await h.eraseDevices(EraseDevicesRequest(devices: [device]), context: c) }
+                    await statusCode { try await h.eraseDevices(EraseDevicesRequest(devices: [device]), context: c) }
                         == .invalidArgument)
             }
             let erased = try await h.eraseDevices(
@@ -220,11 +209,11 @@ struct DispatchHandlersTests {
                 ExportDeviceRecordsRequest(devices: [UserDevice(registrationID: "r")], limit: -1),
                 ExportDeviceRecordsRequest(kind: .unrecognized(7), devices: [UserDevice(registrationID: "r")]),
             ] {
-                #expect(await Self.code { try await h.exportDeviceRecords(request, context: c) } == .invalidArgument)
+                #expect(await statusCode { try await h.exportDeviceRecords(request, context: c) } == .invalidArgument)
             }
             let empty = try await h.exportDeviceRecords(ExportDeviceRecordsRequest(), context: c)
             #expect(empty.items.isEmpty && empty.next.isEmpty)
-            #expect(await Self.code { try await h.exportUser(ExportUserRequest(), context: c) } == .invalidArgument)
+            #expect(await statusCode { try await h.exportUser(ExportUserRequest(), context: c) } == .invalidArgument)
             let page = try await h.exportUser(ExportUserRequest(user: "nobody"), context: c)
             #expect(page.items.isEmpty && page.next.isEmpty)
         }
@@ -236,9 +225,12 @@ struct DispatchHandlersTests {
             let h = f.handlers
             let c = Self.context
             #expect(
-                await Self.code { try await h.deleteHubSends(DeleteHubSendsRequest(), context: c) } == .invalidArgument)
+                await statusCode { try await h.deleteHubSends(DeleteHubSendsRequest(), context: c) } == .invalidArgument
+            )
             #expect(
-                await Self.code { try await h.deleteHubSends(DeleteHubSendsRequest(hub: Names.defaultHub), context: c) }
+                await statusCode {
+                    try await h.deleteHubSends(DeleteHubSendsRequest(hub: Names.defaultHub), context: c)
+                }
                     == .failedPrecondition)
             _ = try await f.outbox.schedule(
                 id: "n-later", sender: "s", targetUser: "u", targetTag: "", hub: "gone",
@@ -247,7 +239,8 @@ struct DispatchHandlersTests {
             let deleted = try await h.deleteHubSends(DeleteHubSendsRequest(hub: "gone"), context: c)
             #expect(deleted.cancelled == 1)
             #expect(
-                await Self.code { try await h.resetForTests(ResetForTestsRequest(), context: c) } == .failedPrecondition
+                await statusCode { try await h.resetForTests(ResetForTestsRequest(), context: c) }
+                    == .failedPrecondition
             )
         }
         try await Self.withHandlers(testMode: true) { f in

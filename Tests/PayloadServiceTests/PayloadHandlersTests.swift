@@ -18,17 +18,6 @@ struct PayloadHandlersTests {
         }
     }
 
-    static func code(_ call: () async throws -> some Any) async -> StatusCode? {
-        do {
-            _ = try await call()
-            return nil
-        } catch let error as ServiceError {
-            return error.code
-        } catch {
-            return .unknown
-        }
-    }
-
     @Test("only the recipient fetches; the first fetch answers unread and every later one read")
     func fetch() async throws {
         try await Self.withHandlers { handlers in
@@ -37,7 +26,7 @@ struct PayloadHandlersTests {
                 context: Self.context)
             for requester in ["", "bob", "Alice", "alice ", "mallory"] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.fetchPayload(
                             FetchPayloadRequest(id: stored.id, requester: requester), context: Self.context)
                     } == .notFound, "\(requester)")
@@ -51,7 +40,7 @@ struct PayloadHandlersTests {
             #expect(again.read)
             for id: Int64 in [0, -1, stored.id + 1, .max] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.fetchPayload(
                             FetchPayloadRequest(id: id, requester: "alice"), context: Self.context)
                     } == .notFound)
@@ -65,7 +54,7 @@ struct PayloadHandlersTests {
             let stored = try await handlers.storePayload(
                 StorePayloadRequest(recipient: "alice", kind: .rich, content: [1, 2, 3]), context: Self.context)
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.deletePayload(
                         DeletePayloadRequest(id: stored.id, recipient: "bob"), context: Self.context)
                 } == .notFound)
@@ -74,7 +63,7 @@ struct PayloadHandlersTests {
             _ = try await handlers.deletePayload(
                 DeletePayloadRequest(id: stored.id, recipient: "alice"), context: Self.context)
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.fetchPayload(
                         FetchPayloadRequest(id: stored.id, requester: "alice"), context: Self.context)
                 } == .notFound)
@@ -115,13 +104,13 @@ struct PayloadHandlersTests {
             #expect(sent.allSatisfy { $0["content"] == nil && $0["recipient"] as? String == "bob" })
             for bad in ["x", "-1", "1.5", "99999999999999999999"] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.exportUser(
                             ExportUserRequest(user: "alice", after: bad), context: Self.context)
                     } == .invalidArgument, "\(bad)")
             }
             #expect(
-                await Self.code { try await handlers.exportUser(ExportUserRequest(), context: Self.context) }
+                await statusCode { try await handlers.exportUser(ExportUserRequest(), context: Self.context) }
                     == .invalidArgument)
         }
     }
@@ -137,7 +126,7 @@ struct PayloadHandlersTests {
                 context: Self.context)
             for user in ["", String(repeating: "u", count: 257)] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.eraseUser(EraseUserRequest(user: user), context: Self.context)
                     }
                         == .invalidArgument)
@@ -145,7 +134,7 @@ struct PayloadHandlersTests {
             let erased = try await handlers.eraseUser(EraseUserRequest(user: "alice"), context: Self.context)
             #expect(erased.removed == 1 && erased.redacted == 1)
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.fetchPayload(
                         FetchPayloadRequest(id: toAlice.id, requester: "alice"), context: Self.context)
                 } == .notFound)
@@ -166,7 +155,7 @@ struct PayloadHandlersTests {
     func reset() async throws {
         try await Self.withHandlers { handlers in
             #expect(
-                await Self.code { try await handlers.resetForTests(ResetForTestsRequest(), context: Self.context) }
+                await statusCode { try await handlers.resetForTests(ResetForTestsRequest(), context: Self.context) }
                     == .failedPrecondition)
         }
         try await Self.withHandlers(testMode: true) { handlers in

@@ -36,18 +36,6 @@ struct RegistrationHandlersTests {
         }
     }
 
-    /// The code of the ServiceError `call` throws, nil when it succeeds.
-    static func code(_ call: () async throws -> some Any) async -> StatusCode? {
-        do {
-            _ = try await call()
-            return nil
-        } catch let error as ServiceError {
-            return error.code
-        } catch {
-            return .unknown
-        }
-    }
-
     @Test("installations list a page at a time: the token goes on where the page ended; a forged one is refused")
     func installationPages() async throws {
         try await Self.withHandlers { handlers in
@@ -74,7 +62,7 @@ struct RegistrationHandlersTests {
             #expect(seen == (0..<7).map { "i\($0)" } && pages == 3)
             for forged in ["%%%", "a", String(repeating: "A", count: 5)] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.listInstallations(
                             ListInstallationsRequest(hub: "h", continuationToken: forged, scope: .hub),
                             context: Self.context)
@@ -82,7 +70,7 @@ struct RegistrationHandlersTests {
             }
             for limit: Int32 in [-1, 1001] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.listInstallations(
                             ListInstallationsRequest(hub: "h", limit: limit, scope: .hub), context: Self.context)
                     } == .invalidArgument)
@@ -98,7 +86,7 @@ struct RegistrationHandlersTests {
     func installationLimits() async throws {
         try await Self.withHandlers { handlers in
             func put(_ id: String, body: String? = nil, max: Int64 = 2) async -> StatusCode? {
-                await Self.code {
+                await statusCode {
                     try await handlers.putInstallation(
                         PutInstallationRequest(
                             hub: "h", installationID: id, json: Self.installation(body ?? id), maxInstallations: max),
@@ -115,13 +103,13 @@ struct RegistrationHandlersTests {
             #expect(await put("c", max: 0) == nil, "0 is no limit")
             for id in ["", String(repeating: "x", count: Installation.maxIDLength + 1)] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.getInstallation(
                             GetInstallationRequest(hub: "h", installationID: id), context: Self.context)
                     } == .invalidArgument)
             }
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.getInstallation(
                         GetInstallationRequest(hub: "h", installationID: "zz"), context: Self.context)
                 } == .notFound)
@@ -143,7 +131,7 @@ struct RegistrationHandlersTests {
                 PutInstallationRequest(hub: "h", installationID: "p", json: Self.installation("p", tags: ["a"])),
                 context: Self.context)
             func patch(_ id: String, _ text: String) async -> StatusCode? {
-                await Self.code {
+                await statusCode {
                     try await handlers.patchInstallation(
                         PatchInstallationRequest(hub: "h", installationID: id, patch: Array(text.utf8)),
                         context: Self.context)
@@ -170,7 +158,7 @@ struct RegistrationHandlersTests {
             _ = try await handlers.checkHandles(
                 CheckHandlesRequest(platform: .apns, handles: (0..<1000).map(Self.token)), context: Self.context)
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.checkHandles(
                         CheckHandlesRequest(platform: .apns, handles: (0..<1001).map(Self.token)), context: Self.context
                     )
@@ -186,7 +174,7 @@ struct RegistrationHandlersTests {
                 #expect(error.code == .invalidArgument && error.message.hasPrefix("device handle 2:"), "\(error)")
             }
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.checkHandles(
                         CheckHandlesRequest(platform: .apns, handles: [String(repeating: "a", count: 4097)]),
                         context: Self.context)
@@ -198,11 +186,11 @@ struct RegistrationHandlersTests {
     func tutorialCalls() async throws {
         try await Self.withHandlers { handlers in
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.createRegistrationId(CreateRegistrationIdRequest(), context: Self.context)
                 } == .invalidArgument)
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.createRegistrationId(
                         CreateRegistrationIdRequest(owner: "u", handle: String(repeating: "a", count: 4097)),
                         context: Self.context)
@@ -211,11 +199,11 @@ struct RegistrationHandlersTests {
                 ListRegistrationsRequest(), ListRegistrationsRequest(owner: ""),
             ] {
                 #expect(
-                    await Self.code { try await handlers.listRegistrations(request, context: Self.context) }
+                    await statusCode { try await handlers.listRegistrations(request, context: Self.context) }
                         == .invalidArgument)
             }
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.deleteRegistration(DeleteRegistrationRequest(), context: Self.context)
                 }
                     == .invalidArgument)
@@ -223,7 +211,7 @@ struct RegistrationHandlersTests {
                 RemoveHandleRequest(handle: Self.token(1)), RemoveHandleRequest(platform: .apns),
             ] {
                 #expect(
-                    await Self.code { try await handlers.removeHandle(request, context: Self.context) }
+                    await statusCode { try await handlers.removeHandle(request, context: Self.context) }
                         == .invalidArgument)
             }
             let id = try await handlers.createRegistrationId(
@@ -247,38 +235,38 @@ struct RegistrationHandlersTests {
                 ("", "h"), (String(repeating: "u", count: 257), "h"), ("u", String(repeating: "h", count: 257)),
             ] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.listUserDevices(
                             ListUserDevicesRequest(user: user, hub: hub, limit: 10), context: Self.context)
                     } == .invalidArgument)
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.eraseUserDevices(
                             EraseUserDevicesRequest(user: user, hub: hub), context: Self.context)
                     } == .invalidArgument)
             }
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.eraseUserDevices(
                         EraseUserDevicesRequest(user: "u", registrationIds: [String(repeating: "r", count: 257)]),
                         context: Self.context)
                 } == .invalidArgument)
             #expect(
-                await Self.code {
+                await statusCode {
                     try await handlers.listUserDevices(
                         ListUserDevicesRequest(user: "u", limit: 10, after: String(repeating: "a", count: 257)),
                         context: Self.context)
                 } == .invalidArgument)
             for limit: Int32 in [-1, 100_000] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.exportUserDevices(
                             ExportUserRequest(user: "u", limit: limit), context: Self.context)
                     } == .invalidArgument)
             }
             for hub in ["", Names.defaultHub] {
                 #expect(
-                    await Self.code {
+                    await statusCode {
                         try await handlers.deleteHubDevices(DeleteHubDevicesRequest(hub: hub), context: Self.context)
                     } == .failedPrecondition)
             }
@@ -304,7 +292,7 @@ struct RegistrationHandlersTests {
                 ListDevicesRequest(hub: "h", tag: "a && (b", scope: .hub),
             ] {
                 #expect(
-                    await Self.code { try await handlers.listDevices(request, context: Self.context) }
+                    await statusCode { try await handlers.listDevices(request, context: Self.context) }
                         == .invalidArgument)
             }
             for n in 0..<3 {
@@ -331,7 +319,7 @@ struct RegistrationHandlersTests {
     func reset() async throws {
         try await Self.withHandlers(testMode: false) { handlers in
             #expect(
-                await Self.code { try await handlers.resetForTests(ResetForTestsRequest(), context: Self.context) }
+                await statusCode { try await handlers.resetForTests(ResetForTestsRequest(), context: Self.context) }
                     == .failedPrecondition)
         }
         try await Self.withHandlers(testMode: true) { handlers in
