@@ -82,7 +82,8 @@ public struct InboxProvider: PushSender {
         }
     }
 
-    /// The headers the platform's real sender would derive from the push's options.
+    /// The headers the platform's real sender derives from the push's options (all of them: its
+    /// type, priority, content type, expiry and collapse id as that platform spells them).
     static func headers(_ payload: OutboxPayload) -> [Header] {
         switch payload.platform {
         case .apns: APNsSender.headers(for: payload.options)

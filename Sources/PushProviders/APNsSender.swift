@@ -123,13 +123,21 @@ public struct APNsSender: PushSender {
         self.now = now
     }
 
-    /// The headers that follow from a push's options (the inbox records the same ones).
+    /// Every header that follows from a push's options: what the sender sends besides its
+    /// credentials and topic, and what the inbox records.
     public static func headers(for options: DeliveryOptions) -> [Header] {
-        [
+        var headers = [
             Header(name: "apns-push-type", value: options.pushType),
             Header(name: "apns-priority", value: String(options.priority)),
             Header(name: "content-type", value: options.contentType),
         ]
+        // Without a TTL the header is left out: APNs then stores the push and retries it itself
+        // (apns-expiration 0 would mean "try once, never store"). APNs wants Unix seconds.
+        if options.expiresAtUnixMs > 0 {
+            headers.append(Header(name: "apns-expiration", value: String(options.expiresAtUnixMs / 1000)))
+        }
+        if !options.collapseID.isEmpty { headers.append(Header(name: "apns-collapse-id", value: options.collapseID)) }
+        return headers
     }
 
     public func send(_ items: [PushItem]) async -> [PushResult] {
@@ -188,12 +196,6 @@ public struct APNsSender: PushSender {
         if let jwt { headers.add(name: "authorization", value: "bearer \(jwt)") }
         headers.add(name: "apns-topic", value: credentials.topic)
         for header in Self.headers(for: options) { headers.add(name: header.name, value: header.value) }
-        // Without a TTL the header is left out: APNs then stores the push and retries it itself
-        // (apns-expiration 0 would mean "try once, never store"). APNs wants Unix seconds.
-        if options.expiresAtUnixMs > 0 {
-            headers.add(name: "apns-expiration", value: String(options.expiresAtUnixMs / 1000))
-        }
-        if !options.collapseID.isEmpty { headers.add(name: "apns-collapse-id", value: options.collapseID) }
         return headers
     }
 

@@ -125,7 +125,8 @@ public struct FCMSender: PushSender {
     }
 
     /// The headers that follow from a push's options (the inbox records the same ones; the request
-    /// itself is always JSON, the payload spliced into FCM's envelope).
+    /// itself is always JSON, the payload spliced into FCM's envelope, with the TTL and collapse key
+    /// in the envelope rather than in headers).
     public static func headers(for options: DeliveryOptions) -> [Header] {
         [Header(name: "content-type", value: options.contentType)]
     }

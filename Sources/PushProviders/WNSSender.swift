@@ -39,9 +39,20 @@ public struct WNSSender: SingleRequestSender {
         self.concurrency = concurrency
     }
 
-    /// The headers that follow from a push's options (the inbox records the same ones).
-    public static func headers(for options: DeliveryOptions) -> [Header] {
-        [Header(name: "x-wns-type", value: options.pushType), Header(name: "content-type", value: options.contentType)]
+    /// Every header that follows from a push's options at `now` (Unix ms): what the sender sends
+    /// besides its bearer token, and what the inbox records.
+    public static func headers(for options: DeliveryOptions, now: Int64 = unixMillis()) -> [Header] {
+        var headers = [
+            Header(name: "x-wns-type", value: options.pushType),
+            Header(name: "content-type", value: options.contentType),
+        ]
+        if let left = options.secondsLeft(now: now) {
+            headers.append(Header(name: "x-wns-ttl", value: String(max(1, left))))
+        }
+        if !options.collapseID.isEmpty {
+            headers.append(Header(name: "x-wns-tag", value: String(options.collapseID.prefix(16))))
+        }
+        return headers
     }
 
     public func send(_ item: PushItem) async -> PushResult {
@@ -54,12 +65,6 @@ public struct WNSSender: SingleRequestSender {
         request.headers.add(name: "authorization", value: "Bearer \(bearer)")
         let options = item.payload.options
         for header in Self.headers(for: options) { request.headers.add(name: header.name, value: header.value) }
-        if let left = options.secondsLeft(now: unixMillis()) {
-            request.headers.add(name: "x-wns-ttl", value: String(max(1, left)))
-        }
-        if !options.collapseID.isEmpty {
-            request.headers.add(name: "x-wns-tag", value: String(options.collapseID.prefix(16)))
-        }
         request.body = .bytes(ByteBuffer(bytes: item.payload.body))
         return await PushHTTP.send(client, request, timeout: timeout) { answer in
             let status =

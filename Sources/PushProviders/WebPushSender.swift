@@ -118,9 +118,15 @@ public struct WebPushSender: SingleRequestSender {
         }
     }
 
-    /// The headers that follow from a push's options (the inbox records the same ones).
-    public static func headers(for options: DeliveryOptions) -> [Header] {
-        [Header(name: "urgency", value: urgency(options.priority) ?? "high")]
+    /// Every header that follows from a push's options at `now` (Unix ms): what the sender sends
+    /// besides its VAPID authorization and the encryption's, and what the inbox records.
+    public static func headers(for options: DeliveryOptions, now: Int64 = unixMillis()) -> [Header] {
+        var headers = [
+            Header(name: "ttl", value: String(options.secondsLeft(now: now) ?? defaultTTL)),
+            Header(name: "urgency", value: urgency(options.priority) ?? "high"),
+        ]
+        if !options.collapseID.isEmpty { headers.append(Header(name: "topic", value: options.collapseID)) }
+        return headers
     }
 
     public func send(_ item: PushItem) async -> PushResult {
@@ -141,9 +147,7 @@ public struct WebPushSender: SingleRequestSender {
         request.headers.add(name: "content-encoding", value: "aes128gcm")
         request.headers.add(name: "content-type", value: "application/octet-stream")
         let options = item.payload.options
-        request.headers.add(name: "ttl", value: String(options.secondsLeft(now: unixMillis()) ?? Self.defaultTTL))
         for header in Self.headers(for: options) { request.headers.add(name: header.name, value: header.value) }
-        if !options.collapseID.isEmpty { request.headers.add(name: "topic", value: options.collapseID) }
         request.body = .bytes(ByteBuffer(bytes: body))
         return await PushHTTP.send(client, request, timeout: timeout) { answer in
             switch answer.status {

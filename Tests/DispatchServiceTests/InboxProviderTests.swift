@@ -15,9 +15,14 @@ struct InboxProviderTests {
     static func item(_ n: Int, platform: Platform = .apns, handle: String? = nil, body: [UInt8]? = nil) -> PushItem {
         var options = DeliveryOptions()
         switch platform {
-        case .apns: options = DeliveryOptions(pushType: "alert", priority: 10, contentType: "c\"\\\n\(n)")
-        case .wns: options = DeliveryOptions(pushType: "wns/raw", contentType: "application/octet-stream")
-        case .browser: options = DeliveryOptions(priority: 5, expiresAtUnixMs: unixMillis() + 60_000)
+        case .apns:
+            options = DeliveryOptions(
+                pushType: "alert", priority: 10, contentType: "c\"\\\n\(n)", expiresAtUnixMs: 2_000_000_000_000,
+                collapseID: "group-\(n)")
+        case .wns:
+            options = DeliveryOptions(
+                pushType: "wns/raw", contentType: "application/octet-stream", collapseID: "a-tag-longer-than-16")
+        case .browser: options = DeliveryOptions(priority: 5, expiresAtUnixMs: unixMillis() + 60_000, collapseID: "t")
         default: break
         }
         return PushItem(
@@ -46,6 +51,14 @@ struct InboxProviderTests {
             }
             // A header value with a quote, a backslash and a newline came back whole.
             #expect(entries[0].headers.contains { $0.name == "content-type" && $0.value == "c\"\\\n1" })
+            // Everything the real sender would send of the push's options, as each platform spells it:
+            // the expiry and the collapse id too.
+            #expect(entries[0].headers.contains(Header(name: "apns-expiration", value: "2000000000")))
+            #expect(entries[0].headers.contains(Header(name: "apns-collapse-id", value: "group-1")))
+            #expect(entries[2].headers.contains(Header(name: "x-wns-tag", value: "a-tag-longer-tha")))
+            #expect(entries[3].headers.contains(Header(name: "topic", value: "t")))
+            let ttl = entries[3].headers.first { $0.name == "ttl" }.flatMap { Int($0.value) } ?? 0
+            #expect((55...60).contains(ttl), "\(entries[3].headers)")
             #expect(try await f.inbox.deleteEverything() == 4)
             #expect(try await f.inbox.list(after: 0, limit: 10).isEmpty)
         }

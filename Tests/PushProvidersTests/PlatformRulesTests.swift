@@ -35,7 +35,10 @@ struct PlatformRulesTests {
         #expect(raw.options.contentType == "application/octet-stream")
         // Defaults are resolved once, here: a sender never falls back to its own.
         let web = try PlatformRules.prepare(NativePayload(platform: .browser, body: [1]))
-        #expect(WebPushSender.headers(for: web.options) == [Header(name: "urgency", value: "high")])
+        #expect(
+            WebPushSender.headers(for: web.options) == [
+                Header(name: "ttl", value: String(WebPushSender.defaultTTL)), Header(name: "urgency", value: "high"),
+            ])
         let timed = try PlatformRules.prepare(
             NativePayload(platform: .fcm, body: Array("{}".utf8), ttlSeconds: 60), sentAt: 1_000_500)
         #expect(timed.options.expiresAtUnixMs == 1_060_500)
