@@ -124,10 +124,21 @@ public struct Installation: Sendable, Equatable {
 
     /// Parses and validates a PUT body for `id` (the path segment; the body's `installationId` must match).
     public static func parse(_ data: [UInt8], id: String, hosts: RegistrationRules.PushHosts) throws -> Installation {
+        try parse(try object(data), id: id, hosts: hosts)
+    }
+
+    /// Reads a PUT body for `id` as herald-edge does: NH's JSON into an installation, every field
+    /// checked except what only herald-registration knows (the allowed push hosts, and the
+    /// templates' expressions, which it checks with them: ``validate(hosts:)``).
+    public static func read(_ data: [UInt8], id: String) throws -> Installation {
+        try parse(try object(data), id: id, hosts: nil)
+    }
+
+    private static func object(_ data: [UInt8]) throws -> [String: Any] {
         guard let object = try? JSONSerialization.jsonObject(with: Data(data)) as? [String: Any] else {
             throw ServiceError.invalidArgument("the body must be an installation as a JSON object")
         }
-        return try parse(object, id: id, hosts: hosts)
+        return object
     }
 
     /// `hosts` nil: a stored installation, validated as a whole when it was written; read back
@@ -291,23 +302,34 @@ public struct Installation: Sendable, Equatable {
     }
 
     package static func template(name: String, _ value: Any) throws -> Template {
-        guard Names.isValidTag(name) else {
-            throw ServiceError.invalidArgument(
-                "template name \(name) must be a valid tag (it becomes one): A-Z a-z 0-9 _ @ # . : -")
-        }
+        try checkTemplateName(name)
         guard let object = jsonValue(value) as? [String: Any] else {
             throw ServiceError.invalidArgument("template \(name) must be an object with a body")
         }
         guard let body = object["body"] as? String else {
             throw ServiceError.invalidArgument("template \(name) needs a body string")
         }
-        var tags = try Self.tags(object["tags"])
-        // NH adds the template's name to its tags.
+        return try template(
+            name: name, body: body, headers: try stringMap(object["headers"], "template \(name) headers"),
+            expiry: object["expiry"] as? String, tags: try Self.tags(object["tags"]))
+    }
+
+    /// A template from its parts, however they came (NH's JSON, a typed request): its name must be
+    /// a tag, and NH adds that name to its tags.
+    package static func template(name: String, body: String, headers: [String: String], expiry: String?, tags: [String])
+        throws -> Template
+    {
+        try checkTemplateName(name)
+        var tags = try RegistrationRules.validateTags(tags)
         if !tags.contains(name) { tags.append(name) }
-        return Template(
-            body: body, headers: try stringMap(object["headers"], "template \(name) headers"),
-            expiry: object["expiry"] as? String,
-            tags: tags)
+        return Template(body: body, headers: headers, expiry: expiry, tags: tags)
+    }
+
+    package static func checkTemplateName(_ name: String) throws {
+        guard Names.isValidTag(name) else {
+            throw ServiceError.invalidArgument(
+                "template name \(name) must be a valid tag (it becomes one): A-Z a-z 0-9 _ @ # . : -")
+        }
     }
 
     /// A JSON value, or a string holding one (the SDKs send every patch value as a string).

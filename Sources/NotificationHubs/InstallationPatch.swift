@@ -1,5 +1,6 @@
 import Foundation
 public import HeraldModel
+public import HeraldProto
 
 /// NH's JSON-Patch subset for installations (docs/notification-hubs.md, "Installations"): `add`, `remove` and `replace` on
 /// `/pushChannel`, `/userId`, `/platform`, `/tags`, `/tags/{tag}`, `/pushVariables[/{name}]` and
@@ -9,24 +10,61 @@ public import HeraldModel
 /// (every SDK types `value` as a string). `replace` is `remove` then `add`. The result is validated
 /// as a whole, so a patch cannot leave an installation that a PUT would refuse.
 extension Installation {
-    public mutating func apply(patch data: [UInt8], hosts: RegistrationRules.PushHosts) throws {
+    /// The most operations one patch may hold.
+    public static let maxPatchOperations = 200
+
+    /// NH's JSON-Patch body as typed operations (herald-edge reads it so): each value kept as JSON
+    /// text, read where the patch is applied, since its type depends on its path and on the
+    /// installation it applies to.
+    public static func patchOperations(_ data: [UInt8]) throws -> [InstallationPatchOperation] {
         guard let operations = try? JSONSerialization.jsonObject(with: Data(data)) as? [Any] else {
             throw ServiceError.invalidArgument(
                 "the body must be a JSON array of {\"op\",\"path\",\"value\"} operations")
         }
-        guard operations.count <= 200 else { throw ServiceError.invalidArgument("at most 200 operations per patch") }
-        // All or nothing: the operations apply to a copy, kept only when every one passes.
-        var patched = self
-        for (index, element) in operations.enumerated() {
-            guard let operation = element as? [String: Any], let op = (operation["op"] as? String)?.lowercased(),
+        guard operations.count <= maxPatchOperations else {
+            throw ServiceError.invalidArgument("at most \(maxPatchOperations) operations per patch")
+        }
+        return try operations.enumerated().map { index, element in
+            guard let operation = element as? [String: Any], let op = operation["op"] as? String,
                 let path = operation["path"] as? String
             else {
                 throw ServiceError.invalidArgument("operation \(index): each operation needs op and path")
             }
+            var value = ""
+            if let given = operation["value"], !(given is NSNull) {
+                value = String(decoding: try jsonData(given, options: [.withoutEscapingSlashes]), as: UTF8.self)
+            }
+            return InstallationPatchOperation(op: op, path: path, valueJson: value)
+        }
+    }
+
+    /// Applies NH's JSON-Patch body (a caller from before typed operations).
+    public mutating func apply(patch data: [UInt8], hosts: RegistrationRules.PushHosts) throws {
+        try apply(operations: try Self.patchOperations(data), hosts: hosts)
+    }
+
+    /// Applies `operations` in order, all or nothing: they apply to a copy, kept only when every one
+    /// passes and the result is an installation a PUT would take.
+    public mutating func apply(operations: [InstallationPatchOperation], hosts: RegistrationRules.PushHosts) throws {
+        guard operations.count <= Self.maxPatchOperations else {
+            throw ServiceError.invalidArgument("at most \(Self.maxPatchOperations) operations per patch")
+        }
+        var patched = self
+        for (index, operation) in operations.enumerated() {
+            let op = operation.op.lowercased()
             do {
-                try patched.apply(op: op, path: path, value: operation["value"])
+                var value: Any?
+                if !operation.valueJson.isEmpty {
+                    guard
+                        let parsed = try? JSONSerialization.jsonObject(
+                            with: Data(operation.valueJson.utf8), options: .fragmentsAllowed)
+                    else { throw ServiceError.invalidArgument("the value is not JSON") }
+                    value = parsed
+                }
+                try patched.apply(op: op, path: operation.path, value: value)
             } catch let error as ServiceError {
-                throw ServiceError.invalidArgument("operation \(index) (\(op) \(path)): \(error.message)")
+                throw ServiceError.invalidArgument(
+                    "operation \(index) (\(op) \(operation.path.prefix(300))): \(error.message)")
             }
         }
         try patched.validate(hosts: hosts)

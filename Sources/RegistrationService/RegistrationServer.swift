@@ -136,26 +136,44 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
     public func putInstallation(_ request: PutInstallationRequest, context: RPCContext) async throws
         -> InstallationResponse
     {
-        let installation = try Installation.parse(request.json, id: request.installationID, hosts: hosts)
+        let installation: Installation
+        if let given = request.installation {
+            installation = try Installation(request: given, id: request.installationID)
+            try installation.validate(hosts: hosts)
+        } else {
+            // A caller from before `installation`, with NH's JSON (until 2027-03-01).
+            installation = try Installation.parse(request.json, id: request.installationID, hosts: hosts)
+        }
         guard request.maxInstallations >= 0 else {
             throw ServiceError.invalidArgument("max_installations must not be negative")
         }
-        return InstallationResponse(
-            json: try await store.putInstallation(
-                hub: Names.hub(request.hub), installation, maxInstallations: request.maxInstallations
-            )
-            .json())
+        return try Self.answer(
+            try await store.putInstallation(
+                hub: Names.hub(request.hub), installation, maxInstallations: request.maxInstallations))
     }
 
     public func patchInstallation(_ request: PatchInstallationRequest, context: RPCContext) async throws
         -> InstallationResponse
     {
         try Installation.validateID(request.installationID)
+        let operations = request.operations
+        let legacy = request.patch
         let installation = try await store.patchInstallation(hub: Names.hub(request.hub), id: request.installationID) {
             installation in
-            try installation.apply(patch: request.patch, hosts: hosts)
+            if operations.isEmpty {
+                // A caller from before `operations`, with NH's JSON-Patch (until 2027-03-01).
+                try installation.apply(patch: legacy, hosts: hosts)
+            } else {
+                try installation.apply(operations: operations, hosts: hosts)
+            }
         }
-        return InstallationResponse(json: try installation.json())
+        return try Self.answer(installation)
+    }
+
+    /// An installation answered: typed, and as NH's JSON for callers from before the typed field
+    /// (until 2027-03-01).
+    static func answer(_ installation: Installation) throws -> InstallationResponse {
+        InstallationResponse(json: try installation.json(), installation: installation.message)
     }
 
     public func getInstallation(_ request: GetInstallationRequest, context: RPCContext) async throws
@@ -166,7 +184,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         else {
             throw ServiceError.notFound("Installation not found.")
         }
-        return InstallationResponse(json: try installation.json())
+        return try Self.answer(installation)
     }
 
     public func deleteInstallation(
@@ -203,7 +221,8 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         let shown = page.prefix(limit)
         return ListInstallationsResponse(
             installations: try shown.map { try $0.json() },
-            continuationToken: more ? Base64URL.encode((shown.last?.installationID ?? "").utf8) : "")
+            continuationToken: more ? Base64URL.encode((shown.last?.installationID ?? "").utf8) : "",
+            items: shown.map(\.message))
     }
 
     // MARK: NH registrations

@@ -214,16 +214,36 @@ package enum FuzzTarget: String, CaseIterable, Sendable {
 
     static func installation(_ bytes: [UInt8]) {
         let parts = parts(bytes, 3)
-        guard let installation = try? Installation.parse(Array(parts[0].utf8), id: "dev-1", hosts: hosts) else {
-            return
+        let body = Array(parts[0].utf8)
+        let direct = try? Installation.parse(body, id: "dev-1", hosts: hosts)
+        // The RPC's way: read at the edge, sent as a message, taken and validated where it is stored.
+        let viaMessage = (try? Installation.read(body, id: "dev-1")).flatMap { read in
+            (try? Installation(request: read.message, id: "dev-1")).flatMap { taken in
+                (try? taken.validate(hosts: hosts)).map { taken }
+            }
+        }
+        guard direct == viaMessage else { fatalError("NH's JSON is taken differently through the RPC's message") }
+        guard let installation = direct else { return }
+        guard Installation(answer: installation.message) == installation else {
+            fatalError("an installation's message reads back different")
         }
         check(installation, value: parts.count > 2 ? parts[2] : "v")
         guard parts.count > 1 else { return }
         var patched = installation
         guard (try? patched.apply(patch: Array(parts[1].utf8), hosts: hosts)) != nil else {
             guard patched == installation else { fatalError("a refused patch changed the installation") }
+            var typed = installation
+            if let operations = try? Installation.patchOperations(Array(parts[1].utf8)),
+                (try? typed.apply(operations: operations, hosts: hosts)) != nil
+            {
+                fatalError("a patch refused as JSON is taken as operations")
+            }
             return
         }
+        var typed = installation
+        guard let operations = try? Installation.patchOperations(Array(parts[1].utf8)),
+            (try? typed.apply(operations: operations, hosts: hosts)) != nil, typed == patched
+        else { fatalError("a patch taken as JSON is not taken the same as operations") }
         check(patched, value: parts.count > 2 ? parts[2] : "v")
     }
 

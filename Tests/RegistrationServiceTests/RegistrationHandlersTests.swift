@@ -152,6 +152,62 @@ struct RegistrationHandlersTests {
         }
     }
 
+    @Test(
+        "installations typed: a PUT's message and a PATCH's operations are taken as NH's JSON is, and answered typed and as JSON"
+    )
+    func typedInstallations() async throws {
+        try await Self.withHandlers { handlers in
+            let read = try Installation.read(Self.installation("t1", tags: ["a"]), id: "t1")
+            let put = try await handlers.putInstallation(
+                PutInstallationRequest(hub: "h", installationID: "t1", installation: read.message),
+                context: Self.context)
+            let answered = try #require(put.installation)
+            #expect(answered.installationID == "t1" && answered.tags == ["a"] && answered.lastUpdateUnixMs > 0)
+            // The JSON for callers from before the typed field says the same.
+            #expect(try Installation(answer: answered).json() == put.json)
+            let patched = try await handlers.patchInstallation(
+                PatchInstallationRequest(
+                    hub: "h", installationID: "t1",
+                    operations: try Installation.patchOperations(
+                        Array(
+                            #"[{"op":"add","path":"/tags","value":"b"},{"op":"add","path":"/userId","value":"u1"}]"#
+                                .utf8))),
+                context: Self.context)
+            #expect(patched.installation?.tags == ["a", "b"] && patched.installation?.userID == "u1")
+            let got = try await handlers.getInstallation(
+                GetInstallationRequest(hub: "h", installationID: "t1"), context: Self.context)
+            #expect(got.installation == patched.installation && got.json == patched.json)
+            let listed = try await handlers.listInstallations(
+                ListInstallationsRequest(hub: "h", scope: .hub), context: Self.context)
+            #expect(listed.items == [try #require(got.installation)] && listed.installations == [got.json])
+            // Checked where they are stored, typed or not: a channel on a host the hub does not allow.
+            var elsewhere = read.message
+            elsewhere.platform = .wns
+            elsewhere.pushChannel = "https://evil.example/channel"
+            #expect(
+                await statusCode {
+                    try await handlers.putInstallation(
+                        PutInstallationRequest(hub: "h", installationID: "t1", installation: elsewhere),
+                        context: Self.context)
+                } == .invalidArgument)
+            // A message with another id than the path's, and an operation whose value is not JSON.
+            #expect(
+                await statusCode {
+                    try await handlers.putInstallation(
+                        PutInstallationRequest(hub: "h", installationID: "t2", installation: read.message),
+                        context: Self.context)
+                } == .invalidArgument)
+            #expect(
+                await statusCode {
+                    try await handlers.patchInstallation(
+                        PatchInstallationRequest(
+                            hub: "h", installationID: "t1",
+                            operations: [InstallationPatchOperation(op: "add", path: "/tags", valueJson: "{")]),
+                        context: Self.context)
+                } == .invalidArgument)
+        }
+    }
+
     @Test("handles checked for a direct send: at most 1,000, each by its platform's rules, the first bad one named")
     func checkHandles() async throws {
         try await Self.withHandlers { handlers in

@@ -186,8 +186,11 @@ package struct NotificationHubsRoutes: Sendable {
     /// `PUT /{hub}/installations/{id}`: create or replace. 200, empty body, `Content-Location`.
     func putInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         try await writeInstallation(request, context) { hub, id, body, limit in
+            // NH's JSON read here, as a registration's XML is; registration validates the rest.
+            let installation = try Installation.read(body, id: id)
             _ = try await registration.putInstallation(
-                PutInstallationRequest(hub: hub, installationID: id, json: body, maxInstallations: limit),
+                PutInstallationRequest(
+                    hub: hub, installationID: id, maxInstallations: limit, installation: installation.message),
                 requestID: context.requestID)
         }
     }
@@ -196,7 +199,9 @@ package struct NotificationHubsRoutes: Sendable {
     func patchInstallation(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         try await writeInstallation(request, context) { hub, id, body, _ in
             _ = try await registration.patchInstallation(
-                PatchInstallationRequest(hub: hub, installationID: id, patch: body), requestID: context.requestID)
+                PatchInstallationRequest(
+                    hub: hub, installationID: id, operations: try Installation.patchOperations(body)),
+                requestID: context.requestID)
         }
     }
 
@@ -217,7 +222,9 @@ package struct NotificationHubsRoutes: Sendable {
         let id = try context.parameters.require("id")
         let answer = try await registration.getInstallation(
             GetInstallationRequest(hub: hub, installationID: id), requestID: context.requestID)
-        var response = Self.rawJSON(answer.json)
+        // NH's JSON written here from the typed answer; an older herald-registration sends only
+        // its JSON (until 2027-03-01).
+        var response = Self.rawJSON(try answer.installation.map { try Installation(answer: $0).json() } ?? answer.json)
         response.headers[.contentLocation] = Self.contentLocation(request, id: id)
         return response
     }
@@ -255,7 +262,10 @@ package struct NotificationHubsRoutes: Sendable {
                 scope: Self.readScope(verdict.hubRights, handle: nil)),
             requestID: context.requestID)
         var body: [UInt8] = Array(#"{"installations":["#.utf8)
-        for (index, installation) in answer.installations.enumerated() {
+        // From the typed items; an older herald-registration sends only their JSON (until 2027-03-01).
+        let installations =
+            answer.items.isEmpty ? answer.installations : try answer.items.map { try Installation(answer: $0).json() }
+        for (index, installation) in installations.enumerated() {
             if index > 0 { body.append(UInt8(ascii: ",")) }
             body += installation
         }

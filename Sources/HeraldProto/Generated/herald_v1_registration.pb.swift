@@ -1613,23 +1613,204 @@ extension RemoveHandleResponse: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__remove_handle_response__free_unpacked(p, nil) }
 }
 
+/// A Notification Hubs installation, typed: what NH's JSON says, as herald-edge reads it.
+public struct HubInstallation: HeraldMessage {
+    /// Must equal the request's installation_id.
+    public var installationID: String
+    /// NH's userId; empty: none.
+    public var userID: String
+    public var platform: Platform
+    /// Herald's handle: the APNs or FCM token, the WNS channel URI, or a browser's subscription as
+    /// JSON ({"endpoint","keys":{"p256dh","auth"}}).
+    public var pushChannel: String
+    public var tags: [String]
+    /// By name.
+    public var pushVariables: [HubRegistrationField]
+    /// By name.
+    public var templates: [HubInstallationTemplate]
+    /// Read-only, in answers: set by push-service feedback, cleared when the channel changes.
+    public var pushChannelExpired: Bool
+    /// Read-only, in answers: the last write, Unix ms.
+    public var lastUpdateUnixMs: Int64
+
+    public init(installationID: String = "", userID: String = "", platform: Platform = Platform(rawValue: 0), pushChannel: String = "", tags: [String] = [], pushVariables: [HubRegistrationField] = [], templates: [HubInstallationTemplate] = [], pushChannelExpired: Bool = false, lastUpdateUnixMs: Int64 = 0) {
+        self.installationID = installationID
+        self.userID = userID
+        self.platform = platform
+        self.pushChannel = pushChannel
+        self.tags = tags
+        self.pushVariables = pushVariables
+        self.templates = templates
+        self.pushChannelExpired = pushChannelExpired
+        self.lastUpdateUnixMs = lastUpdateUnixMs
+    }
+
+    public init() {
+        self.installationID = ""
+        self.userID = ""
+        self.platform = Platform(rawValue: 0)
+        self.pushChannel = ""
+        self.tags = []
+        self.pushVariables = []
+        self.templates = []
+        self.pushChannelExpired = false
+        self.lastUpdateUnixMs = 0
+    }
+
+    public static let protoName = "herald.v1.HubInstallation"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension HubInstallation: CBacked {
+    typealias CType = Herald__V1__HubInstallation
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.installationID = CBridge.string(m.installation_id)
+        self.userID = CBridge.string(m.user_id)
+        self.platform = Platform(rawValue: Int32(truncatingIfNeeded: m.platform.rawValue))
+        self.pushChannel = CBridge.string(m.push_channel)
+        self.tags = CBridge.strings(m.n_tags, m.tags)
+        self.pushVariables = (0..<m.n_push_variables).map { HubRegistrationField(_c: m.push_variables[$0]!) }
+        self.templates = (0..<m.n_templates).map { HubInstallationTemplate(_c: m.templates[$0]!) }
+        self.pushChannelExpired = m.push_channel_expired != 0
+        self.lastUpdateUnixMs = m.last_update_unix_ms
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub_installation__init(p)
+        p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.HubInstallation.installation_id")
+        p.pointee.user_id = try arena.string(self.userID, field: "herald.v1.HubInstallation.user_id")
+        p.pointee.platform = .init(rawValue: .init(truncatingIfNeeded: self.platform.rawValue))
+        p.pointee.push_channel = try arena.string(self.pushChannel, field: "herald.v1.HubInstallation.push_channel")
+        p.pointee.n_tags = self.tags.count
+        p.pointee.tags = try arena.strings(self.tags, field: "herald.v1.HubInstallation.tags")
+        p.pointee.n_push_variables = self.pushVariables.count
+        p.pointee.push_variables = arena.array(try self.pushVariables.map { Optional(try $0._toC(arena)) })
+        p.pointee.n_templates = self.templates.count
+        p.pointee.templates = arena.array(try self.templates.map { Optional(try $0._toC(arena)) })
+        p.pointee.push_channel_expired = self.pushChannelExpired ? 1 : 0
+        p.pointee.last_update_unix_ms = self.lastUpdateUnixMs
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub_installation__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub_installation__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub_installation__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_installation__free_unpacked(p, nil) }
+}
+
+/// One of an installation's templates.
+public struct HubInstallationTemplate: HeraldMessage {
+    public var name: String
+    public var body: String
+    /// By name; values plain or expressions.
+    public var headers: [HubRegistrationField]
+    /// APNs: the push's expiry, a W3C date or an expression; meaningful when has_expiry.
+    public var expiry: String
+    public var hasExpiry: Bool
+    /// The template's own tags (its name among them).
+    public var tags: [String]
+
+    public init(name: String = "", body: String = "", headers: [HubRegistrationField] = [], expiry: String = "", hasExpiry: Bool = false, tags: [String] = []) {
+        self.name = name
+        self.body = body
+        self.headers = headers
+        self.expiry = expiry
+        self.hasExpiry = hasExpiry
+        self.tags = tags
+    }
+
+    public init() {
+        self.name = ""
+        self.body = ""
+        self.headers = []
+        self.expiry = ""
+        self.hasExpiry = false
+        self.tags = []
+    }
+
+    public static let protoName = "herald.v1.HubInstallationTemplate"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension HubInstallationTemplate: CBacked {
+    typealias CType = Herald__V1__HubInstallationTemplate
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.name = CBridge.string(m.name)
+        self.body = CBridge.string(m.body)
+        self.headers = (0..<m.n_headers).map { HubRegistrationField(_c: m.headers[$0]!) }
+        self.expiry = CBridge.string(m.expiry)
+        self.hasExpiry = m.has_expiry != 0
+        self.tags = CBridge.strings(m.n_tags, m.tags)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__hub_installation_template__init(p)
+        p.pointee.name = try arena.string(self.name, field: "herald.v1.HubInstallationTemplate.name")
+        p.pointee.body = try arena.string(self.body, field: "herald.v1.HubInstallationTemplate.body")
+        p.pointee.n_headers = self.headers.count
+        p.pointee.headers = arena.array(try self.headers.map { Optional(try $0._toC(arena)) })
+        p.pointee.expiry = try arena.string(self.expiry, field: "herald.v1.HubInstallationTemplate.expiry")
+        p.pointee.has_expiry = self.hasExpiry ? 1 : 0
+        p.pointee.n_tags = self.tags.count
+        p.pointee.tags = try arena.strings(self.tags, field: "herald.v1.HubInstallationTemplate.tags")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__hub_installation_template__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__hub_installation_template__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__hub_installation_template__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__hub_installation_template__free_unpacked(p, nil) }
+}
+
 /// Request of PutInstallation.
 public struct PutInstallationRequest: HeraldMessage {
     /// Empty means "default".
     public var hub: String
-    /// Must equal the body's installationId.
+    /// Must equal the installation's installation_id.
     public var installationID: String
-    /// NH's installation JSON.
+    /// NH's installation JSON, read when `installation` is not set: how callers from before
+    /// `installation` send it (deprecated; reserved from 2027-03-01, proto/README.md).
     public var json: [UInt8]
     /// The hub's installation limit (from herald-auth, via the edge); 0: none. Creating one more
     /// installation in a hub that holds this many is RESOURCE_EXHAUSTED; replacing one is not.
     public var maxInstallations: Int64
+    /// The installation (read-only fields ignored).
+    public var installation: HubInstallation?
 
-    public init(hub: String = "", installationID: String = "", json: [UInt8] = [], maxInstallations: Int64 = 0) {
+    public init(hub: String = "", installationID: String = "", json: [UInt8] = [], maxInstallations: Int64 = 0, installation: HubInstallation? = nil) {
         self.hub = hub
         self.installationID = installationID
         self.json = json
         self.maxInstallations = maxInstallations
+        self.installation = installation
     }
 
     public init() {
@@ -1637,6 +1818,7 @@ public struct PutInstallationRequest: HeraldMessage {
         self.installationID = ""
         self.json = []
         self.maxInstallations = 0
+        self.installation = nil
     }
 
     public static let protoName = "herald.v1.PutInstallationRequest"
@@ -1659,6 +1841,7 @@ extension PutInstallationRequest: CBacked {
         self.installationID = CBridge.string(m.installation_id)
         self.json = CBridge.bytes(m.json)
         self.maxInstallations = m.max_installations
+        self.installation = m.installation.map { HubInstallation(_c: $0) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1668,6 +1851,7 @@ extension PutInstallationRequest: CBacked {
         p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.PutInstallationRequest.installation_id")
         p.pointee.json = arena.binary(self.json)
         p.pointee.max_installations = self.maxInstallations
+        p.pointee.installation = try self.installation?._toC(arena)
         return p
     }
 
@@ -1681,17 +1865,21 @@ extension PutInstallationRequest: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__put_installation_request__free_unpacked(p, nil) }
 }
 
-/// An installation as stored, NH's JSON with the read-only fields filled in (pushChannelExpired,
-/// expirationTime, lastUpdate) and without empty tags.
+/// An installation as stored, with its read-only fields filled in and without empty tags.
 public struct InstallationResponse: HeraldMessage {
+    /// NH's JSON of `installation`, for callers from before it (deprecated; written until
+    /// 2027-03-01, proto/README.md).
     public var json: [UInt8]
+    public var installation: HubInstallation?
 
-    public init(json: [UInt8] = []) {
+    public init(json: [UInt8] = [], installation: HubInstallation? = nil) {
         self.json = json
+        self.installation = installation
     }
 
     public init() {
         self.json = []
+        self.installation = nil
     }
 
     public static let protoName = "herald.v1.InstallationResponse"
@@ -1711,12 +1899,14 @@ extension InstallationResponse: CBacked {
     init(_c pointer: UnsafePointer<CType>) {
         let m = pointer.pointee
         self.json = CBridge.bytes(m.json)
+        self.installation = m.installation.map { HubInstallation(_c: $0) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
         let p = arena.allocate(CType.self)
         herald__v1__installation_response__init(p)
         p.pointee.json = arena.binary(self.json)
+        p.pointee.installation = try self.installation?._toC(arena)
         return p
     }
 
@@ -1734,19 +1924,26 @@ extension InstallationResponse: CBacked {
 public struct PatchInstallationRequest: HeraldMessage {
     public var hub: String
     public var installationID: String
-    /// A JSON array of {"op","path","value"}; values may be strings or JSON.
+    /// NH's JSON-Patch as a JSON array of {"op","path","value"}, read when `operations` is empty:
+    /// how callers from before `operations` send it (deprecated; reserved from 2027-03-01).
     public var patch: [UInt8]
+    /// NH's JSON-Patch subset (add, remove, replace on /pushChannel, /userId, /platform, /tags,
+    /// /tags/{tag}, /pushVariables[/{name}], /templates/{name}[/body|/headers|/expiry|/tags]),
+    /// applied in order, all or nothing: at most 200.
+    public var operations: [InstallationPatchOperation]
 
-    public init(hub: String = "", installationID: String = "", patch: [UInt8] = []) {
+    public init(hub: String = "", installationID: String = "", patch: [UInt8] = [], operations: [InstallationPatchOperation] = []) {
         self.hub = hub
         self.installationID = installationID
         self.patch = patch
+        self.operations = operations
     }
 
     public init() {
         self.hub = ""
         self.installationID = ""
         self.patch = []
+        self.operations = []
     }
 
     public static let protoName = "herald.v1.PatchInstallationRequest"
@@ -1768,6 +1965,7 @@ extension PatchInstallationRequest: CBacked {
         self.hub = CBridge.string(m.hub)
         self.installationID = CBridge.string(m.installation_id)
         self.patch = CBridge.bytes(m.patch)
+        self.operations = (0..<m.n_operations).map { InstallationPatchOperation(_c: m.operations[$0]!) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1776,6 +1974,8 @@ extension PatchInstallationRequest: CBacked {
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.PatchInstallationRequest.hub")
         p.pointee.installation_id = try arena.string(self.installationID, field: "herald.v1.PatchInstallationRequest.installation_id")
         p.pointee.patch = arena.binary(self.patch)
+        p.pointee.n_operations = self.operations.count
+        p.pointee.operations = arena.array(try self.operations.map { Optional(try $0._toC(arena)) })
         return p
     }
 
@@ -1787,6 +1987,69 @@ extension PatchInstallationRequest: CBacked {
         herald__v1__patch_installation_request__unpack(nil, count, data)
     }
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__patch_installation_request__free_unpacked(p, nil) }
+}
+
+/// One JSON-Patch operation.
+public struct InstallationPatchOperation: HeraldMessage {
+    /// add, remove or replace.
+    public var op: String
+    /// A JSON Pointer into the installation, as NH's clients write it (/templates/{name}/body).
+    public var path: String
+    /// The operation's value as JSON text (a string is "\"…\"", an object {…}); empty: none (remove).
+    /// A value's type depends on its path and on the installation it applies to (a browser's push
+    /// channel is an object, anyone else's a string), so it is read where the patch is applied.
+    public var valueJson: String
+
+    public init(op: String = "", path: String = "", valueJson: String = "") {
+        self.op = op
+        self.path = path
+        self.valueJson = valueJson
+    }
+
+    public init() {
+        self.op = ""
+        self.path = ""
+        self.valueJson = ""
+    }
+
+    public static let protoName = "herald.v1.InstallationPatchOperation"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension InstallationPatchOperation: CBacked {
+    typealias CType = Herald__V1__InstallationPatchOperation
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.op = CBridge.string(m.op)
+        self.path = CBridge.string(m.path)
+        self.valueJson = CBridge.string(m.value_json)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__installation_patch_operation__init(p)
+        p.pointee.op = try arena.string(self.op, field: "herald.v1.InstallationPatchOperation.op")
+        p.pointee.path = try arena.string(self.path, field: "herald.v1.InstallationPatchOperation.path")
+        p.pointee.value_json = try arena.string(self.valueJson, field: "herald.v1.InstallationPatchOperation.value_json")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__installation_patch_operation__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__installation_patch_operation__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__installation_patch_operation__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__installation_patch_operation__free_unpacked(p, nil) }
 }
 
 /// Request of GetInstallation.
@@ -2029,19 +2292,23 @@ extension ListInstallationsRequest: CBacked {
 
 /// Answer of ListInstallations.
 public struct ListInstallationsResponse: HeraldMessage {
-    /// One NH installation JSON per element.
+    /// NH's JSON of each of `items`, for callers from before it (deprecated; written until
+    /// 2027-03-01, proto/README.md).
     public var installations: [[UInt8]]
     /// Empty on the last page.
     public var continuationToken: String
+    public var items: [HubInstallation]
 
-    public init(installations: [[UInt8]] = [], continuationToken: String = "") {
+    public init(installations: [[UInt8]] = [], continuationToken: String = "", items: [HubInstallation] = []) {
         self.installations = installations
         self.continuationToken = continuationToken
+        self.items = items
     }
 
     public init() {
         self.installations = []
         self.continuationToken = ""
+        self.items = []
     }
 
     public static let protoName = "herald.v1.ListInstallationsResponse"
@@ -2062,6 +2329,7 @@ extension ListInstallationsResponse: CBacked {
         let m = pointer.pointee
         self.installations = (0..<m.n_installations).map { CBridge.bytes(m.installations[$0]) }
         self.continuationToken = CBridge.string(m.continuation_token)
+        self.items = (0..<m.n_items).map { HubInstallation(_c: m.items[$0]!) }
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -2070,6 +2338,8 @@ extension ListInstallationsResponse: CBacked {
         p.pointee.n_installations = self.installations.count
         p.pointee.installations = arena.array(self.installations.map { arena.binary($0) })
         p.pointee.continuation_token = try arena.string(self.continuationToken, field: "herald.v1.ListInstallationsResponse.continuation_token")
+        p.pointee.n_items = self.items.count
+        p.pointee.items = arena.array(try self.items.map { Optional(try $0._toC(arena)) })
         return p
     }
 
@@ -2555,10 +2825,11 @@ public enum RegistrationServiceMethods {
     /// Deletes every registration and installation (every hub) and their tags, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     public static let resetForTests = UnaryMethod<ResetForTestsRequest, ResetForTestsResponse>(service: serviceName, method: "ResetForTests")
-    /// Notification Hubs installations, per hub. Installation bodies travel as NH's JSON (UTF-8), as
-    /// the edge receives them; herald-registration validates and normalises them. An installation is
-    /// also a registration (registration_id "i-…", no owner) carrying its tags, so sends and tag
-    /// expressions see both kinds of device alike.
+    /// Notification Hubs installations, per hub. Installations travel typed (HubInstallation, and a
+    /// PATCH as InstallationPatchOperations): herald-edge reads and writes NH's JSON, as it does a
+    /// registration's Atom XML; herald-registration validates them (handles against the allowed push
+    /// hosts, tags, templates). An installation is also a registration (registration_id "i-…", no
+    /// owner) carrying its tags, so sends and tag expressions see both kinds of device alike.
     /// Creates or replaces an installation; a GET right after returns it. Errors: INVALID_ARGUMENT
     /// (the message names the field: id, platform, pushChannel, userId, tags, templates).
     public static let putInstallation = UnaryMethod<PutInstallationRequest, InstallationResponse>(service: serviceName, method: "PutInstallation")

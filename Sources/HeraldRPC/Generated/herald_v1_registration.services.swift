@@ -28,10 +28,11 @@ public protocol RegistrationServiceHandler: Sendable {
     /// Deletes every registration and installation (every hub) and their tags, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, context: RPCContext) async throws -> ResetForTestsResponse
-    /// Notification Hubs installations, per hub. Installation bodies travel as NH's JSON (UTF-8), as
-    /// the edge receives them; herald-registration validates and normalises them. An installation is
-    /// also a registration (registration_id "i-…", no owner) carrying its tags, so sends and tag
-    /// expressions see both kinds of device alike.
+    /// Notification Hubs installations, per hub. Installations travel typed (HubInstallation, and a
+    /// PATCH as InstallationPatchOperations): herald-edge reads and writes NH's JSON, as it does a
+    /// registration's Atom XML; herald-registration validates them (handles against the allowed push
+    /// hosts, tags, templates). An installation is also a registration (registration_id "i-…", no
+    /// owner) carrying its tags, so sends and tag expressions see both kinds of device alike.
     /// Creates or replaces an installation; a GET right after returns it. Errors: INVALID_ARGUMENT
     /// (the message names the field: id, platform, pushChannel, userId, tags, templates).
     func putInstallation(_ request: PutInstallationRequest, context: RPCContext) async throws -> InstallationResponse
@@ -193,10 +194,11 @@ public protocol RegistrationServiceClientProtocol: Sendable {
     /// Deletes every registration and installation (every hub) and their tags, so that integration tests start each case from nothing. Only
     /// while the service runs with `test-mode` on (never in production); FAILED_PRECONDITION otherwise.
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse
-    /// Notification Hubs installations, per hub. Installation bodies travel as NH's JSON (UTF-8), as
-    /// the edge receives them; herald-registration validates and normalises them. An installation is
-    /// also a registration (registration_id "i-…", no owner) carrying its tags, so sends and tag
-    /// expressions see both kinds of device alike.
+    /// Notification Hubs installations, per hub. Installations travel typed (HubInstallation, and a
+    /// PATCH as InstallationPatchOperations): herald-edge reads and writes NH's JSON, as it does a
+    /// registration's Atom XML; herald-registration validates them (handles against the allowed push
+    /// hosts, tags, templates). An installation is also a registration (registration_id "i-…", no
+    /// owner) carrying its tags, so sends and tag expressions see both kinds of device alike.
     /// Creates or replaces an installation; a GET right after returns it. Errors: INVALID_ARGUMENT
     /// (the message names the field: id, platform, pushChannel, userId, tags, templates).
     func putInstallation(_ request: PutInstallationRequest, options: RPCCallOptions) async throws -> InstallationResponse

@@ -1177,6 +1177,96 @@ void   herald__v1__remove_handle_response__free_unpacked
   assert(message->base.descriptor == &herald__v1__remove_handle_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__hub_installation__init
+                     (Herald__V1__HubInstallation         *message)
+{
+  static const Herald__V1__HubInstallation init_value = HERALD__V1__HUB_INSTALLATION__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub_installation__get_packed_size
+                     (const Herald__V1__HubInstallation *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub_installation__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub_installation__pack
+                     (const Herald__V1__HubInstallation *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub_installation__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub_installation__pack_to_buffer
+                     (const Herald__V1__HubInstallation *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub_installation__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__HubInstallation *
+       herald__v1__hub_installation__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__HubInstallation *)
+     protobuf_c_message_unpack (&herald__v1__hub_installation__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub_installation__free_unpacked
+                     (Herald__V1__HubInstallation *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub_installation__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__hub_installation_template__init
+                     (Herald__V1__HubInstallationTemplate         *message)
+{
+  static const Herald__V1__HubInstallationTemplate init_value = HERALD__V1__HUB_INSTALLATION_TEMPLATE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__hub_installation_template__get_packed_size
+                     (const Herald__V1__HubInstallationTemplate *message)
+{
+  assert(message->base.descriptor == &herald__v1__hub_installation_template__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__hub_installation_template__pack
+                     (const Herald__V1__HubInstallationTemplate *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__hub_installation_template__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__hub_installation_template__pack_to_buffer
+                     (const Herald__V1__HubInstallationTemplate *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__hub_installation_template__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__HubInstallationTemplate *
+       herald__v1__hub_installation_template__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__HubInstallationTemplate *)
+     protobuf_c_message_unpack (&herald__v1__hub_installation_template__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__hub_installation_template__free_unpacked
+                     (Herald__V1__HubInstallationTemplate *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__hub_installation_template__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   herald__v1__put_installation_request__init
                      (Herald__V1__PutInstallationRequest         *message)
 {
@@ -1310,6 +1400,51 @@ void   herald__v1__patch_installation_request__free_unpacked
   if(!message)
     return;
   assert(message->base.descriptor == &herald__v1__patch_installation_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__installation_patch_operation__init
+                     (Herald__V1__InstallationPatchOperation         *message)
+{
+  static const Herald__V1__InstallationPatchOperation init_value = HERALD__V1__INSTALLATION_PATCH_OPERATION__INIT;
+  *message = init_value;
+}
+size_t herald__v1__installation_patch_operation__get_packed_size
+                     (const Herald__V1__InstallationPatchOperation *message)
+{
+  assert(message->base.descriptor == &herald__v1__installation_patch_operation__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__installation_patch_operation__pack
+                     (const Herald__V1__InstallationPatchOperation *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__installation_patch_operation__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__installation_patch_operation__pack_to_buffer
+                     (const Herald__V1__InstallationPatchOperation *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__installation_patch_operation__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__InstallationPatchOperation *
+       herald__v1__installation_patch_operation__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__InstallationPatchOperation *)
+     protobuf_c_message_unpack (&herald__v1__installation_patch_operation__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__installation_patch_operation__free_unpacked
+                     (Herald__V1__InstallationPatchOperation *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__installation_patch_operation__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
 void   herald__v1__get_installation_request__init
@@ -3613,7 +3748,252 @@ const ProtobufCMessageDescriptor herald__v1__remove_handle_response__descriptor 
   (ProtobufCMessageInit) herald__v1__remove_handle_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__put_installation_request__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__hub_installation__field_descriptors[9] =
+{
+  {
+    "installation_id",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubInstallation, installation_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "user_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubInstallation, user_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "platform",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubInstallation, platform),
+    &herald__v1__platform__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "push_channel",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubInstallation, push_channel),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "tags",
+    5,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__HubInstallation, n_tags),
+    offsetof(Herald__V1__HubInstallation, tags),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "push_variables",
+    6,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__HubInstallation, n_push_variables),
+    offsetof(Herald__V1__HubInstallation, push_variables),
+    &herald__v1__hub_registration_field__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "templates",
+    7,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__HubInstallation, n_templates),
+    offsetof(Herald__V1__HubInstallation, templates),
+    &herald__v1__hub_installation_template__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "push_channel_expired",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubInstallation, push_channel_expired),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "last_update_unix_ms",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubInstallation, last_update_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub_installation__field_indices_by_name[] = {
+  0,   /* field[0] = installation_id */
+  8,   /* field[8] = last_update_unix_ms */
+  2,   /* field[2] = platform */
+  3,   /* field[3] = push_channel */
+  7,   /* field[7] = push_channel_expired */
+  5,   /* field[5] = push_variables */
+  4,   /* field[4] = tags */
+  6,   /* field[6] = templates */
+  1,   /* field[1] = user_id */
+};
+static const ProtobufCIntRange herald__v1__hub_installation__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 9 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub_installation__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.HubInstallation",
+  "HubInstallation",
+  "Herald__V1__HubInstallation",
+  "herald.v1",
+  sizeof(Herald__V1__HubInstallation),
+  9,
+  herald__v1__hub_installation__field_descriptors,
+  herald__v1__hub_installation__field_indices_by_name,
+  1,  herald__v1__hub_installation__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub_installation__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__hub_installation_template__field_descriptors[6] =
+{
+  {
+    "name",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubInstallationTemplate, name),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "body",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubInstallationTemplate, body),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "headers",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__HubInstallationTemplate, n_headers),
+    offsetof(Herald__V1__HubInstallationTemplate, headers),
+    &herald__v1__hub_registration_field__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "expiry",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubInstallationTemplate, expiry),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "has_expiry",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__HubInstallationTemplate, has_expiry),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "tags",
+    6,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__HubInstallationTemplate, n_tags),
+    offsetof(Herald__V1__HubInstallationTemplate, tags),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__hub_installation_template__field_indices_by_name[] = {
+  1,   /* field[1] = body */
+  3,   /* field[3] = expiry */
+  4,   /* field[4] = has_expiry */
+  2,   /* field[2] = headers */
+  0,   /* field[0] = name */
+  5,   /* field[5] = tags */
+};
+static const ProtobufCIntRange herald__v1__hub_installation_template__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor herald__v1__hub_installation_template__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.HubInstallationTemplate",
+  "HubInstallationTemplate",
+  "Herald__V1__HubInstallationTemplate",
+  "herald.v1",
+  sizeof(Herald__V1__HubInstallationTemplate),
+  6,
+  herald__v1__hub_installation_template__field_descriptors,
+  herald__v1__hub_installation_template__field_indices_by_name,
+  1,  herald__v1__hub_installation_template__number_ranges,
+  (ProtobufCMessageInit) herald__v1__hub_installation_template__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__put_installation_request__field_descriptors[5] =
 {
   {
     "hub",
@@ -3663,9 +4043,22 @@ static const ProtobufCFieldDescriptor herald__v1__put_installation_request__fiel
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "installation",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutInstallationRequest, installation),
+    &herald__v1__hub_installation__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__put_installation_request__field_indices_by_name[] = {
   0,   /* field[0] = hub */
+  4,   /* field[4] = installation */
   1,   /* field[1] = installation_id */
   2,   /* field[2] = json */
   3,   /* field[3] = max_installations */
@@ -3673,7 +4066,7 @@ static const unsigned herald__v1__put_installation_request__field_indices_by_nam
 static const ProtobufCIntRange herald__v1__put_installation_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__put_installation_request__descriptor =
 {
@@ -3683,14 +4076,14 @@ const ProtobufCMessageDescriptor herald__v1__put_installation_request__descripto
   "Herald__V1__PutInstallationRequest",
   "herald.v1",
   sizeof(Herald__V1__PutInstallationRequest),
-  4,
+  5,
   herald__v1__put_installation_request__field_descriptors,
   herald__v1__put_installation_request__field_indices_by_name,
   1,  herald__v1__put_installation_request__number_ranges,
   (ProtobufCMessageInit) herald__v1__put_installation_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__installation_response__field_descriptors[1] =
+static const ProtobufCFieldDescriptor herald__v1__installation_response__field_descriptors[2] =
 {
   {
     "json",
@@ -3704,14 +4097,27 @@ static const ProtobufCFieldDescriptor herald__v1__installation_response__field_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "installation",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__InstallationResponse, installation),
+    &herald__v1__hub_installation__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__installation_response__field_indices_by_name[] = {
+  1,   /* field[1] = installation */
   0,   /* field[0] = json */
 };
 static const ProtobufCIntRange herald__v1__installation_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 1 }
+  { 0, 2 }
 };
 const ProtobufCMessageDescriptor herald__v1__installation_response__descriptor =
 {
@@ -3721,14 +4127,14 @@ const ProtobufCMessageDescriptor herald__v1__installation_response__descriptor =
   "Herald__V1__InstallationResponse",
   "herald.v1",
   sizeof(Herald__V1__InstallationResponse),
-  1,
+  2,
   herald__v1__installation_response__field_descriptors,
   herald__v1__installation_response__field_indices_by_name,
   1,  herald__v1__installation_response__number_ranges,
   (ProtobufCMessageInit) herald__v1__installation_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__patch_installation_request__field_descriptors[3] =
+static const ProtobufCFieldDescriptor herald__v1__patch_installation_request__field_descriptors[4] =
 {
   {
     "hub",
@@ -3766,16 +4172,29 @@ static const ProtobufCFieldDescriptor herald__v1__patch_installation_request__fi
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "operations",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__PatchInstallationRequest, n_operations),
+    offsetof(Herald__V1__PatchInstallationRequest, operations),
+    &herald__v1__installation_patch_operation__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__patch_installation_request__field_indices_by_name[] = {
   0,   /* field[0] = hub */
   1,   /* field[1] = installation_id */
+  3,   /* field[3] = operations */
   2,   /* field[2] = patch */
 };
 static const ProtobufCIntRange herald__v1__patch_installation_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 3 }
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor herald__v1__patch_installation_request__descriptor =
 {
@@ -3785,11 +4204,75 @@ const ProtobufCMessageDescriptor herald__v1__patch_installation_request__descrip
   "Herald__V1__PatchInstallationRequest",
   "herald.v1",
   sizeof(Herald__V1__PatchInstallationRequest),
-  3,
+  4,
   herald__v1__patch_installation_request__field_descriptors,
   herald__v1__patch_installation_request__field_indices_by_name,
   1,  herald__v1__patch_installation_request__number_ranges,
   (ProtobufCMessageInit) herald__v1__patch_installation_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__installation_patch_operation__field_descriptors[3] =
+{
+  {
+    "op",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__InstallationPatchOperation, op),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "path",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__InstallationPatchOperation, path),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "value_json",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__InstallationPatchOperation, value_json),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__installation_patch_operation__field_indices_by_name[] = {
+  0,   /* field[0] = op */
+  1,   /* field[1] = path */
+  2,   /* field[2] = value_json */
+};
+static const ProtobufCIntRange herald__v1__installation_patch_operation__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 3 }
+};
+const ProtobufCMessageDescriptor herald__v1__installation_patch_operation__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.InstallationPatchOperation",
+  "InstallationPatchOperation",
+  "Herald__V1__InstallationPatchOperation",
+  "herald.v1",
+  sizeof(Herald__V1__InstallationPatchOperation),
+  3,
+  herald__v1__installation_patch_operation__field_descriptors,
+  herald__v1__installation_patch_operation__field_indices_by_name,
+  1,  herald__v1__installation_patch_operation__number_ranges,
+  (ProtobufCMessageInit) herald__v1__installation_patch_operation__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor herald__v1__get_installation_request__field_descriptors[2] =
@@ -4048,7 +4531,7 @@ const ProtobufCMessageDescriptor herald__v1__list_installations_request__descrip
   (ProtobufCMessageInit) herald__v1__list_installations_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__list_installations_response__field_descriptors[2] =
+static const ProtobufCFieldDescriptor herald__v1__list_installations_response__field_descriptors[3] =
 {
   {
     "installations",
@@ -4074,15 +4557,28 @@ static const ProtobufCFieldDescriptor herald__v1__list_installations_response__f
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "items",
+    3,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ListInstallationsResponse, n_items),
+    offsetof(Herald__V1__ListInstallationsResponse, items),
+    &herald__v1__hub_installation__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__list_installations_response__field_indices_by_name[] = {
   1,   /* field[1] = continuation_token */
   0,   /* field[0] = installations */
+  2,   /* field[2] = items */
 };
 static const ProtobufCIntRange herald__v1__list_installations_response__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor herald__v1__list_installations_response__descriptor =
 {
@@ -4092,7 +4588,7 @@ const ProtobufCMessageDescriptor herald__v1__list_installations_response__descri
   "Herald__V1__ListInstallationsResponse",
   "herald.v1",
   sizeof(Herald__V1__ListInstallationsResponse),
-  2,
+  3,
   herald__v1__list_installations_response__field_descriptors,
   herald__v1__list_installations_response__field_indices_by_name,
   1,  herald__v1__list_installations_response__number_ranges,

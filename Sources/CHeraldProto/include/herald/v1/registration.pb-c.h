@@ -42,9 +42,12 @@ typedef struct Herald__V1__StreamAudienceRequest Herald__V1__StreamAudienceReque
 typedef struct Herald__V1__AudienceBatch Herald__V1__AudienceBatch;
 typedef struct Herald__V1__RemoveHandleRequest Herald__V1__RemoveHandleRequest;
 typedef struct Herald__V1__RemoveHandleResponse Herald__V1__RemoveHandleResponse;
+typedef struct Herald__V1__HubInstallation Herald__V1__HubInstallation;
+typedef struct Herald__V1__HubInstallationTemplate Herald__V1__HubInstallationTemplate;
 typedef struct Herald__V1__PutInstallationRequest Herald__V1__PutInstallationRequest;
 typedef struct Herald__V1__InstallationResponse Herald__V1__InstallationResponse;
 typedef struct Herald__V1__PatchInstallationRequest Herald__V1__PatchInstallationRequest;
+typedef struct Herald__V1__InstallationPatchOperation Herald__V1__InstallationPatchOperation;
 typedef struct Herald__V1__GetInstallationRequest Herald__V1__GetInstallationRequest;
 typedef struct Herald__V1__DeleteInstallationRequest Herald__V1__DeleteInstallationRequest;
 typedef struct Herald__V1__DeleteInstallationResponse Herald__V1__DeleteInstallationResponse;
@@ -656,6 +659,81 @@ struct  Herald__V1__RemoveHandleResponse
 
 
 /*
+ * A Notification Hubs installation, typed: what NH's JSON says, as herald-edge reads it.
+ */
+struct  Herald__V1__HubInstallation
+{
+  ProtobufCMessage base;
+  /*
+   * Must equal the request's installation_id.
+   */
+  char *installation_id;
+  /*
+   * NH's userId; empty: none.
+   */
+  char *user_id;
+  Herald__V1__Platform platform;
+  /*
+   * Herald's handle: the APNs or FCM token, the WNS channel URI, or a browser's subscription as
+   * JSON ({"endpoint","keys":{"p256dh","auth"}}).
+   */
+  char *push_channel;
+  size_t n_tags;
+  char **tags;
+  /*
+   * By name.
+   */
+  size_t n_push_variables;
+  Herald__V1__HubRegistrationField **push_variables;
+  /*
+   * By name.
+   */
+  size_t n_templates;
+  Herald__V1__HubInstallationTemplate **templates;
+  /*
+   * Read-only, in answers: set by push-service feedback, cleared when the channel changes.
+   */
+  protobuf_c_boolean push_channel_expired;
+  /*
+   * Read-only, in answers: the last write, Unix ms.
+   */
+  int64_t last_update_unix_ms;
+};
+#define HERALD__V1__HUB_INSTALLATION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_installation__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__PLATFORM__PLATFORM_UNSPECIFIED, (char *)protobuf_c_empty_string, 0,NULL, 0,NULL, 0,NULL, 0, 0 }
+
+
+/*
+ * One of an installation's templates.
+ */
+struct  Herald__V1__HubInstallationTemplate
+{
+  ProtobufCMessage base;
+  char *name;
+  char *body;
+  /*
+   * By name; values plain or expressions.
+   */
+  size_t n_headers;
+  Herald__V1__HubRegistrationField **headers;
+  /*
+   * APNs: the push's expiry, a W3C date or an expression; meaningful when has_expiry.
+   */
+  char *expiry;
+  protobuf_c_boolean has_expiry;
+  /*
+   * The template's own tags (its name among them).
+   */
+  size_t n_tags;
+  char **tags;
+};
+#define HERALD__V1__HUB_INSTALLATION_TEMPLATE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__hub_installation_template__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, 0, 0,NULL }
+
+
+/*
  * Request of PutInstallation.
  */
 struct  Herald__V1__PutInstallationRequest
@@ -666,11 +744,12 @@ struct  Herald__V1__PutInstallationRequest
    */
   char *hub;
   /*
-   * Must equal the body's installationId.
+   * Must equal the installation's installation_id.
    */
   char *installation_id;
   /*
-   * NH's installation JSON.
+   * NH's installation JSON, read when `installation` is not set: how callers from before
+   * `installation` send it (deprecated; reserved from 2027-03-01, proto/README.md).
    */
   ProtobufCBinaryData json;
   /*
@@ -678,24 +757,32 @@ struct  Herald__V1__PutInstallationRequest
    * installation in a hub that holds this many is RESOURCE_EXHAUSTED; replacing one is not.
    */
   int64_t max_installations;
+  /*
+   * The installation (read-only fields ignored).
+   */
+  Herald__V1__HubInstallation *installation;
 };
 #define HERALD__V1__PUT_INSTALLATION_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__put_installation_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0 }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0, NULL }
 
 
 /*
- * An installation as stored, NH's JSON with the read-only fields filled in (pushChannelExpired,
- * expirationTime, lastUpdate) and without empty tags.
+ * An installation as stored, with its read-only fields filled in and without empty tags.
  */
 struct  Herald__V1__InstallationResponse
 {
   ProtobufCMessage base;
+  /*
+   * NH's JSON of `installation`, for callers from before it (deprecated; written until
+   * 2027-03-01, proto/README.md).
+   */
   ProtobufCBinaryData json;
+  Herald__V1__HubInstallation *installation;
 };
 #define HERALD__V1__INSTALLATION_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__installation_response__descriptor) \
-    , {0,NULL} }
+    , {0,NULL}, NULL }
 
 
 /*
@@ -707,13 +794,47 @@ struct  Herald__V1__PatchInstallationRequest
   char *hub;
   char *installation_id;
   /*
-   * A JSON array of {"op","path","value"}; values may be strings or JSON.
+   * NH's JSON-Patch as a JSON array of {"op","path","value"}, read when `operations` is empty:
+   * how callers from before `operations` send it (deprecated; reserved from 2027-03-01).
    */
   ProtobufCBinaryData patch;
+  /*
+   * NH's JSON-Patch subset (add, remove, replace on /pushChannel, /userId, /platform, /tags,
+   * /tags/{tag}, /pushVariables[/{name}], /templates/{name}[/body|/headers|/expiry|/tags]),
+   * applied in order, all or nothing: at most 200.
+   */
+  size_t n_operations;
+  Herald__V1__InstallationPatchOperation **operations;
 };
 #define HERALD__V1__PATCH_INSTALLATION_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__patch_installation_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL} }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, {0,NULL}, 0,NULL }
+
+
+/*
+ * One JSON-Patch operation.
+ */
+struct  Herald__V1__InstallationPatchOperation
+{
+  ProtobufCMessage base;
+  /*
+   * add, remove or replace.
+   */
+  char *op;
+  /*
+   * A JSON Pointer into the installation, as NH's clients write it (/templates/{name}/body).
+   */
+  char *path;
+  /*
+   * The operation's value as JSON text (a string is "\"…\"", an object {…}); empty: none (remove).
+   * A value's type depends on its path and on the installation it applies to (a browser's push
+   * channel is an object, anyone else's a string), so it is read where the patch is applied.
+   */
+  char *value_json;
+};
+#define HERALD__V1__INSTALLATION_PATCH_OPERATION__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__installation_patch_operation__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 /*
@@ -801,7 +922,8 @@ struct  Herald__V1__ListInstallationsResponse
 {
   ProtobufCMessage base;
   /*
-   * One NH installation JSON per element.
+   * NH's JSON of each of `items`, for callers from before it (deprecated; written until
+   * 2027-03-01, proto/README.md).
    */
   size_t n_installations;
   ProtobufCBinaryData *installations;
@@ -809,10 +931,12 @@ struct  Herald__V1__ListInstallationsResponse
    * Empty on the last page.
    */
   char *continuation_token;
+  size_t n_items;
+  Herald__V1__HubInstallation **items;
 };
 #define HERALD__V1__LIST_INSTALLATIONS_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_installations_response__descriptor) \
-    , 0,NULL, (char *)protobuf_c_empty_string }
+    , 0,NULL, (char *)protobuf_c_empty_string, 0,NULL }
 
 
 /*
@@ -1464,6 +1588,44 @@ Herald__V1__RemoveHandleResponse *
 void   herald__v1__remove_handle_response__free_unpacked
                      (Herald__V1__RemoveHandleResponse *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__HubInstallation methods */
+void   herald__v1__hub_installation__init
+                     (Herald__V1__HubInstallation         *message);
+size_t herald__v1__hub_installation__get_packed_size
+                     (const Herald__V1__HubInstallation   *message);
+size_t herald__v1__hub_installation__pack
+                     (const Herald__V1__HubInstallation   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub_installation__pack_to_buffer
+                     (const Herald__V1__HubInstallation   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__HubInstallation *
+       herald__v1__hub_installation__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub_installation__free_unpacked
+                     (Herald__V1__HubInstallation *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__HubInstallationTemplate methods */
+void   herald__v1__hub_installation_template__init
+                     (Herald__V1__HubInstallationTemplate         *message);
+size_t herald__v1__hub_installation_template__get_packed_size
+                     (const Herald__V1__HubInstallationTemplate   *message);
+size_t herald__v1__hub_installation_template__pack
+                     (const Herald__V1__HubInstallationTemplate   *message,
+                      uint8_t             *out);
+size_t herald__v1__hub_installation_template__pack_to_buffer
+                     (const Herald__V1__HubInstallationTemplate   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__HubInstallationTemplate *
+       herald__v1__hub_installation_template__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__hub_installation_template__free_unpacked
+                     (Herald__V1__HubInstallationTemplate *message,
+                      ProtobufCAllocator *allocator);
 /* Herald__V1__PutInstallationRequest methods */
 void   herald__v1__put_installation_request__init
                      (Herald__V1__PutInstallationRequest         *message);
@@ -1520,6 +1682,25 @@ Herald__V1__PatchInstallationRequest *
                       const uint8_t       *data);
 void   herald__v1__patch_installation_request__free_unpacked
                      (Herald__V1__PatchInstallationRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__InstallationPatchOperation methods */
+void   herald__v1__installation_patch_operation__init
+                     (Herald__V1__InstallationPatchOperation         *message);
+size_t herald__v1__installation_patch_operation__get_packed_size
+                     (const Herald__V1__InstallationPatchOperation   *message);
+size_t herald__v1__installation_patch_operation__pack
+                     (const Herald__V1__InstallationPatchOperation   *message,
+                      uint8_t             *out);
+size_t herald__v1__installation_patch_operation__pack_to_buffer
+                     (const Herald__V1__InstallationPatchOperation   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__InstallationPatchOperation *
+       herald__v1__installation_patch_operation__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__installation_patch_operation__free_unpacked
+                     (Herald__V1__InstallationPatchOperation *message,
                       ProtobufCAllocator *allocator);
 /* Herald__V1__GetInstallationRequest methods */
 void   herald__v1__get_installation_request__init
@@ -1848,6 +2029,12 @@ typedef void (*Herald__V1__RemoveHandleRequest_Closure)
 typedef void (*Herald__V1__RemoveHandleResponse_Closure)
                  (const Herald__V1__RemoveHandleResponse *message,
                   void *closure_data);
+typedef void (*Herald__V1__HubInstallation_Closure)
+                 (const Herald__V1__HubInstallation *message,
+                  void *closure_data);
+typedef void (*Herald__V1__HubInstallationTemplate_Closure)
+                 (const Herald__V1__HubInstallationTemplate *message,
+                  void *closure_data);
 typedef void (*Herald__V1__PutInstallationRequest_Closure)
                  (const Herald__V1__PutInstallationRequest *message,
                   void *closure_data);
@@ -1856,6 +2043,9 @@ typedef void (*Herald__V1__InstallationResponse_Closure)
                   void *closure_data);
 typedef void (*Herald__V1__PatchInstallationRequest_Closure)
                  (const Herald__V1__PatchInstallationRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__InstallationPatchOperation_Closure)
+                 (const Herald__V1__InstallationPatchOperation *message,
                   void *closure_data);
 typedef void (*Herald__V1__GetInstallationRequest_Closure)
                  (const Herald__V1__GetInstallationRequest *message,
@@ -2147,9 +2337,12 @@ extern const ProtobufCMessageDescriptor herald__v1__stream_audience_request__des
 extern const ProtobufCMessageDescriptor herald__v1__audience_batch__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__remove_handle_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__remove_handle_response__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__hub_installation__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__hub_installation_template__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__put_installation_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__installation_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__patch_installation_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__installation_patch_operation__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__get_installation_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__delete_installation_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__delete_installation_response__descriptor;
