@@ -40,8 +40,11 @@ struct AuthHandlersTests {
     static func fixture(_ mode: AuthMode = .accounts) async throws -> Fixture {
         let db = try SQLiteDatabase(DatabaseQueue(configuration: HeraldDatabase.configuration))
         let bumps = Counted()
+        // As AuthTests' fixture: the tests of this process share one hashing pool, which the
+        // gate's wait model does not know of, so a login may wait behind another test's hashes.
         let authenticator = try Authenticator(
             mode: mode, store: try await AccountStore(db: db), hasher: PasswordHasher(logN: 10),
+            gate: LoginGate(maxPending: 8, failureBudgetPerMinute: 600, maxWaitMilliseconds: 600_000),
             changed: { bumps.count.wrappingAdd(1, ordering: .sequentiallyConsistent) })
         let handlers = AuthHandlers(authenticator: authenticator, hubs: try await HubStore(db: db))
         return Fixture(handlers: handlers, bumps: bumps)

@@ -58,7 +58,11 @@ struct PeerPolicyTests {
 
     /// A server of `transport` on a fresh socket with `peers`, one Authenticate handler, and a
     /// client's first call's result.
-    static func call(_ transport: RPCTransport, peers: PeerPolicy) async throws -> Result<String, ServiceError> {
+    /// `timeout`: a minute for calls that should succeed (CI runs this beside a hundred service
+    /// processes); a refused gRPC caller waits all of it for an answer that never comes.
+    static func call(_ transport: RPCTransport, peers: PeerPolicy, timeout: Duration = .seconds(60)) async throws
+        -> Result<String, ServiceError>
+    {
         var template = Array("/tmp/herald-peer-XXXXXX".utf8CString)
         let dir = String(cString: try #require(mkdtemp(&template)))
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -73,12 +77,12 @@ struct PeerPolicyTests {
         let running = Task { try await server.run() }
         defer { running.cancel() }
         // The socket appears once the server listens: polled with a deadline.
-        let deadline = ContinuousClock.now + .seconds(30)
+        let deadline = ContinuousClock.now + .seconds(60)
         while !FileManager.default.fileExists(atPath: socket) {
             try #require(ContinuousClock.now < deadline, "the server never listened")
             try await Task.sleep(for: .milliseconds(10))
         }
-        return try await RPCClient.with(socketPath: socket, transport: transport, timeout: .seconds(5)) { client in
+        return try await RPCClient.with(socketPath: socket, transport: transport, timeout: timeout) { client in
             do {
                 return .success(try await AuthServiceClient(client).authenticate(AuthenticateRequest()).user)
             } catch let error as ServiceError {
@@ -103,7 +107,7 @@ struct PeerPolicyTests {
     @Test("gRPC: a process the policy does not list gets no answer (its connection is closed)")
     func grpc() async throws {
         #expect(try await Self.call(.grpc, peers: PeerPolicy(uids: [getuid()])) == .success("served"))
-        let refused = try await Self.call(.grpc, peers: PeerPolicy(uids: [getuid() &+ 1]))
+        let refused = try await Self.call(.grpc, peers: PeerPolicy(uids: [getuid() &+ 1]), timeout: .seconds(5))
         guard case .failure(let error) = refused else {
             Issue.record("served a process the policy does not list")
             return
