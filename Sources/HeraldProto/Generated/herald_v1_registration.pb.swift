@@ -1868,7 +1868,9 @@ extension PutInstallationRequest: CBacked {
 /// An installation as stored, with its read-only fields filled in and without empty tags.
 public struct InstallationResponse: HeraldMessage {
     /// NH's JSON of `installation`, for callers from before it (deprecated; written until
-    /// 2027-03-01, proto/README.md).
+    /// 2027-03-01, proto/README.md): in every GetInstallation answer, and in the answer of a
+    /// PutInstallation or PatchInstallation sent with NH's JSON (not with `installation` or
+    /// `operations`).
     public var json: [UInt8]
     public var installation: HubInstallation?
 

@@ -775,7 +775,9 @@ struct  Herald__V1__InstallationResponse
   ProtobufCMessage base;
   /*
    * NH's JSON of `installation`, for callers from before it (deprecated; written until
-   * 2027-03-01, proto/README.md).
+   * 2027-03-01, proto/README.md): in every GetInstallation answer, and in the answer of a
+   * PutInstallation or PatchInstallation sent with NH's JSON (not with `installation` or
+   * `operations`).
    */
   ProtobufCBinaryData json;
   Herald__V1__HubInstallation *installation;
