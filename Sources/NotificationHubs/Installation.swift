@@ -267,15 +267,19 @@ public struct Installation: Sendable, Equatable {
     }
 
     package static func tags(_ value: Any?) throws -> [String] {
+        try RegistrationRules.validateTags(try tagStrings(value))
+    }
+
+    /// `tags` read as an array of strings (none when absent or null), not yet validated as tags.
+    private static func tagStrings(_ value: Any?) throws -> [String] {
         guard let value, !(value is NSNull) else { return [] }
         guard let tags = value as? [Any] else { throw ServiceError.invalidArgument("tags must be an array of strings") }
-        return try RegistrationRules.validateTags(
-            tags.map { tag in
-                guard let text = tag as? String else {
-                    throw ServiceError.invalidArgument("tags must be an array of strings")
-                }
-                return text
-            })
+        return try tags.map { tag in
+            guard let text = tag as? String else {
+                throw ServiceError.invalidArgument("tags must be an array of strings")
+            }
+            return text
+        }
     }
 
     package static func stringMap(_ value: Any?, _ field: String) throws -> [String: String] {
@@ -311,7 +315,7 @@ public struct Installation: Sendable, Equatable {
         }
         return try template(
             name: name, body: body, headers: try stringMap(object["headers"], "template \(name) headers"),
-            expiry: object["expiry"] as? String, tags: try Self.tags(object["tags"]))
+            expiry: object["expiry"] as? String, tags: try tagStrings(object["tags"]))
     }
 
     /// A template from its parts, however they came (NH's JSON, a typed request): its name must be

@@ -52,12 +52,10 @@ extension Installation {
         self.init(
             installationID: message.installationID, userID: message.userID.isEmpty ? nil : message.userID,
             platform: message.platform, pushChannel: message.pushChannel, tags: message.tags,
-            pushVariables: Dictionary(
-                message.pushVariables.map { ($0.name, $0.value) }, uniquingKeysWith: { a, _ in a }))
+            pushVariables: Self.stored(message.pushVariables))
         for template in message.templates {
             templates[template.name] = Template(
-                body: template.body,
-                headers: Dictionary(template.headers.map { ($0.name, $0.value) }, uniquingKeysWith: { a, _ in a }),
+                body: template.body, headers: Self.stored(template.headers),
                 expiry: template.hasExpiry ? template.expiry : nil, tags: template.tags)
         }
         pushChannelExpired = message.pushChannelExpired
@@ -66,6 +64,11 @@ extension Installation {
 
     private static func fields(_ map: [String: String]) -> [HubRegistrationField] {
         map.sorted { $0.key < $1.key }.map { HubRegistrationField(name: $0.key, value: $0.value) }
+    }
+
+    /// Stored named values as a map (a stored name is never twice; the first would be kept).
+    private static func stored(_ fields: [HubRegistrationField]) -> [String: String] {
+        Dictionary(fields.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first })
     }
 
     /// Named values as a map; a name given twice is refused rather than one of them dropped.

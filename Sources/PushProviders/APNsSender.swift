@@ -201,7 +201,9 @@ public struct APNsSender: PushSender {
 
     /// What an answer other than 200 means.
     static func classify(_ answer: PushHTTP.Answer) -> PushResult {
-        let reason = answer.json?["reason"] as? String ?? "HTTP \(answer.status)"
+        // Parsed once: `json` reads the body each time it is asked.
+        let json = answer.json
+        let reason = json?["reason"] as? String ?? "HTTP \(answer.status)"
         switch (answer.status, reason) {
         case (200, _):
             return .delivered(status: 200)
@@ -209,7 +211,7 @@ public struct APNsSender: PushSender {
             return .unregistered(status: 400, reason: reason, since: 0)
         case (410, _):
             // Unregistered / ExpiredToken: `timestamp` (ms) is when the token stopped being valid.
-            return .unregistered(status: 410, reason: reason, since: invalidSince(answer.json?["timestamp"]))
+            return .unregistered(status: 410, reason: reason, since: invalidSince(json?["timestamp"]))
         case (403, "ExpiredProviderToken"):
             return .retry(status: 403, reason: reason, after: nil)
         default:
