@@ -49,8 +49,8 @@ func serviceTests(_ library: String, extra: [Target.Dependency] = []) -> Target 
 let benchTarget: Target = .executableTarget(
     name: "herald-bench",
     dependencies: [
-        "HeraldRPC", "HeraldModel", "HeraldService", "HeraldSQL", "HeraldStack", "RegistrationService",
-        "NotificationHubs",
+        "HeraldRPC", "HeraldLeanTransport", "HeraldModel", "HeraldService", "HeraldSQL", "HeraldStack",
+        "RegistrationService", "NotificationHubs",
         // The template loop counts dispatch's rendering (package access).
         "DispatchService", "PushProviders",
         // The APNs double answers by the rules the tests' double does.
@@ -183,8 +183,6 @@ let package = Package(
             dependencies: ["HeraldModel", "HeraldProto", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
-        // RPC: the method table, both transports' clients and servers, the typed services generated
-        // from proto/, TLS, peer policy, grpc.health.v1.
         // Tracing: Herald's swift-distributed-tracing tracer (W3C trace context, sampling) and its
         // OTLP/gRPC exporter; the transports carry its context, the services open its spans.
         .target(
@@ -201,10 +199,42 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // RPC, as grpc-swift-2 splits it (GRPCCore, then each transport on its own): the core is what
+        // any transport serves and calls through (the method table, a call's context and span, its
+        // metrics, endpoints, limits, peer policy), with no transport in it.
+        .target(
+            name: "HeraldRPCCore",
+            dependencies: [
+                "HeraldProto", "HeraldModel", "HeraldTelemetry",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The lean protocol (docs/rpc-protocol.md): its frames, server and client on SwiftNIO. No
+        // gRPC in it.
+        .target(
+            name: "HeraldLeanTransport",
+            dependencies: [
+                "HeraldRPCCore", "HeraldModel", "HeraldTelemetry",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // RPC as services use it: the typed clients and handler protocols generated from proto/,
+        // `RPCClient` (either transport, replicas, discovery), the gRPC binding and server, TLS,
+        // grpc.health.v1. It re-exports the core, as Hummingbird does HummingbirdCore's types.
         .target(
             name: "HeraldRPC",
             dependencies: [
-                "HeraldProto", "HeraldModel", "HeraldTelemetry",
+                "HeraldRPCCore", "HeraldLeanTransport", "HeraldProto", "HeraldModel", "HeraldTelemetry",
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -239,7 +269,7 @@ let package = Package(
         .target(
             name: "HeraldService",
             dependencies: [
-                "HeraldModel", "HeraldRPC", "HeraldTelemetry", "HeraldProto", "HeraldSQL",
+                "HeraldModel", "HeraldRPC", "HeraldLeanTransport", "HeraldTelemetry", "HeraldProto", "HeraldSQL",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -438,8 +468,9 @@ let package = Package(
             .testTarget(
                 name: "HeraldRPCTests",
                 dependencies: [
-                    "HeraldRPC", "HeraldTelemetry", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL",
-                    "HeraldTestSupport",
+                    "HeraldRPC", "HeraldRPCCore", "HeraldLeanTransport", "HeraldTelemetry", "HeraldModel",
+                    "HeraldProto",
+                    "HeraldService", "HeraldSQL", "HeraldTestSupport",
                     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                     .product(name: "NIOCore", package: "swift-nio"),
                     .product(name: "NIOEmbedded", package: "swift-nio"),
@@ -508,7 +539,8 @@ let package = Package(
             .target(
                 name: "FuzzTargets",
                 dependencies: [
-                    "HeraldProto", "HeraldModel", "HeraldRPC", "HeraldService", "HeraldSQL", "Edge", "AuthService",
+                    "HeraldProto", "HeraldModel", "HeraldRPC", "HeraldLeanTransport", "HeraldService", "HeraldSQL",
+                    "Edge", "AuthService",
                     "RegistrationService", "DispatchService", "PushProviders", "NotificationHubs",
                     "EdgeTestSupport",
                     .product(name: "NIOCore", package: "swift-nio"),

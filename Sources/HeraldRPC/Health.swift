@@ -6,7 +6,7 @@ import Synchronization
 ///
 /// grpc-swift-2 ships no health service (it lives in grpc-swift-extras, which Herald does not use),
 /// so Check and Watch are written here: a status per service name, "" standing for the whole server.
-public final class HealthReporter: HealthHandler {
+public final class HealthReporter: HealthHandler, DrainObserver {
     public typealias Status = HealthCheckResponse.ServingStatus
 
     private struct State {

@@ -1,6 +1,7 @@
 import Foundation
 import GRPCCore
 import GRPCNIOTransportHTTP2Posix
+import HeraldLeanTransport
 import HeraldModel
 import HeraldProto
 import HeraldTelemetry

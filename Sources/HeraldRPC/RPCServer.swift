@@ -2,6 +2,7 @@ import Foundation
 import GRPCCore
 import GRPCNIOTransportCore
 import GRPCNIOTransportHTTP2Posix
+import HeraldLeanTransport
 import HeraldModel
 public import Logging
 public import NIOPosix

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HeraldLeanTransport
 import HeraldModel
 import HeraldProto
 import HeraldRPC

@@ -29,6 +29,7 @@ import Edge
 import Foundation
 import GRDB
 import HTTPTypes
+import HeraldLeanTransport
 import HeraldModel
 import HeraldProto
 import HeraldRPC

@@ -4,6 +4,7 @@ import NIOCore
 import NIOEmbedded
 import Testing
 
+@testable import HeraldLeanTransport
 @testable import HeraldRPC
 
 /// Corpus-driven fuzzing of the lean protocol's decoders: valid frames, mutated frames and random

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldLeanTransport
 import HeraldModel
 import HeraldProto
 import HeraldRPC

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldModel
+public import HeraldRPCCore
 import HeraldTelemetry
 public import Logging
 import NIOCore
@@ -21,7 +22,7 @@ public final class LeanServer: Service {
     private let table: MethodTable
     private let maxFrameBytes: Int
     private let logger: Logger
-    private let health: HealthReporter?
+    private let health: (any DrainObserver)?
     private let onListening: @Sendable () -> Void
     private let connections = LeanConnections()
     private let peers: PeerPolicy?
@@ -33,7 +34,7 @@ public final class LeanServer: Service {
     /// call on it ends PERMISSION_DENIED (and the refusal is logged once per connection).
     public convenience init(
         table: MethodTable, socketPath: String, maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes,
-        logger: Logger, health: HealthReporter? = nil, peers: PeerPolicy? = nil,
+        logger: Logger, health: (any DrainObserver)? = nil, peers: PeerPolicy? = nil,
         eventLoopGroup: MultiThreadedEventLoopGroup = .singleton,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
@@ -48,7 +49,7 @@ public final class LeanServer: Service {
     public init(
         table: MethodTable, endpoint: RPCEndpoint, tls: NIOSSLContext?,
         maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes,
-        logger: Logger, health: HealthReporter? = nil, peers: PeerPolicy? = nil,
+        logger: Logger, health: (any DrainObserver)? = nil, peers: PeerPolicy? = nil,
         eventLoopGroup: MultiThreadedEventLoopGroup = .singleton,
         onListening: @escaping @Sendable () -> Void = {}
     ) {

@@ -1,4 +1,5 @@
 import HeraldModel
+import HeraldRPCCore
 public import NIOCore
 
 /// Constants of the lean protocol (docs/rpc-protocol.md).
@@ -19,12 +20,6 @@ public enum LeanProtocol {
     public static let defaultMaxFrameBytes = RPCLimits.maxMessageBytes + 1024
     /// Bytes of a frame after its length field, before the payload: type, flags, call id.
     static let headerBytes = 6
-}
-
-/// Limits both transports share.
-public enum RPCLimits {
-    /// The largest request or response message: 16 MiB (gRPC's default would be 4 MiB).
-    public static let maxMessageBytes = 16 << 20
 }
 
 /// A connection-level violation of the protocol: the connection cannot go on.

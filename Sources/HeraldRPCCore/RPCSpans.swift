@@ -5,10 +5,10 @@ import Tracing
 /// The spans of RPCs, which the method table (server side) and the client open: the method, and on
 /// failure its status code as the error ``ServiceError/from(_:)`` makes of it.
 extension HeraldTracing {
-    static func isHealthCheck(_ method: String) -> Bool { method.hasPrefix("grpc.health.v1.") }
+    package static func isHealthCheck(_ method: String) -> Bool { method.hasPrefix("grpc.health.v1.") }
 
     /// The body of an RPC's span, client or server side: the method, and on failure its status code.
-    static func rpc<T>(_ span: HeraldSpan, method: String, _ body: () async throws -> T) async throws -> T {
+    package static func rpc<T>(_ span: HeraldSpan, method: String, _ body: () async throws -> T) async throws -> T {
         // A span that records nothing gets no attributes (each is a copy of the set under its lock).
         guard span.isRecording else { return try await body() }
         span.attributes["rpc.system"] = "grpc"

@@ -82,6 +82,11 @@ public struct RPCContext: Sendable {
 public struct ResponseStream<Message: HeraldMessage>: Sendable {
     let sendBytes: @Sendable ([UInt8]) async throws -> Void
 
+    /// Over `sendBytes`, which writes one serialized message: a transport's, or a test's.
+    package init(sendBytes: @escaping @Sendable ([UInt8]) async throws -> Void) {
+        self.sendBytes = sendBytes
+    }
+
     /// Sends one message; suspends while the transport applies back-pressure.
     public func send(_ message: Message) async throws {
         try await sendBytes(message.serializedBytes())

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldModel
+public import HeraldRPCCore
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -10,11 +11,11 @@ import Synchronization
 /// The connection is opened on first use and again after it is lost or the server sent GOAWAY;
 /// while the service is unreachable, a call keeps trying (with backoff) until its deadline, so
 /// services may start in any order and restart without callers seeing more than a delay.
-final class LeanClient: Sendable {
+package final class LeanClient: Sendable {
     let socketPath: String
     let maxFrameBytes: Int
     /// MESSAGE frames a stream may have in flight; half of it is granted back as it is consumed.
-    static let streamWindow: UInt32 = 256
+    package static let streamWindow: UInt32 = 256
 
     private struct State {
         var connection: LeanConnection?
@@ -39,11 +40,11 @@ final class LeanClient: Sendable {
     let eventLoopGroup: MultiThreadedEventLoopGroup
 
     /// A call that never left: this replica could not be reached. Any call may be tried elsewhere.
-    struct NotSent: Error {
-        let error: ServiceError
+    package struct NotSent: Error {
+        package let error: ServiceError
     }
 
-    init(
+    package init(
         endpoint: RPCEndpoint, tls: NIOSSLContext?, serverName: String? = nil,
         maxFrameBytes: Int = LeanProtocol.defaultMaxFrameBytes, eventLoopGroup: MultiThreadedEventLoopGroup = .singleton
     ) {
@@ -57,7 +58,7 @@ final class LeanClient: Sendable {
 
     /// Takes no new calls, and closes the connection once the calls under way have finished (like
     /// gRPC's graceful shutdown: closing at once would drop answers already on their way).
-    func close() {
+    package func close() {
         let connection = state.withLock { state in
             state.closed = true
             state.connecting?.cancel()
@@ -77,7 +78,7 @@ final class LeanClient: Sendable {
     ///
     /// With `failFast` (another replica can take it), a failed connect ends the call at once with
     /// ``NotSent`` instead of retrying this service until the deadline.
-    func unary(
+    package func unary(
         method: String, request: [UInt8], metadata: [LeanMetadataEntry], timeout: Duration, failFast: Bool = false
     ) async throws -> [UInt8] {
         let deadline = ContinuousClock.now + timeout
@@ -138,7 +139,7 @@ final class LeanClient: Sendable {
     }
 
     /// Makes one streaming call; hands each response message to `onMessage`.
-    func call(
+    package func call(
         method: String, request: [UInt8], metadata: [LeanMetadataEntry], timeout: Duration, window: UInt32,
         failFast: Bool = false,
         onMessage: ([UInt8]) async throws -> Void
