@@ -349,12 +349,21 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // What the push services' doubles hold Herald's senders to (APNs' request rules, ES256
-        // tokens), written once for the tests' double and herald-bench's; not a product, and not
-        // built on Herald's own encoders, so a double does not agree with a sender by sharing its code.
+        // The push services' double (PushDouble: one HTTP/2 server on loopback) and what it holds
+        // Herald's senders to (APNs' request rules, ES256 tokens), written once for the tests and
+        // herald-bench; not a product, and not built on Herald's own modules, so a double does not
+        // agree with a sender by sharing its code.
         .target(
             name: "ProviderDoubles",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
             swiftSettings: swiftSettings
         ),
         .target(

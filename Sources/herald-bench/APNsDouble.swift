@@ -1,27 +1,23 @@
 import ArgumentParser
 import Crypto
 import Foundation
-import NIOCore
-import NIOHPACK
-import NIOHTTP2
 import NIOPosix
-import NIOSSL
 import ProviderDoubles
 import Synchronization
 
 /// `herald-bench apns-double`: APNs on loopback (and FCM HTTP v1 with `--fcm-project`), in a
 /// process of its own so that its CPU is not Herald's, for `fanout --provider apns|fcm`.
 ///
-/// HTTP/2 over TLS (ALPN h2), SETTINGS_MAX_CONCURRENT_STREAMS 1000 as APNs advertises. It holds
-/// every request to the APNs rules the tests' double answers by (ProviderDoubles' `APNsRules`)
-/// that cost nothing per request: the provider token's ES256 signature, `kid`, `iss` and age are
-/// checked once per connection (and again whenever a connection's token changes, as APNs caches a
-/// verified token), then the device token's form (64 hex digits), `apns-topic`,
-/// `apns-push-type`, `apns-priority`, `apns-id` and the payload's size on every request (not the
-/// payload's JSON); it answers 200 with the `apns-id`, or APNs' status and reason. For FCM it hands out an access token at `/token`
-/// (counted as a token check) and accepts sends to the project that carry it. Frames are handled on the connection (no stream
-/// channels), and answers are flushed once per read, so one event-loop thread serves well over
-/// 100k requests/s (`herald-bench fanout --provider apns` measures it with h2load).
+/// The server is the tests' (ProviderDoubles' `PushDouble`: HTTP/2 over TLS, frames handled on the
+/// connection, 1,000 concurrent streams as APNs advertises; one event-loop thread serves well over
+/// 100k requests/s), recording nothing. What it answers holds every request to the APNs rules the
+/// tests' double answers by (`APNsRules`) that cost nothing per request: the provider token's ES256
+/// signature, `kid`, `iss` and age are checked once per connection (and again whenever a
+/// connection's token changes, as APNs caches a verified token), then the device token's form (64
+/// hex digits), `apns-topic`, `apns-push-type`, `apns-priority`, `apns-id` and the payload's size on
+/// every request (not the payload's JSON); it answers 200 with the `apns-id`, or APNs' status and
+/// reason. For FCM it hands out an access token at `/token` (counted as a token check) and accepts
+/// sends to the project that carry it.
 struct APNsDoubleCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apns-double", abstract: "Serve an APNs double on loopback (HTTP/2, TLS).", shouldDisplay: false)
@@ -45,11 +41,6 @@ struct APNsDoubleCommand: AsyncParsableCommand {
     func run() async throws { try await execute() }
 
     func execute() async throws {
-        var tls = TLSConfiguration.makeServerConfiguration(
-            certificateChain: try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) },
-            privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem)))
-        tls.applicationProtocols = ["h2"]
-        let context = try NIOSSLContext(configuration: tls)
         let rules = APNsDoubleRules(
             provider: APNsRules.Provider(
                 key: try P256.Signing.PublicKey(
@@ -58,33 +49,16 @@ struct APNsDoubleCommand: AsyncParsableCommand {
             fcmPath: fcmProject.map { "/v1/projects/\($0)/messages:send" })
         let counters = APNsDoubleCounters(watch: watchDevice)
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads)
-        let channel = try await ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: 256)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-            .childChannelInitializer { channel in
-                counters.connections.add(1, ordering: .relaxed)
-                return channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandlers([
-                        NIOSSLServerHandler(context: context),
-                        NIOHTTP2Handler(
-                            mode: .server,
-                            initialSettings: [
-                                HTTP2Setting(parameter: .maxConcurrentStreams, value: 1000),
-                                HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
-                                HTTP2Setting(parameter: .maxHeaderListSize, value: 8000),
-                            ]),
-                        APNsDoubleHandler(rules: rules, counters: counters),
-                    ])
-                }
-            }
-            .bind(host: "127.0.0.1", port: 0).get()
-        guard let port = channel.localAddress?.port else { throw BenchError("the APNs double has no port") }
-        try "https://127.0.0.1:\(port)".write(toFile: urlFile, atomically: true, encoding: .utf8)
+        let double = try await PushDouble.start(
+            .tls(certificate: certificate, key: key), record: false, eventLoopGroup: group
+        ) { request in
+            rules.answer(request, counters: counters)
+        }
+        try "https://127.0.0.1:\(double.port)".write(toFile: urlFile, atomically: true, encoding: .utf8)
         while true {
             let line =
                 "\(counters.delivered.load(ordering: .relaxed)) \(counters.refused.load(ordering: .relaxed)) "
-                + "\(counters.verifications.load(ordering: .relaxed)) \(counters.connections.load(ordering: .relaxed))\n"
+                + "\(counters.verifications.load(ordering: .relaxed)) \(double.connections)\n"
             try? line.write(toFile: statsFile, atomically: true, encoding: .utf8)
             if let watchFile {
                 let lines = counters.watched.withLock { $0 }
@@ -115,7 +89,10 @@ final class APNsDoubleCounters: Sendable {
     let delivered = Atomic(0)
     let refused = Atomic(0)
     let verifications = Atomic(0)
-    let connections = Atomic(0)
+    /// The provider token each connection last verified (APNs checks a token once per connection).
+    let verified = Mutex<[Int: String]>([:])
+    /// FCM sends accepted, for the message names.
+    let sent = Atomic(0)
     /// The watched device's pushes: "apns-id unix-ms" per line, as they arrived.
     let watched = Mutex<[String]>([])
     let watch: String?
@@ -141,93 +118,17 @@ struct APNsDoubleRules: Sendable {
             return APNsRules.check(token, for: provider, now: Date().timeIntervalSince1970)
         }
     }
-}
 
-/// One connection of the double: requests seen as frames, answered when their stream ends.
-final class APNsDoubleHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTP2Frame
-    typealias OutboundOut = HTTP2Frame
-
-    private let rules: APNsDoubleRules
-    private let counters: APNsDoubleCounters
-    /// The last token this connection verified.
-    private var verified: String?
-    /// Streams whose headers arrived, awaiting their body's end: the answer already decided.
-    private var open: [HTTP2StreamID: Reply] = [:]
-    private var sent = 0
-
-    /// An answer: status, headers besides `:status`, a JSON body; `push`: a push (counted), not a token request.
-    struct Reply {
-        var status: Int
-        var headers: [(String, String)] = []
-        var body: String?
-        var push = true
-
-        static func apns(_ apnsID: String, refused refusal: APNsRules.Refusal? = nil) -> Reply {
-            Reply(
-                status: refusal?.status ?? 200, headers: [("apns-id", apnsID)],
-                body: refusal.map { #"{"reason":"\#($0.reason)"}"# })
-        }
-
-        static func fcm(_ status: Int, _ error: String) -> Reply {
-            Reply(status: status, body: #"{"error":{"code":\#(status),"status":"\#(error)"}}"#)
-        }
-    }
-    private var unacknowledged = 0
-
-    init(rules: APNsDoubleRules, counters: APNsDoubleCounters) {
-        self.rules = rules
-        self.counters = counters
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let frame = unwrapInboundIn(data)
-        switch frame.payload {
-        case .headers(let block):
-            let answer = decide(block.headers)
-            if block.endStream {
-                reply(context, frame.streamID, answer)
-            } else {
-                open[frame.streamID] = answer
-            }
-        case .data(let body):
-            unacknowledged += body.data.readableBytes + (body.paddingBytes ?? 0)
-            // Below 65,535: the connection window every peer starts with.
-            if unacknowledged >= 1 << 14 {
-                context.write(
-                    wrapOutboundOut(
-                        HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unacknowledged))),
-                    promise: nil)
-                unacknowledged = 0
-            }
-            if body.endStream, var answer = open.removeValue(forKey: frame.streamID) {
-                if answer.push, let refusal = APNsRules.checkPayloadSize(body.data.readableBytes) {
-                    answer = Reply(status: refusal.status, body: #"{"reason":"\#(refusal.reason)"}"#)
-                }
-                reply(context, frame.streamID, answer)
-            }
-        case .rstStream:
-            open[frame.streamID] = nil
-        default:
-            break
-        }
-    }
-
-    func channelReadComplete(context: ChannelHandlerContext) {
-        context.flush()
-        context.fireChannelReadComplete()
-    }
-
-    private func decide(_ headers: HPACKHeaders) -> Reply {
-        var path = ""
+    /// The answer to one request: an FCM token or send when FCM is served, else an APNs push, held
+    /// to APNs' rules in their order; a push is counted delivered (200) or refused.
+    func answer(_ request: PushDouble.Request, counters: APNsDoubleCounters) -> PushDouble.Reply {
         var authorization = ""
         var topic = ""
         var type = ""
         var apnsID = ""
         var priority = ""
-        for (name, value, _) in headers {
+        for (name, value) in request.headers {
             switch name {
-            case ":path": path = value
             case "authorization": authorization = value
             case "apns-topic": topic = value
             case "apns-push-type": type = value
@@ -236,78 +137,63 @@ final class APNsDoubleHandler: ChannelInboundHandler {
             default: break
             }
         }
-        if let fcmPath = rules.fcmPath {
-            if path == "/token" {
+        if let fcmPath {
+            if request.path == "/token" {
                 counters.verifications.add(1, ordering: .relaxed)
-                return Reply(
-                    status: 200,
-                    body:
-                        #"{"access_token":"\#(APNsDoubleRules.fcmAccessToken)","token_type":"Bearer","expires_in":3600}"#,
-                    push: false)
+                return .json(
+                    200, text: #"{"access_token":"\#(Self.fcmAccessToken)","token_type":"Bearer","expires_in":3600}"#)
             }
-            if path == fcmPath {
-                guard authorization == "Bearer \(APNsDoubleRules.fcmAccessToken)" else {
-                    return .fcm(401, "UNAUTHENTICATED")
+            if request.path == fcmPath {
+                guard authorization == "Bearer \(Self.fcmAccessToken)" else {
+                    return counted(.json(401, text: #"{"error":{"code":401,"status":"UNAUTHENTICATED"}}"#), counters)
                 }
-                sent += 1
-                return Reply(status: 200, body: #"{"name":"\#(path.dropLast(5))/\#(sent)"}"#)
+                let sent = counters.sent.add(1, ordering: .relaxed).newValue
+                return counted(.json(200, text: #"{"name":"\#(request.path.dropLast(5))/\#(sent)"}"#), counters)
             }
         }
-        // APNs' rules in their order; the token's signature once per token a connection sends.
-        let token: Substring
-        switch (APNsRules.deviceToken(path: path), APNsRules.providerToken(authorization: authorization)) {
-        case (.failure(let refusal), _), (_, .failure(let refusal)): return .apns(apnsID, refused: refusal)
-        case (.success, .success(let jwt)): token = jwt
-        }
-        if authorization != verified {
-            counters.verifications.add(1, ordering: .relaxed)
-            if let refusal = rules.check(jwt: String(token)) { return .apns(apnsID, refused: refusal) }
-            verified = authorization
-        }
-        if let refusal = APNsRules.checkHeaders(
-            topic: topic, pushType: type, priority: priority, apnsID: apnsID, for: rules.provider)
-        {
-            return .apns(apnsID, refused: refusal)
-        }
-        if let watch = counters.watch, path.hasSuffix(watch) {
+        let refusal = apnsRefusal(
+            request, authorization: authorization, topic: topic, type: type, apnsID: apnsID, priority: priority,
+            counters: counters)
+        if refusal == nil, let watch = counters.watch, request.path.hasSuffix(watch) {
             let at = Int64(Date().timeIntervalSince1970 * 1000)
             counters.watched.withLock { $0.append("\(apnsID.lowercased()) \(at)") }
         }
-        return .apns(apnsID)
+        guard let refusal else {
+            return counted(PushDouble.Reply(status: 200, headers: [("apns-id", apnsID)]), counters)
+        }
+        return counted(
+            .json(refusal.status, text: #"{"reason":"\#(refusal.reason)"}"#, headers: [("apns-id", apnsID)]), counters)
     }
 
-    private func reply(_ context: ChannelHandlerContext, _ stream: HTTP2StreamID, _ answer: Reply) {
-        if answer.push {
-            if answer.status == 200 {
-                counters.delivered.add(1, ordering: .relaxed)
-            } else {
-                counters.refused.add(1, ordering: .relaxed)
-            }
+    /// APNs' refusal of a push, or nil; the token's signature checked once per token a connection sends.
+    private func apnsRefusal(
+        _ request: PushDouble.Request, authorization: String, topic: String, type: String, apnsID: String,
+        priority: String, counters: APNsDoubleCounters
+    ) -> APNsRules.Refusal? {
+        let token: Substring
+        switch (APNsRules.deviceToken(path: request.path), APNsRules.providerToken(authorization: authorization)) {
+        case (.failure(let refusal), _), (_, .failure(let refusal)): return refusal
+        case (.success, .success(let jwt)): token = jwt
         }
-        var headers = HPACKHeaders()
-        headers.add(name: ":status", value: String(answer.status))
-        for (name, value) in answer.headers { headers.add(name: name, value: value, indexing: .nonIndexable) }
-        guard let body = answer.body else {
-            context.write(
-                wrapOutboundOut(
-                    HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers, endStream: true)))),
-                promise: nil)
-            return
+        if counters.verified.withLock({ $0[request.connection] }) != authorization {
+            counters.verifications.add(1, ordering: .relaxed)
+            if let refusal = check(jwt: String(token)) { return refusal }
+            counters.verified.withLock { $0[request.connection] = authorization }
         }
-        headers.add(name: "content-type", value: "application/json")
-        context.write(
-            wrapOutboundOut(HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers)))), promise: nil)
-        context.write(
-            wrapOutboundOut(
-                HTTP2Frame(
-                    streamID: stream,
-                    payload: .data(.init(data: .byteBuffer(ByteBuffer(string: body)), endStream: true)))),
-            promise: nil)
+        if let refusal = APNsRules.checkHeaders(
+            topic: topic, pushType: type, priority: priority, apnsID: apnsID, for: provider)
+        {
+            return refusal
+        }
+        return APNsRules.checkPayloadSize(request.body.count)
     }
 
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // A stream's error ends that stream only; anything else ends the connection.
-        if error is NIOHTTP2Errors.StreamError { return }
-        context.close(promise: nil)
+    private func counted(_ reply: PushDouble.Reply, _ counters: APNsDoubleCounters) -> PushDouble.Reply {
+        if reply.status == 200 {
+            counters.delivered.add(1, ordering: .relaxed)
+        } else {
+            counters.refused.add(1, ordering: .relaxed)
+        }
+        return reply
     }
 }

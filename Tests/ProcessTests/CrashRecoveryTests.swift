@@ -5,6 +5,7 @@ import HeraldRPC
 import HeraldService
 import HeraldStack
 import NIOCore
+import ProviderDoubles
 import StackTestSupport
 import Testing
 

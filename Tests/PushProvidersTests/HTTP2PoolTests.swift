@@ -3,6 +3,7 @@ import NIOCore
 import NIOHPACK
 import NIOHTTP2
 import NIOPosix
+import ProviderDoubles
 import Synchronization
 import Testing
 
@@ -73,7 +74,7 @@ struct HTTP2PoolTests {
         defer { Task { await server.stop() } }
         let pool = try HTTP2Pool(url: "http://127.0.0.1:\(server.port)", tls: nil, connections: 1)
         async let fast = pool.send(Self.requests("fast", 20), timeout: .seconds(30))
-        try await Self.poll { server.counters.fastReceived.load(ordering: .relaxed) == 20 }
+        try await Self.poll { server.fastReceived == 20 }
         let slowAnswers = await pool.send(Self.requests("slow", 300), timeout: .milliseconds(300))
         #expect(slowAnswers.allSatisfy { if case .failed(reason: "Timeout") = $0 { true } else { false } })
         server.release()
@@ -81,14 +82,14 @@ struct HTTP2PoolTests {
             if case .answered(let status, _, _) = answer { "\(status)" } else { "\(answer)" }
         }
         #expect(statuses == Array(repeating: "200", count: 20))
-        #expect(server.counters.resets.load(ordering: .relaxed) == 0)
-        #expect(server.counters.connections.load(ordering: .relaxed) == 1)
+        #expect(server.double.resets == 0)
+        #expect(server.double.connections == 1)
         let next = await pool.send(Self.requests("fast", 1), timeout: .seconds(30))
         guard case .answered(200, _, _) = next.first else {
             Issue.record("after the retired connection: \(next)")
             return
         }
-        #expect(server.counters.connections.load(ordering: .relaxed) == 2)
+        #expect(server.double.connections == 2)
     }
 
     @Test(
@@ -106,10 +107,10 @@ struct HTTP2PoolTests {
         #expect(slowAnswers.allSatisfy { if case .failed(reason: "Timeout") = $0 { true } else { false } })
         let refused = await connection.send(Self.requests("fast", 3), timeout: .seconds(30))
         #expect(refused == nil, "a retired connection writes nothing and says so")
-        #expect(server.counters.fastReceived.load(ordering: .relaxed) == 0)
+        #expect(server.fastReceived == 0)
         let answers = await pool.send(Self.requests("fast", 3), timeout: .seconds(30))
         #expect(answers.allSatisfy { if case .answered(200, _, _) = $0 { true } else { false } })
-        #expect(server.counters.connections.load(ordering: .relaxed) == 2)
+        #expect(server.double.connections == 2)
     }
 
     /// Polls `condition` every 10 ms for up to 30 s.
@@ -124,20 +125,11 @@ struct HTTP2PoolTests {
     struct PollTimeout: Error {}
 }
 
-/// A loopback HTTP/2 server (prior knowledge, no TLS) with NIOHTTP2's default protections (200
-/// RST_STREAM frames per 30 s, then GOAWAY) and APNs' 1,000 streams at once: it answers
-/// `/fast/…` 200 once ``release()`` was called (at once after) and never answers `/slow/…`; it
-/// counts connections, the `/fast/…` requests it has read, and the RST_STREAM frames it receives.
+/// The push double over HTTP/2 without TLS (prior knowledge), with NIOHTTP2's default protections
+/// (200 RST_STREAM frames per 30 s, then GOAWAY) and APNs' 1,000 streams at once: it answers
+/// `/fast/…` 200 once ``release()`` was called (at once after) and never answers `/slow/…`.
 final class SilentHTTP2Server: Sendable {
-    final class Counters: Sendable {
-        let connections = Atomic<Int>(0)
-        let fastReceived = Atomic<Int>(0)
-        let resets = Atomic<Int>(0)
-    }
-
-    let port: Int
-    let counters: Counters
-    private let channel: any Channel
+    let double: PushDouble
     private let gate: Gate
 
     /// Answers held back until ``release()``.
@@ -163,76 +155,28 @@ final class SilentHTTP2Server: Sendable {
         }
     }
 
-    private init(port: Int, channel: any Channel, counters: Counters, gate: Gate) {
-        self.port = port
-        self.channel = channel
-        self.counters = counters
+    private init(double: PushDouble, gate: Gate) {
+        self.double = double
         self.gate = gate
     }
 
     static func start() async throws -> SilentHTTP2Server {
-        let counters = Counters()
         let gate = Gate()
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelInitializer { channel in
-                counters.connections.add(1, ordering: .relaxed)
-                // APNs' limit of streams at once; NIOHTTP2's default of 100 would queue the fast
-                // batch behind the silent one in the client.
-                let settings = [HTTP2Setting(parameter: .maxConcurrentStreams, value: 1000)]
-                return channel.configureHTTP2Pipeline(mode: .server, initialLocalSettings: settings) { stream in
-                    stream.pipeline.addHandler(Stream(gate: gate, counters: counters))
-                }.map { _ in }
-            }
-            .bind(host: "127.0.0.1", port: 0).get()
-        return SilentHTTP2Server(port: channel.localAddress!.port!, channel: channel, counters: counters, gate: gate)
+        let double = try await PushDouble.start(.plaintext) { request, responder in
+            guard request.path.hasPrefix("/fast/") else { return }
+            gate.hold { responder.send(PushDouble.Reply(status: 200)) }
+        }
+        return SilentHTTP2Server(double: double, gate: gate)
     }
+
+    var port: Int { double.port }
+    /// The `/fast/…` requests read so far.
+    var fastReceived: Int { double.requests.count { $0.path.hasPrefix("/fast/") } }
 
     /// Lets every `/fast/…` answer held so far, and later ones, go.
     func release() { gate.open() }
 
-    func stop() async { try? await channel.close() }
-
-    private final class Stream: ChannelInboundHandler, @unchecked Sendable {
-        typealias InboundIn = HTTP2Frame.FramePayload
-        typealias OutboundOut = HTTP2Frame.FramePayload
-        let gate: Gate
-        let counters: Counters
-        var path = ""
-
-        init(gate: Gate, counters: Counters) {
-            self.gate = gate
-            self.counters = counters
-        }
-
-        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            switch unwrapInboundIn(data) {
-            case .headers(let headers):
-                path = headers.headers.first(name: ":path") ?? ""
-                if headers.endStream { answer(context) }
-            case .data(let data):
-                if data.endStream { answer(context) }
-            case .rstStream:
-                counters.resets.add(1, ordering: .relaxed)
-            default:
-                break
-            }
-        }
-
-        private func answer(_ context: ChannelHandlerContext) {
-            guard path.hasPrefix("/fast/") else { return }
-            counters.fastReceived.add(1, ordering: .relaxed)
-            let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
-            let eventLoop = context.eventLoop
-            gate.hold {
-                eventLoop.execute {
-                    bound.value.writeAndFlush(
-                        NIOAny(HTTP2Frame.FramePayload.headers(.init(headers: [":status": "200"], endStream: true))),
-                        promise: nil)
-                }
-            }
-        }
-    }
+    func stop() async { await double.stop() }
 }
 
 @Suite("the push client's TLS context")

@@ -7,7 +7,7 @@ package import HeraldService
 package import HeraldStack
 package import HeraldTestSupport
 package import NIOCore
-import ProviderDoubles
+package import ProviderDoubles
 import PushProviders
 package import Synchronization
 package import Testing
@@ -85,7 +85,7 @@ package final class ProviderFixture: Sendable {
             openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "\(folder)/fcm.key"])
         try #require(rsa.status == 0, "openssl genpkey: \(rsa.error)")
         let box = FixtureBox()
-        let double = try await PushDouble.start(certificate: tls.certificate, key: tls.key) { request in
+        let double = try await PushDouble.start(.tls(certificate: tls.certificate, key: tls.key)) { request in
             box.fixture.withLock { $0 }?.respond(request) ?? PushDouble.Reply(status: 503)
         }
         let fixture = ProviderFixture(

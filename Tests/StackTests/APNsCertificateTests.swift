@@ -2,6 +2,7 @@ import Foundation
 import HeraldProto
 import HeraldRPC
 import HeraldTestSupport
+import ProviderDoubles
 import StackTestSupport
 import Testing
 
@@ -124,7 +125,7 @@ struct APNsCertificateTests {
             // APNs with certificate auth: only certificates of its CA, no provider token, the
             // certificate's topic.
             let apple = try await PushDouble.start(
-                certificate: fixture.tls.certificate, key: fixture.tls.key, clientCA: made.ca
+                .tls(certificate: fixture.tls.certificate, key: fixture.tls.key, clientCA: made.ca)
             ) { request in
                 guard request.method == "POST", request.path.hasPrefix("/3/device/"),
                     request.header("authorization") == nil,

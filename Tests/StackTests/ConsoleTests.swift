@@ -7,6 +7,7 @@ import HeraldRPC
 import HeraldTestSupport
 import NIOCore
 import NIOSSL
+import ProviderDoubles
 import StackTestSupport
 import Testing
 

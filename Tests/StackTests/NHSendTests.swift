@@ -3,6 +3,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldTestSupport
+import ProviderDoubles
 import PushProviders
 import StackTestSupport
 import Testing

@@ -7,6 +7,7 @@ import HeraldRPC
 import HeraldService
 import HeraldStack
 import HeraldTestSupport
+import ProviderDoubles
 import StackTestSupport
 import Testing
 
@@ -474,9 +475,7 @@ struct PushDeliveryTests {
     func fcmOverHTTP1() async throws {
         try await LiveStack.withDirectory { folder in
             let fixture = try await ProviderFixture.start(in: folder)
-            let http1 = try await PushDouble.start(
-                certificate: fixture.tls.certificate, key: fixture.tls.key, http1: true
-            ) {
+            let http1 = try await PushDouble.start(.http1(certificate: fixture.tls.certificate, key: fixture.tls.key)) {
                 fixture.respond($0)
             }
             defer {
