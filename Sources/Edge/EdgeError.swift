@@ -117,8 +117,9 @@ struct EdgeErrorMiddleware: RouterMiddleware {
         }
         let start = ContinuousClock.now
         // The request id goes with each line rather than on the logger: setting logger metadata
-        // re-renders it at once (swift-log's StreamLogHandler), ~20k instructions per request
-        // (callgrind), and most requests log nothing at the default level.
+        // copies it (and with swift-log's StreamLogHandler re-rendered it, ~20k instructions per
+        // request; HeraldService's TextLogHandler renders only what is logged), and most requests
+        // log nothing at the default level.
         let logger = context.logger
         let response: Response
         do {

@@ -233,7 +233,7 @@ public enum HeraldProcess {
             { label, provider in
                 switch format {
                 case .text:
-                    var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
+                    var handler = TextLogHandler(label: label, metadataProvider: provider)
                     handler.logLevel = level
                     return handler
                 case .json:
