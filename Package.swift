@@ -528,6 +528,18 @@ let package = Package(
             // The senders, the HTTP/2 pool (over a loopback HTTP/2 server) and the providers' rules,
             // without dispatch's outbox or process.
             .testTarget(
+                name: "ProviderDoublesTests",
+                dependencies: [
+                    "ProviderDoubles", "HeraldTestSupport",
+                    // A client nobody here wrote, over HTTP/2 and HTTP/1.1.
+                    .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                    .product(name: "NIOCore", package: "swift-nio"),
+                    .product(name: "NIOHTTP1", package: "swift-nio"),
+                    .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                ],
+                swiftSettings: swiftSettings
+            ),
+            .testTarget(
                 name: "PushProvidersTests",
                 dependencies: [
                     "PushProviders", "HeraldModel", "HeraldProto", "HeraldTestSupport",

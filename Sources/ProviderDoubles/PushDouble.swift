@@ -55,7 +55,11 @@ public final class PushDouble: Sendable {
         }
 
         public static func json(_ status: Int, _ object: [String: Any], headers: [(String, String)] = []) -> Reply {
-            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
+            // An object JSON cannot hold is the caller's mistake: a 500 the test sees, not a trap.
+            guard JSONSerialization.isValidJSONObject(object),
+                // trap-ok: a dictionary (never the top-level fragment the writer traps on), checked above
+                let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
+            else { return Reply(status: 500, body: Array("the double's answer is not JSON".utf8)) }
             return Reply(status: status, headers: [("content-type", "application/json")] + headers, body: Array(data))
         }
 
