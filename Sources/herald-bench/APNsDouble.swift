@@ -9,8 +9,8 @@ import Synchronization
 /// process of its own so that its CPU is not Herald's, for `fanout --provider apns|fcm`.
 ///
 /// The server is the tests' (ProviderDoubles' `PushDouble`: HTTP/2 over TLS, frames handled on the
-/// connection, 1,000 concurrent streams as APNs advertises; one event-loop thread serves well over
-/// 100k requests/s), recording nothing. What it answers holds every request to the APNs rules the
+/// connection, 1,000 concurrent streams as APNs advertises; about 14 µs of CPU a request on one
+/// event-loop thread), recording nothing. What it answers holds every request to the APNs rules the
 /// tests' double answers by (`APNsRules`) that cost nothing per request: the provider token's ES256
 /// signature, `kid`, `iss` and age are checked once per connection (and again whenever a
 /// connection's token changes, as APNs caches a verified token), then the device token's form (64
