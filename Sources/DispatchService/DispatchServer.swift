@@ -540,7 +540,7 @@ public struct DispatchHandlers: DispatchServiceHandler {
     public func getOutcome(_ request: GetOutcomeRequest, context: RPCContext) async throws -> Outcome {
         try await outbox.outcome(
             of: request.notificationID,
-            scope: SendScope(requester: request.requester, hub: request.hub, scope: request.scope))
+            scope: SendScope(requester: request.requester, hub: request.hub, hubs: request.hubs, scope: request.scope))
     }
 
     public func listDeliveries(_ request: ListDeliveriesRequest, context: RPCContext) async throws

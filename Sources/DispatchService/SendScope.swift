@@ -11,16 +11,27 @@ public enum SendScope: Sendable, Equatable {
     case sender(String, hub: String)
     /// Sends on this hub, by anyone (a hub's keys; the console for one hub).
     case hub(String)
+    /// Sends on any of these hubs (an operator who manages them, finding a send by its id).
+    case hubs(Set<String>)
     /// Any send (an operator over the service's socket, `READ_SCOPE_ALL`).
     case everyHub
 
-    /// The scope a request asks for: its `requester`, else its `hub`, else `READ_SCOPE_ALL`;
-    /// PERMISSION_DENIED for a request that names none of them.
-    public init(requester: String, hub: String, scope: ReadScope) throws {
+    /// The most hubs a request may name (operators create hubs; a console search names those its
+    /// operator manages).
+    public static let maxHubs = 1000
+
+    /// The scope a request asks for: its `requester`, else its `hub`, else its `hubs`, else
+    /// `READ_SCOPE_ALL`; PERMISSION_DENIED for a request that names none of them.
+    public init(requester: String, hub: String, hubs: [String] = [], scope: ReadScope) throws {
         if !requester.isEmpty {
             self = .sender(requester, hub: hub)
         } else if !hub.isEmpty {
             self = .hub(hub)
+        } else if !hubs.isEmpty {
+            guard hubs.count <= Self.maxHubs, !hubs.contains(where: \.isEmpty) else {
+                throw ServiceError.invalidArgument("hubs names 1 to \(Self.maxHubs) hub ids, none empty")
+            }
+            self = .hubs(Set(hubs))
         } else if scope == .all {
             self = .everyHub
         } else {
@@ -35,6 +46,7 @@ public enum SendScope: Sendable, Equatable {
         switch self {
         case .sender(let requester, let only): sender == requester && (only.isEmpty || hub == only)
         case .hub(let only): hub == only
+        case .hubs(let any): any.contains(hub)
         case .everyHub: true
         }
     }

@@ -23,7 +23,11 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     let sasRights: [HubRight]
     /// What Authenticate grants (the console's admin holds Manage).
     let userRights: [HubRight]
-    private let seen = Mutex<(ids: [String], deleted: [Int64], resets: Int, inbox: [ListInboxRequest])>(([], [], 0, []))
+    /// What ListHubs answers (the default hub unless given).
+    let hubs: [Hub]
+    private let seen = Mutex<
+        (ids: [String], deleted: [Int64], resets: Int, inbox: [ListInboxRequest], outcomes: [GetOutcomeRequest])
+    >(([], [], 0, [], []))
 
     /// A real herald-registration (in-memory SQLite) behind the NH registration RPCs, when given.
     let hubRegistrations: RegistrationHandlers?
@@ -39,8 +43,9 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         dispatchError: ServiceError? = nil, healthy: Bool = true, sasRights: [HubRight] = [.listen],
         userRights: [HubRight] = [.listen, .send], hubRegistrations: RegistrationHandlers? = nil,
         sasVerdict: (@Sendable (AuthorizeSasRequest) throws -> [HubRight])? = nil,
-        userVerdict: (@Sendable (AuthenticateRequest) throws -> AuthenticateResponse)? = nil
+        userVerdict: (@Sendable (AuthenticateRequest) throws -> AuthenticateResponse)? = nil, hubs: [Hub] = [hub]
     ) {
+        self.hubs = hubs
         self.sasVerdict = sasVerdict
         self.userVerdict = userVerdict
         self.userRights = userRights
@@ -70,6 +75,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     var deleted: [Int64] { seen.withLock { $0.deleted } }
     var resetCount: Int { seen.withLock { $0.resets } }
     var inboxRequests: [ListInboxRequest] { seen.withLock { $0.inbox } }
+    var outcomeRequests: [GetOutcomeRequest] { seen.withLock { $0.outcomes } }
 
     // every service: one method satisfies all four client protocols
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {
@@ -165,7 +171,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         keys: [HubKey(name: "DefaultFullSharedAccessSignature", rights: [.listen, .send, .manage])], id: "h-1")
     func listHubs(_ request: ListHubsRequest, options: RPCCallOptions) async throws -> ListHubsResponse {
         try record(options, authError)
-        return ListHubsResponse(hubs: [Self.hub])
+        return ListHubsResponse(hubs: hubs)
     }
     func getHub(_ request: GetHubRequest, options: RPCCallOptions) async throws -> Hub {
         try record(options, authError)
@@ -343,8 +349,10 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
         try record(options, dispatchError)
         return SendResponse(outcome: Outcome(notificationID: "n-1"))
     }
+    /// A send on the first of the request's `hubs` when it names some, else on the default hub.
     func getOutcome(_ request: GetOutcomeRequest, options: RPCCallOptions) async throws -> Outcome {
         try record(options, dispatchError)
+        seen.withLock { Self.append(request, to: &$0.outcomes) }
         return Outcome(
             notificationID: request.notificationID, state: .completed,
             platforms: [
@@ -353,7 +361,7 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
                     failures: [FailureCount(reason: "BadDeviceToken", count: 1)],
                     removedHandles: 1, retries: 3)
             ],
-            createdAtUnixMs: 1_700_000_000_000, sender: "alice", hub: Self.hub.id)
+            createdAtUnixMs: 1_700_000_000_000, sender: "alice", hub: request.hubs.first ?? Self.hub.id)
     }
     func listInbox(_ request: ListInboxRequest, options: RPCCallOptions) async throws -> ListInboxResponse {
         seen.withLock { Self.append(request, to: &$0.inbox) }

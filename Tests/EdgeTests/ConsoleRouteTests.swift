@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import HeraldModel
+import HeraldProto
 import HeraldRPC
 import Hummingbird
 import HummingbirdTesting
@@ -219,4 +220,39 @@ struct ConsoleRouteTests {
             }
         }
     }
+
+    @Test(
+        "a send looked up by id alone: dispatch is asked for any hub's only by the stack's admin, for the hubs an operator manages otherwise, and not at all for one who manages none"
+    )
+    func findSendScope() async throws {
+        let appOne = Hub(name: "app-one", createdAtUnixMs: 1_700_000_000_000, id: "h-2")
+        let services = FakeServices(
+            userVerdict: { request in
+                let token = request.authorization.replacingOccurrences(of: "Bearer t-", with: "")
+                let manages = token == "admin" || (token == "alice" && request.hub == "app-one")
+                return AuthenticateResponse(user: token, scheme: "bearer", rights: manages ? [.manage] : [])
+            },
+            hubs: [FakeServices.hub, appOne])
+        try await EdgeRouteTests.withEdge(services) { client in
+            for (session, location) in [
+                ("t-admin", "/console/hubs/default/sends/n-1"), ("t-alice", "/console/hubs/app-one/sends/n-1"),
+                ("t-bob", nil),
+            ] {
+                try await client.execute(
+                    uri: "/console/sends/n-1", method: .get, headers: [.cookie: "herald_session=\(session)"]
+                ) { response in
+                    if let location {
+                        #expect(response.status == .seeOther && response.headers[.location] == location, "\(session)")
+                    } else {
+                        #expect(response.status == .notFound, "\(session)")
+                    }
+                }
+            }
+        }
+        let asked = services.outcomeRequests
+        #expect(asked.count == 2, "bob's search reached dispatch: \(asked)")
+        #expect(asked.first?.scope == .all && asked.first?.hubs == [])
+        #expect(asked.last?.scope == .unspecified && asked.last?.hubs == ["h-2"])
+    }
+
 }

@@ -204,6 +204,27 @@ struct ConsoleTests {
             #expect(
                 try await other.post("/console/hubs", ["name": "app-two", "_csrf": try Browser.csrf(aliceHubs)]).status
                     == 403)
+            // A send found by its id alone: one on alice's hub is hers; one on the default hub is
+            // not even read for her (dispatch is asked for her hubs' sends only), so it is a 404.
+            func testSend(_ browser: Browser, hub: String) async throws -> String {
+                let form = try await browser.get("/console/hubs/\(hub)/send")
+                let sent = try await browser.postMultipart(
+                    "/console/hubs/\(hub)/send",
+                    [
+                        "_csrf": try Browser.csrf(form), "target": "tag", "tag": "nobody", "kind": "alert",
+                        "text": "found by id", "action": "send",
+                    ])
+                return try #require(sent.header("Location"), "\(sent.status) \(sent.text)")
+            }
+            let hers = try await testSend(other, hub: "app-one")
+            let admins = try await testSend(browser, hub: "default")
+            let herID = try #require(hers.split(separator: "/").last)
+            let adminsID = try #require(admins.split(separator: "/").last)
+            let foundByHer = try await other.get("/console/sends/\(herID)")
+            #expect(foundByHer.status == 303 && foundByHer.header("Location") == hers)
+            #expect(try await other.get("/console/sends/\(adminsID)").status == 404)
+            let foundByAdmin = try await browser.get("/console/sends/\(herID)")
+            #expect(foundByAdmin.status == 303 && foundByAdmin.header("Location") == hers)
 
             // Revoking the user's tokens ends the session at once.
             #expect(try await live.herald(["tokens", "revoke", "alice"]).status == 0)

@@ -44,6 +44,15 @@ struct NHSendTests {
                     try await dispatch.getOutcome(GetOutcomeRequest(notificationID: byKey.notificationID, scope: .all))
                         .principal
                         == key)
+                // An operator who manages some hubs names them: a send on another hub is not found.
+                let inHubs = try await dispatch.getOutcome(
+                    GetOutcomeRequest(notificationID: byKey.notificationID, hubs: ["h-other", byKey.hub]))
+                #expect(inHubs.notificationID == byKey.notificationID)
+                let elsewhere = await #expect(throws: ServiceError.self) {
+                    try await dispatch.getOutcome(
+                        GetOutcomeRequest(notificationID: byKey.notificationID, hubs: ["h-other"]))
+                }
+                #expect(elsewhere?.code == .notFound)
                 // A read that names no requester and no hub is an operator's: it must say so.
                 for scope in [ReadScope.unspecified, .hub] {
                     let unnamed = await #expect(throws: ServiceError.self) {

@@ -352,17 +352,25 @@ extension ConsoleRoutes {
 
     /// `/console/sends/{id}`: a send found by id alone (the inbox knows no hub), redirected to its
     /// hub's page for an operator who manages that hub; 404 otherwise, as for an unknown id.
+    ///
+    /// dispatch reads it within what the operator may see: any hub for the stack's admin
+    /// (READ_SCOPE_ALL), else the hubs this operator manages, named in the request, so that a send
+    /// of another hub is not read at all (as for a hub's keys, the scope is checked where the send
+    /// is read, not after).
     func findSend(_ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
         let id = try EdgeHTTP.text(try context.parameters.require("id"), "id")
-        // Any hub's send (READ_SCOPE_ALL), shown only to an operator who manages its hub.
-        let outcome = try await dispatch.getOutcome(
-            GetOutcomeRequest(notificationID: id, scope: .all), requestID: context.requestID)
+        let notFound = EdgeError(.notFound, "notification \(id) not found")
         // The outcome names its hub by id; the console's paths by name.
         let hubs = try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
-        guard let hub = hubs.first(where: { $0.id == outcome.hub }), try await manages(session, hub: hub.name, context)
-        else {
-            throw EdgeError(.notFound, "notification \(id) not found")
+        var request = GetOutcomeRequest(notificationID: id, scope: .all)
+        if !session.admin {
+            var managed: [String] = []
+            for hub in hubs where try await manages(session, hub: hub.name, context) { managed.append(hub.id) }
+            guard !managed.isEmpty else { throw notFound }
+            request = GetOutcomeRequest(notificationID: id, hubs: managed)
         }
+        let outcome = try await dispatch.getOutcome(request, requestID: context.requestID)
+        guard let hub = hubs.first(where: { $0.id == outcome.hub }) else { throw notFound }
         return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))/sends/\(id)")
     }
 

@@ -71,10 +71,10 @@ public enum ReadScope: RawRepresentable, Hashable, Sendable, CustomStringConvert
     case handle  // = 1
     /// The whole hub (a Manage key; an operator or the command-line tool over the service's socket).
     case hub  // = 2
-    /// Any hub: an operator over the service's socket (`herald outcome`, the console's search for a
-    /// send by id, which then checks the operator manages its hub). Only the requests that name one
-    /// send (GetOutcome, ListDeliveries, CancelScheduled) take it, and only when they name neither a
-    /// requester nor a hub; a hub-wide listing still needs READ_SCOPE_HUB.
+    /// Any hub: an operator over the service's socket (`herald outcome`; the console's search for a
+    /// send by id by the stack's admin, while another operator's names the hubs it manages). Only the
+    /// requests that name one send (GetOutcome, ListDeliveries, CancelScheduled) take it, and only
+    /// when they name neither a requester nor a hub; a hub-wide listing still needs READ_SCOPE_HUB.
     case all  // = 3
     /// A number this build does not know (from a newer peer): kept, compared and sent on as is.
     case unrecognized(Int32)

@@ -1384,12 +1384,17 @@ public struct GetOutcomeRequest: HeraldMessage {
     /// an operator's read); ignored when either is set. Checked where the send is read, so a caller
     /// that forgets to name whose send it reads gets PERMISSION_DENIED, not every hub's sends.
     public var scope: ReadScope
+    /// When set (and neither `requester` nor `hub` is), only a send on one of these hubs is found:
+    /// an operator who manages some hubs looking a send up by its id alone (the console's search).
+    /// At most 1000 hubs, none empty; `scope` is then ignored.
+    public var hubs: [String]
 
-    public init(notificationID: String = "", requester: String = "", hub: String = "", scope: ReadScope = ReadScope(rawValue: 0)) {
+    public init(notificationID: String = "", requester: String = "", hub: String = "", scope: ReadScope = ReadScope(rawValue: 0), hubs: [String] = []) {
         self.notificationID = notificationID
         self.requester = requester
         self.hub = hub
         self.scope = scope
+        self.hubs = hubs
     }
 
     public init() {
@@ -1397,6 +1402,7 @@ public struct GetOutcomeRequest: HeraldMessage {
         self.requester = ""
         self.hub = ""
         self.scope = ReadScope(rawValue: 0)
+        self.hubs = []
     }
 
     public static let protoName = "herald.v1.GetOutcomeRequest"
@@ -1419,6 +1425,7 @@ extension GetOutcomeRequest: CBacked {
         self.requester = CBridge.string(m.requester)
         self.hub = CBridge.string(m.hub)
         self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
+        self.hubs = CBridge.strings(m.n_hubs, m.hubs)
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1428,6 +1435,8 @@ extension GetOutcomeRequest: CBacked {
         p.pointee.requester = try arena.string(self.requester, field: "herald.v1.GetOutcomeRequest.requester")
         p.pointee.hub = try arena.string(self.hub, field: "herald.v1.GetOutcomeRequest.hub")
         p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
+        p.pointee.n_hubs = self.hubs.count
+        p.pointee.hubs = try arena.strings(self.hubs, field: "herald.v1.GetOutcomeRequest.hubs")
         return p
     }
 

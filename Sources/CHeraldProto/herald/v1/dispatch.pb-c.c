@@ -3018,7 +3018,7 @@ const ProtobufCMessageDescriptor herald__v1__delete_hub_sends_response__descript
   (ProtobufCMessageInit) herald__v1__delete_hub_sends_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_descriptors[5] =
 {
   {
     "notification_id",
@@ -3068,9 +3068,22 @@ static const ProtobufCFieldDescriptor herald__v1__get_outcome_request__field_des
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "hubs",
+    5,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Herald__V1__GetOutcomeRequest, n_hubs),
+    offsetof(Herald__V1__GetOutcomeRequest, hubs),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__get_outcome_request__field_indices_by_name[] = {
   2,   /* field[2] = hub */
+  4,   /* field[4] = hubs */
   0,   /* field[0] = notification_id */
   1,   /* field[1] = requester */
   3,   /* field[3] = scope */
@@ -3078,7 +3091,7 @@ static const unsigned herald__v1__get_outcome_request__field_indices_by_name[] =
 static const ProtobufCIntRange herald__v1__get_outcome_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor =
 {
@@ -3088,7 +3101,7 @@ const ProtobufCMessageDescriptor herald__v1__get_outcome_request__descriptor =
   "Herald__V1__GetOutcomeRequest",
   "herald.v1",
   sizeof(Herald__V1__GetOutcomeRequest),
-  4,
+  5,
   herald__v1__get_outcome_request__field_descriptors,
   herald__v1__get_outcome_request__field_indices_by_name,
   1,  herald__v1__get_outcome_request__number_ranges,

@@ -73,10 +73,10 @@ typedef enum _Herald__V1__ReadScope {
    */
   HERALD__V1__READ_SCOPE__READ_SCOPE_HUB = 2,
   /*
-   * Any hub: an operator over the service's socket (`herald outcome`, the console's search for a
-   * send by id, which then checks the operator manages its hub). Only the requests that name one
-   * send (GetOutcome, ListDeliveries, CancelScheduled) take it, and only when they name neither a
-   * requester nor a hub; a hub-wide listing still needs READ_SCOPE_HUB.
+   * Any hub: an operator over the service's socket (`herald outcome`; the console's search for a
+   * send by id by the stack's admin, while another operator's names the hubs it manages). Only the
+   * requests that name one send (GetOutcome, ListDeliveries, CancelScheduled) take it, and only
+   * when they name neither a requester nor a hub; a hub-wide listing still needs READ_SCOPE_HUB.
    */
   HERALD__V1__READ_SCOPE__READ_SCOPE_ALL = 3
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(HERALD__V1__READ_SCOPE)

@@ -703,10 +703,17 @@ struct  Herald__V1__GetOutcomeRequest
    * that forgets to name whose send it reads gets PERMISSION_DENIED, not every hub's sends.
    */
   Herald__V1__ReadScope scope;
+  /*
+   * When set (and neither `requester` nor `hub` is), only a send on one of these hubs is found:
+   * an operator who manages some hubs looking a send up by its id alone (the console's search).
+   * At most 1000 hubs, none empty; `scope` is then ignored.
+   */
+  size_t n_hubs;
+  char **hubs;
 };
 #define HERALD__V1__GET_OUTCOME_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&herald__v1__get_outcome_request__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED, 0,NULL }
 
 
 /*
