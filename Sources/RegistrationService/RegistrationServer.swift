@@ -147,10 +147,9 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         guard request.maxInstallations >= 0 else {
             throw ServiceError.invalidArgument("max_installations must not be negative")
         }
-        return try Self.answer(
-            try await store.putInstallation(
-                hub: Names.hub(request.hub), installation, maxInstallations: request.maxInstallations),
-            json: request.installation == nil)
+        let stored = try await store.putInstallation(
+            hub: Names.hub(request.hub), installation, maxInstallations: request.maxInstallations)
+        return request.emptyAnswer ? InstallationResponse() : try Self.answer(stored, json: request.installation == nil)
     }
 
     public func patchInstallation(_ request: PatchInstallationRequest, context: RPCContext) async throws
@@ -168,7 +167,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
                 try installation.apply(operations: operations, hosts: hosts)
             }
         }
-        return try Self.answer(installation, json: operations.isEmpty)
+        return request.emptyAnswer ? InstallationResponse() : try Self.answer(installation, json: operations.isEmpty)
     }
 
     /// An installation answered: typed, and as NH's JSON too for callers from before the typed

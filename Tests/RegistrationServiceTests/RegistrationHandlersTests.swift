@@ -186,6 +186,23 @@ struct RegistrationHandlersTests {
             let listed = try await handlers.listInstallations(
                 ListInstallationsRequest(hub: "h", scope: .hub), context: Self.context)
             #expect(listed.items == [try #require(got.installation)] && listed.installations == [got.json])
+            // A caller that needs nothing back (the edge) gets an empty answer; the writes are made.
+            var quiet = try Installation.read(Self.installation("t2", tags: ["q"]), id: "t2").message
+            quiet.userID = "u2"
+            let emptyPut = try await handlers.putInstallation(
+                PutInstallationRequest(hub: "h", installationID: "t2", installation: quiet, emptyAnswer: true),
+                context: Self.context)
+            let emptyPatch = try await handlers.patchInstallation(
+                PatchInstallationRequest(
+                    hub: "h", installationID: "t2",
+                    operations: try Installation.patchOperations(
+                        Array(#"[{"op":"add","path":"/tags","value":"r"}]"#.utf8)),
+                    emptyAnswer: true),
+                context: Self.context)
+            #expect(emptyPut == InstallationResponse() && emptyPatch == InstallationResponse())
+            let quietStored = try await handlers.getInstallation(
+                GetInstallationRequest(hub: "h", installationID: "t2"), context: Self.context)
+            #expect(quietStored.installation?.tags == ["q", "r"] && quietStored.installation?.userID == "u2")
             // Checked where they are stored, typed or not: a channel on a host the hub does not allow.
             var elsewhere = read.message
             elsewhere.platform = .wns

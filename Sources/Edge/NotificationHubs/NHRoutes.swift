@@ -190,7 +190,8 @@ package struct NotificationHubsRoutes: Sendable {
             let installation = try Installation.read(body, id: id)
             _ = try await registration.putInstallation(
                 PutInstallationRequest(
-                    hub: hub, installationID: id, maxInstallations: limit, installation: installation.message),
+                    hub: hub, installationID: id, maxInstallations: limit, installation: installation.message,
+                    emptyAnswer: true),
                 requestID: context.requestID)
         }
     }
@@ -200,7 +201,8 @@ package struct NotificationHubsRoutes: Sendable {
         try await writeInstallation(request, context) { hub, id, body, _ in
             _ = try await registration.patchInstallation(
                 PatchInstallationRequest(
-                    hub: hub, installationID: id, operations: try Installation.patchOperations(body)),
+                    hub: hub, installationID: id, operations: try Installation.patchOperations(body),
+                    emptyAnswer: true),
                 requestID: context.requestID)
         }
     }

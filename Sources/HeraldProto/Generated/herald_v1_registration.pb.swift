@@ -1804,13 +1804,19 @@ public struct PutInstallationRequest: HeraldMessage {
     public var maxInstallations: Int64
     /// The installation (read-only fields ignored).
     public var installation: HubInstallation?
+    /// When true, the answer is empty: the write is done all the same, and the caller needs nothing
+    /// back (herald-edge answers NH's PUT with an empty 200). Writing the installation into the
+    /// answer and reading it back cost about 2% of an NH PUT. A registration from before this field
+    /// answers in full, which such a caller ignores.
+    public var emptyAnswer: Bool
 
-    public init(hub: String = "", installationID: String = "", json: [UInt8] = [], maxInstallations: Int64 = 0, installation: HubInstallation? = nil) {
+    public init(hub: String = "", installationID: String = "", json: [UInt8] = [], maxInstallations: Int64 = 0, installation: HubInstallation? = nil, emptyAnswer: Bool = false) {
         self.hub = hub
         self.installationID = installationID
         self.json = json
         self.maxInstallations = maxInstallations
         self.installation = installation
+        self.emptyAnswer = emptyAnswer
     }
 
     public init() {
@@ -1819,6 +1825,7 @@ public struct PutInstallationRequest: HeraldMessage {
         self.json = []
         self.maxInstallations = 0
         self.installation = nil
+        self.emptyAnswer = false
     }
 
     public static let protoName = "herald.v1.PutInstallationRequest"
@@ -1842,6 +1849,7 @@ extension PutInstallationRequest: CBacked {
         self.json = CBridge.bytes(m.json)
         self.maxInstallations = m.max_installations
         self.installation = m.installation.map { HubInstallation(_c: $0) }
+        self.emptyAnswer = m.empty_answer != 0
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1852,6 +1860,7 @@ extension PutInstallationRequest: CBacked {
         p.pointee.json = arena.binary(self.json)
         p.pointee.max_installations = self.maxInstallations
         p.pointee.installation = try self.installation?._toC(arena)
+        p.pointee.empty_answer = self.emptyAnswer ? 1 : 0
         return p
     }
 
@@ -1933,12 +1942,15 @@ public struct PatchInstallationRequest: HeraldMessage {
     /// /tags/{tag}, /pushVariables[/{name}], /templates/{name}[/body|/headers|/expiry|/tags]),
     /// applied in order, all or nothing: at most 200.
     public var operations: [InstallationPatchOperation]
+    /// As PutInstallationRequest's: when true, the answer is empty.
+    public var emptyAnswer: Bool
 
-    public init(hub: String = "", installationID: String = "", patch: [UInt8] = [], operations: [InstallationPatchOperation] = []) {
+    public init(hub: String = "", installationID: String = "", patch: [UInt8] = [], operations: [InstallationPatchOperation] = [], emptyAnswer: Bool = false) {
         self.hub = hub
         self.installationID = installationID
         self.patch = patch
         self.operations = operations
+        self.emptyAnswer = emptyAnswer
     }
 
     public init() {
@@ -1946,6 +1958,7 @@ public struct PatchInstallationRequest: HeraldMessage {
         self.installationID = ""
         self.patch = []
         self.operations = []
+        self.emptyAnswer = false
     }
 
     public static let protoName = "herald.v1.PatchInstallationRequest"
@@ -1968,6 +1981,7 @@ extension PatchInstallationRequest: CBacked {
         self.installationID = CBridge.string(m.installation_id)
         self.patch = CBridge.bytes(m.patch)
         self.operations = (0..<m.n_operations).map { InstallationPatchOperation(_c: m.operations[$0]!) }
+        self.emptyAnswer = m.empty_answer != 0
     }
 
     func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
@@ -1978,6 +1992,7 @@ extension PatchInstallationRequest: CBacked {
         p.pointee.patch = arena.binary(self.patch)
         p.pointee.n_operations = self.operations.count
         p.pointee.operations = arena.array(try self.operations.map { Optional(try $0._toC(arena)) })
+        p.pointee.empty_answer = self.emptyAnswer ? 1 : 0
         return p
     }
 

@@ -3993,7 +3993,7 @@ const ProtobufCMessageDescriptor herald__v1__hub_installation_template__descript
   (ProtobufCMessageInit) herald__v1__hub_installation_template__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__put_installation_request__field_descriptors[5] =
+static const ProtobufCFieldDescriptor herald__v1__put_installation_request__field_descriptors[6] =
 {
   {
     "hub",
@@ -4055,8 +4055,21 @@ static const ProtobufCFieldDescriptor herald__v1__put_installation_request__fiel
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "empty_answer",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PutInstallationRequest, empty_answer),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__put_installation_request__field_indices_by_name[] = {
+  5,   /* field[5] = empty_answer */
   0,   /* field[0] = hub */
   4,   /* field[4] = installation */
   1,   /* field[1] = installation_id */
@@ -4066,7 +4079,7 @@ static const unsigned herald__v1__put_installation_request__field_indices_by_nam
 static const ProtobufCIntRange herald__v1__put_installation_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor herald__v1__put_installation_request__descriptor =
 {
@@ -4076,7 +4089,7 @@ const ProtobufCMessageDescriptor herald__v1__put_installation_request__descripto
   "Herald__V1__PutInstallationRequest",
   "herald.v1",
   sizeof(Herald__V1__PutInstallationRequest),
-  5,
+  6,
   herald__v1__put_installation_request__field_descriptors,
   herald__v1__put_installation_request__field_indices_by_name,
   1,  herald__v1__put_installation_request__number_ranges,
@@ -4134,7 +4147,7 @@ const ProtobufCMessageDescriptor herald__v1__installation_response__descriptor =
   (ProtobufCMessageInit) herald__v1__installation_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor herald__v1__patch_installation_request__field_descriptors[4] =
+static const ProtobufCFieldDescriptor herald__v1__patch_installation_request__field_descriptors[5] =
 {
   {
     "hub",
@@ -4184,8 +4197,21 @@ static const ProtobufCFieldDescriptor herald__v1__patch_installation_request__fi
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "empty_answer",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_BOOL,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__PatchInstallationRequest, empty_answer),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned herald__v1__patch_installation_request__field_indices_by_name[] = {
+  4,   /* field[4] = empty_answer */
   0,   /* field[0] = hub */
   1,   /* field[1] = installation_id */
   3,   /* field[3] = operations */
@@ -4194,7 +4220,7 @@ static const unsigned herald__v1__patch_installation_request__field_indices_by_n
 static const ProtobufCIntRange herald__v1__patch_installation_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor herald__v1__patch_installation_request__descriptor =
 {
@@ -4204,7 +4230,7 @@ const ProtobufCMessageDescriptor herald__v1__patch_installation_request__descrip
   "Herald__V1__PatchInstallationRequest",
   "herald.v1",
   sizeof(Herald__V1__PatchInstallationRequest),
-  4,
+  5,
   herald__v1__patch_installation_request__field_descriptors,
   herald__v1__patch_installation_request__field_indices_by_name,
   1,  herald__v1__patch_installation_request__number_ranges,
