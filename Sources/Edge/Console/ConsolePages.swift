@@ -11,8 +11,7 @@ extension ConsoleRoutes {
 
     func hubsPage(_ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
         var rows: [ConsoleView.Hubs.Row] = []
-        for hub in try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
-        where try await manages(session, hub: hub.name, context) {
+        for hub in try await managedHubs(session, context) {
             rows.append(
                 ConsoleView.Hubs.Row(
                     name: hub.name, path: "/console/hubs/\(ConsolePage.pathComponent(hub.name))",
@@ -360,15 +359,13 @@ extension ConsoleRoutes {
     func findSend(_ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response {
         let id = try EdgeHTTP.text(try context.parameters.require("id"), "id")
         let notFound = EdgeError(.notFound, "notification \(id) not found")
-        // The outcome names its hub by id; the console's paths by name.
-        let hubs = try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
-        var request = GetOutcomeRequest(notificationID: id, scope: .all)
-        if !session.admin {
-            var managed: [String] = []
-            for hub in hubs where try await manages(session, hub: hub.name, context) { managed.append(hub.id) }
-            guard !managed.isEmpty else { throw notFound }
-            request = GetOutcomeRequest(notificationID: id, hubs: managed)
-        }
+        // The outcome names its hub by id; the console's paths by name. The admin manages every hub.
+        let hubs = try await managedHubs(session, context)
+        guard !hubs.isEmpty else { throw notFound }
+        let request =
+            session.admin
+            ? GetOutcomeRequest(notificationID: id, scope: .all)
+            : GetOutcomeRequest(notificationID: id, hubs: hubs.map(\.id))
         let outcome = try await dispatch.getOutcome(request, requestID: context.requestID)
         guard let hub = hubs.first(where: { $0.id == outcome.hub }) else { throw notFound }
         return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))/sends/\(id)")

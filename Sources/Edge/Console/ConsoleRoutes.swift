@@ -181,6 +181,17 @@ struct ConsoleRoutes: Sendable {
         return principal.hubRights.contains(.manage)
     }
 
+    /// The hubs `session`'s operator manages, in herald-auth's order: every hub for the stack's
+    /// admin (``manages(_:hub:_:)`` answers without a call), else one verdict per hub.
+    func managedHubs(_ session: ConsoleSession, _ context: EdgeRequestContext) async throws -> [Hub] {
+        var managed: [Hub] = []
+        for hub in try await auth.listHubs(ListHubsRequest(), requestID: context.requestID).hubs
+        where try await manages(session, hub: hub.name, context) {
+            managed.append(hub)
+        }
+        return managed
+    }
+
     func requireAdmin(_ session: ConsoleSession) throws {
         guard session.admin else {
             throw EdgeError(.forbidden, "this needs the Manage right on the hub default (the stack's admin)")
