@@ -463,7 +463,8 @@ let package = Package(
                 swiftSettings: swiftSettings),
             // herald up's supervisor without its processes.
             .testTarget(
-                name: "HeraldStackTests", dependencies: ["HeraldStack", "HeraldModel", "HeraldRPC"],
+                name: "HeraldStackTests",
+                dependencies: ["HeraldStack", "HeraldModel", "HeraldRPC", "HeraldTestSupport"],
                 swiftSettings: swiftSettings),
             .testTarget(
                 name: "HeraldTelemetryTests",

@@ -1,13 +1,10 @@
 import Foundation
 import HeraldModel
 import HeraldRPC
+import HeraldTestSupport
 import Testing
 
 @testable import HeraldStack
-
-#if canImport(Glibc)
-    import Glibc
-#endif
 
 /// `herald up`'s supervisor without its processes: the command line it starts each service with
 /// (the one an in-process test stack builds its services from too), its restart backoff, and the
@@ -116,20 +113,8 @@ struct StackConfigurationTests {
         let handed = try (0..<20).map { _ in try Stack.freePort() }
         #expect(Set(handed).count == handed.count)
         #expect(handed.allSatisfy { (20000..<32768).contains($0) })
-        // A listener on a port the kernel picks (another test process may take any other port).
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(fd >= 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        try #require(bound)
-        #expect(Stack.isListening(Int(UInt16(bigEndian: address.sin_port))))
+        let listener = try LoopbackSocket(listening: true)
+        defer { listener.close() }
+        #expect(Stack.isListening(listener.port))
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldTestSupport
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
@@ -9,27 +10,13 @@ import Testing
 
 @testable import PushProviders
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 @Suite("HTTP/2 pool")
 struct HTTP2PoolTests {
     /// A loopback port nothing listens on: bound, then closed.
     static func closedPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        try #require(bound)
-        return Int(UInt16(bigEndian: address.sin_port))
+        let socket = try LoopbackSocket(listening: false)
+        socket.close()
+        return socket.port
     }
 
     @Test("a push service that refuses connections: every request fails as ConnectionError, and nothing traps")
