@@ -61,6 +61,15 @@ scripts/trap-check.sh >/dev/null
 # MonitoringTests checks every metric name they and the dashboard use against a live stack.
 promtool check rules services/prometheus/herald.rules.yml
 promtool test rules services/prometheus/herald.rules.test.yml
+# The containers' base images (scripts/base-image.sh: debootstrap, mostly downloads and dpkg, about
+# two minutes on CI) are made beside the build, which reads nothing of them; compose-test.sh then
+# finds them made. In its own process group (setsid), so that a failure elsewhere stops it too.
+mkdir -p .build
+base_log=.build/base-images.log
+setsid bash -c 'scripts/setup.sh --compose && scripts/base-image.sh && scripts/base-image.sh --postgres' \
+  >"$base_log" 2>&1 &
+base_pid=$!
+trap '[[ -n "$base_pid" ]] && kill -- -"$base_pid" 2>/dev/null' EXIT
 build=$(mark)
 # One set of flags for every build of the run (the example's too): one built with other flags
 # would compile every dependency again.
@@ -89,7 +98,9 @@ export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push
 took "building Examples/send-push" "$example"
 pg_dir=$(mktemp -d /tmp/herald-pg-XXXXXX)
 instructions_pid=""
-trap '[[ -n "$instructions_pid" ]] && kill -- -"$instructions_pid" 2>/dev/null; scripts/postgres.sh stop "$pg_dir"' EXIT
+trap '[[ -n "$instructions_pid" ]] && kill -- -"$instructions_pid" 2>/dev/null
+[[ -n "$base_pid" ]] && kill -- -"$base_pid" 2>/dev/null
+scripts/postgres.sh stop "$pg_dir"' EXIT
 pg=$(mark)
 export HERALD_TEST_POSTGRES_URL=$(scripts/postgres.sh start "$pg_dir")
 took "starting the PostgreSQL test cluster (at $HERALD_TEST_POSTGRES_URL)" "$pg"
@@ -162,6 +173,12 @@ instructions_log=.build/bench-instructions.log
 # In its own process group (setsid), so that a failure below stops it too.
 setsid "$bin/herald-bench" instructions --quick --json .build/bench-instructions.json >"$instructions_log" 2>&1 &
 instructions_pid=$!
+# The base images made beside the build: compose-test.sh makes whichever failed there again.
+base_status=0
+wait "$base_pid" || base_status=$?
+base_pid=""
+cat "$base_log"
+(( base_status == 0 )) || echo "test.sh: making the base images beside the build failed (exit $base_status); compose-test.sh tries again" >&2
 # The containers: services/Dockerfile's image from the binaries just built, docker-compose.yml run
 # under podman with docker-compose, and Examples/integration-test with docker-compose.test.yml.
 compose=$(mark)
