@@ -11,6 +11,9 @@ import ServiceLifecycle
 ///   which several replicas of a service may share.
 /// - `postgres://USER@/DATABASE?host=/run/postgresql[&port=5432]`: the same over the server's Unix
 ///   socket (`<host>/.s.PGSQL.<port>`), libpq's spelling. `postgresql://` is accepted too.
+/// - `statement_cache=N` (PostgreSQL, 256 by default): how many statement texts each connection
+///   prepares once and then only binds and runs; 0 prepares none (as a connection pooler in
+///   transaction mode, such as PgBouncer without `max_prepared_statements`, needs).
 ///
 /// On PostgreSQL each service keeps its tables in a schema of its own, `herald_<service>` unless
 /// `schema=` says otherwise: services may share one database and never read each other's tables.
@@ -40,6 +43,9 @@ public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
         public var tls: TLSMode
         /// `sslrootcert`: a PEM file of the CAs that may sign the server's certificate.
         public var rootCertificate: String?
+        /// `statement_cache`: statement texts prepared per connection (``PostgresStatements``).
+        public var statementCache = Self.defaultStatementCache
+        public static let defaultStatementCache = 256
     }
 
     /// Parses `text`; `service` names the default schema.
@@ -60,7 +66,7 @@ public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
         }
         let query = Dictionary(
             (url.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { _, last in last })
-        let known: Set<String> = ["host", "port", "sslmode", "sslrootcert", "schema"]
+        let known: Set<String> = ["host", "port", "sslmode", "sslrootcert", "schema", "statement_cache"]
         if let unknown = query.keys.sorted().first(where: { !known.contains($0) }) {
             throw ConfigError(
                 "database-url: unknown parameter \(unknown); known: \(known.sorted().joined(separator: ", "))")
@@ -106,10 +112,17 @@ public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
                 "database-url: schema must be lower-case letters, digits and _ (at most 63), starting with a letter or _"
             )
         }
+        var statementCache = PostgresLocation.defaultStatementCache
+        if let text = query["statement_cache"] {
+            guard let value = Int(text), (0...10_000).contains(value) else {
+                throw ConfigError("database-url: statement_cache must be a number of statements, 0...10000")
+            }
+            statementCache = value
+        }
         self = .postgres(
             PostgresLocation(
                 address: address, user: user, password: url.password, database: database, schema: schema, tls: tls,
-                rootCertificate: query["sslrootcert"]))
+                rootCertificate: query["sslrootcert"], statementCache: statementCache))
     }
 
     /// A PostgreSQL identifier Herald may splice into SQL unquoted: `[a-z_][a-z0-9_]*`, at most 63 bytes.

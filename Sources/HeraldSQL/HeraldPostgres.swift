@@ -22,6 +22,8 @@ public final class HeraldPostgres: Service, Sendable {
     /// Start-up, migrations and the pool's background work log with the service's logger.
     public let logger = Logger(label: "herald.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
     private let serviceLogger: Logger
+    /// The statements the seam prepares on this pool's connections.
+    let statements: PostgresStatements
 
     /// How long ``migrate(_:timeout:)`` waits for a first connection by default.
     public let connectWait: Duration
@@ -65,6 +67,7 @@ public final class HeraldPostgres: Service, Sendable {
         self.client = client
         self.schema = location.schema
         self.location = location
+        self.statements = PostgresStatements(capacity: location.statementCache)
         self.serviceLogger = logger
         self.connectWait = connectWait
         self.runner = Task { await client.run() }

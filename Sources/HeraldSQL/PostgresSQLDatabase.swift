@@ -5,8 +5,9 @@ import PostgresNIO
 
 /// A service's PostgreSQL schema (postgres-nio's pool, ``HeraldPostgres``) as an ``SQLDatabase``.
 ///
-/// Statements go unprepared (one round trip: parse, bind and execute together); values are always
-/// bound, never spliced.
+/// Statements are prepared once per connection, keyed by their text (``PostgresStatements``: up to
+/// `statement_cache` texts, 256 unless the database URL says otherwise; 0 runs every statement
+/// unprepared, as a pooler in transaction mode needs). Values are always bound, never spliced.
 public struct PostgresSQLDatabase: SQLDatabase {
     public let postgres: HeraldPostgres
     public var dialect: SQLDialect { .postgres }
@@ -16,15 +17,18 @@ public struct PostgresSQLDatabase: SQLDatabase {
     nonisolated(nonsending) public func query(_ sql: SQLQuery) async throws -> [SQLRow] {
         // A statement over rows may take several runs: one transaction, all or nothing.
         if sql.rows != nil { return try await transaction { try await $0.query(sql) } }
-        return try await Self.rows(try await postgres.client.query(Self.query(sql), logger: postgres.logger))
+        let (text, values) = sql.render(.postgres)
+        return try await postgres.client.withConnection { connection in
+            try await Self.rows(text, values, on: connection, postgres.statements, logger: postgres.logger)
+        }
     }
 
     @discardableResult
     nonisolated(nonsending) public func execute(_ sql: SQLQuery) async throws -> Int {
         if sql.rows != nil { return try await transaction { try await $0.execute(sql) } }
-        let query = Self.query(sql)
+        let (text, values) = sql.render(.postgres)
         return try await postgres.client.withConnection { connection in
-            try await Self.execute(query, on: connection, logger: postgres.logger)
+            try await Self.execute(text, values, on: connection, postgres.statements, logger: postgres.logger)
         }
     }
 
@@ -36,7 +40,7 @@ public struct PostgresSQLDatabase: SQLDatabase {
         _ body: (any SQLSession) async throws -> Result
     ) async throws -> Result {
         try await postgres.transaction { connection in
-            try await body(Session(connection: connection, logger: postgres.logger))
+            try await body(Session(connection: connection, statements: postgres.statements, logger: postgres.logger))
         }
     }
 
@@ -62,22 +66,26 @@ public struct PostgresSQLDatabase: SQLDatabase {
 
     private struct Session: SQLSession {
         let connection: PostgresConnection
+        let statements: PostgresStatements
         let logger: Logger
         var dialect: SQLDialect { .postgres }
 
         nonisolated(nonsending) func query(_ sql: SQLQuery) async throws -> [SQLRow] {
+            let (text, runs) = sql.postgresRuns()
             var rows: [SQLRow] = []
-            for query in PostgresSQLDatabase.queries(sql) {
-                rows += try await PostgresSQLDatabase.rows(try await connection.query(query, logger: logger))
+            for values in runs {
+                rows += try await PostgresSQLDatabase.rows(text, values, on: connection, statements, logger: logger)
             }
             return rows
         }
 
         @discardableResult
         nonisolated(nonsending) func execute(_ sql: SQLQuery) async throws -> Int {
+            let (text, runs) = sql.postgresRuns()
             var changed = 0
-            for query in PostgresSQLDatabase.queries(sql) {
-                changed += try await PostgresSQLDatabase.execute(query, on: connection, logger: logger)
+            for values in runs {
+                changed += try await PostgresSQLDatabase.execute(
+                    text, values, on: connection, statements, logger: logger)
             }
             return changed
         }
@@ -87,18 +95,66 @@ public struct PostgresSQLDatabase: SQLDatabase {
         }
     }
 
-    static func query(_ sql: SQLQuery) -> PostgresQuery {
-        let (text, values) = sql.render(.postgres)
-        return query(text, values)
+    /// The rows of `text` run with `values` on `connection`: prepared when ``PostgresStatements``
+    /// names it.
+    static func rows(
+        _ text: String, _ values: [SQLValue], on connection: PostgresConnection, _ statements: PostgresStatements,
+        logger: Logger
+    ) async throws -> [SQLRow] {
+        let key = PostgresStatements.key(text, values, counting: false)
+        guard let statement = statements.statement(key, text: text, counting: false) else {
+            var rows: [SQLRow] = []
+            for try await row in try await connection.query(query(text, values), logger: logger) {
+                rows.append(SQLRow(try row.map(SQLValue.init)))
+            }
+            return rows
+        }
+        return try await prepared(statement, key: key, values, on: connection, statements, logger: logger)
     }
 
-    /// The statements `sql` runs as: one, or one per chunk of its rows (``SQLRowSource``).
-    static func queries(_ sql: SQLQuery) -> [PostgresQuery] {
-        let (text, runs) = sql.postgresRuns()
-        return runs.map { query(text, $0) }
+    /// The number of rows `text` run with `values` on `connection` changed, without `RETURNING`
+    /// rows: prepared as ``PostgresStatements/counting(_:)`` when ``PostgresStatements`` names it,
+    /// else its command tag's count.
+    static func execute(
+        _ text: String, _ values: [SQLValue], on connection: PostgresConnection, _ statements: PostgresStatements,
+        logger: Logger
+    ) async throws -> Int {
+        let key = PostgresStatements.key(text, values, counting: true)
+        guard let statement = statements.statement(key, text: text, counting: true) else {
+            return try await connection.query(query(text, values), logger: logger).get().metadata.rows ?? 0
+        }
+        let rows = try await prepared(statement, key: key, values, on: connection, statements, logger: logger)
+        guard let row = rows.first else { return 0 }
+        let count: Int64 = try row[0]
+        return Int(count)
+    }
+
+    /// The rows of `statement` run with `values` on `connection`, prepared there the first time.
+    private static func prepared(
+        _ statement: SeamStatement.Current, key: String, _ values: [SQLValue], on connection: PostgresConnection,
+        _ statements: PostgresStatements, logger: Logger
+    ) async throws -> [SQLRow] {
+        var rows: [SQLRow] = []
+        do {
+            try await SeamStatement.$current.withValue(statement) {
+                for try await row in try await connection.execute(
+                    SeamStatement(bindings: bindings(values)), logger: logger)
+                {
+                    rows.append(SQLRow(try row.map(SQLValue.init)))
+                }
+            }
+        } catch {
+            statements.failed(key, name: statement.name, error)
+            throw error
+        }
+        return rows
     }
 
     static func query(_ text: String, _ values: [SQLValue]) -> PostgresQuery {
+        PostgresQuery(unsafeSQL: text, binds: bindings(values))
+    }
+
+    static func bindings(_ values: [SQLValue]) -> PostgresBindings {
         var bindings = PostgresBindings(capacity: values.count)
         for value in values {
             switch value {
@@ -113,20 +169,7 @@ public struct PostgresSQLDatabase: SQLDatabase {
             case .byteStrings(let strings): bindings.append(strings.map { ByteBuffer(bytes: $0) })
             }
         }
-        return PostgresQuery(unsafeSQL: text, binds: bindings)
-    }
-
-    /// The command tag's row count: what an UPDATE or DELETE changed, without `RETURNING` rows.
-    static func execute(_ query: PostgresQuery, on connection: PostgresConnection, logger: Logger) async throws -> Int {
-        try await connection.query(query, logger: logger).get().metadata.rows ?? 0
-    }
-
-    static func rows(_ sequence: PostgresRowSequence) async throws -> [SQLRow] {
-        var rows: [SQLRow] = []
-        for try await row in sequence {
-            rows.append(SQLRow(try row.map(SQLValue.init)))
-        }
-        return rows
+        return bindings
     }
 }
 

@@ -215,10 +215,11 @@ func seedPostgresFanout(_ database: String, count: Int, more: String = "") throw
         ])
 }
 
-/// `url` as psql takes it: without Herald's own `schema` parameter.
+/// `url` as psql takes it: without Herald's own parameters (`schema`, `statement_cache`).
 func psqlURL(_ url: String) throws -> String {
     guard var components = URLComponents(string: url) else { throw BenchError("--database is not a URL") }
-    components.queryItems = components.queryItems?.filter { $0.name != "schema" }
+    components.queryItems = components.queryItems?.filter { !["schema", "statement_cache"].contains($0.name) }
+    if components.queryItems?.isEmpty == true { components.queryItems = nil }
     return components.string ?? url
 }
 

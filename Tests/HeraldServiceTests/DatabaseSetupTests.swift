@@ -36,10 +36,18 @@ struct DatabaseSetupTests {
             socket.address == .unixSocket(path: "/run/postgresql/.s.PGSQL.5432") && socket.schema == "team_a"
                 && socket.tls == .disable)
         #expect(try DatabaseURL("postgres://u@h/d", service: "x") != DatabaseURL("postgres://u@h/e", service: "x"))
+        #expect(tcp.statementCache == 256)
+        guard case .postgres(let unprepared) = try DatabaseURL("postgres://u@h/d?statement_cache=0", service: "x")
+        else {
+            Issue.record("not postgres")
+            return
+        }
+        #expect(unprepared.statementCache == 0)
         for bad in [
             "mysql://u@h/d", "postgres://h/d", "postgres://u@h/", "postgres://u@h/d?schema=Drop;Table",
             "postgres://u@h/d?sslmode=maybe",
-            "postgres://u@h/d?pool=3", "postgres://u@h:0/d", "sqlite:",
+            "postgres://u@h/d?pool=3", "postgres://u@h:0/d", "sqlite:", "postgres://u@h/d?statement_cache=-1",
+            "postgres://u@h/d?statement_cache=many", "postgres://u@h/d?statement_cache=10001",
         ] {
             #expect(throws: ConfigError.self, "\(bad)") { try DatabaseURL(bad, service: "payload") }
         }
