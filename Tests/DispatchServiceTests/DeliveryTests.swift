@@ -235,6 +235,44 @@ struct DeliveryTests {
         #expect(try outbox.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM delivery") } == 0)
     }
 
+    @Test(
+        "the inbox's deliveries: a send woken is delivered at once; one no wake announces (another replica's, a retry come due) within the worker's poll"
+    )
+    func inboxClaims() async throws {
+        let outbox = try Self.outbox()
+        let inbox = try InboxProvider(db: .inMemory())
+        let worker = DeliveryWorker(
+            outbox: outbox,
+            senders: HubSenders(defaults: [.apns: inbox], inbox: inbox, client: nil, timeout: .seconds(1)),
+            registrations: RegistrationServiceClient(try RPCClient(socketPath: "/nonexistent")),
+            policy: RetryPolicy(), logger: Logger(label: "test"))
+        let running = Task { try await worker.run() }
+        defer { running.cancel() }
+        func send(_ id: String) async throws {
+            _ = try await outbox.enqueue(
+                id: id, sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()],
+                targets: [Outbox.Target(registrationID: "r-\(id)", platform: .apns, handle: "h")],
+                retryWindow: .seconds(60))
+        }
+        func delivered(_ id: String) async throws -> Bool {
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline {
+                if try await outbox.outcome(of: id, scope: .everyHub).platforms.first?.success == 1 { return true }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            return false
+        }
+        try await send("n-1")
+        worker.wake()
+        #expect(try await delivered("n-1"))
+        // The worker has found the inbox empty since: a row no send announces is still claimed.
+        try await send("n-2")
+        #expect(try await delivered("n-2"))
+        try await send("n-3")
+        worker.wake()
+        #expect(try await delivered("n-3"))
+    }
+
     @Test("a bad credential file is a start-up error that names the setting, not its content")
     func badCredentials() async throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("herald-bad-\(UUID().uuidString).p8")
