@@ -3,7 +3,7 @@
 #   1. install missing packages   2. generated code matches proto/ and docs/openapi.yaml, and the
 #      Swift follows .swift-format (scripts/format.sh --check: no force unwrap or try! in Sources/),
 #      every trapping call left in Sources/ says why it cannot fire (scripts/trap-check.sh); promtool checks and unit-tests
-#      services/prometheus' alert rules   3. build,
+#      services/prometheus' alert rules   3. build (the containers' base images are made beside it),
 #      and build Examples/send-push (a separate package using the HeraldClient product)
 #   4. every test (one of them runs the example against a live stack), with a throw-away PostgreSQL
 #      cluster (scripts/postgres.sh) for the tests that run each store on both backends: the unit
@@ -15,13 +15,13 @@
 #      .build/console-screenshots/), then the image and
 #      docker-compose.yml run for real with podman (scripts/compose-test.sh), and
 #      services/k8s/herald.yaml with podman kube play (scripts/kube-test.sh)
-#   6. the benchmark's instruction counts (callgrind), in the background while the compose and
-#      kube tests wait on containers. (The fuzz targets' seeds run in step 4, FuzzCorpusTests;
+#   6. the benchmark's instruction counts (callgrind) and a 30-second soak (herald-bench soak: RSS
+#      per service under steady traffic, no failed request), in the background while the compose
+#      and kube tests wait on containers. (The fuzz targets' seeds run in step 4, FuzzCorpusTests;
 #      fuzzing itself, libFuzzer under AddressSanitizer, is scripts/fuzz.sh: its instrumented
 #      build alone took six minutes of CI's two cores.)
 #   7. the benchmark's other scenarios, quick (every scenario runs and yields numbers; no time
-#      thresholds; the replicas scenario on the test cluster), and a 30-second soak
-#      (herald-bench soak: RSS per service under steady traffic, no failed request)
+#      thresholds; the replicas scenario on the test cluster)
 #   Each step prints its seconds and how busy the cores were (`took`); the build is whole-module
 #   with no debug information (-wmo, -debug-info-format none), a crash still names its functions.
 #
@@ -51,7 +51,7 @@ if [[ "${1:-}" == "--fast" ]]; then
   exit 0
 fi
 scripts/setup.sh --test
-# The full run ends with the benchmark's quick run and the soak: herald-bench is built with the rest
+# The full run ends with the benchmark's quick run and a soak: herald-bench is built with the rest
 # (Package.swift leaves it out unless asked, so `--fast` and a plain `swift build` skip it).
 export HERALD_BENCH=1
 scripts/generate-proto.sh --check
@@ -61,13 +61,14 @@ scripts/trap-check.sh >/dev/null
 # MonitoringTests checks every metric name they and the dashboard use against a live stack.
 promtool check rules services/prometheus/herald.rules.yml
 promtool test rules services/prometheus/herald.rules.test.yml
-# The containers' base images (scripts/base-image.sh: debootstrap, mostly downloads and dpkg, about
-# two minutes on CI) are made beside the build, which reads nothing of them; compose-test.sh then
-# finds them made. In its own process group (setsid), so that a failure elsewhere stops it too.
+# The containers' base image (scripts/base-image.sh: a debootstrap, mostly downloads and dpkg, 47-56 s
+# on CI and the first thing compose-test.sh waits for) is made beside the build, which reads nothing
+# of it. In its own process group (setsid), so that a failure elsewhere stops it too. (The
+# PostgreSQL one, 111 s, slowed the build by as much as it saved: compose-test.sh makes it beside
+# its first checks, as before.)
 mkdir -p .build
-base_log=.build/base-images.log
-setsid bash -c 'scripts/setup.sh --compose && scripts/base-image.sh && scripts/base-image.sh --postgres' \
-  >"$base_log" 2>&1 &
+base_log=.build/base-image.log
+setsid bash -c 'scripts/setup.sh --compose && scripts/base-image.sh' >"$base_log" 2>&1 &
 base_pid=$!
 trap '[[ -n "$base_pid" ]] && kill -- -"$base_pid" 2>/dev/null' EXIT
 build=$(mark)
@@ -98,7 +99,9 @@ export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push
 took "building Examples/send-push" "$example"
 pg_dir=$(mktemp -d /tmp/herald-pg-XXXXXX)
 instructions_pid=""
+soak_pid=""
 trap '[[ -n "$instructions_pid" ]] && kill -- -"$instructions_pid" 2>/dev/null
+[[ -n "$soak_pid" ]] && kill -- -"$soak_pid" 2>/dev/null
 [[ -n "$base_pid" ]] && kill -- -"$base_pid" 2>/dev/null
 scripts/postgres.sh stop "$pg_dir"' EXIT
 pg=$(mark)
@@ -173,12 +176,17 @@ instructions_log=.build/bench-instructions.log
 # In its own process group (setsid), so that a failure below stops it too.
 setsid "$bin/herald-bench" instructions --quick --json .build/bench-instructions.json >"$instructions_log" 2>&1 &
 instructions_pid=$!
-# The base images made beside the build: compose-test.sh makes whichever failed there again.
+# The base image made beside the build: compose-test.sh makes it again if that failed.
 base_status=0
 wait "$base_pid" || base_status=$?
 base_pid=""
 cat "$base_log"
-(( base_status == 0 )) || echo "test.sh: making the base images beside the build failed (exit $base_status); compose-test.sh tries again" >&2
+(( base_status == 0 )) || echo "test.sh: making the base image beside the build failed (exit $base_status); compose-test.sh tries again" >&2
+# The soak beside them too: it fails only on an answer other than 2xx or a restarted service (no
+# time is checked), and its 200 requests/s take a third of a core.
+soak_log=.build/soak.log
+setsid "$bin/herald-bench" soak --quick --minutes 0.5 >"$soak_log" 2>&1 &
+soak_pid=$!
 # The containers: services/Dockerfile's image from the binaries just built, docker-compose.yml run
 # under podman with docker-compose, and Examples/integration-test with docker-compose.test.yml.
 compose=$(mark)
@@ -193,13 +201,15 @@ wait "$instructions_pid" || instructions_status=$?
 instructions_pid=""
 cat "$instructions_log"
 (( instructions_status == 0 )) || { echo "test.sh: herald-bench instructions failed" >&2; exit 1; }
-took "the container tests, with the instruction counts beside them," "$beside"
+soak_status=0
+wait "$soak_pid" || soak_status=$?
+soak_pid=""
+cat "$soak_log"
+(( soak_status == 0 )) || { echo "test.sh: the 30-second soak failed" >&2; exit 1; }
+took "the container tests, with the instruction counts and a 30-second soak beside them," "$beside"
 bench=$(mark)
 "$bin/herald-bench" all --quick --skip instructions --json .build/bench-quick.json
 # Issue 17's figures: fan-out with 1-3 dispatch replicas on the test cluster next to SQLite's one.
 "$bin/herald-bench" replicas --quick --database "$HERALD_TEST_POSTGRES_URL"
 took "the benchmark's quick run" "$bench"
-soak=$(mark)
-"$bin/herald-bench" soak --quick --minutes 0.5
-took "a 30-second soak" "$soak"
 echo "test.sh: all checks passed in $(( $(date +%s) - start ))s"
