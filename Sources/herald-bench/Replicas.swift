@@ -32,13 +32,23 @@ struct ReplicasBench: AsyncParsableCommand {
     var devices: Int?
     @Option(help: "The most dispatch replicas to run on PostgreSQL.")
     var replicas = 3
+    @Option(
+        help:
+            "Where the edge scenario runs after the fan-outs: both (SQLite, then PostgreSQL), postgres (CI: `all` has run SQLite's), or none."
+    )
+    var edge: EdgeStores = .both
+
+    enum EdgeStores: String, ExpressibleByArgument, Sendable {
+        case both, postgres, none
+    }
 
     func run() async throws { try await execute() }
 
     func execute() async throws {
         let scenario = ReplicasScenario(
-            options: options, database: database, devices: devices ?? (options.quick ? 500 : 50_000), replicas: replicas
-        )
+            options: options, database: database, devices: devices ?? (options.quick ? 500 : 50_000),
+            replicas: replicas,
+            edge: edge)
         try options.show(try await scenario.run(), scenarios: ["replicas", "edge"])
     }
 }
@@ -48,6 +58,7 @@ struct ReplicasScenario {
     var database: String
     var devices: Int
     var replicas: Int
+    var edge: ReplicasBench.EdgeStores = .both
 
     /// One fan-out run's figures.
     struct Run {
@@ -90,8 +101,8 @@ struct ReplicasScenario {
             "\nCPU is each process's user + system time during the run (/proc), per delivery; the machine has \(ProcessInfo.processInfo.activeProcessorCount) cores, shared by every process above, the APNs double and PostgreSQL."
         )
         report.tables.append(lines.joined(separator: "\n"))
-        report.add(try await EdgeScenario(options: options).run())
-        report.add(try await EdgeScenario(options: options, database: database).run())
+        if edge == .both { report.add(try await EdgeScenario(options: options).run()) }
+        if edge != .none { report.add(try await EdgeScenario(options: options, database: database).run()) }
         return report
     }
 
