@@ -103,11 +103,7 @@ public struct PostgresSQLDatabase: SQLDatabase {
     ) async throws -> [SQLRow] {
         let key = PostgresStatements.key(text, values, counting: false)
         guard let statement = statements.statement(key, text: text, counting: false) else {
-            var rows: [SQLRow] = []
-            for try await row in try await connection.query(query(text, values), logger: logger) {
-                rows.append(SQLRow(try row.map(SQLValue.init)))
-            }
-            return rows
+            return try await collect(try await connection.query(query(text, values), logger: logger))
         }
         return try await prepared(statement, key: key, values, on: connection, statements, logger: logger)
     }
@@ -134,19 +130,21 @@ public struct PostgresSQLDatabase: SQLDatabase {
         _ statement: SeamStatement.Current, key: String, _ values: [SQLValue], on connection: PostgresConnection,
         _ statements: PostgresStatements, logger: Logger
     ) async throws -> [SQLRow] {
-        var rows: [SQLRow] = []
         do {
-            try await SeamStatement.$current.withValue(statement) {
-                for try await row in try await connection.execute(
-                    SeamStatement(bindings: bindings(values)), logger: logger)
-                {
-                    rows.append(SQLRow(try row.map(SQLValue.init)))
-                }
+            return try await SeamStatement.$current.withValue(statement) {
+                try await collect(
+                    try await connection.execute(SeamStatement(bindings: bindings(values)), logger: logger))
             }
         } catch {
             statements.failed(key, name: statement.name, error)
             throw error
         }
+    }
+
+    /// Every row of `sequence`, as the seam's rows.
+    private static func collect(_ sequence: some AsyncSequence<PostgresRow, any Error>) async throws -> [SQLRow] {
+        var rows: [SQLRow] = []
+        for try await row in sequence { rows.append(SQLRow(try row.map(SQLValue.init))) }
         return rows
     }
 

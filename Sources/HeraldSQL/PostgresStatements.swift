@@ -7,8 +7,8 @@ import Synchronization
 /// on a connection the first time it runs there and only bound and run after that. Parsing and
 /// planning a statement is the server's work per run without it.
 ///
-/// Bounded: at most `capacity` texts are given names (the stores' statements are a few dozen;
-/// shapes of tag expressions add more), later ones run unprepared as before. Each named text is a
+/// Bounded: at most `capacity` texts are remembered, named or not (the stores' statements are a
+/// few dozen; shapes of tag expressions add more), later ones run unprepared as before. Each named text is a
 /// prepared statement on each connection that ran it, for the connection's life.
 ///
 /// A statement whose preparation failed stays failed on that connection in postgres-nio (it
@@ -23,17 +23,24 @@ final class PostgresStatements: Sendable {
     private let state = Mutex(State())
 
     private struct State {
+        /// Every key seen, named or not: at most `capacity`.
         var entries: [String: Entry] = [:]
+        /// Keys named so far (names are `herald_<number>`, then `herald_<number>_<generation>`).
         var count = 0
     }
 
     private enum Entry {
-        case named(number: Int, generation: Int, sql: String)
+        case named(SeamStatement.Current, number: Int, generation: Int)
         case unprepared
 
+        static func named(number: Int, generation: Int, sql: String) -> Entry {
+            let name = generation == 0 ? "herald_\(number)" : "herald_\(number)_\(generation)"
+            return .named(.init(name: name, sql: sql), number: number, generation: generation)
+        }
+
         var statement: SeamStatement.Current? {
-            guard case .named(let number, let generation, let sql) = self else { return nil }
-            return .init(name: generation == 0 ? "herald_\(number)" : "herald_\(number)_\(generation)", sql: sql)
+            guard case .named(let statement, _, _) = self else { return nil }
+            return statement
         }
     }
 
@@ -69,7 +76,7 @@ final class PostgresStatements: Sendable {
         guard capacity > 0 else { return nil }
         return state.withLock { state in
             if let entry = state.entries[key] { return entry.statement }
-            guard state.count < capacity else { return nil }
+            guard state.entries.count < capacity else { return nil }
             guard let sql = counting ? Self.counting(text) : text else {
                 state.entries[key] = .unprepared
                 return nil
@@ -88,12 +95,12 @@ final class PostgresStatements: Sendable {
         // A conflict, a constraint or bad data is the run's, never the preparation's.
         guard !["40", "23", "22"].contains(where: code.hasPrefix) else { return }
         state.withLock { state in
-            guard let entry = state.entries[key], entry.statement?.name == name,
-                case .named(let number, let generation, let sql) = entry
+            guard case .named(let statement, let number, let generation) = state.entries[key],
+                statement.name == name
             else { return }
             state.entries[key] =
                 generation + 1 < Self.maximumGenerations
-                ? .named(number: number, generation: generation + 1, sql: sql) : .unprepared
+                ? .named(number: number, generation: generation + 1, sql: statement.sql) : .unprepared
         }
     }
 

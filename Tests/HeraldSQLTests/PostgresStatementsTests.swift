@@ -144,3 +144,24 @@ struct PostgresStatementsTests {
         }
     }
 }
+
+/// The statement registry alone, without a server.
+@Suite("PostgreSQL: the statements a pool remembers")
+struct PostgresStatementsBoundTests {
+    @Test("every text remembered counts against the cache, those that run unprepared too; names are kept per text")
+    func bounded() {
+        let statements = PostgresStatements(capacity: 2)
+        func statement(_ text: String, counting: Bool) -> SeamStatement.Current? {
+            statements.statement(
+                PostgresStatements.key(text, [.integer(1)], counting: counting), text: text, counting: counting)
+        }
+        // An execute that cannot be counted runs unprepared, and is remembered as such.
+        #expect(statement("SELECT pg_advisory_xact_lock($1)", counting: true) == nil)
+        #expect(statement("SELECT n FROM t WHERE n = $1", counting: false)?.name == "herald_1")
+        #expect(statement("SELECT n FROM t WHERE n = $1", counting: false)?.name == "herald_1")
+        // The cache is full: however many other texts come, none is remembered.
+        for n in 0..<100 { #expect(statement("SELECT \(n) FROM t WHERE n = $1", counting: false) == nil) }
+        #expect(statements.named == 1)
+        #expect(PostgresStatements(capacity: 0).statement("k", text: "SELECT 1", counting: false) == nil)
+    }
+}
