@@ -48,6 +48,7 @@ struct DatabaseSetupTests {
             "postgres://u@h/d?sslmode=maybe",
             "postgres://u@h/d?pool=3", "postgres://u@h:0/d", "sqlite:", "postgres://u@h/d?statement_cache=-1",
             "postgres://u@h/d?statement_cache=many", "postgres://u@h/d?statement_cache=10001",
+            "postgres://u@h/d?statement_cache=99999999999999999999", "postgres://u@h/d?statement_cache=%2010",
         ] {
             #expect(throws: ConfigError.self, "\(bad)") { try DatabaseURL(bad, service: "payload") }
         }
