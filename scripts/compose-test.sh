@@ -3,6 +3,7 @@
 #
 #   scripts/compose-test.sh            after a debug build (scripts/test.sh calls it)
 #   scripts/compose-test.sh --release  packages the release build instead
+#   scripts/compose-test.sh --install  only makes Examples/integration-test's virtualenv
 #
 # No Docker engine or registry is needed: podman runs the containers (runc; a containers.conf of
 # our own, via CONTAINERS_CONF), Debian's docker-compose (v1) drives podman's API socket, and the
@@ -29,8 +30,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+# Examples/integration-test's pytest, in a virtualenv of its own.
+venv=.build/integration-test-venv
+install_venv() {
+  if ! "$venv/bin/python" -c 'import pytest, requests' 2>/dev/null; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r Examples/integration-test/requirements.txt
+  fi
+}
 configuration=--debug
-[[ "${1:-}" == "--release" ]] && configuration=--release
+case "${1:-}" in
+  --release) configuration=--release ;;
+  # Only the virtualenv (scripts/test.sh makes it beside the build: downloads, not the cores' work).
+  --install) install_venv; exit 0 ;;
+esac
 
 step() { echo "compose-test: $* ($(( $(date +%s) - start ))s)"; }
 fail() { echo "compose-test: FAILED: $*" >&2; exit 1; }
@@ -67,8 +80,13 @@ trap cleanup EXIT
 scripts/image.sh --postgres >"$work/image-postgres.log" 2>&1 &
 postgres_image=$!
 pids+=("$postgres_image")
-scripts/image.sh "$configuration"
-step "image herald:latest ready"
+# HERALD_IMAGE_MADE=1: scripts/test.sh made herald:latest from this build a moment ago.
+if [[ "${HERALD_IMAGE_MADE:-}" == 1 && "$configuration" == --debug ]] && podman image exists herald:latest; then
+  step "image herald:latest as scripts/test.sh made it"
+else
+  scripts/image.sh "$configuration"
+  step "image herald:latest ready"
+fi
 
 # Podman's Docker-compatible API, for docker-compose.
 podman system service --time=0 "unix://$work/podman.sock" >"$work/podman-service.log" 2>&1 &
@@ -240,11 +258,7 @@ unset HERALD_EDGE2_PORT
 step "8b. a registration replica killed: both edges kept registering; down -v left nothing"
 
 # Another team's tests: Examples/integration-test starts Herald with the test overlay itself.
-venv=.build/integration-test-venv
-if ! "$venv/bin/python" -c 'import pytest, requests' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r Examples/integration-test/requirements.txt
-fi
+install_venv
 unset HERALD_EDGE_PORT
 # Named, so the check below looks at this project only: another run's containers on the same
 # podman (a run killed before its cleanup) are not this one's to judge.

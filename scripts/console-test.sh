@@ -5,6 +5,7 @@
 #
 #   scripts/console-test.sh                 run it; screenshots go to .build/console-screenshots/
 #   scripts/console-test.sh --update-docs   also copy the screenshots docs/api.md shows into docs/console/
+#   scripts/console-test.sh --install       only make its virtualenv (scripts/test.sh does it beside the build)
 #
 # Needs a debug build (scripts/test.sh makes it) and chromium (scripts/setup.sh --test installs it);
 # HERALD_BIN overrides where the binaries are. playwright lives in its own virtualenv under .build/
@@ -19,6 +20,7 @@ if ! "$venv/bin/python" -c "import sys; from importlib.metadata import version; 
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "playwright==$version" "axe-playwright-python==$axe_version"
 fi
+[[ "${1:-}" == "--install" ]] && exit 0
 command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null || { echo "console-test.sh: chromium missing: scripts/setup.sh --test" >&2; exit 2; }
 bin="${HERALD_BIN:-$(swift build --show-bin-path)}"
 shots=.build/console-screenshots

@@ -9,6 +9,8 @@
 #                                           the examples and coverage phases whole, a short fuzzing phase;
 #                                           at 100 the two modes took 248 s of CI's run)
 #   SCHEMATHESIS_MAX_EXAMPLES=500 scripts/schemathesis.sh    a longer run (scripts/fuzz.sh does this)
+#   scripts/schemathesis.sh --install       only make its virtualenv (scripts/test.sh does it beside
+#                                           the build: downloads, not the cores' work)
 #
 # Needs a debug build (scripts/test.sh makes it); HERALD_BIN overrides where the binaries are.
 # schemathesis lives in its own virtualenv under .build/ so its pins never meet the system's.
@@ -24,6 +26,7 @@ if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -q "$version"; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
 fi
+[[ "${1:-}" == "--install" ]] && exit 0
 bin="${HERALD_BIN:-$(swift build --show-bin-path)}"
 examples="${SCHEMATHESIS_MAX_EXAMPLES:-30}"
 checks=not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance

@@ -3,17 +3,18 @@
 #   1. install missing packages   2. generated code matches proto/ and docs/openapi.yaml, and the
 #      Swift follows .swift-format (scripts/format.sh --check: no force unwrap or try! in Sources/),
 #      every trapping call left in Sources/ says why it cannot fire (scripts/trap-check.sh); promtool checks and unit-tests
-#      services/prometheus' alert rules   3. build (the containers' base images are made beside it),
-#      and build Examples/send-push (a separate package using the HeraldClient product)
+#      services/prometheus' alert rules   3. build (the containers' base image and the Python tools'
+#      virtualenvs are made beside it), and build Examples/send-push (a separate package using the
+#      HeraldClient product)
 #   4. every test (one of them runs the example against a live stack), with a throw-away PostgreSQL
 #      cluster (scripts/postgres.sh) for the tests that run each store on both backends: the unit
 #      tests and the whole stack in-process (StackTests) in one process, beside ProcessTests (what
-#      needs the executables) in another; then StackTests and ProcessTests again with every store
-#      that has a PostgreSQL form on PostgreSQL, and the dispatch replica drills alone after it
-#   5. schemathesis against a live stack (scripts/schemathesis.sh), the web console in Debian's
-#      chromium driven by playwright (scripts/console-test.sh; screenshots in
-#      .build/console-screenshots/), then the image and
-#      docker-compose.yml run for real with podman (scripts/compose-test.sh), and
+#      needs the executables) in another; then StackTests (the containers' image made beside
+#      them) and ProcessTests again with every store that has a PostgreSQL form on PostgreSQL, and
+#      the dispatch replica drills after it, with the web console in Debian's chromium driven by
+#      playwright beside them (scripts/console-test.sh; screenshots in .build/console-screenshots/)
+#   5. schemathesis against a live stack (scripts/schemathesis.sh), then docker-compose.yml run
+#      for real with podman (scripts/compose-test.sh), and
 #      services/k8s/herald.yaml with podman kube play (scripts/kube-test.sh)
 #   6. the benchmark's instruction counts (callgrind) and a 30-second soak (herald-bench soak: RSS
 #      per service under steady traffic, no failed request), in the background while the compose
@@ -70,7 +71,14 @@ mkdir -p .build
 base_log=.build/base-image.log
 setsid bash -c 'scripts/setup.sh --compose && scripts/base-image.sh' >"$base_log" 2>&1 &
 base_pid=$!
-trap '[[ -n "$base_pid" ]] && kill -- -"$base_pid" 2>/dev/null' EXIT
+# So are the virtualenvs of schemathesis, the console's playwright and Examples/integration-test
+# (PyPI downloads and unpacking: 16 s with pip's cache warm when each script made its own on the
+# way, more without it). A failure is only logged: each script makes its own when it finds none.
+venvs_log=.build/venvs.log
+setsid bash -c 's=0; for script in schemathesis console-test compose-test; do scripts/$script.sh --install || s=1; done
+  exit $s' >"$venvs_log" 2>&1 &
+venvs_pid=$!
+trap '[[ -n "$base_pid" ]] && kill -- -"$base_pid" 2>/dev/null; [[ -n "$venvs_pid" ]] && kill -- -"$venvs_pid" 2>/dev/null' EXIT
 build=$(mark)
 # One set of flags for every build of the run (the example's too): one built with other flags
 # would compile every dependency again.
@@ -97,10 +105,18 @@ example=$(mark)
 swift build --package-path Examples/send-push --scratch-path .build "${build_flags[@]}"
 export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push --scratch-path .build "${build_flags[@]}" --show-bin-path)/send-push"
 took "building Examples/send-push" "$example"
+venvs_status=0
+wait "$venvs_pid" || venvs_status=$?
+venvs_pid=""
+(( venvs_status == 0 )) || { cat "$venvs_log"; echo "test.sh: making the virtualenvs beside the build failed (exit $venvs_status); each script tries again" >&2; }
 pg_dir=$(mktemp -d /tmp/herald-pg-XXXXXX)
+image_pid=""
 instructions_pid=""
 soak_pid=""
+console_pid=""
 trap '[[ -n "$instructions_pid" ]] && kill -- -"$instructions_pid" 2>/dev/null
+[[ -n "$image_pid" ]] && kill -- -"$image_pid" 2>/dev/null
+[[ -n "$console_pid" ]] && kill -- -"$console_pid" 2>/dev/null
 [[ -n "$soak_pid" ]] && kill -- -"$soak_pid" 2>/dev/null
 [[ -n "$base_pid" ]] && kill -- -"$base_pid" 2>/dev/null
 scripts/postgres.sh stop "$pg_dir"' EXIT
@@ -139,12 +155,34 @@ took "unit, stack and process tests (SQLite)" "$first"
 # once) every in-process stack's connection pools and handlers share two event-loop threads with
 # the other suite's clients, beside a dozen PostgreSQL backends on two cores, and the edge answered
 # 503 after its deadline (fresh-clone CI of f286f3a); each alone passes with room to spare.
+# The containers' image (scripts/image.sh: strip and copy the binaries, podman build; 14 s alone,
+# 34 s beside the instruction counts and the soak where compose-test.sh made it) is made beside
+# them, from the base image made beside the build. Most of it is copying 700 MB.
 pg_suite=$(mark)
+base_status=0
+wait "$base_pid" || base_status=$?
+base_pid=""
+cat "$base_log"
+image_log=.build/image.log
+image_pid=""
+if (( base_status == 0 )); then
+  setsid scripts/image.sh >"$image_log" 2>&1 &
+  image_pid=$!
+else
+  echo "test.sh: making the base image beside the build failed (exit $base_status); compose-test.sh tries again" >&2
+fi
 pg_log=.build/stack-tests-postgres.log
 HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter StackTests \
   --skip ProcessTests 2>&1 \
   | tee "$pg_log" || { failure_digest "$pg_log"; echo "test.sh: StackTests on PostgreSQL failed" >&2; exit 1; }
-took "StackTests on PostgreSQL" "$pg_suite"
+# compose-test.sh makes the image itself unless it is told it was made here.
+image_made=""
+if [[ -n "$image_pid" ]]; then
+  if wait "$image_pid"; then image_made=1; else echo "test.sh: scripts/image.sh failed; compose-test.sh tries again" >&2; fi
+  image_pid=""
+  cat "$image_log"
+fi
+took "StackTests on PostgreSQL, with the containers' image made beside them," "$pg_suite"
 pg_suite=$(mark)
 pg_log=.build/process-tests-postgres.log
 HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter ProcessTests \
@@ -155,18 +193,28 @@ took "ProcessTests on PostgreSQL" "$pg_suite"
 # frozen and throttled. Beside the rest of the pass (a dozen five-process stacks at once, a load of
 # 14 on two cores) a debug build could not push them within the drill's 180 s, whatever dispatch
 # did; what load does to a replica's leases is the throttled drill's and docs/scaling.md's.
+# The console's browser test beside them: one stack and a browser clicking through it, a light load
+# (58% of the cores alone) next to the drills' half, and the drills' deadline is 180 s for what
+# takes them 26 s. (Beside schemathesis, which keeps both cores busy, it gained nothing: 119 s for
+# both, against 77 and 35.)
 drills=$(mark)
+console_log=.build/console-test.log
+setsid scripts/console-test.sh >"$console_log" 2>&1 &
+console_pid=$!
 drills_log=.build/replica-drills.log
+drills_status=0
 HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter ReplicaDrillTests 2>&1 \
-  | tee "$drills_log" || { failure_digest "$drills_log"; echo "test.sh: replica drills failed" >&2; exit 1; }
-took "the replica drills on PostgreSQL" "$drills"
+  | tee "$drills_log" || drills_status=$?
+console_status=0
+wait "$console_pid" || console_status=$?
+console_pid=""
+cat "$console_log"
+(( drills_status == 0 )) || { failure_digest "$drills_log"; echo "test.sh: replica drills failed" >&2; exit 1; }
+(( console_status == 0 )) || { echo "test.sh: the console browser test failed (exit $console_status)" >&2; exit 1; }
+took "the replica drills on PostgreSQL, with the console browser test beside them," "$drills"
 st=$(mark)
 scripts/schemathesis.sh
 took "schemathesis" "$st"
-# (Run beside schemathesis, the console's test gained nothing: 119 s for both, against 77 and 35.)
-console=$(mark)
-scripts/console-test.sh
-took "the console browser test" "$console"
 # Beside the container tests, which mostly wait on podman: the benchmark's instruction counts. They
 # time nothing (callgrind counts instructions, which do not move with the machine's load), and
 # nothing else checks a time while they run; they run copies of the executables, made before
@@ -176,12 +224,6 @@ instructions_log=.build/bench-instructions.log
 # In its own process group (setsid), so that a failure below stops it too.
 setsid "$bin/herald-bench" instructions --quick --json .build/bench-instructions.json >"$instructions_log" 2>&1 &
 instructions_pid=$!
-# The base image made beside the build: compose-test.sh makes it again if that failed.
-base_status=0
-wait "$base_pid" || base_status=$?
-base_pid=""
-cat "$base_log"
-(( base_status == 0 )) || echo "test.sh: making the base image beside the build failed (exit $base_status); compose-test.sh tries again" >&2
 # The soak beside them too: it fails only on an answer other than 2xx or a restarted service (no
 # time is checked), and its 200 requests/s take a third of a core.
 soak_log=.build/soak.log
@@ -190,7 +232,7 @@ soak_pid=$!
 # The containers: services/Dockerfile's image from the binaries just built, docker-compose.yml run
 # under podman with docker-compose, and Examples/integration-test with docker-compose.test.yml.
 compose=$(mark)
-scripts/compose-test.sh
+HERALD_IMAGE_MADE=$image_made scripts/compose-test.sh
 took "the compose test" "$compose"
 # The Kubernetes manifest run by podman kube play, from the image compose-test.sh built.
 kube=$(mark)
