@@ -72,10 +72,12 @@ base_log=.build/base-image.log
 setsid bash -c 'scripts/setup.sh --compose && scripts/base-image.sh' >"$base_log" 2>&1 &
 base_pid=$!
 # So are the virtualenvs of schemathesis, the console's playwright and Examples/integration-test
-# (PyPI downloads and unpacking: 16 s with pip's cache warm when each script made its own on the
-# way, more without it). A failure is only logged: each script makes its own when it finds none.
+# (PyPI downloads and unpacking: 16 s when each script made its own on the way, with pip's cache
+# warm), at the lowest priority: beside the build at the same priority they slowed it by more than
+# that (296 s against 259-269), so they take what the build and the first tests leave. A failure is
+# only logged: each script makes its own when it finds none.
 venvs_log=.build/venvs.log
-setsid bash -c 's=0; for script in schemathesis console-test compose-test; do scripts/$script.sh --install || s=1; done
+setsid nice -n 19 bash -c 's=0; for script in schemathesis console-test compose-test; do scripts/$script.sh --install || s=1; done
   exit $s' >"$venvs_log" 2>&1 &
 venvs_pid=$!
 trap '[[ -n "$base_pid" ]] && kill -- -"$base_pid" 2>/dev/null; [[ -n "$venvs_pid" ]] && kill -- -"$venvs_pid" 2>/dev/null' EXIT
@@ -105,16 +107,13 @@ example=$(mark)
 swift build --package-path Examples/send-push --scratch-path .build "${build_flags[@]}"
 export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push --scratch-path .build "${build_flags[@]}" --show-bin-path)/send-push"
 took "building Examples/send-push" "$example"
-venvs_status=0
-wait "$venvs_pid" || venvs_status=$?
-venvs_pid=""
-(( venvs_status == 0 )) || { cat "$venvs_log"; echo "test.sh: making the virtualenvs beside the build failed (exit $venvs_status); each script tries again" >&2; }
 pg_dir=$(mktemp -d /tmp/herald-pg-XXXXXX)
 image_pid=""
 instructions_pid=""
 soak_pid=""
 console_pid=""
 trap '[[ -n "$instructions_pid" ]] && kill -- -"$instructions_pid" 2>/dev/null
+[[ -n "$venvs_pid" ]] && kill -- -"$venvs_pid" 2>/dev/null
 [[ -n "$image_pid" ]] && kill -- -"$image_pid" 2>/dev/null
 [[ -n "$console_pid" ]] && kill -- -"$console_pid" 2>/dev/null
 [[ -n "$soak_pid" ]] && kill -- -"$soak_pid" 2>/dev/null
@@ -157,7 +156,8 @@ took "unit, stack and process tests (SQLite)" "$first"
 # 503 after its deadline (fresh-clone CI of f286f3a); each alone passes with room to spare.
 # The containers' image (scripts/image.sh: strip and copy the binaries, podman build; 14 s alone,
 # 34 s beside the instruction counts and the soak where compose-test.sh made it) is made beside
-# them, from the base image made beside the build. Most of it is copying 700 MB.
+# them, from the base image made beside the build, at the lowest priority (at the same one it slowed
+# them from 42 s to 53 s). Most of it is copying 700 MB.
 pg_suite=$(mark)
 base_status=0
 wait "$base_pid" || base_status=$?
@@ -166,7 +166,7 @@ cat "$base_log"
 image_log=.build/image.log
 image_pid=""
 if (( base_status == 0 )); then
-  setsid scripts/image.sh >"$image_log" 2>&1 &
+  setsid nice -n 19 scripts/image.sh >"$image_log" 2>&1 &
   image_pid=$!
 else
   echo "test.sh: making the base image beside the build failed (exit $base_status); compose-test.sh tries again" >&2
@@ -198,6 +198,11 @@ took "ProcessTests on PostgreSQL" "$pg_suite"
 # takes them 26 s. (Beside schemathesis, which keeps both cores busy, it gained nothing: 119 s for
 # both, against 77 and 35.)
 drills=$(mark)
+# The virtualenvs made at the lowest priority since the build: the console's is needed now.
+venvs_status=0
+wait "$venvs_pid" || venvs_status=$?
+venvs_pid=""
+(( venvs_status == 0 )) || { cat "$venvs_log"; echo "test.sh: making the virtualenvs failed (exit $venvs_status); each script tries again" >&2; }
 console_log=.build/console-test.log
 setsid scripts/console-test.sh >"$console_log" 2>&1 &
 console_pid=$!
