@@ -44,6 +44,27 @@ took() {
   read -r t1 b1 a1 <<<"$(mark)"
   echo "test.sh: $1 took $((t1 - t0))s (CPU $(( (b1 - b0) * 100 / (a1 - a0 > 0 ? a1 - a0 : 1) ))% busy)"
 }
+# Work run beside a step. `beside NAME COMMAND...` starts it in a process group of its own (setsid),
+# its output in .build/NAME.log; `joined NAME` waits for it, prints that log and returns its exit
+# status; `stop_beside` (the EXIT trap's) stops every group not joined yet, with all it started.
+declare -A beside_pids=()
+beside() {
+  local name=$1
+  shift
+  setsid "$@" >".build/$name.log" 2>&1 &
+  beside_pids[$name]=$!
+}
+joined() {
+  local name=$1 status=0
+  wait "${beside_pids[$name]}" || status=$?
+  unset "beside_pids[$name]"
+  cat ".build/$name.log"
+  return "$status"
+}
+stop_beside() {
+  local pid
+  for pid in "${beside_pids[@]}"; do kill -- -"$pid" 2>/dev/null || true; done
+}
 if [[ "${1:-}" == "--fast" ]]; then
   scripts/setup.sh
   swift build --build-tests
@@ -64,23 +85,19 @@ promtool check rules services/prometheus/herald.rules.yml
 promtool test rules services/prometheus/herald.rules.test.yml
 # The containers' base image (scripts/base-image.sh: a debootstrap, mostly downloads and dpkg, 47-56 s
 # on CI and the first thing compose-test.sh waits for) is made beside the build, which reads nothing
-# of it. In its own process group (setsid), so that a failure elsewhere stops it too. (The
-# PostgreSQL one, 111 s, slowed the build by as much as it saved: compose-test.sh makes it beside
-# its first checks, as before.)
+# of it. (The PostgreSQL one, 111 s, slowed the build by as much as it saved: compose-test.sh makes
+# it beside its first checks, as before.)
 mkdir -p .build
-base_log=.build/base-image.log
-setsid bash -c 'scripts/setup.sh --compose && scripts/base-image.sh' >"$base_log" 2>&1 &
-base_pid=$!
+trap stop_beside EXIT
+beside base-image bash -c 'scripts/setup.sh --compose && scripts/base-image.sh'
 # So are the virtualenvs of schemathesis, the console's playwright and Examples/integration-test
 # (PyPI downloads and unpacking: 16 s when each script made its own on the way, with pip's cache
 # warm), at the lowest priority: beside the build at the same priority they slowed it by more than
 # that (296 s against 259-269), so they take what the build and the first tests leave. A failure is
 # only logged: each script makes its own when it finds none.
-venvs_log=.build/venvs.log
-setsid nice -n 19 bash -c 's=0; for script in schemathesis console-test compose-test; do scripts/$script.sh --install || s=1; done
-  exit $s' >"$venvs_log" 2>&1 &
-venvs_pid=$!
-trap '[[ -n "$base_pid" ]] && kill -- -"$base_pid" 2>/dev/null; [[ -n "$venvs_pid" ]] && kill -- -"$venvs_pid" 2>/dev/null' EXIT
+beside venvs nice -n 19 bash -c 's=0
+  for script in schemathesis console-test compose-test; do scripts/$script.sh --install || s=1; done
+  exit $s'
 build=$(mark)
 # One set of flags for every build of the run (the example's too): one built with other flags
 # would compile every dependency again.
@@ -108,17 +125,7 @@ swift build --package-path Examples/send-push --scratch-path .build "${build_fla
 export HERALD_EXAMPLE_SEND_PUSH="$(swift build --package-path Examples/send-push --scratch-path .build "${build_flags[@]}" --show-bin-path)/send-push"
 took "building Examples/send-push" "$example"
 pg_dir=$(mktemp -d /tmp/herald-pg-XXXXXX)
-image_pid=""
-instructions_pid=""
-soak_pid=""
-console_pid=""
-trap '[[ -n "$instructions_pid" ]] && kill -- -"$instructions_pid" 2>/dev/null
-[[ -n "$venvs_pid" ]] && kill -- -"$venvs_pid" 2>/dev/null
-[[ -n "$image_pid" ]] && kill -- -"$image_pid" 2>/dev/null
-[[ -n "$console_pid" ]] && kill -- -"$console_pid" 2>/dev/null
-[[ -n "$soak_pid" ]] && kill -- -"$soak_pid" 2>/dev/null
-[[ -n "$base_pid" ]] && kill -- -"$base_pid" 2>/dev/null
-scripts/postgres.sh stop "$pg_dir"' EXIT
+trap 'stop_beside; scripts/postgres.sh stop "$pg_dir"' EXIT
 pg=$(mark)
 export HERALD_TEST_POSTGRES_URL=$(scripts/postgres.sh start "$pg_dir")
 took "starting the PostgreSQL test cluster (at $HERALD_TEST_POSTGRES_URL)" "$pg"
@@ -160,14 +167,9 @@ took "unit, stack and process tests (SQLite)" "$first"
 # them from 42 s to 53 s). Most of it is copying 700 MB.
 pg_suite=$(mark)
 base_status=0
-wait "$base_pid" || base_status=$?
-base_pid=""
-cat "$base_log"
-image_log=.build/image.log
-image_pid=""
+joined base-image || base_status=$?
 if (( base_status == 0 )); then
-  setsid nice -n 19 scripts/image.sh >"$image_log" 2>&1 &
-  image_pid=$!
+  beside image nice -n 19 scripts/image.sh
 else
   echo "test.sh: making the base image beside the build failed (exit $base_status); compose-test.sh tries again" >&2
 fi
@@ -177,10 +179,8 @@ HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --f
   | tee "$pg_log" || { failure_digest "$pg_log"; echo "test.sh: StackTests on PostgreSQL failed" >&2; exit 1; }
 # compose-test.sh makes the image itself unless it is told it was made here.
 image_made=""
-if [[ -n "$image_pid" ]]; then
-  if wait "$image_pid"; then image_made=1; else echo "test.sh: scripts/image.sh failed; compose-test.sh tries again" >&2; fi
-  image_pid=""
-  cat "$image_log"
+if (( base_status == 0 )); then
+  if joined image; then image_made=1; else echo "test.sh: scripts/image.sh failed; compose-test.sh tries again" >&2; fi
 fi
 took "StackTests on PostgreSQL, with the containers' image made beside them," "$pg_suite"
 pg_suite=$(mark)
@@ -200,20 +200,15 @@ took "ProcessTests on PostgreSQL" "$pg_suite"
 drills=$(mark)
 # The virtualenvs made at the lowest priority since the build: the console's is needed now.
 venvs_status=0
-wait "$venvs_pid" || venvs_status=$?
-venvs_pid=""
-(( venvs_status == 0 )) || { cat "$venvs_log"; echo "test.sh: making the virtualenvs failed (exit $venvs_status); each script tries again" >&2; }
-console_log=.build/console-test.log
-setsid scripts/console-test.sh >"$console_log" 2>&1 &
-console_pid=$!
+joined venvs || venvs_status=$?
+(( venvs_status == 0 )) || echo "test.sh: making the virtualenvs failed (exit $venvs_status); each script tries again" >&2
+beside console-test scripts/console-test.sh
 drills_log=.build/replica-drills.log
 drills_status=0
 HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter ReplicaDrillTests 2>&1 \
   | tee "$drills_log" || drills_status=$?
 console_status=0
-wait "$console_pid" || console_status=$?
-console_pid=""
-cat "$console_log"
+joined console-test || console_status=$?
 (( drills_status == 0 )) || { failure_digest "$drills_log"; echo "test.sh: replica drills failed" >&2; exit 1; }
 (( console_status == 0 )) || { echo "test.sh: the console browser test failed (exit $console_status)" >&2; exit 1; }
 took "the replica drills on PostgreSQL, with the console browser test beside them," "$drills"
@@ -225,15 +220,10 @@ took "schemathesis" "$st"
 # nothing else checks a time while they run; they run copies of the executables, made before
 # they start.
 beside=$(mark)
-instructions_log=.build/bench-instructions.log
-# In its own process group (setsid), so that a failure below stops it too.
-setsid "$bin/herald-bench" instructions --quick --json .build/bench-instructions.json >"$instructions_log" 2>&1 &
-instructions_pid=$!
+beside bench-instructions "$bin/herald-bench" instructions --quick --json .build/bench-instructions.json
 # The soak beside them too: it fails only on an answer other than 2xx or a restarted service (no
 # time is checked), and its 200 requests/s take a third of a core.
-soak_log=.build/soak.log
-setsid "$bin/herald-bench" soak --quick --minutes 0.5 >"$soak_log" 2>&1 &
-soak_pid=$!
+beside soak "$bin/herald-bench" soak --quick --minutes 0.5
 # The containers: services/Dockerfile's image from the binaries just built, docker-compose.yml run
 # under podman with docker-compose, and Examples/integration-test with docker-compose.test.yml.
 compose=$(mark)
@@ -243,16 +233,8 @@ took "the compose test" "$compose"
 kube=$(mark)
 scripts/kube-test.sh
 took "the podman kube play test" "$kube"
-instructions_status=0
-wait "$instructions_pid" || instructions_status=$?
-instructions_pid=""
-cat "$instructions_log"
-(( instructions_status == 0 )) || { echo "test.sh: herald-bench instructions failed" >&2; exit 1; }
-soak_status=0
-wait "$soak_pid" || soak_status=$?
-soak_pid=""
-cat "$soak_log"
-(( soak_status == 0 )) || { echo "test.sh: the 30-second soak failed" >&2; exit 1; }
+joined bench-instructions || { echo "test.sh: herald-bench instructions failed" >&2; exit 1; }
+joined soak || { echo "test.sh: the 30-second soak failed" >&2; exit 1; }
 took "the container tests, with the instruction counts and a 30-second soak beside them," "$beside"
 bench=$(mark)
 "$bin/herald-bench" all --quick --skip instructions --json .build/bench-quick.json
