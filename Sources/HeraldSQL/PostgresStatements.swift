@@ -8,8 +8,8 @@ import Synchronization
 /// planning a statement is the server's work per run without it.
 ///
 /// Bounded: at most `capacity` texts are remembered, named or not (the stores' statements are a
-/// few dozen; shapes of tag expressions add more), later ones run unprepared as before. Each named text is a
-/// prepared statement on each connection that ran it, for the connection's life.
+/// few dozen; shapes of tag expressions add more), later ones run unprepared as before. Each named
+/// text is a prepared statement on each connection that ran it, for the connection's life.
 ///
 /// A statement whose preparation failed stays failed on that connection in postgres-nio (it
 /// answers that error again without asking the server). So a server error other than a conflict,
