@@ -14,7 +14,7 @@
 #      the dispatch replica drills after it, with the web console in Debian's chromium driven by
 #      playwright beside them (scripts/console-test.sh; screenshots in .build/console-screenshots/)
 #   5. schemathesis against a live stack (scripts/schemathesis.sh), then docker-compose.yml run
-#      for real with podman (scripts/compose-test.sh), and
+#      for real with podman (scripts/compose-test.sh), and beside it
 #      services/k8s/herald.yaml with podman kube play (scripts/kube-test.sh)
 #   6. the benchmark's instruction counts (callgrind) and a 30-second soak (herald-bench soak: RSS
 #      per service under steady traffic, no failed request), in the background while the compose
@@ -224,18 +224,23 @@ beside bench-instructions "$bin/herald-bench" instructions --quick --json .build
 # The soak beside them too: it fails only on an answer other than 2xx or a restarted service (no
 # time is checked), and its 200 requests/s take a third of a core.
 beside soak "$bin/herald-bench" soak --quick --minutes 0.5
+# The Kubernetes manifest run by podman kube play (a pod of its own, no host port), beside the
+# compose test when the image is made already (12 s, a third of a core); else after it, from the
+# image compose-test.sh makes.
+[[ -n "$image_made" ]] && beside kube scripts/kube-test.sh
 # The containers: services/Dockerfile's image from the binaries just built, docker-compose.yml run
 # under podman with docker-compose, and Examples/integration-test with docker-compose.test.yml.
 compose=$(mark)
 HERALD_IMAGE_MADE=$image_made scripts/compose-test.sh
 took "the compose test" "$compose"
-# The Kubernetes manifest run by podman kube play, from the image compose-test.sh built.
-kube=$(mark)
-scripts/kube-test.sh
-took "the podman kube play test" "$kube"
+if [[ -n "$image_made" ]]; then
+  joined kube || { echo "test.sh: the podman kube play test failed" >&2; exit 1; }
+else
+  scripts/kube-test.sh
+fi
 joined bench-instructions || { echo "test.sh: herald-bench instructions failed" >&2; exit 1; }
 joined soak || { echo "test.sh: the 30-second soak failed" >&2; exit 1; }
-took "the container tests, with the instruction counts and a 30-second soak beside them," "$beside"
+took "the container tests, with the kube test, the instruction counts and a 30-second soak beside them," "$beside"
 bench=$(mark)
 "$bin/herald-bench" all --quick --skip instructions --json .build/bench-quick.json
 # Issue 17's figures: fan-out with 1-3 dispatch replicas on the test cluster next to SQLite's one.
