@@ -199,9 +199,7 @@ public final class Authenticator: Sendable {
             throw ServiceError.unauthenticated("a token is issued for Basic credentials (user name and password)")
         }
         try await checkPassword(user: user, password: password, source: source)
-        var bytes = [UInt8](repeating: 0, count: 32)
-        var generator = SystemRandomNumberGenerator()
-        for index in bytes.indices { bytes[index] = generator.next() }
+        let bytes = SecureRandom.bytes(32)
         let token =
             "hrd_"
             + Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")

@@ -350,8 +350,7 @@ public enum HubRules {
 
     /// 256 random bits in base64 (44 characters), the shape of Azure's keys.
     static func newSecret() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return Data((0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }).base64EncodedString()
+        Data(SecureRandom.bytes(32)).base64EncodedString()
     }
 
     private static func isKeyNameByte(_ name: String) -> Bool {

@@ -1,6 +1,7 @@
 import Crypto
 import CryptoExtras
 import Foundation
+import HeraldModel
 
 /// Salted scrypt password hashes, stored as self-describing strings so the cost can be raised later
 /// without invalidating existing hashes: `$scrypt$ln=17,r=8,p=1$<salt base64>$<hash base64>`.
@@ -21,9 +22,7 @@ public struct PasswordHasher: Sendable {
 
     /// A fresh hash of `password` with a random 16-byte salt.
     public func hash(_ password: String) throws -> String {
-        var salt = [UInt8](repeating: 0, count: 16)
-        var generator = SystemRandomNumberGenerator()
-        for index in salt.indices { salt[index] = generator.next() }
+        let salt = SecureRandom.bytes(16)
         let key = try Self.derive(password, salt: salt, logN: logN, r: blockSize, p: parallelism)
         return
             "$scrypt$ln=\(logN),r=\(blockSize),p=\(parallelism)$\(Data(salt).base64EncodedString())$\(key.base64EncodedString())"

@@ -158,9 +158,7 @@ enum RegistrationSQL {
     /// "r-" and 24 base-32 characters: 120 random bits, unguessable. Installations use "i-",
     /// their templates "t-".
     static func newID(prefix: String = "r-") -> String {
-        let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
-        var generator = SystemRandomNumberGenerator()
-        return prefix + String((0..<24).map { _ in alphabet[Int(generator.next(upperBound: UInt8(32)))] })
+        prefix + SecureRandom.base32(24)
     }
 
     /// One line of the NDJSON export: `{"kind":"installation","installation":{…}}`.
