@@ -111,12 +111,20 @@ struct EdgeBench: AsyncParsableCommand {
             SQLite. scripts/postgres.sh start DIR makes a throw-away server.
             """)
     var database: String?
+    @Option(
+        help: """
+            Run the services from this folder (another build's, for a before/after with one bench); \
+            herald-bench's own folder by default.
+            """)
+    var servicesBin: String?
 
     func run() async throws { try await execute() }
 
     func execute() async throws {
         try options.show(
-            try await EdgeScenario(options: options, connections: connections, database: database).run(),
+            try await EdgeScenario(
+                options: options, connections: connections, database: database, servicesBin: servicesBin
+            ).run(),
             scenarios: ["edge"])
     }
 }
@@ -126,6 +134,8 @@ struct EdgeScenario {
     var connections = 64
     /// nil: SQLite; else the PostgreSQL URL every service uses.
     var database: String?
+    /// The services' folder when not herald-bench's own.
+    var servicesBin: String?
 
     func run() async throws -> Report {
         guard let wrk = which("wrk") else {
@@ -238,6 +248,7 @@ struct EdgeScenario {
         async throws -> (get: WrkRun?, put: WrkRun)
     {
         var configuration = StackConfiguration.bench(dir: dir)
+        if let servicesBin { configuration.binDirectory = servicesBin }
         if let tracing {
             configuration.environment = [
                 "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(tracing.port)",
