@@ -167,7 +167,7 @@ cmp -s "$work/body" services/edge/herald.png || fail "the rich content differs f
 step "3b. rich push: uploaded, pushed (id only), fetched byte for byte"
 
 # 4. Restart one service under traffic: the edge reconnects by itself.
-payload_cid="$("${compose[@]}" ps -q payload)"
+payload_cid="$(cid payload)"
 started="$(podman inspect -f '{{.State.StartedAt}}' "$payload_cid")"
 "${compose[@]}" restart payload >/dev/null 2>&1
 [[ "$(podman inspect -f '{{.State.StartedAt}}' "$payload_cid")" != "$started" ]] || fail "payload was not restarted"
@@ -253,7 +253,7 @@ secure="$(inbox_field "$handle" secureId)"
 expect_status 200 "GET api/notifications/$secure at the second edge" "${C[@]}" "$url2/api/notifications/$secure"
 [[ "$(json 'd["Payload"]')" == "Secure confirmation." ]] || fail "secure payload on PostgreSQL: $(cat "$work/body")"
 step "8a. docker-compose.postgres.yml up in $(( $(date +%s) - up_start ))s: registered at one edge, pushed through the other, fetched"
-podman kill "$("${compose_pg[@]}" ps -q registration)" >/dev/null
+podman kill "$(cid registration)" >/dev/null
 for n in 1 2 3 4 5 6; do
   edge_url="$url"; (( n % 2 )) && edge_url="$url2"
   expect_login_status 200 "POST api/register ($n) with a registration replica killed" "${C[@]}" -X POST "$edge_url/api/register?handle=$handle"

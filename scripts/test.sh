@@ -225,7 +225,7 @@ beside bench-instructions "$bin/herald-bench" instructions --quick --json .build
 # time is checked), and its 200 requests/s take a third of a core.
 beside soak "$bin/herald-bench" soak --quick --minutes 0.5
 # The Kubernetes manifest run by podman kube play (a pod of its own, no host port), beside the
-# compose test when the image is made already (12 s, a third of a core); else after it, from the
+# compose test when the image is made already (12 s alone, a third of a core); else after it, from the
 # image compose-test.sh makes.
 [[ -n "$image_made" ]] && beside kube scripts/kube-test.sh
 # The containers: services/Dockerfile's image from the binaries just built, docker-compose.yml run

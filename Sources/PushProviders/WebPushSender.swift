@@ -16,7 +16,7 @@ public enum WebPushEncryption {
     /// fresh per message unless a test fixes them.
     public static func encrypt(
         _ plaintext: [UInt8], p256dh: [UInt8], auth: [UInt8],
-        senderKey: P256.KeyAgreement.PrivateKey = .init(), salt: [UInt8] = randomBytes(16)
+        senderKey: P256.KeyAgreement.PrivateKey = .init(), salt: [UInt8] = SecureRandom.bytes(16)
     ) throws -> [UInt8] {
         let receiver = try P256.KeyAgreement.PublicKey(x963Representation: p256dh)
         let senderPublic = Array(senderKey.publicKey.x963Representation)
@@ -41,11 +41,6 @@ public enum WebPushEncryption {
         header.append(UInt8(senderPublic.count))
         header += senderPublic
         return header + Array(sealed.ciphertext) + Array(sealed.tag)
-    }
-
-    public static func randomBytes(_ count: Int) -> [UInt8] {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
     }
 }
 

@@ -193,8 +193,7 @@ enum ConsolePage {
 
     /// 192 random bits, cookie- and form-safe.
     static func randomToken() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return base64URL(Data((0..<24).map { _ in UInt8.random(in: 0...255, using: &generator) }))
+        base64URL(Data(SecureRandom.bytes(24)))
     }
 
     /// Base64url without padding (RFC 4648 §5).
