@@ -48,7 +48,12 @@ public final class HTTP2Pool: Sendable {
     private let tls: NIOSSLContext?
     /// Whether `tls` presents a client certificate (APNs' certificate-based auth).
     private let presentsCertificate: Bool
-    private let group: any EventLoopGroup
+    /// Each slot's event loop: slot `i` connects on `loops[i]`, so a pool's connections are served
+    /// by different threads. Left to `group.next()`, they were not always: anything else in the
+    /// process that took a loop between two connects (an RPC client, another pool) could put both
+    /// on one thread, and a fan-out then had one core pushing while the other waited (issue 49:
+    /// about 10% of the APNs broadcast's rate, in one run out of two or so).
+    private let loops: [any EventLoop]
     private let connectTimeout: TimeAmount
     private let slots: Mutex<[Slot]>
     private let refusedHTTP2 = Atomic<Bool>(false)
@@ -77,10 +82,17 @@ public final class HTTP2Pool: Sendable {
         let defaultPort = scheme == "https" ? 443 : 80
         authority = port == defaultPort ? host : "\(host):\(port)"
         self.tls = scheme == "https" ? tls : nil
-        group = MultiThreadedEventLoopGroup.singleton
+        let all = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
+        // Pools start where the last one stopped: two pools of two connections on four loops use all four.
+        let count = UInt(max(1, connections))
+        let first = Self.nextLoop.wrappingAdd(count, ordering: .relaxed).oldValue
+        loops = (0..<count).map { all[Int((first &+ $0) % UInt(max(1, all.count)))] }
         self.connectTimeout = .nanoseconds(connectTimeout.wholeNanoseconds)
         slots = Mutex(Array(repeating: .empty, count: max(1, connections)))
     }
+
+    /// Where the next pool's first connection goes among the event loops.
+    private static let nextLoop = Atomic<UInt>(0)
 
     deinit {
         slots.withLock { state in
@@ -184,7 +196,7 @@ public final class HTTP2Pool: Sendable {
             }
             if let pending { return .wait(pending) }
             if let free {
-                let future = connect()
+                let future = connect(on: loops[free])
                 state[free] = .connecting(future)
                 return .opened(future, slot: free)
             }
@@ -213,13 +225,13 @@ public final class HTTP2Pool: Sendable {
         }
     }
 
-    private func connect() -> EventLoopFuture<HTTP2Connection> {
+    private func connect(on loop: any EventLoop) -> EventLoopFuture<HTTP2Connection> {
         let tls = self.tls
         let presentsCertificate = self.presentsCertificate
         let host = self.host
         // SNI never carries an IP address; NIOSSL then checks the certificate against the peer's IP.
         let sniName: String? = (try? SocketAddress(ipAddress: host, port: 0)) == nil ? host : nil
-        return ClientBootstrap(group: group)
+        return ClientBootstrap(group: loop)
             .connectTimeout(connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in

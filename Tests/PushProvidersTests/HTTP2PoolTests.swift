@@ -100,6 +100,27 @@ struct HTTP2PoolTests {
         #expect(server.double.connections == 2)
     }
 
+    @Test("a pool's connections are served by different event loops, whatever else took a loop between its connects")
+    func connectionsSpreadOverLoops() async throws {
+        let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
+        guard loops.count >= 2 else { return }  // one core: one loop for everything
+        let server = try await SilentHTTP2Server.start()
+        defer { Task { await server.stop() } }
+        let pool = try HTTP2Pool(url: "http://127.0.0.1:\(server.port)", tls: nil, connections: 2)
+        // A batch held unanswered makes the first connection busy, so the next asks for a second;
+        // meanwhile something else takes one loop fewer than there are, so that `next()` comes
+        // round to the first connection's loop again.
+        let first = try await pool.connection()
+        async let held = pool.send(Self.requests("fast", HTTP2Pool.busy), timeout: .seconds(30))
+        try await Self.poll { server.fastReceived == HTTP2Pool.busy }
+        for _ in 1..<loops.count { _ = MultiThreadedEventLoopGroup.singleton.next() }
+        let second = try await pool.connection()
+        #expect(first !== second)
+        #expect(first.eventLoop !== second.eventLoop)
+        server.release()
+        _ = await held
+    }
+
     /// Polls `condition` every 10 ms for up to 30 s.
     static func poll(_ condition: () -> Bool) async throws {
         let deadline = ContinuousClock.now + .seconds(30)
