@@ -50,6 +50,48 @@ struct FairClaimTests {
     }
 
     @Test(
+        "a claim reuses the hubs the last one found, with each send's hub added and a hub with nothing due left out",
+        arguments: StoreBackend.available)
+    func reusedDiscovery(_ backend: StoreBackend) async throws {
+        try await withOutbox(backend) { fixture in
+            let outbox = fixture.outbox
+            func discovery() async throws -> (hubs: [Platform: Set<String>], reused: Bool) {
+                try await outbox.discoverHubs([.apns], after: outbox.claimCursor.withLock { $0 }, outbox.sql)
+            }
+            try await Self.send(outbox, "a-broadcast", hub: "a", 300)
+            #expect(try await outbox.claim(limit: 100, platforms: [.apns]).count == 100)
+            var found = try await discovery()
+            #expect(found.reused && found.hubs == [.apns: ["a"]], "the broadcast's next claims look for no hubs")
+            try await Self.send(outbox, "b-alert", hub: "b", 1, lane: .personal)
+            found = try await discovery()
+            #expect(found.reused && found.hubs == [.apns: ["a", "b"]], "a send adds its hub")
+            let items = try await outbox.claim(limit: 100, platforms: [.apns])
+            #expect(items.contains { $0.notificationID == "b-alert" })
+        }
+        try await withOutbox(backend) { fixture in
+            let outbox = fixture.outbox
+            // A hub whose rows are all claimed (leased: still pending, not due) stays: its rows come
+            // due again if their lease ends. One with no pending rows left is left out by the claim
+            // that finds so.
+            try await Self.send(outbox, "c-few", hub: "c", 5)
+            #expect(try await outbox.claim(limit: 10, platforms: [.apns]).count == 5)
+            #expect(try await outbox.claim(limit: 10, platforms: [.apns]).isEmpty)
+            #expect(try await outbox.discoverHubs([.apns], after: "", outbox.sql).hubs == [.apns: ["c"]])
+            _ = try await outbox.deleteEverything()
+            #expect(try await outbox.claim(limit: 10, platforms: [.apns]).isEmpty)
+            let found = try await outbox.discoverHubs([.apns], after: "", outbox.sql)
+            #expect(found.reused && found.hubs.isEmpty)
+        }
+        // Another replica's send arrives as its NOTIFY's payload.
+        let notice = HubDiscovery.notice(hub: "b", platforms: [.fcm, .apns])
+        #expect(HubDiscovery.parse(notice: notice)?.hub == "b")
+        #expect(Set(HubDiscovery.parse(notice: notice)?.platforms ?? []) == [.apns, .fcm])
+        for bad in ["", "b", "b:", "b:x", ":1", String(repeating: "h", count: 400) + ":1"] {
+            #expect(HubDiscovery.parse(notice: bad) == nil, "\(bad.prefix(20))")
+        }
+    }
+
+    @Test(
         "two hubs with backlogs share each claim equally, on every platform it claims",
         arguments: StoreBackend.available)
     func equalShares(_ backend: StoreBackend) async throws {

@@ -54,6 +54,9 @@ public final class Outbox: Sendable {
     let leaseSQL: any SQLDatabase
     /// The hub the last claim's fair share ended with (``FairClaims``): the next starts after it.
     let claimCursor = Mutex("")
+    /// The hubs with pending rows each claim's platforms last had (``hubsWithPending(_:after:_:)``),
+    /// kept up to date by the sends since (``HubDiscovery``).
+    let discovered = Mutex<[[Platform]: HubDiscovery]>([:])
     /// Hubs' claim weights that are set (``HubPushLimit/weight``): read back by the delivery
     /// worker every few seconds, and at once when set through this process.
     let claimWeights = Mutex<[String: Int]>([:])
@@ -104,7 +107,11 @@ public final class Outbox: Sendable {
     public var sharedByReplicas: Bool { postgres != nil }
 
     /// Run in a send's commit to wake the other replicas (``listenForSends(_:)``); nil without them.
-    var sendCommittedNotice: SQLQuery? { postgres.map { _ in "SELECT pg_notify(\(sendsChannel), '')" } }
+    /// The NOTIFY of a send committed with rows of `hub` on `platforms` (``HubDiscovery/notice(hub:platforms:)``).
+    func sendCommittedNotice(hub: String, platforms: [Platform]) -> SQLQuery? {
+        postgres.map { _ in "SELECT pg_notify(\(sendsChannel), \(HubDiscovery.notice(hub: hub, platforms: platforms)))"
+        }
+    }
 
     /// OutcomeState numbers for SQL (`state IN (…)`): a send that is still going, and one that is over.
     static let unfinishedStateValues = [OutcomeState.enqueued, .processing].map(\.rawValue)

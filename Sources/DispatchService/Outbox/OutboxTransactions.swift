@@ -28,7 +28,7 @@ public import PushProviders
 /// What differs between the databases stays behind the seam (``SQLFragment/skipLocked``,
 /// ``SQLFragment/forUpdate``, row sources, `anyOf:`) or in two properties: whether replicas share
 /// the database (``Outbox/sharedByReplicas``), and what a committed send tells them
-/// (``Outbox/sendCommittedNotice``).
+/// (``Outbox/sendCommittedNotice(hub:platforms:)``).
 extension Outbox {
     /// A sixth of the lease: a renewal is one small row per batch in flight, and five in a row
     /// may be late or fail (a stalled database, a busy machine) before a live process loses what
@@ -68,8 +68,7 @@ extension Outbox {
         let finishedAt: Int64 = none ? at : 0
         let traceParent = Self.currentTraceParent
         let pending = DeliveryState.pending.rawValue
-        let notice = sendCommittedNotice
-        let created: Int64? = try await sql.transaction { session in
+        let made: (created: Int64, platforms: [Platform])? = try await sql.transaction { session in
             var created = at
             if scheduled {
                 guard try await session.execute("DELETE FROM scheduled_send WHERE notification_id = \(id)") == 1 else {
@@ -91,7 +90,7 @@ extension Outbox {
                             \(finishedAt), \(originalBody), \(traceParent))
                     """)
             }
-            guard !none else { return created }
+            guard !none else { return (created, []) }
             try await Self.countPushes(stagedCount + targets.count, hub: hub, at: at, session)
             for payload in payloads {
                 try await session.execute(
@@ -132,10 +131,14 @@ extension Outbox {
                     VALUES (\(id), \(platform.rawValue), 0, 0, \(count))
                     """)
             }
-            if let notice { try await session.execute(notice) }
-            return created
+            if let notice = self.sendCommittedNotice(hub: hub, platforms: Array(perPlatform.keys)) {
+                try await session.execute(notice)
+            }
+            return (created, Array(perPlatform.keys))
         }
-        return created.map { (state, $0) }
+        // After the commit: a claim between the two would find the hub without rows and drop it.
+        if let made, !made.platforms.isEmpty { noteSend(hub: hub, platforms: made.platforms) }
+        return made.map { (state, $0.created) }
     }
 
     /// `targets` as rows, numbered from `start` in the send's audience (`position`), each with the
@@ -358,7 +361,7 @@ extension Outbox {
     ) async throws -> ClaimedBatch {
         guard !platforms.isEmpty, limit > 0 else { return .empty }
         let cursor = claimCursor.withLock { $0 }
-        let pendingByPlatform = try await hubsWithPending(platforms, after: cursor, session)
+        let (pendingByPlatform, reused) = try await discoverHubs(platforms, after: cursor, session)
         let active = pendingByPlatform.values.reduce(into: Set<String>()) { $0.formUnion($1) }
             .filter { (room[$0] ?? 1) > 0 }
         let served = FairClaims.order(active, after: cursor)
@@ -392,13 +395,17 @@ extension Outbox {
         let weights = claimWeights.withLock { $0 }
         let shares = FairClaims.shares(of: served, limit: limit, weights: weights)
         var more: [(hub: String, mark: Mark?, room: Int)] = []
+        var drained: [String] = []
         for (hub, share) in zip(served, shares) where claimed.count < limit {
             let room = room[hub] ?? Int.max
             let count = min(share, limit - claimed.count, room)
             let found = try await rows(of: hub, count: count, after: nil)
             if found.rows.count == count, count < room { more.append((hub, found.mark, room - count)) }
+            // A hub read in full that had nothing due may have none pending any more.
+            if found.rows.isEmpty, !personalOnly.contains(hub) { drained.append(hub) }
             claimed += found.rows
         }
+        if reused, !drained.isEmpty { try await forgetDone(drained, of: platforms, pendingByPlatform, session) }
         // What the others left goes to the hubs that had more, by weight again, from where their
         // share stopped (what a hub cannot use of that waits for the next claim).
         if claimed.count < limit, !more.isEmpty {
