@@ -57,6 +57,9 @@ public final class Outbox: Sendable {
     /// The hubs with pending rows each claim's platforms last had (``hubsWithPending(_:after:_:)``),
     /// kept up to date by the sends since (``HubDiscovery``).
     let discovered = Mutex<[[Platform]: HubDiscovery]>([:])
+    /// How long the claims go without looking for hubs (``HubDiscovery/maxAge`` unless a test
+    /// sets it, so that what it checks does not hang on how fast the machine is).
+    let hubLookInterval = Mutex(HubDiscovery.maxAge)
     /// Hubs' claim weights that are set (``HubPushLimit/weight``): read back by the delivery
     /// worker every few seconds, and at once when set through this process.
     let claimWeights = Mutex<[String: Int]>([:])

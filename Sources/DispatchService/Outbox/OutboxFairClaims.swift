@@ -127,7 +127,7 @@ extension Outbox {
         -> (hubs: [Platform: Set<String>], reused: Bool)
     {
         let at = ContinuousClock.now
-        if let kept = discovered.withLock({ $0[platforms] }), at - kept.at < HubDiscovery.maxAge {
+        if let kept = discovered.withLock({ $0[platforms] }), at - kept.at < hubLookInterval.withLock({ $0 }) {
             return (kept.hubs, true)
         }
         let (hubs, complete) = try await hubsWithPending(platforms, after: cursor, session)
