@@ -130,9 +130,19 @@ extension Outbox {
         if let kept = discovered.withLock({ $0[platforms] }), at - kept.at < hubLookInterval.withLock({ $0 }) {
             return (kept.hubs, true)
         }
-        let (hubs, complete) = try await hubsWithPending(platforms, after: cursor, session)
-        // Past FairClaims.maxHubs hubs a look names only those after the cursor: not kept.
-        discovered.withLock { $0[platforms] = complete ? HubDiscovery(at: at, hubs: hubs) : nil }
+        let (found, complete) = try await hubsWithPending(platforms, after: cursor, session)
+        // A look adds what it found to what is kept, which holds the hubs that sends named while
+        // it read (their rows may have come after its reads); only forgetDone takes hubs out. Past
+        // FairClaims.maxHubs hubs a look names only those after the cursor: nothing is kept.
+        let hubs = discovered.withLock { kept -> [Platform: Set<String>] in
+            guard complete else {
+                kept[platforms] = nil
+                return found
+            }
+            let hubs = (kept[platforms]?.hubs ?? [:]).merging(found) { $0.union($1) }
+            kept[platforms] = HubDiscovery(at: at, hubs: hubs)
+            return hubs
+        }
         return (hubs, false)
     }
 
