@@ -15,18 +15,8 @@ package struct RegistrationBody: Equatable {
     /// which decides and words the error. So both paths answer alike: a test and the fuzz
     /// target hold them to it.
     package static func parse(_ data: Data) throws -> RegistrationBody {
-        if let fields = FlatReader.read(data) { return try RegistrationBody(fields) }
-        return try parseWithFoundation(data)
-    }
-
-    init(platform: Platform, handle: String, tags: [String]) {
-        self.platform = platform
-        self.handle = handle
-        self.tags = tags
-    }
-
-    private init(_ fields: FlatReader.Fields) throws {
-        self.init(platform: try Self.platform(fields.platform), handle: fields.handle, tags: fields.tags)
+        guard let fields = FlatReader.read(data) else { return try parseWithFoundation(data) }
+        return RegistrationBody(platform: try platform(fields.platform), handle: fields.handle, tags: fields.tags)
     }
 
     /// The whole body through `JSONSerialization`: the rule for every body.

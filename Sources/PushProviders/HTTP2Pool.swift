@@ -82,11 +82,12 @@ public final class HTTP2Pool: Sendable {
         let defaultPort = scheme == "https" ? 443 : 80
         authority = port == defaultPort ? host : "\(host):\(port)"
         self.tls = scheme == "https" ? tls : nil
-        let all = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
+        let group = MultiThreadedEventLoopGroup.singleton
+        let all = Array(group.makeIterator())
         // Pools start where the last one stopped: two pools of two connections on four loops use all four.
         let count = UInt(max(1, connections))
         let first = Self.nextLoop.wrappingAdd(count, ordering: .relaxed).oldValue
-        loops = (0..<count).map { all[Int((first &+ $0) % UInt(max(1, all.count)))] }
+        loops = (0..<count).map { all.isEmpty ? group.next() : all[Int((first &+ $0) % UInt(all.count))] }
         self.connectTimeout = .nanoseconds(connectTimeout.wholeNanoseconds)
         slots = Mutex(Array(repeating: .empty, count: max(1, connections)))
     }
