@@ -75,8 +75,7 @@ enum FairClaims {
 
     /// Where the next claim starts: after the last hub served when some were left out, else after
     /// the first (so the first place, which gets what others leave, goes round); from the start
-    /// when one hub was all there was, so that the next claim finds its hubs in one read per
-    /// platform instead of two (the look after the cursor, then the one from the start).
+    /// when one hub was all there was.
     static func cursor(serving hubs: [String], of active: Int) -> String {
         guard active > 1 else { return "" }
         return (active > hubs.count ? hubs.last : hubs.first) ?? ""
@@ -195,15 +194,18 @@ extension Outbox {
         for platform in platforms {
             // One more than a claim serves: then the claim knows some were left out.
             let enough = FairClaims.maxHubs + 1
-            var found = try await session.query(Self.hubsWithPending(platform, after: cursor, limit: enough)).map {
+            // From the start first: with fewer hubs than `enough` that is all of them, in one
+            // read (each read walks what a broadcast's claimed rows left in the index).
+            var found = try await session.query(Self.hubsWithPending(platform, after: "", limit: enough)).map {
                 try $0[0] as String
             }
-            if found.count >= enough { complete = false }
-            if found.count < enough, !cursor.isEmpty {
-                let fromStart = try await session.query(Self.hubsWithPending(platform, after: "", limit: enough))
-                    .map { try $0[0] as String }
-                if fromStart.count >= enough { complete = false }
-                found += fromStart.filter { $0 <= cursor }
+            if found.count >= enough {
+                complete = false
+                if !cursor.isEmpty {
+                    let onward = try await session.query(Self.hubsWithPending(platform, after: cursor, limit: enough))
+                        .map { try $0[0] as String }
+                    found = onward + (onward.count < enough ? found.filter { $0 <= cursor } : [])
+                }
             }
             if !found.isEmpty { hubs[platform] = Set(found) }
         }
@@ -220,13 +222,26 @@ extension Outbox {
     /// Each hub's earliest pending delivery (Unix ms; a leased one when its lease ends): the
     /// least first entry of each lane of each platform in `delivery_due`, one look-up each, never a
     /// scan; at most ``metricHubs`` hubs of each platform.
+    ///
+    /// The hubs are those whose open sends have deliveries of the platform left (their counters,
+    /// a read of the few open sends), not a look along `delivery_due` as a claim's
+    /// (``hubsWithPending(_:after:_:)``): on PostgreSQL that look walks the old entries a
+    /// broadcast's claimed rows leave until vacuum, and this runs every second on every replica.
     func earliestDue() async throws -> [String: Int64] {
+        var hubs: [Int32: [String]] = [:]
+        for row in try await sql.query(
+            """
+            SELECT DISTINCT p.platform, n.hub
+            FROM notification n JOIN notification_platform p ON p.notification_id = n.id
+            WHERE n.state IN (1, 2) AND p.pending > 0 ORDER BY p.platform, n.hub
+            """)
+        {
+            let platform: Int32 = try row[0]
+            if hubs[platform, default: []].count < Self.metricHubs { hubs[platform, default: []].append(try row[1]) }
+        }
         var first: [String: Int64] = [:]
         for platform in Platform.delivered {
-            let hubs = try await sql.query(Self.hubsWithPending(platform, after: "", limit: Self.metricHubs)).map {
-                try $0[0] as String
-            }
-            for hub in hubs {
+            for hub in hubs[platform.rawValue] ?? [] {
                 if let due = try await earliestDue(platform, hub: hub) { first[hub] = min(first[hub] ?? due, due) }
             }
         }
