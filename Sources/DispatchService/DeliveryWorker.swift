@@ -103,8 +103,9 @@ struct HubLoad {
 /// whole sender as before, and a hub whose provider answers slowly holds at most half of it
 /// while the others' deliveries are claimed in batches of their own. A hub's
 /// `max_concurrent_pushes` (``Outbox/setPushLimits(_:hub:)``) caps its deliveries in flight
-/// besides. Dead handles are reported to herald-registration from a durable queue, so feedback
-/// survives a restart too.
+/// besides. On PostgreSQL one-person sends have a fast lane of their own (``fastLane()``): a claim
+/// of the personal lanes as soon as a send is committed, beside the claims of the batches. Dead handles
+/// are reported to herald-registration from a durable queue, so feedback survives a restart too.
 public final class DeliveryWorker: Service, Sendable {
     let outbox: Outbox
     /// Each hub's sender per platform; which platforms are recorded locally (the inbox, in the
@@ -125,6 +126,10 @@ public final class DeliveryWorker: Service, Sendable {
     private let concurrency = Mutex<[String: Int]>([:])
     private let logger: Logger
     private let wakeup = Wakeup()
+    /// The fast lane's (``fastLane()``): a send committed, or one of its batches finished.
+    private let fastWakeup = Wakeup()
+    /// The fast lane's batches in flight: at most `workers`.
+    private let fastRunning = Mutex(0)
     private let removing = Mutex(false)
     /// Batches in flight.
     private let running = Mutex(0)
@@ -156,6 +161,7 @@ public final class DeliveryWorker: Service, Sendable {
     public func wake() {
         committed.add(1, ordering: .relaxed)
         wakeup.signal()
+        fastWakeup.signal()
     }
 
     /// Sends committed through ``wake()`` so far: a claim that found nothing of the hubs not held
@@ -178,6 +184,9 @@ public final class DeliveryWorker: Service, Sendable {
         // On graceful shutdown: claim nothing more, and let the batches in flight record their results.
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
+                // On SQLite every claim is a write through the file's one writer and takes a few
+                // milliseconds: a second claimer would only queue behind the first.
+                if outbox.postgres != nil { group.addTask { await self.fastLane() } }
                 // The hubs held back when a claim last found nothing of the others (see below).
                 var heldBack: (hubs: Set<String>, sends: Int, at: ContinuousClock.Instant)?
                 while !Task.isCancelled, !stopping.withLock({ $0 }) {
@@ -200,33 +209,15 @@ public final class DeliveryWorker: Service, Sendable {
                     }
                     let sends = committed.load(ordering: .relaxed)
                     let claimStart = HeraldTracing.isOn ? DefaultTracerClock.now : nil
-                    guard let batch = await claimRemoteBatch(room: room, personalOnly: personalOnly) else { continue }
-                    if batch.takenOver > 0 {
-                        DispatchMetrics.takeovers(count: batch.takenOver)
-                        logger.notice(
-                            "took over deliveries whose lease had ended",
-                            metadata: ["herald.count": "\(batch.takenOver)"])
-                    }
+                    guard let batch = await claimRemoteBatch(room: room, personalOnly: personalOnly, wakeup: wakeup)
+                    else { continue }
                     let claim = claimStart.map { ($0, DefaultTracerClock.now) }
                     if !batch.items.isEmpty {
                         running.withLock { $0 += 1 }
-                        inFlight.withLock { $0[batch.lease] = batch.leaseEnds }
-                        let perHub = Self.itemsPerHub(batch.items)
-                        load.withLock { load in
-                            for (hub, count) in perHub {
-                                load[hub, default: HubLoad()].batches += 1
-                                load[hub, default: HubLoad()].items += count
-                            }
-                        }
+                        let perHub = started(batch, countsAsBatch: true)
                         group.addTask {
                             await self.deliver(batch, claim: claim)
-                            self.load.withLock { load in
-                                for (hub, count) in perHub {
-                                    load[hub]?.batches -= 1
-                                    load[hub]?.items -= count
-                                }
-                            }
-                            self.inFlight.withLock { $0[batch.lease] = nil }
+                            self.finished(batch, perHub, countedAsBatch: true)
                             self.running.withLock { $0 -= 1 }
                             self.wakeup.signal()
                         }
@@ -246,7 +237,70 @@ public final class DeliveryWorker: Service, Sendable {
         } onGracefulShutdown: {
             self.stopping.withLock { $0 = true }
             self.wakeup.signal()
+            self.fastWakeup.signal()
         }
+    }
+
+    /// The fast lane (issue 49), on PostgreSQL: claims one-person sends (every hub's personal
+    /// lane) as soon as a send is committed, here or on another replica, beside the loop above. That loop claims one
+    /// batch at a time, and on a busy PostgreSQL a claim of a broadcast's 500 rows takes 100–250
+    /// ms: a one-person send committed just after one began waited for it, and then for its own.
+    /// Here it waits only for a claim of the personal lanes, which hold few rows. Batches are
+    /// counted in their hubs' deliveries in flight (so `max_concurrent_pushes` holds) but not in
+    /// their windows, which pace the broadcasts; at most `workers` of them are in flight. The loop
+    /// above still claims personal lanes first too: rows are taken by whichever claim comes first.
+    private func fastLane() async {
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled, !stopping.withLock({ $0 }) {
+                await fastWakeup.wait(upTo: .seconds(1))
+                while !Task.isCancelled, !stopping.withLock({ $0 }), fastRunning.withLock({ $0 }) < workers {
+                    let claimStart = HeraldTracing.isOn ? DefaultTracerClock.now : nil
+                    guard
+                        let batch = await claimRemoteBatch(
+                            room: capRoom(), personalOnly: [], onlyPersonal: true, wakeup: fastWakeup),
+                        !batch.items.isEmpty
+                    else { break }
+                    let claim = claimStart.map { ($0, DefaultTracerClock.now) }
+                    fastRunning.withLock { $0 += 1 }
+                    let perHub = started(batch, countsAsBatch: false)
+                    group.addTask {
+                        await self.deliver(batch, claim: claim)
+                        self.finished(batch, perHub, countedAsBatch: false)
+                        self.fastRunning.withLock { $0 -= 1 }
+                        self.fastWakeup.signal()
+                    }
+                }
+            }
+        }
+    }
+
+    /// `batch` is in flight: its lease is renewed, and its rows count in their hubs' load.
+    private func started(_ batch: Outbox.ClaimedBatch, countsAsBatch: Bool) -> [String: Int] {
+        if batch.takenOver > 0 {
+            DispatchMetrics.takeovers(count: batch.takenOver)
+            logger.notice(
+                "took over deliveries whose lease had ended", metadata: ["herald.count": "\(batch.takenOver)"])
+        }
+        inFlight.withLock { $0[batch.lease] = batch.leaseEnds }
+        let perHub = Self.itemsPerHub(batch.items)
+        load.withLock { load in
+            for (hub, count) in perHub {
+                if countsAsBatch { load[hub, default: HubLoad()].batches += 1 }
+                load[hub, default: HubLoad()].items += count
+            }
+        }
+        return perHub
+    }
+
+    /// `batch`'s results are recorded: what ``started(_:countsAsBatch:)`` counted is taken back.
+    private func finished(_ batch: Outbox.ClaimedBatch, _ perHub: [String: Int], countedAsBatch: Bool) {
+        load.withLock { load in
+            for (hub, count) in perHub {
+                if countedAsBatch { load[hub]?.batches -= 1 }
+                load[hub]?.items -= count
+            }
+        }
+        inFlight.withLock { $0[batch.lease] = nil }
     }
 
     /// Extends the leases of the batches in flight every `interval`, until cancelled: one small
@@ -321,6 +375,17 @@ public final class DeliveryWorker: Service, Sendable {
         }
     }
 
+    /// How many deliveries of each hub the fast lane may claim: what its `max_concurrent_pushes`
+    /// leaves (its window paces its broadcasts, not its one-person sends).
+    func capRoom() -> [String: Int] {
+        let caps = concurrency.withLock { $0 }
+        return load.withLock { load in
+            var room: [String: Int] = [:]
+            for (hub, cap) in caps { room[hub] = max(0, cap - (load[hub]?.items ?? 0)) }
+            return room
+        }
+    }
+
     static func itemsPerHub(_ items: [PushItem]) -> [String: Int] {
         var counts: [String: Int] = [:]
         for item in items { counts[item.hub, default: 0] += 1 }
@@ -328,13 +393,16 @@ public final class DeliveryWorker: Service, Sendable {
     }
 
     /// Claims due deliveries of the remote platforms (with a lease); nil after a database error
-    /// (logged, and waited on for a second).
-    private func claimRemoteBatch(room: [String: Int], personalOnly: Set<String>) async -> Outbox.ClaimedBatch? {
+    /// (logged, and waited on for a second, or until `wakeup`, the caller's, is signalled).
+    private func claimRemoteBatch(
+        room: [String: Int], personalOnly: Set<String>, onlyPersonal: Bool = false, wakeup: Wakeup
+    ) async -> Outbox.ClaimedBatch? {
         let remotePlatforms = senders.split.remote
         guard !remotePlatforms.isEmpty else { return .empty }
         do {
             return try await outbox.claimBatch(
-                limit: batchSize, platforms: remotePlatforms, room: room, personalOnly: personalOnly)
+                limit: batchSize, platforms: remotePlatforms, room: room, personalOnly: personalOnly,
+                onlyPersonal: onlyPersonal)
         } catch {
             logger.error("cannot claim deliveries", metadata: ["herald.error": "\(error)"])
             await wakeup.wait(upTo: .seconds(1))

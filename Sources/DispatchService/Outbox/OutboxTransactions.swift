@@ -276,15 +276,17 @@ extension Outbox {
 
     /// ``claim(limit:platforms:)`` with the batch's lease, for the worker that renews it. `room`:
     /// at most this many rows of each hub it names (0: none; the delivery worker's per-hub caps);
-    /// `personalOnly`: hubs of which only the personal lane is read.
+    /// `personalOnly`: hubs of which only the personal lane is read; `onlyPersonal`: of every hub
+    /// (the delivery worker's fast lane), leaving the claims' place in the hubs' rotation as it was.
     public func claimBatch(
-        limit: Int, platforms: [Platform], room: [String: Int] = [:], personalOnly: Set<String> = []
+        limit: Int, platforms: [Platform], room: [String: Int] = [:], personalOnly: Set<String> = [],
+        onlyPersonal: Bool = false
     ) async throws -> ClaimedBatch {
         let at = now()
         return try await sql.transactionRetryingConflicts { session in
             try await self.take(
                 limit: limit, platforms: platforms, leasing: true, at: at, room: room, personalOnly: personalOnly,
-                session)
+                onlyPersonal: onlyPersonal, session)
         }
     }
 
@@ -354,10 +356,11 @@ extension Outbox {
     /// none due): the delivery worker's way to keep one hub from holding more of its batches, or
     /// of its provider requests, than its share. Of the hubs in `personalOnly`, only their
     /// personal lane is read: a hub at its window of batches still has its one-person sends
-    /// claimed, instead of waiting for one of its broadcast's batches to finish.
+    /// claimed, instead of waiting for one of its broadcast's batches to finish. With
+    /// `onlyPersonal`, only the personal lanes of all hubs are read, and the cursor stays.
     func take(
         limit: Int, platforms: [Platform], leasing: Bool, at: Int64, room: [String: Int] = [:],
-        personalOnly: Set<String> = [], _ session: any SQLSession
+        personalOnly: Set<String> = [], onlyPersonal: Bool = false, _ session: any SQLSession
     ) async throws -> ClaimedBatch {
         guard !platforms.isEmpty, limit > 0 else { return .empty }
         let cursor = claimCursor.withLock { $0 }
@@ -366,14 +369,14 @@ extension Outbox {
             .filter { (room[$0] ?? 1) > 0 }
         let served = FairClaims.order(active, after: cursor)
         guard !served.isEmpty else { return .empty }
-        claimCursor.withLock { $0 = FairClaims.cursor(serving: served, of: active.count) }
+        if !onlyPersonal { claimCursor.withLock { $0 = FairClaims.cursor(serving: served, of: active.count) } }
         // A hub's next `count` due rows after `mark` (the last row taken from it, with its lane):
         // its personal lane, then its bulk lane.
         typealias Mark = (lane: DeliveryLane, due: Int64, sequence: Int64)
         func rows(of hub: String, count: Int, after mark: Mark?) async throws -> (rows: [Claimed], mark: Mark?) {
             var rows: [Claimed] = []
             var last = mark
-            let lanes: [DeliveryLane] = personalOnly.contains(hub) ? [.personal] : [.personal, .bulk]
+            let lanes: [DeliveryLane] = onlyPersonal || personalOnly.contains(hub) ? [.personal] : [.personal, .bulk]
             for lane in lanes where rows.count < count && lane.rawValue >= (mark?.lane.rawValue ?? 0) {
                 let after = mark.flatMap { $0.lane == lane ? ($0.due, $0.sequence) : nil }
                 var laneRows: [Claimed] = []
@@ -402,7 +405,7 @@ extension Outbox {
             let found = try await rows(of: hub, count: count, after: nil)
             if found.rows.count == count, count < room { more.append((hub, found.mark, room - count)) }
             // A hub read in full that had nothing due may have none pending any more.
-            if found.rows.isEmpty, !personalOnly.contains(hub) { drained.append(hub) }
+            if found.rows.isEmpty, !onlyPersonal, !personalOnly.contains(hub) { drained.append(hub) }
             claimed += found.rows
         }
         if reused, !drained.isEmpty { try await forgetDone(drained, of: platforms, pendingByPlatform, session) }
