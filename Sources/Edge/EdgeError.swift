@@ -156,7 +156,7 @@ struct EdgeErrorMiddleware: RouterMiddleware {
 
     /// The caller's `X-Request-Id` when it is a sane token, else a fresh one.
     static func requestID(_ request: Request) -> String {
-        saneToken(request.headers[.requestID], maxBytes: 64) ?? newRequestID()
+        saneToken(request.headers.value(.requestID), maxBytes: 64) ?? newRequestID()
     }
 
     /// `value` when it is 1 to `maxBytes` of `A-Z a-z 0-9 - _` (plus `alsoAllowed`): a caller's id

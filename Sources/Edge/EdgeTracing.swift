@@ -25,7 +25,7 @@ struct EdgeTracingMiddleware: RouterMiddleware {
         _ request: Request, context: EdgeRequestContext, next: (Request, EdgeRequestContext) async throws -> Response
     ) async throws -> Response {
         let entering = tracer.entering(
-            traceparent: request.headers[.traceParent], tracestate: request.headers[.traceState],
+            traceparent: request.headers.value(.traceParent), tracestate: request.headers.value(.traceState),
             in: InstrumentationContext.current ?? .topLevel)
         return try await HeraldTracing.run(entering) { trace in
             // Hummingbird's middleware starts its span in the task's current context.

@@ -13,17 +13,17 @@ package enum EdgeHTTP {
     /// The request's Authorization value: 401 when it is missing, or malformed by a NUL (it crosses
     /// into protobuf-c as a C string), never a 400.
     static func authorization(_ request: Request, missing: String = "missing Authorization header") throws -> String {
-        guard let header = request.headers[.authorization], !header.isEmpty else {
+        guard let header = request.headers.value(.authorization), !header.isEmpty else {
             throw EdgeError.unauthorized(missing)
         }
-        guard !header.utf8.contains(0) else { throw EdgeError.unauthorized("malformed Authorization header") }
+        guard !containsNUL(header) else { throw EdgeError.unauthorized("malformed Authorization header") }
         return header
     }
 
     /// The whole body, or 413 with a JSON error when it is larger than `limit`.
     static func collect(_ request: Request, upTo limit: Int) async throws -> Data {
         let tooLarge = EdgeError(.contentTooLarge, "the request body is larger than the limit of \(limit) bytes")
-        if let declared = request.headers[.contentLength].flatMap(Int.init), declared > limit { throw tooLarge }
+        if let declared = request.headers.value(.contentLength).flatMap(Int.init), declared > limit { throw tooLarge }
         do {
             return Data(buffer: try await request.body.collect(upTo: limit))
         } catch is NIOTooManyBytesError {
@@ -50,8 +50,17 @@ package enum EdgeHTTP {
 
     /// Strings cross into protobuf-c as C strings: refuse a NUL instead of letting it cut the text.
     static func text(_ value: String, _ name: String) throws -> String {
-        guard !value.utf8.contains(0) else { throw EdgeError(.badRequest, "\(name) must not contain a NUL character") }
+        guard !containsNUL(value) else { throw EdgeError(.badRequest, "\(name) must not contain a NUL character") }
         return value
+    }
+
+    /// Whether `value` has a NUL byte: `memchr` over its bytes (a generic `contains` over the
+    /// UTF-8 view took ~20 instructions a byte).
+    static func containsNUL(_ value: String) -> Bool {
+        value.utf8.withContiguousStorageIfAvailable { bytes in
+            guard let base = bytes.baseAddress, !bytes.isEmpty else { return false }
+            return memchr(base, 0, bytes.count) != nil
+        } ?? value.utf8.contains(0)
     }
 
     static func outcomePath(_ notificationID: String) -> String { "/v1/notifications/\(notificationID)/outcome" }

@@ -85,7 +85,7 @@ struct V1Routes: Sendable {
             guard !body.isEmpty else { throw EdgeError(.badRequest, "the body is the content to send; it is empty") }
             try await users.requireUser(toUser, requestID: requestID)
             if kind == "rich" {
-                let contentType = request.headers[.contentType] ?? "application/octet-stream"
+                let contentType = request.headers.value(.contentType) ?? "application/octet-stream"
                 let richType = try EdgeHTTP.text(
                     query.get("rich_type") ?? NativePayloads.richType(contentType: contentType), "rich_type")
                 (payloadID, outcome) = try await content.sendRich(

@@ -111,7 +111,7 @@ enum ConsolePage {
     static func upload(_ request: Request, _ config: EdgeConfig) async throws -> (
         fields: [String: String], files: [String: UploadedFile]
     ) {
-        guard (request.headers[.contentType] ?? "").lowercased().hasPrefix("multipart/form-data") else {
+        guard (request.headers.value(.contentType) ?? "").lowercased().hasPrefix("multipart/form-data") else {
             let body = try await EdgeHTTP.collect(request, upTo: config.maxBodyBytes)
             return (fields(urlEncoded: String(decoding: body, as: UTF8.self)), [:])
         }
@@ -159,7 +159,7 @@ enum ConsolePage {
     /// Every part of a `multipart/form-data` body (a file's part has its Content-Type header),
     /// the body at most `max-content-bytes` plus room for the form's other fields.
     static func multipart(_ request: Request, _ config: EdgeConfig) async throws -> [MultipartPart] {
-        let contentType = request.headers[.contentType] ?? ""
+        let contentType = request.headers.value(.contentType) ?? ""
         guard let range = contentType.range(of: "boundary=") else {
             throw EdgeError(.badRequest, "multipart/form-data without a boundary")
         }

@@ -190,7 +190,7 @@ extension NotificationHubsRoutes {
 
     /// `If-Match`: absent or `*` is 0 (any); else an ETag, quoted, weak or bare.
     static func ifMatch(_ request: Request) throws -> Int64 {
-        guard var value = request.headers[.ifMatch]?.trimmingCharacters(in: .whitespaces), value != "*" else {
+        guard var value = request.headers.value(.ifMatch)?.trimmingCharacters(in: .whitespaces), value != "*" else {
             return 0
         }
         if value.hasPrefix("W/") { value.removeFirst(2) }

@@ -114,7 +114,7 @@ package struct NotificationHubsRoutes: Sendable {
     /// .NET sends a GUID), else the edge's request id, which the services' logs carry.
     static func trackingID(_ request: Request, _ context: EdgeRequestContext) -> String {
         EdgeErrorMiddleware.saneToken(
-            request.headers[.trackingID], maxBytes: 128, alsoAllowed: [UInt8(ascii: "."), UInt8(ascii: ":")])
+            request.headers.value(.trackingID), maxBytes: 128, alsoAllowed: [UInt8(ascii: "."), UInt8(ascii: ":")])
             ?? context.requestID
     }
 
@@ -143,7 +143,7 @@ package struct NotificationHubsRoutes: Sendable {
         guard Names.isValidHubName(hub) else {
             throw EdgeError(.notFound, "no hub \(hub): hub names are \(Names.hubNameRule)")
         }
-        guard let header = request.headers[.authorization], !header.isEmpty else {
+        guard let header = request.headers.value(.authorization), !header.isEmpty else {
             throw EdgeError(
                 .unauthorized,
                 "MissingToken: the request needs Authorization: SharedAccessSignature sr=…&sig=…&se=…&skn=…")

@@ -44,7 +44,7 @@ extension NotificationHubsRoutes {
     /// says `Scheduled` until then.
     func schedule(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
         let (hub, answer) = try await authorizeSASAnswer(request, context, needs: .send)
-        guard let text = request.headers[.nhScheduleTime] else {
+        guard let text = request.headers.value(.nhScheduleTime) else {
             throw EdgeError(
                 .badRequest, "a scheduled send needs ServiceBusNotification-ScheduleTime, e.g. 2030-01-01T08:00:00Z")
         }
@@ -88,7 +88,7 @@ extension NotificationHubsRoutes {
         // 1,000 handles do not fit NH's 64 KB (APNs tokens alone are 66 KB): the limit holds for
         // the notification part, and the request may carry the handles besides.
         let body = try await nhBody(request, limit: Self.nhMaxRequestBytes + Self.nhBatchHandles * 512)
-        let parts = try NHBatch.parse(contentType: request.headers[.contentType] ?? "", body: [UInt8](body))
+        let parts = try NHBatch.parse(contentType: request.headers.value(.contentType) ?? "", body: [UInt8](body))
         guard parts.notification.count <= Self.nhMaxRequestBytes else {
             throw EdgeError(.contentTooLarge, "The message size cannot be over \(Self.nhMaxRequestBytes / 1024) Kb")
         }
@@ -134,7 +134,7 @@ extension NotificationHubsRoutes {
     private func nhSendRequest(_ request: Request, hub: String, key: String) async throws -> SendRequest {
         let body = try await nhBody(request)
         var send = SendRequest(hub: hub, originalBody: [UInt8](body), principal: Principal(hubKey: key))
-        let format = request.headers[.nhFormat] ?? ""
+        let format = request.headers.value(.nhFormat) ?? ""
         let direct = request.uri.queryParameters.get("direct") != nil
         if format.isEmpty, direct {
             throw EdgeError(
@@ -153,7 +153,7 @@ extension NotificationHubsRoutes {
                 throw EdgeError(.badRequest, "a template send goes to installations' templates; it cannot be direct")
             }
             send.deviceHandles = [try Self.directHandle(request.headers, platform: send.payloads[0].platform)]
-        } else if let tags = request.headers[.nhTags], !tags.isEmpty {
+        } else if let tags = request.headers.value(.nhTags), !tags.isEmpty {
             send.targetTag = tags
         } else {
             send.broadcast = true
@@ -221,11 +221,11 @@ extension NotificationHubsRoutes {
     /// The push handle of a direct send: `ServiceBusNotification-DeviceHandle`; for Web Push the
     /// endpoint there and the keys in `P256DH` and `Auth`, as the JS SDK sends them.
     package static func directHandle(_ headers: HTTPFields, platform: Platform) throws -> String {
-        guard let handle = headers[.nhDeviceHandle], !handle.isEmpty else {
+        guard let handle = headers.value(.nhDeviceHandle), !handle.isEmpty else {
             throw EdgeError(.badRequest, "a direct send needs ServiceBusNotification-DeviceHandle")
         }
         guard platform == .browser else { return handle }
-        guard let p256dh = headers[.webPushP256DH], let auth = headers[.webPushAuth] else {
+        guard let p256dh = headers[.webPushP256DH], let auth = headers.value(.webPushAuth) else {
             throw EdgeError(
                 .badRequest, "a direct browser send needs the subscription's keys in the P256DH and Auth headers")
         }
