@@ -155,8 +155,13 @@ struct TracingTests {
                 contentType: "application/json", headers: [("traceparent", "00-\(trace)-\(callerSpan)-01")])
             #expect(sent.status == 200, "\(sent.text)")
 
+            // Each service exports on its own schedule: wait for every span checked below, not
+            // only dispatch's (registration's came after them once in CI).
             let spans = try await receiver.waitForTrace(trace) { spans in
                 spans.contains { $0.name == "apns request" } && spans.contains { $0.name == "outbox.claim" }
+                    && spans.contains { $0.service == "herald-registration" && $0.name == "audience.page" }
+                    && spans.contains { $0.service == "herald-auth" }
+                    && spans.contains { $0.parentSpanID == callerSpan }
             }
             let services = Set(spans.map(\.service))
             #expect(
@@ -224,6 +229,9 @@ struct TracingTests {
             #expect(root.parentSpanID.isEmpty && root.service == "herald-edge")
             let spans = try await receiver.waitForTrace(root.traceID) { spans in
                 spans.contains { $0.name == "apns request" }
+                    && Set(spans.map(\.service)).isSuperset(of: [
+                        "herald-auth", "herald-registration", "herald-dispatch",
+                    ])
             }
             Self.checkTree(spans, root: "")
             let services = Set(spans.map(\.service))
@@ -273,8 +281,18 @@ struct TracingTests {
                 let complete = traces.values.allSatisfy { spans in
                     let edge = spans.first { $0.parentSpanID.isEmpty && $0.service == "herald-edge" }
                     guard let edge else { return false }
+                    // Each service exports on its own schedule: every parent arrived, and a send's
+                    // trace has every service's spans (registration's once came last in CI).
+                    let ids = Set(spans.map(\.spanID))
+                    guard spans.allSatisfy({ $0.parentSpanID.isEmpty || ids.contains($0.parentSpanID) }) else {
+                        return false
+                    }
                     return edge.attributes["http.route"] as? String != "/api/notifications"
-                        || spans.contains { $0.name == "apns request" }
+                        || (spans.contains { $0.name == "apns request" }
+                            && Set(spans.map(\.service)).isSuperset(of: [
+                                "herald-edge", "herald-auth", "herald-registration", "herald-payload",
+                                "herald-dispatch",
+                            ]))
                 }
                 if complete || ContinuousClock.now >= deadline { break }
                 try await Task.sleep(for: .milliseconds(100))
