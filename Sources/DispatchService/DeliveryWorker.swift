@@ -360,9 +360,8 @@ public final class DeliveryWorker: Service, Sendable {
     func hubRoom() -> (room: [String: Int], personalOnly: Set<String>) {
         let caps = concurrency.withLock { $0 }
         return load.withLock { load in
-            var room: [String: Int] = [:]
+            var room = Self.room(caps: caps, load: load)
             var personalOnly = Set<String>()
-            for (hub, cap) in caps { room[hub] = max(0, cap - (load[hub]?.items ?? 0)) }
             for (hub, held) in load where held.batches >= held.window {
                 if held.batches == held.window, room[hub] != 0 {
                     personalOnly.insert(hub)
@@ -379,11 +378,12 @@ public final class DeliveryWorker: Service, Sendable {
     /// leaves (its window paces its broadcasts, not its one-person sends).
     func capRoom() -> [String: Int] {
         let caps = concurrency.withLock { $0 }
-        return load.withLock { load in
-            var room: [String: Int] = [:]
-            for (hub, cap) in caps { room[hub] = max(0, cap - (load[hub]?.items ?? 0)) }
-            return room
-        }
+        return load.withLock { Self.room(caps: caps, load: $0) }
+    }
+
+    /// What each hub's `max_concurrent_pushes` (`caps`) leaves beside its deliveries in flight.
+    static func room(caps: [String: Int], load: [String: HubLoad]) -> [String: Int] {
+        caps.reduce(into: [:]) { room, cap in room[cap.key] = max(0, cap.value - (load[cap.key]?.items ?? 0)) }
     }
 
     static func itemsPerHub(_ items: [PushItem]) -> [String: Int] {

@@ -213,31 +213,36 @@ extension Outbox {
     }
 
     /// When the earliest pending delivery is due (Unix ms; a leased one when its lease ends), if
-    /// any: the least of ``earliestDue()``. Past 64 hubs on a platform, the rest are not looked
+    /// any: the least of ``earliestDue(of:)``. Past 64 hubs on a platform, the rest are not looked
     /// at: the worker waits at most a second whatever this says.
     public func nextDue() async throws -> Int64? {
-        try await earliestDue().values.min()
+        try await earliestDue(of: openSends()).values.min()
+    }
+
+    /// The deliveries left of the open sends, per hub and platform (their counters): a read of the
+    /// few open sends, ordered by hub, then platform.
+    func openSends() async throws -> [(hub: String, platform: Int32, pending: Int64)] {
+        try await sql.query(
+            """
+            SELECT n.hub, p.platform, CAST(SUM(p.pending) AS BIGINT)
+            FROM notification n JOIN notification_platform p ON p.notification_id = n.id
+            WHERE n.state IN (1, 2) GROUP BY n.hub, p.platform ORDER BY n.hub, p.platform
+            """
+        ).map { (try $0[0], try $0[1], try $0[2]) }
     }
 
     /// Each hub's earliest pending delivery (Unix ms; a leased one when its lease ends): the
     /// least first entry of each lane of each platform in `delivery_due`, one look-up each, never a
     /// scan; at most ``metricHubs`` hubs of each platform.
     ///
-    /// The hubs are those whose open sends have deliveries of the platform left (their counters,
-    /// a read of the few open sends), not a look along `delivery_due` as a claim's
+    /// The hubs are those whose open sends have deliveries of the platform left (`open`, from
+    /// ``openSends()``), not a look along `delivery_due` as a claim's
     /// (``hubsWithPending(_:after:_:)``): on PostgreSQL that look walks the old entries a
     /// broadcast's claimed rows leave until vacuum, and this runs every second on every replica.
-    func earliestDue() async throws -> [String: Int64] {
+    func earliestDue(of open: [(hub: String, platform: Int32, pending: Int64)]) async throws -> [String: Int64] {
         var hubs: [Int32: [String]] = [:]
-        for row in try await sql.query(
-            """
-            SELECT DISTINCT p.platform, n.hub
-            FROM notification n JOIN notification_platform p ON p.notification_id = n.id
-            WHERE n.state IN (1, 2) AND p.pending > 0 ORDER BY p.platform, n.hub
-            """)
-        {
-            let platform: Int32 = try row[0]
-            if hubs[platform, default: []].count < Self.metricHubs { hubs[platform, default: []].append(try row[1]) }
+        for send in open where send.pending > 0 && hubs[send.platform, default: []].count < Self.metricHubs {
+            hubs[send.platform, default: []].append(send.hub)
         }
         var first: [String: Int64] = [:]
         for platform in Platform.delivered {
@@ -335,22 +340,19 @@ extension Outbox {
     /// deployment with more has the first by id.
     public static let metricHubs = 64
 
-    /// Each hub's queue: its open sends' pending counters (from `notification_open`), and its
-    /// ``earliestDue()``: never a count of a backlog's rows. Sorted by hub.
+    /// Each hub's queue: its open sends' pending counters (``openSends()``, which also name the
+    /// hubs to look at), and its ``earliestDue(of:)``: never a count of a backlog's rows. Sorted by hub.
     public func hubQueues() async throws -> [HubQueue] {
         let at = now()
+        let open = try await openSends()
         var queues: [String: HubQueue] = [:]
-        for row in try await sql.query(
-            """
-            SELECT n.hub, CAST(COALESCE(SUM(p.pending), 0) AS BIGINT)
-            FROM notification n JOIN notification_platform p ON p.notification_id = n.id
-            WHERE n.state IN (1, 2) GROUP BY n.hub ORDER BY n.hub LIMIT \(raw: String(Self.metricHubs))
-            """)
-        {
-            let hub: String = try row[0]
-            queues[hub] = HubQueue(hub: hub, pending: try row[1], oldestDue: 0)
+        for send in open where queues[send.hub] != nil || queues.count < Self.metricHubs {
+            var queue = queues[send.hub] ?? HubQueue(hub: send.hub, pending: 0, oldestDue: 0)
+            let (sum, overflow) = queue.pending.addingReportingOverflow(send.pending)
+            queue.pending = overflow ? .max : sum
+            queues[send.hub] = queue
         }
-        for (hub, due) in try await earliestDue() where due <= at {
+        for (hub, due) in try await earliestDue(of: open) where due <= at {
             var queue = queues[hub] ?? HubQueue(hub: hub, pending: 0, oldestDue: 0)
             queue.oldestDue = at - due
             queues[hub] = queue
