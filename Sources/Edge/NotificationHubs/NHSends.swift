@@ -225,7 +225,7 @@ extension NotificationHubsRoutes {
             throw EdgeError(.badRequest, "a direct send needs ServiceBusNotification-DeviceHandle")
         }
         guard platform == .browser else { return handle }
-        guard let p256dh = headers[.webPushP256DH], let auth = headers.value(.webPushAuth) else {
+        guard let p256dh = headers.value(.webPushP256DH), let auth = headers.value(.webPushAuth) else {
             throw EdgeError(
                 .badRequest, "a direct browser send needs the subscription's keys in the P256DH and Auth headers")
         }
