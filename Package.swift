@@ -25,7 +25,8 @@ let swiftSettings: [SwiftSetting] =
 /// herald-dispatch, all read at every start and resident for the process's life. Packed, it is
 /// 0.45 MB, and each service's idle RSS is about 2 MB smaller (docs/performance.md). lld ships with
 /// the Swift toolchain, and links faster than gold. The fuzz target keeps the default linker.
-let linkerSettings: [LinkerSetting] = fuzzing
+let linkerSettings: [LinkerSetting] =
+    fuzzing
     ? [] : [.unsafeFlags(["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs"])]
 
 /// Stamps out a thin executable target over its library (penny-bot style): every `herald-<svc>`
