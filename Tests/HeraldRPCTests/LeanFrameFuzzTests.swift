@@ -139,4 +139,32 @@ struct LeanFrameFuzzTests {
             try LeanFrame.parse(&buffer, maxFrameBytes: 1024)
         }
     }
+
+    @Test(
+        "a short string: ASCII and other UTF-8 read in place, anything else or a short one refused, the reader moved past it"
+    )
+    func shortStrings() throws {
+        func read(_ bytes: [UInt8]) throws -> (String, Int) {
+            var buffer = ByteBuffer(bytes: [UInt8(bytes.count >> 8), UInt8(bytes.count & 0xff)] + bytes + [42])
+            let string = try LeanRequest.readShortString(&buffer, "metadata value")
+            return (string, buffer.readableBytes)
+        }
+        #expect(
+            try read(Array("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00".utf8)) == (
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", 1
+            ))
+        #expect(try read(Array("café ✓".utf8)) == ("café ✓", 1))
+        #expect(try read(Array("abcdefgh-ijklmnop-é".utf8)) == ("abcdefgh-ijklmnop-é", 1))
+        #expect(try read([]) == ("", 1))
+        let eight = Array("abcdefgh".utf8)
+        for bad: [UInt8] in [
+            [0x61, 0xff], [0xc3], [0xe2, 0x9c], [0xed, 0xa0, 0x80], eight + [0xff], eight + eight + [0xc3],
+        ] {
+            #expect(throws: LeanProtocolError("metadata value is not UTF-8")) { try read(bad) }
+        }
+        var short = ByteBuffer(bytes: [0, 5, 0x61, 0x62])
+        #expect(throws: LeanProtocolError("frame truncated in the metadata value")) {
+            try LeanRequest.readShortString(&short, "metadata value")
+        }
+    }
 }
