@@ -105,13 +105,22 @@ struct EdgeErrorMiddleware: RouterMiddleware {
     func handle(
         _ request: Request, context: EdgeRequestContext, next: (Request, EdgeRequestContext) async throws -> Response
     ) async throws -> Response {
+        try await serve(request, context: context, recording: false, next: next)
+    }
+
+    /// The middleware's work; `recording`: the request's span records (``EdgeTracingMiddleware``,
+    /// which runs this without a middleware of its own in between), so the client's address goes on it.
+    nonisolated(nonsending) func serve(
+        _ request: Request, context: EdgeRequestContext, recording: Bool,
+        next: (Request, EdgeRequestContext) async throws -> Response
+    ) async throws -> Response {
         let requestID = Self.requestID(request)
         var context = context
         context.requestID = requestID
         if !trustedProxies.isEmpty {
             context.remoteIP = trustedProxies.client(peer: context.remoteIP, headers: request.headers)
         }
-        if HeraldTracing.isOn {
+        if recording {
             let client = context.remoteIP
             HeraldTracing.annotate { $0["client.address"] = client }
         }

@@ -62,10 +62,12 @@ public struct EdgeRoutes: Sendable {
     public func add(to router: Router<EdgeRequestContext>) {
         // A span per request when tracing is on (W3C traceparent honoured); the device handle in the
         // tutorial's `?handle=` stays out of the trace.
+        let errors = EdgeErrorMiddleware(trustedProxies: config.trustedProxies)
         if let tracer = HeraldTracing.tracer {
-            router.add(middleware: EdgeTracingMiddleware(tracer: tracer))
+            router.add(middleware: EdgeTracingMiddleware(tracer: tracer, errors: errors))
+        } else {
+            router.add(middleware: errors)
         }
-        router.add(middleware: EdgeErrorMiddleware(trustedProxies: config.trustedProxies))
         let rates = HubRateLimiter(share: config.hubRateShare)
         let users = UserAuthentication(auth: auth, verdicts: verdicts, rates: rates)
         let content = ContentPush(payload: payload, dispatch: dispatch)

@@ -16,8 +16,13 @@ import Tracing
 ///   (a new trace's span takes the trace id decided here);
 /// - any other gets no span, only its trace passed on (the caller's `traceparent` as it arrived,
 ///   or a new unsampled root's) for the RPCs below to send, so no service starts a trace of its own.
+///
+/// It runs the edge's error middleware itself (``EdgeErrorMiddleware/serve(_:context:recording:next:)``)
+/// rather than as the next middleware of the chain: one middleware frame less on every request, and
+/// the error middleware knows whether the span records without asking the task-local context.
 struct EdgeTracingMiddleware: RouterMiddleware {
     let tracer: HeraldTracer
+    let errors: EdgeErrorMiddleware
     /// The device handle in the tutorial's `?handle=` stays out of the trace.
     let recorded = TracingMiddleware<EdgeRequestContext>(redactingQueryParameters: ["handle"])
 
@@ -30,10 +35,12 @@ struct EdgeTracingMiddleware: RouterMiddleware {
         return try await HeraldTracing.run(entering) { trace in
             // Hummingbird's middleware starts its span in the task's current context.
             try await InstrumentationContext.$current.withValue(trace) {
-                try await recorded.handle(request, context: context, next: next)
+                try await recorded.handle(request, context: context) { request, context in
+                    try await errors.serve(request, context: context, recording: true, next: next)
+                }
             }
         } passOn: {
-            try await next(request, context)
+            try await errors.serve(request, context: context, recording: false, next: next)
         }
     }
 }

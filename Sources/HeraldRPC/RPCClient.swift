@@ -320,11 +320,11 @@ public final class RPCClient: Sendable {
         _ method: UnaryMethod<Request, Response>, _ request: Request, options: RPCCallOptions
     ) async throws -> Response {
         let bytes = try encode(request)
-        return try await Self.clientSpan(method.fullName) {
+        return try await Self.clientSpan(method.fullName) { trace in
             try await withReplica(method: method.method, timeout: options.timeout ?? defaultTimeout) {
                 replica, timeout, failFast in
                 try await call(
-                    method, bytes, requestID: options.requestID, timeout: timeout, failFast: failFast,
+                    method, bytes, requestID: options.requestID, trace: trace, timeout: timeout, failFast: failFast,
                     on: replica.backend)
             }
         }
@@ -332,29 +332,35 @@ public final class RPCClient: Sendable {
 
     /// Runs a call in a client span when tracing is on (its context is what the metadata carries);
     /// in a trace passed on unsampled, no span: the metadata carries the caller's context as it is.
-    private static func clientSpan<T>(_ method: String, _ body: () async throws -> T) async throws -> T {
-        guard let tracer = HeraldTracing.tracer, !HeraldTracing.isHealthCheck(method), !HeraldTracing.passesOn()
-        else { return try await body() }
+    /// `body` gets the trace context to send, read once per call (each read of a task-local is a
+    /// call into the concurrency library, unspecialised).
+    private static func clientSpan<T>(_ method: String, _ body: (PassedOnTrace?) async throws -> T) async throws -> T {
+        guard let tracer = HeraldTracing.tracer, !HeraldTracing.isHealthCheck(method) else {
+            return try await body(nil)
+        }
+        if let passed = HeraldTracing.passedOn { return try await body(passed) }
+        guard !HeraldTracing.passesOn() else { return try await body(HeraldTracing.currentHeaders) }
         return try await tracer.withSpan(method, ofKind: .client) { span in
-            try await HeraldTracing.rpc(span, method: method, body)
+            try await HeraldTracing.rpc(span, method: method) { try await body(HeraldTracing.currentHeaders) }
         }
     }
 
     private func call<Request, Response>(
-        _ method: UnaryMethod<Request, Response>, _ bytes: [UInt8], requestID: String?, timeout: Duration,
-        failFast: Bool = false,
+        _ method: UnaryMethod<Request, Response>, _ bytes: [UInt8], requestID: String?, trace: PassedOnTrace?,
+        timeout: Duration, failFast: Bool = false,
         on backend: Backend
     ) async throws -> Response {
         switch backend {
         case .lean(let lean):
             let response = try await lean.unary(
-                method: method.fullName, request: bytes, metadata: Self.leanMetadata(requestID), timeout: timeout,
+                method: method.fullName, request: bytes, metadata: Self.leanMetadata(requestID, trace),
+                timeout: timeout,
                 failFast: failFast)
             return try decode(Response.self, response)
         case .grpc(let grpc):
             do {
                 return try await grpc.unary(
-                    request: ClientRequest(message: bytes, metadata: Self.metadata(requestID)),
+                    request: ClientRequest(message: bytes, metadata: Self.metadata(requestID, trace)),
                     descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
                     serializer: RawBytesCoder(),
                     deserializer: HeraldDeserializer<Response>(),
@@ -379,7 +385,7 @@ public final class RPCClient: Sendable {
             started.store(true, ordering: .relaxed)
             try await onMessage(message)
         }
-        try await Self.clientSpan(method.fullName) {
+        try await Self.clientSpan(method.fullName) { trace in
             try await withReplica(
                 method: method.method, timeout: options.timeout ?? defaultTimeout,
                 retry: { !started.load(ordering: .relaxed) }
@@ -387,13 +393,13 @@ public final class RPCClient: Sendable {
                 switch replica.backend {
                 case .lean(let lean):
                     try await lean.call(
-                        method: method.fullName, request: bytes, metadata: Self.leanMetadata(requestID),
+                        method: method.fullName, request: bytes, metadata: Self.leanMetadata(requestID, trace),
                         timeout: timeout, window: LeanClient.streamWindow, failFast: failFast
                     ) { bytes in try await onMessage(try decode(Response.self, bytes)) }
                 case .grpc(let grpc):
                     do {
                         try await grpc.serverStreaming(
-                            request: ClientRequest(message: bytes, metadata: Self.metadata(requestID)),
+                            request: ClientRequest(message: bytes, metadata: Self.metadata(requestID, trace)),
                             descriptor: MethodDescriptor(fullyQualifiedService: method.service, method: method.method),
                             serializer: RawBytesCoder(),
                             deserializer: HeraldDeserializer<Response>(),
@@ -497,6 +503,7 @@ public final class RPCClient: Sendable {
                         do {
                             let answer: HealthCheckResponse = try await self.call(
                                 HealthMethods.check, try self.encode(HealthCheckRequest(service: "")), requestID: nil,
+                                trace: nil,
                                 timeout: .seconds(1), failFast: reachable, on: replica.backend)
                             replica.checked(serving: answer.status == .serving)
                         } catch let error as ServiceError where error.code == .deadlineExceeded {
@@ -567,19 +574,21 @@ public final class RPCClient: Sendable {
         return ServiceError(StatusCode(error.code), error.message, metadata: metadata)
     }
 
-    private static func metadata(_ requestID: String?) -> Metadata {
+    private static func metadata(_ requestID: String?, _ trace: PassedOnTrace?) -> Metadata {
         var metadata: Metadata = [:]
         if let requestID { metadata.addString(requestID, forKey: requestIDKey) }
-        if let trace = HeraldTracing.currentHeaders {
+        if let trace {
             metadata.addString(trace.traceparent, forKey: traceParentKey)
             if let state = trace.tracestate { metadata.addString(state, forKey: traceStateKey) }
         }
         return metadata
     }
 
-    private static func leanMetadata(_ requestID: String?) -> [LeanMetadataEntry] {
-        var entries = requestID.map { [LeanMetadataEntry(key: requestIDKey, value: $0)] } ?? []
-        if let trace = HeraldTracing.currentHeaders {
+    private static func leanMetadata(_ requestID: String?, _ trace: PassedOnTrace?) -> [LeanMetadataEntry] {
+        var entries: [LeanMetadataEntry] = []
+        entries.reserveCapacity(3)
+        if let requestID { entries.append(LeanMetadataEntry(key: requestIDKey, value: requestID)) }
+        if let trace {
             entries.append(LeanMetadataEntry(key: traceParentKey, value: trace.traceparent))
             if let state = trace.tracestate { entries.append(LeanMetadataEntry(key: traceStateKey, value: state)) }
         }

@@ -34,6 +34,8 @@ public struct RPCContext: Sendable {
         guard let tracer = HeraldTracing.tracer, !HeraldTracing.isHealthCheck(method) else { return try await body() }
         let entering = tracer.entering(
             traceparent: traceParent, tracestate: traceState, in: InstrumentationContext.current ?? .topLevel)
+        // Nothing below would send a trace passed on: no binding (``HeraldTracing/callsOut``).
+        if case .passOn = entering, !HeraldTracing.callsOut { return try await body() }
         return try await HeraldTracing.run(entering) { parent in
             try await tracer.withSpan(method, context: parent, ofKind: .server) { span in
                 if span.isRecording { span.attributes["herald.request_id"] = requestID }
@@ -74,6 +76,14 @@ public struct RPCContext: Sendable {
         var logger = baseLogger
         logger[metadataKey: "herald.request_id"] = "\(requestID)"
         logger[metadataKey: "herald.rpc"] = "\(method)"
+        // A trace passed on without being bound (``HeraldTracing/callsOut``): the logging
+        // bootstrap's metadata provider does not see it, so its id is added here.
+        if HeraldTracing.isOn, !HeraldTracing.callsOut, let traceParent, HeraldTracing.passedOn == nil,
+            InstrumentationContext.current?.traceContext == nil,
+            let trace = HeraldTracing.parse(traceparent: traceParent, tracestate: nil)
+        {
+            logger[metadataKey: "trace_id"] = "\(trace.traceID)"
+        }
         return logger
     }
 }

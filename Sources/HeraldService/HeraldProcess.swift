@@ -186,7 +186,8 @@ public enum HeraldProcess {
             HeraldMetrics.bootstrap()
             let exporter = tracing.map { OTLPExporter(configuration: $0, logger: logger) }
             if let exporter {
-                HeraldTracing.install(exporter.makeTracer())
+                // A service with no peers makes no RPC: nothing to pass its callers' traces on to.
+                HeraldTracing.install(exporter.makeTracer(), callsOut: !definition.peers.isEmpty)
                 logger.info(
                     "tracing on",
                     metadata: [
@@ -225,7 +226,7 @@ public enum HeraldProcess {
         let provider: Logger.MetadataProvider? =
             tracing
             ? Logger.MetadataProvider {
-                if let passed = HeraldTracing.passedOn { return ["trace_id": "\(passed.traceID)"] }
+                if let passed = HeraldTracing.passedOn { return ["trace_id": .string(String(passed.traceID))] }
                 guard let trace = InstrumentationContext.current?.traceContext else { return [:] }
                 return ["trace_id": "\(trace.traceID)", "span_id": "\(trace.spanID)"]
             } : nil

@@ -24,9 +24,21 @@ enum ActiveSpanKey: InstrumentationContextKey {
 /// task-local of its own (``HeraldTracing/passedOn``), not in `InstrumentationContext`: a request
 /// whose trace is not sampled then costs no context dictionary, span object, lock or attribute,
 /// and each RPC below sends the texts as they are (``HeraldTracing/currentHeaders``).
-public struct PassedOnTrace: Sendable, Equatable {
+///
+/// A class: the task-local's getter, which the concurrency library runs unspecialised, copies one
+/// reference instead of two strings through the type's value witnesses.
+public final class PassedOnTrace: Sendable, Equatable {
     public let traceparent: String
     public let tracestate: String?
+
+    public init(traceparent: String, tracestate: String?) {
+        self.traceparent = traceparent
+        self.tracestate = tracestate
+    }
+
+    public static func == (a: PassedOnTrace, b: PassedOnTrace) -> Bool {
+        a.traceparent == b.traceparent && a.tracestate == b.tracestate
+    }
 
     /// The trace id's 32 hex digits (for log lines).
     public var traceID: Substring { traceparent.dropFirst(3).prefix(32) }
@@ -64,8 +76,9 @@ public enum TraceSampler: Sendable, Equatable {
             guard ratio < 1 else { return true }
             guard ratio > 0 else { return false }
             // The trace id's bytes 8…15 as a big-endian number (W3C's "random" part).
-            let b = traceID.bytes
-            let low = [b.8, b.9, b.10, b.11, b.12, b.13, b.14, b.15].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            let low = withUnsafeBytes(of: traceID.bytes) {
+                UInt64(bigEndian: $0.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+            }
             return Double(low) < ratio * 18_446_744_073_709_551_616.0
         }
     }
@@ -326,10 +339,21 @@ public enum HeraldTracing {
     /// True when spans are recorded: the one check the hot paths make when tracing is off.
     @inlinable public static var isOn: Bool { tracer != nil }
 
+    /// Whether this process calls other services (``install(_:callsOut:)``). When it does not
+    /// (auth, registration and payload have no peers), a call whose trace is passed on unsampled
+    /// runs without ``passedOn`` bound: no RPC below it would send the trace on, and the binding
+    /// (an unspecialised `TaskLocal.withValue` and its task switches) was most of what tracing
+    /// cost such a call. Its log lines written through `RPCContext.logger` still carry `trace_id`,
+    /// and its internal spans (``span(_:ofKind:context:_:)``), which never start a trace, see none
+    /// and record nothing, as in the trace passed on.
+    nonisolated(unsafe) public private(set) static var callsOut = true
+
     /// Makes `tracer` the process's tracer (and swift-distributed-tracing's, so Hummingbird's
-    /// middleware uses it). Call once, before any task starts.
-    public static func install(_ tracer: HeraldTracer) {
+    /// middleware uses it). Call once, before any task starts. `callsOut`: false in a process
+    /// that makes no RPC (``callsOut``).
+    public static func install(_ tracer: HeraldTracer, callsOut: Bool = true) {
         Self.tracer = tracer
+        Self.callsOut = callsOut
         InstrumentationSystem.bootstrap(tracer)
     }
 
@@ -347,11 +371,11 @@ public enum HeraldTracing {
 
     /// The current task's trace as `traceparent`/`tracestate` values, for RPC metadata: a trace
     /// passed on goes on as it arrived.
-    public static var currentHeaders: (traceparent: String, tracestate: String?)? {
+    public static var currentHeaders: PassedOnTrace? {
         guard isOn else { return nil }
-        if let passed = passedOn { return (passed.traceparent, passed.tracestate) }
+        if let passed = passedOn { return passed }
         guard let trace = InstrumentationContext.current?.traceContext else { return nil }
-        return (traceparent(trace), trace.traceStateHeaderValue)
+        return PassedOnTrace(traceparent: traceparent(trace), tracestate: trace.traceStateHeaderValue)
     }
 
     /// The current task's `traceparent` when its trace is sampled (what later work on its behalf,
@@ -375,9 +399,12 @@ public enum HeraldTracing {
 
     /// Runs a call entering this process as `entering` says: `span`, given the context to start the
     /// call's span in, when recorded; else `body` with its trace passed on and no span.
-    @inlinable public static func run<T>(
-        _ entering: HeraldTracer.Entering, span: (InstrumentationContext) async throws -> T,
-        passOn body: () async throws -> T
+    ///
+    /// `nonisolated(nonsending)`, as its closures: it runs on its caller's executor, so the frames it
+    /// adds cost no executor hops (task switches) on a call's path.
+    @inlinable nonisolated(nonsending) public static func run<T>(
+        _ entering: HeraldTracer.Entering, span: nonisolated(nonsending) (InstrumentationContext) async throws -> T,
+        passOn body: nonisolated(nonsending) () async throws -> T
     ) async throws -> T {
         switch entering {
         case .record(let context): return try await span(context)
@@ -421,36 +448,49 @@ public enum HeraldTracing {
     /// W3CTraceContext's `traceParentHeaderValue` goes through string interpolation, ~6k
     /// instructions a call.
     static func traceparent(_ trace: TraceContext) -> String {
-        String(unsafeUninitializedCapacity: 55) { out in
-            var at = 0
-            func put(_ byte: UInt8) {
-                out[at] = lowerHexDigit(UInt64(byte >> 4))
-                out[at + 1] = lowerHexDigit(UInt64(byte))
-                at += 2
-            }
-            put(0)
-            out[at] = UInt8(ascii: "-")
-            at += 1
-            withUnsafeBytes(of: trace.traceID.bytes) { for byte in $0 { put(byte) } }
-            out[at] = UInt8(ascii: "-")
-            at += 1
-            withUnsafeBytes(of: trace.spanID.bytes) { for byte in $0 { put(byte) } }
-            out[at] = UInt8(ascii: "-")
-            at += 1
-            put(trace.flags.rawValue)
+        // The ids as big-endian numbers, their hex digits written from the last: no closure
+        // captures a variable (that cost a dynamic exclusivity check per byte).
+        let high = withUnsafeBytes(of: trace.traceID.bytes) { UInt64(bigEndian: $0.loadUnaligned(as: UInt64.self)) }
+        let low = withUnsafeBytes(of: trace.traceID.bytes) {
+            UInt64(bigEndian: $0.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+        }
+        let span = withUnsafeBytes(of: trace.spanID.bytes) { UInt64(bigEndian: $0.loadUnaligned(as: UInt64.self)) }
+        return String(unsafeUninitializedCapacity: 55) { out in
+            writeHex(UInt64(0), digits: 2, to: out, at: 0)
+            out[2] = UInt8(ascii: "-")
+            writeHex(high, digits: 16, to: out, at: 3)
+            writeHex(low, digits: 16, to: out, at: 19)
+            out[35] = UInt8(ascii: "-")
+            writeHex(span, digits: 16, to: out, at: 36)
+            out[52] = UInt8(ascii: "-")
+            writeHex(UInt64(trace.flags.rawValue), digits: 2, to: out, at: 53)
             return 55
         }
     }
 
-    /// Runs `body` in a span when tracing is on (the span is nil when off).
+    /// `value`'s last `digits` hex digits, lowercase, at `out[at..<at + digits]`.
+    private static func writeHex(_ value: UInt64, digits: Int, to out: UnsafeMutableBufferPointer<UInt8>, at: Int) {
+        var value = value
+        var index = at &+ digits
+        while index > at {
+            index &-= 1
+            out[index] = lowerHexDigit(value & 15)
+            value >>= 4
+        }
+    }
+
+    /// Runs `body` in a span when tracing is on and the task (or `context`) is in a trace that
+    /// records; the span is nil otherwise. Such a span is part of the work of a call, so it never
+    /// starts a trace of its own: with no trace around it (a call whose trace is passed on in a
+    /// process that is not bound to it, ``callsOut``), it records nothing.
     @inlinable public static func span<T>(
         _ name: String, ofKind kind: SpanKind = .internal, context: InstrumentationContext? = nil,
         _ body: (HeraldSpan?) async throws -> T
     ) async rethrows -> T {
-        guard let tracer, !passesOn(context) else { return try await body(nil) }
-        return try await tracer.withSpan(
-            name, context: context ?? InstrumentationContext.current ?? .topLevel, ofKind: kind
-        ) { span in try await body(span) }
+        guard let tracer, !passesOn(context), let context = context ?? InstrumentationContext.current,
+            context.traceContext != nil
+        else { return try await body(nil) }
+        return try await tracer.withSpan(name, context: context, ofKind: kind) { span in try await body(span) }
     }
 
     /// grpc.health.v1's methods: probes, not requests, and never traced.

@@ -96,6 +96,7 @@ struct TracingTests {
     /// each request's trace shows auth's check).
     static func withTracedStack(
         tracing: [String: String] = [:], transport: RPCTransport = .lean,
+        configure: (inout StackConfiguration) -> Void = { _ in },
         _ body: (Receiver, ProviderFixture, LiveStack) async throws -> Void
     ) async throws {
         try await LiveStack.withDirectory { folder in
@@ -112,6 +113,7 @@ struct TracingTests {
                     "OTEL_BSP_SCHEDULE_DELAY": "100",
                     "OTEL_EXPORTER_OTLP_HEADERS": "x-test-header=herald",
                 ].merging(tracing) { $1 }
+                configure(&configuration)
             } _: { live in
                 try await body(receiver, fixture, live)
             }
@@ -312,6 +314,53 @@ struct TracingTests {
                     ]), "\(spans)")
             }
             #expect(traces[unsampled] == nil, "the caller's unsampled trace was recorded")
+        }
+    }
+
+    @Test(
+        "a caller's unsampled trace is named on each service's log lines, in the services that call no other too"
+    )
+    func passedOnTraceInLogs() async throws {
+        let tracing = ["OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"]
+        try await Self.withTracedStack(tracing: tracing) { configuration in
+            configuration.logLevel = "debug"
+            for service in Stack.services {
+                configuration.extraArguments[service, default: []] += ["--log-format", "json"]
+            }
+        } _: { receiver, fixture, live in
+            let token = apnsToken(7311)
+            _ = try await live.register("alice", handle: token)
+            let unsampled = "6bf92f3577b34da6a3ce929d0e0e4736"
+            let requestID = "it-passed-on-" + UUID().uuidString.prefix(8).lowercased()
+            let traced = [("traceparent", "00-\(unsampled)-00f067aa0ba902b7-00"), ("X-Request-Id", requestID)]
+            // A send (edge, auth, payload, dispatch) and a new registration id (edge, auth, registration).
+            let sent = try await live.edge.request(
+                "POST", "/api/notifications", authorization: EdgeClient.basic("alice"), bytes: nil,
+                contentType: "application/json", headers: traced)
+            #expect(sent.status == 200, "\(sent.text)")
+            let created = try await live.edge.request(
+                "POST", "/api/register?handle=\(apnsToken(7312))", authorization: EdgeClient.basic("alice"),
+                bytes: nil, contentType: "", headers: traced)
+            #expect(created.status == 200, "\(created.text)")
+            // Auth, payload and registration make no RPC (the trace is not bound to their tasks);
+            // the edge and dispatch pass it on. Each one's line for the request names the trace.
+            for service in ["edge", "auth", "payload", "dispatch", "registration"] {
+                let named = try await eventually(.seconds(10)) {
+                    Self.logLines(live, service).contains {
+                        $0["herald.request_id"] as? String == requestID && $0["trace_id"] as? String == unsampled
+                    }
+                }
+                #expect(named, "no log line of herald-\(service) names the trace of request \(requestID)")
+            }
+            #expect(receiver.spans().allSatisfy { $0.traceID != unsampled }, "the unsampled trace was recorded")
+        }
+    }
+
+    static func logLines(_ live: LiveStack, _ service: String) -> [[String: Any]] {
+        let path = "\(live.configuration.logDirectory)/\(service).log"
+        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }
     }
 
