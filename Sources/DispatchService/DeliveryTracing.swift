@@ -39,9 +39,9 @@ extension DeliveryWorker {
         for (id, count) in counts {
             guard let context = traced[id] else { continue }
             let span = tracer.startSpan("outbox.claim", context: context, ofKind: .internal, at: claim.0)
-            span.attributes["herald.notification_id"] = id
-            span.attributes["herald.deliveries"] = count
-            span.attributes["herald.batch_size"] = items.count
+            span.setAttribute("herald.notification_id", id)
+            span.setAttribute("herald.deliveries", count)
+            span.setAttribute("herald.batch_size", items.count)
             span.end(at: claim.1)
         }
     }
@@ -80,19 +80,19 @@ extension DeliveryWorker {
                 }
                 let push = tracer.startSpan(
                     "\(key.platform.name) request", context: batch.context, ofKind: .client, at: sent.0)
-                push.attributes["http.response.status_code"] = status
-                push.attributes["herald.reason"] = reason
-                push.attributes["herald.message_id"] = item.messageID
-                push.attributes["herald.attempt"] = item.attempt
+                push.setAttribute("http.response.status_code", status)
+                push.setAttribute("herald.reason", reason)
+                push.setAttribute("herald.message_id", item.messageID)
+                push.setAttribute("herald.attempt", item.attempt)
                 if !ok { push.setStatus(SpanStatus(code: .error, message: reason)) }
                 push.end(at: sent.1)
             }
-            batch.attributes["herald.notification_id"] = id
-            batch.attributes["herald.hub"] = key.hub
-            batch.attributes["herald.platform"] = key.platform.name
-            batch.attributes["herald.deliveries"] = deliveries.count
-            batch.attributes["herald.delivered"] = delivered
-            batch.attributes["herald.not_delivered"] = deliveries.count - delivered
+            batch.setAttribute("herald.notification_id", id)
+            batch.setAttribute("herald.hub", key.hub)
+            batch.setAttribute("herald.platform", key.platform.name)
+            batch.setAttribute("herald.deliveries", deliveries.count)
+            batch.setAttribute("herald.delivered", delivered)
+            batch.setAttribute("herald.not_delivered", deliveries.count - delivered)
             if delivered < deliveries.count {
                 batch.setStatus(SpanStatus(code: .error, message: "\(deliveries.count - delivered) not delivered"))
             }

@@ -255,8 +255,8 @@ public final class Dispatcher: Sendable {
         let sender = try request.storedSender()
         // The span whose traceparent the send stores: its deliveries' spans hang below it.
         let enqueued = try await HeraldTracing.span("outbox.enqueue") { span in
-            span?.attributes["herald.notification_id"] = id
-            span?.attributes["herald.deliveries"] = stagedCount + audience.count
+            span?.setAttribute("herald.notification_id", id)
+            span?.setAttribute("herald.deliveries", stagedCount + audience.count)
             return try await outbox.enqueue(
                 id: id, sender: sender, targetUser: request.targetUser, targetTag: request.targetTag,
                 payloads: payloads, targets: audience, staged: staged, retryWindow: retryWindow,

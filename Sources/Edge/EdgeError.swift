@@ -105,13 +105,13 @@ struct EdgeErrorMiddleware: RouterMiddleware {
     func handle(
         _ request: Request, context: EdgeRequestContext, next: (Request, EdgeRequestContext) async throws -> Response
     ) async throws -> Response {
-        try await serve(request, context: context, recording: false, next: next)
+        try await serve(request, context: context, span: nil, next: next)
     }
 
-    /// The middleware's work; `recording`: the request's span records (``EdgeTracingMiddleware``,
-    /// which runs this without a middleware of its own in between), so the client's address goes on it.
+    /// The middleware's work; `span`: the request's span when it records (``EdgeTracingMiddleware``,
+    /// which runs this without a middleware of its own in between), which gets the client's address.
     nonisolated(nonsending) func serve(
-        _ request: Request, context: EdgeRequestContext, recording: Bool,
+        _ request: Request, context: EdgeRequestContext, span: HeraldSpan?,
         next: (Request, EdgeRequestContext) async throws -> Response
     ) async throws -> Response {
         let requestID = Self.requestID(request)
@@ -120,10 +120,7 @@ struct EdgeErrorMiddleware: RouterMiddleware {
         if !trustedProxies.isEmpty {
             context.remoteIP = trustedProxies.client(peer: context.remoteIP, headers: request.headers)
         }
-        if recording {
-            let client = context.remoteIP
-            HeraldTracing.annotate { $0["client.address"] = client }
-        }
+        span?.setAttribute("client.address", context.remoteIP)
         let start = ContinuousClock.now
         // The request id goes with each line rather than on the logger: setting logger metadata
         // copies it (and with swift-log's StreamLogHandler re-rendered it, ~20k instructions per

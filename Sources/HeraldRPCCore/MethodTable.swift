@@ -38,7 +38,7 @@ public struct RPCContext: Sendable {
         if case .passOn = entering, !HeraldTracing.callsOut { return try await body() }
         return try await HeraldTracing.run(entering) { parent in
             try await tracer.withSpan(method, context: parent, ofKind: .server) { span in
-                if span.isRecording { span.attributes["herald.request_id"] = requestID }
+                if span.isRecording { span.setAttribute("herald.request_id", requestID) }
                 return try await HeraldTracing.rpc(span, method: method, body)
             }
         } passOn: {

@@ -11,13 +11,13 @@ extension HeraldTracing {
     package static func rpc<T>(_ span: HeraldSpan, method: String, _ body: () async throws -> T) async throws -> T {
         // A span that records nothing gets no attributes (each is a copy of the set under its lock).
         guard span.isRecording else { return try await body() }
-        span.attributes["rpc.system"] = "grpc"
-        span.attributes["rpc.method"] = method
+        span.setAttribute("rpc.system", "grpc")
+        span.setAttribute("rpc.method", method)
         do {
             return try await body()
         } catch {
             let code = ServiceError.from(error).error.code
-            span.attributes["rpc.grpc.status_code"] = Int64(code.rawValue)
+            span.setAttribute("rpc.grpc.status_code", Int64(code.rawValue))
             span.setStatus(SpanStatus(code: .error, message: "\(code)"))
             throw error
         }

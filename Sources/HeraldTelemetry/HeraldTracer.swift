@@ -287,6 +287,20 @@ public final class HeraldSpan: Tracing.Span, Sendable {
         }
     }
 
+    /// Sets one attribute in place, under the span's lock. `attributes[key] = value` through the
+    /// `Span` protocol reads the whole set, copies it, and writes it back.
+    public func setAttribute(_ key: String, _ value: (some SpanAttributeConvertible)?) {
+        guard isRecording else { return }
+        let attribute = value?.toSpanAttribute()
+        state.withLock { $0.attributes[key] = attribute }
+    }
+
+    /// Changes several attributes in place, under the span's lock (nothing when it does not record).
+    public func updateInPlace(_ update: (inout SpanAttributes) -> Void) {
+        guard isRecording else { return }
+        state.withLock { update(&$0.attributes) }
+    }
+
     public func setStatus(_ status: SpanStatus) {
         guard isRecording else { return }
         state.withLock { $0.status = status }
@@ -497,9 +511,7 @@ public enum HeraldTracing {
     /// Adds attributes to the task's current span (no-op when tracing is off or nothing is traced).
     public static func annotate(_ update: (inout SpanAttributes) -> Void) {
         guard isOn, let span = InstrumentationContext.current?[ActiveSpanKey.self] else { return }
-        var attributes = span.attributes
-        update(&attributes)
-        span.attributes = attributes
+        span.updateInPlace(update)
     }
 
     /// A context whose parent is `traceparent` (as stored with an outbox send), for spans started

@@ -120,8 +120,8 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
                             broadcast: hub, platform: request.platform, templates: request.templates, after: after,
                             limit: Self.audienceBatchSize)
                     }
-                span?.attributes["herald.hub"] = hub
-                span?.attributes["herald.devices"] = page.count
+                span?.setAttribute("herald.hub", hub)
+                span?.setAttribute("herald.devices", page.count)
                 return page
             }
             guard let last = page.last else { return }

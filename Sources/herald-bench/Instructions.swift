@@ -136,26 +136,42 @@ struct InstructionsScenario {
             throw error
         }
 
-        // The same two requests with tracing on and no trace sampled (`parentbased_traceidratio`
-        // at 0, exporting to a collector in this process): what tracing costs the 99% of requests
-        // a 1% sampler leaves out (issue 51). Requests/s cannot show a few percent on a shared
-        // machine; instructions can. Not in the quick run: a second stack under callgrind.
-        var unsampled: (get: [Double], put: [Double])?
-        if !options.quick {
-            unsampled = try await OTLPSink.serving { _, port in
-                var traced = StackConfiguration.bench(dir: dir + "/traced")
+        // The same two requests with tracing on, exporting to a collector in this process: no trace
+        // sampled (`parentbased_traceidratio` at 0), what tracing costs the 99% of requests a 1%
+        // sampler leaves out, and every trace sampled and exported (issue 51). Requests/s cannot
+        // show a few percent on a shared machine; instructions can. Not in the quick run: two more
+        // stacks under callgrind.
+        func traced(ratio: String) async throws -> (get: [Double], put: [Double]) {
+            try await OTLPSink.serving { sink, port in
+                var traced = StackConfiguration.bench(dir: dir + "/traced-\(ratio)")
                 traced.binDirectory = bin
                 traced.startTimeout = .seconds(300)
+                // Batches sent when full (512 spans, the default): under callgrind a request takes
+                // ~50× as long, and the default 5 s schedule would send a few dozen spans per batch
+                // where the same stack at full speed sends full batches. What an export costs per
+                // span depends on its batch's size (grpc-swift's generic frames, HPACK, the stream).
                 traced.environment = [
                     "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(port)",
-                    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0",
+                    "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": ratio,
+                    "OTEL_BSP_SCHEDULE_DELAY": "600000",
                 ]
                 for service in counted { traced.launchers[service] = counter.launcher(service) }
                 let stack = Stack(configuration: traced)
                 try await stack.start()
                 do {
                     let pids = try await Self.pids(of: counted, in: stack)
-                    let counts = try await tutorialCounts(stack, traced, pids: pids, counter: counter)
+                    // The warm-up goes on until batches have come from the edge and the service
+                    // behind it, so the exporter's one-time set-up (its connection, HPACK's tables,
+                    // the runtime's first conformance look-ups) is not counted as the requests' cost.
+                    let settle: @Sendable (() async throws -> Void) async throws -> Void = { request in
+                        guard ratio != "0" else { return }
+                        let before = sink.exports.load(ordering: .relaxed)
+                        for _ in 0..<1500 where sink.exports.load(ordering: .relaxed) < before + 3 {
+                            try await request()
+                        }
+                    }
+                    let counts = try await tutorialCounts(
+                        stack, traced, pids: pids, counter: counter, settle: settle)
                     await stack.stop()
                     return (counts.get, counts.put)
                 } catch {
@@ -163,6 +179,12 @@ struct InstructionsScenario {
                     throw error
                 }
             }
+        }
+        var unsampled: (get: [Double], put: [Double])?
+        var sampled: (get: [Double], put: [Double])?
+        if !options.quick {
+            unsampled = try await traced(ratio: "0")
+            sampled = try await traced(ratio: "1")
         }
 
         let templates = try TemplateCounts(counter: counter, bin: bin, quick: options.quick)
@@ -183,13 +205,18 @@ struct InstructionsScenario {
         record("edge GET api/notifications/{id}: instructions in herald-edge", get[0], against: helloWorld)
         record("edge PUT api/register/{id}: instructions (edge + auth + registration)", putTotal, against: helloWorld)
         record("edge PUT api/register/{id}: instructions in herald-edge", put[0], against: helloWorld)
-        if let unsampled {
+        let tracedRuns = [
+            ("not sampled", "no trace sampled", unsampled),
+            ("every trace sampled", "every trace sampled and exported", sampled),
+        ]
+        for (figure, _, counts) in tracedRuns {
+            guard let counts else { continue }
             record(
-                "edge GET api/notifications/{id}, tracing on, not sampled: instructions (edge + auth + payload)",
-                unsampled.get.reduce(0, +), against: (name: "the same, tracing off", value: getTotal))
+                "edge GET api/notifications/{id}, tracing on, \(figure): instructions (edge + auth + payload)",
+                counts.get.reduce(0, +), against: (name: "the same, tracing off", value: getTotal))
             record(
-                "edge PUT api/register/{id}, tracing on, not sampled: instructions (edge + auth + registration)",
-                unsampled.put.reduce(0, +), against: (name: "the same, tracing off", value: putTotal))
+                "edge PUT api/register/{id}, tracing on, \(figure): instructions (edge + auth + registration)",
+                counts.put.reduce(0, +), against: (name: "the same, tracing off", value: putTotal))
         }
         record(
             "NH PUT /{hub}/installations/{id}: instructions (edge + auth + registration)", nhPutTotal,
@@ -204,18 +231,18 @@ struct InstructionsScenario {
             "template send: instructions per device in herald-dispatch's audience step", templates.device,
             against: (name: "native send's target per device", value: templates.nativeDevice))
         func k(_ x: Double) -> String { String(format: "%.0f k", x / 1000) }
-        var unsampledRows = ""
-        if let unsampled {
-            let traced = [
-                ("edge GET api/notifications/{id}", unsampled.get, getTotal),
-                ("edge PUT api/register/{id}", unsampled.put, putTotal),
+        let tracedRows = tracedRuns.compactMap { _, row, counts -> String? in
+            guard let counts else { return nil }
+            let rows = [
+                ("edge GET api/notifications/{id}", counts.get, getTotal),
+                ("edge PUT api/register/{id}", counts.put, putTotal),
             ]
-            unsampledRows = traced.map { name, counts, off in
+            return rows.map { name, counts, off in
                 let total = counts.reduce(0, +)
                 return
-                    "| \(name), tracing on, no trace sampled | \(k(counts[0])) | \(k(counts[1])) | \(k(counts[2])) | \(k(total)) | tracing off \(k(off)) | \(String(format: "%+.1f%%", 100 * (total / off - 1))) |"
+                    "| \(name), tracing on, \(row) | \(k(counts[0])) | \(k(counts[1])) | \(k(counts[2])) | \(k(total)) | tracing off \(k(off)) | \(String(format: "%+.1f%%", 100 * (total / off - 1))) |"
             }.joined(separator: "\n")
-        }
+        }.joined(separator: "\n")
         report.tables = [
             """
             ## instructions: counted by callgrind in the serving processes, \(calls) calls one at a time after \(warmUp) to warm up
@@ -226,7 +253,7 @@ struct InstructionsScenario {
             | edge PUT api/register/{id} | \(k(put[0])) | \(k(put[1])) | \(k(put[2])) | \(k(putTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", putTotal / helloGET)) |
             | NH PUT /{hub}/installations/{id} | \(k(nhPut[0])) | \(k(nhPut[1])) | \(k(nhPut[2])) | \(k(nhPutTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", nhPutTotal / helloGET)) |
             | lean FetchPayload | | | \(k(fetch)) | \(k(fetch)) | lean echo \(k(echo)) | \(String(format: "%.1f×", fetch / echo)) |
-            \(unsampledRows)
+            \(tracedRows)
 
             herald-dispatch's CPU work of a template send, without its I/O (`herald-bench template-loop`, whole runs under callgrind, differences of two):
 
@@ -253,7 +280,8 @@ struct InstructionsScenario {
     /// auth, registration), counted per process as the edge bench's wrk runs send them; `pids` are
     /// auth's, payload's, edge's and registration's. Counts in the order edge, auth, then the third.
     private func tutorialCounts(
-        _ stack: Stack, _ configuration: StackConfiguration, pids: [Int32], counter: Callgrind
+        _ stack: Stack, _ configuration: StackConfiguration, pids: [Int32], counter: Callgrind,
+        settle: @Sendable (() async throws -> Void) async throws -> Void = { _ in }
     ) async throws -> (get: [Double], put: [Double], payloadID: Int64) {
         let payloadID = try await RPCClient.with(socketPath: configuration.socketPath("payload")) { client in
             try await PayloadServiceClient(client).storePayload(
@@ -263,6 +291,7 @@ struct InstructionsScenario {
         let url = await stack.edgeURL + "/api/notifications/\(payloadID)"
         let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
         for _ in 0..<warmUp { try await Self.get(url, authorization: authorization) }
+        try await settle { try await Self.get(url, authorization: authorization) }
         let get = try await counter.measureEach([pids[2], pids[0], pids[1]], calls: calls) {
             try await Self.get(url, authorization: authorization)
         }
@@ -275,6 +304,7 @@ struct InstructionsScenario {
         let putURL = await stack.edgeURL + "/api/register/\(registrationID)"
         let body = #"{"Platform":"apns","Handle":"\#(handle)","Tags":["news"]}"#
         for _ in 0..<warmUp { try await Self.put(putURL, body: body, authorization: authorization) }
+        try await settle { try await Self.put(putURL, body: body, authorization: authorization) }
         let put = try await counter.measureEach([pids[2], pids[0], pids[3]], calls: calls) {
             try await Self.put(putURL, body: body, authorization: authorization)
         }

@@ -173,6 +173,12 @@ struct EdgeScenario {
         }
         let offGet = (get.requestsPerSecond + getAgain.requestsPerSecond) / 2
         let offPut = (put.requestsPerSecond + putAgain.requestsPerSecond) / 2
+        func meanCPU(_ a: WrkRun, _ b: WrkRun) -> Double? {
+            guard let x = a.cpuMicrosPerRequest, let y = b.cpuMicrosPerRequest else { return nil }
+            return (x + y) / 2
+        }
+        let offGetCPU = meanCPU(get, getAgain)
+        let offPutCPU = meanCPU(put, putAgain)
 
         var report = Report()
         let helloName = "Hummingbird hello world"
@@ -206,6 +212,15 @@ struct EdgeScenario {
                         baseline: "\(name), tracing off (before and after)", baselineValue: off, better: "higher",
                         target: target))
             }
+            for (name, measured, off) in [
+                ("GET api/notifications/{id}", run.get, offGetCPU), ("PUT api/register/{id}", run.put, offPutCPU),
+            ] {
+                guard let cpu = measured.cpuMicrosPerRequest, let off else { continue }
+                report.records.append(
+                    Record(
+                        "edge", "\(name), \(run.label): services' CPU per request", unit: "µs", value: cpu,
+                        baseline: "\(name), tracing off (before and after)", baselineValue: off, better: "lower"))
+            }
         }
         var lines = [
             "## edge: HTTP through the whole stack, wrk -c\(connections), \(options.wrkSeconds) s per route (tutorial auth: user == password; every service on \(database == nil ? "SQLite" : "PostgreSQL"))",
@@ -223,17 +238,23 @@ struct EdgeScenario {
         }
         lines += [
             "",
-            "Tracing on (every service; `OTEL_TRACES_SAMPLER=parentbased_traceidratio`, spans exported over OTLP/gRPC to a collector that discards them), against the mean of tracing off before the traced stacks and after them (GET \(format(get.requestsPerSecond)) and \(format(getAgain.requestsPerSecond)), PUT \(format(put.requestsPerSecond)) and \(format(putAgain.requestsPerSecond)) requests/s):",
+            "Tracing on (every service; `OTEL_TRACES_SAMPLER=parentbased_traceidratio`, spans exported over OTLP/gRPC to a collector that discards them), against the mean of tracing off before the traced stacks and after them (GET \(format(get.requestsPerSecond)) and \(format(getAgain.requestsPerSecond)), PUT \(format(put.requestsPerSecond)) and \(format(putAgain.requestsPerSecond)) requests/s; the five services' CPU per request \(format(get.cpuMicrosPerRequest ?? 0)) and \(format(getAgain.cpuMicrosPerRequest ?? 0)), \(format(put.cpuMicrosPerRequest ?? 0)) and \(format(putAgain.cpuMicrosPerRequest ?? 0)) µs). CPU per request moves far less than requests/s with what else the machine does between stacks:",
             "",
-            "| route | tracing | requests/s | p99 ms | against tracing off | exports received |",
-            "|---|---|---:|---:|---:|---:|",
+            "| route | tracing | requests/s | p99 ms | against tracing off | services' CPU µs per request | against tracing off | exports received |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
         ]
         for run in traced {
-            for (name, measured, off) in [
-                ("GET api/notifications/{id}", run.get, offGet), ("PUT api/register/{id}", run.put, offPut),
+            for (name, measured, off, offCPU) in [
+                ("GET api/notifications/{id}", run.get, offGet, offGetCPU),
+                ("PUT api/register/{id}", run.put, offPut, offPutCPU),
             ] {
+                let cpu = measured.cpuMicrosPerRequest.map { format($0) } ?? "—"
+                let cpuChange =
+                    if let now = measured.cpuMicrosPerRequest, let offCPU {
+                        String(format: "%+.0f%%", 100 * (now / offCPU - 1))
+                    } else { "—" }
                 lines.append(
-                    "| \(name) | \(run.label) | \(format(measured.requestsPerSecond)) | \(format(measured.p99Millis)) | \(String(format: "%+.0f%%", 100 * (measured.requestsPerSecond / off - 1))) | \(run.exports) |"
+                    "| \(name) | \(run.label) | \(format(measured.requestsPerSecond)) | \(format(measured.p99Millis)) | \(String(format: "%+.0f%%", 100 * (measured.requestsPerSecond / off - 1))) | \(cpu) | \(cpuChange) | \(run.exports) |"
                 )
             }
         }
@@ -303,10 +324,15 @@ struct EdgeScenario {
             wrk.headers["Authorization"] = "\(authorization)"
 
             """.write(toFile: putScript, atomically: true, encoding: .utf8)
+            var pids: [Int32] = []
+            for service in Stack.services { if let pid = await stack.pid(of: service) { pids.append(pid) } }
             let get =
                 measureGet
-                ? try runWrk(wrk, url: base + "/api/notifications/\(payloadID)", script: getScript, dir: dir) : nil
-            let put = try runWrk(wrk, url: base + "/api/register/\(registrationID)", script: putScript, dir: dir)
+                ? try runWrk(
+                    wrk, url: base + "/api/notifications/\(payloadID)", script: getScript, dir: dir, serving: pids)
+                : nil
+            let put = try runWrk(
+                wrk, url: base + "/api/register/\(registrationID)", script: putScript, dir: dir, serving: pids)
             await stack.stop()
             return (get, put)
         } catch {
@@ -319,19 +345,26 @@ struct EdgeScenario {
         var requestsPerSecond: Double
         var p50Millis: Double
         var p99Millis: Double
+        /// CPU (user + system) the `serving` processes spent per request answered; nil without them.
+        /// Unlike requests/s, it does not move with what else the machine does between stacks.
+        var cpuMicrosPerRequest: Double?
     }
 
-    func runWrk(_ wrk: String, url: String, script: String?, dir: String) throws -> WrkRun {
+    func runWrk(_ wrk: String, url: String, script: String?, dir: String, serving: [Int32] = []) throws -> WrkRun {
         var arguments = ["-t2", "-c\(connections)", "-d\(options.wrkSeconds)s", "--latency"]
         if let script { arguments += ["-s", script] }
+        let cpuBefore = try serving.reduce(0) { $0 + (try RPCScenario.cpuSeconds(pid: $1)) }
         let output = try runProcess(wrk, arguments + [url])
+        let cpu = try serving.reduce(0) { $0 + (try RPCScenario.cpuSeconds(pid: $1)) } - cpuBefore
+        let answered = output.firstMatch(of: /(\d+) requests in/).flatMap { Double($0.1) }
         if let bad = output.firstMatch(of: /Non-2xx or 3xx responses: (\d+)/) {
             throw BenchError("wrk \(url): \(bad.1) responses were not 2xx; the benchmark measures successes only")
         }
         guard let rate = output.firstMatch(of: /Requests\/sec:\s+([\d.]+)/).flatMap({ Double($0.1) }),
             let p50 = Self.latency(output, "50"), let p99 = Self.latency(output, "99")
         else { throw BenchError("cannot read wrk's output:\n\(output)") }
-        return WrkRun(requestsPerSecond: rate, p50Millis: p50, p99Millis: p99)
+        let cpuPerRequest = serving.isEmpty ? nil : answered.map { cpu * 1e6 / max($0, 1) }
+        return WrkRun(requestsPerSecond: rate, p50Millis: p50, p99Millis: p99, cpuMicrosPerRequest: cpuPerRequest)
     }
 
     /// A line of wrk's latency distribution ("     99%    2.34ms") in milliseconds.
