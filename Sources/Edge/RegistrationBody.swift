@@ -190,14 +190,14 @@ package enum FlatReader {
             guard let stop = current else { return nil }
             if stop == UInt8(ascii: "\"") {
                 index += 1
-                return String(validating: UnsafeRawBufferPointer(rebasing: bytes[start..<(index - 1)]), as: UTF8.self)
+                return validatedUTF8(UnsafeRawBufferPointer(rebasing: bytes[start..<(index - 1)]))
             }
             var text = Array(UnsafeRawBufferPointer(rebasing: bytes[start..<index]))
             while let byte = current {
                 index += 1
                 switch byte {
                 case UInt8(ascii: "\""):
-                    return String(validating: text, as: UTF8.self)
+                    return text.withUnsafeBytes { validatedUTF8($0) }
                 case UInt8(ascii: "\\"):
                     guard let escaped = current else { return nil }
                     index += 1

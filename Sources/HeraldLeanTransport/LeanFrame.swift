@@ -226,23 +226,6 @@ public struct LeanRequest: Sendable, Equatable {
             timeoutMilliseconds: timeout, window: window, method: method, metadata: metadata, message: payload)
     }
 
-    /// No byte with its high bit set, eight at a time.
-    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        let raw = UnsafeRawBufferPointer(bytes)
-        var at = 0
-        while at &+ 8 <= raw.count {
-            guard raw.loadUnaligned(fromByteOffset: at, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 else {
-                return false
-            }
-            at &+= 8
-        }
-        while at < raw.count {
-            guard raw[at] < 0x80 else { return false }
-            at &+= 1
-        }
-        return true
-    }
-
     /// Whether `string` fits a short string's 16-bit length.
     static func isShortString(_ string: String) -> Bool { string.utf8.count <= Int(UInt16.max) }
 
@@ -259,20 +242,15 @@ public struct LeanRequest: Sendable, Equatable {
         buffer.writeString(string)
     }
 
-    /// Read in place, without copying the bytes out first. Method names and metadata (request ids,
-    /// `traceparent`) are ASCII, which is valid UTF-8 as it is: decoded without the validating
-    /// initialiser, which the standard library runs unspecialised (about 650 instructions of
-    /// generic metadata look-ups per string, counted by callgrind). Anything else is validated.
+    /// Read in place, without copying the bytes out first, and validated without the standard
+    /// library's unspecialised initialiser when ASCII (``validatedUTF8(_:)``): method names and
+    /// metadata (request ids, `traceparent`) are.
     static func readShortString(_ buffer: inout ByteBuffer, _ what: String) throws -> String {
         guard let length = buffer.readInteger(as: UInt16.self).map(Int.init), buffer.readableBytes >= length else {
             throw LeanProtocolError("frame truncated in the \(what)")
         }
         let string = buffer.withUnsafeReadableBytes { raw in
-            raw.withMemoryRebound(to: UInt8.self) { all -> String? in
-                let bytes = UnsafeBufferPointer(rebasing: all[..<length])
-                if isASCII(bytes) { return String(decoding: bytes, as: UTF8.self) }
-                return String(validating: bytes, as: UTF8.self)
-            }
+            validatedUTF8(UnsafeRawBufferPointer(rebasing: raw[..<length]))
         }
         guard let string else { throw LeanProtocolError("\(what) is not UTF-8") }
         buffer.moveReaderIndex(forwardBy: length)

@@ -67,4 +67,27 @@ struct JSONObjectWriterTests {
         }
         #expect(JSONObjectWriter().finished == Array("{}".utf8))
     }
+
+    @Test("UTF-8 read from bytes: ASCII directly, the rest validated, as String(validating:) does")
+    func validatedUTF8Strings() {
+        var inputs: [[UInt8]] = [
+            [], Array("a".utf8), Array("abcdefgh".utf8), Array("00-4bf92f3577b34da6a3ce929d0e0e4736-01".utf8),
+            Array("café".utf8), Array("abcdefghijklmnop✓".utf8), [0xff], Array("abcdefgh".utf8) + [0xc3],
+            [0xed, 0xa0, 0x80], Array("abcdefghijklmnop".utf8) + [0xe2, 0x9c],
+        ]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            inputs.append(
+                (0..<Int.random(in: 0...40, using: &generator)).map { _ in
+                    Bool.random(using: &generator)
+                        ? UInt8.random(in: 0x20...0x7e, using: &generator)
+                        : UInt8.random(in: 0...255, using: &generator)
+                })
+        }
+        for input in inputs {
+            let ours = input.withUnsafeBytes { validatedUTF8($0) }
+            #expect(ours == String(validating: input, as: UTF8.self), "\(input)")
+            #expect(input.withUnsafeBytes { isASCII($0) } == input.allSatisfy { $0 < 0x80 }, "\(input)")
+        }
+    }
 }
