@@ -462,7 +462,7 @@ let package = Package(
             .target(
                 name: "HeraldTestSupport",
                 dependencies: [
-                    "HeraldSQL", "HeraldModel", .product(name: "Crypto", package: "swift-crypto"),
+                    "HeraldSQL", "HeraldModel", "HeraldTelemetry", .product(name: "Crypto", package: "swift-crypto"),
                     .product(name: "PostgresNIO", package: "postgres-nio"),
                     .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),
                 ],
@@ -604,7 +604,7 @@ let package = Package(
             .testTarget(
                 name: "EdgeTests",
                 dependencies: [
-                    "EdgeTestSupport",
+                    "EdgeTestSupport", "HeraldTestSupport", "HeraldTelemetry",
                     "Edge", "HeraldRPC", "HeraldModel", "HeraldProto", "HeraldService", "HeraldSQL", "NotificationHubs",
                     // NH registrations in-process: the edge over a real RegistrationServer on an
                     // in-memory SQLite (NHRegistrationRouteTests).

@@ -1,8 +1,8 @@
 import HTTPTypes
 import HeraldTelemetry
+import HeraldTestSupport
 import Hummingbird
 import HummingbirdTesting
-import Synchronization
 import Testing
 import Tracing
 
@@ -13,15 +13,9 @@ import Tracing
 /// span at all for a request whose trace is not sampled.
 @Suite("edge tracing middleware")
 struct EdgeTracingTests {
-    final class Sink: Sendable {
-        let spans = Mutex<[FinishedSpan]>([])
-        var all: [FinishedSpan] { spans.withLock { $0 } }
-    }
-
     static func withRouter(
-        _ sink: Sink, _ body: @Sendable (any TestClientProtocol) async throws -> Void
+        _ tracer: HeraldTracer, _ body: @Sendable (any TestClientProtocol) async throws -> Void
     ) async throws {
-        let tracer = HeraldTracer(resource: [], sampler: .always) { span in sink.spans.withLock { $0.append(span) } }
         let router = Router(context: EdgeRequestContext.self)
         router.add(middleware: EdgeTracingMiddleware(tracer: tracer, errors: EdgeErrorMiddleware()))
         router.get("api/things/:id") { _, _ in "thing" }
@@ -31,8 +25,8 @@ struct EdgeTracingTests {
 
     @Test("a sampled request's span: named by its route, Hummingbird's attributes, the handle redacted")
     func recordedSpan() async throws {
-        let sink = Sink()
-        try await Self.withRouter(sink) { client in
+        let (tracer, sink) = collectingTracer()
+        try await Self.withRouter(tracer) { client in
             try await client.execute(
                 uri: "/api/things/7?handle=secret-token&page=2", method: .get,
                 headers: [.userAgent: "herald-test/1"]
@@ -63,8 +57,8 @@ struct EdgeTracingTests {
 
     @Test("a caller's unsampled trace records no span")
     func unsampledCaller() async throws {
-        let sink = Sink()
-        try await Self.withRouter(sink) { client in
+        let (tracer, sink) = collectingTracer()
+        try await Self.withRouter(tracer) { client in
             try await client.execute(
                 uri: "/api/things/7", method: .get,
                 headers: [HTTPField.Name("traceparent")!: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"]

@@ -1,4 +1,5 @@
 import HeraldModel
+import HeraldTestSupport
 import Synchronization
 import Testing
 import Tracing
@@ -11,19 +12,10 @@ import W3CTraceContext
 /// (ProcessTests.TracingTests runs them across the real stack into an OTLP receiver).
 @Suite("tracing")
 struct TracerTests {
-    final class Collected: Sendable {
-        let spans = Mutex<[FinishedSpan]>([])
-        var all: [FinishedSpan] { spans.withLock { $0 } }
-    }
-
     static func tracer(
         _ sampler: TraceSampler = .always, parentBased: Bool = true
-    ) -> (HeraldTracer, Collected) {
-        let collected = Collected()
-        let tracer = HeraldTracer(resource: [("service.name", "t")], sampler: sampler, parentBased: parentBased) {
-            span in collected.spans.withLock { $0.append(span) }
-        }
-        return (tracer, collected)
+    ) -> (HeraldTracer, CollectedSpans) {
+        collectingTracer(sampler, parentBased: parentBased)
     }
 
     struct DictionaryCarrier: Extractor, Injector {
