@@ -7,6 +7,20 @@ import Foundation
     return nibble < 10 ? UInt8(ascii: "0") &+ nibble : UInt8(ascii: "a") &+ (nibble &- 10)
 }
 
+/// `value`'s last `digits` hex digits, lower-case, written at `out[at..<at + digits]` (the caller
+/// sized `out`): ids written into a string's buffer without a formatter.
+@inlinable public func writeLowerHex(
+    _ value: UInt64, digits: Int, to out: UnsafeMutableBufferPointer<UInt8>, at: Int
+) {
+    var value = value
+    var index = at &+ digits
+    while index > at {
+        index &-= 1
+        out[index] = lowerHexDigit(value)
+        value >>= 4
+    }
+}
+
 /// `bytes` as a string when they are UTF-8, else nil. ASCII, the common case (ids, tokens, names,
 /// `traceparent`), is valid UTF-8 as it is and decoded directly: `String(validating:as:)` runs
 /// unspecialised in the standard library, about 650 instructions of generic metadata look-ups a

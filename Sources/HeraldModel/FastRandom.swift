@@ -21,7 +21,7 @@ public struct FastRandom: RandomNumberGenerator {
     public mutating func hex() -> String {
         let value = next()
         return String(unsafeUninitializedCapacity: 16) { out in
-            for at in 0..<16 { out[at] = lowerHexDigit(value >> (60 - 4 * UInt64(at))) }
+            writeLowerHex(value, digits: 16, to: out, at: 0)
             return 16
         }
     }

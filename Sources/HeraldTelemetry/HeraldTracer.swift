@@ -470,26 +470,15 @@ public enum HeraldTracing {
         }
         let span = withUnsafeBytes(of: trace.spanID.bytes) { UInt64(bigEndian: $0.loadUnaligned(as: UInt64.self)) }
         return String(unsafeUninitializedCapacity: 55) { out in
-            writeHex(UInt64(0), digits: 2, to: out, at: 0)
+            writeLowerHex(0, digits: 2, to: out, at: 0)
             out[2] = UInt8(ascii: "-")
-            writeHex(high, digits: 16, to: out, at: 3)
-            writeHex(low, digits: 16, to: out, at: 19)
+            writeLowerHex(high, digits: 16, to: out, at: 3)
+            writeLowerHex(low, digits: 16, to: out, at: 19)
             out[35] = UInt8(ascii: "-")
-            writeHex(span, digits: 16, to: out, at: 36)
+            writeLowerHex(span, digits: 16, to: out, at: 36)
             out[52] = UInt8(ascii: "-")
-            writeHex(UInt64(trace.flags.rawValue), digits: 2, to: out, at: 53)
+            writeLowerHex(UInt64(trace.flags.rawValue), digits: 2, to: out, at: 53)
             return 55
-        }
-    }
-
-    /// `value`'s last `digits` hex digits, lowercase, at `out[at..<at + digits]`.
-    private static func writeHex(_ value: UInt64, digits: Int, to out: UnsafeMutableBufferPointer<UInt8>, at: Int) {
-        var value = value
-        var index = at &+ digits
-        while index > at {
-            index &-= 1
-            out[index] = lowerHexDigit(value & 15)
-            value >>= 4
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldModel
 
 /// A bounded reader of the XML that NH's clients send: elements with attributes, text with the five
 /// named and the numeric character references, CDATA sections, comments and processing
@@ -22,7 +23,7 @@ package enum XMLSubset {
     package static func parse(
         _ bytes: [UInt8], maxElements: Int, maxDepth: Int, _ handle: (Event) throws -> Void
     ) throws {
-        guard String(validating: bytes, as: UTF8.self) != nil else {
+        guard bytes.withUnsafeBytes({ validatedUTF8($0) }) != nil else {
             throw Failure(message: "the body is not UTF-8")
         }
         // XML 1.0's characters: no control character but tab, line feed and carriage return.

@@ -207,7 +207,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
         if !request.continuationToken.isEmpty {
             guard request.continuationToken.utf8.count <= 1024,
                 let decoded = Base64URL.decode(request.continuationToken).flatMap({
-                    String(validating: $0, as: UTF8.self)
+                    $0.withUnsafeBytes { validatedUTF8($0) }
                 })
             else {
                 throw ServiceError.invalidArgument("continuationToken is not one this service gave")
