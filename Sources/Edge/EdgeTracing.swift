@@ -53,26 +53,26 @@ struct EdgeTracingMiddleware: RouterMiddleware {
             attributes["user_agent.original"] = request.headers.value(.userAgent)
             attributes["http.request.body.size"] = request.headers.value(.contentLength).flatMap { Int($0) }
         }
+        /// The route, as the span's name and attribute, and the answer's status (and size).
+        func answered(status: Int, bodySize: Int?) {
+            if let route = context.endpointPath { span.operationName = route }
+            span.updateInPlace { attributes in
+                attributes["http.route"] = context.endpointPath
+                attributes["http.response.status_code"] = status
+                attributes["http.response.body.size"] = bodySize
+            }
+        }
         do {
             let response = try await InstrumentationContext.$current.withValue(span.context) {
                 try await errors.serve(request, context: context, span: span, next: next)
             }
-            if let route = context.endpointPath { span.operationName = route }
-            span.updateInPlace { attributes in
-                attributes["http.route"] = context.endpointPath
-                attributes["http.response.status_code"] = Int(response.status.code)
-                attributes["http.response.body.size"] = response.body.contentLength
-            }
+            answered(status: Int(response.status.code), bodySize: response.body.contentLength)
             span.end()
             return response
         } catch {
             // The error middleware answers every error itself; this is what escapes it (cancellation).
-            if let route = context.endpointPath { span.operationName = route }
             let status = (error as? any HTTPResponseError)?.status.code ?? 500
-            span.updateInPlace { attributes in
-                attributes["http.route"] = context.endpointPath
-                attributes["http.response.status_code"] = status
-            }
+            answered(status: status, bodySize: nil)
             if 500..<600 ~= status { span.setStatus(SpanStatus(code: .error)) }
             span.recordError(error)
             span.end()

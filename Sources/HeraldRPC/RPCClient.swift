@@ -339,9 +339,14 @@ public final class RPCClient: Sendable {
             return try await body(nil)
         }
         if let passed = HeraldTracing.passedOn { return try await body(passed) }
-        guard !HeraldTracing.passesOn() else { return try await body(HeraldTracing.currentHeaders) }
+        if let current = InstrumentationContext.current, HeraldTracing.passesOn(current) {
+            return try await body(current.traceContext.map(HeraldTracing.headers(of:)))
+        }
+        // The span's own context is what `withSpan` binds for the call: sent without reading it back.
         return try await tracer.withSpan(method, ofKind: .client) { span in
-            try await HeraldTracing.rpc(span, method: method) { try await body(HeraldTracing.currentHeaders) }
+            try await HeraldTracing.rpc(span, method: method) {
+                try await body(HeraldTracing.headers(of: span.identity))
+            }
         }
     }
 

@@ -76,10 +76,10 @@ public struct RPCContext: Sendable {
         var logger = baseLogger
         logger[metadataKey: "herald.request_id"] = "\(requestID)"
         logger[metadataKey: "herald.rpc"] = "\(method)"
-        // A trace passed on without being bound (``HeraldTracing/callsOut``): the logging
-        // bootstrap's metadata provider does not see it, so its id is added here.
-        if HeraldTracing.isOn, !HeraldTracing.callsOut, let traceParent, HeraldTracing.passedOn == nil,
-            InstrumentationContext.current?.traceContext == nil,
+        // A process that calls no other service never binds a trace passed on (``HeraldTracing/callsOut``),
+        // so the logging bootstrap's metadata provider does not see it: its id is added here. When
+        // the call is recorded, its span's trace id is the caller's, the one the provider adds too.
+        if HeraldTracing.isOn, !HeraldTracing.callsOut, let traceParent,
             let trace = HeraldTracing.parse(traceparent: traceParent, tracestate: nil)
         {
             logger[metadataKey: "trace_id"] = "\(trace.traceID)"

@@ -388,8 +388,12 @@ public enum HeraldTracing {
     public static var currentHeaders: PassedOnTrace? {
         guard isOn else { return nil }
         if let passed = passedOn { return passed }
-        guard let trace = InstrumentationContext.current?.traceContext else { return nil }
-        return PassedOnTrace(traceparent: traceparent(trace), tracestate: trace.traceStateHeaderValue)
+        return InstrumentationContext.current?.traceContext.map(headers(of:))
+    }
+
+    /// `trace` as the `traceparent`/`tracestate` values an RPC sends.
+    public static func headers(of trace: TraceContext) -> PassedOnTrace {
+        PassedOnTrace(traceparent: traceparent(trace), tracestate: trace.traceStateHeaderValue)
     }
 
     /// The current task's `traceparent` when its trace is sampled (what later work on its behalf,
