@@ -384,8 +384,7 @@ struct EdgeScenario {
             wrk.headers["Authorization"] = "\(authorization)"
 
             """.write(toFile: dir + "/put.lua", atomically: true, encoding: .utf8)
-            var pids: [Int32] = []
-            for service in Stack.services { if let pid = await stack.pid(of: service) { pids.append(pid) } }
+            let pids = try await InstructionsScenario.pids(of: Stack.services, in: stack)
             return SeededStack(
                 stack: stack, dir: dir, getURL: base + "/api/notifications/\(payloadID)",
                 putURL: base + "/api/register/\(registrationID)", pids: pids)

@@ -104,7 +104,7 @@ struct OperationsTests {
 
             for service in ["edge", "auth", "payload", "dispatch"] {
                 let found = try await eventually(.seconds(5)) {
-                    try lines(live, service).contains { $0["herald.request_id"] as? String == requestID }
+                    try live.jsonLogLines(service).contains { $0["herald.request_id"] as? String == requestID }
                 }
                 #expect(found, "no log line of herald-\(service) carries request id \(requestID)")
             }
@@ -119,13 +119,6 @@ struct OperationsTests {
                         "herald-\(service): not a JSON log line: \(line)")
                 }
             }
-        }
-    }
-
-    func lines(_ live: LiveStack, _ service: String) throws -> [[String: Any]] {
-        let text = try String(contentsOfFile: "\(live.configuration.logDirectory)/\(service).log", encoding: .utf8)
-        return text.split(separator: "\n").compactMap {
-            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }
     }
 

@@ -346,21 +346,13 @@ struct TracingTests {
             // the edge and dispatch pass it on. Each one's line for the request names the trace.
             for service in ["edge", "auth", "payload", "dispatch", "registration"] {
                 let named = try await eventually(.seconds(10)) {
-                    Self.logLines(live, service).contains {
+                    ((try? live.jsonLogLines(service)) ?? []).contains {
                         $0["herald.request_id"] as? String == requestID && $0["trace_id"] as? String == unsampled
                     }
                 }
                 #expect(named, "no log line of herald-\(service) names the trace of request \(requestID)")
             }
             #expect(receiver.spans().allSatisfy { $0.traceID != unsampled }, "the unsampled trace was recorded")
-        }
-    }
-
-    static func logLines(_ live: LiveStack, _ service: String) -> [[String: Any]] {
-        let path = "\(live.configuration.logDirectory)/\(service).log"
-        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
-        return text.split(separator: "\n").compactMap {
-            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }
     }
 

@@ -243,6 +243,14 @@ package struct LiveStack {
         .joined(separator: "\n")
     }
 
+    /// The lines of one service's log that are JSON objects (a service run with `--log-format json`).
+    package func jsonLogLines(_ service: String) throws -> [[String: Any]] {
+        let text = try String(contentsOfFile: "\(configuration.logDirectory)/\(service).log", encoding: .utf8)
+        return text.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+    }
+
     /// Everything the inbox provider has recorded.
     package func inbox() async throws -> [InboxEntry] {
         try await RPCClient.with(
