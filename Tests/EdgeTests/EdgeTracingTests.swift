@@ -69,6 +69,31 @@ struct EdgeTracingTests {
         #expect(sink.all.isEmpty)
     }
 
+    @Test(
+        "hostile values: overlong query, raw spaces and < > \" in it, lengths at Int64's ends, are recorded or left out, never trapped on"
+    )
+    func hostileValues() async throws {
+        let (tracer, sink) = collectingTracer()
+        let longQuery = "handle=" + String(repeating: "a", count: 60_000) + "&x=%zz&y=<b c\">"
+        try await Self.withRouter(tracer) { client in
+            for length in ["\(Int64.max)", "\(Int64.min)", "99999999999999999999999", "-1", "1e3"] {
+                try await client.execute(
+                    uri: "/api/things/7?\(longQuery)", method: .get,
+                    headers: [.contentLength: length, .userAgent: "agent with spaces <>\""]
+                ) { response in
+                    #expect(response.status.code < 500, "Content-Length \(length)")
+                }
+            }
+        }
+        #expect(sink.all.count == 5)
+        for span in sink.all {
+            #expect(span.attributes["url.query"]?.toSpanAttribute() == "handle=REDACTED&x=%zz&y=<b c\">")
+            #expect(span.attributes["user_agent.original"]?.toSpanAttribute() == "agent with spaces <>\"")
+        }
+        #expect(EdgeTracingMiddleware.redacted(longQuery) == "handle=REDACTED&x=%zz&y=<b c\">")
+        #expect(EdgeTracingMiddleware.redacted("%zz=1&%=2&handle") == "%zz=1&%=2&handle=REDACTED")
+    }
+
     @Test("the handle is redacted wherever it is in the query, and only the handle")
     func redaction() {
         #expect(EdgeTracingMiddleware.redacted("handle=a") == "handle=REDACTED")
