@@ -119,8 +119,10 @@ public struct TracingConfiguration: Sendable, Equatable {
 public final class OTLPExporter: Service, Sendable {
     public let configuration: TracingConfiguration
     private let logger: Logger
-    private let queue = Mutex<[FinishedSpan]>([])
-    private let wakeups: (stream: AsyncStream<Void>, continuation: AsyncStream<Void>.Continuation)
+    private let queue: Mutex<SpanQueue>
+    /// Why the export loop wakes: `true` for the schedule (send everything queued), `false` for a
+    /// full batch (send full batches only).
+    private let wakeups: (stream: AsyncStream<Bool>, continuation: AsyncStream<Bool>.Continuation)
     private let dropped = Counter(label: "herald_tracing_spans_dropped_total")
     private let exported = Counter(label: "herald_tracing_spans_exported_total")
     /// Whether the last export failed, so a collector that is down is logged once per outage.
@@ -129,6 +131,9 @@ public final class OTLPExporter: Service, Sendable {
     public init(configuration: TracingConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
+        queue = Mutex(SpanQueue(capacity: configuration.maxQueueSize, batchSize: configuration.maxExportBatchSize))
+        // The newest reason only: a schedule's wake-up replaced by a full batch's sends what is left
+        // one period later, and is never lost for longer.
         wakeups = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -141,13 +146,9 @@ public final class OTLPExporter: Service, Sendable {
     }
 
     func enqueue(_ span: FinishedSpan) {
-        let (accepted, full) = queue.withLock { queue -> (Bool, Bool) in
-            guard queue.count < configuration.maxQueueSize else { return (false, true) }
-            queue.append(span)
-            return (true, queue.count >= configuration.maxExportBatchSize)
-        }
+        let (accepted, full) = queue.withLock { $0.append(span) }
         if !accepted { dropped.increment() }
-        if full { wakeups.continuation.yield() }
+        if full { wakeups.continuation.yield(false) }
     }
 
     public func run() async throws {
@@ -162,29 +163,28 @@ public final class OTLPExporter: Service, Sendable {
             group.addTask {
                 while !Task.isCancelled {
                     do { try await Task.sleep(for: delay) } catch { return }
-                    continuation.yield()
+                    continuation.yield(true)
                 }
             }
             await withGracefulShutdownHandler {
-                for await _ in wakeups.stream { await exportQueued(client) }
+                for await scheduled in wakeups.stream { await exportQueued(client, all: scheduled) }
             } onGracefulShutdown: {
                 continuation.finish()
             }
             // What the last spans of the drain added.
-            await exportQueued(client)
+            await exportQueued(client, all: true)
             client.beginGracefulShutdown()
             group.cancelAll()
         }
     }
 
-    /// Sends everything queued, a batch at a time.
-    private func exportQueued(_ client: GRPCClient<HTTP2ClientTransport.Posix>) async {
+    /// Sends what is queued, a batch at a time: every span when `all` (the schedule, the drain),
+    /// else full batches only. What an export costs is mostly per call (grpc-swift's generic
+    /// client, the HTTP/2 stream): when every wake-up sent all it found, the spans queued while one
+    /// export ran went as the next, and a busy process sent batches of a few spans back to back.
+    private func exportQueued(_ client: GRPCClient<HTTP2ClientTransport.Posix>, all: Bool) async {
         while true {
-            let batch = queue.withLock { queue -> [FinishedSpan] in
-                let batch = Array(queue.prefix(configuration.maxExportBatchSize))
-                queue.removeFirst(batch.count)
-                return batch
-            }
+            let batch = queue.withLock { $0.take(all: all) }
             guard !batch.isEmpty else { return }
             await export(batch, client)
         }
@@ -225,5 +225,33 @@ public final class OTLPExporter: Service, Sendable {
                     ])
             }
         }
+    }
+}
+
+/// The exporter's queue of finished spans: bounded, and handed out in batches (OTel's batch span
+/// processor: a batch goes when it is full or when the schedule comes).
+struct SpanQueue {
+    let capacity: Int
+    let batchSize: Int
+    private(set) var spans: [FinishedSpan] = []
+
+    init(capacity: Int, batchSize: Int) {
+        self.capacity = max(1, capacity)
+        self.batchSize = max(1, min(batchSize, self.capacity))
+    }
+
+    /// Queues `span` unless the queue is full. `full`: a batch is ready (the export loop is woken).
+    mutating func append(_ span: FinishedSpan) -> (accepted: Bool, full: Bool) {
+        guard spans.count < capacity else { return (false, true) }
+        spans.append(span)
+        return (true, spans.count >= batchSize)
+    }
+
+    /// The next batch to send: a full one; or, when `all`, what is queued up to a batch; else none.
+    mutating func take(all: Bool) -> [FinishedSpan] {
+        guard spans.count >= batchSize || (all && !spans.isEmpty) else { return [] }
+        let batch = Array(spans.prefix(batchSize))
+        spans.removeFirst(batch.count)
+        return batch
     }
 }
