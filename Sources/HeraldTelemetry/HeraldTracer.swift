@@ -228,7 +228,7 @@ public struct FinishedSpan: Sendable {
     public var kind: SpanKind
     public var startNanos: UInt64
     public var endNanos: UInt64
-    public var attributes: SpanAttributes
+    public var attributes: AttributeList
     public var status: SpanStatus?
     public var events: [SpanEvent]
     public var links: [(trace: TraceContext, attributes: SpanAttributes)]
@@ -240,7 +240,7 @@ public final class HeraldSpan: Tracing.Span, Sendable {
     private struct State {
         var name: String
         var context: InstrumentationContext
-        var attributes = SpanAttributes()
+        var attributes = AttributeList()
         var status: SpanStatus?
         var events: [SpanEvent] = []
         var links: [(trace: TraceContext, attributes: SpanAttributes)] = []
@@ -280,10 +280,11 @@ public final class HeraldSpan: Tracing.Span, Sendable {
     public var attributes: SpanAttributes {
         // A span that records nothing has none: no lock, no copy (Hummingbird's middleware sets a
         // few on every request's span).
-        get { isRecording ? state.withLock { $0.attributes } : SpanAttributes() }
+        get { isRecording ? state.withLock { $0.attributes.spanAttributes } : SpanAttributes() }
         set {
             guard isRecording else { return }
-            state.withLock { $0.attributes = newValue }
+            let list = AttributeList(newValue)
+            state.withLock { $0.attributes = list }
         }
     }
 
@@ -292,11 +293,17 @@ public final class HeraldSpan: Tracing.Span, Sendable {
     public func setAttribute(_ key: String, _ value: (some SpanAttributeConvertible)?) {
         guard isRecording else { return }
         let attribute = value?.toSpanAttribute()
-        state.withLock { $0.attributes[key] = attribute }
+        state.withLock { $0.attributes.set(key, attribute) }
+    }
+
+    /// Sets one text attribute in place: what most of Herald's are, without the generic conversion.
+    public func setAttribute(_ key: String, _ value: String) {
+        guard isRecording else { return }
+        state.withLock { $0.attributes.set(key, .string(value)) }
     }
 
     /// Changes several attributes in place, under the span's lock (nothing when it does not record).
-    public func updateInPlace(_ update: (inout SpanAttributes) -> Void) {
+    public func updateInPlace(_ update: (inout AttributeList) -> Void) {
         guard isRecording else { return }
         state.withLock { update(&$0.attributes) }
     }
@@ -502,7 +509,7 @@ public enum HeraldTracing {
 
     /// grpc.health.v1's methods: probes, not requests, and never traced.
     /// Adds attributes to the task's current span (no-op when tracing is off or nothing is traced).
-    public static func annotate(_ update: (inout SpanAttributes) -> Void) {
+    public static func annotate(_ update: (inout AttributeList) -> Void) {
         guard isOn, let span = InstrumentationContext.current?[ActiveSpanKey.self] else { return }
         span.updateInPlace(update)
     }

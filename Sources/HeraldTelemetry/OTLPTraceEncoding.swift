@@ -156,6 +156,11 @@ enum OTLPTraceEncoding {
         attributes.forEach { key, value in writer.message(field) { keyValue(&$0, key, value) } }
     }
 
+    /// A recorded span's attributes as KeyValues in repeated field `field`.
+    static func attributes(_ attributes: AttributeList, field: Int, into writer: inout ProtoWriter) {
+        for (key, value) in attributes.pairs { writer.message(field) { keyValue(&$0, key, value) } }
+    }
+
     /// KeyValue: key = 1, value = 2 (AnyValue: string 1, bool 2, int 3, double 4, array 5).
     static func keyValue(_ writer: inout ProtoWriter, _ key: String, _ value: SpanAttribute) {
         writer.string(1, key)

@@ -15,7 +15,7 @@ struct SpanQueueTests {
             flags: .sampled, state: TraceState())
         return FinishedSpan(
             name: "span \(number)", trace: trace, parentSpanID: nil, kind: .internal, startNanos: 0, endNanos: 1,
-            attributes: [:], status: nil, events: [], links: [])
+            attributes: AttributeList(), status: nil, events: [], links: [])
     }
 
     /// What an export loop woken by full batches sends: full batches, and the rest only on schedule.
