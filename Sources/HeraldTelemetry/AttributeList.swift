@@ -8,18 +8,27 @@ public import Tracing
 /// sampled GET in herald-edge. The subscript takes what `SpanAttributes`' does, so code written for
 /// one reads the same with the other.
 public struct AttributeList: Sendable {
-    public private(set) var pairs: [(key: String, value: SpanAttribute)] = []
+    /// The names and values, in two arrays: a search compares names only, and no (name, value) pair
+    /// is copied through the runtime's generic tuple witnesses.
+    public private(set) var keys: [String] = []
+    public private(set) var values: [SpanAttribute] = []
 
     public init() {}
 
     /// The same attributes as `attributes`.
     public init(_ attributes: SpanAttributes) {
         // swift-format-ignore: ReplaceForEachWithForLoop
-        attributes.forEach { key, value in pairs.append((key, value)) }
+        attributes.forEach { key, value in
+            keys.append(key)
+            values.append(value)
+        }
     }
 
-    public var isEmpty: Bool { pairs.isEmpty }
-    public var count: Int { pairs.count }
+    public var isEmpty: Bool { keys.isEmpty }
+    public var count: Int { keys.count }
+
+    /// The attributes as (name, value) pairs, in order.
+    public var pairs: [(key: String, value: SpanAttribute)] { zip(keys, values).map { ($0, $1) } }
 
     /// The attribute named `key`; setting nil removes it, as with `SpanAttributes`.
     public subscript(key: String) -> (any SpanAttributeConvertible)? {
@@ -28,20 +37,24 @@ public struct AttributeList: Sendable {
     }
 
     public func value(of key: String) -> SpanAttribute? {
-        for pair in pairs where pair.key == key { return pair.value }
-        return nil
+        keys.firstIndex(of: key).map { values[$0] }
     }
 
     /// Sets (or, with nil, removes) the attribute named `key`.
     public mutating func set(_ key: String, _ value: SpanAttribute?) {
-        let index = pairs.firstIndex { $0.key == key }
-        switch (index, value) {
-        case (let index?, let value?): pairs[index].value = value
-        case (let index?, nil): pairs.remove(at: index)
+        switch (keys.firstIndex(of: key), value) {
+        case (let index?, let value?): values[index] = value
+        case (let index?, nil):
+            keys.remove(at: index)
+            values.remove(at: index)
         case (nil, let value?):
-            // Room for a server span's attributes at once: one allocation, no growth.
-            if pairs.capacity == 0 { pairs.reserveCapacity(12) }
-            pairs.append((key, value))
+            // Room for a server span's attributes at once: one allocation each, no growth.
+            if keys.capacity == 0 {
+                keys.reserveCapacity(12)
+                values.reserveCapacity(12)
+            }
+            keys.append(key)
+            values.append(value)
         case (nil, nil): break
         }
     }
@@ -49,7 +62,7 @@ public struct AttributeList: Sendable {
     /// The same attributes as `SpanAttributes` (the `Span` protocol's type).
     public var spanAttributes: SpanAttributes {
         var attributes = SpanAttributes()
-        for (key, value) in pairs { attributes[key] = value }
+        for (key, value) in zip(keys, values) { attributes[key] = value }
         return attributes
     }
 }

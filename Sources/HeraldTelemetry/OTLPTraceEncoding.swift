@@ -158,7 +158,9 @@ enum OTLPTraceEncoding {
 
     /// A recorded span's attributes as KeyValues in repeated field `field`.
     static func attributes(_ attributes: AttributeList, field: Int, into writer: inout ProtoWriter) {
-        for (key, value) in attributes.pairs { writer.message(field) { keyValue(&$0, key, value) } }
+        for (key, value) in zip(attributes.keys, attributes.values) {
+            writer.message(field) { keyValue(&$0, key, value) }
+        }
     }
 
     /// KeyValue: key = 1, value = 2 (AnyValue: string 1, bool 2, int 3, double 4, array 5).
