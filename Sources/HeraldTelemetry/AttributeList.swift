@@ -27,9 +27,6 @@ public struct AttributeList: Sendable {
     public var isEmpty: Bool { keys.isEmpty }
     public var count: Int { keys.count }
 
-    /// The attributes as (name, value) pairs, in order.
-    public var pairs: [(key: String, value: SpanAttribute)] { zip(keys, values).map { ($0, $1) } }
-
     /// The attribute named `key`; setting nil removes it, as with `SpanAttributes`.
     public subscript(key: String) -> (any SpanAttributeConvertible)? {
         get { value(of: key) }
