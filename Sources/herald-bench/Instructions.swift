@@ -7,6 +7,7 @@ import HeraldRPC
 import HeraldService
 import HeraldStack
 import NIOCore
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -31,16 +32,25 @@ struct InstructionsBench: AsyncParsableCommand {
         abstract:
             "Instructions per edge GET, edge PUT, NH installation PUT, FetchPayload and template render (callgrind).")
     @OptionGroup var options: BenchOptions
+    @Flag(
+        help: """
+            Simulate the caches too (callgrind --cache-sim=yes) and print the misses per request of \
+            the tutorial GET and PUT, with tracing off and on: what time per instruction depends on, \
+            on a machine without hardware counters. Slower.
+            """)
+    var cacheSim = false
 
     func run() async throws { try await execute() }
 
     func execute() async throws {
-        try options.show(try await InstructionsScenario(options: options).run(), scenarios: ["instructions"])
+        try options.show(
+            try await InstructionsScenario(options: options, cacheSim: cacheSim).run(), scenarios: ["instructions"])
     }
 }
 
 struct InstructionsScenario {
     var options: BenchOptions
+    var cacheSim = false
 
     var calls: Int { options.quick ? 50 : 400 }
     var warmUp: Int { options.quick ? 20 : 30 }
@@ -51,7 +61,8 @@ struct InstructionsScenario {
         }
         let dir = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let counter = try Callgrind(valgrind: valgrind, control: control, dir: dir)
+        var counter = try Callgrind(valgrind: valgrind, control: control, dir: dir)
+        counter.cacheSim = cacheSim
         let bin = try counter.strippedCopies()
 
         // Baselines: the same library's hello world, and the lean protocol's echo.
@@ -91,7 +102,8 @@ struct InstructionsScenario {
         let fetch: Double
         do {
             let pids = try await Self.pids(of: counted, in: stack)
-            let tutorial = try await tutorialCounts(stack, configuration, pids: pids, counter: counter)
+            let tutorial = try await tutorialCounts(
+                stack, configuration, pids: pids, counter: counter, label: "tracing off")
             (get, put) = (tutorial.get, tutorial.put)
             let payloadID = tutorial.payloadID
             let handle = String(repeating: "ab", count: 32)
@@ -171,7 +183,9 @@ struct InstructionsScenario {
                         }
                     }
                     let counts = try await tutorialCounts(
-                        stack, traced, pids: pids, counter: counter, settle: settle)
+                        stack, traced, pids: pids, counter: counter,
+                        label: ratio == "0" ? "tracing on, no trace sampled" : "tracing on, every trace sampled",
+                        settle: settle)
                     await stack.stop()
                     return (counts.get, counts.put)
                 } catch {
@@ -265,6 +279,9 @@ struct InstructionsScenario {
             A template send's audience step costs \(String(format: "%.0f", templates.device - templates.nativeDevice)) instructions per device more than a native send's; its renderings are made once per distinct template of a send (four in `herald-bench nh`).
             """
         ]
+        if let misses = counter.misses.table(processes: "herald-edge / herald-auth / herald-payload or -registration") {
+            report.tables.append(misses)
+        }
         return report
     }
 
@@ -280,7 +297,7 @@ struct InstructionsScenario {
     /// auth, registration), counted per process as the edge bench's wrk runs send them; `pids` are
     /// auth's, payload's, edge's and registration's. Counts in the order edge, auth, then the third.
     private func tutorialCounts(
-        _ stack: Stack, _ configuration: StackConfiguration, pids: [Int32], counter: Callgrind,
+        _ stack: Stack, _ configuration: StackConfiguration, pids: [Int32], counter: Callgrind, label: String,
         settle: @Sendable (() async throws -> Void) async throws -> Void = { _ in }
     ) async throws -> (get: [Double], put: [Double], payloadID: Int64) {
         let payloadID = try await RPCClient.with(socketPath: configuration.socketPath("payload")) { client in
@@ -292,7 +309,9 @@ struct InstructionsScenario {
         let authorization = "Basic " + Data("bench:bench".utf8).base64EncodedString()
         for _ in 0..<warmUp { try await Self.get(url, authorization: authorization) }
         try await settle { try await Self.get(url, authorization: authorization) }
-        let get = try await counter.measureEach([pids[2], pids[0], pids[1]], calls: calls) {
+        let get = try await counter.measureEach(
+            [pids[2], pids[0], pids[1]], calls: calls, label: "edge GET, \(label)"
+        ) {
             try await Self.get(url, authorization: authorization)
         }
         let handle = String(repeating: "ab", count: 32)
@@ -305,7 +324,9 @@ struct InstructionsScenario {
         let body = #"{"Platform":"apns","Handle":"\#(handle)","Tags":["news"]}"#
         for _ in 0..<warmUp { try await Self.put(putURL, body: body, authorization: authorization) }
         try await settle { try await Self.put(putURL, body: body, authorization: authorization) }
-        let put = try await counter.measureEach([pids[2], pids[0], pids[3]], calls: calls) {
+        let put = try await counter.measureEach(
+            [pids[2], pids[0], pids[3]], calls: calls, label: "edge PUT, \(label)"
+        ) {
             try await Self.put(putURL, body: body, authorization: authorization)
         }
         return (get, put, payloadID)
@@ -363,6 +384,61 @@ struct TemplateCounts {
     }
 }
 
+/// The simulated cache misses of labelled stretches of calls (`herald-bench instructions
+/// --cache-sim`), per process and call.
+final class CacheMisses: Sendable {
+    /// One process's misses per call: first-level instruction and data caches, and the last level.
+    struct PerCall: Sendable {
+        var instructions: Double
+        var i1: Double
+        var d1: Double
+        var last: Double
+
+        /// Reads a dump's `events:` and `summary:` lines (Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw).
+        init(dump path: String, calls: Int) throws {
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            guard let names = text.firstMatch(of: /\nevents: ([^\n]*)/).map({ $0.1.split(separator: " ") }),
+                let values = text.firstMatch(of: /\nsummary: ([^\n]*)/).map({ $0.1.split(separator: " ") })
+            else { throw BenchError("no events or summary in \(path)") }
+            var event: [Substring: Double] = [:]
+            for (name, value) in zip(names, values) { event[name] = Double(value) }
+            func sum(_ keys: Substring...) -> Double { keys.reduce(0) { $0 + (event[$1] ?? 0) } / Double(calls) }
+            guard event["I1mr"] != nil else { throw BenchError("\(path) has no simulated cache events") }
+            instructions = sum("Ir")
+            i1 = sum("I1mr")
+            d1 = sum("D1mr", "D1mw")
+            last = sum("ILmr", "DLmr", "DLmw")
+        }
+    }
+
+    private let rows = Mutex<[(label: String, processes: [PerCall])]>([])
+
+    func add(_ label: String, _ processes: [PerCall]) { rows.withLock { $0.append((label, processes)) } }
+
+    /// A table of the stretches' misses per call (each process's, and their sum), or nil when none
+    /// was kept.
+    func table(processes names: String) -> String? {
+        let rows = rows.withLock { $0 }
+        guard !rows.isEmpty else { return nil }
+        func row(_ label: String, _ processes: [PerCall]) -> String {
+            func cells(_ value: (PerCall) -> Double) -> String {
+                let each = processes.map { String(format: "%.0f", value($0)) }.joined(separator: " / ")
+                return "\(each) (\(String(format: "%.0f", processes.reduce(0) { $0 + value($1) })))"
+            }
+            return "| \(label) | \(cells(\.instructions)) | \(cells(\.i1)) | \(cells(\.d1)) | \(cells(\.last)) |"
+        }
+        return """
+            ## simulated cache misses per request (callgrind --cache-sim=yes; caches as valgrind reads them from this CPU)
+
+            Each cell: \(names), then their sum. Misses cost time that instruction counts do not show.
+
+            | requests | instructions | I1 misses | D1 misses | last-level misses |
+            |---|---:|---:|---:|---:|
+            \(rows.map { row($0.label, $0.processes) }.joined(separator: "\n"))
+            """
+    }
+}
+
 /// Runs processes under callgrind and reads what a stretch of calls cost them.
 struct Callgrind {
     var valgrind: String
@@ -372,6 +448,10 @@ struct Callgrind {
     /// into the mask it is given, and libdispatch passes a read-only one when an async `main`
     /// parks the main thread (`dispatch_main`): every Swift service would die of SIGSEGV there.
     var shim: String
+    /// Simulate the caches as well (`--cache-sim=yes`); the misses of each labelled stretch go to
+    /// ``misses``.
+    var cacheSim = false
+    let misses = CacheMisses()
 
     init(valgrind: String, control: String, dir: String) throws {
         self.valgrind = valgrind
@@ -414,7 +494,7 @@ struct Callgrind {
             "/usr/bin/env", "LD_PRELOAD=\(shim)", valgrind, "--tool=callgrind",
             "--callgrind-out-file=\(dir)/callgrind.\(name).%p",
             "--log-file=\(dir)/valgrind.\(name).%p.log",
-        ]
+        ] + (cacheSim ? ["--cache-sim=yes"] : [])
     }
 
     func counted<T>(_ name: String, start: ([String]) async throws -> T) async throws -> T {
@@ -426,11 +506,15 @@ struct Callgrind {
         try await measureEach(pids, calls: calls, call).reduce(0, +)
     }
 
-    /// Instructions per call in each of `pids`.
-    func measureEach(_ pids: [Int32], calls: Int, _ call: () async throws -> Void) async throws -> [Double] {
+    /// Instructions per call in each of `pids`; with ``cacheSim``, the simulated misses per call of
+    /// a stretch with a `label` are kept in ``misses``.
+    func measureEach(_ pids: [Int32], calls: Int, label: String? = nil, _ call: () async throws -> Void)
+        async throws -> [Double]
+    {
         for pid in pids { _ = try runProcess(control, ["-z", String(pid)], quiet: true) }
         for _ in 0..<calls { try await call() }
         var counts: [Double] = []
+        var misses: [CacheMisses.PerCall] = []
         for pid in pids {
             let before = Set(try FileManager.default.contentsOfDirectory(atPath: dir))
             _ = try runProcess(control, ["-d", String(pid)], quiet: true)
@@ -445,7 +529,9 @@ struct Callgrind {
                 try FileManager.default.copyItem(atPath: "\(dir)/\(file)", toPath: "\(keep)/\(file)")
             }
             counts.append(try Self.summary("\(dir)/\(file)") / Double(calls))
+            if cacheSim, label != nil { misses.append(try CacheMisses.PerCall(dump: "\(dir)/\(file)", calls: calls)) }
         }
+        if let label, cacheSim { self.misses.add(label, misses) }
         return counts
     }
 
