@@ -5,7 +5,9 @@ import Synchronization
 
 /// An OTLP/gRPC trace collector on loopback that accepts every `TraceService/Export` and keeps
 /// only a count of requests and bytes: the edge scenario's tracing rows pay for making, encoding
-/// and sending spans, not for a collector's work.
+/// and sending spans, not for a collector's decoding or storage. Receiving the exports (grpc-swift's
+/// HTTP/2 server) still takes CPU on the machine the stacks share: the side-by-side table prints it
+/// per traced request (about 4–5 µs, against 60–100 µs for the five services).
 final class OTLPSink: RegistrableRPCService, Sendable {
     let exports = Atomic<Int>(0)
     let bytes = Atomic<Int>(0)

@@ -283,19 +283,26 @@ struct EdgeScenario {
     /// records go into `report`; returns their table.
     func sideBySide(_ wrk: String, dir: String, into report: inout Report) async throws -> [String] {
         func runs(_ values: [Double]) -> String { values.map { format($0) }.joined(separator: ", ") }
+        func micros(_ values: [Double]) -> String { String(format: "%.1f", Interleaved.median(values)) }
         let rounds = 6
         var lines = [
             "Tracing side by side with tracing off: both stacks up at once, wrk on each in turn (\(rounds) rounds of 2 s per route, the order swapped each round), medians:",
             "",
-            "| route | tracing | tracing off, req/s | traced, req/s | against tracing off | target |",
-            "|---|---|---|---|---:|---|",
+            "| route | tracing | tracing off, req/s | traced, req/s | against tracing off | target | services' CPU µs/request, off → traced | the collector's CPU µs/request |",
+            "|---|---|---|---|---:|---|---|---:|",
         ]
         for (index, row) in Self.tracingRows.enumerated() {
             let measured = try await interleaved(
                 wrk, dir: dir + "/side-by-side-\(index)", ratio: row.ratio, rounds: rounds)
-            for (name, traced, off, change) in [
-                ("GET api/notifications/{id}", measured.tracedGet, measured.offGet, measured.get),
-                ("PUT api/register/{id}", measured.tracedPut, measured.offPut, measured.put),
+            for (name, traced, off, change, cpu, collector) in [
+                (
+                    "GET api/notifications/{id}", measured.tracedGet, measured.offGet, measured.get,
+                    (measured.offGetCPU, measured.tracedGetCPU), measured.collectorGet
+                ),
+                (
+                    "PUT api/register/{id}", measured.tracedPut, measured.offPut, measured.put,
+                    (measured.offPutCPU, measured.tracedPutCPU), measured.collectorPut
+                ),
             ] {
                 report.records.append(
                     Record(
@@ -304,7 +311,7 @@ struct EdgeScenario {
                         baseline: "\(name), tracing off, side by side", baselineValue: Interleaved.median(off),
                         better: "higher", target: row.target))
                 lines.append(
-                    "| \(name) | \(row.label) | \(runs(off)) | \(runs(traced)) | \(String(format: "%+.1f%%", 100 * change)) | \(row.target) |"
+                    "| \(name) | \(row.label) | \(runs(off)) | \(runs(traced)) | \(String(format: "%+.1f%%", 100 * change)) | \(row.target) | \(micros(cpu.0)) → \(micros(cpu.1)) | \(micros(collector)) |"
                 )
             }
         }
@@ -431,6 +438,9 @@ struct EdgeScenario {
                 throw error
             }
             var result = Interleaved()
+            // What the collector (this process: nothing else of it runs while wrk does) spends per
+            // request of a traced round: work the same machine does for the traced stack only.
+            let bench = getpid()
             do {
                 // A first short run on each, not counted: the stack measured first in the first round
                 // was otherwise also the one warming up (an A/A run, both stacks untraced, put the
@@ -442,14 +452,23 @@ struct EdgeScenario {
                 for round in 0..<rounds {
                     let order = round % 2 == 0 ? [(off, false), (traced, true)] : [(traced, true), (off, false)]
                     for (stack, isTraced) in order {
+                        let beforeGet = try RPCScenario.cpuSeconds(pid: bench)
                         let get = try stack.get(self, wrk, seconds: 2)
+                        let beforePut = try RPCScenario.cpuSeconds(pid: bench)
                         let put = try stack.put(self, wrk, seconds: 2)
+                        let after = try RPCScenario.cpuSeconds(pid: bench)
                         if isTraced {
                             result.tracedGet.append(get.requestsPerSecond)
                             result.tracedPut.append(put.requestsPerSecond)
+                            result.tracedGetCPU.append(get.cpuMicrosPerRequest ?? 0)
+                            result.tracedPutCPU.append(put.cpuMicrosPerRequest ?? 0)
+                            result.collectorGet.append((beforePut - beforeGet) * 1e6 / max(get.requests, 1))
+                            result.collectorPut.append((after - beforePut) * 1e6 / max(put.requests, 1))
                         } else {
                             result.offGet.append(get.requestsPerSecond)
                             result.offPut.append(put.requestsPerSecond)
+                            result.offGetCPU.append(get.cpuMicrosPerRequest ?? 0)
+                            result.offPutCPU.append(put.cpuMicrosPerRequest ?? 0)
                         }
                     }
                 }
@@ -469,6 +488,14 @@ struct EdgeScenario {
         var offPut: [Double] = []
         var tracedGet: [Double] = []
         var tracedPut: [Double] = []
+        /// The five services' CPU per request, µs.
+        var offGetCPU: [Double] = []
+        var offPutCPU: [Double] = []
+        var tracedGetCPU: [Double] = []
+        var tracedPutCPU: [Double] = []
+        /// The collector's CPU per request of the traced stack, µs.
+        var collectorGet: [Double] = []
+        var collectorPut: [Double] = []
 
         static func median(_ values: [Double]) -> Double {
             let sorted = values.sorted()
@@ -488,6 +515,8 @@ struct EdgeScenario {
         /// CPU (user + system) the `serving` processes spent per request answered; nil without them.
         /// Unlike requests/s, it does not move with what else the machine does between stacks.
         var cpuMicrosPerRequest: Double?
+        /// Requests answered (wrk's count).
+        var requests: Double
     }
 
     func runWrk(
@@ -506,7 +535,9 @@ struct EdgeScenario {
             let p50 = Self.latency(output, "50"), let p99 = Self.latency(output, "99")
         else { throw BenchError("cannot read wrk's output:\n\(output)") }
         let cpuPerRequest = serving.isEmpty ? nil : answered.map { cpu * 1e6 / max($0, 1) }
-        return WrkRun(requestsPerSecond: rate, p50Millis: p50, p99Millis: p99, cpuMicrosPerRequest: cpuPerRequest)
+        return WrkRun(
+            requestsPerSecond: rate, p50Millis: p50, p99Millis: p99, cpuMicrosPerRequest: cpuPerRequest,
+            requests: answered ?? rate * Double(seconds ?? options.wrkSeconds))
     }
 
     /// A line of wrk's latency distribution ("     99%    2.34ms") in milliseconds.
