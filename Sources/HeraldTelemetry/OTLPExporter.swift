@@ -240,11 +240,13 @@ struct SpanQueue {
         self.batchSize = max(1, min(batchSize, self.capacity))
     }
 
-    /// Queues `span` unless the queue is full. `full`: a batch is ready (the export loop is woken).
+    /// Queues `span` unless the queue is full. `full`: this span made a batch (the export loop is
+    /// woken). Once woken, the loop takes full batches until fewer than one are left, so the spans
+    /// queued while it exports wake it no more: only the span that completes a batch does.
     mutating func append(_ span: FinishedSpan) -> (accepted: Bool, full: Bool) {
-        guard spans.count < capacity else { return (false, true) }
+        guard spans.count < capacity else { return (false, false) }
         spans.append(span)
-        return (true, spans.count >= batchSize)
+        return (true, spans.count == batchSize)
     }
 
     /// The next batch to send: a full one; or, when `all`, what is queued up to a batch; else none.

@@ -26,7 +26,10 @@ struct SpanQueueTests {
         for number in 0..<3 { #expect(queue.append(Self.span(number)) == (accepted: true, full: false)) }
         #expect(queue.take(all: false).isEmpty, "three of four: not a batch yet")
         #expect(queue.append(Self.span(3)) == (accepted: true, full: true))
-        for number in 4..<10 { _ = queue.append(Self.span(number)) }
+        // The loop, once woken, takes every full batch there is: the spans after the one that made
+        // a batch do not wake it again.
+        #expect(queue.append(Self.span(4)) == (accepted: true, full: false))
+        for number in 5..<10 { _ = queue.append(Self.span(number)) }
         let first = queue.take(all: false)
         #expect(first.map(\.name) == ["span 0", "span 1", "span 2", "span 3"])
         #expect(queue.take(all: false).count == 4)
@@ -34,6 +37,18 @@ struct SpanQueueTests {
         #expect(queue.spans.count == 2)
         #expect(queue.take(all: true).map(\.name) == ["span 8", "span 9"])
         #expect(queue.take(all: true).isEmpty)
+    }
+
+    /// After a take, the queue wakes the loop again when the next batch is made, whatever was left.
+    @Test func eachBatchWakesOnce() {
+        var queue = SpanQueue(capacity: 100, batchSize: 4)
+        let wakes = (0..<10).map { queue.append(Self.span($0)).full }
+        #expect(wakes.filter { $0 }.count == 1, "one batch made while the loop was not taking")
+        _ = queue.take(all: false)
+        _ = queue.take(all: false)
+        #expect(queue.spans.count == 2)
+        #expect(queue.append(Self.span(10)).full == false)
+        #expect(queue.append(Self.span(11)).full == true, "the next batch made wakes it")
     }
 
     /// On schedule (and at the drain) everything goes, still a batch at a time.
@@ -50,7 +65,7 @@ struct SpanQueueTests {
         var queue = SpanQueue(capacity: 3, batchSize: 10)
         #expect(queue.batchSize == 3)
         for number in 0..<3 { #expect(queue.append(Self.span(number)).accepted) }
-        #expect(queue.append(Self.span(3)) == (accepted: false, full: true))
+        #expect(queue.append(Self.span(3)) == (accepted: false, full: false), "the batch that filled it woke the loop")
         #expect(queue.spans.count == 3)
         let odd = SpanQueue(capacity: 0, batchSize: -5)
         #expect(odd.capacity == 1 && odd.batchSize == 1)
