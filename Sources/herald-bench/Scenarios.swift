@@ -606,6 +606,7 @@ struct FanoutScenario {
 
         let hello = try await HelloServer.start(dir: dir)
         let helloRSS = try residentMegabytes(hello.process.processIdentifier)
+        let helloDetail = try Memory.read(hello.process.processIdentifier)
         hello.process.terminate()
         hello.process.waitUntilExit()
 
@@ -662,9 +663,13 @@ struct FanoutScenario {
                 "",
                 "RSS counts every page of the executable and the shared Swift libraries it touched; PSS splits",
                 "shared pages between the processes mapping them; heap is anonymous memory (the service's own data).",
+                "RSS and PSS are mostly those file pages, and how many the kernel maps around each page touched",
+                "depends on how it cached the file: the same binary measured up to 2 MB apart copied to another",
+                "folder (docs/performance.md). Heap does not.",
                 "",
                 "| service | idle RSS MB | idle PSS MB | idle heap MB | RSS after the fan-out MB |",
                 "|---|---:|---:|---:|---:|",
+                "| hello world (baseline) | \(format(helloRSS)) | \(format(helloDetail.pss)) | \(format(helloDetail.anonymous)) | |",
             ]
             for service in Stack.services {
                 guard let detail = idleDetail[service] else { continue }
