@@ -394,9 +394,9 @@ final class CacheMisses: Sendable {
         var d1: Double
         var last: Double
 
-        /// Reads a dump's `events:` and `summary:` lines (Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw).
-        init(dump path: String, calls: Int) throws {
-            let text = try String(contentsOfFile: path, encoding: .utf8)
+        /// Reads a dump's `events:` and `summary:` lines (Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw);
+        /// `text` is the dump at `path`.
+        init(dump text: String, path: String, calls: Int) throws {
             guard let names = text.firstMatch(of: /\nevents: ([^\n]*)/).map({ $0.1.split(separator: " ") }),
                 let values = text.firstMatch(of: /\nsummary: ([^\n]*)/).map({ $0.1.split(separator: " ") })
             else { throw BenchError("no events or summary in \(path)") }
@@ -514,6 +514,7 @@ struct Callgrind {
         for pid in pids { _ = try runProcess(control, ["-z", String(pid)], quiet: true) }
         for _ in 0..<calls { try await call() }
         var counts: [Double] = []
+        let keepsMisses = cacheSim && label != nil
         var misses: [CacheMisses.PerCall] = []
         for pid in pids {
             let before = Set(try FileManager.default.contentsOfDirectory(atPath: dir))
@@ -528,10 +529,12 @@ struct Callgrind {
                 try? FileManager.default.removeItem(atPath: "\(keep)/\(file)")
                 try FileManager.default.copyItem(atPath: "\(dir)/\(file)", toPath: "\(keep)/\(file)")
             }
-            counts.append(try Self.summary("\(dir)/\(file)") / Double(calls))
-            if cacheSim, label != nil { misses.append(try CacheMisses.PerCall(dump: "\(dir)/\(file)", calls: calls)) }
+            let path = "\(dir)/\(file)"
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            counts.append(try Self.summary(of: text, path: path) / Double(calls))
+            if keepsMisses { misses.append(try CacheMisses.PerCall(dump: text, path: path, calls: calls)) }
         }
-        if let label, cacheSim { self.misses.add(label, misses) }
+        if let label, keepsMisses { self.misses.add(label, misses) }
         return counts
     }
 
@@ -545,12 +548,11 @@ struct Callgrind {
                 "LD_PRELOAD=\(shim)", valgrind, "--tool=callgrind", "--callgrind-out-file=\(out)",
                 "--log-file=\(dir)/valgrind.total.log", executable,
             ] + arguments, quiet: true)
-        return try Self.summary(out)
+        return try Self.summary(of: try String(contentsOfFile: out, encoding: .utf8), path: out)
     }
 
-    /// The instruction count a callgrind dump's summary line gives.
-    static func summary(_ path: String) throws -> Double {
-        let text = try String(contentsOfFile: path, encoding: .utf8)
+    /// The instruction count a callgrind dump's summary line gives; `text` is the dump at `path`.
+    static func summary(of text: String, path: String) throws -> Double {
         guard let summary = text.firstMatch(of: /\nsummary: (\d+)/).flatMap({ Double($0.1) }) else {
             throw BenchError("no summary in \(path)")
         }

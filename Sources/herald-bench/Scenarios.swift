@@ -294,24 +294,17 @@ struct EdgeScenario {
         for (index, row) in Self.tracingRows.enumerated() {
             let measured = try await interleaved(
                 wrk, dir: dir + "/side-by-side-\(index)", ratio: row.ratio, rounds: rounds)
-            for (name, traced, off, change, cpu, collector) in [
-                (
-                    "GET api/notifications/{id}", measured.tracedGet, measured.offGet, measured.get,
-                    (measured.offGetCPU, measured.tracedGetCPU), measured.collectorGet
-                ),
-                (
-                    "PUT api/register/{id}", measured.tracedPut, measured.offPut, measured.put,
-                    (measured.offPutCPU, measured.tracedPutCPU), measured.collectorPut
-                ),
+            for (name, route) in [
+                ("GET api/notifications/{id}", measured.get), ("PUT api/register/{id}", measured.put),
             ] {
                 report.records.append(
                     Record(
                         "edge", "\(name), \(row.label), side by side with tracing off: requests/s",
-                        unit: "req/s", value: Interleaved.median(traced),
-                        baseline: "\(name), tracing off, side by side", baselineValue: Interleaved.median(off),
+                        unit: "req/s", value: Interleaved.median(route.traced),
+                        baseline: "\(name), tracing off, side by side", baselineValue: Interleaved.median(route.off),
                         better: "higher", target: row.target))
                 lines.append(
-                    "| \(name) | \(row.label) | \(runs(off)) | \(runs(traced)) | \(String(format: "%+.1f%%", 100 * change)) | \(row.target) | \(micros(cpu.0)) → \(micros(cpu.1)) | \(micros(collector)) |"
+                    "| \(name) | \(row.label) | \(runs(route.off)) | \(runs(route.traced)) | \(String(format: "%+.1f%%", 100 * route.change)) | \(row.target) | \(micros(route.offCPU)) → \(micros(route.tracedCPU)) | \(micros(route.collector)) |"
                 )
             }
         }
@@ -457,19 +450,8 @@ struct EdgeScenario {
                         let beforePut = try RPCScenario.cpuSeconds(pid: bench)
                         let put = try stack.put(self, wrk, seconds: 2)
                         let after = try RPCScenario.cpuSeconds(pid: bench)
-                        if isTraced {
-                            result.tracedGet.append(get.requestsPerSecond)
-                            result.tracedPut.append(put.requestsPerSecond)
-                            result.tracedGetCPU.append(get.cpuMicrosPerRequest ?? 0)
-                            result.tracedPutCPU.append(put.cpuMicrosPerRequest ?? 0)
-                            result.collectorGet.append((beforePut - beforeGet) * 1e6 / max(get.requests, 1))
-                            result.collectorPut.append((after - beforePut) * 1e6 / max(put.requests, 1))
-                        } else {
-                            result.offGet.append(get.requestsPerSecond)
-                            result.offPut.append(put.requestsPerSecond)
-                            result.offGetCPU.append(get.cpuMicrosPerRequest ?? 0)
-                            result.offPutCPU.append(put.cpuMicrosPerRequest ?? 0)
-                        }
+                        result.get.record(get, traced: isTraced, collectorSeconds: beforePut - beforeGet)
+                        result.put.record(put, traced: isTraced, collectorSeconds: after - beforePut)
                     }
                 }
             } catch {
@@ -484,18 +466,35 @@ struct EdgeScenario {
     }
 
     struct Interleaved {
-        var offGet: [Double] = []
-        var offPut: [Double] = []
-        var tracedGet: [Double] = []
-        var tracedPut: [Double] = []
-        /// The five services' CPU per request, µs.
-        var offGetCPU: [Double] = []
-        var offPutCPU: [Double] = []
-        var tracedGetCPU: [Double] = []
-        var tracedPutCPU: [Double] = []
-        /// The collector's CPU per request of the traced stack, µs.
-        var collectorGet: [Double] = []
-        var collectorPut: [Double] = []
+        /// One route's rounds, a value per round and stack.
+        struct Route {
+            /// Requests/s.
+            var off: [Double] = []
+            var traced: [Double] = []
+            /// The five services' CPU per request, µs.
+            var offCPU: [Double] = []
+            var tracedCPU: [Double] = []
+            /// The collector's CPU per request of the traced stack, µs.
+            var collector: [Double] = []
+
+            /// The traced stack's median requests/s against the untraced one's.
+            var change: Double { Interleaved.median(traced) / Interleaved.median(off) - 1 }
+
+            /// Adds a round of one stack; `collectorSeconds`: what the collector spent during it.
+            mutating func record(_ run: WrkRun, traced isTraced: Bool, collectorSeconds: Double) {
+                if isTraced {
+                    traced.append(run.requestsPerSecond)
+                    tracedCPU.append(run.cpuMicrosPerRequest ?? 0)
+                    collector.append(collectorSeconds * 1e6 / max(run.requests, 1))
+                } else {
+                    off.append(run.requestsPerSecond)
+                    offCPU.append(run.cpuMicrosPerRequest ?? 0)
+                }
+            }
+        }
+
+        var get = Route()
+        var put = Route()
 
         static func median(_ values: [Double]) -> Double {
             let sorted = values.sorted()
@@ -503,9 +502,6 @@ struct EdgeScenario {
             return sorted.count % 2 == 1
                 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
         }
-
-        var get: Double { Self.median(tracedGet) / Self.median(offGet) - 1 }
-        var put: Double { Self.median(tracedPut) / Self.median(offPut) - 1 }
     }
 
     struct WrkRun {
