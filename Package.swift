@@ -455,7 +455,9 @@ let package = Package(
             ] : []) + [
             .testTarget(
                 name: "HeraldProtoTests",
-                dependencies: ["HeraldProto", .product(name: "GRPCCore", package: "grpc-swift-2")],
+                dependencies: [
+                    "HeraldProto", "HeraldTestSupport", .product(name: "GRPCCore", package: "grpc-swift-2"),
+                ],
                 swiftSettings: swiftSettings
             ),
             // Test targets: one per library (unit tests), plus IntegrationTests over the real executables.
@@ -464,6 +466,8 @@ let package = Package(
                 dependencies: [
                     "HeraldSQL", "HeraldModel", "HeraldTelemetry", .product(name: "Crypto", package: "swift-crypto"),
                     .product(name: "PostgresNIO", package: "postgres-nio"),
+                    // The stall watch's timers on NIO's singleton event loops.
+                    .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                     .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),
                 ],
                 path: "Tests/HeraldTestSupport", swiftSettings: swiftSettings
@@ -472,7 +476,8 @@ let package = Package(
                 name: "HeraldModelTests", dependencies: ["HeraldModel", "HeraldProto", "HeraldTestSupport"],
                 swiftSettings: swiftSettings),
             .testTarget(
-                name: "NotificationHubsTests", dependencies: ["NotificationHubs", "HeraldModel", "HeraldProto"],
+                name: "NotificationHubsTests",
+                dependencies: ["NotificationHubs", "HeraldModel", "HeraldProto", "HeraldTestSupport"],
                 swiftSettings: swiftSettings),
             // herald up's supervisor without its processes.
             .testTarget(
@@ -587,7 +592,8 @@ let package = Package(
                 path: "Tests/FuzzTargets", swiftSettings: swiftSettings
             ),
             .testTarget(
-                name: "FuzzCorpusTests", dependencies: ["FuzzTargets"], swiftSettings: swiftSettings
+                name: "FuzzCorpusTests", dependencies: ["FuzzTargets", "HeraldTestSupport"],
+                swiftSettings: swiftSettings
             ),
             // The four services' clients faked (EdgeTests, and the fuzz router target).
             .target(

@@ -17,6 +17,17 @@ sed -E 's/"(NeverForceUnwrap|NeverUseForceTry|NeverUseImplicitlyUnwrappedOptiona
 if [[ "${1:-}" == "--check" ]]; then
   swift format lint --strict "${shipped[@]}"
   swift format lint --strict --configuration "$tests_config" "${tests[@]}"
+  # Every top-level suite runs under the stall watch (Tests/HeraldTestSupport/StallWatch.swift):
+  # a test during which an event loop or the cooperative pool stalled fails and names itself.
+  unwatched=$(awk 'FNR == 1 { inside = 0 }
+    /^@Suite/ { inside = 1; seen = 0; start = FNR }
+    inside && /\.watchedForStalls/ { seen = 1 }
+    inside && /^(struct|final class|class|enum|actor) / { if (!seen) print FILENAME ":" start; inside = 0 }' "${tests[@]}")
+  if [[ -n "$unwatched" ]]; then
+    echo "format.sh: these suites lack the .watchedForStalls trait:" >&2
+    echo "$unwatched" >&2
+    exit 1
+  fi
   echo "format.sh: ${#shipped[@]} files (no trapping unwraps) and ${#tests[@]} test files follow .swift-format"
 else
   swift format format -i "${shipped[@]}"

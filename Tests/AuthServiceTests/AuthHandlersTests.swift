@@ -16,7 +16,7 @@ import Testing
 /// the generation after its store commits, also when it fails half-way, so that a revocation holds
 /// at the edge from the next request (services/auth/README.md). A new mutating RPC that forgets it
 /// fails `everyChangeBumps`.
-@Suite("auth handlers")
+@Suite("auth handlers", .watchedForStalls)
 struct AuthHandlersTests {
     static let context = RPCContext(requestID: "auth", method: "test", logger: Logger(label: "test"))
 

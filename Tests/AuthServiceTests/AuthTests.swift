@@ -10,7 +10,7 @@ import HeraldTestSupport
 import Synchronization
 import Testing
 
-@Suite("auth")
+@Suite("auth", .watchedForStalls)
 struct AuthTests {
     static func basic(_ credentials: String) -> String { "Basic " + Data(credentials.utf8).base64EncodedString() }
 

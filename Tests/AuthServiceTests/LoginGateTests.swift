@@ -11,7 +11,7 @@ import NIOPosix
 import Testing
 
 /// Inputs that once broke a service (issue 12), at the unit that now refuses them: login gate.
-@Suite("hardening: login gate")
+@Suite("hardening: login gate", .watchedForStalls)
 struct LoginGateTests {
     @Test(
         "SQLite lockouts outlive the process: a new ledger on the same file still refuses; a success clears them for good"

@@ -12,7 +12,7 @@ import Testing
 
 /// NH's SharedAccessSignature as each SDK makes it (docs/notification-hubs.md, "SAS tokens"), checked by
 /// ``SASVerifier``: one token per SDK's `sr` spelling, parameter order and escape case.
-@Suite("SAS")
+@Suite("SAS", .watchedForStalls)
 struct SASTests {
     static let host = "herald.example:8443"
     static let path = "/app1/installations/dev-1"

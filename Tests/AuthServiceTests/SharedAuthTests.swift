@@ -11,7 +11,9 @@ import Testing
 
 /// Two herald-auth replicas on one PostgreSQL schema: each its own pool and its own Authenticator,
 /// as two processes would have; what one does, the other must see.
-@Suite("auth replicas on PostgreSQL", .enabled(if: TestDatabases.postgresURL != nil, "needs HERALD_TEST_POSTGRES_URL"))
+@Suite(
+    "auth replicas on PostgreSQL", .enabled(if: TestDatabases.postgresURL != nil, "needs HERALD_TEST_POSTGRES_URL"),
+    .watchedForStalls)
 struct SharedAuthTests {
     struct Replica {
         let auth: Authenticator

@@ -15,7 +15,7 @@ import Tracing
 
 @testable import DispatchService
 
-@Suite("delivery: retries, outbox, inbox")
+@Suite("delivery: retries, outbox, inbox", .watchedForStalls)
 struct DeliveryTests {
     @Test("backoff doubles with jitter in [½, 1], is capped, and never comes sooner than Retry-After")
     func backoff() {
@@ -331,7 +331,7 @@ struct DeliveryTests {
 }
 
 /// A traced send's deliveries as spans: batch spans with counts, and request spans only for a few.
-@Suite("delivery spans")
+@Suite("delivery spans", .watchedForStalls)
 struct DeliverySpanTests {
     @Test(
         "per batch a push span with counts; request spans for the send's first 8 delivered pushes and 8 failed per batch"

@@ -14,7 +14,7 @@ import Testing
 /// scopes and pages, answered with a status and a message. (Sends themselves are the Dispatcher's
 /// and the stack's tests; the handlers here never call herald-registration, whose client points at
 /// a socket nothing listens on.)
-@Suite("dispatch handlers")
+@Suite("dispatch handlers", .watchedForStalls)
 struct DispatchHandlersTests {
     static let context = RPCContext(requestID: "dispatch", method: "test", logger: Logger(label: "test"))
 

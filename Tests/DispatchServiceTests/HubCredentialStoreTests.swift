@@ -10,7 +10,7 @@ import Testing
 
 /// Hubs' credentials as dispatch's database keeps them: the platform's message, on both backends,
 /// and rows from before that kept named settings in JSON.
-@Suite("hub credential store")
+@Suite("hub credential store", .watchedForStalls)
 struct HubCredentialStoreTests {
     /// A migrated, empty store of `backend`, and its database for rows written by hand.
     static func withStore(

@@ -12,7 +12,7 @@ import PushProviders
 import Testing
 
 /// Hubs' senders as replicas refresh them from the shared store, beside the RPCs that change them.
-@Suite("hub senders")
+@Suite("hub senders", .watchedForStalls)
 struct HubSendersTests {
     static let wns = PlatformCredentials.wns(clientID: "c", clientSecret: "s", tokenURL: "https://127.0.0.1:1/token")
 

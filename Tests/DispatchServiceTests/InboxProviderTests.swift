@@ -10,7 +10,7 @@ import Testing
 /// The inbox, the provider of a deployment without push credentials: what each device would have
 /// been sent, byte for byte with its headers, paged from either end and by device, on both
 /// databases; and purged by age.
-@Suite("inbox provider")
+@Suite("inbox provider", .watchedForStalls)
 struct InboxProviderTests {
     static func item(_ n: Int, platform: Platform = .apns, handle: String? = nil, body: [UInt8]? = nil) -> PushItem {
         var options = DeliveryOptions()

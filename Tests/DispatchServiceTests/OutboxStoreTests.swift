@@ -45,7 +45,7 @@ func withOutbox(
     }
 }
 
-@Suite("outbox store: both backends, and PostgreSQL replicas")
+@Suite("outbox store: both backends, and PostgreSQL replicas", .watchedForStalls)
 struct OutboxStoreTests {
     static let apns = OutboxPayload(
         platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))

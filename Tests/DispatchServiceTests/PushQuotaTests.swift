@@ -11,7 +11,7 @@ import Testing
 
 /// Issue 49: a hub's push quotas hold in the send's own commit, and a claim takes no more of a hub
 /// than the delivery worker leaves it room for.
-@Suite("push quotas and per-hub room in claims")
+@Suite("push quotas and per-hub room in claims", .watchedForStalls)
 struct PushQuotaTests {
     @Test("a UTC day and month as the counters' keys, for any instant of the clock")
     func periods() {

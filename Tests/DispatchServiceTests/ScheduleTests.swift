@@ -3,6 +3,7 @@ import GRDB
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldTestSupport
 import NotificationHubs
 import PushProviders
 import Synchronization
@@ -10,7 +11,7 @@ import Testing
 
 @testable import DispatchService
 
-@Suite("scheduled sends in the outbox")
+@Suite("scheduled sends in the outbox", .watchedForStalls)
 struct ScheduleTests {
     static let payload = OutboxPayload(
         platform: .apns, options: DeliveryOptions(pushType: "alert", priority: 10), body: Array("{}".utf8))

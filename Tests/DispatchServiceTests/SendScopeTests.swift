@@ -1,5 +1,6 @@
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import Synchronization
 import Testing
 
@@ -8,7 +9,7 @@ import Testing
 /// Whose send a read of one send may see, checked where the outbox reads it: a request that names
 /// no requester and no hub is refused unless it asks for READ_SCOPE_ALL, and a narrower scope finds
 /// another user's or hub's send as it finds an unknown id.
-@Suite("send scopes")
+@Suite("send scopes", .watchedForStalls)
 struct SendScopeTests {
     @Test(
         "a request's fields: requester first, then hub, then hubs, then READ_SCOPE_ALL; naming none is PERMISSION_DENIED"

@@ -3,13 +3,14 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldService
+import HeraldTestSupport
 import Synchronization
 import Testing
 
 @testable import Edge
 
 /// The edge's verdict cache over a real `auth.generation` file, as herald-auth writes it.
-@Suite("auth verdict cache")
+@Suite("auth verdict cache", .watchedForStalls)
 struct AuthVerdictCacheTests {
     /// A directory with herald-auth's counter in it, and a cache watching it through a socket path there.
     static func withCache(

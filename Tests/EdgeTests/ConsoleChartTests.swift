@@ -1,5 +1,6 @@
 import Foundation
 import HeraldProto
+import HeraldTestSupport
 import Testing
 
 @testable import Edge
@@ -10,7 +11,7 @@ import Testing
 
 /// The console's last-hour chart, drawn on the server as SVG: one bar per minute of the last 60,
 /// failures stacked on deliveries, scaled to the busiest minute, and always well-formed.
-@Suite("console chart")
+@Suite("console chart", .watchedForStalls)
 struct ConsoleChartTests {
     static let now: Int64 = 1_764_000_000_000 / 60000 * 60000 + 30_000
 

@@ -3,6 +3,7 @@ import HTTPTypes
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldTestSupport
 import Hummingbird
 import HummingbirdTesting
 import Testing
@@ -13,7 +14,7 @@ import Testing
 /// The console's routes in-process over fake services: the sign-in, and every page as the
 /// services' answers render it (ConsoleTests drives the whole console in chromium against a real
 /// stack).
-@Suite("console routes over fake services")
+@Suite("console routes over fake services", .watchedForStalls)
 struct ConsoleRouteTests {
     @Test("the sign-in page sets its double-submit cookie under a strict CSP; the assets are served from here")
     func signInPage() async throws {

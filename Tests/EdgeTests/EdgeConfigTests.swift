@@ -1,13 +1,14 @@
 import Foundation
 import HeraldModel
 import HeraldRPC
+import HeraldTestSupport
 import Testing
 
 @testable import Edge
 
 /// herald-edge's settings: the defaults a tutorial stack starts with, and a clear refusal, before
 /// anything listens, for a value the edge cannot honour.
-@Suite("edge settings")
+@Suite("edge settings", .watchedForStalls)
 struct EdgeConfigTests {
     static func config(_ arguments: [String]) throws -> EdgeConfig {
         try EdgeConfig(reader: ConfigReader(arguments: arguments))

@@ -4,12 +4,13 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldService
+import HeraldTestSupport
 import Testing
 
 @testable import Edge
 
 /// Inputs that once broke a service (issue 12), at the unit that now refuses them: edge.
-@Suite("hardening: edge")
+@Suite("hardening: edge", .watchedForStalls)
 struct EdgeHardeningTests {
     @Test("uploaded content is never sniffed, and is a download unless an image, a sound or a video")
     func contentHeaders() {
@@ -51,7 +52,7 @@ struct EdgeHardeningTests {
     }
 }
 
-@Suite("secure body JSON")
+@Suite("secure body JSON", .watchedForStalls)
 struct SecureBodyJSONTests {
     struct Decoded: Decodable, Equatable {
         let Id: Int64

@@ -4,6 +4,7 @@ import HTTPTypes
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldTestSupport
 import Hummingbird
 import HummingbirdTesting
 import Logging
@@ -16,7 +17,7 @@ import Testing
 /// The edge's routes in-process (HummingbirdTesting's `.router`) over fake service clients: every
 /// status mapping and the request id, without starting a process. The full-stack suites in
 /// StackTests cover the flows.
-@Suite("edge routes over fake services")
+@Suite("edge routes over fake services", .watchedForStalls)
 struct EdgeRouteTests {
     static let alice = "Basic " + Data("alice:alice".utf8).base64EncodedString()
 

@@ -11,7 +11,7 @@ import Tracing
 /// The edge's own server span (``EdgeTracingMiddleware``): the attributes Hummingbird's
 /// `TracingMiddleware` wrote before it, the route as its name, the device handle redacted, and no
 /// span at all for a request whose trace is not sampled.
-@Suite("edge tracing middleware")
+@Suite("edge tracing middleware", .watchedForStalls)
 struct EdgeTracingTests {
     static func withRouter(
         _ tracer: HeraldTracer, _ body: @Sendable (any TestClientProtocol) async throws -> Void

@@ -1,11 +1,12 @@
 import Foundation
+import HeraldTestSupport
 import Testing
 
 @testable import EdgeTestSupport
 
 /// herald-fuzz's `router` target starts from one seed per route (Tests/FuzzCorpus/router, written
 /// by scripts/make_fuzz_seeds.py): a route without a seed is fuzzed only by chance.
-@Suite("the router fuzzer's seeds")
+@Suite("the router fuzzer's seeds", .watchedForStalls)
 struct FuzzSeedTests {
     static let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("FuzzCorpus/router")

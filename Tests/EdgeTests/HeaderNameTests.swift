@@ -1,9 +1,10 @@
 import HTTPTypes
+import HeraldTestSupport
 import Testing
 
 @testable import Edge
 
-@Suite("header names")
+@Suite("header names", .watchedForStalls)
 struct HeaderNameTests {
     @Test("every header name the edge spells out is a token, so none falls back to the invalid name")
     func namesAreTokens() {

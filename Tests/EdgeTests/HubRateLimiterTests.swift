@@ -1,11 +1,12 @@
 import HeraldModel
+import HeraldTestSupport
 import Synchronization
 import Testing
 
 @testable import Edge
 
 /// Issue 49: each hub's request rate at the edge, a token bucket per hub.
-@Suite("hub request rate: a token bucket per hub")
+@Suite("hub request rate: a token bucket per hub", .watchedForStalls)
 struct HubRateLimiterTests {
     final class Clock: Sendable {
         let now = Mutex(ContinuousClock.now)

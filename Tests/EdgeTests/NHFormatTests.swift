@@ -2,12 +2,13 @@ import Foundation
 import HTTPTypes
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import NotificationHubs
 import Testing
 
 @testable import Edge
 
-@Suite("Notification Hubs formats")
+@Suite("Notification Hubs formats", .watchedForStalls)
 struct NHFormatTests {
 
     @Test("an NH send's payload refused by NotificationHubs is the edge's 400; a direct browser send needs its keys")

@@ -6,6 +6,7 @@ import HeraldModel
 import HeraldProto
 import HeraldSQL
 import HeraldService
+import HeraldTestSupport
 import Hummingbird
 import HummingbirdTesting
 import NotificationHubs
@@ -17,7 +18,7 @@ import Testing
 /// NH's Registrations API in-process: the edge's routes over a real herald-registration on an
 /// in-memory SQLite, with bodies as the .NET and JS SDKs write them and answers checked the way
 /// they read them (docs/notification-hubs.md, "Registrations").
-@Suite("NH registrations over a real registration service")
+@Suite("NH registrations over a real registration service", .watchedForStalls)
 struct NHRegistrationRouteTests {
     static let token = NHRouteTests.token
     static let deviceToken = String(repeating: "62BCD348", count: 8)

@@ -4,6 +4,7 @@ import HTTPTypes
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldTestSupport
 import Hummingbird
 import HummingbirdTesting
 import NotificationHubs
@@ -14,7 +15,7 @@ import Testing
 /// NH's routes in-process over fake services (issue 33's pyramid): what the edge itself decides, from
 /// the SAS header to NH's XML errors, without a process. NotificationHubsTests and NHConformanceTests
 /// drive the same routes through a live stack.
-@Suite("NH routes over fake services")
+@Suite("NH routes over fake services", .watchedForStalls)
 struct NHRouteTests {
     static let token =
         "SharedAccessSignature sr=localhost%2Fapp1&sig=c2ln&se=4102444800&skn=DefaultListenSharedAccessSignature"

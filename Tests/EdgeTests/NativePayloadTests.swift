@@ -1,9 +1,10 @@
 import Edge
 import Foundation
 import HeraldProto
+import HeraldTestSupport
 import Testing
 
-@Suite("native payloads")
+@Suite("native payloads", .watchedForStalls)
 struct NativePayloadTests {
     @Test("JSON escaping keeps any text intact, slashes unescaped")
     func json() throws {

@@ -3,6 +3,7 @@ import HeraldModel
 import HeraldProto
 import HeraldSQL
 import HeraldService
+import HeraldTestSupport
 import Logging
 import RegistrationService
 import Testing
@@ -12,7 +13,7 @@ import Testing
 
 /// A read's scope is checked where the data is read (issue 47): herald-registration refuses a
 /// hub-wide listing unless the request carries a scope that allows it, whatever the edge decided.
-@Suite("read scopes")
+@Suite("read scopes", .watchedForStalls)
 struct ReadScopeTests {
     static let context = RPCContext(requestID: "scope", method: "test", logger: Logger(label: "test"))
 

@@ -1,9 +1,10 @@
 import Edge
 import Foundation
+import HeraldTestSupport
 import Testing
 
 /// `PUT api/register/{id}`'s body: the flat reader and `JSONSerialization` answer alike.
-@Suite("registration body")
+@Suite("registration body", .watchedForStalls)
 struct RegistrationBodyTests {
     /// Each outcome as comparable text: the body read, or the error's status and message.
     static func outcome(_ read: () throws -> RegistrationBody) -> String {

@@ -5,6 +5,7 @@ import HeraldModel
 import HeraldProto
 import HeraldSQL
 import HeraldService
+import HeraldTestSupport
 import Hummingbird
 import HummingbirdTesting
 import RegistrationService
@@ -14,7 +15,7 @@ import Testing
 @testable import EdgeTestSupport
 
 /// The rights table (``RouteRights``) against the router and against what the routes do.
-@Suite("the rights table")
+@Suite("the rights table", .watchedForStalls)
 struct RouteRightsTests {
     static func router() throws -> Router<EdgeRequestContext> {
         try FakeServices().router(testMode: true)

@@ -1,10 +1,11 @@
 import HTTPTypes
 import HeraldModel
+import HeraldTestSupport
 import Testing
 
 @testable import Edge
 
-@Suite("trusted proxies")
+@Suite("trusted proxies", .watchedForStalls)
 struct TrustedProxiesTests {
     static let proxies = (try? TrustedProxies("10.0.0.0/8, fd00::/8 192.168.1.1")) ?? .none
 

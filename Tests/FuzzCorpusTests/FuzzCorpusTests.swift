@@ -1,5 +1,6 @@
 import Foundation
 import FuzzTargets
+import HeraldTestSupport
 import Testing
 
 /// Every seed of Tests/FuzzCorpus through its fuzz target, uninstrumented, in the ordinary test
@@ -9,7 +10,7 @@ import Testing
 ///
 /// A property that does not hold traps, as under libFuzzer: the test process dies with the
 /// property's message, file and line; `scripts/fuzz.sh TARGET` then names the input.
-@Suite("fuzz corpus replay")
+@Suite("fuzz corpus replay", .watchedForStalls)
 struct FuzzCorpusTests {
     static let corpus = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("FuzzCorpus")

@@ -4,7 +4,7 @@ import HeraldProto
 import HeraldTestSupport
 import Testing
 
-@Suite("JSON string literals")
+@Suite("JSON string literals", .watchedForStalls)
 struct EncodingTests {
     /// What jsonStringLiteral replaced: Foundation's writer, slashes left alone.
     static func foundation(_ value: String) -> String {
@@ -40,7 +40,7 @@ struct EncodingTests {
     }
 }
 
-@Suite("JSON objects written a member at a time")
+@Suite("JSON objects written a member at a time", .watchedForStalls)
 struct JSONObjectWriterTests {
     static func encoder(_ value: some Encodable) throws -> [UInt8] {
         let encoder = JSONEncoder()

@@ -1,10 +1,11 @@
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import Testing
 
 /// A hub's credentials between the CLI's NAME=VALUE words, the typed request and dispatch's stored
 /// settings.
-@Suite("hub credential settings")
+@Suite("hub credential settings", .watchedForStalls)
 struct HubCredentialSettingsTests {
     @Test("each platform's settings become its typed message and come back the same (empty ones left out)")
     func roundTrip() throws {

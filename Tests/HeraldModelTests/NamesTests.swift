@@ -1,10 +1,11 @@
 import Foundation
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import Testing
 
 /// Inputs that once broke a service (issue 12), at the unit that now refuses them: names.
-@Suite("hardening: names")
+@Suite("hardening: names", .watchedForStalls)
 struct NamesTests {
     @Test("ids and counts have one spelling: digits, no sign, no leading zero, within Int64")
     func strictIntegers() {
@@ -19,7 +20,7 @@ struct NamesTests {
     }
 }
 
-@Suite("hub rights as they arrive from auth")
+@Suite("hub rights as they arrive from auth", .watchedForStalls)
 struct HubRightsTests {
     @Test(
         "typed once: Manage brings Listen and Send, an unknown right grants nothing and is refused when asked for, names parse in any case"

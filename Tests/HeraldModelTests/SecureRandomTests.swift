@@ -1,7 +1,8 @@
 import HeraldModel
+import HeraldTestSupport
 import Testing
 
-@Suite("secure random bytes and ids")
+@Suite("secure random bytes and ids", .watchedForStalls)
 struct SecureRandomTests {
     @Test("bytes(n) gives n bytes (none for n ≤ 0, at most 4,096), and two draws differ")
     func counts() {

@@ -1,10 +1,11 @@
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import Testing
 
 /// Settings from the command line and the environment (every executable reads its own with it),
 /// and the services' names and start order.
-@Suite("settings")
+@Suite("settings", .watchedForStalls)
 struct SettingsTests {
     // Precedence (command line, environment, default) is HeraldServiceTests.ConfigReaderTests'.
     @Test("forms: only the first = splits, a value may start with one dash, a flag before another is true")
@@ -69,7 +70,7 @@ struct SettingsTests {
 
 /// A browser's PushSubscription, the handle of a `browser` registration: what a device hands in,
 /// checked before it is stored and before dispatch posts to it.
-@Suite("Web Push subscriptions")
+@Suite("Web Push subscriptions", .watchedForStalls)
 struct WebPushSubscriptionTests {
     static let p256dh = Base64URL.encode([4] + [UInt8](repeating: 7, count: 64))
     static let auth = Base64URL.encode([UInt8](repeating: 1, count: 16))

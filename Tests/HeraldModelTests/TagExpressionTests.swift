@@ -1,7 +1,8 @@
 import HeraldModel
+import HeraldTestSupport
 import Testing
 
-@Suite("tag expressions")
+@Suite("tag expressions", .watchedForStalls)
 struct TagExpressionTests {
     func parse(_ text: String) throws -> TagExpression { try TagExpression(text) }
 

@@ -1,10 +1,11 @@
 import Foundation
 import HeraldModel
+import HeraldTestSupport
 import Testing
 
 /// Numbers from outside that mean time (issue 32): one bounded parse per unit, and saturating
 /// arithmetic after it, fed the extremes and the spellings that overflow.
-@Suite("hardening: time values")
+@Suite("hardening: time values", .watchedForStalls)
 struct TimeValueTests {
     static let hostile = [
         "-9223372036854775808", "9223372036854775807", "9223372036854775808", "99999999999999999999", "-1", "+1", " 1",
@@ -52,7 +53,7 @@ struct TimeValueTests {
     }
 }
 
-@Suite("ISO 8601 from Unix milliseconds")
+@Suite("ISO 8601 from Unix milliseconds", .watchedForStalls)
 struct ISO8601Tests {
     @Test("every millisecond of a second reads as itself; with and without fractions; clamped at the ends")
     func exact() {

@@ -1,8 +1,9 @@
 import GRPCCore
 import HeraldProto
+import HeraldTestSupport
 import Testing
 
-@Suite("protobuf-c messages")
+@Suite("protobuf-c messages", .watchedForStalls)
 struct HeraldProtoTests {
     @Test("encodes the standard protobuf wire format")
     func wireFormat() throws {

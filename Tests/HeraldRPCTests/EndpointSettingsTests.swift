@@ -1,11 +1,12 @@
 import HeraldModel
+import HeraldTestSupport
 import Testing
 
 @testable import HeraldRPC
 
 /// Where a service listens or a client connects between machines, and the TLS files that go with
 /// it: parsed from settings, with a clear error before anything starts.
-@Suite("endpoint settings")
+@Suite("endpoint settings", .watchedForStalls)
 struct EndpointSettingsTests {
     @Test(
         "host:port, [v6]:port and a bare v6 literal with its port; a missing host or port, or one out of range, is refused"

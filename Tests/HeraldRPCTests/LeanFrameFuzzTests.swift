@@ -13,7 +13,7 @@ import Testing
 ///
 /// Runs about 20,000 inputs by default; `HERALD_FUZZ_SECONDS=300 swift test --filter LeanFrameFuzz`
 /// runs for that long instead.
-@Suite("lean frame decoder fuzzing", .timeLimit(.minutes(10)))
+@Suite("lean frame decoder fuzzing", .timeLimit(.minutes(10)), .watchedForStalls)
 struct LeanFrameFuzzTests {
     static func corpus() throws -> [[UInt8]] {
         let request = try LeanRequest(

@@ -3,6 +3,7 @@ import HeraldLeanTransport
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldTestSupport
 import Logging
 import NIOCore
 import NIOEmbedded
@@ -17,7 +18,7 @@ import Testing
 /// Who may call a service over its Unix sockets (SO_PEERCRED): the settings, the rule, and both
 /// transports refusing a process the policy does not list, over real sockets. A peer whose
 /// credentials cannot be read is refused, not let through.
-@Suite("peer credentials", .timeLimit(.minutes(2)))
+@Suite("peer credentials", .timeLimit(.minutes(2)), .watchedForStalls)
 struct PeerPolicyTests {
     @Test("allow-uids defaults to this process's user; both settings are comma-separated numbers, or refused")
     func settings() throws {

@@ -4,6 +4,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldService
+import HeraldTestSupport
 import Logging
 import NIOCore
 import NIOPosix
@@ -22,7 +23,7 @@ let streamProgress = Mutex<[String: Int]>([:])
 
 /// One method table served over both transports at once, driven through RPCClient: every case runs
 /// over the lean protocol and over gRPC, and must behave the same.
-@Suite("transport conformance (lean and gRPC)", .serialized, .timeLimit(.minutes(3)))
+@Suite("transport conformance (lean and gRPC)", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct TransportConformanceTests {
     struct Boom: Error {}
 

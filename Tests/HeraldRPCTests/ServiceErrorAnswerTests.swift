@@ -1,5 +1,6 @@
 import HeraldModel
 import HeraldRPC
+import HeraldTestSupport
 import Logging
 import Metrics
 import Synchronization
@@ -8,7 +9,7 @@ import Testing
 /// What a handler's error answers its caller, whichever transport: a ServiceError as it is, a
 /// cancellation as CANCELLED, and anything else as INTERNAL "internal error" with its detail in the
 /// service's log only (a SQL error or a file path never reaches a caller).
-@Suite("error answers")
+@Suite("error answers", .watchedForStalls)
 struct ServiceErrorAnswerTests {
     /// A log handler that keeps each line's level, message and metadata.
     struct Captured: LogHandler {

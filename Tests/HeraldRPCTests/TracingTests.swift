@@ -10,7 +10,7 @@ import W3CTraceContext
 
 /// The tracer, the W3C propagation and the OTel settings, without a process or a collector
 /// (ProcessTests.TracingTests runs them across the real stack into an OTLP receiver).
-@Suite("tracing")
+@Suite("tracing", .watchedForStalls)
 struct TracerTests {
     static func tracer(
         _ sampler: TraceSampler = .always, parentBased: Bool = true
@@ -182,7 +182,7 @@ struct TracerTests {
     }
 }
 
-@Suite("tracing: the protobuf writer")
+@Suite("tracing: the protobuf writer", .watchedForStalls)
 struct ProtoWriterTests {
     @Test("a nested message's length is a varint in front of it, one byte or more, nested or not")
     func nestedLengths() {
@@ -217,7 +217,7 @@ extension Array where Element == UInt8 {
 
 /// A call entering a process (``HeraldTracer/entering(traceparent:tracestate:in:)``): the one
 /// sampling decision, and a trace passed on unsampled without a span.
-@Suite("tracing: calls entering a process")
+@Suite("tracing: calls entering a process", .watchedForStalls)
 struct EnteringTests {
     static func passedOn(_ entering: HeraldTracer.Entering) -> PassedOnTrace? {
         if case .passOn(let trace) = entering { return trace }

@@ -1,9 +1,10 @@
 import GRDB
 import HeraldModel
 import HeraldRPC
+import HeraldTestSupport
 import Testing
 
-@Suite("database errors")
+@Suite("database errors", .watchedForStalls)
 struct DatabaseErrorTests {
     @Test("a full disk answers storage-full; any other SQLite error stays internal, detail in the log only")
     func sqliteFull() {

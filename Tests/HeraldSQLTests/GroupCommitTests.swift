@@ -1,13 +1,14 @@
 import Foundation
 import GRDB
 import HeraldModel
+import HeraldTestSupport
 import Synchronization
 import Testing
 
 @testable import HeraldSQL
 
 /// SQLiteDatabase.groupWrite over a real WAL database file: batching, per-write rollback, nothing answered early.
-@Suite("group commit")
+@Suite("group commit", .watchedForStalls)
 struct GroupCommitTests {
     /// Counts the commits of a database.
     final class Commits: TransactionObserver, @unchecked Sendable {

@@ -10,7 +10,7 @@ import Testing
 /// the types bound to it, up to the pool's `statement_cache`; a failed preparation is not kept.
 @Suite(
     "PostgreSQL: prepared statements",
-    .enabled(if: TestDatabases.postgresURL != nil, "needs HERALD_TEST_POSTGRES_URL"))
+    .enabled(if: TestDatabases.postgresURL != nil, "needs HERALD_TEST_POSTGRES_URL"), .watchedForStalls)
 struct PostgresStatementsTests {
     /// Runs `body` with a pool of one connection (so that what it prepared can be read back) in a
     /// fresh schema holding SQLDatabaseTests' table, then drops the schema.
@@ -146,7 +146,7 @@ struct PostgresStatementsTests {
 }
 
 /// The statement registry alone, without a server.
-@Suite("PostgreSQL: the statements a pool remembers")
+@Suite("PostgreSQL: the statements a pool remembers", .watchedForStalls)
 struct PostgresStatementsBoundTests {
     @Test("every text remembered counts against the cache, those that run unprepared too; names are kept per text")
     func bounded() {

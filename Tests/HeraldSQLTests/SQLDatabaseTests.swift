@@ -7,7 +7,7 @@ import Testing
 
 /// The SQL seam every store is written over: one statement text for both dialects, values always
 /// bound, transactions that commit or roll back as a whole on both databases.
-@Suite("SQL seam")
+@Suite("SQL seam", .watchedForStalls)
 struct SQLDatabaseTests {
     @Test("a statement renders its placeholders and fragments per dialect; values are never spliced")
     func render() {

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldModel
 import HeraldRPC
+import HeraldTestSupport
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -11,7 +12,7 @@ import Testing
 /// The background services every process runs beside its RPCs: housekeeping that never stops the
 /// process, the health probe that turns a failing database into NOT_SERVING and back, and the
 /// disk-space gauge.
-@Suite("background services", .timeLimit(.minutes(2)))
+@Suite("background services", .timeLimit(.minutes(2)), .watchedForStalls)
 struct BackgroundTests {
     /// Polls `condition` until it holds or `timeout` passes: no sleep stands in for an event.
     static func eventually(_ timeout: Duration = .seconds(30), _ condition: () -> Bool) async throws -> Bool {

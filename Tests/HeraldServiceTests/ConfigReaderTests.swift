@@ -1,9 +1,10 @@
 import HeraldModel
 import HeraldRPC
 import HeraldService
+import HeraldTestSupport
 import Testing
 
-@Suite("configuration")
+@Suite("configuration", .watchedForStalls)
 struct ConfigReaderTests {
     @Test("arguments win over the environment, which wins over defaults")
     func precedence() throws {

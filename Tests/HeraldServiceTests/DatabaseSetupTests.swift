@@ -7,7 +7,7 @@ import HeraldTestSupport
 import PostgresNIO
 import Testing
 
-@Suite("database-url and migrations")
+@Suite("database-url and migrations", .watchedForStalls)
 struct DatabaseSetupTests {
     @Test(
         "database-url: sqlite paths, postgres over TCP and over a Unix socket, with the password kept out of messages")

@@ -2,11 +2,12 @@ import Foundation
 import HeraldModel
 import HeraldProto
 import HeraldService
+import HeraldTestSupport
 import Testing
 
 /// The rules every service applies to a request about one person, and the form of an export's
 /// items (keys sorted, slashes as they are, times in UTC with milliseconds).
-@Suite("export and erase requests")
+@Suite("export and erase requests", .watchedForStalls)
 struct ExportJSONTests {
     @Test("one user of 1 to 256 bytes, at most one hub and a cursor of 256 bytes; a page of 1 to 1,000 (0: 100)")
     func bounds() throws {

@@ -2,9 +2,10 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldService
+import HeraldTestSupport
 import Testing
 
-@Suite("health conditions")
+@Suite("health conditions", .watchedForStalls)
 struct HealthTests {
     @Test("SERVING exactly when every condition holds; draining is final")
     func conditions() {

@@ -3,6 +3,7 @@ import HeraldModel
 import HeraldProto
 import HeraldRPC
 import HeraldService
+import HeraldTestSupport
 import Logging
 import PayloadService
 import ServiceLifecycle
@@ -10,7 +11,7 @@ import Testing
 
 /// A service's start-up is a value (``ServiceDefinition``): the same one the executable runs can be
 /// built and run inside a test, and stopped without the process exiting.
-@Suite("services built in-process", .timeLimit(.minutes(2)))
+@Suite("services built in-process", .timeLimit(.minutes(2)), .watchedForStalls)
 struct InProcessServiceTests {
     @Test("herald-payload's definition serves inside a test, then drains and removes its sockets on request")
     func payloadRunsInProcess() async throws {

@@ -1,11 +1,12 @@
 import Foundation
 import HeraldService
+import HeraldTestSupport
 import Logging
 import Testing
 
 /// The services' JSON log lines, as a collector reads them: one object per line whatever a
 /// message or a value holds (a request's text cannot start a line of its own), metadata merged.
-@Suite("JSON log lines")
+@Suite("JSON log lines", .watchedForStalls)
 struct JSONLogHandlerTests {
     /// Logs through a handler writing to a file, and returns the lines parsed.
     static func lines(

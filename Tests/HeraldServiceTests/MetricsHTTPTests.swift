@@ -1,3 +1,4 @@
+import HeraldTestSupport
 import Metrics
 import NIOCore
 import NIOEmbedded
@@ -9,7 +10,7 @@ import Testing
 
 /// The internal services' `/metrics` listener, byte for byte through SwiftNIO's HTTP/1 parser:
 /// what Prometheus sends is answered, and whatever else reaches the port gets a plain answer.
-@Suite("metrics listener")
+@Suite("metrics listener", .watchedForStalls)
 struct MetricsHTTPTests {
     /// Sends `request` through a fresh pipeline, as `MetricsServer` builds it, and returns what was
     /// written back, and whether the connection is still open.

@@ -1,11 +1,12 @@
 import HeraldService
+import HeraldTestSupport
 import Logging
 import Synchronization
 import Testing
 
 /// The services' text log lines: what swift-log's StreamLogHandler writes, with the metadata
 /// rendered only for a line that is written (TextLogHandler).
-@Suite("text log lines")
+@Suite("text log lines", .watchedForStalls)
 struct TextLogHandlerTests {
     /// A stream that keeps what is written.
     final class Captured: TextOutputStream, @unchecked Sendable {

@@ -9,7 +9,7 @@ import Testing
 /// `herald up`'s supervisor without its processes: the command line it starts each service with
 /// (the one an in-process test stack builds its services from too), its restart backoff, and the
 /// loopback ports it hands out.
-@Suite("stack configuration")
+@Suite("stack configuration", .watchedForStalls)
 struct StackConfigurationTests {
     /// `--key value` pairs of a command line, the last value of a key winning.
     static func settings(_ arguments: [String]) -> [String: String] {

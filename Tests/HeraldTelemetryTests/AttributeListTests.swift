@@ -1,3 +1,4 @@
+import HeraldTestSupport
 import Testing
 import Tracing
 
@@ -5,7 +6,7 @@ import Tracing
 
 /// A recorded span's attributes kept as a list: the same answers as `SpanAttributes` for the same
 /// sets, in the order first set.
-@Suite("attribute list")
+@Suite("attribute list", .watchedForStalls)
 struct AttributeListTests {
     @Test("set, replace and remove by key, as SpanAttributes does; the order is the first set's")
     func setReplaceRemove() {

@@ -1,3 +1,4 @@
+import HeraldTestSupport
 import Testing
 import Tracing
 import W3CTraceContext
@@ -6,7 +7,7 @@ import W3CTraceContext
 
 /// The exporter's batching (OTel's batch span processor): a batch goes when it is full or when the
 /// schedule comes, and the queue holds no more than its capacity.
-@Suite("span queue")
+@Suite("span queue", .watchedForStalls)
 struct SpanQueueTests {
     static func span(_ number: Int) -> FinishedSpan {
         let trace = TraceContext(

@@ -10,7 +10,7 @@ import W3CTraceContext
 /// RPC client sends one) and the sampler's decision, against W3CTraceContext's reading of the same
 /// header. The fast paths (`sampledFlag(of:)`, `traceparent(_:)`) replace W3CTraceContext's on the
 /// hot path, so they must agree with it on every input, not only on well-formed ones.
-@Suite("trace context")
+@Suite("trace context", .watchedForStalls)
 struct TraceContextTests {
     static let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

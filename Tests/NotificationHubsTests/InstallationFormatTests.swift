@@ -1,12 +1,13 @@
 import Foundation
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import NotificationHubs
 import Testing
 
 /// NH installations: the JSON every SDK sends and JSON-Patch, as NotificationHubs reads and
 /// validates them (how herald-registration stores them: RegistrationServiceTests).
-@Suite("installation JSON and JSON-Patch")
+@Suite("installation JSON and JSON-Patch", .watchedForStalls)
 struct InstallationFormatTests {
     static let hosts = RegistrationRules.PushHosts(wns: ["notify.windows.com"], webPush: ["fcm.googleapis.com"])
     static let token = String(repeating: "ab", count: 32)

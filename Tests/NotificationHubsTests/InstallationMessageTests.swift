@@ -1,13 +1,14 @@
 import Foundation
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import NotificationHubs
 import Testing
 
 /// An installation as it crosses the RPC: herald-edge reads NH's JSON into `HubInstallation` and
 /// JSON-Patch into operations; herald-registration takes them with the same checks NH's JSON gets,
 /// since any gRPC client may send them; herald-edge writes NH's JSON back from the answer.
-@Suite("installations across the RPC")
+@Suite("installations across the RPC", .watchedForStalls)
 struct InstallationMessageTests {
     static let hosts = InstallationFormatTests.hosts
     static let token = InstallationFormatTests.token

@@ -1,10 +1,11 @@
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import NotificationHubs
 import Testing
 
 /// NH's platform headers as delivery options: the rules a direct send and a template share.
-@Suite("NH platform headers")
+@Suite("NH platform headers", .watchedForStalls)
 struct NHHeadersTests {
     static func headers(_ fields: [String: String]) -> NHHeaders.Lookup {
         let lowered = Dictionary(uniqueKeysWithValues: fields.map { ($0.key.lowercased(), $0.value) })

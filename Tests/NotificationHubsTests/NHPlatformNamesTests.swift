@@ -1,9 +1,10 @@
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import NotificationHubs
 import Testing
 
-@Suite("NH platform names")
+@Suite("NH platform names", .watchedForStalls)
 struct NHPlatformNamesTests {
     @Test("each platform's three spellings lead back to it; the first two in any case, the third as spelled")
     func roundTrip() throws {

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import NotificationHubs
 import Testing
 
@@ -21,7 +22,7 @@ private struct Subscription: Decodable, Equatable {
 
 /// NH's registration descriptions in Atom XML, without the edge: what the SDKs send is read into a
 /// registration, and what Herald answers reads back as the same registration.
-@Suite("NH registration XML")
+@Suite("NH registration XML", .watchedForStalls)
 struct NHRegistrationXMLTests {
     /// An `<entry>` around one description, as the .NET SDK writes it.
     static func entry(_ description: String) -> [UInt8] {

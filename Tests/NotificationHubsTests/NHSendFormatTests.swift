@@ -1,12 +1,13 @@
 import Foundation
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import NotificationHubs
 import Testing
 
 /// NH's send formats, without the edge: a native send's payload from NH's headers, the telemetry
 /// XML of a send, and NH's error body.
-@Suite("Notification Hubs send formats")
+@Suite("Notification Hubs send formats", .watchedForStalls)
 struct NHSendFormatTests {
     /// NHSendPayload over headers looked up as HTTP does, whatever their case.
     static func payload(_ headers: [String: String], body: Data, nowMillis: Int64 = unixMillis()) throws

@@ -1,10 +1,11 @@
 import Foundation
 import HeraldModel
+import HeraldTestSupport
 import NotificationHubs
 import Testing
 
 /// NH's time spellings and batch bodies, as NotificationHubs reads them.
-@Suite("NH times and batch bodies")
+@Suite("NH times and batch bodies", .watchedForStalls)
 struct NHTimeAndBatchTests {
     @Test("every ScheduleTime / Apns-Expiry spelling the clients send is read, no zone meaning UTC")
     func scheduleTimes() throws {

@@ -1,9 +1,10 @@
 import Foundation
 import HeraldModel
+import HeraldTestSupport
 import NotificationHubs
 import Testing
 
-@Suite("NH templates")
+@Suite("NH templates", .watchedForStalls)
 struct PushTemplateTests {
     static let properties = PushTemplate.Properties([
         ("Message", "Hello \"world\" <&>"), ("title", "This is the title line"), ("count", "40"), ("neg", "-1"),

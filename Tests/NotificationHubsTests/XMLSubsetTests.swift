@@ -1,9 +1,10 @@
+import HeraldTestSupport
 import Testing
 
 @testable import NotificationHubs
 
 /// The XML reader NH's registration bodies go through (FoundationXML's crashed on hostile input).
-@Suite("XML subset reader")
+@Suite("XML subset reader", .watchedForStalls)
 struct XMLSubsetTests {
     static func events(_ text: String) throws -> [String] {
         var out: [String] = []

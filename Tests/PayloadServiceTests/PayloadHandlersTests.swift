@@ -9,7 +9,7 @@ import Testing
 
 /// herald-payload's RPC handlers as any gRPC client calls them: content is its recipient's alone,
 /// read once as unread, and a user's export and erase name that user.
-@Suite("payload handlers")
+@Suite("payload handlers", .watchedForStalls)
 struct PayloadHandlersTests {
     static let context = RPCContext(requestID: "payload", method: "test", logger: Logger(label: "test"))
 

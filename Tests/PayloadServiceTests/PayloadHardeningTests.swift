@@ -9,7 +9,7 @@ import PayloadService
 import Testing
 
 /// Inputs that once broke a service (issue 12), at the unit that now refuses them: payload.
-@Suite("hardening: payload")
+@Suite("hardening: payload", .watchedForStalls)
 struct PayloadHardeningTests {
     @Test(
         "a TTL of any size is refused or stored, never an arithmetic trap",

@@ -20,7 +20,7 @@ func withPayloadStore(
     }
 }
 
-@Suite("payload store")
+@Suite("payload store", .watchedForStalls)
 struct PayloadStoreTests {
     @Test(
         "ids are allocated in order, reads are recipient-only and flip the read flag", arguments: StoreBackend.available

@@ -10,7 +10,7 @@ import Testing
 
 /// AccountsTests's tests that need the services as processes (a kill, a restart, one process's
 /// memory or metrics).
-@Suite("accounts and the herald CLI end to end: as processes", .serialized, .timeLimit(.minutes(5)))
+@Suite("accounts and the herald CLI end to end: as processes", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
 struct AccountsProcessTests {
     @Test(
         "the edge reuses auth's verdicts, yet a revocation, password change, grant or lockout holds from the next request"

@@ -12,7 +12,7 @@ import Testing
 /// pg_dump's; see scripts/test.sh).
 @Suite(
     "backup and restore", .serialized, .timeLimit(.minutes(10)),
-    .enabled(if: LiveStack.defaultDatabase == .sqlite, "backs up SQLite files"))
+    .enabled(if: LiveStack.defaultDatabase == .sqlite, "backs up SQLite files"), .watchedForStalls)
 struct BackupDrillTests {
     /// A write the stack acknowledged, and when.
     struct Ack: Sendable {
@@ -232,7 +232,7 @@ struct BackupDrillTests {
 /// after a loss (docs/operations.md's recipe, run here as written).
 @Suite(
     "backup and restore on PostgreSQL", .serialized, .timeLimit(.minutes(5)),
-    .enabled(if: TestDatabases.postgresURL != nil, "needs HERALD_TEST_POSTGRES_URL"))
+    .enabled(if: TestDatabases.postgresURL != nil, "needs HERALD_TEST_POSTGRES_URL"), .watchedForStalls)
 struct PostgresBackupTests {
     /// The newest PostgreSQL's programs, as scripts/postgres.sh finds them.
     static func program(_ name: String) throws -> String {

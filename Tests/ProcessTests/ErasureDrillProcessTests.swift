@@ -13,7 +13,7 @@ import Testing
 
 /// ErasureDrillTests's tests that need the services as processes (a kill, a restart, one process's
 /// memory or metrics).
-@Suite("erase a user's data: as processes", .serialized, .timeLimit(.minutes(5)))
+@Suite("erase a user's data: as processes", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
 struct ErasureDrillProcessTests {
     /// The person to erase: a name that appears nowhere else, so that any cell containing it is theirs.
     static let erased = "zed.erase"

@@ -7,7 +7,8 @@ import Testing
 /// Herald's RPCs and deploy files, checked with tools that are not Herald's own.
 /// Their subjects are the wire protocols and the deploy files, not the stores: they run in the
 /// SQLite pass only.
-@Suite("independent clients and deploy files", .serialized, .timeLimit(.minutes(3)), .storeIndependent)
+@Suite(
+    "independent clients and deploy files", .serialized, .timeLimit(.minutes(3)), .storeIndependent, .watchedForStalls)
 struct ExternalClientTests {
     /// Runs one of Tests/python's checks against a live stack and returns the JSON object it printed.
     static func pythonCheck(_ script: String, _ live: LiveStack) async throws -> [String: Any] {
@@ -130,7 +131,7 @@ struct ExternalClientTests {
 /// Examples/send-push, a separate package that adds Herald's `HeraldClient` product the way another
 /// team's service would, run against a live stack. scripts/test.sh builds it and sets
 /// HERALD_EXAMPLE_SEND_PUSH to its binary.
-@Suite("the published Swift client", .serialized, .timeLimit(.minutes(3)), .storeIndependent)
+@Suite("the published Swift client", .serialized, .timeLimit(.minutes(3)), .storeIndependent, .watchedForStalls)
 struct PublishedClientTests {
     static let binary = ProcessInfo.processInfo.environment["HERALD_EXAMPLE_SEND_PUSH"]
 

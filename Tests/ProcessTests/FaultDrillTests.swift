@@ -13,7 +13,7 @@ import Synchronization
 import Testing
 
 /// Fault drills: `kill -9` of each service in turn under load, and a full disk.
-@Suite("fault drills", .serialized, .timeLimit(.minutes(10)))
+@Suite("fault drills", .serialized, .timeLimit(.minutes(10)), .watchedForStalls)
 struct FaultDrillTests {
 
     /// What one request of the drill's traffic came back as.
@@ -262,7 +262,8 @@ final class DrillCounter: Sendable {
 /// A full disk under the services' data folder (a small tmpfs): writes answer 507 with a clear
 /// message, reads keep working, and once space returns everything works and no file is corrupt.
 @Suite(
-    "disk full drill", .serialized, .timeLimit(.minutes(5)), .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    "disk full drill", .serialized, .timeLimit(.minutes(5)), .enabled(if: getuid() == 0, "mounting a tmpfs needs root"),
+    .watchedForStalls)
 struct DiskFullTests {
     @Test("disk full: writes 507 with a message, reads keep working, nothing corrupt after space returns", .sqliteStack)
     func diskFull() async throws {

@@ -5,6 +5,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import HeraldTestSupport
 import StackTestSupport
 import Synchronization
 import Testing
@@ -13,7 +14,7 @@ import Testing
 /// hash cost (2^12, below), timed against the edge's deadline and the login gate's room. In a shared test
 /// process every other stack's work takes from the hashes' CPU: in fresh-clone CI runs CreateUser
 /// took 5 s a hash and missed its 30 s deadline, and the gate's room shrank under the slower hashes.
-@Suite("hostile clients end to end: as processes", .serialized, .timeLimit(.minutes(5)))
+@Suite("hostile clients end to end: as processes", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
 struct HardeningProcessTests {
     @Test(
         "a password spray is answered at once: 401 or 429 with Retry-After, never 503; the real user gets in",

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldStack
+import HeraldTestSupport
 import StackTestSupport
 import Testing
 
@@ -8,7 +9,7 @@ import Testing
 @Suite(
     "monitoring: rules and dashboard", .serialized, .timeLimit(.minutes(3)),
     // The disk gauge belongs to SQLite files; the PostgreSQL pass has none to show.
-    .enabled(if: LiveStack.defaultDatabase == .sqlite, "the SQLite stack exports every series"))
+    .enabled(if: LiveStack.defaultDatabase == .sqlite, "the SQLite stack exports every series"), .watchedForStalls)
 struct MonitoringTests {
     static let folder = packageRoot.appendingPathComponent("services/prometheus").path
 

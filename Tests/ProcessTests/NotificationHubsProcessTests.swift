@@ -11,7 +11,7 @@ import Testing
 
 /// NotificationHubsTests's tests that need the services as processes (a kill, a restart, one process's
 /// memory or metrics).
-@Suite("Notification Hubs API: as processes", .serialized, .timeLimit(.minutes(3)))
+@Suite("Notification Hubs API: as processes", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct NotificationHubsProcessTests {
     @Test(
         "the edge reuses auth's answer for a SAS token on what its sr covers, until a key changes: a rotated or narrowed key holds from the next request"

@@ -12,7 +12,7 @@ import Testing
 
 /// What a platform team operates on: health that follows the database and dependencies, /readyz,
 /// JSON logs that follow one request across services.
-@Suite("operations end to end", .serialized, .timeLimit(.minutes(3)))
+@Suite("operations end to end", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct OperationsTests {
     /// Polls `condition` every 50 ms until it holds or `timeout` passes; returns the last answer.
     func eventually(_ timeout: Duration = .seconds(15), _ condition: () async throws -> Bool) async rethrows -> Bool {
@@ -394,7 +394,7 @@ final class Signalled: Sendable {
     func mark() { instant.withLock { $0 = .now } }
 }
 
-@Suite("service executables' --help")
+@Suite("service executables' --help", .watchedForStalls)
 struct ServiceHelpTests {
     @Test(
         "every service executable answers --help with its settings and their environment variables, exit 0; a typo names --help"

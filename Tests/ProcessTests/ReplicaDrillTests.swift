@@ -25,7 +25,9 @@ let replicaDrillEnabled = TestDatabases.postgresURL != nil && LiveStack.defaultD
 /// 6,000, 4,000 deliveries are still to go when one replica dies and another freezes: five times
 /// what two replicas hold (800 each), for a freeze of 10 s past 5-second leases. (At 10,000 the
 /// drill took 56 s of CI's 103 for both; the 4,000 more pushes after the freeze proved nothing new.)
-@Suite("dispatch replicas on PostgreSQL", .serialized, .timeLimit(.minutes(10)), .enabled(if: replicaDrillEnabled))
+@Suite(
+    "dispatch replicas on PostgreSQL", .serialized, .timeLimit(.minutes(10)), .enabled(if: replicaDrillEnabled),
+    .watchedForStalls)
 struct ReplicaDrillTests {
     static let devices = 6_000
     /// Each replica's settings in the drills: leases short enough for a drill (renewed every

@@ -10,7 +10,7 @@ import Testing
 
 /// SecurePushTests's tests that need the services as processes (a kill, a restart, one process's
 /// memory or metrics).
-@Suite("secure push end to end: as processes", .serialized, .timeLimit(.minutes(3)))
+@Suite("secure push end to end: as processes", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct SecurePushProcessTests {
     @Test(
         "a service that dies is restarted by the supervisor, and the flow goes on", .storeIndependent,

@@ -3,12 +3,13 @@ import HeraldModel
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import HeraldTestSupport
 import StackTestSupport
 import Testing
 
 /// The same secure-push sequence with the services calling each other over TCP + mutual TLS
 /// instead of Unix sockets (the callers' socket settings point nowhere, so TCP is the only way).
-@Suite("TLS over TCP end to end", .serialized, .timeLimit(.minutes(3)))
+@Suite("TLS over TCP end to end", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct TLSStackTests {
 
     @Test(

@@ -7,7 +7,7 @@ import Testing
 
 /// Distributed tracing across the five real executables, collected by an OTLP receiver no one here
 /// wrote the decoding of (`Tests/python/otlp_receiver.py`: opentelemetry-proto's classes and grpcio).
-@Suite("distributed tracing over OTLP", .serialized, .timeLimit(.minutes(4)), .storeIndependent)
+@Suite("distributed tracing over OTLP", .serialized, .timeLimit(.minutes(4)), .storeIndependent, .watchedForStalls)
 struct TracingTests {
     /// The OTLP receiver as a child process, and the spans it has written so far.
     final class Receiver {

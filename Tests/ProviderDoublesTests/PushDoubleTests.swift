@@ -12,7 +12,7 @@ import Testing
 /// nobody here wrote (async-http-client): what it records, how and when it answers, over which
 /// protocol. (Plain HTTP/2 with prior knowledge, and the streams a client resets, are
 /// PushProvidersTests' HTTP2PoolTests, over the sender's own pool.)
-@Suite("the push double")
+@Suite("the push double", .watchedForStalls)
 struct PushDoubleTests {
     /// A client that trusts the test CA; with `identity`, presenting that CA's client certificate.
     static func client(_ made: APNsTestCertificates, identity: Bool = false) throws -> HTTPClient {

@@ -10,7 +10,7 @@ import Testing
 /// APNs certificate-based auth: reading the .p12 or PEM, the topic and end the certificate names,
 /// and what a certificate that cannot be used does. Delivery over TLS client authentication, to
 /// nghttpd and to a double that checks the certificate, is in StackTests' `APNsCertificateTests`.
-@Suite("APNs certificates: .p12 and PEM, topic and end, refusals")
+@Suite("APNs certificates: .p12 and PEM, topic and end, refusals", .watchedForStalls)
 struct APNsCertificateTests {
     static func certificates() async throws -> APNsTestCertificates {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("apns-cert-\(UUID().uuidString)")

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import HeraldProto
+import HeraldTestSupport
 import ProviderDoubles
 import PushProviders
 import Testing
@@ -8,7 +9,7 @@ import Testing
 /// The rules both APNs doubles answer by (ProviderDoubles), against what Herald's APNs sender
 /// sends: a double that refuses Herald's own requests, or lets a broken one through, would make
 /// every delivery test downstream of it mean less.
-@Suite("APNs' rules, as the doubles hold Herald's sender to them")
+@Suite("APNs' rules, as the doubles hold Herald's sender to them", .watchedForStalls)
 struct APNsRulesTests {
     static let provider = (key: P256.Signing.PrivateKey(), keyID: "KEY1234567", teamID: "TEAM123456")
     static var rules: APNsRules.Provider {

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldModel
+import HeraldTestSupport
 import NIOCore
 import NIOHPACK
 import NIOHTTP1
@@ -10,7 +11,7 @@ import Testing
 /// What a push service's answer means, per provider: the part of each sender that reads what came
 /// back from outside (status, `reason`/`error` JSON, `Retry-After`). A provider's body is not
 /// trusted to be what its docs say: odd JSON must classify, never trap.
-@Suite("push services' answers")
+@Suite("push services' answers", .watchedForStalls)
 struct AnswerTests {
     static func answer(_ status: Int, _ body: String = "", headers: [(String, String)] = []) -> PushHTTP.Answer {
         PushHTTP.Answer(status: status, headers: HTTPHeaders(headers), body: Array(body.utf8))

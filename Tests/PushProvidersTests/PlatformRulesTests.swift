@@ -1,10 +1,11 @@
 import Foundation
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import PushProviders
 import Testing
 
-@Suite("provider rules: payloads and failure classes")
+@Suite("provider rules: payloads and failure classes", .watchedForStalls)
 struct PlatformRulesTests {
     @Test("Each provider's failure reasons are classified by dispatch, whatever their spelling")
     func failureClasses() {

@@ -8,7 +8,7 @@ import Testing
 
 @testable import PushProviders
 
-@Suite("senders: provider tokens, Web Push encryption, FCM messages")
+@Suite("senders: provider tokens, Web Push encryption, FCM messages", .watchedForStalls)
 struct SenderTests {
     @Test("the APNs token is renewed once 50 minutes old, and never within 20 minutes even when refused")
     func providerTokenWindow() async throws {

@@ -8,7 +8,7 @@ import Testing
 
 /// NH registrations in the store, on both backends: ETags, listings, and that they are devices like
 /// any other (audiences, dead-handle feedback).
-@Suite("NH registrations in the store")
+@Suite("NH registrations in the store", .watchedForStalls)
 struct HubRegistrationStoreTests {
     static let token = String(repeating: "cd", count: 32)
 

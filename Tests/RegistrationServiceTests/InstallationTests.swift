@@ -10,7 +10,7 @@ import Testing
 @testable import RegistrationService
 
 /// NH installations in the store (their JSON and JSON-Patch: NotificationHubsTests.InstallationFormatTests).
-@Suite("installations")
+@Suite("installations", .watchedForStalls)
 struct InstallationTests {
     static let hosts = RegistrationRules.PushHosts(wns: ["notify.windows.com"], webPush: ["fcm.googleapis.com"])
     static let token = String(repeating: "ab", count: 32)

@@ -13,7 +13,7 @@ import Testing
 /// client may send (bounds, ids, pages, tokens), answered with a status and a message, never more
 /// rows than asked. Who may read what is EdgeTests.ReadScopeTests'; the store's rules are the
 /// store tests'.
-@Suite("registration handlers")
+@Suite("registration handlers", .watchedForStalls)
 struct RegistrationHandlersTests {
     static let context = RPCContext(requestID: "handlers", method: "test", logger: Logger(label: "test"))
     static let hosts = RegistrationRules.PushHosts(wns: ["notify.windows.com"], webPush: ["fcm.googleapis.com"])

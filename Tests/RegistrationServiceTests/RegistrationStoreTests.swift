@@ -11,7 +11,7 @@ import Testing
 
 @testable import RegistrationService
 
-@Suite("registration store")
+@Suite("registration store", .watchedForStalls)
 struct RegistrationStoreTests {
     let token = String(repeating: "ab", count: 32)
 

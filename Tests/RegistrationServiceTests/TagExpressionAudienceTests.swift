@@ -8,7 +8,7 @@ import Testing
 
 /// The registration store evaluates tag expressions in SQL; these check it against
 /// ``TagExpression/matches(_:)`` on random expressions over random devices.
-@Suite("tag expressions in SQL")
+@Suite("tag expressions in SQL", .watchedForStalls)
 struct TagExpressionAudienceTests {
     static let alphabet = ["a", "b", "c", "d", "e"]
 

@@ -12,7 +12,7 @@ import Testing
 /// owner and tag indexes, they must be exactly the rows the whole-set definition
 /// (``RegistrationErasure/isUsers(_:hub:alias:)``) picks, in id order, with nothing left out or
 /// repeated, whatever the page size.
-@Suite("a person's devices, page by page")
+@Suite("a person's devices, page by page", .watchedForStalls)
 struct UserDevicePagesTests {
     static let hosts = InstallationTests.hosts
 

@@ -10,7 +10,7 @@ import Testing
 /// handshake without a client certificate, and to a double that (as APNs) takes only certificates
 /// of its CA; a wrong or ended certificate says why and loses nothing; a hub switches between
 /// token and certificate auth without a restart.
-@Suite("APNs certificates per hub", .serialized, .timeLimit(.minutes(3)))
+@Suite("APNs certificates per hub", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct APNsCertificateTests {
     static func certificates(_ fixture: ProviderFixture) async throws -> APNsTestCertificates {
         let folder = fixture.folder + "/apns-certificates"

@@ -9,7 +9,7 @@ import StackTestSupport
 import Testing
 
 /// herald-auth's accounts mode through the edge and the `herald` CLI, and `herald device`.
-@Suite("accounts and the herald CLI end to end", .serialized, .timeLimit(.minutes(5)))
+@Suite("accounts and the herald CLI end to end", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
 struct AccountsTests {
     @Test(
         "the CLI finds the sockets through HERALD_RUNTIME_DIR as the services do; flags win; a missing socket names its path and setting"
@@ -214,7 +214,7 @@ struct AccountsTests {
 
 /// Roles (issue 15): in accounts mode a user sends to their own devices; other users and tags need
 /// the Send right on the hub, granted with `herald hubs grant`.
-@Suite("roles", .serialized, .timeLimit(.minutes(3)))
+@Suite("roles", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct RolesTests {
     @Test(
         "without Send a user reaches only their own devices; herald hubs grant gives Send; a bad tag expression is 400 with its position"

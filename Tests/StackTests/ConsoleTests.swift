@@ -14,7 +14,7 @@ import Testing
 /// The web console over plain HTTP against the real stack (the browser's view is
 /// Tests/python/console_check.py, run by scripts/console-test.sh): sessions, CSRF, the rights it
 /// needs, and what its pages read from the services. Runs on both databases in CI.
-@Suite("web console over HTTP", .serialized, .timeLimit(.minutes(5)))
+@Suite("web console over HTTP", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
 struct ConsoleTests {
     /// Polls the push double until `count` requests match, or the deadline passes.
     static func waitFor(_ fixture: ProviderFixture, count: Int, _ match: (PushDouble.Request) -> Bool) async throws

@@ -17,7 +17,7 @@ import Testing
 /// `herald users erase` and a hub's `DELETE /{hub}/users/{userId}`, checked by reading every row of
 /// every table of the four services' databases afterwards: the SQLite files, or in the pass that
 /// runs every stack on PostgreSQL, every table of the four schemas.
-@Suite("erase a user's data", .serialized, .timeLimit(.minutes(5)))
+@Suite("erase a user's data", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
 struct ErasureDrillTests {
     @Test(
         "herald users export writes one JSON document of the person's account, devices, content and sends, page by page; nobody else's"

@@ -5,6 +5,7 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import HeraldTestSupport
 import StackTestSupport
 import Synchronization
 import Testing
@@ -14,7 +15,7 @@ import Testing
 #endif
 
 /// The requests that once broke the stack (issue 12), against the five real services (in-process: StackTestSupport).
-@Suite("hostile clients end to end", .serialized, .timeLimit(.minutes(5)))
+@Suite("hostile clients end to end", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
 struct HostileClientTests {
     @Test("a huge ttl_seconds is 400 and herald-payload stays up", arguments: AuthModeCase.allCases)
     func hugeTTL(_ auth: AuthModeCase) async throws {

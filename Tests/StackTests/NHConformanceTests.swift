@@ -1,12 +1,13 @@
 import Foundation
 import HeraldModel
 import HeraldProto
+import HeraldTestSupport
 import StackTestSupport
 import Testing
 
 /// Where Herald answered differently from Notification Hubs (a conformance probe written from
 /// Microsoft's REST docs and the official SDKs found these): each now answers as NH does.
-@Suite("NH conformance: answers as NH gives them", .serialized, .timeLimit(.minutes(3)))
+@Suite("NH conformance: answers as NH gives them", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct NHConformanceTests {
     @Test(
         "401 with NH's claim text for a missing right; TrackingId echoed and x-ms-correlation-request-id; GET installation's Content-Location; the .NET sr without the port"

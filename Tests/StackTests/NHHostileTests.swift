@@ -10,7 +10,7 @@ import Testing
 
 /// Issue 32's findings, replayed from outside the way an attacker holding the Listen key (it is in
 /// every shipped app) or no key at all would: each one failed before its fix.
-@Suite("NH API against a hostile client", .serialized, .timeLimit(.minutes(3)))
+@Suite("NH API against a hostile client", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct NHHostileTests {
 
     @Test("a Listen-signed token with se = Int64.max is refused, and herald-auth stays up")

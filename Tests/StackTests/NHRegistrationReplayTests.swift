@@ -1,4 +1,5 @@
 import Foundation
+import HeraldTestSupport
 import StackTestSupport
 import Testing
 
@@ -9,7 +10,7 @@ import Testing
 /// RegisterController: CreateRegistrationIdAsync → GetRegistrationsByChannelAsync →
 /// CreateOrUpdateRegistrationAsync(AppleRegistrationDescription(handle, ["username:…"])) → a send
 /// to that tag → DeleteRegistrationAsync.
-@Suite("NH registrations as the .NET, JS and Java SDKs send them")
+@Suite("NH registrations as the .NET, JS and Java SDKs send them", .watchedForStalls)
 struct NHRegistrationReplayTests {
     static let atomEntry = "application/atom+xml;type=entry;charset=utf-8"
     static let ns =

@@ -11,7 +11,7 @@ import Testing
 /// Notification Hubs' sends on `/{hub}/messages…` through the real stack to the APNs double: the
 /// platform headers NH passes on, direct and batch direct sends, test sends and per-message
 /// telemetry, checked at the double and in NH's XML.
-@Suite("Notification Hubs sends", .serialized, .timeLimit(.minutes(3)))
+@Suite("Notification Hubs sends", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct NHSendTests {
 
     @Test(
@@ -633,7 +633,7 @@ struct NHSendTests {
 /// NH's Registrations API through the whole stack: registrations written as the .NET SDK writes
 /// them are devices like installations (native and template sends, dead-handle feedback), and a
 /// client no one here wrote reads and deletes them.
-@Suite("NH registrations through the stack")
+@Suite("NH registrations through the stack", .watchedForStalls)
 struct NHRegistrationStackTests {
     static func apple(_ token: String, tags: String, template: String? = nil) -> String {
         let kind = template == nil ? "AppleRegistrationDescription" : "AppleTemplateRegistrationDescription"

@@ -12,7 +12,7 @@ import Testing
 
 /// Herald's Notification Hubs API driven the way NH's clients drive it: PyPI's
 /// azure-notification-hub-unofficial, and raw HTTP with each SDK's SAS spelling.
-@Suite("Notification Hubs API", .serialized, .timeLimit(.minutes(3)))
+@Suite("Notification Hubs API", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct NotificationHubsTests {
 
     @Test(

@@ -14,7 +14,7 @@ import Testing
 /// herald-dispatch delivering to loopback doubles of APNs, FCM (with Google's token endpoint),
 /// WNS (with its token endpoint) and a Web Push service, over HTTP/2 + TLS from a test CA. Only
 /// the push services are doubles; every Herald service is the real one, in the test process.
-@Suite("push delivery to the provider doubles", .serialized, .timeLimit(.minutes(5)))
+@Suite("push delivery to the provider doubles", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
 struct PushDeliveryTests {
 
     /// Polls a send's outcome at the edge until it is final (or the deadline passes).

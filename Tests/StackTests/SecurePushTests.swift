@@ -12,7 +12,7 @@ import Testing
 /// StackTestSupport's InProcessStack). The services
 /// talk to each other over the lean protocol and, in a second run of each flow, over gRPC; the
 /// contract's sequence and status codes also run in both auth modes.
-@Suite("secure push end to end", .serialized, .timeLimit(.minutes(3)))
+@Suite("secure push end to end", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct SecurePushTests {
     @Test(
         "the iOS client's sequence: register, send, fetch once unread then read; only the recipient",

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import HeraldProto
+import HeraldTestSupport
 import NIOCore
 import StackTestSupport
 import Testing
@@ -8,7 +9,7 @@ import Testing
 /// Issue 49 on the whole stack: a hub over its request rate is throttled while another is served,
 /// a hub over its quota sends nothing, and a hub whose provider answers slowly does not hold up
 /// another hub's deliveries.
-@Suite("tenants: request rates, push quotas, a slow provider", .serialized, .timeLimit(.minutes(3)))
+@Suite("tenants: request rates, push quotas, a slow provider", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct TenantLimitTests {
     @Test(
         "a hub over its request rate gets 429 with Retry-After (NH's XML; JSON on Herald's routes) and another hub is served"

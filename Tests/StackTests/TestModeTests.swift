@@ -9,7 +9,7 @@ import Testing
 
 /// `test-mode`, what docker-compose.test.yml turns on for other teams' integration tests: a known
 /// user, the inbox over HTTP, and a reset between cases. And that nothing of it exists without it.
-@Suite("test mode", .serialized, .timeLimit(.minutes(3)))
+@Suite("test mode", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct TestModeTests {
     static let tester = "tester"
     static let testerPassword = "tester-Pa55word"

@@ -7,13 +7,14 @@ import HeraldProto
 import HeraldRPC
 import HeraldService
 import HeraldStack
+import HeraldTestSupport
 import StackTestSupport
 import Testing
 
 /// The rest of the tutorial contract against the five real services (in this process:
 /// StackTestSupport's InProcessStack): rich push, notify users,
 /// the modern upload route, and the tutorial's holes closed. Each flow runs in both auth modes.
-@Suite("tutorial contract end to end", .serialized, .timeLimit(.minutes(5)))
+@Suite("tutorial contract end to end", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
 struct TutorialContractTests {
     @Test(
         "rich profile: the silent push carries the contract's fields; the image comes back by id",
