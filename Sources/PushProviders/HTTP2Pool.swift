@@ -419,13 +419,52 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
     }
 
     private func start(_ requests: [HTTP2Request], timeout: TimeAmount, promise: EventLoopPromise<[HTTP2Answer]?>) {
-        guard let context, isUsable, nextStreamID + 2 * Int32(requests.count) < Self.lastStreamID else {
+        guard context != nil, isUsable, nextStreamID + 2 * Int32(unwritten + requests.count) < Self.lastStreamID else {
             usable.store(false, ordering: .relaxed)
             promise.succeed(nil)
             return
         }
         let batch = Batch(count: requests.count, promise: promise)
         batch.deadline = eventLoop.scheduleTask(in: timeout) { [weak self] in self?.expire(batch) }
+        queue.append(Queued(requests: requests, next: 0, batch: batch))
+        unwritten += requests.count
+        if nextStreamID + 2 * Int32(unwritten) >= Self.lastStreamID { usable.store(false, ordering: .relaxed) }
+        if !draining { drain() }
+    }
+
+    /// Requests written per turn of the event loop. Encoding a request (HPACK, the HTTP/2 state
+    /// machines, TLS) is microseconds in a release build and up to a millisecond in a debug one:
+    /// a batch of 500 written in one go held the loop, and every other connection and timer on
+    /// it, for up to 15 s in the debug test process beside ProcessTests (the stall watch).
+    static let writesPerTurn = 8
+
+    /// A batch waiting to be written, from its request `next` on.
+    private struct Queued {
+        var requests: [HTTP2Request]
+        var next: Int
+        let batch: Batch
+    }
+    /// Batches in the order they came; their requests are written in that order, so stream ids
+    /// only grow on the connection (a stream opened below one already open is a protocol error).
+    private var queue = CircularBuffer<Queued>()
+    /// Requests queued and not written yet.
+    private var unwritten = 0
+    /// Whether a turn of the loop will write more of the queue.
+    private var draining = false
+
+    /// Writes up to ``writesPerTurn`` queued requests, and schedules the rest for a later turn of
+    /// the loop. On a connection gone meanwhile, what was not written fails as its loss would.
+    private func drain() {
+        draining = false
+        guard let context, context.channel.isActive else {
+            while let queued = queue.popFirst() {
+                for index in queued.next..<queued.requests.count {
+                    queued.batch.complete(index, .failed(reason: lossReason))
+                }
+            }
+            unwritten = 0
+            return
+        }
         // A flush per request keeps the streams' DATA frames in order: NIOHTTP2's flow-control
         // buffer sends the streams flushed together in no particular order, so the answers came
         // back shuffled, and each closed stream left the middle of NIO's stream map (a shift of
@@ -433,32 +472,50 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
         // the HTTP/2 handler turns those flushes into one write to TLS and the socket.
         coalescer.hold()
         defer { coalescer.release() }
-        for (index, request) in requests.enumerated() {
-            let id = nextStreamID
-            nextStreamID += 2
-            batch.streams[index] = id
-            exchanges[id] = Exchange(batch: batch, index: index)
-            let streamID = HTTP2StreamID(id)
-            let hasBody = request.body.readableBytes > 0
-            // The last frame's promise reports the request's fate: if an earlier frame failed, so does it.
-            let written = eventLoop.makePromise(of: Void.self)
-            written.futureResult.whenFailure { [weak self] _ in self?.finish(id, .failed(reason: "ConnectionError")) }
+        var budget = Self.writesPerTurn
+        while budget > 0, var head = queue.first {
+            // A batch whose deadline passed before it was all written is answered: no more of it.
+            guard head.batch.remaining > 0 else {
+                unwritten -= head.requests.count - head.next
+                queue.removeFirst()
+                continue
+            }
+            write(head.requests[head.next], index: head.next, of: head.batch, context: context)
+            head.next += 1
+            unwritten -= 1
+            budget -= 1
+            if head.next == head.requests.count { queue.removeFirst() } else { queue[queue.startIndex] = head }
+        }
+        guard !queue.isEmpty else { return }
+        draining = true
+        let bound = NIOLoopBound(self, eventLoop: eventLoop)
+        eventLoop.execute { bound.value.drain() }
+    }
+
+    /// Opens the next stream for request `index` of `batch`.
+    private func write(_ request: HTTP2Request, index: Int, of batch: Batch, context: ChannelHandlerContext) {
+        let id = nextStreamID
+        nextStreamID += 2
+        batch.streams[index] = id
+        exchanges[id] = Exchange(batch: batch, index: index)
+        let streamID = HTTP2StreamID(id)
+        let hasBody = request.body.readableBytes > 0
+        // The last frame's promise reports the request's fate: if an earlier frame failed, so does it.
+        let written = eventLoop.makePromise(of: Void.self)
+        written.futureResult.whenFailure { [weak self] _ in self?.finish(id, .failed(reason: "ConnectionError")) }
+        context.write(
+            wrapOutboundOut(
+                HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: !hasBody)))),
+            promise: hasBody ? nil : written)
+        if hasBody {
             context.write(
                 wrapOutboundOut(
                     HTTP2Frame(
-                        streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: !hasBody)))),
-                promise: hasBody ? nil : written)
-            if hasBody {
-                context.write(
-                    wrapOutboundOut(
-                        HTTP2Frame(
-                            streamID: streamID, payload: .data(.init(data: .byteBuffer(request.body), endStream: true)))
-                    ),
-                    promise: written)
-            }
-            context.flush()
+                        streamID: streamID, payload: .data(.init(data: .byteBuffer(request.body), endStream: true)))
+                ),
+                promise: written)
         }
-        if nextStreamID >= Self.lastStreamID { usable.store(false, ordering: .relaxed) }
+        context.flush()
     }
 
     /// The batch's deadline: what is still unanswered times out.
@@ -490,7 +547,7 @@ final class HTTP2Connection: ChannelDuplexHandler, @unchecked Sendable {
 
     /// Closes a retiring connection once no batch waits on it.
     private func closeIfDrained() {
-        guard retiring, exchanges.isEmpty, let context else { return }
+        guard retiring, exchanges.isEmpty, queue.isEmpty, let context else { return }
         context.close(promise: nil)
     }
 

@@ -10,7 +10,7 @@ import Testing
 
 @testable import PushProviders
 
-@Suite("HTTP/2 pool")
+@Suite("HTTP/2 pool", .watchedForStalls)
 struct HTTP2PoolTests {
     /// A loopback port nothing listens on: bound, then closed.
     static func closedPort() throws -> Int {
@@ -121,6 +121,29 @@ struct HTTP2PoolTests {
         _ = await held
     }
 
+    @Test(
+        "batches sent at once on one connection, each longer than a turn of the loop writes, are all answered, on that connection"
+    )
+    func batchesInterleaved() async throws {
+        let server = try await SilentHTTP2Server.start()
+        defer { Task { await server.stop() } }
+        server.release()
+        let pool = try HTTP2Pool(url: "http://127.0.0.1:\(server.port)", tls: nil, connections: 1)
+        // Written a few at a time per turn of the loop, from three batches queued together: the
+        // streams must open in increasing order whatever batch they belong to.
+        let size = HTTP2Connection.writesPerTurn * 5 + 3
+        let answers = await withTaskGroup(of: [HTTP2Answer].self) { group in
+            for lane in 0..<3 {
+                group.addTask { await pool.send(Self.requests("fast/\(lane)", size), timeout: .seconds(30)) }
+            }
+            return await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(answers.count == 3 * size)
+        #expect(answers.allSatisfy { if case .answered(200, _, _) = $0 { true } else { false } })
+        #expect(server.double.connections == 1)
+        #expect(server.double.resets == 0)
+    }
+
     /// Polls `condition` every 10 ms for up to 30 s.
     static func poll(_ condition: () -> Bool) async throws {
         let deadline = ContinuousClock.now + .seconds(30)
@@ -187,7 +210,7 @@ final class SilentHTTP2Server: Sendable {
     func stop() async { await double.stop() }
 }
 
-@Suite("the push client's TLS context")
+@Suite("the push client's TLS context", .watchedForStalls)
 struct PushClientTLSTests {
     @Test("made when the first pool is: a client with an unreadable CA file starts, and each pool it makes fails")
     func unreadableCAFile() async throws {
