@@ -68,7 +68,8 @@ stop_beside() {
 if [[ "${1:-}" == "--fast" ]]; then
   scripts/setup.sh
   swift build --build-tests
-  swift test --skip-build --skip ProcessTests
+  # As many tests at once as the full run's unit process (see below).
+  SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$((4 * $(nproc))) swift test --skip-build --skip ProcessTests
   echo "test.sh --fast: passed in $(( $(date +%s) - start ))s"
   exit 0
 fi
@@ -133,7 +134,11 @@ took "starting the PostgreSQL test cluster (at $HERALD_TEST_POSTGRES_URL)" "$pg"
 # process they share NIO's singleton event loops and one cooperative thread pool (a thread per
 # core) with ProcessTests' clients: an in-process gRPC stream of 100,000 records held a
 # loop for a second at a time, and the kill -9 drill counted answers the edge had logged within
-# 50 ms as hangs of 15 s (CI, twice). The kernel shares the cores between processes fairly.
+# 50 ms as hangs of 15 s. Each runs in a session of its own (`setsid -w`): with autogroups (on
+# by default in Debian's kernels) Linux shares the cores fairly between sessions, and then between
+# the threads of a session. In one session ProcessTests' dozens of service processes took nearly
+# all of both cores from the unit process's few threads, whose event loops then ran seconds late
+# (the stall watch's report): a loopback connect timed out, a delivery missed its 20 s.
 # Run as the test binary itself: two `swift test` at once wait on each other's lock of .build.
 bin="$(swift build --show-bin-path)"
 tests="$bin/heraldPackageTests.xctest"
@@ -143,16 +148,37 @@ failure_digest() {
   echo "test.sh: what failed, from $*:" >&2
   sed 's/\x1b\[[0-9;]*m//g' "$@" | grep -E '✘|recorded an issue|Caught error' | cut -c1-400 | head -n 60 >&2 || true
 }
+# Each test process ends with its stall watch's report (Tests/HeraldTestSupport/StallWatch.swift):
+# how late NIO's event loops and the cooperative pool ran, and the worst stalls with the tests
+# they fell in. `stalls LOG...` repeats each process's summary and worst stall after a stage.
+stalls() {
+  local log
+  for log in "$@"; do
+    echo "test.sh: stalls in $(basename "$log" .log): $(grep -m1 '^stall watch (pid' "$log" | cut -d: -f2- | cut -c1-200)"
+    echo "test.sh:   the worst: $(grep -A1 -m1 '^stall watch: the worst' "$log" | tail -n1 | sed 's/^stall watch: *//' | cut -c1-400)"
+  done
+}
+# How many tests each process runs at once. Swift Testing starts every test of a process at once
+# unless told otherwise: some 800 in the unit process, dozens of them whole stacks, each with its
+# deadlines ticking while it got a sliver of two cores; its event loops and cooperative pool then
+# ran seconds late (the stall watch) and a loopback connect or a delivery missed its deadline.
+# Bounded per core, the same tests take less time in all (140 s against 160-190 s for this stage).
+cores=$(nproc)
+unit_width=$((4 * cores))
+process_width=$((2 * cores))
 first=$(mark)
 unit_log=.build/unit-tests.log
 process_log=.build/process-tests.log
-"$tests" --testing-library swift-testing --skip ProcessTests >"$unit_log" 2>&1 &
+SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$unit_width \
+  setsid -w "$tests" --testing-library swift-testing --skip ProcessTests >"$unit_log" 2>&1 &
 unit_pid=$!
 process_status=0
-"$tests" --testing-library swift-testing --filter ProcessTests 2>&1 | tee "$process_log" || process_status=$?
+SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$process_width \
+  setsid -w "$tests" --testing-library swift-testing --filter ProcessTests 2>&1 | tee "$process_log" || process_status=$?
 unit_status=0
 wait "$unit_pid" || unit_status=$?
 cat "$unit_log"
+stalls "$unit_log" "$process_log"
 (( unit_status == 0 && process_status == 0 )) || failure_digest "$unit_log" "$process_log"
 (( unit_status == 0 )) || { echo "test.sh: unit tests and StackTests failed (exit $unit_status)" >&2; exit 1; }
 (( process_status == 0 )) || { echo "test.sh: ProcessTests failed (exit $process_status)" >&2; exit 1; }
@@ -174,9 +200,11 @@ else
   echo "test.sh: making the base image beside the build failed (exit $base_status); compose-test.sh tries again" >&2
 fi
 pg_log=.build/stack-tests-postgres.log
-HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter StackTests \
+HERALD_TEST_STACK_DATABASE=postgres SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$unit_width \
+  "$tests" --testing-library swift-testing --filter StackTests \
   --skip ProcessTests 2>&1 \
   | tee "$pg_log" || { failure_digest "$pg_log"; echo "test.sh: StackTests on PostgreSQL failed" >&2; exit 1; }
+stalls "$pg_log"
 # compose-test.sh makes the image itself unless it is told it was made here.
 image_made=""
 if (( base_status == 0 )); then
@@ -185,9 +213,11 @@ fi
 took "StackTests on PostgreSQL, with the containers' image made beside them," "$pg_suite"
 pg_suite=$(mark)
 pg_log=.build/process-tests-postgres.log
-HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter ProcessTests \
+HERALD_TEST_STACK_DATABASE=postgres SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$process_width \
+  "$tests" --testing-library swift-testing --filter ProcessTests \
   --skip ReplicaDrillTests 2>&1 \
   | tee "$pg_log" || { failure_digest "$pg_log"; echo "test.sh: ProcessTests on PostgreSQL failed" >&2; exit 1; }
+stalls "$pg_log"
 took "ProcessTests on PostgreSQL" "$pg_suite"
 # The replica drills on their own: three dispatch processes pushing 10,000 deliveries, killed,
 # frozen and throttled. Beside the rest of the pass (a dozen five-process stacks at once, a load of
@@ -205,10 +235,12 @@ joined venvs || venvs_status=$?
 beside console-test scripts/console-test.sh
 drills_log=.build/replica-drills.log
 drills_status=0
-HERALD_TEST_STACK_DATABASE=postgres "$tests" --testing-library swift-testing --filter ReplicaDrillTests 2>&1 \
+HERALD_TEST_STACK_DATABASE=postgres SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$process_width \
+  "$tests" --testing-library swift-testing --filter ReplicaDrillTests 2>&1 \
   | tee "$drills_log" || drills_status=$?
 console_status=0
 joined console-test || console_status=$?
+stalls "$drills_log"
 (( drills_status == 0 )) || { failure_digest "$drills_log"; echo "test.sh: replica drills failed" >&2; exit 1; }
 (( console_status == 0 )) || { echo "test.sh: the console browser test failed (exit $console_status)" >&2; exit 1; }
 took "the replica drills on PostgreSQL, with the console browser test beside them," "$drills"
