@@ -154,6 +154,12 @@ public final class PushDouble: Sendable {
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            // As Herald's HTTP/2 client reads: at most 16 KiB a turn of the loop, so that a batch of
+            // hundreds of requests is decoded over several turns, not in one that holds the loop.
+            .childChannelOption(.maxMessagesPerRead, value: 1)
+            .childChannelOption(
+                .recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 4096, maximum: 16384)
+            )
             .childChannelInitializer { channel in
                 let connection = state.connections.add(1, ordering: .relaxed).newValue
                 return channel.eventLoop.makeCompletedFuture {

@@ -235,6 +235,13 @@ public final class HTTP2Pool: Sendable {
         return ClientBootstrap(group: loop)
             .connectTimeout(connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            // One read of at most 16 KiB per turn of the loop (NIO's default: four of up to 64 KiB):
+            // a burst of answers is a few hundred frames a turn, not thousands, so a fan-out's
+            // answers never hold the loop from the other connections and timers on it.
+            .channelOption(.maxMessagesPerRead, value: 1)
+            .channelOption(
+                .recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 4096, maximum: 16384)
+            )
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let coalescer = FlushCoalescer()

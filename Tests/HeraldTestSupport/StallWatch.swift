@@ -6,8 +6,10 @@ public import Testing
 
 /// A watchdog over what every test in a process shares: each of NIO's singleton event loops and
 /// Swift Concurrency's cooperative pool. A repeating timer on each loop, and a task on the pool,
-/// note how much later than asked they run; a late tick is a stall of that clock, something that
-/// held its thread (a blocking call, a lock wait, a long CPU loop).
+/// note how much later than asked they run, less the time their thread only waited for a core
+/// (Linux's schedstat: on a loaded machine every thread waits, and that is load, not a fault);
+/// what is left is a stall of that clock, something that held its thread (a blocking call, a
+/// lock wait, a long CPU loop).
 ///
 /// Every suite carries the ``Trait/watchedForStalls`` trait (scripts/format.sh checks that each
 /// top-level suite does): it starts the watch, and a test during which a clock stalled for longer
@@ -72,6 +74,8 @@ public final class StallWatch: Sendable {
         var worst: [Stall] = []
         /// Every stall over the failure threshold (the tests it fell in fail).
         var long: [Stall] = []
+        /// Each event loop's thread, as its ticks found it.
+        var threads: [String: Int32] = [:]
         /// The (stall, test) pairs that failed a test already.
         var failed: Set<String> = []
 
@@ -108,21 +112,57 @@ public final class StallWatch: Sendable {
         atexit { FileHandle.standardError.write(Data(StallWatch.shared.report().utf8)) }
     }
 
-    private func watch(_ loop: any EventLoop, name: String) {
+    /// How long a thread has been runnable and waiting for a core, in nanoseconds (the second
+    /// field of Linux's schedstat); nil where the kernel does not say. A tick's lateness less
+    /// this is what held the clock's thread: it ran something, or blocked; time it only waited for
+    /// a core (a loaded machine, not a held thread) is not a stall.
+    static func queued(_ thread: Int32 = StallWatch.currentThread()) -> Int64? {
+        let fd = open("/proc/self/task/\(thread)/schedstat", O_RDONLY)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: 96)
+        let count = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress, 95) }
+        guard count > 0 else { return nil }
+        let fields = String(decoding: bytes[0..<count], as: UTF8.self).split(separator: " ")
+        return fields.count >= 2 ? Int64(fields[1]) : nil
+    }
+
+    /// The calling thread's kernel id, from /proc/thread-self ("<pid>/task/<tid>"; Swift's Glibc
+    /// shows neither gettid nor syscall).
+    static func currentThread() -> Int32 {
+        var bytes = [CChar](repeating: 0, count: 64)
+        let count = readlink("/proc/thread-self", &bytes, 63)
+        guard count > 0 else { return getpid() }
+        let path = String(decoding: bytes[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return path.split(separator: "/").last.flatMap { Int32($0) } ?? getpid()
+    }
+
+    /// `late` less the time `thread` waited for a core since `before` was read.
+    static func held(_ late: Duration, thread: Int32, since before: Int64?) -> Duration {
+        guard let before, let after = queued(thread) else { return late }
+        return max(.zero, late - .nanoseconds(max(0, after - before)))
+    }
+
+    private func watch(_ loop: any EventLoop, name: String, queued before: Int64? = nil) {
         // Ends with its group's shutdown (the scheduling then fails).
         let asked = NIODeadline.now() + .milliseconds(Int64(Self.interval / .milliseconds(1)))
         loop.scheduleTask(deadline: asked) {
-            let late = NIODeadline.now() - asked
-            self.tick(name, late: .nanoseconds(late.nanoseconds))
-            self.watch(loop, name: name)
+            let late = Duration.nanoseconds((NIODeadline.now() - asked).nanoseconds)
+            let thread = Self.currentThread()
+            self.tick(name, late: Self.held(late, thread: thread, since: before))
+            self.state.withLock { $0.threads[name] = thread }
+            self.watch(loop, name: name, queued: Self.queued(thread))
         }
     }
 
     private func watchPool() async {
         while true {
+            // The thread it slept on stands for the pool's: all of them share the same cores.
+            let thread = Self.currentThread()
+            let before = Self.queued(thread)
             let asked = ContinuousClock.now + Self.interval
             do { try await Task.sleep(until: asked, clock: .continuous) } catch { return }
-            tick("cooperative pool", late: ContinuousClock.now - asked)
+            tick("cooperative pool", late: Self.held(ContinuousClock.now - asked, thread: thread, since: before))
         }
     }
 
@@ -208,11 +248,14 @@ public final class StallWatch: Sendable {
         // A stall still under way as the test ends shows when each loop runs a task again.
         // Timed on the loop: the wait for this task to resume after it is the pool's, not the loop's.
         for (index, loop) in group.makeIterator().enumerated() {
+            let name = "event loop \(index)"
+            guard let thread = state.withLock({ $0.threads[name] }) else { continue }
+            let before = Self.queued(thread)
             let asked = NIODeadline.now()
             guard let ran = try? await loop.submit({ NIODeadline.now() }).get() else { continue }
-            let late = Duration.nanoseconds((ran - asked).nanoseconds)
+            let late = Self.held(.nanoseconds((ran - asked).nanoseconds), thread: thread, since: before)
             let ago = Duration.nanoseconds((NIODeadline.now() - ran).nanoseconds)
-            if late >= Self.recordThreshold { tick("event loop \(index)", late: late, ago: ago) }
+            if late >= Self.recordThreshold { tick(name, late: late, ago: ago) }
         }
         let now = ContinuousClock.now
         return state.withLock { state in

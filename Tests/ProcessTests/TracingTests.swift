@@ -157,12 +157,13 @@ struct TracingTests {
                 contentType: "application/json", headers: [("traceparent", "00-\(trace)-\(callerSpan)-01")])
             #expect(sent.status == 200, "\(sent.text)")
 
-            // Each service exports on its own schedule: wait for every span checked below, not
-            // only dispatch's (registration's came after them once in CI).
+            // Each service exports on its own schedule: wait for a span of every service checked
+            // below, not only dispatch's (registration's, then payload's, came after the others).
             let spans = try await receiver.waitForTrace(trace) { spans in
                 spans.contains { $0.name == "apns request" } && spans.contains { $0.name == "outbox.claim" }
                     && spans.contains { $0.service == "herald-registration" && $0.name == "audience.page" }
                     && spans.contains { $0.service == "herald-auth" }
+                    && spans.contains { $0.service == "herald-payload" }
                     && spans.contains { $0.parentSpanID == callerSpan }
             }
             let services = Set(spans.map(\.service))
