@@ -59,7 +59,18 @@ struct HeraldProtoTests {
 
     @Test("a 4 MiB field survives the round trip")
     func largeMessage() throws {
-        let content = (0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        // Made by copying a 4 KiB block, not element by element: a 4-million-step loop in a debug
+        // build held a thread of the cooperative pool for seconds (the stall watch).
+        let block = (0..<4096).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let content = [UInt8](unsafeUninitializedCapacity: 4 << 20) { buffer, count in
+            for offset in stride(from: 0, to: 4 << 20, by: 4096) {
+                block.withUnsafeBufferPointer { source in
+                    UnsafeMutableRawPointer(buffer.baseAddress! + offset).copyMemory(
+                        from: source.baseAddress!, byteCount: 4096)
+                }
+            }
+            count = 4 << 20
+        }
         let request = StorePayloadRequest(recipient: "alice", kind: .rich, content: content, contentType: "image/png")
         #expect(try StorePayloadRequest(serializedBytes: request.serializedBytes() as [UInt8]) == request)
     }
