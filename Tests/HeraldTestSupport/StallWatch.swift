@@ -137,9 +137,9 @@ public final class StallWatch: Sendable {
         return path.split(separator: "/").last.flatMap { Int32($0) } ?? getpid()
     }
 
-    /// `late` less the time `thread` waited for a core since `before` was read.
-    static func held(_ late: Duration, thread: Int32, since before: Int64?) -> Duration {
-        guard let before, let after = queued(thread) else { return late }
+    /// `late` less the time a thread waited for a core between two readings of ``queued(_:)``.
+    static func held(_ late: Duration, queued before: Int64?, _ after: Int64?) -> Duration {
+        guard let before, let after else { return late }
         return max(.zero, late - .nanoseconds(max(0, after - before)))
     }
 
@@ -149,9 +149,11 @@ public final class StallWatch: Sendable {
         loop.scheduleTask(deadline: asked) {
             let late = Duration.nanoseconds((NIODeadline.now() - asked).nanoseconds)
             let thread = Self.currentThread()
-            self.tick(name, late: Self.held(late, thread: thread, since: before))
+            // One reading ends this tick's window and starts the next one's.
+            let now = Self.queued(thread)
+            self.tick(name, late: Self.held(late, queued: before, now))
             self.state.withLock { $0.threads[name] = thread }
-            self.watch(loop, name: name, queued: Self.queued(thread))
+            self.watch(loop, name: name, queued: now)
         }
     }
 
@@ -162,7 +164,7 @@ public final class StallWatch: Sendable {
             let before = Self.queued(thread)
             let asked = ContinuousClock.now + Self.interval
             do { try await Task.sleep(until: asked, clock: .continuous) } catch { return }
-            tick("cooperative pool", late: Self.held(ContinuousClock.now - asked, thread: thread, since: before))
+            tick("cooperative pool", late: Self.held(ContinuousClock.now - asked, queued: before, Self.queued(thread)))
         }
     }
 
@@ -253,7 +255,7 @@ public final class StallWatch: Sendable {
             let before = Self.queued(thread)
             let asked = NIODeadline.now()
             guard let ran = try? await loop.submit({ NIODeadline.now() }).get() else { continue }
-            let late = Self.held(.nanoseconds((ran - asked).nanoseconds), thread: thread, since: before)
+            let late = Self.held(.nanoseconds((ran - asked).nanoseconds), queued: before, Self.queued(thread))
             let ago = Duration.nanoseconds((NIODeadline.now() - ran).nanoseconds)
             if late >= Self.recordThreshold { tick(name, late: late, ago: ago) }
         }
