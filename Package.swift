@@ -150,10 +150,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
         // PostgreSQL, the store replicas share (`database-url postgres://…`); SQLite stays the default.
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
-        // The web console (issue 18): Mustache templates rendered on the server, and the test
-        // send's file upload (multipart/form-data), which Hummingbird does not parse itself.
+        // The web console: Mustache templates rendered on the server. Its multipart/form-data
+        // uploads are read by HeraldModel's Multipart: multipart-kit 4.7.1 traps on a part header
+        // name byte of 0x80 or more (Sources/HeraldModel/Multipart.swift).
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
-        .package(url: "https://github.com/vapor/multipart-kit.git", from: "4.7.1"),
         // Tracing (issue 36): the Tracer API Hummingbird already records its spans through, and W3C
         // `traceparent`/`tracestate` parsing. The OTLP exporter is Herald's own (docs/operations.md
         // says why not swift-otel).
@@ -406,7 +406,6 @@ let package = Package(
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
                 .product(name: "Mustache", package: "swift-mustache"),
-                .product(name: "MultipartKit", package: "multipart-kit"),
                 // The console's CSRF tokens (SHA-256 of the session's).
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -588,6 +587,9 @@ let package = Package(
                     .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Logging", package: "swift-log"),
                     .product(name: "HTTPTypes", package: "swift-http-types"),
                     .product(name: "Hummingbird", package: "hummingbird"),
+                    // LibraryFuzz.swift: the HTTP/1 handlers' output and the RSA PEM parse of FCM keys.
+                    .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                    .product(name: "JWTKit", package: "jwt-kit"),
                 ],
                 path: "Tests/FuzzTargets", swiftSettings: swiftSettings
             ),

@@ -21,10 +21,8 @@ sys.path.insert(0, str(root / "Tests" / "python"))
 from lean_client import REQUEST, MESSAGE, END, CANCEL, WINDOW, GOAWAY, ERROR  # noqa: E402
 
 out = root / "Tests" / "FuzzCorpus"
-# Regenerated from scratch, except the inputs a fuzzing session found and kept (regression-*).
-for seed in out.rglob("*"):
-    if seed.is_file() and not seed.name.startswith("regression-"):
-        seed.unlink()
+# The seeds below are written over; the others stay: inputs a fuzzing session found and kept
+# (regression-*) and seeds written by hand beside these.
 
 
 def write(target, name, data):
@@ -311,5 +309,36 @@ routes = {
 }
 for name, (line, headers, body) in routes.items():
     write("router", name, "\r\n".join([line, *headers, "", body]))
+
+# The console's multipart forms (credentials, test send), as a browser posts them: the CSRF token
+# in the action's query and in the body; and part headers with bytes of 0x80 and more, on the
+# sign-in (refused before any parse) and on a signed-in upload.
+def multipart(parts, boundary="XyZ"):
+    body = b""
+    for headers, content in parts:
+        body += b"--" + boundary.encode() + b"\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n" + content + b"\r\n"
+    return body + b"--" + boundary.encode() + b"--\r\n"
+def disposition(name, filename=None):
+    return b'Content-Disposition: form-data; name="' + name + b'"' + (b'; filename="' + filename + b'"' if filename else b"")
+upload = multipart([
+    ([disposition(b"_csrf")], csrf.encode()),
+    ([disposition(b"vapid-key", b"vapid.pem"), b"Content-Type: application/x-pem-file"],
+     b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----"),
+    ([disposition(b"subject")], b"mailto:ops@example.com"),
+])
+multipart_ct = "Content-Type: multipart/form-data; boundary=XyZ"
+def request(line, headers, body):
+    return "\r\n".join([line, *headers, "", ""]).encode() + body
+write("router", "console-credentials-upload",
+      request(f"POST /console/hubs/app1/credentials/browser?_csrf={csrf}", [console, multipart_ct], upload))
+write("router", "console-send-upload", request(f"POST /console/hubs/app1/send?_csrf={csrf}", [console, multipart_ct], multipart([
+    ([disposition(b"_csrf")], csrf.encode()), ([disposition(b"kind")], b"rich"), ([disposition(b"user")], b"bob"),
+    ([disposition(b"file", b"a.png"), b"Content-Type: image/png"], b"\x89PNG\r\n\x1a\n"),
+])))
+write("router", "console-login-multipart", request("POST /console/login", ["Content-Type: multipart/form-data; boundary=B", "Cookie: herald_signin=n1"],
+                                                  multipart([([b"\xc3\xa9: x"], b"v")], boundary="B")))
+write("router", "console-upload-high-bytes", request(f"POST /console/hubs/app1/credentials/apns?_csrf={csrf}", [console, multipart_ct], multipart([
+    ([b"\xff\xfe: x"], b"v"), ([disposition(b"\xc3\xa9\xff")], b"w"), ([disposition(b"_csrf")], csrf.encode()),
+])))
 
 print(f"wrote {sum(1 for _ in out.rglob('*') if _.is_file())} seeds under {out.relative_to(root)}")

@@ -175,8 +175,10 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     }
     func getHub(_ request: GetHubRequest, options: RPCCallOptions) async throws -> Hub {
         try record(options, authError)
-        guard request.name == Self.hub.name else { throw ServiceError(.notFound, "hub \(request.name) not found") }
-        return Self.hub
+        guard let hub = hubs.first(where: { $0.name.lowercased() == request.name.lowercased() }) else {
+            throw ServiceError(.notFound, "hub \(request.name) not found")
+        }
+        return hub
     }
     func deleteHub(_ request: DeleteHubRequest, options: RPCCallOptions) async throws -> DeleteHubResponse {
         throw Self.unused()

@@ -80,6 +80,110 @@ struct ConsoleRouteTests {
     }
 
     @Test(
+        "the sign-in form is URL-encoded and small: multipart (a part header with high bytes) is 415, a large body 413")
+    func signInReadsOnlyAForm() async throws {
+        let services = FakeServices()
+        try await EdgeRouteTests.withEdge(services) { client in
+            // multipart-kit 4.7.1 trapped on this part header name (0xC3 0xA9) and killed the edge.
+            var body = ByteBuffer(string: "--B\r\n")
+            body.writeBytes([0xC3, 0xA9])
+            body.writeString(": x\r\n\r\nv\r\n--B--\r\n")
+            try await client.execute(
+                uri: "/console/login", method: .post, headers: [.contentType: "multipart/form-data; boundary=B"],
+                body: body
+            ) { response in
+                #expect(response.status == .unsupportedMediaType, "\(response.status)")
+            }
+            // Larger than a sign-in form: refused by its declared length, then as it streams.
+            let large = ByteBuffer(repeating: UInt8(ascii: "a"), count: ConsolePage.maxSignInBytes + 1)
+            try await client.execute(
+                uri: "/console/login", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"],
+                body: large
+            ) { response in
+                #expect(response.status == .contentTooLarge, "\(response.status)")
+            }
+            try await client.execute(
+                uri: "/console/login", method: .post, headers: [.contentType: "text/plain"],
+                body: ByteBuffer(string: "user=a&password=b")
+            ) { response in
+                #expect(response.status == .unsupportedMediaType, "\(response.status)")
+            }
+            #expect(services.requestIDs.isEmpty, "a refused sign-in reached herald-auth")
+            _ = try await Self.page(client, "/console/hubs")
+        }
+    }
+
+    @Test(
+        "a signed-in multipart form is parsed only after its CSRF token in the query; hostile part headers are not a crash"
+    )
+    func multipartAfterCSRF() async throws {
+        let services = FakeServices(userRights: [.listen, .send, .manage])
+        let csrf = ConsoleSession(token: "t-admin", user: "alice", admin: true).csrf
+        try await EdgeRouteTests.withEdge(services) { client in
+            // A part whose header names are FF FE, and one with a name of high bytes.
+            var body = ByteBuffer(string: "--B\r\n")
+            body.writeBytes([0xFF, 0xFE])
+            body.writeString(": x\r\n\r\nv\r\n--B\r\nContent-Disposition: form-data; name=\"")
+            body.writeBytes([0xC3, 0xA9, 0xFF])
+            body.writeString(
+                "\"\r\n\r\nw\r\n--B\r\nContent-Disposition: form-data; name=\"_csrf\"\r\n\r\n\(csrf)\r\n--B--\r\n")
+            let headers: HTTPFields = [
+                .cookie: "herald_session=t-admin", .contentType: "multipart/form-data; boundary=B",
+            ]
+            // Without the token in the query, the body is not read: 403.
+            try await client.execute(
+                uri: "/console/hubs/default/credentials/apns", method: .post, headers: headers, body: body
+            ) { response in
+                #expect(response.status == .forbidden, "\(response.status)")
+                #expect(String(buffer: response.body).contains("CSRF"))
+            }
+            try await client.execute(
+                uri: "/console/hubs/default/credentials/apns?_csrf=forged", method: .post, headers: headers, body: body
+            ) { response in
+                #expect(response.status == .forbidden, "\(response.status)")
+            }
+            for uri in ["/console/hubs/default/credentials/apns", "/console/hubs/default/send"] {
+                try await client.execute(uri: "\(uri)?_csrf=\(csrf)", method: .post, headers: headers, body: body) {
+                    response in
+                    #expect(response.status.code < 500, "\(uri): \(response.status) \(String(buffer: response.body))")
+                }
+            }
+            _ = try await Self.page(client, "/console/hubs")
+        }
+    }
+
+    @Test(
+        "every page of a hub with hostile but allowed hub and key names: titles say the name, links keep each segment")
+    func hostileNames() async throws {
+        let keys = ["...", ".-_", "a..b", String(repeating: "k", count: 256), "DefaultFullSharedAccessSignature"]
+        let hub = Hub(
+            name: "a.b-c_d", createdAtUnixMs: 1_700_000_000_000,
+            keys: keys.map { HubKey(name: $0, rights: [.listen, .send, .manage]) }, id: "h-9")
+        let services = FakeServices(userRights: [.listen, .send, .manage], hubs: [FakeServices.hub, hub])
+        try await EdgeRouteTests.withEdge(services) { client in
+            let base = "/console/hubs/a.b-c_d"
+            for (path, title) in [
+                (base, "Hub a.b-c_d"), ("\(base)/devices", "Devices of a.b-c_d"),
+                ("\(base)/send", "Test send on a.b-c_d"),
+                ("\(base)/sends", "Sends on a.b-c_d"),
+            ] {
+                let page = try await Self.page(client, path)
+                #expect(page.contains("<title>\(title)"), "\(path): \(page.prefix(400))")
+                #expect(!page.contains("ConsoleHub("), "\(path) writes a Swift value out")
+                // Every link and form action: no segment a URL parser resolves away.
+                for match in page.matches(of: /(?:href|action)="([^"]*)"/) {
+                    let segments = match.1.split(separator: "?").first?.split(separator: "/") ?? []
+                    #expect(!segments.contains(".") && !segments.contains(".."), "\(path): \(match.1)")
+                }
+            }
+            let hubPage = try await Self.page(client, base)
+            for key in keys {
+                #expect(hubPage.contains(#"action="\#(base)/keys/\#(key)/revoke""#), "key \(key)")
+            }
+        }
+    }
+
+    @Test(
         "a preview of a body that is a bare JSON value (1, \"x\", null) shows it, not a crash (issue 47, found by schemathesis)"
     )
     func previewOfAJSONFragment() async throws {
@@ -153,10 +257,12 @@ struct ConsoleRouteTests {
             // Round 2's forms (issue 50): one per platform the services answer, with the setting
             // names the CLI takes; rotate and revoke per key; the apns credentials of the hub's own
             // may be deleted, fcm's (the inbox's) not.
+            let csrf = ConsoleSession(token: "t-admin", user: "alice", admin: true).csrf
             for platform in ["apns", "fcm"] {
                 #expect(
                     hub.contains(
-                        #"action="/console/hubs/default/credentials/\#(platform)" enctype="multipart/form-data""#))
+                        #"action="/console/hubs/default/credentials/\#(platform)?_csrf=\#(csrf)" enctype="multipart/form-data""#
+                    ))
             }
             #expect(hub.contains(#"name="key-id" type="text""#) && hub.contains(#"name="service-account" type="file""#))
             #expect(hub.contains(#"action="/console/hubs/default/keys/DefaultFullSharedAccessSignature/rotate""#))

@@ -92,6 +92,6 @@ struct NHTimeAndBatchTests {
             try NHBatch.parse(
                 contentType: "multipart/mixed; boundary=" + String(repeating: "-", count: 70), body: dashes)
         }
-        #expect(NHBatch.delimiterStarts(Array("--b\nx--b\n--b--".utf8), Array("--b".utf8)) == [0, 9])
+        #expect(Multipart.delimiterStarts(Array("--b\nx--b\n--b--".utf8), Array("--b".utf8)) == [0, 9])
     }
 }

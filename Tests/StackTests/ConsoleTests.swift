@@ -71,8 +71,10 @@ struct ConsoleTests {
                 body += "--\(boundary)\r\nContent-Disposition: form-data; name=\"\(name)\"\r\n\r\n\(value)\r\n"
             }
             body += "--\(boundary)--\r\n"
+            // As the page's form action has it: the session's CSRF token in the query too.
+            let action = fields["_csrf"].map { "\(path)?_csrf=\($0)" } ?? path
             return try await send(
-                "POST", path, body: Data(body.utf8), contentType: "multipart/form-data; boundary=\(boundary)")
+                "POST", action, body: Data(body.utf8), contentType: "multipart/form-data; boundary=\(boundary)")
         }
 
         func send(_ method: String, _ path: String, body: Data?, contentType: String?) async throws -> EdgeClient.Reply

@@ -103,6 +103,11 @@ class HeraldAuth:
             case.headers["Cookie"] = f"{cookie}={value}"
             if isinstance(case.body, dict):
                 case.body["_csrf"] = value if cookie == "herald_signin" else csrf_of(value)
+            if cookie == "herald_session":
+                # A multipart form carries the token in its action's query too, checked before
+                # its body is read.
+                case.query = dict(case.query or {})
+                case.query["_csrf"] = csrf_of(value)
             return
         case.headers["Authorization"] = data
 

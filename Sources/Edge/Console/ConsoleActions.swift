@@ -17,7 +17,7 @@ extension ConsoleRoutes {
         }
         console.post("hubs/:hub/credentials/:platform/delete") { request, context in
             await managedPage(request, context) { session, hub in
-                try Self.requireCSRF(try await ConsolePage.form(request, config), session)
+                try Self.requireCSRF(try await ConsolePage.form(request, config, session: session), session)
                 _ = try await dispatch.deleteHubCredentials(
                     DeleteHubCredentialsRequest(hub: hub.id, platform: try HubRoutes.platform(context)),
                     requestID: context.requestID)
@@ -29,7 +29,7 @@ extension ConsoleRoutes {
         }
         console.post("hubs/:hub/keys/:key/rotate") { request, context in
             await managedPage(request, context) { session, hub in
-                let form = try await ConsolePage.form(request, config)
+                let form = try await ConsolePage.form(request, config, session: session)
                 try Self.requireCSRF(form, session)
                 let which = form["which"] ?? "primary"
                 guard which == "primary" || which == "secondary" else {
@@ -45,7 +45,7 @@ extension ConsoleRoutes {
         }
         console.post("hubs/:hub/keys/:key/revoke") { request, context in
             await managedPage(request, context) { session, hub in
-                try Self.requireCSRF(try await ConsolePage.form(request, config), session)
+                try Self.requireCSRF(try await ConsolePage.form(request, config, session: session), session)
                 _ = try await auth.revokeHubKey(
                     RevokeHubKeyRequest(
                         hub: hub.name, name: try EdgeHTTP.text(try context.parameters.require("key"), "key")),
@@ -55,7 +55,7 @@ extension ConsoleRoutes {
         }
         console.post("hubs/:hub/delete") { request, context in
             await managedPage(request, context) { session, hub in
-                let form = try await ConsolePage.form(request, config)
+                let form = try await ConsolePage.form(request, config, session: session)
                 try Self.requireCSRF(form, session)
                 guard form["confirm"] == hub.name else {
                     throw EdgeError(.badRequest, "type the hub's name, \(hub.name), to delete it")
@@ -68,7 +68,7 @@ extension ConsoleRoutes {
         }
         console.post("hubs/:hub/installations/:id/delete") { request, context in
             await managedPage(request, context) { session, hub in
-                try Self.requireCSRF(try await ConsolePage.form(request, config), session)
+                try Self.requireCSRF(try await ConsolePage.form(request, config, session: session), session)
                 let id = try EdgeHTTP.text(try context.parameters.require("id"), "id")
                 try await Self.deleted {
                     _ = try await registration.deleteInstallation(
@@ -79,7 +79,7 @@ extension ConsoleRoutes {
         }
         console.post("hubs/:hub/registrations/:id/delete") { request, context in
             await managedPage(request, context) { session, hub in
-                let form = try await ConsolePage.form(request, config)
+                let form = try await ConsolePage.form(request, config, session: session)
                 try Self.requireCSRF(form, session)
                 let id = try EdgeHTTP.text(try context.parameters.require("id"), "id")
                 let owner = try EdgeHTTP.text(form["owner"] ?? "", "owner")
@@ -158,7 +158,7 @@ extension ConsoleRoutes {
     func setCredentials(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub)
         async throws -> Response
     {
-        let (fields, files) = try await ConsolePage.upload(request, config)
+        let (fields, files) = try await ConsolePage.upload(request, config, session: session)
         try Self.requireCSRF(fields, session)
         let platform = try HubRoutes.platform(context)
         var settings: [String: String] = [:]
@@ -185,7 +185,7 @@ extension ConsoleRoutes {
     func createKey(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub)
         async throws -> Response
     {
-        let form = try await ConsolePage.form(request, config)
+        let form = try await ConsolePage.form(request, config, session: session)
         try Self.requireCSRF(form, session)
         let name = try EdgeHTTP.text(form["name"] ?? "", "name")
         let current = try await auth.getHub(GetHubRequest(name: hub.name), requestID: context.requestID)

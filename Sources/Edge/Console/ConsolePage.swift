@@ -2,7 +2,6 @@ import Foundation
 import HTTPTypes
 import HeraldModel
 import Hummingbird
-import MultipartKit
 import Mustache
 import NIOCore
 import NIOHTTP1
@@ -100,34 +99,60 @@ enum ConsolePage {
         var type: String
     }
 
-    /// A posted form's fields: `application/x-www-form-urlencoded`, or the text fields of
-    /// `multipart/form-data` (see ``upload(_:_:)`` for its files).
-    static func form(_ request: Request, _ config: EdgeConfig) async throws -> [String: String] {
-        try await upload(request, config).fields
+    /// The largest sign-in form: a user name, a password and the CSRF nonce, URL-encoded. Read
+    /// before anyone is known, so it is small and read whole before it is parsed.
+    static let maxSignInBytes = 4096
+
+    /// The sign-in form's fields: `application/x-www-form-urlencoded` only, at most
+    /// ``maxSignInBytes`` (413 above, 415 for any other type, multipart above all: its parser is
+    /// for signed-in forms only).
+    static func signInForm(_ request: Request) async throws -> [String: String] {
+        guard mediaType(request) == "application/x-www-form-urlencoded" else {
+            throw EdgeError(.unsupportedMediaType, "the sign-in form is application/x-www-form-urlencoded")
+        }
+        let body = try await EdgeHTTP.collect(request, upTo: maxSignInBytes)
+        return fields(urlEncoded: String(decoding: body, as: UTF8.self))
     }
 
-    /// A posted form's fields and its uploaded files by field name: a `multipart/form-data` part
+    /// A signed-in form's fields: `application/x-www-form-urlencoded`, or the text fields of
+    /// `multipart/form-data` (see ``upload(_:_:session:)`` for its files).
+    static func form(_ request: Request, _ config: EdgeConfig, session: ConsoleSession) async throws -> [String: String]
+    {
+        try await upload(request, config, session: session).fields
+    }
+
+    /// A signed-in form's fields and its uploaded files by field name: a `multipart/form-data` part
     /// with a Content-Type is a file (left out when empty: no file was chosen).
-    static func upload(_ request: Request, _ config: EdgeConfig) async throws -> (
+    ///
+    /// A multipart body is parsed only once the session's CSRF token has been checked: its forms
+    /// carry it in their action's query (`?_csrf=`), since the token inside the body cannot be read
+    /// before the body is. A URL-encoded form's `_csrf` field is checked by its handler.
+    static func upload(_ request: Request, _ config: EdgeConfig, session: ConsoleSession) async throws -> (
         fields: [String: String], files: [String: UploadedFile]
     ) {
-        guard (request.headers.value(.contentType) ?? "").lowercased().hasPrefix("multipart/form-data") else {
+        guard mediaType(request) == "multipart/form-data" else {
             let body = try await EdgeHTTP.collect(request, upTo: config.maxBodyBytes)
             return (fields(urlEncoded: String(decoding: body, as: UTF8.self)), [:])
         }
+        try ConsoleRoutes.requireCSRF(query(request), session)
         var fields: [String: String] = [:]
         var files: [String: UploadedFile] = [:]
         for part in try await multipart(request, config) {
             guard let name = part.name else { continue }
-            if let type = part.headers.first(name: "Content-Type") {
-                if part.body.readableBytes > 0 {
-                    files[name] = UploadedFile(bytes: Array(buffer: part.body), type: type)
-                }
+            if let type = part.contentType {
+                if !part.content.isEmpty { files[name] = UploadedFile(bytes: part.content, type: type) }
             } else {
-                fields[name] = String(buffer: part.body)
+                fields[name] = String(decoding: part.content, as: UTF8.self)
             }
         }
         return (fields, files)
+    }
+
+    /// The Content-Type's media type in lower case, without its parameters.
+    static func mediaType(_ request: Request) -> String {
+        let value = request.headers.value(.contentType) ?? ""
+        return (value.split(separator: ";", maxSplits: 1).first.map(String.init) ?? "")
+            .trimmingCharacters(in: .whitespaces).lowercased()
     }
 
     /// A GET form's fields, from the query string.
@@ -156,35 +181,22 @@ enum ConsolePage {
         return spaced.removingPercentEncoding ?? spaced
     }
 
+    /// The most parts a form may have: the largest console form has a dozen fields.
+    static let maxParts = 64
+
     /// Every part of a `multipart/form-data` body (a file's part has its Content-Type header),
     /// the body at most `max-content-bytes` plus room for the form's other fields.
-    static func multipart(_ request: Request, _ config: EdgeConfig) async throws -> [MultipartPart] {
-        let contentType = request.headers.value(.contentType) ?? ""
-        guard let range = contentType.range(of: "boundary=") else {
+    static func multipart(_ request: Request, _ config: EdgeConfig) async throws -> [Multipart.Part] {
+        guard let boundary = Multipart.boundary(contentType: request.headers.value(.contentType) ?? "") else {
             throw EdgeError(.badRequest, "multipart/form-data without a boundary")
         }
-        let boundary = contentType[range.upperBound...].split(separator: ";").first.map {
-            $0.trimmingCharacters(in: CharacterSet(charactersIn: "\" "))
-        }
-        guard let boundary, !boundary.isEmpty else {
-            throw EdgeError(.badRequest, "multipart/form-data without a boundary")
+        guard boundary.utf8.count <= Multipart.maxBoundaryBytes else {
+            throw EdgeError(.badRequest, "a multipart boundary is at most \(Multipart.maxBoundaryBytes) characters")
         }
         let body = try await EdgeHTTP.collect(request, upTo: config.maxContentBytes + 64 * 1024)
-        var parts: [MultipartPart] = []
-        var headers = HTTPHeaders()
-        var partBody = ByteBuffer()
-        let parser = MultipartParser(boundary: boundary)
-        parser.onHeader = { name, value in headers.add(name: name, value: value) }
-        parser.onBody = { chunk in partBody.writeBuffer(&chunk) }
-        parser.onPartComplete = {
-            parts.append(MultipartPart(headers: headers, body: partBody))
-            headers = HTTPHeaders()
-            partBody = ByteBuffer()
-        }
-        do {
-            try parser.execute([UInt8](body))
-        } catch {
-            throw EdgeError(.badRequest, "the form's multipart/form-data body is malformed")
+        let parts = Multipart.parts([UInt8](body), boundary: boundary)
+        guard parts.count <= maxParts else {
+            throw EdgeError(.badRequest, "a form has at most \(maxParts) parts")
         }
         return parts
     }

@@ -26,7 +26,7 @@ extension ConsoleRoutes {
     func createHub(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws
         -> Response
     {
-        let form = try await ConsolePage.form(request, config)
+        let form = try await ConsolePage.form(request, config, session: session)
         try Self.requireCSRF(form, session)
         try requireAdmin(session)
         var limit: Int64 = 0
@@ -177,7 +177,7 @@ extension ConsoleRoutes {
                     ("after", page.nextAfterID),
                 ])
         return ConsolePage.render(
-            "devices", title: "Devices of \(hub)", session: session,
+            "devices", title: "Devices of \(hub.name)", session: session,
             view: ConsoleView.Devices(
                 devices: devices, csrf: session.csrf, next: next.nonEmpty, user: filter.user, tag: filter.tag,
                 handle: filter.handle,
@@ -191,7 +191,7 @@ extension ConsoleRoutes {
     func testSend(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession, hub: ConsoleHub)
         async throws -> Response
     {
-        let (fields, files) = try await ConsolePage.upload(request, config)
+        let (fields, files) = try await ConsolePage.upload(request, config, session: session)
         let file = files["file"]
         try Self.requireCSRF(fields, session)
         let form = TestSendForm(fields)
@@ -302,7 +302,7 @@ extension ConsoleRoutes {
         let chart = ConsoleChart(minutes: stats.minutes, now: unixMillis())
         let reasons = chart.reasonTotals
         return ConsolePage.render(
-            "sends", title: "Sends on \(hub)", session: session,
+            "sends", title: "Sends on \(hub.name)", session: session,
             view: ConsoleView.Sends(
                 sends: rows, next: next.nonEmpty, chart: chart.svg(), reasons: reasons, hasReasons: !reasons.isEmpty,
                 delivered: chart.delivered, failed: chart.failed, sendsInHour: chart.sends),

@@ -225,7 +225,7 @@ struct ConsoleRoutes: Sendable {
     }
 
     func signIn(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let form = try await ConsolePage.form(request, config)
+        let form = try await ConsolePage.signInForm(request)
         guard let nonce = request.cookies[Self.signInCookie]?.value, let sent = form["_csrf"],
             ConsolePage.constantTimeEqual(nonce, sent)
         else {
@@ -279,7 +279,7 @@ struct ConsoleRoutes: Sendable {
 
     func signOut(_ request: Request, _ context: EdgeRequestContext, _ session: ConsoleSession) async throws -> Response
     {
-        try Self.requireCSRF(try await ConsolePage.form(request, config), session)
+        try Self.requireCSRF(try await ConsolePage.form(request, config, session: session), session)
         _ = try await auth.revokeToken(RevokeTokenRequest(token: session.token), requestID: context.requestID)
         return ConsolePage.redirect("/console/login", clearing: true)
     }
@@ -287,9 +287,12 @@ struct ConsoleRoutes: Sendable {
 
 /// The signed-in operator.
 /// A hub as the console's pages need it: its stored name to show and link, its id for the calls.
-struct ConsoleHub: Sendable {
+struct ConsoleHub: Sendable, CustomStringConvertible {
     var name: String
     var id: String
+
+    /// Its name: what a page shows wherever a hub is written out.
+    var description: String { name }
 }
 
 struct ConsoleSession: Sendable {

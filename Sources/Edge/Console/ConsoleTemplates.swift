@@ -118,7 +118,7 @@ enum ConsoleTemplates {
         {{#platforms}}
         <details class="card">
           <summary>Set {{platform}} credentials</summary>
-          <form method="post" action="{{setAction}}" enctype="multipart/form-data">
+          <form method="post" action="{{setAction}}?_csrf={{csrf}}" enctype="multipart/form-data">
             <input type="hidden" name="_csrf" value="{{csrf}}">
             {{#fields}}<label for="{{id}}">{{label}}</label>
             <input id="{{id}}" name="{{name}}" type="{{type}}"{{#accept}} accept="{{accept}}"{{/accept}}{{#placeholder}} placeholder="{{placeholder}}"{{/placeholder}}{{#required}} required{{/required}}>
@@ -225,7 +225,7 @@ enum ConsoleTemplates {
 
     static let send = #"""
         {{#error}}<p class="error" role="alert">{{error}}</p>{{/error}}
-        <form class="card send" method="post" action="{{action}}" enctype="multipart/form-data">
+        <form class="card send" method="post" action="{{action}}?_csrf={{csrf}}" enctype="multipart/form-data">
           <input type="hidden" name="_csrf" value="{{csrf}}">
           <fieldset>
             <legend>Target</legend>
