@@ -32,9 +32,11 @@ import HeraldService
 ///   (a device not yet done is "still being delivered"). 0 answers at once.
 /// - `trusted-proxies` (`HERALD_TRUSTED_PROXIES`, none): CIDRs (or addresses) of the proxies in
 ///   front of the edge, e.g. `10.0.0.0/8`. A request from one of them is taken to come from the
-///   right-most address in `Forwarded` (else `X-Forwarded-For`) that is not one of them; that is
-///   the address every per-address bound, log line and trace uses (see ``TrustedProxies``).
-///   None: the TCP peer is the client and those headers are not read.
+///   right-most address in `trusted-proxy-header` that is not one of them; that is the address
+///   every per-address bound, log line and trace uses (see ``TrustedProxies``). None: the TCP peer
+///   is the client and no forwarding header is read.
+/// - `trusted-proxy-header` (`HERALD_TRUSTED_PROXY_HEADER`, `X-Forwarded-For`): the header those
+///   proxies write, `X-Forwarded-For` or `Forwarded`; only it is read, the other ignored.
 /// - `hub-rate-share` (`HERALD_HUB_RATE_SHARE`, 1): how many edge replicas share each hub's request
 ///   rate (`herald hubs limits --requests-per-second`): each enforces that fraction of it, with no
 ///   state shared between them (see ``HubRateLimiter``). Set it to the number of edge replicas.
@@ -46,7 +48,8 @@ public struct EdgeConfig: Sendable {
     public static let keys: Set<String> = [
         "http-host", "http-port", "profile", "max-body-bytes", "max-content-bytes", "rich-image", "rich-message",
         "header-timeout-seconds", "body-timeout-seconds", "drain-idle-grace-ms", "http-tls-cert", "http-tls-key",
-        "nh-test-send-wait-ms", "trusted-proxies", "hub-rate-share",
+        "nh-test-send-wait-ms", "trusted-proxies", "trusted-proxy-header",
+        "hub-rate-share",
     ]
     public var host: String
     public var port: Int
@@ -96,7 +99,9 @@ public struct EdgeConfig: Sendable {
         testMode = try reader.bool("test-mode")
         hubRateShare = try reader.int("hub-rate-share", default: 1)
         guard (1...1000).contains(hubRateShare) else { throw ConfigError("hub-rate-share must be 1...1000") }
-        trustedProxies = try TrustedProxies(reader.string("trusted-proxies", default: ""))
+        trustedProxies = try TrustedProxies(
+            reader.string("trusted-proxies", default: ""),
+            header: TrustedProxies.Header(setting: reader.string("trusted-proxy-header", default: "X-Forwarded-For")))
         let tlsCertificate = reader.string("http-tls-cert", default: "")
         let tlsKey = reader.string("http-tls-key", default: "")
         guard tlsCertificate.isEmpty == tlsKey.isEmpty else {

@@ -9,15 +9,18 @@ import HeraldModel
     import Darwin
 #endif
 
-/// The proxies whose forwarding headers the edge believes: the `trusted-proxies` setting.
+/// The proxies whose forwarding header the edge believes: the `trusted-proxies` and
+/// `trusted-proxy-header` settings.
 ///
 /// Behind an ingress or a load balancer every connection comes from the proxy, so a bound per
 /// address (login admission, the forged-SAS throttle) would put every client in one bucket and
-/// the logs would name the proxy (issue 47, finding 5). When the peer is a trusted proxy, the
-/// client is the right-most hop of `Forwarded` (RFC 7239's `for=`), or without it of
-/// `X-Forwarded-For`, that is not a trusted proxy: each trusted proxy appends the address it saw,
-/// so hops to the right of the client's are written by proxies this edge trusts, and whatever a
-/// client writes itself stays to the left, unread. A peer that is not trusted is the client,
+/// the logs would name the proxy. When the peer is a trusted proxy, the client is the right-most
+/// hop of the one header the proxies write (``Header``: `X-Forwarded-For` by default, or RFC
+/// 7239's `Forwarded` `for=`) that is not a trusted proxy: each trusted proxy appends the address
+/// it saw, so hops to the right of the client's are written by proxies this edge trusts, and
+/// whatever a client writes itself stays to the left, unread. The other header is never read: a
+/// proxy that appends to `X-Forwarded-For` passes a client's own `Forwarded` through untouched,
+/// so reading it would let the client name itself. A peer that is not trusted is the client,
 /// whatever it sends. None trusted (the default) reads no header.
 public struct TrustedProxies: Sendable, Equatable {
     /// A network: its address (4 bytes, or 16 for IPv6) and prefix length.
@@ -38,17 +41,38 @@ public struct TrustedProxies: Sendable, Equatable {
         }
     }
 
+    /// The header the trusted proxies write (`trusted-proxy-header`).
+    public enum Header: String, Sendable, Equatable, CaseIterable {
+        case xForwardedFor = "x-forwarded-for"
+        case forwarded
+
+        /// `setting`, in any case: `X-Forwarded-For` or `Forwarded`.
+        public init(setting: String) throws {
+            guard let header = Header(rawValue: setting.lowercased()) else {
+                throw ConfigError(
+                    "trusted-proxy-header must be X-Forwarded-For or Forwarded, not \(setting.prefix(64))")
+            }
+            self = header
+        }
+    }
+
     let networks: [Network]
+    /// The only header read (the other is ignored).
+    public let header: Header
     /// At most this many hops are read, from the right: a chain of proxies is a handful.
     static let maxHops = 32
 
     public static let none = TrustedProxies(networks: [])
 
-    init(networks: [Network]) { self.networks = networks }
+    init(networks: [Network], header: Header = .xForwardedFor) {
+        self.networks = networks
+        self.header = header
+    }
 
     /// `setting`: CIDRs or single addresses, separated by commas or spaces, e.g.
-    /// `10.0.0.0/8, 192.168.0.0/16, fd00::/8`.
-    public init(_ setting: String) throws {
+    /// `10.0.0.0/8, 192.168.0.0/16, fd00::/8`; `header`: the one they write.
+    public init(_ setting: String, header: Header = .xForwardedFor) throws {
+        self.header = header
         var networks: [Network] = []
         for item in setting.split(whereSeparator: { $0 == "," || $0 == " " || $0 == "\t" || $0 == "\n" }) {
             let parts = item.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
@@ -77,10 +101,11 @@ public struct TrustedProxies: Sendable, Equatable {
         guard !networks.isEmpty, let peerAddress = Self.address(Substring(peer)), trusts(peerAddress) else {
             return peer
         }
-        let forwarded = headers[values: .forwarded]
         let hops =
-            forwarded.isEmpty
-            ? Self.forwardedFor(headers[values: .xForwardedFor]) : Self.forwardedFor(forwarded: forwarded)
+            switch header {
+            case .xForwardedFor: Self.forwardedFor(headers[values: .xForwardedFor])
+            case .forwarded: Self.forwardedFor(forwarded: headers[values: .forwarded])
+            }
         var client = peer
         for hop in hops.reversed().prefix(Self.maxHops) {
             // Not an address (`unknown`, an obfuscated name, garbage): the last proxy that wrote

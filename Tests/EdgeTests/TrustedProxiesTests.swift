@@ -8,6 +8,9 @@ import Testing
 @Suite("trusted proxies", .watchedForStalls)
 struct TrustedProxiesTests {
     static let proxies = (try? TrustedProxies("10.0.0.0/8, fd00::/8 192.168.1.1")) ?? .none
+    /// The same proxies, writing RFC 7239's `Forwarded`.
+    static let forwardedProxies =
+        (try? TrustedProxies("10.0.0.0/8, fd00::/8 192.168.1.1", header: .forwarded)) ?? .none
 
     static func headers(_ fields: [(String, String)]) -> HTTPFields {
         var headers = HTTPFields()
@@ -37,7 +40,7 @@ struct TrustedProxiesTests {
         #expect(Self.proxies.client(peer: "", headers: xff) == "")
     }
 
-    @Test("Forwarded's for= (quoted, bracketed IPv6, with ports) before X-Forwarded-For")
+    @Test("proxies that write Forwarded: its for= (quoted, bracketed IPv6, with ports); X-Forwarded-For unread")
     func forwarded() {
         let headers = Self.headers([
             (
@@ -46,10 +49,24 @@ struct TrustedProxiesTests {
             ),
             ("X-Forwarded-For", "198.51.100.1"),
         ])
-        #expect(Self.proxies.client(peer: "10.0.0.1", headers: headers) == "2001:db8:cafe::17")
+        #expect(Self.forwardedProxies.client(peer: "10.0.0.1", headers: headers) == "2001:db8:cafe::17")
         let obfuscated = Self.headers([("Forwarded", "for=_hidden, for=10.0.0.3")])
         // Not an address: the last proxy that wrote a hop is the best the edge knows.
-        #expect(Self.proxies.client(peer: "10.0.0.1", headers: obfuscated) == "10.0.0.3")
+        #expect(Self.forwardedProxies.client(peer: "10.0.0.1", headers: obfuscated) == "10.0.0.3")
+        // The client's own X-Forwarded-For, passed through by a Forwarded proxy: never read.
+        let forged = Self.headers([("X-Forwarded-For", "198.51.100.77"), ("Forwarded", "for=203.0.113.9")])
+        #expect(Self.forwardedProxies.client(peer: "10.0.0.1", headers: forged) == "203.0.113.9")
+        let onlyForged = Self.headers([("X-Forwarded-For", "198.51.100.77")])
+        #expect(Self.forwardedProxies.client(peer: "10.0.0.1", headers: onlyForged) == "10.0.0.1")
+    }
+
+    @Test("proxies that append X-Forwarded-For: a Forwarded the client wrote itself is never read")
+    func forgedForwarded() {
+        // ingress-nginx appends the address it saw to X-Forwarded-For and passes Forwarded through.
+        let forged = Self.headers([("Forwarded", "for=198.51.100.77"), ("X-Forwarded-For", "203.0.113.7")])
+        #expect(Self.proxies.client(peer: "10.0.0.1", headers: forged) == "203.0.113.7")
+        let onlyForged = Self.headers([("Forwarded", "for=198.51.100.77")])
+        #expect(Self.proxies.client(peer: "10.0.0.1", headers: onlyForged) == "10.0.0.1")
     }
 
     @Test("garbage, empty or endless chains never go left of what the trusted proxies wrote")
@@ -72,5 +89,16 @@ struct TrustedProxiesTests {
         }
         let config = try EdgeConfig(reader: ConfigReader(arguments: ["--trusted-proxies", "10.0.0.0/8"]))
         #expect(config.trustedProxies == (try TrustedProxies("10.0.0.0/8")))
+        #expect(config.trustedProxies.header == .xForwardedFor)
+        for setting in ["Forwarded", "forwarded", "FORWARDED"] {
+            let forwarded = try EdgeConfig(
+                reader: ConfigReader(arguments: [
+                    "--trusted-proxies", "10.0.0.0/8", "--trusted-proxy-header", setting,
+                ]))
+            #expect(forwarded.trustedProxies.header == .forwarded)
+        }
+        #expect(throws: ConfigError.self) {
+            try EdgeConfig(reader: ConfigReader(arguments: ["--trusted-proxy-header", "X-Real-IP"]))
+        }
     }
 }

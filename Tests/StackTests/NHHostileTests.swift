@@ -49,6 +49,40 @@ struct NHHostileTests {
         }
     }
 
+    @Test(
+        "behind a proxy that appends X-Forwarded-For, forged tokens each with a Forwarded of their own share one throttle",
+        arguments: [false, true])
+    func forgedForwardedHeader(proxyWritesForwarded: Bool) async throws {
+        // The edge trusts the proxy at 127.0.0.1; the proxy writes one header (X-Forwarded-For by
+        // default), naming the client 203.0.113.5. The client adds the other header itself, with a
+        // new address each time: were it read, each forged token would come from an address of its
+        // own and never meet the per-address throttle.
+        try await LiveStack.with(configure: {
+            $0.extraArguments["edge", default: []] += ["--trusted-proxies", "127.0.0.1/32"]
+            if proxyWritesForwarded {
+                $0.extraArguments["edge", default: []] += ["--trusted-proxy-header", "Forwarded"]
+            }
+        }) { live in
+            let keys = try await NHFixture.hub("probe", live)
+            let root = NHFixture.root(live)
+            let (name, _) = NHFixture.secret(keys.full)
+            let forged = SASTokens.token(
+                sr: root, keyName: name, key: "guess", expiry: Int64(Date().timeIntervalSince1970) + 600)
+            var statuses: [Int] = []
+            for index in 0..<30 {
+                let headers =
+                    proxyWritesForwarded
+                    ? [("X-Forwarded-For", "198.51.100.\(index)"), ("Forwarded", "for=203.0.113.5")]
+                    : [("Forwarded", "for=198.51.100.\(index)"), ("X-Forwarded-For", "203.0.113.5")]
+                statuses.append(
+                    try await live.edge.request(
+                        "GET", "/probe/installations/x", authorization: forged, headers: headers
+                    ).status)
+            }
+            #expect(Set(statuses).isSubset(of: [401, 429]) && statuses.contains(429), "\(statuses)")
+        }
+    }
+
     @Test("an unknown hub, an unknown key and a wrong signature get the same 401")
     func noEnumeration() async throws {
         try await LiveStack.with { live in
