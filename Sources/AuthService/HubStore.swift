@@ -324,6 +324,11 @@ public enum HubRules {
         guard (1...256).contains(name.utf8.count), isKeyNameByte(name) else {
             throw ServiceError.invalidArgument("key name must be 1 to 256 characters of a-z A-Z 0-9 . - _")
         }
+        // A name is a path segment (`/v1/hubs/{hub}/keys/{key}`, the console's forms): `.` and `..`
+        // are resolved away by every URL parser, so such a key could not be named in a path.
+        guard name != ".", name != ".." else {
+            throw ServiceError.invalidArgument("key name must not be . or .. (a path segment)")
+        }
         guard !rights.isEmpty else {
             throw ServiceError.invalidArgument("give at least one right: Listen, Send or Manage")
         }

@@ -145,12 +145,25 @@ struct HubRoutes: Sendable {
         _ = try await requireManage(request, context, hub: nil)
         let body: CreateHubBody = try await Self.decode(request, config)
         let name = try EdgeHTTP.text(body.name, "name")
+        // The whole request is checked before the hub is made: a refused one leaves nothing behind.
+        let changes = body.limits?.changes ?? HubAdministration.Limits()
+        try changes.check()
         let hub = try await auth.createHub(
             CreateHubRequest(name: name, maxInstallations: body.limits?.maxInstallations ?? 0),
             requestID: context.requestID)
-        let (limited, pushes) = try await HubAdministration.limits(
-            of: hub, changing: body.limits?.changes ?? HubAdministration.Limits(), auth: auth, dispatch: dispatch,
-            requestID: context.requestID)
+        let limited: Hub
+        let pushes: HubPushLimits
+        do {
+            (limited, pushes) = try await HubAdministration.limits(
+                of: hub, changing: changes, auth: auth, dispatch: dispatch, requestID: context.requestID)
+        } catch {
+            // A service refused its part after the hub was made (or could not be reached): the
+            // hub goes again, so a retry is not a 409 for a hub whose secrets nobody saw.
+            _ = try? await HubAdministration.delete(
+                name: hub.name, id: hub.id, auth: auth, registration: registration, dispatch: dispatch,
+                requestID: context.requestID)
+            throw error
+        }
         let keys = try await auth.listHubKeys(ListHubKeysRequest(hub: hub.name), requestID: context.requestID).keys
         var created = try await detail(limited, pushes, context)
         created.keys = keys.map { KeyBody($0, endpoint: Self.endpoint(request)) }
@@ -253,9 +266,20 @@ struct HubRoutes: Sendable {
 
     // MARK: limits
 
-    /// `PATCH /v1/hubs/{hub}/limits` with any of the limits (0: none); the others stay.
+    /// `PATCH /v1/hubs/{hub}/limits` with any of the limits (0: none); the others stay. Manage on
+    /// the hub default only: on a shared deployment the operator sets what a tenant may use, and
+    /// a tenant (Manage on its hub) reads its limits but does not change them.
     func setLimits(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
-        let hub = try await managed(request, context)
+        let name = try Self.hubName(context)
+        do {
+            _ = try await requireManage(request, context, hub: nil)
+        } catch let error as EdgeError where error.status == .forbidden {
+            throw EdgeError(
+                .forbidden,
+                "changing a hub's limits needs the Manage right on the hub default (the operator's); Manage on the hub reads them"
+            )
+        }
+        let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
         let body: LimitsChangeBody = try await Self.decode(request, config)
         let (changed, pushes) = try await HubAdministration.limits(
             of: hub, changing: body.changes, auth: auth, dispatch: dispatch, requestID: context.requestID)

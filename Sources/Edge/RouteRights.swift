@@ -25,7 +25,7 @@ public enum RouteRights {
         case testMode
     }
 
-    /// Where a management route needs Manage (`/v1/hubs…`, issue 50).
+    /// Where a management route needs Manage (`/v1/hubs…`).
     public enum Managed: Sendable, Equatable {
         /// Any Herald user, who is answered only the hubs they hold Manage on.
         case theirHubs
@@ -70,7 +70,7 @@ public enum RouteRights {
         Row("GET", "/v1/notifications/{id}/failures", .user("their own sends")),
         Row("POST", "/v1/auth/token", .user("Basic credentials")),
         Row("DELETE", "/v1/auth/token", .user("the Bearer token itself")),
-        // Hubs over HTTP (issue 50): Manage on the hub default for everything, on a hub for that hub.
+        // Hubs over HTTP: Manage on the hub default for everything, on a hub for that hub but its limits.
         Row("GET", "/v1/hubs", .manage(.theirHubs)),
         Row("POST", "/v1/hubs", .manage(.defaultHub)),
         Row("GET", "/v1/hubs/{hub}", .manage(.pathHub)),
@@ -82,7 +82,7 @@ public enum RouteRights {
         Row("PUT", "/v1/hubs/{hub}/credentials/{platform}", .manage(.pathHub)),
         Row("DELETE", "/v1/hubs/{hub}/credentials/{platform}", .manage(.pathHub)),
         Row("GET", "/v1/hubs/{hub}/limits", .manage(.pathHub)),
-        Row("PATCH", "/v1/hubs/{hub}/limits", .manage(.pathHub)),
+        Row("PATCH", "/v1/hubs/{hub}/limits", .manage(.defaultHub)),
         Row("GET", "/v1/test/inbox", .testMode),
         Row("POST", "/v1/test/reset", .testMode),
         // Notification Hubs: registrations.

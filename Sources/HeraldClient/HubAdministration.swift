@@ -97,6 +97,15 @@ public enum HubAdministration {
             self.weight = weight
         }
 
+        /// INVALID_ARGUMENT unless every value given is within ``HubLimitBounds``: checked whole
+        /// before any service writes its part, so a refused change writes nothing.
+        public func check() throws {
+            try HubLimitBounds.check(
+                maxInstallations: maxInstallations, requestsPerSecond: requestsPerSecond, requestBurst: requestBurst,
+                pushesPerDay: pushesPerDay, pushesPerMonth: pushesPerMonth, maxConcurrentPushes: maxConcurrentPushes,
+                weight: weight)
+        }
+
         var changesAuth: Bool { maxInstallations != nil || requestsPerSecond != nil || requestBurst != nil }
         var changesDispatch: Bool {
             pushesPerDay != nil || pushesPerMonth != nil || maxConcurrentPushes != nil || weight != nil
@@ -122,6 +131,7 @@ public enum HubAdministration {
         of hub: Hub, changing changes: Limits = Limits(), auth: any AuthServiceClientProtocol,
         dispatch: any DispatchServiceClientProtocol, requestID: String? = nil
     ) async throws -> (hub: Hub, pushes: HubPushLimits) {
+        try changes.check()
         var hub = hub
         if changes.changesAuth {
             hub = try await auth.setHubLimits(

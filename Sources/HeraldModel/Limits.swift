@@ -28,6 +28,37 @@ public struct RequestRate: Sendable, Equatable {
     }
 }
 
+/// The bounds on a hub's limits, which herald-auth (installations, request rate) and
+/// herald-dispatch (push quotas, weight) each check for their part, and which a change spanning
+/// both is checked against whole before either writes (``HubLimitBounds/check(_:)``).
+public enum HubLimitBounds {
+    /// A hub's largest share of the fair claims (1, the default, to 100).
+    public static let maxWeight: Int64 = 100
+
+    /// INVALID_ARGUMENT naming the first value out of bounds; nil fields are unchanged.
+    public static func check(
+        maxInstallations: Int64? = nil, requestsPerSecond: Int64? = nil, requestBurst: Int64? = nil,
+        pushesPerDay: Int64? = nil, pushesPerMonth: Int64? = nil, maxConcurrentPushes: Int64? = nil,
+        weight: Int64? = nil
+    ) throws {
+        let counts: [(String, Int64?)] = [
+            ("maxInstallations", maxInstallations), ("requestsPerSecond", requestsPerSecond),
+            ("requestBurst", requestBurst), ("pushesPerDay", pushesPerDay), ("pushesPerMonth", pushesPerMonth),
+            ("maxConcurrentPushes", maxConcurrentPushes),
+        ]
+        for (name, value) in counts where (value ?? 0) < 0 {
+            throw ServiceError.invalidArgument("\(name) must not be negative (0: no limit)")
+        }
+        for (name, value) in [("requestsPerSecond", requestsPerSecond), ("requestBurst", requestBurst)]
+        where (value ?? 0) > RequestRate.maxPerSecond {
+            throw ServiceError.invalidArgument("\(name) must be at most \(RequestRate.maxPerSecond)")
+        }
+        if let weight, !(0...maxWeight).contains(weight) {
+            throw ServiceError.invalidArgument("weight must be 1 to \(maxWeight) (0: the default, 1)")
+        }
+    }
+}
+
 /// Bounds on a person's data export (`herald users export`) that herald-dispatch and the CLI share.
 public enum ExportLimits {
     /// The most devices one ExportDeviceRecords names. Dispatch finds their records by scanning its

@@ -42,7 +42,7 @@ struct RouteRightsTests {
     /// kind of right (the columns of the matrix).
     enum Caller: String, CaseIterable, CustomStringConvertible {
         case none, badSignature, listen, send, full, otherHubsFull
-        case userWithoutRights, userWithSend, userManagingAnotherHub, userWithManage
+        case userWithoutRights, userWithSend, userManagingAnotherHub, userManagingThisHub, userWithManage
         var description: String { rawValue }
 
         /// The rights herald-auth verifies a SAS token of this caller to hold on `app1`; nil:
@@ -57,7 +57,8 @@ struct RouteRightsTests {
         }
 
         var isHeraldUser: Bool {
-            [.userWithoutRights, .userWithSend, .userManagingAnotherHub, .userWithManage].contains(self)
+            [.userWithoutRights, .userWithSend, .userManagingAnotherHub, .userManagingThisHub, .userWithManage]
+                .contains(self)
         }
 
         /// The user's rights on `hub`, as herald-auth answers (`userWithManage` is the stack's admin:
@@ -66,6 +67,8 @@ struct RouteRightsTests {
             switch self {
             case .userWithSend: [.listen, .send]
             case .userManagingAnotherHub: hub == "app2" ? [.listen, .send, .manage] : []
+            // A tenant: Manage on the hub the paths name, not on the hub default.
+            case .userManagingThisHub: hub == "app1" ? [.listen, .send, .manage] : []
             case .userWithManage: [.listen, .send, .manage]
             default: []
             }
@@ -88,7 +91,7 @@ struct RouteRightsTests {
                 }
             case .listen, .send, .full, .otherHubsFull:
                 fields[.authorization] = RouteRightsTests.sas(self)
-            case .userWithoutRights, .userWithSend, .userManagingAnotherHub, .userWithManage:
+            case .userWithoutRights, .userWithSend, .userManagingAnotherHub, .userManagingThisHub, .userWithManage:
                 if console {
                     fields[.cookie] = "herald_session=\(rawValue)"
                 } else if row.route == "DELETE /v1/auth/token" {
@@ -144,8 +147,13 @@ struct RouteRightsTests {
                 ? caller.userRights(hub: Names.defaultHub).contains(.send) : true
         case .manage(let managed):
             guard caller.isHeraldUser else { return false }
-            // The path names app1, which userManagingAnotherHub does not manage (app2).
-            return managed == .theirHubs ? true : caller == .userWithManage
+            // The path names app1, which userManagingAnotherHub does not manage (app2) and
+            // userManagingThisHub does (but not the hub default).
+            switch managed {
+            case .theirHubs: return true
+            case .defaultHub: return caller == .userWithManage
+            case .pathHub: return caller == .userWithManage || caller == .userManagingThisHub
+            }
         case .console(let what):
             guard caller.isHeraldUser else { return false }
             switch what {

@@ -87,6 +87,35 @@ struct TenantLimitTests {
         }
     }
 
+    @Test(
+        "a Bearer token is revoked while the hub default's request rate is spent: revocation is never refused for rate")
+    func revokeWhileThrottled() async throws {
+        try await LiveStack.with(auth: .accounts, users: ["alice"]) { live in
+            let edge = live.edge
+            let issued = try await edge.request("POST", "/v1/auth/token", as: "alice")
+            let token = try #require(try issued.json()["access_token"] as? String, "\(issued.text)")
+            let bearer = "Bearer \(token)"
+            #expect(
+                try await live.herald([
+                    "hubs", "limits", "default", "--requests-per-second", "1", "--request-burst", "1",
+                ]).status == 0)
+            // Spend the rate: requests until one is refused (the burst is one; a token a second).
+            var throttled = false
+            for _ in 0..<20 where !throttled {
+                let reply = try await edge.request(
+                    "POST", "/api/register?handle=\(apnsToken(6))", authorization: bearer)
+                throttled = reply.status == 429
+            }
+            #expect(throttled, "the hub default's rate was never spent")
+            let revoked = try await edge.request("DELETE", "/v1/auth/token", authorization: bearer)
+            #expect(revoked.status == 204, "\(revoked.status) \(revoked.text)")
+            #expect(
+                try await live.herald(["hubs", "limits", "default", "--requests-per-second", "0"]).status == 0)
+            let after = try await edge.request("POST", "/api/register?handle=\(apnsToken(6))", authorization: bearer)
+            #expect(after.status == 401, "the revoked token still works: \(after.status)")
+        }
+    }
+
     @Test("a hub over its push quota gets 403 QuotaExceeded and sends nothing; its other sends and other hubs go on")
     func quota() async throws {
         try await StackFixture.withProviders { fixture, live in

@@ -15,7 +15,7 @@ public struct HubPushLimit: Sendable, Equatable {
     public var weight: Int64 = 0
 
     /// The largest weight: one hub may take at most this many times another's share.
-    public static let maxWeight: Int64 = 100
+    public static let maxWeight: Int64 = HubLimitBounds.maxWeight
 
     public init(perDay: Int64 = 0, perMonth: Int64 = 0, maxConcurrent: Int64 = 0, weight: Int64 = 0) {
         self.perDay = perDay
