@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # libFuzzer over the code that parses what clients send and builds what providers get
 # (Sources/herald-fuzz: proto, lean, json, subscription, payloads, template, and the NH surfaces:
-# sas, installation, nhheaders, batch, tagexpr, nhregistration) and the edge's whole router (router),
-# under AddressSanitizer.
+# sas, installation, nhheaders, batch, tagexpr, nhregistration), the edge's whole router (router),
+# and the libraries Herald hands outside bytes to, at its own entry points (http1, http2,
+# credentials; docs/security.md lists them), under AddressSanitizer. A target with a dictionary of
+# its format's tokens in Tests/FuzzDictionaries/<target>.dict is given it.
 #
 #   scripts/fuzz.sh                         every target for FUZZ_SECONDS (20) each
 #   FUZZ_SECONDS=600 scripts/fuzz.sh json   one target for ten minutes
@@ -29,7 +31,7 @@ for argument in "$@"; do
     *) targets+=("$argument") ;;
   esac
 done
-(( ${#targets[@]} )) || targets=(proto lean json subscription payloads template sas installation nhheaders batch tagexpr nhregistration router)
+(( ${#targets[@]} )) || targets=(proto lean json subscription payloads template sas installation nhheaders batch tagexpr nhregistration router http1 http2 credentials)
 
 scripts/setup.sh
 build_start=$SECONDS
@@ -53,6 +55,7 @@ fuzz_target() {
   # input now and then (once in a million inputs) sees it in flight. Replayed alone, that input
   # leaks nothing: the leak check stays on for every other target.
   [[ "$target" == tagexpr ]] && extra=(-detect_leaks=0)
+  [[ -f "Tests/FuzzDictionaries/$target.dict" ]] && extra+=(-dict="Tests/FuzzDictionaries/$target.dict")
   # -rss_limit_mb: well above the ~0.6 GB a target settles at; a real leak still trips it.
   if ! LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-suppressions.txt" HERALD_FUZZ_TARGET="$target" "$fuzzer" "$corpus" "Tests/FuzzCorpus/$target" \
       -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=3072 -timeout=10 \

@@ -37,15 +37,7 @@ struct EdgeHTTP1Channel: ServerChildChannel, HTTPChannelHandler {
             limits.maxHeaderListSize = configuration.httpDecoder.maxHeaderListSize
             limits.maxHeaderFieldCount = configuration.httpDecoder.maxHeaderFieldCount
             let pipeline = channel.pipeline.syncOperations
-            try pipeline.configureHTTPServerPipeline(
-                withPipeliningAssistance: false,  // NIOAsyncChannel pipelines requests itself
-                withErrorHandling: false,  // ConnectionGuard answers parser errors
-                withOutboundHeaderValidation: false,  // swift-http-types validates
-                withEncoderConfiguration: .init(),
-                withDecoderLimitConfiguration: limits
-            )
-            try pipeline.addHandler(ConnectionPersistence())
-            try pipeline.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+            try EdgeHTTP1Pipeline.configure(pipeline, limits: limits)
             try pipeline.addHandlers(configuration.additionalChannelHandlers())
             try pipeline.addHandler(
                 HTTPConnectionStateHandler(idleTimeout: configuration.idleTimeout.map { .init($0) }, logger: logger))
@@ -55,6 +47,34 @@ struct EdgeHTTP1Channel: ServerChildChannel, HTTPChannelHandler {
 
     func handle(value: Value, logger: Logger) async {
         await handleHTTP(asyncChannel: value, logger: logger)
+    }
+}
+
+/// The HTTP/1 handlers of an edge connection, from the bytes in to swift-http-types requests:
+/// NIO's parser (llhttp) and encoder, ``ConnectionPersistence`` and the HTTP/1-to-HTTPTypes codec.
+package enum EdgeHTTP1Pipeline {
+    static func configure(_ pipeline: ChannelPipeline.SynchronousOperations, limits: NIOHTTPDecoderLimitConfiguration)
+        throws
+    {
+        try pipeline.configureHTTPServerPipeline(
+            withPipeliningAssistance: false,  // NIOAsyncChannel pipelines requests itself
+            withErrorHandling: false,  // ConnectionGuard answers parser errors
+            withOutboundHeaderValidation: false,  // swift-http-types validates
+            withEncoderConfiguration: .init(),
+            withDecoderLimitConfiguration: limits
+        )
+        try pipeline.addHandler(ConnectionPersistence())
+        try pipeline.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+    }
+
+    /// The same handlers with Hummingbird's default limits, for the `http1` fuzz target.
+    package static func configureForFuzzing(_ channel: any Channel) throws {
+        let defaults = HTTP1Channel.Configuration().httpDecoder
+        var limits = NIOHTTPDecoderLimitConfiguration()
+        limits.maxHeaderFieldSize = defaults.maxHeaderFieldSize
+        limits.maxHeaderListSize = defaults.maxHeaderListSize
+        limits.maxHeaderFieldCount = defaults.maxHeaderFieldCount
+        try configure(channel.pipeline.syncOperations, limits: limits)
     }
 }
 

@@ -244,24 +244,8 @@ public final class HTTP2Pool: Sendable {
             )
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    let coalescer = FlushCoalescer()
-                    let connection = HTTP2Connection(
-                        eventLoop: channel.eventLoop, waitsForALPN: tls != nil, coalescer: coalescer,
-                        presentsCertificate: tls != nil && presentsCertificate)
-                    let pipeline = channel.pipeline.syncOperations
-                    if let tls {
-                        try pipeline.addHandler(try NIOSSLClientHandler(context: tls, serverHostname: sniName))
-                    }
-                    try pipeline.addHandler(coalescer)
-                    try pipeline.addHandler(
-                        NIOHTTP2Handler(
-                            mode: .client,
-                            initialSettings: [
-                                HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
-                                HTTP2Setting(parameter: .initialWindowSize, value: HTTP2Connection.streamWindow),
-                                HTTP2Setting(parameter: .maxHeaderListSize, value: 16384),
-                            ]))
-                    try pipeline.addHandler(connection)
+                    try Self.configure(
+                        channel, tls: tls.map { ($0, sniName) }, presentsCertificate: presentsCertificate)
                 }
             }
             .connect(host: host, port: port)
@@ -270,6 +254,38 @@ public final class HTTP2Pool: Sendable {
                     connection.ready.futureResult.map { connection }
                 }
             }
+    }
+
+    /// A connection's handlers: TLS (when `tls` is given, with its SNI name), the flush
+    /// coalescer, NIO's HTTP/2 client and ``HTTP2Connection``, which is returned.
+    static func configure(
+        _ channel: any Channel, tls: (context: NIOSSLContext, sniName: String?)?, presentsCertificate: Bool
+    ) throws -> HTTP2Connection {
+        let coalescer = FlushCoalescer()
+        let connection = HTTP2Connection(
+            eventLoop: channel.eventLoop, waitsForALPN: tls != nil, coalescer: coalescer,
+            presentsCertificate: tls != nil && presentsCertificate)
+        let pipeline = channel.pipeline.syncOperations
+        if let tls {
+            try pipeline.addHandler(try NIOSSLClientHandler(context: tls.context, serverHostname: tls.sniName))
+        }
+        try pipeline.addHandler(coalescer)
+        try pipeline.addHandler(
+            NIOHTTP2Handler(
+                mode: .client,
+                initialSettings: [
+                    HTTP2Setting(parameter: .maxConcurrentStreams, value: 100),
+                    HTTP2Setting(parameter: .initialWindowSize, value: HTTP2Connection.streamWindow),
+                    HTTP2Setting(parameter: .maxHeaderListSize, value: 16384),
+                ]))
+        try pipeline.addHandler(connection)
+        return connection
+    }
+
+    /// The handlers of a plain-text connection on `channel`, for the `http2` fuzz target, which
+    /// feeds them what a push service (or anyone on the path) could send.
+    package static func configureForFuzzing(_ channel: any Channel) throws {
+        _ = try configure(channel, tls: nil, presentsCertificate: false)
     }
 
     static func parse(_ url: String) -> (scheme: String, host: String, port: Int)? {

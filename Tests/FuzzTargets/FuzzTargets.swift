@@ -21,6 +21,9 @@
 //                 audience for it equals the in-memory evaluation over a fixed set of devices
 //   router        one HTTP request through the edge's whole router over fake services
 //                 (RouterFuzz.swift): no trap, and no answer 500
+//   http1, http2, credentials
+//                 the libraries Herald hands outside bytes to, at its own entry points
+//                 (LibraryFuzz.swift)
 //
 // Any property that does not hold traps, which libFuzzer reports as a crash with the input saved.
 import AuthService
@@ -47,7 +50,7 @@ import Synchronization
 
 package enum FuzzTarget: String, CaseIterable, Sendable {
     case proto, lean, json, subscription, payloads, template, sas, installation, nhheaders, batch, tagexpr,
-        nhregistration, router
+        nhregistration, router, http1, http2, credentials
 
     /// One input through this target; a property that does not hold traps.
     package func run(_ bytes: [UInt8]) {
@@ -65,6 +68,9 @@ package enum FuzzTarget: String, CaseIterable, Sendable {
         case .tagexpr: Self.tagExpression(bytes)
         case .nhregistration: Self.nhRegistration(bytes)
         case .router: Self.router(bytes)
+        case .http1: Self.http1(bytes)
+        case .http2: Self.http2(bytes)
+        case .credentials: Self.credentials(bytes)
         }
     }
 
