@@ -58,7 +58,12 @@ extension FuzzTarget {
 
     static func http2(_ bytes: [UInt8]) {
         let channel = EmbeddedChannel()
-        defer { _ = try? channel.finish() }
+        defer {
+            _ = try? channel.finish()
+            // The connection's timers (its ping, the settings ack's deadline) hold it until they
+            // run or are cancelled: a loop that shuts down cancels them.
+            try? channel.embeddedEventLoop.syncShutdownGracefully()
+        }
         do {
             try HTTP2Pool.configureForFuzzing(channel)
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
