@@ -75,6 +75,8 @@ struct RegistrationStoreTests {
             // Three pages of 50 and a short last one (1,200 devices in pages of 500 took 2,400 writes
             // per backend: 233 s of a CI pass).
             for i in 0..<120 {
+                // SQLite's calls run on the caller's thread: a turn of the pool between devices.
+                await Task.yield()
                 let id = try await store.createID(owner: "u\(i)", handle: "")
                 _ = try await store.upsert(
                     owner: "u\(i)", id: id, platform: i % 2 == 0 ? .apns : .fcm, handle: token, tags: ["all"])

@@ -119,8 +119,17 @@ package final class RawConnection: @unchecked Sendable {
         return String(decoding: received, as: UTF8.self)
     }
 
-    /// What the peer sent before closing; fails the test when it has not closed by `timeout`.
-    package func readUntilClosed(timeout: Duration, sourceLocation: SourceLocation = #_sourceLocation) -> String {
+    /// What the peer sent before closing; fails the test when it has not closed by `timeout`. The
+    /// wait is on a thread of its own, never on the cooperative pool.
+    package func readUntilClosed(timeout: Duration, sourceLocation: SourceLocation = #_sourceLocation) async -> String {
+        await offPool { self.blockingReadUntilClosed(timeout: timeout, sourceLocation: sourceLocation) }
+    }
+
+    /// ``readUntilClosed(timeout:sourceLocation:)`` on the calling thread, which it blocks: for a
+    /// thread of the test's own.
+    package func blockingReadUntilClosed(timeout: Duration, sourceLocation: SourceLocation = #_sourceLocation)
+        -> String
+    {
         let answer = read(timeout: timeout)
         #expect(answer.closed, "the connection is still open after \(timeout)", sourceLocation: sourceLocation)
         return answer.text
@@ -139,7 +148,7 @@ package func rawExchange(_ url: String, _ request: String, from source: String? 
                 with: Result {
                     let connection = try RawConnection(url: url, source: source)
                     try? connection.send(request)
-                    return connection.readUntilClosed(timeout: .seconds(30))
+                    return connection.blockingReadUntilClosed(timeout: .seconds(30))
                 })
         }.start()
     }

@@ -45,7 +45,7 @@ struct HostileClientTests {
                 "PUT /api/register/\(id) HTTP/1.1\r\nHost: x\r\nAuthorization: \(EdgeClient.basic("alice"))\r\n"
                     + "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"Platform\":")
             connection.shutdownWrite()
-            let answer = connection.readUntilClosed(timeout: .seconds(10))
+            let answer = await connection.readUntilClosed(timeout: .seconds(10))
             #expect(answer.hasPrefix("HTTP/1.1 400"), "\(answer)")
             #expect(answer.contains(#""error":"bad_request""#), "\(answer)")
             #expect(!live.logs().contains(#""level":"error""#))
@@ -133,9 +133,9 @@ struct HostileClientTests {
             #expect(open.isEmpty, "\(open.count) dribbling connections still open")
             #expect(ContinuousClock.now - start < .seconds(8))
             for connection in idle {
-                #expect(connection.readUntilClosed(timeout: .seconds(5)).isEmpty)
+                #expect(await connection.readUntilClosed(timeout: .seconds(5)).isEmpty)
             }
-            let answer = slowBody.readUntilClosed(timeout: .seconds(5))
+            let answer = await slowBody.readUntilClosed(timeout: .seconds(5))
             #expect(!answer.contains("200 OK"), "\(answer)")
             // The edge still serves a normal client, on a new connection: the client library's pooled
             // one from the stack's start-up has been idle past the 1 s header deadline, and a request
@@ -214,7 +214,7 @@ struct HostileClientTests {
             for (request, status) in cases {
                 let connection = try RawConnection(url: live.edge.base.absoluteString)
                 try? connection.send(request)
-                let answer = connection.readUntilClosed(timeout: .seconds(5))
+                let answer = await connection.readUntilClosed(timeout: .seconds(5))
                 #expect(answer.hasPrefix(status), "\(request.prefix(60).debugDescription): \(answer.prefix(200))")
                 let body = answer.components(separatedBy: "\r\n\r\n").dropFirst().joined()
                 let json = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: String]
