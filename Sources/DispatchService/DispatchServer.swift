@@ -581,16 +581,17 @@ public enum DispatchServer {
         let outbox: Outbox
         let inbox: InboxProvider
         let credentialStore: HubCredentialStore
+        let box = try context.secretBox(purpose: "push credentials")
         switch database {
         case .sqlite(let sqlite):
             inbox = try InboxProvider(db: sqlite)
             outbox = try Outbox(db: sqlite, lease: config.lease)
-            credentialStore = HubCredentialStore(db: sqlite)
+            credentialStore = HubCredentialStore(db: sqlite, box: box)
         case .postgres(let postgres):
             let replica = config.replicaID ?? "\(ProcessInfo.processInfo.hostName):\(context.config.runtimeDir)"
             outbox = try await Outbox(postgres: postgres, replica: replica, lease: config.lease)
             inbox = InboxProvider(postgres: postgres)
-            credentialStore = HubCredentialStore(db: postgres.sql)
+            credentialStore = HubCredentialStore(db: postgres.sql, box: box)
             context.logger.notice(
                 "outbox in PostgreSQL",
                 metadata: [
@@ -668,6 +669,9 @@ public enum DispatchServer {
                     try await hubSenders.load(from: credentialStore, logger: context.logger)
                 },
             ]
+        }
+        if let box {
+            background.append(box.keeper(logger: context.logger) { try await credentialStore.rewrapAll() })
         }
         return RPCServiceParts(table: table, background: background, healthChecks: [database.healthCheck])
     }

@@ -193,14 +193,23 @@ public struct HubCredentialStore: Sendable {
     /// The table comes with the outbox's migrations (``Outbox``); on SQLite,
     /// `db` is the outbox's own ``SQLiteDatabase``, through which every write to the file goes.
     private let db: any SQLDatabase
+    /// Seals each row's message (`encryption-keys`); nil: stored as it is.
+    private let box: SecretBox?
 
-    public init(db: any SQLDatabase) { self.db = db }
+    public init(db: any SQLDatabase, box: SecretBox? = nil) {
+        self.db = db
+        self.box = box
+    }
+
+    /// `message` as it is stored: sealed when a keyring is set.
+    func stored(_ message: [UInt8]) throws -> [UInt8] { try box?.seal(message) ?? message }
 
     /// Stores `request`'s credentials (exactly one platform's; INVALID_ARGUMENT otherwise) for its
     /// hub; answers their `updated_at`.
     @discardableResult
     public func set(_ request: SetHubCredentialsRequest) async throws -> Int64 {
-        let (platform, bytes) = try Self.message(of: request)
+        let (platform, message) = try Self.message(of: request)
+        let bytes = try stored(message)
         let at = unixMillis()
         try await db.execute(
             """
@@ -234,7 +243,10 @@ public struct HubCredentialStore: Sendable {
             let platform = Platform(rawValue: platform)
             let request: Result<SetHubCredentialsRequest, ServiceError>
             if settings.isEmpty, let bytes {
-                do { request = .success(try Self.request(hub: hub, platform: platform, message: bytes)) } catch {
+                do {
+                    let message = try box?.open(bytes) ?? bytes
+                    request = .success(try Self.request(hub: hub, platform: platform, message: message))
+                } catch {
                     request = .failure(.failedPrecondition("stored credentials unreadable: \(error)"))
                 }
             } else {
@@ -261,7 +273,7 @@ public struct HubCredentialStore: Sendable {
                 let settings = (try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: String],
                 let request = try? SetHubCredentialsRequest(
                     hub: hub, platform: Platform(rawValue: platform), settings: settings),
-                let (_, bytes) = try? Self.message(of: request)
+                let (_, message) = try? Self.message(of: request), let bytes = try? stored(message)
             else { continue }
             converted += try await db.execute(
                 """
@@ -270,6 +282,27 @@ public struct HubCredentialStore: Sendable {
                 """)
         }
         return converted
+    }
+
+    /// Seals every row not sealed under the keyring's current key (stored before encryption, or
+    /// under a key a rotation replaced); answers how many. A row changed meanwhile (another
+    /// `updated_at`) is left to that change, which sealed it anew.
+    @discardableResult
+    public func rewrapAll() async throws -> Int {
+        guard let box else { return 0 }
+        let rows = try await db.query(
+            "SELECT hub, platform, credentials, updated_at FROM hub_credential WHERE settings = ''"
+        ) { row -> (String, Int32, [UInt8]?, Int64) in (try row[0], try row[1], try row[2], try row[3]) }
+        var rewrapped = 0
+        for (hub, platform, bytes, updatedAt) in rows {
+            guard let bytes, let sealed = try box.rewrap(bytes) else { continue }
+            rewrapped += try await db.execute(
+                """
+                UPDATE hub_credential SET credentials = \(sealed)
+                WHERE hub = \(hub) AND platform = \(platform) AND updated_at = \(updatedAt)
+                """)
+        }
+        return rewrapped
     }
 
     /// The platform `request` sets and its message's bytes; INVALID_ARGUMENT unless exactly one.

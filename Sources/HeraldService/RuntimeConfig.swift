@@ -30,6 +30,10 @@ import HeraldSQL
 ///   text); port 0 picks one, written to `<runtime-dir>/<service>.metrics.url`.
 /// - `health-interval-ms` (2000): how often health re-checks the database and the services this
 ///   one calls; any failing check makes it NOT_SERVING until it passes again.
+/// - `encryption-keys` (off): the folder of the key-encryption keys that seal this service's secrets
+///   at rest (herald-dispatch's push credentials, herald-payload's content; see ``Keyring``);
+///   given a first key when it has none. Replicas sharing a PostgreSQL database share the folder's
+///   keys. `herald up` sets `<data-dir>/<service>.keys`. Off: stored as they are, with a warning.
 public struct RuntimeConfig: Sendable {
     public var service: String
     public var runtimeDir: String
@@ -52,6 +56,8 @@ public struct RuntimeConfig: Sendable {
     public var leanTCP: RPCEndpoint?
     public var grpcTCP: RPCEndpoint?
     public var tls: TLSFiles
+    /// `encryption-keys`: the keyring's folder; nil when off.
+    public var encryptionKeys: String?
     /// `test-mode`: the service answers ResetForTests (and the edge serves `/v1/test/*`). For
     /// integration-test stacks only (docker-compose.test.yml); off by default and in production.
     public var testMode: Bool
@@ -71,7 +77,7 @@ public struct RuntimeConfig: Sendable {
                 "log-level",
                 "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms",
                 "metrics-listen", "listen-tcp",
-                "grpc-listen-tcp", "test-mode", "dns-refresh-seconds",
+                "grpc-listen-tcp", "test-mode", "dns-refresh-seconds", "encryption-keys",
             ]
                 + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket", "\($0)-address", "\($0)-grpc-address"] }
         )
@@ -126,6 +132,8 @@ public struct RuntimeConfig: Sendable {
         grpcTCP = try tcp("grpc-listen-tcp")
         tls = try TLSFiles(reader: reader)
         testMode = try reader.bool("test-mode")
+        let keys = reader.string("encryption-keys", default: "off")
+        encryptionKeys = keys == "off" || keys.isEmpty ? nil : keys
         let refresh = try reader.int("dns-refresh-seconds", default: 5)
         guard (1...3600).contains(refresh) else { throw ConfigError("dns-refresh-seconds must be 1...3600") }
         for peer in peers {

@@ -95,6 +95,9 @@ public struct StackConfiguration: Sendable {
         ]
         switch service {
         case ServiceName.auth.rawValue: arguments += ["--auth-mode", c.authMode.rawValue]
+        // Their secrets at rest sealed under a keyring beside the data (never inside a backup).
+        case ServiceName.dispatch.rawValue, ServiceName.payload.rawValue:
+            arguments += ["--encryption-keys", "\(c.dataDirectory)/\(service).keys"]
         default: break
         }
         if let tls = c.tls {

@@ -126,7 +126,8 @@ public enum PayloadServer {
         let config = try PayloadConfig(reader: context.reader)
         let rules = PayloadRules(defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
         let database = try context.openDatabase(sqlite: HeraldDatabase.secureDeleteConfiguration)
-        let store = try await PayloadStore(db: database.sql, rules: rules)
+        let box = try context.secretBox(purpose: "secure and rich content")
+        let store = try await PayloadStore(db: database.sql, rules: rules, box: box)
         var table = MethodTable()
         PayloadHandlers(store: store, testMode: context.config.testMode).register(into: &table)
         table.startOnEventLoop(PayloadServiceMethods.fetchPayload)
@@ -134,7 +135,9 @@ public enum PayloadServer {
             let purged = try await store.purgeExpired()
             if purged > 0 { context.logger.info("purged expired content", metadata: ["herald.count": "\(purged)"]) }
         }
+        let keeper = box.map { $0.keeper(logger: context.logger) { try await store.rewrapAll() } }
         return RPCServiceParts(
-            table: table, background: database.services + [purge], healthChecks: [database.healthCheck])
+            table: table, background: database.services + [purge] + (keeper.map { [$0] } ?? []),
+            healthChecks: [database.healthCheck])
     }
 }

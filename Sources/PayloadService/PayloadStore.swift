@@ -17,11 +17,35 @@ import HeraldService
 public final class PayloadStore: Sendable {
     private let db: any SQLDatabase
     public let rules: PayloadRules
+    /// Seals each content (`encryption-keys`); nil: stored as it is.
+    private let box: SecretBox?
 
-    public init(db: any SQLDatabase, rules: PayloadRules = PayloadRules()) async throws {
+    public init(db: any SQLDatabase, rules: PayloadRules = PayloadRules(), box: SecretBox? = nil) async throws {
         self.db = db
         self.rules = rules
+        self.box = box
         try await db.migrate(Self.schema)
+    }
+
+    /// Seals every content not sealed under the keyring's current key (stored before encryption,
+    /// or under a key a rotation replaced), a hundred rows a statement; answers how many.
+    public func rewrapAll() async throws -> Int {
+        guard let box else { return 0 }
+        var after: Int64 = 0
+        var rewrapped = 0
+        while true {
+            let page = try await db.query(
+                "SELECT id, content FROM payload WHERE id > \(after) ORDER BY id LIMIT 100"
+            ) { row -> (Int64, [UInt8]) in (try row[0], try row[1]) }
+            guard let last = page.last else { return rewrapped }
+            after = last.0
+            for (id, content) in page {
+                guard let sealed = try box.rewrap(content) else { continue }
+                // Compared with what was read: a row changed meanwhile is left to that change.
+                rewrapped += try await db.execute(
+                    "UPDATE payload SET content = \(sealed) WHERE id = \(id) AND content = \(content)")
+            }
+        }
     }
 
     /// The schema's history; names are never changed once released.
@@ -54,10 +78,11 @@ public final class PayloadStore: Sendable {
     /// Stores content; answers its id.
     nonisolated(nonsending) public func store(_ request: StorePayloadRequest) async throws -> StorePayloadResponse {
         let admitted = try rules.admit(request)
+        let content = try sealed(request.content)
         let row = try await db.executeReturning(
             """
             INSERT INTO payload (recipient, sender, kind, content, content_type, message, rich_type, created_at, expires_at)
-            VALUES (\(request.recipient), \(request.sender), \(Int64(request.kind.rawValue)), \(request.content),
+            VALUES (\(request.recipient), \(request.sender), \(Int64(request.kind.rawValue)), \(content),
                     \(admitted.contentType), \(request.message), \(request.richType), \(admitted.createdAt),
                     \(admitted.expiresAt))
             RETURNING id
@@ -66,6 +91,9 @@ public final class PayloadStore: Sendable {
         guard let row else { throw ServiceError(.internal, "INSERT … RETURNING id returned no row") }
         return StorePayloadResponse(id: try row[0], expiresAtUnixMs: admitted.expiresAt)
     }
+
+    func sealed(_ content: [UInt8]) throws -> [UInt8] { try box?.seal(content) ?? content }
+    func opened(_ stored: [UInt8]) throws -> [UInt8] { try box?.open(stored) ?? stored }
 
     /// The content, for its recipient only and before it expires; `read` is the flag as it was.
     ///
@@ -80,7 +108,7 @@ public final class PayloadStore: Sendable {
             """)
         guard let row else { throw PayloadRules.notFound(id) }
         return FetchPayloadResponse(
-            id: id, kind: PayloadKind(rawValue: try row[0]), content: try row[1], contentType: try row[2],
+            id: id, kind: PayloadKind(rawValue: try row[0]), content: try opened(row[1]), contentType: try row[2],
             message: try row[3], richType: try row[4], read: try row[5], createdAtUnixMs: try row[6])
     }
 
@@ -128,7 +156,7 @@ public final class PayloadStore: Sendable {
         ) { row in
             StoredPayload(
                 id: try row[0], recipient: try row[1], sender: try row[2], kind: PayloadKind(rawValue: try row[3]),
-                content: try row[4], contentType: try row[5], message: try row[6], richType: try row[7],
+                content: try opened(row[4]), contentType: try row[5], message: try row[6], richType: try row[7],
                 read: try row[8], createdAt: try row[9], expiresAt: try row[10])
         }
     }

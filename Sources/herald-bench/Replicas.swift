@@ -175,6 +175,8 @@ struct ReplicasScenario {
             [
                 "--runtime-dir", folder, "--data-dir", folder, "--log-level", "notice", "--database-url", database,
                 "--registration-socket", configuration.leanSocketPath("registration"),
+                // Replicas of one database share its keyring.
+                "--encryption-keys", "\(configuration.dataDirectory)/dispatch.keys",
             ] + double.dispatchArguments
         let log = "\(folder)/dispatch.log"
         _ = FileManager.default.createFile(atPath: log, contents: nil)

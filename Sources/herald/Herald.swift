@@ -15,7 +15,7 @@ struct Herald: AsyncParsableCommand {
         abstract: "Run and inspect a Herald push-notification stack.",
         subcommands: [
             Up.self, Users.self, Hubs.self, Tokens.self, Device.self, Inbox.self, OutcomeCommand.self, Backup.self,
-            Restore.self,
+            Restore.self, Keys.self,
         ]
     )
 }

@@ -434,7 +434,10 @@ struct ReplicaDrillTests {
             [
                 "--runtime-dir", directory, "--data-dir", directory, "--log-level", "info",
                 "--rpc-transport", configuration.rpcTransport.rawValue,
-            ] + arguments
+            ]
+            + (["dispatch", "payload"].contains(service)
+                // Replicas of one database share its keyring: the stack's.
+                ? ["--encryption-keys", "\(configuration.dataDirectory)/\(service).keys"] : []) + arguments
         let logPath = "\(directory)/\(service).log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))

@@ -1,0 +1,335 @@
+public import Crypto
+import Foundation
+import HeraldModel
+public import Logging
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The key-encryption keys of a service's secrets at rest (`encryption-keys`): a folder of keys,
+/// one of them current, never in the database, its logs or a backup.
+///
+/// The folder holds `<name>.key` files (32 random bytes, base64) and `current`, the name of the
+/// key that wraps new data keys. The others stay readable: data wrapped by them is re-wrapped by
+/// the current one (``SecretBox/rewrap(_:)``), after which they may go. ``reload()`` reads the
+/// folder again, so `herald keys rotate` (a new key, made current) takes hold without a restart.
+public final class Keyring: Sendable {
+    /// One key-encryption key.
+    public struct Key: Sendable {
+        public let name: String
+        /// The first 8 bytes of SHA-256 over a label and the key: what sealed data names its key by.
+        public let id: [UInt8]
+        let key: SymmetricKey
+
+        init(name: String, bytes: [UInt8]) {
+            self.name = name
+            self.key = SymmetricKey(data: bytes)
+            self.id = Array(SHA256.hash(data: Array("herald-kek\u{0}".utf8) + bytes).prefix(8))
+        }
+    }
+
+    public let folder: String
+    private let state: Mutex<(current: Key, byID: [[UInt8]: Key])>
+
+    /// The keys of `folder`; a folder that does not exist or holds no key is given a first key
+    /// (`k1`, current), made so that two processes starting at once agree on it.
+    public init(folder: String) throws {
+        self.folder = folder
+        try Self.createIfEmpty(folder)
+        state = Mutex(try Self.load(folder))
+    }
+
+    /// The key new data keys are wrapped with.
+    public var current: Key { state.withLock { $0.current } }
+
+    /// The key sealed data names, when this keyring holds it.
+    public func key(id: [UInt8]) -> Key? { state.withLock { $0.byID[id] } }
+
+    /// Reads the folder again (a rotation made a new key current). File I/O: call it off the
+    /// event loops (a periodic task does).
+    public func reload() throws {
+        let loaded = try Self.load(folder)
+        state.withLock { $0 = loaded }
+    }
+
+    /// The names of the keys the folder holds, current first.
+    public var names: [String] {
+        state.withLock { state in
+            [state.current.name] + state.byID.values.map(\.name).filter { $0 != state.current.name }.sorted()
+        }
+    }
+
+    // MARK: the folder
+
+    static let keyBytes = 32
+
+    /// A new random key's file text.
+    static func newKeyText() -> String { Data(SecureRandom.bytes(keyBytes)).base64EncodedString() + "\n" }
+
+    /// Adds key `name` (random) to `folder` and makes it current; the others stay. What `herald
+    /// keys rotate` does. Refuses a name that is taken.
+    public static func addCurrentKey(folder: String, name: String) throws {
+        guard isValidName(name) else {
+            throw ConfigError("a key's name is 1 to 64 characters of a-z A-Z 0-9 - _, not \(name.prefix(64))")
+        }
+        try createFolder(folder)
+        guard try place(newKeyText(), at: "\(folder)/\(name).key") else {
+            throw ConfigError("\(folder) already has a key named \(name)")
+        }
+        try replace(name + "\n", at: "\(folder)/current")
+    }
+
+    static func isValidName(_ name: String) -> Bool {
+        (1...64).contains(name.utf8.count)
+            && name.utf8.allSatisfy {
+                ($0 >= UInt8(ascii: "a") && $0 <= UInt8(ascii: "z"))
+                    || ($0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z"))
+                    || ($0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9")) || $0 == UInt8(ascii: "-")
+                    || $0 == UInt8(ascii: "_")
+            }
+    }
+
+    static func createFolder(_ folder: String) throws {
+        try FileManager.default.createDirectory(
+            atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+
+    static func createIfEmpty(_ folder: String) throws {
+        func hasKeys() -> Bool {
+            ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).contains { $0.hasSuffix(".key") }
+        }
+        guard !hasKeys() else { return }
+        // Made whole in a folder of its own, then renamed into place (over an empty folder too):
+        // of two processes starting at once, the first rename wins and the other reads its keys.
+        let parent = (folder as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(
+            atPath: parent.isEmpty ? "." : parent, withIntermediateDirectories: true)
+        let staging = "\(folder).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).new"
+        try createFolder(staging)
+        defer { try? FileManager.default.removeItem(atPath: staging) }
+        _ = try place(newKeyText(), at: "\(staging)/k1.key")
+        _ = try place("k1\n", at: "\(staging)/current")
+        if rename(staging, folder) == 0 || hasKeys() { return }
+        // The folder holds other files (a mount's lost+found): the keys are made in it.
+        try createFolder(folder)
+        _ = try place(newKeyText(), at: "\(folder)/k1.key")
+        _ = try place("k1\n", at: "\(folder)/current")
+    }
+
+    /// Writes `text` to a new file beside `path` (mode 0600) and links it at `path`: false when
+    /// `path` exists already (left as it is).
+    static func place(_ text: String, at path: String) throws -> Bool {
+        let temporary = "\(path).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
+        try write(text, to: temporary)
+        defer { unlink(temporary) }
+        guard link(temporary, path) == 0 else {
+            if errno == EEXIST { return false }
+            throw ConfigError("cannot write \(path): \(String(cString: strerror(errno)))")
+        }
+        return true
+    }
+
+    /// Writes `text` to a new file beside `path` and renames it over `path`.
+    static func replace(_ text: String, at path: String) throws {
+        let temporary = "\(path).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
+        try write(text, to: temporary)
+        guard rename(temporary, path) == 0 else {
+            unlink(temporary)
+            throw ConfigError("cannot write \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    static func write(_ text: String, to path: String) throws {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard descriptor >= 0 else { throw ConfigError("cannot write \(path): \(String(cString: strerror(errno)))") }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        do {
+            try handle.write(contentsOf: Data(text.utf8))
+            try handle.synchronize()
+        } catch {
+            throw ConfigError("cannot write \(path): \(error)")
+        }
+    }
+
+    static func load(_ folder: String) throws -> (current: Key, byID: [[UInt8]: Key]) {
+        var byName: [String: Key] = [:]
+        for file in try FileManager.default.contentsOfDirectory(atPath: folder) where file.hasSuffix(".key") {
+            let name = String(file.dropLast(4))
+            guard isValidName(name) else { continue }
+            guard let data = FileManager.default.contents(atPath: "\(folder)/\(file)"),
+                data.count <= 1024,
+                let bytes = Data(
+                    base64Encoded: String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                ),
+                bytes.count == keyBytes
+            else {
+                throw ConfigError("\(folder)/\(file) is not a key: 32 bytes in base64")
+            }
+            byName[name] = Key(name: name, bytes: Array(bytes))
+        }
+        let currentName =
+            FileManager.default.contents(atPath: "\(folder)/current").map {
+                String(decoding: $0.prefix(128), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            } ?? ""
+        guard let current = byName[currentName] else {
+            throw ConfigError(
+                "\(folder)/current names \(currentName.isEmpty ? "no key" : "key \(currentName)"), which the folder does not hold"
+            )
+        }
+        var byID: [[UInt8]: Key] = [:]
+        for key in byName.values { byID[key.id] = key }
+        return (current, byID)
+    }
+}
+
+/// Envelope encryption of one kind of secret at rest (push credentials, secure and rich content):
+/// each value is sealed with a data key of its own (AES-256-GCM), and that data key is wrapped by
+/// the keyring's current key-encryption key (AES-256-GCM), both stored with the value:
+///
+///     "HSB1" | key id (8) | wrap nonce (12) | wrapped data key (32) | wrap tag (16) | nonce (12) | ciphertext | tag (16)
+///
+/// A rotation re-wraps the 68 bytes of the data key, never the value. `purpose` is authenticated
+/// with both, so a value sealed for one use cannot be passed off as another. A value without the
+/// leading `HSB1` was stored before encryption was turned on, and reads as it is.
+public struct SecretBox: Sendable {
+    public let keyring: Keyring
+    public let purpose: String
+
+    public init(keyring: Keyring, purpose: String) {
+        self.keyring = keyring
+        self.purpose = purpose
+    }
+
+    static let magic = Array("HSB1".utf8)
+    static let headerBytes = 4 + 8 + 12 + 32 + 16
+    static let overhead = headerBytes + 12 + 16
+
+    public func seal(_ plaintext: [UInt8]) throws -> [UInt8] {
+        let dataKey = SymmetricKey(size: .bits256)
+        let kek = keyring.current
+        let sealed = try AES.GCM.seal(plaintext, using: dataKey, authenticating: Array(purpose.utf8))
+        let wrapped = try wrap(dataKey, with: kek)
+        var out: [UInt8] = []
+        out.reserveCapacity(Self.overhead + plaintext.count)
+        out += Self.magic
+        out += kek.id
+        out += wrapped
+        out += sealed.nonce
+        out += sealed.ciphertext
+        out += sealed.tag
+        return out
+    }
+
+    /// The value `stored` holds; one stored before encryption as it is. A value sealed under a key
+    /// this keyring does not hold (yet: another replica rotated, and this one reloads within
+    /// seconds) is UNAVAILABLE; one that does not open (altered, or another purpose's) INTERNAL.
+    public func open(_ stored: [UInt8]) throws -> [UInt8] {
+        guard Self.isSealed(stored) else { return stored }
+        let dataKey = try unwrap(stored)
+        let body = stored[Self.headerBytes...]
+        do {
+            let box = try AES.GCM.SealedBox(
+                nonce: AES.GCM.Nonce(data: body.prefix(12)), ciphertext: body.dropFirst(12).dropLast(16),
+                tag: body.suffix(16))
+            return Array(try AES.GCM.open(box, using: dataKey, authenticating: Array(purpose.utf8)))
+        } catch {
+            throw ServiceError(.internal, "a stored \(purpose) does not open: altered, or not sealed for it")
+        }
+    }
+
+    /// `stored` with its data key wrapped by the current key, or sealed when it was stored before
+    /// encryption; nil when it is sealed under the current key already.
+    public func rewrap(_ stored: [UInt8]) throws -> [UInt8]? {
+        guard Self.isSealed(stored) else { return try seal(stored) }
+        let kek = keyring.current
+        guard Array(stored[4..<12]) != kek.id else { return nil }
+        let dataKey = try unwrap(stored)
+        return Self.magic + kek.id + (try wrap(dataKey, with: kek)) + stored[Self.headerBytes...]
+    }
+
+    /// Whether `stored` is sealed under the current key.
+    public func isCurrent(_ stored: [UInt8]) -> Bool {
+        Self.isSealed(stored) && Array(stored[4..<12]) == keyring.current.id
+    }
+
+    static func isSealed(_ stored: [UInt8]) -> Bool {
+        stored.count >= overhead && stored.prefix(4).elementsEqual(magic)
+    }
+
+    private func wrap(_ dataKey: SymmetricKey, with kek: Keyring.Key) throws -> [UInt8] {
+        let raw = dataKey.withUnsafeBytes { Array($0) }
+        let box = try AES.GCM.seal(raw, using: kek.key, authenticating: Array("\(purpose) data key".utf8) + kek.id)
+        return Array(box.nonce) + box.ciphertext + box.tag
+    }
+
+    private func unwrap(_ stored: [UInt8]) throws -> SymmetricKey {
+        let id = Array(stored[4..<12])
+        guard let kek = keyring.key(id: id) else {
+            throw ServiceError(
+                .unavailable,
+                "a stored \(purpose) is sealed under a key-encryption key \(keyring.folder) does not hold (yet)")
+        }
+        do {
+            let box = try AES.GCM.SealedBox(
+                nonce: AES.GCM.Nonce(data: stored[12..<24]), ciphertext: stored[24..<56], tag: stored[56..<72])
+            let raw = try AES.GCM.open(box, using: kek.key, authenticating: Array("\(purpose) data key".utf8) + id)
+            return SymmetricKey(data: raw)
+        } catch {
+            throw ServiceError(.internal, "a stored \(purpose)'s data key does not open under key \(kek.name)")
+        }
+    }
+}
+
+extension ProcessContext {
+    /// The box that seals this service's `purpose` at rest, from `encryption-keys`; nil (with a
+    /// warning) when it is off.
+    public func secretBox(purpose: String) throws -> SecretBox? {
+        guard let folder = config.encryptionKeys else {
+            logger.warning(
+                "\(purpose) is stored unencrypted: set encryption-keys (a folder of key-encryption keys)",
+                metadata: ["herald.setting": "encryption-keys"])
+            return nil
+        }
+        let keyring = try Keyring(folder: folder)
+        logger.info(
+            "\(purpose) sealed at rest",
+            metadata: ["herald.keys": "\(folder)", "herald.current_key": "\(keyring.current.name)"])
+        return SecretBox(keyring: keyring, purpose: purpose)
+    }
+}
+
+extension SecretBox {
+    /// Keeps what `rewrapAll` seals under the keyring's current key: every `interval` it reads the
+    /// keyring's folder again, and once at start and after each change of current key (`herald
+    /// keys rotate`) it runs `rewrapAll` until a pass finds nothing left to re-wrap. Reads go on
+    /// throughout: the keys a rotation replaced stay readable until their files are removed.
+    public func keeper(
+        every interval: Duration = .seconds(10), logger: Logger, rewrapAll: @escaping @Sendable () async throws -> Int
+    ) -> Periodic {
+        /// The key under which a whole pass last found nothing to re-wrap.
+        final class Done: Sendable { let key = Mutex<[UInt8]?>(nil) }
+        let done = Done()
+        let keyring = self.keyring
+        let purpose = self.purpose
+        return Periodic("\(purpose) key keeper", every: interval, logger: logger) {
+            try keyring.reload()
+            let current = keyring.current
+            guard done.key.withLock({ $0 }) != current.id else { return }
+            let count = try await rewrapAll()
+            if count > 0 {
+                logger.notice(
+                    "re-sealed \(purpose) under the current key",
+                    metadata: ["herald.count": "\(count)", "herald.current_key": "\(current.name)"])
+            }
+            // Done for this key once a pass finds nothing to change (a row written meanwhile under
+            // an older key is taken by the next pass).
+            if count == 0 { done.key.withLock { $0 = current.id } }
+        }
+    }
+}
