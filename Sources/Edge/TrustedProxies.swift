@@ -164,12 +164,3 @@ public struct TrustedProxies: Sendable, Equatable {
         return bytes
     }
 }
-
-extension Substring {
-    fileprivate var trimmingSpaces: Substring {
-        var text = self
-        while let first = text.first, first == " " || first == "\t" { text = text.dropFirst() }
-        while let last = text.last, last == " " || last == "\t" { text = text.dropLast() }
-        return text
-    }
-}

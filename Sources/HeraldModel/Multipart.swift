@@ -154,8 +154,8 @@ package enum Multipart {
 }
 
 extension Substring {
-    /// Without leading and trailing spaces and tabs.
-    fileprivate var trimmingSpaces: Substring {
+    /// Without leading and trailing spaces and tabs (HTTP's optional white space).
+    package var trimmingSpaces: Substring {
         var text = self
         while let first = text.first, first == " " || first == "\t" { text = text.dropFirst() }
         while let last = text.last, last == " " || last == "\t" { text = text.dropLast() }

@@ -189,8 +189,9 @@ public final class Keyring: Sendable {
 }
 
 /// Envelope encryption of one kind of secret at rest (push credentials, secure and rich content):
-/// each value is sealed with a data key of its own (AES-256-GCM), and that data key is wrapped by
-/// the keyring's current key-encryption key (AES-256-GCM), both stored with the value:
+/// each value is sealed with a data key (AES-256-GCM, a nonce of its own; see ``DataKeys``), and
+/// that data key is wrapped by the keyring's current key-encryption key (AES-256-GCM), both stored
+/// with the value:
 ///
 ///     "HSB1" | key id (8) | wrap nonce (12) | wrapped data key (32) | wrap tag (16) | nonce (12) | ciphertext | tag (16)
 ///
@@ -200,10 +201,74 @@ public final class Keyring: Sendable {
 public struct SecretBox: Sendable {
     public let keyring: Keyring
     public let purpose: String
+    private let dataKeys = DataKeys()
 
     public init(keyring: Keyring, purpose: String) {
         self.keyring = keyring
         self.purpose = purpose
+    }
+
+    /// The data keys in use. One data key seals many values (a new one after
+    /// ``DataKeys/valuesPerKey`` values, an hour, or a change of current key; each value has a
+    /// random nonce of its own, far below AES-GCM's bound for one key), and unwrapped ones are
+    /// kept by their wrap (at most ``DataKeys/kept``): a read costs one AES-GCM open, not two. A
+    /// re-wrap of a wrap is kept too, so values that shared a data key share it after a rotation.
+    final class DataKeys: Sendable {
+        static let valuesPerKey = 1 << 20
+        static let lifetime = Duration.seconds(3600)
+        static let kept = 256
+
+        struct Current {
+            var key: SymmetricKey
+            /// Key id and wrap: the 68 bytes after the mark.
+            var header: [UInt8]
+            var uses: Int
+            var madeAt: ContinuousClock.Instant
+        }
+
+        struct State {
+            var current: Current?
+            var opened: [[UInt8]: SymmetricKey] = [:]
+            var rewrapped: [[UInt8]: [UInt8]] = [:]
+        }
+
+        let state = Mutex(State())
+
+        /// The data key to seal with under `kek`, and its header; `wrap` makes a new one's.
+        func forSealing(kek: Keyring.Key, wrap: (SymmetricKey) throws -> [UInt8]) throws -> (SymmetricKey, [UInt8]) {
+            try state.withLock { state in
+                let now = ContinuousClock.now
+                if var current = state.current, current.header.prefix(8).elementsEqual(kek.id),
+                    current.uses < Self.valuesPerKey, now - current.madeAt < Self.lifetime
+                {
+                    current.uses += 1
+                    state.current = current
+                    return (current.key, current.header)
+                }
+                let key = SymmetricKey(size: .bits256)
+                let header = kek.id + (try wrap(key))
+                state.current = Current(key: key, header: header, uses: 1, madeAt: now)
+                return (key, header)
+            }
+        }
+
+        func opened(_ header: [UInt8]) -> SymmetricKey? { state.withLock { $0.opened[header] } }
+
+        func keep(_ key: SymmetricKey, for header: [UInt8]) {
+            state.withLock { state in
+                if state.opened.count >= Self.kept { state.opened.removeAll(keepingCapacity: true) }
+                state.opened[header] = key
+            }
+        }
+
+        func rewrapped(_ header: [UInt8]) -> [UInt8]? { state.withLock { $0.rewrapped[header] } }
+
+        func keepRewrap(_ new: [UInt8], for old: [UInt8]) {
+            state.withLock { state in
+                if state.rewrapped.count >= Self.kept { state.rewrapped.removeAll(keepingCapacity: true) }
+                state.rewrapped[old] = new
+            }
+        }
     }
 
     static let magic = Array("HSB1".utf8)
@@ -211,15 +276,13 @@ public struct SecretBox: Sendable {
     static let overhead = headerBytes + 12 + 16
 
     public func seal(_ plaintext: [UInt8]) throws -> [UInt8] {
-        let dataKey = SymmetricKey(size: .bits256)
         let kek = keyring.current
+        let (dataKey, header) = try dataKeys.forSealing(kek: kek) { try wrap($0, with: kek) }
         let sealed = try AES.GCM.seal(plaintext, using: dataKey, authenticating: Array(purpose.utf8))
-        let wrapped = try wrap(dataKey, with: kek)
         var out: [UInt8] = []
         out.reserveCapacity(Self.overhead + plaintext.count)
         out += Self.magic
-        out += kek.id
-        out += wrapped
+        out += header
         out += sealed.nonce
         out += sealed.ciphertext
         out += sealed.tag
@@ -249,13 +312,24 @@ public struct SecretBox: Sendable {
         guard Self.isSealed(stored) else { return try seal(stored) }
         let kek = keyring.current
         guard Array(stored[4..<12]) != kek.id else { return nil }
-        let dataKey = try unwrap(stored)
-        return Self.magic + kek.id + (try wrap(dataKey, with: kek)) + stored[Self.headerBytes...]
+        let old = Array(stored[4..<Self.headerBytes])
+        if let new = dataKeys.rewrapped(old), new.prefix(8).elementsEqual(kek.id) {
+            return Self.magic + new + stored[Self.headerBytes...]
+        }
+        let new = kek.id + (try wrap(try unwrap(stored), with: kek))
+        dataKeys.keepRewrap(new, for: old)
+        return Self.magic + new + stored[Self.headerBytes...]
     }
 
     /// Whether `stored` is sealed under the current key.
     public func isCurrent(_ stored: [UInt8]) -> Bool {
         Self.isSealed(stored) && Array(stored[4..<12]) == keyring.current.id
+    }
+
+    /// ``isCurrent(_:)`` from a value's first 12 bytes alone (its mark and key id): what a scan
+    /// for values to re-wrap reads of each.
+    public func isCurrent(head: [UInt8]) -> Bool {
+        head.count >= 12 && head.prefix(4).elementsEqual(Self.magic) && Array(head[4..<12]) == keyring.current.id
     }
 
     static func isSealed(_ stored: [UInt8]) -> Bool {
@@ -270,11 +344,20 @@ public struct SecretBox: Sendable {
 
     private func unwrap(_ stored: [UInt8]) throws -> SymmetricKey {
         let id = Array(stored[4..<12])
+        // The keyring is asked first, so a kept data key never outlives its key-encryption key.
         guard let kek = keyring.key(id: id) else {
             throw ServiceError(
                 .unavailable,
                 "a stored \(purpose) is sealed under a key-encryption key \(keyring.folder) does not hold (yet)")
         }
+        let header = Array(stored[4..<Self.headerBytes])
+        if let key = dataKeys.opened(header) { return key }
+        let key = try unwrap(stored, with: kek, id: id)
+        dataKeys.keep(key, for: header)
+        return key
+    }
+
+    private func unwrap(_ stored: [UInt8], with kek: Keyring.Key, id: [UInt8]) throws -> SymmetricKey {
         do {
             let box = try AES.GCM.SealedBox(
                 nonce: AES.GCM.Nonce(data: stored[12..<24]), ciphertext: stored[24..<56], tag: stored[56..<72])

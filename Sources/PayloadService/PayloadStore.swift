@@ -28,19 +28,25 @@ public final class PayloadStore: Sendable {
     }
 
     /// Seals every content not sealed under the keyring's current key (stored before encryption,
-    /// or under a key a rotation replaced), a hundred rows a statement; answers how many.
+    /// or under a key a rotation replaced); answers how many. The scan reads each row's first 12
+    /// bytes (the seal's mark and key id), a thousand rows a statement, and the whole content
+    /// only of a row it re-wraps: a pass over a table already sealed reads no content.
     public func rewrapAll() async throws -> Int {
         guard let box else { return 0 }
         var after: Int64 = 0
         var rewrapped = 0
         while true {
             let page = try await db.query(
-                "SELECT id, content FROM payload WHERE id > \(after) ORDER BY id LIMIT 100"
+                "SELECT id, substr(content, 1, 12) FROM payload WHERE id > \(after) ORDER BY id LIMIT 1000"
             ) { row -> (Int64, [UInt8]) in (try row[0], try row[1]) }
             guard let last = page.last else { return rewrapped }
             after = last.0
-            for (id, content) in page {
-                guard let sealed = try box.rewrap(content) else { continue }
+            for (id, head) in page where !box.isCurrent(head: head) {
+                guard
+                    let content = try await db.queryFirst("SELECT content FROM payload WHERE id = \(id)")
+                        .map({ row -> [UInt8] in try row[0] }),
+                    let sealed = try box.rewrap(content)
+                else { continue }
                 // Compared with what was read: a row changed meanwhile is left to that change.
                 rewrapped += try await db.execute(
                     "UPDATE payload SET content = \(sealed) WHERE id = \(id) AND content = \(content)")

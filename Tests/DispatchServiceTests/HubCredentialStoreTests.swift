@@ -32,33 +32,33 @@ struct HubCredentialStoreTests {
         "with a keyring, a hub's credentials are sealed in the table, listed whole, re-sealed after a rotation",
         arguments: StoreBackend.available)
     func sealed(_ backend: StoreBackend) async throws {
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("herald-keys-\(UUID().uuidString)")
-            .path
-        defer { try? FileManager.default.removeItem(atPath: folder) }
-        let box = SecretBox(keyring: try Keyring(folder: folder), purpose: "push credentials")
-        try await withOutbox(backend) { fixture in
-            // A row stored before encryption was turned on, then one sealed.
-            try await HubCredentialStore(db: fixture.db).set(Self.apns)
-            let store = HubCredentialStore(db: fixture.db, box: box)
-            try await store.set(try SetHubCredentialsRequest(hub: "t2", platform: .wns, settings: Self.wnsSettings))
-            let raw = try await fixture.db.query("SELECT credentials FROM hub_credential ORDER BY hub") {
-                row -> [UInt8] in try row[0]
+        try await withTemporaryFolder("herald-keys") { folder in
+            let box = SecretBox(keyring: try Keyring(folder: folder), purpose: "push credentials")
+            try await withOutbox(backend) { fixture in
+                // A row stored before encryption was turned on, then one sealed.
+                try await HubCredentialStore(db: fixture.db).set(Self.apns)
+                let store = HubCredentialStore(db: fixture.db, box: box)
+                try await store.set(try SetHubCredentialsRequest(hub: "t2", platform: .wns, settings: Self.wnsSettings))
+                let raw = try await fixture.db.query("SELECT credentials FROM hub_credential ORDER BY hub") {
+                    row -> [UInt8] in try row[0]
+                }
+                #expect(String(decoding: raw[0], as: UTF8.self).contains("BEGIN PRIVATE KEY"), "the row from before")
+                #expect(!String(decoding: raw[1], as: UTF8.self).contains("s\"\\ é") && box.isCurrent(raw[1]))
+                let listed = try await store.all().map { try $0.request.get() }
+                #expect(listed.count == 2 && listed[0].apns == Self.apns.apns)
+                #expect(try listed[1].namedSettings().settings["client-secret"] == Self.wnsSettings["client-secret"])
+                #expect(try await store.rewrapAll() == 1)
+                #expect(try await store.rewrapAll() == 0)
+                try Keyring.addCurrentKey(folder: folder, name: "k2")
+                try box.keyring.reload()
+                #expect(try await store.rewrapAll() == 2)
+                let now = try await fixture.db.query("SELECT credentials FROM hub_credential") { row -> [UInt8] in
+                    try row[0]
+                }
+                #expect(
+                    now.allSatisfy { box.isCurrent($0) && !String(decoding: $0, as: UTF8.self).contains("PRIVATE") })
+                #expect(try await store.all().map { try $0.request.get() } == listed)
             }
-            #expect(String(decoding: raw[0], as: UTF8.self).contains("BEGIN PRIVATE KEY"), "the row from before")
-            #expect(!String(decoding: raw[1], as: UTF8.self).contains("s\"\\ é") && box.isCurrent(raw[1]))
-            let listed = try await store.all().map { try $0.request.get() }
-            #expect(listed.count == 2 && listed[0].apns == Self.apns.apns)
-            #expect(try listed[1].namedSettings().settings["client-secret"] == Self.wnsSettings["client-secret"])
-            #expect(try await store.rewrapAll() == 1)
-            #expect(try await store.rewrapAll() == 0)
-            try Keyring.addCurrentKey(folder: folder, name: "k2")
-            try box.keyring.reload()
-            #expect(try await store.rewrapAll() == 2)
-            let now = try await fixture.db.query("SELECT credentials FROM hub_credential") { row -> [UInt8] in
-                try row[0]
-            }
-            #expect(now.allSatisfy { box.isCurrent($0) && !String(decoding: $0, as: UTF8.self).contains("PRIVATE") })
-            #expect(try await store.all().map { try $0.request.get() } == listed)
         }
     }
 

@@ -29,7 +29,9 @@ struct SecretBoxTests {
             let sealed = try box.seal(secret)
             #expect(try box.open(sealed) == secret)
             #expect(!String(decoding: sealed, as: UTF8.self).contains("BEGIN"))
-            #expect(try box.seal(secret) != sealed, "each value has a data key and nonce of its own")
+            let again = try box.seal(secret)
+            #expect(again != sealed, "each value has a nonce of its own")
+            #expect(again[4..<72] == sealed[4..<72], "values sealed one after another share a data key")
             #expect(try box.open([]) == [])
             #expect(try box.open(try box.seal([])) == [])
             // Stored before encryption: read as it is, sealed by a re-wrap.
@@ -66,6 +68,7 @@ struct SecretBoxTests {
             let box = SecretBox(keyring: try Keyring(folder: folder), purpose: "test secrets")
             let secret = Array(repeating: UInt8(7), count: 1000)
             let sealed = try box.seal(secret)
+            let sibling = try box.seal([1, 2, 3])
             try Keyring.addCurrentKey(folder: folder, name: "k2")
             #expect(box.keyring.current.name == "k1", "read again only by reload()")
             try box.keyring.reload()
@@ -78,6 +81,9 @@ struct SecretBoxTests {
             #expect(
                 rewrapped.suffix(secret.count + 28) == sealed.suffix(secret.count + 28),
                 "only the data key's wrap changed")
+            let siblingRewrapped = try #require(try box.rewrap(sibling))
+            #expect(siblingRewrapped[4..<72] == rewrapped[4..<72], "values that shared a data key share its new wrap")
+            #expect(try box.open(siblingRewrapped) == [1, 2, 3])
             #expect(throws: ConfigError.self) { try Keyring.addCurrentKey(folder: folder, name: "k2") }
             #expect(throws: ConfigError.self) { try Keyring.addCurrentKey(folder: folder, name: "../x") }
             // The old key gone: what it alone wraps is unavailable, not a crash.

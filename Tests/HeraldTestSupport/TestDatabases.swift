@@ -78,3 +78,11 @@ extension SQLiteDatabase {
         SQLiteDatabase(try DatabaseQueue(configuration: HeraldDatabase.configuration))
     }
 }
+
+/// A new folder under the temporary directory, removed after `body`: a keyring's, a data folder.
+public func withTemporaryFolder<T>(_ prefix: String = "herald", _ body: (String) async throws -> T) async rethrows -> T
+{
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: folder) }
+    return try await body(folder)
+}

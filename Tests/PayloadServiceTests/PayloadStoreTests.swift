@@ -51,34 +51,33 @@ struct PayloadStoreTests {
         "with a keyring, content is sealed in the table, read back whole, re-sealed after a rotation; rows from before are sealed too",
         arguments: StoreBackend.available)
     func sealed(_ backend: StoreBackend) async throws {
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("herald-keys-\(UUID().uuidString)")
-            .path
-        defer { try? FileManager.default.removeItem(atPath: folder) }
-        let box = SecretBox(keyring: try Keyring(folder: folder), purpose: "secure and rich content")
-        let rules = PayloadRules()
-        try await TestDatabases.withDatabase(backend, service: "payload") { db in
-            // A row stored before encryption was turned on.
-            let plain = try await PayloadStore(db: db, rules: rules)
-            let before = try await plain.store(
-                StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("old secret".utf8)))
-            let store = try await PayloadStore(db: db, rules: rules, box: box)
-            let stored = try await store.store(
-                StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("the secret".utf8)))
-            let raw = try await db.query("SELECT content FROM payload ORDER BY id") { row -> [UInt8] in try row[0] }
-            #expect(raw.first == Array("old secret".utf8))
-            #expect(!String(decoding: raw.last ?? [], as: UTF8.self).contains("the secret"))
-            #expect(try await store.fetch(id: stored.id, requester: "alice").content == Array("the secret".utf8))
-            #expect(try await store.fetch(id: before.id, requester: "alice").content == Array("old secret".utf8))
-            #expect(try await store.rewrapAll() == 1, "the row from before is sealed")
-            try Keyring.addCurrentKey(folder: folder, name: "k2")
-            try box.keyring.reload()
-            #expect(try await store.rewrapAll() == 2)
-            #expect(try await store.rewrapAll() == 0)
-            let now = try await db.query("SELECT content FROM payload ORDER BY id") { row -> [UInt8] in try row[0] }
-            #expect(now.allSatisfy { box.isCurrent($0) })
-            #expect(try await store.fetch(id: before.id, requester: "alice").content == Array("old secret".utf8))
-            let page = try await store.exportPage(user: "alice", after: 0, limit: 10)
-            #expect(page.map(\.content) == [Array("old secret".utf8), Array("the secret".utf8)])
+        try await withTemporaryFolder("herald-keys") { folder in
+            let box = SecretBox(keyring: try Keyring(folder: folder), purpose: "secure and rich content")
+            let rules = PayloadRules()
+            try await TestDatabases.withDatabase(backend, service: "payload") { db in
+                // A row stored before encryption was turned on.
+                let plain = try await PayloadStore(db: db, rules: rules)
+                let before = try await plain.store(
+                    StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("old secret".utf8)))
+                let store = try await PayloadStore(db: db, rules: rules, box: box)
+                let stored = try await store.store(
+                    StorePayloadRequest(recipient: "alice", kind: .secure, content: Array("the secret".utf8)))
+                let raw = try await db.query("SELECT content FROM payload ORDER BY id") { row -> [UInt8] in try row[0] }
+                #expect(raw.first == Array("old secret".utf8))
+                #expect(!String(decoding: raw.last ?? [], as: UTF8.self).contains("the secret"))
+                #expect(try await store.fetch(id: stored.id, requester: "alice").content == Array("the secret".utf8))
+                #expect(try await store.fetch(id: before.id, requester: "alice").content == Array("old secret".utf8))
+                #expect(try await store.rewrapAll() == 1, "the row from before is sealed")
+                try Keyring.addCurrentKey(folder: folder, name: "k2")
+                try box.keyring.reload()
+                #expect(try await store.rewrapAll() == 2)
+                #expect(try await store.rewrapAll() == 0)
+                let now = try await db.query("SELECT content FROM payload ORDER BY id") { row -> [UInt8] in try row[0] }
+                #expect(now.allSatisfy { box.isCurrent($0) })
+                #expect(try await store.fetch(id: before.id, requester: "alice").content == Array("old secret".utf8))
+                let page = try await store.exportPage(user: "alice", after: 0, limit: 10)
+                #expect(page.map(\.content) == [Array("old secret".utf8), Array("the secret".utf8)])
+            }
         }
     }
 

@@ -29,14 +29,20 @@ struct NHHostileTests {
         }
     }
 
+    /// Hub "probe", made, and a token naming its Full key signed with a wrong secret.
+    static func forgedFullToken(_ live: LiveStack) async throws -> (keys: (full: String, listen: String), token: String)
+    {
+        let keys = try await NHFixture.hub("probe", live)
+        let (name, _) = NHFixture.secret(keys.full)
+        let token = SASTokens.token(
+            sr: NHFixture.root(live), keyName: name, key: "guess", expiry: Int64(Date().timeIntervalSince1970) + 600)
+        return (keys, token)
+    }
+
     @Test("forged tokens naming the Full key do not lock out its correctly signed tokens from the same address")
     func forgedTokensDoNotLockOut() async throws {
         try await LiveStack.with { live in
-            let keys = try await NHFixture.hub("probe", live)
-            let root = NHFixture.root(live)
-            let (name, _) = NHFixture.secret(keys.full)
-            let forged = SASTokens.token(
-                sr: root, keyName: name, key: "guess", expiry: Int64(Date().timeIntervalSince1970) + 600)
+            let (keys, forged) = try await Self.forgedFullToken(live)
             var statuses: [Int] = []
             for _ in 0..<30 {
                 statuses.append(
@@ -44,7 +50,7 @@ struct NHHostileTests {
             }
             #expect(Set(statuses).isSubset(of: [401, 429]) && statuses.contains(429), "\(statuses)")
             let good = try await live.edge.request(
-                "GET", "/probe/installations/x", authorization: NHFixture.token(sr: root, keys.full))
+                "GET", "/probe/installations/x", authorization: NHFixture.token(sr: NHFixture.root(live), keys.full))
             #expect(good.status == 404, "a valid token after forged ones: \(good.status) \(good.text)")
         }
     }
@@ -63,11 +69,7 @@ struct NHHostileTests {
                 $0.extraArguments["edge", default: []] += ["--trusted-proxy-header", "Forwarded"]
             }
         }) { live in
-            let keys = try await NHFixture.hub("probe", live)
-            let root = NHFixture.root(live)
-            let (name, _) = NHFixture.secret(keys.full)
-            let forged = SASTokens.token(
-                sr: root, keyName: name, key: "guess", expiry: Int64(Date().timeIntervalSince1970) + 600)
+            let (keys, forged) = try await Self.forgedFullToken(live)
             var statuses: [Int] = []
             for index in 0..<30 {
                 let headers =
