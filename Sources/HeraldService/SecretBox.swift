@@ -125,7 +125,7 @@ public final class Keyring: Sendable {
     /// Writes `text` to a new file beside `path` (mode 0600) and links it at `path`: false when
     /// `path` exists already (left as it is).
     static func place(_ text: String, at path: String) throws -> Bool {
-        let temporary = "\(path).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
+        let temporary = temporaryPath(beside: path)
         try write(text, to: temporary)
         defer { unlink(temporary) }
         guard link(temporary, path) == 0 else {
@@ -137,12 +137,17 @@ public final class Keyring: Sendable {
 
     /// Writes `text` to a new file beside `path` and renames it over `path`.
     static func replace(_ text: String, at path: String) throws {
-        let temporary = "\(path).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
+        let temporary = temporaryPath(beside: path)
         try write(text, to: temporary)
         guard rename(temporary, path) == 0 else {
             unlink(temporary)
             throw ConfigError("cannot write \(path): \(String(cString: strerror(errno)))")
         }
+    }
+
+    /// A name beside `path` no other writer picks.
+    static func temporaryPath(beside path: String) -> String {
+        "\(path).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).tmp"
     }
 
     static func write(_ text: String, to path: String) throws {
@@ -313,17 +318,17 @@ public struct SecretBox: Sendable {
         let kek = keyring.current
         guard Array(stored[4..<12]) != kek.id else { return nil }
         let old = Array(stored[4..<Self.headerBytes])
-        if let new = dataKeys.rewrapped(old), new.prefix(8).elementsEqual(kek.id) {
-            return Self.magic + new + stored[Self.headerBytes...]
+        var new = dataKeys.rewrapped(old) ?? []
+        if !new.prefix(8).elementsEqual(kek.id) || new.isEmpty {
+            new = kek.id + (try wrap(try unwrap(stored), with: kek))
+            dataKeys.keepRewrap(new, for: old)
         }
-        let new = kek.id + (try wrap(try unwrap(stored), with: kek))
-        dataKeys.keepRewrap(new, for: old)
         return Self.magic + new + stored[Self.headerBytes...]
     }
 
     /// Whether `stored` is sealed under the current key.
     public func isCurrent(_ stored: [UInt8]) -> Bool {
-        Self.isSealed(stored) && Array(stored[4..<12]) == keyring.current.id
+        Self.isSealed(stored) && isCurrent(head: stored)
     }
 
     /// ``isCurrent(_:)`` from a value's first 12 bytes alone (its mark and key id): what a scan

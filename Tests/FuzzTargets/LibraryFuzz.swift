@@ -35,43 +35,45 @@ extension FuzzTarget {
         try? TrustedProxies("0.0.0.0/0, ::/0", header: $0)
     }
 
-    static func http1(_ bytes: [UInt8]) {
+    /// `bytes` written into a connected EmbeddedChannel with `configure`'s handlers; `read` then
+    /// sees what came out. Afterwards the channel is finished and its loop shut down: the
+    /// handlers' timers (an HTTP/2 connection's ping, its settings ack's deadline) hold them until
+    /// they run or are cancelled, and an embedded loop's time never moves to run them.
+    static func fedEmbedded(
+        _ what: String, _ bytes: [UInt8], configure: (EmbeddedChannel) throws -> Void,
+        read: (EmbeddedChannel) -> Void = { _ in }
+    ) {
         let channel = EmbeddedChannel()
-        defer { _ = try? channel.finish() }
+        defer {
+            _ = try? channel.finish()
+            try? channel.embeddedEventLoop.syncShutdownGracefully()
+        }
         do {
-            try EdgeHTTP1Pipeline.configureForFuzzing(channel)
+            try configure(channel)
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         } catch {
-            fatalError("fuzz harness: cannot set up the HTTP/1 handlers: \(error)")
+            fatalError("fuzz harness: cannot set up the \(what) handlers: \(error)")
         }
-        // A parser error is an answer (ConnectionGuard's 400), not a finding.
-        try? channel.writeInbound(ByteBuffer(bytes: bytes))
-        while let part = try? channel.readInbound(as: HTTPRequestPart.self) {
-            guard case .head(let head) = part else { continue }
-            let uri = URI(head.path ?? "")
-            _ = uri.path.utf8.count
-            for (name, value) in uri.queryParameters { _ = name.utf8.count + value.utf8.count }
-            for proxies in everyProxy { _ = proxies.client(peer: "10.0.0.1", headers: head.headerFields) }
-            _ = head.headerFields[.contentType].map { Multipart.boundary(contentType: $0) }
+        // An error is the protocol's answer (a 400, a closed connection), not a finding.
+        _ = try? channel.writeInbound(ByteBuffer(bytes: bytes))
+        read(channel)
+    }
+
+    static func http1(_ bytes: [UInt8]) {
+        fedEmbedded("HTTP/1", bytes, configure: { try EdgeHTTP1Pipeline.configureForFuzzing($0) }) { channel in
+            while let part = try? channel.readInbound(as: HTTPRequestPart.self) {
+                guard case .head(let head) = part else { continue }
+                let uri = URI(head.path ?? "")
+                _ = uri.path.utf8.count
+                for (name, value) in uri.queryParameters { _ = name.utf8.count + value.utf8.count }
+                for proxies in everyProxy { _ = proxies.client(peer: "10.0.0.1", headers: head.headerFields) }
+                _ = head.headerFields[.contentType].map { Multipart.boundary(contentType: $0) }
+            }
         }
     }
 
     static func http2(_ bytes: [UInt8]) {
-        let channel = EmbeddedChannel()
-        defer {
-            _ = try? channel.finish()
-            // The connection's timers (its ping, the settings ack's deadline) hold it until they
-            // run or are cancelled: a loop that shuts down cancels them.
-            try? channel.embeddedEventLoop.syncShutdownGracefully()
-        }
-        do {
-            try HTTP2Pool.configureForFuzzing(channel)
-            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-        } catch {
-            fatalError("fuzz harness: cannot set up the HTTP/2 handlers: \(error)")
-        }
-        // A protocol error closes the connection, as it should.
-        try? channel.writeInbound(ByteBuffer(bytes: bytes))
+        fedEmbedded("HTTP/2", bytes, configure: { try HTTP2Pool.configureForFuzzing($0) })
     }
 
     /// The entry points of ``credentials(_:)``, chosen by the input's first byte.
