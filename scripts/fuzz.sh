@@ -14,12 +14,12 @@
 #                                           (each run prints its slowest input either way)
 #
 # Fails on the first crash, leak or broken property; the input that caused it is kept in
-# .build/fuzz-artifacts/ (replay: HERALD_FUZZ_TARGET=T .build/debug/herald-fuzz FILE). Each corpus
+# .build/fuzz-artifacts/ (replay: HERALD_FUZZ_TARGET=T .build-fuzz/debug/herald-fuzz FILE). Each corpus
 # grows in .build/fuzz-corpus/<target>, seeded from Tests/FuzzCorpus/<target> (scripts/make_fuzz_seeds.py).
 #
-# HERALD_FUZZ=1 compiles Herald's own modules with coverage and ASan in the normal build folder
-# (dependencies are reused as they are), so the next ordinary `swift build` recompiles those
-# modules again: a minute or two.
+# HERALD_FUZZ=1 compiles Herald's own modules with coverage and ASan, in a build folder of its own
+# (.build-fuzz): in the normal one, its objects and the test build's (-wmo) replace each other, so
+# each build after the other compiled every dependency again, and a link could see both kinds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${FUZZ_SECONDS:-20}"
@@ -38,9 +38,10 @@ build_start=$SECONDS
 # HERALD_DEBUG_INFO: dwarf by default; none builds faster. As the build before it, or every
 # dependency is compiled again (`swift build`'s default is dwarf).
 debug_info="${HERALD_DEBUG_INFO:-dwarf}"
-HERALD_FUZZ=1 swift build --product herald-fuzz -debug-info-format "$debug_info"
+scratch=(--scratch-path .build-fuzz)
+HERALD_FUZZ=1 swift build "${scratch[@]}" --product herald-fuzz -debug-info-format "$debug_info"
 echo "fuzz.sh: instrumented build took $((SECONDS - build_start)) s"
-fuzzer="$(HERALD_FUZZ=1 swift build -debug-info-format "$debug_info" --show-bin-path)/herald-fuzz"
+fuzzer="$(HERALD_FUZZ=1 swift build "${scratch[@]}" -debug-info-format "$debug_info" --show-bin-path)/herald-fuzz"
 mkdir -p .build/fuzz-artifacts
 
 # One target: its run, then a summary line; the whole log when it fails.
