@@ -249,6 +249,8 @@ routes = {
     "v1-failures": ("GET /v1/notifications/7/failures?limit=10&after=3", [basic], ""),
     "v1-token": ("POST /v1/auth/token", [basic], ""),
     "v1-token-delete": ("DELETE /v1/auth/token", ["Authorization: Bearer abc"], ""),
+    "v1-audit": ("GET /v1/audit?hub=app1&after=3&limit=50", [basic], ""),
+    "v1-audit-all": ("GET /v1/audit?after=99999999999999999999&limit=0", [basic], ""),
     "test-inbox": ("GET /v1/test/inbox?user=alice&limit=5", [], ""),
     "test-reset": ("POST /v1/test/reset", [], ""),
     "nh-registrationids": ("POST /app1/registrationIDs?api-version=2015-01", [sas], ""),

@@ -127,6 +127,19 @@ public enum AuthSchema {
                 "ALTER TABLE hub ADD COLUMN requests_per_second BIGINT NOT NULL DEFAULT 0",
                 "ALTER TABLE hub ADD COLUMN request_burst BIGINT NOT NULL DEFAULT 0",
             ]),
+        // The audit trail (``AuditStore``): append-only, each record chained to the one before.
+        SQLMigration(
+            postgres: "auth-v4-audit", sqlite: "v7-audit",
+            [
+                """
+                CREATE TABLE audit (
+                    seq BIGINT PRIMARY KEY NOT NULL, at BIGINT NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,
+                    hub TEXT NOT NULL, hub_id TEXT NOT NULL, target TEXT NOT NULL, client_address TEXT NOT NULL,
+                    request_id TEXT NOT NULL, status BIGINT NOT NULL, detail TEXT NOT NULL, prev_hash TEXT NOT NULL,
+                    hash TEXT NOT NULL)
+                """,
+                "CREATE INDEX audit_hub ON audit (hub_id, seq)",
+            ]),
     ])
 }
 

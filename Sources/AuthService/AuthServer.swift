@@ -18,6 +18,8 @@ public struct AuthHandlers: AuthServiceHandler {
     public let authenticator: Authenticator
     /// Hubs, their keys and the Herald users' grants.
     public let hubs: HubStore
+    /// The audit trail of management changes.
+    public let audit: AuditStore
     public let sas: SASVerifier
     /// `test-mode`: whether ResetForTests may run.
     public let testMode: Bool
@@ -25,11 +27,13 @@ public struct AuthHandlers: AuthServiceHandler {
     public let testUser: (name: String, password: String)?
 
     public init(
-        authenticator: Authenticator, hubs: HubStore, sasThrottle: LoginThrottle = LoginThrottle(freeFailures: 20),
-        testMode: Bool = false, testUser: (name: String, password: String)? = nil
+        authenticator: Authenticator, hubs: HubStore, audit: AuditStore,
+        sasThrottle: LoginThrottle = LoginThrottle(freeFailures: 20), testMode: Bool = false,
+        testUser: (name: String, password: String)? = nil
     ) {
         self.authenticator = authenticator
         self.hubs = hubs
+        self.audit = audit
         self.sas = SASVerifier(
             hubs: hubs, throttle: sasThrottle, reuseFor: .milliseconds(authenticator.verdictTTL))
         self.testMode = testMode
@@ -41,7 +45,8 @@ public struct AuthHandlers: AuthServiceHandler {
     {
         defer { authenticator.changed() }
         try TestMode.require(testMode, service: .auth)
-        let deleted = try await authenticator.deleteEverything() + hubs.deleteEverything()
+        let deleted =
+            try await authenticator.deleteEverything() + hubs.deleteEverything() + audit.deleteEverything()
         try await sas.throttle.forgetAll()
         if let testUser { try await Self.prepare(testUser, authenticator, hubs) }
         return ResetForTestsResponse(deleted: deleted)
@@ -178,6 +183,16 @@ public struct AuthHandlers: AuthServiceHandler {
         return hub
     }
 
+    // MARK: audit
+
+    public func appendAudit(_ request: AppendAuditRequest, context: RPCContext) async throws -> AuditRecord {
+        try await audit.append(request)
+    }
+
+    public func listAudit(_ request: ListAuditRequest, context: RPCContext) async throws -> ListAuditResponse {
+        try await audit.list(request)
+    }
+
     public func listHubs(_ request: ListHubsRequest, context: RPCContext) async throws -> ListHubsResponse {
         ListHubsResponse(hubs: try await hubs.listHubs())
     }
@@ -290,6 +305,7 @@ public enum AuthServer {
         let database = try context.openDatabase()
         let store = try await AccountStore(db: database.sql)
         let hubs = try await HubStore(db: database.sql)
+        let audit = try await AuditStore(db: database.sql)
         let ledger: any LockoutLedger
         let lockoutPurge: @Sendable () async throws -> Int
         if store.isShared {
@@ -345,7 +361,8 @@ public enum AuthServer {
         }
         var table = MethodTable()
         AuthHandlers(
-            authenticator: authenticator, hubs: hubs, sasThrottle: LoginThrottle(freeFailures: 20, ledger: ledger),
+            authenticator: authenticator, hubs: hubs, audit: audit,
+            sasThrottle: LoginThrottle(freeFailures: 20, ledger: ledger),
             testMode: context.config.testMode, testUser: config.testUser
         ).register(into: &table)
         // Before its first await, Authenticate reads memory or the WAL database only (the password

@@ -52,6 +52,17 @@ public struct EdgeError: Error, Sendable {
         }
     }
 
+    /// The answer a route's thrown `error` gets; nil for an error no route means to throw (a
+    /// 500, whose detail only the log gets).
+    static func answer(for error: any Error) -> EdgeError? {
+        switch error {
+        case let e as EdgeError: e
+        case let e as ServiceError: .from(e)
+        case let e as HTTPError: EdgeError(e.status, e.body ?? e.status.reasonPhrase, headers: e.headers)
+        default: nil
+        }
+    }
+
     func response(requestID: String) -> Response {
         Response(
             status: status, headers: headerFields(requestID: requestID),
@@ -134,12 +145,9 @@ struct EdgeErrorMiddleware: RouterMiddleware {
             response = answer
         } catch {
             let edgeError: EdgeError
-            switch error {
-            case let e as EdgeError: edgeError = e
-            case let e as ServiceError: edgeError = .from(e)
-            case let e as HTTPError:
-                edgeError = EdgeError(e.status, e.body ?? e.status.reasonPhrase, headers: e.headers)
-            default:
+            if let answer = EdgeError.answer(for: error) {
+                edgeError = answer
+            } else {
                 logger.error(
                     "request failed unexpectedly",
                     metadata: ["herald.error": "\(String(reflecting: error))", "herald.request_id": "\(requestID)"])

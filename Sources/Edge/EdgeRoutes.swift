@@ -68,6 +68,7 @@ public struct EdgeRoutes: Sendable {
         } else {
             router.add(middleware: errors)
         }
+        router.add(middleware: AuditMiddleware(auth: auth))
         let rates = HubRateLimiter(share: config.hubRateShare)
         let users = UserAuthentication(auth: auth, verdicts: verdicts, rates: rates)
         let content = ContentPush(payload: payload, dispatch: dispatch)

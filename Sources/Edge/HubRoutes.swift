@@ -85,6 +85,7 @@ struct HubRoutes: Sendable {
             return try EdgeHTTP.json(LimitsBody(changed, pushes))
         }
         router.patch("v1/hubs/:hub/limits") { request, context in try await setLimits(request, context) }
+        router.get("v1/audit") { request, context in try await auditTrail(request, context) }
     }
 
     // MARK: rights
@@ -97,11 +98,13 @@ struct HubRoutes: Sendable {
             let onHub = try await users.verdict(
                 AuthenticateRequest(authorization: authorization, hub: name, clientAddress: context.remoteIP),
                 requestID: context.requestID)
+            AuditTrail.caller("user:\(onHub.user)")
             if onHub.hubRights.contains(.manage) { return onHub.user }
         }
         let onDefault = try await users.verdict(
             AuthenticateRequest(authorization: authorization, hub: Names.defaultHub, clientAddress: context.remoteIP),
             requestID: context.requestID)
+        AuditTrail.caller("user:\(onDefault.user)")
         guard onDefault.hubRights.contains(.manage) else {
             throw EdgeError(
                 .forbidden,
@@ -115,7 +118,9 @@ struct HubRoutes: Sendable {
     func managed(_ request: Request, _ context: EdgeRequestContext) async throws -> Hub {
         let name = try Self.hubName(context)
         _ = try await requireManage(request, context, hub: name)
-        return try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
+        let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
+        AuditTrail.hub(name: hub.name, id: hub.id)
+        return hub
     }
 
     // MARK: hubs
@@ -148,9 +153,11 @@ struct HubRoutes: Sendable {
         // The whole request is checked before the hub is made: a refused one leaves nothing behind.
         let changes = body.limits?.changes ?? HubAdministration.Limits()
         try changes.check()
+        AuditTrail.hub(name: name, id: "")
         let hub = try await auth.createHub(
             CreateHubRequest(name: name, maxInstallations: body.limits?.maxInstallations ?? 0),
             requestID: context.requestID)
+        AuditTrail.hub(name: hub.name, id: hub.id)
         let limited: Hub
         let pushes: HubPushLimits
         do {
@@ -197,6 +204,7 @@ struct HubRoutes: Sendable {
             throw EdgeError(.badRequest, "rights must be one or more of Listen, Send and Manage")
         }
         guard !rights.isEmpty else { throw EdgeError(.badRequest, "a key needs at least one right") }
+        AuditTrail.detail("rights: \(rights.names.joined(separator: ", "))")
         let exists = hub.keys.contains { $0.name == name }
         let key = try await auth.setHubKey(
             SetHubKeyRequest(hub: hub.name, name: name, rights: rights.proto), requestID: context.requestID)
@@ -280,10 +288,49 @@ struct HubRoutes: Sendable {
             )
         }
         let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
+        AuditTrail.hub(name: hub.name, id: hub.id)
         let body: LimitsChangeBody = try await Self.decode(request, config)
+        AuditTrail.detail(body.changes.auditDetail)
         let (changed, pushes) = try await HubAdministration.limits(
             of: hub, changing: body.changes, auth: auth, dispatch: dispatch, requestID: context.requestID)
         return try EdgeHTTP.json(LimitsBody(changed, pushes))
+    }
+
+    // MARK: audit
+
+    /// `GET /v1/audit[?hub=…][&after=…][&limit=…]`: the audit trail, oldest first, a page at a
+    /// time. Every record for Manage on the hub default; with `hub`, that hub's records (by its
+    /// id: not those of a deleted hub of the same name) for Manage on it.
+    func auditTrail(_ request: Request, _ context: EdgeRequestContext) async throws -> Response {
+        let query = request.uri.queryParameters
+        let after = try Self.queryNumber(query.get("after"), "after", in: 0...Int64.max) ?? 0
+        let limit = try Self.queryNumber(query.get("limit"), "limit", in: 1...1000) ?? 100
+        let list: ListAuditRequest
+        if let name = query.get("hub") {
+            let hubName = try EdgeHTTP.text(name, "hub")
+            _ = try await requireManage(request, context, hub: hubName)
+            let hub = try await auth.getHub(GetHubRequest(name: hubName), requestID: context.requestID)
+            list = ListAuditRequest(scope: .hub, hubID: hub.id, afterSeq: after, limit: Int32(clamping: limit))
+        } else {
+            _ = try await requireManage(request, context, hub: nil)
+            list = ListAuditRequest(scope: .all, afterSeq: after, limit: Int32(clamping: limit))
+        }
+        let page = try await auth.listAudit(list, requestID: context.requestID)
+        return try EdgeHTTP.json(
+            AuditBody(
+                records: page.records.map(AuditRecordBody.init),
+                nextAfter: page.nextAfterSeq == 0 ? nil : page.nextAfterSeq,
+                head: AuditBody.Head(seq: page.headSeq, hash: page.headHash)))
+    }
+
+    /// A whole number of the query within `range`, or nil when absent; 400 otherwise.
+    static func queryNumber(_ text: String?, _ name: String, in range: ClosedRange<Int64>) throws -> Int64? {
+        guard let text else { return nil }
+        guard text.utf8.count <= 20, let value = Int64(text), range.contains(value) else {
+            throw EdgeError(
+                .badRequest, "\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return value
     }
 
     // MARK: HTTP pieces
@@ -479,5 +526,52 @@ struct CredentialsBody: Encodable {
 
     init(_ answer: HubCredentialsResponse) {
         platforms = answer.platforms.map(CredentialBody.init)
+    }
+}
+
+/// `GET /v1/audit`: a page of the audit trail, and its head (what `herald audit verify` checks
+/// against).
+struct AuditBody: Encodable {
+    struct Head: Encodable {
+        var seq: Int64
+        var hash: String
+    }
+
+    var records: [AuditRecordBody]
+    /// The `after` of the next page; absent on the last.
+    var nextAfter: Int64?
+    var head: Head
+}
+
+/// One audit record, every field as herald-auth stores and hashes it.
+struct AuditRecordBody: Encodable {
+    var seq: Int64
+    var atUnixMs: Int64
+    var actor: String
+    var action: String
+    var hub: String
+    var hubId: String
+    var target: String
+    var clientAddress: String
+    var requestId: String
+    var status: Int32
+    var detail: String
+    var prevHash: String
+    var hash: String
+
+    init(_ record: AuditRecord) {
+        seq = record.seq
+        atUnixMs = record.atUnixMs
+        actor = record.actor
+        action = record.action
+        hub = record.hub
+        hubId = record.hubID
+        target = record.target
+        clientAddress = record.clientAddress
+        requestId = record.requestID
+        status = record.status
+        detail = record.detail
+        prevHash = record.prevHash
+        hash = record.hash
     }
 }

@@ -33,6 +33,8 @@ public enum RouteRights {
         case defaultHub
         /// Manage on the hub the path names, or on the hub default.
         case pathHub
+        /// Manage on the hub default; with `?hub=`, Manage on that hub (for its own records).
+        case queryHub
     }
 
     public struct Row: Sendable {
@@ -40,11 +42,17 @@ public enum RouteRights {
         /// As Hummingbird describes it: `/{hub}/installations/{id}`.
         public var path: String
         public var needs: Needs
+        /// The action of the audit record each call appends (``AuditMiddleware``), for a route that
+        /// changes how a hub is managed: its hubs, keys, credentials, limits, users, devices by an
+        /// operator. Nil: the route changes nothing an operator answers for (a device's own
+        /// registration, a send, a sign-in).
+        public var audit: String?
 
-        init(_ method: String, _ path: String, _ needs: Needs) {
+        init(_ method: String, _ path: String, _ needs: Needs, audit: String? = nil) {
             self.method = method
             self.path = path
             self.needs = needs
+            self.audit = audit
         }
 
         /// "GET /{hub}/installations", as `Router.routes` prints a route.
@@ -72,17 +80,18 @@ public enum RouteRights {
         Row("DELETE", "/v1/auth/token", .user("the Bearer token itself")),
         // Hubs over HTTP: Manage on the hub default for everything, on a hub for that hub but its limits.
         Row("GET", "/v1/hubs", .manage(.theirHubs)),
-        Row("POST", "/v1/hubs", .manage(.defaultHub)),
+        Row("POST", "/v1/hubs", .manage(.defaultHub), audit: "hub.create"),
         Row("GET", "/v1/hubs/{hub}", .manage(.pathHub)),
-        Row("DELETE", "/v1/hubs/{hub}", .manage(.pathHub)),
-        Row("PUT", "/v1/hubs/{hub}/keys/{key}", .manage(.pathHub)),
-        Row("POST", "/v1/hubs/{hub}/keys/{key}/rotate", .manage(.pathHub)),
-        Row("DELETE", "/v1/hubs/{hub}/keys/{key}", .manage(.pathHub)),
+        Row("DELETE", "/v1/hubs/{hub}", .manage(.pathHub), audit: "hub.delete"),
+        Row("PUT", "/v1/hubs/{hub}/keys/{key}", .manage(.pathHub), audit: "key.set"),
+        Row("POST", "/v1/hubs/{hub}/keys/{key}/rotate", .manage(.pathHub), audit: "key.rotate"),
+        Row("DELETE", "/v1/hubs/{hub}/keys/{key}", .manage(.pathHub), audit: "key.revoke"),
         Row("GET", "/v1/hubs/{hub}/credentials", .manage(.pathHub)),
-        Row("PUT", "/v1/hubs/{hub}/credentials/{platform}", .manage(.pathHub)),
-        Row("DELETE", "/v1/hubs/{hub}/credentials/{platform}", .manage(.pathHub)),
+        Row("PUT", "/v1/hubs/{hub}/credentials/{platform}", .manage(.pathHub), audit: "credentials.set"),
+        Row("DELETE", "/v1/hubs/{hub}/credentials/{platform}", .manage(.pathHub), audit: "credentials.delete"),
         Row("GET", "/v1/hubs/{hub}/limits", .manage(.pathHub)),
-        Row("PATCH", "/v1/hubs/{hub}/limits", .manage(.defaultHub)),
+        Row("PATCH", "/v1/hubs/{hub}/limits", .manage(.defaultHub), audit: "limits.set"),
+        Row("GET", "/v1/audit", .manage(.queryHub)),
         Row("GET", "/v1/test/inbox", .testMode),
         Row("POST", "/v1/test/reset", .testMode),
         // Notification Hubs: registrations.
@@ -106,7 +115,7 @@ public enum RouteRights {
         Row("DELETE", "/{hub}/installations/{id}", .key(.listen)),
         Row("GET", "/{hub}/installations", .key(.manage)),
         Row("GET", "/{hub}/export", .key(.manage)),
-        Row("DELETE", "/{hub}/users/{user}", .key(.manage)),
+        Row("DELETE", "/{hub}/users/{user}", .key(.manage), audit: "user.erase"),
         // Sends.
         Row("POST", "/{hub}/messages", .key(.send)),
         Row("POST", "/{hub}/messages/$batch", .key(.send)),
@@ -122,21 +131,29 @@ public enum RouteRights {
         Row("POST", "/console/login", .anyone),
         Row("POST", "/console/logout", .console("any session")),
         Row("GET", "/console/hubs", .console("the hubs it holds Manage on")),
-        Row("POST", "/console/hubs", .console("an administrator")),
+        Row("POST", "/console/hubs", .console("an administrator"), audit: "hub.create"),
         Row("GET", "/console/hubs/{hub}", .console("Manage on the hub")),
         Row("GET", "/console/hubs/{hub}/devices", .console("Manage on the hub")),
         Row("GET", "/console/hubs/{hub}/send", .console("Manage on the hub")),
         Row("POST", "/console/hubs/{hub}/send", .console("Manage on the hub")),
         Row("GET", "/console/hubs/{hub}/sends", .console("Manage on the hub")),
         Row("GET", "/console/hubs/{hub}/sends/{id}", .console("Manage on the hub")),
-        Row("POST", "/console/hubs/{hub}/credentials/{platform}", .console("Manage on the hub")),
-        Row("POST", "/console/hubs/{hub}/credentials/{platform}/delete", .console("Manage on the hub")),
-        Row("POST", "/console/hubs/{hub}/keys", .console("Manage on the hub")),
-        Row("POST", "/console/hubs/{hub}/keys/{key}/rotate", .console("Manage on the hub")),
-        Row("POST", "/console/hubs/{hub}/keys/{key}/revoke", .console("Manage on the hub")),
-        Row("POST", "/console/hubs/{hub}/delete", .console("Manage on the hub")),
-        Row("POST", "/console/hubs/{hub}/installations/{id}/delete", .console("Manage on the hub")),
-        Row("POST", "/console/hubs/{hub}/registrations/{id}/delete", .console("Manage on the hub")),
+        Row(
+            "POST", "/console/hubs/{hub}/credentials/{platform}", .console("Manage on the hub"),
+            audit: "credentials.set"),
+        Row(
+            "POST", "/console/hubs/{hub}/credentials/{platform}/delete", .console("Manage on the hub"),
+            audit: "credentials.delete"),
+        Row("POST", "/console/hubs/{hub}/keys", .console("Manage on the hub"), audit: "key.set"),
+        Row("POST", "/console/hubs/{hub}/keys/{key}/rotate", .console("Manage on the hub"), audit: "key.rotate"),
+        Row("POST", "/console/hubs/{hub}/keys/{key}/revoke", .console("Manage on the hub"), audit: "key.revoke"),
+        Row("POST", "/console/hubs/{hub}/delete", .console("Manage on the hub"), audit: "hub.delete"),
+        Row(
+            "POST", "/console/hubs/{hub}/installations/{id}/delete", .console("Manage on the hub"),
+            audit: "device.delete"),
+        Row(
+            "POST", "/console/hubs/{hub}/registrations/{id}/delete", .console("Manage on the hub"),
+            audit: "device.delete"),
         Row("GET", "/console/inbox", .console("an administrator, on a stack without push credentials")),
         Row("GET", "/console/sends/{id}", .console("Manage on the send's hub")),
     ]
@@ -153,6 +170,8 @@ public enum RouteRights {
             "a Herald user: the hubs they hold Manage on (every hub with Manage on the hub default)"
         case .manage(.defaultHub): "a Herald user with Manage on the hub default"
         case .manage(.pathHub): "a Herald user with Manage on the hub, or on the hub default"
+        case .manage(.queryHub):
+            "a Herald user with Manage on the hub default; with `?hub=`, Manage on that hub (its records only)"
         case .console(let what): "a console session: \(what)"
         case .testMode: "anyone, on a stack in test mode (404 otherwise)"
         }
@@ -160,8 +179,14 @@ public enum RouteRights {
 
     /// The rights table of docs/security.md.
     public static var markdown: String {
-        var lines = ["| route | who may call it |", "|---|---|"]
-        for row in table { lines.append("| `\(row.route)` | \(words(row.needs)) |") }
+        var lines = ["| route | who may call it | audit record |", "|---|---|---|"]
+        for row in table {
+            lines.append("| `\(row.route)` | \(words(row.needs)) | \(row.audit.map { "`\($0)`" } ?? "") |")
+        }
         return lines.joined(separator: "\n")
     }
+
+    /// The audit action of each audited route, by "METHOD /path/{pattern}".
+    static let auditActions: [String: String] = Dictionary(
+        table.compactMap { row in row.audit.map { (row.route, $0) } }, uniquingKeysWith: { first, _ in first })
 }

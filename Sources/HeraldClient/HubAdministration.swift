@@ -110,6 +110,19 @@ public enum HubAdministration {
         var changesDispatch: Bool {
             pushesPerDay != nil || pushesPerMonth != nil || maxConcurrentPushes != nil || weight != nil
         }
+
+        /// Whether no limit is set.
+        public var isEmpty: Bool { !changesAuth && !changesDispatch }
+
+        /// The limits set, as an audit record's detail: "requestsPerSecond=7, weight=3".
+        public var auditDetail: String {
+            let set: [(String, Int64?)] = [
+                ("maxInstallations", maxInstallations), ("requestsPerSecond", requestsPerSecond),
+                ("requestBurst", requestBurst), ("pushesPerDay", pushesPerDay), ("pushesPerMonth", pushesPerMonth),
+                ("maxConcurrentPushes", maxConcurrentPushes), ("weight", weight),
+            ]
+            return set.compactMap { name, value in value.map { "\(name)=\($0)" } }.joined(separator: ", ")
+        }
     }
 
     /// Hub `name` and its push limits with their use so far; with `changes`, those set first

@@ -15,7 +15,7 @@ struct Herald: AsyncParsableCommand {
         abstract: "Run and inspect a Herald push-notification stack.",
         subcommands: [
             Up.self, Users.self, Hubs.self, Tokens.self, Device.self, Inbox.self, OutcomeCommand.self, Backup.self,
-            Restore.self, Keys.self,
+            Restore.self, Keys.self, Audit.self,
         ]
     )
 }
@@ -157,13 +157,15 @@ func withService<T: Sendable>(_ service: ServiceName, _ stack: StackOptions, _ b
     do {
         return try await RPCClient.with(socketPath: socket, timeout: .seconds(30), body)
     } catch let error as ServiceError {
-        throw CLIError(message: "\(error.code): \(error.message)")
+        throw CLIError(message: "\(error.code): \(error.message)", code: error.code)
     }
 }
 
 /// A failure to print as one line, without a stack of Swift types.
 struct CLIError: Error, CustomStringConvertible {
     var message: String
+    /// The service's status, when a service refused.
+    var code: StatusCode?
     var description: String { message }
 }
 

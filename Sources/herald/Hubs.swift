@@ -27,9 +27,11 @@ struct Hubs: AsyncParsableCommand {
         var maxInstallations: Int64 = 0
 
         func run() async throws {
-            let hub = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).createHub(
-                    CreateHubRequest(name: name, maxInstallations: maxInstallations))
+            let hub = try await CLIAudit.record(stack, "hub.create", hub: name) {
+                try await withService(.auth, stack) { client in
+                    try await AuthServiceClient(client).createHub(
+                        CreateHubRequest(name: name, maxInstallations: maxInstallations))
+                }
             }
             print("hub \(hub.name) created; its connection strings: herald hubs keys \(hub.name)")
         }
@@ -98,9 +100,14 @@ struct Hubs: AsyncParsableCommand {
             } else {
                 let name = name ?? ""
                 let hub: Hub
-                (hub, deleted) = try await withEveryService(stack) { auth, registration, _, dispatch in
-                    try await HubAdministration.delete(
-                        name: name, auth: auth, registration: registration, dispatch: dispatch)
+                let known = try? await Hubs.identity(name, stack)
+                (hub, deleted) = try await CLIAudit.record(
+                    stack, "hub.delete", hub: known?.name ?? name, hubID: known?.id ?? ""
+                ) {
+                    try await withEveryService(stack) { auth, registration, _, dispatch in
+                        try await HubAdministration.delete(
+                            name: name, auth: auth, registration: registration, dispatch: dispatch)
+                    }
                 }
                 what = "hub \(hub.name) deleted with its keys, credentials"
             }
@@ -141,7 +148,13 @@ struct Hubs: AsyncParsableCommand {
                 maxInstallations: maxInstallations, requestsPerSecond: requestsPerSecond, requestBurst: requestBurst,
                 pushesPerDay: pushesPerDay, pushesPerMonth: pushesPerMonth, maxConcurrentPushes: maxConcurrentPushes,
                 weight: weight)
-            let (hub, pushes) = try await Self.read(name, stack, changing: changes)
+            let (hub, pushes) =
+                changes.isEmpty
+                ? try await Self.read(name, stack)
+                : try await CLIAudit.record(
+                    stack, "limits.set", hub: name, hubID: (try? await Hubs.identity(name, stack))?.id ?? "",
+                    detail: changes.auditDetail
+                ) { try await Self.read(name, stack, changing: changes) }
             print("hub \(hub.name):")
             for line in Self.describe(hub, pushes) { print("  \(line)") }
         }
@@ -228,8 +241,12 @@ struct Hubs: AsyncParsableCommand {
                 } catch let error as ServiceError {
                     throw ValidationError(error.message)
                 }
-                let answer = try await withService(.dispatch, stack) { client in
-                    try await DispatchServiceClient(client).setHubCredentials(request)
+                let answer = try await CLIAudit.record(
+                    stack, "credentials.set", hub: hub.name, hubID: hub.id, target: platform.name
+                ) {
+                    try await withService(.dispatch, stack) { client in
+                        try await DispatchServiceClient(client).setHubCredentials(request)
+                    }
                 }
                 Show.print(answer, hub: hub.name)
             }
@@ -272,9 +289,13 @@ struct Hubs: AsyncParsableCommand {
             func run() async throws {
                 let platform = try Hubs.platform(self.platform)
                 let hub = try await Hubs.identity(self.hub, stack)
-                let answer = try await withService(.dispatch, stack) { client in
-                    try await DispatchServiceClient(client).deleteHubCredentials(
-                        DeleteHubCredentialsRequest(hub: hub.id, platform: platform))
+                let answer = try await CLIAudit.record(
+                    stack, "credentials.delete", hub: hub.name, hubID: hub.id, target: platform.name
+                ) {
+                    try await withService(.dispatch, stack) { client in
+                        try await DispatchServiceClient(client).deleteHubCredentials(
+                            DeleteHubCredentialsRequest(hub: hub.id, platform: platform))
+                    }
                 }
                 Show.print(answer, hub: hub.name)
             }
@@ -334,10 +355,16 @@ struct Hubs: AsyncParsableCommand {
             var rights: [String]
 
             func run() async throws {
-                let key = try await withService(.auth, stack) { client in
-                    var request = SetHubKeyRequest(hub: hub, name: name)
-                    request.hubRights = try HubRights(names: rights)
-                    return try await AuthServiceClient(client).setHubKey(request)
+                let identity = try await Hubs.identity(hub, stack)
+                let key = try await CLIAudit.record(
+                    stack, "key.set", hub: identity.name, hubID: identity.id, target: name,
+                    detail: "rights: \(rights.joined(separator: ", "))"
+                ) {
+                    try await withService(.auth, stack) { client in
+                        var request = SetHubKeyRequest(hub: identity.name, name: name)
+                        request.hubRights = try HubRights(names: rights)
+                        return try await AuthServiceClient(client).setHubKey(request)
+                    }
                 }
                 print("key \(key.name) of \(hub): \(key.hubRights.names.joined(separator: ","))")
             }
@@ -353,9 +380,14 @@ struct Hubs: AsyncParsableCommand {
             var which: String
 
             func run() async throws {
-                _ = try await withService(.auth, stack) { client in
-                    try await AuthServiceClient(client).rotateHubKey(
-                        RotateHubKeyRequest(hub: hub, name: name, which: which))
+                let identity = try await Hubs.identity(hub, stack)
+                _ = try await CLIAudit.record(
+                    stack, "key.rotate", hub: identity.name, hubID: identity.id, target: name, detail: which
+                ) {
+                    try await withService(.auth, stack) { client in
+                        try await AuthServiceClient(client).rotateHubKey(
+                            RotateHubKeyRequest(hub: identity.name, name: name, which: which))
+                    }
                 }
                 print("\(which) secret of \(name) on \(hub) replaced; see it with: herald hubs keys \(hub)")
             }
@@ -369,8 +401,14 @@ struct Hubs: AsyncParsableCommand {
             @Argument var name: String
 
             func run() async throws {
-                _ = try await withService(.auth, stack) { client in
-                    try await AuthServiceClient(client).revokeHubKey(RevokeHubKeyRequest(hub: hub, name: name))
+                let identity = try await Hubs.identity(hub, stack)
+                _ = try await CLIAudit.record(
+                    stack, "key.revoke", hub: identity.name, hubID: identity.id, target: name
+                ) {
+                    try await withService(.auth, stack) { client in
+                        try await AuthServiceClient(client).revokeHubKey(
+                            RevokeHubKeyRequest(hub: identity.name, name: name))
+                    }
                 }
                 print("key \(name) of \(hub) revoked")
             }
@@ -389,10 +427,16 @@ struct Hubs: AsyncParsableCommand {
         var rights: [String] = []
 
         func run() async throws {
-            let granted = try await withService(.auth, stack) { client in
-                var request = GrantHubRightsRequest(hub: hub, user: user)
-                request.hubRights = try HubRights(names: rights)
-                return try await AuthServiceClient(client).grantHubRights(request).hubRights
+            let identity = try await Hubs.identity(hub, stack)
+            let granted = try await CLIAudit.record(
+                stack, "grant.set", hub: identity.name, hubID: identity.id, target: user,
+                detail: "rights: \(rights.isEmpty ? "none" : rights.joined(separator: ", "))"
+            ) {
+                try await withService(.auth, stack) { client in
+                    var request = GrantHubRightsRequest(hub: identity.name, user: user)
+                    request.hubRights = try HubRights(names: rights)
+                    return try await AuthServiceClient(client).grantHubRights(request).hubRights
+                }
             }
             let names = granted.names
             print("\(user) on \(hub): \(names.isEmpty ? "no rights" : names.joined(separator: ","))")

@@ -56,8 +56,10 @@ struct Users: AsyncParsableCommand {
         @Argument var user: String
 
         func run() async throws {
-            _ = try await withService(.auth, stack) { client in
-                try await AuthServiceClient(client).deleteUser(DeleteUserRequest(user: user))
+            _ = try await CLIAudit.record(stack, "user.delete", target: user) {
+                try await withService(.auth, stack) { client in
+                    try await AuthServiceClient(client).deleteUser(DeleteUserRequest(user: user))
+                }
             }
             print("user \(user) deleted")
         }
@@ -81,12 +83,17 @@ struct Users: AsyncParsableCommand {
         @Argument var user: String
 
         func run() async throws {
-            var hubID: String?
-            if let hub { hubID = try await Hubs.identity(hub, stack).id }
-            let report = try await withEveryService(stack) { auth, registration, payload, dispatch in
-                try await UserErasure.run(
-                    user: user, hub: hubID, auth: auth, registration: registration, payload: payload, dispatch: dispatch
-                )
+            var identity: (name: String, id: String)?
+            if let hub { identity = try await Hubs.identity(hub, stack) }
+            let hubID = identity?.id
+            let report = try await CLIAudit.record(
+                stack, "user.erase", hub: identity?.name ?? "", hubID: hubID ?? "", target: user
+            ) {
+                try await withEveryService(stack) { auth, registration, payload, dispatch in
+                    try await UserErasure.run(
+                        user: user, hub: hubID, auth: auth, registration: registration, payload: payload,
+                        dispatch: dispatch)
+                }
             }
             if json {
                 let encoder = JSONEncoder()

@@ -46,7 +46,8 @@ struct AuthHandlersTests {
             mode: mode, store: try await AccountStore(db: db), hasher: PasswordHasher(logN: 10),
             gate: LoginGate(maxPending: 8, failureBudgetPerMinute: 600, maxWaitMilliseconds: 600_000),
             changed: { bumps.count.wrappingAdd(1, ordering: .sequentiallyConsistent) })
-        let handlers = AuthHandlers(authenticator: authenticator, hubs: try await HubStore(db: db))
+        let handlers = AuthHandlers(
+            authenticator: authenticator, hubs: try await HubStore(db: db), audit: try await AuditStore(db: db))
         return Fixture(handlers: handlers, bumps: bumps)
     }
 

@@ -26,8 +26,11 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     /// What ListHubs answers (the default hub unless given).
     let hubs: [Hub]
     private let seen = Mutex<
-        (ids: [String], deleted: [Int64], resets: Int, inbox: [ListInboxRequest], outcomes: [GetOutcomeRequest])
-    >(([], [], 0, [], []))
+        (
+            ids: [String], deleted: [Int64], resets: Int, inbox: [ListInboxRequest], outcomes: [GetOutcomeRequest],
+            audits: [AppendAuditRequest]
+        )
+    >(([], [], 0, [], [], []))
 
     /// A real herald-registration (in-memory SQLite) behind the NH registration RPCs, when given.
     let hubRegistrations: RegistrationHandlers?
@@ -76,6 +79,8 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     var resetCount: Int { seen.withLock { $0.resets } }
     var inboxRequests: [ListInboxRequest] { seen.withLock { $0.inbox } }
     var outcomeRequests: [GetOutcomeRequest] { seen.withLock { $0.outcomes } }
+    /// The audit records the edge appended (the last 256).
+    var auditRequests: [AppendAuditRequest] { seen.withLock { $0.audits } }
 
     // every service: one method satisfies all four client protocols
     func resetForTests(_ request: ResetForTestsRequest, options: RPCCallOptions) async throws -> ResetForTestsResponse {
@@ -209,6 +214,15 @@ final class FakeServices: AuthServiceClientProtocol, RegistrationServiceClientPr
     }
     func setHubLimits(_ request: SetHubLimitsRequest, options: RPCCallOptions) async throws -> Hub {
         throw Self.unused()
+    }
+    func appendAudit(_ request: AppendAuditRequest, options: RPCCallOptions) async throws -> AuditRecord {
+        try record(options, authError)
+        seen.withLock { Self.append(request, to: &$0.audits) }
+        return AuditRecord(seq: 1, actor: request.actor, action: request.action)
+    }
+    func listAudit(_ request: ListAuditRequest, options: RPCCallOptions) async throws -> ListAuditResponse {
+        try record(options, authError)
+        return ListAuditResponse(records: [], headSeq: 0, headHash: String(repeating: "0", count: 64))
     }
 
     // registration

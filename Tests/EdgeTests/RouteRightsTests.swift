@@ -153,6 +153,8 @@ struct RouteRightsTests {
             case .theirHubs: return true
             case .defaultHub: return caller == .userWithManage
             case .pathHub: return caller == .userWithManage || caller == .userManagingThisHub
+            // The matrix reads without `?hub=`: the whole trail, the stack's admin's.
+            case .queryHub: return caller == .userWithManage
             }
         case .console(let what):
             guard caller.isHeraldUser else { return false }

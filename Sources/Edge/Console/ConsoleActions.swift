@@ -188,6 +188,7 @@ extension ConsoleRoutes {
         let form = try await ConsolePage.form(request, config, session: session)
         try Self.requireCSRF(form, session)
         let name = try EdgeHTTP.text(form["name"] ?? "", "name")
+        AuditTrail.target(name)
         let current = try await auth.getHub(GetHubRequest(name: hub.name), requestID: context.requestID)
         guard !current.keys.contains(where: { $0.name == name }) else {
             throw EdgeError(.conflict, "the hub has a key named \(name): rotate or revoke it instead")
@@ -197,6 +198,7 @@ extension ConsoleRoutes {
             form["manage"] == "on" ? .manage : [],
         ]
         guard !rights.isEmpty else { throw EdgeError(.badRequest, "a key needs at least one right") }
+        AuditTrail.detail("rights: \(rights.names.joined(separator: ", "))")
         let key = try await auth.setHubKey(
             SetHubKeyRequest(hub: hub.name, name: name, rights: rights.proto), requestID: context.requestID)
         return Self.secretPage(key, hub: hub, request: request, session: session)

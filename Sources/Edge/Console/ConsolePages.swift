@@ -36,9 +36,11 @@ extension ConsoleRoutes {
             }
             limit = value
         }
+        let name = try EdgeHTTP.text(form["name"] ?? "", "name")
+        AuditTrail.hub(name: name, id: "")
         let hub = try await auth.createHub(
-            CreateHubRequest(name: try EdgeHTTP.text(form["name"] ?? "", "name"), maxInstallations: limit),
-            requestID: context.requestID)
+            CreateHubRequest(name: name, maxInstallations: limit), requestID: context.requestID)
+        AuditTrail.hub(name: hub.name, id: hub.id)
         return ConsolePage.redirect("/console/hubs/\(ConsolePage.pathComponent(hub.name))")
     }
 

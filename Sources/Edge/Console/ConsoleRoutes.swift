@@ -112,6 +112,7 @@ struct ConsoleRoutes: Sendable {
             let name = try context.parameters.require("hub")
             try await requireManage(session, hub: name, context)
             let hub = try await auth.getHub(GetHubRequest(name: name), requestID: context.requestID)
+            AuditTrail.hub(name: hub.name, id: hub.id)
             return try await body(session, ConsoleHub(name: hub.name, id: hub.id))
         }
     }
@@ -162,6 +163,7 @@ struct ConsoleRoutes: Sendable {
         } catch let error as ServiceError where error.code == .unauthenticated {
             return nil
         }
+        AuditTrail.caller("user:\(principal.user)")
         return ConsoleSession(
             token: token, user: principal.user, admin: principal.hubRights.contains(.manage))
     }

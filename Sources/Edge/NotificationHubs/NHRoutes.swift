@@ -152,6 +152,11 @@ package struct NotificationHubsRoutes: Sendable {
         let answer = try await sasVerdict(
             AuthorizeSasRequest(hub: hub, authorization: header, resource: resource, clientAddress: context.remoteIP),
             requestID: context.requestID)
+        // Manage's routes include a user's erase, which is audited: the key is its caller.
+        if right.contains(.manage) {
+            AuditTrail.caller("key:\(answer.keyName)")
+            AuditTrail.hub(name: hub, id: answer.hubID)
+        }
         guard answer.hubRights.isSuperset(of: right) else {
             // NH's answer and words for a missing claim.
             throw EdgeError(

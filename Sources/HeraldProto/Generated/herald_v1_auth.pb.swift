@@ -2095,6 +2095,350 @@ extension SetHubLimitsRequest: CBacked {
     static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__set_hub_limits_request__free_unpacked(p, nil) }
 }
 
+/// What a management change appends to the audit trail.
+public struct AppendAuditRequest: HeraldMessage {
+    /// Who: "user:<name>" (Basic, Bearer or a console session), "key:<key name>" (a hub's SAS key),
+    /// "cli:<local user>" (the command-line tool).
+    public var actor: String
+    /// What, as a dotted word: hub.create, hub.delete, key.set, key.rotate, key.revoke,
+    /// credentials.set, credentials.delete, limits.set, grant.set, user.erase, device.delete.
+    public var action: String
+    /// The hub's name and immutable id as it was when the change was made (empty: none).
+    public var hub: String
+    public var hubID: String
+    /// What of the hub: the key's name, the platform, the user erased or granted.
+    public var target: String
+    /// The caller's IP address as the edge saw it (behind trusted proxies: the client's); "local"
+    /// for the command-line tool.
+    public var clientAddress: String
+    public var requestID: String
+    /// The HTTP status the change was answered with (the command-line tool: 200, or its failure's).
+    public var status: Int32
+    /// A short detail: the rights granted, the limits set, the key's rights. Never a secret.
+    public var detail: String
+
+    public init(actor: String = "", action: String = "", hub: String = "", hubID: String = "", target: String = "", clientAddress: String = "", requestID: String = "", status: Int32 = 0, detail: String = "") {
+        self.actor = actor
+        self.action = action
+        self.hub = hub
+        self.hubID = hubID
+        self.target = target
+        self.clientAddress = clientAddress
+        self.requestID = requestID
+        self.status = status
+        self.detail = detail
+    }
+
+    public init() {
+        self.actor = ""
+        self.action = ""
+        self.hub = ""
+        self.hubID = ""
+        self.target = ""
+        self.clientAddress = ""
+        self.requestID = ""
+        self.status = 0
+        self.detail = ""
+    }
+
+    public static let protoName = "herald.v1.AppendAuditRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension AppendAuditRequest: CBacked {
+    typealias CType = Herald__V1__AppendAuditRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.actor = CBridge.string(m.actor)
+        self.action = CBridge.string(m.action)
+        self.hub = CBridge.string(m.hub)
+        self.hubID = CBridge.string(m.hub_id)
+        self.target = CBridge.string(m.target)
+        self.clientAddress = CBridge.string(m.client_address)
+        self.requestID = CBridge.string(m.request_id)
+        self.status = m.status
+        self.detail = CBridge.string(m.detail)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__append_audit_request__init(p)
+        p.pointee.actor = try arena.string(self.actor, field: "herald.v1.AppendAuditRequest.actor")
+        p.pointee.action = try arena.string(self.action, field: "herald.v1.AppendAuditRequest.action")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.AppendAuditRequest.hub")
+        p.pointee.hub_id = try arena.string(self.hubID, field: "herald.v1.AppendAuditRequest.hub_id")
+        p.pointee.target = try arena.string(self.target, field: "herald.v1.AppendAuditRequest.target")
+        p.pointee.client_address = try arena.string(self.clientAddress, field: "herald.v1.AppendAuditRequest.client_address")
+        p.pointee.request_id = try arena.string(self.requestID, field: "herald.v1.AppendAuditRequest.request_id")
+        p.pointee.status = self.status
+        p.pointee.detail = try arena.string(self.detail, field: "herald.v1.AppendAuditRequest.detail")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__append_audit_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__append_audit_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__append_audit_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__append_audit_request__free_unpacked(p, nil) }
+}
+
+/// One record of the audit trail.
+public struct AuditRecord: HeraldMessage {
+    /// 1, 2, 3… with no gap.
+    public var seq: Int64
+    /// When herald-auth appended it (Unix epoch ms).
+    public var atUnixMs: Int64
+    public var actor: String
+    public var action: String
+    public var hub: String
+    public var hubID: String
+    public var target: String
+    public var clientAddress: String
+    public var requestID: String
+    public var status: Int32
+    public var detail: String
+    /// The hash of the record before (64 zeros for the first) and this record's: the lower-case hex
+    /// SHA-256 of every field above and then prev_hash, in field order, each as an 8-byte big-endian
+    /// length and its UTF-8 bytes (numbers in decimal), as HeraldService's AuditChain computes it.
+    public var prevHash: String
+    public var hash: String
+
+    public init(seq: Int64 = 0, atUnixMs: Int64 = 0, actor: String = "", action: String = "", hub: String = "", hubID: String = "", target: String = "", clientAddress: String = "", requestID: String = "", status: Int32 = 0, detail: String = "", prevHash: String = "", hash: String = "") {
+        self.seq = seq
+        self.atUnixMs = atUnixMs
+        self.actor = actor
+        self.action = action
+        self.hub = hub
+        self.hubID = hubID
+        self.target = target
+        self.clientAddress = clientAddress
+        self.requestID = requestID
+        self.status = status
+        self.detail = detail
+        self.prevHash = prevHash
+        self.hash = hash
+    }
+
+    public init() {
+        self.seq = 0
+        self.atUnixMs = 0
+        self.actor = ""
+        self.action = ""
+        self.hub = ""
+        self.hubID = ""
+        self.target = ""
+        self.clientAddress = ""
+        self.requestID = ""
+        self.status = 0
+        self.detail = ""
+        self.prevHash = ""
+        self.hash = ""
+    }
+
+    public static let protoName = "herald.v1.AuditRecord"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension AuditRecord: CBacked {
+    typealias CType = Herald__V1__AuditRecord
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.seq = m.seq
+        self.atUnixMs = m.at_unix_ms
+        self.actor = CBridge.string(m.actor)
+        self.action = CBridge.string(m.action)
+        self.hub = CBridge.string(m.hub)
+        self.hubID = CBridge.string(m.hub_id)
+        self.target = CBridge.string(m.target)
+        self.clientAddress = CBridge.string(m.client_address)
+        self.requestID = CBridge.string(m.request_id)
+        self.status = m.status
+        self.detail = CBridge.string(m.detail)
+        self.prevHash = CBridge.string(m.prev_hash)
+        self.hash = CBridge.string(m.hash)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__audit_record__init(p)
+        p.pointee.seq = self.seq
+        p.pointee.at_unix_ms = self.atUnixMs
+        p.pointee.actor = try arena.string(self.actor, field: "herald.v1.AuditRecord.actor")
+        p.pointee.action = try arena.string(self.action, field: "herald.v1.AuditRecord.action")
+        p.pointee.hub = try arena.string(self.hub, field: "herald.v1.AuditRecord.hub")
+        p.pointee.hub_id = try arena.string(self.hubID, field: "herald.v1.AuditRecord.hub_id")
+        p.pointee.target = try arena.string(self.target, field: "herald.v1.AuditRecord.target")
+        p.pointee.client_address = try arena.string(self.clientAddress, field: "herald.v1.AuditRecord.client_address")
+        p.pointee.request_id = try arena.string(self.requestID, field: "herald.v1.AuditRecord.request_id")
+        p.pointee.status = self.status
+        p.pointee.detail = try arena.string(self.detail, field: "herald.v1.AuditRecord.detail")
+        p.pointee.prev_hash = try arena.string(self.prevHash, field: "herald.v1.AuditRecord.prev_hash")
+        p.pointee.hash = try arena.string(self.hash, field: "herald.v1.AuditRecord.hash")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__audit_record__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__audit_record__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__audit_record__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__audit_record__free_unpacked(p, nil) }
+}
+
+/// Request of ListAudit.
+public struct ListAuditRequest: HeraldMessage {
+    public var scope: ReadScope
+    /// The hub whose records to read, by its immutable id (Hub.id; READ_SCOPE_HUB): a hub made
+    /// again under a deleted one's name does not read the old one's. Empty: every record
+    /// (READ_SCOPE_ALL).
+    public var hubID: String
+    public var afterSeq: Int64
+    public var limit: Int32
+
+    public init(scope: ReadScope = ReadScope(rawValue: 0), hubID: String = "", afterSeq: Int64 = 0, limit: Int32 = 0) {
+        self.scope = scope
+        self.hubID = hubID
+        self.afterSeq = afterSeq
+        self.limit = limit
+    }
+
+    public init() {
+        self.scope = ReadScope(rawValue: 0)
+        self.hubID = ""
+        self.afterSeq = 0
+        self.limit = 0
+    }
+
+    public static let protoName = "herald.v1.ListAuditRequest"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListAuditRequest: CBacked {
+    typealias CType = Herald__V1__ListAuditRequest
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.scope = ReadScope(rawValue: Int32(truncatingIfNeeded: m.scope.rawValue))
+        self.hubID = CBridge.string(m.hub_id)
+        self.afterSeq = m.after_seq
+        self.limit = m.limit
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_audit_request__init(p)
+        p.pointee.scope = .init(rawValue: .init(truncatingIfNeeded: self.scope.rawValue))
+        p.pointee.hub_id = try arena.string(self.hubID, field: "herald.v1.ListAuditRequest.hub_id")
+        p.pointee.after_seq = self.afterSeq
+        p.pointee.limit = self.limit
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_audit_request__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_audit_request__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_audit_request__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_audit_request__free_unpacked(p, nil) }
+}
+
+/// Answer of ListAudit.
+public struct ListAuditResponse: HeraldMessage {
+    public var records: [AuditRecord]
+    /// The seq to pass as after_seq for the next page; 0 when there is none.
+    public var nextAfterSeq: Int64
+    /// The last record's seq and hash of the whole trail: what `herald audit verify` prints, to be
+    /// kept elsewhere, so that records taken off the end are found too.
+    public var headSeq: Int64
+    public var headHash: String
+
+    public init(records: [AuditRecord] = [], nextAfterSeq: Int64 = 0, headSeq: Int64 = 0, headHash: String = "") {
+        self.records = records
+        self.nextAfterSeq = nextAfterSeq
+        self.headSeq = headSeq
+        self.headHash = headHash
+    }
+
+    public init() {
+        self.records = []
+        self.nextAfterSeq = 0
+        self.headSeq = 0
+        self.headHash = ""
+    }
+
+    public static let protoName = "herald.v1.ListAuditResponse"
+
+    public init<Bytes: GRPCContiguousBytes>(serializedBytes bytes: Bytes) throws {
+        self = try CBridge.decode(Self.self, from: bytes)
+    }
+
+    public func serializedBytes<Bytes: GRPCContiguousBytes>() throws -> Bytes {
+        try CBridge.encode(self)
+    }
+}
+
+extension ListAuditResponse: CBacked {
+    typealias CType = Herald__V1__ListAuditResponse
+
+    init(_c pointer: UnsafePointer<CType>) {
+        let m = pointer.pointee
+        self.records = (0..<m.n_records).map { AuditRecord(_c: m.records[$0]!) }
+        self.nextAfterSeq = m.next_after_seq
+        self.headSeq = m.head_seq
+        self.headHash = CBridge.string(m.head_hash)
+    }
+
+    func _toC(_ arena: CArena) throws -> UnsafeMutablePointer<CType> {
+        let p = arena.allocate(CType.self)
+        herald__v1__list_audit_response__init(p)
+        p.pointee.n_records = self.records.count
+        p.pointee.records = arena.array(try self.records.map { Optional(try $0._toC(arena)) })
+        p.pointee.next_after_seq = self.nextAfterSeq
+        p.pointee.head_seq = self.headSeq
+        p.pointee.head_hash = try arena.string(self.headHash, field: "herald.v1.ListAuditResponse.head_hash")
+        return p
+    }
+
+    static func _packedSize(_ p: UnsafePointer<CType>) -> Int { herald__v1__list_audit_response__get_packed_size(p) }
+    static func _pack(_ p: UnsafePointer<CType>, _ out: UnsafeMutablePointer<UInt8>) -> Int {
+        herald__v1__list_audit_response__pack(p, out)
+    }
+    static func _unpack(_ count: Int, _ data: UnsafePointer<UInt8>) -> UnsafeMutablePointer<CType>? {
+        herald__v1__list_audit_response__unpack(nil, count, data)
+    }
+    static func _free(_ p: UnsafeMutablePointer<CType>) { herald__v1__list_audit_response__free_unpacked(p, nil) }
+}
+
 /// Authenticates callers of the edge and manages users and tokens.
 /// Method descriptors of `herald.v1.AuthService`.
 public enum AuthServiceMethods {
@@ -2173,7 +2517,20 @@ public enum AuthServiceMethods {
     public static let grantHubRights = UnaryMethod<GrantHubRightsRequest, GrantHubRightsResponse>(service: serviceName, method: "GrantHubRights")
     /// Changes a hub's limits. Errors: NOT_FOUND; INVALID_ARGUMENT for a negative limit.
     public static let setHubLimits = UnaryMethod<SetHubLimitsRequest, Hub>(service: serviceName, method: "SetHubLimits")
+    /// The audit trail: one record per management change (hubs, keys, credentials, limits, grants,
+    /// user erase), written by whoever made it (herald-edge for its routes and the console, the
+    /// command-line tool for its commands). Append-only: no RPC changes or deletes a record but
+    /// ResetForTests. Each record holds the SHA-256 of the one before it and of itself
+    /// (AuditRecord.hash), so `herald audit verify` finds a record altered or taken out.
+    /// Appends a record and answers it as stored (its seq, time and hashes).
+    /// Errors: INVALID_ARGUMENT for an empty actor or action, or a field over its bound (actor,
+    /// hub, target, detail: 256 bytes; action 64; client_address 64; request_id 64).
+    public static let appendAudit = UnaryMethod<AppendAuditRequest, AuditRecord>(service: serviceName, method: "AppendAudit")
+    /// Records oldest first, after `after_seq`, at most `limit` (1 to 1,000; 0: 100).
+    /// READ_SCOPE_HUB reads the records of the hub `hub_id` names only; READ_SCOPE_ALL, with
+    /// `hub_id` empty, every record. Errors: PERMISSION_DENIED for any other scope; INVALID_ARGUMENT.
+    public static let listAudit = UnaryMethod<ListAuditRequest, ListAuditResponse>(service: serviceName, method: "ListAudit")
 
     /// Every method's full name, "package.Service/Method".
-    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, eraseUser.fullName, exportUser.fullName, userExists.fullName, resetForTests.fullName, createHub.fullName, listHubs.fullName, getHub.fullName, deleteHub.fullName, listHubKeys.fullName, setHubKey.fullName, rotateHubKey.fullName, revokeHubKey.fullName, authorizeSas.fullName, grantHubRights.fullName, setHubLimits.fullName]
+    public static let allMethodNames: [String] = [authenticate.fullName, issueToken.fullName, revokeToken.fullName, revokeUserTokens.fullName, createUser.fullName, setPassword.fullName, deleteUser.fullName, listUsers.fullName, eraseUser.fullName, exportUser.fullName, userExists.fullName, resetForTests.fullName, createHub.fullName, listHubs.fullName, getHub.fullName, deleteHub.fullName, listHubKeys.fullName, setHubKey.fullName, rotateHubKey.fullName, revokeHubKey.fullName, authorizeSas.fullName, grantHubRights.fullName, setHubLimits.fullName, appendAudit.fullName, listAudit.fullName]
 }

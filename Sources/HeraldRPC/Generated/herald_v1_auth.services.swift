@@ -77,6 +77,19 @@ public protocol AuthServiceHandler: Sendable {
     func grantHubRights(_ request: GrantHubRightsRequest, context: RPCContext) async throws -> GrantHubRightsResponse
     /// Changes a hub's limits. Errors: NOT_FOUND; INVALID_ARGUMENT for a negative limit.
     func setHubLimits(_ request: SetHubLimitsRequest, context: RPCContext) async throws -> Hub
+    /// The audit trail: one record per management change (hubs, keys, credentials, limits, grants,
+    /// user erase), written by whoever made it (herald-edge for its routes and the console, the
+    /// command-line tool for its commands). Append-only: no RPC changes or deletes a record but
+    /// ResetForTests. Each record holds the SHA-256 of the one before it and of itself
+    /// (AuditRecord.hash), so `herald audit verify` finds a record altered or taken out.
+    /// Appends a record and answers it as stored (its seq, time and hashes).
+    /// Errors: INVALID_ARGUMENT for an empty actor or action, or a field over its bound (actor,
+    /// hub, target, detail: 256 bytes; action 64; client_address 64; request_id 64).
+    func appendAudit(_ request: AppendAuditRequest, context: RPCContext) async throws -> AuditRecord
+    /// Records oldest first, after `after_seq`, at most `limit` (1 to 1,000; 0: 100).
+    /// READ_SCOPE_HUB reads the records of the hub `hub_id` names only; READ_SCOPE_ALL, with
+    /// `hub_id` empty, every record. Errors: PERMISSION_DENIED for any other scope; INVALID_ARGUMENT.
+    func listAudit(_ request: ListAuditRequest, context: RPCContext) async throws -> ListAuditResponse
 }
 
 extension AuthServiceHandler {
@@ -150,6 +163,12 @@ extension AuthServiceHandler {
         }
         table.register(AuthServiceMethods.setHubLimits) { request, context in
             try await self.setHubLimits(request, context: context)
+        }
+        table.register(AuthServiceMethods.appendAudit) { request, context in
+            try await self.appendAudit(request, context: context)
+        }
+        table.register(AuthServiceMethods.listAudit) { request, context in
+            try await self.listAudit(request, context: context)
         }
     }
 }
@@ -228,6 +247,19 @@ public protocol AuthServiceClientProtocol: Sendable {
     func grantHubRights(_ request: GrantHubRightsRequest, options: RPCCallOptions) async throws -> GrantHubRightsResponse
     /// Changes a hub's limits. Errors: NOT_FOUND; INVALID_ARGUMENT for a negative limit.
     func setHubLimits(_ request: SetHubLimitsRequest, options: RPCCallOptions) async throws -> Hub
+    /// The audit trail: one record per management change (hubs, keys, credentials, limits, grants,
+    /// user erase), written by whoever made it (herald-edge for its routes and the console, the
+    /// command-line tool for its commands). Append-only: no RPC changes or deletes a record but
+    /// ResetForTests. Each record holds the SHA-256 of the one before it and of itself
+    /// (AuditRecord.hash), so `herald audit verify` finds a record altered or taken out.
+    /// Appends a record and answers it as stored (its seq, time and hashes).
+    /// Errors: INVALID_ARGUMENT for an empty actor or action, or a field over its bound (actor,
+    /// hub, target, detail: 256 bytes; action 64; client_address 64; request_id 64).
+    func appendAudit(_ request: AppendAuditRequest, options: RPCCallOptions) async throws -> AuditRecord
+    /// Records oldest first, after `after_seq`, at most `limit` (1 to 1,000; 0: 100).
+    /// READ_SCOPE_HUB reads the records of the hub `hub_id` names only; READ_SCOPE_ALL, with
+    /// `hub_id` empty, every record. Errors: PERMISSION_DENIED for any other scope; INVALID_ARGUMENT.
+    func listAudit(_ request: ListAuditRequest, options: RPCCallOptions) async throws -> ListAuditResponse
 }
 
 extension AuthServiceClientProtocol {
@@ -346,6 +378,16 @@ extension AuthServiceClientProtocol {
     ) async throws -> Hub {
         try await setHubLimits(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
     }
+    public func appendAudit(
+        _ request: AppendAuditRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> AuditRecord {
+        try await appendAudit(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
+    public func listAudit(
+        _ request: ListAuditRequest, requestID: String? = nil, timeout: Duration? = nil
+    ) async throws -> ListAuditResponse {
+        try await listAudit(request, options: RPCCallOptions(requestID: requestID, timeout: timeout))
+    }
 }
 
 /// `herald.v1.AuthService` over an ``RPCClient`` (either transport, Unix socket or TCP+TLS).
@@ -447,5 +489,13 @@ public struct AuthServiceClient: AuthServiceClientProtocol {
 
     public func setHubLimits(_ request: SetHubLimitsRequest, options: RPCCallOptions) async throws -> Hub {
         try await rpc.call(AuthServiceMethods.setHubLimits, request, options: options)
+    }
+
+    public func appendAudit(_ request: AppendAuditRequest, options: RPCCallOptions) async throws -> AuditRecord {
+        try await rpc.call(AuthServiceMethods.appendAudit, request, options: options)
+    }
+
+    public func listAudit(_ request: ListAuditRequest, options: RPCCallOptions) async throws -> ListAuditResponse {
+        try await rpc.call(AuthServiceMethods.listAudit, request, options: options)
     }
 }

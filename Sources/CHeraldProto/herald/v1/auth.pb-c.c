@@ -1627,6 +1627,186 @@ void   herald__v1__set_hub_limits_request__free_unpacked
   assert(message->base.descriptor == &herald__v1__set_hub_limits_request__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   herald__v1__append_audit_request__init
+                     (Herald__V1__AppendAuditRequest         *message)
+{
+  static const Herald__V1__AppendAuditRequest init_value = HERALD__V1__APPEND_AUDIT_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__append_audit_request__get_packed_size
+                     (const Herald__V1__AppendAuditRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__append_audit_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__append_audit_request__pack
+                     (const Herald__V1__AppendAuditRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__append_audit_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__append_audit_request__pack_to_buffer
+                     (const Herald__V1__AppendAuditRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__append_audit_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__AppendAuditRequest *
+       herald__v1__append_audit_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__AppendAuditRequest *)
+     protobuf_c_message_unpack (&herald__v1__append_audit_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__append_audit_request__free_unpacked
+                     (Herald__V1__AppendAuditRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__append_audit_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__audit_record__init
+                     (Herald__V1__AuditRecord         *message)
+{
+  static const Herald__V1__AuditRecord init_value = HERALD__V1__AUDIT_RECORD__INIT;
+  *message = init_value;
+}
+size_t herald__v1__audit_record__get_packed_size
+                     (const Herald__V1__AuditRecord *message)
+{
+  assert(message->base.descriptor == &herald__v1__audit_record__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__audit_record__pack
+                     (const Herald__V1__AuditRecord *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__audit_record__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__audit_record__pack_to_buffer
+                     (const Herald__V1__AuditRecord *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__audit_record__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__AuditRecord *
+       herald__v1__audit_record__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__AuditRecord *)
+     protobuf_c_message_unpack (&herald__v1__audit_record__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__audit_record__free_unpacked
+                     (Herald__V1__AuditRecord *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__audit_record__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_audit_request__init
+                     (Herald__V1__ListAuditRequest         *message)
+{
+  static const Herald__V1__ListAuditRequest init_value = HERALD__V1__LIST_AUDIT_REQUEST__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_audit_request__get_packed_size
+                     (const Herald__V1__ListAuditRequest *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_audit_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_audit_request__pack
+                     (const Herald__V1__ListAuditRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_audit_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_audit_request__pack_to_buffer
+                     (const Herald__V1__ListAuditRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_audit_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListAuditRequest *
+       herald__v1__list_audit_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListAuditRequest *)
+     protobuf_c_message_unpack (&herald__v1__list_audit_request__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_audit_request__free_unpacked
+                     (Herald__V1__ListAuditRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_audit_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   herald__v1__list_audit_response__init
+                     (Herald__V1__ListAuditResponse         *message)
+{
+  static const Herald__V1__ListAuditResponse init_value = HERALD__V1__LIST_AUDIT_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t herald__v1__list_audit_response__get_packed_size
+                     (const Herald__V1__ListAuditResponse *message)
+{
+  assert(message->base.descriptor == &herald__v1__list_audit_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t herald__v1__list_audit_response__pack
+                     (const Herald__V1__ListAuditResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &herald__v1__list_audit_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t herald__v1__list_audit_response__pack_to_buffer
+                     (const Herald__V1__ListAuditResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &herald__v1__list_audit_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Herald__V1__ListAuditResponse *
+       herald__v1__list_audit_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Herald__V1__ListAuditResponse *)
+     protobuf_c_message_unpack (&herald__v1__list_audit_response__descriptor,
+                                allocator, len, data);
+}
+void   herald__v1__list_audit_response__free_unpacked
+                     (Herald__V1__ListAuditResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &herald__v1__list_audit_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor herald__v1__authenticate_request__field_descriptors[3] =
 {
   {
@@ -3558,6 +3738,496 @@ const ProtobufCMessageDescriptor herald__v1__set_hub_limits_request__descriptor 
   (ProtobufCMessageInit) herald__v1__set_hub_limits_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
+static const ProtobufCFieldDescriptor herald__v1__append_audit_request__field_descriptors[9] =
+{
+  {
+    "actor",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AppendAuditRequest, actor),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "action",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AppendAuditRequest, action),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AppendAuditRequest, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub_id",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AppendAuditRequest, hub_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "target",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AppendAuditRequest, target),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "client_address",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AppendAuditRequest, client_address),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "request_id",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AppendAuditRequest, request_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "status",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AppendAuditRequest, status),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "detail",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AppendAuditRequest, detail),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__append_audit_request__field_indices_by_name[] = {
+  1,   /* field[1] = action */
+  0,   /* field[0] = actor */
+  5,   /* field[5] = client_address */
+  8,   /* field[8] = detail */
+  2,   /* field[2] = hub */
+  3,   /* field[3] = hub_id */
+  6,   /* field[6] = request_id */
+  7,   /* field[7] = status */
+  4,   /* field[4] = target */
+};
+static const ProtobufCIntRange herald__v1__append_audit_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 9 }
+};
+const ProtobufCMessageDescriptor herald__v1__append_audit_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.AppendAuditRequest",
+  "AppendAuditRequest",
+  "Herald__V1__AppendAuditRequest",
+  "herald.v1",
+  sizeof(Herald__V1__AppendAuditRequest),
+  9,
+  herald__v1__append_audit_request__field_descriptors,
+  herald__v1__append_audit_request__field_indices_by_name,
+  1,  herald__v1__append_audit_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__append_audit_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__audit_record__field_descriptors[13] =
+{
+  {
+    "seq",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, seq),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "at_unix_ms",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, at_unix_ms),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "actor",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, actor),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "action",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, action),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, hub),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub_id",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, hub_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "target",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, target),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "client_address",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, client_address),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "request_id",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, request_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "status",
+    10,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, status),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "detail",
+    11,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, detail),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "prev_hash",
+    12,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, prev_hash),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hash",
+    13,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__AuditRecord, hash),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__audit_record__field_indices_by_name[] = {
+  3,   /* field[3] = action */
+  2,   /* field[2] = actor */
+  1,   /* field[1] = at_unix_ms */
+  7,   /* field[7] = client_address */
+  10,   /* field[10] = detail */
+  12,   /* field[12] = hash */
+  4,   /* field[4] = hub */
+  5,   /* field[5] = hub_id */
+  11,   /* field[11] = prev_hash */
+  8,   /* field[8] = request_id */
+  0,   /* field[0] = seq */
+  9,   /* field[9] = status */
+  6,   /* field[6] = target */
+};
+static const ProtobufCIntRange herald__v1__audit_record__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 13 }
+};
+const ProtobufCMessageDescriptor herald__v1__audit_record__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.AuditRecord",
+  "AuditRecord",
+  "Herald__V1__AuditRecord",
+  "herald.v1",
+  sizeof(Herald__V1__AuditRecord),
+  13,
+  herald__v1__audit_record__field_descriptors,
+  herald__v1__audit_record__field_indices_by_name,
+  1,  herald__v1__audit_record__number_ranges,
+  (ProtobufCMessageInit) herald__v1__audit_record__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_audit_request__field_descriptors[4] =
+{
+  {
+    "scope",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListAuditRequest, scope),
+    &herald__v1__read_scope__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "hub_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListAuditRequest, hub_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "after_seq",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListAuditRequest, after_seq),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "limit",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListAuditRequest, limit),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_audit_request__field_indices_by_name[] = {
+  2,   /* field[2] = after_seq */
+  1,   /* field[1] = hub_id */
+  3,   /* field[3] = limit */
+  0,   /* field[0] = scope */
+};
+static const ProtobufCIntRange herald__v1__list_audit_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_audit_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListAuditRequest",
+  "ListAuditRequest",
+  "Herald__V1__ListAuditRequest",
+  "herald.v1",
+  sizeof(Herald__V1__ListAuditRequest),
+  4,
+  herald__v1__list_audit_request__field_descriptors,
+  herald__v1__list_audit_request__field_indices_by_name,
+  1,  herald__v1__list_audit_request__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_audit_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor herald__v1__list_audit_response__field_descriptors[4] =
+{
+  {
+    "records",
+    1,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Herald__V1__ListAuditResponse, n_records),
+    offsetof(Herald__V1__ListAuditResponse, records),
+    &herald__v1__audit_record__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "next_after_seq",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListAuditResponse, next_after_seq),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "head_seq",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListAuditResponse, head_seq),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "head_hash",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Herald__V1__ListAuditResponse, head_hash),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned herald__v1__list_audit_response__field_indices_by_name[] = {
+  3,   /* field[3] = head_hash */
+  2,   /* field[2] = head_seq */
+  1,   /* field[1] = next_after_seq */
+  0,   /* field[0] = records */
+};
+static const ProtobufCIntRange herald__v1__list_audit_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 4 }
+};
+const ProtobufCMessageDescriptor herald__v1__list_audit_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "herald.v1.ListAuditResponse",
+  "ListAuditResponse",
+  "Herald__V1__ListAuditResponse",
+  "herald.v1",
+  sizeof(Herald__V1__ListAuditResponse),
+  4,
+  herald__v1__list_audit_response__field_descriptors,
+  herald__v1__list_audit_response__field_indices_by_name,
+  1,  herald__v1__list_audit_response__number_ranges,
+  (ProtobufCMessageInit) herald__v1__list_audit_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
 static const ProtobufCEnumValue herald__v1__hub_right__enum_values_by_number[4] =
 {
   { "HUB_RIGHT_UNSPECIFIED", "HERALD__V1__HUB_RIGHT__HUB_RIGHT_UNSPECIFIED", 0 },
@@ -3590,7 +4260,7 @@ const ProtobufCEnumDescriptor herald__v1__hub_right__descriptor =
   herald__v1__hub_right__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[23] =
+static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descriptors[25] =
 {
   { "Authenticate", &herald__v1__authenticate_request__descriptor, &herald__v1__authenticate_response__descriptor },
   { "IssueToken", &herald__v1__issue_token_request__descriptor, &herald__v1__issue_token_response__descriptor },
@@ -3615,8 +4285,11 @@ static const ProtobufCMethodDescriptor herald__v1__auth_service__method_descript
   { "AuthorizeSas", &herald__v1__authorize_sas_request__descriptor, &herald__v1__authorize_sas_response__descriptor },
   { "GrantHubRights", &herald__v1__grant_hub_rights_request__descriptor, &herald__v1__grant_hub_rights_response__descriptor },
   { "SetHubLimits", &herald__v1__set_hub_limits_request__descriptor, &herald__v1__hub__descriptor },
+  { "AppendAudit", &herald__v1__append_audit_request__descriptor, &herald__v1__audit_record__descriptor },
+  { "ListAudit", &herald__v1__list_audit_request__descriptor, &herald__v1__list_audit_response__descriptor },
 };
 const unsigned herald__v1__auth_service__method_indices_by_name[] = {
+  23,        /* AppendAudit */
   0,        /* Authenticate */
   20,        /* AuthorizeSas */
   12,        /* CreateHub */
@@ -3628,6 +4301,7 @@ const unsigned herald__v1__auth_service__method_indices_by_name[] = {
   14,        /* GetHub */
   21,        /* GrantHubRights */
   1,        /* IssueToken */
+  24,        /* ListAudit */
   16,        /* ListHubKeys */
   13,        /* ListHubs */
   7,        /* ListUsers */
@@ -3648,7 +4322,7 @@ const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor =
   "AuthService",
   "Herald__V1__AuthService",
   "herald.v1",
-  23,
+  25,
   herald__v1__auth_service__method_descriptors,
   herald__v1__auth_service__method_indices_by_name
 };
@@ -3835,6 +4509,22 @@ void herald__v1__auth_service__set_hub_limits(ProtobufCService *service,
 {
   assert(service->descriptor == &herald__v1__auth_service__descriptor);
   service->invoke(service, 22, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__append_audit(ProtobufCService *service,
+                                            const Herald__V1__AppendAuditRequest *input,
+                                            Herald__V1__AuditRecord_Closure closure,
+                                            void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 23, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
+}
+void herald__v1__auth_service__list_audit(ProtobufCService *service,
+                                          const Herald__V1__ListAuditRequest *input,
+                                          Herald__V1__ListAuditResponse_Closure closure,
+                                          void *closure_data)
+{
+  assert(service->descriptor == &herald__v1__auth_service__descriptor);
+  service->invoke(service, 24, (const ProtobufCMessage *) input, (ProtobufCClosure) closure, closure_data);
 }
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
                                      Herald__V1__AuthService_ServiceDestroy destroy)

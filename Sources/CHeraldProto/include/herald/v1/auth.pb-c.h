@@ -52,6 +52,10 @@ typedef struct Herald__V1__AuthorizeSasResponse Herald__V1__AuthorizeSasResponse
 typedef struct Herald__V1__GrantHubRightsRequest Herald__V1__GrantHubRightsRequest;
 typedef struct Herald__V1__GrantHubRightsResponse Herald__V1__GrantHubRightsResponse;
 typedef struct Herald__V1__SetHubLimitsRequest Herald__V1__SetHubLimitsRequest;
+typedef struct Herald__V1__AppendAuditRequest Herald__V1__AppendAuditRequest;
+typedef struct Herald__V1__AuditRecord Herald__V1__AuditRecord;
+typedef struct Herald__V1__ListAuditRequest Herald__V1__ListAuditRequest;
+typedef struct Herald__V1__ListAuditResponse Herald__V1__ListAuditResponse;
 
 
 /* --- enums --- */
@@ -795,6 +799,132 @@ struct  Herald__V1__SetHubLimitsRequest
     , (char *)protobuf_c_empty_string, 0, 0, 0 }
 
 
+/*
+ * What a management change appends to the audit trail.
+ */
+struct  Herald__V1__AppendAuditRequest
+{
+  ProtobufCMessage base;
+  /*
+   * Who: "user:<name>" (Basic, Bearer or a console session), "key:<key name>" (a hub's SAS key),
+   * "cli:<local user>" (the command-line tool).
+   */
+  char *actor;
+  /*
+   * What, as a dotted word: hub.create, hub.delete, key.set, key.rotate, key.revoke,
+   * credentials.set, credentials.delete, limits.set, grant.set, user.erase, device.delete.
+   */
+  char *action;
+  /*
+   * The hub's name and immutable id as it was when the change was made (empty: none).
+   */
+  char *hub;
+  char *hub_id;
+  /*
+   * What of the hub: the key's name, the platform, the user erased or granted.
+   */
+  char *target;
+  /*
+   * The caller's IP address as the edge saw it (behind trusted proxies: the client's); "local"
+   * for the command-line tool.
+   */
+  char *client_address;
+  char *request_id;
+  /*
+   * The HTTP status the change was answered with (the command-line tool: 200, or its failure's).
+   */
+  int32_t status;
+  /*
+   * A short detail: the rights granted, the limits set, the key's rights. Never a secret.
+   */
+  char *detail;
+};
+#define HERALD__V1__APPEND_AUDIT_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__append_audit_request__descriptor) \
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
+
+
+/*
+ * One record of the audit trail.
+ */
+struct  Herald__V1__AuditRecord
+{
+  ProtobufCMessage base;
+  /*
+   * 1, 2, 3… with no gap.
+   */
+  int64_t seq;
+  /*
+   * When herald-auth appended it (Unix epoch ms).
+   */
+  int64_t at_unix_ms;
+  char *actor;
+  char *action;
+  char *hub;
+  char *hub_id;
+  char *target;
+  char *client_address;
+  char *request_id;
+  int32_t status;
+  char *detail;
+  /*
+   * The hash of the record before (64 zeros for the first) and this record's: the lower-case hex
+   * SHA-256 of every field above and then prev_hash, in field order, each as an 8-byte big-endian
+   * length and its UTF-8 bytes (numbers in decimal), as HeraldService's AuditChain computes it.
+   */
+  char *prev_hash;
+  char *hash;
+};
+#define HERALD__V1__AUDIT_RECORD__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__audit_record__descriptor) \
+    , 0, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Request of ListAudit.
+ */
+struct  Herald__V1__ListAuditRequest
+{
+  ProtobufCMessage base;
+  Herald__V1__ReadScope scope;
+  /*
+   * The hub whose records to read, by its immutable id (Hub.id; READ_SCOPE_HUB): a hub made
+   * again under a deleted one's name does not read the old one's. Empty: every record
+   * (READ_SCOPE_ALL).
+   */
+  char *hub_id;
+  int64_t after_seq;
+  int32_t limit;
+};
+#define HERALD__V1__LIST_AUDIT_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_audit_request__descriptor) \
+    , HERALD__V1__READ_SCOPE__READ_SCOPE_UNSPECIFIED, (char *)protobuf_c_empty_string, 0, 0 }
+
+
+/*
+ * Answer of ListAudit.
+ */
+struct  Herald__V1__ListAuditResponse
+{
+  ProtobufCMessage base;
+  size_t n_records;
+  Herald__V1__AuditRecord **records;
+  /*
+   * The seq to pass as after_seq for the next page; 0 when there is none.
+   */
+  int64_t next_after_seq;
+  /*
+   * The last record's seq and hash of the whole trail: what `herald audit verify` prints, to be
+   * kept elsewhere, so that records taken off the end are found too.
+   */
+  int64_t head_seq;
+  char *head_hash;
+};
+#define HERALD__V1__LIST_AUDIT_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&herald__v1__list_audit_response__descriptor) \
+    , 0,NULL, 0, 0, (char *)protobuf_c_empty_string }
+
+
 /* Herald__V1__AuthenticateRequest methods */
 void   herald__v1__authenticate_request__init
                      (Herald__V1__AuthenticateRequest         *message);
@@ -1479,6 +1609,82 @@ Herald__V1__SetHubLimitsRequest *
 void   herald__v1__set_hub_limits_request__free_unpacked
                      (Herald__V1__SetHubLimitsRequest *message,
                       ProtobufCAllocator *allocator);
+/* Herald__V1__AppendAuditRequest methods */
+void   herald__v1__append_audit_request__init
+                     (Herald__V1__AppendAuditRequest         *message);
+size_t herald__v1__append_audit_request__get_packed_size
+                     (const Herald__V1__AppendAuditRequest   *message);
+size_t herald__v1__append_audit_request__pack
+                     (const Herald__V1__AppendAuditRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__append_audit_request__pack_to_buffer
+                     (const Herald__V1__AppendAuditRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__AppendAuditRequest *
+       herald__v1__append_audit_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__append_audit_request__free_unpacked
+                     (Herald__V1__AppendAuditRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__AuditRecord methods */
+void   herald__v1__audit_record__init
+                     (Herald__V1__AuditRecord         *message);
+size_t herald__v1__audit_record__get_packed_size
+                     (const Herald__V1__AuditRecord   *message);
+size_t herald__v1__audit_record__pack
+                     (const Herald__V1__AuditRecord   *message,
+                      uint8_t             *out);
+size_t herald__v1__audit_record__pack_to_buffer
+                     (const Herald__V1__AuditRecord   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__AuditRecord *
+       herald__v1__audit_record__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__audit_record__free_unpacked
+                     (Herald__V1__AuditRecord *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListAuditRequest methods */
+void   herald__v1__list_audit_request__init
+                     (Herald__V1__ListAuditRequest         *message);
+size_t herald__v1__list_audit_request__get_packed_size
+                     (const Herald__V1__ListAuditRequest   *message);
+size_t herald__v1__list_audit_request__pack
+                     (const Herald__V1__ListAuditRequest   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_audit_request__pack_to_buffer
+                     (const Herald__V1__ListAuditRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListAuditRequest *
+       herald__v1__list_audit_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_audit_request__free_unpacked
+                     (Herald__V1__ListAuditRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Herald__V1__ListAuditResponse methods */
+void   herald__v1__list_audit_response__init
+                     (Herald__V1__ListAuditResponse         *message);
+size_t herald__v1__list_audit_response__get_packed_size
+                     (const Herald__V1__ListAuditResponse   *message);
+size_t herald__v1__list_audit_response__pack
+                     (const Herald__V1__ListAuditResponse   *message,
+                      uint8_t             *out);
+size_t herald__v1__list_audit_response__pack_to_buffer
+                     (const Herald__V1__ListAuditResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Herald__V1__ListAuditResponse *
+       herald__v1__list_audit_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   herald__v1__list_audit_response__free_unpacked
+                     (Herald__V1__ListAuditResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Herald__V1__AuthenticateRequest_Closure)
@@ -1589,6 +1795,18 @@ typedef void (*Herald__V1__GrantHubRightsResponse_Closure)
 typedef void (*Herald__V1__SetHubLimitsRequest_Closure)
                  (const Herald__V1__SetHubLimitsRequest *message,
                   void *closure_data);
+typedef void (*Herald__V1__AppendAuditRequest_Closure)
+                 (const Herald__V1__AppendAuditRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__AuditRecord_Closure)
+                 (const Herald__V1__AuditRecord *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListAuditRequest_Closure)
+                 (const Herald__V1__ListAuditRequest *message,
+                  void *closure_data);
+typedef void (*Herald__V1__ListAuditResponse_Closure)
+                 (const Herald__V1__ListAuditResponse *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -1688,6 +1906,14 @@ struct Herald__V1__AuthService_Service
                          const Herald__V1__SetHubLimitsRequest *input,
                          Herald__V1__Hub_Closure closure,
                          void *closure_data);
+  void (*append_audit)(Herald__V1__AuthService_Service *service,
+                       const Herald__V1__AppendAuditRequest *input,
+                       Herald__V1__AuditRecord_Closure closure,
+                       void *closure_data);
+  void (*list_audit)(Herald__V1__AuthService_Service *service,
+                     const Herald__V1__ListAuditRequest *input,
+                     Herald__V1__ListAuditResponse_Closure closure,
+                     void *closure_data);
 };
 typedef void (*Herald__V1__AuthService_ServiceDestroy)(Herald__V1__AuthService_Service *);
 void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
@@ -1718,7 +1944,9 @@ void herald__v1__auth_service__init (Herald__V1__AuthService_Service *service,
       function_prefix__ ## revoke_hub_key,\
       function_prefix__ ## authorize_sas,\
       function_prefix__ ## grant_hub_rights,\
-      function_prefix__ ## set_hub_limits  }
+      function_prefix__ ## set_hub_limits,\
+      function_prefix__ ## append_audit,\
+      function_prefix__ ## list_audit  }
 void herald__v1__auth_service__authenticate(ProtobufCService *service,
                                             const Herald__V1__AuthenticateRequest *input,
                                             Herald__V1__AuthenticateResponse_Closure closure,
@@ -1811,6 +2039,14 @@ void herald__v1__auth_service__set_hub_limits(ProtobufCService *service,
                                               const Herald__V1__SetHubLimitsRequest *input,
                                               Herald__V1__Hub_Closure closure,
                                               void *closure_data);
+void herald__v1__auth_service__append_audit(ProtobufCService *service,
+                                            const Herald__V1__AppendAuditRequest *input,
+                                            Herald__V1__AuditRecord_Closure closure,
+                                            void *closure_data);
+void herald__v1__auth_service__list_audit(ProtobufCService *service,
+                                          const Herald__V1__ListAuditRequest *input,
+                                          Herald__V1__ListAuditResponse_Closure closure,
+                                          void *closure_data);
 
 /* --- descriptors --- */
 
@@ -1851,6 +2087,10 @@ extern const ProtobufCMessageDescriptor herald__v1__authorize_sas_response__desc
 extern const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_request__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__grant_hub_rights_response__descriptor;
 extern const ProtobufCMessageDescriptor herald__v1__set_hub_limits_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__append_audit_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__audit_record__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_audit_request__descriptor;
+extern const ProtobufCMessageDescriptor herald__v1__list_audit_response__descriptor;
 extern const ProtobufCServiceDescriptor herald__v1__auth_service__descriptor;
 
 PROTOBUF_C__END_DECLS
