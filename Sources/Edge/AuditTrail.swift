@@ -99,9 +99,11 @@ struct AuditMiddleware: RouterMiddleware {
         let parameters = Self.parameters(pattern: route, path: request.uri.path)
         let hub = facts.hub.isEmpty ? parameters["hub"] ?? "" : facts.hub
         // What of the hub: the key, the platform, the user or the device the path names.
+        // A person erased is named by a pseudonym only (``AuditChain/pseudonym(user:)``).
         let target =
             facts.target.isEmpty
-            ? parameters["key"] ?? parameters["platform"] ?? parameters["user"] ?? parameters["id"] ?? ""
+            ? parameters["key"] ?? parameters["platform"] ?? parameters["user"].map(AuditChain.pseudonym(user:))
+                ?? parameters["id"] ?? ""
             : facts.target
         let append = AppendAuditRequest(
             actor: Self.clip(facts.actor, AuditChain.maxTextBytes), action: action,

@@ -33,6 +33,15 @@ public enum AuditChain {
         return hex(hasher.finalize())
     }
 
+    /// How a record names a person as its target (a user erased, deleted or granted rights): a
+    /// pseudonym, `user#` and the first 128 bits of SHA-256 over a label and the name, never the
+    /// name, so that erasing them leaves the name in no table while the chain stays whole. Whoever
+    /// knows the name finds its records (`herald audit --user NAME`); a list of names can be tried
+    /// against it, so it is a pseudonym, not an anonymisation.
+    public static func pseudonym(user: String) -> String {
+        "user#" + hex(SHA256.hash(data: Array("herald-audit-user\u{0}\(user)".utf8))).prefix(32)
+    }
+
     /// INVALID_ARGUMENT unless `request` may be appended: an actor and an action, each field
     /// within its bound.
     public static func validate(_ request: AppendAuditRequest) throws {

@@ -22,6 +22,8 @@ struct Audit: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Print the audit trail, oldest first.")
         @OptionGroup var stack: StackOptions
         @Option(help: "Only this hub's records.") var hub: String?
+        @Option(help: "Only the records of this user: made by them, or naming them (by their pseudonym).")
+        var user: String?
         @Option(help: "Only records after this seq.") var after: Int64 = 0
         @Option(help: "At most this many records (0: all).") var limit: Int64 = 0
         @Flag(help: "One JSON object per line, every field.") var json = false
@@ -30,7 +32,9 @@ struct Audit: AsyncParsableCommand {
             var hubID = ""
             if let hub { hubID = try await Hubs.identity(hub, stack).id }
             var printed: Int64 = 0
+            let pseudonym = user.map(AuditChain.pseudonym(user:))
             try await Audit.walk(stack, hubID: hubID, after: after) { record in
+                if let user, record.actor != "user:\(user)", record.target != pseudonym { return true }
                 guard limit == 0 || printed < limit else { return false }
                 printed += 1
                 print(json ? try Audit.jsonLine(record) : Audit.line(record))

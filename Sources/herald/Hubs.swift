@@ -429,7 +429,7 @@ struct Hubs: AsyncParsableCommand {
         func run() async throws {
             let identity = try await Hubs.identity(hub, stack)
             let granted = try await CLIAudit.record(
-                stack, "grant.set", hub: identity.name, hubID: identity.id, target: user,
+                stack, "grant.set", hub: identity.name, hubID: identity.id, target: AuditChain.pseudonym(user: user),
                 detail: "rights: \(rights.isEmpty ? "none" : rights.joined(separator: ", "))"
             ) {
                 try await withService(.auth, stack) { client in

@@ -56,7 +56,7 @@ struct Users: AsyncParsableCommand {
         @Argument var user: String
 
         func run() async throws {
-            _ = try await CLIAudit.record(stack, "user.delete", target: user) {
+            _ = try await CLIAudit.record(stack, "user.delete", target: AuditChain.pseudonym(user: user)) {
                 try await withService(.auth, stack) { client in
                     try await AuthServiceClient(client).deleteUser(DeleteUserRequest(user: user))
                 }
@@ -87,7 +87,8 @@ struct Users: AsyncParsableCommand {
             if let hub { identity = try await Hubs.identity(hub, stack) }
             let hubID = identity?.id
             let report = try await CLIAudit.record(
-                stack, "user.erase", hub: identity?.name ?? "", hubID: hubID ?? "", target: user
+                stack, "user.erase", hub: identity?.name ?? "", hubID: hubID ?? "",
+                target: AuditChain.pseudonym(user: user)
             ) {
                 try await withEveryService(stack) { auth, registration, payload, dispatch in
                     try await UserErasure.run(

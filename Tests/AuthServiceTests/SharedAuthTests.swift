@@ -19,6 +19,7 @@ struct SharedAuthTests {
         let auth: Authenticator
         let hubs: HubStore
         let sas: SASVerifier
+        let audit: AuditStore
     }
 
     /// Runs `body` with two replicas sharing a fresh schema.
@@ -41,7 +42,8 @@ struct SharedAuthTests {
                 let hubs = try await HubStore(db: db.sql)
                 return Replica(
                     auth: auth, hubs: hubs,
-                    sas: SASVerifier(hubs: hubs, throttle: LoginThrottle(freeFailures: 3, ledger: ledger)))
+                    sas: SASVerifier(hubs: hubs, throttle: LoginThrottle(freeFailures: 3, ledger: ledger)),
+                    audit: try await AuditStore(db: db.sql))
             }
             // Both start together, as replicas do: the migrations and the default hub happen once.
             async let a = replica(first)
@@ -51,6 +53,35 @@ struct SharedAuthTests {
     }
 
     static func basic(_ credentials: String) -> String { "Basic " + Data(credentials.utf8).base64EncodedString() }
+
+    @Test("audit records appended on both replicas at once make one chain 1…60 with no gap, and it verifies")
+    func auditChainAcrossReplicas() async throws {
+        try await Self.withReplicas { a, b in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for n in 0..<60 {
+                    let replica = n.isMultiple(of: 2) ? a : b
+                    group.addTask {
+                        _ = try await replica.audit.append(
+                            AppendAuditRequest(actor: "user:ops", action: "key.set", hub: "app1", target: "k\(n)"))
+                    }
+                }
+                try await group.waitForAll()
+            }
+            var records: [AuditRecord] = []
+            var after: Int64 = 0
+            while true {
+                let page = try await b.audit.list(ListAuditRequest(scope: .all, afterSeq: after, limit: 25))
+                records += page.records
+                guard page.nextAfterSeq > 0 else { break }
+                after = page.nextAfterSeq
+            }
+            #expect(records.map(\.seq) == Array(1...60))
+            #expect(Set(records.map(\.target)).count == 60)
+            var verifier = AuditChain.Verifier()
+            for record in records { verifier.check(record) }
+            #expect(verifier.breaks == [])
+        }
+    }
 
     @Test("five failures spread over two replicas lock the name out on either (429 with Retry-After)")
     func lockoutAcrossReplicas() async throws {

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import GRDB
 import HeraldModel
+import HeraldService
 import HeraldTestSupport
 import StackTestSupport
 import Testing
@@ -37,7 +38,7 @@ struct AuditTrailTests {
             #expect(first.count == 1, "\(first)")
             #expect(first.first?["action"] as? String == "grant.set")
             #expect((first.first?["actor"] as? String)?.hasPrefix("cli:") == true, "\(first)")
-            #expect(first.first?["target"] as? String == "admin")
+            #expect(first.first?["target"] as? String == AuditChain.pseudonym(user: "admin"))
             var seq = try #require(first.last?["seq"] as? Int)
 
             let vapid = P256.Signing.PrivateKey().pemRepresentation
@@ -127,7 +128,7 @@ struct AuditTrailTests {
                         let reply = try await edge.request(
                             "DELETE", "/aud/users/u1?api-version=2020-06",
                             authorization: NHFixture.token(sr: root, full))
-                        return (reply, "aud", "u1", "key:DefaultFullSharedAccessSignature")
+                        return (reply, "aud", AuditChain.pseudonym(user: "u1"), "key:DefaultFullSharedAccessSignature")
                     }
                 ),
                 (
