@@ -52,25 +52,34 @@ public struct APNsCertificate: Sendable {
             key = bundle.privateKey
         }
         guard let leaf = chain.first else { throw Problem("the file holds no certificate") }
-        // The key must be the leaf's: BoringSSL checks it when a context takes both (here, rather
-        // than at the first connection).
-        do {
-            var probe = TLSConfiguration.makeClientConfiguration()
-            probe.certificateChain = chain.map { .certificate($0) }
-            probe.privateKey = .privateKey(key)
-            _ = try NIOSSLContext(configuration: probe)
-        } catch {
-            throw Problem("the private key is not the certificate's")
-        }
         let parsed: Certificate
         do { parsed = try Certificate(derEncoded: try leaf.toDERBytes()) } catch {
             throw Problem("the certificate cannot be parsed")
+        }
+        // The key must be the leaf's (checked here, rather than at the first connection), by the
+        // public keys, not by a probe NIOSSLContext: swift-nio-ssl 2.37.6's NIOSSLContext.init
+        // does not free its SSL_CTX when it throws, so each mismatched upload leaked ~800 KB (the
+        // context and the system's trust roots it had loaded; found by `scripts/fuzz.sh credentials`).
+        guard let publicKey = Self.publicKey(of: key), publicKey == parsed.publicKey else {
+            throw Problem("the private key is not the certificate's")
         }
         self.chain = chain
         self.key = key
         notValidAfter = Int64(leaf.notValidAfter)
         topic = Self.attribute(Self.userID, of: parsed.subject)
         commonName = Self.attribute(.RDNAttributeType.commonName, of: parsed.subject) ?? ""
+    }
+
+    /// The public half of `key` (an RSA key of 2048 bits or more, or an ECDSA P-256/384/521 key,
+    /// as BoringSSL writes it in DER: PKCS#1 or SEC1), nil for any other key.
+    static func publicKey(of key: NIOSSLPrivateKey) -> Certificate.PublicKey? {
+        guard let der = try? key.derBytes else { return nil }
+        for type in ["RSA PRIVATE KEY", "EC PRIVATE KEY"] {
+            if let parsed = try? Certificate.PrivateKey(pemDocument: PEMDocument(type: type, derBytes: der)) {
+                return parsed.publicKey
+            }
+        }
+        return nil
     }
 
     /// A file larger than this is refused unread (a `.p12` with its chain is a few KiB).
