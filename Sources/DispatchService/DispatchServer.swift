@@ -581,7 +581,7 @@ public enum DispatchServer {
         let outbox: Outbox
         let inbox: InboxProvider
         let credentialStore: HubCredentialStore
-        let box = try context.secretBox(purpose: "push credentials")
+        let box = try await context.secretBox(purpose: "push credentials")
         switch database {
         case .sqlite(let sqlite):
             inbox = try InboxProvider(db: sqlite)

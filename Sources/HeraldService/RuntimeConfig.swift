@@ -34,6 +34,8 @@ import HeraldSQL
 ///   at rest (herald-dispatch's push credentials, herald-payload's content; see ``Keyring``);
 ///   given a first key when it has none. Replicas sharing a PostgreSQL database share the folder's
 ///   keys. `herald up` sets `<data-dir>/<service>.keys`. Off: stored as they are, with a warning.
+/// - `encryption-key-command` (off): instead of the folder, a command (`/bin/sh -c`) that prints the
+///   keys, `<name> <base64>` a line, the current first: a KMS or a secret manager (``Keyring``).
 public struct RuntimeConfig: Sendable {
     public var service: String
     public var runtimeDir: String
@@ -58,6 +60,8 @@ public struct RuntimeConfig: Sendable {
     public var tls: TLSFiles
     /// `encryption-keys`: the keyring's folder; nil when off.
     public var encryptionKeys: String?
+    /// `encryption-key-command`: the command that prints the keyring; nil when off.
+    public var encryptionKeyCommand: String?
     /// `test-mode`: the service answers ResetForTests (and the edge serves `/v1/test/*`). For
     /// integration-test stacks only (docker-compose.test.yml); off by default and in production.
     public var testMode: Bool
@@ -77,7 +81,7 @@ public struct RuntimeConfig: Sendable {
                 "log-level",
                 "rpc-timeout-ms", "drain-timeout-ms", "check-health", "log-format", "health-interval-ms",
                 "metrics-listen", "listen-tcp",
-                "grpc-listen-tcp", "test-mode", "dns-refresh-seconds", "encryption-keys",
+                "grpc-listen-tcp", "test-mode", "dns-refresh-seconds", "encryption-keys", "encryption-key-command",
             ]
                 + peers.flatMap { ["\($0)-socket", "\($0)-grpc-socket", "\($0)-address", "\($0)-grpc-address"] }
         )
@@ -134,6 +138,11 @@ public struct RuntimeConfig: Sendable {
         testMode = try reader.bool("test-mode")
         let keys = reader.string("encryption-keys", default: "off")
         encryptionKeys = keys == "off" || keys.isEmpty ? nil : keys
+        let command = reader.string("encryption-key-command", default: "off")
+        encryptionKeyCommand = command == "off" || command.isEmpty ? nil : command
+        if encryptionKeys != nil, encryptionKeyCommand != nil {
+            throw ConfigError("set encryption-keys or encryption-key-command, not both")
+        }
         let refresh = try reader.int("dns-refresh-seconds", default: 5)
         guard (1...3600).contains(refresh) else { throw ConfigError("dns-refresh-seconds must be 1...3600") }
         for peer in peers {

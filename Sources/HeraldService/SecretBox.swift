@@ -2,6 +2,7 @@ public import Crypto
 import Foundation
 import HeraldModel
 public import Logging
+import NIOPosix
 import Synchronization
 
 #if canImport(Glibc)
@@ -12,13 +13,20 @@ import Synchronization
     import Darwin
 #endif
 
-/// The key-encryption keys of a service's secrets at rest (`encryption-keys`): a folder of keys,
-/// one of them current, never in the database, its logs or a backup.
+/// The key-encryption keys of a service's secrets at rest: a folder of keys (`encryption-keys`),
+/// or what a command prints (`encryption-key-command`: a KMS, a secret manager), one of them
+/// current, never in the database, its logs or a backup.
 ///
 /// The folder holds `<name>.key` files (32 random bytes, base64) and `current`, the name of the
 /// key that wraps new data keys. The others stay readable: data wrapped by them is re-wrapped by
 /// the current one (``SecretBox/rewrap(_:)``), after which they may go. ``reload()`` reads the
 /// folder again, so `herald keys rotate` (a new key, made current) takes hold without a restart.
+///
+/// A command prints one key a line, `<name> <32 bytes in base64>`, the current key first (e.g.
+/// `aws kms decrypt … | base64 -d`, `vault kv get -field=keyring herald/dispatch`, or `cat` of a
+/// mounted Kubernetes Secret). It runs through `/bin/sh -c` off the event loops and the
+/// cooperative pool, within 30 s and 64 KiB of output, at start and then at most every
+/// ``commandRefresh``: a rotation is a new first line, taken up by the next run.
 public final class Keyring: Sendable {
     /// One key-encryption key.
     public struct Key: Sendable {
@@ -34,15 +42,37 @@ public final class Keyring: Sendable {
         }
     }
 
-    public let folder: String
+    /// Where the keys come from.
+    public enum Source: Sendable, CustomStringConvertible {
+        case folder(String)
+        case command(String)
+
+        public var description: String {
+            switch self {
+            case .folder(let folder): folder
+            case .command: "encryption-key-command"
+            }
+        }
+    }
+
+    public let source: Source
+    /// How often a command's keys are read again, at most.
+    public static let commandRefresh = Duration.seconds(300)
     private let state: Mutex<(current: Key, byID: [[UInt8]: Key])>
+    private let lastLoad = Mutex(ContinuousClock.now)
 
     /// The keys of `folder`; a folder that does not exist or holds no key is given a first key
     /// (`k1`, current), made so that two processes starting at once agree on it.
     public init(folder: String) throws {
-        self.folder = folder
+        self.source = .folder(folder)
         try Self.createIfEmpty(folder)
         state = Mutex(try Self.load(folder))
+    }
+
+    /// The keys `command` prints (run here, on a thread of NIO's blocking pool).
+    public init(command: String) async throws {
+        self.source = .command(command)
+        state = Mutex(try Self.parse(try await Self.run(command)))
     }
 
     /// The key new data keys are wrapped with.
@@ -51,11 +81,97 @@ public final class Keyring: Sendable {
     /// The key sealed data names, when this keyring holds it.
     public func key(id: [UInt8]) -> Key? { state.withLock { $0.byID[id] } }
 
-    /// Reads the folder again (a rotation made a new key current). File I/O: call it off the
-    /// event loops (a periodic task does).
-    public func reload() throws {
-        let loaded = try Self.load(folder)
+    /// Reads the folder again (a rotation made a new key current), on a thread of NIO's blocking
+    /// pool; a command's keys at most every ``commandRefresh``.
+    public func reload() async throws {
+        let loaded: (current: Key, byID: [[UInt8]: Key])
+        switch source {
+        case .folder(let folder):
+            loaded = try await NIOThreadPool.singleton.runIfActive { try Self.load(folder) }
+        case .command(let command):
+            guard lastLoad.withLock({ ContinuousClock.now - $0 >= Self.commandRefresh }) else { return }
+            loaded = try Self.parse(try await Self.run(command))
+            lastLoad.withLock { $0 = .now }
+        }
         state.withLock { $0 = loaded }
+    }
+
+    // MARK: a command
+
+    static let commandTimeout = Duration.seconds(30)
+    static let maxCommandOutput = 64 * 1024
+
+    /// `command`'s standard output, through `/bin/sh -c`, on a thread of NIO's blocking pool.
+    /// Refused: a failing status, more than 64 KiB, or no end within 30 s (the command is killed).
+    static func run(_ command: String) async throws -> String {
+        try await NIOThreadPool.singleton.runIfActive {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", command]
+            let output = Pipe()
+            let errors = Pipe()
+            process.standardOutput = output
+            process.standardError = errors
+            process.standardInput = FileHandle.nullDevice
+            do {
+                try process.run()
+            } catch {
+                throw ConfigError("encryption-key-command did not start: \(error)")
+            }
+            let killer = DispatchWorkItem { if process.isRunning { process.terminate() } }
+            DispatchQueue.global().asyncAfter(
+                deadline: .now() + .seconds(Int(commandTimeout.components.seconds)), execute: killer)
+            defer { killer.cancel() }
+            var text = Data()
+            while let chunk = try output.fileHandleForReading.read(upToCount: 16 * 1024), !chunk.isEmpty {
+                text += chunk
+                if text.count > maxCommandOutput {
+                    process.terminate()
+                    break
+                }
+            }
+            let errorText = (try? errors.fileHandleForReading.read(upToCount: 4096)) ?? Data()
+            process.waitUntilExit()
+            guard text.count <= maxCommandOutput else {
+                throw ConfigError("encryption-key-command printed more than \(maxCommandOutput) bytes")
+            }
+            guard process.terminationReason == .exit, process.terminationStatus == 0 else {
+                let first = String(decoding: errorText, as: UTF8.self).split(separator: "\n").first ?? ""
+                let how =
+                    process.terminationReason == .exit
+                    ? "exited with status \(process.terminationStatus)"
+                    : "was stopped (signal \(process.terminationStatus); over \(commandTimeout)?)"
+                throw ConfigError("encryption-key-command \(how)\(first.isEmpty ? "" : ": \(first.prefix(200))")")
+            }
+            return String(decoding: text, as: UTF8.self)
+        }
+    }
+
+    /// A command's keys: `<name> <base64 of 32 bytes>` a line, the current key first; blank lines
+    /// and lines starting with `#` are skipped. The error never echoes a key.
+    static func parse(_ text: String) throws -> (current: Key, byID: [[UInt8]: Key]) {
+        var current: Key?
+        var byID: [[UInt8]: Key] = [:]
+        var names = Set<String>()
+        for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
+            if fields.isEmpty || fields[0].hasPrefix("#") { continue }
+            guard fields.count == 2, isValidName(String(fields[0])),
+                let bytes = Data(base64Encoded: String(fields[1])), bytes.count == keyBytes
+            else {
+                throw ConfigError(
+                    "encryption-key-command's line \(number + 1) is not `<name> <32 bytes in base64>`")
+            }
+            let name = String(fields[0])
+            guard names.insert(name).inserted else {
+                throw ConfigError("encryption-key-command names key \(name) twice")
+            }
+            let key = Key(name: name, bytes: Array(bytes))
+            byID[key.id] = key
+            if current == nil { current = key }
+        }
+        guard let current else { throw ConfigError("encryption-key-command printed no key") }
+        return (current, byID)
     }
 
     /// The names of the keys the folder holds, current first.
@@ -111,15 +227,20 @@ public final class Keyring: Sendable {
         try FileManager.default.createDirectory(
             atPath: parent.isEmpty ? "." : parent, withIntermediateDirectories: true)
         let staging = "\(folder).\(getpid()).\(UInt32.random(in: 0...UInt32.max)).new"
-        try createFolder(staging)
-        defer { try? FileManager.default.removeItem(atPath: staging) }
-        _ = try place(newKeyText(), at: "\(staging)/k1.key")
-        _ = try place("k1\n", at: "\(staging)/current")
-        if rename(staging, folder) == 0 || hasKeys() { return }
-        // The folder holds other files (a mount's lost+found): the keys are made in it.
+        // Beside the folder when its parent is writable; a volume mounted at the folder (a
+        // container's read-only root around it) gets its keys in place.
+        if (try? createFolder(staging)) != nil {
+            defer { try? FileManager.default.removeItem(atPath: staging) }
+            _ = try place(newKeyText(), at: "\(staging)/k1.key")
+            _ = try place("k1\n", at: "\(staging)/current")
+            if rename(staging, folder) == 0 || hasKeys() { return }
+        }
+        // The folder holds other files (a mount's lost+found) or is a mount point: the keys are
+        // made in it, each file linked into place, so that two processes keep the first's.
+        // `current` first: a process that sees a key file sees the `current` that names it.
         try createFolder(folder)
-        _ = try place(newKeyText(), at: "\(folder)/k1.key")
         _ = try place("k1\n", at: "\(folder)/current")
+        _ = try place(newKeyText(), at: "\(folder)/k1.key")
     }
 
     /// Writes `text` to a new file beside `path` (mode 0600) and links it at `path`: false when
@@ -353,7 +474,7 @@ public struct SecretBox: Sendable {
         guard let kek = keyring.key(id: id) else {
             throw ServiceError(
                 .unavailable,
-                "a stored \(purpose) is sealed under a key-encryption key \(keyring.folder) does not hold (yet)")
+                "a stored \(purpose) is sealed under a key-encryption key \(keyring.source) does not hold (yet)")
         }
         let header = Array(stored[4..<Self.headerBytes])
         if let key = dataKeys.opened(header) { return key }
@@ -377,17 +498,21 @@ public struct SecretBox: Sendable {
 extension ProcessContext {
     /// The box that seals this service's `purpose` at rest, from `encryption-keys`; nil (with a
     /// warning) when it is off.
-    public func secretBox(purpose: String) throws -> SecretBox? {
-        guard let folder = config.encryptionKeys else {
+    public func secretBox(purpose: String) async throws -> SecretBox? {
+        let keyring: Keyring
+        if let command = config.encryptionKeyCommand {
+            keyring = try await Keyring(command: command)
+        } else if let folder = config.encryptionKeys {
+            keyring = try Keyring(folder: folder)
+        } else {
             logger.warning(
-                "\(purpose) is stored unencrypted: set encryption-keys (a folder of key-encryption keys)",
+                "\(purpose) is stored unencrypted: set encryption-keys (a folder of key-encryption keys) or encryption-key-command",
                 metadata: ["herald.setting": "encryption-keys"])
             return nil
         }
-        let keyring = try Keyring(folder: folder)
         logger.info(
             "\(purpose) sealed at rest",
-            metadata: ["herald.keys": "\(folder)", "herald.current_key": "\(keyring.current.name)"])
+            metadata: ["herald.keys": "\(keyring.source)", "herald.current_key": "\(keyring.current.name)"])
         return SecretBox(keyring: keyring, purpose: purpose)
     }
 }
@@ -406,7 +531,7 @@ extension SecretBox {
         let keyring = self.keyring
         let purpose = self.purpose
         return Periodic("\(purpose) key keeper", every: interval, logger: logger) {
-            try keyring.reload()
+            try await keyring.reload()
             let current = keyring.current
             guard done.key.withLock({ $0 }) != current.id else { return }
             let count = try await rewrapAll()

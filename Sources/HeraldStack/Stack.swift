@@ -95,9 +95,12 @@ public struct StackConfiguration: Sendable {
         ]
         switch service {
         case ServiceName.auth.rawValue: arguments += ["--auth-mode", c.authMode.rawValue]
-        // Their secrets at rest sealed under a keyring beside the data (never inside a backup).
+        // Their secrets at rest sealed under a keyring beside the data (never inside a backup),
+        // unless the stack names a command that prints it (a KMS).
         case ServiceName.dispatch.rawValue, ServiceName.payload.rawValue:
-            arguments += ["--encryption-keys", "\(c.dataDirectory)/\(service).keys"]
+            if !(c.extraArguments[service] ?? []).contains("--encryption-key-command") {
+                arguments += ["--encryption-keys", "\(c.dataDirectory)/\(service).keys"]
+            }
         default: break
         }
         if let tls = c.tls {

@@ -126,7 +126,7 @@ public enum PayloadServer {
         let config = try PayloadConfig(reader: context.reader)
         let rules = PayloadRules(defaultTTL: config.defaultTTL, maxContentBytes: config.maxContentBytes)
         let database = try context.openDatabase(sqlite: HeraldDatabase.secureDeleteConfiguration)
-        let box = try context.secretBox(purpose: "secure and rich content")
+        let box = try await context.secretBox(purpose: "secure and rich content")
         let store = try await PayloadStore(db: database.sql, rules: rules, box: box)
         var table = MethodTable()
         PayloadHandlers(store: store, testMode: context.config.testMode).register(into: &table)

@@ -50,7 +50,7 @@ struct HubCredentialStoreTests {
                 #expect(try await store.rewrapAll() == 1)
                 #expect(try await store.rewrapAll() == 0)
                 try Keyring.addCurrentKey(folder: folder, name: "k2")
-                try box.keyring.reload()
+                try await box.keyring.reload()
                 #expect(try await store.rewrapAll() == 2)
                 let now = try await fixture.db.query("SELECT credentials FROM hub_credential") { row -> [UInt8] in
                     try row[0]

@@ -50,6 +50,19 @@ struct ConfigReaderTests {
         }
     }
 
+    @Test("the keys of secrets at rest: a folder or a command, never both")
+    func encryptionKeySources() throws {
+        func config(_ arguments: [String]) throws -> RuntimeConfig {
+            try RuntimeConfig(service: "payload", peers: [], reader: try ConfigReader(arguments: arguments))
+        }
+        #expect(try config([]).encryptionKeys == nil && (try config([])).encryptionKeyCommand == nil)
+        #expect(try config(["--encryption-keys", "/k"]).encryptionKeys == "/k")
+        #expect(try config(["--encryption-key-command", "cat /k"]).encryptionKeyCommand == "cat /k")
+        #expect(throws: ConfigError.self) {
+            try config(["--encryption-keys", "/k", "--encryption-key-command", "cat /k"])
+        }
+    }
+
     @Test("a comma-separated socket or address setting names a peer's replicas")
     func peerReplicas() throws {
         func config(_ arguments: [String]) throws -> RuntimeConfig {

@@ -7,18 +7,18 @@ import Testing
 @Suite("secrets at rest", .watchedForStalls)
 struct SecretBoxTests {
     /// A new folder under the temporary directory, removed after `body`.
-    static func withFolder(_ body: (String) throws -> Void) throws {
+    static func withFolder(_ body: (String) async throws -> Void) async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("herald-keys-\(UUID().uuidString)")
             .path
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        try body(folder)
+        try await body(folder)
     }
 
     @Test(
         "an empty folder gets a first key (mode 0600, folder 0700); a value seals and opens, and reads nothing of itself"
     )
-    func sealOpen() throws {
-        try Self.withFolder { folder in
+    func sealOpen() async throws {
+        try await Self.withFolder { folder in
             let box = SecretBox(keyring: try Keyring(folder: folder), purpose: "test secrets")
             #expect(box.keyring.current.name == "k1")
             let attributes = try FileManager.default.attributesOfItem(atPath: "\(folder)/k1.key")
@@ -44,8 +44,8 @@ struct SecretBoxTests {
     }
 
     @Test("an altered byte, another purpose or another keyring's value does not open: an error, never a trap")
-    func tampering() throws {
-        try Self.withFolder { folder in
+    func tampering() async throws {
+        try await Self.withFolder { folder in
             let box = SecretBox(keyring: try Keyring(folder: folder), purpose: "test secrets")
             let sealed = try box.seal(Array("payload".utf8))
             for index in [4, 12, 30, 60, 72, sealed.count - 1] {
@@ -55,7 +55,7 @@ struct SecretBoxTests {
             }
             let other = SecretBox(keyring: box.keyring, purpose: "other secrets")
             #expect(throws: ServiceError.self) { try other.open(sealed) }
-            try Self.withFolder { otherFolder in
+            try await Self.withFolder { otherFolder in
                 let stranger = SecretBox(keyring: try Keyring(folder: otherFolder), purpose: "test secrets")
                 #expect(throws: ServiceError.self) { try stranger.open(sealed) }
             }
@@ -63,15 +63,15 @@ struct SecretBoxTests {
     }
 
     @Test("a rotation makes a new key current; values under the old key still open and re-wrap without their value")
-    func rotation() throws {
-        try Self.withFolder { folder in
+    func rotation() async throws {
+        try await Self.withFolder { folder in
             let box = SecretBox(keyring: try Keyring(folder: folder), purpose: "test secrets")
             let secret = Array(repeating: UInt8(7), count: 1000)
             let sealed = try box.seal(secret)
             let sibling = try box.seal([1, 2, 3])
             try Keyring.addCurrentKey(folder: folder, name: "k2")
             #expect(box.keyring.current.name == "k1", "read again only by reload()")
-            try box.keyring.reload()
+            try await box.keyring.reload()
             #expect(box.keyring.current.name == "k2" && box.keyring.names == ["k2", "k1"])
             #expect(!box.isCurrent(sealed))
             #expect(try box.open(sealed) == secret)
@@ -88,21 +88,63 @@ struct SecretBoxTests {
             #expect(throws: ConfigError.self) { try Keyring.addCurrentKey(folder: folder, name: "../x") }
             // The old key gone: what it alone wraps is unavailable, not a crash.
             try FileManager.default.removeItem(atPath: "\(folder)/k1.key")
-            try box.keyring.reload()
+            try await box.keyring.reload()
             #expect(throws: ServiceError.self) { try box.open(sealed) }
             #expect(try box.open(rewrapped) == secret)
         }
     }
 
     @Test("a folder whose current names no key, or with a key that is not 32 bytes, is a configuration error")
-    func badFolders() throws {
-        try Self.withFolder { folder in
+    func badFolders() async throws {
+        try await Self.withFolder { folder in
             _ = try Keyring(folder: folder)
             try "k9\n".write(toFile: "\(folder)/current", atomically: true, encoding: .utf8)
             #expect(throws: ConfigError.self) { try Keyring(folder: folder) }
             try "k1\n".write(toFile: "\(folder)/current", atomically: true, encoding: .utf8)
             try "c2hvcnQ=\n".write(toFile: "\(folder)/k3.key", atomically: true, encoding: .utf8)
             #expect(throws: ConfigError.self) { try Keyring(folder: folder) }
+        }
+    }
+
+    @Test("a command's keys: the first line current, the others readable; a rotation is a new first line, read again")
+    func commandKeys() async throws {
+        try await Self.withFolder { folder in
+            let k1 = Data((0..<32).map { UInt8($0) }).base64EncodedString()
+            let k2 = Data((0..<32).map { UInt8(255 - $0) }).base64EncodedString()
+            let file = "\(folder).keyring"
+            defer { try? FileManager.default.removeItem(atPath: file) }
+            try "# the keyring\nk1 \(k1)\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let box = SecretBox(keyring: try await Keyring(command: "cat '\(file)'"), purpose: "test secrets")
+            #expect(box.keyring.current.name == "k1" && box.keyring.names == ["k1"])
+            let sealed = try box.seal(Array("payload".utf8))
+            try "k2 \(k2)\n\nk1 \(k1)\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let rotated = try await Keyring(command: "cat '\(file)'")
+            #expect(rotated.current.name == "k2" && rotated.names == ["k2", "k1"])
+            let other = SecretBox(keyring: rotated, purpose: "test secrets")
+            #expect(try other.open(sealed) == Array("payload".utf8))
+            #expect(try other.open(try #require(try other.rewrap(sealed))) == Array("payload".utf8))
+            // Read again at most every commandRefresh: a reload now keeps what it has.
+            try await box.keyring.reload()
+            #expect(box.keyring.current.name == "k1")
+        }
+    }
+
+    @Test("a command that fails, prints no key, a short key, a name twice or too much is refused")
+    func badCommands() async throws {
+        let key = Data(count: 32).base64EncodedString()
+        for (command, words) in [
+            ("echo nope >&2; exit 3", "exited with status 3: nope"), ("true", "printed no key"),
+            ("echo 'k1 c2hvcnQ='", "line 1 is not"), ("echo 'k1 \(key)'; echo 'k1 \(key)'", "names key k1 twice"),
+            ("echo '../k \(key)'", "line 1 is not"), ("head -c 70000 /dev/zero", "more than 65536 bytes"),
+            ("/nonexistent/kms", "exited with status 127"),
+        ] {
+            do {
+                _ = try await Keyring(command: command)
+                Issue.record("\(command) was taken")
+            } catch let error as ConfigError {
+                #expect("\(error)".contains(words), "\(command): \(error)")
+                #expect(!"\(error)".contains(key) || key.isEmpty, "an error never echoes a key")
+            }
         }
     }
 

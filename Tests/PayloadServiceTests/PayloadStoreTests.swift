@@ -69,7 +69,7 @@ struct PayloadStoreTests {
                 #expect(try await store.fetch(id: before.id, requester: "alice").content == Array("old secret".utf8))
                 #expect(try await store.rewrapAll() == 1, "the row from before is sealed")
                 try Keyring.addCurrentKey(folder: folder, name: "k2")
-                try box.keyring.reload()
+                try await box.keyring.reload()
                 #expect(try await store.rewrapAll() == 2)
                 #expect(try await store.rewrapAll() == 0)
                 let now = try await db.query("SELECT content FROM payload ORDER BY id") { row -> [UInt8] in try row[0] }

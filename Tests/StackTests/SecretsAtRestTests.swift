@@ -29,10 +29,30 @@ struct SecretsAtRestTests {
     }
 
     @Test(
-        "no database file, WAL or backup holds a PEM marker, a hub's private key or a secure payload; all still read back"
+        "no database file, WAL or backup holds a PEM marker, a hub's private key or a secure payload; all still read back",
+        arguments: ["a keyring folder", "a key command"]
     )
-    func nothingInTheClear() async throws {
-        try await LiveStack.with(auth: .accounts, users: ["admin", "bob"], database: .sqlite) { live in
+    func nothingInTheClear(source: String) async throws {
+        // The command's keyring: a file outside the stack's folders, as a KMS's answer would be.
+        let keyring = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "herald-keyring-\(UUID().uuidString)"
+        )
+        .path
+        defer { try? FileManager.default.removeItem(atPath: keyring) }
+        let key = Data((0..<32).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
+        try "kms1 \(key)\n".write(toFile: keyring, atomically: true, encoding: .utf8)
+        let command = source == "a key command"
+        try await LiveStack.with(
+            auth: .accounts, users: ["admin", "bob"], database: .sqlite,
+            configure: { configuration in
+                guard command else { return }
+                for service in ["dispatch", "payload"] {
+                    configuration.extraArguments[service, default: []] += [
+                        "--encryption-key-command", "cat '\(keyring)'",
+                    ]
+                }
+            }
+        ) { live in
             #expect(try await live.herald(["hubs", "grant", "default", "admin", "Manage"]).status == 0)
             let edge = live.edge
             #expect(try await edge.request("POST", "/v1/hubs", as: "admin", body: #"{"name":"web"}"#).status == 201)
@@ -70,8 +90,13 @@ struct SecretsAtRestTests {
                 }
                 #expect(data.range(of: scalar) == nil, "\(path) holds the private key's scalar")
             }
-            // The keys sit beside the data, never in the backup.
-            #expect(FileManager.default.fileExists(atPath: live.configuration.dataDirectory + "/payload.keys/current"))
+            // The keys sit beside the data, never in the backup; a command's nowhere in the stack's folders.
+            #expect(
+                FileManager.default.fileExists(atPath: live.configuration.dataDirectory + "/payload.keys/current")
+                    != command)
+            if command {
+                for (path, data) in files { #expect(data.range(of: Data(key.utf8)) == nil, "\(path) holds the key") }
+            }
             #expect(try FileManager.default.contentsOfDirectory(atPath: backup).allSatisfy { !$0.hasSuffix(".keys") })
         }
     }
