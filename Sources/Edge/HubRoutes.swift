@@ -4,6 +4,7 @@ import HeraldClient
 import HeraldModel
 import HeraldProto
 import HeraldRPC
+import HeraldService
 import Hummingbird
 
 /// `/v1/hubs…`: hubs, their keys, push credentials and limits over HTTP (issue 50), for a platform
@@ -318,7 +319,7 @@ struct HubRoutes: Sendable {
         let page = try await auth.listAudit(list, requestID: context.requestID)
         return try EdgeHTTP.json(
             AuditBody(
-                records: page.records.map(AuditRecordBody.init),
+                records: page.records.map(AuditRecordJSON.init),
                 nextAfter: page.nextAfterSeq == 0 ? nil : page.nextAfterSeq,
                 head: AuditBody.Head(seq: page.headSeq, hash: page.headHash)))
     }
@@ -537,41 +538,8 @@ struct AuditBody: Encodable {
         var hash: String
     }
 
-    var records: [AuditRecordBody]
+    var records: [AuditRecordJSON]
     /// The `after` of the next page; absent on the last.
     var nextAfter: Int64?
     var head: Head
-}
-
-/// One audit record, every field as herald-auth stores and hashes it.
-struct AuditRecordBody: Encodable {
-    var seq: Int64
-    var atUnixMs: Int64
-    var actor: String
-    var action: String
-    var hub: String
-    var hubId: String
-    var target: String
-    var clientAddress: String
-    var requestId: String
-    var status: Int32
-    var detail: String
-    var prevHash: String
-    var hash: String
-
-    init(_ record: AuditRecord) {
-        seq = record.seq
-        atUnixMs = record.atUnixMs
-        actor = record.actor
-        action = record.action
-        hub = record.hub
-        hubId = record.hubID
-        target = record.target
-        clientAddress = record.clientAddress
-        requestId = record.requestID
-        status = record.status
-        detail = record.detail
-        prevHash = record.prevHash
-        hash = record.hash
-    }
 }

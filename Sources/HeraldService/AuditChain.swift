@@ -107,3 +107,29 @@ public enum AuditChain {
         return String(decoding: text, as: UTF8.self)
     }
 }
+
+/// An audit record as JSON, every field as herald-auth stores and hashes it, in camelCase:
+/// `GET /v1/audit`'s records and `herald audit --json`'s lines.
+public struct AuditRecordJSON: Encodable, Sendable {
+    public var seq: Int64
+    public var atUnixMs: Int64
+    public var actor, action, hub, hubId, target, clientAddress, requestId: String
+    public var status: Int32
+    public var detail, prevHash, hash: String
+
+    public init(_ record: AuditRecord) {
+        seq = record.seq
+        atUnixMs = record.atUnixMs
+        actor = record.actor
+        action = record.action
+        hub = record.hub
+        hubId = record.hubID
+        target = record.target
+        clientAddress = record.clientAddress
+        requestId = record.requestID
+        status = record.status
+        detail = record.detail
+        prevHash = record.prevHash
+        hash = record.hash
+    }
+}

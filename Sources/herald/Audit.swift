@@ -114,23 +114,10 @@ struct Audit: AsyncParsableCommand {
             "\(record.seq)\t\(time)\t\(record.status)\t\(record.actor)\t\(record.action)\t\(hub)\(target)\(detail)\tfrom \(client)\trequest \(record.requestID)"
     }
 
-    struct JSONRecord: Encodable {
-        var seq: Int64
-        var atUnixMs: Int64
-        var actor, action, hub, hubId, target, clientAddress, requestId: String
-        var status: Int32
-        var detail, prevHash, hash: String
-    }
-
     static func jsonLine(_ record: AuditRecord) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        let value = JSONRecord(
-            seq: record.seq, atUnixMs: record.atUnixMs, actor: record.actor, action: record.action, hub: record.hub,
-            hubId: record.hubID, target: record.target, clientAddress: record.clientAddress,
-            requestId: record.requestID, status: record.status, detail: record.detail, prevHash: record.prevHash,
-            hash: record.hash)
-        return String(decoding: try encoder.encode(value), as: UTF8.self)
+        return String(decoding: try encoder.encode(AuditRecordJSON(record)), as: UTF8.self)
     }
 }
 

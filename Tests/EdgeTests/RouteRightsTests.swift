@@ -30,6 +30,23 @@ struct RouteRightsTests {
         #expect(Set(rows).subtracting(routes).sorted() == [], "rows without a route")
     }
 
+    @Test("every route that changes how a hub is managed names its audit record")
+    func managementChangesAreAudited() {
+        // What changes nothing an operator answers for: a sign-in and out, a test send.
+        let notManagement: Set = ["POST /console/login", "POST /console/logout", "POST /console/hubs/{hub}/send"]
+        for row in RouteRights.table where row.method != "GET" && !notManagement.contains(row.route) {
+            let management: Bool
+            switch row.needs {
+            case .manage, .console: management = true
+            case .key(let rights): management = rights.contains(.manage)
+            default: management = false
+            }
+            #expect(
+                management == (row.audit != nil), "\(row.route): management \(management), audit \(row.audit ?? "none")"
+            )
+        }
+    }
+
     @Test("docs/security.md's rights table is RouteRights.markdown")
     func documented() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
