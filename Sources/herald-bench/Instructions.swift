@@ -194,11 +194,44 @@ struct InstructionsScenario {
                 }
             }
         }
+        // The same GET and FetchPayload with herald-payload storing content as it is (its
+        // `encryption-keys` off; the last setting given wins): what sealing content at rest costs
+        // a read. Not in the quick run: one more stack under callgrind.
+        func unsealed() async throws -> (get: [Double], fetch: Double) {
+            var plain = StackConfiguration.bench(dir: dir + "/unsealed")
+            plain.binDirectory = bin
+            plain.startTimeout = .seconds(300)
+            plain.extraArguments["payload", default: []] += ["--encryption-keys", "off"]
+            for service in counted { plain.launchers[service] = counter.launcher(service) }
+            let stack = Stack(configuration: plain)
+            try await stack.start()
+            do {
+                let pids = try await Self.pids(of: counted, in: stack)
+                let counts = try await tutorialCounts(
+                    stack, plain, pids: pids, counter: counter, label: "content unsealed")
+                let fetch = try await RPCClient.with(socketPath: plain.leanSocketPath("payload"), timeout: .seconds(60))
+                { client in
+                    let payload = PayloadServiceClient(client)
+                    let request = FetchPayloadRequest(id: counts.payloadID, requester: "bench")
+                    for _ in 0..<warmUp { _ = try await payload.fetchPayload(request) }
+                    return try await counter.measure([pids[1]], calls: calls) {
+                        _ = try await payload.fetchPayload(request)
+                    }
+                }
+                await stack.stop()
+                return (counts.get, fetch)
+            } catch {
+                await stack.stop()
+                throw error
+            }
+        }
         var unsampled: (get: [Double], put: [Double])?
         var sampled: (get: [Double], put: [Double])?
+        var plain: (get: [Double], fetch: Double)?
         if !options.quick {
             unsampled = try await traced(ratio: "0")
             sampled = try await traced(ratio: "1")
+            plain = try await unsealed()
         }
 
         let templates = try TemplateCounts(counter: counter, bin: bin, quick: options.quick)
@@ -238,6 +271,14 @@ struct InstructionsScenario {
         record("NH PUT /{hub}/installations/{id}: instructions in herald-edge", nhPut[0], against: helloWorld)
         record(
             "lean FetchPayload: instructions in herald-payload", fetch, against: (name: "lean echo RPC", value: echo))
+        if let plain {
+            record(
+                "lean FetchPayload, content sealed at rest: instructions in herald-payload", fetch,
+                against: (name: "the same, content unsealed", value: plain.fetch))
+            record(
+                "edge GET api/notifications/{id}, content sealed at rest: instructions (edge + auth + payload)",
+                getTotal, against: (name: "the same, content unsealed", value: plain.get.reduce(0, +)))
+        }
         record(
             "template render (herald-dispatch, one locale template)", templates.render,
             against: (name: "native payload prepared", value: templates.nativeRender))
@@ -257,6 +298,15 @@ struct InstructionsScenario {
                     "| \(name), tracing on, \(row) | \(k(counts[0])) | \(k(counts[1])) | \(k(counts[2])) | \(k(total)) | tracing off \(k(off)) | \(String(format: "%+.1f%%", 100 * (total / off - 1))) |"
             }.joined(separator: "\n")
         }.joined(separator: "\n")
+        let sealedRows =
+            plain.map { plain in
+                let getPlain = plain.get.reduce(0, +)
+                let getChange = String(format: "%+.1f%%", 100 * (getTotal / getPlain - 1))
+                let fetchChange = String(format: "%+.1f%%", 100 * (fetch / plain.fetch - 1))
+                return
+                    "| edge GET api/notifications/{id}, content unsealed | \(k(plain.get[0])) | \(k(plain.get[1])) | \(k(plain.get[2])) | \(k(getPlain)) | sealed \(k(getTotal)) | sealed \(getChange) |\n"
+                    + "| lean FetchPayload, content unsealed | | | \(k(plain.fetch)) | \(k(plain.fetch)) | sealed \(k(fetch)) | sealed \(fetchChange) |"
+            } ?? ""
         report.tables = [
             """
             ## instructions: counted by callgrind in the serving processes, \(calls) calls one at a time after \(warmUp) to warm up
@@ -268,6 +318,7 @@ struct InstructionsScenario {
             | NH PUT /{hub}/installations/{id} | \(k(nhPut[0])) | \(k(nhPut[1])) | \(k(nhPut[2])) | \(k(nhPutTotal)) | hello world GET \(k(helloGET)) | \(String(format: "%.1f×", nhPutTotal / helloGET)) |
             | lean FetchPayload | | | \(k(fetch)) | \(k(fetch)) | lean echo \(k(echo)) | \(String(format: "%.1f×", fetch / echo)) |
             \(tracedRows)
+            \(sealedRows)
 
             herald-dispatch's CPU work of a template send, without its I/O (`herald-bench template-loop`, whole runs under callgrind, differences of two):
 
