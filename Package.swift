@@ -154,7 +154,7 @@ let package = Package(
         // uploads are read by HeraldModel's Multipart: multipart-kit 4.7.1 traps on a part header
         // name byte of 0x80 or more (Sources/HeraldModel/Multipart.swift).
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
-        // Tracing (issue 36): the Tracer API Hummingbird already records its spans through, and W3C
+        // Tracing: the Tracer API Hummingbird already records its spans through, and W3C
         // `traceparent`/`tracestate` parsing. The OTLP exporter is Herald's own (docs/operations.md
         // says why not swift-otel).
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),

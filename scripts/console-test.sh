@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The web console in a real browser (issue 18): Debian's chromium driven by PyPI's playwright
+# The web console in a real browser: Debian's chromium driven by PyPI's playwright
 # (Tests/python/console_check.py), against a live stack in accounts mode; every page is also checked
 # by axe-core's accessibility rules (PyPI axe-playwright-python, which carries axe-core).
 #

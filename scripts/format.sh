@@ -4,7 +4,7 @@
 #   scripts/format.sh          rewrite files in place
 #   scripts/format.sh --check  lint only; exit 1 on any finding (scripts/test.sh runs this)
 # No trapping unwraps in what ships: .swift-format turns on NeverForceUnwrap, NeverUseForceTry and
-# NeverUseImplicitlyUnwrappedOptionals (issue 47). Tests keep theirs (a failed `!` there is a failed
+# NeverUseImplicitlyUnwrappedOptionals. Tests keep theirs (a failed `!` there is a failed
 # test): they are linted with the same settings and those three rules off.
 set -euo pipefail
 cd "$(dirname "$0")/.."

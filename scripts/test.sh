@@ -80,6 +80,7 @@ export HERALD_BENCH=1
 scripts/generate-proto.sh --check
 scripts/format.sh --check
 scripts/trap-check.sh >/dev/null
+scripts/history-check.sh
 # The alert rules: valid, and each alert fires (and stays quiet) as its unit tests say.
 # MonitoringTests checks every metric name they and the dashboard use against a live stack.
 promtool check rules services/prometheus/herald.rules.yml
@@ -186,7 +187,7 @@ took "unit, stack and process tests (SQLite)" "$first"
 # StackTests, then ProcessTests, on PostgreSQL: one after the other. In one process (or two at
 # once) every in-process stack's connection pools and handlers share two event-loop threads with
 # the other suite's clients, beside a dozen PostgreSQL backends on two cores, and the edge answered
-# 503 after its deadline (fresh-clone CI of f286f3a); each alone passes with room to spare.
+# 503 after its deadline (in CI); each alone passes with room to spare.
 # The containers' image (scripts/image.sh: strip and copy the binaries, podman build; 14 s alone,
 # 34 s beside the instruction counts and the soak where compose-test.sh made it) is made beside
 # them, from the base image made beside the build, at the lowest priority (at the same one it slowed
@@ -275,7 +276,7 @@ joined soak || { echo "test.sh: the 30-second soak failed" >&2; exit 1; }
 took "the container tests, with the kube test, the instruction counts and a 30-second soak beside them," "$beside"
 bench=$(mark)
 "$bin/herald-bench" all --quick --skip instructions --json .build/bench-quick.json
-# Issue 17's figures: fan-out with 1-3 dispatch replicas on the test cluster next to SQLite's one.
+# The replicas' figures: fan-out with 1-3 dispatch replicas on the test cluster next to SQLite's one.
 # (Its edge on SQLite is the same as `all`'s, just run: only PostgreSQL's.)
 "$bin/herald-bench" replicas --quick --database "$HERALD_TEST_POSTGRES_URL" --edge postgres
 took "the benchmark's quick run" "$bench"

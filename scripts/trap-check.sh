@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lists the trapping calls left in what ships, and fails on any without a reason beside it.
 #
-# A trap reachable from a request kills the process and every request in flight (issue 47), so
+# A trap reachable from a request kills the process and every request in flight, so
 # each of these needs `// trap-ok: <why it cannot fire on outside input>` on its line or on one of
 # the two lines above it:
 #   everywhere in Sources/ (not Generated/, not the herald-bench and herald-fuzz tools):

@@ -120,7 +120,7 @@ public enum AuthSchema {
                 "DROP INDEX hub_name_nocase",
                 "CREATE INDEX hub_name_lower ON hub (lower(name))",
             ]),
-        // A hub's API request rate at the edge (issue 49): `requests_per_second` with a burst.
+        // A hub's API request rate at the edge: `requests_per_second` with a burst.
         SQLMigration(
             postgres: "auth-v3-request-rate", sqlite: "v6-request-rate",
             [

@@ -241,7 +241,7 @@ public final class DeliveryWorker: Service, Sendable {
         }
     }
 
-    /// The fast lane (issue 49), on PostgreSQL: claims one-person sends (every hub's personal
+    /// The fast lane, on PostgreSQL: claims one-person sends (every hub's personal
     /// lane) as soon as a send is committed, here or on another replica, beside the loop above. That loop claims one
     /// batch at a time, and on a busy PostgreSQL a claim of a broadcast's 500 rows takes 100–250
     /// ms: a one-person send committed just after one began waited for it, and then for its own.

@@ -3,8 +3,9 @@ public import HeraldProto
 
 /// Whose sends a read of one send may see: every read of a send (its outcome, its deliveries, its
 /// cancellation) takes one, with no default, and the outbox checks it where it reads the row
-/// (issue 47's rule, for sends). Before, a request that named neither a requester nor a hub read
-/// any hub's send, so a caller that forgot to name them read wider than its key allowed.
+/// (a read's scope is checked where the data is read). A request that names neither a requester
+/// nor a hub is no read at all: otherwise a caller that forgot to name them would read wider than
+/// its key allows.
 public enum SendScope: Sendable, Equatable {
     /// Sends this principal made (a signed-in user, stored as `sender`), on `hub` too when it is
     /// not empty.

@@ -3,7 +3,7 @@ import HeraldModel
 import Metrics
 import Synchronization
 
-/// Each hub's API request rate at this edge (issue 49): a token bucket per hub, holding `burst`
+/// Each hub's API request rate at this edge: a token bucket per hub, holding `burst`
 /// requests (one second's worth when 0) and refilled at `requests_per_second`, as herald-auth's
 /// verdict for the request carries them (so a change holds at the next request, with the verdict
 /// cache's generation). A request beyond it is 429 with `Retry-After`: NH's XML on NH's routes,

@@ -7,7 +7,7 @@ import HeraldRPC
 import HeraldService
 import Hummingbird
 
-/// `/v1/hubs…`: hubs, their keys, push credentials and limits over HTTP (issue 50), for a platform
+/// `/v1/hubs…`: hubs, their keys, push credentials and limits over HTTP, for a platform
 /// team's own tooling, over the same RPCs as `herald hubs` and the console.
 ///
 /// - A Herald user (Basic or Bearer) with Manage on the hub default may do everything; Manage on a

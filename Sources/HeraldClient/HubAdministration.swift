@@ -1,5 +1,5 @@
 /// What administering a hub asks of more than one service, written once for `herald hubs` and the
-/// edge's `/v1/hubs` (issue 50): deleting a hub, and its limits, which herald-auth (installations,
+/// edge's `/v1/hubs`: deleting a hub, and its limits, which herald-auth (installations,
 /// request rate) and herald-dispatch (pushes, concurrency, weight) keep apart.
 ///
 /// Callers check who may do it; these only call the RPCs, in an order that a second run after a

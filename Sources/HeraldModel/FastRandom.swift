@@ -3,7 +3,7 @@ import Synchronization
 /// Random numbers for ids that must be unique and evenly spread but need not be secret: trace and
 /// span ids, request ids. SplitMix64 over one atomic counter, seeded once from the system's
 /// generator. `SystemRandomNumberGenerator` is a `getrandom` system call per 8 bytes, which the
-/// edge paid four times a request (issue 51). Never 0, so no all-zero id can be drawn. Secrets
+/// edge paid four times a request. Never 0, so no all-zero id can be drawn. Secrets
 /// (keys, tokens, notification ids that must not be guessed) keep the system's generator.
 public struct FastRandom: RandomNumberGenerator {
     private static let state = Atomic<UInt64>(UInt64.random(in: .min ... .max))

@@ -4,7 +4,7 @@ import Foundation
 ///
 /// Foundation's writer does not throw when the top-level object is neither an array nor a
 /// dictionary: it stops the process ("Top-level object was not NSArray or NSDictionary"), which
-/// from a request path kills every request in flight (issue 47: the console's preview of a
+/// from a request path kills every request in flight (the console's preview of a
 /// template body `1` did). Here `.fragmentsAllowed` is always set, so a bare string or number is
 /// written as itself, and a value JSON cannot hold (NaN, a date) is a thrown error, never a trap.
 /// `scripts/trap-check.sh` flags every other use of `withJSONObject` in Sources/.

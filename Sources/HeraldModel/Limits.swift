@@ -12,7 +12,7 @@ public enum PushLimits {
     public static let maxTTLSeconds: Int64 = 28 * 86400
 }
 
-/// A hub's API request rate (issue 49), as herald-auth stores it and the edge enforces it: a
+/// A hub's API request rate, as herald-auth stores it and the edge enforces it: a
 /// token bucket of `burst` requests (one second's worth when 0), refilled at `perSecond`.
 public struct RequestRate: Sendable, Equatable {
     /// The largest rate and burst one may set: a million requests a second is past what one edge

@@ -2,7 +2,7 @@
 ///
 /// `SystemRandomNumberGenerator` makes one `getrandom` system call per value drawn, whatever its
 /// width: a byte drawn at a time costs a call per byte. herald-registration drew its ids' 24
-/// characters one at a time, 48 calls for an NH installation with a template (issue 51), and the
+/// characters one at a time, 48 calls for an NH installation with a template, and the
 /// Web Push sender each message's 16-byte salt. Here a call gives 8 bytes.
 public enum SecureRandom {
     /// `count` random bytes (at most 4,096: these are ids and keys), one system call per 8.

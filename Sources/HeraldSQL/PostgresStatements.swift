@@ -2,7 +2,7 @@ import Foundation
 import PostgresNIO
 import Synchronization
 
-/// Which of the seam's statements a schema's pool prepares (issue 51): each distinct text, with
+/// Which of the seam's statements a schema's pool prepares: each distinct text, with
 /// the types of the values bound to it, under one name for every connection of the pool, prepared
 /// on a connection the first time it runs there and only bound and run after that. Parsing and
 /// planning a statement is the server's work per run without it.

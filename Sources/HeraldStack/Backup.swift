@@ -157,7 +157,7 @@ public enum StackBackup {
         }
         let files = FileManager.default
         // Regular files only: a link in the backup would be copied as a link, and the restored
-        // service would write into the backup folder (or wherever the link points; issue 47).
+        // service would write into the backup folder (or wherever the link points).
         for database in manifest.databases { try requireRegularFile("\(source)/\(database.file)") }
         try files.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
         var replaced: String?

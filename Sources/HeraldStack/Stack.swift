@@ -188,7 +188,7 @@ public actor Stack {
     private var startedAt: [String: ContinuousClock.Instant] = [:]
     /// A child that ran this long before it exited was healthy: its next restart starts the
     /// backoff again from 100 ms. Without it, a service that had once crashed a few times stayed at
-    /// 10 s for good, and one request every 10 s could keep it down (issue 32).
+    /// 10 s for good, and one request every 10 s could keep it down.
     package static let healthyRun = Duration.seconds(30)
     private var exits: [String: [Int32]] = [:]
     private var supervising = false

@@ -27,7 +27,7 @@ public enum HTTP2Answer: Sendable {
 
 /// A few HTTP/2 connections to one push service, each carrying whole batches of requests.
 ///
-/// This is the lean path of the APNs sender (issue 19): AsyncHTTPClient spent ~294 µs of CPU per
+/// This is the lean path of the APNs sender: AsyncHTTPClient spent ~294 µs of CPU per
 /// push, spread over a Swift task, a child channel, a scheduled timeout and header conversions per
 /// request. Here a batch is written frame by frame on the connection's event loop (no stream
 /// channels: the handler matches frames to requests by stream id), flushed once, answered into one
@@ -51,8 +51,7 @@ public final class HTTP2Pool: Sendable {
     /// Each slot's event loop: slot `i` connects on `loops[i]`, so a pool's connections are served
     /// by different threads. Left to `group.next()`, they were not always: anything else in the
     /// process that took a loop between two connects (an RPC client, another pool) could put both
-    /// on one thread, and a fan-out then had one core pushing while the other waited (issue 49:
-    /// about 10% of the APNs broadcast's rate, in one run out of two or so).
+    /// on one thread, and a fan-out then had one core pushing while the other waited (about 10% of the APNs broadcast's rate, in one run out of two or so).
     private let loops: [any EventLoop]
     private let connectTimeout: TimeAmount
     private let slots: Mutex<[Slot]>

@@ -24,7 +24,7 @@ public enum HubRegistrationRules {
     /// Where a registrations feed page starts: after the entry with NH id `key` in row `row`.
     ///
     /// A registration and an installation may share an id (they are separate namespaces in NH),
-    /// so an id alone does not say where a page ended (issue 47, finding 3): the continuation
+    /// so an id alone does not say where a page ended: the continuation
     /// token is `<NH id>~<row id>`, and a page starts after that pair in (NH id, row id) order.
     /// `~` is in neither (NH ids are letters, digits, `.`, `-`, `_`; row ids are Herald's). A
     /// token without `~` (an NH id, as Herald wrote them before) starts after every entry with

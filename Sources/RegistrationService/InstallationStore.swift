@@ -111,7 +111,7 @@ extension SQLRegistrationStore {
     /// An installation's template rows made to match `installation`, writing only what changed: a
     /// template it keeps keeps its row (and id), updated in place, with only the tags that changed
     /// written; one it dropped loses its row; a new one gets a row. Before, every write deleted and
-    /// inserted them all: half the cost of a PATCH of an installation with one template (issue 51).
+    /// inserted them all: half the cost of a PATCH of an installation with one template.
     private static func setTemplates(
         of installation: Installation, parentID: String, hub: String, new: Bool, now: Int64,
         in session: any SQLSession

@@ -38,7 +38,7 @@ public enum RegistrationSchema {
         SQLMigration(
             postgres: nil, sqlite: "v2-handle-index", [],
             sqliteOnly: ["CREATE INDEX registration_handle ON registration(handle)"]),
-        // Hubs (issue 15): every device belongs to one; the tutorial's to "default". An NH
+        // Hubs: every device belongs to one; the tutorial's to "default". An NH
         // installation is a registration row too ("i-…" id, no owner), so audiences see both
         // alike; its NH JSON is kept whole in `document` (templates, push variables).
         SQLMigration(
@@ -54,7 +54,7 @@ public enum RegistrationSchema {
                     WHERE installation_id IS NOT NULL
                 """,
             ]),
-        // NH's template registrations (issue 16): each installation template is a row of its own
+        // NH's template registrations: each installation template is a row of its own
         // ("t-…", template_name set, parent_id its installation's row, its JSON in `document`)
         // carrying the installation's tags plus the template's tags and name, so a template send's
         // tag expression matches each template on its own, in SQL, as NH does. Installations stored
@@ -125,7 +125,7 @@ public enum RegistrationSchema {
                 "ALTER TABLE registration ADD COLUMN nh_document \(.bytes)",
                 "CREATE UNIQUE INDEX registration_nh ON registration (hub, nh_id) WHERE nh_id IS NOT NULL",
             ]),
-        // A page of a person's own rows in id order (issue 51): an export or erase reads the next
+        // A page of a person's own rows in id order: an export or erase reads the next
         // `limit` of them, not all of them for every page (RegistrationErasure.pageIDs).
         SQLMigration(
             postgres: "registration-v3-owner-id", sqlite: "v6-owner-id",

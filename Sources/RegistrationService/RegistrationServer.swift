@@ -277,7 +277,7 @@ public struct RegistrationHandlers: RegistrationServiceHandler {
             throw ServiceError.invalidArgument("a listing is by handle or by tag, not both")
         }
         guard request.handle.utf8.count <= 4096 else { throw ServiceError.invalidArgument("handle too long") }
-        // Checked here, where the registrations are read, whatever the edge decided (issue 47).
+        // Checked here, where the registrations are read, whatever the edge decided.
         switch request.scope {
         case .hub: break
         case .handle where !request.handle.isEmpty: break

@@ -6,7 +6,7 @@ import HeraldRPC
 import HeraldStack
 
 /// `herald-bench console`: the web console's device search over a hub of 1,000,000 devices
-/// (issue 18: "paginated server-side, works with 1M devices"). Each ListDevices query the devices
+/// (paginated on the server, for hubs of a million devices). Each ListDevices query the devices
 /// page makes is timed through herald-registration's lean socket, median of several calls, next
 /// to a Health.Check on the same connection (the RPC's own floor).
 struct ConsoleBench: AsyncParsableCommand {

@@ -150,7 +150,7 @@ struct InstructionsScenario {
 
         // The same two requests with tracing on, exporting to a collector in this process: no trace
         // sampled (`parentbased_traceidratio` at 0), what tracing costs the 99% of requests a 1%
-        // sampler leaves out, and every trace sampled and exported (issue 51). Requests/s cannot
+        // sampler leaves out, and every trace sampled and exported. Requests/s cannot
         // show a few percent on a shared machine; instructions can. Not in the quick run: two more
         // stacks under callgrind.
         func traced(ratio: String) async throws -> (get: [Double], put: [Double]) {

@@ -173,7 +173,7 @@ struct EdgeScenario {
         let (measured, put) = try await routes(wrk, dir: dir, get: true)
         guard let get = measured else { throw BenchError("GET api/notifications/{id} was not measured") }
         // The same routes with tracing on: 1% of traces sampled, and every trace sampled and
-        // exported, to a collector in this process (issue 51: what tracing costs stays measured).
+        // exported, to a collector in this process (what tracing costs stays measured).
         var traced: [(label: String, target: String, get: WrkRun, put: WrkRun, exports: Int)] = []
         for row in Self.tracingRows {
             let run = try await OTLPSink.serving { sink, port in

@@ -9,7 +9,7 @@ import HeraldSQL
 import HeraldService
 import HeraldStack
 
-/// `herald-bench tenants` (issue 49): the hub `default` broadcasts to every seeded device while
+/// `herald-bench tenants`: the hub `default` broadcasts to every seeded device while
 /// hub `b` sends a one-person alert every 100 ms and `default` itself a one-person (secure) push
 /// every second. Figures: p50 and p99 from each small send's commit (when Send answers) to its
 /// delivery (its inbox row, written when the delivery is claimed), and the broadcast's deliveries/s. `--services-bin`

@@ -10,7 +10,7 @@ import HeraldTestSupport
 import NIOPosix
 import Testing
 
-/// Inputs that once broke a service (issue 12), at the unit that now refuses them: login gate.
+/// Inputs that once broke a service, at the unit that now refuses them: login gate.
 @Suite("hardening: login gate", .watchedForStalls)
 struct LoginGateTests {
     @Test(
@@ -189,7 +189,7 @@ struct LoginGateTests {
     }
 
     @Test(
-        "a spray of made-up names from a user's own address costs no hash, slot or budget: the user's first login gets in; the names are answered 401 as wrong passwords are (issue 47)"
+        "a spray of made-up names from a user's own address costs no hash, slot or budget: the user's first login gets in; the names are answered 401 as wrong passwords are"
     )
     func sprayOfUnknownNames() async throws {
         let store = try await AccountStore(

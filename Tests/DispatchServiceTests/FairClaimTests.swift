@@ -12,7 +12,7 @@ import Testing
 
 @testable import DispatchService
 
-/// Issue 49: a claim shares its rows among hubs, and a hub's one-person sends go before its backlog.
+/// A claim shares its rows among hubs, and a hub's one-person sends go before its backlog.
 @Suite("fair claims: hubs share each claim, one-person sends go first", .watchedForStalls)
 struct FairClaimTests {
     static func send(

@@ -9,7 +9,7 @@ import Testing
 
 @testable import DispatchService
 
-/// Issue 49: a hub's push quotas hold in the send's own commit, and a claim takes no more of a hub
+/// A hub's push quotas hold in the send's own commit, and a claim takes no more of a hub
 /// than the delivery worker leaves it room for.
 @Suite("push quotas and per-hub room in claims", .watchedForStalls)
 struct PushQuotaTests {

@@ -55,7 +55,7 @@ struct ConsoleRouteTests {
     }
 
     @Test(
-        "a form body or query with raw spaces, < > and quotes is read, not a crash: each answers, the edge keeps serving (issue 47)"
+        "a form body or query with raw spaces, < > and quotes is read, not a crash: each answers, the edge keeps serving"
     )
     func rawCharactersInForms() async throws {
         let services = FakeServices(userRights: [.listen, .send, .manage])
@@ -184,7 +184,7 @@ struct ConsoleRouteTests {
     }
 
     @Test(
-        "a preview of a body that is a bare JSON value (1, \"x\", null) shows it, not a crash (issue 47, found by schemathesis)"
+        "a preview of a body that is a bare JSON value (1, \"x\", null) shows it, not a crash"
     )
     func previewOfAJSONFragment() async throws {
         let services = FakeServices(userRights: [.listen, .send, .manage])
@@ -246,7 +246,7 @@ struct ConsoleRouteTests {
             #expect(hub.contains("<td>none</td>"))
             #expect(hub.components(separatedBy: "(set ").count == 2)
             #expect(hub.contains("<code>DefaultFullSharedAccessSignature</code>: Listen, Manage, Send"))
-            // The queue and the limits (issue 49), as herald-dispatch answers them.
+            // The queue and the limits, as herald-dispatch answers them.
             #expect(hub.contains(#"<th scope="row">Deliveries waiting</th><td>1500</td>"#), "\(hub)")
             #expect(hub.contains(#"<th scope="row">Oldest due delivery has waited</th><td>2 s</td>"#))
             #expect(hub.contains("(this edge, since it started)</th><td>0</td>"))
@@ -254,7 +254,7 @@ struct ConsoleRouteTests {
                 hub.contains(#"<th scope="row">Pushes a month (UTC)</th><td>1000000</td><td>45000 this month</td>"#))
             #expect(hub.contains(#"<th scope="row">Pushes a day (UTC)</th><td>none</td><td>1200 today</td>"#))
             #expect(hub.contains(#"<th scope="row">Weight in delivery claims</th><td>2</td>"#))
-            // Round 2's forms (issue 50): one per platform the services answer, with the setting
+            // Round 2's forms: one per platform the services answer, with the setting
             // names the CLI takes; rotate and revoke per key; the apns credentials of the hub's own
             // may be deleted, fcm's (the inbox's) not.
             let csrf = ConsoleSession(token: "t-admin", user: "alice", admin: true).csrf

@@ -9,7 +9,7 @@ import Testing
 
 @testable import Edge
 
-/// Inputs that once broke a service (issue 12), at the unit that now refuses them: edge.
+/// Inputs that once broke a service, at the unit that now refuses them: edge.
 @Suite("hardening: edge", .watchedForStalls)
 struct EdgeHardeningTests {
     @Test("uploaded content is never sniffed, and is a download unless an image, a sound or a video")

@@ -5,7 +5,7 @@ import Testing
 
 @testable import Edge
 
-/// Issue 49: each hub's request rate at the edge, a token bucket per hub.
+/// Each hub's request rate at the edge, a token bucket per hub.
 @Suite("hub request rate: a token bucket per hub", .watchedForStalls)
 struct HubRateLimiterTests {
     final class Clock: Sendable {

@@ -211,7 +211,7 @@ struct NHRegistrationRouteTests {
     }
 
     @Test(
-        "a registration and an installation with one id are both listed once, whatever $top is (issue 47, finding 3)"
+        "a registration and an installation with one id are both listed once, whatever $top is"
     )
     func pagingAcrossSharedIDs() async throws {
         let store = try await SQLRegistrationStore(
@@ -264,7 +264,7 @@ struct NHRegistrationRouteTests {
     }
 
     @Test(
-        "a Listen key's filter by an empty or blank handle is 400, not the hub's whole feed (issue 47, finding 2)"
+        "a Listen key's filter by an empty or blank handle is 400, not the hub's whole feed"
     )
     func emptyHandleFilter() async throws {
         try await Self.withStack { client in

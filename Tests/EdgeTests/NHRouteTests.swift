@@ -12,7 +12,7 @@ import Testing
 
 @testable import EdgeTestSupport
 
-/// NH's routes in-process over fake services (issue 33's pyramid): what the edge itself decides, from
+/// NH's routes in-process over fake services (the base of the test pyramid): what the edge itself decides, from
 /// the SAS header to NH's XML errors, without a process. NotificationHubsTests and NHConformanceTests
 /// drive the same routes through a live stack.
 @Suite("NH routes over fake services", .watchedForStalls)

@@ -11,7 +11,7 @@ import Testing
 @testable import Edge
 @testable import HeraldRPC
 
-/// A read's scope is checked where the data is read (issue 47): herald-registration refuses a
+/// A read's scope is checked where the data is read: herald-registration refuses a
 /// hub-wide listing unless the request carries a scope that allows it, whatever the edge decided.
 @Suite("read scopes", .watchedForStalls)
 struct ReadScopeTests {

@@ -4,7 +4,7 @@ import HeraldProto
 import HeraldTestSupport
 import Testing
 
-/// Inputs that once broke a service (issue 12), at the unit that now refuses them: names.
+/// Inputs that once broke a service, at the unit that now refuses them: names.
 @Suite("hardening: names", .watchedForStalls)
 struct NamesTests {
     @Test("ids and counts have one spelling: digits, no sign, no leading zero, within Int64")

@@ -3,7 +3,7 @@ import HeraldModel
 import HeraldTestSupport
 import Testing
 
-/// Numbers from outside that mean time (issue 32): one bounded parse per unit, and saturating
+/// Numbers from outside that mean time: one bounded parse per unit, and saturating
 /// arithmetic after it, fed the extremes and the spellings that overflow.
 @Suite("hardening: time values", .watchedForStalls)
 struct TimeValueTests {

@@ -6,7 +6,7 @@ import Testing
 
 @testable import HeraldSQL
 
-/// The seam prepares its statements on PostgreSQL (issue 51): each text once per connection, by
+/// The seam prepares its statements on PostgreSQL: each text once per connection, by
 /// the types bound to it, up to the pool's `statement_cache`; a failed preparation is not kept.
 @Suite(
     "PostgreSQL: prepared statements",

@@ -8,7 +8,7 @@ import HeraldTestSupport
 import PayloadService
 import Testing
 
-/// Inputs that once broke a service (issue 12), at the unit that now refuses them: payload.
+/// Inputs that once broke a service, at the unit that now refuses them: payload.
 @Suite("hardening: payload", .watchedForStalls)
 struct PayloadHardeningTests {
     @Test(

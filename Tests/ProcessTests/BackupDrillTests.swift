@@ -163,7 +163,7 @@ struct BackupDrillTests {
             #expect(!FileManager.default.fileExists(atPath: target + "/data/payload.sqlite"))
 
             // A database that is a link (to a copy whose size and hash match): refused, nothing
-            // restored, no link left in the data folder (issue 47, finding 4).
+            // restored, no link left in the data folder.
             let linked = folder + "/linked"
             try FileManager.default.copyItem(atPath: backup, toPath: linked)
             try FileManager.default.moveItem(

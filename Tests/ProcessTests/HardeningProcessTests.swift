@@ -38,7 +38,7 @@ struct HardeningProcessTests {
             }
         ) { live in
             let edge = live.edge
-            // Wrong passwords for names that exist: made-up names take no hash and no slot (issue 47).
+            // Wrong passwords for names that exist: made-up names take no hash and no slot.
             // Sixteen at once are twice the gate's room (8) and four times one address's share: as
             // many are refused as 50 would show, for a third of the hashes (each hashed twice: the
             // user's creation and the guess).
@@ -89,7 +89,7 @@ struct HardeningProcessTests {
     func sprayShare(_ sprayCase: SprayCase) async throws {
         // throughProxy: sprayer and users reach the edge from one address, a proxy's (127.0.0.1),
         // which names each client in X-Forwarded-For; the edge trusts it (trusted-proxies), so the
-        // share holds by the addresses it names (issue 47, finding 5). Without the setting, every
+        // share holds by the addresses it names. Without the setting, every
         // client would be the proxy: one share for all, and the users turned away with the sprayer.
         let throughProxy = sprayCase == .throughProxy
         let madeUp = sprayCase == .madeUpNamesSameAddress

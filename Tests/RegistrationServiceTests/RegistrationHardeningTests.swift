@@ -8,7 +8,7 @@ import HeraldTestSupport
 import RegistrationService
 import Testing
 
-/// Inputs that once broke a service (issue 12), at the unit that now refuses them: registration.
+/// Inputs that once broke a service, at the unit that now refuses them: registration.
 @Suite("hardening: registration", .watchedForStalls)
 struct RegistrationHardeningTests {
     @Test("WNS channels and Web Push endpoints with control characters or spaces are refused")

@@ -8,7 +8,7 @@ import Testing
 
 @testable import RegistrationService
 
-/// An export's or erase's pages of one person's devices (issue 51): read a page at a time from the
+/// An export's or erase's pages of one person's devices: read a page at a time from the
 /// owner and tag indexes, they must be exactly the rows the whole-set definition
 /// (``RegistrationErasure/isUsers(_:hub:alias:)``) picks, in id order, with nothing left out or
 /// repeated, whatever the page size.

@@ -116,7 +116,7 @@ package struct LiveStack {
             // An in-process stack shares its test process's two cores with every other suite (the
             // RPC suite's 100,000-record stream and 1,000 concurrent calls among them): a call can
             // wait seconds for a thread, and the 5 s default made a register answer 503 in the
-            // fresh-clone CI of c312030. No in-process test is about that deadline.
+            // a CI run. No in-process test is about that deadline.
             for service in Stack.services {
                 configuration.extraArguments[service, default: []] += ["--rpc-timeout-ms", "30000"]
             }
@@ -124,7 +124,7 @@ package struct LiveStack {
         // A guard against a service that never comes up, not a measure of how fast one does: in
         // the first minute of CI's SQLite pass every suite of both test processes starts at once,
         // and an in-process herald-auth took 30 s to listen and its health checks 30 s more to
-        // be answered (fresh-clone CI of bed3807); 60 s made that a failure.
+        // be answered (in CI); 60 s made that a failure.
         configuration.startTimeout = .seconds(150)
         configure(&configuration)
         if database == .postgres {

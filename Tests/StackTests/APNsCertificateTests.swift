@@ -6,7 +6,7 @@ import ProviderDoubles
 import StackTestSupport
 import Testing
 
-/// Issue 50: APNs certificate-based auth per hub, on the whole stack: to nghttpd, which ends a
+/// APNs certificate-based auth per hub, on the whole stack: to nghttpd, which ends a
 /// handshake without a client certificate, and to a double that (as APNs) takes only certificates
 /// of its CA; a wrong or ended certificate says why and loses nothing; a hub switches between
 /// token and certificate auth without a restart.

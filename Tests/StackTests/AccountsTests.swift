@@ -212,7 +212,7 @@ struct AccountsTests {
     }
 }
 
-/// Roles (issue 15): in accounts mode a user sends to their own devices; other users and tags need
+/// Roles: in accounts mode a user sends to their own devices; other users and tags need
 /// the Send right on the hub, granted with `herald hubs grant`.
 @Suite("roles", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct RolesTests {

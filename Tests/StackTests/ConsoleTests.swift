@@ -178,7 +178,7 @@ struct ConsoleTests {
             let hub = try await browser.get("/console/hubs/app-one")
             #expect(hub.status == 200 && hub.text.contains("DefaultFullSharedAccessSignature"))
             #expect(!hub.text.contains("PRIVATE KEY") && !hub.text.contains("SharedAccessKey="), "a secret on the page")
-            // Its queue and limits, read from herald-dispatch and herald-auth (issue 49).
+            // Its queue and limits, read from herald-dispatch and herald-auth.
             #expect(hub.text.contains(#"<th scope="row">Deliveries waiting</th><td>0</td>"#), "\(hub.text)")
             #expect(hub.text.contains(#"<th scope="row">Oldest due delivery has waited</th><td>none</td>"#))
             let limits = [

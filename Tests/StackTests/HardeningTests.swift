@@ -14,7 +14,7 @@ import Testing
     import Glibc
 #endif
 
-/// The requests that once broke the stack (issue 12), against the five real services (in-process: StackTestSupport).
+/// The requests that once broke the stack, against the five real services (in-process: StackTestSupport).
 @Suite("hostile clients end to end", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
 struct HostileClientTests {
     @Test("a huge ttl_seconds is 400 and herald-payload stays up", arguments: AuthModeCase.allCases)

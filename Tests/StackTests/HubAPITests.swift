@@ -4,7 +4,7 @@ import HeraldTestSupport
 import StackTestSupport
 import Testing
 
-/// Issue 50: hubs, keys, credentials and limits over HTTP (`/v1/hubs…`), on the whole stack.
+/// Hubs, keys, credentials and limits over HTTP (`/v1/hubs…`), on the whole stack.
 @Suite("hubs over HTTP", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct HubAPITests {
     static func json(_ reply: EdgeClient.Reply) throws -> [String: Any] {

@@ -8,7 +8,7 @@ import HeraldTestSupport
 import StackTestSupport
 import Testing
 
-/// Issue 32's findings, replayed from outside the way an attacker holding the Listen key (it is in
+/// Hostile findings against the NH routes, replayed from outside the way an attacker holding the Listen key (it is in
 /// every shipped app) or no key at all would: each one failed before its fix.
 @Suite("NH API against a hostile client", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
 struct NHHostileTests {

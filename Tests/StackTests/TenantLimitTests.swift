@@ -6,7 +6,7 @@ import NIOCore
 import StackTestSupport
 import Testing
 
-/// Issue 49 on the whole stack: a hub over its request rate is throttled while another is served,
+/// Tenant limits on the whole stack: a hub over its request rate is throttled while another is served,
 /// a hub over its quota sends nothing, and a hub whose provider answers slowly does not hold up
 /// another hub's deliveries.
 @Suite("tenants: request rates, push quotas, a slow provider", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)

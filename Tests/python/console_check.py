@@ -166,7 +166,7 @@ def main():
         page.goto(URL + "/console/hubs")
         expect(page.get_by_role("link", name="console-demo")).to_be_visible()
 
-        # Round 2 (issue 50): keys made, rotated and revoked; credentials uploaded and deleted.
+        # Round 2: keys made, rotated and revoked; credentials uploaded and deleted.
         page.goto(URL + "/console/hubs/console-demo")
         page.get_by_label("New key's name").fill("Backend")
         page.get_by_label("Send", exact=True).check()

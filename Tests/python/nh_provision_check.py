@@ -1,4 +1,4 @@
-"""Provisions a hub only through Herald's HTTP management API (/v1/hubs, issue 50), then sends
+"""Provisions a hub only through Herald's HTTP management API (/v1/hubs), then sends
 through it with PyPI's azure-notification-hub-unofficial, as a platform team's tooling would:
 the hub with a quota, a Send-only key for the backend, APNs credentials; an installation and a
 send with the NH client; the hub's limits read back. Prints what happened as JSON; the Swift test

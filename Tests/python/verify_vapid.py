@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks that each Web Push request carries a VAPID header signed with its own hub's key, with
-PyPI's py-vapid (issue 50: a VAPID key per hub). Input: a JSON list of
+PyPI's py-vapid (a VAPID key per hub). Input: a JSON list of
 {"name", "authorization", "public_key"} written by PushDeliveryTests; one line per request;
 exits 1 on the first failure."""
 import base64

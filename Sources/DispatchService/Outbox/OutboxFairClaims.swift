@@ -31,7 +31,7 @@ public enum DeliveryLane: Int32, Sendable {
     }
 }
 
-/// How a claim shares its rows among hubs (issue 49).
+/// How a claim shares its rows among hubs.
 ///
 /// A claim serves at most ``maxHubs`` hubs with due rows, in name order starting after the hub the
 /// previous claim ended with (so with more hubs than that, each is served within a few claims),
@@ -325,7 +325,7 @@ extension Outbox {
     }
 }
 
-/// One hub's queue, as the metrics sample it each second (issue 49).
+/// One hub's queue, as the metrics sample it each second.
 public struct HubQueue: Sendable, Equatable {
     /// The hub's id (herald-auth's `Hub.id`).
     public var hub: String

@@ -69,7 +69,7 @@ extension Outbox {
         }
     }
 
-    // MARK: the console's reads (issue 18): each a range of the (hub, created_at, id) index, never a scan of `delivery`
+    // MARK: the console's reads: each a range of the (hub, created_at, id) index, never a scan of `delivery`
 
     /// ListSends: ids of `hub`'s sends made before `before` (created_at, id), newest first.
     nonisolated(nonsending) public func recentSends(

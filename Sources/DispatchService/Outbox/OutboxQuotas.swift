@@ -165,7 +165,7 @@ extension Outbox {
 }
 
 extension DispatchSchema {
-    /// Push limits and their counters (issue 49): one row per limited hub, one per hub and period
+    /// Push limits and their counters: one row per limited hub, one per hub and period
     /// ("d2026-11-28", "m2026-11") while it has a quota.
     static let pushLimits = SQLMigration(
         postgres: "dispatch-v11-push-limits", sqlite: "outbox-v17-push-limits",
@@ -181,7 +181,7 @@ extension DispatchSchema {
             """,
         ])
 
-    /// A hub's weight in the claims (issue 49): 0 is the default, 1.
+    /// A hub's weight in the claims: 0 is the default, 1.
     static let hubWeight = SQLMigration(
         postgres: "dispatch-v12-hub-weight", sqlite: "outbox-v18-hub-weight",
         ["ALTER TABLE hub_push_limit ADD COLUMN weight BIGINT NOT NULL DEFAULT 0"])

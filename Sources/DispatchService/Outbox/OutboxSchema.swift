@@ -107,7 +107,7 @@ public enum DispatchSchema {
                 ALTER TABLE outbox_payload DROP COLUMN headers;
                 """
             ]),
-        // Each send belongs to a hub, whose credentials deliver it (issue 15).
+        // Each send belongs to a hub, whose credentials deliver it.
         SQLMigration(
             postgres: nil, sqlite: "outbox-v3-hubs", [],
             sqliteOnly: [
@@ -122,7 +122,7 @@ public enum DispatchSchema {
                 ) WITHOUT ROWID;
                 """
             ]),
-        // When a send started and finished, for Notification Hubs' per-message telemetry (issue 16).
+        // When a send started and finished, for Notification Hubs' per-message telemetry.
         SQLMigration(
             postgres: nil, sqlite: "outbox-v4-telemetry", [],
             sqliteOnly: [
@@ -133,7 +133,7 @@ public enum DispatchSchema {
                 UPDATE notification SET finished_at = updated_at WHERE state IN (3, 4, 5);
                 """
             ]),
-        // Scheduled sends (issue 16): the request waits here, its notification SCHEDULED, until
+        // Scheduled sends: the request waits here, its notification SCHEDULED, until
         // it is due; firing deletes the row in the transaction that enqueues the deliveries.
         SQLMigration(
             postgres: nil, sqlite: "outbox-v5-scheduled", [],
@@ -147,7 +147,7 @@ public enum DispatchSchema {
                 CREATE INDEX scheduled_send_due ON scheduled_send(fire_at);
                 """
             ]),
-        // A template send stores one payload per distinct rendered template (issue 16): the
+        // A template send stores one payload per distinct rendered template: the
         // variant joins the payload's key, and each delivery names its variant. SQLite cannot
         // change a primary key in place: the table is rebuilt.
         SQLMigration(
@@ -193,7 +193,7 @@ public enum DispatchSchema {
                 ) WITHOUT ROWID;
                 """
             ]),
-        // The console's reads (issue 18): a hub's recent sends, newest first, and its minutes.
+        // The console's reads: a hub's recent sends, newest first, and its minutes.
         SQLMigration(
             postgres: nil, sqlite: "outbox-v8-sends-by-hub", [],
             sqliteOnly: [
@@ -421,7 +421,7 @@ public enum DispatchSchema {
                 )
                 """,
             ]),
-        // The console's reads (issue 18): a hub's recent sends, newest first, and its minutes.
+        // The console's reads: a hub's recent sends, newest first, and its minutes.
         SQLMigration(
             postgres: "dispatch-v2-sends-by-hub", sqlite: nil, [],
             postgresOnly: ["CREATE INDEX notification_hub_created ON notification (hub, created_at, id)"]),
@@ -454,7 +454,7 @@ public enum DispatchSchema {
                 "DROP INDEX delivery_due",
                 "CREATE INDEX delivery_due ON delivery (platform, next_attempt_at, sequence) WHERE state = 1",
             ]),
-        // A lease per claimed batch (issue 52): renewing a batch rewrites its one `delivery_lease`
+        // A lease per claimed batch: renewing a batch rewrites its one `delivery_lease`
         // row, not each of its deliveries (and their `delivery_due` entries). A delivery's
         // `next_attempt_at` is still its claim's first lease end; past it, the delivery is taken
         // over only if its batch's lease has ended too. Rows leased before this step have no
@@ -480,7 +480,7 @@ public enum DispatchSchema {
                 )
                 """
             ]),
-        // Fair claims (issue 49): each delivery names its send's hub and lane (0 a one-person
+        // Fair claims: each delivery names its send's hub and lane (0 a one-person
         // send, 1 the rest), and `delivery_due` is keyed by them, so a claim reads each hub's
         // lanes as ordered ranges of their own: a hub's broadcast backlog no longer stands in front
         // of another hub's rows, nor of its own one-person sends. Pending rows take their send's
@@ -509,8 +509,8 @@ public enum DispatchSchema {
             ]),
         pushLimits,
         hubWeight,
-        // Hubs' push credentials as SetHubCredentials carries them, one platform's message per row
-        // (issue 48), not a JSON object of named settings: HubCredentialStore converts the rows
+        // Hubs' push credentials as SetHubCredentials carries them, one platform's message per row,
+        // not a JSON object of named settings: HubCredentialStore converts the rows
         // stored before on its next read; `settings` is '' after that, and is dropped from 2027-03-01.
         SQLMigration(
             postgres: "dispatch-v13-typed-credentials", sqlite: "outbox-v19-typed-credentials",

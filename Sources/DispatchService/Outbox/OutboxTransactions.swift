@@ -17,7 +17,7 @@ public import PushProviders
 /// over if its batch's lease has ended too (with its message id, its attempt counted again, so
 /// it shows as retried), and otherwise moves it on to the lease's current end. So a renewal
 /// rewrites one small row per batch, never the batch's deliveries: renewing stays cheap when the
-/// machine is busy, which is when it matters (issue 52). The worker renews what it holds every
+/// machine is busy, which is when it matters. The worker renews what it holds every
 /// ``Outbox/leaseRenewalInterval``, and a restart takes its own leases back at once
 /// (``Outbox/recoverLeases()``).
 ///

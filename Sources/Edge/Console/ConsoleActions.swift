@@ -5,7 +5,7 @@ import HeraldProto
 import HeraldRPC
 import Hummingbird
 
-/// The console's forms that change a hub (issue 50, console round 2): its push credentials, its
+/// The console's forms that change a hub: its push credentials, its
 /// keys, its devices, the hub itself. Each is a POST with the session's CSRF token, for an operator
 /// with Manage on the hub, over the same RPCs as `/v1/hubs` and `herald hubs`; each answers with a
 /// redirect to the page it changed, but a key's new secrets, which are shown once on a page of

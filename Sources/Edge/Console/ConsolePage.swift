@@ -162,7 +162,7 @@ enum ConsolePage {
     ///
     /// Parsed here rather than through `URLComponents`, whose `percentEncodedQuery` setter traps on
     /// any character a URL may not hold (a raw space, `<`, `"`), which any client can send
-    /// (issue 47: one unauthenticated `POST /console/login` killed the edge). Hummingbird's
+    /// (one unauthenticated `POST /console/login` killed the edge). Hummingbird's
     /// `URLEncodedFormDecoder` decodes into `Decodable` types; the console reads loose fields. A
     /// `+` is a space; a bad `%` escape leaves the text as it came. The text is already bounded
     /// (the body by `max-body-bytes`, the query by the HTTP server).

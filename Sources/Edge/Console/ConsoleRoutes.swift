@@ -8,7 +8,7 @@ import HeraldService
 import Hummingbird
 import NIOCore
 
-/// The operators' web console at `/console` (issue 18): server-rendered HTML over the same RPCs as
+/// The operators' web console at `/console`: server-rendered HTML over the same RPCs as
 /// the API routes, for users with the Manage right.
 ///
 /// - A session is a bearer token of herald-auth (`IssueToken` at sign-in, `RevokeToken` at sign-out)

@@ -172,7 +172,7 @@ extension NotificationHubsRoutes {
                     throw refused
                 }
                 // No device has an empty handle, and herald-registration reads an empty one as no
-                // filter at all: a Listen key read the hub's whole feed with `eq ''` (issue 47).
+                // filter at all: a Listen key read the hub's whole feed with `eq ''`.
                 guard handle.contains(where: { $0 != UInt8(ascii: " ") && $0 != 9 }) else {
                     throw EdgeError(.badRequest, "$filter's handle is empty")
                 }

@@ -61,7 +61,7 @@ public enum Platform: RawRepresentable, Hashable, Sendable, CustomStringConverti
 }
 
 /// How wide a read the caller's verified credentials allow, set by herald-edge from the key or
-/// user it verified and checked again by the service that reads the data (issue 47): a mistake at
+/// user it verified and checked again by the service that reads the data: a mistake at
 /// the edge cannot widen a read, because a read wider than its scope is refused where it is read.
 public enum ReadScope: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     /// Not set: every hub-wide read refuses it (PERMISSION_DENIED).

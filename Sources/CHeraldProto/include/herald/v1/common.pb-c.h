@@ -55,7 +55,7 @@ typedef enum _Herald__V1__Platform {
 } Herald__V1__Platform;
 /*
  * How wide a read the caller's verified credentials allow, set by herald-edge from the key or
- * user it verified and checked again by the service that reads the data (issue 47): a mistake at
+ * user it verified and checked again by the service that reads the data: a mistake at
  * the edge cannot widen a read, because a read wider than its scope is refused where it is read.
  */
 typedef enum _Herald__V1__ReadScope {
