@@ -12,8 +12,8 @@ import PackageDescription
 let fuzzing = Context.environment["HERALD_FUZZ"] != nil
 
 /// `HERALD_BENCH=1` (set by scripts/bench.sh, and by scripts/test.sh's full run, which runs the quick
-/// benchmark): the `herald-bench` executable exists. Without it a build never compiles its 3,700
-/// lines (as Hummingbird keeps its benchmarks out of the package's own build).
+/// benchmark): the `herald-bench` executable exists. Without it a build never compiles
+/// it (as Hummingbird keeps its benchmarks out of the package's own build).
 let benchmarks = Context.environment["HERALD_BENCH"] != nil
 
 let swiftSettings: [SwiftSetting] =

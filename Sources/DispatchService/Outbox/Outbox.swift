@@ -3,7 +3,6 @@ import GRDB
 import HeraldModel
 public import HeraldProto
 public import HeraldSQL
-import HeraldService
 import Logging
 import NIOPosix
 import Synchronization

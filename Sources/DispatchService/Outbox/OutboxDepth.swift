@@ -1,6 +1,5 @@
 import HeraldModel
 public import HeraldProto
-import HeraldService
 
 /// The queues' depth, sampled each second for the metrics.
 public struct OutboxDepth: Sendable {

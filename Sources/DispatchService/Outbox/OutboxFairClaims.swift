@@ -1,7 +1,6 @@
 import HeraldModel
 public import HeraldProto
 import HeraldSQL
-import HeraldService
 
 /// The lane a send's deliveries wait in, within their hub (`delivery.lane`).
 public enum DeliveryLane: Int32, Sendable {

@@ -1,5 +1,4 @@
 import Foundation
-import HeraldService
 import PostgresNIO
 
 /// The PostgreSQL side of ``Outbox``: the NOTIFY that wakes replicas (its schema is

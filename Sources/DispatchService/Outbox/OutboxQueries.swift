@@ -2,7 +2,6 @@ import Foundation
 import HeraldModel
 public import HeraldProto
 import HeraldSQL
-import HeraldService
 import PushProviders
 
 /// The outbox's reads (outcomes, delivery records, the console's, exports, trace parents),

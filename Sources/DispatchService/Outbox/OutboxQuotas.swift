@@ -2,7 +2,6 @@ import Foundation
 import HeraldModel
 public import HeraldProto
 import HeraldSQL
-import HeraldService
 
 /// A hub's push limits (`hub_push_limit`), as herald-dispatch enforces them: quotas in the send's
 /// commit (``Outbox/countPushes(_:hub:at:_:)``), concurrency in the delivery worker's claims.

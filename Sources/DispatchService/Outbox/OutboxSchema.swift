@@ -1,5 +1,4 @@
 import HeraldSQL
-import HeraldService
 
 /// herald-dispatch's schema, for both databases: the outbox, the inbox and hubs' credentials.
 ///

@@ -2,7 +2,6 @@ import Foundation
 import HeraldModel
 public import HeraldProto
 import HeraldRPC
-import HeraldService
 
 /// A large audience spilled to disk while it streams in.
 ///

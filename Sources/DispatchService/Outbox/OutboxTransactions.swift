@@ -3,7 +3,6 @@ import HeraldModel
 public import HeraldProto
 import HeraldRPC
 import HeraldSQL
-import HeraldService
 import HeraldTelemetry
 public import PushProviders
 
