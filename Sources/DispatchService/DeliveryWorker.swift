@@ -11,90 +11,6 @@ public import ServiceLifecycle
 import Synchronization
 import Tracing
 
-/// How retries are spaced: exponential backoff with jitter, never sooner than the push service's
-/// `Retry-After`, given up at the delivery's retry window or expiry.
-public struct RetryPolicy: Sendable {
-    /// Delay before the second attempt (doubled for each further one).
-    public var base: Duration
-    /// The longest delay between two attempts.
-    public var cap: Duration
-
-    public init(base: Duration = .seconds(1), cap: Duration = .seconds(300)) {
-        self.base = base
-        self.cap = cap
-    }
-
-    /// The delay after failed attempt number `attempt` (1-based): base × 2^(attempt−1), capped,
-    /// scaled by a random factor in [0.5, 1] ("equal jitter", so retries of a burst spread out but
-    /// never come sooner than half the backoff), and at least `retryAfter`.
-    public func delay(afterAttempt attempt: Int, retryAfter: Duration?, random: Double = Double.random(in: 0.5...1))
-        -> Duration
-    {
-        let exponent = min(max(attempt - 1, 0), 30)
-        let raw = min(base.wholeMilliseconds * (Int64(1) << exponent), cap.wholeMilliseconds)
-        let jittered = Duration.milliseconds(Int64(Double(raw) * random))
-        guard let retryAfter else { return jittered }
-        return max(jittered, retryAfter)
-    }
-}
-
-/// Wakes a sleeping worker early (a send was committed). A signal that finds no sleeper is kept
-/// for the next wait, so none is lost; spurious wake-ups are harmless.
-final class Wakeup: Sendable {
-    private let state = Mutex<(pending: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
-
-    func signal() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            if let waiter = state.waiter {
-                state.waiter = nil
-                return waiter
-            }
-            state.pending = true
-            return nil
-        }
-        waiter?.resume()
-    }
-
-    func wait(upTo timeout: Duration) async {
-        let timer = Task { [weak self] in
-            // Cancelled when the wait ended otherwise: then it must not signal (that would make
-            // the next wait return at once, and the worker spin).
-            do { try await Task.sleep(for: timeout) } catch { return }
-            self?.signal()
-        }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let now = state.withLock { state -> Bool in
-                    if state.pending {
-                        state.pending = false
-                        return true
-                    }
-                    state.waiter = continuation
-                    return false
-                }
-                if now { continuation.resume() }
-            }
-        } onCancel: {
-            signal()
-        }
-        timer.cancel()
-    }
-}
-
-/// A hub and a platform: the key of one sender.
-struct HubPlatform: Hashable {
-    var hub: String
-    var platform: Platform
-}
-
-/// What one hub holds of the delivery worker: batches in flight with its deliveries, how many it
-/// may have (its window), and its deliveries in flight.
-struct HubLoad {
-    var batches = 0
-    var window = 1
-    var items = 0
-}
-
 /// Delivers the outbox: claims due deliveries in batches, hands each platform's share to its
 /// sender, and records what happened (delivered, retry at, failed, handle dead, abandoned).
 ///
@@ -110,34 +26,34 @@ public final class DeliveryWorker: Service, Sendable {
     let outbox: Outbox
     /// Each hub's sender per platform; which platforms are recorded locally (the inbox, in the
     /// claim's own transaction) and which are claimed with a lease follows it as hubs' credentials change.
-    private let senders: HubSenders
-    private let registrations: any RegistrationServiceClientProtocol
-    private let policy: RetryPolicy
-    private let batchSize: Int
-    private let workers: Int
-    private let pushTimeout: Duration
+    let senders: HubSenders
+    let registrations: any RegistrationServiceClientProtocol
+    let policy: RetryPolicy
+    let batchSize: Int
+    let workers: Int
+    let pushTimeout: Duration
     /// Per hub, how many batches it may have in flight: one at first, one more after each of its
     /// batches answered within a quarter of the push timeout, up to `workers`; halved when its
     /// pushes time out. A provider (or a machine) that answers slower than the timeout allows is
     /// given fewer pushes at once, rather than more of them queued to time out and go out again.
     /// Entries are hubs with deliveries (operator-created): bounded.
-    private let load = Mutex<[String: HubLoad]>([:])
+    let load = Mutex<[String: HubLoad]>([:])
     /// Hubs' `max_concurrent_pushes` that are set, read back every few seconds.
-    private let concurrency = Mutex<[String: Int]>([:])
-    private let logger: Logger
-    private let wakeup = Wakeup()
+    let concurrency = Mutex<[String: Int]>([:])
+    let logger: Logger
+    let wakeup = Wakeup()
     /// The fast lane's (``fastLane()``): a send committed, or one of its batches finished.
-    private let fastWakeup = Wakeup()
+    let fastWakeup = Wakeup()
     /// The fast lane's batches in flight: at most `workers`.
-    private let fastRunning = Mutex(0)
-    private let removing = Mutex(false)
+    let fastRunning = Mutex(0)
+    let removing = Mutex(false)
     /// Batches in flight.
-    private let running = Mutex(0)
+    let running = Mutex(0)
     /// Graceful shutdown began: claim nothing more.
-    private let stopping = Mutex(false)
+    let stopping = Mutex(false)
     /// The leases of the batches claimed and not recorded yet (lease id → when it ends, Unix ms,
     /// as last written), renewed while they are in flight (see ``Outbox/renewLeases(_:)``).
-    private let inFlight = Mutex<[Int64: Int64]>([:])
+    let inFlight = Mutex<[Int64: Int64]>([:])
     /// Delivered pushes given a span of their own so far, per traced send (DeliveryTracing.swift).
     let sampledDeliveries = Mutex<[String: Int]>([:])
 
@@ -166,7 +82,7 @@ public final class DeliveryWorker: Service, Sendable {
 
     /// Sends committed through ``wake()`` so far: a claim that found nothing of the hubs not held
     /// back is not made again until one is (or a second has passed: retries come due on their own).
-    private let committed = Atomic(0)
+    let committed = Atomic(0)
 
     public func run() async throws {
         let recovered = try await outbox.recoverLeases()
@@ -241,101 +157,9 @@ public final class DeliveryWorker: Service, Sendable {
         }
     }
 
-    /// The fast lane, on PostgreSQL: claims one-person sends (every hub's personal
-    /// lane) as soon as a send is committed, here or on another replica, beside the loop above. That loop claims one
-    /// batch at a time, and on a busy PostgreSQL a claim of a broadcast's 500 rows takes 100–250
-    /// ms: a one-person send committed just after one began waited for it, and then for its own.
-    /// Here it waits only for a claim of the personal lanes, which hold few rows. Batches are
-    /// counted in their hubs' deliveries in flight (so `max_concurrent_pushes` holds) but not in
-    /// their windows, which pace the broadcasts; at most `workers` of them are in flight. The loop
-    /// above still claims personal lanes first too: rows are taken by whichever claim comes first.
-    private func fastLane() async {
-        await withDiscardingTaskGroup { group in
-            while !Task.isCancelled, !stopping.withLock({ $0 }) {
-                await fastWakeup.wait(upTo: .seconds(1))
-                while !Task.isCancelled, !stopping.withLock({ $0 }), fastRunning.withLock({ $0 }) < workers {
-                    let claimStart = HeraldTracing.isOn ? DefaultTracerClock.now : nil
-                    guard
-                        let batch = await claimRemoteBatch(
-                            room: capRoom(), personalOnly: [], onlyPersonal: true, wakeup: fastWakeup),
-                        !batch.items.isEmpty
-                    else { break }
-                    let claim = claimStart.map { ($0, DefaultTracerClock.now) }
-                    fastRunning.withLock { $0 += 1 }
-                    let perHub = started(batch, countsAsBatch: false)
-                    group.addTask {
-                        await self.deliver(batch, claim: claim)
-                        self.finished(batch, perHub, countedAsBatch: false)
-                        self.fastRunning.withLock { $0 -= 1 }
-                        self.fastWakeup.signal()
-                    }
-                }
-            }
-        }
-    }
-
-    /// `batch` is in flight: its lease is renewed, and its rows count in their hubs' load.
-    private func started(_ batch: Outbox.ClaimedBatch, countsAsBatch: Bool) -> [String: Int] {
-        if batch.takenOver > 0 {
-            DispatchMetrics.takeovers(count: batch.takenOver)
-            logger.notice(
-                "took over deliveries whose lease had ended", metadata: ["herald.count": "\(batch.takenOver)"])
-        }
-        inFlight.withLock { $0[batch.lease] = batch.leaseEnds }
-        let perHub = Self.itemsPerHub(batch.items)
-        load.withLock { load in
-            for (hub, count) in perHub {
-                if countsAsBatch { load[hub, default: HubLoad()].batches += 1 }
-                load[hub, default: HubLoad()].items += count
-            }
-        }
-        return perHub
-    }
-
-    /// `batch`'s results are recorded: what ``started(_:countsAsBatch:)`` counted is taken back.
-    private func finished(_ batch: Outbox.ClaimedBatch, _ perHub: [String: Int], countedAsBatch: Bool) {
-        load.withLock { load in
-            for (hub, count) in perHub {
-                if countedAsBatch { load[hub]?.batches -= 1 }
-                load[hub]?.items -= count
-            }
-        }
-        inFlight.withLock { $0[batch.lease] = nil }
-    }
-
-    /// Extends the leases of the batches in flight every `interval`, until cancelled: one small
-    /// row per batch. A failed renewal is only logged: the next one tries again, and a lease that
-    /// does run out is taken over by another replica as if this one had died (its results are
-    /// then dropped, and what it had not pushed yet it does not push: ``deliver(_:claim:)``).
-    private func renewLeases(every interval: Duration) async {
-        while !Task.isCancelled {
-            do { try await Task.sleep(for: interval) } catch { return }
-            let held = inFlight.withLock { Array($0.keys) }
-            guard !held.isEmpty else { continue }
-            let started = outbox.now()
-            do {
-                let (renewed, until) = try await outbox.renewLeases(held)
-                inFlight.withLock { leases in
-                    for id in renewed where leases[id] != nil { leases[id] = until }
-                }
-                let late = held.filter { !renewed.contains($0) }
-                if !late.isEmpty, inFlight.withLock({ leases in late.contains { leases[$0] != nil } }) {
-                    logger.warning("leases in flight were gone", metadata: ["herald.count": "\(late.count)"])
-                }
-                let took = outbox.now() - started
-                if took > outbox.lease.wholeMilliseconds / 3 {
-                    logger.warning(
-                        "renewing leases took a third of their length", metadata: ["herald.milliseconds": "\(took)"])
-                }
-            } catch {
-                logger.warning("cannot renew leases", metadata: ["herald.error": "\(error)"])
-            }
-        }
-    }
-
     /// Local (inbox) deliveries: claimed, written and recorded in one transaction. True when it
     /// delivered any (so the loop goes round again without waiting).
-    private func deliverLocalBatch() async -> Bool {
+    func deliverLocalBatch() async -> Bool {
         let platforms = senders.split.local
         guard !platforms.isEmpty else { return false }
         do {
@@ -351,50 +175,9 @@ public final class DeliveryWorker: Service, Sendable {
             return false
         }
     }
-
-    /// How many deliveries of each hub the next claim may take: at most what its
-    /// `max_concurrent_pushes` leaves; of a hub with its window's batches in flight, only its
-    /// personal lane (`personalOnly`, up to one batch more than its window, so that its
-    /// one-person sends do not wait for its broadcast's batches), and none past that; unnamed
-    /// hubs as many as the claim holds.
-    func hubRoom() -> (room: [String: Int], personalOnly: Set<String>) {
-        let caps = concurrency.withLock { $0 }
-        return load.withLock { load in
-            var room = Self.room(caps: caps, load: load)
-            var personalOnly = Set<String>()
-            for (hub, held) in load where held.batches >= held.window {
-                if held.batches == held.window, room[hub] != 0 {
-                    personalOnly.insert(hub)
-                    room[hub] = min(room[hub] ?? .max, DeliveryLane.personalDevices)
-                } else {
-                    room[hub] = 0
-                }
-            }
-            return (room, personalOnly)
-        }
-    }
-
-    /// How many deliveries of each hub the fast lane may claim: what its `max_concurrent_pushes`
-    /// leaves (its window paces its broadcasts, not its one-person sends).
-    func capRoom() -> [String: Int] {
-        let caps = concurrency.withLock { $0 }
-        return load.withLock { Self.room(caps: caps, load: $0) }
-    }
-
-    /// What each hub's `max_concurrent_pushes` (`caps`) leaves beside its deliveries in flight.
-    static func room(caps: [String: Int], load: [String: HubLoad]) -> [String: Int] {
-        caps.reduce(into: [:]) { room, cap in room[cap.key] = max(0, cap.value - (load[cap.key]?.items ?? 0)) }
-    }
-
-    static func itemsPerHub(_ items: [PushItem]) -> [String: Int] {
-        var counts: [String: Int] = [:]
-        for item in items { counts[item.hub, default: 0] += 1 }
-        return counts
-    }
-
     /// Claims due deliveries of the remote platforms (with a lease); nil after a database error
     /// (logged, and waited on for a second, or until `wakeup`, the caller's, is signalled).
-    private func claimRemoteBatch(
+    func claimRemoteBatch(
         room: [String: Int], personalOnly: Set<String>, onlyPersonal: Bool = false, wakeup: Wakeup
     ) async -> Outbox.ClaimedBatch? {
         let remotePlatforms = senders.split.remote
@@ -412,7 +195,7 @@ public final class DeliveryWorker: Service, Sendable {
 
     /// Records the queues' depth and the oldest open send's age every `interval`, until cancelled.
     /// Hubs' concurrency caps and weights are read back every fifth time (set through any replica).
-    private func sampleQueues(every interval: Duration) async {
+    func sampleQueues(every interval: Duration) async {
         var round = 0
         while !Task.isCancelled {
             if let depth = try? await outbox.depth() { DispatchMetrics.queueDepth(depth, now: unixMillis()) }
@@ -425,7 +208,7 @@ public final class DeliveryWorker: Service, Sendable {
 
     /// Nothing was due: report dead handles, and sleep until the next delivery is due (at most a
     /// second; a new send wakes it sooner).
-    private func idle() async {
+    func idle() async {
         await flushRemovals()
         let due = (try? await outbox.nextDue()) ?? nil
         let wait = due.map { Duration.milliseconds(max(0, min($0 - unixMillis(), 1000))) } ?? .seconds(1)
@@ -465,7 +248,7 @@ public final class DeliveryWorker: Service, Sendable {
     }
 
     /// ``deliver(_:claim:)``'s pushes and results, for `items` still held under `lease`.
-    private func deliver(
+    func deliver(
         _ items: [PushItem], lease: Int64, claim: (DefaultTracerClock.Instant, DefaultTracerClock.Instant)?
     ) async {
         // One share per hub and platform: each hub's pushes go out with its own credentials only.
@@ -514,121 +297,5 @@ public final class DeliveryWorker: Service, Sendable {
             logger.error("cannot record delivery results", metadata: ["herald.error": "\(error)"])
         }
         if decisions.contains(where: { $0.removal != nil }) { await flushRemovals() }
-    }
-
-    /// Halves the batches `hub` may have in flight after its pushes timed out; adds one back after
-    /// a batch with its pushes answered within a quarter of the push timeout.
-    private func adjustWindow(hub: String, timedOut: Bool, took: Duration) {
-        let (before, after) = load.withLock { load -> (Int, Int) in
-            var held = load[hub] ?? HubLoad()
-            let before = held.window
-            if timedOut {
-                held.window = max(1, held.window / 2)
-            } else if took < pushTimeout / 4 {
-                held.window = min(workers, held.window + 1)
-            }
-            load[hub] = held
-            return (before, held.window)
-        }
-        if after < before {
-            logger.notice(
-                "pushes timed out: fewer batches in flight",
-                metadata: ["herald.hub": "\(hub)", "herald.batches": "\(after)", "herald.before": "\(before)"])
-        }
-    }
-
-    /// ``decide(_:_:now:)`` for a share, with one metrics update per outcome rather than per
-    /// delivery (a counter looked up per delivery was a measurable part of a fan-out's CPU).
-    func decideAll(_ items: [PushItem], _ results: [PushResult]) -> [Outbox.Decision] {
-        let now = unixMillis()
-        var counts: [String: Int] = [:]
-        let decisions = zip(items, results).map { item, result in
-            let (decision, outcome) = decision(item, result, now: now)
-            counts[outcome, default: 0] += 1
-            return decision
-        }
-        if let platform = items.first?.platform {
-            for (outcome, count) in counts { DispatchMetrics.deliveries(platform, outcome, count: count) }
-        }
-        return decisions
-    }
-
-    /// Turns a sender's result into the delivery's next state.
-    func decide(_ item: PushItem, _ result: PushResult, now: Int64 = unixMillis()) -> Outbox.Decision {
-        let (decision, outcome) = decision(item, result, now: now)
-        DispatchMetrics.deliveries(item.platform, outcome)
-        return decision
-    }
-
-    private func decision(_ item: PushItem, _ result: PushResult, now: Int64) -> (Outbox.Decision, String) {
-        var decision = Outbox.Decision(
-            sequence: item.sequence, notificationID: item.notificationID, platform: item.platform, state: .failed,
-            status: 0, reason: "",
-            nextAttemptAt: now, removal: nil, attempt: item.attempt)
-        let outcome: String
-        switch result {
-        case .delivered(let status):
-            decision.state = .delivered
-            decision.status = status
-            outcome = "delivered"
-        case .failed(let status, let reason):
-            decision.status = status
-            decision.reason = reason
-            outcome = "failed"
-        case .unregistered(let status, let reason, let since):
-            decision.status = status
-            decision.reason = reason
-            decision.removal = (item.platform, item.handle, since)
-            outcome = "unregistered"
-        case .retry(let status, let reason, let after):
-            decision.status = status
-            decision.reason = reason
-            let next = now + policy.delay(afterAttempt: item.attempt, retryAfter: after).wholeMilliseconds
-            let expiry = item.payload.options.expiresAtUnixMs > 0 ? item.payload.options.expiresAtUnixMs : Int64.max
-            if next > min(item.giveUpAt, expiry) {
-                decision.state = .abandoned
-                outcome = "abandoned"
-            } else {
-                decision.state = .pending
-                decision.nextAttemptAt = next
-                outcome = "retry"
-            }
-        }
-        if outcome != "delivered" {
-            logger.debug(
-                "delivery \(outcome)",
-                metadata: [
-                    "herald.notification_id": "\(item.notificationID)", "herald.message_id": "\(item.messageID)",
-                    "herald.attempt": "\(item.attempt)", "herald.status": "\(decision.status)",
-                    "herald.reason": "\(decision.reason)",
-                ])
-        }
-        return (decision, outcome)
-    }
-
-    /// Reports queued dead handles to herald-registration; those it cannot reach stay queued for
-    /// the next flush. One flush at a time.
-    func flushRemovals() async {
-        let started = removing.withLock { busy -> Bool in
-            if busy { return false }
-            busy = true
-            return true
-        }
-        guard started else { return }
-        defer { removing.withLock { $0 = false } }
-        while let batch = try? await outbox.pendingRemovals(limit: 100), !batch.isEmpty {
-            for removal in batch {
-                do {
-                    _ = try await registrations.removeHandle(
-                        RemoveHandleRequest(
-                            platform: removal.platform, handle: removal.handle, invalidSinceUnixMs: removal.since))
-                    try await outbox.removalDone(removal.id)
-                    DispatchMetrics.removedHandle(removal.platform)
-                } catch {
-                    logger.warning("cannot remove a dead handle yet", metadata: ["herald.error": "\(error)"])
-                    return
-                }
-            }
-        }
     }
 }

@@ -136,7 +136,7 @@ public final class Dispatcher: Sendable {
     /// Failures a scheduled send is retried after (at the next tick): a peer down or slow.
     static let transient: Set<StatusCode> = [.unavailable, .deadlineExceeded, .resourceExhausted, .aborted, .cancelled]
 
-    /// Resolves the audience and commits the send (``Outbox/enqueue(id:sender:targetUser:targetTag:payloads:targets:staged:retryWindow:hub:lane:scheduled:originalBody:)``).
+    /// Resolves the audience and commits the send (``Outbox/enqueue(_:targets:staged:scheduled:)``).
     /// nil when a scheduled send was cancelled (or made) meanwhile.
     private func make(_ request: SendRequest, id: String, scheduled: Bool, requestID: String, logger: Logger)
         async throws -> Outcome?
@@ -258,10 +258,11 @@ public final class Dispatcher: Sendable {
             span?.setAttribute("herald.notification_id", id)
             span?.setAttribute("herald.deliveries", stagedCount + audience.count)
             return try await outbox.enqueue(
-                id: id, sender: sender, targetUser: request.targetUser, targetTag: request.targetTag,
-                payloads: payloads, targets: audience, staged: staged, retryWindow: retryWindow,
-                hub: Names.hub(request.hub), lane: DeliveryLane.of(request, devices: stagedCount + audience.count),
-                scheduled: scheduled, originalBody: request.originalBody)
+                Outbox.Send(
+                    id: id, sender: sender, targetUser: request.targetUser, targetTag: request.targetTag,
+                    payloads: payloads, retryWindow: retryWindow, hub: Names.hub(request.hub),
+                    lane: DeliveryLane.of(request, devices: stagedCount + audience.count),
+                    originalBody: request.originalBody), targets: audience, staged: staged, scheduled: scheduled)
         }
         guard let (state, created) = enqueued else {
             logger.info("scheduled send not made: it was cancelled")

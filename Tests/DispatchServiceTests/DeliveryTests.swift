@@ -92,8 +92,9 @@ struct DeliveryTests {
         let outbox = try Self.outbox()
         let targets = (0..<3).map { Outbox.Target(registrationID: "r-\($0)", platform: .apns, handle: "h\($0)") }
         _ = try await outbox.enqueue(
-            id: "n-1", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets,
-            retryWindow: .seconds(60))
+            Outbox.Send(
+                id: "n-1", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()],
+                retryWindow: .seconds(60)), targets: targets)
         let first = try await outbox.claim(limit: 10, platforms: [.apns])
         #expect(first.count == 3 && first.allSatisfy { $0.attempt == 1 })
         #expect(try await outbox.claim(limit: 10, platforms: [.apns]).isEmpty)  // leased: not handed out twice
@@ -152,9 +153,9 @@ struct DeliveryTests {
         #expect(try await outbox.claim(limit: 100, platforms: [.apns, .fcm]).isEmpty)
         let fcm = OutboxPayload(platform: .fcm, body: Array("{}".utf8))
         _ = try await outbox.enqueue(
-            id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.payload(), fcm],
-            targets: Array(targets[5...]),
-            staged: staged, retryWindow: .seconds(60))
+            Outbox.Send(
+                id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.payload(), fcm],
+                retryWindow: .seconds(60)), targets: Array(targets[5...]), staged: staged)
         let items = try await outbox.claim(limit: 100, platforms: [.apns, .fcm])
         #expect(items.map(\.registrationID) == targets.map(\.registrationID))
         #expect(items.map(\.handle) == targets.map(\.handle))
@@ -196,8 +197,9 @@ struct DeliveryTests {
         let outbox = try Self.outbox(now: clock.function)
         let targets = (0..<4).map { Outbox.Target(registrationID: "r-\($0)", platform: .apns, handle: "h\($0)") }
         _ = try await outbox.enqueue(
-            id: "n-2", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()], targets: targets,
-            retryWindow: .seconds(10))
+            Outbox.Send(
+                id: "n-2", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()],
+                retryWindow: .seconds(10)), targets: targets)
         let worker = DeliveryWorker(
             outbox: outbox,
             senders: HubSenders(
@@ -250,9 +252,10 @@ struct DeliveryTests {
         defer { running.cancel() }
         func send(_ id: String) async throws {
             _ = try await outbox.enqueue(
-                id: id, sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()],
-                targets: [Outbox.Target(registrationID: "r-\(id)", platform: .apns, handle: "h")],
-                retryWindow: .seconds(60))
+                Outbox.Send(
+                    id: id, sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload()],
+                    retryWindow: .seconds(60)),
+                targets: [Outbox.Target(registrationID: "r-\(id)", platform: .apns, handle: "h")])
         }
         func delivered(_ id: String) async throws -> Bool {
             let deadline = ContinuousClock.now + .seconds(20)

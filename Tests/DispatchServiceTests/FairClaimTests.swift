@@ -21,9 +21,9 @@ struct FairClaimTests {
     ) async throws {
         let payload = platform == .apns ? OutboxStoreTests.apns : OutboxStoreTests.fcm
         _ = try await outbox.enqueue(
-            id: id, sender: "s", targetUser: "", targetTag: "t", payloads: [payload],
-            targets: OutboxStoreTests.targets(count, platform, prefix: id), retryWindow: .seconds(600), hub: hub,
-            lane: lane)
+            Outbox.Send(
+                id: id, sender: "s", targetUser: "", targetTag: "t", payloads: [payload], retryWindow: .seconds(600),
+                hub: hub, lane: lane), targets: OutboxStoreTests.targets(count, platform, prefix: id))
     }
 
     static func count(_ items: [PushItem], hub: String) -> Int { items.filter { $0.hub == hub }.count }

@@ -64,8 +64,9 @@ struct OutboxStoreTests {
         async throws
     {
         _ = try await outbox.enqueue(
-            id: id, sender: "s", targetUser: "u", targetTag: "", payloads: payloads, targets: targets, staged: nil,
-            retryWindow: .seconds(600), hub: "default", scheduled: false, originalBody: Array("body of \(id)".utf8))
+            Outbox.Send(
+                id: id, sender: "s", targetUser: "u", targetTag: "", payloads: payloads, retryWindow: .seconds(600),
+                originalBody: Array("body of \(id)".utf8)), targets: targets)
     }
 
     static func delivered(_ item: PushItem) -> Outbox.Decision {
@@ -174,9 +175,10 @@ struct OutboxStoreTests {
             // Sends: the user's name goes from sender and target; the finished send to them alone
             // loses its payloads and body; a scheduled one to their tag is cancelled.
             _ = try await outbox.enqueue(
-                id: "n-2", sender: "s", targetUser: "zed", targetTag: "", payloads: [Self.apns],
-                targets: Self.targets(1, prefix: "z"), staged: nil, retryWindow: .seconds(600), hub: "default",
-                scheduled: false, originalBody: Array("for zed".utf8))
+                Outbox.Send(
+                    id: "n-2", sender: "s", targetUser: "zed", targetTag: "", payloads: [Self.apns],
+                    retryWindow: .seconds(600), originalBody: Array("for zed".utf8)),
+                targets: Self.targets(1, prefix: "z"))
             _ = try await outbox.record(
                 try await outbox.claim(limit: 10, platforms: [.apns]).filter { $0.notificationID == "n-2" }.map(
                     Self.delivered))
@@ -233,9 +235,9 @@ struct OutboxStoreTests {
             let outbox = fixture.outbox
             try await Self.send(outbox, "n-1", Self.targets(2) + Self.targets(1, .fcm, prefix: "f"))
             _ = try await outbox.enqueue(
-                id: "n-2", sender: "alice", targetUser: "", targetTag: "username:bob", payloads: [Self.apns],
-                targets: Self.targets(1, prefix: "b"), staged: nil, retryWindow: .seconds(600), hub: "h2",
-                scheduled: false, originalBody: [])
+                Outbox.Send(
+                    id: "n-2", sender: "alice", targetUser: "", targetTag: "username:bob", payloads: [Self.apns],
+                    retryWindow: .seconds(600), hub: "h2"), targets: Self.targets(1, prefix: "b"))
             _ = try await outbox.deliverLocally(limit: 100, platforms: [.apns, .fcm], inbox: fixture.inbox)
             // Sends by sender, by target user or by the user's own tag; by hub when one is named; by id.
             #expect(try await outbox.exportSends(user: "alice", hub: "", after: "", limit: 10).map(\.id) == ["n-2"])
@@ -344,9 +346,9 @@ struct OutboxStoreTests {
             var last = Self.targets(1, prefix: "m")
             last[0].variant = 1
             _ = try await outbox.enqueue(
-                id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.apns, second],
-                targets: last, staged: staged, retryWindow: .seconds(60), hub: "default", scheduled: false,
-                originalBody: [])
+                Outbox.Send(
+                    id: "n-s", sender: "s", targetUser: "", targetTag: "t", payloads: [Self.apns, second],
+                    retryWindow: .seconds(60)), targets: last, staged: staged)
             let items = try await outbox.claim(limit: 100, platforms: [.apns])
             #expect(items.map(\.registrationID) == ["r-0", "r-1", "r-2", "r-3", "m-0"])
             #expect(items.map(\.payload.variant) == [0, 1, 0, 1, 1])
@@ -370,9 +372,9 @@ struct OutboxStoreTests {
             #expect(try await outbox.dueScheduled(limit: 10).map(\.request) == [request])
             for expected in [true, false] {
                 let made = try await outbox.enqueue(
-                    id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.apns],
-                    targets: Self.targets(1), staged: nil,
-                    retryWindow: .seconds(60), hub: "default", scheduled: true, originalBody: [])
+                    Outbox.Send(
+                        id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.apns],
+                        retryWindow: .seconds(60)), targets: Self.targets(1), scheduled: true)
                 #expect((made != nil) == expected)
             }
             // The body given when it was scheduled stays; making it does not replace it.

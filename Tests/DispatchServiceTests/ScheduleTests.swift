@@ -35,12 +35,14 @@ struct ScheduleTests {
         #expect(try await outbox.dueScheduled(limit: 10).map(\.id) == ["n-a"])
 
         let made = try await outbox.enqueue(
-            id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
-            retryWindow: .seconds(60), scheduled: true)
+            Outbox.Send(
+                id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload],
+                retryWindow: .seconds(60)), targets: [Self.target], scheduled: true)
         #expect(made?.state == .enqueued && made?.created == 1_000)
         let again = try await outbox.enqueue(
-            id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
-            retryWindow: .seconds(60), scheduled: true)
+            Outbox.Send(
+                id: "n-a", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload],
+                retryWindow: .seconds(60)), targets: [Self.target], scheduled: true)
         #expect(again == nil)
         #expect(try await outbox.deliveries(of: "n-a", scope: .everyHub, after: 0, limit: 10).count == 1)
         await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-a", scope: .everyHub) }
@@ -51,8 +53,9 @@ struct ScheduleTests {
         clock.withLock { $0 = 7_000 }
         #expect(try await outbox.dueScheduled(limit: 10).isEmpty)
         let late = try await outbox.enqueue(
-            id: "n-b", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload], targets: [Self.target],
-            retryWindow: .seconds(60), scheduled: true)
+            Outbox.Send(
+                id: "n-b", sender: "s", targetUser: "u", targetTag: "", payloads: [Self.payload],
+                retryWindow: .seconds(60)), targets: [Self.target], scheduled: true)
         #expect(late == nil)
         #expect(try await outbox.outcome(of: "n-b", scope: .everyHub).state == .cancelled)
         await #expect(throws: ServiceError.self) { _ = try await outbox.cancelScheduled("n-b", scope: .hub("other")) }

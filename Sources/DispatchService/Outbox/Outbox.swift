@@ -5,6 +5,7 @@ public import HeraldProto
 public import HeraldSQL
 import Logging
 import NIOPosix
+public import PushProviders
 import Synchronization
 
 /// Dispatch's durable outbox: one row per (notification, registration), in SQLite (one process,
@@ -118,6 +119,38 @@ public final class Outbox: Sendable {
     /// OutcomeState numbers for SQL (`state IN (…)`): a send that is still going, and one that is over.
     static let unfinishedStateValues = [OutcomeState.enqueued, .processing].map(\.rawValue)
     static let finishedStateValues = [OutcomeState.completed, .abandoned, .noTargetFound, .cancelled].map(\.rawValue)
+
+    /// One send as ``enqueue(_:targets:staged:scheduled:)`` commits it: its id, who sent it and to
+    /// whom (a user, a tag expression, or neither for a direct send), its payloads (one per
+    /// platform, or per rendered template), its hub and lane, how long its deliveries are retried,
+    /// and the request's body as it came (NH's telemetry reads it back).
+    public struct Send: Sendable {
+        public var id: String
+        public var sender: String
+        public var targetUser: String
+        public var targetTag: String
+        public var payloads: [OutboxPayload]
+        public var retryWindow: Duration
+        public var hub: String
+        public var lane: DeliveryLane
+        public var originalBody: [UInt8]
+
+        public init(
+            id: String, sender: String, targetUser: String = "", targetTag: String = "", payloads: [OutboxPayload],
+            retryWindow: Duration, hub: String = Names.defaultHub, lane: DeliveryLane = .bulk,
+            originalBody: [UInt8] = []
+        ) {
+            self.id = id
+            self.sender = sender
+            self.targetUser = targetUser
+            self.targetTag = targetTag
+            self.payloads = payloads
+            self.retryWindow = retryWindow
+            self.hub = hub
+            self.lane = lane
+            self.originalBody = originalBody
+        }
+    }
 
     /// One registration to deliver to, from the audience stream (or a handle of a direct send,
     /// with an empty registration id).

@@ -275,7 +275,7 @@ extension Outbox {
 /// vacuum removes them, so every claim walked them again: during a 1,000,000-device broadcast that
 /// scan was most of what the server did (sampled from `pg_stat_activity`: 305 of 400 active
 /// statements) and the broadcast ran 20% slower than before fair claims. Only a send adds a hub
-/// (``Outbox/enqueue(id:sender:targetUser:targetTag:payloads:targets:staged:retryWindow:hub:lane:scheduled:originalBody:)``
+/// (``Outbox/enqueue(_:targets:staged:scheduled:)``
 /// is the one writer of pending rows), so the claims look again only every ``maxAge``, and in
 /// between each send's hub joins what they know: a send made here at its commit, another
 /// replica's when its NOTIFY arrives (which names the hub and platforms, ``notice(hub:platforms:)``).

@@ -1,6 +1,6 @@
 import Foundation
 import HeraldModel
-public import HeraldProto
+import HeraldProto
 import HeraldSQL
 
 /// A hub's push limits (`hub_push_limit`), as herald-dispatch enforces them: quotas in the send's

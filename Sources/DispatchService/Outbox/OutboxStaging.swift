@@ -9,7 +9,7 @@ import HeraldRPC
 /// fails before its commit leaves nothing. Keeping the whole audience in memory until then cost
 /// about 250 bytes per device (291 MB of peak RSS for a million). So past `audience-memory-rows`
 /// targets (``Outbox/StagedAudience/spillThreshold`` by default), the audience goes in chunks to
-/// `audience_staging`, which no worker reads; the commit (``Outbox/enqueue(id:sender:targetUser:targetTag:payloads:targets:staged:retryWindow:hub:lane:scheduled:originalBody:)``)
+/// `audience_staging`, which no worker reads; the commit (``Outbox/enqueue(_:targets:staged:scheduled:)``)
 /// moves it into `delivery` with one `INSERT … SELECT` in the same transaction as the rest. A send
 /// that fails discards its rows; rows left by a process that died mid-send are deleted at start
 /// (``Outbox/deleteAbandonedStaging()``).

@@ -54,11 +54,11 @@ extension Outbox {
     /// the rest: the staged rows become deliveries in the same transaction, before `targets`.
     @discardableResult
     public func enqueue(
-        id: String, sender: String, targetUser: String, targetTag: String, payloads: [OutboxPayload],
-        targets: [Outbox.Target], staged: Outbox.StagedAudience? = nil, retryWindow: Duration,
-        hub: String = Names.defaultHub, lane: DeliveryLane = .bulk, scheduled: Bool = false,
-        originalBody: [UInt8] = []
+        _ send: Send, targets: [Outbox.Target], staged: Outbox.StagedAudience? = nil, scheduled: Bool = false
     ) async throws -> (state: OutcomeState, created: Int64)? {
+        let (id, sender, targetUser, targetTag) = (send.id, send.sender, send.targetUser, send.targetTag)
+        let (payloads, retryWindow, hub, lane) = (send.payloads, send.retryWindow, send.hub, send.lane)
+        let originalBody = send.originalBody
         let at = now()
         let giveUp = at + retryWindow.wholeMilliseconds
         let stagedCount = staged?.count ?? 0
