@@ -7,7 +7,7 @@ import HeraldProto
 import HeraldTelemetry
 public import NIOPosix
 import NIOSSL
-public import ServiceLifecycle
+import ServiceLifecycle
 import Synchronization
 import Tracing
 
@@ -58,14 +58,14 @@ public final class RPCClient: Sendable {
     /// How often replicas' health is checked (with more than one).
     public let healthInterval: Duration
 
-    private enum Backend {
+    enum Backend {
         case lean(LeanClient)
         case grpc(GRPCClient<HTTP2ClientTransport.Posix>)
     }
 
     /// One endpoint's connection and whether it answered its last health check (none yet: not
     /// healthy, so that at start-up every replica is tried in turn, each call waiting for its own).
-    private final class Replica: Sendable {
+    final class Replica: Sendable {
         let endpoint: RPCEndpoint
         let backend: Backend
         let healthy = Atomic<Bool>(false)
@@ -117,16 +117,16 @@ public final class RPCClient: Sendable {
     }
 
     /// The replicas now, and whether ``close()`` was called (no replica is added after).
-    private let members: Mutex<(replicas: [Replica], closed: Bool)>
-    private var replicas: [Replica] { members.withLock { $0.replicas } }
-    private let discovery: RPCDiscovery?
-    private let tls: TLSFiles?
-    private let eventLoopGroup: MultiThreadedEventLoopGroup
+    let members: Mutex<(replicas: [Replica], closed: Bool)>
+    var replicas: [Replica] { members.withLock { $0.replicas } }
+    let discovery: RPCDiscovery?
+    let tls: TLSFiles?
+    let eventLoopGroup: MultiThreadedEventLoopGroup
     /// Round-robin position.
-    private let turn = Atomic<UInt>(0)
+    let turn = Atomic<UInt>(0)
     /// The gRPC clients whose connection loops ``runConnections()`` must run, as replicas come;
     /// finished by ``close()`` (the lean backend has no loop of its own).
-    private let toRun = AsyncStream<GRPCClient<HTTP2ClientTransport.Posix>>.makeStream()
+    let toRun = AsyncStream<GRPCClient<HTTP2ClientTransport.Posix>>.makeStream()
 
     /// Methods whose repetition changes nothing but its answer's freshness: reads, checks, and
     /// PUT-style writes of a whole value. Only these are tried again on another replica.
@@ -190,7 +190,7 @@ public final class RPCClient: Sendable {
         for replica in replicas { if case .grpc(let grpc) = replica.backend { toRun.continuation.yield(grpc) } }
     }
 
-    private static func backend(
+    static func backend(
         endpoint: RPCEndpoint, transport: RPCTransport, tls: TLSFiles?, serverName: String? = nil,
         eventLoopGroup: MultiThreadedEventLoopGroup
     ) throws -> Backend {
@@ -242,7 +242,7 @@ public final class RPCClient: Sendable {
     /// The replica for the next call: the next healthy one in turn; when none is, the next that is
     /// still reachable (slow, not gone), else the next of all; never `excluding`, and nil when
     /// there is no other.
-    private func pick(from replicas: [Replica], excluding: Replica? = nil) -> Replica? {
+    func pick(from replicas: [Replica], excluding: Replica? = nil) -> Replica? {
         if replicas.count <= 1 { return excluding == nil ? replicas.first : nil }
         let start = Int(turn.wrappingAdd(1, ordering: .relaxed).oldValue % UInt(replicas.count))
         var reachable: Replica?
@@ -264,7 +264,7 @@ public final class RPCClient: Sendable {
     ///
     /// `attempt` gets the replica, the time left, and whether to fail fast: when another replica
     /// is healthy, a call that cannot reach this one gives up at once instead of waiting for it.
-    private func withReplica<Result>(
+    func withReplica<Result>(
         method: String, timeout: Duration, retry: @escaping @Sendable () -> Bool = { true },
         _ attempt: (Replica, Duration, Bool) async throws -> Result
     ) async throws -> Result {
@@ -340,7 +340,7 @@ public final class RPCClient: Sendable {
     /// span from the metadata), and the binding is an unspecialised `TaskLocal.withValue` of the
     /// whole `InstrumentationContext` (1–2k instructions a call, callgrind). A log line written
     /// during the call names the caller's span.
-    private static func clientSpan<T>(_ method: String, _ body: (PassedOnTrace?) async throws -> T) async throws -> T {
+    static func clientSpan<T>(_ method: String, _ body: (PassedOnTrace?) async throws -> T) async throws -> T {
         guard let tracer = HeraldTracing.tracer, !HeraldTracing.isHealthCheck(method) else {
             return try await body(nil)
         }
@@ -363,7 +363,7 @@ public final class RPCClient: Sendable {
         }
     }
 
-    private func call<Request, Response>(
+    func call<Request, Response>(
         _ method: UnaryMethod<Request, Response>, _ bytes: [UInt8], requestID: String?, trace: PassedOnTrace?,
         timeout: Duration, failFast: Bool = false,
         on backend: Backend
@@ -443,7 +443,7 @@ public final class RPCClient: Sendable {
         toRun.continuation.finish()
     }
 
-    private static func close(_ backend: Backend) {
+    static func close(_ backend: Backend) {
         switch backend {
         case .lean(let lean): lean.close()
         case .grpc(let grpc): grpc.beginGracefulShutdown()
@@ -453,7 +453,7 @@ public final class RPCClient: Sendable {
     /// Runs the transports' connection management until ``close()``; with several replicas (or
     /// a discovery) checks their health every ``healthInterval``; with a discovery, looks the
     /// replicas up every ``RPCDiscovery/refresh``.
-    fileprivate func runConnections() async throws {
+    func runConnections() async throws {
         // The health checks and look-ups stop at close; gRPC's connection loops end by themselves
         // once close() has begun their graceful shutdown and in-flight calls have drained.
         let checks = replicas.count > 1 || discovery != nil ? Task { await self.checkReplicas() } : nil
@@ -467,178 +467,6 @@ public final class RPCClient: Sendable {
             }
             checks?.cancel()
             lookups?.cancel()
-        }
-    }
-
-    /// Looks the replicas up now and every `discovery.refresh` until cancelled. A failed look-up
-    /// keeps the replicas known (a DNS hiccup is not every pod gone).
-    private func lookUp(_ discovery: RPCDiscovery) async {
-        while !Task.isCancelled {
-            if let found = await discovery.resolve(discovery.name, discovery.port) {
-                update(to: found, serverName: discovery.name)
-            }
-            do { try await Task.sleep(for: discovery.refresh) } catch { return }
-        }
-    }
-
-    /// Makes `found` the replicas: keeps those still there, connects the new ones, closes those gone.
-    func update(to found: [RPCEndpoint], serverName: String) {
-        let known = Set(replicas.map(\.endpoint))
-        // Made outside the lock: a TLS context reads its files.
-        let new = found.filter { !known.contains($0) }.compactMap { endpoint in
-            (try? Self.backend(
-                endpoint: endpoint, transport: transport, tls: tls, serverName: serverName,
-                eventLoopGroup: eventLoopGroup))
-                .map { Replica(endpoint: endpoint, backend: $0) }
-        }
-        let wanted = Set(found)
-        let (added, removed) = members.withLock { members -> ([Replica], [Replica]) in
-            guard !members.closed else { return ([], new) }
-            let removed = members.replicas.filter { !wanted.contains($0.endpoint) }
-            let added = new.filter { replica in !members.replicas.contains { $0.endpoint == replica.endpoint } }
-            members.replicas = members.replicas.filter { wanted.contains($0.endpoint) } + added
-            return (added, removed + new.filter { replica in !added.contains { $0 === replica } })
-        }
-        for replica in added { if case .grpc(let grpc) = replica.backend { toRun.continuation.yield(grpc) } }
-        for replica in removed { Self.close(replica.backend) }
-    }
-
-    /// Asks each replica's grpc.health.v1 every ``healthInterval`` until the client closes or the
-    /// task is cancelled; SERVING marks it healthy, any other answer or failure not, and so do two
-    /// checks in a row unanswered within a second (one late answer on a loaded machine is not a
-    /// replica down: marking it so sent calls to the replicas that were).
-    private func checkReplicas() async {
-        while !Task.isCancelled {
-            await withTaskGroup(of: Void.self) { group in
-                for replica in replicas {
-                    group.addTask {
-                        // A reachable replica is checked failing fast: if it is gone it says so
-                        // at once, and only one connected but slow runs into the deadline. One
-                        // already unreachable is checked waiting for its connection (gRPC
-                        // reconnects for a waiting call), so it is seen again the moment it is
-                        // back; until then its timeouts keep it unreachable.
-                        let reachable = replica.reachable.load(ordering: .relaxed)
-                        do {
-                            let answer: HealthCheckResponse = try await self.call(
-                                HealthMethods.check, try self.encode(HealthCheckRequest(service: "")), requestID: nil,
-                                trace: nil,
-                                timeout: .seconds(1), failFast: reachable, on: replica.backend)
-                            replica.checked(serving: answer.status == .serving)
-                        } catch let error as ServiceError where error.code == .deadlineExceeded {
-                            if reachable { replica.unanswered() }
-                        } catch is LeanClient.NotSent {
-                            replica.unreachable()
-                        } catch let error as ServiceError where error.code == .unavailable {
-                            replica.unreachable()
-                        } catch {
-                            replica.checked(serving: false)
-                        }
-                    }
-                }
-            }
-            try? await Task.sleep(for: healthInterval)
-        }
-    }
-
-    /// Whether each replica answered its last health check (tests, metrics), in the order they came.
-    public var replicaHealth: [(endpoint: RPCEndpoint, healthy: Bool)] {
-        replicas.map { ($0.endpoint, $0.healthy.load(ordering: .relaxed)) }
-    }
-
-    private func callOptions(_ timeout: Duration?, failFast: Bool) -> CallOptions {
-        var options = CallOptions.defaults
-        options.timeout = timeout ?? defaultTimeout
-        // Wait for the service to come up within the deadline, unless another replica could take
-        // the call (then fail at once: idempotent calls go to it, see withReplica).
-        options.waitForReady = !failFast
-        options.maxRequestMessageBytes = RPCLimits.maxMessageBytes
-        options.maxResponseMessageBytes = RPCLimits.maxMessageBytes
-        return options
-    }
-
-    /// Encodes a request once for either transport, and refuses one over the message limit before
-    /// anything is sent (grpc-swift's client would not; the server would reset the stream).
-    private func encode<M: HeraldMessage>(_ message: M) throws -> [UInt8] {
-        let bytes: [UInt8]
-        do {
-            bytes = try message.serializedBytes()
-        } catch let error as ProtoError {
-            throw ServiceError.invalidArgument(error.description)
-        }
-        guard bytes.count <= RPCLimits.maxMessageBytes else {
-            throw ServiceError(
-                .resourceExhausted,
-                "\(M.protoName) of \(bytes.count) bytes exceeds the limit of \(RPCLimits.maxMessageBytes)")
-        }
-        return bytes
-    }
-
-    private func decode<M: HeraldMessage>(_ type: M.Type, _ bytes: [UInt8]) throws -> M {
-        do {
-            return try M(serializedBytes: bytes)
-        } catch {
-            throw ServiceError(.internal, "malformed \(M.protoName) from \(socketPath)")
-        }
-    }
-
-    /// A gRPC failure as a ``ServiceError``, its string trailers carried over as metadata.
-    private static func serviceError(_ error: RPCError) -> ServiceError {
-        var metadata: [String: String] = [:]
-        for entry in error.metadata {
-            if ServiceError.metadataKeys.contains(entry.key), case .string(let value) = entry.value {
-                metadata[entry.key] = value
-            }
-        }
-        return ServiceError(StatusCode(error.code), error.message, metadata: metadata)
-    }
-
-    private static func metadata(_ requestID: String?, _ trace: PassedOnTrace?) -> Metadata {
-        var metadata: Metadata = [:]
-        if let requestID { metadata.addString(requestID, forKey: requestIDKey) }
-        if let trace {
-            metadata.addString(trace.traceparent, forKey: traceParentKey)
-            if let state = trace.tracestate { metadata.addString(state, forKey: traceStateKey) }
-        }
-        return metadata
-    }
-
-    private static func leanMetadata(_ requestID: String?, _ trace: PassedOnTrace?) -> [LeanMetadataEntry] {
-        var entries: [LeanMetadataEntry] = []
-        entries.reserveCapacity(3)
-        if let requestID { entries.append(LeanMetadataEntry(key: requestIDKey, value: requestID)) }
-        if let trace {
-            entries.append(LeanMetadataEntry(key: traceParentKey, value: trace.traceparent))
-            if let state = trace.tracestate { entries.append(LeanMetadataEntry(key: traceStateKey, value: state)) }
-        }
-        return entries
-    }
-}
-
-extension RPCClient: Service {
-    /// Maintains the connection until graceful shutdown, then drains in-flight calls.
-    public func run() async throws {
-        try await withGracefulShutdownHandler {
-            try await runConnections()
-        } onGracefulShutdown: {
-            self.close()
-        }
-    }
-}
-
-extension RPCClient {
-    /// Runs `body` with a connected client and closes it afterwards (tools and tests).
-    public static func with<R: Sendable>(
-        socketPath: String,
-        transport: RPCTransport = .lean,
-        timeout: Duration = .seconds(5),
-        _ body: (RPCClient) async throws -> R
-    ) async throws -> R {
-        let client = try RPCClient(socketPath: socketPath, transport: transport, defaultTimeout: timeout)
-        return try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await client.runConnections() }
-            // The group waits for runConnections, which returns once the close has drained.
-            defer { client.close() }
-            return try await body(client)
         }
     }
 }
