@@ -16,7 +16,6 @@ import Synchronization
     import Glibc
 #endif
 
-
 extension StackConfiguration {
     /// The stack every scenario measures: under `dir`/stack, tutorial auth (no password hashing in
     /// the figures), a free port, quiet logs kept in files.

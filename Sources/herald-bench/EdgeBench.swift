@@ -16,7 +16,6 @@ import Synchronization
     import Glibc
 #endif
 
-
 /// `herald-bench edge`: HTTP requests/s and p99 through the whole stack, driven by wrk with 64
 /// connections, next to a Hummingbird hello-world route on the same machine.
 struct EdgeBench: AsyncParsableCommand {

@@ -16,7 +16,6 @@ import Synchronization
     import Glibc
 #endif
 
-
 /// `herald-bench fanout`: one send to a tag carried by 100,000 registrations (1,000,000 with
 /// `--large`), timed until the push provider has recorded every delivery; plus the memory of each
 /// service idle and after the fan-out.

@@ -16,7 +16,6 @@ import Synchronization
     import Glibc
 #endif
 
-
 /// `herald-bench hello`: a Hummingbird server with one route, the edge scenario's baseline (and
 /// the memory scenario's). Same library, same machine, no RPCs.
 struct HelloServer: AsyncParsableCommand {

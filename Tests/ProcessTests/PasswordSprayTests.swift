@@ -10,12 +10,12 @@ import StackTestSupport
 import Synchronization
 import Testing
 
-/// HardeningTests' tests that need herald-auth in a process of its own: password sprays at a real
+/// Password sprays against herald-auth in a process of its own, at a real
 /// hash cost (2^12, below), timed against the edge's deadline and the login gate's room. In a shared test
 /// process every other stack's work takes from the hashes' CPU: in fresh-clone CI runs CreateUser
 /// took 5 s a hash and missed its 30 s deadline, and the gate's room shrank under the slower hashes.
-@Suite("hostile clients end to end: as processes", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
-struct HardeningProcessTests {
+@Suite("hostile clients: password sprays at a real hash cost", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
+struct PasswordSprayTests {
     @Test(
         "a password spray is answered at once: 401 or 429 with Retry-After, never 503; the real user gets in",
         .sqliteStack)

@@ -7,10 +7,9 @@ import HeraldTestSupport
 import StackTestSupport
 import Testing
 
-/// NHHostileTests's tests that need the services as processes (a kill, a restart, one process's
-/// memory or metrics).
-@Suite("NH API against a hostile client: as processes", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
-struct NHHostileProcessTests {
+/// What a hostile client can make herald-auth hold, read from that one process's resident memory.
+@Suite("NH API against a hostile client: herald-auth's memory", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
+struct AuthMemoryTests {
     // What could grow is herald-auth's verdict cache and the gate's ledger, in memory on either store.
     @Test("600 tokens with 60 KB key names do not grow herald-auth", .storeIndependent)
     func longKeyNamesDoNotGrowAuth() async throws {

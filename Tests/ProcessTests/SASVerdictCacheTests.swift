@@ -9,10 +9,12 @@ import NotificationHubs
 import StackTestSupport
 import Testing
 
-/// NotificationHubsTests's tests that need the services as processes (a kill, a restart, one process's
-/// memory or metrics).
-@Suite("Notification Hubs API: as processes", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
-struct NotificationHubsProcessTests {
+/// The edge's reuse of auth's SAS verdicts, seen in its own `/metrics` (a registry per process)
+/// while the `herald` CLI rotates and narrows keys from a process of its own.
+@Suite(
+    "Notification Hubs: the edge's reuse of SAS verdicts, read from its own metrics", .serialized,
+    .timeLimit(.minutes(3)), .watchedForStalls)
+struct SASVerdictCacheTests {
     @Test(
         "the edge reuses auth's answer for a SAS token on what its sr covers, until a key changes: a rotated or narrowed key holds from the next request"
     )

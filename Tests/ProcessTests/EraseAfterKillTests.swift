@@ -12,10 +12,10 @@ import StackTestSupport
 import Synchronization
 import Testing
 
-/// ErasureDrillTests's tests that need the services as processes (a kill, a restart, one process's
-/// memory or metrics).
-@Suite("erase a user's data: as processes", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
-struct ErasureDrillProcessTests {
+/// `herald users erase` as an operator runs it, during other users' traffic, after a first erase
+/// that died halfway (herald-registration killed with SIGKILL): needs the services as processes.
+@Suite("erase a user's data after a run killed halfway", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
+struct EraseAfterKillTests {
     /// The person to erase: a name that appears nowhere else, so that any cell containing it is theirs.
     static let erased = "zed.erase"
 

@@ -8,10 +8,12 @@ import HeraldTestSupport
 import StackTestSupport
 import Testing
 
-/// AccountsTests's tests that need the services as processes (a kill, a restart, one process's
-/// memory or metrics).
-@Suite("accounts and the herald CLI end to end: as processes", .serialized, .timeLimit(.minutes(5)), .watchedForStalls)
-struct AccountsProcessTests {
+/// The edge's reuse of auth's user verdicts, seen in its own `/metrics` (a registry per process)
+/// while the `herald` CLI changes accounts from a process of its own.
+@Suite(
+    "accounts: the edge's reuse of auth's verdicts, read from its own metrics", .serialized, .timeLimit(.minutes(5)),
+    .watchedForStalls)
+struct UserVerdictCacheTests {
     @Test(
         "the edge reuses auth's verdicts, yet a revocation, password change, grant or lockout holds from the next request"
     )

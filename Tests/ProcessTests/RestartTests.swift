@@ -8,10 +8,10 @@ import HeraldTestSupport
 import StackTestSupport
 import Testing
 
-/// SecurePushTests's tests that need the services as processes (a kill, a restart, one process's
-/// memory or metrics).
-@Suite("secure push end to end: as processes", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
-struct SecurePushProcessTests {
+/// The secure-push flow across a service killed and restarted by the supervisor, and across a
+/// restart of the whole stack: needs the services as processes.
+@Suite("secure push across restarts", .serialized, .timeLimit(.minutes(3)), .watchedForStalls)
+struct RestartTests {
     @Test(
         "a service that dies is restarted by the supervisor, and the flow goes on", .storeIndependent,
         arguments: RPCTransport.allCases)
