@@ -41,8 +41,12 @@ joined() {
 stop_beside() {
   local pid
   for pid in .build/ci/*.pid; do
-    [[ -e "$pid" ]] && { kill -- -"$(cat "$pid")" 2>/dev/null || true; rm -f "$pid"; }
+    if [[ -e "$pid" ]]; then
+      kill -- -"$(cat "$pid")" 2>/dev/null || true
+      rm -f "$pid"
+    fi
   done
+  return 0
 }
 # One set of flags for every build of the run (the example's too; docs/ci.md says why these).
 build_flags=(-debug-info-format none -Xswiftc -wmo -Xswiftc -num-threads -Xswiftc 2)
