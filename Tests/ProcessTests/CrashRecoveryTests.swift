@@ -156,13 +156,8 @@ struct CrashRecoveryTests {
     /// hand: the drill reads every push so far each 100 ms, and a Swift Regex match per push held
     /// the cooperative pool for half a second at a time on one core.
     static func sendNumber(_ body: [UInt8]) -> Int {
-        let marker = Array("sched ".utf8)
-        guard body.count > marker.count,
-            let start = (0...(body.count - marker.count)).first(where: {
-                body[$0..<$0 + marker.count].elementsEqual(marker)
-            })
-        else { return -1 }
-        let digits = body[(start + marker.count)...].prefix { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+        guard let marker = body.firstRange(of: Array("sched ".utf8)) else { return -1 }
+        let digits = body[marker.upperBound...].prefix { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
         guard !digits.isEmpty, digits.count < 10 else { return -1 }
         return digits.reduce(0) { $0 * 10 + Int($1 - UInt8(ascii: "0")) }
     }
